@@ -1,0 +1,122 @@
+/* lingbot-gst: backend-independent tensor helpers
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "kernels/backend.h"
+#include "kernels/error.h"
+
+#include <string.h>
+
+typedef struct
+{
+  LbBackend *backend;
+  int device;
+  void *ptr;
+} DeviceBlock;
+
+static void
+device_block_free (gpointer data)
+{
+  DeviceBlock *b = data;
+  b->backend->free (b->backend, b->device, b->ptr);
+  g_free (b);
+}
+
+/**
+ * lb_tensor_new_on:
+ * @s: the stream whose device receives the tensor
+ * @dtype: element type
+ * @ndim: number of dimensions
+ * @shape: (array length=ndim): extents
+ * @error: %LB_ERROR_DEVICE when the device allocation fails
+ *
+ * Allocates a contiguous, uninitialised tensor on @s's device.  Not for
+ * per-chunk loops: allocate session buffers once and reuse them.
+ *
+ * Returns: (transfer full) (nullable): the tensor.
+ */
+LbTensor *
+lb_tensor_new_on (LbStream * s, LbDType dtype, int ndim,
+    const int64_t * shape, GError ** error)
+{
+  LbBackend *be = s->backend;
+  if (be->device_type == LB_DEVICE_CPU)
+    return lb_tensor_new (dtype, ndim, shape);
+
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++)
+    n *= shape[i];
+  gsize bytes = (gsize) n * lb_dtype_size (dtype);
+  void *ptr = be->alloc (be, s->device, MAX (bytes, 1), error);
+  if (ptr == NULL)
+    return NULL;
+  DeviceBlock *b = g_new0 (DeviceBlock, 1);
+  b->backend = be;
+  b->device = s->device;
+  b->ptr = ptr;
+  LbDevice dev = { be->device_type, s->device };
+  LbStorage *st = lb_storage_new (ptr, bytes, dev, device_block_free, b);
+  LbTensor *t = lb_tensor_new_from_storage (st, 0, dtype, ndim, shape, NULL);
+  lb_storage_unref (st);
+  return t;
+}
+
+static gboolean
+check_transfer (const LbTensor * dst, const LbTensor * src, GError ** error)
+{
+  if (dst->dtype != src->dtype || !lb_tensor_same_shape (dst, src) ||
+      !lb_tensor_is_contiguous (dst) || !lb_tensor_is_contiguous (src)) {
+    g_autofree char *a = lb_tensor_shape_string (dst);
+    g_autofree char *b = lb_tensor_shape_string (src);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "transfer: destination %s %s and source %s %s must be contiguous "
+        "with equal dtype and shape", lb_dtype_name (dst->dtype), a,
+        lb_dtype_name (src->dtype), b);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lb_tensor_upload:
+ * @s: stream of the destination device
+ * @dst: contiguous tensor on @s's device
+ * @src: contiguous CPU tensor of equal dtype and shape
+ * @error: %LB_ERROR_SHAPE or %LB_ERROR_DEVICE
+ *
+ * Copies host data to the device, ordered on @s (asynchronous on CUDA:
+ * @src must stay valid until the stream is synchronised).
+ */
+gboolean
+lb_tensor_upload (LbStream * s, LbTensor * dst, const LbTensor * src,
+    GError ** error)
+{
+  if (!check_transfer (dst, src, error))
+    return FALSE;
+  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
+      LB_COPY_HOST_TO_HOST : LB_COPY_HOST_TO_DEVICE;
+  return s->backend->copy (s, dst->data, src->data, lb_tensor_nbytes (src),
+      kind, error);
+}
+
+/**
+ * lb_tensor_download:
+ * @s: stream of the source device
+ * @dst: contiguous CPU tensor
+ * @src: contiguous tensor on @s's device of equal dtype and shape
+ * @error: %LB_ERROR_SHAPE or %LB_ERROR_DEVICE
+ *
+ * Copies device data to the host and waits for it.
+ */
+gboolean
+lb_tensor_download (LbStream * s, LbTensor * dst, const LbTensor * src,
+    GError ** error)
+{
+  if (!check_transfer (dst, src, error))
+    return FALSE;
+  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
+      LB_COPY_HOST_TO_HOST : LB_COPY_DEVICE_TO_HOST;
+  if (!s->backend->copy (s, dst->data, src->data, lb_tensor_nbytes (src),
+          kind, error))
+    return FALSE;
+  return s->backend->stream_synchronize (s, error);
+}

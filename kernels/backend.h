@@ -1,0 +1,85 @@
+/* lingbot-gst: compute backends and their op tables
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * A backend (CPU, always present; CUDA, a run-time module) provides device
+ * memory, copies and one LbOps table.  Model code calls ops through
+ * lb_ops(stream)->op(stream, ...), so the same code runs on either.
+ * A stream is what one rank computes on: a device, the backend's native
+ * queue on it (a cudaStream_t; nothing on the CPU) and a scratch workspace.
+ */
+#pragma once
+
+#include "kernels/tensor.h"
+#include "kernels/ops.h"
+
+G_BEGIN_DECLS
+
+typedef struct _LbBackend LbBackend;
+typedef struct _LbStream LbStream;
+
+typedef enum {
+  LB_COPY_HOST_TO_DEVICE,
+  LB_COPY_DEVICE_TO_HOST,
+  LB_COPY_DEVICE_TO_DEVICE,
+  LB_COPY_HOST_TO_HOST,
+} LbCopyKind;
+
+/**
+ * LbBackend:
+ * @name: "cpu" or "cuda"
+ * @device_type: the devices it drives
+ * @device_count: number of usable devices (the CPU backend reports 1)
+ * @ops: the op table
+ *
+ * All function pointers report failures through GError (domain %LB_ERROR,
+ * code %LB_ERROR_DEVICE) and never abort.
+ */
+struct _LbBackend {
+  const char *name;
+  LbDeviceType device_type;
+  int device_count;
+  const LbOps *ops;
+
+  gpointer (*alloc) (LbBackend * self, int device, gsize nbytes,
+      GError ** error);
+  void (*free) (LbBackend * self, int device, gpointer ptr);
+  gboolean (*copy) (LbStream * stream, void *dst, const void *src,
+      gsize nbytes, LbCopyKind kind, GError ** error);
+  LbStream *(*stream_new) (LbBackend * self, int device, GError ** error);
+  void (*stream_free) (LbStream * stream);
+  gboolean (*stream_synchronize) (LbStream * stream, GError ** error);
+
+  gpointer priv;
+};
+
+/**
+ * LbStream:
+ * One rank's execution queue.  @native is the backend's handle
+ * (cudaStream_t on CUDA, %NULL on CPU).  @workspace is a per-stream scratch
+ * area that ops may use, grown only outside hot loops.
+ */
+struct _LbStream {
+  LbBackend *backend;
+  int device;
+  gpointer native;
+  gpointer priv;
+};
+
+static inline const LbOps *
+lb_ops (LbStream * s)
+{
+  return s->backend->ops;
+}
+
+/* The CPU backend: always present, the oracle for every other backend. */
+LbBackend *lb_cpu_backend (void);
+
+/* Tensor allocation on a stream's device (CPU: plain aligned host memory). */
+LbTensor *lb_tensor_new_on (LbStream * s, LbDType dtype, int ndim,
+    const int64_t * shape, GError ** error);
+gboolean lb_tensor_upload (LbStream * s, LbTensor * dst, const LbTensor * src,
+    GError ** error);
+gboolean lb_tensor_download (LbStream * s, LbTensor * dst,
+    const LbTensor * src, GError ** error);
+
+G_END_DECLS

@@ -1,0 +1,72 @@
+/* lingbot-gst: the CPU backend (always present; the oracle)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu-ops.h"
+
+#include <string.h>
+
+static gpointer
+cpu_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
+{
+  return g_aligned_alloc (1, MAX (nbytes, 1), 64);
+}
+
+static void
+cpu_free (LbBackend * self, int device, gpointer ptr)
+{
+  g_aligned_free (ptr);
+}
+
+static gboolean
+cpu_copy (LbStream * stream, void *dst, const void *src, gsize nbytes,
+    LbCopyKind kind, GError ** error)
+{
+  memmove (dst, src, nbytes);
+  return TRUE;
+}
+
+static LbStream *
+cpu_stream_new (LbBackend * self, int device, GError ** error)
+{
+  LbStream *s = g_new0 (LbStream, 1);
+  s->backend = self;
+  s->device = 0;
+  return s;
+}
+
+static void
+cpu_stream_free (LbStream * stream)
+{
+  g_free (stream);
+}
+
+static gboolean
+cpu_stream_synchronize (LbStream * stream, GError ** error)
+{
+  return TRUE;
+}
+
+static LbBackend cpu_backend = {
+  .name = "cpu",
+  .device_type = LB_DEVICE_CPU,
+  .device_count = 1,
+  .ops = &lb_cpu_ops,
+  .alloc = cpu_alloc,
+  .free = cpu_free,
+  .copy = cpu_copy,
+  .stream_new = cpu_stream_new,
+  .stream_free = cpu_stream_free,
+  .stream_synchronize = cpu_stream_synchronize,
+};
+
+/**
+ * lb_cpu_backend:
+ *
+ * Returns: (transfer none): the process-wide CPU backend.
+ */
+LbBackend *
+lb_cpu_backend (void)
+{
+  return &cpu_backend;
+}

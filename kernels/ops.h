@@ -1,0 +1,147 @@
+/* lingbot-gst: the op table every backend implements
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Conventions for every op:
+ * - the first argument is the LbStream the op runs on; tensors live on its
+ *   device;
+ * - activations are float32 unless stated; weights may be f32, or bf16/f16
+ *   where the op says so (the CPU backend widens weights once at load time,
+ *   so its ops take f32 weights);
+ * - output tensors are preallocated by the caller (no allocation inside an
+ *   op, so per-chunk loops allocate nothing) and must not alias inputs unless
+ *   the op says "in place";
+ * - tensors are contiguous unless the op says strided views are accepted;
+ * - a shape/dtype mismatch returns FALSE with an %LB_ERROR_SHAPE GError that
+ *   names the op, the argument and both shapes.  Ops never abort.
+ *
+ * The CPU implementation (kernels/cpu/) is the reference for parity tests of
+ * every other backend.
+ */
+#pragma once
+
+#include "kernels/tensor.h"
+
+G_BEGIN_DECLS
+
+typedef struct _LbStream LbStream;
+
+/**
+ * LbOps:
+ *
+ * @gemm: `y[M,N] = alpha * x[M,K] . op(w) + bias[N] + beta * y`, where op(w)
+ *   is w[N,K]^T when @trans_w (PyTorch Linear layout) or w[K,N] otherwise.
+ *   @bias may be %NULL.  x and y may be 2-D views with a row stride
+ *   (stride[1] == 1); leading dims beyond 2 are flattened into M when
+ *   contiguous.
+ * @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
+ *   variance), then `* weight + bias` when they are non-%NULL.
+ * @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
+ *   (@weight may be %NULL).  In place allowed (y == x).
+ * @modulate: `y = x * (1 + scale) + shift` with x,y [M,D] and scale/shift
+ *   either [D] (broadcast over rows) or [M,D] (per row).  In place allowed.
+ * @gated_residual: in place `x += gate * y`, x,y [M,D], gate [D] or [M,D]
+ *   or %NULL (then plain `x += y`).
+ * @rope_3d: in place rotation of x[N, H, hd] (q or k heads) by interleaved
+ *   pairs, spec lingbot_model_spec.md 1.8.  Token n is (f, i, j) in
+ *   row-major order over a grid of @grid_f x @grid_h x @grid_w tokens;
+ *   it uses positions (@frame_offset + f, i, j).  @cos and @sin are
+ *   [max_pos, hd/2] tables built by lb_rope_tables_new(): column p is pair p,
+ *   the first hd-2*(hd/3) dims temporal, then hd/3 height, hd/3 width.
+ *   Rows [i0, i0 + grid_h) of height are used when @row_offset is non-zero
+ *   (a rank holding a height band passes its first row).
+ * @attention: `out[Nq,H,hd] = softmax(q . k^T * scale + bias) . v` with
+ *   k,v [Nk,H,hd]; @bias ([H,Nq,Nk], nullable) is added to the logits before
+ *   softmax; @key_mask ([Nk] u8, nullable; 0 = hidden key) hides keys.
+ *   Computed in tiles of keys with an online softmax so memory is O(tile),
+ *   not O(Nq*Nk).  q/k/v/out may be strided views with stride[2] == 1 (so
+ *   a KV-cache window can be passed without a copy).
+ * @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
+ * @silu: `x * sigmoid(x)`, in place ok.
+ * @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
+ * @mul: `y = a * b`, broadcasting as @add.
+ * @scale: `y = alpha * x + beta`, in place ok.
+ * @conv3d_causal: x [Cin, T, H, W] -> y [Cout, T', H', W'] with weight
+ *   [Cout, Cin, kt, kh, kw], bias [Cout] (nullable), spatial zero padding
+ *   @pad_h/@pad_w, spatial stride @stride_h/@stride_w, temporal stride 1.
+ *   The temporal input is `cat(cache, x)` along T where @cache
+ *   [Cin, Tc, H, W] (nullable) holds the frames that precede x; when
+ *   @cache is %NULL or Tc < kt-1 the missing leading frames are zeros
+ *   (causal padding, Wan2.1 CausalConv3d).  T' = Tc + T - (kt - 1) with
+ *   Tc = max(Tc, kt-1) after zero fill.
+ * @conv2d: x [Cin, H, W] (or [B, Cin, H, W] with B in dim 0 of a 4-D
+ *   tensor) -> y, weight [Cout, Cin, kh, kw], bias nullable, stride, pad.
+ * @upsample_nearest2x: x [..., H, W] -> y [..., 2H, 2W].
+ * @patchify: x [C, F, H, W] -> y [F*(H/ph)*(W/pw), C*ph*pw], token order
+ *   (f, i, j) row-major, feature `c*ph*pw + kh*pw + kw` (spec 1.3, 1.6).
+ * @unpatchify: z [F*Hp*Wp, ph*pw*C] -> y [C, F, Hp*ph, Wp*pw], feature
+ *   `(kh*pw + kw)*C + c` (spec 1.10: c fastest).
+ * @resize_bicubic: x [C, H, W] -> y [C, H', W'], bicubic with A = -0.75,
+ *   half-pixel centres (align_corners=False), no antialias, edge clamped,
+ *   as torch.nn.functional.interpolate(mode="bicubic").
+ */
+typedef struct _LbOps {
+  gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
+      gboolean trans_w, const LbTensor * bias, float alpha, float beta,
+      LbTensor * y, GError ** error);
+  gboolean (*layer_norm) (LbStream * s, const LbTensor * x,
+      const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y,
+      GError ** error);
+  gboolean (*rms_norm) (LbStream * s, const LbTensor * x,
+      const LbTensor * weight, float eps, LbTensor * y, GError ** error);
+  gboolean (*modulate) (LbStream * s, const LbTensor * x,
+      const LbTensor * scale, const LbTensor * shift, LbTensor * y,
+      GError ** error);
+  gboolean (*gated_residual) (LbStream * s, LbTensor * x, const LbTensor * y,
+      const LbTensor * gate, GError ** error);
+  gboolean (*rope_3d) (LbStream * s, LbTensor * x, const LbTensor * cos,
+      const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+      int64_t frame_offset, int64_t row_offset, GError ** error);
+  gboolean (*attention) (LbStream * s, const LbTensor * q, const LbTensor * k,
+      const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
+      float scale, LbTensor * out, GError ** error);
+  gboolean (*gelu_tanh) (LbStream * s, const LbTensor * x, LbTensor * y,
+      GError ** error);
+  gboolean (*silu) (LbStream * s, const LbTensor * x, LbTensor * y,
+      GError ** error);
+  gboolean (*add) (LbStream * s, const LbTensor * a, const LbTensor * b,
+      LbTensor * y, GError ** error);
+  gboolean (*mul) (LbStream * s, const LbTensor * a, const LbTensor * b,
+      LbTensor * y, GError ** error);
+  gboolean (*scale) (LbStream * s, const LbTensor * x, float alpha,
+      float beta, LbTensor * y, GError ** error);
+  gboolean (*conv3d_causal) (LbStream * s, const LbTensor * x,
+      const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
+      int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y,
+      GError ** error);
+  gboolean (*conv2d) (LbStream * s, const LbTensor * x,
+      const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
+      int stride_h, int stride_w, LbTensor * y, GError ** error);
+  gboolean (*upsample_nearest2x) (LbStream * s, const LbTensor * x,
+      LbTensor * y, GError ** error);
+  gboolean (*patchify) (LbStream * s, const LbTensor * x, int ph, int pw,
+      LbTensor * y, GError ** error);
+  gboolean (*unpatchify) (LbStream * s, const LbTensor * z, int ph, int pw,
+      LbTensor * y, GError ** error);
+  gboolean (*resize_bicubic) (LbStream * s, const LbTensor * x, LbTensor * y,
+      GError ** error);
+} LbOps;
+
+/**
+ * lb_rope_tables_new:
+ * @head_dim: per-head dimension (even)
+ * @max_pos: positions per axis (1024 in the reference)
+ * @theta: frequency base (10000)
+ * @cos_out: (out) (transfer full): [max_pos, head_dim/2] float32
+ * @sin_out: (out) (transfer full): [max_pos, head_dim/2] float32
+ *
+ * Builds the 3-D RoPE tables of spec 1.8 in float64 and rounds to float32:
+ * column p < t (t = (head_dim - 2*(head_dim/3))/2 temporal pairs) holds
+ * angle pos * theta^(-2p/(2t)); the next head_dim/6 columns (height) and the
+ * last head_dim/6 (width) hold pos * theta^(-2j/(2*(head_dim/6)))... each
+ * axis with its own sub-dimension.  Row r is position r for every axis; the
+ * op picks the axis's position per column range.
+ */
+void lb_rope_tables_new (int head_dim, int max_pos, double theta,
+    LbTensor ** cos_out, LbTensor ** sin_out);
+
+G_END_DECLS

@@ -1,0 +1,203 @@
+/* lingbot-gst: backend registry
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The CPU backend is linked in.  The CUDA backend is a module,
+ * lingbot-backend-cuda.so, opened at run time so that one build runs on
+ * machines with and without a GPU: a missing module, a missing driver or
+ * cudaGetDeviceCount() failing all mean "CPU only".
+ */
+#include "lingbot/backend.h"
+#include "kernels/error.h"
+#include "lingbot-config.h"
+
+#include <gmodule.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDA_MODULE_NAME "lingbot-backend-cuda"
+
+static GMutex cuda_lock;
+static gboolean cuda_probed;
+static LbBackend *cuda_backend;
+static GError *cuda_error;
+
+static GModule *
+open_module (GString * tried)
+{
+  const char *env = g_getenv ("LINGBOT_BACKEND_PATH");
+  g_auto (GStrv) env_dirs = env ? g_strsplit (env, G_SEARCHPATH_SEPARATOR_S,
+      -1) : NULL;
+  GPtrArray *dirs = g_ptr_array_new ();
+  for (int i = 0; env_dirs && env_dirs[i]; i++)
+    if (*env_dirs[i])
+      g_ptr_array_add (dirs, env_dirs[i]);
+  g_ptr_array_add (dirs, (gpointer) LINGBOT_BACKEND_DIR);
+  g_ptr_array_add (dirs, (gpointer) LINGBOT_BUILD_BACKEND_DIR);
+
+  GModule *mod = NULL;
+  for (guint i = 0; i < dirs->len && mod == NULL; i++) {
+    g_autofree char *path = g_module_build_path (dirs->pdata[i],
+        CUDA_MODULE_NAME);
+    if (!g_file_test (path, G_FILE_TEST_EXISTS))
+      continue;
+    mod = g_module_open (path, G_MODULE_BIND_LOCAL);
+    g_string_append_printf (tried, "%s%s: %s", tried->len ? "; " : "", path,
+        mod ? "loaded" : g_module_error ());
+  }
+  g_ptr_array_unref (dirs);
+  return mod;
+}
+
+/**
+ * lingbot_backend_cuda:
+ * @error: %LB_ERROR_UNSUPPORTED when the module is absent or cannot load,
+ *   %LB_ERROR_DEVICE when it loads but finds no device
+ *
+ * Loads lingbot-backend-cuda.so once per process (searching
+ * $LINGBOT_BACKEND_PATH, the install directory, then the build tree) and
+ * probes devices.  The result, success or failure, is cached.
+ *
+ * Returns: (transfer none) (nullable): the CUDA backend.
+ */
+LbBackend *
+lingbot_backend_cuda (GError ** error)
+{
+  g_mutex_lock (&cuda_lock);
+  if (!cuda_probed) {
+    cuda_probed = TRUE;
+    g_autoptr (GString) tried = g_string_new (NULL);
+    GModule *mod = open_module (tried);
+    LingbotBackendModuleInit init = NULL;
+    if (mod == NULL) {
+      g_set_error (&cuda_error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+          "CUDA backend module %s not available (%s)", CUDA_MODULE_NAME,
+          tried->len ? tried->str : "not found in any search directory");
+    } else if (!g_module_symbol (mod, LINGBOT_BACKEND_MODULE_INIT,
+            (gpointer *) & init) || init == NULL) {
+      g_set_error (&cuda_error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+          "%s does not export %s", g_module_name (mod),
+          LINGBOT_BACKEND_MODULE_INIT);
+      g_module_close (mod);
+    } else {
+      cuda_backend = init (&cuda_error);
+      if (cuda_backend)
+        g_module_make_resident (mod);
+      else
+        g_module_close (mod);
+    }
+  }
+  LbBackend *be = cuda_backend;
+  if (be == NULL && error)
+    *error = g_error_copy (cuda_error);
+  g_mutex_unlock (&cuda_lock);
+  return be;
+}
+
+/**
+ * lingbot_backend_get:
+ * @name: "cpu", "cuda" or "auto" (CUDA when a device exists, else CPU)
+ * @error: the CUDA probe's error when "cuda" was asked for and is not
+ *   available; %LB_ERROR_INVALID_ARGUMENT for an unknown name
+ *
+ * Returns: (transfer none) (nullable): the backend.
+ */
+LbBackend *
+lingbot_backend_get (const char *name, GError ** error)
+{
+  if (name == NULL || g_str_equal (name, "auto")) {
+    LbBackend *be = lingbot_backend_cuda (NULL);
+    return be ? be : lb_cpu_backend ();
+  }
+  if (g_str_equal (name, "cpu"))
+    return lb_cpu_backend ();
+  if (g_str_equal (name, "cuda"))
+    return lingbot_backend_cuda (error);
+  g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+      "unknown backend \"%s\" (expected cpu, cuda or auto)", name);
+  return NULL;
+}
+
+static gboolean
+parse_uint (const char *s, int max, int *out)
+{
+  guint64 v;
+  if (!g_ascii_string_to_unsigned (s, 10, 0, max, &v, NULL))
+    return FALSE;
+  *out = (int) v;
+  return TRUE;
+}
+
+/**
+ * lingbot_backend_parse_devices:
+ * @devices: "cpu:N" (N CPU ranks in this process, 1..64), "cpu" (one),
+ *   or a comma-separated list of distinct GPU ordinals ("0,1,2,3")
+ * @backend: (out) (transfer none): the backend the ranks run on
+ * @n_ranks: (out): number of ranks
+ * @ordinals: (out) (transfer full): device ordinal per rank (g_free)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a malformed string, the CUDA
+ *   probe's error when GPUs are asked for and absent, %LB_ERROR_DEVICE for
+ *   an ordinal beyond the device count
+ *
+ * Parses the `devices` property of the elements (DESIGN.md section 3).
+ */
+gboolean
+lingbot_backend_parse_devices (const char *devices, LbBackend ** backend,
+    int *n_ranks, int **ordinals, GError ** error)
+{
+  if (devices == NULL || *devices == '\0') {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "devices: empty string (expected cpu:N or GPU ordinals like 0,1)");
+    return FALSE;
+  }
+  if (g_str_equal (devices, "cpu") || g_str_has_prefix (devices, "cpu:")) {
+    int n = 1;
+    if (devices[3] == ':' && !parse_uint (devices + 4, 64, &n)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "devices \"%s\": expected cpu:N with N between 1 and 64", devices);
+      return FALSE;
+    }
+    if (n < 1) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "devices \"%s\": at least one rank is needed", devices);
+      return FALSE;
+    }
+    *backend = lb_cpu_backend ();
+    *n_ranks = n;
+    *ordinals = g_new0 (int, n);
+    return TRUE;
+  }
+
+  g_auto (GStrv) parts = g_strsplit (devices, ",", -1);
+  int n = g_strv_length (parts);
+  g_autofree int *ord = g_new0 (int, n);
+  for (int i = 0; i < n; i++) {
+    g_strstrip (parts[i]);
+    if (!parse_uint (parts[i], 1023, &ord[i])) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "devices \"%s\": \"%s\" is not a GPU ordinal", devices, parts[i]);
+      return FALSE;
+    }
+    for (int j = 0; j < i; j++) {
+      if (ord[j] == ord[i]) {
+        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+            "devices \"%s\": device %d listed twice", devices, ord[i]);
+        return FALSE;
+      }
+    }
+  }
+  LbBackend *be = lingbot_backend_cuda (error);
+  if (be == NULL)
+    return FALSE;
+  for (int i = 0; i < n; i++) {
+    if (ord[i] >= be->device_count) {
+      g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+          "devices \"%s\": device %d does not exist (%d visible)", devices,
+          ord[i], be->device_count);
+      return FALSE;
+    }
+  }
+  *backend = be;
+  *n_ranks = n;
+  *ordinals = g_steal_pointer (&ord);
+  return TRUE;
+}
