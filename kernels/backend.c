@@ -120,3 +120,37 @@ lb_tensor_download (LbStream * s, LbTensor * dst, const LbTensor * src,
     return FALSE;
   return s->backend->stream_synchronize (s, error);
 }
+
+#define OP(name) { G_STRINGIFY (name), G_STRUCT_OFFSET (LbOps, name) }
+static const struct
+{
+  const char *name;
+  glong offset;
+} op_slots[] = {
+  OP (gemm), OP (layer_norm), OP (rms_norm), OP (modulate),
+  OP (gated_residual), OP (rope_3d), OP (attention), OP (gelu_tanh),
+  OP (silu), OP (add), OP (mul), OP (scale), OP (conv3d_causal),
+  OP (conv2d), OP (upsample_nearest2x), OP (patchify), OP (unpatchify),
+  OP (resize_bicubic),
+};
+#undef OP
+
+/* Every member of LbOps is a function pointer listed above. */
+G_STATIC_ASSERT (sizeof (LbOps) == G_N_ELEMENTS (op_slots) * sizeof (void *));
+
+/**
+ * lb_ops_first_missing:
+ * @ops: an op table
+ *
+ * Returns: (nullable): the name of the first op @ops leaves %NULL, or %NULL
+ * when the table is complete.  The registry uses it so that a backend that
+ * is still being built is never picked for model work.
+ */
+const char *
+lb_ops_first_missing (const LbOps * ops)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (op_slots); i++)
+    if (G_STRUCT_MEMBER (gpointer, ops, op_slots[i].offset) == NULL)
+      return op_slots[i].name;
+  return NULL;
+}

@@ -71,6 +71,8 @@ lb_ops (LbStream * s)
   return s->backend->ops;
 }
 
+const char *lb_ops_first_missing (const LbOps * ops);
+
 /* The CPU backend: always present, the oracle for every other backend. */
 LbBackend *lb_cpu_backend (void);
 

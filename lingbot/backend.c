@@ -36,8 +36,9 @@ open_module (GString * tried)
 
   GModule *mod = NULL;
   for (guint i = 0; i < dirs->len && mod == NULL; i++) {
-    g_autofree char *path = g_module_build_path (dirs->pdata[i],
-        CUDA_MODULE_NAME);
+    /* not g_module_build_path(): it would add a "lib" prefix */
+    g_autofree char *path = g_build_filename (dirs->pdata[i],
+        CUDA_MODULE_NAME "." G_MODULE_SUFFIX, NULL);
     if (!g_file_test (path, G_FILE_TEST_EXISTS))
       continue;
     mod = g_module_open (path, G_MODULE_BIND_LOCAL);
@@ -95,7 +96,8 @@ lingbot_backend_cuda (GError ** error)
 
 /**
  * lingbot_backend_get:
- * @name: "cpu", "cuda" or "auto" (CUDA when a device exists, else CPU)
+ * @name: "cpu", "cuda" or "auto" (CUDA when a device exists and its op
+ *   table is complete, else CPU)
  * @error: the CUDA probe's error when "cuda" was asked for and is not
  *   available; %LB_ERROR_INVALID_ARGUMENT for an unknown name
  *
@@ -105,8 +107,9 @@ LbBackend *
 lingbot_backend_get (const char *name, GError ** error)
 {
   if (name == NULL || g_str_equal (name, "auto")) {
+    /* auto never picks a backend whose op table still has gaps */
     LbBackend *be = lingbot_backend_cuda (NULL);
-    return be ? be : lb_cpu_backend ();
+    return be && !lb_ops_first_missing (be->ops) ? be : lb_cpu_backend ();
   }
   if (g_str_equal (name, "cpu"))
     return lb_cpu_backend ();
@@ -188,6 +191,13 @@ lingbot_backend_parse_devices (const char *devices, LbBackend ** backend,
   LbBackend *be = lingbot_backend_cuda (error);
   if (be == NULL)
     return FALSE;
+  const char *missing = lb_ops_first_missing (be->ops);
+  if (missing) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "devices \"%s\": the CUDA backend of this build lacks the %s op; "
+        "use devices=cpu:N", devices, missing);
+    return FALSE;
+  }
   for (int i = 0; i < n; i++) {
     if (ord[i] >= be->device_count) {
       g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# lingbot-gst: the one list of system packages the project needs (Debian 12).
+# Sourced by tools/test.sh, tools/demo.sh and .ci/run; run directly to install.
+# The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not a Debian package here:
+# when /usr/local/cuda exists the CUDA module is built, otherwise skipped.
+
+LINGBOT_DEPS=(
+  # build
+  gcc meson ninja-build pkg-config python3
+  # libraries
+  libglib2.0-dev libjson-glib-dev libzip-dev libopenblas-dev
+  # test tools
+  valgrind
+)
+
+lingbot_install_deps () {
+  local missing=()
+  for p in "${LINGBOT_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "deps: installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq || return 1
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  lingbot_install_deps
+fi

@@ -1,0 +1,110 @@
+/* lingbot-gst: benchmarks that print numbers (never timed tests)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ *   lingbot-bench gemm [--size N] [--iters K] [--backend cpu|cuda]
+ *
+ * Later steps add dit, vae, comm, direct and replay.
+ */
+#include "lingbot/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+bench_gemm (int argc, char **argv)
+{
+  gint size = 1024, iters = 10;
+  g_autofree char *backend_name = g_strdup ("cpu");
+  GOptionEntry entries[] = {
+    {"size", 0, 0, G_OPTION_ARG_INT, &size, "M = N = K (default 1024)", "N"},
+    {"iters", 0, 0, G_OPTION_ARG_INT, &iters, "timed repetitions (10)", "K"},
+    {"backend", 0, 0, G_OPTION_ARG_STRING, &backend_name,
+        "cpu, cuda or auto (cpu)", "NAME"},
+    {NULL}
+  };
+  g_autoptr (GOptionContext) ctx = g_option_context_new ("- GEMM rate");
+  g_autoptr (GError) err = NULL;
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  if (!g_option_context_parse (ctx, &argc, &argv, &err) || size < 1 ||
+      iters < 1) {
+    fprintf (stderr, "lingbot-bench gemm: %s\n",
+        err ? err->message : "--size and --iters must be positive");
+    return 2;
+  }
+  LbBackend *be = lingbot_backend_get (backend_name, &err);
+  if (be == NULL) {
+    fprintf (stderr, "lingbot-bench gemm: %s\n", err->message);
+    return 1;
+  }
+  LbStream *s = be->stream_new (be, 0, &err);
+  if (s == NULL) {
+    fprintf (stderr, "lingbot-bench gemm: %s\n", err->message);
+    return 1;
+  }
+  int64_t shape[2] = { size, size };
+  g_autoptr (LbTensor) hx = lb_tensor_new (LB_DTYPE_F32, 2, shape);
+  float *d = hx->data;
+  for (int64_t i = 0; i < (int64_t) size * size; i++)
+    d[i] = (float) ((i * 7919) % 1000) / 1000.0f - 0.5f;
+  g_autoptr (LbTensor) x = lb_tensor_new_on (s, LB_DTYPE_F32, 2, shape, &err);
+  g_autoptr (LbTensor) w = lb_tensor_new_on (s, LB_DTYPE_F32, 2, shape, &err);
+  g_autoptr (LbTensor) y = lb_tensor_new_on (s, LB_DTYPE_F32, 2, shape, &err);
+  if (y == NULL || !lb_tensor_upload (s, x, hx, &err) ||
+      !lb_tensor_upload (s, w, hx, &err)) {
+    fprintf (stderr, "lingbot-bench gemm: %s\n", err->message);
+    return 1;
+  }
+
+  /* one warm-up call (thread pools, cuBLASLt heuristics) */
+  if (!lb_ops (s)->gemm (s, x, w, TRUE, NULL, 1.0f, 0.0f, y, &err) ||
+      !be->stream_synchronize (s, &err)) {
+    fprintf (stderr, "lingbot-bench gemm: %s\n", err->message);
+    return 1;
+  }
+  gint64 t0 = g_get_monotonic_time ();
+  for (int i = 0; i < iters; i++)
+    lb_ops (s)->gemm (s, x, w, TRUE, NULL, 1.0f, 0.0f, y, NULL);
+  be->stream_synchronize (s, NULL);
+  double secs = (g_get_monotonic_time () - t0) / 1e6;
+  double flop = 2.0 * size * (double) size * size * iters;
+  printf ("{\"bench\": \"gemm\", \"backend\": \"%s\", \"m\": %d, \"n\": %d, "
+      "\"k\": %d, \"iters\": %d, \"seconds\": %.6f, \"gflops\": %.2f}\n",
+      be->name, size, size, size, iters, secs, flop / secs / 1e9);
+  be->stream_free (s);
+  return 0;
+}
+
+static const struct
+{
+  const char *name;
+  int (*main) (int argc, char **argv);
+  const char *help;
+} commands[] = {
+  {"gemm", bench_gemm, "matrix multiply rate of a backend (GFLOP/s)"},
+};
+
+static void
+usage (FILE * f)
+{
+  fprintf (f, "usage: lingbot-bench COMMAND [OPTIONS]\n\ncommands:\n");
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++)
+    fprintf (f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf (f, "\nlingbot-bench COMMAND --help for a command's options\n");
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc < 2 || g_str_equal (argv[1], "--help") ||
+      g_str_equal (argv[1], "-h")) {
+    usage (argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++)
+    if (g_str_equal (argv[1], commands[i].name))
+      return commands[i].main (argc - 1, argv + 1);
+  fprintf (stderr, "lingbot-bench: unknown command \"%s\"\n", argv[1]);
+  usage (stderr);
+  return 2;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# lingbot-gst: install what is missing, build, run every test suite.
+# Prints "N passed, N failed, N skipped" (from meson's testlog.json) and
+# exits non-zero when anything failed.
+#   ./tools/test.sh                 every suite
+#   ./tools/test.sh --suite unit    extra arguments go to `meson test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/deps.sh
+lingbot_install_deps
+
+BUILD=${LINGBOT_BUILD_DIR:-build}
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" >/dev/null
+fi
+ninja -C "$BUILD"
+
+rc=0
+meson test -C "$BUILD" --num-processes "$(nproc)" --print-errorlogs "$@" || rc=$?
+
+python3 - "$BUILD/meson-logs/testlog.json" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line:
+        continue
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"):
+        passed += 1
+    elif r == "SKIP":
+        skipped += 1
+    else:
+        failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed or passed == 0 else 0)
+PY
+exit $rc
