@@ -1,0 +1,52 @@
+/* lingbot-gst: checkpoint readers, internals shared by the format readers
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "lingbot/checkpoint.h"
+#include "kernels/error.h"
+
+G_BEGIN_DECLS
+
+/* Refuse anything larger than this as a header/pickle held in memory. */
+#define LINGBOT_CKPT_MAX_HEADER (100u * 1024u * 1024u)
+
+LingbotCheckpoint *lingbot_ckpt_new (const char *path,
+    LingbotCheckpointFormat format);
+/* Takes ownership of @tensor (also on failure).  Fails on a duplicate name. */
+gboolean lingbot_ckpt_add_tensor (LingbotCheckpoint * ckpt, const char *name,
+    LbTensor * tensor, const char *file, GError ** error);
+/* The first value stored for a key wins. */
+void lingbot_ckpt_add_metadata (LingbotCheckpoint * ckpt, const char *key,
+    const char *value);
+void lingbot_ckpt_finish (LingbotCheckpoint * ckpt);
+
+/* Maps @file read-only; *data is NULL for an empty file.  Returns a storage
+ * covering the whole mapping (it owns the mapping). */
+LbStorage *lingbot_ckpt_map_file (const char *file, const guint8 ** data,
+    gsize * len, GError ** error);
+
+gboolean lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt,
+    const char *file, GError ** error);
+gboolean lingbot_ckpt_load_safetensors_index (LingbotCheckpoint * ckpt,
+    const char *index_file, GError ** error);
+gboolean lingbot_ckpt_load_safetensors_dir (LingbotCheckpoint * ckpt,
+    const char *dir, GError ** error);
+gboolean lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error);
+gboolean lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error);
+
+/* A tensor at @offset of @storage; when that address is misaligned for
+ * @dtype (legal in safetensors, whose records are packed back to back), the
+ * @span bytes it covers are copied to an aligned buffer instead. */
+LbTensor *lingbot_ckpt_tensor_new (LbStorage * storage, gsize offset,
+    gsize span, LbDType dtype, int ndim, const int64_t * shape,
+    const int64_t * stride);
+
+/* Overflow-safe helpers. */
+gboolean lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
+    guint64 * nbytes);
+char *lingbot_ckpt_basename_noext (const char *file);
+
+G_END_DECLS

@@ -1,0 +1,594 @@
+/* lingbot-gst: checkpoint API common to all formats
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "lingbot/checkpoint-private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <glib/gstdio.h>
+
+typedef struct
+{
+  LbTensor *tensor;
+  const char *file;             /* owned by LingbotCheckpoint.files */
+} TensorEntry;
+
+struct _LingbotCheckpoint
+{
+  gint ref_count;
+  char *path;
+  LingbotCheckpointFormat format;
+  GHashTable *tensors;          /* name -> TensorEntry */
+  GHashTable *files;            /* set of file names */
+  GHashTable *metadata;         /* string -> string */
+  char **names;                 /* sorted, NULL-terminated */
+  guint n_names;
+};
+
+static void
+tensor_entry_free (gpointer p)
+{
+  TensorEntry *e = p;
+  lb_tensor_free (e->tensor);
+  g_free (e);
+}
+
+LingbotCheckpoint *
+lingbot_ckpt_new (const char *path, LingbotCheckpointFormat format)
+{
+  LingbotCheckpoint *ckpt = g_new0 (LingbotCheckpoint, 1);
+  ckpt->ref_count = 1;
+  ckpt->path = g_strdup (path);
+  ckpt->format = format;
+  ckpt->tensors = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
+      tensor_entry_free);
+  ckpt->files = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  ckpt->metadata = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
+      g_free);
+  return ckpt;
+}
+
+gboolean
+lingbot_ckpt_add_tensor (LingbotCheckpoint * ckpt, const char *name,
+    LbTensor * tensor, const char *file, GError ** error)
+{
+  TensorEntry *old = g_hash_table_lookup (ckpt->tensors, name);
+  if (old != NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: tensor %s is defined twice (also in %s)", file, name, old->file);
+    lb_tensor_free (tensor);
+    return FALSE;
+  }
+  const char *f = g_hash_table_lookup (ckpt->files, file);
+  if (f == NULL) {
+    char *copy = g_strdup (file);
+    g_hash_table_add (ckpt->files, copy);
+    f = copy;
+  }
+  TensorEntry *e = g_new0 (TensorEntry, 1);
+  e->tensor = tensor;
+  e->file = f;
+  g_hash_table_insert (ckpt->tensors, g_strdup (name), e);
+  return TRUE;
+}
+
+void
+lingbot_ckpt_add_metadata (LingbotCheckpoint * ckpt, const char *key,
+    const char *value)
+{
+  if (!g_hash_table_contains (ckpt->metadata, key))
+    g_hash_table_insert (ckpt->metadata, g_strdup (key), g_strdup (value));
+}
+
+static int
+compare_names (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+void
+lingbot_ckpt_finish (LingbotCheckpoint * ckpt)
+{
+  guint n = 0;
+  g_strfreev (ckpt->names);
+  ckpt->names = (char **) g_hash_table_get_keys_as_array (ckpt->tensors, &n);
+  /* the keys belong to the table; copy them so the array stands alone */
+  for (guint i = 0; i < n; i++)
+    ckpt->names[i] = g_strdup (ckpt->names[i]);
+  qsort (ckpt->names, n, sizeof (char *), compare_names);
+  ckpt->n_names = n;
+}
+
+LbStorage *
+lingbot_ckpt_map_file (const char *file, const guint8 ** data, gsize * len,
+    GError ** error)
+{
+  GError *err = NULL;
+  GMappedFile *mf = g_mapped_file_new (file, FALSE, &err);
+  if (mf == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: cannot map file: %s",
+        file, err->message);
+    g_error_free (err);
+    return NULL;
+  }
+  *len = g_mapped_file_get_length (mf);
+  *data = (const guint8 *) g_mapped_file_get_contents (mf);
+  if (*len == 0)
+    *data = NULL;
+  return lb_storage_new ((void *) *data, *len, LB_DEVICE_HOST,
+      (GDestroyNotify) g_mapped_file_unref, mf);
+}
+
+LbTensor *
+lingbot_ckpt_tensor_new (LbStorage * storage, gsize offset, gsize span,
+    LbDType dtype, int ndim, const int64_t * shape, const int64_t * stride)
+{
+  const guint8 *p = (const guint8 *) storage->data + offset;
+  if (span == 0 || (guintptr) p % lb_dtype_size (dtype) == 0)
+    return lb_tensor_new_from_storage (storage, offset, dtype, ndim, shape,
+        stride);
+  void *copy = g_memdup2 (p, span);
+  LbStorage *s = lb_storage_new (copy, span, LB_DEVICE_HOST, g_free, copy);
+  LbTensor *t = lb_tensor_new_from_storage (s, 0, dtype, ndim, shape, stride);
+  lb_storage_unref (s);
+  return t;
+}
+
+gboolean
+lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
+    guint64 * nbytes)
+{
+  guint64 n = lb_dtype_size (dtype);
+  if (n == 0 || ndim < 0 || ndim > LB_MAX_DIMS)
+    return FALSE;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || !g_uint64_checked_mul (&n, n, (guint64) shape[i]))
+      return FALSE;
+  }
+  /* keep every byte count representable as int64 and gsize */
+  if (n > (guint64) G_MAXINT64 || n > (guint64) G_MAXSIZE)
+    return FALSE;
+  *nbytes = n;
+  return TRUE;
+}
+
+char *
+lingbot_ckpt_basename_noext (const char *file)
+{
+  char *base = g_path_get_basename (file);
+  char *dot = strrchr (base, '.');
+  if (dot != NULL && dot != base)
+    *dot = '\0';
+  return base;
+}
+
+/* ---- format detection ---- */
+
+static gboolean
+has_suffix_ci (const char *s, const char *suffix)
+{
+  gsize ls = strlen (s), lx = strlen (suffix);
+  return ls >= lx && g_ascii_strcasecmp (s + ls - lx, suffix) == 0;
+}
+
+static gboolean
+read_magic (const char *path, guint8 * buf, gsize * n, GError ** error)
+{
+  FILE *f = g_fopen (path, "rb");
+  if (f == NULL) {
+    int e = errno;
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: cannot open: %s", path,
+        g_strerror (e));
+    return FALSE;
+  }
+  *n = fread (buf, 1, 8, f);
+  fclose (f);
+  return TRUE;
+}
+
+/* model.safetensors.index.json, else the only *.safetensors.index.json
+ * (diffusers: diffusion_pytorch_model.safetensors.index.json), else NULL */
+static char *
+find_index (const char *dir)
+{
+  char *index = g_build_filename (dir, LINGBOT_SAFETENSORS_INDEX_NAME, NULL);
+  if (g_file_test (index, G_FILE_TEST_IS_REGULAR))
+    return index;
+  g_clear_pointer (&index, g_free);
+  GDir *d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  int found = 0;
+  while (d && (name = g_dir_read_name (d)) != NULL) {
+    if (g_str_has_suffix (name, ".safetensors.index.json") && found++ == 0)
+      index = g_build_filename (dir, name, NULL);
+  }
+  if (d)
+    g_dir_close (d);
+  if (found > 1)
+    g_clear_pointer (&index, g_free);
+  return index;
+}
+
+static gboolean
+open_directory (LingbotCheckpoint * ckpt, const char *path, GError ** error)
+{
+  char *index = find_index (path);
+  gboolean ok;
+  ckpt->format = LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED;
+  if (index != NULL)
+    ok = lingbot_ckpt_load_safetensors_index (ckpt, index, error);
+  else
+    ok = lingbot_ckpt_load_safetensors_dir (ckpt, path, error);
+  g_free (index);
+  return ok;
+}
+
+/**
+ * lingbot_checkpoint_open:
+ * @path: a file or a directory
+ * @error: return location for a #GError
+ *
+ * Opens a checkpoint and maps its tensors (nothing is copied; data pages are
+ * read on first use).  The format is detected as follows:
+ *
+ * - a directory: its `model.safetensors.index.json` if present, else its
+ *   only `*.safetensors.index.json` (diffusers names it
+ *   `diffusion_pytorch_model.safetensors.index.json`), else every
+ *   `*.safetensors` file in it (one sharded set);
+ * - a file named `*.json`: a safetensors index (`{"metadata": {...},
+ *   "weight_map": {tensor: shard file}}`, shard paths relative to the index);
+ * - a file starting with a zip signature: a PyTorch `.pth` (torch.save zip
+ *   format: `<dir>/data.pkl` + `<dir>/data/<key>` storage records).  Names:
+ *   when the unpickled root is a dict with no tensor values of its own and
+ *   one of the keys "state_dict", "model_state", "model_state_dict",
+ *   "model", "module" (tried in that order) maps to a dict, only that dict
+ *   is read (metadata "pth_wrapper" says which key; the rest, e.g. an
+ *   optimizer, is ignored).  Nested dicts, lists and tuples are then
+ *   flattened with '.'-joined keys ({'enc': {'w': T}} gives "enc.w",
+ *   a list gives "name.0", "name.1"); non-tensor leaves are skipped; a bare
+ *   saved tensor is named after the file without its extension;
+ * - a file starting with `\x93NUMPY`: a NumPy array, named after the file
+ *   without its extension (`poses.npy` gives one tensor "poses");
+ * - otherwise by extension (`.pth`, `.pt`, `.ckpt`, `.bin` → PyTorch,
+ *   `.npy` → NumPy) and finally safetensors (8-byte little-endian header
+ *   length, JSON header, data block).
+ *
+ * Errors: %LB_ERROR_IO when the file cannot be opened or mapped,
+ * %LB_ERROR_FORMAT for a truncated or inconsistent file (the message names
+ * the file and what is wrong), %LB_ERROR_UNSUPPORTED for valid content this
+ * reader does not handle (dtype, pickle opcode, legacy torch format),
+ * %LB_ERROR_NOT_FOUND for a directory without checkpoint files.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint, or %NULL with @error
+ * set.
+ */
+LingbotCheckpoint *
+lingbot_checkpoint_open (const char *path, GError ** error)
+{
+  g_return_val_if_fail (path != NULL, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  LingbotCheckpoint *ckpt = lingbot_ckpt_new (path,
+      LINGBOT_CHECKPOINT_SAFETENSORS);
+  gboolean ok;
+
+  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
+    ok = open_directory (ckpt, path, error);
+  } else {
+    guint8 magic[8] = { 0 };
+    gsize n = 0;
+    if (!read_magic (path, magic, &n, error)) {
+      lingbot_checkpoint_unref (ckpt);
+      return NULL;
+    }
+    if (has_suffix_ci (path, ".json")) {
+      ckpt->format = LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED;
+      ok = lingbot_ckpt_load_safetensors_index (ckpt, path, error);
+    } else if (n >= 4 && memcmp (magic, "PK", 2) == 0 &&
+        ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5 && magic[3] == 6))) {
+      ckpt->format = LINGBOT_CHECKPOINT_PTH;
+      ok = lingbot_ckpt_load_pth (ckpt, path, error);
+    } else if (n >= 6 && memcmp (magic, "\x93NUMPY", 6) == 0) {
+      ckpt->format = LINGBOT_CHECKPOINT_NPY;
+      ok = lingbot_ckpt_load_npy (ckpt, path, error);
+    } else if (has_suffix_ci (path, ".pth") || has_suffix_ci (path, ".pt") ||
+        has_suffix_ci (path, ".ckpt") || has_suffix_ci (path, ".bin")) {
+      ckpt->format = LINGBOT_CHECKPOINT_PTH;
+      ok = lingbot_ckpt_load_pth (ckpt, path, error);
+    } else if (has_suffix_ci (path, ".npy")) {
+      ckpt->format = LINGBOT_CHECKPOINT_NPY;
+      ok = lingbot_ckpt_load_npy (ckpt, path, error);
+    } else {
+      ckpt->format = LINGBOT_CHECKPOINT_SAFETENSORS;
+      ok = lingbot_ckpt_load_safetensors (ckpt, path, error);
+    }
+  }
+  if (!ok) {
+    lingbot_checkpoint_unref (ckpt);
+    return NULL;
+  }
+  lingbot_ckpt_finish (ckpt);
+  return ckpt;
+}
+
+/**
+ * lingbot_checkpoint_ref:
+ * @ckpt: a checkpoint
+ *
+ * Returns: (transfer full): @ckpt
+ */
+LingbotCheckpoint *
+lingbot_checkpoint_ref (LingbotCheckpoint * ckpt)
+{
+  g_return_val_if_fail (ckpt != NULL, NULL);
+  g_atomic_int_inc (&ckpt->ref_count);
+  return ckpt;
+}
+
+/**
+ * lingbot_checkpoint_unref:
+ * @ckpt: (nullable): a checkpoint
+ *
+ * Drops a reference.  The mapping itself lives on while tensors obtained
+ * with lingbot_checkpoint_dup_tensor() hold a storage reference.
+ */
+void
+lingbot_checkpoint_unref (LingbotCheckpoint * ckpt)
+{
+  if (ckpt == NULL || !g_atomic_int_dec_and_test (&ckpt->ref_count))
+    return;
+  g_hash_table_unref (ckpt->tensors);
+  g_hash_table_unref (ckpt->files);
+  g_hash_table_unref (ckpt->metadata);
+  g_strfreev (ckpt->names);
+  g_free (ckpt->path);
+  g_free (ckpt);
+}
+
+/**
+ * lingbot_checkpoint_get_path:
+ * @ckpt: a checkpoint
+ *
+ * Returns: the path passed to lingbot_checkpoint_open().
+ */
+const char *
+lingbot_checkpoint_get_path (LingbotCheckpoint * ckpt)
+{
+  return ckpt->path;
+}
+
+/**
+ * lingbot_checkpoint_get_format:
+ * @ckpt: a checkpoint
+ *
+ * Returns: the detected format.
+ */
+LingbotCheckpointFormat
+lingbot_checkpoint_get_format (LingbotCheckpoint * ckpt)
+{
+  return ckpt->format;
+}
+
+/**
+ * lingbot_checkpoint_format_name:
+ * @format: a format
+ *
+ * Returns: a short name: "safetensors", "safetensors-sharded", "pth", "npy".
+ */
+const char *
+lingbot_checkpoint_format_name (LingbotCheckpointFormat format)
+{
+  switch (format) {
+    case LINGBOT_CHECKPOINT_SAFETENSORS:
+      return "safetensors";
+    case LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED:
+      return "safetensors-sharded";
+    case LINGBOT_CHECKPOINT_PTH:
+      return "pth";
+    case LINGBOT_CHECKPOINT_NPY:
+      return "npy";
+  }
+  return "unknown";
+}
+
+/**
+ * lingbot_checkpoint_get_n_tensors:
+ * @ckpt: a checkpoint
+ *
+ * Returns: the number of tensors.
+ */
+guint
+lingbot_checkpoint_get_n_tensors (LingbotCheckpoint * ckpt)
+{
+  return ckpt->n_names;
+}
+
+/**
+ * lingbot_checkpoint_list_tensors:
+ * @ckpt: a checkpoint
+ * @n_tensors: (out) (optional): number of names
+ *
+ * Returns: (transfer none) (array zero-terminated=1): every tensor name,
+ * sorted by strcmp() (byte order), owned by @ckpt.
+ */
+const char *const *
+lingbot_checkpoint_list_tensors (LingbotCheckpoint * ckpt, guint * n_tensors)
+{
+  if (n_tensors)
+    *n_tensors = ckpt->n_names;
+  return (const char *const *) ckpt->names;
+}
+
+/**
+ * lingbot_checkpoint_has_tensor:
+ * @ckpt: a checkpoint
+ * @name: a tensor name
+ *
+ * Returns: whether @ckpt holds a tensor called @name.
+ */
+gboolean
+lingbot_checkpoint_has_tensor (LingbotCheckpoint * ckpt, const char *name)
+{
+  return g_hash_table_contains (ckpt->tensors, name);
+}
+
+/**
+ * lingbot_checkpoint_get:
+ * @ckpt: a checkpoint
+ * @name: a tensor name
+ * @error: return location for a #GError
+ *
+ * Looks a tensor up.  The tensor is a read-only CPU tensor pointing into the
+ * mapped file, with the dtype, shape and strides stored there (a .pth tensor
+ * can be non-contiguous; a Fortran-order .npy has reversed strides).
+ *
+ * Errors: %LB_ERROR_NOT_FOUND "tensor NAME not found in PATH".
+ *
+ * Returns: (transfer none) (nullable): the tensor, borrowed: valid while
+ * @ckpt is alive.  Use lingbot_checkpoint_dup_tensor() to keep one longer.
+ */
+const LbTensor *
+lingbot_checkpoint_get (LingbotCheckpoint * ckpt, const char *name,
+    GError ** error)
+{
+  g_return_val_if_fail (ckpt != NULL && name != NULL, NULL);
+  TensorEntry *e = g_hash_table_lookup (ckpt->tensors, name);
+  if (e == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "tensor %s not found in %s", name, ckpt->path);
+    return NULL;
+  }
+  return e->tensor;
+}
+
+/**
+ * lingbot_checkpoint_dup_tensor:
+ * @ckpt: a checkpoint
+ * @name: a tensor name
+ * @error: return location for a #GError
+ *
+ * Like lingbot_checkpoint_get() but returns a new descriptor holding its own
+ * reference on the mapped storage, so it stays valid after @ckpt is gone.
+ * The data is not copied.
+ *
+ * Returns: (transfer full) (nullable): a new tensor; free with
+ * lb_tensor_free().
+ */
+LbTensor *
+lingbot_checkpoint_dup_tensor (LingbotCheckpoint * ckpt, const char *name,
+    GError ** error)
+{
+  const LbTensor *t = lingbot_checkpoint_get (ckpt, name, error);
+  if (t == NULL)
+    return NULL;
+  LbTensor *copy = g_new (LbTensor, 1);
+  *copy = *t;
+  if (copy->storage)
+    lb_storage_ref (copy->storage);
+  return copy;
+}
+
+/**
+ * lingbot_checkpoint_get_checked:
+ * @ckpt: a checkpoint
+ * @name: a tensor name
+ * @ndim: expected number of dimensions
+ * @shape: (array length=ndim) (nullable): expected extents; -1 in an entry
+ *   accepts any extent there; %NULL checks only @ndim
+ * @dtype: expected dtype, or %LINGBOT_DTYPE_ANY
+ * @error: return location for a #GError
+ *
+ * Looks a tensor up and checks its shape and dtype, the way a model loader
+ * checks every weight against the configuration.
+ *
+ * Errors: %LB_ERROR_NOT_FOUND "tensor NAME not found in PATH";
+ * %LB_ERROR_SHAPE "tensor NAME has shape [8, 4], expected [16, 4]" or
+ * "tensor NAME has dtype bf16, expected f32".
+ *
+ * Returns: (transfer none) (nullable): the tensor, borrowed as for
+ * lingbot_checkpoint_get().
+ */
+const LbTensor *
+lingbot_checkpoint_get_checked (LingbotCheckpoint * ckpt, const char *name,
+    int ndim, const int64_t * shape, LbDType dtype, GError ** error)
+{
+  const LbTensor *t = lingbot_checkpoint_get (ckpt, name, error);
+  if (t == NULL)
+    return NULL;
+
+  gboolean match = t->ndim == ndim;
+  for (int i = 0; match && shape != NULL && i < ndim; i++)
+    match = shape[i] < 0 || shape[i] == t->shape[i];
+  if (!match) {
+    char *have = lb_tensor_shape_string (t);
+    char *want;
+    if (shape != NULL)
+      want = lb_shape_string (ndim, shape);
+    else
+      want = g_strdup_printf ("%d dimensions", ndim);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "tensor %s has shape %s, expected %s", name, have, want);
+    g_free (have);
+    g_free (want);
+    return NULL;
+  }
+  if (dtype != LINGBOT_DTYPE_ANY && t->dtype != dtype) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "tensor %s has dtype %s, expected %s", name, lb_dtype_name (t->dtype),
+        lb_dtype_name (dtype));
+    return NULL;
+  }
+  return t;
+}
+
+/**
+ * lingbot_checkpoint_get_tensor_file:
+ * @ckpt: a checkpoint
+ * @name: a tensor name
+ *
+ * Returns: (nullable): the file holding @name (a shard of a sharded set),
+ * %NULL when there is no such tensor.
+ */
+const char *
+lingbot_checkpoint_get_tensor_file (LingbotCheckpoint * ckpt,
+    const char *name)
+{
+  TensorEntry *e = g_hash_table_lookup (ckpt->tensors, name);
+  return e ? e->file : NULL;
+}
+
+/**
+ * lingbot_checkpoint_get_metadata:
+ * @ckpt: a checkpoint
+ *
+ * The safetensors `__metadata__` string map.  For a sharded set: the index's
+ * "metadata" object (non-string values as JSON text, e.g. "total_size")
+ * merged with each shard's `__metadata__` (index first, then shards in name
+ * order; the first value for a key wins).  For .pth: "pth_wrapper" when a
+ * wrapper dict was unwrapped (see lingbot_checkpoint_open()), else empty.
+ * Empty for .npy.
+ *
+ * Returns: (transfer none) (element-type utf8 utf8): the metadata, owned by
+ * @ckpt.
+ */
+GHashTable *
+lingbot_checkpoint_get_metadata (LingbotCheckpoint * ckpt)
+{
+  return ckpt->metadata;
+}
+
+/**
+ * lingbot_checkpoint_get_metadata_value:
+ * @ckpt: a checkpoint
+ * @key: a metadata key
+ *
+ * Returns: (nullable): the value of @key, see
+ * lingbot_checkpoint_get_metadata().
+ */
+const char *
+lingbot_checkpoint_get_metadata_value (LingbotCheckpoint * ckpt,
+    const char *key)
+{
+  return g_hash_table_lookup (ckpt->metadata, key);
+}
