@@ -44,20 +44,27 @@ typedef struct _LbStream LbStream;
  * @rope_3d: in place rotation of x[N, H, hd] (q or k heads) by interleaved
  *   pairs, spec lingbot_model_spec.md 1.8.  Token n is (f, i, j) in
  *   row-major order over a grid of @grid_f x @grid_h x @grid_w tokens;
- *   it uses positions (@frame_offset + f, i, j).  @cos and @sin are
- *   [max_pos, hd/2] tables built by lb_rope_tables_new(): column p is pair p,
- *   the first hd-2*(hd/3) dims temporal, then hd/3 height, hd/3 width.
- *   Rows [i0, i0 + grid_h) of height are used when @row_offset is non-zero
- *   (a rank holding a height band passes its first row).
+ *   it uses positions (@frame_offset + f, @row_offset + i, j).  @cos and
+ *   @sin are [max_pos, hd/2] tables built by lb_rope_tables_new(): column p
+ *   is pair (x[2p], x[2p+1]); the first hd - 4*(hd/6) dims (pairs) are
+ *   temporal, then 2*(hd/6) height, 2*(hd/6) width (the official Wan split;
+ *   equal to the spec's hd - 2*(hd/3), hd/3, hd/3 whenever hd/3 is even:
+ *   hd 32 -> 12/10/10, hd 128 -> 44/42/42).  @row_offset is 0 except on a
+ *   rank holding a band of rows, which passes its first row.  x may be a
+ *   view with stride[2] == 1.  Positions past the table are an error.
  * @attention: `out[Nq,H,hd] = softmax(q . k^T * scale + bias) . v` with
  *   k,v [Nk,H,hd]; @bias ([H,Nq,Nk], nullable) is added to the logits before
  *   softmax; @key_mask ([Nk] u8, nullable; 0 = hidden key) hides keys.
  *   Computed in tiles of keys with an online softmax so memory is O(tile),
  *   not O(Nq*Nk).  q/k/v/out may be strided views with stride[2] == 1 (so
- *   a KV-cache window can be passed without a copy).
+ *   a KV-cache window can be passed without a copy).  A query whose keys
+ *   are all hidden (or Nk == 0) gets zeros.
  * @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  * @silu: `x * sigmoid(x)`, in place ok.
  * @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
+ *   The elementwise and row ops (norms, modulate, gated_residual,
+ *   activations, add/mul/scale) also accept 2-D row-strided views
+ *   (stride[1] == 1).
  * @mul: `y = a * b`, broadcasting as @add.
  * @scale: `y = alpha * x + beta`, in place ok.
  * @conv3d_causal: x [Cin, T, H, W] -> y [Cout, T', H', W'] with weight
@@ -66,10 +73,12 @@ typedef struct _LbStream LbStream;
  *   The temporal input is `cat(cache, x)` along T where @cache
  *   [Cin, Tc, H, W] (nullable) holds the frames that precede x; when
  *   @cache is %NULL or Tc < kt-1 the missing leading frames are zeros
- *   (causal padding, Wan2.1 CausalConv3d).  T' = Tc + T - (kt - 1) with
- *   Tc = max(Tc, kt-1) after zero fill.
+ *   (causal padding, Wan2.1 CausalConv3d: Z = max(0, kt-1-Tc) zero frames
+ *   in front, none after; vae_and_distributed_spec.md A.3).  So
+ *   T' = Z + Tc + T - kt + 1, which is T whenever Tc <= kt - 1.
  * @conv2d: x [Cin, H, W] (or [B, Cin, H, W] with B in dim 0 of a 4-D
- *   tensor) -> y, weight [Cout, Cin, kh, kw], bias nullable, stride, pad.
+ *   tensor) -> y [Cout, H', W'] (or [B, Cout, H', W']), weight
+ *   [Cout, Cin, kh, kw], bias nullable, symmetric zero padding, stride.
  * @upsample_nearest2x: x [..., H, W] -> y [..., 2H, 2W].
  * @patchify: x [C, F, H, W] -> y [F*(H/ph)*(W/pw), C*ph*pw], token order
  *   (f, i, j) row-major, feature `c*ph*pw + kh*pw + kw` (spec 1.3, 1.6).
@@ -77,7 +86,10 @@ typedef struct _LbStream LbStream;
  *   `(kh*pw + kw)*C + c` (spec 1.10: c fastest).
  * @resize_bicubic: x [C, H, W] -> y [C, H', W'], bicubic with A = -0.75,
  *   half-pixel centres (align_corners=False), no antialias, edge clamped,
- *   as torch.nn.functional.interpolate(mode="bicubic").
+ *   as torch.nn.functional.interpolate(mode="bicubic") on the CPU: scale
+ *   in/out and source coordinate `scale*(o+0.5)-0.5` in float32 (not
+ *   clamped), the 4 taps clamped to the border, width taps combined first
+ *   (golden README 4).
  */
 typedef struct _LbOps {
   gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -134,12 +146,14 @@ typedef struct _LbOps {
  * @cos_out: (out) (transfer full): [max_pos, head_dim/2] float32
  * @sin_out: (out) (transfer full): [max_pos, head_dim/2] float32
  *
- * Builds the 3-D RoPE tables of spec 1.8 in float64 and rounds to float32:
- * column p < t (t = (head_dim - 2*(head_dim/3))/2 temporal pairs) holds
- * angle pos * theta^(-2p/(2t)); the next head_dim/6 columns (height) and the
- * last head_dim/6 (width) hold pos * theta^(-2j/(2*(head_dim/6)))... each
- * axis with its own sub-dimension.  Row r is position r for every axis; the
- * op picks the axis's position per column range.
+ * Builds the 3-D RoPE tables of spec 1.8 in float64 and rounds to float32
+ * (bit-identical to the golden `trace.freqs_cos/sin` for head_dim 32):
+ * with t = (head_dim - 4*(head_dim/6))/2 temporal pairs and h = head_dim/6
+ * pairs each for height and width, column p < t holds angle
+ * pos * theta^(-2p/(2t)), column t + j (j < h) holds pos * theta^(-2j/(2h))
+ * and column t + h + j the same for width.  Row r is position r for every
+ * axis; the op picks the axis's position per column range.
+ * Implemented in kernels/cpu/rope.c.
  */
 void lb_rope_tables_new (int head_dim, int max_pos, double theta,
     LbTensor ** cos_out, LbTensor ** sin_out);

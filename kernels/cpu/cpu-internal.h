@@ -1,5 +1,10 @@
 /* lingbot-gst: helpers shared by the CPU op implementations
  * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Everything here is internal to the CPU backend (and its unit tests): the
+ * op functions that fill lb_cpu_ops, argument checks that produce the
+ * uniform "op: arg is f32 [7], expected [8]" messages, and the per-thread
+ * scratch buffer.
  */
 #pragma once
 
@@ -8,8 +13,84 @@
 
 G_BEGIN_DECLS
 
+/* ---- argument checks (cpu-util.c) ---- */
+
+/* Shape wildcard for lb_cpu_check(). */
+#define LB_ANY ((int64_t) -1)
+
+gboolean lb_cpu_check (const char *op, const char *arg, const LbTensor * t,
+    LbDType dtype, int ndim, const int64_t * shape, gboolean contiguous,
+    GError ** error);
+gboolean lb_cpu_check_rows (const char *op, const char *arg,
+    const LbTensor * t, int64_t cols, int64_t * rows, int64_t * ld,
+    GError ** error);
+gboolean lb_cpu_fail (GError ** error, const char *format, ...)
+    G_GNUC_PRINTF (2, 3);
+
+/* ---- scratch (cpu-util.c) ---- */
+
+float *lb_cpu_scratch (gsize n_floats);
+
+/* ---- attention tiling, for tests (attention.c) ---- */
+
+void lb_cpu_attention_set_tiles (int query_block, int key_tile);
+void lb_cpu_attention_get_tiles (int *query_block, int *key_tile);
+
+/* ---- conv blocking, for tests (conv.c) ---- */
+
+void lb_cpu_conv_set_scratch_limit (gsize n_floats);
+
+/* ---- ops ---- */
+
 gboolean lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error);
+
+gboolean lb_cpu_layer_norm (LbStream * s, const LbTensor * x,
+    const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_rms_norm (LbStream * s, const LbTensor * x,
+    const LbTensor * weight, float eps, LbTensor * y, GError ** error);
+gboolean lb_cpu_modulate (LbStream * s, const LbTensor * x,
+    const LbTensor * scale, const LbTensor * shift, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_gated_residual (LbStream * s, LbTensor * x,
+    const LbTensor * y, const LbTensor * gate, GError ** error);
+
+gboolean lb_cpu_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
+    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+    int64_t frame_offset, int64_t row_offset, GError ** error);
+
+gboolean lb_cpu_attention (LbStream * s, const LbTensor * q,
+    const LbTensor * k, const LbTensor * v, const LbTensor * bias,
+    const LbTensor * key_mask, float scale, LbTensor * out, GError ** error);
+
+gboolean lb_cpu_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_silu (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_add (LbStream * s, const LbTensor * a, const LbTensor * b,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_mul (LbStream * s, const LbTensor * a, const LbTensor * b,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_scale (LbStream * s, const LbTensor * x, float alpha,
+    float beta, LbTensor * y, GError ** error);
+
+gboolean lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x,
+    const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
+    int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_conv2d (LbStream * s, const LbTensor * x,
+    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
+    int stride_h, int stride_w, LbTensor * y, GError ** error);
+
+gboolean lb_cpu_upsample_nearest2x (LbStream * s, const LbTensor * x,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_patchify (LbStream * s, const LbTensor * x, int ph, int pw,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x,
     LbTensor * y, GError ** error);
 
 G_END_DECLS

@@ -6,4 +6,21 @@
 
 const LbOps lb_cpu_ops = {
   .gemm = lb_cpu_gemm,
+  .layer_norm = lb_cpu_layer_norm,
+  .rms_norm = lb_cpu_rms_norm,
+  .modulate = lb_cpu_modulate,
+  .gated_residual = lb_cpu_gated_residual,
+  .rope_3d = lb_cpu_rope_3d,
+  .attention = lb_cpu_attention,
+  .gelu_tanh = lb_cpu_gelu_tanh,
+  .silu = lb_cpu_silu,
+  .add = lb_cpu_add,
+  .mul = lb_cpu_mul,
+  .scale = lb_cpu_scale,
+  .conv3d_causal = lb_cpu_conv3d_causal,
+  .conv2d = lb_cpu_conv2d,
+  .upsample_nearest2x = lb_cpu_upsample_nearest2x,
+  .patchify = lb_cpu_patchify,
+  .unpatchify = lb_cpu_unpatchify,
+  .resize_bicubic = lb_cpu_resize_bicubic,
 };

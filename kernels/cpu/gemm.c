@@ -57,7 +57,10 @@ gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * `y = alpha * x . op(w) + beta * y + bias` through OpenBLAS cblas_sgemm,
- * which threads internally.
+ * which threads internally.  With K = 0 or @alpha = 0, x and w are not read
+ * (BLAS convention) and y = bias + beta * y.
+ *
+ * Returns: %TRUE on success.
  */
 gboolean
 lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -105,10 +108,16 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   }
   if (m == 0 || n == 0)
     return TRUE;
-  if (k == 0) {
-    if (b == 0.0f)
-      for (int64_t i = 0; i < m; i++)
-        memset (yd + i * yld, 0, n * sizeof (float));
+  if (k == 0 || alpha == 0.0f) {
+    /* nothing to multiply: y = b * y (b == 0 overwrites, NaN included) */
+    for (int64_t i = 0; i < m && b != 1.0f; i++) {
+      float *row = yd + i * yld;
+      if (b == 0.0f)
+        memset (row, 0, n * sizeof (float));
+      else
+        for (int64_t j = 0; j < n; j++)
+          row[j] *= b;
+    }
     return TRUE;
   }
   cblas_sgemm (CblasRowMajor, CblasNoTrans,

@@ -1,0 +1,215 @@
+/* lingbot-gst: CPU softmax attention with an online (tiled) softmax
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * One work item is (head, block of queries).  It walks the keys in tiles,
+ * keeping per query the running maximum m, the running sum l and an
+ * unnormalised accumulator acc[hd] (the FlashAttention recurrence), so the
+ * memory per thread is O(query_block * (key_tile + hd)) whatever Nk is.
+ * Items are spread over OpenMP threads; the inner products are plain loops
+ * marked `omp simd` (no BLAS calls inside the parallel region: the OpenBLAS
+ * build is pthreads-threaded and must not be entered from many threads).
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <math.h>
+
+#define DEFAULT_QUERY_BLOCK 32
+#define DEFAULT_KEY_TILE 128
+
+static int query_block = DEFAULT_QUERY_BLOCK;
+static int key_tile = DEFAULT_KEY_TILE;
+
+/**
+ * lb_cpu_attention_set_tiles:
+ * @qb: queries per work item, or <= 0 for the default (32)
+ * @kt: keys per tile, or <= 0 for the default (128)
+ *
+ * Overrides the tiling of lb_cpu_attention(), so tests can put tile
+ * boundaries where they want.  Process-wide; not for use while another
+ * thread runs attention.
+ */
+void
+lb_cpu_attention_set_tiles (int qb, int kt)
+{
+  query_block = qb > 0 ? qb : DEFAULT_QUERY_BLOCK;
+  key_tile = kt > 0 ? kt : DEFAULT_KEY_TILE;
+}
+
+/**
+ * lb_cpu_attention_get_tiles:
+ * @qb: (out) (optional): queries per work item
+ * @kt: (out) (optional): keys per tile
+ */
+void
+lb_cpu_attention_get_tiles (int *qb, int *kt)
+{
+  if (qb)
+    *qb = query_block;
+  if (kt)
+    *kt = key_tile;
+}
+
+static inline float
+dot (const float *a, const float *b, int64_t n)
+{
+  float acc = 0.0f;
+#pragma omp simd reduction(+:acc)
+  for (int64_t i = 0; i < n; i++)
+    acc += a[i] * b[i];
+  return acc;
+}
+
+static gboolean
+check_heads (const char *arg, const LbTensor * t, int64_t n, int64_t h,
+    int64_t hd, GError ** error)
+{
+  int64_t shape[3] = { n, h, hd };
+  if (!lb_cpu_check ("attention", arg, t, LB_DTYPE_F32, 3, shape, FALSE,
+          error))
+    return FALSE;
+  if (t->stride[2] != 1 && t->shape[2] > 1) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    g_autofree char *st = lb_shape_string (3, t->stride);
+    return lb_cpu_fail (error, "attention: %s is f32 %s with strides %s, "
+        "expected unit stride on the last dimension", arg, have, st);
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_attention:
+ * @s: a CPU stream
+ * @q: f32 [Nq, H, hd] (a view with stride[2] == 1 is accepted)
+ * @k: f32 [Nk, H, hd] (same)
+ * @v: f32 [Nk, H, hd] (same)
+ * @bias: (nullable): f32 [H, Nq, Nk] contiguous, added to the logits
+ * @key_mask: (nullable): u8 [Nk] contiguous; 0 hides a key
+ * @scale: logit scale (1/sqrt(hd) for the DiT, 1 for umT5)
+ * @out: f32 [Nq, H, hd] (a view with stride[2] == 1 is accepted); must not
+ *   alias the inputs
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `out = softmax(q . k^T * scale + bias) . v` per head (spec 1.8, 1.9,
+ * 5.2; vae_and_distributed_spec.md A.3 AttentionBlock), computed in tiles of
+ * keys with an online softmax (see the file comment; tile sizes in
+ * lb_cpu_attention_set_tiles()).  A query whose every key is hidden (by
+ * the mask or a -inf bias), or Nk = 0, gets a zero output row.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
+    float scale, LbTensor * out, GError ** error)
+{
+  if (!check_heads ("q", q, LB_ANY, LB_ANY, LB_ANY, error))
+    return FALSE;
+  int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
+  if (!check_heads ("k", k, LB_ANY, nh, hd, error))
+    return FALSE;
+  int64_t nk = k->shape[0];
+  if (!check_heads ("v", v, nk, nh, hd, error) ||
+      !check_heads ("out", out, nq, nh, hd, error))
+    return FALSE;
+  if (bias) {
+    int64_t shape[3] = { nh, nq, nk };
+    if (!lb_cpu_check ("attention", "bias", bias, LB_DTYPE_F32, 3, shape,
+            TRUE, error))
+      return FALSE;
+  }
+  if (key_mask) {
+    int64_t shape[1] = { nk };
+    if (!lb_cpu_check ("attention", "key_mask", key_mask, LB_DTYPE_U8, 1,
+            shape, TRUE, error))
+      return FALSE;
+  }
+  if (nq == 0 || nh == 0 || hd == 0)
+    return TRUE;
+
+  const int64_t qb = query_block, kt = key_tile;
+  const int64_t nqb = (nq + qb - 1) / qb;
+  const float *qd = q->data, *kd = k->data, *vd = v->data;
+  const float *bd = bias ? bias->data : NULL;
+  const guint8 *md = key_mask ? key_mask->data : NULL;
+  float *od = out->data;
+  const int64_t qs0 = q->stride[0], qs1 = q->stride[1];
+  const int64_t ks0 = k->stride[0], ks1 = k->stride[1];
+  const int64_t vs0 = v->stride[0], vs1 = v->stride[1];
+  const int64_t os0 = out->stride[0], os1 = out->stride[1];
+  const gboolean par = nh * nqb > 1 && nq * nk * hd >= 65536;
+
+#pragma omp parallel if (par)
+  {
+    /* acc [qb][hd], m [qb], l [qb], scores [qb][kt] */
+    float *buf = lb_cpu_scratch (qb * hd + 2 * qb + qb * kt);
+    float *acc = buf, *mrow = acc + qb * hd, *lrow = mrow + qb;
+    float *sc = lrow + qb;
+
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t h = 0; h < nh; h++) {
+      for (int64_t b = 0; b < nqb; b++) {
+        const int64_t i0 = b * qb, ni = MIN (qb, nq - i0);
+        for (int64_t i = 0; i < ni; i++) {
+          mrow[i] = -INFINITY;
+          lrow[i] = 0.0f;
+        }
+        for (int64_t e = 0; e < ni * hd; e++)
+          acc[e] = 0.0f;
+
+        for (int64_t j0 = 0; j0 < nk; j0 += kt) {
+          const int64_t nj = MIN (kt, nk - j0);
+          for (int64_t i = 0; i < ni; i++) {
+            const float *qi = qd + (i0 + i) * qs0 + h * qs1;
+            const float *brow = bd ? bd + (h * nq + i0 + i) * nk + j0 : NULL;
+            float *si = sc + i * kt;
+            float mt = -INFINITY;
+            for (int64_t jj = 0; jj < nj; jj++) {
+              float x;
+              if (md && !md[j0 + jj]) {
+                x = -INFINITY;
+              } else {
+                x = dot (qi, kd + (j0 + jj) * ks0 + h * ks1, hd) * scale;
+                if (brow)
+                  x += brow[jj];
+              }
+              si[jj] = x;
+              mt = MAX (mt, x);
+            }
+            if (mt == -INFINITY)
+              continue;         /* every key of this tile hidden */
+            float mnew = MAX (mrow[i], mt);
+            float corr = expf (mrow[i] - mnew);   /* 0 on the first tile */
+            float *ai = acc + i * hd;
+            if (corr != 1.0f) {
+              lrow[i] *= corr;
+              for (int64_t e = 0; e < hd; e++)
+                ai[e] *= corr;
+            }
+            float l = 0.0f;
+            for (int64_t jj = 0; jj < nj; jj++) {
+              float p = expf (si[jj] - mnew);
+              if (p == 0.0f)
+                continue;
+              l += p;
+              const float *vj = vd + (j0 + jj) * vs0 + h * vs1;
+#pragma omp simd
+              for (int64_t e = 0; e < hd; e++)
+                ai[e] += p * vj[e];
+            }
+            lrow[i] += l;
+            mrow[i] = mnew;
+          }
+        }
+
+        for (int64_t i = 0; i < ni; i++) {
+          float *oi = od + (i0 + i) * os0 + h * os1;
+          const float *ai = acc + i * hd;
+          float inv = lrow[i] == 0.0f ? 0.0f : 1.0f / lrow[i];
+          for (int64_t e = 0; e < hd; e++)
+            oi[e] = ai[e] * inv;
+        }
+      }
+    }
+  }
+  return TRUE;
+}

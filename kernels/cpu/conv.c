@@ -1,0 +1,341 @@
+/* lingbot-gst: CPU convolutions (causal 3-D with cache, 2-D)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Both ops share one core: for each output frame and each block of output
+ * rows, the receptive fields are unfolded (im2col) into a [K, rows*W']
+ * matrix in the calling thread's scratch buffer (lb_cpu_scratch(), filled
+ * by OpenMP threads), and one cblas_sgemm multiplies the weight matrix
+ * [Cout, K] (K = Cin*kt*kh*kw, the weight's own row-major layout) into
+ * the output block, whose channel rows are `y_channel_stride` apart.
+ * Blocks are sized so the unfolded matrix stays under a scratch limit
+ * (4 Mi floats by default), so memory does not grow with the frame size.
+ * 1x1 convolutions with stride 1 skip the unfold and multiply the input
+ * frames directly.
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#define DEFAULT_SCRATCH_LIMIT ((gsize) 4 << 20)
+
+static gsize scratch_limit = DEFAULT_SCRATCH_LIMIT;
+
+/**
+ * lb_cpu_conv_set_scratch_limit:
+ * @n_floats: the most floats one unfolded block may take, or 0 for the
+ *   default (4 Mi floats = 16 MiB)
+ *
+ * Lets tests force several row blocks per frame.  At least one output row
+ * is always unfolded at a time, whatever the limit.  Process-wide.
+ */
+void
+lb_cpu_conv_set_scratch_limit (gsize n_floats)
+{
+  scratch_limit = n_floats ? n_floats : DEFAULT_SCRATCH_LIMIT;
+}
+
+/* The temporal input is `zeros` zero frames, then `cache_t` frames of
+ * `cache`, then the frames of `x`.  Element (c, frame, row, col) of a source
+ * is at base + c*cs + frame*fs + row*w + col. */
+typedef struct
+{
+  int64_t zeros;
+  const float *cache;
+  int64_t cache_t, cache_cs, cache_fs;
+  const float *x;
+  int64_t x_cs, x_fs;
+  int64_t cin, h, w;
+  int64_t kt, kh, kw, sh, sw, ph, pw;
+  int64_t ho, wo;
+} ConvIn;
+
+static inline const float *
+frame_ptr (const ConvIn * c, int64_t v, int64_t ci)
+{
+  if (v < c->zeros)
+    return NULL;
+  v -= c->zeros;
+  if (v < c->cache_t)
+    return c->cache + ci * c->cache_cs + v * c->cache_fs;
+  v -= c->cache_t;
+  return c->x + ci * c->x_cs + v * c->x_fs;
+}
+
+/* Unfolds output rows [r0, r0 + nr) of output frame t into col [K][nr*wo]. */
+static void
+im2col (const ConvIn * c, int64_t t, int64_t r0, int64_t nr, float *col)
+{
+  const int64_t taps = c->kt * c->kh * c->kw, kdim = c->cin * taps;
+  const int64_t ncols = nr * c->wo;
+
+#pragma omp parallel for schedule(static) if (kdim * ncols >= 65536)
+  for (int64_t k = 0; k < kdim; k++) {
+    int64_t ci = k / taps, rem = k % taps;
+    int64_t dt = rem / (c->kh * c->kw), dy = (rem / c->kw) % c->kh;
+    int64_t dx = rem % c->kw;
+    const float *src = frame_ptr (c, t + dt, ci);
+    float *dst = col + k * ncols;
+    /* output columns whose input column is inside the frame */
+    int64_t lo = 0, hi = c->wo;
+    while (lo < hi && lo * c->sw - c->pw + dx < 0)
+      lo++;
+    while (hi > lo && (hi - 1) * c->sw - c->pw + dx >= c->w)
+      hi--;
+    for (int64_t r = 0; r < nr; r++) {
+      float *d = dst + r * c->wo;
+      int64_t ih = (r0 + r) * c->sh - c->ph + dy;
+      if (src == NULL || ih < 0 || ih >= c->h || lo >= hi) {
+        memset (d, 0, c->wo * sizeof (float));
+        continue;
+      }
+      const float *srow = src + ih * c->w;
+      for (int64_t o = 0; o < lo; o++)
+        d[o] = 0.0f;
+      if (c->sw == 1) {
+        memcpy (d + lo, srow + lo - c->pw + dx, (hi - lo) * sizeof (float));
+      } else {
+        for (int64_t o = lo; o < hi; o++)
+          d[o] = srow[o * c->sw - c->pw + dx];
+      }
+      for (int64_t o = hi; o < c->wo; o++)
+        d[o] = 0.0f;
+    }
+  }
+}
+
+/* y rows: co*y_cs + t*y_fs + row*wo + col, for t < tout. */
+static void
+conv_core (const ConvIn * c, const float *w, const float *bias, int64_t cout,
+    int64_t tout, float *y, int64_t y_cs, int64_t y_fs)
+{
+  const int64_t kdim = c->cin * c->kt * c->kh * c->kw;
+  const int64_t plane = c->ho * c->wo;
+  if (cout == 0 || plane == 0 || tout == 0)
+    return;
+  const gboolean direct = c->kt == 1 && c->kh == 1 && c->kw == 1 &&
+      c->sh == 1 && c->sw == 1 && c->ph == 0 && c->pw == 0;
+  int64_t nr = c->ho;
+  float *col = NULL;
+  if (!direct && kdim > 0) {
+    gsize per_row = (gsize) kdim * (gsize) c->wo;
+    nr = CLAMP ((int64_t) (scratch_limit / MAX (per_row, 1)), 1, c->ho);
+    col = lb_cpu_scratch (per_row * nr);
+  }
+
+  for (int64_t t = 0; t < tout; t++) {
+    for (int64_t r0 = 0; r0 < c->ho; r0 += nr) {
+      const int64_t rows = MIN (nr, c->ho - r0), ncols = rows * c->wo;
+      float *yb = y + t * y_fs + r0 * c->wo;
+      for (int64_t co = 0; co < cout; co++) {
+        float *yr = yb + co * y_cs;
+        float b = bias ? bias[co] : 0.0f;
+        for (int64_t e = 0; e < ncols; e++)
+          yr[e] = b;
+      }
+      if (kdim == 0)
+        continue;
+      const float *bmat;
+      int64_t ldb;
+      if (direct) {
+        const float *src = frame_ptr (c, t, 0);
+        if (src == NULL)
+          continue;             /* a zero frame adds nothing */
+        bmat = src + r0 * c->wo;
+        ldb = t < c->zeros + c->cache_t ? c->cache_cs : c->x_cs;
+      } else {
+        im2col (c, t, r0, rows, col);
+        bmat = col;
+        ldb = ncols;
+      }
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint) cout,
+          (blasint) ncols, (blasint) kdim, 1.0f, w, (blasint) kdim, bmat,
+          (blasint) ldb, 1.0f, yb, (blasint) y_cs);
+    }
+  }
+}
+
+static gboolean
+check_geometry (const char *op, int pad_h, int pad_w, int stride_h,
+    int stride_w, GError ** error)
+{
+  if (pad_h < 0 || pad_w < 0 || stride_h < 1 || stride_w < 1)
+    return lb_cpu_fail (error, "%s: padding (%d, %d) and stride (%d, %d) "
+        "invalid, expected padding >= 0 and stride >= 1", op, pad_h, pad_w,
+        stride_h, stride_w);
+  return TRUE;
+}
+
+static gboolean
+out_extent (const char *op, const char *what, int64_t in, int64_t k,
+    int64_t pad, int64_t stride, int64_t * out, GError ** error)
+{
+  if (in + 2 * pad < k)
+    return lb_cpu_fail (error, "%s: input %s %" G_GINT64_FORMAT " with padding "
+        "%" G_GINT64_FORMAT " is smaller than the kernel (%" G_GINT64_FORMAT
+        ")", op, what, in, pad, k);
+  *out = (in + 2 * pad - k) / stride + 1;
+  return TRUE;
+}
+
+/**
+ * lb_cpu_conv3d_causal:
+ * @s: a CPU stream
+ * @x: f32 [Cin, T, H, W] contiguous
+ * @cache: (nullable): f32 [Cin, Tc, H, W] contiguous: the frames that
+ *   precede @x (a Wan CausalConv3d cache slot holds the last 2 frames of the
+ *   conv's own input)
+ * @weight: f32 [Cout, Cin, kt, kh, kw] contiguous
+ * @bias: (nullable): f32 [Cout]
+ * @pad_h: zero rows above and below
+ * @pad_w: zero columns left and right
+ * @stride_h: vertical stride (>= 1)
+ * @stride_w: horizontal stride (>= 1)
+ * @y: f32 [Cout, T', H', W'] contiguous, H' = (H + 2 pad_h - kh) / stride_h
+ *   + 1, likewise W'
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Causal 3-D convolution with temporal stride 1 (vae_and_distributed_spec.md
+ * A.3, A.5; golden README 5).  The temporal input is
+ * `cat(zeros(Z), cache, x)` with Z = max(0, kt - 1 - Tc) zero frames (no
+ * cache: kt - 1 zero frames, Wan's 2*pt front padding), so
+ * T' = Z + Tc + T - kt + 1; with Tc <= kt - 1 that is T' = T.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
+    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
+    int stride_h, int stride_w, LbTensor * y, GError ** error)
+{
+  const char *op = "conv3d_causal";
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
+    return FALSE;
+  int64_t cin = x->shape[0], t = x->shape[1], h = x->shape[2], w = x->shape[3];
+  int64_t wshape[5] = { LB_ANY, cin, LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_cpu_check (op, "weight", weight, LB_DTYPE_F32, 5, wshape, TRUE,
+          error))
+    return FALSE;
+  int64_t cout = weight->shape[0], kt = weight->shape[2];
+  int64_t kh = weight->shape[3], kw = weight->shape[4];
+  int64_t tc = 0;
+  if (cache) {
+    int64_t cshape[4] = { cin, LB_ANY, h, w };
+    if (!lb_cpu_check (op, "cache", cache, LB_DTYPE_F32, 4, cshape, TRUE,
+            error))
+      return FALSE;
+    tc = cache->shape[1];
+  }
+  if (bias) {
+    int64_t bshape[1] = { cout };
+    if (!lb_cpu_check (op, "bias", bias, LB_DTYPE_F32, 1, bshape, TRUE, error))
+      return FALSE;
+  }
+  if (!check_geometry (op, pad_h, pad_w, stride_h, stride_w, error))
+    return FALSE;
+  if (kt < 1) {
+    g_autofree char *have = lb_tensor_shape_string (weight);
+    return lb_cpu_fail (error, "%s: weight is f32 %s, expected kt >= 1", op,
+        have);
+  }
+  int64_t ho = 0, wo = 0;
+  if (!out_extent (op, "height", h, kh, pad_h, stride_h, &ho, error) ||
+      !out_extent (op, "width", w, kw, pad_w, stride_w, &wo, error))
+    return FALSE;
+  int64_t zeros = MAX (0, kt - 1 - tc);
+  int64_t tout = zeros + tc + t - kt + 1;
+  int64_t yshape[4] = { cout, tout, ho, wo };
+  if (!lb_cpu_check (op, "y", y, LB_DTYPE_F32, 4, yshape, TRUE, error))
+    return FALSE;
+
+  ConvIn c = {
+    .zeros = zeros,
+    .cache = cache ? cache->data : NULL,
+    .cache_t = tc,
+    .cache_cs = tc * h * w,
+    .cache_fs = h * w,
+    .x = x->data,
+    .x_cs = t * h * w,
+    .x_fs = h * w,
+    .cin = cin,.h = h,.w = w,
+    .kt = kt,.kh = kh,.kw = kw,
+    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
+    .ho = ho,.wo = wo,
+  };
+  conv_core (&c, weight->data, bias ? bias->data : NULL, cout, tout, y->data,
+      tout * ho * wo, ho * wo);
+  return TRUE;
+}
+
+/**
+ * lb_cpu_conv2d:
+ * @s: a CPU stream
+ * @x: f32 [Cin, H, W] or [B, Cin, H, W], contiguous
+ * @weight: f32 [Cout, Cin, kh, kw] contiguous
+ * @bias: (nullable): f32 [Cout]
+ * @pad_h: zero rows above and below
+ * @pad_w: zero columns left and right
+ * @stride_h: vertical stride (>= 1)
+ * @stride_w: horizontal stride (>= 1)
+ * @y: f32 [Cout, H', W'] or [B, Cout, H', W'] (the rank of @x), contiguous
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Plain 2-D convolution (vae_and_distributed_spec.md A.3: the resample
+ * convs, 1x1 attention projections).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    LbTensor * y, GError ** error)
+{
+  const char *op = "conv2d";
+  int64_t any[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (x && x->ndim == 4) {
+    if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 4, any, TRUE, error))
+      return FALSE;
+  } else if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 3, any, TRUE, error)) {
+    return FALSE;
+  }
+  const int batched = x->ndim == 4;
+  int64_t nb = batched ? x->shape[0] : 1;
+  int64_t cin = x->shape[batched], h = x->shape[batched + 1];
+  int64_t w = x->shape[batched + 2];
+  int64_t wshape[4] = { LB_ANY, cin, LB_ANY, LB_ANY };
+  if (!lb_cpu_check (op, "weight", weight, LB_DTYPE_F32, 4, wshape, TRUE,
+          error))
+    return FALSE;
+  int64_t cout = weight->shape[0], kh = weight->shape[2];
+  int64_t kw = weight->shape[3];
+  if (bias) {
+    int64_t bshape[1] = { cout };
+    if (!lb_cpu_check (op, "bias", bias, LB_DTYPE_F32, 1, bshape, TRUE, error))
+      return FALSE;
+  }
+  if (!check_geometry (op, pad_h, pad_w, stride_h, stride_w, error))
+    return FALSE;
+  int64_t ho = 0, wo = 0;
+  if (!out_extent (op, "height", h, kh, pad_h, stride_h, &ho, error) ||
+      !out_extent (op, "width", w, kw, pad_w, stride_w, &wo, error))
+    return FALSE;
+  int64_t yshape[4] = { nb, cout, ho, wo };
+  if (!lb_cpu_check (op, "y", y, LB_DTYPE_F32, x->ndim,
+          batched ? yshape : yshape + 1, TRUE, error))
+    return FALSE;
+
+  /* batch elements are the "frames" of the core: kt = 1, no cache */
+  ConvIn c = {
+    .x = x->data,
+    .x_cs = h * w,
+    .x_fs = cin * h * w,
+    .cin = cin,.h = h,.w = w,
+    .kt = 1,.kh = kh,.kw = kw,
+    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
+    .ho = ho,.wo = wo,
+  };
+  conv_core (&c, weight->data, bias ? bias->data : NULL, cout, nb, y->data,
+      ho * wo, cout * ho * wo);
+  return TRUE;
+}

@@ -1,0 +1,251 @@
+/* lingbot-gst: CPU elementwise ops (activations, add/mul/scale)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <math.h>
+
+/* Elements per parallel work item when the operands are contiguous. */
+#define SPAN 16384
+
+typedef struct
+{
+  float alpha, beta;
+} Params;
+
+/* y[0..n) = f(a[0..n), b[0..n)); b has stride 0 semantics handled by the
+ * caller passing the broadcast row. */
+typedef void (*SpanFunc) (const float *a, const float *b, float *y,
+    int64_t n, const Params * p);
+
+static void
+span_gelu_tanh (const float *a, const float *b, float *y, int64_t n,
+    const Params * p)
+{
+  /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): the same function without the
+   * cancellation of 1 + tanh(u) for negative u */
+  const float k2 = 2.0f * 0.7978845608028654f;  /* 2 sqrt(2/pi) */
+  for (int64_t i = 0; i < n; i++) {
+    float x = a[i];
+    y[i] = x / (1.0f + expf (-k2 * (x + 0.044715f * x * x * x)));
+  }
+}
+
+static void
+span_silu (const float *a, const float *b, float *y, int64_t n,
+    const Params * p)
+{
+  for (int64_t i = 0; i < n; i++) {
+    float x = a[i];
+    y[i] = x / (1.0f + expf (-x));
+  }
+}
+
+static void
+span_add (const float *a, const float *b, float *y, int64_t n,
+    const Params * p)
+{
+  for (int64_t i = 0; i < n; i++)
+    y[i] = a[i] + b[i];
+}
+
+static void
+span_mul (const float *a, const float *b, float *y, int64_t n,
+    const Params * p)
+{
+  for (int64_t i = 0; i < n; i++)
+    y[i] = a[i] * b[i];
+}
+
+static void
+span_scale (const float *a, const float *b, float *y, int64_t n,
+    const Params * p)
+{
+  const float alpha = p->alpha, beta = p->beta;
+  for (int64_t i = 0; i < n; i++)
+    y[i] = alpha * a[i] + beta;
+}
+
+/* Runs @f over M rows of D.  @bld is 0 when b is one broadcast row.  When
+ * every operand is dense the rows are fused into one vector and split in
+ * SPAN-sized pieces so that [1, N] tensors still use every core. */
+static void
+run (SpanFunc f, const float *a, int64_t ald, const float *b, int64_t bld,
+    float *y, int64_t yld, int64_t m, int64_t d, const Params * p)
+{
+  gboolean dense = ald == d && yld == d && (b == NULL || bld == d);
+  if (dense || m == 1) {
+    int64_t n = m * d;
+    int64_t pieces = (n + SPAN - 1) / SPAN;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t i = 0; i < pieces; i++) {
+      int64_t o = i * SPAN, len = MIN (SPAN, n - o);
+      f (a + o, b ? b + o : NULL, y + o, len, p);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (m * d >= SPAN)
+    for (int64_t i = 0; i < m; i++)
+      f (a + i * ald, b ? b + i * bld : NULL, y + i * yld, d, p);
+  }
+}
+
+/* Broadcast b: one row of D over M rows; done per row. */
+static void
+run_bcast (SpanFunc f, const float *a, int64_t ald, const float *b,
+    float *y, int64_t yld, int64_t m, int64_t d, const Params * p)
+{
+#pragma omp parallel for schedule(static) if (m * d >= SPAN)
+  for (int64_t i = 0; i < m; i++)
+    f (a + i * ald, b, y + i * yld, d, p);
+}
+
+static gboolean
+check_out (const char *op, const LbTensor * like, int64_t m, int64_t d,
+    const LbTensor * y, int64_t * yld, GError ** error)
+{
+  int64_t r;
+  if (!lb_cpu_check_rows (op, "y", y, d, &r, yld, error))
+    return FALSE;
+  if (r != m || (y->ndim != 2 && like->ndim != 2 && !lb_tensor_same_shape (y,
+              like))) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    g_autofree char *want = lb_tensor_shape_string (like);
+    return lb_cpu_fail (error, "%s: y is f32 %s, expected %s", op, have, want);
+  }
+  return TRUE;
+}
+
+static gboolean
+unary (const char *op, SpanFunc f, const LbTensor * x, LbTensor * y,
+    const Params * p, GError ** error)
+{
+  int64_t m, xld, yld;
+  if (!lb_cpu_check_rows (op, "x", x, LB_ANY, &m, &xld, error))
+    return FALSE;
+  int64_t d = x->shape[x->ndim - 1];
+  if (!check_out (op, x, m, d, y, &yld, error))
+    return FALSE;
+  run (f, x->data, xld, NULL, 0, y->data, yld, m, d, p);
+  return TRUE;
+}
+
+static gboolean
+binary (const char *op, SpanFunc f, const LbTensor * a, const LbTensor * b,
+    LbTensor * y, GError ** error)
+{
+  int64_t m, ald, bm, bld, yld;
+  if (!lb_cpu_check_rows (op, "a", a, LB_ANY, &m, &ald, error))
+    return FALSE;
+  int64_t d = a->shape[a->ndim - 1];
+  if (!lb_cpu_check_rows (op, "b", b, d, &bm, &bld, error))
+    return FALSE;
+  gboolean bcast = b->ndim == 1 && a->ndim != 1;
+  if (!bcast && (bm != m || (b->ndim != 2 && a->ndim != 2 &&
+              !lb_tensor_same_shape (a, b)))) {
+    g_autofree char *have = lb_tensor_shape_string (b);
+    g_autofree char *want = lb_tensor_shape_string (a);
+    return lb_cpu_fail (error, "%s: b is f32 %s, expected %s or [%"
+        G_GINT64_FORMAT "]", op, have, want, d);
+  }
+  if (!check_out (op, a, m, d, y, &yld, error))
+    return FALSE;
+  if (bcast)
+    run_bcast (f, a->data, ald, b->data, y->data, yld, m, d, NULL);
+  else
+    run (f, a->data, ald, b->data, bld, y->data, yld, m, d, NULL);
+  return TRUE;
+}
+
+/**
+ * lb_cpu_gelu_tanh:
+ * @s: a CPU stream
+ * @x: f32 rows [..., D] (contiguous, or a 2-D row-strided view)
+ * @y: f32, the shape of @x; may be @x
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (spec 1.5, 1.7, 5.2).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  return unary ("gelu_tanh", span_gelu_tanh, x, y, NULL, error);
+}
+
+/**
+ * lb_cpu_silu:
+ * @s: a CPU stream
+ * @x: f32 rows [..., D]
+ * @y: f32, the shape of @x; may be @x
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `x * sigmoid(x)` (spec 1.4, 1.6, vae_and_distributed_spec.md A.3).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_silu (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  return unary ("silu", span_silu, x, y, NULL, error);
+}
+
+/**
+ * lb_cpu_scale:
+ * @s: a CPU stream
+ * @x: f32 rows [..., D]
+ * @alpha: multiplier
+ * @beta: offset
+ * @y: f32, the shape of @x; may be @x
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y = alpha * x + beta`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_scale (LbStream * s, const LbTensor * x, float alpha, float beta,
+    LbTensor * y, GError ** error)
+{
+  Params p = { alpha, beta };
+  return unary ("scale", span_scale, x, y, &p, error);
+}
+
+/**
+ * lb_cpu_add:
+ * @s: a CPU stream
+ * @a: f32 rows [..., D]
+ * @b: f32 of the shape of @a, or [D] broadcast over the rows of @a
+ * @y: f32, the shape of @a; may be @a or @b
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y = a + b`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_add (LbStream * s, const LbTensor * a, const LbTensor * b,
+    LbTensor * y, GError ** error)
+{
+  return binary ("add", span_add, a, b, y, error);
+}
+
+/**
+ * lb_cpu_mul:
+ * @s: a CPU stream
+ * @a: f32 rows [..., D]
+ * @b: f32 of the shape of @a, or [D] broadcast over the rows of @a
+ * @y: f32, the shape of @a; may be @a or @b
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y = a * b`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_mul (LbStream * s, const LbTensor * a, const LbTensor * b,
+    LbTensor * y, GError ** error)
+{
+  return binary ("mul", span_mul, a, b, y, error);
+}

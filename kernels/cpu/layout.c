@@ -1,0 +1,270 @@
+/* lingbot-gst: CPU layout ops: nearest upsample, (un)patchify, bicubic
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PAR_MIN_ELEMS 32768
+
+/**
+ * lb_cpu_upsample_nearest2x:
+ * @s: a CPU stream
+ * @x: f32 [..., H, W] contiguous (at least 2-D)
+ * @y: f32 [..., 2H, 2W] contiguous
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y[..., i, j] = x[..., i/2, j/2]` (vae_and_distributed_spec.md A.3
+ * Upsample: nearest-exact x2, which for an exact factor is this).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  int64_t shape[LB_MAX_DIMS];
+  for (int i = 0; i < LB_MAX_DIMS; i++)
+    shape[i] = LB_ANY;
+  if (x == NULL || x->ndim < 2) {
+    if (!lb_cpu_check ("upsample_nearest2x", "x", x, LB_DTYPE_F32, 2, shape,
+            TRUE, error))
+      return FALSE;
+  }
+  int nd = x->ndim;
+  if (!lb_cpu_check ("upsample_nearest2x", "x", x, LB_DTYPE_F32, nd, shape,
+          TRUE, error))
+    return FALSE;
+  memcpy (shape, x->shape, sizeof (int64_t) * nd);
+  shape[nd - 2] *= 2;
+  shape[nd - 1] *= 2;
+  if (!lb_cpu_check ("upsample_nearest2x", "y", y, LB_DTYPE_F32, nd, shape,
+          TRUE, error))
+    return FALSE;
+
+  int64_t h = x->shape[nd - 2], w = x->shape[nd - 1];
+  int64_t rows = h > 0 ? lb_tensor_numel (x) / MAX (w, 1) : 0;
+  if (w == 0)
+    return TRUE;
+  const float *xd = x->data;
+  float *yd = y->data;
+#pragma omp parallel for schedule(static) if (rows * w >= PAR_MIN_ELEMS)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *src = xd + r * w;
+    float *d0 = yd + 2 * r * 2 * w;
+    for (int64_t j = 0; j < w; j++)
+      d0[2 * j] = d0[2 * j + 1] = src[j];
+    memcpy (d0 + 2 * w, d0, 2 * w * sizeof (float));
+  }
+  return TRUE;
+}
+
+static gboolean
+check_patch (const char *op, int ph, int pw, GError ** error)
+{
+  if (ph < 1 || pw < 1)
+    return lb_cpu_fail (error, "%s: patch size %d x %d invalid, expected >= 1",
+        op, ph, pw);
+  return TRUE;
+}
+
+/**
+ * lb_cpu_patchify:
+ * @s: a CPU stream
+ * @x: f32 [C, F, H, W] contiguous, H % @ph == 0, W % @pw == 0
+ * @ph: patch height
+ * @pw: patch width
+ * @y: f32 [F*(H/ph)*(W/pw), C*ph*pw] contiguous
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Token (f, i, j) in row-major order gets feature `c*ph*pw + kh*pw + kw`
+ * = x[c, f, i*ph + kh, j*pw + kw] (spec 1.3 patch embedding as a Linear,
+ * 1.6 control tokens).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_patchify (LbStream * s, const LbTensor * x, int ph, int pw,
+    LbTensor * y, GError ** error)
+{
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!check_patch ("patchify", ph, pw, error) ||
+      !lb_cpu_check ("patchify", "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
+    return FALSE;
+  int64_t c = x->shape[0], f = x->shape[1], h = x->shape[2], w = x->shape[3];
+  if (h % ph || w % pw) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_cpu_fail (error, "patchify: x is f32 %s, expected H and W "
+        "multiples of the patch %d x %d", have, ph, pw);
+  }
+  int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
+  int64_t yshape[2] = { f * hp * wp, feat };
+  if (!lb_cpu_check ("patchify", "y", y, LB_DTYPE_F32, 2, yshape, TRUE, error))
+    return FALSE;
+
+  const float *xd = x->data;
+  float *yd = y->data;
+  int64_t ntok = f * hp * wp;
+#pragma omp parallel for schedule(static) if (ntok * feat >= PAR_MIN_ELEMS)
+  for (int64_t t = 0; t < ntok; t++) {
+    int64_t fi = t / (hp * wp), i = (t / wp) % hp, j = t % wp;
+    float *dst = yd + t * feat;
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t kh = 0; kh < ph; kh++) {
+        const float *src = xd + ((ci * f + fi) * h + i * ph + kh) * w + j * pw;
+        memcpy (dst + (ci * ph + kh) * pw, src, pw * sizeof (float));
+      }
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_unpatchify:
+ * @s: a CPU stream
+ * @z: f32 [F*Hp*Wp, ph*pw*C] contiguous
+ * @ph: patch height
+ * @pw: patch width
+ * @y: f32 [C, F, Hp*ph, Wp*pw] contiguous; its shape sets C, F, Hp, Wp
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y[c, f, i*ph + kh, j*pw + kw] = z[(f*Hp + i)*Wp + j, (kh*pw + kw)*C + c]`
+ * (spec 1.10: the channel is the fastest feature index, the reverse of
+ * patchify).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
+    LbTensor * y, GError ** error)
+{
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!check_patch ("unpatchify", ph, pw, error) ||
+      !lb_cpu_check ("unpatchify", "y", y, LB_DTYPE_F32, 4, any4, TRUE, error))
+    return FALSE;
+  int64_t c = y->shape[0], f = y->shape[1], h = y->shape[2], w = y->shape[3];
+  if (h % ph || w % pw) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_cpu_fail (error, "unpatchify: y is f32 %s, expected H and W "
+        "multiples of the patch %d x %d", have, ph, pw);
+  }
+  int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
+  int64_t zshape[2] = { f * hp * wp, feat };
+  if (!lb_cpu_check ("unpatchify", "z", z, LB_DTYPE_F32, 2, zshape, TRUE,
+          error))
+    return FALSE;
+
+  const float *zd = z->data;
+  float *yd = y->data;
+  int64_t nrows = c * f * h;
+#pragma omp parallel for schedule(static) if (nrows * w >= PAR_MIN_ELEMS)
+  for (int64_t r = 0; r < nrows; r++) {
+    int64_t ci = r / (f * h), fi = (r / h) % f, row = r % h;
+    int64_t i = row / ph, kh = row % ph;
+    float *dst = yd + r * w;
+    for (int64_t col = 0; col < w; col++) {
+      int64_t j = col / pw, kw = col % pw;
+      dst[col] = zd[((fi * hp + i) * wp + j) * feat + (kh * pw + kw) * c + ci];
+    }
+  }
+  return TRUE;
+}
+
+/* torch's cubic convolution kernels (UpSample.h), A = -0.75, in float. */
+static inline float
+cubic1 (float x, float a)
+{
+  return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
+}
+
+static inline float
+cubic2 (float x, float a)
+{
+  return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
+}
+
+/* Source taps and weights of output index o, as torch computes them. */
+static inline void
+cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
+{
+  const float a = -0.75f;
+  float real = scale * ((float) o + 0.5f) - 0.5f;
+  float fl = floorf (real);
+  float t = real - fl;
+  int64_t i0 = (int64_t) fl;
+  wt[0] = cubic2 (t + 1.0f, a);
+  wt[1] = cubic1 (t, a);
+  wt[2] = cubic1 (1.0f - t, a);
+  wt[3] = cubic2 (2.0f - t, a);
+  for (int k = 0; k < 4; k++)
+    idx[k] = CLAMP (i0 - 1 + k, 0, in - 1);
+}
+
+/**
+ * lb_cpu_resize_bicubic:
+ * @s: a CPU stream
+ * @x: f32 [C, H, W] contiguous
+ * @y: f32 [C, H', W'] contiguous
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Bicubic resize exactly as torch.nn.functional.interpolate(mode="bicubic",
+ * align_corners=False, antialias=False) on the CPU (golden README 4; spec
+ * 6.2): scale = in/out in float32, source coordinate
+ * `scale * (o + 0.5) - 0.5` (not clamped), cubic convolution with
+ * A = -0.75, the 4 taps clamped to the border, rows of 4 width taps
+ * combined first, all in float32.  Downscaling does not low-pass filter.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_cpu_check ("resize_bicubic", "x", x, LB_DTYPE_F32, 3, any3, TRUE,
+          error))
+    return FALSE;
+  int64_t yshape[3] = { x->shape[0], LB_ANY, LB_ANY };
+  if (!lb_cpu_check ("resize_bicubic", "y", y, LB_DTYPE_F32, 3, yshape, TRUE,
+          error))
+    return FALSE;
+  int64_t c = x->shape[0], h = x->shape[1], w = x->shape[2];
+  int64_t ho = y->shape[1], wo = y->shape[2];
+  if ((h == 0 || w == 0) && ho * wo > 0) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_cpu_fail (error, "resize_bicubic: x is f32 %s, expected a "
+        "non-empty image", have);
+  }
+  if (c == 0 || ho == 0 || wo == 0)
+    return TRUE;
+
+  const float sh = (float) h / (float) ho, sw = (float) w / (float) wo;
+  const float *xd = x->data;
+  float *yd = y->data;
+  int64_t nrows = c * ho;
+#pragma omp parallel for schedule(static) if (nrows * wo >= PAR_MIN_ELEMS / 4)
+  for (int64_t r = 0; r < nrows; r++) {
+    int64_t ci = r / ho, oy = r % ho;
+    int64_t iy[4], ix[4];
+    float wy[4], wx[4];
+    cubic_taps (sh, oy, h, iy, wy);
+    const float *plane = xd + ci * h * w;
+    float *dst = yd + r * wo;
+    for (int64_t ox = 0; ox < wo; ox++) {
+      cubic_taps (sw, ox, w, ix, wx);
+      float out = 0.0f;
+      for (int k = 0; k < 4; k++) {
+        const float *row = plane + iy[k] * w;
+        float t = row[ix[0]] * wx[0];
+        for (int l = 1; l < 4; l++)
+          t += row[ix[l]] * wx[l];
+        if (k == 0)
+          out = t * wy[0];
+        else
+          out += t * wy[k];
+      }
+      dst[ox] = out;
+    }
+  }
+  return TRUE;
+}
