@@ -3,9 +3,12 @@
  *
  *   lingbot-bench gemm [--size N] [--iters K] [--backend cpu|cuda]
  *
- * Later steps add dit, vae, comm, direct and replay.
+ *   lingbot-bench comm [--ranks N] [--size-mib S] [--iters K]
+ *
+ * Later steps add dit, vae, direct and replay.
  */
 #include "lingbot/backend.h"
+#include "tools/bench-comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +85,8 @@ static const struct
   const char *help;
 } commands[] = {
   {"gemm", bench_gemm, "matrix multiply rate of a backend (GFLOP/s)"},
+  {"comm", lingbot_bench_comm_main,
+      "collectives and channel GB/s on CPU ranks vs memcpy"},
 };
 
 static void

@@ -5,6 +5,7 @@
  * links cudart, cuBLAS(Lt), cuDNN and NCCL.
  */
 #include "kernels/cuda/cuda-internal.h"
+#include "kernels/cuda/comm-nccl.h"
 #include "lingbot/backend.h"
 
 #include <gmodule.h>
@@ -164,5 +165,6 @@ lingbot_backend_module_init (GError ** error)
     return NULL;
   }
   cuda_backend.device_count = count;
+  lb_collectives_register (LB_DEVICE_CUDA, lb_nccl_collectives ());
   return &cuda_backend;
 }

@@ -1,0 +1,721 @@
+/* lingbot-gst: worker groups (one thread per rank/device)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Locking: one group mutex guards the rank queues, job counters and the
+ * abort state; each rank thread sleeps on its own GCond, submitters and
+ * waiters on done_cond.  The abort flag is also readable without the lock
+ * (atomic) so that rank-side waits in collectives and channels can poll it.
+ */
+#include "comm/comm-private.h"
+
+#include <string.h>
+
+enum {
+  ABORT_NONE = 0,
+  ABORT_FAILED = 1,
+  ABORT_CANCELLED = 2,
+};
+
+typedef struct
+{
+  LbRankFunc func;
+  gpointer user_data;
+  LbWorkerJob *job;
+} QueuedJob;
+
+typedef struct
+{
+  LbRank pub;                   /* first: LbRank* <-> RankPriv* */
+  GThread *thread;
+  GCond cond;
+  QueuedJob queue[LB_WORKER_QUEUE_LEN];
+  guint head;
+  guint len;
+} RankPriv;
+
+typedef struct
+{
+  LbAbortNotify notify;
+  gpointer data;
+} AbortNotify;
+
+struct _LbWorkerGroup
+{
+  gint ref_count;
+  char *name;
+  LbBackend *backend;
+  int n;
+  RankPriv *ranks;
+
+  GMutex lock;
+  GCond done_cond;
+  gint abort_state;             /* atomic; ABORT_* */
+  gint abort_rank;              /* atomic; the rank that failed first */
+  gint timeout_ms;              /* atomic */
+  int inflight;
+  gboolean shutdown;
+  gboolean joined;
+  int started;
+  GError *init_error;
+
+  const LbCollectivesClass *klass;
+  gpointer comm;
+  GArray *notifies;             /* AbortNotify */
+};
+
+static gboolean
+is_abort_error (const GError * e)
+{
+  return e != NULL && e->domain == LB_ERROR &&
+      (e->code == LB_ERROR_RANK_FAILED || e->code == LB_ERROR_CANCELLED);
+}
+
+/* Group lock held. */
+static void
+group_abort_locked (LbWorkerGroup * g, int state, int rank)
+{
+  if (!g_atomic_int_compare_and_exchange (&g->abort_state, ABORT_NONE, state))
+    return;
+  g_atomic_int_set (&g->abort_rank, rank);
+  if (g->klass != NULL && g->comm != NULL && g->klass->abort != NULL)
+    g->klass->abort (g->comm);
+  for (guint i = 0; i < g->notifies->len; i++) {
+    AbortNotify *an = &g_array_index (g->notifies, AbortNotify, i);
+    an->notify (an->data);
+  }
+  for (int r = 0; r < g->n; r++)
+    g_cond_broadcast (&g->ranks[r].cond);
+  g_cond_broadcast (&g->done_cond);
+}
+
+/* Group lock held; the group is idle (no job queued or running). */
+static void
+group_recover_locked (LbWorkerGroup * g)
+{
+  if (g_atomic_int_get (&g->abort_state) == ABORT_NONE || g->shutdown)
+    return;
+  if (g->klass != NULL && g->comm != NULL && g->klass->reset != NULL) {
+    GError *err = NULL;
+    if (!g->klass->reset (g->comm, &err)) {
+      /* Stays aborted: later submits fail with this group's abort error. */
+      g_warning ("worker group %s: collectives reset failed: %s", g->name,
+          err->message);
+      g_clear_error (&err);
+      return;
+    }
+  }
+  g_atomic_int_set (&g->abort_state, ABORT_NONE);
+  g_atomic_int_set (&g->abort_rank, -1);
+}
+
+static void
+job_record_error (LbWorkerJob * job, GError * e)
+{
+  if (job->error == NULL) {
+    job->error = e;
+  } else if (is_abort_error (job->error) && !is_abort_error (e)) {
+    /* The root cause beats the "another rank failed" echoes. */
+    g_error_free (job->error);
+    job->error = e;
+  } else {
+    g_error_free (e);
+  }
+}
+
+static gpointer
+rank_thread (gpointer data)
+{
+  RankPriv *r = data;
+  LbWorkerGroup *g = r->pub.group;
+  GError *err = NULL;
+
+  r->pub.stream = g->backend->stream_new (g->backend, r->pub.device, &err);
+
+  g_mutex_lock (&g->lock);
+  g->started++;
+  if (r->pub.stream == NULL) {
+    if (err == NULL)
+      g_set_error (&err, LB_ERROR, LB_ERROR_DEVICE, "stream_new failed");
+    g_prefix_error (&err, "rank %d: ", r->pub.rank);
+    if (g->init_error == NULL)
+      g->init_error = err;
+    else
+      g_error_free (err);
+    g_cond_broadcast (&g->done_cond);
+    g_mutex_unlock (&g->lock);
+    return NULL;
+  }
+  g_cond_broadcast (&g->done_cond);
+
+  for (;;) {
+    while (r->len == 0 && !g->shutdown)
+      g_cond_wait (&r->cond, &g->lock);
+    if (r->len == 0)
+      break;
+    QueuedJob qj = r->queue[r->head];
+    r->head = (r->head + 1) % LB_WORKER_QUEUE_LEN;
+    r->len--;
+    g_cond_broadcast (&g->done_cond);   /* queue space */
+    gboolean shutting_down = g->shutdown;
+    g_mutex_unlock (&g->lock);
+
+    GError *e = NULL;
+    gboolean ok = FALSE;
+    if (shutting_down)
+      g_set_error (&e, LB_ERROR, LB_ERROR_CANCELLED,
+          "worker group %s was shut down before the job ran", g->name);
+    else if (lb_rank_check_abort (&r->pub, &e))
+      ok = qj.func (&r->pub, qj.user_data, &e);
+    if (!ok && e == NULL)
+      g_set_error (&e, LB_ERROR, LB_ERROR_DEVICE,
+          "rank function failed without an error");
+
+    g_mutex_lock (&g->lock);
+    if (!ok) {
+      if (!is_abort_error (e) || g_atomic_int_get (&g->abort_state) ==
+          ABORT_NONE)
+        group_abort_locked (g, ABORT_FAILED, r->pub.rank);
+      g_prefix_error (&e, "rank %d: ", r->pub.rank);
+      job_record_error (qj.job, e);
+    }
+    qj.job->pending--;
+    g->inflight--;
+    if (g->inflight == 0)
+      group_recover_locked (g);
+    g_cond_broadcast (&g->done_cond);
+  }
+  g_mutex_unlock (&g->lock);
+
+  g->backend->stream_free (r->pub.stream);
+  r->pub.stream = NULL;
+  return NULL;
+}
+
+/**
+ * lb_worker_group_new:
+ * @backend: the backend every rank runs on (from
+ *   lingbot_backend_parse_devices() in lingbot/, or lb_cpu_backend())
+ * @n_ranks: number of ranks, 1..64
+ * @ordinals: (array length=n_ranks) (nullable): device ordinal per rank;
+ *   %NULL means 0..n_ranks-1.  For the CPU backend ordinals are virtual
+ *   device ids: channels treat CPU ranks with equal ordinals as one device
+ *   (pointer hand-over) and unequal ones as peers (memcpy).
+ * @options: (nullable): timeouts, collectives backend, name
+ * @error: %LB_ERROR_INVALID_ARGUMENT, the backend's stream error, or the
+ *   collectives backend's error (e.g. NCCL communicator creation)
+ *
+ * Starts one thread per rank; each creates its LbStream on its own thread
+ * (DESIGN.md section 3).  The collectives state is created once here.
+ *
+ * Returns: (transfer full) (nullable): the group; lb_worker_group_unref().
+ */
+LbWorkerGroup *
+lb_worker_group_new (LbBackend * backend, int n_ranks, const int *ordinals,
+    const LbWorkerGroupOptions * options, GError ** error)
+{
+  if (backend == NULL || n_ranks < 1 || n_ranks > 64) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "worker group: need a backend and 1..64 ranks (got %d)", n_ranks);
+    return NULL;
+  }
+  LbWorkerGroupOptions defaults = { 0 };
+  if (options == NULL)
+    options = &defaults;
+
+  LbWorkerGroup *g = g_new0 (LbWorkerGroup, 1);
+  g->ref_count = 1;
+  g->name = g_strdup (options->name ? options->name : "group");
+  g->backend = backend;
+  g->n = n_ranks;
+  g->timeout_ms = options->timeout_ms ? (gint) options->timeout_ms :
+      LB_COMM_DEFAULT_TIMEOUT_MS;
+  g->abort_rank = -1;
+  g_mutex_init (&g->lock);
+  g_cond_init (&g->done_cond);
+  g->notifies = g_array_new (FALSE, FALSE, sizeof (AbortNotify));
+  g->ranks = g_new0 (RankPriv, n_ranks);
+
+  g->klass = options->collectives;
+  if (g->klass == NULL)
+    g->klass = lb_collectives_lookup (backend->device_type);
+
+  for (int i = 0; i < n_ranks; i++) {
+    RankPriv *r = &g->ranks[i];
+    r->pub.group = g;
+    r->pub.rank = i;
+    r->pub.n_ranks = n_ranks;
+    r->pub.backend = backend;
+    r->pub.device = ordinals ? ordinals[i] : i;
+    g_cond_init (&r->cond);
+  }
+  for (int i = 0; i < n_ranks; i++) {
+    char tname[16];
+    g_snprintf (tname, sizeof tname, "lb-%.8s-%d", g->name, i);
+    g->ranks[i].thread = g_thread_new (tname, rank_thread, &g->ranks[i]);
+  }
+
+  g_mutex_lock (&g->lock);
+  while (g->started < n_ranks)
+    g_cond_wait (&g->done_cond, &g->lock);
+  GError *init_error = g->init_error;
+  g->init_error = NULL;
+  g_mutex_unlock (&g->lock);
+
+  if (init_error == NULL) {
+    g->comm = g->klass->create (g, &init_error);
+    if (g->comm == NULL && init_error == NULL)
+      g_set_error (&init_error, LB_ERROR, LB_ERROR_DEVICE,
+          "collectives backend %s failed", g->klass->name);
+  }
+  if (init_error != NULL) {
+    g_propagate_prefixed_error (error, init_error, "worker group %s: ",
+        g->name);
+    lb_worker_group_unref (g);
+    return NULL;
+  }
+  return g;
+}
+
+/**
+ * lb_worker_group_ref:
+ * @group: a group
+ *
+ * Returns: (transfer full): @group with one more reference.
+ */
+LbWorkerGroup *
+lb_worker_group_ref (LbWorkerGroup * group)
+{
+  g_atomic_int_inc (&group->ref_count);
+  return group;
+}
+
+/**
+ * lb_worker_group_shutdown:
+ * @group: a group
+ *
+ * Stops the rank threads: a running job is released through the abort flag
+ * (its waits return %LB_ERROR_CANCELLED), queued jobs complete with
+ * %LB_ERROR_CANCELLED, every stream is freed on its thread and the threads
+ * are joined.  Later submits fail with %LB_ERROR_CANCELLED.  Idempotent;
+ * lb_worker_group_unref() of the last reference calls it.  Must not be
+ * called from a rank thread.
+ */
+void
+lb_worker_group_shutdown (LbWorkerGroup * group)
+{
+  g_mutex_lock (&group->lock);
+  if (group->joined) {
+    g_mutex_unlock (&group->lock);
+    return;
+  }
+  if (group->inflight > 0)
+    group_abort_locked (group, ABORT_CANCELLED, -1);
+  group->shutdown = TRUE;
+  for (int i = 0; i < group->n; i++)
+    g_cond_broadcast (&group->ranks[i].cond);
+  g_mutex_unlock (&group->lock);
+
+  for (int i = 0; i < group->n; i++) {
+    if (group->ranks[i].thread != NULL)
+      g_thread_join (group->ranks[i].thread);
+    group->ranks[i].thread = NULL;
+  }
+  g_mutex_lock (&group->lock);
+  group->joined = TRUE;
+  g_mutex_unlock (&group->lock);
+}
+
+/**
+ * lb_worker_group_unref:
+ * @group: (transfer full) (nullable): a group
+ *
+ * Drops a reference; the last one shuts the group down and frees it.
+ * Every channel made on the group holds a reference.
+ */
+void
+lb_worker_group_unref (LbWorkerGroup * group)
+{
+  if (group == NULL || !g_atomic_int_dec_and_test (&group->ref_count))
+    return;
+  lb_worker_group_shutdown (group);
+  if (group->comm != NULL)
+    group->klass->destroy (group->comm);
+  for (int i = 0; i < group->n; i++)
+    g_cond_clear (&group->ranks[i].cond);
+  g_clear_error (&group->init_error);
+  g_array_unref (group->notifies);
+  g_cond_clear (&group->done_cond);
+  g_mutex_clear (&group->lock);
+  g_free (group->ranks);
+  g_free (group->name);
+  g_free (group);
+}
+
+/**
+ * lb_worker_group_get_n_ranks:
+ * @group: a group
+ *
+ * Returns: the number of ranks.
+ */
+int
+lb_worker_group_get_n_ranks (LbWorkerGroup * group)
+{
+  return group->n;
+}
+
+/**
+ * lb_worker_group_get_rank:
+ * @group: a group
+ * @rank: 0..n_ranks-1
+ *
+ * For setting up per-rank user_data before the first job; rank functions
+ * get their LbRank as an argument.
+ *
+ * Returns: (transfer none): the rank.
+ */
+LbRank *
+lb_worker_group_get_rank (LbWorkerGroup * group, int rank)
+{
+  g_return_val_if_fail (rank >= 0 && rank < group->n, NULL);
+  return &group->ranks[rank].pub;
+}
+
+/**
+ * lb_worker_group_get_backend:
+ * @group: a group
+ *
+ * Returns: (transfer none): the backend of its ranks.
+ */
+LbBackend *
+lb_worker_group_get_backend (LbWorkerGroup * group)
+{
+  return group->backend;
+}
+
+/**
+ * lb_worker_group_get_name:
+ * @group: a group
+ *
+ * Returns: the name given at creation ("group" by default).
+ */
+const char *
+lb_worker_group_get_name (LbWorkerGroup * group)
+{
+  return group->name;
+}
+
+/**
+ * lb_worker_group_get_timeout_ms:
+ * @group: a group
+ *
+ * Returns: the deadline of rank-side waits, in milliseconds.
+ */
+guint
+lb_worker_group_get_timeout_ms (LbWorkerGroup * group)
+{
+  return (guint) g_atomic_int_get (&group->timeout_ms);
+}
+
+/**
+ * lb_worker_group_set_timeout_ms:
+ * @group: a group
+ * @timeout_ms: deadline of rank-side waits, in milliseconds; 0 restores
+ *   %LB_COMM_DEFAULT_TIMEOUT_MS
+ *
+ * Applies to waits that start after the call.
+ */
+void
+lb_worker_group_set_timeout_ms (LbWorkerGroup * group, guint timeout_ms)
+{
+  g_atomic_int_set (&group->timeout_ms,
+      timeout_ms ? (gint) timeout_ms : LB_COMM_DEFAULT_TIMEOUT_MS);
+}
+
+static gboolean
+submit_check_locked (LbWorkerGroup * g, GError ** error)
+{
+  if (g->shutdown) {
+    g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED,
+        "worker group %s is shut down", g->name);
+    return FALSE;
+  }
+  int state = g_atomic_int_get (&g->abort_state);
+  if (state != ABORT_NONE) {
+    g_set_error (error, LB_ERROR, state == ABORT_CANCELLED ?
+        LB_ERROR_CANCELLED : LB_ERROR_RANK_FAILED,
+        "worker group %s is aborted (rank %d failed) and still has jobs "
+        "running; wait for them first", g->name,
+        g_atomic_int_get (&g->abort_rank));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lb_worker_group_submit:
+ * @group: a group
+ * @job: caller-owned completion record (zero-initialised or waited on)
+ * @rank: the rank to run on, or -1 for every rank
+ * @func: the rank function
+ * @user_data: passed to @func on each rank (shared: index it by rank)
+ * @error: %LB_ERROR_CANCELLED after shutdown; %LB_ERROR_RANK_FAILED while
+ *   the group is aborted with jobs still running; %LB_ERROR_TIMEOUT when a
+ *   rank's queue stayed full past the group's timeout;
+ *   %LB_ERROR_INVALID_ARGUMENT for a bad @rank
+ *
+ * Queues @func without waiting for it and without allocating.  A submit to
+ * every rank is atomic with respect to other submitters, so all ranks see
+ * jobs from concurrent submitters in the same order (collectives inside
+ * them cannot cross).  Wait with lb_worker_group_wait().
+ *
+ * Returns: %TRUE when queued.
+ */
+gboolean
+lb_worker_group_submit (LbWorkerGroup * group, LbWorkerJob * job, int rank,
+    LbRankFunc func, gpointer user_data, GError ** error)
+{
+  LbWorkerGroup *g = group;
+  if (rank < -1 || rank >= g->n || func == NULL || job == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "worker group %s: cannot submit to rank %d of %d", g->name, rank,
+        g->n);
+    return FALSE;
+  }
+  int first = rank < 0 ? 0 : rank;
+  int last = rank < 0 ? g->n - 1 : rank;
+  gint64 deadline = g_get_monotonic_time () +
+      (gint64) lb_worker_group_get_timeout_ms (g) * 1000;
+
+  g_mutex_lock (&g->lock);
+  for (;;) {
+    if (!submit_check_locked (g, error)) {
+      g_mutex_unlock (&g->lock);
+      return FALSE;
+    }
+    gboolean space = TRUE;
+    for (int i = first; i <= last && space; i++)
+      space = g->ranks[i].len < LB_WORKER_QUEUE_LEN;
+    if (space)
+      break;
+    if (!g_cond_wait_until (&g->done_cond, &g->lock, deadline)) {
+      g_mutex_unlock (&g->lock);
+      g_set_error (error, LB_ERROR, LB_ERROR_TIMEOUT,
+          "worker group %s: rank queue full for %u ms", g->name,
+          lb_worker_group_get_timeout_ms (g));
+      return FALSE;
+    }
+  }
+  for (int i = first; i <= last; i++) {
+    RankPriv *r = &g->ranks[i];
+    QueuedJob *qj = &r->queue[(r->head + r->len) % LB_WORKER_QUEUE_LEN];
+    qj->func = func;
+    qj->user_data = user_data;
+    qj->job = job;
+    r->len++;
+    job->pending++;
+    g->inflight++;
+    g_cond_signal (&r->cond);
+  }
+  g_mutex_unlock (&g->lock);
+  return TRUE;
+}
+
+/**
+ * lb_worker_group_wait:
+ * @group: a group
+ * @job: a job submitted to @group
+ * @error: the first error of any rank that ran @job, prefixed "rank N: ";
+ *   a rank's own failure is preferred over the %LB_ERROR_RANK_FAILED
+ *   echoes of the ranks it released
+ *
+ * Waits until every rank that @job was submitted to has run it.  Not
+ * bounded by a timeout itself: ranks are, in every wait they make.  After
+ * a failure the group recovers by itself as soon as no job is queued or
+ * running (collectives state reset, abort flag cleared), so it stays
+ * usable; when @job was the only work, that has happened by the time this
+ * returns.  @job can be reused afterwards.
+ *
+ * Returns: %TRUE when every rank succeeded.
+ */
+gboolean
+lb_worker_group_wait (LbWorkerGroup * group, LbWorkerJob * job,
+    GError ** error)
+{
+  g_mutex_lock (&group->lock);
+  while (job->pending > 0)
+    g_cond_wait (&group->done_cond, &group->lock);
+  GError *e = job->error;
+  job->error = NULL;
+  g_mutex_unlock (&group->lock);
+  if (e != NULL) {
+    g_propagate_error (error, e);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lb_worker_group_run:
+ * @group: a group
+ * @func: the rank function
+ * @user_data: passed to @func on every rank
+ * @error: see lb_worker_group_submit() and lb_worker_group_wait()
+ *
+ * Runs @func on every rank and waits for all of them.
+ *
+ * Returns: %TRUE when every rank succeeded.
+ */
+gboolean
+lb_worker_group_run (LbWorkerGroup * group, LbRankFunc func,
+    gpointer user_data, GError ** error)
+{
+  LbWorkerJob job = LB_WORKER_JOB_INIT;
+  if (!lb_worker_group_submit (group, &job, -1, func, user_data, error))
+    return FALSE;
+  return lb_worker_group_wait (group, &job, error);
+}
+
+/**
+ * lb_worker_group_run_on:
+ * @group: a group
+ * @rank: 0..n_ranks-1
+ * @func: the rank function
+ * @user_data: passed to @func
+ * @error: see lb_worker_group_submit() and lb_worker_group_wait()
+ *
+ * Runs @func on one rank and waits for it.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_worker_group_run_on (LbWorkerGroup * group, int rank, LbRankFunc func,
+    gpointer user_data, GError ** error)
+{
+  LbWorkerJob job = LB_WORKER_JOB_INIT;
+  if (rank < 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "worker group %s: rank %d out of range", group->name, rank);
+    return FALSE;
+  }
+  if (!lb_worker_group_submit (group, &job, rank, func, user_data, error))
+    return FALSE;
+  return lb_worker_group_wait (group, &job, error);
+}
+
+/**
+ * lb_worker_group_cancel:
+ * @group: a group
+ *
+ * Aborts what the group is running (a flush or session end): every
+ * rank-side wait returns %LB_ERROR_CANCELLED promptly, queued jobs are
+ * skipped with the same error.  The group recovers once idle, like after a
+ * rank failure.  A no-op when nothing is queued or running.
+ */
+void
+lb_worker_group_cancel (LbWorkerGroup * group)
+{
+  g_mutex_lock (&group->lock);
+  if (group->inflight > 0)
+    group_abort_locked (group, ABORT_CANCELLED, -1);
+  g_mutex_unlock (&group->lock);
+}
+
+/**
+ * lb_worker_group_is_aborted:
+ * @group: a group
+ *
+ * Lock-free; for polling in long waits.
+ *
+ * Returns: %TRUE while the group is aborted (a rank failed or
+ * lb_worker_group_cancel() was called) and not yet recovered.
+ */
+gboolean
+lb_worker_group_is_aborted (LbWorkerGroup * group)
+{
+  return g_atomic_int_get (&group->abort_state) != ABORT_NONE;
+}
+
+/**
+ * lb_rank_check_abort:
+ * @rank: the calling rank
+ * @error: %LB_ERROR_RANK_FAILED ("rank N of group G failed") or
+ *   %LB_ERROR_CANCELLED when the group is aborted
+ *
+ * For rank functions that compute for a long time between waits.
+ *
+ * Returns: %TRUE when the group is not aborted.
+ */
+gboolean
+lb_rank_check_abort (LbRank * rank, GError ** error)
+{
+  LbWorkerGroup *g = rank->group;
+  int state = g_atomic_int_get (&g->abort_state);
+  if (state == ABORT_NONE)
+    return TRUE;
+  if (state == ABORT_CANCELLED)
+    g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED,
+        "worker group %s was cancelled", g->name);
+  else
+    g_set_error (error, LB_ERROR, LB_ERROR_RANK_FAILED,
+        "aborted: rank %d of worker group %s failed",
+        g_atomic_int_get (&g->abort_rank), g->name);
+  return FALSE;
+}
+
+/**
+ * lb_rank_deadline:
+ * @rank: the calling rank
+ *
+ * Returns: the monotonic time (µs, g_get_monotonic_time()) at which a wait
+ * that starts now must give up: now + the group's timeout.
+ */
+gint64
+lb_rank_deadline (LbRank * rank)
+{
+  return g_get_monotonic_time () +
+      (gint64) lb_worker_group_get_timeout_ms (rank->group) * 1000;
+}
+
+gboolean
+lb_comm_set_timeout_error (LbRank * rank, const char *what, GError ** error)
+{
+  g_set_error (error, LB_ERROR, LB_ERROR_TIMEOUT,
+      "%s: no progress within %u ms (worker group %s)", what,
+      lb_worker_group_get_timeout_ms (rank->group), rank->group->name);
+  return FALSE;
+}
+
+void
+lb_worker_group_add_abort_notify (LbWorkerGroup * group, LbAbortNotify notify,
+    gpointer data)
+{
+  AbortNotify an = { notify, data };
+  g_mutex_lock (&group->lock);
+  g_array_append_val (group->notifies, an);
+  g_mutex_unlock (&group->lock);
+}
+
+void
+lb_worker_group_remove_abort_notify (LbWorkerGroup * group, gpointer data)
+{
+  g_mutex_lock (&group->lock);
+  for (guint i = 0; i < group->notifies->len; i++) {
+    if (g_array_index (group->notifies, AbortNotify, i).data == data) {
+      g_array_remove_index (group->notifies, i);
+      break;
+    }
+  }
+  g_mutex_unlock (&group->lock);
+}
+
+gpointer
+lb_worker_group_get_collectives_state (LbWorkerGroup * group)
+{
+  return group->comm;
+}
+
+const LbCollectivesClass *
+lb_worker_group_get_collectives (LbWorkerGroup * group)
+{
+  return group->klass;
+}

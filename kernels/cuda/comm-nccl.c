@@ -1,0 +1,476 @@
+/* lingbot-gst: "nccl" collectives (one process, one thread per GPU)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Communicators are created once per worker group with ncclCommInitAll.
+ * Each rank thread issues its own NCCL calls on its own stream (one thread
+ * per communicator, as NCCL requires).  Operations are asynchronous: they
+ * complete on the rank's stream.  lb_comm_synchronize() polls the stream so
+ * that a wait is bounded by the group's timeout and released by its abort
+ * flag; on abort or timeout the rank aborts its communicator
+ * (ncclCommAbort), and the group's reset re-creates all of them once the
+ * group is idle.  All-to-all is ncclGroupStart + ncclSend/ncclRecv pairs +
+ * ncclGroupEnd (spec B.3); all-gather-v is a group of broadcasts.
+ */
+#include "kernels/cuda/comm-nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+typedef struct
+{
+  LbWorkerGroup *group;
+  int n;
+  int *devs;
+  ncclComm_t *comms;
+  float **barrier_buf;          /* one float per device, for barriers */
+  gboolean *comm_dead;          /* aborted: re-create at reset */
+  int *depth;                   /* ncclGroupStart nesting per rank thread */
+} NcclState;
+
+static gboolean
+nccl_check (ncclResult_t r, LbRank * rank, const char *what, GError ** error)
+{
+  if (r == ncclSuccess || r == ncclInProgress)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "nccl %s%s%d: %s", what,
+      rank ? " on rank " : "", rank ? rank->rank : 0, ncclGetErrorString (r));
+  return FALSE;
+}
+
+static gboolean
+cuda_check (cudaError_t e, const char *what, GError ** error)
+{
+  if (e == cudaSuccess)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cuda %s: %s", what,
+      cudaGetErrorString (e));
+  return FALSE;
+}
+
+static gboolean
+nccl_type (LbDType dtype, ncclDataType_t * out, GError ** error)
+{
+  switch (dtype) {
+    case LB_DTYPE_F32:
+      *out = ncclFloat32;
+      return TRUE;
+    case LB_DTYPE_BF16:
+      *out = ncclBfloat16;
+      return TRUE;
+    case LB_DTYPE_F16:
+      *out = ncclFloat16;
+      return TRUE;
+    case LB_DTYPE_I32:
+      *out = ncclInt32;
+      return TRUE;
+    case LB_DTYPE_I64:
+      *out = ncclInt64;
+      return TRUE;
+    case LB_DTYPE_U8:
+      *out = ncclUint8;
+      return TRUE;
+    case LB_DTYPE_F64:
+      *out = ncclFloat64;
+      return TRUE;
+    default:
+      g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+          "nccl: no data type for %s", lb_dtype_name (dtype));
+      return FALSE;
+  }
+}
+
+static inline cudaStream_t
+stream_of (LbRank * rank)
+{
+  return (cudaStream_t) rank->stream->native;
+}
+
+/* Closes the groups this rank opened, so that NCCL's per-thread group
+ * state stays balanced when a grouped operation fails half way. */
+static void
+unwind_groups (NcclState * st, LbRank * rank)
+{
+  for (; st->depth[rank->rank] > 0; st->depth[rank->rank]--)
+    ncclGroupEnd ();
+}
+
+/* Every call: right device on this thread, live communicator, no abort. */
+static gboolean
+prep (NcclState * st, LbRank * rank, GError ** error)
+{
+  gboolean ok = lb_rank_check_abort (rank, error);
+  if (ok && st->comm_dead[rank->rank]) {
+    g_set_error (error, LB_ERROR, LB_ERROR_RANK_FAILED,
+        "nccl: communicator of rank %d was aborted", rank->rank);
+    ok = FALSE;
+  }
+  ok = ok && cuda_check (cudaSetDevice (rank->device), "set device", error);
+  if (!ok)
+    unwind_groups (st, rank);
+  return ok;
+}
+
+static gboolean
+init_comms (NcclState * st, GError ** error)
+{
+  if (!nccl_check (ncclCommInitAll (st->comms, st->n, st->devs), NULL,
+          "CommInitAll", error))
+    return FALSE;
+  for (int i = 0; i < st->n; i++)
+    st->comm_dead[i] = FALSE;
+  return TRUE;
+}
+
+static void
+nccl_destroy (gpointer state)
+{
+  NcclState *st = state;
+  int prev = 0;
+  cudaGetDevice (&prev);
+  for (int i = 0; i < st->n; i++) {
+    if (st->comms[i] != NULL && !st->comm_dead[i])
+      ncclCommDestroy (st->comms[i]);
+    if (st->barrier_buf[i] != NULL) {
+      cudaSetDevice (st->devs[i]);
+      cudaFree (st->barrier_buf[i]);
+    }
+  }
+  cudaSetDevice (prev);
+  g_free (st->devs);
+  g_free (st->comms);
+  g_free (st->barrier_buf);
+  g_free (st->comm_dead);
+  g_free (st->depth);
+  g_free (st);
+}
+
+static gpointer
+nccl_create (LbWorkerGroup * group, GError ** error)
+{
+  NcclState *st = g_new0 (NcclState, 1);
+  st->group = group;
+  st->n = lb_worker_group_get_n_ranks (group);
+  st->devs = g_new0 (int, st->n);
+  st->comms = g_new0 (ncclComm_t, st->n);
+  st->barrier_buf = g_new0 (float *, st->n);
+  st->comm_dead = g_new0 (gboolean, st->n);
+  st->depth = g_new0 (int, st->n);
+  int prev = 0;
+  cudaGetDevice (&prev);
+  gboolean ok = TRUE;
+  for (int i = 0; i < st->n && ok; i++) {
+    st->devs[i] = lb_worker_group_get_rank (group, i)->device;
+    ok = cuda_check (cudaSetDevice (st->devs[i]), "set device", error) &&
+        cuda_check (cudaMalloc ((void **) &st->barrier_buf[i],
+            sizeof (float)), "barrier buffer", error);
+  }
+  cudaSetDevice (prev);
+  if (ok && !init_comms (st, error)) {
+    for (int i = 0; i < st->n; i++)
+      st->comm_dead[i] = TRUE;  /* nothing to destroy */
+    ok = FALSE;
+  }
+  if (!ok) {
+    nccl_destroy (st);
+    return NULL;
+  }
+  return st;
+}
+
+static gboolean
+nccl_reset (gpointer state, GError ** error)
+{
+  NcclState *st = state;
+  /* Ranks may have stopped at different points: no communicator is in a
+   * known state any more.  Abort the live ones (destroy could wait for
+   * work that never completes) and start over. */
+  for (int i = 0; i < st->n; i++) {
+    if (!st->comm_dead[i])
+      ncclCommAbort (st->comms[i]);
+    st->comm_dead[i] = TRUE;
+  }
+  return init_comms (st, error);
+}
+
+static void
+nccl_abort (gpointer state)
+{
+  /* Ranks poll the group's abort flag in nccl_synchronize and abort their
+   * own communicator there: ncclCommAbort must not race a thread that is
+   * issuing calls on the same communicator. */
+}
+
+static gboolean
+nccl_synchronize (gpointer state, LbRank * rank, GError ** error)
+{
+  NcclState *st = state;
+  if (st->comm_dead[rank->rank])
+    return prep (st, rank, error);
+  gint64 deadline = lb_rank_deadline (rank);
+  cudaStream_t s = stream_of (rank);
+  ncclComm_t comm = st->comms[rank->rank];
+  for (guint spin = 0;; spin++) {
+    cudaError_t e = cudaStreamQuery (s);
+    if (e == cudaSuccess)
+      return TRUE;
+    if (e != cudaErrorNotReady)
+      return cuda_check (e, "stream", error);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError (comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort (comm);
+      st->comm_dead[rank->rank] = TRUE;
+      return nccl_check (async, rank, "async error", error);
+    }
+    if (lb_worker_group_is_aborted (rank->group)) {
+      ncclCommAbort (comm);
+      st->comm_dead[rank->rank] = TRUE;
+      return lb_rank_check_abort (rank, error);
+    }
+    if (g_get_monotonic_time () > deadline) {
+      ncclCommAbort (comm);
+      st->comm_dead[rank->rank] = TRUE;
+      g_set_error (error, LB_ERROR, LB_ERROR_TIMEOUT,
+          "nccl: rank %d: collectives not complete within %u ms",
+          rank->rank, lb_worker_group_get_timeout_ms (rank->group));
+      return FALSE;
+    }
+    if (spin > 1000)
+      g_usleep (50);
+  }
+}
+
+static gboolean
+nccl_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, const gsize * send_counts, const gsize * send_displs,
+    void *recv, const gsize * recv_counts, const gsize * recv_displs,
+    GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  gsize es = lb_dtype_size (dtype);
+  ncclComm_t comm = st->comms[rank->rank];
+  cudaStream_t s = stream_of (rank);
+  ncclResult_t r = ncclGroupStart ();
+  for (int p = 0; p < st->n && r == ncclSuccess; p++) {
+    if (send_counts[p] > 0)
+      r = ncclSend ((const char *) send + send_displs[p] * es,
+          send_counts[p], t, p, comm, s);
+    if (r == ncclSuccess && recv_counts[p] > 0)
+      r = ncclRecv ((char *) recv + recv_displs[p] * es, recv_counts[p], t,
+          p, comm, s);
+  }
+  ncclResult_t r2 = ncclGroupEnd ();
+  return nccl_check (r, rank, "all_to_all", error) &&
+      nccl_check (r2, rank, "all_to_all (group end)", error);
+}
+
+static gboolean
+nccl_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, void *recv, gsize count, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  gsize es = lb_dtype_size (dtype);
+  ncclComm_t comm = st->comms[rank->rank];
+  cudaStream_t s = stream_of (rank);
+  ncclResult_t r = ncclGroupStart ();
+  for (int p = 0; p < st->n && r == ncclSuccess && count > 0; p++) {
+    r = ncclSend ((const char *) send + (gsize) p * count * es, count, t, p,
+        comm, s);
+    if (r == ncclSuccess)
+      r = ncclRecv ((char *) recv + (gsize) p * count * es, count, t, p,
+          comm, s);
+  }
+  ncclResult_t r2 = ncclGroupEnd ();
+  return nccl_check (r, rank, "all_to_all", error) &&
+      nccl_check (r2, rank, "all_to_all (group end)", error);
+}
+
+static gboolean
+nccl_all_gather (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, void *recv, gsize count, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclAllGather (send, recv, count, t,
+          st->comms[rank->rank], stream_of (rank)), rank, "all_gather",
+      error);
+}
+
+static gboolean
+nccl_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, gsize send_count, void *recv, const gsize * recv_counts,
+    const gsize * recv_displs, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  gsize es = lb_dtype_size (dtype);
+  ncclResult_t r = ncclGroupStart ();
+  for (int p = 0; p < st->n && r == ncclSuccess; p++) {
+    if (recv_counts[p] == 0)
+      continue;
+    r = ncclBroadcast (p == rank->rank ? send : NULL,
+        (char *) recv + recv_displs[p] * es, recv_counts[p], t, p,
+        st->comms[rank->rank], stream_of (rank));
+  }
+  ncclResult_t r2 = ncclGroupEnd ();
+  return nccl_check (r, rank, "all_gather_v", error) &&
+      nccl_check (r2, rank, "all_gather_v (group end)", error);
+}
+
+static gboolean
+nccl_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, void *recv, gsize recv_count, LbReduceOp op,
+    GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclReduceScatter (send, recv, recv_count, t, ncclSum,
+          st->comms[rank->rank], stream_of (rank)), rank, "reduce_scatter",
+      error);
+}
+
+static gboolean
+nccl_all_reduce (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, void *recv, gsize count, LbReduceOp op,
+    GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclAllReduce (send, recv, count, t, ncclSum,
+          st->comms[rank->rank], stream_of (rank)), rank, "all_reduce",
+      error);
+}
+
+static gboolean
+nccl_broadcast (gpointer state, LbRank * rank, LbDType dtype, void *buf,
+    gsize count, int root, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclBroadcast (buf, buf, count, t, root,
+          st->comms[rank->rank], stream_of (rank)), rank, "broadcast",
+      error);
+}
+
+static gboolean
+nccl_send (gpointer state, LbRank * rank, LbDType dtype, const void *buf,
+    gsize count, int peer, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclSend (buf, count, t, peer, st->comms[rank->rank],
+          stream_of (rank)), rank, "send", error);
+}
+
+static gboolean
+nccl_recv (gpointer state, LbRank * rank, LbDType dtype, void *buf,
+    gsize count, int peer, GError ** error)
+{
+  NcclState *st = state;
+  ncclDataType_t t;
+  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+    return FALSE;
+  return nccl_check (ncclRecv (buf, count, t, peer, st->comms[rank->rank],
+          stream_of (rank)), rank, "recv", error);
+}
+
+static gboolean
+nccl_barrier (gpointer state, LbRank * rank, GError ** error)
+{
+  NcclState *st = state;
+  if (!prep (st, rank, error))
+    return FALSE;
+  float *b = st->barrier_buf[rank->rank];
+  if (!nccl_check (ncclAllReduce (b, b, 1, ncclFloat32, ncclSum,
+              st->comms[rank->rank], stream_of (rank)), rank, "barrier",
+          error))
+    return FALSE;
+  return nccl_synchronize (state, rank, error);
+}
+
+static gboolean
+nccl_group_start (gpointer state, LbRank * rank, GError ** error)
+{
+  NcclState *st = state;
+  if (!prep (st, rank, error))
+    return FALSE;
+  if (!nccl_check (ncclGroupStart (), rank, "group start", error))
+    return FALSE;
+  st->depth[rank->rank]++;
+  return TRUE;
+}
+
+static gboolean
+nccl_group_end (gpointer state, LbRank * rank, GError ** error)
+{
+  NcclState *st = state;
+  if (st->depth[rank->rank] == 0) {
+    /* Already unwound by a failed operation inside the group. */
+    if (!lb_rank_check_abort (rank, error))
+      return FALSE;
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "nccl: group_end without group_start on rank %d", rank->rank);
+    return FALSE;
+  }
+  st->depth[rank->rank]--;
+  ncclResult_t r = ncclGroupEnd ();
+  if (!lb_rank_check_abort (rank, error)) {
+    unwind_groups (st, rank);
+    return FALSE;
+  }
+  return nccl_check (r, rank, "group end", error);
+}
+
+static const LbCollectivesClass nccl_class = {
+  .name = "nccl",
+  .create = nccl_create,
+  .destroy = nccl_destroy,
+  .reset = nccl_reset,
+  .abort = nccl_abort,
+  .all_to_all = nccl_all_to_all,
+  .all_to_all_v = nccl_all_to_all_v,
+  .all_gather = nccl_all_gather,
+  .all_gather_v = nccl_all_gather_v,
+  .reduce_scatter = nccl_reduce_scatter,
+  .all_reduce = nccl_all_reduce,
+  .broadcast = nccl_broadcast,
+  .send = nccl_send,
+  .recv = nccl_recv,
+  .barrier = nccl_barrier,
+  .group_start = nccl_group_start,
+  .group_end = nccl_group_end,
+  .synchronize = nccl_synchronize,
+};
+
+/**
+ * lb_nccl_collectives:
+ *
+ * The NCCL implementation of #LbCollectivesClass, for CUDA worker groups
+ * in one process.  The CUDA backend module registers it with
+ * lb_collectives_register (%LB_DEVICE_CUDA, lb_nccl_collectives ()).
+ *
+ * Returns: (transfer none): the class.
+ */
+const LbCollectivesClass *
+lb_nccl_collectives (void)
+{
+  return &nccl_class;
+}
