@@ -188,9 +188,14 @@ static inline void
 cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
 {
   const float a = -0.75f;
-  float real = scale * ((float) o + 0.5f) - 0.5f;
-  float fl = floorf (real);
-  float t = real - fl;
+  /* The source coordinate and its fraction are taken in double (the
+   * float32 scale times a double `o + 0.5`) and only the fraction is
+   * rounded to float: this is what reproduces the reference's 480p resize
+   * (golden preprocess fixture: 1e-6 instead of 1e-4 with a float32
+   * coordinate). */
+  double real = (double) scale * ((double) o + 0.5) - 0.5;
+  double fl = floor (real);
+  float t = (float) (real - fl);
   int64_t i0 = (int64_t) fl;
   wt[0] = cubic2 (t + 1.0f, a);
   wt[1] = cubic1 (t, a);
@@ -210,7 +215,8 @@ cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
  * Bicubic resize exactly as torch.nn.functional.interpolate(mode="bicubic",
  * align_corners=False, antialias=False) on the CPU (golden README 4; spec
  * 6.2): scale = in/out in float32, source coordinate
- * `scale * (o + 0.5) - 0.5` (not clamped), cubic convolution with
+ * `scale * (o + 0.5) - 0.5` and its fraction evaluated in double (not
+ * clamped), cubic convolution with
  * A = -0.75, the 4 taps clamped to the border, rows of 4 width taps
  * combined first, all in float32.  Downscaling does not low-pass filter.
  *

@@ -604,12 +604,13 @@ check_bicubic (int64_t c, int64_t h, int64_t w, int64_t ho, int64_t wo)
   for (int64_t ci = 0; ci < c; ci++)
     for (int64_t oy = 0; oy < ho; oy++)
       for (int64_t ox = 0; ox < wo; ox++) {
-        /* source coordinates in float32 as torch computes them (they are
-         * part of the semantics: at 6x downscaling a double coordinate
-         * moves results by ~5e-5); the interpolation itself in double */
+        /* the scale is a float32 ratio and the source coordinate is
+         * formed in double from it (part of the semantics: the golden
+         * preprocess fixture at ~6x downscaling only matches this way);
+         * the interpolation itself in double */
         float fsy = (float) h / (float) ho, fsx = (float) w / (float) wo;
-        double sy = fsy * ((float) oy + 0.5f) - 0.5f;
-        double sx = fsx * ((float) ox + 0.5f) - 0.5f;
+        double sy = (double) fsy * ((double) oy + 0.5) - 0.5;
+        double sx = (double) fsx * ((double) ox + 0.5) - 0.5;
         double fy = floor (sy), fx = floor (sx), acc = 0;
         for (int k = -1; k <= 2; k++)
           for (int l = -1; l <= 2; l++) {

@@ -1,0 +1,405 @@
+/* lingbot-gst: JSON control traces and their virtual-clock chunk schedule
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Trace format (the bundled stream_lingbot_controls.json):
+ *   {"events": [{"delay_s": 1.0,
+ *                "message": {"type": "control", "key": "ArrowUp",
+ *                            "action": "press"}}, ...]}
+ * delay_s is the time from the session start.  golden README 3.3.
+ */
+#include "lingbot/control.h"
+#include "kernels/error.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+struct _LingbotControlTrace {
+  GArray *events;               /* LingbotControlEvent, sorted by time */
+  GPtrArray *warnings;          /* NULL-terminated strings */
+};
+
+static void
+trace_warn (LingbotControlTrace * t, const char *fmt, ...) G_GNUC_PRINTF (2,
+    3);
+
+static void
+trace_warn (LingbotControlTrace * t, const char *fmt, ...)
+{
+  va_list ap;
+  char *msg;
+
+  va_start (ap, fmt);
+  msg = g_strdup_vprintf (fmt, ap);
+  va_end (ap);
+  g_debug ("%s", msg);
+  /* keep the array NULL-terminated */
+  g_ptr_array_remove_index (t->warnings, t->warnings->len - 1);
+  g_ptr_array_add (t->warnings, msg);
+  g_ptr_array_add (t->warnings, NULL);
+}
+
+static gint
+event_cmp (gconstpointer a, gconstpointer b)
+{
+  const LingbotControlEvent *x = a, *y = b;
+  return x->time_s < y->time_s ? -1 : x->time_s > y->time_s ? 1 : 0;
+}
+
+static gboolean
+bad_event (GError ** error, guint index, const char *field, const char *why)
+{
+  g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+      "control trace: event %u: field '%s' %s", index, field, why);
+  return FALSE;
+}
+
+static gboolean
+is_number (JsonNode * n)
+{
+  GType t;
+
+  if (n == NULL || !JSON_NODE_HOLDS_VALUE (n))
+    return FALSE;
+  t = json_node_get_value_type (n);
+  return t == G_TYPE_DOUBLE || t == G_TYPE_INT64;
+}
+
+static const char *
+member_string (JsonObject * o, const char *name)
+{
+  JsonNode *n = json_object_get_member (o, name);
+
+  if (n == NULL || !JSON_NODE_HOLDS_VALUE (n)
+      || json_node_get_value_type (n) != G_TYPE_STRING)
+    return NULL;
+  return json_node_get_string (n);
+}
+
+static gboolean
+parse_event (LingbotControlTrace * t, JsonNode * node, guint index,
+    GError ** error)
+{
+  JsonObject *ev, *msg;
+  JsonNode *delay, *mnode;
+  LingbotControlEvent e = { 0 };
+  const char *type, *key, *action;
+
+  if (!JSON_NODE_HOLDS_OBJECT (node)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "control trace: event %u is not an object", index);
+    return FALSE;
+  }
+  ev = json_node_get_object (node);
+  delay = json_object_get_member (ev, "delay_s");
+  if (delay == NULL)
+    return bad_event (error, index, "delay_s", "is missing");
+  if (!is_number (delay))
+    return bad_event (error, index, "delay_s", "is not a number");
+  e.time_s = json_node_get_double (delay);
+  if (!(e.time_s >= 0.0) || !isfinite (e.time_s))
+    return bad_event (error, index, "delay_s",
+        "must be a finite number >= 0");
+
+  mnode = json_object_get_member (ev, "message");
+  if (mnode == NULL)
+    return bad_event (error, index, "message", "is missing");
+  if (!JSON_NODE_HOLDS_OBJECT (mnode))
+    return bad_event (error, index, "message", "is not an object");
+  msg = json_node_get_object (mnode);
+
+  type = member_string (msg, "type");
+  if (json_object_has_member (msg, "type") && type == NULL)
+    return bad_event (error, index, "message.type", "is not a string");
+  if (type != NULL && strcmp (type, "reset_pose") == 0) {
+    e.type = LINGBOT_CONTROL_EVENT_RESET;
+    g_array_append_val (t->events, e);
+    return TRUE;
+  }
+  if (type != NULL && strcmp (type, "control") != 0) {
+    trace_warn (t, "control trace: event %u: message type '%s' ignored",
+        index, type);
+    return TRUE;
+  }
+
+  action = member_string (msg, "action");
+  if (action == NULL && json_object_has_member (msg, "event"))
+    action = member_string (msg, "event");
+  if (action == NULL && (json_object_has_member (msg, "action")
+          || json_object_has_member (msg, "event")))
+    return bad_event (error, index, "message.action", "is not a string");
+  if (action == NULL || g_ascii_strcasecmp (action, "press") == 0
+      || g_ascii_strcasecmp (action, "keydown") == 0) {
+    e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  } else if (g_ascii_strcasecmp (action, "release") == 0
+      || g_ascii_strcasecmp (action, "keyup") == 0
+      || g_ascii_strcasecmp (action, "end") == 0) {
+    e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+  } else if (g_ascii_strcasecmp (action, "reset") == 0) {
+    e.type = LINGBOT_CONTROL_EVENT_RESET;
+    g_array_append_val (t->events, e);
+    return TRUE;
+  } else {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "control trace: event %u: field 'message.action' has unknown value "
+        "'%s' (press, release or reset)", index, action);
+    return FALSE;
+  }
+
+  key = member_string (msg, "key");
+  if (key == NULL)
+    key = member_string (msg, "control");
+  if (key == NULL)
+    key = member_string (msg, "direction");
+  if (key == NULL)
+    return bad_event (error, index, "message.key",
+        "is missing or not a string");
+  e.key = lingbot_key_from_name (key);
+  if (e.key == 0) {
+    trace_warn (t, "control trace: event %u: unknown key '%s' ignored",
+        index, key);
+    return TRUE;
+  }
+  g_array_append_val (t->events, e);
+  return TRUE;
+}
+
+/**
+ * lingbot_control_trace_new_from_data:
+ * @data: JSON text
+ * @length: its length, or -1 when NUL-terminated
+ * @error: return location for a #GError
+ *
+ * Parses a control trace: an object with an "events" array whose items
+ * carry "delay_s" (seconds from the session start, >= 0) and a "message"
+ * object: type "control" with "key" (lingbot_key_from_name()) and
+ * "action" ("press"/"keydown", "release"/"keyup"/"end", "reset"), or type
+ * "reset_pose".  Unknown keys and message types are skipped and listed by
+ * lingbot_control_trace_get_warnings().  Events are ordered by time
+ * (stable for equal times).
+ *
+ * Returns: (transfer full): the trace, or %NULL with %LB_ERROR_FORMAT
+ *   naming the event index and the field at fault.
+ */
+LingbotControlTrace *
+lingbot_control_trace_new_from_data (const char *data, gssize length,
+    GError ** error)
+{
+  g_autoptr (JsonParser) parser = json_parser_new ();
+  g_autoptr (GError) jerr = NULL;
+  LingbotControlTrace *t;
+  JsonNode *root, *events;
+  JsonArray *arr;
+
+  if (!json_parser_load_from_data (parser, data, length, &jerr)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "control trace: invalid JSON: %s", jerr->message);
+    return NULL;
+  }
+  root = json_parser_get_root (parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "control trace: the top level is not an object");
+    return NULL;
+  }
+  events = json_object_get_member (json_node_get_object (root), "events");
+  if (events == NULL || !JSON_NODE_HOLDS_ARRAY (events)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "control trace: field 'events' is missing or not an array");
+    return NULL;
+  }
+  arr = json_node_get_array (events);
+
+  t = g_new0 (LingbotControlTrace, 1);
+  t->events = g_array_new (FALSE, FALSE, sizeof (LingbotControlEvent));
+  t->warnings = g_ptr_array_new_with_free_func (g_free);
+  g_ptr_array_add (t->warnings, NULL);
+  for (guint i = 0; i < json_array_get_length (arr); i++) {
+    if (!parse_event (t, json_array_get_element (arr, i), i, error)) {
+      lingbot_control_trace_free (t);
+      return NULL;
+    }
+  }
+  /* g_array_sort is not stable; events at equal times keep file order */
+  {
+    guint n = t->events->len;
+    LingbotControlEvent *e = (LingbotControlEvent *) t->events->data;
+    for (guint i = 1; i < n; i++) {
+      LingbotControlEvent x = e[i];
+      guint j = i;
+      while (j > 0 && event_cmp (&e[j - 1], &x) > 0) {
+        e[j] = e[j - 1];
+        j--;
+      }
+      e[j] = x;
+    }
+  }
+  return t;
+}
+
+/**
+ * lingbot_control_trace_new_from_file:
+ * @path: a JSON trace file
+ * @error: return location for a #GError
+ *
+ * Returns: (transfer full): the trace, or %NULL (%LB_ERROR_IO when the
+ *   file cannot be read, else as lingbot_control_trace_new_from_data()).
+ */
+LingbotControlTrace *
+lingbot_control_trace_new_from_file (const char *path, GError ** error)
+{
+  g_autofree char *data = NULL;
+  gsize len = 0;
+  g_autoptr (GError) ferr = NULL;
+  LingbotControlTrace *t;
+
+  if (!g_file_get_contents (path, &data, &len, &ferr)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s", ferr->message);
+    return NULL;
+  }
+  t = lingbot_control_trace_new_from_data (data, (gssize) len, error);
+  if (t == NULL && error && *error)
+    g_prefix_error (error, "%s: ", path);
+  return t;
+}
+
+/** lingbot_control_trace_free: @trace: (nullable): a trace */
+void
+lingbot_control_trace_free (LingbotControlTrace * trace)
+{
+  if (trace == NULL)
+    return;
+  g_array_unref (trace->events);
+  g_ptr_array_unref (trace->warnings);
+  g_free (trace);
+}
+
+/**
+ * lingbot_control_trace_get_events:
+ * @trace: a trace
+ * @n_events: (out) (optional): number of events
+ *
+ * Returns: (transfer none) (array length=n_events): the events in time
+ *   order (skipped ones excluded).
+ */
+const LingbotControlEvent *
+lingbot_control_trace_get_events (const LingbotControlTrace * trace,
+    guint * n_events)
+{
+  if (n_events)
+    *n_events = trace->events->len;
+  return (const LingbotControlEvent *) trace->events->data;
+}
+
+/**
+ * lingbot_control_trace_get_warnings:
+ * @trace: a trace
+ *
+ * Returns: (transfer none) (array zero-terminated=1): what was skipped
+ *   while parsing (unknown keys, unknown message types).
+ */
+const char *const *
+lingbot_control_trace_get_warnings (const LingbotControlTrace * trace)
+{
+  return (const char *const *) trace->warnings->pdata;
+}
+
+/* ------------------------------------------------------------------ */
+
+#define MAX_WAITING 2           /* submitted chunks waiting to start */
+
+/**
+ * lingbot_control_trace_schedule:
+ * @trace: a trace
+ * @n_chunks: chunks in the session (e.g. 60 for 957 frames at C = 4)
+ * @chunk_size: latent frames per chunk
+ * @fps: video frame rate
+ * @out: (out caller-allocates) (array length=n_chunks): per chunk key set,
+ *   source and virtual-clock times
+ *
+ * Maps the trace onto the chunk timeline with the documented virtual clock
+ * (golden README 3.3): each chunk takes exactly its playback time
+ * (lingbot_chunk_video_frames() / fps), one at a time, starting when
+ * requested or when the previous one ends; events at or before the
+ * current time are applied before each decision; a decision takes a
+ * pending tap (also while chunks are in flight, as long as fewer than 2
+ * submitted chunks wait to start) or, when idle, the held set; otherwise
+ * the clock advances to the next event, chunk start or chunk end.
+ * Deterministic.
+ *
+ * Returns: the number of chunks scheduled; fewer than @n_chunks when the
+ *   trace ends with nothing held.
+ */
+guint
+lingbot_control_trace_schedule (const LingbotControlTrace * trace,
+    guint n_chunks, guint chunk_size, guint fps, LingbotTraceChunk * out)
+{
+  guint n_ev = 0, ev = 0, done = 0;
+  const LingbotControlEvent *events =
+      lingbot_control_trace_get_events (trace, &n_ev);
+  LingbotKeyState ks;
+  double now = 0.0, last_end = 0.0;
+  gboolean reset_pending = FALSE;
+
+  lingbot_key_state_init (&ks);
+  while (done < n_chunks) {
+    gboolean idle, took;
+    guint waiting = 0, keys = 0;
+    gboolean is_tap = FALSE;
+    double next = INFINITY;
+
+    for (; ev < n_ev && events[ev].time_s <= now; ev++) {
+      switch (events[ev].type) {
+        case LINGBOT_CONTROL_EVENT_PRESS:
+          lingbot_key_state_press (&ks, events[ev].key);
+          break;
+        case LINGBOT_CONTROL_EVENT_RELEASE:
+          lingbot_key_state_release (&ks, events[ev].key);
+          break;
+        case LINGBOT_CONTROL_EVENT_RESET:
+          lingbot_key_state_init (&ks);
+          reset_pending = TRUE;
+          break;
+      }
+    }
+
+    idle = !(done > 0 && out[done - 1].end_time_s > now);
+    for (guint i = 0; i < done; i++)
+      if (out[i].start_time_s > now)
+        waiting++;
+
+    took = FALSE;
+    if (ks.has_tap && (idle || waiting < MAX_WAITING))
+      took = lingbot_key_state_take (&ks, idle, &keys, &is_tap);
+    else if (!ks.has_tap && idle)
+      took = lingbot_key_state_take (&ks, TRUE, &keys, &is_tap);
+
+    if (took) {
+      LingbotTraceChunk *c = &out[done];
+      c->keys = keys;
+      c->is_tap = is_tap;
+      c->reset_before = reset_pending;
+      c->request_time_s = now;
+      c->start_time_s = MAX (now, last_end);
+      c->end_time_s = c->start_time_s +
+          (double) lingbot_chunk_video_frames (done, chunk_size) / fps;
+      last_end = c->end_time_s;
+      reset_pending = FALSE;
+      done++;
+      continue;                 /* decide again at the same time */
+    }
+
+    if (ev < n_ev)
+      next = events[ev].time_s;
+    for (guint i = 0; i < done; i++) {
+      if (out[i].start_time_s > now && out[i].start_time_s < next)
+        next = out[i].start_time_s;
+      if (out[i].end_time_s > now && out[i].end_time_s < next)
+        next = out[i].end_time_s;
+    }
+    if (!isfinite (next))
+      break;                    /* nothing held, no input left */
+    now = next;
+  }
+  return done;
+}

@@ -1,0 +1,31 @@
+/* lingbot-gst: reference-image loading and preprocessing
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * lingbot_model_spec.md section 6.1-6.2; golden README section 4.
+ */
+#pragma once
+
+#include <glib.h>
+#include "kernels/tensor.h"
+
+G_BEGIN_DECLS
+
+/** LINGBOT_IMAGE_MAX_AREA_480P: pixel budget of "480p" (480*832). */
+#define LINGBOT_IMAGE_MAX_AREA_480P (480.0 * 832.0)
+/** LINGBOT_IMAGE_MAX_AREA_720P: pixel budget of "720p" (720*1280). */
+#define LINGBOT_IMAGE_MAX_AREA_720P (720.0 * 1280.0)
+
+gboolean lingbot_image_output_size (int image_width, int image_height,
+    double max_area, int *width, int *height, GError ** error);
+
+LbTensor *lingbot_image_decode_jpeg (const guint8 * data, gsize length,
+    GError ** error);
+LbTensor *lingbot_image_load_jpeg (const char *path, GError ** error);
+
+LbTensor *lingbot_image_normalize (const LbTensor * rgb, GError ** error);
+LbTensor *lingbot_image_preprocess (const LbTensor * rgb, int width,
+    int height, GError ** error);
+LbTensor *lingbot_image_load (const char *path, double max_area,
+    GError ** error);
+
+G_END_DECLS

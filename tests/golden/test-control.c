@@ -1,0 +1,834 @@
+/* lingbot-gst: camera control against control.safetensors
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * golden README section 3: the keyboard trace (virtual-clock schedule,
+ * per-frame poses, chunk poses, relative poses, control tensors at 80x48
+ * and 832x464), the synthetic yaw/pitch trace with the pitch limit, and the
+ * offline poses.npy path.  Control tensors must be within 1e-5 absolute.
+ */
+#include "golden-common.h"
+#include "lingbot/control.h"
+#include "kernels/error.h"
+
+#include <json-glib/json-glib.h>
+
+#define CONTROL_TOL 1e-5
+
+static LingbotCheckpoint *fx;
+static int img_w, img_h;
+
+/* ---- small helpers ---- */
+
+static char *
+trace_json_from_metadata (const char *key)
+{
+  const char *md = lingbot_checkpoint_get_metadata_value (fx, key);
+  g_autoptr (JsonParser) p = json_parser_new ();
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonGenerator) gen = json_generator_new ();
+  g_autoptr (JsonNode) root = NULL;
+  JsonNode *r;
+  JsonArray *ev;
+
+  g_assert_nonnull (md);
+  g_assert_true (json_parser_load_from_data (p, md, -1, NULL));
+  r = json_parser_get_root (p);
+  if (JSON_NODE_HOLDS_OBJECT (r))
+    ev = json_object_get_array_member (json_node_get_object (r), "events");
+  else
+    ev = json_node_get_array (r);
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "events");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < json_array_get_length (ev); i++) {
+    JsonArray *pair = json_array_get_array_element (ev, i);
+    json_builder_begin_object (b);
+    json_builder_set_member_name (b, "delay_s");
+    json_builder_add_double_value (b, json_array_get_double_element (pair,
+            0));
+    json_builder_set_member_name (b, "message");
+    json_builder_add_value (b,
+        json_node_copy (json_array_get_element (pair, 1)));
+    json_builder_end_object (b);
+  }
+  json_builder_end_array (b);
+  json_builder_end_object (b);
+  root = json_builder_get_root (b);
+  json_generator_set_root (gen, root);
+  return json_generator_to_data (gen, NULL);
+}
+
+static void
+init_stream_config (LingbotControlConfig * cfg, int w, int h)
+{
+  lingbot_control_config_init (cfg, img_w, img_h, w, h);
+}
+
+static void
+check_intrinsics (const LingbotControl * c, const char *name)
+{
+  float k[4];
+  const float *want = golden_f32 (fx, name, NULL);
+  lingbot_control_get_intrinsics (c, k);
+  for (int i = 0; i < 4; i++)
+    g_assert_cmpfloat (fabs (k[i] - want[i]), <=, 1e-6 * fabs (want[i]));
+  golden_report ("%s: max rel err %.2g\n", name,
+      MAX (MAX (fabs (k[0] - want[0]) / want[0],
+              fabs (k[1] - want[1]) / want[1]),
+          MAX (fabs (k[2] - want[2]) / want[2],
+              fabs (k[3] - want[3]) / want[3])));
+}
+
+/* ---- keys, frame counts, parsing ---- */
+
+static void
+test_keys (void)
+{
+  g_autofree char *s = NULL;
+
+  g_assert_cmpuint (lingbot_key_from_name ("ArrowUp"), ==, LINGBOT_KEY_W);
+  g_assert_cmpuint (lingbot_key_from_name ("ArrowLeft"), ==, LINGBOT_KEY_A);
+  g_assert_cmpuint (lingbot_key_from_name ("ArrowRight"), ==, LINGBOT_KEY_D);
+  g_assert_cmpuint (lingbot_key_from_name ("ArrowDown"), ==, LINGBOT_KEY_S);
+  g_assert_cmpuint (lingbot_key_from_name ("KeyJ"), ==, LINGBOT_KEY_J);
+  g_assert_cmpuint (lingbot_key_from_name ("forward"), ==, LINGBOT_KEY_W);
+  g_assert_cmpuint (lingbot_key_from_name ("backward"), ==, LINGBOT_KEY_S);
+  g_assert_cmpuint (lingbot_key_from_name ("l"), ==, LINGBOT_KEY_L);
+  g_assert_cmpuint (lingbot_key_from_name ("KeyQ"), ==, 0);
+  g_assert_cmpuint (lingbot_key_from_name ("W"), ==, 0);
+  g_assert_cmpuint (lingbot_key_from_name (NULL), ==, 0);
+  s = lingbot_keys_to_string (LINGBOT_KEY_W | LINGBOT_KEY_A | LINGBOT_KEY_L);
+  g_assert_cmpstr (s, ==, "a,l,w");
+
+  /* service semantics: taps, held set, idle */
+  {
+    LingbotKeyState ks;
+    guint k;
+    gboolean tap;
+    lingbot_key_state_init (&ks);
+    g_assert_false (lingbot_key_state_take (&ks, TRUE, &k, &tap));
+    lingbot_key_state_press (&ks, LINGBOT_KEY_W);
+    lingbot_key_state_release (&ks, LINGBOT_KEY_W);
+    /* a tap is never lost even if released before the chunk */
+    g_assert_true (lingbot_key_state_take (&ks, FALSE, &k, &tap));
+    g_assert_cmpuint (k, ==, LINGBOT_KEY_W);
+    g_assert_true (tap);
+    g_assert_false (lingbot_key_state_take (&ks, TRUE, &k, &tap));
+    lingbot_key_state_press (&ks, LINGBOT_KEY_I);
+    lingbot_key_state_press (&ks, LINGBOT_KEY_I);      /* already held */
+    lingbot_key_state_press (&ks, LINGBOT_KEY_L);
+    g_assert_cmpuint (ks.revision, ==, 3);
+    g_assert_true (lingbot_key_state_take (&ks, TRUE, &k, &tap));
+    g_assert_cmpuint (k, ==, LINGBOT_KEY_I | LINGBOT_KEY_L);
+    g_assert_true (tap);
+    /* busy: held keys wait; idle: the held set */
+    g_assert_false (lingbot_key_state_take (&ks, FALSE, &k, &tap));
+    g_assert_true (lingbot_key_state_take (&ks, TRUE, &k, &tap));
+    g_assert_false (tap);
+  }
+}
+
+static void
+test_frame_counts (void)
+{
+  guint eff = 0, lat = 0;
+  g_autoptr (GError) err = NULL;
+
+  g_assert_true (lingbot_frame_count_resolve (77, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, &eff, &lat, &err));
+  g_assert_cmpuint (eff, ==, 77);
+  g_assert_cmpuint (lat, ==, 20);
+  g_assert_cmpuint (lat / 4, ==, 5);
+  g_assert_true (lingbot_frame_count_resolve (81, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, &eff, &lat, &err));
+  g_assert_cmpuint (eff, ==, 77);
+  g_assert_cmpuint (lat, ==, 20);
+  g_assert_true (lingbot_frame_count_resolve (61, 4,
+          LINGBOT_FRAME_POLICY_STRICT, &eff, &lat, &err));
+  g_assert_cmpuint (lat, ==, 16);
+  g_assert_false (lingbot_frame_count_resolve (81, 4,
+          LINGBOT_FRAME_POLICY_STRICT, &eff, &lat, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+  g_assert_false (lingbot_frame_count_resolve (78, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, &eff, &lat, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+  g_assert_false (lingbot_frame_count_resolve (9, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, &eff, &lat, &err));
+  g_clear_error (&err);
+
+  g_assert_cmpuint (lingbot_frame_count_for_duration (60.0, 16, 4), ==, 957);
+  g_assert_cmpuint (lingbot_frame_count_for_duration (120.0, 16, 4), ==,
+      1917);
+  g_assert_cmpuint (lingbot_frame_count_for_duration (0.1, 16, 4), ==, 0);
+  g_assert_cmpuint (lingbot_chunk_video_frames (0, 4), ==, 13);
+  g_assert_cmpuint (lingbot_chunk_video_frames (1, 4), ==, 16);
+  /* 13 + 4*16 = 77 */
+  {
+    guint total = 0;
+    for (guint c = 0; c < 5; c++)
+      total += lingbot_chunk_video_frames (c, 4);
+    g_assert_cmpuint (total, ==, 77);
+  }
+}
+
+static void
+expect_trace_error (const char *json, const char *needle1,
+    const char *needle2)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotControlTrace *t = lingbot_control_trace_new_from_data (json, -1,
+      &err);
+  g_assert_null (t);
+  g_assert_error (err, LB_ERROR, LB_ERROR_FORMAT);
+  if (needle1)
+    g_assert_nonnull (strstr (err->message, needle1));
+  if (needle2)
+    g_assert_nonnull (strstr (err->message, needle2));
+}
+
+static void
+test_trace_bad_inputs (void)
+{
+  const char *ok_ev =
+      "{\"delay_s\": 0.5, \"message\": {\"type\": \"control\", "
+      "\"key\": \"KeyW\", \"action\": \"press\"}}";
+  g_autofree char *missing_delay = g_strdup_printf ("{\"events\": [%s, "
+      "{\"message\": {\"type\": \"control\", \"key\": \"KeyA\", "
+      "\"action\": \"press\"}}]}", ok_ev);
+  g_autofree char *bad_delay = g_strdup_printf ("{\"events\": [%s, %s, "
+      "{\"delay_s\": \"soon\", \"message\": {}}]}", ok_ev, ok_ev);
+  g_autofree char *neg_delay = g_strdup_printf ("{\"events\": ["
+      "{\"delay_s\": -1, \"message\": {}}]}");
+  g_autofree char *no_msg = g_strdup_printf ("{\"events\": [%s, "
+      "{\"delay_s\": 1}]}", ok_ev);
+  g_autofree char *bad_action = g_strdup_printf ("{\"events\": [%s, "
+      "{\"delay_s\": 1, \"message\": {\"type\": \"control\", "
+      "\"key\": \"KeyA\", \"action\": \"wiggle\"}}]}", ok_ev);
+  g_autofree char *no_key = g_strdup_printf ("{\"events\": [%s, "
+      "{\"delay_s\": 1, \"message\": {\"type\": \"control\", "
+      "\"action\": \"press\"}}]}", ok_ev);
+
+  expect_trace_error ("{\"events\": [", "invalid JSON", NULL);
+  expect_trace_error ("[1, 2]", "top level", NULL);
+  expect_trace_error ("{\"event\": []}", "'events'", NULL);
+  expect_trace_error ("{\"events\": [3]}", "event 0", NULL);
+  expect_trace_error (missing_delay, "event 1", "delay_s");
+  expect_trace_error (bad_delay, "event 2", "delay_s");
+  expect_trace_error (neg_delay, "event 0", "delay_s");
+  expect_trace_error (no_msg, "event 1", "message");
+  expect_trace_error (bad_action, "event 1", "action");
+  expect_trace_error (no_key, "event 1", "key");
+
+  /* unknown keys and message types are skipped with a warning */
+  {
+    g_autoptr (GError) err = NULL;
+    const char *json = "{\"events\": ["
+        "{\"delay_s\": 0.2, \"message\": {\"type\": \"control\", "
+        "\"key\": \"KeyQ\", \"action\": \"press\"}},"
+        "{\"delay_s\": 0.1, \"message\": {\"type\": \"control\", "
+        "\"key\": \"KeyW\", \"action\": \"press\"}},"
+        "{\"delay_s\": 0.3, \"message\": {\"type\": \"ping\"}},"
+        "{\"delay_s\": 0.4, \"message\": {\"type\": \"reset_pose\"}}]}";
+    g_autoptr (LingbotControlTrace) t =
+        lingbot_control_trace_new_from_data (json, -1, &err);
+    const char *const *w;
+    const LingbotControlEvent *ev;
+    guint n;
+
+    g_assert_no_error (err);
+    ev = lingbot_control_trace_get_events (t, &n);
+    g_assert_cmpuint (n, ==, 2);
+    g_assert_cmpuint (ev[0].key, ==, LINGBOT_KEY_W);
+    g_assert_cmpint (ev[1].type, ==, LINGBOT_CONTROL_EVENT_RESET);
+    w = lingbot_control_trace_get_warnings (t);
+    g_assert_nonnull (w[0]);
+    g_assert_nonnull (strstr (w[0], "event 0"));
+    g_assert_nonnull (strstr (w[0], "KeyQ"));
+    g_assert_nonnull (w[1]);
+    g_assert_nonnull (strstr (w[1], "ping"));
+    g_assert_null (w[2]);
+  }
+  /* unknown key names in a live session are refused, nothing changes */
+  {
+    LingbotControlConfig cfg;
+    g_autoptr (LingbotControl) c = NULL;
+    guint k;
+    init_stream_config (&cfg, 80, 48);
+    c = lingbot_control_new (&cfg, NULL);
+    g_assert_false (lingbot_control_key_event (c, "KeyQ", TRUE));
+    g_assert_false (lingbot_control_take_keys (c, TRUE, &k, NULL));
+    g_assert_true (lingbot_control_key_event (c, "ArrowUp", TRUE));
+    g_assert_true (lingbot_control_take_keys (c, TRUE, &k, NULL));
+    g_assert_cmpuint (k, ==, LINGBOT_KEY_W);
+  }
+  /* bad geometry */
+  {
+    LingbotControlConfig cfg;
+    g_autoptr (GError) err = NULL;
+    init_stream_config (&cfg, 81, 48);
+    g_assert_null (lingbot_control_new (&cfg, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  }
+}
+
+/* ---- the schedule (virtual clock) ---- */
+
+static void
+check_schedule (const LingbotTraceChunk * ch, guint n, const char *prefix)
+{
+  g_autofree char *nk = g_strconcat (prefix, ".chunk_keys", NULL);
+  g_autofree char *nt = g_strconcat (prefix, ".chunk_is_tap", NULL);
+  g_autofree char *nr = g_strconcat (prefix, ".chunk_request_time_s", NULL);
+  g_autofree char *ns = g_strconcat (prefix, ".chunk_start_time_s", NULL);
+  int64_t cnt;
+  g_autofree double *keys = golden_f64 (fx, nk, &cnt);
+  g_autofree double *tap = golden_f64 (fx, nt, NULL);
+  g_autofree double *req = golden_f64 (fx, nr, NULL);
+  g_autofree double *start = golden_f64 (fx, ns, NULL);
+
+  g_assert_cmpint (n, ==, cnt);
+  for (guint i = 0; i < n; i++) {
+    g_assert_cmpuint (ch[i].keys, ==, (guint) keys[i]);
+    g_assert_cmpint (ch[i].is_tap, ==, (gboolean) tap[i]);
+    g_assert_cmpfloat (fabs (ch[i].request_time_s - req[i]), <, 1e-9);
+    g_assert_cmpfloat (fabs (ch[i].start_time_s - start[i]), <, 1e-9);
+  }
+}
+
+static void
+test_stream_schedule (void)
+{
+  g_autofree char *path = golden_shared_data_path
+      ("stream_lingbot_controls.json");
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotControlTrace) t = NULL;
+  LingbotTraceChunk ch[64];
+  guint frames, latent, n;
+
+  if (path == NULL) {
+    g_test_skip ("../shared/data/stream_lingbot_controls.json not found");
+    return;
+  }
+  t = lingbot_control_trace_new_from_file (path, &err);
+  g_assert_no_error (err);
+  lingbot_control_trace_get_events (t, &n);
+  g_assert_cmpuint (n, ==, 7);
+  g_assert_null (lingbot_control_trace_get_warnings (t)[0]);
+
+  frames = lingbot_frame_count_for_duration (60.0, 16, 4);
+  g_assert_true (lingbot_frame_count_resolve (frames, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, NULL, &latent, NULL));
+  n = lingbot_control_trace_schedule (t, latent / 4, 4, 16, ch);
+  g_assert_cmpuint (n, ==, 60);
+  check_schedule (ch, n, "stream");
+}
+
+static void
+test_synthetic_schedule (void)
+{
+  g_autofree char *json = trace_json_from_metadata ("synthetic_trace");
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotControlTrace) t =
+      lingbot_control_trace_new_from_data (json, -1, &err);
+  LingbotTraceChunk ch[16];
+  guint latent, n;
+
+  g_assert_no_error (err);
+  g_assert_true (lingbot_frame_count_resolve (253, 4,
+          LINGBOT_FRAME_POLICY_TRUNCATE, NULL, &latent, NULL));
+  n = lingbot_control_trace_schedule (t, latent / 4, 4, 16, ch);
+  g_assert_cmpuint (n, ==, 16);
+  check_schedule (ch, n, "synthetic");
+
+  /* a trace that ends with nothing held produces what it can */
+  {
+    const char *j = "{\"events\": [{\"delay_s\": 1.0, \"message\": "
+        "{\"type\": \"control\", \"key\": \"KeyW\", \"action\": \"press\"}},"
+        "{\"delay_s\": 1.5, \"message\": {\"type\": \"control\", "
+        "\"key\": \"KeyW\", \"action\": \"release\"}}]}";
+    g_autoptr (LingbotControlTrace) t2 =
+        lingbot_control_trace_new_from_data (j, -1, NULL);
+    g_assert_cmpuint (lingbot_control_trace_schedule (t2, 5, 4, 16, ch), ==,
+        1);
+  }
+}
+
+/* ---- per-frame poses ---- */
+
+static void
+check_frame_poses (const char *prefix)
+{
+  g_autofree char *nk = g_strconcat (prefix, ".chunk_keys", NULL);
+  g_autofree char *nf = g_strconcat (prefix, ".frame_c2w", NULL);
+  int64_t n_chunks, n;
+  g_autofree double *keys = golden_f64 (fx, nk, &n_chunks);
+  g_autofree double *want = golden_f64 (fx, nf, &n);
+  LingbotCameraParams p;
+  LingbotCamera cam;
+  double maxerr = 0.0;
+  gint64 frame = 0;
+
+  lingbot_camera_params_init (&p);
+  lingbot_camera_reset (&cam);
+  for (int64_t c = 0; c < n_chunks; c++) {
+    guint steps = c == 0 ? 12 : 16;
+    for (guint s = 0; s <= steps; s++) {
+      if (s > 0 || c == 0) {
+        if (s > 0)
+          lingbot_camera_step (&cam, &p, (guint) keys[c]);
+        g_assert_cmpint (frame, <, n / 16);
+        for (int i = 0; i < 16; i++)
+          maxerr = MAX (maxerr, fabs (cam.c2w[i] - want[frame * 16 + i]));
+        frame++;
+      }
+    }
+  }
+  g_assert_cmpint (frame, ==, n / 16);
+  golden_report ("%s.frame_c2w: %" G_GINT64_FORMAT " frames, max abs err "
+      "%.3g\n", prefix, frame, maxerr);
+  g_assert_cmpfloat (maxerr, <, 1e-9);
+}
+
+static void
+test_frame_poses (void)
+{
+  check_frame_poses ("stream");
+  check_frame_poses ("synthetic");
+}
+
+static void
+test_pitch_limit (void)
+{
+  LingbotCameraParams p;
+  LingbotCamera cam;
+  double lim;
+
+  lingbot_camera_params_init (&p);
+  lingbot_camera_reset (&cam);
+  lim = p.pitch_limit_degrees * (G_PI / 180.0);
+  for (int s = 1; s <= 200; s++) {
+    double before = cam.pitch;
+    lingbot_camera_step (&cam, &p, LINGBOT_KEY_I | LINGBOT_KEY_L);
+    if (s <= 170)
+      g_assert_cmpfloat (cam.pitch, >, before);
+    else
+      g_assert_cmpfloat (cam.pitch, ==, before);
+    g_assert_cmpfloat (cam.pitch, <=, lim);
+  }
+}
+
+/* ---- chunk poses, relative poses and control tensors (live path) ---- */
+
+typedef struct {
+  const char *prefix;
+  const int *control_chunks;
+  guint n_control_chunks;
+} LiveCase;
+
+static void
+run_live (const LiveCase * lc)
+{
+  g_autofree char *nk = g_strconcat (lc->prefix, ".chunk_keys", NULL);
+  g_autofree char *np = g_strconcat (lc->prefix, ".chunk_poses", NULL);
+  g_autofree char *nr = g_strconcat (lc->prefix, ".chunk_poses_rel", NULL);
+  g_autofree char *nprev = g_strconcat (lc->prefix, ".chunk_previous_pose",
+      NULL);
+  int64_t n_chunks;
+  g_autofree double *keys = golden_f64 (fx, nk, &n_chunks);
+  g_autofree double *poses = golden_f64 (fx, np, NULL);
+  const float *rel = golden_f32 (fx, nr, NULL);
+  g_autofree double *prev = lingbot_checkpoint_has_tensor (fx, nprev) ?
+      golden_f64 (fx, nprev, NULL) : NULL;
+  LingbotControlConfig cfg;
+  g_autoptr (LingbotControl) c = NULL;
+  g_autoptr (GError) err = NULL;
+  gsize nel;
+  g_autofree float *buf = NULL;
+  double pose_err = 0.0, rel_err = 0.0, ctl_err = 0.0;
+
+  init_stream_config (&cfg, 80, 48);
+  c = lingbot_control_new (&cfg, &err);
+  g_assert_no_error (err);
+  if (g_str_equal (lc->prefix, "stream"))
+    check_intrinsics (c, "stream.intrinsics_used_tiny");
+  nel = lingbot_control_get_chunk_n_elements (c, 0, 6);
+  g_assert_cmpuint (nel, ==, 384 * 4 * 6 * 10);
+  buf = g_new (float, nel);
+
+  for (int64_t k = 0; k < n_chunks; k++) {
+    const double *cp, *pp;
+    const float *cr;
+
+    g_assert_true (lingbot_control_advance (c, (guint) keys[k], &err));
+    g_assert_no_error (err);
+    g_assert_cmpint (lingbot_control_get_chunk_index (c), ==, k);
+    cp = lingbot_control_get_chunk_poses (c);
+    for (int i = 0; i < 64; i++)
+      pose_err = MAX (pose_err, fabs (cp[i] - poses[k * 64 + i]));
+    pp = lingbot_control_get_previous_pose (c);
+    if (k == 0)
+      g_assert_null (pp);
+    else
+      g_assert_nonnull (pp);
+    if (prev && k > 0)
+      for (int i = 0; i < 16; i++)
+        pose_err = MAX (pose_err, fabs (pp[i] - prev[k * 16 + i]));
+    cr = lingbot_control_get_chunk_rel_poses (c);
+    rel_err = MAX (rel_err, golden_max_abs_diff_f32 (cr, rel + k * 64, 64));
+
+    for (guint j = 0; j < lc->n_control_chunks; j++) {
+      if (lc->control_chunks[j] == k) {
+        g_autofree char *name = g_strdup_printf ("%s.control_tiny_chunk%d",
+            lc->prefix, (int) k);
+        const float *want = golden_f32 (fx, name, NULL);
+        double e;
+        g_assert_true (lingbot_control_fill (c, buf, nel, 0, 6, &err));
+        g_assert_no_error (err);
+        e = golden_max_abs_diff_f32 (buf, want, (int64_t) nel);
+        ctl_err = MAX (ctl_err, e);
+        g_assert_cmpfloat (e, <=, CONTROL_TOL);
+      }
+    }
+  }
+  golden_report ("%s: chunk_poses max abs err %.3g, chunk_poses_rel %.3g, "
+      "control_tiny %.3g\n", lc->prefix, pose_err, rel_err, ctl_err);
+  g_assert_cmpfloat (pose_err, <, 1e-9);
+  g_assert_cmpfloat (rel_err, <=, CONTROL_TOL);
+}
+
+static void
+test_stream_chunks (void)
+{
+  static const int chunks[] = { 0, 1, 2, 3, 4, 5, 59 };
+  LiveCase lc = { "stream", chunks, G_N_ELEMENTS (chunks) };
+  run_live (&lc);
+}
+
+static void
+test_synthetic_chunks (void)
+{
+  static const int chunks[] = { 0, 1, 12, 13 };
+  LiveCase lc = { "synthetic", chunks, G_N_ELEMENTS (chunks) };
+  run_live (&lc);
+}
+
+/* sum and sum of squares over all cells, per (channel, frame) */
+static void
+check_sums (const float *ctl, int hl, int wl, const char *sum_name,
+    const char *sumsq_name, const char *what)
+{
+  g_autofree double *ws = golden_f64 (fx, sum_name, NULL);
+  g_autofree double *wq = sumsq_name ? golden_f64 (fx, sumsq_name,
+      NULL) : NULL;
+  double es = 0.0, eq = 0.0;
+  gsize plane = (gsize) hl * wl;
+
+  for (int i = 0; i < 384 * 4; i++) {
+    double s = 0.0, q = 0.0;
+    for (gsize j = 0; j < plane; j++) {
+      double v = ctl[i * plane + j];
+      s += v;
+      q += v * v;
+    }
+    es = MAX (es, fabs (s - ws[i]));
+    if (wq)
+      eq = MAX (eq, fabs (q - wq[i]) / MAX (1.0, fabs (wq[i])));
+  }
+  golden_report ("%s: per-(channel,frame) sum max abs err %.3g over %"
+      G_GSIZE_FORMAT " cells (mean cell err %.3g)%s", what, es, plane,
+      es / plane, wq ? "" : "\n");
+  if (wq)
+    g_printerr (", sumsq max rel err %.3g\n", eq);
+  /* a sum of n cells each within 1e-5 */
+  g_assert_cmpfloat (es, <=, CONTROL_TOL * plane);
+  g_assert_cmpfloat (eq, <=, 1e-5);
+}
+
+static void
+check_row (const float *ctl, int hl, int wl, int row, const char *name,
+    const char *what)
+{
+  const float *want = golden_f32 (fx, name, NULL);
+  double e = 0.0;
+
+  for (int i = 0; i < 384 * 4; i++)
+    e = MAX (e, golden_max_abs_diff_f32 (ctl + (gsize) i * hl * wl +
+            (gsize) row * wl, want + (gsize) i * wl, wl));
+  golden_report ("%s: max abs err %.3g\n", what, e);
+  g_assert_cmpfloat (e, <=, CONTROL_TOL);
+}
+
+static void
+test_stream_480p (void)
+{
+  g_autofree double *keys = golden_f64 (fx, "stream.chunk_keys", NULL);
+  LingbotControlConfig cfg;
+  g_autoptr (LingbotControl) c = NULL;
+  g_autoptr (GError) err = NULL;
+  g_autofree float *buf = NULL;
+  gsize nel;
+
+  init_stream_config (&cfg, 832, 464);
+  c = lingbot_control_new (&cfg, &err);
+  g_assert_no_error (err);
+  check_intrinsics (c, "stream.intrinsics_used_480p");
+  g_assert_cmpint (lingbot_control_get_latent_height (c), ==, 58);
+  g_assert_cmpint (lingbot_control_get_latent_width (c), ==, 104);
+  nel = lingbot_control_get_chunk_n_elements (c, 0, 58);
+  buf = g_new (float, nel);
+  g_assert_true (lingbot_control_advance (c, (guint) keys[0], &err));
+  g_assert_true (lingbot_control_fill (c, buf, nel, 0, 58, &err));
+  g_assert_no_error (err);
+  check_row (buf, 58, 104, 0, "stream.control_480p_chunk0_row0",
+      "stream.control_480p_chunk0_row0");
+  check_sums (buf, 58, 104, "stream.control_480p_chunk0_sum", NULL,
+      "stream.control_480p_chunk0_sum");
+
+  /* a short buffer is refused */
+  g_assert_false (lingbot_control_fill (c, buf, nel - 1, 0, 58, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+}
+
+static void
+test_row_bands (void)
+{
+  LingbotControlConfig cfg;
+  g_autoptr (LingbotControl) c = NULL;
+  const int hl = 58, wl = 104;
+  gsize nel;
+  g_autofree float *full = NULL;
+  g_autofree float *band = NULL;
+
+  init_stream_config (&cfg, 832, 464);
+  c = lingbot_control_new (&cfg, NULL);
+  nel = lingbot_control_get_chunk_n_elements (c, 0, hl);
+  full = g_new (float, nel);
+  band = g_new (float, nel);
+  lingbot_control_press (c, LINGBOT_KEY_W | LINGBOT_KEY_L);
+  g_assert_true (lingbot_control_advance (c, LINGBOT_KEY_W | LINGBOT_KEY_L,
+          NULL));
+  g_assert_true (lingbot_control_advance (c, LINGBOT_KEY_W | LINGBOT_KEY_I,
+          NULL));
+  g_assert_true (lingbot_control_fill (c, full, nel, 0, hl, NULL));
+  /* 4 ranks, uneven bands */
+  for (int r = 0; r < 4; r++) {
+    int r0 = hl * r / 4, r1 = hl * (r + 1) / 4, rows = r1 - r0;
+    g_assert_true (lingbot_control_fill (c, band,
+            lingbot_control_get_chunk_n_elements (c, r0, r1), r0, r1, NULL));
+    for (int i = 0; i < 384 * 4; i++)
+      g_assert_cmpmem (band + (gsize) i * rows * wl, (gsize) rows * wl * 4,
+          full + (gsize) i * hl * wl + (gsize) r0 * wl,
+          (gsize) rows * wl * 4);
+  }
+}
+
+/* ---- offline path ---- */
+
+static LingbotControl *
+offline_from_fixture (int w, int h, guint frame_num)
+{
+  const LbTensor *poses = golden_get (fx, "input.offline_poses");
+  const float *intr = golden_f32 (fx, "input.offline_intrinsics", NULL);
+  LingbotControlConfig cfg;
+  g_autoptr (GError) err = NULL;
+  LingbotControl *c;
+
+  lingbot_control_config_init (&cfg, img_w, img_h, w, h);
+  cfg.has_intrinsics = TRUE;
+  memcpy (cfg.intrinsics, intr, 4 * sizeof (float));
+  c = lingbot_control_new_offline (&cfg, poses->data,
+      (guint) poses->shape[0], frame_num, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (c);
+  return c;
+}
+
+static void
+check_offline_poses (LingbotControl * c, const char *prefix, guint latent)
+{
+  g_autofree char *ni = g_strconcat (prefix, ".interp_c2w", NULL);
+  g_autofree char *nr = g_strconcat (prefix, ".poses_rel", NULL);
+  g_autofree char *nk = g_strconcat (prefix, ".intrinsics_used", NULL);
+  guint n;
+  const float *ip = lingbot_control_get_offline_poses (c, &n);
+  const float *rp = lingbot_control_get_offline_rel_poses (c, NULL);
+  double ei, er;
+
+  g_assert_cmpuint (n, ==, latent);
+  g_assert_cmpuint (lingbot_control_get_n_chunks (c), ==, latent / 4);
+  ei = golden_max_abs_diff_f32 (ip, golden_f32 (fx, ni, NULL), 16 * n);
+  er = golden_max_abs_diff_f32 (rp, golden_f32 (fx, nr, NULL), 16 * n);
+  golden_report ("%s: interp_c2w max abs err %.3g, poses_rel %.3g\n",
+      prefix, ei, er);
+  g_assert_cmpfloat (ei, <=, 1e-5);
+  g_assert_cmpfloat (er, <=, CONTROL_TOL);
+  check_intrinsics (c, nk);
+}
+
+static void
+test_offline_tiny (void)
+{
+  g_autoptr (LingbotControl) c = offline_from_fixture (80, 48, 61);
+  g_autoptr (GError) err = NULL;
+  gsize nel = lingbot_control_get_chunk_n_elements (c, 0, 6);
+  g_autofree float *buf = g_new (float, nel);
+  g_autofree float *pl = g_new (float, 4 * 48 * 80 * 6);
+  double e, emax = 0.0;
+
+  check_offline_poses (c, "offline_tiny", 16);
+
+  {
+    float k[4];
+    lingbot_control_get_intrinsics (c, k);
+    lingbot_control_plucker (lingbot_control_get_offline_rel_poses (c, NULL),
+        4, k, 80, 48, pl);
+    e = golden_max_abs_diff_f32 (pl, golden_f32 (fx,
+            "offline_tiny.plucker_chunk0", NULL), 4 * 48 * 80 * 6);
+    golden_report ("offline_tiny.plucker_chunk0: max abs err %.3g\n", e);
+    g_assert_cmpfloat (e, <=, CONTROL_TOL);
+  }
+
+  for (int k = 0; k < 4; k++) {
+    g_autofree char *name = g_strdup_printf ("offline_tiny.control_chunk%d",
+        k);
+    g_assert_true (lingbot_control_advance (c, 0, &err));
+    g_assert_true (lingbot_control_fill (c, buf, nel, 0, 6, &err));
+    g_assert_no_error (err);
+    e = golden_max_abs_diff_f32 (buf, golden_f32 (fx, name, NULL), nel);
+    emax = MAX (emax, e);
+    g_assert_cmpfloat (e, <=, CONTROL_TOL);
+  }
+  golden_report ("offline_tiny.control_chunk0..3: max abs err %.3g\n", emax);
+  g_assert_false (lingbot_control_advance (c, 0, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+}
+
+static void
+test_offline_480p (void)
+{
+  g_autoptr (LingbotControl) c = offline_from_fixture (832, 464, 77);
+  g_autoptr (GError) err = NULL;
+  gsize nel = lingbot_control_get_chunk_n_elements (c, 0, 58);
+  g_autofree float *buf = g_new (float, nel);
+  g_autofree double *shape = golden_f64 (fx, "offline_480p.control_shape",
+      NULL);
+
+  check_offline_poses (c, "offline_480p", 20);
+  g_assert_cmpint ((int) shape[1], ==, 384);
+  g_assert_cmpint ((int) shape[3], ==, lingbot_control_get_latent_height (c));
+  g_assert_cmpint ((int) shape[4], ==, lingbot_control_get_latent_width (c));
+  g_assert_true (lingbot_control_advance (c, 0, &err));
+  g_assert_true (lingbot_control_fill (c, buf, nel, 0, 58, &err));
+  g_assert_no_error (err);
+  check_row (buf, 58, 104, 0, "offline_480p.control_chunk0_row0",
+      "offline_480p.control_chunk0_row0");
+  check_row (buf, 58, 104, 57, "offline_480p.control_chunk0_rowlast",
+      "offline_480p.control_chunk0_rowlast");
+  check_sums (buf, 58, 104, "offline_480p.control_chunk0_sum",
+      "offline_480p.control_chunk0_sumsq", "offline_480p.control_chunk0");
+}
+
+static void
+test_offline_files (void)
+{
+  g_autofree char *pp = golden_shared_data_path ("poses.npy");
+  g_autofree char *ip = golden_shared_data_path ("intrinsics.npy");
+  g_autoptr (LingbotControl) ref = NULL;
+  g_autoptr (LingbotControl) c = NULL;
+  g_autoptr (GError) err = NULL;
+  LingbotControlConfig cfg;
+  gsize nel;
+  g_autofree float *a = NULL;
+  g_autofree float *b = NULL;
+
+  if (pp == NULL || ip == NULL) {
+    g_test_skip ("../shared/data/poses.npy or intrinsics.npy not found");
+    return;
+  }
+  lingbot_control_config_init (&cfg, img_w, img_h, 80, 48);
+  c = lingbot_control_new_offline_from_files (&cfg, pp, ip, 61, &err);
+  g_assert_no_error (err);
+  check_offline_poses (c, "offline_tiny", 16);
+  ref = offline_from_fixture (80, 48, 61);
+  nel = lingbot_control_get_chunk_n_elements (c, 0, 6);
+  a = g_new (float, nel);
+  b = g_new (float, nel);
+  for (int k = 0; k < 4; k++) {
+    g_autofree char *name = g_strdup_printf ("offline_tiny.control_chunk%d",
+        k);
+    g_assert_true (lingbot_control_advance (c, 0, NULL));
+    g_assert_true (lingbot_control_advance (ref, 0, NULL));
+    g_assert_true (lingbot_control_fill (c, a, nel, 0, 6, NULL));
+    g_assert_true (lingbot_control_fill (ref, b, nel, 0, 6, NULL));
+    g_assert_cmpmem (a, nel * 4, b, nel * 4);
+  }
+
+  /* too many frames for the file */
+  g_clear_pointer (&c, lingbot_control_free);
+  c = lingbot_control_new_offline_from_files (&cfg, pp, ip, 289, &err);
+  g_assert_null (c);
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+  c = lingbot_control_new_offline_from_files (&cfg, "/nonexistent.npy", ip,
+      61, &err);
+  g_assert_null (c);
+  g_assert_nonnull (err);
+}
+
+static void
+test_reset_pose (void)
+{
+  LingbotControlConfig cfg;
+  g_autoptr (LingbotControl) a = NULL;
+  g_autoptr (LingbotControl) b = NULL;
+
+  init_stream_config (&cfg, 80, 48);
+  a = lingbot_control_new (&cfg, NULL);
+  b = lingbot_control_new (&cfg, NULL);
+  g_assert_true (lingbot_control_advance (a, LINGBOT_KEY_W | LINGBOT_KEY_J,
+          NULL));
+  g_assert_true (lingbot_control_advance (a, LINGBOT_KEY_D, NULL));
+  lingbot_control_reset_pose (a);
+  g_assert_true (lingbot_control_advance (a, LINGBOT_KEY_S, NULL));
+  g_assert_null (lingbot_control_get_previous_pose (a));
+  g_assert_true (lingbot_control_advance (b, LINGBOT_KEY_S, NULL));
+  g_assert_cmpmem (lingbot_control_get_chunk_poses (a), 64 * 8,
+      lingbot_control_get_chunk_poses (b), 64 * 8);
+  g_assert_cmpmem (lingbot_control_get_chunk_rel_poses (a), 64 * 4,
+      lingbot_control_get_chunk_rel_poses (b), 64 * 4);
+}
+
+int
+main (int argc, char **argv)
+{
+  int rc;
+  g_autofree double *wh = NULL;
+
+  g_test_init (&argc, &argv, NULL);
+  fx = golden_open ("control.safetensors");
+  wh = golden_f64 (fx, "input.image_size_wh", NULL);
+  img_w = (int) wh[0];
+  img_h = (int) wh[1];
+
+  g_test_add_func ("/golden/control/keys", test_keys);
+  g_test_add_func ("/golden/control/frame-counts", test_frame_counts);
+  g_test_add_func ("/golden/control/trace-bad-inputs", test_trace_bad_inputs);
+  g_test_add_func ("/golden/control/stream-schedule", test_stream_schedule);
+  g_test_add_func ("/golden/control/synthetic-schedule",
+      test_synthetic_schedule);
+  g_test_add_func ("/golden/control/frame-poses", test_frame_poses);
+  g_test_add_func ("/golden/control/pitch-limit", test_pitch_limit);
+  g_test_add_func ("/golden/control/stream-chunks", test_stream_chunks);
+  g_test_add_func ("/golden/control/synthetic-chunks", test_synthetic_chunks);
+  g_test_add_func ("/golden/control/stream-480p", test_stream_480p);
+  g_test_add_func ("/golden/control/row-bands", test_row_bands);
+  g_test_add_func ("/golden/control/offline-tiny", test_offline_tiny);
+  g_test_add_func ("/golden/control/offline-480p", test_offline_480p);
+  g_test_add_func ("/golden/control/offline-files", test_offline_files);
+  g_test_add_func ("/golden/control/reset-pose", test_reset_pose);
+  rc = g_test_run ();
+  lingbot_checkpoint_unref (fx);
+  return rc;
+}
