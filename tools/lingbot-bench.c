@@ -4,11 +4,13 @@
  *   lingbot-bench gemm [--size N] [--iters K] [--backend cpu|cuda]
  *
  *   lingbot-bench comm [--ranks N] [--size-mib S] [--iters K]
+ *   lingbot-bench dit [--model DIR | --preset P] [--devices cpu:N] [--chunks K]
  *
- * Later steps add dit, vae, direct and replay.
+ * Later steps add vae, direct and replay.
  */
 #include "lingbot/backend.h"
 #include "tools/bench-comm.h"
+#include "tools/bench-dit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +89,8 @@ static const struct
   {"gemm", bench_gemm, "matrix multiply rate of a backend (GFLOP/s)"},
   {"comm", lingbot_bench_comm_main,
       "collectives and channel GB/s on CPU ranks vs memcpy"},
+  {"dit", lingbot_bench_dit_main,
+      "streamed DiT chunks: chunk seconds, steady FPS, GFLOP/s"},
 };
 
 static void

@@ -1,0 +1,764 @@
+/* lingbot-gst: LingBot-World v2 causal DiT: the forward math of one rank
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Everything here runs on one rank's stream through the backend's op table
+ * (lb_ops()), on the rank's tokens: a band of token rows of every latent
+ * frame of the chunk.  Spec references are lingbot_model_spec.md 1.3-1.11
+ * and 3.3.  All buffers are allocated by lingbot_dit_rank_init(); the
+ * per-pass functions allocate nothing.
+ */
+#include "lingbot/dit-private.h"
+#include "comm/collectives.h"
+
+#include <math.h>
+#include <string.h>
+
+#define OPS (lb_ops (rs->s))
+
+/* ------------------------------------------------------------------------ */
+/* buffers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_dit_tensor_new:
+ * @s: a stream
+ * @d0: rows
+ * @d1: columns
+ * @error: %LB_ERROR_DEVICE
+ *
+ * Returns: (transfer full) (nullable): an uninitialised f32 [d0, d1] on
+ * @s's device.
+ */
+LbTensor *
+lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1, GError ** error)
+{
+  int64_t shape[2] = { d0, d1 };
+  return lb_tensor_new_on (s, LB_DTYPE_F32, 2, shape, error);
+}
+
+static gboolean
+zero_fill (LbStream * s, LbTensor * t, GError ** error)
+{
+  if (s->backend->device_type == LB_DEVICE_CPU) {
+    memset (t->data, 0, lb_tensor_nbytes (t));
+    return TRUE;
+  }
+  g_autoptr (LbTensor) z = lb_tensor_new_zeros (t->dtype, t->ndim, t->shape);
+  return lb_tensor_upload (s, t, z, error);
+}
+
+/**
+ * lingbot_dit_copy:
+ * @s: a stream
+ * @dst: device address
+ * @src: device address
+ * @nbytes: bytes (overlap allowed: memmove semantics on the CPU)
+ * @error: %LB_ERROR_DEVICE
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
+    GError ** error)
+{
+  if (nbytes == 0 || dst == src)
+    return TRUE;
+  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
+      LB_COPY_HOST_TO_HOST : LB_COPY_DEVICE_TO_DEVICE;
+  return s->backend->copy (s, dst, src, nbytes, kind, error);
+}
+
+/**
+ * lingbot_dit_shard_init:
+ * @sh: (out): the shard description
+ * @rank: this rank
+ * @n_ranks: ranks of the group
+ * @frames: latent frames per chunk
+ * @hp: token rows per frame (h_lat / 2)
+ * @wp: token columns per frame (w_lat / 2)
+ * @num_heads: attention heads
+ * @error: %LB_ERROR_INVALID_ARGUMENT when @n_ranks does not divide the heads
+ *
+ * Splits the token rows of every frame into @n_ranks contiguous bands
+ * (lb_split_rows(): the first ranks get one more row when they do not
+ * divide; a rank may get none) and the heads into equal shards.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_shard_init (LingbotDitShard * sh, int rank, int n_ranks,
+    int64_t frames, int64_t hp, int64_t wp, int num_heads, GError ** error)
+{
+  memset (sh, 0, sizeof (*sh));
+  if (n_ranks < 1 || num_heads % n_ranks != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT Ulysses: %d ranks do not divide the %d attention heads "
+        "(use a rank count that divides %d)", n_ranks, num_heads, num_heads);
+    return FALSE;
+  }
+  sh->rank = rank;
+  sh->n_ranks = n_ranks;
+  sh->frames = frames;
+  sh->hp = hp;
+  sh->wp = wp;
+  sh->frame_tokens = hp * wp;
+  sh->n_tokens = frames * hp * wp;
+  sh->heads_local = num_heads / n_ranks;
+  sh->band_row0 = g_new0 (int64_t, n_ranks);
+  sh->band_rows = g_new0 (int64_t, n_ranks);
+  sh->band_tok0 = g_new0 (int64_t, n_ranks);
+  int64_t tok = 0;
+  for (int r = 0; r < n_ranks; r++) {
+    lb_split_rows (hp, n_ranks, r, &sh->band_row0[r], &sh->band_rows[r]);
+    sh->band_tok0[r] = tok;
+    tok += frames * sh->band_rows[r] * wp;
+  }
+  sh->row0 = sh->band_row0[rank];
+  sh->n_rows = sh->band_rows[rank];
+  sh->n_local = frames * sh->n_rows * wp;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_shard_clear:
+ * @sh: a shard description
+ */
+void
+lingbot_dit_shard_clear (LingbotDitShard * sh)
+{
+  g_clear_pointer (&sh->band_row0, g_free);
+  g_clear_pointer (&sh->band_rows, g_free);
+  g_clear_pointer (&sh->band_tok0, g_free);
+}
+
+static LbTensor **
+new_per_layer (LbStream * s, int n_layers, int64_t d0, int64_t d1,
+    gboolean zero, GError ** error)
+{
+  LbTensor **a = g_new0 (LbTensor *, n_layers);
+  for (int l = 0; l < n_layers; l++) {
+    a[l] = lingbot_dit_tensor_new (s, d0, d1, error);
+    if (a[l] == NULL || (zero && !zero_fill (s, a[l], error))) {
+      for (int i = 0; i <= l; i++)
+        g_clear_pointer (&a[i], lb_tensor_free);
+      g_free (a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+static void
+free_per_layer (LbTensor *** a, int n_layers)
+{
+  if (*a == NULL)
+    return;
+  for (int l = 0; l < n_layers; l++)
+    g_clear_pointer (&(*a)[l], lb_tensor_free);
+  g_clear_pointer (a, g_free);
+}
+
+/**
+ * lingbot_dit_rank_init:
+ * @rs: (out): the rank state
+ * @s: the rank's stream (its device holds the buffers)
+ * @rank: (nullable): the worker-group rank; %NULL for one rank without
+ *   collectives
+ * @dit: the model; its float32 weights must be usable on @s's device (the
+ *   CPU backend)
+ * @frames: latent frames per chunk
+ * @hp: token rows per frame
+ * @wp: token columns per frame
+ * @cap: KV-cache capacity in tokens
+ * @sink: attention-sink size in tokens
+ * @text_len: text-context tokens
+ * @error: %LB_ERROR_INVALID_ARGUMENT, %LB_ERROR_UNSUPPORTED, %LB_ERROR_DEVICE
+ *
+ * Allocates every buffer a forward pass needs, once.  The KV cache starts
+ * zeroed with both cursors at 0 (spec 3.3).
+ *
+ * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
+ */
+gboolean
+lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
+    const LingbotDit * dit, int64_t frames, int64_t hp, int64_t wp,
+    int64_t cap, int64_t sink, int64_t text_len, GError ** error)
+{
+  memset (rs, 0, sizeof (*rs));
+  const LingbotDitConfig *cfg = &dit->cfg;
+  rs->s = s;
+  rs->rank = rank;
+  rs->dit = dit;
+  rs->cfg = cfg;
+  if (s->backend->device_type != LB_DEVICE_CPU) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT on backend %s: device-resident weights are not implemented yet "
+        "(the DiT runs on the CPU backend)", s->backend->name);
+    return FALSE;
+  }
+  if (!lingbot_dit_shard_init (&rs->sh, rank ? rank->rank : 0,
+          rank ? rank->n_ranks : 1, frames, hp, wp, cfg->num_heads, error))
+    return FALSE;
+  rs->head_dim = cfg->dim / cfg->num_heads;
+  rs->cap = cap;
+  rs->sink = sink;
+  rs->max_attention = cap;
+  rs->text_len = text_len;
+
+  const int64_t n = rs->sh.n_local, d = cfg->dim, L = cfg->num_layers;
+  const int64_t hl = rs->sh.heads_local, hd = rs->head_dim;
+#define ALLOC(field, r, c) if (!(rs->field = lingbot_dit_tensor_new (s, r, c, error))) return FALSE
+  ALLOC (x, n, d);
+  ALLOC (a, n, d);
+  ALLOC (q, n, d);
+  ALLOC (k, n, d);
+  ALLOC (v, n, d);
+  ALLOC (o, n, d);
+  ALLOC (t1, n, d);
+  ALLOC (ctl, n, d);
+  ALLOC (h, n, cfg->ffn_dim);
+  ALLOC (z, n, (int64_t) cfg->out_dim * 4);
+#undef ALLOC
+  if (!(rs->cam_scale = new_per_layer (s, L, n, d, FALSE, error)) ||
+      !(rs->cam_shift = new_per_layer (s, L, n, d, FALSE, error)) ||
+      !(rs->cache_k = new_per_layer (s, L, cap, hl * hd, TRUE, error)) ||
+      !(rs->cache_v = new_per_layer (s, L, cap, hl * hd, TRUE, error)) ||
+      !(rs->cross_k = new_per_layer (s, L, text_len, d, TRUE, error)) ||
+      !(rs->cross_v = new_per_layer (s, L, text_len, d, TRUE, error)))
+    return FALSE;
+  lb_rope_tables_new ((int) hd, LINGBOT_DIT_ROPE_MAX_POS,
+      LINGBOT_DIT_ROPE_THETA, &rs->rope_cos, &rs->rope_sin);
+  if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
+    return FALSE;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_rank_clear:
+ * @rs: a rank state
+ *
+ * Frees everything lingbot_dit_rank_init() allocated.
+ */
+void
+lingbot_dit_rank_clear (LingbotDitRank * rs)
+{
+  const int L = rs->cfg ? rs->cfg->num_layers : 0;
+  LbTensor **one[] = {
+    &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
+    &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->send, &rs->q_r, &rs->k_r,
+    &rs->v_r, &rs->o_r, &rs->recv, &rs->z_rm, &rs->z_full,
+    &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (one); i++)
+    g_clear_pointer (one[i], lb_tensor_free);
+  free_per_layer (&rs->cam_scale, L);
+  free_per_layer (&rs->cam_shift, L);
+  free_per_layer (&rs->cache_k, L);
+  free_per_layer (&rs->cache_v, L);
+  free_per_layer (&rs->cross_k, L);
+  free_per_layer (&rs->cross_v, L);
+  g_clear_pointer (&rs->cnt_a, g_free);
+  g_clear_pointer (&rs->dsp_a, g_free);
+  g_clear_pointer (&rs->cnt_b, g_free);
+  g_clear_pointer (&rs->dsp_b, g_free);
+  lingbot_dit_shard_clear (&rs->sh);
+}
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static gboolean
+linear (LingbotDitRank * rs, const LbTensor * x, const LingbotDitLinear * l,
+    float beta, LbTensor * y, GError ** error)
+{
+  return OPS->gemm (rs->s, x, l->w, TRUE, l->b, 1.0f, beta, y, error);
+}
+
+/* [rows, D] row r of a contiguous 2-D tensor, as a [D] view. */
+static void
+row_view (LbTensor * out, const LbTensor * t, int64_t r)
+{
+  lb_tensor_view_select (out, t, 0, r);
+}
+
+/* [n, H, hd] view of a [n, H * hd] buffer. */
+static void
+heads_view (LbTensor * out, const LbTensor * t, int64_t heads, int64_t hd)
+{
+  int64_t shape[3] = { t->shape[0], heads, hd };
+  lb_tensor_view_reshape (out, t, 3, shape);
+}
+
+/* ------------------------------------------------------------------------ */
+/* embeddings (once per session / once per chunk)                           */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_dit_timestep_features:
+ * @t: the timestep (999, 967, 908, 768 or 0)
+ * @freq_dim: feature count (256)
+ * @out: (out) (array length=freq_dim): `[cos(t w_k), sin(t w_k)]` with
+ *   w_k = 10000^(-k / (freq_dim / 2)), computed in float64 (spec 1.4 step 1)
+ */
+void
+lingbot_dit_timestep_features (double t, int freq_dim, float *out)
+{
+  int half = freq_dim / 2;
+  for (int k = 0; k < half; k++) {
+    double w = pow (10000.0, -(double) k / half);
+    out[k] = (float) cos (t * w);
+    out[half + k] = (float) sin (t * w);
+  }
+}
+
+/**
+ * lingbot_dit_time_mods:
+ * @rs: a rank state
+ * @t: the timestep
+ * @block_mods: (out): f32 [L, 6, D]: `blocks.l.modulation + tmod` (spec 1.4
+ *   step 5; rows shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp,
+ *   gate_mlp)
+ * @head_mod: (out): f32 [2, D]: `head.modulation + emb` (shift, scale)
+ * @error: op errors
+ *
+ * The time embedding depends only on t, and a session uses the same five t
+ * values for every chunk, so these are computed once per session.
+ * Allocates small temporaries (not for per-chunk use).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_time_mods (LingbotDitRank * rs, double t, LbTensor * block_mods,
+    LbTensor * head_mod, GError ** error)
+{
+  const LingbotDit *dit = rs->dit;
+  const int64_t d = rs->cfg->dim;
+  g_autoptr (LbTensor) feat_h = lb_tensor_new_f32 (2, (int64_t) 1,
+      (int64_t) rs->cfg->freq_dim);
+  lingbot_dit_timestep_features (t, rs->cfg->freq_dim, feat_h->data);
+  g_autoptr (LbTensor) feat = lingbot_dit_tensor_new (rs->s, 1,
+      rs->cfg->freq_dim, error);
+  g_autoptr (LbTensor) e1 = lingbot_dit_tensor_new (rs->s, 1, d, error);
+  g_autoptr (LbTensor) emb = lingbot_dit_tensor_new (rs->s, 1, d, error);
+  g_autoptr (LbTensor) tmod = lingbot_dit_tensor_new (rs->s, 1, 6 * d, error);
+  if (!feat || !e1 || !emb || !tmod)
+    return FALSE;
+  if (!lb_tensor_upload (rs->s, feat, feat_h, error) ||
+      !linear (rs, feat, &dit->time0, 0.0f, e1, error) ||
+      !OPS->silu (rs->s, e1, e1, error) ||
+      !linear (rs, e1, &dit->time2, 0.0f, emb, error) ||
+      !OPS->silu (rs->s, emb, e1, error) ||
+      !linear (rs, e1, &dit->time_proj, 0.0f, tmod, error))
+    return FALSE;
+  LbTensor tm6, embv;
+  int64_t s6[2] = { 6, d };
+  lb_tensor_view_reshape (&tm6, tmod, 2, s6);
+  lb_tensor_view_reshape (&embv, emb, 1, &d);
+  for (int l = 0; l < rs->cfg->num_layers; l++) {
+    LbTensor out;
+    lb_tensor_view_select (&out, block_mods, 0, l);
+    if (!OPS->add (rs->s, dit->blocks[l].modulation, &tm6, &out, error))
+      return FALSE;
+  }
+  return OPS->add (rs->s, dit->head_modulation, &embv, head_mod, error);
+}
+
+/**
+ * lingbot_dit_text_kv:
+ * @rs: a rank state
+ * @text: f32 [text_len, text_dim] umT5 output (padded rows zero), or
+ *   [text_len, D] when @embedded
+ * @embedded: whether @text already went through the text-embedding MLP
+ * @error: op errors
+ *
+ * Spec 1.5 and 1.9: ctx = text_embedding(text), then per layer the
+ * cross-attention `k = RMSNorm(Wk ctx + bk) * norm_k` and `v = Wv ctx + bv`
+ * over all heads, cached for the session (no mask: padded rows attend).
+ * Allocates a temporary (once per session).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
+    gboolean embedded, GError ** error)
+{
+  const LingbotDit *dit = rs->dit;
+  const int64_t d = rs->cfg->dim, tl = rs->text_len;
+  g_autoptr (LbTensor) ctx = lingbot_dit_tensor_new (rs->s, tl, d, error);
+  g_autoptr (LbTensor) tmp = lingbot_dit_tensor_new (rs->s, tl, d, error);
+  if (!ctx || !tmp)
+    return FALSE;
+  LbTensor t2;
+  int64_t shape[2] = { tl, embedded ? d : rs->cfg->text_dim };
+  if (lb_tensor_numel (text) != shape[0] * shape[1] ||
+      !lb_tensor_view_reshape (&t2, text, 2, shape)) {
+    g_autofree char *have = lb_tensor_shape_string (text);
+    g_autofree char *want = lb_shape_string (2, shape);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT text context is %s, expected %s", have, want);
+    return FALSE;
+  }
+  if (embedded) {
+    if (!lingbot_dit_copy (rs->s, ctx->data, t2.data, lb_tensor_nbytes (ctx),
+            error))
+      return FALSE;
+  } else if (!linear (rs, &t2, &dit->text0, 0.0f, tmp, error) ||
+      !OPS->gelu_tanh (rs->s, tmp, tmp, error) ||
+      !linear (rs, tmp, &dit->text2, 0.0f, ctx, error)) {
+    return FALSE;
+  }
+  for (int l = 0; l < rs->cfg->num_layers; l++) {
+    const LingbotDitBlock *b = &dit->blocks[l];
+    if (!linear (rs, ctx, &b->ca_k, 0.0f, rs->cross_k[l], error) ||
+        !OPS->rms_norm (rs->s, rs->cross_k[l], b->ca_norm_k,
+            (float) rs->cfg->eps, rs->cross_k[l], error) ||
+        !linear (rs, ctx, &b->ca_v, 0.0f, rs->cross_v[l], error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_control_tokens:
+ * @rs: a rank state
+ * @ctl_patches: f32 [n_local, control_in_features]: the rank's tokens of
+ *   the patchified control tensor (feature `ch * 4 + kh * 2 + kw`)
+ * @error: op errors
+ *
+ * Spec 1.6: `c0 = patch_embedding_wancamctrl(u)`,
+ * `ctl = c0 + c2ws2(SiLU(c2ws1(c0)))`, into rs->ctl.  Once per chunk: the
+ * five passes of a chunk share the control.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_control_tokens (LingbotDitRank * rs, const LbTensor * ctl_patches,
+    GError ** error)
+{
+  const LingbotDit *dit = rs->dit;
+  if (rs->sh.n_local == 0)
+    return TRUE;
+  return linear (rs, ctl_patches, &dit->ctl_patch, 0.0f, rs->ctl, error) &&
+      linear (rs, rs->ctl, &dit->c2ws1, 0.0f, rs->a, error) &&
+      OPS->silu (rs->s, rs->a, rs->a, error) &&
+      linear (rs, rs->a, &dit->c2ws2, 1.0f, rs->ctl, error);
+}
+
+/**
+ * lingbot_dit_camera_precompute:
+ * @rs: a rank state with rs->ctl set
+ * @layer: block index
+ * @error: op errors
+ *
+ * Spec 1.7: `hid = ctl + cam_injector_layer2(SiLU(cam_injector_layer1(ctl)))`
+ * and the injection's scale and shift `cam_scale_layer(hid)`,
+ * `cam_shift_layer(hid)`.  They depend only on the control, so they are
+ * computed once per chunk per block and reused by all five passes (the
+ * reference recomputes them every pass: 4 D x D GEMMs per block per pass).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
+    GError ** error)
+{
+  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  if (rs->sh.n_local == 0)
+    return TRUE;
+  return linear (rs, rs->ctl, &b->cam1, 0.0f, rs->a, error) &&
+      OPS->silu (rs->s, rs->a, rs->a, error) &&
+      lingbot_dit_copy (rs->s, rs->t1->data, rs->ctl->data,
+      lb_tensor_nbytes (rs->ctl), error) &&
+      linear (rs, rs->a, &b->cam2, 1.0f, rs->t1, error) &&
+      linear (rs, rs->t1, &b->cam_scale, 0.0f, rs->cam_scale[layer], error) &&
+      linear (rs, rs->t1, &b->cam_shift, 0.0f, rs->cam_shift[layer], error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* KV cache (spec 3.3)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_dit_cache_begin:
+ * @rs: a rank state
+ * @current_start: absolute index of the chunk's first token
+ *
+ * Applies the cursor rule of spec 3.3 for a call with the chunk's tokens:
+ * on the first call of a chunk that does not fit, the oldest non-sink
+ * tokens are evicted (each block then shifts its cache in
+ * lingbot_dit_block_forward()); repeated calls with the same start leave the
+ * cursors and overwrite the chunk's own slots.
+ */
+void
+lingbot_dit_cache_begin (LingbotDitRank * rs, int64_t current_start)
+{
+  const int64_t n = rs->sh.n_tokens, e = current_start + n;
+  if (e > rs->global_end && n + rs->local_end > rs->cap) {
+    rs->pend_evict = n + rs->local_end - rs->cap;
+    rs->pend_local_end = rs->local_end + (e - rs->global_end) - rs->pend_evict;
+  } else {
+    rs->pend_evict = 0;
+    rs->pend_local_end = rs->local_end + MAX (e - rs->global_end, 0);
+  }
+}
+
+/**
+ * lingbot_dit_cache_end:
+ * @rs: a rank state
+ * @current_start: the same as for lingbot_dit_cache_begin()
+ *
+ * Commits the cursors after every block ran.
+ */
+void
+lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start)
+{
+  rs->local_end = rs->pend_local_end;
+  rs->global_end = MAX (rs->global_end, current_start + rs->sh.n_tokens);
+  rs->pend_evict = 0;
+}
+
+static gboolean
+cache_evict (LingbotDitRank * rs, int layer, GError ** error)
+{
+  const int64_t ev = rs->pend_evict;
+  if (ev <= 0)
+    return TRUE;
+  const int64_t rolled = rs->local_end - ev - rs->sink;
+  const gsize row = (gsize) rs->sh.heads_local * rs->head_dim * sizeof (float);
+  if (rolled <= 0)
+    return TRUE;
+  for (int i = 0; i < 2; i++) {
+    LbTensor *c = i ? rs->cache_v[layer] : rs->cache_k[layer];
+    guint8 *base = c->data;
+    if (!lingbot_dit_copy (rs->s, base + rs->sink * row,
+            base + (rs->sink + ev) * row, rolled * row, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* Writes the chunk's keys/values (frame-major token order, this rank's
+ * heads) into slots [local_end - N, local_end). */
+static gboolean
+cache_write_local (LingbotDitRank * rs, int layer, GError ** error)
+{
+  const int64_t slot0 = rs->pend_local_end - rs->sh.n_tokens;
+  const gsize row = (gsize) rs->sh.heads_local * rs->head_dim * sizeof (float);
+  guint8 *kb = rs->cache_k[layer]->data, *vb = rs->cache_v[layer]->data;
+  return lingbot_dit_copy (rs->s, kb + slot0 * row, rs->k->data,
+      rs->sh.n_tokens * row, error) &&
+      lingbot_dit_copy (rs->s, vb + slot0 * row, rs->v->data,
+      rs->sh.n_tokens * row, error);
+}
+
+/* Received keys/values of every rank's band (rank-major) into the cache in
+ * frame-major order, so the sink and eviction see whole frames. */
+static gboolean
+cache_write_sharded (LingbotDitRank * rs, int layer, GError ** error)
+{
+  const LingbotDitShard *sh = &rs->sh;
+  const int64_t slot0 = rs->pend_local_end - sh->n_tokens;
+  const gsize row = (gsize) sh->heads_local * rs->head_dim * sizeof (float);
+  guint8 *kb = rs->cache_k[layer]->data, *vb = rs->cache_v[layer]->data;
+  const guint8 *ks = rs->k_r->data, *vs = rs->v_r->data;
+  for (int r = 0; r < sh->n_ranks; r++) {
+    const int64_t band = sh->band_rows[r] * sh->wp;
+    for (int64_t f = 0; f < sh->frames && band > 0; f++) {
+      int64_t src = sh->band_tok0[r] + f * band;
+      int64_t dst = slot0 + f * sh->frame_tokens + sh->band_row0[r] * sh->wp;
+      if (!lingbot_dit_copy (rs->s, kb + dst * row, ks + src * row,
+              band * row, error) ||
+          !lingbot_dit_copy (rs->s, vb + dst * row, vs + src * row,
+              band * row, error))
+        return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static void
+cache_window (LingbotDitRank * rs, int layer, LbTensor * k, LbTensor * v)
+{
+  const int64_t end = rs->pend_local_end;
+  const int64_t start = MAX (0, end - rs->max_attention);
+  int64_t shape[3] = { rs->cap, rs->sh.heads_local, rs->head_dim };
+  LbTensor full;
+  lb_tensor_view_reshape (&full, rs->cache_k[layer], 3, shape);
+  lb_tensor_view_narrow (k, &full, 0, start, end - start);
+  lb_tensor_view_reshape (&full, rs->cache_v[layer], 3, shape);
+  lb_tensor_view_narrow (v, &full, 0, start, end - start);
+}
+
+/* ------------------------------------------------------------------------ */
+/* transformer block (spec 1.7-1.9)                                         */
+/* ------------------------------------------------------------------------ */
+
+static gboolean
+trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
+    GError ** error)
+{
+  if (dst == NULL)
+    return TRUE;
+  return lingbot_dit_copy (rs->s, dst->data, src->data,
+      lb_tensor_nbytes (src), error);
+}
+
+static gboolean
+self_attn_qkv (LingbotDitRank * rs, const LingbotDitBlock * b,
+    const LbTensor * mod, int64_t current_start, GError ** error)
+{
+  const float eps = (float) rs->cfg->eps;
+  const LingbotDitShard *sh = &rs->sh;
+  LbTensor shift, scale, q3, k3;
+  row_view (&shift, mod, 0);
+  row_view (&scale, mod, 1);
+  heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
+  heads_view (&k3, rs->k, rs->cfg->num_heads, rs->head_dim);
+  const int64_t frame0 = current_start / sh->frame_tokens;
+  return OPS->layer_norm (rs->s, rs->x, NULL, NULL, eps, rs->a, error) &&
+      OPS->modulate (rs->s, rs->a, &scale, &shift, rs->a, error) &&
+      linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
+      OPS->rms_norm (rs->s, rs->q, b->sa_norm_q, eps, rs->q, error) &&
+      linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
+      OPS->rms_norm (rs->s, rs->k, b->sa_norm_k, eps, rs->k, error) &&
+      linear (rs, rs->a, &b->sa_v, 0.0f, rs->v, error) &&
+      OPS->rope_3d (rs->s, &q3, rs->rope_cos, rs->rope_sin, sh->frames,
+      sh->n_rows, sh->wp, frame0, sh->row0, error) &&
+      OPS->rope_3d (rs->s, &k3, rs->rope_cos, rs->rope_sin, sh->frames,
+      sh->n_rows, sh->wp, frame0, sh->row0, error);
+}
+
+static gboolean
+self_attention (LingbotDitRank * rs, int layer, GError ** error)
+{
+  const float scale = 1.0f / sqrtf ((float) rs->head_dim);
+  LbTensor kw, vw, q3, o3;
+  if (!cache_evict (rs, layer, error))
+    return FALSE;
+  if (rs->sh.n_ranks == 1) {
+    if (!cache_write_local (rs, layer, error))
+      return FALSE;
+    cache_window (rs, layer, &kw, &vw);
+    heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
+    heads_view (&o3, rs->o, rs->cfg->num_heads, rs->head_dim);
+    return OPS->attention (rs->s, &q3, &kw, &vw, NULL, NULL, scale, &o3,
+        error);
+  }
+  if (!lingbot_dit_ulysses_qkv (rs, error) ||
+      !cache_write_sharded (rs, layer, error))
+    return FALSE;
+  cache_window (rs, layer, &kw, &vw);
+  if (!OPS->attention (rs->s, rs->q_r, &kw, &vw, NULL, NULL, scale, rs->o_r,
+          error))
+    return FALSE;
+  return lingbot_dit_ulysses_out (rs, error);
+}
+
+static gboolean
+block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
+    GError ** error)
+{
+  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  const float eps = (float) rs->cfg->eps;
+  const float scale = 1.0f / sqrtf ((float) rs->head_dim);
+  const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
+  LbTensor gate_msa, shift_mlp, scale_mlp, gate_mlp, q3, o3, ck, cv;
+  row_view (&gate_msa, mod, 2);
+  row_view (&shift_mlp, mod, 3);
+  row_view (&scale_mlp, mod, 4);
+  row_view (&gate_mlp, mod, 5);
+  heads_view (&q3, rs->q, H, hd);
+  heads_view (&o3, rs->o, H, hd);
+  heads_view (&ck, rs->cross_k[layer], H, hd);
+  heads_view (&cv, rs->cross_v[layer], H, hd);
+
+  /* x += gate_msa * o(attn); camera injection (spec 1.7 order) */
+  if (!linear (rs, rs->o, &b->sa_o, 0.0f, rs->t1, error) ||
+      !trace_copy (rs, rs->trace_self_attn, rs->t1, error) ||
+      !OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_msa, error) ||
+      !OPS->modulate (rs->s, rs->x, rs->cam_scale[layer],
+          rs->cam_shift[layer], rs->x, error))
+    return FALSE;
+
+  /* cross-attention, ungated */
+  if (!OPS->layer_norm (rs->s, rs->x, b->norm3_w, b->norm3_b, eps, rs->a,
+          error) ||
+      !linear (rs, rs->a, &b->ca_q, 0.0f, rs->q, error) ||
+      !OPS->rms_norm (rs->s, rs->q, b->ca_norm_q, eps, rs->q, error) ||
+      !OPS->attention (rs->s, &q3, &ck, &cv, NULL, NULL, scale, &o3, error) ||
+      !linear (rs, rs->o, &b->ca_o, 0.0f, rs->t1, error) ||
+      !trace_copy (rs, rs->trace_cross_attn, rs->t1, error) ||
+      !OPS->gated_residual (rs->s, rs->x, rs->t1, NULL, error))
+    return FALSE;
+
+  /* FFN */
+  return OPS->layer_norm (rs->s, rs->x, NULL, NULL, eps, rs->a, error) &&
+      OPS->modulate (rs->s, rs->a, &scale_mlp, &shift_mlp, rs->a, error) &&
+      linear (rs, rs->a, &b->ffn0, 0.0f, rs->h, error) &&
+      OPS->gelu_tanh (rs->s, rs->h, rs->h, error) &&
+      linear (rs, rs->h, &b->ffn2, 0.0f, rs->t1, error) &&
+      trace_copy (rs, rs->trace_ffn, rs->t1, error) &&
+      OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_mlp, error);
+}
+
+/**
+ * lingbot_dit_block_forward:
+ * @rs: a rank state; rs->x [n_local, D] holds the residual stream (updated
+ *   in place), rs->cam_scale/shift[@layer] are set, the cursors were
+ *   advanced by lingbot_dit_cache_begin()
+ * @layer: block index
+ * @mod: f32 [6, D]: `blocks.layer.modulation + tmod`
+ * @current_start: absolute index of the chunk's first token
+ * @error: op or collective errors
+ *
+ * One transformer block (spec 1.7): modulated self-attention over the KV
+ * cache (q/k RMSNorm over the full width, 3-D RoPE at absolute frame
+ * positions, the chunk's keys written post-RoPE into the cache), camera
+ * injection, cross-attention to the cached text K/V, gated GELU(tanh) FFN.
+ * With several ranks the self-attention runs head-sharded (Ulysses).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
+    const LbTensor * mod, int64_t current_start, GError ** error)
+{
+  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  const gboolean local = rs->sh.n_local > 0;
+  if (local && !self_attn_qkv (rs, b, mod, current_start, error))
+    return FALSE;
+  if (!self_attention (rs, layer, error))
+    return FALSE;
+  return !local || block_rest (rs, layer, mod, error);
+}
+
+/**
+ * lingbot_dit_head_forward:
+ * @rs: a rank state after the last block
+ * @head_mod: f32 [2, D] (shift, scale)
+ * @error: op or collective errors
+ *
+ * Spec 1.10: `z = head(LN(x) * (1 + scale) + shift)` into rs->z
+ * [n_local, 64]; with several ranks every rank then holds the whole chunk's
+ * z in frame-major order in rs->z_full (all-gather).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_head_forward (LingbotDitRank * rs, const LbTensor * head_mod,
+    GError ** error)
+{
+  LbTensor shift, scale;
+  row_view (&shift, head_mod, 0);
+  row_view (&scale, head_mod, 1);
+  if (rs->sh.n_local > 0 &&
+      (!OPS->layer_norm (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
+              rs->a, error) ||
+          !OPS->modulate (rs->s, rs->a, &scale, &shift, rs->a, error) ||
+          !linear (rs, rs->a, &rs->dit->head, 0.0f, rs->z, error)))
+    return FALSE;
+  if (rs->sh.n_ranks > 1)
+    return lingbot_dit_ulysses_gather_z (rs, error);
+  return TRUE;
+}

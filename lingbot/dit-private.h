@@ -1,0 +1,145 @@
+/* lingbot-gst: DiT internals shared by dit.c, dit-forward.c, dit-session.c,
+ * dit-ulysses.c and the DiT tests (not installed)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "lingbot/dit.h"
+#include "kernels/backend.h"
+#include "kernels/error.h"
+#include "comm/worker-group.h"
+
+G_BEGIN_DECLS
+
+typedef struct {
+  LbTensor *w;                  /* [out, in] f32 */
+  LbTensor *b;                  /* [out] f32 */
+} LingbotDitLinear;
+
+typedef struct {
+  LbTensor *modulation;         /* [6, D] */
+  LingbotDitLinear sa_q, sa_k, sa_v, sa_o;
+  LbTensor *sa_norm_q, *sa_norm_k;
+  LbTensor *norm3_w, *norm3_b;
+  LingbotDitLinear ca_q, ca_k, ca_v, ca_o;
+  LbTensor *ca_norm_q, *ca_norm_k;
+  LingbotDitLinear ffn0, ffn2;
+  LingbotDitLinear cam1, cam2, cam_scale, cam_shift;
+} LingbotDitBlock;
+
+struct _LingbotDit {
+  gint ref_count;
+  LingbotDitConfig cfg;
+  char *path;
+  GHashTable *by_name;          /* name -> LbTensor* (owned) */
+
+  LingbotDitLinear patch;       /* w [D, in_dim * 4] */
+  LingbotDitLinear ctl_patch;   /* w [D, control_in_features] */
+  LingbotDitLinear c2ws1, c2ws2;
+  LingbotDitLinear text0, text2;
+  LingbotDitLinear time0, time2, time_proj;
+  LingbotDitLinear head;
+  LbTensor *head_modulation;    /* [2, D] */
+  LingbotDitBlock *blocks;
+};
+
+/* ---- per-rank forward state (dit-forward.c) ---- */
+
+/* Token layout of one rank: a band of token rows [row0, row0 + n_rows) of
+ * every latent frame of the chunk (DESIGN.md 3).  Local token index is
+ * (f, i - row0, j) row-major. */
+typedef struct {
+  int rank, n_ranks;
+  int64_t frames, hp, wp;       /* token grid of a chunk */
+  int64_t frame_tokens;         /* hp * wp */
+  int64_t n_tokens;             /* frames * hp * wp */
+  int64_t row0, n_rows;         /* this rank's band */
+  int64_t n_local;              /* frames * n_rows * wp */
+  int64_t heads_local;          /* heads / n_ranks */
+  /* every rank's band, for the exchanges */
+  int64_t *band_row0, *band_rows, *band_tok0;   /* [n_ranks] */
+} LingbotDitShard;
+
+typedef struct {
+  LbStream *s;
+  LbRank *rank;                 /* NULL: single rank, no collectives */
+  const LingbotDit *dit;
+  const LingbotDitConfig *cfg;
+  LingbotDitShard sh;
+  int64_t head_dim;
+
+  /* KV cache, per layer [cap, heads_local, head_dim] */
+  int64_t cap, sink, max_attention;
+  int64_t global_end, local_end;
+  int64_t pend_evict, pend_local_end;   /* computed by cache_begin */
+  LbTensor **cache_k, **cache_v;
+
+  /* cross-attention K/V, per layer [text_len, D] (all heads) */
+  int64_t text_len;
+  LbTensor **cross_k, **cross_v;
+
+  /* camera injection per layer [n_local, D] (once per chunk) */
+  LbTensor **cam_scale, **cam_shift;
+  LbTensor *ctl;                /* [n_local, D] control tokens */
+
+  LbTensor *rope_cos, *rope_sin;        /* [1024, hd/2] */
+
+  /* scratch, [n_local, *] */
+  LbTensor *x, *a, *q, *k, *v, *o, *t1, *h;
+  LbTensor *z;                  /* [n_local, out_dim * 4] */
+
+  /* Ulysses scratch (n_ranks > 1) */
+  LbTensor *send;               /* [n_local * D] */
+  LbTensor *q_r, *k_r, *v_r, *o_r;      /* [n_tokens, heads_local, hd] */
+  LbTensor *recv;               /* [n_ranks * n_local * hl * hd] */
+  LbTensor *z_rm;               /* [n_tokens, out_dim * 4] rank-major */
+  LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
+  gsize *cnt_a, *dsp_a, *cnt_b, *dsp_b;
+
+  /* optional per-block traces (tests) */
+  LbTensor *trace_self_attn, *trace_cross_attn, *trace_ffn;
+} LingbotDitRank;
+
+gboolean lingbot_dit_shard_init (LingbotDitShard * sh, int rank, int n_ranks,
+    int64_t frames, int64_t hp, int64_t wp, int num_heads, GError ** error);
+void lingbot_dit_shard_clear (LingbotDitShard * sh);
+
+gboolean lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s,
+    LbRank * rank, const LingbotDit * dit, int64_t frames, int64_t hp,
+    int64_t wp, int64_t cap, int64_t sink, int64_t text_len, GError ** error);
+void lingbot_dit_rank_clear (LingbotDitRank * rs);
+
+LbTensor *lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1,
+    GError ** error);
+
+void lingbot_dit_timestep_features (double t, int freq_dim, float *out);
+gboolean lingbot_dit_time_mods (LingbotDitRank * rs, double t,
+    LbTensor * block_mods /* [L, 6, D] */, LbTensor * head_mod /* [2, D] */,
+    GError ** error);
+gboolean lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
+    gboolean embedded, GError ** error);
+gboolean lingbot_dit_control_tokens (LingbotDitRank * rs,
+    const LbTensor * ctl_patches /* [n_local, ctl_in] */, GError ** error);
+gboolean lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
+    GError ** error);
+
+void lingbot_dit_cache_begin (LingbotDitRank * rs, int64_t current_start);
+gboolean lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
+    const LbTensor * mod /* [6, D] */, int64_t current_start,
+    GError ** error);
+void lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start);
+
+gboolean lingbot_dit_head_forward (LingbotDitRank * rs,
+    const LbTensor * head_mod, GError ** error);
+
+/* dit-ulysses.c */
+gboolean lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_copy (LbStream * s, void *dst, const void *src,
+    gsize nbytes, GError ** error);
+gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
+    const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
+
+G_END_DECLS

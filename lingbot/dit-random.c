@@ -1,0 +1,234 @@
+/* lingbot-gst: random-weight DiT checkpoints in the published layout
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * What lingbot-mkmodel writes: the 21 + 35 L tensors of spec 4.2 under
+ * their checkpoint keys, in state-dict order, bf16 (or any float dtype),
+ * split into `model-0000N-of-0000M.safetensors` shards with a
+ * `model.safetensors.index.json` weight map and the release's
+ * `config.json`.  Shards are generated and written one at a time, so a
+ * full-size 14B checkpoint needs one shard's worth of memory.
+ */
+#include "lingbot/dit-private.h"
+
+#include <errno.h>
+
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+static guint64
+splitmix64 (guint64 * s)
+{
+  guint64 z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static guint64
+name_hash (const char *name)
+{
+  guint64 h = 1469598103934665603ull;   /* FNV-1a */
+  for (const char *p = name; *p; p++)
+    h = (h ^ (guint8) * p) * 1099511628211ull;
+  return h;
+}
+
+/**
+ * lingbot_dit_random_weight:
+ * @cfg: a configuration
+ * @name: a weight name of spec 4.2
+ * @dtype: %LB_DTYPE_BF16, %LB_DTYPE_F16 or %LB_DTYPE_F32
+ * @seed: the checkpoint seed
+ *
+ * A deterministic random weight (a function of @seed and @name only):
+ * Linear/conv weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's
+ * default init), norm weights 1 + U(+-0.1), norm biases U(+-0.1),
+ * modulations U(+-1/sqrt(D)).
+ *
+ * Returns: (transfer full) (nullable): the tensor, %NULL for an unknown
+ * name.
+ */
+LbTensor *
+lingbot_dit_random_weight (const LingbotDitConfig * cfg, const char *name,
+    LbDType dtype, guint64 seed)
+{
+  int ndim;
+  int64_t shape[LB_MAX_DIMS];
+  if (!lingbot_dit_weight_shape (cfg, name, &ndim, shape))
+    return NULL;
+  LbTensor *t = lb_tensor_new (dtype, ndim, shape);
+  const int64_t n = lb_tensor_numel (t);
+
+  double scale, offset = 0.0;
+  if (g_str_has_suffix (name, "modulation")) {
+    scale = 1.0 / sqrt ((double) cfg->dim);
+  } else if (strstr (name, "norm")) {
+    scale = 0.1;
+    offset = g_str_has_suffix (name, ".weight") ? 1.0 : 0.0;
+  } else {
+    /* fan_in: the weight's inputs (the bias shares its layer's) */
+    g_autofree char *wname = g_strdup (name);
+    if (g_str_has_suffix (name, ".bias")) {
+      wname[strlen (wname) - 5] = '\0';
+      char *w = g_strconcat (wname, ".weight", NULL);
+      g_free (wname);
+      wname = w;
+    }
+    int wd;
+    int64_t ws[LB_MAX_DIMS];
+    int64_t fan_in = 1;
+    if (lingbot_dit_weight_shape (cfg, wname, &wd, ws))
+      for (int i = 1; i < wd; i++)
+        fan_in *= ws[i];
+    scale = 1.0 / sqrt ((double) MAX (fan_in, 1));
+  }
+
+  guint64 st = seed ^ name_hash (name);
+  for (int64_t i = 0; i < n; i++) {
+    double u = (double) (splitmix64 (&st) >> 11) * (1.0 / 9007199254740992.0);
+    float v = (float) (offset + scale * (2.0 * u - 1.0));
+    switch (dtype) {
+      case LB_DTYPE_BF16:
+        ((uint16_t *) t->data)[i] = lb_f32_to_bf16 (v);
+        break;
+      case LB_DTYPE_F16:
+        ((uint16_t *) t->data)[i] = lb_f32_to_f16 (v);
+        break;
+      default:
+        ((float *) t->data)[i] = v;
+        break;
+    }
+  }
+  return t;
+}
+
+static gboolean
+write_index (const char *dir, GPtrArray * names, const guint * shard_of,
+    guint n_shards, guint64 total, GError ** error)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "metadata");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "total_size");
+  json_builder_add_int_value (b, (gint64) total);
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "weight_map");
+  json_builder_begin_object (b);
+  for (guint i = 0; i < names->len; i++) {
+    g_autofree char *shard = g_strdup_printf ("model-%05u-of-%05u.safetensors",
+        shard_of[i] + 1, n_shards);
+    json_builder_set_member_name (b, names->pdata[i]);
+    json_builder_add_string_value (b, shard);
+  }
+  json_builder_end_object (b);
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autofree char *text = json_to_string (root, TRUE);
+  g_autofree char *path = g_build_filename (dir,
+      LINGBOT_SAFETENSORS_INDEX_NAME, NULL);
+  return g_file_set_contents (path, text, -1, error);
+}
+
+/**
+ * lingbot_dit_write_random:
+ * @cfg: the configuration (validated)
+ * @dir: output directory (created if missing)
+ * @n_shards: number of shards (>= 1; the 14B release has 8)
+ * @dtype: storage dtype (%LB_DTYPE_BF16 as published, or F16/F32)
+ * @seed: weight seed
+ * @error: %LB_ERROR_INVALID_ARGUMENT, %LB_ERROR_IO
+ *
+ * Writes `config.json`, `model-0000N-of-0000M.safetensors` (tensors in
+ * state-dict order, split into @n_shards byte-balanced runs) and
+ * `model.safetensors.index.json`, which lingbot_dit_load() reads.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_write_random (const LingbotDitConfig * cfg, const char *dir,
+    guint n_shards, LbDType dtype, guint64 seed, GError ** error)
+{
+  if (!lingbot_dit_config_validate (cfg, error))
+    return FALSE;
+  if (dtype != LB_DTYPE_BF16 && dtype != LB_DTYPE_F16 &&
+      dtype != LB_DTYPE_F32) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "mkmodel: dtype %s is not bf16, f16 or f32", lb_dtype_name (dtype));
+    return FALSE;
+  }
+  if (g_mkdir_with_parents (dir, 0755) != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: cannot create: %s", dir,
+        g_strerror (errno));
+    return FALSE;
+  }
+  g_autoptr (GPtrArray) names = lingbot_dit_weight_names (cfg);
+  n_shards = CLAMP (n_shards, 1, names->len);
+
+  /* byte-balanced runs of consecutive tensors */
+  guint64 *bytes = g_new0 (guint64, names->len);
+  guint64 total = 0;
+  for (guint i = 0; i < names->len; i++) {
+    int nd;
+    int64_t sh[LB_MAX_DIMS];
+    lingbot_dit_weight_shape (cfg, names->pdata[i], &nd, sh);
+    guint64 n = 1;
+    for (int d = 0; d < nd; d++)
+      n *= (guint64) sh[d];
+    bytes[i] = n * lb_dtype_size (dtype);
+    total += bytes[i];
+  }
+  guint *shard_of = g_new0 (guint, names->len);
+  guint64 acc = 0;
+  for (guint i = 0; i < names->len; i++) {
+    guint s = (guint) MIN ((acc + bytes[i] / 2) * n_shards / MAX (total, 1),
+        n_shards - 1);
+    /* never go back, never skip a shard */
+    if (i > 0)
+      s = CLAMP (s, shard_of[i - 1], shard_of[i - 1] + 1);
+    if (names->len - i <= n_shards - 1 - s)
+      s = n_shards - (names->len - i);
+    shard_of[i] = s;
+    acc += bytes[i];
+  }
+  n_shards = shard_of[names->len - 1] + 1;
+
+  GHashTable *meta = g_hash_table_new (g_str_hash, g_str_equal);
+  g_hash_table_insert (meta, (gpointer) "format", (gpointer) "pt");
+  gboolean ok = TRUE;
+  guint first = 0;
+  for (guint s = 0; s < n_shards && ok; s++) {
+    guint last = first;
+    while (last < names->len && shard_of[last] == s)
+      last++;
+    guint cnt = last - first;
+    LbTensor **ts = g_new0 (LbTensor *, MAX (cnt, 1));
+    for (guint i = 0; i < cnt; i++)
+      ts[i] = lingbot_dit_random_weight (cfg, names->pdata[first + i], dtype,
+          seed);
+    g_autofree char *file = g_strdup_printf ("model-%05u-of-%05u.safetensors",
+        s + 1, n_shards);
+    g_autofree char *path = g_build_filename (dir, file, NULL);
+    ok = lingbot_safetensors_write (path,
+        (const char *const *) names->pdata + first,
+        (const LbTensor * const *) ts, cnt, meta, error);
+    for (guint i = 0; i < cnt; i++)
+      lb_tensor_free (ts[i]);
+    g_free (ts);
+    first = last;
+  }
+  g_hash_table_unref (meta);
+
+  if (ok)
+    ok = write_index (dir, names, shard_of, n_shards, total, error);
+  if (ok) {
+    g_autofree char *json = lingbot_dit_config_to_json (cfg);
+    g_autofree char *path = g_build_filename (dir, "config.json", NULL);
+    ok = g_file_set_contents (path, json, -1, error);
+  }
+  g_free (shard_of);
+  g_free (bytes);
+  return ok;
+}

@@ -1,0 +1,711 @@
+/* lingbot-gst: a streaming DiT session
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Spec 3.3-3.7.  Per chunk, on every rank of the worker group:
+ *   control -> control tokens -> per-block camera scale/shift   (once)
+ *   x = noise; 4 x { v = DiT(x, t_s); x0 = x - sigma_s v; re-noise }  (4 passes)
+ *   DiT(x0, t = 0)  -- the clean pass that commits the chunk's K/V  (1 pass)
+ * Every rank holds the whole latent (the head output is all-gathered), so
+ * the sampler runs replicated, bit-identically, as in the reference.
+ */
+#include "lingbot/dit-session.h"
+#include "lingbot/dit-private.h"
+#include "lingbot/scheduler.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  LingbotDitRank core;
+  LbTensor *in_full;            /* [in_dim, C, h, w] */
+  LbTensor *tok_full;           /* [N, in_dim * 4] */
+  LbTensor *tok;                /* [n, in_dim * 4]; NULL with one rank */
+  LbTensor *ctl_in;             /* [ctl_ch, C, h, w] */
+  LbTensor *ctl_full;           /* [N, ctl_in] */
+  LbTensor *ctl_tok;            /* [n, ctl_in]; NULL with one rank */
+  LbTensor *lat, *pred, *x0, *tmp;      /* [out_dim, C, h, w] */
+  LbTensor *noise[LINGBOT_DIT_MAX_STEPS];
+  LbTensor *mods[LINGBOT_DIT_MAX_STEPS + 1];    /* [L, 6, D] */
+  LbTensor *head_mods[LINGBOT_DIT_MAX_STEPS + 1];       /* [2, D] */
+  gboolean ready;
+} SessionRank;
+
+struct _LingbotDitSession {
+  LingbotDit *dit;
+  LbWorkerGroup *group;
+  int n_ranks;
+  SessionRank *ranks;
+
+  int64_t lat_h, lat_w, frames, hp, wp, frame_tokens, cap, sink, text_len;
+  gboolean global_cache;
+  int n_steps;
+  double timesteps[LINGBOT_DIT_MAX_STEPS];
+  double sigma_x0[LINGBOT_DIT_MAX_STEPS];
+  double sigma_rn[LINGBOT_DIT_MAX_STEPS];
+  int64_t chunk;
+
+  LbTensor *noise_host[LINGBOT_DIT_MAX_STEPS];  /* for run_chunk_noise */
+
+  LingbotDitStepFunc step_func;
+  gpointer step_data;
+};
+
+/* ------------------------------------------------------------------------ */
+/* per-rank setup                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  LingbotDitSession *ses;
+  const LbTensor *text;
+} InitArgs;
+
+static LbTensor *
+new_4d (LbStream * s, int64_t c, int64_t f, int64_t h, int64_t w,
+    GError ** error)
+{
+  int64_t shape[4] = { c, f, h, w };
+  return lb_tensor_new_on (s, LB_DTYPE_F32, 4, shape, error);
+}
+
+static gboolean
+rank_init (LbRank * rank, gpointer data, GError ** error)
+{
+  InitArgs *a = data;
+  LingbotDitSession *ses = a->ses;
+  SessionRank *sr = &ses->ranks[rank->rank];
+  const LingbotDitConfig *cfg = &ses->dit->cfg;
+  LbStream *s = rank->stream;
+  LingbotDitRank *rs = &sr->core;
+
+  if (!lingbot_dit_rank_init (rs, s, rank, ses->dit, ses->frames, ses->hp,
+          ses->wp, ses->cap, ses->sink, ses->text_len, error))
+    return FALSE;
+  const int64_t F = ses->frames, h = ses->lat_h, w = ses->lat_w;
+  const int64_t N = rs->sh.n_tokens, n = rs->sh.n_local;
+  const int64_t pf = (int64_t) cfg->in_dim * 4;
+  const int64_t cf = cfg->control_in_features;
+  if (!(sr->in_full = new_4d (s, cfg->in_dim, F, h, w, error)) ||
+      !(sr->tok_full = lingbot_dit_tensor_new (s, N, pf, error)) ||
+      !(sr->ctl_in = new_4d (s, cf / 4, F, h, w, error)) ||
+      !(sr->ctl_full = lingbot_dit_tensor_new (s, N, cf, error)) ||
+      !(sr->lat = new_4d (s, cfg->out_dim, F, h, w, error)) ||
+      !(sr->pred = new_4d (s, cfg->out_dim, F, h, w, error)) ||
+      !(sr->x0 = new_4d (s, cfg->out_dim, F, h, w, error)) ||
+      !(sr->tmp = new_4d (s, cfg->out_dim, F, h, w, error)))
+    return FALSE;
+  if (rs->sh.n_ranks > 1 &&
+      (!(sr->tok = lingbot_dit_tensor_new (s, n, pf, error)) ||
+          !(sr->ctl_tok = lingbot_dit_tensor_new (s, n, cf, error))))
+    return FALSE;
+  for (int i = 0; i < ses->n_steps; i++)
+    if (!(sr->noise[i] = new_4d (s, cfg->out_dim, F, h, w, error)))
+      return FALSE;
+  for (int p = 0; p <= ses->n_steps; p++) {
+    int64_t ms[3] = { cfg->num_layers, 6, cfg->dim };
+    int64_t hs[2] = { 2, cfg->dim };
+    if (!(sr->mods[p] = lb_tensor_new_on (s, LB_DTYPE_F32, 3, ms, error)) ||
+        !(sr->head_mods[p] = lb_tensor_new_on (s, LB_DTYPE_F32, 2, hs, error)))
+      return FALSE;
+    double t = p < ses->n_steps ? ses->timesteps[p] : 0.0;
+    if (!lingbot_dit_time_mods (rs, t, sr->mods[p], sr->head_mods[p], error))
+      return FALSE;
+  }
+  if (!lingbot_dit_text_kv (rs, a->text, FALSE, error))
+    return FALSE;
+  sr->ready = TRUE;
+  return TRUE;
+}
+
+static void
+rank_clear (SessionRank * sr)
+{
+  LbTensor **one[] = {
+    &sr->in_full, &sr->tok_full, &sr->tok, &sr->ctl_in, &sr->ctl_full,
+    &sr->ctl_tok, &sr->lat, &sr->pred, &sr->x0, &sr->tmp,
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (one); i++)
+    g_clear_pointer (one[i], lb_tensor_free);
+  for (int i = 0; i < LINGBOT_DIT_MAX_STEPS; i++)
+    g_clear_pointer (&sr->noise[i], lb_tensor_free);
+  for (int i = 0; i <= LINGBOT_DIT_MAX_STEPS; i++) {
+    g_clear_pointer (&sr->mods[i], lb_tensor_free);
+    g_clear_pointer (&sr->head_mods[i], lb_tensor_free);
+  }
+  lingbot_dit_rank_clear (&sr->core);
+}
+
+static gboolean
+rank_free (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotDitSession *ses = data;
+  rank_clear (&ses->ranks[rank->rank]);
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* session                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static gboolean
+resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
+    const LbTensor * text, GError ** error)
+{
+  const LingbotDitConfig *cfg = &ses->dit->cfg;
+  if (o->latent_h <= 0 || o->latent_w <= 0 || o->latent_h % 2 ||
+      o->latent_w % 2) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: latent grid %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
+        " must be positive and even (patch 2x2)", o->latent_h, o->latent_w);
+    return FALSE;
+  }
+  ses->lat_h = o->latent_h;
+  ses->lat_w = o->latent_w;
+  ses->hp = o->latent_h / 2;
+  ses->wp = o->latent_w / 2;
+  ses->frame_tokens = ses->hp * ses->wp;
+  ses->frames = o->chunk_frames > 0 ? o->chunk_frames : cfg->chunk_frames;
+  int window = o->local_attn_frames != 0 ? o->local_attn_frames :
+      cfg->local_attn_frames;
+  int sink = o->sink_frames >= 0 ? o->sink_frames : cfg->sink_frames;
+  if (window == -1) {
+    if (o->max_frames < ses->frames) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "DiT session: a global KV cache (local_attn_frames -1) needs "
+          "max_frames >= %" G_GINT64_FORMAT, ses->frames);
+      return FALSE;
+    }
+    ses->cap = o->max_frames * ses->frame_tokens;
+    ses->sink = 0;
+    ses->global_cache = TRUE;
+  } else {
+    if (window < sink + ses->frames) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "DiT session: window of %d frames cannot hold the %d-frame sink "
+          "and a %" G_GINT64_FORMAT "-frame chunk", window, sink, ses->frames);
+      return FALSE;
+    }
+    ses->cap = (int64_t) window *ses->frame_tokens;
+    ses->sink = (int64_t) sink *ses->frame_tokens;
+  }
+  if (ses->hp > LINGBOT_DIT_ROPE_MAX_POS || ses->wp > LINGBOT_DIT_ROPE_MAX_POS) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: token grid wider than the RoPE table");
+    return FALSE;
+  }
+
+  int64_t rows = text->ndim >= 2 ? text->shape[text->ndim - 2] : 0;
+  int64_t width = text->shape[text->ndim - 1];
+  if (text->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (text) ||
+      width != cfg->text_dim || rows <= 0 ||
+      lb_tensor_numel (text) != rows * width) {
+    g_autofree char *have = lb_tensor_shape_string (text);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT session: text context is %s %s, expected contiguous f32 "
+        "[1, L, %d]", lb_dtype_name (text->dtype), have, cfg->text_dim);
+    return FALSE;
+  }
+  ses->text_len = rows;
+
+  const LingbotScheduler *sched = o->scheduler;
+  g_autoptr (LingbotScheduler) own = NULL;
+  if (sched == NULL)
+    sched = own = lingbot_scheduler_new_default ();
+  ses->n_steps = (int) lingbot_scheduler_get_n_steps (sched);
+  if (ses->n_steps < 1 || ses->n_steps > LINGBOT_DIT_MAX_STEPS) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: %d steps, expected 1 to %d", ses->n_steps,
+        LINGBOT_DIT_MAX_STEPS);
+    return FALSE;
+  }
+  for (int st = 0; st < ses->n_steps; st++) {
+    ses->timesteps[st] =
+        (double) lingbot_scheduler_get_step_timestep (sched, st);
+    ses->sigma_x0[st] = lingbot_scheduler_get_x0_sigma (sched, st);
+    ses->sigma_rn[st] = lingbot_scheduler_get_renoise_sigma (sched, st);
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_session_new:
+ * @dit: the model (a reference is taken)
+ * @group: (nullable): the worker group whose ranks run the DiT
+ *   (sequence-parallel over all of them); %NULL makes a one-rank CPU group
+ * @options: geometry, window/sink, schedule
+ * @text: f32 [1, L, text_dim] umT5 output with padded rows zero (host)
+ * @error: %LB_ERROR_INVALID_ARGUMENT (bad geometry, rank count not dividing
+ *   the heads), %LB_ERROR_SHAPE (text), backend/op errors
+ *
+ * Allocates every rank's buffers and computes what the session keeps: the
+ * text cross-attention K/V of every block, the time embeddings and
+ * modulations of the n + 1 timesteps, the RoPE tables and the sigmas.
+ *
+ * Returns: (transfer full) (nullable): the session.
+ */
+LingbotDitSession *
+lingbot_dit_session_new (LingbotDit * dit, LbWorkerGroup * group,
+    const LingbotDitSessionOptions * options, const LbTensor * text,
+    GError ** error)
+{
+  LingbotDitSession *ses = g_new0 (LingbotDitSession, 1);
+  ses->dit = lingbot_dit_ref (dit);
+  if (!resolve_options (ses, options, text, error))
+    goto fail;
+  if (group) {
+    ses->group = lb_worker_group_ref (group);
+  } else {
+    LbWorkerGroupOptions go = { 0, NULL, "dit" };
+    ses->group = lb_worker_group_new (lb_cpu_backend (), 1, NULL, &go, error);
+    if (ses->group == NULL)
+      goto fail;
+  }
+  ses->n_ranks = lb_worker_group_get_n_ranks (ses->group);
+  if (dit->cfg.num_heads % ses->n_ranks != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT Ulysses: %d ranks do not divide the %d attention heads "
+        "(use a rank count that divides %d)", ses->n_ranks,
+        dit->cfg.num_heads, dit->cfg.num_heads);
+    goto fail;
+  }
+  int64_t ns[5] = { 1, dit->cfg.out_dim, ses->frames, ses->lat_h,
+    ses->lat_w
+  };
+  for (int i = 0; i < ses->n_steps; i++)
+    ses->noise_host[i] = lb_tensor_new (LB_DTYPE_F32, 5, ns);
+  ses->ranks = g_new0 (SessionRank, ses->n_ranks);
+  InitArgs a = { ses, text };
+  if (!lb_worker_group_run (ses->group, rank_init, &a, error))
+    goto fail;
+  return ses;
+
+fail:
+  lingbot_dit_session_free (ses);
+  return NULL;
+}
+
+/**
+ * lingbot_dit_session_free:
+ * @session: (transfer full) (nullable): a session
+ */
+void
+lingbot_dit_session_free (LingbotDitSession * session)
+{
+  if (session == NULL)
+    return;
+  if (session->ranks) {
+    if (session->group &&
+        !lb_worker_group_run (session->group, rank_free, session, NULL)) {
+      for (int r = 0; r < session->n_ranks; r++)
+        rank_clear (&session->ranks[r]);
+    }
+    g_free (session->ranks);
+  }
+  if (session->group)
+    lb_worker_group_unref (session->group);
+  for (int i = 0; i < LINGBOT_DIT_MAX_STEPS; i++)
+    g_clear_pointer (&session->noise_host[i], lb_tensor_free);
+  lingbot_dit_unref (session->dit);
+  g_free (session);
+}
+
+/* ------------------------------------------------------------------------ */
+/* one chunk                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  LingbotDitSession *ses;
+  const LbTensor *y, *control;
+  const LbTensor *const *noise;
+  LbTensor *out;
+} ChunkArgs;
+
+/* Uploads a host tensor of matching element count into a device buffer
+ * (or a contiguous part of one). */
+static gboolean
+upload_as (LbStream * s, LbTensor * dst, const LbTensor * src,
+    const char *what, GError ** error)
+{
+  LbTensor v;
+  if (src->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (src) ||
+      lb_tensor_numel (src) != lb_tensor_numel (dst) ||
+      !lb_tensor_view_reshape (&v, src, dst->ndim, dst->shape)) {
+    g_autofree char *have = lb_tensor_shape_string (src);
+    g_autofree char *want = lb_tensor_shape_string (dst);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT chunk: %s is %s %s, expected contiguous f32 [1, %s]", what,
+        lb_dtype_name (src->dtype), have, want + 1);
+    return FALSE;
+  }
+  return lb_tensor_upload (s, dst, &v, error);
+}
+
+/* 2-D [rows, cols] view of a contiguous 4-D latent (for elementwise ops). */
+static void
+flat_view (LbTensor * out, const LbTensor * t)
+{
+  int64_t shape[2] = { t->shape[0], lb_tensor_numel (t) / t->shape[0] };
+  lb_tensor_view_reshape (out, t, 2, shape);
+}
+
+static gboolean
+forward (LingbotDitSession * ses, SessionRank * sr, const LbTensor * lat,
+    int pass, int64_t current_start, GError ** error)
+{
+  LingbotDitRank *rs = &sr->core;
+  LbStream *s = rs->s;
+  const LbOps *ops = lb_ops (s);
+  const int L = ses->dit->cfg.num_layers;
+  const LbTensor *tok = sr->tok ? sr->tok : sr->tok_full;
+
+  /* [x_t, y] -> tokens (spec 1.2, 1.3) */
+  if (!lingbot_dit_copy (s, sr->in_full->data, lat->data,
+          lb_tensor_nbytes (lat), error) ||
+      !ops->patchify (s, sr->in_full, 2, 2, sr->tok_full, error))
+    return FALSE;
+  if (sr->tok && !lingbot_dit_gather_band_rows (rs, sr->tok_full, sr->tok,
+          error))
+    return FALSE;
+  if (rs->sh.n_local > 0 && !ops->gemm (s, tok, ses->dit->patch.w, TRUE,
+          ses->dit->patch.b, 1.0f, 0.0f, rs->x, error))
+    return FALSE;
+
+  lingbot_dit_cache_begin (rs, current_start);
+  for (int l = 0; l < L; l++) {
+    LbTensor mod;
+    lb_tensor_view_select (&mod, sr->mods[pass], 0, l);
+    if (!lingbot_dit_block_forward (rs, l, &mod, current_start, error))
+      return FALSE;
+  }
+  lingbot_dit_cache_end (rs, current_start);
+
+  if (!lingbot_dit_head_forward (rs, sr->head_mods[pass], error))
+    return FALSE;
+  const LbTensor *z = rs->sh.n_ranks > 1 ? rs->z_full : rs->z;
+  return ops->unpatchify (s, z, 2, 2, sr->pred, error);
+}
+
+static gboolean
+rank_chunk (LbRank * rank, gpointer data, GError ** error)
+{
+  ChunkArgs *a = data;
+  LingbotDitSession *ses = a->ses;
+  SessionRank *sr = &ses->ranks[rank->rank];
+  LingbotDitRank *rs = &sr->core;
+  LbStream *s = rs->s;
+  const LbOps *ops = lb_ops (s);
+  const int L = ses->dit->cfg.num_layers;
+  const int64_t current_start = ses->chunk * ses->frames * ses->frame_tokens;
+  const int64_t out_ch = ses->dit->cfg.out_dim;
+
+  /* inputs of the chunk */
+  LbTensor ypart;
+  lb_tensor_view_narrow (&ypart, sr->in_full, 0, out_ch,
+      sr->in_full->shape[0] - out_ch);
+  if (!upload_as (s, &ypart, a->y, "y", error) ||
+      !upload_as (s, sr->ctl_in, a->control, "control", error))
+    return FALSE;
+  for (int i = 0; i < ses->n_steps; i++)
+    if (!upload_as (s, sr->noise[i], a->noise[i], "noise", error))
+      return FALSE;
+
+  /* control tokens and the camera scale/shift of every block: once */
+  if (!ops->patchify (s, sr->ctl_in, 2, 2, sr->ctl_full, error))
+    return FALSE;
+  if (sr->ctl_tok && !lingbot_dit_gather_band_rows (rs, sr->ctl_full,
+          sr->ctl_tok, error))
+    return FALSE;
+  if (!lingbot_dit_control_tokens (rs, sr->ctl_tok ? sr->ctl_tok :
+          sr->ctl_full, error))
+    return FALSE;
+  for (int l = 0; l < L; l++)
+    if (!lingbot_dit_camera_precompute (rs, l, error))
+      return FALSE;
+
+  /* 4 denoising passes (spec 3.6) */
+  LbTensor lat2, pred2, x02, tmp2, noise2;
+  flat_view (&lat2, sr->lat);
+  flat_view (&pred2, sr->pred);
+  flat_view (&x02, sr->x0);
+  flat_view (&tmp2, sr->tmp);
+  if (!lingbot_dit_copy (s, sr->lat->data, sr->noise[0]->data,
+          lb_tensor_nbytes (sr->lat), error))
+    return FALSE;
+  for (int step = 0; step < ses->n_steps; step++) {
+    if (!forward (ses, sr, sr->lat, step, current_start, error))
+      return FALSE;
+    const float sx = (float) ses->sigma_x0[step];
+    if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
+        !ops->add (s, &lat2, &tmp2, &x02, error))
+      return FALSE;
+    if (rank->rank == 0 && ses->step_func)
+      ses->step_func (ses, ses->chunk, step, sr->lat, sr->pred, sr->x0,
+          ses->step_data);
+    if (step + 1 < ses->n_steps) {
+      const float sr_ = (float) ses->sigma_rn[step];
+      flat_view (&noise2, sr->noise[step + 1]);
+      if (!ops->scale (s, &x02, 1.0f - sr_, 0.0f, &lat2, error) ||
+          !ops->scale (s, &noise2, sr_, 0.0f, &tmp2, error) ||
+          !ops->add (s, &lat2, &tmp2, &lat2, error))
+        return FALSE;
+    }
+  }
+
+  /* the chunk's result, then the clean t = 0 pass (spec 3.7) */
+  if (rank->rank == 0 && a->out) {
+    LbTensor outv;
+    if (!lb_tensor_view_reshape (&outv, a->out, 4, sr->x0->shape) ||
+        !lb_tensor_download (s, &outv, sr->x0, error))
+      return FALSE;
+  }
+  if (!forward (ses, sr, sr->x0, ses->n_steps, current_start, error))
+    return FALSE;
+  if (rank->rank == 0 && ses->step_func)
+    ses->step_func (ses, ses->chunk, ses->n_steps, sr->x0, sr->pred, NULL,
+        ses->step_data);
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_session_run_chunk:
+ * @session: a session
+ * @y: f32 [1, 20, C, h, w] mask + condition latent (host)
+ * @control: f32 [1, 384, C, h, w] camera control (host; lingbot/control.h)
+ * @noise: (array length=n_steps): f32 [1, 16, C, h, w] host tensors: the
+ *   chunk's initial noise, then the re-noise draw of each step s < n-1
+ * @out: (nullable): f32 [1, 16, C, h, w] host tensor for the denoised
+ *   latent x0
+ * @error: %LB_ERROR_SHAPE for inputs of the wrong shape; op or collective
+ *   errors (%LB_ERROR_RANK_FAILED on the other ranks)
+ *
+ * Generates chunk k = lingbot_dit_session_get_chunk_index(): the control
+ * tokens and the per-block camera scale/shift once, n denoising passes at
+ * current_start = k C T_f, then the clean t = 0 pass that leaves the
+ * chunk's clean K/V in the cache (spec 3.3-3.7).
+ *
+ * Returns: %TRUE on success; the chunk index then advances.
+ */
+gboolean
+lingbot_dit_session_run_chunk (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * control,
+    const LbTensor * const *noise, LbTensor * out, GError ** error)
+{
+  g_return_val_if_fail (session && y && control && noise, FALSE);
+  const int64_t end_frame = (session->chunk + 1) * session->frames;
+  if (end_frame > LINGBOT_DIT_ROPE_MAX_POS) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT session: latent frame %" G_GINT64_FORMAT " is past the RoPE "
+        "table (%d positions)", end_frame - 1, LINGBOT_DIT_ROPE_MAX_POS);
+    return FALSE;
+  }
+  if (session->global_cache && end_frame * session->frame_tokens > session->cap) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT session: global KV cache full after %" G_GINT64_FORMAT
+        " chunks", session->chunk);
+    return FALSE;
+  }
+  for (int i = 0; i < session->n_steps; i++) {
+    if (noise[i] == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "DiT chunk: noise draw %d is missing", i);
+      return FALSE;
+    }
+  }
+  if (out && (out->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (out) ||
+          lb_tensor_numel (out) !=
+          lb_tensor_numel (session->ranks[0].x0))) {
+    g_autofree char *have = lb_tensor_shape_string (out);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT chunk: out is %s, expected contiguous f32 [1, %d, %"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", have,
+        session->dit->cfg.out_dim, session->frames, session->lat_h,
+        session->lat_w);
+    return FALSE;
+  }
+  ChunkArgs a = { session, y, control, noise, out };
+  if (!lb_worker_group_run (session->group, rank_chunk, &a, error))
+    return FALSE;
+  session->chunk++;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_session_run_chunk_noise:
+ * @session: a session
+ * @y: as for lingbot_dit_session_run_chunk()
+ * @control: as for lingbot_dit_session_run_chunk()
+ * @noise: the session's noise source (lingbot/noise.h: Philox keyed by
+ *   seed, chunk and element, or tensors from a file)
+ * @out: (nullable): as for lingbot_dit_session_run_chunk()
+ * @error: noise or chunk errors
+ *
+ * Draws the chunk's initial noise and its re-noise draws from @noise (into
+ * buffers allocated with the session), then runs the chunk.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
+    LbTensor * out, GError ** error)
+{
+  const guint chunk = (guint) session->chunk;
+  for (int i = 0; i < session->n_steps; i++) {
+    LingbotNoisePurpose p = i ? LINGBOT_NOISE_RENOISE : LINGBOT_NOISE_INITIAL;
+    if (!lingbot_noise_fill (noise, chunk, p, i ? i - 1 : 0,
+            session->noise_host[i], session->lat_h, 0, error))
+      return FALSE;
+  }
+  return lingbot_dit_session_run_chunk (session, y, control,
+      (const LbTensor * const *) session->noise_host, out, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* accessors                                                                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_dit_session_set_step_callback:
+ * @session: a session
+ * @func: (nullable): called after every pass, see #LingbotDitStepFunc
+ * @user_data: passed to @func
+ */
+void
+lingbot_dit_session_set_step_callback (LingbotDitSession * session,
+    LingbotDitStepFunc func, gpointer user_data)
+{
+  session->step_func = func;
+  session->step_data = user_data;
+}
+
+/**
+ * lingbot_dit_session_get_chunk_index:
+ * @session: a session
+ *
+ * Returns: the index of the next chunk (chunks generated so far).
+ */
+int64_t
+lingbot_dit_session_get_chunk_index (LingbotDitSession * session)
+{
+  return session->chunk;
+}
+
+/**
+ * lingbot_dit_session_get_frame_tokens:
+ * @session: a session
+ *
+ * Returns: tokens per latent frame, T_f = (h/2) (w/2).
+ */
+int64_t
+lingbot_dit_session_get_frame_tokens (LingbotDitSession * session)
+{
+  return session->frame_tokens;
+}
+
+/**
+ * lingbot_dit_session_get_cache_capacity:
+ * @session: a session
+ *
+ * Returns: KV-cache slots per layer (window frames x T_f).
+ */
+int64_t
+lingbot_dit_session_get_cache_capacity (LingbotDitSession * session)
+{
+  return session->cap;
+}
+
+/**
+ * lingbot_dit_session_get_cursors:
+ * @session: an idle session
+ * @global_end: (out) (optional): tokens seen so far
+ * @local_end: (out) (optional): filled cache slots
+ *
+ * The KV-cache cursors of spec 3.3 (the same for every layer and rank).
+ */
+void
+lingbot_dit_session_get_cursors (LingbotDitSession * session,
+    int64_t * global_end, int64_t * local_end)
+{
+  if (global_end)
+    *global_end = session->ranks[0].core.global_end;
+  if (local_end)
+    *local_end = session->ranks[0].core.local_end;
+}
+
+/**
+ * lingbot_dit_session_get_schedule:
+ * @session: a session
+ * @n_steps: (out) (optional): denoising steps
+ * @timesteps: (out) (optional) (transfer none): t per step
+ * @sigma_x0: (out) (optional) (transfer none): x0 sigma per step
+ * @sigma_renoise: (out) (optional) (transfer none): re-noise sigma per step
+ */
+void
+lingbot_dit_session_get_schedule (LingbotDitSession * session, int *n_steps,
+    const double **timesteps, const double **sigma_x0,
+    const double **sigma_renoise)
+{
+  if (n_steps)
+    *n_steps = session->n_steps;
+  if (timesteps)
+    *timesteps = session->timesteps;
+  if (sigma_x0)
+    *sigma_x0 = session->sigma_x0;
+  if (sigma_renoise)
+    *sigma_renoise = session->sigma_rn;
+}
+
+/**
+ * lingbot_dit_session_get_kv_cache:
+ * @session: an idle session (no chunk running)
+ * @layer: block index
+ * @k: (out): f32 host tensor of [cap, H, hd] elements (e.g. [1, cap, H, hd])
+ * @v: (out): the same for the values
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT, copy errors
+ *
+ * Copies the layer's whole self-attention cache (every slot, used or not;
+ * keys post-RoPE), assembling the ranks' head shards.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_session_get_kv_cache (LingbotDitSession * session, int layer,
+    LbTensor * k, LbTensor * v, GError ** error)
+{
+  const LingbotDitConfig *cfg = &session->dit->cfg;
+  if (layer < 0 || layer >= cfg->num_layers) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: no layer %d", layer);
+    return FALSE;
+  }
+  const int64_t total = session->cap * cfg->dim;
+  LbTensor *dst[2] = { k, v };
+  for (int i = 0; i < 2; i++) {
+    if (dst[i]->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (dst[i]) ||
+        lb_tensor_numel (dst[i]) != total) {
+      g_autofree char *have = lb_tensor_shape_string (dst[i]);
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "DiT session: KV output is %s, expected f32 [%" G_GINT64_FORMAT
+          ", %d, %d]", have, session->cap, cfg->num_heads,
+          cfg->dim / cfg->num_heads);
+      return FALSE;
+    }
+  }
+  for (int r = 0; r < session->n_ranks; r++) {
+    LingbotDitRank *rs = &session->ranks[r].core;
+    const gsize piece = (gsize) rs->sh.heads_local * rs->head_dim;
+    g_autoptr (LbTensor) host = lb_tensor_new (LB_DTYPE_F32, 2,
+        rs->cache_k[layer]->shape);
+    for (int i = 0; i < 2; i++) {
+      LbTensor *src = i ? rs->cache_v[layer] : rs->cache_k[layer];
+      LbRank *rank = lb_worker_group_get_rank (session->group, r);
+      if (!lb_tensor_download (rank->stream, host, src, error))
+        return FALSE;
+      float *d = dst[i]->data;
+      const float *hsrc = host->data;
+      for (int64_t t = 0; t < session->cap; t++)
+        memcpy (d + t * cfg->dim + r * piece, hsrc + t * piece,
+            piece * sizeof (float));
+    }
+  }
+  return TRUE;
+}

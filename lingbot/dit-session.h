@@ -1,0 +1,94 @@
+/* lingbot-gst: a streaming DiT session (rolling KV cache, 4 + 1 passes per
+ * chunk, Ulysses over a worker group)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * lingbot_model_spec.md section 3.  A session owns, for its whole life, the
+ * state of spec 3.4 that does not change between chunks: the text
+ * cross-attention K/V, the time embeddings of the five timesteps, the RoPE
+ * tables, the sampler's sigmas, the KV cache and every scratch buffer.  A
+ * chunk then allocates nothing.
+ */
+#pragma once
+
+#include "lingbot/dit.h"
+#include "lingbot/scheduler.h"
+#include "lingbot/noise.h"
+#include "comm/worker-group.h"
+
+G_BEGIN_DECLS
+
+#define LINGBOT_DIT_MAX_STEPS 8
+
+typedef struct _LingbotDitSession LingbotDitSession;
+
+/**
+ * LingbotDitSessionOptions:
+ * @latent_h: latent rows (h_lat = H / 8; even)
+ * @latent_w: latent columns (even)
+ * @chunk_frames: latent frames per chunk; 0 = the model's (4)
+ * @local_attn_frames: KV window in latent frames; 0 = the model's (18),
+ *   -1 = global (then @max_frames bounds the cache)
+ * @sink_frames: attention sink in latent frames; -1 = the model's (6)
+ * @max_frames: latent frames of the whole session, for a global cache
+ * @scheduler: (nullable): the sampler's timesteps and sigmas
+ *   (lingbot/scheduler.h; copied at session start); %NULL = the v2 default
+ *   (shift 10, indices 0/250/500/750: t = 999, 967, 908, 768)
+ *
+ * Zero-initialise, then set @latent_h and @latent_w.
+ */
+typedef struct {
+  int64_t latent_h, latent_w;
+  int chunk_frames;
+  int local_attn_frames;
+  int sink_frames;
+  int64_t max_frames;
+  const LingbotScheduler *scheduler;
+} LingbotDitSessionOptions;
+
+#define LINGBOT_DIT_SESSION_OPTIONS_INIT { 0, 0, 0, 0, -1, 0, NULL }
+
+/**
+ * LingbotDitStepFunc:
+ * @session: the session
+ * @chunk: chunk index
+ * @step: denoising step 0..n_steps-1, or n_steps for the clean t = 0 pass
+ * @x_in: f32 [16, C, h, w] the DiT input latent
+ * @pred: f32 [16, C, h, w] the flow prediction v
+ * @x0: (nullable): f32 [16, C, h, w] `x_in - sigma * v`; %NULL for the
+ *   clean pass
+ * @user_data: what was given to lingbot_dit_session_set_step_callback()
+ *
+ * Called on rank 0's thread after every pass (tests, tracing).  The tensors
+ * are rank 0's buffers, valid only during the call.
+ */
+typedef void (*LingbotDitStepFunc) (LingbotDitSession * session,
+    int64_t chunk, int step, const LbTensor * x_in, const LbTensor * pred,
+    const LbTensor * x0, gpointer user_data);
+
+LingbotDitSession *lingbot_dit_session_new (LingbotDit * dit,
+    LbWorkerGroup * group, const LingbotDitSessionOptions * options,
+    const LbTensor * text, GError ** error);
+void lingbot_dit_session_free (LingbotDitSession * session);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDitSession, lingbot_dit_session_free)
+
+gboolean lingbot_dit_session_run_chunk (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * control,
+    const LbTensor * const *noise, LbTensor * out, GError ** error);
+gboolean lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
+    LbTensor * out, GError ** error);
+
+void lingbot_dit_session_set_step_callback (LingbotDitSession * session,
+    LingbotDitStepFunc func, gpointer user_data);
+int64_t lingbot_dit_session_get_chunk_index (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_frame_tokens (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_cache_capacity (LingbotDitSession * session);
+void lingbot_dit_session_get_cursors (LingbotDitSession * session,
+    int64_t * global_end, int64_t * local_end);
+gboolean lingbot_dit_session_get_kv_cache (LingbotDitSession * session,
+    int layer, LbTensor * k, LbTensor * v, GError ** error);
+void lingbot_dit_session_get_schedule (LingbotDitSession * session,
+    int *n_steps, const double **timesteps, const double **sigma_x0,
+    const double **sigma_renoise);
+
+G_END_DECLS
