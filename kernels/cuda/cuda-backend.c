@@ -31,19 +31,13 @@ lb_cuda_check (cudaError_t err, const char *what, GError ** error)
 static gpointer
 cuda_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
-  void *ptr = NULL;
-  if (!lb_cuda_check (cudaSetDevice (device), "cudaSetDevice", error))
-    return NULL;
-  if (!lb_cuda_check (cudaMalloc (&ptr, nbytes), "cudaMalloc", error))
-    return NULL;
-  return ptr;
+  return lb_cuda_pool_alloc (device, nbytes, error);
 }
 
 static void
 cuda_free (LbBackend * self, int device, gpointer ptr)
 {
-  cudaSetDevice (device);
-  cudaFree (ptr);
+  lb_cuda_pool_free (device, ptr);
 }
 
 static gboolean
@@ -73,10 +67,12 @@ cuda_stream_new (LbBackend * self, int device, GError ** error)
   s->backend = self;
   s->device = device;
   s->priv = cs;
+  cs->device = device;
   if (!lb_cuda_check (cudaStreamCreateWithFlags (&cs->stream,
               cudaStreamNonBlocking), "cudaStreamCreate", error))
     goto fail;
   s->native = cs->stream;
+  lb_cuda_pool_register_stream (device, cs->stream);
   if (cublasLtCreate (&cs->lt) != CUBLAS_STATUS_SUCCESS) {
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
         "cublasLtCreate failed on device %d", device);
@@ -100,8 +96,11 @@ cuda_stream_free (LbStream * s)
     return;
   LbCudaStream *cs = s->priv;
   cudaSetDevice (s->device);
-  if (cs->stream)
+  if (cs->stream) {
     cudaStreamSynchronize (cs->stream);
+    lb_cuda_pool_unregister_stream (s->device, cs->stream);
+  }
+  lb_cuda_gemm_plans_free (cs);
   if (cs->workspace)
     cudaFree (cs->workspace);
   if (cs->lt)
@@ -120,16 +119,10 @@ cuda_stream_synchronize (LbStream * s, GError ** error)
       "cudaStreamSynchronize", error);
 }
 
-/* Ops the CUDA backend has so far; the registry refuses to pick a backend
- * with gaps for model work (lb_ops_first_missing()). */
-static const LbOps cuda_ops = {
-  .gemm = lb_cuda_gemm,
-};
-
 static LbBackend cuda_backend = {
   .name = "cuda",
   .device_type = LB_DEVICE_CUDA,
-  .ops = &cuda_ops,
+  .ops = &lb_cuda_ops,
   .alloc = cuda_alloc,
   .free = cuda_free,
   .copy = cuda_copy,
@@ -139,6 +132,37 @@ static LbBackend cuda_backend = {
 };
 
 G_MODULE_EXPORT LbBackend *lingbot_backend_module_init (GError ** error);
+G_MODULE_EXPORT gsize lingbot_backend_cuda_trim (int device);
+G_MODULE_EXPORT void lingbot_backend_cuda_memory_stats (int device,
+    gsize * in_use, gsize * cached);
+
+/**
+ * lingbot_backend_cuda_trim:
+ * @device: CUDA ordinal
+ *
+ * Releases the caching allocator's free blocks on @device to the driver
+ * (for an application that wants memory back between sessions; resolve it
+ * with g_module_symbol).  Blocks in use are untouched.
+ *
+ * Returns: bytes released.
+ */
+gsize
+lingbot_backend_cuda_trim (int device)
+{
+  return lb_cuda_pool_trim (device);
+}
+
+/**
+ * lingbot_backend_cuda_memory_stats:
+ * @device: CUDA ordinal
+ * @in_use: (out) (optional): bytes handed out by the allocator
+ * @cached: (out) (optional): bytes held free in its cache
+ */
+void
+lingbot_backend_cuda_memory_stats (int device, gsize * in_use, gsize * cached)
+{
+  lb_cuda_pool_stats (device, in_use, cached);
+}
 
 /**
  * lingbot_backend_module_init:

@@ -1,7 +1,88 @@
-/* lingbot-gst: GEMM through cuBLASLt
+/* lingbot-gst: GEMM through cuBLASLt, with per-shape plans cached per stream
  * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Row-major C[m,n] = alpha op(A) op(B) + beta C + bias[n] is computed in
+ * cuBLASLt's column-major terms as C^T = op(B)^T op(A)^T: cuBLASLt's "A" is
+ * our B as stored, its "B" is our A, and its bias epilogue (one value per
+ * row of the column-major C^T) is our per-column bias.
+ *
+ * A plan (matmul descriptor, three layouts and the heuristic's algorithm)
+ * is built the first time a (shape, transposes, leading dimensions, bias,
+ * pointer alignments) combination is seen on a stream and kept in the
+ * stream's table, so the per-chunk path creates no descriptor and calls no
+ * heuristic; only the bias pointer is set per call.  Pointer alignment is
+ * part of the key because cuBLASLt's algorithms may assume the alignment
+ * the heuristic was told about (views into KV caches or conv blocks are not
+ * 256-byte aligned).  Compute type is CUBLAS_COMPUTE_32F (no TF32), so the
+ * results compare with the CPU oracle at FP32 tolerance.
  */
 #include "kernels/cuda/cuda-internal.h"
+
+#include <string.h>
+
+#define MAX_PLANS 1024
+
+typedef struct
+{
+  int64_t m, n, k, lda, ldb, ldc;
+  int32_t ta, tb, bias;
+  int32_t align_a, align_b, align_c, align_bias;
+  int32_t pad;
+} GemmKey;
+
+typedef struct
+{
+  GemmKey key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace;
+} GemmPlan;
+
+static guint
+key_hash (gconstpointer p)
+{
+  const guchar *b = p;
+  guint32 h = 2166136261u;
+  for (gsize i = 0; i < sizeof (GemmKey); i++)
+    h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+static gboolean
+key_equal (gconstpointer a, gconstpointer b)
+{
+  return memcmp (a, b, sizeof (GemmKey)) == 0;
+}
+
+static void
+plan_free (gpointer p)
+{
+  GemmPlan *plan = p;
+  if (plan->lc)
+    cublasLtMatrixLayoutDestroy (plan->lc);
+  if (plan->lb)
+    cublasLtMatrixLayoutDestroy (plan->lb);
+  if (plan->la)
+    cublasLtMatrixLayoutDestroy (plan->la);
+  if (plan->desc)
+    cublasLtMatmulDescDestroy (plan->desc);
+  g_free (plan);
+}
+
+/**
+ * lb_cuda_gemm_plans_free:
+ * @cs: the stream state
+ *
+ * Destroys the stream's cached GEMM plans (stream_free).
+ */
+void
+lb_cuda_gemm_plans_free (LbCudaStream * cs)
+{
+  if (cs->gemm_plans)
+    g_hash_table_destroy (cs->gemm_plans);
+  cs->gemm_plans = NULL;
+}
 
 static gboolean
 lt_check (cublasStatus_t st, const char *what, GError ** error)
@@ -13,12 +94,177 @@ lt_check (cublasStatus_t st, const char *what, GError ** error)
   return FALSE;
 }
 
+static int32_t
+ptr_align (const void *p)
+{
+  guintptr v = (guintptr) p;
+  if (v == 0)
+    return 256;
+  int32_t a = 1;
+  while (a < 256 && (v & (guintptr) a) == 0)
+    a <<= 1;
+  return a;
+}
+
+static GemmPlan *
+plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
+{
+  GemmPlan *plan = g_new0 (GemmPlan, 1);
+  cublasLtMatmulPreference_t pref = NULL;
+  plan->key = *key;
+  /* cuBLASLt A = our B (n x k as used), B = our A (k x m as used). */
+  cublasOperation_t lta = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t ltb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+
+  if (!lt_check (cublasLtMatmulDescCreate (&plan->desc, CUBLAS_COMPUTE_32F,
+              CUDA_R_32F), "cublasLtMatmulDescCreate", error))
+    goto fail;
+  cublasLtMatmulDescSetAttribute (plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+      &lta, sizeof lta);
+  cublasLtMatmulDescSetAttribute (plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+      &ltb, sizeof ltb);
+  if (key->bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulDescSetAttribute (plan->desc,
+        CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  }
+  /* Stored (column-major) extents: our row-major [r, c] is [c, r]. */
+  if (!lt_check (cublasLtMatrixLayoutCreate (&plan->la, CUDA_R_32F,
+              key->tb ? key->k : key->n, key->tb ? key->n : key->k,
+              key->ldb), "layout A", error) ||
+      !lt_check (cublasLtMatrixLayoutCreate (&plan->lb, CUDA_R_32F,
+              key->ta ? key->m : key->k, key->ta ? key->k : key->m,
+              key->lda), "layout B", error) ||
+      !lt_check (cublasLtMatrixLayoutCreate (&plan->lc, CUDA_R_32F, key->n,
+              key->m, key->ldc), "layout C", error))
+    goto fail;
+
+  if (!lt_check (cublasLtMatmulPreferenceCreate (&pref),
+          "cublasLtMatmulPreferenceCreate", error))
+    goto fail;
+  size_t ws = cs->workspace_size;
+  uint32_t al_a = (uint32_t) key->align_b, al_b = (uint32_t) key->align_a;
+  uint32_t al_c = (uint32_t) key->align_c;
+  cublasLtMatmulPreferenceSetAttribute (pref,
+      CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute (pref,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+  cublasLtMatmulPreferenceSetAttribute (pref,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+  cublasLtMatmulPreferenceSetAttribute (pref,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
+  cublasLtMatmulPreferenceSetAttribute (pref,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  memset (&heur, 0, sizeof heur);
+  if (!lt_check (cublasLtMatmulAlgoGetHeuristic (cs->lt, plan->desc,
+              plan->la, plan->lb, plan->lc, plan->lc, pref, 1, &heur, &found),
+          "cublasLtMatmulAlgoGetHeuristic", error))
+    goto fail;
+  if (found == 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "gemm: cuBLASLt has no algorithm for M=%" G_GINT64_FORMAT " N=%"
+        G_GINT64_FORMAT " K=%" G_GINT64_FORMAT, key->m, key->n, key->k);
+    goto fail;
+  }
+  plan->algo = heur.algo;
+  plan->workspace = MIN (heur.workspaceSize, ws);
+  cublasLtMatmulPreferenceDestroy (pref);
+  return plan;
+
+fail:
+  if (pref)
+    cublasLtMatmulPreferenceDestroy (pref);
+  plan_free (plan);
+  return NULL;
+}
+
+/**
+ * lb_cuda_gemm_rm:
+ * @s: a CUDA stream
+ * @ta: op(A) = A^T, A stored [k, m]
+ * @tb: op(B) = B^T, B stored [n, k]
+ * @m: rows of C
+ * @n: columns of C
+ * @k: inner extent (> 0)
+ * @alpha: scale of the product
+ * @a: device pointer, row-major with leading dimension @lda
+ * @lda: elements between rows of A as stored
+ * @b: device pointer, leading dimension @ldb
+ * @ldb: elements between rows of B as stored
+ * @bias: (nullable): [n] added to every row
+ * @beta: scale of C's previous content (0: C is not read)
+ * @c: device pointer [m, n] with leading dimension @ldc
+ * @ldc: elements between rows of C
+ * @error: %LB_ERROR_DEVICE
+ *
+ * The module's one GEMM entry point (ops, conv, attention), asynchronous
+ * on @s.  See the file comment.
+ *
+ * Returns: %TRUE when enqueued.
+ */
+gboolean
+lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
+    int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+    const float *b, int64_t ldb, const float *bias, float beta, float *c,
+    int64_t ldc, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (m <= 0 || n <= 0)
+    return TRUE;
+  cudaSetDevice (s->device);
+  GemmKey key;
+  memset (&key, 0, sizeof key);
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  /* a single row or column: cuBLASLt still wants ld >= rows as stored */
+  key.lda = MAX (lda, ta ? m : k);
+  key.ldb = MAX (ldb, tb ? k : n);
+  key.ldc = MAX (ldc, n);
+  key.ta = ta != 0;
+  key.tb = tb != 0;
+  key.bias = bias != NULL;
+  key.align_a = ptr_align (a);
+  key.align_b = ptr_align (b);
+  key.align_c = ptr_align (c);
+  key.align_bias = bias ? ptr_align (bias) : 0;
+
+  if (cs->gemm_plans == NULL)
+    cs->gemm_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
+        plan_free);
+  GemmPlan *plan = g_hash_table_lookup (cs->gemm_plans, &key);
+  if (plan == NULL) {
+    if (g_hash_table_size (cs->gemm_plans) >= MAX_PLANS)
+      g_hash_table_remove_all (cs->gemm_plans);
+    plan = plan_new (cs, &key, error);
+    if (plan == NULL)
+      return FALSE;
+    g_hash_table_insert (cs->gemm_plans, &plan->key, plan);
+  }
+  if (bias)
+    cublasLtMatmulDescSetAttribute (plan->desc,
+        CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
+          a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
+          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul",
+      error);
+}
+
+/* ---- the op ---- */
+
 static gboolean
-matrix_dims (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
+as_matrix (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
 {
   if (t->ndim < 1 || t->dtype != LB_DTYPE_F32)
     return FALSE;
   *cols = t->shape[t->ndim - 1];
+  if (t->ndim == 1) {
+    *rows = 1;
+    *ld = *cols;
+    return TRUE;
+  }
   if (t->ndim == 2) {
     if (t->stride[1] != 1 && t->shape[1] > 1)
       return FALSE;
@@ -33,14 +279,38 @@ matrix_dims (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
   return TRUE;
 }
 
+static gboolean
+gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
+    const char *expect)
+{
+  g_autofree char *s = lb_tensor_shape_string (t);
+  g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+      "gemm: %s is %s %s, expected %s", what, lb_dtype_name (t->dtype), s,
+      expect);
+  return FALSE;
+}
+
+static gboolean
+gemm_device (LbStream * s, const char *what, const LbTensor * t,
+    GError ** error)
+{
+  if (t->device.type == LB_DEVICE_CUDA && t->device.index == s->device)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+      "gemm: %s is on device %s:%d, expected cuda:%d", what,
+      t->device.type == LB_DEVICE_CPU ? "cpu" : "cuda", t->device.index,
+      s->device);
+  return FALSE;
+}
+
 /**
  * lb_cuda_gemm:
  *
- * Same contract as lb_cpu_gemm() (kernels/ops.h): `y[M,N] = alpha * x[M,K]
- * . op(w) + beta * y + bias[N]`, float32 row-major, computed by cuBLASLt in
- * column-major form as `y^T = op(w)^T-as-stored . x^T` with the bias as an
- * epilogue.  Compute type is plain FP32 (no TF32) so that it is comparable
- * with the CPU oracle.  Asynchronous on the stream.
+ * Same contract and messages as lb_cpu_gemm() (kernels/ops.h):
+ * `y[M,N] = alpha * x[M,K] . op(w) + beta * y + bias[N]`, float32
+ * row-major, through lb_cuda_gemm_rm().  With K = 0 or @alpha = 0 x and w
+ * are not read and y = bias + beta * y (beta = 0 overwrites, NaN
+ * included).  Asynchronous on the stream.
  */
 gboolean
 lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -49,88 +319,52 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
 {
   LbCudaStream *cs = s->priv;
   int64_t m, k, xld, wr, wc, wld, ym, yn, yld;
-
-  if (!matrix_dims (x, &m, &k, &xld) || !matrix_dims (w, &wr, &wc, &wld) ||
-      w->ndim != 2 || !matrix_dims (y, &ym, &yn, &yld)) {
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "gemm: operands must be f32 matrices with unit column stride");
-    return FALSE;
-  }
+  if (!as_matrix (x, &m, &k, &xld))
+    return gemm_shape_error (error, "x", x,
+        "f32 [M, K] with unit column stride");
+  if (!as_matrix (w, &wr, &wc, &wld) || w->ndim != 2)
+    return gemm_shape_error (error, "w", w,
+        "f32 2-D with unit column stride");
   int64_t n = trans_w ? wr : wc;
-  if ((trans_w ? wc : wr) != k || ym != m || yn != n ||
-      (bias && lb_tensor_numel (bias) != n)) {
+  if ((trans_w ? wc : wr) != k) {
     g_autofree char *xs = lb_tensor_shape_string (x);
     g_autofree char *ws = lb_tensor_shape_string (w);
-    g_autofree char *ys = lb_tensor_shape_string (y);
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "gemm: shapes do not agree: x %s, w %s (%s), y %s", xs, ws,
-        trans_w ? "[N, K]" : "[K, N]", ys);
+        "gemm: inner dimensions differ: x %s, w %s (%s)", xs, ws,
+        trans_w ? "w is [N, K]" : "w is [K, N]");
     return FALSE;
   }
+  if (!as_matrix (y, &ym, &yn, &yld) || ym != m || yn != n) {
+    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT "]", m, n);
+    return gemm_shape_error (error, "y", y, e);
+  }
+  if (bias && (bias->dtype != LB_DTYPE_F32 || lb_tensor_numel (bias) != n ||
+          !lb_tensor_is_contiguous (bias))) {
+    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT "]", n);
+    return gemm_shape_error (error, "bias", bias, e);
+  }
+  if (!gemm_device (s, "x", x, error) || !gemm_device (s, "w", w, error) ||
+      !gemm_device (s, "y", y, error) ||
+      (bias && !gemm_device (s, "bias", bias, error)))
+    return FALSE;
   if (m == 0 || n == 0)
     return TRUE;
 
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lbm = NULL, lc = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  gboolean ok = FALSE;
-  cublasOperation_t ta = trans_w ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t tb = CUBLAS_OP_N;
-
-  if (!lt_check (cublasLtMatmulDescCreate (&op, CUBLAS_COMPUTE_32F,
-              CUDA_R_32F), "cublasLtMatmulDescCreate", error))
-    goto out;
-  cublasLtMatmulDescSetAttribute (op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-      sizeof ta);
-  cublasLtMatmulDescSetAttribute (op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-      sizeof tb);
-  if (bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const void *bp = bias->data;
-    cublasLtMatmulDescSetAttribute (op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-        sizeof epi);
-    cublasLtMatmulDescSetAttribute (op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-        &bp, sizeof bp);
+  if (k == 0 || alpha == 0.0f) {
+    /* y = bias + beta * y without reading x, w */
+    float *yd = y->data;
+    cudaError_t e;
+    if (beta == 0.0f)
+      e = lb_cuda_launch_fill_bias (cs->stream, yd, yld, m, n, NULL);
+    else
+      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_SCALE, yd, yld,
+          NULL, 0, yd, yld, m, n, beta, 0.0f);
+    if (e == cudaSuccess && bias)
+      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_ADD, yd, yld,
+          bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
+    return lb_cuda_check (e, "gemm (K = 0)", error);
   }
-  /* Column-major view: A = w as stored, B = x^T [K, M], C = y^T [N, M]. */
-  if (!lt_check (cublasLtMatrixLayoutCreate (&la, CUDA_R_32F,
-              trans_w ? k : n, trans_w ? n : k, wld), "layout A", error) ||
-      !lt_check (cublasLtMatrixLayoutCreate (&lbm, CUDA_R_32F, k, m, xld),
-          "layout B", error) ||
-      !lt_check (cublasLtMatrixLayoutCreate (&lc, CUDA_R_32F, n, m, yld),
-          "layout C", error))
-    goto out;
-
-  cublasLtMatmulPreferenceCreate (&pref);
-  size_t ws = cs->workspace_size;
-  cublasLtMatmulPreferenceSetAttribute (pref,
-      CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  if (!lt_check (cublasLtMatmulAlgoGetHeuristic (cs->lt, op, la, lbm, lc, lc,
-              pref, 1, &heur, &found), "cublasLtMatmulAlgoGetHeuristic",
-          error))
-    goto out;
-  if (found == 0) {
-    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
-        "gemm: cuBLASLt has no algorithm for M=%" G_GINT64_FORMAT " N=%"
-        G_GINT64_FORMAT " K=%" G_GINT64_FORMAT, m, n, k);
-    goto out;
-  }
-  ok = lt_check (cublasLtMatmul (cs->lt, op, &alpha, w->data, la, x->data, lbm,
-          &beta, y->data, lc, y->data, lc, &heur.algo, cs->workspace, ws,
-          cs->stream), "cublasLtMatmul", error);
-
-out:
-  if (pref)
-    cublasLtMatmulPreferenceDestroy (pref);
-  if (lc)
-    cublasLtMatrixLayoutDestroy (lc);
-  if (lbm)
-    cublasLtMatrixLayoutDestroy (lbm);
-  if (la)
-    cublasLtMatrixLayoutDestroy (la);
-  if (op)
-    cublasLtMatmulDescDestroy (op);
-  return ok;
+  return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, xld,
+      w->data, wld, bias ? bias->data : NULL, beta, y->data, yld, error);
 }

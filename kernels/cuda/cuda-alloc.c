@@ -1,0 +1,373 @@
+/* lingbot-gst: caching device allocator of the CUDA backend
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * One pool per device.  Requests are rounded up to a size class (512 B,
+ * then 4 classes per power of two, so at most 25% slack) and freed blocks
+ * go to their class's free list instead of cudaFree, so once a session's
+ * buffers and per-op scratch have been seen once, nothing calls cudaMalloc
+ * (or cudaFree, which synchronises the device) again.
+ *
+ * Stream safety.  LbBackend.free() has no stream, so the pool knows the
+ * streams of its device (registered by stream_new).  With one stream on a
+ * device (one rank per GPU, the normal case) all work is ordered on it and
+ * a freed block may be reused at once: later work on the same stream runs
+ * after the work that used it.  With several streams, a free records an
+ * event on every stream of the device and the block is reused only when
+ * they have all completed; meanwhile a request of that class allocates a
+ * new block.  Registering a second stream synchronises the device once, so
+ * blocks freed without events are idle by then.
+ *
+ * lb_cuda_pool_trim() gives every cached block back to the driver (after
+ * its events); an allocation that fails trims its device and retries.
+ */
+#include "kernels/cuda/cuda-internal.h"
+
+#define MAX_DEVICES 64
+#define N_CLASSES 256
+
+typedef struct
+{
+  void *ptr;
+  gsize size;                   /* rounded */
+  int cls;
+  GPtrArray *events;            /* cudaEvent_t pending, or NULL */
+} Block;
+
+typedef struct
+{
+  GMutex lock;
+  gboolean init;
+  GHashTable *live;             /* ptr -> Block */
+  GQueue free_lists[N_CLASSES];
+  GPtrArray *streams;           /* cudaStream_t */
+  GPtrArray *event_pool;        /* cudaEvent_t, idle */
+  gsize in_use, cached;
+} Pool;
+
+static Pool pools[MAX_DEVICES];
+static GMutex pools_lock;
+
+static Pool *
+pool_get (int device)
+{
+  if (device < 0 || device >= MAX_DEVICES)
+    return NULL;
+  Pool *p = &pools[device];
+  g_mutex_lock (&pools_lock);
+  if (!p->init) {
+    g_mutex_init (&p->lock);
+    p->live = g_hash_table_new (g_direct_hash, g_direct_equal);
+    for (int i = 0; i < N_CLASSES; i++)
+      g_queue_init (&p->free_lists[i]);
+    p->streams = g_ptr_array_new ();
+    p->event_pool = g_ptr_array_new ();
+    p->init = TRUE;
+  }
+  g_mutex_unlock (&pools_lock);
+  return p;
+}
+
+/* Size class of @n: index and rounded size. */
+static int
+size_class (gsize n, gsize * rounded)
+{
+  if (n <= 512) {
+    *rounded = 512;
+    return 0;
+  }
+  int o = 63 - __builtin_clzll ((unsigned long long) (n - 1));
+  gsize base = (gsize) 1 << o, step = base >> 2;
+  gsize q = (n - base + step - 1) / step;       /* 1..4 */
+  *rounded = base + q * step;
+  return 1 + (o - 9) * 4 + (int) (q - 1);
+}
+
+/* Current device switched to @device for the lifetime of a call. */
+typedef struct
+{
+  int prev;
+  gboolean changed;
+} DevGuard;
+
+static DevGuard
+dev_enter (int device)
+{
+  DevGuard g = { 0, FALSE };
+  if (cudaGetDevice (&g.prev) == cudaSuccess && g.prev != device)
+    g.changed = cudaSetDevice (device) == cudaSuccess;
+  return g;
+}
+
+static void
+dev_leave (DevGuard g)
+{
+  if (g.changed)
+    cudaSetDevice (g.prev);
+}
+
+static gboolean
+block_ready (Block * b)
+{
+  if (b->events == NULL)
+    return TRUE;
+  for (guint i = 0; i < b->events->len; i++)
+    if (cudaEventQuery (g_ptr_array_index (b->events, i)) == cudaErrorNotReady)
+      return FALSE;
+  return TRUE;
+}
+
+static void
+block_drop_events (Pool * p, Block * b, gboolean wait)
+{
+  if (b->events == NULL)
+    return;
+  for (guint i = 0; i < b->events->len; i++) {
+    cudaEvent_t ev = g_ptr_array_index (b->events, i);
+    if (wait)
+      cudaEventSynchronize (ev);
+    g_ptr_array_add (p->event_pool, ev);
+  }
+  g_ptr_array_free (b->events, TRUE);
+  b->events = NULL;
+}
+
+/* Lock held. */
+static gsize
+trim_locked (Pool * p)
+{
+  gsize freed = 0;
+  for (int c = 0; c < N_CLASSES; c++) {
+    Block *b;
+    while ((b = g_queue_pop_head (&p->free_lists[c])) != NULL) {
+      block_drop_events (p, b, TRUE);
+      cudaFree (b->ptr);
+      freed += b->size;
+      p->cached -= b->size;
+      g_free (b);
+    }
+  }
+  return freed;
+}
+
+/**
+ * lb_cuda_pool_alloc:
+ * @device: CUDA ordinal
+ * @nbytes: bytes (0 gets the smallest class)
+ * @error: %LB_ERROR_DEVICE when the device is out of memory even after
+ *   trimming the cache
+ *
+ * Returns: (nullable): device memory, 256-byte aligned.
+ */
+void *
+lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "cuda alloc: device %d out of range", device);
+    return NULL;
+  }
+  gsize size;
+  int cls = size_class (nbytes, &size);
+  if (cls >= N_CLASSES) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "cuda alloc: %" G_GSIZE_FORMAT " bytes is too large", nbytes);
+    return NULL;
+  }
+  DevGuard g = dev_enter (device);
+  g_mutex_lock (&p->lock);
+  Block *b = NULL;
+  for (GList * l = p->free_lists[cls].head; l != NULL; l = l->next) {
+    Block *cand = l->data;
+    if (block_ready (cand)) {
+      g_queue_delete_link (&p->free_lists[cls], l);
+      b = cand;
+      block_drop_events (p, b, FALSE);
+      p->cached -= b->size;
+      break;
+    }
+  }
+  if (b == NULL) {
+    void *ptr = NULL;
+    cudaError_t e = cudaMalloc (&ptr, size);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError ();      /* clear the sticky-free error state */
+      trim_locked (p);
+      e = cudaMalloc (&ptr, size);
+    }
+    if (!lb_cuda_check (e, "cudaMalloc", error)) {
+      cudaGetLastError ();
+      g_mutex_unlock (&p->lock);
+      dev_leave (g);
+      g_prefix_error (error, "device %d, %" G_GSIZE_FORMAT " bytes: ",
+          device, size);
+      return NULL;
+    }
+    b = g_new0 (Block, 1);
+    b->ptr = ptr;
+    b->size = size;
+    b->cls = cls;
+  }
+  g_hash_table_insert (p->live, b->ptr, b);
+  p->in_use += b->size;
+  g_mutex_unlock (&p->lock);
+  dev_leave (g);
+  return b->ptr;
+}
+
+/**
+ * lb_cuda_pool_free:
+ * @device: the device @ptr was allocated on
+ * @ptr: (nullable): from lb_cuda_pool_alloc()
+ *
+ * Returns the block to the cache (see the file comment for when it is
+ * reused).  A pointer the pool does not know is given to cudaFree.
+ */
+void
+lb_cuda_pool_free (int device, void *ptr)
+{
+  if (ptr == NULL)
+    return;
+  Pool *p = pool_get (device);
+  DevGuard g = dev_enter (device);
+  if (p == NULL) {
+    cudaFree (ptr);
+    dev_leave (g);
+    return;
+  }
+  g_mutex_lock (&p->lock);
+  Block *b = g_hash_table_lookup (p->live, ptr);
+  if (b == NULL) {
+    g_mutex_unlock (&p->lock);
+    cudaFree (ptr);
+    dev_leave (g);
+    return;
+  }
+  g_hash_table_remove (p->live, ptr);
+  p->in_use -= b->size;
+  if (p->streams->len > 1) {
+    b->events = g_ptr_array_new ();
+    for (guint i = 0; i < p->streams->len; i++) {
+      cudaEvent_t ev = NULL;
+      if (p->event_pool->len > 0)
+        ev = g_ptr_array_steal_index_fast (p->event_pool,
+            p->event_pool->len - 1);
+      else if (cudaEventCreateWithFlags (&ev, cudaEventDisableTiming) !=
+          cudaSuccess)
+        ev = NULL;
+      if (ev == NULL || cudaEventRecord (ev,
+              g_ptr_array_index (p->streams, i)) != cudaSuccess) {
+        /* cannot fence: wait for the device instead */
+        if (ev)
+          g_ptr_array_add (p->event_pool, ev);
+        cudaDeviceSynchronize ();
+        continue;
+      }
+      g_ptr_array_add (b->events, ev);
+    }
+  }
+  g_queue_push_head (&p->free_lists[b->cls], b);     /* LIFO: warm blocks first */
+  p->cached += b->size;
+  g_mutex_unlock (&p->lock);
+  dev_leave (g);
+}
+
+/**
+ * lb_cuda_pool_register_stream:
+ *
+ * Called by stream_new: frees on @device are fenced against @stream.
+ */
+void
+lb_cuda_pool_register_stream (int device, cudaStream_t stream)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return;
+  DevGuard g = dev_enter (device);
+  g_mutex_lock (&p->lock);
+  if (p->streams->len == 1)
+    cudaDeviceSynchronize ();   /* blocks freed without events are idle */
+  g_ptr_array_add (p->streams, stream);
+  g_mutex_unlock (&p->lock);
+  dev_leave (g);
+}
+
+/**
+ * lb_cuda_pool_unregister_stream:
+ *
+ * Called by stream_free after the stream is synchronised.
+ */
+void
+lb_cuda_pool_unregister_stream (int device, cudaStream_t stream)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return;
+  g_mutex_lock (&p->lock);
+  g_ptr_array_remove (p->streams, stream);
+  g_mutex_unlock (&p->lock);
+}
+
+/**
+ * lb_cuda_pool_trim:
+ * @device: CUDA ordinal
+ *
+ * Gives every cached (free) block of @device back to the driver, waiting
+ * for pending work on them first.
+ *
+ * Returns: the bytes released.
+ */
+gsize
+lb_cuda_pool_trim (int device)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return 0;
+  DevGuard g = dev_enter (device);
+  g_mutex_lock (&p->lock);
+  gsize freed = trim_locked (p);
+  g_mutex_unlock (&p->lock);
+  dev_leave (g);
+  return freed;
+}
+
+/**
+ * lb_cuda_pool_stats:
+ * @device: CUDA ordinal
+ * @in_use: (out) (optional): bytes handed out (rounded sizes)
+ * @cached: (out) (optional): bytes held in free lists
+ */
+void
+lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached)
+{
+  Pool *p = pool_get (device);
+  g_mutex_lock (p ? &p->lock : &pools_lock);
+  if (in_use)
+    *in_use = p ? p->in_use : 0;
+  if (cached)
+    *cached = p ? p->cached : 0;
+  g_mutex_unlock (p ? &p->lock : &pools_lock);
+}
+
+/**
+ * lb_cuda_scratch:
+ * @s: the stream the scratch is used on
+ * @nbytes: bytes
+ * @error: %LB_ERROR_DEVICE
+ *
+ * Per-call scratch from the pool; give it back with
+ * lb_cuda_scratch_release() once the kernels that use it are enqueued.
+ *
+ * Returns: (nullable): device memory.
+ */
+void *
+lb_cuda_scratch (LbStream * s, gsize nbytes, GError ** error)
+{
+  return lb_cuda_pool_alloc (s->device, nbytes, error);
+}
+
+void
+lb_cuda_scratch_release (LbStream * s, void *ptr)
+{
+  lb_cuda_pool_free (s->device, ptr);
+}

@@ -1,0 +1,110 @@
+/* lingbot-gst: CUDA kernel launchers (implemented in the .cu files)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Plain C declarations with no GLib, so that nvcc (C++) includes this file
+ * alone.  Every launcher is asynchronous on its stream and returns the
+ * launch status (cudaGetLastError after the launch).  Pointers are device
+ * pointers; extents are in elements.
+ */
+#pragma once
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- kernel launchers (*.cu); all asynchronous on @st ---- */
+
+typedef enum {
+  LB_CUDA_EW_GELU_TANH,
+  LB_CUDA_EW_SILU,
+  LB_CUDA_EW_SCALE,
+  LB_CUDA_EW_ADD,
+  LB_CUDA_EW_MUL,
+} LbCudaEwOp;
+
+/* y[i, j] = f(a[i, j], b[i*bld + j]); b may be NULL (unary), bld 0 is a
+ * broadcast row. */
+cudaError_t lb_cuda_launch_elementwise (cudaStream_t st, LbCudaEwOp op,
+    const float *a, int64_t ald, const float *b, int64_t bld, float *y,
+    int64_t yld, int64_t m, int64_t d, float alpha, float beta);
+
+cudaError_t lb_cuda_launch_layer_norm (cudaStream_t st, const float *x,
+    int64_t xld, const float *w, const float *b, float eps, float *y,
+    int64_t yld, int64_t m, int64_t d);
+cudaError_t lb_cuda_launch_rms_norm (cudaStream_t st, const float *x,
+    int64_t xld, const float *w, float eps, float *y, int64_t yld, int64_t m,
+    int64_t d);
+/* y = x * (1 + scale) + shift; sld/hld 0 = broadcast row. */
+cudaError_t lb_cuda_launch_modulate (cudaStream_t st, const float *x,
+    int64_t xld, const float *scale, int64_t sld, const float *shift,
+    int64_t hld, float *y, int64_t yld, int64_t m, int64_t d);
+/* x += gate * y (gate NULL: 1; gld 0 = broadcast row). */
+cudaError_t lb_cuda_launch_gated_residual (cudaStream_t st, float *x,
+    int64_t xld, const float *y, int64_t yld, const float *gate, int64_t gld,
+    int64_t m, int64_t d);
+
+cudaError_t lb_cuda_launch_rope_3d (cudaStream_t st, float *x, int64_t s0,
+    int64_t s1, int64_t n, int64_t nh, int64_t hd, const float *cos,
+    const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
+    int64_t row_offset);
+
+typedef struct
+{
+  const float *q, *k, *v;
+  float *out;
+  int64_t qs0, qs1, ks0, ks1, vs0, vs1, os0, os1;
+  const float *bias;            /* [H, Nq, Nk] contiguous or NULL */
+  const unsigned char *mask;    /* [Nk] or NULL */
+  int64_t nq, nk, nh, hd;
+  float scale;
+} LbCudaAttnArgs;
+
+/* Fused flash-style kernel; hd <= LB_CUDA_FLASH_MAX_HD. */
+#define LB_CUDA_FLASH_MAX_HD 128
+cudaError_t lb_cuda_launch_flash_attention (cudaStream_t st,
+    const LbCudaAttnArgs * a);
+/* Row softmax of s[rows, nk] (ld nk) in place for the GEMM path: logits
+ * `s * scale + bias[h, q0 + r, :]`, hidden keys (mask) excluded; a row
+ * with no visible key becomes zeros. */
+cudaError_t lb_cuda_launch_softmax_rows (cudaStream_t st, float *s,
+    int64_t rows, int64_t nk, float scale, const float *bias_rows,
+    const unsigned char *mask);
+
+/* The temporal input of a causal conv: @zeros zero frames, then @cache_t
+ * frames of cache, then the frames of x (see lb_cpu_conv3d_causal). */
+typedef struct
+{
+  int64_t zeros;
+  const float *cache;
+  int64_t cache_t, cache_cs;
+  const float *x;
+  int64_t x_cs, x_fs;
+  int64_t cin, h, w;
+  int64_t kt, kh, kw, sh, sw, ph, pw;
+  int64_t ho, wo;
+} LbCudaConvIn;
+
+/* col[K][nr*wo] for output rows [r0, r0 + nr) of output frame t. */
+cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbCudaConvIn * c,
+    int64_t t, int64_t r0, int64_t nr, float *col);
+/* y[co*ycs + e] = bias[co] (or 0) for e < n, co < cout. */
+cudaError_t lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
+    int64_t cout, int64_t n, const float *bias);
+
+cudaError_t lb_cuda_launch_upsample_nearest2x (cudaStream_t st,
+    const float *x, float *y, int64_t rows, int64_t w);
+cudaError_t lb_cuda_launch_patchify (cudaStream_t st, const float *x,
+    float *y, int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw);
+cudaError_t lb_cuda_launch_unpatchify (cudaStream_t st, const float *z,
+    float *y, int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw);
+cudaError_t lb_cuda_launch_resize_bicubic (cudaStream_t st, const float *x,
+    float *y, int64_t c, int64_t h, int64_t w, int64_t ho, int64_t wo);
+cudaError_t lb_cuda_launch_fill (cudaStream_t st, float *y, int64_t n,
+    float value);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,370 @@
+/* lingbot-gst: times every CUDA op at the shapes of one DiT-14B chunk
+ * (spec lingbot_model_spec.md 7.1: 6240 query tokens, 40 heads x 128,
+ * D = 5120, FFN 13824, KV 6240..28080 tokens) and of the VAE decoder
+ * (vae_and_distributed_spec.md: 384 channels at 60x104, mid-block
+ * attention hd 384).  One JSON line per case on stdout:
+ *   {"op":..., "case":..., "ms":..., "gflops":..., "gbps":...}
+ * Inputs are uninitialised device memory filled with a constant (timing
+ * only).  Exits 77 without a device.  Usage: bench-cuda-ops [filter]
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "lingbot/backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static LbBackend *cuda;
+static LbStream *gs;
+static const char *filter;
+
+static LbTensor *
+dev (int ndim, const int64_t * shape)
+{
+  g_autoptr (GError) err = NULL;
+  LbTensor *t = lb_tensor_new_on (gs, LB_DTYPE_F32, ndim, shape, &err);
+  if (t == NULL)
+    g_error ("alloc: %s", err->message);
+  /* small values so nothing overflows: y = 0 * y + 0.01 */
+  int64_t n = lb_tensor_numel (t);
+  LbTensor flat;
+  lb_tensor_view_reshape (&flat, t, 1, &n);
+  lb_ops (gs)->scale (gs, &flat, 0.0f, 0.01f, &flat, NULL);
+  return t;
+}
+
+#define SHAPE(...) ((const int64_t[]) { __VA_ARGS__ })
+
+typedef gboolean (*RunFunc) (gpointer data, GError ** error);
+
+static void
+bench (const char *op, const char *name, double flops, double bytes,
+    int iters, RunFunc f, gpointer data)
+{
+  if (filter && strstr (op, filter) == NULL)
+    return;
+  g_autoptr (GError) err = NULL;
+  if (!f (data, &err) || !cuda->stream_synchronize (gs, &err)) {
+    printf ("{\"op\":\"%s\",\"case\":\"%s\",\"error\":\"%s\"}\n", op, name,
+        err ? err->message : "?");
+    fflush (stdout);
+    return;
+  }
+  gint64 t0 = g_get_monotonic_time ();
+  for (int i = 0; i < iters; i++)
+    if (!f (data, &err))
+      break;
+  gboolean ok = err == NULL && cuda->stream_synchronize (gs, &err);
+  double ms = (g_get_monotonic_time () - t0) / 1000.0 / iters;
+  if (!ok) {
+    printf ("{\"op\":\"%s\",\"case\":\"%s\",\"error\":\"%s\"}\n", op, name,
+        err ? err->message : "?");
+  } else {
+    printf ("{\"op\":\"%s\",\"case\":\"%s\",\"ms\":%.4f,\"gflops\":%.1f,"
+        "\"gbps\":%.1f}\n", op, name, ms, flops / ms / 1e6,
+        bytes / ms / 1e6);
+  }
+  fflush (stdout);
+}
+
+typedef struct
+{
+  LbTensor *a, *b, *c, *d, *e;
+  int64_t i0, i1, i2;
+  float f;
+} Args;
+
+static gboolean
+run_gemm (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->gemm (gs, a->a, a->b, TRUE, a->c, 1.0f, 0.0f, a->d,
+      error);
+}
+
+static gboolean
+run_attention (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->attention (gs, a->a, a->b, a->c, NULL, NULL, a->f, a->d,
+      error);
+}
+
+static gboolean
+run_layer_norm (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->layer_norm (gs, a->a, NULL, NULL, 1e-6f, a->b, error);
+}
+
+static gboolean
+run_rms_norm (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->rms_norm (gs, a->a, a->c, 1e-6f, a->b, error);
+}
+
+static gboolean
+run_modulate (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->modulate (gs, a->a, a->c, a->d, a->b, error);
+}
+
+static gboolean
+run_gated (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->gated_residual (gs, a->b, a->a, a->c, error);
+}
+
+static gboolean
+run_gelu (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->gelu_tanh (gs, a->a, a->b, error);
+}
+
+static gboolean
+run_silu (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->silu (gs, a->a, a->b, error);
+}
+
+static gboolean
+run_add (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->add (gs, a->a, a->b, a->b, error);
+}
+
+static gboolean
+run_mul (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->mul (gs, a->a, a->c, a->b, error);
+}
+
+static gboolean
+run_scale (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->scale (gs, a->a, 1.0f, 0.0f, a->b, error);
+}
+
+static gboolean
+run_rope (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->rope_3d (gs, a->a, a->b, a->c, 4, 30, 52, a->i0, 0,
+      error);
+}
+
+static gboolean
+run_conv3d (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->conv3d_causal (gs, a->a, a->b, a->c, a->d, 1, 1, 1, 1,
+      a->e, error);
+}
+
+static gboolean
+run_conv2d (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->conv2d (gs, a->a, a->c, a->d, 1, 1, 1, 1, a->e, error);
+}
+
+static gboolean
+run_upsample (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->upsample_nearest2x (gs, a->a, a->b, error);
+}
+
+static gboolean
+run_patchify (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->patchify (gs, a->a, 2, 2, a->b, error);
+}
+
+static gboolean
+run_unpatchify (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->unpatchify (gs, a->a, 2, 2, a->b, error);
+}
+
+static gboolean
+run_bicubic (gpointer p, GError ** error)
+{
+  Args *a = p;
+  return lb_ops (gs)->resize_bicubic (gs, a->a, a->b, error);
+}
+
+static void
+free_args (Args * a)
+{
+  LbTensor *ts[] = { a->a, a->b, a->c, a->d, a->e };
+  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
+    if (ts[i])
+      lb_tensor_free (ts[i]);
+  memset (a, 0, sizeof *a);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_autoptr (GError) err = NULL;
+  filter = argc > 1 ? argv[1] : NULL;
+  cuda = lingbot_backend_cuda (&err);
+  if (cuda == NULL) {
+    printf ("SKIP: %s\n", err->message);
+    return 77;
+  }
+  gs = cuda->stream_new (cuda, 0, &err);
+  if (gs == NULL)
+    g_error ("stream: %s", err->message);
+  const int64_t n = 6240, d = 5120, ffn = 13824, nh = 40, hd = 128;
+  Args a = { 0 };
+
+  /* GEMMs of a block (x [N, K] . w[Nout, K]^T + bias) */
+  static const int64_t gemms[][2] = { {5120, 5120}, {13824, 5120},
+    {5120, 13824}, {15360, 5120}
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (gemms); i++) {
+    int64_t no = gemms[i][0], k = gemms[i][1];
+    a.a = dev (2, SHAPE (n, k));
+    a.b = dev (2, SHAPE (no, k));
+    a.c = dev (1, SHAPE (no));
+    a.d = dev (2, SHAPE (n, no));
+    g_autofree char *nm = g_strdup_printf ("M=%" G_GINT64_FORMAT " N=%"
+        G_GINT64_FORMAT " K=%" G_GINT64_FORMAT, n, no, k);
+    bench ("gemm", nm, 2.0 * n * no * k, 4.0 * (n * k + no * k + n * no), 5,
+        run_gemm, &a);
+    free_args (&a);
+  }
+
+  /* self-attention over the visible KV of chunks 0 and >= 4, cross */
+  static const int64_t kvs[] = { 6240, 28080, 512 };
+  for (guint i = 0; i < G_N_ELEMENTS (kvs); i++) {
+    int64_t nk = kvs[i];
+    a.a = dev (3, SHAPE (n, nh, hd));
+    a.b = dev (3, SHAPE (nk, nh, hd));
+    a.c = dev (3, SHAPE (nk, nh, hd));
+    a.d = dev (3, SHAPE (n, nh, hd));
+    a.f = 1.0f / sqrtf ((float) hd);
+    g_autofree char *nm = g_strdup_printf ("Nq=%" G_GINT64_FORMAT " Nk=%"
+        G_GINT64_FORMAT " H=40 hd=128", n, nk);
+    bench ("attention", nm, 4.0 * n * nk * nh * hd,
+        4.0 * (2 * n + 2 * nk) * nh * hd, nk > 10000 ? 1 : 3, run_attention,
+        &a);
+    free_args (&a);
+  }
+  /* per rank with 4-way Ulysses: 10 heads */
+  a.a = dev (3, SHAPE (n, 10, hd));
+  a.b = dev (3, SHAPE (28080, 10, hd));
+  a.c = dev (3, SHAPE (28080, 10, hd));
+  a.d = dev (3, SHAPE (n, 10, hd));
+  a.f = 1.0f / sqrtf ((float) hd);
+  bench ("attention", "Nq=6240 Nk=28080 H=10 hd=128 (Ulysses rank)",
+      4.0 * n * 28080 * 10 * hd, 4.0 * (2 * n + 2 * 28080) * 10 * hd, 2,
+      run_attention, &a);
+  free_args (&a);
+  /* VAE mid-block: one frame, one head of 384 (GEMM path) */
+  a.a = dev (3, SHAPE (n, 1, 384));
+  a.b = dev (3, SHAPE (n, 1, 384));
+  a.c = dev (3, SHAPE (n, 1, 384));
+  a.d = dev (3, SHAPE (n, 1, 384));
+  a.f = 1.0f / sqrtf (384.0f);
+  bench ("attention", "Nq=6240 Nk=6240 H=1 hd=384 (VAE mid)",
+      4.0 * n * n * 384, 4.0 * 4 * n * 384, 3, run_attention, &a);
+  free_args (&a);
+
+  /* row ops on the residual stream */
+  a.a = dev (2, SHAPE (n, d));
+  a.b = dev (2, SHAPE (n, d));
+  a.c = dev (1, SHAPE (d));
+  a.d = dev (1, SHAPE (d));
+  double rw = 4.0 * 2 * n * d;
+  bench ("layer_norm", "[6240, 5120]", 0, rw, 20, run_layer_norm, &a);
+  bench ("rms_norm", "[6240, 5120]", 0, rw, 20, run_rms_norm, &a);
+  bench ("modulate", "[6240, 5120] by [5120]", 0, rw, 20, run_modulate, &a);
+  bench ("gated_residual", "[6240, 5120] gate [5120]", 0, 1.5 * rw, 20,
+      run_gated, &a);
+  bench ("add", "[6240, 5120] in place", 0, 1.5 * rw, 20, run_add, &a);
+  bench ("mul", "[6240, 5120] by [5120]", 0, rw, 20, run_mul, &a);
+  bench ("scale", "[6240, 5120]", 0, rw, 20, run_scale, &a);
+  free_args (&a);
+  a.a = dev (2, SHAPE (n, ffn));
+  a.b = dev (2, SHAPE (n, ffn));
+  bench ("gelu_tanh", "[6240, 13824]", 0, 4.0 * 2 * n * ffn, 20, run_gelu,
+      &a);
+  bench ("silu", "[6240, 13824]", 0, 4.0 * 2 * n * ffn, 20, run_silu, &a);
+  free_args (&a);
+
+  /* RoPE on q [6240, 40, 128], grid 4 x 30 x 52, frames 16..19 */
+  {
+    LbTensor *c, *s;
+    lb_rope_tables_new (128, 1024, 10000.0, &c, &s);
+    a.a = dev (3, SHAPE (n, nh, hd));
+    a.b = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, c->shape, &err);
+    a.c = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, s->shape, &err);
+    lb_tensor_upload (gs, a.b, c, &err);
+    lb_tensor_upload (gs, a.c, s, &err);
+    cuda->stream_synchronize (gs, NULL);
+    lb_tensor_free (c);
+    lb_tensor_free (s);
+    a.i0 = 16;
+    bench ("rope_3d", "[6240, 40, 128]", 0, 4.0 * 2 * n * nh * hd, 20,
+        run_rope, &a);
+    free_args (&a);
+  }
+
+  /* patchify DiT input [36, 4, 60, 104] -> [6240, 144]; head unpatchify */
+  a.a = dev (4, SHAPE (36, 4, 60, 104));
+  a.b = dev (2, SHAPE (n, 144));
+  bench ("patchify", "[36, 4, 60, 104] 1x2x2", 0, 4.0 * 2 * n * 144, 20,
+      run_patchify, &a);
+  free_args (&a);
+  a.a = dev (2, SHAPE (n, 64));
+  a.b = dev (4, SHAPE (16, 4, 60, 104));
+  bench ("unpatchify", "[6240, 64] -> [16, 4, 60, 104]", 0,
+      4.0 * 2 * n * 64, 20, run_unpatchify, &a);
+  free_args (&a);
+
+  /* VAE decoder convs: 384 ch 3x3x3 at 60x104 with a 2-frame cache */
+  a.a = dev (4, SHAPE (384, 4, 60, 104));
+  a.b = dev (4, SHAPE (384, 2, 60, 104));
+  a.c = dev (5, SHAPE (384, 384, 3, 3, 3));
+  a.d = dev (1, SHAPE (384));
+  a.e = dev (4, SHAPE (384, 4, 60, 104));
+  bench ("conv3d_causal", "384->384 3x3x3, 4 x 60 x 104, cache 2", 2.0 * 384 *
+      384 * 27 * 4 * 60 * 104, 0, 3, run_conv3d, &a);
+  free_args (&a);
+  /* upsample conv: [4, 384, 120, 208] nearest-upsampled -> 3x3 -> 192 */
+  a.a = dev (4, SHAPE (4, 384, 60, 104));
+  a.b = dev (4, SHAPE (4, 384, 120, 208));
+  bench ("upsample_nearest2x", "[4, 384, 60, 104]", 0,
+      4.0 * 5 * 4 * 384 * 60 * 104, 10, run_upsample, &a);
+  free_args (&a);
+  a.a = dev (4, SHAPE (4, 384, 120, 208));
+  a.c = dev (4, SHAPE (192, 384, 3, 3));
+  a.d = dev (1, SHAPE (192));
+  a.e = dev (4, SHAPE (4, 192, 120, 208));
+  bench ("conv2d", "[4, 384, 120, 208] 3x3 -> 192", 2.0 * 4 * 192 * 384 * 9 *
+      120 * 208, 0, 2, run_conv2d, &a);
+  free_args (&a);
+
+  /* reference image resize */
+  a.a = dev (3, SHAPE (3, 720, 1280));
+  a.b = dev (3, SHAPE (3, 464, 832));
+  bench ("resize_bicubic", "[3, 720, 1280] -> [3, 464, 832]", 0,
+      4.0 * 3 * (720 * 1280 + 464 * 832), 20, run_bicubic, &a);
+  free_args (&a);
+
+  cuda->stream_free (gs);
+  return 0;
+}

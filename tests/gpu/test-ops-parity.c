@@ -1,0 +1,498 @@
+/* lingbot-gst: CUDA ops (all but GEMM and attention) against the CPU
+ * oracle.  Exits 77 (skip) when no CUDA device or module is available.
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Tolerances (relative to the largest reference magnitude, see
+ * gpu-test-util.h): 1e-5 for every op here.  Norms accumulate in double on
+ * both backends; the rest are the same float formulas up to FMA
+ * contraction and the device's expf (2 ulp); the convolutions are FP32
+ * GEMMs (no TF32) over K <= a few thousand.
+ */
+#include "tests/gpu/gpu-test-util.h"
+
+#define TOL 1e-5
+
+static const LbOps *
+cpu_ops (void)
+{
+  return lb_ops (gctx.cs);
+}
+
+static const LbOps *
+gpu_ops (void)
+{
+  return lb_ops (gctx.gs);
+}
+
+static void
+sync_ok (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_assert_true (gctx.gs->backend->stream_synchronize (gctx.gs, &err));
+  g_assert_no_error (err);
+}
+
+static void
+test_table (void)
+{
+  g_assert_null (lb_ops_first_missing (gctx.cuda->ops));
+}
+
+static void
+test_allocator (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbBackend *be = gctx.cuda;
+  void *a = be->alloc (be, 0, 1000, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (a);
+  be->free (be, 0, a);
+  /* one stream on the device: the cached block comes straight back */
+  void *b = be->alloc (be, 0, 1000, &err);
+  g_assert_no_error (err);
+  g_assert_true (a == b);
+  void *c = be->alloc (be, 0, 3 << 20, &err);
+  g_assert_no_error (err);
+  g_assert_true (c != b);
+  be->free (be, 0, b);
+  be->free (be, 0, c);
+  void *z = be->alloc (be, 0, 0, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (z);
+  be->free (be, 0, z);
+}
+
+/* ---- norms ---- */
+
+/* x is a row-strided view [m, d] of [m, d + pad] when pad > 0. */
+static void
+norm_case (int64_t m, int64_t d, int pad, gboolean affine)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  g_autoptr (LbTensor) xp = host_random (2, S (m, d + pad), -3, 5);
+  g_autoptr (LbTensor) w = host_rand (1, S (d));
+  g_autoptr (LbTensor) b = host_rand (1, S (d));
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dw = to_dev (w);
+  g_autoptr (LbTensor) db = to_dev (b);
+  LbTensor x, dx;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 2, S (m, d));
+  g_autoptr (LbTensor) dy = dev_poison (2, S (m, d));
+  g_assert_true (cpu_ops ()->layer_norm (gctx.cs, &x, affine ? w : NULL,
+          affine ? b : NULL, 1e-6f, y, &err));
+  g_assert_true (gpu_ops ()->layer_norm (gctx.gs, &dx, affine ? dw : NULL,
+          affine ? db : NULL, 1e-6f, dy, &err));
+  g_assert_no_error (err);
+  compare_dev ("layer_norm", y, dy, TOL);
+
+  g_autoptr (LbTensor) dy2 = dev_poison (2, S (m, d));
+  g_assert_true (cpu_ops ()->rms_norm (gctx.cs, &x, affine ? w : NULL, 1e-6f,
+          y, &err));
+  g_assert_true (gpu_ops ()->rms_norm (gctx.gs, &dx, affine ? dw : NULL,
+          1e-6f, dy2, &err));
+  g_assert_no_error (err);
+  compare_dev ("rms_norm", y, dy2, TOL);
+
+  /* in place */
+  g_autoptr (LbTensor) xc = host_random (2, S (m, d), -3, 5);
+  g_autoptr (LbTensor) dxc = to_dev (xc);
+  g_assert_true (cpu_ops ()->rms_norm (gctx.cs, xc, w, 1e-5f, xc, &err));
+  g_assert_true (gpu_ops ()->rms_norm (gctx.gs, dxc, dw, 1e-5f, dxc, &err));
+  g_assert_no_error (err);
+  compare_dev ("rms_norm in place", xc, dxc, TOL);
+
+  /* a bad weight: same message on both */
+  g_autoptr (LbTensor) wbad = host_rand (1, S (d + 1));
+  g_autoptr (LbTensor) dwbad = to_dev (wbad);
+  gboolean c_ok = cpu_ops ()->layer_norm (gctx.cs, &x, wbad, NULL, 1e-6f, y,
+      &err);
+  gboolean g_ok = gpu_ops ()->layer_norm (gctx.gs, &dx, dwbad, NULL, 1e-6f,
+      dy, &err2);
+  same_error ("layer_norm bad weight", c_ok, err, g_ok, err2);
+}
+
+static void
+test_norms (void)
+{
+  norm_case (1, 1, 0, TRUE);
+  norm_case (7, 13, 0, FALSE);
+  norm_case (33, 257, 3, TRUE);
+  norm_case (300, 5120, 0, TRUE);
+  norm_case (5, 4099, 17, FALSE);
+}
+
+static void
+modulate_case (int64_t m, int64_t d, gboolean per_row, int pad)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) xp = host_rand (2, S (m, d + pad));
+  g_autoptr (LbTensor) sc = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) sh = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dsc = to_dev (sc);
+  g_autoptr (LbTensor) dsh = to_dev (sh);
+  LbTensor x, dx;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 2, S (m, d));
+  g_autoptr (LbTensor) dy = dev_poison (2, S (m, d));
+  g_assert_true (cpu_ops ()->modulate (gctx.cs, &x, sc, sh, y, &err));
+  g_assert_true (gpu_ops ()->modulate (gctx.gs, &dx, dsc, dsh, dy, &err));
+  g_assert_no_error (err);
+  compare_dev ("modulate", y, dy, TOL);
+
+  /* gated residual in place on the strided view, gate = scale */
+  g_assert_true (cpu_ops ()->gated_residual (gctx.cs, &x, y, sc, &err));
+  g_assert_true (gpu_ops ()->gated_residual (gctx.gs, &dx, dy, dsc, &err));
+  g_assert_no_error (err);
+  compare_dev ("gated_residual", xp, dxp, TOL);
+  g_assert_true (cpu_ops ()->gated_residual (gctx.cs, &x, y, NULL, &err));
+  g_assert_true (gpu_ops ()->gated_residual (gctx.gs, &dx, dy, NULL, &err));
+  g_assert_no_error (err);
+  compare_dev ("gated_residual (no gate)", xp, dxp, TOL);
+}
+
+static void
+test_modulate (void)
+{
+  modulate_case (1, 1, FALSE, 0);
+  modulate_case (9, 31, TRUE, 0);
+  modulate_case (129, 640, FALSE, 5);
+  modulate_case (64, 1000, TRUE, 1);
+}
+
+/* ---- elementwise ---- */
+
+static void
+elementwise_case (int ndim, const int64_t * shape, int pad)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  /* contiguous N-D operands, and the same data as a row-strided 2-D view
+   * when pad > 0 */
+  int64_t d = shape[ndim - 1], m = 1;
+  for (int i = 0; i < ndim - 1; i++)
+    m *= shape[i];
+  g_autoptr (LbTensor) a = host_random (ndim, shape, -6, 6);
+  g_autoptr (LbTensor) b = host_rand (ndim, shape);
+  g_autoptr (LbTensor) bv = host_rand (1, S (d));
+  g_autoptr (LbTensor) da = to_dev (a);
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) dbv = to_dev (bv);
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, ndim, shape);
+
+  static const char *names[] = { "gelu_tanh", "silu", "scale" };
+  for (int op = 0; op < 3; op++) {
+    g_autoptr (LbTensor) dy = dev_poison (ndim, shape);
+    gboolean ok1, ok2;
+    if (op == 0) {
+      ok1 = cpu_ops ()->gelu_tanh (gctx.cs, a, y, &err);
+      ok2 = gpu_ops ()->gelu_tanh (gctx.gs, da, dy, &err);
+    } else if (op == 1) {
+      ok1 = cpu_ops ()->silu (gctx.cs, a, y, &err);
+      ok2 = gpu_ops ()->silu (gctx.gs, da, dy, &err);
+    } else {
+      ok1 = cpu_ops ()->scale (gctx.cs, a, 0.37f, -1.5f, y, &err);
+      ok2 = gpu_ops ()->scale (gctx.gs, da, 0.37f, -1.5f, dy, &err);
+    }
+    g_assert_no_error (err);
+    g_assert_true (ok1 && ok2);
+    compare_dev (names[op], y, dy, TOL);
+  }
+  for (int op = 0; op < 2; op++) {
+    for (int bc = 0; bc < 2; bc++) {
+      g_autoptr (LbTensor) dy = dev_poison (ndim, shape);
+      const LbTensor *hb = bc ? bv : b, *gb = bc ? dbv : db;
+      if (op == 0) {
+        g_assert_true (cpu_ops ()->add (gctx.cs, a, hb, y, &err));
+        g_assert_true (gpu_ops ()->add (gctx.gs, da, gb, dy, &err));
+      } else {
+        g_assert_true (cpu_ops ()->mul (gctx.cs, a, hb, y, &err));
+        g_assert_true (gpu_ops ()->mul (gctx.gs, da, gb, dy, &err));
+      }
+      g_assert_no_error (err);
+      compare_dev (op ? "mul" : "add", y, dy, TOL);
+    }
+  }
+  if (pad > 0) {
+    g_autoptr (LbTensor) ap = host_rand (2, S (m, d + pad));
+    g_autoptr (LbTensor) dap = to_dev (ap);
+    g_autoptr (LbTensor) yp = host_nan (2, S (m, d + pad));
+    g_autoptr (LbTensor) dyp = dev_poison (2, S (m, d + pad));
+    LbTensor av, dav, yv, dyv;
+    lb_tensor_view_narrow (&av, ap, 1, pad, d);
+    lb_tensor_view_narrow (&dav, dap, 1, pad, d);
+    lb_tensor_view_narrow (&yv, yp, 1, 0, d);
+    lb_tensor_view_narrow (&dyv, dyp, 1, 0, d);
+    g_assert_true (cpu_ops ()->add (gctx.cs, &av, bv, &yv, &err));
+    g_assert_true (gpu_ops ()->add (gctx.gs, &dav, dbv, &dyv, &err));
+    g_assert_no_error (err);
+    compare_dev ("add (row-strided views)", yp, dyp, TOL);
+    g_assert_true (cpu_ops ()->silu (gctx.cs, &av, &yv, &err));
+    g_assert_true (gpu_ops ()->silu (gctx.gs, &dav, &dyv, &err));
+    g_assert_no_error (err);
+    compare_dev ("silu (row-strided views)", yp, dyp, TOL);
+  }
+  /* mismatched b: same message */
+  g_autoptr (LbTensor) bbad = host_rand (1, S (d + 2));
+  g_autoptr (LbTensor) dbbad = to_dev (bbad);
+  g_autoptr (LbTensor) dy = dev_poison (ndim, shape);
+  gboolean c_ok = cpu_ops ()->add (gctx.cs, a, bbad, y, &err);
+  gboolean g_ok = gpu_ops ()->add (gctx.gs, da, dbbad, dy, &err2);
+  same_error ("add bad b", c_ok, err, g_ok, err2);
+}
+
+static void
+test_elementwise (void)
+{
+  elementwise_case (1, S (1), 0);
+  elementwise_case (2, S (7, 5), 3);
+  elementwise_case (3, S (3, 17, 33), 0);
+  elementwise_case (2, S (1000, 1029), 7);
+  elementwise_case (2, S (1, 100003), 0);
+}
+
+/* ---- RoPE ---- */
+
+static void
+rope_case (int64_t gf, int64_t gh, int64_t gw, int64_t nh, int64_t hd,
+    int64_t f0, int64_t r0, gboolean strided)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  LbTensor *cs, *sn;
+  lb_rope_tables_new ((int) hd, 64, 10000.0, &cs, &sn);
+  g_autoptr (LbTensor) hcos = cs;
+  g_autoptr (LbTensor) hsin = sn;
+  g_autoptr (LbTensor) dcos = to_dev (hcos);
+  g_autoptr (LbTensor) dsin = to_dev (hsin);
+  int64_t n = gf * gh * gw;
+  /* strided: x is the q part of a packed [N, 2, H, hd] */
+  g_autoptr (LbTensor) xp = strided ? host_rand (4, S (n, 2, nh, hd)) :
+      host_rand (3, S (n, nh, hd));
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  LbTensor x, dx;
+  if (strided) {
+    lb_tensor_view_select (&x, xp, 1, 1);
+    lb_tensor_view_select (&dx, dxp, 1, 1);
+  } else {
+    lb_tensor_view (&x, xp);
+    lb_tensor_view (&dx, dxp);
+  }
+  g_assert_true (cpu_ops ()->rope_3d (gctx.cs, &x, hcos, hsin, gf, gh, gw, f0,
+          r0, &err));
+  g_assert_true (gpu_ops ()->rope_3d (gctx.gs, &dx, dcos, dsin, gf, gh, gw,
+          f0, r0, &err));
+  g_assert_no_error (err);
+  compare_dev ("rope_3d", xp, dxp, TOL);
+
+  gboolean c_ok = cpu_ops ()->rope_3d (gctx.cs, &x, hcos, hsin, gf, gh, gw,
+      64, r0, &err);
+  gboolean g_ok = gpu_ops ()->rope_3d (gctx.gs, &dx, dcos, dsin, gf, gh, gw,
+      64, r0, &err2);
+  same_error ("rope_3d past the table", c_ok, err, g_ok, err2);
+}
+
+static void
+test_rope (void)
+{
+  rope_case (1, 1, 1, 1, 2, 0, 0, FALSE);
+  rope_case (2, 3, 5, 2, 32, 3, 0, FALSE);
+  rope_case (4, 6, 7, 3, 128, 10, 4, TRUE);
+  rope_case (3, 5, 11, 5, 64, 0, 7, TRUE);
+}
+
+/* ---- layout ---- */
+
+static void
+test_layout (void)
+{
+  g_autoptr (GError) err = NULL;
+  /* upsample */
+  static const int64_t ups[][4] = { {1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 33, 65} };
+  for (guint i = 0; i < G_N_ELEMENTS (ups); i++) {
+    const int64_t *s = ups[i];
+    g_autoptr (LbTensor) x = host_rand (4, s);
+    g_autoptr (LbTensor) dx = to_dev (x);
+    int64_t ys[4] = { s[0], s[1], 2 * s[2], 2 * s[3] };
+    g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, ys);
+    g_autoptr (LbTensor) dy = dev_poison (4, ys);
+    g_assert_true (cpu_ops ()->upsample_nearest2x (gctx.cs, x, y, &err));
+    g_assert_true (gpu_ops ()->upsample_nearest2x (gctx.gs, dx, dy, &err));
+    g_assert_no_error (err);
+    compare_dev ("upsample_nearest2x", y, dy, 0.0);
+  }
+  /* patchify / unpatchify */
+  static const int64_t pat[][6] = {
+    {1, 1, 1, 1, 1, 1}, {3, 2, 6, 10, 2, 2}, {36, 4, 12, 26, 2, 2},
+    {5, 3, 9, 8, 3, 4},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (pat); i++) {
+    const int64_t *p = pat[i];
+    int ph = (int) p[4], pw = (int) p[5];
+    g_autoptr (LbTensor) x = host_rand (4, p);
+    g_autoptr (LbTensor) dx = to_dev (x);
+    int64_t ntok = p[1] * (p[2] / ph) * (p[3] / pw), feat = p[0] * ph * pw;
+    g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 2, S (ntok, feat));
+    g_autoptr (LbTensor) dy = dev_poison (2, S (ntok, feat));
+    g_assert_true (cpu_ops ()->patchify (gctx.cs, x, ph, pw, y, &err));
+    g_assert_true (gpu_ops ()->patchify (gctx.gs, dx, ph, pw, dy, &err));
+    g_assert_no_error (err);
+    compare_dev ("patchify", y, dy, 0.0);
+
+    g_autoptr (LbTensor) z = host_rand (2, S (ntok, feat));
+    g_autoptr (LbTensor) dz = to_dev (z);
+    g_autoptr (LbTensor) u = lb_tensor_new (LB_DTYPE_F32, 4, p);
+    g_autoptr (LbTensor) du = dev_poison (4, p);
+    g_assert_true (cpu_ops ()->unpatchify (gctx.cs, z, ph, pw, u, &err));
+    g_assert_true (gpu_ops ()->unpatchify (gctx.gs, dz, ph, pw, du, &err));
+    g_assert_no_error (err);
+    compare_dev ("unpatchify", u, du, 0.0);
+  }
+  /* bicubic, up and down */
+  static const int64_t bic[][5] = {
+    {1, 1, 1, 1, 1}, {3, 17, 23, 40, 9}, {3, 100, 160, 48, 83},
+    {2, 8, 8, 8, 8}, {3, 480, 640, 464, 832},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (bic); i++) {
+    const int64_t *b = bic[i];
+    g_autoptr (LbTensor) x = host_random (3, b, 0, 255);
+    g_autoptr (LbTensor) dx = to_dev (x);
+    g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 3, S (b[0], b[3],
+            b[4]));
+    g_autoptr (LbTensor) dy = dev_poison (3, S (b[0], b[3], b[4]));
+    g_assert_true (cpu_ops ()->resize_bicubic (gctx.cs, x, y, &err));
+    g_assert_true (gpu_ops ()->resize_bicubic (gctx.gs, dx, dy, &err));
+    g_assert_no_error (err);
+    compare_dev ("resize_bicubic", y, dy, TOL);
+  }
+}
+
+/* ---- convolutions ---- */
+
+static void
+conv3d_case (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
+    int64_t w, int64_t kt, int64_t kh, int64_t kw, int pad, int stride,
+    gboolean with_bias)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) x = host_rand (4, S (cin, t, h, w));
+  g_autoptr (LbTensor) cache = tc > 0 ? host_rand (4, S (cin, tc, h, w)) :
+      NULL;
+  g_autoptr (LbTensor) wt = host_rand (5, S (cout, cin, kt, kh, kw));
+  g_autoptr (LbTensor) b = host_rand (1, S (cout));
+  g_autoptr (LbTensor) dx = to_dev (x);
+  g_autoptr (LbTensor) dcache = cache ? to_dev (cache) : NULL;
+  g_autoptr (LbTensor) dw = to_dev (wt);
+  g_autoptr (LbTensor) db = to_dev (b);
+  int64_t zeros = MAX (0, kt - 1 - tc), tout = zeros + tc + t - kt + 1;
+  int64_t ho = (h + 2 * pad - kh) / stride + 1;
+  int64_t wo = (w + 2 * pad - kw) / stride + 1;
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, S (cout, tout, ho,
+          wo));
+  g_autoptr (LbTensor) dy = dev_poison (4, S (cout, tout, ho, wo));
+  g_assert_true (cpu_ops ()->conv3d_causal (gctx.cs, x, cache, wt,
+          with_bias ? b : NULL, pad, pad, stride, stride, y, &err));
+  g_assert_true (gpu_ops ()->conv3d_causal (gctx.gs, dx, dcache, dw,
+          with_bias ? db : NULL, pad, pad, stride, stride, dy, &err));
+  g_assert_no_error (err);
+  compare_dev ("conv3d_causal", y, dy, TOL);
+}
+
+static void
+conv2d_case (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
+    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw,
+    gboolean with_bias)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  gboolean batched = nb > 0;
+  int64_t xs[4] = { nb, cin, h, w };
+  g_autoptr (LbTensor) x = batched ? host_rand (4, xs) :
+      host_rand (3, xs + 1);
+  g_autoptr (LbTensor) wt = host_rand (4, S (cout, cin, kh, kw));
+  g_autoptr (LbTensor) b = host_rand (1, S (cout));
+  g_autoptr (LbTensor) dx = to_dev (x);
+  g_autoptr (LbTensor) dw = to_dev (wt);
+  g_autoptr (LbTensor) db = to_dev (b);
+  int64_t ho = (h + 2 * ph - kh) / sh + 1, wo = (w + 2 * pw - kw) / sw + 1;
+  int64_t ys[4] = { nb, cout, ho, wo };
+  int nd = batched ? 4 : 3;
+  const int64_t *yshape = batched ? ys : ys + 1;
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, nd, yshape);
+  g_autoptr (LbTensor) dy = dev_poison (nd, yshape);
+  g_assert_true (cpu_ops ()->conv2d (gctx.cs, x, wt, with_bias ? b : NULL, ph,
+          pw, sh, sw, y, &err));
+  g_assert_true (gpu_ops ()->conv2d (gctx.gs, dx, dw, with_bias ? db : NULL,
+          ph, pw, sh, sw, dy, &err));
+  g_assert_no_error (err);
+  compare_dev ("conv2d", y, dy, TOL);
+
+  /* weight with the wrong Cin: same message */
+  g_autoptr (LbTensor) wbad = host_rand (4, S (cout, cin + 1, kh, kw));
+  g_autoptr (LbTensor) dwbad = to_dev (wbad);
+  gboolean c_ok = cpu_ops ()->conv2d (gctx.cs, x, wbad, NULL, ph, pw, sh, sw,
+      y, &err);
+  gboolean g_ok = gpu_ops ()->conv2d (gctx.gs, dx, dwbad, NULL, ph, pw, sh,
+      sw, dy, &err2);
+  same_error ("conv2d bad weight", c_ok, err, g_ok, err2);
+}
+
+static void
+test_conv (void)
+{
+  /* cin, cout, T, Tc, H, W, kt, kh, kw, pad, stride, bias */
+  conv3d_case (1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, FALSE);
+  conv3d_case (3, 5, 4, 0, 7, 9, 3, 3, 3, 1, 1, TRUE);      /* no cache */
+  conv3d_case (4, 6, 3, 1, 8, 6, 3, 3, 3, 1, 1, TRUE);      /* short cache */
+  conv3d_case (4, 6, 3, 2, 8, 6, 3, 3, 3, 1, 1, FALSE);     /* full cache */
+  conv3d_case (6, 8, 2, 2, 9, 11, 3, 1, 1, 0, 1, TRUE);     /* time conv */
+  conv3d_case (8, 4, 3, 0, 10, 12, 1, 1, 1, 0, 1, TRUE);    /* 1x1x1 direct */
+  conv3d_case (8, 4, 2, 1, 10, 12, 1, 1, 1, 0, 1, FALSE);   /* direct + cache */
+  conv3d_case (5, 7, 2, 0, 13, 15, 1, 3, 3, 0, 2, TRUE);    /* downsample */
+  conv3d_case (32, 48, 2, 2, 30, 52, 3, 3, 3, 1, 1, TRUE);
+  /* nb (0: 3-D), cin, cout, H, W, kh, kw, ph, pw, sh, sw, bias */
+  conv2d_case (0, 3, 4, 5, 6, 3, 3, 1, 1, 1, 1, TRUE);
+  conv2d_case (2, 5, 3, 9, 7, 3, 3, 0, 0, 2, 2, FALSE);
+  conv2d_case (3, 16, 8, 17, 19, 1, 1, 0, 0, 1, 1, TRUE);
+  conv2d_case (0, 2, 2, 4, 4, 3, 5, 2, 1, 1, 2, TRUE);
+  conv2d_case (1, 64, 32, 40, 52, 3, 3, 1, 1, 1, 1, TRUE);
+}
+
+static void
+test_device_check (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) hx = host_rand (2, S (4, 8));
+  g_autoptr (LbTensor) dy = dev_poison (2, S (4, 8));
+  g_assert_false (gpu_ops ()->silu (gctx.gs, hx, dy, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_nonnull (strstr (err->message, "on device cpu:0"));
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  if (!gpu_ctx_init ())
+    return 77;
+  g_test_add_func ("/gpu/ops/table", test_table);
+  g_test_add_func ("/gpu/ops/allocator", test_allocator);
+  g_test_add_func ("/gpu/ops/norms", test_norms);
+  g_test_add_func ("/gpu/ops/modulate", test_modulate);
+  g_test_add_func ("/gpu/ops/elementwise", test_elementwise);
+  g_test_add_func ("/gpu/ops/rope", test_rope);
+  g_test_add_func ("/gpu/ops/layout", test_layout);
+  g_test_add_func ("/gpu/ops/conv", test_conv);
+  g_test_add_func ("/gpu/ops/device-check", test_device_check);
+  int rc = g_test_run ();
+  sync_ok ();
+  return rc;
+}
