@@ -59,23 +59,6 @@ dot (const float *a, const float *b, int64_t n)
   return acc;
 }
 
-static gboolean
-check_heads (const char *arg, const LbTensor * t, int64_t n, int64_t h,
-    int64_t hd, GError ** error)
-{
-  int64_t shape[3] = { n, h, hd };
-  if (!lb_cpu_check ("attention", arg, t, LB_DTYPE_F32, 3, shape, FALSE,
-          error))
-    return FALSE;
-  if (t->stride[2] != 1 && t->shape[2] > 1) {
-    g_autofree char *have = lb_tensor_shape_string (t);
-    g_autofree char *st = lb_shape_string (3, t->stride);
-    return lb_cpu_fail (error, "attention: %s is f32 %s with strides %s, "
-        "expected unit stride on the last dimension", arg, have, st);
-  }
-  return TRUE;
-}
-
 /**
  * lb_cpu_attention:
  * @s: a CPU stream
@@ -102,27 +85,12 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
     float scale, LbTensor * out, GError ** error)
 {
-  if (!check_heads ("q", q, LB_ANY, LB_ANY, LB_ANY, error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "attention", error, "q", q, "k", k,
+          "v", v, "bias", bias, "key_mask", key_mask, "out", out, NULL) ||
+      !lb_check_attention (q, k, v, bias, key_mask, out, error))
     return FALSE;
-  int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
-  if (!check_heads ("k", k, LB_ANY, nh, hd, error))
-    return FALSE;
-  int64_t nk = k->shape[0];
-  if (!check_heads ("v", v, nk, nh, hd, error) ||
-      !check_heads ("out", out, nq, nh, hd, error))
-    return FALSE;
-  if (bias) {
-    int64_t shape[3] = { nh, nq, nk };
-    if (!lb_cpu_check ("attention", "bias", bias, LB_DTYPE_F32, 3, shape,
-            TRUE, error))
-      return FALSE;
-  }
-  if (key_mask) {
-    int64_t shape[1] = { nk };
-    if (!lb_cpu_check ("attention", "key_mask", key_mask, LB_DTYPE_U8, 1,
-            shape, TRUE, error))
-      return FALSE;
-  }
+  const int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
+  const int64_t nk = k->shape[0];
   if (nq == 0 || nh == 0 || hd == 0)
     return TRUE;
 

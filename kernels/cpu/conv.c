@@ -155,29 +155,6 @@ conv_core (const ConvIn * c, const float *w, const float *bias, int64_t cout,
   }
 }
 
-static gboolean
-check_geometry (const char *op, int pad_h, int pad_w, int stride_h,
-    int stride_w, GError ** error)
-{
-  if (pad_h < 0 || pad_w < 0 || stride_h < 1 || stride_w < 1)
-    return lb_cpu_fail (error, "%s: padding (%d, %d) and stride (%d, %d) "
-        "invalid, expected padding >= 0 and stride >= 1", op, pad_h, pad_w,
-        stride_h, stride_w);
-  return TRUE;
-}
-
-static gboolean
-out_extent (const char *op, const char *what, int64_t in, int64_t k,
-    int64_t pad, int64_t stride, int64_t * out, GError ** error)
-{
-  if (in + 2 * pad < k)
-    return lb_cpu_fail (error, "%s: input %s %" G_GINT64_FORMAT " with padding "
-        "%" G_GINT64_FORMAT " is smaller than the kernel (%" G_GINT64_FORMAT
-        ")", op, what, in, pad, k);
-  *out = (in + 2 * pad - k) / stride + 1;
-  return TRUE;
-}
-
 /**
  * lb_cpu_conv3d_causal:
  * @s: a CPU stream
@@ -208,63 +185,29 @@ lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
     const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
     int stride_h, int stride_w, LbTensor * y, GError ** error)
 {
-  const char *op = "conv3d_causal";
-  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
-  if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
-    return FALSE;
-  int64_t cin = x->shape[0], t = x->shape[1], h = x->shape[2], w = x->shape[3];
-  int64_t wshape[5] = { LB_ANY, cin, LB_ANY, LB_ANY, LB_ANY };
-  if (!lb_cpu_check (op, "weight", weight, LB_DTYPE_F32, 5, wshape, TRUE,
-          error))
-    return FALSE;
-  int64_t cout = weight->shape[0], kt = weight->shape[2];
-  int64_t kh = weight->shape[3], kw = weight->shape[4];
-  int64_t tc = 0;
-  if (cache) {
-    int64_t cshape[4] = { cin, LB_ANY, h, w };
-    if (!lb_cpu_check (op, "cache", cache, LB_DTYPE_F32, 4, cshape, TRUE,
-            error))
-      return FALSE;
-    tc = cache->shape[1];
-  }
-  if (bias) {
-    int64_t bshape[1] = { cout };
-    if (!lb_cpu_check (op, "bias", bias, LB_DTYPE_F32, 1, bshape, TRUE, error))
-      return FALSE;
-  }
-  if (!check_geometry (op, pad_h, pad_w, stride_h, stride_w, error))
-    return FALSE;
-  if (kt < 1) {
-    g_autofree char *have = lb_tensor_shape_string (weight);
-    return lb_cpu_fail (error, "%s: weight is f32 %s, expected kt >= 1", op,
-        have);
-  }
-  int64_t ho = 0, wo = 0;
-  if (!out_extent (op, "height", h, kh, pad_h, stride_h, &ho, error) ||
-      !out_extent (op, "width", w, kw, pad_w, stride_w, &wo, error))
-    return FALSE;
-  int64_t zeros = MAX (0, kt - 1 - tc);
-  int64_t tout = zeros + tc + t - kt + 1;
-  int64_t yshape[4] = { cout, tout, ho, wo };
-  if (!lb_cpu_check (op, "y", y, LB_DTYPE_F32, 4, yshape, TRUE, error))
+  LbConvGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "conv3d_causal", error, "x", x,
+          "cache", cache, "weight", weight, "bias", bias, "y", y, NULL) ||
+      !lb_check_conv3d_causal (x, cache, weight, bias, pad_h, pad_w, stride_h,
+          stride_w, y, &g, error))
     return FALSE;
 
   ConvIn c = {
-    .zeros = zeros,
+    .zeros = g.zeros,
     .cache = cache ? cache->data : NULL,
-    .cache_t = tc,
-    .cache_cs = tc * h * w,
-    .cache_fs = h * w,
+    .cache_t = g.tc,
+    .cache_cs = g.tc * g.h * g.w,
+    .cache_fs = g.h * g.w,
     .x = x->data,
-    .x_cs = t * h * w,
-    .x_fs = h * w,
-    .cin = cin,.h = h,.w = w,
-    .kt = kt,.kh = kh,.kw = kw,
+    .x_cs = g.t * g.h * g.w,
+    .x_fs = g.h * g.w,
+    .cin = g.cin,.h = g.h,.w = g.w,
+    .kt = g.kt,.kh = g.kh,.kw = g.kw,
     .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = ho,.wo = wo,
+    .ho = g.ho,.wo = g.wo,
   };
-  conv_core (&c, weight->data, bias ? bias->data : NULL, cout, tout, y->data,
-      tout * ho * wo, ho * wo);
+  conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
+      y->data, g.tout * g.ho * g.wo, g.ho * g.wo);
   return TRUE;
 }
 
@@ -291,51 +234,24 @@ lb_cpu_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
     LbTensor * y, GError ** error)
 {
-  const char *op = "conv2d";
-  int64_t any[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
-  if (x && x->ndim == 4) {
-    if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 4, any, TRUE, error))
-      return FALSE;
-  } else if (!lb_cpu_check (op, "x", x, LB_DTYPE_F32, 3, any, TRUE, error)) {
-    return FALSE;
-  }
-  const int batched = x->ndim == 4;
-  int64_t nb = batched ? x->shape[0] : 1;
-  int64_t cin = x->shape[batched], h = x->shape[batched + 1];
-  int64_t w = x->shape[batched + 2];
-  int64_t wshape[4] = { LB_ANY, cin, LB_ANY, LB_ANY };
-  if (!lb_cpu_check (op, "weight", weight, LB_DTYPE_F32, 4, wshape, TRUE,
-          error))
-    return FALSE;
-  int64_t cout = weight->shape[0], kh = weight->shape[2];
-  int64_t kw = weight->shape[3];
-  if (bias) {
-    int64_t bshape[1] = { cout };
-    if (!lb_cpu_check (op, "bias", bias, LB_DTYPE_F32, 1, bshape, TRUE, error))
-      return FALSE;
-  }
-  if (!check_geometry (op, pad_h, pad_w, stride_h, stride_w, error))
-    return FALSE;
-  int64_t ho = 0, wo = 0;
-  if (!out_extent (op, "height", h, kh, pad_h, stride_h, &ho, error) ||
-      !out_extent (op, "width", w, kw, pad_w, stride_w, &wo, error))
-    return FALSE;
-  int64_t yshape[4] = { nb, cout, ho, wo };
-  if (!lb_cpu_check (op, "y", y, LB_DTYPE_F32, x->ndim,
-          batched ? yshape : yshape + 1, TRUE, error))
+  LbConvGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "conv2d", error, "x", x,
+          "weight", weight, "bias", bias, "y", y, NULL) ||
+      !lb_check_conv2d (x, weight, bias, pad_h, pad_w, stride_h, stride_w, y,
+          &g, error))
     return FALSE;
 
   /* batch elements are the "frames" of the core: kt = 1, no cache */
   ConvIn c = {
     .x = x->data,
-    .x_cs = h * w,
-    .x_fs = cin * h * w,
-    .cin = cin,.h = h,.w = w,
-    .kt = 1,.kh = kh,.kw = kw,
+    .x_cs = g.h * g.w,
+    .x_fs = g.cin * g.h * g.w,
+    .cin = g.cin,.h = g.h,.w = g.w,
+    .kt = 1,.kh = g.kh,.kw = g.kw,
     .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = ho,.wo = wo,
+    .ho = g.ho,.wo = g.wo,
   };
-  conv_core (&c, weight->data, bias ? bias->data : NULL, cout, nb, y->data,
-      ho * wo, cout * ho * wo);
+  conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
+      y->data, g.ho * g.wo, g.cout * g.ho * g.wo);
   return TRUE;
 }

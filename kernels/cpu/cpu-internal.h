@@ -2,30 +2,20 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Everything here is internal to the CPU backend (and its unit tests): the
- * op functions that fill lb_cpu_ops, argument checks that produce the
- * uniform "op: arg is f32 [7], expected [8]" messages, and the per-thread
- * scratch buffer.
+ * op functions that fill lb_cpu_ops, the per-thread scratch buffer and the
+ * tiling knobs.  Argument checks are the backend-independent ones of
+ * kernels/ops-check.h.
  */
 #pragma once
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/ops-check.h"
 
 G_BEGIN_DECLS
 
-/* ---- argument checks (cpu-util.c) ---- */
-
-/* Shape wildcard for lb_cpu_check(). */
-#define LB_ANY ((int64_t) -1)
-
-gboolean lb_cpu_check (const char *op, const char *arg, const LbTensor * t,
-    LbDType dtype, int ndim, const int64_t * shape, gboolean contiguous,
-    GError ** error);
-gboolean lb_cpu_check_rows (const char *op, const char *arg,
-    const LbTensor * t, int64_t cols, int64_t * rows, int64_t * ld,
-    GError ** error);
-gboolean lb_cpu_fail (GError ** error, const char *format, ...)
-    G_GNUC_PRINTF (2, 3);
+/* Where every tensor of a CPU op lives (lb_check_devices()). */
+#define LB_CPU_DEVICE LB_DEVICE_HOST
 
 /* ---- scratch (cpu-util.c) ---- */
 

@@ -13,8 +13,7 @@ typedef struct
   float alpha, beta;
 } Params;
 
-/* y[0..n) = f(a[0..n), b[0..n)); b has stride 0 semantics handled by the
- * caller passing the broadcast row. */
+/* y[0..n) = f(a[0..n), b[0..n)). */
 typedef void (*SpanFunc) (const float *a, const float *b, float *y,
     int64_t n, const Params * p);
 
@@ -67,8 +66,9 @@ span_scale (const float *a, const float *b, float *y, int64_t n,
 }
 
 /* Runs @f over M rows of D.  @bld is 0 when b is one broadcast row.  When
- * every operand is dense the rows are fused into one vector and split in
- * SPAN-sized pieces so that [1, N] tensors still use every core. */
+ * every operand is dense (or there is one row) the rows are fused into one
+ * vector and split in SPAN-sized pieces so that [1, N] tensors still use
+ * every core. */
 static void
 run (SpanFunc f, const float *a, int64_t ald, const float *b, int64_t bld,
     float *y, int64_t yld, int64_t m, int64_t d, const Params * p)
@@ -89,43 +89,15 @@ run (SpanFunc f, const float *a, int64_t ald, const float *b, int64_t bld,
   }
 }
 
-/* Broadcast b: one row of D over M rows; done per row. */
-static void
-run_bcast (SpanFunc f, const float *a, int64_t ald, const float *b,
-    float *y, int64_t yld, int64_t m, int64_t d, const Params * p)
-{
-#pragma omp parallel for schedule(static) if (m * d >= SPAN)
-  for (int64_t i = 0; i < m; i++)
-    f (a + i * ald, b, y + i * yld, d, p);
-}
-
-static gboolean
-check_out (const char *op, const LbTensor * like, int64_t m, int64_t d,
-    const LbTensor * y, int64_t * yld, GError ** error)
-{
-  int64_t r;
-  if (!lb_cpu_check_rows (op, "y", y, d, &r, yld, error))
-    return FALSE;
-  if (r != m || (y->ndim != 2 && like->ndim != 2 && !lb_tensor_same_shape (y,
-              like))) {
-    g_autofree char *have = lb_tensor_shape_string (y);
-    g_autofree char *want = lb_tensor_shape_string (like);
-    return lb_cpu_fail (error, "%s: y is f32 %s, expected %s", op, have, want);
-  }
-  return TRUE;
-}
-
 static gboolean
 unary (const char *op, SpanFunc f, const LbTensor * x, LbTensor * y,
     const Params * p, GError ** error)
 {
-  int64_t m, xld, yld;
-  if (!lb_cpu_check_rows (op, "x", x, LB_ANY, &m, &xld, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, op, error, "x", x, "y", y, NULL) ||
+      !lb_check_unary (op, x, y, &g, error))
     return FALSE;
-  int64_t d = x->shape[x->ndim - 1];
-  if (!check_out (op, x, m, d, y, &yld, error))
-    return FALSE;
-  run (f, x->data, xld, NULL, 0, y->data, yld, m, d, p);
+  run (f, x->data, g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, p);
   return TRUE;
 }
 
@@ -133,26 +105,12 @@ static gboolean
 binary (const char *op, SpanFunc f, const LbTensor * a, const LbTensor * b,
     LbTensor * y, GError ** error)
 {
-  int64_t m, ald, bm, bld, yld;
-  if (!lb_cpu_check_rows (op, "a", a, LB_ANY, &m, &ald, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, op, error, "a", a, "b", b, "y", y,
+          NULL) || !lb_check_binary (op, a, b, y, &g, error))
     return FALSE;
-  int64_t d = a->shape[a->ndim - 1];
-  if (!lb_cpu_check_rows (op, "b", b, d, &bm, &bld, error))
-    return FALSE;
-  gboolean bcast = b->ndim == 1 && a->ndim != 1;
-  if (!bcast && (bm != m || (b->ndim != 2 && a->ndim != 2 &&
-              !lb_tensor_same_shape (a, b)))) {
-    g_autofree char *have = lb_tensor_shape_string (b);
-    g_autofree char *want = lb_tensor_shape_string (a);
-    return lb_cpu_fail (error, "%s: b is f32 %s, expected %s or [%"
-        G_GINT64_FORMAT "]", op, have, want, d);
-  }
-  if (!check_out (op, a, m, d, y, &yld, error))
-    return FALSE;
-  if (bcast)
-    run_bcast (f, a->data, ald, b->data, y->data, yld, m, d, NULL);
-  else
-    run (f, a->data, ald, b->data, bld, y->data, yld, m, d, NULL);
+  /* s_ld 0 (b is one row broadcast) reads the same row for every row of a */
+  run (f, a->data, g.x_ld, b->data, g.s_ld, y->data, g.y_ld, g.m, g.d, NULL);
   return TRUE;
 }
 

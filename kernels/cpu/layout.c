@@ -24,25 +24,10 @@ gboolean
 lb_cpu_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y,
     GError ** error)
 {
-  int64_t shape[LB_MAX_DIMS];
-  for (int i = 0; i < LB_MAX_DIMS; i++)
-    shape[i] = LB_ANY;
-  if (x == NULL || x->ndim < 2) {
-    if (!lb_cpu_check ("upsample_nearest2x", "x", x, LB_DTYPE_F32, 2, shape,
-            TRUE, error))
-      return FALSE;
-  }
-  int nd = x->ndim;
-  if (!lb_cpu_check ("upsample_nearest2x", "x", x, LB_DTYPE_F32, nd, shape,
-          TRUE, error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "upsample_nearest2x", error, "x", x,
+          "y", y, NULL) || !lb_check_upsample_nearest2x (x, y, error))
     return FALSE;
-  memcpy (shape, x->shape, sizeof (int64_t) * nd);
-  shape[nd - 2] *= 2;
-  shape[nd - 1] *= 2;
-  if (!lb_cpu_check ("upsample_nearest2x", "y", y, LB_DTYPE_F32, nd, shape,
-          TRUE, error))
-    return FALSE;
-
+  const int nd = x->ndim;
   int64_t h = x->shape[nd - 2], w = x->shape[nd - 1];
   int64_t rows = h > 0 ? lb_tensor_numel (x) / MAX (w, 1) : 0;
   if (w == 0)
@@ -57,15 +42,6 @@ lb_cpu_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y,
       d0[2 * j] = d0[2 * j + 1] = src[j];
     memcpy (d0 + 2 * w, d0, 2 * w * sizeof (float));
   }
-  return TRUE;
-}
-
-static gboolean
-check_patch (const char *op, int ph, int pw, GError ** error)
-{
-  if (ph < 1 || pw < 1)
-    return lb_cpu_fail (error, "%s: patch size %d x %d invalid, expected >= 1",
-        op, ph, pw);
   return TRUE;
 }
 
@@ -88,20 +64,12 @@ gboolean
 lb_cpu_patchify (LbStream * s, const LbTensor * x, int ph, int pw,
     LbTensor * y, GError ** error)
 {
-  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
-  if (!check_patch ("patchify", ph, pw, error) ||
-      !lb_cpu_check ("patchify", "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "patchify", error, "x", x, "y", y,
+          NULL) || !lb_check_patchify (x, ph, pw, y, error))
     return FALSE;
-  int64_t c = x->shape[0], f = x->shape[1], h = x->shape[2], w = x->shape[3];
-  if (h % ph || w % pw) {
-    g_autofree char *have = lb_tensor_shape_string (x);
-    return lb_cpu_fail (error, "patchify: x is f32 %s, expected H and W "
-        "multiples of the patch %d x %d", have, ph, pw);
-  }
-  int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
-  int64_t yshape[2] = { f * hp * wp, feat };
-  if (!lb_cpu_check ("patchify", "y", y, LB_DTYPE_F32, 2, yshape, TRUE, error))
-    return FALSE;
+  const int64_t c = x->shape[0], f = x->shape[1], h = x->shape[2];
+  const int64_t w = x->shape[3];
+  const int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
 
   const float *xd = x->data;
   float *yd = y->data;
@@ -138,21 +106,12 @@ gboolean
 lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
     LbTensor * y, GError ** error)
 {
-  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
-  if (!check_patch ("unpatchify", ph, pw, error) ||
-      !lb_cpu_check ("unpatchify", "y", y, LB_DTYPE_F32, 4, any4, TRUE, error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "unpatchify", error, "z", z, "y", y,
+          NULL) || !lb_check_unpatchify (z, ph, pw, y, error))
     return FALSE;
-  int64_t c = y->shape[0], f = y->shape[1], h = y->shape[2], w = y->shape[3];
-  if (h % ph || w % pw) {
-    g_autofree char *have = lb_tensor_shape_string (y);
-    return lb_cpu_fail (error, "unpatchify: y is f32 %s, expected H and W "
-        "multiples of the patch %d x %d", have, ph, pw);
-  }
-  int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
-  int64_t zshape[2] = { f * hp * wp, feat };
-  if (!lb_cpu_check ("unpatchify", "z", z, LB_DTYPE_F32, 2, zshape, TRUE,
-          error))
-    return FALSE;
+  const int64_t c = y->shape[0], f = y->shape[1], h = y->shape[2];
+  const int64_t w = y->shape[3];
+  const int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
 
   const float *zd = z->data;
   float *yd = y->data;
@@ -226,21 +185,11 @@ gboolean
 lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
     GError ** error)
 {
-  int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
-  if (!lb_cpu_check ("resize_bicubic", "x", x, LB_DTYPE_F32, 3, any3, TRUE,
-          error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "resize_bicubic", error, "x", x,
+          "y", y, NULL) || !lb_check_resize_bicubic (x, y, error))
     return FALSE;
-  int64_t yshape[3] = { x->shape[0], LB_ANY, LB_ANY };
-  if (!lb_cpu_check ("resize_bicubic", "y", y, LB_DTYPE_F32, 3, yshape, TRUE,
-          error))
-    return FALSE;
-  int64_t c = x->shape[0], h = x->shape[1], w = x->shape[2];
-  int64_t ho = y->shape[1], wo = y->shape[2];
-  if ((h == 0 || w == 0) && ho * wo > 0) {
-    g_autofree char *have = lb_tensor_shape_string (x);
-    return lb_cpu_fail (error, "resize_bicubic: x is f32 %s, expected a "
-        "non-empty image", have);
-  }
+  const int64_t c = x->shape[0], h = x->shape[1], w = x->shape[2];
+  const int64_t ho = y->shape[1], wo = y->shape[2];
   if (c == 0 || ho == 0 || wo == 0)
     return TRUE;
 

@@ -12,54 +12,6 @@
  * region costs more than it saves. */
 #define PAR_MIN_ELEMS 32768
 
-/* y must have as many rows of D as x. */
-static gboolean
-check_out_rows (const char *op, const char *arg, const LbTensor * t,
-    const LbTensor * like, int64_t rows, int64_t d, int64_t * ld,
-    GError ** error)
-{
-  int64_t r;
-  if (!lb_cpu_check_rows (op, arg, t, d, &r, ld, error))
-    return FALSE;
-  if (r != rows) {
-    g_autofree char *have = lb_tensor_shape_string (t);
-    g_autofree char *want = lb_tensor_shape_string (like);
-    return lb_cpu_fail (error, "%s: %s is f32 %s, expected %s", op, arg, have,
-        want);
-  }
-  return TRUE;
-}
-
-/* A per-feature vector: [D] (broadcast over rows) or M rows of D.
- * Sets *ld to 0 for broadcast. */
-static gboolean
-check_vec_or_rows (const char *op, const char *arg, const LbTensor * t,
-    int64_t rows, int64_t d, int64_t * ld, GError ** error)
-{
-  int64_t r;
-  if (!lb_cpu_check_rows (op, arg, t, d, &r, ld, error))
-    return FALSE;
-  if (r == 1) {
-    *ld = 0;
-    return TRUE;
-  }
-  if (r != rows) {
-    g_autofree char *have = lb_tensor_shape_string (t);
-    return lb_cpu_fail (error, "%s: %s is f32 %s, expected [%" G_GINT64_FORMAT
-        "] or [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", op, arg, have, d,
-        rows, d);
-  }
-  return TRUE;
-}
-
-static gboolean
-check_vec (const char *op, const char *arg, const LbTensor * t, int64_t d,
-    GError ** error)
-{
-  int64_t shape[1] = { d };
-  return lb_cpu_check (op, arg, t, LB_DTYPE_F32, 1, shape, TRUE, error);
-}
-
 /**
  * lb_cpu_layer_norm:
  * @s: a CPU stream
@@ -80,16 +32,12 @@ gboolean
 lb_cpu_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, float eps, LbTensor * y, GError ** error)
 {
-  int64_t m, xld, yld;
-  if (!lb_cpu_check_rows ("layer_norm", "x", x, LB_ANY, &m, &xld, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "layer_norm", error, "x", x,
+          "weight", weight, "bias", bias, "y", y, NULL) ||
+      !lb_check_layer_norm (x, weight, bias, y, &g, error))
     return FALSE;
-  int64_t d = x->shape[x->ndim - 1];
-  if (!check_out_rows ("layer_norm", "y", y, x, m, d, &yld, error))
-    return FALSE;
-  if (weight && !check_vec ("layer_norm", "weight", weight, d, error))
-    return FALSE;
-  if (bias && !check_vec ("layer_norm", "bias", bias, d, error))
-    return FALSE;
+  const int64_t m = g.m, d = g.d, xld = g.x_ld, yld = g.y_ld;
   if (d == 0)
     return TRUE;
 
@@ -141,14 +89,12 @@ gboolean
 lb_cpu_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
     float eps, LbTensor * y, GError ** error)
 {
-  int64_t m, xld, yld;
-  if (!lb_cpu_check_rows ("rms_norm", "x", x, LB_ANY, &m, &xld, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "rms_norm", error, "x", x,
+          "weight", weight, "y", y, NULL) ||
+      !lb_check_rms_norm (x, weight, y, &g, error))
     return FALSE;
-  int64_t d = x->shape[x->ndim - 1];
-  if (!check_out_rows ("rms_norm", "y", y, x, m, d, &yld, error))
-    return FALSE;
-  if (weight && !check_vec ("rms_norm", "weight", weight, d, error))
-    return FALSE;
+  const int64_t m = g.m, d = g.d, xld = g.x_ld, yld = g.y_ld;
   if (d == 0)
     return TRUE;
 
@@ -188,14 +134,13 @@ gboolean
 lb_cpu_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale,
     const LbTensor * shift, LbTensor * y, GError ** error)
 {
-  int64_t m, xld, yld, sld, hld;
-  if (!lb_cpu_check_rows ("modulate", "x", x, LB_ANY, &m, &xld, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "modulate", error, "x", x,
+          "scale", scale, "shift", shift, "y", y, NULL) ||
+      !lb_check_modulate (x, scale, shift, y, &g, error))
     return FALSE;
-  int64_t d = x->shape[x->ndim - 1];
-  if (!check_out_rows ("modulate", "y", y, x, m, d, &yld, error) ||
-      !check_vec_or_rows ("modulate", "scale", scale, m, d, &sld, error) ||
-      !check_vec_or_rows ("modulate", "shift", shift, m, d, &hld, error))
-    return FALSE;
+  const int64_t m = g.m, d = g.d, xld = g.x_ld, yld = g.y_ld;
+  const int64_t sld = g.s_ld, hld = g.h_ld;
 
   const float *xd = x->data, *sd = scale->data, *hd = shift->data;
   float *yd = y->data;
@@ -225,15 +170,12 @@ gboolean
 lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
     const LbTensor * gate, GError ** error)
 {
-  int64_t m, xld, yld, gld = 0;
-  if (!lb_cpu_check_rows ("gated_residual", "x", x, LB_ANY, &m, &xld, error))
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "gated_residual", error, "x", x,
+          "y", y, "gate", gate, NULL) ||
+      !lb_check_gated_residual (x, y, gate, &g, error))
     return FALSE;
-  int64_t d = x->shape[x->ndim - 1];
-  if (!check_out_rows ("gated_residual", "y", y, x, m, d, &yld, error))
-    return FALSE;
-  if (gate && !check_vec_or_rows ("gated_residual", "gate", gate, m, d, &gld,
-          error))
-    return FALSE;
+  const int64_t m = g.m, d = g.d, xld = g.x_ld, yld = g.y_ld, gld = g.s_ld;
 
   float *xd = x->data;
   const float *yd = y->data, *gd = gate ? gate->data : NULL;

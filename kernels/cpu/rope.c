@@ -105,44 +105,13 @@ lb_cpu_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
     const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
     int64_t frame_offset, int64_t row_offset, GError ** error)
 {
-  int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
-  if (!lb_cpu_check ("rope_3d", "x", x, LB_DTYPE_F32, 3, any3, FALSE, error))
+  if (!lb_check_devices (LB_CPU_DEVICE, "rope_3d", error, "x", x, "cos", cos,
+          "sin", sin, NULL) ||
+      !lb_check_rope_3d (x, cos, sin, grid_f, grid_h, grid_w, frame_offset,
+          row_offset, error))
     return FALSE;
-  int64_t n = x->shape[0], nh = x->shape[1], hd = x->shape[2];
-  if ((hd % 2) != 0 || (x->stride[2] != 1 && hd > 1)) {
-    g_autofree char *have = lb_tensor_shape_string (x);
-    g_autofree char *st = lb_shape_string (3, x->stride);
-    return lb_cpu_fail (error, "rope_3d: x is f32 %s with strides %s, "
-        "expected [N, H, hd] with even hd and unit stride on hd", have, st);
-  }
-  int64_t half = hd / 2;
-  int64_t tshape[2] = { LB_ANY, half };
-  if (!lb_cpu_check ("rope_3d", "cos", cos, LB_DTYPE_F32, 2, tshape, TRUE,
-          error))
-    return FALSE;
-  tshape[0] = cos->shape[0];
-  if (!lb_cpu_check ("rope_3d", "sin", sin, LB_DTYPE_F32, 2, tshape, TRUE,
-          error))
-    return FALSE;
-  int64_t max_pos = cos->shape[0];
-  if (grid_f < 0 || grid_h < 0 || grid_w < 0 || grid_f * grid_h * grid_w != n) {
-    g_autofree char *have = lb_tensor_shape_string (x);
-    return lb_cpu_fail (error, "rope_3d: x is f32 %s, expected [%"
-        G_GINT64_FORMAT ", *, *] for a grid of %" G_GINT64_FORMAT " x %"
-        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, have,
-        MAX (grid_f, 0) * MAX (grid_h, 0) * MAX (grid_w, 0), grid_f, grid_h,
-        grid_w);
-  }
-  if (n > 0 && (frame_offset < 0 || row_offset < 0 ||
-          frame_offset + grid_f > max_pos || row_offset + grid_h > max_pos ||
-          grid_w > max_pos)) {
-    g_autofree char *have = lb_tensor_shape_string (cos);
-    return lb_cpu_fail (error, "rope_3d: cos is f32 %s, too short for frames "
-        "[%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), rows [%" G_GINT64_FORMAT
-        ", %" G_GINT64_FORMAT "), columns [0, %" G_GINT64_FORMAT ")", have,
-        frame_offset, frame_offset + grid_f, row_offset, row_offset + grid_h,
-        grid_w);
-  }
+  const int64_t n = x->shape[0], nh = x->shape[1], hd = x->shape[2];
+  const int64_t half = hd / 2;
 
   int64_t tp, hp;
   rope_split (hd, &tp, &hp);

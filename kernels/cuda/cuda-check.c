@@ -1,61 +1,35 @@
-/* lingbot-gst: argument checks of the CUDA ops
+/* lingbot-gst: device placement check of the CUDA ops
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The CUDA ops report bad arguments with the very messages of the CPU ops.
- * The CPU check helpers (kernels/cpu/cpu-util.c, in liblingbot) also insist
- * on CPU residency, so these wrappers first check that a tensor lives on
- * the stream's device, then run the CPU helper on a descriptor copy marked
- * as host memory (only shape, dtype and strides are looked at).
+ * The CUDA ops validate dtypes, shapes and strides with the
+ * backend-independent checks of kernels/ops-check.h (the very checks and
+ * messages of the CPU ops); what is theirs alone is that every tensor must
+ * live on the stream's device.
  */
 #include "kernels/cuda/cuda-internal.h"
-#include "kernels/cpu/cpu-internal.h"
-
-static gboolean
-on_device (LbStream * s, const char *op, const char *arg, const LbTensor * t,
-    GError ** error)
-{
-  if (t->device.type == LB_DEVICE_CUDA && t->device.index == s->device)
-    return TRUE;
-  return lb_cpu_fail (error, "%s: %s is on device %s:%d, expected cuda:%d",
-      op, arg, t->device.type == LB_DEVICE_CPU ? "cpu" :
-      (t->device.type == LB_DEVICE_CUDA ? "cuda" : "unknown"),
-      t->device.index, s->device);
-}
 
 /**
- * lb_cuda_check_t:
+ * lb_cuda_check_devices:
+ * @s: a CUDA stream
+ * @op: op name for the message
+ * @error: (out) (optional): %LB_ERROR_SHAPE such as
+ *   "silu: x is on device cpu:0, expected cuda:0"
+ * @first_arg: name of the first tensor argument
+ * @...: the first tensor (nullable), then more (name, tensor) pairs, then
+ *   %NULL
  *
- * lb_cpu_check() for a tensor on @s's CUDA device.
+ * lb_check_devices() for @s's device.
+ *
+ * Returns: %TRUE when every tensor is absent or on @s's device.
  */
 gboolean
-lb_cuda_check_t (LbStream * s, const char *op, const char *arg,
-    const LbTensor * t, LbDType dtype, int ndim, const int64_t * shape,
-    gboolean contiguous, GError ** error)
+lb_cuda_check_devices (LbStream * s, const char *op, GError ** error,
+    const char *first_arg, ...)
 {
-  if (t == NULL)
-    return lb_cpu_check (op, arg, t, dtype, ndim, shape, contiguous, error);
-  if (!on_device (s, op, arg, t, error))
-    return FALSE;
-  LbTensor host = *t;
-  host.device = LB_DEVICE_HOST;
-  return lb_cpu_check (op, arg, &host, dtype, ndim, shape, contiguous, error);
-}
-
-/**
- * lb_cuda_check_rows:
- *
- * lb_cpu_check_rows() for a tensor on @s's CUDA device.
- */
-gboolean
-lb_cuda_check_rows (LbStream * s, const char *op, const char *arg,
-    const LbTensor * t, int64_t cols, int64_t * rows, int64_t * ld,
-    GError ** error)
-{
-  if (t == NULL)
-    return lb_cpu_check_rows (op, arg, t, cols, rows, ld, error);
-  if (!on_device (s, op, arg, t, error))
-    return FALSE;
-  LbTensor host = *t;
-  host.device = LB_DEVICE_HOST;
-  return lb_cpu_check_rows (op, arg, &host, cols, rows, ld, error);
+  LbDevice device = { LB_DEVICE_CUDA, s->device };
+  va_list ap;
+  va_start (ap, first_arg);
+  gboolean ok = lb_check_devices_valist (device, op, error, first_arg, ap);
+  va_end (ap);
+  return ok;
 }

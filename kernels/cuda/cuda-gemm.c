@@ -254,55 +254,6 @@ lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
 
 /* ---- the op ---- */
 
-static gboolean
-as_matrix (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
-{
-  if (t->ndim < 1 || t->dtype != LB_DTYPE_F32)
-    return FALSE;
-  *cols = t->shape[t->ndim - 1];
-  if (t->ndim == 1) {
-    *rows = 1;
-    *ld = *cols;
-    return TRUE;
-  }
-  if (t->ndim == 2) {
-    if (t->stride[1] != 1 && t->shape[1] > 1)
-      return FALSE;
-    *rows = t->shape[0];
-    *ld = t->shape[0] > 1 ? t->stride[0] : *cols;
-    return *ld >= *cols;
-  }
-  if (!lb_tensor_is_contiguous (t))
-    return FALSE;
-  *rows = lb_tensor_numel (t) / MAX (*cols, 1);
-  *ld = *cols;
-  return TRUE;
-}
-
-static gboolean
-gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
-    const char *expect)
-{
-  g_autofree char *s = lb_tensor_shape_string (t);
-  g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-      "gemm: %s is %s %s, expected %s", what, lb_dtype_name (t->dtype), s,
-      expect);
-  return FALSE;
-}
-
-static gboolean
-gemm_device (LbStream * s, const char *what, const LbTensor * t,
-    GError ** error)
-{
-  if (t->device.type == LB_DEVICE_CUDA && t->device.index == s->device)
-    return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-      "gemm: %s is on device %s:%d, expected cuda:%d", what,
-      t->device.type == LB_DEVICE_CPU ? "cpu" : "cuda", t->device.index,
-      s->device);
-  return FALSE;
-}
-
 /**
  * lb_cuda_gemm:
  *
@@ -318,36 +269,12 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     LbTensor * y, GError ** error)
 {
   LbCudaStream *cs = s->priv;
-  int64_t m, k, xld, wr, wc, wld, ym, yn, yld;
-  if (!as_matrix (x, &m, &k, &xld))
-    return gemm_shape_error (error, "x", x,
-        "f32 [M, K] with unit column stride");
-  if (!as_matrix (w, &wr, &wc, &wld) || w->ndim != 2)
-    return gemm_shape_error (error, "w", w,
-        "f32 2-D with unit column stride");
-  int64_t n = trans_w ? wr : wc;
-  if ((trans_w ? wc : wr) != k) {
-    g_autofree char *xs = lb_tensor_shape_string (x);
-    g_autofree char *ws = lb_tensor_shape_string (w);
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "gemm: inner dimensions differ: x %s, w %s (%s)", xs, ws,
-        trans_w ? "w is [N, K]" : "w is [K, N]");
+  LbGemmGeom g;
+  if (!lb_cuda_check_devices (s, "gemm", error, "x", x, "w", w, "bias", bias,
+          "y", y, NULL) ||
+      !lb_check_gemm (x, w, trans_w, bias, y, &g, error))
     return FALSE;
-  }
-  if (!as_matrix (y, &ym, &yn, &yld) || ym != m || yn != n) {
-    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
-        G_GINT64_FORMAT "]", m, n);
-    return gemm_shape_error (error, "y", y, e);
-  }
-  if (bias && (bias->dtype != LB_DTYPE_F32 || lb_tensor_numel (bias) != n ||
-          !lb_tensor_is_contiguous (bias))) {
-    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT "]", n);
-    return gemm_shape_error (error, "bias", bias, e);
-  }
-  if (!gemm_device (s, "x", x, error) || !gemm_device (s, "w", w, error) ||
-      !gemm_device (s, "y", y, error) ||
-      (bias && !gemm_device (s, "bias", bias, error)))
-    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld;
   if (m == 0 || n == 0)
     return TRUE;
 
@@ -365,6 +292,6 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
           bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
     return lb_cuda_check (e, "gemm (K = 0)", error);
   }
-  return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, xld,
-      w->data, wld, bias ? bias->data : NULL, beta, y->data, yld, error);
+  return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, g.xld,
+      w->data, g.wld, bias ? bias->data : NULL, beta, y->data, yld, error);
 }

@@ -9,6 +9,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/ops-check.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -67,14 +68,10 @@ gboolean lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     int64_t ldc, GError ** error);
 void lb_cuda_gemm_plans_free (LbCudaStream * cs);
 
-/* ---- argument checks (cuda-check.c) ---- */
+/* ---- argument checks (cuda-check.c; the rest is kernels/ops-check.h) ---- */
 
-gboolean lb_cuda_check_t (LbStream * s, const char *op, const char *arg,
-    const LbTensor * t, LbDType dtype, int ndim, const int64_t * shape,
-    gboolean contiguous, GError ** error);
-gboolean lb_cuda_check_rows (LbStream * s, const char *op, const char *arg,
-    const LbTensor * t, int64_t cols, int64_t * rows, int64_t * ld,
-    GError ** error);
+gboolean lb_cuda_check_devices (LbStream * s, const char *op, GError ** error,
+    const char *first_arg, ...) G_GNUC_NULL_TERMINATED;
 
 /* ---- ops (cuda-ops.c) ---- */
 

@@ -1,0 +1,928 @@
+/* lingbot-gst: backend-independent argument checks of the op table
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * See kernels/ops-check.h.  The checks of one op run in a fixed order
+ * (the order of its arguments, outputs once their expected shape is
+ * known), so every backend reports the first problem with the same
+ * message.
+ */
+#include "kernels/ops-check.h"
+
+#include <string.h>
+
+/* ---- generic helpers ---- */
+
+/**
+ * lb_check_fail:
+ * @error: (out) (optional): where the error goes
+ * @format: printf format of the whole message ("op: ...")
+ *
+ * Sets an %LB_ERROR_SHAPE error.
+ *
+ * Returns: %FALSE, so callers can `return lb_check_fail (...)`.
+ */
+gboolean
+lb_check_fail (GError ** error, const char *format, ...)
+{
+  va_list ap;
+  va_start (ap, format);
+  if (error) {
+    g_autofree char *msg = g_strdup_vprintf (format, ap);
+    g_set_error_literal (error, LB_ERROR, LB_ERROR_SHAPE, msg);
+  }
+  va_end (ap);
+  return FALSE;
+}
+
+static const char *
+device_name (LbDeviceType type)
+{
+  switch (type) {
+    case LB_DEVICE_CPU:
+      return "cpu";
+    case LB_DEVICE_CUDA:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+/**
+ * lb_check_device:
+ * @t: (nullable): the tensor; %NULL passes (a missing tensor is reported
+ *   by the op's shape checks)
+ * @device: where the op runs; for the CPU only the type is compared
+ * @op: op name for the message
+ * @arg: argument name
+ * @error: (out) (optional): %LB_ERROR_SHAPE with a message such as
+ *   "silu: x is on device cpu:0, expected cuda:0" or
+ *   "scale: x is on device cuda:0, expected the CPU"
+ *
+ * Returns: %TRUE when @t is absent or lives on @device.
+ */
+gboolean
+lb_check_device (const LbTensor * t, LbDevice device, const char *op,
+    const char *arg, GError ** error)
+{
+  if (t == NULL || (t->device.type == device.type &&
+          (device.type == LB_DEVICE_CPU || t->device.index == device.index)))
+    return TRUE;
+  if (device.type == LB_DEVICE_CPU)
+    return lb_check_fail (error, "%s: %s is on device %s:%d, expected the CPU",
+        op, arg, device_name (t->device.type), t->device.index);
+  return lb_check_fail (error, "%s: %s is on device %s:%d, expected %s:%d", op,
+      arg, device_name (t->device.type), t->device.index,
+      device_name (device.type), device.index);
+}
+
+/**
+ * lb_check_devices_valist:
+ * @device: where the op runs
+ * @op: op name for the message
+ * @error: (out) (optional): as lb_check_device()
+ * @first_arg: name of the first tensor argument, or %NULL
+ * @args: the first tensor (`const LbTensor *`, nullable), then more
+ *   (name, tensor) pairs, ended by a %NULL name
+ *
+ * lb_check_device() on each tensor in turn.
+ *
+ * Returns: %TRUE when every tensor is absent or on @device.
+ */
+gboolean
+lb_check_devices_valist (LbDevice device, const char *op, GError ** error,
+    const char *first_arg, va_list args)
+{
+  for (const char *arg = first_arg; arg != NULL;
+      arg = va_arg (args, const char *)) {
+    const LbTensor *t = va_arg (args, const LbTensor *);
+    if (!lb_check_device (t, device, op, arg, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lb_check_devices:
+ * @device: where the op runs
+ * @op: op name for the message
+ * @error: (out) (optional): as lb_check_device()
+ * @first_arg: name of the first tensor argument
+ * @...: the first tensor, then more (name, tensor) pairs, then %NULL
+ *
+ * The device placement check of a whole op:
+ * `lb_check_devices (dev, "add", error, "a", a, "b", b, "y", y, NULL)`.
+ *
+ * Returns: %TRUE when every tensor is absent or on @device.
+ */
+gboolean
+lb_check_devices (LbDevice device, const char *op, GError ** error,
+    const char *first_arg, ...)
+{
+  va_list ap;
+  va_start (ap, first_arg);
+  gboolean ok = lb_check_devices_valist (device, op, error, first_arg, ap);
+  va_end (ap);
+  return ok;
+}
+
+static char *
+expected_string (int ndim, const int64_t * shape)
+{
+  GString *s = g_string_new ("[");
+  for (int i = 0; i < ndim; i++) {
+    if (i)
+      g_string_append (s, ", ");
+    if (shape[i] < 0)
+      g_string_append_c (s, '*');
+    else
+      g_string_append_printf (s, "%" G_GINT64_FORMAT, shape[i]);
+  }
+  g_string_append_c (s, ']');
+  return g_string_free (s, FALSE);
+}
+
+static gboolean
+check_present (const char *op, const char *arg, const LbTensor * t,
+    const char *expect, GError ** error)
+{
+  if (t == NULL)
+    return lb_check_fail (error, "%s: %s is NULL, expected %s", op, arg,
+        expect);
+  if (t->ndim < 0 || t->ndim > LB_MAX_DIMS)
+    return lb_check_fail (error, "%s: %s has %d dimensions, expected %s", op,
+        arg, t->ndim, expect);
+  return TRUE;
+}
+
+static gboolean
+fail_strides (const char *op, const char *arg, const LbTensor * t,
+    const char *expect, GError ** error)
+{
+  g_autofree char *have = lb_tensor_shape_string (t);
+  g_autofree char *st = lb_shape_string (t->ndim, t->stride);
+  return lb_check_fail (error, "%s: %s is %s %s with strides %s, expected %s",
+      op, arg, lb_dtype_name (t->dtype), have, st, expect);
+}
+
+/**
+ * lb_check_tensor:
+ * @op: op name for the message ("layer_norm")
+ * @arg: argument name ("weight")
+ * @t: (nullable): the tensor (%NULL is an error)
+ * @dtype: required dtype
+ * @ndim: required number of dimensions
+ * @shape: (array length=ndim): required extents, %LB_ANY matches any
+ * @contiguous: whether @t must be contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE with a message such as
+ *   "layer_norm: weight is f32 [7], expected [8]"
+ *
+ * Returns: %TRUE when @t has the required dtype and shape.
+ */
+gboolean
+lb_check_tensor (const char *op, const char *arg, const LbTensor * t,
+    LbDType dtype, int ndim, const int64_t * shape, gboolean contiguous,
+    GError ** error)
+{
+  g_autofree char *exp = expected_string (ndim, shape);
+  if (t == NULL) {
+    g_autofree char *e = g_strdup_printf ("%s %s", lb_dtype_name (dtype), exp);
+    return check_present (op, arg, t, e, error);
+  }
+  if (!check_present (op, arg, t, exp, error))
+    return FALSE;
+  gboolean ok = t->dtype == dtype && t->ndim == ndim;
+  for (int i = 0; ok && i < ndim; i++)
+    if (shape[i] >= 0 && t->shape[i] != shape[i])
+      ok = FALSE;
+  if (!ok) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is %s %s, expected %s%s%s", op, arg,
+        lb_dtype_name (t->dtype), have,
+        t->dtype != dtype ? lb_dtype_name (dtype) : "",
+        t->dtype != dtype ? " " : "", exp);
+  }
+  if (contiguous && !lb_tensor_is_contiguous (t))
+    return fail_strides (op, arg, t, "a contiguous tensor", error);
+  return TRUE;
+}
+
+/**
+ * lb_check_rows:
+ * @op: op name for the message
+ * @arg: argument name
+ * @t: (nullable): the tensor
+ * @cols: required last extent, or %LB_ANY
+ * @rows: (out): number of rows
+ * @ld: (out): elements between consecutive rows
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Accepts a float32 tensor seen as a matrix of rows: either a 2-D view
+ * whose columns have unit stride (a row-strided view) or a contiguous
+ * tensor of any rank flattened to [numel / last, last].
+ *
+ * Returns: %TRUE when @t can be read as rows.
+ */
+gboolean
+lb_check_rows (const char *op, const char *arg, const LbTensor * t,
+    int64_t cols, int64_t * rows, int64_t * ld, GError ** error)
+{
+  const char *expect = cols >= 0 ? NULL : "f32 [..., D]";
+  g_autofree char *e = cols >= 0 ?
+      g_strdup_printf ("f32 [..., %" G_GINT64_FORMAT "]", cols) : NULL;
+  if (!check_present (op, arg, t, e ? e : expect, error))
+    return FALSE;
+  if (t->dtype != LB_DTYPE_F32 || t->ndim < 1 ||
+      (cols >= 0 && t->shape[t->ndim - 1] != cols)) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, arg,
+        lb_dtype_name (t->dtype), have, e ? e : expect);
+  }
+  int64_t c = t->shape[t->ndim - 1];
+  if (t->ndim == 2 && (t->stride[1] == 1 || c <= 1) &&
+      (t->shape[0] <= 1 || t->stride[0] >= c)) {
+    *rows = t->shape[0];
+    *ld = t->shape[0] > 1 ? t->stride[0] : c;
+    return TRUE;
+  }
+  if (!lb_tensor_is_contiguous (t))
+    return fail_strides (op, arg, t, "a contiguous tensor or a 2-D view with "
+        "unit column stride", error);
+  *rows = 1;
+  for (int i = 0; i < t->ndim - 1; i++)
+    *rows *= t->shape[i];
+  *ld = c;
+  return TRUE;
+}
+
+/* ---- gemm ---- */
+
+/* Row stride of a 2-D view whose last dim is unit-stride, or of a contiguous
+ * N-D tensor flattened to [numel/last, last].  Returns FALSE otherwise. */
+static gboolean
+as_matrix (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
+{
+  if (t->ndim < 1 || t->dtype != LB_DTYPE_F32)
+    return FALSE;
+  *cols = t->shape[t->ndim - 1];
+  if (t->ndim == 1) {
+    *rows = 1;
+    *ld = *cols;
+    return TRUE;
+  }
+  if (t->ndim == 2) {
+    if (t->stride[1] != 1 && t->shape[1] > 1)
+      return FALSE;
+    *rows = t->shape[0];
+    *ld = t->shape[0] > 1 ? t->stride[0] : *cols;
+    return *ld >= *cols;
+  }
+  if (!lb_tensor_is_contiguous (t))
+    return FALSE;
+  *rows = lb_tensor_numel (t) / MAX (*cols, 1);
+  *ld = *cols;
+  return TRUE;
+}
+
+static gboolean
+gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
+    const char *expect)
+{
+  g_autofree char *s = lb_tensor_shape_string (t);
+  return lb_check_fail (error, "gemm: %s is %s %s, expected %s", what,
+      lb_dtype_name (t->dtype), s, expect);
+}
+
+/**
+ * lb_check_gemm:
+ * @x: [M, K] float32 (or contiguous [..., K], flattened)
+ * @w: [N, K] when @trans_w else [K, N], float32, 2-D
+ * @trans_w: whether @w is stored transposed
+ * @bias: (nullable): [N] float32 contiguous
+ * @y: [M, N] float32
+ * @g: (out): the matrix geometry
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the gemm op (kernels/ops.h).
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
+    const LbTensor * bias, const LbTensor * y, LbGemmGeom * g,
+    GError ** error)
+{
+  int64_t wr, wc, ym, yn;
+  if (!as_matrix (x, &g->m, &g->k, &g->xld))
+    return gemm_shape_error (error, "x", x,
+        "f32 [M, K] with unit column stride");
+  if (!as_matrix (w, &wr, &wc, &g->wld) || w->ndim != 2)
+    return gemm_shape_error (error, "w", w,
+        "f32 2-D with unit column stride");
+  g->n = trans_w ? wr : wc;
+  if ((trans_w ? wc : wr) != g->k) {
+    g_autofree char *xs = lb_tensor_shape_string (x);
+    g_autofree char *ws = lb_tensor_shape_string (w);
+    return lb_check_fail (error,
+        "gemm: inner dimensions differ: x %s, w %s (%s)", xs, ws,
+        trans_w ? "w is [N, K]" : "w is [K, N]");
+  }
+  if (!as_matrix (y, &ym, &yn, &g->yld) || ym != g->m || yn != g->n) {
+    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT "]", g->m, g->n);
+    return gemm_shape_error (error, "y", y, e);
+  }
+  if (bias && (bias->dtype != LB_DTYPE_F32 || lb_tensor_numel (bias) != g->n
+          || !lb_tensor_is_contiguous (bias))) {
+    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT "]", g->n);
+    return gemm_shape_error (error, "bias", bias, e);
+  }
+  return TRUE;
+}
+
+/* ---- row ops: norms, modulation, elementwise ---- */
+
+/* @t must be rows of @d, as many as @like has; with @same_shape also of
+ * @like's shape unless either is 2-D. */
+static gboolean
+check_out_rows (const char *op, const char *arg, const LbTensor * t,
+    const LbTensor * like, int64_t rows, int64_t d, gboolean same_shape,
+    int64_t * ld, GError ** error)
+{
+  int64_t r;
+  if (!lb_check_rows (op, arg, t, d, &r, ld, error))
+    return FALSE;
+  if (r != rows || (same_shape && t->ndim != 2 && like->ndim != 2 &&
+          !lb_tensor_same_shape (t, like))) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    g_autofree char *want = lb_tensor_shape_string (like);
+    return lb_check_fail (error, "%s: %s is f32 %s, expected %s", op, arg,
+        have, want);
+  }
+  return TRUE;
+}
+
+/* A per-feature vector: [D] (broadcast over rows) or M rows of D.
+ * Sets *ld to 0 for broadcast. */
+static gboolean
+check_vec_or_rows (const char *op, const char *arg, const LbTensor * t,
+    int64_t rows, int64_t d, int64_t * ld, GError ** error)
+{
+  int64_t r;
+  if (!lb_check_rows (op, arg, t, d, &r, ld, error))
+    return FALSE;
+  if (r == 1) {
+    *ld = 0;
+    return TRUE;
+  }
+  if (r != rows) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is f32 %s, expected [%"
+        G_GINT64_FORMAT "] or [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        op, arg, have, d, rows, d);
+  }
+  return TRUE;
+}
+
+static gboolean
+check_vec (const char *op, const char *arg, const LbTensor * t, int64_t d,
+    GError ** error)
+{
+  int64_t shape[1] = { d };
+  return lb_check_tensor (op, arg, t, LB_DTYPE_F32, 1, shape, TRUE, error);
+}
+
+/* x (named @xarg) as rows [M, D], then y as M rows of D. */
+static gboolean
+check_in_out (const char *op, const char *xarg, const LbTensor * x,
+    const LbTensor * y, gboolean same_shape, LbRowsGeom * g, GError ** error)
+{
+  memset (g, 0, sizeof *g);
+  if (!lb_check_rows (op, xarg, x, LB_ANY, &g->m, &g->x_ld, error))
+    return FALSE;
+  g->d = x->shape[x->ndim - 1];
+  return check_out_rows (op, "y", y, x, g->m, g->d, same_shape, &g->y_ld,
+      error);
+}
+
+/**
+ * lb_check_layer_norm:
+ * @x: f32 rows [M, D] (contiguous N-D, or a 2-D row-strided view)
+ * @weight: (nullable): f32 [D]
+ * @bias: (nullable): f32 [D]
+ * @y: f32 rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, const LbTensor * y, LbRowsGeom * g,
+    GError ** error)
+{
+  const char *op = "layer_norm";
+  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
+      (bias == NULL || check_vec (op, "bias", bias, g->d, error));
+}
+
+/**
+ * lb_check_rms_norm:
+ * @x: f32 rows [M, D]
+ * @weight: (nullable): f32 [D]
+ * @y: f32 rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * y, LbRowsGeom * g, GError ** error)
+{
+  return check_in_out ("rms_norm", "x", x, y, FALSE, g, error) &&
+      (weight == NULL || check_vec ("rms_norm", "weight", weight, g->d,
+          error));
+}
+
+/**
+ * lb_check_modulate:
+ * @x: f32 rows [M, D]
+ * @scale: f32 [D] or rows [M, D]
+ * @shift: f32 [D] or rows [M, D]
+ * @y: f32 rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld, s_ld for @scale, h_ld for
+ *   @shift)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_modulate (const LbTensor * x, const LbTensor * scale,
+    const LbTensor * shift, const LbTensor * y, LbRowsGeom * g,
+    GError ** error)
+{
+  const char *op = "modulate";
+  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
+      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+}
+
+/**
+ * lb_check_gated_residual:
+ * @x: f32 rows [M, D]
+ * @y: f32 rows [M, D]
+ * @gate: (nullable): f32 [D] or rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld, s_ld for @gate)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gated_residual (const LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, LbRowsGeom * g, GError ** error)
+{
+  const char *op = "gated_residual";
+  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
+          &g->s_ld, error));
+}
+
+/**
+ * lb_check_unary:
+ * @op: "gelu_tanh", "silu" or "scale"
+ * @x: f32 rows [..., D]
+ * @y: f32, the shape of @x (or as many rows of D when either is 2-D)
+ * @g: (out): the rows geometry (x_ld, y_ld)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_unary (const char *op, const LbTensor * x, const LbTensor * y,
+    LbRowsGeom * g, GError ** error)
+{
+  return check_in_out (op, "x", x, y, TRUE, g, error);
+}
+
+/**
+ * lb_check_binary:
+ * @op: "add" or "mul"
+ * @a: f32 rows [..., D]
+ * @b: f32 of the shape of @a, or [D] broadcast over the rows of @a
+ * @y: f32, the shape of @a
+ * @g: (out): the rows geometry (x_ld for @a, s_ld for @b: 0 when
+ *   broadcast, y_ld)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_binary (const char *op, const LbTensor * a, const LbTensor * b,
+    const LbTensor * y, LbRowsGeom * g, GError ** error)
+{
+  int64_t bm;
+  memset (g, 0, sizeof *g);
+  if (!lb_check_rows (op, "a", a, LB_ANY, &g->m, &g->x_ld, error))
+    return FALSE;
+  g->d = a->shape[a->ndim - 1];
+  if (!lb_check_rows (op, "b", b, g->d, &bm, &g->s_ld, error))
+    return FALSE;
+  gboolean bcast = b->ndim == 1 && a->ndim != 1;
+  if (!bcast && (bm != g->m || (b->ndim != 2 && a->ndim != 2 &&
+              !lb_tensor_same_shape (a, b)))) {
+    g_autofree char *have = lb_tensor_shape_string (b);
+    g_autofree char *want = lb_tensor_shape_string (a);
+    return lb_check_fail (error, "%s: b is f32 %s, expected %s or [%"
+        G_GINT64_FORMAT "]", op, have, want, g->d);
+  }
+  if (bcast)
+    g->s_ld = 0;
+  return check_out_rows (op, "y", y, a, g->m, g->d, TRUE, &g->y_ld, error);
+}
+
+/* ---- RoPE ---- */
+
+/**
+ * lb_check_rope_3d:
+ * @x: f32 [N, H, hd], even hd, stride[2] == 1
+ * @cos: f32 [P, hd/2] contiguous
+ * @sin: f32 [P, hd/2] contiguous
+ * @grid_f: frames
+ * @grid_h: token rows per frame
+ * @grid_w: token columns per row (N = grid_f * grid_h * grid_w)
+ * @frame_offset: first frame position
+ * @row_offset: first row position
+ * @error: (out) (optional): %LB_ERROR_SHAPE, also for positions >= P
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_rope_3d (const LbTensor * x, const LbTensor * cos,
+    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+    int64_t frame_offset, int64_t row_offset, GError ** error)
+{
+  int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_check_tensor ("rope_3d", "x", x, LB_DTYPE_F32, 3, any3, FALSE,
+          error))
+    return FALSE;
+  int64_t n = x->shape[0], hd = x->shape[2];
+  if ((hd % 2) != 0 || (x->stride[2] != 1 && hd > 1))
+    return fail_strides ("rope_3d", "x", x, "[N, H, hd] with even hd and "
+        "unit stride on hd", error);
+  int64_t tshape[2] = { LB_ANY, hd / 2 };
+  if (!lb_check_tensor ("rope_3d", "cos", cos, LB_DTYPE_F32, 2, tshape, TRUE,
+          error))
+    return FALSE;
+  tshape[0] = cos->shape[0];
+  if (!lb_check_tensor ("rope_3d", "sin", sin, LB_DTYPE_F32, 2, tshape, TRUE,
+          error))
+    return FALSE;
+  int64_t max_pos = cos->shape[0];
+  if (grid_f < 0 || grid_h < 0 || grid_w < 0 || grid_f * grid_h * grid_w != n) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_check_fail (error, "rope_3d: x is f32 %s, expected [%"
+        G_GINT64_FORMAT ", *, *] for a grid of %" G_GINT64_FORMAT " x %"
+        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, have,
+        MAX (grid_f, 0) * MAX (grid_h, 0) * MAX (grid_w, 0), grid_f, grid_h,
+        grid_w);
+  }
+  if (n > 0 && (frame_offset < 0 || row_offset < 0 ||
+          frame_offset + grid_f > max_pos || row_offset + grid_h > max_pos ||
+          grid_w > max_pos)) {
+    g_autofree char *have = lb_tensor_shape_string (cos);
+    return lb_check_fail (error, "rope_3d: cos is f32 %s, too short for "
+        "frames [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), rows [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), columns [0, %"
+        G_GINT64_FORMAT ")", have, frame_offset, frame_offset + grid_f,
+        row_offset, row_offset + grid_h, grid_w);
+  }
+  return TRUE;
+}
+
+/* ---- attention ---- */
+
+static gboolean
+check_heads (const char *arg, const LbTensor * t, int64_t n, int64_t h,
+    int64_t hd, GError ** error)
+{
+  int64_t shape[3] = { n, h, hd };
+  if (!lb_check_tensor ("attention", arg, t, LB_DTYPE_F32, 3, shape, FALSE,
+          error))
+    return FALSE;
+  if (t->stride[2] != 1 && t->shape[2] > 1)
+    return fail_strides ("attention", arg, t,
+        "unit stride on the last dimension", error);
+  return TRUE;
+}
+
+/**
+ * lb_check_attention:
+ * @q: f32 [Nq, H, hd] with stride[2] == 1
+ * @k: f32 [Nk, H, hd] (same)
+ * @v: f32 [Nk, H, hd] (same)
+ * @bias: (nullable): f32 [H, Nq, Nk] contiguous
+ * @key_mask: (nullable): u8 [Nk] contiguous
+ * @out: f32 [Nq, H, hd] with stride[2] == 1
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_attention (const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
+    const LbTensor * out, GError ** error)
+{
+  if (!check_heads ("q", q, LB_ANY, LB_ANY, LB_ANY, error))
+    return FALSE;
+  int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
+  if (!check_heads ("k", k, LB_ANY, nh, hd, error))
+    return FALSE;
+  int64_t nk = k->shape[0];
+  if (!check_heads ("v", v, nk, nh, hd, error) ||
+      !check_heads ("out", out, nq, nh, hd, error))
+    return FALSE;
+  int64_t bshape[3] = { nh, nq, nk }, mshape[1] = { nk };
+  return (bias == NULL || lb_check_tensor ("attention", "bias", bias,
+          LB_DTYPE_F32, 3, bshape, TRUE, error)) &&
+      (key_mask == NULL || lb_check_tensor ("attention", "key_mask",
+          key_mask, LB_DTYPE_U8, 1, mshape, TRUE, error));
+}
+
+/* ---- convolutions ---- */
+
+static gboolean
+check_geometry (const char *op, int pad_h, int pad_w, int stride_h,
+    int stride_w, GError ** error)
+{
+  if (pad_h < 0 || pad_w < 0 || stride_h < 1 || stride_w < 1)
+    return lb_check_fail (error, "%s: padding (%d, %d) and stride (%d, %d) "
+        "invalid, expected padding >= 0 and stride >= 1", op, pad_h, pad_w,
+        stride_h, stride_w);
+  return TRUE;
+}
+
+static gboolean
+out_extent (const char *op, const char *what, int64_t in, int64_t k,
+    int64_t pad, int64_t stride, int64_t * out, GError ** error)
+{
+  if (in + 2 * pad < k)
+    return lb_check_fail (error, "%s: input %s %" G_GINT64_FORMAT " with "
+        "padding %" G_GINT64_FORMAT " is smaller than the kernel (%"
+        G_GINT64_FORMAT ")", op, what, in, pad, k);
+  *out = (in + 2 * pad - k) / stride + 1;
+  return TRUE;
+}
+
+/* After x and weight: bias [cout], padding/stride, kt, then the output
+ * extents into @g. */
+static gboolean
+check_conv_rest (const char *op, const LbTensor * weight,
+    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    LbConvGeom * g, GError ** error)
+{
+  int64_t bshape[1] = { g->cout };
+  if (bias && !lb_check_tensor (op, "bias", bias, LB_DTYPE_F32, 1, bshape,
+          TRUE, error))
+    return FALSE;
+  if (!check_geometry (op, pad_h, pad_w, stride_h, stride_w, error))
+    return FALSE;
+  if (g->kt < 1) {
+    g_autofree char *have = lb_tensor_shape_string (weight);
+    return lb_check_fail (error, "%s: weight is f32 %s, expected kt >= 1", op,
+        have);
+  }
+  return out_extent (op, "height", g->h, g->kh, pad_h, stride_h, &g->ho,
+      error) &&
+      out_extent (op, "width", g->w, g->kw, pad_w, stride_w, &g->wo, error);
+}
+
+/**
+ * lb_check_conv3d_causal:
+ * @x: f32 [Cin, T, H, W] contiguous
+ * @cache: (nullable): f32 [Cin, Tc, H, W] contiguous
+ * @weight: f32 [Cout, Cin, kt, kh, kw] contiguous, kt >= 1
+ * @bias: (nullable): f32 [Cout]
+ * @pad_h: zero rows above and below (>= 0)
+ * @pad_w: zero columns left and right (>= 0)
+ * @stride_h: vertical stride (>= 1)
+ * @stride_w: horizontal stride (>= 1)
+ * @y: f32 [Cout, T', H', W'] contiguous
+ * @g: (out): the geometry
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_conv3d_causal (const LbTensor * x, const LbTensor * cache,
+    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
+    int stride_h, int stride_w, const LbTensor * y, LbConvGeom * g,
+    GError ** error)
+{
+  const char *op = "conv3d_causal";
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  memset (g, 0, sizeof *g);
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
+    return FALSE;
+  g->cin = x->shape[0];
+  g->t = x->shape[1];
+  g->h = x->shape[2];
+  g->w = x->shape[3];
+  int64_t wshape[5] = { LB_ANY, g->cin, LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "weight", weight, LB_DTYPE_F32, 5, wshape, TRUE,
+          error))
+    return FALSE;
+  g->cout = weight->shape[0];
+  g->kt = weight->shape[2];
+  g->kh = weight->shape[3];
+  g->kw = weight->shape[4];
+  if (cache) {
+    int64_t cshape[4] = { g->cin, LB_ANY, g->h, g->w };
+    if (!lb_check_tensor (op, "cache", cache, LB_DTYPE_F32, 4, cshape, TRUE,
+            error))
+      return FALSE;
+    g->tc = cache->shape[1];
+  }
+  if (!check_conv_rest (op, weight, bias, pad_h, pad_w, stride_h, stride_w, g,
+          error))
+    return FALSE;
+  g->zeros = MAX (0, g->kt - 1 - g->tc);
+  g->tout = g->zeros + g->tc + g->t - g->kt + 1;
+  int64_t yshape[4] = { g->cout, g->tout, g->ho, g->wo };
+  return lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, yshape, TRUE, error);
+}
+
+/**
+ * lb_check_conv2d:
+ * @x: f32 [Cin, H, W] or [B, Cin, H, W], contiguous
+ * @weight: f32 [Cout, Cin, kh, kw] contiguous
+ * @bias: (nullable): f32 [Cout]
+ * @pad_h: zero rows above and below (>= 0)
+ * @pad_w: zero columns left and right (>= 0)
+ * @stride_h: vertical stride (>= 1)
+ * @stride_w: horizontal stride (>= 1)
+ * @y: f32 [Cout, H', W'] or [B, Cout, H', W'] (the rank of @x), contiguous
+ * @g: (out): the geometry (t and tout: the batch size, 1 for a 3-D x)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    const LbTensor * y, LbConvGeom * g, GError ** error)
+{
+  const char *op = "conv2d";
+  int64_t any[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  memset (g, 0, sizeof *g);
+  const int nd = x && x->ndim == 4 ? 4 : 3;
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, nd, any, TRUE, error))
+    return FALSE;
+  const int batched = nd == 4;
+  g->t = g->tout = batched ? x->shape[0] : 1;
+  g->cin = x->shape[batched];
+  g->h = x->shape[batched + 1];
+  g->w = x->shape[batched + 2];
+  int64_t wshape[4] = { LB_ANY, g->cin, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "weight", weight, LB_DTYPE_F32, 4, wshape, TRUE,
+          error))
+    return FALSE;
+  g->cout = weight->shape[0];
+  g->kt = 1;
+  g->kh = weight->shape[2];
+  g->kw = weight->shape[3];
+  if (!check_conv_rest (op, weight, bias, pad_h, pad_w, stride_h, stride_w, g,
+          error))
+    return FALSE;
+  int64_t yshape[4] = { g->t, g->cout, g->ho, g->wo };
+  return lb_check_tensor (op, "y", y, LB_DTYPE_F32, nd,
+      batched ? yshape : yshape + 1, TRUE, error);
+}
+
+/* ---- layout ---- */
+
+/**
+ * lb_check_upsample_nearest2x:
+ * @x: f32 [..., H, W] contiguous (at least 2-D)
+ * @y: f32 [..., 2H, 2W] contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_upsample_nearest2x (const LbTensor * x, const LbTensor * y,
+    GError ** error)
+{
+  const char *op = "upsample_nearest2x";
+  int64_t shape[LB_MAX_DIMS];
+  for (int i = 0; i < LB_MAX_DIMS; i++)
+    shape[i] = LB_ANY;
+  const int nd = x == NULL || x->ndim < 2 ? 2 : x->ndim;
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, nd, shape, TRUE, error))
+    return FALSE;
+  memcpy (shape, x->shape, sizeof (int64_t) * nd);
+  shape[nd - 2] *= 2;
+  shape[nd - 1] *= 2;
+  return lb_check_tensor (op, "y", y, LB_DTYPE_F32, nd, shape, TRUE, error);
+}
+
+static gboolean
+check_patch (const char *op, int ph, int pw, GError ** error)
+{
+  if (ph < 1 || pw < 1)
+    return lb_check_fail (error, "%s: patch size %d x %d invalid, expected "
+        ">= 1", op, ph, pw);
+  return TRUE;
+}
+
+/* @arg (named for @op) as f32 [C, F, H, W] contiguous, H and W multiples of
+ * the patch. */
+static gboolean
+check_image (const char *op, const char *arg, const LbTensor * t, int ph,
+    int pw, GError ** error)
+{
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!check_patch (op, ph, pw, error) ||
+      !lb_check_tensor (op, arg, t, LB_DTYPE_F32, 4, any4, TRUE, error))
+    return FALSE;
+  if (t->shape[2] % ph || t->shape[3] % pw) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is f32 %s, expected H and W "
+        "multiples of the patch %d x %d", op, arg, have, ph, pw);
+  }
+  return TRUE;
+}
+
+/* @arg as f32 [F*(H/ph)*(W/pw), C*ph*pw] contiguous for the image @img. */
+static gboolean
+check_tokens (const char *op, const char *arg, const LbTensor * t,
+    const LbTensor * img, int ph, int pw, GError ** error)
+{
+  int64_t c = img->shape[0], f = img->shape[1];
+  int64_t hp = img->shape[2] / ph, wp = img->shape[3] / pw;
+  int64_t shape[2] = { f * hp * wp, c * ph * pw };
+  return lb_check_tensor (op, arg, t, LB_DTYPE_F32, 2, shape, TRUE, error);
+}
+
+/**
+ * lb_check_patchify:
+ * @x: f32 [C, F, H, W] contiguous, H % @ph == 0, W % @pw == 0
+ * @ph: patch height (>= 1)
+ * @pw: patch width (>= 1)
+ * @y: f32 [F*(H/ph)*(W/pw), C*ph*pw] contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_patchify (const LbTensor * x, int ph, int pw, const LbTensor * y,
+    GError ** error)
+{
+  return check_image ("patchify", "x", x, ph, pw, error) &&
+      check_tokens ("patchify", "y", y, x, ph, pw, error);
+}
+
+/**
+ * lb_check_unpatchify:
+ * @z: f32 [F*Hp*Wp, ph*pw*C] contiguous
+ * @ph: patch height (>= 1)
+ * @pw: patch width (>= 1)
+ * @y: f32 [C, F, Hp*ph, Wp*pw] contiguous; its shape sets C, F, Hp, Wp
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_unpatchify (const LbTensor * z, int ph, int pw, const LbTensor * y,
+    GError ** error)
+{
+  return check_image ("unpatchify", "y", y, ph, pw, error) &&
+      check_tokens ("unpatchify", "z", z, y, ph, pw, error);
+}
+
+/**
+ * lb_check_resize_bicubic:
+ * @x: f32 [C, H, W] contiguous, non-empty unless y is
+ * @y: f32 [C, H', W'] contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
+    GError ** error)
+{
+  const char *op = "resize_bicubic";
+  int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 3, any3, TRUE, error))
+    return FALSE;
+  int64_t yshape[3] = { x->shape[0], LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, 3, yshape, TRUE, error))
+    return FALSE;
+  if ((x->shape[1] == 0 || x->shape[2] == 0) &&
+      y->shape[1] * y->shape[2] > 0) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_check_fail (error, "%s: x is f32 %s, expected a non-empty "
+        "image", op, have);
+  }
+  return TRUE;
+}
