@@ -14,6 +14,12 @@ LINGBOT_DEPS=(
   libsentencepiece-dev sentencepiece g++
   # test tools
   valgrind
+  # GStreamer plugin (gst/): headers + gst-check, gst-launch/inspect, the
+  # elements the tests and examples use (videoconvert, appsink, jpegenc/dec,
+  # mp4mux, x264enc)
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  gstreamer1.0-plugins-ugly
 )
 
 lingbot_install_deps () {

@@ -10,11 +10,91 @@
  * The output directory holds model-0000N-of-0000M.safetensors,
  * model.safetensors.index.json and config.json (what the release keeps
  * under transformers/); lingbot_dit_load() reads it, or its parent.
+ *
+ * With --full the output is a whole model directory in the release layout
+ * of lingbot/lingbot.h, which lingbot_world_new() opens:
+ *
+ *   lingbot-mkmodel --full --preset tiny --chunk 4 \
+ *       --tokenizer build/tests/text/test-spm.model --out models/tiny
+ *
+ *   DIR/transformers/                         the DiT (as above)
+ *   DIR/Wan2.1_VAE.safetensors                random Wan2.1 VAE (--vae-dim)
+ *   DIR/models_t5_umt5-xxl-enc-bf16.safetensors  random umT5 encoder of
+ *                                             width text_dim (only with
+ *                                             --tokenizer)
+ *   DIR/google/umt5-xxl/spiece.model          a copy of --tokenizer FILE
+ *
+ * (The VAE and the encoder are written as .safetensors, which the world
+ * accepts in place of the published .pth.)
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "lingbot/dit.h"
+#include "lingbot/vae.h"
+#include "lingbot/text-encoder-random.h"
+#include "lingbot/tokenizer.h"
+
+static gboolean
+write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
+    LbDType dtype, guint64 seed, int vae_dim, const char *tokenizer,
+    int t5_layers, gboolean quiet, GError ** error)
+{
+  if (g_mkdir_with_parents (out, 0755) != 0) {
+    g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
+        "cannot create %s: %s", out, g_strerror (errno));
+    return FALSE;
+  }
+  g_autofree char *dit_dir = g_build_filename (out, "transformers", NULL);
+  if (!lingbot_dit_write_random (cfg, dit_dir, shards, dtype, seed, error))
+    return FALSE;
+  g_autofree char *vae = g_build_filename (out, "Wan2.1_VAE.safetensors",
+      NULL);
+  if (!lingbot_vae_write_random (vae, vae_dim, seed + 1, error))
+    return FALSE;
+  if (!quiet)
+    printf ("wrote %s (VAE dim %d)\n", vae, vae_dim);
+  if (tokenizer == NULL) {
+    if (!quiet)
+      printf ("no --tokenizer: no text encoder written (sessions need "
+          "prompt embeddings)\n");
+    return TRUE;
+  }
+  g_autofree char *tok_dir = g_build_filename (out, "google", "umt5-xxl",
+      NULL);
+  g_autofree char *tok_path = g_build_filename (tok_dir, "spiece.model",
+      NULL);
+  g_autofree char *contents = NULL;
+  gsize len = 0;
+  if (!g_file_get_contents (tokenizer, &contents, &len, error))
+    return FALSE;
+  if (g_mkdir_with_parents (tok_dir, 0755) != 0) {
+    g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
+        "cannot create %s: %s", tok_dir, g_strerror (errno));
+    return FALSE;
+  }
+  if (!g_file_set_contents (tok_path, contents, (gssize) len, error))
+    return FALSE;
+  g_autoptr (LingbotTokenizer) tok = lingbot_tokenizer_new (tok_path, error);
+  if (tok == NULL)
+    return FALSE;
+  LingbotTextEncoderConfig tc;
+  lingbot_text_encoder_config_init_tiny (&tc, cfg->text_dim,
+      lingbot_tokenizer_get_vocab_size (tok));
+  if (t5_layers > 0)
+    tc.num_layers = t5_layers;
+  g_autofree char *t5 = g_build_filename (out,
+      "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
+  if (!lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16, seed + 2,
+          error))
+    return FALSE;
+  if (!quiet)
+    printf ("wrote %s (umT5 dim %" G_GINT64_FORMAT ", %d layers, %d heads, "
+        "vocab %" G_GINT64_FORMAT ") and %s\n", t5, tc.dim, tc.num_layers,
+        tc.num_heads, tc.vocab, tok_path);
+  return TRUE;
+}
 
 int
 main (int argc, char **argv)
@@ -23,7 +103,9 @@ main (int argc, char **argv)
   int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0, freq_dim = 0;
   int in_dim = 0, out_dim = 0, window = 0, sink = -1, chunk = 0, shards = 0;
   gint64 seed = 42;
-  gboolean quiet = FALSE;
+  gboolean quiet = FALSE, full = FALSE;
+  int vae_dim = 0, t5_layers = 0;
+  g_autofree char *tokenizer = NULL;
   GOptionEntry entries[] = {
     {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset,
         "Start from a published shape: 14b, 1.3b or tiny (default tiny)", "P"},
@@ -48,6 +130,15 @@ main (int argc, char **argv)
     {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Weight seed (default 42)", "S"},
     {"out", 'o', 0, G_OPTION_ARG_FILENAME, &out, "Output directory", "DIR"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Print nothing", NULL},
+    {"full", 0, 0, G_OPTION_ARG_NONE, &full,
+        "Write a whole model directory (DiT, VAE, umT5, tokenizer)", NULL},
+    {"vae-dim", 0, 0, G_OPTION_ARG_INT, &vae_dim,
+        "VAE base width with --full (default 96, 8 for tiny)", "N"},
+    {"tokenizer", 0, 0, G_OPTION_ARG_FILENAME, &tokenizer,
+        "SentencePiece model to install with --full (also writes the umT5)",
+        "FILE"},
+    {"t5-layers", 0, 0, G_OPTION_ARG_INT, &t5_layers,
+        "umT5 blocks with --full (default 2)", "N"},
     {NULL}
   };
   g_autoptr (GOptionContext) ctx =
@@ -98,7 +189,11 @@ main (int argc, char **argv)
     }
   }
 
-  if (!lingbot_dit_write_random (&cfg, out, (guint) shards, dtype,
+  if (vae_dim <= 0)
+    vae_dim = p == LINGBOT_DIT_PRESET_TINY ? 8 : LINGBOT_VAE_DEFAULT_DIM;
+  if (full ? !write_full (&cfg, out, (guint) shards, dtype, (guint64) seed,
+          vae_dim, tokenizer, t5_layers, quiet, &err) :
+      !lingbot_dit_write_random (&cfg, out, (guint) shards, dtype,
           (guint64) seed, &err)) {
     fprintf (stderr, "lingbot-mkmodel: %s\n", err->message);
     return 1;

@@ -1,0 +1,323 @@
+/* lingbot-gst: the shared world context (GstContext "lingbot.world")
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The elements find one #LingbotWorld (devices + loaded model) the way
+ * GStreamer's CUDA elements share a CUDA context (gst-libs/gst/cuda
+ * gstcudautils.c): query downstream, query upstream, post need-context,
+ * else create one and post have-context.  An application can create the
+ * world itself and hand it over with gst_lingbot_context_new() (from a bus
+ * sync handler answering need-context, or gst_element_set_context()).
+ */
+#include "gst/gstlingbotcontext.h"
+
+GST_DEBUG_CATEGORY_STATIC (gst_lingbot_context_debug);
+#define GST_CAT_DEFAULT gst_lingbot_context_debug
+
+G_DEFINE_BOXED_TYPE (LingbotWorld, gst_lingbot_world,
+    lingbot_world_ref, lingbot_world_unref)
+
+static void
+init_debug (void)
+{
+  static gsize once = 0;
+
+  if (g_once_init_enter (&once)) {
+    GST_DEBUG_CATEGORY_INIT (gst_lingbot_context_debug, "lingbotcontext", 0,
+        "lingbot.world context sharing");
+    g_once_init_leave (&once, 1);
+  }
+}
+
+/**
+ * gst_lingbot_context_new:
+ * @world: (transfer none): a world
+ *
+ * Wraps @world in a persistent #GstContext of type
+ * %GST_LINGBOT_WORLD_CONTEXT_TYPE, for an application that creates the
+ * world itself and provides it to a pipeline.
+ *
+ * Returns: (transfer full): the context
+ */
+GstContext *
+gst_lingbot_context_new (LingbotWorld * world)
+{
+  GstContext *context;
+  GstStructure *s;
+
+  g_return_val_if_fail (world != NULL, NULL);
+
+  context = gst_context_new (GST_LINGBOT_WORLD_CONTEXT_TYPE, TRUE);
+  s = gst_context_writable_structure (context);
+  gst_structure_set (s, "world", GST_TYPE_LINGBOT_WORLD, world,
+      "model-path", G_TYPE_STRING, lingbot_world_get_model_path (world),
+      "devices", G_TYPE_STRING, lingbot_world_get_devices (world), NULL);
+  return context;
+}
+
+/**
+ * gst_lingbot_context_get_world:
+ * @context: a context
+ *
+ * Returns: (transfer full) (nullable): the world held by @context, or %NULL
+ *   when @context is not a "lingbot.world" context
+ */
+LingbotWorld *
+gst_lingbot_context_get_world (GstContext * context)
+{
+  const GstStructure *s;
+  LingbotWorld *world = NULL;
+
+  g_return_val_if_fail (GST_IS_CONTEXT (context), NULL);
+
+  if (g_strcmp0 (gst_context_get_context_type (context),
+          GST_LINGBOT_WORLD_CONTEXT_TYPE) != 0)
+    return NULL;
+  s = gst_context_get_structure (context);
+  if (!gst_structure_get (s, "world", GST_TYPE_LINGBOT_WORLD, &world, NULL))
+    return NULL;
+  return world;
+}
+
+static gboolean
+same_path (const char *a, const char *b)
+{
+  g_autofree char *ca = NULL, *cb = NULL;
+
+  if (a == NULL || b == NULL)
+    return a == b;
+  ca = g_canonicalize_filename (a, NULL);
+  cb = g_canonicalize_filename (b, NULL);
+  return g_strcmp0 (ca, cb) == 0;
+}
+
+/**
+ * gst_lingbot_world_matches:
+ * @world: a world
+ * @model_path: (nullable): the model an element wants, %NULL for any
+ * @devices: (nullable): the devices it wants, %NULL for any
+ *
+ * Returns: whether an element configured with @model_path and @devices may
+ *   use @world
+ */
+gboolean
+gst_lingbot_world_matches (LingbotWorld * world, const char *model_path,
+    const char *devices)
+{
+  if (model_path != NULL
+      && !same_path (model_path, lingbot_world_get_model_path (world)))
+    return FALSE;
+  if (devices != NULL
+      && g_strcmp0 (devices, lingbot_world_get_devices (world)) != 0)
+    return FALSE;
+  return TRUE;
+}
+
+/**
+ * gst_lingbot_handle_set_context:
+ * @element: the element
+ * @context: the context its set_context vfunc received
+ * @model_path: (nullable): the element's model-path, %NULL for any
+ * @devices: (nullable): the element's devices, %NULL for any
+ * @world: (inout): the element's world slot
+ *
+ * Takes the world of a "lingbot.world" context when the element has none
+ * yet and the world matches its configuration.  Call with the object lock
+ * released.
+ *
+ * Returns: %TRUE when *@world was set from @context
+ */
+gboolean
+gst_lingbot_handle_set_context (GstElement * element, GstContext * context,
+    const char *model_path, const char *devices, LingbotWorld ** world)
+{
+  LingbotWorld *other;
+
+  init_debug ();
+  if (context == NULL)
+    return FALSE;
+  other = gst_lingbot_context_get_world (context);
+  if (other == NULL)
+    return FALSE;
+
+  GST_OBJECT_LOCK (element);
+  if (*world != NULL) {
+    GST_OBJECT_UNLOCK (element);
+    lingbot_world_unref (other);
+    return FALSE;
+  }
+  if (!gst_lingbot_world_matches (other, model_path, devices)) {
+    GST_OBJECT_UNLOCK (element);
+    GST_INFO_OBJECT (element, "ignoring world %s on %s (want %s on %s)",
+        lingbot_world_get_model_path (other),
+        lingbot_world_get_devices (other), GST_STR_NULL (model_path),
+        GST_STR_NULL (devices));
+    lingbot_world_unref (other);
+    return FALSE;
+  }
+  *world = other;
+  GST_OBJECT_UNLOCK (element);
+  GST_DEBUG_OBJECT (element, "using shared world %p", other);
+  return TRUE;
+}
+
+/**
+ * gst_lingbot_handle_context_query:
+ * @element: the element
+ * @query: a query
+ * @world: (nullable): the element's world
+ *
+ * Answers a CONTEXT query of type "lingbot.world" with @world.
+ *
+ * Returns: %TRUE when the query was answered
+ */
+gboolean
+gst_lingbot_handle_context_query (GstElement * element, GstQuery * query,
+    LingbotWorld * world)
+{
+  const char *type;
+  GstContext *context;
+
+  init_debug ();
+  if (GST_QUERY_TYPE (query) != GST_QUERY_CONTEXT || world == NULL)
+    return FALSE;
+  if (!gst_query_parse_context_type (query, &type)
+      || g_strcmp0 (type, GST_LINGBOT_WORLD_CONTEXT_TYPE) != 0)
+    return FALSE;
+
+  context = gst_lingbot_context_new (world);
+  gst_query_set_context (query, context);
+  gst_context_unref (context);
+  GST_DEBUG_OBJECT (element, "answered context query with world %p", world);
+  return TRUE;
+}
+
+static gboolean
+pad_query (const GValue * item, GValue * value, gpointer user_data)
+{
+  GstPad *pad = g_value_get_object (item);
+  GstQuery *query = user_data;
+
+  if (gst_pad_peer_query (pad, query)) {
+    g_value_set_boolean (value, TRUE);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+run_query (GstElement * element, GstQuery * query, GstPadDirection direction)
+{
+  GstIterator *it;
+  GValue res = G_VALUE_INIT;
+
+  g_value_init (&res, G_TYPE_BOOLEAN);
+  g_value_set_boolean (&res, FALSE);
+  it = direction == GST_PAD_SRC ? gst_element_iterate_src_pads (element)
+      : gst_element_iterate_sink_pads (element);
+  while (gst_iterator_fold (it, pad_query, &res, query) ==
+      GST_ITERATOR_RESYNC)
+    gst_iterator_resync (it);
+  gst_iterator_free (it);
+  return g_value_get_boolean (&res);
+}
+
+static gboolean
+have_world (GstElement * element, LingbotWorld ** world)
+{
+  gboolean ret;
+
+  GST_OBJECT_LOCK (element);
+  ret = *world != NULL;
+  GST_OBJECT_UNLOCK (element);
+  return ret;
+}
+
+static void
+find_world (GstElement * element, LingbotWorld ** world)
+{
+  GstQuery *query;
+  GstMessage *msg;
+  GstContext *context = NULL;
+
+  /* 1) downstream, 2) upstream: a neighbour that already holds a world */
+  query = gst_query_new_context (GST_LINGBOT_WORLD_CONTEXT_TYPE);
+  if (run_query (element, query, GST_PAD_SRC)
+      || run_query (element, query, GST_PAD_SINK)) {
+    gst_query_parse_context (query, &context);
+    if (context != NULL)
+      gst_element_set_context (element, context);
+  }
+  gst_query_unref (query);
+  if (have_world (element, world))
+    return;
+
+  /* 3) need-context: the bin's cached context or the application answers
+   * synchronously through gst_element_set_context() */
+  msg = gst_message_new_need_context (GST_OBJECT_CAST (element),
+      GST_LINGBOT_WORLD_CONTEXT_TYPE);
+  gst_element_post_message (element, msg);
+}
+
+/**
+ * gst_lingbot_ensure_world:
+ * @element: the element
+ * @model_path: (nullable): the element's model-path (%NULL: any world, and
+ *   nothing is created)
+ * @devices: (nullable): the element's devices
+ * @text_encoder: load the umT5 encoder when creating (not needed with
+ *   prompt embeddings)
+ * @create: create the world when none is found
+ * @world: (inout): the element's world slot, filled by its set_context vfunc
+ *   (gst_lingbot_handle_set_context())
+ * @error: return location for a #GError
+ *
+ * The full context dance: query downstream, query upstream, need-context,
+ * else (with @create and a @model_path) lingbot_world_new() and
+ * have-context so that every other element of the pipeline shares it.
+ *
+ * Returns: %TRUE when *@world is set; %FALSE with @error when creating it
+ *   failed, %FALSE without error when none was found and none created
+ */
+gboolean
+gst_lingbot_ensure_world (GstElement * element, const char *model_path,
+    const char *devices, gboolean text_encoder, gboolean create,
+    LingbotWorld ** world, GError ** error)
+{
+  LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
+  LingbotWorld *w;
+  GstContext *context;
+  GstMessage *msg;
+
+  init_debug ();
+  if (have_world (element, world))
+    return TRUE;
+  find_world (element, world);
+  if (have_world (element, world))
+    return TRUE;
+  if (!create || model_path == NULL)
+    return FALSE;
+
+  opts.model_path = model_path;
+  opts.load_text_encoder = text_encoder;
+  if (devices != NULL)
+    opts.devices = devices;
+  GST_INFO_OBJECT (element, "creating world: model %s, devices %s",
+      model_path, opts.devices);
+  w = lingbot_world_new (&opts, error);
+  if (w == NULL)
+    return FALSE;
+
+  context = gst_lingbot_context_new (w);
+  GST_OBJECT_LOCK (element);
+  if (*world == NULL)
+    *world = lingbot_world_ref (w);
+  GST_OBJECT_UNLOCK (element);
+  lingbot_world_unref (w);
+
+  /* keep it as our own context too (gst_element_get_context()), then tell
+   * the bin, which hands it to every element posting need-context */
+  gst_element_set_context (element, context);
+  msg = gst_message_new_have_context (GST_OBJECT_CAST (element), context);
+  gst_element_post_message (element, msg);
+  return TRUE;
+}

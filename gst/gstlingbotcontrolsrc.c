@@ -1,0 +1,701 @@
+/* lingbot-gst: lingbotcontrolsrc, where control comes from
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+/**
+ * SECTION:element-lingbotcontrolsrc
+ * @title: lingbotcontrolsrc
+ *
+ * Emits the control stream of a LingBot-World session
+ * (`application/x-lingbot-control`, one #GstLingbotControlRecord per
+ * buffer) from any mix of:
+ *
+ * - a JSON trace (`location`, the `{"events":[{"delay_s","message":{...}}]}`
+ *   format), emitted at the trace times (paced by the clock when `is-live`);
+ * - upstream GstNavigation key events (key-press / key-release, names as
+ *   browsers send them: ArrowUp, KeyW, w, ...) arriving on the src pad from
+ *   a video sink or a WebRTC data channel;
+ * - the action signals `press-key`, `release-key` and `reset-pose`;
+ * - explicit camera poses (`poses-location` + `intrinsics-location`, .npy),
+ *   sent as a first POSES record.
+ *
+ * With a trace the stream ends after its last event; without one it runs
+ * until the pipeline stops.  Unknown keys are ignored with a warning.
+ *
+ * ## Example launch line
+ * |[
+ * gst-launch-1.0 lingbotcontrolsrc location=controls.json ! lingbotgen \
+ *     model-path=/models/lingbot-world-v2 image-location=start.jpg ! \
+ *     lingbotvaedec ! videoconvert ! autovideosink
+ * ]|
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <string.h>
+#include <gst/video/navigation.h>
+
+#include "gst/gstlingbotcontrolsrc.h"
+#include "lingbot/checkpoint.h"
+
+GST_DEBUG_CATEGORY_STATIC (gst_lingbot_control_src_debug);
+#define GST_CAT_DEFAULT gst_lingbot_control_src_debug
+
+#define DEFAULT_LOCATION NULL
+#define DEFAULT_IS_LIVE FALSE
+#define DEFAULT_POSES_LOCATION NULL
+#define DEFAULT_INTRINSICS_LOCATION NULL
+#define DEFAULT_INTRINSICS_WIDTH 832
+#define DEFAULT_INTRINSICS_HEIGHT 480
+
+enum
+{
+  PROP_0,
+  PROP_LOCATION,
+  PROP_IS_LIVE,
+  PROP_POSES_LOCATION,
+  PROP_INTRINSICS_LOCATION,
+  PROP_INTRINSICS_WIDTH,
+  PROP_INTRINSICS_HEIGHT,
+};
+
+enum
+{
+  SIGNAL_PRESS_KEY,
+  SIGNAL_RELEASE_KEY,
+  SIGNAL_RESET_POSE,
+  N_SIGNALS
+};
+
+static guint signals[N_SIGNALS];
+
+struct _GstLingbotControlSrc
+{
+  GstPushSrc parent;
+
+  /* properties (object lock) */
+  char *location;
+  gboolean is_live;
+  char *poses_location;
+  char *intrinsics_location;
+  int intrinsics_width;
+  int intrinsics_height;
+
+  /* streaming state (lock) */
+  GMutex lock;
+  GCond cond;
+  gboolean flushing;
+  GQueue pending;               /* GstBuffer*: records from events/signals */
+  LingbotControlTrace *trace;
+  guint next_event;
+  guint held;
+  GstClockTime last_time;       /* PTS of the last record pushed */
+  GstBuffer *poses;             /* the POSES record still to send */
+};
+
+#define gst_lingbot_control_src_parent_class parent_class
+G_DEFINE_TYPE (GstLingbotControlSrc, gst_lingbot_control_src,
+    GST_TYPE_PUSH_SRC);
+GST_ELEMENT_REGISTER_DEFINE (lingbotcontrolsrc, "lingbotcontrolsrc",
+    GST_RANK_NONE, GST_TYPE_LINGBOT_CONTROL_SRC);
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
+    GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_CONTROL_CAPS));
+
+static GstBuffer *
+record_new (GstLingbotControlRecordType type, guint keys, guint held,
+    GstClockTime pts, gsize payload_size)
+{
+  GstBuffer *buf = gst_buffer_new_allocate (NULL,
+      sizeof (GstLingbotControlRecord) + payload_size, NULL);
+  GstLingbotControlRecord rec = { 0 };
+
+  rec.magic = GST_LINGBOT_CONTROL_MAGIC;
+  rec.type = type;
+  rec.keys = keys;
+  rec.held = held;
+  rec.time_ns = pts;
+  rec.payload_size = payload_size;
+  gst_buffer_fill (buf, 0, &rec, sizeof (rec));
+  GST_BUFFER_PTS (buf) = pts;
+  return buf;
+}
+
+/* the session time of an event arriving now: the running time when live,
+ * else the time of the last record (events join the offline timeline
+ * where it stands) */
+static GstClockTime
+event_time_unlocked (GstLingbotControlSrc * self)
+{
+  GstClock *clock;
+  GstClockTime now, base;
+  GstClockTime t = GST_CLOCK_TIME_IS_VALID (self->last_time) ?
+      self->last_time : 0;
+
+  if (!self->is_live)
+    return t;
+  clock = gst_element_get_clock (GST_ELEMENT (self));
+  if (clock == NULL)
+    return t;
+  now = gst_clock_get_time (clock);
+  base = gst_element_get_base_time (GST_ELEMENT (self));
+  gst_object_unref (clock);
+  return now > base ? MAX (now - base, t) : t;
+}
+
+static void
+queue_event (GstLingbotControlSrc * self, GstLingbotControlRecordType type,
+    guint keys)
+{
+  g_mutex_lock (&self->lock);
+  switch (type) {
+    case GST_LINGBOT_CONTROL_PRESS:
+      self->held |= keys;
+      break;
+    case GST_LINGBOT_CONTROL_RELEASE:
+      self->held &= ~keys;
+      break;
+    default:
+      self->held = 0;
+      break;
+  }
+  g_queue_push_tail (&self->pending, record_new (type, keys, self->held,
+          event_time_unlocked (self), 0));
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+}
+
+static gboolean
+key_event (GstLingbotControlSrc * self, const char *name, gboolean pressed)
+{
+  guint key = name ? lingbot_key_from_name (name) : 0;
+
+  if (key == 0) {
+    GST_WARNING_OBJECT (self, "unknown key '%s' ignored", GST_STR_NULL (name));
+    return FALSE;
+  }
+  GST_DEBUG_OBJECT (self, "key %s %s", name, pressed ? "press" : "release");
+  queue_event (self, pressed ? GST_LINGBOT_CONTROL_PRESS :
+      GST_LINGBOT_CONTROL_RELEASE, key);
+  return TRUE;
+}
+
+static gboolean
+gst_lingbot_control_src_press_key (GstLingbotControlSrc * self,
+    const char *key)
+{
+  return key_event (self, key, TRUE);
+}
+
+static gboolean
+gst_lingbot_control_src_release_key (GstLingbotControlSrc * self,
+    const char *key)
+{
+  return key_event (self, key, FALSE);
+}
+
+static void
+gst_lingbot_control_src_reset_pose (GstLingbotControlSrc * self)
+{
+  GST_DEBUG_OBJECT (self, "reset pose");
+  queue_event (self, GST_LINGBOT_CONTROL_RESET, 0);
+}
+
+static gboolean
+gst_lingbot_control_src_event (GstBaseSrc * src, GstEvent * event)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+
+  if (GST_EVENT_TYPE (event) == GST_EVENT_NAVIGATION) {
+    GstNavigationEventType type = gst_navigation_event_get_type (event);
+    const char *key = NULL;
+
+    if (type == GST_NAVIGATION_EVENT_KEY_PRESS
+        || type == GST_NAVIGATION_EVENT_KEY_RELEASE) {
+      if (gst_navigation_event_parse_key_event (event, &key))
+        key_event (self, key, type == GST_NAVIGATION_EVENT_KEY_PRESS);
+      return TRUE;
+    }
+    /* mouse and touch events carry no control */
+    return TRUE;
+  }
+  return GST_BASE_SRC_CLASS (parent_class)->event (src, event);
+}
+
+static float *
+load_npy_f32 (const char *path, int *ndim, int64_t * shape, GError ** error)
+{
+  g_autoptr (LingbotCheckpoint) ckpt = NULL;
+  g_autoptr (LbTensor) t = NULL, f = NULL;
+  const char *const *names;
+  guint n = 0;
+  float *out;
+
+  ckpt = lingbot_checkpoint_open (path, error);
+  if (ckpt == NULL)
+    return NULL;
+  names = lingbot_checkpoint_list_tensors (ckpt, &n);
+  if (n != 1) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: expected one array, found %u", path, n);
+    return NULL;
+  }
+  t = lingbot_checkpoint_dup_tensor (ckpt, names[0], error);
+  if (t == NULL)
+    return NULL;
+  f = lb_tensor_to_f32 (t);
+  if (f == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: cannot convert to float32", path);
+    return NULL;
+  }
+  *ndim = f->ndim;
+  memcpy (shape, f->shape, sizeof (int64_t) * f->ndim);
+  out = g_malloc (lb_tensor_nbytes (f));
+  memcpy (out, f->data, lb_tensor_nbytes (f));
+  return out;
+}
+
+static GstBuffer *
+load_poses (GstLingbotControlSrc * self, GError ** error)
+{
+  g_autofree float *poses = NULL, *intr = NULL;
+  int pnd = 0, ind = 0;
+  int64_t pshape[8] = { 0 }, ishape[8] = { 0 };
+  GstLingbotControlPoses hdr = { 0 };
+  gsize psize, isize;
+  GstBuffer *buf;
+
+  poses = load_npy_f32 (self->poses_location, &pnd, pshape, error);
+  if (poses == NULL)
+    return NULL;
+  if (pnd != 3 || pshape[1] != 4 || pshape[2] != 4) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "%s: poses must be [n, 4, 4]", self->poses_location);
+    return NULL;
+  }
+  hdr.n_poses = pshape[0];
+  if (self->intrinsics_location) {
+    intr = load_npy_f32 (self->intrinsics_location, &ind, ishape, error);
+    if (intr == NULL)
+      return NULL;
+    if (ind != 2 || ishape[1] != 4) {
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "%s: intrinsics must be [n, 4]", self->intrinsics_location);
+      return NULL;
+    }
+    hdr.n_intrinsics = ishape[0];
+  }
+  hdr.intrinsics_width = self->intrinsics_width;
+  hdr.intrinsics_height = self->intrinsics_height;
+
+  psize = sizeof (float) * 16 * hdr.n_poses;
+  isize = sizeof (float) * 4 * hdr.n_intrinsics;
+  buf = record_new (GST_LINGBOT_CONTROL_POSES, 0, 0, 0,
+      sizeof (hdr) + psize + isize);
+  gst_buffer_fill (buf, sizeof (GstLingbotControlRecord), &hdr, sizeof (hdr));
+  gst_buffer_fill (buf, sizeof (GstLingbotControlRecord) + sizeof (hdr),
+      poses, psize);
+  if (isize)
+    gst_buffer_fill (buf, sizeof (GstLingbotControlRecord) + sizeof (hdr) +
+        psize, intr, isize);
+  return buf;
+}
+
+static gboolean
+gst_lingbot_control_src_start (GstBaseSrc * src)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+  g_autoptr (GError) error = NULL;
+  LingbotControlTrace *trace = NULL;
+  GstBuffer *poses = NULL;
+
+  GST_OBJECT_LOCK (self);
+  if (self->location) {
+    trace = lingbot_control_trace_new_from_file (self->location, &error);
+    if (trace == NULL) {
+      GST_OBJECT_UNLOCK (self);
+      if (g_error_matches (error, LB_ERROR, LB_ERROR_IO))
+        GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", error->message),
+            (NULL));
+      else
+        GST_ELEMENT_ERROR (self, STREAM, DECODE, ("%s", error->message),
+            (NULL));
+      return FALSE;
+    }
+    for (const char *const *w = lingbot_control_trace_get_warnings (trace);
+        *w; w++)
+      GST_WARNING_OBJECT (self, "%s", *w);
+  }
+  if (self->poses_location) {
+    poses = load_poses (self, &error);
+    if (poses == NULL) {
+      GST_OBJECT_UNLOCK (self);
+      lingbot_control_trace_free (trace);
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", error->message),
+          (NULL));
+      return FALSE;
+    }
+  }
+  GST_OBJECT_UNLOCK (self);
+
+  g_mutex_lock (&self->lock);
+  self->trace = trace;
+  self->next_event = 0;
+  self->held = 0;
+  self->last_time = GST_CLOCK_TIME_NONE;
+  self->poses = poses;
+  self->flushing = FALSE;
+  g_mutex_unlock (&self->lock);
+  return TRUE;
+}
+
+static gboolean
+gst_lingbot_control_src_stop (GstBaseSrc * src)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+
+  g_mutex_lock (&self->lock);
+  g_clear_pointer (&self->trace, lingbot_control_trace_free);
+  gst_clear_buffer (&self->poses);
+  g_queue_clear_full (&self->pending, (GDestroyNotify) gst_buffer_unref);
+  g_mutex_unlock (&self->lock);
+  return TRUE;
+}
+
+static GstCaps *
+gst_lingbot_control_src_get_caps (GstBaseSrc * src, GstCaps * filter)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+  GstCaps *caps = gst_caps_from_string (GST_LINGBOT_CONTROL_CAPS);
+  gboolean poses;
+
+  GST_OBJECT_LOCK (self);
+  poses = self->poses_location != NULL;
+  GST_OBJECT_UNLOCK (self);
+  gst_caps_set_simple (caps, "poses", G_TYPE_BOOLEAN, poses, NULL);
+  if (filter) {
+    GstCaps *tmp = gst_caps_intersect_full (filter, caps,
+        GST_CAPS_INTERSECT_FIRST);
+    gst_caps_unref (caps);
+    caps = tmp;
+  }
+  return caps;
+}
+
+static gboolean
+gst_lingbot_control_src_unlock (GstBaseSrc * src)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+
+  g_mutex_lock (&self->lock);
+  self->flushing = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+  return TRUE;
+}
+
+static gboolean
+gst_lingbot_control_src_unlock_stop (GstBaseSrc * src)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+
+  g_mutex_lock (&self->lock);
+  self->flushing = FALSE;
+  g_mutex_unlock (&self->lock);
+  return TRUE;
+}
+
+/* the monotonic time at which the pipeline clock reads base + t */
+static gint64
+clock_deadline (GstLingbotControlSrc * self, GstClockTime t)
+{
+  GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
+  GstClockTime now, target;
+  gint64 mono = g_get_monotonic_time ();
+
+  if (clock == NULL)
+    return mono;
+  now = gst_clock_get_time (clock);
+  target = gst_element_get_base_time (GST_ELEMENT (self)) + t;
+  gst_object_unref (clock);
+  if (target <= now)
+    return mono;
+  return mono + (gint64) ((target - now) / GST_USECOND);
+}
+
+static GstBuffer *
+trace_record_unlocked (GstLingbotControlSrc * self,
+    const LingbotControlEvent * e)
+{
+  GstClockTime t = (GstClockTime) (e->time_s * GST_SECOND + 0.5);
+  GstLingbotControlRecordType type;
+
+  switch (e->type) {
+    case LINGBOT_CONTROL_EVENT_PRESS:
+      type = GST_LINGBOT_CONTROL_PRESS;
+      self->held |= e->key;
+      break;
+    case LINGBOT_CONTROL_EVENT_RELEASE:
+      type = GST_LINGBOT_CONTROL_RELEASE;
+      self->held &= ~e->key;
+      break;
+    default:
+      type = GST_LINGBOT_CONTROL_RESET;
+      self->held = 0;
+      break;
+  }
+  if (GST_CLOCK_TIME_IS_VALID (self->last_time))
+    t = MAX (t, self->last_time);
+  return record_new (type, e->key, self->held, t, 0);
+}
+
+static GstFlowReturn
+gst_lingbot_control_src_create (GstPushSrc * src, GstBuffer ** out)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
+  GstBuffer *buf = NULL;
+
+  g_mutex_lock (&self->lock);
+  while (buf == NULL) {
+    const LingbotControlEvent *events = NULL;
+    guint n_events = 0;
+
+    if (self->flushing) {
+      g_mutex_unlock (&self->lock);
+      return GST_FLOW_FLUSHING;
+    }
+    if (self->poses) {
+      buf = self->poses;
+      self->poses = NULL;
+      break;
+    }
+    if (!g_queue_is_empty (&self->pending)) {
+      buf = g_queue_pop_head (&self->pending);
+      break;
+    }
+    if (self->trace)
+      events = lingbot_control_trace_get_events (self->trace, &n_events);
+    if (self->next_event < n_events) {
+      const LingbotControlEvent *e = &events[self->next_event];
+      GstClockTime t = (GstClockTime) (e->time_s * GST_SECOND + 0.5);
+
+      /* live: wait for the event's running time, waking for app events */
+      if (self->is_live
+          && g_get_monotonic_time () < clock_deadline (self, t)) {
+        g_cond_wait_until (&self->cond, &self->lock,
+            clock_deadline (self, t));
+        continue;
+      }
+      buf = trace_record_unlocked (self, e);
+      self->next_event++;
+      break;
+    }
+    if (self->trace) {
+      g_mutex_unlock (&self->lock);
+      GST_DEBUG_OBJECT (self, "trace done");
+      return GST_FLOW_EOS;
+    }
+    g_cond_wait (&self->cond, &self->lock);
+  }
+  self->last_time = GST_BUFFER_PTS (buf);
+  g_mutex_unlock (&self->lock);
+
+  GST_LOG_OBJECT (self, "record at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (GST_BUFFER_PTS (buf)));
+  *out = buf;
+  return GST_FLOW_OK;
+}
+
+static void
+gst_lingbot_control_src_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_LOCATION:
+      g_free (self->location);
+      self->location = g_value_dup_string (value);
+      break;
+    case PROP_IS_LIVE:
+      self->is_live = g_value_get_boolean (value);
+      GST_OBJECT_UNLOCK (self);
+      gst_base_src_set_live (GST_BASE_SRC (self), self->is_live);
+      return;
+    case PROP_POSES_LOCATION:
+      g_free (self->poses_location);
+      self->poses_location = g_value_dup_string (value);
+      break;
+    case PROP_INTRINSICS_LOCATION:
+      g_free (self->intrinsics_location);
+      self->intrinsics_location = g_value_dup_string (value);
+      break;
+    case PROP_INTRINSICS_WIDTH:
+      self->intrinsics_width = g_value_get_int (value);
+      break;
+    case PROP_INTRINSICS_HEIGHT:
+      self->intrinsics_height = g_value_get_int (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_control_src_get_property (GObject * object, guint prop_id,
+    GValue * value, GParamSpec * pspec)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_LOCATION:
+      g_value_set_string (value, self->location);
+      break;
+    case PROP_IS_LIVE:
+      g_value_set_boolean (value, self->is_live);
+      break;
+    case PROP_POSES_LOCATION:
+      g_value_set_string (value, self->poses_location);
+      break;
+    case PROP_INTRINSICS_LOCATION:
+      g_value_set_string (value, self->intrinsics_location);
+      break;
+    case PROP_INTRINSICS_WIDTH:
+      g_value_set_int (value, self->intrinsics_width);
+      break;
+    case PROP_INTRINSICS_HEIGHT:
+      g_value_set_int (value, self->intrinsics_height);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_control_src_finalize (GObject * object)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
+
+  g_free (self->location);
+  g_free (self->poses_location);
+  g_free (self->intrinsics_location);
+  g_clear_pointer (&self->trace, lingbot_control_trace_free);
+  gst_clear_buffer (&self->poses);
+  g_queue_clear_full (&self->pending, (GDestroyNotify) gst_buffer_unref);
+  g_mutex_clear (&self->lock);
+  g_cond_clear (&self->cond);
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+static void
+gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
+{
+  GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
+  GstBaseSrcClass *basesrc_class = GST_BASE_SRC_CLASS (klass);
+  GstPushSrcClass *pushsrc_class = GST_PUSH_SRC_CLASS (klass);
+  const GParamFlags rw = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS;
+
+  GST_DEBUG_CATEGORY_INIT (gst_lingbot_control_src_debug, "lingbotcontrolsrc",
+      0, "LingBot-World control source");
+
+  gobject_class->set_property = gst_lingbot_control_src_set_property;
+  gobject_class->get_property = gst_lingbot_control_src_get_property;
+  gobject_class->finalize = gst_lingbot_control_src_finalize;
+
+  g_object_class_install_property (gobject_class, PROP_LOCATION,
+      g_param_spec_string ("location", "Location",
+          "JSON control trace ({\"events\":[{\"delay_s\",\"message\"}]})",
+          DEFAULT_LOCATION, rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_IS_LIVE,
+      g_param_spec_boolean ("is-live", "Is live",
+          "Pace trace events by the clock and stamp events with the "
+          "running time", DEFAULT_IS_LIVE, rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_POSES_LOCATION,
+      g_param_spec_string ("poses-location", "Poses location",
+          "Explicit camera poses, .npy float [n, 4, 4] camera-to-world "
+          "(keys are then ignored)", DEFAULT_POSES_LOCATION,
+          rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_INTRINSICS_LOCATION,
+      g_param_spec_string ("intrinsics-location", "Intrinsics location",
+          "Camera intrinsics for the poses, .npy float [n, 4] (fx, fy, cx, cy)",
+          DEFAULT_INTRINSICS_LOCATION, rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_INTRINSICS_WIDTH,
+      g_param_spec_int ("intrinsics-width", "Intrinsics width",
+          "Image width the intrinsics are calibrated at", 1, 65536,
+          DEFAULT_INTRINSICS_WIDTH, rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_INTRINSICS_HEIGHT,
+      g_param_spec_int ("intrinsics-height", "Intrinsics height",
+          "Image height the intrinsics are calibrated at", 1, 65536,
+          DEFAULT_INTRINSICS_HEIGHT, rw | GST_PARAM_MUTABLE_READY));
+
+  /**
+   * GstLingbotControlSrc::press-key:
+   * @src: the element
+   * @key: a key name (ArrowUp, KeyW, w, ...)
+   *
+   * Returns: %FALSE when the key is unknown (ignored)
+   */
+  signals[SIGNAL_PRESS_KEY] = g_signal_new_class_handler ("press-key",
+      G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+      G_CALLBACK (gst_lingbot_control_src_press_key), NULL, NULL, NULL,
+      G_TYPE_BOOLEAN, 1, G_TYPE_STRING);
+  /**
+   * GstLingbotControlSrc::release-key:
+   * @src: the element
+   * @key: a key name
+   *
+   * Returns: %FALSE when the key is unknown (ignored)
+   */
+  signals[SIGNAL_RELEASE_KEY] = g_signal_new_class_handler ("release-key",
+      G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+      G_CALLBACK (gst_lingbot_control_src_release_key), NULL, NULL, NULL,
+      G_TYPE_BOOLEAN, 1, G_TYPE_STRING);
+  /**
+   * GstLingbotControlSrc::reset-pose:
+   * @src: the element
+   *
+   * Pose back to identity, keys cleared.
+   */
+  signals[SIGNAL_RESET_POSE] = g_signal_new_class_handler ("reset-pose",
+      G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+      G_CALLBACK (gst_lingbot_control_src_reset_pose), NULL, NULL, NULL,
+      G_TYPE_NONE, 0);
+
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (element_class,
+      "LingBot-World control source", "Source/Control",
+      "Keyboard and camera control for lingbotgen from a trace, navigation "
+      "events, action signals or explicit poses",
+      "lingbot-gst developers");
+
+  basesrc_class->start = gst_lingbot_control_src_start;
+  basesrc_class->stop = gst_lingbot_control_src_stop;
+  basesrc_class->get_caps = gst_lingbot_control_src_get_caps;
+  basesrc_class->unlock = gst_lingbot_control_src_unlock;
+  basesrc_class->unlock_stop = gst_lingbot_control_src_unlock_stop;
+  basesrc_class->event = gst_lingbot_control_src_event;
+  pushsrc_class->create = gst_lingbot_control_src_create;
+}
+
+static void
+gst_lingbot_control_src_init (GstLingbotControlSrc * self)
+{
+  self->location = g_strdup (DEFAULT_LOCATION);
+  self->is_live = DEFAULT_IS_LIVE;
+  self->intrinsics_width = DEFAULT_INTRINSICS_WIDTH;
+  self->intrinsics_height = DEFAULT_INTRINSICS_HEIGHT;
+  g_mutex_init (&self->lock);
+  g_cond_init (&self->cond);
+  g_queue_init (&self->pending);
+  self->last_time = GST_CLOCK_TIME_NONE;
+  gst_base_src_set_format (GST_BASE_SRC (self), GST_FORMAT_TIME);
+  gst_base_src_set_live (GST_BASE_SRC (self), DEFAULT_IS_LIVE);
+}

@@ -1,0 +1,1304 @@
+/* lingbot-gst: lingbotgen, control in -> latent chunks out
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+/**
+ * SECTION:element-lingbotgen
+ * @title: lingbotgen
+ *
+ * Owns one LingBot-World generation session (lingbot/lingbot.h): takes the
+ * control stream of lingbotcontrolsrc on its `control` pad, a reference
+ * image (`image-location`, or raw RGB frames on a requested `image` pad),
+ * a prompt (or `prompt-embeds`) and a seed, and pushes one buffer of
+ * latents per chunk (`application/x-lingbot-latent`) from its own
+ * streaming thread, generating on the ranks of the shared world
+ * (GstContext "lingbot.world").
+ *
+ * Each chunk is built from one snapshot of the held keys (a tap between
+ * chunks is never lost, #LingbotKeyState).  With `live=false` the control
+ * times are mapped onto the chunk timeline by the deterministic virtual
+ * clock of lingbot_control_trace_schedule(), so a trace gives the same
+ * video on every run; with `live=true` the keys held when a chunk starts
+ * are used, and nothing is generated while nothing is held.  Without a
+ * linked control pad every chunk is generated with no key held.
+ *
+ * Every chunk posts an element message `lingbot-chunk` (index, frames,
+ * keys, keys-string, dit-seconds, vae-seconds, compute-seconds).  The
+ * stream ends after `frames` video frames (0 = unbounded) or when an
+ * offline trace ends with nothing held.
+ *
+ * ## Example launch line
+ * |[
+ * gst-launch-1.0 lingbotcontrolsrc location=controls.json ! lingbotgen \
+ *     model-path=/models/lingbot-world-v2 image-location=start.jpg \
+ *     prompt="a sunny street" devices=0,1,2,3 ! lingbotvaedec ! \
+ *     videoconvert ! autovideosink
+ * ]|
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+#include <string.h>
+#include <gst/video/video.h>
+
+#include "gst/gstlingbotgen.h"
+#include "gst/gstlingbotcontext.h"
+#include "gst/gstlingbotcontrolsrc.h"
+#include "gst/gstlingbotmeta.h"
+#include "lingbot/backend.h"
+
+GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
+#define GST_CAT_DEFAULT gst_lingbot_gen_debug
+
+#define DEFAULT_MODEL_PATH NULL
+#define DEFAULT_PROMPT NULL
+#define DEFAULT_PROMPT_EMBEDS NULL
+#define DEFAULT_IMAGE_LOCATION NULL
+#define DEFAULT_SEED 42
+#define DEFAULT_DEVICES "cpu:1"
+#define DEFAULT_CHUNK_FRAMES 4
+#define DEFAULT_LOCAL_ATTN_SIZE 18
+#define DEFAULT_SINK_SIZE 6
+#define DEFAULT_SAMPLE_SHIFT 10.0
+#define DEFAULT_TIMESTEP_INDICES "0,250,500,750"
+#define DEFAULT_FRAMES 0
+#define DEFAULT_WIDTH 0
+#define DEFAULT_HEIGHT 0
+#define DEFAULT_PIXEL_AREA (480 * 832)
+#define DEFAULT_FPS 16
+#define DEFAULT_LIVE FALSE
+
+enum
+{
+  PROP_0,
+  PROP_MODEL_PATH,
+  PROP_PROMPT,
+  PROP_PROMPT_EMBEDS,
+  PROP_IMAGE_LOCATION,
+  PROP_SEED,
+  PROP_DEVICES,
+  PROP_CHUNK_FRAMES,
+  PROP_LOCAL_ATTN_SIZE,
+  PROP_SINK_SIZE,
+  PROP_SAMPLE_SHIFT,
+  PROP_TIMESTEP_INDICES,
+  PROP_FRAMES,
+  PROP_WIDTH,
+  PROP_HEIGHT,
+  PROP_PIXEL_AREA,
+  PROP_FPS,
+  PROP_LIVE,
+};
+
+struct _GstLingbotGen
+{
+  GstElement parent;
+
+  GstPad *control_pad;
+  GstPad *image_pad;            /* requested, or NULL */
+  GstPad *srcpad;
+
+  /* properties (object lock) */
+  char *model_path;
+  char *prompt;
+  char *prompt_embeds;
+  char *image_location;
+  guint64 seed;
+  char *devices;
+  int chunk_frames;
+  int local_attn_size;
+  int sink_size;
+  double sample_shift;
+  char *timestep_indices;
+  guint frames;
+  int width;
+  int height;
+  int pixel_area;
+  int fps;
+  gboolean live;
+
+  LingbotWorld *world;          /* object lock */
+
+  /* streaming state (lock, cond) */
+  GMutex lock;
+  GCond cond;
+  gboolean flushing;
+  gboolean control_eos;
+  gboolean poses_expected;
+  GstBuffer *poses;             /* the POSES record */
+  GArray *events;               /* LingbotControlEvent, offline */
+  GstClockTime horizon;         /* every event before this time is known */
+  LingbotKeyState keys;         /* live */
+  gboolean reset_pending;       /* live */
+  GstBuffer *image;             /* packed RGB */
+  int image_width, image_height;
+  gboolean image_eos;
+
+  /* streaming thread only */
+  GstLingbotSessionHandle *handle;
+  guint64 chunk;
+  guint64 frames_out;
+  gboolean caps_sent;
+};
+
+#define gst_lingbot_gen_parent_class parent_class
+G_DEFINE_TYPE (GstLingbotGen, gst_lingbot_gen, GST_TYPE_ELEMENT);
+GST_ELEMENT_REGISTER_DEFINE (lingbotgen, "lingbotgen", GST_RANK_NONE,
+    GST_TYPE_LINGBOT_GEN);
+
+static GstStaticPadTemplate control_template =
+GST_STATIC_PAD_TEMPLATE ("control", GST_PAD_SINK, GST_PAD_ALWAYS,
+    GST_STATIC_CAPS (GST_LINGBOT_CONTROL_MEDIA_TYPE));
+
+static GstStaticPadTemplate image_template =
+GST_STATIC_PAD_TEMPLATE ("image", GST_PAD_SINK, GST_PAD_REQUEST,
+    GST_STATIC_CAPS ("video/x-raw, format = (string) RGB"));
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
+    GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_LATENT_CAPS));
+
+/* ---- control pad ---- */
+
+static void
+apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
+    GstClockTime pts)
+{
+  LingbotControlEvent e = { 0 };
+
+  e.time_s = GST_CLOCK_TIME_IS_VALID (pts) ? (double) pts / GST_SECOND : 0.0;
+  switch (r->type) {
+    case GST_LINGBOT_CONTROL_PRESS:
+      e.type = LINGBOT_CONTROL_EVENT_PRESS;
+      lingbot_key_state_press (&self->keys, r->keys);
+      break;
+    case GST_LINGBOT_CONTROL_RELEASE:
+      e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+      lingbot_key_state_release (&self->keys, r->keys);
+      break;
+    case GST_LINGBOT_CONTROL_RESET:
+      e.type = LINGBOT_CONTROL_EVENT_RESET;
+      lingbot_key_state_init (&self->keys);
+      self->reset_pending = TRUE;
+      break;
+    default:
+      return;
+  }
+  e.key = r->keys;
+  g_array_append_val (self->events, e);
+}
+
+static GstFlowReturn
+gst_lingbot_gen_control_chain (GstPad * pad, GstObject * parent,
+    GstBuffer * buf)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+  GstLingbotControlRecord rec;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  if (gst_buffer_extract (buf, 0, &rec, sizeof (rec)) != sizeof (rec)
+      || rec.magic != GST_LINGBOT_CONTROL_MAGIC) {
+    GST_WARNING_OBJECT (self, "ignoring a buffer that is not a control "
+        "record");
+    gst_buffer_unref (buf);
+    return GST_FLOW_OK;
+  }
+
+  g_mutex_lock (&self->lock);
+  if (self->flushing) {
+    ret = GST_FLOW_FLUSHING;
+  } else if (rec.type == GST_LINGBOT_CONTROL_POSES) {
+    gst_buffer_replace (&self->poses, buf);
+  } else {
+    apply_record_unlocked (self, &rec, GST_BUFFER_PTS (buf));
+    if (GST_BUFFER_PTS_IS_VALID (buf))
+      self->horizon = MAX (self->horizon == GST_CLOCK_TIME_NONE ? 0 :
+          self->horizon, GST_BUFFER_PTS (buf));
+  }
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+  gst_buffer_unref (buf);
+  return ret;
+}
+
+static gboolean
+gst_lingbot_gen_control_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_CAPS:{
+      GstCaps *caps;
+      gboolean poses = FALSE;
+
+      gst_event_parse_caps (event, &caps);
+      gst_structure_get_boolean (gst_caps_get_structure (caps, 0), "poses",
+          &poses);
+      g_mutex_lock (&self->lock);
+      self->poses_expected = poses;
+      g_mutex_unlock (&self->lock);
+      break;
+    }
+    case GST_EVENT_EOS:
+      g_mutex_lock (&self->lock);
+      self->control_eos = TRUE;
+      g_cond_broadcast (&self->cond);
+      g_mutex_unlock (&self->lock);
+      break;
+    default:
+      break;
+  }
+  /* the control stream's own segment, caps and EOS stay here */
+  gst_event_unref (event);
+  return TRUE;
+}
+
+/* ---- image pad ---- */
+
+static GstFlowReturn
+gst_lingbot_gen_image_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+  GstCaps *caps = gst_pad_get_current_caps (pad);
+  GstVideoInfo info;
+  GstVideoFrame frame;
+  GstBuffer *packed;
+  GstMapInfo map;
+
+  if (caps == NULL || !gst_video_info_from_caps (&info, caps)) {
+    gst_clear_caps (&caps);
+    gst_buffer_unref (buf);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("image buffer without RGB caps"));
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+  gst_caps_unref (caps);
+
+  g_mutex_lock (&self->lock);
+  if (self->image != NULL) {
+    /* one reference image per session */
+    g_mutex_unlock (&self->lock);
+    gst_buffer_unref (buf);
+    return GST_FLOW_EOS;
+  }
+  g_mutex_unlock (&self->lock);
+
+  if (!gst_video_frame_map (&frame, &info, buf, GST_MAP_READ)) {
+    gst_buffer_unref (buf);
+    GST_ELEMENT_ERROR (self, STREAM, FAILED, (NULL), ("cannot map image"));
+    return GST_FLOW_ERROR;
+  }
+  packed = gst_buffer_new_allocate (NULL, (gsize) info.width * info.height * 3,
+      NULL);
+  gst_buffer_map (packed, &map, GST_MAP_WRITE);
+  for (int y = 0; y < info.height; y++)
+    memcpy (map.data + (gsize) y * info.width * 3,
+        (guint8 *) GST_VIDEO_FRAME_PLANE_DATA (&frame, 0) +
+        (gsize) y * GST_VIDEO_FRAME_PLANE_STRIDE (&frame, 0),
+        (gsize) info.width * 3);
+  gst_buffer_unmap (packed, &map);
+  gst_video_frame_unmap (&frame);
+  gst_buffer_unref (buf);
+
+  g_mutex_lock (&self->lock);
+  self->image = packed;
+  self->image_width = info.width;
+  self->image_height = info.height;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+  GST_DEBUG_OBJECT (self, "reference image %dx%d", info.width, info.height);
+  return GST_FLOW_OK;
+}
+
+static gboolean
+gst_lingbot_gen_image_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+
+  if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
+    g_mutex_lock (&self->lock);
+    self->image_eos = TRUE;
+    g_cond_broadcast (&self->cond);
+    g_mutex_unlock (&self->lock);
+    gst_event_unref (event);
+    return TRUE;
+  }
+  if (GST_EVENT_TYPE (event) == GST_EVENT_CAPS)
+    return gst_pad_event_default (pad, parent, event);
+  gst_event_unref (event);
+  return TRUE;
+}
+
+static GstPad *
+gst_lingbot_gen_request_new_pad (GstElement * element, GstPadTemplate * templ,
+    const gchar * name, const GstCaps * caps)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+  GstPad *pad;
+
+  GST_OBJECT_LOCK (self);
+  if (self->image_pad != NULL) {
+    GST_OBJECT_UNLOCK (self);
+    GST_WARNING_OBJECT (self, "only one image pad");
+    return NULL;
+  }
+  GST_OBJECT_UNLOCK (self);
+
+  pad = gst_pad_new_from_template (templ, "image");
+  gst_pad_set_chain_function (pad, gst_lingbot_gen_image_chain);
+  gst_pad_set_event_function (pad, gst_lingbot_gen_image_event);
+  GST_OBJECT_LOCK (self);
+  self->image_pad = pad;
+  GST_OBJECT_UNLOCK (self);
+  gst_element_add_pad (element, pad);
+  return pad;
+}
+
+static void
+gst_lingbot_gen_release_pad (GstElement * element, GstPad * pad)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+
+  GST_OBJECT_LOCK (self);
+  if (self->image_pad == pad)
+    self->image_pad = NULL;
+  GST_OBJECT_UNLOCK (self);
+  gst_element_remove_pad (element, pad);
+}
+
+/* ---- session ---- */
+
+static gboolean
+parse_timesteps (const char *s, GArray * out, GError ** error)
+{
+  g_auto (GStrv) parts = NULL;
+
+  if (s == NULL || *s == '\0')
+    return TRUE;
+  parts = g_strsplit (s, ",", -1);
+  for (guint i = 0; parts[i]; i++) {
+    char *end = NULL;
+    gint64 v = g_ascii_strtoll (g_strstrip (parts[i]), &end, 10);
+    int iv = (int) v;
+
+    if (end == parts[i] || *end != '\0' || v < 0 || v > 999) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "timestep-indices: '%s' is not an index in [0, 999]", parts[i]);
+      return FALSE;
+    }
+    g_array_append_val (out, iv);
+  }
+  return TRUE;
+}
+
+static gboolean
+gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
+{
+  LingbotSessionOptions opts = LINGBOT_SESSION_OPTIONS_INIT;
+  g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autofree char *prompt = NULL, *embeds = NULL, *image_location = NULL;
+  g_autofree char *timesteps = NULL;
+  g_autoptr (LingbotWorld) world = NULL;
+  GstBuffer *image = NULL, *poses = NULL;
+  GstMapInfo imap = GST_MAP_INFO_INIT, pmap = GST_MAP_INFO_INIT;
+  LingbotSession *session;
+
+  GST_OBJECT_LOCK (self);
+  if (self->world)
+    world = lingbot_world_ref (self->world);
+  prompt = g_strdup (self->prompt);
+  embeds = g_strdup (self->prompt_embeds);
+  image_location = g_strdup (self->image_location);
+  timesteps = g_strdup (self->timestep_indices);
+  opts.seed = self->seed;
+  opts.chunk_frames = self->chunk_frames;
+  opts.local_attn_frames = self->local_attn_size;
+  opts.sink_frames = self->sink_size;
+  opts.sample_shift = self->sample_shift;
+  opts.frames = self->frames;
+  opts.width = self->width;
+  opts.height = self->height;
+  opts.pixel_area = self->pixel_area;
+  opts.fps = self->fps;
+  GST_OBJECT_UNLOCK (self);
+
+  if (world == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT, "no world");
+    return FALSE;
+  }
+  if (!parse_timesteps (timesteps, ts, error))
+    return FALSE;
+  if (ts->len > 0) {
+    opts.timestep_indices = (const int *) ts->data;
+    opts.n_timestep_indices = ts->len;
+  }
+  opts.prompt = prompt;
+  opts.prompt_embeds_path = embeds;
+  opts.image_path = image_location;
+
+  g_mutex_lock (&self->lock);
+  if (self->image)
+    image = gst_buffer_ref (self->image);
+  if (self->poses)
+    poses = gst_buffer_ref (self->poses);
+  g_mutex_unlock (&self->lock);
+
+  if (image_location == NULL && image != NULL) {
+    gst_buffer_map (image, &imap, GST_MAP_READ);
+    opts.image_rgb = imap.data;
+    opts.image_width = self->image_width;
+    opts.image_height = self->image_height;
+    opts.image_stride = self->image_width * 3;
+  }
+  if (poses != NULL) {
+    const GstLingbotControlPoses *ph;
+
+    gst_buffer_map (poses, &pmap, GST_MAP_READ);
+    ph = (const GstLingbotControlPoses *) (pmap.data +
+        sizeof (GstLingbotControlRecord));
+    opts.poses = (const float *) (ph + 1);
+    opts.n_poses = ph->n_poses;
+    if (ph->n_intrinsics > 0)
+      opts.intrinsics = opts.poses + 16 * ph->n_poses;
+    opts.intrinsics_width = ph->intrinsics_width;
+    opts.intrinsics_height = ph->intrinsics_height;
+  }
+
+  session = lingbot_session_new (world, &opts, error);
+
+  if (image) {
+    if (imap.data)
+      gst_buffer_unmap (image, &imap);
+    gst_buffer_unref (image);
+  }
+  if (poses) {
+    gst_buffer_unmap (poses, &pmap);
+    gst_buffer_unref (poses);
+  }
+  if (session == NULL)
+    return FALSE;
+  self->handle = gst_lingbot_session_handle_new (world, session);
+  GST_INFO_OBJECT (self, "session %dx%d, latent %dx%d, chunk %d",
+      lingbot_session_get_width (session),
+      lingbot_session_get_height (session),
+      lingbot_session_get_latent_width (session),
+      lingbot_session_get_latent_height (session),
+      lingbot_session_get_chunk_frames (session));
+  return TRUE;
+}
+
+static GstCaps *
+session_caps (GstLingbotGen * self)
+{
+  LingbotSession *s = self->handle->session;
+  int fps;
+
+  GST_OBJECT_LOCK (self);
+  fps = self->fps;
+  GST_OBJECT_UNLOCK (self);
+  return gst_caps_new_simple (GST_LINGBOT_LATENT_MEDIA_TYPE,
+      "dtype", G_TYPE_STRING, "f32",
+      "channels", G_TYPE_INT, LINGBOT_VAE_Z_DIM,
+      "frames", G_TYPE_INT, lingbot_session_get_chunk_frames (s),
+      "height", G_TYPE_INT, lingbot_session_get_latent_height (s),
+      "width", G_TYPE_INT, lingbot_session_get_latent_width (s),
+      "video-width", G_TYPE_INT, lingbot_session_get_width (s),
+      "video-height", G_TYPE_INT, lingbot_session_get_height (s),
+      "framerate", GST_TYPE_FRACTION, fps, 1, NULL);
+}
+
+static void
+push_stream_start (GstLingbotGen * self)
+{
+  GstSegment segment;
+  /* not gst_pad_create_stream_id(): it wants at most one sink pad */
+  g_autofree char *id = g_strdup_printf ("%08x%08x/lingbot-latents",
+      g_random_int (), g_random_int ());
+  GstCaps *caps = session_caps (self);
+
+  gst_pad_push_event (self->srcpad, gst_event_new_stream_start (id));
+  gst_pad_push_event (self->srcpad, gst_event_new_caps (caps));
+  gst_caps_unref (caps);
+  gst_segment_init (&segment, GST_FORMAT_TIME);
+  gst_pad_push_event (self->srcpad, gst_event_new_segment (&segment));
+  self->caps_sent = TRUE;
+}
+
+/* ---- choosing the keys of a chunk ---- */
+
+/* The received events as a trace (the library's JSON form), so that the
+ * offline path uses exactly lingbot_control_trace_schedule(). */
+static LingbotControlTrace *
+events_to_trace (GArray * events)
+{
+  GString *s = g_string_new ("{\"events\":[");
+  LingbotControlTrace *trace;
+  g_autoptr (GError) error = NULL;
+  char num[G_ASCII_DTOSTR_BUF_SIZE];
+
+  for (guint i = 0; i < events->len; i++) {
+    const LingbotControlEvent *e =
+        &g_array_index (events, LingbotControlEvent, i);
+
+    g_ascii_dtostr (num, sizeof (num), e->time_s);
+    g_string_append_printf (s, "%s{\"delay_s\":%s,\"message\":", i ? "," : "",
+        num);
+    if (e->type == LINGBOT_CONTROL_EVENT_RESET) {
+      g_string_append (s, "{\"type\":\"reset_pose\"}}");
+    } else {
+      /* one record may carry several key bits: one event per bit */
+      gboolean first = TRUE;
+      for (guint bit = 1; bit <= LINGBOT_KEYS_ALL; bit <<= 1) {
+        g_autofree char *name = NULL;
+        if (!(e->key & bit))
+          continue;
+        name = lingbot_keys_to_string (bit);
+        if (!first)
+          g_string_append_printf (s, "},{\"delay_s\":%s,\"message\":", num);
+        g_string_append_printf (s, "{\"type\":\"control\",\"key\":\"%s\","
+            "\"action\":\"%s\"}", name,
+            e->type == LINGBOT_CONTROL_EVENT_PRESS ? "press" : "release");
+        first = FALSE;
+      }
+      if (first)
+        g_string_append (s, "{\"type\":\"none\"}");
+      g_string_append (s, "}");
+    }
+  }
+  g_string_append (s, "]}");
+  trace = lingbot_control_trace_new_from_data (s->str, s->len, &error);
+  if (trace == NULL)
+    g_critical ("control events as a trace: %s", error->message);
+  g_string_free (s, TRUE);
+  return trace;
+}
+
+typedef enum
+{
+  KEYS_OK,
+  KEYS_DONE,
+  KEYS_FLUSHING,
+} KeysResult;
+
+/* called with the lock held; may wait on cond */
+static KeysResult
+take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
+    guint * keys, gboolean * reset)
+{
+  guint chunk_size = 4, fps = 16;
+
+  *keys = 0;
+  *reset = FALSE;
+  if (self->handle) {
+    chunk_size = lingbot_session_get_chunk_frames (self->handle->session);
+    GST_OBJECT_LOCK (self);
+    fps = self->fps;
+    GST_OBJECT_UNLOCK (self);
+  }
+
+  while (TRUE) {
+    if (self->flushing)
+      return KEYS_FLUSHING;
+    if (!has_control || self->poses != NULL)
+      return KEYS_OK;
+
+    if (live) {
+      gboolean is_tap;
+
+      if (self->reset_pending) {
+        *reset = TRUE;
+        self->reset_pending = FALSE;
+      }
+      if (lingbot_key_state_take (&self->keys, TRUE, keys, &is_tap))
+        return KEYS_OK;
+      if (self->control_eos)
+        return KEYS_DONE;
+    } else {
+      LingbotControlTrace *trace = events_to_trace (self->events);
+      guint n = self->chunk + 1;
+      LingbotTraceChunk *plan = g_new0 (LingbotTraceChunk, n);
+      guint got = trace ? lingbot_control_trace_schedule (trace, n,
+          chunk_size, fps, plan) : 0;
+      gboolean known = got == n && (self->control_eos
+          || (GST_CLOCK_TIME_IS_VALID (self->horizon)
+              && plan[n - 1].request_time_s * GST_SECOND <
+              (double) self->horizon));
+
+      if (known) {
+        *keys = plan[n - 1].keys;
+        *reset = plan[n - 1].reset_before;
+      }
+      g_free (plan);
+      lingbot_control_trace_free (trace);
+      if (known)
+        return KEYS_OK;
+      if (self->control_eos)
+        return KEYS_DONE;
+    }
+    g_cond_wait (&self->cond, &self->lock);
+  }
+}
+
+/* ---- the streaming thread ---- */
+
+static void
+post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st)
+{
+  g_autofree char *keys = lingbot_keys_to_string (st->keys);
+  GstStructure *s = gst_structure_new ("lingbot-chunk",
+      "index", G_TYPE_UINT64, st->index,
+      "frames", G_TYPE_INT, st->frames,
+      "keys", G_TYPE_UINT, st->keys,
+      "keys-string", G_TYPE_STRING, keys,
+      "dit-seconds", G_TYPE_DOUBLE, st->dit_seconds,
+      "vae-seconds", G_TYPE_DOUBLE, st->vae_seconds,
+      "compute-seconds", G_TYPE_DOUBLE, st->compute_seconds, NULL);
+
+  gst_element_post_message (GST_ELEMENT (self),
+      gst_message_new_element (GST_OBJECT (self), s));
+}
+
+static GstBuffer *
+latents_to_buffer (const LbTensor * lat, GError ** error)
+{
+  gsize nbytes = (gsize) lb_tensor_numel (lat) * sizeof (float);
+  GstBuffer *buf = gst_buffer_new_allocate (NULL, nbytes, NULL);
+  GstMapInfo map;
+  gboolean ok = TRUE;
+
+  gst_buffer_map (buf, &map, GST_MAP_WRITE);
+  if (lat->dtype == LB_DTYPE_F32 && lat->device.type == LB_DEVICE_CPU
+      && lb_tensor_is_contiguous (lat)) {
+    memcpy (map.data, lat->data, nbytes);
+  } else {
+    LbTensor dst;
+    int64_t stride[LB_MAX_DIMS];
+
+    lb_contiguous_strides (lat->ndim, lat->shape, stride);
+    lb_tensor_view_init (&dst, LB_DTYPE_F32, map.data, LB_DEVICE_HOST,
+        lat->ndim, lat->shape, stride);
+    ok = lb_tensor_copy_into (&dst, lat, error);
+  }
+  gst_buffer_unmap (buf, &map);
+  if (!ok)
+    gst_clear_buffer (&buf);
+  return buf;
+}
+
+static void
+gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret,
+    gboolean send_eos)
+{
+  GST_DEBUG_OBJECT (self, "pausing task: %s", gst_flow_get_name (ret));
+  gst_pad_pause_task (self->srcpad);
+  if (ret == GST_FLOW_EOS || send_eos) {
+    if (!self->caps_sent && self->handle)
+      push_stream_start (self);
+    gst_pad_push_event (self->srcpad, gst_event_new_eos ());
+  } else if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS) {
+    GST_ELEMENT_FLOW_ERROR (self, ret);
+    gst_pad_push_event (self->srcpad, gst_event_new_eos ());
+  }
+}
+
+static void
+gst_lingbot_gen_loop (GstLingbotGen * self)
+{
+  g_autoptr (GError) error = NULL;
+  LingbotChunkStats stats = { 0 };
+  GstLingbotSessionHandle *h;
+  GstBuffer *buf;
+  GstFlowReturn ret;
+  gboolean has_control, live, reset, ok;
+  guint keys = 0;
+  int fps;
+  KeysResult kr;
+
+  has_control = gst_pad_is_linked (self->control_pad);
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  fps = self->fps;
+  GST_OBJECT_UNLOCK (self);
+
+  if (self->handle == NULL) {
+    gboolean need_image;
+
+    /* wait for what the session is created from: the image from the pad
+     * and the poses record, when they are coming */
+    GST_OBJECT_LOCK (self);
+    need_image = self->image_location == NULL && self->image_pad != NULL
+        && gst_pad_is_linked (self->image_pad);
+    GST_OBJECT_UNLOCK (self);
+    g_mutex_lock (&self->lock);
+    while (!self->flushing && ((need_image && !self->image && !self->image_eos)
+            || (has_control && self->poses_expected && !self->poses
+                && !self->control_eos)))
+      g_cond_wait (&self->cond, &self->lock);
+    if (self->flushing) {
+      g_mutex_unlock (&self->lock);
+      gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, FALSE);
+      return;
+    }
+    g_mutex_unlock (&self->lock);
+
+    if (!gst_lingbot_gen_create_session (self, &error)) {
+      GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message),
+          (NULL));
+      gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
+      return;
+    }
+    push_stream_start (self);
+  }
+  h = self->handle;
+
+  if (lingbot_session_is_done (h->session)) {
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+    return;
+  }
+
+  g_mutex_lock (&self->lock);
+  kr = take_keys_unlocked (self, live, has_control, &keys, &reset);
+  g_mutex_unlock (&self->lock);
+  if (kr == KEYS_FLUSHING) {
+    gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, FALSE);
+    return;
+  }
+  if (kr == KEYS_DONE) {
+    GST_INFO_OBJECT (self, "control ended with nothing held after %"
+        G_GUINT64_FORMAT " chunks", self->chunk);
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+    return;
+  }
+
+  g_mutex_lock (&h->lock);
+  if (reset)
+    lingbot_control_reset_pose (lingbot_session_get_control (h->session));
+  ok = lingbot_session_generate (h->session, keys, &stats, &error);
+  buf = ok ? latents_to_buffer (lingbot_session_get_latents (h->session),
+      &error) : NULL;
+  g_mutex_unlock (&h->lock);
+  if (buf == NULL) {
+    GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
+        ("chunk %" G_GUINT64_FORMAT, self->chunk));
+    gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
+    return;
+  }
+
+  stats.index = self->chunk;
+  stats.keys = keys;
+  if (stats.frames <= 0)
+    stats.frames = lingbot_chunk_video_frames (self->chunk,
+        lingbot_session_get_chunk_frames (h->session));
+  GST_BUFFER_PTS (buf) = gst_util_uint64_scale (self->frames_out, GST_SECOND,
+      fps);
+  GST_BUFFER_DURATION (buf) = gst_util_uint64_scale (self->frames_out +
+      stats.frames, GST_SECOND, fps) - GST_BUFFER_PTS (buf);
+  GST_BUFFER_OFFSET (buf) = self->chunk;
+  GST_BUFFER_OFFSET_END (buf) = self->chunk + 1;
+  if (self->chunk == 0)
+    GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
+  gst_buffer_add_lingbot_chunk_meta (buf, h, self->chunk, &stats);
+  GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " keys 0x%x: %d frames,"
+      " DiT %.3f s", self->chunk, keys, stats.frames, stats.dit_seconds);
+  post_chunk_message (self, &stats);
+  self->chunk++;
+  self->frames_out += stats.frames;
+
+  ret = gst_pad_push (self->srcpad, buf);
+  if (ret != GST_FLOW_OK) {
+    gst_lingbot_gen_pause (self, ret, FALSE);
+    return;
+  }
+  if (lingbot_session_is_done (h->session))
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+}
+
+static void
+gst_lingbot_gen_reset_stream (GstLingbotGen * self)
+{
+  g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
+  g_mutex_lock (&self->lock);
+  self->control_eos = FALSE;
+  self->poses_expected = FALSE;
+  gst_clear_buffer (&self->poses);
+  gst_clear_buffer (&self->image);
+  self->image_eos = FALSE;
+  g_array_set_size (self->events, 0);
+  self->horizon = GST_CLOCK_TIME_NONE;
+  lingbot_key_state_init (&self->keys);
+  self->reset_pending = FALSE;
+  g_mutex_unlock (&self->lock);
+  self->chunk = 0;
+  self->frames_out = 0;
+  self->caps_sent = FALSE;
+}
+
+static gboolean
+gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
+    GstPadMode mode, gboolean active)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+
+  if (mode != GST_PAD_MODE_PUSH)
+    return FALSE;
+  if (active) {
+    g_mutex_lock (&self->lock);
+    self->flushing = FALSE;
+    g_mutex_unlock (&self->lock);
+    return gst_pad_start_task (pad, (GstTaskFunction) gst_lingbot_gen_loop,
+        self, NULL);
+  }
+  g_mutex_lock (&self->lock);
+  self->flushing = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+  return gst_pad_stop_task (pad);
+}
+
+/* ---- queries, context ---- */
+
+static gboolean
+gst_lingbot_gen_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
+    gboolean ret;
+    LingbotWorld *world = NULL;
+
+    GST_OBJECT_LOCK (self);
+    if (self->world)
+      world = lingbot_world_ref (self->world);
+    GST_OBJECT_UNLOCK (self);
+    ret = gst_lingbot_handle_context_query (GST_ELEMENT (self), query, world);
+    g_clear_pointer (&world, lingbot_world_unref);
+    if (ret)
+      return TRUE;
+  }
+  return gst_pad_query_default (pad, parent, query);
+}
+
+static gboolean
+gst_lingbot_gen_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
+{
+  /* answered the same way upstream and downstream */
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
+    return gst_lingbot_gen_src_query (pad, parent, query);
+  return gst_pad_query_default (pad, parent, query);
+}
+
+static gboolean
+gst_lingbot_gen_query (GstElement * element, GstQuery * query)
+{
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
+    return gst_lingbot_gen_src_query (GST_LINGBOT_GEN (element)->srcpad,
+        GST_OBJECT (element), query);
+  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
+}
+
+static void
+gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+  g_autofree char *model_path = NULL, *devices = NULL;
+
+  GST_OBJECT_LOCK (self);
+  model_path = g_strdup (self->model_path);
+  devices = g_strdup (self->devices);
+  GST_OBJECT_UNLOCK (self);
+  if (model_path != NULL)
+    gst_lingbot_handle_set_context (element, context, model_path, devices,
+        &self->world);
+  GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
+}
+
+static gboolean
+gst_lingbot_gen_open (GstLingbotGen * self)
+{
+  g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
+  g_autoptr (GError) error = NULL;
+  int n_ranks = 0;
+  g_autofree int *ordinals = NULL;
+  LbBackend *backend = NULL;
+
+  GST_OBJECT_LOCK (self);
+  model_path = g_strdup (self->model_path);
+  devices = g_strdup (self->devices);
+  embeds = g_strdup (self->prompt_embeds);
+  GST_OBJECT_UNLOCK (self);
+
+  if (model_path == NULL) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
+        ("No model-path set"), (NULL));
+    return FALSE;
+  }
+  if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
+          &error)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+        ("Invalid devices '%s': %s", devices, error->message), (NULL));
+    return FALSE;
+  }
+  if (!g_file_test (model_path, G_FILE_TEST_EXISTS)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
+        ("Model path '%s' does not exist", model_path), (NULL));
+    return FALSE;
+  }
+  if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
+          embeds == NULL, TRUE, &self->world, &error)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+        ("Cannot load the model '%s' on %s: %s", model_path, devices,
+            error ? error->message : "no world"), (NULL));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static GstStateChangeReturn
+gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+  GstStateChangeReturn ret;
+
+  switch (transition) {
+    case GST_STATE_CHANGE_NULL_TO_READY:
+      if (!gst_lingbot_gen_open (self))
+        return GST_STATE_CHANGE_FAILURE;
+      break;
+    case GST_STATE_CHANGE_READY_TO_PAUSED:
+      gst_lingbot_gen_reset_stream (self);
+      break;
+    default:
+      break;
+  }
+
+  ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
+  if (ret == GST_STATE_CHANGE_FAILURE)
+    return ret;
+
+  switch (transition) {
+    case GST_STATE_CHANGE_PAUSED_TO_READY:
+      gst_lingbot_gen_reset_stream (self);
+      break;
+    case GST_STATE_CHANGE_READY_TO_NULL:
+      GST_OBJECT_LOCK (self);
+      g_clear_pointer (&self->world, lingbot_world_unref);
+      GST_OBJECT_UNLOCK (self);
+      break;
+    default:
+      break;
+  }
+  return ret;
+}
+
+/* ---- properties ---- */
+
+static void
+gst_lingbot_gen_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_MODEL_PATH:
+      g_free (self->model_path);
+      self->model_path = g_value_dup_string (value);
+      break;
+    case PROP_PROMPT:
+      g_free (self->prompt);
+      self->prompt = g_value_dup_string (value);
+      break;
+    case PROP_PROMPT_EMBEDS:
+      g_free (self->prompt_embeds);
+      self->prompt_embeds = g_value_dup_string (value);
+      break;
+    case PROP_IMAGE_LOCATION:
+      g_free (self->image_location);
+      self->image_location = g_value_dup_string (value);
+      break;
+    case PROP_SEED:
+      self->seed = g_value_get_uint64 (value);
+      break;
+    case PROP_DEVICES:
+      g_free (self->devices);
+      self->devices = g_value_dup_string (value);
+      break;
+    case PROP_CHUNK_FRAMES:
+      self->chunk_frames = g_value_get_int (value);
+      break;
+    case PROP_LOCAL_ATTN_SIZE:
+      self->local_attn_size = g_value_get_int (value);
+      break;
+    case PROP_SINK_SIZE:
+      self->sink_size = g_value_get_int (value);
+      break;
+    case PROP_SAMPLE_SHIFT:
+      self->sample_shift = g_value_get_double (value);
+      break;
+    case PROP_TIMESTEP_INDICES:
+      g_free (self->timestep_indices);
+      self->timestep_indices = g_value_dup_string (value);
+      break;
+    case PROP_FRAMES:
+      self->frames = g_value_get_uint (value);
+      break;
+    case PROP_WIDTH:
+      self->width = g_value_get_int (value);
+      break;
+    case PROP_HEIGHT:
+      self->height = g_value_get_int (value);
+      break;
+    case PROP_PIXEL_AREA:
+      self->pixel_area = g_value_get_int (value);
+      break;
+    case PROP_FPS:
+      self->fps = g_value_get_int (value);
+      break;
+    case PROP_LIVE:
+      self->live = g_value_get_boolean (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_gen_get_property (GObject * object, guint prop_id,
+    GValue * value, GParamSpec * pspec)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_MODEL_PATH:
+      g_value_set_string (value, self->model_path);
+      break;
+    case PROP_PROMPT:
+      g_value_set_string (value, self->prompt);
+      break;
+    case PROP_PROMPT_EMBEDS:
+      g_value_set_string (value, self->prompt_embeds);
+      break;
+    case PROP_IMAGE_LOCATION:
+      g_value_set_string (value, self->image_location);
+      break;
+    case PROP_SEED:
+      g_value_set_uint64 (value, self->seed);
+      break;
+    case PROP_DEVICES:
+      g_value_set_string (value, self->devices);
+      break;
+    case PROP_CHUNK_FRAMES:
+      g_value_set_int (value, self->chunk_frames);
+      break;
+    case PROP_LOCAL_ATTN_SIZE:
+      g_value_set_int (value, self->local_attn_size);
+      break;
+    case PROP_SINK_SIZE:
+      g_value_set_int (value, self->sink_size);
+      break;
+    case PROP_SAMPLE_SHIFT:
+      g_value_set_double (value, self->sample_shift);
+      break;
+    case PROP_TIMESTEP_INDICES:
+      g_value_set_string (value, self->timestep_indices);
+      break;
+    case PROP_FRAMES:
+      g_value_set_uint (value, self->frames);
+      break;
+    case PROP_WIDTH:
+      g_value_set_int (value, self->width);
+      break;
+    case PROP_HEIGHT:
+      g_value_set_int (value, self->height);
+      break;
+    case PROP_PIXEL_AREA:
+      g_value_set_int (value, self->pixel_area);
+      break;
+    case PROP_FPS:
+      g_value_set_int (value, self->fps);
+      break;
+    case PROP_LIVE:
+      g_value_set_boolean (value, self->live);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_gen_finalize (GObject * object)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (object);
+
+  g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
+  g_clear_pointer (&self->world, lingbot_world_unref);
+  g_free (self->model_path);
+  g_free (self->prompt);
+  g_free (self->prompt_embeds);
+  g_free (self->image_location);
+  g_free (self->devices);
+  g_free (self->timestep_indices);
+  gst_clear_buffer (&self->poses);
+  gst_clear_buffer (&self->image);
+  g_array_unref (self->events);
+  g_mutex_clear (&self->lock);
+  g_cond_clear (&self->cond);
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+/**
+ * gst_lingbot_gen_install_properties:
+ * @klass: a class
+ *
+ * Installs the generator's properties on @klass (lingbotbin proxies them).
+ */
+void
+gst_lingbot_gen_install_properties (GObjectClass * klass)
+{
+  const GParamFlags rw = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS;
+  const GParamFlags ready = rw | GST_PARAM_MUTABLE_READY;
+
+  g_object_class_install_property (klass, PROP_MODEL_PATH,
+      g_param_spec_string ("model-path", "Model path",
+          "Model directory (transformers/, Wan2.1_VAE.pth, umT5, tokenizer)",
+          DEFAULT_MODEL_PATH, ready));
+  g_object_class_install_property (klass, PROP_PROMPT,
+      g_param_spec_string ("prompt", "Prompt",
+          "Text prompt of the session (needs the model's umT5 encoder)",
+          DEFAULT_PROMPT, ready));
+  g_object_class_install_property (klass, PROP_PROMPT_EMBEDS,
+      g_param_spec_string ("prompt-embeds", "Prompt embeddings",
+          "Prompt-embeds safetensors file (lingbot-encode-prompt), used "
+          "instead of the prompt", DEFAULT_PROMPT_EMBEDS, ready));
+  g_object_class_install_property (klass, PROP_IMAGE_LOCATION,
+      g_param_spec_string ("image-location", "Image location",
+          "Reference image (JPEG); else the first frame on the image pad",
+          DEFAULT_IMAGE_LOCATION, ready));
+  g_object_class_install_property (klass, PROP_SEED,
+      g_param_spec_uint64 ("seed", "Seed", "Noise seed (Philox)",
+          0, G_MAXUINT64, DEFAULT_SEED, ready));
+  g_object_class_install_property (klass, PROP_DEVICES,
+      g_param_spec_string ("devices", "Devices",
+          "Ranks of the world: \"cpu:N\" or GPU ordinals \"0,1,2,3\"",
+          DEFAULT_DEVICES, ready));
+  g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
+      g_param_spec_int ("chunk-frames", "Chunk frames",
+          "Latent frames per chunk (0 = the model's)", 0, 64,
+          DEFAULT_CHUNK_FRAMES, ready));
+  g_object_class_install_property (klass, PROP_LOCAL_ATTN_SIZE,
+      g_param_spec_int ("local-attn-size", "Local attention size",
+          "KV window in latent frames (-1 = global, 0 = the model's)", -1,
+          4096, DEFAULT_LOCAL_ATTN_SIZE, ready));
+  g_object_class_install_property (klass, PROP_SINK_SIZE,
+      g_param_spec_int ("sink-size", "Sink size",
+          "Attention sink in latent frames (-1 = the model's)", -1, 4096,
+          DEFAULT_SINK_SIZE, ready));
+  g_object_class_install_property (klass, PROP_SAMPLE_SHIFT,
+      g_param_spec_double ("sample-shift", "Sample shift",
+          "Flow-matching sampler shift (0 = 10)", 0.0, 1000.0,
+          DEFAULT_SAMPLE_SHIFT, ready));
+  g_object_class_install_property (klass, PROP_TIMESTEP_INDICES,
+      g_param_spec_string ("timestep-indices", "Timestep indices",
+          "Comma-separated denoising timestep indices in [0, 999]",
+          DEFAULT_TIMESTEP_INDICES, ready));
+  g_object_class_install_property (klass, PROP_FRAMES,
+      g_param_spec_uint ("frames", "Frames",
+          "Video frames to generate, then EOS (0 = unbounded)", 0, G_MAXUINT,
+          DEFAULT_FRAMES, ready));
+  g_object_class_install_property (klass, PROP_WIDTH,
+      g_param_spec_int ("width", "Width",
+          "Output width, a multiple of 16 (0 = from pixel-area)", 0, 16384,
+          DEFAULT_WIDTH, ready));
+  g_object_class_install_property (klass, PROP_HEIGHT,
+      g_param_spec_int ("height", "Height",
+          "Output height, a multiple of 16 (0 = from pixel-area)", 0, 16384,
+          DEFAULT_HEIGHT, ready));
+  g_object_class_install_property (klass, PROP_PIXEL_AREA,
+      g_param_spec_int ("pixel-area", "Pixel area",
+          "Output pixel budget when width/height are 0 (480*832 = 480p)",
+          256, G_MAXINT, DEFAULT_PIXEL_AREA, ready));
+  g_object_class_install_property (klass, PROP_FPS,
+      g_param_spec_int ("fps", "FPS", "Session frame rate", 1, 240,
+          DEFAULT_FPS, ready));
+  g_object_class_install_property (klass, PROP_LIVE,
+      g_param_spec_boolean ("live", "Live",
+          "Live: use the keys held when a chunk starts and wait while none "
+          "is held; offline: map control times onto the chunk timeline "
+          "deterministically", DEFAULT_LIVE, rw | GST_PARAM_MUTABLE_PLAYING));
+}
+
+static void
+gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
+{
+  GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
+
+  GST_DEBUG_CATEGORY_INIT (gst_lingbot_gen_debug, "lingbotgen", 0,
+      "LingBot-World generator");
+
+  gobject_class->set_property = gst_lingbot_gen_set_property;
+  gobject_class->get_property = gst_lingbot_gen_get_property;
+  gobject_class->finalize = gst_lingbot_gen_finalize;
+  gst_lingbot_gen_install_properties (gobject_class);
+
+  gst_element_class_add_static_pad_template (element_class, &control_template);
+  gst_element_class_add_static_pad_template (element_class, &image_template);
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (element_class,
+      "LingBot-World generator", "Generator/Video",
+      "Generates latent video chunks of the LingBot-World model from an "
+      "image, a prompt and a control stream", "lingbot-gst developers");
+
+  element_class->change_state = gst_lingbot_gen_change_state;
+  element_class->request_new_pad = gst_lingbot_gen_request_new_pad;
+  element_class->release_pad = gst_lingbot_gen_release_pad;
+  element_class->set_context = gst_lingbot_gen_set_context;
+  element_class->query = gst_lingbot_gen_query;
+}
+
+static void
+gst_lingbot_gen_init (GstLingbotGen * self)
+{
+  self->control_pad = gst_pad_new_from_static_template (&control_template,
+      "control");
+  gst_pad_set_chain_function (self->control_pad,
+      gst_lingbot_gen_control_chain);
+  gst_pad_set_event_function (self->control_pad,
+      gst_lingbot_gen_control_event);
+  gst_pad_set_query_function (self->control_pad, gst_lingbot_gen_sink_query);
+  gst_element_add_pad (GST_ELEMENT (self), self->control_pad);
+
+  self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_activatemode_function (self->srcpad,
+      gst_lingbot_gen_src_activate_mode);
+  gst_pad_set_query_function (self->srcpad, gst_lingbot_gen_src_query);
+  gst_pad_use_fixed_caps (self->srcpad);
+  gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
+
+  self->model_path = g_strdup (DEFAULT_MODEL_PATH);
+  self->devices = g_strdup (DEFAULT_DEVICES);
+  self->timestep_indices = g_strdup (DEFAULT_TIMESTEP_INDICES);
+  self->seed = DEFAULT_SEED;
+  self->chunk_frames = DEFAULT_CHUNK_FRAMES;
+  self->local_attn_size = DEFAULT_LOCAL_ATTN_SIZE;
+  self->sink_size = DEFAULT_SINK_SIZE;
+  self->sample_shift = DEFAULT_SAMPLE_SHIFT;
+  self->frames = DEFAULT_FRAMES;
+  self->width = DEFAULT_WIDTH;
+  self->height = DEFAULT_HEIGHT;
+  self->pixel_area = DEFAULT_PIXEL_AREA;
+  self->fps = DEFAULT_FPS;
+  self->live = DEFAULT_LIVE;
+  g_mutex_init (&self->lock);
+  g_cond_init (&self->cond);
+  self->events = g_array_new (FALSE, FALSE, sizeof (LingbotControlEvent));
+  self->horizon = GST_CLOCK_TIME_NONE;
+  lingbot_key_state_init (&self->keys);
+}

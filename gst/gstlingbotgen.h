@@ -1,0 +1,34 @@
+/* lingbot-gst: lingbotgen, control in -> latent chunks out
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <gst/gst.h>
+#include "lingbot/lingbot.h"
+
+G_BEGIN_DECLS
+
+/**
+ * GST_LINGBOT_LATENT_CAPS:
+ *
+ * Latent chunks: one buffer per chunk holding f32 [channels, frames,
+ * height, width] latents (the VAE's 16 channels, `frames` latent frames,
+ * the latent grid = video size / 8), with a #GstLingbotChunkMeta naming
+ * the session; `video-width`/`video-height`/`framerate` describe the video
+ * a decoder makes of them.
+ */
+#define GST_LINGBOT_LATENT_MEDIA_TYPE "application/x-lingbot-latent"
+#define GST_LINGBOT_LATENT_CAPS GST_LINGBOT_LATENT_MEDIA_TYPE \
+    ", dtype = (string) f32, channels = (int) 16, " \
+    "frames = (int) [ 1, MAX ], height = (int) [ 1, MAX ], " \
+    "width = (int) [ 1, MAX ]"
+
+#define GST_TYPE_LINGBOT_GEN (gst_lingbot_gen_get_type ())
+G_DECLARE_FINAL_TYPE (GstLingbotGen, gst_lingbot_gen, GST, LINGBOT_GEN,
+    GstElement)
+
+GST_ELEMENT_REGISTER_DECLARE (lingbotgen);
+
+void gst_lingbot_gen_install_properties (GObjectClass * klass);
+
+G_END_DECLS

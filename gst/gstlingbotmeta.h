@@ -1,0 +1,67 @@
+/* lingbot-gst: the latent-chunk meta (a session handle + chunk index)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <gst/gst.h>
+#include "lingbot/lingbot.h"
+
+G_BEGIN_DECLS
+
+/**
+ * GstLingbotSessionHandle:
+ * @world: the world the session runs on
+ * @session: the session
+ * @lock: serialises calls into @session (generate in lingbotgen's
+ *   streaming thread, decode in lingbotvaedec's)
+ *
+ * A refcounted owner of one #LingbotSession, shared by the generator and
+ * every latent buffer it pushed, so a decoder downstream can decode on the
+ * same ranks with the session's own VAE decoder (DESIGN.md 3).
+ */
+typedef struct {
+  /*< private >*/
+  gint ref_count;
+  /*< public >*/
+  LingbotWorld *world;
+  LingbotSession *session;
+  GMutex lock;
+} GstLingbotSessionHandle;
+
+GstLingbotSessionHandle *gst_lingbot_session_handle_new (LingbotWorld *
+    world, LingbotSession * session);
+GstLingbotSessionHandle *gst_lingbot_session_handle_ref
+    (GstLingbotSessionHandle * handle);
+void gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle);
+
+/**
+ * GstLingbotChunkMeta:
+ * @meta: parent
+ * @handle: the session that generated the chunk
+ * @chunk: chunk index in the session
+ * @stats: the generator's figures for the chunk (DiT part)
+ *
+ * Attached by lingbotgen to every latent buffer.  The buffer's memory holds
+ * the same latents as bytes (f32 [16, C, h, w]), so elements that do not
+ * know the meta still get the data.
+ */
+typedef struct {
+  GstMeta meta;
+  GstLingbotSessionHandle *handle;
+  guint64 chunk;
+  LingbotChunkStats stats;
+} GstLingbotChunkMeta;
+
+GType gst_lingbot_chunk_meta_api_get_type (void);
+#define GST_LINGBOT_CHUNK_META_API_TYPE (gst_lingbot_chunk_meta_api_get_type ())
+const GstMetaInfo *gst_lingbot_chunk_meta_get_info (void);
+#define GST_LINGBOT_CHUNK_META_INFO (gst_lingbot_chunk_meta_get_info ())
+
+#define gst_buffer_get_lingbot_chunk_meta(b) ((GstLingbotChunkMeta *) \
+    gst_buffer_get_meta ((b), GST_LINGBOT_CHUNK_META_API_TYPE))
+
+GstLingbotChunkMeta *gst_buffer_add_lingbot_chunk_meta (GstBuffer * buffer,
+    GstLingbotSessionHandle * handle, guint64 chunk,
+    const LingbotChunkStats * stats);
+
+G_END_DECLS

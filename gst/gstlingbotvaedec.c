@@ -1,0 +1,534 @@
+/* lingbot-gst: lingbotvaedec, latent chunks -> video frames
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+/**
+ * SECTION:element-lingbotvaedec
+ * @title: lingbotvaedec
+ *
+ * Decodes `application/x-lingbot-latent` chunks into `video/x-raw` frames
+ * (I420 preferred, or RGB): 13 frames for the first chunk of a session, 16
+ * after (for 4 latent frames per chunk), each timestamped at the session
+ * frame rate (PTS = frame index / fps).
+ *
+ * When a chunk carries lingbotgen's #GstLingbotChunkMeta the decode runs
+ * in that session (lingbot_session_decode()), on the same ranks as the
+ * DiT.  Plain latent bytes from elsewhere are decoded by a decoder of this
+ * element's own, made from the shared world's VAE (GstContext
+ * "lingbot.world", or `model-path`/`devices`).
+ *
+ * Each chunk posts an element message `lingbot-decode` (index, frames,
+ * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <string.h>
+#include <gst/video/video.h>
+
+#include "gst/gstlingbotvaedec.h"
+#include "gst/gstlingbotcontext.h"
+#include "gst/gstlingbotgen.h"
+#include "gst/gstlingbotmeta.h"
+
+GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
+#define GST_CAT_DEFAULT gst_lingbot_vae_dec_debug
+
+#define DEFAULT_MODEL_PATH NULL
+#define DEFAULT_DEVICES NULL
+
+enum
+{
+  PROP_0,
+  PROP_MODEL_PATH,
+  PROP_DEVICES,
+};
+
+struct _GstLingbotVaeDec
+{
+  GstElement parent;
+
+  GstPad *sinkpad;
+  GstPad *srcpad;
+
+  /* properties (object lock) */
+  char *model_path;
+  char *devices;
+  LingbotWorld *world;          /* object lock */
+
+  /* streaming thread */
+  int lat_frames, lat_h, lat_w;
+  int fps_n, fps_d;
+  GstVideoInfo out_info;
+  gboolean negotiated;
+  guint64 frame_index;
+  guint64 chunk;
+  LingbotVaeDecoder *decoder;   /* plain-bytes path */
+  LbTensor *frames;
+};
+
+#define gst_lingbot_vae_dec_parent_class parent_class
+G_DEFINE_TYPE (GstLingbotVaeDec, gst_lingbot_vae_dec, GST_TYPE_ELEMENT);
+GST_ELEMENT_REGISTER_DEFINE (lingbotvaedec, "lingbotvaedec", GST_RANK_NONE,
+    GST_TYPE_LINGBOT_VAE_DEC);
+
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
+    GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_LATENT_CAPS));
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
+    GST_PAD_SRC, GST_PAD_ALWAYS,
+    GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE ("{ I420, RGB }")));
+
+static void
+gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
+{
+  g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
+  g_clear_pointer (&self->frames, lb_tensor_free);
+  self->negotiated = FALSE;
+  self->frame_index = 0;
+  self->chunk = 0;
+}
+
+static gboolean
+gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
+{
+  GstStructure *s = gst_caps_get_structure (caps, 0);
+  int vw = 0, vh = 0;
+  GstCaps *peer, *out;
+  GstVideoFormat format = GST_VIDEO_FORMAT_I420;
+
+  if (!gst_structure_get_int (s, "frames", &self->lat_frames)
+      || !gst_structure_get_int (s, "height", &self->lat_h)
+      || !gst_structure_get_int (s, "width", &self->lat_w)) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("latent caps without frames/height/width: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  if (!gst_structure_get_int (s, "video-width", &vw))
+    vw = self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
+  if (!gst_structure_get_int (s, "video-height", &vh))
+    vh = self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
+  if (!gst_structure_get_fraction (s, "framerate", &self->fps_n,
+          &self->fps_d)) {
+    self->fps_n = 16;
+    self->fps_d = 1;
+  }
+
+  /* I420 unless downstream only takes RGB */
+  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  if (peer) {
+    GstCaps *i420 = gst_caps_from_string ("video/x-raw, format=I420");
+    if (!gst_caps_can_intersect (peer, i420))
+      format = GST_VIDEO_FORMAT_RGB;
+    gst_caps_unref (i420);
+    gst_caps_unref (peer);
+  }
+  gst_video_info_set_format (&self->out_info, format, vw, vh);
+  self->out_info.fps_n = self->fps_n;
+  self->out_info.fps_d = self->fps_d;
+  out = gst_video_info_to_caps (&self->out_info);
+  GST_DEBUG_OBJECT (self, "output caps %" GST_PTR_FORMAT, out);
+  self->negotiated = gst_pad_push_event (self->srcpad,
+      gst_event_new_caps (out));
+  gst_caps_unref (out);
+  if (!self->negotiated)
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("downstream refused %dx%d video", vw, vh));
+  return self->negotiated;
+}
+
+static gboolean
+gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_CAPS:{
+      GstCaps *caps;
+      gboolean ret;
+
+      gst_event_parse_caps (event, &caps);
+      ret = gst_lingbot_vae_dec_set_caps (self, caps);
+      gst_event_unref (event);
+      return ret;
+    }
+    case GST_EVENT_STREAM_START:
+    case GST_EVENT_FLUSH_STOP:
+      /* a new session: its first chunk decodes to 13 frames again */
+      g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
+      self->frame_index = 0;
+      self->chunk = 0;
+      break;
+    default:
+      break;
+  }
+  return gst_pad_event_default (pad, parent, event);
+}
+
+static gboolean
+ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
+{
+  g_autofree char *model_path = NULL, *devices = NULL;
+  LingbotWorld *world;
+  LingbotVae *vae;
+  int max_frames;
+  int64_t shape[4];
+
+  if (self->decoder)
+    return TRUE;
+  GST_OBJECT_LOCK (self);
+  model_path = g_strdup (self->model_path);
+  devices = g_strdup (self->devices);
+  GST_OBJECT_UNLOCK (self);
+  if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
+          FALSE, model_path != NULL, &self->world, error)) {
+    if (error && *error == NULL)
+      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+          "latents without a session and no lingbot.world context or "
+          "model-path to decode them with");
+    return FALSE;
+  }
+  GST_OBJECT_LOCK (self);
+  world = lingbot_world_ref (self->world);
+  GST_OBJECT_UNLOCK (self);
+  vae = lingbot_world_get_vae (world);
+  if (vae == NULL) {
+    lingbot_world_unref (world);
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND, "the world has no VAE");
+    return FALSE;
+  }
+  self->decoder = lingbot_vae_decoder_new_sharded (vae,
+      lingbot_world_get_group (world), self->lat_h, self->lat_w,
+      self->lat_frames, error);
+  lingbot_world_unref (world);
+  if (self->decoder == NULL)
+    return FALSE;
+  if (self->frames == NULL) {
+    max_frames = lingbot_vae_frames_for_latents (self->lat_frames, FALSE);
+    shape[0] = 3;
+    shape[1] = max_frames;
+    shape[2] = (int64_t) self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
+    shape[3] = (int64_t) self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
+    self->frames = lb_tensor_new (LB_DTYPE_F32, 4, shape);
+  }
+  return TRUE;
+}
+
+static GstFlowReturn
+push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
+    GError ** error)
+{
+  for (int i = 0; i < n; i++) {
+    GstBuffer *out = gst_buffer_new_allocate (NULL, self->out_info.size,
+        NULL);
+    GstVideoFrame vf;
+    gboolean ok;
+    GstFlowReturn ret;
+
+    if (!gst_video_frame_map (&vf, &self->out_info, out, GST_MAP_WRITE)) {
+      gst_buffer_unref (out);
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "cannot map an output frame");
+      return GST_FLOW_ERROR;
+    }
+    if (GST_VIDEO_INFO_FORMAT (&self->out_info) == GST_VIDEO_FORMAT_I420)
+      ok = lingbot_vae_frames_to_i420 (frames, i,
+          GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
+          GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
+          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1),
+          GST_VIDEO_FRAME_PLANE_DATA (&vf, 2),
+          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
+    else
+      ok = lingbot_vae_frames_to_rgb8 (frames, i,
+          GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+    gst_video_frame_unmap (&vf);
+    if (!ok) {
+      gst_buffer_unref (out);
+      return GST_FLOW_ERROR;
+    }
+    GST_BUFFER_PTS (out) = gst_util_uint64_scale (self->frame_index,
+        (guint64) self->fps_d * GST_SECOND, self->fps_n);
+    GST_BUFFER_DURATION (out) = gst_util_uint64_scale (self->frame_index + 1,
+        (guint64) self->fps_d * GST_SECOND, self->fps_n) -
+        GST_BUFFER_PTS (out);
+    GST_BUFFER_OFFSET (out) = self->frame_index;
+    GST_BUFFER_OFFSET_END (out) = self->frame_index + 1;
+    self->frame_index++;
+    ret = gst_pad_push (self->srcpad, out);
+    if (ret != GST_FLOW_OK)
+      return ret;
+  }
+  return GST_FLOW_OK;
+}
+
+static GstFlowReturn
+gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+  g_autoptr (GError) error = NULL;
+  GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (buf);
+  LingbotChunkStats stats = { 0 };
+  GstFlowReturn ret = GST_FLOW_OK;
+  GstMapInfo map;
+  LbTensor latents;
+  int64_t shape[4], stride[4];
+  int n = 0;
+  gint64 t0;
+  gboolean ok;
+
+  if (!self->negotiated) {
+    gst_buffer_unref (buf);
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+  shape[0] = LINGBOT_VAE_Z_DIM;
+  shape[1] = self->lat_frames;
+  shape[2] = self->lat_h;
+  shape[3] = self->lat_w;
+  if (gst_buffer_get_size (buf) != (gsize) (shape[0] * shape[1] * shape[2] *
+          shape[3] * sizeof (float))) {
+    GST_ELEMENT_ERROR (self, STREAM, FORMAT, (NULL),
+        ("latent buffer of %" G_GSIZE_FORMAT " bytes, caps say f32 [16, %d, "
+            "%d, %d]", gst_buffer_get_size (buf), self->lat_frames,
+            self->lat_h, self->lat_w));
+    gst_buffer_unref (buf);
+    return GST_FLOW_ERROR;
+  }
+  gst_buffer_map (buf, &map, GST_MAP_READ);
+  lb_contiguous_strides (4, shape, stride);
+  lb_tensor_view_init (&latents, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 4,
+      shape, stride);
+
+  t0 = g_get_monotonic_time ();
+  if (meta) {
+    GstLingbotSessionHandle *h = meta->handle;
+
+    stats = meta->stats;
+    g_mutex_lock (&h->lock);
+    ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
+    if (ok) {
+      stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
+      ret = push_frames (self, lingbot_session_get_frames (h->session), n,
+          &error);
+    }
+    g_mutex_unlock (&h->lock);
+  } else {
+    stats.index = self->chunk;
+    ok = ensure_own_decoder (self, &error)
+        && lingbot_vae_decoder_decode (self->decoder, &latents, self->frames,
+        &n, &error);
+    if (ok) {
+      stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
+      ret = push_frames (self, self->frames, n, &error);
+    }
+  }
+  gst_buffer_unmap (buf, &map);
+  gst_buffer_unref (buf);
+
+  if (!ok || ret == GST_FLOW_ERROR) {
+    GST_ELEMENT_ERROR (self, STREAM, DECODE, ("%s",
+            error ? error->message : "decode failed"),
+        ("chunk %" G_GUINT64_FORMAT, self->chunk));
+    return GST_FLOW_ERROR;
+  }
+  stats.frames = n;
+  gst_element_post_message (GST_ELEMENT (self),
+      gst_message_new_element (GST_OBJECT (self),
+          gst_structure_new ("lingbot-decode",
+              "index", G_TYPE_UINT64, stats.index,
+              "frames", G_TYPE_INT, n,
+              "vae-seconds", G_TYPE_DOUBLE, stats.vae_seconds,
+              "compute-seconds", G_TYPE_DOUBLE,
+              stats.dit_seconds + stats.vae_seconds, NULL)));
+  GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT ": %d frames, VAE "
+      "%.3f s", stats.index, n, stats.vae_seconds);
+  self->chunk++;
+  return ret;
+}
+
+/* ---- context ---- */
+
+static gboolean
+gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
+    GstQuery * query)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
+    LingbotWorld *world = NULL;
+    gboolean ret;
+
+    GST_OBJECT_LOCK (self);
+    if (self->world)
+      world = lingbot_world_ref (self->world);
+    GST_OBJECT_UNLOCK (self);
+    ret = gst_lingbot_handle_context_query (GST_ELEMENT (self), query, world);
+    g_clear_pointer (&world, lingbot_world_unref);
+    if (ret)
+      return TRUE;
+  }
+  return gst_pad_query_default (pad, parent, query);
+}
+
+static gboolean
+gst_lingbot_vae_dec_query (GstElement * element, GstQuery * query)
+{
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
+    return gst_lingbot_vae_dec_pad_query (GST_LINGBOT_VAE_DEC (element)->srcpad,
+        GST_OBJECT (element), query);
+  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
+}
+
+static void
+gst_lingbot_vae_dec_set_context (GstElement * element, GstContext * context)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (element);
+  g_autofree char *model_path = NULL, *devices = NULL;
+
+  GST_OBJECT_LOCK (self);
+  model_path = g_strdup (self->model_path);
+  devices = g_strdup (self->devices);
+  GST_OBJECT_UNLOCK (self);
+  gst_lingbot_handle_set_context (element, context, model_path, devices,
+      &self->world);
+  GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
+}
+
+static GstStateChangeReturn
+gst_lingbot_vae_dec_change_state (GstElement * element,
+    GstStateChange transition)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (element);
+  GstStateChangeReturn ret;
+
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED)
+    gst_lingbot_vae_dec_reset (self);
+  ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
+  switch (transition) {
+    case GST_STATE_CHANGE_PAUSED_TO_READY:
+      gst_lingbot_vae_dec_reset (self);
+      break;
+    case GST_STATE_CHANGE_READY_TO_NULL:
+      GST_OBJECT_LOCK (self);
+      g_clear_pointer (&self->world, lingbot_world_unref);
+      GST_OBJECT_UNLOCK (self);
+      break;
+    default:
+      break;
+  }
+  return ret;
+}
+
+/* ---- properties ---- */
+
+static void
+gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
+    const GValue * value, GParamSpec * pspec)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_MODEL_PATH:
+      g_free (self->model_path);
+      self->model_path = g_value_dup_string (value);
+      break;
+    case PROP_DEVICES:
+      g_free (self->devices);
+      self->devices = g_value_dup_string (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
+    GValue * value, GParamSpec * pspec)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
+
+  GST_OBJECT_LOCK (self);
+  switch (prop_id) {
+    case PROP_MODEL_PATH:
+      g_value_set_string (value, self->model_path);
+      break;
+    case PROP_DEVICES:
+      g_value_set_string (value, self->devices);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+  GST_OBJECT_UNLOCK (self);
+}
+
+static void
+gst_lingbot_vae_dec_finalize (GObject * object)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
+
+  gst_lingbot_vae_dec_reset (self);
+  g_clear_pointer (&self->world, lingbot_world_unref);
+  g_free (self->model_path);
+  g_free (self->devices);
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+static void
+gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
+{
+  GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
+  const GParamFlags ready = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+      GST_PARAM_MUTABLE_READY;
+
+  GST_DEBUG_CATEGORY_INIT (gst_lingbot_vae_dec_debug, "lingbotvaedec", 0,
+      "LingBot-World VAE decoder");
+
+  gobject_class->set_property = gst_lingbot_vae_dec_set_property;
+  gobject_class->get_property = gst_lingbot_vae_dec_get_property;
+  gobject_class->finalize = gst_lingbot_vae_dec_finalize;
+
+  g_object_class_install_property (gobject_class, PROP_MODEL_PATH,
+      g_param_spec_string ("model-path", "Model path",
+          "Model whose VAE decodes latents that carry no session (NULL = "
+          "the shared lingbot.world context)", DEFAULT_MODEL_PATH, ready));
+  g_object_class_install_property (gobject_class, PROP_DEVICES,
+      g_param_spec_string ("devices", "Devices",
+          "Ranks for latents that carry no session (NULL = the shared "
+          "context's, else cpu:1)", DEFAULT_DEVICES, ready));
+
+  gst_element_class_add_static_pad_template (element_class, &sink_template);
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (element_class,
+      "LingBot-World VAE decoder", "Codec/Decoder/Video",
+      "Decodes LingBot-World latent chunks to raw video frames",
+      "lingbot-gst developers");
+
+  element_class->change_state = gst_lingbot_vae_dec_change_state;
+  element_class->set_context = gst_lingbot_vae_dec_set_context;
+  element_class->query = gst_lingbot_vae_dec_query;
+}
+
+static void
+gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
+{
+  self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
+  gst_pad_set_chain_function (self->sinkpad, gst_lingbot_vae_dec_chain);
+  gst_pad_set_event_function (self->sinkpad, gst_lingbot_vae_dec_sink_event);
+  gst_pad_set_query_function (self->sinkpad, gst_lingbot_vae_dec_pad_query);
+  gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
+
+  self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
+  gst_pad_use_fixed_caps (self->srcpad);
+  gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
+
+  self->model_path = g_strdup (DEFAULT_MODEL_PATH);
+  self->devices = g_strdup (DEFAULT_DEVICES);
+}

@@ -1,0 +1,206 @@
+/* lingbot-gst: the public C API (no GStreamer)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Two objects, both refcounted and thread-safe to ref/unref:
+ *
+ * - LingbotWorld: the devices (a worker group of N ranks, DESIGN.md 3) and
+ *   the loaded model (DiT, VAE, text encoder + tokenizer, each optional
+ *   where a session does not need it).  One world serves many sessions, one
+ *   at a time on the same ranks.  The GStreamer elements share one world
+ *   through GstContext "lingbot.world".
+ * - LingbotSession: one generation (DESIGN.md 4): a reference image, a
+ *   prompt (or precomputed prompt embeddings), a seed and a control stream.
+ *   Everything constant for the session is computed once at creation (text
+ *   context, condition latents, KV caches, RoPE tables, sigmas, output
+ *   buffers); each chunk then runs control -> 4 + 1 DiT passes -> decode,
+ *   allocating nothing.  lingbot_session_generate() and
+ *   lingbot_session_decode() may be called from different threads (the
+ *   elements do): every call holds the world's lock while it uses the
+ *   ranks, so the two serialize.  Calls of one kind must not race each
+ *   other.
+ *
+ * Model directory layout (the published release):
+ *   MODEL/transformers/       DiT shards, model.safetensors.index.json,
+ *                             config.json (or a single .safetensors)
+ *   MODEL/Wan2.1_VAE.pth      VAE (or Wan2.1_VAE.safetensors)
+ *   MODEL/models_t5_umt5-xxl-enc-bf16.pth   umT5 encoder (optional with
+ *                             prompt embeddings; or
+ *                             models_t5_umt5-xxl-enc-bf16.safetensors)
+ *   MODEL/google/umt5-xxl/    tokenizer (spiece.model / tokenizer.model)
+ * (`lingbot-mkmodel --full --out MODEL` writes a random one, with the
+ * .safetensors names.)
+ *
+ * The text encoder is located by lingbot_world_new() but loaded only
+ * inside lingbot_session_new(), run once on rank 0 and freed: the 11 GB
+ * umT5-XXL is needed for one forward per session.
+ */
+#pragma once
+
+#include <glib.h>
+
+#include "kernels/tensor.h"
+#include "comm/worker-group.h"
+#include "lingbot/control.h"
+#include "lingbot/dit.h"
+#include "lingbot/vae.h"
+
+G_BEGIN_DECLS
+
+/* ---- world ---- */
+
+typedef struct _LingbotWorld LingbotWorld;
+
+/**
+ * LingbotWorldOptions:
+ * @devices: "cpu:N" or GPU ordinals "0,1,2,3" (lingbot_backend_parse_devices())
+ * @model_path: the model directory (layout above)
+ * @load_text_encoder: load the umT5 encoder and tokenizer (not needed when
+ *   every session passes prompt embeddings)
+ * @timeout_ms: deadline of every rank-side wait, 0 for the default
+ *
+ * Zero-initialise (%LINGBOT_WORLD_OPTIONS_INIT), then set the fields.
+ */
+typedef struct {
+  const char *devices;
+  const char *model_path;
+  gboolean load_text_encoder;
+  guint timeout_ms;
+} LingbotWorldOptions;
+
+#define LINGBOT_WORLD_OPTIONS_INIT { "cpu:1", NULL, TRUE, 0 }
+
+LingbotWorld *lingbot_world_new (const LingbotWorldOptions * options,
+    GError ** error);
+LingbotWorld *lingbot_world_ref (LingbotWorld * world);
+void lingbot_world_unref (LingbotWorld * world);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
+
+const char *lingbot_world_get_devices (LingbotWorld * world);
+const char *lingbot_world_get_model_path (LingbotWorld * world);
+int lingbot_world_get_n_ranks (LingbotWorld * world);
+LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
+LingbotDit *lingbot_world_get_dit (LingbotWorld * world);
+LingbotVae *lingbot_world_get_vae (LingbotWorld * world);
+gboolean lingbot_world_has_text_encoder (LingbotWorld * world);
+void lingbot_world_lock (LingbotWorld * world);
+void lingbot_world_unlock (LingbotWorld * world);
+
+/* ---- session ---- */
+
+typedef struct _LingbotSession LingbotSession;
+
+/**
+ * LingbotSessionOptions:
+ * @prompt: the text prompt (needs the world's text encoder), or %NULL
+ * @prompt_embeds_path: a prompt-embeds safetensors file (lingbot-encode-prompt),
+ *   used instead of the encoder when set
+ * @image_path: the reference image (JPEG), or %NULL when @image_rgb is set
+ * @image_rgb: packed RGB8 pixels of the reference image, @image_width x
+ *   @image_height, row stride @image_stride bytes
+ * @pixel_area: the output pixel budget of spec 6.1 (480 * 832 for 480p);
+ *   ignored when @width and @height are set
+ * @width: output width in pixels (multiple of 16), 0 = from @pixel_area
+ * @height: output height in pixels (multiple of 16), 0 = from @pixel_area
+ * @seed: noise seed (Philox, DESIGN.md 4)
+ * @chunk_frames: latent frames per chunk, 0 = the model's (4)
+ * @local_attn_frames: KV window in latent frames, 0 = the model's (18)
+ * @sink_frames: attention sink in latent frames, -1 = the model's (6)
+ * @sample_shift: sampler shift, 0 = 10
+ * @timestep_indices: (nullable): %NULL = 0,250,500,750; else
+ *   @n_timestep_indices values
+ * @frames: video frames to deliver, 0 = unbounded.  Chunks are generated
+ *   until the count is reached (13 frames from chunk 0, 16 from each later
+ *   one for C = 4: 77 gives 5 chunks, spec 3.1) and the last chunk's
+ *   decoded frames are cut to the exact count.  With @poses it must be 4n+1
+ *   and is resolved as in spec 3.1 (whole chunks); 0 then means every
+ *   frame the poses cover
+ * @fps: the session frame rate (16)
+ * @poses: (nullable): explicit camera poses [n_poses, 4, 4] f32 c2w
+ *   (poses.npy) with @intrinsics [n, 4] (fx, fy, cx, cy; the first row is
+ *   used) calibrated at @intrinsics_width x @intrinsics_height (0 = 832 x
+ *   480); @intrinsics %NULL uses the image-size default of spec 2.5; then
+ *   keys are ignored (offline path, spec 2.9)
+ * @noise_path: (nullable): read noise from this safetensors file instead of
+ *   Philox (parity tests): tensors `output.chunk{chunk}.step0.x_in` and
+ *   `output.chunk{chunk}.step{step}.renoise` (the golden DiT fixture names)
+ *
+ * Without @prompt_embeds_path the world's text encoder encodes @prompt
+ * (%NULL = the empty prompt); a world without one is an error.
+ */
+typedef struct {
+  const char *prompt;
+  const char *prompt_embeds_path;
+  const char *image_path;
+  const guint8 *image_rgb;
+  int image_width, image_height, image_stride;
+  int pixel_area;
+  int width, height;
+  guint64 seed;
+  int chunk_frames;
+  int local_attn_frames;
+  int sink_frames;
+  double sample_shift;
+  const int *timestep_indices;
+  int n_timestep_indices;
+  guint frames;
+  int fps;
+  const float *poses;
+  guint n_poses;
+  const float *intrinsics;
+  int intrinsics_width, intrinsics_height;
+  const char *noise_path;
+} LingbotSessionOptions;
+
+#define LINGBOT_SESSION_OPTIONS_INIT { NULL, NULL, NULL, NULL, 0, 0, 0, \
+    480 * 832, 0, 0, 0, 0, 0, -1, 0.0, NULL, 0, 0, 16, NULL, 0, NULL, \
+    0, 0, NULL }
+
+/**
+ * LingbotChunkStats:
+ * @index: chunk index
+ * @frames: video frames the chunk yields (the last one possibly cut)
+ * @dit_seconds: the DiT's 4 + 1 passes
+ * @vae_seconds: the decode
+ * @compute_seconds: control + condition encode + DiT (generate), plus the
+ *   decode when the same struct is passed to lingbot_session_decode()
+ * @keys: the key set that steered the chunk (0 offline)
+ *
+ * Per-chunk figures (DESIGN.md 6), measured with g_get_monotonic_time().
+ */
+typedef struct {
+  guint64 index;
+  int frames;
+  double dit_seconds;
+  double vae_seconds;
+  double compute_seconds;
+  guint keys;
+} LingbotChunkStats;
+
+LingbotSession *lingbot_session_new (LingbotWorld * world,
+    const LingbotSessionOptions * options, GError ** error);
+void lingbot_session_free (LingbotSession * session);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotSession, lingbot_session_free)
+
+int lingbot_session_get_width (LingbotSession * session);
+int lingbot_session_get_height (LingbotSession * session);
+int lingbot_session_get_latent_height (LingbotSession * session);
+int lingbot_session_get_latent_width (LingbotSession * session);
+int lingbot_session_get_chunk_frames (LingbotSession * session);
+guint64 lingbot_session_get_chunk_index (LingbotSession * session);
+guint lingbot_session_get_n_chunks (LingbotSession * session);
+guint lingbot_session_get_n_frames (LingbotSession * session);
+int lingbot_session_get_frame_count (LingbotSession * session,
+    guint64 chunk_index);
+gboolean lingbot_session_is_done (LingbotSession * session);
+int lingbot_session_get_decode_ranks (LingbotSession * session);
+LingbotControl *lingbot_session_get_control (LingbotSession * session);
+
+gboolean lingbot_session_generate (LingbotSession * session, guint keys,
+    LingbotChunkStats * stats, GError ** error);
+const LbTensor *lingbot_session_get_latents (LingbotSession * session);
+gboolean lingbot_session_decode (LingbotSession * session,
+    const LbTensor * latents, int *n_frames, LingbotChunkStats * stats,
+    GError ** error);
+const LbTensor *lingbot_session_get_frames (LingbotSession * session);
+
+G_END_DECLS

@@ -1,0 +1,836 @@
+/* lingbot-gst: LingbotSession, one generation over a world
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * DESIGN.md 4.  lingbot_session_new() computes everything that is constant
+ * for the session: the output size and the preprocessed image, the prompt
+ * context (once; the text encoder is loaded, run and freed), the condition
+ * encoder (a VAE encoder session that serves zero segments from its stored
+ * fixed point), the control session, the DiT session (text K/V, RoPE,
+ * sigmas, KV cache) on the world's worker group, the noise source, the VAE
+ * decoder and every per-chunk buffer.  Per chunk:
+ *
+ *   lingbot_session_generate (keys):  control (advance + fill) ->
+ *     condition y (VAE encoder on rank 0) -> DiT (4 + 1 passes, Ulysses)
+ *     -> latents
+ *   lingbot_session_decode (latents): VAE decode (height-sharded over the
+ *     same ranks) -> frames [3, T, H, W]
+ *
+ * Neither allocates.  The VAE runs on the CPU backend only (vae.h); with a
+ * GPU world the encoder and an unsharded decoder run on a private CPU
+ * stream of the session.
+ */
+#include "lingbot/lingbot-private.h"
+#include "lingbot/dit-session.h"
+#include "lingbot/image.h"
+#include "lingbot/noise.h"
+#include "lingbot/scheduler.h"
+#include "lingbot/text-encoder.h"
+#include "kernels/error.h"
+
+#include <string.h>
+
+#define NOISE_INITIAL_FORMAT "output.chunk{chunk}.step0.x_in"
+#define NOISE_RENOISE_FORMAT "output.chunk{chunk}.step{step}.renoise"
+
+struct _LingbotSession
+{
+  LingbotWorld *world;
+  LbWorkerGroup *group;
+  int n_ranks;
+
+  int width, height, lat_h, lat_w, chunk_frames;
+  guint frames;                 /* 0 = unbounded */
+  guint n_chunks;               /* 0 = unbounded */
+
+  LbTensor *image;              /* f32 [3, H, W] */
+  LbStream *cpu_stream;         /* the VAE's stream for a non-CPU world */
+  LingbotVaeEncoder *enc;
+  LingbotVaeDecoder *dec;
+  gboolean dec_sharded;
+  LingbotControl *control;
+  LingbotDitSession *dit;
+  LingbotNoise *noise;
+
+  LbTensor *y;                  /* [1, 20, C, h, w] */
+  LbTensor *ctl;                /* [1, 384, C, h, w] */
+  LbTensor *latents;            /* [1, 16, C, h, w] */
+  LbTensor *frames_buf;         /* [3, 4C, H, W] */
+
+  guint64 chunk;                /* chunks generated */
+  guint64 decoded;              /* chunks decoded */
+  guint frames_out;             /* video frames decoded so far */
+
+  /* arguments of the rank-0 jobs (no allocation per chunk) */
+  const LbTensor *job_latents;
+  int job_n_frames;
+};
+
+/* ------------------------------------------------------------------------ */
+/* setup helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static LbTensor *
+load_image_rgb (const LingbotSessionOptions * o, GError ** error)
+{
+  if (o->image_path) {
+    GError *err = NULL;
+    LbTensor *t = lingbot_image_load_jpeg (o->image_path, &err);
+    if (t == NULL) {
+      g_set_error (error, LB_ERROR, err->code,
+          "session: cannot use image %s: %s", o->image_path, err->message);
+      g_error_free (err);
+    }
+    return t;
+  }
+  if (o->image_rgb == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: no reference image (set image_path or image_rgb)");
+    return NULL;
+  }
+  int stride = o->image_stride ? o->image_stride : 3 * o->image_width;
+  if (o->image_width <= 0 || o->image_height <= 0 ||
+      stride < 3 * o->image_width) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: image_rgb is %dx%d with stride %d (need a positive size "
+        "and stride >= 3 * width)", o->image_width, o->image_height, stride);
+    return NULL;
+  }
+  int64_t shape[3] = { o->image_height, o->image_width, 3 };
+  LbTensor *t = lb_tensor_new (LB_DTYPE_U8, 3, shape);
+  for (int r = 0; r < o->image_height; r++)
+    memcpy ((guint8 *) t->data + (gsize) r * 3 * o->image_width,
+        o->image_rgb + (gsize) r * stride, 3 * (gsize) o->image_width);
+  return t;
+}
+
+static gboolean
+resolve_size (LingbotSession * s, const LingbotSessionOptions * o,
+    int image_w, int image_h, GError ** error)
+{
+  if (o->width > 0 || o->height > 0) {
+    if (o->width <= 0 || o->height <= 0 || o->width % 16 || o->height % 16) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "session: output size %dx%d: width and height must both be set "
+          "and be positive multiples of 16", o->width, o->height);
+      return FALSE;
+    }
+    s->width = o->width;
+    s->height = o->height;
+  } else {
+    if (o->pixel_area <= 0) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "session: pixel_area %d is not positive (or set width and "
+          "height)", o->pixel_area);
+      return FALSE;
+    }
+    if (!lingbot_image_output_size (image_w, image_h, (double) o->pixel_area,
+            &s->width, &s->height, error))
+      return FALSE;
+    if (s->width % 16 || s->height % 16) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "session: output size %dx%d is not a multiple of 16", s->width,
+          s->height);
+      return FALSE;
+    }
+  }
+  s->lat_h = s->height / LINGBOT_VAE_SPATIAL_STRIDE;
+  s->lat_w = s->width / LINGBOT_VAE_SPATIAL_STRIDE;
+  return TRUE;
+}
+
+/* The chunk count that yields at least @frames video frames (the last
+ * chunk may be cut): 1 + 4(C-1) from chunk 0, 4C from every later one. */
+static guint
+chunks_for_frames (guint frames, int C)
+{
+  guint first = lingbot_chunk_video_frames (0, (guint) C);
+  guint later = lingbot_chunk_video_frames (1, (guint) C);
+  if (frames <= first)
+    return 1;
+  return 1 + (frames - first + later - 1) / later;
+}
+
+typedef struct {
+  LingbotSession *s;
+  const LingbotSessionOptions *o;
+  LbTensor *text;
+} PromptJob;
+
+static gboolean
+prompt_job (LbRank * rank, gpointer data, GError ** error)
+{
+  PromptJob *j = data;
+  LingbotWorld *w = j->s->world;
+  const LingbotDitConfig *cfg = lingbot_dit_get_config (w->dit);
+  g_autoptr (LbTensor) ctx = lingbot_prompt_context_new (rank->stream,
+      j->o->prompt_embeds_path, j->o->prompt_embeds_path ? NULL : w->t5_path,
+      w->tokenizer_path, j->o->prompt, cfg->text_dim, error);
+  if (ctx == NULL)
+    return FALSE;
+  if (ctx->device.type == LB_DEVICE_CPU) {
+    j->text = g_steal_pointer (&ctx);
+    return TRUE;
+  }
+  /* the DiT session takes a host context */
+  j->text = lb_tensor_new (LB_DTYPE_F32, ctx->ndim, ctx->shape);
+  return lb_tensor_download (rank->stream, j->text, ctx, error) &&
+      rank->backend->stream_synchronize (rank->stream, error);
+}
+
+static LbTensor *
+prompt_context (LingbotSession * s, const LingbotSessionOptions * o,
+    GError ** error)
+{
+  PromptJob j = { s, o, NULL };
+  if (!lb_worker_group_run_on (s->group, 0, prompt_job, &j, error)) {
+    g_clear_pointer (&j.text, lb_tensor_free);
+    return NULL;
+  }
+  return j.text;
+}
+
+static gboolean
+enc_new_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  s->enc = lingbot_vae_encoder_new (s->world->vae, rank->stream, s->height,
+      s->width, error);
+  return s->enc != NULL;
+}
+
+static gboolean
+dec_new_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  s->dec = lingbot_vae_decoder_new (s->world->vae, rank->stream, s->lat_h,
+      s->lat_w, s->chunk_frames, error);
+  return s->dec != NULL;
+}
+
+static gboolean
+setup_vae (LingbotSession * s, GError ** error)
+{
+  LingbotVae *vae = s->world->vae;
+  if (s->world->backend->device_type != LB_DEVICE_CPU) {
+    /* the VAE is CPU-only for now (vae.h): a private CPU stream, used on
+     * the calling thread */
+    LbBackend *cpu = lb_cpu_backend ();
+    s->cpu_stream = cpu->stream_new (cpu, 0, error);
+    if (s->cpu_stream == NULL)
+      return FALSE;
+    s->enc = lingbot_vae_encoder_new (vae, s->cpu_stream, s->height,
+        s->width, error);
+    if (s->enc == NULL)
+      return FALSE;
+    s->dec = lingbot_vae_decoder_new (vae, s->cpu_stream, s->lat_h,
+        s->lat_w, s->chunk_frames, error);
+    return s->dec != NULL;
+  }
+  if (!lb_worker_group_run_on (s->group, 0, enc_new_job, s, error))
+    return FALSE;
+  if (s->n_ranks > 1) {
+    /* each rank decodes its band of latent rows (halo exchange, all-gather
+     * for the mid-block attention); falls back to rank 0 when the rows do
+     * not split (more ranks than latent rows) */
+    GError *err = NULL;
+    s->dec = lingbot_vae_decoder_new_sharded (vae, s->group, s->lat_h,
+        s->lat_w, s->chunk_frames, &err);
+    if (s->dec) {
+      s->dec_sharded = TRUE;
+      return TRUE;
+    }
+    g_clear_error (&err);
+  }
+  return lb_worker_group_run_on (s->group, 0, dec_new_job, s, error);
+}
+
+static gboolean
+setup_control (LingbotSession * s, const LingbotSessionOptions * o,
+    int image_w, int image_h, GError ** error)
+{
+  LingbotControlConfig cc;
+  lingbot_control_config_init (&cc, image_w, image_h, s->width, s->height);
+  cc.chunk_size = (guint) s->chunk_frames;
+  if (o->poses == NULL) {
+    s->control = lingbot_control_new (&cc, error);
+    return s->control != NULL;
+  }
+  /* offline poses (spec 2.9) */
+  cc.has_intrinsics = TRUE;
+  if (o->intrinsics) {
+    memcpy (cc.intrinsics, o->intrinsics, sizeof cc.intrinsics);
+    if (o->intrinsics_width > 0 && o->intrinsics_height > 0) {
+      cc.intrinsics_width = o->intrinsics_width;
+      cc.intrinsics_height = o->intrinsics_height;
+    }
+  } else {
+    /* the image-size default of spec 2.5 */
+    cc.intrinsics[0] = cc.intrinsics[1] = (float) image_w;
+    cc.intrinsics[2] = (float) ((double) image_w / 2.0);
+    cc.intrinsics[3] = (float) ((double) image_h / 2.0);
+    cc.intrinsics_width = image_w;
+    cc.intrinsics_height = image_h;
+  }
+  guint frame_num = s->frames;
+  if (frame_num == 0) {
+    /* the longest 4n+1 the poses cover */
+    if (o->n_poses < 1) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "session: poses given with n_poses = 0");
+      return FALSE;
+    }
+    frame_num = 4 * ((o->n_poses - 1) / 4) + 1;
+  }
+  guint eff = 0;
+  if (!lingbot_frame_count_resolve (frame_num, (guint) s->chunk_frames,
+          LINGBOT_FRAME_POLICY_TRUNCATE, &eff, NULL, error))
+    return FALSE;
+  s->control = lingbot_control_new_offline (&cc, o->poses, o->n_poses,
+      frame_num, error);
+  if (s->control == NULL)
+    return FALSE;
+  /* the offline path generates whole chunks only (spec 3.1) */
+  s->frames = eff;
+  return TRUE;
+}
+
+static LingbotScheduler *
+make_scheduler (const LingbotSessionOptions * o, GError ** error)
+{
+  if (o->sample_shift == 0.0 && o->timestep_indices == NULL)
+    return NULL;
+  double shift = o->sample_shift != 0.0 ? o->sample_shift :
+      LINGBOT_SCHEDULER_DEFAULT_SHIFT;
+  guint def[4] = { 0, 250, 500, 750 };
+  guint idx[LINGBOT_DIT_MAX_STEPS];
+  const guint *ip = def;
+  guint n = 4;
+  if (o->timestep_indices) {
+    if (o->n_timestep_indices < 1 ||
+        o->n_timestep_indices > LINGBOT_DIT_MAX_STEPS) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "session: %d timestep indices, expected 1 to %d",
+          o->n_timestep_indices, LINGBOT_DIT_MAX_STEPS);
+      return NULL;
+    }
+    for (int i = 0; i < o->n_timestep_indices; i++) {
+      if (o->timestep_indices[i] < 0) {
+        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+            "session: timestep index %d is negative",
+            o->timestep_indices[i]);
+        return NULL;
+      }
+      idx[i] = (guint) o->timestep_indices[i];
+    }
+    ip = idx;
+    n = (guint) o->n_timestep_indices;
+  }
+  return lingbot_scheduler_new (shift, LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS,
+      ip, n, error);
+}
+
+static LbTensor *
+new5 (int64_t c, int64_t f, int64_t h, int64_t w)
+{
+  int64_t shape[5] = { 1, c, f, h, w };
+  return lb_tensor_new_zeros (LB_DTYPE_F32, 5, shape);
+}
+
+/* ------------------------------------------------------------------------ */
+/* public                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_session_new:
+ * @world: the world (a reference is taken)
+ * @options: the session's inputs and settings (#LingbotSessionOptions)
+ * @error: %LB_ERROR_INVALID_ARGUMENT (no image, a size that is not a
+ *   multiple of 16, a prompt without a text encoder or embeddings, bad
+ *   frame counts or schedule), %LB_ERROR_FORMAT (image not decodable),
+ *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), and the errors of the
+ *   parts (text encoder, VAE, DiT session, control, noise)
+ *
+ * Creates a generation session: computes the output size (explicit, or
+ * spec 6.1 from the image size and @options->pixel_area), preprocesses the
+ * image (spec 6.2), computes the prompt context once (the embeddings file,
+ * else the world's umT5 encoder, loaded, run on rank 0 and freed), and
+ * creates the condition encoder, the control session (keyboard, with the
+ * image-size intrinsics of spec 2.5, or the offline @options->poses), the
+ * DiT session on the world's ranks, the noise source (Philox keyed by
+ * @options->seed, or @options->noise_path holding the golden fixture names
+ * `output.chunk{chunk}.step0.x_in` / `output.chunk{chunk}.step{step}.renoise`),
+ * the VAE decoder (height-sharded over the ranks when there are several)
+ * and every per-chunk buffer.
+ *
+ * @options->frames bounds the session: chunks are generated until that
+ * many video frames are produced (13 from chunk 0, then 16 per chunk for
+ * C = 4; 77 gives 5 chunks as in spec 3.1), and lingbot_session_decode()
+ * cuts the last chunk's frames to the exact count.  With offline poses the
+ * count is resolved as in spec 3.1 (4n+1, whole chunks).  0 means
+ * unbounded (live; offline: as many frames as the poses cover).
+ *
+ * Sessions of one world share its ranks: run one at a time.
+ *
+ * Returns: (transfer full) (nullable): the session.
+ */
+LingbotSession *
+lingbot_session_new (LingbotWorld * world,
+    const LingbotSessionOptions * options, GError ** error)
+{
+  g_return_val_if_fail (world != NULL && options != NULL, NULL);
+  const LingbotSessionOptions *o = options;
+  LingbotSession *s = g_new0 (LingbotSession, 1);
+  s->world = lingbot_world_ref (world);
+  s->group = world->group;
+  g_rec_mutex_lock (&world->lock);
+  s->n_ranks = world->n_ranks;
+  const LingbotDitConfig *cfg = lingbot_dit_get_config (world->dit);
+  s->chunk_frames = o->chunk_frames > 0 ? o->chunk_frames : cfg->chunk_frames;
+  s->frames = o->frames;
+  g_autoptr (LbTensor) rgb = NULL;
+  g_autoptr (LbTensor) text = NULL;
+  g_autoptr (LingbotScheduler) sched = NULL;
+
+  if (o->prompt_embeds_path == NULL && world->t5_path == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: %s needs the text encoder, but the world has none "
+        "(load_text_encoder) and no prompt_embeds_path is set",
+        o->prompt ? "a text prompt" : "a session without prompt embeddings");
+    goto fail;
+  }
+  if (o->frames > 0 && (o->frames - 1) % 4 != 0 && o->poses) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: frames must be 4n+1 with offline poses, got %u",
+        o->frames);
+    goto fail;
+  }
+
+  if (o->sample_shift < 0.0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: sample_shift %g is negative", o->sample_shift);
+    goto fail;
+  }
+
+  /* image and output size */
+  if (!(rgb = load_image_rgb (o, error)))
+    goto fail;
+  int image_w = (int) rgb->shape[1], image_h = (int) rgb->shape[0];
+  if (!resolve_size (s, o, image_w, image_h, error))
+    goto fail;
+  if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height,
+              error)))
+    goto fail;
+
+  /* control first: it resolves the offline frame count */
+  if (!setup_control (s, o, image_w, image_h, error))
+    goto fail;
+  s->n_chunks = s->frames ? chunks_for_frames (s->frames, s->chunk_frames)
+      : 0;
+
+  /* the prompt context, once */
+  if (!(text = prompt_context (s, o, error)))
+    goto fail;
+
+  /* DiT session */
+  if (!(sched = make_scheduler (o, error)) &&
+      (o->sample_shift != 0.0 || o->timestep_indices))
+    goto fail;
+  LingbotDitSessionOptions dso = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  dso.latent_h = s->lat_h;
+  dso.latent_w = s->lat_w;
+  dso.chunk_frames = s->chunk_frames;
+  dso.local_attn_frames = o->local_attn_frames;
+  dso.sink_frames = o->sink_frames;
+  dso.max_frames = (int64_t) s->n_chunks * s->chunk_frames;
+  dso.scheduler = sched;
+  int window = o->local_attn_frames ? o->local_attn_frames :
+      cfg->local_attn_frames;
+  if (window < 0 && s->n_chunks == 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: a global KV cache (local_attn_frames -1) needs a bounded "
+        "session (set frames)");
+    goto fail;
+  }
+  if (!(s->dit = lingbot_dit_session_new (world->dit, s->group, &dso, text,
+              error)))
+    goto fail;
+  g_clear_pointer (&text, lb_tensor_free);
+
+  /* noise */
+  if (o->noise_path) {
+    if (!(s->noise = lingbot_noise_new_from_file (o->noise_path,
+                NOISE_INITIAL_FORMAT, NOISE_RENOISE_FORMAT, error)))
+      goto fail;
+  } else {
+    s->noise = lingbot_noise_new_philox (o->seed);
+  }
+
+  /* VAE encoder + decoder */
+  if (!setup_vae (s, error))
+    goto fail;
+
+  /* per-chunk buffers */
+  const int C = s->chunk_frames;
+  s->y = new5 (LINGBOT_VAE_COND_CHANNELS, C, s->lat_h, s->lat_w);
+  s->ctl = new5 ((int64_t) lingbot_control_get_chunk_n_elements (s->control,
+          0, s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C, s->lat_h,
+      s->lat_w);
+  s->latents = new5 (cfg->out_dim, C, s->lat_h, s->lat_w);
+  int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
+  s->frames_buf = lb_tensor_new_zeros (LB_DTYPE_F32, 4, fshape);
+  g_rec_mutex_unlock (&world->lock);
+  return s;
+
+fail:
+  g_rec_mutex_unlock (&world->lock);
+  lingbot_session_free (s);
+  return NULL;
+}
+
+/**
+ * lingbot_session_free:
+ * @session: (transfer full) (nullable): a session
+ *
+ * Frees the session's state on every rank and drops its world reference.
+ */
+void
+lingbot_session_free (LingbotSession * session)
+{
+  if (session == NULL)
+    return;
+  g_rec_mutex_lock (&session->world->lock);
+  lingbot_dit_session_free (session->dit);
+  lingbot_vae_encoder_free (session->enc);
+  lingbot_vae_decoder_free (session->dec);
+  g_rec_mutex_unlock (&session->world->lock);
+  lingbot_control_free (session->control);
+  lingbot_noise_free (session->noise);
+  lb_tensor_free (session->image);
+  lb_tensor_free (session->y);
+  lb_tensor_free (session->ctl);
+  lb_tensor_free (session->latents);
+  lb_tensor_free (session->frames_buf);
+  if (session->cpu_stream)
+    session->cpu_stream->backend->stream_free (session->cpu_stream);
+  lingbot_world_unref (session->world);
+  g_free (session);
+}
+
+/** lingbot_session_get_width: @session: a session. Returns: output width. */
+int
+lingbot_session_get_width (LingbotSession * session)
+{
+  return session->width;
+}
+
+/** lingbot_session_get_height: @session: a session. Returns: output height. */
+int
+lingbot_session_get_height (LingbotSession * session)
+{
+  return session->height;
+}
+
+/**
+ * lingbot_session_get_latent_height:
+ * @session: a session
+ *
+ * Returns: latent rows h = H / 8.
+ */
+int
+lingbot_session_get_latent_height (LingbotSession * session)
+{
+  return session->lat_h;
+}
+
+/**
+ * lingbot_session_get_latent_width:
+ * @session: a session
+ *
+ * Returns: latent columns w = W / 8.
+ */
+int
+lingbot_session_get_latent_width (LingbotSession * session)
+{
+  return session->lat_w;
+}
+
+/**
+ * lingbot_session_get_chunk_frames:
+ * @session: a session
+ *
+ * Returns: latent frames per chunk C (4 for the release).
+ */
+int
+lingbot_session_get_chunk_frames (LingbotSession * session)
+{
+  return session->chunk_frames;
+}
+
+/**
+ * lingbot_session_get_chunk_index:
+ * @session: a session
+ *
+ * Returns: the index of the next chunk lingbot_session_generate() makes
+ * (chunks generated so far).
+ */
+guint64
+lingbot_session_get_chunk_index (LingbotSession * session)
+{
+  return session->chunk;
+}
+
+/**
+ * lingbot_session_get_n_chunks:
+ * @session: a session
+ *
+ * Returns: the chunks the session generates in all, 0 when unbounded.
+ */
+guint
+lingbot_session_get_n_chunks (LingbotSession * session)
+{
+  return session->n_chunks;
+}
+
+/**
+ * lingbot_session_get_n_frames:
+ * @session: a session
+ *
+ * Returns: the video frames the session delivers in all (offline: as
+ * resolved from the poses), 0 when unbounded.
+ */
+guint
+lingbot_session_get_n_frames (LingbotSession * session)
+{
+  return session->frames;
+}
+
+/**
+ * lingbot_session_is_done:
+ * @session: a session
+ *
+ * Returns: %TRUE once a bounded session has generated its last chunk.
+ */
+gboolean
+lingbot_session_is_done (LingbotSession * session)
+{
+  return session->n_chunks > 0 && session->chunk >= session->n_chunks;
+}
+
+/**
+ * lingbot_session_get_decode_ranks:
+ * @session: a session
+ *
+ * Returns: the ranks the VAE decode runs on: the world's rank count when
+ * the decode is height-sharded, 1 when it runs on rank 0 alone.
+ */
+int
+lingbot_session_get_decode_ranks (LingbotSession * session)
+{
+  return lingbot_vae_decoder_get_n_ranks (session->dec);
+}
+
+/**
+ * lingbot_session_get_control:
+ * @session: a session
+ *
+ * Returns: (transfer none): the control session (feed key events to it, or
+ * take a key set with lingbot_control_take_keys(); offline it replays the
+ * poses).
+ */
+LingbotControl *
+lingbot_session_get_control (LingbotSession * session)
+{
+  return session->control;
+}
+
+/**
+ * lingbot_session_get_frame_count:
+ * @session: a session
+ * @chunk_index: a chunk of the session
+ *
+ * Returns: the video frames chunk @chunk_index yields after decoding: 13
+ * for chunk 0 and 16 after (C = 4), the last chunk of a bounded session
+ * cut to the requested count; 0 past the end.
+ */
+int
+lingbot_session_get_frame_count (LingbotSession * session,
+    guint64 chunk_index)
+{
+  const guint C = (guint) session->chunk_frames;
+  guint n = lingbot_chunk_video_frames (chunk_index == 0 ? 0 : 1, C);
+  if (session->frames == 0)
+    return (int) n;
+  guint64 before = chunk_index == 0 ? 0 :
+      lingbot_chunk_video_frames (0, C) +
+      (chunk_index - 1) * (guint64) lingbot_chunk_video_frames (1, C);
+  if (before >= session->frames)
+    return 0;
+  return (int) MIN ((guint64) n, session->frames - before);
+}
+
+static gboolean
+cond_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  return lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y,
+      error);
+}
+
+/**
+ * lingbot_session_generate:
+ * @session: a session
+ * @keys: the #LingbotKey set steering this chunk (ignored with offline
+ *   poses); 0 keeps the camera still
+ * @stats: (out caller-allocates) (optional): receives index, frames (what
+ *   the chunk yields once decoded), keys, dit_seconds and compute_seconds
+ *   (control + condition + DiT); vae_seconds is set to 0
+ * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk, and
+ *   the errors of the control, the VAE encoder and the DiT
+ *
+ * Generates the next chunk: the control tensor of @keys
+ * (lingbot_control_advance() + fill), the condition y of the chunk (mask +
+ * VAE latent of [image, zeros] / zeros, spec 1.2 and 6.3), then the DiT's
+ * 4 + 1 passes over the worker group with the session's noise.  The
+ * result is lingbot_session_get_latents(), valid until the next call.
+ * Allocates nothing.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_session_generate (LingbotSession * session, guint keys,
+    LingbotChunkStats * stats, GError ** error)
+{
+  LingbotSession *s = session;
+  g_return_val_if_fail (s != NULL, FALSE);
+  if (lingbot_session_is_done (s)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: all %u chunks (%u frames) were generated", s->n_chunks,
+        s->frames);
+    return FALSE;
+  }
+  g_rec_mutex_lock (&s->world->lock);
+  gint64 t0 = g_get_monotonic_time ();
+  gboolean ok = lingbot_control_advance (s->control, keys, error) &&
+      lingbot_control_fill (s->control, s->ctl->data,
+      (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error);
+  if (ok)
+    ok = s->cpu_stream ? cond_job (NULL, s, error) :
+        lb_worker_group_run_on (s->group, 0, cond_job, s, error);
+  gint64 t1 = g_get_monotonic_time ();
+  if (ok)
+    ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
+        s->latents, error);
+  gint64 t2 = g_get_monotonic_time ();
+  g_rec_mutex_unlock (&s->world->lock);
+  if (!ok)
+    return FALSE;
+  if (stats) {
+    stats->index = s->chunk;
+    stats->frames = lingbot_session_get_frame_count (s, s->chunk);
+    stats->keys = lingbot_control_is_offline (s->control) ? 0 : keys;
+    stats->dit_seconds = (double) (t2 - t1) / G_USEC_PER_SEC;
+    stats->vae_seconds = 0.0;
+    stats->compute_seconds = (double) (t2 - t0) / G_USEC_PER_SEC;
+  }
+  s->chunk++;
+  return TRUE;
+}
+
+/**
+ * lingbot_session_get_latents:
+ * @session: a session
+ *
+ * Returns: (transfer none): f32 [1, 16, C, h, w] host tensor: the denoised
+ * latents of the last lingbot_session_generate(), overwritten by the next.
+ */
+const LbTensor *
+lingbot_session_get_latents (LingbotSession * session)
+{
+  return session->latents;
+}
+
+static gboolean
+dec_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  return lingbot_vae_decoder_decode (s->dec, s->job_latents, s->frames_buf,
+      &s->job_n_frames, error);
+}
+
+/**
+ * lingbot_session_decode:
+ * @session: a session
+ * @latents: (nullable): f32 [1, 16, C, h, w] (or [16, C, h, w]) host
+ *   latents of the session's next undecoded chunk, in order;
+ *   %NULL decodes lingbot_session_get_latents()
+ * @n_frames: (out) (optional): the video frames of the chunk now in
+ *   lingbot_session_get_frames() (13 for the first chunk, 16 after; the
+ *   last chunk of a bounded session cut to the requested count, 0 when the
+ *   session already delivered every frame)
+ * @stats: (inout) (optional): vae_seconds is set and added to
+ *   compute_seconds (pass the struct lingbot_session_generate() filled to
+ *   get the chunk's total); index and frames are set to the decoded chunk
+ * @error: %LB_ERROR_SHAPE for latents of the wrong shape, decoder errors
+ *
+ * Decodes one chunk with the session's streaming VAE decoder (its causal
+ * caches continue from the previous chunk).  With several ranks on the CPU
+ * backend every rank decodes its band of rows (lingbot_vae_decoder_new_sharded()).
+ * Allocates nothing.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
+    int *n_frames, LingbotChunkStats * stats, GError ** error)
+{
+  LingbotSession *s = session;
+  g_return_val_if_fail (s != NULL, FALSE);
+  if (latents == NULL)
+    latents = s->latents;
+  g_rec_mutex_lock (&s->world->lock);
+  gint64 t0 = g_get_monotonic_time ();
+  gboolean ok;
+  s->job_latents = latents;
+  if (s->dec_sharded)
+    ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf,
+        &s->job_n_frames, error);
+  else if (s->cpu_stream)
+    ok = dec_job (NULL, s, error);
+  else
+    ok = lb_worker_group_run_on (s->group, 0, dec_job, s, error);
+  s->job_latents = NULL;
+  gint64 t1 = g_get_monotonic_time ();
+  g_rec_mutex_unlock (&s->world->lock);
+  if (!ok)
+    return FALSE;
+  int n = s->job_n_frames;
+  if (s->frames > 0)
+    n = (int) MIN ((guint) n, s->frames - MIN (s->frames, s->frames_out));
+  s->frames_out += (guint) n;
+  if (n_frames)
+    *n_frames = n;
+  if (stats) {
+    double sec = (double) (t1 - t0) / G_USEC_PER_SEC;
+    stats->index = s->decoded;
+    stats->frames = n;
+    stats->vae_seconds = sec;
+    stats->compute_seconds += sec;
+  }
+  s->decoded++;
+  return TRUE;
+}
+
+/**
+ * lingbot_session_get_frames:
+ * @session: a session
+ *
+ * Returns: (transfer none): f32 [3, 4C, H, W] host tensor in [-1, 1] whose
+ * first n frames (lingbot_session_decode()) are the last decoded chunk;
+ * overwritten by the next decode.  lingbot_vae_frames_to_rgb8() and
+ * lingbot_vae_frames_to_i420() convert a frame.
+ */
+const LbTensor *
+lingbot_session_get_frames (LingbotSession * session)
+{
+  return session->frames_buf;
+}

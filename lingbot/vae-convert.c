@@ -1,0 +1,172 @@
+/* lingbot-gst: decoded frames -> 8-bit RGB / I420
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Spec: vae_and_distributed_spec.md C.8; golden README section 5 (the
+ * service converts with floor((x + 1) * 127.5) clipped to [0, 255]).
+ */
+#include "lingbot/vae-private.h"
+
+/**
+ * lingbot_vae_value_to_u8:
+ * @x: a decoded value (nominally in [-1, 1])
+ *
+ * The reference's byte conversion (spec C.8): `(x + 1) * 127.5` in float32,
+ * clipped to [0, 255], then truncated (not rounded).  NaN maps to 0.
+ *
+ * Returns: the byte.
+ */
+guint8
+lingbot_vae_value_to_u8 (float x)
+{
+  float v = (x + 1.0f) * 127.5f;
+  if (!(v > 0.f))
+    return 0;
+  if (v >= 255.f)
+    return 255;
+  return (guint8)v;
+}
+
+static gboolean
+check_frames (
+    const LbTensor *frames, int frame, int64_t *H, int64_t *W, GError **error)
+{
+  if (frames->dtype != LB_DTYPE_F32 || frames->device.type != LB_DEVICE_CPU
+      || frames->ndim != 4 || frames->shape[0] != 3 || frame < 0
+      || frame >= frames->shape[1]) {
+    g_autofree char *have = lb_tensor_shape_string (frames);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE frames: %s %s, frame %d; expected CPU f32 [3, T, H, W] with "
+        "0 <= frame < T",
+        lb_dtype_name (frames->dtype), have, frame);
+    return FALSE;
+  }
+  *H = frames->shape[2];
+  *W = frames->shape[3];
+  return TRUE;
+}
+
+static inline const float *
+plane_row (const LbTensor *f, int c, int frame, int64_t row)
+{
+  return (const float *)f->data + c * f->stride[0] + frame * f->stride[1]
+         + row * f->stride[2];
+}
+
+/**
+ * lingbot_vae_frames_to_rgb8:
+ * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides)
+ * @frame: which frame, 0 <= frame < T
+ * @dst: H rows of W packed R, G, B bytes (GStreamer RGB)
+ * @dst_stride: bytes between rows of @dst (>= 3 W)
+ * @error: %LB_ERROR_SHAPE
+ *
+ * Converts one frame with lingbot_vae_value_to_u8(), byte-exact with the
+ * reference (golden `output.frames_u8_chunk*`).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_frames_to_rgb8 (const LbTensor *frames, int frame, guint8 *dst,
+    gsize dst_stride, GError **error)
+{
+  int64_t H, W;
+  if (!check_frames (frames, frame, &H, &W, error))
+    return FALSE;
+  const int64_t sw = frames->stride[3];
+#pragma omp parallel for schedule(static) if (H * W >= 65536)
+  for (int64_t y = 0; y < H; y++) {
+    const float *r = plane_row (frames, 0, frame, y);
+    const float *g = plane_row (frames, 1, frame, y);
+    const float *b = plane_row (frames, 2, frame, y);
+    guint8 *d = dst + y * dst_stride;
+    for (int64_t x = 0; x < W; x++) {
+      d[3 * x] = lingbot_vae_value_to_u8 (r[x * sw]);
+      d[3 * x + 1] = lingbot_vae_value_to_u8 (g[x * sw]);
+      d[3 * x + 2] = lingbot_vae_value_to_u8 (b[x * sw]);
+    }
+  }
+  return TRUE;
+}
+
+/* BT.601 limited range from 8-bit RGB, the integer form libyuv and most
+ * converters use. */
+static inline guint8
+rgb_to_y (int r, int g, int b)
+{
+  return (guint8)(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16);
+}
+
+static inline guint8
+rgb_to_u (int r, int g, int b)
+{
+  return (guint8)(((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128);
+}
+
+static inline guint8
+rgb_to_v (int r, int g, int b)
+{
+  return (guint8)(((112 * r - 94 * g - 18 * b + 128) >> 8) + 128);
+}
+
+/**
+ * lingbot_vae_frames_to_i420:
+ * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
+ * @frame: which frame
+ * @y: H rows of W luma bytes, rows @y_stride apart
+ * @u: H/2 rows of W/2 Cb bytes
+ * @v: H/2 rows of W/2 Cr bytes
+ * @error: %LB_ERROR_SHAPE (also for odd sizes)
+ *
+ * Fast path to I420 without an RGB frame in between: each value is first
+ * quantised exactly as lingbot_vae_frames_to_rgb8() does, then converted
+ * with BT.601 limited-range integer coefficients; chroma is computed from
+ * the rounded mean of each 2x2 block's RGB.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
+    gsize y_stride, guint8 *u, gsize u_stride, guint8 *v, gsize v_stride,
+    GError **error)
+{
+  int64_t H, W;
+  if (!check_frames (frames, frame, &H, &W, error))
+    return FALSE;
+  if (H % 2 || W % 2) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE frames: I420 needs even sizes, got %" G_GINT64_FORMAT
+        "x%" G_GINT64_FORMAT,
+        W, H);
+    return FALSE;
+  }
+  const int64_t sw = frames->stride[3];
+#pragma omp parallel for schedule(static) if (H * W >= 65536)
+  for (int64_t yy = 0; yy < H / 2; yy++) {
+    const float *p[2][3];
+    for (int k = 0; k < 2; k++)
+      for (int c = 0; c < 3; c++)
+        p[k][c] = plane_row (frames, c, frame, 2 * yy + k);
+    guint8 *y0 = y + (2 * yy) * y_stride, *y1 = y0 + y_stride;
+    guint8 *ur = u + yy * u_stride, *vr = v + yy * v_stride;
+    for (int64_t xx = 0; xx < W / 2; xx++) {
+      int sr = 0, sg = 0, sb = 0;
+      for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 2; j++) {
+          int64_t x = (2 * xx + j) * sw;
+          int r = lingbot_vae_value_to_u8 (p[k][0][x]);
+          int g = lingbot_vae_value_to_u8 (p[k][1][x]);
+          int b = lingbot_vae_value_to_u8 (p[k][2][x]);
+          (k ? y1 : y0)[2 * xx + j] = rgb_to_y (r, g, b);
+          sr += r;
+          sg += g;
+          sb += b;
+        }
+      sr = (sr + 2) >> 2;
+      sg = (sg + 2) >> 2;
+      sb = (sb + 2) >> 2;
+      ur[xx] = rgb_to_u (sr, sg, sb);
+      vr[xx] = rgb_to_v (sr, sg, sb);
+    }
+  }
+  return TRUE;
+}

@@ -1,0 +1,510 @@
+/* lingbot-gst: streaming Wan2.1 VAE decoder session, optionally
+ * height-sharded over a worker group
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Spec: vae_and_distributed_spec.md A.4, A.5, A.10, C.1-C.3.
+ *
+ * Sharding: rank r decodes latent rows [start_r, start_r + count_r) of
+ * every frame (lb_split_rows(), the split the DiT uses) at every
+ * resolution (x2, x4, x8 rows further up), exchanging one halo row with
+ * each neighbour before every 3x3 conv and all-gathering the mid-block
+ * attention input; each rank keeps the causal caches of its own band and
+ * writes its rows of the output frames into the caller's buffer.
+ * Per-layer exchange was chosen over one wide halo computed redundantly:
+ * the decoder's receptive field is 18 latent rows per side even without the
+ * global attention (spec A.10), i.e. the whole frame at the real sizes, so
+ * the redundant variant would cost nearly a full decode per rank.
+ */
+#include "lingbot/vae-private.h"
+#include "comm/collectives.h"
+
+#include <string.h>
+
+typedef struct
+{
+  VaeCtx ctx;
+  LbTensor *z;  /* [16, Lmax, rows, W] de-normalised */
+  LbTensor *z2; /* [16, Lmax, rows, W] after conv2 */
+  int64_t row0, rows;
+  gboolean first;      /* nothing decoded since the last reset */
+  guint64 halo_last;   /* bytes this rank sent during its last chunk */
+  gint64 halo_us_last; /* and the time it spent in exchanges */
+} DecRank;
+
+struct _LingbotVaeDecoder
+{
+  LingbotVae *vae;
+  LbWorkerGroup *group; /* NULL when not sharded */
+  int n_ranks;
+  int64_t H, W, max_latents;
+  int64_t *band_start, *band_count;
+  gsize *ag_counts, *ag_displs;
+  DecRank *ranks;
+
+  /* arguments of the call in flight (lingbot_vae_decoder_decode()) */
+  const LbTensor *in;
+  LbTensor *out;
+};
+
+static gboolean
+rank_setup (DecRank *dr, LingbotVaeDecoder *dec, GError **error)
+{
+  VaeCtx *ctx = &dr->ctx;
+  int64_t rows = dr->rows, W = dec->W;
+  if (!vae_ctx_plan (ctx, &dec->vae->dec, VAE_Z_DIM, 1, rows, W, error))
+    return FALSE;
+  int64_t zshape[4] = { VAE_Z_DIM, dec->max_latents, rows, W };
+  if (!(dr->z = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, zshape, error))
+      || !(dr->z2
+           = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, zshape, error)))
+    return FALSE;
+  return vae_ctx_alloc (ctx, 0, error);
+}
+
+static gboolean
+rank_setup_func (LbRank *rank, gpointer user_data, GError **error)
+{
+  LingbotVaeDecoder *dec = user_data;
+  DecRank *dr = &dec->ranks[rank->rank];
+  dr->ctx.stream = rank->stream;
+  dr->ctx.rank = rank;
+  return rank_setup (dr, dec, error);
+}
+
+/* Decodes the chunk @in [16, L, H, W] into this rank's rows of @out. */
+static gboolean
+rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
+    LbTensor *out, GError **error)
+{
+  VaeCtx *ctx = &dr->ctx;
+  LingbotVae *vae = dec->vae;
+  const int64_t L = in->shape[1], rows = dr->rows, W = dec->W;
+  const guint64 halo0 = ctx->halo_bytes;
+  const gint64 halo_us0 = ctx->halo_us;
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+  LbTensor band, z, z2, xin, dst;
+  int64_t zshape[4] = { VAE_Z_DIM, L, rows, W };
+  lb_tensor_view_narrow (&band, in, 2, dr->row0, rows);
+  vae_view_flat (&z, dr->z, 4, zshape);
+  vae_view_flat (&z2, dr->z2, 4, zshape);
+  /* spec A.5: de-normalise, conv2 on the whole chunk, then per frame */
+  if (!vae_latent_denormalize (&band, vae->mean, vae->inv_std, &z, error)
+      || !lb_ops (ctx->stream)
+              ->conv3d_causal (ctx->stream, &z, NULL, &vae->conv2.w,
+                  &vae->conv2.b, 0, 0, 1, 1, &z2, error))
+    return FALSE;
+
+  int64_t f0 = 0;
+  for (int64_t l = 0; l < L; l++) {
+    VaeShape s = { VAE_Z_DIM, 1, rows, W };
+    lb_tensor_view_narrow (&xin, &z2, 1, l, 1);
+    if (!vae_net_forward (ctx, &vae->dec, &xin, &s, error))
+      return FALSE;
+    LbTensor x;
+    vae_view4 (&x, ctx->bx, s.c, s.t, s.h, s.w);
+    lb_tensor_view_narrow (&dst, out, 1, f0, s.t);
+    lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, rows * S);
+    if (!vae_copy_clamp (&dst, &x, -1.f, 1.f, error))
+      return FALSE;
+    f0 += s.t;
+  }
+  dr->first = FALSE;
+  dr->halo_last = ctx->halo_bytes - halo0;
+  dr->halo_us_last = ctx->halo_us - halo_us0;
+  return TRUE;
+}
+
+static gboolean
+rank_decode_func (LbRank *rank, gpointer user_data, GError **error)
+{
+  LingbotVaeDecoder *dec = user_data;
+  return rank_decode (&dec->ranks[rank->rank], dec, dec->in, dec->out, error);
+}
+
+static LingbotVaeDecoder *
+decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
+    int max_latent_frames, GError **error)
+{
+  if (!(vae->parts & LINGBOT_VAE_DECODER)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decoder: the decoder weights were not loaded");
+    return NULL;
+  }
+  if (latent_h < 1 || latent_w < 1 || max_latent_frames < 1) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decoder: invalid geometry %dx%d latent, %d frames per chunk",
+        latent_h, latent_w, max_latent_frames);
+    return NULL;
+  }
+  if (n_ranks > latent_h) {
+    /* each band needs at least one row: the halo exchanged before every
+     * conv is one row at that conv's resolution */
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decoder: %d latent rows cannot be split into %d height bands "
+        "(every rank needs at least 1 row, the halo width)",
+        latent_h, n_ranks);
+    return NULL;
+  }
+  LingbotVaeDecoder *dec = g_new0 (LingbotVaeDecoder, 1);
+  dec->vae = lingbot_vae_ref (vae);
+  dec->n_ranks = n_ranks;
+  dec->H = latent_h;
+  dec->W = latent_w;
+  dec->max_latents = max_latent_frames;
+  dec->band_start = g_new0 (int64_t, n_ranks);
+  dec->band_count = g_new0 (int64_t, n_ranks);
+  dec->ag_counts = g_new0 (gsize, n_ranks);
+  dec->ag_displs = g_new0 (gsize, n_ranks);
+  dec->ranks = g_new0 (DecRank, n_ranks);
+  const int64_t C = 4 * vae->dim;
+  for (int r = 0; r < n_ranks; r++) {
+    lb_split_rows (
+        latent_h, n_ranks, r, &dec->band_start[r], &dec->band_count[r]);
+    dec->ag_counts[r] = (gsize)(dec->band_count[r] * latent_w * C);
+    dec->ag_displs[r] = (gsize)(dec->band_start[r] * latent_w * C);
+  }
+  for (int r = 0; r < n_ranks; r++) {
+    DecRank *dr = &dec->ranks[r];
+    dr->row0 = dec->band_start[r];
+    dr->rows = dec->band_count[r];
+    dr->first = TRUE;
+    dr->ctx.rank_index = r;
+    dr->ctx.n_ranks = n_ranks;
+    dr->ctx.band_start = dec->band_start;
+    dr->ctx.band_count = dec->band_count;
+    dr->ctx.full_rows = latent_h;
+    dr->ctx.ag_counts = dec->ag_counts;
+    dr->ctx.ag_displs = dec->ag_displs;
+  }
+  return dec;
+}
+
+static gboolean
+check_cpu_stream (LbStream *stream, GError **error)
+{
+  if (stream->backend->device_type != LB_DEVICE_CPU) {
+    /* the layout helpers of vae-ops.c are not in the op table yet */
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "VAE: backend %s is not supported yet (CPU only)",
+        stream->backend->name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_new:
+ * @vae: a VAE with its decoder loaded
+ * @stream: the CPU stream to decode on
+ * @latent_h: latent rows h (output H = 8h)
+ * @latent_w: latent columns w (output W = 8w)
+ * @max_latent_frames: most latent frames per chunk (4 for LingBot)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a bad geometry,
+ *   %LB_ERROR_UNSUPPORTED for a non-CPU stream
+ *
+ * Creates a streaming decode session (spec A.5): all 32 cache slots (zero
+ * history), scratch buffers and the latent staging buffers are allocated
+ * here, sized for steady-state chunks of @max_latent_frames.
+ *
+ * Returns: (transfer full) (nullable): the session.
+ */
+LingbotVaeDecoder *
+lingbot_vae_decoder_new (LingbotVae *vae, LbStream *stream, int latent_h,
+    int latent_w, int max_latent_frames, GError **error)
+{
+  if (!check_cpu_stream (stream, error))
+    return NULL;
+  LingbotVaeDecoder *dec
+      = decoder_new (vae, 1, latent_h, latent_w, max_latent_frames, error);
+  if (dec == NULL)
+    return NULL;
+  dec->ranks[0].ctx.stream = stream;
+  if (!rank_setup (&dec->ranks[0], dec, error)) {
+    lingbot_vae_decoder_free (dec);
+    return NULL;
+  }
+  return dec;
+}
+
+/**
+ * lingbot_vae_decoder_new_sharded:
+ * @vae: a VAE with its decoder loaded
+ * @group: the worker group whose ranks decode (one height band each)
+ * @latent_h: latent rows h; bands follow lb_split_rows() (uneven splits
+ *   such as 58 rows on 4 ranks = 15,15,14,14 are fine)
+ * @latent_w: latent columns w
+ * @max_latent_frames: most latent frames per chunk
+ * @error: %LB_ERROR_INVALID_ARGUMENT when a band would be empty (more
+ *   ranks than latent rows), or errors of the ranks' allocations
+ *
+ * Like lingbot_vae_decoder_new() but height-sharded (spec A.10): every rank
+ * allocates the caches of its own band (with halo rows) on its own stream,
+ * on its own thread.
+ *
+ * Returns: (transfer full) (nullable): the session.
+ */
+LingbotVaeDecoder *
+lingbot_vae_decoder_new_sharded (LingbotVae *vae, LbWorkerGroup *group,
+    int latent_h, int latent_w, int max_latent_frames, GError **error)
+{
+  if (lb_worker_group_get_backend (group)->device_type != LB_DEVICE_CPU) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "VAE: backend %s is not supported yet (CPU only)",
+        lb_worker_group_get_backend (group)->name);
+    return NULL;
+  }
+  LingbotVaeDecoder *dec
+      = decoder_new (vae, lb_worker_group_get_n_ranks (group), latent_h,
+          latent_w, max_latent_frames, error);
+  if (dec == NULL)
+    return NULL;
+  dec->group = lb_worker_group_ref (group);
+  if (!lb_worker_group_run (group, rank_setup_func, dec, error)) {
+    lingbot_vae_decoder_free (dec);
+    return NULL;
+  }
+  return dec;
+}
+
+/**
+ * lingbot_vae_decoder_free:
+ * @dec: (nullable): a session
+ */
+void
+lingbot_vae_decoder_free (LingbotVaeDecoder *dec)
+{
+  if (dec == NULL)
+    return;
+  for (int r = 0; r < dec->n_ranks; r++) {
+    vae_ctx_clear (&dec->ranks[r].ctx);
+    lb_tensor_free (dec->ranks[r].z);
+    lb_tensor_free (dec->ranks[r].z2);
+  }
+  g_free (dec->ranks);
+  g_free (dec->band_start);
+  g_free (dec->band_count);
+  g_free (dec->ag_counts);
+  g_free (dec->ag_displs);
+  if (dec->group)
+    lb_worker_group_unref (dec->group);
+  lingbot_vae_unref (dec->vae);
+  g_free (dec);
+}
+
+/**
+ * lingbot_vae_decoder_reset:
+ *
+ * Starts a new session: zero history in every cache, the next chunk is a
+ * first chunk again (4L - 3 frames).  Allocates nothing.
+ */
+void
+lingbot_vae_decoder_reset (LingbotVaeDecoder *dec)
+{
+  for (int r = 0; r < dec->n_ranks; r++) {
+    vae_ctx_reset (&dec->ranks[r].ctx);
+    dec->ranks[r].first = TRUE;
+    dec->ranks[r].halo_last = 0;
+    dec->ranks[r].halo_us_last = 0;
+  }
+}
+
+/* Accepts [C, ...] or [1, C, ...]; returns a 4-D view. */
+static gboolean
+squeeze_batch (LbTensor *out, const LbTensor *t)
+{
+  if (t->ndim == 5 && t->shape[0] == 1)
+    return lb_tensor_view_select (out, t, 0, 0);
+  if (t->ndim != 4)
+    return FALSE;
+  lb_tensor_view (out, t);
+  return TRUE;
+}
+
+static gboolean
+check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
+    const LbTensor *frames, gboolean first, LbTensor *in, LbTensor *out, int *n,
+    GError **error)
+{
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+  if (!squeeze_batch (in, latents) || in->dtype != LB_DTYPE_F32
+      || in->shape[0] != VAE_Z_DIM || in->shape[1] < 1
+      || in->shape[1] > dec->max_latents || in->shape[2] != dec->H
+      || in->shape[3] != dec->W) {
+    g_autofree char *have = lb_tensor_shape_string (latents);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE decode: latents are %s %s, expected f32 [%d, 1..%" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        lb_dtype_name (latents->dtype), have, VAE_Z_DIM, dec->max_latents,
+        dec->H, dec->W);
+    return FALSE;
+  }
+  *n = lingbot_vae_frames_for_latents ((int)in->shape[1], first);
+  if (!squeeze_batch (out, frames) || out->dtype != LB_DTYPE_F32
+      || out->shape[0] != 3 || out->shape[1] < *n || out->shape[2] != dec->H * S
+      || out->shape[3] != dec->W * S) {
+    g_autofree char *have = lb_tensor_shape_string (frames);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE decode: frames are %s %s, expected f32 [3, >=%d, %" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT "]",
+        lb_dtype_name (frames->dtype), have, *n, dec->H * S, dec->W * S);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_decode:
+ * @dec: a session
+ * @latents: f32 [16, L, h, w] (or [1, 16, L, h, w]), normalised latents as
+ *   the DiT produces them, 1 <= L <= max_latent_frames; any strides
+ * @frames: f32 [3, T, 8h, 8w] (or with a leading 1), T >= the frame count;
+ *   receives the decoded frames in [-1, 1] in frames [0, n)
+ * @n_frames: (out) (optional): n = 4L - 3 for the first chunk of a session,
+ *   4L after (13 / 16 for L = 4)
+ * @error: %LB_ERROR_SHAPE naming the argument and both shapes; errors of
+ *   the ops or of a rank
+ *
+ * Decodes one chunk, continuing the session's causal caches (spec A.5):
+ * streaming any split of a latent sequence gives the same frames as
+ * decoding it at once.  Sharded sessions run every rank on its band and
+ * return when all rows are written.  Allocates nothing.
+ *
+ * Returns: %TRUE on success.  After a failure the session's state is
+ * undefined: reset it.
+ */
+gboolean
+lingbot_vae_decoder_decode (LingbotVaeDecoder *dec, const LbTensor *latents,
+    LbTensor *frames, int *n_frames, GError **error)
+{
+  LbTensor in, out;
+  int n;
+  if (!check_args (
+          dec, latents, frames, dec->ranks[0].first, &in, &out, &n, error))
+    return FALSE;
+  dec->in = &in;
+  dec->out = &out;
+  gboolean ok
+      = dec->group
+            ? lb_worker_group_run (dec->group, rank_decode_func, dec, error)
+            : rank_decode (&dec->ranks[0], dec, &in, &out, error);
+  dec->in = NULL;
+  dec->out = NULL;
+  if (!ok)
+    return FALSE;
+  if (n_frames)
+    *n_frames = n;
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_decode_on_rank:
+ * @dec: a session from lingbot_vae_decoder_new_sharded()
+ * @rank: the calling rank of the session's worker group, on its own thread
+ * @latents: as for lingbot_vae_decoder_decode(), the full latent chunk
+ *   (every rank reads its band of rows from it)
+ * @frames: as for lingbot_vae_decoder_decode(); the rank writes its rows
+ * @n_frames: (out) (optional): frames of the chunk
+ * @error: as for lingbot_vae_decoder_decode()
+ *
+ * The per-rank half of lingbot_vae_decoder_decode(), for a rank function
+ * that already runs on the group (the DiT colocated with the decoder,
+ * DESIGN.md section 3): every rank of the group must call it with the same
+ * chunk, since the ranks exchange halo rows and the attention input.  The
+ * frames are complete once every rank has returned.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder *dec, LbRank *rank,
+    const LbTensor *latents, LbTensor *frames, int *n_frames, GError **error)
+{
+  if (dec->group == NULL || rank == NULL || rank->group != dec->group
+      || rank->rank < 0 || rank->rank >= dec->n_ranks) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decode: rank is not a rank of the session's worker group");
+    return FALSE;
+  }
+  DecRank *dr = &dec->ranks[rank->rank];
+  LbTensor in, out;
+  int n;
+  if (!check_args (dec, latents, frames, dr->first, &in, &out, &n, error)
+      || !rank_decode (dr, dec, &in, &out, error))
+    return FALSE;
+  if (n_frames)
+    *n_frames = n;
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_get_n_ranks:
+ *
+ * Returns: the number of height bands (1 when not sharded).
+ */
+int
+lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder *dec)
+{
+  return dec->n_ranks;
+}
+
+/**
+ * lingbot_vae_decoder_get_band:
+ * @rank: 0 .. n_ranks - 1
+ * @row0: (out) (optional): first latent row of the band
+ * @rows: (out) (optional): latent rows in the band
+ */
+void
+lingbot_vae_decoder_get_band (
+    LingbotVaeDecoder *dec, int rank, int64_t *row0, int64_t *rows)
+{
+  g_return_if_fail (rank >= 0 && rank < dec->n_ranks);
+  if (row0)
+    *row0 = dec->band_start[rank];
+  if (rows)
+    *rows = dec->band_count[rank];
+}
+
+/**
+ * lingbot_vae_decoder_get_halo_bytes:
+ *
+ * Returns: bytes of halo rows all ranks sent during the last decode call
+ * (0 when not sharded).
+ */
+guint64
+lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder *dec)
+{
+  guint64 n = 0;
+  for (int r = 0; r < dec->n_ranks; r++)
+    n += dec->ranks[r].halo_last;
+  return n;
+}
+
+/**
+ * lingbot_vae_decoder_get_halo_seconds:
+ *
+ * Returns: the longest time one rank spent in halo exchanges during the
+ * last decode call (packing, sending, waiting for its neighbours,
+ * unpacking), in seconds; 0 when not sharded.
+ */
+double
+lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder *dec)
+{
+  gint64 m = 0;
+  for (int r = 0; r < dec->n_ranks; r++)
+    m = MAX (m, dec->ranks[r].halo_us_last);
+  return m / 1e6;
+}
+
+/**
+ * lingbot_vae_decoder_get_cache_bytes:
+ *
+ * Returns: bytes of causal cache held by all ranks of the session (spec A.5
+ * table; halo rows included).
+ */
+gsize
+lingbot_vae_decoder_get_cache_bytes (LingbotVaeDecoder *dec)
+{
+  gsize n = 0;
+  for (int r = 0; r < dec->n_ranks; r++)
+    n += vae_ctx_cache_bytes (&dec->ranks[r].ctx);
+  return n;
+}

@@ -1,0 +1,411 @@
+/* lingbot-gst: streaming Wan2.1 VAE encoder and the DiT condition input
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Spec: vae_and_distributed_spec.md A.6 and B.11; lingbot_model_spec.md
+ * 1.2 and 6.3.
+ *
+ * Constant zero chunks: after the image, the condition clip is all zeros,
+ * encoded in segments of 4 frames.  If a zero segment leaves every causal
+ * cache slot bit-for-bit unchanged, the encoder state is a fixed point: the
+ * next zero segment sees the same state and the same input, so it yields
+ * the same latent and again leaves the state unchanged.  The session tracks
+ * that (comparing each slot's old and new frames as it updates them) and
+ * from then on returns the stored latent without running the encoder.  With
+ * the Wan2.1 encoder this happens around latent index 30 (spec A.6: latents
+ * are identical from index 29 on), i.e. from condition chunk 8 on.
+ */
+#include "lingbot/vae-private.h"
+
+#include <string.h>
+
+/* Pixel frames per encoder segment after the first (spec A.6). */
+#define VAE_SEGMENT_T 4
+
+struct _LingbotVaeEncoder
+{
+  LingbotVae *vae;
+  VaeCtx ctx;
+  int64_t H, W;
+  LbTensor *zeros;    /* [3, 4, H, W] */
+  LbTensor *mu;       /* [16, 1, h, w] */
+  LbTensor *constant; /* [16, 1, h, w] latent of the fixed point */
+  gboolean reuse;
+  int constant_from; /* segment index, -1 until found */
+  int n_segments;    /* segments since the last reset */
+  int n_encoded;     /* segments that ran the encoder */
+  int cond_chunks;   /* condition chunks since the last reset */
+};
+
+/**
+ * lingbot_vae_encoder_new:
+ * @vae: a VAE with its encoder loaded
+ * @stream: the CPU stream to encode on
+ * @height: pixel rows H (a multiple of 8)
+ * @width: pixel columns W (a multiple of 8)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a bad geometry,
+ *   %LB_ERROR_UNSUPPORTED for a non-CPU stream
+ *
+ * Creates a streaming encode session: the 24 cache slots, scratch and the
+ * zero clip are allocated here.  Constant-chunk reuse is on by default
+ * (lingbot_vae_encoder_set_reuse_constant()).
+ *
+ * Returns: (transfer full) (nullable): the session.
+ */
+LingbotVaeEncoder *
+lingbot_vae_encoder_new (
+    LingbotVae *vae, LbStream *stream, int height, int width, GError **error)
+{
+  if (!(vae->parts & LINGBOT_VAE_ENCODER)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE encoder: the encoder weights were not loaded");
+    return NULL;
+  }
+  if (stream->backend->device_type != LB_DEVICE_CPU) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "VAE: backend %s is not supported yet (CPU only)",
+        stream->backend->name);
+    return NULL;
+  }
+  if (height < 8 || width < 8 || height % 8 || width % 8) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE encoder: %dx%d is not a positive multiple of 8 in both "
+        "dimensions",
+        width, height);
+    return NULL;
+  }
+  LingbotVaeEncoder *enc = g_new0 (LingbotVaeEncoder, 1);
+  enc->vae = lingbot_vae_ref (vae);
+  enc->H = height;
+  enc->W = width;
+  enc->reuse = TRUE;
+  enc->constant_from = -1;
+  enc->ctx.stream = stream;
+  enc->ctx.n_ranks = 1;
+  enc->ctx.full_rows = height;
+  int64_t h = height / 8, w = width / 8;
+  int64_t zshape[4] = { 3, VAE_SEGMENT_T, height, width };
+  int64_t mshape[4] = { VAE_Z_DIM, 1, h, w };
+  if (!vae_ctx_plan (
+          &enc->ctx, &vae->enc, 3, VAE_SEGMENT_T, height, width, error)
+      || !vae_ctx_alloc (&enc->ctx, 0, error)
+      || !(enc->zeros
+           = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
+      || !(enc->mu = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))
+      || !(enc->constant
+           = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))) {
+    lingbot_vae_encoder_free (enc);
+    return NULL;
+  }
+  memset (enc->zeros->data, 0, lb_tensor_nbytes (enc->zeros));
+  return enc;
+}
+
+/**
+ * lingbot_vae_encoder_free:
+ * @enc: (nullable): a session
+ */
+void
+lingbot_vae_encoder_free (LingbotVaeEncoder *enc)
+{
+  if (enc == NULL)
+    return;
+  vae_ctx_clear (&enc->ctx);
+  lb_tensor_free (enc->zeros);
+  lb_tensor_free (enc->mu);
+  lb_tensor_free (enc->constant);
+  lingbot_vae_unref (enc->vae);
+  g_free (enc);
+}
+
+/**
+ * lingbot_vae_encoder_reset:
+ *
+ * Starts a new stream (a new image): zero history, the next call is a
+ * first call again; forgets the constant latent.  Allocates nothing.
+ */
+void
+lingbot_vae_encoder_reset (LingbotVaeEncoder *enc)
+{
+  vae_ctx_reset (&enc->ctx);
+  enc->constant_from = -1;
+  enc->n_segments = 0;
+  enc->n_encoded = 0;
+  enc->cond_chunks = 0;
+}
+
+/**
+ * lingbot_vae_encoder_set_reuse_constant:
+ * @reuse: whether zero segments may return the stored fixed-point latent
+ *
+ * On by default.  Off, every zero segment runs the encoder (the reference
+ * behaviour, for tests).
+ */
+void
+lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder *enc, gboolean reuse)
+{
+  enc->reuse = reuse;
+}
+
+/**
+ * lingbot_vae_encoder_get_constant_from:
+ *
+ * Returns: the index (since reset) of the first latent frame served from
+ * the stored constant without running the encoder, or -1 while the state
+ * has not reached its fixed point.
+ */
+int
+lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder *enc)
+{
+  return enc->constant_from < 0 ? -1 : enc->constant_from + 1;
+}
+
+/**
+ * lingbot_vae_encoder_get_n_encoded_segments:
+ *
+ * Returns: how many segments actually ran the encoder since the reset.
+ */
+int
+lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder *enc)
+{
+  return enc->n_encoded;
+}
+
+/* One encoder call on x [3, t, H, W]; writes the normalised latent frame
+ * (t = 1 or 4 -> one latent) into @out [16, 1, h, w]. */
+static gboolean
+encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
+    LbTensor *out, GError **error)
+{
+  LingbotVae *vae = enc->vae;
+  VaeCtx *ctx = &enc->ctx;
+  if (zero_input && enc->reuse && enc->constant_from >= 0) {
+    enc->n_segments++;
+    return vae_copy (out, enc->constant, error);
+  }
+  ctx->track_changes = zero_input && enc->reuse;
+  ctx->changed = FALSE;
+  VaeShape s = { 3, x->shape[1], enc->H, enc->W };
+  if (!vae_net_forward (ctx, &vae->enc, x, &s, error))
+    return FALSE;
+  g_assert (s.t == 1 && s.c == 2 * VAE_Z_DIM);
+  LbTensor h32;
+  vae_view4 (&h32, ctx->bx, s.c, s.t, s.h, s.w);
+  /* top-level conv1, mu rows only, then (mu - mean) * inv_std */
+  if (!lb_ops (ctx->stream)
+           ->conv3d_causal (ctx->stream, &h32, NULL, &vae->conv1_mu.w,
+               &vae->conv1_mu.b, 0, 0, 1, 1, enc->mu, error)
+      || !vae_latent_normalize (enc->mu, vae->mean, vae->inv_std, out, error))
+    return FALSE;
+  if (ctx->track_changes && !ctx->changed && enc->n_segments > 0) {
+    enc->constant_from = enc->n_segments;
+    if (!vae_copy (enc->constant, out, error))
+      return FALSE;
+  }
+  ctx->track_changes = FALSE;
+  enc->n_segments++;
+  enc->n_encoded++;
+  return TRUE;
+}
+
+static gboolean
+squeeze_batch (LbTensor *out, const LbTensor *t, int ndim)
+{
+  if (t->ndim == ndim + 1 && t->shape[0] == 1)
+    return lb_tensor_view_select (out, t, 0, 0);
+  if (t->ndim != ndim)
+    return FALSE;
+  lb_tensor_view (out, t);
+  return TRUE;
+}
+
+/* [3, H, W] -> a [3, 1, H, W] view of the same memory. */
+static void
+image_as_clip (LbTensor *out, const LbTensor *img)
+{
+  *out = *img;
+  out->storage = NULL;
+  out->ndim = 4;
+  out->shape[3] = img->shape[2];
+  out->stride[3] = img->stride[2];
+  out->shape[2] = img->shape[1];
+  out->stride[2] = img->stride[1];
+  out->shape[1] = 1;
+  out->stride[1] = img->stride[0];
+}
+
+static gboolean
+check_latents (LingbotVaeEncoder *enc, const LbTensor *t, int64_t c,
+    LbTensor *out, const char *what, GError **error)
+{
+  if (!squeeze_batch (out, t, 4) || out->dtype != LB_DTYPE_F32
+      || out->shape[0] != c || out->shape[1] < 1 || out->shape[2] != enc->H / 8
+      || out->shape[3] != enc->W / 8) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE encode: %s is %s %s, expected f32 [%" G_GINT64_FORMAT
+        ", L, %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        what, lb_dtype_name (t->dtype), have, c, enc->H / 8, enc->W / 8);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_encoder_encode:
+ * @enc: a session
+ * @pixels: f32 [3, T, H, W] (or [1, 3, T, H, W]) in [-1, 1], any strides;
+ *   T = 4n + 1 on the first call after a reset, 4n afterwards (spec C.3)
+ * @latents: f32 [16, L, H/8, W/8], L = n + 1 on a first call, n after:
+ *   receives the normalised posterior means (spec A.2)
+ * @error: %LB_ERROR_SHAPE for wrong shapes or frame counts
+ *
+ * Streams pixels through the encoder in segments [1], [4], [4], ... with
+ * the session's causal caches (spec A.6).  Allocates nothing.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
+    LbTensor *latents, GError **error)
+{
+  LbTensor px, lat;
+  gboolean first = enc->n_segments == 0;
+  if (!squeeze_batch (&px, pixels, 4) || px.dtype != LB_DTYPE_F32
+      || px.shape[0] != 3 || px.shape[2] != enc->H || px.shape[3] != enc->W
+      || px.shape[1] < 1 || (px.shape[1] - (first ? 1 : 0)) % 4 != 0) {
+    g_autofree char *have = lb_tensor_shape_string (pixels);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE encode: pixels are %s %s, expected f32 [3, %s, %" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT "]",
+        lb_dtype_name (pixels->dtype), have, first ? "4n+1" : "4n", enc->H,
+        enc->W);
+    return FALSE;
+  }
+  int64_t n_lat = (px.shape[1] + (first ? 3 : 0)) / 4;
+  if (!check_latents (enc, latents, VAE_Z_DIM, &lat, "latents", error))
+    return FALSE;
+  if (lat.shape[1] != n_lat) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE encode: %" G_GINT64_FORMAT " frames give %" G_GINT64_FORMAT
+        " latent frames, latents have %" G_GINT64_FORMAT,
+        px.shape[1], n_lat, lat.shape[1]);
+    return FALSE;
+  }
+  int64_t f = 0;
+  for (int64_t l = 0; l < n_lat; l++) {
+    int64_t t = (first && l == 0) ? 1 : VAE_SEGMENT_T;
+    LbTensor seg, out;
+    lb_tensor_view_narrow (&seg, &px, 1, f, t);
+    lb_tensor_view_narrow (&out, &lat, 1, l, 1);
+    if (!encode_segment (enc, &seg, FALSE, &out, error))
+      return FALSE;
+    f += t;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_encoder_encode_condition:
+ * @enc: a session
+ * @image: (nullable): f32 [3, H, W] in [-1, 1] (preprocessed as in model
+ *   spec 6.2); required for the first chunk after a reset, ignored after
+ * @y: f32 [20, C, H/8, W/8] (or with a leading 1): receives the DiT
+ *   condition of the next chunk of C latent frames
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT (no image on chunk 0)
+ *
+ * Builds y = cat(mask[4], latent[16]) for one chunk exactly as LingBot's
+ * encode stage (spec A.6, model spec 1.2 and 6.3): chunk 0 encodes
+ * [image, 4(C-1) zero frames], later chunks 4C zero frames, continuing the
+ * causal caches; the mask is 1 on all 4 channels of latent frame 0 of
+ * chunk 0 and 0 elsewhere.  Once the encoder state is a fixed point, zero
+ * segments are served from the stored constant (see the file comment).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_encoder_encode_condition (
+    LingbotVaeEncoder *enc, const LbTensor *image, LbTensor *y, GError **error)
+{
+  LbTensor yy, img;
+  if (!check_latents (enc, y, LINGBOT_VAE_COND_CHANNELS, &yy, "y", error))
+    return FALSE;
+  gboolean first = enc->cond_chunks == 0;
+  if (first) {
+    if (image == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "VAE condition: the first chunk needs the image");
+      return FALSE;
+    }
+    if (!squeeze_batch (&img, image, 3) || img.dtype != LB_DTYPE_F32
+        || img.shape[0] != 3 || img.shape[1] != enc->H
+        || img.shape[2] != enc->W) {
+      g_autofree char *have = lb_tensor_shape_string (image);
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "VAE condition: image is %s %s, expected f32 [3, %" G_GINT64_FORMAT
+          ", %" G_GINT64_FORMAT "]",
+          lb_dtype_name (image->dtype), have, enc->H, enc->W);
+      return FALSE;
+    }
+    if (enc->n_segments != 0) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "VAE condition: the session already encoded frames; reset it");
+      return FALSE;
+    }
+  }
+  LbTensor mask, lat;
+  lb_tensor_view_narrow (&mask, &yy, 0, 0, 4);
+  lb_tensor_view_narrow (&lat, &yy, 0, 4, VAE_Z_DIM);
+  if (!vae_fill (&mask, 0.f, error))
+    return FALSE;
+  for (int64_t l = 0; l < yy.shape[1]; l++) {
+    LbTensor out, seg;
+    lb_tensor_view_narrow (&out, &lat, 1, l, 1);
+    gboolean ok;
+    if (first && l == 0) {
+      LbTensor m0;
+      image_as_clip (&seg, &img);
+      ok = encode_segment (enc, &seg, FALSE, &out, error);
+      lb_tensor_view_narrow (&m0, &mask, 1, 0, 1);
+      ok = ok && vae_fill (&m0, 1.f, error);
+    } else {
+      ok = encode_segment (enc, enc->zeros, TRUE, &out, error);
+    }
+    if (!ok)
+      return FALSE;
+  }
+  enc->cond_chunks++;
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_encode_image:
+ * @vae: a VAE with its encoder loaded
+ * @stream: the CPU stream
+ * @image: f32 [3, H, W] in [-1, 1]
+ * @latent: f32 [16, 1, H/8, W/8] (or [1, 16, 1, h, w]): the normalised
+ *   latent of the single frame
+ * @error: as lingbot_vae_encoder_new() and _encode()
+ *
+ * One-frame encode (a fresh session, created and freed here: not for
+ * per-chunk use).  Equals latent frame 0 of condition chunk 0.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_encode_image (LingbotVae *vae, LbStream *stream,
+    const LbTensor *image, LbTensor *latent, GError **error)
+{
+  LbTensor img, px;
+  if (!squeeze_batch (&img, image, 3) || img.shape[0] != 3) {
+    g_autofree char *have = lb_tensor_shape_string (image);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE encode: image is %s, expected [3, H, W]", have);
+    return FALSE;
+  }
+  g_autoptr (LingbotVaeEncoder) enc = lingbot_vae_encoder_new (
+      vae, stream, (int)img.shape[1], (int)img.shape[2], error);
+  if (enc == NULL)
+    return FALSE;
+  image_as_clip (&px, &img);
+  return lingbot_vae_encoder_encode (enc, &px, latent, error);
+}

@@ -1,0 +1,159 @@
+/* lingbot-gst: Wan2.1 VAE internals shared by lingbot/vae-*.c (not installed)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Spec: vae_and_distributed_spec.md A.3-A.7, A.10.
+ */
+#pragma once
+
+#include "lingbot/vae.h"
+#include "kernels/backend.h"
+#include "kernels/error.h"
+#include "comm/worker-group.h"
+
+G_BEGIN_DECLS
+
+/* Latent channels (z_dim); the normalisation constants have this many. */
+#define VAE_Z_DIM 16
+
+/* Frames a causal 3x3x3 conv keeps of its input (spec A.5). */
+#define VAE_CACHE_T 2
+
+/* One convolution: weight [Cout, Cin, kt, kh, kw] (2-D convs are viewed
+ * with kt = 1; the attention's 1x1 Conv2d weights are viewed as 2-D
+ * [Cout, Cin] gemm weights), bias [Cout]. */
+typedef struct
+{
+  LbTensor w;
+  LbTensor b;
+  int cin, cout, kt, kh, kw;
+} VaeConv;
+
+typedef enum {
+  VAE_LAYER_RES,
+  VAE_LAYER_ATTN,
+  VAE_LAYER_UP3D,
+  VAE_LAYER_UP2D,
+  VAE_LAYER_DOWN2D,
+  VAE_LAYER_DOWN3D,
+} VaeLayerKind;
+
+/* One entry of encoder.downsamples / decoder.middle / decoder.upsamples.
+ * RES: gamma_a, a (conv_a), gamma_b, b (conv_b), sc (shortcut, has_sc).
+ * ATTN: gamma_a (norm), a = to_qkv [3C, C], b = proj [C, C] (2-D views).
+ * UP*: a = resample conv [C/2, C, 1, 3, 3], b = time_conv (has_time).
+ * DOWN*: a = resample conv [C, C, 1, 3, 3] stride 2, b = time_conv. */
+typedef struct
+{
+  VaeLayerKind kind;
+  int cin, cout;
+  LbTensor gamma_a, gamma_b; /* [C] views */
+  VaeConv a, b, sc;
+  gboolean has_sc, has_time;
+  char name[48]; /* weight prefix, for messages */
+} VaeLayer;
+
+/* Encoder or decoder trunk: conv_in -> layers -> head. */
+typedef struct
+{
+  VaeConv conv_in;
+  VaeLayer *layers;
+  int n_layers;
+  LbTensor head_gamma;
+  VaeConv head;
+} VaeNet;
+
+struct _LingbotVae
+{
+  gint ref_count;
+  int dim;
+  LingbotVaeParts parts;
+  VaeNet enc, dec;
+  VaeConv conv1_mu; /* top-level conv1, rows 0..15 (mu) only */
+  VaeConv conv2;    /* top-level conv2 16 -> 16 */
+  float mean[VAE_Z_DIM];
+  float inv_std[VAE_Z_DIM];
+  LingbotCheckpoint *ckpt; /* keeps the mapped weights alive */
+  GPtrArray *owned;        /* LbTensor* converted to f32 at load */
+};
+
+/* ---- VAE-local CPU helpers (vae-ops.c) ----
+ * Every one of these is a layout or per-voxel step the op table (ops.h)
+ * lacks.  They dereference host pointers, so they run on CPU tensors only;
+ * they should move into LbOps (with CUDA versions) before the VAE runs on a
+ * device.  All take float32 views of up to 5 dims with arbitrary strides. */
+
+gboolean vae_copy (LbTensor *dst, const LbTensor *src, GError **error);
+gboolean vae_copy_clamp (
+    LbTensor *dst, const LbTensor *src, float lo, float hi, GError **error);
+gboolean vae_fill (LbTensor *dst, float value, GError **error);
+gboolean vae_add_into (LbTensor *dst, const LbTensor *src, GError **error);
+gboolean vae_rms_norm_channels (const LbTensor *x, const LbTensor *gamma,
+    gboolean silu, LbTensor *y, GError **error);
+gboolean vae_upsample2x_halo (const LbTensor *x, LbTensor *y, GError **error);
+gboolean vae_latent_denormalize (const LbTensor *z, const float *mean,
+    const float *inv_std, LbTensor *y, GError **error);
+gboolean vae_latent_normalize (const LbTensor *mu, const float *mean,
+    const float *inv_std, LbTensor *y, GError **error);
+
+/* View helpers (no allocation). */
+void vae_view_flat (
+    LbTensor *out, const LbTensor *buf, int ndim, const int64_t *shape);
+void vae_view4 (LbTensor *out, const LbTensor *buf, int64_t c, int64_t t,
+    int64_t h, int64_t w);
+
+/* ---- shared by the encoder and the decoder (vae-net.c) ---- */
+
+/* Shape of the activation a net walk carries in VaeCtx.bx: [c, t, h, w]
+ * contiguous (h = rows of this context's band at the current resolution). */
+typedef struct
+{
+  int64_t c, t, h, w;
+} VaeShape;
+
+/* Per-rank execution context of one session (the encoder always has one).
+ * With @plan set the walk computes no values: it records the scratch sizes
+ * it would need and creates the cache slots, so that a session allocates
+ * everything once, before its first chunk. */
+typedef struct
+{
+  LbStream *stream;
+  LbRank *rank; /* NULL when not sharded */
+  int rank_index, n_ranks;
+  /* bands of every rank at the net's input resolution */
+  const int64_t *band_start, *band_count;
+  int64_t full_rows;
+  gsize *ag_counts, *ag_displs; /* all-gather counts/displacements */
+
+  /* scratch, flat f32 */
+  LbTensor *bx, *by, *bp, *bu;
+  LbTensor *halo_send, *halo_recv; /* [2 * halo_cap] each */
+  int64_t halo_cap;
+  LbTensor *xn_local, *xn_full, *akv, *ao, *ar; /* akv: q, k, v */
+  guint64 halo_bytes; /* sent by this rank since the last reset */
+  gint64 halo_us;     /* time in halo exchanges (incl. waiting) */
+
+  /* caches, one per cached conv in execution order */
+  GPtrArray *caches; /* LbTensor* */
+  gboolean *started; /* per layer (resample first-call markers) */
+  int n_layers;
+
+  /* encoder fixed-point tracking */
+  gboolean track_changes;
+  gboolean changed;
+
+  /* planning */
+  gboolean plan;
+  int64_t need_x, need_p, need_u, need_halo, need_attn_l, need_attn_f;
+} VaeCtx;
+
+gboolean vae_ctx_plan (VaeCtx *ctx, const VaeNet *net, int64_t cin, int64_t t,
+    int64_t rows, int64_t width, GError **error);
+gboolean vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error);
+void vae_ctx_clear (VaeCtx *ctx);
+void vae_ctx_reset (VaeCtx *ctx);
+gsize vae_ctx_cache_bytes (VaeCtx *ctx);
+
+gboolean vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
+    VaeShape *s, GError **error);
+
+G_END_DECLS

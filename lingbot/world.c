@@ -1,0 +1,313 @@
+/* lingbot-gst: LingbotWorld, the devices and the loaded model
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * A world parses the devices string into a backend and a worker group (one
+ * thread per rank, DESIGN.md 3), loads the DiT (every rank reads the same
+ * weights) and the VAE (encoder and decoder halves), and locates the umT5
+ * encoder and its tokenizer.  The text encoder is NOT kept loaded: it is
+ * only needed once per session, to turn the prompt into the [512, dim]
+ * context, and at 11 GB (bf16 XXL) it would double the resident footprint
+ * of the 14B DiT's neighbours for nothing.  lingbot_session_new() loads it,
+ * runs it once on rank 0 and frees it (lingbot_prompt_context_new()).
+ */
+#include "lingbot/lingbot-private.h"
+#include "lingbot/backend.h"
+#include "kernels/error.h"
+
+#include <string.h>
+
+static char *
+find_part (const char *dir, const char *const *names)
+{
+  for (int i = 0; names[i]; i++) {
+    char *p = g_build_filename (dir, names[i], NULL);
+    if (g_file_test (p, G_FILE_TEST_EXISTS))
+      return p;
+    g_free (p);
+  }
+  return NULL;
+}
+
+static char *
+find_tokenizer (const char *model)
+{
+  g_autofree char *tdir = g_build_filename (model,
+      LINGBOT_WORLD_TOKENIZER_DIR, NULL);
+  const char *files[] = { "spiece.model", "tokenizer.model", NULL };
+  char *p = find_part (tdir, files);
+  if (p == NULL)
+    p = find_part (model, files);
+  return p;
+}
+
+/**
+ * lingbot_world_new:
+ * @options: devices, model directory, whether the text encoder is wanted,
+ *   rank-side timeout
+ * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path),
+ *   %LB_ERROR_NOT_FOUND naming the missing file or directory of a model
+ *   part, and the loaders' errors (format, shape, device)
+ *
+ * Creates the worker group over the devices and loads the model of the
+ * release directory described in lingbot.h:
+ *
+ * - the DiT from `MODEL/transformers/` (or from MODEL itself when it holds
+ *   `model.safetensors.index.json` or `config.json` and no transformers/);
+ * - the VAE, both halves, from `MODEL/Wan2.1_VAE.pth`, else
+ *   `MODEL/Wan2.1_VAE.safetensors`;
+ * - with @options->load_text_encoder, the umT5 encoder
+ *   (`models_t5_umt5-xxl-enc-bf16.pth`, else `.safetensors`) and the
+ *   tokenizer (`google/umt5-xxl/spiece.model` or `tokenizer.model`, else
+ *   the same names in MODEL) must exist, but are only loaded, run and
+ *   freed per session (see the file comment).
+ *
+ * The DiT and VAE weights are shared by every session of the world.
+ *
+ * Returns: (transfer full) (nullable): the world.
+ */
+LingbotWorld *
+lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
+{
+  g_return_val_if_fail (options != NULL, NULL);
+  const char *model = options->model_path;
+  if (model == NULL || *model == '\0') {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "world: no model path (set model_path to the model directory)");
+    return NULL;
+  }
+  if (!g_file_test (model, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "world: model directory %s does not exist", model);
+    return NULL;
+  }
+
+  g_autofree char *vae_path = NULL;
+  LingbotWorld *w = g_new0 (LingbotWorld, 1);
+  w->ref_count = 1;
+  g_rec_mutex_init (&w->lock);
+  w->devices = g_strdup (options->devices ? options->devices : "cpu:1");
+  w->model_path = g_strdup (model);
+
+  /* locate every part before the slow loads, so a missing file is
+   * reported at once */
+  g_autofree char *dit_path = g_build_filename (model,
+      LINGBOT_WORLD_DIT_DIR, NULL);
+  if (!g_file_test (dit_path, G_FILE_TEST_IS_DIR)) {
+    g_autofree char *idx = g_build_filename (model, "model.safetensors."
+        "index.json", NULL);
+    g_autofree char *cfg = g_build_filename (model, "config.json", NULL);
+    if (!g_file_test (idx, G_FILE_TEST_EXISTS) &&
+        !g_file_test (cfg, G_FILE_TEST_EXISTS)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+          "world: DiT weights not found: %s does not exist", dit_path);
+      goto fail;
+    }
+    g_free (dit_path);
+    dit_path = g_strdup (model);
+  }
+  const char *vae_names[] = { LINGBOT_WORLD_VAE_PTH,
+    LINGBOT_WORLD_VAE_SAFETENSORS, NULL
+  };
+  vae_path = find_part (model, vae_names);
+  if (vae_path == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "world: VAE not found: neither %s/%s nor %s/%s exists", model,
+        LINGBOT_WORLD_VAE_PTH, model, LINGBOT_WORLD_VAE_SAFETENSORS);
+    goto fail;
+  }
+  if (options->load_text_encoder) {
+    const char *t5_names[] = { LINGBOT_WORLD_T5_PTH,
+      LINGBOT_WORLD_T5_SAFETENSORS, NULL
+    };
+    w->t5_path = find_part (model, t5_names);
+    if (w->t5_path == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+          "world: text encoder not found: %s/%s does not exist (or set "
+          "load_text_encoder to FALSE and give sessions prompt embeddings)",
+          model, LINGBOT_WORLD_T5_PTH);
+      goto fail;
+    }
+    w->tokenizer_path = find_tokenizer (model);
+    if (w->tokenizer_path == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+          "world: tokenizer not found: %s/%s/spiece.model does not exist",
+          model, LINGBOT_WORLD_TOKENIZER_DIR);
+      goto fail;
+    }
+  }
+
+  if (!lingbot_backend_parse_devices (w->devices, &w->backend, &w->n_ranks,
+          &w->ordinals, error))
+    goto fail;
+  LbWorkerGroupOptions go = { options->timeout_ms, NULL, "world" };
+  w->group = lb_worker_group_new (w->backend, w->n_ranks, w->ordinals, &go,
+      error);
+  if (w->group == NULL)
+    goto fail;
+
+  w->dit = lingbot_dit_load (dit_path, LINGBOT_DIT_LOAD_DEFAULT, error);
+  if (w->dit == NULL)
+    goto fail;
+  w->vae = lingbot_vae_load (vae_path, LINGBOT_VAE_BOTH, error);
+  if (w->vae == NULL)
+    goto fail;
+  return w;
+
+fail:
+  lingbot_world_unref (w);
+  return NULL;
+}
+
+/**
+ * lingbot_world_ref:
+ * @world: a world
+ *
+ * Returns: (transfer full): @world
+ */
+LingbotWorld *
+lingbot_world_ref (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, NULL);
+  g_atomic_int_inc (&world->ref_count);
+  return world;
+}
+
+/**
+ * lingbot_world_unref:
+ * @world: (transfer full) (nullable): a world
+ *
+ * Drops a reference; the last one shuts the worker group down and frees
+ * the model.
+ */
+void
+lingbot_world_unref (LingbotWorld * world)
+{
+  if (world == NULL || !g_atomic_int_dec_and_test (&world->ref_count))
+    return;
+  if (world->dit)
+    lingbot_dit_unref (world->dit);
+  if (world->vae)
+    lingbot_vae_unref (world->vae);
+  if (world->group)
+    lb_worker_group_unref (world->group);
+  g_free (world->ordinals);
+  g_free (world->devices);
+  g_free (world->model_path);
+  g_free (world->t5_path);
+  g_free (world->tokenizer_path);
+  g_rec_mutex_clear (&world->lock);
+  g_free (world);
+}
+
+/**
+ * lingbot_world_get_devices:
+ * @world: a world
+ *
+ * Returns: the devices string the world was created with.
+ */
+const char *
+lingbot_world_get_devices (LingbotWorld * world)
+{
+  return world->devices;
+}
+
+/**
+ * lingbot_world_get_model_path:
+ * @world: a world
+ *
+ * Returns: the model directory.
+ */
+const char *
+lingbot_world_get_model_path (LingbotWorld * world)
+{
+  return world->model_path;
+}
+
+/**
+ * lingbot_world_get_n_ranks:
+ * @world: a world
+ *
+ * Returns: the number of ranks of the worker group.
+ */
+int
+lingbot_world_get_n_ranks (LingbotWorld * world)
+{
+  return world->n_ranks;
+}
+
+/**
+ * lingbot_world_get_group:
+ * @world: a world
+ *
+ * Returns: (transfer none): the worker group (valid while @world lives).
+ */
+LbWorkerGroup *
+lingbot_world_get_group (LingbotWorld * world)
+{
+  return world->group;
+}
+
+/**
+ * lingbot_world_get_dit:
+ * @world: a world
+ *
+ * Returns: (transfer none): the DiT.
+ */
+LingbotDit *
+lingbot_world_get_dit (LingbotWorld * world)
+{
+  return world->dit;
+}
+
+/**
+ * lingbot_world_get_vae:
+ * @world: a world
+ *
+ * Returns: (transfer none): the VAE (encoder and decoder).
+ */
+LingbotVae *
+lingbot_world_get_vae (LingbotWorld * world)
+{
+  return world->vae;
+}
+
+/**
+ * lingbot_world_has_text_encoder:
+ * @world: a world
+ *
+ * Returns: whether sessions may pass a text prompt (the world was created
+ * with load_text_encoder and found the encoder and the tokenizer).
+ */
+gboolean
+lingbot_world_has_text_encoder (LingbotWorld * world)
+{
+  return world->t5_path != NULL;
+}
+
+/**
+ * lingbot_world_lock:
+ * @world: a world
+ *
+ * Takes the world's (recursive) rank lock.  Sessions hold it around every
+ * sequence of jobs they submit to the worker group; code that submits its
+ * own jobs to lingbot_world_get_group() (a decoder of its own, say) must
+ * hold it too, so that jobs of two threads never reach the ranks in
+ * different orders.
+ */
+void
+lingbot_world_lock (LingbotWorld * world)
+{
+  g_rec_mutex_lock (&world->lock);
+}
+
+/**
+ * lingbot_world_unlock:
+ * @world: a world
+ *
+ * Releases lingbot_world_lock().
+ */
+void
+lingbot_world_unlock (LingbotWorld * world)
+{
+  g_rec_mutex_unlock (&world->lock);
+}

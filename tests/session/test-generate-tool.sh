@@ -1,0 +1,45 @@
+#!/bin/sh
+# lingbot-mkmodel --full + lingbot-generate end to end: writes a tiny model
+# directory in the release layout, generates 29 frames on 1 and 2 CPU ranks
+# from the shared reference image and the control trace, checks the Y4M
+# (header, 29 frames of 64x64 I420) and that both runs agree.
+# usage: test-generate-tool.sh LINGBOT-MKMODEL LINGBOT-GENERATE SPM-MODEL
+set -eu
+mkmodel=$1
+generate=$2
+spm=$3
+data="${LINGBOT_SHARED_DIR:-../shared}/data"
+img="$data/image.jpg"
+trace="$data/stream_lingbot_controls.json"
+[ -f "$img" ] || { echo "1..0 # SKIP $img missing"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$mkmodel" --full --preset tiny --chunk 4 --tokenizer "$spm" --out "$tmp/m"
+for f in transformers/config.json Wan2.1_VAE.safetensors \
+    models_t5_umt5-xxl-enc-bf16.safetensors google/umt5-xxl/spiece.model; do
+  [ -s "$tmp/m/$f" ] || { echo "missing $f"; exit 1; }
+done
+targs=""
+[ -f "$trace" ] && targs="--keys-trace $trace"
+for d in 1 2; do
+  "$generate" --model "$tmp/m" --image "$img" --prompt "a quiet harbour" \
+    --devices cpu:$d --frames 29 --width 64 --height 64 $targs \
+    --y4m "$tmp/o$d.y4m" --out "$tmp/o$d.rgb" > "$tmp/log$d"
+  cat "$tmp/log$d"
+  grep -q '"total_frames": 29' "$tmp/log$d"
+done
+head -c 9 "$tmp/o1.y4m" | grep -q YUV4MPEG2
+hdr=$(head -n 1 "$tmp/o1.y4m" | wc -c)
+size=$(wc -c < "$tmp/o1.y4m")
+[ "$size" -eq $((hdr + 29 * (6 + 64 * 64 * 3 / 2))) ] || {
+  echo "y4m size $size"; exit 1; }
+[ "$(wc -c < "$tmp/o1.rgb")" -eq $((29 * 64 * 64 * 3)) ]
+cmp "$tmp/o1.y4m" "$tmp/o2.y4m"
+# errors name what is wrong
+if "$generate" --model "$tmp/nope" --image "$img" --prompt x \
+    --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi
+grep -q nope "$tmp/err"
+if "$generate" --model "$tmp/m" --image "$img" --devices cpu:x \
+    --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi
+grep -q 'cpu:x' "$tmp/err"
+echo ok

@@ -1,0 +1,611 @@
+/* lingbot-gst: the session API (lingbot/lingbot.h) on a tiny random model
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The model is written at start-up into a temporary directory in the
+ * release layout, with the functions lingbot-mkmodel --full uses: the tiny
+ * DiT (2 heads, chunk 4), a VAE of width 8, a 2-layer umT5 of width 32 and
+ * the test SentencePiece model (argv[1]).  Output 64x64 (latent 8x8).
+ */
+#include <math.h>
+#include <string.h>
+#include <glib/gstdio.h>
+
+#include "kernels/error.h"
+#include "lingbot/lingbot.h"
+#include "lingbot/noise.h"
+#include "lingbot/text-encoder-random.h"
+#include "lingbot/tokenizer.h"
+
+static char *tmpdir;
+static char *model_dir;
+static const char *spm_path;
+static LingbotWorld *world1;    /* cpu:1 with the text encoder */
+static LingbotWorld *world2;    /* cpu:2 with the text encoder */
+
+#define IMG_W 80
+#define IMG_H 48
+static guint8 image[IMG_W * IMG_H * 3];
+
+static void
+rm_rf (const char *path)
+{
+  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
+    GDir *d = g_dir_open (path, 0, NULL);
+    const char *n;
+    while (d && (n = g_dir_read_name (d))) {
+      g_autofree char *p = g_build_filename (path, n, NULL);
+      rm_rf (p);
+    }
+    if (d)
+      g_dir_close (d);
+    g_rmdir (path);
+  } else {
+    g_unlink (path);
+  }
+}
+
+static void
+write_model (const char *dir, gboolean with_vae, gboolean with_t5)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg;
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  cfg.chunk_frames = 4;
+  g_autofree char *dit = g_build_filename (dir, "transformers", NULL);
+  g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
+          &err));
+  g_assert_no_error (err);
+  if (with_vae) {
+    g_autofree char *vae = g_build_filename (dir, "Wan2.1_VAE.safetensors",
+        NULL);
+    g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
+    g_assert_no_error (err);
+  }
+  if (with_t5) {
+    g_autofree char *tdir = g_build_filename (dir, "google", "umt5-xxl",
+        NULL);
+    g_assert_cmpint (g_mkdir_with_parents (tdir, 0755), ==, 0);
+    g_autofree char *tok = g_build_filename (tdir, "spiece.model", NULL);
+    g_autofree char *data = NULL;
+    gsize len;
+    g_assert_true (g_file_get_contents (spm_path, &data, &len, &err));
+    g_assert_true (g_file_set_contents (tok, data, (gssize) len, &err));
+    LingbotTextEncoderConfig tc;
+    lingbot_text_encoder_config_init_tiny (&tc, cfg.text_dim, 500);
+    g_autofree char *t5 = g_build_filename (dir,
+        "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
+    g_assert_true (lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16,
+            7, &err));
+    g_assert_no_error (err);
+  }
+}
+
+static void
+init_options (LingbotSessionOptions * o)
+{
+  LingbotSessionOptions def = LINGBOT_SESSION_OPTIONS_INIT;
+  *o = def;
+  o->prompt = "a small castle on a hill";
+  o->image_rgb = image;
+  o->image_width = IMG_W;
+  o->image_height = IMG_H;
+  o->image_stride = IMG_W * 3;
+  o->width = 64;
+  o->height = 64;
+  o->seed = 42;
+  o->frames = 29;
+}
+
+static void
+check_frames (const LbTensor * f, int n)
+{
+  g_assert_cmpint (f->ndim, ==, 4);
+  g_assert_cmpint (f->shape[0], ==, 3);
+  g_assert_cmpint (f->shape[1], >=, n);
+  g_assert_cmpint (f->shape[2], ==, 64);
+  g_assert_cmpint (f->shape[3], ==, 64);
+  const float *p = f->data;
+  for (int c = 0; c < 3; c++)
+    for (int t = 0; t < n; t++)
+      for (int64_t i = 0; i < 64 * 64; i++) {
+        float v = p[(c * f->shape[1] + t) * 64 * 64 + i];
+        g_assert_true (isfinite (v));
+        g_assert_cmpfloat (v, >=, -1.0f);
+        g_assert_cmpfloat (v, <=, 1.0f);
+      }
+}
+
+/* Runs @n chunks with @keys; appends each chunk's decoded frames (and the
+ * latents) to @out. */
+static void
+run_chunks (LingbotSession * s, int n, guint keys, GArray * out,
+    GArray * lat)
+{
+  g_autoptr (GError) err = NULL;
+  for (int c = 0; c < n; c++) {
+    LingbotChunkStats st = { 0 };
+    int nf = -1;
+    g_assert_true (lingbot_session_generate (s, keys, &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (st.index, ==, (guint64) c);
+    g_assert_cmpfloat (st.dit_seconds, >, 0.0);
+    const LbTensor *l = lingbot_session_get_latents (s);
+    if (lat)
+      g_array_append_vals (lat, l->data, (guint) lb_tensor_numel (l));
+    g_assert_true (lingbot_session_decode (s, NULL, &nf, &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpint (nf, ==, st.frames);
+    g_assert_cmpfloat (st.vae_seconds, >, 0.0);
+    g_assert_cmpfloat (st.compute_seconds, >=, st.dit_seconds +
+        st.vae_seconds);
+    const LbTensor *f = lingbot_session_get_frames (s);
+    check_frames (f, nf);
+    if (out) {
+      /* [3, T, H, W]: append frames 0..nf-1 of every channel */
+      for (int ch = 0; ch < 3; ch++)
+        g_array_append_vals (out, (const float *) f->data +
+            (gsize) ch * f->shape[1] * 64 * 64, (guint) nf * 64 * 64);
+    }
+  }
+}
+
+static void
+test_chunks (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  g_autoptr (LingbotSession) s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpint (lingbot_session_get_width (s), ==, 64);
+  g_assert_cmpint (lingbot_session_get_height (s), ==, 64);
+  g_assert_cmpint (lingbot_session_get_latent_width (s), ==, 8);
+  g_assert_cmpint (lingbot_session_get_latent_height (s), ==, 8);
+  g_assert_cmpint (lingbot_session_get_chunk_frames (s), ==, 4);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 2);
+  g_assert_cmpuint (lingbot_session_get_n_frames (s), ==, 29);
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 0), ==, 13);
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 1), ==, 16);
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 2), ==, 0);
+  g_assert_nonnull (lingbot_session_get_control (s));
+  const LbTensor *l = lingbot_session_get_latents (s);
+  g_assert_true (lb_tensor_has_shape (l, 5, 1, 16, 4, 8, 8));
+
+  g_assert_false (lingbot_session_is_done (s));
+  int counts[2];
+  for (int c = 0; c < 2; c++) {
+    LingbotChunkStats st = { 0 };
+    g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, c);
+    g_assert_true (lingbot_session_generate (s, LINGBOT_KEY_W, &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (st.keys, ==, LINGBOT_KEY_W);
+    g_assert_true (lingbot_session_decode (s, NULL, &counts[c], &st, &err));
+    g_assert_no_error (err);
+    check_frames (lingbot_session_get_frames (s), counts[c]);
+  }
+  g_assert_cmpint (counts[0], ==, 13);
+  g_assert_cmpint (counts[1], ==, 16);
+  g_assert_true (lingbot_session_is_done (s));
+  g_assert_false (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "all 2 chunks"));
+}
+
+/* frame accounting: 77 -> 5 chunks (spec 3.1); 20 -> 13 + 7 (cut) */
+static void
+test_frame_accounting (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.frames = 77;
+  LingbotSession *s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 5);
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 4), ==, 16);
+  lingbot_session_free (s);
+
+  o.frames = 20;
+  s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 2);
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 1), ==, 7);
+  int n0 = 0, n1 = 0;
+  g_assert_true (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_true (lingbot_session_decode (s, NULL, &n0, NULL, &err));
+  g_assert_true (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_true (lingbot_session_decode (s, NULL, &n1, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (n0, ==, 13);
+  g_assert_cmpint (n1, ==, 7);
+  lingbot_session_free (s);
+
+  /* unbounded */
+  o.frames = 0;
+  s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 0);
+  g_assert_false (lingbot_session_is_done (s));
+  g_assert_cmpint (lingbot_session_get_frame_count (s, 100), ==, 16);
+  lingbot_session_free (s);
+}
+
+static GArray *
+run_session (LingbotWorld * w, guint64 seed, int n, guint keys, GArray * lat)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.seed = seed;
+  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  /* the decode is height-sharded over every rank */
+  g_assert_cmpint (lingbot_session_get_decode_ranks (s), ==,
+      lingbot_world_get_n_ranks (w));
+  GArray *out = g_array_new (FALSE, FALSE, sizeof (float));
+  run_chunks (s, n, keys, out, lat);
+  return out;
+}
+
+static double
+max_diff (GArray * a, GArray * b)
+{
+  g_assert_cmpuint (a->len, ==, b->len);
+  double m = 0.0;
+  for (guint i = 0; i < a->len; i++)
+    m = MAX (m, fabs ((double) g_array_index (a, float, i) -
+            (double) g_array_index (b, float, i)));
+  return m;
+}
+
+static void
+test_determinism (void)
+{
+  g_autoptr (GArray) a = run_session (world1, 42, 2, LINGBOT_KEY_W, NULL);
+  g_autoptr (GArray) b = run_session (world1, 42, 2, LINGBOT_KEY_W, NULL);
+  g_assert_cmpuint (a->len, ==, 3 * 29 * 64 * 64);
+  g_assert_cmpint (memcmp (a->data, b->data, a->len * sizeof (float)), ==,
+      0);
+  g_autoptr (GArray) c = run_session (world1, 43, 1, LINGBOT_KEY_W, NULL);
+  g_array_set_size (a, c->len);
+  g_assert_cmpfloat (max_diff (a, c), >, 1e-3);
+}
+
+static void
+test_ranks (void)
+{
+  g_autoptr (GArray) la = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) lb = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) a = run_session (world1, 7, 2, LINGBOT_KEY_D, la);
+  g_autoptr (GArray) b = run_session (world2, 7, 2, LINGBOT_KEY_D, lb);
+  double dl = max_diff (la, lb), df = max_diff (a, b);
+  g_test_message ("cpu:1 vs cpu:2: latents %.3g, frames %.3g", dl, df);
+  g_assert_cmpfloat (dl, <=, 1e-5);
+  g_assert_cmpfloat (df, <=, 1e-5);
+}
+
+static void
+test_keys (void)
+{
+  g_autoptr (GArray) a = run_session (world1, 42, 2, 0, NULL);
+  g_autoptr (GArray) b = run_session (world1, 42, 2, LINGBOT_KEY_W, NULL);
+  /* chunk 1 = frames 13..28 of each channel */
+  double m = 0.0;
+  for (int ch = 0; ch < 3; ch++)
+    for (guint i = 13 * 64 * 64; i < 29 * 64 * 64; i++) {
+      guint k = (guint) ch * 29 * 64 * 64 + i;
+      m = MAX (m, fabs (g_array_index (a, float, k) -
+              g_array_index (b, float, k)));
+    }
+  g_test_message ("w vs no key, chunk 1: %.3g", m);
+  g_assert_cmpfloat (m, >, 1e-4);
+}
+
+static void
+test_offline_poses (void)
+{
+  g_autoptr (GError) err = NULL;
+  enum { N = 29 };
+  float poses[N * 16];
+  for (int i = 0; i < N; i++) {
+    float *p = poses + 16 * i;
+    memset (p, 0, 16 * sizeof (float));
+    double yaw = 0.02 * i;
+    p[0] = (float) cos (yaw);
+    p[2] = (float) sin (yaw);
+    p[5] = 1.0f;
+    p[8] = (float) -sin (yaw);
+    p[10] = (float) cos (yaw);
+    p[11] = 0.05f * (float) i;
+    p[15] = 1.0f;
+  }
+  const float k[4] = { 500.f, 500.f, 416.f, 240.f };
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.poses = poses;
+  o.n_poses = N;
+  o.intrinsics = k;
+  o.intrinsics_width = 832;
+  o.intrinsics_height = 480;
+  o.frames = 0;                 /* every frame the poses cover: 29 */
+  g_autoptr (LingbotSession) s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_true (lingbot_control_is_offline (lingbot_session_get_control
+          (s)));
+  g_assert_cmpuint (lingbot_session_get_n_frames (s), ==, 29);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 2);
+  g_autoptr (GArray) out = g_array_new (FALSE, FALSE, sizeof (float));
+  run_chunks (s, 2, LINGBOT_KEY_W, out, NULL);
+  g_assert_true (lingbot_session_is_done (s));
+  g_assert_cmpuint (out->len, ==, 3 * 29 * 64 * 64);
+
+  /* without intrinsics: the image-size default; 4n+1 required */
+  o.intrinsics = NULL;
+  o.frames = 13;
+  g_autoptr (LingbotSession) s2 = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_n_chunks (s2), ==, 1);
+  run_chunks (s2, 1, 0, NULL, NULL);
+  o.frames = 14;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "4n+1"));
+}
+
+/* the spec 6.1 size rule, and prompt embeddings on a world without the
+ * text encoder */
+static void
+test_pixel_area_and_embeds (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = model_dir;
+  wo.load_text_encoder = FALSE;
+  g_autoptr (LingbotWorld) w = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  g_assert_false (lingbot_world_has_text_encoder (w));
+
+  int64_t shape[2] = { 512, 32 };
+  g_autoptr (LbTensor) ctx = lb_tensor_new_zeros (LB_DTYPE_F32, 2, shape);
+  for (int i = 0; i < 6 * 32; i++)
+    ((float *) ctx->data)[i] = 0.1f * sinf ((float) i);
+  g_autofree char *embeds = g_build_filename (tmpdir, "embeds.safetensors",
+      NULL);
+  g_assert_true (lingbot_prompt_embeds_save (embeds, ctx, "x", 6, &err));
+  g_assert_no_error (err);
+
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.prompt = NULL;
+  o.prompt_embeds_path = embeds;
+  o.width = o.height = 0;
+  o.pixel_area = IMG_W * IMG_H;         /* 80x48 -> 80x48 */
+  o.frames = 13;
+  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  g_assert_cmpint (lingbot_session_get_width (s), ==, 80);
+  g_assert_cmpint (lingbot_session_get_height (s), ==, 48);
+  int n = 0;
+  g_assert_true (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_true (lingbot_session_decode (s, NULL, &n, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (n, ==, 13);
+  const LbTensor *f = lingbot_session_get_frames (s);
+  g_assert_cmpint (f->shape[2], ==, 48);
+  g_assert_cmpint (f->shape[3], ==, 80);
+
+  /* a text prompt needs the encoder */
+  o.prompt = "hello";
+  o.prompt_embeds_path = NULL;
+  g_assert_null (lingbot_session_new (w, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "text encoder"));
+  g_assert_nonnull (strstr (err->message, "prompt_embeds_path"));
+}
+
+/* noise_path: the Philox draws stored under the golden names replay the
+ * Philox session bit for bit */
+static void
+test_noise_file (void)
+{
+  g_autoptr (GError) err = NULL;
+  const guint64 seed = 11;
+  const int64_t n = 16 * 4 * 8 * 8;
+  int64_t shape[5] = { 1, 16, 4, 8, 8 };
+  GPtrArray *names = g_ptr_array_new_with_free_func (g_free);
+  GPtrArray *tensors = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      lb_tensor_free);
+  for (guint c = 0; c < 2; c++)
+    for (guint st = 0; st < 4; st++) {
+      LbTensor *t = lb_tensor_new (LB_DTYPE_F32, 5, shape);
+      guint32 stream = st == 0 ?
+          lingbot_noise_stream_id (LINGBOT_NOISE_INITIAL, 0) :
+          lingbot_noise_stream_id (LINGBOT_NOISE_RENOISE, st - 1);
+      lingbot_noise_normal_range (seed, c, stream, 0, (gsize) n, t->data);
+      g_ptr_array_add (names, st == 0 ?
+          g_strdup_printf ("output.chunk%u.step0.x_in", c) :
+          g_strdup_printf ("output.chunk%u.step%u.renoise", c, st - 1));
+      g_ptr_array_add (tensors, t);
+    }
+  g_autofree char *path = g_build_filename (tmpdir, "noise.safetensors",
+      NULL);
+  g_assert_true (lingbot_safetensors_write (path,
+          (const char *const *) names->pdata,
+          (const LbTensor * const *) tensors->pdata, names->len, NULL, &err));
+  g_assert_no_error (err);
+  g_ptr_array_unref (names);
+  g_ptr_array_unref (tensors);
+
+  g_autoptr (GArray) la = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) lb = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) a = run_session (world1, seed, 2, LINGBOT_KEY_W, la);
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.seed = 999;                 /* ignored */
+  o.noise_path = path;
+  g_autoptr (LingbotSession) s = lingbot_session_new (world1, &o, &err);
+  g_assert_no_error (err);
+  run_chunks (s, 2, LINGBOT_KEY_W, NULL, lb);
+  g_assert_cmpuint (la->len, ==, lb->len);
+  g_assert_cmpint (memcmp (la->data, lb->data, la->len * sizeof (float)),
+      ==, 0);
+
+  g_autofree char *missing = g_build_filename (tmpdir, "nonoise.st", NULL);
+  o.noise_path = missing;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_nonnull (err);
+  g_assert_nonnull (strstr (err->message, "nonoise.st"));
+}
+
+static void
+test_errors (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+
+  /* bad devices */
+  wo.model_path = model_dir;
+  wo.devices = "cpu:zero";
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "cpu:zero"));
+  g_clear_error (&err);
+  wo.devices = "cpu:1";
+
+  /* no model directory */
+  g_autofree char *nowhere = g_build_filename (tmpdir, "nowhere", NULL);
+  wo.model_path = nowhere;
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
+  g_assert_nonnull (strstr (err->message, nowhere));
+  g_clear_error (&err);
+
+  /* missing VAE, missing text encoder */
+  g_autofree char *partial = g_build_filename (tmpdir, "partial", NULL);
+  write_model (partial, FALSE, FALSE);
+  wo.model_path = partial;
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
+  g_assert_nonnull (strstr (err->message, "Wan2.1_VAE.pth"));
+  g_clear_error (&err);
+  g_autofree char *vae = g_build_filename (partial,
+      "Wan2.1_VAE.safetensors", NULL);
+  g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
+  g_assert_nonnull (strstr (err->message,
+          "models_t5_umt5-xxl-enc-bf16.pth"));
+  g_clear_error (&err);
+  /* missing DiT */
+  g_autofree char *nodit = g_build_filename (tmpdir, "nodit", NULL);
+  g_assert_cmpint (g_mkdir_with_parents (nodit, 0755), ==, 0);
+  wo.model_path = nodit;
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
+  g_assert_nonnull (strstr (err->message, "transformers"));
+  g_clear_error (&err);
+
+  /* image not decodable */
+  LingbotSessionOptions o;
+  init_options (&o);
+  g_autofree char *bad = g_build_filename (tmpdir, "bad.jpg", NULL);
+  g_assert_true (g_file_set_contents (bad, "not a jpeg at all", -1, NULL));
+  o.image_path = bad;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_FORMAT);
+  g_assert_nonnull (strstr (err->message, bad));
+  g_clear_error (&err);
+  g_autofree char *missing = g_build_filename (tmpdir, "missing.jpg", NULL);
+  o.image_path = missing;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_nonnull (strstr (err->message, missing));
+  g_clear_error (&err);
+
+  /* no image */
+  init_options (&o);
+  o.image_rgb = NULL;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "no reference image"));
+  g_clear_error (&err);
+
+  /* sizes not multiples of 16 */
+  init_options (&o);
+  o.width = 72;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (err->message, "72x64"));
+  g_assert_nonnull (strstr (err->message, "multiples of 16"));
+  g_clear_error (&err);
+  o.width = 64;
+  o.height = 0;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+
+  /* bad schedule */
+  init_options (&o);
+  const int idx[2] = { 0, -3 };
+  o.timestep_indices = idx;
+  o.n_timestep_indices = 2;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  if (argc < 2) {
+    g_printerr ("usage: %s TEST-SPM-MODEL\n", argv[0]);
+    return 1;
+  }
+  spm_path = argv[1];
+  g_autoptr (GError) err = NULL;
+  tmpdir = g_dir_make_tmp ("lingbot-session-XXXXXX", &err);
+  g_assert_no_error (err);
+  model_dir = g_build_filename (tmpdir, "model", NULL);
+  write_model (model_dir, TRUE, TRUE);
+  for (int y = 0; y < IMG_H; y++)
+    for (int x = 0; x < IMG_W; x++) {
+      guint8 *p = image + 3 * (y * IMG_W + x);
+      p[0] = (guint8) (x * 3);
+      p[1] = (guint8) (y * 5);
+      p[2] = (guint8) (((x / 8) + (y / 8)) % 2 ? 200 : 40);
+    }
+
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = model_dir;
+  world1 = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  g_assert_true (lingbot_world_has_text_encoder (world1));
+  g_assert_cmpint (lingbot_world_get_n_ranks (world1), ==, 1);
+  wo.devices = "cpu:2";
+  world2 = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  g_assert_cmpint (lingbot_world_get_n_ranks (world2), ==, 2);
+  g_assert_cmpstr (lingbot_world_get_devices (world2), ==, "cpu:2");
+  g_assert_cmpstr (lingbot_world_get_model_path (world2), ==, model_dir);
+  g_assert_nonnull (lingbot_world_get_group (world2));
+  g_assert_nonnull (lingbot_world_get_dit (world2));
+  g_assert_nonnull (lingbot_world_get_vae (world2));
+
+  g_test_add_func ("/session/chunks", test_chunks);
+  g_test_add_func ("/session/frame-accounting", test_frame_accounting);
+  g_test_add_func ("/session/determinism", test_determinism);
+  g_test_add_func ("/session/ranks", test_ranks);
+  g_test_add_func ("/session/keys", test_keys);
+  g_test_add_func ("/session/offline-poses", test_offline_poses);
+  g_test_add_func ("/session/pixel-area-embeds", test_pixel_area_and_embeds);
+  g_test_add_func ("/session/noise-file", test_noise_file);
+  g_test_add_func ("/session/errors", test_errors);
+  int rc = g_test_run ();
+
+  lingbot_world_unref (world1);
+  lingbot_world_unref (world2);
+  rm_rf (tmpdir);
+  g_free (tmpdir);
+  g_free (model_dir);
+  return rc;
+}
