@@ -20,11 +20,23 @@ LINGBOT_DEPS=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-ugly
+  # WebRTC example + suite webrtc: webrtcbin and its libraries (-bad), ICE
+  # (libnice plugin), the signalling/page server (libsoup 3)
+  libgstreamer-plugins-bad1.0-dev gstreamer1.0-plugins-bad gstreamer1.0-nice
+  libsoup-3.0-dev
 )
 
+# Only tools/demo.sh needs these: the start photo of the demo
+# (/usr/share/backgrounds/mate/nature/GreenMeadow.jpg).
+LINGBOT_DEMO_DEPS=(
+  mate-backgrounds
+)
+
+# lingbot_install_deps [EXTRA_PACKAGE...]: install what is missing of the
+# list above plus the extra packages.
 lingbot_install_deps () {
   local missing=()
-  for p in "${LINGBOT_DEPS[@]}"; do
+  for p in "${LINGBOT_DEPS[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
       missing+=("$p")
   done

@@ -6,11 +6,14 @@
  *   lingbot-bench comm [--ranks N] [--size-mib S] [--iters K]
  *   lingbot-bench dit [--model DIR | --preset P] [--devices cpu:N] [--chunks K]
  *
- * Later steps add vae, direct and replay.
+ *   lingbot-bench vae [--dim N] [--latent HxW] [--ranks 1,2,4] [--chunks K]
+ *
+ * Later steps add direct and replay.
  */
 #include "lingbot/backend.h"
 #include "tools/bench-comm.h"
 #include "tools/bench-dit.h"
+#include "tools/bench-vae.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +94,8 @@ static const struct
       "collectives and channel GB/s on CPU ranks vs memcpy"},
   {"dit", lingbot_bench_dit_main,
       "streamed DiT chunks: chunk seconds, steady FPS, GFLOP/s"},
+  {"vae", lingbot_bench_vae_main,
+      "streamed VAE decode: seconds per chunk, halo bytes, for N ranks"},
 };
 
 static void
