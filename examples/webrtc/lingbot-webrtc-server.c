@@ -1,0 +1,155 @@
+/* lingbot-gst: lingbot-webrtc-server, a live LingBot-World session in a
+ * browser tab over WebRTC
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ *   lingbot-webrtc-server --model DIR --image start.jpg \
+ *       --prompt-embeds prompt.safetensors [--port 8080] [--encoder vp8]
+ *
+ * then open http://127.0.0.1:8080/ and hold the arrow keys (or WASD, IJKL).
+ * See docs/webrtc.md.
+ */
+#include <stdlib.h>
+#include <glib-unix.h>
+#include <gst/gst.h>
+
+#include "webrtc-server.h"
+
+#ifndef LINGBOT_WEBRTC_WWW_DIR
+#define LINGBOT_WEBRTC_WWW_DIR "www"
+#endif
+#ifndef LINGBOT_WEBRTC_SOURCE_WWW_DIR
+#define LINGBOT_WEBRTC_SOURCE_WWW_DIR LINGBOT_WEBRTC_WWW_DIR
+#endif
+
+/* the source tree's page when it is there (a build-tree run), else the
+ * installed one */
+static const char *
+default_www (void)
+{
+  if (g_file_test (LINGBOT_WEBRTC_SOURCE_WWW_DIR "/index.html",
+          G_FILE_TEST_IS_REGULAR))
+    return LINGBOT_WEBRTC_SOURCE_WWW_DIR;
+  return LINGBOT_WEBRTC_WWW_DIR;
+}
+
+static gboolean
+on_signal (gpointer user_data)
+{
+  g_message ("stopping");
+  g_main_loop_quit (user_data);
+  return G_SOURCE_REMOVE;
+}
+
+int
+main (int argc, char **argv)
+{
+  g_autoptr (GOptionContext) opts = NULL;
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotWebrtcServer) server = NULL;
+  g_autoptr (GMainLoop) loop = NULL;
+  LingbotWebrtcConfig cfg;
+  char *address = NULL, *www = NULL, *model = NULL, *image = NULL;
+  char *prompt = NULL, *prompt_embeds = NULL, *devices = NULL;
+  char *encoder = NULL, *source = NULL;
+  char **props = NULL;
+  int port = LINGBOT_WEBRTC_DEFAULT_PORT;
+  int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
+  int max_message = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
+  int ice_loopback = -1;
+  GOptionEntry entries[] = {
+    {"address", 'a', 0, G_OPTION_ARG_STRING, &address,
+        "Address to bind (default " LINGBOT_WEBRTC_DEFAULT_ADDRESS ")", "IP"},
+    {"port", 'p', 0, G_OPTION_ARG_INT, &port,
+        "TCP port (default 8080, 0 = any)", "PORT"},
+    {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
+        "Model folder (lingbotbin model-path)", "DIR"},
+    {"image", 'i', 0, G_OPTION_ARG_FILENAME, &image,
+        "Start image (lingbotbin image-location)", "FILE"},
+    {"prompt", 0, 0, G_OPTION_ARG_STRING, &prompt, "Prompt", "TEXT"},
+    {"prompt-embeds", 0, 0, G_OPTION_ARG_FILENAME, &prompt_embeds,
+        "Prompt embeddings file (no text encoder needed)", "FILE"},
+    {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
+        "Ranks: cpu:N or GPU ordinals 0,1,2,3 (default "
+          LINGBOT_WEBRTC_DEFAULT_DEVICES ")", "LIST"},
+    {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &props,
+        "Another lingbotbin property (width=, height=, seed=, frames=, ...); "
+          "repeatable", "NAME=VALUE"},
+    {"max-sessions", 0, 0, G_OPTION_ARG_INT, &max_sessions,
+        "Concurrent sessions; the next browser is refused (default 1)", "N"},
+    {"encoder", 'e', 0, G_OPTION_ARG_STRING, &encoder,
+        "vp8 (default), x264 or openh264", "NAME"},
+    {"max-message-size", 0, 0, G_OPTION_ARG_INT, &max_message,
+        "Bigger signalling/data-channel messages are dropped (bytes)", "N"},
+    {"www", 0, 0, G_OPTION_ARG_FILENAME, &www,
+        "Folder of the page (default: the installed/source one)", "DIR"},
+    {"source", 0, 0, G_OPTION_ARG_STRING, &source,
+        "Launch-line fragment replacing 'lingbotcontrolsrc ! lingbotbin' "
+          "(e.g. \"videotestsrc is-live=true\", to try the page without a "
+          "model)", "DESC"},
+    {"ice-loopback", 0, 0, G_OPTION_ARG_INT, &ice_loopback,
+        "ICE candidates: 1 = 127.0.0.1 only, 0 = all interfaces, "
+          "-1 = 1 when --address is a loopback address (default)", "N"},
+    {NULL}
+  };
+  int ret = EXIT_SUCCESS;
+
+  opts = g_option_context_new ("- live LingBot-World sessions over WebRTC");
+  g_option_context_add_main_entries (opts, entries, NULL);
+  g_option_context_add_group (opts, gst_init_get_option_group ());
+  if (!g_option_context_parse (opts, &argc, &argv, &err)) {
+    g_printerr ("%s\n", err->message);
+    return 2;
+  }
+  if (port < 0 || port > 65535 || max_sessions < 1 || max_message < 64) {
+    g_printerr ("invalid --port, --max-sessions or --max-message-size\n");
+    return 2;
+  }
+  if (source == NULL && (model == NULL || image == NULL)) {
+    g_printerr ("--model and --image are needed (or --source)\n");
+    return 2;
+  }
+
+  lingbot_webrtc_config_init (&cfg);
+  if (address)
+    cfg.address = address;
+  cfg.port = (guint) port;
+  cfg.www_dir = www ? www : default_www ();
+  cfg.model = model;
+  cfg.image = image;
+  cfg.prompt = prompt;
+  cfg.prompt_embeds = prompt_embeds;
+  if (devices)
+    cfg.devices = devices;
+  cfg.gen_props = (const char *const *) props;
+  if (encoder)
+    cfg.encoder = encoder;
+  cfg.max_sessions = (guint) max_sessions;
+  cfg.max_message_size = (gsize) max_message;
+  cfg.source = source;
+  cfg.ice_loopback = ice_loopback;
+
+  server = lingbot_webrtc_server_new (&cfg, &err);
+  if (server == NULL) {
+    g_printerr ("lingbot-webrtc-server: %s\n", err->message);
+    ret = EXIT_FAILURE;
+    goto out;
+  }
+  loop = g_main_loop_new (NULL, FALSE);
+  g_unix_signal_add (SIGINT, on_signal, loop);
+  g_unix_signal_add (SIGTERM, on_signal, loop);
+  g_main_loop_run (loop);
+
+out:
+  g_clear_pointer (&server, lingbot_webrtc_server_free);
+  g_free (address);
+  g_free (www);
+  g_free (model);
+  g_free (image);
+  g_free (prompt);
+  g_free (prompt_embeds);
+  g_free (devices);
+  g_free (encoder);
+  g_free (source);
+  g_strfreev (props);
+  return ret;
+}

@@ -1,0 +1,91 @@
+/* lingbot-gst: the WebRTC sender of the live example (server side)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * One libsoup-3.0 server: static files of the page, and a WebSocket
+ * signalling endpoint (`/ws`).  Every WebSocket is one browser session with
+ * its own pipeline
+ *
+ *   lingbotcontrolsrc ! lingbotbin ! videoconvert ! queue ! ENCODER ! PAY !
+ *   webrtcbin
+ *
+ * and two data channels created by the sender, as webrtcsink does:
+ * "input" (browser -> server, JSON navigation events, turned into upstream
+ * GstNavigation events) and "control" (server -> browser, chunk metrics and
+ * key echoes).  The message schema is in docs/webrtc.md.
+ */
+#pragma once
+
+#include <glib.h>
+
+G_BEGIN_DECLS
+
+#define LINGBOT_WEBRTC_DEFAULT_ADDRESS "127.0.0.1"
+#define LINGBOT_WEBRTC_DEFAULT_PORT 8080
+#define LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS 1
+#define LINGBOT_WEBRTC_DEFAULT_ENCODER "vp8"
+#define LINGBOT_WEBRTC_DEFAULT_DEVICES "cpu:1"
+/* signalling and data-channel messages above this are dropped (bytes) */
+#define LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE (64 * 1024)
+/* WebSocket frames above this close the connection (libsoup, TOO_BIG) */
+#define LINGBOT_WEBRTC_WS_HARD_LIMIT (1024 * 1024)
+/* WebSocket close code of a refused session (application range; libsoup
+ * refuses 1013, "try again later"; 409 as the reference's HTTP refusal) */
+#define LINGBOT_WEBRTC_CLOSE_BUSY 4409
+
+/**
+ * LingbotWebrtcConfig:
+ * @address: address to bind (%LINGBOT_WEBRTC_DEFAULT_ADDRESS); when it is a
+ *   loopback address, ICE gathers loopback candidates only
+ * @port: TCP port, 0 = any free port (see lingbot_webrtc_server_get_port())
+ * @www_dir: folder of the page (index.html, app.js, style.css)
+ * @model: lingbotbin model-path
+ * @image: lingbotbin image-location
+ * @prompt: lingbotbin prompt (or %NULL)
+ * @prompt_embeds: lingbotbin prompt-embeds (or %NULL)
+ * @devices: lingbotbin devices
+ * @gen_props: extra lingbotbin properties "name=value" (%NULL-terminated),
+ *   set with gst_util_set_object_arg(): width, height, frames, seed, ...
+ * @encoder: "vp8", "x264" or "openh264"
+ * @max_sessions: concurrent sessions; the next one is refused
+ * @max_message_size: bigger messages are dropped with a log line
+ * @source: a launch-line fragment that replaces
+ *   `lingbotcontrolsrc ! lingbotbin` (a stand-in such as
+ *   "videotestsrc is-live=true"), or %NULL
+ * @ice_loopback: -1 = from @address, 0 = all interfaces, 1 = 127.0.0.1 only
+ */
+typedef struct {
+  const char *address;
+  guint port;
+  const char *www_dir;
+  const char *model;
+  const char *image;
+  const char *prompt;
+  const char *prompt_embeds;
+  const char *devices;
+  const char *const *gen_props;
+  const char *encoder;
+  guint max_sessions;
+  gsize max_message_size;
+  const char *source;
+  int ice_loopback;
+} LingbotWebrtcConfig;
+
+typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
+
+void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
+
+LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,
+    GError ** error);
+guint lingbot_webrtc_server_get_port (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server);
+void lingbot_webrtc_server_free (LingbotWebrtcServer * server);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWebrtcServer, lingbot_webrtc_server_free)
+
+/* exposed for the tests: a request path (percent-encoded, as received) to
+ * a file under @root, or %NULL with *status 403 (escapes) / 404 */
+char *lingbot_webrtc_resolve_path (const char *root, const char *path,
+    guint * status);
+
+G_END_DECLS
