@@ -2,18 +2,17 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  *   lingbot-bench gemm [--size N] [--iters K] [--backend cpu|cuda]
- *
  *   lingbot-bench comm [--ranks N] [--size-mib S] [--iters K]
  *   lingbot-bench dit [--model DIR | --preset P] [--devices cpu:N] [--chunks K]
- *
  *   lingbot-bench vae [--dim N] [--latent HxW] [--ranks 1,2,4] [--chunks K]
- *
- * Later steps add direct and replay.
+ *   lingbot-bench direct --model M --image I --control-trace T --frames 77 ...
+ *   lingbot-bench replay --duration 60 ... (also --compare A B)
  */
 #include "lingbot/backend.h"
 #include "tools/bench-comm.h"
 #include "tools/bench-dit.h"
 #include "tools/bench-vae.h"
+#include "tools/bench-direct.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +95,10 @@ static const struct
       "streamed DiT chunks: chunk seconds, steady FPS, GFLOP/s"},
   {"vae", lingbot_bench_vae_main,
       "streamed VAE decode: seconds per chunk, halo bytes, for N ranks"},
+  {"direct", lingbot_bench_direct_main,
+      "the whole pipeline (elements or session): per-chunk JSON, steady FPS"},
+  {"replay", lingbot_bench_replay_main,
+      "real-time replay of a control trace: deadline misses and lateness"},
 };
 
 static void

@@ -1,0 +1,398 @@
+/* lingbot-gst: `lingbot-bench direct`, `replay` and `--compare` (suite
+ * bench)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Runs the bench program ($LINGBOT_BENCH) on a tiny random model written at
+ * start-up into a temporary directory (DiT tiny preset with chunk 4, VAE
+ * width 8, a prompt-embeds file, a JPEG start image; 64x64 output) and
+ * checks the reports' structure and consistency, never their timings.
+ */
+#include <math.h>
+#include <string.h>
+#include <glib/gstdio.h>
+#include <gst/gst.h>
+#include <json-glib/json-glib.h>
+
+#include "lingbot/lingbot.h"
+#include "lingbot/text-encoder.h"
+
+static char *tmpdir;
+static char *model_dir;
+static char *embeds_path;
+static char *image_path;
+static char *trace_path;
+static const char *bench;
+
+static void
+write_fixture (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg;
+  const char *root = g_getenv ("LINGBOT_SOURCE_ROOT");
+  g_assert_nonnull (root);
+  trace_path = g_build_filename (root, "tools", "demo-trace.json", NULL);
+  g_assert_true (g_file_test (trace_path, G_FILE_TEST_EXISTS));
+
+  tmpdir = g_dir_make_tmp ("lingbot-bench-XXXXXX", &err);
+  g_assert_no_error (err);
+  model_dir = g_build_filename (tmpdir, "model", NULL);
+  g_autofree char *dit = g_build_filename (model_dir, "transformers", NULL);
+  g_assert_cmpint (g_mkdir_with_parents (dit, 0755), ==, 0);
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  cfg.chunk_frames = 4;
+  g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
+          &err));
+  g_assert_no_error (err);
+  g_autofree char *vae = g_build_filename (model_dir,
+      "Wan2.1_VAE.safetensors", NULL);
+  g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
+  g_assert_no_error (err);
+
+  g_autoptr (LbTensor) ctx = lb_tensor_new_f32 (2, (int64_t) 16,
+      (int64_t) cfg.text_dim);
+  for (int64_t i = 0; i < lb_tensor_numel (ctx); i++)
+    ((float *) ctx->data)[i] = (float) ((i * 37 % 101) - 50) / 50.0f;
+  embeds_path = g_build_filename (tmpdir, "prompt.safetensors", NULL);
+  g_assert_true (lingbot_prompt_embeds_save (embeds_path, ctx, "a castle",
+          16, &err));
+  g_assert_no_error (err);
+
+  image_path = g_build_filename (tmpdir, "start.jpg", NULL);
+  g_autofree char *desc = g_strdup_printf ("videotestsrc num-buffers=1 "
+      "pattern=smpte ! video/x-raw,width=80,height=48 ! jpegenc ! "
+      "filesink location=%s", image_path);
+  GstElement *p = gst_parse_launch (desc, &err);
+  g_assert_no_error (err);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  GstMessage *msg = gst_bus_timed_pop_filtered (GST_ELEMENT_BUS (p),
+      10 * GST_SECOND, GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_EOS);
+  gst_message_unref (msg);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (p);
+}
+
+static void
+rm_rf (const char *path)
+{
+  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
+    GDir *d = g_dir_open (path, 0, NULL);
+    const char *n;
+    while (d && (n = g_dir_read_name (d))) {
+      g_autofree char *c = g_build_filename (path, n, NULL);
+      rm_rf (c);
+    }
+    if (d)
+      g_dir_close (d);
+    g_rmdir (path);
+  } else {
+    g_unlink (path);
+  }
+}
+
+/* Runs the bench program with the fixture's common options + @extra
+ * (NULL-terminated); returns its stdout, asserts exit 0. */
+static char *
+run_bench (const char *command, const char *const *extra)
+{
+  GPtrArray *a = g_ptr_array_new ();
+  g_ptr_array_add (a, (gpointer) bench);
+  g_ptr_array_add (a, (gpointer) command);
+  const char *common[] = { "--model", model_dir, "--image", image_path,
+    "--prompt-embeds", embeds_path, "--control-trace", trace_path,
+    "--width", "64", "--height", "64", "--quiet"
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (common); i++)
+    g_ptr_array_add (a, (gpointer) common[i]);
+  for (guint i = 0; extra[i]; i++)
+    g_ptr_array_add (a, (gpointer) extra[i]);
+  g_ptr_array_add (a, NULL);
+  char *out = NULL, *err_out = NULL;
+  int status = 0;
+  g_autoptr (GError) err = NULL;
+  g_assert_true (g_spawn_sync (NULL, (char **) a->pdata, NULL, 0, NULL,
+          NULL, &out, &err_out, &status, &err));
+  g_assert_no_error (err);
+  if (!g_spawn_check_wait_status (status, NULL))
+    g_error ("%s %s failed:\n%s", bench, command, err_out);
+  g_free (err_out);
+  g_ptr_array_free (a, TRUE);
+  return out;
+}
+
+static JsonObject *
+load_report (const char *path, JsonParser ** parser)
+{
+  g_autoptr (GError) err = NULL;
+  *parser = json_parser_new ();
+  g_assert_true (json_parser_load_from_file (*parser, path, &err));
+  g_assert_no_error (err);
+  JsonNode *root = json_parser_get_root (*parser);
+  g_assert_true (JSON_NODE_HOLDS_OBJECT (root));
+  return json_node_get_object (root);
+}
+
+static void
+assert_stats (JsonObject * summary, const char *name)
+{
+  g_assert_true (json_object_has_member (summary, name));
+  JsonObject *s = json_object_get_object_member (summary, name);
+  const char *keys[] = { "count", "mean", "min", "p50", "p90", "p95", "p99",
+    "max"
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    g_assert_true (json_object_has_member (s, keys[i]));
+  double min = json_object_get_double_member (s, "min");
+  double p50 = json_object_get_double_member (s, "p50");
+  double p90 = json_object_get_double_member (s, "p90");
+  double p95 = json_object_get_double_member (s, "p95");
+  double p99 = json_object_get_double_member (s, "p99");
+  double max = json_object_get_double_member (s, "max");
+  double mean = json_object_get_double_member (s, "mean");
+  g_assert_cmpfloat (min, <=, p50);
+  g_assert_cmpfloat (p50, <=, p90);
+  g_assert_cmpfloat (p90, <=, p95);
+  g_assert_cmpfloat (p95, <=, p99);
+  g_assert_cmpfloat (p99, <=, max);
+  g_assert_cmpfloat (mean, >=, min - 1e-12);
+  g_assert_cmpfloat (mean, <=, max + 1e-12);
+}
+
+/* The checks every report passes; returns the summary. */
+static JsonObject *
+check_report (JsonObject * rep, const char *bench_name, int frames,
+    int n_chunks, const char *engine)
+{
+  g_assert_cmpstr (json_object_get_string_member (rep, "bench"), ==,
+      bench_name);
+  JsonObject *cfg = json_object_get_object_member (rep, "config");
+  g_assert_nonnull (cfg);
+  if (engine)
+    g_assert_cmpstr (json_object_get_string_member (cfg, "engine"), ==,
+        engine);
+  g_assert_cmpint (json_object_get_int_member (cfg, "frames"), ==, frames);
+  g_assert_cmpint (json_object_get_int_member (cfg, "fps"), ==, 16);
+  g_assert_cmpint (json_object_get_int_member (cfg, "chunk_frames"), ==, 4);
+  g_assert_nonnull (json_object_get_object_member (rep, "machine"));
+
+  JsonArray *chunks = json_object_get_array_member (rep, "chunks");
+  g_assert_cmpuint (json_array_get_length (chunks), ==, (guint) n_chunks);
+  int total = 0;
+  double steady_frames = 0, steady_compute = 0, prev_end = 0;
+  for (guint i = 0; i < json_array_get_length (chunks); i++) {
+    JsonObject *k = json_array_get_object_element (chunks, i);
+    int f = (int) json_object_get_int_member (k, "frames");
+    g_assert_cmpint (json_object_get_int_member (k, "index"), ==, i);
+    /* 13 frames first, 16 after; the last may be cut */
+    if (i + 1 < (guint) n_chunks)
+      g_assert_cmpint (f, ==, i == 0 ? 13 : 16);
+    total += f;
+    double dit = json_object_get_double_member (k, "dit_seconds");
+    double vae = json_object_get_double_member (k, "vae_seconds");
+    double comp = json_object_get_double_member (k, "compute_seconds");
+    double start = json_object_get_double_member (k, "start_s");
+    double first = json_object_get_double_member (k, "first_frame_s");
+    double end = json_object_get_double_member (k, "end_s");
+    g_assert_cmpfloat (dit, >, 0);
+    g_assert_cmpfloat (vae, >, 0);
+    g_assert_cmpfloat (comp, >=, dit + vae - 1e-9);
+    g_assert_cmpfloat (start, >=, 0);
+    g_assert_cmpfloat (first, >=, start);
+    g_assert_cmpfloat (end, >=, first);
+    g_assert_cmpfloat (end, >=, prev_end);
+    g_assert_cmpfloat (fabs (json_object_get_double_member (k,
+                "wall_seconds") - (end - start)), <, 1e-6);
+    g_assert_cmpfloat (fabs (json_object_get_double_member (k,
+                "chunk_compute_fps") - f / comp), <, 1e-6 * f / comp);
+    prev_end = end;
+    if (i > 0) {
+      steady_frames += f;
+      steady_compute += comp;
+    }
+  }
+  g_assert_cmpint (total, ==, frames);
+
+  JsonObject *s = json_object_get_object_member (rep, "summary");
+  g_assert_nonnull (s);
+  g_assert_cmpint (json_object_get_int_member (s, "total_frames"), ==,
+      frames);
+  g_assert_cmpint (json_object_get_int_member (s, "frames_at_sink"), ==,
+      frames);
+  g_assert_cmpint (json_object_get_int_member (s, "total_chunks"), ==,
+      n_chunks);
+  g_assert_cmpint (json_object_get_int_member (s, "steady_chunks"), ==,
+      n_chunks - 1);
+  g_assert_cmpint (json_object_get_int_member (s, "steady_frames"), ==,
+      (gint64) steady_frames);
+  double sc = json_object_get_double_member (s, "steady_compute_seconds");
+  g_assert_cmpfloat (fabs (sc - steady_compute), <, 1e-6 * steady_compute);
+  double fps = json_object_get_double_member (s,
+      "chunk_compute_fps_weighted");
+  g_assert_cmpfloat (fps, >, 0);
+  g_assert_cmpfloat (fabs (fps - steady_frames / sc), <, 1e-6 * fps);
+  assert_stats (s, "chunk_compute_seconds");
+  assert_stats (s, "chunk_wall_seconds");
+  assert_stats (s, "chunk_period_seconds");
+  assert_stats (s, "chunk_compute_fps");
+  JsonObject *cs = json_object_get_object_member (s,
+      "chunk_compute_seconds");
+  g_assert_cmpint (json_object_get_int_member (cs, "count"), ==,
+      n_chunks - 1);
+  g_assert_cmpfloat (fabs (json_object_get_double_member (cs, "mean") -
+          sc / (n_chunks - 1)), <, 1e-6 * sc);
+  JsonObject *k0 = json_array_get_object_element (chunks, 0);
+  g_assert_cmpfloat (json_object_get_double_member (s,
+          "first_chunk_latency_s"), ==,
+      json_object_get_double_member (k0, "first_frame_s"));
+  g_assert_cmpfloat (json_object_get_double_member (s, "setup_seconds"), <=,
+      json_object_get_double_member (k0, "start_s") + 1e-9);
+  g_assert_cmpint (json_object_get_int_member (s, "peak_rss_bytes"), >,
+      1 << 20);
+  JsonObject *comm = json_object_get_object_member (s, "comm");
+  g_assert_nonnull (comm);
+  g_assert_nonnull (json_object_get_string_member (comm, "collectives"));
+  JsonObject *ops = json_object_get_object_member (comm, "ops");
+  gint64 sum = 0;
+  GList *names = json_object_get_members (ops);
+  for (GList * l = names; l; l = l->next)
+    sum += json_object_get_int_member (json_object_get_object_member (ops,
+            l->data), "bytes");
+  g_list_free (names);
+  g_assert_cmpint (sum, ==, json_object_get_int_member (comm,
+          "bytes_total"));
+  return s;
+}
+
+static void
+test_direct (gconstpointer data)
+{
+  const char *engine = data;
+  g_autofree char *out = g_build_filename (tmpdir, "direct.json", NULL);
+  const char *devices = g_str_equal (engine, "gst") ? "cpu:1" : "cpu:2";
+  const char *extra[] = { "--frames", "29", "--engine", engine,
+    "--devices", devices, "--output", out, NULL
+  };
+  g_free (run_bench ("direct", extra));
+  g_autoptr (JsonParser) parser = NULL;
+  JsonObject *rep = load_report (out, &parser);
+  JsonObject *s = check_report (rep, "direct", 29, 2, engine);
+  JsonObject *comm = json_object_get_object_member (s, "comm");
+  JsonObject *a2a = json_object_get_object_member (json_object_get_object_member
+      (comm, "ops"), "all_to_all");
+  if (g_str_equal (devices, "cpu:2")) {
+    /* Ulysses: two ranks swap shards around every self-attention */
+    g_assert_cmpint (json_object_get_int_member (a2a, "calls"), >, 0);
+    g_assert_cmpint (json_object_get_int_member (a2a, "bytes"), >, 0);
+  } else {
+    g_assert_cmpint (json_object_get_int_member (comm, "bytes_total"), ==,
+        0);
+  }
+  /* the trace's first chunk: W pressed at 0.25 s, before chunk 0 ends */
+  JsonObject *k0 = json_array_get_object_element
+      (json_object_get_array_member (rep, "chunks"), 0);
+  g_assert_cmpstr (json_object_get_string_member (k0, "keys"), ==, "w");
+}
+
+static void
+test_replay (void)
+{
+  g_autofree char *out = g_build_filename (tmpdir, "replay.json", NULL);
+  /* 3 s: floor(3*16/4)+1 = 13 -> 12 latents = 3 chunks, 45 frames */
+  const char *extra[] = { "--duration", "3", "--output", out, NULL };
+  g_free (run_bench ("replay", extra));
+  g_autoptr (JsonParser) parser = NULL;
+  JsonObject *rep = load_report (out, &parser);
+  JsonObject *s = check_report (rep, "replay", 45, 3, NULL);
+  JsonObject *cfg = json_object_get_object_member (rep, "config");
+  double delay = json_object_get_double_member (cfg, "playout_delay_s");
+  g_assert_cmpfloat (delay, ==, 1.0);
+  g_assert_cmpfloat (json_object_get_double_member (cfg, "duration_s"), ==,
+      3.0);
+  JsonArray *chunks = json_object_get_array_member (rep, "chunks");
+  double setup = json_object_get_double_member (s, "setup_seconds");
+  int frames_before = 0, missed = 0;
+  double late_max = 0;
+  for (guint i = 0; i < json_array_get_length (chunks); i++) {
+    JsonObject *k = json_array_get_object_element (chunks, i);
+    double req = json_object_get_double_member (k, "request_s");
+    double due = json_object_get_double_member (k, "due_s");
+    double late = json_object_get_double_member (k, "late_s");
+    g_assert_cmpfloat (fabs (req - (setup + frames_before / 16.0)), <, 1e-9);
+    g_assert_cmpfloat (fabs (due - (req + delay)), <, 1e-9);
+    g_assert_cmpfloat (fabs (late - (json_object_get_double_member (k,
+                    "first_frame_s") - due)), <, 1e-9);
+    g_assert_true (json_object_get_boolean_member (k, "missed") == (late >
+            0));
+    if (late > 0) {
+      missed++;
+      late_max = MAX (late_max, late);
+    }
+    frames_before += (int) json_object_get_int_member (k, "frames");
+  }
+  JsonObject *d = json_object_get_object_member (s, "deadlines");
+  g_assert_nonnull (d);
+  g_assert_cmpint (json_object_get_int_member (d, "chunks"), ==, 3);
+  g_assert_cmpint (json_object_get_int_member (d, "missed_chunks"), ==,
+      missed);
+  g_assert_cmpfloat (fabs (json_object_get_double_member (d,
+              "late_seconds_max") - late_max), <, 1e-9);
+  g_assert_cmpfloat (json_object_get_double_member (d, "slack_seconds_min"),
+      >=, 0);
+  /* real time: the last chunk cannot start before its request time */
+  JsonObject *last = json_array_get_object_element (chunks, 2);
+  g_assert_cmpfloat (json_object_get_double_member (last, "end_s"), >=,
+      json_object_get_double_member (last, "request_s") - 0.05);
+}
+
+static void
+test_compare (void)
+{
+  const char *extra[] = { "--frames", "29", "--engine", "session",
+    "--rounds", "2", "--compare", "devices=cpu:1", "devices=cpu:2", NULL
+  };
+  g_autofree char *out = run_bench ("direct", extra);
+  g_auto (GStrv) lines = g_strsplit (g_strstrip (out), "\n", -1);
+  g_assert_cmpuint (g_strv_length (lines), ==, 3);
+  for (int i = 0; i < 3; i++) {
+    g_autoptr (JsonParser) p = json_parser_new ();
+    g_autoptr (GError) err = NULL;
+    g_assert_true (json_parser_load_from_data (p, lines[i], -1, &err));
+    JsonObject *o = json_node_get_object (json_parser_get_root (p));
+    if (i < 2) {
+      g_assert_cmpint (json_object_get_int_member (o, "round"), ==, i);
+      double a = json_object_get_double_member (o, "a");
+      double b = json_object_get_double_member (o, "b");
+      double r = json_object_get_double_member (o, "ratio");
+      g_assert_cmpfloat (a, >, 0);
+      g_assert_cmpfloat (b, >, 0);
+      g_assert_cmpfloat (fabs (r - b / a), <, 1e-3 * r + 1e-4);
+    } else {
+      g_assert_cmpstr (json_object_get_string_member (o, "a"), ==,
+          "devices=cpu:1");
+      g_assert_cmpint (json_object_get_int_member (o, "rounds"), ==, 2);
+      g_assert_cmpfloat (json_object_get_double_member (o, "median_ratio"),
+          >, 0);
+    }
+  }
+}
+
+int
+main (int argc, char **argv)
+{
+  gst_init (&argc, &argv);
+  g_test_init (&argc, &argv, NULL);
+  bench = g_getenv ("LINGBOT_BENCH");
+  if (bench == NULL) {
+    g_printerr ("LINGBOT_BENCH is not set\n");
+    return 77;
+  }
+  write_fixture ();
+  g_test_add_data_func ("/bench/direct/gst", "gst", test_direct);
+  g_test_add_data_func ("/bench/direct/session", "session", test_direct);
+  g_test_add_func ("/bench/replay", test_replay);
+  g_test_add_func ("/bench/compare", test_compare);
+  int rc = g_test_run ();
+  rm_rf (tmpdir);
+  return rc;
+}

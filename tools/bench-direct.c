@@ -1,0 +1,1349 @@
+/* lingbot-gst: `lingbot-bench direct` and `lingbot-bench replay`: the whole
+ * pipeline (control -> DiT -> VAE decode -> sink), chunk by chunk, with the
+ * metrics of DESIGN.md 6 and the reference's names (spec B.9)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ *   lingbot-bench direct --model DIR --image IMG [--control-trace TRACE]
+ *       [--prompt-embeds F | --prompt TEXT] [--frames 77] [--fps 16]
+ *       [--chunk-frames 4] [--devices cpu:1] [--engine auto|gst|session]
+ *       [--output OUT.json] [--compare CONFIG_A CONFIG_B [--rounds N]]
+ *   lingbot-bench replay [the same] [--duration 60] [--playout-delay S]
+ *
+ * direct runs as fast as it can.  replay runs in real time: chunk k is not
+ * started before its request time on the trace's virtual clock (the
+ * video time of its first frame, counted from chunk 0's start) and its
+ * first frame is due one playout delay later; the report says which chunks
+ * missed that deadline and by how much.  docs/performance.md documents every
+ * field of the JSON report.
+ *
+ * Engines: `gst` runs the elements a user runs (lingbotcontrolsrc !
+ * lingbotgen ! lingbotvaedec ! fakesink through gst_parse_launch), reading
+ * the `lingbot-chunk` / `lingbot-decode` bus messages and timing each frame
+ * at the sink with a pad probe (replay: a queue holding one playout delay of
+ * frames before a clock-synchronised fakesink whose ts-offset puts frame n
+ * at chunk 0's start + playout delay + n/fps; the trace is read offline, so
+ * the keys are the virtual clock's, and the sink's back-pressure paces the
+ * generator); `session` drives lingbot/lingbot.h
+ * directly; `auto` (default) is gst when the elements are registered.
+ *
+ * --compare CONFIG_A CONFIG_B runs the two configurations alternately
+ * (A B A B ..., --rounds N pairs) in one process and prints the steady
+ * compute FPS ratio B/A of each pair and their median.  A CONFIG is
+ * whitespace-separated option=value overrides of the command line, e.g.
+ * "devices=cpu:2" or "engine=session frames=45".
+ */
+#include "tools/bench-direct.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <json-glib/json-glib.h>
+
+#ifdef LINGBOT_BENCH_HAVE_GST
+#include <gst/gst.h>
+#endif
+
+#include "comm/collectives.h"
+#include "lingbot/backend.h"
+#include "lingbot/lingbot.h"
+
+/* ---- configuration ---- */
+
+typedef struct {
+  gboolean replay;
+  char *engine;
+  char *model;
+  char *image;
+  char *trace;
+  char *prompt;
+  char *prompt_embeds;
+  char *devices;
+  int frames;
+  int fps;
+  int chunk_frames;
+  int width, height, pixel_area;
+  gint64 seed;
+  char *output;
+  double duration;
+  double playout_delay;
+  gboolean compare;
+  int rounds;
+  double timeout;
+  gboolean quiet;
+  char **rest;
+} BenchConfig;
+
+static void
+config_clear (BenchConfig * c)
+{
+  g_free (c->engine);
+  g_free (c->model);
+  g_free (c->image);
+  g_free (c->trace);
+  g_free (c->prompt);
+  g_free (c->prompt_embeds);
+  g_free (c->devices);
+  g_free (c->output);
+  g_strfreev (c->rest);
+  memset (c, 0, sizeof (*c));
+}
+
+/* Parses a copy of @argv into @c (defaults first). */
+static gboolean
+config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
+{
+  memset (c, 0, sizeof (*c));
+  c->replay = replay;
+  c->frames = replay ? 0 : 77;
+  c->fps = 16;
+  c->chunk_frames = 4;
+  c->pixel_area = 0;
+  c->seed = 42;
+  c->duration = 60.0;
+  c->playout_delay = -1.0;
+  c->rounds = 3;
+  c->timeout = 0.0;
+
+  GOptionEntry entries[] = {
+    {"model", 'm', 0, G_OPTION_ARG_FILENAME, &c->model,
+        "Model directory (release layout, or lingbot-mkmodel --full)", "DIR"},
+    {"image", 'i', 0, G_OPTION_ARG_FILENAME, &c->image,
+        "Reference image (JPEG)", "IMG"},
+    {"control-trace", 't', 0, G_OPTION_ARG_FILENAME, &c->trace,
+        "Control trace JSON ({\"events\":[{\"delay_s\",\"message\"}]})",
+        "TRACE"},
+    {"prompt", 'p', 0, G_OPTION_ARG_STRING, &c->prompt,
+        "Text prompt (needs the model's umT5)", "TEXT"},
+    {"prompt-embeds", 0, 0, G_OPTION_ARG_FILENAME, &c->prompt_embeds,
+        "Prompt-embeds file instead of the encoder", "F"},
+    {"devices", 'd', 0, G_OPTION_ARG_STRING, &c->devices,
+        "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
+    {"frames", 'n', 0, G_OPTION_ARG_INT, &c->frames,
+        "Video frames (direct: default 77; replay: from --duration)", "N"},
+    {"fps", 0, 0, G_OPTION_ARG_INT, &c->fps, "Frame rate (default 16)", "F"},
+    {"chunk-frames", 'c', 0, G_OPTION_ARG_INT, &c->chunk_frames,
+        "Latent frames per chunk (default 4)", "C"},
+    {"width", 0, 0, G_OPTION_ARG_INT, &c->width, "Output width (x16)", "W"},
+    {"height", 0, 0, G_OPTION_ARG_INT, &c->height, "Output height (x16)",
+        "H"},
+    {"pixel-area", 0, 0, G_OPTION_ARG_INT, &c->pixel_area,
+        "Output pixel budget (default 480*832)", "A"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &c->seed, "Noise seed (42)", "S"},
+    {"engine", 'e', 0, G_OPTION_ARG_STRING, &c->engine,
+        "gst (the elements), session (lingbot.h) or auto (default)", "E"},
+    {"output", 'o', 0, G_OPTION_ARG_FILENAME, &c->output,
+        "Write the JSON report here (default: stdout)", "OUT.json"},
+    {"duration", 0, 0, G_OPTION_ARG_DOUBLE, &c->duration,
+        "replay: session length in seconds (default 60 = 957 frames)", "S"},
+    {"playout-delay", 0, 0, G_OPTION_ARG_DOUBLE, &c->playout_delay,
+        "replay: a chunk's first frame is due this long after its request "
+        "(default: one chunk of video, 4*C/fps = 1 s)", "S"},
+    {"compare", 0, 0, G_OPTION_ARG_NONE, &c->compare,
+        "Run CONFIG_A and CONFIG_B alternately, print B/A ratios", NULL},
+    {"rounds", 0, 0, G_OPTION_ARG_INT, &c->rounds,
+        "--compare: A/B pairs (default 3)", "N"},
+    {"timeout", 0, 0, G_OPTION_ARG_DOUBLE, &c->timeout,
+        "Give up after this many seconds per run (default 600 + 3x "
+        "duration)", "S"},
+    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &c->quiet,
+        "No per-chunk lines on stderr", NULL},
+    {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &c->rest, NULL,
+        NULL},
+    {NULL}
+  };
+  g_autoptr (GOptionContext) ctx = g_option_context_new (replay ?
+      "[--compare CONFIG_A CONFIG_B] - real-time replay of a control trace" :
+      "[--compare CONFIG_A CONFIG_B] - the whole pipeline, chunk metrics");
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  g_auto (GStrv) copy = g_strdupv (argv);
+  int argc = (int) g_strv_length (copy);
+  char **av = copy;
+  /* g_option_context_parse() rearranges the array it is given; keep the
+   * strings owned by @copy */
+  g_autofree char **view = g_memdup2 (av, sizeof (char *) * (argc + 1));
+  char **pv = view;
+  if (!g_option_context_parse (ctx, &argc, &pv, error))
+    return FALSE;
+  if (c->devices == NULL)
+    c->devices = g_strdup ("cpu:1");
+  if (c->engine == NULL)
+    c->engine = g_strdup ("auto");
+  if (c->model == NULL || c->image == NULL) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_FAILED,
+        "--model and --image are required");
+    return FALSE;
+  }
+  if (c->prompt_embeds == NULL && c->prompt == NULL)
+    c->prompt = g_strdup ("");
+  if (c->fps < 1 || c->chunk_frames < 1 || c->frames < 0 ||
+      c->rounds < 1) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+        "--fps, --chunk-frames and --rounds must be positive");
+    return FALSE;
+  }
+  if (replay && c->frames == 0) {
+    c->frames = (int) lingbot_frame_count_for_duration (c->duration,
+        (guint) c->fps, (guint) c->chunk_frames);
+    if (c->frames == 0) {
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+          "--duration %.3g s is too short for one chunk", c->duration);
+      return FALSE;
+    }
+  }
+  if (!replay && c->frames == 0) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+        "--frames must be positive");
+    return FALSE;
+  }
+  if (c->playout_delay < 0.0)
+    c->playout_delay = 4.0 * c->chunk_frames / c->fps;
+  if (c->timeout <= 0.0)
+    c->timeout = 600.0 + 3.0 * c->frames / c->fps;
+  if (!g_str_equal (c->engine, "auto") && !g_str_equal (c->engine, "gst")
+      && !g_str_equal (c->engine, "session")) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+        "--engine must be auto, gst or session");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* ---- collective byte counters: a counting wrapper around the group's
+ * collectives class (registered before any worker group exists) ---- */
+
+enum {
+  OP_ALL_TO_ALL, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_REDUCE,
+  OP_BROADCAST, OP_SEND_RECV, OP_BARRIER, N_OPS
+};
+static const char *const op_names[N_OPS] = {
+  "all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast",
+  "send_recv", "barrier"
+};
+
+typedef struct {
+  guint64 calls[N_OPS];
+  guint64 bytes[N_OPS];
+} CommCounters;
+
+static CommCounters comm_counters;
+static const LbCollectivesClass *comm_inner[2];
+static LbCollectivesClass comm_wrapped[2];
+
+static void
+count_op (LbRank * rank, int op, guint64 bytes)
+{
+  if (rank->rank == 0)
+    __atomic_fetch_add (&comm_counters.calls[op], 1, __ATOMIC_RELAXED);
+  if (bytes)
+    __atomic_fetch_add (&comm_counters.bytes[op], bytes, __ATOMIC_RELAXED);
+}
+
+static const LbCollectivesClass *
+inner_of (LbRank * rank)
+{
+  guint t = (guint) lb_worker_group_get_backend (rank->group)->device_type;
+  return comm_inner[t < 2 ? t : 0];
+}
+
+static gboolean
+w_all_to_all (gpointer st, LbRank * r, LbDType dt, const void *send,
+    void *recv, gsize count, GError ** e)
+{
+  count_op (r, OP_ALL_TO_ALL, (guint64) count * lb_dtype_size (dt) *
+      (guint64) (r->n_ranks - 1));
+  return inner_of (r)->all_to_all (st, r, dt, send, recv, count, e);
+}
+
+static gboolean
+w_all_to_all_v (gpointer st, LbRank * r, LbDType dt, const void *send,
+    const gsize * sc, const gsize * sd, void *recv, const gsize * rc,
+    const gsize * rd, GError ** e)
+{
+  guint64 n = 0;
+  for (int i = 0; i < r->n_ranks; i++)
+    if (i != r->rank)
+      n += rc[i];
+  count_op (r, OP_ALL_TO_ALL, n * lb_dtype_size (dt));
+  return inner_of (r)->all_to_all_v (st, r, dt, send, sc, sd, recv, rc, rd,
+      e);
+}
+
+static gboolean
+w_all_gather (gpointer st, LbRank * r, LbDType dt, const void *send,
+    void *recv, gsize count, GError ** e)
+{
+  count_op (r, OP_ALL_GATHER, (guint64) count * lb_dtype_size (dt) *
+      (guint64) (r->n_ranks - 1));
+  return inner_of (r)->all_gather (st, r, dt, send, recv, count, e);
+}
+
+static gboolean
+w_all_gather_v (gpointer st, LbRank * r, LbDType dt, const void *send,
+    gsize send_count, void *recv, const gsize * rc, const gsize * rd,
+    GError ** e)
+{
+  guint64 n = 0;
+  for (int i = 0; i < r->n_ranks; i++)
+    if (i != r->rank)
+      n += rc[i];
+  count_op (r, OP_ALL_GATHER, n * lb_dtype_size (dt));
+  return inner_of (r)->all_gather_v (st, r, dt, send, send_count, recv, rc,
+      rd, e);
+}
+
+static gboolean
+w_reduce_scatter (gpointer st, LbRank * r, LbDType dt, const void *send,
+    void *recv, gsize recv_count, LbReduceOp op, GError ** e)
+{
+  count_op (r, OP_REDUCE_SCATTER, (guint64) recv_count * lb_dtype_size (dt)
+      * (guint64) (r->n_ranks - 1));
+  return inner_of (r)->reduce_scatter (st, r, dt, send, recv, recv_count, op,
+      e);
+}
+
+static gboolean
+w_all_reduce (gpointer st, LbRank * r, LbDType dt, const void *send,
+    void *recv, gsize count, LbReduceOp op, GError ** e)
+{
+  /* ring equivalent: 2 (n-1)/n of the buffer per rank */
+  count_op (r, OP_ALL_REDUCE, r->n_ranks > 1 ? 2 * (guint64) count *
+      lb_dtype_size (dt) * (guint64) (r->n_ranks - 1) / r->n_ranks : 0);
+  return inner_of (r)->all_reduce (st, r, dt, send, recv, count, op, e);
+}
+
+static gboolean
+w_broadcast (gpointer st, LbRank * r, LbDType dt, void *buf, gsize count,
+    int root, GError ** e)
+{
+  count_op (r, OP_BROADCAST, r->rank == root ? 0 :
+      (guint64) count * lb_dtype_size (dt));
+  return inner_of (r)->broadcast (st, r, dt, buf, count, root, e);
+}
+
+static gboolean
+w_send (gpointer st, LbRank * r, LbDType dt, const void *buf, gsize count,
+    int peer, GError ** e)
+{
+  return inner_of (r)->send (st, r, dt, buf, count, peer, e);
+}
+
+static gboolean
+w_recv (gpointer st, LbRank * r, LbDType dt, void *buf, gsize count,
+    int peer, GError ** e)
+{
+  /* counted on the receiving side (calls = receives on any rank) */
+  __atomic_fetch_add (&comm_counters.calls[OP_SEND_RECV], 1,
+      __ATOMIC_RELAXED);
+  __atomic_fetch_add (&comm_counters.bytes[OP_SEND_RECV],
+      (guint64) count * lb_dtype_size (dt), __ATOMIC_RELAXED);
+  return inner_of (r)->recv (st, r, dt, buf, count, peer, e);
+}
+
+static gboolean
+w_barrier (gpointer st, LbRank * r, GError ** e)
+{
+  count_op (r, OP_BARRIER, 0);
+  return inner_of (r)->barrier (st, r, e);
+}
+
+/* Installs the counting wrapper for the device type of @devices (after
+ * loading its backend, whose init may register its own class). */
+static const char *
+comm_counters_install (const char *devices, GError ** error)
+{
+  LbBackend *be = NULL;
+  int n = 0;
+  g_autofree int *ordinals = NULL;
+  if (!lingbot_backend_parse_devices (devices, &be, &n, &ordinals, error))
+    return NULL;
+  guint t = (guint) be->device_type;
+  if (t >= 2)
+    return "unknown";
+  if (comm_inner[t] == NULL) {
+    comm_inner[t] = lb_collectives_lookup (be->device_type);
+    LbCollectivesClass *w = &comm_wrapped[t];
+    *w = *comm_inner[t];
+    if (w->all_to_all)
+      w->all_to_all = w_all_to_all;
+    if (w->all_to_all_v)
+      w->all_to_all_v = w_all_to_all_v;
+    if (w->all_gather)
+      w->all_gather = w_all_gather;
+    if (w->all_gather_v)
+      w->all_gather_v = w_all_gather_v;
+    if (w->reduce_scatter)
+      w->reduce_scatter = w_reduce_scatter;
+    if (w->all_reduce)
+      w->all_reduce = w_all_reduce;
+    if (w->broadcast)
+      w->broadcast = w_broadcast;
+    if (w->send)
+      w->send = w_send;
+    if (w->recv)
+      w->recv = w_recv;
+    if (w->barrier)
+      w->barrier = w_barrier;
+    lb_collectives_register (be->device_type, w);
+  }
+  return comm_inner[t]->name;
+}
+
+static void
+comm_counters_snapshot (CommCounters * out)
+{
+  for (int i = 0; i < N_OPS; i++) {
+    out->calls[i] = __atomic_load_n (&comm_counters.calls[i],
+        __ATOMIC_RELAXED);
+    out->bytes[i] = __atomic_load_n (&comm_counters.bytes[i],
+        __ATOMIC_RELAXED);
+  }
+}
+
+/* ---- one run ---- */
+
+typedef struct {
+  guint64 index;
+  int frames;
+  guint keys;
+  double dit_seconds, vae_seconds, compute_seconds, wall_seconds;
+  double start_s, end_s, first_frame_s;
+  double request_s, due_s, late_s;
+} ChunkRecord;
+
+typedef struct {
+  const char *engine;
+  const char *collectives;
+  int n_ranks;
+  GArray *chunks;               /* ChunkRecord */
+  GArray *arrivals;             /* double: each frame at the sink */
+  double setup_s;
+  CommCounters comm;
+} RunResult;
+
+static void
+run_result_clear (RunResult * r)
+{
+  if (r->chunks)
+    g_array_unref (r->chunks);
+  if (r->arrivals)
+    g_array_unref (r->arrivals);
+  memset (r, 0, sizeof (*r));
+}
+
+static double
+secs_since (gint64 t0)
+{
+  return (g_get_monotonic_time () - t0) / 1e6;
+}
+
+static void
+print_chunk (const BenchConfig * c, const ChunkRecord * k)
+{
+  if (c->quiet)
+    return;
+  g_autofree char *ks = lingbot_keys_to_string (k->keys);
+  fprintf (stderr, "chunk %" G_GUINT64_FORMAT ": %d frames, keys %s, dit "
+      "%.3f s, vae %.3f s, compute %.3f s, end %.3f s", k->index, k->frames,
+      ks, k->dit_seconds, k->vae_seconds, k->compute_seconds, k->end_s);
+  if (c->replay)
+    fprintf (stderr, ", late %+.3f s", k->late_s);
+  fprintf (stderr, "\n");
+}
+
+/* the replay deadline of each chunk, from chunk 0's start */
+static void
+set_deadlines (const BenchConfig * c, RunResult * r)
+{
+  guint frames_before = 0;
+  double origin = r->setup_s;
+  for (guint i = 0; i < r->chunks->len; i++) {
+    ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+    k->request_s = origin + (double) frames_before / c->fps;
+    k->due_s = k->request_s + c->playout_delay;
+    k->late_s = k->first_frame_s - k->due_s;
+    frames_before += (guint) k->frames;
+  }
+}
+
+static gboolean
+run_session (const BenchConfig * c, RunResult * r, GError ** error)
+{
+  gint64 t0 = g_get_monotonic_time ();
+  g_autoptr (LingbotControlTrace) trace = NULL;
+  if (c->trace && !(trace = lingbot_control_trace_new_from_file (c->trace,
+              error)))
+    return FALSE;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.devices = c->devices;
+  wo.model_path = c->model;
+  wo.load_text_encoder = c->prompt_embeds == NULL;
+  g_autoptr (LingbotWorld) world = lingbot_world_new (&wo, error);
+  if (world == NULL)
+    return FALSE;
+  r->n_ranks = lingbot_world_get_n_ranks (world);
+  LingbotSessionOptions so = LINGBOT_SESSION_OPTIONS_INIT;
+  so.prompt = c->prompt_embeds ? NULL : c->prompt;
+  so.prompt_embeds_path = c->prompt_embeds;
+  so.image_path = c->image;
+  if (c->pixel_area > 0)
+    so.pixel_area = c->pixel_area;
+  so.width = c->width;
+  so.height = c->height;
+  so.seed = (guint64) c->seed;
+  so.chunk_frames = c->chunk_frames;
+  so.frames = (guint) c->frames;
+  so.fps = c->fps;
+  g_autoptr (LingbotSession) session = lingbot_session_new (world, &so,
+      error);
+  if (session == NULL)
+    return FALSE;
+  const guint n_chunks = lingbot_session_get_n_chunks (session);
+  g_autofree LingbotTraceChunk *plan = g_new0 (LingbotTraceChunk,
+      MAX (n_chunks, 1));
+  guint n_planned = trace ? lingbot_control_trace_schedule (trace, n_chunks,
+      (guint) lingbot_session_get_chunk_frames (session), (guint) c->fps,
+      plan) : 0;
+  r->setup_s = secs_since (t0);
+
+  guint frames_before = 0;
+  for (guint i = 0; !lingbot_session_is_done (session); i++) {
+    guint keys = i < n_planned ? plan[i].keys : 0;
+    if (i < n_planned && plan[i].reset_before)
+      lingbot_control_reset_pose (lingbot_session_get_control (session));
+    if (c->replay) {
+      double request = r->setup_s + (double) frames_before / c->fps;
+      double wait = request - secs_since (t0);
+      if (wait > 0)
+        g_usleep ((gulong) (wait * 1e6));
+    }
+    LingbotChunkStats st = { 0 };
+    int n = 0;
+    ChunkRecord k = { 0 };
+    k.start_s = secs_since (t0);
+    if (!lingbot_session_generate (session, keys, &st, error) ||
+        !lingbot_session_decode (session, NULL, &n, &st, error)) {
+      g_prefix_error (error, "chunk %u: ", i);
+      return FALSE;
+    }
+    k.end_s = k.first_frame_s = secs_since (t0);
+    k.index = st.index;
+    k.frames = n;
+    k.keys = keys;
+    k.dit_seconds = st.dit_seconds;
+    k.vae_seconds = st.vae_seconds;
+    k.compute_seconds = st.compute_seconds;
+    k.wall_seconds = k.end_s - k.start_s;
+    for (int f = 0; f < n; f++)
+      g_array_append_val (r->arrivals, k.end_s);
+    g_array_append_val (r->chunks, k);
+    frames_before += (guint) n;
+    if (c->replay)
+      set_deadlines (c, r);
+    print_chunk (c, &g_array_index (r->chunks, ChunkRecord,
+            r->chunks->len - 1));
+  }
+  return TRUE;
+}
+
+#ifdef LINGBOT_BENCH_HAVE_GST
+
+typedef struct {
+  guint64 index;
+  int frames;
+  guint keys;
+  double dit_seconds, compute_seconds, vae_seconds;
+  double posted_s;
+  gboolean decoded;
+} ChunkMsg;
+
+typedef struct {
+  GMutex lock;
+  gint64 t0;
+  GArray *gen;                  /* ChunkMsg, in posting order */
+  GArray *dec;                  /* ChunkMsg (index, vae_seconds) */
+  GArray *arrivals;             /* double */
+  GstElement *sink;
+  double ts_offset_extra;       /* replay: playout delay */
+  gboolean ts_offset_set;
+} GstRun;
+
+static GstBusSyncReply
+on_bus_sync (GstBus * bus, GstMessage * msg, gpointer user_data)
+{
+  GstRun *g = user_data;
+  const GstStructure *s;
+  (void) bus;
+  if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ELEMENT ||
+      !(s = gst_message_get_structure (msg)))
+    return GST_BUS_PASS;
+  ChunkMsg m = { 0 };
+  m.posted_s = secs_since (g->t0);
+  gst_structure_get_uint64 (s, "index", &m.index);
+  gst_structure_get_int (s, "frames", &m.frames);
+  if (gst_structure_has_name (s, "lingbot-chunk")) {
+    gst_structure_get_uint (s, "keys", &m.keys);
+    gst_structure_get_double (s, "dit-seconds", &m.dit_seconds);
+    gst_structure_get_double (s, "compute-seconds", &m.compute_seconds);
+    g_mutex_lock (&g->lock);
+    g_array_append_val (g->gen, m);
+    if (g->sink && !g->ts_offset_set) {
+      /* replay: the sink's clock starts at PLAYING, ours at chunk 0's
+       * start (model load and session creation excluded) */
+      double start = m.posted_s - m.compute_seconds;
+      g_object_set (g->sink, "ts-offset",
+          (gint64) ((start + g->ts_offset_extra) * GST_SECOND), NULL);
+      g->ts_offset_set = TRUE;
+    }
+    g_mutex_unlock (&g->lock);
+  } else if (gst_structure_has_name (s, "lingbot-decode")) {
+    gst_structure_get_double (s, "vae-seconds", &m.vae_seconds);
+    m.decoded = TRUE;
+    g_mutex_lock (&g->lock);
+    g_array_append_val (g->dec, m);
+    g_mutex_unlock (&g->lock);
+  }
+  return GST_BUS_PASS;
+}
+
+static GstPadProbeReturn
+on_frame (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  GstRun *g = user_data;
+  guint n = 1;
+  (void) pad;
+  if (info->type & GST_PAD_PROBE_TYPE_BUFFER_LIST)
+    n = gst_buffer_list_length (GST_PAD_PROBE_INFO_BUFFER_LIST (info));
+  double t = secs_since (g->t0);
+  g_mutex_lock (&g->lock);
+  for (guint i = 0; i < n; i++)
+    g_array_append_val (g->arrivals, t);
+  g_mutex_unlock (&g->lock);
+  return GST_PAD_PROBE_OK;
+}
+
+static gboolean
+gst_elements_registered (void)
+{
+  const char *names[] = { "lingbotcontrolsrc", "lingbotgen",
+    "lingbotvaedec"
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (names); i++) {
+    GstElementFactory *f = gst_element_factory_find (names[i]);
+    if (f == NULL)
+      return FALSE;
+    gst_object_unref (f);
+  }
+  return TRUE;
+}
+
+/* The elements, from GST_PLUGIN_PATH / the system, else (an uninstalled
+ * run outside `meson devenv`) from the build tree's gst/ folder. */
+static gboolean
+gst_elements_available (void)
+{
+  if (gst_elements_registered ())
+    return TRUE;
+#ifdef LINGBOT_BENCH_GST_BUILD_DIR
+  if (g_file_test (LINGBOT_BENCH_GST_BUILD_DIR, G_FILE_TEST_IS_DIR)) {
+    gst_registry_scan_path (gst_registry_get (), LINGBOT_BENCH_GST_BUILD_DIR);
+    return gst_elements_registered ();
+  }
+#endif
+  return FALSE;
+}
+
+static gboolean
+run_gst (const BenchConfig * c, RunResult * r, GError ** error)
+{
+  GstRun g = { 0 };
+  gboolean ok = FALSE;
+  g_autofree char *desc = g_strdup_printf ("%slingbotgen name=gen ! "
+      "lingbotvaedec name=dec ! %s fakesink name=sink %s",
+      c->trace ? "lingbotcontrolsrc name=ctl ! " : "",
+      c->replay ? "queue name=q max-size-bytes=0 max-size-time=0 "
+      "max-size-buffers=64 !" : "",
+      c->replay ? "sync=true async=false" : "sync=false async=false");
+  GError *perr = NULL;
+  GstElement *p = gst_parse_launch (desc, &perr);
+  if (perr != NULL) {
+    /* a pipeline may come back with a recoverable error: refuse it too */
+    g_propagate_error (error, perr);
+    if (p)
+      gst_object_unref (p);
+    return FALSE;
+  }
+  GstElement *gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  GstElement *q = gst_bin_get_by_name (GST_BIN (p), "q");
+  g_object_set (gen, "model-path", c->model, "image-location", c->image,
+      "devices", c->devices, "frames", (guint) c->frames, "fps", c->fps,
+      "chunk-frames", c->chunk_frames, "seed", (guint64) c->seed, "live",
+      FALSE, NULL);
+  if (c->prompt_embeds)
+    g_object_set (gen, "prompt-embeds", c->prompt_embeds, NULL);
+  else
+    g_object_set (gen, "prompt", c->prompt, NULL);
+  if (c->width > 0)
+    g_object_set (gen, "width", c->width, NULL);
+  if (c->height > 0)
+    g_object_set (gen, "height", c->height, NULL);
+  if (c->pixel_area > 0)
+    g_object_set (gen, "pixel-area", c->pixel_area, NULL);
+  if (ctl)
+    g_object_set (ctl, "location", c->trace, "is-live", FALSE, NULL);
+  if (q) {
+    /* the jitter buffer holds one playout delay of video */
+    guint n = (guint) MAX (1.0, ceil (c->playout_delay * c->fps));
+    g_object_set (q, "max-size-buffers", n, NULL);
+  }
+
+  g_mutex_init (&g.lock);
+  g.gen = g_array_new (FALSE, TRUE, sizeof (ChunkMsg));
+  g.dec = g_array_new (FALSE, TRUE, sizeof (ChunkMsg));
+  g.arrivals = r->arrivals;
+  g.sink = c->replay ? sink : NULL;
+  g.ts_offset_extra = c->playout_delay;
+  /* frames are timed where they become ready for playout: the sink (direct)
+   * or the jitter buffer's input (replay) */
+  GstPad *probe_pad = gst_element_get_static_pad (q ? q : sink, "sink");
+  gst_pad_add_probe (probe_pad, GST_PAD_PROBE_TYPE_BUFFER |
+      GST_PAD_PROBE_TYPE_BUFFER_LIST, on_frame, &g, NULL);
+  gst_object_unref (probe_pad);
+  GstBus *bus = gst_element_get_bus (p);
+  gst_bus_set_sync_handler (bus, on_bus_sync, &g, NULL);
+
+  g.t0 = g_get_monotonic_time ();
+  if (gst_element_set_state (p, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE) {
+    /* the error is on the bus */
+  }
+  GstMessage *msg = gst_bus_timed_pop_filtered (bus,
+      (GstClockTime) (c->timeout * GST_SECOND),
+      GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+  if (msg == NULL) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
+        "pipeline did not finish within %.0f s", c->timeout);
+  } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    GError *err = NULL;
+    g_autofree char *dbg = NULL;
+    gst_message_parse_error (msg, &err, &dbg);
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "%s: %s",
+        GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), err->message);
+    g_error_free (err);
+  } else {
+    ok = TRUE;
+  }
+  if (msg)
+    gst_message_unref (msg);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
+  gst_object_unref (bus);
+
+  if (ok) {
+    /* merge generate + decode messages with the frame times */
+    guint frames_before = 0;
+    for (guint i = 0; i < g.gen->len; i++) {
+      ChunkMsg *m = &g_array_index (g.gen, ChunkMsg, i);
+      ChunkRecord k = { 0 };
+      k.index = m->index;
+      k.frames = m->frames;
+      k.keys = m->keys;
+      k.dit_seconds = m->dit_seconds;
+      for (guint j = 0; j < g.dec->len; j++) {
+        ChunkMsg *d = &g_array_index (g.dec, ChunkMsg, j);
+        if (d->index == m->index)
+          k.vae_seconds = d->vae_seconds;
+      }
+      k.compute_seconds = m->compute_seconds + k.vae_seconds;
+      k.start_s = m->posted_s - m->compute_seconds;
+      if (frames_before + (guint) k.frames > r->arrivals->len) {
+        g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
+            "chunk %" G_GUINT64_FORMAT " announced %d frames but the sink "
+            "saw only %u in all", k.index, k.frames, r->arrivals->len);
+        ok = FALSE;
+        break;
+      }
+      k.first_frame_s = g_array_index (r->arrivals, double, frames_before);
+      k.end_s = g_array_index (r->arrivals, double,
+          frames_before + k.frames - 1);
+      k.wall_seconds = k.end_s - k.start_s;
+      frames_before += (guint) k.frames;
+      g_array_append_val (r->chunks, k);
+    }
+    if (ok && r->chunks->len > 0)
+      r->setup_s = g_array_index (r->chunks, ChunkRecord, 0).start_s;
+    if (ok && c->replay)
+      set_deadlines (c, r);
+    for (guint i = 0; ok && i < r->chunks->len; i++)
+      print_chunk (c, &g_array_index (r->chunks, ChunkRecord, i));
+  }
+
+  g_array_unref (g.gen);
+  g_array_unref (g.dec);
+  g_mutex_clear (&g.lock);
+  if (ctl)
+    gst_object_unref (ctl);
+  if (q)
+    gst_object_unref (q);
+  gst_object_unref (gen);
+  gst_object_unref (sink);
+  gst_object_unref (p);
+  return ok;
+}
+#endif
+
+static gboolean
+run_once (const BenchConfig * c, RunResult * r, GError ** error)
+{
+  memset (r, 0, sizeof (*r));
+  r->chunks = g_array_new (FALSE, TRUE, sizeof (ChunkRecord));
+  r->arrivals = g_array_new (FALSE, TRUE, sizeof (double));
+  r->collectives = comm_counters_install (c->devices, error);
+  if (r->collectives == NULL)
+    return FALSE;
+  int n = 0;
+  LbBackend *be = NULL;
+  g_autofree int *ord = NULL;
+  if (lingbot_backend_parse_devices (c->devices, &be, &n, &ord, NULL))
+    r->n_ranks = n;
+
+  gboolean use_gst = FALSE;
+#ifdef LINGBOT_BENCH_HAVE_GST
+  gboolean have = gst_elements_available ();
+  if (g_str_equal (c->engine, "gst") && !have) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+        "the lingbot elements are not registered (GST_PLUGIN_PATH?)");
+    return FALSE;
+  }
+  use_gst = have && !g_str_equal (c->engine, "session");
+#else
+  if (g_str_equal (c->engine, "gst")) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_SUPPORTED,
+        "built without GStreamer: only --engine session");
+    return FALSE;
+  }
+#endif
+  CommCounters before, after;
+  comm_counters_snapshot (&before);
+  gboolean ok;
+#ifdef LINGBOT_BENCH_HAVE_GST
+  if (use_gst) {
+    r->engine = "gst";
+    ok = run_gst (c, r, error);
+  } else
+#endif
+  {
+    r->engine = "session";
+    ok = run_session (c, r, error);
+  }
+  (void) use_gst;
+  comm_counters_snapshot (&after);
+  for (int i = 0; i < N_OPS; i++) {
+    r->comm.calls[i] = after.calls[i] - before.calls[i];
+    r->comm.bytes[i] = after.bytes[i] - before.bytes[i];
+  }
+  if (ok && r->chunks->len == 0) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "no chunk ran");
+    ok = FALSE;
+  }
+  return ok;
+}
+
+/* ---- summary ---- */
+
+static int
+cmp_double (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* linear interpolation between closest ranks (numpy's default) */
+static double
+percentile (const double *sorted, guint n, double p)
+{
+  if (n == 0)
+    return 0.0;
+  double pos = p * (n - 1);
+  guint i = (guint) pos;
+  double f = pos - i;
+  return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
+}
+
+static void
+add_stats (JsonBuilder * b, const char *name, GArray * values)
+{
+  guint n = values->len;
+  double *v = (double *) (void *) values->data;
+  double sum = 0.0;
+  qsort (v, n, sizeof (double), cmp_double);
+  for (guint i = 0; i < n; i++)
+    sum += v[i];
+  json_builder_set_member_name (b, name);
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "count");
+  json_builder_add_int_value (b, n);
+  json_builder_set_member_name (b, "mean");
+  json_builder_add_double_value (b, n ? sum / n : 0.0);
+  json_builder_set_member_name (b, "min");
+  json_builder_add_double_value (b, n ? v[0] : 0.0);
+  json_builder_set_member_name (b, "p50");
+  json_builder_add_double_value (b, percentile (v, n, 0.50));
+  json_builder_set_member_name (b, "p90");
+  json_builder_add_double_value (b, percentile (v, n, 0.90));
+  json_builder_set_member_name (b, "p95");
+  json_builder_add_double_value (b, percentile (v, n, 0.95));
+  json_builder_set_member_name (b, "p99");
+  json_builder_add_double_value (b, percentile (v, n, 0.99));
+  json_builder_set_member_name (b, "max");
+  json_builder_add_double_value (b, n ? v[n - 1] : 0.0);
+  json_builder_end_object (b);
+}
+
+static void
+set_double (JsonBuilder * b, const char *name, double v)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_double_value (b, isfinite (v) ? v : 0.0);
+}
+
+static void
+set_int (JsonBuilder * b, const char *name, gint64 v)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_int_value (b, v);
+}
+
+static void
+set_string (JsonBuilder * b, const char *name, const char *v)
+{
+  json_builder_set_member_name (b, name);
+  if (v)
+    json_builder_add_string_value (b, v);
+  else
+    json_builder_add_null_value (b);
+}
+
+static double
+steady_fps (const RunResult * r)
+{
+  double frames = 0, secs = 0;
+  for (guint i = 1; i < r->chunks->len; i++) {
+    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+    frames += k->frames;
+    secs += k->compute_seconds;
+  }
+  return secs > 0 ? frames / secs : 0.0;
+}
+
+static char *
+cpu_model (void)
+{
+  g_autofree char *info = NULL;
+  if (g_file_get_contents ("/proc/cpuinfo", &info, NULL, NULL)) {
+    g_auto (GStrv) lines = g_strsplit (info, "\n", -1);
+    for (int i = 0; lines[i]; i++)
+      if (g_str_has_prefix (lines[i], "model name")) {
+        const char *colon = strchr (lines[i], ':');
+        if (colon)
+          return g_strstrip (g_strdup (colon + 1));
+      }
+  }
+  return g_strdup ("unknown");
+}
+
+static void
+add_machine (JsonBuilder * b)
+{
+  struct utsname u;
+  g_autofree char *cpu = cpu_model ();
+  g_autoptr (GDateTime) now = g_date_time_new_now_utc ();
+  g_autofree char *date = g_date_time_format_iso8601 (now);
+  json_builder_set_member_name (b, "machine");
+  json_builder_begin_object (b);
+  set_string (b, "cpu", cpu);
+  set_int (b, "cpus", g_get_num_processors ());
+  if (uname (&u) == 0) {
+    g_autofree char *k = g_strdup_printf ("%s %s %s", u.sysname, u.release,
+        u.machine);
+    set_string (b, "kernel", k);
+  }
+#ifdef LINGBOT_BENCH_HAVE_GST
+  g_autofree char *gv = gst_version_string ();
+  set_string (b, "gstreamer", gv);
+#else
+  set_string (b, "gstreamer", NULL);
+#endif
+  set_string (b, "date", date);
+  json_builder_end_object (b);
+}
+
+static void
+add_config (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
+{
+  json_builder_set_member_name (b, "config");
+  json_builder_begin_object (b);
+  set_string (b, "engine", r->engine);
+  set_string (b, "model", c->model);
+  set_string (b, "image", c->image);
+  set_string (b, "control_trace", c->trace);
+  set_string (b, "prompt", c->prompt_embeds ? NULL : c->prompt);
+  set_string (b, "prompt_embeds", c->prompt_embeds);
+  set_string (b, "devices", c->devices);
+  set_int (b, "ranks", r->n_ranks);
+  set_int (b, "frames", c->frames);
+  set_int (b, "fps", c->fps);
+  set_int (b, "chunk_frames", c->chunk_frames);
+  set_int (b, "width", c->width);
+  set_int (b, "height", c->height);
+  set_int (b, "pixel_area", c->pixel_area);
+  set_int (b, "seed", c->seed);
+  set_int (b, "warmup_chunks", 1);
+  if (c->replay) {
+    set_double (b, "duration_s", c->duration);
+    set_double (b, "playout_delay_s", c->playout_delay);
+  }
+  json_builder_end_object (b);
+}
+
+/* One run's report (an object). */
+static void
+add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
+{
+  json_builder_begin_object (b);
+  set_string (b, "bench", c->replay ? "replay" : "direct");
+  add_config (b, c, r);
+  add_machine (b);
+
+  json_builder_set_member_name (b, "chunks");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < r->chunks->len; i++) {
+    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+    g_autofree char *ks = lingbot_keys_to_string (k->keys);
+    json_builder_begin_object (b);
+    set_int (b, "index", (gint64) k->index);
+    set_int (b, "frames", k->frames);
+    set_string (b, "keys", ks);
+    set_double (b, "dit_seconds", k->dit_seconds);
+    set_double (b, "vae_seconds", k->vae_seconds);
+    set_double (b, "compute_seconds", k->compute_seconds);
+    set_double (b, "wall_seconds", k->wall_seconds);
+    set_double (b, "start_s", k->start_s);
+    set_double (b, "first_frame_s", k->first_frame_s);
+    set_double (b, "end_s", k->end_s);
+    set_double (b, "chunk_compute_fps", k->compute_seconds > 0 ?
+        k->frames / k->compute_seconds : 0.0);
+    if (c->replay) {
+      set_double (b, "request_s", k->request_s);
+      set_double (b, "due_s", k->due_s);
+      set_double (b, "late_s", k->late_s);
+      json_builder_set_member_name (b, "missed");
+      json_builder_add_boolean_value (b, k->late_s > 0);
+    }
+    json_builder_end_object (b);
+  }
+  json_builder_end_array (b);
+
+  /* summary: steady = chunks after the first (warmup_chunks 1) */
+  guint total_frames = 0, steady_frames = 0;
+  double steady_compute = 0, dit = 0, vae = 0;
+  g_autoptr (GArray) comp = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autoptr (GArray) wall = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autoptr (GArray) period = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autoptr (GArray) cfps = g_array_new (FALSE, FALSE, sizeof (double));
+  for (guint i = 0; i < r->chunks->len; i++) {
+    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+    total_frames += (guint) k->frames;
+    if (i == 0 && r->chunks->len > 1)
+      continue;
+    if (i > 0) {
+      steady_frames += (guint) k->frames;
+      steady_compute += k->compute_seconds;
+      double p = k->end_s - g_array_index (r->chunks, ChunkRecord,
+          i - 1).end_s;
+      g_array_append_val (period, p);
+    }
+    g_array_append_val (comp, k->compute_seconds);
+    g_array_append_val (wall, k->wall_seconds);
+    double f = k->compute_seconds > 0 ? k->frames / k->compute_seconds : 0;
+    g_array_append_val (cfps, f);
+    dit += k->dit_seconds;
+    vae += k->vae_seconds;
+  }
+  const ChunkRecord *first = &g_array_index (r->chunks, ChunkRecord, 0);
+  const ChunkRecord *last = &g_array_index (r->chunks, ChunkRecord,
+      r->chunks->len - 1);
+  guint n_stats = comp->len;
+
+  json_builder_set_member_name (b, "summary");
+  json_builder_begin_object (b);
+  set_int (b, "total_frames", total_frames);
+  set_int (b, "total_chunks", r->chunks->len);
+  set_int (b, "frames_at_sink", r->arrivals->len);
+  set_int (b, "steady_chunks", r->chunks->len > 0 ? r->chunks->len - 1 : 0);
+  set_int (b, "steady_frames", steady_frames);
+  set_double (b, "steady_compute_seconds", steady_compute);
+  set_double (b, "chunk_compute_fps_weighted", steady_compute > 0 ?
+      steady_frames / steady_compute : 0.0);
+  add_stats (b, "chunk_compute_fps", cfps);
+  add_stats (b, "chunk_compute_seconds", comp);
+  add_stats (b, "chunk_wall_seconds", wall);
+  add_stats (b, "chunk_period_seconds", period);
+  set_double (b, "dit_seconds_mean", n_stats ? dit / n_stats : 0.0);
+  set_double (b, "vae_seconds_mean", n_stats ? vae / n_stats : 0.0);
+  {
+    /* p95 chunk period over the media duration of a steady chunk */
+    g_autoptr (GArray) ps = g_array_copy (period);
+    double *v = (double *) (void *) ps->data;
+    qsort (v, ps->len, sizeof (double), cmp_double);
+    set_double (b, "real_time_factor", ps->len ?
+        percentile (v, ps->len, 0.95) / (4.0 * c->chunk_frames / c->fps) :
+        0.0);
+  }
+  set_double (b, "setup_seconds", r->setup_s);
+  set_double (b, "first_chunk_latency_s", first->first_frame_s);
+  set_double (b, "first_chunk_compute_seconds", first->compute_seconds);
+  set_double (b, "run_seconds", last->end_s);
+  {
+    double a0 = r->arrivals->len ? g_array_index (r->arrivals, double, 0) : 0;
+    double a1 = r->arrivals->len ? g_array_index (r->arrivals, double,
+        r->arrivals->len - 1) : 0;
+    set_double (b, "delivery_fps", r->arrivals->len > 1 && a1 > a0 ?
+        (r->arrivals->len - 1) / (a1 - a0) : 0.0);
+  }
+  {
+    struct rusage ru;
+    getrusage (RUSAGE_SELF, &ru);
+    set_int (b, "peak_rss_bytes", (gint64) ru.ru_maxrss * 1024);
+  }
+  json_builder_set_member_name (b, "comm");
+  json_builder_begin_object (b);
+  set_string (b, "collectives", r->collectives);
+  guint64 total = 0;
+  json_builder_set_member_name (b, "ops");
+  json_builder_begin_object (b);
+  for (int i = 0; i < N_OPS; i++) {
+    json_builder_set_member_name (b, op_names[i]);
+    json_builder_begin_object (b);
+    set_int (b, "calls", (gint64) r->comm.calls[i]);
+    set_int (b, "bytes", (gint64) r->comm.bytes[i]);
+    json_builder_end_object (b);
+    total += r->comm.bytes[i];
+  }
+  json_builder_end_object (b);
+  set_int (b, "bytes_total", (gint64) total);
+  set_double (b, "bytes_per_chunk", r->chunks->len ?
+      (double) total / r->chunks->len : 0.0);
+  json_builder_end_object (b);
+
+  if (c->replay) {
+    guint missed = 0, worst = 0;
+    double late_max = -G_MAXDOUBLE, late_sum = 0, lag = 0;
+    for (guint i = 0; i < r->chunks->len; i++) {
+      const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+      if (k->late_s > late_max) {
+        late_max = k->late_s;
+        worst = i;
+      }
+      if (k->late_s > 0) {
+        missed++;
+        late_sum += k->late_s;
+      }
+      /* how far behind its request time a chunk started */
+      lag = MAX (lag, k->start_s - k->request_s);
+    }
+    json_builder_set_member_name (b, "deadlines");
+    json_builder_begin_object (b);
+    set_double (b, "playout_delay_s", c->playout_delay);
+    set_int (b, "chunks", r->chunks->len);
+    set_int (b, "missed_chunks", missed);
+    set_double (b, "late_seconds_max", MAX (late_max, 0.0));
+    set_double (b, "late_seconds_sum", late_sum);
+    set_double (b, "late_seconds_mean_missed", missed ? late_sum / missed :
+        0.0);
+    set_double (b, "slack_seconds_min", late_max < 0 ? -late_max : 0.0);
+    set_int (b, "worst_chunk", worst);
+    set_double (b, "start_lag_seconds_max", lag);
+    json_builder_end_object (b);
+  }
+  json_builder_end_object (b);
+  json_builder_end_object (b);
+}
+
+static gboolean
+write_json (JsonBuilder * b, const char *path, GError ** error)
+{
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autoptr (JsonGenerator) gen = json_generator_new ();
+  json_generator_set_pretty (gen, TRUE);
+  json_generator_set_root (gen, root);
+  if (path)
+    return json_generator_to_file (gen, path, error);
+  g_autofree char *s = json_generator_to_data (gen, NULL);
+  printf ("%s\n", s);
+  return TRUE;
+}
+
+/* ---- compare ---- */
+
+static char **
+arm_argv (char **argv, const char *config)
+{
+  GPtrArray *a = g_ptr_array_new ();
+  for (int i = 0; argv[i]; i++)
+    g_ptr_array_add (a, g_strdup (argv[i]));
+  g_auto (GStrv) words = g_strsplit_set (config, " \t", -1);
+  for (int i = 0; words[i]; i++)
+    if (*words[i])
+      g_ptr_array_add (a, g_strdup_printf ("--%s", words[i]));
+  g_ptr_array_add (a, NULL);
+  return (char **) g_ptr_array_free (a, FALSE);
+}
+
+static int
+run_compare (gboolean replay, const BenchConfig * base, char **argv)
+{
+  const char *name = replay ? "replay" : "direct";
+  if (base->rest == NULL || g_strv_length (base->rest) != 2) {
+    fprintf (stderr, "lingbot-bench %s: --compare needs CONFIG_A CONFIG_B\n",
+        name);
+    return 2;
+  }
+  const char *cfg[2] = { base->rest[0], base->rest[1] };
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (GArray) ratios = g_array_new (FALSE, FALSE, sizeof (double));
+  json_builder_begin_object (b);
+  set_string (b, "bench", "compare");
+  set_string (b, "mode", name);
+  set_string (b, "a", cfg[0]);
+  set_string (b, "b", cfg[1]);
+  set_string (b, "metric", "chunk_compute_fps_weighted");
+  json_builder_set_member_name (b, "runs");
+  json_builder_begin_array (b);
+  JsonBuilder *rounds = json_builder_new ();
+  json_builder_begin_array (rounds);
+  for (int round = 0; round < base->rounds; round++) {
+    double fps[2] = { 0, 0 };
+    for (int arm = 0; arm < 2; arm++) {
+      g_auto (GStrv) av = arm_argv (argv, cfg[arm]);
+      BenchConfig c;
+      RunResult r;
+      g_autoptr (GError) err = NULL;
+      if (!config_parse (&c, replay, av, &err)) {
+        fprintf (stderr, "lingbot-bench %s: config \"%s\": %s\n", name,
+            cfg[arm], err->message);
+        config_clear (&c);
+        g_object_unref (rounds);
+        return 2;
+      }
+      c.quiet = TRUE;
+      if (!run_once (&c, &r, &err)) {
+        fprintf (stderr, "lingbot-bench %s: config \"%s\": %s\n", name,
+            cfg[arm], err->message);
+        run_result_clear (&r);
+        config_clear (&c);
+        g_object_unref (rounds);
+        return 1;
+      }
+      fps[arm] = steady_fps (&r);
+      add_report (b, &c, &r);
+      run_result_clear (&r);
+      config_clear (&c);
+    }
+    double ratio = fps[0] > 0 ? fps[1] / fps[0] : 0.0;
+    g_array_append_val (ratios, ratio);
+    printf ("{\"round\": %d, \"a\": %.4f, \"b\": %.4f, \"ratio\": %.4f}\n",
+        round, fps[0], fps[1], ratio);
+    fflush (stdout);
+    json_builder_begin_object (rounds);
+    set_int (rounds, "round", round);
+    set_double (rounds, "a", fps[0]);
+    set_double (rounds, "b", fps[1]);
+    set_double (rounds, "ratio", ratio);
+    json_builder_end_object (rounds);
+  }
+  json_builder_end_array (b);
+  json_builder_end_array (rounds);
+  json_builder_set_member_name (b, "rounds");
+  json_builder_add_value (b, json_builder_get_root (rounds));
+  g_object_unref (rounds);
+  g_autoptr (GArray) sorted = g_array_copy (ratios);
+  qsort (sorted->data, sorted->len, sizeof (double), cmp_double);
+  double median = percentile ((double *) (void *) sorted->data, sorted->len,
+      0.5);
+  set_double (b, "median_ratio", median);
+  json_builder_end_object (b);
+  printf ("{\"a\": \"%s\", \"b\": \"%s\", \"rounds\": %u, "
+      "\"median_ratio\": %.4f}\n", cfg[0], cfg[1], ratios->len, median);
+  g_autoptr (GError) err = NULL;
+  if (base->output && !write_json (b, base->output, &err)) {
+    fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- entry points ---- */
+
+static int
+bench_main (gboolean replay, int argc, char **argv)
+{
+  const char *name = replay ? "replay" : "direct";
+  BenchConfig c;
+  g_autoptr (GError) err = NULL;
+  (void) argc;
+#ifdef LINGBOT_BENCH_HAVE_GST
+  gst_init (NULL, NULL);
+#endif
+  if (!config_parse (&c, replay, argv, &err)) {
+    fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
+    config_clear (&c);
+    return 2;
+  }
+  if (c.compare) {
+    int rc = run_compare (replay, &c, argv);
+    config_clear (&c);
+    return rc;
+  }
+  if (c.rest && c.rest[0]) {
+    fprintf (stderr, "lingbot-bench %s: unexpected argument \"%s\"\n", name,
+        c.rest[0]);
+    config_clear (&c);
+    return 2;
+  }
+  RunResult r;
+  int rc = 0;
+  if (!run_once (&c, &r, &err)) {
+    fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
+    rc = 1;
+  } else {
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    add_report (b, &c, &r);
+    if (!write_json (b, c.output, &err)) {
+      fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
+      rc = 1;
+    } else if (!c.quiet && c.output) {
+      fprintf (stderr, "%s: %u chunks, %.2f steady compute fps -> %s\n",
+          name, r.chunks->len, steady_fps (&r), c.output);
+    }
+  }
+  run_result_clear (&r);
+  config_clear (&c);
+  return rc;
+}
+
+int
+lingbot_bench_direct_main (int argc, char **argv)
+{
+  return bench_main (FALSE, argc, argv);
+}
+
+int
+lingbot_bench_replay_main (int argc, char **argv)
+{
+  return bench_main (TRUE, argc, argv);
+}
