@@ -43,6 +43,10 @@ config_common (LingbotDitConfig * cfg)
  * 1.3B: spec 8.4 (dim 1536, 30 layers, 12 heads, FFN 8960).
  * Tiny: spec 8.1 (dim 64, 2 layers, 2 heads of 32, FFN 128, text 32,
  * window 6 / sink 2 / chunk 2 frames).
+ * Demo: small (dim 128, 3 layers, 4 heads of 32, FFN 256, text 64) but
+ * with the released streaming settings (window 18 / sink 6 / chunk 4
+ * frames), so chunks yield 13 then 16 frames as the real model does; what
+ * tools/demo.sh runs on two CPU cores.
  */
 void
 lingbot_dit_config_init_preset (LingbotDitConfig * cfg,
@@ -65,6 +69,13 @@ lingbot_dit_config_init_preset (LingbotDitConfig * cfg,
       cfg->ffn_dim = 8960;
       cfg->text_dim = 4096;
       break;
+    case LINGBOT_DIT_PRESET_DEMO:
+      cfg->dim = 128;
+      cfg->num_layers = 3;
+      cfg->num_heads = 4;
+      cfg->ffn_dim = 256;
+      cfg->text_dim = 64;
+      break;
     case LINGBOT_DIT_PRESET_TINY:
     default:
       cfg->dim = 64;
@@ -81,7 +92,7 @@ lingbot_dit_config_init_preset (LingbotDitConfig * cfg,
 
 /**
  * lingbot_dit_config_preset_from_name:
- * @name: "14b", "1.3b" or "tiny" (case-insensitive)
+ * @name: "14b", "1.3b", "tiny" or "demo" (case-insensitive)
  * @preset: (out): the preset
  *
  * Returns: %FALSE for an unknown name.
@@ -97,6 +108,8 @@ lingbot_dit_config_preset_from_name (const char *name,
     *preset = LINGBOT_DIT_PRESET_1_3B;
   else if (g_ascii_strcasecmp (name, "tiny") == 0)
     *preset = LINGBOT_DIT_PRESET_TINY;
+  else if (g_ascii_strcasecmp (name, "demo") == 0)
+    *preset = LINGBOT_DIT_PRESET_DEMO;
   else
     return FALSE;
   return TRUE;

@@ -69,6 +69,7 @@ typedef enum {
   LINGBOT_DIT_PRESET_14B,
   LINGBOT_DIT_PRESET_1_3B,
   LINGBOT_DIT_PRESET_TINY,
+  LINGBOT_DIT_PRESET_DEMO,
 } LingbotDitPreset;
 
 void lingbot_dit_config_init_preset (LingbotDitConfig * cfg,

@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
 # lingbot-gst demo: install what is missing, build, run the main job.
 #
+#   ./tools/demo.sh [--model DIR] [--image START.jpg] [--trace TRACE.json]
+#
 # The main job on a machine without a GPU: a small random-weight model in the
-# published LingBot-World v2 layout (DiT, Wan2.1 VAE, umT5, tokenizer), a
-# photo from a Debian package as the start image, the project's own keyboard
-# trace (tools/demo-trace.json), through the GStreamer pipeline
+# published LingBot-World v2 layout (DiT shards + index, Wan2.1_VAE.pth,
+# umT5 .pth, SentencePiece tokenizer), a photograph from a Debian package
+# (mate-backgrounds: nature/GreenMeadow.jpg, GPL-2+) as the start image, the
+# project's own keyboard trace (examples/data/demo-trace.json), 77 frames,
+# through the GStreamer pipeline
 #
 #   lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! videoconvert ! x264enc
-#     ! mp4mux ! filesink
+#     ! h264parse ! mp4mux ! filesink location=demo-out/demo.mp4
 #
-# It writes build/demo/lingbot-demo.mp4 and prints one line per chunk.  The
-# weights are random, so the video shows noise-like texture steered by the
-# camera; with a real checkpoint pass MODEL=/path/to/lingbot-world-v2.
-# Environment: MODEL, IMAGE, DEVICES (cpu:2), FRAMES (77), WIDTH/HEIGHT
-# (416x240), PROMPT.
+# and prints one line of chunk metrics per chunk.  The demo weights are
+# random: the video is noise shaped by the pipeline and steered by the
+# camera, not a world.  With the real checkpoint, pass --model
+# /path/to/lingbot-world-v2-14b-causal-fast (lingbotgen's model-path).
+# Environment: DEVICES (cpu:2), FRAMES (77), WIDTH/HEIGHT (416x240), PROMPT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+model="" image="" trace=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    --image) image="$2"; shift 2 ;;
+    --trace) trace="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
 . tools/deps.sh
 lingbot_install_deps "${LINGBOT_DEMO_DEPS[@]}"
 
@@ -23,31 +39,35 @@ BUILD=${LINGBOT_BUILD_DIR:-build}
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
 ninja -C "$BUILD" >/dev/null
 
-out="$BUILD/demo"
+out=demo-out
 mkdir -p "$out"
-model=${MODEL:-$out/tiny-model}
-if [ -z "${MODEL:-}" ] && [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
-  echo "== writing a tiny random model to $model"
-  "$BUILD/tools/lingbot-mkmodel" --preset tiny --chunk 4 --full \
-    --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
+if [ -z "$model" ]; then
+  model="$out/demo-model"
+  if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
+    echo "== writing a small random-weight model to $model"
+    "$BUILD/tools/lingbot-mkmodel" --preset demo --vae-dim 8 --full \
+      --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
+  fi
 fi
-image=${IMAGE:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
+image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
+trace=${trace:-examples/data/demo-trace.json}
 
 echo "== lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! x264enc ! mp4mux"
-echo "   model $model, image $image, devices ${DEVICES:-cpu:2}"
+echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}"
 export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
 t0=$(date +%s.%N)
 gst-launch-1.0 -e -m \
-  lingbotcontrolsrc location=tools/demo-trace.json ! \
+  lingbotcontrolsrc location="$trace" ! \
   lingbotgen model-path="$model" image-location="$image" \
     prompt="${PROMPT:-a green meadow under a wide sky, walking forward}" \
     devices="${DEVICES:-cpu:2}" frames="${FRAMES:-77}" seed=7 \
     width="${WIDTH:-416}" height="${HEIGHT:-240}" ! \
   lingbotvaedec ! videoconvert ! \
   x264enc tune=zerolatency speed-preset=ultrafast ! h264parse ! \
-  mp4mux ! filesink location="$out/lingbot-demo.mp4" 2>&1 |
-  grep -oE 'lingbot-chunk, index=\(guint64\)[0-9]+, frames=\(int\)[0-9]+.*compute-seconds=\(double\)[0-9.e+-]+' |
-  sed -E 's/\((g?u?int(64)?|double|string)\)//g'
+  mp4mux ! filesink location="$out/demo.mp4" > "$out/gst-launch.log" 2>&1 || {
+    tail -20 "$out/gst-launch.log"; exit 1; }
 t1=$(date +%s.%N)
-echo "== wrote $out/lingbot-demo.mp4 ($(stat -c %s "$out/lingbot-demo.mp4") bytes) in $(echo "$t1 - $t0" | bc) s"
-gst-discoverer-1.0 "$out/lingbot-demo.mp4" 2>/dev/null | grep -E 'Duration|video #|Width|Height|Frame rate' || true
+grep -oE 'lingbot-chunk, index=\(guint64\)[0-9]+, frames=\(int\)[0-9]+.*compute-seconds=\(double\)[0-9.e+-]+' \
+  "$out/gst-launch.log" | sed -E 's/\((g?u?int(64)?|double|string|boolean)\)//g'
+echo "== wrote $out/demo.mp4 ($(stat -c %s "$out/demo.mp4") bytes) in $(echo "$t1 - $t0" | bc) s"
+gst-discoverer-1.0 "$out/demo.mp4" 2>/dev/null | grep -E 'Duration|Width|Height|Frame rate' || true

@@ -12,8 +12,8 @@ LINGBOT_DEPS=(
   libjpeg62-turbo-dev
   # prompt tokenizer: libsentencepiece + spm_train (test model), C++ shim
   libsentencepiece-dev sentencepiece g++
-  # test tools
-  valgrind
+  # test tools (chromium: suite browser, the WebRTC page in headless mode)
+  valgrind chromium
   # GStreamer plugin (gst/): headers + gst-check, gst-launch/inspect, the
   # elements the tests and examples use (videoconvert, appsink, jpegenc/dec,
   # mp4mux, x264enc)

@@ -40,6 +40,7 @@ struct _LingbotWebrtcServer
   GHashTable *sessions;         /* id -> Session (owned) */
   guint next_id;
   gint n_dropped;               /* atomic */
+  gint n_mdns_ignored;          /* atomic: browser .local candidates */
 
   /* config, owned copies */
   char *address;
@@ -78,6 +79,7 @@ typedef struct
   gboolean closed;
   gboolean offered;
   gboolean answered;
+  guint mdns_ignored;           /* .local candidates not passed on */
   SoupWebsocketConnection *ws;
   gulong ws_message_id, ws_closed_id;
   GstElement *pipeline;
@@ -1133,6 +1135,23 @@ handle_answer (Session * s, JsonObject * o, const char **why)
   return TRUE;
 }
 
+/* "candidate:F C proto prio ADDRESS port typ ..." with ADDRESS a .local name */
+static gboolean
+candidate_is_mdns (const char *candidate)
+{
+  g_auto (GStrv) fields = g_strsplit_set (candidate, " \t", 7);
+  const char *address;
+  gsize len;
+
+  if (g_strv_length (fields) < 6)
+    return FALSE;
+  address = fields[4];
+  len = strlen (address);
+  if (len > 0 && address[len - 1] == '.')       /* fully qualified */
+    len--;
+  return len > 6 && g_ascii_strncasecmp (address + len - 6, ".local", 6) == 0;
+}
+
 static gboolean
 handle_ice (Session * s, JsonObject * o, const char **why)
 {
@@ -1151,6 +1170,22 @@ handle_ice (Session * s, JsonObject * o, const char **why)
   }
   if (candidate[0] == '\0')     /* end of candidates */
     return TRUE;
+  /* Browsers hide their host addresses behind mDNS names
+   * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on this
+   * host: it reaches our 127.0.0.1 candidates, and its checks teach webrtcbin
+   * a peer-reflexive candidate, so the name is not needed; resolving it would
+   * only try DNS for a name that no DNS server knows and log an ERROR.  On
+   * other interfaces the candidate goes on to webrtcbin, which resolves it
+   * where the system can (nss-mdns) and otherwise relies on peer-reflexive
+   * discovery as well. */
+  if (s->server->ice_loopback && candidate_is_mdns (candidate)) {
+    g_atomic_int_inc (&s->server->n_mdns_ignored);
+    if (s->mdns_ignored++ == 0)
+      g_message ("session %u: ignoring the browser's mDNS (.local) "
+          "candidates, ICE on 127.0.0.1 relies on peer-reflexive discovery",
+          s->id);
+    return TRUE;
+  }
   g_signal_emit_by_name (s->webrtc, "add-ice-candidate", (guint) mline,
       candidate);
   return TRUE;
@@ -1524,6 +1559,12 @@ guint
 lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server)
 {
   return (guint) g_atomic_int_get (&server->n_dropped);
+}
+
+guint
+lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_mdns_ignored);
 }
 
 void

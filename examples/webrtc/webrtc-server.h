@@ -79,6 +79,8 @@ LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,
 guint lingbot_webrtc_server_get_port (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server);
+/* browser mDNS (.local) candidates not passed on (ICE on 127.0.0.1 only) */
+guint lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server);
 void lingbot_webrtc_server_free (LingbotWebrtcServer * server);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWebrtcServer, lingbot_webrtc_server_free)

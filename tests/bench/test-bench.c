@@ -30,7 +30,7 @@ write_fixture (void)
   LingbotDitConfig cfg;
   const char *root = g_getenv ("LINGBOT_SOURCE_ROOT");
   g_assert_nonnull (root);
-  trace_path = g_build_filename (root, "tools", "demo-trace.json", NULL);
+  trace_path = g_build_filename (root, "examples", "data", "demo-trace.json", NULL);
   g_assert_true (g_file_test (trace_path, G_FILE_TEST_EXISTS));
 
   tmpdir = g_dir_make_tmp ("lingbot-bench-XXXXXX", &err);

@@ -665,6 +665,14 @@ send_garbage (Peer * p)
     "{\"type\":\"answer\",\"sdp\":\"garbage\"}", "\"just a string\"",
   };
   guint expected = 0;
+  guint mdns_before = lingbot_webrtc_server_get_n_mdns_ignored (srv.server);
+  g_autofree char *mdns = ice_json (0, "candidate:2712353452 1 udp 2122260223 "
+      "8c5e1b0e-5b1a-4f4e-9d0c-1f2e3d4c5b6a.local 51234 typ host generation 0 "
+      "ufrag abcd network-id 1");
+
+  /* a browser's mDNS host candidate: ignored, not dropped (first, so that
+   * the dropped count below would see it) */
+  peer_send (p, mdns);
 
   while (big->len < TEST_MAX_MESSAGE + 100)
     g_string_append_c (big, 'x');
@@ -692,6 +700,8 @@ send_garbage (Peer * p)
   }
   g_assert_cmpuint (lingbot_webrtc_server_get_n_dropped (srv.server) -
       dropped_before, ==, expected);
+  g_assert_cmpuint (lingbot_webrtc_server_get_n_mdns_ignored (srv.server) -
+      mdns_before, ==, 1);
 }
 
 static void

@@ -27,6 +27,7 @@ const latencies = [];            // key -> first frame, ms
 const metrics = {
   frames: 0, windowFrames: 0, windowStart: 0, start: 0,
   chunks: 0, steadyFrames: 0, steadySeconds: 0, lastComputeFps: 0,
+  lastFrame: 0, received: -1, rendererDropped: 0,
 };
 
 function log(text) {
@@ -98,8 +99,13 @@ function fmt(x, digits = 1) {
 function showMetrics() {
   const now = performance.now();
   const sessionS = metrics.start ? (now - metrics.start) / 1000 : 0;
-  $("m-frames").textContent = metrics.frames + " / " +
-    fmt(sessionS > 0 ? metrics.frames / sessionS : NaN);
+  // received (RTP statistics) rather than presented: the renderer may drop
+  // frames (headless Chromium without a GPU drops about a third)
+  const received = metrics.received >= 0 ? metrics.received : metrics.frames;
+  $("m-frames").textContent = received + " / " +
+    fmt(sessionS > 0 ? received / sessionS : NaN) +
+    (metrics.rendererDropped > 0 ?
+      " (" + metrics.rendererDropped + " not shown)" : "");
   $("m-compute").textContent = fmt(metrics.lastComputeFps) + " / " +
     fmt(metrics.steadySeconds > 0 ?
       metrics.steadyFrames / metrics.steadySeconds : NaN);
@@ -128,14 +134,25 @@ function onEcho(m) {
       arrived: performance.now() });
 }
 
-// a frame is on screen: delivery fps, and the key presses it reflects
+// a frame is on screen: delivery fps, and the key presses it reflects.
+// requestVideoFrameCallback runs at most once per rendering update, so two
+// frames can be presented between callbacks; metadata.presentedFrames counts
+// them all.
+let lastPresented = -1;
 function onFrame(now, meta) {
-  metrics.frames++;
-  metrics.windowFrames++;
+  let n = 1;
+  if (meta && Number.isFinite(meta.presentedFrames)) {
+    if (lastPresented >= 0 && meta.presentedFrames > lastPresented)
+      n = meta.presentedFrames - lastPresented;
+    lastPresented = meta.presentedFrames;
+  }
+  metrics.frames += n;
+  metrics.windowFrames += n;
   if (!metrics.start)
     metrics.start = now;
   if (!metrics.windowStart)
     metrics.windowStart = now;
+  metrics.lastFrame = now;
   if (now - metrics.windowStart >= 1000) {
     $("m-delivery").textContent =
       fmt(metrics.windowFrames * 1000 / (now - metrics.windowStart));
@@ -161,24 +178,50 @@ function onFrame(now, meta) {
     video.requestVideoFrameCallback(onFrame);
 }
 
-if (video.requestVideoFrameCallback) {
-  video.requestVideoFrameCallback(onFrame);
-} else {
-  // no per-frame callback: count decoded frames from the statistics
-  let last = 0;
-  setInterval(async () => {
-    if (!pc)
+// nothing is generated while no key is held, and the next chunk may take a
+// while: the video stops, say so rather than keep the last rate
+setInterval(() => {
+  if (metrics.lastFrame && performance.now() - metrics.lastFrame > 1500) {
+    $("m-delivery").textContent = held.size ? "0.0 (waiting for a chunk)" :
+      "0.0 (no key held)";
+    metrics.windowFrames = 0;
+    metrics.windowStart = 0;
+  }
+}, 500);
+
+// frames received from the RTP statistics; without a per-frame callback the
+// decoded frames stand for the presented ones
+let lastDecoded = 0;
+setInterval(async () => {
+  if (!pc)
+    return;
+  let stats;
+  try {
+    stats = await pc.getStats();
+  } catch (e) {
+    return;                     // closed meanwhile
+  }
+  stats.forEach((r) => {
+    if (r.type !== "inbound-rtp" || r.kind !== "video")
       return;
-    const stats = await pc.getStats();
-    stats.forEach((r) => {
-      if (r.type === "inbound-rtp" && r.kind === "video") {
-        const n = r.framesDecoded || 0;
-        for (; last < n; last++)
-          onFrame(performance.now(), null);
-      }
-    });
-  }, 250);
-}
+    if (Number.isFinite(r.framesReceived))
+      metrics.received = r.framesReceived;
+    if (!video.requestVideoFrameCallback) {
+      const n = r.framesDecoded || 0;
+      for (; lastDecoded < n; lastDecoded++)
+        onFrame(performance.now(), null);
+    }
+  });
+  const q = video.getVideoPlaybackQuality ?
+    video.getVideoPlaybackQuality() : null;
+  if (q)
+    metrics.rendererDropped = q.droppedVideoFrames;
+  if (metrics.start)
+    showMetrics();
+}, 500);
+
+if (video.requestVideoFrameCallback)
+  video.requestVideoFrameCallback(onFrame);
 
 // ---- signalling ----
 
@@ -210,7 +253,8 @@ function newPeer() {
     const ch = e.channel;
     if (ch.label === "input") {
       input = ch;
-      ch.onopen = () => setStatus("connected: hold a key to move");
+      ch.onopen = () => setStatus("connected: hold a key to move " +
+        "(nothing is generated before)");
     } else if (ch.label === "control") {
       ch.onmessage = (m) => onControl(m.data);
     }
@@ -223,9 +267,14 @@ function newPeer() {
 
 async function onSignal(text) {
   const m = JSON.parse(text);
-  if (m.type === "welcome") {
+  if (m.type === "error") {
+    setStatus("server: " + m.message);
+    log("error " + m.code + ": " + m.message);
+  } else if (m.type === "welcome") {
     setStatus("session " + m.session + " (" + m.encoder + "): negotiating");
     newPeer();
+  } else if (!pc) {
+    return;                     // closed meanwhile
   } else if (m.type === "offer") {
     await pc.setRemoteDescription({ type: "offer", sdp: m.sdp });
     const answer = await pc.createAnswer();
@@ -234,16 +283,18 @@ async function onSignal(text) {
   } else if (m.type === "ice") {
     await pc.addIceCandidate({ candidate: m.candidate,
       sdpMLineIndex: m.sdpMLineIndex });
-  } else if (m.type === "error") {
-    setStatus("server: " + m.message);
-    log("error " + m.code + ": " + m.message);
   }
 }
 
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   ws = new WebSocket(scheme + "://" + location.host + "/ws");
-  ws.onmessage = (e) => onSignal(e.data).catch((err) => log(String(err)));
+  // one message at a time: onSignal awaits (setRemoteDescription, ...), and
+  // a candidate handled before the offer is set would be refused
+  let queue = Promise.resolve();
+  ws.onmessage = (e) => {
+    queue = queue.then(() => onSignal(e.data)).catch((err) => log(String(err)));
+  };
   ws.onclose = (e) => {
     if (!statusLine.textContent.startsWith("server:"))
       setStatus("disconnected (" + e.code + (e.reason ? " " + e.reason : "") +

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# lingbot-gst WebRTC demo: install what is missing, build, write the demo
+# model (as tools/demo.sh does), start lingbot-webrtc-server on 127.0.0.1 and
+# print the URL to open in a browser on the same machine.  Hold the arrow
+# keys (or WASD, IJKL) in the page to steer; Ctrl-C stops the server.
+#
+#   ./tools/webrtc-demo.sh [--model DIR] [--image START.jpg] [--port N]
+#
+# Environment: DEVICES (cpu:2), WIDTH/HEIGHT (256x144: a live session on
+# two CPU cores), PROMPT.  See docs/webrtc.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+model="" image="" port=8080
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    --image) image="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "webrtc-demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+. tools/deps.sh
+lingbot_install_deps "${LINGBOT_DEMO_DEPS[@]}"
+
+BUILD=${LINGBOT_BUILD_DIR:-build}
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
+ninja -C "$BUILD" >/dev/null
+
+if [ -z "$model" ]; then
+  model="demo-out/demo-model"
+  if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
+    echo "== writing a small random-weight model to $model"
+    mkdir -p demo-out
+    "$BUILD/tools/lingbot-mkmodel" --preset demo --vae-dim 8 --full \
+      --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
+  fi
+fi
+image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
+
+export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
+echo "== open http://127.0.0.1:$port/ in a browser on this machine (Ctrl-C stops)"
+exec "$BUILD/examples/webrtc/lingbot-webrtc-server" --address 127.0.0.1 \
+  --port "$port" --model "$model" --image "$image" \
+  --prompt "${PROMPT:-a green meadow under a wide sky}" \
+  --devices "${DEVICES:-cpu:2}" \
+  --set "width=${WIDTH:-256}" --set "height=${HEIGHT:-144}" \
+  --www "$PWD/examples/webrtc/www"
