@@ -90,4 +90,22 @@ gboolean lingbot_safetensors_write_sharded (const char *dir,
     const char *const *names, const LbTensor * const *tensors, guint n_tensors,
     guint64 max_shard_bytes, GHashTable * metadata, GError ** error);
 
+/**
+ * lingbot_pth_write:
+ * @path: the `.pth` file to write (replaced atomically)
+ * @names: (array length=n): tensor names, in order
+ * @tensors: (array length=n): CPU tensors (f32, bf16, f16, f64, i64, i32,
+ *   u8; any strides, 0-d and empty included)
+ * @n: number of tensors
+ * @error: return location for a #GError
+ *
+ * Writes the tensors as torch.save() writes an OrderedDict state dict (zip
+ * archive named after @path's basename, pickle protocol 2, stored 64-byte
+ * aligned records); read back by lingbot_checkpoint_open() and torch.load().
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean lingbot_pth_write (const char *path, const char *const *names,
+    LbTensor * const *tensors, guint n, GError ** error);
+
 G_END_DECLS

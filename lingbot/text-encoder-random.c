@@ -67,8 +67,9 @@ add (Writer * w, const char *name, int ndim, int64_t d0, int64_t d1,
 
 /**
  * lingbot_text_encoder_write_random:
- * @path: output file (safetensors; name it
- *   `models_t5_umt5-xxl-enc-bf16.safetensors` in a model directory)
+ * @path: output file: `*.pth` for the torch.save layout of the published
+ *   `models_t5_umt5-xxl-enc-bf16.pth`, anything else for `.safetensors`
+ *   (with a config in its metadata)
  * @cfg: the shapes (lingbot_text_encoder_config_init_tiny())
  * @dtype: storage dtype (%LB_DTYPE_BF16 as published, or F32)
  * @seed: weights are a deterministic function of (@seed, tensor name)
@@ -142,8 +143,11 @@ lingbot_text_encoder_write_random (const char *path,
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official umT5-xxl encoder checkpoint names "
       "(models_t5_umt5-xxl-enc-bf16.pth)");
-  gboolean ok = lingbot_safetensors_write (path,
-      (const char *const *) w.names->pdata,
+  /* a .pth path gets the published torch.save layout (no metadata there) */
+  gboolean ok = g_str_has_suffix (path, ".pth") ?
+      lingbot_pth_write (path, (const char *const *) w.names->pdata,
+      (LbTensor * const *) w.tensors->pdata, w.names->len, error) :
+      lingbot_safetensors_write (path, (const char *const *) w.names->pdata,
       (const LbTensor * const *) w.tensors->pdata, w.names->len, meta, error);
   g_ptr_array_unref (w.names);
   g_ptr_array_unref (w.tensors);

@@ -147,7 +147,9 @@ build (Writer *w, int d)
 
 /**
  * lingbot_vae_write_random:
- * @path: output `.safetensors` file
+ * @path: output file: `*.pth` for the torch.save layout of the published
+ *   Wan2.1_VAE.pth, anything else for `.safetensors` (with a config in
+ *   its metadata)
  * @dim: base width (96 = Wan2.1_VAE.pth; any even value >= 2 for tests)
  * @seed: weights are a deterministic function of (@seed, tensor name)
  * @error: %LB_ERROR_INVALID_ARGUMENT for a bad width; writer errors
@@ -182,8 +184,11 @@ lingbot_vae_write_random (
   g_hash_table_insert (meta, (gpointer) "config", cfg);
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official Wan2.1_VAE.pth names");
-  gboolean ok
-      = lingbot_safetensors_write (path, (const char *const *)w.names->pdata,
+  /* a .pth path gets the published torch.save layout (no metadata there) */
+  gboolean ok = g_str_has_suffix (path, ".pth")
+      ? lingbot_pth_write (path, (const char *const *)w.names->pdata,
+          (LbTensor *const *)w.tensors->pdata, w.names->len, error)
+      : lingbot_safetensors_write (path, (const char *const *)w.names->pdata,
           (const LbTensor *const *)w.tensors->pdata, w.names->len, meta, error);
   g_ptr_array_unref (w.names);
   g_ptr_array_unref (w.tensors);

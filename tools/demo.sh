@@ -45,7 +45,7 @@ if [ -z "$model" ]; then
   model="$out/demo-model"
   if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
     echo "== writing a small random-weight model to $model"
-    "$BUILD/tools/lingbot-mkmodel" --preset demo --vae-dim 8 --full \
+    "$BUILD/tools/lingbot-mkmodel" --preset demo --full \
       --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
   fi
 fi

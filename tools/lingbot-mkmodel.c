@@ -17,15 +17,18 @@
  *   lingbot-mkmodel --full --preset tiny --chunk 4 \
  *       --tokenizer build/tests/text/test-spm.model --out models/tiny
  *
- *   DIR/transformers/                         the DiT (as above)
- *   DIR/Wan2.1_VAE.safetensors                random Wan2.1 VAE (--vae-dim)
- *   DIR/models_t5_umt5-xxl-enc-bf16.safetensors  random umT5 encoder of
- *                                             width text_dim (only with
- *                                             --tokenizer)
- *   DIR/google/umt5-xxl/spiece.model          a copy of --tokenizer FILE
+ *   DIR/transformers/                      the DiT (as above)
+ *   DIR/Wan2.1_VAE.pth                     random Wan2.1 VAE (--vae-dim),
+ *                                          float32
+ *   DIR/models_t5_umt5-xxl-enc-bf16.pth    random umT5 encoder of width
+ *                                          text_dim, bf16 (only with
+ *                                          --tokenizer)
+ *   DIR/google/umt5-xxl/spiece.model       a copy of --tokenizer FILE
  *
- * (The VAE and the encoder are written as .safetensors, which the world
- * accepts in place of the published .pth.)
+ * The VAE and the encoder are written in the torch.save layout of the
+ * published files (lingbot_pth_write()); --format safetensors writes
+ * Wan2.1_VAE.safetensors and models_t5_umt5-xxl-enc-bf16.safetensors
+ * instead, which the world also accepts.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,7 +42,7 @@
 static gboolean
 write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
     LbDType dtype, guint64 seed, int vae_dim, const char *tokenizer,
-    int t5_layers, gboolean quiet, GError ** error)
+    int t5_layers, const char *ext, gboolean quiet, GError ** error)
 {
   if (g_mkdir_with_parents (out, 0755) != 0) {
     g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
@@ -49,8 +52,8 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
   g_autofree char *dit_dir = g_build_filename (out, "transformers", NULL);
   if (!lingbot_dit_write_random (cfg, dit_dir, shards, dtype, seed, error))
     return FALSE;
-  g_autofree char *vae = g_build_filename (out, "Wan2.1_VAE.safetensors",
-      NULL);
+  g_autofree char *vae_name = g_strconcat ("Wan2.1_VAE", ext, NULL);
+  g_autofree char *vae = g_build_filename (out, vae_name, NULL);
   if (!lingbot_vae_write_random (vae, vae_dim, seed + 1, error))
     return FALSE;
   if (!quiet)
@@ -84,8 +87,9 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
       lingbot_tokenizer_get_vocab_size (tok));
   if (t5_layers > 0)
     tc.num_layers = t5_layers;
-  g_autofree char *t5 = g_build_filename (out,
-      "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
+  g_autofree char *t5_name = g_strconcat ("models_t5_umt5-xxl-enc-bf16",
+      ext, NULL);
+  g_autofree char *t5 = g_build_filename (out, t5_name, NULL);
   if (!lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16, seed + 2,
           error))
     return FALSE;
@@ -105,10 +109,10 @@ main (int argc, char **argv)
   gint64 seed = 42;
   gboolean quiet = FALSE, full = FALSE;
   int vae_dim = 0, t5_layers = 0;
-  g_autofree char *tokenizer = NULL;
+  g_autofree char *tokenizer = NULL, *format = NULL;
   GOptionEntry entries[] = {
     {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset,
-        "Start from a published shape: 14b, 1.3b or tiny (default tiny)", "P"},
+        "Start from a shape: 14b, 1.3b, tiny or demo (default tiny)", "P"},
     {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "Hidden width D", "N"},
     {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Transformer blocks", "N"},
     {"heads", 0, 0, G_OPTION_ARG_INT, &heads, "Attention heads", "N"},
@@ -139,6 +143,9 @@ main (int argc, char **argv)
         "FILE"},
     {"t5-layers", 0, 0, G_OPTION_ARG_INT, &t5_layers,
         "umT5 blocks with --full (default 2)", "N"},
+    {"format", 0, 0, G_OPTION_ARG_STRING, &format,
+        "VAE and umT5 file format with --full: pth (default, as published) "
+        "or safetensors", "F"},
     {NULL}
   };
   g_autoptr (GOptionContext) ctx =
@@ -189,10 +196,20 @@ main (int argc, char **argv)
     }
   }
 
+  const char *ext = ".pth";
+  if (format && g_ascii_strcasecmp (format, "safetensors") == 0)
+    ext = ".safetensors";
+  else if (format && g_ascii_strcasecmp (format, "pth") != 0) {
+    fprintf (stderr, "lingbot-mkmodel: unknown format \"%s\" (pth, "
+        "safetensors)\n", format);
+    return 2;
+  }
+
   if (vae_dim <= 0)
-    vae_dim = p == LINGBOT_DIT_PRESET_TINY ? 8 : LINGBOT_VAE_DEFAULT_DIM;
+    vae_dim = (p == LINGBOT_DIT_PRESET_TINY || p == LINGBOT_DIT_PRESET_DEMO) ?
+        8 : LINGBOT_VAE_DEFAULT_DIM;
   if (full ? !write_full (&cfg, out, (guint) shards, dtype, (guint64) seed,
-          vae_dim, tokenizer, t5_layers, quiet, &err) :
+          vae_dim, tokenizer, t5_layers, ext, quiet, &err) :
       !lingbot_dit_write_random (&cfg, out, (guint) shards, dtype,
           (guint64) seed, &err)) {
     fprintf (stderr, "lingbot-mkmodel: %s\n", err->message);

@@ -34,7 +34,7 @@ if [ -z "$model" ]; then
   if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
     echo "== writing a small random-weight model to $model"
     mkdir -p demo-out
-    "$BUILD/tools/lingbot-mkmodel" --preset demo --vae-dim 8 --full \
+    "$BUILD/tools/lingbot-mkmodel" --preset demo --full \
       --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
   fi
 fi

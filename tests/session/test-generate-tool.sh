@@ -15,8 +15,8 @@ trace="$data/stream_lingbot_controls.json"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$mkmodel" --full --preset tiny --chunk 4 --tokenizer "$spm" --out "$tmp/m"
-for f in transformers/config.json Wan2.1_VAE.safetensors \
-    models_t5_umt5-xxl-enc-bf16.safetensors google/umt5-xxl/spiece.model; do
+for f in transformers/config.json Wan2.1_VAE.pth \
+    models_t5_umt5-xxl-enc-bf16.pth google/umt5-xxl/spiece.model; do
   [ -s "$tmp/m/$f" ] || { echo "missing $f"; exit 1; }
 done
 targs=""
