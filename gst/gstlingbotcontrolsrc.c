@@ -36,6 +36,7 @@
 #include <gst/video/navigation.h>
 
 #include "gst/gstlingbotcontrolsrc.h"
+#include "gst/gstlingbotutil.h"
 #include "lingbot/checkpoint.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_control_src_debug);
@@ -311,6 +312,26 @@ gst_lingbot_control_src_start (GstBaseSrc * src)
   GstBuffer *poses = NULL;
 
   GST_OBJECT_LOCK (self);
+  /* a missing file RESOURCE/NOT_FOUND, an unreadable one
+   * RESOURCE/OPEN_READ, a malformed trace STREAM/DECODE */
+  {
+    const char *files[3] = { self->location, self->poses_location,
+      self->intrinsics_location
+    };
+    for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
+      GQuark domain;
+      gint code;
+
+      if (files[i] == NULL
+          || gst_lingbot_check_readable (files[i], &domain, &code, &error))
+        continue;
+      GST_OBJECT_UNLOCK (self);
+      gst_element_message_full (GST_ELEMENT (self), GST_MESSAGE_ERROR, domain,
+          code, g_strdup (error->message), NULL, __FILE__, GST_FUNCTION,
+          __LINE__);
+      return FALSE;
+    }
+  }
   if (self->location) {
     trace = lingbot_control_trace_new_from_file (self->location, &error);
     if (trace == NULL) {

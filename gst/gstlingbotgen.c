@@ -22,9 +22,14 @@
  * linked control pad every chunk is generated with no key held.
  *
  * Every chunk posts an element message `lingbot-chunk` (index, frames,
- * keys, keys-string, dit-seconds, vae-seconds, compute-seconds).  The
- * stream ends after `frames` video frames (0 = unbounded) or when an
- * offline trace ends with nothing held.
+ * keys, keys-string, revision, tap, snapshot, dit-seconds, vae-seconds,
+ * compute-seconds): revision counts the presses (tap snapshots) applied so
+ * far, tap/snapshot say whether the chunk took a press's snapshot or the
+ * held set.  The stream ends after `frames` video frames (0 = unbounded) or
+ * when an offline trace ends with nothing held.
+ *
+ * LATENCY queries on the src pad are answered with one chunk's duration
+ * (4 C frames at `fps`) as the minimum, no maximum, live = `live`.
  *
  * ## Example launch line
  * |[
@@ -46,6 +51,7 @@
 #include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotmeta.h"
+#include "gst/gstlingbotutil.h"
 #include "lingbot/backend.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
@@ -130,7 +136,9 @@ struct _GstLingbotGen
   GArray *events;               /* LingbotControlEvent, offline */
   GstClockTime horizon;         /* every event before this time is known */
   LingbotKeyState keys;         /* live */
+  guint revision_base;          /* live: revisions before the last reset */
   gboolean reset_pending;       /* live */
+  int session_chunk_frames;     /* 0 until the session exists */
   GstBuffer *image;             /* packed RGB */
   int image_width, image_height;
   gboolean image_eos;
@@ -178,6 +186,8 @@ apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
       break;
     case GST_LINGBOT_CONTROL_RESET:
       e.type = LINGBOT_CONTROL_EVENT_RESET;
+      /* the snapshot revision stays monotonic across resets */
+      self->revision_base += self->keys.revision;
       lingbot_key_state_init (&self->keys);
       self->reset_pending = TRUE;
       break;
@@ -480,6 +490,9 @@ gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
   if (session == NULL)
     return FALSE;
   self->handle = gst_lingbot_session_handle_new (world, session);
+  g_mutex_lock (&self->lock);
+  self->session_chunk_frames = lingbot_session_get_chunk_frames (session);
+  g_mutex_unlock (&self->lock);
   GST_INFO_OBJECT (self, "session %dx%d, latent %dx%d, chunk %d",
       lingbot_session_get_width (session),
       lingbot_session_get_height (session),
@@ -582,15 +595,66 @@ typedef enum
   KEYS_FLUSHING,
 } KeysResult;
 
+/* What a chunk's keys were taken from (the lingbot-chunk message's
+ * "snapshot" and "revision"). */
+typedef enum
+{
+  SNAPSHOT_NONE,                /* no control stream, or explicit poses */
+  SNAPSHOT_TAP,                 /* a press's snapshot of the held set */
+  SNAPSHOT_HELD,                /* the held set when the chunk was decided */
+} SnapshotKind;
+
+typedef struct
+{
+  guint keys;
+  gboolean reset;
+  SnapshotKind kind;
+  guint revision;               /* presses applied so far (monotonic) */
+} ChunkKeys;
+
+/* The snapshot revision of the key state at @time_s on the virtual clock:
+ * the events at or before it replayed as lingbot_control_trace_schedule()
+ * applies them, one press per newly held key; resets do not restart it. */
+static guint
+offline_revision (GArray * events, double time_s)
+{
+  LingbotKeyState ks;
+  guint base = 0;
+
+  lingbot_key_state_init (&ks);
+  for (guint i = 0; i < events->len; i++) {
+    const LingbotControlEvent *e =
+        &g_array_index (events, LingbotControlEvent, i);
+
+    if (e->time_s > time_s)
+      continue;
+    switch (e->type) {
+      case LINGBOT_CONTROL_EVENT_PRESS:
+        lingbot_key_state_press (&ks, e->key);
+        break;
+      case LINGBOT_CONTROL_EVENT_RELEASE:
+        lingbot_key_state_release (&ks, e->key);
+        break;
+      case LINGBOT_CONTROL_EVENT_RESET:
+        base += ks.revision;
+        lingbot_key_state_init (&ks);
+        break;
+      default:
+        break;
+    }
+  }
+  return base + ks.revision;
+}
+
 /* called with the lock held; may wait on cond */
 static KeysResult
 take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
-    guint * keys, gboolean * reset)
+    ChunkKeys * ck)
 {
   guint chunk_size = 4, fps = 16;
 
-  *keys = 0;
-  *reset = FALSE;
+  memset (ck, 0, sizeof (*ck));
+  ck->kind = SNAPSHOT_NONE;
   if (self->handle) {
     chunk_size = lingbot_session_get_chunk_frames (self->handle->session);
     GST_OBJECT_LOCK (self);
@@ -605,14 +669,18 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
       return KEYS_OK;
 
     if (live) {
-      gboolean is_tap;
+      gboolean is_tap = FALSE;
 
       if (self->reset_pending) {
-        *reset = TRUE;
+        ck->reset = TRUE;
         self->reset_pending = FALSE;
       }
-      if (lingbot_key_state_take (&self->keys, TRUE, keys, &is_tap))
+      if (lingbot_key_state_take (&self->keys, TRUE, &ck->keys, &is_tap)) {
+        ck->kind = is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
+        ck->revision = self->revision_base + (is_tap ?
+            self->keys.tap_revision : self->keys.revision);
         return KEYS_OK;
+      }
       if (self->control_eos)
         return KEYS_DONE;
     } else {
@@ -627,8 +695,11 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
               (double) self->horizon));
 
       if (known) {
-        *keys = plan[n - 1].keys;
-        *reset = plan[n - 1].reset_before;
+        ck->keys = plan[n - 1].keys;
+        ck->reset = plan[n - 1].reset_before;
+        ck->kind = plan[n - 1].is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
+        ck->revision = offline_revision (self->events,
+            plan[n - 1].request_time_s);
       }
       g_free (plan);
       lingbot_control_trace_free (trace);
@@ -644,14 +715,19 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
 /* ---- the streaming thread ---- */
 
 static void
-post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st)
+post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
+    const ChunkKeys * ck)
 {
+  static const char *const kinds[] = { "none", "tap", "held" };
   g_autofree char *keys = lingbot_keys_to_string (st->keys);
   GstStructure *s = gst_structure_new ("lingbot-chunk",
       "index", G_TYPE_UINT64, st->index,
       "frames", G_TYPE_INT, st->frames,
       "keys", G_TYPE_UINT, st->keys,
       "keys-string", G_TYPE_STRING, keys,
+      "revision", G_TYPE_UINT, ck->revision,
+      "tap", G_TYPE_BOOLEAN, ck->kind == SNAPSHOT_TAP,
+      "snapshot", G_TYPE_STRING, kinds[ck->kind],
       "dit-seconds", G_TYPE_DOUBLE, st->dit_seconds,
       "vae-seconds", G_TYPE_DOUBLE, st->vae_seconds,
       "compute-seconds", G_TYPE_DOUBLE, st->compute_seconds, NULL);
@@ -711,8 +787,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstLingbotSessionHandle *h;
   GstBuffer *buf;
   GstFlowReturn ret;
-  gboolean has_control, live, reset, ok;
-  guint keys = 0;
+  gboolean has_control, live, ok;
+  ChunkKeys ck;
   int fps;
   KeysResult kr;
 
@@ -744,8 +820,12 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     g_mutex_unlock (&self->lock);
 
     if (!gst_lingbot_gen_create_session (self, &error)) {
-      GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message),
-          (NULL));
+      /* a missing or unreadable input keeps its RESOURCE code, bad
+       * settings LIBRARY/SETTINGS, the rest STREAM/FAILED */
+      gst_lingbot_post_error (GST_ELEMENT (self), error,
+          g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT) ?
+          GST_LINGBOT_ERROR_CONTEXT_OPEN : GST_LINGBOT_ERROR_CONTEXT_STREAM,
+          error->message, "creating the session");
       gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
       return;
     }
@@ -759,7 +839,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   }
 
   g_mutex_lock (&self->lock);
-  kr = take_keys_unlocked (self, live, has_control, &keys, &reset);
+  kr = take_keys_unlocked (self, live, has_control, &ck);
   g_mutex_unlock (&self->lock);
   if (kr == KEYS_FLUSHING) {
     gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, FALSE);
@@ -773,9 +853,9 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   }
 
   g_mutex_lock (&h->lock);
-  if (reset)
+  if (ck.reset)
     lingbot_control_reset_pose (lingbot_session_get_control (h->session));
-  ok = lingbot_session_generate (h->session, keys, &stats, &error);
+  ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
   buf = ok ? latents_to_buffer (lingbot_session_get_latents (h->session),
       &error) : NULL;
   g_mutex_unlock (&h->lock);
@@ -787,7 +867,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   }
 
   stats.index = self->chunk;
-  stats.keys = keys;
+  stats.keys = ck.keys;
   if (stats.frames <= 0)
     stats.frames = lingbot_chunk_video_frames (self->chunk,
         lingbot_session_get_chunk_frames (h->session));
@@ -801,8 +881,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
   gst_buffer_add_lingbot_chunk_meta (buf, h, self->chunk, &stats);
   GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " keys 0x%x: %d frames,"
-      " DiT %.3f s", self->chunk, keys, stats.frames, stats.dit_seconds);
-  post_chunk_message (self, &stats);
+      " DiT %.3f s", self->chunk, ck.keys, stats.frames, stats.dit_seconds);
+  post_chunk_message (self, &stats, &ck);
   self->chunk++;
   self->frames_out += stats.frames;
 
@@ -828,6 +908,8 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   g_array_set_size (self->events, 0);
   self->horizon = GST_CLOCK_TIME_NONE;
   lingbot_key_state_init (&self->keys);
+  self->revision_base = 0;
+  self->session_chunk_frames = 0;
   self->reset_pending = FALSE;
   g_mutex_unlock (&self->lock);
   self->chunk = 0;
@@ -859,11 +941,76 @@ gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
 
 /* ---- queries, context ---- */
 
+/**
+ * gst_lingbot_gen_chunk_duration:
+ *
+ * The playback time of one steady chunk (lingbot_chunk_video_frames() of
+ * a chunk after the first, 4 C frames) at the session rate: the session's
+ * chunk size once it exists, else `chunk-frames` (0: the world's model).
+ */
+static GstClockTime
+gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
+{
+  int c, fps;
+  LingbotWorld *world = NULL;
+
+  GST_OBJECT_LOCK (self);
+  c = self->chunk_frames;
+  fps = self->fps;
+  if (self->world)
+    world = lingbot_world_ref (self->world);
+  GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->lock);
+  if (self->session_chunk_frames > 0)
+    c = self->session_chunk_frames;
+  g_mutex_unlock (&self->lock);
+  if (c <= 0 && world && lingbot_world_get_dit (world))
+    c = lingbot_dit_get_config (lingbot_world_get_dit (world))->chunk_frames;
+  g_clear_pointer (&world, lingbot_world_unref);
+  if (c <= 0)
+    c = DEFAULT_CHUNK_FRAMES;
+  return gst_util_uint64_scale (lingbot_chunk_video_frames (1, (guint) c),
+      GST_SECOND, (guint64) MAX (fps, 1));
+}
+
+/* LATENCY: live = `live` (or a live control source upstream); min = one
+ * chunk's duration (a chunk's frames all exist only once the whole chunk
+ * is computed), plus the control source's latency; max = unbounded (the
+ * generator computes on demand and drops nothing while downstream
+ * blocks). */
+static gboolean
+gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
+{
+  gboolean live, up_live = FALSE;
+  GstClockTime min = gst_lingbot_gen_chunk_duration (self);
+  GstClockTime max = GST_CLOCK_TIME_NONE, up_min = 0, up_max = 0;
+  GstQuery *up;
+
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  GST_OBJECT_UNLOCK (self);
+
+  up = gst_query_new_latency ();
+  if (gst_pad_is_linked (self->control_pad)
+      && gst_pad_peer_query (self->control_pad, up)) {
+    gst_query_parse_latency (up, &up_live, &up_min, &up_max);
+    if (up_live && GST_CLOCK_TIME_IS_VALID (up_min))
+      min += up_min;
+  }
+  gst_query_unref (up);
+  GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT,
+      live || up_live, GST_TIME_ARGS (min));
+  gst_query_set_latency (query, live || up_live, min, max);
+  return TRUE;
+}
+
 static gboolean
 gst_lingbot_gen_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (parent);
 
+  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY && pad == self->srcpad)
+    return gst_lingbot_gen_latency_query (self, query);
   if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
     gboolean ret;
     LingbotWorld *world = NULL;
@@ -914,19 +1061,28 @@ gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
   GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
 }
 
+/* Error domains and codes (docs/elements.md): a missing model, image or
+ * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
+ * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS, a
+ * backend that cannot start (no CUDA module, no such GPU) LIBRARY/INIT. */
 static gboolean
 gst_lingbot_gen_open (GstLingbotGen * self)
 {
   g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
+  g_autofree char *image = NULL;
   g_autoptr (GError) error = NULL;
   int n_ranks = 0;
   g_autofree int *ordinals = NULL;
   LbBackend *backend = NULL;
+  const char *files[2][2];
+  GQuark domain;
+  gint code;
 
   GST_OBJECT_LOCK (self);
   model_path = g_strdup (self->model_path);
   devices = g_strdup (self->devices);
   embeds = g_strdup (self->prompt_embeds);
+  image = g_strdup (self->image_location);
   GST_OBJECT_UNLOCK (self);
 
   if (model_path == NULL) {
@@ -936,8 +1092,13 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   }
   if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
           &error)) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-        ("Invalid devices '%s': %s", devices, error->message), (NULL));
+    if (g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT))
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+          ("Invalid devices '%s': %s", devices, error->message), (NULL));
+    else
+      GST_ELEMENT_ERROR (self, LIBRARY, INIT,
+          ("Cannot start the backend for devices '%s': %s", devices,
+              error->message), (NULL));
     return FALSE;
   }
   if (!g_file_test (model_path, G_FILE_TEST_EXISTS)) {
@@ -945,11 +1106,30 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         ("Model path '%s' does not exist", model_path), (NULL));
     return FALSE;
   }
+  files[0][0] = "image-location";
+  files[0][1] = image;
+  files[1][0] = "prompt-embeds";
+  files[1][1] = embeds;
+  for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
+    g_autofree char *text = NULL;
+
+    if (files[i][1] == NULL)
+      continue;
+    if (gst_lingbot_check_readable (files[i][1], &domain, &code, &error))
+      continue;
+    text = g_strdup_printf ("%s: %s", files[i][0], error->message);
+    gst_element_message_full (GST_ELEMENT (self), GST_MESSAGE_ERROR, domain,
+        code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION,
+        __LINE__);
+    return FALSE;
+  }
   if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
           embeds == NULL, TRUE, &self->world, &error)) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-        ("Cannot load the model '%s' on %s: %s", model_path, devices,
-            error ? error->message : "no world"), (NULL));
+    g_autofree char *text = g_strdup_printf ("Cannot load the model '%s' on "
+        "%s: %s", model_path, devices, error ? error->message : "no world");
+
+    gst_lingbot_post_error (GST_ELEMENT (self), error,
+        GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
     return FALSE;
   }
   return TRUE;

@@ -6,9 +6,10 @@
  * @title: lingbotvaedec
  *
  * Decodes `application/x-lingbot-latent` chunks into `video/x-raw` frames
- * (I420 preferred, or RGB): 13 frames for the first chunk of a session, 16
- * after (for 4 latent frames per chunk), each timestamped at the session
- * frame rate (PTS = frame index / fps).
+ * (the first of I420, NV12, RGBA, RGB that downstream accepts): 13 frames
+ * for the first chunk of a session, 16 after (for 4 latent frames per
+ * chunk), each timestamped at the session frame rate (PTS = frame index /
+ * fps).
  *
  * When a chunk carries lingbotgen's #GstLingbotChunkMeta the decode runs
  * in that session (lingbot_session_decode()), on the same ranks as the
@@ -17,12 +18,20 @@
  * "lingbot.world", or `model-path`/`devices`).
  *
  * Each chunk posts an element message `lingbot-decode` (index, frames,
- * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).
+ * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).  When EOS
+ * arrives it posts `lingbot-summary` (chunks, frames, steady-fps and the
+ * compute-seconds mean/p50/p90/p99/max over the chunks): this element is
+ * the one that sees both halves of a chunk's compute time.
+ *
+ * LATENCY queries on the src pad return upstream's answer with the minimum
+ * raised to one chunk's duration.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <gst/video/video.h>
 
@@ -30,6 +39,7 @@
 #include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotgen.h"
 #include "gst/gstlingbotmeta.h"
+#include "gst/gstlingbotutil.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
 #define GST_CAT_DEFAULT gst_lingbot_vae_dec_debug
@@ -65,6 +75,13 @@ struct _GstLingbotVaeDec
   guint64 chunk;
   LingbotVaeDecoder *decoder;   /* plain-bytes path */
   LbTensor *frames;
+
+  /* lingbot-summary (streaming thread) */
+  GArray *chunk_seconds;        /* double: DiT + VAE seconds per chunk */
+  GArray *chunk_frames;         /* int: frames pushed per chunk */
+  gboolean dit_unknown;         /* a chunk came without the generator meta */
+
+  GstClockTime chunk_duration;  /* object lock; NONE before caps */
 };
 
 #define gst_lingbot_vae_dec_parent_class parent_class
@@ -77,7 +94,15 @@ static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
 
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS,
-    GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE ("{ I420, RGB }")));
+    GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE ("{ I420, NV12, RGBA, RGB }")));
+
+static void
+summary_reset (GstLingbotVaeDec * self)
+{
+  g_array_set_size (self->chunk_seconds, 0);
+  g_array_set_size (self->chunk_frames, 0);
+  self->dit_unknown = FALSE;
+}
 
 static void
 gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
@@ -87,6 +112,74 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   self->negotiated = FALSE;
   self->frame_index = 0;
   self->chunk = 0;
+  summary_reset (self);
+  GST_OBJECT_LOCK (self);
+  self->chunk_duration = GST_CLOCK_TIME_NONE;
+  GST_OBJECT_UNLOCK (self);
+}
+
+static int
+cmp_double (gconstpointer a, gconstpointer b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* nearest rank: the smallest value with at least p % of the values at or
+ * below it */
+static double
+percentile (const double *sorted, guint n, double p)
+{
+  guint rank;
+
+  if (n == 0)
+    return 0.0;
+  rank = (guint) ceil (p / 100.0 * n - 1e-9);
+  return sorted[CLAMP (rank, 1, n) - 1];
+}
+
+/* lingbot-summary, posted when EOS reaches the decoder: this element sees
+ * both halves of every chunk's compute time (the generator's DiT seconds
+ * in the chunk meta, its own decode seconds). */
+static void
+post_summary (GstLingbotVaeDec * self)
+{
+  guint n = self->chunk_seconds->len;
+  g_autofree double *sorted = g_new0 (double, MAX (n, 1));
+  double total = 0.0, steady_s = 0.0;
+  guint64 frames = 0, steady_frames = 0;
+  GstStructure *s;
+
+  for (guint i = 0; i < n; i++) {
+    double sec = g_array_index (self->chunk_seconds, double, i);
+    int f = g_array_index (self->chunk_frames, int, i);
+
+    sorted[i] = sec;
+    total += sec;
+    frames += (guint64) f;
+    if (i > 0) {
+      steady_s += sec;
+      steady_frames += (guint64) f;
+    }
+  }
+  qsort (sorted, n, sizeof (double), cmp_double);
+  s = gst_structure_new ("lingbot-summary",
+      "chunks", G_TYPE_UINT, n,
+      "frames", G_TYPE_UINT64, frames,
+      "steady-frames", G_TYPE_UINT64, steady_frames,
+      "steady-seconds", G_TYPE_DOUBLE, steady_s,
+      "steady-fps", G_TYPE_DOUBLE,
+      steady_s > 0.0 ? (double) steady_frames / steady_s : 0.0,
+      "compute-seconds-total", G_TYPE_DOUBLE, total,
+      "compute-seconds-mean", G_TYPE_DOUBLE, n ? total / n : 0.0,
+      "compute-seconds-p50", G_TYPE_DOUBLE, percentile (sorted, n, 50),
+      "compute-seconds-p90", G_TYPE_DOUBLE, percentile (sorted, n, 90),
+      "compute-seconds-p99", G_TYPE_DOUBLE, percentile (sorted, n, 99),
+      "compute-seconds-max", G_TYPE_DOUBLE, n ? sorted[n - 1] : 0.0,
+      "dit-seconds-known", G_TYPE_BOOLEAN, !self->dit_unknown, NULL);
+  GST_INFO_OBJECT (self, "summary %" GST_PTR_FORMAT, s);
+  gst_element_post_message (GST_ELEMENT (self),
+      gst_message_new_element (GST_OBJECT (self), s));
 }
 
 static gboolean
@@ -94,8 +187,8 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
 {
   GstStructure *s = gst_caps_get_structure (caps, 0);
   int vw = 0, vh = 0;
-  GstCaps *peer, *out;
-  GstVideoFormat format = GST_VIDEO_FORMAT_I420;
+  GstCaps *peer, *ours, *out;
+  GstVideoFormat format;
 
   if (!gst_structure_get_int (s, "frames", &self->lat_frames)
       || !gst_structure_get_int (s, "height", &self->lat_h)
@@ -114,15 +207,29 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
     self->fps_d = 1;
   }
 
-  /* I420 unless downstream only takes RGB */
-  peer = gst_pad_peer_query_caps (self->srcpad, NULL);
+  /* the first of I420, NV12, RGBA, RGB that downstream takes */
+  ours = gst_pad_get_pad_template_caps (self->srcpad);
+  ours = gst_caps_make_writable (ours);
+  gst_caps_set_simple (ours, "width", G_TYPE_INT, vw, "height", G_TYPE_INT,
+      vh, "framerate", GST_TYPE_FRACTION, self->fps_n, self->fps_d, NULL);
+  peer = gst_pad_peer_query_caps (self->srcpad, ours);
   if (peer) {
-    GstCaps *i420 = gst_caps_from_string ("video/x-raw, format=I420");
-    if (!gst_caps_can_intersect (peer, i420))
-      format = GST_VIDEO_FORMAT_RGB;
-    gst_caps_unref (i420);
+    GstCaps *both = gst_caps_intersect_full (ours, peer,
+        GST_CAPS_INTERSECT_FIRST);
     gst_caps_unref (peer);
+    gst_caps_unref (ours);
+    ours = both;
   }
+  if (gst_caps_is_empty (ours)) {
+    gst_caps_unref (ours);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("downstream takes none of I420, NV12, RGBA, RGB at %dx%d", vw, vh));
+    return FALSE;
+  }
+  ours = gst_caps_fixate (ours);
+  format = gst_video_format_from_string (gst_structure_get_string
+      (gst_caps_get_structure (ours, 0), "format"));
+  gst_caps_unref (ours);
   gst_video_info_set_format (&self->out_info, format, vw, vh);
   self->out_info.fps_n = self->fps_n;
   self->out_info.fps_d = self->fps_d;
@@ -134,6 +241,11 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   if (!self->negotiated)
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
         ("downstream refused %dx%d video", vw, vh));
+  GST_OBJECT_LOCK (self);
+  self->chunk_duration = gst_util_uint64_scale (lingbot_chunk_video_frames (1,
+          (guint) self->lat_frames), (guint64) self->fps_d * GST_SECOND,
+      self->fps_n);
+  GST_OBJECT_UNLOCK (self);
   return self->negotiated;
 }
 
@@ -159,6 +271,11 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
       g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
       self->frame_index = 0;
       self->chunk = 0;
+      summary_reset (self);
+      break;
+    case GST_EVENT_EOS:
+      /* before EOS goes on, so that it precedes the pipeline's EOS */
+      post_summary (self);
       break;
     default:
       break;
@@ -232,18 +349,34 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
           "cannot map an output frame");
       return GST_FLOW_ERROR;
     }
-    if (GST_VIDEO_INFO_FORMAT (&self->out_info) == GST_VIDEO_FORMAT_I420)
-      ok = lingbot_vae_frames_to_i420 (frames, i,
-          GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
-          GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
-          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1),
-          GST_VIDEO_FRAME_PLANE_DATA (&vf, 2),
-          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
-    else
-      ok = lingbot_vae_frames_to_rgb8 (frames, i,
-          GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-          GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+    switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
+      case GST_VIDEO_FORMAT_I420:
+        ok = lingbot_vae_frames_to_i420 (frames, i,
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1),
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 2),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
+        break;
+      case GST_VIDEO_FORMAT_NV12:
+        ok = gst_lingbot_frames_to_nv12 (frames, i,
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1), error);
+        break;
+      case GST_VIDEO_FORMAT_RGBA:
+        ok = gst_lingbot_frames_to_rgba (frames, i,
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        break;
+      default:
+        ok = lingbot_vae_frames_to_rgb8 (frames, i,
+            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
+            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        break;
+    }
     gst_video_frame_unmap (&vf);
     if (!ok) {
       gst_buffer_unref (out);
@@ -301,23 +434,32 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   lb_tensor_view_init (&latents, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 4,
       shape, stride);
 
-  t0 = g_get_monotonic_time ();
   if (meta) {
     GstLingbotSessionHandle *h = meta->handle;
 
     stats = meta->stats;
     g_mutex_lock (&h->lock);
+    /* sets stats.vae_seconds: the decode alone, not the wait for a
+     * generate that holds the world */
     ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
-    if (ok) {
-      stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
+    if (ok)
       ret = push_frames (self, lingbot_session_get_frames (h->session), n,
           &error);
-    }
     g_mutex_unlock (&h->lock);
   } else {
     stats.index = self->chunk;
-    ok = ensure_own_decoder (self, &error)
-        && lingbot_vae_decoder_decode (self->decoder, &latents, self->frames,
+    if (!ensure_own_decoder (self, &error)) {
+      g_autofree char *text = g_strdup_printf ("No VAE decoder for plain "
+          "latents: %s", error ? error->message : "no world");
+
+      gst_buffer_unmap (buf, &map);
+      gst_buffer_unref (buf);
+      gst_lingbot_post_error (GST_ELEMENT (self), error,
+          GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
+      return GST_FLOW_ERROR;
+    }
+    t0 = g_get_monotonic_time ();
+    ok = lingbot_vae_decoder_decode (self->decoder, &latents, self->frames,
         &n, &error);
     if (ok) {
       stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
@@ -334,6 +476,13 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     return GST_FLOW_ERROR;
   }
   stats.frames = n;
+  {
+    double sec = stats.dit_seconds + stats.vae_seconds;
+    g_array_append_val (self->chunk_seconds, sec);
+    g_array_append_val (self->chunk_frames, n);
+    if (meta == NULL)
+      self->dit_unknown = TRUE;
+  }
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self),
           gst_structure_new ("lingbot-decode",
@@ -350,11 +499,39 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
 
 /* ---- context ---- */
 
+/* LATENCY: upstream's answer, with min raised to one chunk's duration
+ * (4 C frames at the stream's rate) when upstream reports less: the
+ * frames of a chunk exist only once the whole chunk arrived.  Not added
+ * on top, since lingbotgen already counts that chunk. */
+static gboolean
+gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
+{
+  gboolean live;
+  GstClockTime min, max, chunk;
+
+  if (!gst_pad_peer_query (self->sinkpad, query))
+    return FALSE;
+  gst_query_parse_latency (query, &live, &min, &max);
+  GST_OBJECT_LOCK (self);
+  chunk = self->chunk_duration;
+  GST_OBJECT_UNLOCK (self);
+  if (GST_CLOCK_TIME_IS_VALID (chunk) && (!GST_CLOCK_TIME_IS_VALID (min)
+          || min < chunk))
+    min = chunk;
+  if (GST_CLOCK_TIME_IS_VALID (max) && max < min)
+    max = min;
+  gst_query_set_latency (query, live, min, max);
+  return TRUE;
+}
+
 static gboolean
 gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
     GstQuery * query)
 {
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY && pad == self->srcpad)
+    return gst_lingbot_vae_dec_latency_query (self, query);
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
     LingbotWorld *world = NULL;
@@ -473,6 +650,8 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   gst_lingbot_vae_dec_reset (self);
+  g_array_unref (self->chunk_seconds);
+  g_array_unref (self->chunk_frames);
   g_clear_pointer (&self->world, lingbot_world_unref);
   g_free (self->model_path);
   g_free (self->devices);
@@ -531,4 +710,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   self->model_path = g_strdup (DEFAULT_MODEL_PATH);
   self->devices = g_strdup (DEFAULT_DEVICES);
+  self->chunk_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  self->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
+  self->chunk_duration = GST_CLOCK_TIME_NONE;
 }

@@ -20,6 +20,7 @@
 #include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotcontrolsrc.h"
 #include "kernels/error.h"
+#include "lingbot/backend.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
 
@@ -29,6 +30,7 @@ static char *embeds_path;
 static char *image_path;
 static char *trace_path;
 static char *malformed_path;
+static char *held_trace_path;   /* W held across chunks, then D tapped */
 
 #define N_FRAMES 29
 
@@ -73,6 +75,21 @@ write_fixture (void)
           16, &err));
   g_assert_no_error (err);
 
+  /* chunk 0 (request 0 s): the tap of W; chunk 1 (0.8125 s, when chunk 0
+   * ends): the held set W; chunk 2 (1 s, D pressed while chunk 1 runs):
+   * the tap W+D */
+  held_trace_path = g_build_filename (tmpdir, "held.json", NULL);
+  g_assert_true (g_file_set_contents (held_trace_path, "{\"events\":["
+          "{\"delay_s\":0.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"w\",\"action\":\"press\"}},"
+          "{\"delay_s\":1.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"d\",\"action\":\"press\"}},"
+          "{\"delay_s\":3.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"w\",\"action\":\"release\"}},"
+          "{\"delay_s\":3.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"d\",\"action\":\"release\"}}]}", -1, &err));
+  g_assert_no_error (err);
+
   image_path = g_build_filename (tmpdir, "start.jpg", NULL);
   desc = g_strdup_printf ("videotestsrc num-buffers=1 pattern=smpte ! "
       "video/x-raw,width=80,height=48 ! jpegenc ! filesink location=%s",
@@ -113,7 +130,13 @@ typedef struct {
   GPtrArray *samples;           /* GstSample */
   GArray *chunk_frames;         /* int, per lingbot-chunk message */
   GArray *chunk_keys;           /* guint, per lingbot-chunk message */
+  GArray *chunk_revisions;      /* guint, per lingbot-chunk message */
+  GArray *chunk_taps;           /* gboolean, per lingbot-chunk message */
+  GArray *decode_seconds;       /* double, lingbot-decode compute-seconds */
+  GstStructure *summary;        /* lingbot-summary */
   char *error;                  /* first error message */
+  GQuark error_domain;
+  int error_code;
   gboolean eos;
 } Run;
 
@@ -123,7 +146,29 @@ run_clear (Run * r)
   g_clear_pointer (&r->samples, g_ptr_array_unref);
   g_clear_pointer (&r->chunk_frames, g_array_unref);
   g_clear_pointer (&r->chunk_keys, g_array_unref);
+  g_clear_pointer (&r->chunk_revisions, g_array_unref);
+  g_clear_pointer (&r->chunk_taps, g_array_unref);
+  g_clear_pointer (&r->decode_seconds, g_array_unref);
+  g_clear_pointer (&r->summary, gst_structure_free);
   g_clear_pointer (&r->error, g_free);
+}
+
+/* empties @r for another run of the same pipeline (the appsink callback
+ * keeps pointing at it) */
+static void
+run_reset (Run * r)
+{
+  run_clear (r);
+  r->samples = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_sample_unref);
+  r->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
+  r->chunk_keys = g_array_new (FALSE, FALSE, sizeof (guint));
+  r->chunk_revisions = g_array_new (FALSE, FALSE, sizeof (guint));
+  r->chunk_taps = g_array_new (FALSE, FALSE, sizeof (gboolean));
+  r->decode_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  r->error_domain = 0;
+  r->error_code = 0;
+  r->eos = FALSE;
 }
 
 static GstFlowReturn
@@ -143,10 +188,7 @@ pipeline_new (const char *desc, Run * r)
 
   g_assert_no_error (err);
   memset (r, 0, sizeof (*r));
-  r->samples = g_ptr_array_new_with_free_func ((GDestroyNotify)
-      gst_sample_unref);
-  r->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
-  r->chunk_keys = g_array_new (FALSE, FALSE, sizeof (guint));
+  run_reset (r);
   sink = gst_bin_get_by_name (GST_BIN (p), "sink");
   if (sink && GST_IS_APP_SINK (sink)) {
     GstAppSinkCallbacks cb = { 0 };
@@ -183,6 +225,24 @@ pipeline_run (GstElement * p, Run * r)
         g_assert_true (gst_structure_get_uint64 (s, "index", &index));
         g_assert_cmpuint (index, ==, r->chunk_frames->len);
         g_array_append_val (r->chunk_frames, frames);
+        {
+          guint rev = 0;
+          gboolean tap = FALSE;
+          const char *kind = gst_structure_get_string (s, "snapshot");
+          g_assert_true (gst_structure_get_uint (s, "revision", &rev));
+          g_assert_true (gst_structure_get_boolean (s, "tap", &tap));
+          g_assert_nonnull (kind);
+          g_assert_cmpstr (kind, ==, tap ? "tap" : rev ? "held" : "none");
+          g_array_append_val (r->chunk_revisions, rev);
+          g_array_append_val (r->chunk_taps, tap);
+        }
+      } else if (gst_structure_has_name (s, "lingbot-decode")) {
+        double sec = -1;
+        g_assert_true (gst_structure_get_double (s, "compute-seconds", &sec));
+        g_array_append_val (r->decode_seconds, sec);
+      } else if (gst_structure_has_name (s, "lingbot-summary")) {
+        g_assert_null (r->summary);
+        r->summary = gst_structure_copy (s);
       }
       gst_message_unref (msg);
       continue;
@@ -191,8 +251,11 @@ pipeline_run (GstElement * p, Run * r)
       g_autoptr (GError) err = NULL;
       g_autofree char *dbg = NULL;
       gst_message_parse_error (msg, &err, &dbg);
-      if (r->error == NULL)
+      if (r->error == NULL) {
         r->error = g_strdup (err->message);
+        r->error_domain = err->domain;
+        r->error_code = err->code;
+      }
     } else {
       r->eos = TRUE;
     }
@@ -229,6 +292,11 @@ check_run (Run * r)
       LINGBOT_KEY_W);
   g_assert_cmphex (g_array_index (r->chunk_keys, guint, 1), ==,
       LINGBOT_KEY_D);
+  /* both are taps: the press of W (snapshot 1), the press of D (2) */
+  g_assert_cmpuint (g_array_index (r->chunk_revisions, guint, 0), ==, 1);
+  g_assert_cmpuint (g_array_index (r->chunk_revisions, guint, 1), ==, 2);
+  g_assert_true (g_array_index (r->chunk_taps, gboolean, 0));
+  g_assert_true (g_array_index (r->chunk_taps, gboolean, 1));
   for (guint i = 0; i < r->samples->len; i++) {
     GstSample *s = g_ptr_array_index (r->samples, i);
     GstBuffer *b = gst_sample_get_buffer (s);
@@ -245,6 +313,54 @@ check_run (Run * r)
     g_assert_cmpuint (GST_BUFFER_DURATION (b), >, 0);
     g_assert_cmpuint (gst_buffer_get_size (b), ==, info.size);
   }
+}
+
+static double
+summary_double (Run * r, const char *field)
+{
+  double v = -1;
+  if (!gst_structure_get_double (r->summary, field, &v))
+    g_error ("lingbot-summary has no double %s", field);
+  return v;
+}
+
+#define assert_close(a, b) g_assert_cmpfloat_with_epsilon ((a), (b), 1e-9)
+
+/* lingbot-summary against the lingbot-decode messages of the same run */
+static void
+check_summary (Run * r)
+{
+  guint chunks = 0;
+  guint64 frames = 0;
+  gboolean known = FALSE;
+  double d0, d1;
+
+  g_assert_nonnull (r->summary);
+  g_assert_cmpuint (r->decode_seconds->len, ==, 2);
+  d0 = g_array_index (r->decode_seconds, double, 0);
+  d1 = g_array_index (r->decode_seconds, double, 1);
+  g_assert_cmpfloat (d0, >, 0.0);
+  g_assert_cmpfloat (d1, >, 0.0);
+  g_assert_true (gst_structure_get_uint (r->summary, "chunks", &chunks));
+  g_assert_cmpuint (chunks, ==, 2);
+  g_assert_true (gst_structure_get_uint64 (r->summary, "frames", &frames));
+  g_assert_cmpuint (frames, ==, N_FRAMES);
+  g_assert_true (gst_structure_get_uint64 (r->summary, "steady-frames",
+          &frames));
+  g_assert_cmpuint (frames, ==, 16);
+  g_assert_true (gst_structure_get_boolean (r->summary, "dit-seconds-known",
+          &known));
+  g_assert_true (known);
+  /* steady: the frames of the chunks after the first over their DiT + VAE
+   * seconds; percentiles by nearest rank (2 values: p50 the lower) */
+  assert_close (summary_double (r, "steady-seconds"), d1);
+  assert_close (summary_double (r, "steady-fps"), 16.0 / d1);
+  assert_close (summary_double (r, "compute-seconds-total"), d0 + d1);
+  assert_close (summary_double (r, "compute-seconds-mean"), (d0 + d1) / 2);
+  assert_close (summary_double (r, "compute-seconds-p50"), MIN (d0, d1));
+  assert_close (summary_double (r, "compute-seconds-p90"), MAX (d0, d1));
+  assert_close (summary_double (r, "compute-seconds-p99"), MAX (d0, d1));
+  assert_close (summary_double (r, "compute-seconds-max"), MAX (d0, d1));
 }
 
 static int
@@ -301,6 +417,7 @@ GST_START_TEST (test_pipeline)
   fail_unless (pipeline_run (p, &r1) != GST_STATE_CHANGE_FAILURE);
   gst_object_unref (p);
   check_run (&r1);
+  check_summary (&r1);
   g_assert_true (frames_vary (&r1));
 
   /* two ranks: height-sharded DiT and VAE give the same video */
@@ -315,6 +432,7 @@ GST_START_TEST (test_pipeline)
   pipeline_run (p, &rb);
   gst_object_unref (p);
   check_run (&rb);
+  check_summary (&rb);
   g_assert_cmpint (max_diff (&r1, &rb), ==, 0);
 
   run_clear (&r1);
@@ -419,11 +537,289 @@ GST_START_TEST (test_mp4)
 
 GST_END_TEST;
 
+/* the key snapshot behind each chunk: revision and tap / held set */
+GST_START_TEST (test_snapshot_revision)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", "frames=45");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! fakesink", held_trace_path, g1);
+  static const guint keys[] = { LINGBOT_KEY_W, LINGBOT_KEY_W,
+    LINGBOT_KEY_W | LINGBOT_KEY_D
+  };
+  static const guint revisions[] = { 1, 1, 2 };
+  static const gboolean taps[] = { TRUE, FALSE, TRUE };
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 3);
+  for (guint i = 0; i < 3; i++) {
+    g_assert_cmphex (g_array_index (r.chunk_keys, guint, i), ==, keys[i]);
+    g_assert_cmpuint (g_array_index (r.chunk_revisions, guint, i), ==,
+        revisions[i]);
+    g_assert_cmpint (g_array_index (r.chunk_taps, gboolean, i), ==, taps[i]);
+  }
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+/* ---- output formats ---- */
+
+static Run
+run_format (const char *format)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", "frames=13");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! "
+      "video/x-raw,format=%s ! appsink name=sink sync=false", g1, format);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, 13);
+  return r;
+}
+
+/* frame @i of @r mapped as a video frame of @format */
+static void
+map_frame (Run * r, guint i, GstVideoFormat format, GstVideoFrame * vf)
+{
+  GstSample *s = g_ptr_array_index (r->samples, i);
+  GstVideoInfo info;
+
+  g_assert_true (gst_video_info_from_caps (&info, gst_sample_get_caps (s)));
+  g_assert_cmpint (GST_VIDEO_INFO_FORMAT (&info), ==, format);
+  g_assert_cmpint (info.width, ==, 64);
+  g_assert_cmpint (info.height, ==, 64);
+  g_assert_true (gst_video_frame_map (vf, &info, gst_sample_get_buffer (s),
+          GST_MAP_READ));
+}
+
+#define PIX(vf, plane, x, y, bpp) (((guint8 *) \
+    GST_VIDEO_FRAME_PLANE_DATA (vf, plane)) + \
+    (gsize) (y) * GST_VIDEO_FRAME_PLANE_STRIDE (vf, plane) + (x) * (bpp))
+
+GST_START_TEST (test_formats)
+{
+  Run rgb = run_format ("RGB"), rgba = run_format ("RGBA");
+  Run i420 = run_format ("I420"), nv12 = run_format ("NV12");
+  const guint f = 7;
+  const int x = 21, y = 10;     /* a 2x2 block at (20, 10) */
+  GstVideoFrame vr, va, vi, vn;
+  int sr = 0, sg = 0, sb = 0;
+  guint8 *p;
+
+  map_frame (&rgb, f, GST_VIDEO_FORMAT_RGB, &vr);
+  map_frame (&rgba, f, GST_VIDEO_FORMAT_RGBA, &va);
+  map_frame (&i420, f, GST_VIDEO_FORMAT_I420, &vi);
+  map_frame (&nv12, f, GST_VIDEO_FORMAT_NV12, &vn);
+
+  /* RGBA: the RGB bytes and an opaque alpha, everywhere */
+  for (int yy = 0; yy < 64; yy++)
+    for (int xx = 0; xx < 64; xx++) {
+      g_assert_cmpmem (PIX (&va, 0, xx, yy, 4), 3, PIX (&vr, 0, xx, yy, 3),
+          3);
+      g_assert_cmpuint (PIX (&va, 0, xx, yy, 4)[3], ==, 255);
+    }
+
+  /* I420 at one pixel: BT.601 limited range of the RGB pixel; chroma of
+   * the rounded mean of its 2x2 block */
+  p = PIX (&vr, 0, x, y, 3);
+  g_assert_cmpuint (*PIX (&vi, 0, x, y, 1), ==,
+      ((66 * p[0] + 129 * p[1] + 25 * p[2] + 128) >> 8) + 16);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++) {
+      p = PIX (&vr, 0, 20 + j, y + k, 3);
+      sr += p[0];
+      sg += p[1];
+      sb += p[2];
+    }
+  sr = (sr + 2) >> 2;
+  sg = (sg + 2) >> 2;
+  sb = (sb + 2) >> 2;
+  g_assert_cmpuint (*PIX (&vi, 1, x / 2, y / 2, 1), ==,
+      ((-38 * sr - 74 * sg + 112 * sb + 128) >> 8) + 128);
+  g_assert_cmpuint (*PIX (&vi, 2, x / 2, y / 2, 1), ==,
+      ((112 * sr - 94 * sg - 18 * sb + 128) >> 8) + 128);
+
+  /* NV12: the I420 planes with the chroma interleaved, everywhere */
+  for (int yy = 0; yy < 64; yy++)
+    g_assert_cmpmem (PIX (&vn, 0, 0, yy, 1), 64, PIX (&vi, 0, 0, yy, 1), 64);
+  for (int yy = 0; yy < 32; yy++)
+    for (int xx = 0; xx < 32; xx++) {
+      g_assert_cmpuint (PIX (&vn, 1, xx, yy, 2)[0], ==,
+          *PIX (&vi, 1, xx, yy, 1));
+      g_assert_cmpuint (PIX (&vn, 1, xx, yy, 2)[1], ==,
+          *PIX (&vi, 2, xx, yy, 1));
+    }
+
+  gst_video_frame_unmap (&vr);
+  gst_video_frame_unmap (&va);
+  gst_video_frame_unmap (&vi);
+  gst_video_frame_unmap (&vn);
+  run_clear (&rgb);
+  run_clear (&rgba);
+  run_clear (&i420);
+  run_clear (&nv12);
+}
+
+GST_END_TEST;
+
+/* ---- latency ---- */
+
+static void
+query_latency (GstElement * p, const char *name, gboolean * live,
+    GstClockTime * min, GstClockTime * max)
+{
+  GstElement *e = gst_bin_get_by_name (GST_BIN (p), name);
+  GstPad *pad = gst_element_get_static_pad (e, "src");
+  GstQuery *q = gst_query_new_latency ();
+
+  g_assert_true (gst_pad_query (pad, q));
+  gst_query_parse_latency (q, live, min, max);
+  gst_query_unref (q);
+  gst_object_unref (pad);
+  gst_object_unref (e);
+}
+
+GST_START_TEST (test_latency)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "fps=8 live=true");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec name=dec ! fakesink", trace_path, g1);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (desc, &err), *gen;
+  gboolean live = FALSE;
+  GstClockTime min = 0, max = 0;
+
+  g_assert_no_error (err);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  /* live: one steady chunk (4 latent frames = 16 video frames) at 8 fps */
+  query_latency (p, "gen", &live, &min, &max);
+  g_assert_true (live);
+  g_assert_cmpuint (min, ==, 2 * GST_SECOND);
+  g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
+  /* the decoder passes it on (it needs the same whole chunk) */
+  query_latency (p, "dec", &live, &min, &max);
+  g_assert_true (live);
+  g_assert_cmpuint (min, ==, 2 * GST_SECOND);
+  g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
+
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "live", FALSE, "fps", 16, "chunk-frames", 2, NULL);
+  query_latency (p, "dec", &live, &min, &max);
+  g_assert_false (live);
+  g_assert_cmpuint (min, ==, GST_SECOND / 2);
+  gst_object_unref (gen);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
+/* ---- state changes ---- */
+
+/* PLAYING -> NULL while chunks are being generated returns promptly, and
+ * the same pipeline then runs again exactly as the first time */
+GST_START_TEST (test_stop_restart)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", NULL);
+  g_autofree char *d1 = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=false", trace_path, g1);
+  g_autofree char *g2 = gen_desc ("lingbotgen", "cpu:1", "frames=0");
+  g_autofree char *d2 = g_strdup_printf ("%s ! lingbotvaedec ! fakesink "
+      "sync=false", g2);
+  Run first, r;
+  GstElement *p;
+  GstBus *bus;
+  GstMessage *msg;
+  gint64 t0;
+  guint64 index = 0;
+
+  /* unbounded, no control: always inside a chunk; stop after chunk 1 */
+  p = pipeline_new (d2, &r);
+  bus = gst_element_get_bus (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (index < 1) {
+    msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_ERROR);
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_ELEMENT);
+    if (gst_structure_has_name (gst_message_get_structure (msg),
+            "lingbot-chunk"))
+      gst_structure_get_uint64 (gst_message_get_structure (msg), "index",
+          &index);
+    gst_message_unref (msg);
+  }
+  g_usleep (20 * 1000);
+  t0 = g_get_monotonic_time ();
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_NULL), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  GST_INFO ("PLAYING -> NULL mid-chunk: %.3f s",
+      (g_get_monotonic_time () - t0) / 1e6);
+  g_assert_cmpint (g_get_monotonic_time () - t0, <, 5 * G_USEC_PER_SEC);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+  run_clear (&r);
+
+  /* the trace pipeline: a full run, one stopped after chunk 0, a rerun */
+  p = pipeline_new (d1, &r);
+  pipeline_run (p, &r);
+  check_run (&r);
+  first = r;
+  memset (&r, 0, sizeof (r));
+  run_reset (&r);
+  {
+    GstAppSinkCallbacks cb = { 0 };
+    GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+    cb.new_sample = on_sample;
+    gst_app_sink_set_callbacks (GST_APP_SINK (sink), &cb, &r, NULL);
+    gst_object_unref (sink);
+  }
+  bus = gst_element_get_bus (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+      GST_MESSAGE_ELEMENT | GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_ELEMENT);
+  gst_message_unref (msg);
+  t0 = g_get_monotonic_time ();
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_NULL), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  g_assert_cmpint (g_get_monotonic_time () - t0, <, 5 * G_USEC_PER_SEC);
+  gst_bus_set_flushing (bus, TRUE);
+  gst_bus_set_flushing (bus, FALSE);
+  gst_object_unref (bus);
+
+  run_reset (&r);
+  pipeline_run (p, &r);
+  check_run (&r);
+  check_summary (&r);
+  g_assert_cmpint (max_diff (&first, &r), ==, 0);
+  gst_object_unref (p);
+  run_clear (&first);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 /* ---- error paths ---- */
 
-/* the state change fails and the bus carries an error containing @needle */
+/* the state change fails and the bus carries an error of @domain/@code
+ * containing @needle */
+#define expect_failure(desc, needle, domain, code) \
+  expect_failure_full ((desc), (needle), GST_ ## domain ## _ERROR, \
+      GST_ ## domain ## _ERROR_ ## code)
 static void
-expect_failure (const char *desc, const char *needle)
+expect_failure_full (const char *desc, const char *needle, GQuark domain,
+    int code)
 {
   Run r;
   GstElement *p = pipeline_new (desc, &r);
@@ -434,6 +830,10 @@ expect_failure (const char *desc, const char *needle)
   g_assert_nonnull (r.error);
   if (strstr (r.error, needle) == NULL)
     g_error ("error '%s' does not name '%s'", r.error, needle);
+  if (r.error_domain != domain || r.error_code != code)
+    g_error ("error '%s' is %s/%d, expected %s/%d", r.error,
+        g_quark_to_string (r.error_domain), r.error_code,
+        g_quark_to_string (domain), code);
   g_assert_cmpuint (r.samples->len, ==, 0);
   run_clear (&r);
 }
@@ -444,7 +844,53 @@ GST_START_TEST (test_missing_model)
       "lingbotgen model-path=/nonexistent/lingbot-model ! lingbotvaedec ! "
       "fakesink", trace_path);
 
-  expect_failure (desc, "/nonexistent/lingbot-model");
+  expect_failure (desc, "/nonexistent/lingbot-model", RESOURCE, NOT_FOUND);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_missing_image)
+{
+  g_autofree char *g1 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=/nonexistent/start.jpg", model_dir,
+      embeds_path);
+  g_autofree char *g2 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s", model_dir, embeds_path, tmpdir);
+  g_autofree char *d1 = g_strdup_printf ("%s ! fakesink", g1);
+  g_autofree char *d2 = g_strdup_printf ("%s ! fakesink", g2);
+
+  expect_failure (d1, "/nonexistent/start.jpg", RESOURCE, NOT_FOUND);
+  /* there but not readable as a file */
+  expect_failure (d2, tmpdir, RESOURCE, OPEN_READ);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_missing_trace)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", NULL);
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc "
+      "location=/nonexistent/trace.json ! %s ! fakesink", g1);
+
+  expect_failure (desc, "/nonexistent/trace.json", RESOURCE, NOT_FOUND);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_no_gpu)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree int *ordinals = NULL;
+  g_autofree char *g1 = gen_desc ("lingbotgen", "0", NULL);
+  g_autofree char *desc = g_strdup_printf ("%s ! fakesink", g1);
+  LbBackend *be = NULL;
+  int n = 0;
+
+  if (lingbot_backend_parse_devices ("0", &be, &n, &ordinals, &err)) {
+    GST_INFO ("GPU 0 is usable here: skipped");
+    return;
+  }
+  expect_failure (desc, "'0'", LIBRARY, INIT);
 }
 
 GST_END_TEST;
@@ -455,8 +901,8 @@ GST_START_TEST (test_malformed_trace)
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
       "%s ! lingbotvaedec ! fakesink", malformed_path, g1);
 
-  expect_failure (desc, "event 1");
-  expect_failure (desc, "delay_s");
+  expect_failure (desc, "event 1", STREAM, DECODE);
+  expect_failure (desc, "delay_s", STREAM, DECODE);
 }
 
 GST_END_TEST;
@@ -467,7 +913,7 @@ GST_START_TEST (test_bad_devices)
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
       "%s ! lingbotvaedec ! fakesink", trace_path, g1);
 
-  expect_failure (desc, "gpu:x");
+  expect_failure (desc, "gpu:x", RESOURCE, SETTINGS);
 }
 
 GST_END_TEST;
@@ -734,9 +1180,16 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_missing_model);
   tcase_add_test (tc, test_malformed_trace);
   tcase_add_test (tc, test_bad_devices);
+  tcase_add_test (tc, test_missing_image);
+  tcase_add_test (tc, test_missing_trace);
+  tcase_add_test (tc, test_no_gpu);
   tcase_add_test (tc, test_context_shared);
   tcase_add_test (tc, test_context_application);
   tcase_add_test (tc, test_pipeline);
+  tcase_add_test (tc, test_snapshot_revision);
+  tcase_add_test (tc, test_formats);
+  tcase_add_test (tc, test_latency);
+  tcase_add_test (tc, test_stop_restart);
   tcase_add_test (tc, test_image_pad_and_plain_latents);
   tcase_add_test (tc, test_mp4);
   tcase_add_test (tc, test_embed_example);
