@@ -244,6 +244,7 @@ test_prompt_embeds_errors (void)
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_assert_nonnull (strstr (err->message, "prompt_embeds"));
   g_assert_nonnull (strstr (err->message, "[512, 64]"));
+  g_assert_nonnull (strstr (err->message, "[512, 32]"));  /* both widths */
   g_clear_error (&err);
   g_assert_null (lingbot_prompt_context_new (stream, p, NULL, NULL, NULL, 64,
           &err));
