@@ -26,10 +26,11 @@ LINGBOT_DEPS=(
   libsoup-3.0-dev
 )
 
-# Only tools/demo.sh needs these: the start photo of the demo
-# (/usr/share/backgrounds/mate/nature/GreenMeadow.jpg).
+# Only the demo scripts need these: the start photo of the demo
+# (/usr/share/backgrounds/mate/nature/GreenMeadow.jpg) and gst-discoverer.
 LINGBOT_DEMO_DEPS=(
   mate-backgrounds
+  gstreamer1.0-plugins-base-apps   # gst-discoverer-1.0 (the demo's summary)
 )
 
 # lingbot_install_deps [EXTRA_PACKAGE...]: install what is missing of the
