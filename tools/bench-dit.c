@@ -41,6 +41,28 @@ percentile (const double *sorted, int n, double p)
 }
 
 /* FLOPs of one chunk as this implementation computes it. */
+/* Pass timing: the session calls back on rank 0 after each of the
+ * n_steps denoising passes and the clean pass; a pass lasts from the
+ * previous mark (the chunk start for the first) to its callback. */
+typedef struct
+{
+  gint64 mark;
+  int n;
+  double secs[LINGBOT_DIT_MAX_STEPS + 1];
+} PassTimes;
+
+static void
+on_pass (LingbotDitSession * session, int64_t chunk, int step,
+    const LbTensor * x_in, const LbTensor * pred, const LbTensor * x0,
+    gpointer user_data)
+{
+  PassTimes *pt = user_data;
+  gint64 now = g_get_monotonic_time ();
+  if (pt->n <= LINGBOT_DIT_MAX_STEPS)
+    pt->secs[pt->n++] = (now - pt->mark) / 1e6;
+  pt->mark = now;
+}
+
 static double
 chunk_flops (const LingbotDitConfig * c, double N, double text_len,
     double kv_tokens, int n_passes)
@@ -184,6 +206,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   g_autoptr (LingbotNoise) gen = lingbot_noise_new_philox ((guint64) seed);
 
   double *secs = g_new0 (double, MAX (chunks, 1));
+  PassTimes passes = { 0 };
+  lingbot_dit_session_set_step_callback (ses, on_pass, &passes);
   const int64_t tf = lingbot_dit_session_get_frame_tokens (ses);
   const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
   double total_flops = 0.0, steady_flops = 0.0;
@@ -194,6 +218,8 @@ lingbot_bench_dit_main (int argc, char **argv)
               LINGBOT_NOISE_INITIAL, i ? i - 1 : 0, noise[i], lh, 0, &err))
         rc = 1;
     gint64 a = g_get_monotonic_time ();
+    passes.mark = a;
+    passes.n = 0;
     if (rc || !lingbot_dit_session_run_chunk (ses, y, ctl,
             (const LbTensor * const *) noise, out, &err)) {
       fprintf (stderr, "lingbot-bench dit: chunk %d: %s\n", c, err->message);
@@ -208,9 +234,13 @@ lingbot_bench_dit_main (int argc, char **argv)
     total_flops += fl;
     if (c > 0)
       steady_flops += fl;
-    if (!json)
-      printf ("chunk %d: %d frames, %.3f s DiT, %.1f GFLOP/s\n", c,
+    if (!json) {
+      printf ("chunk %d: %d frames, %.3f s DiT, %.1f GFLOP/s; passes", c,
           c == 0 ? 1 + 4 * (C - 1) : 4 * C, secs[c], fl / secs[c] / 1e9);
+      for (int i = 0; i < passes.n; i++)
+        printf (" %.3f", passes.secs[i]);
+      printf (" s\n");
+    }
   }
 
   if (rc == 0) {
