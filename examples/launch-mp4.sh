@@ -3,6 +3,9 @@
 #
 #   examples/launch-mp4.sh MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]
 #
+# OUT.mp4 defaults to demo-out/lingbot.mp4 under the repository root
+# (demo-out/ is gitignored); the script prints where it wrote the file.
+#
 # Environment: PROMPT (text prompt, needs the model's umT5) or PROMPT_EMBEDS
 # (a lingbot-encode-prompt file), DEVICES (cpu:1; "0,1,2,3" for four GPUs),
 # FRAMES (77), WIDTH/HEIGHT (0 = 480p pixel area), SEED (42), BUILD (the
@@ -18,7 +21,7 @@ root="$(dirname "$here")"
 model="${1:?usage: $0 MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]}"
 image="${2:?usage: $0 MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]}"
 trace="${3:-$root/tests/data/gst/trace.json}"
-out="${4:-lingbot.mp4}"
+out="${4:-$root/demo-out/lingbot.mp4}"
 build="${BUILD:-$root/build}"
 
 if [ -d "$build/gst" ]; then
@@ -32,7 +35,9 @@ else
   prompt_args=(prompt="${PROMPT:-a medieval town square at noon, cinematic}")
 fi
 
-exec gst-launch-1.0 -e \
+mkdir -p "$(dirname "$out")"
+
+gst-launch-1.0 -e \
   lingbotcontrolsrc location="$trace" ! \
   lingbotgen model-path="$model" image-location="$image" "${prompt_args[@]}" \
     devices="${DEVICES:-cpu:1}" frames="${FRAMES:-77}" seed="${SEED:-42}" \
@@ -40,3 +45,5 @@ exec gst-launch-1.0 -e \
   lingbotvaedec ! videoconvert ! \
   x264enc tune=zerolatency speed-preset=ultrafast ! h264parse ! \
   mp4mux ! filesink location="$out"
+
+echo "wrote $(cd "$(dirname "$out")" && pwd)/$(basename "$out")"

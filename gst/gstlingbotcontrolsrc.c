@@ -344,9 +344,33 @@ gst_lingbot_control_src_start (GstBaseSrc * src)
             (NULL));
       return FALSE;
     }
-    for (const char *const *w = lingbot_control_trace_get_warnings (trace);
-        *w; w++)
-      GST_WARNING_OBJECT (self, "%s", *w);
+    {
+      /* unknown keys and message types are ignored; say so on the bus
+       * (gst-launch-1.0 prints element warnings), once for the trace */
+      const char *const *w = lingbot_control_trace_get_warnings (trace);
+      guint n = w ? g_strv_length ((char **) w) : 0;
+
+      if (n > 0) {
+        GString *text = g_string_new (NULL);
+        g_autofree char *where = g_strdup (self->location);
+        guint i;
+
+        for (i = 0; i < n; i++)
+          GST_WARNING_OBJECT (self, "%s", w[i]);
+        for (i = 0; i < MIN (n, 8); i++)
+          g_string_append_printf (text, "%s%s", i ? "; " : "",
+              g_str_has_prefix (w[i], "control trace: ") ?
+              w[i] + strlen ("control trace: ") : w[i]);
+        if (n > 8)
+          g_string_append_printf (text, "; and %u more", n - 8);
+        GST_OBJECT_UNLOCK (self);
+        GST_ELEMENT_WARNING (self, STREAM, DECODE,
+            ("Control trace: %u event(s) ignored: %s", n, text->str),
+            ("%s", where));
+        GST_OBJECT_LOCK (self);
+        g_string_free (text, TRUE);
+      }
+    }
   }
   if (self->poses_location) {
     poses = load_poses (self, &error);
@@ -660,9 +684,14 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
   /**
    * GstLingbotControlSrc::press-key:
    * @src: the element
-   * @key: a key name (ArrowUp, KeyW, w, ...)
+   * @key: a key name: ArrowUp/KeyW/w/up/forward (forward),
+   *   ArrowDown/KeyS/s/down/backward (back), ArrowLeft/KeyA/a/left and ArrowRight/KeyD/d/right (strafe),
+   *   KeyI/i, KeyK/k (pitch up/down), KeyJ/j, KeyL/l (yaw left/right);
+   *   case-sensitive (lingbot_key_from_name())
    *
-   * Returns: %FALSE when the key is unknown (ignored)
+   * Presses @key (held until release-key or reset-pose).
+   *
+   * Returns: %FALSE when the key is unknown (ignored, with a GST_WARNING)
    */
   signals[SIGNAL_PRESS_KEY] = g_signal_new_class_handler ("press-key",
       G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
@@ -671,9 +700,15 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
   /**
    * GstLingbotControlSrc::release-key:
    * @src: the element
-   * @key: a key name
+   * @key: a key name, as for #GstLingbotControlSrc::press-key:
+   *   ArrowUp/KeyW/w/up/forward (forward),
+   *   ArrowDown/KeyS/s/down/backward (back), ArrowLeft/KeyA/a/left and ArrowRight/KeyD/d/right (strafe),
+   *   KeyI/i, KeyK/k (pitch up/down), KeyJ/j, KeyL/l (yaw left/right);
+   *   case-sensitive (lingbot_key_from_name())
    *
-   * Returns: %FALSE when the key is unknown (ignored)
+   * Releases @key.
+   *
+   * Returns: %FALSE when the key is unknown (ignored, with a GST_WARNING)
    */
   signals[SIGNAL_RELEASE_KEY] = g_signal_new_class_handler ("release-key",
       G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,

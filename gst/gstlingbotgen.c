@@ -25,8 +25,12 @@
  * keys, keys-string, revision, tap, snapshot, dit-seconds, vae-seconds,
  * compute-seconds): revision counts the presses (tap snapshots) applied so
  * far, tap/snapshot say whether the chunk took a press's snapshot or the
- * held set.  The stream ends after `frames` video frames (0 = unbounded) or
- * when an offline trace ends with nothing held.
+ * held set; compute-seconds = control + condition + DiT, vae-seconds = 0
+ * (the decode is lingbotvaedec's, in its lingbot-decode message).  The
+ * stream ends after `frames` video frames; the end of an offline trace
+ * means no more key changes (a bounded session goes on with no key held),
+ * and ends an unbounded one (`frames` = 0) when nothing is held.  A control
+ * pad linked only to a ghost pad without a peer counts as unlinked.
  *
  * LATENCY queries on the src pad are answered with one chunk's duration
  * (4 C frames at `fps`) as the minimum, no maximum, live = `live`.
@@ -53,6 +57,7 @@
 #include "gst/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
 #include "lingbot/backend.h"
+#include "lingbot/image.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define GST_CAT_DEFAULT gst_lingbot_gen_debug
@@ -72,6 +77,8 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_WIDTH 0
 #define DEFAULT_HEIGHT 0
 #define DEFAULT_PIXEL_AREA (480 * 832)
+#define MAX_SIZE 4096
+#define MAX_PIXEL_AREA (MAX_SIZE * MAX_SIZE)
 #define DEFAULT_FPS 16
 #define DEFAULT_LIVE FALSE
 
@@ -167,6 +174,32 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_LATENT_CAPS));
 
 /* ---- control pad ---- */
+
+/* Whether @pad has something upstream: a peer that is not merely the
+ * internal pad of an unlinked ghost pad (lingbotbin's `control` with
+ * nothing linked to it counts as no control, like an unlinked pad). */
+static gboolean
+pad_has_upstream (GstPad * pad)
+{
+  GstPad *peer = gst_pad_get_peer (pad);
+
+  while (peer != NULL) {
+    GstProxyPad *ghost;
+
+    if (!GST_IS_PROXY_PAD (peer) || GST_IS_GHOST_PAD (peer)) {
+      gst_object_unref (peer);
+      return TRUE;
+    }
+    /* the internal pad of a ghost pad: look past the ghost */
+    ghost = gst_proxy_pad_get_internal (GST_PROXY_PAD (peer));
+    gst_object_unref (peer);
+    if (ghost == NULL)
+      return TRUE;
+    peer = gst_pad_get_peer (GST_PAD (ghost));
+    gst_object_unref (ghost);
+  }
+  return FALSE;
+}
 
 static void
 apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
@@ -455,6 +488,15 @@ gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
     poses = gst_buffer_ref (self->poses);
   g_mutex_unlock (&self->lock);
 
+  if (image_location == NULL && image == NULL) {
+    /* the library would name its own fields (image_path, image_rgb) */
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "no reference image: set image-location, or send a frame on the "
+        "image pad (it ended without one)");
+    if (poses)
+      gst_buffer_unref (poses);
+    return FALSE;
+  }
   if (image_location == NULL && image != NULL) {
     gst_buffer_map (image, &imap, GST_MAP_READ);
     opts.image_rgb = imap.data;
@@ -693,6 +735,8 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
           || (GST_CLOCK_TIME_IS_VALID (self->horizon)
               && plan[n - 1].request_time_s * GST_SECOND <
               (double) self->horizon));
+      gboolean after_trace = !known && got < n && self->control_eos;
+      double last_request = got > 0 ? plan[got - 1].request_time_s : -1.0;
 
       if (known) {
         ck->keys = plan[n - 1].keys;
@@ -705,6 +749,32 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
       lingbot_control_trace_free (trace);
       if (known)
         return KEYS_OK;
+      if (after_trace) {
+        guint frames;
+
+        /* the trace ended with nothing held: no more key changes.  A
+         * bounded session still makes its `frames` with no key held; an
+         * unbounded one ends here (it would never end otherwise). */
+        GST_OBJECT_LOCK (self);
+        frames = self->frames;
+        GST_OBJECT_UNLOCK (self);
+        if (frames == 0)
+          return KEYS_DONE;
+        ck->keys = 0;
+        /* a reset after the last scheduled chunk goes with the first
+         * chunk after the trace */
+        ck->reset = FALSE;
+        for (guint i = 0; got == n - 1 && i < self->events->len; i++) {
+          const LingbotControlEvent *e =
+              &g_array_index (self->events, LingbotControlEvent, i);
+          if (e->type == LINGBOT_CONTROL_EVENT_RESET
+              && e->time_s > last_request)
+            ck->reset = TRUE;
+        }
+        ck->revision = offline_revision (self->events, INFINITY);
+        ck->kind = ck->revision ? SNAPSHOT_HELD : SNAPSHOT_NONE;
+        return KEYS_OK;
+      }
       if (self->control_eos)
         return KEYS_DONE;
     }
@@ -763,19 +833,28 @@ latents_to_buffer (const LbTensor * lat, GError ** error)
   return buf;
 }
 
+/* Pauses the task.  GST_FLOW_EOS: EOS downstream (after stream-start and
+ * caps when nothing went out yet).  A fatal flow return: the error is
+ * posted (unless @posted: the caller posted its own) and EOS follows only
+ * when chunks went out before it, so that what was generated can be
+ * finished downstream; an error before the first chunk pushes nothing (an
+ * EOS would preroll the sinks, and a pipeline shutting down on the error
+ * could wait on them). */
 static void
 gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret,
-    gboolean send_eos)
+    gboolean posted)
 {
   GST_DEBUG_OBJECT (self, "pausing task: %s", gst_flow_get_name (ret));
   gst_pad_pause_task (self->srcpad);
-  if (ret == GST_FLOW_EOS || send_eos) {
+  if (ret == GST_FLOW_EOS) {
     if (!self->caps_sent && self->handle)
       push_stream_start (self);
     gst_pad_push_event (self->srcpad, gst_event_new_eos ());
   } else if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS) {
-    GST_ELEMENT_FLOW_ERROR (self, ret);
-    gst_pad_push_event (self->srcpad, gst_event_new_eos ());
+    if (!posted)
+      GST_ELEMENT_FLOW_ERROR (self, ret);
+    if (self->chunk > 0)
+      gst_pad_push_event (self->srcpad, gst_event_new_eos ());
   }
 }
 
@@ -792,7 +871,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   int fps;
   KeysResult kr;
 
-  has_control = gst_pad_is_linked (self->control_pad);
+  has_control = pad_has_upstream (self->control_pad);
   GST_OBJECT_LOCK (self);
   live = self->live;
   fps = self->fps;
@@ -805,7 +884,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
      * and the poses record, when they are coming */
     GST_OBJECT_LOCK (self);
     need_image = self->image_location == NULL && self->image_pad != NULL
-        && gst_pad_is_linked (self->image_pad);
+        && pad_has_upstream (self->image_pad);
     GST_OBJECT_UNLOCK (self);
     g_mutex_lock (&self->lock);
     while (!self->flushing && ((need_image && !self->image && !self->image_eos)
@@ -814,7 +893,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
       g_cond_wait (&self->cond, &self->lock);
     if (self->flushing) {
       g_mutex_unlock (&self->lock);
-      gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, FALSE);
+      gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
       return;
     }
     g_mutex_unlock (&self->lock);
@@ -834,7 +913,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   h = self->handle;
 
   if (lingbot_session_is_done (h->session)) {
-    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
     return;
   }
 
@@ -842,13 +921,13 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   kr = take_keys_unlocked (self, live, has_control, &ck);
   g_mutex_unlock (&self->lock);
   if (kr == KEYS_FLUSHING) {
-    gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, FALSE);
+    gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
     return;
   }
   if (kr == KEYS_DONE) {
     GST_INFO_OBJECT (self, "control ended with nothing held after %"
         G_GUINT64_FORMAT " chunks", self->chunk);
-    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
     return;
   }
 
@@ -892,7 +971,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     return;
   }
   if (lingbot_session_is_done (h->session))
-    gst_lingbot_gen_pause (self, GST_FLOW_EOS, TRUE);
+    gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
 }
 
 static void
@@ -991,7 +1070,7 @@ gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
   GST_OBJECT_UNLOCK (self);
 
   up = gst_query_new_latency ();
-  if (gst_pad_is_linked (self->control_pad)
+  if (pad_has_upstream (self->control_pad)
       && gst_pad_peer_query (self->control_pad, up)) {
     gst_query_parse_latency (up, &up_live, &up_min, &up_max);
     if (up_live && GST_CLOCK_TIME_IS_VALID (up_min))
@@ -1069,8 +1148,10 @@ static gboolean
 gst_lingbot_gen_open (GstLingbotGen * self)
 {
   g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
-  g_autofree char *image = NULL;
+  g_autofree char *image = NULL, *timesteps = NULL;
   g_autoptr (GError) error = NULL;
+  g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
+  int width, height;
   int n_ranks = 0;
   g_autofree int *ordinals = NULL;
   LbBackend *backend = NULL;
@@ -1083,11 +1164,27 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   devices = g_strdup (self->devices);
   embeds = g_strdup (self->prompt_embeds);
   image = g_strdup (self->image_location);
+  timesteps = g_strdup (self->timestep_indices);
+  width = self->width;
+  height = self->height;
   GST_OBJECT_UNLOCK (self);
 
   if (model_path == NULL) {
     GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
         ("No model-path set"), (NULL));
+    return FALSE;
+  }
+  /* the settings the session would reject, before anything is loaded */
+  if ((width == 0) != (height == 0) || width % 16 || height % 16) {
+    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
+        ("Invalid output size %dx%d: set width and height both to "
+            "multiples of 16 (at most %d), or both to 0 (size from "
+            "pixel-area)", width, height, MAX_SIZE), (NULL));
+    return FALSE;
+  }
+  if (!parse_timesteps (timesteps, ts, &error)) {
+    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message),
+        (NULL));
     return FALSE;
   }
   if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
@@ -1106,6 +1203,13 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         ("Model path '%s' does not exist", model_path), (NULL));
     return FALSE;
   }
+  if (!g_file_test (model_path, G_FILE_TEST_IS_DIR)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
+        ("Model path '%s' is not a directory (model-path is the model "
+            "directory: transformers/, Wan2.1_VAE.pth or .safetensors, ...)",
+            model_path), (NULL));
+    return FALSE;
+  }
   files[0][0] = "image-location";
   files[0][1] = image;
   files[1][0] = "prompt-embeds";
@@ -1122,6 +1226,21 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION,
         __LINE__);
     return FALSE;
+  }
+  if (image != NULL) {
+    /* decodable as the session will decode it (a PNG or a truncated file
+     * fails the state change, not the streaming thread) */
+    LbTensor *rgb = lingbot_image_load_jpeg (image, &error);
+
+    if (rgb == NULL) {
+      g_autofree char *text = g_strdup_printf ("image-location: '%s' is "
+          "not a usable JPEG: %s", image, error->message);
+
+      gst_lingbot_post_error (GST_ELEMENT (self), error,
+          GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
+      return FALSE;
+    }
+    lb_tensor_free (rgb);
   }
   if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
           embeds == NULL, TRUE, &self->world, &error)) {
@@ -1146,9 +1265,21 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       if (!gst_lingbot_gen_open (self))
         return GST_STATE_CHANGE_FAILURE;
       break;
-    case GST_STATE_CHANGE_READY_TO_PAUSED:
+    case GST_STATE_CHANGE_READY_TO_PAUSED:{
+      gboolean have_image;
+
+      GST_OBJECT_LOCK (self);
+      have_image = self->image_location != NULL || self->image_pad != NULL;
+      GST_OBJECT_UNLOCK (self);
+      if (!have_image) {
+        GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
+            ("No reference image: set image-location (or link the image "
+                "pad)"), (NULL));
+        return GST_STATE_CHANGE_FAILURE;
+      }
       gst_lingbot_gen_reset_stream (self);
       break;
+    }
     default:
       break;
   }
@@ -1347,7 +1478,8 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
 
   g_object_class_install_property (klass, PROP_MODEL_PATH,
       g_param_spec_string ("model-path", "Model path",
-          "Model directory (transformers/, Wan2.1_VAE.pth, umT5, tokenizer)",
+          "Model directory (transformers/, Wan2.1_VAE .pth or .safetensors, "
+          "umT5, tokenizer)",
           DEFAULT_MODEL_PATH, ready));
   g_object_class_install_property (klass, PROP_PROMPT,
       g_param_spec_string ("prompt", "Prompt",
@@ -1370,19 +1502,21 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           DEFAULT_DEVICES, ready));
   g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
       g_param_spec_int ("chunk-frames", "Chunk frames",
-          "Latent frames per chunk (0 = the model's)", 0, 64,
+          "Latent frames per chunk (0 = the model's default)", 0, 64,
           DEFAULT_CHUNK_FRAMES, ready));
   g_object_class_install_property (klass, PROP_LOCAL_ATTN_SIZE,
       g_param_spec_int ("local-attn-size", "Local attention size",
-          "KV window in latent frames (-1 = global, 0 = the model's)", -1,
+          "KV window in latent frames (0 = the model's default, -1 = "
+          "global)", -1,
           4096, DEFAULT_LOCAL_ATTN_SIZE, ready));
   g_object_class_install_property (klass, PROP_SINK_SIZE,
       g_param_spec_int ("sink-size", "Sink size",
-          "Attention sink in latent frames (-1 = the model's)", -1, 4096,
+          "Attention sink in latent frames (-1 = the model's default; 0 "
+          "= no sink)", -1, 4096,
           DEFAULT_SINK_SIZE, ready));
   g_object_class_install_property (klass, PROP_SAMPLE_SHIFT,
       g_param_spec_double ("sample-shift", "Sample shift",
-          "Flow-matching sampler shift (0 = 10)", 0.0, 1000.0,
+          "Flow-matching sampler shift (0 = the default, 10)", 0.0, 1000.0,
           DEFAULT_SAMPLE_SHIFT, ready));
   g_object_class_install_property (klass, PROP_TIMESTEP_INDICES,
       g_param_spec_string ("timestep-indices", "Timestep indices",
@@ -1394,16 +1528,18 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           DEFAULT_FRAMES, ready));
   g_object_class_install_property (klass, PROP_WIDTH,
       g_param_spec_int ("width", "Width",
-          "Output width, a multiple of 16 (0 = from pixel-area)", 0, 16384,
+          "Output width, a multiple of 16 (0 = from pixel-area; set both or "
+          "neither)", 0, MAX_SIZE,
           DEFAULT_WIDTH, ready));
   g_object_class_install_property (klass, PROP_HEIGHT,
       g_param_spec_int ("height", "Height",
-          "Output height, a multiple of 16 (0 = from pixel-area)", 0, 16384,
+          "Output height, a multiple of 16 (0 = from pixel-area; set both or "
+          "neither)", 0, MAX_SIZE,
           DEFAULT_HEIGHT, ready));
   g_object_class_install_property (klass, PROP_PIXEL_AREA,
       g_param_spec_int ("pixel-area", "Pixel area",
           "Output pixel budget when width/height are 0 (480*832 = 480p)",
-          256, G_MAXINT, DEFAULT_PIXEL_AREA, ready));
+          256, MAX_PIXEL_AREA, DEFAULT_PIXEL_AREA, ready));
   g_object_class_install_property (klass, PROP_FPS,
       g_param_spec_int ("fps", "FPS", "Session frame rate", 1, 240,
           DEFAULT_FPS, ready));

@@ -77,7 +77,9 @@ lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
   }
   if (!g_file_test (model, G_FILE_TEST_IS_DIR)) {
     g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-        "world: model directory %s does not exist", model);
+        g_file_test (model, G_FILE_TEST_EXISTS) ?
+        "world: model path %s is not a directory (give the model directory)"
+        : "world: model directory %s does not exist", model);
     return NULL;
   }
 

@@ -10,6 +10,7 @@
  * a forked child must not inherit.
  */
 #include <string.h>
+#include <sys/wait.h>
 #include <glib/gstdio.h>
 #include <gst/check/gstcheck.h>
 #include <gst/check/gstharness.h>
@@ -134,6 +135,7 @@ typedef struct {
   GArray *chunk_taps;           /* gboolean, per lingbot-chunk message */
   GArray *decode_seconds;       /* double, lingbot-decode compute-seconds */
   GstStructure *summary;        /* lingbot-summary */
+  GPtrArray *warnings;          /* char *, warning messages */
   char *error;                  /* first error message */
   GQuark error_domain;
   int error_code;
@@ -150,6 +152,7 @@ run_clear (Run * r)
   g_clear_pointer (&r->chunk_taps, g_array_unref);
   g_clear_pointer (&r->decode_seconds, g_array_unref);
   g_clear_pointer (&r->summary, gst_structure_free);
+  g_clear_pointer (&r->warnings, g_ptr_array_unref);
   g_clear_pointer (&r->error, g_free);
 }
 
@@ -166,6 +169,7 @@ run_reset (Run * r)
   r->chunk_revisions = g_array_new (FALSE, FALSE, sizeof (guint));
   r->chunk_taps = g_array_new (FALSE, FALSE, sizeof (gboolean));
   r->decode_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  r->warnings = g_ptr_array_new_with_free_func (g_free);
   r->error_domain = 0;
   r->error_code = 0;
   r->eos = FALSE;
@@ -208,10 +212,18 @@ pipeline_run (GstElement * p, Run * r)
 
   while (TRUE) {
     GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
-        GST_MESSAGE_EOS | GST_MESSAGE_ERROR | GST_MESSAGE_ELEMENT);
+        GST_MESSAGE_EOS | GST_MESSAGE_ERROR | GST_MESSAGE_ELEMENT |
+        GST_MESSAGE_WARNING);
     if (msg == NULL) {
       r->error = g_strdup ("timeout");
       break;
+    }
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING) {
+      g_autoptr (GError) err = NULL;
+      gst_message_parse_warning (msg, &err, NULL);
+      g_ptr_array_add (r->warnings, g_strdup (err->message));
+      gst_message_unref (msg);
+      continue;
     }
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT) {
       const GstStructure *s = gst_message_get_structure (msg);
@@ -1167,6 +1179,258 @@ GST_START_TEST (test_embed_example)
 
 GST_END_TEST;
 
+/* ---- reported bugs ---- */
+
+/* lingbotbin with nothing linked to its ghost `control` pad: no control,
+ * no waiting (as an unlinked lingbotgen) */
+GST_START_TEST (test_bin_unlinked_control)
+{
+  g_autofree char *gb = gen_desc ("lingbotbin", "cpu:1", NULL);
+  g_autofree char *desc = g_strdup_printf ("%s ! appsink name=sink "
+      "sync=false", gb);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+
+  fail_unless (pipeline_run (p, &r) != GST_STATE_CHANGE_FAILURE);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, N_FRAMES);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 2);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, 0);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 1), ==, 0);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+static GstPadProbeReturn
+count_eos (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  if (GST_EVENT_TYPE (GST_PAD_PROBE_INFO_EVENT (info)) == GST_EVENT_EOS)
+    g_atomic_int_inc ((gint *) user_data);
+  return GST_PAD_PROBE_OK;
+}
+
+/* bad settings fail NULL->READY with a clear error, before any thread
+ * runs; an error in the streaming thread before chunk 0 pushes nothing
+ * (no EOS to preroll the sink) and gst-launch-1.0 exits on it */
+GST_START_TEST (test_startup_errors)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *png = g_build_filename (tmpdir, "start.png", NULL);
+  g_autofree char *garbage = g_build_filename (tmpdir, "garbage.jpg", NULL);
+  g_autofree char *base = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "lingbotbin model-path=%s prompt-embeds=%s devices=cpu:1 frames=%d",
+      trace_path, model_dir, embeds_path, N_FRAMES);
+  static const guint8 png_head[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a,
+    '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'
+  };
+  struct {
+    const char *props;
+    const char *needle;
+    GQuark domain;
+    int code;
+  } cases[] = {
+    {"width=100 height=64", "100x64", GST_LIBRARY_ERROR,
+        GST_LIBRARY_ERROR_SETTINGS},
+    {"width=64", "64x0", GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_SETTINGS},
+    {"timestep-indices=0,5000", "'5000'", GST_LIBRARY_ERROR,
+        GST_LIBRARY_ERROR_SETTINGS},
+    {"timestep-indices=a", "timestep-indices", GST_LIBRARY_ERROR,
+        GST_LIBRARY_ERROR_SETTINGS},
+    {NULL, "start.png", GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ},
+    {NULL, "garbage.jpg", GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ},
+  };
+  g_autofree char *launch = NULL, *timeout = NULL;
+  GParamSpec *ps;
+  GstElement *gen;
+
+  g_assert_true (g_file_set_contents (png, (const char *) png_head,
+          sizeof (png_head), &err));
+  g_assert_no_error (err);
+  g_assert_true (g_file_set_contents (garbage, "not an image at all", -1,
+          &err));
+  g_assert_no_error (err);
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autofree char *desc = g_strdup_printf ("%s image-location=%s %s ! "
+        "fakesink", base, i == 4 ? png : i == 5 ? garbage : image_path,
+        cases[i].props ? cases[i].props : "");
+    GST_INFO ("case %u: %s", i, desc);
+    expect_failure_full (desc, cases[i].needle, cases[i].domain,
+        cases[i].code);
+  }
+
+  /* a sane bound on the output size */
+  gen = gst_element_factory_make ("lingbotgen", NULL);
+  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "width");
+  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
+  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "height");
+  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
+  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "pixel-area");
+  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096 * 4096);
+  gst_object_unref (gen);
+
+  /* the session fails in the streaming thread (a global KV cache needs a
+   * bounded session): an error, nothing pushed, no EOS */
+  for (guint i = 0; i < 3; i++) {
+    g_autofree char *g1 = gen_desc ("lingbotbin", "cpu:1",
+        "local-attn-size=-1 frames=0");
+    g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc "
+        "location=%s ! %s ! appsink name=sink sync=false", trace_path, g1);
+    Run r;
+    GstElement *p = pipeline_new (desc, &r);
+    GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+    GstPad *pad = gst_element_get_static_pad (sink, "sink");
+    gint eos = 0;
+
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, count_eos,
+        &eos, NULL);
+    pipeline_run (p, &r);
+    g_assert_nonnull (r.error);
+    g_assert_nonnull (strstr (r.error, "bounded"));
+    g_assert_false (r.eos);
+    g_assert_cmpint (g_atomic_int_get (&eos), ==, 0);
+    g_assert_cmpuint (r.samples->len, ==, 0);
+    gst_object_unref (pad);
+    gst_object_unref (sink);
+    gst_object_unref (p);
+    run_clear (&r);
+  }
+
+  /* the same through gst-launch-1.0, which hung on the pushed EOS: it
+   * exits with an error, within a bound */
+  launch = g_find_program_in_path ("gst-launch-1.0");
+  timeout = g_find_program_in_path ("timeout");
+  if (launch != NULL && timeout != NULL) {
+    for (guint i = 0; i < 3; i++) {
+      g_autofree char *g1 = gen_desc ("lingbotbin", "cpu:1",
+          "local-attn-size=-1 frames=0");
+      g_autofree char *cmd = g_strdup_printf ("timeout 60 gst-launch-1.0 "
+          "lingbotcontrolsrc location=%s ! %s ! fakesink", trace_path, g1);
+      g_auto (GStrv) argv = NULL;
+      g_autofree char *out = NULL, *errout = NULL;
+      int status = 0;
+
+      g_assert_true (g_shell_parse_argv (cmd, NULL, &argv, &err));
+      g_assert_true (g_spawn_sync (NULL, argv, NULL, G_SPAWN_SEARCH_PATH,
+              NULL, NULL, &out, &errout, &status, &err));
+      g_assert_no_error (err);
+      g_assert_true (WIFEXITED (status));
+      if (WEXITSTATUS (status) == 124)
+        g_error ("gst-launch-1.0 hung after the error:\n%s\n%s", out,
+            errout);
+      g_assert_cmpint (WEXITSTATUS (status), !=, 0);
+      g_assert_nonnull (strstr (errout, "bounded"));
+    }
+  }
+}
+
+GST_END_TEST;
+
+/* error wording at the element level */
+GST_START_TEST (test_error_wording)
+{
+  /* a file as model-path */
+  g_autofree char *d1 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s ! fakesink", embeds_path,
+      embeds_path, image_path);
+  /* no image at all: the element's way to give one */
+  g_autofree char *d2 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s width=64 height=64 ! fakesink", model_dir,
+      embeds_path);
+  g_autofree char *d3 = g_strdup_printf ("lingbotbin model-path=%s "
+      "prompt-embeds=%s width=64 height=64 ! fakesink", model_dir,
+      embeds_path);
+  GstElement *gen = gst_element_factory_make ("lingbotgen", NULL);
+  GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen),
+      "model-path");
+  const char *blurb = g_param_spec_get_blurb (ps);
+
+  expect_failure (d1, "is not a directory", RESOURCE, NOT_FOUND);
+  expect_failure (d2, "image-location", LIBRARY, SETTINGS);
+  expect_failure (d3, "image-location", LIBRARY, SETTINGS);
+  g_assert_nonnull (strstr (blurb, ".safetensors"));
+  gst_object_unref (gen);
+}
+
+GST_END_TEST;
+
+/* a trace whose events all have unknown keys: a warning on the bus, and
+ * the session still makes its `frames` with no key held; a trace that
+ * ends with nothing held before `frames` goes on with no key held; an
+ * unbounded session ends with such a trace */
+GST_START_TEST (test_unknown_keys)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *zz = g_build_filename (tmpdir, "zz.json", NULL);
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", NULL);
+  g_autofree char *g2 = gen_desc ("lingbotgen", "cpu:1", "frames=45");
+  g_autofree char *g3 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=64 height=64 frames=0",
+      model_dir, embeds_path, image_path);
+  g_autofree char *d1 = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=false", zz, g1);
+  g_autofree char *d2 = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! fakesink", trace_path, g2);
+  g_autofree char *d3 = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! fakesink", zz, g3);
+  gboolean named = FALSE;
+  Run r;
+  GstElement *p;
+
+  g_assert_true (g_file_set_contents (zz, "{\"events\":["
+          "{\"delay_s\":0.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"KeyZZ\",\"action\":\"press\"}},"
+          "{\"delay_s\":1.0,\"message\":{\"type\":\"control\","
+          "\"key\":\"KeyZZ\",\"action\":\"release\"}}]}", -1, &err));
+  g_assert_no_error (err);
+
+  p = pipeline_new (d1, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, N_FRAMES);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 2);
+  for (guint i = 0; i < 2; i++) {
+    g_assert_cmphex (g_array_index (r.chunk_keys, guint, i), ==, 0);
+    g_assert_cmpuint (g_array_index (r.chunk_revisions, guint, i), ==, 0);
+  }
+  for (guint i = 0; i < r.warnings->len; i++)
+    named |= strstr (g_ptr_array_index (r.warnings, i), "KeyZZ") != NULL;
+  g_assert_true (named);
+  run_clear (&r);
+
+  /* W tapped, D pressed and released at 1.5 s: chunk 2 after the trace */
+  p = pipeline_new (d2, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 3);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
+      LINGBOT_KEY_W);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 1), ==,
+      LINGBOT_KEY_D);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 2), ==, 0);
+  g_assert_cmpuint (g_array_index (r.chunk_revisions, guint, 2), ==, 2);
+  g_assert_false (g_array_index (r.chunk_taps, gboolean, 2));
+  run_clear (&r);
+
+  /* unbounded: the trace's end with nothing held ends the stream */
+  p = pipeline_new (d3, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 0);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -1193,6 +1457,10 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_image_pad_and_plain_latents);
   tcase_add_test (tc, test_mp4);
   tcase_add_test (tc, test_embed_example);
+  tcase_add_test (tc, test_bin_unlinked_control);
+  tcase_add_test (tc, test_startup_errors);
+  tcase_add_test (tc, test_error_wording);
+  tcase_add_test (tc, test_unknown_keys);
   return s;
 }
 
