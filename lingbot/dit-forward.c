@@ -37,35 +37,128 @@ lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1, GError ** error)
 }
 
 static gboolean
-zero_fill (LbStream * s, LbTensor * t, GError ** error)
+is_host (LbStream * s)
 {
-  if (s->backend->device_type == LB_DEVICE_CPU) {
+  return s->backend->device_type == LB_DEVICE_CPU;
+}
+
+/* Zeroes a contiguous tensor on @s's device.  Not for per-chunk use: on a
+ * device it uploads @zeros (a host tensor of zeros of @t's dtype and
+ * shape, made by the caller once for all layers) and waits for it. */
+static gboolean
+zero_fill (LbStream * s, LbTensor * t, LbTensor ** zeros, GError ** error)
+{
+  if (is_host (s)) {
     memset (t->data, 0, lb_tensor_nbytes (t));
     return TRUE;
   }
-  g_autoptr (LbTensor) z = lb_tensor_new_zeros (t->dtype, t->ndim, t->shape);
-  return lb_tensor_upload (s, t, z, error);
+  if (*zeros == NULL)
+    *zeros = lb_tensor_new_zeros (t->dtype, t->ndim, t->shape);
+  return lb_tensor_upload (s, t, *zeros, error) &&
+      s->backend->stream_synchronize (s, error);
+}
+
+/* A contiguous copy of host tensor @src on @s's device (uploaded and
+ * waited for, so @src may go away).  Init-time only. */
+static LbTensor *
+upload_new (LbStream * s, const LbTensor * src, GError ** error)
+{
+  g_autoptr (LbTensor) dev = lb_tensor_new_on (s, src->dtype, src->ndim,
+      src->shape, error);
+  if (dev == NULL || !lb_tensor_upload (s, dev, src, error) ||
+      !s->backend->stream_synchronize (s, error))
+    return NULL;
+  return g_steal_pointer (&dev);
 }
 
 /**
- * lingbot_dit_copy:
- * @s: a stream
- * @dst: device address
- * @src: device address
- * @nbytes: bytes (overlap allowed: memmove semantics on the CPU)
- * @error: %LB_ERROR_DEVICE
+ * lingbot_dit_copy_rows:
+ * @s: the stream both tensors live on
+ * @dst: a tensor or view on @s's device
+ * @src: a tensor or view on @s's device of the same dtype and shape; it
+ *   must not overlap @dst
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_DEVICE
+ *
+ * Copies @src into @dst with the backend's copy on @s (host-to-host on the
+ * CPU backend, device-to-device otherwise): a single copy when the
+ * innermost dimensions of both are contiguous over the whole tensor, else
+ * one copy per contiguous run (the trailing dimensions that are
+ * contiguous in both views).  This is the only place the DiT computes
+ * addresses inside a tensor; everything else slices with lb_tensor_view_*().
+ * Empty tensors copy nothing.
  *
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_dit_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
+lingbot_dit_copy_rows (LbStream * s, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
-  if (nbytes == 0 || dst == src)
+  if (dst->dtype != src->dtype || !lb_tensor_same_shape (dst, src)) {
+    g_autofree char *a = lb_tensor_shape_string (dst);
+    g_autofree char *b = lb_tensor_shape_string (src);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT copy: destination %s %s and source %s %s differ",
+        lb_dtype_name (dst->dtype), a, lb_dtype_name (src->dtype), b);
+    return FALSE;
+  }
+  const int64_t n = lb_tensor_numel (src);
+  if (n == 0)
     return TRUE;
-  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
-      LB_COPY_HOST_TO_HOST : LB_COPY_DEVICE_TO_DEVICE;
-  return s->backend->copy (s, dst, src, nbytes, kind, error);
+  /* trailing dims [k, ndim) are one contiguous run in both */
+  int k = src->ndim;
+  int64_t run = 1;
+  while (k > 0) {
+    const int d = k - 1;
+    if (src->shape[d] != 1 &&
+        (src->stride[d] != run || dst->stride[d] != run))
+      break;
+    run *= src->shape[d];
+    k--;
+  }
+  if (k == 0 && dst->data == src->data)
+    return TRUE;
+  const gsize es = lb_dtype_size (src->dtype);
+  const LbCopyKind kind = is_host (s) ? LB_COPY_HOST_TO_HOST :
+      LB_COPY_DEVICE_TO_DEVICE;
+  int64_t idx[LB_MAX_DIMS] = { 0 };
+  for (int64_t o = 0; o < n / run; o++) {
+    int64_t so = 0, dof = 0;
+    for (int d = 0; d < k; d++) {
+      so += idx[d] * src->stride[d];
+      dof += idx[d] * dst->stride[d];
+    }
+    if (!s->backend->copy (s, (guint8 *) dst->data + dof * (int64_t) es,
+            (const guint8 *) src->data + so * (int64_t) es, (gsize) run * es,
+            kind, error))
+      return FALSE;
+    for (int d = k - 1; d >= 0; d--) {
+      if (++idx[d] < src->shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_flat_view:
+ * @out: (out): a 1-D view
+ * @t: a contiguous tensor
+ * @offset: first element
+ * @count: elements
+ *
+ * Elements [@offset, @offset + @count) of @t in storage order.
+ *
+ * Returns: %FALSE when @t is not contiguous or the range is outside it.
+ */
+gboolean
+lingbot_dit_flat_view (LbTensor * out, const LbTensor * t, int64_t offset,
+    int64_t count)
+{
+  LbTensor flat;
+  int64_t n = lb_tensor_numel (t);
+  return lb_tensor_view_reshape (&flat, t, 1, &n) &&
+      lb_tensor_view_narrow (out, &flat, 0, offset, count);
 }
 
 /**
@@ -136,9 +229,10 @@ new_per_layer (LbStream * s, int n_layers, int64_t d0, int64_t d1,
     gboolean zero, GError ** error)
 {
   LbTensor **a = g_new0 (LbTensor *, n_layers);
+  g_autoptr (LbTensor) zeros = NULL;
   for (int l = 0; l < n_layers; l++) {
     a[l] = lingbot_dit_tensor_new (s, d0, d1, error);
-    if (a[l] == NULL || (zero && !zero_fill (s, a[l], error))) {
+    if (a[l] == NULL || (zero && !zero_fill (s, a[l], &zeros, error))) {
       for (int i = 0; i <= l; i++)
         g_clear_pointer (&a[i], lb_tensor_free);
       g_free (a);
@@ -158,23 +252,142 @@ free_per_layer (LbTensor *** a, int n_layers)
   g_clear_pointer (a, g_free);
 }
 
+/* ------------------------------------------------------------------------ */
+/* weights on the rank's device                                             */
+/* ------------------------------------------------------------------------ */
+
+#define LIN(f) G_STRUCT_OFFSET (T, f.w), G_STRUCT_OFFSET (T, f.b)
+#define ONE(f) G_STRUCT_OFFSET (T, f)
+#define T LingbotDitWeights
+static const glong top_slots[] = {
+  LIN (patch), LIN (ctl_patch), LIN (c2ws1), LIN (c2ws2), LIN (text0),
+  LIN (text2), LIN (time0), LIN (time2), LIN (time_proj), LIN (head),
+  ONE (head_modulation),
+};
+#undef T
+#define T LingbotDitBlock
+static const glong block_slots[] = {
+  ONE (modulation), LIN (sa_q), LIN (sa_k), LIN (sa_v), LIN (sa_o),
+  ONE (sa_norm_q), ONE (sa_norm_k), ONE (norm3_w), ONE (norm3_b),
+  LIN (ca_q), LIN (ca_k), LIN (ca_v), LIN (ca_o), ONE (ca_norm_q),
+  ONE (ca_norm_k), LIN (ffn0), LIN (ffn2), LIN (cam1), LIN (cam2),
+  LIN (cam_scale), LIN (cam_shift),
+};
+#undef T
+#undef LIN
+#undef ONE
+
+/* Every member is listed above (a new weight must be added there). */
+G_STATIC_ASSERT (sizeof (LingbotDitBlock) ==
+    G_N_ELEMENTS (block_slots) * sizeof (LbTensor *));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
+    (glong) (G_N_ELEMENTS (top_slots) * sizeof (LbTensor *)));
+
+static gboolean
+upload_slots (LbStream * s, gpointer dst, gconstpointer src,
+    const glong * slots, guint n_slots, gsize * nbytes, GError ** error)
+{
+  for (guint i = 0; i < n_slots; i++) {
+    const LbTensor *h = G_STRUCT_MEMBER (LbTensor *, src, slots[i]);
+    LbTensor **d = &G_STRUCT_MEMBER (LbTensor *, dst, slots[i]);
+    if (h == NULL)
+      continue;
+    if (!(*d = upload_new (s, h, error)))
+      return FALSE;
+    *nbytes += lb_tensor_nbytes (h);
+  }
+  return TRUE;
+}
+
+static void
+free_slots (gpointer w, const glong * slots, guint n_slots)
+{
+  for (guint i = 0; i < n_slots; i++)
+    g_clear_pointer (&G_STRUCT_MEMBER (LbTensor *, w, slots[i]),
+        lb_tensor_free);
+}
+
+/**
+ * lingbot_dit_weights_init:
+ * @wt: (out): the weights for @s's device
+ * @owned: (out): whether @wt holds its own copies (free them with
+ *   lingbot_dit_weights_clear())
+ * @nbytes: (out): bytes of those copies (0 when borrowed)
+ * @s: a rank's stream
+ * @dit: the model (host f32 weights)
+ * @error: %LB_ERROR_DEVICE
+ *
+ * On the CPU backend @wt is @dit's own weights (no copy: every rank
+ * borrows the same host tensors).  On any other backend every weight is
+ * uploaded once as a contiguous f32 tensor on @s's device and the stream
+ * is synchronised: one full copy per rank (Ulysses replicates the weights).
+ *
+ * Returns: %TRUE on success; on failure @wt may hold part of the copies
+ * (*@owned is then %TRUE: clear it).
+ */
+gboolean
+lingbot_dit_weights_init (LingbotDitWeights * wt, gboolean * owned,
+    gsize * nbytes, LbStream * s, const LingbotDit * dit, GError ** error)
+{
+  *nbytes = 0;
+  if (is_host (s)) {
+    *wt = dit->w;
+    *owned = FALSE;
+    return TRUE;
+  }
+  memset (wt, 0, sizeof (*wt));
+  *owned = TRUE;
+  const int L = dit->cfg.num_layers;
+  wt->blocks = g_new0 (LingbotDitBlock, L);
+  if (!upload_slots (s, wt, &dit->w, top_slots, G_N_ELEMENTS (top_slots),
+          nbytes, error))
+    return FALSE;
+  for (int l = 0; l < L; l++)
+    if (!upload_slots (s, &wt->blocks[l], &dit->w.blocks[l], block_slots,
+            G_N_ELEMENTS (block_slots), nbytes, error))
+      return FALSE;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_weights_clear:
+ * @wt: weights from lingbot_dit_weights_init()
+ * @owned: what lingbot_dit_weights_init() said
+ * @num_layers: blocks
+ *
+ * Frees owned copies; forgets borrowed ones.
+ */
+void
+lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
+    int num_layers)
+{
+  if (owned) {
+    free_slots (wt, top_slots, G_N_ELEMENTS (top_slots));
+    for (int l = 0; wt->blocks && l < num_layers; l++)
+      free_slots (&wt->blocks[l], block_slots, G_N_ELEMENTS (block_slots));
+    g_free (wt->blocks);
+  }
+  memset (wt, 0, sizeof (*wt));
+}
+
 /**
  * lingbot_dit_rank_init:
  * @rs: (out): the rank state
  * @s: the rank's stream (its device holds the buffers)
  * @rank: (nullable): the worker-group rank; %NULL for one rank without
  *   collectives
- * @dit: the model; its float32 weights must be usable on @s's device (the
- *   CPU backend)
+ * @dit: the model (host float32 weights; on a device backend they are
+ *   uploaded here, lingbot_dit_weights_init())
  * @frames: latent frames per chunk
  * @hp: token rows per frame
  * @wp: token columns per frame
  * @cap: KV-cache capacity in tokens
  * @sink: attention-sink size in tokens
  * @text_len: text-context tokens
- * @error: %LB_ERROR_INVALID_ARGUMENT, %LB_ERROR_UNSUPPORTED, %LB_ERROR_DEVICE
+ * @error: %LB_ERROR_INVALID_ARGUMENT, %LB_ERROR_DEVICE
  *
- * Allocates every buffer a forward pass needs, once.  The KV cache starts
+ * Allocates every buffer a forward pass needs, once, on @s's device, and
+ * puts the weights and the RoPE tables there (docs/design/dit-devices.md).  The KV cache starts
  * zeroed with both cursors at 0 (spec 3.3).
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
@@ -190,12 +403,6 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   rs->rank = rank;
   rs->dit = dit;
   rs->cfg = cfg;
-  if (s->backend->device_type != LB_DEVICE_CPU) {
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "DiT on backend %s: device-resident weights are not implemented yet "
-        "(the DiT runs on the CPU backend)", s->backend->name);
-    return FALSE;
-  }
   if (!lingbot_dit_shard_init (&rs->sh, rank ? rank->rank : 0,
           rank ? rank->n_ranks : 1, frames, hp, wp, cfg->num_heads, error))
     return FALSE;
@@ -228,6 +435,16 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
     return FALSE;
   lb_rope_tables_new ((int) hd, LINGBOT_DIT_ROPE_MAX_POS,
       LINGBOT_DIT_ROPE_THETA, &rs->rope_cos, &rs->rope_sin);
+  if (!is_host (s)) {
+    g_autoptr (LbTensor) hc = g_steal_pointer (&rs->rope_cos);
+    g_autoptr (LbTensor) hs = g_steal_pointer (&rs->rope_sin);
+    if (!(rs->rope_cos = upload_new (s, hc, error)) ||
+        !(rs->rope_sin = upload_new (s, hs, error)))
+      return FALSE;
+  }
+  if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
+          dit, error))
+    return FALSE;
   if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
     return FALSE;
   return TRUE;
@@ -246,7 +463,7 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
     &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->send, &rs->q_r, &rs->k_r,
-    &rs->v_r, &rs->o_r, &rs->recv, &rs->z_rm, &rs->z_full,
+    &rs->v_r, &rs->o_r, &rs->recv, &rs->z_rm, &rs->z_full, &rs->ones,
     &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
   };
   for (guint i = 0; i < G_N_ELEMENTS (one); i++)
@@ -261,6 +478,8 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   g_clear_pointer (&rs->dsp_a, g_free);
   g_clear_pointer (&rs->cnt_b, g_free);
   g_clear_pointer (&rs->dsp_b, g_free);
+  lingbot_dit_weights_clear (&rs->wt, rs->wt_owned, L);
+  rs->wt_owned = FALSE;
   lingbot_dit_shard_clear (&rs->sh);
 }
 
@@ -332,7 +551,7 @@ gboolean
 lingbot_dit_time_mods (LingbotDitRank * rs, double t, LbTensor * block_mods,
     LbTensor * head_mod, GError ** error)
 {
-  const LingbotDit *dit = rs->dit;
+  const LingbotDitWeights *dit = &rs->wt;
   const int64_t d = rs->cfg->dim;
   g_autoptr (LbTensor) feat_h = lb_tensor_new_f32 (2, (int64_t) 1,
       (int64_t) rs->cfg->freq_dim);
@@ -361,14 +580,17 @@ lingbot_dit_time_mods (LingbotDitRank * rs, double t, LbTensor * block_mods,
     if (!OPS->add (rs->s, dit->blocks[l].modulation, &tm6, &out, error))
       return FALSE;
   }
-  return OPS->add (rs->s, dit->head_modulation, &embv, head_mod, error);
+  /* the temporaries are freed on return: let a device finish with them */
+  return OPS->add (rs->s, dit->head_modulation, &embv, head_mod, error) &&
+      (is_host (rs->s) || rs->s->backend->stream_synchronize (rs->s, error));
 }
 
 /**
  * lingbot_dit_text_kv:
  * @rs: a rank state
  * @text: f32 [text_len, text_dim] umT5 output (padded rows zero), or
- *   [text_len, D] when @embedded
+ *   [text_len, D] when @embedded; a contiguous host tensor (uploaded to
+ *   the rank's device first on a device backend)
  * @embedded: whether @text already went through the text-embedding MLP
  * @error: op errors
  *
@@ -383,7 +605,7 @@ gboolean
 lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
     gboolean embedded, GError ** error)
 {
-  const LingbotDit *dit = rs->dit;
+  const LingbotDitWeights *dit = &rs->wt;
   const int64_t d = rs->cfg->dim, tl = rs->text_len;
   g_autoptr (LbTensor) ctx = lingbot_dit_tensor_new (rs->s, tl, d, error);
   g_autoptr (LbTensor) tmp = lingbot_dit_tensor_new (rs->s, tl, d, error);
@@ -399,11 +621,18 @@ lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
         "DiT text context is %s, expected %s", have, want);
     return FALSE;
   }
-  if (embedded) {
-    if (!lingbot_dit_copy (rs->s, ctx->data, t2.data, lb_tensor_nbytes (ctx),
-            error))
+  g_autoptr (LbTensor) dev = NULL;
+  const LbTensor *src = &t2;
+  if (!is_host (rs->s)) {
+    if (!(dev = lingbot_dit_tensor_new (rs->s, shape[0], shape[1], error)) ||
+        !lb_tensor_upload (rs->s, dev, &t2, error))
       return FALSE;
-  } else if (!linear (rs, &t2, &dit->text0, 0.0f, tmp, error) ||
+    src = dev;
+  }
+  if (embedded) {
+    if (!lingbot_dit_copy_rows (rs->s, ctx, src, error))
+      return FALSE;
+  } else if (!linear (rs, src, &dit->text0, 0.0f, tmp, error) ||
       !OPS->gelu_tanh (rs->s, tmp, tmp, error) ||
       !linear (rs, tmp, &dit->text2, 0.0f, ctx, error)) {
     return FALSE;
@@ -416,7 +645,8 @@ lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
         !linear (rs, ctx, &b->ca_v, 0.0f, rs->cross_v[l], error))
       return FALSE;
   }
-  return TRUE;
+  /* ctx, tmp and dev are freed on return */
+  return is_host (rs->s) || rs->s->backend->stream_synchronize (rs->s, error);
 }
 
 /**
@@ -436,7 +666,7 @@ gboolean
 lingbot_dit_control_tokens (LingbotDitRank * rs, const LbTensor * ctl_patches,
     GError ** error)
 {
-  const LingbotDit *dit = rs->dit;
+  const LingbotDitWeights *dit = &rs->wt;
   if (rs->sh.n_local == 0)
     return TRUE;
   return linear (rs, ctl_patches, &dit->ctl_patch, 0.0f, rs->ctl, error) &&
@@ -463,13 +693,12 @@ gboolean
 lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
     GError ** error)
 {
-  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  const LingbotDitBlock *b = &rs->wt.blocks[layer];
   if (rs->sh.n_local == 0)
     return TRUE;
   return linear (rs, rs->ctl, &b->cam1, 0.0f, rs->a, error) &&
       OPS->silu (rs->s, rs->a, rs->a, error) &&
-      lingbot_dit_copy (rs->s, rs->t1->data, rs->ctl->data,
-      lb_tensor_nbytes (rs->ctl), error) &&
+      lingbot_dit_copy_rows (rs->s, rs->t1, rs->ctl, error) &&
       linear (rs, rs->a, &b->cam2, 1.0f, rs->t1, error) &&
       linear (rs, rs->t1, &b->cam_scale, 0.0f, rs->cam_scale[layer], error) &&
       linear (rs, rs->t1, &b->cam_shift, 0.0f, rs->cam_shift[layer], error);
@@ -518,6 +747,18 @@ lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start)
   rs->pend_evict = 0;
 }
 
+/* [cap, hl * hd] rows [row0, row0 + count) of a layer's cache. */
+static void
+cache_rows (LbTensor * out, const LbTensor * cache, int64_t row0,
+    int64_t count)
+{
+  lb_tensor_view_narrow (out, cache, 0, row0, count);
+}
+
+/* Shifts the non-sink part of the cache down by pend_evict slots.  The
+ * source and destination overlap, so the move goes front to back in
+ * pieces of at most pend_evict rows, each a copy between disjoint ranges
+ * (a device copy must not overlap). */
 static gboolean
 cache_evict (LingbotDitRank * rs, int layer, GError ** error)
 {
@@ -525,15 +766,18 @@ cache_evict (LingbotDitRank * rs, int layer, GError ** error)
   if (ev <= 0)
     return TRUE;
   const int64_t rolled = rs->local_end - ev - rs->sink;
-  const gsize row = (gsize) rs->sh.heads_local * rs->head_dim * sizeof (float);
   if (rolled <= 0)
     return TRUE;
   for (int i = 0; i < 2; i++) {
     LbTensor *c = i ? rs->cache_v[layer] : rs->cache_k[layer];
-    guint8 *base = c->data;
-    if (!lingbot_dit_copy (rs->s, base + rs->sink * row,
-            base + (rs->sink + ev) * row, rolled * row, error))
-      return FALSE;
+    for (int64_t done = 0; done < rolled; done += ev) {
+      const int64_t m = MIN (ev, rolled - done);
+      LbTensor dst, src;
+      cache_rows (&dst, c, rs->sink + done, m);
+      cache_rows (&src, c, rs->sink + ev + done, m);
+      if (!lingbot_dit_copy_rows (rs->s, &dst, &src, error))
+        return FALSE;
+    }
   }
   return TRUE;
 }
@@ -544,33 +788,41 @@ static gboolean
 cache_write_local (LingbotDitRank * rs, int layer, GError ** error)
 {
   const int64_t slot0 = rs->pend_local_end - rs->sh.n_tokens;
-  const gsize row = (gsize) rs->sh.heads_local * rs->head_dim * sizeof (float);
-  guint8 *kb = rs->cache_k[layer]->data, *vb = rs->cache_v[layer]->data;
-  return lingbot_dit_copy (rs->s, kb + slot0 * row, rs->k->data,
-      rs->sh.n_tokens * row, error) &&
-      lingbot_dit_copy (rs->s, vb + slot0 * row, rs->v->data,
-      rs->sh.n_tokens * row, error);
+  LbTensor kd, vd;
+  cache_rows (&kd, rs->cache_k[layer], slot0, rs->sh.n_tokens);
+  cache_rows (&vd, rs->cache_v[layer], slot0, rs->sh.n_tokens);
+  return lingbot_dit_copy_rows (rs->s, &kd, rs->k, error) &&
+      lingbot_dit_copy_rows (rs->s, &vd, rs->v, error);
 }
 
 /* Received keys/values of every rank's band (rank-major) into the cache in
- * frame-major order, so the sink and eviction see whole frames. */
+ * frame-major order, so the sink and eviction see whole frames: per source
+ * rank one strided copy of F runs of band * hl * hd floats. */
 static gboolean
 cache_write_sharded (LingbotDitRank * rs, int layer, GError ** error)
 {
   const LingbotDitShard *sh = &rs->sh;
   const int64_t slot0 = rs->pend_local_end - sh->n_tokens;
-  const gsize row = (gsize) sh->heads_local * rs->head_dim * sizeof (float);
-  guint8 *kb = rs->cache_k[layer]->data, *vb = rs->cache_v[layer]->data;
-  const guint8 *ks = rs->k_r->data, *vs = rs->v_r->data;
-  for (int r = 0; r < sh->n_ranks; r++) {
-    const int64_t band = sh->band_rows[r] * sh->wp;
-    for (int64_t f = 0; f < sh->frames && band > 0; f++) {
-      int64_t src = sh->band_tok0[r] + f * band;
-      int64_t dst = slot0 + f * sh->frame_tokens + sh->band_row0[r] * sh->wp;
-      if (!lingbot_dit_copy (rs->s, kb + dst * row, ks + src * row,
-              band * row, error) ||
-          !lingbot_dit_copy (rs->s, vb + dst * row, vs + src * row,
-              band * row, error))
+  const int64_t row = sh->heads_local * rs->head_dim;
+  const LbTensor *src_all[2] = { rs->k_r, rs->v_r };
+  LbTensor *cache[2] = { rs->cache_k[layer], rs->cache_v[layer] };
+  for (int i = 0; i < 2; i++) {
+    LbTensor chunk, frames, src;
+    int64_t fshape[2] = { sh->frames, sh->frame_tokens * row };
+    cache_rows (&chunk, cache[i], slot0, sh->n_tokens);
+    lb_tensor_view_reshape (&frames, &chunk, 2, fshape);
+    for (int r = 0; r < sh->n_ranks; r++) {
+      const int64_t band = sh->band_rows[r] * sh->wp;
+      if (band == 0)
+        continue;
+      LbTensor dst;
+      int64_t bshape[2] = { sh->frames, band * row };
+      lb_tensor_view_narrow (&dst, &frames, 1, sh->band_row0[r] * sh->wp * row,
+          band * row);
+      if (!lingbot_dit_flat_view (&src, src_all[i], sh->band_tok0[r] * row,
+              sh->frames * band * row) ||
+          !lb_tensor_view_reshape (&src, &src, 2, bshape) ||
+          !lingbot_dit_copy_rows (rs->s, &dst, &src, error))
         return FALSE;
     }
   }
@@ -600,8 +852,7 @@ trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
 {
   if (dst == NULL)
     return TRUE;
-  return lingbot_dit_copy (rs->s, dst->data, src->data,
-      lb_tensor_nbytes (src), error);
+  return lingbot_dit_copy_rows (rs->s, dst, src, error);
 }
 
 static gboolean
@@ -659,7 +910,7 @@ static gboolean
 block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     GError ** error)
 {
-  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const float eps = (float) rs->cfg->eps;
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
@@ -724,7 +975,7 @@ gboolean
 lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
     const LbTensor * mod, int64_t current_start, GError ** error)
 {
-  const LingbotDitBlock *b = &rs->dit->blocks[layer];
+  const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const gboolean local = rs->sh.n_local > 0;
   if (local && !self_attn_qkv (rs, b, mod, current_start, error))
     return FALSE;
@@ -756,7 +1007,7 @@ lingbot_dit_head_forward (LingbotDitRank * rs, const LbTensor * head_mod,
       (!OPS->layer_norm (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
               rs->a, error) ||
           !OPS->modulate (rs->s, rs->a, &scale, &shift, rs->a, error) ||
-          !linear (rs, rs->a, &rs->dit->head, 0.0f, rs->z, error)))
+          !linear (rs, rs->a, &rs->wt.head, 0.0f, rs->z, error)))
     return FALSE;
   if (rs->sh.n_ranks > 1)
     return lingbot_dit_ulysses_gather_z (rs, error);

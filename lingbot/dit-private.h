@@ -27,12 +27,12 @@ typedef struct {
   LingbotDitLinear cam1, cam2, cam_scale, cam_shift;
 } LingbotDitBlock;
 
-struct _LingbotDit {
-  gint ref_count;
-  LingbotDitConfig cfg;
-  char *path;
-  GHashTable *by_name;          /* name -> LbTensor* (owned) */
-
+/* Every tensor of the model in the forward's layout (f32; 2-D patch
+ * embedding and modulations).  LingbotDitBlock and LingbotDitLinear hold
+ * only LbTensor pointers; lingbot_dit_weights_init() walks them through
+ * offset tables in dit-forward.c (a static assertion there fails when a
+ * member is added to LingbotDitBlock without adding it to the table). */
+typedef struct {
   LingbotDitLinear patch;       /* w [D, in_dim * 4] */
   LingbotDitLinear ctl_patch;   /* w [D, control_in_features] */
   LingbotDitLinear c2ws1, c2ws2;
@@ -40,7 +40,15 @@ struct _LingbotDit {
   LingbotDitLinear time0, time2, time_proj;
   LingbotDitLinear head;
   LbTensor *head_modulation;    /* [2, D] */
-  LingbotDitBlock *blocks;
+  LingbotDitBlock *blocks;      /* [num_layers] */
+} LingbotDitWeights;
+
+struct _LingbotDit {
+  gint ref_count;
+  LingbotDitConfig cfg;
+  char *path;
+  GHashTable *by_name;          /* name -> LbTensor* (owned, host f32) */
+  LingbotDitWeights w;          /* host tensors, borrowed from by_name */
 };
 
 /* ---- per-rank forward state (dit-forward.c) ---- */
@@ -65,6 +73,11 @@ typedef struct {
   LbRank *rank;                 /* NULL: single rank, no collectives */
   const LingbotDit *dit;
   const LingbotDitConfig *cfg;
+  /* the weights on this rank's device: dit->w itself on the CPU backend
+   * (borrowed), an uploaded f32 copy on any other (owned) */
+  LingbotDitWeights wt;
+  gboolean wt_owned;
+  gsize wt_bytes;               /* device bytes of an owned copy */
   LingbotDitShard sh;
   int64_t head_dim;
 
@@ -95,6 +108,7 @@ typedef struct {
   LbTensor *z_rm;               /* [n_tokens, out_dim * 4] rank-major */
   LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
   gsize *cnt_a, *dsp_a, *cnt_b, *dsp_b;
+  LbTensor *ones;               /* [hl * hd] of 1.0f; device backends only */
 
   /* optional per-block traces (tests) */
   LbTensor *trace_self_attn, *trace_cross_attn, *trace_ffn;
@@ -103,6 +117,12 @@ typedef struct {
 gboolean lingbot_dit_shard_init (LingbotDitShard * sh, int rank, int n_ranks,
     int64_t frames, int64_t hp, int64_t wp, int num_heads, GError ** error);
 void lingbot_dit_shard_clear (LingbotDitShard * sh);
+
+gboolean lingbot_dit_weights_init (LingbotDitWeights * wt,
+    gboolean * owned, gsize * nbytes, LbStream * s, const LingbotDit * dit,
+    GError ** error);
+void lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
+    int num_layers);
 
 gboolean lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s,
     LbRank * rank, const LingbotDit * dit, int64_t frames, int64_t hp,
@@ -137,8 +157,10 @@ gboolean lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
-gboolean lingbot_dit_copy (LbStream * s, void *dst, const void *src,
-    gsize nbytes, GError ** error);
+gboolean lingbot_dit_copy_rows (LbStream * s, LbTensor * dst,
+    const LbTensor * src, GError ** error);
+gboolean lingbot_dit_flat_view (LbTensor * out, const LbTensor * t,
+    int64_t offset, int64_t count);
 gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
     const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
 

@@ -7,6 +7,11 @@
  *   DiT(x0, t = 0)  -- the clean pass that commits the chunk's K/V  (1 pass)
  * Every rank holds the whole latent (the head output is all-gathered), so
  * the sampler runs replicated, bit-identically, as in the reference.
+ *
+ * The same code runs on any backend (docs/design/dit-devices.md): every
+ * buffer is on the rank's device, the sampler is ops on that device, and
+ * the host sees device data only through lb_tensor_download() (the chunk's
+ * output, the step callback's copies, lingbot_dit_session_get_kv_cache()).
  */
 #include "lingbot/dit-session.h"
 #include "lingbot/dit-private.h"
@@ -27,6 +32,9 @@ typedef struct {
   LbTensor *noise[LINGBOT_DIT_MAX_STEPS];
   LbTensor *mods[LINGBOT_DIT_MAX_STEPS + 1];    /* [L, 6, D] */
   LbTensor *head_mods[LINGBOT_DIT_MAX_STEPS + 1];       /* [2, D] */
+  /* host copies for the step callback (rank 0 on a device backend) */
+  LbTensor *host_lat, *host_pred, *host_x0;
+  LbTensor *kv_host;            /* [2, cap, hl * hd]; made by get_kv_cache */
   gboolean ready;
 } SessionRank;
 
@@ -112,6 +120,11 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   }
   if (!lingbot_dit_text_kv (rs, a->text, FALSE, error))
     return FALSE;
+  if (rank->rank == 0 && s->backend->device_type != LB_DEVICE_CPU) {
+    sr->host_lat = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
+    sr->host_pred = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
+    sr->host_x0 = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
+  }
   sr->ready = TRUE;
   return TRUE;
 }
@@ -121,7 +134,8 @@ rank_clear (SessionRank * sr)
 {
   LbTensor **one[] = {
     &sr->in_full, &sr->tok_full, &sr->tok, &sr->ctl_in, &sr->ctl_full,
-    &sr->ctl_tok, &sr->lat, &sr->pred, &sr->x0, &sr->tmp,
+    &sr->ctl_tok, &sr->lat, &sr->pred, &sr->x0, &sr->tmp, &sr->host_lat,
+    &sr->host_pred, &sr->host_x0, &sr->kv_host,
   };
   for (guint i = 0; i < G_N_ELEMENTS (one); i++)
     g_clear_pointer (one[i], lb_tensor_free);
@@ -358,15 +372,16 @@ forward (LingbotDitSession * ses, SessionRank * sr, const LbTensor * lat,
   const LbTensor *tok = sr->tok ? sr->tok : sr->tok_full;
 
   /* [x_t, y] -> tokens (spec 1.2, 1.3) */
-  if (!lingbot_dit_copy (s, sr->in_full->data, lat->data,
-          lb_tensor_nbytes (lat), error) ||
+  LbTensor xpart;
+  lb_tensor_view_narrow (&xpart, sr->in_full, 0, 0, lat->shape[0]);
+  if (!lingbot_dit_copy_rows (s, &xpart, lat, error) ||
       !ops->patchify (s, sr->in_full, 2, 2, sr->tok_full, error))
     return FALSE;
   if (sr->tok && !lingbot_dit_gather_band_rows (rs, sr->tok_full, sr->tok,
           error))
     return FALSE;
-  if (rs->sh.n_local > 0 && !ops->gemm (s, tok, ses->dit->patch.w, TRUE,
-          ses->dit->patch.b, 1.0f, 0.0f, rs->x, error))
+  if (rs->sh.n_local > 0 && !ops->gemm (s, tok, rs->wt.patch.w, TRUE,
+          rs->wt.patch.b, 1.0f, 0.0f, rs->x, error))
     return FALSE;
 
   lingbot_dit_cache_begin (rs, current_start);
@@ -382,6 +397,27 @@ forward (LingbotDitSession * ses, SessionRank * sr, const LbTensor * lat,
     return FALSE;
   const LbTensor *z = rs->sh.n_ranks > 1 ? rs->z_full : rs->z;
   return ops->unpatchify (s, z, 2, 2, sr->pred, error);
+}
+
+/* The step callback sees host tensors: rank 0's own buffers on the CPU
+ * backend, downloads into host copies made at session start otherwise. */
+static gboolean
+call_step_func (LingbotDitSession * ses, SessionRank * sr, int step,
+    const LbTensor * x_in, const LbTensor * pred, const LbTensor * x0,
+    GError ** error)
+{
+  LbStream *s = sr->core.s;
+  if (s->backend->device_type != LB_DEVICE_CPU) {
+    if (!lb_tensor_download (s, sr->host_lat, x_in, error) ||
+        !lb_tensor_download (s, sr->host_pred, pred, error) ||
+        (x0 && !lb_tensor_download (s, sr->host_x0, x0, error)))
+      return FALSE;
+    x_in = sr->host_lat;
+    pred = sr->host_pred;
+    x0 = x0 ? sr->host_x0 : NULL;
+  }
+  ses->step_func (ses, ses->chunk, step, x_in, pred, x0, ses->step_data);
+  return TRUE;
 }
 
 static gboolean
@@ -427,19 +463,22 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
   flat_view (&pred2, sr->pred);
   flat_view (&x02, sr->x0);
   flat_view (&tmp2, sr->tmp);
-  if (!lingbot_dit_copy (s, sr->lat->data, sr->noise[0]->data,
-          lb_tensor_nbytes (sr->lat), error))
+  if (!lingbot_dit_copy_rows (s, sr->lat, sr->noise[0], error))
     return FALSE;
   for (int step = 0; step < ses->n_steps; step++) {
     if (!forward (ses, sr, sr->lat, step, current_start, error))
       return FALSE;
+    /* x0 = x - sigma v as float32 ops on every backend: sigma v rounded,
+     * then the sum rounded (the reference evaluates it in float64 and
+     * rounds once, lingbot_scheduler_x0(); within the golden tolerance,
+     * see docs/design/dit-devices.md "Sampler") */
     const float sx = (float) ses->sigma_x0[step];
     if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
         !ops->add (s, &lat2, &tmp2, &x02, error))
       return FALSE;
-    if (rank->rank == 0 && ses->step_func)
-      ses->step_func (ses, ses->chunk, step, sr->lat, sr->pred, sr->x0,
-          ses->step_data);
+    if (rank->rank == 0 && ses->step_func &&
+        !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0, error))
+      return FALSE;
     if (step + 1 < ses->n_steps) {
       const float sr_ = (float) ses->sigma_rn[step];
       flat_view (&noise2, sr->noise[step + 1]);
@@ -459,10 +498,12 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
   }
   if (!forward (ses, sr, sr->x0, ses->n_steps, current_start, error))
     return FALSE;
-  if (rank->rank == 0 && ses->step_func)
-    ses->step_func (ses, ses->chunk, ses->n_steps, sr->x0, sr->pred, NULL,
-        ses->step_data);
-  return TRUE;
+  if (rank->rank == 0 && ses->step_func &&
+      !call_step_func (ses, sr, ses->n_steps, sr->x0, sr->pred, NULL, error))
+    return FALSE;
+  /* the chunk is done when run_chunk returns (and its errors are its own) */
+  return s->backend->device_type == LB_DEVICE_CPU ||
+      s->backend->stream_synchronize (s, error);
 }
 
 /**
@@ -654,6 +695,34 @@ lingbot_dit_session_get_schedule (LingbotDitSession * session, int *n_steps,
     *sigma_renoise = session->sigma_rn;
 }
 
+typedef struct {
+  LingbotDitSession *ses;
+  int layer;
+} KvArgs;
+
+/* On the rank's own thread (its stream belongs to it): the layer's K and V
+ * shards into the rank's host buffer, allocated on first use. */
+static gboolean
+rank_kv_download (LbRank * rank, gpointer data, GError ** error)
+{
+  KvArgs *a = data;
+  SessionRank *sr = &a->ses->ranks[rank->rank];
+  LingbotDitRank *rs = &sr->core;
+  const int64_t *shape = rs->cache_k[a->layer]->shape;
+  if (sr->kv_host == NULL) {
+    int64_t hs[3] = { 2, shape[0], shape[1] };
+    sr->kv_host = lb_tensor_new (LB_DTYPE_F32, 3, hs);
+  }
+  for (int i = 0; i < 2; i++) {
+    LbTensor h;
+    lb_tensor_view_select (&h, sr->kv_host, 0, i);
+    if (!lb_tensor_download (rs->s, &h, i ? rs->cache_v[a->layer] :
+            rs->cache_k[a->layer], error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 /**
  * lingbot_dit_session_get_kv_cache:
  * @session: an idle session (no chunk running)
@@ -663,7 +732,8 @@ lingbot_dit_session_get_schedule (LingbotDitSession * session, int *n_steps,
  * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT, copy errors
  *
  * Copies the layer's whole self-attention cache (every slot, used or not;
- * keys post-RoPE), assembling the ranks' head shards.
+ * keys post-RoPE), assembling the ranks' head shards.  Each rank downloads
+ * its shard on its own thread into a host buffer made on the first call.
  *
  * Returns: %TRUE on success.
  */
@@ -690,18 +760,16 @@ lingbot_dit_session_get_kv_cache (LingbotDitSession * session, int layer,
       return FALSE;
     }
   }
+  KvArgs ka = { session, layer };
+  if (!lb_worker_group_run (session->group, rank_kv_download, &ka, error))
+    return FALSE;
   for (int r = 0; r < session->n_ranks; r++) {
-    LingbotDitRank *rs = &session->ranks[r].core;
-    const gsize piece = (gsize) rs->sh.heads_local * rs->head_dim;
-    g_autoptr (LbTensor) host = lb_tensor_new (LB_DTYPE_F32, 2,
-        rs->cache_k[layer]->shape);
+    const SessionRank *sr = &session->ranks[r];
+    const int64_t piece = sr->core.sh.heads_local * sr->core.head_dim;
     for (int i = 0; i < 2; i++) {
-      LbTensor *src = i ? rs->cache_v[layer] : rs->cache_k[layer];
-      LbRank *rank = lb_worker_group_get_rank (session->group, r);
-      if (!lb_tensor_download (rank->stream, host, src, error))
-        return FALSE;
       float *d = dst[i]->data;
-      const float *hsrc = host->data;
+      const float *hsrc = (const float *) sr->kv_host->data +
+          i * session->cap * piece;
       for (int64_t t = 0; t < session->cap; t++)
         memcpy (d + t * cfg->dim + r * piece, hsrc + t * piece,
             piece * sizeof (float));

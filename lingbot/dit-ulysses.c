@@ -18,7 +18,6 @@
 #include "lingbot/dit-private.h"
 #include "comm/collectives.h"
 
-#include <string.h>
 
 /**
  * lingbot_dit_ulysses_alloc:
@@ -64,40 +63,64 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
     rs->cnt_b[R + r] = (gsize) (nr * zf);
     rs->dsp_b[R + r] = (gsize) (sh->band_tok0[r] * zf);
   }
-  return TRUE;
-}
-
-/* rows x width bytes from a pitched source to a pitched destination. */
-static gboolean
-copy_2d (LbStream * s, guint8 * dst, gsize dst_pitch, const guint8 * src,
-    gsize src_pitch, gsize width, int64_t rows, GError ** error)
-{
-  if (s->backend->device_type == LB_DEVICE_CPU) {
-    for (int64_t i = 0; i < rows; i++)
-      memcpy (dst + i * dst_pitch, src + i * src_pitch, width);
-    return TRUE;
-  }
-  /* TODO: a strided-copy op; one copy per row works on any backend */
-  for (int64_t i = 0; i < rows; i++)
-    if (!lingbot_dit_copy (s, dst + i * dst_pitch, src + i * src_pitch,
-            width, error))
+  if (rs->s->backend->device_type != LB_DEVICE_CPU) {
+    g_autoptr (LbTensor) one = lb_tensor_new_f32 (1, hl * hd);
+    for (int64_t i = 0; i < hl * hd; i++)
+      ((float *) one->data)[i] = 1.0f;
+    if (!(rs->ones = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 1, one->shape,
+                error)) ||
+        !lb_tensor_upload (rs->s, rs->ones, one, error) ||
+        !rs->s->backend->stream_synchronize (rs->s, error))
       return FALSE;
+  }
   return TRUE;
 }
 
-/* src [n, H*hd] -> send [R][n][hl*hd] (heads of rank d in block d). */
+/* The [R, n, hl * hd] rank-major view of a [n, D] token buffer: block d
+ * holds the heads of rank d (strided: runs of hl * hd floats). */
+static void
+heads_by_rank (LbTensor * out, const LbTensor * t, int R, int64_t piece)
+{
+  LbTensor v;
+  int64_t shape[3] = { t->shape[0], R, piece };
+  static const int perm[3] = { 1, 0, 2 };
+  lb_tensor_view_reshape (&v, t, 3, shape);
+  lb_tensor_view_permute (out, &v, perm);
+}
+
+/* Elements [0, R * n * piece) of a contiguous exchange buffer as
+ * [R, n, piece]. */
 static gboolean
-pack_heads (LingbotDitRank * rs, const LbTensor * src, guint8 * send,
+rank_blocks (LbTensor * out, const LbTensor * buf, int R, int64_t n,
+    int64_t piece)
+{
+  int64_t shape[3] = { R, n, piece };
+  return lingbot_dit_flat_view (out, buf, 0, R * n * piece) &&
+      lb_tensor_view_reshape (out, out, 3, shape);
+}
+
+/* dst[d] = src[d] for the R blocks of [R, n, piece] views whose rows are
+ * strided (n * R runs of piece floats).  The CPU backend copies the runs
+ * (lingbot_dit_copy_rows()); a device backend would need n * R tiny
+ * copies per exchange, so there each block is one row-strided op instead:
+ * `dst = src * 1.0f` (ops->mul with a [piece] vector of ones), which is
+ * exact for every value (x * 1 == x, signed zeros and infinities kept;
+ * only a NaN's payload may change). */
+static gboolean
+move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
-  const LingbotDitShard *sh = &rs->sh;
-  const gsize piece = (gsize) sh->heads_local * rs->head_dim * sizeof (float);
-  const gsize pitch = (gsize) rs->cfg->dim * sizeof (float);
-  for (int d = 0; d < sh->n_ranks; d++)
-    if (!copy_2d (rs->s, send + d * sh->n_local * piece, piece,
-            (const guint8 *) src->data + d * piece, pitch, piece, sh->n_local,
-            error))
+  if (rs->ones == NULL)
+    return lingbot_dit_copy_rows (rs->s, dst, src, error);
+  if (dst->shape[1] == 0)
+    return TRUE;
+  for (int64_t d = 0; d < dst->shape[0]; d++) {
+    LbTensor db, sb;
+    lb_tensor_view_select (&db, dst, 0, d);
+    lb_tensor_view_select (&sb, src, 0, d);
+    if (!lb_ops (rs->s)->mul (rs->s, &sb, rs->ones, &db, error))
       return FALSE;
+  }
   return TRUE;
 }
 
@@ -107,7 +130,8 @@ pack_heads (LingbotDitRank * rs, const LbTensor * src, guint8 * send,
  * @error: collective errors
  *
  * Scatters heads, gathers tokens: rs->q_r/k_r/v_r become [N, H/R, hd] for
- * this rank's heads over the whole chunk, in rank-major token order.  The
+ * this rank's heads over the whole chunk, in rank-major token order.  Each
+ * of q, k, v is packed into its row of rs->send (move_blocks()); the
  * three exchanges are submitted together.
  *
  * Returns: %TRUE on success.
@@ -116,18 +140,24 @@ gboolean
 lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
 {
   const LingbotDitShard *sh = &rs->sh;
-  const gsize block = (gsize) sh->n_local * sh->heads_local * rs->head_dim *
-      sh->n_ranks * sizeof (float);
-  guint8 *send = rs->send->data;
+  const int R = sh->n_ranks;
+  const int64_t piece = sh->heads_local * rs->head_dim;
   const LbTensor *src[3] = { rs->q, rs->k, rs->v };
   LbTensor *dst[3] = { rs->q_r, rs->k_r, rs->v_r };
-  for (int i = 0; i < 3; i++)
-    if (!pack_heads (rs, src[i], send + i * block, error))
+  LbTensor send[3];
+  for (int i = 0; i < 3; i++) {
+    LbTensor row, from;
+    lb_tensor_view_select (&row, rs->send, 0, i);
+    if (!rank_blocks (&send[i], &row, R, sh->n_local, piece))
       return FALSE;
+    heads_by_rank (&from, src[i], R, piece);
+    if (!move_blocks (rs, &send[i], &from, error))
+      return FALSE;
+  }
   if (!lb_comm_group_start (rs->rank, error))
     return FALSE;
   for (int i = 0; i < 3; i++) {
-    if (!lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, send + i * block,
+    if (!lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, send[i].data,
             rs->cnt_a, rs->dsp_a, dst[i]->data, rs->cnt_b, rs->dsp_b, error))
       return FALSE;
   }
@@ -139,7 +169,8 @@ lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
  * @rs: a rank state with rs->o_r [N, H/R, hd] (rank-major tokens)
  * @error: collective errors
  *
- * The reverse exchange: rs->o becomes [n_local, D] with every head.
+ * The reverse exchange: rs->o becomes [n_local, D] with every head
+ * (move_blocks() out of rs->recv).
  *
  * Returns: %TRUE on success.
  */
@@ -147,17 +178,35 @@ gboolean
 lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
 {
   const LingbotDitShard *sh = &rs->sh;
+  const int R = sh->n_ranks;
+  const int64_t piece = sh->heads_local * rs->head_dim;
   if (!lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, rs->o_r->data,
           rs->cnt_b, rs->dsp_b, rs->recv->data, rs->cnt_a, rs->dsp_a, error))
     return FALSE;
-  const gsize piece = (gsize) sh->heads_local * rs->head_dim * sizeof (float);
-  const gsize pitch = (gsize) rs->cfg->dim * sizeof (float);
-  const guint8 *recv = rs->recv->data;
-  for (int s = 0; s < sh->n_ranks; s++)
-    if (!copy_2d (rs->s, (guint8 *) rs->o->data + s * piece, pitch,
-            recv + s * sh->n_local * piece, piece, piece, sh->n_local, error))
-      return FALSE;
-  return TRUE;
+  LbTensor from, to;
+  if (!rank_blocks (&from, rs->recv, R, sh->n_local, piece))
+    return FALSE;
+  heads_by_rank (&to, rs->o, R, piece);
+  return move_blocks (rs, &to, &from, error);
+}
+
+/* Frame-major [N, C] rows of rank r's band as [F, band * C] (strided), and
+ * the rank-major [n_r, C] rows of that band as [F, band * C]. */
+static gboolean
+band_views (const LingbotDitShard * sh, int r, const LbTensor * frame_major,
+    const LbTensor * rank_major, int64_t rank_major_tok0, LbTensor * fm,
+    LbTensor * rm)
+{
+  const int64_t C = frame_major->shape[1];
+  const int64_t band = sh->band_rows[r] * sh->wp;
+  int64_t fshape[2] = { sh->frames, sh->frame_tokens * C };
+  int64_t bshape[2] = { sh->frames, band * C };
+  LbTensor frames;
+  return lb_tensor_view_reshape (&frames, frame_major, 2, fshape) &&
+      lb_tensor_view_narrow (fm, &frames, 1, sh->band_row0[r] * sh->wp * C,
+      band * C) &&
+      lingbot_dit_flat_view (rm, rank_major, rank_major_tok0 * C,
+      sh->frames * band * C) && lb_tensor_view_reshape (rm, rm, 2, bshape);
 }
 
 /**
@@ -176,20 +225,17 @@ lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error)
   const LingbotDitShard *sh = &rs->sh;
   const int R = sh->n_ranks;
   const int64_t zf = rs->z->shape[1];
-  const gsize row = (gsize) zf * sizeof (float);
   if (!lb_comm_all_gather_v (rs->rank, LB_DTYPE_F32, rs->z->data,
           (gsize) (sh->n_local * zf), rs->z_rm->data, rs->cnt_b + R,
           rs->dsp_b + R, error))
     return FALSE;
-  const guint8 *src = rs->z_rm->data;
-  guint8 *dst = rs->z_full->data;
   for (int r = 0; r < R; r++) {
-    const int64_t band = sh->band_rows[r] * sh->wp;
-    for (int64_t f = 0; f < sh->frames && band > 0; f++)
-      if (!lingbot_dit_copy (rs->s,
-              dst + (f * sh->frame_tokens + sh->band_row0[r] * sh->wp) * row,
-              src + (sh->band_tok0[r] + f * band) * row, band * row, error))
-        return FALSE;
+    LbTensor fm, rm;
+    if (sh->band_rows[r] == 0)
+      continue;
+    if (!band_views (sh, r, rs->z_full, rs->z_rm, sh->band_tok0[r], &fm, &rm)
+        || !lingbot_dit_copy_rows (rs->s, &fm, &rm, error))
+      return FALSE;
   }
   return TRUE;
 }
@@ -208,12 +254,13 @@ lingbot_dit_gather_band_rows (LingbotDitRank * rs, const LbTensor * full,
     LbTensor * band, GError ** error)
 {
   const LingbotDitShard *sh = &rs->sh;
-  const gsize row = (gsize) full->shape[1] * sizeof (float);
-  const int64_t nb = sh->n_rows * sh->wp;
-  for (int64_t f = 0; f < sh->frames && nb > 0; f++)
-    if (!lingbot_dit_copy (rs->s, (guint8 *) band->data + f * nb * row,
-            (const guint8 *) full->data + (f * sh->frame_tokens +
-                sh->row0 * sh->wp) * row, nb * row, error))
-      return FALSE;
-  return TRUE;
+  LbTensor fm, rm;
+  if (sh->n_rows == 0)
+    return TRUE;
+  if (!band_views (sh, sh->rank, full, band, 0, &fm, &rm)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT band rows: token buffers are not contiguous [N, C] / [n, C]");
+    return FALSE;
+  }
+  return lingbot_dit_copy_rows (rs->s, &rm, &fm, error);
 }

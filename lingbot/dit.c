@@ -801,22 +801,22 @@ static void
 bind_all (LingbotDit * dit)
 {
   const int64_t d = dit->cfg.dim;
-  bind_linear (dit, "patch_embedding", &dit->patch);
-  flatten_to_2d (dit->patch.w, d);
-  bind_linear (dit, "patch_embedding_wancamctrl", &dit->ctl_patch);
-  bind_linear (dit, "c2ws_hidden_states_layer1", &dit->c2ws1);
-  bind_linear (dit, "c2ws_hidden_states_layer2", &dit->c2ws2);
-  bind_linear (dit, "text_embedding.0", &dit->text0);
-  bind_linear (dit, "text_embedding.2", &dit->text2);
-  bind_linear (dit, "time_embedding.0", &dit->time0);
-  bind_linear (dit, "time_embedding.2", &dit->time2);
-  bind_linear (dit, "time_projection.1", &dit->time_proj);
-  bind_linear (dit, "head.head", &dit->head);
-  dit->head_modulation = bind (dit, "head.modulation");
-  flatten_to_2d (dit->head_modulation, 2);
-  dit->blocks = g_new0 (LingbotDitBlock, dit->cfg.num_layers);
+  bind_linear (dit, "patch_embedding", &dit->w.patch);
+  flatten_to_2d (dit->w.patch.w, d);
+  bind_linear (dit, "patch_embedding_wancamctrl", &dit->w.ctl_patch);
+  bind_linear (dit, "c2ws_hidden_states_layer1", &dit->w.c2ws1);
+  bind_linear (dit, "c2ws_hidden_states_layer2", &dit->w.c2ws2);
+  bind_linear (dit, "text_embedding.0", &dit->w.text0);
+  bind_linear (dit, "text_embedding.2", &dit->w.text2);
+  bind_linear (dit, "time_embedding.0", &dit->w.time0);
+  bind_linear (dit, "time_embedding.2", &dit->w.time2);
+  bind_linear (dit, "time_projection.1", &dit->w.time_proj);
+  bind_linear (dit, "head.head", &dit->w.head);
+  dit->w.head_modulation = bind (dit, "head.modulation");
+  flatten_to_2d (dit->w.head_modulation, 2);
+  dit->w.blocks = g_new0 (LingbotDitBlock, dit->cfg.num_layers);
   for (int l = 0; l < dit->cfg.num_layers; l++) {
-    LingbotDitBlock *b = &dit->blocks[l];
+    LingbotDitBlock *b = &dit->w.blocks[l];
     char p[64];
 #define LIN(field, n) g_snprintf (p, sizeof p, "blocks.%d." n, l); \
     bind_linear (dit, p, &b->field)
@@ -1031,7 +1031,7 @@ lingbot_dit_unref (LingbotDit * dit)
   if (dit == NULL || !g_atomic_int_dec_and_test (&dit->ref_count))
     return;
   g_hash_table_unref (dit->by_name);
-  g_free (dit->blocks);
+  g_free (dit->w.blocks);
   g_free (dit->path);
   g_free (dit);
 }
