@@ -32,6 +32,12 @@
  * and ends an unbounded one (`frames` = 0) when nothing is held.  A control
  * pad linked only to a ghost pad without a peer counts as unlinked.
  *
+ * The latent caps carry the feature `memory:LingbotDevice` whenever
+ * downstream accepts it (offered first): each buffer then holds a
+ * #GstLingbotDeviceMemory naming the session's latents, not a copy
+ * (mapping it downloads them); otherwise the latent bytes in system
+ * memory.  Either way a #GstLingbotChunkMeta names session and chunk.
+ *
  * LATENCY queries on the src pad are answered with one chunk's duration
  * (4 C frames at `fps`) as the minimum, no maximum, live = `live`.
  *
@@ -155,6 +161,7 @@ struct _GstLingbotGen
   guint64 chunk;
   guint64 frames_out;
   gboolean caps_sent;
+  gboolean device_memory;       /* memory:LingbotDevice negotiated */
 };
 
 #define gst_lingbot_gen_parent_class parent_class
@@ -171,7 +178,8 @@ GST_STATIC_PAD_TEMPLATE ("image", GST_PAD_SINK, GST_PAD_REQUEST,
     GST_STATIC_CAPS ("video/x-raw, format = (string) RGB"));
 
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
-    GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_LATENT_CAPS));
+    GST_PAD_SRC, GST_PAD_ALWAYS,
+    GST_STATIC_CAPS (GST_LINGBOT_LATENT_ALL_CAPS));
 
 /* ---- control pad ---- */
 
@@ -564,6 +572,38 @@ session_caps (GstLingbotGen * self)
       "framerate", GST_TYPE_FRACTION, fps, 1, NULL);
 }
 
+/* The session's caps with memory:LingbotDevice when downstream takes it
+ * (first choice: the latents then stay in the session), else plain
+ * system-memory bytes. */
+static GstCaps *
+negotiate_caps (GstLingbotGen * self)
+{
+  GstCaps *plain = session_caps (self);
+  GstCaps *offer = gst_caps_copy (plain);
+  GstCaps *peer, *caps;
+
+  gst_caps_set_features (offer, 0,
+      gst_caps_features_new (GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE, NULL));
+  gst_caps_append (offer, gst_caps_ref (plain));
+  peer = gst_pad_peer_query_caps (self->srcpad, offer);
+  caps = peer ? gst_caps_intersect_full (offer, peer,
+      GST_CAPS_INTERSECT_FIRST) : gst_caps_ref (offer);
+  gst_clear_caps (&peer);
+  gst_caps_unref (offer);
+  if (gst_caps_is_empty (caps)) {
+    /* the push fails with not-negotiated; plain caps say what we had */
+    gst_caps_unref (caps);
+    caps = gst_caps_ref (plain);
+  }
+  gst_caps_unref (plain);
+  caps = gst_caps_fixate (caps);
+  self->device_memory =
+      gst_caps_features_contains (gst_caps_get_features (caps, 0),
+      GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE);
+  GST_INFO_OBJECT (self, "latent caps %" GST_PTR_FORMAT, caps);
+  return caps;
+}
+
 static void
 push_stream_start (GstLingbotGen * self)
 {
@@ -571,9 +611,10 @@ push_stream_start (GstLingbotGen * self)
   /* not gst_pad_create_stream_id(): it wants at most one sink pad */
   g_autofree char *id = g_strdup_printf ("%08x%08x/lingbot-latents",
       g_random_int (), g_random_int ());
-  GstCaps *caps = session_caps (self);
+  GstCaps *caps;
 
   gst_pad_push_event (self->srcpad, gst_event_new_stream_start (id));
+  caps = negotiate_caps (self);
   gst_pad_push_event (self->srcpad, gst_event_new_caps (caps));
   gst_caps_unref (caps);
   gst_segment_init (&segment, GST_FORMAT_TIME);
@@ -932,11 +973,24 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   }
 
   g_mutex_lock (&h->lock);
-  if (ck.reset)
+  /* a LingbotDevice memory of the previous chunk still alive downstream
+   * (a queue, an appsink) gets its own copy before the session overwrites
+   * its latents; decoded and released already: nothing to do */
+  ok = gst_lingbot_device_memory_preserve (h, &error);
+  if (ok && ck.reset)
     lingbot_control_reset_pose (lingbot_session_get_control (h->session));
-  ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
-  buf = ok ? latents_to_buffer (lingbot_session_get_latents (h->session),
-      &error) : NULL;
+  if (ok)
+    ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
+  if (!ok)
+    buf = NULL;
+  else if (self->device_memory) {
+    buf = gst_buffer_new ();
+    gst_buffer_append_memory (buf, gst_lingbot_device_memory_new (h,
+            self->chunk));
+  } else {
+    buf = latents_to_buffer (lingbot_session_get_latents (h->session),
+        &error);
+  }
   g_mutex_unlock (&h->lock);
   if (buf == NULL) {
     GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
@@ -994,6 +1048,7 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   self->chunk = 0;
   self->frames_out = 0;
   self->caps_sent = FALSE;
+  self->device_memory = FALSE;
 }
 
 static gboolean

@@ -5,6 +5,7 @@
 
 #include <gst/gst.h>
 #include "lingbot/lingbot.h"
+#include "gst/gstlingbotmemory.h"
 
 G_BEGIN_DECLS
 
@@ -15,13 +16,23 @@ G_BEGIN_DECLS
  * height, width] latents (the VAE's 16 channels, `frames` latent frames,
  * the latent grid = video size / 8), with a #GstLingbotChunkMeta naming
  * the session; `video-width`/`video-height`/`framerate` describe the video
- * a decoder makes of them.
+ * a decoder makes of them.  With the caps feature
+ * %GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE the buffer's memory is a
+ * #GstLingbotDeviceMemory (the latents stay in the session, mapping
+ * downloads them); without it, system-memory bytes.
+ * %GST_LINGBOT_LATENT_ALL_CAPS lists both, the device feature first.
  */
 #define GST_LINGBOT_LATENT_MEDIA_TYPE "application/x-lingbot-latent"
-#define GST_LINGBOT_LATENT_CAPS GST_LINGBOT_LATENT_MEDIA_TYPE \
+#define GST_LINGBOT_LATENT_FIELDS \
     ", dtype = (string) f32, channels = (int) 16, " \
     "frames = (int) [ 1, MAX ], height = (int) [ 1, MAX ], " \
     "width = (int) [ 1, MAX ]"
+#define GST_LINGBOT_LATENT_CAPS GST_LINGBOT_LATENT_MEDIA_TYPE \
+    GST_LINGBOT_LATENT_FIELDS
+#define GST_LINGBOT_LATENT_DEVICE_CAPS GST_LINGBOT_LATENT_MEDIA_TYPE \
+    "(" GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE ")" GST_LINGBOT_LATENT_FIELDS
+#define GST_LINGBOT_LATENT_ALL_CAPS GST_LINGBOT_LATENT_DEVICE_CAPS "; " \
+    GST_LINGBOT_LATENT_CAPS
 
 #define GST_TYPE_LINGBOT_GEN (gst_lingbot_gen_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotGen, gst_lingbot_gen, GST, LINGBOT_GEN,

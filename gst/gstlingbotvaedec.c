@@ -13,7 +13,8 @@
  *
  * When a chunk carries lingbotgen's #GstLingbotChunkMeta the decode runs
  * in that session (lingbot_session_decode()), on the same ranks as the
- * DiT.  Plain latent bytes from elsewhere are decoded by a decoder of this
+ * DiT; a #GstLingbotDeviceMemory (caps feature `memory:LingbotDevice`) is
+ * decoded from the session's latents without being mapped.  Plain latent bytes from elsewhere are decoded by a decoder of this
  * element's own, made from the shared world's VAE (GstContext
  * "lingbot.world", or `model-path`/`devices`).
  *
@@ -90,7 +91,8 @@ GST_ELEMENT_REGISTER_DEFINE (lingbotvaedec, "lingbotvaedec", GST_RANK_NONE,
     GST_TYPE_LINGBOT_VAE_DEC);
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE ("sink",
-    GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_LINGBOT_LATENT_CAPS));
+    GST_PAD_SINK, GST_PAD_ALWAYS,
+    GST_STATIC_CAPS (GST_LINGBOT_LATENT_ALL_CAPS));
 
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS,
@@ -403,6 +405,8 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
   g_autoptr (GError) error = NULL;
   GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (buf);
+  GstMemory *mem = gst_buffer_n_memory (buf) == 1 ?
+      gst_buffer_peek_memory (buf, 0) : NULL;
   LingbotChunkStats stats = { 0 };
   GstFlowReturn ret = GST_FLOW_OK;
   GstMapInfo map;
@@ -429,6 +433,36 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     gst_buffer_unref (buf);
     return GST_FLOW_ERROR;
   }
+
+  if (mem && gst_is_lingbot_device_memory (mem)) {
+    /* memory:LingbotDevice: decode the session's latents where they are,
+     * never mapping the buffer */
+    GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
+    GstLingbotSessionHandle *h = dm->handle;
+    const LbTensor *t;
+
+    if (meta)
+      stats = meta->stats;
+    else
+      stats.index = dm->chunk;
+    g_mutex_lock (&h->lock);
+    t = gst_lingbot_device_memory_get_tensor (mem);
+    if (t == NULL) {
+      g_set_error (&error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "the latents of chunk %" G_GUINT64_FORMAT " were overwritten",
+          dm->chunk);
+      ok = FALSE;
+    } else {
+      ok = lingbot_session_decode (h->session, t, &n, &stats, &error);
+    }
+    if (ok)
+      ret = push_frames (self, lingbot_session_get_frames (h->session), n,
+          &error);
+    g_mutex_unlock (&h->lock);
+    gst_buffer_unref (buf);
+    goto decoded;
+  }
+
   gst_buffer_map (buf, &map, GST_MAP_READ);
   lb_contiguous_strides (4, shape, stride);
   lb_tensor_view_init (&latents, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 4,
@@ -469,6 +503,7 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   gst_buffer_unmap (buf, &map);
   gst_buffer_unref (buf);
 
+decoded:
   if (!ok || ret == GST_FLOW_ERROR) {
     GST_ELEMENT_ERROR (self, STREAM, DECODE, ("%s",
             error ? error->message : "decode failed"),

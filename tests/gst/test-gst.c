@@ -20,6 +20,7 @@
 
 #include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotcontrolsrc.h"
+#include "gst/gstlingbotmemory.h"
 #include "kernels/error.h"
 #include "lingbot/backend.h"
 #include "lingbot/lingbot.h"
@@ -515,6 +516,258 @@ GST_START_TEST (test_image_pad_and_plain_latents)
   run_clear (&r1);
   run_clear (&r2);
   run_clear (&r3);
+}
+
+GST_END_TEST;
+
+/* ---- memory:LingbotDevice ---- */
+
+/* what went out of lingbotgen's src pad */
+typedef struct {
+  GstCaps *caps;                /* the CAPS event */
+  guint buffers;
+  guint device_buffers;         /* one GstLingbotDeviceMemory */
+  guint system_buffers;         /* system memory */
+  guint meta_buffers;           /* with a GstLingbotChunkMeta */
+} LatentWatch;
+
+static GstPadProbeReturn
+watch_latents (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  LatentWatch *w = user_data;
+
+  if (info->type & GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM) {
+    GstEvent *e = GST_PAD_PROBE_INFO_EVENT (info);
+    if (GST_EVENT_TYPE (e) == GST_EVENT_CAPS) {
+      GstCaps *caps;
+      gst_event_parse_caps (e, &caps);
+      gst_caps_replace (&w->caps, caps);
+    }
+  } else if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
+    GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
+    GstMemory *m = gst_buffer_peek_memory (b, 0);
+    w->buffers++;
+    if (gst_buffer_n_memory (b) == 1 && gst_is_lingbot_device_memory (m))
+      w->device_buffers++;
+    else if (gst_memory_is_type (m, GST_ALLOCATOR_SYSMEM))
+      w->system_buffers++;
+    if (gst_buffer_get_lingbot_chunk_meta (b))
+      w->meta_buffers++;
+  }
+  return GST_PAD_PROBE_OK;
+}
+
+/* runs @desc (lingbotgen named "gen") watching gen's src pad */
+static void
+run_watched (const char *desc, Run * r, LatentWatch * w)
+{
+  GstElement *p = pipeline_new (desc, r);
+  GstElement *gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  GstPad *pad = gst_element_get_static_pad (gen, "src");
+
+  memset (w, 0, sizeof (*w));
+  gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER |
+      GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, watch_latents, w, NULL);
+  gst_object_unref (pad);
+  gst_object_unref (gen);
+  fail_unless (pipeline_run (p, r) != GST_STATE_CHANGE_FAILURE);
+  gst_object_unref (p);
+}
+
+/* holds chunk 0 before lingbotvaedec until lingbotgen, behind a queue,
+ * copied it out of the session to generate chunk 1 */
+static GstPadProbeReturn
+hold_chunk0 (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  const guint64 *preserved = user_data;
+  GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
+
+  for (int i = 0; GST_BUFFER_OFFSET (b) == 0 && i < 2000
+      && gst_lingbot_device_memory_get_n_preserved () == *preserved; i++)
+    g_usleep (10000);
+  return GST_PAD_PROBE_OK;
+}
+
+static gboolean
+caps_have_device_feature (GstCaps * caps)
+{
+  return caps != NULL && gst_caps_features_contains (gst_caps_get_features
+      (caps, 0), GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE);
+}
+
+/* 2 ranks, lingbotgen ! lingbotvaedec: memory:LingbotDevice is negotiated
+ * and the latent bytes never pass through a GstBuffer's system memory (no
+ * download, no copy out of the session); the same video with plain caps
+ * (a caps filter: system-memory bytes) and with device memory held in a
+ * queue past the next chunk (copied out of the session, not downloaded) */
+GST_START_TEST (test_device_memory)
+{
+  g_autofree char *g2 = gen_desc ("lingbotgen name=gen", "cpu:2", NULL);
+  g_autofree char *dd = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=false", trace_path, g2);
+  g_autofree char *dp = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! application/x-lingbot-latent ! lingbotvaedec ! appsink name=sink "
+      "sync=false", trace_path, g2);
+  g_autofree char *dq = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! queue ! lingbotvaedec name=dec ! appsink name=sink sync=false",
+      trace_path, g2);
+  guint64 downloads = gst_lingbot_device_memory_get_n_downloads ();
+  guint64 preserved = gst_lingbot_device_memory_get_n_preserved ();
+  LatentWatch wd, wp, wq;
+  Run rd, rp, rq;
+
+  run_watched (dd, &rd, &wd);
+  check_run (&rd);
+  check_summary (&rd);
+  g_assert_true (frames_vary (&rd));
+  g_assert_true (caps_have_device_feature (wd.caps));
+  g_assert_cmpuint (wd.buffers, ==, 2);
+  g_assert_cmpuint (wd.device_buffers, ==, 2);
+  g_assert_cmpuint (wd.meta_buffers, ==, 2);
+  g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
+      downloads);
+  g_assert_cmpuint (gst_lingbot_device_memory_get_n_preserved (), ==,
+      preserved);
+
+  /* plain caps forced: system-memory bytes (+ meta), the same frames */
+  run_watched (dp, &rp, &wp);
+  check_run (&rp);
+  check_summary (&rp);
+  g_assert_nonnull (wp.caps);
+  g_assert_false (caps_have_device_feature (wp.caps));
+  g_assert_cmpuint (wp.buffers, ==, 2);
+  g_assert_cmpuint (wp.system_buffers, ==, 2);
+  g_assert_cmpuint (wp.meta_buffers, ==, 2);
+  g_assert_cmpint (max_diff (&rd, &rp), ==, 0);
+
+  /* a queue, chunk 0 held before the decoder until chunk 1 is generated:
+   * lingbotgen copies chunk 0 out of the session's latent tensor first
+   * (gst_lingbot_device_memory_preserve(), not through the buffer), and it
+   * decodes to the same frames; no download */
+  {
+    GstElement *p = pipeline_new (dq, &rq);
+    GstElement *gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+    GstElement *dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+    GstPad *pad = gst_element_get_static_pad (gen, "src");
+
+    memset (&wq, 0, sizeof (wq));
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER |
+        GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, watch_latents, &wq, NULL);
+    gst_object_unref (pad);
+    pad = gst_element_get_static_pad (dec, "sink");
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, hold_chunk0,
+        &preserved, NULL);
+    gst_object_unref (pad);
+    gst_object_unref (dec);
+    gst_object_unref (gen);
+    fail_unless (pipeline_run (p, &rq) != GST_STATE_CHANGE_FAILURE);
+    gst_object_unref (p);
+  }
+  check_run (&rq);
+  g_assert_true (caps_have_device_feature (wq.caps));
+  g_assert_cmpuint (wq.device_buffers, ==, 2);
+  g_assert_cmpuint (gst_lingbot_device_memory_get_n_preserved (), ==,
+      preserved + 1);
+  g_assert_cmpint (max_diff (&rd, &rq), ==, 0);
+  g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
+      downloads);
+
+  gst_clear_caps (&wd.caps);
+  gst_clear_caps (&wp.caps);
+  gst_clear_caps (&wq.caps);
+  run_clear (&rd);
+  run_clear (&rp);
+  run_clear (&rq);
+}
+
+GST_END_TEST;
+
+/* mapping a LingbotDevice memory for reading downloads it: the same bytes
+ * as the plain path, counted once per memory; writing is refused; chunk 0,
+ * still held by the appsink when chunk 1 was generated, was copied out of
+ * the session first */
+GST_START_TEST (test_device_memory_map)
+{
+  g_autofree char *g2 = gen_desc ("lingbotgen name=gen", "cpu:2", NULL);
+  g_autofree char *dd = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! appsink name=sink sync=false "
+      "caps=\"application/x-lingbot-latent(memory:LingbotDevice)\"",
+      trace_path, g2);
+  g_autofree char *dp = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! appsink name=sink sync=false caps=application/x-lingbot-latent",
+      trace_path, g2);
+  guint64 downloads, preserved = gst_lingbot_device_memory_get_n_preserved ();
+  LatentWatch wd, wp;
+  Run rd, rp;
+  GstAllocator *allocator;
+
+  run_watched (dp, &rp, &wp);
+  g_assert_cmpstr (rp.error, ==, NULL);
+  g_assert_cmpuint (rp.samples->len, ==, 2);
+  g_assert_cmpuint (wp.system_buffers, ==, 2);
+
+  run_watched (dd, &rd, &wd);
+  g_assert_cmpstr (rd.error, ==, NULL);
+  g_assert_cmpuint (rd.samples->len, ==, 2);
+  g_assert_true (caps_have_device_feature (wd.caps));
+  g_assert_true (caps_have_device_feature (gst_sample_get_caps
+          (g_ptr_array_index (rd.samples, 0))));
+  g_assert_cmpuint (wd.device_buffers, ==, 2);
+  g_assert_cmpuint (gst_lingbot_device_memory_get_n_preserved (), ==,
+      preserved + 1);
+  /* registered when the plugin loaded */
+  allocator = gst_allocator_find (GST_LINGBOT_DEVICE_MEMORY_TYPE);
+  g_assert_nonnull (allocator);
+  gst_object_unref (allocator);
+
+  /* after the pipeline stopped: the memory keeps the session alive */
+  downloads = gst_lingbot_device_memory_get_n_downloads ();
+  for (guint i = 0; i < 2; i++) {
+    GstBuffer *bd = gst_sample_get_buffer (g_ptr_array_index (rd.samples, i));
+    GstBuffer *bp = gst_sample_get_buffer (g_ptr_array_index (rp.samples, i));
+    GstMemory *mem = gst_buffer_peek_memory (bd, 0);
+    GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (bd);
+    GstMapInfo md, mp;
+    GstBuffer *deep;
+
+    g_assert_true (gst_is_lingbot_device_memory (mem));
+    g_assert_true (gst_memory_is_type (mem, GST_LINGBOT_DEVICE_MEMORY_TYPE));
+    g_assert_nonnull (meta);
+    g_assert_cmpuint (meta->chunk, ==, i);
+    g_assert_cmpuint (((GstLingbotDeviceMemory *) mem)->chunk, ==, i);
+    g_assert_false (gst_memory_map (mem, &md, GST_MAP_WRITE));
+    g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
+        downloads + i);
+
+    g_assert_true (gst_buffer_map (bd, &md, GST_MAP_READ));
+    g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
+        downloads + i + 1);
+    g_assert_true (gst_buffer_map (bp, &mp, GST_MAP_READ));
+    g_assert_cmpuint (md.size, ==, mp.size);
+    g_assert_cmpuint (md.size, ==, 16 * 4 * 8 * 8 * sizeof (float));
+    g_assert_true (memcmp (md.data, mp.data, md.size) == 0);
+    gst_buffer_unmap (bd, &md);
+
+    /* mapped again: the same copy, no second download; a deep copy is
+     * system memory with the same bytes */
+    g_assert_true (gst_buffer_map (bd, &md, GST_MAP_READ));
+    gst_buffer_unmap (bd, &md);
+    deep = gst_buffer_copy_deep (bd);
+    g_assert_false (gst_is_lingbot_device_memory (gst_buffer_peek_memory
+            (deep, 0)));
+    g_assert_true (gst_buffer_map (deep, &md, GST_MAP_READ));
+    g_assert_true (memcmp (md.data, mp.data, md.size) == 0);
+    gst_buffer_unmap (deep, &md);
+    gst_buffer_unref (deep);
+    gst_buffer_unmap (bp, &mp);
+    g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
+        downloads + i + 1);
+  }
+
+  gst_clear_caps (&wd.caps);
+  gst_clear_caps (&wp.caps);
+  run_clear (&rd);
+  run_clear (&rp);
 }
 
 GST_END_TEST;
@@ -1455,6 +1708,8 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_latency);
   tcase_add_test (tc, test_stop_restart);
   tcase_add_test (tc, test_image_pad_and_plain_latents);
+  tcase_add_test (tc, test_device_memory);
+  tcase_add_test (tc, test_device_memory_map);
   tcase_add_test (tc, test_mp4);
   tcase_add_test (tc, test_embed_example);
   tcase_add_test (tc, test_bin_unlinked_control);
