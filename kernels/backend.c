@@ -131,7 +131,8 @@ static const struct
   OP (gated_residual), OP (rope_3d), OP (attention), OP (gelu_tanh),
   OP (silu), OP (add), OP (mul), OP (scale), OP (conv3d_causal),
   OP (conv2d), OP (upsample_nearest2x), OP (patchify), OP (unpatchify),
-  OP (resize_bicubic),
+  OP (resize_bicubic), OP (copy), OP (clamp), OP (fill), OP (accumulate),
+  OP (channel_rms_norm), OP (upsample_nearest2x_halo), OP (latent_affine),
 };
 #undef OP
 

@@ -926,3 +926,124 @@ lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
   }
   return TRUE;
 }
+
+/* ---- strided ops ---- */
+
+/**
+ * lb_check_strided:
+ * @op: op name for the message
+ * @x: (nullable): f32 input of @y's shape, any strides (%NULL for fill)
+ * @y: f32 output of 1 to 5 dims, any strides
+ * @g: (out): the 5-D walk
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_strided (const char *op, const LbTensor * x, const LbTensor * y,
+    LbStrided5 * g, GError ** error)
+{
+  int64_t any[5] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!check_present (op, "y", y, "f32 [1 to 5 dims]", error))
+    return FALSE;
+  if (y->ndim < 1 || y->ndim > 5) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "%s: y is %s %s, expected 1 to 5 dims", op,
+        lb_dtype_name (y->dtype), have);
+  }
+  if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, y->ndim, any, FALSE, error))
+    return FALSE;
+  if (x != NULL && !lb_check_tensor (op, "x", x, LB_DTYPE_F32, y->ndim,
+          y->shape, FALSE, error))
+    return FALSE;
+  const int pad = 5 - y->ndim;
+  g->cdim = pad;
+  for (int i = 0; i < 5; i++) {
+    int j = i - pad;
+    g->shape[i] = j < 0 ? 1 : y->shape[j];
+    g->ys[i] = j < 0 ? 0 : y->stride[j];
+    g->xs[i] = (j < 0 || x == NULL) ? 0 : x->stride[j];
+  }
+  return TRUE;
+}
+
+/**
+ * lb_check_latent_affine:
+ * @x: f32 [C, ...] (2 to 5 dims, any strides)
+ * @mean: f32 [C] contiguous
+ * @inv_std: f32 [C] contiguous
+ * @y: f32 of x's shape, any strides
+ * @g: (out): the 5-D walk
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
+    const LbTensor * inv_std, const LbTensor * y, LbStrided5 * g,
+    GError ** error)
+{
+  const char *op = "latent_affine";
+  if (!check_present (op, "x", x, "f32 [C, ...]", error) ||
+      !lb_check_strided (op, x, y, g, error))
+    return FALSE;
+  if (x->ndim < 2) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_check_fail (error, "%s: x is f32 %s, expected [C, ...] with 2 "
+        "to 5 dims", op, have);
+  }
+  int64_t c[1] = { x->shape[0] };
+  return lb_check_tensor (op, "mean", mean, LB_DTYPE_F32, 1, c, TRUE, error)
+      && lb_check_tensor (op, "inv_std", inv_std, LB_DTYPE_F32, 1, c, TRUE,
+      error);
+}
+
+/**
+ * lb_check_channel_rms_norm:
+ * @x: f32 [C, T, H, W], any strides
+ * @gamma: f32 [C] contiguous
+ * @y: f32 [C, T, H, W], any strides
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_channel_rms_norm (const LbTensor * x, const LbTensor * gamma,
+    const LbTensor * y, GError ** error)
+{
+  const char *op = "channel_rms_norm";
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 4, any4, FALSE, error) ||
+      !lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, x->shape, FALSE, error))
+    return FALSE;
+  int64_t c[1] = { x->shape[0] };
+  return lb_check_tensor (op, "gamma", gamma, LB_DTYPE_F32, 1, c, TRUE,
+      error);
+}
+
+/**
+ * lb_check_upsample_nearest2x_halo:
+ * @x: f32 [C, T, h + 2, w] with stride[3] == 1
+ * @y: f32 [C, T, 2h + 2, 2w] contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_upsample_nearest2x_halo (const LbTensor * x, const LbTensor * y,
+    GError ** error)
+{
+  const char *op = "upsample_nearest2x_halo";
+  int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 4, any4, FALSE, error))
+    return FALSE;
+  if (x->shape[2] < 2)
+    return lb_check_fail (error, "%s: x has %" G_GINT64_FORMAT " rows, "
+        "expected a band plus 2 halo rows", op, x->shape[2]);
+  if (x->shape[3] > 1 && x->stride[3] != 1)
+    return fail_strides (op, "x", x, "a view with stride[3] == 1", error);
+  int64_t ys[4] = { x->shape[0], x->shape[1], 2 * x->shape[2] - 2,
+    2 * x->shape[3]
+  };
+  return lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, ys, TRUE, error);
+}

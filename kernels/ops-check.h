@@ -144,4 +144,36 @@ gboolean lb_check_unpatchify (const LbTensor * z, int ph, int pw,
 gboolean lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
     GError ** error);
 
+/* ---- strided ops ---- */
+
+/**
+ * LbStrided5:
+ * @shape: the extents of y left-padded with 1 to 5 dims
+ * @ys: strides of y (0 in padded dims)
+ * @xs: strides of x (0 in padded dims, all 0 without x)
+ * @cdim: the padded index of the tensor's dim 0 (5 - ndim)
+ *
+ * The 5-D walk of the strided ops (copy, clamp, fill, accumulate,
+ * latent_affine).
+ */
+typedef struct
+{
+  int64_t shape[5];
+  int64_t ys[5];
+  int64_t xs[5];
+  int cdim;
+} LbStrided5;
+
+/* copy, clamp, fill (@x %NULL), accumulate: f32 y of 1..5 dims, any
+ * strides, x (when given) f32 of y's shape. */
+gboolean lb_check_strided (const char *op, const LbTensor * x,
+    const LbTensor * y, LbStrided5 * g, GError ** error);
+gboolean lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
+    const LbTensor * inv_std, const LbTensor * y, LbStrided5 * g,
+    GError ** error);
+gboolean lb_check_channel_rms_norm (const LbTensor * x,
+    const LbTensor * gamma, const LbTensor * y, GError ** error);
+gboolean lb_check_upsample_nearest2x_halo (const LbTensor * x,
+    const LbTensor * y, GError ** error);
+
 G_END_DECLS

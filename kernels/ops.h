@@ -90,6 +90,41 @@ typedef struct _LbStream LbStream;
  *   in/out and source coordinate `scale*(o+0.5)-0.5` in float32 (not
  *   clamped), the 4 taps clamped to the border, width taps combined first
  *   (golden README 4).
+ *
+ * The strided ops below (@copy, @clamp, @fill, @accumulate, @latent_affine)
+ * take f32 views of 1 to 5 dims with any strides (including 0-stride
+ * broadcasts of an input); x and y have the same shape and must not
+ * overlap unless the op says in place.  Their results are exact (no
+ * rounding beyond the single f32 operation written), so every backend
+ * gives bit-identical results.
+ * @copy: `y = x` (f32, same shape, any strides).
+ * @clamp: `y = min(max(x, lo), hi)` evaluated as
+ *   `v = x < lo ? lo : x; y = v > hi ? hi : v`, so NaN stays NaN (as
+ *   torch.clamp).  Any strides; in place allowed (y == x).
+ * @fill: `y[...] = value` (any strides).
+ * @accumulate: in place `y += x` (same shape, any strides; used where the
+ *   addend's layout differs from y's, e.g. token-major [N, C] attention
+ *   output added to a channel-major [C, T, H, W] residual).
+ * @channel_rms_norm: Wan2.1 RMS_norm over the channels of x [C, T, H, W]
+ *   (vae_and_distributed_spec.md A.3), in the reference's order of
+ *   operations: per voxel `n = max(sqrt(sum_c x[c]^2), 1e-12)` (the sum in
+ *   f32, channel order), `v = x[c] / n * sqrt(C) * gamma[c]` (sqrt(C) is
+ *   the f32 rounding of the double root), then when @silu
+ *   `v = v / (1 + exp(-v))`.  x and y are [C, T, H, W] views with any
+ *   strides (y may be the interior of a halo-padded buffer, or a
+ *   token-major [N, C] buffer seen as [C, T, H, W]); @gamma f32 [C]
+ *   contiguous.  y must not overlap x.
+ * @upsample_nearest2x_halo: nearest x2 of a band of h rows that carries one
+ *   halo row above and below, keeping one upsampled halo row per side:
+ *   x [C, T, h + 2, w] (stride[3] == 1, other strides free) ->
+ *   y [C, T, 2h + 2, 2w] contiguous, `y[c, t, r, j] = x[c, t, (r+1)/2, j/2]`
+ *   (the full upsample's outermost rows, never read by the following 3x3
+ *   conv, are dropped).
+ * @latent_affine: per-channel latent (de)normalisation of x [C, ...]
+ *   (dim 0 is the channel) into y of the same shape, @mean and @inv_std
+ *   f32 [C] contiguous: when @denormalize `y = x / inv_std[c] + mean[c]`,
+ *   else `y = (x - mean[c]) * inv_std[c]` (spec A.2: the reference divides
+ *   by the float32 reciprocal, it does not multiply by the std).
  */
 typedef struct _LbOps {
   gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -136,6 +171,20 @@ typedef struct _LbOps {
       LbTensor * y, GError ** error);
   gboolean (*resize_bicubic) (LbStream * s, const LbTensor * x, LbTensor * y,
       GError ** error);
+  gboolean (*copy) (LbStream * s, const LbTensor * x, LbTensor * y,
+      GError ** error);
+  gboolean (*clamp) (LbStream * s, const LbTensor * x, float lo, float hi,
+      LbTensor * y, GError ** error);
+  gboolean (*fill) (LbStream * s, LbTensor * y, float value, GError ** error);
+  gboolean (*accumulate) (LbStream * s, const LbTensor * x, LbTensor * y,
+      GError ** error);
+  gboolean (*channel_rms_norm) (LbStream * s, const LbTensor * x,
+      const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error);
+  gboolean (*upsample_nearest2x_halo) (LbStream * s, const LbTensor * x,
+      LbTensor * y, GError ** error);
+  gboolean (*latent_affine) (LbStream * s, const LbTensor * x,
+      const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize,
+      LbTensor * y, GError ** error);
 } LbOps;
 
 /**

@@ -58,7 +58,8 @@ rank_setup (DecRank *dr, LingbotVaeDecoder *dec, GError **error)
       || !(dr->z2
            = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, zshape, error)))
     return FALSE;
-  return vae_ctx_alloc (ctx, 0, error);
+  return vae_ctx_alloc (ctx, 0, error)
+         && vae_ctx_upload_latent_consts (ctx, dec->vae, error);
 }
 
 static gboolean
@@ -88,10 +89,11 @@ rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
   vae_view_flat (&z, dr->z, 4, zshape);
   vae_view_flat (&z2, dr->z2, 4, zshape);
   /* spec A.5: de-normalise, conv2 on the whole chunk, then per frame */
-  if (!vae_latent_denormalize (&band, vae->mean, vae->inv_std, &z, error)
-      || !lb_ops (ctx->stream)
-              ->conv3d_causal (ctx->stream, &z, NULL, &vae->conv2.w,
-                  &vae->conv2.b, 0, 0, 1, 1, &z2, error))
+  const LbOps *ops = lb_ops (ctx->stream);
+  if (!ops->latent_affine (
+          ctx->stream, &band, ctx->mean, ctx->inv_std, TRUE, &z, error)
+      || !ops->conv3d_causal (ctx->stream, &z, NULL, &vae->conv2.w,
+          &vae->conv2.b, 0, 0, 1, 1, &z2, error))
     return FALSE;
 
   int64_t f0 = 0;
@@ -104,7 +106,7 @@ rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
     vae_view4 (&x, ctx->bx, s.c, s.t, s.h, s.w);
     lb_tensor_view_narrow (&dst, out, 1, f0, s.t);
     lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, rows * S);
-    if (!vae_copy_clamp (&dst, &x, -1.f, 1.f, error))
+    if (!ops->clamp (ctx->stream, &x, -1.f, 1.f, &dst, error))
       return FALSE;
     f0 += s.t;
   }
@@ -183,7 +185,11 @@ static gboolean
 check_cpu_stream (LbStream *stream, GError **error)
 {
   if (stream->backend->device_type != LB_DEVICE_CPU) {
-    /* the layout helpers of vae-ops.c are not in the op table yet */
+    /* Every per-chunk compute step goes through the op table now
+     * (lb_ops (stream)), but the session is not device-ready yet: the
+     * weights (LingbotVae) live on the host, and the API's latents and
+     * frame buffer are host tensors that rank_decode() reads and writes
+     * directly (no upload / download staging). */
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "VAE: backend %s is not supported yet (CPU only)",
         stream->backend->name);
@@ -301,7 +307,9 @@ void
 lingbot_vae_decoder_reset (LingbotVaeDecoder *dec)
 {
   for (int r = 0; r < dec->n_ranks; r++) {
-    vae_ctx_reset (&dec->ranks[r].ctx);
+    g_autoptr (GError) err = NULL;
+    if (!vae_ctx_reset (&dec->ranks[r].ctx, &err))
+      g_warning ("VAE decoder reset, rank %d: %s", r, err->message);
     dec->ranks[r].first = TRUE;
     dec->ranks[r].halo_last = 0;
     dec->ranks[r].halo_us_last = 0;

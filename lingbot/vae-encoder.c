@@ -61,6 +61,8 @@ lingbot_vae_encoder_new (
     return NULL;
   }
   if (stream->backend->device_type != LB_DEVICE_CPU) {
+    /* as the decoder (vae-decoder.c check_cpu_stream()): host weights and
+     * host image / condition tensors, though every step is an op */
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "VAE: backend %s is not supported yet (CPU only)",
         stream->backend->name);
@@ -88,6 +90,7 @@ lingbot_vae_encoder_new (
   if (!vae_ctx_plan (
           &enc->ctx, &vae->enc, 3, VAE_SEGMENT_T, height, width, error)
       || !vae_ctx_alloc (&enc->ctx, 0, error)
+      || !vae_ctx_upload_latent_consts (&enc->ctx, vae, error)
       || !(enc->zeros
            = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
       || !(enc->mu = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))
@@ -96,7 +99,10 @@ lingbot_vae_encoder_new (
     lingbot_vae_encoder_free (enc);
     return NULL;
   }
-  memset (enc->zeros->data, 0, lb_tensor_nbytes (enc->zeros));
+  if (!lb_ops (stream)->fill (stream, enc->zeros, 0.f, error)) {
+    lingbot_vae_encoder_free (enc);
+    return NULL;
+  }
   return enc;
 }
 
@@ -126,7 +132,9 @@ lingbot_vae_encoder_free (LingbotVaeEncoder *enc)
 void
 lingbot_vae_encoder_reset (LingbotVaeEncoder *enc)
 {
-  vae_ctx_reset (&enc->ctx);
+  g_autoptr (GError) err = NULL;
+  if (!vae_ctx_reset (&enc->ctx, &err))
+    g_warning ("VAE encoder reset: %s", err->message);
   enc->constant_from = -1;
   enc->n_segments = 0;
   enc->n_encoded = 0;
@@ -180,7 +188,7 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
   VaeCtx *ctx = &enc->ctx;
   if (zero_input && enc->reuse && enc->constant_from >= 0) {
     enc->n_segments++;
-    return vae_copy (out, enc->constant, error);
+    return lb_ops (ctx->stream)->copy (ctx->stream, enc->constant, out, error);
   }
   ctx->track_changes = zero_input && enc->reuse;
   ctx->changed = FALSE;
@@ -194,11 +202,13 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
   if (!lb_ops (ctx->stream)
            ->conv3d_causal (ctx->stream, &h32, NULL, &vae->conv1_mu.w,
                &vae->conv1_mu.b, 0, 0, 1, 1, enc->mu, error)
-      || !vae_latent_normalize (enc->mu, vae->mean, vae->inv_std, out, error))
+      || !lb_ops (ctx->stream)
+              ->latent_affine (ctx->stream, enc->mu, ctx->mean, ctx->inv_std,
+                  FALSE, out, error))
     return FALSE;
   if (ctx->track_changes && !ctx->changed && enc->n_segments > 0) {
     enc->constant_from = enc->n_segments;
-    if (!vae_copy (enc->constant, out, error))
+    if (!lb_ops (ctx->stream)->copy (ctx->stream, out, enc->constant, error))
       return FALSE;
   }
   ctx->track_changes = FALSE;
@@ -355,7 +365,7 @@ lingbot_vae_encoder_encode_condition (
   LbTensor mask, lat;
   lb_tensor_view_narrow (&mask, &yy, 0, 0, 4);
   lb_tensor_view_narrow (&lat, &yy, 0, 4, VAE_Z_DIM);
-  if (!vae_fill (&mask, 0.f, error))
+  if (!lb_ops (enc->ctx.stream)->fill (enc->ctx.stream, &mask, 0.f, error))
     return FALSE;
   for (int64_t l = 0; l < yy.shape[1]; l++) {
     LbTensor out, seg;
@@ -366,7 +376,8 @@ lingbot_vae_encoder_encode_condition (
       image_as_clip (&seg, &img);
       ok = encode_segment (enc, &seg, FALSE, &out, error);
       lb_tensor_view_narrow (&m0, &mask, 1, 0, 1);
-      ok = ok && vae_fill (&m0, 1.f, error);
+      ok = ok
+           && lb_ops (enc->ctx.stream)->fill (enc->ctx.stream, &m0, 1.f, error);
     } else {
       ok = encode_segment (enc, enc->zeros, TRUE, &out, error);
     }

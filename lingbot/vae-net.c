@@ -40,9 +40,9 @@ conv_run (VaeCtx *ctx, const VaeConv *cv, const LbTensor *x,
           stride, stride, y, error);
 }
 
-/* Bitwise comparison of two equally shaped views (fixed-point tracking). */
+/* Bitwise comparison of two equally shaped host views. */
 static gboolean
-views_equal (const LbTensor *a, const LbTensor *b)
+host_views_equal (const LbTensor *a, const LbTensor *b)
 {
   g_assert (a->ndim == 4 && lb_tensor_same_shape (a, b));
   const float *pa = a->data, *pb = b->data;
@@ -67,6 +67,41 @@ views_equal (const LbTensor *a, const LbTensor *b)
   return TRUE;
 }
 
+/* Fixed-point tracking (encoder): sets ctx->changed when the views @a and
+ * @b (equal shapes, at most a cache slot's elements each) differ bitwise.
+ * On the CPU they are compared in place; on a device both are copied into
+ * the contiguous device scratch ctx->cmp_dev and downloaded into the host
+ * buffer ctx->cmp_host (both allocated once by vae_ctx_alloc()). */
+static gboolean
+track_change (VaeCtx *ctx, const LbTensor *a, const LbTensor *b, GError **error)
+{
+  if (!ctx->track_changes || ctx->changed)
+    return TRUE;
+  if (ctx->stream->backend->device_type == LB_DEVICE_CPU) {
+    if (!host_views_equal (a, b))
+      ctx->changed = TRUE;
+    return TRUE;
+  }
+  const LbOps *ops = lb_ops (ctx->stream);
+  int64_t n = lb_tensor_numel (a);
+  g_assert (2 * n <= lb_tensor_numel (ctx->cmp_dev));
+  LbTensor da, db, both, host;
+  vae_view_flat (&both, ctx->cmp_dev, 1, (int64_t[1]){ 2 * n });
+  vae_view_flat (&host, ctx->cmp_host, 1, (int64_t[1]){ 2 * n });
+  lb_tensor_view_init (
+      &da, LB_DTYPE_F32, both.data, both.device, a->ndim, a->shape, NULL);
+  lb_tensor_view_init (&db, LB_DTYPE_F32, (float *)both.data + n, both.device,
+      b->ndim, b->shape, NULL);
+  if (!ops->copy (ctx->stream, a, &da, error)
+      || !ops->copy (ctx->stream, b, &db, error)
+      || !lb_tensor_download (ctx->stream, &host, &both, error))
+    return FALSE;
+  const float *h = host.data;
+  if (memcmp (h, h + n, (gsize)n * sizeof (float)) != 0)
+    ctx->changed = TRUE;
+  return TRUE;
+}
+
 static LbTensor *
 cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
     GError **error)
@@ -79,6 +114,7 @@ cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
     if (tn == NULL)
       return NULL;
     g_ptr_array_add (ctx->caches, tn);
+    need (&ctx->need_cmp, c * t * h * w);
     return tn;
   }
   g_assert ((guint)slot < ctx->caches->len);
@@ -92,22 +128,22 @@ cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
 static gboolean
 cache_update (VaeCtx *ctx, LbTensor *cache, const LbTensor *x, GError **error)
 {
+  const LbOps *ops = lb_ops (ctx->stream);
   int64_t t = x->shape[1];
   LbTensor a, b;
   if (t >= 2) {
     lb_tensor_view_narrow (&a, x, 1, t - 2, 2);
-    if (ctx->track_changes && !ctx->changed && !views_equal (cache, &a))
-      ctx->changed = TRUE;
-    return vae_copy (cache, &a, error);
+    return track_change (ctx, cache, &a, error)
+           && ops->copy (ctx->stream, &a, cache, error);
   }
   LbTensor c0, c1;
   lb_tensor_view_narrow (&c0, cache, 1, 0, 1);
   lb_tensor_view_narrow (&c1, cache, 1, 1, 1);
-  if (ctx->track_changes && !ctx->changed
-      && (!views_equal (&c0, &c1) || !views_equal (&c1, x)))
-    ctx->changed = TRUE;
   lb_tensor_view (&b, x);
-  return vae_copy (&c0, &c1, error) && vae_copy (&c1, &b, error);
+  return track_change (ctx, &c0, &c1, error)
+         && track_change (ctx, &c1, &b, error)
+         && ops->copy (ctx->stream, &c1, &c0, error)
+         && ops->copy (ctx->stream, &b, &c1, error);
 }
 
 /* A causal conv over the halo-padded input @p [Cin, t, hp, w] with the
@@ -140,12 +176,13 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
       need (&ctx->need_halo, n);
     return TRUE;
   }
+  const LbOps *ops = lb_ops (ctx->stream);
   LbTensor top, bot;
   lb_tensor_view_narrow (&top, p, 2, 0, 1);
   lb_tensor_view_narrow (&bot, p, 2, hp - 1, 1);
-  if (!up && !vae_fill (&top, 0.f, error))
+  if (!up && !ops->fill (ctx->stream, &top, 0.f, error))
     return FALSE;
-  if (!down && !vae_fill (&bot, 0.f, error))
+  if (!down && !ops->fill (ctx->stream, &bot, 0.f, error))
     return FALSE;
   if (!up && !down)
     return TRUE;
@@ -160,14 +197,14 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
     lb_tensor_view_narrow (&row, p, 2, 1, 1);
     lb_tensor_view_init (
         &buf, LB_DTYPE_F32, send_up, p->device, 4, shape, NULL);
-    if (!vae_copy (&buf, &row, error))
+    if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
   if (down) {
     lb_tensor_view_narrow (&row, p, 2, hp - 2, 1);
     lb_tensor_view_init (
         &buf, LB_DTYPE_F32, send_down, p->device, 4, shape, NULL);
-    if (!vae_copy (&buf, &row, error))
+    if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
   LbRank *r = ctx->rank;
@@ -188,13 +225,13 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
   if (up) {
     lb_tensor_view_init (
         &buf, LB_DTYPE_F32, recv_up, p->device, 4, shape, NULL);
-    if (!vae_copy (&top, &buf, error))
+    if (!ops->copy (ctx->stream, &buf, &top, error))
       return FALSE;
   }
   if (down) {
     lb_tensor_view_init (
         &buf, LB_DTYPE_F32, recv_down, p->device, 4, shape, NULL);
-    if (!vae_copy (&bot, &buf, error))
+    if (!ops->copy (ctx->stream, &buf, &bot, error))
       return FALSE;
   }
   ctx->halo_bytes += (guint64)((up ? 1 : 0) + (down ? 1 : 0)) * n * 4;
@@ -225,8 +262,10 @@ pad_input (VaeCtx *ctx, const LbTensor *x, const LbTensor *gamma, LbTensor *p,
   vae_view4 (p, ctx->bp, C, t, h + 2, W);
   LbTensor in;
   lb_tensor_view_narrow (&in, p, 2, 1, h);
-  gboolean ok = gamma ? vae_rms_norm_channels (x, gamma, TRUE, &in, error)
-                      : vae_copy (&in, x, error);
+  const LbOps *ops = lb_ops (ctx->stream);
+  gboolean ok
+      = gamma ? ops->channel_rms_norm (ctx->stream, x, gamma, TRUE, &in, error)
+              : ops->copy (ctx->stream, x, &in, error);
   return ok && halo_exchange (ctx, p, error);
 }
 
@@ -337,7 +376,8 @@ attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
 
   for (int64_t f = 0; f < s->t; f++) {
     lb_tensor_view_narrow (&xf, &x, 1, f, 1);
-    if (!vae_rms_norm_channels (&xf, &l->gamma_a, FALSE, &xn4, error))
+    if (!ops->channel_rms_norm (
+            ctx->stream, &xf, &l->gamma_a, FALSE, &xn4, error))
       return FALSE;
     if (sharded
         && !lb_comm_all_gather_v (ctx->rank, LB_DTYPE_F32, xn.data,
@@ -349,7 +389,7 @@ attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
             ctx->stream, &q3, &k3, &v3, NULL, NULL, scale, &o3, error)
         || !ops->gemm (
             ctx->stream, &o, &l->b.w, TRUE, &l->b.b, 1.f, 0.f, &r, error)
-        || !vae_add_into (&xf, &r4, error))
+        || !ops->accumulate (ctx->stream, &r4, &xf, error))
       return FALSE;
   }
   return TRUE;
@@ -390,7 +430,7 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
         lb_tensor_view_select (&dst, &p5, 2, j);
         lb_tensor_view_narrow (&dst, &dst, 2, 1, h);
         lb_tensor_view_narrow (&src, &yt, 0, j * C, C);
-        if (!vae_copy (&dst, &src, error))
+        if (!lb_ops (ctx->stream)->copy (ctx->stream, &src, &dst, error))
           return FALSE;
       }
     } else {
@@ -418,7 +458,8 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
     return TRUE;
   }
   vae_view_flat (&u, ctx->bu, 4, ushape);
-  if (!vae_upsample2x_halo (&p, &u, error)
+  if (!lb_ops (ctx->stream)
+           ->upsample_nearest2x_halo (ctx->stream, &p, &u, error)
       || !conv_run (ctx, &l->a, &u, NULL, 0, 1, 1, &y, error))
     return FALSE;
   *s = so;
@@ -432,6 +473,7 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
 {
   const int64_t C = s->c, t = s->t, h = s->h, W = s->w;
   const int64_t ho = (h + 1 - 3) / 2 + 1, wo = (W + 1 - 3) / 2 + 1;
+  const LbOps *ops = lb_ops (ctx->stream);
   LbTensor x, p, y, in;
   VaeShape sy = { C, t, ho, wo };
   view_x (ctx, &x, ctx->bx, s);
@@ -444,10 +486,11 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
     lb_tensor_view_narrow (&in, &p, 2, 0, h);
     lb_tensor_view_narrow (&in, &in, 3, 0, W);
     lb_tensor_view_narrow (&edge, &p, 2, h, 1);
-    if (!vae_copy (&in, &x, error) || !vae_fill (&edge, 0.f, error))
+    if (!ops->copy (ctx->stream, &x, &in, error)
+        || !ops->fill (ctx->stream, &edge, 0.f, error))
       return FALSE;
     lb_tensor_view_narrow (&edge, &p, 3, W, 1);
-    if (!vae_fill (&edge, 0.f, error)
+    if (!ops->fill (ctx->stream, &edge, 0.f, error)
         || !conv_run (ctx, &l->a, &p, NULL, 0, 0, 2, &y, error))
       return FALSE;
   }
@@ -466,7 +509,7 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
     ctx->started[li] = TRUE;
     ctx->changed = TRUE;
     lb_tensor_view_narrow (&last, &y, 1, t - 1, 1);
-    if (!vae_copy (cache, &last, error))
+    if (!ops->copy (ctx->stream, &last, cache, error))
       return FALSE;
     swap_xy (ctx);
     *s = sy;
@@ -494,12 +537,13 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
   if (!conv_run (ctx, &l->b, &y, cache, 0, 0, 1, &z, error))
     return FALSE;
   lb_tensor_view_narrow (&last, &y, 1, t - 1, 1);
-  if (ctx->track_changes && !ctx->changed && !views_equal (cache, &last))
-    ctx->changed = TRUE;
+  if (!track_change (ctx, cache, &last, error))
+    return FALSE;
   LbTensor z5, odd;
   lb_tensor_view_reshape (&z5, &z, 5, (int64_t[5]){ C, t / 2, 2, ho, wo });
   lb_tensor_view_select (&odd, &z5, 2, 1);
-  if (!vae_copy (cache, &last, error) || !vae_copy (&xo, &odd, error))
+  if (!ops->copy (ctx->stream, &last, cache, error)
+      || !ops->copy (ctx->stream, &odd, &xo, error))
     return FALSE;
   *s = so;
   return TRUE;
@@ -636,28 +680,66 @@ vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error)
         || !(ctx->ar = alloc_flat (ctx, ctx->need_attn_l, error)))
       return FALSE;
   }
-  vae_ctx_reset (ctx);
-  return TRUE;
+  if (ctx->stream->backend->device_type != LB_DEVICE_CPU && ctx->need_cmp > 0) {
+    int64_t shape[1] = { 2 * ctx->need_cmp };
+    if (!(ctx->cmp_dev = alloc_flat (ctx, 2 * ctx->need_cmp, error)))
+      return FALSE;
+    ctx->cmp_host = lb_tensor_new (LB_DTYPE_F32, 1, shape);
+  }
+  return vae_ctx_reset (ctx, error);
+}
+
+/**
+ * vae_ctx_upload_latent_consts:
+ * @vae: the model whose mean / inv_std the session uses
+ *
+ * Copies the 16 latent means and float32 reciprocal stds onto the
+ * context's device (ctx->mean, ctx->inv_std, [16] each), once per session,
+ * for the latent_affine op.
+ */
+gboolean
+vae_ctx_upload_latent_consts (
+    VaeCtx *ctx, const LingbotVae *vae, GError **error)
+{
+  int64_t shape[1] = { VAE_Z_DIM };
+  LbTensor hm, hs;
+  lb_tensor_view_init (
+      &hm, LB_DTYPE_F32, (void *)vae->mean, LB_DEVICE_HOST, 1, shape, NULL);
+  lb_tensor_view_init (
+      &hs, LB_DTYPE_F32, (void *)vae->inv_std, LB_DEVICE_HOST, 1, shape, NULL);
+  if (!(ctx->mean
+          = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error))
+      || !(ctx->inv_std
+           = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error)))
+    return FALSE;
+  return lb_tensor_upload (ctx->stream, ctx->mean, &hm, error)
+         && lb_tensor_upload (ctx->stream, ctx->inv_std, &hs, error)
+         && ctx->stream->backend->stream_synchronize (ctx->stream, error);
 }
 
 /**
  * vae_ctx_reset:
  *
- * Starts a new stream: zero history in every cache slot, every resample
- * back to its first call.
+ * Starts a new stream: zero history in every cache slot (the backend's
+ * fill op, so the slots may live on a device), every resample back to its
+ * first call.
+ *
+ * Returns: %FALSE when a fill failed (only on a device error).
  */
-void
-vae_ctx_reset (VaeCtx *ctx)
+gboolean
+vae_ctx_reset (VaeCtx *ctx, GError **error)
 {
-  for (guint i = 0; ctx->caches && i < ctx->caches->len; i++) {
+  gboolean ok = TRUE;
+  for (guint i = 0; ok && ctx->caches && i < ctx->caches->len; i++) {
     LbTensor *t = g_ptr_array_index (ctx->caches, i);
-    memset (t->data, 0, lb_tensor_nbytes (t));
+    ok = lb_ops (ctx->stream)->fill (ctx->stream, t, 0.f, error);
   }
   if (ctx->started)
     memset (ctx->started, 0, sizeof (gboolean) * ctx->n_layers);
   ctx->halo_bytes = 0;
   ctx->halo_us = 0;
   ctx->changed = FALSE;
+  return ok;
 }
 
 gsize
@@ -674,7 +756,7 @@ vae_ctx_clear (VaeCtx *ctx)
 {
   LbTensor **bufs[] = { &ctx->bx, &ctx->by, &ctx->bp, &ctx->bu, &ctx->halo_send,
     &ctx->halo_recv, &ctx->xn_local, &ctx->xn_full, &ctx->akv, &ctx->ao,
-    &ctx->ar };
+    &ctx->ar, &ctx->cmp_dev, &ctx->cmp_host, &ctx->mean, &ctx->inv_std };
   for (guint i = 0; i < G_N_ELEMENTS (bufs); i++)
     g_clear_pointer (bufs[i], lb_tensor_free);
   g_clear_pointer (&ctx->caches, g_ptr_array_unref);

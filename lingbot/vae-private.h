@@ -76,24 +76,11 @@ struct _LingbotVae
   GPtrArray *owned;        /* LbTensor* converted to f32 at load */
 };
 
-/* ---- VAE-local CPU helpers (vae-ops.c) ----
- * Every one of these is a layout or per-voxel step the op table (ops.h)
- * lacks.  They dereference host pointers, so they run on CPU tensors only;
- * they should move into LbOps (with CUDA versions) before the VAE runs on a
- * device.  All take float32 views of up to 5 dims with arbitrary strides. */
-
-gboolean vae_copy (LbTensor *dst, const LbTensor *src, GError **error);
-gboolean vae_copy_clamp (
-    LbTensor *dst, const LbTensor *src, float lo, float hi, GError **error);
-gboolean vae_fill (LbTensor *dst, float value, GError **error);
-gboolean vae_add_into (LbTensor *dst, const LbTensor *src, GError **error);
-gboolean vae_rms_norm_channels (const LbTensor *x, const LbTensor *gamma,
-    gboolean silu, LbTensor *y, GError **error);
-gboolean vae_upsample2x_halo (const LbTensor *x, LbTensor *y, GError **error);
-gboolean vae_latent_denormalize (const LbTensor *z, const float *mean,
-    const float *inv_std, LbTensor *y, GError **error);
-gboolean vae_latent_normalize (const LbTensor *mu, const float *mean,
-    const float *inv_std, LbTensor *y, GError **error);
+/* ---- view helpers (vae-ops.c) ----
+ * The VAE's compute steps are all op-table ops (kernels/ops.h: copy, clamp,
+ * fill, accumulate, channel_rms_norm, upsample_nearest2x_halo,
+ * latent_affine, besides the convs, gemm and attention), called through
+ * lb_ops (ctx->stream). */
 
 /* View helpers (no allocation). */
 void vae_view_flat (
@@ -135,6 +122,15 @@ typedef struct
   /* caches, one per cached conv in execution order */
   GPtrArray *caches; /* LbTensor* */
   gboolean *started; /* per layer (resample first-call markers) */
+
+  /* latent mean / float32 inv_std [16] on the stream's device
+   * (vae_ctx_upload_latent_consts()) */
+  LbTensor *mean, *inv_std;
+
+  /* fixed-point tracking on a device: both compared views copied into
+   * cmp_dev [2 * need_cmp], downloaded into cmp_host (CPU: NULL, compared
+   * in place) */
+  LbTensor *cmp_dev, *cmp_host;
   int n_layers;
 
   /* encoder fixed-point tracking */
@@ -144,13 +140,16 @@ typedef struct
   /* planning */
   gboolean plan;
   int64_t need_x, need_p, need_u, need_halo, need_attn_l, need_attn_f;
+  int64_t need_cmp;
 } VaeCtx;
 
 gboolean vae_ctx_plan (VaeCtx *ctx, const VaeNet *net, int64_t cin, int64_t t,
     int64_t rows, int64_t width, GError **error);
 gboolean vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error);
 void vae_ctx_clear (VaeCtx *ctx);
-void vae_ctx_reset (VaeCtx *ctx);
+gboolean vae_ctx_reset (VaeCtx *ctx, GError **error);
+gboolean vae_ctx_upload_latent_consts (
+    VaeCtx *ctx, const LingbotVae *vae, GError **error);
 gsize vae_ctx_cache_bytes (VaeCtx *ctx);
 
 gboolean vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,

@@ -83,4 +83,20 @@ gboolean lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
 gboolean lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x,
     LbTensor * y, GError ** error);
 
+gboolean lb_cpu_copy (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_fill (LbStream * s, LbTensor * y, float value,
+    GError ** error);
+gboolean lb_cpu_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
+    const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error);
+gboolean lb_cpu_upsample_nearest2x_halo (LbStream * s, const LbTensor * x,
+    LbTensor * y, GError ** error);
+gboolean lb_cpu_latent_affine (LbStream * s, const LbTensor * x,
+    const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize,
+    LbTensor * y, GError ** error);
+
 G_END_DECLS

@@ -23,4 +23,11 @@ const LbOps lb_cpu_ops = {
   .patchify = lb_cpu_patchify,
   .unpatchify = lb_cpu_unpatchify,
   .resize_bicubic = lb_cpu_resize_bicubic,
+  .copy = lb_cpu_copy,
+  .clamp = lb_cpu_clamp,
+  .fill = lb_cpu_fill,
+  .accumulate = lb_cpu_accumulate,
+  .channel_rms_norm = lb_cpu_channel_rms_norm,
+  .upsample_nearest2x_halo = lb_cpu_upsample_nearest2x_halo,
+  .latent_affine = lb_cpu_latent_affine,
 };

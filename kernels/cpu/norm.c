@@ -194,3 +194,87 @@ lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
   }
   return TRUE;
 }
+
+#define CHANNEL_RMS_BLOCK 64
+#define CHNORM_OMP_MIN (1 << 20)
+
+/**
+ * lb_cpu_channel_rms_norm:
+ * @s: a CPU stream
+ * @x: f32 [C, T, H, W] view (any strides)
+ * @gamma: f32 [C] contiguous
+ * @silu: apply SiLU after the norm
+ * @y: f32 [C, T, H, W] view (any strides; must not overlap @x)
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Wan2.1 RMS_norm over channels (spec A.3), in the reference's order:
+ * `y = x / max(sqrt(sum_c x^2), 1e-12) * sqrt(C) * gamma[c]`, then
+ * optionally `y * sigmoid(y)` (kernels/ops.h).  Voxels are taken in
+ * blocks of 64 along W so the channel sums stay in registers.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
+    const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error)
+{
+  if (!lb_check_devices (LB_CPU_DEVICE, "channel_rms_norm", error, "x", x,
+          "gamma", gamma, "y", y, NULL)
+      || !lb_check_channel_rms_norm (x, gamma, y, error))
+    return FALSE;
+  const int64_t C = x->shape[0], T = x->shape[1], H = x->shape[2],
+      W = x->shape[3];
+  const float *xs = x->data, *g = gamma->data;
+  float *ys = y->data;
+  const float scale = (float) sqrt ((double) C);
+  const int64_t rows = T * H;
+  const int64_t xsw = x->stride[3], ysw = y->stride[3];
+  const gboolean unit = xsw == 1 && ysw == 1;
+#pragma omp parallel for schedule(static) if (C * rows * W >= CHNORM_OMP_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t t = r / H, h = r % H;
+    const float *xr = xs + t * x->stride[1] + h * x->stride[2];
+    float *yr = ys + t * y->stride[1] + h * y->stride[2];
+    for (int64_t w0 = 0; w0 < W; w0 += CHANNEL_RMS_BLOCK) {
+      int64_t nw = MIN (CHANNEL_RMS_BLOCK, W - w0);
+      float acc[CHANNEL_RMS_BLOCK];
+      for (int64_t i = 0; i < nw; i++)
+        acc[i] = 0.f;
+      for (int64_t c = 0; c < C; c++) {
+        const float *xc = xr + c * x->stride[0] + w0 * xsw;
+        if (unit) {
+          for (int64_t i = 0; i < nw; i++)
+            acc[i] += xc[i] * xc[i];
+        } else {
+          for (int64_t i = 0; i < nw; i++) {
+            float v = xc[i * xsw];
+            acc[i] += v * v;
+          }
+        }
+      }
+      for (int64_t i = 0; i < nw; i++) {
+        float n = sqrtf (acc[i]);
+        acc[i] = n > 1e-12f ? n : 1e-12f;
+      }
+      for (int64_t c = 0; c < C; c++) {
+        const float *xc = xr + c * x->stride[0] + w0 * xsw;
+        float *yc = yr + c * y->stride[0] + w0 * ysw;
+        const float gc = g[c];
+        if (unit && silu) {
+          for (int64_t i = 0; i < nw; i++) {
+            float v = xc[i] / acc[i] * scale * gc;
+            yc[i] = v / (1.f + expf (-v));
+          }
+        } else {
+          for (int64_t i = 0; i < nw; i++) {
+            float v = xc[i * xsw] / acc[i] * scale * gc;
+            if (silu)
+              v = v / (1.f + expf (-v));
+            yc[i * ysw] = v;
+          }
+        }
+      }
+    }
+  }
+  return TRUE;
+}

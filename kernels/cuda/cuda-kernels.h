@@ -105,6 +105,40 @@ cudaError_t lb_cuda_launch_resize_bicubic (cudaStream_t st, const float *x,
 cudaError_t lb_cuda_launch_fill (cudaStream_t st, float *y, int64_t n,
     float value);
 
+/* ---- strided ops (kernels-strided.cu) ---- */
+
+typedef enum {
+  LB_CUDA_ST_COPY,              /* y = x */
+  LB_CUDA_ST_CLAMP,             /* y = clamp(x, a, b), NaN kept */
+  LB_CUDA_ST_FILL,              /* y = a */
+  LB_CUDA_ST_ACCUMULATE,        /* y += x */
+  LB_CUDA_ST_NORMALIZE,         /* y = (x - mean[c]) * inv_std[c] */
+  LB_CUDA_ST_DENORMALIZE,       /* y = x / inv_std[c] + mean[c] */
+} LbCudaStridedOp;
+
+/* A 5-D walk (LbStrided5 of kernels/ops-check.h): extents, strides of y
+ * and x in elements, and the index of the channel dim for (de)normalise. */
+typedef struct
+{
+  int64_t shape[5];
+  int64_t ys[5];
+  int64_t xs[5];
+  int cdim;
+} LbCudaStrided5;
+
+cudaError_t lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
+    const LbCudaStrided5 * g, const float *x, float *y, float a, float b,
+    const float *mean, const float *inv_std);
+/* Wan RMS_norm over C of x [C, T, H, W] (strides xs, ys). */
+cudaError_t lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
+    const int64_t * xs, const float *gamma, int silu, float *y,
+    const int64_t * ys, int64_t c, int64_t t, int64_t h, int64_t w);
+/* y [C, T, ho, 2w] contiguous from x [C, T, ho/2 + 1, w] (strides xs0..2,
+ * unit last stride): y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]. */
+cudaError_t lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st,
+    const float *x, int64_t xs0, int64_t xs1, int64_t xs2, float *y,
+    int64_t c, int64_t t, int64_t ho, int64_t w);
+
 #ifdef __cplusplus
 }
 #endif

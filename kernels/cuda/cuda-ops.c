@@ -417,6 +417,111 @@ cuda_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
           y->data, c, h, w, ho, wo), "resize_bicubic", error);
 }
 
+/* ---- strided ops (kernels/cpu/strided.c) ---- */
+
+static gboolean
+cuda_strided (LbStream * s, const char *op, LbCudaStridedOp kind,
+    const LbStrided5 * g, const LbTensor * x, LbTensor * y, float a, float b,
+    const LbTensor * mean, const LbTensor * inv_std, GError ** error)
+{
+  LbCudaStrided5 cg;
+  memcpy (cg.shape, g->shape, sizeof cg.shape);
+  memcpy (cg.ys, g->ys, sizeof cg.ys);
+  memcpy (cg.xs, g->xs, sizeof cg.xs);
+  cg.cdim = g->cdim;
+  return launched (lb_cuda_launch_strided (stream_of (s), kind, &cg,
+          x ? x->data : NULL, y->data, a, b, mean ? mean->data : NULL,
+          inv_std ? inv_std->data : NULL), op, error);
+}
+
+static gboolean
+cuda_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  LbStrided5 g;
+  if (!lb_cuda_check_devices (s, "copy", error, "x", x, "y", y, NULL) ||
+      !lb_check_strided ("copy", x, y, &g, error))
+    return FALSE;
+  return cuda_strided (s, "copy", LB_CUDA_ST_COPY, &g, x, y, 0.f, 0.f, NULL,
+      NULL, error);
+}
+
+static gboolean
+cuda_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
+    LbTensor * y, GError ** error)
+{
+  LbStrided5 g;
+  if (!lb_cuda_check_devices (s, "clamp", error, "x", x, "y", y, NULL) ||
+      !lb_check_strided ("clamp", x, y, &g, error))
+    return FALSE;
+  return cuda_strided (s, "clamp", LB_CUDA_ST_CLAMP, &g, x, y, lo, hi, NULL,
+      NULL, error);
+}
+
+static gboolean
+cuda_fill (LbStream * s, LbTensor * y, float value, GError ** error)
+{
+  LbStrided5 g;
+  if (!lb_cuda_check_devices (s, "fill", error, "y", y, NULL) ||
+      !lb_check_strided ("fill", NULL, y, &g, error))
+    return FALSE;
+  return cuda_strided (s, "fill", LB_CUDA_ST_FILL, &g, NULL, y, value, 0.f,
+      NULL, NULL, error);
+}
+
+static gboolean
+cuda_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  LbStrided5 g;
+  if (!lb_cuda_check_devices (s, "accumulate", error, "x", x, "y", y, NULL)
+      || !lb_check_strided ("accumulate", x, y, &g, error))
+    return FALSE;
+  return cuda_strided (s, "accumulate", LB_CUDA_ST_ACCUMULATE, &g, x, y, 0.f,
+      0.f, NULL, NULL, error);
+}
+
+static gboolean
+cuda_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
+    const LbTensor * inv_std, gboolean denormalize, LbTensor * y,
+    GError ** error)
+{
+  LbStrided5 g;
+  if (!lb_cuda_check_devices (s, "latent_affine", error, "x", x, "mean",
+          mean, "inv_std", inv_std, "y", y, NULL) ||
+      !lb_check_latent_affine (x, mean, inv_std, y, &g, error))
+    return FALSE;
+  return cuda_strided (s, "latent_affine", denormalize ?
+      LB_CUDA_ST_DENORMALIZE : LB_CUDA_ST_NORMALIZE, &g, x, y, 0.f, 0.f,
+      mean, inv_std, error);
+}
+
+static gboolean
+cuda_channel_rms_norm (LbStream * s, const LbTensor * x,
+    const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error)
+{
+  if (!lb_cuda_check_devices (s, "channel_rms_norm", error, "x", x, "gamma",
+          gamma, "y", y, NULL) ||
+      !lb_check_channel_rms_norm (x, gamma, y, error))
+    return FALSE;
+  return launched (lb_cuda_launch_channel_rms_norm (stream_of (s), x->data,
+          x->stride, gamma->data, silu ? 1 : 0, y->data, y->stride,
+          x->shape[0], x->shape[1], x->shape[2], x->shape[3]),
+      "channel_rms_norm", error);
+}
+
+static gboolean
+cuda_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  if (!lb_cuda_check_devices (s, "upsample_nearest2x_halo", error, "x", x,
+          "y", y, NULL) || !lb_check_upsample_nearest2x_halo (x, y, error))
+    return FALSE;
+  return launched (lb_cuda_launch_upsample_nearest2x_halo (stream_of (s),
+          x->data, x->stride[0], x->stride[1], x->stride[2], y->data,
+          y->shape[0], y->shape[1], y->shape[2], x->shape[3]),
+      "upsample_nearest2x_halo", error);
+}
+
 /**
  * lb_cuda_ops:
  *
@@ -441,4 +546,11 @@ const LbOps lb_cuda_ops = {
   .patchify = cuda_patchify,
   .unpatchify = cuda_unpatchify,
   .resize_bicubic = cuda_resize_bicubic,
+  .copy = cuda_copy,
+  .clamp = cuda_clamp,
+  .fill = cuda_fill,
+  .accumulate = cuda_accumulate,
+  .channel_rms_norm = cuda_channel_rms_norm,
+  .upsample_nearest2x_halo = cuda_upsample_nearest2x_halo,
+  .latent_affine = cuda_latent_affine,
 };

@@ -1,5 +1,6 @@
 /* lingbot-gst: CUDA ops (all but GEMM and attention) against the CPU
- * oracle.  Exits 77 (skip) when no CUDA device or module is available.
+ * oracle, the VAE's strided ops, channel norm and halo upsample included.
+ * Exits 77 (skip) when no CUDA device or module is available.
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Tolerances (relative to the largest reference magnitude, see
@@ -466,6 +467,207 @@ test_conv (void)
   conv2d_case (1, 64, 32, 40, 52, 3, 3, 1, 1, 1, 1, TRUE);
 }
 
+/* ---- strided ops, channel norm, halo upsample (kernels-strided.cu) ---- */
+
+/* Exact ops (copy, clamp, fill, accumulate, latent_affine, upsample):
+ * the same single float operation on both backends. */
+#define TOL_EXACT 0.0
+/* channel_rms_norm: the CUDA kernel rounds the sums and quotients like the
+ * CPU (no FMA contraction); SiLU's expf may differ by 2 ulp. */
+#define TOL_CHNORM 1e-6
+
+/* A host [d0..d4] view with permuted strides (the transpose of a
+ * contiguous buffer of the reversed shape) and its device twin. */
+typedef struct
+{
+  LbTensor *hb, *db;            /* owning buffers */
+  LbTensor h, d;                /* views */
+} Pair;
+
+static void
+pair_clear (Pair * p)
+{
+  g_clear_pointer (&p->hb, lb_tensor_free);
+  g_clear_pointer (&p->db, lb_tensor_free);
+}
+
+static void
+pair_input (Pair * p, int nd, const int64_t * shape)
+{
+  int64_t rshape[5];
+  int perm[5];
+  for (int i = 0; i < nd; i++) {
+    rshape[i] = shape[nd - 1 - i];
+    perm[i] = nd - 1 - i;
+  }
+  p->hb = host_random (nd, rshape, -2, 2);
+  /* special values: NaN and infinities go through clamp and copy */
+  float *v = p->hb->data;
+  v[0] = NAN;
+  if (lb_tensor_numel (p->hb) > 2) {
+    v[1] = INFINITY;
+    v[2] = -INFINITY;
+  }
+  p->db = to_dev (p->hb);
+  LbTensor t;
+  lb_tensor_view (&t, p->hb);
+  lb_tensor_view_permute (&p->h, &t, perm);
+  view_like (&p->d, p->db, &p->h, p->hb);
+}
+
+/* A poisoned output: dim nd-1 narrowed out of rows 2 wider. */
+static void
+pair_output (Pair * p, int nd, const int64_t * shape)
+{
+  int64_t bs[5];
+  memcpy (bs, shape, sizeof (int64_t) * nd);
+  bs[nd - 1] += 2;
+  p->hb = host_nan (nd, bs);
+  p->db = dev_poison (nd, bs);
+  lb_tensor_view_narrow (&p->h, p->hb, nd - 1, 1, shape[nd - 1]);
+  view_like (&p->d, p->db, &p->h, p->hb);
+}
+
+static void
+strided_case (int nd, const int64_t * shape)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  Pair x = { 0 }, y = { 0 };
+  pair_input (&x, nd, shape);
+
+  pair_output (&y, nd, shape);
+  g_assert_true (cpu_ops ()->copy (gctx.cs, &x.h, &y.h, &err));
+  g_assert_true (gpu_ops ()->copy (gctx.gs, &x.d, &y.d, &err));
+  g_assert_no_error (err);
+  compare_dev ("copy", y.hb, y.db, TOL_EXACT);
+  pair_clear (&y);
+
+  pair_output (&y, nd, shape);
+  g_assert_true (cpu_ops ()->clamp (gctx.cs, &x.h, -1.f, 0.5f, &y.h, &err));
+  g_assert_true (gpu_ops ()->clamp (gctx.gs, &x.d, -1.f, 0.5f, &y.d, &err));
+  g_assert_no_error (err);
+  compare_dev ("clamp", y.hb, y.db, TOL_EXACT);
+
+  /* accumulate onto the clamped values (finite but for the NaN) */
+  g_assert_true (cpu_ops ()->accumulate (gctx.cs, &x.h, &y.h, &err));
+  g_assert_true (gpu_ops ()->accumulate (gctx.gs, &x.d, &y.d, &err));
+  g_assert_no_error (err);
+  compare_dev ("accumulate", y.hb, y.db, TOL_EXACT);
+  pair_clear (&y);
+
+  pair_output (&y, nd, shape);
+  g_assert_true (cpu_ops ()->fill (gctx.cs, &y.h, 0.25f, &err));
+  g_assert_true (gpu_ops ()->fill (gctx.gs, &y.d, 0.25f, &err));
+  g_assert_no_error (err);
+  compare_dev ("fill", y.hb, y.db, TOL_EXACT);
+
+  if (nd >= 2) {
+    g_autoptr (LbTensor) mean = host_rand (1, S (shape[0]));
+    g_autoptr (LbTensor) inv_std = host_random (1, S (shape[0]), 0.2, 3);
+    g_autoptr (LbTensor) dmean = to_dev (mean);
+    g_autoptr (LbTensor) dinv = to_dev (inv_std);
+    for (int denorm = 0; denorm < 2; denorm++) {
+      g_assert_true (cpu_ops ()->latent_affine (gctx.cs, &x.h, mean, inv_std,
+              denorm, &y.h, &err));
+      g_assert_true (gpu_ops ()->latent_affine (gctx.gs, &x.d, dmean, dinv,
+              denorm, &y.d, &err));
+      g_assert_no_error (err);
+      compare_dev ("latent_affine", y.hb, y.db, TOL_EXACT);
+    }
+  }
+  pair_clear (&y);
+
+  /* a shape mismatch: same message */
+  int64_t bad[5];
+  memcpy (bad, shape, sizeof (int64_t) * nd);
+  bad[0] += 1;
+  pair_output (&y, nd, bad);
+  gboolean c_ok = cpu_ops ()->copy (gctx.cs, &x.h, &y.h, &err);
+  gboolean g_ok = gpu_ops ()->copy (gctx.gs, &x.d, &y.d, &err2);
+  same_error ("copy bad shape", c_ok, err, g_ok, err2);
+  pair_clear (&y);
+  pair_clear (&x);
+}
+
+static void
+test_strided (void)
+{
+  strided_case (1, S (7));
+  strided_case (2, S (16, 9));
+  strided_case (3, S (3, 5, 70));
+  strided_case (4, S (16, 3, 6, 10));
+  strided_case (5, S (2, 3, 4, 5, 6));
+  strided_case (4, S (96, 4, 34, 60));
+}
+
+static void
+chnorm_case (int64_t C, int64_t T, int64_t H, int64_t W, gboolean silu,
+    gboolean token_major)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) x = host_random (4, S (C, T, H, W), -3, 3);
+  /* a zero voxel: the 1e-12 clamp */
+  for (int64_t c = 0; c < C; c++)
+    ((float *) x->data)[c * T * H * W] = 0.f;
+  g_autoptr (LbTensor) g = host_random (1, S (C), 0.5, 1.5);
+  g_autoptr (LbTensor) dx = to_dev (x);
+  g_autoptr (LbTensor) dg = to_dev (g);
+  g_autoptr (LbTensor) yb = NULL;
+  g_autoptr (LbTensor) dyb = NULL;
+  LbTensor y, dy;
+  if (token_major) {
+    yb = host_nan (1, S (C * T * H * W));
+    dyb = dev_poison (1, S (C * T * H * W));
+    const int64_t st[4] = { 1, H * W * C, W * C, C };
+    lb_tensor_view_init (&y, LB_DTYPE_F32, yb->data, yb->device, 4,
+        S (C, T, H, W), st);
+  } else {
+    yb = host_nan (4, S (C, T, H + 2, W));
+    dyb = dev_poison (4, S (C, T, H + 2, W));
+    lb_tensor_view_narrow (&y, yb, 2, 1, H);
+  }
+  view_like (&dy, dyb, &y, yb);
+  g_assert_true (cpu_ops ()->channel_rms_norm (gctx.cs, x, g, silu, &y,
+          &err));
+  g_assert_true (gpu_ops ()->channel_rms_norm (gctx.gs, dx, dg, silu, &dy,
+          &err));
+  g_assert_no_error (err);
+  compare_dev (silu ? "channel_rms_norm silu" : "channel_rms_norm", yb, dyb,
+      TOL_CHNORM);
+}
+
+static void
+test_channel_rms_norm (void)
+{
+  for (int silu = 0; silu < 2; silu++)
+    for (int tm = 0; tm < 2; tm++) {
+      chnorm_case (1, 1, 1, 1, silu, tm);
+      chnorm_case (12, 2, 3, 70, silu, tm);
+      chnorm_case (384, 1, 34, 60, silu, tm);
+    }
+}
+
+static void
+test_upsample_halo (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int64_t C = 16, T = 2, h = 9, w = 13;
+  /* x: rows 1 .. h + 2 of [C, T, h + 4, w] */
+  g_autoptr (LbTensor) xb = host_rand (4, S (C, T, h + 4, w));
+  g_autoptr (LbTensor) dxb = to_dev (xb);
+  LbTensor x, dx;
+  lb_tensor_view_narrow (&x, xb, 2, 1, h + 2);
+  view_like (&dx, dxb, &x, xb);
+  g_autoptr (LbTensor) y = host_nan (4, S (C, T, 2 * h + 2, 2 * w));
+  g_autoptr (LbTensor) dy = dev_poison (4, S (C, T, 2 * h + 2, 2 * w));
+  g_assert_true (cpu_ops ()->upsample_nearest2x_halo (gctx.cs, &x, y, &err));
+  g_assert_true (gpu_ops ()->upsample_nearest2x_halo (gctx.gs, &dx, dy,
+          &err));
+  g_assert_no_error (err);
+  compare_dev ("upsample_nearest2x_halo", y, dy, TOL_EXACT);
+}
+
 static void
 test_device_check (void)
 {
@@ -491,6 +693,9 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/rope", test_rope);
   g_test_add_func ("/gpu/ops/layout", test_layout);
   g_test_add_func ("/gpu/ops/conv", test_conv);
+  g_test_add_func ("/gpu/ops/strided", test_strided);
+  g_test_add_func ("/gpu/ops/channel-rms-norm", test_channel_rms_norm);
+  g_test_add_func ("/gpu/ops/upsample-nearest2x-halo", test_upsample_halo);
   g_test_add_func ("/gpu/ops/device-check", test_device_check);
   int rc = g_test_run ();
   sync_ok ();

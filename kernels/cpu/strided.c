@@ -1,0 +1,255 @@
+/* lingbot-gst: CPU strided ops: copy, clamp, fill, accumulate, latent
+ * (de)normalisation, and the halo-band nearest upsample
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Moved from lingbot/vae-ops.c (the VAE's local helpers) unchanged in their
+ * arithmetic, so the VAE's results stay bit-identical.  Every op walks its
+ * operands as 5-D views (LbStrided5): an outer loop over the first four
+ * dims and an inner loop over the last.
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <string.h>
+
+/* Work items (elements) below which an op stays single-threaded. */
+#define STRIDED_OMP_MIN (1 << 20)
+
+static inline void
+strided_offsets (const LbStrided5 * it, int64_t o, int64_t * od, int64_t * os)
+{
+  int64_t i3 = o % it->shape[3];
+  o /= it->shape[3];
+  int64_t i2 = o % it->shape[2];
+  o /= it->shape[2];
+  int64_t i1 = o % it->shape[1];
+  int64_t i0 = o / it->shape[1];
+  *od = i0 * it->ys[0] + i1 * it->ys[1] + i2 * it->ys[2] + i3 * it->ys[3];
+  *os = i0 * it->xs[0] + i1 * it->xs[1] + i2 * it->xs[2] + i3 * it->xs[3];
+}
+
+static inline int64_t
+strided_outer (const LbStrided5 * it)
+{
+  return it->shape[0] * it->shape[1] * it->shape[2] * it->shape[3];
+}
+
+/**
+ * lb_cpu_copy:
+ * @s: a CPU stream
+ * @x: f32 view, any strides
+ * @y: f32 view of the same shape, any strides
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y = x` (kernels/ops.h).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  LbStrided5 it;
+  if (!lb_check_devices (LB_CPU_DEVICE, "copy", error, "x", x, "y", y, NULL)
+      || !lb_check_strided ("copy", x, y, &it, error))
+    return FALSE;
+  float *d = y->data;
+  const float *src = x->data;
+  int64_t outer = strided_outer (&it), n = it.shape[4];
+  int64_t sdn = it.ys[4], ssn = it.xs[4];
+#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t od, os;
+    strided_offsets (&it, o, &od, &os);
+    if (sdn == 1 && ssn == 1) {
+      memcpy (d + od, src + os, (size_t) n * sizeof (float));
+    } else {
+      for (int64_t i = 0; i < n; i++)
+        d[od + i * sdn] = src[os + i * ssn];
+    }
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_clamp:
+ * @s: a CPU stream
+ * @x: f32 view, any strides
+ * @lo: lower bound
+ * @hi: upper bound
+ * @y: f32 view of the same shape, any strides (may be @x)
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y = clamp(x, lo, hi)`, NaN stays NaN (as torch.clamp).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
+    LbTensor * y, GError ** error)
+{
+  LbStrided5 it;
+  if (!lb_check_devices (LB_CPU_DEVICE, "clamp", error, "x", x, "y", y, NULL)
+      || !lb_check_strided ("clamp", x, y, &it, error))
+    return FALSE;
+  float *d = y->data;
+  const float *src = x->data;
+  int64_t outer = strided_outer (&it), n = it.shape[4];
+  int64_t sdn = it.ys[4], ssn = it.xs[4];
+#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t od, os;
+    strided_offsets (&it, o, &od, &os);
+    for (int64_t i = 0; i < n; i++) {
+      float v = src[os + i * ssn];
+      v = v < lo ? lo : v;
+      v = v > hi ? hi : v;
+      d[od + i * sdn] = v;
+    }
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_fill:
+ * @s: a CPU stream
+ * @y: f32 view, any strides
+ * @value: the value
+ * @error: %LB_ERROR_SHAPE on a bad operand
+ *
+ * `y[...] = value`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_fill (LbStream * s, LbTensor * y, float value, GError ** error)
+{
+  LbStrided5 it;
+  if (!lb_check_devices (LB_CPU_DEVICE, "fill", error, "y", y, NULL)
+      || !lb_check_strided ("fill", NULL, y, &it, error))
+    return FALSE;
+  float *d = y->data;
+  int64_t outer = strided_outer (&it), n = it.shape[4], sdn = it.ys[4];
+#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t od, os;
+    strided_offsets (&it, o, &od, &os);
+    for (int64_t i = 0; i < n; i++)
+      d[od + i * sdn] = value;
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_accumulate:
+ * @s: a CPU stream
+ * @x: f32 view, any strides
+ * @y: f32 view of the same shape, any strides
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * In place `y += x`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
+{
+  LbStrided5 it;
+  if (!lb_check_devices (LB_CPU_DEVICE, "accumulate", error, "x", x, "y", y,
+          NULL) || !lb_check_strided ("accumulate", x, y, &it, error))
+    return FALSE;
+  float *d = y->data;
+  const float *src = x->data;
+  int64_t outer = strided_outer (&it), n = it.shape[4];
+  int64_t sdn = it.ys[4], ssn = it.xs[4];
+#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t od, os;
+    strided_offsets (&it, o, &od, &os);
+    for (int64_t i = 0; i < n; i++)
+      d[od + i * sdn] += src[os + i * ssn];
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_latent_affine:
+ * @s: a CPU stream
+ * @x: f32 [C, ...] (2 to 5 dims, any strides)
+ * @mean: f32 [C]
+ * @inv_std: f32 [C]
+ * @denormalize: %TRUE: `y = x / inv_std + mean`; %FALSE:
+ *   `y = (x - mean) * inv_std`
+ * @y: f32 of x's shape, any strides
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * Per-channel latent (de)normalisation (spec A.2, C.6).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
+    const LbTensor * inv_std, gboolean denormalize, LbTensor * y,
+    GError ** error)
+{
+  LbStrided5 it;
+  if (!lb_check_devices (LB_CPU_DEVICE, "latent_affine", error, "x", x,
+          "mean", mean, "inv_std", inv_std, "y", y, NULL)
+      || !lb_check_latent_affine (x, mean, inv_std, y, &it, error))
+    return FALSE;
+  float *d = y->data;
+  const float *src = x->data, *mp = mean->data, *ip = inv_std->data;
+  int64_t outer = strided_outer (&it), n = it.shape[4];
+  int64_t sdn = it.ys[4], ssn = it.xs[4];
+  int64_t per_c = x->shape[0] > 0 ? outer / x->shape[0] : 0;
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t od, os, c = o / per_c;
+    strided_offsets (&it, o, &od, &os);
+    float m = mp[c], is = ip[c];
+    if (denormalize) {
+      for (int64_t i = 0; i < n; i++)
+        d[od + i * sdn] = src[os + i * ssn] / is + m;
+    } else {
+      for (int64_t i = 0; i < n; i++)
+        d[od + i * sdn] = (src[os + i * ssn] - m) * is;
+    }
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cpu_upsample_nearest2x_halo:
+ * @s: a CPU stream
+ * @x: f32 [C, T, h + 2, w] view with stride[3] == 1
+ * @y: f32 [C, T, 2h + 2, 2w] contiguous
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *
+ * `y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]` (kernels/ops.h).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_upsample_nearest2x_halo (LbStream * s, const LbTensor * x,
+    LbTensor * y, GError ** error)
+{
+  if (!lb_check_devices (LB_CPU_DEVICE, "upsample_nearest2x_halo", error,
+          "x", x, "y", y, NULL)
+      || !lb_check_upsample_nearest2x_halo (x, y, error))
+    return FALSE;
+  const int64_t T = y->shape[1], Ho = y->shape[2], Wo = y->shape[3],
+      Wi = x->shape[3];
+  const float *xs = x->data;
+  float *ys = y->data;
+  const int64_t rows = y->shape[0] * T * Ho;
+#pragma omp parallel for schedule(static) if (rows * Wo >= STRIDED_OMP_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t ho = r % Ho, ct = r / Ho, t = ct % T, c = ct / T;
+    const float *xr = xs + c * x->stride[0] + t * x->stride[1]
+        + ((ho + 1) / 2) * x->stride[2];
+    float *yr = ys + r * Wo;
+    for (int64_t j = 0; j < Wi; j++) {
+      yr[2 * j] = xr[j];
+      yr[2 * j + 1] = xr[j];
+    }
+  }
+  return TRUE;
+}
