@@ -1560,7 +1560,7 @@ GST_START_TEST (test_startup_errors)
     for (guint i = 0; i < 3; i++) {
       g_autofree char *g1 = gen_desc ("lingbotbin", "cpu:1",
           "local-attn-size=-1 frames=0");
-      g_autofree char *cmd = g_strdup_printf ("timeout 60 gst-launch-1.0 "
+      g_autofree char *cmd = g_strdup_printf ("timeout 90 gst-launch-1.0 "
           "lingbotcontrolsrc location=%s ! %s ! fakesink", trace_path, g1);
       g_auto (GStrv) argv = NULL;
       g_autofree char *out = NULL, *errout = NULL;
