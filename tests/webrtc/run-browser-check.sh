@@ -16,8 +16,14 @@ command -v node >/dev/null && command -v npm >/dev/null ||
 
 mkdir -p "$work"
 if [ ! -d "$work/node_modules/playwright-core" ]; then
-  (cd "$work" && npm install --no-audit --no-fund --silent playwright-core@1 >npm.log 2>&1) ||
-    { echo "FAIL: npm install playwright-core"; cat "$work/npm.log"; exit 1; }
+  ok=0
+  for attempt in 1 2 3; do   # a registry hiccup is retried, not skipped
+    if (cd "$work" && npm install --no-audit --no-fund --silent playwright-core@1 >npm.log 2>&1); then
+      ok=1; break
+    fi
+    sleep $((attempt * 5))
+  done
+  [ $ok = 1 ] || { echo "FAIL: npm install playwright-core"; cat "$work/npm.log"; exit 1; }
 fi
 
 tmp=$(mktemp -d)
