@@ -9,6 +9,7 @@
  * CK_FORK=no (meson.build): the model writers start OpenMP threads, which
  * a forked child must not inherit.
  */
+#include "test-fixture.h"
 #include <string.h>
 #include <sys/wait.h>
 #include <glib/gstdio.h>
@@ -42,12 +43,7 @@ static void
 write_fixture (void)
 {
   g_autoptr (GError) err = NULL;
-  LingbotDitConfig cfg;
   const char *root = g_getenv ("LINGBOT_SOURCE_ROOT");
-  g_autofree char *dit = NULL, *vae = NULL, *desc = NULL;
-  g_autoptr (LbTensor) ctx = NULL;
-  GstElement *p;
-  GstMessage *msg;
 
   g_assert_nonnull (root);
   trace_path = g_build_filename (root, "tests", "data", "gst", "trace.json",
@@ -57,25 +53,8 @@ write_fixture (void)
 
   tmpdir = g_dir_make_tmp ("lingbot-gst-XXXXXX", &err);
   g_assert_no_error (err);
-  model_dir = g_build_filename (tmpdir, "model", NULL);
-  dit = g_build_filename (model_dir, "transformers", NULL);
-  g_assert_cmpint (g_mkdir_with_parents (dit, 0755), ==, 0);
-  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
-  cfg.chunk_frames = 4;
-  g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
-          &err));
-  g_assert_no_error (err);
-  vae = g_build_filename (model_dir, "Wan2.1_VAE.safetensors", NULL);
-  g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
-  g_assert_no_error (err);
-
-  ctx = lb_tensor_new_f32 (2, (int64_t) 16, (int64_t) cfg.text_dim);
-  for (int64_t i = 0; i < lb_tensor_numel (ctx); i++)
-    ((float *) ctx->data)[i] = (float) ((i * 37 % 101) - 50) / 50.0f;
-  embeds_path = g_build_filename (tmpdir, "prompt.safetensors", NULL);
-  g_assert_true (lingbot_prompt_embeds_save (embeds_path, ctx, "a castle",
-          16, &err));
-  g_assert_no_error (err);
+  model_dir = lingbot_test_write_model (tmpdir);
+  embeds_path = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
 
   /* chunk 0 (request 0 s): the tap of W; chunk 1 (0.8125 s, when chunk 0
    * ends): the held set W; chunk 2 (1 s, D pressed while chunk 1 runs):
@@ -92,39 +71,9 @@ write_fixture (void)
           "\"key\":\"d\",\"action\":\"release\"}}]}", -1, &err));
   g_assert_no_error (err);
 
-  image_path = g_build_filename (tmpdir, "start.jpg", NULL);
-  desc = g_strdup_printf ("videotestsrc num-buffers=1 pattern=smpte ! "
-      "video/x-raw,width=80,height=48 ! jpegenc ! filesink location=%s",
-      image_path);
-  p = gst_parse_launch (desc, &err);
-  g_assert_no_error (err);
-  gst_element_set_state (p, GST_STATE_PLAYING);
-  msg = gst_bus_timed_pop_filtered (GST_ELEMENT_BUS (p), 10 * GST_SECOND,
-      GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
-  g_assert_nonnull (msg);
-  g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_EOS);
-  gst_message_unref (msg);
-  gst_element_set_state (p, GST_STATE_NULL);
-  gst_object_unref (p);
+  image_path = lingbot_test_write_start_jpeg (tmpdir);
 }
 
-static void
-rm_rf (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *n;
-    while (d && (n = g_dir_read_name (d))) {
-      g_autofree char *c = g_build_filename (path, n, NULL);
-      rm_rf (c);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
 
 /* ---- running a pipeline ---- */
 
@@ -1729,6 +1678,6 @@ main (int argc, char **argv)
   write_fixture ();
   s = lingbot_gst_suite ();
   failed = gst_check_run_suite (s, "lingbot-gst", __FILE__);
-  rm_rf (tmpdir);
+  lingbot_test_rm_rf (tmpdir);
   return failed;
 }

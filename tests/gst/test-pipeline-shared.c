@@ -13,6 +13,7 @@
  * CK_FORK=no (meson.build): the model writers start OpenMP threads, which
  * a forked child must not inherit.
  */
+#include "test-fixture.h"
 #include <string.h>
 #include <glib/gstdio.h>
 #include <gst/check/gstcheck.h>
@@ -51,50 +52,14 @@ static void
 write_model (void)
 {
   g_autoptr (GError) err = NULL;
-  LingbotDitConfig cfg;
-  g_autofree char *dit = NULL, *vae = NULL;
-  g_autoptr (LbTensor) ctx = NULL;
 
   tmpdir = g_dir_make_tmp ("lingbot-pshared-XXXXXX", &err);
   g_assert_no_error (err);
-  model_dir = g_build_filename (tmpdir, "model", NULL);
-  dit = g_build_filename (model_dir, "transformers", NULL);
-  g_assert_cmpint (g_mkdir_with_parents (dit, 0755), ==, 0);
-  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
-  cfg.chunk_frames = 4;
-  g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
-          &err));
-  g_assert_no_error (err);
-  vae = g_build_filename (model_dir, "Wan2.1_VAE.safetensors", NULL);
-  g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
-  g_assert_no_error (err);
-
-  ctx = lb_tensor_new_f32 (2, (int64_t) 16, (int64_t) cfg.text_dim);
-  for (int64_t i = 0; i < lb_tensor_numel (ctx); i++)
-    ((float *) ctx->data)[i] = (float) ((i * 37 % 101) - 50) / 50.0f;
-  embeds_path = g_build_filename (tmpdir, "prompt.safetensors", NULL);
-  g_assert_true (lingbot_prompt_embeds_save (embeds_path, ctx,
-          "a walk through the photo", 16, &err));
-  g_assert_no_error (err);
+  model_dir = lingbot_test_write_model (tmpdir);
+  embeds_path = lingbot_test_write_prompt_embeds (tmpdir,
+      "a walk through the photo");
 }
 
-static void
-rm_rf (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *n;
-    while (d && (n = g_dir_read_name (d))) {
-      g_autofree char *c = g_build_filename (path, n, NULL);
-      rm_rf (c);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
 
 /* ---- running the pipeline ---- */
 
@@ -315,6 +280,6 @@ main (int argc, char **argv)
   write_model ();
   s = lingbot_pipeline_shared_suite ();
   failed = gst_check_run_suite (s, "lingbot-pipeline-shared", __FILE__);
-  rm_rf (tmpdir);
+  lingbot_test_rm_rf (tmpdir);
   return failed;
 }

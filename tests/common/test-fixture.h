@@ -1,0 +1,15 @@
+/* lingbot-gst: the tiny model and inputs the GStreamer-level tests share
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <glib.h>
+
+G_BEGIN_DECLS
+
+char *lingbot_test_write_model (const char *dir);
+char *lingbot_test_write_prompt_embeds (const char *dir, const char *prompt);
+char *lingbot_test_write_start_jpeg (const char *dir);
+void lingbot_test_rm_rf (const char *path);
+
+G_END_DECLS
