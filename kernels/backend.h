@@ -53,16 +53,37 @@ struct _LbBackend {
 };
 
 /**
+ * LbMathMode:
+ * @LB_MATH_FP32: float32 inputs and float32 accumulation everywhere (no
+ *   TF32): the parity mode, checked against the CPU oracle at float32
+ *   tolerance.  The default of every stream.
+ * @LB_MATH_BF16: the served precision of spec 1.11: a backend may round the
+ *   inputs of its matrix products (attention's q, k, v and probabilities,
+ *   GEMM activations) to bfloat16 and run them on tensor cores with
+ *   float32 accumulation; norms, modulation, the residual stream and
+ *   softmax statistics stay float32.  The CPU backend ignores it.
+ *
+ * How a stream's ops may trade precision for speed.  A GEMM whose weight
+ * tensor is stored as %LB_DTYPE_BF16 is a bf16 product in either mode.
+ */
+typedef enum {
+  LB_MATH_FP32 = 0,
+  LB_MATH_BF16 = 1,
+} LbMathMode;
+
+/**
  * LbStream:
  * One rank's execution queue.  @native is the backend's handle
- * (cudaStream_t on CUDA, %NULL on CPU).  @workspace is a per-stream scratch
- * area that ops may use, grown only outside hot loops.
+ * (cudaStream_t on CUDA, %NULL on CPU).  @math is the precision its ops
+ * use (#LbMathMode; %LB_MATH_FP32 for a new stream), set by the owner
+ * before the stream's first op and not changed while ops are queued.
  */
 struct _LbStream {
   LbBackend *backend;
   int device;
   gpointer native;
   gpointer priv;
+  LbMathMode math;
 };
 
 static inline const LbOps *
