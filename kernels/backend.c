@@ -155,3 +155,72 @@ lb_ops_first_missing (const LbOps * ops)
       return op_slots[i].name;
   return NULL;
 }
+
+typedef struct
+{
+  LbBackend *backend;
+  void *ptr;
+} HostBlock;
+
+static void
+host_block_free (gpointer data)
+{
+  HostBlock *b = data;
+  b->backend->host_free (b->backend, b->ptr);
+  g_free (b);
+}
+
+/**
+ * lb_tensor_new_host:
+ * @s: a stream whose device the tensor is copied to or from
+ * @dtype: element type
+ * @ndim: number of dimensions
+ * @shape: (array length=ndim): extents
+ * @error: %LB_ERROR_DEVICE when page-locked memory cannot be allocated
+ *
+ * Allocates a contiguous, uninitialised CPU tensor for staging: in
+ * page-locked memory when @s's backend provides it (LbBackend.host_alloc),
+ * so that lb_tensor_upload() and lb_tensor_download() through it run at
+ * full bus speed and an upload does not block the host; plain host memory
+ * otherwise.  Not for per-chunk loops: allocate once per session.
+ *
+ * Returns: (transfer full) (nullable): the tensor.
+ */
+LbTensor *
+lb_tensor_new_host (LbStream * s, LbDType dtype, int ndim,
+    const int64_t * shape, GError ** error)
+{
+  LbBackend *be = s->backend;
+  if (be->host_alloc == NULL || be->host_free == NULL)
+    return lb_tensor_new (dtype, ndim, shape);
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++)
+    n *= shape[i];
+  gsize bytes = (gsize) n * lb_dtype_size (dtype);
+  void *ptr = be->host_alloc (be, MAX (bytes, 1), error);
+  if (ptr == NULL)
+    return NULL;
+  HostBlock *b = g_new0 (HostBlock, 1);
+  b->backend = be;
+  b->ptr = ptr;
+  LbStorage *st = lb_storage_new (ptr, bytes, LB_DEVICE_HOST,
+      host_block_free, b);
+  LbTensor *t = lb_tensor_new_from_storage (st, 0, dtype, ndim, shape, NULL);
+  lb_storage_unref (st);
+  return t;
+}
+
+/**
+ * lb_stream_can_capture:
+ * @s: a stream
+ *
+ * Returns: whether @s's backend can record the stream's work into a graph
+ *   and replay it (LbBackend.graph_begin and the rest are set).
+ */
+gboolean
+lb_stream_can_capture (LbStream * s)
+{
+  const LbBackend *be = s->backend;
+  return be->graph_begin != NULL && be->graph_end != NULL &&
+      be->graph_launch != NULL && be->graph_free != NULL;
+}

@@ -16,6 +16,7 @@ G_BEGIN_DECLS
 
 typedef struct _LbBackend LbBackend;
 typedef struct _LbStream LbStream;
+typedef struct _LbGraph LbGraph;
 
 typedef enum {
   LB_COPY_HOST_TO_DEVICE,
@@ -30,6 +31,23 @@ typedef enum {
  * @device_type: the devices it drives
  * @device_count: number of usable devices (the CPU backend reports 1)
  * @ops: the op table
+ *
+ * @host_alloc: (nullable): page-locked host memory (cudaHostAlloc), for
+ *   staging buffers that are copied to or from a device every chunk; an
+ *   asynchronous copy from it does not block the host
+ * @host_free: frees what @host_alloc returned
+ * @graph_begin: (nullable): starts recording the work enqueued on a stream
+ *   (ops, device-to-device copies, collectives) into a graph instead of
+ *   running it.  While recording, the caller must not allocate or free
+ *   tensors, copy to or from host memory, or synchronise the stream; op
+ *   scratch taken during the capture stays owned by the graph.
+ * @graph_end: stops recording and returns the instantiated graph (%NULL and
+ *   an error when the capture failed; the stream is usable again either
+ *   way)
+ * @graph_launch: enqueues one replay of a graph on the stream it was
+ *   captured on: the same kernels with the same arguments and pointers
+ * @graph_free: waits for the stream, then releases the graph and its
+ *   scratch
  *
  * All function pointers report failures through GError (domain %LB_ERROR,
  * code %LB_ERROR_DEVICE) and never abort.
@@ -48,6 +66,17 @@ struct _LbBackend {
   LbStream *(*stream_new) (LbBackend * self, int device, GError ** error);
   void (*stream_free) (LbStream * stream);
   gboolean (*stream_synchronize) (LbStream * stream, GError ** error);
+
+  /* optional (NULL on the CPU): page-locked host memory */
+  gpointer (*host_alloc) (LbBackend * self, gsize nbytes, GError ** error);
+  void (*host_free) (LbBackend * self, gpointer ptr);
+
+  /* optional (NULL on the CPU): capture of a stream's work into a graph */
+  gboolean (*graph_begin) (LbStream * stream, GError ** error);
+  LbGraph *(*graph_end) (LbStream * stream, GError ** error);
+  gboolean (*graph_launch) (LbStream * stream, LbGraph * graph,
+      GError ** error);
+  void (*graph_free) (LbStream * stream, LbGraph * graph);
 
   gpointer priv;
 };
@@ -93,6 +122,13 @@ lb_ops (LbStream * s)
 }
 
 const char *lb_ops_first_missing (const LbOps * ops);
+
+/* Page-locked host tensors (staging for per-chunk uploads/downloads). */
+LbTensor *lb_tensor_new_host (LbStream * s, LbDType dtype, int ndim,
+    const int64_t * shape, GError ** error);
+
+/* Graph capture of a stream's work (CUDA Graphs); see LbBackend. */
+gboolean lb_stream_can_capture (LbStream * s);
 
 /* The CPU backend: always present, the oracle for every other backend. */
 LbBackend *lb_cpu_backend (void);

@@ -357,17 +357,58 @@ lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached)
  *
  * Per-call scratch from the pool; give it back with
  * lb_cuda_scratch_release() once the kernels that use it are enqueued.
+ * While @s is being captured into a graph the block comes from the
+ * capture's own list (a block released earlier in the same capture, whose
+ * use is ordered before this one inside the graph) or, failing that, from
+ * the pool, and it stays with the graph until the graph is freed.
  *
  * Returns: (nullable): device memory.
  */
 void *
 lb_cuda_scratch (LbStream * s, gsize nbytes, GError ** error)
 {
-  return lb_cuda_pool_alloc (s->device, nbytes, error);
+  LbCudaStream *cs = s->priv;
+  if (!cs->capturing)
+    return lb_cuda_pool_alloc (s->device, nbytes, error);
+  for (guint i = 0; i < cs->capture_free->len; i++) {
+    LbCudaScratchBlock *b = g_ptr_array_index (cs->capture_free, i);
+    if (b->size >= nbytes) {
+      g_ptr_array_remove_index_fast (cs->capture_free, i);
+      return b->ptr;
+    }
+  }
+  void *ptr = lb_cuda_pool_alloc (s->device, nbytes, error);
+  if (ptr == NULL)
+    return NULL;
+  LbCudaScratchBlock *b = g_new (LbCudaScratchBlock, 1);
+  b->ptr = ptr;
+  b->size = nbytes;
+  g_ptr_array_add (cs->capture_blocks, b);
+  return ptr;
 }
 
+/**
+ * lb_cuda_scratch_release:
+ * @s: the stream given to lb_cuda_scratch()
+ * @ptr: (nullable): the scratch
+ *
+ * Returns scratch to the pool, or, while @s is being captured, to the
+ * capture's list.
+ */
 void
 lb_cuda_scratch_release (LbStream * s, void *ptr)
 {
+  LbCudaStream *cs = s->priv;
+  if (ptr == NULL)
+    return;
+  if (cs->capturing) {
+    for (guint i = 0; i < cs->capture_blocks->len; i++) {
+      LbCudaScratchBlock *b = g_ptr_array_index (cs->capture_blocks, i);
+      if (b->ptr == ptr) {
+        g_ptr_array_add (cs->capture_free, b);
+        return;
+      }
+    }
+  }
   lb_cuda_pool_free (s->device, ptr);
 }

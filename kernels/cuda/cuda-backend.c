@@ -56,6 +56,7 @@ cuda_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
 }
 
 static void cuda_stream_free (LbStream * s);
+static void capture_blocks_release (int device, GPtrArray * blocks);
 
 static LbStream *
 cuda_stream_new (LbBackend * self, int device, GError ** error)
@@ -96,6 +97,15 @@ cuda_stream_free (LbStream * s)
     return;
   LbCudaStream *cs = s->priv;
   cudaSetDevice (s->device);
+  if (cs->capturing) {
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture (cs->stream, &g) == cudaSuccess && g)
+      cudaGraphDestroy (g);
+    cudaGetLastError ();
+    cs->capturing = FALSE;
+    g_ptr_array_free (cs->capture_free, TRUE);
+    capture_blocks_release (s->device, cs->capture_blocks);
+  }
   if (cs->stream) {
     cudaStreamSynchronize (cs->stream);
     lb_cuda_pool_unregister_stream (s->device, cs->stream);
@@ -119,6 +129,129 @@ cuda_stream_synchronize (LbStream * s, GError ** error)
       "cudaStreamSynchronize", error);
 }
 
+static gpointer
+cuda_host_alloc (LbBackend * self, gsize nbytes, GError ** error)
+{
+  (void) self;
+  void *p = NULL;
+  if (!lb_cuda_check (cudaHostAlloc (&p, nbytes, cudaHostAllocPortable),
+          "cudaHostAlloc", error)) {
+    cudaGetLastError ();
+    return NULL;
+  }
+  return p;
+}
+
+static void
+cuda_host_free (LbBackend * self, gpointer ptr)
+{
+  (void) self;
+  cudaFreeHost (ptr);
+}
+
+/* ---- graphs ---- */
+
+struct _LbGraph
+{
+  int device;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  GPtrArray *blocks;            /* LbCudaScratchBlock *, owned */
+};
+
+static void
+capture_blocks_release (int device, GPtrArray * blocks)
+{
+  if (blocks == NULL)
+    return;
+  for (guint i = 0; i < blocks->len; i++) {
+    LbCudaScratchBlock *b = g_ptr_array_index (blocks, i);
+    lb_cuda_pool_free (device, b->ptr);
+    g_free (b);
+  }
+  g_ptr_array_free (blocks, TRUE);
+}
+
+/* Relaxed mode: the pool may still cudaMalloc a block the first time a
+ * capture needs more scratch than earlier ones (not a stream operation, so
+ * nothing of it is recorded). */
+static gboolean
+cuda_graph_begin (LbStream * s, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (cs->capturing) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "graph capture: stream of device %d is already capturing", s->device);
+    return FALSE;
+  }
+  if (!lb_cuda_check (cudaSetDevice (s->device), "cudaSetDevice", error) ||
+      !lb_cuda_check (cudaStreamBeginCapture (cs->stream,
+              cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture",
+          error))
+    return FALSE;
+  cs->capturing = TRUE;
+  cs->capture_blocks = g_ptr_array_new ();
+  cs->capture_free = g_ptr_array_new ();
+  return TRUE;
+}
+
+static LbGraph *
+cuda_graph_end (LbStream * s, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (!cs->capturing) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "graph capture: stream of device %d is not capturing", s->device);
+    return NULL;
+  }
+  cudaGraph_t graph = NULL;
+  cudaError_t e = cudaStreamEndCapture (cs->stream, &graph);
+  GPtrArray *blocks = cs->capture_blocks;
+  cs->capturing = FALSE;
+  cs->capture_blocks = NULL;
+  g_ptr_array_free (cs->capture_free, TRUE);
+  cs->capture_free = NULL;
+  cudaGraphExec_t exec = NULL;
+  if (e == cudaSuccess)
+    e = cudaGraphInstantiate (&exec, graph, 0);
+  if (!lb_cuda_check (e, "graph capture", error)) {
+    cudaGetLastError ();
+    if (graph)
+      cudaGraphDestroy (graph);
+    /* nothing was run: the scratch is idle */
+    capture_blocks_release (s->device, blocks);
+    return NULL;
+  }
+  LbGraph *g = g_new0 (LbGraph, 1);
+  g->device = s->device;
+  g->graph = graph;
+  g->exec = exec;
+  g->blocks = blocks;
+  return g;
+}
+
+static gboolean
+cuda_graph_launch (LbStream * s, LbGraph * graph, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  return lb_cuda_check (cudaGraphLaunch (graph->exec, cs->stream),
+      "cudaGraphLaunch", error);
+}
+
+static void
+cuda_graph_free (LbStream * s, LbGraph * graph)
+{
+  if (graph == NULL)
+    return;
+  LbCudaStream *cs = s->priv;
+  cudaSetDevice (graph->device);
+  cudaStreamSynchronize (cs->stream);
+  cudaGraphExecDestroy (graph->exec);
+  cudaGraphDestroy (graph->graph);
+  capture_blocks_release (graph->device, graph->blocks);
+  g_free (graph);
+}
+
 static LbBackend cuda_backend = {
   .name = "cuda",
   .device_type = LB_DEVICE_CUDA,
@@ -129,6 +262,12 @@ static LbBackend cuda_backend = {
   .stream_new = cuda_stream_new,
   .stream_free = cuda_stream_free,
   .stream_synchronize = cuda_stream_synchronize,
+  .host_alloc = cuda_host_alloc,
+  .host_free = cuda_host_free,
+  .graph_begin = cuda_graph_begin,
+  .graph_end = cuda_graph_end,
+  .graph_launch = cuda_graph_launch,
+  .graph_free = cuda_graph_free,
 };
 
 G_MODULE_EXPORT LbBackend *lingbot_backend_module_init (GError ** error);

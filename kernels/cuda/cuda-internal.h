@@ -35,7 +35,19 @@ typedef struct
   void *workspace;
   gsize workspace_size;
   GHashTable *gemm_plans;       /* LbCudaGemmKey -> plan (cuda-gemm.c) */
+  /* graph capture (cuda-backend.c): while capturing, op scratch is taken
+   * from and released to these lists instead of the pool, so the graph
+   * keeps every block its kernels use */
+  gboolean capturing;
+  GPtrArray *capture_blocks;    /* LbCudaScratchBlock *, all taken */
+  GPtrArray *capture_free;      /* LbCudaScratchBlock *, released */
 } LbCudaStream;
+
+typedef struct
+{
+  void *ptr;
+  gsize size;
+} LbCudaScratchBlock;
 
 gboolean lb_cuda_check (cudaError_t err, const char *what, GError ** error);
 
