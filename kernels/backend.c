@@ -133,6 +133,7 @@ static const struct
   OP (conv2d), OP (upsample_nearest2x), OP (patchify), OP (unpatchify),
   OP (resize_bicubic), OP (copy), OP (clamp), OP (fill), OP (accumulate),
   OP (channel_rms_norm), OP (upsample_nearest2x_halo), OP (latent_affine),
+  OP (norm_modulate), OP (rms_norm_rope), OP (gated_residual_modulate),
 };
 #undef OP
 

@@ -256,11 +256,12 @@ lb_check_rows (const char *op, const char *arg, const LbTensor * t,
 /* ---- gemm ---- */
 
 /* Row stride of a 2-D view whose last dim is unit-stride, or of a contiguous
- * N-D tensor flattened to [numel/last, last].  Returns FALSE otherwise. */
+ * N-D tensor flattened to [numel/last, last].  Returns FALSE otherwise.
+ * Looks at the geometry only (the dtype is the caller's check). */
 static gboolean
 as_matrix (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
 {
-  if (t->ndim < 1 || t->dtype != LB_DTYPE_F32)
+  if (t->ndim < 1)
     return FALSE;
   *cols = t->shape[t->ndim - 1];
   if (t->ndim == 1) {
@@ -294,14 +295,19 @@ gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
 /**
  * lb_check_gemm:
  * @x: [M, K] float32 (or contiguous [..., K], flattened)
- * @w: [N, K] when @trans_w else [K, N], float32, 2-D
+ * @w: [N, K] when @trans_w else [K, N], float32 or bfloat16
+ *   (%LB_DTYPE_BF16), 2-D
  * @trans_w: whether @w is stored transposed
  * @bias: (nullable): [N] float32 contiguous
  * @y: [M, N] float32
  * @g: (out): the matrix geometry
  * @error: (out) (optional): %LB_ERROR_SHAPE
  *
- * The checks of the gemm op (kernels/ops.h).
+ * The checks of the gemm op (kernels/ops.h).  The weight is the only
+ * operand that may be bf16 (spec 1.11 storage); any other dtype of @w
+ * (f16, integers, f64) is refused with
+ * "gemm: w is f16 [N, K], expected f32 or bf16 (the weight dtypes gemm
+ * supports)".
  *
  * Returns: %TRUE when the operands fit.
  */
@@ -311,12 +317,15 @@ lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
     GError ** error)
 {
   int64_t wr, wc, ym, yn;
-  if (!as_matrix (x, &g->m, &g->k, &g->xld))
+  if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld))
     return gemm_shape_error (error, "x", x,
         "f32 [M, K] with unit column stride");
+  if (w->dtype != LB_DTYPE_F32 && w->dtype != LB_DTYPE_BF16)
+    return gemm_shape_error (error, "w", w,
+        "f32 or bf16 (the weight dtypes gemm supports)");
   if (!as_matrix (w, &wr, &wc, &g->wld) || w->ndim != 2)
     return gemm_shape_error (error, "w", w,
-        "f32 2-D with unit column stride");
+        "2-D with unit column stride");
   g->n = trans_w ? wr : wc;
   if ((trans_w ? wc : wr) != g->k) {
     g_autofree char *xs = lb_tensor_shape_string (x);
@@ -325,7 +334,8 @@ lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
         "gemm: inner dimensions differ: x %s, w %s (%s)", xs, ws,
         trans_w ? "w is [N, K]" : "w is [K, N]");
   }
-  if (!as_matrix (y, &ym, &yn, &g->yld) || ym != g->m || yn != g->n) {
+  if (y->dtype != LB_DTYPE_F32 || !as_matrix (y, &ym, &yn, &g->yld) ||
+      ym != g->m || yn != g->n) {
     g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
         G_GINT64_FORMAT "]", g->m, g->n);
     return gemm_shape_error (error, "y", y, e);
@@ -542,6 +552,47 @@ lb_check_binary (const char *op, const LbTensor * a, const LbTensor * b,
 
 /* ---- RoPE ---- */
 
+/* The RoPE checks after @x (named @xarg) is known to be f32 3-D: even hd
+ * with unit stride, the tables, the grid and the positions.  Shared by
+ * rope_3d and rms_norm_rope (whose rotated tensor is its output y). */
+static gboolean
+check_rope (const char *op, const char *xarg, const LbTensor * x,
+    const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
+    GError ** error)
+{
+  int64_t n = x->shape[0], hd = x->shape[2];
+  if ((hd % 2) != 0 || (x->stride[2] != 1 && hd > 1))
+    return fail_strides (op, xarg, x, "[N, H, hd] with even hd and "
+        "unit stride on hd", error);
+  int64_t tshape[2] = { LB_ANY, hd / 2 };
+  if (!lb_check_tensor (op, "cos", cos, LB_DTYPE_F32, 2, tshape, TRUE, error))
+    return FALSE;
+  tshape[0] = cos->shape[0];
+  if (!lb_check_tensor (op, "sin", sin, LB_DTYPE_F32, 2, tshape, TRUE, error))
+    return FALSE;
+  int64_t max_pos = cos->shape[0];
+  if (grid_f < 0 || grid_h < 0 || grid_w < 0 || grid_f * grid_h * grid_w != n) {
+    g_autofree char *have = lb_tensor_shape_string (x);
+    return lb_check_fail (error, "%s: %s is f32 %s, expected [%"
+        G_GINT64_FORMAT ", *, *] for a grid of %" G_GINT64_FORMAT " x %"
+        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, op, xarg, have,
+        MAX (grid_f, 0) * MAX (grid_h, 0) * MAX (grid_w, 0), grid_f, grid_h,
+        grid_w);
+  }
+  if (n > 0 && (frame_offset < 0 || row_offset < 0 ||
+          frame_offset + grid_f > max_pos || row_offset + grid_h > max_pos ||
+          grid_w > max_pos)) {
+    g_autofree char *have = lb_tensor_shape_string (cos);
+    return lb_check_fail (error, "%s: cos is f32 %s, too short for "
+        "frames [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), rows [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), columns [0, %"
+        G_GINT64_FORMAT ")", op, have, frame_offset, frame_offset + grid_f,
+        row_offset, row_offset + grid_h, grid_w);
+  }
+  return TRUE;
+}
+
 /**
  * lb_check_rope_3d:
  * @x: f32 [N, H, hd], even hd, stride[2] == 1
@@ -562,41 +613,10 @@ lb_check_rope_3d (const LbTensor * x, const LbTensor * cos,
     int64_t frame_offset, int64_t row_offset, GError ** error)
 {
   int64_t any3[3] = { LB_ANY, LB_ANY, LB_ANY };
-  if (!lb_check_tensor ("rope_3d", "x", x, LB_DTYPE_F32, 3, any3, FALSE,
-          error))
-    return FALSE;
-  int64_t n = x->shape[0], hd = x->shape[2];
-  if ((hd % 2) != 0 || (x->stride[2] != 1 && hd > 1))
-    return fail_strides ("rope_3d", "x", x, "[N, H, hd] with even hd and "
-        "unit stride on hd", error);
-  int64_t tshape[2] = { LB_ANY, hd / 2 };
-  if (!lb_check_tensor ("rope_3d", "cos", cos, LB_DTYPE_F32, 2, tshape, TRUE,
-          error))
-    return FALSE;
-  tshape[0] = cos->shape[0];
-  if (!lb_check_tensor ("rope_3d", "sin", sin, LB_DTYPE_F32, 2, tshape, TRUE,
-          error))
-    return FALSE;
-  int64_t max_pos = cos->shape[0];
-  if (grid_f < 0 || grid_h < 0 || grid_w < 0 || grid_f * grid_h * grid_w != n) {
-    g_autofree char *have = lb_tensor_shape_string (x);
-    return lb_check_fail (error, "rope_3d: x is f32 %s, expected [%"
-        G_GINT64_FORMAT ", *, *] for a grid of %" G_GINT64_FORMAT " x %"
-        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, have,
-        MAX (grid_f, 0) * MAX (grid_h, 0) * MAX (grid_w, 0), grid_f, grid_h,
-        grid_w);
-  }
-  if (n > 0 && (frame_offset < 0 || row_offset < 0 ||
-          frame_offset + grid_f > max_pos || row_offset + grid_h > max_pos ||
-          grid_w > max_pos)) {
-    g_autofree char *have = lb_tensor_shape_string (cos);
-    return lb_check_fail (error, "rope_3d: cos is f32 %s, too short for "
-        "frames [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), rows [%"
-        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), columns [0, %"
-        G_GINT64_FORMAT ")", have, frame_offset, frame_offset + grid_f,
-        row_offset, row_offset + grid_h, grid_w);
-  }
-  return TRUE;
+  return lb_check_tensor ("rope_3d", "x", x, LB_DTYPE_F32, 3, any3, FALSE,
+      error) &&
+      check_rope ("rope_3d", "x", x, cos, sin, grid_f, grid_h, grid_w,
+      frame_offset, row_offset, error);
 }
 
 /* ---- attention ---- */
@@ -1046,4 +1066,117 @@ lb_check_upsample_nearest2x_halo (const LbTensor * x, const LbTensor * y,
     2 * x->shape[3]
   };
   return lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, ys, TRUE, error);
+}
+
+/* ---- fused DiT ops ---- */
+
+/**
+ * lb_check_norm_modulate:
+ * @x: f32 rows [M, D] (contiguous N-D, or a 2-D row-strided view)
+ * @weight: (nullable): f32 [D]
+ * @bias: (nullable): f32 [D]
+ * @scale: f32 [D] or rows [M, D]
+ * @shift: f32 [D] or rows [M, D]
+ * @y: f32 rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld, s_ld for @scale, h_ld for
+ *   @shift; 0 when broadcast)
+ * @error: (out) (optional): %LB_ERROR_SHAPE, the messages of
+ *   lb_check_layer_norm() and lb_check_modulate() under the op name
+ *   "norm_modulate"
+ *
+ * The checks of the norm_modulate op (layer_norm then modulate,
+ * kernels/ops.h), in the order x, y, weight, bias, scale, shift.
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_norm_modulate (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, const LbTensor * scale, const LbTensor * shift,
+    const LbTensor * y, LbRowsGeom * g, GError ** error)
+{
+  const char *op = "norm_modulate";
+  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
+      (bias == NULL || check_vec (op, "bias", bias, g->d, error)) &&
+      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
+      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+}
+
+/**
+ * lb_check_rms_norm_rope:
+ * @x: f32 [N, D], 2-D with unit column stride (row stride free)
+ * @weight: (nullable): f32 [D]
+ * @cos: f32 [P, hd/2] contiguous
+ * @sin: f32 [P, hd/2] contiguous
+ * @grid_f: frames
+ * @grid_h: token rows per frame
+ * @grid_w: token columns per row (N = grid_f * grid_h * grid_w)
+ * @frame_offset: first frame position
+ * @row_offset: first row position
+ * @y: f32 [N, H, hd] with H * hd = D, even hd, stride[2] == 1 (other
+ *   strides free)
+ * @g: (out): the rows geometry of @x (m = N, d = D, x_ld; y_ld unused)
+ * @error: (out) (optional): %LB_ERROR_SHAPE, also for positions >= P
+ *
+ * The checks of the rms_norm_rope op (kernels/ops.h), in the order x,
+ * weight, y, then the RoPE checks of lb_check_rope_3d() on y (tables,
+ * grid, positions) under the op name "rms_norm_rope".
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_rms_norm_rope (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
+    const LbTensor * y, LbRowsGeom * g, GError ** error)
+{
+  const char *op = "rms_norm_rope";
+  int64_t any2[2] = { LB_ANY, LB_ANY };
+  memset (g, 0, sizeof *g);
+  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 2, any2, FALSE, error) ||
+      !lb_check_rows (op, "x", x, LB_ANY, &g->m, &g->x_ld, error))
+    return FALSE;
+  g->d = x->shape[1];
+  if (weight != NULL && !check_vec (op, "weight", weight, g->d, error))
+    return FALSE;
+  int64_t yshape[3] = { g->m, LB_ANY, LB_ANY };
+  if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, 3, yshape, FALSE, error))
+    return FALSE;
+  if (y->shape[1] * y->shape[2] != g->d) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "%s: y is f32 %s, expected [%"
+        G_GINT64_FORMAT ", H, hd] with H * hd = %" G_GINT64_FORMAT, op, have,
+        g->m, g->d);
+  }
+  return check_rope (op, "y", y, cos, sin, grid_f, grid_h, grid_w,
+      frame_offset, row_offset, error);
+}
+
+/**
+ * lb_check_gated_residual_modulate:
+ * @x: f32 rows [M, D], updated in place
+ * @y: f32 rows [M, D]
+ * @gate: (nullable): f32 [D] or rows [M, D]
+ * @scale: f32 [D] or rows [M, D]
+ * @shift: f32 [D] or rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld, g_ld for @gate, s_ld for
+ *   @scale, h_ld for @shift; 0 when broadcast or absent)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the gated_residual_modulate op (kernels/ops.h), in the
+ * order x, y, gate, scale, shift.
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gated_residual_modulate (const LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
+    LbRowsGeom * g, GError ** error)
+{
+  const char *op = "gated_residual_modulate";
+  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
+          &g->g_ld, error)) &&
+      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
+      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
 }

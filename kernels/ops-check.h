@@ -70,6 +70,8 @@ gboolean lb_check_gemm (const LbTensor * x, const LbTensor * w,
  * @s_ld: row stride of modulate's scale, gated_residual's gate, add/mul's
  *   b; 0 when it is one [D] row broadcast over the rows (or absent)
  * @h_ld: row stride of modulate's shift; 0 when broadcast
+ * @g_ld: row stride of gated_residual_modulate's gate; 0 when broadcast
+ *   or absent (its scale and shift use @s_ld and @h_ld)
  *
  * The rows view of the operands of the row ops (norms, modulation,
  * elementwise).
@@ -78,6 +80,7 @@ typedef struct
 {
   int64_t m, d;
   int64_t x_ld, y_ld, s_ld, h_ld;
+  int64_t g_ld;
 } LbRowsGeom;
 
 gboolean lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
@@ -175,5 +178,18 @@ gboolean lb_check_channel_rms_norm (const LbTensor * x,
     const LbTensor * gamma, const LbTensor * y, GError ** error);
 gboolean lb_check_upsample_nearest2x_halo (const LbTensor * x,
     const LbTensor * y, GError ** error);
+
+/* ---- fused DiT ops ---- */
+
+gboolean lb_check_norm_modulate (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, const LbTensor * scale, const LbTensor * shift,
+    const LbTensor * y, LbRowsGeom * g, GError ** error);
+gboolean lb_check_rms_norm_rope (const LbTensor * x, const LbTensor * weight,
+    const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
+    const LbTensor * y, LbRowsGeom * g, GError ** error);
+gboolean lb_check_gated_residual_modulate (const LbTensor * x,
+    const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
+    const LbTensor * shift, LbRowsGeom * g, GError ** error);
 
 G_END_DECLS

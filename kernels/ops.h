@@ -32,7 +32,17 @@ typedef struct _LbStream LbStream;
  *   is w[N,K]^T when @trans_w (PyTorch Linear layout) or w[K,N] otherwise.
  *   @bias may be %NULL.  x and y may be 2-D views with a row stride
  *   (stride[1] == 1); leading dims beyond 2 are flattened into M when
- *   contiguous.
+ *   contiguous.  x, bias and y are f32; w is f32 or bf16
+ *   (%LB_DTYPE_BF16, spec 1.11 weight storage; any other dtype is an
+ *   %LB_ERROR_SHAPE error).  With a bf16 w the op computes, on every
+ *   backend, `y = alpha * (bf16(x) . op(w)) + beta * y + bias` where
+ *   bf16(x) rounds each x element to bfloat16 (round to nearest even,
+ *   lb_f32_to_bf16()) and the products are accumulated in f32: the
+ *   backends then differ only by f32 summation order.  The stream's
+ *   #LbMathMode does not change this.  The CPU backend's bf16 path
+ *   widens into a per-call scratch (it is the oracle; CPU ranks keep f32
+ *   weights) and sums each output in a fixed order, so a row of y does
+ *   not depend on the other rows of x.
  * @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.
  * @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
@@ -125,6 +135,34 @@ typedef struct _LbStream LbStream;
  *   f32 [C] contiguous: when @denormalize `y = x / inv_std[c] + mean[c]`,
  *   else `y = (x - mean[c]) * inv_std[c]` (spec A.2: the reference divides
  *   by the float32 reciprocal, it does not multiply by the std).
+ *
+ * The fused ops below each replace a pair of the ops above in the DiT
+ * block (spec 1.7, 1.8, 1.10).  Each computes exactly what the pair
+ * computes on the same backend: the same statistics in the same precision
+ * and the same float operations, so on the CPU a fused op is bit-identical
+ * to its pair (tests/unit/test-ops-fused.c); they only save the
+ * intermediate tensor's round trip through memory.  The argument errors
+ * name the fused op ("norm_modulate: scale is f32 [3, 8], expected [8] or
+ * [4, 8]").
+ * @norm_modulate: @layer_norm then @modulate: per row of x [M, D]
+ *   `y = LN(x) * (1 + scale) + shift`, LN with the optional affine @weight
+ *   / @bias [D] (%NULL for none) and statistics in double as @layer_norm;
+ *   scale and shift [D] (broadcast) or [M, D] (per row).  x, y, scale and
+ *   shift may be 2-D row-strided views (stride[1] == 1).  In place
+ *   allowed (y == x).
+ * @rms_norm_rope: @rms_norm then @rope_3d: x [N, H*hd] (2-D, stride[1] ==
+ *   1) is RMS-normalised over the whole row (all heads, the mean square in
+ *   double) and multiplied by @weight [H*hd] (nullable), then each head of
+ *   the result is rotated as @rope_3d does (same tables, grid and
+ *   offsets), and written to y [N, H, hd]: any view with stride[2] == 1,
+ *   e.g. the rows of a KV-cache slot range, so the keys go straight into
+ *   the cache.  y may be x itself seen as [N, H, hd] (in place); otherwise
+ *   it must not overlap x.
+ * @gated_residual_modulate: @gated_residual then @modulate, in place on x:
+ *   `x = (x + gate * y) * (1 + scale) + shift` with x, y [M, D], @gate [D],
+ *   [M, D] or %NULL (then `x + y`), scale and shift [D] or [M, D] (the
+ *   self-attention output's gated residual followed by the camera
+ *   injection of spec 1.7).  Row-strided 2-D views accepted.
  */
 typedef struct _LbOps {
   gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -185,6 +223,18 @@ typedef struct _LbOps {
   gboolean (*latent_affine) (LbStream * s, const LbTensor * x,
       const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize,
       LbTensor * y, GError ** error);
+  gboolean (*norm_modulate) (LbStream * s, const LbTensor * x,
+      const LbTensor * weight, const LbTensor * bias, float eps,
+      const LbTensor * scale, const LbTensor * shift, LbTensor * y,
+      GError ** error);
+  gboolean (*rms_norm_rope) (LbStream * s, const LbTensor * x,
+      const LbTensor * weight, float eps, const LbTensor * cos,
+      const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+      int64_t frame_offset, int64_t row_offset, LbTensor * y,
+      GError ** error);
+  gboolean (*gated_residual_modulate) (LbStream * s, LbTensor * x,
+      const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
+      const LbTensor * shift, GError ** error);
 } LbOps;
 
 /**

@@ -99,4 +99,17 @@ gboolean lb_cpu_latent_affine (LbStream * s, const LbTensor * x,
     const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize,
     LbTensor * y, GError ** error);
 
+/* fused DiT ops (fused.c) */
+gboolean lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
+    const LbTensor * weight, const LbTensor * bias, float eps,
+    const LbTensor * scale, const LbTensor * shift, LbTensor * y,
+    GError ** error);
+gboolean lb_cpu_rms_norm_rope (LbStream * s, const LbTensor * x,
+    const LbTensor * weight, float eps, const LbTensor * cos,
+    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+    int64_t frame_offset, int64_t row_offset, LbTensor * y, GError ** error);
+gboolean lb_cpu_gated_residual_modulate (LbStream * s, LbTensor * x,
+    const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
+    const LbTensor * shift, GError ** error);
+
 G_END_DECLS

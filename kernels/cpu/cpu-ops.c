@@ -30,4 +30,7 @@ const LbOps lb_cpu_ops = {
   .channel_rms_norm = lb_cpu_channel_rms_norm,
   .upsample_nearest2x_halo = lb_cpu_upsample_nearest2x_halo,
   .latent_affine = lb_cpu_latent_affine,
+  .norm_modulate = lb_cpu_norm_modulate,
+  .rms_norm_rope = lb_cpu_rms_norm_rope,
+  .gated_residual_modulate = lb_cpu_gated_residual_modulate,
 };

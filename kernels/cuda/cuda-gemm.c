@@ -15,6 +15,13 @@
  * the heuristic was told about (views into KV caches or conv blocks are not
  * 256-byte aligned).  Compute type is CUBLAS_COMPUTE_32F (no TF32), so the
  * results compare with the CPU oracle at FP32 tolerance.
+ *
+ * A bf16 weight (spec 1.11 storage, kernels/ops.h) makes a mixed plan: A
+ * and B CUDA_R_16BF, C and D CUDA_R_32F, still CUBLAS_COMPUTE_32F with
+ * f32 scale and an f32 bias (its type set explicitly).  x is first rounded
+ * to a contiguous bf16 copy in pool scratch (kernels-convert.cu, the CPU's
+ * rounding formula), in blocks of rows of at most LB_CUDA_SCRATCH_LIMIT * 2
+ * elements.  The operand dtypes are part of the plan key.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -27,8 +34,13 @@ typedef struct
   int64_t m, n, k, lda, ldb, ldc;
   int32_t ta, tb, bias;
   int32_t align_a, align_b, align_c, align_bias;
+  int32_t type_a, type_b;       /* cudaDataType of our A and B */
   int32_t pad;
 } GemmKey;
+
+/* memcmp/hash of the whole key: no implicit padding may exist */
+G_STATIC_ASSERT (sizeof (GemmKey) == 6 * sizeof (int64_t) +
+    10 * sizeof (int32_t));
 
 typedef struct
 {
@@ -125,16 +137,24 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
       &ltb, sizeof ltb);
   if (key->bias) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    cublasLtMatmulDescSetAttribute (plan->desc,
-        CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    /* f32 whatever A and B are (the default follows other types) */
+    int32_t bias_type = CUDA_R_32F;
+    if (!lt_check (cublasLtMatmulDescSetAttribute (plan->desc,
+                CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+            "epilogue", error) ||
+        !lt_check (cublasLtMatmulDescSetAttribute (plan->desc,
+                CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                sizeof bias_type), "bias data type", error))
+      goto fail;
   }
-  /* Stored (column-major) extents: our row-major [r, c] is [c, r]. */
-  if (!lt_check (cublasLtMatrixLayoutCreate (&plan->la, CUDA_R_32F,
-              key->tb ? key->k : key->n, key->tb ? key->n : key->k,
-              key->ldb), "layout A", error) ||
-      !lt_check (cublasLtMatrixLayoutCreate (&plan->lb, CUDA_R_32F,
-              key->ta ? key->m : key->k, key->ta ? key->k : key->m,
-              key->lda), "layout B", error) ||
+  /* Stored (column-major) extents: our row-major [r, c] is [c, r].
+   * cuBLASLt's A is our B and its B our A. */
+  if (!lt_check (cublasLtMatrixLayoutCreate (&plan->la,
+              (cudaDataType_t) key->type_b, key->tb ? key->k : key->n,
+              key->tb ? key->n : key->k, key->ldb), "layout A", error) ||
+      !lt_check (cublasLtMatrixLayoutCreate (&plan->lb,
+              (cudaDataType_t) key->type_a, key->ta ? key->m : key->k,
+              key->ta ? key->k : key->m, key->lda), "layout B", error) ||
       !lt_check (cublasLtMatrixLayoutCreate (&plan->lc, CUDA_R_32F, key->n,
               key->m, key->ldc), "layout C", error))
     goto fail;
@@ -165,7 +185,10 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
   if (found == 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
         "gemm: cuBLASLt has no algorithm for M=%" G_GINT64_FORMAT " N=%"
-        G_GINT64_FORMAT " K=%" G_GINT64_FORMAT, key->m, key->n, key->k);
+        G_GINT64_FORMAT " K=%" G_GINT64_FORMAT " (%s inputs, lda %"
+        G_GINT64_FORMAT ", ldb %" G_GINT64_FORMAT ")", key->m, key->n,
+        key->k, key->type_b == CUDA_R_16BF ? "bf16" : "f32", key->lda,
+        key->ldb);
     goto fail;
   }
   plan->algo = heur.algo;
@@ -178,6 +201,58 @@ fail:
     cublasLtMatmulPreferenceDestroy (pref);
   plan_free (plan);
   return NULL;
+}
+
+/* lb_cuda_gemm_rm() with the dtypes of A and B (CUDA_R_32F or
+ * CUDA_R_16BF); C, the bias and the scales are always f32. */
+static gboolean
+gemm_rm_typed (LbStream * s, gboolean ta, gboolean tb, int64_t m, int64_t n,
+    int64_t k, float alpha, const void *a, cudaDataType_t type_a,
+    int64_t lda, const void *b, cudaDataType_t type_b, int64_t ldb,
+    const float *bias, float beta, float *c, int64_t ldc, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (m <= 0 || n <= 0)
+    return TRUE;
+  cudaSetDevice (s->device);
+  GemmKey key;
+  memset (&key, 0, sizeof key);
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  /* a single row or column: cuBLASLt still wants ld >= rows as stored */
+  key.lda = MAX (lda, ta ? m : k);
+  key.ldb = MAX (ldb, tb ? k : n);
+  key.ldc = MAX (ldc, n);
+  key.ta = ta != 0;
+  key.tb = tb != 0;
+  key.bias = bias != NULL;
+  key.align_a = ptr_align (a);
+  key.align_b = ptr_align (b);
+  key.align_c = ptr_align (c);
+  key.align_bias = bias ? ptr_align (bias) : 0;
+  key.type_a = (int32_t) type_a;
+  key.type_b = (int32_t) type_b;
+
+  if (cs->gemm_plans == NULL)
+    cs->gemm_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
+        plan_free);
+  GemmPlan *plan = g_hash_table_lookup (cs->gemm_plans, &key);
+  if (plan == NULL) {
+    if (g_hash_table_size (cs->gemm_plans) >= MAX_PLANS)
+      g_hash_table_remove_all (cs->gemm_plans);
+    plan = plan_new (cs, &key, error);
+    if (plan == NULL)
+      return FALSE;
+    g_hash_table_insert (cs->gemm_plans, &plan->key, plan);
+  }
+  if (bias)
+    cublasLtMatmulDescSetAttribute (plan->desc,
+        CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
+          a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
+          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul",
+      error);
 }
 
 /**
@@ -210,49 +285,42 @@ lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     const float *b, int64_t ldb, const float *bias, float beta, float *c,
     int64_t ldc, GError ** error)
 {
-  LbCudaStream *cs = s->priv;
-  if (m <= 0 || n <= 0)
-    return TRUE;
-  cudaSetDevice (s->device);
-  GemmKey key;
-  memset (&key, 0, sizeof key);
-  key.m = m;
-  key.n = n;
-  key.k = k;
-  /* a single row or column: cuBLASLt still wants ld >= rows as stored */
-  key.lda = MAX (lda, ta ? m : k);
-  key.ldb = MAX (ldb, tb ? k : n);
-  key.ldc = MAX (ldc, n);
-  key.ta = ta != 0;
-  key.tb = tb != 0;
-  key.bias = bias != NULL;
-  key.align_a = ptr_align (a);
-  key.align_b = ptr_align (b);
-  key.align_c = ptr_align (c);
-  key.align_bias = bias ? ptr_align (bias) : 0;
-
-  if (cs->gemm_plans == NULL)
-    cs->gemm_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
-        plan_free);
-  GemmPlan *plan = g_hash_table_lookup (cs->gemm_plans, &key);
-  if (plan == NULL) {
-    if (g_hash_table_size (cs->gemm_plans) >= MAX_PLANS)
-      g_hash_table_remove_all (cs->gemm_plans);
-    plan = plan_new (cs, &key, error);
-    if (plan == NULL)
-      return FALSE;
-    g_hash_table_insert (cs->gemm_plans, &plan->key, plan);
-  }
-  if (bias)
-    cublasLtMatmulDescSetAttribute (plan->desc,
-        CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-  return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
-          a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
-          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul",
-      error);
+  return gemm_rm_typed (s, ta, tb, m, n, k, alpha, a, CUDA_R_32F, lda, b,
+      CUDA_R_32F, ldb, bias, beta, c, ldc, error);
 }
 
 /* ---- the op ---- */
+
+/* The bf16-weight product (see the file comment): x rounded to bf16 into
+ * pool scratch, a block of rows at a time, then one mixed cuBLASLt GEMM
+ * per block.  The blocks reuse one scratch in stream order. */
+static gboolean
+gemm_bf16 (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
+    const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha,
+    float beta, LbTensor * y, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  const int64_t m = g->m, k = g->k;
+  const int64_t limit = (int64_t) (LB_CUDA_SCRATCH_LIMIT * 2);
+  const int64_t rows = CLAMP (limit / k, 1, m);
+  uint16_t *xs = lb_cuda_scratch (s, (gsize) (rows * k) * sizeof (uint16_t),
+      error);
+  if (xs == NULL)
+    return FALSE;
+  gboolean ok = TRUE;
+  for (int64_t r0 = 0; ok && r0 < m; r0 += rows) {
+    const int64_t nr = MIN (rows, m - r0);
+    ok = lb_cuda_check (lb_cuda_launch_f32_to_bf16 (cs->stream,
+            (const float *) x->data + r0 * g->xld, g->xld, xs, k, nr, k),
+        "gemm (bf16 conversion of x)", error) &&
+        gemm_rm_typed (s, FALSE, trans_w, nr, g->n, k, alpha, xs,
+        CUDA_R_16BF, k, w->data, CUDA_R_16BF, g->wld,
+        bias ? bias->data : NULL, beta, (float *) y->data + r0 * g->yld,
+        g->yld, error);
+  }
+  lb_cuda_scratch_release (s, xs);
+  return ok;
+}
 
 /**
  * lb_cuda_gemm:
@@ -262,6 +330,13 @@ lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
  * row-major, through lb_cuda_gemm_rm().  With K = 0 or @alpha = 0 x and w
  * are not read and y = bias + beta * y (beta = 0 overwrites, NaN
  * included).  Asynchronous on the stream.
+ *
+ * With a bf16 @w (LB_DTYPE_BF16, any #LbMathMode):
+ * `y = alpha * bf16(x) . op(w) + beta * y + bias`, x rounded to bf16 as
+ * lb_f32_to_bf16() does, A/B CUDA_R_16BF, C/D CUDA_R_32F,
+ * CUBLAS_COMPUTE_32F; x goes through pool scratch of at most
+ * min(M, 64 Mi / K) rows of K bf16 (no cudaMalloc once the pool holds a
+ * block of that size).
  */
 gboolean
 lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -292,6 +367,8 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
           bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
     return lb_cuda_check (e, "gemm (K = 0)", error);
   }
+  if (w->dtype == LB_DTYPE_BF16)
+    return gemm_bf16 (s, &g, x, w, trans_w, bias, alpha, beta, y, error);
   return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, g.xld,
       w->data, g.wld, bias ? bias->data : NULL, beta, y->data, yld, error);
 }

@@ -66,6 +66,13 @@ typedef struct
 #define LB_CUDA_FLASH_MAX_HD 128
 cudaError_t lb_cuda_launch_flash_attention (cudaStream_t st,
     const LbCudaAttnArgs * a);
+/* Tensor-core flash kernel for LB_MATH_BF16 streams (kernels-attention-
+ * bf16.cu): q, k, v rounded to bf16 (nearest even) on their way to shared
+ * memory, S = QK^T and O = PV with f32 accumulation, softmax statistics in
+ * f32, P rounded to bf16.  hd must be 64 or 128 (cudaErrorInvalidValue
+ * otherwise); needs sm_80 or newer. */
+cudaError_t lb_cuda_launch_flash_attention_bf16 (cudaStream_t st,
+    const LbCudaAttnArgs * a);
 /* Row softmax of s[rows, nk] (ld nk) in place for the GEMM path: logits
  * `s * scale + bias[h, q0 + r, :]`, hidden keys (mask) excluded; a row
  * with no visible key becomes zeros. */
@@ -138,6 +145,41 @@ cudaError_t lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
 cudaError_t lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st,
     const float *x, int64_t xs0, int64_t xs1, int64_t xs2, float *y,
     int64_t c, int64_t t, int64_t ho, int64_t w);
+
+/* ---- dtype conversion (kernels-convert.cu) ---- */
+
+/* y[i * yld + j] = bf16(x[i * xld + j]) for i < m, j < k: bfloat16 bits,
+ * rounded exactly as lb_f32_to_bf16() (nearest even, overflow to inf, NaN
+ * kept), so host and device agree bit for bit.  The bf16 GEMM's
+ * activation conversion, usable for weights too. */
+cudaError_t lb_cuda_launch_f32_to_bf16 (cudaStream_t st, const float *x,
+    int64_t xld, uint16_t * y, int64_t yld, int64_t m, int64_t k);
+
+/* ---- fused DiT ops (kernels-fused.cu) ---- */
+
+/* y = LN(x) * (1 + scale) + shift per row (w, b nullable: LN affine;
+ * sld/hld 0 = broadcast row); one block per row, statistics in double as
+ * lb_cuda_launch_layer_norm().  y may be x. */
+cudaError_t lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x,
+    int64_t xld, const float *w, const float *b, float eps,
+    const float *scale, int64_t sld, const float *shift, int64_t hld,
+    float *y, int64_t yld, int64_t m, int64_t d);
+/* y[t, h, :] = RoPE(RMSNorm(x[t, :]) * w) for x [n, nh * hd] (row stride
+ * xld) and y [n, nh, hd] (strides ys0, ys1, 1): the mean square over the
+ * whole row in double, then the rotation of lb_cuda_launch_rope_3d() at
+ * positions (frame_offset + f, row_offset + i, j).  w nullable; y may be
+ * x seen as [n, nh, hd]. */
+cudaError_t lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x,
+    int64_t xld, const float *w, float eps, float *y, int64_t ys0,
+    int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
+    const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
+    int64_t row_offset);
+/* x = (x + gate * y) * (1 + scale) + shift (gate NULL: 1; gld/sld/hld 0 =
+ * broadcast row). */
+cudaError_t lb_cuda_launch_gated_residual_modulate (cudaStream_t st,
+    float *x, int64_t xld, const float *y, int64_t yld, const float *gate,
+    int64_t gld, const float *scale, int64_t sld, const float *shift,
+    int64_t hld, int64_t m, int64_t d);
 
 #ifdef __cplusplus
 }

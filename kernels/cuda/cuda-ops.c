@@ -172,6 +172,11 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     .nq = nq,.nk = nk,.nh = nh,.hd = hd,
     .scale = scale,
   };
+  /* LB_MATH_BF16: tensor cores for the DiT's (128) and umT5's (64) head
+   * dims; any other head dim keeps its FP32 path */
+  if (s->math == LB_MATH_BF16 && (hd == 64 || hd == 128))
+    return launched (lb_cuda_launch_flash_attention_bf16 (stream_of (s), &a),
+        "attention", error);
   if (hd <= LB_CUDA_FLASH_MAX_HD)
     return launched (lb_cuda_launch_flash_attention (stream_of (s), &a),
         "attention", error);
@@ -522,6 +527,59 @@ cuda_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y,
       "upsample_nearest2x_halo", error);
 }
 
+/* ---- fused DiT ops (kernels/cpu/fused.c, kernels-fused.cu) ---- */
+
+static gboolean
+cuda_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, float eps, const LbTensor * scale,
+    const LbTensor * shift, LbTensor * y, GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_cuda_check_devices (s, "norm_modulate", error, "x", x, "weight",
+          weight, "bias", bias, "scale", scale, "shift", shift, "y", y,
+          NULL) ||
+      !lb_check_norm_modulate (x, weight, bias, scale, shift, y, &g, error))
+    return FALSE;
+  return launched (lb_cuda_launch_norm_modulate (stream_of (s), x->data,
+          g.x_ld, weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
+          scale->data, g.s_ld, shift->data, g.h_ld, y->data, g.y_ld, g.m,
+          g.d), "norm_modulate", error);
+}
+
+static gboolean
+cuda_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    float eps, const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
+    LbTensor * y, GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_cuda_check_devices (s, "rms_norm_rope", error, "x", x, "weight",
+          weight, "cos", cos, "sin", sin, "y", y, NULL) ||
+      !lb_check_rms_norm_rope (x, weight, cos, sin, grid_f, grid_h, grid_w,
+          frame_offset, row_offset, y, &g, error))
+    return FALSE;
+  return launched (lb_cuda_launch_rms_norm_rope (stream_of (s), x->data,
+          g.x_ld, weight ? weight->data : NULL, eps, y->data, y->stride[0],
+          y->stride[1], g.m, y->shape[1], y->shape[2], cos->data, sin->data,
+          grid_h, grid_w, frame_offset, row_offset), "rms_norm_rope", error);
+}
+
+static gboolean
+cuda_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
+    GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_cuda_check_devices (s, "gated_residual_modulate", error, "x", x,
+          "y", y, "gate", gate, "scale", scale, "shift", shift, NULL) ||
+      !lb_check_gated_residual_modulate (x, y, gate, scale, shift, &g, error))
+    return FALSE;
+  return launched (lb_cuda_launch_gated_residual_modulate (stream_of (s),
+          x->data, g.x_ld, y->data, g.y_ld, gate ? gate->data : NULL, g.g_ld,
+          scale->data, g.s_ld, shift->data, g.h_ld, g.m, g.d),
+      "gated_residual_modulate", error);
+}
+
 /**
  * lb_cuda_ops:
  *
@@ -553,4 +611,7 @@ const LbOps lb_cuda_ops = {
   .channel_rms_norm = cuda_channel_rms_norm,
   .upsample_nearest2x_halo = cuda_upsample_nearest2x_halo,
   .latent_affine = cuda_latent_affine,
+  .norm_modulate = cuda_norm_modulate,
+  .rms_norm_rope = cuda_rms_norm_rope,
+  .gated_residual_modulate = cuda_gated_residual_modulate,
 };

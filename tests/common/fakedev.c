@@ -27,7 +27,64 @@ typedef struct {
   GHashTable *blocks;           /* ptr -> size */
   gint bad;
   gint n_h2d, n_d2h, n_d2d, n_ops;
+  gint n_captures, n_launches, n_capturing;
 } FakeDev;
+
+typedef enum {
+  FOP_GEMM,
+  FOP_LAYER_NORM,
+  FOP_RMS_NORM,
+  FOP_MODULATE,
+  FOP_GATED_RESIDUAL,
+  FOP_ROPE_3D,
+  FOP_ATTENTION,
+  FOP_GELU_TANH,
+  FOP_SILU,
+  FOP_ADD,
+  FOP_MUL,
+  FOP_SCALE,
+  FOP_CONV3D_CAUSAL,
+  FOP_CONV2D,
+  FOP_UPSAMPLE_NEAREST2X,
+  FOP_PATCHIFY,
+  FOP_UNPATCHIFY,
+  FOP_RESIZE_BICUBIC,
+  FOP_COPY,
+  FOP_CLAMP,
+  FOP_FILL,
+  FOP_ACCUMULATE,
+  FOP_CHANNEL_RMS_NORM,
+  FOP_UPSAMPLE_NEAREST2X_HALO,
+  FOP_LATENT_AFFINE,
+  FOP_NORM_MODULATE,
+  FOP_RMS_NORM_ROPE,
+  FOP_GATED_RESIDUAL_MODULATE,
+  FOP_RAW_COPY,
+} FakeOpId;
+
+/* A recorded call (graph capture): tensor descriptors by value, with
+ * arguments that were the same pointer mapped to the same copy. */
+typedef struct {
+  int op;                       /* FakeOpId */
+  int n;
+  LbTensor t[8];
+  const LbTensor *orig[8];      /* while recording only */
+  int idx[8];                   /* tensor argument k -> t[idx[k]], or -1 */
+  float f[4];
+  int64_t i[8];
+  void *dst;                    /* FOP_RAW_COPY */
+  const void *src;
+  gsize nbytes;
+} FakeCall;
+
+typedef struct {
+  gboolean capturing;
+  GArray *calls;                /* FakeCall, while capturing */
+} FakeStream;
+
+struct _LbGraph {
+  GArray *calls;
+};
 
 static FakeDev fake;
 
@@ -76,7 +133,11 @@ fake_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
   (void) self;
   (void) device;
-  (void) error;
+  if (g_atomic_int_get (&fake.n_capturing) > 0) {
+    refuse (error, "alloc of %" G_GSIZE_FORMAT " bytes during a graph "
+        "capture", nbytes);
+    return NULL;
+  }
   guint8 *p = g_malloc (MAX (nbytes, 1));
   memset (p, 0xff, nbytes);     /* NaN in every float */
   g_mutex_lock (&fake.lock);
@@ -90,6 +151,8 @@ fake_free (LbBackend * self, int device, gpointer ptr)
 {
   (void) self;
   (void) device;
+  if (g_atomic_int_get (&fake.n_capturing) > 0)
+    refuse (NULL, "free of %p during a graph capture", ptr);
   g_mutex_lock (&fake.lock);
   gboolean known = g_hash_table_remove (fake.blocks, ptr);
   g_mutex_unlock (&fake.lock);
@@ -102,7 +165,20 @@ static gboolean
 fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
     LbCopyKind kind, GError ** error)
 {
-  (void) s;
+  FakeStream *fs = s->priv;
+  if (fs->capturing) {
+    if (kind != LB_COPY_DEVICE_TO_DEVICE)
+      return refuse (error, "%s copy during a graph capture (only device "
+          "copies can be captured)", kind == LB_COPY_HOST_TO_DEVICE ? "H2D" :
+          kind == LB_COPY_DEVICE_TO_HOST ? "D2H" : "H2H");
+    FakeCall c = { 0 };
+    c.op = FOP_RAW_COPY;
+    c.dst = dst;
+    c.src = src;
+    c.nbytes = nbytes;
+    g_array_append_val (fs->calls, c);
+    return TRUE;
+  }
   const gboolean dd = fakedev_is_device (dst, nbytes);
   const gboolean sd = fakedev_is_device (src, nbytes);
   static const char *const names[] = { "H2D", "D2H", "D2D", "H2H" };
@@ -132,22 +208,66 @@ fake_stream_new (LbBackend * self, int device, GError ** error)
   LbStream *s = g_new0 (LbStream, 1);
   s->backend = self;
   s->device = device;
+  s->priv = g_new0 (FakeStream, 1);
   return s;
 }
 
 static void
 fake_stream_free (LbStream * s)
 {
+  FakeStream *fs = s->priv;
+  if (fs->capturing) {
+    g_atomic_int_add (&fake.n_capturing, -1);
+    g_array_free (fs->calls, TRUE);
+  }
+  g_free (fs);
   g_free (s);
 }
 
 static gboolean
 fake_stream_synchronize (LbStream * s, GError ** error)
 {
-  (void) s;
-  (void) error;
+  FakeStream *fs = s->priv;
+  if (fs->capturing)
+    return refuse (error, "stream synchronize during a graph capture");
   return TRUE;
 }
+
+static gboolean
+stream_capturing (LbStream * s)
+{
+  return ((FakeStream *) s->priv)->capturing;
+}
+
+static FakeCall *
+rec_call (LbStream * s, int op)
+{
+  FakeStream *fs = s->priv;
+  FakeCall c = { 0 };
+  c.op = op;
+  for (int k = 0; k < 8; k++)
+    c.idx[k] = -1;
+  g_array_append_val (fs->calls, c);
+  return &g_array_index (fs->calls, FakeCall, fs->calls->len - 1);
+}
+
+static void
+rec_tensor (FakeCall * c, int k, const LbTensor * t)
+{
+  if (t == NULL)
+    return;
+  for (int j = 0; j < c->n; j++)
+    if (c->orig[j] == t) {
+      c->idx[k] = j;
+      return;
+    }
+  c->orig[c->n] = t;
+  c->t[c->n] = *t;
+  c->t[c->n].storage = NULL;    /* a borrowed view: the graph owns nothing */
+  c->idx[k] = c->n++;
+}
+
+#define RT(k) (c->idx[k] < 0 ? NULL : &c->t[c->idx[k]])
 
 /* ------------------------------------------------------------------------ */
 /* ops: check residency, then the CPU kernel on host-labelled descriptors   */
@@ -423,33 +543,610 @@ f_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
   return CPU->latent_affine (s, hx, hm, hi, denormalize, hy, error);
 }
 
+static gboolean
+f_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, float eps, const LbTensor * scale,
+    const LbTensor * shift, LbTensor * y, GError ** error)
+{
+  PRE ("norm_modulate");
+  const LbTensor *hx = A (x), *hw = A (weight), *hb = A (bias),
+      *hs = A (scale), *hh = A (shift);
+  LbTensor *hy = A (y);
+  CHECK;
+  return CPU->norm_modulate (s, hx, hw, hb, eps, hs, hh, hy, error);
+}
+
+static gboolean
+f_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    float eps, const LbTensor * cos, const LbTensor * sin, int64_t gf,
+    int64_t gh, int64_t gw, int64_t fo, int64_t ro, LbTensor * y,
+    GError ** error)
+{
+  PRE ("rms_norm_rope");
+  const LbTensor *hx = A (x), *hw = A (weight), *hc = A (cos),
+      *hs = A (sin);
+  LbTensor *hy = A (y);
+  CHECK;
+  return CPU->rms_norm_rope (s, hx, hw, eps, hc, hs, gf, gh, gw, fo, ro, hy,
+      error);
+}
+
+static gboolean
+f_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
+    GError ** error)
+{
+  PRE ("gated_residual_modulate");
+  LbTensor *hx = A (x);
+  const LbTensor *hy = A (y), *hg = A (gate), *hs = A (scale),
+      *hh = A (shift);
+  CHECK;
+  return CPU->gated_residual_modulate (s, hx, hy, hg, hs, hh, error);
+}
+
+/* ---- graph capture: every op call recorded, replayed by graph_launch ---- */
+
+
+static gboolean
+d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha, float beta, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_gemm (s, x, w, trans_w, bias, alpha, beta, y, error);
+  FakeCall *c = rec_call (s, FOP_GEMM);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, w);
+  c->i[0] = trans_w;
+  rec_tensor (c, 2, bias);
+  c->f[0] = alpha;
+  c->f[1] = beta;
+  rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_layer_norm (s, x, weight, bias, eps, y, error);
+  FakeCall *c = rec_call (s, FOP_LAYER_NORM);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, weight);
+  rec_tensor (c, 2, bias);
+  c->f[0] = eps;
+  rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, float eps, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_rms_norm (s, x, weight, eps, y, error);
+  FakeCall *c = rec_call (s, FOP_RMS_NORM);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, weight);
+  c->f[0] = eps;
+  rec_tensor (c, 2, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale, const LbTensor * shift, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_modulate (s, x, scale, shift, y, error);
+  FakeCall *c = rec_call (s, FOP_MODULATE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, scale);
+  rec_tensor (c, 2, shift);
+  rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y, const LbTensor * gate, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_gated_residual (s, x, y, gate, error);
+  FakeCall *c = rec_call (s, FOP_GATED_RESIDUAL);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  rec_tensor (c, 2, gate);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos, const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_rope_3d (s, x, cos, sin, grid_f, grid_h, grid_w, frame_offset, row_offset, error);
+  FakeCall *c = rec_call (s, FOP_ROPE_3D);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, cos);
+  rec_tensor (c, 2, sin);
+  c->i[0] = grid_f;
+  c->i[1] = grid_h;
+  c->i[2] = grid_w;
+  c->i[3] = frame_offset;
+  c->i[4] = row_offset;
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_attention (LbStream * s, const LbTensor * q, const LbTensor * k, const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask, float scale, LbTensor * out, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_attention (s, q, k, v, bias, key_mask, scale, out, error);
+  FakeCall *c = rec_call (s, FOP_ATTENTION);
+  rec_tensor (c, 0, q);
+  rec_tensor (c, 1, k);
+  rec_tensor (c, 2, v);
+  rec_tensor (c, 3, bias);
+  rec_tensor (c, 4, key_mask);
+  c->f[0] = scale;
+  rec_tensor (c, 5, out);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_gelu_tanh (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_GELU_TANH);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_silu (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_silu (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_SILU);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_add (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_add (s, a, b, y, error);
+  FakeCall *c = rec_call (s, FOP_ADD);
+  rec_tensor (c, 0, a);
+  rec_tensor (c, 1, b);
+  rec_tensor (c, 2, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_mul (s, a, b, y, error);
+  FakeCall *c = rec_call (s, FOP_MUL);
+  rec_tensor (c, 0, a);
+  rec_tensor (c, 1, b);
+  rec_tensor (c, 2, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_scale (LbStream * s, const LbTensor * x, float alpha, float beta, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_scale (s, x, alpha, beta, y, error);
+  FakeCall *c = rec_call (s, FOP_SCALE);
+  rec_tensor (c, 0, x);
+  c->f[0] = alpha;
+  c->f[1] = beta;
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache, const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_conv3d_causal (s, x, cache, weight, bias, pad_h, pad_w, stride_h, stride_w, y, error);
+  FakeCall *c = rec_call (s, FOP_CONV3D_CAUSAL);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, cache);
+  rec_tensor (c, 2, weight);
+  rec_tensor (c, 3, bias);
+  c->i[0] = pad_h;
+  c->i[1] = pad_w;
+  c->i[2] = stride_h;
+  c->i[3] = stride_w;
+  rec_tensor (c, 4, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_conv2d (s, x, weight, bias, pad_h, pad_w, stride_h, stride_w, y, error);
+  FakeCall *c = rec_call (s, FOP_CONV2D);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, weight);
+  rec_tensor (c, 2, bias);
+  c->i[0] = pad_h;
+  c->i[1] = pad_w;
+  c->i[2] = stride_h;
+  c->i[3] = stride_w;
+  rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_upsample_nearest2x (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_UPSAMPLE_NEAREST2X);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_patchify (s, x, ph, pw, y, error);
+  FakeCall *c = rec_call (s, FOP_PATCHIFY);
+  rec_tensor (c, 0, x);
+  c->i[0] = ph;
+  c->i[1] = pw;
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_unpatchify (s, z, ph, pw, y, error);
+  FakeCall *c = rec_call (s, FOP_UNPATCHIFY);
+  rec_tensor (c, 0, z);
+  c->i[0] = ph;
+  c->i[1] = pw;
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_resize_bicubic (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_RESIZE_BICUBIC);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_copy (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_COPY);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_clamp (LbStream * s, const LbTensor * x, float lo, float hi, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_clamp (s, x, lo, hi, y, error);
+  FakeCall *c = rec_call (s, FOP_CLAMP);
+  rec_tensor (c, 0, x);
+  c->f[0] = lo;
+  c->f[1] = hi;
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_fill (LbStream * s, LbTensor * y, float value, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_fill (s, y, value, error);
+  FakeCall *c = rec_call (s, FOP_FILL);
+  rec_tensor (c, 0, y);
+  c->f[0] = value;
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_accumulate (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_accumulate (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_ACCUMULATE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_channel_rms_norm (s, x, gamma, silu, y, error);
+  FakeCall *c = rec_call (s, FOP_CHANNEL_RMS_NORM);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, gamma);
+  c->i[0] = silu;
+  rec_tensor (c, 2, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_upsample_nearest2x_halo (s, x, y, error);
+  FakeCall *c = rec_call (s, FOP_UPSAMPLE_NEAREST2X_HALO);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_latent_affine (s, x, mean, inv_std, denormalize, y, error);
+  FakeCall *c = rec_call (s, FOP_LATENT_AFFINE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, mean);
+  rec_tensor (c, 2, inv_std);
+  c->i[0] = denormalize;
+  rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, float eps, const LbTensor * scale, const LbTensor * shift, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_norm_modulate (s, x, weight, bias, eps, scale, shift, y, error);
+  FakeCall *c = rec_call (s, FOP_NORM_MODULATE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, weight);
+  rec_tensor (c, 2, bias);
+  c->f[0] = eps;
+  rec_tensor (c, 3, scale);
+  rec_tensor (c, 4, shift);
+  rec_tensor (c, 5, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight, float eps, const LbTensor * cos, const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset, LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_rms_norm_rope (s, x, weight, eps, cos, sin, grid_f, grid_h, grid_w, frame_offset, row_offset, y, error);
+  FakeCall *c = rec_call (s, FOP_RMS_NORM_ROPE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, weight);
+  c->f[0] = eps;
+  rec_tensor (c, 2, cos);
+  rec_tensor (c, 3, sin);
+  c->i[0] = grid_f;
+  c->i[1] = grid_h;
+  c->i[2] = grid_w;
+  c->i[3] = frame_offset;
+  c->i[4] = row_offset;
+  rec_tensor (c, 4, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y, const LbTensor * gate, const LbTensor * scale, const LbTensor * shift, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_gated_residual_modulate (s, x, y, gate, scale, shift, error);
+  FakeCall *c = rec_call (s, FOP_GATED_RESIDUAL_MODULATE);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, y);
+  rec_tensor (c, 2, gate);
+  rec_tensor (c, 3, scale);
+  rec_tensor (c, 4, shift);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+replay_call (LbStream * s, FakeCall * c, GError ** error)
+{
+  switch (c->op) {
+    case FOP_GEMM:
+      return f_gemm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), c->f[0], c->f[1], RT (3), error);
+    case FOP_LAYER_NORM:
+      return f_layer_norm (s, RT (0), RT (1), RT (2), c->f[0], RT (3), error);
+    case FOP_RMS_NORM:
+      return f_rms_norm (s, RT (0), RT (1), c->f[0], RT (2), error);
+    case FOP_MODULATE:
+      return f_modulate (s, RT (0), RT (1), RT (2), RT (3), error);
+    case FOP_GATED_RESIDUAL:
+      return f_gated_residual (s, RT (0), RT (1), RT (2), error);
+    case FOP_ROPE_3D:
+      return f_rope_3d (s, RT (0), RT (1), RT (2), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], error);
+    case FOP_ATTENTION:
+      return f_attention (s, RT (0), RT (1), RT (2), RT (3), RT (4), c->f[0], RT (5), error);
+    case FOP_GELU_TANH:
+      return f_gelu_tanh (s, RT (0), RT (1), error);
+    case FOP_SILU:
+      return f_silu (s, RT (0), RT (1), error);
+    case FOP_ADD:
+      return f_add (s, RT (0), RT (1), RT (2), error);
+    case FOP_MUL:
+      return f_mul (s, RT (0), RT (1), RT (2), error);
+    case FOP_SCALE:
+      return f_scale (s, RT (0), c->f[0], c->f[1], RT (1), error);
+    case FOP_CONV3D_CAUSAL:
+      return f_conv3d_causal (s, RT (0), RT (1), RT (2), RT (3), (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (4), error);
+    case FOP_CONV2D:
+      return f_conv2d (s, RT (0), RT (1), RT (2), (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (3), error);
+    case FOP_UPSAMPLE_NEAREST2X:
+      return f_upsample_nearest2x (s, RT (0), RT (1), error);
+    case FOP_PATCHIFY:
+      return f_patchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1), error);
+    case FOP_UNPATCHIFY:
+      return f_unpatchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1), error);
+    case FOP_RESIZE_BICUBIC:
+      return f_resize_bicubic (s, RT (0), RT (1), error);
+    case FOP_COPY:
+      return f_copy (s, RT (0), RT (1), error);
+    case FOP_CLAMP:
+      return f_clamp (s, RT (0), c->f[0], c->f[1], RT (1), error);
+    case FOP_FILL:
+      return f_fill (s, RT (0), c->f[0], error);
+    case FOP_ACCUMULATE:
+      return f_accumulate (s, RT (0), RT (1), error);
+    case FOP_CHANNEL_RMS_NORM:
+      return f_channel_rms_norm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), error);
+    case FOP_UPSAMPLE_NEAREST2X_HALO:
+      return f_upsample_nearest2x_halo (s, RT (0), RT (1), error);
+    case FOP_LATENT_AFFINE:
+      return f_latent_affine (s, RT (0), RT (1), RT (2), (gboolean) c->i[0], RT (3), error);
+    case FOP_NORM_MODULATE:
+      return f_norm_modulate (s, RT (0), RT (1), RT (2), c->f[0], RT (3), RT (4), RT (5), error);
+    case FOP_RMS_NORM_ROPE:
+      return f_rms_norm_rope (s, RT (0), RT (1), c->f[0], RT (2), RT (3), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], RT (4), error);
+    case FOP_GATED_RESIDUAL_MODULATE:
+      return f_gated_residual_modulate (s, RT (0), RT (1), RT (2), RT (3), RT (4), error);
+    case FOP_RAW_COPY:
+      return fake_copy (s, c->dst, c->src, c->nbytes, LB_COPY_DEVICE_TO_DEVICE, error);
+  }
+  g_assert_not_reached ();
+  return FALSE;
+}
+
 static const LbOps fake_ops = {
-  .gemm = f_gemm,
-  .layer_norm = f_layer_norm,
-  .rms_norm = f_rms_norm,
-  .modulate = f_modulate,
-  .gated_residual = f_gated_residual,
-  .rope_3d = f_rope_3d,
-  .attention = f_attention,
-  .gelu_tanh = f_gelu_tanh,
-  .silu = f_silu,
-  .add = f_add,
-  .mul = f_mul,
-  .scale = f_scale,
-  .conv3d_causal = f_conv3d_causal,
-  .conv2d = f_conv2d,
-  .upsample_nearest2x = f_upsample_nearest2x,
-  .patchify = f_patchify,
-  .unpatchify = f_unpatchify,
-  .resize_bicubic = f_resize_bicubic,
-  .copy = f_copy,
-  .clamp = f_clamp,
-  .fill = f_fill,
-  .accumulate = f_accumulate,
-  .channel_rms_norm = f_channel_rms_norm,
-  .upsample_nearest2x_halo = f_upsample_nearest2x_halo,
-  .latent_affine = f_latent_affine,
+  .gemm = d_gemm,
+  .layer_norm = d_layer_norm,
+  .rms_norm = d_rms_norm,
+  .modulate = d_modulate,
+  .gated_residual = d_gated_residual,
+  .rope_3d = d_rope_3d,
+  .attention = d_attention,
+  .gelu_tanh = d_gelu_tanh,
+  .silu = d_silu,
+  .add = d_add,
+  .mul = d_mul,
+  .scale = d_scale,
+  .conv3d_causal = d_conv3d_causal,
+  .conv2d = d_conv2d,
+  .upsample_nearest2x = d_upsample_nearest2x,
+  .patchify = d_patchify,
+  .unpatchify = d_unpatchify,
+  .resize_bicubic = d_resize_bicubic,
+  .copy = d_copy,
+  .clamp = d_clamp,
+  .fill = d_fill,
+  .accumulate = d_accumulate,
+  .channel_rms_norm = d_channel_rms_norm,
+  .upsample_nearest2x_halo = d_upsample_nearest2x_halo,
+  .latent_affine = d_latent_affine,
+  .norm_modulate = d_norm_modulate,
+  .rms_norm_rope = d_rms_norm_rope,
+  .gated_residual_modulate = d_gated_residual_modulate,
 };
+
+
+static gboolean
+fake_graph_begin (LbStream * s, GError ** error)
+{
+  FakeStream *fs = s->priv;
+  if (fs->capturing)
+    return refuse (error, "graph capture: already capturing");
+  fs->capturing = TRUE;
+  fs->calls = g_array_new (FALSE, FALSE, sizeof (FakeCall));
+  g_atomic_int_inc (&fake.n_capturing);
+  return TRUE;
+}
+
+static LbGraph *
+fake_graph_end (LbStream * s, GError ** error)
+{
+  FakeStream *fs = s->priv;
+  if (!fs->capturing) {
+    refuse (error, "graph capture: not capturing");
+    return NULL;
+  }
+  LbGraph *g = g_new0 (LbGraph, 1);
+  g->calls = fs->calls;
+  for (guint n = 0; n < g->calls->len; n++)
+    memset (g_array_index (g->calls, FakeCall, n).orig, 0,
+        sizeof (((FakeCall *) NULL)->orig));
+  fs->calls = NULL;
+  fs->capturing = FALSE;
+  g_atomic_int_add (&fake.n_capturing, -1);
+  g_atomic_int_inc (&fake.n_captures);
+  return g;
+}
+
+/* Replays the recorded calls in order through the same residency checks
+ * (a tensor freed since the capture is refused). */
+static gboolean
+fake_graph_launch (LbStream * s, LbGraph * graph, GError ** error)
+{
+  if (stream_capturing (s))
+    return refuse (error, "graph launch during a capture");
+  g_atomic_int_inc (&fake.n_launches);
+  for (guint n = 0; n < graph->calls->len; n++)
+    if (!replay_call (s, &g_array_index (graph->calls, FakeCall, n), error))
+      return FALSE;
+  return TRUE;
+}
+
+static void
+fake_graph_free (LbStream * s, LbGraph * graph)
+{
+  (void) s;
+  if (graph == NULL)
+    return;
+  g_array_free (graph->calls, TRUE);
+  g_free (graph);
+}
+
 
 static LbBackend fake_backend = {
   .name = "fakedev",
@@ -462,6 +1159,10 @@ static LbBackend fake_backend = {
   .stream_new = fake_stream_new,
   .stream_free = fake_stream_free,
   .stream_synchronize = fake_stream_synchronize,
+  .graph_begin = fake_graph_begin,
+  .graph_end = fake_graph_end,
+  .graph_launch = fake_graph_launch,
+  .graph_free = fake_graph_free,
 };
 
 /**
@@ -499,6 +1200,8 @@ fakedev_stats (void)
   st.n_d2h = g_atomic_int_get (&fake.n_d2h);
   st.n_d2d = g_atomic_int_get (&fake.n_d2d);
   st.n_ops = g_atomic_int_get (&fake.n_ops);
+  st.n_captures = g_atomic_int_get (&fake.n_captures);
+  st.n_launches = g_atomic_int_get (&fake.n_launches);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -16,11 +16,21 @@ G_BEGIN_DECLS
  * @n_d2d: device-to-device copies
  * @n_ops: op calls
  * @live_blocks: device allocations not yet freed
+ * @n_captures: graphs captured (graph_end)
+ * @n_launches: graph replays (graph_launch)
+ *
+ * Graph capture on fakedev records every op call and device copy (tensor
+ * descriptors by value) instead of running it, refuses host transfers,
+ * allocations, frees and synchronisation while recording, and
+ * graph_launch replays the record in order: code that is not replay-safe
+ * (a host value or pointer that changes between launches) gives results
+ * that differ from the CPU's.
  */
 typedef struct {
   int bad;
   int n_h2d, n_d2h, n_d2d, n_ops;
   int live_blocks;
+  int n_captures, n_launches;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

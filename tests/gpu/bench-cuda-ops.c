@@ -4,6 +4,7 @@
  * (vae_and_distributed_spec.md: 384 channels at 60x104, mid-block
  * attention hd 384).  One JSON line per case on stdout:
  *   {"op":..., "case":..., "ms":..., "gflops":..., "gbps":...}
+ * (attention adds "math": "fp32" or "bf16", "s" and "tflops").
  * Inputs are uninitialised device memory filled with a constant (timing
  * only).  Exits 77 without a device.  Usage: bench-cuda-ops [filter]
  * SPDX-License-Identifier: LGPL-2.1-or-later
@@ -37,34 +38,53 @@ dev (int ndim, const int64_t * shape)
 
 typedef gboolean (*RunFunc) (gpointer data, GError ** error);
 
+/* Times @f on the stream in math mode @math (one warm-up call, then
+ * @iters timed calls); @math_name non-NULL adds "math", "s" and "tflops"
+ * to the line.  The stream is back in FP32 mode afterwards. */
 static void
-bench (const char *op, const char *name, double flops, double bytes,
-    int iters, RunFunc f, gpointer data)
+bench_math (const char *op, LbMathMode math, const char *math_name,
+    const char *name, double flops, double bytes, int iters, RunFunc f,
+    gpointer data)
 {
   if (filter && strstr (op, filter) == NULL)
     return;
   g_autoptr (GError) err = NULL;
-  if (!f (data, &err) || !cuda->stream_synchronize (gs, &err)) {
-    printf ("{\"op\":\"%s\",\"case\":\"%s\",\"error\":\"%s\"}\n", op, name,
-        err ? err->message : "?");
-    fflush (stdout);
-    return;
+  g_autofree char *mfield = math_name ?
+      g_strdup_printf (",\"math\":\"%s\"", math_name) : g_strdup ("");
+  cuda->stream_synchronize (gs, NULL);  /* nothing queued: mode change */
+  gs->math = math;
+  gboolean ok = f (data, &err) && cuda->stream_synchronize (gs, &err);
+  double ms = 0;
+  if (ok) {
+    gint64 t0 = g_get_monotonic_time ();
+    for (int i = 0; ok && i < iters; i++)
+      ok = f (data, &err);
+    ok = ok && cuda->stream_synchronize (gs, &err);
+    ms = (g_get_monotonic_time () - t0) / 1000.0 / iters;
   }
-  gint64 t0 = g_get_monotonic_time ();
-  for (int i = 0; i < iters; i++)
-    if (!f (data, &err))
-      break;
-  gboolean ok = err == NULL && cuda->stream_synchronize (gs, &err);
-  double ms = (g_get_monotonic_time () - t0) / 1000.0 / iters;
+  cuda->stream_synchronize (gs, NULL);
+  gs->math = LB_MATH_FP32;
   if (!ok) {
-    printf ("{\"op\":\"%s\",\"case\":\"%s\",\"error\":\"%s\"}\n", op, name,
-        err ? err->message : "?");
+    printf ("{\"op\":\"%s\"%s,\"case\":\"%s\",\"error\":\"%s\"}\n", op,
+        mfield, name, err ? err->message : "?");
+  } else if (math_name) {
+    printf ("{\"op\":\"%s\"%s,\"case\":\"%s\",\"ms\":%.4f,\"s\":%.6f,"
+        "\"tflops\":%.2f,\"gflops\":%.1f,\"gbps\":%.1f}\n", op, mfield, name,
+        ms, ms / 1000.0, flops / ms / 1e9, flops / ms / 1e6,
+        bytes / ms / 1e6);
   } else {
     printf ("{\"op\":\"%s\",\"case\":\"%s\",\"ms\":%.4f,\"gflops\":%.1f,"
         "\"gbps\":%.1f}\n", op, name, ms, flops / ms / 1e6,
         bytes / ms / 1e6);
   }
   fflush (stdout);
+}
+
+static void
+bench (const char *op, const char *name, double flops, double bytes,
+    int iters, RunFunc f, gpointer data)
+{
+  bench_math (op, LB_MATH_FP32, NULL, name, flops, bytes, iters, f, data);
 }
 
 typedef struct
@@ -247,32 +267,36 @@ main (int argc, char **argv)
     free_args (&a);
   }
 
-  /* self-attention over the visible KV of chunks 0 and >= 4, cross */
-  static const int64_t kvs[] = { 6240, 28080, 512 };
-  for (guint i = 0; i < G_N_ELEMENTS (kvs); i++) {
-    int64_t nk = kvs[i];
-    a.a = dev (3, SHAPE (n, nh, hd));
-    a.b = dev (3, SHAPE (nk, nh, hd));
-    a.c = dev (3, SHAPE (nk, nh, hd));
-    a.d = dev (3, SHAPE (n, nh, hd));
+  /* self-attention over the visible KV of chunks 0 and >= 4, cross; one
+   * GPU (40 heads) and one rank of 4-way Ulysses (10 heads); the FP32
+   * flash kernel and the bf16 tensor-core kernel (LB_MATH_BF16).  FLOP =
+   * 4 Nq Nk H hd (QK^T and PV). */
+  static const struct
+  {
+    int64_t nk, nh;
+    const char *note;
+  } att[] = {
+    {6240, 40, ""}, {28080, 40, ""}, {512, 40, ""},
+    {28080, 10, " (Ulysses rank)"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (att); i++) {
+    const int64_t nk = att[i].nk, h = att[i].nh;
+    a.a = dev (3, SHAPE (n, h, hd));
+    a.b = dev (3, SHAPE (nk, h, hd));
+    a.c = dev (3, SHAPE (nk, h, hd));
+    a.d = dev (3, SHAPE (n, h, hd));
     a.f = 1.0f / sqrtf ((float) hd);
     g_autofree char *nm = g_strdup_printf ("Nq=%" G_GINT64_FORMAT " Nk=%"
-        G_GINT64_FORMAT " H=40 hd=128", n, nk);
-    bench ("attention", nm, 4.0 * n * nk * nh * hd,
-        4.0 * (2 * n + 2 * nk) * nh * hd, nk > 10000 ? 1 : 3, run_attention,
-        &a);
+        G_GINT64_FORMAT " H=%" G_GINT64_FORMAT " hd=128%s", n, nk, h,
+        att[i].note);
+    const double flops = 4.0 * n * nk * h * hd;
+    const double bytes = 4.0 * (2 * n + 2 * nk) * h * hd;
+    bench_math ("attention", LB_MATH_FP32, "fp32", nm, flops, bytes,
+        nk * h > 400000 ? 1 : 3, run_attention, &a);
+    bench_math ("attention", LB_MATH_BF16, "bf16", nm, flops, bytes,
+        nk * h > 400000 ? 3 : 10, run_attention, &a);
     free_args (&a);
   }
-  /* per rank with 4-way Ulysses: 10 heads */
-  a.a = dev (3, SHAPE (n, 10, hd));
-  a.b = dev (3, SHAPE (28080, 10, hd));
-  a.c = dev (3, SHAPE (28080, 10, hd));
-  a.d = dev (3, SHAPE (n, 10, hd));
-  a.f = 1.0f / sqrtf ((float) hd);
-  bench ("attention", "Nq=6240 Nk=28080 H=10 hd=128 (Ulysses rank)",
-      4.0 * n * 28080 * 10 * hd, 4.0 * (2 * n + 2 * 28080) * 10 * hd, 2,
-      run_attention, &a);
-  free_args (&a);
   /* VAE mid-block: one frame, one head of 384 (GEMM path) */
   a.a = dev (3, SHAPE (n, 1, 384));
   a.b = dev (3, SHAPE (n, 1, 384));

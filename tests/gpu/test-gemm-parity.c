@@ -1,12 +1,19 @@
 /* lingbot-gst: CUDA GEMM against the CPU oracle.  Exits 77 (skip) when no
  * CUDA device or no CUDA module is available.
  * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * f32 weights, then bf16 weights (kernels/ops.h: y = alpha * bf16(x) .
+ * op(w) + beta * y + bias, f32 accumulation) against the CPU bf16 path,
+ * which rounds x the same way: both sides multiply the same bf16 numbers,
+ * so they differ only by f32 summation order.
  */
 #include "lingbot/backend.h"
+#include "kernels/error.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* FP32 accumulation in a different order: relative to the row's magnitude. */
 #define GEMM_REL_TOL 1e-5
@@ -91,6 +98,236 @@ test_gemm_parity (void)
   }
 }
 
+/* ------------------------------------------------------------ bf16 weights */
+
+static LbTensor *
+rand_bf16 (int64_t rows, int64_t cols, GRand * r)
+{
+  int64_t shape[2] = { rows, cols };
+  LbTensor *t = lb_tensor_new (LB_DTYPE_BF16, 2, shape);
+  uint16_t *d = t->data;
+  for (int64_t i = 0; i < rows * cols; i++)
+    d[i] = lb_f32_to_bf16 ((float) g_rand_double_range (r, -1.0, 1.0));
+  return t;
+}
+
+static LbTensor *
+upload (LbStream * gs, const LbTensor * h)
+{
+  g_autoptr (GError) err = NULL;
+  LbTensor *d = lb_tensor_new_on (gs, h->dtype, h->ndim, h->shape, &err);
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_upload (gs, d, h, &err));
+  g_assert_no_error (err);
+  return d;
+}
+
+/* max |a - b| / max |a| over n floats; a NaN or an infinity on either side
+ * (a poisoned element the device did not write) is a failure. */
+static double
+rel_diff (const float *a, const float *b, int64_t n)
+{
+  double maxabs = 0, maxdiff = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite (a[i]) || !isfinite (b[i]))
+      g_error ("element %" G_GINT64_FORMAT ": cpu %g, cuda %g", i,
+          (double) a[i], (double) b[i]);
+    maxabs = fmax (maxabs, fabs (a[i]));
+    maxdiff = fmax (maxdiff, fabs ((double) a[i] - b[i]));
+  }
+  return maxdiff / fmax (maxabs, 1e-30);
+}
+
+/* One bf16 case.  @xpad > 0 makes x a view of [M, K + xpad] (row stride
+ * K + xpad) on both sides.  With beta 0 the device y starts as NaN.  With
+ * @also_f32 the same geometry first runs with an f32 weight on the same
+ * stream: the plans differ only by dtype, so a plan cache that ignored the
+ * dtypes would run the f32 plan on bf16 data and fail. */
+static void
+check_bf16_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
+    gboolean trans_w, gboolean with_bias, float beta, int64_t xpad,
+    gboolean also_f32)
+{
+  g_autoptr (GRand) r = g_rand_new_with_seed ((guint32) (m * 977 + n * 31 +
+          k * 3 + xpad));
+  g_autoptr (GError) err = NULL;
+  LbBackend *cpu = lb_cpu_backend ();
+  LbStream *cs = cpu->stream_new (cpu, 0, NULL);
+
+  int64_t xs[2] = { m, k + xpad }, ys[2] = { m, n }, bs[1] = { n };
+  g_autoptr (LbTensor) xfull = lb_tensor_new (LB_DTYPE_F32, 2, xs);
+  g_autoptr (LbTensor) w = rand_bf16 (trans_w ? n : k, trans_w ? k : n, r);
+  g_autoptr (LbTensor) w32 = lb_tensor_to_f32 (w);
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
+  g_autoptr (LbTensor) y0 = lb_tensor_new (LB_DTYPE_F32, 2, ys);
+  fill_random (xfull, r);
+  fill_random (b, r);
+  if (beta != 0.0f)
+    fill_random (y0, r);
+  else
+    for (int64_t i = 0; i < m * n; i++)
+      ((float *) y0->data)[i] = NAN;
+  g_autoptr (LbTensor) ycpu = lb_tensor_copy (y0);
+  g_autoptr (LbTensor) yback = lb_tensor_copy (y0);
+
+  g_autoptr (LbTensor) dxfull = upload (gs, xfull);
+  g_autoptr (LbTensor) dw = upload (gs, w);
+  g_autoptr (LbTensor) db = upload (gs, b);
+  g_autoptr (LbTensor) dy = upload (gs, y0);
+  LbTensor x, dx;
+  g_assert_true (lb_tensor_view_narrow (&x, xfull, 1, 0, k));
+  g_assert_true (lb_tensor_view_narrow (&dx, dxfull, 1, 0, k));
+
+  if (also_f32) {
+    g_autoptr (LbTensor) dw32 = upload (gs, w32);
+    g_autoptr (LbTensor) y32 = lb_tensor_copy (y0);
+    g_assert_true (lb_ops (gs)->gemm (gs, &dx, dw32, trans_w,
+            with_bias ? db : NULL, 0.5f, beta, dy, &err));
+    g_assert_no_error (err);
+    g_assert_true (lb_ops (cs)->gemm (cs, &x, w32, trans_w,
+            with_bias ? b : NULL, 0.5f, beta, y32, &err));
+    g_assert_true (lb_tensor_download (gs, yback, dy, &err));
+    g_assert_no_error (err);
+    g_assert_cmpfloat (rel_diff (y32->data, yback->data, m * n), <=,
+        GEMM_REL_TOL);
+    /* back to the starting y for the bf16 run */
+    g_assert_true (lb_tensor_upload (gs, dy, y0, &err));
+    g_assert_no_error (err);
+  }
+
+  g_assert_true (lb_ops (cs)->gemm (cs, &x, w, trans_w, with_bias ? b : NULL,
+          0.5f, beta, ycpu, &err));
+  g_assert_no_error (err);
+  g_assert_true (lb_ops (gs)->gemm (gs, &dx, dw, trans_w,
+          with_bias ? db : NULL, 0.5f, beta, dy, &err));
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_download (gs, yback, dy, &err));
+  g_assert_no_error (err);
+  double rel = rel_diff (ycpu->data, yback->data, m * n);
+  g_print ("# gemm bf16 M=%" G_GINT64_FORMAT " N=%" G_GINT64_FORMAT " K=%"
+      G_GINT64_FORMAT " trans=%d bias=%d beta=%g x-row-stride=%"
+      G_GINT64_FORMAT ": max rel %.3g\n", m, n, k, trans_w, with_bias,
+      (double) beta, k + xpad, rel);
+  g_assert_cmpfloat (rel, <=, GEMM_REL_TOL);
+  cpu->stream_free (cs);
+}
+
+static void
+test_gemm_bf16_parity (void)
+{
+  static const int64_t shapes[][3] = {
+    {1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {64, 64, 64}, {257, 129, 511},
+    {1024, 768, 384}, {3, 1000, 7}, {300, 5, 1001},
+  };
+  g_autoptr (GError) err = NULL;
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
+    const int64_t *sz = shapes[i];
+    for (int tw = 0; tw < 2; tw++) {
+      check_bf16_case (gs, sz[0], sz[1], sz[2], tw, TRUE, 0.0f, 0, i == 3);
+      check_bf16_case (gs, sz[0], sz[1], sz[2], tw, FALSE, 0.25f, 0, FALSE);
+      check_bf16_case (gs, sz[0], sz[1], sz[2], tw, TRUE, -1.0f, 3, FALSE);
+      check_bf16_case (gs, sz[0], sz[1], sz[2], tw, FALSE, 0.0f, 8, FALSE);
+    }
+  }
+  cuda->stream_free (gs);
+}
+
+/* x of M * K > 64 Mi elements: the device converts it in two blocks of
+ * rows through one scratch (cuda-gemm.c). */
+static void
+test_gemm_bf16_blocks (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  check_bf16_case (gs, 9000, 24, 8192, TRUE, TRUE, 0.0f, 0, FALSE);
+  check_bf16_case (gs, 8500, 19, 8193, FALSE, FALSE, 0.5f, 5, FALSE);
+  cuda->stream_free (gs);
+}
+
+/* The device rounds x exactly as lb_f32_to_bf16(): with w the identity
+ * (bf16, exact) every output is one exact product plus exact zeros, so y
+ * must equal bf16(x) bit for bit.  Values: ties both ways, just off ties,
+ * random. */
+static void
+test_gemm_bf16_rounding (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GRand) r = g_rand_new_with_seed (99);
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  const int64_t m = 64, k = 48;
+  int64_t xs[2] = { m, k }, ws[2] = { k, k };
+  g_autoptr (LbTensor) x = lb_tensor_new (LB_DTYPE_F32, 2, xs);
+  g_autoptr (LbTensor) w = lb_tensor_new_zeros (LB_DTYPE_BF16, 2, ws);
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 2, xs);
+  float *xd = x->data;
+  for (int64_t i = 0; i < m * k; i++) {
+    uint32_t u;
+    float v = (float) g_rand_double_range (r, -3.0, 3.0);
+    memcpy (&u, &v, 4);
+    switch (i % 4) {
+      case 0:                  /* exact tie */
+        u = (u & 0xffff0000u) | 0x8000u;
+        break;
+      case 1:                  /* just above a tie */
+        u = (u & 0xffff0000u) | 0x8001u;
+        break;
+      case 2:                  /* just below a tie */
+        u = (u & 0xffff0000u) | 0x7fffu;
+        break;
+      default:
+        break;
+    }
+    memcpy (&xd[i], &u, 4);
+  }
+  for (int64_t i = 0; i < k; i++)
+    ((uint16_t *) w->data)[i * k + i] = lb_f32_to_bf16 (1.0f);
+  for (int64_t i = 0; i < m * k; i++)
+    ((float *) y->data)[i] = NAN;
+  g_autoptr (LbTensor) dx = upload (gs, x);
+  g_autoptr (LbTensor) dw = upload (gs, w);
+  g_autoptr (LbTensor) dy = upload (gs, y);
+  for (int tw = 0; tw < 2; tw++) {
+    g_assert_true (lb_ops (gs)->gemm (gs, dx, dw, tw, NULL, 1.0f, 0.0f, dy,
+            &err));
+    g_assert_no_error (err);
+    g_assert_true (lb_tensor_download (gs, y, dy, &err));
+    g_assert_no_error (err);
+    for (int64_t i = 0; i < m * k; i++) {
+      float want = lb_bf16_to_f32 (lb_f32_to_bf16 (xd[i]));
+      float got = ((float *) y->data)[i];
+      if (memcmp (&want, &got, 4) != 0)
+        g_error ("x %.9g: device bf16 %.9g, host %.9g", (double) xd[i],
+            (double) got, (double) want);
+    }
+  }
+  cuda->stream_free (gs);
+}
+
+/* Argument errors: the CPU's messages (kernels/ops-check.c). */
+static void
+test_gemm_bf16_errors (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  int64_t xs[2] = { 4, 8 }, ws[2] = { 5, 8 }, ys[2] = { 4, 5 };
+  g_autoptr (LbTensor) x = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, xs, &err);
+  g_autoptr (LbTensor) w16 = lb_tensor_new_on (gs, LB_DTYPE_F16, 2, ws,
+      &err);
+  g_autoptr (LbTensor) y = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, ys, &err);
+  g_assert_no_error (err);
+  g_assert_false (lb_ops (gs)->gemm (gs, x, w16, TRUE, NULL, 1.0f, 0.0f, y,
+          &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (err->message, ==, "gemm: w is f16 [5, 8], expected f32 "
+      "or bf16 (the weight dtypes gemm supports)");
+  cuda->stream_free (gs);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -102,5 +339,9 @@ main (int argc, char **argv)
     return 77;
   }
   g_test_add_func ("/gpu/gemm/parity", test_gemm_parity);
+  g_test_add_func ("/gpu/gemm/bf16/parity", test_gemm_bf16_parity);
+  g_test_add_func ("/gpu/gemm/bf16/blocks", test_gemm_bf16_blocks);
+  g_test_add_func ("/gpu/gemm/bf16/rounding", test_gemm_bf16_rounding);
+  g_test_add_func ("/gpu/gemm/bf16/errors", test_gemm_bf16_errors);
   return g_test_run ();
 }

@@ -1,5 +1,7 @@
 /* lingbot-gst: CUDA ops (all but GEMM and attention) against the CPU
- * oracle, the VAE's strided ops, channel norm and halo upsample included.
+ * oracle, the VAE's strided ops, channel norm and halo upsample included,
+ * and the fused DiT ops (norm_modulate, rms_norm_rope into KV-cache slot
+ * views, gated_residual_modulate).
  * Exits 77 (skip) when no CUDA device or module is available.
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
@@ -668,6 +670,262 @@ test_upsample_halo (void)
   compare_dev ("upsample_nearest2x_halo", y, dy, TOL_EXACT);
 }
 
+/* ---- fused DiT ops ---- */
+
+/* The CPU fused op must equal its pair bit for bit (tests/unit/
+ * test-ops-fused.c checks it thoroughly; here once more on the very
+ * inputs the device sees). */
+static void
+same_bytes (const char *what, const LbTensor * a, const LbTensor * b)
+{
+  g_assert_cmpuint (lb_tensor_nbytes (a), ==, lb_tensor_nbytes (b));
+  if (memcmp (a->data, b->data, lb_tensor_nbytes (a)) != 0)
+    g_error ("%s: the CPU fused op differs from its op pair", what);
+}
+
+/* x [m, d] (a row-strided view when pad > 0, or y itself when in_place),
+ * scale/shift [d] or [m, d]. */
+static void
+norm_modulate_case (int64_t m, int64_t d, gboolean affine, gboolean per_row,
+    int pad, gboolean in_place)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  g_autoptr (LbTensor) xp = host_random (2, S (m, d + pad), -3, 5);
+  g_autoptr (LbTensor) w = host_random (1, S (d), 0.5, 1.5);
+  g_autoptr (LbTensor) b = host_rand (1, S (d));
+  g_autoptr (LbTensor) sc = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) sh = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dw = to_dev (w);
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) dsc = to_dev (sc);
+  g_autoptr (LbTensor) dsh = to_dev (sh);
+  LbTensor x, dx;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+  const LbTensor *hw = affine ? w : NULL, *hb = affine ? b : NULL;
+  const LbTensor *gw = affine ? dw : NULL, *gb = affine ? db : NULL;
+
+  g_autoptr (LbTensor) pair = lb_tensor_new (LB_DTYPE_F32, 2, S (m, d));
+  g_assert_true (cpu_ops ()->layer_norm (gctx.cs, &x, hw, hb, 1e-6f, pair,
+          &err));
+  g_assert_true (cpu_ops ()->modulate (gctx.cs, pair, sc, sh, pair, &err));
+  g_assert_no_error (err);
+  if (in_place) {
+    g_assert_cmpint (pad, ==, 0);
+    g_assert_true (cpu_ops ()->norm_modulate (gctx.cs, xp, hw, hb, 1e-6f, sc,
+            sh, xp, &err));
+    g_assert_true (gpu_ops ()->norm_modulate (gctx.gs, dxp, gw, gb, 1e-6f,
+            dsc, dsh, dxp, &err));
+    g_assert_no_error (err);
+    same_bytes ("norm_modulate in place", xp, pair);
+    compare_dev ("norm_modulate in place", xp, dxp, TOL);
+    return;
+  }
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 2, S (m, d));
+  g_autoptr (LbTensor) dy = dev_poison (2, S (m, d));
+  g_assert_true (cpu_ops ()->norm_modulate (gctx.cs, &x, hw, hb, 1e-6f, sc,
+          sh, y, &err));
+  g_assert_true (gpu_ops ()->norm_modulate (gctx.gs, &dx, gw, gb, 1e-6f, dsc,
+          dsh, dy, &err));
+  g_assert_no_error (err);
+  same_bytes ("norm_modulate", y, pair);
+  compare_dev ("norm_modulate", y, dy, TOL);
+
+  /* a bad scale: same message on both */
+  g_autoptr (LbTensor) bad = host_rand (2, S (m + 1, d));
+  g_autoptr (LbTensor) dbad = to_dev (bad);
+  gboolean c_ok = cpu_ops ()->norm_modulate (gctx.cs, &x, hw, hb, 1e-6f, bad,
+      sh, y, &err);
+  gboolean g_ok = gpu_ops ()->norm_modulate (gctx.gs, &dx, gw, gb, 1e-6f,
+      dbad, dsh, dy, &err2);
+  same_error ("norm_modulate bad scale", c_ok, err, g_ok, err2);
+}
+
+static void
+test_norm_modulate (void)
+{
+  norm_modulate_case (1, 1, TRUE, FALSE, 0, FALSE);
+  norm_modulate_case (7, 13, FALSE, TRUE, 0, FALSE);
+  norm_modulate_case (33, 257, TRUE, TRUE, 3, FALSE);
+  norm_modulate_case (300, 5120, FALSE, FALSE, 0, FALSE);
+  norm_modulate_case (5, 4099, TRUE, FALSE, 17, FALSE);
+  norm_modulate_case (64, 1536, FALSE, TRUE, 0, TRUE);
+}
+
+typedef enum
+{
+  ROPE_Y_OWN,                   /* its own [N, H, hd] */
+  ROPE_Y_IN_PLACE,              /* x seen as [N, H, hd] */
+  ROPE_Y_CACHE,                 /* slots [3, 3 + N) of a [N + 8, H*hd] cache */
+  ROPE_Y_PACKED,                /* k of a packed [N, 2, H, hd] */
+} RopeY;
+
+/* y (host or device) of @kind inside its base @yb (or @xb in place). */
+static void
+rope_y_view (LbTensor * y, RopeY kind, LbTensor * yb, LbTensor * xb,
+    int64_t n, int64_t nh, int64_t hd)
+{
+  LbTensor rows;
+  switch (kind) {
+    case ROPE_Y_OWN:
+      lb_tensor_view (y, yb);
+      break;
+    case ROPE_Y_IN_PLACE:
+      g_assert_true (lb_tensor_view_reshape (y, xb, 3, S (n, nh, hd)));
+      break;
+    case ROPE_Y_CACHE:
+      g_assert_true (lb_tensor_view_narrow (&rows, yb, 0, 3, n));
+      g_assert_true (lb_tensor_view_reshape (y, &rows, 3, S (n, nh, hd)));
+      break;
+    case ROPE_Y_PACKED:
+      g_assert_true (lb_tensor_view_select (y, yb, 1, 1));
+      break;
+  }
+}
+
+static void
+rms_norm_rope_case (int64_t gf, int64_t gh, int64_t gw, int64_t nh,
+    int64_t hd, int64_t f0, int64_t r0, int pad, RopeY kind)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  LbTensor *cs, *sn;
+  lb_rope_tables_new ((int) hd, 64, 10000.0, &cs, &sn);
+  g_autoptr (LbTensor) hcos = cs;
+  g_autoptr (LbTensor) hsin = sn;
+  g_autoptr (LbTensor) dcos = to_dev (hcos);
+  g_autoptr (LbTensor) dsin = to_dev (hsin);
+  const int64_t n = gf * gh * gw, d = nh * hd;
+  g_autoptr (LbTensor) xp = host_random (2, S (n, d + pad), -2, 3);
+  g_autoptr (LbTensor) w = host_random (1, S (d), 0.5, 1.5);
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dw = to_dev (w);
+  LbTensor x, dx, y, dy;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+
+  /* the CPU pair on the rows, for the bit-identity check */
+  g_autoptr (LbTensor) pair = lb_tensor_new (LB_DTYPE_F32, 2, S (n, d));
+  LbTensor pair3;
+  lb_tensor_view_reshape (&pair3, pair, 3, S (n, nh, hd));
+  g_assert_true (cpu_ops ()->rms_norm (gctx.cs, &x, w, 1e-6f, pair, &err));
+  g_assert_true (cpu_ops ()->rope_3d (gctx.cs, &pair3, hcos, hsin, gf, gh, gw,
+          f0, r0, &err));
+  g_assert_no_error (err);
+
+  g_autoptr (LbTensor) yb = NULL;
+  g_autoptr (LbTensor) dyb = NULL;
+  if (kind == ROPE_Y_CACHE) {
+    yb = host_nan (2, S (n + 8, d));
+    dyb = dev_poison (2, S (n + 8, d));
+  } else if (kind == ROPE_Y_PACKED) {
+    yb = host_nan (4, S (n, 2, nh, hd));
+    dyb = dev_poison (4, S (n, 2, nh, hd));
+  } else if (kind == ROPE_Y_OWN) {
+    yb = host_nan (3, S (n, nh, hd));
+    dyb = dev_poison (3, S (n, nh, hd));
+  } else {
+    g_assert_cmpint (pad, ==, 0);
+  }
+  rope_y_view (&y, kind, yb, xp, n, nh, hd);
+  rope_y_view (&dy, kind, dyb, dxp, n, nh, hd);
+  g_assert_true (cpu_ops ()->rms_norm_rope (gctx.cs, &x, w, 1e-6f, hcos,
+          hsin, gf, gh, gw, f0, r0, &y, &err));
+  g_assert_true (gpu_ops ()->rms_norm_rope (gctx.gs, &dx, dw, 1e-6f, dcos,
+          dsin, gf, gh, gw, f0, r0, &dy, &err));
+  g_assert_no_error (err);
+  /* the whole base: slots or gaps outside the view stay NaN on both */
+  static const char *names[] = { "rms_norm_rope", "rms_norm_rope in place",
+    "rms_norm_rope into cache slots", "rms_norm_rope packed"
+  };
+  g_autoptr (LbTensor) yc = lb_tensor_new (LB_DTYPE_F32, 3, S (n, nh, hd));
+  g_assert_true (lb_tensor_copy_into (yc, &y, NULL));
+  same_bytes (names[kind], yc, pair);
+  if (kind == ROPE_Y_IN_PLACE)
+    compare_dev (names[kind], xp, dxp, TOL);
+  else
+    compare_dev (names[kind], yb, dyb, TOL);
+
+  /* positions past the table: same message on both */
+  gboolean c_ok = cpu_ops ()->rms_norm_rope (gctx.cs, &x, w, 1e-6f, hcos,
+      hsin, gf, gh, gw, 64, r0, &y, &err);
+  gboolean g_ok = gpu_ops ()->rms_norm_rope (gctx.gs, &dx, dw, 1e-6f, dcos,
+      dsin, gf, gh, gw, 64, r0, &dy, &err2);
+  same_error ("rms_norm_rope past the table", c_ok, err, g_ok, err2);
+}
+
+static void
+test_rms_norm_rope (void)
+{
+  rms_norm_rope_case (1, 1, 1, 1, 2, 0, 0, 0, ROPE_Y_OWN);
+  rms_norm_rope_case (2, 3, 5, 2, 32, 3, 0, 0, ROPE_Y_IN_PLACE);
+  rms_norm_rope_case (2, 3, 5, 2, 32, 3, 0, 5, ROPE_Y_CACHE);
+  rms_norm_rope_case (4, 6, 7, 3, 128, 10, 4, 0, ROPE_Y_CACHE);
+  rms_norm_rope_case (3, 5, 11, 5, 64, 0, 7, 3, ROPE_Y_PACKED);
+  /* DiT-14B heads (40 x 128 = 5120 per token): more pairs than threads */
+  rms_norm_rope_case (2, 4, 13, 40, 128, 21, 30, 0, ROPE_Y_CACHE);
+  rms_norm_rope_case (1, 2, 3, 40, 128, 0, 0, 0, ROPE_Y_IN_PLACE);
+}
+
+/* x [m, d] row-strided when pad > 0; gate 0: NULL, 1: [d], 2: [m, d]. */
+static void
+gated_residual_modulate_case (int64_t m, int64_t d, int gate,
+    gboolean per_row, int pad)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  g_autoptr (LbTensor) xp = host_random (2, S (m, d + pad), -4, 4);
+  g_autoptr (LbTensor) xq = lb_tensor_copy (xp);
+  g_autoptr (LbTensor) yv = host_random (2, S (m, d), -2, 2);
+  g_autoptr (LbTensor) gt = gate == 2 ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) sc = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) sh = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dyv = to_dev (yv);
+  g_autoptr (LbTensor) dgt = to_dev (gt);
+  g_autoptr (LbTensor) dsc = to_dev (sc);
+  g_autoptr (LbTensor) dsh = to_dev (sh);
+  LbTensor x, xr, dx;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&xr, xq, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+  g_assert_true (cpu_ops ()->gated_residual (gctx.cs, &xr, yv,
+          gate ? gt : NULL, &err));
+  g_assert_true (cpu_ops ()->modulate (gctx.cs, &xr, sc, sh, &xr, &err));
+  g_assert_true (cpu_ops ()->gated_residual_modulate (gctx.cs, &x, yv,
+          gate ? gt : NULL, sc, sh, &err));
+  g_assert_true (gpu_ops ()->gated_residual_modulate (gctx.gs, &dx, dyv,
+          gate ? dgt : NULL, dsc, dsh, &err));
+  g_assert_no_error (err);
+  same_bytes ("gated_residual_modulate", xp, xq);
+  compare_dev ("gated_residual_modulate", xp, dxp, TOL);
+
+  g_autoptr (LbTensor) bad = host_rand (1, S (d + 1));
+  g_autoptr (LbTensor) dbad = to_dev (bad);
+  gboolean c_ok = cpu_ops ()->gated_residual_modulate (gctx.cs, &x, yv, NULL,
+      sc, bad, &err);
+  gboolean g_ok = gpu_ops ()->gated_residual_modulate (gctx.gs, &dx, dyv,
+      NULL, dsc, dbad, &err2);
+  same_error ("gated_residual_modulate bad shift", c_ok, err, g_ok, err2);
+}
+
+static void
+test_gated_residual_modulate (void)
+{
+  gated_residual_modulate_case (1, 1, 1, FALSE, 0);
+  gated_residual_modulate_case (9, 31, 2, TRUE, 0);
+  gated_residual_modulate_case (129, 640, 0, FALSE, 5);
+  gated_residual_modulate_case (64, 1000, 1, TRUE, 1);
+  gated_residual_modulate_case (300, 5120, 1, TRUE, 0);
+}
+
 static void
 test_device_check (void)
 {
@@ -696,6 +954,10 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/strided", test_strided);
   g_test_add_func ("/gpu/ops/channel-rms-norm", test_channel_rms_norm);
   g_test_add_func ("/gpu/ops/upsample-nearest2x-halo", test_upsample_halo);
+  g_test_add_func ("/gpu/ops/norm-modulate", test_norm_modulate);
+  g_test_add_func ("/gpu/ops/rms-norm-rope", test_rms_norm_rope);
+  g_test_add_func ("/gpu/ops/gated-residual-modulate",
+      test_gated_residual_modulate);
   g_test_add_func ("/gpu/ops/device-check", test_device_check);
   int rc = g_test_run ();
   sync_ok ();

@@ -1,0 +1,154 @@
+/* lingbot-gst: CUDA fused ops of the DiT block: LayerNorm + modulation,
+ * RMSNorm + RoPE, gated residual + modulation
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Each kernel is its op pair of kernels-norm.cu / kernels-layout.cu with
+ * the intermediate kept in registers: the norms are one block per row
+ * with the statistics and the normalised value in double (layer_norm_kernel,
+ * rms_norm_kernel), then the pair's float formula (modulate_kernel,
+ * rope_kernel, gated_residual_kernel) is applied to the rounded float.
+ * So they compute what the unfused CUDA ops compute, up to the
+ * compiler's FMA contraction of those float formulas (parity with the CPU
+ * oracle at 1e-5, tests/gpu/test-ops-parity.c).
+ */
+#include "kernels/cuda/kernels-common.cuh"
+
+using namespace lbk;
+
+namespace {
+
+/* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1). */
+__global__ void
+norm_modulate_kernel (const float *x, int64_t xld, const float *w,
+    const float *b, float eps, const float *sc, int64_t sld,
+    const float *sh, int64_t hld, float *y, int64_t yld, int64_t m,
+    int64_t d)
+{
+  __shared__ double red[32];
+  for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+    const float *xr = x + i * xld, *sr = sc + i * sld, *hr = sh + i * hld;
+    float *yr = y + i * yld;
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      s += xr[j];
+    const double mean = block_sum (s, red) / (double) d;
+    double v = 0.0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      double t = xr[j] - mean;
+      v += t * t;
+    }
+    const double var = block_sum (v, red) / (double) d;
+    const double rstd = 1.0 / sqrt (var + (double) eps);
+    /* y may be x: each element is rewritten by the thread that read it,
+     * after block_sum's barriers */
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      double t = (xr[j] - mean) * rstd;
+      if (w)
+        t *= w[j];
+      if (b)
+        t += b[j];
+      const float a = (float) t;        /* layer_norm's output */
+      yr[j] = a * (1.0f + sr[j]) + hr[j];
+    }
+  }
+}
+
+/* One block per token; thread q of the output loop owns pair q of the row
+ * (head q / half, pair q % half), which are elements 2q and 2q + 1 of x:
+ * in place (y == x) each pair is read and written by one thread, after
+ * the barriers of block_sum. */
+__global__ void
+rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
+    float *y, int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
+    int64_t tp, int64_t hp, const float *cs, const float *sn,
+    int64_t grid_h, int64_t grid_w, int64_t f0, int64_t r0)
+{
+  __shared__ double red[32];
+  const int64_t d = nh * hd, half = hd / 2, pairs = nh * half;
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const float *xr = x + t * xld;
+    double s = 0.0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      s += (double) xr[j] * xr[j];
+    const double r = 1.0 / sqrt (block_sum (s, red) / (double) d +
+        (double) eps);
+    const int64_t pf = f0 + t / (grid_h * grid_w);
+    const int64_t ph = r0 + (t / grid_w) % grid_h, pw = t % grid_w;
+    for (int64_t q = threadIdx.x; q < pairs; q += blockDim.x) {
+      const int64_t h = q / half, p = q - h * half, j = h * hd + 2 * p;
+      const int64_t pos = p < tp ? pf : (p < tp + hp ? ph : pw);
+      const double a0 = xr[j] * r, a1 = xr[j + 1] * r;
+      const float x0 = (float) (w ? a0 * w[j] : a0);
+      const float x1 = (float) (w ? a1 * w[j + 1] : a1);
+      const float c = cs[pos * half + p], sv = sn[pos * half + p];
+      float *v = y + t * ys0 + h * ys1 + 2 * p;
+      v[0] = x0 * c - x1 * sv;
+      v[1] = x0 * sv + x1 * c;
+    }
+  }
+}
+
+__global__ void
+gated_residual_modulate_kernel (float *x, int64_t xld, const float *y,
+    int64_t yld, const float *g, int64_t gld, const float *sc, int64_t sld,
+    const float *sh, int64_t hld, int64_t m, int64_t d)
+{
+  LBK_GRID_STRIDE (idx, m * d) {
+    int64_t i = idx / d, j = idx - i * d;
+    float v = y[i * yld + j];
+    if (g)
+      v *= g[i * gld + j];
+    const float r = x[i * xld + j] + v;        /* gated_residual's x */
+    x[i * xld + j] = r * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
+  }
+}
+
+unsigned int
+row_blocks (int64_t m)
+{
+  return (unsigned int) (m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
+}
+
+}  // namespace
+
+extern "C" cudaError_t
+lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x, int64_t xld,
+    const float *w, const float *b, float eps, const float *scale,
+    int64_t sld, const float *shift, int64_t hld, float *y, int64_t yld,
+    int64_t m, int64_t d)
+{
+  if (m <= 0 || d <= 0)
+    return cudaSuccess;
+  norm_modulate_kernel <<< row_blocks (m), kThreads, 0, st >>> (x, xld, w, b,
+      eps, scale, sld, shift, hld, y, yld, m, d);
+  return cudaGetLastError ();
+}
+
+extern "C" cudaError_t
+lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
+    const float *w, float eps, float *y, int64_t ys0, int64_t ys1, int64_t n,
+    int64_t nh, int64_t hd, const float *cos, const float *sin,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset)
+{
+  /* the axis split of lb_cuda_launch_rope_3d() (kernels/cpu/rope.c) */
+  const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
+  if (n <= 0 || nh <= 0 || hd <= 0)
+    return cudaSuccess;
+  rms_norm_rope_kernel <<< row_blocks (n), kThreads, 0, st >>> (x, xld, w,
+      eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
+      frame_offset, row_offset);
+  return cudaGetLastError ();
+}
+
+extern "C" cudaError_t
+lb_cuda_launch_gated_residual_modulate (cudaStream_t st, float *x,
+    int64_t xld, const float *y, int64_t yld, const float *gate, int64_t gld,
+    const float *scale, int64_t sld, const float *shift, int64_t hld,
+    int64_t m, int64_t d)
+{
+  if (m <= 0 || d <= 0)
+    return cudaSuccess;
+  gated_residual_modulate_kernel <<< grid_for (m * d), kThreads, 0, st >>>
+      (x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
+  return cudaGetLastError ();
+}
