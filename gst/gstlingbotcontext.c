@@ -50,7 +50,8 @@ gst_lingbot_context_new (LingbotWorld * world)
   s = gst_context_writable_structure (context);
   gst_structure_set (s, "world", GST_TYPE_LINGBOT_WORLD, world,
       "model-path", G_TYPE_STRING, lingbot_world_get_model_path (world),
-      "devices", G_TYPE_STRING, lingbot_world_get_devices (world), NULL);
+      "devices", G_TYPE_STRING, lingbot_world_get_devices (world),
+      "precision", G_TYPE_STRING, lingbot_world_get_precision (world), NULL);
   return context;
 }
 
@@ -264,6 +265,9 @@ find_world (GstElement * element, LingbotWorld ** world)
  * @model_path: (nullable): the element's model-path (%NULL: any world, and
  *   nothing is created)
  * @devices: (nullable): the element's devices
+ * @precision: (nullable): the DiT precision when creating ("fp32" or
+ *   "bf16", LingbotWorldOptions.precision; %NULL: fp32).  A world found
+ *   in a context keeps its own precision, as it keeps its text encoder.
  * @text_encoder: load the umT5 encoder when creating (not needed with
  *   prompt embeddings)
  * @create: create the world when none is found
@@ -280,8 +284,8 @@ find_world (GstElement * element, LingbotWorld ** world)
  */
 gboolean
 gst_lingbot_ensure_world (GstElement * element, const char *model_path,
-    const char *devices, gboolean text_encoder, gboolean create,
-    LingbotWorld ** world, GError ** error)
+    const char *devices, const char *precision, gboolean text_encoder,
+    gboolean create, LingbotWorld ** world, GError ** error)
 {
   LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
   LingbotWorld *w;
@@ -299,10 +303,11 @@ gst_lingbot_ensure_world (GstElement * element, const char *model_path,
 
   opts.model_path = model_path;
   opts.load_text_encoder = text_encoder;
+  opts.precision = precision;
   if (devices != NULL)
     opts.devices = devices;
-  GST_INFO_OBJECT (element, "creating world: model %s, devices %s",
-      model_path, opts.devices);
+  GST_INFO_OBJECT (element, "creating world: model %s, devices %s, "
+      "precision %s", model_path, opts.devices, GST_STR_NULL (precision));
   w = lingbot_world_new (&opts, error);
   if (w == NULL)
     return FALSE;

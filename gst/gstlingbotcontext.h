@@ -32,7 +32,8 @@ gboolean gst_lingbot_handle_set_context (GstElement * element,
 gboolean gst_lingbot_handle_context_query (GstElement * element,
     GstQuery * query, LingbotWorld * world);
 gboolean gst_lingbot_ensure_world (GstElement * element,
-    const char *model_path, const char *devices, gboolean text_encoder,
-    gboolean create, LingbotWorld ** world, GError ** error);
+    const char *model_path, const char *devices, const char *precision,
+    gboolean text_encoder, gboolean create, LingbotWorld ** world,
+    GError ** error);
 
 G_END_DECLS

@@ -74,6 +74,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_IMAGE_LOCATION NULL
 #define DEFAULT_SEED 42
 #define DEFAULT_DEVICES "cpu:1"
+#define DEFAULT_PRECISION "fp32"
 #define DEFAULT_CHUNK_FRAMES 4
 #define DEFAULT_LOCAL_ATTN_SIZE 18
 #define DEFAULT_SINK_SIZE 6
@@ -108,6 +109,7 @@ enum
   PROP_PIXEL_AREA,
   PROP_FPS,
   PROP_LIVE,
+  PROP_PRECISION,
 };
 
 struct _GstLingbotGen
@@ -125,6 +127,7 @@ struct _GstLingbotGen
   char *image_location;
   guint64 seed;
   char *devices;
+  char *precision;
   int chunk_frames;
   int local_attn_size;
   int sink_size;
@@ -1242,18 +1245,20 @@ gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
 /* Error domains and codes (docs/elements.md): a missing model, image or
  * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
  * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS, a
- * backend that cannot start (no CUDA module, no such GPU) LIBRARY/INIT. */
+ * precision other than fp32/bf16 LIBRARY/SETTINGS, a backend that cannot
+ * start (no CUDA module, no such GPU) LIBRARY/INIT. */
 static gboolean
 gst_lingbot_gen_open (GstLingbotGen * self)
 {
   g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
-  g_autofree char *image = NULL, *timesteps = NULL;
+  g_autofree char *image = NULL, *timesteps = NULL, *precision = NULL;
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
   int width, height;
   int n_ranks = 0;
   g_autofree int *ordinals = NULL;
   LbBackend *backend = NULL;
+  LbMathMode math;
   const char *files[2][2];
   GQuark domain;
   gint code;
@@ -1264,6 +1269,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   embeds = g_strdup (self->prompt_embeds);
   image = g_strdup (self->image_location);
   timesteps = g_strdup (self->timestep_indices);
+  precision = g_strdup (self->precision);
   width = self->width;
   height = self->height;
   GST_OBJECT_UNLOCK (self);
@@ -1284,6 +1290,12 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   if (!parse_timesteps (timesteps, ts, &error)) {
     GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message),
         (NULL));
+    return FALSE;
+  }
+  if (!lingbot_world_parse_precision (precision, &math, &error)) {
+    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
+        ("Invalid precision '%s': choose fp32 or bf16", precision),
+        ("%s", error->message));
     return FALSE;
   }
   if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
@@ -1342,7 +1354,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
     lb_tensor_free (rgb);
   }
   if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
-          embeds == NULL, TRUE, &self->world, &error)) {
+          precision, embeds == NULL, TRUE, &self->world, &error)) {
     g_autofree char *text = g_strdup_printf ("Cannot load the model '%s' on "
         "%s: %s", model_path, devices, error ? error->message : "no world");
 
@@ -1435,6 +1447,10 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
       g_free (self->devices);
       self->devices = g_value_dup_string (value);
       break;
+    case PROP_PRECISION:
+      g_free (self->precision);
+      self->precision = g_value_dup_string (value);
+      break;
     case PROP_CHUNK_FRAMES:
       self->chunk_frames = g_value_get_int (value);
       break;
@@ -1502,6 +1518,9 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
     case PROP_DEVICES:
       g_value_set_string (value, self->devices);
       break;
+    case PROP_PRECISION:
+      g_value_set_string (value, self->precision);
+      break;
     case PROP_CHUNK_FRAMES:
       g_value_set_int (value, self->chunk_frames);
       break;
@@ -1554,6 +1573,7 @@ gst_lingbot_gen_finalize (GObject * object)
   g_free (self->prompt_embeds);
   g_free (self->image_location);
   g_free (self->devices);
+  g_free (self->precision);
   g_free (self->timestep_indices);
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
@@ -1599,6 +1619,13 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_string ("devices", "Devices",
           "Ranks of the world: \"cpu:N\" or GPU ordinals \"0,1,2,3\"",
           DEFAULT_DEVICES, ready));
+  g_object_class_install_property (klass, PROP_PRECISION,
+      g_param_spec_string ("precision", "Precision",
+          "DiT precision on GPU ranks, used when this element creates the "
+          "world: \"fp32\" (f32 weights and math) or \"bf16\" (bf16 "
+          "matrix weights and GEMM inputs with f32 accumulation, half the "
+          "weight memory); CPU ranks always compute in fp32",
+          DEFAULT_PRECISION, ready));
   g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
       g_param_spec_int ("chunk-frames", "Chunk frames",
           "Latent frames per chunk (0 = the model's default)", 0, 64,
@@ -1699,6 +1726,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
 
   self->model_path = g_strdup (DEFAULT_MODEL_PATH);
   self->devices = g_strdup (DEFAULT_DEVICES);
+  self->precision = g_strdup (DEFAULT_PRECISION);
   self->timestep_indices = g_strdup (DEFAULT_TIMESTEP_INDICES);
   self->seed = DEFAULT_SEED;
   self->chunk_frames = DEFAULT_CHUNK_FRAMES;

@@ -301,7 +301,7 @@ ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
   devices = g_strdup (self->devices);
   GST_OBJECT_UNLOCK (self);
   if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
-          FALSE, model_path != NULL, &self->world, error)) {
+          NULL, FALSE, model_path != NULL, &self->world, error)) {
     if (error && *error == NULL)
       g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
           "latents without a session and no lingbot.world context or "

@@ -35,6 +35,8 @@ struct _LingbotWorld
   /* text encoder: paths only, loaded per session (lingbot_world_new()) */
   char *t5_path;
   char *tokenizer_path;
+  /* LingbotWorldOptions.precision, given to every DiT session */
+  LbMathMode math;
 };
 
 G_END_DECLS

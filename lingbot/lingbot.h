@@ -57,6 +57,13 @@ typedef struct _LingbotWorld LingbotWorld;
  * @load_text_encoder: load the umT5 encoder and tokenizer (not needed when
  *   every session passes prompt embeddings)
  * @timeout_ms: deadline of every rank-side wait, 0 for the default
+ * @precision: (nullable): the DiT's precision on GPU ranks: "fp32" (the
+ *   default, also for %NULL: f32 weights and f32 math, the parity mode) or
+ *   "bf16" (spec 1.11 served precision: bf16 GEMM weights, about half the
+ *   weight memory per rank, bf16 GEMM inputs with f32 accumulation, f32
+ *   residual stream, norms and modulation; docs/design/cuda.md "BF16
+ *   storage").  CPU ranks always compute in f32.  Any other value fails
+ *   lingbot_world_new()
  *
  * Zero-initialise (%LINGBOT_WORLD_OPTIONS_INIT), then set the fields.
  */
@@ -65,18 +72,22 @@ typedef struct {
   const char *model_path;
   gboolean load_text_encoder;
   guint timeout_ms;
+  const char *precision;
 } LingbotWorldOptions;
 
-#define LINGBOT_WORLD_OPTIONS_INIT { "cpu:1", NULL, TRUE, 0 }
+#define LINGBOT_WORLD_OPTIONS_INIT { "cpu:1", NULL, TRUE, 0, NULL }
 
 LingbotWorld *lingbot_world_new (const LingbotWorldOptions * options,
     GError ** error);
+gboolean lingbot_world_parse_precision (const char *precision,
+    LbMathMode * math, GError ** error);
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
 void lingbot_world_unref (LingbotWorld * world);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
 
 const char *lingbot_world_get_devices (LingbotWorld * world);
 const char *lingbot_world_get_model_path (LingbotWorld * world);
+const char *lingbot_world_get_precision (LingbotWorld * world);
 int lingbot_world_get_n_ranks (LingbotWorld * world);
 LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
 LingbotDit *lingbot_world_get_dit (LingbotWorld * world);

@@ -41,12 +41,43 @@ find_tokenizer (const char *model)
 }
 
 /**
+ * lingbot_world_parse_precision:
+ * @precision: (nullable): "fp32", "bf16", or %NULL (= "fp32")
+ * @math: (out): the matching #LbMathMode
+ * @error: %LB_ERROR_INVALID_ARGUMENT for anything else, with the message
+ *   "world: unknown precision 'VALUE' (choose fp32 or bf16)"
+ *
+ * The values of LingbotWorldOptions.precision (and of the GStreamer
+ * elements' precision property).
+ *
+ * Returns: %TRUE when @precision is one of them.
+ */
+gboolean
+lingbot_world_parse_precision (const char *precision, LbMathMode * math,
+    GError ** error)
+{
+  if (precision == NULL || strcmp (precision, "fp32") == 0) {
+    *math = LB_MATH_FP32;
+    return TRUE;
+  }
+  if (strcmp (precision, "bf16") == 0) {
+    *math = LB_MATH_BF16;
+    return TRUE;
+  }
+  g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+      "world: unknown precision '%s' (choose fp32 or bf16)", precision);
+  return FALSE;
+}
+
+/**
  * lingbot_world_new:
  * @options: devices, model directory, whether the text encoder is wanted,
- *   rank-side timeout
- * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path),
- *   %LB_ERROR_NOT_FOUND naming the missing file or directory of a model
- *   part, and the loaders' errors (format, shape, device)
+ *   rank-side timeout, DiT precision
+ * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path,
+ *   a precision other than "fp32" or "bf16": "world: unknown precision
+ *   'VALUE' (choose fp32 or bf16)"), %LB_ERROR_NOT_FOUND naming the
+ *   missing file or directory of a model part, and the loaders' errors
+ *   (format, shape, device)
  *
  * Creates the worker group over the devices and loads the model of the
  * release directory described in lingbot.h:
@@ -62,6 +93,9 @@ find_tokenizer (const char *model)
  *   freed per session (see the file comment).
  *
  * The DiT and VAE weights are shared by every session of the world.
+ * @options->precision is checked first and given to every DiT session of
+ * the world (LingbotDitSessionOptions.math: "bf16" is %LB_MATH_BF16, which
+ * a GPU rank applies and a CPU rank ignores).
  *
  * Returns: (transfer full) (nullable): the world.
  */
@@ -69,6 +103,9 @@ LingbotWorld *
 lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
 {
   g_return_val_if_fail (options != NULL, NULL);
+  LbMathMode math;
+  if (!lingbot_world_parse_precision (options->precision, &math, error))
+    return NULL;
   const char *model = options->model_path;
   if (model == NULL || *model == '\0') {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -89,6 +126,7 @@ lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
   g_rec_mutex_init (&w->lock);
   w->devices = g_strdup (options->devices ? options->devices : "cpu:1");
   w->model_path = g_strdup (model);
+  w->math = math;
 
   /* locate every part before the slow loads, so a missing file is
    * reported at once */
@@ -223,6 +261,20 @@ const char *
 lingbot_world_get_model_path (LingbotWorld * world)
 {
   return world->model_path;
+}
+
+/**
+ * lingbot_world_get_precision:
+ * @world: a world
+ *
+ * Returns: "fp32" or "bf16": the precision of the world's DiT sessions on
+ *   GPU ranks (LingbotWorldOptions.precision; CPU ranks compute in f32
+ *   whatever it says).
+ */
+const char *
+lingbot_world_get_precision (LingbotWorld * world)
+{
+  return world->math == LB_MATH_BF16 ? "bf16" : "fp32";
 }
 
 /**

@@ -1532,6 +1532,67 @@ GST_START_TEST (test_startup_errors)
 GST_END_TEST;
 
 /* error wording at the element level */
+/* precision: fp32 by default; bf16 is given to the world the element
+ * creates (and shown in its context); anything else fails NULL->READY
+ * with LIBRARY/SETTINGS and this exact message, on lingbotgen and through
+ * lingbotbin */
+GST_START_TEST (test_precision)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=g", "cpu:1",
+      "precision=bf16");
+  g_autofree char *desc = g_strdup_printf ("%s ! fakesink", g1);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (desc, &err);
+  GstElement *gen, *fresh;
+  GstContext *ctx;
+  LingbotWorld *w;
+  char *value = NULL;
+
+  g_assert_no_error (err);
+  gen = gst_bin_get_by_name (GST_BIN (p), "g");
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  w = element_world (gen);
+  g_assert_nonnull (w);
+  g_assert_cmpstr (lingbot_world_get_precision (w), ==, "bf16");
+  ctx = gst_element_get_context (gen, GST_LINGBOT_WORLD_CONTEXT_TYPE);
+  g_assert_cmpstr (gst_structure_get_string (gst_context_get_structure (ctx),
+          "precision"), ==, "bf16");
+  gst_context_unref (ctx);
+  lingbot_world_unref (w);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (gen);
+  gst_object_unref (p);
+
+  for (guint i = 0; i < 2; i++) {
+    fresh = gst_element_factory_make (i ? "lingbotbin" : "lingbotgen", NULL);
+    g_object_get (fresh, "precision", &value, NULL);
+    g_assert_cmpstr (value, ==, "fp32");
+    g_free (value);
+    gst_object_unref (fresh);
+  }
+
+  for (guint i = 0; i < 2; i++) {
+    g_autofree char *g2 = gen_desc (i ? "lingbotbin" : "lingbotgen",
+        "cpu:1", "precision=bogus");
+    g_autofree char *bad = g_strdup_printf ("lingbotcontrolsrc location=%s "
+        "! %s ! fakesink", trace_path, g2);
+    Run r;
+
+    p = pipeline_new (bad, &r);
+    g_assert_cmpint (pipeline_run (p, &r), ==, GST_STATE_CHANGE_FAILURE);
+    gst_object_unref (p);
+    g_assert_cmpstr (r.error, ==, "Invalid precision 'bogus': choose fp32 "
+        "or bf16");
+    g_assert_true (r.error_domain == GST_LIBRARY_ERROR);
+    g_assert_cmpint (r.error_code, ==, GST_LIBRARY_ERROR_SETTINGS);
+    g_assert_cmpuint (r.samples->len, ==, 0);
+    run_clear (&r);
+  }
+}
+
+GST_END_TEST;
+
 GST_START_TEST (test_error_wording)
 {
   /* a file as model-path */
@@ -1664,6 +1725,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_bin_unlinked_control);
   tcase_add_test (tc, test_startup_errors);
   tcase_add_test (tc, test_error_wording);
+  tcase_add_test (tc, test_precision);
   tcase_add_test (tc, test_unknown_keys);
   return s;
 }
