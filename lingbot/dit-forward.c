@@ -256,17 +256,26 @@ free_per_layer (LbTensor *** a, int n_layers)
 /* weights on the rank's device                                             */
 /* ------------------------------------------------------------------------ */
 
-#define LIN(f) G_STRUCT_OFFSET (T, f.w), G_STRUCT_OFFSET (T, f.b)
-#define ONE(f) G_STRUCT_OFFSET (T, f)
+/* A weight slot of LingbotDitWeights / LingbotDitBlock: where the pointer
+ * is, and whether it is a linear layer's w (the GEMM matrices, stored as
+ * bf16 on a device in LB_MATH_BF16). */
+typedef struct {
+  glong offset;
+  gboolean gemm_w;
+} WeightSlot;
+
+#define LIN(f) { G_STRUCT_OFFSET (T, f.w), TRUE }, \
+  { G_STRUCT_OFFSET (T, f.b), FALSE }
+#define ONE(f) { G_STRUCT_OFFSET (T, f), FALSE }
 #define T LingbotDitWeights
-static const glong top_slots[] = {
+static const WeightSlot top_slots[] = {
   LIN (patch), LIN (ctl_patch), LIN (c2ws1), LIN (c2ws2), LIN (text0),
   LIN (text2), LIN (time0), LIN (time2), LIN (time_proj), LIN (head),
   ONE (head_modulation),
 };
 #undef T
 #define T LingbotDitBlock
-static const glong block_slots[] = {
+static const WeightSlot block_slots[] = {
   ONE (modulation), LIN (sa_q), LIN (sa_k), LIN (sa_v), LIN (sa_o),
   ONE (sa_norm_q), ONE (sa_norm_k), ONE (norm3_w), ONE (norm3_b),
   LIN (ca_q), LIN (ca_k), LIN (ca_v), LIN (ca_o), ONE (ca_norm_q),
@@ -283,27 +292,70 @@ G_STATIC_ASSERT (sizeof (LingbotDitBlock) ==
 G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
     (glong) (G_N_ELEMENTS (top_slots) * sizeof (LbTensor *)));
 
+/* State of one weights upload: the stream, whether GEMM matrices go as
+ * bf16, the host buffer they are rounded into (grown to the largest
+ * matrix, reused for all) and the device bytes so far. */
+typedef struct {
+  LbStream *s;
+  gboolean bf16;
+  uint16_t *buf;
+  gsize buf_len;                /* elements */
+  gsize nbytes;
+} WeightUpload;
+
+/* A bf16 copy of f32 matrix @h on the device: rounded on the host
+ * (lb_f32_to_bf16, nearest even) into the reused buffer, uploaded, and
+ * waited for before the buffer can be overwritten. */
+static LbTensor *
+upload_bf16 (WeightUpload * u, const LbTensor * h, GError ** error)
+{
+  if (h->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (h)) {
+    g_autofree char *shape = lb_tensor_shape_string (h);
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT weights: a linear weight is %s %s, expected contiguous f32 to "
+        "round to bf16", lb_dtype_name (h->dtype), shape);
+    return NULL;
+  }
+  const int64_t n = lb_tensor_numel (h);
+  if ((gsize) n > u->buf_len) {
+    g_free (u->buf);
+    u->buf = g_new (uint16_t, MAX (n, 1));
+    u->buf_len = (gsize) n;
+  }
+  const float *src = h->data;
+  uint16_t *dst = u->buf;
+#pragma omp parallel for schedule(static) if (n >= (1 << 20))
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = lb_f32_to_bf16 (src[i]);
+  LbTensor view;
+  lb_tensor_view_init (&view, LB_DTYPE_BF16, u->buf, LB_DEVICE_HOST, h->ndim,
+      h->shape, NULL);
+  return upload_new (u->s, &view, error);
+}
+
 static gboolean
-upload_slots (LbStream * s, gpointer dst, gconstpointer src,
-    const glong * slots, guint n_slots, gsize * nbytes, GError ** error)
+upload_slots (WeightUpload * u, gpointer dst, gconstpointer src,
+    const WeightSlot * slots, guint n_slots, GError ** error)
 {
   for (guint i = 0; i < n_slots; i++) {
-    const LbTensor *h = G_STRUCT_MEMBER (LbTensor *, src, slots[i]);
-    LbTensor **d = &G_STRUCT_MEMBER (LbTensor *, dst, slots[i]);
+    const LbTensor *h = G_STRUCT_MEMBER (LbTensor *, src, slots[i].offset);
+    LbTensor **d = &G_STRUCT_MEMBER (LbTensor *, dst, slots[i].offset);
     if (h == NULL)
       continue;
-    if (!(*d = upload_new (s, h, error)))
+    *d = u->bf16 && slots[i].gemm_w ? upload_bf16 (u, h, error) :
+        upload_new (u->s, h, error);
+    if (*d == NULL)
       return FALSE;
-    *nbytes += lb_tensor_nbytes (h);
+    u->nbytes += lb_tensor_nbytes (*d);
   }
   return TRUE;
 }
 
 static void
-free_slots (gpointer w, const glong * slots, guint n_slots)
+free_slots (gpointer w, const WeightSlot * slots, guint n_slots)
 {
   for (guint i = 0; i < n_slots; i++)
-    g_clear_pointer (&G_STRUCT_MEMBER (LbTensor *, w, slots[i]),
+    g_clear_pointer (&G_STRUCT_MEMBER (LbTensor *, w, slots[i].offset),
         lb_tensor_free);
 }
 
@@ -312,15 +364,25 @@ free_slots (gpointer w, const glong * slots, guint n_slots)
  * @wt: (out): the weights for @s's device
  * @owned: (out): whether @wt holds its own copies (free them with
  *   lingbot_dit_weights_clear())
- * @nbytes: (out): bytes of those copies (0 when borrowed)
- * @s: a rank's stream
+ * @nbytes: (out): device bytes of those copies (0 when borrowed)
+ * @s: a rank's stream; on a device backend its #LbMathMode (@s->math, set
+ *   by the session before this call) chooses the storage
  * @dit: the model (host f32 weights)
- * @error: %LB_ERROR_DEVICE
+ * @error: %LB_ERROR_DEVICE, %LB_ERROR_INVALID_ARGUMENT (a linear weight of
+ *   the model that is not contiguous f32, in bf16 mode)
  *
  * On the CPU backend @wt is @dit's own weights (no copy: every rank
- * borrows the same host tensors).  On any other backend every weight is
- * uploaded once as a contiguous f32 tensor on @s's device and the stream
- * is synchronised: one full copy per rank (Ulysses replicates the weights).
+ * borrows the same host tensors), whatever @s->math says.  On any other
+ * backend every weight is uploaded once as a contiguous tensor on @s's
+ * device, each upload waited for: one full copy per rank (Ulysses
+ * replicates the weights).  With %LB_MATH_FP32 every tensor is f32.  With
+ * %LB_MATH_BF16 (spec 1.11) the GEMM matrices, i.e. the w of every
+ * #LingbotDitLinear (patch and control embeddings, text and time MLPs,
+ * every attention / FFN / camera projection, the head), are rounded to
+ * bf16 on the host (nearest even, lb_f32_to_bf16(), one host buffer
+ * reused for all) and uploaded as %LB_DTYPE_BF16 [out, in]; the biases,
+ * norm weights and modulation tables stay f32.  *@nbytes counts the bytes
+ * as stored (2 per bf16 element).
  *
  * Returns: %TRUE on success; on failure @wt may hold part of the copies
  * (*@owned is then %TRUE: clear it).
@@ -338,15 +400,17 @@ lingbot_dit_weights_init (LingbotDitWeights * wt, gboolean * owned,
   memset (wt, 0, sizeof (*wt));
   *owned = TRUE;
   const int L = dit->cfg.num_layers;
+  WeightUpload u = { s, s->math == LB_MATH_BF16, NULL, 0, 0 };
+  gboolean ok = TRUE;
   wt->blocks = g_new0 (LingbotDitBlock, L);
-  if (!upload_slots (s, wt, &dit->w, top_slots, G_N_ELEMENTS (top_slots),
-          nbytes, error))
-    return FALSE;
-  for (int l = 0; l < L; l++)
-    if (!upload_slots (s, &wt->blocks[l], &dit->w.blocks[l], block_slots,
-            G_N_ELEMENTS (block_slots), nbytes, error))
-      return FALSE;
-  return TRUE;
+  ok = upload_slots (&u, wt, &dit->w, top_slots, G_N_ELEMENTS (top_slots),
+      error);
+  for (int l = 0; ok && l < L; l++)
+    ok = upload_slots (&u, &wt->blocks[l], &dit->w.blocks[l], block_slots,
+        G_N_ELEMENTS (block_slots), error);
+  g_free (u.buf);
+  *nbytes = u.nbytes;
+  return ok;
 }
 
 /**
@@ -442,6 +506,13 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
         !(rs->rope_sin = upload_new (s, hs, error)))
       return FALSE;
   }
+  if (!(rs->rope_cos_c = lb_tensor_new_on (s, LB_DTYPE_F32, 2,
+              rs->rope_cos->shape, error)) ||
+      !(rs->rope_sin_c = lb_tensor_new_on (s, LB_DTYPE_F32, 2,
+              rs->rope_sin->shape, error)) ||
+      !lingbot_dit_copy_rows (s, rs->rope_cos_c, rs->rope_cos, error) ||
+      !lingbot_dit_copy_rows (s, rs->rope_sin_c, rs->rope_sin, error))
+    return FALSE;
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
           dit, error))
     return FALSE;
@@ -462,7 +533,8 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   const int L = rs->cfg ? rs->cfg->num_layers : 0;
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
-    &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->send, &rs->q_r, &rs->k_r,
+    &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
+    &rs->rope_sin_c, &rs->send, &rs->q_r, &rs->k_r,
     &rs->v_r, &rs->o_r, &rs->recv, &rs->z_rm, &rs->z_full, &rs->ones,
     &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
   };
@@ -676,6 +748,50 @@ lingbot_dit_control_tokens (LingbotDitRank * rs, const LbTensor * ctl_patches,
 }
 
 /**
+ * lingbot_dit_rope_chunk:
+ * @rs: a rank state
+ * @frame0: the chunk's first latent frame (current_start / T_f)
+ * @error: %LB_ERROR_INVALID_ARGUMENT when the chunk's frames pass the
+ *   tables' %LINGBOT_DIT_ROPE_MAX_POS positions; op errors
+ *
+ * Once per chunk, before its passes: copies the temporal columns of the
+ * RoPE tables' rows [@frame0, @frame0 + F) into rows [0, F) of the chunk's
+ * tables (rs->rope_cos_c / rope_sin_c; their height and width columns are
+ * the base tables' own, copied at rank init).  RoPE at frame offset 0 with
+ * the chunk's tables is then bit for bit RoPE at @frame0 with the base
+ * tables (spec 1.8; the columns are only copied), and nothing in a pass
+ * depends on the chunk index: a captured pass replays for every chunk that
+ * starts from the same cache state.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0, GError ** error)
+{
+  const int64_t hd = rs->head_dim, rows = rs->rope_cos->shape[0];
+  const int64_t t_pairs = (hd - 4 * (hd / 6)) / 2, F = rs->sh.frames;
+  if (frame0 < 0 || frame0 + F > rows) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT: latent frames [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+        ") are past the %" G_GINT64_FORMAT " RoPE positions", frame0,
+        frame0 + F, rows);
+    return FALSE;
+  }
+  for (int i = 0; i < 2; i++) {
+    const LbTensor *base = i ? rs->rope_sin : rs->rope_cos;
+    LbTensor *dst_t = i ? rs->rope_sin_c : rs->rope_cos_c;
+    LbTensor src, dst;
+    lb_tensor_view_narrow (&src, base, 0, frame0, F);
+    lb_tensor_view_narrow (&src, &src, 1, 0, t_pairs);
+    lb_tensor_view_narrow (&dst, dst_t, 0, 0, F);
+    lb_tensor_view_narrow (&dst, &dst, 1, 0, t_pairs);
+    if (!lingbot_dit_copy_rows (rs->s, &dst, &src, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/**
  * lingbot_dit_camera_precompute:
  * @rs: a rank state with rs->ctl set
  * @layer: block index
@@ -782,17 +898,14 @@ cache_evict (LingbotDitRank * rs, int layer, GError ** error)
   return TRUE;
 }
 
-/* Writes the chunk's keys/values (frame-major token order, this rank's
- * heads) into slots [local_end - N, local_end). */
-static gboolean
-cache_write_local (LingbotDitRank * rs, int layer, GError ** error)
+/* The chunk's slots [local_end - N, local_end) of a layer's cache,
+ * [N, heads_local * hd]: where one rank's self_attn_qkv() writes its keys
+ * and values (frame-major token order), after cache_evict(). */
+static void
+cache_slots (LingbotDitRank * rs, const LbTensor * cache, LbTensor * rows)
 {
-  const int64_t slot0 = rs->pend_local_end - rs->sh.n_tokens;
-  LbTensor kd, vd;
-  cache_rows (&kd, rs->cache_k[layer], slot0, rs->sh.n_tokens);
-  cache_rows (&vd, rs->cache_v[layer], slot0, rs->sh.n_tokens);
-  return lingbot_dit_copy_rows (rs->s, &kd, rs->k, error) &&
-      lingbot_dit_copy_rows (rs->s, &vd, rs->v, error);
+  cache_rows (rows, cache, rs->pend_local_end - rs->sh.n_tokens,
+      rs->sh.n_tokens);
 }
 
 /* Received keys/values of every rank's band (rank-major) into the cache in
@@ -855,29 +968,46 @@ trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
   return lingbot_dit_copy_rows (rs->s, dst, src, error);
 }
 
+/* Spec 1.7-1.8: a = LN(x) * (1 + scale_msa) + shift_msa, then
+ * q = RoPE(RMSNorm(Wq a + bq) * norm_q), k likewise, v = Wv a + bv, with
+ * the fused ops (norm_modulate, rms_norm_rope).  On one rank the keys and
+ * values go straight into the chunk's cache slots (the rope writes k
+ * there, the gemm writes v there), so cache_evict() must have run first;
+ * with several ranks they stay in rs->k / rs->v for the all-to-all. */
 static gboolean
-self_attn_qkv (LingbotDitRank * rs, const LingbotDitBlock * b,
-    const LbTensor * mod, int64_t current_start, GError ** error)
+self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
+    int64_t current_start, GError ** error)
 {
+  const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const float eps = (float) rs->cfg->eps;
   const LingbotDitShard *sh = &rs->sh;
-  LbTensor shift, scale, q3, k3;
+  LbTensor shift, scale, q3, k3, krows, vrows;
   row_view (&shift, mod, 0);
   row_view (&scale, mod, 1);
+  if (sh->n_ranks == 1) {
+    /* heads_local == num_heads: a cache row is a token's k (or v) */
+    cache_slots (rs, rs->cache_k[layer], &krows);
+    cache_slots (rs, rs->cache_v[layer], &vrows);
+  } else {
+    lb_tensor_view (&krows, rs->k);
+    lb_tensor_view (&vrows, rs->v);
+  }
   heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
-  heads_view (&k3, rs->k, rs->cfg->num_heads, rs->head_dim);
-  const int64_t frame0 = current_start / sh->frame_tokens;
-  return OPS->layer_norm (rs->s, rs->x, NULL, NULL, eps, rs->a, error) &&
-      OPS->modulate (rs->s, rs->a, &scale, &shift, rs->a, error) &&
+  heads_view (&k3, &krows, rs->cfg->num_heads, rs->head_dim);
+  /* frame positions current_start / T_f.. are in the chunk's tables
+   * (lingbot_dit_rope_chunk()), so the frame offset is 0 */
+  (void) current_start;
+  return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale, &shift,
+      rs->a, error) &&
       linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
-      OPS->rms_norm (rs->s, rs->q, b->sa_norm_q, eps, rs->q, error) &&
+      OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
+      rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
+      error) &&
       linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
-      OPS->rms_norm (rs->s, rs->k, b->sa_norm_k, eps, rs->k, error) &&
-      linear (rs, rs->a, &b->sa_v, 0.0f, rs->v, error) &&
-      OPS->rope_3d (rs->s, &q3, rs->rope_cos, rs->rope_sin, sh->frames,
-      sh->n_rows, sh->wp, frame0, sh->row0, error) &&
-      OPS->rope_3d (rs->s, &k3, rs->rope_cos, rs->rope_sin, sh->frames,
-      sh->n_rows, sh->wp, frame0, sh->row0, error);
+      OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
+      rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
+      error) &&
+      linear (rs, rs->a, &b->sa_v, 0.0f, &vrows, error);
 }
 
 static gboolean
@@ -885,11 +1015,8 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
 {
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   LbTensor kw, vw, q3, o3;
-  if (!cache_evict (rs, layer, error))
-    return FALSE;
   if (rs->sh.n_ranks == 1) {
-    if (!cache_write_local (rs, layer, error))
-      return FALSE;
+    /* the chunk's keys and values are in the cache (self_attn_qkv) */
     cache_window (rs, layer, &kw, &vw);
     heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
     heads_view (&o3, rs->o, rs->cfg->num_heads, rs->head_dim);
@@ -924,12 +1051,12 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
   heads_view (&ck, rs->cross_k[layer], H, hd);
   heads_view (&cv, rs->cross_v[layer], H, hd);
 
-  /* x += gate_msa * o(attn); camera injection (spec 1.7 order) */
+  /* x += gate_msa * o(attn), then the camera injection
+   * x = x * (1 + cam_scale) + cam_shift (spec 1.7 order), in one op */
   if (!linear (rs, rs->o, &b->sa_o, 0.0f, rs->t1, error) ||
       !trace_copy (rs, rs->trace_self_attn, rs->t1, error) ||
-      !OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_msa, error) ||
-      !OPS->modulate (rs->s, rs->x, rs->cam_scale[layer],
-          rs->cam_shift[layer], rs->x, error))
+      !OPS->gated_residual_modulate (rs->s, rs->x, rs->t1, &gate_msa,
+          rs->cam_scale[layer], rs->cam_shift[layer], error))
     return FALSE;
 
   /* cross-attention, ungated */
@@ -944,8 +1071,8 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     return FALSE;
 
   /* FFN */
-  return OPS->layer_norm (rs->s, rs->x, NULL, NULL, eps, rs->a, error) &&
-      OPS->modulate (rs->s, rs->a, &scale_mlp, &shift_mlp, rs->a, error) &&
+  return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale_mlp,
+      &shift_mlp, rs->a, error) &&
       linear (rs, rs->a, &b->ffn0, 0.0f, rs->h, error) &&
       OPS->gelu_tanh (rs->s, rs->h, rs->h, error) &&
       linear (rs, rs->h, &b->ffn2, 0.0f, rs->t1, error) &&
@@ -956,8 +1083,9 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
 /**
  * lingbot_dit_block_forward:
  * @rs: a rank state; rs->x [n_local, D] holds the residual stream (updated
- *   in place), rs->cam_scale/shift[@layer] are set, the cursors were
- *   advanced by lingbot_dit_cache_begin()
+ *   in place), rs->cam_scale/shift[@layer] are set, the chunk's RoPE
+ *   tables by lingbot_dit_rope_chunk(), the cursors were advanced by
+ *   lingbot_dit_cache_begin()
  * @layer: block index
  * @mod: f32 [6, D]: `blocks.layer.modulation + tmod`
  * @current_start: absolute index of the chunk's first token
@@ -975,9 +1103,13 @@ gboolean
 lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
     const LbTensor * mod, int64_t current_start, GError ** error)
 {
-  const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const gboolean local = rs->sh.n_local > 0;
-  if (local && !self_attn_qkv (rs, b, mod, current_start, error))
+  /* the eviction shift moves the cache's non-sink rows before this
+   * chunk's keys land in their slots (on one rank self_attn_qkv() writes
+   * them there) */
+  if (!cache_evict (rs, layer, error))
+    return FALSE;
+  if (local && !self_attn_qkv (rs, layer, mod, current_start, error))
     return FALSE;
   if (!self_attention (rs, layer, error))
     return FALSE;
@@ -1004,9 +1136,8 @@ lingbot_dit_head_forward (LingbotDitRank * rs, const LbTensor * head_mod,
   row_view (&shift, head_mod, 0);
   row_view (&scale, head_mod, 1);
   if (rs->sh.n_local > 0 &&
-      (!OPS->layer_norm (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
-              rs->a, error) ||
-          !OPS->modulate (rs->s, rs->a, &scale, &shift, rs->a, error) ||
+      (!OPS->norm_modulate (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
+              &scale, &shift, rs->a, error) ||
           !linear (rs, rs->a, &rs->wt.head, 0.0f, rs->z, error)))
     return FALSE;
   if (rs->sh.n_ranks > 1)

@@ -96,6 +96,12 @@ typedef struct {
   LbTensor *ctl;                /* [n_local, D] control tokens */
 
   LbTensor *rope_cos, *rope_sin;        /* [1024, hd/2] */
+  /* the chunk's tables (lingbot_dit_rope_chunk()): temporal columns of rows
+   * [0, F) hold the base rows [frame0, frame0 + F), the other columns the
+   * base's own rows, so rope at frame offset 0 with them is rope at frame0
+   * with the base; every pass of every chunk then runs with the same
+   * arguments (graph replay) */
+  LbTensor *rope_cos_c, *rope_sin_c;
 
   /* scratch, [n_local, *] */
   LbTensor *x, *a, *q, *k, *v, *o, *t1, *h;
@@ -140,6 +146,8 @@ gboolean lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
     gboolean embedded, GError ** error);
 gboolean lingbot_dit_control_tokens (LingbotDitRank * rs,
     const LbTensor * ctl_patches /* [n_local, ctl_in] */, GError ** error);
+gboolean lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0,
+    GError ** error);
 gboolean lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
     GError ** error);
 

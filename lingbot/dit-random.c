@@ -6,7 +6,10 @@
  * split into `model-0000N-of-0000M.safetensors` shards with a
  * `model.safetensors.index.json` weight map and the release's
  * `config.json`.  Shards are generated and written one at a time, so a
- * full-size 14B checkpoint needs one shard's worth of memory.
+ * full-size 14B checkpoint needs one shard's worth of memory.  Also the
+ * in-memory float32 weights of lingbot_dit_new_random().  Every element is
+ * a function of (seed, name, index), drawn in blocks on a thread pool: the
+ * bytes do not depend on the thread count.
  */
 #include "lingbot/dit-private.h"
 
@@ -17,10 +20,15 @@
 #include <math.h>
 #include <string.h>
 
-static guint64
-splitmix64 (guint64 * s)
+/* splitmix64 is counter-based: its i-th output (i >= 0) from state s0 is
+ * mix (s0 + (i + 1) * gamma).  Element i of a weight is that output for
+ * s0 = seed ^ hash (name), so any element can be computed on its own: a
+ * tensor split into blocks on any number of threads gives the bytes of the
+ * sequential loop (the one lingbot-mkmodel always ran). */
+static inline guint64
+splitmix64_at (guint64 s0, guint64 i)
 {
-  guint64 z = (*s += 0x9E3779B97F4A7C15ull);
+  guint64 z = s0 + (i + 1) * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -35,6 +43,124 @@ name_hash (const char *name)
   return h;
 }
 
+/* How one weight is drawn: offset + scale * U(-1, 1) from stream s0. */
+typedef struct
+{
+  double scale, offset;
+  guint64 s0;
+} WeightDraw;
+
+static void
+weight_draw_init (const LingbotDitConfig * cfg, const char *name,
+    guint64 seed, WeightDraw * wd)
+{
+  wd->offset = 0.0;
+  if (g_str_has_suffix (name, "modulation")) {
+    wd->scale = 1.0 / sqrt ((double) cfg->dim);
+  } else if (strstr (name, "norm")) {
+    wd->scale = 0.1;
+    wd->offset = g_str_has_suffix (name, ".weight") ? 1.0 : 0.0;
+  } else {
+    /* fan_in: the weight's inputs (the bias shares its layer's) */
+    g_autofree char *wname = g_strdup (name);
+    if (g_str_has_suffix (name, ".bias")) {
+      wname[strlen (wname) - 5] = '\0';
+      char *w = g_strconcat (wname, ".weight", NULL);
+      g_free (wname);
+      wname = w;
+    }
+    int nd;
+    int64_t ws[LB_MAX_DIMS];
+    int64_t fan_in = 1;
+    if (lingbot_dit_weight_shape (cfg, wname, &nd, ws))
+      for (int i = 1; i < nd; i++)
+        fan_in *= ws[i];
+    wd->scale = 1.0 / sqrt ((double) MAX (fan_in, 1));
+  }
+  wd->s0 = seed ^ name_hash (name);
+}
+
+/* One block of elements [i0, i1) of a weight: drawn as float32, rounded
+ * to @stored, written as @t's dtype (@stored itself, or float32 holding
+ * the @stored value). */
+typedef struct
+{
+  LbTensor *t;
+  const WeightDraw *wd;
+  LbDType stored;
+  int64_t i0, i1;
+} DrawBlock;
+
+static void
+draw_block (const DrawBlock * b)
+{
+  const WeightDraw *wd = b->wd;
+  const double k = 1.0 / 9007199254740992.0;   /* 2^-53 */
+  for (int64_t i = b->i0; i < b->i1; i++) {
+    double u = (double) (splitmix64_at (wd->s0, (guint64) i) >> 11) * k;
+    float v = (float) (wd->offset + wd->scale * (2.0 * u - 1.0));
+    uint16_t h = 0;
+    if (b->stored == LB_DTYPE_BF16)
+      h = lb_f32_to_bf16 (v);
+    else if (b->stored == LB_DTYPE_F16)
+      h = lb_f32_to_f16 (v);
+    if (b->t->dtype == LB_DTYPE_F32) {
+      if (b->stored == LB_DTYPE_BF16)
+        v = lb_bf16_to_f32 (h);
+      else if (b->stored == LB_DTYPE_F16)
+        v = lb_f16_to_f32 (h);
+      ((float *) b->t->data)[i] = v;
+    } else {
+      ((uint16_t *) b->t->data)[i] = h;
+    }
+  }
+}
+
+static void
+draw_block_func (gpointer data, gpointer user_data)
+{
+  draw_block (data);
+}
+
+/* Elements per block: ~20-30 ms of work, so a 14B model is ~4500 blocks
+ * and the threads finish within a block of each other. */
+#define DRAW_BLOCK_ELEMS ((int64_t) 1 << 22)
+
+static guint
+split_blocks (GArray * blocks, LbTensor * t, const WeightDraw * wd,
+    LbDType stored)
+{
+  const int64_t n = lb_tensor_numel (t);
+  guint added = 0;
+  for (int64_t i0 = 0; i0 < n; i0 += DRAW_BLOCK_ELEMS, added++) {
+    DrawBlock b = { t, wd, stored, i0, MIN (n, i0 + DRAW_BLOCK_ELEMS) };
+    g_array_append_val (blocks, b);
+  }
+  return added;
+}
+
+/* Runs every block, on @n_threads threads (0: one per processor).  The
+ * result does not depend on the thread count or the order. */
+static void
+draw_blocks (GArray * blocks, int n_threads)
+{
+  if (n_threads <= 0)
+    n_threads = (int) g_get_num_processors ();
+  n_threads = MIN (n_threads, (int) blocks->len);
+  GThreadPool *pool = NULL;
+  if (n_threads > 1)
+    pool = g_thread_pool_new (draw_block_func, NULL, n_threads, TRUE, NULL);
+  for (guint i = 0; i < blocks->len; i++) {
+    DrawBlock *b = &g_array_index (blocks, DrawBlock, i);
+    /* without a pool (one thread, or the threads could not start) the
+     * caller draws: same bytes, only slower */
+    if (pool == NULL || !g_thread_pool_push (pool, b, NULL))
+      draw_block (b);
+  }
+  if (pool)
+    g_thread_pool_free (pool, FALSE, TRUE);
+}
+
 /**
  * lingbot_dit_random_weight:
  * @cfg: a configuration
@@ -45,7 +171,11 @@ name_hash (const char *name)
  * A deterministic random weight (a function of @seed and @name only):
  * Linear/conv weights and biases uniform in +-1/sqrt(fan_in) (PyTorch's
  * default init), norm weights 1 + U(+-0.1), norm biases U(+-0.1),
- * modulations U(+-1/sqrt(D)).
+ * modulations U(+-1/sqrt(D)).  Element i is the splitmix64 output number
+ * i of the stream seeded with `seed ^ FNV-1a (name)`, mapped to
+ * U(-1, 1) in float64, rounded to float32, then to @dtype.  Large tensors
+ * are drawn in blocks on one thread per processor; the bytes do not
+ * depend on that.
  *
  * Returns: (transfer full) (nullable): the tensor, %NULL for an unknown
  * name.
@@ -59,49 +189,65 @@ lingbot_dit_random_weight (const LingbotDitConfig * cfg, const char *name,
   if (!lingbot_dit_weight_shape (cfg, name, &ndim, shape))
     return NULL;
   LbTensor *t = lb_tensor_new (dtype, ndim, shape);
-  const int64_t n = lb_tensor_numel (t);
-
-  double scale, offset = 0.0;
-  if (g_str_has_suffix (name, "modulation")) {
-    scale = 1.0 / sqrt ((double) cfg->dim);
-  } else if (strstr (name, "norm")) {
-    scale = 0.1;
-    offset = g_str_has_suffix (name, ".weight") ? 1.0 : 0.0;
-  } else {
-    /* fan_in: the weight's inputs (the bias shares its layer's) */
-    g_autofree char *wname = g_strdup (name);
-    if (g_str_has_suffix (name, ".bias")) {
-      wname[strlen (wname) - 5] = '\0';
-      char *w = g_strconcat (wname, ".weight", NULL);
-      g_free (wname);
-      wname = w;
-    }
-    int wd;
-    int64_t ws[LB_MAX_DIMS];
-    int64_t fan_in = 1;
-    if (lingbot_dit_weight_shape (cfg, wname, &wd, ws))
-      for (int i = 1; i < wd; i++)
-        fan_in *= ws[i];
-    scale = 1.0 / sqrt ((double) MAX (fan_in, 1));
-  }
-
-  guint64 st = seed ^ name_hash (name);
-  for (int64_t i = 0; i < n; i++) {
-    double u = (double) (splitmix64 (&st) >> 11) * (1.0 / 9007199254740992.0);
-    float v = (float) (offset + scale * (2.0 * u - 1.0));
-    switch (dtype) {
-      case LB_DTYPE_BF16:
-        ((uint16_t *) t->data)[i] = lb_f32_to_bf16 (v);
-        break;
-      case LB_DTYPE_F16:
-        ((uint16_t *) t->data)[i] = lb_f32_to_f16 (v);
-        break;
-      default:
-        ((float *) t->data)[i] = v;
-        break;
-    }
-  }
+  WeightDraw wd;
+  weight_draw_init (cfg, name, seed, &wd);
+  g_autoptr (GArray) blocks = g_array_new (FALSE, FALSE, sizeof (DrawBlock));
+  split_blocks (blocks, t, &wd, dtype);
+  draw_blocks (blocks, 0);
   return t;
+}
+
+/**
+ * lingbot_dit_random_weights:
+ * @cfg: a configuration
+ * @stored: the dtype the weights are rounded through (%LB_DTYPE_BF16 as
+ *   lingbot_dit_new_random() and the release; F16; F32 for no rounding)
+ * @seed: the checkpoint seed
+ * @n_threads: threads drawing (0: one per processor; 1: the caller only)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for an invalid @cfg or @stored
+ *
+ * Every weight of spec 4.2 as a contiguous float32 host tensor holding
+ * exactly the values lingbot_dit_random_weight() gives in @stored (what
+ * lingbot_dit_write_random() writes, widened as the loader widens it),
+ * drawn directly in float32 (no @stored copy is made).  All weights are
+ * allocated first, then drawn in blocks of 4 Mi elements on a thread
+ * pool; every element is a function of (@seed, name, index) only, so the
+ * bytes do not depend on @n_threads.  For the 14B (18.5 G parameters,
+ * 74 GB of float32) this is what makes a random model take seconds
+ * instead of minutes.
+ *
+ * Returns: (transfer full) (nullable): name (owned string) -> #LbTensor
+ * (owned, freed with the table).
+ */
+GHashTable *
+lingbot_dit_random_weights (const LingbotDitConfig * cfg, LbDType stored,
+    guint64 seed, int n_threads, GError ** error)
+{
+  if (!lingbot_dit_config_validate (cfg, error))
+    return NULL;
+  if (stored != LB_DTYPE_BF16 && stored != LB_DTYPE_F16 &&
+      stored != LB_DTYPE_F32) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "random DiT: dtype %s is not bf16, f16 or f32", lb_dtype_name (stored));
+    return NULL;
+  }
+  GHashTable *by_name = g_hash_table_new_full (g_str_hash, g_str_equal,
+      g_free, (GDestroyNotify) lb_tensor_free);
+  g_autoptr (GPtrArray) names = lingbot_dit_weight_names (cfg);
+  WeightDraw *wd = g_new (WeightDraw, names->len);
+  g_autoptr (GArray) blocks = g_array_new (FALSE, FALSE, sizeof (DrawBlock));
+  for (guint i = 0; i < names->len; i++) {
+    int ndim;
+    int64_t shape[LB_MAX_DIMS];
+    lingbot_dit_weight_shape (cfg, names->pdata[i], &ndim, shape);
+    LbTensor *t = lb_tensor_new (LB_DTYPE_F32, ndim, shape);
+    weight_draw_init (cfg, names->pdata[i], seed, &wd[i]);
+    split_blocks (blocks, t, &wd[i], stored);
+    g_hash_table_insert (by_name, g_strdup (names->pdata[i]), t);
+  }
+  draw_blocks (blocks, n_threads);
+  g_free (wd);
+  return by_name;
 }
 
 static gboolean

@@ -16,6 +16,7 @@
 #include "lingbot/dit-session.h"
 #include "lingbot/dit-private.h"
 #include "lingbot/scheduler.h"
+#include "comm/collectives.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,6 +37,10 @@ typedef struct {
   LbTensor *host_lat, *host_pred, *host_x0;
   LbTensor *kv_host;            /* [2, cap, hl * hd]; made by get_kv_cache */
   gboolean ready;
+  /* graphs of the steady-state chunk (rank_chunk()): the denoising passes
+   * with their sampler steps, and the clean pass */
+  gboolean graphs_ok;
+  LbGraph *graph_steps, *graph_clean;
 } SessionRank;
 
 struct _LingbotDitSession {
@@ -46,6 +51,8 @@ struct _LingbotDitSession {
 
   int64_t lat_h, lat_w, frames, hp, wp, frame_tokens, cap, sink, text_len;
   gboolean global_cache;
+  LbMathMode math;              /* options->math (device backends only) */
+  gboolean graphs;              /* LINGBOT_DIT_GRAPHS != "0" */
   int n_steps;
   double timesteps[LINGBOT_DIT_MAX_STEPS];
   double sigma_x0[LINGBOT_DIT_MAX_STEPS];
@@ -85,6 +92,10 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   LbStream *s = rank->stream;
   LingbotDitRank *rs = &sr->core;
 
+  /* the session's precision, before the stream's first op (the weights
+   * upload reads it); the CPU backend computes in f32 whatever it says */
+  if (s->backend->device_type != LB_DEVICE_CPU)
+    s->math = ses->math;
   if (!lingbot_dit_rank_init (rs, s, rank, ses->dit, ses->frames, ses->hp,
           ses->wp, ses->cap, ses->sink, ses->text_len, error))
     return FALSE;
@@ -125,6 +136,11 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
     sr->host_pred = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
     sr->host_x0 = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
   }
+  /* graph replay needs a capturing backend and collectives that run on the
+   * stream (NCCL; the local collectives synchronise host threads) */
+  sr->graphs_ok = ses->graphs && lb_stream_can_capture (s) &&
+      (ses->n_ranks == 1 || g_strcmp0 (lb_comm_backend_name (rank),
+              "nccl") == 0);
   sr->ready = TRUE;
   return TRUE;
 }
@@ -144,6 +160,14 @@ rank_clear (SessionRank * sr)
   for (int i = 0; i <= LINGBOT_DIT_MAX_STEPS; i++) {
     g_clear_pointer (&sr->mods[i], lb_tensor_free);
     g_clear_pointer (&sr->head_mods[i], lb_tensor_free);
+  }
+  if (sr->core.s) {
+    LbStream *s = sr->core.s;
+    if (sr->graph_steps)
+      s->backend->graph_free (s, sr->graph_steps);
+    if (sr->graph_clean)
+      s->backend->graph_free (s, sr->graph_clean);
+    sr->graph_steps = sr->graph_clean = NULL;
   }
   lingbot_dit_rank_clear (&sr->core);
 }
@@ -172,6 +196,14 @@ resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
         " must be positive and even (patch 2x2)", o->latent_h, o->latent_w);
     return FALSE;
   }
+  if (o->math != LB_MATH_FP32 && o->math != LB_MATH_BF16) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: math mode %d, expected LB_MATH_FP32 (0) or "
+        "LB_MATH_BF16 (1)", (int) o->math);
+    return FALSE;
+  }
+  ses->math = o->math;
+  ses->graphs = g_strcmp0 (g_getenv ("LINGBOT_DIT_GRAPHS"), "0") != 0;
   ses->lat_h = o->latent_h;
   ses->lat_w = o->latent_w;
   ses->hp = o->latent_h / 2;
@@ -245,10 +277,13 @@ resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
  * @dit: the model (a reference is taken)
  * @group: (nullable): the worker group whose ranks run the DiT
  *   (sequence-parallel over all of them); %NULL makes a one-rank CPU group
- * @options: geometry, window/sink, schedule
+ * @options: geometry, window/sink, schedule, precision (@options->math:
+ *   on a device backend it sets every rank stream's #LbMathMode and, with
+ *   %LB_MATH_BF16, the dtype of the uploaded GEMM weights)
  * @text: f32 [1, L, text_dim] umT5 output with padded rows zero (host)
  * @error: %LB_ERROR_INVALID_ARGUMENT (bad geometry, rank count not dividing
- *   the heads), %LB_ERROR_SHAPE (text), backend/op errors
+ *   the heads, a math mode that is not an #LbMathMode), %LB_ERROR_SHAPE
+ *   (text), backend/op errors
  *
  * Allocates every rank's buffers and computes what the session keeps: the
  * text cross-attention K/V of every block, the time embeddings and
@@ -420,6 +455,98 @@ call_step_func (LingbotDitSession * ses, SessionRank * sr, int step,
   return TRUE;
 }
 
+/* The chunk's denoising passes: x = noise; n x { v = DiT(x); x0 = x -
+ * sigma v; re-noise } (spec 3.6). */
+static gboolean
+run_steps (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
+    int64_t current_start, GError ** error)
+{
+  LbStream *s = sr->core.s;
+  const LbOps *ops = lb_ops (s);
+  LbTensor lat2, pred2, x02, tmp2, noise2;
+  flat_view (&lat2, sr->lat);
+  flat_view (&pred2, sr->pred);
+  flat_view (&x02, sr->x0);
+  flat_view (&tmp2, sr->tmp);
+  if (!lingbot_dit_copy_rows (s, sr->lat, sr->noise[0], error))
+    return FALSE;
+  for (int step = 0; step < ses->n_steps; step++) {
+    if (!forward (ses, sr, sr->lat, step, current_start, error))
+      return FALSE;
+    /* x0 = x - sigma v as float32 ops on every backend: sigma v rounded,
+     * then the sum rounded (the reference evaluates it in float64 and
+     * rounds once, lingbot_scheduler_x0(); within the golden tolerance,
+     * see docs/design/dit-devices.md "Sampler") */
+    const float sx = (float) ses->sigma_x0[step];
+    if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
+        !ops->add (s, &lat2, &tmp2, &x02, error))
+      return FALSE;
+    if (rank->rank == 0 && ses->step_func &&
+        !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0, error))
+      return FALSE;
+    if (step + 1 < ses->n_steps) {
+      const float sr_ = (float) ses->sigma_rn[step];
+      flat_view (&noise2, sr->noise[step + 1]);
+      if (!ops->scale (s, &x02, 1.0f - sr_, 0.0f, &lat2, error) ||
+          !ops->scale (s, &noise2, sr_, 0.0f, &tmp2, error) ||
+          !ops->add (s, &lat2, &tmp2, &lat2, error))
+        return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* The clean t = 0 pass that commits the chunk's K/V (spec 3.7). */
+static gboolean
+run_clean (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
+    int64_t current_start, GError ** error)
+{
+  (void) rank;
+  return forward (ses, sr, sr->x0, ses->n_steps, current_start, error);
+}
+
+typedef gboolean (*RegionFunc) (LingbotDitSession * ses, SessionRank * sr,
+    LbRank * rank, int64_t current_start, GError ** error);
+
+/* Runs @fn (@n_passes DiT passes) directly, or, with @use_graph, as a
+ * graph: the first time it is captured (the host code runs once in
+ * capture mode, so the KV-cache cursors advance as usual) and launched;
+ * later the cursors are advanced on the host as the passes would and the
+ * graph is replayed.  Only for chunks that start from the same cache state
+ * (the caller's steady-state test), so every pointer, view and scalar the
+ * passes use is the same as at capture. */
+static gboolean
+run_region (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
+    int64_t current_start, RegionFunc fn, int n_passes, LbGraph ** graph,
+    gboolean use_graph, GError ** error)
+{
+  LingbotDitRank *rs = &sr->core;
+  LbStream *s = rs->s;
+  LbBackend *be = s->backend;
+  if (!use_graph)
+    return fn (ses, sr, rank, current_start, error);
+  if (*graph == NULL) {
+    GError *local = NULL;
+    if (!be->graph_begin (s, error))
+      return FALSE;
+    gboolean ok = fn (ses, sr, rank, current_start, &local);
+    LbGraph *g = be->graph_end (s, ok ? &local : NULL);
+    if (!ok || g == NULL) {
+      if (g)
+        be->graph_free (s, g);
+      g_propagate_error (error, local);
+      return FALSE;
+    }
+    *graph = g;
+  } else {
+    for (int p = 0; p < n_passes; p++) {
+      lingbot_dit_cache_begin (rs, current_start);
+      lingbot_dit_cache_end (rs, current_start);
+    }
+  }
+  return be->graph_launch (s, *graph, error);
+}
+
 static gboolean
 rank_chunk (LbRank * rank, gpointer data, GError ** error)
 {
@@ -456,38 +583,23 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
   for (int l = 0; l < L; l++)
     if (!lingbot_dit_camera_precompute (rs, l, error))
       return FALSE;
-
-  /* 4 denoising passes (spec 3.6) */
-  LbTensor lat2, pred2, x02, tmp2, noise2;
-  flat_view (&lat2, sr->lat);
-  flat_view (&pred2, sr->pred);
-  flat_view (&x02, sr->x0);
-  flat_view (&tmp2, sr->tmp);
-  if (!lingbot_dit_copy_rows (s, sr->lat, sr->noise[0], error))
+  /* the chunk's RoPE frame positions: after this nothing in a pass depends
+   * on the chunk index */
+  if (!lingbot_dit_rope_chunk (rs, current_start / ses->frame_tokens, error))
     return FALSE;
-  for (int step = 0; step < ses->n_steps; step++) {
-    if (!forward (ses, sr, sr->lat, step, current_start, error))
-      return FALSE;
-    /* x0 = x - sigma v as float32 ops on every backend: sigma v rounded,
-     * then the sum rounded (the reference evaluates it in float64 and
-     * rounds once, lingbot_scheduler_x0(); within the golden tolerance,
-     * see docs/design/dit-devices.md "Sampler") */
-    const float sx = (float) ses->sigma_x0[step];
-    if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
-        !ops->add (s, &lat2, &tmp2, &x02, error))
-      return FALSE;
-    if (rank->rank == 0 && ses->step_func &&
-        !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0, error))
-      return FALSE;
-    if (step + 1 < ses->n_steps) {
-      const float sr_ = (float) ses->sigma_rn[step];
-      flat_view (&noise2, sr->noise[step + 1]);
-      if (!ops->scale (s, &x02, 1.0f - sr_, 0.0f, &lat2, error) ||
-          !ops->scale (s, &noise2, sr_, 0.0f, &tmp2, error) ||
-          !ops->add (s, &lat2, &tmp2, &lat2, error))
-        return FALSE;
-    }
-  }
+
+  /* Steady state of a rolling window: the window was full when the chunk
+   * starts and the chunk follows the last one, so every chunk from here on
+   * evicts, writes and attends at the same cache slots: its passes are
+   * captured once and replayed (CUDA Graphs; not with a step callback,
+   * which downloads inside the passes). */
+  const gboolean use_graph = sr->graphs_ok && ses->step_func == NULL &&
+      !ses->global_cache && rs->local_end == ses->cap &&
+      rs->global_end == current_start;
+
+  if (!run_region (ses, sr, rank, current_start, run_steps, ses->n_steps,
+          &sr->graph_steps, use_graph, error))
+    return FALSE;
 
   /* the chunk's result, then the clean t = 0 pass (spec 3.7) */
   if (rank->rank == 0 && a->out) {
@@ -496,7 +608,8 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
         !lb_tensor_download (s, &outv, sr->x0, error))
       return FALSE;
   }
-  if (!forward (ses, sr, sr->x0, ses->n_steps, current_start, error))
+  if (!run_region (ses, sr, rank, current_start, run_clean, 1,
+          &sr->graph_clean, use_graph, error))
     return FALSE;
   if (rank->rank == 0 && ses->step_func &&
       !call_step_func (ses, sr, ses->n_steps, sr->x0, sr->pred, NULL, error))
@@ -775,5 +888,67 @@ lingbot_dit_session_get_kv_cache (LingbotDitSession * session, int layer,
             piece * sizeof (float));
     }
   }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* for benchmarks                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+  LingbotDitSession *ses;
+  int64_t global_end, local_end;
+} FillArgs;
+
+/* On the rank's thread, like every other access to its state. */
+static gboolean
+rank_fill_window (LbRank * rank, gpointer data, GError ** error)
+{
+  const FillArgs *a = data;
+  LingbotDitRank *rs = &a->ses->ranks[rank->rank].core;
+  rs->global_end = a->global_end;
+  rs->local_end = a->local_end;
+  rs->pend_evict = 0;
+  rs->pend_local_end = a->local_end;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_session_bench_fill_window:
+ * @session: an idle session with a rolling KV window
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a global cache (nothing to fill)
+ *
+ * For benchmarks only (`lingbot-bench dit --window-full`).  Moves the chunk
+ * index and every rank's KV-cache cursors (spec 3.3) to where they are
+ * once the window is full, without running the chunks that fill it: chunk
+ * index k = max (current, ceil (window / C)), global_end = k C T_f,
+ * local_end = the capacity (window x T_f).  The next chunk then does what
+ * a steady-state chunk does: it evicts C T_f keys on its first pass,
+ * shifts the rolling part and attends over the whole window (capacity
+ * keys per layer) in every pass.  The cache holds whatever its slots hold
+ * (zeros from session creation, or older keys), so the chunk's values
+ * mean nothing; its time and FLOPs are those of steady state.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_session_bench_fill_window (LingbotDitSession * session,
+    GError ** error)
+{
+  g_return_val_if_fail (session != NULL, FALSE);
+  if (session->global_cache) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: a global KV cache has no window to fill");
+    return FALSE;
+  }
+  const int64_t window = session->cap / session->frame_tokens;
+  const int64_t k = MAX (session->chunk,
+      (window + session->frames - 1) / session->frames);
+  FillArgs a = { session, k * session->frames * session->frame_tokens,
+    session->cap
+  };
+  if (!lb_worker_group_run (session->group, rank_fill_window, &a, error))
+    return FALSE;
+  session->chunk = k;
   return TRUE;
 }

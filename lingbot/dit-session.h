@@ -14,6 +14,7 @@
 #include "lingbot/scheduler.h"
 #include "lingbot/noise.h"
 #include "comm/worker-group.h"
+#include "kernels/backend.h"
 
 G_BEGIN_DECLS
 
@@ -33,6 +34,16 @@ typedef struct _LingbotDitSession LingbotDitSession;
  * @scheduler: (nullable): the sampler's timesteps and sigmas
  *   (lingbot/scheduler.h; copied at session start); %NULL = the v2 default
  *   (shift 10, indices 0/250/500/750: t = 999, 967, 908, 768)
+ * @math: the precision of the ranks' math on a device backend
+ *   (#LbMathMode, kernels/backend.h).  %LB_MATH_FP32 (0, the default):
+ *   f32 weights and f32 everywhere, the parity mode.  %LB_MATH_BF16: the
+ *   served precision of spec 1.11: every rank stream's math is set to
+ *   %LB_MATH_BF16 before its first op and every GEMM weight matrix (each
+ *   linear layer's w) is uploaded as bf16, so GEMMs take bf16(x) and
+ *   bf16 w with f32 accumulation; biases, norm weights, modulation tables,
+ *   the residual stream and every activation buffer stay f32
+ *   (docs/design/cuda.md, "BF16 storage").  Ignored on the CPU backend
+ *   (f32 weights borrowed from the model, f32 math).
  *
  * Zero-initialise, then set @latent_h and @latent_w.
  */
@@ -43,9 +54,11 @@ typedef struct {
   int sink_frames;
   int64_t max_frames;
   const LingbotScheduler *scheduler;
+  LbMathMode math;
 } LingbotDitSessionOptions;
 
-#define LINGBOT_DIT_SESSION_OPTIONS_INIT { 0, 0, 0, 0, -1, 0, NULL }
+#define LINGBOT_DIT_SESSION_OPTIONS_INIT { 0, 0, 0, 0, -1, 0, NULL, \
+      LB_MATH_FP32 }
 
 /**
  * LingbotDitStepFunc:
@@ -90,5 +103,9 @@ gboolean lingbot_dit_session_get_kv_cache (LingbotDitSession * session,
 void lingbot_dit_session_get_schedule (LingbotDitSession * session,
     int *n_steps, const double **timesteps, const double **sigma_x0,
     const double **sigma_renoise);
+
+/* for benchmarks (tools/bench-dit.c): not for generation */
+gboolean lingbot_dit_session_bench_fill_window (LingbotDitSession * session,
+    GError ** error);
 
 G_END_DECLS

@@ -928,19 +928,16 @@ lingbot_dit_new_random (const LingbotDitConfig * cfg, guint64 seed,
 {
   if (!lingbot_dit_config_validate (cfg, error))
     return NULL;
+  /* drawn as float32 directly, on a thread pool (lingbot/dit-random.c) */
+  GHashTable *by_name = lingbot_dit_random_weights (cfg, LB_DTYPE_BF16, seed,
+      0, error);
+  if (by_name == NULL)
+    return NULL;
   LingbotDit *dit = g_new0 (LingbotDit, 1);
   dit->ref_count = 1;
   dit->cfg = *cfg;
   dit->path = g_strdup ("(random)");
-  dit->by_name = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
-      (GDestroyNotify) lb_tensor_free);
-  g_autoptr (GPtrArray) names = lingbot_dit_weight_names (cfg);
-  for (guint i = 0; i < names->len; i++) {
-    g_autoptr (LbTensor) b = lingbot_dit_random_weight (cfg, names->pdata[i],
-        LB_DTYPE_BF16, seed);
-    g_hash_table_insert (dit->by_name, g_strdup (names->pdata[i]),
-        lb_tensor_to_f32 (b));
-  }
+  dit->by_name = by_name;
   bind_all (dit);
   return dit;
 }

@@ -122,6 +122,8 @@ const LbTensor *lingbot_dit_get_weight (const LingbotDit * dit,
 /* Random-weight checkpoints in the published layout (lingbot-mkmodel). */
 LbTensor *lingbot_dit_random_weight (const LingbotDitConfig * cfg,
     const char *name, LbDType dtype, guint64 seed);
+GHashTable *lingbot_dit_random_weights (const LingbotDitConfig * cfg,
+    LbDType stored, guint64 seed, int n_threads, GError ** error);
 LingbotDit *lingbot_dit_new_random (const LingbotDitConfig * cfg,
     guint64 seed, GError ** error);
 gboolean lingbot_dit_write_random (const LingbotDitConfig * cfg,

@@ -209,6 +209,99 @@ test_copy_rows (void)
   fakedev_backend ()->stream_free (s);
 }
 
+/* Graph replay of the steady-state chunk (lingbot/dit-session.c,
+ * run_region()): without a step callback, a 1-rank session on fakedev
+ * captures the passes of the first chunk that starts with a full window
+ * and replays them for every later one.  fakedev's capture records op
+ * calls by value and refuses host transfers, allocation and
+ * synchronisation while recording, so anything in a pass that changed
+ * between chunks (a RoPE frame offset, a cache slot, a sigma) would make
+ * the replayed chunks differ from the CPU's, which run every op. */
+static GByteArray *
+run_plain (LbBackend * be, int n_chunks, int *first_steady)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-graph-test" };
+  LbWorkerGroup *group = lb_worker_group_new (be, 1, NULL, &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
+  const int64_t chunk_tokens = 4 * lingbot_dit_session_get_frame_tokens (ses);
+  GByteArray *bytes = g_byte_array_new ();
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  *first_steady = -1;
+  for (int c = 0; c < n_chunks; c++) {
+    char name[96];
+    const LbTensor *noise[4];
+    const int f = c % 4;
+    int64_t global_end, local_end;
+    lingbot_dit_session_get_cursors (ses, &global_end, &local_end);
+    if (*first_steady < 0 && local_end == cap &&
+        global_end == c * chunk_tokens)
+      *first_steady = c;
+    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", f);
+    noise[0] = dit_fixture_get (fixture, name);
+    for (int st = 0; st < 3; st++) {
+      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", f, st);
+      noise[st + 1] = dit_fixture_get (fixture, name);
+    }
+    g_snprintf (name, sizeof name, "input.chunk%d.y", f);
+    const LbTensor *y = dit_fixture_get (fixture, name);
+    g_snprintf (name, sizeof name, "input.chunk%d.control", f);
+    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+            &err));
+    g_assert_no_error (err);
+    g_byte_array_append (bytes, out->data, (guint) lb_tensor_nbytes (out));
+  }
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+  return bytes;
+}
+
+static void
+test_graph_replay (void)
+{
+  const int n_chunks = 9;
+  int steady_cpu, steady_dev;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks,
+      &steady_cpu);
+  const FakeDevStats st0 = fakedev_stats ();
+  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks,
+      &steady_dev);
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (steady_cpu, ==, steady_dev);
+  g_assert_cmpint (steady_dev, >, 0);
+  g_assert_cmpint (steady_dev, <, n_chunks - 2);
+  g_assert_cmpint (st.bad, ==, 0);
+  /* the passes and the clean pass, captured once each, launched for every
+   * steady chunk */
+  g_assert_cmpint (st.n_captures - st0.n_captures, ==, 2);
+  g_assert_cmpint (st.n_launches - st0.n_launches, ==,
+      2 * (n_chunks - steady_dev));
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+  g_assert_cmpuint (cpu->len, ==, dev->len);
+  g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
+  g_print ("# graphs: steady from chunk %d of %d, %d launches, outputs "
+      "bit-identical to the CPU over %u bytes\n", steady_dev, n_chunks,
+      st.n_launches - st0.n_launches, cpu->len);
+
+  /* LINGBOT_DIT_GRAPHS=0: every op runs directly, same bytes */
+  g_setenv ("LINGBOT_DIT_GRAPHS", "0", TRUE);
+  const FakeDevStats st1 = fakedev_stats ();
+  g_autoptr (GByteArray) off = run_plain (fakedev_backend (), n_chunks,
+      &steady_dev);
+  g_unsetenv ("LINGBOT_DIT_GRAPHS");
+  g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
+  g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -223,6 +316,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
+  g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),

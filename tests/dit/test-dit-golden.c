@@ -82,6 +82,8 @@ test_block (void)
   rs.trace_cross_attn = lingbot_dit_tensor_new (s, 60, D, NULL);
   rs.trace_ffn = lingbot_dit_tensor_new (s, 60, D, NULL);
 
+  g_assert_true (lingbot_dit_rope_chunk (&rs, start / rs.sh.frame_tokens,
+          &err));
   lingbot_dit_cache_begin (&rs, start);
   g_assert_true (lingbot_dit_block_forward (&rs, 0, mod, start, &err));
   g_assert_no_error (err);

@@ -1,0 +1,562 @@
+/* lingbot-gst: the DiT's served precision (LB_MATH_BF16, spec 1.11) on an
+ * emulated device
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * With LingbotDitSessionOptions.math = LB_MATH_BF16 on a device backend the
+ * ranks hold every linear layer's w as bf16 and every GEMM computes
+ * `bf16(x) . w` with f32 accumulation (kernels/ops.h); everything else
+ * stays f32.  No GPU is needed: on "fakedev" (tests/common/fakedev.c) the
+ * session takes the device path (bf16 upload included) and the CPU
+ * kernels compute, the gemm through its bf16 oracle path.  Checked here:
+ *
+ * (a) the uploaded weights: bf16 for every linear w (each element equal to
+ *     lb_f32_to_bf16 of the model's), bit-identical f32 for the rest, the
+ *     byte count; the CPU backend ignores the mode; the session sets the
+ *     rank streams' math;
+ * (b) the dit_tiny stream (4 chunks, eviction) at 1 and 2 ranks within a
+ *     bf16 tolerance of the CPU f32 run (every pass, output and KV cache)
+ *     and of the golden outputs, and measurably different from f32 (the
+ *     mode is not silently ignored);
+ * (c) 1 and 2 ranks bit-identical to each other (the CPU's bf16 gemm
+ *     computes each row of y independently of the others, so a rank's
+ *     band of tokens gets the whole-sequence bits; the f32 cblas path does
+ *     not promise that: its 1- and 2-rank runs differ by ~5e-7);
+ * (d) no fakedev refusals, no leaked device blocks; a later f32 session on
+ *     the same worker group is the f32 result again.
+ */
+#include <string.h>
+
+#include "dit-test-util.h"
+#include "fakedev.h"
+#include "comm/worker-group.h"
+#include "lingbot/dit-private.h"
+#include "lingbot/dit-session.h"
+#include "lingbot/lingbot.h"
+
+/* Tolerance of the bf16 stream against the f32 CPU run and the golden,
+ * rel_to_max per tensor (max |bf16 - ref| / max |ref|).  Rounding x and w
+ * to bf16 (8 significant bits) costs up to 2^-9 = 2.0e-3 relative per
+ * factor of each product; over K terms of random sign the errors of a dot
+ * product partly cancel, but they go through 3 blocks, 5 passes per chunk
+ * (x0 feeds the next pass) and the KV cache of earlier chunks.  Measured
+ * (printed by the test, deterministic: the fixture fixes every input):
+ * 8.9e-3 at worst (chunk 2's clean-pass prediction), 4.5e-3 on the
+ * denoised outputs, the same against the golden (whose own f32 error is
+ * 7.8e-7).  The bound is 3.4x the worst measurement and still far below
+ * what a wrong or transposed weight, a missing bias or an unrounded
+ * operand in the wrong place would cost (order 1, or exactly 0 effect). */
+#define BF16_TOL 3e-2
+
+/* A bf16 run must differ from the f32 one by at least this (measured
+ * 4.5e-3 on the outputs), so a session that silently ignores the mode
+ * fails. */
+#define BF16_MIN_EFFECT 1e-4
+
+static LingbotCheckpoint *fixture;
+static LingbotDit *dit;
+
+/* ------------------------------------------------------------------------ */
+/* (a) the weights                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The model's weight slots, enumerated independently of dit-forward.c's
+ * tables: every LingbotDitLinear (w must be bf16, b f32) and every other
+ * tensor (f32). */
+#define LIN_T(f) G_STRUCT_OFFSET (LingbotDitWeights, f)
+#define LIN_B(f) G_STRUCT_OFFSET (LingbotDitBlock, f)
+static const glong top_linears[] = {
+  LIN_T (patch), LIN_T (ctl_patch), LIN_T (c2ws1), LIN_T (c2ws2),
+  LIN_T (text0), LIN_T (text2), LIN_T (time0), LIN_T (time2),
+  LIN_T (time_proj), LIN_T (head),
+};
+static const glong top_others[] = { LIN_T (head_modulation) };
+static const glong block_linears[] = {
+  LIN_B (sa_q), LIN_B (sa_k), LIN_B (sa_v), LIN_B (sa_o), LIN_B (ca_q),
+  LIN_B (ca_k), LIN_B (ca_v), LIN_B (ca_o), LIN_B (ffn0), LIN_B (ffn2),
+  LIN_B (cam1), LIN_B (cam2), LIN_B (cam_scale), LIN_B (cam_shift),
+};
+static const glong block_others[] = {
+  LIN_B (modulation), LIN_B (sa_norm_q), LIN_B (sa_norm_k), LIN_B (norm3_w),
+  LIN_B (norm3_b), LIN_B (ca_norm_q), LIN_B (ca_norm_k),
+};
+#undef LIN_T
+#undef LIN_B
+
+G_STATIC_ASSERT (sizeof (LingbotDitBlock) ==
+    (G_N_ELEMENTS (block_linears) * 2 + G_N_ELEMENTS (block_others)) *
+    sizeof (LbTensor *));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
+    (glong) ((G_N_ELEMENTS (top_linears) * 2 + G_N_ELEMENTS (top_others)) *
+        sizeof (LbTensor *)));
+
+typedef struct {
+  int n_bf16, n_f32;
+  gsize bf16_elems;             /* elements stored as bf16 */
+  gsize bytes;                  /* expected device bytes */
+} WeightCount;
+
+/* Device tensor @d against host tensor @h: on the stream's device,
+ * contiguous, same shape; bf16 with every element lb_f32_to_bf16 of the
+ * host's, or f32 and bit-identical. */
+static void
+check_weight (const LbTensor * d, const LbTensor * h, gboolean bf16,
+    WeightCount * c)
+{
+  if (h == NULL) {
+    g_assert_null (d);
+    return;
+  }
+  g_assert_nonnull (d);
+  g_assert_cmpint (d->device.type, ==, LB_DEVICE_CUDA);
+  g_assert_true (fakedev_is_device (d->data, lb_tensor_nbytes (d)));
+  g_assert_true (lb_tensor_is_contiguous (d));
+  g_assert_true (lb_tensor_same_shape (d, h));
+  g_assert_cmpint (h->dtype, ==, LB_DTYPE_F32);
+  const int64_t n = lb_tensor_numel (h);
+  const float *hv = h->data;
+  if (bf16) {
+    g_assert_cmpint (d->dtype, ==, LB_DTYPE_BF16);
+    g_assert_cmpint (d->ndim, ==, 2);
+    const uint16_t *dv = d->data;
+    for (int64_t i = 0; i < n; i++)
+      if (dv[i] != lb_f32_to_bf16 (hv[i]))
+        g_error ("bf16 weight element %" G_GINT64_FORMAT ": 0x%04x, expected "
+            "0x%04x (%.9g)", i, dv[i], lb_f32_to_bf16 (hv[i]), (double) hv[i]);
+    c->n_bf16++;
+    c->bf16_elems += (gsize) n;
+    c->bytes += (gsize) n * 2;
+  } else {
+    g_assert_cmpint (d->dtype, ==, LB_DTYPE_F32);
+    g_assert_true (memcmp (d->data, h->data, (gsize) n * 4) == 0);
+    c->n_f32++;
+    c->bytes += (gsize) n * 4;
+  }
+}
+
+static void
+check_slots (gconstpointer dev, gconstpointer host, const glong * linears,
+    guint n_linears, const glong * others, guint n_others, gboolean bf16,
+    WeightCount * c)
+{
+  for (guint i = 0; i < n_linears; i++) {
+    const LingbotDitLinear *dl = G_STRUCT_MEMBER_P (dev, linears[i]);
+    const LingbotDitLinear *hl = G_STRUCT_MEMBER_P (host, linears[i]);
+    check_weight (dl->w, hl->w, bf16, c);
+    check_weight (dl->b, hl->b, FALSE, c);
+  }
+  for (guint i = 0; i < n_others; i++)
+    check_weight (G_STRUCT_MEMBER (LbTensor *, dev, others[i]),
+        G_STRUCT_MEMBER (LbTensor *, host, others[i]), FALSE, c);
+}
+
+static WeightCount
+check_weights (const LingbotDitWeights * dev, gboolean bf16)
+{
+  WeightCount c = { 0, 0, 0, 0 };
+  const int L = lingbot_dit_get_config (dit)->num_layers;
+  check_slots (dev, &dit->w, top_linears, G_N_ELEMENTS (top_linears),
+      top_others, G_N_ELEMENTS (top_others), bf16, &c);
+  for (int l = 0; l < L; l++)
+    check_slots (&dev->blocks[l], &dit->w.blocks[l], block_linears,
+        G_N_ELEMENTS (block_linears), block_others,
+        G_N_ELEMENTS (block_others), bf16, &c);
+  return c;
+}
+
+static void
+test_weights (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int L = lingbot_dit_get_config (dit)->num_layers;
+  const FakeDevStats st0 = fakedev_stats ();
+  LingbotDitWeights w;
+  gboolean owned;
+  gsize nbytes;
+
+  /* the CPU backend ignores the mode: the model's own tensors */
+  LbStream *cs = lb_cpu_backend ()->stream_new (lb_cpu_backend (), 0, &err);
+  cs->math = LB_MATH_BF16;
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, cs, dit,
+          &err));
+  g_assert_no_error (err);
+  g_assert_false (owned);
+  g_assert_cmpuint (nbytes, ==, 0);
+  g_assert_true (w.blocks[L - 1].ffn2.w == dit->w.blocks[L - 1].ffn2.w);
+  g_assert_true (w.patch.w == dit->w.patch.w);
+  lingbot_dit_weights_clear (&w, owned, L);
+  lb_cpu_backend ()->stream_free (cs);
+
+  /* f32 on the device: every tensor f32, 4 bytes per element */
+  LbStream *ds = fakedev_backend ()->stream_new (fakedev_backend (), 1,
+      &err);
+  g_assert_cmpint (ds->math, ==, LB_MATH_FP32);
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit,
+          &err));
+  g_assert_no_error (err);
+  WeightCount c32 = check_weights (&w, FALSE);
+  g_assert_cmpuint (nbytes, ==, c32.bytes);
+  lingbot_dit_weights_clear (&w, owned, L);
+
+  /* bf16: linear w in bf16 (2 bytes), the rest f32 */
+  ds->math = LB_MATH_BF16;
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit,
+          &err));
+  g_assert_no_error (err);
+  g_assert_true (owned);
+  WeightCount c16 = check_weights (&w, TRUE);
+  g_assert_cmpuint (nbytes, ==, c16.bytes);
+  /* 10 top-level linears and 14 per block; biases, norms, modulations */
+  g_assert_cmpint (c16.n_bf16, ==, 10 + 14 * L);
+  g_assert_cmpint (c16.n_f32, ==, c32.n_f32 - c16.n_bf16);
+  g_assert_cmpuint (c32.bf16_elems, ==, 0);
+  g_assert_cmpuint (c16.bytes, ==, c32.bytes - 2 * c16.bf16_elems);
+  /* dit_tiny is mostly matrices: under 60% of the f32 bytes */
+  g_assert_cmpuint (c16.bytes, <, c32.bytes * 6 / 10);
+  g_print ("# weights on the device: f32 %" G_GSIZE_FORMAT " bytes, bf16 "
+      "mode %" G_GSIZE_FORMAT " bytes (%d bf16 matrices, %d f32 tensors)\n",
+      c32.bytes, c16.bytes, c16.n_bf16, c16.n_f32);
+  lingbot_dit_weights_clear (&w, owned, L);
+  fakedev_backend ()->stream_free (ds);
+
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (b)-(d) the stream                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Every tensor the session let us see, in order, each as a run of floats. */
+typedef struct {
+  GArray *data;                 /* float */
+  GArray *len;                  /* gsize per tensor */
+  GPtrArray *name;
+  int n_steps;
+  gint64 chunk;
+} Record;
+
+static void
+record_add (Record * rec, const char *name, const LbTensor * t)
+{
+  g_assert_cmpint (t->device.type, ==, LB_DEVICE_CPU);
+  g_assert_cmpint (t->dtype, ==, LB_DTYPE_F32);
+  gsize n = (gsize) lb_tensor_numel (t);
+  g_array_append_vals (rec->data, t->data, (guint) n);
+  g_array_append_val (rec->len, n);
+  g_ptr_array_add (rec->name, g_strdup (name));
+}
+
+static void
+record_clear (Record * rec)
+{
+  g_array_unref (rec->data);
+  g_array_unref (rec->len);
+  g_ptr_array_unref (rec->name);
+}
+
+static void
+on_step (LingbotDitSession * ses, int64_t chunk, int step,
+    const LbTensor * x_in, const LbTensor * pred, const LbTensor * x0,
+    gpointer user_data)
+{
+  (void) ses;
+  Record *rec = user_data;
+  char name[64];
+  g_snprintf (name, sizeof name, "chunk%" G_GINT64_FORMAT ".step%d.x_in",
+      chunk, step);
+  record_add (rec, name, x_in);
+  g_snprintf (name, sizeof name, "chunk%" G_GINT64_FORMAT ".step%d.pred",
+      chunk, step);
+  record_add (rec, name, pred);
+  if (x0) {
+    g_snprintf (name, sizeof name, "chunk%" G_GINT64_FORMAT ".step%d.x0",
+        chunk, step);
+    record_add (rec, name, x0);
+  }
+  rec->n_steps++;
+}
+
+typedef struct {
+  LbMathMode want;
+  int n_checked;
+} MathCheck;
+
+static gboolean
+check_stream_math (LbRank * rank, gpointer data, GError ** error)
+{
+  (void) error;
+  MathCheck *mc = data;
+  g_assert_cmpint (rank->stream->math, ==, mc->want);
+  g_atomic_int_inc (&mc->n_checked);
+  return TRUE;
+}
+
+/* One dit_tiny stream on @group with @math; returns the golden error of
+ * the worst denoised chunk in *@golden_err. */
+static Record
+run_stream (LbWorkerGroup * group, LbMathMode math, double *golden_err)
+{
+  g_autoptr (GError) err = NULL;
+  const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  opt.math = math;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (ses);
+
+  /* the session set every device rank's math; the CPU's stay f32 */
+  const gboolean on_cpu = lb_worker_group_get_rank (group, 0)->stream->
+      backend->device_type == LB_DEVICE_CPU;
+  MathCheck mc = { on_cpu ? LB_MATH_FP32 : math, 0 };
+  g_assert_true (lb_worker_group_run (group, check_stream_math, &mc, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (mc.n_checked, ==, lb_worker_group_get_n_ranks (group));
+
+  Record rec = { g_array_new (FALSE, FALSE, sizeof (float)),
+    g_array_new (FALSE, FALSE, sizeof (gsize)),
+    g_ptr_array_new_with_free_func (g_free), 0, 0
+  };
+  lingbot_dit_session_set_step_callback (ses, on_step, &rec);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  int64_t kvshape[4] = { 1, 150, cfg->num_heads, cfg->dim / cfg->num_heads };
+  g_autoptr (LbTensor) k = lb_tensor_new (LB_DTYPE_F32, 4, kvshape);
+  g_autoptr (LbTensor) v = lb_tensor_new (LB_DTYPE_F32, 4, kvshape);
+  *golden_err = 0.0;
+  for (int c = 0; c < 4; c++) {
+    char name[96];
+    const LbTensor *noise[4];
+    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", c);
+    noise[0] = dit_fixture_get (fixture, name);
+    for (int s = 0; s < 3; s++) {
+      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", c, s);
+      noise[s + 1] = dit_fixture_get (fixture, name);
+    }
+    g_snprintf (name, sizeof name, "input.chunk%d.y", c);
+    const LbTensor *y = dit_fixture_get (fixture, name);
+    g_snprintf (name, sizeof name, "input.chunk%d.control", c);
+    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+            &err));
+    g_assert_no_error (err);
+    g_snprintf (name, sizeof name, "chunk%d.out", c);
+    record_add (&rec, name, out);
+    g_snprintf (name, sizeof name, "output.chunk%d.denoised", c);
+    const LbTensor *g = dit_fixture_get (fixture, name);
+    *golden_err = MAX (*golden_err, dit_rel_error (out->data, g,
+            lb_tensor_numel (g)));
+    for (int l = 0; l < cfg->num_layers; l++) {
+      g_assert_true (lingbot_dit_session_get_kv_cache (ses, l, k, v, &err));
+      g_assert_no_error (err);
+      g_snprintf (name, sizeof name, "chunk%d.layer%d.cache_k", c, l);
+      record_add (&rec, name, k);
+      g_snprintf (name, sizeof name, "chunk%d.layer%d.cache_v", c, l);
+      record_add (&rec, name, v);
+    }
+  }
+  g_assert_cmpint (rec.n_steps, ==, 20);
+  lingbot_dit_session_free (ses);
+  return rec;
+}
+
+static LbWorkerGroup *
+group_new (LbBackend * be, int n_ranks)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-precision-test" };
+  LbWorkerGroup *group = lb_worker_group_new (be, n_ranks, NULL, &go, &err);
+  g_assert_no_error (err);
+  return group;
+}
+
+/* Worst per-tensor rel_to_max of @got against @ref (same layout); names
+ * the worst tensor and checks every value is finite. */
+static double
+record_error (const Record * got, const Record * ref, const char **worst,
+    double *worst_out)
+{
+  g_assert_cmpuint (got->len->len, ==, ref->len->len);
+  g_assert_cmpuint (got->data->len, ==, ref->data->len);
+  const float *a = (const float *) got->data->data;
+  const float *b = (const float *) ref->data->data;
+  double max_rel = 0.0;
+  *worst_out = 0.0;
+  gsize off = 0;
+  for (guint t = 0; t < got->len->len; t++) {
+    gsize n = g_array_index (got->len, gsize, t);
+    g_assert_cmpuint (n, ==, g_array_index (ref->len, gsize, t));
+    double maxr = 0.0, maxd = 0.0;
+    for (gsize i = 0; i < n; i++) {
+      g_assert_true (isfinite (a[off + i]));
+      maxr = MAX (maxr, fabs ((double) b[off + i]));
+      maxd = MAX (maxd, fabs ((double) a[off + i] - b[off + i]));
+    }
+    double rel = maxr > 0.0 ? maxd / maxr : maxd;
+    if (rel > max_rel) {
+      max_rel = rel;
+      *worst = g_ptr_array_index (got->name, t);
+    }
+    if (g_str_has_suffix (g_ptr_array_index (got->name, t), ".out"))
+      *worst_out = MAX (*worst_out, rel);
+    off += n;
+  }
+  return max_rel;
+}
+
+static gboolean
+record_equal (const Record * a, const Record * b)
+{
+  return a->data->len == b->data->len &&
+      memcmp (a->data->data, b->data->data,
+      a->data->len * sizeof (float)) == 0;
+}
+
+static void
+test_stream (void)
+{
+  const FakeDevStats st0 = fakedev_stats ();
+  double g_cpu, g16[2], g_again;
+  const char *worst = NULL;
+  double worst_out;
+
+  LbWorkerGroup *cpu1 = group_new (lb_cpu_backend (), 1);
+  Record cpu = run_stream (cpu1, LB_MATH_FP32, &g_cpu);
+  /* the CPU backend ignores the mode: bit-identical */
+  Record cpu_bf16 = run_stream (cpu1, LB_MATH_BF16, &g_again);
+  g_assert_true (record_equal (&cpu, &cpu_bf16));
+  record_clear (&cpu_bf16);
+  lb_worker_group_unref (cpu1);
+  g_assert_cmpfloat (g_cpu, <=, DIT_GOLDEN_TOL);
+
+  Record r16[2];
+  for (int i = 0; i < 2; i++) {
+    const int n_ranks = i + 1;
+    LbWorkerGroup *group = group_new (fakedev_backend (), n_ranks);
+    r16[i] = run_stream (group, LB_MATH_BF16, &g16[i]);
+    double e = record_error (&r16[i], &cpu, &worst, &worst_out);
+    g_print ("# dit bf16 on fakedev, %d rank(s): max rel error vs CPU f32 "
+        "%.3g (worst %s), outputs %.3g; vs golden outputs %.3g (CPU f32: "
+        "%.3g); tolerance %g\n", n_ranks, e, worst, worst_out, g16[i],
+        g_cpu, BF16_TOL);
+    /* (b) within the bf16 tolerance, and really bf16 */
+    g_assert_cmpfloat (e, <=, BF16_TOL);
+    g_assert_cmpfloat (g16[i], <=, BF16_TOL);
+    g_assert_cmpfloat (worst_out, >=, BF16_MIN_EFFECT);
+    g_assert_cmpfloat (g16[i], >=, BF16_MIN_EFFECT);
+
+    /* (d) back to f32 on the same group (the streams' math reset): the
+     * CPU result bit for bit */
+    Record r32 = run_stream (group, LB_MATH_FP32, &g_again);
+    if (n_ranks == 1)
+      g_assert_true (record_equal (&r32, &cpu));
+    else
+      g_assert_cmpfloat (record_error (&r32, &cpu, &worst, &worst_out), <=,
+          1e-5);
+    record_clear (&r32);
+    lb_worker_group_unref (group);
+  }
+  /* (c) the sharding does not change the bf16 math */
+  g_assert_true (record_equal (&r16[0], &r16[1]));
+  g_print ("# dit bf16: 1 and 2 ranks bit-identical over %u floats\n",
+      r16[0].data->len);
+
+  /* (d) */
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (st.bad, ==, 0);
+  g_assert_cmpint (st.n_ops, >, st0.n_ops);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+  record_clear (&r16[0]);
+  record_clear (&r16[1]);
+  record_clear (&cpu);
+}
+
+/* An out-of-range mode is refused before anything is allocated. */
+static void
+test_bad_mode (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  opt.math = (LbMathMode) 7;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, NULL, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_null (ses);
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "DiT session: math mode 7, expected "
+      "LB_MATH_FP32 (0) or LB_MATH_BF16 (1)");
+}
+
+/* LingbotWorldOptions.precision: NULL and "fp32" are LB_MATH_FP32, "bf16"
+ * LB_MATH_BF16, anything else (case matters) fails lingbot_world_new()
+ * before it looks at the model. */
+static void
+test_world_precision (void)
+{
+  static const struct {
+    const char *value;
+    gboolean ok;
+    LbMathMode math;
+  } cases[] = {
+    {NULL, TRUE, LB_MATH_FP32}, {"fp32", TRUE, LB_MATH_FP32},
+    {"bf16", TRUE, LB_MATH_BF16}, {"BF16", FALSE, 0}, {"fp16", FALSE, 0},
+    {"", FALSE, 0}, {"bogus", FALSE, 0},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autoptr (GError) err = NULL;
+    LbMathMode math = (LbMathMode) 99;
+    gboolean ok = lingbot_world_parse_precision (cases[i].value, &math, &err);
+    g_assert_cmpint (ok, ==, cases[i].ok);
+    if (ok) {
+      g_assert_no_error (err);
+      g_assert_cmpint (math, ==, cases[i].math);
+      continue;
+    }
+    g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+    g_autofree char *want = g_strdup_printf ("world: unknown precision '%s' "
+        "(choose fp32 or bf16)", cases[i].value);
+    g_assert_cmpstr (err->message, ==, want);
+  }
+
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  g_assert_null (wo.precision);
+  wo.model_path = "/nonexistent/lingbot-model";
+  wo.precision = "bogus";
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "world: unknown precision 'bogus' "
+      "(choose fp32 or bf16)");
+  /* a valid precision gets as far as the model */
+  g_clear_error (&err);
+  wo.precision = "bf16";
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_autofree char *path = dit_fixture_path ();
+  g_autoptr (GError) err = NULL;
+  fixture = lingbot_checkpoint_open (path, &err);
+  g_assert_no_error (err);
+  dit = lingbot_dit_load_checkpoint (fixture, NULL, LINGBOT_DIT_LOAD_DEFAULT,
+      &err);
+  g_assert_no_error (err);
+
+  g_test_add_func ("/dit/precision/weights", test_weights);
+  g_test_add_func ("/dit/precision/bad-mode", test_bad_mode);
+  g_test_add_func ("/dit/precision/world", test_world_precision);
+  g_test_add_func ("/dit/precision/stream", test_stream);
+  int rc = g_test_run ();
+  lingbot_dit_unref (dit);
+  lingbot_checkpoint_unref (fixture);
+  return rc;
+}
