@@ -551,6 +551,10 @@ run_recorded (LocalComm * c, LbRank * rank, GError ** error)
   GError *local = NULL;
   gboolean ok = TRUE;
 
+  /* device ranks: the kernels that wrote this rank's send buffers must be
+   * finished before a peer copies from them on its own stream */
+  if ((lr->p2p->len > 0 || lr->ops->len > 0) && !settle (c, rank, error))
+    goto out_fail;
   if (lr->p2p->len > 0)
     post_sends (c, rank);
 

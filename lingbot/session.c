@@ -15,9 +15,10 @@
  *   lingbot_session_decode (latents): VAE decode (height-sharded over the
  *     same ranks) -> frames [3, T, H, W]
  *
- * Neither allocates.  The VAE runs on the CPU backend only (vae.h); with a
- * GPU world the encoder and an unsharded decoder run on a private CPU
- * stream of the session.
+ * Neither allocates.  The VAE runs on the world's backend like the DiT:
+ * the encoder on rank 0's stream, the decoder height-sharded over the
+ * ranks (or on rank 0 when the rows do not split), each rank with its own
+ * copy of the VAE weights on its device (docs/design/cuda.md, VAE).
  */
 #include "lingbot/lingbot-private.h"
 #include "lingbot/dit-session.h"
@@ -43,7 +44,6 @@ struct _LingbotSession
   guint n_chunks;               /* 0 = unbounded */
 
   LbTensor *image;              /* f32 [3, H, W] */
-  LbStream *cpu_stream;         /* the VAE's stream for a non-CPU world */
   LingbotVaeEncoder *enc;
   LingbotVaeDecoder *dec;
   gboolean dec_sharded;
@@ -207,25 +207,30 @@ dec_new_job (LbRank * rank, gpointer data, GError ** error)
   return s->dec != NULL;
 }
 
+/* The unsharded VAE sessions live on rank 0's stream: freed there. */
+static gboolean
+enc_free_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  g_clear_pointer (&s->enc, lingbot_vae_encoder_free);
+  return TRUE;
+}
+
+static gboolean
+dec_free_job (LbRank * rank, gpointer data, GError ** error)
+{
+  LingbotSession *s = data;
+  g_clear_pointer (&s->dec, lingbot_vae_decoder_free);
+  return TRUE;
+}
+
 static gboolean
 setup_vae (LingbotSession * s, GError ** error)
 {
   LingbotVae *vae = s->world->vae;
-  if (s->world->backend->device_type != LB_DEVICE_CPU) {
-    /* the VAE is CPU-only for now (vae.h): a private CPU stream, used on
-     * the calling thread */
-    LbBackend *cpu = lb_cpu_backend ();
-    s->cpu_stream = cpu->stream_new (cpu, 0, error);
-    if (s->cpu_stream == NULL)
-      return FALSE;
-    s->enc = lingbot_vae_encoder_new (vae, s->cpu_stream, s->height,
-        s->width, error);
-    if (s->enc == NULL)
-      return FALSE;
-    s->dec = lingbot_vae_decoder_new (vae, s->cpu_stream, s->lat_h,
-        s->lat_w, s->chunk_frames, error);
-    return s->dec != NULL;
-  }
+  /* on every backend: the encoder lives on rank 0's stream (its weights,
+   * caches and staging on rank 0's device), so it is created and run by
+   * rank-0 jobs */
   if (!lb_worker_group_run_on (s->group, 0, enc_new_job, s, error))
     return FALSE;
   if (s->n_ranks > 1) {
@@ -443,6 +448,7 @@ lingbot_session_new (LingbotWorld * world,
   dso.sink_frames = o->sink_frames;
   dso.max_frames = (int64_t) s->n_chunks * s->chunk_frames;
   dso.scheduler = sched;
+  dso.math = world->math;       /* LingbotWorldOptions.precision */
   int window = o->local_attn_frames ? o->local_attn_frames :
       cfg->local_attn_frames;
   if (window < 0 && s->n_chunks == 0) {
@@ -500,8 +506,15 @@ lingbot_session_free (LingbotSession * session)
     return;
   g_rec_mutex_lock (&session->world->lock);
   lingbot_dit_session_free (session->dit);
-  lingbot_vae_encoder_free (session->enc);
-  lingbot_vae_decoder_free (session->dec);
+  /* the encoder and an unsharded decoder live on rank 0's stream: freed
+   * by a rank-0 job (a sharded decoder frees each rank's state on its
+   * thread itself); directly when the group cannot run jobs any more */
+  if (session->enc)
+    lb_worker_group_run_on (session->group, 0, enc_free_job, session, NULL);
+  if (session->dec && !session->dec_sharded)
+    lb_worker_group_run_on (session->group, 0, dec_free_job, session, NULL);
+  g_clear_pointer (&session->enc, lingbot_vae_encoder_free);
+  g_clear_pointer (&session->dec, lingbot_vae_decoder_free);
   g_rec_mutex_unlock (&session->world->lock);
   lingbot_control_free (session->control);
   lingbot_noise_free (session->noise);
@@ -510,8 +523,6 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->ctl);
   lb_tensor_free (session->latents);
   lb_tensor_free (session->frames_buf);
-  if (session->cpu_stream)
-    session->cpu_stream->backend->stream_free (session->cpu_stream);
   lingbot_world_unref (session->world);
   g_free (session);
 }
@@ -714,8 +725,7 @@ lingbot_session_generate (LingbotSession * session, guint keys,
       lingbot_control_fill (s->control, s->ctl->data,
       (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error);
   if (ok)
-    ok = s->cpu_stream ? cond_job (NULL, s, error) :
-        lb_worker_group_run_on (s->group, 0, cond_job, s, error);
+    ok = lb_worker_group_run_on (s->group, 0, cond_job, s, error);
   gint64 t1 = g_get_monotonic_time ();
   if (ok)
     ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
@@ -773,8 +783,9 @@ dec_job (LbRank * rank, gpointer data, GError ** error)
  * @error: %LB_ERROR_SHAPE for latents of the wrong shape, decoder errors
  *
  * Decodes one chunk with the session's streaming VAE decoder (its causal
- * caches continue from the previous chunk).  With several ranks on the CPU
- * backend every rank decodes its band of rows (lingbot_vae_decoder_new_sharded()).
+ * caches continue from the previous chunk).  With several ranks every rank
+ * decodes its band of rows on its own stream and device
+ * (lingbot_vae_decoder_new_sharded()); the frames are host memory.
  * Allocates nothing.
  *
  * Returns: %TRUE on success.
@@ -794,8 +805,6 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
   if (s->dec_sharded)
     ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf,
         &s->job_n_frames, error);
-  else if (s->cpu_stream)
-    ok = dec_job (NULL, s, error);
   else
     ok = lb_worker_group_run_on (s->group, 0, dec_job, s, error);
   s->job_latents = NULL;

@@ -14,6 +14,15 @@
  * the decoder's receptive field is 18 latent rows per side even without the
  * global attention (spec A.10), i.e. the whole frame at the real sizes, so
  * the redundant variant would cost nearly a full decode per rank.
+ *
+ * Devices (docs/design/cuda.md, VAE): every rank holds its own f32 copy of
+ * the decoder weights on its device (vae_weights_init()), and its caches
+ * and scratch there.  The API's latents and frames stay host tensors: a
+ * rank uploads the chunk's latents into a device buffer, decodes, clamps
+ * into a device frame buffer of its band and downloads that into its rows
+ * of the caller's frames, then synchronises its stream once.  Halo rows and
+ * the attention all-gather move between device buffers through the comm
+ * layer (NCCL, or the local collectives' device copies).
  */
 #include "lingbot/vae-private.h"
 #include "comm/collectives.h"
@@ -23,8 +32,13 @@
 typedef struct
 {
   VaeCtx ctx;
-  LbTensor *z;  /* [16, Lmax, rows, W] de-normalised */
-  LbTensor *z2; /* [16, Lmax, rows, W] after conv2 */
+  VaeWeights wt; /* on the rank's device (CPU: borrowed) */
+  LbTensor *z;   /* [16, Lmax, rows, W] de-normalised */
+  LbTensor *z2;  /* [16, Lmax, rows, W] after conv2 */
+  /* device ranks only (NULL on the CPU, which reads and writes the API's
+   * host tensors in place) */
+  LbTensor *lat_dev;    /* [16, Lmax, H, W] the chunk's latents */
+  LbTensor *frames_dev; /* [3, 4 Lmax, 8 rows, 8 W] this band's frames */
   int64_t row0, rows;
   gboolean first;      /* nothing decoded since the last reset */
   guint64 halo_last;   /* bytes this rank sent during its last chunk */
@@ -50,14 +64,25 @@ static gboolean
 rank_setup (DecRank *dr, LingbotVaeDecoder *dec, GError **error)
 {
   VaeCtx *ctx = &dr->ctx;
-  int64_t rows = dr->rows, W = dec->W;
-  if (!vae_ctx_plan (ctx, &dec->vae->dec, VAE_Z_DIM, 1, rows, W, error))
+  LbStream *s = ctx->stream;
+  const int64_t rows = dr->rows, W = dec->W, L = dec->max_latents;
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+  if (!vae_weights_init (&dr->wt, s, dec->vae, LINGBOT_VAE_DECODER, error)
+      || !vae_ctx_plan (ctx, &dr->wt.net, VAE_Z_DIM, 1, rows, W, error))
     return FALSE;
-  int64_t zshape[4] = { VAE_Z_DIM, dec->max_latents, rows, W };
-  if (!(dr->z = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, zshape, error))
-      || !(dr->z2
-           = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, zshape, error)))
+  int64_t zshape[4] = { VAE_Z_DIM, L, rows, W };
+  if (!(dr->z = lb_tensor_new_on (s, LB_DTYPE_F32, 4, zshape, error))
+      || !(dr->z2 = lb_tensor_new_on (s, LB_DTYPE_F32, 4, zshape, error)))
     return FALSE;
+  if (!vae_stream_is_host (s)) {
+    int64_t lshape[4] = { VAE_Z_DIM, L, dec->H, W };
+    int64_t fshape[4] = { 3, lingbot_vae_frames_for_latents ((int)L, FALSE),
+      rows * S, W * S };
+    if (!(dr->lat_dev = lb_tensor_new_on (s, LB_DTYPE_F32, 4, lshape, error))
+        || !(dr->frames_dev
+             = lb_tensor_new_on (s, LB_DTYPE_F32, 4, fshape, error)))
+      return FALSE;
+  }
   return vae_ctx_alloc (ctx, 0, error)
          && vae_ctx_upload_latent_consts (ctx, dec->vae, error);
 }
@@ -69,47 +94,134 @@ rank_setup_func (LbRank *rank, gpointer user_data, GError **error)
   DecRank *dr = &dec->ranks[rank->rank];
   dr->ctx.stream = rank->stream;
   dr->ctx.rank = rank;
+  /* see comm_ready() in vae-net.c */
+  dr->ctx.comm_sync = !vae_stream_is_host (rank->stream)
+                      && strcmp (lb_comm_backend_name (rank), "local") == 0;
   return rank_setup (dr, dec, error);
 }
 
-/* Decodes the chunk @in [16, L, H, W] into this rank's rows of @out. */
+static void
+rank_clear (DecRank *dr)
+{
+  vae_ctx_clear (&dr->ctx);
+  g_clear_pointer (&dr->z, lb_tensor_free);
+  g_clear_pointer (&dr->z2, lb_tensor_free);
+  g_clear_pointer (&dr->lat_dev, lb_tensor_free);
+  g_clear_pointer (&dr->frames_dev, lb_tensor_free);
+  vae_weights_clear (&dr->wt);
+}
+
 static gboolean
-rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
-    LbTensor *out, GError **error)
+rank_clear_func (LbRank *rank, gpointer user_data, GError **error)
+{
+  (void)error;
+  LingbotVaeDecoder *dec = user_data;
+  rank_clear (&dec->ranks[rank->rank]);
+  return TRUE;
+}
+
+static gboolean
+rank_reset (DecRank *dr, GError **error)
+{
+  dr->first = TRUE;
+  dr->halo_last = 0;
+  dr->halo_us_last = 0;
+  return vae_ctx_reset (&dr->ctx, error);
+}
+
+static gboolean
+rank_reset_func (LbRank *rank, gpointer user_data, GError **error)
+{
+  LingbotVaeDecoder *dec = user_data;
+  return rank_reset (&dec->ranks[rank->rank], error);
+}
+
+/* Decodes the chunk's frames of this rank's band; on a device the latents
+ * are uploaded first and the frames left in dr->frames_dev (@f_out frames
+ * in all). */
+static gboolean
+rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
+    LbTensor *out, int64_t *f_out, GError **error)
 {
   VaeCtx *ctx = &dr->ctx;
-  LingbotVae *vae = dec->vae;
+  LbStream *st = ctx->stream;
+  const gboolean host = vae_stream_is_host (st);
   const int64_t L = in->shape[1], rows = dr->rows, W = dec->W;
-  const guint64 halo0 = ctx->halo_bytes;
-  const gint64 halo_us0 = ctx->halo_us;
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
-  LbTensor band, z, z2, xin, dst;
+  LbTensor lat, band, z, z2, xin, dst;
   int64_t zshape[4] = { VAE_Z_DIM, L, rows, W };
-  lb_tensor_view_narrow (&band, in, 2, dr->row0, rows);
+  if (host) {
+    lat = *in;
+  } else {
+    /* the whole chunk (a few MB): one copy when @in is contiguous */
+    vae_view_flat (&lat, dr->lat_dev, 4, in->shape);
+    if (!vae_copy_runs (
+            st, &lat, in, LB_COPY_HOST_TO_DEVICE, "VAE decode: latents", error))
+      return FALSE;
+  }
+  lb_tensor_view_narrow (&band, &lat, 2, dr->row0, rows);
   vae_view_flat (&z, dr->z, 4, zshape);
   vae_view_flat (&z2, dr->z2, 4, zshape);
   /* spec A.5: de-normalise, conv2 on the whole chunk, then per frame */
-  const LbOps *ops = lb_ops (ctx->stream);
-  if (!ops->latent_affine (
-          ctx->stream, &band, ctx->mean, ctx->inv_std, TRUE, &z, error)
-      || !ops->conv3d_causal (ctx->stream, &z, NULL, &vae->conv2.w,
-          &vae->conv2.b, 0, 0, 1, 1, &z2, error))
+  const LbOps *ops = lb_ops (st);
+  if (!ops->latent_affine (st, &band, ctx->mean, ctx->inv_std, TRUE, &z, error)
+      || !ops->conv3d_causal (st, &z, NULL, &dr->wt.extra.w, &dr->wt.extra.b, 0,
+          0, 1, 1, &z2, error))
     return FALSE;
 
   int64_t f0 = 0;
   for (int64_t l = 0; l < L; l++) {
     VaeShape s = { VAE_Z_DIM, 1, rows, W };
     lb_tensor_view_narrow (&xin, &z2, 1, l, 1);
-    if (!vae_net_forward (ctx, &vae->dec, &xin, &s, error))
+    if (!vae_net_forward (ctx, &dr->wt.net, &xin, &s, error))
       return FALSE;
     LbTensor x;
     vae_view4 (&x, ctx->bx, s.c, s.t, s.h, s.w);
-    lb_tensor_view_narrow (&dst, out, 1, f0, s.t);
-    lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, rows * S);
-    if (!ops->clamp (ctx->stream, &x, -1.f, 1.f, &dst, error))
+    if (host) {
+      lb_tensor_view_narrow (&dst, out, 1, f0, s.t);
+      lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, rows * S);
+    } else {
+      lb_tensor_view_narrow (&dst, dr->frames_dev, 1, f0, s.t);
+    }
+    if (!ops->clamp (st, &x, -1.f, 1.f, &dst, error))
       return FALSE;
     f0 += s.t;
   }
+  *f_out = f0;
+  return TRUE;
+}
+
+/* Decodes the chunk @in [16, L, H, W] (host) into this rank's rows of @out
+ * (host); on a device: upload, decode, download, one stream synchronise. */
+static gboolean
+rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
+    LbTensor *out, GError **error)
+{
+  VaeCtx *ctx = &dr->ctx;
+  LbStream *st = ctx->stream;
+  const guint64 halo0 = ctx->halo_bytes;
+  const gint64 halo_us0 = ctx->halo_us;
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+  int64_t n = 0;
+  gboolean ok = rank_decode_band (dr, dec, in, out, &n, error);
+  if (!vae_stream_is_host (st)) {
+    if (ok) {
+      LbTensor src, dst;
+      lb_tensor_view_narrow (&src, dr->frames_dev, 1, 0, n);
+      lb_tensor_view_narrow (&dst, out, 1, 0, n);
+      lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, dr->rows * S);
+      ok = vae_copy_runs (
+          st, &dst, &src, LB_COPY_DEVICE_TO_HOST, "VAE decode: frames", error);
+    }
+    /* NCCL: wait through the comm layer, released when a peer fails */
+    if (ok && ctx->rank != NULL)
+      ok = lb_comm_synchronize (ctx->rank, error);
+    /* also after a failure: no copy may still target the caller's memory */
+    if (!st->backend->stream_synchronize (st, ok ? error : NULL))
+      ok = FALSE;
+  }
+  if (!ok)
+    return FALSE;
   dr->first = FALSE;
   dr->halo_last = ctx->halo_bytes - halo0;
   dr->halo_us_last = ctx->halo_us - halo_us0;
@@ -181,36 +293,24 @@ decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
   return dec;
 }
 
-static gboolean
-check_cpu_stream (LbStream *stream, GError **error)
-{
-  if (stream->backend->device_type != LB_DEVICE_CPU) {
-    /* Every per-chunk compute step goes through the op table now
-     * (lb_ops (stream)), but the session is not device-ready yet: the
-     * weights (LingbotVae) live on the host, and the API's latents and
-     * frame buffer are host tensors that rank_decode() reads and writes
-     * directly (no upload / download staging). */
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "VAE: backend %s is not supported yet (CPU only)",
-        stream->backend->name);
-    return FALSE;
-  }
-  return TRUE;
-}
-
 /**
  * lingbot_vae_decoder_new:
  * @vae: a VAE with its decoder loaded
- * @stream: the CPU stream to decode on
+ * @stream: the stream to decode on (any backend).  A device session is
+ *   used on the thread that owns @stream (a rank's thread)
  * @latent_h: latent rows h (output H = 8h)
  * @latent_w: latent columns w (output W = 8w)
  * @max_latent_frames: most latent frames per chunk (4 for LingBot)
  * @error: %LB_ERROR_INVALID_ARGUMENT for a bad geometry,
- *   %LB_ERROR_UNSUPPORTED for a non-CPU stream
+ *   %LB_ERROR_DEVICE when a device allocation or upload fails
  *
  * Creates a streaming decode session (spec A.5): all 32 cache slots (zero
  * history), scratch buffers and the latent staging buffers are allocated
- * here, sized for steady-state chunks of @max_latent_frames.
+ * here, on @stream's device, sized for steady-state chunks of
+ * @max_latent_frames.  On a device the decoder weights are uploaded here
+ * too (one f32 copy, freed with the session), plus a latent buffer
+ * [16, max_latent_frames, h, w] and a frame buffer
+ * [3, 4 max_latent_frames, 8h, 8w] that stage the API's host tensors.
  *
  * Returns: (transfer full) (nullable): the session.
  */
@@ -218,8 +318,6 @@ LingbotVaeDecoder *
 lingbot_vae_decoder_new (LingbotVae *vae, LbStream *stream, int latent_h,
     int latent_w, int max_latent_frames, GError **error)
 {
-  if (!check_cpu_stream (stream, error))
-    return NULL;
   LingbotVaeDecoder *dec
       = decoder_new (vae, 1, latent_h, latent_w, max_latent_frames, error);
   if (dec == NULL)
@@ -245,7 +343,9 @@ lingbot_vae_decoder_new (LingbotVae *vae, LbStream *stream, int latent_h,
  *
  * Like lingbot_vae_decoder_new() but height-sharded (spec A.10): every rank
  * allocates the caches of its own band (with halo rows) on its own stream,
- * on its own thread.
+ * on its own thread.  On a device backend every rank uploads its own copy
+ * of the decoder weights to its device and stages its band of the frames
+ * (frame buffer [3, 4 max_latent_frames, 8 rows, 8w] per rank).
  *
  * Returns: (transfer full) (nullable): the session.
  */
@@ -253,12 +353,6 @@ LingbotVaeDecoder *
 lingbot_vae_decoder_new_sharded (LingbotVae *vae, LbWorkerGroup *group,
     int latent_h, int latent_w, int max_latent_frames, GError **error)
 {
-  if (lb_worker_group_get_backend (group)->device_type != LB_DEVICE_CPU) {
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "VAE: backend %s is not supported yet (CPU only)",
-        lb_worker_group_get_backend (group)->name);
-    return NULL;
-  }
   LingbotVaeDecoder *dec
       = decoder_new (vae, lb_worker_group_get_n_ranks (group), latent_h,
           latent_w, max_latent_frames, error);
@@ -272,19 +366,33 @@ lingbot_vae_decoder_new_sharded (LingbotVae *vae, LbWorkerGroup *group,
   return dec;
 }
 
+/* Whether the ranks' state must be touched on their own threads (device
+ * ranks of a sharded session). */
+static gboolean
+on_rank_threads (LingbotVaeDecoder *dec)
+{
+  return dec->group != NULL
+         && lb_worker_group_get_backend (dec->group)->device_type
+                != LB_DEVICE_CPU;
+}
+
 /**
  * lingbot_vae_decoder_free:
  * @dec: (nullable): a session
+ *
+ * Frees the session: its caches, buffers and device weight copies (a
+ * sharded session on a device backend frees each rank's on the rank's
+ * thread; do not call it from a rank function then).
  */
 void
 lingbot_vae_decoder_free (LingbotVaeDecoder *dec)
 {
   if (dec == NULL)
     return;
-  for (int r = 0; r < dec->n_ranks; r++) {
-    vae_ctx_clear (&dec->ranks[r].ctx);
-    lb_tensor_free (dec->ranks[r].z);
-    lb_tensor_free (dec->ranks[r].z2);
+  if (!on_rank_threads (dec)
+      || !lb_worker_group_run (dec->group, rank_clear_func, dec, NULL)) {
+    for (int r = 0; r < dec->n_ranks; r++)
+      rank_clear (&dec->ranks[r]);
   }
   g_free (dec->ranks);
   g_free (dec->band_start);
@@ -299,20 +407,29 @@ lingbot_vae_decoder_free (LingbotVaeDecoder *dec)
 
 /**
  * lingbot_vae_decoder_reset:
+ * @dec: a session
  *
- * Starts a new session: zero history in every cache, the next chunk is a
- * first chunk again (4L - 3 frames).  Allocates nothing.
+ * Starts a new session: zero history in every cache (the fill op on each
+ * rank's stream), the next chunk is a first chunk again (4L - 3 frames).
+ * Allocates nothing.  Call it where decode is called: a sharded session on
+ * a device backend resets every rank on its own thread (a group job, so
+ * not from a rank function); an unsharded device session on the thread
+ * that owns its stream.  A device error is logged with g_warning().
  */
 void
 lingbot_vae_decoder_reset (LingbotVaeDecoder *dec)
 {
+  g_autoptr (GError) err = NULL;
+  if (on_rank_threads (dec)) {
+    if (!lb_worker_group_run (dec->group, rank_reset_func, dec, &err))
+      g_warning ("VAE decoder reset: %s", err->message);
+    return;
+  }
   for (int r = 0; r < dec->n_ranks; r++) {
-    g_autoptr (GError) err = NULL;
-    if (!vae_ctx_reset (&dec->ranks[r].ctx, &err))
+    if (!rank_reset (&dec->ranks[r], &err)) {
       g_warning ("VAE decoder reset, rank %d: %s", r, err->message);
-    dec->ranks[r].first = TRUE;
-    dec->ranks[r].halo_last = 0;
-    dec->ranks[r].halo_us_last = 0;
+      g_clear_error (&err);
+    }
   }
 }
 
@@ -346,6 +463,9 @@ check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
         dec->H, dec->W);
     return FALSE;
   }
+  if (!vae_check_host (latents, "VAE decode", "latents", error)
+      || !vae_check_host (frames, "VAE decode", "frames", error))
+    return FALSE;
   *n = lingbot_vae_frames_for_latents ((int)in->shape[1], first);
   if (!squeeze_batch (out, frames) || out->dtype != LB_DTYPE_F32
       || out->shape[0] != 3 || out->shape[1] < *n || out->shape[2] != dec->H * S
@@ -363,19 +483,26 @@ check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
 /**
  * lingbot_vae_decoder_decode:
  * @dec: a session
- * @latents: f32 [16, L, h, w] (or [1, 16, L, h, w]), normalised latents as
- *   the DiT produces them, 1 <= L <= max_latent_frames; any strides
- * @frames: f32 [3, T, 8h, 8w] (or with a leading 1), T >= the frame count;
- *   receives the decoded frames in [-1, 1] in frames [0, n)
+ * @latents: host f32 [16, L, h, w] (or [1, 16, L, h, w]), normalised
+ *   latents as the DiT produces them, 1 <= L <= max_latent_frames; any
+ *   strides (a device session: unit stride in the last dimension)
+ * @frames: host f32 [3, T, 8h, 8w] (or with a leading 1), T >= the frame
+ *   count; receives the decoded frames in [-1, 1] in frames [0, n) (a
+ *   device session: unit stride in the last dimension)
  * @n_frames: (out) (optional): n = 4L - 3 for the first chunk of a session,
  *   4L after (13 / 16 for L = 4)
- * @error: %LB_ERROR_SHAPE naming the argument and both shapes; errors of
- *   the ops or of a rank
+ * @error: %LB_ERROR_SHAPE naming the argument and both shapes;
+ *   %LB_ERROR_INVALID_ARGUMENT for a device tensor; errors of the ops or
+ *   of a rank
  *
  * Decodes one chunk, continuing the session's causal caches (spec A.5):
  * streaming any split of a latent sequence gives the same frames as
  * decoding it at once.  Sharded sessions run every rank on its band and
- * return when all rows are written.  Allocates nothing.
+ * return when all rows are written.  On a device every rank uploads the
+ * latents (one copy when contiguous), downloads its rows of the frames
+ * (one copy per channel and frame when sharded, per channel otherwise) and
+ * synchronises its stream once, so the frames are complete on return.
+ * Allocates nothing.
  *
  * Returns: %TRUE on success.  After a failure the session's state is
  * undefined: reset it.

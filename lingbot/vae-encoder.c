@@ -13,6 +13,14 @@
  * from then on returns the stored latent without running the encoder.  With
  * the Wan2.1 encoder this happens around latent index 30 (spec A.6: latents
  * are identical from index 29 on), i.e. from condition chunk 8 on.
+ *
+ * Devices (docs/design/cuda.md, VAE): the session uploads the encoder
+ * weights once and keeps its caches, scratch, zero clip and stored latent
+ * on its stream's device.  The API's pixels / image are host tensors that
+ * each segment uploads into a device buffer; each latent frame is computed
+ * into a device buffer and downloaded into the caller's host tensor; the
+ * stream is synchronised once per call.  The condition mask channels are
+ * written by host code into the host y.
  */
 #include "lingbot/vae-private.h"
 
@@ -25,10 +33,14 @@ struct _LingbotVaeEncoder
 {
   LingbotVae *vae;
   VaeCtx ctx;
+  VaeWeights wt; /* on the stream's device (CPU: borrowed) */
   int64_t H, W;
   LbTensor *zeros;    /* [3, 4, H, W] */
   LbTensor *mu;       /* [16, 1, h, w] */
   LbTensor *constant; /* [16, 1, h, w] latent of the fixed point */
+  /* device sessions only (NULL on the CPU) */
+  LbTensor *px_dev;  /* [3, 4, H, W] the segment's pixels */
+  LbTensor *lat_dev; /* [16, 1, h, w] the segment's normalised latent */
   gboolean reuse;
   int constant_from; /* segment index, -1 until found */
   int n_segments;    /* segments since the last reset */
@@ -39,15 +51,20 @@ struct _LingbotVaeEncoder
 /**
  * lingbot_vae_encoder_new:
  * @vae: a VAE with its encoder loaded
- * @stream: the CPU stream to encode on
+ * @stream: the stream to encode on (any backend).  A device session is
+ *   used on the thread that owns @stream (a rank's thread)
  * @height: pixel rows H (a multiple of 8)
  * @width: pixel columns W (a multiple of 8)
  * @error: %LB_ERROR_INVALID_ARGUMENT for a bad geometry,
- *   %LB_ERROR_UNSUPPORTED for a non-CPU stream
+ *   %LB_ERROR_DEVICE when a device allocation or upload fails
  *
  * Creates a streaming encode session: the 24 cache slots, scratch and the
- * zero clip are allocated here.  Constant-chunk reuse is on by default
- * (lingbot_vae_encoder_set_reuse_constant()).
+ * zero clip are allocated here, on @stream's device.  On a device the
+ * encoder weights are uploaded here too (one f32 copy, freed with the
+ * session), with a pixel buffer [3, 4, H, W] and a latent buffer
+ * [16, 1, H/8, W/8] that stage the API's host tensors, and the fixed-point
+ * compare buffers (docs/design/cuda.md).  Constant-chunk reuse is on by
+ * default (lingbot_vae_encoder_set_reuse_constant()).
  *
  * Returns: (transfer full) (nullable): the session.
  */
@@ -58,14 +75,6 @@ lingbot_vae_encoder_new (
   if (!(vae->parts & LINGBOT_VAE_ENCODER)) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "VAE encoder: the encoder weights were not loaded");
-    return NULL;
-  }
-  if (stream->backend->device_type != LB_DEVICE_CPU) {
-    /* as the decoder (vae-decoder.c check_cpu_stream()): host weights and
-     * host image / condition tensors, though every step is an op */
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "VAE: backend %s is not supported yet (CPU only)",
-        stream->backend->name);
     return NULL;
   }
   if (height < 8 || width < 8 || height % 8 || width % 8) {
@@ -87,8 +96,9 @@ lingbot_vae_encoder_new (
   int64_t h = height / 8, w = width / 8;
   int64_t zshape[4] = { 3, VAE_SEGMENT_T, height, width };
   int64_t mshape[4] = { VAE_Z_DIM, 1, h, w };
-  if (!vae_ctx_plan (
-          &enc->ctx, &vae->enc, 3, VAE_SEGMENT_T, height, width, error)
+  if (!vae_weights_init (&enc->wt, stream, vae, LINGBOT_VAE_ENCODER, error)
+      || !vae_ctx_plan (
+          &enc->ctx, &enc->wt.net, 3, VAE_SEGMENT_T, height, width, error)
       || !vae_ctx_alloc (&enc->ctx, 0, error)
       || !vae_ctx_upload_latent_consts (&enc->ctx, vae, error)
       || !(enc->zeros
@@ -99,7 +109,16 @@ lingbot_vae_encoder_new (
     lingbot_vae_encoder_free (enc);
     return NULL;
   }
-  if (!lb_ops (stream)->fill (stream, enc->zeros, 0.f, error)) {
+  if (!vae_stream_is_host (stream)
+      && (!(enc->px_dev
+              = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
+          || !(enc->lat_dev
+               = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error)))) {
+    lingbot_vae_encoder_free (enc);
+    return NULL;
+  }
+  if (!lb_ops (stream)->fill (stream, enc->zeros, 0.f, error)
+      || !stream->backend->stream_synchronize (stream, error)) {
     lingbot_vae_encoder_free (enc);
     return NULL;
   }
@@ -119,6 +138,9 @@ lingbot_vae_encoder_free (LingbotVaeEncoder *enc)
   lb_tensor_free (enc->zeros);
   lb_tensor_free (enc->mu);
   lb_tensor_free (enc->constant);
+  lb_tensor_free (enc->px_dev);
+  lb_tensor_free (enc->lat_dev);
+  vae_weights_clear (&enc->wt);
   lingbot_vae_unref (enc->vae);
   g_free (enc);
 }
@@ -178,43 +200,95 @@ lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder *enc)
   return enc->n_encoded;
 }
 
-/* One encoder call on x [3, t, H, W]; writes the normalised latent frame
- * (t = 1 or 4 -> one latent) into @out [16, 1, h, w]. */
+/* The segment @x (a host view [3, t, H, W]) as the encoder reads it: @x
+ * itself on the CPU; on a device, uploaded into enc->px_dev. */
+static gboolean
+stage_pixels (LingbotVaeEncoder *enc, const LbTensor *x, LbTensor *staged,
+    const char *what, GError **error)
+{
+  if (vae_stream_is_host (enc->ctx.stream)) {
+    *staged = *x;
+    return TRUE;
+  }
+  vae_view4 (staged, enc->px_dev, 3, x->shape[1], enc->H, enc->W);
+  return vae_copy_runs (
+      enc->ctx.stream, staged, x, LB_COPY_HOST_TO_DEVICE, what, error);
+}
+
+/* One encoder call on x [3, t, H, W] (on the stream's device); writes the
+ * normalised latent frame (t = 1 or 4 -> one latent) into the host view
+ * @out [16, 1, h, w] (on a device: computed into enc->lat_dev, then
+ * downloaded; complete once the stream is synchronised). */
 static gboolean
 encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
     LbTensor *out, GError **error)
 {
-  LingbotVae *vae = enc->vae;
   VaeCtx *ctx = &enc->ctx;
+  LbStream *st = ctx->stream;
+  const LbOps *ops = lb_ops (st);
+  const gboolean host = vae_stream_is_host (st);
+  LbTensor *dst = host ? out : enc->lat_dev;
   if (zero_input && enc->reuse && enc->constant_from >= 0) {
     enc->n_segments++;
-    return lb_ops (ctx->stream)->copy (ctx->stream, enc->constant, out, error);
+    return host ? ops->copy (st, enc->constant, out, error)
+                : vae_copy_runs (st, out, enc->constant, LB_COPY_DEVICE_TO_HOST,
+                    "VAE encode: latents", error);
   }
   ctx->track_changes = zero_input && enc->reuse;
   ctx->changed = FALSE;
   VaeShape s = { 3, x->shape[1], enc->H, enc->W };
-  if (!vae_net_forward (ctx, &vae->enc, x, &s, error))
+  if (!vae_net_forward (ctx, &enc->wt.net, x, &s, error))
     return FALSE;
   g_assert (s.t == 1 && s.c == 2 * VAE_Z_DIM);
   LbTensor h32;
   vae_view4 (&h32, ctx->bx, s.c, s.t, s.h, s.w);
   /* top-level conv1, mu rows only, then (mu - mean) * inv_std */
-  if (!lb_ops (ctx->stream)
-           ->conv3d_causal (ctx->stream, &h32, NULL, &vae->conv1_mu.w,
-               &vae->conv1_mu.b, 0, 0, 1, 1, enc->mu, error)
-      || !lb_ops (ctx->stream)
-              ->latent_affine (ctx->stream, enc->mu, ctx->mean, ctx->inv_std,
-                  FALSE, out, error))
+  if (!ops->conv3d_causal (st, &h32, NULL, &enc->wt.extra.w, &enc->wt.extra.b,
+          0, 0, 1, 1, enc->mu, error)
+      || !ops->latent_affine (
+          st, enc->mu, ctx->mean, ctx->inv_std, FALSE, dst, error))
     return FALSE;
   if (ctx->track_changes && !ctx->changed && enc->n_segments > 0) {
     enc->constant_from = enc->n_segments;
-    if (!lb_ops (ctx->stream)->copy (ctx->stream, out, enc->constant, error))
+    if (!ops->copy (st, dst, enc->constant, error))
       return FALSE;
   }
+  if (!host
+      && !vae_copy_runs (
+          st, out, dst, LB_COPY_DEVICE_TO_HOST, "VAE encode: latents", error))
+    return FALSE;
   ctx->track_changes = FALSE;
   enc->n_segments++;
   enc->n_encoded++;
   return TRUE;
+}
+
+/* End of an API call: on a device, wait for the queued work (also after a
+ * failure, so that no copy still reads or writes the caller's memory). */
+static gboolean
+finish_call (LingbotVaeEncoder *enc, gboolean ok, GError **error)
+{
+  LbStream *st = enc->ctx.stream;
+  if (vae_stream_is_host (st))
+    return ok;
+  if (!st->backend->stream_synchronize (st, ok ? error : NULL))
+    return FALSE;
+  return ok;
+}
+
+/* Writes @value into every element of the host view @t [C, L, h, w]. */
+static void
+host_fill (LbTensor *t, float value)
+{
+  g_assert (t->ndim == 4 && t->device.type == LB_DEVICE_CPU);
+  for (int64_t c = 0; c < t->shape[0]; c++)
+    for (int64_t l = 0; l < t->shape[1]; l++)
+      for (int64_t h = 0; h < t->shape[2]; h++) {
+        float *row = (float *)t->data + c * t->stride[0] + l * t->stride[1]
+                     + h * t->stride[2];
+        for (int64_t w = 0; w < t->shape[3]; w++)
+          row[w * t->stride[3]] = value;
+      }
 }
 
 static gboolean
@@ -263,14 +337,18 @@ check_latents (LingbotVaeEncoder *enc, const LbTensor *t, int64_t c,
 /**
  * lingbot_vae_encoder_encode:
  * @enc: a session
- * @pixels: f32 [3, T, H, W] (or [1, 3, T, H, W]) in [-1, 1], any strides;
+ * @pixels: host f32 [3, T, H, W] (or [1, 3, T, H, W]) in [-1, 1], any
+ *   strides (a device session: unit stride in the last dimension);
  *   T = 4n + 1 on the first call after a reset, 4n afterwards (spec C.3)
- * @latents: f32 [16, L, H/8, W/8], L = n + 1 on a first call, n after:
- *   receives the normalised posterior means (spec A.2)
- * @error: %LB_ERROR_SHAPE for wrong shapes or frame counts
+ * @latents: host f32 [16, L, H/8, W/8], L = n + 1 on a first call, n
+ *   after: receives the normalised posterior means (spec A.2)
+ * @error: %LB_ERROR_SHAPE for wrong shapes or frame counts,
+ *   %LB_ERROR_INVALID_ARGUMENT for a device tensor
  *
  * Streams pixels through the encoder in segments [1], [4], [4], ... with
- * the session's causal caches (spec A.6).  Allocates nothing.
+ * the session's causal caches (spec A.6).  On a device each segment is
+ * uploaded and each latent frame downloaded; the stream is synchronised
+ * once, before returning.  Allocates nothing.
  *
  * Returns: %TRUE on success.
  */
@@ -292,7 +370,9 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
     return FALSE;
   }
   int64_t n_lat = (px.shape[1] + (first ? 3 : 0)) / 4;
-  if (!check_latents (enc, latents, VAE_Z_DIM, &lat, "latents", error))
+  if (!check_latents (enc, latents, VAE_Z_DIM, &lat, "latents", error)
+      || !vae_check_host (pixels, "VAE encode", "pixels", error)
+      || !vae_check_host (latents, "VAE encode", "latents", error))
     return FALSE;
   if (lat.shape[1] != n_lat) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
@@ -302,26 +382,29 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
     return FALSE;
   }
   int64_t f = 0;
-  for (int64_t l = 0; l < n_lat; l++) {
+  gboolean ok = TRUE;
+  for (int64_t l = 0; ok && l < n_lat; l++) {
     int64_t t = (first && l == 0) ? 1 : VAE_SEGMENT_T;
-    LbTensor seg, out;
+    LbTensor seg, x, out;
     lb_tensor_view_narrow (&seg, &px, 1, f, t);
     lb_tensor_view_narrow (&out, &lat, 1, l, 1);
-    if (!encode_segment (enc, &seg, FALSE, &out, error))
-      return FALSE;
+    ok = stage_pixels (enc, &seg, &x, "VAE encode: pixels", error)
+         && encode_segment (enc, &x, FALSE, &out, error);
     f += t;
   }
-  return TRUE;
+  return finish_call (enc, ok, error);
 }
 
 /**
  * lingbot_vae_encoder_encode_condition:
  * @enc: a session
- * @image: (nullable): f32 [3, H, W] in [-1, 1] (preprocessed as in model
- *   spec 6.2); required for the first chunk after a reset, ignored after
- * @y: f32 [20, C, H/8, W/8] (or with a leading 1): receives the DiT
+ * @image: (nullable): host f32 [3, H, W] in [-1, 1] (preprocessed as in
+ *   model spec 6.2); required for the first chunk after a reset, ignored
+ *   after
+ * @y: host f32 [20, C, H/8, W/8] (or with a leading 1): receives the DiT
  *   condition of the next chunk of C latent frames
- * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT (no image on chunk 0)
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT (no image on chunk 0,
+ *   a device tensor)
  *
  * Builds y = cat(mask[4], latent[16]) for one chunk exactly as LingBot's
  * encode stage (spec A.6, model spec 1.2 and 6.3): chunk 0 encodes
@@ -329,6 +412,8 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
  * causal caches; the mask is 1 on all 4 channels of latent frame 0 of
  * chunk 0 and 0 elsewhere.  Once the encoder state is a fixed point, zero
  * segments are served from the stored constant (see the file comment).
+ * On a device the image is uploaded, every latent frame downloaded into
+ * @y, the mask written on the host, and the stream synchronised once.
  *
  * Returns: %TRUE on success.
  */
@@ -337,7 +422,8 @@ lingbot_vae_encoder_encode_condition (
     LingbotVaeEncoder *enc, const LbTensor *image, LbTensor *y, GError **error)
 {
   LbTensor yy, img;
-  if (!check_latents (enc, y, LINGBOT_VAE_COND_CHANNELS, &yy, "y", error))
+  if (!check_latents (enc, y, LINGBOT_VAE_COND_CHANNELS, &yy, "y", error)
+      || !vae_check_host (y, "VAE condition", "y", error))
     return FALSE;
   gboolean first = enc->cond_chunks == 0;
   if (first) {
@@ -356,34 +442,45 @@ lingbot_vae_encoder_encode_condition (
           lb_dtype_name (image->dtype), have, enc->H, enc->W);
       return FALSE;
     }
+    if (!vae_check_host (image, "VAE condition", "image", error))
+      return FALSE;
     if (enc->n_segments != 0) {
       g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
           "VAE condition: the session already encoded frames; reset it");
       return FALSE;
     }
   }
-  LbTensor mask, lat;
+  LbTensor mask, lat, m0;
+  LbStream *st = enc->ctx.stream;
+  const gboolean host = vae_stream_is_host (st);
   lb_tensor_view_narrow (&mask, &yy, 0, 0, 4);
   lb_tensor_view_narrow (&lat, &yy, 0, 4, VAE_Z_DIM);
-  if (!lb_ops (enc->ctx.stream)->fill (enc->ctx.stream, &mask, 0.f, error))
-    return FALSE;
-  for (int64_t l = 0; l < yy.shape[1]; l++) {
-    LbTensor out, seg;
+  lb_tensor_view_narrow (&m0, &mask, 1, 0, 1);
+  /* the mask is host data written by host code on a device session */
+  if (host) {
+    if (!lb_ops (st)->fill (st, &mask, 0.f, error))
+      return FALSE;
+  } else {
+    host_fill (&mask, 0.f);
+  }
+  gboolean ok = TRUE;
+  for (int64_t l = 0; ok && l < yy.shape[1]; l++) {
+    LbTensor out, seg, x;
     lb_tensor_view_narrow (&out, &lat, 1, l, 1);
-    gboolean ok;
     if (first && l == 0) {
-      LbTensor m0;
       image_as_clip (&seg, &img);
-      ok = encode_segment (enc, &seg, FALSE, &out, error);
-      lb_tensor_view_narrow (&m0, &mask, 1, 0, 1);
-      ok = ok
-           && lb_ops (enc->ctx.stream)->fill (enc->ctx.stream, &m0, 1.f, error);
+      ok = stage_pixels (enc, &seg, &x, "VAE condition: image", error)
+           && encode_segment (enc, &x, FALSE, &out, error);
+      if (ok && host)
+        ok = lb_ops (st)->fill (st, &m0, 1.f, error);
+      else if (ok)
+        host_fill (&m0, 1.f);
     } else {
       ok = encode_segment (enc, enc->zeros, TRUE, &out, error);
     }
-    if (!ok)
-      return FALSE;
   }
+  if (!finish_call (enc, ok, error))
+    return FALSE;
   enc->cond_chunks++;
   return TRUE;
 }
@@ -391,10 +488,11 @@ lingbot_vae_encoder_encode_condition (
 /**
  * lingbot_vae_encode_image:
  * @vae: a VAE with its encoder loaded
- * @stream: the CPU stream
- * @image: f32 [3, H, W] in [-1, 1]
- * @latent: f32 [16, 1, H/8, W/8] (or [1, 16, 1, h, w]): the normalised
- *   latent of the single frame
+ * @stream: the stream to encode on (any backend; on a device, call it on
+ *   the thread that owns @stream)
+ * @image: host f32 [3, H, W] in [-1, 1]
+ * @latent: host f32 [16, 1, H/8, W/8] (or [1, 16, 1, h, w]): the
+ *   normalised latent of the single frame
  * @error: as lingbot_vae_encoder_new() and _encode()
  *
  * One-frame encode (a fresh session, created and freed here: not for

@@ -162,6 +162,18 @@ conv_cached (VaeCtx *ctx, const VaeConv *cv, LbTensor *p, int slot, int pad_w,
          && cache_update (ctx, cache, p, error);
 }
 
+/* Before a collective that publishes this rank's buffers: on device ranks
+ * served by the local collectives a peer copies from them as soon as they
+ * are posted, on its own stream, so the kernels that wrote them must be
+ * finished (ctx->comm_sync; NCCL orders the transfer on the stream and
+ * needs nothing). */
+static gboolean
+comm_ready (VaeCtx *ctx, GError **error)
+{
+  return !ctx->comm_sync
+         || ctx->stream->backend->stream_synchronize (ctx->stream, error);
+}
+
 /* Fills the two halo rows of @p [C, T, h + 2, W]: zeros at the frame's top
  * and bottom edges, the neighbours' boundary rows elsewhere (spec A.10). */
 static gboolean
@@ -208,7 +220,7 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
       return FALSE;
   }
   LbRank *r = ctx->rank;
-  if (!lb_comm_group_start (r, error))
+  if (!comm_ready (ctx, error) || !lb_comm_group_start (r, error))
     return FALSE;
   gboolean ok = TRUE;
   if (up)
@@ -380,8 +392,10 @@ attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
             ctx->stream, &xf, &l->gamma_a, FALSE, &xn4, error))
       return FALSE;
     if (sharded
-        && !lb_comm_all_gather_v (ctx->rank, LB_DTYPE_F32, xn.data,
-            (gsize)(Nl * C), xnf.data, ctx->ag_counts, ctx->ag_displs, error))
+        && (!comm_ready (ctx, error)
+            || !lb_comm_all_gather_v (ctx->rank, LB_DTYPE_F32, xn.data,
+                (gsize)(Nl * C), xnf.data, ctx->ag_counts, ctx->ag_displs,
+                error)))
       return FALSE;
     if (!ops->gemm (
             ctx->stream, &xnf, &l->a.w, TRUE, &l->a.b, 1.f, 0.f, &qkv, error)

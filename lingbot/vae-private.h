@@ -76,6 +76,26 @@ struct _LingbotVae
   GPtrArray *owned;        /* LbTensor* converted to f32 at load */
 };
 
+/* ---- weights on a session's device (vae.c) ---- */
+
+/* The weights one session (the encoder, or one rank of a decoder) computes
+ * with: @net is the trunk, @extra the top-level conv (decoder: conv2 16 ->
+ * 16; encoder: conv1's mu rows).  On the CPU backend they borrow the
+ * model's host tensors (@owned NULL, @net.layers the model's array); on any
+ * other backend every tensor is a contiguous f32 copy on the stream's
+ * device (@owned holds them, @net.layers is a private array). */
+typedef struct
+{
+  VaeNet net;
+  VaeConv extra;
+  GPtrArray *owned; /* LbTensor* on the device; NULL when borrowing */
+  gsize nbytes;     /* bytes of those copies */
+} VaeWeights;
+
+gboolean vae_weights_init (VaeWeights *wt, LbStream *stream,
+    const LingbotVae *vae, LingbotVaeParts part, GError **error);
+void vae_weights_clear (VaeWeights *wt);
+
 /* ---- view helpers (vae-ops.c) ----
  * The VAE's compute steps are all op-table ops (kernels/ops.h: copy, clamp,
  * fill, accumulate, channel_rms_norm, upsample_nearest2x_halo,
@@ -87,6 +107,13 @@ void vae_view_flat (
     LbTensor *out, const LbTensor *buf, int ndim, const int64_t *shape);
 void vae_view4 (LbTensor *out, const LbTensor *buf, int64_t c, int64_t t,
     int64_t h, int64_t w);
+
+/* Host <-> device staging of the API tensors (vae-ops.c). */
+gboolean vae_stream_is_host (LbStream *stream);
+gboolean vae_check_host (
+    const LbTensor *t, const char *func, const char *what, GError **error);
+gboolean vae_copy_runs (LbStream *stream, LbTensor *dst, const LbTensor *src,
+    LbCopyKind kind, const char *what, GError **error);
 
 /* ---- shared by the encoder and the decoder (vae-net.c) ---- */
 
@@ -116,6 +143,10 @@ typedef struct
   LbTensor *halo_send, *halo_recv; /* [2 * halo_cap] each */
   int64_t halo_cap;
   LbTensor *xn_local, *xn_full, *akv, *ao, *ar; /* akv: q, k, v */
+  /* synchronise the stream before each halo exchange / all-gather: device
+   * ranks on the local collectives, whose peers copy from this rank's
+   * buffers without waiting for its stream (vae_ctx_comm_ready()) */
+  gboolean comm_sync;
   guint64 halo_bytes; /* sent by this rank since the last reset */
   gint64 halo_us;     /* time in halo exchanges (incl. waiting) */
 

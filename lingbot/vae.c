@@ -474,3 +474,112 @@ lingbot_vae_get_parts (LingbotVae *vae)
 {
   return vae->parts;
 }
+
+/* ---- weights on a session's device ---- */
+
+/* Replaces the host view @t by a view of a contiguous f32 copy on
+ * @stream's device (kept in wt->owned).  Unused slots (no data) stay
+ * empty. */
+static gboolean
+upload_view (VaeWeights *wt, LbStream *stream, LbTensor *t, GError **error)
+{
+  if (t->data == NULL)
+    return TRUE;
+  g_autoptr (LbTensor) tmp = NULL;
+  const LbTensor *src = t;
+  if (t->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (t)) {
+    tmp = lb_tensor_new (LB_DTYPE_F32, t->ndim, t->shape);
+    if (!lb_tensor_copy_into (tmp, t, error))
+      return FALSE;
+    src = tmp;
+  }
+  LbTensor *dev
+      = lb_tensor_new_on (stream, LB_DTYPE_F32, t->ndim, t->shape, error);
+  if (dev == NULL)
+    return FALSE;
+  g_ptr_array_add (wt->owned, dev);
+  if (!lb_tensor_upload (stream, dev, src, error))
+    return FALSE;
+  /* an upload from a temporary must land before the temporary goes */
+  if (tmp != NULL && !stream->backend->stream_synchronize (stream, error))
+    return FALSE;
+  wt->nbytes += lb_tensor_nbytes (dev);
+  lb_tensor_view (t, dev);
+  return TRUE;
+}
+
+static gboolean
+upload_conv (VaeWeights *wt, LbStream *stream, VaeConv *cv, GError **error)
+{
+  return upload_view (wt, stream, &cv->w, error)
+         && upload_view (wt, stream, &cv->b, error);
+}
+
+/**
+ * vae_weights_init:
+ * @wt: (out caller-allocates): the session's weights; clear them with
+ *   vae_weights_clear(), also after a failure
+ * @stream: the session's (or the decoder rank's) stream
+ * @vae: the model
+ * @part: %LINGBOT_VAE_DECODER (decoder trunk + conv2) or
+ *   %LINGBOT_VAE_ENCODER (encoder trunk + conv1's mu rows); loaded in @vae
+ * @error: %LB_ERROR_DEVICE from the allocations or uploads
+ *
+ * On the CPU backend @wt borrows @vae's host tensors (no copy).  On any
+ * other backend every weight the half uses (conv weights and biases, RMS
+ * gammas, the attention's to_qkv / proj) is copied once, as a contiguous
+ * float32 tensor (lb_tensor_new_on() + lb_tensor_upload()), to @stream's
+ * device, and the stream is synchronised; layer kinds, shapes and names
+ * are those of @vae.  Each decoder rank calls it on its own stream, so
+ * every device holds its own copy (spec A.10: the bands share no memory).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+vae_weights_init (VaeWeights *wt, LbStream *stream, const LingbotVae *vae,
+    LingbotVaeParts part, GError **error)
+{
+  g_assert (part == LINGBOT_VAE_DECODER || part == LINGBOT_VAE_ENCODER);
+  g_assert (vae->parts & part);
+  const gboolean dec = part == LINGBOT_VAE_DECODER;
+  memset (wt, 0, sizeof *wt);
+  wt->net = dec ? vae->dec : vae->enc;
+  wt->extra = dec ? vae->conv2 : vae->conv1_mu;
+  if (stream->backend->device_type == LB_DEVICE_CPU)
+    return TRUE;
+
+  wt->owned = g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free);
+  VaeNet *n = &wt->net;
+  n->layers = g_memdup2 (n->layers, sizeof (VaeLayer) * n->n_layers);
+  if (!upload_conv (wt, stream, &n->conv_in, error)
+      || !upload_view (wt, stream, &n->head_gamma, error)
+      || !upload_conv (wt, stream, &n->head, error)
+      || !upload_conv (wt, stream, &wt->extra, error))
+    return FALSE;
+  for (int i = 0; i < n->n_layers; i++) {
+    VaeLayer *l = &n->layers[i];
+    if (!upload_view (wt, stream, &l->gamma_a, error)
+        || !upload_view (wt, stream, &l->gamma_b, error)
+        || !upload_conv (wt, stream, &l->a, error)
+        || !upload_conv (wt, stream, &l->b, error)
+        || (l->has_sc && !upload_conv (wt, stream, &l->sc, error)))
+      return FALSE;
+  }
+  return stream->backend->stream_synchronize (stream, error);
+}
+
+/**
+ * vae_weights_clear:
+ * @wt: weights from vae_weights_init() (or zeroed)
+ *
+ * Frees the device copies; forgets borrowed host weights.
+ */
+void
+vae_weights_clear (VaeWeights *wt)
+{
+  if (wt->owned != NULL) {
+    g_ptr_array_unref (wt->owned);
+    g_free (wt->net.layers);
+  }
+  memset (wt, 0, sizeof *wt);
+}

@@ -12,6 +12,17 @@
  * [-1, 1], channel order RGB.  A session (decoder or encoder) owns its
  * causal caches and every scratch buffer, allocated once when it is
  * created; per-chunk calls allocate nothing.
+ *
+ * Backends: a session runs on its stream's backend (a sharded decoder on
+ * its worker group's ranks).  On the CPU it borrows the model's host
+ * weights and reads / writes the API tensors in place.  On a device it
+ * uploads its own f32 copy of the weights at creation (one per decoder
+ * rank), keeps caches and scratch on the device, and stages the API
+ * tensors, which are host tensors on every backend: inputs are uploaded,
+ * outputs downloaded, and the stream is synchronised once per call (per
+ * rank for a sharded decode), so the outputs are complete on return.  A
+ * device session is used on the thread that owns its stream (a rank's
+ * thread); docs/design/cuda.md, VAE.
  */
 #pragma once
 
