@@ -1,19 +1,27 @@
 /* lingbot-gst: `lingbot-bench dit`: streamed DiT chunks (4 denoising passes
  * + the clean pass each) on a worker group, with the chunk metrics of
- * DESIGN.md 6
+ * DESIGN.md 6, achieved TFLOP/s and MFU
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  *   lingbot-bench dit [--model DIR | --preset tiny|1.3b|14b [--dim N
- *       --layers N --heads N --ffn N --text-dim N]] [--devices cpu:N]
- *       [--latent HxW] [--chunks K] [--text-len L] [--seed S] [--json]
+ *       --layers N --heads N --ffn N --text-dim N]] [--devices cpu:N|0,1..]
+ *       [--latent HxW] [--chunks K] [--text-len L] [--seed S]
+ *       [--precision fp32|bf16] [--window-full] [--peak-tflops X]
+ *       [--estimate] [--json]
  *
  * Without --model the weights are random (lingbot_dit_new_random()).  The
  * first chunk is the warm-up; "steady" statistics are over chunks >= 1.
  * FLOPs count the GEMMs and attention products this implementation runs
- * (camera injection once per chunk, text K/V once per session).
+ * (camera injection once per chunk, text K/V once per session); the
+ * reference's count (camera path in every pass, spec/performance_anchors.md
+ * 2.2) is reported next to it.  --json prints JSON lines: "setup" once,
+ * "chunk" after every chunk (flushed, so a run cut short by a timeout
+ * keeps what it measured), then "summary".  --estimate prints the FLOP
+ * and device-memory models for the shape and builds nothing.
  */
 #include "tools/bench-dit.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +29,12 @@
 #include "lingbot/backend.h"
 #include "lingbot/dit-session.h"
 #include "lingbot/noise.h"
+
+/* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
+ * given on a GPU backend: H100/H200 SXM BF16 tensor cores (anchors 1c)
+ * and FP32 CUDA cores. */
+#define PEAK_BF16_TFLOPS 989.4
+#define PEAK_FP32_TFLOPS 67.0
 
 static int
 cmp_double (const void *a, const void *b)
@@ -40,10 +54,88 @@ percentile (const double *sorted, int n, double p)
   return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
 }
 
-/* FLOPs of one chunk as this implementation computes it. */
+/**
+ * lingbot_bench_dit_flops:
+ * @cfg: the model
+ * @tokens: query tokens of a chunk, N = C T_f (6240 at 832x480)
+ * @text_len: text tokens (512 in production)
+ * @keys: self-attention keys per block in the chunk's passes (the cache
+ *   window after the chunk's own keys were written: 28080 when full)
+ * @n_passes: forwards per chunk (4 denoising + 1 clean = 5)
+ * @out: (out): the counts, see #LingbotBenchDitFlops
+ *
+ * The FLOP model of spec/performance_anchors.md 2.2 (its per-token MAC
+ * table, 2 FLOPs per MAC, attention 4 N K D per block without masking
+ * inside the window), for any shape.  Elementwise work, norms and
+ * softmax are not counted, as in the anchors.
+ */
+void
+lingbot_bench_dit_flops (const LingbotDitConfig * cfg, int64_t tokens,
+    int64_t text_len, int64_t keys, int n_passes, LingbotBenchDitFlops * out)
+{
+  const double D = cfg->dim, F = cfg->ffn_dim, L = cfg->num_layers;
+  const double N = (double) tokens;
+  out->linear = L * (2 * N * D * D * 6 + 2 * N * D * F * 2)
+      + 2 * N * D * cfg->in_dim * 4 + 2 * N * D * cfg->out_dim * 4;
+  out->self_attn = L * 4 * N * (double) keys * D;
+  out->cross_attn = L * 4 * N * (double) text_len * D;
+  out->pass = out->linear + out->self_attn + out->cross_attn;
+  out->camera = L * 2 * N * D * D * 4
+      + 2 * N * D * cfg->control_in_features + 2 * 2 * N * D * D;
+  out->chunk = n_passes * out->pass + out->camera;
+  out->chunk_reference = n_passes * (out->pass + out->camera);
+}
+
+/**
+ * lingbot_bench_dit_memory:
+ * @cfg: the model (its chunk_frames and local_attn_frames give the chunk
+ *   and the KV window; a global window counts as the model's default 18)
+ * @lat_h: latent rows
+ * @lat_w: latent columns
+ * @text_len: text tokens
+ * @n_ranks: Ulysses ranks (each on its own device)
+ * @n_steps: denoising steps (4)
+ * @weight_bytes: bytes per weight on the device (4 for float32, 2 bf16)
+ * @out: (out): bytes per rank, see #LingbotBenchDitMemory
+ *
+ * The buffer table of docs/design/dit-devices.md "Memory per rank", what
+ * lingbot_dit_rank_init() and the session allocate on a device rank.
+ */
+void
+lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
+    int64_t lat_w, int64_t text_len, int n_ranks, int n_steps,
+    int weight_bytes, LingbotBenchDitMemory * out)
+{
+  const guint64 D = cfg->dim, L = cfg->num_layers, R = MAX (n_ranks, 1);
+  const guint64 F = cfg->chunk_frames, hp = lat_h / 2, wp = lat_w / 2;
+  const guint64 window = cfg->local_attn_frames > 0 ? cfg->local_attn_frames
+      : LINGBOT_DIT_DEFAULT_LOCAL_ATTN_FRAMES;
+  const guint64 N = F * hp * wp, n = (hp + R - 1) / R * wp * F;
+  const guint64 cap = window * hp * wp, s = n_steps;
+  const guint64 tok_w = (guint64) cfg->in_dim * 4, ctl_w =
+      cfg->control_in_features;
+  memset (out, 0, sizeof *out);
+  out->weights = lingbot_dit_config_n_params (cfg) * (guint64) weight_bytes;
+  out->kv_cache = 2 * L * cap * (D / R) * 4;
+  out->camera = 2 * L * n * D * 4;
+  out->cross_kv = 2 * L * text_len * D * 4;
+  out->activations = (8 * n * D + n * cfg->ffn_dim + n * cfg->out_dim * 4)
+      * 4;
+  if (R > 1)
+    out->ulysses = (4 * n * D + 4 * N * D / R + 2 * N * cfg->out_dim * 4) * 4
+        + n * (tok_w + ctl_w) * 4;
+  out->session = ((guint64) cfg->in_dim + ctl_w / 4 + cfg->out_dim * (4 + s))
+      * F * lat_h * lat_w * 4 + N * (tok_w + ctl_w) * 4
+      + (s + 1) * L * 6 * D * 4;
+  out->total = out->weights + out->kv_cache + out->camera + out->cross_kv
+      + out->activations + out->ulysses + out->session;
+}
+
 /* Pass timing: the session calls back on rank 0 after each of the
  * n_steps denoising passes and the clean pass; a pass lasts from the
- * previous mark (the chunk start for the first) to its callback. */
+ * previous mark (the chunk start for the first) to its callback.  On a
+ * device the callback's downloads synchronise rank 0's stream, so the
+ * marks are completion times, not enqueue times. */
 typedef struct
 {
   gint64 mark;
@@ -63,30 +155,174 @@ on_pass (LingbotDitSession * session, int64_t chunk, int step,
   pt->mark = now;
 }
 
-static double
-chunk_flops (const LingbotDitConfig * c, double N, double text_len,
-    double kv_tokens, int n_passes)
+/* Ranks named by a --devices string without probing any backend (for
+ * --estimate on a machine without the device). */
+static int
+count_ranks (const char *devices)
 {
-  const double D = c->dim, F = c->ffn_dim, L = c->num_layers;
-  double pass = L * (2 * N * D * D * 6  /* self q,k,v,o + cross q,o */
-      + 2 * N * D * F * 2       /* FFN */
-      + 4 * N * kv_tokens * D   /* self attention */
-      + 4 * N * text_len * D)   /* cross attention */
-      + 2 * N * D * c->in_dim * 4 + 2 * N * D * c->out_dim * 4;
-  double once = L * 2 * N * D * D * 4   /* camera injector + scale/shift */
-      + 2 * N * D * c->control_in_features + 2 * 2 * N * D * D;
-  return pass * n_passes + once;
+  if (devices == NULL || g_str_equal (devices, "cpu"))
+    return 1;
+  if (g_str_has_prefix (devices, "cpu:"))
+    return MAX (atoi (devices + 4), 1);
+  g_auto (GStrv) parts = g_strsplit (devices, ",", -1);
+  return MAX ((int) g_strv_length (parts), 1);
 }
 
+/* Distinct devices among the ranks (the MFU denominator counts devices,
+ * not ranks: ranks sharing a GPU share its peak). */
+static int
+count_devices (const LbBackend * be, const int *ordinals, int n_ranks)
+{
+  if (be->device_type == LB_DEVICE_CPU)
+    return 1;
+  int n = 0;
+  for (int i = 0; i < n_ranks; i++) {
+    gboolean seen = FALSE;
+    for (int j = 0; j < i; j++)
+      seen = seen || ordinals[j] == ordinals[i];
+    n += !seen;
+  }
+  return MAX (n, 1);
+}
+
+static void
+spec_check (double *ours, double *ours_ref)
+{
+  LingbotDitConfig c;
+  lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_14B);
+  LingbotBenchDitFlops f;
+  const int64_t tf = 30 * 52;   /* 832x480: latent 60x104, patch 2x2 */
+  lingbot_bench_dit_flops (&c, 4 * tf, 512, 18 * tf, 5, &f);
+  *ours = f.chunk;
+  *ours_ref = f.chunk_reference;
+}
+
+static void
+print_spec_check_json (void)
+{
+  double ours, ours_ref;
+  spec_check (&ours, &ours_ref);
+  printf ("\"spec_14b_480p\": {\"tflop\": %.2f, \"spec_tflop\": %.1f, "
+      "\"reference_tflop\": %.2f, \"spec_reference_tflop\": %.1f}",
+      ours / 1e12, LINGBOT_BENCH_SPEC_14B_480P_TFLOP, ours_ref / 1e12,
+      LINGBOT_BENCH_SPEC_14B_480P_REFERENCE_TFLOP);
+}
+
+static void
+print_spec_check_text (void)
+{
+  double ours, ours_ref;
+  spec_check (&ours, &ours_ref);
+  printf ("FLOP model, 14B at 832x480 (window full, 512 text tokens, 5 "
+      "passes): %.1f TFLOP/chunk as lingbot runs it (anchors 2.2, camera "
+      "hoisted: %.1f); %.1f with the camera path in every pass (anchors, as "
+      "the reference executes it: %.1f)\n", ours / 1e12,
+      LINGBOT_BENCH_SPEC_14B_480P_TFLOP, ours_ref / 1e12,
+      LINGBOT_BENCH_SPEC_14B_480P_REFERENCE_TFLOP);
+}
+
+static void
+print_memory_json (const char *name, const LingbotBenchDitMemory * m)
+{
+  printf ("\"%s\": {\"weights\": %" G_GUINT64_FORMAT ", \"kv_cache\": %"
+      G_GUINT64_FORMAT ", \"camera\": %" G_GUINT64_FORMAT ", \"cross_kv\": %"
+      G_GUINT64_FORMAT ", \"activations\": %" G_GUINT64_FORMAT
+      ", \"ulysses\": %" G_GUINT64_FORMAT ", \"session\": %" G_GUINT64_FORMAT
+      ", \"total\": %" G_GUINT64_FORMAT "}", name, m->weights, m->kv_cache,
+      m->camera, m->cross_kv, m->activations, m->ulysses, m->session,
+      m->total);
+}
+
+static int
+run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
+    int text_len, int n_ranks, gboolean json)
+{
+  const int64_t tf = (lh / 2) * (lw / 2);
+  const int64_t window = cfg->local_attn_frames > 0 ? cfg->local_attn_frames
+      : LINGBOT_DIT_DEFAULT_LOCAL_ATTN_FRAMES;
+  LingbotBenchDitFlops f;
+  lingbot_bench_dit_flops (cfg, cfg->chunk_frames * tf, text_len,
+      window * tf, 5, &f);
+  LingbotBenchDitMemory m32, m16;
+  lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 4, &m32);
+  lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 2, &m16);
+  const guint64 params = lingbot_dit_config_n_params (cfg);
+  if (json) {
+    printf ("{\"bench\": \"dit\", \"event\": \"estimate\", \"variant\": "
+        "\"%s\", \"dim\": %d, \"layers\": %d, \"latent\": [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "], \"text_len\": %d, "
+        "\"ranks\": %d, \"params\": %" G_GUINT64_FORMAT ", \"host_weight_"
+        "bytes\": %" G_GUINT64_FORMAT ", \"window_keys\": %" G_GINT64_FORMAT
+        ", \"flops\": {\"pass\": %.6g, \"camera\": %.6g, \"chunk\": %.6g, "
+        "\"chunk_reference\": %.6g, \"linear_pass\": %.6g, \"self_attn_pass\""
+        ": %.6g, \"cross_attn_pass\": %.6g}, ",
+        lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers, lh, lw,
+        text_len, n_ranks, params, params * 4, window * tf, f.pass, f.camera,
+        f.chunk, f.chunk_reference, f.linear, f.self_attn, f.cross_attn);
+    printf ("\"memory_per_rank\": {");
+    print_memory_json ("f32_weights", &m32);
+    printf (", ");
+    print_memory_json ("bf16_weights", &m16);
+    printf ("}, ");
+    print_spec_check_json ();
+    printf ("}\n");
+  } else {
+    printf ("%s, %d layers, latent %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
+        ", %d text tokens, window %" G_GINT64_FORMAT " keys: %.2f TFLOP per "
+        "chunk (%.2f with the camera path in every pass); %.3f G parameters "
+        "(%.1f GB f32 on the host)\n", lingbot_dit_config_variant (cfg),
+        cfg->num_layers, lh, lw, text_len, window * tf, f.chunk / 1e12,
+        f.chunk_reference / 1e12, params / 1e9, params * 4 / 1e9);
+    printf ("device memory per rank (%d rank(s)): %.1f GB with f32 weights, "
+        "%.1f GB with bf16 weights (weights %.1f / %.1f, KV cache %.1f, "
+        "camera %.1f, cross K/V %.2f, activations %.2f, Ulysses %.2f, "
+        "session %.2f GB)\n", n_ranks, m32.total / 1e9, m16.total / 1e9,
+        m32.weights / 1e9, m16.weights / 1e9, m32.kv_cache / 1e9,
+        m32.camera / 1e9, m32.cross_kv / 1e9, m32.activations / 1e9,
+        m32.ulysses / 1e9, m32.session / 1e9);
+    print_spec_check_text ();
+  }
+  return 0;
+}
+
+/* MFU against @peak TFLOP/s per device; -1 (JSON null) without a peak. */
+static double
+mfu (double flops, double secs, double peak, int n_devices)
+{
+  if (peak <= 0 || secs <= 0)
+    return -1;
+  return flops / secs / (peak * 1e12 * n_devices);
+}
+
+static void
+print_num_or_null (const char *name, double v, const char *fmt)
+{
+  printf (", \"%s\": ", name);
+  if (v < 0)
+    printf ("null");
+  else
+    printf (fmt, v);
+}
+
+/**
+ * lingbot_bench_dit_main:
+ * @argc: arguments after "dit" (argv[0] is the sub-command name)
+ * @argv: (array length=argc): the arguments
+ *
+ * `lingbot-bench dit`, see the head of this file and docs/performance.md.
+ *
+ * Returns: the process exit status (0 success, 1 run failure, 2 usage).
+ */
 int
 lingbot_bench_dit_main (int argc, char **argv)
 {
   g_autofree char *model = NULL, *preset = NULL, *devices = NULL;
-  g_autofree char *latent = NULL;
+  g_autofree char *latent = NULL, *precision = NULL;
   int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0;
   int chunks = 4, text_len = 64;
   gint64 seed = 42;
-  gboolean json = FALSE;
+  double peak = -1;
+  gboolean json = FALSE, window_full = FALSE, estimate = FALSE;
   GOptionEntry entries[] = {
     {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
         "DiT checkpoint (directory or file); default: random weights", "DIR"},
@@ -99,15 +335,26 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"text-dim", 0, 0, G_OPTION_ARG_INT, &text_dim, "Override text width",
         "N"},
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
-        "Ranks: cpu:N or GPU ordinals (default cpu:1)", "D"},
+        "Ranks: cpu:N or GPU ordinals such as 0 or 0,1 (default cpu:1)", "D"},
     {"latent", 0, 0, G_OPTION_ARG_STRING, &latent,
-        "Latent grid HxW (default 16x24; 58x104 is 464x832 video)", "HxW"},
+          "Latent grid HxW (default 16x24; 60x104 is 480x832 video, 58x104 "
+          "464x832)", "HxW"},
     {"chunks", 'n', 0, G_OPTION_ARG_INT, &chunks, "Chunks (default 4)", "K"},
     {"text-len", 0, 0, G_OPTION_ARG_INT, &text_len,
         "Text tokens (default 64; 512 in production)", "L"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Weight/noise seed", "S"},
-    {"json", 0, 0, G_OPTION_ARG_NONE, &json, "One JSON object on stdout",
-        NULL},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
+          "Math of the ranks' streams: fp32 (default, the parity mode) or "
+          "bf16 (spec 1.11; the CPU backend ignores it)", "P"},
+    {"window-full", 0, 0, G_OPTION_ARG_NONE, &window_full,
+          "Start with a full KV window (cursors advanced, cache contents "
+          "left as they are: for timing only)", NULL},
+    {"peak-tflops", 0, 0, G_OPTION_ARG_DOUBLE, &peak,
+          "Dense peak per device for MFU (default on GPUs: 989.4 with bf16, "
+          "67 with fp32; on CPU no MFU unless given)", "X"},
+    {"estimate", 0, 0, G_OPTION_ARG_NONE, &estimate,
+        "Print the FLOP and device-memory models only, build nothing", NULL},
+    {"json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON lines on stdout", NULL},
     {NULL}
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- DiT chunk rate");
@@ -119,40 +366,71 @@ lingbot_bench_dit_main (int argc, char **argv)
   }
 
   int64_t lh = 16, lw = 24;
-  if (latent && sscanf (latent, "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT,
-          &lh, &lw) != 2) {
+  if (latent && (sscanf (latent, "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT,
+              &lh, &lw) != 2 || lh < 2 || lw < 2)) {
     fprintf (stderr, "lingbot-bench dit: --latent wants HxW\n");
     return 2;
   }
+  LbMathMode math = LB_MATH_FP32;
+  if (precision && g_str_equal (precision, "bf16")) {
+    math = LB_MATH_BF16;
+  } else if (precision && !g_str_equal (precision, "fp32")) {
+    fprintf (stderr, "lingbot-bench dit: --precision wants fp32 or bf16, "
+        "not %s\n", precision);
+    return 2;
+  }
+  if (chunks < 1 || text_len < 1) {
+    fprintf (stderr, "lingbot-bench dit: --chunks and --text-len must be "
+        "positive\n");
+    return 2;
+  }
 
-  g_autoptr (LingbotDit) dit = NULL;
-  if (model) {
-    dit = lingbot_dit_load (model, LINGBOT_DIT_LOAD_DEFAULT, &err);
-  } else {
+  LingbotDitConfig mc;
+  if (!model) {
     LingbotDitPreset p = LINGBOT_DIT_PRESET_TINY;
     if (preset && !lingbot_dit_config_preset_from_name (preset, &p)) {
       fprintf (stderr, "lingbot-bench dit: unknown preset %s\n", preset);
       return 2;
     }
-    LingbotDitConfig c;
-    lingbot_dit_config_init_preset (&c, p);
+    lingbot_dit_config_init_preset (&mc, p);
     if (dim > 0)
-      c.dim = dim;
+      mc.dim = dim;
     if (layers > 0)
-      c.num_layers = layers;
+      mc.num_layers = layers;
     if (heads > 0)
-      c.num_heads = heads;
+      mc.num_heads = heads;
     if (ffn > 0)
-      c.ffn_dim = ffn;
+      mc.ffn_dim = ffn;
     if (text_dim > 0)
-      c.text_dim = text_dim;
-    dit = lingbot_dit_new_random (&c, (guint64) seed, &err);
+      mc.text_dim = text_dim;
   }
+  if (estimate) {
+    if (model) {
+      fprintf (stderr, "lingbot-bench dit: --estimate works on a preset, "
+          "not on --model\n");
+      return 2;
+    }
+    if (!lingbot_dit_config_validate (&mc, &err)) {
+      fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
+      return 2;
+    }
+    return run_estimate (&mc, lh, lw, text_len, count_ranks (devices), json);
+  }
+
+  /* the model: loaded, or random weights (timed: 14B is 74 GB of f32) */
+  g_autoptr (LingbotDit) dit = NULL;
+  gint64 t0 = g_get_monotonic_time ();
+  if (model)
+    dit = lingbot_dit_load (model, LINGBOT_DIT_LOAD_DEFAULT, &err);
+  else
+    dit = lingbot_dit_new_random (&mc, (guint64) seed, &err);
   if (!dit) {
     fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
     return 1;
   }
+  const double weights_s = (g_get_monotonic_time () - t0) / 1e6;
   const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
+  const guint64 params = lingbot_dit_config_n_params (cfg);
 
   LbBackend *be = NULL;
   int n_ranks = 1;
@@ -162,6 +440,14 @@ lingbot_bench_dit_main (int argc, char **argv)
     fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
     return 2;
   }
+  const gboolean on_cpu = be->device_type == LB_DEVICE_CPU;
+  const int n_devices = count_devices (be, ordinals, n_ranks);
+  if (peak <= 0 && !on_cpu)
+    peak = math == LB_MATH_BF16 ? PEAK_BF16_TFLOPS : PEAK_FP32_TFLOPS;
+  if (math == LB_MATH_BF16 && on_cpu)
+    fprintf (stderr, "lingbot-bench dit: --precision bf16 is ignored on CPU "
+        "ranks (the CPU backend computes in float32)\n");
+
   LbWorkerGroupOptions go = { 0, NULL, "bench-dit" };
   LbWorkerGroup *group = lb_worker_group_new (be, n_ranks, ordinals, &go,
       &err);
@@ -179,7 +465,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   LingbotDitSessionOptions so = LINGBOT_DIT_SESSION_OPTIONS_INIT;
   so.latent_h = lh;
   so.latent_w = lw;
-  gint64 t0 = g_get_monotonic_time ();
+  so.math = math;
+  t0 = g_get_monotonic_time ();
   LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &so, text,
       &err);
   if (!ses) {
@@ -187,35 +474,78 @@ lingbot_bench_dit_main (int argc, char **argv)
     lb_worker_group_unref (group);
     return 1;
   }
-  double setup_s = (g_get_monotonic_time () - t0) / 1e6;
+  if (window_full && !lingbot_dit_session_bench_fill_window (ses, &err)) {
+    fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
+    lingbot_dit_session_free (ses);
+    lb_worker_group_unref (group);
+    return 1;
+  }
+  const double setup_s = (g_get_monotonic_time () - t0) / 1e6;
 
   const int C = cfg->chunk_frames;
-  int64_t ls[5] = { 1, cfg->out_dim, C, lh, lw };
-  int64_t ys[5] = { 1, cfg->in_dim - cfg->out_dim, C, lh, lw };
-  int64_t cs[5] = { 1, cfg->control_in_features / 4, C, lh, lw };
+  const int64_t tf = lingbot_dit_session_get_frame_tokens (ses);
+  const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
+  const int64_t N = (int64_t) C * tf;
+  int n_steps;
+  lingbot_dit_session_get_schedule (ses, &n_steps, NULL, NULL, NULL);
+  const int n_passes = n_steps + 1;
+  int64_t ge0, le0;
+  lingbot_dit_session_get_cursors (ses, &ge0, &le0);
+  if (json) {
+    printf ("{\"bench\": \"dit\", \"event\": \"setup\", \"backend\": \"%s\", "
+        "\"ranks\": %d, \"devices\": %d, \"variant\": \"%s\", \"layers\": %d, "
+        "\"params\": %" G_GUINT64_FORMAT ", \"precision\": \"%s\", "
+        "\"precision_applied\": %s, \"weights_s\": %.3f, \"setup_s\": %.3f, "
+        "\"window_full\": %s, \"window_keys\": %" G_GINT64_FORMAT
+        ", \"cursors\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "], "
+        "\"next_chunk\": %" G_GINT64_FORMAT "}\n", be->name, n_ranks,
+        n_devices, lingbot_dit_config_variant (cfg), cfg->num_layers, params,
+        math == LB_MATH_BF16 ? "bf16" : "fp32",
+        math == LB_MATH_BF16 && on_cpu ? "false" : "true", weights_s, setup_s,
+        window_full ? "true" : "false", cap, ge0, le0,
+        lingbot_dit_session_get_chunk_index (ses));
+    fflush (stdout);
+  } else {
+    printf ("%s, %d layers, %.3f G parameters (%s %.1f s); session on %d "
+        "%s rank(s) in %.1f s; precision %s%s\n",
+        lingbot_dit_config_variant (cfg), cfg->num_layers, params / 1e9,
+        model ? "loaded in" : "random weights in", weights_s, n_ranks,
+        be->name, setup_s, math == LB_MATH_BF16 ? "bf16" : "fp32",
+        math == LB_MATH_BF16 && on_cpu ? " (ignored on CPU ranks)" : "");
+    if (window_full)
+      printf ("window full before the first timed chunk: cursors global %"
+          G_GINT64_FORMAT ", local %" G_GINT64_FORMAT " = %" G_GINT64_FORMAT
+          " keys per layer (%" G_GINT64_FORMAT " frames x %" G_GINT64_FORMAT
+          " tokens); next chunk %" G_GINT64_FORMAT "\n", ge0, le0, cap,
+          cap / tf, tf, lingbot_dit_session_get_chunk_index (ses));
+  }
+
+  const int64_t ls[5] = { 1, cfg->out_dim, C, lh, lw };
+  const int64_t ys[5] = { 1, cfg->in_dim - cfg->out_dim, C, lh, lw };
+  const int64_t cs[5] = { 1, cfg->control_in_features / 4, C, lh, lw };
   g_autoptr (LbTensor) y = lb_tensor_new_zeros (LB_DTYPE_F32, 5, ys);
   g_autoptr (LbTensor) ctl = lb_tensor_new (LB_DTYPE_F32, 5, cs);
   g_autoptr (LbTensor) out = lb_tensor_new (LB_DTYPE_F32, 5, ls);
   for (int64_t i = 0; i < lb_tensor_numel (ctl); i++)
     ((float *) ctl->data)[i] = (float) ((i % 13) - 6) * 0.05f;
-  int n_steps;
-  lingbot_dit_session_get_schedule (ses, &n_steps, NULL, NULL, NULL);
   LbTensor *noise[LINGBOT_DIT_MAX_STEPS] = { 0 };
   for (int i = 0; i < n_steps; i++)
     noise[i] = lb_tensor_new (LB_DTYPE_F32, 5, ls);
   g_autoptr (LingbotNoise) gen = lingbot_noise_new_philox ((guint64) seed);
 
-  double *secs = g_new0 (double, MAX (chunks, 1));
+  double *secs = g_new0 (double, chunks);
+  double *chunk_fl = g_new0 (double, chunks);
+  double *chunk_ref = g_new0 (double, chunks);
+  double pass_mfu_sum[LINGBOT_DIT_MAX_STEPS + 1] = { 0 };
+  double pass_s_sum[LINGBOT_DIT_MAX_STEPS + 1] = { 0 };
   PassTimes passes = { 0 };
   lingbot_dit_session_set_step_callback (ses, on_pass, &passes);
-  const int64_t tf = lingbot_dit_session_get_frame_tokens (ses);
-  const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
-  double total_flops = 0.0, steady_flops = 0.0;
-  int rc = 0;
+  int rc = 0, done = 0;
   for (int c = 0; c < chunks; c++) {
+    const int64_t index = lingbot_dit_session_get_chunk_index (ses);
     for (int i = 0; i < n_steps && rc == 0; i++)
-      if (!lingbot_noise_fill (gen, c, i ? LINGBOT_NOISE_RENOISE :
-              LINGBOT_NOISE_INITIAL, i ? i - 1 : 0, noise[i], lh, 0, &err))
+      if (!lingbot_noise_fill (gen, (guint) index, i ? LINGBOT_NOISE_RENOISE
+              : LINGBOT_NOISE_INITIAL, i ? i - 1 : 0, noise[i], lh, 0, &err))
         rc = 1;
     gint64 a = g_get_monotonic_time ();
     passes.mark = a;
@@ -227,65 +557,144 @@ lingbot_bench_dit_main (int argc, char **argv)
       break;
     }
     secs[c] = (g_get_monotonic_time () - a) / 1e6;
+    done = c + 1;
+    /* the keys every block attended over in this chunk's passes: the
+     * window after the chunk's own keys were written */
     int64_t ge, le;
     lingbot_dit_session_get_cursors (ses, &ge, &le);
-    double fl = chunk_flops (cfg, (double) C * tf, text_len,
-        (double) MIN (le, cap), n_steps + 1);
-    total_flops += fl;
-    if (c > 0)
-      steady_flops += fl;
-    if (!json) {
-      printf ("chunk %d: %d frames, %.3f s DiT, %.1f GFLOP/s; passes", c,
-          c == 0 ? 1 + 4 * (C - 1) : 4 * C, secs[c], fl / secs[c] / 1e9);
-      for (int i = 0; i < passes.n; i++)
-        printf (" %.3f", passes.secs[i]);
-      printf (" s\n");
+    const int64_t keys = MIN (le, cap);
+    LingbotBenchDitFlops f;
+    lingbot_bench_dit_flops (cfg, N, text_len, keys, n_passes, &f);
+    chunk_fl[c] = f.chunk;
+    chunk_ref[c] = f.chunk_reference;
+    const int frames = index == 0 ? 1 + 4 * (C - 1) : 4 * C;
+    const double m = mfu (f.chunk, secs[c], peak, n_devices);
+    if (json) {
+      printf ("{\"bench\": \"dit\", \"event\": \"chunk\", \"chunk\": %d, "
+          "\"index\": %" G_GINT64_FORMAT ", \"frames\": %d, \"keys\": %"
+          G_GINT64_FORMAT ", \"compute_s\": %.7g, \"dit_s\": %.7g, "
+          "\"tflop\": %.6g, \"tflops\": %.6g", c, index, frames, keys,
+          secs[c], secs[c], f.chunk / 1e12, f.chunk / secs[c] / 1e12);
+      print_num_or_null ("mfu", m, "%.6g");
+      printf (", \"passes\": [");
+    } else {
+      printf ("chunk %d (index %" G_GINT64_FORMAT "): %d frames, %"
+          G_GINT64_FORMAT " keys per layer, %.3f s DiT, %.4g TFLOP/s", c,
+          index, frames, keys, secs[c], f.chunk / secs[c] / 1e12);
+      if (m >= 0)
+        printf (" (MFU %.1f %%)", 100 * m);
+      printf ("; passes");
     }
+    for (int i = 0; i < passes.n; i++) {
+      /* the first pass also ran the chunk's camera path and uploads */
+      const double pf = f.pass + (i == 0 ? f.camera : 0.0);
+      const double pm = mfu (pf, passes.secs[i], peak, n_devices);
+      if (c > 0 && i <= LINGBOT_DIT_MAX_STEPS) {
+        pass_s_sum[i] += passes.secs[i];
+        pass_mfu_sum[i] += pm;
+      }
+      if (json) {
+        printf ("%s{\"s\": %.5f, \"tflops\": %.6g", i ? ", " : "",
+            passes.secs[i], passes.secs[i] > 0 ? pf / passes.secs[i] / 1e12 :
+            0.0);
+        print_num_or_null ("mfu", pm, "%.6g");
+        printf ("}");
+      } else {
+        printf (" %.3f", passes.secs[i]);
+        if (pm >= 0)
+          printf (" (%.1f %%)", 100 * pm);
+      }
+    }
+    printf (json ? "]}\n" : " s\n");
+    fflush (stdout);
   }
 
-  if (rc == 0) {
-    int ns = MAX (chunks - 1, 0);
+  if (done > 0) {
+    const int ns = MAX (done - 1, 0);
     double *st = g_new0 (double, MAX (ns, 1));
-    double sum = 0.0;
+    double sum = 0.0, fl = 0.0, flr = 0.0;
     for (int i = 0; i < ns; i++) {
       st[i] = secs[i + 1];
       sum += st[i];
+      fl += chunk_fl[i + 1];
+      flr += chunk_ref[i + 1];
     }
     qsort (st, ns, sizeof (double), cmp_double);
-    double mean = ns ? sum / ns : 0.0;
-    double fps = mean > 0 ? 4.0 * C / mean : 0.0;
-    double gflops = sum > 0 ? steady_flops / sum / 1e9 : 0.0;
+    const double mean = ns ? sum / ns : 0.0;
+    const double fps = mean > 0 ? 4.0 * C / mean : 0.0;
+    const double tfl = sum > 0 ? fl / sum / 1e12 : 0.0;
+    const double tfl_ref = sum > 0 ? flr / sum / 1e12 : 0.0;
+    const double m = ns ? mfu (fl, sum, peak, n_devices) : -1;
+    const double m_ref = ns ? mfu (flr, sum, peak, n_devices) : -1;
     if (json) {
-      printf ("{\"bench\": \"dit\", \"backend\": \"%s\", \"ranks\": %d, "
-          "\"variant\": \"%s\", \"dim\": %d, \"layers\": %d, \"heads\": %d, "
-          "\"ffn\": %d, \"latent\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
-          "], \"chunk_frames\": %d, \"tokens_per_chunk\": %" G_GINT64_FORMAT
-          ", \"text_len\": %d, \"setup_s\": %.4f, \"chunks\": [", be->name,
-          n_ranks, lingbot_dit_config_variant (cfg), cfg->dim,
-          cfg->num_layers, cfg->num_heads, cfg->ffn_dim, lh, lw, C,
-          (int64_t) C * tf, text_len, setup_s);
-      for (int c = 0; c < chunks; c++)
-        printf ("%s{\"chunk\": %d, \"frames\": %d, \"compute_s\": %.5f, "
-            "\"dit_s\": %.5f}", c ? ", " : "", c,
-            c == 0 ? 1 + 4 * (C - 1) : 4 * C, secs[c], secs[c]);
+      printf ("{\"bench\": \"dit\", \"event\": \"summary\", \"backend\": "
+          "\"%s\", \"ranks\": %d, \"devices\": %d, \"variant\": \"%s\", "
+          "\"dim\": %d, \"layers\": %d, \"heads\": %d, \"ffn\": %d, "
+          "\"params\": %" G_GUINT64_FORMAT ", \"latent\": [%" G_GINT64_FORMAT
+          ", %" G_GINT64_FORMAT "], \"chunk_frames\": %d, "
+          "\"tokens_per_chunk\": %" G_GINT64_FORMAT ", \"text_len\": %d, "
+          "\"precision\": \"%s\", \"precision_applied\": %s, "
+          "\"window_full\": %s, \"window_keys\": %" G_GINT64_FORMAT ", "
+          "\"weights_s\": %.3f, \"setup_s\": %.4f, \"first_chunk_s\": %.5f, "
+          "\"chunks\": [", be->name, n_ranks, n_devices,
+          lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers,
+          cfg->num_heads, cfg->ffn_dim, params, lh, lw, C, N, text_len,
+          math == LB_MATH_BF16 ? "bf16" : "fp32",
+          math == LB_MATH_BF16 && on_cpu ? "false" : "true",
+          window_full ? "true" : "false", cap, weights_s, setup_s, secs[0]);
+      for (int i = 0; i < done; i++)
+        printf ("%s{\"chunk\": %d, \"compute_s\": %.5f, \"dit_s\": %.5f}",
+            i ? ", " : "", i, secs[i], secs[i]);
       printf ("], \"steady\": {\"chunks\": %d, \"fps\": %.3f, \"mean_s\": "
           "%.5f, \"p50_s\": %.5f, \"p90_s\": %.5f, \"p99_s\": %.5f, "
-          "\"max_s\": %.5f, \"gflops\": %.2f}, \"total_gflop\": %.3f}\n", ns,
-          fps, mean, percentile (st, ns, 0.5), percentile (st, ns, 0.9),
-          percentile (st, ns, 0.99), ns ? st[ns - 1] : 0.0, gflops,
-          total_flops / 1e9);
+          "\"max_s\": %.5f, \"gflops\": %.2f, \"tflops\": %.6g, "
+          "\"tflops_reference\": %.6g", ns, fps, mean,
+          percentile (st, ns, 0.5), percentile (st, ns, 0.9),
+          percentile (st, ns, 0.99), ns ? st[ns - 1] : 0.0, tfl * 1e3, tfl,
+          tfl_ref);
+      print_num_or_null ("mfu", m, "%.6g");
+      print_num_or_null ("mfu_reference", m_ref, "%.6g");
+      printf (", \"pass_s\": [");
+      for (int i = 0; i < n_passes; i++)
+        printf ("%s%.5f", i ? ", " : "", ns ? pass_s_sum[i] / ns : 0.0);
+      printf ("], \"pass_mfu\": [");
+      for (int i = 0; i < n_passes; i++) {
+        if (ns && peak > 0)
+          printf ("%s%.6g", i ? ", " : "", pass_mfu_sum[i] / ns);
+        else
+          printf ("%snull", i ? ", " : "");
+      }
+      printf ("]}, \"peak_tflops_per_device\": ");
+      if (peak > 0)
+        printf ("%.6g", peak);
+      else
+        printf ("null");
+      double total = 0.0;
+      for (int i = 0; i < done; i++)
+        total += chunk_fl[i];
+      printf (", \"total_gflop\": %.3f, ", total / 1e9);
+      print_spec_check_json ();
+      printf ("}\n");
     } else {
       printf ("steady (%d chunks): %.2f fps, mean %.3f s, p50 %.3f, p90 %.3f,"
-          " p99 %.3f, max %.3f, %.1f GFLOP/s (setup %.3f s, %d rank(s))\n",
-          ns, fps, mean, percentile (st, ns, 0.5), percentile (st, ns, 0.9),
-          percentile (st, ns, 0.99), ns ? st[ns - 1] : 0.0, gflops, setup_s,
-          n_ranks);
+          " p99 %.3f, max %.3f; %.4g TFLOP/s as executed, %.4g TFLOP/s at "
+          "the reference's count", ns, fps, mean, percentile (st, ns, 0.5),
+          percentile (st, ns, 0.9), percentile (st, ns, 0.99),
+          ns ? st[ns - 1] : 0.0, tfl, tfl_ref);
+      if (m >= 0)
+        printf ("; MFU %.1f %% (reference count %.1f %%) of %.4g TFLOP/s x "
+            "%d device(s)", 100 * m, 100 * m_ref, peak, n_devices);
+      printf ("\n");
+      if (preset && g_str_equal (preset, "14b"))
+        print_spec_check_text ();
     }
     g_free (st);
   }
   for (int i = 0; i < n_steps; i++)
     lb_tensor_free (noise[i]);
   g_free (secs);
+  g_free (chunk_fl);
+  g_free (chunk_ref);
   lingbot_dit_session_free (ses);
   lb_worker_group_unref (group);
   return rc;

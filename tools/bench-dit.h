@@ -1,6 +1,73 @@
-/* lingbot-gst: `lingbot-bench dit` (streamed DiT chunks)
+/* lingbot-gst: `lingbot-bench dit` (streamed DiT chunks), its FLOP and
+ * device-memory models
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #pragma once
 
+#include <glib.h>
+
+#include "lingbot/dit.h"
+
+G_BEGIN_DECLS
+
+/* spec/performance_anchors.md 2.2, 832x480 (latent 60x104, 6240 query
+ * tokens, window 18 frames = 28080 keys, 512 text tokens, 5 passes), in
+ * TFLOP per chunk: with the camera path once per chunk (what lingbot runs)
+ * and as the reference executes it (camera path in every pass). */
+#define LINGBOT_BENCH_SPEC_14B_480P_TFLOP 1529.9
+#define LINGBOT_BENCH_SPEC_14B_480P_REFERENCE_TFLOP 1742.3
+
+/**
+ * LingbotBenchDitFlops:
+ * @linear: the x-dependent GEMMs of one pass: per block self-attention
+ *   q, k, v, o and cross-attention q, o (6 D^2 per token), FFN (2 D F),
+ *   plus the patch embedding and the head
+ * @self_attn: QK^T and PV of one pass over all blocks, 4 N K D per block
+ * @cross_attn: the same against the text K/V, 4 N L_text D per block
+ * @pass: @linear + @self_attn + @cross_attn
+ * @camera: the x-independent part: control patch embedding, the c2ws MLP
+ *   (2 D^2) and the 4 D^2 camera linears of every block, per token
+ * @chunk: n_passes x @pass + @camera: a chunk as lingbot executes it
+ *   (camera path once per chunk)
+ * @chunk_reference: n_passes x (@pass + @camera): the reference's count
+ *   (camera path recomputed in every pass), the numerator of the anchors'
+ *   MFU
+ *
+ * FLOPs (2 per multiply-add), float64.
+ */
+typedef struct
+{
+  double linear, self_attn, cross_attn, pass, camera, chunk, chunk_reference;
+} LingbotBenchDitFlops;
+
+void lingbot_bench_dit_flops (const LingbotDitConfig * cfg, int64_t tokens,
+    int64_t text_len, int64_t keys, int n_passes, LingbotBenchDitFlops * out);
+
+/**
+ * LingbotBenchDitMemory:
+ * @weights: one full copy of the weights (Ulysses replicates them)
+ * @kv_cache: self-attention K and V of every block, this rank's heads
+ * @camera: per-block camera scale and shift of this rank's tokens
+ * @cross_kv: text K and V of every block (all heads)
+ * @activations: the forward's scratch (x a q k v o t1 ctl, FFN hidden, z)
+ * @ulysses: exchange buffers (0 with one rank)
+ * @session: latents, tokens, control, noise, time modulations
+ * @total: the sum
+ *
+ * Device bytes per rank (docs/design/dit-devices.md "Memory per rank";
+ * not counted: CUDA context, cuBLASLt/attention workspaces, allocator
+ * slack).
+ */
+typedef struct
+{
+  guint64 weights, kv_cache, camera, cross_kv, activations, ulysses, session,
+      total;
+} LingbotBenchDitMemory;
+
+void lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
+    int64_t lat_w, int64_t text_len, int n_ranks, int n_steps,
+    int weight_bytes, LingbotBenchDitMemory * out);
+
 int lingbot_bench_dit_main (int argc, char **argv);
+
+G_END_DECLS

@@ -1,17 +1,22 @@
 /* lingbot-gst: `lingbot-bench vae`: streamed Wan2.1 VAE decode, unsharded
- * and height-sharded over CPU worker groups
+ * and height-sharded over worker groups on CPU or GPU ranks
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  *   lingbot-bench vae [--model PATH | --dim N] [--latent HxW]
- *       [--chunk-latents L] [--chunks K] [--ranks 1,2,4] [--seed S] [--json]
+ *       [--chunk-latents L] [--chunks K] [--ranks 1,2,4 | --devices D]
+ *       [--dit-chunk-s S] [--seed S] [--json]
  *
  * Without --model the weights are random (lingbot_vae_write_random() into a
- * temporary file).  For every rank count it decodes K chunks of L random
- * latent frames in one session and reports seconds per chunk (the first
- * chunk, 4L - 3 frames, separately from the steady ones, 4L frames) and the
- * halo bytes all ranks sent per steady chunk, with the longest time one
- * rank spent in exchanges (waiting for its neighbours included).  Rank count 1
- * is the unsharded decoder on one stream.
+ * temporary file).  For every rank count of --ranks (CPU ranks), or once
+ * on the ranks of --devices (cpu:N, or GPU ordinals such as 0 or 0,1), it
+ * decodes K chunks of L random latent frames in one session and reports
+ * seconds per chunk (the first chunk, 4L - 3 frames, separately from the
+ * steady ones, 4L frames), achieved TFLOP/s against the decode FLOP model
+ * of spec/performance_anchors.md 2.3, and the halo bytes all ranks sent
+ * per steady chunk, with the longest time one rank spent in exchanges
+ * (waiting for its neighbours included).  One rank is the unsharded
+ * decoder on one stream.  With --dit-chunk-s it also prints the decode's
+ * share of a chunk (decode / (DiT + decode)), the anchors' "< 10 %".
  */
 #include "tools/bench-vae.h"
 
@@ -21,6 +26,7 @@
 #include <glib/gstdio.h>
 
 #include "comm/worker-group.h"
+#include "lingbot/backend.h"
 #include "lingbot/vae.h"
 
 typedef struct
@@ -32,6 +38,50 @@ typedef struct
   double halo_s;
   gsize cache_bytes;
 } RunResult;
+
+/**
+ * lingbot_bench_vae_decode_flops:
+ * @dim: the decoder's base width (96 for Wan2.1)
+ * @latent_h: latent rows
+ * @latent_w: latent columns
+ * @latent_frames: latent frames of a steady chunk (4 -> 16 video frames)
+ *
+ * FLOPs (2 per multiply-add) of one steady-state causal decode chunk: the
+ * count of spec/performance_anchors_calc.py (wan_decode_macs) with its
+ * channel widths 96/192/384 written as dim, 2 dim, 4 dim: every 3-D conv
+ * (27 taps), time conv (3), spatial conv (9), shortcut (1) and the
+ * mid-block attention per latent frame.  52.4 TFLOP at 58x104, 54.2 at
+ * 60x104 (dim 96, 4 latents).
+ *
+ * Returns: the FLOPs.
+ */
+double
+lingbot_bench_vae_decode_flops (int dim, int latent_h, int latent_w,
+    int latent_frames)
+{
+  const double c = dim, c2 = 2.0 * dim, c4 = 4.0 * dim;
+  const double P0 = (double) latent_h * latent_w;
+  const double T0 = latent_frames, T1 = 2.0 * T0, T2 = 4.0 * T0;
+#define CONV(cin, cout, k, pix, t) ((double) (cin) * (cout) * (k) * (pix) * (t))
+  double m = CONV (16, 16, 1, P0, T0);  /* conv2, 1x1x1 */
+  m += CONV (16, c4, 27, P0, T0);       /* conv1 */
+  m += 4 * CONV (c4, c4, 27, P0, T0);   /* middle: 2 resblocks */
+  m += T0 * (P0 * c4 * 3 * c4 + P0 * c4 * c4 + 2 * P0 * P0 * c4);      /* attn */
+  m += 6 * CONV (c4, c4, 27, P0, T0);   /* up 0: 3 resblocks */
+  m += CONV (c4, 2 * c4, 3, P0, T0);    /* up 0 time conv */
+  m += CONV (c4, c2, 9, 4 * P0, T1);    /* up 0 spatial conv */
+  m += CONV (c2, c4, 27, 4 * P0, T1) + CONV (c4, c4, 27, 4 * P0, T1)
+      + CONV (c2, c4, 1, 4 * P0, T1);   /* up 1: resblock 2c -> 4c */
+  m += 4 * CONV (c4, c4, 27, 4 * P0, T1);       /* up 1: 2 resblocks */
+  m += CONV (c4, 2 * c4, 3, 4 * P0, T1);        /* up 1 time conv */
+  m += CONV (c4, c2, 9, 16 * P0, T2);   /* up 1 spatial conv */
+  m += 6 * CONV (c2, c2, 27, 16 * P0, T2);      /* up 2: 3 resblocks */
+  m += CONV (c2, c, 9, 64 * P0, T2);    /* up 2 spatial conv */
+  m += 6 * CONV (c, c, 27, 64 * P0, T2);        /* up 3: 3 resblocks */
+  m += CONV (c, 3, 27, 64 * P0, T2);    /* head */
+#undef CONV
+  return 2 * m;
+}
 
 static void
 fill_random (LbTensor *t, guint32 seed)
@@ -47,20 +97,20 @@ fill_random (LbTensor *t, guint32 seed)
 }
 
 static gboolean
-run_one (LingbotVae *vae, int ranks, int h, int w, int L, int chunks,
-    guint32 seed, RunResult *res, GError **error)
+run_one (LingbotVae *vae, LbBackend *be, int ranks, const int *ordinals,
+    int h, int w, int L, int chunks, guint32 seed, RunResult *res,
+    GError **error)
 {
-  LbBackend *be = lb_cpu_backend ();
   LbStream *stream = NULL;
   LbWorkerGroup *group = NULL;
   LingbotVaeDecoder *dec;
   if (ranks == 1) {
-    stream = be->stream_new (be, 0, error);
+    stream = be->stream_new (be, ordinals ? ordinals[0] : 0, error);
     if (stream == NULL)
       return FALSE;
     dec = lingbot_vae_decoder_new (vae, stream, h, w, L, error);
   } else {
-    group = lb_worker_group_new (be, ranks, NULL, NULL, error);
+    group = lb_worker_group_new (be, ranks, ordinals, NULL, error);
     if (group == NULL)
       return FALSE;
     dec = lingbot_vae_decoder_new_sharded (vae, group, h, w, L, error);
@@ -112,14 +162,17 @@ run_one (LingbotVae *vae, int ranks, int h, int w, int L, int chunks,
  * @argc: arguments after "vae" (argv[0] is the sub-command name)
  * @argv: (array length=argc): the arguments
  *
+ * `lingbot-bench vae`, see the head of this file and docs/performance.md.
+ *
  * Returns: the process exit status (0 success, 1 run failure, 2 usage).
  */
 int
 lingbot_bench_vae_main (int argc, char **argv)
 {
   g_autofree char *model = NULL, *latent = g_strdup ("12x20"),
-                  *ranks_s = g_strdup ("1,2,4");
+                  *ranks_s = NULL, *devices = NULL;
   gint dim = 8, L = 4, chunks = 3, seed = 1;
+  double dit_chunk_s = 0;
   gboolean json = FALSE;
   GOptionEntry entries[] = {
     { "model", 0, 0, G_OPTION_ARG_FILENAME, &model,
@@ -127,13 +180,19 @@ lingbot_bench_vae_main (int argc, char **argv)
     { "dim", 0, 0, G_OPTION_ARG_INT, &dim,
         "base width of the random model (8; the real VAE is 96)", "N" },
     { "latent", 0, 0, G_OPTION_ARG_STRING, &latent,
-        "latent rows x columns (12x20; 464x832 video is 58x104)", "HxW" },
+        "latent rows x columns (12x20; 480x832 video is 60x104, 464x832 "
+        "58x104)", "HxW" },
     { "chunk-latents", 0, 0, G_OPTION_ARG_INT, &L,
         "latent frames per chunk (4)", "L" },
     { "chunks", 0, 0, G_OPTION_ARG_INT, &chunks,
         "chunks per run; the first is reported apart (3)", "K" },
     { "ranks", 0, 0, G_OPTION_ARG_STRING, &ranks_s,
-        "comma-separated CPU rank counts (1,2,4)", "LIST" },
+        "comma-separated CPU rank counts, one run each (1,2,4)", "LIST" },
+    { "devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
+        "one run on these ranks: cpu:N, or GPU ordinals such as 0 or 0,1 "
+        "(instead of --ranks)", "D" },
+    { "dit-chunk-s", 0, 0, G_OPTION_ARG_DOUBLE, &dit_chunk_s,
+        "seconds of a DiT chunk: print the decode's share of a chunk", "S" },
     { "seed", 0, 0, G_OPTION_ARG_INT, &seed, "latents/weights seed (1)", "S" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "print one JSON object", NULL },
     { NULL }
@@ -145,11 +204,36 @@ lingbot_bench_vae_main (int argc, char **argv)
   int h = 0, w = 0;
   if (!g_option_context_parse (octx, &argc, &argv, &err)
       || sscanf (latent, "%dx%d", &h, &w) != 2 || h < 1 || w < 1 || L < 1
-      || chunks < 1 || dim < 2) {
+      || chunks < 1 || dim < 2 || dit_chunk_s < 0) {
     fprintf (stderr, "lingbot-bench vae: %s\n",
         err ? err->message
-            : "bad --latent, --chunk-latents, --chunks or --dim");
+            : "bad --latent, --chunk-latents, --chunks, --dim or "
+              "--dit-chunk-s");
     return 2;
+  }
+  if (ranks_s && devices) {
+    fprintf (stderr, "lingbot-bench vae: give --ranks (CPU rank counts) or "
+                     "--devices (one set of ranks), not both\n");
+    return 2;
+  }
+
+  /* the runs: one per --ranks entry on the CPU, or the --devices set */
+  LbBackend *be = lb_cpu_backend ();
+  g_autofree int *ordinals = NULL;
+  g_auto (GStrv) list = NULL;
+  int n_runs;
+  if (devices) {
+    int n = 0;
+    if (!lingbot_backend_parse_devices (devices, &be, &n, &ordinals, &err)) {
+      fprintf (stderr, "lingbot-bench vae: %s\n", err->message);
+      return 2;
+    }
+    list = g_new0 (char *, 2);
+    list[0] = g_strdup_printf ("%d", n);
+    n_runs = 1;
+  } else {
+    list = g_strsplit (ranks_s ? ranks_s : "1,2,4", ",", -1);
+    n_runs = (int)g_strv_length (list);
   }
 
   g_autofree char *tmpdir = NULL, *tmpfile = NULL;
@@ -177,41 +261,63 @@ lingbot_bench_vae_main (int argc, char **argv)
     return 1;
   }
 
-  g_auto (GStrv) list = g_strsplit (ranks_s, ",", -1);
-  int n_runs = (int)g_strv_length (list);
+  const int vdim = lingbot_vae_get_dim (vae);
+  const double flops = lingbot_bench_vae_decode_flops (vdim, h, w, L);
   RunResult *res = g_new0 (RunResult, n_runs);
   int status = 0;
   for (int i = 0; i < n_runs; i++) {
     int r = atoi (list[i]);
     if (r < 1
-        || !run_one (vae, r, h, w, L, chunks, (guint32)seed, &res[i], &err)) {
-      fprintf (stderr, "lingbot-bench vae: %d ranks: %s\n", r,
-          err ? err->message : "bad rank count");
+        || !run_one (vae, be, r, ordinals, h, w, L, chunks, (guint32)seed,
+            &res[i], &err)) {
+      fprintf (stderr, "lingbot-bench vae: %d %s rank(s): %s\n", r,
+          be->name, err ? err->message : "bad rank count");
       status = 1;
       n_runs = i;
       break;
     }
-    if (!json)
-      printf ("ranks %d: first chunk (%d frames) %.3f s; steady %.3f s/chunk "
-              "(%.2f fps); halo %.2f MB/chunk in %.3f s; cache %.1f MB\n",
-          r, 4 * L - 3, res[i].first_s, res[i].steady_s,
-          res[i].steady_s > 0 ? 4 * L / res[i].steady_s : 0.0,
-          res[i].halo_bytes / 1e6, res[i].halo_s, res[i].cache_bytes / 1e6);
+    if (!json) {
+      const double st = res[i].steady_s;
+      printf ("%s ranks %d: first chunk (%d frames) %.3f s; steady %.3f "
+              "s/chunk (%.2f fps, %.4g TFLOP/s of %.4g TFLOP); halo %.2f "
+              "MB/chunk in %.3f s; cache %.1f MB\n",
+          be->name, r, 4 * L - 3, res[i].first_s, st,
+          st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
+          flops / 1e12, res[i].halo_bytes / 1e6, res[i].halo_s,
+          res[i].cache_bytes / 1e6);
+      if (dit_chunk_s > 0 && st > 0)
+        printf ("  decode share of a chunk: %.1f %% (decode %.3f s, DiT "
+                "%.3f s; decode / DiT = %.3f)\n",
+            100 * st / (st + dit_chunk_s), st, dit_chunk_s, st / dit_chunk_s);
+    }
   }
   if (json) {
-    printf ("{\"bench\": \"vae\", \"backend\": \"cpu\", \"dim\": %d, "
-            "\"latent\": [%d, %d], \"chunk_latents\": %d, \"chunks\": %d, "
-            "\"runs\": [",
-        lingbot_vae_get_dim (vae), h, w, L, chunks);
-    for (int i = 0; i < n_runs; i++)
+    printf ("{\"bench\": \"vae\", \"backend\": \"%s\", \"devices\": %s%s%s, "
+            "\"dim\": %d, \"latent\": [%d, %d], \"chunk_latents\": %d, "
+            "\"chunks\": %d, \"decode_tflop\": %.4f, \"dit_chunk_s\": ",
+        be->name, devices ? "\"" : "", devices ? devices : "null",
+        devices ? "\"" : "", vdim, h, w, L, chunks, flops / 1e12);
+    if (dit_chunk_s > 0)
+      printf ("%.5f", dit_chunk_s);
+    else
+      printf ("null");
+    printf (", \"runs\": [");
+    for (int i = 0; i < n_runs; i++) {
+      const double st = res[i].steady_s;
       printf ("%s{\"ranks\": %d, \"first_chunk_s\": %.5f, "
               "\"steady_chunk_s\": %.5f, \"steady_fps\": %.3f, "
+              "\"steady_tflops\": %.4f, "
               "\"halo_bytes_per_chunk\": %" G_GUINT64_FORMAT
               ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT
-              "}",
-          i ? ", " : "", res[i].ranks, res[i].first_s, res[i].steady_s,
-          res[i].steady_s > 0 ? 4 * L / res[i].steady_s : 0.0,
+              ", \"decode_share\": ",
+          i ? ", " : "", res[i].ranks, res[i].first_s, st,
+          st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
           res[i].halo_bytes, res[i].halo_s, res[i].cache_bytes);
+      if (dit_chunk_s > 0 && st > 0)
+        printf ("%.5f}", st / (st + dit_chunk_s));
+      else
+        printf ("null}");
+    }
     printf ("]}\n");
   }
   g_free (res);

@@ -3,8 +3,11 @@
  *
  *   lingbot-bench gemm [--size N] [--iters K] [--backend cpu|cuda]
  *   lingbot-bench comm [--ranks N] [--size-mib S] [--iters K]
- *   lingbot-bench dit [--model DIR | --preset P] [--devices cpu:N] [--chunks K]
- *   lingbot-bench vae [--dim N] [--latent HxW] [--ranks 1,2,4] [--chunks K]
+ *   lingbot-bench dit [--model DIR | --preset P] [--devices cpu:N|0,1]
+ *       [--chunks K] [--precision fp32|bf16] [--window-full]
+ *       [--peak-tflops X] [--estimate] [--json]
+ *   lingbot-bench vae [--dim N] [--latent HxW] [--ranks 1,2,4 | --devices D]
+ *       [--chunks K] [--dit-chunk-s S]
  *   lingbot-bench direct --model M --image I --control-trace T --frames 77 ...
  *   lingbot-bench replay --duration 60 ... (also --compare A B)
  */
@@ -92,9 +95,9 @@ static const struct
   {"comm", lingbot_bench_comm_main,
       "collectives and channel GB/s on CPU ranks vs memcpy"},
   {"dit", lingbot_bench_dit_main,
-      "streamed DiT chunks: chunk seconds, steady FPS, GFLOP/s"},
+      "streamed DiT chunks: chunk seconds, steady FPS, TFLOP/s, MFU"},
   {"vae", lingbot_bench_vae_main,
-      "streamed VAE decode: seconds per chunk, halo bytes, for N ranks"},
+      "streamed VAE decode: seconds per chunk, TFLOP/s, halo bytes"},
   {"direct", lingbot_bench_direct_main,
       "the whole pipeline (elements or session): per-chunk JSON, steady FPS"},
   {"replay", lingbot_bench_replay_main,

@@ -8,6 +8,7 @@
  * checks the reports' structure and consistency, never their timings.
  */
 #include <math.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <glib/gstdio.h>
 #include <gst/gst.h>
@@ -377,6 +378,268 @@ test_compare (void)
   }
 }
 
+/* ---- lingbot-bench dit / vae options (no fixture: random models) ---- */
+
+/* Runs the bench program with @args (NULL-terminated); returns its exit
+ * status and its stdout and stderr in @out and @err_out. */
+static int
+spawn_bench (const char *const *args, char **out, char **err_out)
+{
+  GPtrArray *a = g_ptr_array_new ();
+  g_ptr_array_add (a, (gpointer) bench);
+  for (guint i = 0; args[i]; i++)
+    g_ptr_array_add (a, (gpointer) args[i]);
+  g_ptr_array_add (a, NULL);
+  int status = 0;
+  g_autoptr (GError) err = NULL;
+  g_assert_true (g_spawn_sync (NULL, (char **) a->pdata, NULL, 0, NULL,
+          NULL, out, err_out, &status, &err));
+  g_assert_no_error (err);
+  g_ptr_array_free (a, TRUE);
+  g_assert_true (WIFEXITED (status));
+  return WEXITSTATUS (status);
+}
+
+/* The JSON lines of @out; every line must parse as an object. */
+static GPtrArray *
+json_lines (const char *out, GPtrArray * parsers)
+{
+  GPtrArray *objs = g_ptr_array_new ();
+  g_auto (GStrv) lines = g_strsplit (out, "\n", -1);
+  for (guint i = 0; lines[i]; i++) {
+    if (*lines[i] == '\0')
+      continue;
+    JsonParser *p = json_parser_new ();
+    g_autoptr (GError) err = NULL;
+    if (!json_parser_load_from_data (p, lines[i], -1, &err))
+      g_error ("not JSON: %s (%s)", lines[i], err->message);
+    g_assert_true (JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p)));
+    g_ptr_array_add (parsers, p);
+    g_ptr_array_add (objs, json_node_get_object (json_parser_get_root (p)));
+  }
+  return objs;
+}
+
+/* The lines of @objs whose "event" is @event. */
+static GPtrArray *
+events (GPtrArray * objs, const char *event)
+{
+  GPtrArray *r = g_ptr_array_new ();
+  for (guint i = 0; i < objs->len; i++)
+    if (g_str_equal (json_object_get_string_member (objs->pdata[i],
+                "event"), event))
+      g_ptr_array_add (r, objs->pdata[i]);
+  return r;
+}
+
+static void
+test_dit_precision (void)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *args[] = { "dit", "--chunks", "2", "--precision", "bf16",
+    "--json", NULL
+  };
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  g_assert_cmpstr (err_out, ==, "lingbot-bench dit: --precision bf16 is "
+      "ignored on CPU ranks (the CPU backend computes in float32)\n");
+  g_autoptr (GPtrArray) ps = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr (GPtrArray) objs = json_lines (out, ps);
+  g_autoptr (GPtrArray) sum = events (objs, "summary");
+  g_assert_cmpuint (sum->len, ==, 1);
+  JsonObject *s = sum->pdata[0];
+  g_assert_cmpstr (json_object_get_string_member (s, "precision"), ==,
+      "bf16");
+  g_assert_false (json_object_get_boolean_member (s, "precision_applied"));
+  g_assert_cmpstr (json_object_get_string_member (s, "backend"), ==, "cpu");
+  /* no peak on the CPU unless given: MFU is null */
+  JsonObject *st = json_object_get_object_member (s, "steady");
+  g_assert_cmpint (json_object_get_int_member (st, "chunks"), ==, 1);
+  g_assert_true (json_object_get_null_member (st, "mfu"));
+  g_assert_true (json_object_get_null_member (s, "peak_tflops_per_device"));
+
+  g_clear_pointer (&out, g_free);
+  g_clear_pointer (&err_out, g_free);
+  const char *bad[] = { "dit", "--precision", "fp16", NULL };
+  g_assert_cmpint (spawn_bench (bad, &out, &err_out), ==, 2);
+  g_assert_cmpstr (err_out, ==, "lingbot-bench dit: --precision wants fp32 "
+      "or bf16, not fp16\n");
+}
+
+/* Keys per layer of each chunk line of a tiny run (latent 16x24: T_f 96,
+ * chunks of 2 frames, window 6 frames = 576 keys). */
+static void
+check_keys (gboolean full, const int64_t * want, int n)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *args[] = { "dit", "--chunks", "3", "--json",
+    full ? "--window-full" : NULL, NULL
+  };
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  g_autoptr (GPtrArray) ps = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr (GPtrArray) objs = json_lines (out, ps);
+  g_autoptr (GPtrArray) setup = events (objs, "setup");
+  g_autoptr (GPtrArray) chunks = events (objs, "chunk");
+  g_assert_cmpuint (setup->len, ==, 1);
+  g_assert_cmpuint (chunks->len, ==, (guint) n);
+  JsonObject *su = setup->pdata[0];
+  g_assert_cmpint (json_object_get_int_member (su, "window_keys"), ==, 576);
+  g_assert_true (json_object_get_boolean_member (su, "window_full") == full);
+  JsonArray *cur = json_object_get_array_member (su, "cursors");
+  g_assert_cmpint (json_array_get_int_element (cur, 1), ==, full ? 576 : 0);
+  g_assert_cmpint (json_array_get_int_element (cur, 0), ==, full ? 576 : 0);
+  g_assert_cmpint (json_object_get_int_member (su, "next_chunk"), ==,
+      full ? 3 : 0);
+  for (int i = 0; i < n; i++) {
+    JsonObject *c = chunks->pdata[i];
+    g_assert_cmpint (json_object_get_int_member (c, "chunk"), ==, i);
+    g_assert_cmpint (json_object_get_int_member (c, "index"), ==,
+        (full ? 3 : 0) + i);
+    g_assert_cmpint (json_object_get_int_member (c, "keys"), ==, want[i]);
+    g_assert_cmpuint (json_array_get_length (json_object_get_array_member (c,
+                "passes")), ==, 5);
+  }
+}
+
+static void
+test_dit_window_full (void)
+{
+  /* from empty: 2, 4, 6 frames of keys; full: 6 frames from the start */
+  const int64_t grow[] = { 192, 384, 576 }, full[] = { 576, 576, 576 };
+  check_keys (FALSE, grow, 3);
+  check_keys (TRUE, full, 3);
+}
+
+static void
+test_dit_mfu (void)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *args[] = { "dit", "--chunks", "3", "--peak-tflops", "0.01",
+    "--json", NULL
+  };
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  g_autoptr (GPtrArray) ps = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr (GPtrArray) objs = json_lines (out, ps);
+  g_autoptr (GPtrArray) chunks = events (objs, "chunk");
+  g_autoptr (GPtrArray) sum = events (objs, "summary");
+  g_assert_cmpuint (chunks->len, ==, 3);
+  g_assert_cmpuint (sum->len, ==, 1);
+  for (guint i = 0; i < chunks->len; i++) {
+    JsonObject *c = chunks->pdata[i];
+    double s = json_object_get_double_member (c, "compute_s");
+    double tflop = json_object_get_double_member (c, "tflop");
+    double tflops = json_object_get_double_member (c, "tflops");
+    double mfu = json_object_get_double_member (c, "mfu");
+    g_assert_cmpfloat (fabs (tflops - tflop / s), <=, 2e-5 * tflops);
+    g_assert_cmpfloat (fabs (mfu - tflops / 0.01), <=, 2e-5 * mfu);
+    /* a pass's MFU is its TFLOP/s over the peak too */
+    JsonArray *passes = json_object_get_array_member (c, "passes");
+    g_assert_cmpuint (json_array_get_length (passes), ==, 5);
+    for (guint p = 0; p < 5; p++) {
+      JsonObject *po = json_array_get_object_element (passes, p);
+      double pt = json_object_get_double_member (po, "tflops");
+      double pm = json_object_get_double_member (po, "mfu");
+      g_assert_cmpfloat (fabs (pm - pt / 0.01), <=, 2e-5 * pm);
+    }
+  }
+  JsonObject *s = sum->pdata[0];
+  JsonObject *st = json_object_get_object_member (s, "steady");
+  double tflops = json_object_get_double_member (st, "tflops");
+  double mfu = json_object_get_double_member (st, "mfu");
+  g_assert_cmpfloat (json_object_get_double_member (s,
+          "peak_tflops_per_device"), ==, 0.01);
+  g_assert_cmpfloat (fabs (mfu - tflops / 0.01), <=, 2e-5 * mfu);
+  /* the reference's count has the camera path in every pass: more FLOPs
+   * in the same time */
+  double tref = json_object_get_double_member (st, "tflops_reference");
+  double mref = json_object_get_double_member (st, "mfu_reference");
+  g_assert_cmpfloat (tref, >, tflops);
+  g_assert_cmpfloat (fabs (mref - tref / 0.01), <=, 2e-5 * mref);
+  g_assert_cmpuint (json_array_get_length (json_object_get_array_member (st,
+              "pass_mfu")), ==, 5);
+  /* the 14B check rides along in every summary */
+  JsonObject *sc = json_object_get_object_member (s, "spec_14b_480p");
+  g_assert_cmpfloat (fabs (json_object_get_double_member (sc, "tflop") -
+          1529.9), <, 0.05);
+  g_assert_cmpfloat (json_object_get_double_member (sc, "spec_tflop"), ==,
+      1529.9);
+
+  /* text mode prints the MFU */
+  g_clear_pointer (&out, g_free);
+  g_clear_pointer (&err_out, g_free);
+  const char *text[] = { "dit", "--chunks", "2", "--peak-tflops", "0.01",
+    NULL
+  };
+  g_assert_cmpint (spawn_bench (text, &out, &err_out), ==, 0);
+  g_assert_nonnull (strstr (out, "; MFU "));
+  g_assert_nonnull (strstr (out, "of 0.01 TFLOP/s x 1 device(s)"));
+}
+
+static void
+test_dit_estimate (void)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *args[] = { "dit", "--preset", "14b", "--latent", "60x104",
+    "--text-len", "512", "--estimate", "--json", NULL
+  };
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  g_autoptr (GPtrArray) ps = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr (GPtrArray) objs = json_lines (out, ps);
+  g_assert_cmpuint (objs->len, ==, 1);
+  JsonObject *e = objs->pdata[0];
+  g_assert_cmpstr (json_object_get_string_member (e, "event"), ==,
+      "estimate");
+  g_assert_cmpint (json_object_get_int_member (e, "window_keys"), ==, 28080);
+  JsonObject *f = json_object_get_object_member (e, "flops");
+  g_assert_cmpfloat (fabs (json_object_get_double_member (f, "chunk") /
+          1529.9e12 - 1), <, 0.01);
+  g_assert_cmpfloat (fabs (json_object_get_double_member (f,
+              "chunk_reference") / 1742.3e12 - 1), <, 0.01);
+  JsonObject *m = json_object_get_object_member (json_object_get_object_member
+      (e, "memory_per_rank"), "f32_weights");
+  g_assert_cmpfloat (fabs (json_object_get_int_member (m, "total") / 1e9 -
+          132.7), <, 0.05);
+  g_assert_cmpint (json_object_get_int_member (e, "host_weight_bytes"), ==,
+      4 * json_object_get_int_member (e, "params"));
+}
+
+static void
+test_vae_devices (void)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *args[] = { "vae", "--devices", "cpu:2", "--dim", "4",
+    "--latent", "6x8", "--chunk-latents", "2", "--chunks", "2",
+    "--dit-chunk-s", "1", "--json", NULL
+  };
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  g_autoptr (GPtrArray) ps = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr (GPtrArray) objs = json_lines (out, ps);
+  g_assert_cmpuint (objs->len, ==, 1);
+  JsonObject *v = objs->pdata[0];
+  g_assert_cmpstr (json_object_get_string_member (v, "backend"), ==, "cpu");
+  g_assert_cmpstr (json_object_get_string_member (v, "devices"), ==,
+      "cpu:2");
+  g_assert_cmpfloat (json_object_get_double_member (v, "dit_chunk_s"), ==,
+      1.0);
+  JsonArray *runs = json_object_get_array_member (v, "runs");
+  g_assert_cmpuint (json_array_get_length (runs), ==, 1);
+  JsonObject *r = json_array_get_object_element (runs, 0);
+  g_assert_cmpint (json_object_get_int_member (r, "ranks"), ==, 2);
+  /* two height bands exchange halo rows */
+  g_assert_cmpint (json_object_get_int_member (r, "halo_bytes_per_chunk"),
+      >, 0);
+  double s = json_object_get_double_member (r, "steady_chunk_s");
+  g_assert_cmpfloat (s, >, 0);
+  g_assert_cmpfloat (fabs (json_object_get_double_member (r,
+              "decode_share") - s / (s + 1)), <, 1e-4);
+
+  g_clear_pointer (&out, g_free);
+  g_clear_pointer (&err_out, g_free);
+  const char *both[] = { "vae", "--devices", "cpu:2", "--ranks", "1", NULL };
+  g_assert_cmpint (spawn_bench (both, &out, &err_out), ==, 2);
+  g_assert_cmpstr (err_out, ==, "lingbot-bench vae: give --ranks (CPU rank "
+      "counts) or --devices (one set of ranks), not both\n");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -392,6 +655,11 @@ main (int argc, char **argv)
   g_test_add_data_func ("/bench/direct/session", "session", test_direct);
   g_test_add_func ("/bench/replay", test_replay);
   g_test_add_func ("/bench/compare", test_compare);
+  g_test_add_func ("/bench/dit/precision", test_dit_precision);
+  g_test_add_func ("/bench/dit/window-full", test_dit_window_full);
+  g_test_add_func ("/bench/dit/mfu", test_dit_mfu);
+  g_test_add_func ("/bench/dit/estimate", test_dit_estimate);
+  g_test_add_func ("/bench/vae/devices", test_vae_devices);
   int rc = g_test_run ();
   rm_rf (tmpdir);
   return rc;

@@ -1,63 +1,341 @@
 #!/usr/bin/env bash
 # lingbot-gst: the one GPU validation script, run on a machine with a device
-# (`run` tool: `tests/gpu/run.sh`).  Builds, runs the gpu suite (parity of
-# CUDA ops against the CPU oracle, NCCL collectives), then times the ops at
-# DiT-14B / VAE shapes.  Results go under $OUT (default ./gpu-results):
-#   build.log, gpu-suite.log, gpu-testlog.json, bench-ops.jsonl,
-#   bench-gemm.jsonl, summary.txt.  Every step reports its own status and a
-# failing step does not stop the later ones (except a failed build).
-# Budget: about 8 minutes on an H200 (build ~2-3 min on 16 cores, suite
-# ~1 min, op timings ~1-2 min), each step under its own timeout.
+# (`run` tool: `tests/gpu/run.sh`).  Without a GPU it says so and exits 77
+# before building anything.
+#
+# Steps, each under its own timeout, a failing one not stopping the later
+# ones (except a failed build):
+#   1. build (-Dcuda=enabled)
+#   2. the gpu suite: parity of every CUDA op against the CPU oracle, the
+#      DiT on CUDA ranks, NCCL collectives
+#   3. op timings at DiT-14B / VAE shapes (bench-cuda-ops), GEMM rates
+#   4. the real 14B shapes with random weights (lingbot-bench, JSON lines):
+#      a) one DiT block (14B, 1 layer) at 832x480: 6240 query tokens, a full
+#         18-frame KV window (28080 keys), 512 text tokens; fp32 and bf16
+#      c) the VAE decode of one chunk at 60x104, dim 96, on device 0
+#      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
+#         device and host memory and the time left allow it
+#      (c runs before b so that a slow full chunk cannot starve it)
+#   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
+#      seconds per chunk, MFU, the VAE's share of a chunk
+#
+# Everything goes under $OUT (default ./gpu-results), 7 files, since the
+# device tool returns at most 8: summary.txt, build.log, gpu-suite.log,
+# gpu-testlog.json, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
+# (the lingbot-bench JSON lines of step 4, each with a "step" member),
+# bench-model.log (their text and stderr).
+#
+# Budget: 8 minutes on one H200 (16 cores).  Every step's timeout is the
+# smaller of its own limit and what is left of BUDGET_S once the minimum
+# of the later steps is set aside, so the whole script ends in time even
+# when a step is slow.  Expected (docs/performance.md "GPU procedure"):
+# build ~150 s, suite ~60 s, op timings ~60 s, block fp32 ~20 s, block
+# bf16 ~15 s, VAE ~30 s, full chunk ~60-120 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+
+if ! gpus=$(nvidia-smi -L 2>/dev/null) || ! grep -q '^GPU ' <<<"$gpus"; then
+  echo "run.sh: no GPU (nvidia-smi -L lists none): nothing to validate"
+  exit 77
+fi
+
 OUT=${OUT:-gpu-results}
+BUDGET_S=${BUDGET_S:-470}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 SUMMARY="$OUT/summary.txt"
+MODEL_JSON="$OUT/bench-model.jsonl"
+MODEL_LOG="$OUT/bench-model.log"
 : >"$SUMMARY"
+: >"$MODEL_JSON"
+: >"$MODEL_LOG"
+T0=$(date +%s)
 note() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
+# step_limit MAX RESERVE: MAX, or less so that RESERVE seconds stay for
+# the steps after this one
+step_limit() {
+  local l
+  l=$(($(left) - $2))
+  if [ "$l" -lt "$1" ]; then echo "$l"; else echo "$1"; fi
+}
 
+note "run.sh on $(grep -c '^GPU ' <<<"$gpus") GPU(s): $(head -1 <<<"$gpus")"
+
+# ---- 1. build --------------------------------------------------------
 start=$(date +%s)
+limit=$(step_limit 300 195)
 {
   nvidia-smi || true
-  . tools/deps.sh && lingbot_install_deps
-  if [ -d build-gpu ]; then
-    meson setup --reconfigure build-gpu -Dcuda=enabled >/dev/null
-  else
-    meson setup build-gpu -Dcuda=enabled >/dev/null
-  fi && timeout 420 ninja -C build-gpu
+  # deps, configure and build all under the step's limit
+  timeout "$limit" bash -c '
+    . tools/deps.sh && lingbot_install_deps || exit 1
+    if [ -d build-gpu ]; then
+      meson setup --reconfigure build-gpu -Dcuda=enabled >/dev/null
+    else
+      meson setup build-gpu -Dcuda=enabled >/dev/null
+    fi && ninja -C build-gpu'
 } >"$OUT/build.log" 2>&1
 rc=$?
-note "build rc=$rc ($(( $(date +%s) - start ))s)"
+note "build rc=$rc ($(($(date +%s) - start)) s, limit $limit s)"
 if [ $rc -ne 0 ]; then
   tail -50 "$OUT/build.log"
   exit 1
 fi
+export LINGBOT_BACKEND_PATH=$PWD/build-gpu/kernels/cuda
+BENCH=build-gpu/tools/lingbot-bench
 
+# ---- 2. gpu suite ----------------------------------------------------
 start=$(date +%s)
-timeout 240 meson test -C build-gpu --suite gpu --print-errorlogs -v \
+limit=$(step_limit 240 135)
+[ "$limit" -ge 30 ] || limit=30
+timeout "$limit" meson test -C build-gpu --suite gpu --print-errorlogs -v \
   >"$OUT/gpu-suite.log" 2>&1
-note "gpu suite rc=$? ($(( $(date +%s) - start ))s)"
+suite_rc=$?
+note "gpu suite rc=$suite_rc ($(($(date +%s) - start)) s, limit $limit s)"
 grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
-# the per-case parity numbers (max rel diff per op and shape)
-grep -hE '^# (attention|layer_norm|rms_norm|modulate|gated_residual|gelu_tanh|silu|scale|add|mul|rope_3d|upsample|patchify|unpatchify|resize_bicubic|conv3d_causal|conv2d|gemm)' \
-  "$OUT/gpu-suite.log" >"$OUT/parity-cases.txt" 2>/dev/null
+grep -hE '^# (vae|dit) ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
 cp build-gpu/meson-logs/testlog.json "$OUT/gpu-testlog.json" 2>/dev/null
 
+# ---- 3. op timings ---------------------------------------------------
 start=$(date +%s)
-export LINGBOT_BACKEND_PATH=$PWD/build-gpu/kernels/cuda
-timeout 200 build-gpu/tests/gpu/bench-cuda-ops >"$OUT/bench-ops.jsonl" \
-  2>"$OUT/bench-ops.err"
-note "bench-cuda-ops rc=$? ($(( $(date +%s) - start ))s)"
-cat "$OUT/bench-ops.jsonl"
-tail -5 "$OUT/bench-ops.err"
-
-if [ -x build-gpu/tools/lingbot-bench ]; then
+limit=$(step_limit 120 105)
+if [ "$limit" -ge 10 ]; then
+  timeout "$limit" build-gpu/tests/gpu/bench-cuda-ops \
+    >"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
+  note "bench-cuda-ops rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
+else
+  note "bench-cuda-ops skipped: $(left) s left"
+fi
+if [ "$(left)" -gt 130 ]; then
   start=$(date +%s)
   for n in 1024 4096 8192; do
-    timeout 60 build-gpu/tools/lingbot-bench gemm --backend cuda --size $n \
-      --iters 20 || echo "{\"bench\":\"gemm\",\"size\":$n,\"error\":\"rc=$?\"}"
-  done >"$OUT/bench-gemm.jsonl" 2>&1
-  note "lingbot-bench gemm ($(( $(date +%s) - start ))s)"
-  cat "$OUT/bench-gemm.jsonl"
+    timeout 20 "$BENCH" gemm --backend cuda --size $n --iters 20 ||
+      echo "{\"bench\": \"gemm\", \"size\": $n, \"error\": \"rc=$?\"}"
+  done >>"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
+  note "lingbot-bench gemm ($(($(date +%s) - start)) s)"
+else
+  note "lingbot-bench gemm skipped: $(left) s left"
 fi
+
+# ---- 4. the 14B shapes ----------------------------------------------
+# bench STEP LIMIT ARGS...: lingbot-bench ARGS under `timeout LIMIT`, its
+# JSON lines tagged with the step into bench-model.jsonl, the rest of its
+# output into bench-model.log.  Returns the bench's exit status.
+bench() {
+  local step=$1 limit=$2
+  shift 2
+  echo "== $step: lingbot-bench $* (limit $limit s)" >>"$MODEL_LOG"
+  timeout "$limit" "$BENCH" "$@" --json 2>>"$MODEL_LOG" |
+    while IFS= read -r line; do
+      case $line in
+        "{"*) echo "{\"step\": \"$step\", ${line#\{}" >>"$MODEL_JSON" ;;
+        *) echo "$line" >>"$MODEL_LOG" ;;
+      esac
+    done
+  return "${PIPESTATUS[0]}"
+}
+# json_get STEP EVENT EXPR: a value of the last matching JSON line
+json_get() {
+  python3 - "$MODEL_JSON" "$1" "$2" "$3" <<'EOF'
+import json, sys
+path, step, event, expr = sys.argv[1:]
+val = None
+for line in open(path):
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    if o.get("step") == step and o.get("event", "") == event:
+        try:
+            val = eval(expr, {}, {"o": o})
+        except (KeyError, TypeError, IndexError):
+            pass
+print("" if val is None else val)
+EOF
+}
+
+SHAPE=(--preset 14b --latent 60x104 --text-len 512 --window-full)
+
+# a) one block, fp32 then bf16
+for prec in fp32 bf16; do
+  start=$(date +%s)
+  if [ $prec = fp32 ]; then reserve=75; else reserve=45; fi
+  limit=$(step_limit 60 $reserve)
+  if [ "$limit" -lt 15 ]; then
+    note "dit block $prec skipped: $(left) s left"
+    continue
+  fi
+  bench "block-$prec" "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+    --devices 0 --precision $prec
+  note "dit block $prec rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
+done
+
+# the DiT chunk time the VAE is compared with: 40 x the bf16 block (or
+# the fp32 one), replaced by the measured 40-layer chunk in the summary
+dit_est=$(json_get block-bf16 summary 'round(o["steady"]["mean_s"] * 40, 4)')
+[ -n "$dit_est" ] ||
+  dit_est=$(json_get block-fp32 summary 'round(o["steady"]["mean_s"] * 40, 4)')
+
+# c) VAE decode of one chunk (60x104 latent = 480x832, 16 frames)
+start=$(date +%s)
+limit=$(step_limit 90 5)
+if [ "$limit" -ge 20 ]; then
+  vae_extra=()
+  [ -n "$dit_est" ] && vae_extra=(--dit-chunk-s "$dit_est")
+  bench vae "$limit" vae --dim 96 --latent 60x104 --chunks 2 --devices 0 \
+    "${vae_extra[@]}"
+  note "vae decode rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
+else
+  note "vae decode skipped: $(left) s left"
+fi
+
+# b) the whole 40-layer chunk, bf16, full window
+bench estimate 10 dit "${SHAPE[@]}" --devices 0 --precision bf16 --estimate
+need_dev=$(json_get estimate estimate \
+  'int(o["memory_per_rank"]["bf16_weights"]["total"] * 1.25 + 2e9)')
+need_host=$(json_get estimate estimate 'int(o["host_weight_bytes"] + 4e9)')
+free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits \
+  -i 0 | head -1 | tr -dc 0-9)
+free_dev=$((${free_mib:-0} * 1048576))
+free_kib=$(awk '/^MemAvailable/ { print $2 }' /proc/meminfo)
+free_host=$((${free_kib:-0} * 1024))
+note "full chunk memory: device needs ${need_dev:-?} B (the model's" \
+  "$(json_get estimate estimate \
+    'o["memory_per_rank"]["bf16_weights"]["total"]') B + 25 % allocator" \
+  "slack + 2 GB context/workspaces), $free_dev B free;" \
+  "host needs ${need_host:-?} B (f32 weights + 4 GB), $free_host B available"
+limit=$(step_limit 240 5)
+if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
+  note "dit full chunk skipped: no memory estimate"
+elif [ "$need_dev" -gt "$free_dev" ]; then
+  note "dit full chunk skipped: not enough device memory"
+elif [ "$need_host" -gt "$free_host" ]; then
+  note "dit full chunk skipped: not enough host memory"
+elif [ "$limit" -lt 90 ]; then
+  note "dit full chunk skipped: $(left) s left (needs ~90 s)"
+else
+  start=$(date +%s)
+  bench full-bf16 "$limit" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
+    --precision bf16
+  note "dit full chunk bf16 rc=$? ($(($(date +%s) - start)) s, limit" \
+    "$limit s)"
+fi
+
+# ---- 5. summary ------------------------------------------------------
+python3 - "$OUT/gpu-suite.log" "$MODEL_JSON" >>"$SUMMARY" <<'EOF'
+import json, re, sys
+suite_log, model_json = sys.argv[1:]
+
+# per-op parity: the largest error against the CPU over each op's cases.
+# Lines "# OP ...: ... rel X", "# gemm ...: max rel X", and the model tests'
+# "# dit cuda, ...: ... max |cuda - cpu| / max |cpu| = X", "# vae decode
+# cuda, ...: ... max|cuda - cpu| X" (absolute), "# vae condition cuda ...:
+# ... max rel |cuda - cpu| X"; indented detail lines are skipped.
+NUM = r"([0-9][0-9.eE+-]*|nan|inf)"
+KEYS = [(r"max rel \|cuda - cpu\| " + NUM, "rel"),
+        (r"max \|cuda - cpu\| / max \|cpu\| = " + NUM, "rel"),
+        (r"max\|cuda - cpu\| " + NUM, "abs"),
+        (r"max rel " + NUM, "rel"),
+        (r"\brel " + NUM, "rel")]
+worst = {}
+for line in open(suite_log, errors="replace"):
+    m = re.match(r"^# (\S.*)", line)
+    if not m:
+        continue
+    text = m.group(1)
+    for key, kind in KEYS:
+        k = re.search(key, text)
+        if k:
+            break
+    else:
+        continue
+    head = re.split(r"[,:]", text, 1)[0].split()
+    op = ("-".join(head[:head.index("cuda") + 1]) if "cuda" in head
+          else head[0])
+    if "bf16" in head:      # the bf16 cases have their own tolerances
+        op += "-bf16"
+    n, w, _ = worst.get(op, (0, 0.0, kind))
+    v = float(k.group(1))
+    worst[op] = (n + 1, v if v != v or v > w else w, kind)
+print("\nparity against the CPU (largest error over each op's cases):")
+for op in sorted(worst):
+    n, w, kind = worst[op]
+    print("  %-24s %4d cases  max %s %.3g" % (op, n, kind, w))
+if not worst:
+    print("  (no parity lines in the suite log)")
+
+runs = {}
+for line in open(model_json):
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    runs.setdefault(o.get("step"), []).append(o)
+
+def last(step, event):
+    for o in reversed(runs.get(step, [])):
+        if o.get("event", "") == event:
+            return o
+    return None
+
+def fmt(v, f="%.3f"):
+    return "-" if v is None else f % v
+
+print("\nDiT, 832x480 latent 60x104, 512 text tokens, full window:")
+print("  %-11s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
+      "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
+full_s = None
+for step in ("block-fp32", "block-bf16", "full-bf16"):
+    s = last(step, "summary")
+    chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
+    if s is None and not chunks:
+        print("  %-11s not run or no chunk finished" % step)
+        continue
+    st = s["steady"] if s and s["steady"]["chunks"] else None
+    # without a steady chunk: the last finished one (cold, first chunk)
+    c = chunks[-1] if chunks else None
+    sec = st["mean_s"] if st else c["compute_s"]
+    tfl = st["tflops"] if st else c["tflops"]
+    mfu = st["mfu"] if st else c.get("mfu")
+    mfr = st["mfu_reference"] if st else None
+    setup = last(step, "setup")
+    print("  %-11s %6s %6s %7s %9s %9s %8s %8s %7s%s" % (step,
+          setup["layers"] if setup else "-", c["keys"] if c else "-",
+          len(chunks), fmt(sec), fmt(tfl, "%.1f"),
+          fmt(None if mfu is None else 100 * mfu, "%.1f %%"),
+          fmt(None if mfr is None else 100 * mfr, "%.1f %%"),
+          fmt(setup["setup_s"] if setup else None, "%.0f s"),
+          "" if st else "  (first chunk only)"))
+    if step == "full-bf16":
+        full_s = sec
+blk = last("block-bf16", "summary")
+if full_s is None and blk and blk["steady"]["chunks"]:
+    print("  40-layer chunk estimated from the bf16 block: %.2f s"
+          % (40 * blk["steady"]["mean_s"]))
+est = last("estimate", "estimate")
+if est:
+    c = est["spec_14b_480p"]
+    print("  14B chunk FLOP count: ours %.1f TFLOP (anchors 2.2, camera "
+          "hoisted: %.1f); the reference's %.1f (anchors: %.1f)"
+          % (c["tflop"], c["spec_tflop"], c["reference_tflop"],
+             c["spec_reference_tflop"]))
+
+print("\nVAE decode, dim 96, latent 60x104 (16 frames per steady chunk):")
+v = last("vae", "")
+if v and v.get("runs"):
+    r = v["runs"][0]
+    dit_s = full_s if full_s else v.get("dit_chunk_s")
+    share = (r["steady_chunk_s"] / (r["steady_chunk_s"] + dit_s)
+             if dit_s and r["steady_chunk_s"] > 0 else None)
+    print("  first chunk %.3f s, steady %.3f s/chunk, %.1f TFLOP/s of %.1f "
+          "TFLOP; share of a chunk %s (DiT chunk %s s, %s; target < 10 %%)"
+          % (r["first_chunk_s"], r["steady_chunk_s"], r["steady_tflops"],
+             v["decode_tflop"], fmt(None if share is None else 100 * share,
+             "%.1f %%"), fmt(dit_s, "%.2f"),
+             "measured" if full_s else "40 x the bf16 block"))
+else:
+    print("  not run or failed (bench-model.log)")
+EOF
+note "total $(($(date +%s) - T0)) s"
+exit "$suite_rc"
