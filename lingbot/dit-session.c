@@ -132,9 +132,14 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   if (!lingbot_dit_text_kv (rs, a->text, FALSE, error))
     return FALSE;
   if (rank->rank == 0 && s->backend->device_type != LB_DEVICE_CPU) {
-    sr->host_lat = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
-    sr->host_pred = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
-    sr->host_x0 = lb_tensor_new (LB_DTYPE_F32, 4, sr->lat->shape);
+    /* page-locked where the backend has it: downloaded every pass */
+    if (!(sr->host_lat = lb_tensor_new_host (s, LB_DTYPE_F32, 4,
+                sr->lat->shape, error)) ||
+        !(sr->host_pred = lb_tensor_new_host (s, LB_DTYPE_F32, 4,
+                sr->lat->shape, error)) ||
+        !(sr->host_x0 = lb_tensor_new_host (s, LB_DTYPE_F32, 4,
+                sr->lat->shape, error)))
+      return FALSE;
   }
   /* graph replay needs a capturing backend and collectives that run on the
    * stream (NCCL; the local collectives synchronise host threads) */
