@@ -134,6 +134,7 @@ static const struct
   OP (resize_bicubic), OP (copy), OP (clamp), OP (fill), OP (accumulate),
   OP (channel_rms_norm), OP (upsample_nearest2x_halo), OP (latent_affine),
   OP (norm_modulate), OP (rms_norm_rope), OP (gated_residual_modulate),
+  OP (ray_map),
 };
 #undef OP
 

@@ -1180,3 +1180,39 @@ lb_check_gated_residual_modulate (const LbTensor * x, const LbTensor * y,
       check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
       check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
 }
+
+/**
+ * lb_check_ray_map:
+ * @rel_poses: f32 [C, 16] contiguous
+ * @width: output width in pixels
+ * @height: output height in pixels
+ * @row0: first latent row
+ * @y: f32 [384, C, rows, width / 8] contiguous
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the ray_map op (kernels/ops.h, spec 2.6-2.7), in the order
+ * rel_poses, size, y, band: width and height positive multiples of 8,
+ * latent rows [row0, row0 + rows) inside 0..height/8.
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_ray_map (const LbTensor * rel_poses, int width, int height,
+    int row0, const LbTensor * y, GError ** error)
+{
+  const char *op = "ray_map";
+  int64_t ps[2] = { LB_ANY, 16 };
+  if (!lb_check_tensor (op, "rel_poses", rel_poses, LB_DTYPE_F32, 2, ps, TRUE,
+          error))
+    return FALSE;
+  if (width <= 0 || height <= 0 || width % 8 || height % 8)
+    return lb_check_fail (error, "%s: width %d and height %d must be "
+        "positive multiples of 8", op, width, height);
+  int64_t ys[4] = { 384, rel_poses->shape[0], LB_ANY, width / 8 };
+  if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, ys, TRUE, error))
+    return FALSE;
+  if (row0 < 0 || row0 + y->shape[2] > height / 8)
+    return lb_check_fail (error, "%s: latent rows [%d, %" G_GINT64_FORMAT
+        ") outside 0..%d", op, row0, row0 + y->shape[2], height / 8);
+  return TRUE;
+}

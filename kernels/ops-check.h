@@ -192,4 +192,9 @@ gboolean lb_check_gated_residual_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
     const LbTensor * shift, LbRowsGeom * g, GError ** error);
 
+/* ---- camera control ---- */
+
+gboolean lb_check_ray_map (const LbTensor * rel_poses, int width, int height,
+    int row0, const LbTensor * y, GError ** error);
+
 G_END_DECLS

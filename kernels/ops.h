@@ -163,6 +163,25 @@ typedef struct _LbStream LbStream;
  *   [M, D] or %NULL (then `x + y`), scale and shift [D] or [M, D] (the
  *   self-attention output's gated residual followed by the camera
  *   injection of spec 1.7).  Row-strided 2-D views accepted.
+ *
+ * @ray_map: the camera control tensor of spec 2.6-2.7, built on the
+ *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
+ *   contiguous (C relative camera-to-world poses, row-major 4x4, the
+ *   translation already scaled), intrinsics @fx, @fy, @cx, @cy in pixels
+ *   at the output size (lingbot_control_get_intrinsics()), @width and
+ *   @height the output size in pixels (positive multiples of 8), @row0
+ *   the first latent row to build; y f32 [384, C, rows, width/8]
+ *   contiguous receives latent rows [@row0, @row0 + rows) (row0 + rows <=
+ *   height/8).  Pixel (v, u) has `x = ((float) u + 0.5 - cx) / fx`,
+ *   `y = ((float) v + 0.5 - cy) / fy`, `n = sqrt((0 + x*x + y*y) + 1)`,
+ *   direction `d = (x/n, y/n, 1/n)`, ray channels (t0, t1, t2,
+ *   R0.d, R1.d, R2.d) with `Ri.d = ((0 + d0 R[i][0]) + d1 R[i][1]) +
+ *   d2 R[i][2]`, each a single f32 operation in that order (no fused
+ *   multiply-add); ray channel c of pixel (8 ly + r, 8 lx + s) goes to
+ *   channel c*64 + r*8 + s of cell (ly, lx).  Every backend gives
+ *   results bit-identical to lingbot_control_pack() (the CPU op is the
+ *   function it calls).  Bad sizes or bands are %LB_ERROR_SHAPE errors
+ *   ("ray_map: width 60 and height 48 must be positive multiples of 8").
  */
 typedef struct _LbOps {
   gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -235,6 +254,9 @@ typedef struct _LbOps {
   gboolean (*gated_residual_modulate) (LbStream * s, LbTensor * x,
       const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
       const LbTensor * shift, GError ** error);
+  gboolean (*ray_map) (LbStream * s, const LbTensor * rel_poses, float fx,
+      float fy, float cx, float cy, int width, int height, int row0,
+      LbTensor * y, GError ** error);
 } LbOps;
 
 /**

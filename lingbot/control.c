@@ -5,6 +5,7 @@
 #include "lingbot/control.h"
 #include "lingbot/checkpoint.h"
 #include "kernels/error.h"
+#include "kernels/cpu/cpu-internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -526,31 +527,10 @@ lingbot_control_intrinsics_transform (const float k[4], int calib_width,
 /* ray map and packing                                                */
 /* ------------------------------------------------------------------ */
 
-/* One pixel's 6 ray-map values for relative pose p: origin = translation,
- * direction = R * normalize(((u+0.5-cx)/fx, (v+0.5-cy)/fy, 1)). */
-static inline void
-ray6 (const float *p, float x, float y, float o[6])
-{
-  float acc = 0.0f, nrm, d0, d1, d2;
-
-  acc += x * x;
-  acc += y * y;
-  acc += 1.0f;
-  nrm = sqrtf (acc);
-  d0 = x / nrm;
-  d1 = y / nrm;
-  d2 = 1.0f / nrm;
-  o[0] = p[3];
-  o[1] = p[7];
-  o[2] = p[11];
-  for (int i = 0; i < 3; i++) {
-    float a = 0.0f;
-    a += d0 * p[i * 4 + 0];
-    a += d1 * p[i * 4 + 1];
-    a += d2 * p[i * 4 + 2];
-    o[3 + i] = a;
-  }
-}
+/* The arithmetic lives in kernels/cpu/raymap.c, shared with the ray_map
+ * op (kernels/ops.h), so a device rank's control tensor is this one bit for
+ * bit: one pixel is origin = translation, direction =
+ * R * normalize(((u+0.5-cx)/fx, (v+0.5-cy)/fy, 1)). */
 
 /**
  * lingbot_control_plucker:
@@ -574,7 +554,7 @@ lingbot_control_plucker (const float *rel_poses, guint n_frames,
       float y = ((float) v + 0.5f - k[3]) / k[1];
       for (int u = 0; u < width; u++) {
         float x = ((float) u + 0.5f - k[2]) / k[0];
-        ray6 (rel_poses + 16 * n, x, y,
+        lb_cpu_ray_pixel (rel_poses + 16 * n, x, y,
             out + (((gsize) n * height + v) * width + u) * RAY_CHANNELS);
       }
     }
@@ -586,8 +566,7 @@ pack_impl (const float *rel_poses, guint n_frames, const float k[4],
     int width, int height, int row0, int row1, float *out, float *xs,
     GError ** error)
 {
-  int wl, hl, rows;
-  gsize plane, chan_stride;
+  int hl;
 
   if (width <= 0 || height <= 0 || width % FOLD || height % FOLD) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -595,38 +574,14 @@ pack_impl (const float *rel_poses, guint n_frames, const float k[4],
         width, height, FOLD);
     return FALSE;
   }
-  wl = width / FOLD;
   hl = height / FOLD;
   if (row0 < 0 || row1 > hl || row0 > row1) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "control: latent rows [%d, %d) outside 0..%d", row0, row1, hl);
     return FALSE;
   }
-  rows = row1 - row0;
-  plane = (gsize) rows * wl;
-  chan_stride = plane * n_frames;
-
-  for (int u = 0; u < width; u++)
-    xs[u] = ((float) u + 0.5f - k[2]) / k[0];
-
-  for (guint n = 0; n < n_frames; n++) {
-    const float *p = rel_poses + 16 * n;
-    float *fo = out + n * plane;
-    for (int ly = row0; ly < row1; ly++)
-      for (int r = 0; r < FOLD; r++) {
-        int v = ly * FOLD + r;
-        float y = ((float) v + 0.5f - k[3]) / k[1];
-        gsize cell_row = (gsize) (ly - row0) * wl;
-        for (int u = 0; u < width; u++) {
-          float o[RAY_CHANNELS];
-          int lx = u / FOLD, s = u % FOLD;
-          ray6 (p, xs[u], y, o);
-          for (int c = 0; c < RAY_CHANNELS; c++)
-            fo[(gsize) (c * 64 + r * 8 + s) * chan_stride + cell_row + lx] =
-                o[c];
-        }
-      }
-  }
+  lb_cpu_ray_map_fill (rel_poses, (int) n_frames, k, width, row0,
+      row1 - row0, xs, out);
   return TRUE;
 }
 

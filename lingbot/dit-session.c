@@ -27,6 +27,7 @@ typedef struct {
   LbTensor *tok_full;           /* [N, in_dim * 4] */
   LbTensor *tok;                /* [n, in_dim * 4]; NULL with one rank */
   LbTensor *ctl_in;             /* [ctl_ch, C, h, w] */
+  LbTensor *poses;              /* [C, 16]: run_chunk_poses()'s poses */
   LbTensor *ctl_full;           /* [N, ctl_in] */
   LbTensor *ctl_tok;            /* [n, ctl_in]; NULL with one rank */
   LbTensor *lat, *pred, *x0, *tmp;      /* [out_dim, C, h, w] */
@@ -106,6 +107,8 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   if (!(sr->in_full = new_4d (s, cfg->in_dim, F, h, w, error)) ||
       !(sr->tok_full = lingbot_dit_tensor_new (s, N, pf, error)) ||
       !(sr->ctl_in = new_4d (s, cf / 4, F, h, w, error)) ||
+      !(sr->poses = lb_tensor_new_on (s, LB_DTYPE_F32, 2,
+              (const int64_t[2]) { F, 16 }, error)) ||
       !(sr->ctl_full = lingbot_dit_tensor_new (s, N, cf, error)) ||
       !(sr->lat = new_4d (s, cfg->out_dim, F, h, w, error)) ||
       !(sr->pred = new_4d (s, cfg->out_dim, F, h, w, error)) ||
@@ -154,7 +157,8 @@ static void
 rank_clear (SessionRank * sr)
 {
   LbTensor **one[] = {
-    &sr->in_full, &sr->tok_full, &sr->tok, &sr->ctl_in, &sr->ctl_full,
+    &sr->in_full, &sr->tok_full, &sr->tok, &sr->ctl_in, &sr->poses,
+    &sr->ctl_full,
     &sr->ctl_tok, &sr->lat, &sr->pred, &sr->x0, &sr->tmp, &sr->host_lat,
     &sr->host_pred, &sr->host_x0, &sr->kv_host,
   };
@@ -366,11 +370,17 @@ lingbot_dit_session_free (LingbotDitSession * session)
 /* one chunk                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* One chunk's inputs: the control tensor itself (@control), or the poses
+ * it is built from on every rank (@poses, @k, @width, @height; @control
+ * %NULL). */
 typedef struct {
   LingbotDitSession *ses;
   const LbTensor *y, *control;
   const LbTensor *const *noise;
   LbTensor *out;
+  const LbTensor *poses;
+  float k[4];
+  int width, height;
 } ChunkArgs;
 
 /* Uploads a host tensor of matching element count into a device buffer
@@ -569,9 +579,18 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
   LbTensor ypart;
   lb_tensor_view_narrow (&ypart, sr->in_full, 0, out_ch,
       sr->in_full->shape[0] - out_ch);
-  if (!upload_as (s, &ypart, a->y, "y", error) ||
-      !upload_as (s, sr->ctl_in, a->control, "control", error))
+  if (!upload_as (s, &ypart, a->y, "y", error))
     return FALSE;
+  if (a->control == NULL) {
+    /* the control tensor from the chunk's poses, on the rank's device
+     * (spec 2.6-2.7; bit-identical to lingbot_control_fill()) */
+    if (!upload_as (s, sr->poses, a->poses, "rel_poses", error) ||
+        !ops->ray_map (s, sr->poses, a->k[0], a->k[1], a->k[2], a->k[3],
+            a->width, a->height, 0, sr->ctl_in, error))
+      return FALSE;
+  } else if (!upload_as (s, sr->ctl_in, a->control, "control", error)) {
+    return FALSE;
+  }
   for (int i = 0; i < ses->n_steps; i++)
     if (!upload_as (s, sr->noise[i], a->noise[i], "noise", error))
       return FALSE;
@@ -624,6 +643,49 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
       s->backend->stream_synchronize (s, error);
 }
 
+/* The chunk checks shared by run_chunk and run_chunk_poses, then
+ * rank_chunk() on every rank. */
+static gboolean
+run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
+{
+  const int64_t end_frame = (session->chunk + 1) * session->frames;
+  if (end_frame > LINGBOT_DIT_ROPE_MAX_POS) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT session: latent frame %" G_GINT64_FORMAT " is past the RoPE "
+        "table (%d positions)", end_frame - 1, LINGBOT_DIT_ROPE_MAX_POS);
+    return FALSE;
+  }
+  if (session->global_cache && end_frame * session->frame_tokens > session->cap) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT session: global KV cache full after %" G_GINT64_FORMAT
+        " chunks", session->chunk);
+    return FALSE;
+  }
+  for (int i = 0; i < session->n_steps; i++) {
+    if (a->noise[i] == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "DiT chunk: noise draw %d is missing", i);
+      return FALSE;
+    }
+  }
+  LbTensor *out = a->out;
+  if (out && (out->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (out) ||
+          lb_tensor_numel (out) !=
+          lb_tensor_numel (session->ranks[0].x0))) {
+    g_autofree char *have = lb_tensor_shape_string (out);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT chunk: out is %s, expected contiguous f32 [1, %d, %"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", have,
+        session->dit->cfg.out_dim, session->frames, session->lat_h,
+        session->lat_w);
+    return FALSE;
+  }
+  if (!lb_worker_group_run (session->group, rank_chunk, a, error))
+    return FALSE;
+  session->chunk++;
+  return TRUE;
+}
+
 /**
  * lingbot_dit_session_run_chunk:
  * @session: a session
@@ -649,41 +711,87 @@ lingbot_dit_session_run_chunk (LingbotDitSession * session,
     const LbTensor * const *noise, LbTensor * out, GError ** error)
 {
   g_return_val_if_fail (session && y && control && noise, FALSE);
-  const int64_t end_frame = (session->chunk + 1) * session->frames;
-  if (end_frame > LINGBOT_DIT_ROPE_MAX_POS) {
+  ChunkArgs a = { session, y, control, noise, out, NULL, { 0 }, 0, 0 };
+  return run_chunk_args (session, &a, error);
+}
+
+/**
+ * lingbot_dit_session_run_chunk_poses:
+ * @session: a session
+ * @y: f32 [1, 20, C, h, w] mask + condition latent (host)
+ * @rel_poses: f32 host tensor of C x 16 elements, contiguous (e.g.
+ *   [C, 4, 4]): the chunk's relative camera-to-world poses, row-major
+ *   4x4, translation already scaled (lingbot_control_get_chunk_rel_poses())
+ * @k: fx, fy, cx, cy in pixels at the output size
+ *   (lingbot_control_get_intrinsics())
+ * @width: output width in pixels, 8 w
+ * @height: output height in pixels, 8 h
+ * @noise: as for lingbot_dit_session_run_chunk()
+ * @out: (nullable): as for lingbot_dit_session_run_chunk()
+ * @error: %LB_ERROR_SHAPE for inputs of the wrong shape,
+ *   %LB_ERROR_INVALID_ARGUMENT for a size that is not the latent grid's,
+ *   %LB_ERROR_UNSUPPORTED for a model whose control input is not the
+ *   384-channel ray map; the errors of lingbot_dit_session_run_chunk()
+ *
+ * lingbot_dit_session_run_chunk() with the control tensor built on every
+ * rank's device: each rank uploads the C x 16 poses (into a buffer made
+ * with the session) and runs the ray_map op (kernels/ops.h) into its
+ * control input instead of uploading the [384, C, h, w] tensor (38 MB at
+ * 832x480).  The op is bit-identical to lingbot_control_pack() of the
+ * same poses and intrinsics (spec 2.6-2.7), so the chunk is too.
+ *
+ * Returns: %TRUE on success; the chunk index then advances.
+ */
+gboolean
+lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * rel_poses, const float k[4],
+    int width, int height, const LbTensor * const *noise, LbTensor * out,
+    GError ** error)
+{
+  g_return_val_if_fail (session && y && rel_poses && k && noise, FALSE);
+  const LbTensor *ctl_in = session->ranks[0].ctl_in;
+  if (ctl_in->shape[0] != 384) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "DiT session: latent frame %" G_GINT64_FORMAT " is past the RoPE "
-        "table (%d positions)", end_frame - 1, LINGBOT_DIT_ROPE_MAX_POS);
+        "DiT chunk: the model's control input has %" G_GINT64_FORMAT
+        " channels, the ray map has 384", ctl_in->shape[0]);
     return FALSE;
   }
-  if (session->global_cache && end_frame * session->frame_tokens > session->cap) {
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "DiT session: global KV cache full after %" G_GINT64_FORMAT
-        " chunks", session->chunk);
-    return FALSE;
-  }
-  for (int i = 0; i < session->n_steps; i++) {
-    if (noise[i] == NULL) {
-      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-          "DiT chunk: noise draw %d is missing", i);
-      return FALSE;
-    }
-  }
-  if (out && (out->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (out) ||
-          lb_tensor_numel (out) !=
-          lb_tensor_numel (session->ranks[0].x0))) {
-    g_autofree char *have = lb_tensor_shape_string (out);
+  if (rel_poses->dtype != LB_DTYPE_F32 ||
+      !lb_tensor_is_contiguous (rel_poses) ||
+      lb_tensor_numel (rel_poses) != session->frames * 16) {
+    g_autofree char *have = lb_tensor_shape_string (rel_poses);
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "DiT chunk: out is %s, expected contiguous f32 [1, %d, %"
-        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", have,
-        session->dit->cfg.out_dim, session->frames, session->lat_h,
-        session->lat_w);
+        "DiT chunk: rel_poses is %s %s, expected contiguous f32 [%"
+        G_GINT64_FORMAT ", 16]", lb_dtype_name (rel_poses->dtype), have,
+        session->frames);
     return FALSE;
   }
-  ChunkArgs a = { session, y, control, noise, out };
-  if (!lb_worker_group_run (session->group, rank_chunk, &a, error))
+  if ((int64_t) width != session->lat_w * 8 ||
+      (int64_t) height != session->lat_h * 8) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT chunk: output size %dx%d is not the latent grid's %"
+        G_GINT64_FORMAT "x%" G_GINT64_FORMAT, width, height,
+        session->lat_w * 8, session->lat_h * 8);
     return FALSE;
-  session->chunk++;
+  }
+  ChunkArgs a = { session, y, NULL, noise, out, rel_poses,
+    { k[0], k[1], k[2], k[3] }, width, height
+  };
+  return run_chunk_args (session, &a, error);
+}
+
+/* The chunk's initial noise and re-noise draws into noise_host. */
+static gboolean
+draw_noise (LingbotDitSession * session, LingbotNoise * noise,
+    GError ** error)
+{
+  const guint chunk = (guint) session->chunk;
+  for (int i = 0; i < session->n_steps; i++) {
+    LingbotNoisePurpose p = i ? LINGBOT_NOISE_RENOISE : LINGBOT_NOISE_INITIAL;
+    if (!lingbot_noise_fill (noise, chunk, p, i ? i - 1 : 0,
+            session->noise_host[i], session->lat_h, 0, error))
+      return FALSE;
+  }
   return TRUE;
 }
 
@@ -707,15 +815,38 @@ lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
     LbTensor * out, GError ** error)
 {
-  const guint chunk = (guint) session->chunk;
-  for (int i = 0; i < session->n_steps; i++) {
-    LingbotNoisePurpose p = i ? LINGBOT_NOISE_RENOISE : LINGBOT_NOISE_INITIAL;
-    if (!lingbot_noise_fill (noise, chunk, p, i ? i - 1 : 0,
-            session->noise_host[i], session->lat_h, 0, error))
-      return FALSE;
-  }
-  return lingbot_dit_session_run_chunk (session, y, control,
+  return draw_noise (session, noise, error) &&
+      lingbot_dit_session_run_chunk (session, y, control,
       (const LbTensor * const *) session->noise_host, out, error);
+}
+
+/**
+ * lingbot_dit_session_run_chunk_noise_poses:
+ * @session: a session
+ * @y: as for lingbot_dit_session_run_chunk()
+ * @rel_poses: as for lingbot_dit_session_run_chunk_poses()
+ * @k: as for lingbot_dit_session_run_chunk_poses()
+ * @width: as for lingbot_dit_session_run_chunk_poses()
+ * @height: as for lingbot_dit_session_run_chunk_poses()
+ * @noise: the session's noise source, as for
+ *   lingbot_dit_session_run_chunk_noise()
+ * @out: (nullable): as for lingbot_dit_session_run_chunk()
+ * @error: noise or chunk errors
+ *
+ * lingbot_dit_session_run_chunk_noise() with the control tensor built on
+ * the ranks' devices (lingbot_dit_session_run_chunk_poses()).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * rel_poses, const float k[4],
+    int width, int height, LingbotNoise * noise, LbTensor * out,
+    GError ** error)
+{
+  return draw_noise (session, noise, error) &&
+      lingbot_dit_session_run_chunk_poses (session, y, rel_poses, k, width,
+      height, (const LbTensor * const *) session->noise_host, out, error);
 }
 
 /* ------------------------------------------------------------------------ */

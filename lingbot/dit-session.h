@@ -90,6 +90,14 @@ gboolean lingbot_dit_session_run_chunk (LingbotDitSession * session,
 gboolean lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
     LbTensor * out, GError ** error);
+gboolean lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
+    const LbTensor * y, const LbTensor * rel_poses, const float k[4],
+    int width, int height, const LbTensor * const *noise, LbTensor * out,
+    GError ** error);
+gboolean lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession *
+    session, const LbTensor * y, const LbTensor * rel_poses,
+    const float k[4], int width, int height, LingbotNoise * noise,
+    LbTensor * out, GError ** error);
 
 void lingbot_dit_session_set_step_callback (LingbotDitSession * session,
     LingbotDitStepFunc func, gpointer user_data);

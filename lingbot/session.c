@@ -12,6 +12,8 @@
  *   lingbot_session_generate (keys):  control (advance + fill) ->
  *     condition y (VAE encoder on rank 0) -> DiT (4 + 1 passes, Ulysses)
  *     -> latents
+ *   (on a device world the control tensor is not filled on the host: the
+ *   chunk's poses go to the ranks, which build it with the ray_map op)
  *   lingbot_session_decode (latents): VAE decode (height-sharded over the
  *     same ranks) -> frames [3, T, H, W]
  *
@@ -52,7 +54,8 @@ struct _LingbotSession
   LingbotNoise *noise;
 
   LbTensor *y;                  /* [1, 20, C, h, w] */
-  LbTensor *ctl;                /* [1, 384, C, h, w] */
+  LbTensor *ctl;                /* [1, 384, C, h, w]; CPU backend only */
+  gboolean ctl_on_device;       /* ray map built on the ranks (ray_map op) */
   LbTensor *latents;            /* [1, 16, C, h, w] */
   LbTensor *frames_buf;         /* [3, 4C, H, W] */
 
@@ -478,9 +481,14 @@ lingbot_session_new (LingbotWorld * world,
   /* per-chunk buffers */
   const int C = s->chunk_frames;
   s->y = new5 (LINGBOT_VAE_COND_CHANNELS, C, s->lat_h, s->lat_w);
-  s->ctl = new5 ((int64_t) lingbot_control_get_chunk_n_elements (s->control,
-          0, s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C, s->lat_h,
-      s->lat_w);
+  /* a device world builds the control tensor on its ranks from the
+   * chunk's poses (lingbot_dit_session_run_chunk_noise_poses()); the CPU
+   * fills it on the host, the same bytes */
+  s->ctl_on_device = world->backend->device_type != LB_DEVICE_CPU;
+  if (!s->ctl_on_device)
+    s->ctl = new5 ((int64_t) lingbot_control_get_chunk_n_elements
+        (s->control, 0, s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C,
+        s->lat_h, s->lat_w);
   s->latents = new5 (cfg->out_dim, C, s->lat_h, s->lat_w);
   int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
   s->frames_buf = lb_tensor_new_zeros (LB_DTYPE_F32, 4, fshape);
@@ -699,7 +707,10 @@ cond_job (LbRank * rank, gpointer data, GError ** error)
  *   the errors of the control, the VAE encoder and the DiT
  *
  * Generates the next chunk: the control tensor of @keys
- * (lingbot_control_advance() + fill), the condition y of the chunk (mask +
+ * (lingbot_control_advance() + fill on the CPU; on a device world the
+ * ranks build it from the chunk's poses,
+ * lingbot_dit_session_run_chunk_noise_poses()), the condition y of the
+ * chunk (mask +
  * VAE latent of [image, zeros] / zeros, spec 1.2 and 6.3), then the DiT's
  * 4 + 1 passes over the worker group with the session's noise.  The
  * result is lingbot_session_get_latents(), valid until the next call.
@@ -722,14 +733,26 @@ lingbot_session_generate (LingbotSession * session, guint keys,
   g_rec_mutex_lock (&s->world->lock);
   gint64 t0 = g_get_monotonic_time ();
   gboolean ok = lingbot_control_advance (s->control, keys, error) &&
-      lingbot_control_fill (s->control, s->ctl->data,
-      (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error);
+      (s->ctl_on_device || lingbot_control_fill (s->control, s->ctl->data,
+          (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error));
   if (ok)
     ok = lb_worker_group_run_on (s->group, 0, cond_job, s, error);
   gint64 t1 = g_get_monotonic_time ();
-  if (ok)
+  if (ok && s->ctl_on_device) {
+    /* the poses (C x 16 floats) go to the ranks, which build the ray map */
+    LbTensor poses;
+    float k[4];
+    const int64_t pshape[2] = { s->chunk_frames, 16 };
+    lingbot_control_get_intrinsics (s->control, k);
+    lb_tensor_view_init (&poses, LB_DTYPE_F32,
+        (void *) lingbot_control_get_chunk_rel_poses (s->control),
+        LB_DEVICE_HOST, 2, pshape, NULL);
+    ok = lingbot_dit_session_run_chunk_noise_poses (s->dit, s->y, &poses, k,
+        s->width, s->height, s->noise, s->latents, error);
+  } else if (ok) {
     ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
         s->latents, error);
+  }
   gint64 t2 = g_get_monotonic_time ();
   g_rec_mutex_unlock (&s->world->lock);
   if (!ok)

@@ -33,4 +33,5 @@ const LbOps lb_cpu_ops = {
   .norm_modulate = lb_cpu_norm_modulate,
   .rms_norm_rope = lb_cpu_rms_norm_rope,
   .gated_residual_modulate = lb_cpu_gated_residual_modulate,
+  .ray_map = lb_cpu_ray_map,
 };

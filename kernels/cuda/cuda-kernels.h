@@ -181,6 +181,17 @@ cudaError_t lb_cuda_launch_gated_residual_modulate (cudaStream_t st,
     int64_t gld, const float *scale, int64_t sld, const float *shift,
     int64_t hld, int64_t m, int64_t d);
 
+/* ---- camera control (kernels-raymap.cu) ---- */
+
+/* The ray_map op (kernels/ops.h, spec 2.6-2.7): y [384, frames, rows, wl]
+ * contiguous, latent rows [row0, row0 + rows) of the 8x-folded ray map of
+ * the frames' poses [frames, 16] (row-major 4x4) with intrinsics fx, fy,
+ * cx, cy in pixels; round-to-nearest intrinsics in the CPU's order, so
+ * bit-identical to lb_cpu_ray_map_fill(). */
+cudaError_t lb_cuda_launch_ray_map (cudaStream_t st, const float *poses,
+    float fx, float fy, float cx, float cy, int64_t frames, int64_t row0,
+    int64_t rows, int64_t wl, float *y);
+
 #ifdef __cplusplus
 }
 #endif

@@ -580,6 +580,22 @@ cuda_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
       "gated_residual_modulate", error);
 }
 
+/* ---- camera control (kernels/cpu/raymap.c, kernels-raymap.cu) ---- */
+
+static gboolean
+cuda_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
+    float cx, float cy, int width, int height, int row0, LbTensor * y,
+    GError ** error)
+{
+  if (!lb_cuda_check_devices (s, "ray_map", error, "rel_poses", rel_poses,
+          "y", y, NULL) ||
+      !lb_check_ray_map (rel_poses, width, height, row0, y, error))
+    return FALSE;
+  return launched (lb_cuda_launch_ray_map (stream_of (s), rel_poses->data,
+          fx, fy, cx, cy, rel_poses->shape[0], row0, y->shape[2],
+          y->shape[3], y->data), "ray_map", error);
+}
+
 /**
  * lb_cuda_ops:
  *
@@ -614,4 +630,5 @@ const LbOps lb_cuda_ops = {
   .norm_modulate = cuda_norm_modulate,
   .rms_norm_rope = cuda_rms_norm_rope,
   .gated_residual_modulate = cuda_gated_residual_modulate,
+  .ray_map = cuda_ray_map,
 };

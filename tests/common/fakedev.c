@@ -59,6 +59,7 @@ typedef enum {
   FOP_NORM_MODULATE,
   FOP_RMS_NORM_ROPE,
   FOP_GATED_RESIDUAL_MODULATE,
+  FOP_RAY_MAP,
   FOP_RAW_COPY,
 } FakeOpId;
 
@@ -584,11 +585,25 @@ f_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
   return CPU->gated_residual_modulate (s, hx, hy, hg, hs, hh, error);
 }
 
+static gboolean
+f_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
+    float cx, float cy, int width, int height, int row0, LbTensor * y,
+    GError ** error)
+{
+  PRE ("ray_map");
+  const LbTensor *hp = A (rel_poses);
+  LbTensor *hy = A (y);
+  CHECK;
+  return CPU->ray_map (s, hp, fx, fy, cx, cy, width, height, row0, hy, error);
+}
+
 /* ---- graph capture: every op call recorded, replayed by graph_launch ---- */
 
 
 static gboolean
-d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha, float beta, LbTensor * y, GError ** error)
+d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_gemm (s, x, w, trans_w, bias, alpha, beta, y, error);
@@ -605,7 +620,8 @@ d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w, gboolean trans_w, 
 }
 
 static gboolean
-d_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y, GError ** error)
+d_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, float eps, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_layer_norm (s, x, weight, bias, eps, y, error);
@@ -620,7 +636,8 @@ d_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, const L
 }
 
 static gboolean
-d_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, float eps, LbTensor * y, GError ** error)
+d_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    float eps, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_rms_norm (s, x, weight, eps, y, error);
@@ -634,7 +651,8 @@ d_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight, float eps
 }
 
 static gboolean
-d_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale, const LbTensor * shift, LbTensor * y, GError ** error)
+d_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale,
+    const LbTensor * shift, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_modulate (s, x, scale, shift, y, error);
@@ -648,7 +666,8 @@ d_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale, const LbTe
 }
 
 static gboolean
-d_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y, const LbTensor * gate, GError ** error)
+d_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, GError ** error)
 {
   if (!stream_capturing (s))
     return f_gated_residual (s, x, y, gate, error);
@@ -661,10 +680,13 @@ d_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y, const LbTensor
 }
 
 static gboolean
-d_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos, const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset, GError ** error)
+d_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
+    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
+    int64_t frame_offset, int64_t row_offset, GError ** error)
 {
   if (!stream_capturing (s))
-    return f_rope_3d (s, x, cos, sin, grid_f, grid_h, grid_w, frame_offset, row_offset, error);
+    return f_rope_3d (s, x, cos, sin, grid_f, grid_h, grid_w, frame_offset,
+        row_offset, error);
   FakeCall *c = rec_call (s, FOP_ROPE_3D);
   rec_tensor (c, 0, x);
   rec_tensor (c, 1, cos);
@@ -679,7 +701,9 @@ d_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos, const LbTensor * si
 }
 
 static gboolean
-d_attention (LbStream * s, const LbTensor * q, const LbTensor * k, const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask, float scale, LbTensor * out, GError ** error)
+d_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
+    float scale, LbTensor * out, GError ** error)
 {
   if (!stream_capturing (s))
     return f_attention (s, q, k, v, bias, key_mask, scale, out, error);
@@ -720,7 +744,8 @@ d_silu (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 }
 
 static gboolean
-d_add (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GError ** error)
+d_add (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_add (s, a, b, y, error);
@@ -733,7 +758,8 @@ d_add (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GErro
 }
 
 static gboolean
-d_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GError ** error)
+d_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_mul (s, a, b, y, error);
@@ -746,7 +772,8 @@ d_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, GErro
 }
 
 static gboolean
-d_scale (LbStream * s, const LbTensor * x, float alpha, float beta, LbTensor * y, GError ** error)
+d_scale (LbStream * s, const LbTensor * x, float alpha, float beta,
+    LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_scale (s, x, alpha, beta, y, error);
@@ -760,10 +787,13 @@ d_scale (LbStream * s, const LbTensor * x, float alpha, float beta, LbTensor * y
 }
 
 static gboolean
-d_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache, const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y, GError ** error)
+d_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
+    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
+    int stride_h, int stride_w, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
-    return f_conv3d_causal (s, x, cache, weight, bias, pad_h, pad_w, stride_h, stride_w, y, error);
+    return f_conv3d_causal (s, x, cache, weight, bias, pad_h, pad_w, stride_h,
+        stride_w, y, error);
   FakeCall *c = rec_call (s, FOP_CONV3D_CAUSAL);
   rec_tensor (c, 0, x);
   rec_tensor (c, 1, cache);
@@ -779,10 +809,13 @@ d_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache, const
 }
 
 static gboolean
-d_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y, GError ** error)
+d_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
-    return f_conv2d (s, x, weight, bias, pad_h, pad_w, stride_h, stride_w, y, error);
+    return f_conv2d (s, x, weight, bias, pad_h, pad_w, stride_h, stride_w, y,
+        error);
   FakeCall *c = rec_call (s, FOP_CONV2D);
   rec_tensor (c, 0, x);
   rec_tensor (c, 1, weight);
@@ -797,7 +830,8 @@ d_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTen
 }
 
 static gboolean
-d_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+d_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_upsample_nearest2x (s, x, y, error);
@@ -809,7 +843,8 @@ d_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y, GError ** 
 }
 
 static gboolean
-d_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y, GError ** error)
+d_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_patchify (s, x, ph, pw, y, error);
@@ -823,7 +858,8 @@ d_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y, GErr
 }
 
 static gboolean
-d_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y, GError ** error)
+d_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_unpatchify (s, z, ph, pw, y, error);
@@ -837,7 +873,8 @@ d_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y, GE
 }
 
 static gboolean
-d_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+d_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_resize_bicubic (s, x, y, error);
@@ -861,7 +898,8 @@ d_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 }
 
 static gboolean
-d_clamp (LbStream * s, const LbTensor * x, float lo, float hi, LbTensor * y, GError ** error)
+d_clamp (LbStream * s, const LbTensor * x, float lo, float hi, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_clamp (s, x, lo, hi, y, error);
@@ -899,7 +937,8 @@ d_accumulate (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 }
 
 static gboolean
-d_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error)
+d_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma,
+    gboolean silu, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_channel_rms_norm (s, x, gamma, silu, y, error);
@@ -913,7 +952,8 @@ d_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma, gb
 }
 
 static gboolean
-d_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
+d_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_upsample_nearest2x_halo (s, x, y, error);
@@ -925,7 +965,9 @@ d_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y, GErro
 }
 
 static gboolean
-d_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize, LbTensor * y, GError ** error)
+d_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
+    const LbTensor * inv_std, gboolean denormalize, LbTensor * y,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_latent_affine (s, x, mean, inv_std, denormalize, y, error);
@@ -940,7 +982,9 @@ d_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean, const 
 }
 
 static gboolean
-d_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight, const LbTensor * bias, float eps, const LbTensor * scale, const LbTensor * shift, LbTensor * y, GError ** error)
+d_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    const LbTensor * bias, float eps, const LbTensor * scale,
+    const LbTensor * shift, LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
     return f_norm_modulate (s, x, weight, bias, eps, scale, shift, y, error);
@@ -957,10 +1001,14 @@ d_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight, cons
 }
 
 static gboolean
-d_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight, float eps, const LbTensor * cos, const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset, LbTensor * y, GError ** error)
+d_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
+    float eps, const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
+    LbTensor * y, GError ** error)
 {
   if (!stream_capturing (s))
-    return f_rms_norm_rope (s, x, weight, eps, cos, sin, grid_f, grid_h, grid_w, frame_offset, row_offset, y, error);
+    return f_rms_norm_rope (s, x, weight, eps, cos, sin, grid_f, grid_h,
+        grid_w, frame_offset, row_offset, y, error);
   FakeCall *c = rec_call (s, FOP_RMS_NORM_ROPE);
   rec_tensor (c, 0, x);
   rec_tensor (c, 1, weight);
@@ -978,7 +1026,9 @@ d_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight, floa
 }
 
 static gboolean
-d_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y, const LbTensor * gate, const LbTensor * scale, const LbTensor * shift, GError ** error)
+d_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
+    GError ** error)
 {
   if (!stream_capturing (s))
     return f_gated_residual_modulate (s, x, y, gate, scale, shift, error);
@@ -993,11 +1043,34 @@ d_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y, const
 }
 
 static gboolean
+d_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
+    float cx, float cy, int width, int height, int row0, LbTensor * y,
+    GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_ray_map (s, rel_poses, fx, fy, cx, cy, width, height, row0, y,
+        error);
+  FakeCall *c = rec_call (s, FOP_RAY_MAP);
+  rec_tensor (c, 0, rel_poses);
+  c->f[0] = fx;
+  c->f[1] = fy;
+  c->f[2] = cx;
+  c->f[3] = cy;
+  c->i[0] = width;
+  c->i[1] = height;
+  c->i[2] = row0;
+  rec_tensor (c, 1, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
 replay_call (LbStream * s, FakeCall * c, GError ** error)
 {
   switch (c->op) {
     case FOP_GEMM:
-      return f_gemm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), c->f[0], c->f[1], RT (3), error);
+      return f_gemm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), c->f[0],
+          c->f[1], RT (3), error);
     case FOP_LAYER_NORM:
       return f_layer_norm (s, RT (0), RT (1), RT (2), c->f[0], RT (3), error);
     case FOP_RMS_NORM:
@@ -1007,9 +1080,11 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
     case FOP_GATED_RESIDUAL:
       return f_gated_residual (s, RT (0), RT (1), RT (2), error);
     case FOP_ROPE_3D:
-      return f_rope_3d (s, RT (0), RT (1), RT (2), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], error);
+      return f_rope_3d (s, RT (0), RT (1), RT (2), c->i[0], c->i[1], c->i[2],
+          c->i[3], c->i[4], error);
     case FOP_ATTENTION:
-      return f_attention (s, RT (0), RT (1), RT (2), RT (3), RT (4), c->f[0], RT (5), error);
+      return f_attention (s, RT (0), RT (1), RT (2), RT (3), RT (4), c->f[0],
+          RT (5), error);
     case FOP_GELU_TANH:
       return f_gelu_tanh (s, RT (0), RT (1), error);
     case FOP_SILU:
@@ -1021,15 +1096,20 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
     case FOP_SCALE:
       return f_scale (s, RT (0), c->f[0], c->f[1], RT (1), error);
     case FOP_CONV3D_CAUSAL:
-      return f_conv3d_causal (s, RT (0), RT (1), RT (2), RT (3), (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (4), error);
+      return f_conv3d_causal (s, RT (0), RT (1), RT (2), RT (3),
+          (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (4),
+          error);
     case FOP_CONV2D:
-      return f_conv2d (s, RT (0), RT (1), RT (2), (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (3), error);
+      return f_conv2d (s, RT (0), RT (1), RT (2), (int) c->i[0],
+          (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (3), error);
     case FOP_UPSAMPLE_NEAREST2X:
       return f_upsample_nearest2x (s, RT (0), RT (1), error);
     case FOP_PATCHIFY:
-      return f_patchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1), error);
+      return f_patchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1),
+          error);
     case FOP_UNPATCHIFY:
-      return f_unpatchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1), error);
+      return f_unpatchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1),
+          error);
     case FOP_RESIZE_BICUBIC:
       return f_resize_bicubic (s, RT (0), RT (1), error);
     case FOP_COPY:
@@ -1041,19 +1121,28 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
     case FOP_ACCUMULATE:
       return f_accumulate (s, RT (0), RT (1), error);
     case FOP_CHANNEL_RMS_NORM:
-      return f_channel_rms_norm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), error);
+      return f_channel_rms_norm (s, RT (0), RT (1), (gboolean) c->i[0],
+          RT (2), error);
     case FOP_UPSAMPLE_NEAREST2X_HALO:
       return f_upsample_nearest2x_halo (s, RT (0), RT (1), error);
     case FOP_LATENT_AFFINE:
-      return f_latent_affine (s, RT (0), RT (1), RT (2), (gboolean) c->i[0], RT (3), error);
+      return f_latent_affine (s, RT (0), RT (1), RT (2), (gboolean) c->i[0],
+          RT (3), error);
     case FOP_NORM_MODULATE:
-      return f_norm_modulate (s, RT (0), RT (1), RT (2), c->f[0], RT (3), RT (4), RT (5), error);
+      return f_norm_modulate (s, RT (0), RT (1), RT (2), c->f[0], RT (3),
+          RT (4), RT (5), error);
     case FOP_RMS_NORM_ROPE:
-      return f_rms_norm_rope (s, RT (0), RT (1), c->f[0], RT (2), RT (3), c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], RT (4), error);
+      return f_rms_norm_rope (s, RT (0), RT (1), c->f[0], RT (2), RT (3),
+          c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], RT (4), error);
     case FOP_GATED_RESIDUAL_MODULATE:
-      return f_gated_residual_modulate (s, RT (0), RT (1), RT (2), RT (3), RT (4), error);
+      return f_gated_residual_modulate (s, RT (0), RT (1), RT (2), RT (3),
+          RT (4), error);
+    case FOP_RAY_MAP:
+      return f_ray_map (s, RT (0), c->f[0], c->f[1], c->f[2], c->f[3],
+          (int) c->i[0], (int) c->i[1], (int) c->i[2], RT (1), error);
     case FOP_RAW_COPY:
-      return fake_copy (s, c->dst, c->src, c->nbytes, LB_COPY_DEVICE_TO_DEVICE, error);
+      return fake_copy (s, c->dst, c->src, c->nbytes,
+          LB_COPY_DEVICE_TO_DEVICE, error);
   }
   g_assert_not_reached ();
   return FALSE;
@@ -1088,6 +1177,7 @@ static const LbOps fake_ops = {
   .norm_modulate = d_norm_modulate,
   .rms_norm_rope = d_rms_norm_rope,
   .gated_residual_modulate = d_gated_residual_modulate,
+  .ray_map = d_ray_map,
 };
 
 

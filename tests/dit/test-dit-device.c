@@ -20,6 +20,7 @@
 #include "comm/worker-group.h"
 #include "lingbot/dit-private.h"
 #include "lingbot/dit-session.h"
+#include "lingbot/control.h"
 
 static LingbotCheckpoint *fixture;
 static LingbotDit *dit;
@@ -302,6 +303,222 @@ test_graph_replay (void)
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* the control tensor built on the ranks (run_chunk_poses, ray_map op)      */
+/* ------------------------------------------------------------------------ */
+
+/* Host-to-device bytes through fakedev's copy (the test swaps the backend's
+ * copy for this counting wrapper while a stream runs). */
+static GMutex h2d_lock;
+static guint64 h2d_bytes;
+static gboolean (*fake_copy_real) (LbStream * s, void *dst, const void *src,
+    gsize nbytes, LbCopyKind kind, GError ** error);
+
+static gboolean
+counting_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
+    LbCopyKind kind, GError ** error)
+{
+  if (kind == LB_COPY_HOST_TO_DEVICE) {
+    g_mutex_lock (&h2d_lock);
+    h2d_bytes += nbytes;
+    g_mutex_unlock (&h2d_lock);
+  }
+  return fake_copy_real (s, dst, src, nbytes, kind, error);
+}
+
+/* Chunk @c's relative poses: random rigid motions (seeded by @c, so every
+ * run sees the same), translations up to +-2. */
+static void
+chunk_poses (int c, float *rel)
+{
+  g_autoptr (GRand) r = g_rand_new_with_seed (0x5eed + (guint32) c);
+  for (int n = 0; n < 4; n++) {
+    float *p = rel + 16 * n;
+    double a = g_rand_double_range (r, -0.6, 0.6),
+        b = g_rand_double_range (r, -0.6, 0.6);
+    /* yaw a then pitch b: R = Ry(a) Rx(b) */
+    const double R[9] = {
+      cos (a), sin (a) * sin (b), sin (a) * cos (b),
+      0.0, cos (b), -sin (b),
+      -sin (a), cos (a) * sin (b), cos (a) * cos (b),
+    };
+    for (int i = 0; i < 3; i++) {
+      for (int j = 0; j < 3; j++)
+        p[i * 4 + j] = (float) R[i * 3 + j];
+      p[i * 4 + 3] = (float) g_rand_double_range (r, -2.0, 2.0);
+    }
+    p[12] = p[13] = p[14] = 0.0f;
+    p[15] = 1.0f;
+  }
+}
+
+/* @n_chunks chunks of the dit_tiny inputs with poses of chunk_poses(): the
+ * control tensor packed on the host (lingbot_control_pack, run_chunk) or
+ * built on the ranks (run_chunk_poses).  With @callback every pass is
+ * recorded (no graphs); without, a 1-rank session replays graphs once the
+ * window is full. */
+static GByteArray *
+run_control_stream (LbBackend * be, int n_ranks, int n_chunks,
+    gboolean callback, gboolean on_device)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-raymap-test" };
+  LbWorkerGroup *group = lb_worker_group_new (be, n_ranks, NULL, &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  Record rec = { g_byte_array_new (), 0 };
+  if (callback)
+    lingbot_dit_session_set_step_callback (ses, on_step, &rec);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  g_autoptr (LbTensor) ctl = lb_tensor_new_f32 (5, (int64_t) 1,
+      (int64_t) 384, (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  g_autoptr (LbTensor) poses = lb_tensor_new_f32 (2, (int64_t) 4,
+      (int64_t) 16);
+  /* calibration intrinsics at 832x480 brought to the 80x48 output */
+  const float k0[4] = { 502.1f, 498.7f, 416.3f, 239.9f };
+  float k[4];
+  lingbot_control_intrinsics_transform (k0, 832, 480, 80, 48, k);
+  for (int c = 0; c < n_chunks; c++) {
+    char name[96];
+    const LbTensor *noise[4];
+    const int f = c % 4;
+    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", f);
+    noise[0] = dit_fixture_get (fixture, name);
+    for (int st = 0; st < 3; st++) {
+      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", f, st);
+      noise[st + 1] = dit_fixture_get (fixture, name);
+    }
+    g_snprintf (name, sizeof name, "input.chunk%d.y", f);
+    const LbTensor *y = dit_fixture_get (fixture, name);
+    chunk_poses (c, poses->data);
+    if (on_device) {
+      g_assert_true (lingbot_dit_session_run_chunk_poses (ses, y, poses, k,
+              80, 48, noise, out, &err));
+    } else {
+      g_assert_true (lingbot_control_pack (poses->data, 4, k, 80, 48, 0, 6,
+              ctl->data, &err));
+      g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+              &err));
+    }
+    g_assert_no_error (err);
+    g_byte_array_append (rec.bytes, out->data, (guint) lb_tensor_nbytes (out));
+  }
+  if (callback)
+    g_assert_cmpint (rec.n_steps, ==, 5 * n_chunks);
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+  return rec.bytes;
+}
+
+static void
+test_control_on_device (gconstpointer data)
+{
+  const int n_ranks = GPOINTER_TO_INT (data);
+  /* 1 rank: 9 chunks without a callback (graph replay from the first
+   * steady chunk); more: 4 chunks with every pass recorded */
+  const gboolean callback = n_ranks > 1;
+  const int n_chunks = callback ? 4 : 9;
+  LbBackend *fd = fakedev_backend ();
+  g_autoptr (GByteArray) cpu = run_control_stream (lb_cpu_backend (),
+      n_ranks, n_chunks, callback, FALSE);
+  g_autoptr (GByteArray) cpu_poses = run_control_stream (lb_cpu_backend (),
+      n_ranks, n_chunks, callback, TRUE);
+
+  const FakeDevStats st0 = fakedev_stats ();
+  fake_copy_real = fd->copy;
+  fd->copy = counting_copy;
+  h2d_bytes = 0;
+  g_autoptr (GByteArray) host = run_control_stream (fd, n_ranks, n_chunks,
+      callback, FALSE);
+  const guint64 host_bytes = h2d_bytes;
+  const FakeDevStats st1 = fakedev_stats ();
+  h2d_bytes = 0;
+  g_autoptr (GByteArray) dev = run_control_stream (fd, n_ranks, n_chunks,
+      callback, TRUE);
+  const guint64 dev_bytes = h2d_bytes;
+  const FakeDevStats st2 = fakedev_stats ();
+  fd->copy = fake_copy_real;
+
+  g_assert_cmpint (st2.bad, ==, 0);
+  g_assert_cmpint (st2.live_blocks, ==, st0.live_blocks);
+  if (!callback) {
+    /* both fakedev runs replayed their passes from graphs */
+    g_assert_cmpint (st1.n_launches - st0.n_launches, >, 0);
+    g_assert_cmpint (st2.n_launches - st1.n_launches, ==,
+        st1.n_launches - st0.n_launches);
+  }
+  /* the same H2D copies in number (poses in place of the control tensor),
+   * fewer bytes by exactly (control - poses) per rank and chunk */
+  g_assert_cmpint (st2.n_h2d - st1.n_h2d, ==, st1.n_h2d - st0.n_h2d);
+  const guint64 saved = (guint64) n_ranks * n_chunks *
+      (384 * 4 * 6 * 10 - 4 * 16) * sizeof (float);
+  g_assert_cmpuint (host_bytes - dev_bytes, ==, saved);
+  g_assert_cmpuint (dev_bytes, <, host_bytes);
+
+  g_assert_cmpuint (cpu->len, ==, dev->len);
+  g_assert_true (memcmp (cpu->data, cpu_poses->data, cpu->len) == 0);
+  g_assert_true (memcmp (cpu->data, host->data, cpu->len) == 0);
+  g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
+  g_print ("# ray map on the ranks, %d rank(s), %d chunks: bit-identical to "
+      "the host control over %u bytes; H2D %" G_GUINT64_FORMAT " -> %"
+      G_GUINT64_FORMAT " bytes\n", n_ranks, n_chunks, cpu->len, host_bytes,
+      dev_bytes);
+}
+
+/* run_chunk_poses's own argument errors, before any rank runs. */
+static void
+test_control_on_device_errors (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-raymap-errors" };
+  LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), 1, NULL,
+      &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  const LbTensor *noise[4];
+  for (int st = 0; st < 4; st++)
+    noise[st] = dit_fixture_get (fixture, st ? "output.chunk0.step0.renoise"
+        : "output.chunk0.step0.x_in");
+  const LbTensor *y = dit_fixture_get (fixture, "input.chunk0.y");
+  g_autoptr (LbTensor) p3 = lb_tensor_new_f32 (2, (int64_t) 3, (int64_t) 16);
+  g_autoptr (LbTensor) p4 = lb_tensor_new_f32 (3, (int64_t) 4, (int64_t) 4,
+      (int64_t) 4);
+  chunk_poses (0, p4->data);
+  const float k[4] = { 80.f, 80.f, 40.f, 24.f };
+  g_assert_false (lingbot_dit_session_run_chunk_poses (ses, y, p3, k, 80, 48,
+          noise, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (err->message, ==, "DiT chunk: rel_poses is f32 [3, 16], "
+      "expected contiguous f32 [4, 16]");
+  g_clear_error (&err);
+  g_assert_false (lingbot_dit_session_run_chunk_poses (ses, y, p4, k, 80, 40,
+          noise, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "DiT chunk: output size 80x40 is not "
+      "the latent grid's 80x48");
+  g_clear_error (&err);
+  g_assert_cmpint (lingbot_dit_session_get_chunk_index (ses), ==, 0);
+  /* [4, 4, 4] poses are fine */
+  g_assert_true (lingbot_dit_session_run_chunk_poses (ses, y, p4, k, 80, 48,
+          noise, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (lingbot_dit_session_get_chunk_index (ses), ==, 1);
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -323,6 +540,12 @@ main (int argc, char **argv)
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/4", GINT_TO_POINTER (4),
       test_stream_bit_identical);
+  g_test_add_data_func ("/dit/device/control-on-device/1",
+      GINT_TO_POINTER (1), test_control_on_device);
+  g_test_add_data_func ("/dit/device/control-on-device/2",
+      GINT_TO_POINTER (2), test_control_on_device);
+  g_test_add_func ("/dit/device/control-on-device/errors",
+      test_control_on_device_errors);
   int rc = g_test_run ();
   lingbot_dit_unref (dit);
   lingbot_checkpoint_unref (fixture);

@@ -1,7 +1,8 @@
 /* lingbot-gst: CUDA ops (all but GEMM and attention) against the CPU
  * oracle, the VAE's strided ops, channel norm and halo upsample included,
  * and the fused DiT ops (norm_modulate, rms_norm_rope into KV-cache slot
- * views, gated_residual_modulate).
+ * views, gated_residual_modulate), and the camera ray map (ray_map, bit
+ * for bit: both backends use the same IEEE operations without FMA).
  * Exits 77 (skip) when no CUDA device or module is available.
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
@@ -926,6 +927,83 @@ test_gated_residual_modulate (void)
   gated_residual_modulate_case (300, 5120, 1, TRUE, 0);
 }
 
+/* ---- camera ray map (exact: same IEEE operations, no FMA) ---- */
+
+static void
+ray_map_case (int width, int height, int frames, int row0, int rows,
+    const float k[4], gboolean raw)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GError) err2 = NULL;
+  const int64_t wl = width / 8;
+  g_autoptr (LbTensor) poses = host_random (2, S (frames, 16), -2, 2);
+  if (!raw) {
+    /* rigid: a rotation about a random axis mix, translation kept */
+    float *p = poses->data;
+    for (int n = 0; n < frames; n++, p += 16) {
+      double a = g_test_rand_double_range (-1.0, 1.0),
+          b = g_test_rand_double_range (-1.0, 1.0);
+      const double R[9] = {
+        cos (a), sin (a) * sin (b), sin (a) * cos (b),
+        0.0, cos (b), -sin (b),
+        -sin (a), cos (a) * sin (b), cos (a) * cos (b),
+      };
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+          p[i * 4 + j] = (float) R[i * 3 + j];
+      p[12] = p[13] = p[14] = 0.0f;
+      p[15] = 1.0f;
+    }
+  }
+  g_autoptr (LbTensor) dposes = to_dev (poses);
+  g_autoptr (LbTensor) y = host_nan (4, S (384, frames, rows, wl));
+  g_autoptr (LbTensor) dy = dev_poison (4, S (384, frames, rows, wl));
+  g_assert_true (cpu_ops ()->ray_map (gctx.cs, poses, k[0], k[1], k[2], k[3],
+          width, height, row0, y, &err));
+  g_assert_no_error (err);
+  g_assert_true (gpu_ops ()->ray_map (gctx.gs, dposes, k[0], k[1], k[2],
+          k[3], width, height, row0, dy, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) got = to_host (dy);
+  /* bit for bit (kernels/ops.h: every backend equals lingbot_control_pack);
+   * compare() first for a readable report of the worst element */
+  compare ("ray_map", y, got, 0.0);
+  g_assert_true (memcmp (y->data, got->data, lb_tensor_nbytes (y)) == 0);
+
+  /* a size that is not a multiple of 8: same message on both */
+  gboolean c_ok = cpu_ops ()->ray_map (gctx.cs, poses, k[0], k[1], k[2],
+      k[3], width + 4, height, row0, y, &err);
+  gboolean g_ok = gpu_ops ()->ray_map (gctx.gs, dposes, k[0], k[1], k[2],
+      k[3], width + 4, height, row0, dy, &err2);
+  same_error ("ray_map bad width", c_ok, err, g_ok, err2);
+  g_clear_error (&err);
+  g_clear_error (&err2);
+  /* a band past the bottom */
+  c_ok = cpu_ops ()->ray_map (gctx.cs, poses, k[0], k[1], k[2], k[3], width,
+      height, height / 8 - rows + 1, y, &err);
+  g_ok = gpu_ops ()->ray_map (gctx.gs, dposes, k[0], k[1], k[2], k[3], width,
+      height, height / 8 - rows + 1, dy, &err2);
+  same_error ("ray_map bad band", c_ok, err, g_ok, err2);
+}
+
+static void
+test_ray_map (void)
+{
+  /* 832x480 with the image-size default intrinsics and with calibration
+   * intrinsics, the whole map (the served size) */
+  const float kd[4] = { 832.f, 832.f, 416.f, 240.f };
+  const float kc[4] = { 502.13f, 498.71f, 416.37f, 239.93f };
+  ray_map_case (832, 480, 4, 0, 60, kd, FALSE);
+  ray_map_case (832, 480, 4, 0, 60, kc, FALSE);
+  /* a rank's band, odd latent widths, off-centre principal points and
+   * arbitrary matrices */
+  ray_map_case (832, 480, 4, 17, 13, kc, FALSE);
+  ray_map_case (72, 64, 1, 3, 2, (const float[4]) { 33.3f, 29.1f, 21.7f,
+          30.2f }, TRUE);
+  ray_map_case (24, 16, 5, 0, 2, (const float[4]) { 7.5f, 9.25f, -3.0f,
+          20.0f }, TRUE);
+}
+
 static void
 test_device_check (void)
 {
@@ -958,6 +1036,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/rms-norm-rope", test_rms_norm_rope);
   g_test_add_func ("/gpu/ops/gated-residual-modulate",
       test_gated_residual_modulate);
+  g_test_add_func ("/gpu/ops/ray-map", test_ray_map);
   g_test_add_func ("/gpu/ops/device-check", test_device_check);
   int rc = g_test_run ();
   sync_ok ();
