@@ -56,6 +56,52 @@ cuda_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
 }
 
 static void cuda_stream_free (LbStream * s);
+
+/* Peer access between the devices that have streams (ranks of worker
+ * groups): device-to-device copies between them (the local collectives,
+ * channels) then go over NVLink / PCIe P2P instead of through the host.
+ * Enabled once per ordered pair, when the driver says it can; NCCL finds
+ * its own P2P paths and does not need it.  Lazily, so that a process that
+ * uses one GPU does not create contexts on the others. */
+#define MAX_PEER_DEVICES 64
+static GMutex peer_lock;
+static gboolean peer_used[MAX_PEER_DEVICES];
+static gboolean peer_done[MAX_PEER_DEVICES][MAX_PEER_DEVICES];
+
+static void
+enable_peer (int from, int to)
+{
+  int can = 0;
+  if (peer_done[from][to])
+    return;
+  peer_done[from][to] = TRUE;
+  if (cudaDeviceCanAccessPeer (&can, from, to) != cudaSuccess || !can ||
+      cudaSetDevice (from) != cudaSuccess)
+    return;
+  cudaError_t e = cudaDeviceEnablePeerAccess (to, 0);
+  if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+    g_debug ("cuda: no peer access %d -> %d: %s", from, to,
+        cudaGetErrorString (e));
+  cudaGetLastError ();          /* neither outcome is an error of ours */
+}
+
+static void
+peer_access_add (int device)
+{
+  if (device < 0 || device >= MAX_PEER_DEVICES)
+    return;
+  g_mutex_lock (&peer_lock);
+  if (!peer_used[device]) {
+    peer_used[device] = TRUE;
+    for (int d = 0; d < MAX_PEER_DEVICES; d++)
+      if (d != device && peer_used[d]) {
+        enable_peer (device, d);
+        enable_peer (d, device);
+      }
+    cudaSetDevice (device);
+  }
+  g_mutex_unlock (&peer_lock);
+}
 static void capture_blocks_release (int device, GPtrArray * blocks);
 
 static LbStream *
@@ -63,6 +109,7 @@ cuda_stream_new (LbBackend * self, int device, GError ** error)
 {
   if (!lb_cuda_check (cudaSetDevice (device), "cudaSetDevice", error))
     return NULL;
+  peer_access_add (device);
   LbStream *s = g_new0 (LbStream, 1);
   LbCudaStream *cs = g_new0 (LbCudaStream, 1);
   s->backend = self;
