@@ -364,8 +364,13 @@ lingbot_backend_module_init (GError ** error)
   int count = 0;
   cudaError_t err = cudaGetDeviceCount (&count);
   if (err != cudaSuccess) {
+    /* cudaErrorInsufficientDriver is also what a machine without any
+     * NVIDIA driver reports */
+    const char *hint = err == cudaErrorInsufficientDriver ?
+        "no NVIDIA driver, or one older than the CUDA runtime" :
+        err == cudaErrorNoDevice ? "no device present" : "the driver failed";
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
-        "no usable CUDA device: cudaGetDeviceCount: %s",
+        "no usable CUDA device: %s (cudaGetDeviceCount: %s)", hint,
         cudaGetErrorString (err));
     return NULL;
   }
