@@ -3,7 +3,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  *   lingbot-generate --model models/tiny --image start.jpg \
- *       --prompt "a castle" --devices cpu:2 --frames 29 \
+ *       --prompt "a castle" --devices cpu:2 [--precision bf16] --frames 29 \
  *       --keys-trace controls.json --y4m out.y4m
  *   lingbot-generate --model DIR --image start.jpg --prompt-embeds p.safetensors \
  *       --keys w --out frames.rgb
@@ -61,6 +61,7 @@ main (int argc, char **argv)
   g_autofree char *model = NULL, *image = NULL, *prompt = NULL;
   g_autofree char *embeds = NULL, *devices = NULL, *trace_path = NULL;
   g_autofree char *keys_str = NULL, *out = NULL, *y4m = NULL;
+  g_autofree char *precision = NULL;
   int frames = 77, width = 0, height = 0, pixel_area = 0, fps = 16;
   int chunk = 0;
   gint64 seed = 42;
@@ -76,6 +77,8 @@ main (int argc, char **argv)
         "F"},
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
+        "DiT precision on GPU ranks: fp32 (default) or bf16", "P"},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &frames,
         "Video frames to generate (default 77)", "N"},
     {"keys-trace", 't', 0, G_OPTION_ARG_FILENAME, &trace_path,
@@ -136,6 +139,7 @@ main (int argc, char **argv)
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   if (devices)
     wo.devices = devices;
+  wo.precision = precision;
   wo.model_path = model;
   wo.load_text_encoder = embeds == NULL;
   g_autoptr (LingbotWorld) world = lingbot_world_new (&wo, &err);

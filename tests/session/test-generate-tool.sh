@@ -42,4 +42,7 @@ grep -q nope "$tmp/err"
 if "$generate" --model "$tmp/m" --image "$img" --devices cpu:x \
     --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi
 grep -q 'cpu:x' "$tmp/err"
+if "$generate" --model "$tmp/m" --image "$img" --precision fp16 \
+    --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi
+grep -q "unknown precision 'fp16' (choose fp32 or bf16)" "$tmp/err"
 echo ok
