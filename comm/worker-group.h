@@ -34,6 +34,10 @@ typedef struct _LbCollectivesClass LbCollectivesClass;
  * @device: the device ordinal this rank computes on (for the CPU backend a
  *   virtual device id, see lb_worker_group_new())
  * @stream: this rank's execution queue, created on the rank's own thread
+ * @comm_stream: (nullable): when set, backend-native collectives (NCCL)
+ *   are enqueued on this stream instead of @stream; the caller orders the
+ *   two with events (LbBackend.event_record / stream_wait_event).  The
+ *   local collectives ignore it.  %NULL by default.
  * @user_data: free for the layer above (per-rank session state)
  *
  * What a rank function sees.  Owned by the group; valid until the group is
@@ -47,6 +51,7 @@ struct _LbRank
   LbBackend *backend;
   int device;
   LbStream *stream;
+  LbStream *comm_stream;
   gpointer user_data;
 };
 

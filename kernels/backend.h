@@ -17,6 +17,7 @@ G_BEGIN_DECLS
 typedef struct _LbBackend LbBackend;
 typedef struct _LbStream LbStream;
 typedef struct _LbGraph LbGraph;
+typedef struct _LbEvent LbEvent;
 
 typedef enum {
   LB_COPY_HOST_TO_DEVICE,
@@ -48,6 +49,13 @@ typedef enum {
  *   captured on: the same kernels with the same arguments and pointers
  * @graph_free: waits for the stream, then releases the graph and its
  *   scratch
+ * @event_new: (nullable): an event on @device (cudaEvent, no timing)
+ * @event_free: frees an event (not while a stream waits for it)
+ * @event_record: marks the point reached by the work enqueued so far on a
+ *   stream
+ * @stream_wait_event: makes later work on a stream wait until the
+ *   recorded point of the event's stream is reached (also inside a graph
+ *   capture: the waiting stream joins the capture)
  *
  * All function pointers report failures through GError (domain %LB_ERROR,
  * code %LB_ERROR_DEVICE) and never abort.
@@ -77,6 +85,14 @@ struct _LbBackend {
   gboolean (*graph_launch) (LbStream * stream, LbGraph * graph,
       GError ** error);
   void (*graph_free) (LbStream * stream, LbGraph * graph);
+
+  /* optional (NULL on the CPU): events ordering two streams of a device */
+  LbEvent *(*event_new) (LbBackend * self, int device, GError ** error);
+  void (*event_free) (LbBackend * self, LbEvent * event);
+  gboolean (*event_record) (LbStream * stream, LbEvent * event,
+      GError ** error);
+  gboolean (*stream_wait_event) (LbStream * stream, LbEvent * event,
+      GError ** error);
 
   gpointer priv;
 };

@@ -542,6 +542,7 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
     g_clear_pointer (one[i], lb_tensor_free);
   free_per_layer (&rs->cam_scale, L);
   free_per_layer (&rs->cam_shift, L);
+  lingbot_dit_ulysses_free (rs);
   free_per_layer (&rs->cache_k, L);
   free_per_layer (&rs->cache_v, L);
   free_per_layer (&rs->cross_k, L);
@@ -997,6 +998,24 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
   /* frame positions current_start / T_f.. are in the chunk's tables
    * (lingbot_dit_rope_chunk()), so the frame offset is 0 */
   (void) current_start;
+  if (rs->overlap)
+    /* k, v, q each exchanged as soon as it is ready, behind the next GEMM
+     * (lingbot_dit_ulysses_send()) */
+    return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale,
+        &shift, rs->a, error) &&
+        linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
+        OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
+        rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
+        error) &&
+        lingbot_dit_ulysses_send (rs, 1, error) &&
+        linear (rs, rs->a, &b->sa_v, 0.0f, &vrows, error) &&
+        lingbot_dit_ulysses_send (rs, 2, error) &&
+        linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
+        OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
+        rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
+        error) &&
+        lingbot_dit_ulysses_send (rs, 0, error) &&
+        lingbot_dit_ulysses_recv_wait (rs, error);
   return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale, &shift,
       rs->a, error) &&
       linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
@@ -1023,7 +1042,7 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
     return OPS->attention (rs->s, &q3, &kw, &vw, NULL, NULL, scale, &o3,
         error);
   }
-  if (!lingbot_dit_ulysses_qkv (rs, error) ||
+  if ((!rs->overlap && !lingbot_dit_ulysses_qkv (rs, error)) ||
       !cache_write_sharded (rs, layer, error))
     return FALSE;
   cache_window (rs, layer, &kw, &vw);
@@ -1110,6 +1129,14 @@ lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
   if (!cache_evict (rs, layer, error))
     return FALSE;
   if (local && !self_attn_qkv (rs, layer, mod, current_start, error))
+    return FALSE;
+  /* a rank without tokens still takes part in the exchanges, in the order
+   * the others send */
+  if (!local && rs->overlap &&
+      (!lingbot_dit_ulysses_send (rs, 1, error) ||
+          !lingbot_dit_ulysses_send (rs, 2, error) ||
+          !lingbot_dit_ulysses_send (rs, 0, error) ||
+          !lingbot_dit_ulysses_recv_wait (rs, error)))
     return FALSE;
   if (!self_attention (rs, layer, error))
     return FALSE;

@@ -115,6 +115,11 @@ typedef struct {
   LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
   gsize *cnt_a, *dsp_a, *cnt_b, *dsp_b;
   LbTensor *ones;               /* [hl * hd] of 1.0f; device backends only */
+  /* overlap (lingbot_dit_ulysses_send()): the q/k/v exchanges run on
+   * comm_s while the next GEMM runs on s, ordered by events */
+  gboolean overlap;
+  LbStream *comm_s;
+  LbEvent *ev_packed[3], *ev_comm;
 
   /* optional per-block traces (tests) */
   LbTensor *trace_self_attn, *trace_cross_attn, *trace_ffn;
@@ -163,6 +168,10 @@ gboolean lingbot_dit_head_forward (LingbotDitRank * rs,
 /* dit-ulysses.c */
 gboolean lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_send (LingbotDitRank * rs, int which,
+    GError ** error);
+gboolean lingbot_dit_ulysses_recv_wait (LingbotDitRank * rs, GError ** error);
+void lingbot_dit_ulysses_free (LingbotDitRank * rs);
 gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_copy_rows (LbStream * s, LbTensor * dst,

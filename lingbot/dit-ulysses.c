@@ -63,6 +63,24 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
     rs->cnt_b[R + r] = (gsize) (nr * zf);
     rs->dsp_b[R + r] = (gsize) (sh->band_tok0[r] * zf);
   }
+  /* compute/communication overlap: NCCL ranks (collectives on a stream)
+   * of a backend with events; LINGBOT_COMM_OVERLAP=0 turns it off, =1 on
+   * for any collectives (tests: the local ones run synchronously, so the
+   * same code path gives the same bytes) */
+  LbBackend *be = rs->s->backend;
+  const char *env = g_getenv ("LINGBOT_COMM_OVERLAP");
+  rs->overlap = rs->rank != NULL && be->event_new != NULL &&
+      be->event_record != NULL && be->stream_wait_event != NULL &&
+      g_strcmp0 (env, "0") != 0 && (g_strcmp0 (env, "1") == 0 ||
+      g_strcmp0 (lb_comm_backend_name (rs->rank), "nccl") == 0);
+  if (rs->overlap) {
+    if (!(rs->comm_s = be->stream_new (be, rs->s->device, error)) ||
+        !(rs->ev_comm = be->event_new (be, rs->s->device, error)))
+      return FALSE;
+    for (int i = 0; i < 3; i++)
+      if (!(rs->ev_packed[i] = be->event_new (be, rs->s->device, error)))
+        return FALSE;
+  }
   if (rs->s->backend->device_type != LB_DEVICE_CPU) {
     g_autoptr (LbTensor) one = lb_tensor_new_f32 (1, hl * hd);
     for (int64_t i = 0; i < hl * hd; i++)
@@ -124,6 +142,22 @@ move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
   return TRUE;
 }
 
+/* Packs q (0), k (1) or v (2) into its row of rs->send as [R, n, piece]
+ * (@send: that row's view). */
+static gboolean
+pack (LingbotDitRank * rs, int which, LbTensor * send, GError ** error)
+{
+  const LingbotDitShard *sh = &rs->sh;
+  const int64_t piece = sh->heads_local * rs->head_dim;
+  const LbTensor *src[3] = { rs->q, rs->k, rs->v };
+  LbTensor row, from;
+  lb_tensor_view_select (&row, rs->send, 0, which);
+  if (!rank_blocks (send, &row, sh->n_ranks, sh->n_local, piece))
+    return FALSE;
+  heads_by_rank (&from, src[which], sh->n_ranks, piece);
+  return move_blocks (rs, send, &from, error);
+}
+
 /**
  * lingbot_dit_ulysses_qkv:
  * @rs: a rank state with rs->q/k/v [n_local, D] (normed, rotated)
@@ -139,21 +173,11 @@ move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
 gboolean
 lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
 {
-  const LingbotDitShard *sh = &rs->sh;
-  const int R = sh->n_ranks;
-  const int64_t piece = sh->heads_local * rs->head_dim;
-  const LbTensor *src[3] = { rs->q, rs->k, rs->v };
   LbTensor *dst[3] = { rs->q_r, rs->k_r, rs->v_r };
   LbTensor send[3];
-  for (int i = 0; i < 3; i++) {
-    LbTensor row, from;
-    lb_tensor_view_select (&row, rs->send, 0, i);
-    if (!rank_blocks (&send[i], &row, R, sh->n_local, piece))
+  for (int i = 0; i < 3; i++)
+    if (!pack (rs, i, &send[i], error))
       return FALSE;
-    heads_by_rank (&from, src[i], R, piece);
-    if (!move_blocks (rs, &send[i], &from, error))
-      return FALSE;
-  }
   if (!lb_comm_group_start (rs->rank, error))
     return FALSE;
   for (int i = 0; i < 3; i++) {
@@ -162,6 +186,83 @@ lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
       return FALSE;
   }
   return lb_comm_group_end (rs->rank, error);
+}
+
+/**
+ * lingbot_dit_ulysses_send:
+ * @rs: a rank state with rs->overlap; rs->q (0), rs->k (1) or rs->v (2)
+ *   written on the compute stream
+ * @which: 0, 1 or 2
+ * @error: collective or event errors
+ *
+ * The exchange of one of q, k, v without waiting for it: packs it on the
+ * compute stream, records an event there, and enqueues the all-to-all into
+ * rs->q_r / k_r / v_r on the communication stream after that event, so
+ * the GEMMs enqueued next on the compute stream run while it moves.  Every
+ * rank sends in the same order (k, v, q in lingbot_dit_block_forward()).
+ * lingbot_dit_ulysses_recv_wait() makes the compute stream wait for all.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_ulysses_send (LingbotDitRank * rs, int which, GError ** error)
+{
+  LbBackend *be = rs->s->backend;
+  LbTensor *dst[3] = { rs->q_r, rs->k_r, rs->v_r };
+  LbTensor send;
+  if (!pack (rs, which, &send, error) ||
+      !be->event_record (rs->s, rs->ev_packed[which], error) ||
+      !be->stream_wait_event (rs->comm_s, rs->ev_packed[which], error))
+    return FALSE;
+  rs->rank->comm_stream = rs->comm_s;
+  gboolean ok = lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, send.data,
+      rs->cnt_a, rs->dsp_a, dst[which]->data, rs->cnt_b, rs->dsp_b, error);
+  rs->rank->comm_stream = NULL;
+  return ok;
+}
+
+/**
+ * lingbot_dit_ulysses_recv_wait:
+ * @rs: a rank state with rs->overlap, after the three sends
+ * @error: event errors
+ *
+ * Orders the compute stream after every exchange enqueued on the
+ * communication stream (the join of lingbot_dit_ulysses_send()).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_ulysses_recv_wait (LingbotDitRank * rs, GError ** error)
+{
+  LbBackend *be = rs->s->backend;
+  return be->event_record (rs->comm_s, rs->ev_comm, error) &&
+      be->stream_wait_event (rs->s, rs->ev_comm, error);
+}
+
+/**
+ * lingbot_dit_ulysses_free:
+ * @rs: a rank state
+ *
+ * Frees the overlap's stream and events (the buffers are rank tensors).
+ */
+void
+lingbot_dit_ulysses_free (LingbotDitRank * rs)
+{
+  LbBackend *be = rs->s ? rs->s->backend : NULL;
+  if (be == NULL)
+    return;
+  if (rs->comm_s)
+    be->stream_free (rs->comm_s);
+  rs->comm_s = NULL;
+  for (int i = 0; i < 3; i++) {
+    if (rs->ev_packed[i])
+      be->event_free (be, rs->ev_packed[i]);
+    rs->ev_packed[i] = NULL;
+  }
+  if (rs->ev_comm)
+    be->event_free (be, rs->ev_comm);
+  rs->ev_comm = NULL;
+  rs->overlap = FALSE;
 }
 
 /**

@@ -82,7 +82,8 @@ nccl_type (LbDType dtype, ncclDataType_t * out, GError ** error)
 static inline cudaStream_t
 stream_of (LbRank * rank)
 {
-  return (cudaStream_t) rank->stream->native;
+  return (cudaStream_t) (rank->comm_stream ? rank->comm_stream :
+      rank->stream)->native;
 }
 
 /* Closes the groups this rank opened, so that NCCL's per-thread group

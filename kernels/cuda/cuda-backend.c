@@ -299,6 +299,56 @@ cuda_graph_free (LbStream * s, LbGraph * graph)
   g_free (graph);
 }
 
+/* ---- events ---- */
+
+struct _LbEvent
+{
+  cudaEvent_t event;
+  int device;
+};
+
+static LbEvent *
+cuda_event_new (LbBackend * self, int device, GError ** error)
+{
+  (void) self;
+  LbEvent *e = g_new0 (LbEvent, 1);
+  e->device = device;
+  if (!lb_cuda_check (cudaSetDevice (device), "cudaSetDevice", error) ||
+      !lb_cuda_check (cudaEventCreateWithFlags (&e->event,
+              cudaEventDisableTiming), "cudaEventCreate", error)) {
+    g_free (e);
+    return NULL;
+  }
+  return e;
+}
+
+static void
+cuda_event_free (LbBackend * self, LbEvent * event)
+{
+  (void) self;
+  if (event == NULL)
+    return;
+  cudaSetDevice (event->device);
+  cudaEventDestroy (event->event);
+  g_free (event);
+}
+
+static gboolean
+cuda_event_record (LbStream * s, LbEvent * event, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  return lb_cuda_check (cudaEventRecord (event->event, cs->stream),
+      "cudaEventRecord", error);
+}
+
+static gboolean
+cuda_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  return lb_cuda_check (cudaStreamWaitEvent (cs->stream, event->event, 0),
+      "cudaStreamWaitEvent", error);
+}
+
 static LbBackend cuda_backend = {
   .name = "cuda",
   .device_type = LB_DEVICE_CUDA,
@@ -315,6 +365,10 @@ static LbBackend cuda_backend = {
   .graph_end = cuda_graph_end,
   .graph_launch = cuda_graph_launch,
   .graph_free = cuda_graph_free,
+  .event_new = cuda_event_new,
+  .event_free = cuda_event_free,
+  .event_record = cuda_event_record,
+  .stream_wait_event = cuda_stream_wait_event,
 };
 
 G_MODULE_EXPORT LbBackend *lingbot_backend_module_init (GError ** error);

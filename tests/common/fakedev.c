@@ -27,7 +27,7 @@ typedef struct {
   GHashTable *blocks;           /* ptr -> size */
   gint bad;
   gint n_h2d, n_d2h, n_d2d, n_ops;
-  gint n_captures, n_launches, n_capturing;
+  gint n_captures, n_launches, n_capturing, n_waits;
 } FakeDev;
 
 typedef enum {
@@ -1238,6 +1238,50 @@ fake_graph_free (LbStream * s, LbGraph * graph)
 }
 
 
+/* Events: fakedev runs everything at once, so an event only has to exist
+ * (and is counted: a stream wait is where a real device would order two
+ * streams). */
+struct _LbEvent
+{
+  int device;
+};
+
+static LbEvent *
+fake_event_new (LbBackend * self, int device, GError ** error)
+{
+  (void) self;
+  (void) error;
+  LbEvent *e = g_new0 (LbEvent, 1);
+  e->device = device;
+  return e;
+}
+
+static void
+fake_event_free (LbBackend * self, LbEvent * event)
+{
+  (void) self;
+  g_free (event);
+}
+
+static gboolean
+fake_event_record (LbStream * s, LbEvent * event, GError ** error)
+{
+  if (event->device != s->device)
+    return refuse (error, "event of device %d recorded on fakedev:%d",
+        event->device, s->device);
+  return TRUE;
+}
+
+static gboolean
+fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
+{
+  if (event->device != s->device)
+    return refuse (error, "fakedev:%d waits for an event of device %d",
+        s->device, event->device);
+  g_atomic_int_inc (&fake.n_waits);
+  return TRUE;
+}
+
 static LbBackend fake_backend = {
   .name = "fakedev",
   .device_type = LB_DEVICE_CUDA,
@@ -1253,6 +1297,10 @@ static LbBackend fake_backend = {
   .graph_end = fake_graph_end,
   .graph_launch = fake_graph_launch,
   .graph_free = fake_graph_free,
+  .event_new = fake_event_new,
+  .event_free = fake_event_free,
+  .event_record = fake_event_record,
+  .stream_wait_event = fake_stream_wait_event,
 };
 
 /**
@@ -1292,6 +1340,7 @@ fakedev_stats (void)
   st.n_ops = g_atomic_int_get (&fake.n_ops);
   st.n_captures = g_atomic_int_get (&fake.n_captures);
   st.n_launches = g_atomic_int_get (&fake.n_launches);
+  st.n_waits = g_atomic_int_get (&fake.n_waits);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

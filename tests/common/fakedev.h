@@ -18,6 +18,7 @@ G_BEGIN_DECLS
  * @live_blocks: device allocations not yet freed
  * @n_captures: graphs captured (graph_end)
  * @n_launches: graph replays (graph_launch)
+ * @n_waits: stream waits for an event (stream_wait_event)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -30,7 +31,7 @@ typedef struct {
   int bad;
   int n_h2d, n_d2h, n_d2d, n_ops;
   int live_blocks;
-  int n_captures, n_launches;
+  int n_captures, n_launches, n_waits;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

@@ -519,6 +519,31 @@ test_control_on_device_errors (void)
   lb_worker_group_unref (group);
 }
 
+/* Compute/communication overlap (lingbot_dit_ulysses_send()): forced on
+ * with the local collectives (LINGBOT_COMM_OVERLAP=1), the reordered
+ * q/k/v path with its per-tensor exchanges and event waits must give the
+ * CPU's bytes; every layer of every pass waits 4 times per rank (3 sends
+ * after their packing, the compute stream after the exchanges). */
+static void
+test_overlap (gconstpointer data)
+{
+  const int n_ranks = GPOINTER_TO_INT (data);
+  g_autoptr (GByteArray) cpu = run_stream (lb_cpu_backend (), n_ranks);
+  g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+  const FakeDevStats st0 = fakedev_stats ();
+  g_autoptr (GByteArray) dev = run_stream (fakedev_backend (), n_ranks);
+  const FakeDevStats st = fakedev_stats ();
+  g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  const int L = lingbot_dit_get_config (dit)->num_layers;
+  g_assert_cmpint (st.bad, ==, 0);
+  g_assert_cmpint (st.n_waits - st0.n_waits, ==, 4 * L * 5 * 4 * n_ranks);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+  g_assert_cmpuint (cpu->len, ==, dev->len);
+  g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
+  g_print ("# overlap, %d ranks: %d event waits, bit-identical to the CPU "
+      "over %u bytes\n", n_ranks, st.n_waits - st0.n_waits, cpu->len);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -540,6 +565,10 @@ main (int argc, char **argv)
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/4", GINT_TO_POINTER (4),
       test_stream_bit_identical);
+  g_test_add_data_func ("/dit/device/overlap/2", GINT_TO_POINTER (2),
+      test_overlap);
+  g_test_add_data_func ("/dit/device/overlap/4", GINT_TO_POINTER (4),
+      test_overlap);
   g_test_add_data_func ("/dit/device/control-on-device/1",
       GINT_TO_POINTER (1), test_control_on_device);
   g_test_add_data_func ("/dit/device/control-on-device/2",
