@@ -47,3 +47,25 @@ dit_fixture_get (LingbotCheckpoint * ckpt, const char *name)
   g_assert_nonnull (t);
   return t;
 }
+
+/* The dit_tiny fixture's inputs of chunk @c (0..3): @noise the initial
+ * noise then the re-noise draws of steps 0-2, @y the condition, @control
+ * (optional) the camera control. */
+static inline void
+dit_fixture_chunk (LingbotCheckpoint * ckpt, int c, const LbTensor * noise[4],
+    const LbTensor ** y, const LbTensor ** control)
+{
+  char name[96];
+  g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", c);
+  noise[0] = dit_fixture_get (ckpt, name);
+  for (int s = 0; s < 3; s++) {
+    g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", c, s);
+    noise[s + 1] = dit_fixture_get (ckpt, name);
+  }
+  g_snprintf (name, sizeof name, "input.chunk%d.y", c);
+  *y = dit_fixture_get (ckpt, name);
+  if (control) {
+    g_snprintf (name, sizeof name, "input.chunk%d.control", c);
+    *control = dit_fixture_get (ckpt, name);
+  }
+}

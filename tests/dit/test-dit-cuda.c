@@ -102,16 +102,8 @@ run_stream (LbBackend * be, int n_ranks, const int *ordinals,
   for (int c = 0; c < 4; c++) {
     char name[96];
     const LbTensor *noise[4];
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", c);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int s = 0; s < 3; s++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", c, s);
-      noise[s + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", c);
-    const LbTensor *y = dit_fixture_get (fixture, name);
-    g_snprintf (name, sizeof name, "input.chunk%d.control", c);
-    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, c, noise, &y, &ctl);
     g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
             &err));
     g_assert_no_error (err);
@@ -199,19 +191,10 @@ run_plain (LbBackend * be, int n_ranks, const int *ordinals,
   g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
       (int64_t) 4, (int64_t) 6, (int64_t) 10);
   for (int c = 0; c < 9; c++) {
-    char name[96];
     const LbTensor *noise[4];
     const int f = c % 4;
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", f);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int st = 0; st < 3; st++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", f, st);
-      noise[st + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", f);
-    const LbTensor *y = dit_fixture_get (fixture, name);
-    g_snprintf (name, sizeof name, "input.chunk%d.control", f);
-    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, f, noise, &y, &ctl);
     g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
             &err));
     g_assert_no_error (err);

@@ -81,16 +81,8 @@ run_stream (LbBackend * be, int n_ranks)
   for (int c = 0; c < 4; c++) {
     char name[96];
     const LbTensor *noise[4];
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", c);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int s = 0; s < 3; s++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", c, s);
-      noise[s + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", c);
-    const LbTensor *y = dit_fixture_get (fixture, name);
-    g_snprintf (name, sizeof name, "input.chunk%d.control", c);
-    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, c, noise, &y, &ctl);
     g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
             &err));
     g_assert_no_error (err);
@@ -238,7 +230,6 @@ run_plain (LbBackend * be, int n_chunks, int *first_steady)
       (int64_t) 4, (int64_t) 6, (int64_t) 10);
   *first_steady = -1;
   for (int c = 0; c < n_chunks; c++) {
-    char name[96];
     const LbTensor *noise[4];
     const int f = c % 4;
     int64_t global_end, local_end;
@@ -246,16 +237,8 @@ run_plain (LbBackend * be, int n_chunks, int *first_steady)
     if (*first_steady < 0 && local_end == cap &&
         global_end == c * chunk_tokens)
       *first_steady = c;
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", f);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int st = 0; st < 3; st++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", f, st);
-      noise[st + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", f);
-    const LbTensor *y = dit_fixture_get (fixture, name);
-    g_snprintf (name, sizeof name, "input.chunk%d.control", f);
-    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, f, noise, &y, &ctl);
     g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
             &err));
     g_assert_no_error (err);
@@ -385,17 +368,10 @@ run_control_stream (LbBackend * be, int n_ranks, int n_chunks,
   float k[4];
   lingbot_control_intrinsics_transform (k0, 832, 480, 80, 48, k);
   for (int c = 0; c < n_chunks; c++) {
-    char name[96];
     const LbTensor *noise[4];
     const int f = c % 4;
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", f);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int st = 0; st < 3; st++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", f, st);
-      noise[st + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", f);
-    const LbTensor *y = dit_fixture_get (fixture, name);
+    const LbTensor *y;
+    dit_fixture_chunk (fixture, f, noise, &y, NULL);
     chunk_poses (c, poses->data);
     if (on_device) {
       g_assert_true (lingbot_dit_session_run_chunk_poses (ses, y, poses, k,

@@ -180,16 +180,8 @@ test_stream (gconstpointer data)
   for (int c = 0; c < 4; c++) {
     char name[96];
     const LbTensor *noise[4];
-    g_snprintf (name, sizeof name, "output.chunk%d.step0.x_in", c);
-    noise[0] = dit_fixture_get (fixture, name);
-    for (int s = 0; s < 3; s++) {
-      g_snprintf (name, sizeof name, "output.chunk%d.step%d.renoise", c, s);
-      noise[s + 1] = dit_fixture_get (fixture, name);
-    }
-    g_snprintf (name, sizeof name, "input.chunk%d.y", c);
-    const LbTensor *y = dit_fixture_get (fixture, name);
-    g_snprintf (name, sizeof name, "input.chunk%d.control", c);
-    const LbTensor *ctl = dit_fixture_get (fixture, name);
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, c, noise, &y, &ctl);
     g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
             &err));
     g_assert_no_error (err);
