@@ -1046,6 +1046,8 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
       !cache_write_sharded (rs, layer, error))
     return FALSE;
   cache_window (rs, layer, &kw, &vw);
+  if (rs->overlap && rs->out_groups > 1)
+    return lingbot_dit_ulysses_attention_out (rs, &kw, &vw, scale, error);
   if (!OPS->attention (rs->s, rs->q_r, &kw, &vw, NULL, NULL, scale, rs->o_r,
           error))
     return FALSE;

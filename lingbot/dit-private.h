@@ -11,6 +11,9 @@
 
 G_BEGIN_DECLS
 
+/* most head groups of the overlapped output exchange */
+#define LINGBOT_DIT_MAX_OUT_GROUPS 8
+
 typedef struct {
   LbTensor *w;                  /* [out, in] f32 */
   LbTensor *b;                  /* [out] f32 */
@@ -120,6 +123,15 @@ typedef struct {
   gboolean overlap;
   LbStream *comm_s;
   LbEvent *ev_packed[3], *ev_comm;
+  /* output overlap (lingbot_dit_ulysses_attention_out()): attention in
+   * out_groups groups of heads, each group's output exchanged on comm_s
+   * while the next group is computed; 1 = one exchange after attention.
+   * cnt_g: per-rank counts and displacements of one group's exchange
+   * (send counts, send displacements, receive counts, receive
+   * displacements; R each), relative to the group's buffers */
+  int out_groups;
+  LbEvent *ev_out[LINGBOT_DIT_MAX_OUT_GROUPS];
+  gsize *cnt_g;
 
   /* optional per-block traces (tests) */
   LbTensor *trace_self_attn, *trace_cross_attn, *trace_ffn;
@@ -173,6 +185,8 @@ gboolean lingbot_dit_ulysses_send (LingbotDitRank * rs, int which,
 gboolean lingbot_dit_ulysses_recv_wait (LingbotDitRank * rs, GError ** error);
 void lingbot_dit_ulysses_free (LingbotDitRank * rs);
 gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_attention_out (LingbotDitRank * rs,
+    const LbTensor * kw, const LbTensor * vw, float scale, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_copy_rows (LbStream * s, LbTensor * dst,
     const LbTensor * src, GError ** error);

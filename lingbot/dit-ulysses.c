@@ -19,6 +19,8 @@
 #include "comm/collectives.h"
 
 
+static gboolean out_groups_alloc (LingbotDitRank * rs, GError ** error);
+
 /**
  * lingbot_dit_ulysses_alloc:
  * @rs: a rank state of a group with more than one rank
@@ -81,6 +83,8 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
       if (!(rs->ev_packed[i] = be->event_new (be, rs->s->device, error)))
         return FALSE;
   }
+  if (rs->overlap && !out_groups_alloc (rs, error))
+    return FALSE;
   if (rs->s->backend->device_type != LB_DEVICE_CPU) {
     g_autoptr (LbTensor) one = lb_tensor_new_f32 (1, hl * hd);
     for (int64_t i = 0; i < hl * hd; i++)
@@ -90,6 +94,51 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
         !lb_tensor_upload (rs->s, rs->ones, one, error) ||
         !rs->s->backend->stream_synchronize (rs->s, error))
       return FALSE;
+  }
+  return TRUE;
+}
+
+/* The output exchange's head groups (lingbot_dit_ulysses_attention_out()):
+ * LINGBOT_COMM_OUT_GROUPS (default 2, at most LINGBOT_DIT_MAX_OUT_GROUPS),
+ * lowered to the largest divisor of the local head count, so every rank
+ * picks the same G and runs the same G exchanges.  One group (a single
+ * local head, or the variable set to 1) keeps the exchange after the
+ * whole attention (lingbot_dit_ulysses_out()). */
+static gboolean
+out_groups_alloc (LingbotDitRank * rs, GError ** error)
+{
+  LbBackend *be = rs->s->backend;
+  const int R = rs->sh.n_ranks;
+  const int64_t hl = rs->sh.heads_local;
+  const char *env = g_getenv ("LINGBOT_COMM_OUT_GROUPS");
+  gint64 want = 2;
+  if (env != NULL && *env != '\0') {
+    char *end = NULL;
+    want = g_ascii_strtoll (env, &end, 10);
+    if (end == env || *end != '\0' || want < 1) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "LINGBOT_COMM_OUT_GROUPS: '%s' is not a positive integer", env);
+      return FALSE;
+    }
+  }
+  want = MIN (want, LINGBOT_DIT_MAX_OUT_GROUPS);
+  while (want > 1 && hl % want != 0)
+    want--;
+  rs->out_groups = (int) want;
+  if (want == 1)
+    return TRUE;
+  for (int g = 0; g < rs->out_groups; g++)
+    if (!(rs->ev_out[g] = be->event_new (be, rs->s->device, error)))
+      return FALSE;
+  /* one group moves 1/G of every block of the full exchange (hl * hd
+   * floats per token become hg * hd), at offsets relative to the group's
+   * own [N, hg, hd] output slab and [R, n, hg * hd] receive slab */
+  rs->cnt_g = g_new0 (gsize, 4 * R);
+  for (int r = 0; r < R; r++) {
+    rs->cnt_g[r] = rs->cnt_b[r] / (gsize) want;
+    rs->cnt_g[R + r] = rs->dsp_b[r] / (gsize) want;
+    rs->cnt_g[2 * R + r] = rs->cnt_a[r] / (gsize) want;
+    rs->cnt_g[3 * R + r] = rs->dsp_a[r] / (gsize) want;
   }
   return TRUE;
 }
@@ -132,11 +181,19 @@ move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
     return lingbot_dit_copy_rows (rs->s, dst, src, error);
   if (dst->shape[1] == 0)
     return TRUE;
+  LbTensor ones;
+  if (!lb_tensor_view_narrow (&ones, rs->ones, 0, 0, dst->shape[2])) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT Ulysses: %" G_GINT64_FORMAT " floats per block, more than the "
+        "%" G_GINT64_FORMAT " of the ones vector", dst->shape[2],
+        rs->ones->shape[0]);
+    return FALSE;
+  }
   for (int64_t d = 0; d < dst->shape[0]; d++) {
     LbTensor db, sb;
     lb_tensor_view_select (&db, dst, 0, d);
     lb_tensor_view_select (&sb, src, 0, d);
-    if (!lb_ops (rs->s)->mul (rs->s, &sb, rs->ones, &db, error))
+    if (!lb_ops (rs->s)->mul (rs->s, &sb, &ones, &db, error))
       return FALSE;
   }
   return TRUE;
@@ -262,6 +319,13 @@ lingbot_dit_ulysses_free (LingbotDitRank * rs)
   if (rs->ev_comm)
     be->event_free (be, rs->ev_comm);
   rs->ev_comm = NULL;
+  for (int g = 0; g < LINGBOT_DIT_MAX_OUT_GROUPS; g++) {
+    if (rs->ev_out[g])
+      be->event_free (be, rs->ev_out[g]);
+    rs->ev_out[g] = NULL;
+  }
+  g_clear_pointer (&rs->cnt_g, g_free);
+  rs->out_groups = 1;
   rs->overlap = FALSE;
 }
 
@@ -289,6 +353,92 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
     return FALSE;
   heads_by_rank (&to, rs->o, R, piece);
   return move_blocks (rs, &to, &from, error);
+}
+
+/**
+ * lingbot_dit_ulysses_attention_out:
+ * @rs: a rank state with rs->overlap and rs->out_groups = G > 1; rs->q_r
+ *   [N, hl, hd] (rank-major tokens) and the cache written
+ * @kw: f32 [Nk, hl, hd] the layer's key window (a cache view)
+ * @vw: f32 [Nk, hl, hd] its value window
+ * @scale: logit scale, 1 / sqrt(hd)
+ * @error: op, collective or event errors
+ *
+ * Self-attention and the reverse exchange, overlapped (spec B.3, Ulysses):
+ * the hl local heads are split into G groups of hg = hl / G heads.  Group
+ * g attends into its own slab of rs->o_r, used group-major as
+ * [G][N, hg, hd], so that each destination's rows of it are contiguous;
+ * an event recorded after it lets the communication stream send that slab
+ * (an all-to-all of 1/G of the full volume, into the group's slab of
+ * rs->recv, [G][R, n, hg * hd]) while the compute stream goes on with
+ * group g + 1.  After the last group the compute stream waits for the
+ * exchanges and moves every group's heads into rs->o [n_local, D] (head
+ * h = d * hl + g * hg + j of destination rank d).  Attention is per head,
+ * so the result is the same bytes as attention over all heads followed by
+ * lingbot_dit_ulysses_out(); only the last group's exchange is left
+ * exposed (1/G of it).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
+    const LbTensor * vw, float scale, GError ** error)
+{
+  LbBackend *be = rs->s->backend;
+  const LingbotDitShard *sh = &rs->sh;
+  const int R = sh->n_ranks, G = rs->out_groups;
+  const int64_t N = sh->n_tokens, n = sh->n_local, hd = rs->head_dim;
+  const int64_t hl = sh->heads_local, hg = hl / G;
+  const int64_t slab = N * hg * hd, rslab = (int64_t) R * n * hg * hd;
+  const gsize esz = sizeof (float);
+  int64_t oshape[3] = { N, hg, hd };
+
+  for (int g = 0; g < G; g++) {
+    LbTensor qg, kg, vg, og;
+    if (!lb_tensor_view_narrow (&qg, rs->q_r, 1, g * hg, hg) ||
+        !lb_tensor_view_narrow (&kg, kw, 1, g * hg, hg) ||
+        !lb_tensor_view_narrow (&vg, vw, 1, g * hg, hg) ||
+        !lingbot_dit_flat_view (&og, rs->o_r, g * slab, slab) ||
+        !lb_tensor_view_reshape (&og, &og, 3, oshape)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "DiT Ulysses: cannot view head group %d of %d", g, G);
+      return FALSE;
+    }
+    if (!lb_ops (rs->s)->attention (rs->s, &qg, &kg, &vg, NULL, NULL, scale,
+            &og, error) ||
+        !be->event_record (rs->s, rs->ev_out[g], error) ||
+        !be->stream_wait_event (rs->comm_s, rs->ev_out[g], error))
+      return FALSE;
+    rs->rank->comm_stream = rs->comm_s;
+    gboolean ok = lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32,
+        (char *) rs->o_r->data + (gsize) (g * slab) * esz, rs->cnt_g,
+        rs->cnt_g + R, (char *) rs->recv->data + (gsize) (g * rslab) * esz,
+        rs->cnt_g + 2 * R, rs->cnt_g + 3 * R, error);
+    rs->rank->comm_stream = NULL;
+    if (!ok)
+      return FALSE;
+  }
+  if (!lingbot_dit_ulysses_recv_wait (rs, error))
+    return FALSE;
+  /* rs->o as [n, R, G, hg * hd]: group g of every destination's block */
+  LbTensor o4;
+  int64_t shape4[4] = { n, R, G, hg * hd };
+  static const int perm[3] = { 1, 0, 2 };
+  if (!lb_tensor_view_reshape (&o4, rs->o, 4, shape4)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT Ulysses: the attention output is not a contiguous [n, D]");
+    return FALSE;
+  }
+  for (int g = 0; g < G; g++) {
+    LbTensor from, sel, to, rbuf;
+    lb_tensor_view_select (&sel, &o4, 2, g);
+    lb_tensor_view_permute (&to, &sel, perm);
+    if (!lingbot_dit_flat_view (&rbuf, rs->recv, g * rslab, rslab) ||
+        !rank_blocks (&from, &rbuf, R, n, hg * hd) ||
+        !move_blocks (rs, &to, &from, error))
+      return FALSE;
+  }
+  return TRUE;
 }
 
 /* Frame-major [N, C] rows of rank r's band as [F, band * C] (strided), and

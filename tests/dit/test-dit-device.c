@@ -495,29 +495,70 @@ test_control_on_device_errors (void)
   lb_worker_group_unref (group);
 }
 
-/* Compute/communication overlap (lingbot_dit_ulysses_send()): forced on
- * with the local collectives (LINGBOT_COMM_OVERLAP=1), the reordered
- * q/k/v path with its per-tensor exchanges and event waits must give the
- * CPU's bytes; every layer of every pass waits 4 times per rank (3 sends
- * after their packing, the compute stream after the exchanges). */
+/* Compute/communication overlap (lingbot_dit_ulysses_send() and
+ * lingbot_dit_ulysses_attention_out()): forced on with the local
+ * collectives (LINGBOT_COMM_OVERLAP=1), the reordered q/k/v path with its
+ * per-tensor exchanges, the attention in head groups with one output
+ * exchange per group, and their event waits must give the CPU's bytes.
+ * Every layer of every pass waits per rank 4 times for q/k/v (3 sends
+ * after their packing, the compute stream after the exchanges), plus,
+ * with G > 1 head groups (data: "ranks:groups"; G is lowered to a divisor
+ * of the local heads), G sends after their group's attention and one join
+ * after the last. */
 static void
 test_overlap (gconstpointer data)
 {
-  const int n_ranks = GPOINTER_TO_INT (data);
+  const char *spec = data;
+  const int n_ranks = spec[0] - '0', groups = spec[2] - '0';
+  const int heads_local = lingbot_dit_get_config (dit)->num_heads / n_ranks;
+  int g_eff = groups;
+  while (g_eff > 1 && heads_local % g_eff != 0)
+    g_eff--;
   g_autoptr (GByteArray) cpu = run_stream (lb_cpu_backend (), n_ranks);
   g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+  g_autofree char *gs = g_strdup_printf ("%d", groups);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", gs, TRUE);
   const FakeDevStats st0 = fakedev_stats ();
   g_autoptr (GByteArray) dev = run_stream (fakedev_backend (), n_ranks);
   const FakeDevStats st = fakedev_stats ();
   g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
   const int L = lingbot_dit_get_config (dit)->num_layers;
+  const int per_layer = 4 + (g_eff > 1 ? g_eff + 1 : 0);
   g_assert_cmpint (st.bad, ==, 0);
-  g_assert_cmpint (st.n_waits - st0.n_waits, ==, 4 * L * 5 * 4 * n_ranks);
+  g_assert_cmpint (st.n_waits - st0.n_waits, ==,
+      per_layer * L * 5 * 4 * n_ranks);
   g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
   g_assert_cmpuint (cpu->len, ==, dev->len);
   g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
-  g_print ("# overlap, %d ranks: %d event waits, bit-identical to the CPU "
-      "over %u bytes\n", n_ranks, st.n_waits - st0.n_waits, cpu->len);
+  g_print ("# overlap, %d ranks, %d output head groups: %d event waits, "
+      "bit-identical to the CPU over %u bytes\n", n_ranks, g_eff,
+      st.n_waits - st0.n_waits, cpu->len);
+}
+
+/* A malformed LINGBOT_COMM_OUT_GROUPS fails the session's creation with
+ * a message naming the variable. */
+static void
+test_overlap_bad_groups (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-device-test" };
+  LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), 2, NULL,
+      &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", "two", TRUE);
+  g_assert_null (lingbot_dit_session_new (dit, group, &opt,
+          dit_fixture_get (fixture, "input.context"), &err));
+  lb_worker_group_unref (group);
+  g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+  g_assert_nonnull (err);
+  g_assert_true (g_str_has_suffix (err->message,
+          "LINGBOT_COMM_OUT_GROUPS: 'two' is not a positive integer"));
 }
 
 int
@@ -541,10 +582,13 @@ main (int argc, char **argv)
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/4", GINT_TO_POINTER (4),
       test_stream_bit_identical);
-  g_test_add_data_func ("/dit/device/overlap/2", GINT_TO_POINTER (2),
+  g_test_add_data_func ("/dit/device/overlap/2", "2:1", test_overlap);
+  g_test_add_data_func ("/dit/device/overlap/2-groups", "2:2",
       test_overlap);
-  g_test_add_data_func ("/dit/device/overlap/4", GINT_TO_POINTER (4),
+  g_test_add_data_func ("/dit/device/overlap/2-groups-lowered", "2:3",
       test_overlap);
+  g_test_add_data_func ("/dit/device/overlap/4", "4:2", test_overlap);
+  g_test_add_func ("/dit/device/overlap/bad-groups", test_overlap_bad_groups);
   g_test_add_data_func ("/dit/device/control-on-device/1",
       GINT_TO_POINTER (1), test_control_on_device);
   g_test_add_data_func ("/dit/device/control-on-device/2",
