@@ -158,6 +158,7 @@ cuda_stream_free (LbStream * s)
     lb_cuda_pool_unregister_stream (s->device, cs->stream);
   }
   lb_cuda_gemm_plans_free (cs);
+  lb_cuda_cudnn_free (cs);
   if (cs->workspace)
     cudaFree (cs->workspace);
   if (cs->lt)

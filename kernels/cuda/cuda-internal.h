@@ -13,6 +13,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include "kernels/cuda/cuda-kernels.h"
 
@@ -35,6 +36,12 @@ typedef struct
   void *workspace;
   gsize workspace_size;
   GHashTable *gemm_plans;       /* LbCudaGemmKey -> plan (cuda-gemm.c) */
+  /* cuDNN (cuda-cudnn.c): the handle, created on first use and bound to
+   * @stream, and the plan tables of the cuDNN paths (each owns its keys
+   * and values; NULL until first used) */
+  cudnnHandle_t dnn;
+  GHashTable *conv_plans;       /* cuda-cudnn-conv.c */
+  GHashTable *sdpa_plans;       /* cuda-cudnn-sdpa.c */
   /* graph capture (cuda-backend.c): while capturing, op scratch is taken
    * from and released to these lists instead of the pool, so the graph
    * keeps every block its kernels use */
@@ -79,6 +86,68 @@ gboolean lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     const float *b, int64_t ldb, const float *bias, float beta, float *c,
     int64_t ldc, GError ** error);
 void lb_cuda_gemm_plans_free (LbCudaStream * cs);
+
+/* ---- cuDNN (cuda-cudnn.c) ---- */
+
+/* The stream's cuDNN handle (created on first use, bound to the stream);
+ * NULL and %LB_ERROR_DEVICE when cuDNN cannot be initialised. */
+cudnnHandle_t lb_cuda_cudnn_handle (LbStream * s, GError ** error);
+/* %TRUE for CUDNN_STATUS_SUCCESS; otherwise sets "@what: <cudnn's status
+ * string>" (%LB_ERROR_DEVICE) and returns %FALSE. */
+gboolean lb_cuda_cudnn_check (cudnnStatus_t st, const char *what,
+    GError ** error);
+/* Frees the handle and the plan tables (stream teardown). */
+void lb_cuda_cudnn_free (LbCudaStream * cs);
+
+/* cuDNN graph (backend) API helpers, shared by the cuDNN paths.  Each
+ * returns %FALSE / NULL with "@what: <status>" (%LB_ERROR_DEVICE) on a
+ * cuDNN failure; @what names the caller's step, e.g. "conv: x tensor". */
+
+/* A descriptor of @type (cudnnBackendCreateDescriptor). */
+cudnnBackendDescriptor_t lb_cudnn_new (cudnnBackendDescriptorType_t type,
+    const char *what, GError ** error);
+/* cudnnBackendSetAttribute (@d, @name, @type, @count, @values). */
+gboolean lb_cudnn_set (cudnnBackendDescriptor_t d,
+    cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+    int64_t count, const void *values, const char *what, GError ** error);
+/* cudnnBackendFinalize (@d). */
+gboolean lb_cudnn_finalize (cudnnBackendDescriptor_t d, const char *what,
+    GError ** error);
+/* A finalized tensor descriptor: @uid (unique within its graph), @dtype,
+ * @nd dims and strides in elements, 16-byte alignment, virtual (an
+ * intermediate of the graph, no memory) or by value (a host scalar passed
+ * in the variant pack). */
+cudnnBackendDescriptor_t lb_cudnn_tensor (int64_t uid, cudnnDataType_t dtype,
+    int nd, const int64_t * dims, const int64_t * strides,
+    gboolean is_virtual, gboolean by_value, const char *what,
+    GError ** error);
+
+/* An execution plan and the workspace it needs (bytes). */
+typedef struct
+{
+  cudnnBackendDescriptor_t plan;
+  int64_t workspace;
+} LbCudnnPlan;
+
+/* Builds the operation graph of @ops (finalized operation descriptors,
+ * still owned by the caller, who may destroy them afterwards) on @s's
+ * handle, asks the heuristics (mode A, then the fallback list) for engine
+ * configurations and keeps the first that finalizes into a plan.  Unless
+ * @allow_reduced, configurations whose numerical notes say they
+ * down-convert inputs or use tensor cores on f32 data (TF32) are skipped,
+ * so an f32 graph computes in f32.  %LB_ERROR_UNSUPPORTED when no
+ * configuration finalizes (the message names the graph via @what and the
+ * last status). */
+gboolean lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops,
+    int n_ops, gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
+    GError ** error);
+void lb_cudnn_plan_clear (LbCudnnPlan * plan);
+/* Enqueues one execution of @plan on @s: a variant pack of the @n tensor
+ * @uids and device (or, for by-value tensors, host) @ptrs, with the
+ * workspace taken from op scratch (lb_cuda_scratch()). */
+gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
+    const int64_t * uids, void *const *ptrs, const char *what,
+    GError ** error);
 
 /* ---- argument checks (cuda-check.c; the rest is kernels/ops-check.h) ---- */
 

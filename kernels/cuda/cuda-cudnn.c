@@ -1,0 +1,327 @@
+/* lingbot-gst: per-stream cuDNN handle shared by the cuDNN op paths
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * cuDNN is used for the VAE convolutions (cuda-cudnn-conv.c) and as an
+ * alternative attention (cuda-cudnn-sdpa.c).  Each LbStream gets its own
+ * handle, created the first time one of those paths runs on it (so a
+ * stream that never uses cuDNN never loads its engines) and bound to the
+ * stream's cudaStream_t, so cuDNN work is ordered with the other ops.
+ */
+#include "kernels/cuda/cuda-internal.h"
+#include <stdbool.h>
+
+gboolean
+lb_cuda_cudnn_check (cudnnStatus_t st, const char *what, GError ** error)
+{
+  if (st == CUDNN_STATUS_SUCCESS)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "%s: %s", what,
+      cudnnGetErrorString (st));
+  return FALSE;
+}
+
+cudnnHandle_t
+lb_cuda_cudnn_handle (LbStream * s, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (cs->dnn)
+    return cs->dnn;
+  cudnnHandle_t h = NULL;
+  if (!lb_cuda_check (cudaSetDevice (cs->device), "cudaSetDevice", error) ||
+      !lb_cuda_cudnn_check (cudnnCreate (&h), "cudnnCreate", error))
+    return NULL;
+  if (!lb_cuda_cudnn_check (cudnnSetStream (h, cs->stream), "cudnnSetStream",
+          error)) {
+    cudnnDestroy (h);
+    return NULL;
+  }
+  cs->dnn = h;
+  return h;
+}
+
+void
+lb_cuda_cudnn_free (LbCudaStream * cs)
+{
+  if (cs->conv_plans)
+    g_hash_table_destroy (cs->conv_plans);
+  cs->conv_plans = NULL;
+  if (cs->sdpa_plans)
+    g_hash_table_destroy (cs->sdpa_plans);
+  cs->sdpa_plans = NULL;
+  if (cs->dnn)
+    cudnnDestroy (cs->dnn);
+  cs->dnn = NULL;
+}
+
+/* ---- graph (backend) API helpers ---------------------------------------
+ *
+ * The op paths build their graphs out of finalized operation descriptors
+ * and hand them to lb_cudnn_plan_build(), which does what cuDNN's frontend
+ * does for a graph: operation graph -> engine heuristics -> the first
+ * engine configuration that finalizes into an execution plan, skipping
+ * configurations whose numerical notes the caller does not accept.  The
+ * plan is then kept by the caller (per-stream plan tables) and executed
+ * with lb_cudnn_execute().  The handle attributes of the operation graph
+ * and plan are marked deprecated in cuDNN 9.19's headers (device-property
+ * descriptors replace them for ahead-of-time builds); they remain the way
+ * to bind a graph to a handle at run time, as the frontend still does. */
+
+cudnnBackendDescriptor_t
+lb_cudnn_new (cudnnBackendDescriptorType_t type, const char *what,
+    GError ** error)
+{
+  cudnnBackendDescriptor_t d = NULL;
+  if (!lb_cuda_cudnn_check (cudnnBackendCreateDescriptor (type, &d), what,
+          error))
+    return NULL;
+  return d;
+}
+
+gboolean
+lb_cudnn_set (cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+    cudnnBackendAttributeType_t type, int64_t count, const void *values,
+    const char *what, GError ** error)
+{
+  cudnnStatus_t st = cudnnBackendSetAttribute (d, name, type, count, values);
+  if (st == CUDNN_STATUS_SUCCESS)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+      "%s: setting attribute %d: %s", what, (int) name,
+      cudnnGetErrorString (st));
+  return FALSE;
+}
+
+gboolean
+lb_cudnn_finalize (cudnnBackendDescriptor_t d, const char *what,
+    GError ** error)
+{
+  return lb_cuda_cudnn_check (cudnnBackendFinalize (d), what, error);
+}
+
+cudnnBackendDescriptor_t
+lb_cudnn_tensor (int64_t uid, cudnnDataType_t dtype, int nd,
+    const int64_t * dims, const int64_t * strides, gboolean is_virtual,
+    gboolean by_value, const char *what, GError ** error)
+{
+  const int64_t align = 16;
+  const bool virt = is_virtual != FALSE, value = by_value != FALSE;
+  cudnnBackendDescriptor_t t =
+      lb_cudnn_new (CUDNN_BACKEND_TENSOR_DESCRIPTOR, what, error);
+  if (t == NULL)
+    return NULL;
+  if (lb_cudnn_set (t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
+          &dtype, what, error) &&
+      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd,
+          dims, what, error) &&
+      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd,
+          strides, what, error) &&
+      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid,
+          what, error) &&
+      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1,
+          &align, what, error) &&
+      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1,
+          &virt, what, error) &&
+      (!value || lb_cudnn_set (t, CUDNN_ATTR_TENSOR_IS_BY_VALUE,
+              CUDNN_TYPE_BOOLEAN, 1, &value, what, error)) &&
+      lb_cudnn_finalize (t, what, error))
+    return t;
+  cudnnBackendDestroyDescriptor (t);
+  return NULL;
+}
+
+void
+lb_cudnn_plan_clear (LbCudnnPlan * plan)
+{
+  if (plan->plan)
+    cudnnBackendDestroyDescriptor (plan->plan);
+  plan->plan = NULL;
+  plan->workspace = 0;
+}
+
+/* Whether the engine of configuration @cfg computes f32 data in f32: no
+ * input down-conversion, no tensor cores (TF32 on f32 data), no reduced
+ * precision reduction.  An engine whose notes cannot be read is refused. */
+static gboolean
+engine_exact (cudnnBackendDescriptor_t cfg)
+{
+  cudnnBackendDescriptor_t engine = NULL;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t n = 0;
+  gboolean exact = FALSE;
+  if (cudnnBackendCreateDescriptor (CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+          &engine) != CUDNN_STATUS_SUCCESS)
+    return FALSE;
+  if (cudnnBackendGetAttribute (cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
+      CUDNN_STATUS_SUCCESS && n == 1 &&
+      cudnnBackendGetAttribute (engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+          CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+          notes) == CUDNN_STATUS_SUCCESS) {
+    exact = TRUE;
+    for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+      if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+        exact = FALSE;
+  }
+  cudnnBackendDestroyDescriptor (engine);
+  return exact;
+}
+
+/* Tries the configurations the heuristics of @mode give for @graph, in
+ * their order; the first that finalizes becomes @plan.  *@last keeps the
+ * last failing status (left alone when none was tried). */
+static gboolean
+plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t graph,
+    cudnnBackendHeurMode_t mode, gboolean allow_reduced, LbCudnnPlan * plan,
+    cudnnStatus_t * last)
+{
+  cudnnBackendDescriptor_t heur = NULL;
+  cudnnBackendDescriptor_t *cfgs = NULL;
+  int64_t count = 0, got = 0;
+  gboolean found = FALSE;
+  cudnnStatus_t st;
+
+  if ((st = cudnnBackendCreateDescriptor (CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+              &heur)) != CUDNN_STATUS_SUCCESS ||
+      (st = cudnnBackendSetAttribute (heur,
+              CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph)) !=
+      CUDNN_STATUS_SUCCESS ||
+      (st = cudnnBackendSetAttribute (heur, CUDNN_ATTR_ENGINEHEUR_MODE,
+              CUDNN_TYPE_HEUR_MODE, 1, &mode)) != CUDNN_STATUS_SUCCESS ||
+      (st = cudnnBackendFinalize (heur)) != CUDNN_STATUS_SUCCESS ||
+      (st = cudnnBackendGetAttribute (heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)) !=
+      CUDNN_STATUS_SUCCESS) {
+    *last = st;
+    goto out;
+  }
+  if (count <= 0)
+    goto out;
+  cfgs = g_new0 (cudnnBackendDescriptor_t, count);
+  for (int64_t i = 0; i < count; i++)
+    if ((st = cudnnBackendCreateDescriptor (CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                &cfgs[i])) != CUDNN_STATUS_SUCCESS) {
+      *last = st;
+      goto out;
+    }
+  if ((st = cudnnBackendGetAttribute (heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+              CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)) !=
+      CUDNN_STATUS_SUCCESS) {
+    *last = st;
+    goto out;
+  }
+  for (int64_t i = 0; i < got && i < count && !found; i++) {
+    cudnnBackendDescriptor_t p = NULL;
+    if (!allow_reduced && !engine_exact (cfgs[i]))
+      continue;
+    if ((st = cudnnBackendCreateDescriptor
+            (CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p)) ==
+        CUDNN_STATUS_SUCCESS &&
+        (st = cudnnBackendSetAttribute (p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                CUDNN_TYPE_HANDLE, 1, &h)) == CUDNN_STATUS_SUCCESS &&
+        (st = cudnnBackendSetAttribute (p,
+                CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i])) ==
+        CUDNN_STATUS_SUCCESS &&
+        (st = cudnnBackendFinalize (p)) == CUDNN_STATUS_SUCCESS) {
+      int64_t ws = 0, n = 0;
+      if ((st = cudnnBackendGetAttribute (p,
+                  CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                  1, &n, &ws)) == CUDNN_STATUS_SUCCESS) {
+        plan->plan = p;
+        plan->workspace = ws;
+        found = TRUE;
+        continue;
+      }
+    }
+    *last = st;
+    if (p)
+      cudnnBackendDestroyDescriptor (p);
+  }
+out:
+  if (cfgs)
+    for (int64_t i = 0; i < count; i++)
+      if (cfgs[i])
+        cudnnBackendDestroyDescriptor (cfgs[i]);
+  g_free (cfgs);
+  if (heur)
+    cudnnBackendDestroyDescriptor (heur);
+  return found;
+}
+
+gboolean
+lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops, int n_ops,
+    gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
+    GError ** error)
+{
+  cudnnHandle_t h = lb_cuda_cudnn_handle (s, error);
+  cudnnBackendDescriptor_t graph;
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  static const cudnnBackendHeurMode_t modes[] = {
+    CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK,
+  };
+  gboolean found = FALSE;
+
+  plan->plan = NULL;
+  plan->workspace = 0;
+  if (h == NULL)
+    return FALSE;
+  if (!(graph = lb_cudnn_new (CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what,
+              error)))
+    return FALSE;
+  if (!lb_cudnn_set (graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+          CUDNN_TYPE_HANDLE, 1, &h, what, error) ||
+      !lb_cudnn_set (graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, what, error)) {
+    cudnnBackendDestroyDescriptor (graph);
+    return FALSE;
+  }
+  last = cudnnBackendFinalize (graph);
+  if (last == CUDNN_STATUS_SUCCESS)
+    for (guint i = 0; i < G_N_ELEMENTS (modes) && !found; i++)
+      found = plan_from_heuristics (h, graph, modes[i], allow_reduced, plan,
+          &last);
+  cudnnBackendDestroyDescriptor (graph);
+  if (!found)
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "%s: no cuDNN engine runs this graph%s (last status: %s)", what,
+        allow_reduced ? "" : " in f32", cudnnGetErrorString (last));
+  return found;
+}
+
+gboolean
+lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
+    const int64_t * uids, void *const *ptrs, const char *what,
+    GError ** error)
+{
+  cudnnHandle_t h = lb_cuda_cudnn_handle (s, error);
+  void *ws = NULL;
+  cudnnBackendDescriptor_t pack;
+  gboolean ok;
+  if (h == NULL)
+    return FALSE;
+  if (plan->workspace > 0 &&
+      !(ws = lb_cuda_scratch (s, (gsize) plan->workspace, error)))
+    return FALSE;
+  if (!(pack = lb_cudnn_new (CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what,
+              error))) {
+    if (ws)
+      lb_cuda_scratch_release (s, ws);
+    return FALSE;
+  }
+  ok = lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+      CUDNN_TYPE_INT64, n, uids, what, error) &&
+      lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+      CUDNN_TYPE_VOID_PTR, n, ptrs, what, error) &&
+      lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+      CUDNN_TYPE_VOID_PTR, 1, &ws, what, error) &&
+      lb_cudnn_finalize (pack, what, error) &&
+      lb_cuda_cudnn_check (cudnnBackendExecute (h, plan->plan, pack), what,
+      error);
+  cudnnBackendDestroyDescriptor (pack);
+  if (ws)
+    lb_cuda_scratch_release (s, ws);
+  return ok;
+}
