@@ -5,7 +5,10 @@
  * consumer rank) of one slot.  The channel calls @prepare once per (slot,
  * piece) at creation, @push on the producer rank at commit, @pull on the
  * consumer rank at receive, @release at destruction.  Each leg runs on the
- * calling rank's stream and is complete (synchronised) when it returns.
+ * calling rank's stream.  On CPU ranks it is complete (synchronised) when
+ * it returns; on device ranks with events it is only enqueued, and the
+ * channel orders the legs by its per-slot commit and ack events (see
+ * comm/channel.c), so a leg must enqueue all its work on that stream.
  *
  * A CUDA-IPC transport for a consumer in another process fits as: @prepare
  * exports the consumer buffer with cudaIpcGetMemHandle (or opens a handle

@@ -9,6 +9,17 @@
  * message m + n_slots.  Per-rank counters let ranks of one side run ahead
  * of each other by up to n_slots messages; FIFO order falls out of the
  * ring.  One mutex and one GCond per channel; copies run outside the lock.
+ *
+ * Device ranks of a backend with events (CUDA) hand messages over in
+ * stream order instead of synchronising the host: each slot has one event
+ * per producer rank, recorded on its stream at commit after its pushes,
+ * which each consumer's stream waits for at receive; and one event per
+ * consumer rank, recorded at ack, which each producer's stream waits for
+ * when it acquires the slot again (the next message must not overwrite
+ * what a consumer's queued work still reads).  Host staging is then
+ * page-locked (LbBackend.host_alloc), so the consumer's upload from it is a
+ * stream-ordered DMA.  CPU ranks (no events) synchronise after each
+ * transport leg, as before.
  */
 #include "comm/channel-transport.h"
 #include "comm/comm-private.h"
@@ -23,6 +34,8 @@ typedef struct
   void **prod_buf;              /* [P] on producer devices */
   void **cons_buf;              /* [Q] on consumer devices, NULL: hand-over */
   LbChannelSlotPiece *pieces;   /* [n_pieces] */
+  LbEvent **ev_commit;          /* [P] on producer devices (use_events) */
+  LbEvent **ev_ack;             /* [Q] on consumer devices (use_events) */
 } Slot;
 
 struct _LbChannel
@@ -38,6 +51,7 @@ struct _LbChannel
   LbChannelFlags flags;
   guint timeout_ms;
   int P, Q;
+  gboolean use_events;          /* stream-ordered hand-off (file comment) */
   int64_t *prod_start, *prod_rows, *cons_start, *cons_rows;
   gsize outer;                  /* product of dims before shard_dim */
   gsize row_bytes;              /* bytes of one row of shard_dim */
@@ -112,20 +126,48 @@ lb_channel_copy_runs (LbStream * stream, void *dst, gsize dst_pitch,
   return be->stream_synchronize (stream, error);
 }
 
+/* A transport leg's copy: enqueued only when the channel orders its
+ * hand-offs by events, else complete on return (lb_channel_copy_runs()). */
+static gboolean
+leg_copy (LbChannel * ch, LbStream * stream, void *dst, gsize dst_pitch,
+    const void *src, gsize src_pitch, gsize run, gsize n_runs,
+    LbDevice dst_device, LbDevice src_device, GError ** error)
+{
+  LbBackend *be = stream->backend;
+  if (!ch->use_events)
+    return lb_channel_copy_runs (stream, dst, dst_pitch, src, src_pitch,
+        run, n_runs, dst_device, src_device, error);
+  if (run == 0 || n_runs == 0)
+    return TRUE;
+  LbCopyKind kind = copy_kind (dst_device, src_device);
+  if (dst_pitch == run && src_pitch == run)
+    return be->copy (stream, dst, src, run * n_runs, kind, error);
+  for (gsize i = 0; i < n_runs; i++)
+    if (!be->copy (stream, (char *) dst + i * dst_pitch,
+            (const char *) src + i * src_pitch, run, kind, error))
+      return FALSE;
+  return TRUE;
+}
+
 static gboolean
 peer_push (LbChannel * ch, LbRank * producer, LbChannelSlotPiece * sp,
     guint * n_copies, GError ** error)
 {
   (*n_copies)++;
-  return lb_channel_copy_runs (producer->stream, sp->dst, sp->dst_pitch,
-      sp->src, sp->src_pitch, sp->run, sp->n_runs, sp->dst_device,
-      sp->src_device, error);
+  return leg_copy (ch, producer->stream, sp->dst, sp->dst_pitch, sp->src,
+      sp->src_pitch, sp->run, sp->n_runs, sp->dst_device, sp->src_device,
+      error);
 }
 
 static gboolean
 staged_prepare (LbChannel * ch, LbChannelSlotPiece * sp, GError ** error)
 {
-  /* Plain host memory; pinned memory on CUDA would need a backend hook. */
+  /* page-locked when the hand-off is stream-ordered (file comment) */
+  LbBackend *be = ch->backend;
+  if (ch->use_events) {
+    sp->staging = be->host_alloc (be, MAX (sp->run * sp->n_runs, 1), error);
+    return sp->staging != NULL;
+  }
   sp->staging = g_aligned_alloc (1, MAX (sp->run * sp->n_runs, 1), 64);
   return TRUE;
 }
@@ -135,9 +177,9 @@ staged_push (LbChannel * ch, LbRank * producer, LbChannelSlotPiece * sp,
     guint * n_copies, GError ** error)
 {
   (*n_copies)++;
-  return lb_channel_copy_runs (producer->stream, sp->staging, sp->run,
-      sp->src, sp->src_pitch, sp->run, sp->n_runs, LB_DEVICE_HOST,
-      sp->src_device, error);
+  return leg_copy (ch, producer->stream, sp->staging, sp->run, sp->src,
+      sp->src_pitch, sp->run, sp->n_runs, LB_DEVICE_HOST, sp->src_device,
+      error);
 }
 
 static gboolean
@@ -145,7 +187,7 @@ staged_pull (LbChannel * ch, LbRank * consumer, LbChannelSlotPiece * sp,
     guint * n_copies, GError ** error)
 {
   (*n_copies)++;
-  return lb_channel_copy_runs (consumer->stream, sp->dst, sp->dst_pitch,
+  return leg_copy (ch, consumer->stream, sp->dst, sp->dst_pitch,
       sp->staging, sp->run, sp->run, sp->n_runs, sp->dst_device,
       LB_DEVICE_HOST, error);
 }
@@ -153,7 +195,12 @@ staged_pull (LbChannel * ch, LbRank * consumer, LbChannelSlotPiece * sp,
 static void
 staged_release (LbChannel * ch, LbChannelSlotPiece * sp)
 {
-  g_aligned_free (sp->staging);
+  if (sp->staging == NULL)
+    return;
+  if (ch->use_events)
+    ch->backend->host_free (ch->backend, sp->staging);
+  else
+    g_aligned_free (sp->staging);
   sp->staging = NULL;
 }
 
@@ -329,6 +376,18 @@ alloc_slot (LbChannel * ch, Slot * s, GError ** error)
   s->prod_buf = g_new0 (void *, ch->P);
   s->cons_buf = g_new0 (void *, ch->Q);
   s->pieces = g_new0 (LbChannelSlotPiece, ch->n_pieces);
+  if (ch->use_events) {
+    s->ev_commit = g_new0 (LbEvent *, ch->P);
+    s->ev_ack = g_new0 (LbEvent *, ch->Q);
+    for (int p = 0; p < ch->P; p++)
+      if (!(s->ev_commit[p] = be->event_new (be,
+                  lb_worker_group_get_rank (ch->producer, p)->device, error)))
+        return FALSE;
+    for (int q = 0; q < ch->Q; q++)
+      if (!(s->ev_ack[q] = be->event_new (be,
+                  lb_worker_group_get_rank (ch->consumer, q)->device, error)))
+        return FALSE;
+  }
   for (int p = 0; p < ch->P; p++) {
     gsize bytes = ch->outer * (gsize) ch->prod_rows[p] * ch->row_bytes;
     int dev = lb_worker_group_get_rank (ch->producer, p)->device;
@@ -390,6 +449,14 @@ free_slot (LbChannel * ch, Slot * s)
       be->free (be, lb_worker_group_get_rank (ch->consumer, q)->device,
           s->cons_buf[q]);
   }
+  for (int p = 0; s->ev_commit && p < ch->P; p++)
+    if (s->ev_commit[p])
+      be->event_free (be, s->ev_commit[p]);
+  for (int q = 0; s->ev_ack && q < ch->Q; q++)
+    if (s->ev_ack[q])
+      be->event_free (be, s->ev_ack[q]);
+  g_free (s->ev_commit);
+  g_free (s->ev_ack);
   g_free (s->prod_buf);
   g_free (s->cons_buf);
   g_free (s->pieces);
@@ -453,6 +520,10 @@ lb_channel_new (const LbChannelConfig * config, GError ** error)
   ch->P = lb_worker_group_get_n_ranks (c->producer);
   ch->Q = lb_worker_group_get_n_ranks (c->consumer);
   ch->n_slots = c->n_slots;
+  ch->use_events = be->device_type != LB_DEVICE_CPU &&
+      be->event_new != NULL && be->event_free != NULL &&
+      be->event_record != NULL && be->stream_wait_event != NULL &&
+      be->host_alloc != NULL && be->host_free != NULL;
   g_mutex_init (&ch->lock);
   g_cond_init (&ch->cond);
 
@@ -663,6 +734,17 @@ lb_channel_acquire (LbChannel * channel, LbRank * rank, LbTensor * shard,
   ch->acquired[p] = TRUE;
   void *buf = s->prod_buf[p];
   g_mutex_unlock (&ch->lock);
+  /* the slot's previous message: every consumer's queued reads first */
+  for (int q = 0; ch->use_events && q < ch->Q; q++) {
+    LbBackend *be = ch->backend;
+    if (!be->stream_wait_event (rank->stream, s->ev_ack[q], error)) {
+      g_mutex_lock (&ch->lock);
+      ch->acquired[p] = FALSE;
+      g_mutex_unlock (&ch->lock);
+      g_prefix_error (error, "channel %s: acquire: ", ch->name);
+      return FALSE;
+    }
+  }
   shard_view (ch, shard, buf, ch->prod_rows[p], rank->device);
   return TRUE;
 }
@@ -677,7 +759,11 @@ lb_channel_acquire (LbChannel * channel, LbRank * rank, LbTensor * shard,
  * Moves this rank's pieces toward their consumers (peer copy into the
  * consumer's slot buffer, or into host staging; nothing for a hand-over),
  * synchronised on this rank's stream, then marks its band committed.  The
- * message becomes receivable when every producer rank committed.
+ * message becomes receivable when every producer rank committed.  On
+ * device ranks with events nothing is synchronised: the pushes are
+ * enqueued and the slot's commit event is recorded on this rank's stream
+ * after them, so whatever the rank enqueued there before (the kernels that
+ * filled the band) is what the consumers see.
  *
  * Returns: %TRUE on success.
  */
@@ -716,6 +802,11 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
     }
     if (t->kind == LB_TRANSPORT_PEER)
       bytes[t->kind] += sp->run * sp->n_runs;
+  }
+  if (ch->use_events &&
+      !ch->backend->event_record (rank->stream, s->ev_commit[p], error)) {
+    g_prefix_error (error, "channel %s: commit: ", ch->name);
+    return FALSE;
   }
 
   g_mutex_lock (&ch->lock);
@@ -768,7 +859,7 @@ lb_channel_send (LbChannel * channel, LbRank * rank, const LbTensor * shard,
         lb_dtype_name (dst.dtype), b);
     ok = FALSE;
   } else if (lb_tensor_is_contiguous (shard)) {
-    ok = lb_channel_copy_runs (rank->stream, dst.data, 0, shard->data, 0,
+    ok = leg_copy (channel, rank->stream, dst.data, 0, shard->data, 0,
         lb_tensor_nbytes (&dst), 1, dst.device, shard->device, error);
   } else if (dst.device.type == LB_DEVICE_CPU) {
     ok = lb_tensor_copy_into (&dst, shard, error);
@@ -807,7 +898,11 @@ lb_channel_send (LbChannel * channel, LbRank * rank, const LbTensor * shard,
  *
  * Waits until every producer rank committed the next message, in send
  * order (message m is received before m + 1, on every consumer rank), then
- * finishes its transports (host-staged pieces are copied in here).
+ * finishes its transports (host-staged pieces are copied in here).  On
+ * device ranks with events this rank's stream is made to wait for the
+ * producers' commit events instead of the host: work the caller enqueues
+ * on rank->stream afterwards sees the message; host code must synchronise
+ * that stream before reading the band's memory itself.
  *
  * Returns: %TRUE when @shard is valid.
  */
@@ -832,6 +927,15 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
   }
   ch->recv_seq[q]++;
   g_mutex_unlock (&ch->lock);
+  /* every producer's writes and pushes of this message (only those whose
+   * pieces reach this rank matter; waiting for all P keeps it simple and
+   * costs nothing on the device) */
+  for (int p = 0; ch->use_events && p < ch->P; p++)
+    if (!ch->backend->stream_wait_event (rank->stream, s->ev_commit[p],
+            error)) {
+      g_prefix_error (error, "channel %s: receive: ", ch->name);
+      return FALSE;
+    }
 
   guint64 bytes[LB_TRANSPORT_COUNT] = { 0 };
   guint copies[LB_TRANSPORT_COUNT] = { 0 };
@@ -884,6 +988,10 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
  * Gives this rank's oldest received message back; once every consumer
  * rank acked it, its slot returns to the pool and a blocked producer
  * proceeds.  The view from lb_channel_receive() is invalid afterwards.
+ * On device ranks with events the slot's ack event is recorded on this
+ * rank's stream, and the producer's next acquire of the slot makes its
+ * stream wait for it: reads of the band enqueued on rank->stream before
+ * the ack finish before the slot is overwritten.
  *
  * Returns: %TRUE on success.
  */
@@ -907,6 +1015,12 @@ lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
     return FALSE;
   }
   Slot *s = &ch->slots[ch->ack_seq[q] % ch->n_slots];
+  if (ch->use_events &&
+      !ch->backend->event_record (rank->stream, s->ev_ack[q], error)) {
+    g_mutex_unlock (&ch->lock);
+    g_prefix_error (error, "channel %s: ack: ", ch->name);
+    return FALSE;
+  }
   ch->ack_seq[q]++;
   if (++s->acked == ch->Q) {
     s->seq += (guint64) ch->n_slots;

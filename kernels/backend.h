@@ -55,7 +55,9 @@ typedef enum {
  *   stream
  * @stream_wait_event: makes later work on a stream wait until the
  *   recorded point of the event's stream is reached (also inside a graph
- *   capture: the waiting stream joins the capture)
+ *   capture: the waiting stream joins the capture).  The event may belong
+ *   to another device (a peer rank's stream; cudaStreamWaitEvent allows
+ *   it); waiting for an event never recorded does not wait.
  *
  * All function pointers report failures through GError (domain %LB_ERROR,
  * code %LB_ERROR_DEVICE) and never abort.

@@ -28,6 +28,7 @@ typedef struct {
   gint bad;
   gint n_h2d, n_d2h, n_d2d, n_ops;
   gint n_captures, n_launches, n_capturing, n_waits;
+  gint n_records, n_syncs, n_host_blocks;
 } FakeDev;
 
 typedef enum {
@@ -231,6 +232,7 @@ fake_stream_synchronize (LbStream * s, GError ** error)
   FakeStream *fs = s->priv;
   if (fs->capturing)
     return refuse (error, "stream synchronize during a graph capture");
+  g_atomic_int_inc (&fake.n_syncs);
   return TRUE;
 }
 
@@ -1269,17 +1271,40 @@ fake_event_record (LbStream * s, LbEvent * event, GError ** error)
   if (event->device != s->device)
     return refuse (error, "event of device %d recorded on fakedev:%d",
         event->device, s->device);
+  g_atomic_int_inc (&fake.n_records);
   return TRUE;
 }
 
+/* Any device's event may be waited for (cudaStreamWaitEvent allows an
+ * event of another device: a peer rank's stream). */
 static gboolean
 fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
 {
-  if (event->device != s->device)
-    return refuse (error, "fakedev:%d waits for an event of device %d",
-        s->device, event->device);
+  (void) s;
+  (void) event;
+  (void) error;
   g_atomic_int_inc (&fake.n_waits);
   return TRUE;
+}
+
+/* Page-locked host memory stands in as plain host memory, counted. */
+static gpointer
+fake_host_alloc (LbBackend * self, gsize nbytes, GError ** error)
+{
+  (void) self;
+  (void) error;
+  g_atomic_int_inc (&fake.n_host_blocks);
+  return g_malloc0 (MAX (nbytes, 1));
+}
+
+static void
+fake_host_free (LbBackend * self, gpointer ptr)
+{
+  (void) self;
+  if (ptr == NULL)
+    return;
+  g_atomic_int_add (&fake.n_host_blocks, -1);
+  g_free (ptr);
 }
 
 static LbBackend fake_backend = {
@@ -1297,6 +1322,8 @@ static LbBackend fake_backend = {
   .graph_end = fake_graph_end,
   .graph_launch = fake_graph_launch,
   .graph_free = fake_graph_free,
+  .host_alloc = fake_host_alloc,
+  .host_free = fake_host_free,
   .event_new = fake_event_new,
   .event_free = fake_event_free,
   .event_record = fake_event_record,
@@ -1341,6 +1368,9 @@ fakedev_stats (void)
   st.n_captures = g_atomic_int_get (&fake.n_captures);
   st.n_launches = g_atomic_int_get (&fake.n_launches);
   st.n_waits = g_atomic_int_get (&fake.n_waits);
+  st.n_records = g_atomic_int_get (&fake.n_records);
+  st.n_syncs = g_atomic_int_get (&fake.n_syncs);
+  st.host_blocks = g_atomic_int_get (&fake.n_host_blocks);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -18,7 +18,11 @@ G_BEGIN_DECLS
  * @live_blocks: device allocations not yet freed
  * @n_captures: graphs captured (graph_end)
  * @n_launches: graph replays (graph_launch)
- * @n_waits: stream waits for an event (stream_wait_event)
+ * @n_waits: stream waits for an event (stream_wait_event; the event may
+ *   be another device's)
+ * @n_records: events recorded (event_record)
+ * @n_syncs: stream synchronisations outside graph captures
+ * @host_blocks: host_alloc blocks not yet freed
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -32,6 +36,7 @@ typedef struct {
   int n_h2d, n_d2h, n_d2d, n_ops;
   int live_blocks;
   int n_captures, n_launches, n_waits;
+  int n_records, n_syncs, host_blocks;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

@@ -33,6 +33,7 @@ progs=(
   kernels/cuda/lingbot-backend-cuda.so
   tests/gpu/test-gemm-parity tests/gpu/test-ops-parity
   tests/gpu/test-attention-parity tests/gpu/test-nccl-collectives
+  tests/gpu/test-channel-cuda
   tests/gpu/bench-cuda-ops tests/dit/test-dit-cuda tests/vae/test-vae-cuda
   tools/lingbot-bench
 )

@@ -129,6 +129,7 @@ BENCH=$BUILD/tools/lingbot-bench
 run_suite_direct() {
   local tests=(tests/gpu/test-gemm-parity tests/gpu/test-ops-parity
     tests/gpu/test-attention-parity tests/gpu/test-nccl-collectives
+    tests/gpu/test-channel-cuda
     tests/dit/test-dit-cuda tests/vae/test-vae-cuda)
   local i=0 n=${#tests[@]} t s0 rc st
   for t in "${tests[@]}"; do

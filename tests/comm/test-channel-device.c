@@ -1,0 +1,118 @@
+/* lingbot-gst: tensor channels between device ranks (emulated device)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The channel's stream-ordered hand-off (comm/channel.c): on device ranks
+ * of a backend with events, commit records one event per producer rank and
+ * slot, receive makes the consumer's stream wait for the producers', ack
+ * records one per consumer rank, and the next acquire of the slot waits
+ * for those; the channel itself never synchronises a stream, and host
+ * staging is page-locked.  fakedev runs everything at once, so it checks
+ * the data through every transport and counts that protocol exactly; the
+ * ordering itself is checked on a GPU by tests/gpu/test-channel-cuda.c.
+ */
+#include "channel-device-flow.h"
+#include "fakedev.h"
+
+typedef struct
+{
+  const char *name;
+  int prod_dev[2], cons_dev[2];
+  int64_t prod_rows[2], cons_rows[2];
+  LbChannelFlags flags;
+  int n_slots;
+  /* expected pieces per transport */
+  int n_same, n_peer, n_staged;
+} Case;
+
+static const Case cases[] = {
+  {"hand-over", {0, 1}, {0, 1}, {4, 4}, {4, 4}, 0, 1, 2, 0, 0},
+  {"peer", {0, 1}, {2, 3}, {4, 4}, {4, 4}, 0, 2, 0, 2, 0},
+  /* consumer 0 gathers from both producers, consumer 1 gets a strided
+   * sub-band of producer 1's band handed over */
+  {"reshard", {0, 1}, {0, 1}, {3, 5}, {4, 4}, 0, 1, 1, 2, 0},
+  {"host-staged", {0, 1}, {2, 3}, {3, 5}, {4, 4}, LB_CHANNEL_NO_PEER_COPY, 2,
+      0, 0, 3},
+};
+
+static void
+test_flow (gconstpointer data)
+{
+  const Case *c = data;
+  const int P = 2, Q = 2, M = 7;
+  LbBackend *be = fakedev_backend ();
+  LbWorkerGroup *gp = dev_flow_group (be, P, c->prod_dev, "prod");
+  LbWorkerGroup *gc = dev_flow_group (be, Q, c->cons_dev, "cons");
+  DevFlow f = {.n_messages = M,.shape = { 3, 2, 8, 5 },.slow = 2 };
+  const FakeDevStats st0 = fakedev_stats ();
+  LbChannel *ch = dev_flow_channel (&f, gp, gc, c->prod_rows, c->cons_rows,
+      c->n_slots, c->flags);
+  int n_pieces, count[LB_TRANSPORT_COUNT] = { 0 };
+  const LbChannelPiece *plan = lb_channel_get_plan (ch, &n_pieces);
+  for (int i = 0; i < n_pieces; i++)
+    count[plan[i].transport]++;
+  g_assert_cmpint (count[LB_TRANSPORT_SAME_DEVICE], ==, c->n_same);
+  g_assert_cmpint (count[LB_TRANSPORT_PEER], ==, c->n_peer);
+  g_assert_cmpint (count[LB_TRANSPORT_HOST_STAGED], ==, c->n_staged);
+  const FakeDevStats st1 = fakedev_stats ();
+  /* staging from the backend's page-locked allocator */
+  g_assert_cmpint (st1.host_blocks - st0.host_blocks, ==,
+      c->n_slots * c->n_staged);
+
+  test_run_two (gp, dev_flow_produce, &f, gc, dev_flow_consume, &f);
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, 0);
+  /* every message: P commit + Q ack records; each producer waits for the
+   * Q acks of the slot, each consumer for the P commits */
+  g_assert_cmpint (st.n_records - st1.n_records, ==, M * (P + Q));
+  g_assert_cmpint (st.n_waits - st1.n_waits, ==, 2 * M * P * Q);
+  /* the only synchronisations are the test's own */
+  g_assert_cmpint (st.n_syncs - st1.n_syncs, ==, g_atomic_int_get (&f.syncs));
+  g_assert_cmpint (g_atomic_int_get (&f.syncs), ==, M * Q + P);
+  LbChannelStats cs;
+  lb_channel_get_stats (ch, &cs);
+  g_assert_cmpuint (cs.messages_received, ==, (guint64) M * Q);
+  g_assert_cmpuint (cs.copies[LB_TRANSPORT_HOST_STAGED], ==,
+      (guint) (2 * M * c->n_staged));
+  g_assert_cmpuint (cs.copies[LB_TRANSPORT_PEER], ==,
+      (guint) (M * c->n_peer));
+  g_print ("# %s: %d messages, %d records, %d event waits, %d test syncs, "
+      "no channel sync\n", c->name, M, st.n_records - st1.n_records,
+      st.n_waits - st1.n_waits, f.syncs);
+  lb_channel_free (ch);
+  g_assert_cmpint (fakedev_stats ().host_blocks, ==, st0.host_blocks);
+  lb_worker_group_unref (gp);
+  lb_worker_group_unref (gc);
+}
+
+/* CPU ranks have no events: the same flow synchronises after every
+ * transport leg, as before. */
+static void
+test_cpu_unchanged (void)
+{
+  int a[2] = { 0, 1 }, b[2] = { 2, 3 };
+  LbWorkerGroup *gp = dev_flow_group (lb_cpu_backend (), 2, a, "prod");
+  LbWorkerGroup *gc = dev_flow_group (lb_cpu_backend (), 2, b, "cons");
+  DevFlow f = {.n_messages = 5,.shape = { 2, 1, 6, 3 },.slow = 1 };
+  LbChannel *ch = dev_flow_channel (&f, gp, gc, NULL, NULL, 1,
+      LB_CHANNEL_NO_PEER_COPY);
+  test_run_two (gp, dev_flow_produce, &f, gc, dev_flow_consume, &f);
+  LbChannelStats cs;
+  lb_channel_get_stats (ch, &cs);
+  g_assert_cmpuint (cs.copies[LB_TRANSPORT_HOST_STAGED], ==, 2 * 2 * 5);
+  lb_channel_free (ch);
+  lb_worker_group_unref (gp);
+  lb_worker_group_unref (gc);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autofree char *path = g_strdup_printf ("/comm/channel-device/%s",
+        cases[i].name);
+    g_test_add_data_func (path, &cases[i], test_flow);
+  }
+  g_test_add_func ("/comm/channel-device/cpu-unchanged", test_cpu_unchanged);
+  return g_test_run ();
+}
