@@ -552,9 +552,10 @@ lb_check_binary (const char *op, const LbTensor * a, const LbTensor * b,
 
 /* ---- RoPE ---- */
 
-/* The RoPE checks after @x (named @xarg) is known to be f32 3-D: even hd
- * with unit stride, the tables, the grid and the positions.  Shared by
- * rope_3d and rms_norm_rope (whose rotated tensor is its output y). */
+/* The RoPE checks after @x (named @xarg) is known to be 3-D of a valid
+ * dtype (f32; rms_norm_rope's y also bf16): even hd with unit stride, the
+ * tables, the grid and the positions.  Shared by rope_3d and rms_norm_rope
+ * (whose rotated tensor is its output y). */
 static gboolean
 check_rope (const char *op, const char *xarg, const LbTensor * x,
     const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
@@ -574,9 +575,10 @@ check_rope (const char *op, const char *xarg, const LbTensor * x,
   int64_t max_pos = cos->shape[0];
   if (grid_f < 0 || grid_h < 0 || grid_w < 0 || grid_f * grid_h * grid_w != n) {
     g_autofree char *have = lb_tensor_shape_string (x);
-    return lb_check_fail (error, "%s: %s is f32 %s, expected [%"
+    return lb_check_fail (error, "%s: %s is %s %s, expected [%"
         G_GINT64_FORMAT ", *, *] for a grid of %" G_GINT64_FORMAT " x %"
-        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, op, xarg, have,
+        G_GINT64_FORMAT " x %" G_GINT64_FORMAT, op, xarg,
+        lb_dtype_name (x->dtype), have,
         MAX (grid_f, 0) * MAX (grid_h, 0) * MAX (grid_w, 0), grid_f, grid_h,
         grid_w);
   }
@@ -622,12 +624,11 @@ lb_check_rope_3d (const LbTensor * x, const LbTensor * cos,
 /* ---- attention ---- */
 
 static gboolean
-check_heads (const char *arg, const LbTensor * t, int64_t n, int64_t h,
-    int64_t hd, GError ** error)
+check_heads (const char *arg, const LbTensor * t, LbDType dtype, int64_t n,
+    int64_t h, int64_t hd, GError ** error)
 {
   int64_t shape[3] = { n, h, hd };
-  if (!lb_check_tensor ("attention", arg, t, LB_DTYPE_F32, 3, shape, FALSE,
-          error))
+  if (!lb_check_tensor ("attention", arg, t, dtype, 3, shape, FALSE, error))
     return FALSE;
   if (t->stride[2] != 1 && t->shape[2] > 1)
     return fail_strides ("attention", arg, t,
@@ -638,12 +639,19 @@ check_heads (const char *arg, const LbTensor * t, int64_t n, int64_t h,
 /**
  * lb_check_attention:
  * @q: f32 [Nq, H, hd] with stride[2] == 1
- * @k: f32 [Nk, H, hd] (same)
- * @v: f32 [Nk, H, hd] (same)
+ * @k: f32 or bf16 [Nk, H, hd] (same strides rule)
+ * @v: [Nk, H, hd] of @k's dtype (same strides rule)
  * @bias: (nullable): f32 [H, Nq, Nk] contiguous
  * @key_mask: (nullable): u8 [Nk] contiguous
  * @out: f32 [Nq, H, hd] with stride[2] == 1
- * @error: (out) (optional): %LB_ERROR_SHAPE
+ * @error: (out) (optional): %LB_ERROR_SHAPE, e.g.
+ *   "attention: k is f16 [6, 2, 8], expected f32 or bf16 [*, 2, 8]" or
+ *   "attention: v is f32 [6, 2, 8], expected bf16 [6, 2, 8] (the dtype of
+ *   k)"
+ *
+ * The checks of the attention op (kernels/ops.h), in the order q, k, v,
+ * out, bias, key_mask.  k and v may be bfloat16 (a bf16 KV cache, spec
+ * 1.11), both or neither.
  *
  * Returns: %TRUE when the operands fit.
  */
@@ -652,14 +660,28 @@ lb_check_attention (const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
     const LbTensor * out, GError ** error)
 {
-  if (!check_heads ("q", q, LB_ANY, LB_ANY, LB_ANY, error))
+  if (!check_heads ("q", q, LB_DTYPE_F32, LB_ANY, LB_ANY, LB_ANY, error))
     return FALSE;
   int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
-  if (!check_heads ("k", k, LB_ANY, nh, hd, error))
+  if (k != NULL && k->dtype != LB_DTYPE_F32 && k->dtype != LB_DTYPE_BF16) {
+    g_autofree char *have = lb_tensor_shape_string (k);
+    return lb_check_fail (error, "attention: k is %s %s, expected f32 or "
+        "bf16 [*, %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        lb_dtype_name (k->dtype), have, nh, hd);
+  }
+  const LbDType kv = k != NULL ? k->dtype : LB_DTYPE_F32;
+  if (!check_heads ("k", k, kv, LB_ANY, nh, hd, error))
     return FALSE;
   int64_t nk = k->shape[0];
-  if (!check_heads ("v", v, nk, nh, hd, error) ||
-      !check_heads ("out", out, nq, nh, hd, error))
+  if (v != NULL && v->dtype != kv && v->ndim >= 0 && v->ndim <= LB_MAX_DIMS) {
+    g_autofree char *have = lb_tensor_shape_string (v);
+    return lb_check_fail (error, "attention: v is %s %s, expected %s [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] (the "
+        "dtype of k)", lb_dtype_name (v->dtype), have, lb_dtype_name (kv),
+        nk, nh, hd);
+  }
+  if (!check_heads ("v", v, kv, nk, nh, hd, error) ||
+      !check_heads ("out", out, LB_DTYPE_F32, nq, nh, hd, error))
     return FALSE;
   int64_t bshape[3] = { nh, nq, nk }, mshape[1] = { nk };
   return (bias == NULL || lb_check_tensor ("attention", "bias", bias,
@@ -949,6 +971,35 @@ lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
 
 /* ---- strided ops ---- */
 
+/* The 5-D walk of x and y (@x nullable) into @g, after their checks. */
+static void
+strided_walk (const LbTensor * x, const LbTensor * y, LbStrided5 * g)
+{
+  const int pad = 5 - y->ndim;
+  g->cdim = pad;
+  for (int i = 0; i < 5; i++) {
+    int j = i - pad;
+    g->shape[i] = j < 0 ? 1 : y->shape[j];
+    g->ys[i] = j < 0 ? 0 : y->stride[j];
+    g->xs[i] = (j < 0 || x == NULL) ? 0 : x->stride[j];
+  }
+}
+
+/* y present with 1 to 5 dims (any dtype yet). */
+static gboolean
+check_strided_rank (const char *op, const LbTensor * y, const char *expect,
+    GError ** error)
+{
+  if (!check_present (op, "y", y, expect, error))
+    return FALSE;
+  if (y->ndim < 1 || y->ndim > 5) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "%s: y is %s %s, expected 1 to 5 dims", op,
+        lb_dtype_name (y->dtype), have);
+  }
+  return TRUE;
+}
+
 /**
  * lb_check_strided:
  * @op: op name for the message
@@ -964,26 +1015,67 @@ lb_check_strided (const char *op, const LbTensor * x, const LbTensor * y,
     LbStrided5 * g, GError ** error)
 {
   int64_t any[5] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY, LB_ANY };
-  if (!check_present (op, "y", y, "f32 [1 to 5 dims]", error))
+  if (!check_strided_rank (op, y, "f32 [1 to 5 dims]", error))
     return FALSE;
-  if (y->ndim < 1 || y->ndim > 5) {
-    g_autofree char *have = lb_tensor_shape_string (y);
-    return lb_check_fail (error, "%s: y is %s %s, expected 1 to 5 dims", op,
-        lb_dtype_name (y->dtype), have);
-  }
   if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, y->ndim, any, FALSE, error))
     return FALSE;
   if (x != NULL && !lb_check_tensor (op, "x", x, LB_DTYPE_F32, y->ndim,
           y->shape, FALSE, error))
     return FALSE;
-  const int pad = 5 - y->ndim;
-  g->cdim = pad;
-  for (int i = 0; i < 5; i++) {
-    int j = i - pad;
-    g->shape[i] = j < 0 ? 1 : y->shape[j];
-    g->ys[i] = j < 0 ? 0 : y->stride[j];
-    g->xs[i] = (j < 0 || x == NULL) ? 0 : x->stride[j];
+  strided_walk (x, y, g);
+  return TRUE;
+}
+
+/* f32 or bf16, else the copy op's dtype message. */
+static gboolean
+check_copy_dtype (const char *arg, const LbTensor * t, const LbTensor * y,
+    GError ** error)
+{
+  if (t->dtype == LB_DTYPE_F32 || t->dtype == LB_DTYPE_BF16)
+    return TRUE;
+  g_autofree char *have = lb_tensor_shape_string (t);
+  g_autofree char *want = lb_tensor_shape_string (y);
+  return lb_check_fail (error, "copy: %s is %s %s, expected f32 or bf16 %s",
+      arg, lb_dtype_name (t->dtype), have, want);
+}
+
+/**
+ * lb_check_copy:
+ * @x: f32 or bf16 view of @y's shape, any strides
+ * @y: f32 or bf16 view of 1 to 5 dims, any strides
+ * @g: (out): the 5-D walk
+ * @error: (out) (optional): %LB_ERROR_SHAPE, in the order y, x: "copy: y is
+ *   f16 [3, 4], expected f32 or bf16 [3, 4]", "copy: x is f32 [3, 5],
+ *   expected [3, 4]"
+ *
+ * The checks of the copy op (kernels/ops.h): the strided walk of
+ * lb_check_strided(), except that each of x and y may be f32 or bf16
+ * independently (f32 -> bf16 rounds, bf16 -> f32 widens; a bf16 KV
+ * cache, spec 1.11).
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_copy (const LbTensor * x, const LbTensor * y, LbStrided5 * g,
+    GError ** error)
+{
+  const char *op = "copy";
+  int64_t any[5] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (!check_strided_rank (op, y, "f32 or bf16 [1 to 5 dims]", error) ||
+      !check_copy_dtype ("y", y, y, error) ||
+      !lb_check_tensor (op, "y", y, y->dtype, y->ndim, any, FALSE, error))
+    return FALSE;
+  if (x == NULL) {
+    g_autofree char *want = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "copy: x is NULL, expected f32 or bf16 %s",
+        want);
   }
+  if ((x->ndim >= 0 && x->ndim <= LB_MAX_DIMS &&
+          !check_copy_dtype ("x", x, y, error)) ||
+      !lb_check_tensor (op, "x", x, x->dtype, y->ndim, y->shape, FALSE,
+          error))
+    return FALSE;
+  strided_walk (x, y, g);
   return TRUE;
 }
 
@@ -1113,10 +1205,12 @@ lb_check_norm_modulate (const LbTensor * x, const LbTensor * weight,
  * @grid_w: token columns per row (N = grid_f * grid_h * grid_w)
  * @frame_offset: first frame position
  * @row_offset: first row position
- * @y: f32 [N, H, hd] with H * hd = D, even hd, stride[2] == 1 (other
- *   strides free)
+ * @y: f32 or bf16 [N, H, hd] with H * hd = D, even hd, stride[2] == 1
+ *   (other strides free); bf16 is a bf16 KV cache's slots (spec 1.11)
  * @g: (out): the rows geometry of @x (m = N, d = D, x_ld; y_ld unused)
- * @error: (out) (optional): %LB_ERROR_SHAPE, also for positions >= P
+ * @error: (out) (optional): %LB_ERROR_SHAPE, also for positions >= P;
+ *   another dtype of @y is "rms_norm_rope: y is f16 [6, 2, 8], expected
+ *   f32 or bf16 [6, *, *]"
  *
  * The checks of the rms_norm_rope op (kernels/ops.h), in the order x,
  * weight, y, then the RoPE checks of lb_check_rope_3d() on y (tables,
@@ -1140,13 +1234,19 @@ lb_check_rms_norm_rope (const LbTensor * x, const LbTensor * weight,
   if (weight != NULL && !check_vec (op, "weight", weight, g->d, error))
     return FALSE;
   int64_t yshape[3] = { g->m, LB_ANY, LB_ANY };
-  if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, 3, yshape, FALSE, error))
+  if (y != NULL && y->dtype != LB_DTYPE_F32 && y->dtype != LB_DTYPE_BF16) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "%s: y is %s %s, expected f32 or bf16 [%"
+        G_GINT64_FORMAT ", *, *]", op, lb_dtype_name (y->dtype), have, g->m);
+  }
+  if (!lb_check_tensor (op, "y", y, y != NULL ? y->dtype : LB_DTYPE_F32, 3,
+          yshape, FALSE, error))
     return FALSE;
   if (y->shape[1] * y->shape[2] != g->d) {
     g_autofree char *have = lb_tensor_shape_string (y);
-    return lb_check_fail (error, "%s: y is f32 %s, expected [%"
-        G_GINT64_FORMAT ", H, hd] with H * hd = %" G_GINT64_FORMAT, op, have,
-        g->m, g->d);
+    return lb_check_fail (error, "%s: y is %s %s, expected [%"
+        G_GINT64_FORMAT ", H, hd] with H * hd = %" G_GINT64_FORMAT, op,
+        lb_dtype_name (y->dtype), have, g->m, g->d);
   }
   return check_rope (op, "y", y, cos, sin, grid_f, grid_h, grid_w,
       frame_offset, row_offset, error);

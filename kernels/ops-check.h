@@ -167,10 +167,14 @@ typedef struct
   int cdim;
 } LbStrided5;
 
-/* copy, clamp, fill (@x %NULL), accumulate: f32 y of 1..5 dims, any
- * strides, x (when given) f32 of y's shape. */
+/* clamp, fill (@x %NULL), accumulate (copy: lb_check_copy(), which also
+ * takes bf16): f32 y of 1..5 dims, any strides, x (when given) f32 of y's
+ * shape. */
 gboolean lb_check_strided (const char *op, const LbTensor * x,
     const LbTensor * y, LbStrided5 * g, GError ** error);
+/* copy: x and y each f32 or bf16, same shape, any strides. */
+gboolean lb_check_copy (const LbTensor * x, const LbTensor * y,
+    LbStrided5 * g, GError ** error);
 gboolean lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
     const LbTensor * inv_std, const LbTensor * y, LbStrided5 * g,
     GError ** error);

@@ -68,7 +68,15 @@ typedef struct _LbStream LbStream;
  *   Computed in tiles of keys with an online softmax so memory is O(tile),
  *   not O(Nq*Nk).  q/k/v/out may be strided views with stride[2] == 1 (so
  *   a KV-cache window can be passed without a copy).  A query whose keys
- *   are all hidden (or Nk == 0) gets zeros.
+ *   are all hidden (or Nk == 0) gets zeros.  q, out, bias are f32; k and
+ *   v are both f32 or both bf16 (%LB_DTYPE_BF16: a bf16 KV cache, spec
+ *   1.11 "the KV cache is bf16"), and the result is the op's on k and v
+ *   widened exactly to f32 (on the CPU bit for bit; a backend that rounds
+ *   k and v to bf16 in %LB_MATH_BF16 anyway reads them as they are).
+ *   Any other dtype of k, or a v of another dtype than k, is an
+ *   %LB_ERROR_SHAPE error ("attention: k is f16 [6, 2, 8], expected f32 or
+ *   bf16 [*, 2, 8]", "attention: v is f32 [6, 2, 8], expected bf16
+ *   [6, 2, 8] (the dtype of k)").
  * @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  * @silu: `x * sigmoid(x)`, in place ok.
  * @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
@@ -107,7 +115,12 @@ typedef struct _LbStream LbStream;
  * overlap unless the op says in place.  Their results are exact (no
  * rounding beyond the single f32 operation written), so every backend
  * gives bit-identical results.
- * @copy: `y = x` (f32, same shape, any strides).
+ * @copy: `y = x` (same shape, any strides); x and y are each f32 or bf16:
+ *   f32 -> bf16 rounds each element to nearest even exactly as
+ *   lb_f32_to_bf16() (NaN stays NaN), bf16 -> f32 widens exactly,
+ *   f32 -> f32 and bf16 -> bf16 copy the bits.  Other dtypes are
+ *   %LB_ERROR_SHAPE errors ("copy: y is f16 [3, 4], expected f32 or bf16
+ *   [3, 4]").
  * @clamp: `y = min(max(x, lo), hi)` evaluated as
  *   `v = x < lo ? lo : x; y = v > hi ? hi : v`, so NaN stays NaN (as
  *   torch.clamp).  Any strides; in place allowed (y == x).
@@ -157,7 +170,10 @@ typedef struct _LbStream LbStream;
  *   offsets), and written to y [N, H, hd]: any view with stride[2] == 1,
  *   e.g. the rows of a KV-cache slot range, so the keys go straight into
  *   the cache.  y may be x itself seen as [N, H, hd] (in place); otherwise
- *   it must not overlap x.
+ *   it must not overlap x.  y is f32 or bf16 (a bf16 KV cache's slots,
+ *   spec 1.11): a bf16 y receives the f32 result rounded to nearest even
+ *   by lb_f32_to_bf16(); any other dtype is an %LB_ERROR_SHAPE error
+ *   ("rms_norm_rope: y is f16 [6, 2, 8], expected f32 or bf16 [6, *, *]").
  * @gated_residual_modulate: @gated_residual then @modulate, in place on x:
  *   `x = (x + gate * y) * (1 + scale) + shift` with x, y [M, D], @gate [D],
  *   [M, D] or %NULL (then `x + y`), scale and shift [D] or [M, D] (the

@@ -42,6 +42,46 @@ is_host (LbStream * s)
   return s->backend->device_type == LB_DEVICE_CPU;
 }
 
+/**
+ * lingbot_dit_kv_dtype:
+ * @s: a rank's stream, its #LbMathMode set
+ *
+ * The dtype of the rank's self-attention KV cache (spec 1.11: "Q, K, V ...
+ * are bf16.  The KV cache is bf16"): %LB_DTYPE_BF16 on a device rank whose
+ * stream computes in %LB_MATH_BF16, %LB_DTYPE_F32 otherwise (every CPU
+ * rank, as CPU ranks keep f32 weights, and every %LB_MATH_FP32 stream).
+ *
+ * Returns: %LB_DTYPE_BF16 or %LB_DTYPE_F32.
+ */
+LbDType
+lingbot_dit_kv_dtype (LbStream * s)
+{
+  return !is_host (s) && s->math == LB_MATH_BF16 ? LB_DTYPE_BF16 :
+      LB_DTYPE_F32;
+}
+
+/**
+ * lingbot_dit_kv_cache_bytes:
+ * @cfg: the model
+ * @cap: KV-cache slots per layer (window frames x T_f)
+ * @n_ranks: Ulysses ranks (each holds heads / @n_ranks of every slot)
+ * @dtype: the cache's dtype (lingbot_dit_kv_dtype())
+ *
+ * The bytes of one rank's self-attention KV cache, keys and values of
+ * every layer: `2 L cap (D / R) size(dtype)`, what lingbot_dit_rank_init()
+ * allocates (docs/design/dit-devices.md "Memory per rank").
+ *
+ * Returns: bytes per rank.
+ */
+guint64
+lingbot_dit_kv_cache_bytes (const LingbotDitConfig * cfg, int64_t cap,
+    int n_ranks, LbDType dtype)
+{
+  const guint64 per_rank = (guint64) (cfg->dim / MAX (n_ranks, 1));
+  return 2 * (guint64) cfg->num_layers * (guint64) cap * per_rank *
+      lb_dtype_size (dtype);
+}
+
 /* Zeroes a contiguous tensor on @s's device.  Not for per-chunk use: on a
  * device it uploads @zeros (a host tensor of zeros of @t's dtype and
  * shape, made by the caller once for all layers) and waits for it. */
@@ -224,14 +264,17 @@ lingbot_dit_shard_clear (LingbotDitShard * sh)
   g_clear_pointer (&sh->band_tok0, g_free);
 }
 
+/* @n_layers tensors [d0, d1] of @dtype on @s's device, zeroed when
+ * @zero. */
 static LbTensor **
-new_per_layer (LbStream * s, int n_layers, int64_t d0, int64_t d1,
-    gboolean zero, GError ** error)
+new_per_layer (LbStream * s, int n_layers, LbDType dtype, int64_t d0,
+    int64_t d1, gboolean zero, GError ** error)
 {
   LbTensor **a = g_new0 (LbTensor *, n_layers);
   g_autoptr (LbTensor) zeros = NULL;
+  const int64_t shape[2] = { d0, d1 };
   for (int l = 0; l < n_layers; l++) {
-    a[l] = lingbot_dit_tensor_new (s, d0, d1, error);
+    a[l] = lb_tensor_new_on (s, dtype, 2, shape, error);
     if (a[l] == NULL || (zero && !zero_fill (s, a[l], &zeros, error))) {
       for (int i = 0; i <= l; i++)
         g_clear_pointer (&a[i], lb_tensor_free);
@@ -451,8 +494,10 @@ lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
  * @error: %LB_ERROR_INVALID_ARGUMENT, %LB_ERROR_DEVICE
  *
  * Allocates every buffer a forward pass needs, once, on @s's device, and
- * puts the weights and the RoPE tables there (docs/design/dit-devices.md).  The KV cache starts
- * zeroed with both cursors at 0 (spec 3.3).
+ * puts the weights and the RoPE tables there (docs/design/dit-devices.md).
+ * The KV cache starts zeroed with both cursors at 0 (spec 3.3); its dtype
+ * is lingbot_dit_kv_dtype() of @s (bf16 on a device rank in
+ * %LB_MATH_BF16, so @s->math must be set before this call).
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -490,13 +535,20 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   ALLOC (h, n, cfg->ffn_dim);
   ALLOC (z, n, (int64_t) cfg->out_dim * 4);
 #undef ALLOC
-  if (!(rs->cam_scale = new_per_layer (s, L, n, d, FALSE, error)) ||
-      !(rs->cam_shift = new_per_layer (s, L, n, d, FALSE, error)) ||
-      !(rs->cache_k = new_per_layer (s, L, cap, hl * hd, TRUE, error)) ||
-      !(rs->cache_v = new_per_layer (s, L, cap, hl * hd, TRUE, error)) ||
-      !(rs->cross_k = new_per_layer (s, L, text_len, d, TRUE, error)) ||
-      !(rs->cross_v = new_per_layer (s, L, text_len, d, TRUE, error)))
+  const LbDType f32 = LB_DTYPE_F32;
+  rs->kv_dtype = lingbot_dit_kv_dtype (s);
+  if (!(rs->cam_scale = new_per_layer (s, L, f32, n, d, FALSE, error)) ||
+      !(rs->cam_shift = new_per_layer (s, L, f32, n, d, FALSE, error)) ||
+      !(rs->cache_k = new_per_layer (s, L, rs->kv_dtype, cap, hl * hd, TRUE,
+              error)) ||
+      !(rs->cache_v = new_per_layer (s, L, rs->kv_dtype, cap, hl * hd, TRUE,
+              error)) ||
+      !(rs->cross_k = new_per_layer (s, L, f32, text_len, d, TRUE, error)) ||
+      !(rs->cross_v = new_per_layer (s, L, f32, text_len, d, TRUE, error)))
     return FALSE;
+  for (int64_t l = 0; l < L; l++)
+    rs->kv_bytes += lb_tensor_nbytes (rs->cache_k[l]) +
+        lb_tensor_nbytes (rs->cache_v[l]);
   lb_rope_tables_new ((int) hd, LINGBOT_DIT_ROPE_MAX_POS,
       LINGBOT_DIT_ROPE_THETA, &rs->rope_cos, &rs->rope_sin);
   if (!is_host (s)) {
@@ -875,7 +927,8 @@ cache_rows (LbTensor * out, const LbTensor * cache, int64_t row0,
 /* Shifts the non-sink part of the cache down by pend_evict slots.  The
  * source and destination overlap, so the move goes front to back in
  * pieces of at most pend_evict rows, each a copy between disjoint ranges
- * (a device copy must not overlap). */
+ * (a device copy must not overlap).  The rows move as bytes of the
+ * cache's dtype (a bf16 cache moves half the bytes). */
 static gboolean
 cache_evict (LingbotDitRank * rs, int layer, GError ** error)
 {
@@ -911,7 +964,10 @@ cache_slots (LingbotDitRank * rs, const LbTensor * cache, LbTensor * rows)
 
 /* Received keys/values of every rank's band (rank-major) into the cache in
  * frame-major order, so the sink and eviction see whole frames: per source
- * rank one strided copy of F runs of band * hl * hd floats. */
+ * rank one strided copy of F runs of band * hl * hd elements.  The
+ * exchange moves f32; a bf16 cache gets them through the copy op, which
+ * rounds (lb_f32_to_bf16(), as rms_norm_rope does on one rank, so 1 and
+ * R ranks store the same bits). */
 static gboolean
 cache_write_sharded (LingbotDitRank * rs, int layer, GError ** error)
 {
@@ -935,7 +991,10 @@ cache_write_sharded (LingbotDitRank * rs, int layer, GError ** error)
           band * row);
       if (!lingbot_dit_flat_view (&src, src_all[i], sh->band_tok0[r] * row,
               sh->frames * band * row) ||
-          !lb_tensor_view_reshape (&src, &src, 2, bshape) ||
+          !lb_tensor_view_reshape (&src, &src, 2, bshape))
+        return FALSE;
+      if (rs->kv_dtype != LB_DTYPE_F32 ?
+          !OPS->copy (rs->s, &src, &dst, error) :
           !lingbot_dit_copy_rows (rs->s, &dst, &src, error))
         return FALSE;
     }
@@ -969,12 +1028,28 @@ trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
   return lingbot_dit_copy_rows (rs->s, dst, src, error);
 }
 
+/* v = Wv a + bv into @vrows: on one rank the chunk's cache slots.  An f32
+ * cache takes the GEMM's output directly; a bf16 one (the GEMM writes f32)
+ * gets it through rs->v and the copy op, which rounds as rms_norm_rope
+ * rounds the keys. */
+static gboolean
+value_rows (LingbotDitRank * rs, const LingbotDitBlock * b, LbTensor * vrows,
+    GError ** error)
+{
+  if (vrows->dtype == LB_DTYPE_F32)
+    return linear (rs, rs->a, &b->sa_v, 0.0f, vrows, error);
+  return linear (rs, rs->a, &b->sa_v, 0.0f, rs->v, error) &&
+      OPS->copy (rs->s, rs->v, vrows, error);
+}
+
 /* Spec 1.7-1.8: a = LN(x) * (1 + scale_msa) + shift_msa, then
  * q = RoPE(RMSNorm(Wq a + bq) * norm_q), k likewise, v = Wv a + bv, with
  * the fused ops (norm_modulate, rms_norm_rope).  On one rank the keys and
  * values go straight into the chunk's cache slots (the rope writes k
- * there, the gemm writes v there), so cache_evict() must have run first;
- * with several ranks they stay in rs->k / rs->v for the all-to-all. */
+ * there, in the cache's dtype; the gemm writes v there, through rs->v and
+ * a converting copy for a bf16 cache: value_rows()), so cache_evict() must
+ * have run first; with several ranks they stay in rs->k / rs->v (f32) for
+ * the all-to-all. */
 static gboolean
 self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
     int64_t current_start, GError ** error)
@@ -1008,7 +1083,7 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
         rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
         error) &&
         lingbot_dit_ulysses_send (rs, 1, error) &&
-        linear (rs, rs->a, &b->sa_v, 0.0f, &vrows, error) &&
+        value_rows (rs, b, &vrows, error) &&
         lingbot_dit_ulysses_send (rs, 2, error) &&
         linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
         OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
@@ -1026,7 +1101,7 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
       OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
       error) &&
-      linear (rs, rs->a, &b->sa_v, 0.0f, &vrows, error);
+      value_rows (rs, b, &vrows, error);
 }
 
 static gboolean

@@ -84,10 +84,14 @@ typedef struct {
   LingbotDitShard sh;
   int64_t head_dim;
 
-  /* KV cache, per layer [cap, heads_local, head_dim] */
+  /* KV cache, per layer [cap, heads_local * head_dim] of kv_dtype
+   * (lingbot_dit_kv_dtype(): bf16 on a device rank in LB_MATH_BF16, else
+   * f32); kv_bytes: the device (or host) bytes of all of it */
   int64_t cap, sink, max_attention;
   int64_t global_end, local_end;
   int64_t pend_evict, pend_local_end;   /* computed by cache_begin */
+  LbDType kv_dtype;
+  gsize kv_bytes;
   LbTensor **cache_k, **cache_v;
 
   /* cross-attention K/V, per layer [text_len, D] (all heads) */
@@ -155,6 +159,10 @@ void lingbot_dit_rank_clear (LingbotDitRank * rs);
 LbTensor *lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1,
     GError ** error);
 
+LbDType lingbot_dit_kv_dtype (LbStream * s);
+guint64 lingbot_dit_kv_cache_bytes (const LingbotDitConfig * cfg,
+    int64_t cap, int n_ranks, LbDType dtype);
+
 void lingbot_dit_timestep_features (double t, int freq_dim, float *out);
 gboolean lingbot_dit_time_mods (LingbotDitRank * rs, double t,
     LbTensor * block_mods /* [L, 6, D] */, LbTensor * head_mod /* [2, D] */,
@@ -194,5 +202,10 @@ gboolean lingbot_dit_flat_view (LbTensor * out, const LbTensor * t,
     int64_t offset, int64_t count);
 gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
     const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
+
+/* dit-session.c: a debug accessor for tests */
+typedef struct _LingbotDitSession LingbotDitSession;
+gboolean lingbot_dit_session_get_kv_info (LingbotDitSession * session,
+    int rank, LbDType * dtype, gsize * nbytes);
 
 G_END_DECLS

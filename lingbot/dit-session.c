@@ -36,7 +36,8 @@ typedef struct {
   LbTensor *head_mods[LINGBOT_DIT_MAX_STEPS + 1];       /* [2, D] */
   /* host copies for the step callback (rank 0 on a device backend) */
   LbTensor *host_lat, *host_pred, *host_x0;
-  LbTensor *kv_host;            /* [2, cap, hl * hd]; made by get_kv_cache */
+  LbTensor *kv_host;            /* [2, cap, hl * hd] of the cache's dtype;
+                                 * made by get_kv_cache */
   gboolean ready;
   /* graphs of the steady-state chunk (rank_chunk()): the denoising passes
    * with their sampler steps, and the clean pass */
@@ -950,7 +951,8 @@ typedef struct {
 } KvArgs;
 
 /* On the rank's own thread (its stream belongs to it): the layer's K and V
- * shards into the rank's host buffer, allocated on first use. */
+ * shards into the rank's host buffer (the cache's dtype: a bf16 cache is
+ * downloaded as it is and widened on the host), allocated on first use. */
 static gboolean
 rank_kv_download (LbRank * rank, gpointer data, GError ** error)
 {
@@ -960,7 +962,7 @@ rank_kv_download (LbRank * rank, gpointer data, GError ** error)
   const int64_t *shape = rs->cache_k[a->layer]->shape;
   if (sr->kv_host == NULL) {
     int64_t hs[3] = { 2, shape[0], shape[1] };
-    sr->kv_host = lb_tensor_new (LB_DTYPE_F32, 3, hs);
+    sr->kv_host = lb_tensor_new (rs->kv_dtype, 3, hs);
   }
   for (int i = 0; i < 2; i++) {
     LbTensor h;
@@ -983,6 +985,8 @@ rank_kv_download (LbRank * rank, gpointer data, GError ** error)
  * Copies the layer's whole self-attention cache (every slot, used or not;
  * keys post-RoPE), assembling the ranks' head shards.  Each rank downloads
  * its shard on its own thread into a host buffer made on the first call.
+ * A bf16 cache (device ranks in %LB_MATH_BF16, lingbot_dit_kv_dtype()) is
+ * widened exactly to f32 here.
  *
  * Returns: %TRUE on success.
  */
@@ -1015,8 +1019,18 @@ lingbot_dit_session_get_kv_cache (LingbotDitSession * session, int layer,
   for (int r = 0; r < session->n_ranks; r++) {
     const SessionRank *sr = &session->ranks[r];
     const int64_t piece = sr->core.sh.heads_local * sr->core.head_dim;
+    const gboolean bf16 = sr->kv_host->dtype == LB_DTYPE_BF16;
     for (int i = 0; i < 2; i++) {
       float *d = dst[i]->data;
+      if (bf16) {
+        const uint16_t *hsrc = (const uint16_t *) sr->kv_host->data +
+            i * session->cap * piece;
+        for (int64_t t = 0; t < session->cap; t++)
+          for (int64_t e = 0; e < piece; e++)
+            d[t * cfg->dim + r * piece + e] =
+                lb_bf16_to_f32 (hsrc[t * piece + e]);
+        continue;
+      }
       const float *hsrc = (const float *) sr->kv_host->data +
           i * session->cap * piece;
       for (int64_t t = 0; t < session->cap; t++)
@@ -1024,6 +1038,33 @@ lingbot_dit_session_get_kv_cache (LingbotDitSession * session, int layer,
             piece * sizeof (float));
     }
   }
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_session_get_kv_info:
+ * @session: a session
+ * @rank: a rank of its worker group
+ * @dtype: (out) (optional): the dtype of the rank's self-attention KV
+ *   cache (lingbot_dit_kv_dtype())
+ * @nbytes: (out) (optional): the bytes the rank's KV cache occupies on its
+ *   device (every layer's keys and values)
+ *
+ * For tests and memory reports (dit-private.h).
+ *
+ * Returns: %FALSE when @rank is not a rank of the session.
+ */
+gboolean
+lingbot_dit_session_get_kv_info (LingbotDitSession * session, int rank,
+    LbDType * dtype, gsize * nbytes)
+{
+  if (rank < 0 || rank >= session->n_ranks)
+    return FALSE;
+  const LingbotDitRank *rs = &session->ranks[rank].core;
+  if (dtype)
+    *dtype = rs->kv_dtype;
+  if (nbytes)
+    *nbytes = rs->kv_bytes;
   return TRUE;
 }
 

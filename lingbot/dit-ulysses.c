@@ -359,8 +359,9 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
  * lingbot_dit_ulysses_attention_out:
  * @rs: a rank state with rs->overlap and rs->out_groups = G > 1; rs->q_r
  *   [N, hl, hd] (rank-major tokens) and the cache written
- * @kw: f32 [Nk, hl, hd] the layer's key window (a cache view)
- * @vw: f32 [Nk, hl, hd] its value window
+ * @kw: [Nk, hl, hd] the layer's key window (a cache view; f32, or bf16
+ *   for a bf16 KV cache, lingbot_dit_kv_dtype())
+ * @vw: [Nk, hl, hd] its value window, of @kw's dtype
  * @scale: logit scale, 1 / sqrt(hd)
  * @error: op, collective or event errors
  *

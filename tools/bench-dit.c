@@ -116,7 +116,9 @@ lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
       cfg->control_in_features;
   memset (out, 0, sizeof *out);
   out->weights = lingbot_dit_config_n_params (cfg) * (guint64) weight_bytes;
-  out->kv_cache = 2 * L * cap * (D / R) * 4;
+  /* bf16 weights go with LB_MATH_BF16, whose device ranks keep a bf16
+   * KV cache (docs/design/cuda.md "BF16 KV cache") */
+  out->kv_cache = 2 * L * cap * (D / R) * (guint64) weight_bytes;
   out->camera = 2 * L * n * D * 4;
   out->cross_kv = 2 * L * text_len * D * 4;
   out->activations = (8 * n * D + n * cfg->ffn_dim + n * cfg->out_dim * 4)
@@ -274,11 +276,11 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         cfg->num_layers, lh, lw, text_len, window * tf, f.chunk / 1e12,
         f.chunk_reference / 1e12, params / 1e9, params * 4 / 1e9);
     printf ("device memory per rank (%d rank(s)): %.1f GB with f32 weights, "
-        "%.1f GB with bf16 weights (weights %.1f / %.1f, KV cache %.1f, "
+        "%.1f GB with bf16 weights (weights %.1f / %.1f, KV cache %.1f / %.1f, "
         "camera %.1f, cross K/V %.2f, activations %.2f, Ulysses %.2f, "
         "session %.2f GB)\n", n_ranks, m32.total / 1e9, m16.total / 1e9,
         m32.weights / 1e9, m16.weights / 1e9, m32.kv_cache / 1e9,
-        m32.camera / 1e9, m32.cross_kv / 1e9, m32.activations / 1e9,
+        m16.kv_cache / 1e9, m32.camera / 1e9, m32.cross_kv / 1e9, m32.activations / 1e9,
         m32.ulysses / 1e9, m32.session / 1e9);
     print_spec_check_text ();
   }

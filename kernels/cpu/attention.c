@@ -8,6 +8,13 @@
  * Items are spread over OpenMP threads; the inner products are plain loops
  * marked `omp simd` (no BLAS calls inside the parallel region: the OpenBLAS
  * build is pthreads-threaded and must not be entered from many threads).
+ *
+ * bf16 keys and values (a bf16 KV cache): each tile of the item's head is
+ * widened exactly into the thread's scratch ([tile][hd] keys, then values)
+ * before the same f32 loops run on it, so the result is the f32 op's on
+ * the widened tensors, bit for bit (the arithmetic and its order do not
+ * depend on where the operands are: the loops have no alignment-dependent
+ * splitting, see tests/unit/test-ops-kvbf16.c).
  */
 #include "kernels/cpu/cpu-internal.h"
 
@@ -63,8 +70,8 @@ dot (const float *a, const float *b, int64_t n)
  * lb_cpu_attention:
  * @s: a CPU stream
  * @q: f32 [Nq, H, hd] (a view with stride[2] == 1 is accepted)
- * @k: f32 [Nk, H, hd] (same)
- * @v: f32 [Nk, H, hd] (same)
+ * @k: f32 or bf16 [Nk, H, hd] (same)
+ * @v: [Nk, H, hd] of @k's dtype (same)
  * @bias: (nullable): f32 [H, Nq, Nk] contiguous, added to the logits
  * @key_mask: (nullable): u8 [Nk] contiguous; 0 hides a key
  * @scale: logit scale (1/sqrt(hd) for the DiT, 1 for umT5)
@@ -76,7 +83,9 @@ dot (const float *a, const float *b, int64_t n)
  * 5.2; vae_and_distributed_spec.md A.3 AttentionBlock), computed in tiles of
  * keys with an online softmax (see the file comment; tile sizes in
  * lb_cpu_attention_set_tiles()).  A query whose every key is hidden (by
- * the mask or a -inf bias), or Nk = 0, gets a zero output row.
+ * the mask or a -inf bias), or Nk = 0, gets a zero output row.  With bf16
+ * k and v the result is bit for bit the f32 op's on their exact widening
+ * (kernels/ops.h); they are widened tile by tile into per-thread scratch.
  *
  * Returns: %TRUE on success.
  */
@@ -96,7 +105,10 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
 
   const int64_t qb = query_block, kt = key_tile;
   const int64_t nqb = (nq + qb - 1) / qb;
-  const float *qd = q->data, *kd = k->data, *vd = v->data;
+  const gboolean kv16 = k->dtype == LB_DTYPE_BF16;
+  const float *qd = q->data, *kd = kv16 ? NULL : k->data;
+  const float *vd = kv16 ? NULL : v->data;
+  const uint16_t *kh = kv16 ? k->data : NULL, *vh = kv16 ? v->data : NULL;
   const float *bd = bias ? bias->data : NULL;
   const guint8 *md = key_mask ? key_mask->data : NULL;
   float *od = out->data;
@@ -108,10 +120,13 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
 
 #pragma omp parallel if (par)
   {
-    /* acc [qb][hd], m [qb], l [qb], scores [qb][kt] */
-    float *buf = lb_cpu_scratch (qb * hd + 2 * qb + qb * kt);
+    /* acc [qb][hd], m [qb], l [qb], scores [qb][kt]; with bf16 k/v the
+     * widened tile, keys [kt][hd] then values [kt][hd] */
+    float *buf = lb_cpu_scratch (qb * hd + 2 * qb + qb * kt +
+        (kv16 ? 2 * kt * hd : 0));
     float *acc = buf, *mrow = acc + qb * hd, *lrow = mrow + qb;
     float *sc = lrow + qb;
+    float *kwide = sc + qb * kt, *vwide = kwide + kt * hd;
 
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t h = 0; h < nh; h++) {
@@ -126,6 +141,28 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
 
         for (int64_t j0 = 0; j0 < nk; j0 += kt) {
           const int64_t nj = MIN (kt, nk - j0);
+          /* key jj of the tile is kt0 + jj * kst (values: vt0, vst) */
+          const float *kt0, *vt0;
+          int64_t kst, vst;
+          if (kv16) {
+            for (int64_t jj = 0; jj < nj; jj++) {
+              const uint16_t *kr = kh + (j0 + jj) * ks0 + h * ks1;
+              const uint16_t *vr = vh + (j0 + jj) * vs0 + h * vs1;
+              float *kw = kwide + jj * hd, *vw = vwide + jj * hd;
+              for (int64_t e = 0; e < hd; e++) {
+                kw[e] = lb_bf16_to_f32 (kr[e]);
+                vw[e] = lb_bf16_to_f32 (vr[e]);
+              }
+            }
+            kt0 = kwide;
+            vt0 = vwide;
+            kst = vst = hd;
+          } else {
+            kt0 = kd + j0 * ks0 + h * ks1;
+            vt0 = vd + j0 * vs0 + h * vs1;
+            kst = ks0;
+            vst = vs0;
+          }
           for (int64_t i = 0; i < ni; i++) {
             const float *qi = qd + (i0 + i) * qs0 + h * qs1;
             const float *brow = bd ? bd + (h * nq + i0 + i) * nk + j0 : NULL;
@@ -136,7 +173,7 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
               if (md && !md[j0 + jj]) {
                 x = -INFINITY;
               } else {
-                x = dot (qi, kd + (j0 + jj) * ks0 + h * ks1, hd) * scale;
+                x = dot (qi, kt0 + jj * kst, hd) * scale;
                 if (brow)
                   x += brow[jj];
               }
@@ -159,7 +196,7 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
               if (p == 0.0f)
                 continue;
               l += p;
-              const float *vj = vd + (j0 + jj) * vs0 + h * vs1;
+              const float *vj = vt0 + jj * vst;
 #pragma omp simd
               for (int64_t e = 0; e < hd; e++)
                 ai[e] += p * vj[e];

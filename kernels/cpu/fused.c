@@ -105,6 +105,23 @@ norm_rotate_pairs (const float *xh, const float *wh, double r, float *v,
   }
 }
 
+/* norm_rotate_pairs() into a bf16 head: the same f32 values, each rounded
+ * to nearest even by lb_f32_to_bf16() (a bf16 KV cache's slots). */
+static inline void
+norm_rotate_pairs_bf16 (const float *xh, const float *wh, double r,
+    uint16_t * v, const float *c, const float *sn, int64_t p0, int64_t p1)
+{
+  for (int64_t p = p0; p < p1; p++) {
+    const double a0 = xh[2 * p] * r, a1 = xh[2 * p + 1] * r;
+    const float x0 = (float) (wh ? a0 * wh[2 * p] : a0);
+    const float x1 = (float) (wh ? a1 * wh[2 * p + 1] : a1);
+    const float y0 = x0 * c[p] - x1 * sn[p];
+    const float y1 = x0 * sn[p] + x1 * c[p];
+    v[2 * p] = lb_f32_to_bf16 (y0);
+    v[2 * p + 1] = lb_f32_to_bf16 (y1);
+  }
+}
+
 /**
  * lb_cpu_rms_norm_rope:
  * @s: a CPU stream
@@ -118,8 +135,9 @@ norm_rotate_pairs (const float *xh, const float *wh, double r, float *v,
  * @grid_w: token columns per row (N = grid_f * grid_h * grid_w)
  * @frame_offset: absolute latent frame of the first frame (spec 1.8 F0)
  * @row_offset: height position of the first row
- * @y: f32 [N, H, hd], any view with stride[2] == 1 (e.g. KV-cache slots);
- *   may be @x itself seen as [N, H, hd], must not overlap it otherwise
+ * @y: f32 or bf16 [N, H, hd], any view with stride[2] == 1 (e.g.
+ *   KV-cache slots); an f32 @y may be @x itself seen as [N, H, hd], must
+ *   not overlap it otherwise
  * @error: %LB_ERROR_SHAPE on mismatched operands or positions >= P
  *   (lb_check_rms_norm_rope())
  *
@@ -127,7 +145,8 @@ norm_rotate_pairs (const float *xh, const float *wh, double r, float *v,
  * heads; mean square in double) times @weight, then the 3-D RoPE of each
  * head at positions (frame_offset + f, row_offset + i, j):
  * lb_cpu_rms_norm() then lb_cpu_rope_3d(), bit for bit, written straight
- * into @y.
+ * into @y; a bf16 @y (a bf16 KV cache, spec 1.11) gets those f32 values
+ * rounded by lb_f32_to_bf16().
  *
  * Returns: %TRUE on success.
  */
@@ -152,7 +171,9 @@ lb_cpu_rms_norm_rope (LbStream * s, const LbTensor * x,
   const int64_t ys0 = y->stride[0], ys1 = y->stride[1];
   const float *xd = x->data, *wd = weight ? weight->data : NULL;
   const float *cd = cos->data, *sd = sin->data;
-  float *yd = y->data;
+  const gboolean y16 = y->dtype == LB_DTYPE_BF16;
+  float *yd = y16 ? NULL : y->data;
+  uint16_t *yh = y16 ? y->data : NULL;
 
   /* rms_norm parallelises when m * d is large, rope when n * H * hd is:
    * the same count here */
@@ -172,6 +193,13 @@ lb_cpu_rms_norm_rope (LbStream * s, const LbTensor * x,
     const float *cw = cd + j * half, *sw = sd + j * half;
     for (int64_t h = 0; h < nh; h++) {
       const float *xh = xr + h * hdim, *wh = wd ? wd + h * hdim : NULL;
+      if (y16) {
+        uint16_t *v = yh + t * ys0 + h * ys1;
+        norm_rotate_pairs_bf16 (xh, wh, r, v, ct, st, 0, tp);
+        norm_rotate_pairs_bf16 (xh, wh, r, v, ch, sh, tp, tp + hp);
+        norm_rotate_pairs_bf16 (xh, wh, r, v, cw, sw, tp + hp, half);
+        continue;
+      }
       float *v = yd + t * ys0 + h * ys1;
       norm_rotate_pairs (xh, wh, r, v, ct, st, 0, tp);
       norm_rotate_pairs (xh, wh, r, v, ch, sh, tp, tp + hp);

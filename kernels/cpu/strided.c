@@ -33,14 +33,39 @@ strided_outer (const LbStrided5 * it)
   return it->shape[0] * it->shape[1] * it->shape[2] * it->shape[3];
 }
 
+/* copy between dtypes: one run of @n elements, strides @sdn / @ssn. */
+static void
+copy_run_convert (void *d, LbDType dt, const void *src, LbDType st,
+    int64_t n, int64_t sdn, int64_t ssn)
+{
+  if (dt == LB_DTYPE_BF16 && st == LB_DTYPE_F32) {
+    uint16_t *y = d;
+    const float *x = src;
+    for (int64_t i = 0; i < n; i++)
+      y[i * sdn] = lb_f32_to_bf16 (x[i * ssn]);
+  } else if (dt == LB_DTYPE_F32 && st == LB_DTYPE_BF16) {
+    float *y = d;
+    const uint16_t *x = src;
+    for (int64_t i = 0; i < n; i++)
+      y[i * sdn] = lb_bf16_to_f32 (x[i * ssn]);
+  } else {                      /* bf16 -> bf16: the bits */
+    uint16_t *y = d;
+    const uint16_t *x = src;
+    for (int64_t i = 0; i < n; i++)
+      y[i * sdn] = x[i * ssn];
+  }
+}
+
 /**
  * lb_cpu_copy:
  * @s: a CPU stream
- * @x: f32 view, any strides
- * @y: f32 view of the same shape, any strides
- * @error: %LB_ERROR_SHAPE on mismatched operands
+ * @x: f32 or bf16 view, any strides
+ * @y: f32 or bf16 view of the same shape, any strides
+ * @error: %LB_ERROR_SHAPE on mismatched operands (lb_check_copy())
  *
- * `y = x` (kernels/ops.h).
+ * `y = x` (kernels/ops.h): f32 -> bf16 rounds to nearest even
+ * (lb_f32_to_bf16()), bf16 -> f32 widens exactly (lb_bf16_to_f32()),
+ * equal dtypes copy the bits.
  *
  * Returns: %TRUE on success.
  */
@@ -49,12 +74,25 @@ lb_cpu_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 {
   LbStrided5 it;
   if (!lb_check_devices (LB_CPU_DEVICE, "copy", error, "x", x, "y", y, NULL)
-      || !lb_check_strided ("copy", x, y, &it, error))
+      || !lb_check_copy (x, y, &it, error))
     return FALSE;
-  float *d = y->data;
-  const float *src = x->data;
   int64_t outer = strided_outer (&it), n = it.shape[4];
   int64_t sdn = it.ys[4], ssn = it.xs[4];
+  if (x->dtype != LB_DTYPE_F32 || y->dtype != LB_DTYPE_F32) {
+    const gsize ye = lb_dtype_size (y->dtype), xe = lb_dtype_size (x->dtype);
+    guint8 *d = y->data;
+    const guint8 *src = x->data;
+#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
+    for (int64_t o = 0; o < outer; o++) {
+      int64_t od, os;
+      strided_offsets (&it, o, &od, &os);
+      copy_run_convert (d + od * (int64_t) ye, y->dtype,
+          src + os * (int64_t) xe, x->dtype, n, sdn, ssn);
+    }
+    return TRUE;
+  }
+  float *d = y->data;
+  const float *src = x->data;
 #pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
   for (int64_t o = 0; o < outer; o++) {
     int64_t od, os;

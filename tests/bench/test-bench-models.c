@@ -113,12 +113,15 @@ test_dit_memory (void)
     lingbot_bench_dit_memory (&c, 60, 104, 512, (int) table[i][0], 4, 4, &m);
     assert_gb (m.total, table[i][1]);
   }
-  /* bf16 weights: half the weight bytes, the rest unchanged */
+  /* bf16 mode: half the weight and KV-cache bytes (a device rank's cache
+   * is bf16 there), the rest unchanged */
   LingbotBenchDitMemory h;
   lingbot_bench_dit_memory (&c, 60, 104, 512, 1, 4, 2, &h);
   lingbot_bench_dit_memory (&c, 60, 104, 512, 1, 4, 4, &m);
   g_assert_cmpuint (2 * h.weights, ==, m.weights);
-  g_assert_cmpuint (m.total - h.total, ==, h.weights);
+  g_assert_cmpuint (2 * h.kv_cache, ==, m.kv_cache);
+  g_assert_cmpuint (m.total - h.total, ==, h.weights + h.kv_cache);
+  assert_gb (h.total, 72.6);
   lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_1_3B);
   lingbot_bench_dit_memory (&c, 60, 104, 512, 1, 4, 4, &m);
   assert_gb (m.total, 20.3);

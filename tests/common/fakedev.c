@@ -5,8 +5,10 @@
  * allocations it tracks.  Its copy refuses a transfer whose kind does not
  * match where the pointers live (a host pointer in a device-to-device
  * copy, a device pointer read as host memory, overlapping device copies),
- * its ops refuse any tensor that is not one of its device tensors and then
- * run the CPU kernels, and fresh device memory is filled with NaN so a
+ * its ops refuse any tensor that is not one of its device tensors (every
+ * byte a view can reach, in its own dtype's size, must lie in one device
+ * allocation: a bf16 KV cache's views are checked as bf16) and then run
+ * the CPU kernels, and fresh device memory is filled with NaN so a
  * buffer the caller forgets to write shows.  With no CUDA module loaded its
  * worker groups use the local collectives, which move device bytes with
  * the backend's copy.
@@ -288,6 +290,28 @@ typedef struct {
   LbTensor host[8];
 } Args;
 
+/* The bytes a view can touch: from its lowest to its highest element,
+ * in its dtype's size (a bf16 view spans half the bytes of an f32 one of
+ * the same shape and strides).  An empty view touches nothing. */
+static void
+view_span (const LbTensor * t, const guint8 ** start, gsize * nbytes)
+{
+  int64_t lo = 0, hi = 0;
+  gboolean empty = FALSE;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->shape[d] == 0)
+      empty = TRUE;
+    const int64_t far = (t->shape[d] - 1) * t->stride[d];
+    if (far < 0)
+      lo += far;
+    else
+      hi += far;
+  }
+  const int64_t es = (int64_t) lb_dtype_size (t->dtype);
+  *start = (const guint8 *) t->data + lo * es;
+  *nbytes = empty ? 0 : (gsize) ((hi - lo + 1) * es);
+}
+
 static LbTensor *
 arg (Args * a, const LbTensor * t)
 {
@@ -297,11 +321,20 @@ arg (Args * a, const LbTensor * t)
     if (a->orig[i] == t)
       return &a->host[i];
   g_assert (a->n < 8);
+  const guint8 *span;
+  gsize span_bytes;
+  view_span (t, &span, &span_bytes);
   if (t->device.type != LB_DEVICE_CUDA || t->device.index != a->s->device ||
       !fakedev_is_device (t->data, 0)) {
     refuse (NULL, "%s: an argument on %s:%d at %p is not a tensor of "
         "fakedev:%d", a->op, t->device.type == LB_DEVICE_CPU ? "cpu" : "cuda",
         t->device.index, t->data, a->s->device);
+    a->ok = FALSE;
+  } else if (!fakedev_is_device (span, span_bytes)) {
+    g_autofree char *shape = lb_tensor_shape_string (t);
+    refuse (NULL, "%s: a %s %s view at %p spans %" G_GSIZE_FORMAT " bytes "
+        "that are not inside one fakedev:%d allocation", a->op,
+        lb_dtype_name (t->dtype), shape, t->data, span_bytes, a->s->device);
     a->ok = FALSE;
   }
   LbTensor *h = &a->host[a->n];

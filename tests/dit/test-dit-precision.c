@@ -22,7 +22,13 @@
  *     band of tokens gets the whole-sequence bits; the f32 cblas path does
  *     not promise that: its 1- and 2-rank runs differ by ~5e-7);
  * (d) no fakedev refusals, no leaked device blocks; a later f32 session on
- *     the same worker group is the f32 result again.
+ *     the same worker group is the f32 result again;
+ * (e) the KV cache (spec 1.11: "the KV cache is bf16"): bf16 on device
+ *     ranks in bf16 mode, f32 on CPU ranks and in f32 mode; its bytes per
+ *     rank half the f32 cache's and equal to lingbot_dit_kv_cache_bytes()
+ *     (the 14B figures at 832x480 are printed); the bf16 stream's graph
+ *     replay (captured passes over a bf16 cache) bit-identical to running
+ *     every op.
  */
 #include <string.h>
 
@@ -38,13 +44,15 @@
  * to bf16 (8 significant bits) costs up to 2^-9 = 2.0e-3 relative per
  * factor of each product; over K terms of random sign the errors of a dot
  * product partly cancel, but they go through 3 blocks, 5 passes per chunk
- * (x0 feeds the next pass) and the KV cache of earlier chunks.  Measured
- * (printed by the test, deterministic: the fixture fixes every input):
- * 8.9e-3 at worst (chunk 2's clean-pass prediction), 4.5e-3 on the
- * denoised outputs, the same against the golden (whose own f32 error is
- * 7.8e-7).  The bound is 3.4x the worst measurement and still far below
- * what a wrong or transposed weight, a missing bias or an unrounded
- * operand in the wrong place would cost (order 1, or exactly 0 effect). */
+ * (x0 feeds the next pass) and the KV cache of earlier chunks, stored as
+ * bf16 (one more rounding of every key and value).  Measured (printed by
+ * the test, deterministic: the fixture fixes every input): 8.82e-3 at
+ * worst (chunk 2's clean-pass prediction; 8.93e-3 with the f32 cache of
+ * before), 4.52e-3 on the denoised outputs (4.46e-3 before), the same
+ * against the golden (whose own f32 error is 7.8e-7).  The bound is 3.4x
+ * the worst measurement and still far below what a wrong or transposed
+ * weight, a missing bias or an unrounded operand in the wrong place would
+ * cost (order 1, or exactly 0 effect). */
 #define BF16_TOL 3e-2
 
 /* A bf16 run must differ from the f32 one by at least this (measured
@@ -467,6 +475,131 @@ test_stream (void)
   record_clear (&cpu);
 }
 
+/* ------------------------------------------------------------------------ */
+/* (e) the KV cache                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Every rank of a session on @group with @math: the cache's dtype and
+ * bytes; returns rank 0's bytes. */
+static gsize
+kv_info (LbWorkerGroup * group, LbMathMode math, LbDType want)
+{
+  g_autoptr (GError) err = NULL;
+  const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  opt.math = math;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  const int R = lb_worker_group_get_n_ranks (group);
+  const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
+  gsize bytes0 = 0;
+  for (int r = 0; r < R; r++) {
+    LbDType dt = LB_DTYPE_COUNT;
+    gsize nb = 0;
+    g_assert_true (lingbot_dit_session_get_kv_info (ses, r, &dt, &nb));
+    g_assert_cmpint (dt, ==, want);
+    g_assert_cmpuint (nb, ==, lingbot_dit_kv_cache_bytes (cfg, cap, R, want));
+    /* 2 L cap (D / R) elements */
+    g_assert_cmpuint (nb, ==, (gsize) (2 * cfg->num_layers * cap *
+            (cfg->dim / R)) * lb_dtype_size (want));
+    if (r == 0)
+      bytes0 = nb;
+  }
+  g_assert_false (lingbot_dit_session_get_kv_info (ses, R, NULL, NULL));
+  lingbot_dit_session_free (ses);
+  return bytes0;
+}
+
+/* dit_tiny chunks without a step callback (so a 1-rank device session
+ * replays graphs once its window is full), the outputs' bytes. */
+static GByteArray *
+run_plain (LbWorkerGroup * group, LbMathMode math, int n_chunks)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  opt.math = math;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  GByteArray *bytes = g_byte_array_new ();
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  for (int c = 0; c < n_chunks; c++) {
+    const LbTensor *noise[4];
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, c % 4, noise, &y, &ctl);
+    g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+            &err));
+    g_assert_no_error (err);
+    g_byte_array_append (bytes, out->data, (guint) lb_tensor_nbytes (out));
+  }
+  lingbot_dit_session_free (ses);
+  return bytes;
+}
+
+static void
+test_kv_cache (void)
+{
+  const FakeDevStats st0 = fakedev_stats ();
+  /* the CPU keeps f32 whatever the mode */
+  LbWorkerGroup *cpu1 = group_new (lb_cpu_backend (), 1);
+  const gsize cpu_bytes = kv_info (cpu1, LB_MATH_BF16, LB_DTYPE_F32);
+  lb_worker_group_unref (cpu1);
+  for (int R = 1; R <= 2; R++) {
+    LbWorkerGroup *group = group_new (fakedev_backend (), R);
+    const gsize b32 = kv_info (group, LB_MATH_FP32, LB_DTYPE_F32);
+    const gsize b16 = kv_info (group, LB_MATH_BF16, LB_DTYPE_BF16);
+    g_assert_cmpuint (2 * b16, ==, b32);
+    if (R == 1)
+      g_assert_cmpuint (b32, ==, cpu_bytes);
+    g_print ("# dit_tiny KV cache per rank, %d rank(s): f32 %" G_GSIZE_FORMAT
+        " bytes, bf16 %" G_GSIZE_FORMAT " bytes\n", R, b32, b16);
+    lb_worker_group_unref (group);
+  }
+
+  /* the 14B model at 832x480: latent 60x104, T_f = 30 x 52 = 1560, a
+   * window of 18 frames = 28080 slots */
+  LingbotDitConfig c14;
+  lingbot_dit_config_init_preset (&c14, LINGBOT_DIT_PRESET_14B);
+  const int64_t cap14 = (int64_t) c14.local_attn_frames * 30 * 52;
+  g_assert_cmpint (cap14, ==, 28080);
+  g_assert_cmpuint (lingbot_dit_kv_cache_bytes (&c14, cap14, 1,
+          LB_DTYPE_F32), ==, G_GUINT64_CONSTANT (46006272000));
+  for (int R = 1; R <= 4; R *= 4)
+    g_print ("# 14B at 832x480 (window %" G_GINT64_FORMAT " keys), KV cache "
+        "per rank at %d rank(s): f32 %.2f GB, bf16 %.2f GB\n", cap14, R,
+        lingbot_dit_kv_cache_bytes (&c14, cap14, R, LB_DTYPE_F32) / 1e9,
+        lingbot_dit_kv_cache_bytes (&c14, cap14, R, LB_DTYPE_BF16) / 1e9);
+
+  /* graph replay over a bf16 cache: 9 chunks on one rank, the steady ones
+   * replayed, the same bytes as every op run directly */
+  LbWorkerGroup *dev1 = group_new (fakedev_backend (), 1);
+  const FakeDevStats st1 = fakedev_stats ();
+  g_autoptr (GByteArray) graphs = run_plain (dev1, LB_MATH_BF16, 9);
+  const FakeDevStats st2 = fakedev_stats ();
+  g_assert_cmpint (st2.n_captures - st1.n_captures, ==, 2);
+  g_assert_cmpint (st2.n_launches - st1.n_launches, >=, 4);
+  g_setenv ("LINGBOT_DIT_GRAPHS", "0", TRUE);
+  g_autoptr (GByteArray) direct = run_plain (dev1, LB_MATH_BF16, 9);
+  g_unsetenv ("LINGBOT_DIT_GRAPHS");
+  g_assert_cmpint (fakedev_stats ().n_launches, ==, st2.n_launches);
+  g_assert_cmpuint (graphs->len, ==, direct->len);
+  g_assert_true (memcmp (graphs->data, direct->data, graphs->len) == 0);
+  g_print ("# dit bf16 (bf16 KV cache): graph replay bit-identical to "
+      "op-by-op over %u bytes, %d launches\n", graphs->len,
+      st2.n_launches - st1.n_launches);
+  lb_worker_group_unref (dev1);
+
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+}
+
 /* An out-of-range mode is refused before anything is allocated. */
 static void
 test_bad_mode (void)
@@ -547,6 +680,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/precision/bad-mode", test_bad_mode);
   g_test_add_func ("/dit/precision/world", test_world_precision);
   g_test_add_func ("/dit/precision/stream", test_stream);
+  g_test_add_func ("/dit/precision/kv-cache", test_kv_cache);
   int rc = g_test_run ();
   lingbot_dit_unref (dit);
   lingbot_checkpoint_unref (fixture);

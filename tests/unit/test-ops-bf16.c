@@ -14,22 +14,6 @@
  * gemm of test-ops.c): ~sqrt(K) * 6e-8 relative, K <= 300 here. */
 #define TOL_GEMM 1e-5
 
-static uint32_t
-f2u (float v)
-{
-  uint32_t u;
-  memcpy (&u, &v, 4);
-  return u;
-}
-
-static float
-u2f (uint32_t u)
-{
-  float v;
-  memcpy (&v, &u, 4);
-  return v;
-}
-
 /* The nearest bfloat16 of a finite or infinite float, computed in double
  * from the two candidates that bracket it (ties to the even pattern), with
  * overflow to infinity as IEEE round-to-nearest does: a value at or above

@@ -16,6 +16,23 @@
 #include <math.h>
 #include <string.h>
 
+/* The bits of a float and back (bf16 tests). */
+static inline uint32_t
+f2u (float v)
+{
+  uint32_t u;
+  memcpy (&u, &v, 4);
+  return u;
+}
+
+static inline float
+u2f (uint32_t u)
+{
+  float v;
+  memcpy (&v, &u, 4);
+  return v;
+}
+
 static inline LbStream *
 test_stream (void)
 {

@@ -364,10 +364,13 @@ test_errors (void)
   g_autoptr (LbTensor) t4 = tensor_new (4, x4);
   g_autoptr (LbTensor) tu = tensor_new (4, u);
   g_autoptr (LbTensor) bf = lb_tensor_new (LB_DTYPE_BF16, 2, a);
+  g_autoptr (LbTensor) hf = lb_tensor_new (LB_DTYPE_F16, 2, a);
 
   assert_op_error (lb_cpu_copy (s, ta, tb, error),
       "copy: x is f32 [3, 4], expected [4, 3]");
-  assert_op_error (lb_cpu_copy (s, bf, ta, error), NULL);
+  /* bf16 is a copy dtype (tests/unit/test-ops-kvbf16.c), f16 is not */
+  assert_op_error (lb_cpu_copy (s, hf, ta, error),
+      "copy: x is f16 [3, 4], expected f32 or bf16 [3, 4]");
   assert_op_error (lb_cpu_clamp (s, ta, 0.f, 1.f, tb, error), NULL);
   assert_op_error (lb_cpu_fill (s, bf, 0.f, error), NULL);
   assert_op_error (lb_cpu_fill (s, NULL, 0.f, error), NULL);
