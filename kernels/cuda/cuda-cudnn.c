@@ -8,7 +8,9 @@
  * stream's cudaStream_t, so cuDNN work is ordered with the other ops.
  */
 #include "kernels/cuda/cuda-internal.h"
+#include <gmodule.h>
 #include <stdbool.h>
+#include <string.h>
 
 gboolean
 lb_cuda_cudnn_check (cudnnStatus_t st, const char *what, GError ** error)
@@ -138,9 +140,11 @@ lb_cudnn_plan_clear (LbCudnnPlan * plan)
   plan->workspace = 0;
 }
 
-/* Whether the engine of configuration @cfg computes f32 data in f32: no
- * input down-conversion, no tensor cores (TF32 on f32 data), no reduced
- * precision reduction.  An engine whose notes cannot be read is refused. */
+/* Whether the engine of configuration @cfg computes f32 data in f32 to
+ * the op's f32 tolerance: no input down-conversion, no tensor cores (TF32
+ * on f32 data), no reduced precision reduction, and no FFT or Winograd
+ * transform (their rounding error exceeds direct summation's).  An engine
+ * whose notes cannot be read is refused. */
 static gboolean
 engine_exact (cudnnBackendDescriptor_t cfg)
 {
@@ -161,7 +165,12 @@ engine_exact (cudnnBackendDescriptor_t cfg)
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
       if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
           notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
-          notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+          notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_FFT ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_WINOGRAD ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 ||
+          notes[i] == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13)
         exact = FALSE;
   }
   cudnnBackendDestroyDescriptor (engine);
@@ -172,9 +181,9 @@ engine_exact (cudnnBackendDescriptor_t cfg)
  * their order; the first that finalizes becomes @plan.  *@last keeps the
  * last failing status (left alone when none was tried). */
 static gboolean
-plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t graph,
-    cudnnBackendHeurMode_t mode, gboolean allow_reduced, LbCudnnPlan * plan,
-    cudnnStatus_t * last)
+plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t dprop,
+    cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
+    gboolean allow_reduced, LbCudnnPlan * plan, cudnnStatus_t * last)
 {
   cudnnBackendDescriptor_t heur = NULL;
   cudnnBackendDescriptor_t *cfgs = NULL;
@@ -190,6 +199,11 @@ plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t graph,
       CUDNN_STATUS_SUCCESS ||
       (st = cudnnBackendSetAttribute (heur, CUDNN_ATTR_ENGINEHEUR_MODE,
               CUDNN_TYPE_HEUR_MODE, 1, &mode)) != CUDNN_STATUS_SUCCESS ||
+      (dprop != NULL &&
+          (st = cudnnBackendSetAttribute (heur,
+                  CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
+                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dprop)) !=
+          CUDNN_STATUS_SUCCESS) ||
       (st = cudnnBackendFinalize (heur)) != CUDNN_STATUS_SUCCESS ||
       (st = cudnnBackendGetAttribute (heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)) !=
@@ -219,8 +233,11 @@ plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t graph,
     if ((st = cudnnBackendCreateDescriptor
             (CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p)) ==
         CUDNN_STATUS_SUCCESS &&
-        (st = cudnnBackendSetAttribute (p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                CUDNN_TYPE_HANDLE, 1, &h)) == CUDNN_STATUS_SUCCESS &&
+        (st = (dprop != NULL ? cudnnBackendSetAttribute (p,
+                    CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
+                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dprop) :
+                cudnnBackendSetAttribute (p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                    CUDNN_TYPE_HANDLE, 1, &h))) == CUDNN_STATUS_SUCCESS &&
         (st = cudnnBackendSetAttribute (p,
                 CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i])) ==
@@ -239,6 +256,13 @@ plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t graph,
     *last = st;
     if (p)
       cudnnBackendDestroyDescriptor (p);
+    if (dprop != NULL && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
+      /* deviceless check: the engine took the graph and got as far as
+       * loading its kernels, which needs a driver */
+      plan->plan = NULL;
+      plan->workspace = -1;
+      found = TRUE;
+    }
   }
 out:
   if (cfgs)
@@ -251,12 +275,59 @@ out:
   return found;
 }
 
+/* the deviceless check's target (lingbot_backend_cuda_cudnn_set_target) */
+static GMutex target_lock;
+static cudnnBackendDescriptor_t target_dprop;
+
+/**
+ * lingbot_backend_cuda_cudnn_set_target:
+ * @json: (nullable): a cuDNN device-properties description
+ *   (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION) of the GPU to check
+ *   against; %NULL clears it
+ * @error: %LB_ERROR_DEVICE when cuDNN rejects the description
+ *
+ * Sets the GPU that lb_cudnn_plan_build() plans for when it is called
+ * without a stream: the deviceless check of the module's cuDNN graphs
+ * (lingbot_backend_cuda_sdpa_check(), lingbot_backend_cuda_conv_check()),
+ * which asks cuDNN's heuristics and engines whether they take a graph on
+ * that GPU, on a machine without one.  Needs only libcudnn (and a
+ * libcuda.so.1, e.g. the toolkit's stub, for the engines that compile
+ * kernels).  Not for use while the module runs ops.
+ *
+ * Returns: %TRUE on success.
+ */
+G_MODULE_EXPORT gboolean lingbot_backend_cuda_cudnn_set_target (const char
+    *json, GError ** error);
+gboolean
+lingbot_backend_cuda_cudnn_set_target (const char *json, GError ** error)
+{
+  cudnnBackendDescriptor_t d = NULL;
+  if (json != NULL &&
+      (!(d = lb_cudnn_new (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
+                  "cuDNN target device", error)) ||
+          !lb_cudnn_set (d, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+              CUDNN_TYPE_CHAR, (int64_t) strlen (json), json,
+              "cuDNN target device", error) ||
+          !lb_cudnn_finalize (d, "cuDNN target device", error))) {
+    if (d)
+      cudnnBackendDestroyDescriptor (d);
+    return FALSE;
+  }
+  g_mutex_lock (&target_lock);
+  if (target_dprop)
+    cudnnBackendDestroyDescriptor (target_dprop);
+  target_dprop = d;
+  g_mutex_unlock (&target_lock);
+  return TRUE;
+}
+
 gboolean
 lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops, int n_ops,
     gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
     GError ** error)
 {
-  cudnnHandle_t h = lb_cuda_cudnn_handle (s, error);
+  cudnnHandle_t h = NULL;
+  cudnnBackendDescriptor_t dprop = NULL;
   cudnnBackendDescriptor_t graph;
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   static const cudnnBackendHeurMode_t modes[] = {
@@ -266,23 +337,36 @@ lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops, int n_ops,
 
   plan->plan = NULL;
   plan->workspace = 0;
-  if (h == NULL)
-    return FALSE;
+  if (s != NULL) {
+    if (!(h = lb_cuda_cudnn_handle (s, error)))
+      return FALSE;
+  } else {
+    g_mutex_lock (&target_lock);
+    dprop = target_dprop;
+    g_mutex_unlock (&target_lock);
+    if (dprop == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "%s: no stream and no target device to plan for", what);
+      return FALSE;
+    }
+  }
   if (!(graph = lb_cudnn_new (CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what,
               error)))
     return FALSE;
-  if (!lb_cudnn_set (graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-          CUDNN_TYPE_HANDLE, 1, &h, what, error) ||
+  if ((h != NULL && !lb_cudnn_set (graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+              CUDNN_TYPE_HANDLE, 1, &h, what, error)) ||
       !lb_cudnn_set (graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
           CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, what, error)) {
     cudnnBackendDestroyDescriptor (graph);
     return FALSE;
   }
   last = cudnnBackendFinalize (graph);
-  if (last == CUDNN_STATUS_SUCCESS)
+  if (last == CUDNN_STATUS_SUCCESS) {
+    last = CUDNN_STATUS_NOT_SUPPORTED;  /* when no configuration comes */
     for (guint i = 0; i < G_N_ELEMENTS (modes) && !found; i++)
-      found = plan_from_heuristics (h, graph, modes[i], allow_reduced, plan,
-          &last);
+      found = plan_from_heuristics (h, dprop, graph, modes[i], allow_reduced,
+          plan, &last);
+  }
   cudnnBackendDestroyDescriptor (graph);
   if (!found)
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,

@@ -137,7 +137,11 @@ typedef struct
  * down-convert inputs or use tensor cores on f32 data (TF32) are skipped,
  * so an f32 graph computes in f32.  %LB_ERROR_UNSUPPORTED when no
  * configuration finalizes (the message names the graph via @what and the
- * last status). */
+ * last status).  With @s %NULL it plans for the target set by
+ * lingbot_backend_cuda_cudnn_set_target() instead of a device (the
+ * deviceless check): then a configuration that finalizes, or fails only
+ * at loading its kernels (no driver), counts as found, and @plan->plan
+ * may be %NULL (workspace -1): such a plan cannot execute. */
 gboolean lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops,
     int n_ops, gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
     GError ** error);
@@ -148,6 +152,31 @@ void lb_cudnn_plan_clear (LbCudnnPlan * plan);
 gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
     const int64_t * uids, void *const *ptrs, const char *what,
     GError ** error);
+
+/* ---- attention through cuDNN SDPA (cuda-cudnn-sdpa.c) ---- */
+
+/* Runs @a through cuDNN's fused flash graph when LINGBOT_CUDA_ATTENTION=
+ * cudnn, @s is LB_MATH_BF16, hd 64/128, no bias/mask and a plan exists or
+ * can be built for the shape (*@ran = TRUE); otherwise leaves the op to the
+ * caller's kernels (*@ran = FALSE).  @kv_bf16: a->k and a->v hold bf16.
+ * FALSE: a launch or cuDNN error. */
+gboolean lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
+    gboolean kv_bf16, gboolean * ran, GError ** error);
+/* (cuda-cudnn-sdpa.c also exports lingbot_backend_cuda_attention_stats()
+ * for tests and benchmarks.) */
+
+/* ---- cuDNN convolutions (cuda-cudnn-conv.c) ---- */
+
+/* The cuDNN path of conv3d_causal (@is_2d FALSE) and conv2d (@is_2d TRUE)
+ * after the op's checks (@g).  *@done FALSE: run the im2col path instead
+ * (selected by LINGBOT_CUDA_CONV=im2col, Cin = 0, operands not 16-byte
+ * aligned, or a shape cuDNN refused).  %FALSE only on a launch failure. */
+gboolean lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g,
+    gboolean is_2d, const float *x, const float *cache, const float *w,
+    const float *bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    float *y, gboolean * done, GError ** error);
+/* (cuda-cudnn-conv.c also exports lingbot_backend_cuda_conv_stats() and
+ * lingbot_backend_cuda_conv_last_refusal() for tests and benchmarks.) */
 
 /* ---- argument checks (cuda-check.c; the rest is kernels/ops-check.h) ---- */
 

@@ -51,6 +51,13 @@ cudaError_t lb_cuda_launch_rope_3d (cudaStream_t st, float *x, int64_t s0,
     const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
     int64_t row_offset);
 
+/* k16/v16: a bf16 KV cache (spec 1.11): when k16 is set the keys and
+ * values are bfloat16 bits at k16/v16 (strides ks0.. in elements) and the
+ * kernels do not read k/v (cuda-ops.c leaves the same addresses there for
+ * cuda-cudnn-sdpa.c, which takes the dtype as a flag); they widen them
+ * exactly (the FP32 flash kernel, the GEMM path) or load them as they are
+ * (the BF16 tensor-core kernel, which rounds f32 K/V to the same bits).
+ * NULL for f32 K/V. */
 typedef struct
 {
   const float *q, *k, *v;
@@ -60,6 +67,7 @@ typedef struct
   const unsigned char *mask;    /* [Nk] or NULL */
   int64_t nq, nk, nh, hd;
   float scale;
+  const uint16_t *k16, *v16;
 } LbCudaAttnArgs;
 
 /* Fused flash-style kernel; hd <= LB_CUDA_FLASH_MAX_HD. */
@@ -101,6 +109,14 @@ cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbCudaConvIn * c,
 cudaError_t lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
     int64_t cout, int64_t n, const float *bias);
 
+/* ---- cuDNN convolution epilogue (kernels-conv.cu, cuda-cudnn-conv.c) ---- */
+
+/* y[(b*cout + co)*plane + e] += bias[co] for b < nb, co < cout, e < plane:
+ * the bias of a cuDNN convolution whose plan does not fuse it (y packed
+ * [nb, cout, plane]). */
+cudaError_t lb_cuda_launch_add_channel_bias (cudaStream_t st, float *y,
+    int64_t nb, int64_t cout, int64_t plane, const float *bias);
+
 cudaError_t lb_cuda_launch_upsample_nearest2x (cudaStream_t st,
     const float *x, float *y, int64_t rows, int64_t w);
 cudaError_t lb_cuda_launch_patchify (cudaStream_t st, const float *x,
@@ -136,6 +152,11 @@ typedef struct
 cudaError_t lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
     const LbCudaStrided5 * g, const float *x, float *y, float a, float b,
     const float *mean, const float *inv_std);
+/* The copy op between dtypes over the walk @g: x and y each f32 (*_bf16
+ * 0) or bfloat16 bits (1); f32 -> bf16 rounds as lb_f32_to_bf16() (nearest
+ * even, NaN kept), bf16 -> f32 widens exactly, equal dtypes copy bits. */
+cudaError_t lb_cuda_launch_copy_convert (cudaStream_t st,
+    const LbCudaStrided5 * g, const void *x, int x_bf16, void *y, int y_bf16);
 /* Wan RMS_norm over C of x [C, T, H, W] (strides xs, ys). */
 cudaError_t lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
     const int64_t * xs, const float *gamma, int silu, float *y,
@@ -154,6 +175,19 @@ cudaError_t lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st,
  * activation conversion, usable for weights too. */
 cudaError_t lb_cuda_launch_f32_to_bf16 (cudaStream_t st, const float *x,
     int64_t xld, uint16_t * y, int64_t yld, int64_t m, int64_t k);
+
+/* ---- attention operands for cuDNN SDPA (kernels-convert.cu) ---- */
+
+/* y[i*ys0 + h*ys1 + e] = bf16(x[i*xs0 + h*xs1 + e]) for i < n0, h < n1,
+ * e < n2 (the rounding of lb_cuda_launch_f32_to_bf16()). */
+cudaError_t lb_cuda_launch_f32_to_bf16_3d (cudaStream_t st, const float *x,
+    int64_t xs0, int64_t xs1, uint16_t * y, int64_t ys0, int64_t ys1,
+    int64_t n0, int64_t n1, int64_t n2);
+/* y[i*ys0 + h*ys1 + e] = x[i*xs0 + h*xs1 + e] widened from bfloat16 bits
+ * (exact). */
+cudaError_t lb_cuda_launch_bf16_to_f32_3d (cudaStream_t st,
+    const uint16_t * x, int64_t xs0, int64_t xs1, float *y, int64_t ys0,
+    int64_t ys1, int64_t n0, int64_t n1, int64_t n2);
 
 /* ---- fused DiT ops (kernels-fused.cu) ---- */
 
@@ -174,6 +208,14 @@ cudaError_t lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x,
     int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
     const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
     int64_t row_offset);
+/* The same into bfloat16 y (a bf16 KV cache's slots): each element the
+ * f32 value of lb_cuda_launch_rms_norm_rope() rounded as lb_f32_to_bf16()
+ * (nearest even). */
+cudaError_t lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st,
+    const float *x, int64_t xld, const float *w, float eps, uint16_t * y,
+    int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
+    const float *cos, const float *sin, int64_t grid_h, int64_t grid_w,
+    int64_t frame_offset, int64_t row_offset);
 /* x = (x + gate * y) * (1 + scale) + shift (gate NULL: 1; gld/sld/hld 0 =
  * broadcast row). */
 cudaError_t lb_cuda_launch_gated_residual_modulate (cudaStream_t st,

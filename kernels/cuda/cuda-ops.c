@@ -8,13 +8,15 @@
  * synchronises.
  * A launch failure is an %LB_ERROR_DEVICE error.
  *
- * The convolutions unfold (im2col, causal cache resolved per element: no
- * concatenated copy) into pool scratch of at most LB_CUDA_SCRATCH_LIMIT
- * floats per block of output rows and multiply with one FP32 cuBLASLt GEMM
- * per block (1x1 stride-1 convs multiply the input frames directly), the
- * scheme of kernels/cpu/conv.c.  Attention uses the fused flash kernel for
- * head dims up to 128 and, above (the VAE mid-block's 384), two GEMMs per
- * (head, block of queries) around an exact row softmax.
+ * The convolutions run through cuDNN by default (cuda-cudnn-conv.c);
+ * the im2col path here is the reference and the fallback: unfold (causal
+ * cache resolved per element: no concatenated copy) into pool scratch of
+ * at most LB_CUDA_SCRATCH_LIMIT floats per block of output rows and
+ * multiply with one FP32 cuBLASLt GEMM per block (1x1 stride-1 convs
+ * multiply the input frames directly), the scheme of kernels/cpu/conv.c.
+ * Attention uses the fused flash kernel for head dims up to 128 and,
+ * above (the VAE mid-block's 384), two GEMMs per (head, block of queries)
+ * around an exact row softmax.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -110,8 +112,26 @@ cuda_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
 
 /* ---- attention (kernels/cpu/attention.c) ---- */
 
+/* Widens head @h of a bf16 K or V [nk, nh, hd] (strides @s0, @s1) into
+ * the contiguous f32 [nk, hd] @dst (exact). */
+static gboolean
+widen_head (LbStream * s, const uint16_t * src, int64_t s0, int64_t s1,
+    int64_t h, int64_t nk, int64_t hd, float *dst, GError ** error)
+{
+  LbCudaStrided5 g = {
+    .shape = {1, 1, 1, nk, hd},
+    .ys = {0, 0, 0, hd, 1},
+    .xs = {0, 0, 0, s0, 1},
+    .cdim = 3,
+  };
+  return launched (lb_cuda_launch_copy_convert (stream_of (s), &g,
+          src + h * s1, 1, dst, 0), "attention", error);
+}
+
 /* Head dims above the flash kernel's: per head and block of queries,
- * S = Q K^T (GEMM), exact softmax rows, O = P V (GEMM). */
+ * S = Q K^T (GEMM), exact softmax rows, O = P V (GEMM).  bf16 K/V (a bf16
+ * KV cache) are widened exactly, a head at a time, into f32 scratch
+ * [2, nk, hd] first. */
 static gboolean
 attention_gemm_path (LbStream * s, const LbCudaAttnArgs * a, GError ** error)
 {
@@ -125,21 +145,33 @@ attention_gemm_path (LbStream * s, const LbCudaAttnArgs * a, GError ** error)
   }
   int64_t qc = CLAMP ((int64_t) (LB_CUDA_SCRATCH_LIMIT / (gsize) a->nk), 1,
       a->nq);
-  float *sc = lb_cuda_scratch (s, (gsize) qc * a->nk * sizeof (float), error);
+  const gsize kvw = a->k16 ? (gsize) (2 * a->nk * a->hd) : 0;
+  float *sc = lb_cuda_scratch (s, ((gsize) qc * a->nk + kvw) * sizeof (float),
+      error);
   if (sc == NULL)
     return FALSE;
+  float *kw = sc + (gsize) qc * a->nk, *vw = kw + a->nk * a->hd;
   gboolean ok = TRUE;
   for (int64_t h = 0; ok && h < a->nh; h++) {
+    const float *kh = a->k16 ? kw : a->k + h * a->ks1;
+    const float *vh = a->k16 ? vw : a->v + h * a->vs1;
+    const int64_t kld = a->k16 ? a->hd : a->ks0;
+    const int64_t vld = a->k16 ? a->hd : a->vs0;
+    if (a->k16 &&
+        (!widen_head (s, a->k16, a->ks0, a->ks1, h, a->nk, a->hd, kw, error)
+            || !widen_head (s, a->v16, a->vs0, a->vs1, h, a->nk, a->hd, vw,
+                error)))
+      ok = FALSE;
     for (int64_t q0 = 0; ok && q0 < a->nq; q0 += qc) {
       int64_t rows = MIN (qc, a->nq - q0);
       ok = lb_cuda_gemm_rm (s, FALSE, TRUE, rows, a->nk, a->hd, 1.0f,
-          a->q + q0 * a->qs0 + h * a->qs1, a->qs0, a->k + h * a->ks1, a->ks0,
+          a->q + q0 * a->qs0 + h * a->qs1, a->qs0, kh, kld,
           NULL, 0.0f, sc, a->nk, error) &&
           launched (lb_cuda_launch_softmax_rows (st, sc, rows, a->nk,
               a->scale, a->bias ? a->bias + (h * a->nq + q0) * a->nk : NULL,
               a->mask), "attention", error) &&
           lb_cuda_gemm_rm (s, FALSE, FALSE, rows, a->hd, a->nk, 1.0f, sc,
-          a->nk, a->v + h * a->vs1, a->vs0, NULL, 0.0f,
+          a->nk, vh, vld, NULL, 0.0f,
           a->out + q0 * a->os0 + h * a->os1, a->os0, error);
     }
   }
@@ -171,12 +203,25 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     .mask = key_mask ? key_mask->data : NULL,
     .nq = nq,.nk = nk,.nh = nh,.hd = hd,
     .scale = scale,
+    /* a bf16 KV cache: the kernels read k16/v16 (k/v carry the same
+     * addresses for cuda-cudnn-sdpa.c, which takes the dtype as a flag) */
+    .k16 = k->dtype == LB_DTYPE_BF16 ? k->data : NULL,
+    .v16 = k->dtype == LB_DTYPE_BF16 ? v->data : NULL,
   };
   /* LB_MATH_BF16: tensor cores for the DiT's (128) and umT5's (64) head
-   * dims; any other head dim keeps its FP32 path */
-  if (s->math == LB_MATH_BF16 && (hd == 64 || hd == 128))
+   * dims, through cuDNN's fused SDPA when LINGBOT_CUDA_ATTENTION=cudnn
+   * takes the call (no bias or mask, a plan for the shape), else the own
+   * kernel; any other head dim keeps its FP32 path */
+  if (s->math == LB_MATH_BF16 && (hd == 64 || hd == 128)) {
+    gboolean ran = FALSE;
+    if (!lb_cuda_cudnn_attention (s, &a, k->dtype == LB_DTYPE_BF16, &ran,
+            error))
+      return FALSE;
+    if (ran)
+      return TRUE;
     return launched (lb_cuda_launch_flash_attention_bf16 (stream_of (s), &a),
         "attention", error);
+  }
   if (hd <= LB_CUDA_FLASH_MAX_HD)
     return launched (lb_cuda_launch_flash_attention (stream_of (s), &a),
         "attention", error);
@@ -321,6 +366,13 @@ cuda_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
       !lb_check_conv3d_causal (x, cache, weight, bias, pad_h, pad_w, stride_h,
           stride_w, y, &g, error))
     return FALSE;
+  gboolean done;
+  if (!lb_cuda_cudnn_conv (s, &g, FALSE, x->data, cache ? cache->data : NULL,
+          weight->data, bias ? bias->data : NULL, pad_h, pad_w, stride_h,
+          stride_w, y->data, &done, error))
+    return FALSE;
+  if (done)
+    return TRUE;
 
   LbCudaConvIn c = {
     .zeros = g.zeros,
@@ -351,6 +403,13 @@ cuda_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
       !lb_check_conv2d (x, weight, bias, pad_h, pad_w, stride_h, stride_w, y,
           &g, error))
     return FALSE;
+  gboolean done;
+  if (!lb_cuda_cudnn_conv (s, &g, TRUE, x->data, NULL, weight->data,
+          bias ? bias->data : NULL, pad_h, pad_w, stride_h, stride_w,
+          y->data, &done, error))
+    return FALSE;
+  if (done)
+    return TRUE;
 
   LbCudaConvIn c = {
     .x = x->data,
@@ -439,15 +498,26 @@ cuda_strided (LbStream * s, const char *op, LbCudaStridedOp kind,
           inv_std ? inv_std->data : NULL), op, error);
 }
 
+/* y = x, each f32 or bf16 (kernels/ops.h): f32 -> f32 through the strided
+ * kernel as before, any bf16 side through the converting copy. */
 static gboolean
 cuda_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 {
   LbStrided5 g;
   if (!lb_cuda_check_devices (s, "copy", error, "x", x, "y", y, NULL) ||
-      !lb_check_strided ("copy", x, y, &g, error))
+      !lb_check_copy (x, y, &g, error))
     return FALSE;
-  return cuda_strided (s, "copy", LB_CUDA_ST_COPY, &g, x, y, 0.f, 0.f, NULL,
-      NULL, error);
+  if (x->dtype == LB_DTYPE_F32 && y->dtype == LB_DTYPE_F32)
+    return cuda_strided (s, "copy", LB_CUDA_ST_COPY, &g, x, y, 0.f, 0.f,
+        NULL, NULL, error);
+  LbCudaStrided5 cg;
+  memcpy (cg.shape, g.shape, sizeof cg.shape);
+  memcpy (cg.ys, g.ys, sizeof cg.ys);
+  memcpy (cg.xs, g.xs, sizeof cg.xs);
+  cg.cdim = g.cdim;
+  return launched (lb_cuda_launch_copy_convert (stream_of (s), &cg, x->data,
+          x->dtype == LB_DTYPE_BF16, y->data, y->dtype == LB_DTYPE_BF16),
+      "copy", error);
 }
 
 static gboolean
@@ -558,6 +628,12 @@ cuda_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
       !lb_check_rms_norm_rope (x, weight, cos, sin, grid_f, grid_h, grid_w,
           frame_offset, row_offset, y, &g, error))
     return FALSE;
+  if (y->dtype == LB_DTYPE_BF16)        /* a bf16 KV cache's slots */
+    return launched (lb_cuda_launch_rms_norm_rope_bf16 (stream_of (s),
+            x->data, g.x_ld, weight ? weight->data : NULL, eps, y->data,
+            y->stride[0], y->stride[1], g.m, y->shape[1], y->shape[2],
+            cos->data, sin->data, grid_h, grid_w, frame_offset, row_offset),
+        "rms_norm_rope", error);
   return launched (lb_cuda_launch_rms_norm_rope (stream_of (s), x->data,
           g.x_ld, weight ? weight->data : NULL, eps, y->data, y->stride[0],
           y->stride[1], g.m, y->shape[1], y->shape[2], cos->data, sin->data,

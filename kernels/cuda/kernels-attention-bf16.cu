@@ -7,7 +7,9 @@
  * the FP32 flash kernel of kernels-attention.cu: q [Nq, H, D], k/v [Nk, H, D]
  * f32 strided views (unit last stride), optional bias [H, Nq, Nk] and u8 key
  * mask, out [Nq, H, D]; a query with no visible key gets zeros.  VEC: q, k
- * and v rows are 16-byte aligned (float4 loads); BIAS: a bias is given.
+ * and v rows are 16-byte aligned (float4 loads; 8-byte uint2 loads of 4
+ * bf16 for a bf16 K/V); BIAS: a bias is given; KV: float, or uint16_t for
+ * K/V stored as bf16 (a bf16 KV cache, LbCudaAttnArgs.k16 / v16).
  *
  * Block: 256 threads = 8 warps, 128 queries of one head (grid x: query
  * blocks, grid y: heads).  Warp w owns the block's query rows 16 w .. 16 w +
@@ -16,7 +18,10 @@
  *   1. all threads convert the K tile (row-major) and the V tile (transposed:
  *      Vt[d][key]) from f32 to bf16 (round to nearest even) into shared
  *      memory; keys past Nk or hidden by the mask are stored as zeros and
- *      get an additive -inf (kadd[]) on their logits;
+ *      get an additive -inf (kadd[]) on their logits.  A bf16 K/V is
+ *      copied as it is (the V tile's words re-paired by key): the same
+ *      bits as the rounding of its exact f32 widening, so the kernel's
+ *      result is the f32-K/V kernel's on the widened tensors, bit for bit;
  *   2. each warp, in two steps of SK = 32 keys (a 64-key step needs more
  *      than the 128 registers of 2 blocks per SM and spills at D = 128):
  *      S = Q K^T (16 x 32, f32) with mma.m16n8k16, logits
@@ -181,7 +186,77 @@ load4 (const float *p)
   return make_float4 (p[0], p[1], p[2], p[3]);
 }
 
-template <int D, bool VEC, bool BIAS>
+/* Four consecutive bf16 of a row as two words, the lower-indexed element
+ * in each word's low half; VEC: one 8-byte load (the caller checked the
+ * alignment). */
+template <bool VEC>
+__device__ __forceinline__ uint2
+load4_bf16 (const uint16_t * p)
+{
+  if (VEC)
+    return *reinterpret_cast<const uint2 *>(p);
+  return make_uint2 ((uint32_t) p[0] | ((uint32_t) p[1] << 16),
+      (uint32_t) p[2] | ((uint32_t) p[3] << 16));
+}
+
+/* Words of the K tile row for dims 4 c4 .. 4 c4 + 3 of @row (f32: rounded
+ * to bf16 pairs; bf16: as stored), zeros when !@live. */
+template <bool VEC>
+__device__ __forceinline__ uint2
+k_words (const float *row, bool live)
+{
+  const float4 x = live ? load4<VEC> (row) : make_float4 (0.f, 0.f, 0.f, 0.f);
+  return make_uint2 (pack_bf16x2 (x.x, x.y), pack_bf16x2 (x.z, x.w));
+}
+
+template <bool VEC>
+__device__ __forceinline__ uint2
+k_words (const uint16_t * row, bool live)
+{
+  return live ? load4_bf16<VEC> (row) : make_uint2 (0u, 0u);
+}
+
+/* The 4 words of the transposed V tile for dims 4 d4 .. + 3 of keys kj
+ * (@r0, low halves) and kj + 1 (@r1, high halves): word i pairs dim
+ * 4 d4 + i of the two keys. */
+template <bool VEC>
+__device__ __forceinline__ void
+v_words (const float *r0, bool live0, const float *r1, bool live1,
+    uint32_t w[4])
+{
+  const float4 z = make_float4 (0.f, 0.f, 0.f, 0.f);
+  const float4 x0 = live0 ? load4<VEC> (r0) : z;
+  const float4 x1 = live1 ? load4<VEC> (r1) : z;
+  w[0] = pack_bf16x2 (x0.x, x1.x);
+  w[1] = pack_bf16x2 (x0.y, x1.y);
+  w[2] = pack_bf16x2 (x0.z, x1.z);
+  w[3] = pack_bf16x2 (x0.w, x1.w);
+}
+
+template <bool VEC>
+__device__ __forceinline__ void
+v_words (const uint16_t * r0, bool live0, const uint16_t * r1, bool live1,
+    uint32_t w[4])
+{
+  const uint2 x0 = live0 ? load4_bf16<VEC> (r0) : make_uint2 (0u, 0u);
+  const uint2 x1 = live1 ? load4_bf16<VEC> (r1) : make_uint2 (0u, 0u);
+  w[0] = (x0.x & 0xffffu) | (x1.x << 16);
+  w[1] = (x0.x >> 16) | (x1.x & 0xffff0000u);
+  w[2] = (x0.y & 0xffffu) | (x1.y << 16);
+  w[3] = (x0.y >> 16) | (x1.y & 0xffff0000u);
+}
+
+template <typename KV>
+__device__ __forceinline__ const KV *
+kv_base (const float *f32, const uint16_t * b16)
+{
+  if constexpr (sizeof (KV) == sizeof (float))
+    return f32;
+  else
+    return b16;
+}
+
+template <int D, bool VEC, bool BIAS, typename KV>
 __global__ void __launch_bounds__ (NT, 2)
 flash_bf16_kernel (LbCudaAttnArgs a)
 {
@@ -201,6 +276,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
   const int g = lane >> 2, t = lane & 3;
   const int64_t h = blockIdx.y;
   const int64_t i0 = (int64_t) blockIdx.x * BQ;
+  const KV *kb = kv_base<KV> (a.k, a.k16), *vb = kv_base<KV> (a.v, a.v16);
 
   /* Q block: row r, dims 4 c4 .. 4 c4 + 3 -> words 2 c4, 2 c4 + 1 of row
    * r (8-byte store: QW is even); rows past Nq are zeros. */
@@ -241,10 +317,9 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       const int r = e / D4, c4 = e % D4;
       const int64_t kj = j0 + r;
       const bool live = kj < a.nk && (a.mask == nullptr || a.mask[kj]);
-      const float4 x = live ? load4<VEC> (a.k + kj * a.ks0 + h * a.ks1 +
-          4 * c4) : make_float4 (0.f, 0.f, 0.f, 0.f);
+      /* rows past Nk are not read: the address is only formed */
       *reinterpret_cast<uint2 *>(sk + r * QW + 2 * c4) =
-          make_uint2 (pack_bf16x2 (x.x, x.y), pack_bf16x2 (x.z, x.w));
+          k_words<VEC> (kb + kj * a.ks0 + h * a.ks1 + 4 * c4, live);
     }
     /* V tile, transposed: thread item e covers keys 2p, 2p + 1 and dims
      * 4 d4 .. 4 d4 + 3 and writes word p (keys 2p low, 2p + 1 high) of
@@ -259,15 +334,14 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       const bool live0 = kj < a.nk && (a.mask == nullptr || a.mask[kj]);
       const bool live1 = kj + 1 < a.nk &&
           (a.mask == nullptr || a.mask[kj + 1]);
-      const float4 z = make_float4 (0.f, 0.f, 0.f, 0.f);
-      const float *vrow = a.v + kj * a.vs0 + h * a.vs1 + 4 * d4;
-      const float4 x0 = live0 ? load4<VEC> (vrow) : z;
-      const float4 x1 = live1 ? load4<VEC> (vrow + a.vs0) : z;
+      const KV *vrow = vb + kj * a.vs0 + h * a.vs1 + 4 * d4;
+      uint32_t w[4];
+      v_words<VEC> (vrow, live0, vrow + a.vs0, live1, w);
       uint32_t *col = sv + (4 * d4) * VW + p;
-      col[0 * VW] = pack_bf16x2 (x0.x, x1.x);
-      col[1 * VW] = pack_bf16x2 (x0.y, x1.y);
-      col[2 * VW] = pack_bf16x2 (x0.z, x1.z);
-      col[3 * VW] = pack_bf16x2 (x0.w, x1.w);
+      col[0 * VW] = w[0];
+      col[1 * VW] = w[1];
+      col[2 * VW] = w[2];
+      col[3 * VW] = w[3];
     }
     if (tid < BK) {
       const int64_t kj = j0 + tid;
@@ -411,34 +485,48 @@ flash_bf16_kernel (LbCudaAttnArgs a)
 
 /* ---- launcher ---- */
 
-template <int D, bool VEC, bool BIAS>
+template <int D, bool VEC, bool BIAS, typename KV>
 cudaError_t
 launch_flash_bf16 (cudaStream_t st, const LbCudaAttnArgs * a)
 {
   const size_t smem = (size_t) Bf16Geo<D>::words * sizeof (uint32_t);
-  cudaError_t e = cudaFuncSetAttribute (flash_bf16_kernel<D, VEC, BIAS>,
+  cudaError_t e = cudaFuncSetAttribute (flash_bf16_kernel<D, VEC, BIAS, KV>,
       cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
   if (e != cudaSuccess)
     return e;
   dim3 grid ((unsigned int) ((a->nq + BQ - 1) / BQ), (unsigned int) a->nh);
-  flash_bf16_kernel<D, VEC, BIAS> <<< grid, NT, smem, st >>> (*a);
+  flash_bf16_kernel<D, VEC, BIAS, KV> <<< grid, NT, smem, st >>> (*a);
   return cudaGetLastError ();
+}
+
+template <int D, typename KV>
+cudaError_t
+launch_flash_bf16_kv (cudaStream_t st, const LbCudaAttnArgs * a, bool vec)
+{
+  if (a->bias != nullptr)
+    return vec ? launch_flash_bf16<D, true, true, KV> (st, a) :
+        launch_flash_bf16<D, false, true, KV> (st, a);
+  return vec ? launch_flash_bf16<D, true, false, KV> (st, a) :
+      launch_flash_bf16<D, false, false, KV> (st, a);
 }
 
 template <int D>
 cudaError_t
 launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs * a)
 {
-  /* 16-byte loads of q, k, v rows need 16-byte aligned bases and strides
-   * that are multiples of 4 floats (D itself is) */
-  const bool vec = ((uintptr_t) a->q | (uintptr_t) a->k |
-      (uintptr_t) a->v) % 16 == 0 && (a->qs0 | a->qs1 | a->ks0 | a->ks1 |
-      a->vs0 | a->vs1) % 4 == 0;
-  if (a->bias != nullptr)
-    return vec ? launch_flash_bf16<D, true, true> (st, a) :
-        launch_flash_bf16<D, false, true> (st, a);
-  return vec ? launch_flash_bf16<D, true, false> (st, a) :
-      launch_flash_bf16<D, false, false> (st, a);
+  /* vector loads of 4 elements: q (f32) needs a 16-byte aligned base, k
+   * and v 16 bytes (f32) or 8 bytes (bf16), and every row/head stride a
+   * multiple of 4 elements (D itself is) */
+  const bool strides4 = (a->qs0 | a->qs1 | a->ks0 | a->ks1 | a->vs0 |
+      a->vs1) % 4 == 0;
+  if (a->k16 != nullptr) {
+    const bool vec = strides4 && (uintptr_t) a->q % 16 == 0 &&
+        ((uintptr_t) a->k16 | (uintptr_t) a->v16) % 8 == 0;
+    return launch_flash_bf16_kv<D, uint16_t> (st, a, vec);
+  }
+  const bool vec = strides4 && ((uintptr_t) a->q | (uintptr_t) a->k |
+      (uintptr_t) a->v) % 16 == 0;
+  return launch_flash_bf16_kv<D, float> (st, a, vec);
 }
 
 }  // namespace
@@ -448,15 +536,19 @@ launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs * a)
  * @st: the stream to enqueue on (its device must be current)
  * @a: device pointers and extents: q [nq, nh, hd], k/v [nk, nh, hd], out
  *   [nq, nh, hd] f32 with unit last stride (strides qs0/qs1 ... in
- *   elements), bias [nh, nq, nk] contiguous f32 or NULL, mask [nk] u8 or
- *   NULL (0 hides a key), scale the logit factor
+ *   elements), or k/v bf16 at k16/v16 (a bf16 KV cache; k/v unused), bias
+ *   [nh, nq, nk] contiguous f32 or NULL, mask [nk] u8 or NULL (0 hides a
+ *   key), scale the logit factor
  *
  * Enqueues `out = softmax(q k^T * scale + bias) v` per head (the semantics
  * of lb_cpu_attention(), spec 1.8 / 1.9) at LB_MATH_BF16 precision: q, k,
  * v and the probabilities rounded to bfloat16 (nearest even), products on
  * tensor cores with f32 accumulation, softmax statistics and the
  * normalisation in f32.  A query without a visible key (or nk = 0) gets a
- * zero row.  Requires sm_80 or newer.  Asynchronous; nothing is allocated.
+ * zero row.  bf16 k/v are used as stored, which is what rounding their
+ * exact f32 widening gives: the result equals the f32-k/v call's on the
+ * widened tensors bit for bit.  Requires sm_80 or newer.  Asynchronous;
+ * nothing is allocated.
  *
  * Returns: cudaSuccess, cudaErrorInvalidValue when hd is not 64 or 128,
  * or the launch error (cudaFuncSetAttribute / cudaGetLastError).

@@ -16,6 +16,11 @@
  *
  * softmax_rows_kernel: the exact softmax of a row of precomputed logits,
  * for the GEMM path of large head dims (ops: cuda-ops.c).
+ *
+ * K and V may be bf16 (a bf16 KV cache: LbCudaAttnArgs.k16 / v16): the
+ * kernel is instantiated for both element types (KV = float or uint16_t)
+ * and a bf16 element is widened exactly on its way into shared memory, so
+ * the result is the f32 kernel's on the widened tensors, bit for bit.
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -33,7 +38,31 @@ flash_smem_floats ()
       + BQ;
 }
 
-template <int D>
+/* The K (or V) pointer for element type KV (@f32 or @b16 of the args),
+ * and one element as f32 (bf16 widened exactly). */
+template <typename KV>
+__device__ __forceinline__ const KV *
+kv_base (const float *f32, const uint16_t *b16)
+{
+  if constexpr (sizeof (KV) == sizeof (float))
+    return f32;
+  else
+    return b16;
+}
+
+__device__ __forceinline__ float
+kv_elem (const float *p)
+{
+  return *p;
+}
+
+__device__ __forceinline__ float
+kv_elem (const uint16_t * p)
+{
+  return bf16_widen (*p);
+}
+
+template <int D, typename KV>
 __global__ void __launch_bounds__ (NT)
 flash_kernel (LbCudaAttnArgs a)
 {
@@ -48,6 +77,7 @@ flash_kernel (LbCudaAttnArgs a)
   const int64_t h = blockIdx.y;
   const int64_t i0 = (int64_t) blockIdx.x * BQ;
   const int hd = (int) a.hd;
+  const KV *kb = kv_base<KV> (a.k, a.k16), *vb = kv_base<KV> (a.v, a.v16);
 
   for (int e = tid; e < BQ * D; e += NT) {
     int r = e / D, d = e % D;
@@ -73,7 +103,7 @@ flash_kernel (LbCudaAttnArgs a)
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
       skv[c * KS + d] = (kj < a.nk && d < hd) ?
-          a.k[kj * a.ks0 + h * a.ks1 + d] : 0.0f;
+          kv_elem (kb + kj * a.ks0 + h * a.ks1 + d) : 0.0f;
     }
     __syncthreads ();
 
@@ -123,7 +153,7 @@ flash_kernel (LbCudaAttnArgs a)
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
       skv[c * KS + d] = (kj < a.nk && d < hd) ?
-          a.v[kj * a.vs0 + h * a.vs1 + d] : 0.0f;
+          kv_elem (vb + kj * a.vs0 + h * a.vs1 + d) : 0.0f;
     }
 
     {
@@ -205,18 +235,27 @@ flash_kernel (LbCudaAttnArgs a)
   }
 }
 
-template <int D>
+template <int D, typename KV>
 cudaError_t
-launch_flash (cudaStream_t st, const LbCudaAttnArgs * a)
+launch_flash_kv (cudaStream_t st, const LbCudaAttnArgs * a)
 {
   const size_t smem = flash_smem_floats<D> () * sizeof (float);
-  cudaError_t e = cudaFuncSetAttribute (flash_kernel<D>,
+  cudaError_t e = cudaFuncSetAttribute (flash_kernel<D, KV>,
       cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
   if (e != cudaSuccess)
     return e;
   dim3 grid ((unsigned int) ((a->nq + BQ - 1) / BQ), (unsigned int) a->nh);
-  flash_kernel<D> <<< grid, NT, smem, st >>> (*a);
+  flash_kernel<D, KV> <<< grid, NT, smem, st >>> (*a);
   return cudaGetLastError ();
+}
+
+template <int D>
+cudaError_t
+launch_flash (cudaStream_t st, const LbCudaAttnArgs * a)
+{
+  if (a->k16 != nullptr)
+    return launch_flash_kv<D, uint16_t> (st, a);
+  return launch_flash_kv<D, float> (st, a);
 }
 
 __global__ void

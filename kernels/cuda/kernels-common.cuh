@@ -63,4 +63,27 @@ block_max (float v, float *shared /* [32] */)
   return v;
 }
 
+/* bfloat16 <-> float on the device, bit for bit the host's lb_f32_to_bf16()
+ * and lb_bf16_to_f32() (kernels/tensor.c): round to nearest, ties to even,
+ * overflow to infinity, subnormals kept, a NaN stays a NaN (quiet bit set,
+ * sign and high payload kept); widening is exact.  Integer arithmetic, not
+ * the cuda_bf16.h intrinsics, so that every input (NaN payloads included)
+ * gives the host's bits.  For a bf16 KV cache (rms_norm_rope's bf16
+ * output, the converting copy, the attention kernels' bf16 K/V loads). */
+__device__ __forceinline__ uint16_t
+bf16_round (float v)
+{
+  uint32_t u = __float_as_uint (v);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t) ((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t) (u >> 16);
+}
+
+__device__ __forceinline__ float
+bf16_widen (uint16_t b)
+{
+  return __uint_as_float ((uint32_t) b << 16);
+}
+
 }  // namespace lbk

@@ -1,11 +1,13 @@
 /* lingbot-gst: CUDA im2col for the convolutions (implicit causal padding)
+ * and the per-channel bias of the cuDNN path
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * The unfold of kernels/cpu/conv.c: row k = (ci, dt, dy, dx) of the
  * weight's own layout, column (r, o) of the output block.  The temporal
  * source of output frame t, tap dt, is frame t + dt of
  * cat(zeros, cache, x), resolved per element, so the causal cache needs no
- * concatenated copy.
+ * concatenated copy.  add_channel_bias is the epilogue of a cuDNN plan
+ * that does not fuse the bias (cuda-cudnn-conv.c).
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -48,6 +50,21 @@ fill_bias_kernel (float *y, int64_t ycs, int64_t cout, int64_t n,
   }
 }
 
+/* y[r, e] += bias[r % cout] for rows r = (b, co) of @plane elements:
+ * blockIdx.y strides over the rows, x over the row's elements. */
+__global__ void
+add_channel_bias_kernel (float *y, int64_t rows, int64_t cout, int64_t plane,
+    const float *bias)
+{
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float b = bias[r % cout];
+    float *yr = y + r * plane;
+    for (int64_t e = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+        e < plane; e += (int64_t) gridDim.x * blockDim.x)
+      yr[e] += b;
+  }
+}
+
 }  // namespace
 
 extern "C" cudaError_t
@@ -69,5 +86,20 @@ lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
     return cudaSuccess;
   fill_bias_kernel <<< grid_for (cout * n), kThreads, 0, st >>> (y, ycs, cout,
       n, bias);
+  return cudaGetLastError ();
+}
+
+extern "C" cudaError_t
+lb_cuda_launch_add_channel_bias (cudaStream_t st, float *y, int64_t nb,
+    int64_t cout, int64_t plane, const float *bias)
+{
+  const int64_t rows = nb * cout;
+  if (rows <= 0 || plane <= 0)
+    return cudaSuccess;
+  int64_t gx = (plane + kThreads - 1) / kThreads;
+  dim3 grid ((unsigned int) (gx < 65535 ? gx : 65535),
+      (unsigned int) (rows < 65535 ? rows : 65535));
+  add_channel_bias_kernel <<< grid, kThreads, 0, st >>> (y, rows, cout, plane,
+      bias);
   return cudaGetLastError ();
 }

@@ -9,7 +9,10 @@
  * rope_kernel, gated_residual_kernel) is applied to the rounded float.
  * So they compute what the unfused CUDA ops compute, up to the
  * compiler's FMA contraction of those float formulas (parity with the CPU
- * oracle at 1e-5, tests/gpu/test-ops-parity.c).
+ * oracle at 1e-5, tests/gpu/test-ops-parity.c).  The RoPE rotation of
+ * rms_norm_rope is written with __fmul_rn / __fsub_rn / __fadd_rn (no
+ * contraction: the CPU's float operations), and its output may be bf16
+ * (a bf16 KV cache's slots): the same f32 value, rounded by bf16_round().
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -53,13 +56,28 @@ norm_modulate_kernel (const float *x, int64_t xld, const float *w,
   }
 }
 
+/* The output element: f32 as is, bf16 rounded to nearest even. */
+__device__ __forceinline__ void
+store_out (float *p, float v)
+{
+  *p = v;
+}
+
+__device__ __forceinline__ void
+store_out (uint16_t * p, float v)
+{
+  *p = bf16_round (v);
+}
+
 /* One block per token; thread q of the output loop owns pair q of the row
  * (head q / half, pair q % half), which are elements 2q and 2q + 1 of x:
- * in place (y == x) each pair is read and written by one thread, after
- * the barriers of block_sum. */
+ * in place (y == x, f32 only) each pair is read and written by one
+ * thread, after the barriers of block_sum.  T: float, or uint16_t for
+ * bfloat16 y. */
+template <typename T>
 __global__ void
 rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
-    float *y, int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
+    T *y, int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
     int64_t tp, int64_t hp, const float *cs, const float *sn,
     int64_t grid_h, int64_t grid_w, int64_t f0, int64_t r0)
 {
@@ -81,9 +99,9 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
       const float x0 = (float) (w ? a0 * w[j] : a0);
       const float x1 = (float) (w ? a1 * w[j + 1] : a1);
       const float c = cs[pos * half + p], sv = sn[pos * half + p];
-      float *v = y + t * ys0 + h * ys1 + 2 * p;
-      v[0] = x0 * c - x1 * sv;
-      v[1] = x0 * sv + x1 * c;
+      T *v = y + t * ys0 + h * ys1 + 2 * p;
+      store_out (v, __fsub_rn (__fmul_rn (x0, c), __fmul_rn (x1, sv)));
+      store_out (v + 1, __fadd_rn (__fmul_rn (x0, sv), __fmul_rn (x1, c)));
     }
   }
 }
@@ -134,9 +152,52 @@ lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
   const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
   if (n <= 0 || nh <= 0 || hd <= 0)
     return cudaSuccess;
-  rms_norm_rope_kernel <<< row_blocks (n), kThreads, 0, st >>> (x, xld, w,
-      eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
+  rms_norm_rope_kernel<float> <<< row_blocks (n), kThreads, 0, st >>> (x,
+      xld, w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
       frame_offset, row_offset);
+  return cudaGetLastError ();
+}
+
+/**
+ * lb_cuda_launch_rms_norm_rope_bf16:
+ * @st: the stream (its device current)
+ * @x: f32 [n, nh * hd], row stride @xld
+ * @xld: elements between rows of @x
+ * @w: (nullable): f32 [nh * hd] RMSNorm weight
+ * @eps: added to the mean square
+ * @y: bfloat16 [n, nh, hd] with strides (@ys0, @ys1, 1), e.g. a bf16 KV
+ *   cache's slot rows; must not overlap @x
+ * @ys0: elements between tokens of @y
+ * @ys1: elements between heads of @y
+ * @n: tokens
+ * @nh: heads
+ * @hd: head dim (even)
+ * @cos: f32 [P, hd / 2] RoPE table
+ * @sin: f32 [P, hd / 2]
+ * @grid_h: token rows per frame
+ * @grid_w: token columns per row
+ * @frame_offset: first frame position
+ * @row_offset: first row position
+ *
+ * The rms_norm_rope op into a bf16 y (kernels/ops.h, spec 1.8 and 1.11):
+ * the f32 value of lb_cuda_launch_rms_norm_rope() per element, rounded to
+ * nearest even exactly as lb_f32_to_bf16().  Asynchronous.
+ *
+ * Returns: cudaSuccess or the launch error.
+ */
+extern "C" cudaError_t
+lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st, const float *x,
+    int64_t xld, const float *w, float eps, uint16_t * y, int64_t ys0,
+    int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
+    const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
+    int64_t row_offset)
+{
+  const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
+  if (n <= 0 || nh <= 0 || hd <= 0)
+    return cudaSuccess;
+  rms_norm_rope_kernel<uint16_t> <<< row_blocks (n), kThreads, 0, st >>>
+      (x, xld, w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h,
+      grid_w, frame_offset, row_offset);
   return cudaGetLastError ();
 }
 

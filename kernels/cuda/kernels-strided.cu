@@ -6,7 +6,9 @@
  * (kernels/cpu/norm.c), one thread per element (per voxel for the norm).
  * The channel sums use __fmul_rn/__fadd_rn so nvcc does not contract them
  * into FMAs: the sums and quotients then round exactly as on the CPU, and
- * only expf (SiLU) may differ by an ulp or two.
+ * only expf (SiLU) may differ by an ulp or two.  The copy op between f32
+ * and bf16 (a bf16 KV cache) converts with bf16_round() / bf16_widen()
+ * (kernels-common.cuh), the host's bits.
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -54,6 +56,50 @@ strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x,
         break;
     }
   }
+}
+
+/* y = x over the walk @g with X, Y each float or uint16_t (bf16 bits). */
+__device__ __forceinline__ float
+load_as_float (const float *p)
+{
+  return *p;
+}
+
+__device__ __forceinline__ float
+load_as_float (const uint16_t * p)
+{
+  return bf16_widen (*p);
+}
+
+template <typename X, typename Y>
+__global__ void
+copy_convert_kernel (LbCudaStrided5 g, const X * x, Y * y, int64_t n)
+{
+  LBK_GRID_STRIDE (idx, n) {
+    int64_t r = idx, yo = 0, xo = 0;
+    for (int d = 4; d >= 0; d--) {
+      int64_t i = r % g.shape[d];
+      r /= g.shape[d];
+      yo += i * g.ys[d];
+      xo += i * g.xs[d];
+    }
+    if constexpr (sizeof (X) == sizeof (Y))
+      y[yo] = x[xo];            /* bits */
+    else if constexpr (sizeof (Y) == sizeof (uint16_t))
+      y[yo] = bf16_round (load_as_float (x + xo));
+    else
+      y[yo] = load_as_float (x + xo);
+  }
+}
+
+template <typename X, typename Y>
+cudaError_t
+launch_copy_convert (cudaStream_t st, const LbCudaStrided5 * g,
+    const void *x, void *y, int64_t n)
+{
+  copy_convert_kernel<X, Y> <<< grid_for (n), kThreads, 0, st >>> (*g,
+      static_cast<const X *>(x), static_cast<Y *>(y), n);
+  return cudaGetLastError ();
 }
 
 __global__ void
@@ -110,6 +156,41 @@ lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
   strided_kernel <<< grid_for (n), kThreads, 0, st >>> (op, *g, x, y, a, b,
       mean, inv_std, n);
   return cudaGetLastError ();
+}
+
+/**
+ * lb_cuda_launch_copy_convert:
+ * @st: the stream (its device current)
+ * @g: the 5-D walk (extents, strides of y and x in elements)
+ * @x: the source: f32, or bfloat16 bits when @x_bf16
+ * @x_bf16: whether @x is bf16
+ * @y: the destination: f32, or bfloat16 bits when @y_bf16; must not
+ *   overlap @x
+ * @y_bf16: whether @y is bf16
+ *
+ * The copy op of kernels/ops.h between dtypes (a bf16 KV cache, spec
+ * 1.11): f32 -> bf16 rounds to nearest even exactly as lb_f32_to_bf16(),
+ * bf16 -> f32 widens exactly, bf16 -> bf16 and f32 -> f32 copy the bits.
+ * One thread per element.  Asynchronous.
+ *
+ * Returns: cudaSuccess or the launch error.
+ */
+extern "C" cudaError_t
+lb_cuda_launch_copy_convert (cudaStream_t st, const LbCudaStrided5 * g,
+    const void *x, int x_bf16, void *y, int y_bf16)
+{
+  int64_t n = 1;
+  for (int d = 0; d < 5; d++)
+    n *= g->shape[d];
+  if (n <= 0)
+    return cudaSuccess;
+  if (x_bf16 && y_bf16)
+    return launch_copy_convert<uint16_t, uint16_t> (st, g, x, y, n);
+  if (x_bf16)
+    return launch_copy_convert<uint16_t, float> (st, g, x, y, n);
+  if (y_bf16)
+    return launch_copy_convert<float, uint16_t> (st, g, x, y, n);
+  return launch_copy_convert<float, float> (st, g, x, y, n);
 }
 
 extern "C" cudaError_t

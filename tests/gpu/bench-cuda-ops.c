@@ -4,13 +4,21 @@
  * (vae_and_distributed_spec.md: 384 channels at 60x104, mid-block
  * attention hd 384).  One JSON line per case on stdout:
  *   {"op":..., "case":..., "ms":..., "gflops":..., "gbps":...}
- * (attention adds "math": "fp32" or "bf16", "s" and "tflops").
+ * (attention adds "math": "fp32", "bf16" (own tensor-core kernel) or
+ * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn; an
+ * "error" line when cuDNN did not take the call), "s" and "tflops"; the
+ * convolutions add "path": "cudnn" or "im2col", "math", "s", "tflops",
+ * "calls_per_chunk" and "chunk_ms", see bench_conv_path()).
  * Inputs are uninitialised device memory filled with a constant (timing
  * only).  Exits 77 without a device.  Usage: bench-cuda-ops [filter]
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
+#define _GNU_SOURCE             /* dladdr */
 #include "lingbot/backend.h"
+#include "kernels/error.h"
 
+#include <dlfcn.h>
+#include <gmodule.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -110,6 +118,49 @@ run_attention (gpointer p, GError ** error)
       error);
 }
 
+/* lingbot_backend_cuda_attention_stats() of the loaded CUDA module (opened
+ * with local binding: found through the file of one of its functions), to
+ * check that the "bf16-cudnn" lines timed cuDNN and not the own kernel */
+typedef void (*AttnStatsFunc) (guint64 * runs, guint64 * declined,
+    guint64 * plans, char **last_error);
+static AttnStatsFunc attn_stats;
+
+static void
+resolve_attn_stats (void)
+{
+  Dl_info info;
+  GModule *m = NULL;
+  if (dladdr ((void *) cuda->stream_new, &info) != 0 && info.dli_fname)
+    m = g_module_open (info.dli_fname, G_MODULE_BIND_LOCAL);
+  if (m == NULL || !g_module_symbol (m,
+          "lingbot_backend_cuda_attention_stats", (gpointer *) & attn_stats))
+    attn_stats = NULL;
+}
+
+/* run_attention() that fails unless cuDNN SDPA ran it */
+static gboolean
+run_attention_cudnn (gpointer p, GError ** error)
+{
+  guint64 before = 0, after = 0;
+  g_autofree char *msg = NULL;
+  if (attn_stats == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "the CUDA module exports no lingbot_backend_cuda_attention_stats");
+    return FALSE;
+  }
+  attn_stats (&before, NULL, NULL, NULL);
+  if (!run_attention (p, error))
+    return FALSE;
+  attn_stats (&after, NULL, NULL, &msg);
+  if (after != before + 1) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "cuDNN SDPA did not run (own kernel instead): %s",
+        msg ? msg : "no plan-build error recorded");
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 run_layer_norm (gpointer p, GError ** error)
 {
@@ -181,19 +232,178 @@ run_rope (gpointer p, GError ** error)
       error);
 }
 
-static gboolean
-run_conv3d (gpointer p, GError ** error)
+/* ---- convolutions: cuDNN vs im2col (kernels/cuda/cuda-cudnn-conv.c) ----
+ *
+ * Each conv case is timed three times: "path":"cudnn" on the FP32 stream
+ * ("math":"fp32", f32 engines only), "cudnn" on the stream in LB_MATH_BF16
+ * mode ("math":"bf16": TF32 / bf16 engines allowed) and "im2col" (FP32
+ * cuBLASLt, LINGBOT_CUDA_CONV=im2col).  A cudnn line whose calls did not
+ * all run through cuDNN (lingbot_backend_cuda_conv_stats of the loaded
+ * module) is an "error" line.  "calls_per_chunk": how many calls of the
+ * shape one steady decoder chunk of 4 latent frames makes (spec
+ * vae_and_distributed_spec.md A.4: the decoder runs once per latent
+ * frame), so chunk_ms = ms * calls_per_chunk. */
+
+typedef void (*ConvStatsFunc) (guint64 * cudnn_calls, guint64 * im2col_calls,
+    guint64 * plans, guint64 * refused);
+typedef char *(*ConvRefusalFunc) (void);
+static ConvStatsFunc conv_stats;
+static ConvRefusalFunc conv_refusal;
+
+static void
+resolve_conv_stats (void)
 {
-  Args *a = p;
-  return lb_ops (gs)->conv3d_causal (gs, a->a, a->b, a->c, a->d, 1, 1, 1, 1,
-      a->e, error);
+  Dl_info info;
+  GModule *m = NULL;
+  if (dladdr ((void *) cuda->stream_new, &info) != 0 && info.dli_fname)
+    m = g_module_open (info.dli_fname, G_MODULE_BIND_LOCAL);
+  if (m == NULL ||
+      !g_module_symbol (m, "lingbot_backend_cuda_conv_stats",
+          (gpointer *) & conv_stats) ||
+      !g_module_symbol (m, "lingbot_backend_cuda_conv_last_refusal",
+          (gpointer *) & conv_refusal))
+    conv_stats = NULL;
 }
 
-static gboolean
-run_conv2d (gpointer p, GError ** error)
+typedef struct
 {
-  Args *a = p;
-  return lb_ops (gs)->conv2d (gs, a->a, a->c, a->d, 1, 1, 1, 1, a->e, error);
+  gboolean is_2d;
+  LbTensor *x, *cache, *w, *b, *y;
+  int ph, pw, stride;
+} ConvArgs;
+
+static gboolean
+run_conv (const ConvArgs * c, GError ** error)
+{
+  if (c->is_2d)
+    return lb_ops (gs)->conv2d (gs, c->x, c->w, c->b, c->ph, c->pw,
+        c->stride, c->stride, c->y, error);
+  return lb_ops (gs)->conv3d_causal (gs, c->x, c->cache, c->w, c->b, c->ph,
+      c->pw, c->stride, c->stride, c->y, error);
+}
+
+static void
+bench_conv_path (const char *op, const char *name, const char *path,
+    LbMathMode math, double flops, double bytes, int iters, int per_chunk,
+    const ConvArgs * c)
+{
+  if (filter && strstr (op, filter) == NULL)
+    return;
+  g_autoptr (GError) err = NULL;
+  const gboolean want_cudnn = g_str_equal (path, "cudnn");
+  const char *mname = math == LB_MATH_BF16 ? "bf16" : "fp32";
+  guint64 c0 = 0, c1 = 0;
+  g_setenv ("LINGBOT_CUDA_CONV", path, TRUE);
+  cuda->stream_synchronize (gs, NULL);  /* nothing queued: mode change */
+  gs->math = math;
+  if (conv_stats)
+    conv_stats (&c0, NULL, NULL, NULL);
+  gboolean ok = run_conv (c, &err) && cuda->stream_synchronize (gs, &err);
+  double ms = 0;
+  if (ok) {
+    gint64 t0 = g_get_monotonic_time ();
+    for (int i = 0; ok && i < iters; i++)
+      ok = run_conv (c, &err);
+    ok = ok && cuda->stream_synchronize (gs, &err);
+    ms = (g_get_monotonic_time () - t0) / 1000.0 / iters;
+  }
+  if (conv_stats)
+    conv_stats (&c1, NULL, NULL, NULL);
+  cuda->stream_synchronize (gs, NULL);
+  gs->math = LB_MATH_FP32;
+  g_unsetenv ("LINGBOT_CUDA_CONV");
+  if (ok && want_cudnn && conv_stats == NULL) {
+    ok = FALSE;
+    g_set_error (&err, LB_ERROR, LB_ERROR_UNSUPPORTED, "the CUDA module "
+        "exports no lingbot_backend_cuda_conv_stats");
+  } else if (ok && want_cudnn && c1 - c0 != (guint64) iters + 1) {
+    g_autofree char *why = conv_refusal ();
+    ok = FALSE;
+    g_set_error (&err, LB_ERROR, LB_ERROR_UNSUPPORTED, "cuDNN ran %"
+        G_GUINT64_FORMAT " of %d calls (the rest im2col): %s", c1 - c0,
+        iters + 1, why ? why : "no refusal recorded");
+  }
+  if (!ok) {
+    g_autofree char *msg = g_strescape (err ? err->message : "?", NULL);
+    printf ("{\"op\":\"%s\",\"path\":\"%s\",\"math\":\"%s\",\"case\":\"%s\","
+        "\"error\":\"%s\"}\n", op, path, mname, name, msg);
+  } else {
+    printf ("{\"op\":\"%s\",\"path\":\"%s\",\"math\":\"%s\",\"case\":\"%s\","
+        "\"ms\":%.4f,\"s\":%.6f,\"tflops\":%.2f,\"gflops\":%.1f,"
+        "\"gbps\":%.1f,\"calls_per_chunk\":%d,\"chunk_ms\":%.3f}\n", op,
+        path, mname, name, ms, ms / 1000.0, flops / ms / 1e9,
+        flops / ms / 1e6, bytes / ms / 1e6, per_chunk, ms * per_chunk);
+  }
+  fflush (stdout);
+}
+
+/* The three timings of one conv case (see above). */
+static void
+bench_conv (const char *op, const char *name, double flops, double bytes,
+    int iters, int per_chunk, const ConvArgs * c)
+{
+  bench_conv_path (op, name, "cudnn", LB_MATH_FP32, flops, bytes, iters,
+      per_chunk, c);
+  bench_conv_path (op, name, "cudnn", LB_MATH_BF16, flops, bytes, iters,
+      per_chunk, c);
+  bench_conv_path (op, name, "im2col", LB_MATH_FP32, flops, bytes, iters,
+      per_chunk, c);
+}
+
+/* The VAE decoder's convs at 832x480 (latent 60x104), spec
+ * vae_and_distributed_spec.md A.4, unsharded, steady state: frames per
+ * call t = 1 / 2 / 4 / 4 at 60x104 / 120x208 / 240x416 / 480x832, every
+ * causal conv with its 2-frame cache; 3x3 convs read the halo-padded input
+ * [C, t, H + 2, W] with pad_h 0, pad_w 1 (lingbot/vae-net.c). */
+static void
+bench_vae_convs (void)
+{
+  static const struct
+  {
+    const char *what;
+    int64_t cin, cout, t, tc, h, w, kt, kh, kw;
+    int per_chunk;
+  } cases[] = {
+    {"res", 384, 384, 1, 2, 60, 104, 3, 3, 3, 40},
+    {"time_conv", 384, 768, 1, 2, 60, 104, 3, 1, 1, 4},
+    {"upsample", 384, 192, 2, 0, 120, 208, 1, 3, 3, 4},
+    {"res in", 192, 384, 2, 2, 120, 208, 3, 3, 3, 4},
+    {"res", 384, 384, 2, 2, 120, 208, 3, 3, 3, 20},
+    {"shortcut", 192, 384, 2, 0, 120, 208, 1, 1, 1, 4},
+    {"time_conv", 384, 768, 2, 2, 120, 208, 3, 1, 1, 4},
+    {"upsample", 384, 192, 4, 0, 240, 416, 1, 3, 3, 4},
+    {"res", 192, 192, 4, 2, 240, 416, 3, 3, 3, 24},
+    {"upsample", 192, 96, 4, 0, 480, 832, 1, 3, 3, 4},
+    {"res", 96, 96, 4, 2, 480, 832, 3, 3, 3, 24},
+    {"head", 96, 3, 4, 2, 480, 832, 3, 3, 3, 4},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    const int64_t cin = cases[i].cin, cout = cases[i].cout, t = cases[i].t;
+    const int64_t tc = cases[i].tc, h = cases[i].h, w = cases[i].w;
+    const int64_t kt = cases[i].kt, kh = cases[i].kh, kw = cases[i].kw;
+    const int halo = kh == 3 ? 1 : 0;   /* 3x3: halo rows, pad_w 1 */
+    const int64_t hin = h + 2 * halo;
+    ConvArgs c = {.is_2d = FALSE,.ph = 0,.pw = halo,.stride = 1 };
+    c.x = dev (4, SHAPE (cin, t, hin, w));
+    c.cache = tc ? dev (4, SHAPE (cin, tc, hin, w)) : NULL;
+    c.w = dev (5, SHAPE (cout, cin, kt, kh, kw));
+    c.b = dev (1, SHAPE (cout));
+    c.y = dev (4, SHAPE (cout, t, h, w));
+    g_autofree char *name = g_strdup_printf ("%s %" G_GINT64_FORMAT "->%"
+        G_GINT64_FORMAT " %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "x%"
+        G_GINT64_FORMAT " at %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT ", t %"
+        G_GINT64_FORMAT ", cache %" G_GINT64_FORMAT, cases[i].what, cin,
+        cout, kt, kh, kw, h, w, t, tc);
+    const double flops = 2.0 * cout * cin * kt * kh * kw * t * h * w;
+    const double bytes = 4.0 * (cin * (t + tc) * hin * w +
+        cout * cin * kt * kh * kw + cout * t * h * w);
+    bench_conv ("conv3d_causal", name, flops, bytes, 3, cases[i].per_chunk,
+        &c);
+    LbTensor *ts[] = { c.x, c.cache, c.w, c.b, c.y };
+    for (guint j = 0; j < G_N_ELEMENTS (ts); j++)
+      if (ts[j])
+        lb_tensor_free (ts[j]);
+  }
 }
 
 static gboolean
@@ -247,6 +457,7 @@ main (int argc, char **argv)
   gs = cuda->stream_new (cuda, 0, &err);
   if (gs == NULL)
     g_error ("stream: %s", err->message);
+  resolve_attn_stats ();
   const int64_t n = 6240, d = 5120, ffn = 13824, nh = 40, hd = 128;
   Args a = { 0 };
 
@@ -295,6 +506,12 @@ main (int argc, char **argv)
         nk * h > 400000 ? 1 : 3, run_attention, &a);
     bench_math ("attention", LB_MATH_BF16, "bf16", nm, flops, bytes,
         nk * h > 400000 ? 3 : 10, run_attention, &a);
+    /* cuDNN's fused SDPA on the same operands (bf16 conversions of q, k,
+     * v and of the output included in its time) */
+    g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
+    bench_math ("attention", LB_MATH_BF16, "bf16-cudnn", nm, flops, bytes,
+        nk * h > 400000 ? 3 : 10, run_attention_cudnn, &a);
+    g_unsetenv ("LINGBOT_CUDA_ATTENTION");
     free_args (&a);
   }
   /* VAE mid-block: one frame, one head of 384 (GEMM path) */
@@ -359,28 +576,30 @@ main (int argc, char **argv)
       4.0 * 2 * n * 64, 20, run_unpatchify, &a);
   free_args (&a);
 
-  /* VAE decoder convs: 384 ch 3x3x3 at 60x104 with a 2-frame cache */
-  a.a = dev (4, SHAPE (384, 4, 60, 104));
-  a.b = dev (4, SHAPE (384, 2, 60, 104));
-  a.c = dev (5, SHAPE (384, 384, 3, 3, 3));
-  a.d = dev (1, SHAPE (384));
-  a.e = dev (4, SHAPE (384, 4, 60, 104));
-  bench ("conv3d_causal", "384->384 3x3x3, 4 x 60 x 104, cache 2", 2.0 * 384 *
-      384 * 27 * 4 * 60 * 104, 0, 3, run_conv3d, &a);
-  free_args (&a);
+  /* VAE decoder convs on both paths */
+  resolve_conv_stats ();
+  bench_vae_convs ();
   /* upsample conv: [4, 384, 120, 208] nearest-upsampled -> 3x3 -> 192 */
   a.a = dev (4, SHAPE (4, 384, 60, 104));
   a.b = dev (4, SHAPE (4, 384, 120, 208));
   bench ("upsample_nearest2x", "[4, 384, 60, 104]", 0,
       4.0 * 5 * 4 * 384 * 60 * 104, 10, run_upsample, &a);
   free_args (&a);
-  a.a = dev (4, SHAPE (4, 384, 120, 208));
-  a.c = dev (4, SHAPE (192, 384, 3, 3));
-  a.d = dev (1, SHAPE (192));
-  a.e = dev (4, SHAPE (4, 192, 120, 208));
-  bench ("conv2d", "[4, 384, 120, 208] 3x3 -> 192", 2.0 * 4 * 192 * 384 * 9 *
-      120 * 208, 0, 2, run_conv2d, &a);
-  free_args (&a);
+  {
+    /* a batched conv2d (op conv2d, NCHW) of the same size */
+    ConvArgs c = {.is_2d = TRUE,.ph = 1,.pw = 1,.stride = 1 };
+    c.x = dev (4, SHAPE (4, 384, 120, 208));
+    c.w = dev (4, SHAPE (192, 384, 3, 3));
+    c.b = dev (1, SHAPE (192));
+    c.y = dev (4, SHAPE (4, 192, 120, 208));
+    bench_conv ("conv2d", "[4, 384, 120, 208] 3x3 -> 192", 2.0 * 4 * 192 *
+        384 * 9 * 120 * 208, 4.0 * (4 * 384 + 4 * 192) * 120 * 208, 2, 0,
+        &c);
+    lb_tensor_free (c.x);
+    lb_tensor_free (c.w);
+    lb_tensor_free (c.b);
+    lb_tensor_free (c.y);
+  }
 
   /* reference image resize */
   a.a = dev (3, SHAPE (3, 720, 1280));

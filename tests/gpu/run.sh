@@ -403,5 +403,99 @@ if v and v.get("runs"):
 else:
     print("  not run or failed (bench-model.log)")
 EOF
+# attention at the DiT shapes: the own kernels against cuDNN's fused SDPA
+# (bench-cuda-ops "attention" lines; LINGBOT_CUDA_ATTENTION=cudnn selects
+# cuDNN in a session, docs/design/cuda.md "cuDNN SDPA")
+python3 - "$OUT/bench-ops.jsonl" >>"$SUMMARY" <<'EOF'
+import json, sys
+rows = {}
+try:
+    lines = open(sys.argv[1], errors="replace").readlines()
+except OSError:
+    lines = []
+for line in lines:
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    if o.get("op") == "attention" and "math" in o:
+        rows.setdefault(o["case"], {})[o["math"]] = o
+
+def cell(o):
+    if o is None:
+        return "%-19s" % "-"
+    if "error" in o:
+        return "%-19s" % "error"
+    return "%8.2f ms %4.0f TF/s" % (o["ms"], o["tflops"])
+
+print("\nattention: own kernels vs cuDNN SDPA (TFLOP/s = 4 Nq Nk H hd / s;"
+      " cuDNN's time includes its bf16 conversions):")
+if not rows:
+    print("  (no attention lines in bench-ops.jsonl)")
+for case, m in rows.items():
+    own, dnn = m.get("bf16"), m.get("bf16-cudnn")
+    if own and dnn and "ms" in own and "ms" in dnn:
+        verdict = "cuDNN/own speed %.2fx: %s" % (own["ms"] / dnn["ms"],
+                  "cuDNN faster" if dnn["ms"] < own["ms"] else "own faster")
+    elif dnn and "error" in dnn:
+        verdict = "cuDNN: " + dnn["error"][:100]
+    else:
+        verdict = ""
+    print("  %s\n    fp32 %s | bf16 own %s | bf16 cuDNN %s  %s"
+          % (case, cell(m.get("fp32")), cell(own), cell(dnn), verdict))
+EOF
+# VAE decoder convs: cuDNN (fp32 and bf16 streams) vs im2col + cuBLASLt
+# (bench-cuda-ops conv lines; LINGBOT_CUDA_CONV=im2col selects im2col,
+# docs/design/cuda.md "cuDNN convolutions")
+python3 - "$OUT/bench-ops.jsonl" >>"$SUMMARY" <<'EOF'
+import json, sys
+rows, order = {}, []
+try:
+    lines = open(sys.argv[1], errors="replace").readlines()
+except OSError:
+    lines = []
+for line in lines:
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    if o.get("op") in ("conv3d_causal", "conv2d") and "path" in o:
+        key = (o["op"], o["case"])
+        if key not in rows:
+            order.append(key)
+        rows.setdefault(key, {})[(o["path"], o.get("math"))] = o
+
+def cell(o):
+    if o is None:
+        return "%-19s" % "-"
+    if "error" in o:
+        return "%-19s" % "error"
+    return "%8.2f ms %4.0f TF/s" % (o["ms"], o["tflops"])
+
+print("\nconvs: cuDNN fp32 | cuDNN bf16 stream (TF32/bf16 engines) | im2col"
+      " (FP32 cuBLASLt); TFLOP/s = 2 Cout Cin k t H W / s:")
+if not rows:
+    print("  (no conv lines in bench-ops.jsonl)")
+chunk = {}
+for key in order:
+    m = rows[key]
+    f32, b16 = m.get(("cudnn", "fp32")), m.get(("cudnn", "bf16"))
+    im = m.get(("im2col", "fp32"))
+    verdict = ""
+    if f32 and im and "ms" in f32 and "ms" in im:
+        verdict = "im2col/cuDNN fp32 %.2fx" % (im["ms"] / f32["ms"])
+    for o in (f32, b16):
+        if o and "error" in o:
+            verdict += "  cuDNN: " + o["error"][:100]
+    print("  %s %s\n    %s | %s | %s  %s" % (key[0], key[1], cell(f32),
+          cell(b16), cell(im), verdict))
+    for name, o in (("cuDNN fp32", f32), ("cuDNN bf16", b16),
+                    ("im2col", im)):
+        if key[0] == "conv3d_causal" and o and "chunk_ms" in o:
+            chunk[name] = chunk.get(name, 0.0) + o["chunk_ms"]
+if chunk:
+    print("  decoder convs per steady chunk (4 latent frames, calls x ms): "
+          + ", ".join("%s %.1f ms" % kv for kv in chunk.items()))
+EOF
 note "total $(($(date +%s) - T0)) s"
 exit "$suite_rc"

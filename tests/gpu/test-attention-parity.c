@@ -40,8 +40,35 @@
  * the unrounded v).  Hidden keys whose K and V rows are NaN must not leak
  * (the kernel stores hidden keys as zeros).  Device outputs are NaN
  * poisoned, and the padding columns of out views must stay NaN.
+ *
+ * cuDNN SDPA (LINGBOT_CUDA_ATTENTION=cudnn, cuda-cudnn-sdpa.c; bf16
+ * streams, hd 64/128, no bias or mask), the /gpu/attention/cudnn tests:
+ * every case first checks through lingbot_backend_cuda_attention_stats()
+ * that cuDNN really ran (a plan that cannot be built fails the test with
+ * cuDNN's message; it never skips).  Parity: hd 64 and 128, Nq != Nk,
+ * H 1 to 40, q/out row-padded views, K/V windows narrowed out of a larger
+ * [cache, 2, H, hd] KV-cache tensor at an offset, against the CPU op at
+ * TOL_BF16 and against the float64 reference on bf16-rounded q, k, v at
+ * TOL_CUDNN_EMU = 6e-3: the own kernel's 5e-3 budget (1.5e-3 emulated)
+ * plus the bf16 rounding of cuDNN's output (<= 2^-9 = 1.95e-3 of an
+ * element; the own kernel writes f32).  The same with bf16 k and v (a
+ * bf16 KV cache), which cuDNN reads in place.  Exact: one key gives
+ * bf16(v) bit for bit; one v for all 300 keys gives bf16(v) within one
+ * bf16 ulp (the weights sum to 1 within ~1e-4 before the output is
+ * rounded to bf16, below the 2^-10..2^-9 relative half ulp, so nearly all
+ * are exact; the count is printed).  Fallbacks with the variable set
+ * (bias, key mask, all keys hidden, hd 32/48/384, an FP32 stream,
+ * Nk = 0) must not run cuDNN and must give the same bits as without it.
+ * Plans: one per new shape, none on repeats (bit-identical results).
+ * Capture: a call captured into a CUDA graph after its plan exists runs
+ * cuDNN from the graph; a shape first seen during capture is declined
+ * (own kernel); both replay to the uncaptured results bit for bit.
  */
+#define _GNU_SOURCE             /* dladdr */
 #include "tests/gpu/gpu-test-util.h"
+
+#include <dlfcn.h>
+#include <gmodule.h>
 
 #define TOL 2e-5
 #define TOL_BF16 2e-2
@@ -436,25 +463,25 @@ test_bf16_fallback (void)
 
 /* The rows j of v used by the exact checks: values rounded to bf16 at a
  * tie (1 + 2^-8 -> 1, 1 + 3 2^-8 -> 1 + 2^-6: nearest even) or not. */
+static float
+v_pattern (int64_t e, float base)
+{
+  switch (e % 4) {
+    case 0:
+      return 1.0f + ldexpf (1.0f, -8);
+    case 1:
+      return -(1.0f + 3.0f * ldexpf (1.0f, -8));
+    default:
+      return base + 0.001f * (float) e;
+  }
+}
+
 static void
 fill_v_row (Case * c, int64_t j, int64_t h, float base)
 {
   float *kv = c->kvp->data;
-  for (int64_t e = 0; e < c->hd; e++) {
-    float x;
-    switch (e % 4) {
-      case 0:
-        x = 1.0f + ldexpf (1.0f, -8);
-        break;
-      case 1:
-        x = -(1.0f + 3.0f * ldexpf (1.0f, -8));
-        break;
-      default:
-        x = base + 0.001f * (float) e;
-        break;
-    }
-    kv[((j * 2 + 1) * c->nh + h) * c->hd + e] = x;
-  }
+  for (int64_t e = 0; e < c->hd; e++)
+    kv[((j * 2 + 1) * c->nh + h) * c->hd + e] = v_pattern (e, base);
 }
 
 /* One visible key (Nk = 1, or key 64 of 65 by mask): out = bf16(v), exact */
@@ -534,6 +561,439 @@ test_bf16_uniform_v (void)
   }
 }
 
+/* ---- cuDNN SDPA (LINGBOT_CUDA_ATTENTION=cudnn) ---- */
+
+#define TOL_CUDNN_EMU 6e-3
+
+typedef void (*AttnStatsFunc) (guint64 * runs, guint64 * declined,
+    guint64 * plans, char **last_error);
+
+typedef struct
+{
+  guint64 runs, declined, plans;
+} AttnStats;
+
+/* lingbot_backend_cuda_attention_stats() of the loaded CUDA module (which
+ * lingbot_backend_cuda() opened with local binding: found through the
+ * file of one of its functions, then resolved through a second
+ * reference). */
+static AttnStatsFunc
+attn_stats_func (void)
+{
+  static AttnStatsFunc f;
+  if (f == NULL) {
+    Dl_info info;
+    if (dladdr ((void *) gctx.cuda->stream_new, &info) == 0 ||
+        info.dli_fname == NULL)
+      g_error ("the CUDA backend module's file is unknown (dladdr)");
+    GModule *m = g_module_open (info.dli_fname, G_MODULE_BIND_LOCAL);
+    if (m == NULL || !g_module_symbol (m,
+            "lingbot_backend_cuda_attention_stats", (gpointer *) & f) ||
+        f == NULL)
+      g_error ("%s: no lingbot_backend_cuda_attention_stats (%s)",
+          info.dli_fname, g_module_error ());
+  }
+  return f;
+}
+
+static AttnStats
+attn_stats (void)
+{
+  AttnStats st;
+  attn_stats_func () (&st.runs, &st.declined, &st.plans, NULL);
+  return st;
+}
+
+/* Fails unless cuDNN ran @runs times and declined @declined calls since
+ * @before; the message carries cuDNN's last plan-build error. */
+static void
+expect_stats (const char *what, const AttnStats * before, guint64 runs,
+    guint64 declined)
+{
+  guint64 r, d, p;
+  g_autofree char *msg = NULL;
+  attn_stats_func () (&r, &d, &p, &msg);
+  if (r - before->runs != runs || d - before->declined != declined)
+    g_error ("%s: cuDNN SDPA ran %" G_GUINT64_FORMAT " time(s) and declined %"
+        G_GUINT64_FORMAT ", expected %" G_GUINT64_FORMAT " and %"
+        G_GUINT64_FORMAT "; last plan-build error: %s", what,
+        r - before->runs, d - before->declined, runs, declined,
+        msg ? msg : "none");
+}
+
+/* case_run_gpu() with LINGBOT_CUDA_ATTENTION=cudnn (@cudnn) or unset. */
+static LbTensor *
+case_run_gpu_env (Case * c, LbMathMode math, gboolean cudnn, LbTensor * got)
+{
+  if (cudnn)
+    g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
+  else
+    g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  LbTensor *hback = case_run_gpu (c, math, got);
+  g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  return hback;
+}
+
+/* A case whose k and v are the window [off, off + nk) of a KV cache
+ * [cache, 2, H, hd] (token and head strides 2 H hd and hd), q and out
+ * views of [N, H, hd + 3] buffers; no bias, no mask. */
+static void
+window_case_init (Case * c, int64_t nq, int64_t nk, int64_t nh, int64_t hd,
+    int64_t off, int64_t cache)
+{
+  LbTensor w, dw;
+  memset (c, 0, sizeof *c);
+  c->nq = nq;
+  c->nk = nk;
+  c->nh = nh;
+  c->hd = hd;
+  c->pad = 3;
+  c->mask_kind = MASK_NONE;
+  c->scale = 1.0f / sqrtf ((float) hd);
+  c->qp = host_random (3, S (nq, nh, hd + c->pad), -2, 2);
+  c->kvp = host_random (4, S (cache, 2, nh, hd), -2, 2);
+  c->dqp = to_dev (c->qp);
+  c->dkvp = to_dev (c->kvp);
+  g_assert_true (lb_tensor_view_narrow (&w, c->kvp, 0, off, nk));
+  g_assert_true (lb_tensor_view_narrow (&dw, c->dkvp, 0, off, nk));
+  lb_tensor_view_narrow (&c->q, c->qp, 2, 0, hd);
+  lb_tensor_view_narrow (&c->dq, c->dqp, 2, 0, hd);
+  lb_tensor_view_select (&c->k, &w, 1, 0);
+  lb_tensor_view_select (&c->v, &w, 1, 1);
+  lb_tensor_view_select (&c->dk, &dw, 1, 0);
+  lb_tensor_view_select (&c->dv, &dw, 1, 1);
+  c->outp = host_nan (3, S (nq, nh, hd + c->pad));
+  c->doutp = dev_poison (3, S (nq, nh, hd + c->pad));
+  lb_tensor_view_narrow (&c->out, c->outp, 2, 0, hd);
+  lb_tensor_view_narrow (&c->dout, c->doutp, 2, 0, hd);
+}
+
+/* v[j, h, :] of a window case = the fill_v_row() pattern (host; reupload
+ * afterwards) */
+static void
+window_set_v_row (Case * c, int64_t j, int64_t h, float base)
+{
+  float *v = c->v.data;
+  for (int64_t e = 0; e < c->hd; e++)
+    v[j * c->v.stride[0] + h * c->v.stride[1] + e] = v_pattern (e, base);
+}
+
+static char *
+window_name (const Case * c)
+{
+  return g_strdup_printf ("cudnn Nq=%" G_GINT64_FORMAT " Nk=%"
+      G_GINT64_FORMAT " H=%" G_GINT64_FORMAT " hd=%" G_GINT64_FORMAT
+      " (window of a KV cache)", c->nq, c->nk, c->nh, c->hd);
+}
+
+/* One parity case through cuDNN (file comment), then the same through the
+ * own bf16 kernel for the record (both bf16 attentions: TOL_BF16). */
+static void
+cudnn_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd, int64_t off,
+    int64_t cache)
+{
+  Case c;
+  window_case_init (&c, nq, nk, nh, hd, off, cache);
+  g_autofree char *name = window_name (&c);
+  g_test_message ("attention %s", name);
+  case_run_cpu (&c);
+  AttnStats before = attn_stats ();
+  LbTensor got, own;
+  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE,
+      &got);
+  expect_stats (name, &before, 1, 0);
+  compare ("attention-cudnn bf16 vs CPU", &c.out, &got, TOL_BF16);
+  g_autofree double *ref = reference_f64 (&c, TRUE);
+  compare_f64 ("attention-cudnn bf16 vs f64 of bf16 inputs", &c, ref, &got,
+      TOL_CUDNN_EMU);
+  assert_pad_untouched (&c, hback);
+  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE,
+      &own);
+  compare ("attention-cudnn-vs-own bf16", &own, &got, TOL_BF16);
+  case_clear (&c);
+}
+
+static void
+test_cudnn_parity (void)
+{
+  for (int64_t hd = 64; hd <= 128; hd += 64) {
+    cudnn_case (1, 1, 1, hd, 0, 1);
+    cudnn_case (37, 300, 3, hd, 40, 400);
+    cudnn_case (200, 65, 2, hd, 0, 65);
+    cudnn_case (129, 1000, 8, hd, 260, 1300);
+    cudnn_case (64, 129, 1, hd, 1, 130);
+  }
+  /* DiT-like: 40 heads (one GPU), 10 heads (a 4-rank Ulysses rank) over a
+   * window at the start and in the middle of a longer cache */
+  cudnn_case (200, 600, 40, 128, 0, 1560);
+  cudnn_case (160, 1560, 10, 128, 1560, 3120);
+}
+
+/* bf16 k and v (a bf16 KV cache, which cuDNN reads in place): window views
+ * of a bf16 [cache, 2, H, hd] device tensor; the host keeps f32 copies of
+ * the same bf16-representable values, so the CPU op and the float64
+ * reference see exactly what cuDNN reads. */
+static void
+cudnn_kv16_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd, int64_t off,
+    int64_t cache)
+{
+  Case c;
+  LbTensor dw, got;
+  window_case_init (&c, nq, nk, nh, hd, off, cache);
+  g_autoptr (LbTensor) kv16 = lb_tensor_new (LB_DTYPE_BF16, 4,
+      c.kvp->shape);
+  float *kv = c.kvp->data;
+  uint16_t *b = kv16->data;
+  for (int64_t i = 0; i < lb_tensor_numel (kv16); i++) {
+    b[i] = lb_f32_to_bf16 (kv[i]);
+    kv[i] = lb_bf16_to_f32 (b[i]);
+  }
+  lb_tensor_free (c.dkvp);
+  c.dkvp = to_dev (kv16);
+  g_assert_true (lb_tensor_view_narrow (&dw, c.dkvp, 0, off, nk));
+  lb_tensor_view_select (&c.dk, &dw, 1, 0);
+  lb_tensor_view_select (&c.dv, &dw, 1, 1);
+  g_assert_cmpint (c.dk.dtype, ==, LB_DTYPE_BF16);
+  g_autofree char *base = window_name (&c);
+  g_autofree char *name = g_strconcat (base, ", bf16 k and v", NULL);
+  g_test_message ("attention %s", name);
+  case_run_cpu (&c);
+  AttnStats before = attn_stats ();
+  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE,
+      &got);
+  expect_stats (name, &before, 1, 0);
+  compare ("attention-cudnn bf16 (bf16 k, v) vs CPU", &c.out, &got,
+      TOL_BF16);
+  g_autofree double *ref = reference_f64 (&c, TRUE);
+  compare_f64 ("attention-cudnn bf16 (bf16 k, v) vs f64 of bf16 inputs", &c,
+      ref, &got, TOL_CUDNN_EMU);
+  assert_pad_untouched (&c, hback);
+  case_clear (&c);
+}
+
+static void
+test_cudnn_kv16 (void)
+{
+  cudnn_kv16_case (37, 300, 3, 64, 40, 400);
+  cudnn_kv16_case (129, 1000, 8, 128, 260, 1300);
+  cudnn_kv16_case (200, 600, 40, 128, 0, 1560);
+}
+
+/* out must be bf16(v[key]) for every query and head: bit for bit when
+ * @ulps is 0, else within @ulps units in the last place of bf16 (2^-7
+ * relative to the leading power of two); returns how many differ */
+static int64_t
+assert_out_is_bf16_v (const Case * c, const LbTensor * got, int64_t key,
+    int ulps)
+{
+  int64_t differ = 0;
+  for (int64_t i = 0; i < c->nq; i++)
+    for (int64_t h = 0; h < c->nh; h++)
+      for (int64_t e = 0; e < c->hd; e++) {
+        const float vv = at3 (&c->v, key, h, e);
+        const double want = bf16_round (vv);
+        const float y = at3 (got, i, h, e);
+        int ex = 0;
+        frexp (want, &ex);
+        const double ulp = ldexp (1.0, ex - 8);
+        if (y == want)
+          continue;
+        differ++;
+        if (!(fabs (y - want) <= ulps * ulp))
+          g_error ("cudnn: out[%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+              ", %" G_GINT64_FORMAT "] = %.9g, expected bf16(%.9g) = %.9g"
+              " (within %d bf16 ulp)", i, h, e, y, vv, want, ulps);
+      }
+  return differ;
+}
+
+static void
+test_cudnn_exact (void)
+{
+  for (int64_t hd = 64; hd <= 128; hd += 64) {
+    for (int uniform = 0; uniform < 2; uniform++) {
+      /* one key (p = 1), or one v for all 300 keys (weights sum to 1) */
+      const int64_t nk = uniform ? 300 : 1, nh = uniform ? 4 : 3;
+      Case c;
+      window_case_init (&c, uniform ? 200 : 37, nk, nh, hd, 5, nk + 9);
+      for (int64_t j = 0; j < nk; j++)
+        for (int64_t h = 0; h < nh; h++)
+          window_set_v_row (&c, j, h, uniform ? -0.7f + 0.2f * (float) h :
+              0.3f * (float) (h + 1));
+      case_reupload (&c);
+      g_autofree char *name = window_name (&c);
+      g_test_message ("attention %s, %s", name,
+          uniform ? "one v for all keys" : "one key");
+      AttnStats before = attn_stats ();
+      LbTensor got;
+      g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE,
+          &got);
+      expect_stats (name, &before, 1, 0);
+      /* one key: p = 1 exactly up to an f32 ulp, so out = bf16(v); one v
+       * for all keys: the weights sum to 1 within ~1e-4 (bf16 rounding of
+       * P), below half a bf16 ulp in practice; one ulp allowed */
+      const int64_t differ = assert_out_is_bf16_v (&c, &got, 0,
+          uniform ? 1 : 0);
+      g_test_message ("%" G_GINT64_FORMAT " of %" G_GINT64_FORMAT
+          " elements differ from bf16(v) by one bf16 ulp", differ,
+          c.nq * nh * hd);
+      assert_pad_untouched (&c, hback);
+      case_clear (&c);
+    }
+  }
+  /* the tie cases of v_pattern really are ties resolved to even */
+  g_assert_cmpfloat (bf16_round (1.0f + ldexpf (1.0f, -8)), ==, 1.0);
+  g_assert_cmpfloat (bf16_round (1.0f + 3.0f * ldexpf (1.0f, -8)), ==,
+      1.0 + ldexpf (1.0, -6));
+}
+
+/* With the variable set, a call cuDNN must not take: no cuDNN run, no
+ * decline, and the same bits (padding included) as without it. */
+static void
+cudnn_fallback_case (Case * c, LbMathMode math, const char *what)
+{
+  LbTensor a, b;
+  g_test_message ("attention cudnn fallback: %s", what);
+  AttnStats before = attn_stats ();
+  g_autoptr (LbTensor) with = case_run_gpu_env (c, math, TRUE, &a);
+  expect_stats (what, &before, 0, 0);
+  g_autoptr (LbTensor) without = case_run_gpu_env (c, math, FALSE, &b);
+  g_assert_cmpmem (with->data, lb_tensor_numel (with) * sizeof (float),
+      without->data, lb_tensor_numel (without) * sizeof (float));
+  if (c->nk == 0 || c->mask_kind == MASK_ALL)
+    assert_zeros (&a);
+  assert_pad_untouched (c, with);
+}
+
+static void
+test_cudnn_fallback (void)
+{
+  static const struct
+  {
+    int64_t nk, hd;
+    gboolean bias;
+    MaskKind mask;
+    LbMathMode math;
+    const char *what;
+  } cases[] = {
+    {65, 128, TRUE, MASK_NONE, LB_MATH_BF16, "bias, hd 128"},
+    {65, 64, TRUE, MASK_NONE, LB_MATH_BF16, "bias, hd 64"},
+    {65, 128, FALSE, MASK_SOME, LB_MATH_BF16, "key mask, hd 128"},
+    {300, 64, FALSE, MASK_ALL, LB_MATH_BF16, "all keys hidden, hd 64"},
+    {65, 32, FALSE, MASK_NONE, LB_MATH_BF16, "hd 32 (FP32 flash)"},
+    {65, 48, FALSE, MASK_NONE, LB_MATH_BF16, "hd 48 (FP32 flash)"},
+    {90, 384, FALSE, MASK_NONE, LB_MATH_BF16, "hd 384 (GEMM path)"},
+    {65, 128, FALSE, MASK_NONE, LB_MATH_FP32, "FP32 stream, hd 128"},
+    {0, 128, FALSE, MASK_NONE, LB_MATH_BF16, "Nk = 0"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    Case c;
+    case_init (&c, 37, cases[i].nk, 2, cases[i].hd, cases[i].bias,
+        cases[i].mask, TRUE, FALSE);
+    cudnn_fallback_case (&c, cases[i].math, cases[i].what);
+    case_clear (&c);
+  }
+}
+
+/* One plan per new shape, none for a repeat, repeats bit-identical. */
+static void
+test_cudnn_plans (void)
+{
+  Case c, d;
+  LbTensor g1, g2, g3;
+  window_case_init (&c, 53, 97, 2, 64, 3, 120);
+  window_case_init (&d, 53, 98, 2, 64, 3, 120);
+  AttnStats s0 = attn_stats ();
+  g_autoptr (LbTensor) h1 = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &g1);
+  AttnStats s1 = attn_stats ();
+  g_autoptr (LbTensor) h2 = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &g2);
+  AttnStats s2 = attn_stats ();
+  g_autoptr (LbTensor) h3 = case_run_gpu_env (&d, LB_MATH_BF16, TRUE, &g3);
+  expect_stats ("plans: three runs", &s0, 3, 0);
+  AttnStats s3 = attn_stats ();
+  g_test_message ("cudnn plans built: %" G_GUINT64_FORMAT ", %"
+      G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT, s1.plans - s0.plans,
+      s2.plans - s1.plans, s3.plans - s2.plans);
+  g_assert_cmpuint (s1.plans - s0.plans, ==, 1);
+  g_assert_cmpuint (s2.plans - s1.plans, ==, 0);
+  g_assert_cmpuint (s3.plans - s2.plans, ==, 1);
+  g_assert_cmpmem (h1->data, lb_tensor_numel (h1) * sizeof (float),
+      h2->data, lb_tensor_numel (h2) * sizeof (float));
+  case_clear (&c);
+  case_clear (&d);
+}
+
+static void
+repoison (LbTensor * dev)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) nan = host_nan (dev->ndim, dev->shape);
+  g_assert_true (lb_tensor_upload (gctx.gs, dev, nan, &err));
+  g_assert_true (gctx.gs->backend->stream_synchronize (gctx.gs, &err));
+  g_assert_no_error (err);
+}
+
+static void
+attention_enqueue (Case * c)
+{
+  g_autoptr (GError) err = NULL;
+  g_assert_true (lb_ops (gctx.gs)->attention (gctx.gs, &c->dq, &c->dk,
+          &c->dv, NULL, NULL, c->scale, &c->dout, &err));
+  g_assert_no_error (err);
+}
+
+/* Graph capture: a shape with a plan runs cuDNN from the graph, a shape
+ * first seen while capturing is declined (own kernel); replays give the
+ * uncaptured bits. */
+static void
+test_cudnn_capture (void)
+{
+  LbBackend *be = gctx.gs->backend;
+  if (be->graph_begin == NULL) {
+    g_test_skip ("the backend has no graph capture");
+    return;
+  }
+  g_autoptr (GError) err = NULL;
+  Case a, b;
+  LbTensor ga, gb;
+  window_case_init (&a, 70, 130, 3, 128, 11, 150);
+  window_case_init (&b, 71, 131, 3, 128, 2, 140);
+  /* references: a through cuDNN (builds its plan), b through the own
+   * kernel */
+  g_autoptr (LbTensor) ra = case_run_gpu_env (&a, LB_MATH_BF16, TRUE, &ga);
+  g_autoptr (LbTensor) rb = case_run_gpu_env (&b, LB_MATH_BF16, FALSE, &gb);
+  repoison (a.doutp);
+  repoison (b.doutp);
+
+  AttnStats before = attn_stats ();
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
+  gctx.gs->math = LB_MATH_BF16;
+  g_assert_true (be->graph_begin (gctx.gs, &err));
+  g_assert_no_error (err);
+  attention_enqueue (&a);
+  attention_enqueue (&b);
+  LbGraph *graph = be->graph_end (gctx.gs, &err);
+  gctx.gs->math = LB_MATH_FP32;
+  g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  g_assert_no_error (err);
+  g_assert_nonnull (graph);
+  expect_stats ("capture", &before, 1, 1);
+  for (int replay = 0; replay < 2; replay++) {
+    g_assert_true (be->graph_launch (gctx.gs, graph, &err));
+    g_assert_true (be->stream_synchronize (gctx.gs, &err));
+    g_assert_no_error (err);
+    g_autoptr (LbTensor) ha = to_host (a.doutp);
+    g_autoptr (LbTensor) hb = to_host (b.doutp);
+    g_assert_cmpmem (ha->data, lb_tensor_numel (ha) * sizeof (float),
+        ra->data, lb_tensor_numel (ra) * sizeof (float));
+    g_assert_cmpmem (hb->data, lb_tensor_numel (hb) * sizeof (float),
+        rb->data, lb_tensor_numel (rb) * sizeof (float));
+  }
+  be->graph_free (gctx.gs, graph);
+  case_clear (&a);
+  case_clear (&b);
+}
+
 static void
 test_flash (void)
 {
@@ -584,6 +1044,206 @@ test_errors (void)
   same_error ("attention heads differ", c_ok, e1, g_ok, e2);
 }
 
+/* ---- bf16 K/V on the own kernels (a bf16 KV cache, kernels/ops.h) ----
+ *
+ * k and v are windows [off, off + Nk) of a bf16 [cache, 2, H', hd] device
+ * tensor (H' = 2 H with the heads [H, 2 H) taken, as a Ulysses head group
+ * narrows them; token stride 2 H' hd), q and out row-padded views.  Each
+ * case runs the CUDA op twice per math mode: on the bf16 k/v, and on an
+ * f32 device copy of the same views widened exactly; the two padded
+ * outputs must be the same bytes (the FP32 flash kernel widens bf16 on
+ * load, the BF16 tensor-core kernel loads bf16 as it is, which is what it
+ * rounds the widened f32 to), except on the GEMM path (hd > 128: the
+ * widened heads are multiplied as contiguous scratch, cuBLASLt may sum in
+ * another order), which is checked at TOL.  Both are compared with the
+ * CPU op on the same bf16 k/v (host views of the same geometry): TOL on
+ * FP32 streams and for head dims without a bf16 kernel, TOL_BF16 for the
+ * bf16 kernel (hd 64 / 128 on a bf16 stream; the CPU does not round q or
+ * the probabilities).  The output's pad columns stay NaN. */
+
+typedef struct
+{
+  int64_t nq, nk, nh, hd, off, cache;
+  gboolean bias, heads_slice;
+  MaskKind mask;
+} Kv16Case;
+
+/* The k (@which 0) or v (1) window view of a [cache, 2, H', hd] base. */
+static void
+kv16_view (LbTensor * out, const LbTensor * base, const Kv16Case * c,
+    int which)
+{
+  LbTensor rows, sel;
+  g_assert_true (lb_tensor_view_narrow (&rows, base, 0, c->off, c->nk));
+  g_assert_true (lb_tensor_view_select (&sel, &rows, 1, which));
+  if (c->heads_slice)
+    g_assert_true (lb_tensor_view_narrow (out, &sel, 1, c->nh, c->nh));
+  else
+    lb_tensor_view (out, &sel);
+}
+
+/* The CUDA op on @math, synchronised; the padded output downloaded. */
+static LbTensor *
+kv16_run (LbMathMode math, const LbTensor * dq, const LbTensor * dk,
+    const LbTensor * dv, const LbTensor * dbias, const LbTensor * dm,
+    float scale, LbTensor * doutp, int64_t hd)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) nan = host_nan (doutp->ndim, doutp->shape);
+  LbTensor dout;
+  g_assert_true (lb_tensor_upload (gctx.gs, doutp, nan, &err));
+  lb_tensor_view_narrow (&dout, doutp, 2, 0, hd);
+  g_assert_true (gctx.gs->backend->stream_synchronize (gctx.gs, &err));
+  g_unsetenv ("LINGBOT_CUDA_ATTENTION");        /* the own kernels */
+  gctx.gs->math = math;
+  gboolean ok = lb_ops (gctx.gs)->attention (gctx.gs, dq, dk, dv, dbias, dm,
+      scale, &dout, &err);
+  gboolean synced = gctx.gs->backend->stream_synchronize (gctx.gs,
+      err ? NULL : &err);
+  gctx.gs->math = LB_MATH_FP32;
+  g_assert_no_error (err);
+  g_assert_true (ok && synced);
+  return to_host (doutp);
+}
+
+static void
+kv16_case (const Kv16Case * c)
+{
+  const int64_t hb = c->heads_slice ? 2 * c->nh : c->nh, pad = 3;
+  const float scale = 1.0f / sqrtf ((float) c->hd);
+  g_autoptr (LbTensor) qp = host_random (3, S (c->nq, c->nh, c->hd + pad),
+      -2, 2);
+  g_autoptr (LbTensor) kvf = host_random (4, S (c->cache, 2, hb, c->hd), -2,
+      2);
+  g_autoptr (LbTensor) kv16 = lb_tensor_new (LB_DTYPE_BF16, 4, kvf->shape);
+  float *f = kvf->data;
+  uint16_t *b = kv16->data;
+  for (int64_t i = 0; i < lb_tensor_numel (kvf); i++) {
+    b[i] = lb_f32_to_bf16 (f[i]);
+    f[i] = lb_bf16_to_f32 (b[i]);       /* the exact widening */
+  }
+  g_autoptr (LbTensor) dqp = to_dev (qp);
+  g_autoptr (LbTensor) dkv16 = to_dev (kv16);
+  g_autoptr (LbTensor) dkvf = to_dev (kvf);
+  g_autoptr (LbTensor) bias = NULL;
+  g_autoptr (LbTensor) dbias = NULL;
+  g_autoptr (LbTensor) m = NULL;
+  g_autoptr (LbTensor) dm = NULL;
+  if (c->bias) {
+    bias = host_random (3, S (c->nh, c->nq, c->nk), -3, 3);
+    for (int64_t i = 0; i < lb_tensor_numel (bias); i += 7)
+      ((float *) bias->data)[i] = -INFINITY;
+    dbias = to_dev (bias);
+  }
+  if (c->mask != MASK_NONE) {
+    m = lb_tensor_new (LB_DTYPE_U8, 1, S (c->nk));
+    guint8 *md = m->data;
+    for (int64_t j = 0; j < c->nk; j++)
+      md[j] = c->mask == MASK_ALL ? 0 : (j % 3 != 1);
+    dm = to_dev (m);
+  }
+  LbTensor q, dq, k16, v16, dk16, dv16, dkf, dvf, out;
+  lb_tensor_view_narrow (&q, qp, 2, 0, c->hd);
+  lb_tensor_view_narrow (&dq, dqp, 2, 0, c->hd);
+  kv16_view (&k16, kv16, c, 0);
+  kv16_view (&v16, kv16, c, 1);
+  kv16_view (&dk16, dkv16, c, 0);
+  kv16_view (&dv16, dkv16, c, 1);
+  kv16_view (&dkf, dkvf, c, 0);
+  kv16_view (&dvf, dkvf, c, 1);
+  g_assert_cmpint (dk16.dtype, ==, LB_DTYPE_BF16);
+  g_autoptr (LbTensor) outp = host_nan (3, S (c->nq, c->nh, c->hd + pad));
+  g_autoptr (LbTensor) doutp = dev_poison (3, S (c->nq, c->nh, c->hd + pad));
+  lb_tensor_view_narrow (&out, outp, 2, 0, c->hd);
+
+  /* the CPU op on the same bf16 k/v */
+  g_autoptr (GError) err = NULL;
+  g_assert_true (lb_ops (gctx.cs)->attention (gctx.cs, &q, &k16, &v16, bias,
+          m, scale, &out, &err));
+  g_assert_no_error (err);
+
+  for (int mm = 0; mm < 2; mm++) {
+    const LbMathMode math = mm ? LB_MATH_BF16 : LB_MATH_FP32;
+    const gboolean bf16_kernel = mm && (c->hd == 64 || c->hd == 128);
+    g_autoptr (LbTensor) h16 = kv16_run (math, &dq, &dk16, &dv16, dbias, dm,
+        scale, doutp, c->hd);
+    g_autoptr (LbTensor) hf = kv16_run (math, &dq, &dkf, &dvf, dbias, dm,
+        scale, doutp, c->hd);
+    LbTensor got, gotf;
+    lb_tensor_view_narrow (&got, h16, 2, 0, c->hd);
+    lb_tensor_view_narrow (&gotf, hf, 2, 0, c->hd);
+    g_test_message ("attention bf16-kv %s Nq=%" G_GINT64_FORMAT " Nk=%"
+        G_GINT64_FORMAT " H=%" G_GINT64_FORMAT " hd=%" G_GINT64_FORMAT
+        " window %" G_GINT64_FORMAT "/%" G_GINT64_FORMAT " bias=%d mask=%d "
+        "heads-slice=%d", mm ? "bf16" : "fp32", c->nq, c->nk, c->nh, c->hd,
+        c->off, c->cache, c->bias, c->mask, c->heads_slice);
+    if (c->hd <= 128)           /* the flash kernels (not the GEMM path) */
+      g_assert_cmpmem (h16->data, lb_tensor_nbytes (h16), hf->data,
+          lb_tensor_nbytes (hf));
+    else
+      compare (mm ? "attention-kv16-widened-bf16" : "attention-kv16-widened",
+          &gotf, &got, TOL);
+    compare (bf16_kernel ? "attention-kv16-bf16" : "attention-kv16", &out,
+        &got, bf16_kernel ? TOL_BF16 : TOL);
+    if (c->nk == 0 || c->mask == MASK_ALL)
+      assert_zeros (&got);
+    const float *d = h16->data;
+    for (int64_t r = 0; r < c->nq * c->nh; r++)
+      for (int64_t e = c->hd; e < c->hd + pad; e++)
+        g_assert_true (isnan (d[r * (c->hd + pad) + e]));
+  }
+}
+
+static void
+test_kv16 (void)
+{
+  static const Kv16Case cases[] = {
+    /* nq nk nh hd off cache bias slice mask */
+    {1, 1, 1, 64, 0, 1, FALSE, FALSE, MASK_NONE},
+    {37, 300, 3, 64, 40, 400, FALSE, TRUE, MASK_NONE},
+    {65, 200, 2, 128, 3, 210, TRUE, FALSE, MASK_SOME},
+    {129, 67, 2, 128, 0, 70, FALSE, TRUE, MASK_SOME},
+    {17, 40, 2, 64, 1, 45, FALSE, FALSE, MASK_ALL},
+    {5, 0, 2, 128, 0, 4, FALSE, FALSE, MASK_NONE},
+    /* FP32 flash on both modes (no bf16 kernel for these head dims) */
+    {37, 53, 3, 32, 2, 60, TRUE, FALSE, MASK_NONE},
+    {33, 70, 2, 48, 5, 80, FALSE, TRUE, MASK_SOME},
+    /* the GEMM path (bf16 k/v widened a head at a time) */
+    {70, 90, 2, 384, 4, 100, TRUE, TRUE, MASK_SOME},
+    {9, 0, 1, 384, 0, 2, FALSE, FALSE, MASK_NONE},
+    /* DiT-like: 40 heads over a window in the middle of a longer cache,
+     * a 4-rank Ulysses group of 5 heads of 10 */
+    {200, 1560, 40, 128, 1560, 3120, FALSE, FALSE, MASK_NONE},
+    {160, 1000, 5, 128, 560, 1600, FALSE, TRUE, MASK_NONE},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    kv16_case (&cases[i]);
+}
+
+/* k and v must both be bf16 or both f32, on the device as on the CPU. */
+static void
+test_kv16_errors (void)
+{
+  g_autoptr (GError) e1 = NULL;
+  g_autoptr (GError) e2 = NULL;
+  g_autoptr (LbTensor) q = host_rand (3, S (4, 2, 64));
+  g_autoptr (LbTensor) k = host_rand (3, S (6, 2, 64));
+  g_autoptr (LbTensor) k16 = lb_tensor_new (LB_DTYPE_BF16, 3, S (6, 2, 64));
+  memset (k16->data, 0, lb_tensor_nbytes (k16));
+  g_autoptr (LbTensor) o = host_rand (3, S (4, 2, 64));
+  g_autoptr (LbTensor) dq = to_dev (q);
+  g_autoptr (LbTensor) dk = to_dev (k);
+  g_autoptr (LbTensor) dk16 = to_dev (k16);
+  g_autoptr (LbTensor) dout = to_dev (o);
+  gboolean c_ok = lb_ops (gctx.cs)->attention (gctx.cs, q, k16, k, NULL, NULL,
+      1.0f, o, &e1);
+  gboolean g_ok = lb_ops (gctx.gs)->attention (gctx.gs, dq, dk16, dk, NULL,
+      NULL, 1.0f, dout, &e2);
+  same_error ("attention bf16 k, f32 v", c_ok, e1, g_ok, e2);
+  g_assert_cmpstr (e2->message, ==, "attention: v is f32 [6, 2, 64], "
+      "expected bf16 [6, 2, 64] (the dtype of k)");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -600,5 +1260,13 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/attention/bf16/one-key-exact",
       test_bf16_exact_one_key);
   g_test_add_func ("/gpu/attention/bf16/uniform-v", test_bf16_uniform_v);
+  g_test_add_func ("/gpu/attention/bf16-kv/parity", test_kv16);
+  g_test_add_func ("/gpu/attention/bf16-kv/errors", test_kv16_errors);
+  g_test_add_func ("/gpu/attention/cudnn/parity", test_cudnn_parity);
+  g_test_add_func ("/gpu/attention/cudnn/bf16-kv", test_cudnn_kv16);
+  g_test_add_func ("/gpu/attention/cudnn/exact", test_cudnn_exact);
+  g_test_add_func ("/gpu/attention/cudnn/fallback", test_cudnn_fallback);
+  g_test_add_func ("/gpu/attention/cudnn/plans", test_cudnn_plans);
+  g_test_add_func ("/gpu/attention/cudnn/capture", test_cudnn_capture);
   return g_test_run ();
 }

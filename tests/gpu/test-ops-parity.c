@@ -10,9 +10,14 @@
  * gpu-test-util.h): 1e-5 for every op here.  Norms accumulate in double on
  * both backends; the rest are the same float formulas up to FMA
  * contraction and the device's expf (2 ulp); the convolutions are FP32
- * GEMMs (no TF32) over K <= a few thousand.
+ * (cuDNN f32 engines, or im2col + FP32 GEMMs, no TF32) over K <= a few
+ * thousand; on a bf16 stream cuDNN's convolutions get TOL_CONV_BF16.
  */
+#define _GNU_SOURCE             /* dladdr */
 #include "tests/gpu/gpu-test-util.h"
+
+#include <dlfcn.h>
+#include <gmodule.h>
 
 #define TOL 1e-5
 
@@ -381,10 +386,128 @@ test_layout (void)
 
 /* ---- convolutions ---- */
 
+/* Both CUDA conv paths (cuda-cudnn-conv.c: cuDNN by default, im2col +
+ * cuBLASLt with LINGBOT_CUDA_CONV=im2col) are compared with the CPU op on
+ * NaN-poisoned outputs: cuDNN and im2col on the FP32 stream at TOL, and
+ * cuDNN again on the stream in LB_MATH_BF16 mode (TF32 / bf16 engines
+ * allowed) at TOL_CONV_BF16.  The module's counters
+ * (lingbot_backend_cuda_conv_stats, resolved from the loaded module) must
+ * show that each call took the path asked for: a cuDNN refusal fails the
+ * case with cuDNN's reason (lingbot_backend_cuda_conv_last_refusal).
+ *
+ * TOL_CONV_BF16: products of inputs rounded to TF32 (u = 2^-11, 2^-10 when
+ * truncated) or bf16 (u = 2^-9, 2^-8 truncated) with f32 accumulation.
+ * Each product has a relative error <= 2u; summed over K terms of random
+ * sign against outputs of standard deviation sqrt(K)/3 (inputs uniform in
+ * [-1, 1]) that is ~u relative to max |ref| for zero-mean rounding and
+ * <= ~1.5u when truncation biases every product the same way: ~1e-3 for
+ * TF32, ~6e-3 for truncated bf16.  2e-2 is the bound (that of the bf16
+ * attention); an FP32 stream must meet TOL = 1e-5, which any TF32 engine
+ * would miss by two orders of magnitude. */
+#define TOL_CONV_BF16 2e-2
+
+typedef void (*ConvStatsFunc) (guint64 * cudnn_calls, guint64 * im2col_calls,
+    guint64 * plans, guint64 * refused);
+typedef char *(*ConvRefusalFunc) (void);
+
+/* The conv counters of the loaded CUDA module (g_module_symbol on the
+ * module that holds the backend's functions). */
 static void
-conv3d_case (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
-    int64_t w, int64_t kt, int64_t kh, int64_t kw, int pad, int stride,
-    gboolean with_bias)
+conv_symbols (ConvStatsFunc * stats, ConvRefusalFunc * refusal)
+{
+  static ConvStatsFunc st;
+  static ConvRefusalFunc rf;
+  if (st == NULL) {
+    Dl_info info;
+    g_assert_true (dladdr ((void *) gctx.cuda->stream_new, &info) != 0);
+    g_assert_nonnull (info.dli_fname);
+    GModule *mod = g_module_open (info.dli_fname, G_MODULE_BIND_LOCAL);
+    g_assert_nonnull (mod);
+    g_assert_true (g_module_symbol (mod, "lingbot_backend_cuda_conv_stats",
+            (gpointer *) & st));
+    g_assert_true (g_module_symbol (mod,
+            "lingbot_backend_cuda_conv_last_refusal", (gpointer *) & rf));
+    g_assert_nonnull (st);
+    g_assert_nonnull (rf);
+    /* the module is resident: this reference is never dropped */
+  }
+  *stats = st;
+  *refusal = rf;
+}
+
+/* One conv call on the device: conv2d when @is_2d (@cache unused), else
+ * conv3d_causal. */
+typedef struct
+{
+  gboolean is_2d;
+  const LbTensor *x, *cache, *w, *b;
+  int ph, pw, sh, sw;
+} ConvCall;
+
+static gboolean
+conv_gpu (const ConvCall * c, LbTensor * y, GError ** error)
+{
+  if (c->is_2d)
+    return gpu_ops ()->conv2d (gctx.gs, c->x, c->w, c->b, c->ph, c->pw,
+        c->sh, c->sw, y, error);
+  return gpu_ops ()->conv3d_causal (gctx.gs, c->x, c->cache, c->w, c->b,
+      c->ph, c->pw, c->sh, c->sw, y, error);
+}
+
+enum
+{
+  CONV_CUDNN,
+  CONV_IM2COL,
+  CONV_CUDNN_BF16,
+  CONV_N_RUNS,
+};
+
+/* Runs @c on every path against the CPU result @ref; @expect_cudnn FALSE
+ * when the cuDNN path must decline the call (unaligned operands). */
+static void
+conv_paths (const char *op, const ConvCall * c, const LbTensor * ref,
+    gboolean expect_cudnn)
+{
+  static const char *const names[CONV_N_RUNS] = { "cudnn", "im2col",
+    "cudnn bf16"
+  };
+  ConvStatsFunc stats;
+  ConvRefusalFunc refusal;
+  conv_symbols (&stats, &refusal);
+  for (int run = 0; run < CONV_N_RUNS; run++) {
+    g_autoptr (GError) err = NULL;
+    g_autofree char *what = g_strdup_printf ("%s/%s", op, names[run]);
+    g_setenv ("LINGBOT_CUDA_CONV", run == CONV_IM2COL ? "im2col" : "cudnn",
+        TRUE);
+    sync_ok ();                 /* nothing queued: the mode may change */
+    gctx.gs->math = run == CONV_CUDNN_BF16 ? LB_MATH_BF16 : LB_MATH_FP32;
+    g_autoptr (LbTensor) dy = dev_poison (ref->ndim, ref->shape);
+    guint64 c0, i0, c1, i1;
+    stats (&c0, &i0, NULL, NULL);
+    gboolean ok = conv_gpu (c, dy, &err);
+    g_assert_no_error (err);
+    g_assert_true (ok);
+    sync_ok ();
+    stats (&c1, &i1, NULL, NULL);
+    gctx.gs->math = LB_MATH_FP32;
+    g_unsetenv ("LINGBOT_CUDA_CONV");
+    const gboolean want_cudnn = run != CONV_IM2COL && expect_cudnn;
+    if (want_cudnn && c1 - c0 != 1) {
+      g_autofree char *why = refusal ();
+      g_error ("%s: the cuDNN path did not run (cudnn +%" G_GUINT64_FORMAT
+          ", im2col +%" G_GUINT64_FORMAT "; last refusal: %s)", what,
+          c1 - c0, i1 - i0, why ? why : "none");
+    }
+    g_assert_cmpuint (c1 - c0, ==, want_cudnn ? 1 : 0);
+    g_assert_cmpuint (i1 - i0, ==, want_cudnn ? 0 : 1);
+    compare_dev (what, ref, dy, run == CONV_CUDNN_BF16 ? TOL_CONV_BF16 : TOL);
+  }
+}
+
+static void
+conv3d_case_hw (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
+    int64_t w, int64_t kt, int64_t kh, int64_t kw, int pad_h, int pad_w,
+    int stride, gboolean with_bias)
 {
   g_autoptr (GError) err = NULL;
   g_autoptr (LbTensor) x = host_rand (4, S (cin, t, h, w));
@@ -397,17 +520,26 @@ conv3d_case (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
   g_autoptr (LbTensor) dw = to_dev (wt);
   g_autoptr (LbTensor) db = to_dev (b);
   int64_t zeros = MAX (0, kt - 1 - tc), tout = zeros + tc + t - kt + 1;
-  int64_t ho = (h + 2 * pad - kh) / stride + 1;
-  int64_t wo = (w + 2 * pad - kw) / stride + 1;
+  int64_t ho = (h + 2 * pad_h - kh) / stride + 1;
+  int64_t wo = (w + 2 * pad_w - kw) / stride + 1;
   g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, S (cout, tout, ho,
           wo));
-  g_autoptr (LbTensor) dy = dev_poison (4, S (cout, tout, ho, wo));
   g_assert_true (cpu_ops ()->conv3d_causal (gctx.cs, x, cache, wt,
-          with_bias ? b : NULL, pad, pad, stride, stride, y, &err));
-  g_assert_true (gpu_ops ()->conv3d_causal (gctx.gs, dx, dcache, dw,
-          with_bias ? db : NULL, pad, pad, stride, stride, dy, &err));
+          with_bias ? b : NULL, pad_h, pad_w, stride, stride, y, &err));
   g_assert_no_error (err);
-  compare_dev ("conv3d_causal", y, dy, TOL);
+  ConvCall c = { FALSE, dx, dcache, dw, with_bias ? db : NULL, pad_h, pad_w,
+    stride, stride
+  };
+  conv_paths ("conv3d_causal", &c, y, TRUE);
+}
+
+static void
+conv3d_case (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
+    int64_t w, int64_t kt, int64_t kh, int64_t kw, int pad, int stride,
+    gboolean with_bias)
+{
+  conv3d_case_hw (cin, cout, t, tc, h, w, kt, kh, kw, pad, pad, stride,
+      with_bias);
 }
 
 static void
@@ -434,10 +566,9 @@ conv2d_case (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
   g_autoptr (LbTensor) dy = dev_poison (nd, yshape);
   g_assert_true (cpu_ops ()->conv2d (gctx.cs, x, wt, with_bias ? b : NULL, ph,
           pw, sh, sw, y, &err));
-  g_assert_true (gpu_ops ()->conv2d (gctx.gs, dx, dw, with_bias ? db : NULL,
-          ph, pw, sh, sw, dy, &err));
   g_assert_no_error (err);
-  compare_dev ("conv2d", y, dy, TOL);
+  ConvCall c = { TRUE, dx, NULL, dw, with_bias ? db : NULL, ph, pw, sh, sw };
+  conv_paths ("conv2d", &c, y, TRUE);
 
   /* weight with the wrong Cin: same message */
   g_autoptr (LbTensor) wbad = host_rand (4, S (cout, cin + 1, kh, kw));
@@ -447,6 +578,38 @@ conv2d_case (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
   gboolean g_ok = gpu_ops ()->conv2d (gctx.gs, dx, dwbad, NULL, ph, pw, sh,
       sw, dy, &err2);
   same_error ("conv2d bad weight", c_ok, err, g_ok, err2);
+}
+
+/* x one float past a 16-byte boundary: cuDNN's descriptors declare 16-byte
+ * alignment, so the cuDNN path must hand the call to im2col (and still be
+ * right); with a cache it convolves its aligned copy cat(cache, x). */
+static void
+conv3d_unaligned_case (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int64_t cin = 6, cout = 5, t = 3, h = 9, w = 11;
+  g_autoptr (LbTensor) x = host_rand (4, S (cin, t, h, w));
+  g_autoptr (LbTensor) cache = host_rand (4, S (cin, 2, h, w));
+  g_autoptr (LbTensor) wt = host_rand (5, S (cout, cin, 3, 3, 3));
+  g_autoptr (LbTensor) b = host_rand (1, S (cout));
+  g_autoptr (LbTensor) dbig = dev_poison (1, S (cin * t * h * w + 1));
+  LbTensor dx;
+  lb_tensor_view_init (&dx, LB_DTYPE_F32, (float *) dbig->data + 1,
+      dbig->device, 4, x->shape, NULL);
+  g_assert_true (lb_tensor_upload (gctx.gs, &dx, x, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) dcache = to_dev (cache);
+  g_autoptr (LbTensor) dw = to_dev (wt);
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, S (cout, t, h, w));
+  g_assert_true (cpu_ops ()->conv3d_causal (gctx.cs, x, NULL, wt, b, 1, 1, 1,
+          1, y, &err));
+  ConvCall c = { FALSE, &dx, NULL, dw, db, 1, 1, 1, 1 };
+  conv_paths ("conv3d_causal-unaligned", &c, y, FALSE);
+  g_assert_true (cpu_ops ()->conv3d_causal (gctx.cs, x, cache, wt, b, 1, 1,
+          1, 1, y, &err));
+  c.cache = dcache;
+  conv_paths ("conv3d_causal-unaligned", &c, y, TRUE);
 }
 
 static void
@@ -462,12 +625,36 @@ test_conv (void)
   conv3d_case (8, 4, 2, 1, 10, 12, 1, 1, 1, 0, 1, FALSE);   /* direct + cache */
   conv3d_case (5, 7, 2, 0, 13, 15, 1, 3, 3, 0, 2, TRUE);    /* downsample */
   conv3d_case (32, 48, 2, 2, 30, 52, 3, 3, 3, 1, 1, TRUE);
+  conv3d_case (3, 2, 2, 4, 6, 5, 3, 3, 3, 1, 1, TRUE);      /* Tc > kt - 1 */
   /* nb (0: 3-D), cin, cout, H, W, kh, kw, ph, pw, sh, sw, bias */
   conv2d_case (0, 3, 4, 5, 6, 3, 3, 1, 1, 1, 1, TRUE);
   conv2d_case (2, 5, 3, 9, 7, 3, 3, 0, 0, 2, 2, FALSE);
   conv2d_case (3, 16, 8, 17, 19, 1, 1, 0, 0, 1, 1, TRUE);
   conv2d_case (0, 2, 2, 4, 4, 3, 5, 2, 1, 1, 2, TRUE);
   conv2d_case (1, 64, 32, 40, 52, 3, 3, 1, 1, 1, 1, TRUE);
+}
+
+/* The VAE's convs (lingbot/vae-net.c, spec vae_and_distributed_spec.md
+ * A.4/A.5) at reduced sizes: 3x3 convs read a halo-padded input (pad_h 0,
+ * pad_w 1), causal 3x3x3 convs with Tc = 2 (every decoder call), 1 and 0,
+ * the time_conv (3,1,1) C -> 2C, the 1x1x1 shortcut, the upsample conv
+ * (1,3,3), the head (-> 3 channels), the encoder's 3x3 stride-2
+ * downsample, a batched stride-2 conv2d. */
+static void
+test_conv_vae (void)
+{
+  /* cin, cout, T, Tc, H, W, kt, kh, kw, pad_h, pad_w, stride, bias */
+  conv3d_case_hw (64, 64, 1, 2, 20, 32, 3, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (32, 32, 4, 2, 34, 40, 3, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (32, 32, 2, 1, 34, 40, 3, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (32, 32, 4, 0, 34, 40, 3, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (48, 96, 1, 2, 12, 20, 3, 1, 1, 0, 0, 1, TRUE);
+  conv3d_case_hw (48, 96, 2, 0, 16, 24, 1, 1, 1, 0, 0, 1, TRUE);
+  conv3d_case_hw (64, 32, 4, 0, 26, 32, 1, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (32, 3, 4, 2, 34, 40, 3, 3, 3, 0, 1, 1, TRUE);
+  conv3d_case_hw (32, 32, 2, 0, 17, 25, 1, 3, 3, 0, 0, 2, TRUE);
+  conv2d_case (2, 32, 16, 17, 23, 3, 3, 1, 1, 2, 2, TRUE);
+  conv3d_unaligned_case ();
 }
 
 /* ---- strided ops, channel norm, halo upsample (kernels-strided.cu) ---- */
@@ -1004,6 +1191,278 @@ test_ray_map (void)
           20.0f }, TRUE);
 }
 
+/* ---- a bf16 KV cache: rms_norm_rope into bf16 slots, converting copy ----
+ *
+ * rms_norm_rope with a bf16 y must store, bit for bit, the device's own
+ * f32 result (the same op into an f32 y) rounded by lb_f32_to_bf16; the
+ * device's f32 result is within TOL of the CPU's (test_rms_norm_rope), so
+ * against the CPU's bf16 output each element may differ by at most one
+ * bf16 step (adjacent patterns), the count is printed.  Slots outside
+ * the view keep their poison bits.  copy between f32 and bf16 is exact on
+ * both backends: every bf16 pattern widened and rounded back, random f32
+ * bit patterns (NaN, inf, subnormals) rounded, strided, permuted,
+ * broadcast and 5-D views; the device's bytes equal the CPU's. */
+
+/* A bf16 host tensor filled with 0xffff (a NaN). */
+static LbTensor *
+host_bf16_poison (int ndim, const int64_t * shape)
+{
+  LbTensor *t = lb_tensor_new (LB_DTYPE_BF16, ndim, shape);
+  memset (t->data, 0xff, lb_tensor_nbytes (t));
+  return t;
+}
+
+/* Element @flat (row-major) of a possibly strided bf16 view. */
+static uint16_t
+at_bf16 (const LbTensor * t, int64_t flat)
+{
+  int64_t off = 0;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    off += (flat % t->shape[i]) * t->stride[i];
+    flat /= t->shape[i];
+  }
+  return ((const uint16_t *) t->data)[off];
+}
+
+/* The same view geometry on another base of the same dtype and shape. */
+static void
+rebase (LbTensor * out, const LbTensor * view, const LbTensor * vbase,
+    const LbTensor * base)
+{
+  const gsize es = lb_dtype_size (view->dtype);
+  const ptrdiff_t off = ((const char *) view->data -
+      (const char *) vbase->data) / (ptrdiff_t) es;
+  lb_tensor_view_init (out, view->dtype, (char *) base->data + off * es,
+      base->device, view->ndim, view->shape, view->stride);
+}
+
+static void
+rope_bf16_case (int64_t gf, int64_t gh, int64_t gw, int64_t nh, int64_t hd,
+    int64_t f0, int64_t r0, int pad, RopeY kind)
+{
+  g_autoptr (GError) err = NULL;
+  g_assert_true (kind != ROPE_Y_IN_PLACE);
+  LbTensor *cs, *sn;
+  lb_rope_tables_new ((int) hd, 64, 10000.0, &cs, &sn);
+  g_autoptr (LbTensor) hcos = cs;
+  g_autoptr (LbTensor) hsin = sn;
+  g_autoptr (LbTensor) dcos = to_dev (hcos);
+  g_autoptr (LbTensor) dsin = to_dev (hsin);
+  const int64_t n = gf * gh * gw, d = nh * hd;
+  g_autoptr (LbTensor) xp = host_random (2, S (n, d + pad), -2, 3);
+  g_autoptr (LbTensor) w = host_random (1, S (d), 0.5, 1.5);
+  g_autoptr (LbTensor) dxp = to_dev (xp);
+  g_autoptr (LbTensor) dw = to_dev (w);
+  LbTensor x, dx, y, yv, dy;
+  lb_tensor_view_narrow (&x, xp, 1, 0, d);
+  lb_tensor_view_narrow (&dx, dxp, 1, 0, d);
+
+  /* the device's f32 result */
+  g_autoptr (LbTensor) dy32 = dev_poison (3, S (n, nh, hd));
+  g_assert_true (gpu_ops ()->rms_norm_rope (gctx.gs, &dx, dw, 1e-6f, dcos,
+          dsin, gf, gh, gw, f0, r0, dy32, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) hy32 = to_host (dy32);
+
+  /* bf16 on both: the base of the view kind, poisoned */
+  g_autoptr (LbTensor) yb = kind == ROPE_Y_CACHE ?
+      host_bf16_poison (2, S (n + 8, d)) : kind == ROPE_Y_PACKED ?
+      host_bf16_poison (4, S (n, 2, nh, hd)) :
+      host_bf16_poison (3, S (n, nh, hd));
+  g_autoptr (LbTensor) dyb = to_dev (yb);
+  rope_y_view (&yv, kind, yb, xp, n, nh, hd);
+  lb_tensor_view (&y, &yv);
+  rebase (&dy, &yv, yb, dyb);
+  g_assert_cmpint (dy.dtype, ==, LB_DTYPE_BF16);
+  g_assert_true (cpu_ops ()->rms_norm_rope (gctx.cs, &x, w, 1e-6f, hcos,
+          hsin, gf, gh, gw, f0, r0, &y, &err));
+  g_assert_true (gpu_ops ()->rms_norm_rope (gctx.gs, &dx, dw, 1e-6f, dcos,
+          dsin, gf, gh, gw, f0, r0, &dy, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) hyb = to_host (dyb);
+  LbTensor got;
+  rebase (&got, &yv, yb, hyb);
+  const float *r32 = hy32->data;
+  int64_t steps = 0;
+  for (int64_t i = 0; i < n * d; i++) {
+    const uint16_t g16 = at_bf16 (&got, i), c16 = at_bf16 (&y, i);
+    if (g16 != lb_f32_to_bf16 (r32[i]))
+      g_error ("rms_norm_rope bf16: element %" G_GINT64_FORMAT " is 0x%04x "
+          "on CUDA, the rounding of its f32 result %.9g is 0x%04x", i, g16,
+          (double) r32[i], lb_f32_to_bf16 (r32[i]));
+    if (g16 != c16) {
+      /* same sign, adjacent magnitudes */
+      if (((g16 ^ c16) & 0x8000) != 0 || ABS ((int) (g16 & 0x7fff) -
+              (int) (c16 & 0x7fff)) != 1)
+        g_error ("rms_norm_rope bf16: element %" G_GINT64_FORMAT " is "
+            "0x%04x on CUDA, 0x%04x on the CPU", i, g16, c16);
+      steps++;
+    }
+  }
+  /* outside the view: the poison on both */
+  int64_t poison_h = 0, poison_d = 0;
+  for (int64_t i = 0; i < lb_tensor_numel (yb); i++) {
+    poison_h += ((uint16_t *) yb->data)[i] == 0xffff;
+    poison_d += ((uint16_t *) hyb->data)[i] == 0xffff;
+  }
+  g_assert_cmpint (poison_h, ==, poison_d);
+  g_assert_cmpint (poison_d, >=, lb_tensor_numel (yb) - n * d);
+  printf ("# rms_norm_rope-bf16 [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+      ", %" G_GINT64_FORMAT "]: bf16(f32) bit for bit, %" G_GINT64_FORMAT
+      " of %" G_GINT64_FORMAT " one bf16 step from the CPU\n", n, nh, hd,
+      steps, n * d);
+}
+
+static void
+test_rms_norm_rope_bf16 (void)
+{
+  rope_bf16_case (1, 1, 1, 1, 2, 0, 0, 0, ROPE_Y_OWN);
+  rope_bf16_case (2, 3, 5, 2, 32, 3, 0, 5, ROPE_Y_CACHE);
+  rope_bf16_case (3, 5, 11, 5, 64, 0, 7, 3, ROPE_Y_PACKED);
+  /* DiT-14B heads into cache slots */
+  rope_bf16_case (2, 4, 13, 40, 128, 21, 30, 0, ROPE_Y_CACHE);
+
+  /* y f16: the same message on both */
+  g_autoptr (GError) e1 = NULL;
+  g_autoptr (GError) e2 = NULL;
+  LbTensor *cs, *sn;
+  lb_rope_tables_new (8, 16, 10000.0, &cs, &sn);
+  g_autoptr (LbTensor) hcos = cs;
+  g_autoptr (LbTensor) hsin = sn;
+  g_autoptr (LbTensor) dcos = to_dev (hcos);
+  g_autoptr (LbTensor) dsin = to_dev (hsin);
+  g_autoptr (LbTensor) x = host_rand (2, S (6, 16));
+  g_autoptr (LbTensor) dx = to_dev (x);
+  g_autoptr (LbTensor) yh = lb_tensor_new (LB_DTYPE_F16, 3, S (6, 2, 8));
+  memset (yh->data, 0, lb_tensor_nbytes (yh));
+  g_autoptr (LbTensor) dyh = to_dev (yh);
+  gboolean c_ok = cpu_ops ()->rms_norm_rope (gctx.cs, x, NULL, 1e-6f, hcos,
+      hsin, 1, 2, 3, 0, 0, yh, &e1);
+  gboolean g_ok = gpu_ops ()->rms_norm_rope (gctx.gs, dx, NULL, 1e-6f, dcos,
+      dsin, 1, 2, 3, 0, 0, dyh, &e2);
+  same_error ("rms_norm_rope f16 y", c_ok, e1, g_ok, e2);
+  g_assert_cmpstr (e2->message, ==, "rms_norm_rope: y is f16 [6, 2, 8], "
+      "expected f32 or bf16 [6, *, *]");
+}
+
+/* copy @x -> @y on both backends (device views rebased on @dxb / @dyb),
+ * then the whole device base of y must be the CPU's bytes. */
+static void
+copy_pair (const char *what, const LbTensor * x, const LbTensor * xb,
+    const LbTensor * dxb, const LbTensor * y, LbTensor * yb,
+    const LbTensor * dyb)
+{
+  g_autoptr (GError) err = NULL;
+  LbTensor dx, dy, hx = *x, hy = *y;
+  rebase (&dx, x, xb, dxb);
+  rebase (&dy, y, yb, dyb);
+  g_assert_true (cpu_ops ()->copy (gctx.cs, &hx, &hy, &err));
+  g_assert_true (gpu_ops ()->copy (gctx.gs, &dx, &dy, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) back = to_host (dyb);
+  if (memcmp (back->data, yb->data, lb_tensor_nbytes (yb)) != 0)
+    g_error ("copy %s: the device's bytes differ from the CPU's", what);
+  printf ("# copy-%s: bit-identical over %" G_GINT64_FORMAT " elements\n",
+      what, lb_tensor_numel (x));
+}
+
+static void
+test_copy_bf16 (void)
+{
+  /* every bf16 pattern -> f32 -> bf16 */
+  const int64_t n = 65536;
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_BF16, 1, S (n));
+  for (int64_t i = 0; i < n; i++)
+    ((uint16_t *) b->data)[i] = (uint16_t) i;
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) f = host_nan (1, S (n));
+  g_autoptr (LbTensor) df = to_dev (f);
+  copy_pair ("bf16-to-f32", b, b, db, f, f, df);
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy (&u, (float *) f->data + i, 4);
+    g_assert_cmphex (u, ==, (uint32_t) i << 16);
+  }
+  g_autoptr (LbTensor) b2 = host_bf16_poison (1, S (n));
+  g_autoptr (LbTensor) db2 = to_dev (b2);
+  copy_pair ("f32-to-bf16 (patterns)", f, f, df, b2, b2, db2);
+
+  /* random f32 bit patterns (NaN payloads, infinities, subnormals) */
+  const int64_t m = 100003;
+  g_autoptr (LbTensor) r = lb_tensor_new (LB_DTYPE_F32, 1, S (m));
+  for (int64_t i = 0; i < m; i++) {
+    uint32_t u = g_rand_int (gctx.rand);
+    memcpy ((float *) r->data + i, &u, 4);
+  }
+  g_autoptr (LbTensor) dr = to_dev (r);
+  g_autoptr (LbTensor) rb = host_bf16_poison (1, S (m));
+  g_autoptr (LbTensor) drb = to_dev (rb);
+  copy_pair ("f32-to-bf16 (random bits)", r, r, dr, rb, rb, drb);
+  for (int64_t i = 0; i < m; i++)
+    g_assert_cmphex (((uint16_t *) rb->data)[i], ==,
+        lb_f32_to_bf16 (((float *) r->data)[i]));
+
+  /* f32 [4, 3, 70] permuted to [70, 4, 3] -> bf16 rows [2, 72) of a
+   * [75, 4, 3] cache */
+  g_autoptr (LbTensor) x3 = host_random (3, S (4, 3, 70), -50, 50);
+  g_autoptr (LbTensor) dx3 = to_dev (x3);
+  static const int perm[3] = { 2, 0, 1 };
+  LbTensor xp, yv;
+  g_assert_true (lb_tensor_view_permute (&xp, x3, perm));
+  g_autoptr (LbTensor) c3 = host_bf16_poison (3, S (75, 4, 3));
+  g_autoptr (LbTensor) dc3 = to_dev (c3);
+  g_assert_true (lb_tensor_view_narrow (&yv, c3, 0, 2, 70));
+  copy_pair ("f32-to-bf16 (permuted into cache rows)", &xp, x3, dx3, &yv,
+      c3, dc3);
+
+  /* those bf16 rows -> every other column of an f32 [70, 4, 6] */
+  g_autoptr (LbTensor) z = host_nan (3, S (70, 4, 6));
+  g_autoptr (LbTensor) dz = to_dev (z);
+  LbTensor zv;
+  lb_tensor_view_init (&zv, LB_DTYPE_F32, z->data, LB_DEVICE_HOST, 3,
+      S (70, 4, 3), S (24, 6, 2));
+  g_autoptr (LbTensor) dc3b = to_dev (c3);
+  copy_pair ("bf16-to-f32 (strided)", &yv, c3, dc3b, &zv, z, dz);
+
+  /* a bf16 row broadcast (stride 0) over 33 rows of f32 */
+  g_autoptr (LbTensor) row = lb_tensor_new (LB_DTYPE_BF16, 1, S (130));
+  for (int64_t i = 0; i < 130; i++)
+    ((uint16_t *) row->data)[i] = lb_f32_to_bf16 ((float) (i - 60) / 7.0f);
+  g_autoptr (LbTensor) drow = to_dev (row);
+  LbTensor bc;
+  lb_tensor_view_init (&bc, LB_DTYPE_BF16, row->data, LB_DEVICE_HOST, 2,
+      S (33, 130), S (0, 1));
+  g_autoptr (LbTensor) o2 = host_nan (2, S (33, 130));
+  g_autoptr (LbTensor) do2 = to_dev (o2);
+  copy_pair ("bf16-to-f32 (broadcast)", &bc, row, drow, o2, o2, do2);
+
+  /* 5-D bf16 -> bf16 into slots [1, 3) of dim 2 */
+  g_autoptr (LbTensor) s5 = lb_tensor_new (LB_DTYPE_BF16, 5,
+      S (2, 3, 2, 5, 7));
+  for (int64_t i = 0; i < lb_tensor_numel (s5); i++)
+    ((uint16_t *) s5->data)[i] = (uint16_t) g_rand_int (gctx.rand);
+  g_autoptr (LbTensor) ds5 = to_dev (s5);
+  g_autoptr (LbTensor) t5 = host_bf16_poison (5, S (2, 3, 4, 5, 7));
+  g_autoptr (LbTensor) dt5 = to_dev (t5);
+  LbTensor t5v;
+  g_assert_true (lb_tensor_view_narrow (&t5v, t5, 2, 1, 2));
+  copy_pair ("bf16-to-bf16 (5-D)", s5, s5, ds5, &t5v, t5, dt5);
+
+  /* f16 is not a copy dtype: the same message on both */
+  g_autoptr (GError) e1 = NULL;
+  g_autoptr (GError) e2 = NULL;
+  g_autoptr (LbTensor) h = lb_tensor_new (LB_DTYPE_F16, 2, S (3, 4));
+  memset (h->data, 0, lb_tensor_nbytes (h));
+  g_autoptr (LbTensor) dh = to_dev (h);
+  g_autoptr (LbTensor) f34 = host_rand (2, S (3, 4));
+  g_autoptr (LbTensor) df34 = to_dev (f34);
+  gboolean c_ok = cpu_ops ()->copy (gctx.cs, h, f34, &e1);
+  gboolean g_ok = gpu_ops ()->copy (gctx.gs, dh, df34, &e2);
+  same_error ("copy f16 x", c_ok, e1, g_ok, e2);
+  g_assert_cmpstr (e2->message, ==, "copy: x is f16 [3, 4], expected f32 or "
+      "bf16 [3, 4]");
+}
+
 static void
 test_device_check (void)
 {
@@ -1029,11 +1488,14 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/rope", test_rope);
   g_test_add_func ("/gpu/ops/layout", test_layout);
   g_test_add_func ("/gpu/ops/conv", test_conv);
+  g_test_add_func ("/gpu/ops/conv-vae", test_conv_vae);
   g_test_add_func ("/gpu/ops/strided", test_strided);
   g_test_add_func ("/gpu/ops/channel-rms-norm", test_channel_rms_norm);
   g_test_add_func ("/gpu/ops/upsample-nearest2x-halo", test_upsample_halo);
   g_test_add_func ("/gpu/ops/norm-modulate", test_norm_modulate);
   g_test_add_func ("/gpu/ops/rms-norm-rope", test_rms_norm_rope);
+  g_test_add_func ("/gpu/ops/rms-norm-rope-bf16", test_rms_norm_rope_bf16);
+  g_test_add_func ("/gpu/ops/copy-bf16", test_copy_bf16);
   g_test_add_func ("/gpu/ops/gated-residual-modulate",
       test_gated_residual_modulate);
   g_test_add_func ("/gpu/ops/ray-map", test_ray_map);

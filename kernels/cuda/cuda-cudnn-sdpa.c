@@ -1,0 +1,616 @@
+/* lingbot-gst: attention through cuDNN's fused flash SDPA (graph API)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * An alternative to the own bf16 tensor-core kernel (kernels-attention-
+ * bf16.cu) for LB_MATH_BF16 streams, selected with the environment
+ * variable LINGBOT_CUDA_ATTENTION=cudnn (default: the own kernel, until a
+ * device run has measured both; bench-cuda-ops prints both).  Used only
+ * for head dims 64 and 128, Nk > 0, no bias and no key mask; everything
+ * else keeps the own kernels.
+ *
+ * The graph is cuDNN's "flash fprop" pattern, written with the backend
+ * descriptors (no frontend in this build), one batch (B = 1), the heads as
+ * dim 1, sequence dim 2, head dim 3; the strides describe our token-major
+ * [S, H, D] bf16 scratch, so nothing is transposed:
+ *
+ *   S    = matmul (Q [1,H,Nq,D], K^T [1,H,D,Nk])        f32, virtual
+ *   Ss   = S * scale   (pointwise MUL, by-value f32 [1,1,1,1])
+ *   M    = max over keys (reduction MAX)  [1,H,Nq,1]
+ *   E    = exp (Ss - M)                  (pointwise SUB, EXP)
+ *   L    = sum over keys (reduction ADD) [1,H,Nq,1]
+ *   stat = M + log L                     (pointwise LOG, ADD; virtual:
+ *                                         inference, nothing is written)
+ *   P    = E / L                         (pointwise DIV) bf16, virtual
+ *   O    = matmul (P, V [1,H,Nk,D])      bf16 [1,H,Nq,D]
+ *
+ * Q, K, V, O are bf16: the flash engines take fp16/bf16 only.  The f32
+ * q/k/v views are rounded into pool scratch (kernels-convert.cu, the CPU's
+ * rounding formula), the graph runs, and O is widened into out's f32 view.
+ * bf16 k and v (a bf16 KV cache, kernels/ops.h) are given to cuDNN as they
+ * are, with their own strides (part of the plan key), when their bases are
+ * 16-byte aligned and their token and head strides multiples of 8
+ * elements; otherwise the call takes the own kernel.
+ * The order of the nodes and the data types of the virtual tensors (f32,
+ * except P in the I/O type) are those of the cuDNN frontend's composite
+ * SDPA node, whose pattern the runtime's engines recognise.
+ *
+ * Plans: one per (Nq, Nk, H, hd, scratch strides, output dtype) in the
+ * stream's table (LbCudaStream.sdpa_plans), built the first time a shape
+ * is seen; a shape no engine takes gets a negative entry and the own
+ * kernel (one g_debug).  Steady state: a table lookup, the conversion
+ * launches, and lb_cudnn_execute() (its variant pack); nothing else is
+ * created.  Capture safe: while the stream is captured into a CUDA graph a
+ * missing plan is not built (the call takes the own kernel, uncached), so
+ * plans come from the uncaptured first chunks.  Plans are kept until the
+ * stream is freed (a captured graph may use them); past MAX_PLANS shapes
+ * new ones take the own kernel.
+ *
+ * Scratch per call: bf16 q, k, v and o, 2 (2 Nq + 2 Nk) H hd bytes (about
+ * 0.7 GB at Nq 6240, Nk 28080, 40 heads; 4 Nq H hd with bf16 k and v),
+ * plus cuDNN's workspace.
+ */
+#include "kernels/cuda/cuda-internal.h"
+
+#include <gmodule.h>
+#include <string.h>
+
+#define MAX_PLANS 256
+
+/* Node uids: the graph's real tensors, then its virtual intermediates. */
+enum
+{
+  UID_Q = 1,
+  UID_K,
+  UID_V,
+  UID_O,
+  UID_SCALE,
+  UID_S = 100,
+  UID_SCALED,
+  UID_MAX,
+  UID_SUB,
+  UID_EXP,
+  UID_SUM,
+  UID_LOG,
+  UID_STATS,
+  UID_P,
+};
+
+typedef struct
+{
+  int64_t nq, nk, nh, hd;
+  /* element strides (token, head) of the bf16 operands: scratch, or k and
+   * v as given when they are bf16 */
+  int64_t qs0, qs1, ks0, ks1, vs0, vs1, os0, os1;
+  int32_t out_dtype;            /* cudnnDataType_t of O */
+  int32_t pad;
+} SdpaKey;
+
+/* memcmp/hash of the whole key: no implicit padding may exist */
+G_STATIC_ASSERT (sizeof (SdpaKey) == 12 * sizeof (int64_t) +
+    2 * sizeof (int32_t));
+
+typedef struct
+{
+  SdpaKey key;
+  LbCudnnPlan plan;             /* plan.plan NULL: no engine (negative) */
+} SdpaEntry;
+
+/* process-wide counters for lingbot_backend_cuda_attention_stats() */
+static GMutex stats_lock;
+static guint64 stats_runs, stats_declined, stats_plans;
+static char *stats_error;
+
+static guint
+key_hash (gconstpointer p)
+{
+  const guchar *b = p;
+  guint32 h = 2166136261u;
+  for (gsize i = 0; i < sizeof (SdpaKey); i++)
+    h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+static gboolean
+key_equal (gconstpointer a, gconstpointer b)
+{
+  return memcmp (a, b, sizeof (SdpaKey)) == 0;
+}
+
+static void
+entry_free (gpointer p)
+{
+  SdpaEntry *e = p;
+  lb_cudnn_plan_clear (&e->plan);
+  g_free (e);
+}
+
+static void
+destroy_all (cudnnBackendDescriptor_t * d, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (d[i])
+      cudnnBackendDestroyDescriptor (d[i]);
+}
+
+/* ---- graph nodes (each returns a finalized operation or NULL) ---- */
+
+static cudnnBackendDescriptor_t
+op_matmul (cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+    cudnnBackendDescriptor_t c, const char *what, GError ** error)
+{
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t op = NULL;
+  cudnnBackendDescriptor_t desc =
+      lb_cudnn_new (CUDNN_BACKEND_MATMUL_DESCRIPTOR, what, error);
+  if (desc == NULL ||
+      !lb_cudnn_set (desc, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE,
+          1, &comp, what, error) || !lb_cudnn_finalize (desc, what, error))
+    goto out;
+  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what, error);
+  if (op == NULL)
+    goto out;
+  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
+      !lb_cudnn_finalize (op, what, error)) {
+    cudnnBackendDestroyDescriptor (op);
+    op = NULL;
+  }
+out:
+  if (desc)
+    cudnnBackendDestroyDescriptor (desc);
+  return op;
+}
+
+/* y = mode(x) or mode(x, b) (b NULL for unary modes), f32 math. */
+static cudnnBackendDescriptor_t
+op_pointwise (cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+    cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, const char *what,
+    GError ** error)
+{
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  const float one = 1.0f;
+  cudnnBackendDescriptor_t op = NULL;
+  cudnnBackendDescriptor_t desc =
+      lb_cudnn_new (CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what, error);
+  if (desc == NULL ||
+      !lb_cudnn_set (desc, CUDNN_ATTR_POINTWISE_MODE,
+          CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what, error) ||
+      !lb_cudnn_set (desc, CUDNN_ATTR_POINTWISE_MATH_PREC,
+          CUDNN_TYPE_DATA_TYPE, 1, &prec, what, error) ||
+      !lb_cudnn_finalize (desc, what, error))
+    goto out;
+  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what,
+      error);
+  if (op == NULL)
+    goto out;
+  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what, error) ||
+      (b && !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what, error)) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1,
+          CUDNN_TYPE_FLOAT, 1, &one, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2,
+          CUDNN_TYPE_FLOAT, 1, &one, what, error) ||
+      !lb_cudnn_finalize (op, what, error)) {
+    cudnnBackendDestroyDescriptor (op);
+    op = NULL;
+  }
+out:
+  if (desc)
+    cudnnBackendDestroyDescriptor (desc);
+  return op;
+}
+
+/* y = reduce(x) over the dims where y has extent 1, f32 math. */
+static cudnnBackendDescriptor_t
+op_reduction (cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+    cudnnBackendDescriptor_t y, const char *what, GError ** error)
+{
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t op = NULL;
+  cudnnBackendDescriptor_t desc =
+      lb_cudnn_new (CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what, error);
+  if (desc == NULL ||
+      !lb_cudnn_set (desc, CUDNN_ATTR_REDUCTION_OPERATOR,
+          CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, what, error) ||
+      !lb_cudnn_set (desc, CUDNN_ATTR_REDUCTION_COMP_TYPE,
+          CUDNN_TYPE_DATA_TYPE, 1, &comp, what, error) ||
+      !lb_cudnn_finalize (desc, what, error))
+    goto out;
+  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what,
+      error);
+  if (op == NULL)
+    goto out;
+  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what, error) ||
+      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
+      !lb_cudnn_finalize (op, what, error)) {
+    cudnnBackendDestroyDescriptor (op);
+    op = NULL;
+  }
+out:
+  if (desc)
+    cudnnBackendDestroyDescriptor (desc);
+  return op;
+}
+
+/* ---- the graph ---- */
+
+enum
+{
+  T_Q, T_K, T_V, T_O, T_SCALE, T_S, T_SCALED, T_MAX, T_SUB, T_EXP, T_SUM,
+  T_LOG, T_STATS, T_P, N_TENSORS
+};
+
+#define N_OPS 10
+
+/* Builds the flash fprop graph of @k (file comment) and its plan. */
+static gboolean
+sdpa_plan_build (LbStream * s, const SdpaKey * k, LbCudnnPlan * plan,
+    GError ** error)
+{
+  const int64_t h = k->nh, nq = k->nq, nk = k->nk, d = k->hd;
+  const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  const cudnnDataType_t out = (cudnnDataType_t) k->out_dtype;
+  /* the scores [1, H, Nq, Nk] and the per-query statistics [1, H, Nq, 1],
+   * packed (the frontend's layout of these virtual tensors) */
+  const int64_t sd[4] = { 1, h, nq, nk };
+  const int64_t ss[4] = { h * nq * nk, nq * nk, nk, 1 };
+  const int64_t rd[4] = { 1, h, nq, 1 };
+  const int64_t rs[4] = { h * nq, nq, 1, 1 };
+  /* Q [1, H, Nq, D], K^T [1, H, D, Nk] (K's token and dim strides
+   * swapped), V [1, H, Nk, D], O [1, H, Nq, D]; dim 0 spans the buffer */
+  const int64_t qd[4] = { 1, h, nq, d };
+  const int64_t qs[4] = { nq * k->qs0, k->qs1, k->qs0, 1 };
+  const int64_t kd[4] = { 1, h, d, nk };
+  const int64_t ks[4] = { nk * k->ks0, k->ks1, 1, k->ks0 };
+  const int64_t vd[4] = { 1, h, nk, d };
+  const int64_t vs[4] = { nk * k->vs0, k->vs1, k->vs0, 1 };
+  const int64_t os[4] = { nq * k->os0, k->os1, k->os0, 1 };
+  const int64_t one[4] = { 1, 1, 1, 1 };
+  cudnnBackendDescriptor_t t[N_TENSORS] = { 0 };
+  cudnnBackendDescriptor_t ops[N_OPS] = { 0 };
+  const char *what = "attention (cuDNN SDPA): graph";
+  gboolean ok = FALSE;
+
+  t[T_Q] = lb_cudnn_tensor (UID_Q, io, 4, qd, qs, FALSE, FALSE, what, error);
+  t[T_K] = t[T_Q] ? lb_cudnn_tensor (UID_K, io, 4, kd, ks, FALSE, FALSE,
+      what, error) : NULL;
+  t[T_V] = t[T_K] ? lb_cudnn_tensor (UID_V, io, 4, vd, vs, FALSE, FALSE,
+      what, error) : NULL;
+  t[T_O] = t[T_V] ? lb_cudnn_tensor (UID_O, out, 4, qd, os, FALSE, FALSE,
+      what, error) : NULL;
+  t[T_SCALE] = t[T_O] ? lb_cudnn_tensor (UID_SCALE, f32, 4, one, one, FALSE,
+      TRUE, what, error) : NULL;
+  t[T_S] = t[T_SCALE] ? lb_cudnn_tensor (UID_S, f32, 4, sd, ss, TRUE, FALSE,
+      what, error) : NULL;
+  t[T_SCALED] = t[T_S] ? lb_cudnn_tensor (UID_SCALED, f32, 4, sd, ss, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_MAX] = t[T_SCALED] ? lb_cudnn_tensor (UID_MAX, f32, 4, rd, rs, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_SUB] = t[T_MAX] ? lb_cudnn_tensor (UID_SUB, f32, 4, sd, ss, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_EXP] = t[T_SUB] ? lb_cudnn_tensor (UID_EXP, f32, 4, sd, ss, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_SUM] = t[T_EXP] ? lb_cudnn_tensor (UID_SUM, f32, 4, rd, rs, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_LOG] = t[T_SUM] ? lb_cudnn_tensor (UID_LOG, f32, 4, rd, rs, TRUE,
+      FALSE, what, error) : NULL;
+  t[T_STATS] = t[T_LOG] ? lb_cudnn_tensor (UID_STATS, f32, 4, rd, rs, TRUE,
+      FALSE, what, error) : NULL;
+  /* P in the I/O type: the second matmul's A operand */
+  t[T_P] = t[T_STATS] ? lb_cudnn_tensor (UID_P, io, 4, sd, ss, TRUE, FALSE,
+      what, error) : NULL;
+  if (t[T_P] == NULL)
+    goto out;
+
+  int n = 0;
+  if (!(ops[n++] = op_matmul (t[T_Q], t[T_K], t[T_S],
+              "attention (cuDNN SDPA): Q.K^T", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_MUL, t[T_S], t[T_SCALE],
+              t[T_SCALED], "attention (cuDNN SDPA): scale", error)) ||
+      !(ops[n++] = op_reduction (CUDNN_REDUCE_TENSOR_MAX, t[T_SCALED],
+              t[T_MAX], "attention (cuDNN SDPA): row max", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_SUB, t[T_SCALED],
+              t[T_MAX], t[T_SUB], "attention (cuDNN SDPA): sub", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_EXP, t[T_SUB], NULL,
+              t[T_EXP], "attention (cuDNN SDPA): exp", error)) ||
+      !(ops[n++] = op_reduction (CUDNN_REDUCE_TENSOR_ADD, t[T_EXP],
+              t[T_SUM], "attention (cuDNN SDPA): row sum", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_LOG, t[T_SUM], NULL,
+              t[T_LOG], "attention (cuDNN SDPA): log", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_ADD, t[T_MAX], t[T_LOG],
+              t[T_STATS], "attention (cuDNN SDPA): stats", error)) ||
+      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_DIV, t[T_EXP], t[T_SUM],
+              t[T_P], "attention (cuDNN SDPA): div", error)) ||
+      !(ops[n++] = op_matmul (t[T_P], t[T_V], t[T_O],
+              "attention (cuDNN SDPA): P.V", error)))
+    goto out;
+  ok = lb_cudnn_plan_build (s, ops, N_OPS, TRUE, plan,
+      "attention (cuDNN SDPA)", error);
+out:
+  destroy_all (ops, N_OPS);
+  destroy_all (t, N_TENSORS);
+  return ok;
+}
+
+/* ---- selection ---- */
+
+/* LINGBOT_CUDA_ATTENTION: "cudnn" selects this path; unset, empty or
+ * "own" the own kernel; anything else warns once and means "own". */
+static gboolean
+cudnn_selected (void)
+{
+  static gint warned;
+  const char *v = g_getenv ("LINGBOT_CUDA_ATTENTION");
+  if (v == NULL || *v == '\0' || strcmp (v, "own") == 0)
+    return FALSE;
+  if (strcmp (v, "cudnn") == 0)
+    return TRUE;
+  if (g_atomic_int_compare_and_exchange (&warned, 0, 1))
+    g_warning ("LINGBOT_CUDA_ATTENTION=\"%s\" is neither \"cudnn\" nor "
+        "\"own\": using the own attention kernels", v);
+  return FALSE;
+}
+
+static void
+count (guint64 * counter)
+{
+  g_mutex_lock (&stats_lock);
+  (*counter)++;
+  g_mutex_unlock (&stats_lock);
+}
+
+/* Bytes of @n bf16 elements rounded up to 256 (scratch sub-blocks). */
+static gsize
+bf16_block (int64_t n)
+{
+  return ((gsize) n * sizeof (uint16_t) + 255) & ~(gsize) 255;
+}
+
+/* The entry of @key on @s: found, built now, or NULL while capturing or
+ * once the table holds MAX_PLANS shapes (nothing is built then).  A failed
+ * build leaves a negative entry and records the message. */
+static SdpaEntry *
+entry_get (LbStream * s, const SdpaKey * key)
+{
+  LbCudaStream *cs = s->priv;
+  if (cs->sdpa_plans == NULL)
+    cs->sdpa_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
+        entry_free);
+  SdpaEntry *e = g_hash_table_lookup (cs->sdpa_plans, key);
+  if (e != NULL || cs->capturing)
+    return e;
+  /* plans are never evicted: a CUDA graph captured earlier may still
+   * launch the kernels a plan owns (runtime-compiled modules) */
+  if (g_hash_table_size (cs->sdpa_plans) >= MAX_PLANS)
+    return NULL;
+  e = g_new0 (SdpaEntry, 1);
+  e->key = *key;
+  g_autoptr (GError) err = NULL;
+  if (sdpa_plan_build (s, key, &e->plan, &err)) {
+    count (&stats_plans);
+  } else {
+    lb_cudnn_plan_clear (&e->plan);
+    memset (&e->plan, 0, sizeof e->plan);
+    g_debug ("attention: no cuDNN SDPA plan for Nq=%" G_GINT64_FORMAT " Nk=%"
+        G_GINT64_FORMAT " H=%" G_GINT64_FORMAT " hd=%" G_GINT64_FORMAT
+        ", using the own bf16 kernel: %s", key->nq, key->nk, key->nh,
+        key->hd, err ? err->message : "?");
+    g_mutex_lock (&stats_lock);
+    g_free (stats_error);
+    stats_error = g_strdup (err ? err->message : "?");
+    g_mutex_unlock (&stats_lock);
+  }
+  g_hash_table_insert (cs->sdpa_plans, &e->key, e);
+  return e;
+}
+
+/* A bf16 operand cuDNN can read in place (16-byte tensors, alignment 16
+ * declared for every tensor of the graph). */
+static gboolean
+bf16_direct (const void *p, int64_t s0, int64_t s1)
+{
+  return ((guintptr) p & 15u) == 0 && s0 % 8 == 0 && s1 % 8 == 0;
+}
+
+/**
+ * lb_cuda_cudnn_attention:
+ * @s: a CUDA stream
+ * @a: the attention's operands (cuda_attention): q [Nq, H, hd] f32, k and
+ *   v [Nk, H, hd] (f32, or bf16 bits when @kv_bf16), out [Nq, H, hd] f32,
+ *   device views with unit last stride, bias and mask pointers, the logit
+ *   scale
+ * @kv_bf16: k and v are bfloat16 (a bf16 KV cache)
+ * @ran: (out): %TRUE when the op was enqueued here, %FALSE when the caller
+ *   must run its own kernel
+ * @error: %LB_ERROR_DEVICE when a conversion launch or the cuDNN execution
+ *   fails (then *@ran is %TRUE: nothing is to be run in its place)
+ *
+ * The attention op (kernels/ops.h @attention) through cuDNN's fused flash
+ * SDPA graph when LINGBOT_CUDA_ATTENTION=cudnn, the stream's math is
+ * %LB_MATH_BF16, hd is 64 or 128, Nq, Nk and H are positive and neither
+ * bias nor key mask is given.  q (and f32 k, v) are rounded to bf16
+ * (nearest even, lb_f32_to_bf16()), the logits, softmax statistics and
+ * accumulation are f32 inside cuDNN, P and the output are bf16, the output
+ * is widened into out: the numerics of the own bf16 kernel plus the bf16
+ * rounding of the output (docs/design/cuda.md "cuDNN SDPA").  A shape for
+ * which no engine builds a plan, one first seen while the stream is being
+ * captured, or bf16 k/v that cuDNN cannot read in place (alignment)
+ * returns with *@ran = %FALSE.  Asynchronous; no host synchronisation;
+ * per call, pool scratch of 2 (2 Nq + 2 Nk) H hd bytes (4 Nq H hd with
+ * bf16 k and v) plus cuDNN's workspace.
+ *
+ * Returns: %FALSE on error.
+ */
+gboolean
+lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
+    gboolean kv_bf16, gboolean * ran, GError ** error)
+{
+  *ran = FALSE;
+  if (s->math != LB_MATH_BF16 || (a->hd != 64 && a->hd != 128) ||
+      a->bias != NULL || a->mask != NULL || a->nq <= 0 || a->nk <= 0 ||
+      a->nh <= 0 || !cudnn_selected ())
+    return TRUE;
+
+  LbCudaStream *cs = s->priv;
+  const int64_t nq = a->nq, nk = a->nk, nh = a->nh, hd = a->hd;
+  if (kv_bf16 && (!bf16_direct (a->k, a->ks0, a->ks1) ||
+          !bf16_direct (a->v, a->vs0, a->vs1))) {
+    count (&stats_declined);
+    return TRUE;
+  }
+  SdpaKey key;
+  memset (&key, 0, sizeof key);
+  key.nq = nq;
+  key.nk = nk;
+  key.nh = nh;
+  key.hd = hd;
+  /* contiguous [N, H, hd] scratch operands, or bf16 k and v in place */
+  key.qs0 = key.ks0 = key.vs0 = key.os0 = nh * hd;
+  key.qs1 = key.ks1 = key.vs1 = key.os1 = hd;
+  if (kv_bf16) {
+    key.ks0 = a->ks0;
+    key.ks1 = a->ks1;
+    key.vs0 = a->vs0;
+    key.vs1 = a->vs1;
+  }
+  key.out_dtype = CUDNN_DATA_BFLOAT16;
+  SdpaEntry *e = entry_get (s, &key);
+  if (e == NULL || e->plan.plan == NULL) {
+    count (&stats_declined);
+    return TRUE;
+  }
+
+  *ran = TRUE;
+  const gsize bq = bf16_block (nq * nh * hd);
+  const gsize bk = kv_bf16 ? 0 : bf16_block (nk * nh * hd);
+  guchar *scr = lb_cuda_scratch (s, 2 * bq + 2 * bk, error);
+  if (scr == NULL)
+    return FALSE;
+  uint16_t *q16 = (uint16_t *) scr;
+  uint16_t *o16 = (uint16_t *) (scr + bq);
+  const uint16_t *k16 = kv_bf16 ? (const uint16_t *) (const void *) a->k :
+      (const uint16_t *) (scr + 2 * bq);
+  const uint16_t *v16 = kv_bf16 ? (const uint16_t *) (const void *) a->v :
+      (const uint16_t *) (scr + 2 * bq + bk);
+  float scale = a->scale;
+  const int64_t uids[5] = { UID_Q, UID_K, UID_V, UID_O, UID_SCALE };
+  void *const ptrs[5] = { q16, (void *) k16, (void *) v16, o16, &scale };
+  cudaSetDevice (s->device);
+  cudaStream_t st = cs->stream;
+  gboolean ok =
+      lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->q, a->qs0, a->qs1,
+          q16, key.qs0, key.qs1, nq, nh, hd), "attention (cuDNN SDPA): q to "
+      "bf16", error) &&
+      (kv_bf16 ||
+      (lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->k, a->ks0,
+                  a->ks1, (uint16_t *) k16, key.ks0, key.ks1, nk, nh, hd),
+              "attention (cuDNN SDPA): k to bf16", error) &&
+          lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->v, a->vs0,
+                  a->vs1, (uint16_t *) v16, key.vs0, key.vs1, nk, nh, hd),
+              "attention (cuDNN SDPA): v to bf16", error))) &&
+      lb_cudnn_execute (s, &e->plan, 5, uids, ptrs,
+      "attention (cuDNN SDPA): execute", error) &&
+      lb_cuda_check (lb_cuda_launch_bf16_to_f32_3d (st, o16, key.os0,
+          key.os1, a->out, a->os0, a->os1, nq, nh, hd),
+      "attention (cuDNN SDPA): output to f32", error);
+  lb_cuda_scratch_release (s, scr);
+  if (ok)
+    count (&stats_runs);
+  return ok;
+}
+
+G_MODULE_EXPORT void lingbot_backend_cuda_attention_stats (guint64 *
+    cudnn_runs, guint64 * cudnn_declined, guint64 * cudnn_plans,
+    char **last_error);
+
+/**
+ * lingbot_backend_cuda_attention_stats:
+ * @cudnn_runs: (out) (optional): attention calls enqueued through cuDNN
+ *   SDPA since the module was loaded (all devices and streams)
+ * @cudnn_declined: (out) (optional): calls that selected cuDNN and were
+ *   eligible (bf16 math, hd 64/128, no bias or mask) but ran the own kernel:
+ *   no plan for the shape, first seen during graph capture, or the plan
+ *   table full
+ * @cudnn_plans: (out) (optional): SDPA plans built
+ * @last_error: (out) (optional) (transfer full) (nullable): the message of
+ *   the last failed plan build (cuDNN's status), or %NULL; g_free() it
+ *
+ * Counters of the cuDNN SDPA attention path (docs/design/cuda.md "cuDNN
+ * SDPA"), for tests and benchmarks: they tell whether cuDNN really ran.
+ * Resolve with g_module_symbol on the loaded module.
+ */
+void
+lingbot_backend_cuda_attention_stats (guint64 * cudnn_runs,
+    guint64 * cudnn_declined, guint64 * cudnn_plans, char **last_error)
+{
+  g_mutex_lock (&stats_lock);
+  if (cudnn_runs)
+    *cudnn_runs = stats_runs;
+  if (cudnn_declined)
+    *cudnn_declined = stats_declined;
+  if (cudnn_plans)
+    *cudnn_plans = stats_plans;
+  if (last_error)
+    *last_error = g_strdup (stats_error);
+  g_mutex_unlock (&stats_lock);
+}
+
+G_MODULE_EXPORT gboolean lingbot_backend_cuda_sdpa_check (int64_t nq,
+    int64_t nk, int64_t heads, int64_t hd, gboolean kv_window,
+    GError ** error);
+
+/**
+ * lingbot_backend_cuda_sdpa_check:
+ * @nq: queries
+ * @nk: keys
+ * @heads: heads
+ * @hd: head dim (64 or 128)
+ * @kv_window: %TRUE: bf16 k and v read in place from a cache window
+ *   (token stride 2 H hd: the window of a cache of twice the heads, the
+ *   strided case of the bf16 KV cache); %FALSE: the packed bf16 scratch
+ *   operands the op converts f32 inputs into
+ * @error: %LB_ERROR_UNSUPPORTED (no engine of the target takes the graph),
+ *   %LB_ERROR_INVALID_ARGUMENT without a target
+ *
+ * The deviceless check of the SDPA graph of lb_cuda_cudnn_attention():
+ * builds the same graph for this shape and plans it for the GPU set with
+ * lingbot_backend_cuda_cudnn_set_target() (lb_cudnn_plan_build() without
+ * a stream).  For tests on machines without a GPU.
+ *
+ * Returns: %TRUE when an engine takes it.
+ */
+gboolean
+lingbot_backend_cuda_sdpa_check (int64_t nq, int64_t nk, int64_t heads,
+    int64_t hd, gboolean kv_window, GError ** error)
+{
+  SdpaKey key;
+  memset (&key, 0, sizeof key);
+  key.nq = nq;
+  key.nk = nk;
+  key.nh = heads;
+  key.hd = hd;
+  key.qs0 = key.ks0 = key.vs0 = key.os0 = heads * hd;
+  key.qs1 = key.ks1 = key.vs1 = key.os1 = hd;
+  if (kv_window)
+    key.ks0 = key.vs0 = 2 * heads * hd;
+  key.out_dtype = CUDNN_DATA_BFLOAT16;
+  LbCudnnPlan plan = { 0 };
+  gboolean ok = sdpa_plan_build (NULL, &key, &plan, error);
+  lb_cudnn_plan_clear (&plan);
+  return ok;
+}
