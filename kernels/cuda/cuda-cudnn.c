@@ -12,6 +12,61 @@
 #include <stdbool.h>
 #include <string.h>
 
+LbCudnnApi lb_cudnn_api;
+
+static char *cudnn_missing;     /* why loading failed, or NULL */
+
+static gpointer
+load_once (gpointer unused)
+{
+  (void) unused;
+  static const struct
+  {
+    const char *name;
+    gsize offset;
+  } fns[] = {
+#define FN(f) { "cudnn" #f, G_STRUCT_OFFSET (LbCudnnApi, f) }
+    FN (GetVersion), FN (GetErrorString), FN (Create), FN (Destroy),
+    FN (SetStream), FN (BackendCreateDescriptor),
+    FN (BackendDestroyDescriptor), FN (BackendFinalize),
+    FN (BackendSetAttribute), FN (BackendGetAttribute), FN (BackendExecute),
+#undef FN
+  };
+  /* LINGBOT_CUDNN_LIBRARY: another file name or path of the library */
+  const char *env = g_getenv ("LINGBOT_CUDNN_LIBRARY");
+  g_autofree char *soname = env && *env ? g_strdup (env) :
+      g_strdup_printf ("libcudnn.so.%d", CUDNN_MAJOR);
+  GModule *m = g_module_open (soname, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
+  if (m == NULL) {
+    cudnn_missing = g_strdup (g_module_error ());  /* names the file */
+    return NULL;
+  }
+  LbCudnnApi api;
+  for (guint i = 0; i < G_N_ELEMENTS (fns); i++) {
+    gpointer sym = NULL;
+    if (!g_module_symbol (m, fns[i].name, &sym) || sym == NULL) {
+      cudnn_missing = g_strdup_printf ("%s has no %s", soname, fns[i].name);
+      g_module_close (m);
+      return NULL;
+    }
+    G_STRUCT_MEMBER (gpointer, &api, fns[i].offset) = sym;
+  }
+  lb_cudnn_api = api;
+  return m;                     /* stays loaded for the process's life */
+}
+
+gboolean
+lb_cudnn_load (GError ** error)
+{
+  static GOnce once = G_ONCE_INIT;
+  if (g_once (&once, load_once, NULL) != NULL)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+      "cuDNN is not available (%s); the convolutions use im2col and "
+      "attention the own kernels", cudnn_missing);
+  return FALSE;
+}
+
 gboolean
 lb_cuda_cudnn_check (cudnnStatus_t st, const char *what, GError ** error)
 {
@@ -29,7 +84,8 @@ lb_cuda_cudnn_handle (LbStream * s, GError ** error)
   if (cs->dnn)
     return cs->dnn;
   cudnnHandle_t h = NULL;
-  if (!lb_cuda_check (cudaSetDevice (cs->device), "cudaSetDevice", error) ||
+  if (!lb_cudnn_load (error) ||
+      !lb_cuda_check (cudaSetDevice (cs->device), "cudaSetDevice", error) ||
       !lb_cuda_cudnn_check (cudnnCreate (&h), "cudnnCreate", error))
     return NULL;
   if (!lb_cuda_cudnn_check (cudnnSetStream (h, cs->stream), "cudnnSetStream",
@@ -73,7 +129,8 @@ lb_cudnn_new (cudnnBackendDescriptorType_t type, const char *what,
     GError ** error)
 {
   cudnnBackendDescriptor_t d = NULL;
-  if (!lb_cuda_cudnn_check (cudnnBackendCreateDescriptor (type, &d), what,
+  if (!lb_cudnn_load (error) ||
+      !lb_cuda_cudnn_check (cudnnBackendCreateDescriptor (type, &d), what,
           error))
     return NULL;
   return d;

@@ -15,6 +15,40 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+/* cuDNN is loaded at run time, on first use (lb_cudnn_load(),
+ * cuda-cudnn.c), not linked: a machine without it still runs the module,
+ * with the im2col convolutions and the own attention kernels.  Every cuDNN
+ * call of the module goes through this table (the macros below, defined
+ * after cudnn.h declared the functions, so the prototypes are cuDNN's). */
+typedef struct
+{
+  __typeof__ (cudnnGetVersion) *GetVersion;
+  __typeof__ (cudnnGetErrorString) *GetErrorString;
+  __typeof__ (cudnnCreate) *Create;
+  __typeof__ (cudnnDestroy) *Destroy;
+  __typeof__ (cudnnSetStream) *SetStream;
+  __typeof__ (cudnnBackendCreateDescriptor) *BackendCreateDescriptor;
+  __typeof__ (cudnnBackendDestroyDescriptor) *BackendDestroyDescriptor;
+  __typeof__ (cudnnBackendFinalize) *BackendFinalize;
+  __typeof__ (cudnnBackendSetAttribute) *BackendSetAttribute;
+  __typeof__ (cudnnBackendGetAttribute) *BackendGetAttribute;
+  __typeof__ (cudnnBackendExecute) *BackendExecute;
+} LbCudnnApi;
+
+extern LbCudnnApi lb_cudnn_api;
+
+#define cudnnGetVersion lb_cudnn_api.GetVersion
+#define cudnnGetErrorString lb_cudnn_api.GetErrorString
+#define cudnnCreate lb_cudnn_api.Create
+#define cudnnDestroy lb_cudnn_api.Destroy
+#define cudnnSetStream lb_cudnn_api.SetStream
+#define cudnnBackendCreateDescriptor lb_cudnn_api.BackendCreateDescriptor
+#define cudnnBackendDestroyDescriptor lb_cudnn_api.BackendDestroyDescriptor
+#define cudnnBackendFinalize lb_cudnn_api.BackendFinalize
+#define cudnnBackendSetAttribute lb_cudnn_api.BackendSetAttribute
+#define cudnnBackendGetAttribute lb_cudnn_api.BackendGetAttribute
+#define cudnnBackendExecute lb_cudnn_api.BackendExecute
+
 #include "kernels/cuda/cuda-kernels.h"
 
 G_BEGIN_DECLS
@@ -89,6 +123,11 @@ void lb_cuda_gemm_plans_free (LbCudaStream * cs);
 
 /* ---- cuDNN (cuda-cudnn.c) ---- */
 
+/* Loads libcudnn.so.<CUDNN_MAJOR> (or $LINGBOT_CUDNN_LIBRARY) once and
+ * fills lb_cudnn_api; later
+ * calls return the first result.  %LB_ERROR_UNSUPPORTED "cuDNN is not
+ * available: ..." when the library or a function is missing. */
+gboolean lb_cudnn_load (GError ** error);
 /* The stream's cuDNN handle (created on first use, bound to the stream);
  * NULL and %LB_ERROR_DEVICE when cuDNN cannot be initialised. */
 cudnnHandle_t lb_cuda_cudnn_handle (LbStream * s, GError ** error);

@@ -230,6 +230,21 @@ main (int argc, char **argv)
     return 77;
   }
   g_autoptr (GError) err = NULL;
+  if (g_getenv ("LINGBOT_TEST_CUDNN_MISSING")) {
+    /* the module without cuDNN (LINGBOT_CUDNN_LIBRARY points nowhere):
+     * the cuDNN paths report it, nothing crashes */
+    g_assert_false (set_target (h200, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_UNSUPPORTED);
+    g_assert_true (g_str_has_prefix (err->message, "cuDNN is not available ("
+            "/nonexistent/libcudnn.so.9: "));
+    g_assert_true (g_str_has_suffix (err->message, "); the convolutions use "
+            "im2col and attention the own kernels"));
+    g_clear_error (&err);
+    g_assert_false (sdpa_check (64, 64, 1, 64, FALSE, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_UNSUPPORTED);
+    printf ("ok - without cuDNN: %s\n", err->message);
+    return 0;
+  }
   if (!set_target (h200, &err)) {
     printf ("FAIL: cuDNN does not take the H200 description: %s\n",
         err->message);
