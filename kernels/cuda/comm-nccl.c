@@ -14,7 +14,108 @@
 #include "kernels/cuda/comm-nccl.h"
 
 #include <cuda_runtime.h>
+#include <gmodule.h>
 #include <nccl.h>
+
+/* NCCL is loaded at run time (lb_nccl_load()), not linked: without it
+ * groups of CUDA ranks use the local collectives.  Every NCCL call below
+ * goes through this table (the macros, defined after nccl.h declared the
+ * functions, keep NCCL's prototypes). */
+typedef struct
+{
+  __typeof__ (ncclGetErrorString) *GetErrorString;
+  __typeof__ (ncclCommInitAll) *CommInitAll;
+  __typeof__ (ncclCommDestroy) *CommDestroy;
+  __typeof__ (ncclCommAbort) *CommAbort;
+  __typeof__ (ncclCommGetAsyncError) *CommGetAsyncError;
+  __typeof__ (ncclGroupStart) *GroupStart;
+  __typeof__ (ncclGroupEnd) *GroupEnd;
+  __typeof__ (ncclSend) *Send;
+  __typeof__ (ncclRecv) *Recv;
+  __typeof__ (ncclBroadcast) *Broadcast;
+  __typeof__ (ncclAllGather) *AllGather;
+  __typeof__ (ncclAllReduce) *AllReduce;
+  __typeof__ (ncclReduceScatter) *ReduceScatter;
+} NcclApi;
+
+static NcclApi nccl_api;
+static char *nccl_missing;      /* why loading failed, or NULL */
+
+#define ncclGetErrorString nccl_api.GetErrorString
+#define ncclCommInitAll nccl_api.CommInitAll
+#define ncclCommDestroy nccl_api.CommDestroy
+#define ncclCommAbort nccl_api.CommAbort
+#define ncclCommGetAsyncError nccl_api.CommGetAsyncError
+#define ncclGroupStart nccl_api.GroupStart
+#define ncclGroupEnd nccl_api.GroupEnd
+#define ncclSend nccl_api.Send
+#define ncclRecv nccl_api.Recv
+#define ncclBroadcast nccl_api.Broadcast
+#define ncclAllGather nccl_api.AllGather
+#define ncclAllReduce nccl_api.AllReduce
+#define ncclReduceScatter nccl_api.ReduceScatter
+
+static gpointer
+nccl_load_once (gpointer unused)
+{
+  (void) unused;
+  static const struct
+  {
+    const char *name;
+    gsize offset;
+  } fns[] = {
+#define FN(f) { "nccl" #f, G_STRUCT_OFFSET (NcclApi, f) }
+    FN (GetErrorString), FN (CommInitAll), FN (CommDestroy), FN (CommAbort),
+    FN (CommGetAsyncError), FN (GroupStart), FN (GroupEnd), FN (Send),
+    FN (Recv), FN (Broadcast), FN (AllGather), FN (AllReduce),
+    FN (ReduceScatter),
+#undef FN
+  };
+  /* LINGBOT_NCCL_LIBRARY: another file name or path of the library */
+  const char *env = g_getenv ("LINGBOT_NCCL_LIBRARY");
+  g_autofree char *soname = env && *env ? g_strdup (env) :
+      g_strdup_printf ("libnccl.so.%d", NCCL_MAJOR);
+  GModule *m = g_module_open (soname, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
+  if (m == NULL) {
+    nccl_missing = g_strdup (g_module_error ());        /* names the file */
+    return NULL;
+  }
+  NcclApi api;
+  for (guint i = 0; i < G_N_ELEMENTS (fns); i++) {
+    gpointer sym = NULL;
+    if (!g_module_symbol (m, fns[i].name, &sym) || sym == NULL) {
+      nccl_missing = g_strdup_printf ("%s has no %s", soname, fns[i].name);
+      g_module_close (m);
+      return NULL;
+    }
+    G_STRUCT_MEMBER (gpointer, &api, fns[i].offset) = sym;
+  }
+  nccl_api = api;
+  return m;                     /* stays loaded for the process's life */
+}
+
+/**
+ * lb_nccl_load:
+ * @error: %LB_ERROR_UNSUPPORTED "NCCL is not available (...)" when
+ *   libnccl.so.<NCCL_MAJOR> (or $LINGBOT_NCCL_LIBRARY) or one of its
+ *   functions is missing
+ *
+ * Loads NCCL once per process; later calls return the first result.  The
+ * CUDA backend registers lb_nccl_collectives() only when this succeeds.
+ *
+ * Returns: %TRUE when NCCL can be used.
+ */
+gboolean
+lb_nccl_load (GError ** error)
+{
+  static GOnce once = G_ONCE_INIT;
+  if (g_once (&once, nccl_load_once, NULL) != NULL)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+      "NCCL is not available (%s); groups of CUDA ranks use the local "
+      "collectives", nccl_missing);
+  return FALSE;
+}
 
 typedef struct
 {
@@ -474,4 +575,22 @@ const LbCollectivesClass *
 lb_nccl_collectives (void)
 {
   return &nccl_class;
+}
+
+G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError **
+    error);
+
+/**
+ * lingbot_backend_cuda_nccl_available:
+ * @error: as lb_nccl_load()
+ *
+ * Whether the module found NCCL (module export, for tests and tools; needs
+ * no GPU).
+ *
+ * Returns: %TRUE when NCCL is loaded.
+ */
+gboolean
+lingbot_backend_cuda_nccl_available (GError ** error)
+{
+  return lb_nccl_load (error);
 }

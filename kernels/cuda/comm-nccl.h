@@ -7,8 +7,10 @@
 
 G_BEGIN_DECLS
 
-/* The CUDA backend module registers it from its init function:
+/* The CUDA backend module registers it from its init function when
+ * lb_nccl_load() succeeds:
  *   lb_collectives_register (LB_DEVICE_CUDA, lb_nccl_collectives ()); */
 const LbCollectivesClass *lb_nccl_collectives (void);
+gboolean lb_nccl_load (GError ** error);
 
 G_END_DECLS

@@ -435,6 +435,10 @@ lingbot_backend_module_init (GError ** error)
     return NULL;
   }
   cuda_backend.device_count = count;
-  lb_collectives_register (LB_DEVICE_CUDA, lb_nccl_collectives ());
+  g_autoptr (GError) nccl_err = NULL;
+  if (lb_nccl_load (&nccl_err))
+    lb_collectives_register (LB_DEVICE_CUDA, lb_nccl_collectives ());
+  else if (count > 1)
+    g_message ("lingbot: %s", nccl_err->message);
   return &cuda_backend;
 }
