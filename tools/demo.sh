@@ -17,7 +17,9 @@
 # random: the video is noise shaped by the pipeline and steered by the
 # camera, not a world.  With the real checkpoint, pass --model
 # /path/to/lingbot-world-v2-14b-causal-fast (lingbotgen's model-path).
-# Environment: DEVICES (cpu:2), FRAMES (77), WIDTH/HEIGHT (416x240), PROMPT.
+# Environment: DEVICES (cpu:2; GPUs: 0,1,2,3), PRECISION (fp32; GPUs: bf16),
+# FRAMES (77), WIDTH/HEIGHT (416x240; the model's 832x480: WIDTH=832
+# HEIGHT=480), PROMPT, LINGBOT_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --model) model="$2"; shift 2 ;;
     --image) image="$2"; shift 2 ;;
     --trace) trace="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,14 +55,16 @@ image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
 trace=${trace:-examples/data/demo-trace.json}
 
 echo "== lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! x264enc ! mp4mux"
-echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}"
+echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}," \
+  "precision ${PRECISION:-fp32}"
 export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
 t0=$(date +%s.%N)
 gst-launch-1.0 -e -m \
   lingbotcontrolsrc location="$trace" ! \
   lingbotgen model-path="$model" image-location="$image" \
     prompt="${PROMPT:-a green meadow under a wide sky, walking forward}" \
-    devices="${DEVICES:-cpu:2}" frames="${FRAMES:-77}" seed=7 \
+    devices="${DEVICES:-cpu:2}" precision="${PRECISION:-fp32}" \
+    frames="${FRAMES:-77}" seed=7 \
     width="${WIDTH:-416}" height="${HEIGHT:-240}" ! \
   lingbotvaedec ! videoconvert ! \
   x264enc tune=zerolatency speed-preset=ultrafast ! h264parse ! \

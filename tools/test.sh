@@ -15,13 +15,22 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 ninja -C "$BUILD"
 
+# a run that selects no test (a mistyped --suite) leaves no log behind, so
+# it cannot be summarised from an earlier run's results
+rm -f "$BUILD/meson-logs/testlog.json"
 rc=0
 meson test -C "$BUILD" --num-processes "$(nproc)" --print-errorlogs "$@" || rc=$?
 
 python3 - "$BUILD/meson-logs/testlog.json" <<'PY'
 import json, sys
 passed = failed = skipped = 0
-for line in open(sys.argv[1]):
+try:
+    log = open(sys.argv[1])
+except FileNotFoundError:
+    print("0 passed, 0 failed, 0 skipped (no test ran: check the --suite "
+          "or test names; `meson test -C build --list` lists them)")
+    sys.exit(1)
+for line in log:
     line = line.strip()
     if not line:
         continue
