@@ -29,8 +29,8 @@
  * call of that shape take the im2col path, and the refusal is logged once
  * with g_debug.  A bias graph that no engine runs fused is rebuilt
  * without the bias, which is then added by a per-channel kernel.  In the
- * steady state a call creates no descriptor except the variant pack of
- * lb_cudnn_execute().
+ * steady state a call creates no descriptor (lb_cudnn_execute() reuses the
+ * stream's variant pack for pointers it has seen).
  *
  * Precision: an %LB_MATH_FP32 stream only takes engines that compute in
  * f32 (lb_cudnn_plan_build() with allow_reduced %FALSE); an %LB_MATH_BF16

@@ -38,8 +38,8 @@
  * stream's table (LbCudaStream.sdpa_plans), built the first time a shape
  * is seen; a shape no engine takes gets a negative entry and the own
  * kernel (one g_debug).  Steady state: a table lookup, the conversion
- * launches, and lb_cudnn_execute() (its variant pack); nothing else is
- * created.  Capture safe: while the stream is captured into a CUDA graph a
+ * launches, and lb_cudnn_execute() (which reuses the stream's variant
+ * pack for the same pointers); nothing else is created.  Capture safe: while the stream is captured into a CUDA graph a
  * missing plan is not built (the call takes the own kernel, uncached), so
  * plans come from the uncaptured first chunks.  Plans are kept until the
  * stream is freed (a captured graph may use them); past MAX_PLANS shapes
@@ -93,6 +93,8 @@ typedef struct
 {
   SdpaKey key;
   LbCudnnPlan plan;             /* plan.plan NULL: no engine (negative) */
+  float scale;                  /* the by-value scale's storage: stable, so
+                                 * the stream's variant packs can be reused */
 } SdpaEntry;
 
 /* process-wide counters for lingbot_backend_cuda_attention_stats() */
@@ -507,9 +509,9 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
       (const uint16_t *) (scr + 2 * bq);
   const uint16_t *v16 = kv_bf16 ? (const uint16_t *) (const void *) a->v :
       (const uint16_t *) (scr + 2 * bq + bk);
-  float scale = a->scale;
+  e->scale = a->scale;
   const int64_t uids[5] = { UID_Q, UID_K, UID_V, UID_O, UID_SCALE };
-  void *const ptrs[5] = { q16, (void *) k16, (void *) v16, o16, &scale };
+  void *const ptrs[5] = { q16, (void *) k16, (void *) v16, o16, &e->scale };
   cudaSetDevice (s->device);
   cudaStream_t st = cs->stream;
   gboolean ok =

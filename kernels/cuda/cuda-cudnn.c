@@ -106,6 +106,16 @@ lb_cuda_cudnn_free (LbCudaStream * cs)
   if (cs->sdpa_plans)
     g_hash_table_destroy (cs->sdpa_plans);
   cs->sdpa_plans = NULL;
+  if (cs->dnn_packs)
+    g_hash_table_destroy (cs->dnn_packs);
+  cs->dnn_packs = NULL;
+  if (cs->dnn_ws)
+    lb_cuda_pool_free (cs->device, cs->dnn_ws);
+  for (guint i = 0; cs->dnn_ws_old && i < cs->dnn_ws_old->len; i++)
+    lb_cuda_pool_free (cs->device, g_ptr_array_index (cs->dnn_ws_old, i));
+  g_clear_pointer (&cs->dnn_ws_old, g_ptr_array_unref);
+  cs->dnn_ws = NULL;
+  cs->dnn_ws_size = 0;
   if (cs->dnn)
     cudnnDestroy (cs->dnn);
   cs->dnn = NULL;
@@ -332,6 +342,9 @@ out:
   return found;
 }
 
+static gboolean workspace_reserve (LbStream * s, int64_t bytes,
+    GError ** error);
+
 /* the deviceless check's target (lingbot_backend_cuda_cudnn_set_target) */
 static GMutex target_lock;
 static cudnnBackendDescriptor_t target_dprop;
@@ -425,11 +438,76 @@ lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops, int n_ops,
           plan, &last);
   }
   cudnnBackendDestroyDescriptor (graph);
-  if (!found)
+  if (!found) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "%s: no cuDNN engine runs this graph%s (last status: %s)", what,
         allow_reduced ? "" : " in f32", cudnnGetErrorString (last));
-  return found;
+    return FALSE;
+  }
+  if (s != NULL && plan->workspace > 0 &&
+      (!s->backend->stream_synchronize (s, error) ||
+          !workspace_reserve (s, plan->workspace, error))) {
+    lb_cudnn_plan_clear (plan);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* A variant pack's identity: the tensors' uids and pointers (the
+ * workspace is the stream's, the same for every pack of the table). */
+typedef struct
+{
+  int64_t n;
+  int64_t uids[LB_CUDNN_MAX_TENSORS];
+  void *ptrs[LB_CUDNN_MAX_TENSORS];
+} PackKey;
+
+static guint
+pack_hash (gconstpointer p)
+{
+  const guchar *b = p;
+  guint32 h = 2166136261u;
+  for (gsize i = 0; i < sizeof (PackKey); i++)
+    h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+static gboolean
+pack_equal (gconstpointer a, gconstpointer b)
+{
+  return memcmp (a, b, sizeof (PackKey)) == 0;
+}
+
+static void
+pack_free (gpointer p)
+{
+  cudnnBackendDestroyDescriptor (p);
+}
+
+#define MAX_PACKS 4096
+
+/* Makes the stream's workspace at least @bytes (plan building, never
+ * during a capture: the stream is synchronised first). */
+static gboolean
+workspace_reserve (LbStream * s, int64_t bytes, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (bytes <= 0 || (gsize) bytes <= cs->dnn_ws_size)
+    return TRUE;
+  gsize size = MAX ((gsize) bytes, cs->dnn_ws_size * 2);
+  void *ws = lb_cuda_pool_alloc (cs->device, size, error);
+  if (ws == NULL)
+    return FALSE;
+  if (cs->dnn_ws) {
+    if (cs->dnn_ws_old == NULL)
+      cs->dnn_ws_old = g_ptr_array_new ();
+    g_ptr_array_add (cs->dnn_ws_old, cs->dnn_ws);
+  }
+  cs->dnn_ws = ws;
+  cs->dnn_ws_size = size;
+  if (cs->dnn_packs)            /* they name the old workspace */
+    g_hash_table_remove_all (cs->dnn_packs);
+  return TRUE;
 }
 
 gboolean
@@ -437,32 +515,44 @@ lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
     const int64_t * uids, void *const *ptrs, const char *what,
     GError ** error)
 {
+  LbCudaStream *cs = s->priv;
   cudnnHandle_t h = lb_cuda_cudnn_handle (s, error);
-  void *ws = NULL;
-  cudnnBackendDescriptor_t pack;
-  gboolean ok;
   if (h == NULL)
     return FALSE;
-  if (plan->workspace > 0 &&
-      !(ws = lb_cuda_scratch (s, (gsize) plan->workspace, error)))
-    return FALSE;
-  if (!(pack = lb_cudnn_new (CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what,
-              error))) {
-    if (ws)
-      lb_cuda_scratch_release (s, ws);
+  if (n < 1 || n > LB_CUDNN_MAX_TENSORS ||
+      (gsize) MAX (plan->workspace, 0) > cs->dnn_ws_size) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "%s: %d tensors or a %" G_GINT64_FORMAT "-byte workspace, more than "
+        "the stream's", what, n, plan->workspace);
     return FALSE;
   }
-  ok = lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-      CUDNN_TYPE_INT64, n, uids, what, error) &&
-      lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-      CUDNN_TYPE_VOID_PTR, n, ptrs, what, error) &&
-      lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-      CUDNN_TYPE_VOID_PTR, 1, &ws, what, error) &&
-      lb_cudnn_finalize (pack, what, error) &&
-      lb_cuda_cudnn_check (cudnnBackendExecute (h, plan->plan, pack), what,
-      error);
-  cudnnBackendDestroyDescriptor (pack);
-  if (ws)
-    lb_cuda_scratch_release (s, ws);
-  return ok;
+  PackKey key;
+  memset (&key, 0, sizeof key);
+  key.n = n;
+  memcpy (key.uids, uids, (gsize) n * sizeof *uids);
+  memcpy (key.ptrs, ptrs, (gsize) n * sizeof *ptrs);
+  if (cs->dnn_packs == NULL)
+    cs->dnn_packs = g_hash_table_new_full (pack_hash, pack_equal, g_free,
+        pack_free);
+  cudnnBackendDescriptor_t pack = g_hash_table_lookup (cs->dnn_packs, &key);
+  if (pack == NULL) {
+    if (!(pack = lb_cudnn_new (CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what,
+                error)))
+      return FALSE;
+    if (!lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+            CUDNN_TYPE_INT64, n, uids, what, error) ||
+        !lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+            CUDNN_TYPE_VOID_PTR, n, ptrs, what, error) ||
+        !lb_cudnn_set (pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+            CUDNN_TYPE_VOID_PTR, 1, &cs->dnn_ws, what, error) ||
+        !lb_cudnn_finalize (pack, what, error)) {
+      cudnnBackendDestroyDescriptor (pack);
+      return FALSE;
+    }
+    if (g_hash_table_size (cs->dnn_packs) >= MAX_PACKS)
+      g_hash_table_remove_all (cs->dnn_packs);
+    g_hash_table_insert (cs->dnn_packs, g_memdup2 (&key, sizeof key), pack);
+  }
+  return lb_cuda_cudnn_check (cudnnBackendExecute (h, plan->plan, pack),
+      what, error);
 }

@@ -76,6 +76,15 @@ typedef struct
   cudnnHandle_t dnn;
   GHashTable *conv_plans;       /* cuda-cudnn-conv.c */
   GHashTable *sdpa_plans;       /* cuda-cudnn-sdpa.c */
+  /* the workspace every cuDNN plan of the stream shares (grown when a
+   * plan needs more; a replaced one is kept until the stream goes, since
+   * a captured graph may still use it) and the variant packs made so far,
+   * keyed by (uids, pointers): a call with the pointers of an earlier one
+   * creates no descriptor */
+  void *dnn_ws;
+  gsize dnn_ws_size;
+  GPtrArray *dnn_ws_old;
+  GHashTable *dnn_packs;
   /* graph capture (cuda-backend.c): while capturing, op scratch is taken
    * from and released to these lists instead of the pool, so the graph
    * keeps every block its kernels use */
@@ -176,7 +185,9 @@ typedef struct
  * down-convert inputs or use tensor cores on f32 data (TF32) are skipped,
  * so an f32 graph computes in f32.  %LB_ERROR_UNSUPPORTED when no
  * configuration finalizes (the message names the graph via @what and the
- * last status).  With @s %NULL it plans for the target set by
+ * last status).  With a stream, the stream's cuDNN workspace is grown to
+ * the plan's need (synchronising the stream; never call it during a
+ * capture).  With @s %NULL it plans for the target set by
  * lingbot_backend_cuda_cudnn_set_target() instead of a device (the
  * deviceless check): then a configuration that finalizes, or fails only
  * at loading its kernels (no driver), counts as found, and @plan->plan
@@ -185,9 +196,14 @@ gboolean lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops,
     int n_ops, gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
     GError ** error);
 void lb_cudnn_plan_clear (LbCudnnPlan * plan);
-/* Enqueues one execution of @plan on @s: a variant pack of the @n tensor
- * @uids and device (or, for by-value tensors, host) @ptrs, with the
- * workspace taken from op scratch (lb_cuda_scratch()). */
+/* Enqueues one execution of @plan on @s: a variant pack of the @n (at
+ * most LB_CUDNN_MAX_TENSORS) tensor @uids and device (or, for by-value
+ * tensors, host) @ptrs, with the stream's cuDNN workspace (sized when the
+ * plan was built).  Packs are kept per stream by (uids, pointers), so the
+ * steady state creates none; a by-value pointer must therefore point to
+ * storage that lives as long as the stream (its value is read at each
+ * execution). */
+#define LB_CUDNN_MAX_TENSORS 8
 gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
     const int64_t * uids, void *const *ptrs, const char *what,
     GError ** error);
