@@ -121,6 +121,9 @@ if [ $rc -ne 0 ]; then
 fi
 export LINGBOT_BACKEND_PATH=$BUILD/kernels/cuda
 export LINGBOT_SOURCE_ROOT=$PWD OMP_WAIT_POLICY=passive
+# cuDNN explains its own errors (a refused graph, a failed plan) on stderr,
+# which every step below keeps in its log
+export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr
 BENCH=$BUILD/tools/lingbot-bench
 
 # The gpu suite without meson (a carried build has no meson state): each
