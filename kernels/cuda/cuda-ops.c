@@ -143,9 +143,11 @@ attention_gemm_path (LbStream * s, const LbCudaAttnArgs * a, GError ** error)
         return FALSE;
     return TRUE;
   }
-  int64_t qc = CLAMP ((int64_t) (LB_CUDA_SCRATCH_LIMIT / (gsize) a->nk), 1,
-      a->nq);
+  /* bf16 k/v: one head of each widened to f32 first, inside the limit */
   const gsize kvw = a->k16 ? (gsize) (2 * a->nk * a->hd) : 0;
+  const gsize room = LB_CUDA_SCRATCH_LIMIT > kvw ?
+      LB_CUDA_SCRATCH_LIMIT - kvw : 0;
+  int64_t qc = CLAMP ((int64_t) (room / (gsize) a->nk), 1, a->nq);
   float *sc = lb_cuda_scratch (s, ((gsize) qc * a->nk + kvw) * sizeof (float),
       error);
   if (sc == NULL)
