@@ -428,6 +428,25 @@ alloc_slot (LbChannel * ch, Slot * s, GError ** error)
   return TRUE;
 }
 
+/* Device ranks with events: waits until every rank stream of both groups
+ * is idle, so no queued copy or read still touches slot memory about to
+ * be freed or recycled (peer copies run on the producer's stream into
+ * consumer memory; a cancelled consumer's reads have no ack event). */
+static void
+streams_idle (LbChannel * ch)
+{
+  LbWorkerGroup *groups[2] = { ch->producer, ch->consumer };
+  if (!ch->use_events)
+    return;
+  for (int k = 0; k < 2; k++)
+    for (int r = 0; groups[k] && r < lb_worker_group_get_n_ranks (groups[k]);
+        r++) {
+      LbStream *st = lb_worker_group_get_rank (groups[k], r)->stream;
+      if (st)
+        st->backend->stream_synchronize (st, NULL);
+    }
+}
+
 static void
 free_slot (LbChannel * ch, Slot * s)
 {
@@ -571,7 +590,9 @@ lb_channel_new (const LbChannelConfig * config, GError ** error)
  * @channel: (transfer full) (nullable): a channel
  *
  * Frees the slots and drops the group references.  No rank may be inside
- * a call on @channel (cancel it and wait for the jobs first).
+ * a call on @channel (cancel it and wait for the jobs first).  On device
+ * ranks it first waits until the ranks' streams are idle (a peer copy
+ * still queued on a producer's stream may be writing a consumer's slot).
  */
 void
 lb_channel_free (LbChannel * channel)
@@ -582,6 +603,8 @@ lb_channel_free (LbChannel * channel)
   lb_worker_group_remove_abort_notify (ch->producer, ch);
   if (ch->consumer != ch->producer)
     lb_worker_group_remove_abort_notify (ch->consumer, ch);
+  if (ch->slots)
+    streams_idle (ch);
   for (int i = 0; ch->slots && i < ch->n_slots; i++)
     free_slot (ch, &ch->slots[i]);
   g_free (ch->slots);
@@ -861,6 +884,10 @@ lb_channel_send (LbChannel * channel, LbRank * rank, const LbTensor * shard,
   } else if (lb_tensor_is_contiguous (shard)) {
     ok = leg_copy (channel, rank->stream, dst.data, 0, shard->data, 0,
         lb_tensor_nbytes (&dst), 1, dst.device, shard->device, error);
+    /* a host shard (page-locked memory is read by the DMA, later) may be
+     * refilled by the caller as soon as this returns */
+    if (ok && channel->use_events && shard->device.type == LB_DEVICE_CPU)
+      ok = rank->stream->backend->stream_synchronize (rank->stream, error);
   } else if (dst.device.type == LB_DEVICE_CPU) {
     ok = lb_tensor_copy_into (&dst, shard, error);
   } else {
@@ -1063,13 +1090,16 @@ lb_channel_cancel (LbChannel * channel)
  *
  * Clears the cancelled state: the next message is message 0 of an empty
  * pool.  Call it from the orchestrating thread once no rank is inside a
- * call on @channel (after waiting for the jobs that used it).
+ * call on @channel (after waiting for the jobs that used it).  On device
+ * ranks it first waits until the ranks' streams are idle, so no queued
+ * work of a dropped message still touches the slots.
  *
  * Returns: %TRUE.
  */
 gboolean
 lb_channel_reset (LbChannel * channel, GError ** error)
 {
+  streams_idle (channel);
   g_mutex_lock (&channel->lock);
   channel->cancelled = FALSE;
   slots_recycle_locked (channel);

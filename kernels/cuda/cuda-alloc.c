@@ -14,8 +14,13 @@
  * after the work that used it.  With several streams, a free records an
  * event on every stream of the device and the block is reused only when
  * they have all completed; meanwhile a request of that class allocates a
- * new block.  Registering a second stream synchronises the device once, so
- * blocks freed without events are idle by then.
+ * new block.  Op scratch knows its stream (lb_cuda_scratch()): a block
+ * released by stream S skips S's own event when S asks for it again (its
+ * later work is ordered after the release anyway), so a rank with a second
+ * stream (communication overlap) still reuses its scratch at once instead
+ * of allocating while the host runs ahead of the device.  Registering a
+ * second stream synchronises the device once, so blocks freed without
+ * events are idle by then.
  *
  * lb_cuda_pool_trim() gives every cached block back to the driver (after
  * its events); an allocation that fails trims its device and retries.
@@ -31,6 +36,8 @@ typedef struct
   gsize size;                   /* rounded */
   int cls;
   GPtrArray *events;            /* cudaEvent_t pending, or NULL */
+  cudaStream_t owner;           /* the stream that released it, or NULL */
+  int owner_ev;                 /* index of owner's event in events, or -1 */
 } Block;
 
 typedef struct
@@ -105,14 +112,18 @@ dev_leave (DevGuard g)
     cudaSetDevice (g.prev);
 }
 
+/* Whether @b may be used by work on @stream (NULL: any stream). */
 static gboolean
-block_ready (Block * b)
+block_ready (Block * b, cudaStream_t stream)
 {
   if (b->events == NULL)
     return TRUE;
-  for (guint i = 0; i < b->events->len; i++)
+  for (guint i = 0; i < b->events->len; i++) {
+    if (stream != NULL && stream == b->owner && (int) i == b->owner_ev)
+      continue;                 /* ordered on the stream that released it */
     if (cudaEventQuery (g_ptr_array_index (b->events, i)) == cudaErrorNotReady)
       return FALSE;
+  }
   return TRUE;
 }
 
@@ -129,6 +140,8 @@ block_drop_events (Pool * p, Block * b, gboolean wait)
   }
   g_ptr_array_free (b->events, TRUE);
   b->events = NULL;
+  b->owner = NULL;
+  b->owner_ev = -1;
 }
 
 /* Lock held. */
@@ -149,6 +162,10 @@ trim_locked (Pool * p)
   return freed;
 }
 
+static void *pool_alloc (int device, gsize nbytes, cudaStream_t stream,
+    GError ** error);
+static void pool_free (int device, void *ptr, cudaStream_t stream);
+
 /**
  * lb_cuda_pool_alloc:
  * @device: CUDA ordinal
@@ -156,10 +173,32 @@ trim_locked (Pool * p)
  * @error: %LB_ERROR_DEVICE when the device is out of memory even after
  *   trimming the cache
  *
- * Returns: (nullable): device memory, 256-byte aligned.
+ * Returns: (nullable): device memory, 256-byte aligned, idle on every
+ * stream of @device.
  */
 void *
 lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
+{
+  return pool_alloc (device, nbytes, NULL, error);
+}
+
+/**
+ * lb_cuda_pool_free:
+ * @device: the device @ptr was allocated on
+ * @ptr: (nullable): from lb_cuda_pool_alloc()
+ *
+ * Returns the block to the cache (see the file comment for when it is
+ * reused).  A pointer the pool does not know is given to cudaFree.
+ */
+void
+lb_cuda_pool_free (int device, void *ptr)
+{
+  pool_free (device, ptr, NULL);
+}
+
+/* A block for work on @stream (NULL: for any stream). */
+static void *
+pool_alloc (int device, gsize nbytes, cudaStream_t stream, GError ** error)
 {
   Pool *p = pool_get (device);
   if (p == NULL) {
@@ -179,7 +218,7 @@ lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
   Block *b = NULL;
   for (GList * l = p->free_lists[cls].head; l != NULL; l = l->next) {
     Block *cand = l->data;
-    if (block_ready (cand)) {
+    if (block_ready (cand, stream)) {
       g_queue_delete_link (&p->free_lists[cls], l);
       b = cand;
       block_drop_events (p, b, FALSE);
@@ -207,6 +246,7 @@ lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
     b->ptr = ptr;
     b->size = size;
     b->cls = cls;
+    b->owner_ev = -1;
   }
   g_hash_table_insert (p->live, b->ptr, b);
   p->in_use += b->size;
@@ -215,16 +255,9 @@ lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
   return b->ptr;
 }
 
-/**
- * lb_cuda_pool_free:
- * @device: the device @ptr was allocated on
- * @ptr: (nullable): from lb_cuda_pool_alloc()
- *
- * Returns the block to the cache (see the file comment for when it is
- * reused).  A pointer the pool does not know is given to cudaFree.
- */
-void
-lb_cuda_pool_free (int device, void *ptr)
+/* Caches @ptr; @stream: the stream whose work used it last, if known. */
+static void
+pool_free (int device, void *ptr, cudaStream_t stream)
 {
   if (ptr == NULL)
     return;
@@ -255,13 +288,17 @@ lb_cuda_pool_free (int device, void *ptr)
       else if (cudaEventCreateWithFlags (&ev, cudaEventDisableTiming) !=
           cudaSuccess)
         ev = NULL;
-      if (ev == NULL || cudaEventRecord (ev,
-              g_ptr_array_index (p->streams, i)) != cudaSuccess) {
+      cudaStream_t si = g_ptr_array_index (p->streams, i);
+      if (ev == NULL || cudaEventRecord (ev, si) != cudaSuccess) {
         /* cannot fence: wait for the device instead */
         if (ev)
           g_ptr_array_add (p->event_pool, ev);
         cudaDeviceSynchronize ();
         continue;
+      }
+      if (si == stream) {
+        b->owner = stream;
+        b->owner_ev = (int) b->events->len;
       }
       g_ptr_array_add (b->events, ev);
     }
@@ -369,7 +406,7 @@ lb_cuda_scratch (LbStream * s, gsize nbytes, GError ** error)
 {
   LbCudaStream *cs = s->priv;
   if (!cs->capturing)
-    return lb_cuda_pool_alloc (s->device, nbytes, error);
+    return pool_alloc (s->device, nbytes, cs->stream, error);
   for (guint i = 0; i < cs->capture_free->len; i++) {
     LbCudaScratchBlock *b = g_ptr_array_index (cs->capture_free, i);
     if (b->size >= nbytes) {
@@ -410,5 +447,5 @@ lb_cuda_scratch_release (LbStream * s, void *ptr)
       }
     }
   }
-  lb_cuda_pool_free (s->device, ptr);
+  pool_free (s->device, ptr, cs->stream);
 }
