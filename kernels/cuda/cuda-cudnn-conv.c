@@ -298,8 +298,10 @@ plan_for (LbStream * s, const ConvKey * key)
   ConvPlan *plan = g_hash_table_lookup (cs->conv_plans, key);
   if (plan || cs->capturing)
     return plan;
+  /* plans are never evicted: a CUDA graph captured earlier may still
+   * launch the kernels a plan owns; past the cap new shapes use im2col */
   if (g_hash_table_size (cs->conv_plans) >= MAX_PLANS)
-    g_hash_table_remove_all (cs->conv_plans);
+    return NULL;
   plan = g_new0 (ConvPlan, 1);
   plan->key = *key;
   g_autoptr (GError) err = NULL;
@@ -312,6 +314,13 @@ plan_for (LbStream * s, const ConvKey * key)
     }
   }
   plan->usable = plan->fused || build_plan (s, key, FALSE, &plan->plan, &err);
+  if (plan->usable && !lb_cudnn_reserve (s, &plan->plan, &err)) {
+    /* no memory for its workspace now: im2col this time, retried later */
+    g_debug ("cuDNN conv: no workspace (%s), im2col for now",
+        err ? err->message : "capture");
+    plan_free (plan);
+    return NULL;
+  }
   if (plan->usable)
     count (&n_plans);
   else
@@ -484,8 +493,18 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
   if (ok) {
     const int64_t uids[4] = { UID_X, UID_W, UID_Y, UID_B };
     void *const ptrs[4] = { (void *) xin, (void *) w, y, (void *) bias };
-    ok = lb_cudnn_execute (s, &plan->plan, plan->fused ? 4 : 3, uids, ptrs,
-        what, error);
+    g_autoptr (GError) err = NULL;
+    if (!lb_cudnn_execute (s, &plan->plan, plan->fused ? 4 : 3, uids, ptrs,
+            what, &err)) {
+      /* an engine that finalized but does not execute: this shape takes
+       * im2col from now on (the plan stays: graphs may hold it) */
+      plan->usable = FALSE;
+      refuse (&key, err);
+      if (cat)
+        lb_cuda_scratch_release (s, cat);
+      count (&n_im2col);
+      return TRUE;
+    }
   }
   if (ok && bias && !plan->fused) {
     const int64_t plane = key.out[0] * g->ho * g->wo;

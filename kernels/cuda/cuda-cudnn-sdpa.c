@@ -95,6 +95,7 @@ typedef struct
   LbCudnnPlan plan;             /* plan.plan NULL: no engine (negative) */
   float scale;                  /* the by-value scale's storage: stable, so
                                  * the stream's variant packs can be reused */
+  gboolean broken;              /* execution failed once: own kernel */
 } SdpaEntry;
 
 /* process-wide counters for lingbot_backend_cuda_attention_stats() */
@@ -404,6 +405,13 @@ entry_get (LbStream * s, const SdpaKey * key)
   e->key = *key;
   g_autoptr (GError) err = NULL;
   if (sdpa_plan_build (s, key, &e->plan, &err)) {
+    if (!lb_cudnn_reserve (s, &e->plan, &err)) {
+      /* no memory for its workspace now: the own kernel, retried later */
+      g_debug ("attention: no cuDNN workspace (%s), own kernel for now",
+          err ? err->message : "capture");
+      entry_free (e);
+      return NULL;
+    }
     count (&stats_plans);
   } else {
     lb_cudnn_plan_clear (&e->plan);
@@ -492,23 +500,25 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
   }
   key.out_dtype = CUDNN_DATA_BFLOAT16;
   SdpaEntry *e = entry_get (s, &key);
-  if (e == NULL || e->plan.plan == NULL) {
+  if (e == NULL || e->plan.plan == NULL || e->broken) {
     count (&stats_declined);
     return TRUE;
   }
 
-  *ran = TRUE;
   const gsize bq = bf16_block (nq * nh * hd);
   const gsize bk = kv_bf16 ? 0 : bf16_block (nk * nh * hd);
   guchar *scr = lb_cuda_scratch (s, 2 * bq + 2 * bk, error);
   if (scr == NULL)
     return FALSE;
+  *ran = TRUE;
   uint16_t *q16 = (uint16_t *) scr;
   uint16_t *o16 = (uint16_t *) (scr + bq);
   const uint16_t *k16 = kv_bf16 ? (const uint16_t *) (const void *) a->k :
       (const uint16_t *) (scr + 2 * bq);
   const uint16_t *v16 = kv_bf16 ? (const uint16_t *) (const void *) a->v :
       (const uint16_t *) (scr + 2 * bq + bk);
+  g_autoptr (GError) exec_err = NULL;
+  gboolean cudnn_ran = FALSE;
   e->scale = a->scale;
   const int64_t uids[5] = { UID_Q, UID_K, UID_V, UID_O, UID_SCALE };
   void *const ptrs[5] = { q16, (void *) k16, (void *) v16, o16, &e->scale };
@@ -525,13 +535,28 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
           lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->v, a->vs0,
                   a->vs1, (uint16_t *) v16, key.vs0, key.vs1, nk, nh, hd),
               "attention (cuDNN SDPA): v to bf16", error))) &&
-      lb_cudnn_execute (s, &e->plan, 5, uids, ptrs,
-      "attention (cuDNN SDPA): execute", error) &&
+      (cudnn_ran = lb_cudnn_execute (s, &e->plan, 5, uids, ptrs,
+              "attention (cuDNN SDPA): execute", &exec_err)) &&
       lb_cuda_check (lb_cuda_launch_bf16_to_f32_3d (st, o16, key.os0,
           key.os1, a->out, a->os0, a->os1, nq, nh, hd),
       "attention (cuDNN SDPA): output to f32", error);
   lb_cuda_scratch_release (s, scr);
-  if (ok)
+  if (exec_err != NULL) {
+    /* an engine that finalized but does not execute: the own kernel runs
+     * this call and every later one of the shape (the plan stays: graphs
+     * may hold it) */
+    e->broken = TRUE;
+    g_debug ("attention: cuDNN SDPA failed (%s), using the own kernel",
+        exec_err->message);
+    g_mutex_lock (&stats_lock);
+    g_free (stats_error);
+    stats_error = g_strdup (exec_err->message);
+    g_mutex_unlock (&stats_lock);
+    count (&stats_declined);
+    *ran = FALSE;
+    return TRUE;
+  }
+  if (ok && cudnn_ran)
     count (&stats_runs);
   return ok;
 }

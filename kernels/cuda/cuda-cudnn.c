@@ -342,9 +342,6 @@ out:
   return found;
 }
 
-static gboolean workspace_reserve (LbStream * s, int64_t bytes,
-    GError ** error);
-
 /* the deviceless check's target (lingbot_backend_cuda_cudnn_set_target) */
 static GMutex target_lock;
 static cudnnBackendDescriptor_t target_dprop;
@@ -444,12 +441,6 @@ lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops, int n_ops,
         allow_reduced ? "" : " in f32", cudnnGetErrorString (last));
     return FALSE;
   }
-  if (s != NULL && plan->workspace > 0 &&
-      (!s->backend->stream_synchronize (s, error) ||
-          !workspace_reserve (s, plan->workspace, error))) {
-    lb_cudnn_plan_clear (plan);
-    return FALSE;
-  }
   return TRUE;
 }
 
@@ -486,14 +477,15 @@ pack_free (gpointer p)
 
 #define MAX_PACKS 4096
 
-/* Makes the stream's workspace at least @bytes (plan building, never
- * during a capture: the stream is synchronised first). */
-static gboolean
-workspace_reserve (LbStream * s, int64_t bytes, GError ** error)
+gboolean
+lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan, GError ** error)
 {
   LbCudaStream *cs = s->priv;
+  const int64_t bytes = plan->workspace;
   if (bytes <= 0 || (gsize) bytes <= cs->dnn_ws_size)
     return TRUE;
+  if (cs->capturing || !s->backend->stream_synchronize (s, error))
+    return FALSE;
   gsize size = MAX ((gsize) bytes, cs->dnn_ws_size * 2);
   void *ws = lb_cuda_pool_alloc (cs->device, size, error);
   if (ws == NULL)

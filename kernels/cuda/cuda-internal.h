@@ -185,9 +185,7 @@ typedef struct
  * down-convert inputs or use tensor cores on f32 data (TF32) are skipped,
  * so an f32 graph computes in f32.  %LB_ERROR_UNSUPPORTED when no
  * configuration finalizes (the message names the graph via @what and the
- * last status).  With a stream, the stream's cuDNN workspace is grown to
- * the plan's need (synchronising the stream; never call it during a
- * capture).  With @s %NULL it plans for the target set by
+ * last status).  With @s %NULL it plans for the target set by
  * lingbot_backend_cuda_cudnn_set_target() instead of a device (the
  * deviceless check): then a configuration that finalizes, or fails only
  * at loading its kernels (no driver), counts as found, and @plan->plan
@@ -196,6 +194,13 @@ gboolean lb_cudnn_plan_build (LbStream * s, cudnnBackendDescriptor_t * ops,
     int n_ops, gboolean allow_reduced, LbCudnnPlan * plan, const char *what,
     GError ** error);
 void lb_cudnn_plan_clear (LbCudnnPlan * plan);
+/* Grows @s's cuDNN workspace to @plan's need (synchronising the stream
+ * first, since a smaller one may be in use; %FALSE without an error
+ * during a capture, a device error when memory is short).  Call it after
+ * building a plan, before its first lb_cudnn_execute(); a failure is
+ * transient (the plan is fine, the memory was not there). */
+gboolean lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan,
+    GError ** error);
 /* Enqueues one execution of @plan on @s: a variant pack of the @n (at
  * most LB_CUDNN_MAX_TENSORS) tensor @uids and device (or, for by-value
  * tensors, host) @ptrs, with the stream's cuDNN workspace (sized when the
