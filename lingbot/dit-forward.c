@@ -587,7 +587,8 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
     &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
     &rs->rope_sin_c, &rs->send, &rs->q_r, &rs->k_r,
-    &rs->v_r, &rs->o_r, &rs->recv, &rs->z_rm, &rs->z_full, &rs->ones,
+    &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16, &rs->recv16,
+    &rs->z_rm, &rs->z_full, &rs->ones,
     &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
   };
   for (guint i = 0; i < G_N_ELEMENTS (one); i++)
@@ -964,10 +965,10 @@ cache_slots (LingbotDitRank * rs, const LbTensor * cache, LbTensor * rows)
 
 /* Received keys/values of every rank's band (rank-major) into the cache in
  * frame-major order, so the sink and eviction see whole frames: per source
- * rank one strided copy of F runs of band * hl * hd elements.  The
- * exchange moves f32; a bf16 cache gets them through the copy op, which
- * rounds (lb_f32_to_bf16(), as rms_norm_rope does on one rank, so 1 and
- * R ranks store the same bits). */
+ * rank one strided copy of F runs of band * hl * hd elements.  With a
+ * bf16 cache the exchange already moved bf16 (rounded by the packing copy
+ * with lb_f32_to_bf16(), as rms_norm_rope rounds on one rank, so 1 and R
+ * ranks store the same bits) and the copy op moves them as they are. */
 static gboolean
 cache_write_sharded (LingbotDitRank * rs, int layer, GError ** error)
 {

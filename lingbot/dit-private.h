@@ -118,6 +118,11 @@ typedef struct {
   LbTensor *send;               /* [n_local * D] */
   LbTensor *q_r, *k_r, *v_r, *o_r;      /* [n_tokens, heads_local, hd] */
   LbTensor *recv;               /* [n_ranks * n_local * hl * hd] */
+  /* bf16 exchanges (a bf16 KV cache, lingbot_dit_ulysses_alloc()): k and
+   * v are sent as bf16 (send_kv [2, n_local * D], k_r / v_r bf16), and
+   * the attention output too (o16 [n_tokens, hl, hd] and recv16
+   * [n_ranks * n_local * hl * hd]); NULL when the exchanges are f32 */
+  LbTensor *send_kv, *o16, *recv16;
   LbTensor *z_rm;               /* [n_tokens, out_dim * 4] rank-major */
   LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
   gsize *cnt_a, *dsp_a, *cnt_b, *dsp_b;

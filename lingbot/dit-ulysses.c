@@ -14,6 +14,13 @@
  * before it.  Cross-attention, FFN and the camera injection are local.  The
  * head output is all-gathered so every rank holds the whole prediction and
  * runs the (tiny, elementwise) sampler step itself, bit-identically.
+ *
+ * Exchange dtypes: f32, except on ranks with a bf16 KV cache (device ranks
+ * in LB_MATH_BF16), where k, v and the attention output travel as bf16:
+ * the cache would round k and v to bf16 after the exchange, and the output
+ * projection's bf16-weight GEMM rounds its input to bf16 (kernels/ops.h
+ * @gemm), so rounding before the exchange gives the same bits with 10
+ * bytes per element of the four exchanges instead of 16 (q stays f32).
  */
 #include "lingbot/dit-private.h"
 #include "comm/collectives.h"
@@ -39,17 +46,30 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
   const int64_t hl = sh->heads_local, hd = rs->head_dim;
   const int64_t zf = (int64_t) rs->cfg->out_dim * 4;
   int64_t s3[3] = { N, hl, hd };
+  const int64_t block = MAX (n, 1) * hl * hd * R;
+  int64_t s2[2] = { 2, block }, s1[1] = { block };
+  /* With a bf16 KV cache (device ranks in LB_MATH_BF16) k, v and the
+   * attention output travel as bf16: the cache stores k and v rounded
+   * anyway (the same rounding, before instead of after the exchange), and
+   * the output projection's bf16 GEMM rounds its input to bf16 (kernels/
+   * ops.h @gemm), so the result is the same bits with 10 of the 16 bytes
+   * per element exchanged (q stays f32: the attention op reads f32 q). */
+  const LbDType xd = rs->kv_dtype;
 
-  if (!(rs->send = lingbot_dit_tensor_new (rs->s, 3, MAX (n, 1) * hl * hd * R,
-              error)) ||
-      !(rs->recv = lingbot_dit_tensor_new (rs->s, 1, MAX (n, 1) * hl * hd * R,
-              error)) ||
+  if (!(rs->send = lingbot_dit_tensor_new (rs->s, xd == LB_DTYPE_F32 ? 3 : 1,
+              block, error)) ||
+      !(rs->recv = lingbot_dit_tensor_new (rs->s, 1, block, error)) ||
       !(rs->q_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
-      !(rs->k_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
-      !(rs->v_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
+      !(rs->k_r = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
+      !(rs->v_r = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
       !(rs->o_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
       !(rs->z_rm = lingbot_dit_tensor_new (rs->s, N, zf, error)) ||
       !(rs->z_full = lingbot_dit_tensor_new (rs->s, N, zf, error)))
+    return FALSE;
+  if (xd != LB_DTYPE_F32 &&
+      (!(rs->send_kv = lb_tensor_new_on (rs->s, xd, 2, s2, error)) ||
+          !(rs->o16 = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
+          !(rs->recv16 = lb_tensor_new_on (rs->s, xd, 1, s1, error))))
     return FALSE;
 
   rs->cnt_a = g_new0 (gsize, R);
@@ -177,6 +197,18 @@ static gboolean
 move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
+  if (dst->dtype != src->dtype) {
+    /* a bf16 exchange: the copy op converts (rounds to bf16 or widens
+     * exactly), one strided op per block */
+    for (int64_t d = 0; dst->shape[1] > 0 && d < dst->shape[0]; d++) {
+      LbTensor db, sb;
+      lb_tensor_view_select (&db, dst, 0, d);
+      lb_tensor_view_select (&sb, src, 0, d);
+      if (!lb_ops (rs->s)->copy (rs->s, &sb, &db, error))
+        return FALSE;
+    }
+    return TRUE;
+  }
   if (rs->ones == NULL)
     return lingbot_dit_copy_rows (rs->s, dst, src, error);
   if (dst->shape[1] == 0)
@@ -208,7 +240,10 @@ pack (LingbotDitRank * rs, int which, LbTensor * send, GError ** error)
   const int64_t piece = sh->heads_local * rs->head_dim;
   const LbTensor *src[3] = { rs->q, rs->k, rs->v };
   LbTensor row, from;
-  lb_tensor_view_select (&row, rs->send, 0, which);
+  if (which > 0 && rs->send_kv != NULL)
+    lb_tensor_view_select (&row, rs->send_kv, 0, which - 1);
+  else
+    lb_tensor_view_select (&row, rs->send, 0, which);
   if (!rank_blocks (send, &row, sh->n_ranks, sh->n_local, piece))
     return FALSE;
   heads_by_rank (&from, src[which], sh->n_ranks, piece);
@@ -238,7 +273,7 @@ lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
   if (!lb_comm_group_start (rs->rank, error))
     return FALSE;
   for (int i = 0; i < 3; i++) {
-    if (!lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, send[i].data,
+    if (!lb_comm_all_to_all_v (rs->rank, dst[i]->dtype, send[i].data,
             rs->cnt_a, rs->dsp_a, dst[i]->data, rs->cnt_b, rs->dsp_b, error))
       return FALSE;
   }
@@ -272,7 +307,7 @@ lingbot_dit_ulysses_send (LingbotDitRank * rs, int which, GError ** error)
       !be->stream_wait_event (rs->comm_s, rs->ev_packed[which], error))
     return FALSE;
   rs->rank->comm_stream = rs->comm_s;
-  gboolean ok = lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, send.data,
+  gboolean ok = lb_comm_all_to_all_v (rs->rank, dst[which]->dtype, send.data,
       rs->cnt_a, rs->dsp_a, dst[which]->data, rs->cnt_b, rs->dsp_b, error);
   rs->rank->comm_stream = NULL;
   return ok;
@@ -345,11 +380,15 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
   const LingbotDitShard *sh = &rs->sh;
   const int R = sh->n_ranks;
   const int64_t piece = sh->heads_local * rs->head_dim;
-  if (!lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32, rs->o_r->data,
-          rs->cnt_b, rs->dsp_b, rs->recv->data, rs->cnt_a, rs->dsp_a, error))
+  /* bf16 exchange: round the output first (rs->o16) */
+  const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
+  const LbTensor *in = rs->recv16 ? rs->recv16 : rs->recv;
+  if ((rs->o16 && !lb_ops (rs->s)->copy (rs->s, rs->o_r, rs->o16, error)) ||
+      !lb_comm_all_to_all_v (rs->rank, out->dtype, out->data, rs->cnt_b,
+          rs->dsp_b, in->data, rs->cnt_a, rs->dsp_a, error))
     return FALSE;
   LbTensor from, to;
-  if (!rank_blocks (&from, rs->recv, R, sh->n_local, piece))
+  if (!rank_blocks (&from, in, R, sh->n_local, piece))
     return FALSE;
   heads_by_rank (&to, rs->o, R, piece);
   return move_blocks (rs, &to, &from, error);
@@ -371,7 +410,9 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
  * [G][N, hg, hd], so that each destination's rows of it are contiguous;
  * an event recorded after it lets the communication stream send that slab
  * (an all-to-all of 1/G of the full volume, into the group's slab of
- * rs->recv, [G][R, n, hg * hd]) while the compute stream goes on with
+ * rs->recv, [G][R, n, hg * hd]; for bf16 exchanges each slab is first
+ * rounded into rs->o16 and received into rs->recv16) while the compute
+ * stream goes on with
  * group g + 1.  After the last group the compute stream waits for the
  * exchanges and moves every group's heads into rs->o [n_local, D] (head
  * h = d * hl + g * hg + j of destination rank d).  Attention is per head,
@@ -391,7 +432,11 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
   const int64_t N = sh->n_tokens, n = sh->n_local, hd = rs->head_dim;
   const int64_t hl = sh->heads_local, hg = hl / G;
   const int64_t slab = N * hg * hd, rslab = (int64_t) R * n * hg * hd;
-  const gsize esz = sizeof (float);
+  /* bf16 exchange: each group's slab is rounded into rs->o16 and
+   * received into rs->recv16 (ulysses_out()) */
+  const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
+  const LbTensor *in = rs->recv16 ? rs->recv16 : rs->recv;
+  const gsize esz = lb_dtype_size (out->dtype);
   int64_t oshape[3] = { N, hg, hd };
 
   for (int g = 0; g < G; g++) {
@@ -405,15 +450,23 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
           "DiT Ulysses: cannot view head group %d of %d", g, G);
       return FALSE;
     }
+    LbTensor og16;
+    if (rs->o16 && (!lingbot_dit_flat_view (&og16, rs->o16, g * slab, slab) ||
+            !lb_tensor_view_reshape (&og16, &og16, 3, oshape))) {
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "DiT Ulysses: cannot view head group %d of %d", g, G);
+      return FALSE;
+    }
     if (!lb_ops (rs->s)->attention (rs->s, &qg, &kg, &vg, NULL, NULL, scale,
             &og, error) ||
+        (rs->o16 && !lb_ops (rs->s)->copy (rs->s, &og, &og16, error)) ||
         !be->event_record (rs->s, rs->ev_out[g], error) ||
         !be->stream_wait_event (rs->comm_s, rs->ev_out[g], error))
       return FALSE;
     rs->rank->comm_stream = rs->comm_s;
-    gboolean ok = lb_comm_all_to_all_v (rs->rank, LB_DTYPE_F32,
-        (char *) rs->o_r->data + (gsize) (g * slab) * esz, rs->cnt_g,
-        rs->cnt_g + R, (char *) rs->recv->data + (gsize) (g * rslab) * esz,
+    gboolean ok = lb_comm_all_to_all_v (rs->rank, out->dtype,
+        (char *) out->data + (gsize) (g * slab) * esz, rs->cnt_g,
+        rs->cnt_g + R, (char *) in->data + (gsize) (g * rslab) * esz,
         rs->cnt_g + 2 * R, rs->cnt_g + 3 * R, error);
     rs->rank->comm_stream = NULL;
     if (!ok)
@@ -434,7 +487,7 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
     LbTensor from, sel, to, rbuf;
     lb_tensor_view_select (&sel, &o4, 2, g);
     lb_tensor_view_permute (&to, &sel, perm);
-    if (!lingbot_dit_flat_view (&rbuf, rs->recv, g * rslab, rslab) ||
+    if (!lingbot_dit_flat_view (&rbuf, in, g * rslab, rslab) ||
         !rank_blocks (&from, &rbuf, R, n, hg * hd) ||
         !move_blocks (rs, &to, &from, error))
       return FALSE;

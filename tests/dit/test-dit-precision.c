@@ -459,10 +459,23 @@ test_stream (void)
     record_clear (&r32);
     lb_worker_group_unref (group);
   }
-  /* (c) the sharding does not change the bf16 math */
+  /* (c) the sharding does not change the bf16 math: k, v and the
+   * attention output cross the ranks as bf16 (the cache and the output
+   * projection round them anyway), also overlapped and in head groups */
   g_assert_true (record_equal (&r16[0], &r16[1]));
   g_print ("# dit bf16: 1 and 2 ranks bit-identical over %u floats\n",
       r16[0].data->len);
+  g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", "2", TRUE);
+  LbWorkerGroup *g2 = group_new (fakedev_backend (), 2);
+  Record r_over = run_stream (g2, LB_MATH_BF16, &g_again);
+  g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+  g_assert_true (record_equal (&r16[0], &r_over));
+  g_print ("# dit bf16, 2 ranks, overlapped bf16 exchanges in 2 head groups: "
+      "bit-identical to 1 rank\n");
+  record_clear (&r_over);
+  lb_worker_group_unref (g2);
 
   /* (d) */
   const FakeDevStats st = fakedev_stats ();
