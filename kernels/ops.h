@@ -76,7 +76,12 @@ typedef struct _LbStream LbStream;
  *   Any other dtype of k, or a v of another dtype than k, is an
  *   %LB_ERROR_SHAPE error ("attention: k is f16 [6, 2, 8], expected f32 or
  *   bf16 [*, 2, 8]", "attention: v is f32 [6, 2, 8], expected bf16
- *   [6, 2, 8] (the dtype of k)").
+ *   [6, 2, 8] (the dtype of k)").  On an %LB_MATH_BF16 stream with hd 64
+ *   or 128 (the tensor-core path of the served precision, spec 1.11: "Q,
+ *   K, V ... are bf16"), q is rounded to bf16 (lb_f32_to_bf16()) on every
+ *   backend before the products, so a q that is already bf16-valued gives
+ *   the same result; the rest of the op's precision in that mode is the
+ *   backend's (tolerance, docs/design/cuda.md "Precision").
  * @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  * @silu: `x * sigmoid(x)`, in place ok.
  * @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).

@@ -588,6 +588,7 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
     &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
     &rs->rope_sin_c, &rs->send, &rs->q_r, &rs->k_r,
     &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16, &rs->recv16,
+    &rs->q16,
     &rs->z_rm, &rs->z_full, &rs->ones,
     &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
   };
@@ -1119,7 +1120,8 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
         error);
   }
   if ((!rs->overlap && !lingbot_dit_ulysses_qkv (rs, error)) ||
-      !cache_write_sharded (rs, layer, error))
+      !cache_write_sharded (rs, layer, error) ||
+      (rs->q16 && !OPS->copy (rs->s, rs->q16, rs->q_r, error)))
     return FALSE;
   cache_window (rs, layer, &kw, &vw);
   if (rs->overlap && rs->out_groups > 1)

@@ -123,6 +123,11 @@ typedef struct {
    * the attention output too (o16 [n_tokens, hl, hd] and recv16
    * [n_ranks * n_local * hl * hd]); NULL when the exchanges are f32 */
   LbTensor *send_kv, *o16, *recv16;
+  /* q as bf16 too where the attention op rounds q to bf16 anyway
+   * (LB_MATH_BF16, hd 64 or 128; kernels/ops.h): then send_kv holds the
+   * q, k, v rows and q16 [n_tokens, hl, hd] receives q, widened into q_r
+   * before the attention; NULL otherwise */
+  LbTensor *q16;
   LbTensor *z_rm;               /* [n_tokens, out_dim * 4] rank-major */
   LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
   gsize *cnt_a, *dsp_a, *cnt_b, *dsp_b;

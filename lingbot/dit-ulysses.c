@@ -20,7 +20,10 @@
  * the cache would round k and v to bf16 after the exchange, and the output
  * projection's bf16-weight GEMM rounds its input to bf16 (kernels/ops.h
  * @gemm), so rounding before the exchange gives the same bits with 10
- * bytes per element of the four exchanges instead of 16 (q stays f32).
+ * bytes per element of the four exchanges instead of 16.  Where the
+ * attention op rounds q to bf16 itself (LB_MATH_BF16 with hd 64 or 128,
+ * kernels/ops.h: the DiT's 128) q travels as bf16 too (8 bytes of 16) and
+ * is widened back into rs->q_r before the attention.
  */
 #include "lingbot/dit-private.h"
 #include "comm/collectives.h"
@@ -55,6 +58,9 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
    * ops.h @gemm), so the result is the same bits with 10 of the 16 bytes
    * per element exchanged (q stays f32: the attention op reads f32 q). */
   const LbDType xd = rs->kv_dtype;
+  /* q too where the attention op rounds it to bf16 (kernels/ops.h) */
+  const gboolean qx16 = xd != LB_DTYPE_F32 && (hd == 64 || hd == 128);
+  s2[0] = qx16 ? 3 : 2;
 
   if (!(rs->send = lingbot_dit_tensor_new (rs->s, xd == LB_DTYPE_F32 ? 3 : 1,
               block, error)) ||
@@ -70,6 +76,8 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
       (!(rs->send_kv = lb_tensor_new_on (rs->s, xd, 2, s2, error)) ||
           !(rs->o16 = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
           !(rs->recv16 = lb_tensor_new_on (rs->s, xd, 1, s1, error))))
+    return FALSE;
+  if (qx16 && !(rs->q16 = lb_tensor_new_on (rs->s, xd, 3, s3, error)))
     return FALSE;
 
   rs->cnt_a = g_new0 (gsize, R);
@@ -240,7 +248,9 @@ pack (LingbotDitRank * rs, int which, LbTensor * send, GError ** error)
   const int64_t piece = sh->heads_local * rs->head_dim;
   const LbTensor *src[3] = { rs->q, rs->k, rs->v };
   LbTensor row, from;
-  if (which > 0 && rs->send_kv != NULL)
+  if (rs->q16 != NULL)          /* q, k, v rows, bf16 */
+    lb_tensor_view_select (&row, rs->send_kv, 0, which);
+  else if (which > 0 && rs->send_kv != NULL)    /* k, v rows, bf16 */
     lb_tensor_view_select (&row, rs->send_kv, 0, which - 1);
   else
     lb_tensor_view_select (&row, rs->send, 0, which);
@@ -265,7 +275,7 @@ pack (LingbotDitRank * rs, int which, LbTensor * send, GError ** error)
 gboolean
 lingbot_dit_ulysses_qkv (LingbotDitRank * rs, GError ** error)
 {
-  LbTensor *dst[3] = { rs->q_r, rs->k_r, rs->v_r };
+  LbTensor *dst[3] = { rs->q16 ? rs->q16 : rs->q_r, rs->k_r, rs->v_r };
   LbTensor send[3];
   for (int i = 0; i < 3; i++)
     if (!pack (rs, i, &send[i], error))
@@ -300,7 +310,7 @@ gboolean
 lingbot_dit_ulysses_send (LingbotDitRank * rs, int which, GError ** error)
 {
   LbBackend *be = rs->s->backend;
-  LbTensor *dst[3] = { rs->q_r, rs->k_r, rs->v_r };
+  LbTensor *dst[3] = { rs->q16 ? rs->q16 : rs->q_r, rs->k_r, rs->v_r };
   LbTensor send;
   if (!pack (rs, which, &send, error) ||
       !be->event_record (rs->s, rs->ev_packed[which], error) ||

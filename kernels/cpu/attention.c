@@ -86,6 +86,8 @@ dot (const float *a, const float *b, int64_t n)
  * the mask or a -inf bias), or Nk = 0, gets a zero output row.  With bf16
  * k and v the result is bit for bit the f32 op's on their exact widening
  * (kernels/ops.h); they are widened tile by tile into per-thread scratch.
+ * On an %LB_MATH_BF16 stream with hd 64 or 128, q is rounded to bf16 first
+ * (per query block, into scratch), as the device kernels do.
  *
  * Returns: %TRUE on success.
  */
@@ -117,16 +119,20 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   const int64_t vs0 = v->stride[0], vs1 = v->stride[1];
   const int64_t os0 = out->stride[0], os1 = out->stride[1];
   const gboolean par = nh * nqb > 1 && nq * nk * hd >= 65536;
+  /* kernels/ops.h: the served precision rounds q to bf16 */
+  const gboolean q16 = s->math == LB_MATH_BF16 && (hd == 64 || hd == 128);
 
 #pragma omp parallel if (par)
   {
     /* acc [qb][hd], m [qb], l [qb], scores [qb][kt]; with bf16 k/v the
      * widened tile, keys [kt][hd] then values [kt][hd] */
     float *buf = lb_cpu_scratch (qb * hd + 2 * qb + qb * kt +
-        (kv16 ? 2 * kt * hd : 0));
+        (kv16 ? 2 * kt * hd : 0) + (q16 ? qb * hd : 0));
     float *acc = buf, *mrow = acc + qb * hd, *lrow = mrow + qb;
     float *sc = lrow + qb;
     float *kwide = sc + qb * kt, *vwide = kwide + kt * hd;
+    /* the block's q rows rounded to bf16, [qb][hd] */
+    float *qround = sc + qb * kt + (kv16 ? 2 * kt * hd : 0);
 
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t h = 0; h < nh; h++) {
@@ -138,6 +144,11 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
         }
         for (int64_t e = 0; e < ni * hd; e++)
           acc[e] = 0.0f;
+        for (int64_t i = 0; q16 && i < ni; i++) {
+          const float *qr = qd + (i0 + i) * qs0 + h * qs1;
+          for (int64_t e = 0; e < hd; e++)
+            qround[i * hd + e] = lb_bf16_to_f32 (lb_f32_to_bf16 (qr[e]));
+        }
 
         for (int64_t j0 = 0; j0 < nk; j0 += kt) {
           const int64_t nj = MIN (kt, nk - j0);
@@ -164,7 +175,8 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
             vst = vs0;
           }
           for (int64_t i = 0; i < ni; i++) {
-            const float *qi = qd + (i0 + i) * qs0 + h * qs1;
+            const float *qi = q16 ? qround + i * hd :
+                qd + (i0 + i) * qs0 + h * qs1;
             const float *brow = bd ? bd + (h * nq + i0 + i) * nk + j0 : NULL;
             float *si = sc + i * kt;
             float mt = -INFINITY;

@@ -415,6 +415,74 @@ record_equal (const Record * a, const Record * b)
       a->data->len * sizeof (float)) == 0;
 }
 
+/* Four chunks of the dit_tiny inputs through @m on @n_ranks fakedev ranks
+ * in @math; the denoised outputs' bytes. */
+static GByteArray *
+run_random (LingbotDit * m, int n_ranks, LbMathMode math)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroup *group = group_new (fakedev_backend (), n_ranks);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  opt.math = math;
+  LingbotDitSession *ses = lingbot_dit_session_new (m, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  GByteArray *bytes = g_byte_array_new ();
+  for (int c = 0; c < 4; c++) {
+    const LbTensor *noise[4];
+    const LbTensor *y, *ctl;
+    dit_fixture_chunk (fixture, c, noise, &y, &ctl);
+    g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+            &err));
+    g_assert_no_error (err);
+    for (int64_t i = 0; i < lb_tensor_numel (out); i++)
+      g_assert_true (isfinite (((float *) out->data)[i]));
+    g_byte_array_append (bytes, out->data, (guint) lb_tensor_nbytes (out));
+  }
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+  return bytes;
+}
+
+/* With head dim 128 (the 14B model's) q crosses the ranks as bf16 as well
+ * (the attention op rounds it to bf16 in LB_MATH_BF16, kernels/ops.h), and
+ * k, v and the output as for dit_tiny: a random model of dit_tiny's shape
+ * with 4 heads of 128 gives, in bf16, the same bits on 2 ranks as on 1,
+ * with the exchanges on the compute stream and overlapped in 2 head
+ * groups. */
+static void
+test_bf16_exchanges_hd128 (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg = *lingbot_dit_get_config (dit);
+  cfg.dim = 512;
+  cfg.num_heads = 4;
+  cfg.ffn_dim = 512;
+  LingbotDit *m = lingbot_dit_new_random (&cfg, 11, &err);
+  g_assert_no_error (err);
+  g_autoptr (GByteArray) r1 = run_random (m, 1, LB_MATH_BF16);
+  g_autoptr (GByteArray) r2 = run_random (m, 2, LB_MATH_BF16);
+  g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", "2", TRUE);
+  g_autoptr (GByteArray) r2o = run_random (m, 2, LB_MATH_BF16);
+  g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+  g_autoptr (GByteArray) f1 = run_random (m, 1, LB_MATH_FP32);
+  g_assert_cmpuint (r1->len, ==, r2->len);
+  g_assert_true (memcmp (r1->data, r2->data, r1->len) == 0);
+  g_assert_true (memcmp (r1->data, r2o->data, r1->len) == 0);
+  /* and bf16 math is in effect (q rounded, bf16 weights and cache) */
+  g_assert_true (memcmp (r1->data, f1->data, r1->len) != 0);
+  g_print ("# dit hd 128 bf16: 2 ranks (q, k, v, o exchanged as bf16; also "
+      "overlapped in 2 head groups) bit-identical to 1 over %u bytes\n",
+      r1->len);
+  lingbot_dit_unref (m);
+}
+
 static void
 test_stream (void)
 {
@@ -694,6 +762,8 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/precision/world", test_world_precision);
   g_test_add_func ("/dit/precision/stream", test_stream);
   g_test_add_func ("/dit/precision/kv-cache", test_kv_cache);
+  g_test_add_func ("/dit/precision/bf16-exchanges-hd128",
+      test_bf16_exchanges_hd128);
   int rc = g_test_run ();
   lingbot_dit_unref (dit);
   lingbot_checkpoint_unref (fixture);

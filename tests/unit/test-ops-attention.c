@@ -222,6 +222,45 @@ test_masks (void)
   g_assert_cmpmem (o1->data, 32, o2->data, 32);
 }
 
+/* kernels/ops.h: on an LB_MATH_BF16 stream with hd 64 or 128 the op
+ * rounds q to bf16 first: bit for bit the f32 stream's result on the
+ * rounded q (and, since that result changes, not the unrounded one);
+ * other head dims ignore the mode. */
+static void
+test_bf16_stream_rounds_q (void)
+{
+  static const int64_t hds[3] = { 64, 128, 32 };
+  LbStream *s16 = lb_cpu_backend ()->stream_new (lb_cpu_backend (), 0, NULL);
+  s16->math = LB_MATH_BF16;
+  for (int c = 0; c < 3; c++) {
+    const int64_t hd = hds[c];
+    int64_t qs[3] = { 37, 3, hd }, ks[3] = { 70, 3, hd };
+    g_autoptr (LbTensor) q = rand_tensor (3, qs, -2, 2);
+    g_autoptr (LbTensor) k = rand_tensor (3, ks, -2, 2);
+    g_autoptr (LbTensor) v = rand_tensor (3, ks, -1, 1);
+    g_autoptr (LbTensor) qr = lb_tensor_new (LB_DTYPE_F32, 3, qs);
+    const float *qd = q->data;
+    float *qrd = qr->data;
+    for (int64_t i = 0; i < lb_tensor_numel (q); i++)
+      qrd[i] = lb_bf16_to_f32 (lb_f32_to_bf16 (qd[i]));
+    g_autoptr (LbTensor) o16 = poisoned (3, qs);
+    g_autoptr (LbTensor) oref = poisoned (3, qs);
+    g_autoptr (LbTensor) oraw = poisoned (3, qs);
+    const float scale = 1.0f / sqrtf ((float) hd);
+    assert_op_ok (lb_cpu_attention (s16, q, k, v, NULL, NULL, scale, o16,
+            error));
+    assert_op_ok (lb_cpu_attention (test_stream (), hd == 32 ? q : qr, k, v,
+            NULL, NULL, scale, oref, error));
+    assert_op_ok (lb_cpu_attention (test_stream (), q, k, v, NULL, NULL,
+            scale, oraw, error));
+    const gsize bytes = lb_tensor_nbytes (o16);
+    g_assert_cmpmem (o16->data, bytes, oref->data, bytes);
+    if (hd != 32)
+      g_assert_true (memcmp (o16->data, oraw->data, bytes) != 0);
+  }
+  s16->backend->stream_free (s16);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -230,5 +269,7 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/attention/default-tiles", test_default_tiles);
   g_test_add_func ("/ops/attention/large-logits", test_large_logits);
   g_test_add_func ("/ops/attention/masks", test_masks);
+  g_test_add_func ("/ops/attention/bf16-stream-rounds-q",
+      test_bf16_stream_rounds_q);
   return g_test_run ();
 }
