@@ -223,6 +223,40 @@ print_spec_check_text (void)
       LINGBOT_BENCH_SPEC_14B_480P_REFERENCE_TFLOP);
 }
 
+/**
+ * lingbot_bench_dit_exchange:
+ * @cfg: the model
+ * @lat_h: latent rows
+ * @lat_w: latent columns
+ * @n_ranks: Ulysses ranks
+ * @n_passes: forwards per chunk (5: 4 denoising + the clean pass)
+ * @out: (out): the chunk's exchange volume, see #LingbotBenchDitExchange
+ *
+ * Bytes counted as the all-to-alls move them, for a rank with the mean
+ * band (N / R tokens; uneven bands move up to a row's tokens more): per
+ * exchange N / R x D elements, (R - 1) / R of them to the other ranks.
+ */
+void
+lingbot_bench_dit_exchange (const LingbotDitConfig * cfg, int64_t lat_h,
+    int64_t lat_w, int n_ranks, int n_passes, LingbotBenchDitExchange * out)
+{
+  const guint64 R = MAX (n_ranks, 1), hp = lat_h / 2, wp = lat_w / 2;
+  const guint64 N = hp * wp * (guint64) cfg->chunk_frames;
+  const guint64 hd = cfg->dim / cfg->num_heads;
+  const gboolean q16 = hd == 64 || hd == 128;
+  memset (out, 0, sizeof *out);
+  if (R == 1)
+    return;
+  /* elements one exchange sends to peers */
+  const guint64 per = N * (guint64) cfg->dim / R * (R - 1) / R;
+  const guint64 ex = (guint64) cfg->num_layers * (guint64) n_passes;
+  out->all_to_alls = 4 * ex;
+  out->bytes_f32 = 4 * ex * per * 4;
+  out->bytes_bf16 = ex * per * ((q16 ? 2 : 4) + 3 * 2);
+  /* q exposed, and half of the output (2 head groups) */
+  out->exposed_bf16 = ex * per * (q16 ? 2 : 4) + ex * per * 2 / 2;
+}
+
 static void
 print_memory_json (const char *name, const LingbotBenchDitMemory * m)
 {
@@ -248,6 +282,8 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
   LingbotBenchDitMemory m32, m16;
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 4, &m32);
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 2, &m16);
+  LingbotBenchDitExchange x;
+  lingbot_bench_dit_exchange (cfg, lh, lw, n_ranks, 5, &x);
   const guint64 params = lingbot_dit_config_n_params (cfg);
   if (json) {
     printf ("{\"bench\": \"dit\", \"event\": \"estimate\", \"variant\": "
@@ -265,7 +301,10 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
     print_memory_json ("f32_weights", &m32);
     printf (", ");
     print_memory_json ("bf16_weights", &m16);
-    printf ("}, ");
+    printf ("}, \"exchange_per_rank\": {\"all_to_alls\": %" G_GUINT64_FORMAT
+        ", \"bytes_f32\": %" G_GUINT64_FORMAT ", \"bytes_bf16\": %"
+        G_GUINT64_FORMAT ", \"exposed_bf16\": %" G_GUINT64_FORMAT "}, ",
+        x.all_to_alls, x.bytes_f32, x.bytes_bf16, x.exposed_bf16);
     print_spec_check_json ();
     printf ("}\n");
   } else {
@@ -282,6 +321,12 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         m32.weights / 1e9, m16.weights / 1e9, m32.kv_cache / 1e9,
         m16.kv_cache / 1e9, m32.camera / 1e9, m32.cross_kv / 1e9, m32.activations / 1e9,
         m32.ulysses / 1e9, m32.session / 1e9);
+    if (x.all_to_alls > 0)
+      printf ("Ulysses exchange per rank per chunk: %" G_GUINT64_FORMAT
+          " all-to-alls, %.2f GB leaving the rank with f32 exchanges, %.2f GB "
+          "in bf16 mode, of which %.2f GB not hidden by the overlap\n",
+          x.all_to_alls, x.bytes_f32 / 1e9, x.bytes_bf16 / 1e9,
+          x.exposed_bf16 / 1e9);
     print_spec_check_text ();
   }
   return 0;

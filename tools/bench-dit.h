@@ -68,6 +68,27 @@ void lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
     int64_t lat_w, int64_t text_len, int n_ranks, int n_steps,
     int weight_bytes, LingbotBenchDitMemory * out);
 
+/**
+ * LingbotBenchDitExchange:
+ * @all_to_alls: Ulysses all-to-alls per chunk (4 per block and pass)
+ * @bytes_f32: bytes leaving one rank per chunk with f32 exchanges
+ * @bytes_bf16: the same in bf16 mode (lingbot/dit-ulysses.c: k, v and the
+ *   attention output as bf16, q as bf16 too at head dim 64 or 128)
+ * @exposed_bf16: of @bytes_bf16, what the overlap does not hide (q's
+ *   exchange and 1/G of the output's, G = 2 head groups)
+ *
+ * The sequence-parallel traffic of one chunk for a rank with the mean
+ * band (spec performance anchors 2.6): each exchange sends N / R tokens x
+ * D elements, (R - 1) / R of it to peers; 0 with one rank.
+ */
+typedef struct
+{
+  guint64 all_to_alls, bytes_f32, bytes_bf16, exposed_bf16;
+} LingbotBenchDitExchange;
+
+void lingbot_bench_dit_exchange (const LingbotDitConfig * cfg, int64_t lat_h,
+    int64_t lat_w, int n_ranks, int n_passes, LingbotBenchDitExchange * out);
+
 int lingbot_bench_dit_main (int argc, char **argv);
 
 G_END_DECLS

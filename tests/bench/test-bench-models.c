@@ -129,6 +129,29 @@ test_dit_memory (void)
   assert_gb (m.total, 10.6);
 }
 
+/* Ulysses volume (docs/performance.md "Physical limits"): 14B at 832x480
+ * on 4 ranks, 800 all-to-alls of 1560 x 5120 elements, 3/4 to peers:
+ * 19.17 GB in f32, 9.58 GB in bf16 (hd 128: q too), 3.59 GB exposed; at
+ * 832x464 in bf16 the anchors' 9.27 GB (spec 2.6); nothing on 1 rank. */
+static void
+test_dit_exchange (void)
+{
+  LingbotDitConfig c;
+  LingbotBenchDitExchange x;
+  lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_14B);
+  lingbot_bench_dit_exchange (&c, 60, 104, 4, 5, &x);
+  g_assert_cmpuint (x.all_to_alls, ==, 800);
+  g_assert_cmpuint (x.bytes_f32, ==, 800ull * 1560 * 5120 * 3 / 4 * 4);
+  g_assert_cmpuint (x.bytes_bf16 * 2, ==, x.bytes_f32);
+  g_assert_cmpuint (x.exposed_bf16, ==, x.bytes_bf16 * 3 / 8);
+  assert_gb (x.bytes_f32, 19.2);
+  assert_gb (x.bytes_bf16, 9.6);
+  lingbot_bench_dit_exchange (&c, 58, 104, 4, 5, &x);
+  g_assert_cmpfloat (fabs (x.bytes_bf16 / GB - 9.27), <, 0.005);
+  lingbot_bench_dit_exchange (&c, 60, 104, 1, 5, &x);
+  g_assert_cmpuint (x.bytes_f32 + x.bytes_bf16 + x.all_to_alls, ==, 0);
+}
+
 static void
 test_vae_flops (void)
 {
@@ -361,6 +384,7 @@ main (int argc, char **argv)
   g_test_add_func ("/bench/models/dit-flops-14b", test_dit_flops_14b);
   g_test_add_func ("/bench/models/dit-flops-window", test_dit_flops_window);
   g_test_add_func ("/bench/models/dit-memory", test_dit_memory);
+  g_test_add_func ("/bench/models/dit-exchange", test_dit_exchange);
   g_test_add_func ("/bench/models/vae-flops", test_vae_flops);
   g_test_add_func ("/bench/models/random-weights", test_random_weights);
   g_test_add_func ("/bench/models/fill-window", test_fill_window);
