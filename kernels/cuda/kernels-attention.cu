@@ -164,24 +164,26 @@ flash_kernel (LbCudaAttnArgs a)
         mt = fmaxf (mt, sr[c]);
       mt = fmaxf (mt, __shfl_xor_sync (0xffffffffu, mt, 1));
       mt = fmaxf (mt, __shfl_xor_sync (0xffffffffu, mt, 2));
+      /* Every lane runs the shuffles below: a row whose keys in this
+       * tile are all hidden (a padding row past Nq, or a masked tile)
+       * can share its warp with rows that see keys, and a
+       * __shfl_xor_sync(0xffffffff) reached by only part of the warp
+       * is undefined (it hung on an H200).  Such a row gets p = 0 and
+       * keeps its state. */
+      const bool hidden = mt == -INFINITY;
+      const float mnew = hidden ? m_run : fmaxf (m_run, mt);
+      float l = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 16; c++) {
+        const float p = hidden ? 0.0f : expf (sr[c] - mnew);
+        sr[c] = p;
+        l += p;
+      }
+      l += __shfl_xor_sync (0xffffffffu, l, 1);
+      l += __shfl_xor_sync (0xffffffffu, l, 2);
       float corr = 1.0f;
-      if (mt == -INFINITY) {
-        /* every key of this tile hidden: nothing changes */
-#pragma unroll
-        for (int c = 0; c < 16; c++)
-          sr[c] = 0.0f;
-      } else {
-        const float mnew = fmaxf (m_run, mt);
+      if (!hidden) {
         corr = expf (m_run - mnew);     /* 0 on the first visible tile */
-        float l = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 16; c++) {
-          float p = expf (sr[c] - mnew);
-          sr[c] = p;
-          l += p;
-        }
-        l += __shfl_xor_sync (0xffffffffu, l, 1);
-        l += __shfl_xor_sync (0xffffffffu, l, 2);
         l_run = l_run * corr + l;
         m_run = mnew;
       }
