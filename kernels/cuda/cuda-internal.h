@@ -215,8 +215,8 @@ gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
 
 /* ---- attention through cuDNN SDPA (cuda-cudnn-sdpa.c) ---- */
 
-/* Runs @a through cuDNN's fused flash graph when LINGBOT_CUDA_ATTENTION=
- * cudnn, @s is LB_MATH_BF16, hd 64/128, no bias/mask and a plan exists or
+/* Runs @a through cuDNN's fused flash graph unless LINGBOT_CUDA_ATTENTION=
+ * own, when @s is LB_MATH_BF16, hd 64/128, no bias/mask and a plan exists or
  * can be built for the shape (*@ran = TRUE); otherwise leaves the op to the
  * caller's kernels (*@ran = FALSE).  @kv_bf16: a->k and a->v hold bf16.
  * FALSE: a launch or cuDNN error. */

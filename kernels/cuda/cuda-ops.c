@@ -211,7 +211,7 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     .v16 = k->dtype == LB_DTYPE_BF16 ? v->data : NULL,
   };
   /* LB_MATH_BF16: tensor cores for the DiT's (128) and umT5's (64) head
-   * dims, through cuDNN's fused SDPA when LINGBOT_CUDA_ATTENTION=cudnn
+   * dims, through cuDNN's fused SDPA (unless LINGBOT_CUDA_ATTENTION=own)
    * takes the call (no bias or mask, a plan for the shape), else the own
    * kernel; any other head dim keeps its FP32 path */
   if (s->math == LB_MATH_BF16 && (hd == 64 || hd == 128)) {

@@ -4,9 +4,12 @@
  * (vae_and_distributed_spec.md: 384 channels at 60x104, mid-block
  * attention hd 384).  One JSON line per case on stdout:
  *   {"op":..., "case":..., "ms":..., "gflops":..., "gbps":...}
- * (attention adds "math": "fp32", "bf16" (own tensor-core kernel) or
- * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn; an
- * "error" line when cuDNN did not take the call), "s" and "tflops"; the
+ * (GEMMs with bf16 weights, the DiT's bf16 ranks, add "math":
+ * "bf16-weights", "s" and "tflops"; attention adds "math": "fp32", "bf16"
+ * (own tensor-core kernel) or
+ * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn, the
+ * default; an "error" line when cuDNN did not take the call; at Nk 28080
+ * also with bf16 K and V, the DiT's bf16 KV cache), "s" and "tflops"; the
  * convolutions add "path": "cudnn" or "im2col", "math", "s", "tflops",
  * "calls_per_chunk" and "chunk_ms", see bench_conv_path()).
  * Inputs are uninitialised device memory filled with a constant (timing
@@ -43,6 +46,17 @@ dev (int ndim, const int64_t * shape)
 }
 
 #define SHAPE(...) ((const int64_t[]) { __VA_ARGS__ })
+
+/* A bf16 device copy of the f32 device tensor @x (the converting copy). */
+static LbTensor *
+dev_bf16 (const LbTensor * x)
+{
+  g_autoptr (GError) err = NULL;
+  LbTensor *t = lb_tensor_new_on (gs, LB_DTYPE_BF16, x->ndim, x->shape, &err);
+  if (t == NULL || !lb_ops (gs)->copy (gs, x, t, &err))
+    g_error ("bf16 copy: %s", err->message);
+  return t;
+}
 
 typedef gboolean (*RunFunc) (gpointer data, GError ** error);
 
@@ -475,6 +489,14 @@ main (int argc, char **argv)
         G_GINT64_FORMAT " K=%" G_GINT64_FORMAT, n, no, k);
     bench ("gemm", nm, 2.0 * n * no * k, 4.0 * (n * k + no * k + n * no), 5,
         run_gemm, &a);
+    /* bf16 weights, as the DiT's bf16 ranks hold them: x rounded to bf16
+     * on the way in, f32 accumulation and output (cuda-gemm.c) */
+    LbTensor *wf = a.b;
+    a.b = dev_bf16 (wf);
+    bench_math ("gemm", LB_MATH_BF16, "bf16-weights", nm, 2.0 * n * no * k,
+        4.0 * (n * k + n * no) + 2.0 * no * k, 10, run_gemm, &a);
+    lb_tensor_free (a.b);
+    a.b = wf;
     free_args (&a);
   }
 
@@ -504,6 +526,7 @@ main (int argc, char **argv)
     const double bytes = 4.0 * (2 * n + 2 * nk) * h * hd;
     bench_math ("attention", LB_MATH_FP32, "fp32", nm, flops, bytes,
         nk * h > 400000 ? 1 : 3, run_attention, &a);
+    g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
     bench_math ("attention", LB_MATH_BF16, "bf16", nm, flops, bytes,
         nk * h > 400000 ? 3 : 10, run_attention, &a);
     /* cuDNN's fused SDPA on the same operands (bf16 conversions of q, k,
@@ -511,6 +534,25 @@ main (int argc, char **argv)
     g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
     bench_math ("attention", LB_MATH_BF16, "bf16-cudnn", nm, flops, bytes,
         nk * h > 400000 ? 3 : 10, run_attention_cudnn, &a);
+    if (nk == 28080) {
+      /* K and V from a bf16 KV cache, as the DiT's bf16 ranks keep them
+       * (cuDNN reads them in place; the own kernel loads bf16) */
+      LbTensor *kf = a.b, *vf = a.c;
+      a.b = dev_bf16 (kf);
+      a.c = dev_bf16 (vf);
+      g_autofree char *nm16 = g_strconcat (nm, " bf16 KV", NULL);
+      const double bytes16 = 4.0 * 2 * n * h * hd + 2.0 * 2 * nk * h * hd;
+      g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
+      bench_math ("attention", LB_MATH_BF16, "bf16", nm16, flops, bytes16,
+          3, run_attention, &a);
+      g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
+      bench_math ("attention", LB_MATH_BF16, "bf16-cudnn", nm16, flops,
+          bytes16, 3, run_attention_cudnn, &a);
+      lb_tensor_free (a.b);
+      lb_tensor_free (a.c);
+      a.b = kf;
+      a.c = vf;
+    }
     g_unsetenv ("LINGBOT_CUDA_ATTENTION");
     free_args (&a);
   }

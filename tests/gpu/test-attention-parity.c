@@ -41,8 +41,9 @@
  * (the kernel stores hidden keys as zeros).  Device outputs are NaN
  * poisoned, and the padding columns of out views must stay NaN.
  *
- * cuDNN SDPA (LINGBOT_CUDA_ATTENTION=cudnn, cuda-cudnn-sdpa.c; bf16
- * streams, hd 64/128, no bias or mask), the /gpu/attention/cudnn tests:
+ * cuDNN SDPA (cuda-cudnn-sdpa.c; bf16 streams, hd 64/128, no bias or
+ * mask; the default, so every other test sets LINGBOT_CUDA_ATTENTION=own
+ * and these select it with =cudnn), the /gpu/attention/cudnn tests:
  * every case first checks through lingbot_backend_cuda_attention_stats()
  * that cuDNN really ran (a plan that cannot be built fails the test with
  * cuDNN's message; it never skips).  Parity: hd 64 and 128, Nq != Nk,
@@ -60,6 +61,7 @@
  * (bias, key mask, all keys hidden, hd 32/48/384, an FP32 stream,
  * Nk = 0) must not run cuDNN and must give the same bits as without it.
  * Plans: one per new shape, none on repeats (bit-identical results).
+ * Default: unset or empty runs cuDNN (same bits as =cudnn), =own none.
  * Capture: a call captured into a CUDA graph after its plan exists runs
  * cuDNN from the graph; a shape first seen during capture is declined
  * (own kernel); both replay to the uncaptured results bit for bit.
@@ -621,16 +623,14 @@ expect_stats (const char *what, const AttnStats * before, guint64 runs,
         msg ? msg : "none");
 }
 
-/* case_run_gpu() with LINGBOT_CUDA_ATTENTION=cudnn (@cudnn) or unset. */
+/* case_run_gpu() with LINGBOT_CUDA_ATTENTION=cudnn (@cudnn) or =own; the
+ * variable is left at "own", what main() sets for every other test. */
 static LbTensor *
 case_run_gpu_env (Case * c, LbMathMode math, gboolean cudnn, LbTensor * got)
 {
-  if (cudnn)
-    g_setenv ("LINGBOT_CUDA_ATTENTION", "cudnn", TRUE);
-  else
-    g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  g_setenv ("LINGBOT_CUDA_ATTENTION", cudnn ? "cudnn" : "own", TRUE);
   LbTensor *hback = case_run_gpu (c, math, got);
-  g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
   return hback;
 }
 
@@ -923,6 +923,44 @@ test_cudnn_plans (void)
   case_clear (&d);
 }
 
+/* The default (LINGBOT_CUDA_ATTENTION unset or empty) is cuDNN: the same
+ * runs and the same bits as =cudnn; =own runs no cuDNN and gives the own
+ * kernel's bits. */
+static void repoison (LbTensor * dev);
+
+static void
+test_cudnn_default (void)
+{
+  Case c;
+  LbTensor g1, g2, g3;
+  window_case_init (&c, 45, 77, 3, 128, 5, 90);
+  g_autoptr (LbTensor) h1 = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &g1);
+  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE,
+      &g3);
+  static const char *const unset_or_empty[] = { NULL, "" };
+  for (guint i = 0; i < G_N_ELEMENTS (unset_or_empty); i++) {
+    if (unset_or_empty[i] == NULL)
+      g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+    else
+      g_setenv ("LINGBOT_CUDA_ATTENTION", unset_or_empty[i], TRUE);
+    repoison (c.doutp);
+    AttnStats before = attn_stats ();
+    g_autoptr (LbTensor) h2 = case_run_gpu (&c, LB_MATH_BF16, &g2);
+    g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
+    expect_stats (i == 0 ? "default (unset)" : "default (empty)", &before,
+        1, 0);
+    g_assert_cmpmem (h1->data, lb_tensor_numel (h1) * sizeof (float),
+        h2->data, lb_tensor_numel (h2) * sizeof (float));
+  }
+  repoison (c.doutp);
+  AttnStats before = attn_stats ();
+  g_autoptr (LbTensor) h4 = case_run_gpu_env (&c, LB_MATH_BF16, FALSE, &g3);
+  expect_stats ("own", &before, 0, 0);
+  g_assert_cmpmem (hown->data, lb_tensor_numel (hown) * sizeof (float),
+      h4->data, lb_tensor_numel (h4) * sizeof (float));
+  case_clear (&c);
+}
+
 static void
 repoison (LbTensor * dev)
 {
@@ -974,7 +1012,7 @@ test_cudnn_capture (void)
   attention_enqueue (&b);
   LbGraph *graph = be->graph_end (gctx.gs, &err);
   gctx.gs->math = LB_MATH_FP32;
-  g_unsetenv ("LINGBOT_CUDA_ATTENTION");
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
   g_assert_no_error (err);
   g_assert_nonnull (graph);
   expect_stats ("capture", &before, 1, 1);
@@ -1094,7 +1132,7 @@ kv16_run (LbMathMode math, const LbTensor * dq, const LbTensor * dk,
   g_assert_true (lb_tensor_upload (gctx.gs, doutp, nan, &err));
   lb_tensor_view_narrow (&dout, doutp, 2, 0, hd);
   g_assert_true (gctx.gs->backend->stream_synchronize (gctx.gs, &err));
-  g_unsetenv ("LINGBOT_CUDA_ATTENTION");        /* the own kernels */
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);     /* own kernels */
   gctx.gs->math = math;
   gboolean ok = lb_ops (gctx.gs)->attention (gctx.gs, dq, dk, dv, dbias, dm,
       scale, &dout, &err);
@@ -1250,6 +1288,8 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   if (!gpu_ctx_init ())
     return 77;
+  /* the own kernels unless a test selects cuDNN (the default) */
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
   g_test_add_func ("/gpu/attention/flash", test_flash);
   g_test_add_func ("/gpu/attention/gemm-path", test_gemm_path);
   g_test_add_func ("/gpu/attention/errors", test_errors);
@@ -1267,6 +1307,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/attention/cudnn/exact", test_cudnn_exact);
   g_test_add_func ("/gpu/attention/cudnn/fallback", test_cudnn_fallback);
   g_test_add_func ("/gpu/attention/cudnn/plans", test_cudnn_plans);
+  g_test_add_func ("/gpu/attention/cudnn/default", test_cudnn_default);
   g_test_add_func ("/gpu/attention/cudnn/capture", test_cudnn_capture);
   return g_test_run ();
 }
