@@ -4,7 +4,7 @@
  *
  *   lingbot-bench vae [--model PATH | --dim N] [--latent HxW]
  *       [--chunk-latents L] [--chunks K] [--ranks 1,2,4 | --devices D]
- *       [--dit-chunk-s S] [--seed S] [--json]
+ *       [--dit-chunk-s S] [--precision fp32|bf16] [--seed S] [--json]
  *
  * Without --model the weights are random (lingbot_vae_write_random() into a
  * temporary file).  For every rank count of --ranks (CPU ranks), or once
@@ -17,6 +17,9 @@
  * (waiting for its neighbours included).  One rank is the unsharded
  * decoder on one stream.  With --dit-chunk-s it also prints the decode's
  * share of a chunk (decode / (DiT + decode)), the anchors' "< 10 %".
+ * --precision bf16 runs the one-rank decoder on a stream in LB_MATH_BF16
+ * mode (kernels/ops.h: TF32/bf16 convolution engines and bf16 GEMMs on a
+ * GPU; the reference decodes in FP32, the default).
  */
 #include "tools/bench-vae.h"
 
@@ -98,8 +101,8 @@ fill_random (LbTensor *t, guint32 seed)
 
 static gboolean
 run_one (LingbotVae *vae, LbBackend *be, int ranks, const int *ordinals,
-    int h, int w, int L, int chunks, guint32 seed, RunResult *res,
-    GError **error)
+    int h, int w, int L, int chunks, guint32 seed, LbMathMode math,
+    RunResult *res, GError **error)
 {
   LbStream *stream = NULL;
   LbWorkerGroup *group = NULL;
@@ -108,6 +111,7 @@ run_one (LingbotVae *vae, LbBackend *be, int ranks, const int *ordinals,
     stream = be->stream_new (be, ordinals ? ordinals[0] : 0, error);
     if (stream == NULL)
       return FALSE;
+    stream->math = math;
     dec = lingbot_vae_decoder_new (vae, stream, h, w, L, error);
   } else {
     group = lb_worker_group_new (be, ranks, ordinals, NULL, error);
@@ -170,7 +174,7 @@ int
 lingbot_bench_vae_main (int argc, char **argv)
 {
   g_autofree char *model = NULL, *latent = g_strdup ("12x20"),
-                  *ranks_s = NULL, *devices = NULL;
+                  *ranks_s = NULL, *devices = NULL, *precision = NULL;
   gint dim = 8, L = 4, chunks = 3, seed = 1;
   double dit_chunk_s = 0;
   gboolean json = FALSE;
@@ -193,6 +197,9 @@ lingbot_bench_vae_main (int argc, char **argv)
         "(instead of --ranks)", "D" },
     { "dit-chunk-s", 0, 0, G_OPTION_ARG_DOUBLE, &dit_chunk_s,
         "seconds of a DiT chunk: print the decode's share of a chunk", "S" },
+    { "precision", 0, 0, G_OPTION_ARG_STRING, &precision,
+        "fp32 (default, the reference) or bf16 (one rank: TF32/bf16 conv "
+        "engines, bf16 GEMMs)", "P" },
     { "seed", 0, 0, G_OPTION_ARG_INT, &seed, "latents/weights seed (1)", "S" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "print one JSON object", NULL },
     { NULL }
@@ -210,6 +217,15 @@ lingbot_bench_vae_main (int argc, char **argv)
             : "bad --latent, --chunk-latents, --chunks, --dim or "
               "--dit-chunk-s");
     return 2;
+  }
+  LbMathMode math = LB_MATH_FP32;
+  if (precision && strcmp (precision, "fp32") != 0) {
+    if (strcmp (precision, "bf16") != 0) {
+      fprintf (stderr, "lingbot-bench vae: --precision is fp32 or bf16, "
+                       "not \"%s\"\n", precision);
+      return 2;
+    }
+    math = LB_MATH_BF16;
   }
   if (ranks_s && devices) {
     fprintf (stderr, "lingbot-bench vae: give --ranks (CPU rank counts) or "
@@ -268,10 +284,12 @@ lingbot_bench_vae_main (int argc, char **argv)
   for (int i = 0; i < n_runs; i++) {
     int r = atoi (list[i]);
     if (r < 1
+        || (math != LB_MATH_FP32 && r != 1)
         || !run_one (vae, be, r, ordinals, h, w, L, chunks, (guint32)seed,
-            &res[i], &err)) {
+            math, &res[i], &err)) {
       fprintf (stderr, "lingbot-bench vae: %d %s rank(s): %s\n", r,
-          be->name, err ? err->message : "bad rank count");
+          be->name, err ? err->message : r < 1 ? "bad rank count"
+          : "--precision bf16 runs one rank");
       status = 1;
       n_runs = i;
       break;
@@ -294,9 +312,11 @@ lingbot_bench_vae_main (int argc, char **argv)
   if (json) {
     printf ("{\"bench\": \"vae\", \"backend\": \"%s\", \"devices\": %s%s%s, "
             "\"dim\": %d, \"latent\": [%d, %d], \"chunk_latents\": %d, "
-            "\"chunks\": %d, \"decode_tflop\": %.4f, \"dit_chunk_s\": ",
+            "\"chunks\": %d, \"precision\": \"%s\", \"decode_tflop\": %.4f, "
+            "\"dit_chunk_s\": ",
         be->name, devices ? "\"" : "", devices ? devices : "null",
-        devices ? "\"" : "", vdim, h, w, L, chunks, flops / 1e12);
+        devices ? "\"" : "", vdim, h, w, L, chunks,
+        math == LB_MATH_BF16 ? "bf16" : "fp32", flops / 1e12);
     if (dit_chunk_s > 0)
       printf ("%.5f", dit_chunk_s);
     else

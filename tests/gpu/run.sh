@@ -139,7 +139,7 @@ run_suite_direct() {
     i=$((i + 1))
     s0=$(date +%s)
     echo "==== $t"
-    timeout 120 "$BUILD/$t" --verbose 2>&1
+    timeout 75 "$BUILD/$t" --verbose 2>&1
     rc=$?
     case $rc in 0) st=OK ;; 77) st=SKIP ;; 124) st=TIMEOUT ;; *) st=FAIL ;; esac
     printf '%2d/%d lingbot-gst:gpu / %s %s %ss\n' "$i" "$n" \
@@ -160,6 +160,9 @@ else
     >"$OUT/gpu-suite.log" 2>&1
 fi
 suite_rc=$?
+# a test the timeout cut short may have left a child (and its kernels) on
+# the GPU: nothing of the suite may run while the timings below are taken
+pkill -KILL -f "$BUILD/tests/" 2>/dev/null && sleep 2
 note "gpu suite rc=$suite_rc ($(($(date +%s) - start)) s, limit $limit s)"
 grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
 grep -hE '^# (vae|dit) ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
@@ -239,6 +242,20 @@ for prec in fp32 bf16; do
     --devices 0 --precision $prec
   note "dit block $prec rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 done
+# the same bf16 block with the own attention kernel instead of cuDNN's
+# SDPA (the default), the in-model comparison of the two
+start=$(date +%s)
+limit=$(step_limit 30 45)
+if [ "$limit" -ge 10 ]; then
+  export LINGBOT_CUDA_ATTENTION=own
+  bench block-bf16-own "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+    --devices 0 --precision bf16
+  note "dit block bf16, own attention rc=$? ($(($(date +%s) - start)) s," \
+    "limit $limit s)"
+  unset LINGBOT_CUDA_ATTENTION
+else
+  note "dit block bf16 own attention skipped: $(left) s left"
+fi
 
 # the DiT chunk time the VAE is compared with: 40 x the bf16 block (or
 # the fp32 one), replaced by the measured 40-layer chunk in the summary
@@ -249,14 +266,24 @@ dit_est=$(json_get block-bf16 summary 'round(o["steady"]["mean_s"] * 40, 4)')
 # c) VAE decode of one chunk (60x104 latent = 480x832, 16 frames)
 start=$(date +%s)
 limit=$(step_limit 90 5)
+vae_extra=()
 if [ "$limit" -ge 20 ]; then
-  vae_extra=()
   [ -n "$dit_est" ] && vae_extra=(--dit-chunk-s "$dit_est")
   bench vae "$limit" vae --dim 96 --latent 60x104 --chunks 2 --devices 0 \
     "${vae_extra[@]}"
   note "vae decode rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 else
   note "vae decode skipped: $(left) s left"
+fi
+# the VAE on a bf16 stream (TF32/bf16 conv engines): the precision option
+start=$(date +%s)
+limit=$(step_limit 45 100)
+if [ "$limit" -ge 15 ]; then
+  bench vae-bf16 "$limit" vae --dim 96 --latent 60x104 --chunks 2 \
+    --devices 0 --precision bf16 "${vae_extra[@]}"
+  note "vae decode bf16 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
+else
+  note "vae decode bf16 skipped: $(left) s left"
 fi
 
 # b) the whole 40-layer chunk, bf16, full window
@@ -352,14 +379,14 @@ def fmt(v, f="%.3f"):
     return "-" if v is None else f % v
 
 print("\nDiT, 832x480 latent 60x104, 512 text tokens, full window:")
-print("  %-11s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
+print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
       "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
 full_s = None
-for step in ("block-fp32", "block-bf16", "full-bf16"):
+for step in ("block-fp32", "block-bf16", "block-bf16-own", "full-bf16"):
     s = last(step, "summary")
     chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
     if s is None and not chunks:
-        print("  %-11s not run or no chunk finished" % step)
+        print("  %-14s not run or no chunk finished" % step)
         continue
     st = s["steady"] if s and s["steady"]["chunks"] else None
     # without a steady chunk: the last finished one (cold, first chunk)
@@ -369,7 +396,7 @@ for step in ("block-fp32", "block-bf16", "full-bf16"):
     mfu = st["mfu"] if st else c.get("mfu")
     mfr = st["mfu_reference"] if st else None
     setup = last(step, "setup")
-    print("  %-11s %6s %6s %7s %9s %9s %8s %8s %7s%s" % (step,
+    print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s%s" % (step,
           setup["layers"] if setup else "-", c["keys"] if c else "-",
           len(chunks), fmt(sec), fmt(tfl, "%.1f"),
           fmt(None if mfu is None else 100 * mfu, "%.1f %%"),
@@ -391,20 +418,48 @@ if est:
              c["spec_reference_tflop"]))
 
 print("\nVAE decode, dim 96, latent 60x104 (16 frames per steady chunk):")
-v = last("vae", "")
-if v and v.get("runs"):
-    r = v["runs"][0]
-    dit_s = full_s if full_s else v.get("dit_chunk_s")
-    share = (r["steady_chunk_s"] / (r["steady_chunk_s"] + dit_s)
-             if dit_s and r["steady_chunk_s"] > 0 else None)
-    print("  first chunk %.3f s, steady %.3f s/chunk, %.1f TFLOP/s of %.1f "
-          "TFLOP; share of a chunk %s (DiT chunk %s s, %s; target < 10 %%)"
-          % (r["first_chunk_s"], r["steady_chunk_s"], r["steady_tflops"],
-             v["decode_tflop"], fmt(None if share is None else 100 * share,
-             "%.1f %%"), fmt(dit_s, "%.2f"),
-             "measured" if full_s else "40 x the bf16 block"))
-else:
-    print("  not run or failed (bench-model.log)")
+for vstep in ("vae", "vae-bf16"):
+  v = last(vstep, "")
+  print("  %s:" % ("FP32 (the reference)" if vstep == "vae" else
+        "bf16 stream (TF32/bf16 conv engines)"))
+  if v and v.get("runs"):
+      r = v["runs"][0]
+      dit_s = full_s if full_s else v.get("dit_chunk_s")
+      share = (r["steady_chunk_s"] / (r["steady_chunk_s"] + dit_s)
+               if dit_s and r["steady_chunk_s"] > 0 else None)
+      print("  first chunk %.3f s, steady %.3f s/chunk, %.1f TFLOP/s of %.1f "
+            "TFLOP; share of a chunk %s (DiT chunk %s s, %s; target < 10 %%)"
+            % (r["first_chunk_s"], r["steady_chunk_s"], r["steady_tflops"],
+               v["decode_tflop"], fmt(None if share is None else 100 * share,
+               "%.1f %%"), fmt(dit_s, "%.2f"),
+               "measured" if full_s else "40 x the bf16 block"))
+  else:
+      print("  not run or failed (bench-model.log)")
+EOF
+# GEMMs of a 14B block: FP32 (cuBLASLt, no TF32) and with bf16 weights
+# (bench-cuda-ops "gemm" lines)
+python3 - "$OUT/bench-ops.jsonl" >>"$SUMMARY" <<'EOF'
+import json, sys
+try:
+    lines = open(sys.argv[1], errors="replace").readlines()
+except OSError:
+    lines = []
+rows = {}
+for line in lines:
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    if o.get("op") == "gemm" and "ms" in o:
+        rows.setdefault(o["case"], {})[o.get("math", "fp32")] = o
+print("\nGEMMs of a 14B block (x [6240, K] . w^T): fp32 | bf16 weights")
+for case, m in rows.items():
+    f, b = m.get("fp32"), m.get("bf16-weights")
+    print("  %-24s %s | %s" % (case,
+          "%7.2f ms %4.0f TF/s" % (f["ms"], f["gflops"] / 1e3) if f else "-",
+          "%7.2f ms %4.0f TF/s" % (b["ms"], b["gflops"] / 1e3) if b else "-"))
+if not rows:
+    print("  (no gemm lines in bench-ops.jsonl)")
 EOF
 # attention at the DiT shapes: the own kernels against cuDNN's fused SDPA
 # (bench-cuda-ops "attention" lines; LINGBOT_CUDA_ATTENTION=cudnn selects
