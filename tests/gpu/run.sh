@@ -23,7 +23,9 @@
 # device tool returns at most 8: summary.txt, build.log, gpu-suite.log,
 # gpu-testlog.json, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
 # (the lingbot-bench JSON lines of step 4, each with a "step" member),
-# bench-model.log (their text and stderr).
+# bench-model.log (their text and stderr).  With LINGBOT_GPU_PROFILE=1
+# also profile.txt and ncu.csv (step 4d; the carried build has no
+# gpu-testlog.json, so that still makes 8).
 #
 # Budget: 8 minutes on one H200 (16 cores).  Every step's timeout is the
 # smaller of its own limit and what is left of BUDGET_S once the minimum
@@ -316,6 +318,71 @@ else
     --precision bf16
   note "dit full chunk bf16 rc=$? ($(($(date +%s) - start)) s, limit" \
     "$limit s)"
+fi
+
+# ---- 4d. kernel profile (LINGBOT_GPU_PROFILE=1) ---------------------
+# Nsight Compute's duration of every kernel of one 14B block in bf16 (two
+# chunks, eager: LINGBOT_DIT_GRAPHS=0, so that every kernel is its own
+# launch), summed per kernel name into profile.txt; the raw report (ncu's
+# CSV on stdout, with the bench's own text lines) is ncu.csv.  Off by
+# default (it adds about a minute).
+if [ "${LINGBOT_GPU_PROFILE:-0}" = 1 ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  start=$(date +%s)
+  limit=$(step_limit 150 5)
+  if [ -z "$NCU" ]; then
+    note "kernel profile skipped: no ncu on this machine"
+  elif [ "$limit" -lt 30 ]; then
+    note "kernel profile skipped: $(left) s left"
+  else
+    LINGBOT_DIT_GRAPHS=0 timeout "$limit" "$NCU" --clock-control none \
+      --metrics gpu__time_duration.sum --print-units base --csv \
+      "$BENCH" dit "${SHAPE[@]}" --layers 1 --chunks 2 --devices 0 \
+      --precision bf16 >"$OUT/ncu.csv" 2>>"$MODEL_LOG"
+    note "kernel profile rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
+    python3 - "$OUT/ncu.csv" >"$OUT/profile.txt" <<'EOF'
+import csv, sys
+rows = []
+try:
+    lines = [l for l in open(sys.argv[1], errors="replace")
+             if l.startswith('"')]
+    rows = list(csv.DictReader(lines))
+except OSError:
+    pass
+agg, total, n = {}, 0.0, 0
+for r in rows:
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    try:
+        ns = float(r["Metric Value"].replace(",", ""))
+    except (KeyError, ValueError):
+        continue
+    name = r.get("Kernel Name", "?").strip()
+    if name.endswith(")"):          # drop the parameter list
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i].rstrip() or name
+                break
+    name = name[:110]
+    c, t = agg.get(name, (0, 0.0))
+    agg[name] = (c + 1, t + ns)
+    total += ns
+    n += 1
+print("kernels of one 14B block, bf16, 2 chunks of 5 passes (plus the "
+      "session's setup kernels), Nsight Compute gpu__time_duration:")
+print("%d kernels, %.2f ms in all" % (n, total / 1e6))
+print("%8s %6s %9s %6s  %s" % ("ms", "calls", "us/call", "share", "kernel"))
+for name, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print("%8.3f %6d %9.1f %5.1f%%  %s" % (t / 1e6, c, t / c / 1e3,
+          100 * t / total if total else 0, name))
+if not agg:
+    print("(no kernel rows in ncu.csv)")
+EOF
+    head -25 "$OUT/profile.txt" | tee -a "$SUMMARY"
+  fi
 fi
 
 # ---- 5. summary ------------------------------------------------------
