@@ -34,7 +34,19 @@ size=$(wc -c < "$tmp/o1.y4m")
 [ "$size" -eq $((hdr + 29 * (6 + 64 * 64 * 3 / 2))) ] || {
   echo "y4m size $size"; exit 1; }
 [ "$(wc -c < "$tmp/o1.rgb")" -eq $((29 * 64 * 64 * 3)) ]
-cmp "$tmp/o1.y4m" "$tmp/o2.y4m"
+# 1 and 2 ranks agree within float rounding (sharded GEMMs take other
+# OpenBLAS kernels, the latents differ by ~1e-6): a pixel may round the
+# other way, by one level, and rarely (22 of 356352 bytes on an AVX2 EPYC)
+python3 - "$tmp/o1.y4m" "$tmp/o2.y4m" <<'PY'
+import sys
+a = open(sys.argv[1], "rb").read()
+b = open(sys.argv[2], "rb").read()
+assert len(a) == len(b), (len(a), len(b))
+diff = [abs(x - y) for x, y in zip(a, b) if x != y]
+print(f"1 vs 2 ranks: {len(diff)} of {len(a)} bytes differ, "
+      f"max {max(diff, default=0)}")
+assert max(diff, default=0) <= 1 and len(diff) <= len(a) // 1000, diff[:10]
+PY
 # errors name what is wrong
 if "$generate" --model "$tmp/nope" --image "$img" --prompt x \
     --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi

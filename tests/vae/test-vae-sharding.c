@@ -87,7 +87,11 @@ check_geometry (int rows, int n_ranks)
            "%" G_GUINT64_FORMAT " bytes/chunk\n",
       rows, n_ranks, bands->str, worst, halo);
   g_string_free (bands, TRUE);
-  g_assert_cmpfloat (worst, <=, 1e-5);
+  /* float32 rounding only: a band's GEMMs have other shapes than the
+   * whole frame's, and OpenBLAS picks its kernels by shape and CPU (on an
+   * AVX2 EPYC 4 ranks reach 1.12e-5, 2 ranks 9.4e-6); a wrong halo row
+   * or band offset gives 1e-1 and more */
+  g_assert_cmpfloat (worst, <=, 3e-5);
   if (n_ranks > 1)
     g_assert_cmpuint (halo, >, 0);
 }
