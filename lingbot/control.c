@@ -1,11 +1,17 @@
-/* lingbot-gst: camera control: keys, pose integration, relative poses,
- * ray map and the per-chunk control tensor
+/* lingbot-gst: camera control: frame counting and the control session
+ * (LingbotControl: live key sets or offline poses -> per-chunk relative
+ * poses -> control tensor)
  * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The pieces live beside it: control-keys.c (key names, key state, camera
+ * integration), control-poses.c (relative poses, intrinsics,
+ * interpolation), control-raymap.c (ray map and packing), control-trace.c
+ * (JSON traces and their schedule).
  */
 #include "lingbot/control.h"
+#include "lingbot/control-private.h"
 #include "lingbot/checkpoint.h"
 #include "kernels/error.h"
-#include "kernels/cpu/cpu-internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,11 +25,6 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize ("fp-contract=off")
 #endif
-
-#define DEG2RAD (G_PI / 180.0)  /* Python's math.radians factor */
-#define RAY_CHANNELS 6
-#define FOLD 8                  /* pixels per latent cell, each axis */
-#define CONTROL_CHANNELS (RAY_CHANNELS * FOLD * FOLD)   /* 384 */
 
 /* ------------------------------------------------------------------ */
 /* frame counting                                                     */
@@ -122,667 +123,6 @@ lingbot_chunk_video_frames (guint chunk_index, guint chunk_size)
 }
 
 /* ------------------------------------------------------------------ */
-/* keys                                                               */
-/* ------------------------------------------------------------------ */
-
-static const struct {
-  const char *name;
-  guint key;
-} key_aliases[] = {
-  {"ArrowUp", LINGBOT_KEY_W}, {"ArrowDown", LINGBOT_KEY_S},
-  {"ArrowLeft", LINGBOT_KEY_A}, {"ArrowRight", LINGBOT_KEY_D},
-  {"KeyW", LINGBOT_KEY_W}, {"KeyA", LINGBOT_KEY_A},
-  {"KeyS", LINGBOT_KEY_S}, {"KeyD", LINGBOT_KEY_D},
-  {"KeyI", LINGBOT_KEY_I}, {"KeyJ", LINGBOT_KEY_J},
-  {"KeyK", LINGBOT_KEY_K}, {"KeyL", LINGBOT_KEY_L},
-  {"w", LINGBOT_KEY_W}, {"a", LINGBOT_KEY_A}, {"s", LINGBOT_KEY_S},
-  {"d", LINGBOT_KEY_D}, {"i", LINGBOT_KEY_I}, {"j", LINGBOT_KEY_J},
-  {"k", LINGBOT_KEY_K}, {"l", LINGBOT_KEY_L},
-  {"up", LINGBOT_KEY_W}, {"down", LINGBOT_KEY_S},
-  {"left", LINGBOT_KEY_A}, {"right", LINGBOT_KEY_D},
-  {"forward", LINGBOT_KEY_W}, {"backward", LINGBOT_KEY_S},
-};
-
-/**
- * lingbot_key_from_name:
- * @name: a key name: a DOM `code` (ArrowUp, KeyW, ...) or an alias
- *   ("w", "up", "forward", ...), case-sensitive as in the reference table
- *
- * Spec 2.1: arrow keys are translation (ArrowLeft = a, not yaw).
- *
- * Returns: the #LingbotKey bit, or 0 for an unknown name.
- */
-guint
-lingbot_key_from_name (const char *name)
-{
-  if (name == NULL)
-    return 0;
-  for (guint i = 0; i < G_N_ELEMENTS (key_aliases); i++)
-    if (strcmp (name, key_aliases[i].name) == 0)
-      return key_aliases[i].key;
-  return 0;
-}
-
-/**
- * lingbot_keys_to_string:
- * @keys: a set of #LingbotKey bits
- *
- * Returns: (transfer full): the key letters in sorted order separated by
- *   commas ("a,l,w"), "" for the empty set.
- */
-char *
-lingbot_keys_to_string (guint keys)
-{
-  static const struct {
-    char c;
-    guint key;
-  } order[] = {
-    {'a', LINGBOT_KEY_A}, {'d', LINGBOT_KEY_D}, {'i', LINGBOT_KEY_I},
-    {'j', LINGBOT_KEY_J}, {'k', LINGBOT_KEY_K}, {'l', LINGBOT_KEY_L},
-    {'s', LINGBOT_KEY_S}, {'w', LINGBOT_KEY_W},
-  };
-  GString *s = g_string_new (NULL);
-
-  for (guint i = 0; i < G_N_ELEMENTS (order); i++) {
-    if (keys & order[i].key) {
-      if (s->len)
-        g_string_append_c (s, ',');
-      g_string_append_c (s, order[i].c);
-    }
-  }
-  return g_string_free (s, FALSE);
-}
-
-/** lingbot_key_state_init: @ks: a key state; clears it. */
-void
-lingbot_key_state_init (LingbotKeyState * ks)
-{
-  memset (ks, 0, sizeof *ks);
-}
-
-/**
- * lingbot_key_state_press:
- * @ks: a key state
- * @keys: key bits going down
- *
- * Each key not already held is added; if any was added, the held set is
- * stored as the pending tap (replacing an unconsumed one).
- */
-void
-lingbot_key_state_press (LingbotKeyState * ks, guint keys)
-{
-  for (guint b = 1; b <= LINGBOT_KEY_L; b <<= 1) {
-    if ((keys & b) && !(ks->held & b)) {
-      ks->held |= b;
-      ks->revision++;
-      ks->tap = ks->held;
-      ks->tap_revision = ks->revision;
-      ks->has_tap = TRUE;
-    }
-  }
-}
-
-/**
- * lingbot_key_state_release:
- * @ks: a key state
- * @keys: key bits going up
- *
- * Removes the keys from the held set; a pending tap is kept.
- */
-void
-lingbot_key_state_release (LingbotKeyState * ks, guint keys)
-{
-  ks->held &= ~keys;
-}
-
-/**
- * lingbot_key_state_take:
- * @ks: a key state
- * @idle: whether no chunk is in flight
- * @keys: (out): the key set for the next chunk
- * @is_tap: (out) (optional): whether it is a tap snapshot
- *
- * The worker's choice for the next chunk: a pending tap (consumed); else,
- * only when @idle, the held set if not empty; else nothing (wait).
- *
- * Returns: %TRUE when a chunk should be generated from *@keys.
- */
-gboolean
-lingbot_key_state_take (LingbotKeyState * ks, gboolean idle, guint * keys,
-    gboolean * is_tap)
-{
-  if (ks->has_tap) {
-    *keys = ks->tap;
-    ks->has_tap = FALSE;
-    if (is_tap)
-      *is_tap = TRUE;
-    return TRUE;
-  }
-  if (idle && ks->held) {
-    *keys = ks->held;
-    if (is_tap)
-      *is_tap = FALSE;
-    return TRUE;
-  }
-  return FALSE;
-}
-
-/* ------------------------------------------------------------------ */
-/* camera integration (float64)                                       */
-/* ------------------------------------------------------------------ */
-
-/**
- * lingbot_camera_params_init:
- * @params: (out caller-allocates): parameters to fill
- *
- * The v2 example values (spec 2.2): move and lateral step 0.1, yaw and
- * pitch step 0.5 degrees, pitch limit 85 degrees, translation scale 3.
- */
-void
-lingbot_camera_params_init (LingbotCameraParams * params)
-{
-  params->move_step = 0.1;
-  params->lateral_step = 0.1;
-  params->yaw_step_degrees = 0.5;
-  params->pitch_step_degrees = 0.5;
-  params->pitch_limit_degrees = 85.0;
-  params->translation_scale = 3.0;
-}
-
-/** lingbot_camera_reset: @cam: a camera; sets c2w = I and pitch = 0. */
-void
-lingbot_camera_reset (LingbotCamera * cam)
-{
-  memset (cam, 0, sizeof *cam);
-  cam->c2w[0] = cam->c2w[5] = cam->c2w[10] = cam->c2w[15] = 1.0;
-}
-
-static void
-mm3_d (const double a[9], const double b[9], double o[9])
-{
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++) {
-      double acc = 0.0;
-      for (int k = 0; k < 3; k++)
-        acc += a[i * 3 + k] * b[k * 3 + j];
-      o[i * 3 + j] = acc;
-    }
-}
-
-/**
- * lingbot_camera_step:
- * @cam: the camera state, updated in place
- * @params: step sizes
- * @keys: the held key set for this video frame
- *
- * One video-frame step of spec 2.2 in float64: pitch (i/k, kept within
- * +-limit inclusive, else frozen for the step), yaw (j/l),
- * `R' = Ry(yaw) R Rx(pitch)`, then translation along the horizontal
- * forward/right directions of R' (w/s, d/a; divided by norm + 1e-6).
- */
-void
-lingbot_camera_step (LingbotCamera * cam, const LingbotCameraParams * params,
-    guint keys)
-{
-  double dp = 0.0, dy = 0.0, ps, ys, lim, np_;
-  double ry[9], rx[9], r[9], t1[9], rn[9];
-  double fwd[3], right[3], fn, rnrm, mv[3] = { 0.0, 0.0, 0.0 };
-
-  ps = params->pitch_step_degrees * DEG2RAD;
-  if (keys & LINGBOT_KEY_I)
-    dp += ps;
-  if (keys & LINGBOT_KEY_K)
-    dp -= ps;
-  lim = params->pitch_limit_degrees * DEG2RAD;
-  np_ = cam->pitch + dp;
-  if (-lim <= np_ && np_ <= lim)
-    cam->pitch = np_;
-  else
-    dp = 0.0;
-
-  ys = params->yaw_step_degrees * DEG2RAD;
-  if (keys & LINGBOT_KEY_J)
-    dy -= ys;
-  if (keys & LINGBOT_KEY_L)
-    dy += ys;
-
-  {
-    double c = cos (dy), s = sin (dy);
-    double ry_[9] = { c, 0.0, s, 0.0, 1.0, 0.0, -s, 0.0, c };
-    memcpy (ry, ry_, sizeof ry);
-  }
-  {
-    double c = cos (dp), s = sin (dp);
-    double rx_[9] = { 1.0, 0.0, 0.0, 0.0, c, -s, 0.0, s, c };
-    memcpy (rx, rx_, sizeof rx);
-  }
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++)
-      r[i * 3 + j] = cam->c2w[i * 4 + j];
-  mm3_d (ry, r, t1);
-  mm3_d (t1, rx, rn);
-
-  fwd[0] = rn[2];
-  fwd[1] = 0.0;
-  fwd[2] = rn[8];
-  right[0] = rn[0];
-  right[1] = 0.0;
-  right[2] = rn[6];
-  fn = sqrt (fwd[0] * fwd[0] + fwd[1] * fwd[1] + fwd[2] * fwd[2]);
-  rnrm = sqrt (right[0] * right[0] + right[1] * right[1] +
-      right[2] * right[2]);
-  if (fn > 0.0)
-    for (int i = 0; i < 3; i++)
-      fwd[i] /= fn + 1e-6;
-  if (rnrm > 0.0)
-    for (int i = 0; i < 3; i++)
-      right[i] /= rnrm + 1e-6;
-
-  for (int i = 0; i < 3; i++) {
-    if (keys & LINGBOT_KEY_W)
-      mv[i] += fwd[i] * params->move_step;
-    if (keys & LINGBOT_KEY_S)
-      mv[i] -= fwd[i] * params->move_step;
-    if (keys & LINGBOT_KEY_D)
-      mv[i] += right[i] * params->lateral_step;
-    if (keys & LINGBOT_KEY_A)
-      mv[i] -= right[i] * params->lateral_step;
-  }
-
-  for (int i = 0; i < 3; i++) {
-    for (int j = 0; j < 3; j++)
-      cam->c2w[i * 4 + j] = rn[i * 3 + j];
-    cam->c2w[i * 4 + 3] = cam->c2w[i * 4 + 3] + mv[i];
-  }
-  cam->c2w[12] = cam->c2w[13] = cam->c2w[14] = 0.0;
-  cam->c2w[15] = 1.0;
-}
-
-/* ------------------------------------------------------------------ */
-/* relative poses (float32, PyTorch operation order)                  */
-/* ------------------------------------------------------------------ */
-
-static void
-se3_inv_f (const float *p, float *o)
-{
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++)
-      o[i * 4 + j] = p[j * 4 + i];
-  for (int i = 0; i < 3; i++) {
-    float acc = 0.0f;
-    for (int k = 0; k < 3; k++)
-      acc += o[i * 4 + k] * p[k * 4 + 3];
-    o[i * 4 + 3] = -acc;
-  }
-  o[12] = o[13] = o[14] = 0.0f;
-  o[15] = 1.0f;
-}
-
-static void
-mm4_f (const float *a, const float *b, float *o)
-{
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 4; j++) {
-      float acc = 0.0f;
-      for (int k = 0; k < 4; k++)
-        acc += a[i * 4 + k] * b[k * 4 + j];
-      o[i * 4 + j] = acc;
-    }
-}
-
-static void
-eye4_f (float *o)
-{
-  memset (o, 0, 16 * sizeof (float));
-  o[0] = o[5] = o[10] = o[15] = 1.0f;
-}
-
-/* @rel: scratch of n matrices */
-static void
-relative_poses_impl (const float *poses, guint n, float *out, float *rel)
-{
-  float inv0[16], inv[16];
-  float max_norm = 0.0f;
-
-  if (n == 0)
-    return;
-  se3_inv_f (poses, inv0);
-  for (guint i = 0; i < n; i++)
-    mm4_f (inv0, poses + 16 * i, rel + 16 * i);
-  eye4_f (rel);
-
-  eye4_f (out);
-  for (guint i = 1; i < n; i++) {
-    se3_inv_f (rel + 16 * (i - 1), inv);
-    mm4_f (inv, rel + 16 * i, out + 16 * i);
-  }
-
-  for (guint i = 0; i < n; i++) {
-    const float *t = out + 16 * i;
-    float acc = 0.0f, nrm;
-    acc += t[3] * t[3];
-    acc += t[7] * t[7];
-    acc += t[11] * t[11];
-    nrm = sqrtf (acc);
-    if (nrm > max_norm)
-      max_norm = nrm;
-  }
-  if (max_norm > 0.0f) {
-    for (guint i = 0; i < n; i++) {
-      float *t = out + 16 * i;
-      t[3] = t[3] / max_norm;
-      t[7] = t[7] / max_norm;
-      t[11] = t[11] / max_norm;
-    }
-  }
-}
-
-/**
- * lingbot_control_relative_poses:
- * @poses: (array): n float32 4x4 camera-to-world matrices, row-major
- * @n: number of poses (>= 1)
- * @out: (out caller-allocates): n relative poses (must not alias @poses)
- *
- * Framewise normalised relative poses (spec 2.4, golden README 3.1), in
- * float32 with the reference's operation order: A_i = inv(P_0) P_i,
- * A_0 = I; D_0 = I, D_i = inv(A_{i-1}) A_i; every translation divided by
- * the largest translation norm when that is > 0.  SE(3) inverse is
- * [R^T | -R^T t].  No translation scale is applied here.
- */
-void
-lingbot_control_relative_poses (const float *poses, guint n, float *out)
-{
-  float *rel = g_new (float, 16 * (gsize) MAX (n, 1));
-  relative_poses_impl (poses, n, out, rel);
-  g_free (rel);
-}
-
-/**
- * lingbot_control_intrinsics_transform:
- * @k: fx, fy, cx, cy at the calibration size
- * @calib_width: calibration width W0
- * @calib_height: calibration height H0
- * @width: output width W
- * @height: output height H
- * @out: (out caller-allocates): transformed fx, fy, cx, cy
- *
- * Spec 2.5: fx*W/W0, fy*H/H0, cx*W/W0, cy*H/H0 (crop offset 0), each a
- * float32 product with the float32-rounded scale, as PyTorch multiplies a
- * float32 tensor by a Python float.
- */
-void
-lingbot_control_intrinsics_transform (const float k[4], int calib_width,
-    int calib_height, int width, int height, float out[4])
-{
-  float sx = (float) ((double) width / (double) calib_width);
-  float sy = (float) ((double) height / (double) calib_height);
-
-  out[0] = k[0] * sx;
-  out[1] = k[1] * sy;
-  out[2] = k[2] * sx;
-  out[3] = k[3] * sy;
-}
-
-/* ------------------------------------------------------------------ */
-/* ray map and packing                                                */
-/* ------------------------------------------------------------------ */
-
-/* The arithmetic lives in kernels/cpu/raymap.c, shared with the ray_map
- * op (kernels/ops.h), so a device rank's control tensor is this one bit for
- * bit: one pixel is origin = translation, direction =
- * R * normalize(((u+0.5-cx)/fx, (v+0.5-cy)/fy, 1)). */
-
-/**
- * lingbot_control_plucker:
- * @rel_poses: (array): n_frames relative poses, float32 row-major 4x4
- * @n_frames: number of frames
- * @k: transformed intrinsics fx, fy, cx, cy
- * @width: output width W
- * @height: output height H
- * @out: (out caller-allocates): [n_frames, H, W, 6] float32
- *
- * The per-pixel ray map of spec 2.6 (origin, rotated unit direction; no
- * moment), pixel centres at +0.5.  Mostly for tests: the control tensor is
- * built by lingbot_control_pack() without this intermediate.
- */
-void
-lingbot_control_plucker (const float *rel_poses, guint n_frames,
-    const float k[4], int width, int height, float *out)
-{
-  for (guint n = 0; n < n_frames; n++)
-    for (int v = 0; v < height; v++) {
-      float y = ((float) v + 0.5f - k[3]) / k[1];
-      for (int u = 0; u < width; u++) {
-        float x = ((float) u + 0.5f - k[2]) / k[0];
-        lb_cpu_ray_pixel (rel_poses + 16 * n, x, y,
-            out + (((gsize) n * height + v) * width + u) * RAY_CHANNELS);
-      }
-    }
-}
-
-/* @xs: scratch of @width floats */
-static gboolean
-pack_impl (const float *rel_poses, guint n_frames, const float k[4],
-    int width, int height, int row0, int row1, float *out, float *xs,
-    GError ** error)
-{
-  int hl;
-
-  if (width <= 0 || height <= 0 || width % FOLD || height % FOLD) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "control: output size %dx%d is not a positive multiple of %d",
-        width, height, FOLD);
-    return FALSE;
-  }
-  hl = height / FOLD;
-  if (row0 < 0 || row1 > hl || row0 > row1) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "control: latent rows [%d, %d) outside 0..%d", row0, row1, hl);
-    return FALSE;
-  }
-  lb_cpu_ray_map_fill (rel_poses, (int) n_frames, k, width, row0,
-      row1 - row0, xs, out);
-  return TRUE;
-}
-
-/**
- * lingbot_control_pack:
- * @rel_poses: (array): n_frames relative poses (translation already
- *   scaled where the path scales it)
- * @n_frames: frames in the chunk (C)
- * @k: transformed intrinsics fx, fy, cx, cy
- * @width: output width W (multiple of 8)
- * @height: output height H (multiple of 8)
- * @row0: first latent row to produce
- * @row1: end latent row (exclusive), <= H/8
- * @out: (out caller-allocates): [384, n_frames, row1-row0, W/8] float32
- * @error: return location for a #GError
- *
- * Builds the ray map of latent rows [@row0, @row1) and folds it 8x8 onto
- * the latent grid (spec 2.7): channel c*64 + r*8 + s of cell (y, x) is ray
- * channel c of pixel (8y + r, 8x + s).  Rows outside the band are not
- * computed, so a rank builds only its own band.
- *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT for a size that
- *   is not a multiple of 8 or a bad band.
- */
-gboolean
-lingbot_control_pack (const float *rel_poses, guint n_frames,
-    const float k[4], int width, int height, int row0, int row1, float *out,
-    GError ** error)
-{
-  float *xs = g_new (float, MAX (width, 1));
-  gboolean ok = pack_impl (rel_poses, n_frames, k, width, height, row0, row1,
-      out, xs, error);
-  g_free (xs);
-  return ok;
-}
-
-/* ------------------------------------------------------------------ */
-/* pose interpolation (offline path; float64, scipy semantics)        */
-/* ------------------------------------------------------------------ */
-
-/* scipy Rotation.from_matrix: quaternion (x, y, z, w), normalised */
-static void
-mat_to_quat (const double m[9], double q[4])
-{
-  double dec[4] = { m[0], m[4], m[8], m[0] + m[4] + m[8] };
-  int choice = 0;
-  double nrm;
-
-  for (int i = 1; i < 4; i++)
-    if (dec[i] > dec[choice])
-      choice = i;
-  if (choice != 3) {
-    int i = choice, j = (i + 1) % 3, k = (j + 1) % 3;
-    q[i] = 1.0 - dec[3] + 2.0 * m[i * 3 + i];
-    q[j] = m[j * 3 + i] + m[i * 3 + j];
-    q[k] = m[k * 3 + i] + m[i * 3 + k];
-    q[3] = m[k * 3 + j] - m[j * 3 + k];
-  } else {
-    q[0] = m[7] - m[5];
-    q[1] = m[2] - m[6];
-    q[2] = m[3] - m[1];
-    q[3] = 1.0 + dec[3];
-  }
-  nrm = sqrt (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
-  for (int i = 0; i < 4; i++)
-    q[i] /= nrm;
-}
-
-/* scipy Rotation.as_matrix */
-static void
-quat_to_mat (const double q[4], double m[9])
-{
-  double x = q[0], y = q[1], z = q[2], w = q[3];
-  double x2 = x * x, y2 = y * y, z2 = z * z, w2 = w * w;
-  double xy = x * y, zw = z * w, xz = x * z, yw = y * w, yz = y * z,
-      xw = x * w;
-
-  m[0] = x2 - y2 - z2 + w2;
-  m[3] = 2.0 * (xy + zw);
-  m[6] = 2.0 * (xz - yw);
-  m[1] = 2.0 * (xy - zw);
-  m[4] = -x2 + y2 - z2 + w2;
-  m[7] = 2.0 * (yz + xw);
-  m[2] = 2.0 * (xz + yw);
-  m[5] = 2.0 * (yz - xw);
-  m[8] = -x2 - y2 + z2 + w2;
-}
-
-/* Hamilton product of (x, y, z, w) quaternions: a * b */
-static void
-quat_mul (const double a[4], const double b[4], double o[4])
-{
-  double ax = a[0], ay = a[1], az = a[2], aw = a[3];
-  double bx = b[0], by = b[1], bz = b[2], bw = b[3];
-
-  o[0] = aw * bx + ax * bw + ay * bz - az * by;
-  o[1] = aw * by - ax * bz + ay * bw + az * bx;
-  o[2] = aw * bz + ax * by - ay * bx + az * bw;
-  o[3] = aw * bw - ax * bx - ay * by - az * bz;
-}
-
-/* q_a * exp(alpha * log(q_a^-1 q_b)) — scipy Slerp between two keys */
-static void
-quat_slerp (const double qa[4], const double qb[4], double alpha,
-    double out[4])
-{
-  double inv[4] = { -qa[0], -qa[1], -qa[2], qa[3] };
-  double d[4], e[4], vn, angle;
-
-  quat_mul (inv, qb, d);
-  if (d[3] < 0.0)
-    for (int i = 0; i < 4; i++)
-      d[i] = -d[i];
-  vn = sqrt (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
-  angle = 2.0 * atan2 (vn, d[3]);
-  if (vn > 0.0) {
-    double half = 0.5 * alpha * angle, s = sin (half) / vn;
-    e[0] = d[0] * s;
-    e[1] = d[1] * s;
-    e[2] = d[2] * s;
-    e[3] = cos (half);
-  } else {
-    e[0] = e[1] = e[2] = 0.0;
-    e[3] = 1.0;
-  }
-  quat_mul (qa, e, out);
-}
-
-/**
- * lingbot_control_interpolate_poses:
- * @poses: (array): n_src float32 4x4 camera-to-world matrices
- * @n_src: number of source poses (>= 2), at positions 0 .. n_src-1
- * @n_out: number of output poses, at positions linspace(0, n_src-1, n_out)
- * @out: (out caller-allocates): n_out float32 4x4 matrices
- *
- * Spec 2.9 step 3: translation by linear interpolation, rotation by
- * quaternion SLERP after making the quaternion signs continuous (scipy
- * Rotation / Slerp / interp1d semantics), computed in float64 and rounded
- * to float32.  For 77 -> 20 the positions are 0, 4, ..., 76.
- */
-void
-lingbot_control_interpolate_poses (const float *poses, guint n_src,
-    guint n_out, float *out)
-{
-  double *q = g_new (double, 4 * (gsize) n_src);
-  double step = n_out > 1 ? (double) (n_src - 1) / (double) (n_out - 1) : 0.0;
-
-  for (guint i = 0; i < n_src; i++) {
-    double m[9];
-    for (int r = 0; r < 3; r++)
-      for (int c = 0; c < 3; c++)
-        m[r * 3 + c] = poses[16 * i + r * 4 + c];
-    mat_to_quat (m, q + 4 * i);
-    if (i > 0) {
-      double dot = 0.0;
-      for (int k = 0; k < 4; k++)
-        dot += q[4 * i + k] * q[4 * (i - 1) + k];
-      if (dot < 0.0)
-        for (int k = 0; k < 4; k++)
-          q[4 * i + k] = -q[4 * i + k];
-    }
-  }
-
-  for (guint j = 0; j < n_out; j++) {
-    /* numpy linspace: i*step + 0, the last one forced to the stop value */
-    double p = (j + 1 == n_out && n_out > 1) ? (double) (n_src - 1) :
-        (double) j * step;
-    guint lo, hi, ind;
-    double alpha, qo[4], m[9];
-    float *o = out + 16 * j;
-
-    /* interp1d: hi = searchsorted(x, p, 'left') clipped to [1, n-1] */
-    hi = (guint) ceil (p);
-    if (hi < 1)
-      hi = 1;
-    if (hi > n_src - 1)
-      hi = n_src - 1;
-    lo = hi - 1;
-    for (int c = 0; c < 3; c++) {
-      double ylo = poses[16 * lo + c * 4 + 3], yhi = poses[16 * hi + c * 4 + 3];
-      double slope = (yhi - ylo) / (double) (hi - lo);
-      o[c * 4 + 3] = (float) (slope * (p - (double) lo) + ylo);
-    }
-
-    /* Slerp: ind = searchsorted(times, p) - 1, 0 at the first time */
-    ind = p <= 0.0 ? 0 : (guint) ceil (p) - 1;
-    if (ind > n_src - 2)
-      ind = n_src - 2;
-    alpha = (p - (double) ind) / 1.0;
-    quat_slerp (q + 4 * ind, q + 4 * (ind + 1), alpha, qo);
-    quat_to_mat (qo, m);
-    for (int r = 0; r < 3; r++)
-      for (int c = 0; c < 3; c++)
-        o[r * 4 + c] = (float) m[r * 3 + c];
-    o[12] = o[13] = o[14] = 0.0f;
-    o[15] = 1.0f;
-  }
-  g_free (q);
-}
-
-/* ------------------------------------------------------------------ */
 /* the control session                                                */
 /* ------------------------------------------------------------------ */
 
@@ -846,10 +186,11 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
   int cw, ch;
 
   if (cfg->chunk_size < 1 || cfg->width <= 0 || cfg->height <= 0
-      || cfg->width % FOLD || cfg->height % FOLD) {
+      || cfg->width % CONTROL_FOLD || cfg->height % CONTROL_FOLD) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "control: need chunk_size >= 1 and an output size that is a "
-        "multiple of %d, got chunk_size %u, %dx%d", FOLD, cfg->chunk_size,
+        "multiple of %d, got chunk_size %u, %dx%d", CONTROL_FOLD,
+        cfg->chunk_size,
         cfg->width, cfg->height);
     return NULL;
   }
@@ -1062,14 +403,14 @@ lingbot_control_get_chunk_size (const LingbotControl * ctl)
 int
 lingbot_control_get_latent_height (const LingbotControl * ctl)
 {
-  return ctl->cfg.height / FOLD;
+  return ctl->cfg.height / CONTROL_FOLD;
 }
 
 /** lingbot_control_get_latent_width: Returns: w_lat = W/8. */
 int
 lingbot_control_get_latent_width (const LingbotControl * ctl)
 {
-  return ctl->cfg.width / FOLD;
+  return ctl->cfg.width / CONTROL_FOLD;
 }
 
 /**
@@ -1086,7 +427,8 @@ lingbot_control_get_chunk_n_elements (const LingbotControl * ctl, int row0,
     int row1)
 {
   return (gsize) CONTROL_CHANNELS * ctl->cfg.chunk_size *
-      (gsize) MAX (row1 - row0, 0) * (gsize) (ctl->cfg.width / FOLD);
+      (gsize) MAX (row1 - row0, 0) * (gsize) (ctl->cfg.width /
+      CONTROL_FOLD);
 }
 
 /**
@@ -1197,7 +539,7 @@ compute_live_rel (LingbotControl * c)
   }
   for (gsize i = 0; i < 16 * (gsize) C; i++)
     dst[i] = (float) c->poses[i];
-  relative_poses_impl (q, nq, r, c->scratch_a);
+  lingbot_control_relative_poses_scratch (q, nq, r, c->scratch_a);
   memcpy (c->rel, r + (c->has_previous ? 16 : 0), 16 * C * sizeof (float));
   for (guint i = 0; i < C; i++) {
     float *t = c->rel + 16 * i;
@@ -1396,6 +738,8 @@ lingbot_control_fill (LingbotControl * ctl, float *out, gsize out_len,
         lingbot_control_get_chunk_n_elements (ctl, row0, row1));
     return FALSE;
   }
-  return pack_impl (ctl->rel, ctl->cfg.chunk_size, ctl->k, ctl->cfg.width,
-      ctl->cfg.height, row0, row1, out, ctl->scratch_x, error);
+  return lingbot_control_pack_scratch (ctl->rel, ctl->cfg.chunk_size, ctl->k,
+      ctl->cfg.width, ctl->cfg.height, row0, row1, out, ctl->scratch_x,
+      error);
 }
+

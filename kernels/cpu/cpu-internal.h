@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/ops-check.h"
+#include "kernels/raymap.h"
 
 G_BEGIN_DECLS
 
@@ -112,13 +113,10 @@ gboolean lb_cpu_gated_residual_modulate (LbStream * s, LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
     const LbTensor * shift, GError ** error);
 
-/* camera control (raymap.c): the op, and the arithmetic it shares with
- * lingbot/control.c (lingbot_control_pack(), lingbot_control_plucker()) */
+/* camera control (raymap.c): the op; the arithmetic it shares with
+ * lingbot/control-raymap.c is declared in kernels/raymap.h */
 gboolean lb_cpu_ray_map (LbStream * s, const LbTensor * rel_poses, float fx,
     float fy, float cx, float cy, int width, int height, int row0,
     LbTensor * y, GError ** error);
-void lb_cpu_ray_map_fill (const float *rel_poses, int n_frames,
-    const float k[4], int width, int row0, int rows, float *xs, float *out);
-void lb_cpu_ray_pixel (const float *pose, float x, float y, float out[6]);
 
 G_END_DECLS

@@ -2,8 +2,8 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * The arithmetic of the camera control tensor, shared by the ray_map op and
- * lingbot_control_pack() / lingbot_control_fill() (lingbot/control.c), so
- * the op is the host path byte for byte.  Every value is a single float32
+ * lingbot_control_pack() / lingbot_control_fill() (lingbot/control-raymap.c,
+ * through kernels/raymap.h), so the op is the host path byte for byte.  Every value is a single float32
  * operation in the order written (kernels/ops.h, @ray_map): the CUDA kernel
  * (kernels/cuda/kernels-raymap.cu) spells the same operations with
  * round-to-nearest intrinsics and matches bit for bit.
