@@ -424,27 +424,15 @@ gst_lingbot_gen_release_pad (GstElement * element, GstPad * pad)
 
 /* ---- session ---- */
 
+/* NULL = the model's default steps; anything else must be a valid list
+ * (lingbot_parse_timestep_indices(): not empty, in [0, 999], strictly
+ * increasing) */
 static gboolean
 parse_timesteps (const char *s, GArray * out, GError ** error)
 {
-  g_auto (GStrv) parts = NULL;
-
-  if (s == NULL || *s == '\0')
+  if (s == NULL)
     return TRUE;
-  parts = g_strsplit (s, ",", -1);
-  for (guint i = 0; parts[i]; i++) {
-    char *end = NULL;
-    gint64 v = g_ascii_strtoll (g_strstrip (parts[i]), &end, 10);
-    int iv = (int) v;
-
-    if (end == parts[i] || *end != '\0' || v < 0 || v > 999) {
-      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-          "timestep-indices: '%s' is not an index in [0, 999]", parts[i]);
-      return FALSE;
-    }
-    g_array_append_val (out, iv);
-  }
-  return TRUE;
+  return lingbot_parse_timestep_indices (s, out, error);
 }
 
 static gboolean

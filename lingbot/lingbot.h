@@ -42,6 +42,7 @@
 #include "comm/worker-group.h"
 #include "lingbot/control.h"
 #include "lingbot/dit.h"
+#include "lingbot/scheduler.h"
 #include "lingbot/vae.h"
 
 G_BEGIN_DECLS

@@ -5,6 +5,7 @@
 #include "kernels/error.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The update rules are specified operation by operation (float32 products
  * rounded before the sum); a fused multiply-add would change the last bit. */
@@ -469,5 +470,144 @@ lingbot_scheduler_renoise_tensor (const LingbotScheduler * sched, guint step,
     return FALSE;
   lingbot_scheduler_renoise (lingbot_scheduler_get_renoise_sigma (sched,
           step), x0->data, noise->data, x->data, lb_tensor_numel (x0));
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------ */
+/* timestep index lists (the `timestep-indices` setting)              */
+/* ------------------------------------------------------------------ */
+
+#define INDEX_CONVENTION "the steps are indices into the 1000-entry " \
+  "timestep table, strictly increasing from the noisiest step (index 0, " \
+  "t = 999), e.g. '0,250,500,750'"
+
+static char *
+join_indices (const int *idx, int n)
+{
+  GString *s = g_string_new (NULL);
+
+  for (int i = 0; i < n; i++)
+    g_string_append_printf (s, i ? ",%d" : "%d", idx[i]);
+  return g_string_free (s, FALSE);
+}
+
+/**
+ * lingbot_check_timestep_indices:
+ * @idx: (array length=n): denoising-step indices into the timestep table
+ * @n: number of steps
+ * @error: return location for a #GError
+ *
+ * Checks a list of timestep indices as the sampler (spec 3.5) takes them:
+ * 1 to %LINGBOT_SCHEDULER_MAX_STEPS indices, each in [0, 999] (the
+ * %LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS-entry table), strictly increasing
+ * (index 0 is the noisiest step, t = 999; the v2 default 0,250,500,750
+ * gives t = 999, 967, 908, 768).  A repeated index would run the same step
+ * twice, a decreasing one would add noise back.
+ *
+ * Returns: %TRUE when the list is valid; %FALSE with
+ *   %LB_ERROR_INVALID_ARGUMENT naming the offending value, e.g.
+ *   "timestep-indices: '250,0' is not strictly increasing (0 after 250);
+ *   ...".
+ */
+gboolean
+lingbot_check_timestep_indices (const int *idx, int n, GError ** error)
+{
+  if (n <= 0 || idx == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "timestep-indices: the list is empty; " INDEX_CONVENTION);
+    return FALSE;
+  }
+  if (n > LINGBOT_SCHEDULER_MAX_STEPS) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "timestep-indices: %d indices, at most %d", n,
+        LINGBOT_SCHEDULER_MAX_STEPS);
+    return FALSE;
+  }
+  for (int i = 0; i < n; i++) {
+    if (idx[i] < 0 || idx[i] >= LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "timestep-indices: '%d' is not an index in [0, %d]", idx[i],
+          LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS - 1);
+      return FALSE;
+    }
+  }
+  for (int i = 1; i < n; i++) {
+    if (idx[i] <= idx[i - 1]) {
+      g_autofree char *list = join_indices (idx, n);
+
+      if (idx[i] == idx[i - 1])
+        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+            "timestep-indices: '%s' is not strictly increasing (%d "
+            "repeated); " INDEX_CONVENTION, list, idx[i]);
+      else
+        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+            "timestep-indices: '%s' is not strictly increasing (%d after "
+            "%d); " INDEX_CONVENTION, list, idx[i], idx[i - 1]);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_parse_timestep_indices:
+ * @s: (nullable): a comma-separated list of decimal indices ("0,250,500,750";
+ *   blanks around each are allowed)
+ * @out: a #GArray of int; the indices are appended on success only
+ * @error: return location for a #GError
+ *
+ * Parses the `timestep-indices` setting and checks it with
+ * lingbot_check_timestep_indices().
+ *
+ * Returns: %TRUE on success; %FALSE with %LB_ERROR_INVALID_ARGUMENT for an
+ *   empty list (%NULL, "" or only blanks), an item that is not a decimal
+ *   integer in [0, 999] ("timestep-indices: 'x' is not an index in [0,
+ *   999]", also for an empty item as in "0,,250"), more than
+ *   %LINGBOT_SCHEDULER_MAX_STEPS items, or a list that is not strictly
+ *   increasing.
+ */
+gboolean
+lingbot_parse_timestep_indices (const char *s, GArray * out, GError ** error)
+{
+  g_auto (GStrv) parts = NULL;
+  int idx[LINGBOT_SCHEDULER_MAX_STEPS];
+  int n = 0;
+
+  g_return_val_if_fail (out != NULL, FALSE);
+  g_return_val_if_fail (g_array_get_element_size (out) == sizeof (int),
+      FALSE);
+
+  if (s == NULL || *s == '\0' || strspn (s, " \t\r\n") == strlen (s))
+    return lingbot_check_timestep_indices (NULL, 0, error);
+  parts = g_strsplit (s, ",", -1);
+  for (guint i = 0; parts[i]; i++) {
+    const char *p = g_strstrip (parts[i]);
+    char *end = NULL;
+    gint64 v;
+
+    if (!g_ascii_isdigit (*p)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "timestep-indices: '%s' is not an index in [0, %d]", p,
+          LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS - 1);
+      return FALSE;
+    }
+    v = g_ascii_strtoll (p, &end, 10);
+    if (*end != '\0' || v >= LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "timestep-indices: '%s' is not an index in [0, %d]", p,
+          LINGBOT_SCHEDULER_DEFAULT_TRAIN_STEPS - 1);
+      return FALSE;
+    }
+    if (n == LINGBOT_SCHEDULER_MAX_STEPS) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "timestep-indices: %u indices, at most %d", g_strv_length (parts),
+          LINGBOT_SCHEDULER_MAX_STEPS);
+      return FALSE;
+    }
+    idx[n++] = (int) v;
+  }
+  if (!lingbot_check_timestep_indices (idx, n, error))
+    return FALSE;
+  g_array_append_vals (out, idx, (guint) n);
   return TRUE;
 }

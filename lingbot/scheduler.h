@@ -60,6 +60,11 @@ void lingbot_scheduler_x0 (float sigma, const float *x, const float *v,
 void lingbot_scheduler_renoise (float sigma, const float *x0,
     const float *noise, float *x, gsize n);
 
+gboolean lingbot_check_timestep_indices (const int *idx, int n,
+    GError ** error);
+gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
+    GError ** error);
+
 gboolean lingbot_scheduler_x0_tensor (const LingbotScheduler * sched,
     guint step, const LbTensor * x, const LbTensor * v, LbTensor * x0,
     GError ** error);

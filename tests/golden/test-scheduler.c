@@ -149,6 +149,112 @@ test_worked_example (void)
   golden_report ("scheduler worked example: bit-exact (max error 0)\n");
 }
 
+/* ---- the timestep-indices setting ---- */
+
+#define CONVENTION "; the steps are indices into the 1000-entry timestep " \
+  "table, strictly increasing from the noisiest step (index 0, t = 999), " \
+  "e.g. '0,250,500,750'"
+
+static void
+expect_parse (const char *s, const int *want, guint n_want)
+{
+  g_autoptr (GArray) a = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autoptr (GError) err = NULL;
+
+  g_assert_true (lingbot_parse_timestep_indices (s, a, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (a->len, ==, n_want);
+  g_assert_cmpmem (a->data, a->len * sizeof (int), want,
+      n_want * sizeof (int));
+  g_assert_true (lingbot_check_timestep_indices ((const int *) a->data,
+          (int) a->len, NULL));
+}
+
+static void
+expect_refused (const char *s, const char *message)
+{
+  g_autoptr (GArray) a = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autoptr (GError) err = NULL;
+
+  g_assert_false (lingbot_parse_timestep_indices (s, a, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, message);
+  /* nothing appended on failure */
+  g_assert_cmpuint (a->len, ==, 0);
+}
+
+static void
+test_timestep_indices (void)
+{
+  static const int def[] = { 0, 250, 500, 750 };
+  static const int v1[] = { 0, 179, 358, 679 };
+  static const int one[] = { 999 };
+  int many[LINGBOT_SCHEDULER_MAX_STEPS + 1];
+  g_autoptr (GString) s = g_string_new (NULL);
+  g_autoptr (GError) err = NULL;
+
+  expect_parse ("0,250,500,750", def, 4);
+  expect_parse (" 0 , 250,500 ,750 ", def, 4);
+  expect_parse ("0,179,358,679", v1, 4);
+  expect_parse ("999", one, 1);
+
+  expect_refused ("", "timestep-indices: the list is empty" CONVENTION);
+  expect_refused (NULL, "timestep-indices: the list is empty" CONVENTION);
+  expect_refused ("  ", "timestep-indices: the list is empty" CONVENTION);
+  expect_refused ("0,0,500", "timestep-indices: '0,0,500' is not strictly "
+      "increasing (0 repeated)" CONVENTION);
+  expect_refused ("250,0", "timestep-indices: '250,0' is not strictly "
+      "increasing (0 after 250)" CONVENTION);
+  expect_refused ("0, 500 ,250,750", "timestep-indices: '0,500,250,750' is "
+      "not strictly increasing (250 after 500)" CONVENTION);
+  expect_refused ("0,1000", "timestep-indices: '1000' is not an index in "
+      "[0, 999]");
+  expect_refused ("0,5000", "timestep-indices: '5000' is not an index in "
+      "[0, 999]");
+  expect_refused ("-1,250", "timestep-indices: '-1' is not an index in "
+      "[0, 999]");
+  expect_refused ("0,,250", "timestep-indices: '' is not an index in "
+      "[0, 999]");
+  expect_refused ("0,250,", "timestep-indices: '' is not an index in "
+      "[0, 999]");
+  expect_refused ("a", "timestep-indices: 'a' is not an index in [0, 999]");
+  expect_refused ("12x", "timestep-indices: '12x' is not an index in "
+      "[0, 999]");
+  expect_refused ("99999999999999999999", "timestep-indices: "
+      "'99999999999999999999' is not an index in [0, 999]");
+
+  /* the bound of the sampler: 64 steps */
+  for (int i = 0; i <= LINGBOT_SCHEDULER_MAX_STEPS; i++) {
+    many[i] = i;
+    g_string_append_printf (s, i ? ",%d" : "%d", i);
+  }
+  g_assert_true (lingbot_check_timestep_indices (many,
+          LINGBOT_SCHEDULER_MAX_STEPS, NULL));
+  g_assert_false (lingbot_check_timestep_indices (many,
+          LINGBOT_SCHEDULER_MAX_STEPS + 1, &err));
+  g_assert_cmpstr (err->message, ==, "timestep-indices: 65 indices, at most "
+      "64");
+  g_clear_error (&err);
+  expect_refused (s->str, "timestep-indices: 65 indices, at most 64");
+
+  /* the array form names the value too */
+  {
+    static const int neg[] = { 0, -3 };
+    static const int big[] = { 0, 1000 };
+    g_assert_false (lingbot_check_timestep_indices (neg, 2, &err));
+    g_assert_cmpstr (err->message, ==, "timestep-indices: '-3' is not an "
+        "index in [0, 999]");
+    g_clear_error (&err);
+    g_assert_false (lingbot_check_timestep_indices (big, 2, &err));
+    g_assert_cmpstr (err->message, ==, "timestep-indices: '1000' is not an "
+        "index in [0, 999]");
+    g_clear_error (&err);
+    g_assert_false (lingbot_check_timestep_indices (def, 0, &err));
+    g_assert_cmpstr (err->message, ==, "timestep-indices: the list is empty"
+        CONVENTION);
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -160,6 +266,8 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/scheduler/steps", test_steps);
   g_test_add_func ("/golden/scheduler/other-indices", test_other_indices);
   g_test_add_func ("/golden/scheduler/worked-example", test_worked_example);
+  g_test_add_func ("/golden/scheduler/timestep-indices",
+      test_timestep_indices);
   rc = g_test_run ();
   lingbot_checkpoint_unref (fx);
   return rc;
