@@ -11,9 +11,10 @@
  *
  * - a JSON trace (`location`, the `{"events":[{"delay_s","message":{...}}]}`
  *   format), emitted at the trace times (paced by the clock when `is-live`);
- * - upstream GstNavigation key events (key-press / key-release, names as
- *   browsers send them: ArrowUp, KeyW, w, ...) arriving on the src pad from
- *   a video sink or a WebRTC data channel;
+ * - upstream GstNavigation key events (key-press / key-release) arriving
+ *   on the src pad from a video sink (X keysym names: Up, w, W, ...) or a
+ *   WebRTC data channel (browser names: ArrowUp, KeyW, w, ...): the key
+ *   table is docs/elements.md, "Keys";
  * - the action signals `press-key`, `release-key` and `reset-pose`;
  * - explicit camera poses (`poses-location` + `intrinsics-location`, .npy),
  *   sent as a first POSES record.
@@ -475,6 +476,7 @@ trace_record_unlocked (GstLingbotControlSrc * self,
 {
   GstClockTime t = (GstClockTime) (e->time_s * GST_SECOND + 0.5);
   GstLingbotControlRecordType type;
+  guint keys = e->key;
 
   switch (e->type) {
     case LINGBOT_CONTROL_EVENT_PRESS:
@@ -483,6 +485,9 @@ trace_record_unlocked (GstLingbotControlSrc * self,
       break;
     case LINGBOT_CONTROL_EVENT_RELEASE:
       type = GST_LINGBOT_CONTROL_RELEASE;
+      /* the action "reset" (every key up): a release of the keys held */
+      if (e->key == LINGBOT_KEYS_ALL)
+        keys = self->held;
       self->held &= ~e->key;
       break;
     default:
@@ -492,7 +497,7 @@ trace_record_unlocked (GstLingbotControlSrc * self,
   }
   if (GST_CLOCK_TIME_IS_VALID (self->last_time))
     t = MAX (t, self->last_time);
-  return record_new (type, e->key, self->held, t, 0);
+  return record_new (type, keys, self->held, t, 0);
 }
 
 static GstFlowReturn
@@ -684,10 +689,9 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
   /**
    * GstLingbotControlSrc::press-key:
    * @src: the element
-   * @key: a key name: ArrowUp/KeyW/w/up/forward (forward),
-   *   ArrowDown/KeyS/s/down/backward (back), ArrowLeft/KeyA/a/left and ArrowRight/KeyD/d/right (strafe),
-   *   KeyI/i, KeyK/k (pitch up/down), KeyJ/j, KeyL/l (yaw left/right);
-   *   case-sensitive (lingbot_key_from_name())
+   * @key: a key name of the table in docs/elements.md, "Keys"
+   *   (lingbot_key_from_name(): browser code/key names, X keysym names,
+   *   aliases; any case)
    *
    * Presses @key (held until release-key or reset-pose).
    *
@@ -700,11 +704,8 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
   /**
    * GstLingbotControlSrc::release-key:
    * @src: the element
-   * @key: a key name, as for #GstLingbotControlSrc::press-key:
-   *   ArrowUp/KeyW/w/up/forward (forward),
-   *   ArrowDown/KeyS/s/down/backward (back), ArrowLeft/KeyA/a/left and ArrowRight/KeyD/d/right (strafe),
-   *   KeyI/i, KeyK/k (pitch up/down), KeyJ/j, KeyL/l (yaw left/right);
-   *   case-sensitive (lingbot_key_from_name())
+   * @key: a key name, as for #GstLingbotControlSrc::press-key
+   *   (docs/elements.md, "Keys")
    *
    * Releases @key.
    *

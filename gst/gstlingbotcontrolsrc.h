@@ -26,7 +26,9 @@ G_BEGIN_DECLS
 /**
  * GstLingbotControlRecordType:
  * @GST_LINGBOT_CONTROL_PRESS: @keys went down
- * @GST_LINGBOT_CONTROL_RELEASE: @keys went up
+ * @GST_LINGBOT_CONTROL_RELEASE: @keys went up (the trace action "reset",
+ *   every key up, is one RELEASE of the keys held then: @keys = the held
+ *   set before it, possibly 0, @held = 0)
  * @GST_LINGBOT_CONTROL_RESET: reset_pose: identity pose, keys cleared
  * @GST_LINGBOT_CONTROL_POSES: explicit camera poses follow the header
  *   (#GstLingbotControlPoses, then n_poses * 16 float c2w row-major, then

@@ -24,41 +24,52 @@
 /* keys                                                               */
 /* ------------------------------------------------------------------ */
 
+/* Every name a key arrives under, compared without regard to ASCII case:
+ * the browser KeyboardEvent `code` (KeyW, ArrowUp) and `key` ("w", "W",
+ * ArrowUp), the X keysym names GstNavigation key events of X/GL/GTK video
+ * sinks carry (Up, Down, Left, Right, w / W), and the service's aliases
+ * (lingbot_model_spec.md 2.1).  docs/elements.md, "Keys", lists it. */
 static const struct {
   const char *name;
   guint key;
-} key_aliases[] = {
-  {"ArrowUp", LINGBOT_KEY_W}, {"ArrowDown", LINGBOT_KEY_S},
-  {"ArrowLeft", LINGBOT_KEY_A}, {"ArrowRight", LINGBOT_KEY_D},
-  {"KeyW", LINGBOT_KEY_W}, {"KeyA", LINGBOT_KEY_A},
-  {"KeyS", LINGBOT_KEY_S}, {"KeyD", LINGBOT_KEY_D},
-  {"KeyI", LINGBOT_KEY_I}, {"KeyJ", LINGBOT_KEY_J},
-  {"KeyK", LINGBOT_KEY_K}, {"KeyL", LINGBOT_KEY_L},
-  {"w", LINGBOT_KEY_W}, {"a", LINGBOT_KEY_A}, {"s", LINGBOT_KEY_S},
-  {"d", LINGBOT_KEY_D}, {"i", LINGBOT_KEY_I}, {"j", LINGBOT_KEY_J},
-  {"k", LINGBOT_KEY_K}, {"l", LINGBOT_KEY_L},
-  {"up", LINGBOT_KEY_W}, {"down", LINGBOT_KEY_S},
-  {"left", LINGBOT_KEY_A}, {"right", LINGBOT_KEY_D},
-  {"forward", LINGBOT_KEY_W}, {"backward", LINGBOT_KEY_S},
+} key_names[] = {
+  {"ArrowUp", LINGBOT_KEY_W}, {"KeyW", LINGBOT_KEY_W}, {"w", LINGBOT_KEY_W},
+  {"Up", LINGBOT_KEY_W}, {"forward", LINGBOT_KEY_W},
+  {"ArrowDown", LINGBOT_KEY_S}, {"KeyS", LINGBOT_KEY_S},
+  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S},
+  {"backward", LINGBOT_KEY_S},
+  {"ArrowLeft", LINGBOT_KEY_A}, {"KeyA", LINGBOT_KEY_A},
+  {"a", LINGBOT_KEY_A}, {"Left", LINGBOT_KEY_A},
+  {"ArrowRight", LINGBOT_KEY_D}, {"KeyD", LINGBOT_KEY_D},
+  {"d", LINGBOT_KEY_D}, {"Right", LINGBOT_KEY_D},
+  {"KeyI", LINGBOT_KEY_I}, {"i", LINGBOT_KEY_I},
+  {"KeyK", LINGBOT_KEY_K}, {"k", LINGBOT_KEY_K},
+  {"KeyJ", LINGBOT_KEY_J}, {"j", LINGBOT_KEY_J},
+  {"KeyL", LINGBOT_KEY_L}, {"l", LINGBOT_KEY_L},
 };
 
 /**
  * lingbot_key_from_name:
- * @name: a key name: a DOM `code` (ArrowUp, KeyW, ...) or an alias
- *   ("w", "up", "forward", ...), case-sensitive as in the reference table
+ * @name: (nullable): a key name, compared without regard to ASCII case:
+ *   a browser KeyboardEvent `code` (KeyW, ArrowUp, ...) or `key` ("w",
+ *   "W", ArrowUp, ...), an X keysym name as GstNavigation key events carry
+ *   it (Up, Down, Left, Right, w, W, ...), or an alias of the reference
+ *   service ("up", "forward", "down", "backward", "left", "right")
  *
- * Spec 2.1: arrow keys are translation (ArrowLeft = a, not yaw).
+ * The whole table is in docs/elements.md ("Keys").  Spec 2.1: the arrow
+ * keys are translation (ArrowLeft = a, strafe left, not yaw).
  *
- * Returns: the #LingbotKey bit, or 0 for an unknown name.
+ * Returns: the #LingbotKey bit, or 0 for an unknown name (KeyZZ, Shift,
+ *   "", %NULL).
  */
 guint
 lingbot_key_from_name (const char *name)
 {
   if (name == NULL)
     return 0;
-  for (guint i = 0; i < G_N_ELEMENTS (key_aliases); i++)
-    if (strcmp (name, key_aliases[i].name) == 0)
-      return key_aliases[i].key;
+  for (guint i = 0; i < G_N_ELEMENTS (key_names); i++)
+    if (g_ascii_strcasecmp (name, key_names[i].name) == 0)
+      return key_names[i].key;
   return 0;
 }
 

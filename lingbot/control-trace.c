@@ -136,14 +136,16 @@ parse_event (LingbotControlTrace * t, JsonNode * node, guint index,
       || g_ascii_strcasecmp (action, "end") == 0) {
     e.type = LINGBOT_CONTROL_EVENT_RELEASE;
   } else if (g_ascii_strcasecmp (action, "reset") == 0) {
-    e.type = LINGBOT_CONTROL_EVENT_RESET;
+    /* the service's "reset": every key up, the pose stays (a key, if
+     * any, does not matter); reset_pose, a message type, is above */
+    e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+    e.key = LINGBOT_KEYS_ALL;
     g_array_append_val (t->events, e);
     return TRUE;
   } else {
-    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-        "control trace: event %u: field 'message.action' has unknown value "
-        "'%s' (press, release or reset)", index, action);
-    return FALSE;
+    trace_warn (t, "control trace: event %u: unknown action '%s' ignored "
+        "(press, release or reset)", index, action);
+    return TRUE;
   }
 
   key = member_string (msg, "key");
@@ -173,13 +175,18 @@ parse_event (LingbotControlTrace * t, JsonNode * node, guint index,
  * Parses a control trace: an object with an "events" array whose items
  * carry "delay_s" (seconds from the session start, >= 0) and a "message"
  * object: type "control" with "key" (lingbot_key_from_name()) and
- * "action" ("press"/"keydown", "release"/"keyup"/"end", "reset"), or type
- * "reset_pose".  Unknown keys and message types are skipped and listed by
+ * "action" ("press"/"keydown" or no action: a press; "release"/"keyup"/
+ * "end"; "reset": every key released, the pose kept, a release of
+ * %LINGBOT_KEYS_ALL), or type "reset_pose" (pose back to identity, keys
+ * cleared: %LINGBOT_CONTROL_EVENT_RESET).  Unknown keys, actions and
+ * message types are skipped and listed by
  * lingbot_control_trace_get_warnings().  Events are ordered by time
  * (stable for equal times).
  *
  * Returns: (transfer full): the trace, or %NULL with %LB_ERROR_FORMAT
- *   naming the event index and the field at fault.
+ *   naming the event index and the field at fault (invalid JSON, a missing
+ *   or negative delay_s, a message that is not an object, a non-string
+ *   type/action/key, a press or release without a key).
  */
 LingbotControlTrace *
 lingbot_control_trace_new_from_data (const char *data, gssize length,
@@ -296,7 +303,9 @@ lingbot_control_trace_get_events (const LingbotControlTrace * trace,
  * @trace: a trace
  *
  * Returns: (transfer none) (array zero-terminated=1): what was skipped
- *   while parsing (unknown keys, unknown message types).
+ *   while parsing (unknown keys, actions and message types), one line per
+ *   event ("control trace: event 3: unknown action 'tap' ignored (press,
+ *   release or reset)").
  */
 const char *const *
 lingbot_control_trace_get_warnings (const LingbotControlTrace * trace)

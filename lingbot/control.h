@@ -42,16 +42,18 @@ guint lingbot_chunk_video_frames (guint chunk_index, guint chunk_size);
 
 /**
  * LingbotKey:
- * @LINGBOT_KEY_W: move forward (ArrowUp, KeyW, "w", "up", "forward")
- * @LINGBOT_KEY_A: strafe left (ArrowLeft, KeyA, "a", "left")
- * @LINGBOT_KEY_S: move backward (ArrowDown, KeyS, "s", "down", "backward")
- * @LINGBOT_KEY_D: strafe right (ArrowRight, KeyD, "d", "right")
- * @LINGBOT_KEY_I: pitch up (KeyI, "i")
- * @LINGBOT_KEY_J: yaw left (KeyJ, "j")
- * @LINGBOT_KEY_K: pitch down (KeyK, "k")
- * @LINGBOT_KEY_L: yaw right (KeyL, "l")
+ * @LINGBOT_KEY_W: move forward (ArrowUp, KeyW, w, Up, forward)
+ * @LINGBOT_KEY_A: strafe left (ArrowLeft, KeyA, a, Left)
+ * @LINGBOT_KEY_S: move backward (ArrowDown, KeyS, s, Down, backward)
+ * @LINGBOT_KEY_D: strafe right (ArrowRight, KeyD, d, Right)
+ * @LINGBOT_KEY_I: pitch up (KeyI, i)
+ * @LINGBOT_KEY_J: yaw left (KeyJ, j)
+ * @LINGBOT_KEY_K: pitch down (KeyK, k)
+ * @LINGBOT_KEY_L: yaw right (KeyL, l)
  *
  * Control bits; the values are the golden fixtures' key-bit encoding.
+ * Names are matched without regard to case (lingbot_key_from_name(); the
+ * table is in docs/elements.md, "Keys").
  */
 typedef enum {
   LINGBOT_KEY_W = 1 << 0,
@@ -64,6 +66,12 @@ typedef enum {
   LINGBOT_KEY_L = 1 << 7,
 } LingbotKey;
 
+/**
+ * LINGBOT_KEYS_ALL:
+ *
+ * Every #LingbotKey bit: a %LINGBOT_CONTROL_EVENT_RELEASE of it releases
+ * every held key (the trace action "reset").
+ */
 #define LINGBOT_KEYS_ALL 0xffu
 
 guint lingbot_key_from_name (const char *name);
@@ -234,10 +242,11 @@ gboolean lingbot_control_fill (LingbotControl * ctl, float *out,
 
 /**
  * LingbotControlEventType:
- * @LINGBOT_CONTROL_EVENT_PRESS: a key went down
- * @LINGBOT_CONTROL_EVENT_RELEASE: a key went up
+ * @LINGBOT_CONTROL_EVENT_PRESS: keys went down
+ * @LINGBOT_CONTROL_EVENT_RELEASE: keys went up (%LINGBOT_KEYS_ALL: every
+ *   key, the trace action "reset"; the pose and a pending tap stay)
  * @LINGBOT_CONTROL_EVENT_RESET: `reset_pose`: pose to identity, pitch 0,
- *   keys cleared; the next chunk is a first chunk again
+ *   keys and pending tap cleared; the next chunk is a first chunk again
  */
 typedef enum {
   LINGBOT_CONTROL_EVENT_PRESS,
@@ -249,7 +258,8 @@ typedef enum {
  * LingbotControlEvent:
  * @time_s: seconds from the session start (`delay_s`)
  * @type: what happened
- * @key: the #LingbotKey bit (0 for a reset)
+ * @key: the #LingbotKey bits (one bit from a trace, %LINGBOT_KEYS_ALL for
+ *   the action "reset", 0 for a reset_pose)
  */
 typedef struct {
   double time_s;

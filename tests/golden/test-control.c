@@ -81,21 +81,67 @@ check_intrinsics (const LingbotControl * c, const char *name)
 
 /* ---- keys, frame counts, parsing ---- */
 
+/* The table of docs/elements.md, "Keys" */
+static const struct {
+  const char *name;
+  guint key;
+} key_table[] = {
+  {"ArrowUp", LINGBOT_KEY_W}, {"KeyW", LINGBOT_KEY_W}, {"w", LINGBOT_KEY_W},
+  {"Up", LINGBOT_KEY_W}, {"forward", LINGBOT_KEY_W},
+  {"ArrowDown", LINGBOT_KEY_S}, {"KeyS", LINGBOT_KEY_S},
+  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S}, {"backward", LINGBOT_KEY_S},
+  {"ArrowLeft", LINGBOT_KEY_A}, {"KeyA", LINGBOT_KEY_A},
+  {"a", LINGBOT_KEY_A}, {"Left", LINGBOT_KEY_A},
+  {"ArrowRight", LINGBOT_KEY_D}, {"KeyD", LINGBOT_KEY_D},
+  {"d", LINGBOT_KEY_D}, {"Right", LINGBOT_KEY_D},
+  {"KeyI", LINGBOT_KEY_I}, {"i", LINGBOT_KEY_I},
+  {"KeyK", LINGBOT_KEY_K}, {"k", LINGBOT_KEY_K},
+  {"KeyJ", LINGBOT_KEY_J}, {"j", LINGBOT_KEY_J},
+  {"KeyL", LINGBOT_KEY_L}, {"l", LINGBOT_KEY_L},
+};
+
 static void
 test_keys (void)
 {
   g_autofree char *s = NULL;
+  static const char *const unknown[] = {
+    "KeyZZ", "Shift", "Shift_L", "", "KeyQ", "q", "Escape", "space", "Up ",
+    " w", "ww", "ArrowUpp", "Key", "upward", "KP_Up", "Return", "F13",
+  };
 
-  g_assert_cmpuint (lingbot_key_from_name ("ArrowUp"), ==, LINGBOT_KEY_W);
-  g_assert_cmpuint (lingbot_key_from_name ("ArrowLeft"), ==, LINGBOT_KEY_A);
-  g_assert_cmpuint (lingbot_key_from_name ("ArrowRight"), ==, LINGBOT_KEY_D);
-  g_assert_cmpuint (lingbot_key_from_name ("ArrowDown"), ==, LINGBOT_KEY_S);
-  g_assert_cmpuint (lingbot_key_from_name ("KeyJ"), ==, LINGBOT_KEY_J);
-  g_assert_cmpuint (lingbot_key_from_name ("forward"), ==, LINGBOT_KEY_W);
-  g_assert_cmpuint (lingbot_key_from_name ("backward"), ==, LINGBOT_KEY_S);
-  g_assert_cmpuint (lingbot_key_from_name ("l"), ==, LINGBOT_KEY_L);
-  g_assert_cmpuint (lingbot_key_from_name ("KeyQ"), ==, 0);
-  g_assert_cmpuint (lingbot_key_from_name ("W"), ==, 0);
+  /* every name in the table, as written, lower case, upper case and with
+   * the case of each letter flipped (X sends "W" with Shift, browsers
+   * "KeyW", a user may type "arrowup") */
+  for (guint i = 0; i < G_N_ELEMENTS (key_table); i++) {
+    const char *n = key_table[i].name;
+    g_autofree char *lo = g_ascii_strdown (n, -1);
+    g_autofree char *up = g_ascii_strup (n, -1);
+    g_autofree char *flip = g_strdup (n);
+
+    for (char *c = flip; *c; c++)
+      *c = g_ascii_isupper (*c) ? g_ascii_tolower (*c) : g_ascii_toupper (*c);
+    g_assert_cmphex (lingbot_key_from_name (n), ==, key_table[i].key);
+    g_assert_cmphex (lingbot_key_from_name (lo), ==, key_table[i].key);
+    g_assert_cmphex (lingbot_key_from_name (up), ==, key_table[i].key);
+    g_assert_cmphex (lingbot_key_from_name (flip), ==, key_table[i].key);
+  }
+  /* each key has a name, and the names of the reference's table (spec
+   * 2.1) are all there */
+  {
+    guint all = 0;
+    for (guint i = 0; i < G_N_ELEMENTS (key_table); i++)
+      all |= key_table[i].key;
+    g_assert_cmphex (all, ==, LINGBOT_KEYS_ALL);
+  }
+  g_assert_cmphex (lingbot_key_from_name ("W"), ==, LINGBOT_KEY_W);
+  g_assert_cmphex (lingbot_key_from_name ("Up"), ==, LINGBOT_KEY_W);
+  g_assert_cmphex (lingbot_key_from_name ("up"), ==, LINGBOT_KEY_W);
+  g_assert_cmphex (lingbot_key_from_name ("Left"), ==, LINGBOT_KEY_A);
+  g_assert_cmphex (lingbot_key_from_name ("right"), ==, LINGBOT_KEY_D);
+  g_assert_cmphex (lingbot_key_from_name ("Down"), ==, LINGBOT_KEY_S);
+  g_assert_cmphex (lingbot_key_from_name ("J"), ==, LINGBOT_KEY_J);
+  for (guint i = 0; i < G_N_ELEMENTS (unknown); i++)
+    g_assert_cmphex (lingbot_key_from_name (unknown[i]), ==, 0);
   g_assert_cmpuint (lingbot_key_from_name (NULL), ==, 0);
   s = lingbot_keys_to_string (LINGBOT_KEY_W | LINGBOT_KEY_A | LINGBOT_KEY_L);
   g_assert_cmpstr (s, ==, "a,l,w");
@@ -205,7 +251,7 @@ test_trace_bad_inputs (void)
       "{\"delay_s\": 1}]}", ok_ev);
   g_autofree char *bad_action = g_strdup_printf ("{\"events\": [%s, "
       "{\"delay_s\": 1, \"message\": {\"type\": \"control\", "
-      "\"key\": \"KeyA\", \"action\": \"wiggle\"}}]}", ok_ev);
+      "\"key\": \"KeyA\", \"action\": 3}}]}", ok_ev);
   g_autofree char *no_key = g_strdup_printf ("{\"events\": [%s, "
       "{\"delay_s\": 1, \"message\": {\"type\": \"control\", "
       "\"action\": \"press\"}}]}", ok_ev);
@@ -271,6 +317,55 @@ test_trace_bad_inputs (void)
     g_assert_null (lingbot_control_new (&cfg, &err));
     g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
   }
+}
+
+/* action "reset" = every key up, the pose kept (a release of
+ * LINGBOT_KEYS_ALL); type reset_pose = RESET; an unknown action is a
+ * warning, not an error */
+static void
+test_trace_actions (void)
+{
+  const char *json = "{\"events\": ["
+      "{\"delay_s\": 0.0, \"message\": {\"type\": \"control\", "
+      "\"key\": \"KeyW\", \"action\": \"press\"}},"
+      "{\"delay_s\": 0.0, \"message\": {\"type\": \"control\", "
+      "\"key\": \"KeyD\", \"action\": \"keydown\"}},"
+      "{\"delay_s\": 0.2, \"message\": {\"type\": \"control\", "
+      "\"action\": \"reset\"}},"
+      "{\"delay_s\": 0.3, \"message\": {\"type\": \"control\", "
+      "\"key\": \"a\"}},"
+      "{\"delay_s\": 0.4, \"message\": {\"type\": \"control\", "
+      "\"key\": \"KeyZZ\", \"action\": \"RESET\"}},"
+      "{\"delay_s\": 0.5, \"message\": {\"type\": \"control\", "
+      "\"key\": \"w\", \"action\": \"tap\"}},"
+      "{\"delay_s\": 0.6, \"message\": {\"type\": \"reset_pose\"}}]}";
+  static const LingbotControlEvent want[] = {
+    {0.0, LINGBOT_CONTROL_EVENT_PRESS, LINGBOT_KEY_W},
+    {0.0, LINGBOT_CONTROL_EVENT_PRESS, LINGBOT_KEY_D},
+    {0.2, LINGBOT_CONTROL_EVENT_RELEASE, LINGBOT_KEYS_ALL},
+    {0.3, LINGBOT_CONTROL_EVENT_PRESS, LINGBOT_KEY_A},
+    {0.4, LINGBOT_CONTROL_EVENT_RELEASE, LINGBOT_KEYS_ALL},
+    {0.6, LINGBOT_CONTROL_EVENT_RESET, 0},
+  };
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotControlTrace) t =
+      lingbot_control_trace_new_from_data (json, -1, &err);
+  const LingbotControlEvent *ev;
+  const char *const *w;
+  guint n;
+
+  g_assert_no_error (err);
+  ev = lingbot_control_trace_get_events (t, &n);
+  g_assert_cmpuint (n, ==, G_N_ELEMENTS (want));
+  for (guint i = 0; i < n; i++) {
+    g_assert_cmpfloat (ev[i].time_s, ==, want[i].time_s);
+    g_assert_cmpint (ev[i].type, ==, want[i].type);
+    g_assert_cmphex (ev[i].key, ==, want[i].key);
+  }
+  w = lingbot_control_trace_get_warnings (t);
+  g_assert_cmpstr (w[0], ==, "control trace: event 5: unknown action 'tap' "
+      "ignored (press, release or reset)");
+  g_assert_null (w[1]);
 }
 
 /* ---- the schedule (virtual clock) ---- */
@@ -815,6 +910,7 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/control/keys", test_keys);
   g_test_add_func ("/golden/control/frame-counts", test_frame_counts);
   g_test_add_func ("/golden/control/trace-bad-inputs", test_trace_bad_inputs);
+  g_test_add_func ("/golden/control/trace-actions", test_trace_actions);
   g_test_add_func ("/golden/control/stream-schedule", test_stream_schedule);
   g_test_add_func ("/golden/control/synthetic-schedule",
       test_synthetic_schedule);
