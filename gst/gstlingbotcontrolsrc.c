@@ -38,7 +38,6 @@
 
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotutil.h"
-#include "lingbot/checkpoint.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_control_src_debug);
 #define GST_CAT_DEFAULT gst_lingbot_control_src_debug
@@ -224,70 +223,21 @@ gst_lingbot_control_src_event (GstBaseSrc * src, GstEvent * event)
   return GST_BASE_SRC_CLASS (parent_class)->event (src, event);
 }
 
-static float *
-load_npy_f32 (const char *path, int *ndim, int64_t * shape, GError ** error)
-{
-  g_autoptr (LingbotCheckpoint) ckpt = NULL;
-  g_autoptr (LbTensor) t = NULL, f = NULL;
-  const char *const *names;
-  guint n = 0;
-  float *out;
-
-  ckpt = lingbot_checkpoint_open (path, error);
-  if (ckpt == NULL)
-    return NULL;
-  names = lingbot_checkpoint_list_tensors (ckpt, &n);
-  if (n != 1) {
-    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-        "%s: expected one array, found %u", path, n);
-    return NULL;
-  }
-  t = lingbot_checkpoint_dup_tensor (ckpt, names[0], error);
-  if (t == NULL)
-    return NULL;
-  f = lb_tensor_to_f32 (t);
-  if (f == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-        "%s: cannot convert to float32", path);
-    return NULL;
-  }
-  *ndim = f->ndim;
-  memcpy (shape, f->shape, sizeof (int64_t) * f->ndim);
-  out = g_malloc (lb_tensor_nbytes (f));
-  memcpy (out, f->data, lb_tensor_nbytes (f));
-  return out;
-}
-
+/* the POSES record: lingbot_poses_load()'s arrays after the header
+ * (called with the object lock held) */
 static GstBuffer *
 load_poses (GstLingbotControlSrc * self, GError ** error)
 {
-  g_autofree float *poses = NULL, *intr = NULL;
-  int pnd = 0, ind = 0;
-  int64_t pshape[8] = { 0 }, ishape[8] = { 0 };
+  g_autoptr (LingbotPoses) p = lingbot_poses_load (self->poses_location,
+      self->intrinsics_location, error);
   GstLingbotControlPoses hdr = { 0 };
   gsize psize, isize;
   GstBuffer *buf;
 
-  poses = load_npy_f32 (self->poses_location, &pnd, pshape, error);
-  if (poses == NULL)
+  if (p == NULL)
     return NULL;
-  if (pnd != 3 || pshape[1] != 4 || pshape[2] != 4) {
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "%s: poses must be [n, 4, 4]", self->poses_location);
-    return NULL;
-  }
-  hdr.n_poses = pshape[0];
-  if (self->intrinsics_location) {
-    intr = load_npy_f32 (self->intrinsics_location, &ind, ishape, error);
-    if (intr == NULL)
-      return NULL;
-    if (ind != 2 || ishape[1] != 4) {
-      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-          "%s: intrinsics must be [n, 4]", self->intrinsics_location);
-      return NULL;
-    }
-    hdr.n_intrinsics = ishape[0];
-  }
+  hdr.n_poses = p->n_poses;
+  hdr.n_intrinsics = p->n_intrinsics;
   hdr.intrinsics_width = self->intrinsics_width;
   hdr.intrinsics_height = self->intrinsics_height;
 
@@ -297,10 +247,10 @@ load_poses (GstLingbotControlSrc * self, GError ** error)
       sizeof (hdr) + psize + isize);
   gst_buffer_fill (buf, sizeof (GstLingbotControlRecord), &hdr, sizeof (hdr));
   gst_buffer_fill (buf, sizeof (GstLingbotControlRecord) + sizeof (hdr),
-      poses, psize);
+      p->poses, psize);
   if (isize)
     gst_buffer_fill (buf, sizeof (GstLingbotControlRecord) + sizeof (hdr) +
-        psize, intr, isize);
+        psize, p->intrinsics, isize);
   return buf;
 }
 
@@ -675,7 +625,8 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
           rw | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (gobject_class, PROP_INTRINSICS_LOCATION,
       g_param_spec_string ("intrinsics-location", "Intrinsics location",
-          "Camera intrinsics for the poses, .npy float [n, 4] (fx, fy, cx, cy)",
+          "Camera intrinsics for the poses, .npy float [4], [1, 4] or [n, 4] "
+          "(fx, fy, cx, cy; the first row is used)",
           DEFAULT_INTRINSICS_LOCATION, rw | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (gobject_class, PROP_INTRINSICS_WIDTH,
       g_param_spec_int ("intrinsics-width", "Intrinsics width",

@@ -68,6 +68,12 @@ typedef struct {
 
 /**
  * GstLingbotControlPoses:
+ * @n_poses: camera-to-world matrices that follow (>= 1)
+ * @n_intrinsics: intrinsics rows after them: 0 (no intrinsics-location),
+ *   1 (a [4] or [1, 4] file) or @n_poses (lingbot_poses_load())
+ * @intrinsics_width: calibration width of the intrinsics
+ * @intrinsics_height: calibration height
+ *
  * The payload header of a POSES record.
  */
 typedef struct {

@@ -2,10 +2,14 @@
  * pose interpolation
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * lingbot_model_spec.md sections 2.4, 2.5 and 2.9; golden README section 3.1.
+ * lingbot_model_spec.md sections 2.4, 2.5, 2.9 and 2.10; golden README
+ * section 3.1.  lingbot_poses_load() is the one loader of poses.npy and
+ * intrinsics.npy (the library's offline path and lingbotcontrolsrc).
  */
 #include "lingbot/control.h"
 #include "lingbot/control-private.h"
+#include "lingbot/checkpoint.h"
+#include "kernels/error.h"
 
 #include <math.h>
 #include <string.h>
@@ -309,4 +313,146 @@ lingbot_control_interpolate_poses (const float *poses, guint n_src,
     o[15] = 1.0f;
   }
   g_free (q);
+}
+
+/* ------------------------------------------------------------------ */
+/* loading poses.npy / intrinsics.npy                                 */
+/* ------------------------------------------------------------------ */
+
+#define MAX_POSE_ROWS (1u << 24)        /* keeps every byte count in range */
+
+/* The one array of @path as float32, after the checks every control input
+ * shares: one array, a float dtype, finite values.  Its shape is checked by
+ * the caller. */
+static LbTensor *
+load_array (const char *path, const char *what, GError ** error)
+{
+  g_autoptr (LingbotCheckpoint) ck = lingbot_checkpoint_open (path, error);
+  const char *const *names;
+  const LbTensor *t;
+  LbTensor *f;
+  guint n = 0;
+
+  if (ck == NULL)
+    return NULL;
+  names = lingbot_checkpoint_list_tensors (ck, &n);
+  if (n != 1) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: %s: expected one array, found %u", path, what, n);
+    return NULL;
+  }
+  t = lingbot_checkpoint_get (ck, names[0], error);
+  if (t == NULL)
+    return NULL;
+  if (!lb_dtype_is_float (t->dtype)) {
+    g_autofree char *s = lb_tensor_shape_string (t);
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: %s must be floating point (f32, f64 or f16), got %s %s", path,
+        what, lb_dtype_name (t->dtype), s);
+    return NULL;
+  }
+  f = lb_tensor_to_f32 (t);
+  for (int64_t i = 0; i < lb_tensor_numel (f); i++) {
+    float v = ((const float *) f->data)[i];
+    if (!isfinite (v)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+          "%s: %s: element %" G_GINT64_FORMAT " is %g, not a finite number",
+          path, what, i, (double) v);
+      lb_tensor_free (f);
+      return NULL;
+    }
+  }
+  return f;
+}
+
+/**
+ * lingbot_poses_load:
+ * @poses_path: camera poses, `.npy` (or any one-array file
+ *   lingbot_checkpoint_open() reads) of shape [n, 4, 4], n >= 1:
+ *   camera-to-world matrices, row-major, OpenCV convention, one per video
+ *   frame (spec 2.9, 2.10)
+ * @intrinsics_path: (nullable): intrinsics fx, fy, cx, cy in pixels at
+ *   the calibration size: shape [4] or [1, 4] (one row for every frame) or
+ *   [n, 4] (one per pose, as the bundled intrinsics.npy); %NULL for none
+ * @error: return location for a #GError
+ *
+ * Loads the offline camera path, as lingbot_control_new_offline_from_files()
+ * and lingbotcontrolsrc (`poses-location`, `intrinsics-location`) take it.
+ * float32, float64 and float16 arrays are converted to float32.  Only the
+ * first intrinsics row is used by the session (spec 2.9 step 6).
+ *
+ * Returns: (transfer full): the poses, free with lingbot_poses_free(); or
+ *   %NULL with @error naming the file: the reader's %LB_ERROR_IO /
+ *   %LB_ERROR_NOT_FOUND / %LB_ERROR_FORMAT for a missing or malformed file,
+ *   %LB_ERROR_FORMAT for a file holding several arrays, an integer dtype
+ *   ("...: poses must be floating point (f32, f64 or f16), got i64 [2, 4,
+ *   4]") or a NaN or infinity, %LB_ERROR_SHAPE for a wrong or empty shape
+ *   ("...: intrinsics must have shape [4], [1, 4] or [2, 4] (one row, or
+ *   one per pose), got [0, 4]").
+ */
+LingbotPoses *
+lingbot_poses_load (const char *poses_path, const char *intrinsics_path,
+    GError ** error)
+{
+  g_autoptr (LbTensor) p = NULL;
+  g_autoptr (LbTensor) k = NULL;
+  LingbotPoses *out;
+  guint n, m = 0;
+
+  g_return_val_if_fail (poses_path != NULL, NULL);
+
+  p = load_array (poses_path, "poses", error);
+  if (p == NULL)
+    return NULL;
+  if (p->ndim != 3 || p->shape[1] != 4 || p->shape[2] != 4
+      || p->shape[0] < 1 || p->shape[0] > MAX_POSE_ROWS) {
+    g_autofree char *s = lb_tensor_shape_string (p);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "%s: poses must have shape [n, 4, 4] with 1 <= n <= %u, got %s",
+        poses_path, MAX_POSE_ROWS, s);
+    return NULL;
+  }
+  n = (guint) p->shape[0];
+
+  if (intrinsics_path != NULL) {
+    k = load_array (intrinsics_path, "intrinsics", error);
+    if (k == NULL)
+      return NULL;
+    if (k->ndim == 1 && k->shape[0] == 4)
+      m = 1;
+    else if (k->ndim == 2 && k->shape[1] == 4
+        && (k->shape[0] == 1 || k->shape[0] == n))
+      m = (guint) k->shape[0];
+    else {
+      g_autofree char *s = lb_tensor_shape_string (k);
+      if (n == 1)
+        g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+            "%s: intrinsics must have shape [4] or [1, 4], got %s",
+            intrinsics_path, s);
+      else
+        g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+            "%s: intrinsics must have shape [4], [1, 4] or [%u, 4] (one "
+            "row, or one per pose), got %s", intrinsics_path, n, s);
+      return NULL;
+    }
+  }
+
+  out = g_new0 (LingbotPoses, 1);
+  out->n_poses = n;
+  out->poses = g_memdup2 (p->data, 16 * sizeof (float) * (gsize) n);
+  out->n_intrinsics = m;
+  if (m > 0)
+    out->intrinsics = g_memdup2 (k->data, 4 * sizeof (float) * (gsize) m);
+  return out;
+}
+
+/** lingbot_poses_free: @poses: (nullable): poses from lingbot_poses_load() */
+void
+lingbot_poses_free (LingbotPoses * poses)
+{
+  if (poses == NULL)
+    return;
+  g_free (poses->poses);
+  g_free (poses->intrinsics);
+  g_free (poses);
 }

@@ -10,7 +10,6 @@
  */
 #include "lingbot/control.h"
 #include "lingbot/control-private.h"
-#include "lingbot/checkpoint.h"
 #include "kernels/error.h"
 
 #include <math.h>
@@ -299,73 +298,39 @@ lingbot_control_new_offline (const LingbotControlConfig * cfg,
   return c;
 }
 
-static LbTensor *
-read_npy (const char *path, GError ** error)
-{
-  g_autoptr (LingbotCheckpoint) ck = lingbot_checkpoint_open (path, error);
-  const char *const *names;
-  const LbTensor *t;
-  guint n = 0;
-
-  if (ck == NULL)
-    return NULL;
-  names = lingbot_checkpoint_list_tensors (ck, &n);
-  if (n == 0) {
-    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT, "%s holds no array", path);
-    return NULL;
-  }
-  t = lingbot_checkpoint_get (ck, names[0], error);
-  return t ? lb_tensor_to_f32 (t) : NULL;
-}
-
 /**
  * lingbot_control_new_offline_from_files:
  * @cfg: geometry; its intrinsics are replaced by the first row of the
  *   intrinsics file (calibration size from cfg->intrinsics_width/height)
  * @poses_path: poses.npy, [N, 4, 4]
- * @intrinsics_path: intrinsics.npy, [N, 4] or [4]
+ * @intrinsics_path: (nullable): intrinsics.npy, [4], [1, 4] or [N, 4];
+ *   %NULL keeps @cfg's intrinsics (then cfg->has_intrinsics must be set)
  * @frame_num: requested video frames
  * @error: return location for a #GError
  *
- * lingbot_control_new_offline() on the published example files.
+ * lingbot_control_new_offline() on the published example files, read by
+ * lingbot_poses_load().
  *
- * Returns: (transfer full): the session, or %NULL with @error set
- *   (%LB_ERROR_IO / %LB_ERROR_FORMAT from the reader, %LB_ERROR_SHAPE for
- *   arrays of the wrong shape).
+ * Returns: (transfer full): the session, or %NULL with @error set (the
+ *   errors of lingbot_poses_load() and lingbot_control_new_offline()).
  */
 LingbotControl *
 lingbot_control_new_offline_from_files (const LingbotControlConfig * cfg,
     const char *poses_path, const char *intrinsics_path, guint frame_num,
     GError ** error)
 {
-  g_autoptr (LbTensor) poses = read_npy (poses_path, error);
-  g_autoptr (LbTensor) intr = NULL;
+  g_autoptr (LingbotPoses) p = lingbot_poses_load (poses_path,
+      intrinsics_path, error);
   LingbotControlConfig c2 = *cfg;
 
-  if (poses == NULL)
+  if (p == NULL)
     return NULL;
-  if (poses->ndim != 3 || poses->shape[1] != 4 || poses->shape[2] != 4) {
-    g_autofree char *s = lb_tensor_shape_string (poses);
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "%s: poses must have shape (frames, 4, 4), got %s", poses_path, s);
-    return NULL;
+  if (p->n_intrinsics > 0) {
+    c2.has_intrinsics = TRUE;
+    memcpy (c2.intrinsics, p->intrinsics, 4 * sizeof (float));
   }
-  intr = read_npy (intrinsics_path, error);
-  if (intr == NULL)
-    return NULL;
-  if (!((intr->ndim == 1 && intr->shape[0] == 4)
-          || (intr->ndim == 2 && intr->shape[0] >= 1
-              && intr->shape[1] == 4))) {
-    g_autofree char *s = lb_tensor_shape_string (intr);
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "%s: intrinsics must have shape (4,) or (frames, 4), got %s",
-        intrinsics_path, s);
-    return NULL;
-  }
-  c2.has_intrinsics = TRUE;
-  memcpy (c2.intrinsics, intr->data, 4 * sizeof (float));
-  return lingbot_control_new_offline (&c2, poses->data,
-      (guint) poses->shape[0], frame_num, error);
+  return lingbot_control_new_offline (&c2, p->poses, p->n_poses, frame_num,
+      error);
 }
 
 /** lingbot_control_free: @ctl: (nullable): a control session */

@@ -158,6 +158,30 @@ gboolean lingbot_control_pack (const float *rel_poses, guint n_frames,
 void lingbot_control_interpolate_poses (const float *poses, guint n_src,
     guint n_out, float *out);
 
+/* ---- offline poses from files (control-poses.c) ---- */
+
+/**
+ * LingbotPoses:
+ * @poses: float32 [@n_poses, 4, 4] camera-to-world matrices, row-major
+ * @n_poses: number of poses (>= 1)
+ * @intrinsics: (nullable): float32 [@n_intrinsics, 4]: fx, fy, cx, cy in
+ *   pixels at the calibration size
+ * @n_intrinsics: 0 (no intrinsics file), 1, or @n_poses
+ *
+ * An offline camera path as lingbot_poses_load() reads it; owns its arrays.
+ */
+typedef struct {
+  float *poses;
+  guint n_poses;
+  float *intrinsics;
+  guint n_intrinsics;
+} LingbotPoses;
+
+LingbotPoses *lingbot_poses_load (const char *poses_path,
+    const char *intrinsics_path, GError ** error);
+void lingbot_poses_free (LingbotPoses * poses);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotPoses, lingbot_poses_free)
+
 /* ---- the control session ---- */
 
 /**

@@ -7,8 +7,11 @@
  * offline poses.npy path.  Control tensors must be within 1e-5 absolute.
  */
 #include "golden-common.h"
+#include "test-npy.h"
 #include "lingbot/control.h"
 #include "kernels/error.h"
+
+#include <glib/gstdio.h>
 
 #include <json-glib/json-glib.h>
 
@@ -872,6 +875,230 @@ test_offline_files (void)
   g_assert_nonnull (err);
 }
 
+/* ---- one loader for poses.npy / intrinsics.npy ---- */
+
+static char *poses_dir;
+
+static char *
+npy (const char *name, const char *descr, int ndim, const int64_t * shape,
+    const void *data, gsize nbytes)
+{
+  char *path = g_build_filename (poses_dir, name, NULL);
+  lingbot_test_write_npy (path, descr, ndim, shape, data, nbytes);
+  return path;
+}
+
+/* identity rotations, translation (i, 2i, 3i) */
+static void
+fill_poses (float *p, guint n)
+{
+  memset (p, 0, 16 * sizeof (float) * n);
+  for (guint i = 0; i < n; i++) {
+    float *m = p + 16 * i;
+    m[0] = m[5] = m[10] = m[15] = 1.0f;
+    m[3] = (float) i;
+    m[7] = 2.0f * i;
+    m[11] = 3.0f * i;
+  }
+}
+
+static void
+expect_load_error (const char *pp, const char *ip, GQuark domain, int code,
+    const char *message)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotPoses) p = lingbot_poses_load (pp, ip, &err);
+
+  g_assert_null (p);
+  g_assert_error (err, domain, code);
+  g_assert_cmpstr (err->message, ==, message);
+}
+
+static void
+test_poses_load (void)
+{
+  g_autoptr (GError) err = NULL;
+  float poses[16 * 3], k3[12], k1[4] = { 415.5f, 415.7f, 415.8f, 239.8f };
+  double poses64[16 * 3];
+  int64_t pose_ints[16 * 2] = { 0 };
+  const int64_t s344[] = { 3, 4, 4 }, s244[] = { 2, 4, 4 },
+      s044[] = { 0, 4, 4 }, s144[] = { 1, 4, 4 }, s34[] = { 3, 4 },
+      s4[] = { 4 }, s14[] = { 1, 4 }, s04[] = { 0, 4 }, s33[] = { 3, 3 },
+      s24[] = { 2, 4 }, s44[] = { 4, 4 }, s3[] = { 3 };
+  g_autofree char *p3 = NULL, *p3d = NULL, *p2 = NULL, *p0 = NULL,
+      *p1 = NULL, *pbad = NULL, *pint = NULL, *pnan = NULL, *k3p = NULL,
+      *k4 = NULL, *k14 = NULL, *k04 = NULL, *k33 = NULL, *k24 = NULL,
+      *kvec3 = NULL, *missing = NULL, *msg = NULL;
+
+  for (guint i = 0; i < 12; i++)
+    k3[i] = k1[i % 4] + (float) (i / 4);
+  fill_poses (poses, 3);
+  for (guint i = 0; i < 48; i++)
+    poses64[i] = poses[i];
+  p3 = npy ("p3.npy", "<f4", 3, s344, poses, sizeof poses);
+  p3d = npy ("p3d.npy", "<f8", 3, s344, poses64, sizeof poses64);
+  p2 = npy ("p2.npy", "<f4", 3, s244, poses, 32 * sizeof (float));
+  p0 = npy ("p0.npy", "<f4", 3, s044, NULL, 0);
+  p1 = npy ("p1.npy", "<f4", 3, s144, poses, 16 * sizeof (float));
+  pbad = npy ("pbad.npy", "<f4", 2, s44, poses, 16 * sizeof (float));
+  pint = npy ("pint.npy", "<i8", 3, s244, pose_ints, sizeof pose_ints);
+  poses[22] = NAN;
+  pnan = npy ("pnan.npy", "<f4", 3, s244, poses, 32 * sizeof (float));
+  poses[22] = 0.0f;
+  k3p = npy ("k3.npy", "<f4", 2, s34, k3, sizeof k3);
+  k4 = npy ("k4.npy", "<f4", 1, s4, k1, sizeof k1);
+  k14 = npy ("k14.npy", "<f4", 2, s14, k1, sizeof k1);
+  k04 = npy ("k04.npy", "<f4", 2, s04, NULL, 0);
+  k33 = npy ("k33.npy", "<f4", 2, s33, k3, 9 * sizeof (float));
+  k24 = npy ("k24.npy", "<f4", 2, s24, k3, 8 * sizeof (float));
+  kvec3 = npy ("kvec3.npy", "<f4", 1, s3, k1, 3 * sizeof (float));
+  missing = g_build_filename (poses_dir, "missing.npy", NULL);
+
+  /* good shapes: (n,4,4) with (n,4), (4,), (1,4) or no intrinsics; f64
+   * converted */
+  {
+    g_autoptr (LingbotPoses) p = lingbot_poses_load (p3, k3p, &err);
+    g_assert_no_error (err);
+    g_assert_cmpuint (p->n_poses, ==, 3);
+    g_assert_cmpuint (p->n_intrinsics, ==, 3);
+    g_assert_cmpmem (p->poses, 48 * 4, poses, sizeof poses);
+    g_assert_cmpmem (p->intrinsics, 12 * 4, k3, sizeof k3);
+  }
+  {
+    g_autoptr (LingbotPoses) p = lingbot_poses_load (p3d, k4, &err);
+    g_assert_no_error (err);
+    g_assert_cmpuint (p->n_poses, ==, 3);
+    g_assert_cmpmem (p->poses, 48 * 4, poses, sizeof poses);
+    g_assert_cmpuint (p->n_intrinsics, ==, 1);
+    g_assert_cmpmem (p->intrinsics, 16, k1, sizeof k1);
+  }
+  {
+    g_autoptr (LingbotPoses) p = lingbot_poses_load (p2, k14, &err);
+    g_assert_no_error (err);
+    g_assert_cmpuint (p->n_poses, ==, 2);
+    g_assert_cmpuint (p->n_intrinsics, ==, 1);
+    g_assert_cmpmem (p->intrinsics, 16, k1, sizeof k1);
+  }
+  {
+    g_autoptr (LingbotPoses) p = lingbot_poses_load (p1, NULL, &err);
+    g_assert_no_error (err);
+    g_assert_cmpuint (p->n_poses, ==, 1);
+    g_assert_cmpuint (p->n_intrinsics, ==, 0);
+    g_assert_null (p->intrinsics);
+  }
+
+  /* refused, with the file, the shape found and the one expected */
+  msg = g_strdup_printf ("%s: intrinsics must have shape [4], [1, 4] or "
+      "[3, 4] (one row, or one per pose), got [0, 4]", k04);
+  expect_load_error (p3, k04, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: intrinsics must have shape [4], [1, 4] or "
+      "[3, 4] (one row, or one per pose), got [3, 3]", k33);
+  expect_load_error (p3, k33, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: intrinsics must have shape [4], [1, 4] or "
+      "[2, 4] (one row, or one per pose), got [3, 4]", k3p);
+  expect_load_error (p2, k3p, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: intrinsics must have shape [4], [1, 4] or "
+      "[3, 4] (one row, or one per pose), got [3]", kvec3);
+  expect_load_error (p3, kvec3, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: intrinsics must have shape [4] or [1, 4], "
+      "got [2, 4]", k24);
+  expect_load_error (p1, k24, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: poses must have shape [n, 4, 4] with 1 <= n "
+      "<= 16777216, got [0, 4, 4]", p0);
+  expect_load_error (p0, k4, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: poses must have shape [n, 4, 4] with 1 <= n "
+      "<= 16777216, got [4, 4]", pbad);
+  expect_load_error (pbad, k4, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: poses must have shape [n, 4, 4] with 1 <= n "
+      "<= 16777216, got [3, 4]", k3p);
+  expect_load_error (k3p, NULL, LB_ERROR, LB_ERROR_SHAPE, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: poses must be floating point (f32, f64 or "
+      "f16), got i64 [2, 4, 4]", pint);
+  expect_load_error (pint, NULL, LB_ERROR, LB_ERROR_FORMAT, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: poses: element 22 is nan, not a finite "
+      "number", pnan);
+  expect_load_error (pnan, NULL, LB_ERROR, LB_ERROR_FORMAT, msg);
+  g_free (msg);
+  msg = g_strdup_printf ("%s: cannot open: No such file or directory",
+      missing);
+  expect_load_error (missing, k4, LB_ERROR, LB_ERROR_IO, msg);
+  expect_load_error (p3, missing, LB_ERROR, LB_ERROR_IO, msg);
+  g_free (msg);
+  msg = NULL;
+
+  /* the library's offline path goes through the same loader */
+  {
+    LingbotControlConfig cfg;
+    g_autoptr (LingbotControl) c = NULL;
+    g_autofree char *m2 = g_strdup_printf ("%s: intrinsics must have shape "
+        "[4], [1, 4] or [3, 4] (one row, or one per pose), got [0, 4]", k04);
+
+    lingbot_control_config_init (&cfg, img_w, img_h, 80, 48);
+    c = lingbot_control_new_offline_from_files (&cfg, p3, k04, 1, &err);
+    g_assert_null (c);
+    g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+    g_assert_cmpstr (err->message, ==, m2);
+  }
+}
+
+/* (4,) intrinsics give the same session as the (n, 4) file's first row */
+static void
+test_offline_files_vector_intrinsics (void)
+{
+  const LbTensor *poses = golden_get (fx, "input.offline_poses");
+  const float *intr = golden_f32 (fx, "input.offline_intrinsics", NULL);
+  g_autofree char *pp = npy ("fx-poses.npy", "<f4", 3, poses->shape,
+      poses->data, lb_tensor_nbytes (poses));
+  const int64_t s4[] = { 4 };
+  g_autofree char *ip = npy ("fx-k4.npy", "<f4", 1, s4, intr,
+      4 * sizeof (float));
+  g_autoptr (LingbotControl) ref = offline_from_fixture (80, 48, 61);
+  g_autoptr (LingbotControl) c = NULL;
+  g_autoptr (GError) err = NULL;
+  LingbotControlConfig cfg;
+  gsize nel;
+  g_autofree float *a = NULL;
+  g_autofree float *b = NULL;
+
+  lingbot_control_config_init (&cfg, img_w, img_h, 80, 48);
+  c = lingbot_control_new_offline_from_files (&cfg, pp, ip, 61, &err);
+  g_assert_no_error (err);
+  check_offline_poses (c, "offline_tiny", 16);
+  nel = lingbot_control_get_chunk_n_elements (c, 0, 6);
+  a = g_new (float, nel);
+  b = g_new (float, nel);
+  for (int k = 0; k < 4; k++) {
+    g_assert_true (lingbot_control_advance (c, 0, NULL));
+    g_assert_true (lingbot_control_advance (ref, 0, NULL));
+    g_assert_true (lingbot_control_fill (c, a, nel, 0, 6, NULL));
+    g_assert_true (lingbot_control_fill (ref, b, nel, 0, 6, NULL));
+    g_assert_cmpmem (a, nel * 4, b, nel * 4);
+  }
+
+  /* no intrinsics file: the config's intrinsics, if it has any */
+  g_clear_pointer (&c, lingbot_control_free);
+  c = lingbot_control_new_offline_from_files (&cfg, pp, NULL, 61, &err);
+  g_assert_null (c);
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "control: the offline path needs "
+      "intrinsics");
+  g_clear_error (&err);
+  cfg.has_intrinsics = TRUE;
+  memcpy (cfg.intrinsics, intr, 4 * sizeof (float));
+  c = lingbot_control_new_offline_from_files (&cfg, pp, NULL, 61, &err);
+  g_assert_no_error (err);
+  check_offline_poses (c, "offline_tiny", 16);
+}
+
 static void
 test_reset_pose (void)
 {
@@ -924,7 +1151,25 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/control/offline-480p", test_offline_480p);
   g_test_add_func ("/golden/control/offline-files", test_offline_files);
   g_test_add_func ("/golden/control/reset-pose", test_reset_pose);
+  g_test_add_func ("/golden/control/poses-load", test_poses_load);
+  g_test_add_func ("/golden/control/offline-files-vector-intrinsics",
+      test_offline_files_vector_intrinsics);
+  poses_dir = g_dir_make_tmp ("lingbot-control-XXXXXX", NULL);
+  g_assert_nonnull (poses_dir);
   rc = g_test_run ();
+  {
+    /* the fixtures written by the loader tests */
+    GDir *d = g_dir_open (poses_dir, 0, NULL);
+    const char *name;
+    while (d && (name = g_dir_read_name (d))) {
+      g_autofree char *p = g_build_filename (poses_dir, name, NULL);
+      g_unlink (p);
+    }
+    if (d)
+      g_dir_close (d);
+    g_rmdir (poses_dir);
+    g_free (poses_dir);
+  }
   lingbot_checkpoint_unref (fx);
   return rc;
 }
