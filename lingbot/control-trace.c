@@ -315,8 +315,6 @@ lingbot_control_trace_get_warnings (const LingbotControlTrace * trace)
 
 /* ------------------------------------------------------------------ */
 
-#define MAX_WAITING 2           /* submitted chunks waiting to start */
-
 /**
  * lingbot_control_trace_schedule:
  * @trace: a trace
@@ -324,91 +322,37 @@ lingbot_control_trace_get_warnings (const LingbotControlTrace * trace)
  * @chunk_size: latent frames per chunk
  * @fps: video frame rate
  * @out: (out caller-allocates) (array length=n_chunks): per chunk key set,
- *   source and virtual-clock times
+ *   source, revision and virtual-clock times
  *
  * Maps the trace onto the chunk timeline with the documented virtual clock
- * (golden README 3.3): each chunk takes exactly its playback time
- * (lingbot_chunk_video_frames() / fps), one at a time, starting when
- * requested or when the previous one ends; events at or before the
- * current time are applied before each decision; a decision takes a
- * pending tap (also while chunks are in flight, as long as fewer than 2
- * submitted chunks wait to start) or, when idle, the held set; otherwise
- * the clock advances to the next event, chunk start or chunk end.
- * Deterministic.
+ * (golden README 3.3; lingbot_control_schedule_next() gives the rules):
+ * the trace's events pushed into a #LingbotControlSchedule, then ended,
+ * then one decision per chunk.  Deterministic; O(events + chunks).
  *
  * Returns: the number of chunks scheduled; fewer than @n_chunks when the
- *   trace ends with nothing held.
+ *   trace ends with nothing held (the entries after them are not written),
+ *   0 for a zero @chunk_size or @fps.
  */
 guint
 lingbot_control_trace_schedule (const LingbotControlTrace * trace,
     guint n_chunks, guint chunk_size, guint fps, LingbotTraceChunk * out)
 {
-  guint n_ev = 0, ev = 0, done = 0;
-  const LingbotControlEvent *events =
-      lingbot_control_trace_get_events (trace, &n_ev);
-  LingbotKeyState ks;
-  double now = 0.0, last_end = 0.0;
-  gboolean reset_pending = FALSE;
+  g_autoptr (LingbotControlSchedule) sched =
+      lingbot_control_schedule_new (chunk_size, fps, 1, NULL);
+  const LingbotControlEvent *events;
+  guint n_ev = 0, done = 0;
 
-  lingbot_key_state_init (&ks);
+  if (sched == NULL)
+    return 0;
+  events = lingbot_control_trace_get_events (trace, &n_ev);
+  for (guint i = 0; i < n_ev; i++)
+    lingbot_control_schedule_push (sched, &events[i]);
+  lingbot_control_schedule_end (sched);
   while (done < n_chunks) {
-    gboolean idle, took;
-    guint waiting = 0, keys = 0;
-    gboolean is_tap = FALSE;
-    double next = INFINITY;
-
-    for (; ev < n_ev && events[ev].time_s <= now; ev++) {
-      switch (events[ev].type) {
-        case LINGBOT_CONTROL_EVENT_PRESS:
-          lingbot_key_state_press (&ks, events[ev].key);
-          break;
-        case LINGBOT_CONTROL_EVENT_RELEASE:
-          lingbot_key_state_release (&ks, events[ev].key);
-          break;
-        case LINGBOT_CONTROL_EVENT_RESET:
-          lingbot_key_state_init (&ks);
-          reset_pending = TRUE;
-          break;
-      }
-    }
-
-    idle = !(done > 0 && out[done - 1].end_time_s > now);
-    for (guint i = 0; i < done; i++)
-      if (out[i].start_time_s > now)
-        waiting++;
-
-    took = FALSE;
-    if (ks.has_tap && (idle || waiting < MAX_WAITING))
-      took = lingbot_key_state_take (&ks, idle, &keys, &is_tap);
-    else if (!ks.has_tap && idle)
-      took = lingbot_key_state_take (&ks, TRUE, &keys, &is_tap);
-
-    if (took) {
-      LingbotTraceChunk *c = &out[done];
-      c->keys = keys;
-      c->is_tap = is_tap;
-      c->reset_before = reset_pending;
-      c->request_time_s = now;
-      c->start_time_s = MAX (now, last_end);
-      c->end_time_s = c->start_time_s +
-          (double) lingbot_chunk_video_frames (done, chunk_size) / fps;
-      last_end = c->end_time_s;
-      reset_pending = FALSE;
-      done++;
-      continue;                 /* decide again at the same time */
-    }
-
-    if (ev < n_ev)
-      next = events[ev].time_s;
-    for (guint i = 0; i < done; i++) {
-      if (out[i].start_time_s > now && out[i].start_time_s < next)
-        next = out[i].start_time_s;
-      if (out[i].end_time_s > now && out[i].end_time_s < next)
-        next = out[i].end_time_s;
-    }
-    if (!isfinite (next))
-      break;                    /* nothing held, no input left */
-    now = next;
+    LingbotScheduleChunk c;
+    if (lingbot_control_schedule_next (sched, &c) != LINGBOT_SCHEDULE_CHUNK)
+      break;
+    out[done++] = c;
   }
   return done;
 }

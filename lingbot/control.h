@@ -1,8 +1,14 @@
 /* lingbot-gst: camera control (keyboard -> poses -> ray map -> control
- * tensor), offline poses, frame counting and control traces
+ * tensor), offline poses, frame counting, control traces and the schedule
+ * that turns key events into one key set per chunk
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * lingbot_model_spec.md sections 2 and 3.1; golden README section 3.
+ * Sources: control-keys.c (key names, key state, camera integration),
+ * control-poses.c (relative poses, intrinsics, interpolation, the pose
+ * loader), control-raymap.c (ray map, packing), control.c (frame counting,
+ * LingbotControl), control-trace.c (JSON traces), control-schedule.c
+ * (LingbotControlSchedule).
  *
  * Pose matrices are 4x4 row-major camera-to-world matrices in the OpenCV
  * convention (x right, y down, z forward), passed as 16 contiguous values.
@@ -305,14 +311,23 @@ const LingbotControlEvent *lingbot_control_trace_get_events (const
 const char *const *lingbot_control_trace_get_warnings (const
     LingbotControlTrace * trace);
 
+/* ---- the control schedule (control-schedule.c) ---- */
+
 /**
- * LingbotTraceChunk:
+ * LingbotScheduleChunk:
  * @keys: the key set the chunk is built from
- * @is_tap: %TRUE for a tap snapshot, %FALSE for the held set
- * @reset_before: a reset event was applied since the previous chunk
- * @request_time_s: when the chunk was requested (virtual clock)
- * @start_time_s: when its generation started
+ * @is_tap: %TRUE for a tap snapshot, %FALSE for the held set (or no key)
+ * @reset_before: a reset (reset_pose) was applied since the previous chunk
+ * @request_time_s: when the chunk was requested (virtual clock; NAN for a
+ *   live chunk)
+ * @start_time_s: when its generation started (virtual clock)
  * @end_time_s: when it finished (start + its playback duration)
+ * @revision: presses applied so far (one per newly held key; a tap's own
+ *   revision; not restarted by resets)
+ * @index: the chunk's index in the session (0-based)
+ *
+ * One chunk's decision (lingbot_control_schedule_next(),
+ * lingbot_control_schedule_take_live(), lingbot_control_trace_schedule()).
  */
 typedef struct {
   guint keys;
@@ -321,7 +336,57 @@ typedef struct {
   double request_time_s;
   double start_time_s;
   double end_time_s;
-} LingbotTraceChunk;
+  guint revision;
+  guint index;
+} LingbotScheduleChunk;
+
+/**
+ * LingbotTraceChunk:
+ *
+ * The older name of #LingbotScheduleChunk
+ * (lingbot_control_trace_schedule()).
+ */
+typedef LingbotScheduleChunk LingbotTraceChunk;
+
+/**
+ * LingbotScheduleStatus:
+ * @LINGBOT_SCHEDULE_CHUNK: the next chunk is decided
+ * @LINGBOT_SCHEDULE_WAIT: not decidable yet: it depends on events not
+ *   pushed yet (push more, move the horizon, or end)
+ * @LINGBOT_SCHEDULE_ENDED: the events ended with nothing held; the chunk
+ *   returned is the no-key chunk that follows them
+ */
+typedef enum {
+  LINGBOT_SCHEDULE_CHUNK,
+  LINGBOT_SCHEDULE_WAIT,
+  LINGBOT_SCHEDULE_ENDED,
+} LingbotScheduleStatus;
+
+typedef struct _LingbotControlSchedule LingbotControlSchedule;
+
+LingbotControlSchedule *lingbot_control_schedule_new (guint chunk_size,
+    guint fps_n, guint fps_d, GError ** error);
+void lingbot_control_schedule_free (LingbotControlSchedule * sched);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlSchedule,
+    lingbot_control_schedule_free)
+void lingbot_control_schedule_reset (LingbotControlSchedule * sched);
+gboolean lingbot_control_schedule_set_timing (LingbotControlSchedule * sched,
+    guint chunk_size, guint fps_n, guint fps_d, GError ** error);
+
+gboolean lingbot_control_schedule_push (LingbotControlSchedule * sched,
+    const LingbotControlEvent * event);
+void lingbot_control_schedule_set_horizon (LingbotControlSchedule * sched,
+    double time_s);
+void lingbot_control_schedule_end (LingbotControlSchedule * sched);
+gboolean lingbot_control_schedule_is_ended (const LingbotControlSchedule *
+    sched);
+guint lingbot_control_schedule_get_n_queued (const LingbotControlSchedule *
+    sched);
+
+LingbotScheduleStatus lingbot_control_schedule_next (LingbotControlSchedule *
+    sched, LingbotScheduleChunk * out);
+gboolean lingbot_control_schedule_take_live (LingbotControlSchedule * sched,
+    LingbotScheduleChunk * out);
 
 guint lingbot_control_trace_schedule (const LingbotControlTrace * trace,
     guint n_chunks, guint chunk_size, guint fps, LingbotTraceChunk * out);

@@ -453,6 +453,530 @@ test_synthetic_schedule (void)
   }
 }
 
+/* ---- the incremental schedule ---- */
+
+/* The virtual clock as lingbot_control_trace_schedule() computed it before
+ * the schedule object (the whole trace, every earlier chunk rescanned per
+ * step), and lingbotgen's revision of a chunk (the events at or before its
+ * request time replayed, resets not restarting the count): the reference
+ * the object must equal bit for bit. */
+static guint
+reference_schedule (const LingbotControlEvent * events, guint n_ev,
+    guint n_chunks, guint chunk_size, guint fps, LingbotScheduleChunk * out)
+{
+  guint ev = 0, done = 0;
+  LingbotKeyState ks;
+  double now = 0.0, last_end = 0.0;
+  gboolean reset_pending = FALSE;
+
+  lingbot_key_state_init (&ks);
+  while (done < n_chunks) {
+    gboolean idle, took;
+    guint waiting = 0, keys = 0;
+    gboolean is_tap = FALSE;
+    double next = INFINITY;
+
+    for (; ev < n_ev && events[ev].time_s <= now; ev++) {
+      switch (events[ev].type) {
+        case LINGBOT_CONTROL_EVENT_PRESS:
+          lingbot_key_state_press (&ks, events[ev].key);
+          break;
+        case LINGBOT_CONTROL_EVENT_RELEASE:
+          lingbot_key_state_release (&ks, events[ev].key);
+          break;
+        case LINGBOT_CONTROL_EVENT_RESET:
+          lingbot_key_state_init (&ks);
+          reset_pending = TRUE;
+          break;
+      }
+    }
+    idle = !(done > 0 && out[done - 1].end_time_s > now);
+    for (guint i = 0; i < done; i++)
+      if (out[i].start_time_s > now)
+        waiting++;
+    took = FALSE;
+    if (ks.has_tap && (idle || waiting < 2))
+      took = lingbot_key_state_take (&ks, idle, &keys, &is_tap);
+    else if (!ks.has_tap && idle)
+      took = lingbot_key_state_take (&ks, TRUE, &keys, &is_tap);
+    if (took) {
+      LingbotScheduleChunk *c = &out[done];
+      LingbotKeyState r;
+      guint base = 0;
+
+      c->keys = keys;
+      c->is_tap = is_tap;
+      c->reset_before = reset_pending;
+      c->request_time_s = now;
+      c->start_time_s = MAX (now, last_end);
+      c->end_time_s = c->start_time_s +
+          (double) lingbot_chunk_video_frames (done, chunk_size) / fps;
+      c->index = done;
+      /* gstlingbotgen.c offline_revision () */
+      lingbot_key_state_init (&r);
+      for (guint i = 0; i < n_ev; i++) {
+        if (events[i].time_s > now)
+          continue;
+        if (events[i].type == LINGBOT_CONTROL_EVENT_PRESS)
+          lingbot_key_state_press (&r, events[i].key);
+        else if (events[i].type == LINGBOT_CONTROL_EVENT_RELEASE)
+          lingbot_key_state_release (&r, events[i].key);
+        else {
+          base += r.revision;
+          lingbot_key_state_init (&r);
+        }
+      }
+      c->revision = base + r.revision;
+      last_end = c->end_time_s;
+      reset_pending = FALSE;
+      done++;
+      continue;
+    }
+    if (ev < n_ev)
+      next = events[ev].time_s;
+    for (guint i = 0; i < done; i++) {
+      if (out[i].start_time_s > now && out[i].start_time_s < next)
+        next = out[i].start_time_s;
+      if (out[i].end_time_s > now && out[i].end_time_s < next)
+        next = out[i].end_time_s;
+    }
+    if (!isfinite (next))
+      break;
+    now = next;
+  }
+  return done;
+}
+
+static void
+assert_chunks_equal (const LingbotScheduleChunk * a,
+    const LingbotScheduleChunk * b, guint n)
+{
+  for (guint i = 0; i < n; i++) {
+    g_assert_cmpuint (a[i].index, ==, i);
+    g_assert_cmpuint (b[i].index, ==, i);
+    g_assert_cmphex (a[i].keys, ==, b[i].keys);
+    g_assert_cmpint (a[i].is_tap, ==, b[i].is_tap);
+    g_assert_cmpint (a[i].reset_before, ==, b[i].reset_before);
+    g_assert_cmpuint (a[i].revision, ==, b[i].revision);
+    /* bit for bit, not within a tolerance */
+    g_assert_cmpmem (&a[i].request_time_s, sizeof (double),
+        &b[i].request_time_s, sizeof (double));
+    g_assert_cmpmem (&a[i].start_time_s, sizeof (double),
+        &b[i].start_time_s, sizeof (double));
+    g_assert_cmpmem (&a[i].end_time_s, sizeof (double), &b[i].end_time_s,
+        sizeof (double));
+  }
+}
+
+/* Feeds @events one at a time, asking for chunks after each push; with
+ * @mid_horizons, also after a horizon halfway to the next event.  Every
+ * chunk decided before the end must have been requested before the
+ * horizon of its moment.  Returns the chunks decided before
+ * lingbot_control_schedule_end() in *n_early. */
+static guint
+feed_incrementally (const LingbotControlEvent * events, guint n_ev,
+    guint n_chunks, guint chunk_size, guint fps_n, guint fps_d,
+    gboolean mid_horizons, LingbotScheduleChunk * out, guint * n_early)
+{
+  g_autoptr (LingbotControlSchedule) s =
+      lingbot_control_schedule_new (chunk_size, fps_n, fps_d, NULL);
+  guint done = 0;
+  LingbotScheduleStatus st = LINGBOT_SCHEDULE_WAIT;
+
+  if (n_early)
+    *n_early = n_chunks;        /* all of them, unless the end comes first */
+  for (guint i = 0; i <= n_ev && done < n_chunks; i++) {
+    double horizon = -INFINITY;
+
+    for (int half = 0; half < 2 && done < n_chunks; half++) {
+      if (half == 0 && i < n_ev) {
+        g_assert_true (lingbot_control_schedule_push (s, &events[i]));
+        horizon = events[i].time_s;
+      } else if (half == 1 && mid_horizons && i + 1 < n_ev) {
+        horizon = 0.5 * (events[i].time_s + events[i + 1].time_s);
+        lingbot_control_schedule_set_horizon (s, horizon);
+      } else if (half == 0 && i == n_ev) {
+        if (n_early)
+          *n_early = done;
+        lingbot_control_schedule_end (s);
+        horizon = INFINITY;
+      } else
+        continue;
+      while (done < n_chunks) {
+        st = lingbot_control_schedule_next (s, &out[done]);
+        if (st != LINGBOT_SCHEDULE_CHUNK)
+          break;
+        g_assert_cmpfloat (out[done].request_time_s, <, horizon);
+        done++;
+      }
+      /* the events are known to have ended only after the end */
+      if (st == LINGBOT_SCHEDULE_ENDED)
+        return done;
+      if (i < n_ev && done < n_chunks)
+        g_assert_cmpint (st, ==, LINGBOT_SCHEDULE_WAIT);
+    }
+  }
+  return done;
+}
+
+/* the whole trace at once, one event at a time with horizons in between,
+ * and the reference loop: the same plan bit for bit */
+static void
+check_schedule_ways (const LingbotControlEvent * events, guint n_ev,
+    guint n_chunks, const char *what)
+{
+  g_autofree LingbotScheduleChunk *ref = g_new0 (LingbotScheduleChunk,
+      n_chunks);
+  g_autofree LingbotScheduleChunk *whole = g_new0 (LingbotScheduleChunk,
+      n_chunks);
+  g_autofree LingbotScheduleChunk *inc = g_new0 (LingbotScheduleChunk,
+      n_chunks);
+  g_autofree LingbotScheduleChunk *mid = g_new0 (LingbotScheduleChunk,
+      n_chunks);
+  guint n_ref, n_whole = 0, n_inc, n_mid, early = 0;
+
+  n_ref = reference_schedule (events, n_ev, n_chunks, 4, 16, ref);
+  {
+    g_autoptr (LingbotControlSchedule) s =
+        lingbot_control_schedule_new (4, 16, 1, NULL);
+    for (guint i = 0; i < n_ev; i++)
+      lingbot_control_schedule_push (s, &events[i]);
+    lingbot_control_schedule_end (s);
+    while (n_whole < n_chunks && lingbot_control_schedule_next (s,
+            &whole[n_whole]) == LINGBOT_SCHEDULE_CHUNK)
+      n_whole++;
+  }
+  n_inc = feed_incrementally (events, n_ev, n_chunks, 4, 16, 1, FALSE, inc,
+      &early);
+  n_mid = feed_incrementally (events, n_ev, n_chunks, 4, 16, 1, TRUE, mid,
+      NULL);
+  g_assert_cmpuint (n_whole, ==, n_ref);
+  g_assert_cmpuint (n_inc, ==, n_ref);
+  g_assert_cmpuint (n_mid, ==, n_ref);
+  assert_chunks_equal (whole, ref, n_ref);
+  assert_chunks_equal (inc, ref, n_ref);
+  assert_chunks_equal (mid, ref, n_ref);
+  if (what)
+    golden_report ("%s: %u events, %u chunks, %u decided before the end of "
+        "the events, all equal\n", what, n_ev, n_ref, early);
+}
+
+static LingbotControlTrace *
+trace_from_shared_or_metadata (const char *shared, const char *md)
+{
+  g_autofree char *json = NULL;
+  g_autofree char *path = shared ? golden_shared_data_path (shared) : NULL;
+
+  if (shared) {
+    if (path == NULL)
+      return NULL;
+    return lingbot_control_trace_new_from_file (path, NULL);
+  }
+  json = trace_json_from_metadata (md);
+  return lingbot_control_trace_new_from_data (json, -1, NULL);
+}
+
+static void
+test_schedule_incremental_golden (void)
+{
+  g_autoptr (LingbotControlTrace) stream =
+      trace_from_shared_or_metadata ("stream_lingbot_controls.json", NULL);
+  g_autoptr (LingbotControlTrace) synth =
+      trace_from_shared_or_metadata (NULL, "synthetic_trace");
+  const LingbotControlEvent *ev;
+  guint n;
+  LingbotTraceChunk ch[64];
+
+  ev = lingbot_control_trace_get_events (synth, &n);
+  check_schedule_ways (ev, n, 16, "synthetic_trace");
+  check_schedule_ways (ev, n, 40, NULL);
+  /* and the fixtures' plan through the old entry point */
+  g_assert_cmpuint (lingbot_control_trace_schedule (synth, 16, 4, 16, ch),
+      ==, 16);
+  check_schedule (ch, 16, "synthetic");
+  if (stream == NULL) {
+    g_test_skip ("../shared/data/stream_lingbot_controls.json not found");
+    return;
+  }
+  ev = lingbot_control_trace_get_events (stream, &n);
+  check_schedule_ways (ev, n, 60, "stream_lingbot_controls.json");
+  g_assert_cmpuint (lingbot_control_trace_schedule (stream, 60, 4, 16, ch),
+      ==, 60);
+  check_schedule (ch, 60, "stream");
+}
+
+/* random traces (fixed seed): presses, releases, "reset" (all keys up)
+ * and reset_pose at times on a 0.05 s grid (many equal times, times equal
+ * to chunk boundaries) */
+static void
+test_schedule_incremental_random (void)
+{
+  g_autoptr (GRand) r = g_rand_new_with_seed (20240611);
+  guint total_chunks = 0;
+
+  for (int t = 0; t < 300; t++) {
+    guint n_ev = (guint) g_rand_int_range (r, 0, 40);
+    g_autofree LingbotControlEvent *ev = g_new0 (LingbotControlEvent,
+        MAX (n_ev, 1));
+    double time = 0.0;
+
+    for (guint i = 0; i < n_ev; i++) {
+      int kind = g_rand_int_range (r, 0, 20);
+      time += 0.05 * g_rand_int_range (r, 0, 30);
+      ev[i].time_s = time;
+      if (kind < 10) {
+        ev[i].type = LINGBOT_CONTROL_EVENT_PRESS;
+        ev[i].key = 1u << g_rand_int_range (r, 0, 8);
+      } else if (kind < 18) {
+        ev[i].type = LINGBOT_CONTROL_EVENT_RELEASE;
+        ev[i].key = 1u << g_rand_int_range (r, 0, 8);
+      } else if (kind == 18) {
+        ev[i].type = LINGBOT_CONTROL_EVENT_RELEASE;
+        ev[i].key = LINGBOT_KEYS_ALL;
+      } else {
+        ev[i].type = LINGBOT_CONTROL_EVENT_RESET;
+      }
+    }
+    check_schedule_ways (ev, n_ev, 30, NULL);
+    {
+      LingbotScheduleChunk ref[30];
+      total_chunks += reference_schedule (ev, n_ev, 30, 4, 16, ref);
+    }
+  }
+  golden_report ("300 random traces: %u chunks, all equal\n", total_chunks);
+  g_assert_cmpuint (total_chunks, >, 1000);
+}
+
+/* the state is the key state, the clock and the events ahead of it:
+ * bounded however long the session, live or offline */
+static void
+test_schedule_bounded_state (void)
+{
+  g_autoptr (LingbotControlSchedule) off =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  g_autoptr (LingbotControlSchedule) live =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  guint n_off = 0, n_live = 0, max_off = 0, max_live = 0;
+
+  /* W held throughout, D tapped every 0.7 s: 3 events per 1.4 s, chunks
+   * back to back */
+  for (guint i = 0; i < 30000; i++) {
+    LingbotControlEvent e = { 0 };
+    LingbotScheduleChunk c;
+
+    e.time_s = 0.7 * (i / 2);
+    e.type = i % 2 ? LINGBOT_CONTROL_EVENT_RELEASE :
+        LINGBOT_CONTROL_EVENT_PRESS;
+    e.key = i == 0 ? LINGBOT_KEY_W : LINGBOT_KEY_D;
+    if (i % 2 == 1 && i / 2 == 0)
+      continue;
+    lingbot_control_schedule_push (off, &e);
+    lingbot_control_schedule_push (live, &e);
+    while (lingbot_control_schedule_next (off, &c) == LINGBOT_SCHEDULE_CHUNK)
+      n_off++;
+    /* a live consumer takes one chunk per event (it never calls next) */
+    if (lingbot_control_schedule_take_live (live, &c))
+      n_live++;
+    max_off = MAX (max_off, lingbot_control_schedule_get_n_queued (off));
+    max_live = MAX (max_live, lingbot_control_schedule_get_n_queued (live));
+  }
+  golden_report ("30000 events: %u offline chunks (at most %u events "
+      "queued), %u live chunks (at most %u queued)\n", n_off, max_off,
+      n_live, max_live);
+  g_assert_cmpuint (n_off, >, 10000);
+  g_assert_cmpuint (n_live, >, 10000);
+  g_assert_cmpuint (max_off, <=, 4);
+  g_assert_cmpuint (max_live, <=, 4);
+}
+
+/* the live path: a tap, else (idle) the held set, of every event pushed */
+static void
+test_schedule_live (void)
+{
+  g_autoptr (LingbotControlSchedule) s =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  LingbotControlEvent e = { 0 };
+  LingbotScheduleChunk c;
+
+  g_assert_false (lingbot_control_schedule_take_live (s, &c));
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_W;
+  lingbot_control_schedule_push (s, &e);
+  e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+  lingbot_control_schedule_push (s, &e);
+  /* a tap is never lost, even released before the chunk */
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_W);
+  g_assert_true (c.is_tap);
+  g_assert_cmpuint (c.revision, ==, 1);
+  g_assert_false (c.reset_before);
+  g_assert_cmpuint (c.index, ==, 0);
+  g_assert_true (isnan (c.request_time_s));
+  g_assert_false (lingbot_control_schedule_take_live (s, &c));
+
+  e.time_s = 1.0;
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_I | LINGBOT_KEY_L;        /* one record, two keys */
+  lingbot_control_schedule_push (s, &e);
+  e.key = LINGBOT_KEY_I;                        /* already held */
+  lingbot_control_schedule_push (s, &e);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_I | LINGBOT_KEY_L);
+  g_assert_true (c.is_tap);
+  g_assert_cmpuint (c.revision, ==, 3);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_false (c.is_tap);
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_I | LINGBOT_KEY_L);
+  g_assert_cmpuint (c.revision, ==, 3);
+  g_assert_cmpuint (c.index, ==, 2);
+
+  /* the action "reset": every key up, a pending tap kept, no reset */
+  e.key = LINGBOT_KEY_W;
+  lingbot_control_schedule_push (s, &e);
+  e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+  e.key = LINGBOT_KEYS_ALL;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_I | LINGBOT_KEY_L | LINGBOT_KEY_W);
+  g_assert_true (c.is_tap);
+  g_assert_false (c.reset_before);
+  g_assert_cmpuint (c.revision, ==, 4);
+  g_assert_false (lingbot_control_schedule_take_live (s, &c));
+
+  /* reset_pose: keys cleared, reported once, the revision goes on */
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_A;
+  lingbot_control_schedule_push (s, &e);
+  e.type = LINGBOT_CONTROL_EVENT_RESET;
+  e.key = 0;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_false (lingbot_control_schedule_take_live (s, &c));
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_S;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_S);
+  g_assert_true (c.reset_before);
+  g_assert_cmpuint (c.revision, ==, 6);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_false (c.reset_before);
+  g_assert_false (c.is_tap);
+  g_assert_cmpuint (c.revision, ==, 6);
+}
+
+/* after the end: the no-key chunks, the reset after the last chunk on the
+ * first of them; timing fixed once a chunk is out; fractional rates */
+static void
+test_schedule_end (void)
+{
+  const LingbotControlEvent ev[] = {
+    {0.0, LINGBOT_CONTROL_EVENT_PRESS, LINGBOT_KEY_W},
+    {0.5, LINGBOT_CONTROL_EVENT_RELEASE, LINGBOT_KEYS_ALL},
+    {2.0, LINGBOT_CONTROL_EVENT_RESET, 0},
+  };
+  g_autoptr (LingbotControlSchedule) s =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  g_autoptr (GError) err = NULL;
+  LingbotScheduleChunk c;
+
+  g_assert_null (lingbot_control_schedule_new (0, 16, 1, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
+  g_assert_null (lingbot_control_schedule_new (4, 16, 0, &err));
+  g_clear_error (&err);
+
+  /* timing may change until a chunk is taken */
+  g_assert_true (lingbot_control_schedule_set_timing (s, 2, 8, 1, NULL));
+  g_assert_true (lingbot_control_schedule_set_timing (s, 4, 16, 1, NULL));
+  for (guint i = 0; i < G_N_ELEMENTS (ev); i++)
+    lingbot_control_schedule_push (s, &ev[i]);
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_CHUNK);
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_W);
+  g_assert_true (lingbot_control_schedule_set_timing (s, 4, 16, 1, NULL));
+  g_assert_false (lingbot_control_schedule_set_timing (s, 4, 30, 1, &err));
+  g_assert_cmpstr (err->message, ==, "control schedule: chunk size 4 at "
+      "16/1 fps cannot change to 4 at 30/1 after 1 chunks");
+  /* nothing held after 0.5 s, the trace may go on: wait */
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_WAIT);
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_WAIT);
+  lingbot_control_schedule_end (s);
+  g_assert_true (lingbot_control_schedule_is_ended (s));
+  g_assert_false (lingbot_control_schedule_push (s, &ev[0]));
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_ENDED);
+  g_assert_cmpuint (c.index, ==, 1);
+  g_assert_cmphex (c.keys, ==, 0);
+  g_assert_false (c.is_tap);
+  g_assert_true (c.reset_before);
+  g_assert_cmpuint (c.revision, ==, 1);
+  g_assert_cmpfloat (c.request_time_s, ==, 2.0);
+  g_assert_cmpfloat (c.end_time_s, ==, 3.0);
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_ENDED);
+  g_assert_cmpuint (c.index, ==, 2);
+  g_assert_false (c.reset_before);
+  g_assert_cmpfloat (c.request_time_s, ==, 3.0);
+  g_assert_cmpuint (lingbot_control_schedule_get_n_queued (s), ==, 0);
+
+  /* reset: a new stream */
+  lingbot_control_schedule_reset (s);
+  g_assert_true (lingbot_control_schedule_set_timing (s, 4, 30000, 1001,
+          NULL));
+  lingbot_control_schedule_push (s, &ev[0]);
+  lingbot_control_schedule_set_horizon (s, 10.0);
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_CHUNK);
+  g_assert_cmpuint (c.index, ==, 0);
+  g_assert_cmpuint (c.revision, ==, 1);
+  g_assert_cmpfloat (c.end_time_s, ==, 13.0 * 1001.0 / 30000.0);
+  g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+      LINGBOT_SCHEDULE_CHUNK);
+  g_assert_false (c.is_tap);
+  g_assert_cmpfloat (c.request_time_s, ==, 13.0 * 1001.0 / 30000.0);
+  g_assert_cmpfloat (c.end_time_s, ==, 13.0 * 1001.0 / 30000.0 +
+      16.0 * 1001.0 / 30000.0);
+}
+
+/* chunks taken live, then on the virtual clock: chunk k is still the
+ * virtual clock's chunk k (the clock decides the skipped ones first) */
+static void
+test_schedule_live_then_offline (void)
+{
+  g_autofree char *json = trace_json_from_metadata ("synthetic_trace");
+  g_autoptr (LingbotControlTrace) t =
+      lingbot_control_trace_new_from_data (json, -1, NULL);
+  g_autoptr (LingbotControlSchedule) s =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  const LingbotControlEvent *ev;
+  LingbotTraceChunk plan[16];
+  LingbotScheduleChunk c;
+  guint n;
+
+  g_assert_cmpuint (lingbot_control_trace_schedule (t, 16, 4, 16, plan), ==,
+      16);
+  ev = lingbot_control_trace_get_events (t, &n);
+  for (guint i = 0; i < n; i++)
+    lingbot_control_schedule_push (s, &ev[i]);
+  for (guint k = 0; k < 5; k++)
+    g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  lingbot_control_schedule_end (s);
+  for (guint k = 5; k < 16; k++) {
+    g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
+        LINGBOT_SCHEDULE_CHUNK);
+    g_assert_cmpuint (c.index, ==, k);
+    g_assert_cmpint (c.reset_before, ==, plan[k].reset_before);
+    g_assert_cmpmem (&c.start_time_s, 8, &plan[k].start_time_s, 8);
+    g_assert_cmpmem (&c.end_time_s, 8, &plan[k].end_time_s, 8);
+    g_assert_cmphex (c.keys, ==, plan[k].keys);
+    g_assert_cmpint (c.is_tap, ==, plan[k].is_tap);
+    g_assert_cmpmem (&c.request_time_s, 8, &plan[k].request_time_s, 8);
+    g_assert_cmpuint (c.revision, ==, plan[k].revision);
+  }
+}
+
 /* ---- per-frame poses ---- */
 
 static void
@@ -1141,6 +1665,16 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/control/stream-schedule", test_stream_schedule);
   g_test_add_func ("/golden/control/synthetic-schedule",
       test_synthetic_schedule);
+  g_test_add_func ("/golden/control/schedule-incremental-golden",
+      test_schedule_incremental_golden);
+  g_test_add_func ("/golden/control/schedule-incremental-random",
+      test_schedule_incremental_random);
+  g_test_add_func ("/golden/control/schedule-bounded-state",
+      test_schedule_bounded_state);
+  g_test_add_func ("/golden/control/schedule-live", test_schedule_live);
+  g_test_add_func ("/golden/control/schedule-end", test_schedule_end);
+  g_test_add_func ("/golden/control/schedule-live-then-offline",
+      test_schedule_live_then_offline);
   g_test_add_func ("/golden/control/frame-poses", test_frame_poses);
   g_test_add_func ("/golden/control/pitch-limit", test_pitch_limit);
   g_test_add_func ("/golden/control/stream-chunks", test_stream_chunks);
