@@ -149,11 +149,8 @@ struct _GstLingbotGen
   gboolean control_eos;
   gboolean poses_expected;
   GstBuffer *poses;             /* the POSES record */
-  GArray *events;               /* LingbotControlEvent, offline */
+  LingbotControlSchedule *schedule;     /* the key state, both modes */
   GstClockTime horizon;         /* every event before this time is known */
-  LingbotKeyState keys;         /* live */
-  guint revision_base;          /* live: revisions before the last reset */
-  gboolean reset_pending;       /* live */
   int session_chunk_frames;     /* 0 until the session exists */
   GstBuffer *image;             /* packed RGB */
   int image_width, image_height;
@@ -212,6 +209,8 @@ pad_has_upstream (GstPad * pad)
   return FALSE;
 }
 
+/* a key record into the schedule, which keeps the key state of both
+ * modes (the virtual clock's and the live one) */
 static void
 apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
     GstClockTime pts)
@@ -222,24 +221,20 @@ apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
   switch (r->type) {
     case GST_LINGBOT_CONTROL_PRESS:
       e.type = LINGBOT_CONTROL_EVENT_PRESS;
-      lingbot_key_state_press (&self->keys, r->keys);
       break;
     case GST_LINGBOT_CONTROL_RELEASE:
       e.type = LINGBOT_CONTROL_EVENT_RELEASE;
-      lingbot_key_state_release (&self->keys, r->keys);
       break;
     case GST_LINGBOT_CONTROL_RESET:
       e.type = LINGBOT_CONTROL_EVENT_RESET;
-      /* the snapshot revision stays monotonic across resets */
-      self->revision_base += self->keys.revision;
-      lingbot_key_state_init (&self->keys);
-      self->reset_pending = TRUE;
       break;
     default:
       return;
   }
   e.key = r->keys;
-  g_array_append_val (self->events, e);
+  if (!lingbot_control_schedule_push (self->schedule, &e))
+    GST_WARNING_OBJECT (self, "control record after the end of the control "
+        "stream ignored");
 }
 
 static GstFlowReturn
@@ -615,53 +610,6 @@ push_stream_start (GstLingbotGen * self)
 
 /* ---- choosing the keys of a chunk ---- */
 
-/* The received events as a trace (the library's JSON form), so that the
- * offline path uses exactly lingbot_control_trace_schedule(). */
-static LingbotControlTrace *
-events_to_trace (GArray * events)
-{
-  GString *s = g_string_new ("{\"events\":[");
-  LingbotControlTrace *trace;
-  g_autoptr (GError) error = NULL;
-  char num[G_ASCII_DTOSTR_BUF_SIZE];
-
-  for (guint i = 0; i < events->len; i++) {
-    const LingbotControlEvent *e =
-        &g_array_index (events, LingbotControlEvent, i);
-
-    g_ascii_dtostr (num, sizeof (num), e->time_s);
-    g_string_append_printf (s, "%s{\"delay_s\":%s,\"message\":", i ? "," : "",
-        num);
-    if (e->type == LINGBOT_CONTROL_EVENT_RESET) {
-      g_string_append (s, "{\"type\":\"reset_pose\"}}");
-    } else {
-      /* one record may carry several key bits: one event per bit */
-      gboolean first = TRUE;
-      for (guint bit = 1; bit <= LINGBOT_KEYS_ALL; bit <<= 1) {
-        g_autofree char *name = NULL;
-        if (!(e->key & bit))
-          continue;
-        name = lingbot_keys_to_string (bit);
-        if (!first)
-          g_string_append_printf (s, "},{\"delay_s\":%s,\"message\":", num);
-        g_string_append_printf (s, "{\"type\":\"control\",\"key\":\"%s\","
-            "\"action\":\"%s\"}", name,
-            e->type == LINGBOT_CONTROL_EVENT_PRESS ? "press" : "release");
-        first = FALSE;
-      }
-      if (first)
-        g_string_append (s, "{\"type\":\"none\"}");
-      g_string_append (s, "}");
-    }
-  }
-  g_string_append (s, "]}");
-  trace = lingbot_control_trace_new_from_data (s->str, s->len, &error);
-  if (trace == NULL)
-    g_critical ("control events as a trace: %s", error->message);
-  g_string_free (s, TRUE);
-  return trace;
-}
-
 typedef enum
 {
   KEYS_OK,
@@ -686,46 +634,17 @@ typedef struct
   guint revision;               /* presses applied so far (monotonic) */
 } ChunkKeys;
 
-/* The snapshot revision of the key state at @time_s on the virtual clock:
- * the events at or before it replayed as lingbot_control_trace_schedule()
- * applies them, one press per newly held key; resets do not restart it. */
-static guint
-offline_revision (GArray * events, double time_s)
-{
-  LingbotKeyState ks;
-  guint base = 0;
-
-  lingbot_key_state_init (&ks);
-  for (guint i = 0; i < events->len; i++) {
-    const LingbotControlEvent *e =
-        &g_array_index (events, LingbotControlEvent, i);
-
-    if (e->time_s > time_s)
-      continue;
-    switch (e->type) {
-      case LINGBOT_CONTROL_EVENT_PRESS:
-        lingbot_key_state_press (&ks, e->key);
-        break;
-      case LINGBOT_CONTROL_EVENT_RELEASE:
-        lingbot_key_state_release (&ks, e->key);
-        break;
-      case LINGBOT_CONTROL_EVENT_RESET:
-        base += ks.revision;
-        lingbot_key_state_init (&ks);
-        break;
-      default:
-        break;
-    }
-  }
-  return base + ks.revision;
-}
-
-/* called with the lock held; may wait on cond */
+/* called with the lock held; may wait on cond.  Both modes go through the
+ * one schedule: live=false its virtual clock (a chunk decided once the
+ * control stream has passed its request time, or ended), live=true the key
+ * state as it is now (a tap, else the held set; wait while nothing is
+ * held). */
 static KeysResult
 take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
     ChunkKeys * ck)
 {
   guint chunk_size = 4, fps = 16;
+  g_autoptr (GError) error = NULL;
 
   memset (ck, 0, sizeof (*ck));
   ck->kind = SNAPSHOT_NONE;
@@ -737,79 +656,65 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
   }
 
   while (TRUE) {
+    LingbotScheduleChunk c;
+
     if (self->flushing)
       return KEYS_FLUSHING;
     if (!has_control || self->poses != NULL)
       return KEYS_OK;
 
-    if (live) {
-      gboolean is_tap = FALSE;
-
-      if (self->reset_pending) {
-        ck->reset = TRUE;
-        self->reset_pending = FALSE;
-      }
-      if (lingbot_key_state_take (&self->keys, TRUE, &ck->keys, &is_tap)) {
-        ck->kind = is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
-        ck->revision = self->revision_base + (is_tap ?
-            self->keys.tap_revision : self->keys.revision);
-        return KEYS_OK;
-      }
-      if (self->control_eos)
-        return KEYS_DONE;
-    } else {
-      LingbotControlTrace *trace = events_to_trace (self->events);
-      guint n = self->chunk + 1;
-      LingbotTraceChunk *plan = g_new0 (LingbotTraceChunk, n);
-      guint got = trace ? lingbot_control_trace_schedule (trace, n,
-          chunk_size, fps, plan) : 0;
-      gboolean known = got == n && (self->control_eos
-          || (GST_CLOCK_TIME_IS_VALID (self->horizon)
-              && plan[n - 1].request_time_s * GST_SECOND <
-              (double) self->horizon));
-      gboolean after_trace = !known && got < n && self->control_eos;
-      double last_request = got > 0 ? plan[got - 1].request_time_s : -1.0;
-
-      if (known) {
-        ck->keys = plan[n - 1].keys;
-        ck->reset = plan[n - 1].reset_before;
-        ck->kind = plan[n - 1].is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
-        ck->revision = offline_revision (self->events,
-            plan[n - 1].request_time_s);
-      }
-      g_free (plan);
-      lingbot_control_trace_free (trace);
-      if (known)
-        return KEYS_OK;
-      if (after_trace) {
-        guint frames;
-
-        /* the trace ended with nothing held: no more key changes.  A
-         * bounded session still makes its `frames` with no key held; an
-         * unbounded one ends here (it would never end otherwise). */
-        GST_OBJECT_LOCK (self);
-        frames = self->frames;
-        GST_OBJECT_UNLOCK (self);
-        if (frames == 0)
-          return KEYS_DONE;
-        ck->keys = 0;
-        /* a reset after the last scheduled chunk goes with the first
-         * chunk after the trace */
-        ck->reset = FALSE;
-        for (guint i = 0; got == n - 1 && i < self->events->len; i++) {
-          const LingbotControlEvent *e =
-              &g_array_index (self->events, LingbotControlEvent, i);
-          if (e->type == LINGBOT_CONTROL_EVENT_RESET
-              && e->time_s > last_request)
-            ck->reset = TRUE;
-        }
-        ck->revision = offline_revision (self->events, INFINITY);
-        ck->kind = ck->revision ? SNAPSHOT_HELD : SNAPSHOT_NONE;
-        return KEYS_OK;
-      }
-      if (self->control_eos)
-        return KEYS_DONE;
+    /* the session's timing, fixed before the first chunk */
+    if (!lingbot_control_schedule_set_timing (self->schedule, chunk_size, fps,
+            1, &error)) {
+      GST_WARNING_OBJECT (self, "%s", error->message);
+      g_clear_error (&error);
     }
+    if (GST_CLOCK_TIME_IS_VALID (self->horizon))
+      lingbot_control_schedule_set_horizon (self->schedule,
+          (double) self->horizon / GST_SECOND);
+    if (self->control_eos)
+      lingbot_control_schedule_end (self->schedule);
+
+    if (live) {
+      if (lingbot_control_schedule_take_live (self->schedule, &c)) {
+        ck->keys = c.keys;
+        ck->reset = c.reset_before;
+        ck->kind = c.is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
+        ck->revision = c.revision;
+        return KEYS_OK;
+      }
+    } else {
+      switch (lingbot_control_schedule_next (self->schedule, &c)) {
+        case LINGBOT_SCHEDULE_CHUNK:
+          ck->keys = c.keys;
+          ck->reset = c.reset_before;
+          ck->kind = c.is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
+          ck->revision = c.revision;
+          return KEYS_OK;
+        case LINGBOT_SCHEDULE_ENDED:{
+          guint frames;
+
+          /* the trace ended with nothing held: no more key changes.  A
+           * bounded session still makes its `frames` with no key held (a
+           * reset after the last chunk goes with the first of them); an
+           * unbounded one ends here (it would never end otherwise). */
+          GST_OBJECT_LOCK (self);
+          frames = self->frames;
+          GST_OBJECT_UNLOCK (self);
+          if (frames == 0)
+            return KEYS_DONE;
+          ck->keys = 0;
+          ck->reset = c.reset_before;
+          ck->revision = c.revision;
+          ck->kind = c.revision ? SNAPSHOT_HELD : SNAPSHOT_NONE;
+          return KEYS_OK;
+        }
+        case LINGBOT_SCHEDULE_WAIT:
+          break;
+      }
+    }
+    if (self->control_eos)
+      return KEYS_DONE;
     g_cond_wait (&self->cond, &self->lock);
   }
 }
@@ -1073,12 +978,9 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
   self->image_eos = FALSE;
-  g_array_set_size (self->events, 0);
+  lingbot_control_schedule_reset (self->schedule);
   self->horizon = GST_CLOCK_TIME_NONE;
-  lingbot_key_state_init (&self->keys);
-  self->revision_base = 0;
   self->session_chunk_frames = 0;
-  self->reset_pending = FALSE;
   g_mutex_unlock (&self->lock);
   self->chunk = 0;
   self->frames_out = 0;
@@ -1565,7 +1467,7 @@ gst_lingbot_gen_finalize (GObject * object)
   g_free (self->timestep_indices);
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
-  g_array_unref (self->events);
+  lingbot_control_schedule_free (self->schedule);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
   G_OBJECT_CLASS (parent_class)->finalize (object);
@@ -1729,7 +1631,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   self->live = DEFAULT_LIVE;
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
-  self->events = g_array_new (FALSE, FALSE, sizeof (LingbotControlEvent));
+  /* chunk size and rate are the session's, set before the first chunk */
+  self->schedule = lingbot_control_schedule_new (4, DEFAULT_FPS, 1, NULL);
   self->horizon = GST_CLOCK_TIME_NONE;
-  lingbot_key_state_init (&self->keys);
 }

@@ -132,7 +132,6 @@ struct _LingbotControl {
   gint chunk;                   /* current chunk, -1 before the first */
 
   /* live */
-  LingbotKeyState keys;
   LingbotCamera cam;
   gboolean initialized;
   gboolean has_previous;
@@ -216,7 +215,6 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
   lingbot_control_intrinsics_transform (k0, cw, ch, cfg->width, cfg->height,
       c->k);
   c->chunk = -1;
-  lingbot_key_state_init (&c->keys);
   lingbot_camera_reset (&c->cam);
   c->poses = g_new0 (double, 16 * (gsize) cfg->chunk_size);
   c->rel = g_new0 (float, 16 * (gsize) cfg->chunk_size);
@@ -232,9 +230,9 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
  * @cfg: geometry, intrinsics and camera parameters
  * @error: return location for a #GError
  *
- * A live (keyboard) control session: feed key events, take a key set per
- * chunk (lingbot_control_take_keys()), integrate it
- * (lingbot_control_advance()) and fill the chunk's control tensor
+ * A live (keyboard) control session: integrate each chunk's key set
+ * (lingbot_control_advance(); the key sets come from a
+ * #LingbotControlSchedule) and fill the chunk's control tensor
  * (lingbot_control_fill()).  Spec 2.1-2.8.
  *
  * Returns: (transfer full): the session, or %NULL with
@@ -408,85 +406,19 @@ lingbot_control_get_intrinsics (const LingbotControl * ctl, float k[4])
 }
 
 /**
- * lingbot_control_key_event:
- * @ctl: a live control session
- * @key: a key name (lingbot_key_from_name())
- * @pressed: %TRUE for a press, %FALSE for a release
- *
- * Returns: %FALSE (and changes nothing) when the key name is unknown.
- */
-gboolean
-lingbot_control_key_event (LingbotControl * ctl, const char *key,
-    gboolean pressed)
-{
-  guint k = lingbot_key_from_name (key);
-
-  if (k == 0)
-    return FALSE;
-  if (pressed)
-    lingbot_key_state_press (&ctl->keys, k);
-  else
-    lingbot_key_state_release (&ctl->keys, k);
-  return TRUE;
-}
-
-/** lingbot_control_press: @ctl: a session; @keys: #LingbotKey bits down */
-void
-lingbot_control_press (LingbotControl * ctl, guint keys)
-{
-  lingbot_key_state_press (&ctl->keys, keys);
-}
-
-/** lingbot_control_release: @ctl: a session; @keys: #LingbotKey bits up */
-void
-lingbot_control_release (LingbotControl * ctl, guint keys)
-{
-  lingbot_key_state_release (&ctl->keys, keys);
-}
-
-/**
  * lingbot_control_reset_pose:
  * @ctl: a live control session
  *
- * `reset_pose`: pose back to identity, pitch 0, held keys and pending tap
- * cleared; the next chunk is built like a first chunk (no previous pose).
+ * `reset_pose`: pose back to identity, pitch 0; the next chunk is built
+ * like a first chunk (no previous pose).  The keys are not LingbotControl's:
+ * the caller's #LingbotControlSchedule clears them when it gets the reset
+ * event and reports it as the next chunk's @reset_before.
  */
 void
 lingbot_control_reset_pose (LingbotControl * ctl)
 {
-  lingbot_key_state_init (&ctl->keys);
   lingbot_camera_reset (&ctl->cam);
   ctl->initialized = FALSE;
-}
-
-/**
- * lingbot_control_get_key_state:
- * @ctl: a control session
- *
- * Returns: (transfer none): the session's key state.
- */
-LingbotKeyState *
-lingbot_control_get_key_state (LingbotControl * ctl)
-{
-  return &ctl->keys;
-}
-
-/**
- * lingbot_control_take_keys:
- * @ctl: a live control session
- * @idle: whether no chunk is in flight
- * @keys: (out): key set for the next chunk
- * @is_tap: (out) (optional): whether it was a tap snapshot
- *
- * lingbot_key_state_take() on the session's key state.
- *
- * Returns: %TRUE when a chunk should be generated now.
- */
-gboolean
-lingbot_control_take_keys (LingbotControl * ctl, gboolean idle,
-    guint * keys, gboolean * is_tap)
-{
-  return lingbot_key_state_take (&ctl->keys, idle, keys, is_tap);
 }
 
 static void

@@ -243,14 +243,7 @@ gsize lingbot_control_get_chunk_n_elements (const LingbotControl * ctl,
     int row0, int row1);
 void lingbot_control_get_intrinsics (const LingbotControl * ctl, float k[4]);
 
-gboolean lingbot_control_key_event (LingbotControl * ctl, const char *key,
-    gboolean pressed);
-void lingbot_control_press (LingbotControl * ctl, guint keys);
-void lingbot_control_release (LingbotControl * ctl, guint keys);
 void lingbot_control_reset_pose (LingbotControl * ctl);
-LingbotKeyState *lingbot_control_get_key_state (LingbotControl * ctl);
-gboolean lingbot_control_take_keys (LingbotControl * ctl, gboolean idle,
-    guint * keys, gboolean * is_tap);
 
 gboolean lingbot_control_advance (LingbotControl * ctl, guint keys,
     GError ** error);

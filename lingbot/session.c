@@ -652,9 +652,9 @@ lingbot_session_get_decode_ranks (LingbotSession * session)
  * lingbot_session_get_control:
  * @session: a session
  *
- * Returns: (transfer none): the control session (feed key events to it, or
- * take a key set with lingbot_control_take_keys(); offline it replays the
- * poses).
+ * Returns: (transfer none): the control session (live: it integrates the
+ * key set given to lingbot_session_generate(), lingbot_control_reset_pose()
+ * resets its pose; offline it replays the poses).
  */
 LingbotControl *
 lingbot_session_get_control (LingbotSession * session)
