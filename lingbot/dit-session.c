@@ -649,13 +649,9 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
 static gboolean
 run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
 {
+  /* no limit on the frame positions: past the RoPE tables the chunk's
+   * angles come from the same formula (lingbot_dit_rope_chunk()) */
   const int64_t end_frame = (session->chunk + 1) * session->frames;
-  if (end_frame > LINGBOT_DIT_ROPE_MAX_POS) {
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "DiT session: latent frame %" G_GINT64_FORMAT " is past the RoPE "
-        "table (%d positions)", end_frame - 1, LINGBOT_DIT_ROPE_MAX_POS);
-    return FALSE;
-  }
   if (session->global_cache && end_frame * session->frame_tokens > session->cap) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "DiT session: global KV cache full after %" G_GINT64_FORMAT
@@ -702,7 +698,10 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
  * Generates chunk k = lingbot_dit_session_get_chunk_index(): the control
  * tokens and the per-block camera scale/shift once, n denoising passes at
  * current_start = k C T_f, then the clean t = 0 pass that leaves the
- * chunk's clean K/V in the cache (spec 3.3-3.7).
+ * chunk's clean K/V in the cache (spec 3.3-3.7).  Any chunk index works:
+ * past the RoPE tables' 1024 frames the angles come from the same
+ * formula (lingbot_dit_rope_chunk()); time and memory per chunk do not
+ * depend on k.
  *
  * Returns: %TRUE on success; the chunk index then advances.
  */
@@ -866,6 +865,23 @@ lingbot_dit_session_set_step_callback (LingbotDitSession * session,
 {
   session->step_func = func;
   session->step_data = user_data;
+}
+
+/**
+ * lingbot_dit_session_set_rope_formula:
+ * @session: an idle session
+ * @always: compute the chunk's RoPE frame angles with the formula for
+ *   every chunk, not only past the tables (tests: the two paths must give
+ *   the same bytes)
+ *
+ * dit-private.h; see lingbot_dit_rope_chunk().
+ */
+void
+lingbot_dit_session_set_rope_formula (LingbotDitSession * session,
+    gboolean always)
+{
+  for (int r = 0; r < session->n_ranks; r++)
+    session->ranks[r].core.rope_formula = always;
 }
 
 /**

@@ -61,7 +61,7 @@ struct _LingbotSession
 
   guint64 chunk;                /* chunks generated */
   guint64 decoded;              /* chunks decoded */
-  guint frames_out;             /* video frames decoded so far */
+  guint64 frames_out;           /* video frames decoded so far */
 
   /* arguments of the rank-0 jobs (no allocation per chunk) */
   const LbTensor *job_latents;
@@ -837,7 +837,7 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
     return FALSE;
   int n = s->job_n_frames;
   if (s->frames > 0)
-    n = (int) MIN ((guint) n, s->frames - MIN (s->frames, s->frames_out));
+    n = (int) MIN ((guint64) n, s->frames - MIN (s->frames, s->frames_out));
   s->frames_out += (guint) n;
   if (n_frames)
     *n_frames = n;

@@ -211,7 +211,8 @@ test_copy_rows (void)
  * between chunks (a RoPE frame offset, a cache slot, a sigma) would make
  * the replayed chunks differ from the CPU's, which run every op. */
 static GByteArray *
-run_plain (LbBackend * be, int n_chunks, int *first_steady)
+run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
+    int *first_steady)
 {
   g_autoptr (GError) err = NULL;
   LbWorkerGroupOptions go = { 0, NULL, "dit-graph-test" };
@@ -223,6 +224,8 @@ run_plain (LbBackend * be, int n_chunks, int *first_steady)
   LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
       dit_fixture_get (fixture, "input.context"), &err);
   g_assert_no_error (err);
+  if (rope_formula)
+    lingbot_dit_session_set_rope_formula (ses, TRUE);
   const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
   const int64_t chunk_tokens = 4 * lingbot_dit_session_get_frame_tokens (ses);
   GByteArray *bytes = g_byte_array_new ();
@@ -254,10 +257,10 @@ test_graph_replay (void)
 {
   const int n_chunks = 9;
   int steady_cpu, steady_dev;
-  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks,
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
       &steady_cpu);
   const FakeDevStats st0 = fakedev_stats ();
-  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks,
+  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks, FALSE,
       &steady_dev);
   const FakeDevStats st = fakedev_stats ();
   g_assert_cmpint (steady_cpu, ==, steady_dev);
@@ -280,10 +283,47 @@ test_graph_replay (void)
   g_setenv ("LINGBOT_DIT_GRAPHS", "0", TRUE);
   const FakeDevStats st1 = fakedev_stats ();
   g_autoptr (GByteArray) off = run_plain (fakedev_backend (), n_chunks,
-      &steady_dev);
+      FALSE, &steady_dev);
   g_unsetenv ("LINGBOT_DIT_GRAPHS");
   g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
+/* The RoPE formula path on a device rank (lingbot_dit_rope_chunk(): the
+ * host computes the chunk's temporal angles into page-locked staging,
+ * one upload, a device copy into the chunk's tables), forced for every
+ * chunk: the same bytes as the CPU's table path, with graph replay, and
+ * per chunk exactly one more host-to-device copy than the table path, no
+ * allocation and no synchronisation (fakedev refuses both inside the
+ * captured passes; the counts below are per chunk). */
+static void
+test_rope_formula_device (void)
+{
+  const int n_chunks = 9;
+  int steady_cpu, steady_tab, steady_for;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady_cpu);
+  const FakeDevStats st0 = fakedev_stats ();
+  g_autoptr (GByteArray) tab = run_plain (fakedev_backend (), n_chunks, FALSE,
+      &steady_tab);
+  const FakeDevStats st1 = fakedev_stats ();
+  g_autoptr (GByteArray) form = run_plain (fakedev_backend (), n_chunks, TRUE,
+      &steady_for);
+  const FakeDevStats st2 = fakedev_stats ();
+  g_assert_cmpint (st2.bad, ==, 0);
+  g_assert_cmpint (st2.live_blocks, ==, st0.live_blocks);
+  g_assert_cmpint (steady_for, ==, steady_tab);
+  /* the same graphs, captured and replayed alike */
+  g_assert_cmpint (st2.n_captures - st1.n_captures, ==,
+      st1.n_captures - st0.n_captures);
+  g_assert_cmpint (st2.n_launches - st1.n_launches, ==,
+      st1.n_launches - st0.n_launches);
+  g_assert_cmpint (st2.n_launches - st1.n_launches, >, 0);
+  g_assert_cmpint ((st2.n_h2d - st1.n_h2d) - (st1.n_h2d - st0.n_h2d), ==,
+      n_chunks);
+  g_assert_cmpuint (cpu->len, ==, form->len);
+  g_assert_true (memcmp (cpu->data, form->data, cpu->len) == 0);
+  g_assert_true (memcmp (tab->data, form->data, cpu->len) == 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -576,6 +616,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
   g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
+  g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),
