@@ -216,6 +216,7 @@ gboolean lingbot_control_take_keys (LingbotControl * ctl, gboolean idle,
 
 gboolean lingbot_control_advance (LingbotControl * ctl, guint keys,
     GError ** error);
+void lingbot_control_rewind (LingbotControl * ctl);
 gint lingbot_control_get_chunk_index (const LingbotControl * ctl);
 guint lingbot_control_get_n_chunks (const LingbotControl * ctl);
 const double *lingbot_control_get_chunk_poses (const LingbotControl * ctl);
