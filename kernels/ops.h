@@ -300,4 +300,35 @@ typedef struct _LbOps {
 void lb_rope_tables_new (int head_dim, int max_pos, double theta,
     LbTensor ** cos_out, LbTensor ** sin_out);
 
+/**
+ * lb_rope_pair_frequency:
+ * @head_dim: per-head dimension (even)
+ * @theta: frequency base (10000)
+ * @pair: pair index < head_dim / 2
+ *
+ * The float64 frequency of a pair's column in lb_rope_tables_new().
+ * Implemented in kernels/cpu/rope.c.
+ *
+ * Returns: radians per position.
+ */
+double lb_rope_pair_frequency (int head_dim, double theta, int pair);
+
+/**
+ * lb_rope_fill:
+ * @head_dim: per-head dimension (even)
+ * @theta: frequency base (10000)
+ * @pos0: first position (unbounded)
+ * @n_pos: positions
+ * @pair0: first pair
+ * @n_pairs: pairs
+ * @cos_out: (out caller-allocates): f32 [n_pos, n_pairs]
+ * @sin_out: (out caller-allocates): f32 [n_pos, n_pairs]
+ *
+ * The table formula of lb_rope_tables_new() for any positions and a range
+ * of pairs (bit for bit the table's entries inside it).  Allocates
+ * nothing.  Implemented in kernels/cpu/rope.c.
+ */
+void lb_rope_fill (int head_dim, double theta, int64_t pos0, int64_t n_pos,
+    int pair0, int n_pairs, float *cos_out, float *sin_out);
+
 G_END_DECLS

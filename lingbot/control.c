@@ -125,6 +125,19 @@ lingbot_chunk_video_frames (guint chunk_index, guint chunk_size)
 /* the control session                                                */
 /* ------------------------------------------------------------------ */
 
+/* What lingbot_control_advance() changes, saved before it for
+ * lingbot_control_rewind(). */
+typedef struct {
+  gboolean valid;
+  gint chunk;
+  LingbotCamera cam;
+  gboolean initialized;
+  gboolean has_previous;
+  double previous[16];
+  double *poses;                /* [C, 16] */
+  float *rel;                   /* [C, 16] */
+} ControlUndo;
+
 struct _LingbotControl {
   LingbotControlConfig cfg;
   float k[4];                   /* transformed intrinsics */
@@ -147,6 +160,8 @@ struct _LingbotControl {
   guint n_latent;
   float *off_poses;             /* [n_latent, 16] interpolated */
   float *off_rel;               /* [n_latent, 16] */
+
+  ControlUndo undo;
 };
 
 /**
@@ -222,6 +237,8 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
   c->scratch_r = g_new0 (float, 16 * (gsize) (cfg->chunk_size + 1));
   c->scratch_a = g_new0 (float, 16 * (gsize) (cfg->chunk_size + 1));
   c->scratch_x = g_new0 (float, cfg->width);
+  c->undo.poses = g_new0 (double, 16 * (gsize) cfg->chunk_size);
+  c->undo.rel = g_new0 (float, 16 * (gsize) cfg->chunk_size);
   return c;
 }
 
@@ -345,6 +362,8 @@ lingbot_control_free (LingbotControl * ctl)
   g_free (ctl->scratch_x);
   g_free (ctl->off_poses);
   g_free (ctl->off_rel);
+  g_free (ctl->undo.poses);
+  g_free (ctl->undo.rel);
   g_free (ctl);
 }
 
@@ -419,6 +438,7 @@ lingbot_control_reset_pose (LingbotControl * ctl)
 {
   lingbot_camera_reset (&ctl->cam);
   ctl->initialized = FALSE;
+  ctl->undo.valid = FALSE;      /* a rewind must not undo the reset */
 }
 
 static void
@@ -444,6 +464,23 @@ compute_live_rel (LingbotControl * c)
     t[7] = t[7] * scale;
     t[11] = t[11] * scale;
   }
+}
+
+/* The state lingbot_control_advance() is about to change (no allocation:
+ * the buffers are made with the session). */
+static void
+save_undo (LingbotControl * c)
+{
+  const gsize n = 16 * (gsize) c->cfg.chunk_size;
+  ControlUndo *u = &c->undo;
+  u->valid = TRUE;
+  u->chunk = c->chunk;
+  u->cam = c->cam;
+  u->initialized = c->initialized;
+  u->has_previous = c->has_previous;
+  memcpy (u->previous, c->previous, sizeof u->previous);
+  memcpy (u->poses, c->poses, n * sizeof (double));
+  memcpy (u->rel, c->rel, n * sizeof (float));
 }
 
 /**
@@ -476,6 +513,7 @@ lingbot_control_advance (LingbotControl * ctl, guint keys, GError ** error)
           ctl->n_latent / C);
       return FALSE;
     }
+    save_undo (ctl);
     ctl->chunk++;
     memcpy (ctl->rel, ctl->off_rel + 16 * (gsize) ctl->chunk * C,
         16 * C * sizeof (float));
@@ -484,6 +522,7 @@ lingbot_control_advance (LingbotControl * ctl, guint keys, GError ** error)
 
   {
     guint first = 0;
+    save_undo (ctl);
     ctl->has_previous = ctl->initialized;
     if (ctl->initialized) {
       memcpy (ctl->previous, ctl->cam.c2w, sizeof ctl->previous);
@@ -501,6 +540,36 @@ lingbot_control_advance (LingbotControl * ctl, guint keys, GError ** error)
     compute_live_rel (ctl);
   }
   return TRUE;
+}
+
+/**
+ * lingbot_control_rewind:
+ * @ctl: a control session
+ *
+ * Undoes the last lingbot_control_advance() (e.g. when the chunk it was
+ * for was cancelled): the chunk index, the camera, the previous pose and
+ * the current chunk's poses (absolute and relative) are again what they
+ * were before it, so the next advance with the same keys gives the same
+ * poses.  The key state is not touched (an advance does not change it).
+ * Only the last advance is kept: a second rewind, a rewind before any
+ * advance or after lingbot_control_reset_pose() (the reset wins) does
+ * nothing.  Allocates nothing.
+ */
+void
+lingbot_control_rewind (LingbotControl * ctl)
+{
+  const gsize n = 16 * (gsize) ctl->cfg.chunk_size;
+  ControlUndo *u = &ctl->undo;
+  if (!u->valid)
+    return;
+  ctl->chunk = u->chunk;
+  ctl->cam = u->cam;
+  ctl->initialized = u->initialized;
+  ctl->has_previous = u->has_previous;
+  memcpy (ctl->previous, u->previous, sizeof ctl->previous);
+  memcpy (ctl->poses, u->poses, n * sizeof (double));
+  memcpy (ctl->rel, u->rel, n * sizeof (float));
+  u->valid = FALSE;
 }
 
 /**

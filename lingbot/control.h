@@ -247,6 +247,7 @@ void lingbot_control_reset_pose (LingbotControl * ctl);
 
 gboolean lingbot_control_advance (LingbotControl * ctl, guint keys,
     GError ** error);
+void lingbot_control_rewind (LingbotControl * ctl);
 gint lingbot_control_get_chunk_index (const LingbotControl * ctl);
 guint lingbot_control_get_n_chunks (const LingbotControl * ctl);
 const double *lingbot_control_get_chunk_poses (const LingbotControl * ctl);

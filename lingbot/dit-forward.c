@@ -565,6 +565,15 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
       !lingbot_dit_copy_rows (s, rs->rope_cos_c, rs->rope_cos, error) ||
       !lingbot_dit_copy_rows (s, rs->rope_sin_c, rs->rope_sin, error))
     return FALSE;
+  /* staging of lingbot_dit_rope_chunk()'s formula path: [2 (cos, sin), F,
+   * t_pairs] */
+  const int64_t rope_shape[3] = { 2, frames, (hd - 4 * (hd / 6)) / 2 };
+  if (!(rs->rope_host = lb_tensor_new_host (s, LB_DTYPE_F32, 3, rope_shape,
+              error)))
+    return FALSE;
+  if (!is_host (s) && !(rs->rope_dev = lb_tensor_new_on (s, LB_DTYPE_F32, 3,
+              rope_shape, error)))
+    return FALSE;
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
           dit, error))
     return FALSE;
@@ -586,10 +595,9 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
     &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
-    &rs->rope_sin_c, &rs->send, &rs->q_r, &rs->k_r,
-    &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16, &rs->recv16,
-    &rs->q16,
-    &rs->z_rm, &rs->z_full, &rs->ones,
+    &rs->rope_sin_c, &rs->rope_host, &rs->rope_dev, &rs->send, &rs->q_r,
+    &rs->k_r, &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16,
+    &rs->recv16, &rs->q16, &rs->z_rm, &rs->z_full, &rs->ones,
     &rs->trace_self_attn, &rs->trace_cross_attn, &rs->trace_ffn,
   };
   for (guint i = 0; i < G_N_ELEMENTS (one); i++)
@@ -805,18 +813,28 @@ lingbot_dit_control_tokens (LingbotDitRank * rs, const LbTensor * ctl_patches,
 /**
  * lingbot_dit_rope_chunk:
  * @rs: a rank state
- * @frame0: the chunk's first latent frame (current_start / T_f)
- * @error: %LB_ERROR_INVALID_ARGUMENT when the chunk's frames pass the
- *   tables' %LINGBOT_DIT_ROPE_MAX_POS positions; op errors
+ * @frame0: the chunk's first latent frame (current_start / T_f), >= 0
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a negative @frame0; copy errors
  *
- * Once per chunk, before its passes: copies the temporal columns of the
- * RoPE tables' rows [@frame0, @frame0 + F) into rows [0, F) of the chunk's
- * tables (rs->rope_cos_c / rope_sin_c; their height and width columns are
- * the base tables' own, copied at rank init).  RoPE at frame offset 0 with
- * the chunk's tables is then bit for bit RoPE at @frame0 with the base
- * tables (spec 1.8; the columns are only copied), and nothing in a pass
- * depends on the chunk index: a captured pass replays for every chunk that
- * starts from the same cache state.
+ * Once per chunk, before its passes: puts the temporal cos/sin of frames
+ * [@frame0, @frame0 + F) into the temporal columns of rows [0, F) of the
+ * chunk's tables (rs->rope_cos_c / rope_sin_c; their height and width
+ * columns are the base tables' own, copied at rank init).  RoPE at frame
+ * offset 0 with the chunk's tables is then RoPE at @frame0 (spec 1.8), and
+ * nothing in a pass depends on the chunk index: a captured pass replays
+ * for every chunk that starts from the same cache state.
+ *
+ * Frames inside the base tables (@frame0 + F <= %LINGBOT_DIT_ROPE_MAX_POS,
+ * the first 256 chunks of 4 frames) copy the tables' rows, as the
+ * reference indexes its table.  Later frames (hours-long sessions; the
+ * reference's table ends there) get the same float64 formula continued:
+ * lb_rope_fill() computes the F x t_pairs values on the host into
+ * rs->rope_host (allocated at rank init; on a device rank page-locked and
+ * uploaded into rs->rope_dev, one upload of 2 F t_pairs floats, no
+ * synchronisation) and they are copied into the same columns.  Inside the
+ * tables the formula gives the tables' bits, so the two paths agree
+ * (rs->rope_formula makes every chunk take the formula, for tests).
+ * Allocates nothing; the cost is the same for every chunk.
  *
  * Returns: %TRUE on success.
  */
@@ -825,19 +843,32 @@ lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0, GError ** error)
 {
   const int64_t hd = rs->head_dim, rows = rs->rope_cos->shape[0];
   const int64_t t_pairs = (hd - 4 * (hd / 6)) / 2, F = rs->sh.frames;
-  if (frame0 < 0 || frame0 + F > rows) {
+  if (frame0 < 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "DiT: latent frames [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
-        ") are past the %" G_GINT64_FORMAT " RoPE positions", frame0,
-        frame0 + F, rows);
+        "DiT: latent frame %" G_GINT64_FORMAT " is negative", frame0);
     return FALSE;
   }
+  const gboolean from_table = !rs->rope_formula && frame0 + F <= rows;
+  const LbTensor *computed = NULL;
+  if (!from_table) {
+    float *h = rs->rope_host->data;
+    lb_rope_fill ((int) hd, LINGBOT_DIT_ROPE_THETA, frame0, F, 0,
+        (int) t_pairs, h, h + F * t_pairs);
+    if (rs->rope_dev && !lb_tensor_upload (rs->s, rs->rope_dev,
+            rs->rope_host, error))
+      return FALSE;
+    computed = rs->rope_dev ? rs->rope_dev : rs->rope_host;
+  }
   for (int i = 0; i < 2; i++) {
-    const LbTensor *base = i ? rs->rope_sin : rs->rope_cos;
     LbTensor *dst_t = i ? rs->rope_sin_c : rs->rope_cos_c;
     LbTensor src, dst;
-    lb_tensor_view_narrow (&src, base, 0, frame0, F);
-    lb_tensor_view_narrow (&src, &src, 1, 0, t_pairs);
+    if (from_table) {
+      lb_tensor_view_narrow (&src, i ? rs->rope_sin : rs->rope_cos, 0,
+          frame0, F);
+      lb_tensor_view_narrow (&src, &src, 1, 0, t_pairs);
+    } else {
+      lb_tensor_view_select (&src, computed, 0, i);
+    }
     lb_tensor_view_narrow (&dst, dst_t, 0, 0, F);
     lb_tensor_view_narrow (&dst, &dst, 1, 0, t_pairs);
     if (!lingbot_dit_copy_rows (rs->s, &dst, &src, error))

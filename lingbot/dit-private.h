@@ -109,6 +109,13 @@ typedef struct {
    * with the base; every pass of every chunk then runs with the same
    * arguments (graph replay) */
   LbTensor *rope_cos_c, *rope_sin_c;
+  /* the formula path of lingbot_dit_rope_chunk() (frames past the base
+   * tables): rope_host [2, F, t_pairs] host staging of the chunk's
+   * temporal cos and sin (page-locked on a device rank), rope_dev its
+   * device copy (NULL on the CPU); rope_formula: take that path for every
+   * chunk (tests: lingbot_dit_session_set_rope_formula()) */
+  LbTensor *rope_host, *rope_dev;
+  gboolean rope_formula;
 
   /* scratch, [n_local, *] */
   LbTensor *x, *a, *q, *k, *v, *o, *t1, *h;
@@ -213,9 +220,11 @@ gboolean lingbot_dit_flat_view (LbTensor * out, const LbTensor * t,
 gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
     const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
 
-/* dit-session.c: a debug accessor for tests */
+/* dit-session.c: debug accessors for tests */
 typedef struct _LingbotDitSession LingbotDitSession;
 gboolean lingbot_dit_session_get_kv_info (LingbotDitSession * session,
     int rank, LbDType * dtype, gsize * nbytes);
+void lingbot_dit_session_set_rope_formula (LingbotDitSession * session,
+    gboolean always);
 
 G_END_DECLS

@@ -8,6 +8,11 @@
  * Every rank holds the whole latent (the head output is all-gathered), so
  * the sampler runs replicated, bit-identically, as in the reference.
  *
+ * Between passes (and before the first) are the chunk's pass boundaries,
+ * where a cancelled chunk stops (pass_boundary()); a stopped chunk leaves
+ * the session as a repeat of the same chunk expects it (spec 3.3's
+ * repeat-call rule, see lingbot_dit_session_set_cancellable()).
+ *
  * The same code runs on any backend (docs/design/dit-devices.md): every
  * buffer is on the rank's device, the sampler is ops on that device, and
  * the host sees device data only through lb_tensor_download() (the chunk's
@@ -39,10 +44,10 @@ typedef struct {
   LbTensor *kv_host;            /* [2, cap, hl * hd] of the cache's dtype;
                                  * made by get_kv_cache */
   gboolean ready;
-  /* graphs of the steady-state chunk (rank_chunk()): the denoising passes
-   * with their sampler steps, and the clean pass */
+  /* graphs of the steady-state chunk (rank_chunk()): one per pass, each
+   * denoising pass with its sampler step, then the clean pass */
   gboolean graphs_ok;
-  LbGraph *graph_steps, *graph_clean;
+  LbGraph *graphs[LINGBOT_DIT_MAX_STEPS + 1];
 } SessionRank;
 
 struct _LingbotDitSession {
@@ -65,6 +70,20 @@ struct _LingbotDitSession {
 
   LingbotDitStepFunc step_func;
   gpointer step_data;
+  LingbotDitPassFunc pass_func;
+  gpointer pass_data;
+
+  /* lingbot_dit_session_set_cancellable(): set from any thread, read by
+   * rank 0 at every pass boundary, both under cancel_lock */
+  GMutex cancel_lock;
+  GCancellable *cancellable;
+  /* the chunk's pass boundaries (pass_boundary()): rank 0 publishes its
+   * decision for each boundary, the other ranks wait for it */
+  GMutex stop_lock;
+  GCond stop_cond;
+  int decided;                  /* last boundary rank 0 decided, -1 */
+  int stop_at;                  /* boundary the chunk stopped at, -1 */
+  gboolean rank0_failed;        /* rank 0 left the chunk with an error */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -173,11 +192,11 @@ rank_clear (SessionRank * sr)
   }
   if (sr->core.s) {
     LbStream *s = sr->core.s;
-    if (sr->graph_steps)
-      s->backend->graph_free (s, sr->graph_steps);
-    if (sr->graph_clean)
-      s->backend->graph_free (s, sr->graph_clean);
-    sr->graph_steps = sr->graph_clean = NULL;
+    for (int p = 0; p <= LINGBOT_DIT_MAX_STEPS; p++) {
+      if (sr->graphs[p])
+        s->backend->graph_free (s, sr->graphs[p]);
+      sr->graphs[p] = NULL;
+    }
   }
   lingbot_dit_rank_clear (&sr->core);
 }
@@ -307,6 +326,10 @@ lingbot_dit_session_new (LingbotDit * dit, LbWorkerGroup * group,
     GError ** error)
 {
   LingbotDitSession *ses = g_new0 (LingbotDitSession, 1);
+  g_mutex_init (&ses->cancel_lock);
+  g_mutex_init (&ses->stop_lock);
+  g_cond_init (&ses->stop_cond);
+  ses->decided = ses->stop_at = -1;
   ses->dit = lingbot_dit_ref (dit);
   if (!resolve_options (ses, options, text, error))
     goto fail;
@@ -364,12 +387,25 @@ lingbot_dit_session_free (LingbotDitSession * session)
   for (int i = 0; i < LINGBOT_DIT_MAX_STEPS; i++)
     g_clear_pointer (&session->noise_host[i], lb_tensor_free);
   lingbot_dit_unref (session->dit);
+  g_clear_object (&session->cancellable);
+  g_mutex_clear (&session->cancel_lock);
+  g_mutex_clear (&session->stop_lock);
+  g_cond_clear (&session->stop_cond);
   g_free (session);
 }
 
 /* ------------------------------------------------------------------------ */
 /* one chunk                                                                */
 /* ------------------------------------------------------------------------ */
+
+/* The error of a chunk cancelled at pass boundary @passes. */
+static void
+set_cancelled_error (LingbotDitSession * ses, int passes, GError ** error)
+{
+  g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED,
+      "chunk %" G_GUINT64_FORMAT " cancelled after %d of %d DiT passes",
+      (guint64) ses->chunk, passes, ses->n_steps + 1);
+}
 
 /* One chunk's inputs: the control tensor itself (@control), or the poses
  * it is built from on every rank (@poses, @k, @width, @height; @control
@@ -471,81 +507,76 @@ call_step_func (LingbotDitSession * ses, SessionRank * sr, int step,
   return TRUE;
 }
 
-/* The chunk's denoising passes: x = noise; n x { v = DiT(x); x0 = x -
- * sigma v; re-noise } (spec 3.6). */
+/* Pass @pass of the chunk (spec 3.6-3.7).  A denoising pass (@pass <
+ * n_steps): v = DiT(x), x0 = x - sigma v, then x re-noised for the next
+ * pass; pass 0 starts from the initial noise.  The clean pass (@pass ==
+ * n_steps): DiT(x0, t = 0), which commits the chunk's K/V. */
 static gboolean
-run_steps (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
-    int64_t current_start, GError ** error)
+run_pass (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
+    int64_t current_start, int pass, GError ** error)
 {
   LbStream *s = sr->core.s;
   const LbOps *ops = lb_ops (s);
+  const gboolean call = rank->rank == 0 && ses->step_func != NULL;
+  if (pass == ses->n_steps)
+    return forward (ses, sr, sr->x0, pass, current_start, error) &&
+        (!call || call_step_func (ses, sr, pass, sr->x0, sr->pred, NULL,
+            error));
+  const int step = pass;
   LbTensor lat2, pred2, x02, tmp2, noise2;
   flat_view (&lat2, sr->lat);
   flat_view (&pred2, sr->pred);
   flat_view (&x02, sr->x0);
   flat_view (&tmp2, sr->tmp);
-  if (!lingbot_dit_copy_rows (s, sr->lat, sr->noise[0], error))
+  if (step == 0 && !lingbot_dit_copy_rows (s, sr->lat, sr->noise[0], error))
     return FALSE;
-  for (int step = 0; step < ses->n_steps; step++) {
-    if (!forward (ses, sr, sr->lat, step, current_start, error))
+  if (!forward (ses, sr, sr->lat, step, current_start, error))
+    return FALSE;
+  /* x0 = x - sigma v as float32 ops on every backend: sigma v rounded,
+   * then the sum rounded (the reference evaluates it in float64 and
+   * rounds once, lingbot_scheduler_x0(); within the golden tolerance,
+   * see docs/design/dit-devices.md "Sampler") */
+  const float sx = (float) ses->sigma_x0[step];
+  if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
+      !ops->add (s, &lat2, &tmp2, &x02, error))
+    return FALSE;
+  if (call && !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0,
+          error))
+    return FALSE;
+  if (step + 1 < ses->n_steps) {
+    const float sr_ = (float) ses->sigma_rn[step];
+    flat_view (&noise2, sr->noise[step + 1]);
+    if (!ops->scale (s, &x02, 1.0f - sr_, 0.0f, &lat2, error) ||
+        !ops->scale (s, &noise2, sr_, 0.0f, &tmp2, error) ||
+        !ops->add (s, &lat2, &tmp2, &lat2, error))
       return FALSE;
-    /* x0 = x - sigma v as float32 ops on every backend: sigma v rounded,
-     * then the sum rounded (the reference evaluates it in float64 and
-     * rounds once, lingbot_scheduler_x0(); within the golden tolerance,
-     * see docs/design/dit-devices.md "Sampler") */
-    const float sx = (float) ses->sigma_x0[step];
-    if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
-        !ops->add (s, &lat2, &tmp2, &x02, error))
-      return FALSE;
-    if (rank->rank == 0 && ses->step_func &&
-        !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0, error))
-      return FALSE;
-    if (step + 1 < ses->n_steps) {
-      const float sr_ = (float) ses->sigma_rn[step];
-      flat_view (&noise2, sr->noise[step + 1]);
-      if (!ops->scale (s, &x02, 1.0f - sr_, 0.0f, &lat2, error) ||
-          !ops->scale (s, &noise2, sr_, 0.0f, &tmp2, error) ||
-          !ops->add (s, &lat2, &tmp2, &lat2, error))
-        return FALSE;
-    }
   }
   return TRUE;
 }
 
-/* The clean t = 0 pass that commits the chunk's K/V (spec 3.7). */
-static gboolean
-run_clean (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
-    int64_t current_start, GError ** error)
-{
-  (void) rank;
-  return forward (ses, sr, sr->x0, ses->n_steps, current_start, error);
-}
-
-typedef gboolean (*RegionFunc) (LingbotDitSession * ses, SessionRank * sr,
-    LbRank * rank, int64_t current_start, GError ** error);
-
-/* Runs @fn (@n_passes DiT passes) directly, or, with @use_graph, as a
- * graph: the first time it is captured (the host code runs once in
- * capture mode, so the KV-cache cursors advance as usual) and launched;
- * later the cursors are advanced on the host as the passes would and the
- * graph is replayed.  Only for chunks that start from the same cache state
- * (the caller's steady-state test), so every pointer, view and scalar the
- * passes use is the same as at capture. */
+/* Runs pass @pass directly, or, with @use_graph, as a graph: the first
+ * time it is captured (the host code runs once in capture mode, so the
+ * KV-cache cursors advance as usual) and launched; later the cursors are
+ * advanced on the host as the pass would and the graph is replayed.  Only
+ * for chunks that start from the same cache state (the caller's
+ * steady-state test), so every pointer, view and scalar the pass uses is
+ * the same as at capture.  One graph per pass, so that the pass boundaries
+ * (cancellation, the pass callback) are the same with and without graphs. */
 static gboolean
 run_region (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
-    int64_t current_start, RegionFunc fn, int n_passes, LbGraph ** graph,
-    gboolean use_graph, GError ** error)
+    int64_t current_start, int pass, gboolean use_graph, GError ** error)
 {
   LingbotDitRank *rs = &sr->core;
   LbStream *s = rs->s;
   LbBackend *be = s->backend;
+  LbGraph **graph = &sr->graphs[pass];
   if (!use_graph)
-    return fn (ses, sr, rank, current_start, error);
+    return run_pass (ses, sr, rank, current_start, pass, error);
   if (*graph == NULL) {
     GError *local = NULL;
     if (!be->graph_begin (s, error))
       return FALSE;
-    gboolean ok = fn (ses, sr, rank, current_start, &local);
+    gboolean ok = run_pass (ses, sr, rank, current_start, pass, &local);
     LbGraph *g = be->graph_end (s, ok ? &local : NULL);
     if (!ok || g == NULL) {
       if (g)
@@ -555,26 +586,87 @@ run_region (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
     }
     *graph = g;
   } else {
-    for (int p = 0; p < n_passes; p++) {
-      lingbot_dit_cache_begin (rs, current_start);
-      lingbot_dit_cache_end (rs, current_start);
-    }
+    lingbot_dit_cache_begin (rs, current_start);
+    lingbot_dit_cache_end (rs, current_start);
   }
   return be->graph_launch (s, *graph, error);
 }
 
+/* Pass boundary @b of the chunk (@b passes done: 0 before the first,
+ * n_passes after the clean pass).  Rank 0 decides from the cancellable
+ * whether the chunk stops here and publishes the decision; every other
+ * rank waits for rank 0's decision on the same boundary before it goes on.
+ * So all ranks stop at one boundary, the first one rank 0 reaches after
+ * the cancel (no rank can be in a pass the others skip, which would leave
+ * it waiting in an all-to-all), and a cancel made on rank 0's thread
+ * after pass p (the pass callback) stops the chunk at boundary p + 1 on
+ * every rank.  Only host threads meet here (a mutex and a condition, no
+ * collective, nothing on a stream): on device ranks the other ranks' host
+ * threads wait for rank 0's host thread to have enqueued the pass.
+ * Returns %FALSE on a group abort, rank 0's failure or the group's
+ * timeout; *@stop tells whether the chunk stops at @b. */
 static gboolean
-rank_chunk (LbRank * rank, gpointer data, GError ** error)
+pass_boundary (LingbotDitSession * ses, LbRank * rank, int b,
+    gboolean * stop, GError ** error)
 {
-  ChunkArgs *a = data;
+  if (rank->rank == 0) {
+    *stop = lingbot_dit_session_is_cancelled (ses);
+    g_mutex_lock (&ses->stop_lock);
+    ses->decided = b;
+    if (*stop)
+      ses->stop_at = b;
+    g_cond_broadcast (&ses->stop_cond);
+    g_mutex_unlock (&ses->stop_lock);
+    return TRUE;
+  }
+  const gint64 deadline = lb_rank_deadline (rank);
+  gboolean ok = TRUE;
+  g_mutex_lock (&ses->stop_lock);
+  while (ok && ses->decided < b && !ses->rank0_failed) {
+    /* wake now and then to notice a group abort (a failed rank) */
+    const gint64 now = g_get_monotonic_time ();
+    if (now >= deadline) {
+      g_set_error (error, LB_ERROR, LB_ERROR_TIMEOUT,
+          "DiT chunk: rank %d waited %u ms for rank 0 at pass boundary %d",
+          rank->rank, lb_worker_group_get_timeout_ms (rank->group), b);
+      ok = FALSE;
+      break;
+    }
+    g_cond_wait_until (&ses->stop_cond, &ses->stop_lock,
+        MIN (deadline, now + 20 * G_TIME_SPAN_MILLISECOND));
+    g_mutex_unlock (&ses->stop_lock);
+    ok = lb_rank_check_abort (rank, error);
+    g_mutex_lock (&ses->stop_lock);
+  }
+  if (ok && ses->decided < b) {
+    g_set_error (error, LB_ERROR, LB_ERROR_RANK_FAILED,
+        "DiT chunk: rank 0 failed before pass boundary %d", b);
+    ok = FALSE;
+  }
+  *stop = ok && ses->stop_at == b;
+  g_mutex_unlock (&ses->stop_lock);
+  return ok;
+}
+
+static gboolean
+rank_chunk_run (LbRank * rank, ChunkArgs * a, GError ** error)
+{
   LingbotDitSession *ses = a->ses;
   SessionRank *sr = &ses->ranks[rank->rank];
   LingbotDitRank *rs = &sr->core;
   LbStream *s = rs->s;
   const LbOps *ops = lb_ops (s);
   const int L = ses->dit->cfg.num_layers;
+  const int n_passes = ses->n_steps + 1;
   const int64_t current_start = ses->chunk * ses->frames * ses->frame_tokens;
   const int64_t out_ch = ses->dit->cfg.out_dim;
+  gboolean stop = FALSE;
+
+  /* boundary 0: a chunk cancelled before its passes changes nothing */
+  if (!pass_boundary (ses, rank, 0, &stop, error))
+    return FALSE;
+  if (stop)
+    return TRUE;
 
   /* inputs of the chunk */
   LbTensor ypart;
@@ -617,31 +709,51 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
    * starts and the chunk follows the last one, so every chunk from here on
    * evicts, writes and attends at the same cache slots: its passes are
    * captured once and replayed (CUDA Graphs; not with a step callback,
-   * which downloads inside the passes). */
+   * which downloads inside the passes).  A chunk repeated after a cancel
+   * starts from other cursors (spec 3.3's repeat call) and runs directly. */
   const gboolean use_graph = sr->graphs_ok && ses->step_func == NULL &&
       !ses->global_cache && rs->local_end == ses->cap &&
       rs->global_end == current_start;
 
-  if (!run_region (ses, sr, rank, current_start, run_steps, ses->n_steps,
-          &sr->graph_steps, use_graph, error))
-    return FALSE;
+  for (int pass = 0; pass < n_passes && !stop; pass++) {
+    if (!run_region (ses, sr, rank, current_start, pass, use_graph, error))
+      return FALSE;
+    if (rank->rank == 0 && ses->pass_func)
+      ses->pass_func (ses, ses->chunk, pass, n_passes, ses->pass_data);
+    if (!pass_boundary (ses, rank, pass + 1, &stop, error))
+      return FALSE;
+  }
 
-  /* the chunk's result, then the clean t = 0 pass (spec 3.7) */
-  if (rank->rank == 0 && a->out) {
+  /* the chunk's result: x0 of the last denoising pass (the clean pass
+   * reads it and leaves it), only for a chunk that was not stopped */
+  if (!stop && rank->rank == 0 && a->out) {
     LbTensor outv;
     if (!lb_tensor_view_reshape (&outv, a->out, 4, sr->x0->shape) ||
         !lb_tensor_download (s, &outv, sr->x0, error))
       return FALSE;
   }
-  if (!run_region (ses, sr, rank, current_start, run_clean, 1,
-          &sr->graph_clean, use_graph, error))
-    return FALSE;
-  if (rank->rank == 0 && ses->step_func &&
-      !call_step_func (ses, sr, ses->n_steps, sr->x0, sr->pred, NULL, error))
-    return FALSE;
-  /* the chunk is done when run_chunk returns (and its errors are its own) */
+  /* the chunk is done when run_chunk returns (and its errors are its own);
+   * a stopped one too: its uploads read host buffers the next chunk
+   * rewrites */
   return s->backend->device_type == LB_DEVICE_CPU ||
       s->backend->stream_synchronize (s, error);
+}
+
+static gboolean
+rank_chunk (LbRank * rank, gpointer data, GError ** error)
+{
+  ChunkArgs *a = data;
+  LingbotDitSession *ses = a->ses;
+  if (rank_chunk_run (rank, a, error))
+    return TRUE;
+  if (rank->rank == 0) {
+    /* the other ranks may be waiting for rank 0 at a pass boundary */
+    g_mutex_lock (&ses->stop_lock);
+    ses->rank0_failed = TRUE;
+    g_cond_broadcast (&ses->stop_cond);
+    g_mutex_unlock (&ses->stop_lock);
+  }
+  return FALSE;
 }
 
 /* The chunk checks shared by run_chunk and run_chunk_poses, then
@@ -649,13 +761,11 @@ rank_chunk (LbRank * rank, gpointer data, GError ** error)
 static gboolean
 run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
 {
+  /* no limit on the frame positions: past the RoPE tables the chunk's
+   * angles come from the same formula (lingbot_dit_rope_chunk()) */
   const int64_t end_frame = (session->chunk + 1) * session->frames;
-  if (end_frame > LINGBOT_DIT_ROPE_MAX_POS) {
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-        "DiT session: latent frame %" G_GINT64_FORMAT " is past the RoPE "
-        "table (%d positions)", end_frame - 1, LINGBOT_DIT_ROPE_MAX_POS);
+  if (!lingbot_dit_session_check_cancelled (session, error))
     return FALSE;
-  }
   if (session->global_cache && end_frame * session->frame_tokens > session->cap) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "DiT session: global KV cache full after %" G_GINT64_FORMAT
@@ -681,8 +791,14 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
         session->lat_w);
     return FALSE;
   }
+  session->decided = session->stop_at = -1;
+  session->rank0_failed = FALSE;
   if (!lb_worker_group_run (session->group, rank_chunk, a, error))
     return FALSE;
+  if (session->stop_at >= 0) {
+    set_cancelled_error (session, session->stop_at, error);
+    return FALSE;
+  }
   session->chunk++;
   return TRUE;
 }
@@ -696,13 +812,19 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
  *   chunk's initial noise, then the re-noise draw of each step s < n-1
  * @out: (nullable): f32 [1, 16, C, h, w] host tensor for the denoised
  *   latent x0
- * @error: %LB_ERROR_SHAPE for inputs of the wrong shape; op or collective
- *   errors (%LB_ERROR_RANK_FAILED on the other ranks)
+ * @error: %LB_ERROR_SHAPE for inputs of the wrong shape;
+ *   %LB_ERROR_CANCELLED when the session's cancellable is cancelled
+ *   (lingbot_dit_session_set_cancellable()); op or collective errors
+ *   (%LB_ERROR_RANK_FAILED on the other ranks)
  *
  * Generates chunk k = lingbot_dit_session_get_chunk_index(): the control
  * tokens and the per-block camera scale/shift once, n denoising passes at
  * current_start = k C T_f, then the clean t = 0 pass that leaves the
- * chunk's clean K/V in the cache (spec 3.3-3.7).
+ * chunk's clean K/V in the cache (spec 3.3-3.7).  Any chunk index works:
+ * past the RoPE tables' 1024 frames the angles come from the same
+ * formula (lingbot_dit_rope_chunk()); time and memory per chunk do not
+ * depend on k.  After each pass the pass callback runs on rank 0's thread
+ * (lingbot_dit_session_set_pass_callback()).
  *
  * Returns: %TRUE on success; the chunk index then advances.
  */
@@ -816,7 +938,8 @@ lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
     LbTensor * out, GError ** error)
 {
-  return draw_noise (session, noise, error) &&
+  return lingbot_dit_session_check_cancelled (session, error) &&
+      draw_noise (session, noise, error) &&
       lingbot_dit_session_run_chunk (session, y, control,
       (const LbTensor * const *) session->noise_host, out, error);
 }
@@ -845,7 +968,8 @@ lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession * session,
     int width, int height, LingbotNoise * noise, LbTensor * out,
     GError ** error)
 {
-  return draw_noise (session, noise, error) &&
+  return lingbot_dit_session_check_cancelled (session, error) &&
+      draw_noise (session, noise, error) &&
       lingbot_dit_session_run_chunk_poses (session, y, rel_poses, k, width,
       height, (const LbTensor * const *) session->noise_host, out, error);
 }
@@ -866,6 +990,140 @@ lingbot_dit_session_set_step_callback (LingbotDitSession * session,
 {
   session->step_func = func;
   session->step_data = user_data;
+}
+
+/**
+ * lingbot_dit_session_set_pass_callback:
+ * @session: an idle session (not while a chunk runs)
+ * @func: (nullable): called after every pass, see #LingbotDitPassFunc
+ * @user_data: passed to @func
+ *
+ * Unlike the step callback this one sees no tensors, so it does not
+ * prevent graph replay; cheap enough for progress reports.
+ */
+void
+lingbot_dit_session_set_pass_callback (LingbotDitSession * session,
+    LingbotDitPassFunc func, gpointer user_data)
+{
+  session->pass_func = func;
+  session->pass_data = user_data;
+}
+
+/**
+ * lingbot_dit_session_set_cancellable:
+ * @session: a session
+ * @cancellable: (nullable): the cancellable a chunk watches; %NULL unsets
+ *
+ * While @cancellable is cancelled, a chunk stops at its next pass boundary
+ * (before the first pass, or after any pass, the clean pass included) on
+ * every rank at the same boundary, and the run_chunk call fails with
+ * %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (P
+ * passes ran, N = n_steps + 1); a call made while it is cancelled fails
+ * at once (P = 0, nothing done).  Rank 0 reads the cancellable at every
+ * boundary (its thread runs the pass callback: a cancel made there after
+ * pass p stops the chunk after p + 1 passes, exactly); the other ranks
+ * follow rank 0's decision (dit-session.c pass_boundary()).  On device
+ * ranks the boundary is the moment the host enqueues the next pass, so a
+ * cancel takes effect once the passes enqueued before it have run (the
+ * call waits for them; with graph replay the host enqueues a whole
+ * chunk's passes within microseconds, so a cancel then usually comes too
+ * late for the chunk in flight and stops the next one at boundary 0).
+ *
+ * A cancelled chunk leaves the session as it expects a repeat of the same
+ * chunk: the chunk index is unchanged, the noise is keyed by it, and the
+ * KV-cache cursors are where the chunk's first pass put them (eviction
+ * done once, spec 3.3).  spec 3.3's rule makes every later call at the
+ * same current_start a repeat call: no second eviction, the same slots,
+ * overwritten in every layer before that layer's attention reads them.
+ * So the evicted rows (the oldest non-sink frames, which the chunk drops
+ * in any case) are never needed again and the retried chunk is bit for
+ * bit the chunk of a session that was never cancelled (given the same
+ * inputs).  The session takes a reference on @cancellable; this and
+ * g_cancellable_cancel() may be called from any thread while a chunk
+ * runs.
+ */
+void
+lingbot_dit_session_set_cancellable (LingbotDitSession * session,
+    GCancellable * cancellable)
+{
+  g_return_if_fail (session != NULL);
+  g_return_if_fail (cancellable == NULL || G_IS_CANCELLABLE (cancellable));
+  if (cancellable)
+    g_object_ref (cancellable);
+  g_mutex_lock (&session->cancel_lock);
+  GCancellable *old = session->cancellable;
+  session->cancellable = cancellable;
+  g_mutex_unlock (&session->cancel_lock);
+  if (old)
+    g_object_unref (old);
+}
+
+/**
+ * lingbot_dit_session_is_cancelled:
+ * @session: a session
+ *
+ * Any thread.
+ *
+ * Returns: whether the session's cancellable is set and cancelled.
+ */
+gboolean
+lingbot_dit_session_is_cancelled (LingbotDitSession * session)
+{
+  g_mutex_lock (&session->cancel_lock);
+  const gboolean c = session->cancellable != NULL &&
+      g_cancellable_is_cancelled (session->cancellable);
+  g_mutex_unlock (&session->cancel_lock);
+  return c;
+}
+
+/**
+ * lingbot_dit_session_check_cancelled:
+ * @session: an idle session
+ * @error: %LB_ERROR_CANCELLED "chunk K cancelled after 0 of N DiT passes"
+ *   (K the next chunk index)
+ *
+ * The check a run_chunk call makes before anything else, for callers that
+ * prepare a chunk's inputs first (lingbot_session_generate()).
+ *
+ * Returns: %FALSE when the session's cancellable is cancelled.
+ */
+gboolean
+lingbot_dit_session_check_cancelled (LingbotDitSession * session,
+    GError ** error)
+{
+  if (!lingbot_dit_session_is_cancelled (session))
+    return TRUE;
+  set_cancelled_error (session, 0, error);
+  return FALSE;
+}
+
+/**
+ * lingbot_dit_session_get_n_passes:
+ * @session: a session
+ *
+ * Returns: DiT passes per chunk: n_steps + 1 (the clean pass).
+ */
+int
+lingbot_dit_session_get_n_passes (LingbotDitSession * session)
+{
+  return session->n_steps + 1;
+}
+
+/**
+ * lingbot_dit_session_set_rope_formula:
+ * @session: an idle session
+ * @always: compute the chunk's RoPE frame angles with the formula for
+ *   every chunk, not only past the tables (tests: the two paths must give
+ *   the same bytes)
+ *
+ * dit-private.h; see lingbot_dit_rope_chunk().
+ */
+void
+lingbot_dit_session_set_rope_formula (LingbotDitSession * session,
+    gboolean always)
+{
+  for (int r = 0; r < session->n_ranks; r++)
+    session->ranks[r].core.rope_formula = always;
 }
 
 /**
@@ -911,6 +1169,9 @@ lingbot_dit_session_get_cache_capacity (LingbotDitSession * session)
  * @local_end: (out) (optional): filled cache slots
  *
  * The KV-cache cursors of spec 3.3 (the same for every layer and rank).
+ * After a cancelled chunk they are where its first pass put them
+ * (@global_end counts its tokens), the state its repeat expects
+ * (lingbot_dit_session_set_cancellable()).
  */
 void
 lingbot_dit_session_get_cursors (LingbotDitSession * session,

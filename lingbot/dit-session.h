@@ -10,6 +10,8 @@
  */
 #pragma once
 
+#include <gio/gio.h>
+
 #include "lingbot/dit.h"
 #include "lingbot/scheduler.h"
 #include "lingbot/noise.h"
@@ -78,6 +80,22 @@ typedef void (*LingbotDitStepFunc) (LingbotDitSession * session,
     int64_t chunk, int step, const LbTensor * x_in, const LbTensor * pred,
     const LbTensor * x0, gpointer user_data);
 
+/**
+ * LingbotDitPassFunc:
+ * @session: the session
+ * @chunk: chunk index
+ * @pass: the pass just enqueued (on the CPU: just done), 0..@n_passes-1;
+ *   @n_passes - 1 is the clean pass
+ * @n_passes: n_steps + 1
+ * @user_data: what was given to lingbot_dit_session_set_pass_callback()
+ *
+ * Called on rank 0's thread after every pass, before the pass boundary
+ * (a cancel made here stops the chunk at that boundary).  It must not
+ * call into the session.
+ */
+typedef void (*LingbotDitPassFunc) (LingbotDitSession * session,
+    int64_t chunk, int pass, int n_passes, gpointer user_data);
+
 LingbotDitSession *lingbot_dit_session_new (LingbotDit * dit,
     LbWorkerGroup * group, const LingbotDitSessionOptions * options,
     const LbTensor * text, GError ** error);
@@ -101,6 +119,14 @@ gboolean lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession *
 
 void lingbot_dit_session_set_step_callback (LingbotDitSession * session,
     LingbotDitStepFunc func, gpointer user_data);
+void lingbot_dit_session_set_pass_callback (LingbotDitSession * session,
+    LingbotDitPassFunc func, gpointer user_data);
+void lingbot_dit_session_set_cancellable (LingbotDitSession * session,
+    GCancellable * cancellable);
+gboolean lingbot_dit_session_is_cancelled (LingbotDitSession * session);
+gboolean lingbot_dit_session_check_cancelled (LingbotDitSession * session,
+    GError ** error);
+int lingbot_dit_session_get_n_passes (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_chunk_index (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_frame_tokens (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_cache_capacity (LingbotDitSession * session);

@@ -17,7 +17,12 @@
  *   lingbot_session_decode() may be called from different threads (the
  *   elements do): every call holds the world's lock while it uses the
  *   ranks, so the two serialize.  Calls of one kind must not race each
- *   other.
+ *   other.  A generate in flight can be stopped at its next DiT pass
+ *   boundary: lingbot_session_set_cancellable() and g_cancellable_cancel()
+ *   may be called from any thread while it runs (the chunk is dropped and
+ *   made again by the next generate, bit for bit).  The pass callback
+ *   (lingbot_session_set_pass_func()) reports progress from rank 0's
+ *   thread.
  *
  * Model directory layout (the published release):
  *   MODEL/transformers/       DiT shards, model.safetensors.index.json,
@@ -37,6 +42,7 @@
 #pragma once
 
 #include <glib.h>
+#include <gio/gio.h>
 
 #include "kernels/tensor.h"
 #include "comm/worker-group.h"
@@ -206,6 +212,30 @@ int lingbot_session_get_frame_count (LingbotSession * session,
 gboolean lingbot_session_is_done (LingbotSession * session);
 int lingbot_session_get_decode_ranks (LingbotSession * session);
 LingbotControl *lingbot_session_get_control (LingbotSession * session);
+
+/**
+ * LingbotPassFunc:
+ * @session: the session
+ * @chunk: the chunk being generated (lingbot_session_get_chunk_index())
+ * @pass: the DiT pass just done, counting from 0
+ * @n_passes: DiT passes per chunk, n_steps + 1 (the clean pass included:
+ *   5 with the default schedule)
+ * @user_data: what was given to lingbot_session_set_pass_func()
+ *
+ * Called after each DiT pass of a chunk, on rank 0's worker thread (not
+ * the thread calling lingbot_session_generate()), in pass order.  For
+ * progress reports and tests; it must not call back into the session (it
+ * may cancel the session's cancellable: the chunk then stops at the next
+ * boundary, after @pass + 1 passes).  On device ranks "done" means
+ * enqueued on the rank's stream.
+ */
+typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
+    int pass, int n_passes, gpointer user_data);
+
+void lingbot_session_set_cancellable (LingbotSession * session,
+    GCancellable * cancellable);
+void lingbot_session_set_pass_func (LingbotSession * session,
+    LingbotPassFunc func, gpointer user_data, GDestroyNotify notify);
 
 gboolean lingbot_session_generate (LingbotSession * session, guint keys,
     LingbotChunkStats * stats, GError ** error);

@@ -60,12 +60,19 @@ struct _LingbotSession
   LbTensor *frames_buf;         /* [3, 4C, H, W] */
 
   guint64 chunk;                /* chunks generated */
+  guint64 y_chunk;              /* the chunk y holds the condition of,
+                                 * G_MAXUINT64 before the first */
   guint64 decoded;              /* chunks decoded */
-  guint frames_out;             /* video frames decoded so far */
+  guint64 frames_out;           /* video frames decoded so far */
 
   /* arguments of the rank-0 jobs (no allocation per chunk) */
   const LbTensor *job_latents;
   int job_n_frames;
+
+  /* lingbot_session_set_pass_func() */
+  LingbotPassFunc pass_func;
+  gpointer pass_data;
+  GDestroyNotify pass_notify;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -389,6 +396,7 @@ lingbot_session_new (LingbotWorld * world,
   const LingbotSessionOptions *o = options;
   LingbotSession *s = g_new0 (LingbotSession, 1);
   s->world = lingbot_world_ref (world);
+  s->y_chunk = G_MAXUINT64;
   s->group = world->group;
   g_rec_mutex_lock (&world->lock);
   s->n_ranks = world->n_ranks;
@@ -531,6 +539,8 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->ctl);
   lb_tensor_free (session->latents);
   lb_tensor_free (session->frames_buf);
+  if (session->pass_notify)
+    session->pass_notify (session->pass_data);
   lingbot_world_unref (session->world);
   g_free (session);
 }
@@ -695,6 +705,87 @@ cond_job (LbRank * rank, gpointer data, GError ** error)
       error);
 }
 
+/* The DiT's pass callback, on rank 0's thread: the session's. */
+static void
+dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  LingbotSession *s = user_data;
+  (void) dit;
+  s->pass_func (s, (guint64) chunk, pass, n_passes, s->pass_data);
+}
+
+/**
+ * lingbot_session_set_cancellable:
+ * @session: a session
+ * @cancellable: (nullable): the session's cancellable; %NULL unsets
+ *
+ * While @cancellable is cancelled, lingbot_session_generate() stops at the
+ * next DiT pass boundary (before the first pass or after any pass, the
+ * clean pass included; all ranks stop at the same boundary: rank 0 reads
+ * the cancellable and the other ranks follow its decision) and fails with
+ * %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes".  The
+ * chunk is dropped and the session is as before that call: after
+ * g_cancellable_reset() the next generate makes the same chunk index
+ * again, bit-identical to a session that was never cancelled (given the
+ * same keys).  A generate started while @cancellable is cancelled fails at
+ * once ("after 0 of N"), before it touches the control.
+ *
+ * What a chunk changes before it completes, and what a cancel does with
+ * it: the camera (lingbot_control_advance(), undone by
+ * lingbot_control_rewind()); the condition y (the streaming VAE encoder
+ * advances its causal caches once per chunk, and y does not depend on the
+ * keys, so the y of the dropped chunk is kept and the retry does not
+ * encode again); the DiT's KV cache and cursors (left as spec 3.3's repeat
+ * call expects them, lingbot_dit_session_set_cancellable()); the noise
+ * (keyed by the chunk index: drawn again, the same); the chunk index, the
+ * latents (lingbot_session_get_latents() still holds the last completed
+ * chunk) and the stats (not touched).
+ *
+ * On GPU ranks the boundary is where the host enqueues the next pass
+ * (with graph replay, the next pass's graph), so a cancel takes effect
+ * once the passes already enqueued have run; lingbot_session_decode() is
+ * not cancellable.  The session takes a reference on @cancellable.  This
+ * and g_cancellable_cancel() may be called from any thread, also while a
+ * generate runs.
+ */
+void
+lingbot_session_set_cancellable (LingbotSession * session,
+    GCancellable * cancellable)
+{
+  g_return_if_fail (session != NULL);
+  lingbot_dit_session_set_cancellable (session->dit, cancellable);
+}
+
+/**
+ * lingbot_session_set_pass_func:
+ * @session: a session, not generating (call it before or between
+ *   generates)
+ * @func: (nullable): called after each DiT pass (#LingbotPassFunc), on
+ *   rank 0's worker thread; %NULL unsets
+ * @user_data: passed to @func
+ * @notify: (nullable): frees @user_data when the function is replaced or
+ *   the session freed
+ *
+ * The callback does not change what is computed (it sees no tensors, so
+ * GPU graph replay stays on).
+ */
+void
+lingbot_session_set_pass_func (LingbotSession * session,
+    LingbotPassFunc func, gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (session != NULL);
+  GDestroyNotify old_notify = session->pass_notify;
+  gpointer old_data = session->pass_data;
+  session->pass_func = func;
+  session->pass_data = user_data;
+  session->pass_notify = notify;
+  lingbot_dit_session_set_pass_callback (session->dit, func ? dit_pass : NULL,
+      session);
+  if (old_notify)
+    old_notify (old_data);
+}
+
 /**
  * lingbot_session_generate:
  * @session: a session
@@ -702,19 +793,27 @@ cond_job (LbRank * rank, gpointer data, GError ** error)
  *   poses); 0 keeps the camera still
  * @stats: (out caller-allocates) (optional): receives index, frames (what
  *   the chunk yields once decoded), keys, dit_seconds and compute_seconds
- *   (control + condition + DiT); vae_seconds is set to 0
- * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk, and
- *   the errors of the control, the VAE encoder and the DiT
+ *   (control + condition + DiT); vae_seconds is set to 0; untouched on
+ *   failure
+ * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
+ *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" when
+ *   the session's cancellable is cancelled (lingbot_session_set_cancellable():
+ *   the chunk is dropped, the session is as before the call); the errors
+ *   of the control, the VAE encoder and the DiT
  *
  * Generates the next chunk: the control tensor of @keys
  * (lingbot_control_advance() + fill on the CPU; on a device world the
  * ranks build it from the chunk's poses,
  * lingbot_dit_session_run_chunk_noise_poses()), the condition y of the
- * chunk (mask +
- * VAE latent of [image, zeros] / zeros, spec 1.2 and 6.3), then the DiT's
- * 4 + 1 passes over the worker group with the session's noise.  The
- * result is lingbot_session_get_latents(), valid until the next call.
- * Allocates nothing.
+ * chunk (mask + VAE latent of [image, zeros] / zeros, spec 1.2 and 6.3;
+ * kept from a cancelled try of the same chunk), then the DiT's 4 + 1
+ * passes over the worker group with the session's noise, calling the
+ * pass function (lingbot_session_set_pass_func()) after each pass and
+ * stopping at the next pass boundary when the session's cancellable is
+ * cancelled.  The result is lingbot_session_get_latents(), valid until the
+ * next successful call.  On any failure the camera is rewound
+ * (lingbot_control_rewind()) and the chunk index stays.  Allocates
+ * nothing.
  *
  * Returns: %TRUE on success.
  */
@@ -730,13 +829,22 @@ lingbot_session_generate (LingbotSession * session, guint keys,
         s->frames);
     return FALSE;
   }
+  /* cancelled already: fail before touching anything */
+  if (!lingbot_dit_session_check_cancelled (s->dit, error))
+    return FALSE;
   g_rec_mutex_lock (&s->world->lock);
   gint64 t0 = g_get_monotonic_time ();
-  gboolean ok = lingbot_control_advance (s->control, keys, error) &&
+  const gboolean advanced = lingbot_control_advance (s->control, keys, error);
+  gboolean ok = advanced &&
       (s->ctl_on_device || lingbot_control_fill (s->control, s->ctl->data,
           (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error));
-  if (ok)
+  /* the condition of this chunk, unless a cancelled try already encoded
+   * it (the encoder's caches advance once per chunk) */
+  if (ok && s->y_chunk != s->chunk) {
     ok = lb_worker_group_run_on (s->group, 0, cond_job, s, error);
+    if (ok)
+      s->y_chunk = s->chunk;
+  }
   gint64 t1 = g_get_monotonic_time ();
   if (ok && s->ctl_on_device) {
     /* the poses (C x 16 floats) go to the ranks, which build the ray map */
@@ -753,6 +861,9 @@ lingbot_session_generate (LingbotSession * session, guint keys,
     ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
         s->latents, error);
   }
+  /* a chunk that was not made does not move the camera */
+  if (!ok && advanced)
+    lingbot_control_rewind (s->control);
   gint64 t2 = g_get_monotonic_time ();
   g_rec_mutex_unlock (&s->world->lock);
   if (!ok)
@@ -774,7 +885,8 @@ lingbot_session_generate (LingbotSession * session, guint keys,
  * @session: a session
  *
  * Returns: (transfer none): f32 [1, 16, C, h, w] host tensor: the denoised
- * latents of the last lingbot_session_generate(), overwritten by the next.
+ * latents of the last successful lingbot_session_generate(), overwritten
+ * by the next (a cancelled one leaves them).
  */
 const LbTensor *
 lingbot_session_get_latents (LingbotSession * session)
@@ -806,7 +918,9 @@ dec_job (LbRank * rank, gpointer data, GError ** error)
  * @error: %LB_ERROR_SHAPE for latents of the wrong shape, decoder errors
  *
  * Decodes one chunk with the session's streaming VAE decoder (its causal
- * caches continue from the previous chunk).  With several ranks every rank
+ * caches continue from the previous chunk).  Not cancellable: the
+ * session's cancellable (lingbot_session_set_cancellable()) stops only
+ * lingbot_session_generate(); a decode runs to its end.  With several ranks every rank
  * decodes its band of rows on its own stream and device
  * (lingbot_vae_decoder_new_sharded()); the frames are host memory.
  * Allocates nothing.
@@ -837,7 +951,7 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
     return FALSE;
   int n = s->job_n_frames;
   if (s->frames > 0)
-    n = (int) MIN ((guint) n, s->frames - MIN (s->frames, s->frames_out));
+    n = (int) MIN ((guint64) n, s->frames - MIN (s->frames, s->frames_out));
   s->frames_out += (guint) n;
   if (n_frames)
     *n_frames = n;

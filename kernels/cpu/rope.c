@@ -22,6 +22,75 @@ rope_split (int64_t head_dim, int64_t * t_pairs, int64_t * h_pairs)
 }
 
 /**
+ * lb_rope_pair_frequency:
+ * @head_dim: per-head dimension (even, >= 2)
+ * @theta: frequency base (10000)
+ * @pair: a pair index, 0 <= @pair < @head_dim / 2
+ *
+ * The angular frequency of pair @pair (spec 1.8, the official WanModel
+ * split of the file comment): with t temporal and h height / width pairs,
+ * `1 / theta^(2j / (2t))` for a temporal pair j = @pair < t, else
+ * `1 / theta^(2j / (2h))` with j the pair's index within its axis;
+ * float64, the value every table entry of its column is built from.
+ *
+ * Returns: the frequency in radians per position.
+ */
+double
+lb_rope_pair_frequency (int head_dim, double theta, int pair)
+{
+  int64_t tp, hp, j, sub;
+  rope_split (head_dim, &tp, &hp);
+  if (pair < tp) {
+    j = pair;
+    sub = 2 * tp;
+  } else if (pair < tp + hp) {
+    j = pair - tp;
+    sub = 2 * hp;
+  } else {
+    j = pair - tp - hp;
+    sub = 2 * hp;
+  }
+  return 1.0 / pow (theta, (double) (2 * j) / (double) sub);
+}
+
+/**
+ * lb_rope_fill:
+ * @head_dim: per-head dimension (even, >= 2)
+ * @theta: frequency base (10000)
+ * @pos0: the first position (any value >= 0: not bounded by a table)
+ * @n_pos: positions
+ * @pair0: the first pair (column)
+ * @n_pairs: pairs, @pair0 + @n_pairs <= @head_dim / 2
+ * @cos_out: (out caller-allocates): f32 [@n_pos, @n_pairs] row-major
+ * @sin_out: (out caller-allocates): f32 [@n_pos, @n_pairs] row-major
+ *
+ * The RoPE angles of positions [@pos0, @pos0 + @n_pos) and pairs
+ * [@pair0, @pair0 + @n_pairs): angle `pos * lb_rope_pair_frequency()`,
+ * cos and sin in float64, rounded to float32.  This is the one formula
+ * lb_rope_tables_new() fills its tables with, so for positions inside a
+ * table the values are the table's bit for bit; past the table it is the
+ * same formula continued (the DiT's frame positions of hours-long
+ * sessions, docs/design.md "Model and session").  Allocates nothing
+ * (per-chunk use is fine).
+ */
+void
+lb_rope_fill (int head_dim, double theta, int64_t pos0, int64_t n_pos,
+    int pair0, int n_pairs, float *cos_out, float *sin_out)
+{
+  g_return_if_fail (head_dim >= 2 && head_dim % 2 == 0 && pos0 >= 0);
+  g_return_if_fail (pair0 >= 0 && n_pairs >= 0 &&
+      pair0 + n_pairs <= head_dim / 2);
+  for (int p = 0; p < n_pairs; p++) {
+    const double omega = lb_rope_pair_frequency (head_dim, theta, pair0 + p);
+    for (int64_t r = 0; r < n_pos; r++) {
+      const double a = (double) (pos0 + r) * omega;
+      cos_out[r * n_pairs + p] = (float) cos (a);
+      sin_out[r * n_pairs + p] = (float) sin (a);
+    }
+  }
+}
+
+/**
  * lb_rope_tables_new:
  * @head_dim: per-head dimension (even, >= 2)
  * @max_pos: positions per axis (1024 in the reference)
@@ -35,8 +104,9 @@ rope_split (int64_t head_dim, int64_t * t_pairs, int64_t * h_pairs)
  * angle `pos * theta^(-2p / (2t))`, column t + j (j < h) holds
  * `pos * theta^(-2j / (2h))` and column t + h + j holds the same for
  * width.  Angles, cos and sin are computed in float64 and rounded to
- * float32.  Row r is position r for every axis; lb_cpu_rope_3d() picks the
- * axis's position per column range.
+ * float32 (lb_rope_fill() over every position and pair).  Row r is
+ * position r for every axis; lb_cpu_rope_3d() picks the axis's position
+ * per column range.
  */
 void
 lb_rope_tables_new (int head_dim, int max_pos, double theta,
@@ -44,35 +114,11 @@ lb_rope_tables_new (int head_dim, int max_pos, double theta,
 {
   g_return_if_fail (head_dim >= 2 && head_dim % 2 == 0 && max_pos >= 0);
   g_return_if_fail (cos_out != NULL && sin_out != NULL);
-  int64_t half = head_dim / 2, tp, hp;
-  rope_split (head_dim, &tp, &hp);
+  const int half = head_dim / 2;
   int64_t shape[2] = { max_pos, half };
   LbTensor *c = lb_tensor_new (LB_DTYPE_F32, 2, shape);
   LbTensor *s = lb_tensor_new (LB_DTYPE_F32, 2, shape);
-  double *omega = g_new (double, half);
-  for (int64_t p = 0; p < half; p++) {
-    int64_t j, sub;
-    if (p < tp) {
-      j = p;
-      sub = 2 * tp;
-    } else if (p < tp + hp) {
-      j = p - tp;
-      sub = 2 * hp;
-    } else {
-      j = p - tp - hp;
-      sub = 2 * hp;
-    }
-    omega[p] = 1.0 / pow (theta, (double) (2 * j) / (double) sub);
-  }
-  float *cd = c->data, *sd = s->data;
-  for (int64_t r = 0; r < max_pos; r++) {
-    for (int64_t p = 0; p < half; p++) {
-      double a = (double) r * omega[p];
-      cd[r * half + p] = (float) cos (a);
-      sd[r * half + p] = (float) sin (a);
-    }
-  }
-  g_free (omega);
+  lb_rope_fill (head_dim, theta, 0, max_pos, 0, half, c->data, s->data);
   *cos_out = c;
   *sin_out = s;
 }

@@ -211,7 +211,8 @@ test_copy_rows (void)
  * between chunks (a RoPE frame offset, a cache slot, a sigma) would make
  * the replayed chunks differ from the CPU's, which run every op. */
 static GByteArray *
-run_plain (LbBackend * be, int n_chunks, int *first_steady)
+run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
+    int *first_steady)
 {
   g_autoptr (GError) err = NULL;
   LbWorkerGroupOptions go = { 0, NULL, "dit-graph-test" };
@@ -223,6 +224,8 @@ run_plain (LbBackend * be, int n_chunks, int *first_steady)
   LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
       dit_fixture_get (fixture, "input.context"), &err);
   g_assert_no_error (err);
+  if (rope_formula)
+    lingbot_dit_session_set_rope_formula (ses, TRUE);
   const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
   const int64_t chunk_tokens = 4 * lingbot_dit_session_get_frame_tokens (ses);
   GByteArray *bytes = g_byte_array_new ();
@@ -254,21 +257,21 @@ test_graph_replay (void)
 {
   const int n_chunks = 9;
   int steady_cpu, steady_dev;
-  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks,
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
       &steady_cpu);
   const FakeDevStats st0 = fakedev_stats ();
-  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks,
+  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks, FALSE,
       &steady_dev);
   const FakeDevStats st = fakedev_stats ();
   g_assert_cmpint (steady_cpu, ==, steady_dev);
   g_assert_cmpint (steady_dev, >, 0);
   g_assert_cmpint (steady_dev, <, n_chunks - 2);
   g_assert_cmpint (st.bad, ==, 0);
-  /* the passes and the clean pass, captured once each, launched for every
-   * steady chunk */
-  g_assert_cmpint (st.n_captures - st0.n_captures, ==, 2);
+  /* the 4 + 1 passes, one graph each, captured once each, launched for
+   * every steady chunk */
+  g_assert_cmpint (st.n_captures - st0.n_captures, ==, 5);
   g_assert_cmpint (st.n_launches - st0.n_launches, ==,
-      2 * (n_chunks - steady_dev));
+      5 * (n_chunks - steady_dev));
   g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
   g_assert_cmpuint (cpu->len, ==, dev->len);
   g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
@@ -280,10 +283,137 @@ test_graph_replay (void)
   g_setenv ("LINGBOT_DIT_GRAPHS", "0", TRUE);
   const FakeDevStats st1 = fakedev_stats ();
   g_autoptr (GByteArray) off = run_plain (fakedev_backend (), n_chunks,
-      &steady_dev);
+      FALSE, &steady_dev);
   g_unsetenv ("LINGBOT_DIT_GRAPHS");
   g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
+/* The RoPE formula path on a device rank (lingbot_dit_rope_chunk(): the
+ * host computes the chunk's temporal angles into page-locked staging,
+ * one upload, a device copy into the chunk's tables), forced for every
+ * chunk: the same bytes as the CPU's table path, with graph replay, and
+ * per chunk exactly one more host-to-device copy than the table path, no
+ * allocation and no synchronisation (fakedev refuses both inside the
+ * captured passes; the counts below are per chunk). */
+static void
+test_rope_formula_device (void)
+{
+  const int n_chunks = 9;
+  int steady_cpu, steady_tab, steady_for;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady_cpu);
+  const FakeDevStats st0 = fakedev_stats ();
+  g_autoptr (GByteArray) tab = run_plain (fakedev_backend (), n_chunks, FALSE,
+      &steady_tab);
+  const FakeDevStats st1 = fakedev_stats ();
+  g_autoptr (GByteArray) form = run_plain (fakedev_backend (), n_chunks, TRUE,
+      &steady_for);
+  const FakeDevStats st2 = fakedev_stats ();
+  g_assert_cmpint (st2.bad, ==, 0);
+  g_assert_cmpint (st2.live_blocks, ==, st0.live_blocks);
+  g_assert_cmpint (steady_for, ==, steady_tab);
+  /* the same graphs, captured and replayed alike */
+  g_assert_cmpint (st2.n_captures - st1.n_captures, ==,
+      st1.n_captures - st0.n_captures);
+  g_assert_cmpint (st2.n_launches - st1.n_launches, ==,
+      st1.n_launches - st0.n_launches);
+  g_assert_cmpint (st2.n_launches - st1.n_launches, >, 0);
+  g_assert_cmpint ((st2.n_h2d - st1.n_h2d) - (st1.n_h2d - st0.n_h2d), ==,
+      n_chunks);
+  g_assert_cmpuint (cpu->len, ==, form->len);
+  g_assert_true (memcmp (cpu->data, form->data, cpu->len) == 0);
+  g_assert_true (memcmp (tab->data, form->data, cpu->len) == 0);
+}
+
+/* Cancellation on a device rank with graph replay: chunks 4 (steady,
+ * replayed from graphs) and 6 are cancelled from the pass callback, after
+ * pass 1 and after the clean pass, and made again after a reset; the
+ * stream equals the uncancelled CPU stream bit for bit (the retried chunk
+ * starts from the repeat-call cursors of spec 3.3 and runs op by op, the
+ * next one replays the graphs again). */
+typedef struct {
+  GCancellable *cancellable;
+  int64_t chunk;
+  int at;
+  int calls;
+} CancelAt;
+
+static void
+cancel_pass (LingbotDitSession * ses, int64_t chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  CancelAt *c = user_data;
+  (void) ses;
+  g_assert_cmpint (n_passes, ==, 5);
+  c->calls++;
+  if (chunk == c->chunk && pass == c->at)
+    g_cancellable_cancel (c->cancellable);
+}
+
+static void
+test_cancel_device (void)
+{
+  const int n_chunks = 9;
+  int steady;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady);
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-cancel-test" };
+  LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), 1, NULL,
+      &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  g_autoptr (GCancellable) cancellable = g_cancellable_new ();
+  CancelAt ca = { cancellable, -1, -1, 0 };
+  lingbot_dit_session_set_cancellable (ses, cancellable);
+  lingbot_dit_session_set_pass_callback (ses, cancel_pass, &ca);
+  const FakeDevStats st0 = fakedev_stats ();
+  GByteArray *bytes = g_byte_array_new ();
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  for (int c = 0; c < n_chunks; c++) {
+    const LbTensor *noise[4], *y, *ctl;
+    dit_fixture_chunk (fixture, c % 4, noise, &y, &ctl);
+    if (c == 4 || c == 6) {
+      ca.chunk = c;
+      ca.at = c == 4 ? 1 : 4;
+      ca.calls = 0;
+      g_assert_false (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+              &err));
+      g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+      g_autofree char *want = g_strdup_printf ("chunk %d cancelled after %d "
+          "of 5 DiT passes", c, ca.at + 1);
+      g_assert_cmpstr (err->message, ==, want);
+      g_clear_error (&err);
+      g_assert_cmpint (ca.calls, ==, ca.at + 1);
+      g_assert_cmpint (lingbot_dit_session_get_chunk_index (ses), ==, c);
+      g_cancellable_reset (cancellable);
+      ca.chunk = -1;
+    }
+    ca.calls = 0;
+    gboolean ok = lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+        &err);
+    g_assert_no_error (err);
+    g_assert_true (ok);
+    g_assert_cmpint (ca.calls, ==, 5);
+    g_byte_array_append (bytes, out->data, (guint) lb_tensor_nbytes (out));
+  }
+  const FakeDevStats st = fakedev_stats ();
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+  g_assert_cmpint (st.bad, ==, 0);
+  /* graphs captured once and replayed (the pass callback keeps them on) */
+  g_assert_cmpint (st.n_captures - st0.n_captures, ==, 5);
+  g_assert_cmpint (st.n_launches - st0.n_launches, >, 0);
+  g_assert_cmpuint (bytes->len, ==, cpu->len);
+  g_assert_true (memcmp (bytes->data, cpu->data, cpu->len) == 0);
+  g_byte_array_unref (bytes);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -576,6 +706,8 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
   g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
+  g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
+  g_test_add_func ("/dit/device/cancel", test_cancel_device);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),

@@ -457,6 +457,344 @@ test_noise_file (void)
   g_assert_nonnull (strstr (err->message, "nonoise.st"));
 }
 
+/* ------------------------------------------------------------------------ */
+/* cancellation and the pass callback                                       */
+/* ------------------------------------------------------------------------ */
+
+#define N_PASSES 5              /* the default schedule: 4 steps + clean */
+
+static const guint chunk_keys[] = {
+  LINGBOT_KEY_W, LINGBOT_KEY_W | LINGBOT_KEY_J, LINGBOT_KEY_D,
+  LINGBOT_KEY_A | LINGBOT_KEY_L, LINGBOT_KEY_S,
+};
+
+/* What the pass callback saw. */
+typedef struct {
+  GThread *rank0;               /* rank 0's worker thread */
+  guint64 chunk;                /* the chunk the test is generating */
+  int calls;                    /* calls during that chunk */
+  int bad;                      /* calls off rank 0, out of order, wrong n */
+  int cancel_at;                /* cancel after this pass; -1 never */
+  GCancellable *cancellable;
+} PassLog;
+
+static void
+on_pass (LingbotSession * s, guint64 chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  PassLog *log = user_data;
+  (void) s;
+  if (g_thread_self () != log->rank0 || chunk != log->chunk ||
+      pass != log->calls || n_passes != N_PASSES)
+    log->bad++;
+  log->calls++;
+  if (pass == log->cancel_at)
+    g_cancellable_cancel (log->cancellable);
+}
+
+static gboolean
+record_thread (LbRank * rank, gpointer data, GError ** error)
+{
+  (void) rank;
+  (void) error;
+  *(GThread **) data = g_thread_self ();
+  return TRUE;
+}
+
+static LingbotSession *
+cancel_session (LingbotWorld * w)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.seed = 77;
+  o.frames = 0;                 /* live, unbounded */
+  o.local_attn_frames = 8;      /* eviction from chunk 2 */
+  o.sink_frames = 2;
+  LingbotSession *s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  return s;
+}
+
+/* One chunk made and decoded; its latents and frames appended. */
+static void
+make_chunk (LingbotSession * s, PassLog * log, GByteArray * lat,
+    GByteArray * frames)
+{
+  g_autoptr (GError) err = NULL;
+  const guint64 c = lingbot_session_get_chunk_index (s);
+  LingbotChunkStats st = { 0 };
+  int nf = -1;
+  if (log) {
+    log->chunk = c;
+    log->calls = 0;
+  }
+  g_assert_true (lingbot_session_generate (s, chunk_keys[c], &st, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (st.index, ==, c);
+  if (log)
+    g_assert_cmpint (log->calls, ==, N_PASSES);
+  const LbTensor *l = lingbot_session_get_latents (s);
+  g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
+  g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (nf, ==, c == 0 ? 13 : 16);
+  const LbTensor *f = lingbot_session_get_frames (s);
+  g_byte_array_append (frames, f->data, (guint) lb_tensor_nbytes (f));
+}
+
+/* @c, @p: cancel chunk @c after pass @p (-1: before the generate starts)
+ * from the pass callback on rank 0, on a world of @n_ranks ranks (a group
+ * timeout of 10 s turns a hang into a failure).  The generate fails with
+ * the exact error after p + 1 passes, the chunk index and the latents stay;
+ * after g_cancellable_reset() chunks c, c + 1, c + 2 and their decoded
+ * frames are byte-identical to the uncancelled session's. */
+typedef struct {
+  LingbotWorld *world;
+  GByteArray *lat, *frames;     /* the uncancelled session, chunks 0-4 */
+  GThread *rank0;
+} CancelRef;
+
+static void
+check_cancel (CancelRef * ref, int c, int p)
+{
+  g_autoptr (GError) err = NULL;
+  const gsize lat_bytes = 16 * 4 * 8 * 8 * sizeof (float);
+  const gsize frame_bytes = 3 * 16 * 64 * 64 * sizeof (float);
+  g_autoptr (GCancellable) cancellable = g_cancellable_new ();
+  PassLog log = { ref->rank0, 0, 0, 0, -1, cancellable };
+  LingbotSession *s = cancel_session (ref->world);
+  lingbot_session_set_cancellable (s, cancellable);
+  lingbot_session_set_pass_func (s, on_pass, &log, NULL);
+  g_autoptr (GByteArray) lat = g_byte_array_new ();
+  g_autoptr (GByteArray) frames = g_byte_array_new ();
+  for (int i = 0; i < c; i++)
+    make_chunk (s, &log, lat, frames);
+
+  /* the cancelled chunk */
+  log.chunk = (guint64) c;
+  log.calls = 0;
+  log.cancel_at = p;
+  if (p < 0)
+    g_cancellable_cancel (cancellable);
+  g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_autofree char *want = g_strdup_printf ("chunk %d cancelled after %d of "
+      "%d DiT passes", c, p + 1, N_PASSES);
+  g_assert_cmpstr (err->message, ==, want);
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, p + 1);
+  g_assert_cmpint (log.bad, ==, 0);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
+  if (c > 0) {
+    /* the latents are still those of the last completed chunk */
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * lat_bytes,
+            lat_bytes) == 0);
+  }
+  /* still cancelled: the next generate fails at once */
+  log.calls = 0;
+  log.cancel_at = -1;
+  g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_free (want);
+  want = g_strdup_printf ("chunk %d cancelled after 0 of %d DiT passes", c,
+      N_PASSES);
+  g_assert_cmpstr (err->message, ==, want);
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 0);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
+
+  /* reset: the same chunk again and two more, as if never cancelled */
+  g_cancellable_reset (cancellable);
+  for (int i = c; i < c + 3; i++)
+    make_chunk (s, &log, lat, frames);
+  g_assert_cmpint (log.bad, ==, 0);
+  g_assert_cmpuint (lat->len, ==, (guint) ((c + 3) * lat_bytes));
+  g_assert_true (memcmp (lat->data, ref->lat->data, lat->len) == 0);
+  g_assert_cmpuint (frames->len, ==, (guint) ((c + 3) * frame_bytes));
+  g_assert_true (memcmp (frames->data, ref->frames->data, frames->len) == 0);
+  lingbot_session_free (s);
+}
+
+static void
+test_cancel (gconstpointer data)
+{
+  const int n_ranks = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = model_dir;
+  wo.devices = n_ranks == 1 ? "cpu:1" : "cpu:2";
+  wo.timeout_ms = 10000;
+  CancelRef ref = { lingbot_world_new (&wo, &err), g_byte_array_new (),
+    g_byte_array_new (), NULL
+  };
+  g_assert_no_error (err);
+  g_assert_true (lb_worker_group_run_on (lingbot_world_get_group (ref.world),
+          0, record_thread, &ref.rank0, &err));
+  g_assert_true (ref.rank0 != g_thread_self ());
+
+  /* the uncancelled session, with the pass callback: 5 calls per chunk,
+   * passes 0-4 in order, on rank 0's thread */
+  g_autoptr (GCancellable) unused = g_cancellable_new ();
+  PassLog log = { ref.rank0, 0, 0, 0, -1, unused };
+  LingbotSession *s = cancel_session (ref.world);
+  lingbot_session_set_pass_func (s, on_pass, &log, NULL);
+  for (int c = 0; c < 5; c++)
+    make_chunk (s, &log, ref.lat, ref.frames);
+  g_assert_cmpint (log.bad, ==, 0);
+  lingbot_session_free (s);
+
+  /* a later chunk (chunk 2 evicts the oldest non-sink frames on its first
+   * pass): cancelled before the generate and after every pass, the clean
+   * pass included */
+  for (int p = -1; p < N_PASSES; p++)
+    check_cancel (&ref, 2, p);
+  /* the first chunk (the image's condition, a first-chunk camera) */
+  for (int p = -1; p < N_PASSES; p += 2)
+    check_cancel (&ref, 0, p);
+
+  g_byte_array_unref (ref.lat);
+  g_byte_array_unref (ref.frames);
+  lingbot_world_unref (ref.world);
+}
+
+static void
+count_notify (gpointer data)
+{
+  (*(int *) data)++;
+}
+
+static void
+count_pass (LingbotSession * s, guint64 chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  (void) s;
+  (void) chunk;
+  (void) pass;
+  (void) n_passes;
+  (*(int *) user_data) += 100;
+}
+
+/* set_pass_func replaces and frees user data; NULL unsets; a cancellable
+ * set to NULL no longer cancels. */
+static void
+test_pass_func_notify (void)
+{
+  g_autoptr (GError) err = NULL;
+  int freed_a = 0, freed_b = 0;
+  LingbotSession *s = cancel_session (world1);
+  lingbot_session_set_pass_func (s, count_pass, &freed_a, count_notify);
+  lingbot_session_set_pass_func (s, NULL, &freed_b, count_notify);
+  g_assert_cmpint (freed_a, ==, 1);
+  g_assert_cmpint (freed_b, ==, 0);
+  GCancellable *c = g_cancellable_new ();
+  lingbot_session_set_cancellable (s, c);
+  g_cancellable_cancel (c);
+  g_assert_false (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_clear_error (&err);
+  lingbot_session_set_cancellable (s, NULL);
+  g_object_unref (c);
+  g_assert_true (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, 1);
+  /* unset: not called */
+  g_assert_cmpint (freed_a, ==, 1);
+  g_assert_cmpint (freed_b, ==, 0);
+  lingbot_session_free (s);
+  g_assert_cmpint (freed_b, ==, 1);
+}
+
+/* lingbot_control_rewind(): undoes exactly the last advance, live and
+ * offline; once only; not after a reset. */
+static void
+snapshot (LingbotControl * ctl, double *poses, float *rel, gint * chunk)
+{
+  memcpy (poses, lingbot_control_get_chunk_poses (ctl), 64 * sizeof (double));
+  memcpy (rel, lingbot_control_get_chunk_rel_poses (ctl),
+      64 * sizeof (float));
+  *chunk = lingbot_control_get_chunk_index (ctl);
+}
+
+static void
+test_control_rewind (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotControlConfig cc;
+  lingbot_control_config_init (&cc, IMG_W, IMG_H, 64, 64);
+  g_autoptr (LingbotControl) ctl = lingbot_control_new (&cc, &err);
+  g_assert_no_error (err);
+  lingbot_control_rewind (ctl);         /* nothing to undo */
+  g_assert_cmpint (lingbot_control_get_chunk_index (ctl), ==, -1);
+  g_assert_true (lingbot_control_advance (ctl, LINGBOT_KEY_W, &err));
+  double p1[64], p2[64], q[64];
+  float r1[64], r2[64], rq[64];
+  gint c1, c2, cq;
+  LingbotCamera cam1 = *lingbot_control_get_camera (ctl);
+  snapshot (ctl, p1, r1, &c1);
+  g_assert_true (lingbot_control_advance (ctl, LINGBOT_KEY_D |
+          LINGBOT_KEY_L, &err));
+  snapshot (ctl, p2, r2, &c2);
+  double prev2[16];
+  memcpy (prev2, lingbot_control_get_previous_pose (ctl), sizeof prev2);
+  lingbot_control_rewind (ctl);
+  snapshot (ctl, q, rq, &cq);
+  g_assert_cmpint (cq, ==, c1);
+  g_assert_true (memcmp (q, p1, sizeof q) == 0);
+  g_assert_true (memcmp (rq, r1, sizeof rq) == 0);
+  g_assert_null (lingbot_control_get_previous_pose (ctl));      /* chunk 0 */
+  g_assert_true (memcmp (lingbot_control_get_camera (ctl), &cam1,
+          sizeof cam1) == 0);
+  lingbot_control_rewind (ctl);         /* once only */
+  g_assert_cmpint (lingbot_control_get_chunk_index (ctl), ==, c1);
+  /* the same advance again gives the same chunk */
+  g_assert_true (lingbot_control_advance (ctl, LINGBOT_KEY_D |
+          LINGBOT_KEY_L, &err));
+  snapshot (ctl, q, rq, &cq);
+  g_assert_cmpint (cq, ==, c2);
+  g_assert_true (memcmp (q, p2, sizeof q) == 0);
+  g_assert_true (memcmp (rq, r2, sizeof rq) == 0);
+  g_assert_true (memcmp (lingbot_control_get_previous_pose (ctl), prev2,
+          sizeof prev2) == 0);
+  /* a reset wins over a rewind */
+  lingbot_control_reset_pose (ctl);
+  lingbot_control_rewind (ctl);
+  g_assert_cmpint (lingbot_control_get_chunk_index (ctl), ==, c2);
+  g_assert_true (lingbot_control_advance (ctl, 0, &err));
+  g_assert_null (lingbot_control_get_previous_pose (ctl));      /* first */
+
+  /* offline: the chunk index and the relative poses */
+  enum { N = 29 };
+  float poses[N * 16];
+  for (int i = 0; i < N; i++) {
+    float *m = poses + 16 * i;
+    memset (m, 0, 16 * sizeof (float));
+    m[0] = m[5] = m[10] = m[15] = 1.0f;
+    m[3] = 0.1f * (float) i;
+    m[11] = 0.02f * (float) (i * i);
+  }
+  cc.has_intrinsics = TRUE;
+  const float k[4] = { 500.f, 500.f, 416.f, 240.f };
+  memcpy (cc.intrinsics, k, sizeof k);
+  g_autoptr (LingbotControl) off = lingbot_control_new_offline (&cc, poses,
+      N, N, &err);
+  g_assert_no_error (err);
+  g_assert_true (lingbot_control_advance (off, 0, &err));
+  memcpy (r1, lingbot_control_get_chunk_rel_poses (off), sizeof r1);
+  g_assert_true (lingbot_control_advance (off, 0, &err));
+  memcpy (r2, lingbot_control_get_chunk_rel_poses (off), sizeof r2);
+  g_assert_false (lingbot_control_advance (off, 0, &err));      /* the end */
+  g_clear_error (&err);
+  lingbot_control_rewind (off);
+  g_assert_cmpint (lingbot_control_get_chunk_index (off), ==, 0);
+  g_assert_true (memcmp (lingbot_control_get_chunk_rel_poses (off), r1,
+          sizeof r1) == 0);
+  g_assert_true (lingbot_control_advance (off, 0, &err));
+  g_assert_true (memcmp (lingbot_control_get_chunk_rel_poses (off), r2,
+          sizeof r2) == 0);
+}
+
 static void
 test_errors (void)
 {
@@ -600,6 +938,12 @@ main (int argc, char **argv)
   g_test_add_func ("/session/pixel-area-embeds", test_pixel_area_and_embeds);
   g_test_add_func ("/session/noise-file", test_noise_file);
   g_test_add_func ("/session/errors", test_errors);
+  g_test_add_func ("/session/control-rewind", test_control_rewind);
+  g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
+  g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1),
+      test_cancel);
+  g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2),
+      test_cancel);
   int rc = g_test_run ();
 
   lingbot_world_unref (world1);
