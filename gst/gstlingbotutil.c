@@ -96,6 +96,27 @@ gst_lingbot_post_error_full (GstElement * element, const GError * error,
 }
 
 /**
+ * gst_lingbot_buffer_try_new:
+ * @size: bytes
+ *
+ * A system-memory buffer of @size bytes allocated with g_try_malloc(): for
+ * the allocations whose size comes from input (caps, a reference image),
+ * where a failure must become an element error rather than an abort.
+ *
+ * Returns: (transfer full) (nullable): the buffer, or %NULL when the memory
+ *   cannot be had.
+ */
+GstBuffer *
+gst_lingbot_buffer_try_new (gsize size)
+{
+  gpointer data = g_try_malloc (MAX (size, 1));
+
+  if (data == NULL)
+    return NULL;
+  return gst_buffer_new_wrapped_full (0, data, size, 0, size, data, g_free);
+}
+
+/**
  * gst_lingbot_check_readable:
  * @path: a file the element is going to read
  * @domain: (out): RESOURCE on failure

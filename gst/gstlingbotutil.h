@@ -35,6 +35,8 @@ void gst_lingbot_post_error_full (GstElement * element, const GError * error,
 gboolean gst_lingbot_check_readable (const char *path, GQuark * domain,
     gint * code, GError ** error);
 
+GstBuffer *gst_lingbot_buffer_try_new (gsize size);
+
 gboolean gst_lingbot_frames_to_rgba (const LbTensor * frames, int frame,
     guint8 * dst, gsize dst_stride, GError ** error);
 gboolean gst_lingbot_frames_to_nv12 (const LbTensor * frames, int frame,

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 G_DEFINE_QUARK (lingbot-error-quark, lb_error)
@@ -289,6 +290,57 @@ LbTensor *
 lb_tensor_new (LbDType dtype, int ndim, const int64_t * shape)
 {
   return tensor_alloc (dtype, ndim, shape, FALSE);
+}
+
+/**
+ * lb_tensor_try_new:
+ * @dtype: element type
+ * @ndim: number of dimensions, 0 to %LB_MAX_DIMS
+ * @shape: (array length=ndim): extent of each dimension (non-negative)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a negative extent or a size that
+ *   overflows, %LB_ERROR_DEVICE when the memory cannot be had
+ *
+ * lb_tensor_new() for sizes that come from input (caps, files): a failed
+ * allocation is an error instead of an abort.
+ *
+ * Returns: (transfer full) (nullable): a new owning tensor, or %NULL.
+ */
+LbTensor *
+lb_tensor_try_new (LbDType dtype, int ndim, const int64_t * shape,
+    GError ** error)
+{
+  g_return_val_if_fail (ndim >= 0 && ndim <= LB_MAX_DIMS, NULL);
+  g_return_val_if_fail ((unsigned) dtype < LB_DTYPE_COUNT, NULL);
+
+  guint64 n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || (shape[i] > 0 && n > G_MAXSIZE / 64 /
+            (guint64) shape[i])) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "tensor of %d dims: extent %" G_GINT64_FORMAT " of dim %d is "
+          "negative or overflows", ndim, shape[i], i);
+      return NULL;
+    }
+    n *= (guint64) shape[i];
+  }
+  gsize bytes = (gsize) n * lb_dtype_size (dtype);
+  gsize alloc = (MAX (bytes, 1) + LB_ALIGN - 1) / LB_ALIGN * LB_ALIGN;
+  void *data = NULL;
+  if (posix_memalign (&data, LB_ALIGN, alloc) != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "cannot allocate %" G_GSIZE_FORMAT " bytes of host memory", alloc);
+    return NULL;
+  }
+  LbTensor *t = g_new0 (LbTensor, 1);
+  t->dtype = dtype;
+  t->ndim = ndim;
+  t->device = LB_DEVICE_HOST;
+  for (int i = 0; i < ndim; i++)
+    t->shape[i] = shape[i];
+  lb_contiguous_strides (ndim, shape, t->stride);
+  t->storage = lb_storage_new (data, bytes, t->device, free, data);
+  t->data = data;
+  return t;
 }
 
 /**
