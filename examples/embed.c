@@ -134,7 +134,7 @@ main (int argc, char **argv)
 
   /* 2. a pipeline that uses it: live generation steered by signals */
   desc = g_strdup_printf ("lingbotcontrolsrc name=controls ! "
-      "lingbotgen name=gen live=true frames=%d model-path=\"%s\" "
+      "lingbotgen name=gen is-live=true frames=%d model-path=\"%s\" "
       "devices=%s image-location=\"%s\" width=%d height=%d ! "
       "lingbotvaedec ! fakesink name=sink signal-handoffs=true sync=false",
       FRAMES, argv[1], opts.devices, argv[2], width, height);

@@ -86,8 +86,11 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_PIXEL_AREA (480 * 832)
 #define MAX_SIZE 4096
 #define MAX_PIXEL_AREA (MAX_SIZE * MAX_SIZE)
-#define DEFAULT_FPS 16
-#define DEFAULT_LIVE FALSE
+#define DEFAULT_FPS 0
+#define FALLBACK_FPS 16
+#define DEFAULT_IS_LIVE FALSE
+#define DEFAULT_LATENCY GST_CLOCK_TIME_NONE
+#define DEFAULT_SIGNAL_PASSES FALSE
 
 enum
 {
@@ -108,9 +111,21 @@ enum
   PROP_HEIGHT,
   PROP_PIXEL_AREA,
   PROP_FPS,
+  PROP_FRAMERATE,
+  PROP_IS_LIVE,
   PROP_LIVE,
+  PROP_LATENCY,
   PROP_PRECISION,
+  PROP_SIGNAL_PASSES,
 };
+
+enum
+{
+  SIGNAL_PASS,
+  N_SIGNALS
+};
+
+static guint signals[N_SIGNALS];
 
 struct _GstLingbotGen
 {
@@ -138,9 +153,14 @@ struct _GstLingbotGen
   int height;
   int pixel_area;
   int fps;
+  int framerate_n, framerate_d; /* 0/1: unset */
   gboolean live;
+  GstClockTime latency;         /* NONE: estimated */
+  gboolean signal_passes;
 
   LingbotWorld *world;          /* object lock */
+  int image_location_width;     /* object lock: image-location's size, */
+  int image_location_height;    /* read at NULL->READY */
 
   /* streaming state (lock, cond) */
   GMutex lock;
@@ -155,11 +175,24 @@ struct _GstLingbotGen
   GstBuffer *image;             /* packed RGB */
   int image_width, image_height;
   gboolean image_eos;
+  gboolean control_caps;        /* CAPS arrived on the control pad */
+  gboolean playing;             /* PLAYING: live chunks wait for it */
+  gboolean eos_pending;         /* send_event (EOS): after this chunk */
+  GstClockTime compute_estimate;        /* live: a chunk's compute time */
+  guint64 frames_done;          /* frames pushed (POSITION) */
+  int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
+  guint n_frames;               /* the session's video frames, 0 unbounded */
+
+  /* cancels the chunk in flight at its next DiT pass when the src pad
+   * deactivates (PLAYING -> NULL); reset when it activates */
+  GCancellable *cancellable;
+  gint passes;                  /* atomic: DiT passes run, this stream */
 
   /* streaming thread only */
   GstLingbotSessionHandle *handle;
   guint64 chunk;
   guint64 frames_out;
+  GstClockTime next_pts;        /* live: the end of the previous chunk */
   gboolean caps_sent;
   gboolean device_memory;       /* memory:LingbotDevice negotiated */
 };
@@ -180,6 +213,8 @@ GST_STATIC_PAD_TEMPLATE ("image", GST_PAD_SINK, GST_PAD_REQUEST,
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS,
     GST_STATIC_CAPS (GST_LINGBOT_LATENT_ALL_CAPS));
+
+static GstClockTime gst_lingbot_gen_chunk_duration (GstLingbotGen * self);
 
 /* ---- control pad ---- */
 
@@ -286,6 +321,8 @@ gst_lingbot_gen_control_event (GstPad * pad, GstObject * parent,
           &poses);
       g_mutex_lock (&self->lock);
       self->poses_expected = poses;
+      self->control_caps = TRUE;
+      g_cond_broadcast (&self->cond);
       g_mutex_unlock (&self->lock);
       break;
     }
@@ -338,8 +375,16 @@ gst_lingbot_gen_image_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     GST_ELEMENT_ERROR (self, STREAM, FAILED, (NULL), ("cannot map image"));
     return GST_FLOW_ERROR;
   }
-  packed = gst_buffer_new_allocate (NULL, (gsize) info.width * info.height * 3,
-      NULL);
+  /* sized by the caps: a failed allocation is an error, not an abort */
+  packed = gst_lingbot_buffer_try_new ((gsize) info.width * info.height * 3);
+  if (packed == NULL) {
+    gst_video_frame_unmap (&frame);
+    gst_buffer_unref (buf);
+    GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
+        ("Cannot allocate %dx%d RGB for the reference image", info.width,
+            info.height), (NULL));
+    return GST_FLOW_ERROR;
+  }
   gst_buffer_map (packed, &map, GST_MAP_WRITE);
   for (int y = 0; y < info.height; y++)
     memcpy (map.data + (gsize) y * info.width * 3,
@@ -430,8 +475,190 @@ parse_timesteps (const char *s, GArray * out, GError ** error)
   return lingbot_parse_timestep_indices (s, out, error);
 }
 
+/* ---- output format: properties, else downstream caps ---- */
+
+/**
+ * OutputFormat:
+ * @width: video width (a multiple of 16)
+ * @height: video height
+ * @fps_n: frame rate numerator
+ * @fps_d: frame rate denominator
+ *
+ * What the session is created for and the latent caps then say.
+ */
+typedef struct
+{
+  int width, height;
+  int fps_n, fps_d;
+} OutputFormat;
+
+/* The reference image's size: the image pad's frame, else the size of
+ * image-location read at NULL->READY (decoded again if it changed since). */
 static gboolean
-gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
+reference_image_size (GstLingbotGen * self, int *width, int *height,
+    GError ** error)
+{
+  g_autofree char *location = NULL;
+  LbTensor *rgb;
+
+  GST_OBJECT_LOCK (self);
+  location = g_strdup (self->image_location);
+  *width = self->image_location_width;
+  *height = self->image_location_height;
+  GST_OBJECT_UNLOCK (self);
+  if (location == NULL) {
+    g_mutex_lock (&self->lock);
+    *width = self->image_width;
+    *height = self->image_height;
+    g_mutex_unlock (&self->lock);
+    if (*width > 0 && *height > 0)
+      return TRUE;
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "no reference image: set image-location, or send a frame on the "
+        "image pad (it ended without one)");
+    return FALSE;
+  }
+  if (*width > 0 && *height > 0)
+    return TRUE;
+  rgb = lingbot_image_load_jpeg (location, error);
+  if (rgb == NULL)
+    return FALSE;
+  *height = (int) rgb->shape[0];
+  *width = (int) rgb->shape[1];
+  lb_tensor_free (rgb);
+  return TRUE;
+}
+
+/* Decides the session's size and frame rate (docs/elements.md "Caps"):
+ * `width`/`height` and `framerate`/`fps` win when set; what is unset comes
+ * from the caps downstream accepts (lingbotvaedec translates video caps
+ * into latent caps), fixated to the model's default size (spec 6.1 from
+ * the image and `pixel-area`) and 16 fps. */
+static gboolean
+choose_output_format (GstLingbotGen * self, OutputFormat * out,
+    GError ** error)
+{
+  GstCaps *templ = gst_pad_get_pad_template_caps (self->srcpad);
+  GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, templ);
+  GstStructure *st = NULL;
+  int width, height, area, fps, fr_n, fr_d, vw = 0, vh = 0;
+  gboolean ok = TRUE;
+
+  GST_OBJECT_LOCK (self);
+  width = self->width;
+  height = self->height;
+  area = self->pixel_area;
+  fps = self->fps;
+  fr_n = self->framerate_n;
+  fr_d = self->framerate_d;
+  GST_OBJECT_UNLOCK (self);
+  gst_caps_unref (templ);
+
+  if (peer != NULL && gst_caps_is_empty (peer)) {
+    gst_caps_unref (peer);
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "downstream accepts no latent caps (link lingbotvaedec after "
+        "lingbotgen)");
+    return FALSE;
+  }
+  if (peer != NULL && !gst_caps_is_any (peer))
+    st = gst_structure_copy (gst_caps_get_structure (peer, 0));
+
+  if (width == 0 || height == 0) {
+    int iw, ih, dw, dh;
+
+    if (!reference_image_size (self, &iw, &ih, error)
+        || !lingbot_image_output_size (iw, ih, (double) area, &dw, &dh,
+            error)) {
+      g_clear_pointer (&st, gst_structure_free);
+      gst_clear_caps (&peer);
+      return FALSE;
+    }
+    if (st != NULL) {
+      /* nearest to the model's size within what downstream takes */
+      if (gst_structure_has_field (st, "video-width"))
+        gst_structure_fixate_field_nearest_int (st, "video-width", dw);
+      if (gst_structure_has_field (st, "video-height"))
+        gst_structure_fixate_field_nearest_int (st, "video-height", dh);
+      if (gst_structure_get_int (st, "video-width", &vw)
+          && gst_structure_get_int (st, "video-height", &vh))
+        GST_INFO_OBJECT (self, "size %dx%d from downstream caps (the "
+            "model's default %dx%d)", vw, vh, dw, dh);
+    }
+    width = vw > 0 ? vw : dw;
+    height = vh > 0 ? vh : dh;
+    if (width % 16 || height % 16 || width > MAX_SIZE || height > MAX_SIZE) {
+      g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+          "downstream asks for %dx%d video: the size must be multiples of "
+          "16 (at most %d)", width, height, MAX_SIZE);
+      ok = FALSE;
+    }
+  }
+  if (fr_n <= 0) {
+    fr_n = fps > 0 ? fps : FALLBACK_FPS;
+    fr_d = 1;
+    if (fps <= 0 && st != NULL && gst_structure_has_field (st, "framerate")) {
+      /* (FALSE when the field is fixed already) */
+      gst_structure_fixate_field_nearest_fraction (st, "framerate",
+          FALLBACK_FPS, 1);
+      if (gst_structure_get_fraction (st, "framerate", &fr_n, &fr_d)
+          && (fr_n <= 0 || fr_d <= 0)) {
+        g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+            "downstream asks for %d/%d fps: the frame rate must be "
+            "positive", fr_n, fr_d);
+        ok = FALSE;
+      }
+    }
+  }
+  g_clear_pointer (&st, gst_structure_free);
+  if (ok && peer != NULL && !gst_caps_is_any (peer)) {
+    /* what the properties fixed must be something downstream takes */
+    GstCaps *want = gst_caps_new_simple (GST_LINGBOT_LATENT_MEDIA_TYPE,
+        "video-width", G_TYPE_INT, width, "video-height", G_TYPE_INT, height,
+        "framerate", GST_TYPE_FRACTION, fr_n, fr_d, NULL);
+    GstCaps *any = gst_caps_copy (peer);
+
+    /* either memory kind */
+    for (guint i = 0; i < gst_caps_get_size (any); i++)
+      gst_caps_set_features (any, i, NULL);
+    if (!gst_caps_can_intersect (want, any)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+          "downstream does not take %dx%d video at %d/%d fps (lingbotgen's "
+          "width, height, framerate or fps property)", width, height, fr_n,
+          fr_d);
+      ok = FALSE;
+    }
+    gst_caps_unref (want);
+    gst_caps_unref (any);
+  }
+  gst_clear_caps (&peer);
+  out->width = width;
+  out->height = height;
+  out->fps_n = fr_n;
+  out->fps_d = fr_d;
+  return ok;
+}
+
+/* After every DiT pass (rank 0): counts it, and emits GstLingbotGen::pass
+ * when `signal-passes` is set. */
+static void
+on_pass (LingbotSession * session, guint64 chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  GstLingbotGen *self = user_data;
+  gboolean emit;
+
+  g_atomic_int_inc (&self->passes);
+  GST_OBJECT_LOCK (self);
+  emit = self->signal_passes;
+  GST_OBJECT_UNLOCK (self);
+  if (emit)
+    g_signal_emit (self, signals[SIGNAL_PASS], 0, chunk, pass, n_passes);
+}
+
+static gboolean
+gst_lingbot_gen_create_session (GstLingbotGen * self,
+    const OutputFormat * format, GError ** error)
 {
   LingbotSessionOptions opts = LINGBOT_SESSION_OPTIONS_INIT;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
@@ -455,11 +682,12 @@ gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
   opts.sink_frames = self->sink_size;
   opts.sample_shift = self->sample_shift;
   opts.frames = self->frames;
-  opts.width = self->width;
-  opts.height = self->height;
   opts.pixel_area = self->pixel_area;
-  opts.fps = self->fps;
   GST_OBJECT_UNLOCK (self);
+  opts.width = format->width;
+  opts.height = format->height;
+  /* the library keeps it for reference only: timing is the element's */
+  opts.fps = MAX (1, (format->fps_n + format->fps_d / 2) / format->fps_d);
 
   if (world == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT, "no world");
@@ -504,6 +732,24 @@ gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
     gst_buffer_map (poses, &pmap, GST_MAP_READ);
     ph = (const GstLingbotControlPoses *) (pmap.data +
         sizeof (GstLingbotControlRecord));
+    if (pmap.size < sizeof (GstLingbotControlRecord) + sizeof (*ph)
+        || ph->n_poses > (pmap.size - sizeof (GstLingbotControlRecord) -
+            sizeof (*ph)) / (16 * sizeof (float))
+        || ph->n_intrinsics > (pmap.size - sizeof (GstLingbotControlRecord)
+            - sizeof (*ph) - 16 * sizeof (float) * ph->n_poses) /
+        (4 * sizeof (float))) {
+      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+          "control: a POSES record of %" G_GSIZE_FORMAT " bytes is too "
+          "short for its pose and intrinsics counts", pmap.size);
+      gst_buffer_unmap (poses, &pmap);
+      gst_buffer_unref (poses);
+      if (image) {
+        if (imap.data)
+          gst_buffer_unmap (image, &imap);
+        gst_buffer_unref (image);
+      }
+      return FALSE;
+    }
     opts.poses = (const float *) (ph + 1);
     opts.n_poses = ph->n_poses;
     if (ph->n_intrinsics > 0)
@@ -525,9 +771,15 @@ gst_lingbot_gen_create_session (GstLingbotGen * self, GError ** error)
   }
   if (session == NULL)
     return FALSE;
+  /* PLAYING -> NULL cancels the chunk in flight at its next DiT pass */
+  lingbot_session_set_cancellable (session, self->cancellable);
+  lingbot_session_set_pass_func (session, on_pass, self, NULL);
   self->handle = gst_lingbot_session_handle_new (world, session);
   g_mutex_lock (&self->lock);
   self->session_chunk_frames = lingbot_session_get_chunk_frames (session);
+  self->session_fps_n = format->fps_n;
+  self->session_fps_d = format->fps_d;
+  self->n_frames = lingbot_session_get_n_frames (session);
   g_mutex_unlock (&self->lock);
   GST_INFO_OBJECT (self, "session %dx%d, latent %dx%d, chunk %d",
       lingbot_session_get_width (session),
@@ -542,11 +794,12 @@ static GstCaps *
 session_caps (GstLingbotGen * self)
 {
   LingbotSession *s = self->handle->session;
-  int fps;
+  int fps_n, fps_d;
 
-  GST_OBJECT_LOCK (self);
-  fps = self->fps;
-  GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->lock);
+  fps_n = self->session_fps_n;
+  fps_d = self->session_fps_d;
+  g_mutex_unlock (&self->lock);
   return gst_caps_new_simple (GST_LINGBOT_LATENT_MEDIA_TYPE,
       "dtype", G_TYPE_STRING, "f32",
       "channels", G_TYPE_INT, LINGBOT_VAE_Z_DIM,
@@ -555,7 +808,7 @@ session_caps (GstLingbotGen * self)
       "width", G_TYPE_INT, lingbot_session_get_latent_width (s),
       "video-width", G_TYPE_INT, lingbot_session_get_width (s),
       "video-height", G_TYPE_INT, lingbot_session_get_height (s),
-      "framerate", GST_TYPE_FRACTION, fps, 1, NULL);
+      "framerate", GST_TYPE_FRACTION, fps_n, fps_d, NULL);
 }
 
 /* The session's caps with memory:LingbotDevice when downstream takes it
@@ -643,16 +896,15 @@ static KeysResult
 take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
     ChunkKeys * ck)
 {
-  guint chunk_size = 4, fps = 16;
+  guint chunk_size = 4, fps_n = FALLBACK_FPS, fps_d = 1;
   g_autoptr (GError) error = NULL;
 
   memset (ck, 0, sizeof (*ck));
   ck->kind = SNAPSHOT_NONE;
   if (self->handle) {
     chunk_size = lingbot_session_get_chunk_frames (self->handle->session);
-    GST_OBJECT_LOCK (self);
-    fps = self->fps;
-    GST_OBJECT_UNLOCK (self);
+    fps_n = self->session_fps_n;
+    fps_d = self->session_fps_d;
   }
 
   while (TRUE) {
@@ -660,12 +912,14 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
 
     if (self->flushing)
       return KEYS_FLUSHING;
+    if (self->eos_pending)
+      return KEYS_DONE;
     if (!has_control || self->poses != NULL)
       return KEYS_OK;
 
     /* the session's timing, fixed before the first chunk */
-    if (!lingbot_control_schedule_set_timing (self->schedule, chunk_size, fps,
-            1, &error)) {
+    if (!lingbot_control_schedule_set_timing (self->schedule, chunk_size,
+            fps_n, fps_d, &error)) {
       GST_WARNING_OBJECT (self, "%s", error->message);
       g_clear_error (&error);
     }
@@ -723,7 +977,7 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
 
 static void
 post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
-    const ChunkKeys * ck)
+    const ChunkKeys * ck, GstClockTime pts, GstClockTime start)
 {
   static const char *const kinds[] = { "none", "tap", "held" };
   g_autofree char *keys = lingbot_keys_to_string (st->keys);
@@ -737,7 +991,9 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
       "snapshot", G_TYPE_STRING, kinds[ck->kind],
       "dit-seconds", G_TYPE_DOUBLE, st->dit_seconds,
       "vae-seconds", G_TYPE_DOUBLE, st->vae_seconds,
-      "compute-seconds", G_TYPE_DOUBLE, st->compute_seconds, NULL);
+      "compute-seconds", G_TYPE_DOUBLE, st->compute_seconds,
+      "pts", G_TYPE_UINT64, pts,
+      "running-time", G_TYPE_UINT64, start, NULL);
 
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self), s));
@@ -747,10 +1003,15 @@ static GstBuffer *
 latents_to_buffer (const LbTensor * lat, GError ** error)
 {
   gsize nbytes = (gsize) lb_tensor_numel (lat) * sizeof (float);
-  GstBuffer *buf = gst_buffer_new_allocate (NULL, nbytes, NULL);
+  GstBuffer *buf = gst_lingbot_buffer_try_new (nbytes);
   GstMapInfo map;
   gboolean ok = TRUE;
 
+  if (buf == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cannot allocate %"
+        G_GSIZE_FORMAT " bytes of system memory for the latents", nbytes);
+    return NULL;
+  }
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
   if (lat->dtype == LB_DTYPE_F32 && lat->device.type == LB_DEVICE_CPU
       && lb_tensor_is_contiguous (lat)) {
@@ -786,6 +1047,10 @@ gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret,
   if (ret == GST_FLOW_EOS) {
     if (!self->caps_sent && self->handle)
       push_stream_start (self);
+    else if (!self->caps_sent)
+      /* an EOS before the session existed (send_event): no caps to say */
+      gst_pad_push_event (self->srcpad,
+          gst_event_new_stream_start ("lingbot-latents/none"));
     gst_pad_push_event (self->srcpad, gst_event_new_eos ());
   } else if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS) {
     if (!posted)
@@ -837,6 +1102,84 @@ wait_state_change_done (GstLingbotGen * self)
   gst_object_unref (top);
 }
 
+/* The running time of the element's clock now, GST_CLOCK_TIME_NONE
+ * without a clock. */
+static GstClockTime
+running_time_now (GstLingbotGen * self)
+{
+  GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
+  GstClockTime now, base;
+
+  if (clock == NULL)
+    return GST_CLOCK_TIME_NONE;
+  now = gst_clock_get_time (clock);
+  base = gst_element_get_base_time (GST_ELEMENT (self));
+  gst_object_unref (clock);
+  return now > base ? now - base : 0;
+}
+
+typedef enum
+{
+  WAIT_OK,
+  WAIT_FLUSHING,
+  WAIT_EOS,
+} WaitResult;
+
+/* A live source makes nothing while PAUSED: waits for PLAYING (or a flush,
+ * or a pending EOS). */
+static WaitResult
+wait_playing (GstLingbotGen * self)
+{
+  WaitResult r;
+
+  g_mutex_lock (&self->lock);
+  while (!self->playing && !self->flushing && !self->eos_pending)
+    g_cond_wait (&self->cond, &self->lock);
+  r = self->flushing ? WAIT_FLUSHING : self->eos_pending ? WAIT_EOS : WAIT_OK;
+  g_mutex_unlock (&self->lock);
+  return r;
+}
+
+/* The latency estimate of a live session (docs/elements.md "Latency"): a
+ * chunk's compute time, grown with headroom whenever a chunk takes longer
+ * or QoS reports lateness, never shrunk; GST_MESSAGE_LATENCY is posted when
+ * the answer to a LATENCY query grows (the pipeline then re-distributes
+ * it).  @late: how much later than the estimate a frame came, 0 for a
+ * measured chunk of @seconds. */
+static void
+grow_compute_estimate (GstLingbotGen * self, GstClockTime measured,
+    GstClockTimeDiff late)
+{
+  GstClockTime chunk = gst_lingbot_gen_chunk_duration (self);
+  GstClockTime old, want;
+  gboolean live, automatic, post = FALSE;
+
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  automatic = !GST_CLOCK_TIME_IS_VALID (self->latency);
+  GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->lock);
+  old = GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
+      self->compute_estimate : chunk;
+  want = late > 0 ? old + (GstClockTime) late : measured;
+  if (want > old) {
+    /* a quarter of headroom, so that a slowly growing figure does not
+     * re-distribute the latency at every chunk */
+    self->compute_estimate = want + want / 4;
+    post = TRUE;
+  } else if (!GST_CLOCK_TIME_IS_VALID (self->compute_estimate)) {
+    self->compute_estimate = old;
+  }
+  g_mutex_unlock (&self->lock);
+  if (post && live && automatic) {
+    GST_INFO_OBJECT (self, "compute estimate %" GST_TIME_FORMAT " -> %"
+        GST_TIME_FORMAT ": posting a latency message", GST_TIME_ARGS (old),
+        GST_TIME_ARGS (self->compute_estimate));
+    gst_element_post_message (GST_ELEMENT (self),
+        gst_message_new_latency (GST_OBJECT (self)));
+  }
+}
+
 static void
 gst_lingbot_gen_loop (GstLingbotGen * self)
 {
@@ -846,46 +1189,59 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstBuffer *buf;
   GstFlowReturn ret;
   gboolean has_control, live, ok;
+  GstClockTime start = GST_CLOCK_TIME_NONE, pts;
   ChunkKeys ck;
-  int fps;
   KeysResult kr;
 
   has_control = pad_has_upstream (self->control_pad);
   GST_OBJECT_LOCK (self);
   live = self->live;
-  fps = self->fps;
   GST_OBJECT_UNLOCK (self);
 
   if (self->handle == NULL) {
-    gboolean need_image;
+    gboolean need_image, flushing, eos;
+    OutputFormat format;
 
-    /* wait for what the session is created from: the image from the pad
-     * and the poses record, when they are coming */
+    /* wait for what the session is created from: the image from the pad;
+     * the control stream's caps, which say whether a POSES record comes,
+     * and that record */
     GST_OBJECT_LOCK (self);
     need_image = self->image_location == NULL && self->image_pad != NULL
         && pad_has_upstream (self->image_pad);
     GST_OBJECT_UNLOCK (self);
     g_mutex_lock (&self->lock);
-    while (!self->flushing && ((need_image && !self->image && !self->image_eos)
-            || (has_control && self->poses_expected && !self->poses
-                && !self->control_eos)))
+    while (!self->flushing && !self->eos_pending
+        && ((need_image && !self->image && !self->image_eos)
+            || (has_control && !self->control_eos && (!self->control_caps
+                    || (self->poses_expected && !self->poses)))))
       g_cond_wait (&self->cond, &self->lock);
-    if (self->flushing) {
-      g_mutex_unlock (&self->lock);
+    flushing = self->flushing;
+    eos = self->eos_pending;
+    g_mutex_unlock (&self->lock);
+    if (flushing) {
       gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
       return;
     }
-    g_mutex_unlock (&self->lock);
+    if (eos) {
+      GST_INFO_OBJECT (self, "EOS before the session started");
+      gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
+      return;
+    }
 
-    if (!gst_lingbot_gen_create_session (self, &error)) {
+    if (!choose_output_format (self, &format, &error)
+        || !gst_lingbot_gen_create_session (self, &format, &error)) {
       /* a missing or unreadable input keeps its RESOURCE code, bad
        * settings LIBRARY/SETTINGS, the rest STREAM/FAILED; posted once
        * the state change that started us has returned */
       wait_state_change_done (self);
-      gst_lingbot_post_error (GST_ELEMENT (self), error,
-          g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT) ?
-          GST_LINGBOT_ERROR_CONTEXT_OPEN : GST_LINGBOT_ERROR_CONTEXT_STREAM,
-          error->message, "creating the session");
+      if (g_error_matches (error, LB_ERROR, LB_ERROR_UNSUPPORTED))
+        GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", error->message),
+            (NULL));
+      else
+        gst_lingbot_post_error (GST_ELEMENT (self), error,
+            g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT) ?
+            GST_LINGBOT_ERROR_CONTEXT_OPEN : GST_LINGBOT_ERROR_CONTEXT_STREAM,
+            error->message, "creating the session");
       gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
       return;
     }
@@ -897,20 +1253,36 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
     return;
   }
+  if (live) {
+    WaitResult wr = wait_playing (self);
+
+    if (wr != WAIT_OK) {
+      gst_lingbot_gen_pause (self, wr == WAIT_EOS ? GST_FLOW_EOS :
+          GST_FLOW_FLUSHING, FALSE);
+      return;
+    }
+  }
 
   g_mutex_lock (&self->lock);
   kr = take_keys_unlocked (self, live, has_control, &ck);
+  if (kr == KEYS_OK && self->eos_pending)
+    kr = KEYS_DONE;
   g_mutex_unlock (&self->lock);
   if (kr == KEYS_FLUSHING) {
     gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
     return;
   }
   if (kr == KEYS_DONE) {
-    GST_INFO_OBJECT (self, "control ended with nothing held after %"
-        G_GUINT64_FORMAT " chunks", self->chunk);
+    GST_INFO_OBJECT (self, "control ended with nothing held, or EOS, after "
+        "%" G_GUINT64_FORMAT " chunks", self->chunk);
     gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
     return;
   }
+
+  /* live: the chunk's first frame is stamped with the running time at
+   * which its generation starts */
+  if (live)
+    start = running_time_now (self);
 
   g_mutex_lock (&h->lock);
   /* a LingbotDevice memory of the previous chunk still alive downstream
@@ -932,6 +1304,12 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
         &error);
   }
   g_mutex_unlock (&h->lock);
+  if (buf == NULL && g_error_matches (error, LB_ERROR, LB_ERROR_CANCELLED)) {
+    /* PLAYING -> NULL: the chunk is dropped, the session stays valid */
+    GST_INFO_OBJECT (self, "%s", error->message);
+    gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
+    return;
+  }
   if (buf == NULL) {
     GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
         ("chunk %" G_GUINT64_FORMAT, self->chunk));
@@ -944,28 +1322,50 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   if (stats.frames <= 0)
     stats.frames = lingbot_chunk_video_frames (self->chunk,
         lingbot_session_get_chunk_frames (h->session));
-  GST_BUFFER_PTS (buf) = gst_util_uint64_scale (self->frames_out, GST_SECOND,
-      fps);
-  GST_BUFFER_DURATION (buf) = gst_util_uint64_scale (self->frames_out +
-      stats.frames, GST_SECOND, fps) - GST_BUFFER_PTS (buf);
+  if (live && GST_CLOCK_TIME_IS_VALID (start)) {
+    /* never before the end of the previous chunk: timestamps increase */
+    pts = GST_CLOCK_TIME_IS_VALID (self->next_pts) ?
+        MAX (start, self->next_pts) : start;
+  } else {
+    pts = gst_util_uint64_scale (self->frames_out,
+        (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
+  }
+  GST_BUFFER_PTS (buf) = pts;
+  GST_BUFFER_DURATION (buf) = gst_util_uint64_scale (stats.frames,
+      (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
+  self->next_pts = pts + GST_BUFFER_DURATION (buf);
   GST_BUFFER_OFFSET (buf) = self->chunk;
   GST_BUFFER_OFFSET_END (buf) = self->chunk + 1;
   if (self->chunk == 0)
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
   gst_buffer_add_lingbot_chunk_meta (buf, h, self->chunk, &stats);
   GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " keys 0x%x: %d frames,"
-      " DiT %.3f s", self->chunk, ck.keys, stats.frames, stats.dit_seconds);
-  post_chunk_message (self, &stats, &ck);
+      " DiT %.3f s, PTS %" GST_TIME_FORMAT, self->chunk, ck.keys,
+      stats.frames, stats.dit_seconds, GST_TIME_ARGS (pts));
+  post_chunk_message (self, &stats, &ck, pts, start);
+  if (live)
+    grow_compute_estimate (self, (GstClockTime) (stats.compute_seconds *
+            GST_SECOND), 0);
   self->chunk++;
   self->frames_out += stats.frames;
+  g_mutex_lock (&self->lock);
+  self->frames_done = self->frames_out;
+  g_mutex_unlock (&self->lock);
 
   ret = gst_pad_push (self->srcpad, buf);
   if (ret != GST_FLOW_OK) {
     gst_lingbot_gen_pause (self, ret, FALSE);
     return;
   }
-  if (lingbot_session_is_done (h->session))
+  g_mutex_lock (&self->lock);
+  ok = self->eos_pending;
+  g_mutex_unlock (&self->lock);
+  if (ok || lingbot_session_is_done (h->session)) {
+    GST_INFO_OBJECT (self, "EOS after chunk %" G_GUINT64_FORMAT " (%"
+        G_GUINT64_FORMAT " frames)%s", self->chunk - 1, self->frames_out,
+        ok ? ": EOS was sent to the element" : "");
     gst_lingbot_gen_pause (self, GST_FLOW_EOS, FALSE);
+  }
 }
 
 static void
@@ -981,9 +1381,18 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   lingbot_control_schedule_reset (self->schedule);
   self->horizon = GST_CLOCK_TIME_NONE;
   self->session_chunk_frames = 0;
+  self->control_caps = FALSE;
+  self->eos_pending = FALSE;
+  self->compute_estimate = GST_CLOCK_TIME_NONE;
+  self->frames_done = 0;
+  self->session_fps_n = 0;
+  self->session_fps_d = 1;
+  self->n_frames = 0;
   g_mutex_unlock (&self->lock);
+  g_atomic_int_set (&self->passes, 0);
   self->chunk = 0;
   self->frames_out = 0;
+  self->next_pts = GST_CLOCK_TIME_NONE;
   self->caps_sent = FALSE;
   self->device_memory = FALSE;
 }
@@ -1000,6 +1409,7 @@ gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
     g_mutex_lock (&self->lock);
     self->flushing = FALSE;
     g_mutex_unlock (&self->lock);
+    g_cancellable_reset (self->cancellable);
     return gst_pad_start_task (pad, (GstTaskFunction) gst_lingbot_gen_loop,
         self, NULL);
   }
@@ -1007,10 +1417,30 @@ gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
   self->flushing = TRUE;
   g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
+  /* the chunk in flight stops at its next DiT pass boundary */
+  g_cancellable_cancel (self->cancellable);
   return gst_pad_stop_task (pad);
 }
 
 /* ---- queries, context ---- */
+
+/* The frame rate: the session's once it exists, else `framerate`, `fps`
+ * or 16/1. */
+static void
+gst_lingbot_gen_rate (GstLingbotGen * self, int *fps_n, int *fps_d)
+{
+  g_mutex_lock (&self->lock);
+  *fps_n = self->session_fps_n;
+  *fps_d = self->session_fps_d;
+  g_mutex_unlock (&self->lock);
+  if (*fps_n > 0)
+    return;
+  GST_OBJECT_LOCK (self);
+  *fps_n = self->framerate_n > 0 ? self->framerate_n :
+      self->fps > 0 ? self->fps : FALLBACK_FPS;
+  *fps_d = self->framerate_n > 0 ? self->framerate_d : 1;
+  GST_OBJECT_UNLOCK (self);
+}
 
 /**
  * gst_lingbot_gen_chunk_duration:
@@ -1022,15 +1452,15 @@ gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
 static GstClockTime
 gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
 {
-  int c, fps;
+  int c, fps_n, fps_d;
   LingbotWorld *world = NULL;
 
   GST_OBJECT_LOCK (self);
   c = self->chunk_frames;
-  fps = self->fps;
   if (self->world)
     world = lingbot_world_ref (self->world);
   GST_OBJECT_UNLOCK (self);
+  gst_lingbot_gen_rate (self, &fps_n, &fps_d);
   g_mutex_lock (&self->lock);
   if (self->session_chunk_frames > 0)
     c = self->session_chunk_frames;
@@ -1041,38 +1471,158 @@ gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
   if (c <= 0)
     c = DEFAULT_CHUNK_FRAMES;
   return gst_util_uint64_scale (lingbot_chunk_video_frames (1, (guint) c),
-      GST_SECOND, (guint64) MAX (fps, 1));
+      (guint64) fps_d * GST_SECOND, (guint64) fps_n);
 }
 
-/* LATENCY: live = `live` (or a live control source upstream); min = one
- * chunk's duration (a chunk's frames all exist only once the whole chunk
- * is computed), plus the control source's latency; max = unbounded (the
+/* LATENCY (docs/elements.md "Latency"): live = `is-live`; min = one
+ * steady chunk's duration (a chunk's frames all exist only once the whole
+ * chunk is computed) plus, live, the compute estimate (the chunk's frames
+ * are stamped with the running time at which it started: they come that
+ * much after their timestamps; before a chunk was measured, one chunk's
+ * duration, real time) or the `latency` property instead of the sum when
+ * set; plus a live control source's latency; max = unbounded (the
  * generator computes on demand and drops nothing while downstream
  * blocks). */
 static gboolean
 gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
 {
   gboolean live, up_live = FALSE;
-  GstClockTime min = gst_lingbot_gen_chunk_duration (self);
-  GstClockTime max = GST_CLOCK_TIME_NONE, up_min = 0, up_max = 0;
+  GstClockTime chunk = gst_lingbot_gen_chunk_duration (self), min = chunk;
+  GstClockTime max = GST_CLOCK_TIME_NONE, up_min = 0, up_max = 0, fixed;
   GstQuery *up;
 
   GST_OBJECT_LOCK (self);
   live = self->live;
+  fixed = self->latency;
   GST_OBJECT_UNLOCK (self);
+  if (live && GST_CLOCK_TIME_IS_VALID (fixed)) {
+    min = fixed;
+  } else if (live) {
+    g_mutex_lock (&self->lock);
+    min += GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
+        self->compute_estimate : chunk;
+    g_mutex_unlock (&self->lock);
+  }
 
   up = gst_query_new_latency ();
   if (pad_has_upstream (self->control_pad)
       && gst_pad_peer_query (self->control_pad, up)) {
     gst_query_parse_latency (up, &up_live, &up_min, &up_max);
-    if (up_live && GST_CLOCK_TIME_IS_VALID (up_min))
+    if (up_live && live && GST_CLOCK_TIME_IS_VALID (up_min))
       min += up_min;
   }
   gst_query_unref (up);
-  GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT,
-      live || up_live, GST_TIME_ARGS (min));
-  gst_query_set_latency (query, live || up_live, min, max);
+  GST_DEBUG_OBJECT (self, "latency: live %d, min %" GST_TIME_FORMAT, live,
+      GST_TIME_ARGS (min));
+  gst_query_set_latency (query, live, min, max);
   return TRUE;
+}
+
+/* DURATION and POSITION when `frames` (or the poses) bound the session:
+ * TIME at the session rate, DEFAULT in video frames.  Live sessions answer
+ * no position (the sinks do, from the clock). */
+static gboolean
+gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
+{
+  GstFormat format;
+  guint64 frames, done;
+  gboolean live;
+  int fps_n, fps_d;
+
+  GST_OBJECT_LOCK (self);
+  frames = self->frames;
+  live = self->live;
+  GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->lock);
+  if (self->n_frames > 0)
+    frames = self->n_frames;
+  done = self->frames_done;
+  g_mutex_unlock (&self->lock);
+  gst_lingbot_gen_rate (self, &fps_n, &fps_d);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_DURATION) {
+    gst_query_parse_duration (query, &format, NULL);
+    if (frames == 0)
+      return FALSE;
+    if (format == GST_FORMAT_TIME)
+      gst_query_set_duration (query, format, gst_util_uint64_scale (frames,
+              (guint64) fps_d * GST_SECOND, fps_n));
+    else if (format == GST_FORMAT_DEFAULT)
+      gst_query_set_duration (query, format, frames);
+    else
+      return FALSE;
+    return TRUE;
+  }
+  gst_query_parse_position (query, &format, NULL);
+  if (live)
+    return FALSE;
+  if (format == GST_FORMAT_TIME)
+    gst_query_set_position (query, format, gst_util_uint64_scale (done,
+            (guint64) fps_d * GST_SECOND, fps_n));
+  else if (format == GST_FORMAT_DEFAULT)
+    gst_query_set_position (query, format, done);
+  else
+    return FALSE;
+  return TRUE;
+}
+
+/* Upstream events on the src pad: QoS lateness grows a live session's
+ * compute estimate (and so its latency); a seek is refused (a world is
+ * generated forward only); navigation goes on to the control pad's
+ * source, the rest default. */
+static gboolean
+gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (parent);
+
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_QOS:{
+      GstQOSType type;
+      gdouble proportion;
+      GstClockTimeDiff diff;
+      GstClockTime timestamp;
+      gboolean live;
+
+      gst_event_parse_qos (event, &type, &proportion, &diff, &timestamp);
+      GST_OBJECT_LOCK (self);
+      live = self->live;
+      GST_OBJECT_UNLOCK (self);
+      GST_LOG_OBJECT (self, "QoS: proportion %.3f, diff %" G_GINT64_FORMAT
+          " ns at %" GST_TIME_FORMAT, proportion, diff,
+          GST_TIME_ARGS (timestamp));
+      if (live && diff > 0)
+        grow_compute_estimate (self, 0, diff);
+      gst_event_unref (event);
+      return TRUE;
+    }
+    case GST_EVENT_SEEK:
+      GST_DEBUG_OBJECT (self, "seeking is not supported");
+      gst_event_unref (event);
+      return FALSE;
+    default:
+      return gst_pad_event_default (pad, parent, event);
+  }
+}
+
+/* send_event (EOS), what gst-launch-1.0 -e does on Ctrl-C: the chunk in
+ * flight is finished and pushed, then EOS (GstBin sends it here because
+ * the element is flagged a source: its sink pads are optional). */
+static gboolean
+gst_lingbot_gen_send_event (GstElement * element, GstEvent * event)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+
+  if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
+    GST_INFO_OBJECT (self, "EOS sent: ending after the chunk in flight");
+    g_mutex_lock (&self->lock);
+    self->eos_pending = TRUE;
+    g_cond_broadcast (&self->cond);
+    g_mutex_unlock (&self->lock);
+    gst_event_unref (event);
+    return TRUE;
+  }
+  return GST_ELEMENT_CLASS (parent_class)->send_event (element, event);
 }
 
 static gboolean
@@ -1082,6 +1632,10 @@ gst_lingbot_gen_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY && pad == self->srcpad)
     return gst_lingbot_gen_latency_query (self, query);
+  if ((GST_QUERY_TYPE (query) == GST_QUERY_DURATION
+          || GST_QUERY_TYPE (query) == GST_QUERY_POSITION)
+      && pad == self->srcpad)
+    return gst_lingbot_gen_time_query (self, query);
   if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
     gboolean ret;
     LingbotWorld *world = NULL;
@@ -1233,6 +1787,10 @@ gst_lingbot_gen_open (GstLingbotGen * self)
      * fails the state change, not the streaming thread) */
     LbTensor *rgb = lingbot_image_load_jpeg (image, &error);
 
+    GST_OBJECT_LOCK (self);
+    self->image_location_width = rgb ? (int) rgb->shape[1] : 0;
+    self->image_location_height = rgb ? (int) rgb->shape[0] : 0;
+    GST_OBJECT_UNLOCK (self);
     if (rgb == NULL) {
       g_autofree char *text = g_strdup_printf ("image-location: '%s' is "
           "not a usable JPEG: %s", image, error->message);
@@ -1281,6 +1839,17 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       gst_lingbot_gen_reset_stream (self);
       break;
     }
+    case GST_STATE_CHANGE_PAUSED_TO_PLAYING:
+      g_mutex_lock (&self->lock);
+      self->playing = TRUE;
+      g_cond_broadcast (&self->cond);
+      g_mutex_unlock (&self->lock);
+      break;
+    case GST_STATE_CHANGE_PLAYING_TO_PAUSED:
+      g_mutex_lock (&self->lock);
+      self->playing = FALSE;
+      g_mutex_unlock (&self->lock);
+      break;
     default:
       break;
   }
@@ -1290,6 +1859,18 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
     return ret;
 
   switch (transition) {
+    case GST_STATE_CHANGE_READY_TO_PAUSED:
+    case GST_STATE_CHANGE_PLAYING_TO_PAUSED:{
+      gboolean live;
+
+      /* a live source does not preroll: it makes chunks in PLAYING only */
+      GST_OBJECT_LOCK (self);
+      live = self->live;
+      GST_OBJECT_UNLOCK (self);
+      if (live)
+        ret = GST_STATE_CHANGE_NO_PREROLL;
+      break;
+    }
     case GST_STATE_CHANGE_PAUSED_TO_READY:
       gst_lingbot_gen_reset_stream (self);
       break;
@@ -1329,6 +1910,7 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
     case PROP_IMAGE_LOCATION:
       g_free (self->image_location);
       self->image_location = g_value_dup_string (value);
+      self->image_location_width = self->image_location_height = 0;
       break;
     case PROP_SEED:
       self->seed = g_value_get_uint64 (value);
@@ -1372,8 +1954,19 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
     case PROP_FPS:
       self->fps = g_value_get_int (value);
       break;
+    case PROP_FRAMERATE:
+      self->framerate_n = gst_value_get_fraction_numerator (value);
+      self->framerate_d = gst_value_get_fraction_denominator (value);
+      break;
+    case PROP_IS_LIVE:
     case PROP_LIVE:
       self->live = g_value_get_boolean (value);
+      break;
+    case PROP_LATENCY:
+      self->latency = g_value_get_uint64 (value);
+      break;
+    case PROP_SIGNAL_PASSES:
+      self->signal_passes = g_value_get_boolean (value);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -1441,8 +2034,18 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
     case PROP_FPS:
       g_value_set_int (value, self->fps);
       break;
+    case PROP_FRAMERATE:
+      gst_value_set_fraction (value, self->framerate_n, self->framerate_d);
+      break;
+    case PROP_IS_LIVE:
     case PROP_LIVE:
       g_value_set_boolean (value, self->live);
+      break;
+    case PROP_LATENCY:
+      g_value_set_uint64 (value, self->latency);
+      break;
+    case PROP_SIGNAL_PASSES:
+      g_value_set_boolean (value, self->signal_passes);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -1468,6 +2071,7 @@ gst_lingbot_gen_finalize (GObject * object)
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
   lingbot_control_schedule_free (self->schedule);
+  g_clear_object (&self->cancellable);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
   G_OBJECT_CLASS (parent_class)->finalize (object);
@@ -1544,12 +2148,14 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           DEFAULT_FRAMES, ready));
   g_object_class_install_property (klass, PROP_WIDTH,
       g_param_spec_int ("width", "Width",
-          "Output width, a multiple of 16 (0 = from pixel-area; set both or "
+          "Output width, a multiple of 16 (0 = from downstream caps, else "
+          "pixel-area; set both or "
           "neither)", 0, MAX_SIZE,
           DEFAULT_WIDTH, ready));
   g_object_class_install_property (klass, PROP_HEIGHT,
       g_param_spec_int ("height", "Height",
-          "Output height, a multiple of 16 (0 = from pixel-area; set both or "
+          "Output height, a multiple of 16 (0 = from downstream caps, else "
+          "pixel-area; set both or "
           "neither)", 0, MAX_SIZE,
           DEFAULT_HEIGHT, ready));
   g_object_class_install_property (klass, PROP_PIXEL_AREA,
@@ -1557,13 +2163,34 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           "Output pixel budget when width/height are 0 (480*832 = 480p)",
           256, MAX_PIXEL_AREA, DEFAULT_PIXEL_AREA, ready));
   g_object_class_install_property (klass, PROP_FPS,
-      g_param_spec_int ("fps", "FPS", "Session frame rate", 1, 240,
+      g_param_spec_int ("fps", "FPS",
+          "Session frame rate in whole frames per second, a shortcut for "
+          "framerate (0 = from downstream caps, else 16)", 0, 240,
           DEFAULT_FPS, ready));
+  g_object_class_install_property (klass, PROP_FRAMERATE,
+      gst_param_spec_fraction ("framerate", "Frame rate",
+          "Session frame rate (0/1 = fps, else from downstream caps, else "
+          "16/1)", 0, 1, 1000, 1, 0, 1, ready));
+  g_object_class_install_property (klass, PROP_IS_LIVE,
+      g_param_spec_boolean ("is-live", "Is live",
+          "Live: a live source (no preroll, chunks stamped with the running "
+          "time at which they start) taking the keys held when a chunk "
+          "starts and waiting while none is held; offline: timestamps n/fps "
+          "from 0 and control times mapped onto the chunk timeline "
+          "deterministically", DEFAULT_IS_LIVE, ready));
   g_object_class_install_property (klass, PROP_LIVE,
-      g_param_spec_boolean ("live", "Live",
-          "Live: use the keys held when a chunk starts and wait while none "
-          "is held; offline: map control times onto the chunk timeline "
-          "deterministically", DEFAULT_LIVE, rw | GST_PARAM_MUTABLE_PLAYING));
+      g_param_spec_boolean ("live", "Live", "Deprecated alias of is-live",
+          DEFAULT_IS_LIVE, ready | G_PARAM_DEPRECATED));
+  g_object_class_install_property (klass, PROP_LATENCY,
+      g_param_spec_uint64 ("latency", "Latency",
+          "Live: the minimum latency to report, in nanoseconds, instead of "
+          "one chunk's duration plus the measured compute time "
+          "(18446744073709551615 = measured)", 0, G_MAXUINT64,
+          DEFAULT_LATENCY, rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (klass, PROP_SIGNAL_PASSES,
+      g_param_spec_boolean ("signal-passes", "Signal passes",
+          "Emit the pass signal after every DiT pass", DEFAULT_SIGNAL_PASSES,
+          rw | GST_PARAM_MUTABLE_PLAYING));
 }
 
 static void
@@ -1580,6 +2207,21 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   gobject_class->finalize = gst_lingbot_gen_finalize;
   gst_lingbot_gen_install_properties (gobject_class);
 
+  /**
+   * GstLingbotGen::pass:
+   * @gen: the element
+   * @chunk: the chunk index
+   * @pass: the DiT pass that just ended, from 0
+   * @n_passes: the chunk's passes (the denoising steps and the clean pass)
+   *
+   * Emitted after every DiT pass when #GstLingbotGen:signal-passes is
+   * set, from a streaming thread (the session's rank 0): progress within
+   * a chunk.  The handler must not block for long.
+   */
+  signals[SIGNAL_PASS] = g_signal_new ("pass", G_TYPE_FROM_CLASS (klass),
+      G_SIGNAL_RUN_LAST, 0, NULL, NULL, NULL, G_TYPE_NONE, 3, G_TYPE_UINT64,
+      G_TYPE_INT, G_TYPE_INT);
+
   gst_element_class_add_static_pad_template (element_class, &control_template);
   gst_element_class_add_static_pad_template (element_class, &image_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -1593,6 +2235,7 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   element_class->release_pad = gst_lingbot_gen_release_pad;
   element_class->set_context = gst_lingbot_gen_set_context;
   element_class->query = gst_lingbot_gen_query;
+  element_class->send_event = gst_lingbot_gen_send_event;
 }
 
 static void
@@ -1611,6 +2254,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   gst_pad_set_activatemode_function (self->srcpad,
       gst_lingbot_gen_src_activate_mode);
   gst_pad_set_query_function (self->srcpad, gst_lingbot_gen_src_query);
+  gst_pad_set_event_function (self->srcpad, gst_lingbot_gen_src_event);
   gst_pad_use_fixed_caps (self->srcpad);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
@@ -1628,10 +2272,21 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   self->height = DEFAULT_HEIGHT;
   self->pixel_area = DEFAULT_PIXEL_AREA;
   self->fps = DEFAULT_FPS;
-  self->live = DEFAULT_LIVE;
+  self->framerate_n = 0;
+  self->framerate_d = 1;
+  self->live = DEFAULT_IS_LIVE;
+  self->latency = DEFAULT_LATENCY;
+  self->signal_passes = DEFAULT_SIGNAL_PASSES;
+  self->compute_estimate = GST_CLOCK_TIME_NONE;
+  self->next_pts = GST_CLOCK_TIME_NONE;
+  self->session_fps_d = 1;
+  self->cancellable = g_cancellable_new ();
+  /* its sink pads are optional inputs: a bin sends it EOS (Ctrl-C with
+   * gst-launch-1.0 -e) as it does to sources */
+  GST_OBJECT_FLAG_SET (self, GST_ELEMENT_FLAG_SOURCE);
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
   /* chunk size and rate are the session's, set before the first chunk */
-  self->schedule = lingbot_control_schedule_new (4, DEFAULT_FPS, 1, NULL);
+  self->schedule = lingbot_control_schedule_new (4, FALLBACK_FPS, 1, NULL);
   self->horizon = GST_CLOCK_TIME_NONE;
 }

@@ -47,6 +47,10 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
 
 #define DEFAULT_MODEL_PATH NULL
 #define DEFAULT_DEVICES NULL
+/* the largest latents accepted from caps: lingbotgen's limits (video at
+ * most 4096 x 4096, at most 64 latent frames per chunk) */
+#define MAX_LATENT_SIZE (4096 / LINGBOT_VAE_SPATIAL_STRIDE)
+#define MAX_LATENT_FRAMES 64
 
 enum
 {
@@ -72,6 +76,7 @@ struct _GstLingbotVaeDec
   int fps_n, fps_d;
   GstVideoInfo out_info;
   gboolean negotiated;
+  GstBufferPool *pool;          /* output frames */
   guint64 frame_index;
   guint64 chunk;
   LingbotVaeDecoder *decoder;   /* plain-bytes path */
@@ -83,6 +88,10 @@ struct _GstLingbotVaeDec
   gboolean dit_unknown;         /* a chunk came without the generator meta */
 
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
+  GstClockTime decode_estimate; /* object lock: a chunk's decode time */
+  GstClockTime position;        /* object lock: end of the last frame */
+  gboolean live;                /* object lock: the last LATENCY answer */
+  guint64 frames_pushed;        /* object lock */
 };
 
 #define gst_lingbot_vae_dec_parent_class parent_class
@@ -111,12 +120,19 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
 {
   g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
   g_clear_pointer (&self->frames, lb_tensor_free);
+  if (self->pool) {
+    gst_buffer_pool_set_active (self->pool, FALSE);
+    gst_clear_object (&self->pool);
+  }
   self->negotiated = FALSE;
   self->frame_index = 0;
   self->chunk = 0;
   summary_reset (self);
   GST_OBJECT_LOCK (self);
   self->chunk_duration = GST_CLOCK_TIME_NONE;
+  self->decode_estimate = GST_CLOCK_TIME_NONE;
+  self->position = GST_CLOCK_TIME_NONE;
+  self->frames_pushed = 0;
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -184,6 +200,55 @@ post_summary (GstLingbotVaeDec * self)
       gst_message_new_element (GST_OBJECT (self), s));
 }
 
+/* The output frames' buffer pool: downstream's from the ALLOCATION query
+ * when it offers a video pool, else our own GstVideoBufferPool, so that a
+ * steady stream allocates nothing per frame. */
+static gboolean
+setup_pool (GstLingbotVaeDec * self, GstCaps * out)
+{
+  GstQuery *q = gst_query_new_allocation (out, TRUE);
+  GstBufferPool *pool = NULL;
+  GstStructure *config;
+  guint size = self->out_info.size, min = 0, max = 0;
+
+  if (gst_pad_peer_query (self->srcpad, q)
+      && gst_query_get_n_allocation_pools (q) > 0) {
+    gst_query_parse_nth_allocation_pool (q, 0, &pool, &size, &min, &max);
+    if (pool && !GST_IS_VIDEO_BUFFER_POOL (pool))
+      gst_clear_object (&pool);
+    size = MAX (size, (guint) self->out_info.size);
+  }
+  gst_query_unref (q);
+  if (pool == NULL)
+    pool = gst_video_buffer_pool_new ();
+  config = gst_buffer_pool_get_config (pool);
+  /* a chunk's frames in flight at most (16 for C = 4), then reuse */
+  gst_buffer_pool_config_set_params (config, out, size, min, max);
+  gst_buffer_pool_config_add_option (config,
+      GST_BUFFER_POOL_OPTION_VIDEO_META);
+  if (!gst_buffer_pool_set_config (pool, config)) {
+    config = gst_buffer_pool_get_config (pool);
+    if (!gst_buffer_pool_config_validate_params (config, out, size, min, max)
+        || !gst_buffer_pool_set_config (pool, config)) {
+      GST_WARNING_OBJECT (self, "no usable buffer pool: allocating frames");
+      gst_object_unref (pool);
+      return TRUE;
+    }
+  }
+  if (!gst_buffer_pool_set_active (pool, TRUE)) {
+    GST_WARNING_OBJECT (self, "cannot activate the buffer pool: allocating "
+        "frames");
+    gst_object_unref (pool);
+    return TRUE;
+  }
+  if (self->pool) {
+    gst_buffer_pool_set_active (self->pool, FALSE);
+    gst_object_unref (self->pool);
+  }
+  self->pool = pool;
+  return TRUE;
+}
+
 static gboolean
 gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
 {
@@ -199,12 +264,32 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
         ("latent caps without frames/height/width: %" GST_PTR_FORMAT, caps));
     return FALSE;
   }
+  if (self->lat_frames < 1 || self->lat_frames > MAX_LATENT_FRAMES
+      || self->lat_h < 1 || self->lat_h > MAX_LATENT_SIZE
+      || self->lat_w < 1 || self->lat_w > MAX_LATENT_SIZE) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Latent chunks of %d frames of %dx%d are out of range (at most %d "
+            "frames of %dx%d)", self->lat_frames, self->lat_w, self->lat_h,
+            MAX_LATENT_FRAMES, MAX_LATENT_SIZE, MAX_LATENT_SIZE),
+        ("%" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
   if (!gst_structure_get_int (s, "video-width", &vw))
     vw = self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
   if (!gst_structure_get_int (s, "video-height", &vh))
     vh = self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
+  if (vw != self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE
+      || vh != self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+        ("Latent caps say %dx%d video from %dx%d latents (the VAE makes "
+            "%dx%d)", vw, vh, self->lat_w, self->lat_h,
+            self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE,
+            self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE),
+        ("%" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
   if (!gst_structure_get_fraction (s, "framerate", &self->fps_n,
-          &self->fps_d)) {
+          &self->fps_d) || self->fps_n <= 0 || self->fps_d <= 0) {
     self->fps_n = 16;
     self->fps_d = 1;
   }
@@ -238,7 +323,9 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   out = gst_video_info_to_caps (&self->out_info);
   GST_DEBUG_OBJECT (self, "output caps %" GST_PTR_FORMAT, out);
   self->negotiated = gst_pad_push_event (self->srcpad,
-      gst_event_new_caps (out));
+      gst_event_new_caps (gst_caps_ref (out)));
+  if (self->negotiated)
+    setup_pool (self, out);
   gst_caps_unref (out);
   if (!self->negotiated)
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
@@ -249,6 +336,70 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
       self->fps_n);
   GST_OBJECT_UNLOCK (self);
   return self->negotiated;
+}
+
+/* The latent caps that give the video caps downstream takes: a CAPS query
+ * on the sink pad asks downstream for video/x-raw in our formats and
+ * translates width, height and framerate into video-width, video-height,
+ * framerate (and the latent grid, video / 8, where the size is fixed), so
+ * that lingbotgen can take its size and rate from a caps filter after this
+ * element (docs/elements.md "Caps"). */
+static GstCaps *
+translate_caps (GstLingbotVaeDec * self, GstCaps * filter)
+{
+  GstCaps *video = gst_pad_get_pad_template_caps (self->srcpad);
+  GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, video);
+  GstCaps *latent = gst_caps_new_empty (), *tmpl, *res;
+
+  gst_caps_unref (video);
+  if (peer == NULL || gst_caps_is_any (peer)) {
+    gst_clear_caps (&peer);
+    gst_caps_unref (latent);
+    latent = gst_pad_get_pad_template_caps (self->sinkpad);
+  } else {
+    for (guint i = 0; i < gst_caps_get_size (peer); i++) {
+      const GstStructure *vs = gst_caps_get_structure (peer, i);
+      GstStructure *ls = gst_structure_new_empty
+          (GST_LINGBOT_LATENT_MEDIA_TYPE);
+      const GValue *v;
+      int x;
+
+      for (guint d = 0; d < 2; d++) {
+        const char *dim = d ? "height" : "width";
+        const char *vfield = d ? "video-height" : "video-width";
+
+        if ((v = gst_structure_get_value (vs, dim)) == NULL)
+          continue;
+        gst_structure_set_value (ls, vfield, v);
+        /* a size the VAE cannot make leaves the grid open: lingbotgen
+         * then names the size in its error */
+        if (gst_structure_get_int (vs, dim, &x)
+            && x % LINGBOT_VAE_SPATIAL_STRIDE == 0)
+          gst_structure_set (ls, dim, G_TYPE_INT,
+              x / LINGBOT_VAE_SPATIAL_STRIDE, NULL);
+      }
+      if ((v = gst_structure_get_value (vs, "framerate")) != NULL)
+        gst_structure_set_value (ls, "framerate", v);
+      /* both memory kinds: the latent path does not depend on it */
+      gst_caps_append_structure_full (latent, gst_structure_copy (ls),
+          gst_caps_features_new (GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE,
+              NULL));
+      gst_caps_append_structure (latent, ls);
+    }
+    gst_caps_unref (peer);
+    tmpl = gst_pad_get_pad_template_caps (self->sinkpad);
+    res = gst_caps_intersect (tmpl, latent);
+    gst_caps_unref (tmpl);
+    gst_caps_unref (latent);
+    latent = res;
+  }
+  if (filter) {
+    res = gst_caps_intersect_full (filter, latent, GST_CAPS_INTERSECT_FIRST);
+    gst_caps_unref (latent);
+    latent = res;
+  }
+  GST_LOG_OBJECT (self, "sink caps %" GST_PTR_FORMAT, latent);
+  return latent;
 }
 
 static gboolean
@@ -329,22 +480,36 @@ ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
     shape[1] = max_frames;
     shape[2] = (int64_t) self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
     shape[3] = (int64_t) self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
-    self->frames = lb_tensor_new (LB_DTYPE_F32, 4, shape);
+    /* sized by the caps */
+    self->frames = lb_tensor_try_new (LB_DTYPE_F32, 4, shape, error);
+    if (self->frames == NULL)
+      return FALSE;
   }
   return TRUE;
 }
 
+/* Pushes the @n frames of a chunk whose latent buffer was stamped @pts:
+ * frame i at @pts + i / fps (the generator's timestamps, live or not); a
+ * chunk without a timestamp continues the element's own frame count. */
 static GstFlowReturn
 push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
-    GError ** error)
+    GstClockTime pts, GError ** error)
 {
+  const guint64 den = (guint64) self->fps_d * GST_SECOND;
+
   for (int i = 0; i < n; i++) {
-    GstBuffer *out = gst_buffer_new_allocate (NULL, self->out_info.size,
-        NULL);
+    GstBuffer *out = NULL;
     GstVideoFrame vf;
     gboolean ok;
     GstFlowReturn ret;
 
+    if (self->pool) {
+      ret = gst_buffer_pool_acquire_buffer (self->pool, &out, NULL);
+      if (ret != GST_FLOW_OK)
+        return ret;
+    } else {
+      out = gst_buffer_new_allocate (NULL, self->out_info.size, NULL);
+    }
     if (!gst_video_frame_map (&vf, &self->out_info, out, GST_MAP_WRITE)) {
       gst_buffer_unref (out);
       g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -384,19 +549,57 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
       gst_buffer_unref (out);
       return GST_FLOW_ERROR;
     }
-    GST_BUFFER_PTS (out) = gst_util_uint64_scale (self->frame_index,
-        (guint64) self->fps_d * GST_SECOND, self->fps_n);
-    GST_BUFFER_DURATION (out) = gst_util_uint64_scale (self->frame_index + 1,
-        (guint64) self->fps_d * GST_SECOND, self->fps_n) -
-        GST_BUFFER_PTS (out);
+    if (GST_CLOCK_TIME_IS_VALID (pts)) {
+      GST_BUFFER_PTS (out) = pts + gst_util_uint64_scale (i, den,
+          self->fps_n);
+      GST_BUFFER_DURATION (out) = pts + gst_util_uint64_scale (i + 1, den,
+          self->fps_n) - GST_BUFFER_PTS (out);
+    } else {
+      GST_BUFFER_PTS (out) = gst_util_uint64_scale (self->frame_index, den,
+          self->fps_n);
+      GST_BUFFER_DURATION (out) = gst_util_uint64_scale (self->frame_index
+          + 1, den, self->fps_n) - GST_BUFFER_PTS (out);
+    }
+    GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
     GST_BUFFER_OFFSET (out) = self->frame_index;
     GST_BUFFER_OFFSET_END (out) = self->frame_index + 1;
+    if (i == 0 && self->frame_index == 0)
+      GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
     self->frame_index++;
+    GST_OBJECT_LOCK (self);
+    self->position = GST_BUFFER_PTS (out) + GST_BUFFER_DURATION (out);
+    self->frames_pushed = self->frame_index;
+    GST_OBJECT_UNLOCK (self);
     ret = gst_pad_push (self->srcpad, out);
     if (ret != GST_FLOW_OK)
       return ret;
   }
   return GST_FLOW_OK;
+}
+
+/* A live stream's latency covers the decode too (the frames of a chunk
+ * leave only after it): the decode estimate grows, with a quarter of
+ * headroom, when a chunk takes longer, and GST_MESSAGE_LATENCY is posted
+ * then (live streams only: the last LATENCY answer said live). */
+static void
+note_decode_time (GstLingbotVaeDec * self, double seconds)
+{
+  GstClockTime t = (GstClockTime) (seconds * GST_SECOND);
+  gboolean post = FALSE;
+
+  GST_OBJECT_LOCK (self);
+  if (!GST_CLOCK_TIME_IS_VALID (self->decode_estimate)
+      || t > self->decode_estimate) {
+    self->decode_estimate = t + t / 4;
+    post = self->live;
+  }
+  GST_OBJECT_UNLOCK (self);
+  if (post) {
+    GST_INFO_OBJECT (self, "decode estimate %" GST_TIME_FORMAT ": posting "
+        "a latency message", GST_TIME_ARGS (t + t / 4));
+    gst_element_post_message (GST_ELEMENT (self),
+        gst_message_new_latency (GST_OBJECT (self)));
+  }
 }
 
 static GstFlowReturn
@@ -415,6 +618,7 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   int n = 0;
   gint64 t0;
   gboolean ok;
+  GstClockTime pts = GST_BUFFER_PTS (buf);
 
   if (!self->negotiated) {
     gst_buffer_unref (buf);
@@ -455,9 +659,11 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     } else {
       ok = lingbot_session_decode (h->session, t, &n, &stats, &error);
     }
-    if (ok)
+    if (ok) {
+      note_decode_time (self, stats.vae_seconds);
       ret = push_frames (self, lingbot_session_get_frames (h->session), n,
-          &error);
+          pts, &error);
+    }
     g_mutex_unlock (&h->lock);
     gst_buffer_unref (buf);
     goto decoded;
@@ -476,9 +682,11 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     /* sets stats.vae_seconds: the decode alone, not the wait for a
      * generate that holds the world */
     ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
-    if (ok)
+    if (ok) {
+      note_decode_time (self, stats.vae_seconds);
       ret = push_frames (self, lingbot_session_get_frames (h->session), n,
-          &error);
+          pts, &error);
+    }
     g_mutex_unlock (&h->lock);
   } else {
     stats.index = self->chunk;
@@ -497,7 +705,8 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
         &n, &error);
     if (ok) {
       stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
-      ret = push_frames (self, self->frames, n, &error);
+      note_decode_time (self, stats.vae_seconds);
+      ret = push_frames (self, self->frames, n, pts, &error);
     }
   }
   gst_buffer_unmap (buf, &map);
@@ -534,25 +743,31 @@ decoded:
 
 /* ---- context ---- */
 
-/* LATENCY: upstream's answer, with min raised to one chunk's duration
- * (4 C frames at the stream's rate) when upstream reports less: the
- * frames of a chunk exist only once the whole chunk arrived.  Not added
- * on top, since lingbotgen already counts that chunk. */
+/* LATENCY (docs/elements.md "Latency"): upstream's answer, with min
+ * raised to one chunk's duration (4 C frames at the stream's rate) when
+ * upstream reports less: the frames of a chunk exist only once the whole
+ * chunk arrived (not added on top, since lingbotgen already counts that
+ * chunk); live, plus the decode estimate (the frames leave only after the
+ * decode). */
 static gboolean
 gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
 {
   gboolean live;
-  GstClockTime min, max, chunk;
+  GstClockTime min, max, chunk, decode;
 
   if (!gst_pad_peer_query (self->sinkpad, query))
     return FALSE;
   gst_query_parse_latency (query, &live, &min, &max);
   GST_OBJECT_LOCK (self);
   chunk = self->chunk_duration;
+  decode = self->decode_estimate;
+  self->live = live;
   GST_OBJECT_UNLOCK (self);
   if (GST_CLOCK_TIME_IS_VALID (chunk) && (!GST_CLOCK_TIME_IS_VALID (min)
           || min < chunk))
     min = chunk;
+  if (live && GST_CLOCK_TIME_IS_VALID (decode) && GST_CLOCK_TIME_IS_VALID (min))
+    min += decode;
   if (GST_CLOCK_TIME_IS_VALID (max) && max < min)
     max = min;
   gst_query_set_latency (query, live, min, max);
@@ -567,6 +782,35 @@ gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY && pad == self->srcpad)
     return gst_lingbot_vae_dec_latency_query (self, query);
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CAPS && pad == self->sinkpad) {
+    GstCaps *filter, *caps;
+
+    gst_query_parse_caps (query, &filter);
+    caps = translate_caps (self, filter);
+    gst_query_set_caps_result (query, caps);
+    gst_caps_unref (caps);
+    return TRUE;
+  }
+  if (GST_QUERY_TYPE (query) == GST_QUERY_POSITION && pad == self->srcpad) {
+    GstFormat format;
+    GstClockTime position;
+    guint64 frames;
+
+    /* where the video pushed so far ends */
+    gst_query_parse_position (query, &format, NULL);
+    GST_OBJECT_LOCK (self);
+    position = self->position;
+    frames = self->frames_pushed;
+    GST_OBJECT_UNLOCK (self);
+    if (format == GST_FORMAT_TIME && GST_CLOCK_TIME_IS_VALID (position)) {
+      gst_query_set_position (query, format, position);
+      return TRUE;
+    }
+    if (format == GST_FORMAT_DEFAULT) {
+      gst_query_set_position (query, format, frames);
+      return TRUE;
+    }
+  }
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
     LingbotWorld *world = NULL;
@@ -748,4 +992,6 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   self->chunk_seconds = g_array_new (FALSE, FALSE, sizeof (double));
   self->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
   self->chunk_duration = GST_CLOCK_TIME_NONE;
+  self->decode_estimate = GST_CLOCK_TIME_NONE;
+  self->position = GST_CLOCK_TIME_NONE;
 }

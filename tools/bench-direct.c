@@ -681,7 +681,7 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   GstElement *q = gst_bin_get_by_name (GST_BIN (p), "q");
   g_object_set (gen, "model-path", c->model, "image-location", c->image,
       "devices", c->devices, "frames", (guint) c->frames, "fps", c->fps,
-      "chunk-frames", c->chunk_frames, "seed", (guint64) c->seed, "live",
+      "chunk-frames", c->chunk_frames, "seed", (guint64) c->seed, "is-live",
       FALSE, NULL);
   if (c->prompt_embeds)
     g_object_set (gen, "prompt-embeds", c->prompt_embeds, NULL);

@@ -985,7 +985,7 @@ set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
   } props[] = {
     {"model-path", server->model}, {"image-location", server->image},
     {"prompt", server->prompt}, {"prompt-embeds", server->prompt_embeds},
-    {"devices", server->devices}, {"live", "true"},
+    {"devices", server->devices}, {"is-live", "true"},
   };
 
   for (guint i = 0; i < G_N_ELEMENTS (props); i++)

@@ -10,12 +10,14 @@
  * a forked child must not inherit.
  */
 #include "test-fixture.h"
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <glib/gstdio.h>
 #include <gst/check/gstcheck.h>
 #include <gst/check/gstharness.h>
 #include <gst/app/gstappsink.h>
+#include <gst/base/gstbasesink.h>
 #include <gst/video/navigation.h>
 #include <gst/video/video.h>
 
@@ -24,6 +26,7 @@
 #include "gst/gstlingbotmemory.h"
 #include "kernels/error.h"
 #include "lingbot/backend.h"
+#include "lingbot/checkpoint.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
 
@@ -84,6 +87,11 @@ typedef struct {
   GArray *chunk_revisions;      /* guint, per lingbot-chunk message */
   GArray *chunk_taps;           /* gboolean, per lingbot-chunk message */
   GArray *decode_seconds;       /* double, lingbot-decode compute-seconds */
+  GArray *decode_frames;        /* int, lingbot-decode frames */
+  GArray *chunk_pts;            /* GstClockTime, lingbot-chunk pts */
+  GArray *chunk_start;          /* GstClockTime, lingbot-chunk running-time */
+  GstStructure *sink_stats;     /* the stats of the element "sink" at EOS */
+  guint latency_messages;
   GstStructure *summary;        /* lingbot-summary */
   GPtrArray *warnings;          /* char *, warning messages */
   char *error;                  /* first error message */
@@ -101,6 +109,10 @@ run_clear (Run * r)
   g_clear_pointer (&r->chunk_revisions, g_array_unref);
   g_clear_pointer (&r->chunk_taps, g_array_unref);
   g_clear_pointer (&r->decode_seconds, g_array_unref);
+  g_clear_pointer (&r->decode_frames, g_array_unref);
+  g_clear_pointer (&r->chunk_pts, g_array_unref);
+  g_clear_pointer (&r->chunk_start, g_array_unref);
+  g_clear_pointer (&r->sink_stats, gst_structure_free);
   g_clear_pointer (&r->summary, gst_structure_free);
   g_clear_pointer (&r->warnings, g_ptr_array_unref);
   g_clear_pointer (&r->error, g_free);
@@ -119,6 +131,10 @@ run_reset (Run * r)
   r->chunk_revisions = g_array_new (FALSE, FALSE, sizeof (guint));
   r->chunk_taps = g_array_new (FALSE, FALSE, sizeof (gboolean));
   r->decode_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  r->decode_frames = g_array_new (FALSE, FALSE, sizeof (int));
+  r->chunk_pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  r->chunk_start = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  r->latency_messages = 0;
   r->warnings = g_ptr_array_new_with_free_func (g_free);
   r->error_domain = 0;
   r->error_code = 0;
@@ -163,10 +179,17 @@ pipeline_run (GstElement * p, Run * r)
   while (TRUE) {
     GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
         GST_MESSAGE_EOS | GST_MESSAGE_ERROR | GST_MESSAGE_ELEMENT |
-        GST_MESSAGE_WARNING);
+        GST_MESSAGE_WARNING | GST_MESSAGE_LATENCY);
     if (msg == NULL) {
       r->error = g_strdup ("timeout");
       break;
+    }
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
+      /* what gst-launch-1.0 does: distribute the new latency */
+      r->latency_messages++;
+      gst_bin_recalculate_latency (GST_BIN (p));
+      gst_message_unref (msg);
+      continue;
     }
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING) {
       g_autoptr (GError) err = NULL;
@@ -188,6 +211,14 @@ pipeline_run (GstElement * p, Run * r)
         g_assert_cmpuint (index, ==, r->chunk_frames->len);
         g_array_append_val (r->chunk_frames, frames);
         {
+          guint64 pts = GST_CLOCK_TIME_NONE, start = GST_CLOCK_TIME_NONE;
+          g_assert_true (gst_structure_get_uint64 (s, "pts", &pts));
+          g_assert_true (gst_structure_get_uint64 (s, "running-time",
+                  &start));
+          g_array_append_val (r->chunk_pts, pts);
+          g_array_append_val (r->chunk_start, start);
+        }
+        {
           guint rev = 0;
           gboolean tap = FALSE;
           const char *kind = gst_structure_get_string (s, "snapshot");
@@ -200,8 +231,11 @@ pipeline_run (GstElement * p, Run * r)
         }
       } else if (gst_structure_has_name (s, "lingbot-decode")) {
         double sec = -1;
+        int frames = -1;
         g_assert_true (gst_structure_get_double (s, "compute-seconds", &sec));
         g_array_append_val (r->decode_seconds, sec);
+        g_assert_true (gst_structure_get_int (s, "frames", &frames));
+        g_array_append_val (r->decode_frames, frames);
       } else if (gst_structure_has_name (s, "lingbot-summary")) {
         g_assert_null (r->summary);
         r->summary = gst_structure_copy (s);
@@ -219,7 +253,13 @@ pipeline_run (GstElement * p, Run * r)
         r->error_code = err->code;
       }
     } else {
+      GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+
       r->eos = TRUE;
+      if (sink && g_object_class_find_property (G_OBJECT_GET_CLASS (sink),
+              "stats"))
+        g_object_get (sink, "stats", &r->sink_stats, NULL);
+      gst_clear_object (&sink);
     }
     gst_message_unref (msg);
     break;
@@ -904,7 +944,7 @@ query_latency (GstElement * p, const char *name, gboolean * live,
 GST_START_TEST (test_latency)
 {
   g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
-      "fps=8 live=true");
+      "fps=8 is-live=true");
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
       "%s ! lingbotvaedec name=dec ! fakesink", trace_path, g1);
   g_autoptr (GError) err = NULL;
@@ -915,18 +955,20 @@ GST_START_TEST (test_latency)
   g_assert_no_error (err);
   g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
       GST_STATE_CHANGE_SUCCESS);
-  /* live: one steady chunk (4 latent frames = 16 video frames) at 8 fps */
+  /* live: one steady chunk (4 latent frames = 16 video frames) at 8 fps
+   * plus the compute estimate, one chunk before any was measured */
   query_latency (p, "gen", &live, &min, &max);
   g_assert_true (live);
-  g_assert_cmpuint (min, ==, 2 * GST_SECOND);
+  g_assert_cmpuint (min, ==, 4 * GST_SECOND);
   g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
   /* the decoder passes it on (it needs the same whole chunk) */
   query_latency (p, "dec", &live, &min, &max);
   g_assert_true (live);
-  g_assert_cmpuint (min, ==, 2 * GST_SECOND);
+  g_assert_cmpuint (min, ==, 4 * GST_SECOND);
   g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
 
   gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  /* the deprecated name still works */
   g_object_set (gen, "live", FALSE, "fps", 16, "chunk-frames", 2, NULL);
   query_latency (p, "dec", &live, &min, &max);
   g_assert_false (live);
@@ -1694,6 +1736,696 @@ GST_START_TEST (test_unknown_keys)
 
 GST_END_TEST;
 
+/* ---- live sessions (issue 2.1) ---- */
+
+typedef struct
+{
+  GMutex lock;
+  GArray *pts;                  /* GstClockTime of each rendered frame */
+  GArray *offset;               /* GstClockTimeDiff: render - (pts + latency) */
+  GArray *latency;              /* GstClockTime: the sink's at the render */
+} Renders;
+
+/* fakesink's handoff comes after its clock wait: the running time now,
+ * against the frame's PTS plus the latency the sink was configured with */
+static void
+on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
+{
+  Renders *r = data;
+  GstClock *clock = gst_element_get_clock (sink);
+  GstClockTime pts = GST_BUFFER_PTS (buf), now, latency;
+  GstClockTimeDiff off;
+
+  g_assert_nonnull (clock);
+  now = gst_clock_get_time (clock) - gst_element_get_base_time (sink);
+  gst_object_unref (clock);
+  latency = gst_base_sink_get_latency (GST_BASE_SINK (sink));
+  off = GST_CLOCK_DIFF (pts + latency, now);
+  g_mutex_lock (&r->lock);
+  g_array_append_val (r->pts, pts);
+  g_array_append_val (r->offset, off);
+  g_array_append_val (r->latency, latency);
+  g_mutex_unlock (&r->lock);
+}
+
+static guint64
+stats_uint64 (const GstStructure * s, const char *field)
+{
+  guint64 v = G_MAXUINT64;
+
+  g_assert_nonnull (s);
+  if (!gst_structure_get_uint64 (s, field, &v))
+    g_error ("sink stats without %s: %" GST_PTR_FORMAT, field, s);
+  return v;
+}
+
+/* A live session steered by the action signals into a clock-synchronised
+ * sink with QoS and 20 ms max lateness (autovideosink's settings): every
+ * frame is rendered, none dropped, the PTS increase, each chunk starts at
+ * the running time its generation started (or where the previous chunk
+ * ends) and every frame is rendered within a frame of its PTS plus the
+ * latency the pipeline configured from the elements' answers. */
+GST_START_TEST (test_live_qos)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=8");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! lingbotvaedec ! fakesink name=sink sync=true "
+      "qos=true max-lateness=20000000 signal-handoffs=true", g1);
+  const GstClockTime frame = GST_SECOND / 8;
+  Renders rd = { 0 };
+  GstElement *p, *ctl, *sink;
+  gboolean known = FALSE;
+  guint produced = 0;
+  Run r;
+
+  g_mutex_init (&rd.lock);
+  rd.pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  rd.offset = g_array_new (FALSE, FALSE, sizeof (GstClockTimeDiff));
+  rd.latency = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  p = pipeline_new (desc, &r);
+  sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &rd);
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  /* live: nothing is generated until a key is held */
+  g_signal_emit_by_name (ctl, "press-key", "w", &known);
+  g_assert_true (known);
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+
+  for (guint i = 0; i < r.decode_frames->len; i++)
+    produced += g_array_index (r.decode_frames, int, i);
+  g_assert_cmpuint (produced, ==, N_FRAMES);
+  g_assert_cmpuint (rd.pts->len, ==, produced);
+  g_assert_cmpuint (stats_uint64 (r.sink_stats, "rendered"), ==, produced);
+  g_assert_cmpuint (stats_uint64 (r.sink_stats, "dropped"), ==, 0);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
+      LINGBOT_KEY_W);
+
+  /* chunk timestamps: the running time at which the chunk started, never
+   * before the end of the previous one; frames 1/8 s apart */
+  {
+    GstClockTime end = 0, expect;
+    guint f = 0;
+
+    for (guint k = 0; k < r.chunk_pts->len; k++) {
+      GstClockTime pts = g_array_index (r.chunk_pts, GstClockTime, k);
+      GstClockTime start = g_array_index (r.chunk_start, GstClockTime, k);
+      int n = g_array_index (r.decode_frames, int, k);
+
+      g_assert_true (GST_CLOCK_TIME_IS_VALID (start));
+      g_assert_cmpuint (pts, ==, k == 0 ? start : MAX (start, end));
+      for (int i = 0; i < n; i++, f++) {
+        expect = pts + gst_util_uint64_scale (i, GST_SECOND, 8);
+        g_assert_cmpuint (g_array_index (rd.pts, GstClockTime, f), ==,
+            expect);
+      }
+      end = pts + gst_util_uint64_scale (n, GST_SECOND, 8);
+    }
+  }
+  /* a frame waited for with the latency before a re-distribution shows
+   * the new one at its render: compare the frames whose latency is the
+   * same as the frame's before */
+  {
+    guint checked = 0;
+
+    for (guint i = 1; i < rd.offset->len; i++) {
+      GstClockTimeDiff off = g_array_index (rd.offset, GstClockTimeDiff, i);
+
+      if (g_array_index (rd.latency, GstClockTime, i) !=
+          g_array_index (rd.latency, GstClockTime, i - 1))
+        continue;
+      checked++;
+      if (off < -(GstClockTimeDiff) frame || off > (GstClockTimeDiff) frame)
+        g_error ("frame %u rendered %" G_GINT64_FORMAT " ns from its PTS + "
+            "latency", i, off);
+    }
+    g_assert_cmpuint (checked, >=, produced / 2);
+  }
+
+  gst_object_unref (ctl);
+  gst_object_unref (sink);
+  gst_object_unref (p);
+  g_array_unref (rd.pts);
+  g_array_unref (rd.offset);
+  g_array_unref (rd.latency);
+  g_mutex_clear (&rd.lock);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+/* The latency a live session reports: one steady chunk (16 frames) plus
+ * the compute estimate, which before a chunk is measured is one chunk's
+ * duration; grown (with a latency message) after a chunk that took
+ * longer; the latency property replaces it */
+GST_START_TEST (test_latency_live)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=64");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec name=dec ! "
+      "fakesink name=sink", g1);
+  gboolean live = FALSE;
+  GstClockTime min = 0, max = 0, chunk = GST_SECOND / 4;
+  GstElement *p, *gen;
+  Run r;
+
+  p = pipeline_new (desc, &r);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  query_latency (p, "gen", &live, &min, &max);
+  g_assert_true (live);
+  g_assert_cmpuint (min, ==, 2 * chunk);
+  g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "latency", (guint64) 3 * GST_SECOND, NULL);
+  query_latency (p, "dec", &live, &min, &max);
+  g_assert_cmpuint (min, ==, 3 * GST_SECOND);
+  g_object_set (gen, "latency", GST_CLOCK_TIME_NONE, NULL);
+
+  /* at 64 fps a chunk lasts 0.25 s, less than the tiny model takes on a
+   * CPU (the decode alone is longer): both elements grow their figure */
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_cmpuint (r.latency_messages, >=, 1);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  query_latency (p, "gen", &live, &min, &max);
+  /* the estimates are kept only while the stream runs: READY again */
+  g_assert_cmpuint (min, ==, 2 * chunk);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (gen);
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+/* gst-launch-1.0 -e and Ctrl-C on an unbounded session without a control
+ * source: the chunk in flight is finished and pushed, then EOS, and the
+ * mp4 holds every frame that was decoded */
+GST_START_TEST (test_eos_sigint)
+{
+  GstElementFactory *f = gst_element_factory_find ("x264enc");
+  g_autofree char *launch = g_find_program_in_path ("gst-launch-1.0");
+  g_autofree char *out = g_build_filename (tmpdir, "sigint.mp4", NULL);
+  g_autofree char *g1 = NULL, *cmd = NULL, *desc = NULL;
+  g_auto (GStrv) argv = NULL;
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GIOChannel) ch = NULL;
+  GPid pid;
+  int fd_out = -1, status = 0;
+  guint decoded = 0, chunks = 0, generated = 0;
+  gboolean signalled = FALSE;
+  char *line = NULL;
+  Run r;
+  GstElement *p;
+
+  if (f == NULL || launch == NULL) {
+    GST_INFO ("x264enc or gst-launch-1.0 missing: skipped");
+    gst_clear_object (&f);
+    return;
+  }
+  gst_object_unref (f);
+  g1 = gen_desc ("lingbotgen", "cpu:1", "frames=0");
+  cmd = g_strdup_printf ("timeout 120 gst-launch-1.0 -e -m %s ! lingbotvaedec "
+      "! videoconvert ! x264enc speed-preset=ultrafast tune=zerolatency ! "
+      "h264parse ! mp4mux ! filesink location=%s", g1, out);
+  g_assert_true (g_shell_parse_argv (cmd, NULL, &argv, &err));
+  g_assert_true (g_spawn_async_with_pipes (NULL, argv, NULL,
+          G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD |
+          G_SPAWN_STDERR_TO_DEV_NULL, NULL, NULL, &pid, NULL, &fd_out, NULL,
+          &err));
+  g_assert_no_error (err);
+  ch = g_io_channel_unix_new (fd_out);
+  g_io_channel_set_close_on_unref (ch, TRUE);
+  while (g_io_channel_read_line (ch, &line, NULL, NULL, NULL) ==
+      G_IO_STATUS_NORMAL) {
+    const char *fr;
+
+    if (strstr (line, "lingbot-chunk,")
+        && (fr = strstr (line, "frames=(int)")) != NULL) {
+      chunks++;
+      generated += (guint) g_ascii_strtoull (fr + strlen ("frames=(int)"),
+          NULL, 10);
+      /* Ctrl-C once chunk 0 is out: chunk 1 is being generated */
+      if (!signalled) {
+        g_assert_cmpint (kill (pid, SIGINT), ==, 0);
+        signalled = TRUE;
+      }
+    }
+    if (strstr (line, "lingbot-decode,")
+        && (fr = strstr (line, "frames=(int)")) != NULL)
+      decoded += (guint) g_ascii_strtoull (fr + strlen ("frames=(int)"),
+          NULL, 10);
+    g_free (line);
+  }
+  g_assert_cmpint (waitpid (pid, &status, 0), ==, pid);
+  g_spawn_close_pid (pid);
+  g_assert_true (signalled);
+  g_assert_true (WIFEXITED (status));
+  g_assert_cmpint (WEXITSTATUS (status), ==, 0);
+  /* the EOS came while chunk 0 was decoded, or at the latest while chunk 1
+   * was generated: nothing was started after the one in flight, and every
+   * chunk that was generated was decoded (none dropped) */
+  g_assert_cmpuint (chunks, >=, 1);
+  g_assert_cmpuint (chunks, <=, 2);
+  g_assert_cmpuint (decoded, ==, generated);
+
+  /* the file is complete: every decoded frame is a sample */
+  desc = g_strdup_printf ("filesrc location=%s ! qtdemux ! appsink "
+      "name=sink sync=false", out);
+  p = pipeline_new (desc, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, decoded);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+typedef struct
+{
+  GstElement *target;
+  gint sent;
+} EosCtx;
+
+/* at chunk 1's first pass: EOS, as gst-launch-1.0 -e sends it */
+static void
+on_pass_eos (GstElement * gen, guint64 chunk, int pass, int n_passes,
+    gpointer data)
+{
+  EosCtx *c = data;
+
+  if (chunk == 1 && pass == 0 && g_atomic_int_compare_and_exchange (&c->sent,
+          0, 1))
+    g_assert_true (gst_element_send_event (c->target, gst_event_new_eos ()));
+}
+
+/* send_event (EOS) on the element, and on a pipeline holding lingbotbin,
+ * while chunk 1 is generated: that chunk is finished and pushed, then EOS
+ * (the session is unbounded: without the EOS it would go on) */
+GST_START_TEST (test_eos_event)
+{
+  for (guint b = 0; b < 2; b++) {
+    g_autofree char *g1 = gen_desc (b ? "lingbotbin name=gen" :
+        "lingbotgen name=gen", "cpu:1", "frames=0 signal-passes=true");
+    g_autofree char *desc = g_strdup_printf ("%s %s ! appsink name=sink "
+        "sync=false", g1, b ? "" : "! lingbotvaedec");
+    Run r;
+    GstElement *p = pipeline_new (desc, &r), *gen, *inner;
+    EosCtx c = { 0 };
+
+    gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+    /* the signal is lingbotgen's: inside the bin, the child that has it */
+    inner = NULL;
+    if (b) {
+      GstIterator *it = gst_bin_iterate_elements (GST_BIN (gen));
+      GValue v = G_VALUE_INIT;
+
+      while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
+        GstElement *e = g_value_get_object (&v);
+        if (g_signal_lookup ("pass", G_OBJECT_TYPE (e)))
+          inner = gst_object_ref (e);
+        g_value_reset (&v);
+      }
+      g_value_unset (&v);
+      gst_iterator_free (it);
+      g_assert_nonnull (inner);
+    }
+    c.target = b ? p : gen;
+    g_signal_connect (b ? inner : gen, "pass", G_CALLBACK (on_pass_eos), &c);
+    pipeline_run (p, &r);
+    g_assert_cmpstr (r.error, ==, NULL);
+    g_assert_true (r.eos);
+    g_assert_cmpint (g_atomic_int_get (&c.sent), ==, 1);
+    g_assert_cmpuint (r.chunk_frames->len, ==, 2);
+    g_assert_cmpuint (r.samples->len, ==, 13 + 16);
+    gst_clear_object (&inner);
+    gst_object_unref (gen);
+    gst_object_unref (p);
+    run_clear (&r);
+  }
+}
+
+GST_END_TEST;
+
+/* @n frames of @width x @height at @fps_n/@fps_d, PTS i / rate from 0 */
+static void
+check_video (Run * r, guint n, int width, int height, int fps_n, int fps_d)
+{
+  g_assert_cmpuint (r->samples->len, ==, n);
+  for (guint i = 0; i < r->samples->len; i++) {
+    GstSample *s = g_ptr_array_index (r->samples, i);
+    GstVideoInfo info;
+
+    g_assert_true (gst_video_info_from_caps (&info, gst_sample_get_caps (s)));
+    g_assert_cmpint (info.width, ==, width);
+    g_assert_cmpint (info.height, ==, height);
+    g_assert_cmpint (info.fps_n, ==, fps_n);
+    g_assert_cmpint (info.fps_d, ==, fps_d);
+    g_assert_cmpuint (GST_BUFFER_PTS (gst_sample_get_buffer (s)), ==,
+        gst_util_uint64_scale (i, (guint64) fps_d * GST_SECOND, fps_n));
+  }
+}
+
+/* size and rate from downstream caps when the properties are unset;
+ * properties win; sizes the model cannot make are refused by name */
+GST_START_TEST (test_caps_from_downstream)
+{
+  g_autofree char *base = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s frames=13 devices=cpu:1 seed=7",
+      model_dir, embeds_path, image_path);
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! "
+      "video/x-raw,width=128,height=96,framerate=25/1 ! appsink name=sink "
+      "sync=false", base);
+  g_autofree char *odd = g_strdup_printf ("%s ! lingbotvaedec ! "
+      "video/x-raw,width=100,height=100 ! fakesink", base);
+  g_autofree char *props = g_strdup_printf ("%s width=64 height=64 ! "
+      "lingbotvaedec ! video/x-raw,width=128,height=96 ! fakesink", base);
+  g_autofree char *rate = g_strdup_printf ("%s framerate=30000/1001 "
+      "width=64 height=64 ! lingbotvaedec ! appsink name=sink sync=false",
+      base);
+  Run r;
+  GstElement *p;
+
+  p = pipeline_new (desc, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  check_video (&r, 13, 128, 96, 25, 1);
+  run_clear (&r);
+
+  /* a size that is not a multiple of 16 */
+  p = pipeline_new (odd, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, "downstream asks for 100x100 video: the size "
+      "must be multiples of 16 (at most 4096)");
+  g_assert_true (r.error_domain == GST_CORE_ERROR);
+  g_assert_cmpint (r.error_code, ==, GST_CORE_ERROR_NEGOTIATION);
+  run_clear (&r);
+
+  /* the properties win: a caps filter that disagrees fails negotiation */
+  p = pipeline_new (props, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, "downstream does not take 64x64 video at "
+      "16/1 fps (lingbotgen's width, height, framerate or fps property)");
+  run_clear (&r);
+
+  /* a fractional rate */
+  p = pipeline_new (rate, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  check_video (&r, 13, 64, 64, 30000, 1001);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+static gint64
+query_int (GstElement * e, const char *pad_name, GstQueryType type,
+    GstFormat format, gboolean * ok)
+{
+  GstPad *pad = gst_element_get_static_pad (e, pad_name);
+  GstQuery *q = type == GST_QUERY_DURATION ? gst_query_new_duration (format)
+      : gst_query_new_position (format);
+  gint64 v = -1;
+
+  *ok = gst_pad_query (pad, q);
+  if (*ok && type == GST_QUERY_DURATION)
+    gst_query_parse_duration (q, NULL, &v);
+  else if (*ok)
+    gst_query_parse_position (q, NULL, &v);
+  gst_query_unref (q);
+  gst_object_unref (pad);
+  return v;
+}
+
+/* DURATION (time and frames) when `frames` bounds the session, through
+ * the decoder; POSITION where the video pushed so far ends */
+GST_START_TEST (test_duration_position)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "frames=45");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec name=dec ! "
+      "fakesink sync=false", g1);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (desc, &err), *gen, *dec;
+  GstBus *bus = gst_element_get_bus (p);
+  GstMessage *msg;
+  gboolean ok = FALSE;
+  gint64 v;
+
+  g_assert_no_error (err);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  v = query_int (dec, "src", GST_QUERY_DURATION, GST_FORMAT_TIME, &ok);
+  g_assert_true (ok);
+  g_assert_cmpint (v, ==, gst_util_uint64_scale (45, GST_SECOND, 16));
+  v = query_int (gen, "src", GST_QUERY_DURATION, GST_FORMAT_DEFAULT, &ok);
+  g_assert_true (ok);
+  g_assert_cmpint (v, ==, 45);
+  g_assert_true (gst_element_query_duration (p, GST_FORMAT_TIME, &v));
+  g_assert_cmpint (v, ==, gst_util_uint64_scale (45, GST_SECOND, 16));
+
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  msg = gst_bus_timed_pop_filtered (bus, 120 * GST_SECOND,
+      GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_EOS);
+  gst_message_unref (msg);
+  v = query_int (dec, "src", GST_QUERY_POSITION, GST_FORMAT_DEFAULT, &ok);
+  g_assert_true (ok);
+  g_assert_cmpint (v, ==, 45);
+  v = query_int (dec, "src", GST_QUERY_POSITION, GST_FORMAT_TIME, &ok);
+  g_assert_true (ok);
+  g_assert_cmpint (v, ==, gst_util_uint64_scale (45, GST_SECOND, 16));
+  gst_element_set_state (p, GST_STATE_NULL);
+
+  /* unbounded: no duration */
+  g_object_set (gen, "frames", 0, NULL);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  query_int (gen, "src", GST_QUERY_DURATION, GST_FORMAT_TIME, &ok);
+  g_assert_false (ok);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (gen);
+  gst_object_unref (dec);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
+typedef struct
+{
+  GstElement *pipeline;
+  GstPad *srcpad;               /* lingbotgen's */
+  GThread *stopper;
+  GArray *passes;               /* int: chunk * 100 + pass, in order */
+  gint stopping;
+  gint after;                   /* passes that ended after the stop */
+} StopCtx;
+
+static gpointer
+stop_thread (gpointer data)
+{
+  StopCtx *c = data;
+
+  return GINT_TO_POINTER (gst_element_set_state (c->pipeline,
+          GST_STATE_NULL));
+}
+
+/* the pass signal: at chunk 1's second pass, PLAYING -> NULL from another
+ * thread; the handler returns only once the element has cancelled the
+ * session (its task is stopping), so the next pass boundary is the first
+ * one after the cancel */
+static void
+on_pass_stop (GstElement * gen, guint64 chunk, int pass, int n_passes,
+    gpointer data)
+{
+  StopCtx *c = data;
+  int v = (int) chunk *100 + pass;
+
+  g_assert_cmpint (n_passes, ==, 5);
+  if (g_atomic_int_get (&c->stopping)) {
+    g_atomic_int_inc (&c->after);
+    return;
+  }
+  g_array_append_val (c->passes, v);
+  if (chunk == 1 && pass == 1) {
+    g_atomic_int_set (&c->stopping, 1);
+    c->stopper = g_thread_new ("stop", stop_thread, c);
+    while (gst_pad_get_task_state (c->srcpad) != GST_TASK_STOPPED)
+      g_usleep (1000);
+  }
+}
+
+/* PLAYING -> NULL stops within a DiT pass: counted passes, not time */
+GST_START_TEST (test_stop_within_pass)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "frames=0 signal-passes=true");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! fakesink "
+      "sync=false", g1);
+  g_autoptr (GError) err = NULL;
+  StopCtx c = { 0 };
+  GstElement *gen;
+  static const int want[] = { 0, 1, 2, 3, 4, 100, 101 };
+
+  c.pipeline = gst_parse_launch (desc, &err);
+  g_assert_no_error (err);
+  c.passes = g_array_new (FALSE, FALSE, sizeof (int));
+  gen = gst_bin_get_by_name (GST_BIN (c.pipeline), "gen");
+  c.srcpad = gst_element_get_static_pad (gen, "src");
+  g_signal_connect (gen, "pass", G_CALLBACK (on_pass_stop), &c);
+  gst_element_set_state (c.pipeline, GST_STATE_PLAYING);
+  while (c.stopper == NULL)
+    g_usleep (10 * 1000);
+  g_assert_cmpint (GPOINTER_TO_INT (g_thread_join (c.stopper)), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  /* chunk 0's five passes, chunk 1's first two, then nothing */
+  g_assert_cmpuint (c.passes->len, ==, G_N_ELEMENTS (want));
+  for (guint i = 0; i < c.passes->len; i++)
+    g_assert_cmpint (g_array_index (c.passes, int, i), ==, want[i]);
+  g_assert_cmpint (g_atomic_int_get (&c.after), ==, 0);
+
+  g_array_unref (c.passes);
+  gst_object_unref (c.srcpad);
+  gst_object_unref (gen);
+  gst_object_unref (c.pipeline);
+}
+
+GST_END_TEST;
+
+/* explicit poses from lingbotcontrolsrc always take effect with
+ * image-location (the session waits for the control caps): the latents
+ * equal a library session given the same poses, and differ from a run
+ * without; frames that are not 4n+1 are refused with the session's
+ * message */
+GST_START_TEST (test_poses_through_elements)
+{
+  const char *shared = g_getenv ("LINGBOT_SHARED_DIR");
+  g_autofree char *poses = NULL, *intr = NULL, *g1 = NULL, *g0 = NULL;
+  g_autofree char *desc = NULL, *none = NULL, *bad = NULL, *gbad = NULL;
+  g_autoptr (GError) err = NULL;
+  Run r, rn;
+  GstElement *p;
+
+  if (shared == NULL)
+    shared = "../shared";
+  poses = g_build_filename (shared, "data", "poses.npy", NULL);
+  intr = g_build_filename (shared, "data", "intrinsics.npy", NULL);
+  if (!g_file_test (poses, G_FILE_TEST_EXISTS)
+      || !g_file_test (intr, G_FILE_TEST_EXISTS)) {
+    GST_INFO ("%s missing: skipped", poses);
+    return;
+  }
+  g1 = gen_desc ("lingbotgen", "cpu:1", NULL);
+  desc = g_strdup_printf ("lingbotcontrolsrc poses-location=%s "
+      "intrinsics-location=%s ! %s ! application/x-lingbot-latent ! "
+      "appsink name=sink sync=false", poses, intr, g1);
+  none = g_strdup_printf ("%s ! application/x-lingbot-latent ! "
+      "appsink name=sink sync=false", g1);
+  gbad = gen_desc ("lingbotgen", "cpu:1", "frames=80");
+  bad = g_strdup_printf ("lingbotcontrolsrc poses-location=%s "
+      "intrinsics-location=%s ! %s ! lingbotvaedec ! fakesink", poses, intr,
+      gbad);
+
+  p = pipeline_new (desc, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_cmpuint (r.samples->len, ==, 2);
+  p = pipeline_new (none, &rn);
+  pipeline_run (p, &rn);
+  gst_object_unref (p);
+  g_assert_cmpuint (rn.samples->len, ==, 2);
+
+  /* the library session with the same inputs */
+  {
+    LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+    LingbotSessionOptions so = LINGBOT_SESSION_OPTIONS_INIT;
+    g_autoptr (LingbotWorld) world = NULL;
+    g_autoptr (LingbotSession) ses = NULL;
+    g_autoptr (LingbotCheckpoint) pc = NULL, ic = NULL;
+    g_autoptr (LbTensor) pt = NULL, it = NULL;
+    guint n = 0;
+
+    wo.model_path = model_dir;
+    wo.load_text_encoder = FALSE;
+    world = lingbot_world_new (&wo, &err);
+    g_assert_no_error (err);
+    pc = lingbot_checkpoint_open (poses, &err);
+    g_assert_no_error (err);
+    ic = lingbot_checkpoint_open (intr, &err);
+    g_assert_no_error (err);
+    pt = lingbot_checkpoint_dup_tensor (pc,
+        lingbot_checkpoint_list_tensors (pc, &n)[0], &err);
+    g_assert_no_error (err);
+    it = lingbot_checkpoint_dup_tensor (ic,
+        lingbot_checkpoint_list_tensors (ic, &n)[0], &err);
+    g_assert_no_error (err);
+    so.prompt_embeds_path = embeds_path;
+    so.image_path = image_path;
+    so.width = so.height = 64;
+    so.seed = 7;
+    so.frames = N_FRAMES;
+    /* lingbotgen's defaults */
+    so.chunk_frames = 4;
+    so.local_attn_frames = 18;
+    so.sink_frames = 6;
+    so.sample_shift = 10.0;
+    so.poses = pt->data;
+    so.n_poses = (guint) pt->shape[0];
+    so.intrinsics = it->data;
+    so.intrinsics_width = 832;
+    so.intrinsics_height = 480;
+    ses = lingbot_session_new (world, &so, &err);
+    g_assert_no_error (err);
+    for (guint k = 0; k < 2; k++) {
+      GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (r.samples, k));
+      GstBuffer *bn =
+          gst_sample_get_buffer (g_ptr_array_index (rn.samples, k));
+      const LbTensor *lat;
+      GstMapInfo m;
+
+      g_assert_true (lingbot_session_generate (ses, 0, NULL, &err));
+      g_assert_no_error (err);
+      lat = lingbot_session_get_latents (ses);
+      gst_buffer_map (b, &m, GST_MAP_READ);
+      g_assert_cmpuint (m.size, ==, lb_tensor_nbytes (lat));
+      g_assert_cmpmem (m.data, m.size, lat->data, lb_tensor_nbytes (lat));
+      gst_buffer_unmap (b, &m);
+      /* and the poses made a difference */
+      gst_buffer_map (bn, &m, GST_MAP_READ);
+      g_assert_true (memcmp (m.data, lat->data, m.size) != 0);
+      gst_buffer_unmap (bn, &m);
+    }
+  }
+  run_clear (&r);
+  run_clear (&rn);
+
+  p = pipeline_new (bad, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_nonnull (r.error);
+  if (strstr (r.error, "frames must be 4n+1 with offline poses, got 80")
+      == NULL)
+    g_error ("error '%s'", r.error);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -1727,6 +2459,14 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_error_wording);
   tcase_add_test (tc, test_precision);
   tcase_add_test (tc, test_unknown_keys);
+  tcase_add_test (tc, test_live_qos);
+  tcase_add_test (tc, test_latency_live);
+  tcase_add_test (tc, test_eos_sigint);
+  tcase_add_test (tc, test_eos_event);
+  tcase_add_test (tc, test_caps_from_downstream);
+  tcase_add_test (tc, test_duration_position);
+  tcase_add_test (tc, test_stop_within_pass);
+  tcase_add_test (tc, test_poses_through_elements);
   return s;
 }
 
