@@ -328,15 +328,12 @@ make_scheduler (const LingbotSessionOptions * o, GError ** error)
           o->n_timestep_indices, LINGBOT_DIT_MAX_STEPS);
       return NULL;
     }
-    for (int i = 0; i < o->n_timestep_indices; i++) {
-      if (o->timestep_indices[i] < 0) {
-        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-            "session: timestep index %d is negative",
-            o->timestep_indices[i]);
-        return NULL;
-      }
+    /* the elements' rules: [0, 999], strictly increasing */
+    if (!lingbot_check_timestep_indices (o->timestep_indices,
+            o->n_timestep_indices, error))
+      return NULL;
+    for (int i = 0; i < o->n_timestep_indices; i++)
       idx[i] = (guint) o->timestep_indices[i];
-    }
     ip = idx;
     n = (guint) o->n_timestep_indices;
   }

@@ -888,6 +888,16 @@ test_errors (void)
   o.n_timestep_indices = 2;
   g_assert_null (lingbot_session_new (world1, &o, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==,
+      "timestep-indices: '-3' is not an index in [0, 999]");
+  g_clear_error (&err);
+  /* the library refuses what the elements refuse: out of order */
+  const int unordered[2] = { 250, 0 };
+  o.timestep_indices = unordered;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_true (g_str_has_prefix (err->message, "timestep-indices: "
+          "'250,0' is not strictly increasing (0 after 250)"));
   g_clear_error (&err);
 }
 
