@@ -575,10 +575,23 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
       return FALSE;
     }
     if (st != NULL) {
-      /* nearest to the model's size within what downstream takes */
-      if (gst_structure_has_field (st, "video-width"))
+      const GValue *fw = gst_structure_get_value (st, "video-width");
+      const GValue *fh = gst_structure_get_value (st, "video-height");
+      int x;
+
+      /* one side fixed downstream: the other from the image's aspect, in
+       * multiples of 16 (spec 6.1's rounding), not the model's default */
+      if (fw && gst_value_is_fixed (fw) && !(fh && gst_value_is_fixed (fh))
+          && gst_structure_get_int (st, "video-width", &x))
+        dh = MAX (16, (int) ((double) x * ih / iw / 16.0 + 0.5) * 16);
+      else if (fh && gst_value_is_fixed (fh) && !(fw
+              && gst_value_is_fixed (fw))
+          && gst_structure_get_int (st, "video-height", &x))
+        dw = MAX (16, (int) ((double) x * iw / ih / 16.0 + 0.5) * 16);
+      /* nearest to that within what downstream takes */
+      if (fw)
         gst_structure_fixate_field_nearest_int (st, "video-width", dw);
-      if (gst_structure_has_field (st, "video-height"))
+      if (fh)
         gst_structure_fixate_field_nearest_int (st, "video-height", dh);
       if (gst_structure_get_int (st, "video-width", &vw)
           && gst_structure_get_int (st, "video-height", &vh))
@@ -590,7 +603,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
     if (width % 16 || height % 16 || width > MAX_SIZE || height > MAX_SIZE) {
       g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
           "downstream asks for %dx%d video: the size must be multiples of "
-          "16 (at most %d)", width, height, MAX_SIZE);
+          "16 and at most %dx%d", width, height, MAX_SIZE, MAX_SIZE);
       ok = FALSE;
     }
   }
@@ -897,6 +910,7 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
     ChunkKeys * ck)
 {
   guint chunk_size = 4, fps_n = FALLBACK_FPS, fps_d = 1;
+  gboolean waiting = FALSE;
   g_autoptr (GError) error = NULL;
 
   memset (ck, 0, sizeof (*ck));
@@ -969,6 +983,22 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
     }
     if (self->control_eos)
       return KEYS_DONE;
+    if (live && !waiting) {
+      /* say so once: a live session that waits for a key looks like a
+       * hang otherwise */
+      guint64 index = self->chunk;
+
+      waiting = TRUE;
+      g_mutex_unlock (&self->lock);
+      GST_INFO_OBJECT (self, "live: chunk %" G_GUINT64_FORMAT " waits for a "
+          "key to be held", index);
+      gst_element_post_message (GST_ELEMENT (self),
+          gst_message_new_element (GST_OBJECT (self),
+              gst_structure_new ("lingbot-waiting", "index", G_TYPE_UINT64,
+                  index, "for", G_TYPE_STRING, "keys", NULL)));
+      g_mutex_lock (&self->lock);
+      continue;
+    }
     g_cond_wait (&self->cond, &self->lock);
   }
 }
@@ -1614,7 +1644,8 @@ gst_lingbot_gen_send_event (GstElement * element, GstEvent * event)
   GstLingbotGen *self = GST_LINGBOT_GEN (element);
 
   if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
-    GST_INFO_OBJECT (self, "EOS sent: ending after the chunk in flight");
+    GST_INFO_OBJECT (self, "EOS sent: the stream ends after the chunk in "
+        "flight, if one is");
     g_mutex_lock (&self->lock);
     self->eos_pending = TRUE;
     g_cond_broadcast (&self->cond);

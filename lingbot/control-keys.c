@@ -27,21 +27,22 @@
 /* Every name a key arrives under, compared without regard to ASCII case:
  * the browser KeyboardEvent `code` (KeyW, ArrowUp) and `key` ("w", "W",
  * ArrowUp), the X keysym names GstNavigation key events of X/GL/GTK video
- * sinks carry (Up, Down, Left, Right, w / W), and the service's aliases
+ * sinks carry (Up, Down, Left, Right, the keypad's KP_Up ... with
+ * NumLock off, w / W), and the service's aliases
  * (lingbot_model_spec.md 2.1).  docs/elements.md, "Keys", lists it. */
 static const struct {
   const char *name;
   guint key;
 } key_names[] = {
   {"ArrowUp", LINGBOT_KEY_W}, {"KeyW", LINGBOT_KEY_W}, {"w", LINGBOT_KEY_W},
-  {"Up", LINGBOT_KEY_W}, {"forward", LINGBOT_KEY_W},
+  {"Up", LINGBOT_KEY_W}, {"KP_Up", LINGBOT_KEY_W}, {"forward", LINGBOT_KEY_W},
   {"ArrowDown", LINGBOT_KEY_S}, {"KeyS", LINGBOT_KEY_S},
-  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S},
+  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S}, {"KP_Down", LINGBOT_KEY_S},
   {"backward", LINGBOT_KEY_S},
   {"ArrowLeft", LINGBOT_KEY_A}, {"KeyA", LINGBOT_KEY_A},
-  {"a", LINGBOT_KEY_A}, {"Left", LINGBOT_KEY_A},
+  {"a", LINGBOT_KEY_A}, {"Left", LINGBOT_KEY_A}, {"KP_Left", LINGBOT_KEY_A},
   {"ArrowRight", LINGBOT_KEY_D}, {"KeyD", LINGBOT_KEY_D},
-  {"d", LINGBOT_KEY_D}, {"Right", LINGBOT_KEY_D},
+  {"d", LINGBOT_KEY_D}, {"Right", LINGBOT_KEY_D}, {"KP_Right", LINGBOT_KEY_D},
   {"KeyI", LINGBOT_KEY_I}, {"i", LINGBOT_KEY_I},
   {"KeyK", LINGBOT_KEY_K}, {"k", LINGBOT_KEY_K},
   {"KeyJ", LINGBOT_KEY_J}, {"j", LINGBOT_KEY_J},

@@ -1876,6 +1876,59 @@ GST_START_TEST (test_live_qos)
 
 GST_END_TEST;
 
+/* a live session with nothing held says it waits (lingbot-waiting), and
+ * the key pressed then (an X keysym, as a video window sends it) steers
+ * the first chunk */
+GST_START_TEST (test_live_waits_for_keys)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1",
+      "is-live=true frames=13");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! lingbotvaedec ! appsink name=sink sync=false", g1);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  GstBus *bus = gst_element_get_bus (p);
+  GstMessage *msg;
+  gboolean known = FALSE, waited = FALSE;
+  guint64 index = 99;
+
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!waited) {
+    msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_ERROR);
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_ELEMENT);
+    g_assert_false (gst_structure_has_name (gst_message_get_structure (msg),
+            "lingbot-chunk"));
+    if (gst_structure_has_name (gst_message_get_structure (msg),
+            "lingbot-waiting")) {
+      g_assert_true (gst_structure_get_uint64 (gst_message_get_structure
+              (msg), "index", &index));
+      g_assert_cmpstr (gst_structure_get_string (gst_message_get_structure
+              (msg), "for"), ==, "keys");
+      waited = TRUE;
+    }
+    gst_message_unref (msg);
+  }
+  g_assert_cmpuint (index, ==, 0);
+  g_signal_emit_by_name (ctl, "press-key", "Up", &known);
+  g_assert_true (known);
+  gst_object_unref (bus);
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, 13);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 1);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
+      LINGBOT_KEY_W);
+  gst_object_unref (ctl);
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 /* The latency a live session reports: one steady chunk (16 frames) plus
  * the compute estimate, which before a chunk is measured is one chunk's
  * duration; grown (with a latency message) after a chunk that took
@@ -2102,6 +2155,8 @@ GST_START_TEST (test_caps_from_downstream)
   g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! "
       "video/x-raw,width=128,height=96,framerate=25/1 ! appsink name=sink "
       "sync=false", base);
+  g_autofree char *wonly = g_strdup_printf ("%s ! lingbotvaedec ! "
+      "video/x-raw,width=96 ! appsink name=sink sync=false", base);
   g_autofree char *odd = g_strdup_printf ("%s ! lingbotvaedec ! "
       "video/x-raw,width=100,height=100 ! fakesink", base);
   g_autofree char *props = g_strdup_printf ("%s width=64 height=64 ! "
@@ -2119,12 +2174,22 @@ GST_START_TEST (test_caps_from_downstream)
   check_video (&r, 13, 128, 96, 25, 1);
   run_clear (&r);
 
+  /* only the width fixed downstream: the height from the image's aspect
+   * (the fixture's start image is 80x48: 96 * 48 / 80 = 57.6, to 64 in
+   * multiples of 16), not the model's default */
+  p = pipeline_new (wonly, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  check_video (&r, 13, 96, 64, 16, 1);
+  run_clear (&r);
+
   /* a size that is not a multiple of 16 */
   p = pipeline_new (odd, &r);
   pipeline_run (p, &r);
   gst_object_unref (p);
   g_assert_cmpstr (r.error, ==, "downstream asks for 100x100 video: the size "
-      "must be multiples of 16 (at most 4096)");
+      "must be multiples of 16 and at most 4096x4096");
   g_assert_true (r.error_domain == GST_CORE_ERROR);
   g_assert_cmpint (r.error_code, ==, GST_CORE_ERROR_NEGOTIATION);
   run_clear (&r);
@@ -2461,6 +2526,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_unknown_keys);
   tcase_add_test (tc, test_live_qos);
   tcase_add_test (tc, test_latency_live);
+  tcase_add_test (tc, test_live_waits_for_keys);
   tcase_add_test (tc, test_eos_sigint);
   tcase_add_test (tc, test_eos_event);
   tcase_add_test (tc, test_caps_from_downstream);
