@@ -84,6 +84,10 @@ struct _LingbotDitSession {
   int decided;                  /* last boundary rank 0 decided, -1 */
   int stop_at;                  /* boundary the chunk stopped at, -1 */
   gboolean rank0_failed;        /* rank 0 left the chunk with an error */
+
+  /* lingbot_dit_session_set_output_channel(): each rank sends its row band
+   * of every chunk's x0 there (set between chunks) */
+  LbChannel *out_channel;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -732,6 +736,17 @@ rank_chunk_run (LbRank * rank, ChunkArgs * a, GError ** error)
         !lb_tensor_download (s, &outv, sr->x0, error))
       return FALSE;
   }
+  /* ... and through the output channel: this rank's row band, where it
+   * is (the slot's commit orders it on device ranks; it waits for a free
+   * slot when the decode is behind) */
+  if (!stop && ses->out_channel) {
+    int64_t r0, nr;
+    LbTensor band;
+    lb_split_rows (ses->lat_h, rank->n_ranks, rank->rank, &r0, &nr);
+    lb_tensor_view_narrow (&band, sr->x0, 2, r0, nr);
+    if (!lb_channel_send (ses->out_channel, rank, &band, error))
+      return FALSE;
+  }
   /* the chunk is done when run_chunk returns (and its errors are its own);
    * a stopped one too: its uploads read host buffers the next chunk
    * rewrites */
@@ -801,6 +816,27 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
   }
   session->chunk++;
   return TRUE;
+}
+
+/**
+ * lingbot_dit_session_set_output_channel:
+ * @session: a session, between chunks
+ * @channel: (nullable): a channel from the session's worker group
+ *   (producer) of f32 [out_dim, C, h, w] messages sharded on dim 2 with
+ *   the default producer split (lb_split_rows() over the group's ranks);
+ *   %NULL stops sending.  The caller keeps it alive while it is set
+ *
+ * After every chunk that was not stopped, each rank sends its row band of
+ * the chunk's x0 into @channel (lb_channel_send() on the rank's stream):
+ * message m is the m-th chunk made since.  A rank waits there for a free
+ * slot when the consumer is n_slots chunks behind.  The host output of
+ * run_chunk (@out) still works beside it.
+ */
+void
+lingbot_dit_session_set_output_channel (LingbotDitSession * session,
+    LbChannel * channel)
+{
+  session->out_channel = channel;
 }
 
 /**

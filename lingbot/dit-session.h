@@ -16,6 +16,7 @@
 #include "lingbot/scheduler.h"
 #include "lingbot/noise.h"
 #include "comm/worker-group.h"
+#include "comm/channel.h"
 #include "kernels/backend.h"
 
 G_BEGIN_DECLS
@@ -99,6 +100,8 @@ typedef void (*LingbotDitPassFunc) (LingbotDitSession * session,
 LingbotDitSession *lingbot_dit_session_new (LingbotDit * dit,
     LbWorkerGroup * group, const LingbotDitSessionOptions * options,
     const LbTensor * text, GError ** error);
+void lingbot_dit_session_set_output_channel (LingbotDitSession * session,
+    LbChannel * channel);
 void lingbot_dit_session_free (LingbotDitSession * session);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDitSession, lingbot_dit_session_free)
 

@@ -182,6 +182,9 @@ typedef struct {
  * @compute_seconds: control + condition encode + DiT (generate), plus the
  *   decode when the same struct is passed to lingbot_session_decode()
  * @keys: the key set that steered the chunk (0 offline)
+ * @decode_start_us: g_get_monotonic_time() when the decode started (set by
+ *   the decode calls)
+ * @decode_end_us: and when it ended
  *
  * Per-chunk figures (DESIGN.md 6), measured with g_get_monotonic_time().
  */
@@ -192,6 +195,8 @@ typedef struct {
   double vae_seconds;
   double compute_seconds;
   guint keys;
+  gint64 decode_start_us;
+  gint64 decode_end_us;
 } LingbotChunkStats;
 
 LingbotSession *lingbot_session_new (LingbotWorld * world,
@@ -244,5 +249,21 @@ gboolean lingbot_session_decode (LingbotSession * session,
     const LbTensor * latents, int *n_frames, LingbotChunkStats * stats,
     GError ** error);
 const LbTensor *lingbot_session_get_frames (LingbotSession * session);
+
+/* the decode beside generation (session-handoff.c) */
+gboolean lingbot_session_attach_decoder (LingbotSession * session,
+    const char *devices, int n_slots, GError ** error);
+gboolean lingbot_session_has_decoder (LingbotSession * session);
+int lingbot_session_get_n_slots (LingbotSession * session);
+void lingbot_session_claim_chunk (LingbotSession * session, guint64 chunk);
+void lingbot_session_release_chunk (LingbotSession * session,
+    guint64 chunk);
+gboolean lingbot_session_read_chunk (LingbotSession * session, guint64 chunk,
+    LbTensor * dst, GError ** error);
+gboolean lingbot_session_decode_chunk (LingbotSession * session,
+    guint64 chunk, int *n_frames, LingbotChunkStats * stats,
+    GError ** error);
+guint64 lingbot_session_get_latent_host_bytes (LingbotSession * session);
+guint64 lingbot_session_get_n_spills (LingbotSession * session);
 
 G_END_DECLS

@@ -22,7 +22,7 @@
  * ranks (or on rank 0 when the rows do not split), each rank with its own
  * copy of the VAE weights on its device (docs/design/cuda.md, VAE).
  */
-#include "lingbot/lingbot-private.h"
+#include "lingbot/session-private.h"
 #include "lingbot/dit-session.h"
 #include "lingbot/image.h"
 #include "lingbot/noise.h"
@@ -35,45 +35,7 @@
 #define NOISE_INITIAL_FORMAT "output.chunk{chunk}.step0.x_in"
 #define NOISE_RENOISE_FORMAT "output.chunk{chunk}.step{step}.renoise"
 
-struct _LingbotSession
-{
-  LingbotWorld *world;
-  LbWorkerGroup *group;
-  int n_ranks;
-
-  int width, height, lat_h, lat_w, chunk_frames;
-  guint frames;                 /* 0 = unbounded */
-  guint n_chunks;               /* 0 = unbounded */
-
-  LbTensor *image;              /* f32 [3, H, W] */
-  LingbotVaeEncoder *enc;
-  LingbotVaeDecoder *dec;
-  gboolean dec_sharded;
-  LingbotControl *control;
-  LingbotDitSession *dit;
-  LingbotNoise *noise;
-
-  LbTensor *y;                  /* [1, 20, C, h, w] */
-  LbTensor *ctl;                /* [1, 384, C, h, w]; CPU backend only */
-  gboolean ctl_on_device;       /* ray map built on the ranks (ray_map op) */
-  LbTensor *latents;            /* [1, 16, C, h, w] */
-  LbTensor *frames_buf;         /* [3, 4C, H, W] */
-
-  guint64 chunk;                /* chunks generated */
-  guint64 y_chunk;              /* the chunk y holds the condition of,
-                                 * G_MAXUINT64 before the first */
-  guint64 decoded;              /* chunks decoded */
-  guint64 frames_out;           /* video frames decoded so far */
-
-  /* arguments of the rank-0 jobs (no allocation per chunk) */
-  const LbTensor *job_latents;
-  int job_n_frames;
-
-  /* lingbot_session_set_pass_func() */
-  LingbotPassFunc pass_func;
-  gpointer pass_data;
-  GDestroyNotify pass_notify;
-};
+/* struct _LingbotSession: lingbot/session-private.h */
 
 /* ------------------------------------------------------------------------ */
 /* setup helpers                                                            */
@@ -232,6 +194,21 @@ dec_free_job (LbRank * rank, gpointer data, GError ** error)
   LingbotSession *s = data;
   g_clear_pointer (&s->dec, lingbot_vae_decoder_free);
   return TRUE;
+}
+
+/**
+ * lingbot_session_free_decoder:
+ * @s: a session, world lock held
+ *
+ * Frees the session's decoder where it lives (an unsharded one on rank
+ * 0's thread).
+ */
+void
+lingbot_session_free_decoder (LingbotSession * s)
+{
+  if (s->dec && !s->dec_sharded)
+    lb_worker_group_run_on (s->group, 0, dec_free_job, s, NULL);
+  g_clear_pointer (&s->dec, lingbot_vae_decoder_free);
 }
 
 static gboolean
@@ -394,6 +371,7 @@ lingbot_session_new (LingbotWorld * world,
   LingbotSession *s = g_new0 (LingbotSession, 1);
   s->world = lingbot_world_ref (world);
   s->y_chunk = G_MAXUINT64;
+  lingbot_session_handoff_init (s, NULL);
   s->group = world->group;
   g_rec_mutex_lock (&world->lock);
   s->n_ranks = world->n_ranks;
@@ -524,11 +502,14 @@ lingbot_session_free (LingbotSession * session)
    * thread itself); directly when the group cannot run jobs any more */
   if (session->enc)
     lb_worker_group_run_on (session->group, 0, enc_free_job, session, NULL);
-  if (session->dec && !session->dec_sharded)
-    lb_worker_group_run_on (session->group, 0, dec_free_job, session, NULL);
+  /* a DiT rank may wait for a slot: the channel is cancelled first */
+  if (session->channel)
+    lb_channel_cancel (session->channel);
+  lingbot_session_free_decoder (session);
   g_clear_pointer (&session->enc, lingbot_vae_encoder_free);
-  g_clear_pointer (&session->dec, lingbot_vae_decoder_free);
   g_rec_mutex_unlock (&session->world->lock);
+  if (session->entries)
+    lingbot_session_handoff_clear (session);
   lingbot_control_free (session->control);
   lingbot_noise_free (session->noise);
   lb_tensor_free (session->image);
@@ -829,6 +810,11 @@ lingbot_session_generate (LingbotSession * session, guint keys,
   /* cancelled already: fail before touching anything */
   if (!lingbot_dit_session_check_cancelled (s->dit, error))
     return FALSE;
+  /* the slot of this chunk: the previous chunk (serial) or the one
+   * n_slots back (a decoder attached) leaves it */
+  if (!lingbot_session_handoff_prepare (s, error))
+    return FALSE;
+  LbTensor *out = s->channel ? NULL : s->latents;
   g_rec_mutex_lock (&s->world->lock);
   gint64 t0 = g_get_monotonic_time ();
   const gboolean advanced = lingbot_control_advance (s->control, keys, error);
@@ -853,10 +839,10 @@ lingbot_session_generate (LingbotSession * session, guint keys,
         (void *) lingbot_control_get_chunk_rel_poses (s->control),
         LB_DEVICE_HOST, 2, pshape, NULL);
     ok = lingbot_dit_session_run_chunk_noise_poses (s->dit, s->y, &poses, k,
-        s->width, s->height, s->noise, s->latents, error);
+        s->width, s->height, s->noise, out, error);
   } else if (ok) {
     ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
-        s->latents, error);
+        out, error);
   }
   /* a chunk that was not made does not move the camera */
   if (!ok && advanced)
@@ -873,7 +859,10 @@ lingbot_session_generate (LingbotSession * session, guint keys,
     stats->vae_seconds = 0.0;
     stats->compute_seconds = (double) (t2 - t0) / G_USEC_PER_SEC;
   }
+  lingbot_session_handoff_generated (s, s->chunk);
+  g_mutex_lock (&s->dlock);
   s->chunk++;
+  g_mutex_unlock (&s->dlock);
   return TRUE;
 }
 
@@ -900,11 +889,67 @@ dec_job (LbRank * rank, gpointer data, GError ** error)
 }
 
 /**
+ * lingbot_session_decode_latents:
+ * @s: a session
+ * @latents: host f32 [1, 16, C, h, w] of the next chunk to decode
+ * @n: (out): the frames the decoder made (before
+ *   lingbot_session_count_frames())
+ * @error: decoder errors
+ *
+ * The decode of host latents: on the attached decoder's ranks, or serial
+ * on the DiT ranks under the world lock.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_session_decode_latents (LingbotSession * s, const LbTensor * latents,
+    int *n, GError ** error)
+{
+  gboolean ok;
+
+  if (s->dec_group) {
+    ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf, n,
+        error);
+  } else {
+    g_rec_mutex_lock (&s->world->lock);
+    s->job_latents = latents;
+    if (s->dec_sharded)
+      ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf,
+          &s->job_n_frames, error);
+    else
+      ok = lb_worker_group_run_on (s->group, 0, dec_job, s, error);
+    s->job_latents = NULL;
+    *n = s->job_n_frames;
+    g_rec_mutex_unlock (&s->world->lock);
+  }
+  return ok && lingbot_session_count_frames (s, n);
+}
+
+/**
+ * lingbot_session_count_frames:
+ * @s: a session
+ * @n: (inout): frames a decode made; cut to what a bounded session still
+ *   delivers
+ *
+ * Returns: %TRUE.
+ */
+gboolean
+lingbot_session_count_frames (LingbotSession * s, int *n)
+{
+  if (s->frames > 0)
+    *n = (int) MIN ((guint64) * n, s->frames - MIN (s->frames,
+            s->frames_out));
+  s->frames_out += (guint) * n;
+  return TRUE;
+}
+
+/**
  * lingbot_session_decode:
  * @session: a session
  * @latents: (nullable): f32 [1, 16, C, h, w] (or [16, C, h, w]) host
  *   latents of the session's next undecoded chunk, in order;
- *   %NULL decodes lingbot_session_get_latents()
+ *   %NULL decodes that chunk from where the session holds it
+ *   (lingbot_session_decode_chunk())
  * @n_frames: (out) (optional): the video frames of the chunk now in
  *   lingbot_session_get_frames() (13 for the first chunk, 16 after; the
  *   last chunk of a bounded session cut to the requested count, 0 when the
@@ -917,9 +962,10 @@ dec_job (LbRank * rank, gpointer data, GError ** error)
  * Decodes one chunk with the session's streaming VAE decoder (its causal
  * caches continue from the previous chunk).  Not cancellable: the
  * session's cancellable (lingbot_session_set_cancellable()) stops only
- * lingbot_session_generate(); a decode runs to its end.  With several ranks every rank
- * decodes its band of rows on its own stream and device
- * (lingbot_vae_decoder_new_sharded()); the frames are host memory.
+ * lingbot_session_generate(); a decode runs to its end.  With several
+ * ranks every rank decodes its band of rows on its own stream and device
+ * (lingbot_vae_decoder_new_sharded()); the frames are host memory.  With
+ * @latents given, the session's own copy of that chunk is released.
  * Allocates nothing.
  *
  * Returns: %TRUE on success.
@@ -931,35 +977,30 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
   LingbotSession *s = session;
   g_return_val_if_fail (s != NULL, FALSE);
   if (latents == NULL)
-    latents = s->latents;
-  g_rec_mutex_lock (&s->world->lock);
+    return lingbot_session_decode_chunk (s, s->decoded, n_frames, stats,
+        error);
+  const guint64 chunk = s->decoded;
   gint64 t0 = g_get_monotonic_time ();
-  gboolean ok;
-  s->job_latents = latents;
-  if (s->dec_sharded)
-    ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf,
-        &s->job_n_frames, error);
-  else
-    ok = lb_worker_group_run_on (s->group, 0, dec_job, s, error);
-  s->job_latents = NULL;
-  gint64 t1 = g_get_monotonic_time ();
-  g_rec_mutex_unlock (&s->world->lock);
-  if (!ok)
+  int n = 0;
+  if (!lingbot_session_decode_latents (s, latents, &n, error))
     return FALSE;
-  int n = s->job_n_frames;
-  if (s->frames > 0)
-    n = (int) MIN ((guint64) n, s->frames - MIN (s->frames, s->frames_out));
-  s->frames_out += (guint) n;
+  gint64 t1 = g_get_monotonic_time ();
+  g_mutex_lock (&s->dlock);
+  s->decoded = chunk + 1;
+  g_mutex_unlock (&s->dlock);
+  /* the bytes were the caller's: the session's copy is not needed */
+  lingbot_session_release_chunk (s, chunk);
   if (n_frames)
     *n_frames = n;
   if (stats) {
     double sec = (double) (t1 - t0) / G_USEC_PER_SEC;
-    stats->index = s->decoded;
+    stats->index = chunk;
     stats->frames = n;
     stats->vae_seconds = sec;
     stats->compute_seconds += sec;
+    stats->decode_start_us = t0;
+    stats->decode_end_us = t1;
   }
-  s->decoded++;
   return TRUE;
 }
 

@@ -141,7 +141,7 @@ rank_reset_func (LbRank *rank, gpointer user_data, GError **error)
  * in all). */
 static gboolean
 rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
-    LbTensor *out, int64_t *f_out, GError **error)
+    gboolean in_is_band, LbTensor *out, int64_t *f_out, GError **error)
 {
   VaeCtx *ctx = &dr->ctx;
   LbStream *st = ctx->stream;
@@ -150,7 +150,11 @@ rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
   LbTensor lat, band, z, z2, xin, dst;
   int64_t zshape[4] = { VAE_Z_DIM, L, rows, W };
-  if (host) {
+  if (in_is_band) {
+    /* the rank's own rows, where they already are (a channel slot on the
+     * rank's device, lingbot_vae_decoder_decode_band_on_rank()) */
+    lat = *in;
+  } else if (host) {
     lat = *in;
   } else {
     /* the whole chunk (a few MB): one copy when @in is contiguous */
@@ -159,7 +163,10 @@ rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
             st, &lat, in, LB_COPY_HOST_TO_DEVICE, "VAE decode: latents", error))
       return FALSE;
   }
-  lb_tensor_view_narrow (&band, &lat, 2, dr->row0, rows);
+  if (in_is_band)
+    band = lat;
+  else
+    lb_tensor_view_narrow (&band, &lat, 2, dr->row0, rows);
   vae_view_flat (&z, dr->z, 4, zshape);
   vae_view_flat (&z2, dr->z2, 4, zshape);
   /* spec A.5: de-normalise, conv2 on the whole chunk, then per frame */
@@ -195,7 +202,7 @@ rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
  * (host); on a device: upload, decode, download, one stream synchronise. */
 static gboolean
 rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
-    LbTensor *out, GError **error)
+    gboolean in_is_band, LbTensor *out, GError **error)
 {
   VaeCtx *ctx = &dr->ctx;
   LbStream *st = ctx->stream;
@@ -203,7 +210,7 @@ rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
   const gint64 halo_us0 = ctx->halo_us;
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
   int64_t n = 0;
-  gboolean ok = rank_decode_band (dr, dec, in, out, &n, error);
+  gboolean ok = rank_decode_band (dr, dec, in, in_is_band, out, &n, error);
   if (!vae_stream_is_host (st)) {
     if (ok) {
       LbTensor src, dst;
@@ -232,7 +239,8 @@ static gboolean
 rank_decode_func (LbRank *rank, gpointer user_data, GError **error)
 {
   LingbotVaeDecoder *dec = user_data;
-  return rank_decode (&dec->ranks[rank->rank], dec, dec->in, dec->out, error);
+  return rank_decode (&dec->ranks[rank->rank], dec, dec->in, FALSE, dec->out,
+      error);
 }
 
 static LingbotVaeDecoder *
@@ -521,7 +529,7 @@ lingbot_vae_decoder_decode (LingbotVaeDecoder *dec, const LbTensor *latents,
   gboolean ok
       = dec->group
             ? lb_worker_group_run (dec->group, rank_decode_func, dec, error)
-            : rank_decode (&dec->ranks[0], dec, &in, &out, error);
+            : rank_decode (&dec->ranks[0], dec, &in, FALSE, &out, error);
   dec->in = NULL;
   dec->out = NULL;
   if (!ok)
@@ -563,7 +571,88 @@ lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder *dec, LbRank *rank,
   LbTensor in, out;
   int n;
   if (!check_args (dec, latents, frames, dr->first, &in, &out, &n, error)
-      || !rank_decode (dr, dec, &in, &out, error))
+      || !rank_decode (dr, dec, &in, FALSE, &out, error))
+    return FALSE;
+  if (n_frames)
+    *n_frames = n;
+  return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_decode_band_on_rank:
+ * @dec: a session from lingbot_vae_decoder_new_sharded()
+ * @rank: the calling rank of the session's worker group, on its own thread
+ * @band: f32 [16, L, rows, w] (or with a leading 1): this rank's band of
+ *   the chunk's latents, rows = lingbot_vae_decoder_get_band() of @rank,
+ *   on the rank's device (host memory on CPU ranks), unit stride in the
+ *   last dimension; e.g. the view lb_channel_receive() returns
+ * @frames: as for lingbot_vae_decoder_decode(): host f32; the rank writes
+ *   its rows
+ * @n_frames: (out) (optional): frames of the chunk
+ * @error: %LB_ERROR_SHAPE for a band of the wrong shape,
+ *   %LB_ERROR_INVALID_ARGUMENT for one on another device; the errors of
+ *   lingbot_vae_decoder_decode()
+ *
+ * lingbot_vae_decoder_decode_on_rank() from the rank's own rows where they
+ * already are: nothing of the latents is uploaded (DESIGN.md 3: the DiT's
+ * row band is the band the decode needs, handed over through a tensor
+ * channel).  The result is bit for bit that of decoding the whole chunk,
+ * since a rank reads only its band of it.  Every rank of the group must
+ * call it for the same chunk.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder *dec,
+    LbRank *rank, const LbTensor *band, LbTensor *frames, int *n_frames,
+    GError **error)
+{
+  if (dec->group == NULL || rank == NULL || rank->group != dec->group
+      || rank->rank < 0 || rank->rank >= dec->n_ranks) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decode: rank is not a rank of the session's worker group");
+    return FALSE;
+  }
+  DecRank *dr = &dec->ranks[rank->rank];
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+  LbTensor in, out;
+  if (!squeeze_batch (&in, band) || in.dtype != LB_DTYPE_F32
+      || in.shape[0] != VAE_Z_DIM || in.shape[1] < 1
+      || in.shape[1] > dec->max_latents || in.shape[2] != dr->rows
+      || in.shape[3] != dec->W || in.stride[3] != 1) {
+    g_autofree char *have = lb_tensor_shape_string (band);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE decode: rank %d's band is %s %s, expected f32 [%d, 1..%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        rank->rank, lb_dtype_name (band->dtype), have, VAE_Z_DIM,
+        dec->max_latents, dr->rows, dec->W);
+    return FALSE;
+  }
+  LbStream *st = dr->ctx.stream;
+  const gboolean host = vae_stream_is_host (st);
+  if (host ? in.device.type != LB_DEVICE_CPU
+      : (in.device.type == LB_DEVICE_CPU
+          || in.device.index != st->device)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decode: rank %d's band is on %s:%d, not on the rank's device",
+        rank->rank, in.device.type == LB_DEVICE_CPU ? "cpu" : "cuda",
+        in.device.index);
+    return FALSE;
+  }
+  int n = lingbot_vae_frames_for_latents ((int) in.shape[1], dr->first);
+  if (!vae_check_host (frames, "VAE decode", "frames", error))
+    return FALSE;
+  if (!squeeze_batch (&out, frames) || out.dtype != LB_DTYPE_F32
+      || out.shape[0] != 3 || out.shape[1] < n || out.shape[2] != dec->H * S
+      || out.shape[3] != dec->W * S) {
+    g_autofree char *have = lb_tensor_shape_string (frames);
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE decode: frames are %s %s, expected f32 [3, >=%d, %"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+        lb_dtype_name (frames->dtype), have, n, dec->H * S, dec->W * S);
+    return FALSE;
+  }
+  if (!rank_decode (dr, dec, &in, TRUE, &out, error))
     return FALSE;
   if (n_frames)
     *n_frames = n;

@@ -93,6 +93,9 @@ gboolean lingbot_vae_decoder_decode (LingbotVaeDecoder *dec,
 gboolean lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder *dec,
     LbRank *rank, const LbTensor *latents, LbTensor *frames, int *n_frames,
     GError **error);
+gboolean lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder *dec,
+    LbRank *rank, const LbTensor *band, LbTensor *frames, int *n_frames,
+    GError **error);
 int lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder *dec);
 void lingbot_vae_decoder_get_band (
     LingbotVaeDecoder *dec, int rank, int64_t *row0, int64_t *rows);

@@ -901,6 +901,295 @@ test_errors (void)
   g_clear_error (&err);
 }
 
+/* ---- the decode beside generation (lingbot_session_attach_decoder) ---- */
+
+#define OV_FRAMES 61            /* 4 chunks: 13 + 16 + 16 + 16 */
+#define OV_CHUNKS 4
+
+typedef struct
+{
+  GArray *frames[OV_CHUNKS];    /* float, every decoded frame */
+  int n[OV_CHUNKS];
+} Decoded;
+
+static void
+decoded_clear (Decoded * d)
+{
+  for (int c = 0; c < OV_CHUNKS; c++)
+    g_clear_pointer (&d->frames[c], g_array_unref);
+}
+
+static void
+keep_frames (LingbotSession * s, Decoded * d, int c, int n)
+{
+  const LbTensor *f = lingbot_session_get_frames (s);
+  d->frames[c] = g_array_new (FALSE, FALSE, sizeof (float));
+  d->n[c] = n;
+  check_frames (f, n);
+  for (int ch = 0; ch < 3; ch++)
+    g_array_append_vals (d->frames[c], (const float *) f->data +
+        (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);
+}
+
+static guint
+ov_keys (int c)
+{
+  static const guint keys[OV_CHUNKS] = { LINGBOT_KEY_W, LINGBOT_KEY_A,
+    LINGBOT_KEY_W | LINGBOT_KEY_J, 0
+  };
+  return keys[c];
+}
+
+static LingbotSession *
+ov_session (LingbotWorld * w, const char *decode_devices, gboolean attach)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.frames = OV_FRAMES;
+  LingbotSession *s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  if (attach) {
+    g_assert_true (lingbot_session_attach_decoder (s, decode_devices, 2,
+            &err));
+    g_assert_no_error (err);
+    g_assert_true (lingbot_session_has_decoder (s));
+    g_assert_cmpint (lingbot_session_get_n_slots (s), ==, 2);
+  }
+  return s;
+}
+
+static void
+ov_generate (LingbotSession * s, int c)
+{
+  g_autoptr (GError) err = NULL;
+  g_assert_true (lingbot_session_generate (s, ov_keys (c), NULL, &err));
+  g_assert_no_error (err);
+}
+
+static void
+ov_decode (LingbotSession * s, int c, Decoded * d)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotChunkStats st = { 0 };
+  int n = -1;
+  gboolean ok = lingbot_session_decode_chunk (s, (guint64) c, &n, &st, &err);
+  g_assert_no_error (err);
+  g_assert_true (ok);
+  g_assert_cmpuint (st.index, ==, (guint64) c);
+  g_assert_cmpint (st.decode_end_us, >=, st.decode_start_us);
+  keep_frames (s, d, c, n);
+}
+
+/* the serial reference: generate and decode in lockstep on the DiT ranks */
+static void
+ov_serial (LingbotWorld * w, Decoded * d)
+{
+  g_autoptr (LingbotSession) s = ov_session (w, NULL, FALSE);
+  for (int c = 0; c < OV_CHUNKS; c++) {
+    ov_generate (s, c);
+    ov_decode (s, c, d);
+  }
+  g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 0);
+  g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==,
+      OV_CHUNKS * 16 * 4 * 8 * 8 * sizeof (float));
+}
+
+static void
+ov_assert_equal (const Decoded * a, const Decoded * b, double tol)
+{
+  for (int c = 0; c < OV_CHUNKS; c++) {
+    g_assert_cmpint (a->n[c], ==, b->n[c]);
+    g_assert_cmpuint (a->frames[c]->len, ==, b->frames[c]->len);
+    if (tol == 0.0) {
+      g_assert_cmpmem (a->frames[c]->data, a->frames[c]->len * sizeof (float),
+          b->frames[c]->data, b->frames[c]->len * sizeof (float));
+      continue;
+    }
+    double worst = 0;
+    for (guint i = 0; i < a->frames[c]->len; i++)
+      worst = MAX (worst, fabs (g_array_index (a->frames[c], float, i) -
+              g_array_index (b->frames[c], float, i)));
+    g_assert_cmpfloat (worst, <=, tol);
+  }
+}
+
+typedef struct
+{
+  LingbotSession *s;
+  GAsyncQueue *q;               /* chunk index + 1 */
+  Decoded d;
+} DecodeThread;
+
+static gpointer
+decode_thread (gpointer data)
+{
+  DecodeThread *t = data;
+  for (int c = 0; c < OV_CHUNKS; c++) {
+    int got = GPOINTER_TO_INT (g_async_queue_pop (t->q)) - 1;
+    g_assert_cmpint (got, ==, c);
+    ov_decode (t->s, c, &t->d);
+  }
+  return NULL;
+}
+
+/* The decoder on a worker group of its own, fed through the channel:
+ * byte-identical to the serial decode, with nothing of the latents in host
+ * memory; as a second thread beside generation too */
+static void
+test_overlap (gconstpointer data)
+{
+  const int n = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotWorld) w = NULL;
+  Decoded ref = { 0 }, lag = { 0 };
+
+  /* (the tiny DiT's 2 heads allow 1 or 2 Ulysses ranks) */
+  w = lingbot_world_ref (n == 1 ? world1 : world2);
+  ov_serial (w, &ref);
+
+  /* the decode one chunk behind: chunk k + 1 goes into the second slot
+   * while chunk k waits for its decode */
+  {
+    g_autoptr (LingbotSession) s = ov_session (w, NULL, TRUE);
+    ov_generate (s, 0);
+    for (int c = 0; c < OV_CHUNKS; c++) {
+      lingbot_session_claim_chunk (s, (guint64) c);
+      if (c + 1 < OV_CHUNKS)
+        ov_generate (s, c + 1);
+      ov_decode (s, c, &lag);
+    }
+    g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 0);
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==, 0);
+  }
+  ov_assert_equal (&ref, &lag, 0.0);
+
+  /* a decode thread beside the generating one */
+  {
+    DecodeThread t = { 0 };
+    t.s = ov_session (w, NULL, TRUE);
+    t.q = g_async_queue_new ();
+    GThread *th = g_thread_new ("decode", decode_thread, &t);
+    for (int c = 0; c < OV_CHUNKS; c++) {
+      ov_generate (t.s, c);
+      lingbot_session_claim_chunk (t.s, (guint64) c);
+      g_async_queue_push (t.q, GINT_TO_POINTER (c + 1));
+    }
+    g_thread_join (th);
+    g_assert_cmpuint (lingbot_session_get_n_spills (t.s), ==, 0);
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (t.s), ==, 0);
+    ov_assert_equal (&ref, &t.d, 0.0);
+    decoded_clear (&t.d);
+    g_async_queue_unref (t.q);
+    lingbot_session_free (t.s);
+  }
+  decoded_clear (&lag);
+  decoded_clear (&ref);
+}
+
+/* Chunks nobody claimed are spilled to host memory when their slot is
+ * needed (and a read spills too), released ones drained; the decode from
+ * a spill is the same; a decoder on other ranks than the DiT's */
+static void
+test_overlap_spill (void)
+{
+  g_autoptr (GError) err = NULL;
+  const gsize chunk_bytes = 16 * 4 * 8 * 8 * sizeof (float);
+  Decoded ref = { 0 }, d = { 0 }, other = { 0 };
+
+  ov_serial (world2, &ref);
+  {
+    g_autoptr (LingbotSession) s = ov_session (world2, NULL, TRUE);
+    int64_t shape[5] = { 1, 16, 4, 8, 8 };
+    g_autoptr (LbTensor) lat = lb_tensor_new (LB_DTYPE_F32, 5, shape);
+    g_autoptr (LingbotSession) serial = ov_session (world2, NULL, FALSE);
+
+    ov_generate (s, 0);
+    ov_generate (s, 1);
+    /* chunk 0 still unclaimed when chunk 2 needs its slot */
+    ov_generate (s, 2);
+    g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 1);
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==,
+        chunk_bytes);
+    ov_decode (s, 0, &d);
+    /* reading chunk 1 spills it: its bytes are the serial session's */
+    g_assert_true (lingbot_session_read_chunk (s, 1, lat, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 2);
+    ov_generate (serial, 0);
+    ov_generate (serial, 1);
+    g_assert_cmpmem (lat->data, chunk_bytes,
+        lingbot_session_get_latents (serial)->data, chunk_bytes);
+    ov_decode (s, 1, &d);
+    ov_decode (s, 2, &d);
+    ov_generate (s, 3);
+    ov_decode (s, 3, &d);
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==,
+        2 * chunk_bytes);
+    ov_assert_equal (&ref, &d, 0.0);
+
+    /* out of order, twice, after the end */
+    g_assert_false (lingbot_session_decode_chunk (s, 3, NULL, NULL, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+    g_assert_cmpstr (err->message, ==, "session: chunk 3 cannot be decoded "
+        "(4 decoded, 4 generated)");
+    g_clear_error (&err);
+    /* attach after the first chunk */
+    g_assert_false (lingbot_session_attach_decoder (serial, NULL, 2, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+    g_assert_cmpstr (err->message, ==,
+        "session: attach the decoder before the first chunk");
+    g_clear_error (&err);
+  }
+  {
+    /* released chunks are drained (no host copy) and skipped */
+    g_autoptr (LingbotSession) s = ov_session (world2, NULL, TRUE);
+    Decoded skip = { 0 };
+    ov_generate (s, 0);
+    lingbot_session_release_chunk (s, 0);
+    ov_generate (s, 1);
+    ov_generate (s, 2);
+    g_assert_false (lingbot_session_decode_chunk (s, 2, NULL, NULL, &err));
+    g_assert_cmpstr (err->message, ==,
+        "session: chunk 2 decoded before chunk 1");
+    g_clear_error (&err);
+    lingbot_session_claim_chunk (s, 1);
+    ov_decode (s, 1, &skip);
+    g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 0);
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==, 0);
+    decoded_clear (&skip);
+  }
+  for (int i = 0; i < 3; i++) {
+    /* the decode on other ranks than the DiT's (1 for 2, 3 and 4 for 1):
+     * the same frames but for float rounding (other height bands) */
+    static const char *const devs[] = { "cpu:1", "cpu:3", "cpu:4" };
+    static const int ranks[] = { 1, 3, 4 };
+    Decoded r1 = { 0 };
+    if (i > 0)
+      ov_serial (world1, &r1);
+    g_autoptr (LingbotSession) s = ov_session (i ? world1 : world2, devs[i],
+        TRUE);
+    g_assert_cmpint (lingbot_session_get_decode_ranks (s), ==, ranks[i]);
+    for (int c = 0; c < OV_CHUNKS; c++) {
+      ov_generate (s, c);
+      ov_decode (s, c, &other);
+    }
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==, 0);
+    ov_assert_equal (i ? &r1 : &ref, &other, 1e-4);
+    decoded_clear (&other);
+    decoded_clear (&r1);
+    if (i > 0)
+      continue;
+    g_assert_false (lingbot_session_attach_decoder (s, "cpu:1", 2, &err));
+    g_assert_cmpstr (err->message, ==,
+        "session: a decoder is attached already");
+    g_clear_error (&err);
+  }
+  decoded_clear (&ref);
+  decoded_clear (&d);
+  decoded_clear (&other);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -954,6 +1243,11 @@ main (int argc, char **argv)
       test_cancel);
   g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2),
       test_cancel);
+  for (int n = 1; n <= 2; n++) {
+    g_autofree char *path = g_strdup_printf ("/session/overlap/%d", n);
+    g_test_add_data_func (path, GINT_TO_POINTER (n), test_overlap);
+  }
+  g_test_add_func ("/session/overlap/spill", test_overlap_spill);
   int rc = g_test_run ();
 
   lingbot_world_unref (world1);

@@ -1,0 +1,114 @@
+/* lingbot-gst: the session's private state, shared by session.c and the
+ * decode hand-off (session-handoff.c)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "lingbot/lingbot-private.h"
+#include "lingbot/dit-session.h"
+#include "lingbot/noise.h"
+#include "comm/channel.h"
+
+G_BEGIN_DECLS
+
+/**
+ * HandoffEntry:
+ * @chunk: the chunk whose latents the slot holds
+ * @claimed: a decoder will decode it (lingbot_session_claim_chunk())
+ * @released: its holder let it go undecoded (lingbot_session_release_chunk())
+ * @decoding: a decode of it runs now (the decode lock is not held then)
+ *
+ * One chunk still in its slot: a channel slot (a decoder attached), or
+ * the session's latent tensor (serial).
+ */
+typedef struct
+{
+  guint64 chunk;
+  gboolean claimed;
+  gboolean released;
+  gboolean decoding;
+} HandoffEntry;
+
+/**
+ * HandoffSpill:
+ * @chunk: the chunk
+ * @latents: host f32 [16, C, h, w], its latents
+ *
+ * A chunk moved out of its slot into host memory while undecoded (its
+ * holder did not give it to a decoder in time, or it was read).
+ */
+typedef struct
+{
+  guint64 chunk;
+  LbTensor *latents;
+} HandoffSpill;
+
+struct _LingbotSession
+{
+  LingbotWorld *world;
+  LbWorkerGroup *group;
+  int n_ranks;
+
+  int width, height, lat_h, lat_w, chunk_frames;
+  guint frames;                 /* 0 = unbounded */
+  guint n_chunks;               /* 0 = unbounded */
+
+  LbTensor *image;              /* f32 [3, H, W] */
+  LingbotVaeEncoder *enc;
+  LingbotVaeDecoder *dec;
+  gboolean dec_sharded;
+  LingbotControl *control;
+  LingbotDitSession *dit;
+  LingbotNoise *noise;
+
+  LbTensor *y;                  /* [1, 20, C, h, w] */
+  LbTensor *ctl;                /* [1, 384, C, h, w]; CPU backend only */
+  gboolean ctl_on_device;       /* ray map built on the ranks (ray_map op) */
+  LbTensor *latents;            /* [1, 16, C, h, w] */
+  LbTensor *frames_buf;         /* [3, 4C, H, W] */
+
+  guint64 chunk;                /* chunks generated */
+  guint64 y_chunk;              /* the chunk y holds the condition of,
+                                 * G_MAXUINT64 before the first */
+  guint64 decoded;              /* chunks decoded */
+  guint64 frames_out;           /* video frames decoded so far */
+
+  /* arguments of the rank-0 jobs (no allocation per chunk) */
+  const LbTensor *job_latents;
+  int job_n_frames;
+
+  /* the decode hand-off (session-handoff.c, docs/design.md "Decode beside
+   * generation"): with a decoder attached, its own worker group and a
+   * channel from the DiT ranks; else (serial) the DiT group and
+   * @latents.  Everything below is under dlock. */
+  GMutex dlock;
+  GCond dcond;
+  LbWorkerGroup *dec_group;     /* attached decoder's ranks, or NULL */
+  LbChannel *channel;           /* DiT ranks -> dec_group, or NULL */
+  int n_slots;                  /* channel slots (1 serial: @latents) */
+  HandoffEntry *entries;        /* [n_slots], by chunk % n_slots */
+  guint64 slot_next;            /* chunks below it left their slot */
+  GQueue spills;                /* HandoffSpill, by chunk */
+  guint64 latent_host_bytes;    /* latents that crossed the host */
+  guint64 n_spills;
+  /* arguments of the decode jobs */
+  guint64 job_chunk;
+  gboolean job_ok;
+
+  /* lingbot_session_set_pass_func() */
+  LingbotPassFunc pass_func;
+  gpointer pass_data;
+  GDestroyNotify pass_notify;
+};
+
+gboolean lingbot_session_handoff_init (LingbotSession * s, GError ** error);
+void lingbot_session_handoff_clear (LingbotSession * s);
+gboolean lingbot_session_handoff_prepare (LingbotSession * s,
+    GError ** error);
+void lingbot_session_handoff_generated (LingbotSession * s, guint64 chunk);
+void lingbot_session_free_decoder (LingbotSession * s);
+gboolean lingbot_session_decode_latents (LingbotSession * s,
+    const LbTensor * latents, int *n, GError ** error);
+gboolean lingbot_session_count_frames (LingbotSession * s, int *n);
+
+G_END_DECLS
