@@ -1029,33 +1029,39 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
       gst_message_new_element (GST_OBJECT (self), s));
 }
 
+/* The chunk's latents as system-memory bytes (caps without
+ * memory:LingbotDevice): read out of the session, which then lets the
+ * chunk go (the bytes carry it). */
 static GstBuffer *
-latents_to_buffer (const LbTensor * lat, GError ** error)
+latents_to_buffer (LingbotSession * s, guint64 chunk, GError ** error)
 {
-  gsize nbytes = (gsize) lb_tensor_numel (lat) * sizeof (float);
-  GstBuffer *buf = gst_lingbot_buffer_try_new (nbytes);
+  const int64_t shape[5] = { 1, LINGBOT_VAE_Z_DIM,
+    lingbot_session_get_chunk_frames (s),
+    lingbot_session_get_latent_height (s),
+    lingbot_session_get_latent_width (s)
+  };
+  gsize nbytes = sizeof (float);
+  GstBuffer *buf;
   GstMapInfo map;
-  gboolean ok = TRUE;
+  LbTensor dst;
+  int64_t stride[5];
+  gboolean ok;
 
+  for (int i = 0; i < 5; i++)
+    nbytes *= (gsize) shape[i];
+  buf = gst_lingbot_buffer_try_new (nbytes);
   if (buf == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cannot allocate %"
         G_GSIZE_FORMAT " bytes of system memory for the latents", nbytes);
     return NULL;
   }
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
-  if (lat->dtype == LB_DTYPE_F32 && lat->device.type == LB_DEVICE_CPU
-      && lb_tensor_is_contiguous (lat)) {
-    memcpy (map.data, lat->data, nbytes);
-  } else {
-    LbTensor dst;
-    int64_t stride[LB_MAX_DIMS];
-
-    lb_contiguous_strides (lat->ndim, lat->shape, stride);
-    lb_tensor_view_init (&dst, LB_DTYPE_F32, map.data, LB_DEVICE_HOST,
-        lat->ndim, lat->shape, stride);
-    ok = lb_tensor_copy_into (&dst, lat, error);
-  }
+  lb_contiguous_strides (5, shape, stride);
+  lb_tensor_view_init (&dst, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 5,
+      shape, stride);
+  ok = lingbot_session_read_chunk (s, chunk, &dst, error);
   gst_buffer_unmap (buf, &map);
+  lingbot_session_release_chunk (s, chunk);
   if (!ok)
     gst_clear_buffer (&buf);
   return buf;
@@ -1130,6 +1136,27 @@ wait_state_change_done (GstLingbotGen * self)
   }
   g_mutex_unlock (&self->lock);
   gst_object_unref (top);
+}
+
+/* Offers the session to a decoder downstream before the first chunk
+ * (GST_LINGBOT_ATTACH_DECODER_QUERY): lingbotvaedec moves the decode onto
+ * its own worker group, fed by a tensor channel from the DiT ranks, so
+ * that chunk k decodes while chunk k + 1 generates.  Without an answer the
+ * decode stays serial. */
+static void
+attach_decoder (GstLingbotGen * self)
+{
+  GstQuery *q = gst_query_new_custom (GST_QUERY_CUSTOM,
+      gst_structure_new (GST_LINGBOT_ATTACH_DECODER_QUERY, "handle",
+          GST_TYPE_LINGBOT_SESSION_HANDLE, self->handle, NULL));
+  gboolean attached = FALSE;
+
+  if (gst_pad_peer_query (self->srcpad, q))
+    gst_structure_get_boolean (gst_query_get_structure (q), "attached",
+        &attached);
+  gst_query_unref (q);
+  GST_INFO_OBJECT (self, "decode %s", attached ? "beside the generation, "
+      "on its own ranks" : "serial (no decoder attached)");
 }
 
 /* The running time of the element's clock now, GST_CLOCK_TIME_NONE
@@ -1220,6 +1247,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstFlowReturn ret;
   gboolean has_control, live, ok;
   GstClockTime start = GST_CLOCK_TIME_NONE, pts;
+  guint64 spills;
   ChunkKeys ck;
   KeysResult kr;
 
@@ -1276,6 +1304,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
       return;
     }
     push_stream_start (self);
+    attach_decoder (self);
   }
   h = self->handle;
 
@@ -1314,15 +1343,14 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   if (live)
     start = running_time_now (self);
 
-  g_mutex_lock (&h->lock);
-  /* a LingbotDevice memory of the previous chunk still alive downstream
-   * (a queue, an appsink) gets its own copy before the session overwrites
-   * its latents; decoded and released already: nothing to do */
-  ok = gst_lingbot_device_memory_preserve (h, &error);
-  if (ok && ck.reset)
+  /* (the session frees the chunk's slot first: a chunk a buffer still
+   * holds and no decoder claimed is moved to host memory) */
+  spills = lingbot_session_get_n_spills (h->session);
+  if (ck.reset)
     lingbot_control_reset_pose (lingbot_session_get_control (h->session));
-  if (ok)
-    ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
+  ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
+  gst_lingbot_device_memory_add_preserved ((guint)
+      (lingbot_session_get_n_spills (h->session) - spills));
   if (!ok)
     buf = NULL;
   else if (self->device_memory) {
@@ -1330,10 +1358,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     gst_buffer_append_memory (buf, gst_lingbot_device_memory_new (h,
             self->chunk));
   } else {
-    buf = latents_to_buffer (lingbot_session_get_latents (h->session),
-        &error);
+    buf = latents_to_buffer (h->session, self->chunk, &error);
   }
-  g_mutex_unlock (&h->lock);
   if (buf == NULL && g_error_matches (error, LB_ERROR, LB_ERROR_CANCELLED)) {
     /* PLAYING -> NULL: the chunk is dropped, the session stays valid */
     GST_INFO_OBJECT (self, "%s", error->message);

@@ -20,100 +20,33 @@ typedef struct {
 G_DEFINE_TYPE (GstLingbotDeviceAllocator, gst_lingbot_device_allocator,
     GST_TYPE_ALLOCATOR);
 
-/* every GstLingbotDeviceMemory alive (not referenced): what
- * gst_lingbot_device_memory_preserve() looks through */
-static GMutex live_lock;
-static GList *live;
-
 static gint n_downloads;
 static gint n_preserved;
 
-/* ---- copying the latents out of the session ---- */
-
-typedef struct {
-  LbTensor *dst;
-  const LbTensor *src;
-} DownloadJob;
-
-static gboolean
-download_job (LbRank * rank, gpointer data, GError ** error)
-{
-  DownloadJob *j = data;
-
-  return lb_tensor_download (rank->stream, j->dst, j->src, error);
-}
-
-/* @src (the session's latents, or a copy) into the host tensor @dst: a
- * copy on the CPU backend, else a download on the rank that owns the
- * device. */
-static gboolean
-copy_to_host (GstLingbotSessionHandle * h, const LbTensor * src,
-    LbTensor * dst, GError ** error)
-{
-  LbWorkerGroup *group;
-  DownloadJob job = { dst, src };
-  int n;
-
-  if (src->device.type == LB_DEVICE_CPU)
-    return lb_tensor_copy_into (dst, src, error);
-  group = lingbot_world_get_group (h->world);
-  n = lb_worker_group_get_n_ranks (group);
-  for (int r = 0; r < n; r++) {
-    if (lb_worker_group_get_rank (group, r)->device == src->device.index) {
-      gboolean ok;
-
-      lingbot_world_lock (h->world);
-      ok = lb_worker_group_run_on (group, r, download_job, &job, error);
-      lingbot_world_unlock (h->world);
-      return ok;
-    }
-  }
-  g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-      "latents on device %d, which no rank of the world owns",
-      src->device.index);
-  return FALSE;
-}
-
-/* The tensor holding @m's data (handle->lock held): its own copy, or the
- * session's latents while they are still @m's chunk; NULL when neither
- * (a session that moved on without gst_lingbot_device_memory_preserve()). */
-static const LbTensor *
-memory_tensor_unlocked (GstLingbotDeviceMemory * m)
-{
-  LingbotSession *s = m->handle->session;
-
-  if (m->own)
-    return m->own;
-  if (lingbot_session_get_chunk_index (s) == m->generated)
-    return lingbot_session_get_latents (s);
-  return NULL;
-}
-
-/* handle->lock held */
+/* The system-memory copy of the chunk's latents, made on first use
+ * (lingbot_session_read_chunk(): a download, counted).  m->lock held. */
 static guint8 *
 materialise_unlocked (GstLingbotDeviceMemory * m)
 {
   g_autoptr (GError) error = NULL;
-  const LbTensor *src;
   LbTensor dst;
   int64_t stride[LB_MAX_DIMS];
   guint8 *host;
 
   if (m->host)
     return m->host;
-  src = memory_tensor_unlocked (m);
-  if (src == NULL) {
-    GST_ERROR ("chunk %" G_GUINT64_FORMAT ": the session's latents were "
-        "overwritten (not preserved)", m->chunk);
+  host = g_try_malloc (m->mem.maxsize);
+  if (host == NULL) {
+    GST_ERROR ("chunk %" G_GUINT64_FORMAT ": cannot allocate %"
+        G_GSIZE_FORMAT " bytes", m->chunk, m->mem.maxsize);
     return NULL;
   }
-  host = g_malloc (m->mem.maxsize);
   lb_contiguous_strides (m->ndim, m->shape, stride);
   lb_tensor_view_init (&dst, m->dtype, host, LB_DEVICE_HOST, m->ndim,
       m->shape, stride);
-  if (!copy_to_host (m->handle, src, &dst, &error)) {
-    GST_ERROR ("chunk %" G_GUINT64_FORMAT ": download failed: %s", m->chunk,
-        error->message);
+  if (!lingbot_session_read_chunk (m->handle->session, m->chunk, &dst,
+          &error)) {
+    GST_ERROR ("chunk %" G_GUINT64_FORMAT ": %s", m->chunk, error->message);
     g_free (host);
     return NULL;
   }
@@ -139,11 +72,11 @@ dev_free (GstAllocator * allocator, GstMemory * mem)
 {
   GstLingbotDeviceMemory *m = (GstLingbotDeviceMemory *) mem;
 
-  g_mutex_lock (&live_lock);
-  live = g_list_remove (live, m);
-  g_mutex_unlock (&live_lock);
-  g_clear_pointer (&m->own, lb_tensor_free);
+  /* nobody needs the chunk through this memory any more: the session
+   * drains its slot (a decoded chunk is unaffected) */
+  lingbot_session_release_chunk (m->handle->session, m->chunk);
   g_free (m->host);
+  g_mutex_clear (&m->lock);
   gst_lingbot_session_handle_unref (m->handle);
   g_free (m);
 }
@@ -158,9 +91,9 @@ dev_map (GstMemory * mem, gsize maxsize, GstMapFlags flags)
     GST_WARNING ("LingbotDevice memory is read-only");
     return NULL;
   }
-  g_mutex_lock (&m->handle->lock);
+  g_mutex_lock (&m->lock);
   host = materialise_unlocked (m);
-  g_mutex_unlock (&m->handle->lock);
+  g_mutex_unlock (&m->lock);
   return host;
 }
 
@@ -180,9 +113,9 @@ dev_copy (GstMemory * mem, gssize offset, gssize size)
 
   if (size == -1)
     size = mem->size > (gsize) offset ? (gssize) mem->size - offset : 0;
-  g_mutex_lock (&m->handle->lock);
+  g_mutex_lock (&m->lock);
   host = materialise_unlocked (m);
-  g_mutex_unlock (&m->handle->lock);
+  g_mutex_unlock (&m->lock);
   if (host == NULL)
     return NULL;
   copy = gst_allocator_alloc (NULL, (gsize) size, NULL);
@@ -261,12 +194,13 @@ gst_lingbot_device_allocator_get (void)
 /**
  * gst_lingbot_device_memory_new:
  * @handle: (transfer none): the session
- * @chunk: the index of the chunk the session generated last
+ * @chunk: a chunk the session generated and still holds
  *
- * A memory naming the session's current latents
- * (lingbot_session_get_latents()), without copying them.  Call it with
- * @handle's lock held, right after lingbot_session_generate(); before the
- * next generate, call gst_lingbot_device_memory_preserve().
+ * A memory naming @chunk of the session where its latents are (a channel
+ * slot on the decode ranks' devices, or the session's latent tensor;
+ * lingbot_session_claim_chunk()), without copying them.  Freeing the
+ * memory releases the chunk (lingbot_session_release_chunk()); mapping it
+ * reads it (lingbot_session_read_chunk()).
  *
  * Returns: (transfer full): a read-only #GstLingbotDeviceMemory
  */
@@ -274,23 +208,27 @@ GstMemory *
 gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle,
     guint64 chunk)
 {
-  const LbTensor *lat = lingbot_session_get_latents (handle->session);
+  LingbotSession *s = handle->session;
   GstAllocator *alloc = gst_lingbot_device_allocator_get ();
   GstLingbotDeviceMemory *m = g_new0 (GstLingbotDeviceMemory, 1);
-  gsize nbytes = (gsize) lb_tensor_numel (lat) * lb_dtype_size (lat->dtype);
+  const int64_t shape[5] = { 1, LINGBOT_VAE_Z_DIM,
+    lingbot_session_get_chunk_frames (s),
+    lingbot_session_get_latent_height (s),
+    lingbot_session_get_latent_width (s)
+  };
+  gsize nbytes = sizeof (float);
 
+  for (int i = 0; i < 5; i++)
+    nbytes *= (gsize) shape[i];
   gst_memory_init (GST_MEMORY_CAST (m), GST_MEMORY_FLAG_READONLY, alloc,
       NULL, nbytes, 0, 0, nbytes);
   gst_object_unref (alloc);
   m->handle = gst_lingbot_session_handle_ref (handle);
   m->chunk = chunk;
-  m->dtype = lat->dtype;
-  m->ndim = lat->ndim;
-  memcpy (m->shape, lat->shape, sizeof (m->shape));
-  m->generated = lingbot_session_get_chunk_index (handle->session);
-  g_mutex_lock (&live_lock);
-  live = g_list_prepend (live, m);
-  g_mutex_unlock (&live_lock);
+  m->dtype = LB_DTYPE_F32;
+  m->ndim = 5;
+  memcpy (m->shape, shape, sizeof (shape));
+  g_mutex_init (&m->lock);
   return GST_MEMORY_CAST (m);
 }
 
@@ -309,66 +247,17 @@ gst_is_lingbot_device_memory (GstMemory * mem)
 }
 
 /**
- * gst_lingbot_device_memory_get_tensor:
- * @mem: a #GstLingbotDeviceMemory
+ * gst_lingbot_device_memory_add_preserved:
+ * @n: chunks
  *
- * Call with the memory's handle lock held, and use the tensor before
- * releasing it: the session's latents while they still hold the chunk,
- * else the memory's preserved copy.  Nothing is downloaded.
- *
- * Returns: (transfer none) (nullable): f32 [1, 16, C, h, w], or %NULL when
- * the data is gone (the session generated on without
- * gst_lingbot_device_memory_preserve())
+ * Counts @n chunks that a session moved to host memory because their
+ * buffer was still alive, undecoded, when the next chunk needed their
+ * slot (lingbot_session_get_n_spills(); lingbotgen reports them).
  */
-const LbTensor *
-gst_lingbot_device_memory_get_tensor (GstMemory * mem)
+void
+gst_lingbot_device_memory_add_preserved (guint n)
 {
-  g_return_val_if_fail (gst_is_lingbot_device_memory (mem), NULL);
-  return memory_tensor_unlocked ((GstLingbotDeviceMemory *) mem);
-}
-
-/**
- * gst_lingbot_device_memory_preserve:
- * @handle: a session
- * @error: a copy failed
- *
- * Called by the generator with @handle's lock held before it generates the
- * next chunk: every #GstLingbotDeviceMemory of the current chunk still
- * alive gets its own copy of the latents (host memory; counted by
- * gst_lingbot_device_memory_get_n_preserved()), so it outlives the
- * session's latent tensor being overwritten.  Nothing is copied when
- * downstream released the chunk already.
- *
- * Returns: %TRUE on success
- */
-gboolean
-gst_lingbot_device_memory_preserve (GstLingbotSessionHandle * handle,
-    GError ** error)
-{
-  LingbotSession *s = handle->session;
-  gboolean ok = TRUE;
-
-  g_mutex_lock (&live_lock);
-  for (GList * l = live; l != NULL && ok; l = l->next) {
-    GstLingbotDeviceMemory *m = l->data;
-    LbTensor *own;
-
-    if (m->handle != handle || m->own != NULL
-        || m->generated != lingbot_session_get_chunk_index (s))
-      continue;
-    own = lb_tensor_new (m->dtype, m->ndim, m->shape);
-    ok = copy_to_host (handle, lingbot_session_get_latents (s), own, error);
-    if (ok) {
-      m->own = own;
-      g_atomic_int_inc (&n_preserved);
-      GST_DEBUG ("chunk %" G_GUINT64_FORMAT " still alive: latents copied "
-          "before the next chunk", m->chunk);
-    } else {
-      lb_tensor_free (own);
-    }
-  }
-  g_mutex_unlock (&live_lock);
-  return ok;
+  g_atomic_int_add (&n_preserved, (gint) n);
 }
 
 /**
@@ -386,9 +275,9 @@ gst_lingbot_device_memory_get_n_downloads (void)
 /**
  * gst_lingbot_device_memory_get_n_preserved:
  *
- * Returns: how many times latents still referenced by a
- * #GstLingbotDeviceMemory were copied out of the session before its next
- * chunk, in this process
+ * Returns: how many chunks still referenced by a #GstLingbotDeviceMemory,
+ * and not claimed by a decoder, were moved to host memory when the next
+ * chunk needed their slot, in this process
  */
 guint64
 gst_lingbot_device_memory_get_n_preserved (void)

@@ -27,28 +27,30 @@ G_BEGIN_DECLS
 /**
  * GstLingbotDeviceMemory:
  * @mem: parent
- * @handle: the session whose latent tensor (lingbot_session_get_latents())
- *   holds the data
- * @chunk: the chunk index the data belongs to
- * @dtype: the tensor's dtype
- * @ndim: its rank
- * @shape: its shape ([1, 16, C, h, w])
+ * @handle: the session that holds the chunk
+ * @chunk: the chunk index
+ * @dtype: the latents' dtype (f32)
+ * @ndim: their rank
+ * @shape: their shape ([1, 16, C, h, w])
  *
- * A handle to one chunk's latents where the session computed them (on the
- * ranks' devices; host memory on the CPU backend): no copy of the data is
- * made when lingbotgen pushes it.  Mapping it for reading materialises a
- * system-memory copy on demand (a download, counted by
- * gst_lingbot_device_memory_get_n_downloads()); mapping it for writing is
- * refused (it is read-only: gst_buffer_map() for writing gets a system copy).
+ * A handle to one chunk's latents where the session keeps them: with a
+ * decoder attached (lingbotvaedec, lingbot_session_attach_decoder()) a slot
+ * of the tensor channel from the DiT ranks to the decode ranks, as row
+ * bands on the decode ranks' devices; serial, the session's latent tensor.
+ * No copy is made when lingbotgen pushes it, and lingbotvaedec decodes it
+ * where it is (lingbot_session_decode_chunk()).  Mapping it for reading
+ * materialises a system-memory copy on demand (lingbot_session_read_chunk():
+ * a download, counted by gst_lingbot_device_memory_get_n_downloads());
+ * mapping it for writing is refused (read-only: gst_buffer_map() for
+ * writing gets a system copy).  Freeing it releases the chunk
+ * (lingbot_session_release_chunk()).
  *
- * The session overwrites its latent tensor with the next chunk.  Before it
- * generates chunk k + 1, lingbotgen calls
- * gst_lingbot_device_memory_preserve(): a memory of chunk k that is still
- * alive then gets its own copy of the data (counted by
+ * A chunk stays in its slot until it is decoded or released.  When the
+ * next chunk needs the slot while a buffer still holds the chunk and no
+ * decoder claimed it (a queue before lingbotvaedec, an appsink), the
+ * session moves it to host memory first (counted by
  * gst_lingbot_device_memory_get_n_preserved()), so a memory stays valid for
- * as long as it lives.  With lingbotvaedec linked directly, chunk k is
- * decoded and released inside the push, before the next generate, and
- * neither copy happens.
+ * as long as it lives and generation never waits for it.
  */
 typedef struct {
   GstMemory mem;
@@ -58,9 +60,8 @@ typedef struct {
   int ndim;
   int64_t shape[LB_MAX_DIMS];
   /*< private >*/
-  guint64 generated;            /* the session's chunk count at creation */
-  LbTensor *own;                /* handle->lock: the data once the session moved on */
-  guint8 *host;                 /* handle->lock: the map(READ) copy */
+  GMutex lock;
+  guint8 *host;                 /* lock: the map(READ) copy */
 } GstLingbotDeviceMemory;
 
 GType gst_lingbot_device_allocator_get_type (void);
@@ -72,9 +73,7 @@ GstAllocator *gst_lingbot_device_allocator_get (void);
 GstMemory *gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle,
     guint64 chunk);
 gboolean gst_is_lingbot_device_memory (GstMemory * mem);
-const LbTensor *gst_lingbot_device_memory_get_tensor (GstMemory * mem);
-gboolean gst_lingbot_device_memory_preserve (GstLingbotSessionHandle *
-    handle, GError ** error);
+void gst_lingbot_device_memory_add_preserved (guint n);
 
 guint64 gst_lingbot_device_memory_get_n_downloads (void);
 guint64 gst_lingbot_device_memory_get_n_preserved (void);

@@ -42,6 +42,9 @@ gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle)
   g_free (handle);
 }
 
+G_DEFINE_BOXED_TYPE (GstLingbotSessionHandle, gst_lingbot_session_handle,
+    gst_lingbot_session_handle_ref, gst_lingbot_session_handle_unref);
+
 GType
 gst_lingbot_chunk_meta_api_get_type (void)
 {

@@ -12,8 +12,9 @@ G_BEGIN_DECLS
  * GstLingbotSessionHandle:
  * @world: the world the session runs on
  * @session: the session
- * @lock: serialises calls into @session (generate in lingbotgen's
- *   streaming thread, decode in lingbotvaedec's)
+ * @lock: for applications that call into @session from several threads
+ *   of one kind; the elements do not take it (generate and decode may run
+ *   at once: the session orders them itself)
  *
  * A refcounted owner of one #LingbotSession, shared by the generator and
  * every latent buffer it pushed, so a decoder downstream can decode on the
@@ -27,6 +28,22 @@ typedef struct {
   LingbotSession *session;
   GMutex lock;
 } GstLingbotSessionHandle;
+
+#define GST_TYPE_LINGBOT_SESSION_HANDLE \
+    (gst_lingbot_session_handle_get_type ())
+GType gst_lingbot_session_handle_get_type (void);
+
+/**
+ * GST_LINGBOT_ATTACH_DECODER_QUERY:
+ *
+ * The name of the custom query (%GST_QUERY_CUSTOM) lingbotgen sends
+ * downstream once its session exists, before the first chunk: field
+ * `handle` (#GST_TYPE_LINGBOT_SESSION_HANDLE).  A decoder that answers it
+ * (lingbotvaedec) attaches its own worker group to the session
+ * (lingbot_session_attach_decoder()) and sets `attached` (boolean).  Not
+ * serialized, so it reaches the decoder through a queue at once.
+ */
+#define GST_LINGBOT_ATTACH_DECODER_QUERY "lingbot-attach-decoder"
 
 GstLingbotSessionHandle *gst_lingbot_session_handle_new (LingbotWorld *
     world, LingbotSession * session);

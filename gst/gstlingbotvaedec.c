@@ -90,6 +90,27 @@ struct _GstLingbotVaeDec
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
   GstClockTime decode_estimate; /* object lock: a chunk's decode time */
   GstClockTime position;        /* object lock: end of the last frame */
+
+  /* Two tasks (qlock): the decode task takes latent chunks (and the
+   * serialized events between them) from the input queue, which the chain
+   * fills, so the generator starts its next chunk at once; it turns each
+   * chunk into frame buffers for the output queue, from which the src
+   * pad's task pushes them.  So chunk k + 1 decodes while chunk k's frames
+   * wait for a clock-synchronised sink. */
+  GMutex qlock;
+  GCond qcond;
+  GQueue queue;                 /* input: GstBuffer / serialized GstEvent */
+  guint queued_buffers;
+  guint max_buffers;            /* the session's slots: 2 */
+  GQueue out;                   /* output: frame GstBuffer / GstEvent */
+  guint out_buffers;
+  guint max_out;                /* two chunks of frames */
+  gboolean flushing;
+  GstFlowReturn last_ret;       /* the push task's, returned by the chain */
+  GThread *decode_thread;
+  gboolean decode_run;          /* the thread runs while set */
+  gboolean decode_busy;         /* it works on an item now */
+  gboolean push_busy;           /* the push task pushes an item now */
   gboolean live;                /* object lock: the last LATENCY answer */
   guint64 frames_pushed;        /* object lock */
 };
@@ -330,6 +351,10 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   if (!self->negotiated)
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
         ("downstream refused %dx%d video", vw, vh));
+  g_mutex_lock (&self->qlock);
+  self->max_out = 2 * (guint) lingbot_chunk_video_frames (1,
+      (guint) self->lat_frames);
+  g_mutex_unlock (&self->qlock);
   GST_OBJECT_LOCK (self);
   self->chunk_duration = gst_util_uint64_scale (lingbot_chunk_video_frames (1,
           (guint) self->lat_frames), (guint64) self->fps_d * GST_SECOND,
@@ -402,6 +427,74 @@ translate_caps (GstLingbotVaeDec * self, GstCaps * filter)
   return latent;
 }
 
+static void gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self);
+static GstFlowReturn out_push (GstLingbotVaeDec * self, GstMiniObject * item);
+
+/* A serialized event, in order with the chunks (the decode task).  CAPS
+ * is negotiated here once the frames before it are out (the push task is
+ * idle then); the rest follows the frames through the output queue. */
+static gboolean
+handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
+{
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_CAPS:{
+      GstCaps *caps;
+      gboolean ret, flushing;
+
+      g_mutex_lock (&self->qlock);
+      while (!self->flushing && (!g_queue_is_empty (&self->out)
+              || self->push_busy))
+        g_cond_wait (&self->qcond, &self->qlock);
+      flushing = self->flushing;
+      g_mutex_unlock (&self->qlock);
+      if (flushing) {
+        gst_event_unref (event);
+        return FALSE;
+      }
+      gst_event_parse_caps (event, &caps);
+      ret = gst_lingbot_vae_dec_set_caps (self, caps);
+      gst_event_unref (event);
+      return ret;
+    }
+    case GST_EVENT_STREAM_START:
+      /* a new session: its first chunk decodes to 13 frames again */
+      g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
+      self->frame_index = 0;
+      self->chunk = 0;
+      break;
+    default:
+      break;
+  }
+  return out_push (self, GST_MINI_OBJECT_CAST (event)) != GST_FLOW_FLUSHING;
+}
+
+/* Drops what is queued (the chunks' memories release their slots).
+ * qlock held. */
+static void
+queue_clear_unlocked (GstLingbotVaeDec * self)
+{
+  g_queue_clear_full (&self->queue, (GDestroyNotify) gst_mini_object_unref);
+  self->queued_buffers = 0;
+  g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
+  self->out_buffers = 0;
+  g_cond_broadcast (&self->qcond);
+}
+
+static void
+set_flushing (GstLingbotVaeDec * self, gboolean flushing)
+{
+  g_mutex_lock (&self->qlock);
+  self->flushing = flushing;
+  if (flushing)
+    queue_clear_unlocked (self);
+  else
+    self->last_ret = GST_FLOW_OK;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+}
+
+static GstFlowReturn decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf);
+
 static gboolean
 gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
     GstEvent * event)
@@ -409,31 +502,235 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
 
   switch (GST_EVENT_TYPE (event)) {
-    case GST_EVENT_CAPS:{
-      GstCaps *caps;
-      gboolean ret;
+    case GST_EVENT_FLUSH_START:{
+      gboolean ret = gst_pad_push_event (self->srcpad, event);
 
-      gst_event_parse_caps (event, &caps);
-      ret = gst_lingbot_vae_dec_set_caps (self, caps);
-      gst_event_unref (event);
+      set_flushing (self, TRUE);
+      gst_pad_pause_task (self->srcpad);
+      /* the decode thread finishes what it does (its push fails) */
+      g_mutex_lock (&self->qlock);
+      while (self->decode_busy)
+        g_cond_wait (&self->qcond, &self->qlock);
+      queue_clear_unlocked (self);
+      g_mutex_unlock (&self->qlock);
       return ret;
     }
-    case GST_EVENT_STREAM_START:
-    case GST_EVENT_FLUSH_STOP:
-      /* a new session: its first chunk decodes to 13 frames again */
+    case GST_EVENT_FLUSH_STOP:{
+      gboolean ret = gst_pad_push_event (self->srcpad, event);
+
       g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
       self->frame_index = 0;
       self->chunk = 0;
       summary_reset (self);
-      break;
-    case GST_EVENT_EOS:
-      /* before EOS goes on, so that it precedes the pipeline's EOS */
-      post_summary (self);
-      break;
+      set_flushing (self, FALSE);
+      gst_pad_start_task (self->srcpad, (GstTaskFunction)
+          gst_lingbot_vae_dec_push_loop, self, NULL);
+      return ret;
+    }
     default:
       break;
   }
-  return gst_pad_event_default (pad, parent, event);
+  if (!GST_EVENT_IS_SERIALIZED (event))
+    return gst_pad_event_default (pad, parent, event);
+  /* behind the chunks queued before it */
+  g_mutex_lock (&self->qlock);
+  if (self->flushing) {
+    g_mutex_unlock (&self->qlock);
+    gst_event_unref (event);
+    return FALSE;
+  }
+  g_queue_push_tail (&self->queue, event);
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  return TRUE;
+}
+
+/* The chain queues: at most the session's slot count of chunks wait (the
+ * generator then waits here, not in the DiT), and a chunk in device memory
+ * is claimed, so the session never spills it to host memory. */
+static GstFlowReturn
+gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+  GstMemory *mem = gst_buffer_n_memory (buf) == 1 ?
+      gst_buffer_peek_memory (buf, 0) : NULL;
+  GstFlowReturn ret;
+
+  if (mem && gst_is_lingbot_device_memory (mem)) {
+    GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
+
+    lingbot_session_claim_chunk (dm->handle->session, dm->chunk);
+  }
+  g_mutex_lock (&self->qlock);
+  while (!self->flushing && self->last_ret == GST_FLOW_OK
+      && self->queued_buffers >= self->max_buffers)
+    g_cond_wait (&self->qcond, &self->qlock);
+  ret = self->flushing ? GST_FLOW_FLUSHING : self->last_ret;
+  if (ret == GST_FLOW_OK) {
+    g_queue_push_tail (&self->queue, buf);
+    self->queued_buffers++;
+    g_cond_broadcast (&self->qcond);
+    buf = NULL;
+  }
+  g_mutex_unlock (&self->qlock);
+  gst_clear_buffer (&buf);
+  return ret;
+}
+
+/* One item of the input queue (the decode thread). */
+static void
+decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
+{
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  if (GST_IS_BUFFER (item)) {
+    ret = decode_buffer (self, GST_BUFFER_CAST (item));
+  } else {
+    GstEvent *event = GST_EVENT_CAST (item);
+    gboolean caps = GST_EVENT_TYPE (event) == GST_EVENT_CAPS;
+
+    if (!handle_serialized_event (self, event) && caps)
+      ret = GST_FLOW_NOT_NEGOTIATED;
+  }
+  if (ret == GST_FLOW_OK || ret == GST_FLOW_FLUSHING)
+    return;
+  /* the chain returns it upstream from now on */
+  g_mutex_lock (&self->qlock);
+  if (self->last_ret == GST_FLOW_OK)
+    self->last_ret = ret;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  GST_DEBUG_OBJECT (self, "decode: %s", gst_flow_get_name (ret));
+}
+
+/* The decode thread: chunks and serialized events in order, into the
+ * output queue; idle while flushing, until stopped. */
+static gpointer
+decode_thread_func (gpointer data)
+{
+  GstLingbotVaeDec *self = data;
+
+  g_mutex_lock (&self->qlock);
+  while (self->decode_run) {
+    GstMiniObject *item;
+
+    if (self->flushing || g_queue_is_empty (&self->queue)) {
+      g_cond_wait (&self->qcond, &self->qlock);
+      continue;
+    }
+    item = g_queue_pop_head (&self->queue);
+    if (GST_IS_BUFFER (item))
+      self->queued_buffers--;
+    self->decode_busy = TRUE;
+    g_cond_broadcast (&self->qcond);
+    g_mutex_unlock (&self->qlock);
+    decode_item (self, item);
+    g_mutex_lock (&self->qlock);
+    self->decode_busy = FALSE;
+    g_cond_broadcast (&self->qcond);
+  }
+  g_mutex_unlock (&self->qlock);
+  return NULL;
+}
+
+static void
+decode_thread_start (GstLingbotVaeDec * self)
+{
+  if (self->decode_thread)
+    return;
+  self->decode_run = TRUE;
+  self->decode_thread = g_thread_new ("lingbotvaedec", decode_thread_func,
+      self);
+}
+
+static void
+decode_thread_stop (GstLingbotVaeDec * self)
+{
+  if (self->decode_thread == NULL)
+    return;
+  g_mutex_lock (&self->qlock);
+  self->decode_run = FALSE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  g_thread_join (self->decode_thread);
+  self->decode_thread = NULL;
+}
+
+/* The src pad's task: frames and events out of the output queue. */
+static void
+gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
+{
+  GstMiniObject *item;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  g_mutex_lock (&self->qlock);
+  while (!self->flushing && g_queue_is_empty (&self->out))
+    g_cond_wait (&self->qcond, &self->qlock);
+  if (self->flushing) {
+    g_mutex_unlock (&self->qlock);
+    gst_pad_pause_task (self->srcpad);
+    return;
+  }
+  item = g_queue_pop_head (&self->out);
+  if (GST_IS_BUFFER (item))
+    self->out_buffers--;
+  self->push_busy = TRUE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+
+  if (GST_IS_BUFFER (item)) {
+    GstBuffer *buf = GST_BUFFER_CAST (item);
+
+    GST_OBJECT_LOCK (self);
+    self->position = GST_BUFFER_PTS (buf) + GST_BUFFER_DURATION (buf);
+    self->frames_pushed = GST_BUFFER_OFFSET_END (buf);
+    GST_OBJECT_UNLOCK (self);
+    ret = gst_pad_push (self->srcpad, buf);
+  } else {
+    GstEvent *event = GST_EVENT_CAST (item);
+
+    if (GST_EVENT_TYPE (event) == GST_EVENT_STREAM_START)
+      summary_reset (self);
+    /* lingbot-summary before EOS goes on, so that it precedes the
+     * pipeline's EOS message */
+    if (GST_EVENT_TYPE (event) == GST_EVENT_EOS)
+      post_summary (self);
+    gst_pad_push_event (self->srcpad, event);
+  }
+  g_mutex_lock (&self->qlock);
+  self->push_busy = FALSE;
+  g_cond_broadcast (&self->qcond);
+  if (ret == GST_FLOW_OK) {
+    g_mutex_unlock (&self->qlock);
+    return;
+  }
+  if (self->last_ret == GST_FLOW_OK || self->last_ret == GST_FLOW_FLUSHING)
+    self->last_ret = ret;
+  g_mutex_unlock (&self->qlock);
+  GST_DEBUG_OBJECT (self, "pausing the push task: %s",
+      gst_flow_get_name (ret));
+  if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS)
+    GST_ELEMENT_FLOW_ERROR (self, ret);
+  gst_pad_pause_task (self->srcpad);
+}
+
+static gboolean
+gst_lingbot_vae_dec_src_activate_mode (GstPad * pad, GstObject * parent,
+    GstPadMode mode, gboolean active)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  if (mode != GST_PAD_MODE_PUSH)
+    return FALSE;
+  if (active) {
+    set_flushing (self, FALSE);
+    decode_thread_start (self);
+    return gst_pad_start_task (pad, (GstTaskFunction)
+        gst_lingbot_vae_dec_push_loop, self, NULL);
+  }
+  set_flushing (self, TRUE);
+  decode_thread_stop (self);
+  return gst_pad_stop_task (pad);
 }
 
 static gboolean
@@ -488,7 +785,34 @@ ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
   return TRUE;
 }
 
-/* Pushes the @n frames of a chunk whose latent buffer was stamped @pts:
+/* Queues @item (a frame, or a serialized event: not counted) for the push
+ * task; waits while two chunks of frames are queued.  Returns the push
+ * task's flow (FLUSHING when flushing). */
+static GstFlowReturn
+out_push (GstLingbotVaeDec * self, GstMiniObject * item)
+{
+  const gboolean frame = GST_IS_BUFFER (item);
+  GstFlowReturn ret;
+
+  g_mutex_lock (&self->qlock);
+  while (frame && !self->flushing && self->last_ret == GST_FLOW_OK
+      && self->out_buffers >= self->max_out)
+    g_cond_wait (&self->qcond, &self->qlock);
+  ret = self->flushing ? GST_FLOW_FLUSHING : self->last_ret;
+  if (ret == GST_FLOW_OK || !frame) {
+    g_queue_push_tail (&self->out, item);
+    if (frame)
+      self->out_buffers++;
+    g_cond_broadcast (&self->qcond);
+    item = NULL;
+  }
+  g_mutex_unlock (&self->qlock);
+  if (item)
+    gst_mini_object_unref (item);
+  return ret;
+}
+
+/* Queues the @n frames of a chunk whose latent buffer was stamped @pts:
  * frame i at @pts + i / fps (the generator's timestamps, live or not); a
  * chunk without a timestamp continues the element's own frame count. */
 static GstFlowReturn
@@ -566,11 +890,7 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
     if (i == 0 && self->frame_index == 0)
       GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
     self->frame_index++;
-    GST_OBJECT_LOCK (self);
-    self->position = GST_BUFFER_PTS (out) + GST_BUFFER_DURATION (out);
-    self->frames_pushed = self->frame_index;
-    GST_OBJECT_UNLOCK (self);
-    ret = gst_pad_push (self->srcpad, out);
+    ret = out_push (self, GST_MINI_OBJECT_CAST (out));
     if (ret != GST_FLOW_OK)
       return ret;
   }
@@ -602,10 +922,10 @@ note_decode_time (GstLingbotVaeDec * self, double seconds)
   }
 }
 
+/* Decodes one latent buffer and pushes its frames (the decode task). */
 static GstFlowReturn
-gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
+decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
 {
-  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
   g_autoptr (GError) error = NULL;
   GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (buf);
   GstMemory *mem = gst_buffer_n_memory (buf) == 1 ?
@@ -643,28 +963,20 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
      * never mapping the buffer */
     GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
     GstLingbotSessionHandle *h = dm->handle;
-    const LbTensor *t;
 
     if (meta)
       stats = meta->stats;
     else
       stats.index = dm->chunk;
-    g_mutex_lock (&h->lock);
-    t = gst_lingbot_device_memory_get_tensor (mem);
-    if (t == NULL) {
-      g_set_error (&error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-          "the latents of chunk %" G_GUINT64_FORMAT " were overwritten",
-          dm->chunk);
-      ok = FALSE;
-    } else {
-      ok = lingbot_session_decode (h->session, t, &n, &stats, &error);
-    }
+    /* where its latents are (a channel slot on the decode ranks, a spill,
+     * or the serial latent tensor); beside the generator's next chunk */
+    ok = lingbot_session_decode_chunk (h->session, dm->chunk, &n, &stats,
+        &error);
     if (ok) {
       note_decode_time (self, stats.vae_seconds);
       ret = push_frames (self, lingbot_session_get_frames (h->session), n,
           pts, &error);
     }
-    g_mutex_unlock (&h->lock);
     gst_buffer_unref (buf);
     goto decoded;
   }
@@ -678,7 +990,6 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     GstLingbotSessionHandle *h = meta->handle;
 
     stats = meta->stats;
-    g_mutex_lock (&h->lock);
     /* sets stats.vae_seconds: the decode alone, not the wait for a
      * generate that holds the world */
     ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
@@ -687,7 +998,6 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
       ret = push_frames (self, lingbot_session_get_frames (h->session), n,
           pts, &error);
     }
-    g_mutex_unlock (&h->lock);
   } else {
     stats.index = self->chunk;
     if (!ensure_own_decoder (self, &error)) {
@@ -704,7 +1014,9 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
     ok = lingbot_vae_decoder_decode (self->decoder, &latents, self->frames,
         &n, &error);
     if (ok) {
-      stats.vae_seconds = (g_get_monotonic_time () - t0) / 1e6;
+      stats.decode_start_us = t0;
+      stats.decode_end_us = g_get_monotonic_time ();
+      stats.vae_seconds = (stats.decode_end_us - t0) / 1e6;
       note_decode_time (self, stats.vae_seconds);
       ret = push_frames (self, self->frames, n, pts, &error);
     }
@@ -734,7 +1046,9 @@ decoded:
               "frames", G_TYPE_INT, n,
               "vae-seconds", G_TYPE_DOUBLE, stats.vae_seconds,
               "compute-seconds", G_TYPE_DOUBLE,
-              stats.dit_seconds + stats.vae_seconds, NULL)));
+              stats.dit_seconds + stats.vae_seconds,
+              "decode-start", G_TYPE_INT64, stats.decode_start_us,
+              "decode-end", G_TYPE_INT64, stats.decode_end_us, NULL)));
   GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT ": %d frames, VAE "
       "%.3f s", stats.index, n, stats.vae_seconds);
   self->chunk++;
@@ -774,6 +1088,51 @@ gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
   return TRUE;
 }
 
+/* lingbotgen's query right after its session exists: the session's
+ * decode moves onto its own worker group here (`devices`, default the
+ * generator's), fed by a tensor channel from the DiT ranks, unless
+ * LINGBOT_DECODE_OVERLAP=0 (then it stays serial on the DiT ranks). */
+static gboolean
+attach_decoder (GstLingbotVaeDec * self, GstQuery * query)
+{
+  GstStructure *st = gst_query_writable_structure (query);
+  GstLingbotSessionHandle *h = NULL;
+  g_autofree char *devices = NULL;
+  g_autoptr (GError) error = NULL;
+  const char *env = g_getenv ("LINGBOT_DECODE_OVERLAP");
+  gboolean attached = FALSE;
+
+  if (!gst_structure_get (st, "handle", GST_TYPE_LINGBOT_SESSION_HANDLE, &h,
+          NULL) || h == NULL)
+    return FALSE;
+  GST_OBJECT_LOCK (self);
+  devices = g_strdup (self->devices);
+  GST_OBJECT_UNLOCK (self);
+  if (env != NULL && g_strcmp0 (env, "0") == 0) {
+    GST_INFO_OBJECT (self, "LINGBOT_DECODE_OVERLAP=0: the decode stays on "
+        "the DiT ranks, serial");
+  } else if (lingbot_session_has_decoder (h->session)) {
+    GST_INFO_OBJECT (self, "the session has its decoder already");
+  } else if (lingbot_session_attach_decoder (h->session, devices, 0,
+          &error)) {
+    attached = TRUE;
+    GST_INFO_OBJECT (self, "decoding on %s, beside the generation (%d "
+        "slots)", devices ? devices : "the generator's devices",
+        lingbot_session_get_n_slots (h->session));
+  } else {
+    GST_ELEMENT_WARNING (self, RESOURCE, SETTINGS,
+        ("Cannot decode beside the generation: %s", error->message),
+        ("decoding on the DiT ranks instead"));
+  }
+  g_mutex_lock (&self->qlock);
+  self->max_buffers = (guint) MAX (2, lingbot_session_get_n_slots
+      (h->session));
+  g_mutex_unlock (&self->qlock);
+  gst_structure_set (st, "attached", G_TYPE_BOOLEAN, attached, NULL);
+  gst_lingbot_session_handle_unref (h);
+  return TRUE;
+}
+
 static gboolean
 gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
     GstQuery * query)
@@ -782,6 +1141,10 @@ gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY && pad == self->srcpad)
     return gst_lingbot_vae_dec_latency_query (self, query);
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CUSTOM && pad == self->sinkpad
+      && gst_structure_has_name (gst_query_get_structure (query),
+          GST_LINGBOT_ATTACH_DECODER_QUERY))
+    return attach_decoder (self, query);
   if (GST_QUERY_TYPE (query) == GST_QUERY_CAPS && pad == self->sinkpad) {
     GstCaps *filter, *caps;
 
@@ -861,6 +1224,9 @@ gst_lingbot_vae_dec_change_state (GstElement * element,
 
   if (transition == GST_STATE_CHANGE_READY_TO_PAUSED)
     gst_lingbot_vae_dec_reset (self);
+  /* a chain waiting for queue space must return before the pads go */
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
+    set_flushing (self, TRUE);
   ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
   switch (transition) {
     case GST_STATE_CHANGE_PAUSED_TO_READY:
@@ -929,6 +1295,10 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   gst_lingbot_vae_dec_reset (self);
+  g_queue_clear_full (&self->queue, (GDestroyNotify) gst_mini_object_unref);
+  g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
+  g_mutex_clear (&self->qlock);
+  g_cond_clear (&self->qcond);
   g_array_unref (self->chunk_seconds);
   g_array_unref (self->chunk_frames);
   g_clear_pointer (&self->world, lingbot_world_unref);
@@ -985,11 +1355,21 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
   gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
   gst_pad_use_fixed_caps (self->srcpad);
+  gst_pad_set_activatemode_function (self->srcpad,
+      gst_lingbot_vae_dec_src_activate_mode);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
   self->model_path = g_strdup (DEFAULT_MODEL_PATH);
   self->devices = g_strdup (DEFAULT_DEVICES);
   self->chunk_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  g_mutex_init (&self->qlock);
+  g_cond_init (&self->qcond);
+  g_queue_init (&self->queue);
+  self->max_buffers = 2;
+  g_queue_init (&self->out);
+  self->max_out = 32;
+  self->flushing = TRUE;
+
   self->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   self->decode_estimate = GST_CLOCK_TIME_NONE;

@@ -744,7 +744,11 @@ rank_chunk_run (LbRank * rank, ChunkArgs * a, GError ** error)
     LbTensor band;
     lb_split_rows (ses->lat_h, rank->n_ranks, rank->rank, &r0, &nr);
     lb_tensor_view_narrow (&band, sr->x0, 2, r0, nr);
-    if (!lb_channel_send (ses->out_channel, rank, &band, error))
+    /* (the band is strided: copied into the slot by runs) */
+    LbTensor slot;
+    if (!lb_channel_acquire (ses->out_channel, rank, &slot, error) ||
+        !lingbot_dit_copy_rows (s, &slot, &band, error) ||
+        !lb_channel_commit (ses->out_channel, rank, error))
       return FALSE;
   }
   /* the chunk is done when run_chunk returns (and its errors are its own);

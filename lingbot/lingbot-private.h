@@ -39,4 +39,7 @@ struct _LingbotWorld
   LbMathMode math;
 };
 
+LingbotWorld *lingbot_world_new_on_backend (const LingbotWorldOptions *
+    options, LbBackend * backend, int n_ranks, GError ** error);
+
 G_END_DECLS

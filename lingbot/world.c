@@ -99,8 +99,40 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
  *
  * Returns: (transfer full) (nullable): the world.
  */
+static LingbotWorld *
+world_new (const LingbotWorldOptions * options, LbBackend * backend,
+    int n_ranks, GError ** error);
+
 LingbotWorld *
 lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
+{
+  return world_new (options, NULL, 0, error);
+}
+
+/**
+ * lingbot_world_new_on_backend:
+ * @options: as for lingbot_world_new(); @options->devices is only a label
+ * @backend: the backend of the world's ranks (a test backend such as the
+ *   emulated device of tests/common/fakedev.c)
+ * @n_ranks: ranks, on devices 0 .. @n_ranks - 1 of @backend
+ * @error: as for lingbot_world_new()
+ *
+ * lingbot_world_new() on a backend the devices string cannot name: for
+ * tests of whole sessions on an emulated device (lingbot-private.h).
+ *
+ * Returns: (transfer full) (nullable): the world.
+ */
+LingbotWorld *
+lingbot_world_new_on_backend (const LingbotWorldOptions * options,
+    LbBackend * backend, int n_ranks, GError ** error)
+{
+  g_return_val_if_fail (backend != NULL && n_ranks > 0, NULL);
+  return world_new (options, backend, n_ranks, error);
+}
+
+static LingbotWorld *
+world_new (const LingbotWorldOptions * options, LbBackend * backend,
+    int n_ranks, GError ** error)
 {
   g_return_val_if_fail (options != NULL, NULL);
   LbMathMode math;
@@ -176,9 +208,16 @@ lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
     }
   }
 
-  if (!lingbot_backend_parse_devices (w->devices, &w->backend, &w->n_ranks,
-          &w->ordinals, error))
+  if (backend != NULL) {
+    w->backend = backend;
+    w->n_ranks = n_ranks;
+    w->ordinals = g_new0 (int, n_ranks);
+    for (int r = 0; r < n_ranks; r++)
+      w->ordinals[r] = r;
+  } else if (!lingbot_backend_parse_devices (w->devices, &w->backend,
+          &w->n_ranks, &w->ordinals, error)) {
     goto fail;
+  }
   LbWorkerGroupOptions go = { options->timeout_ms, NULL, "world" };
   w->group = lb_worker_group_new (w->backend, w->n_ranks, w->ordinals, &go,
       error);

@@ -518,7 +518,15 @@ typedef struct {
   guint device_buffers;         /* one GstLingbotDeviceMemory */
   guint system_buffers;         /* system memory */
   guint meta_buffers;           /* with a GstLingbotChunkMeta */
+  GstLingbotSessionHandle *handle;      /* the session, from the meta */
 } LatentWatch;
+
+static void
+watch_clear (LatentWatch * w)
+{
+  gst_clear_caps (&w->caps);
+  g_clear_pointer (&w->handle, gst_lingbot_session_handle_unref);
+}
 
 static GstPadProbeReturn
 watch_latents (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
@@ -542,6 +550,9 @@ watch_latents (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
       w->system_buffers++;
     if (gst_buffer_get_lingbot_chunk_meta (b))
       w->meta_buffers++;
+    if (w->handle == NULL && gst_buffer_get_lingbot_chunk_meta (b))
+      w->handle = gst_lingbot_session_handle_ref
+          (gst_buffer_get_lingbot_chunk_meta (b)->handle);
   }
   return GST_PAD_PROBE_OK;
 }
@@ -565,15 +576,19 @@ run_watched (const char *desc, Run * r, LatentWatch * w)
 
 /* holds chunk 0 before lingbotvaedec until lingbotgen, behind a queue,
  * copied it out of the session to generate chunk 1 */
+/* holds chunk 0 before the decoder until chunk 1 is generated */
 static GstPadProbeReturn
 hold_chunk0 (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
 {
-  const guint64 *preserved = user_data;
   GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
+  GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (b);
 
+  g_assert_nonnull (meta);
   for (int i = 0; GST_BUFFER_OFFSET (b) == 0 && i < 2000
-      && gst_lingbot_device_memory_get_n_preserved () == *preserved; i++)
+      && lingbot_session_get_chunk_index (meta->handle->session) < 2; i++)
     g_usleep (10000);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (meta->handle->session),
+      ==, 2);
   return GST_PAD_PROBE_OK;
 }
 
@@ -617,6 +632,12 @@ GST_START_TEST (test_device_memory)
       downloads);
   g_assert_cmpuint (gst_lingbot_device_memory_get_n_preserved (), ==,
       preserved);
+  /* the decode beside the generation: through the channel, nothing of
+   * the latents in host memory */
+  g_assert_nonnull (wd.handle);
+  g_assert_true (lingbot_session_has_decoder (wd.handle->session));
+  g_assert_cmpuint (lingbot_session_get_latent_host_bytes
+      (wd.handle->session), ==, 0);
 
   /* plain caps forced: system-memory bytes (+ meta), the same frames */
   run_watched (dp, &rp, &wp);
@@ -630,9 +651,8 @@ GST_START_TEST (test_device_memory)
   g_assert_cmpint (max_diff (&rd, &rp), ==, 0);
 
   /* a queue, chunk 0 held before the decoder until chunk 1 is generated:
-   * lingbotgen copies chunk 0 out of the session's latent tensor first
-   * (gst_lingbot_device_memory_preserve(), not through the buffer), and it
-   * decodes to the same frames; no download */
+   * the session's two slots hold both, nothing is copied or downloaded,
+   * the same frames */
   {
     GstElement *p = pipeline_new (dq, &rq);
     GstElement *gen = gst_bin_get_by_name (GST_BIN (p), "gen");
@@ -645,7 +665,7 @@ GST_START_TEST (test_device_memory)
     gst_object_unref (pad);
     pad = gst_element_get_static_pad (dec, "sink");
     gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, hold_chunk0,
-        &preserved, NULL);
+        NULL, NULL);
     gst_object_unref (pad);
     gst_object_unref (dec);
     gst_object_unref (gen);
@@ -656,14 +676,16 @@ GST_START_TEST (test_device_memory)
   g_assert_true (caps_have_device_feature (wq.caps));
   g_assert_cmpuint (wq.device_buffers, ==, 2);
   g_assert_cmpuint (gst_lingbot_device_memory_get_n_preserved (), ==,
-      preserved + 1);
+      preserved);
+  g_assert_cmpuint (lingbot_session_get_latent_host_bytes
+      (wq.handle->session), ==, 0);
   g_assert_cmpint (max_diff (&rd, &rq), ==, 0);
   g_assert_cmpuint (gst_lingbot_device_memory_get_n_downloads (), ==,
       downloads);
 
-  gst_clear_caps (&wd.caps);
-  gst_clear_caps (&wp.caps);
-  gst_clear_caps (&wq.caps);
+  watch_clear (&wd);
+  watch_clear (&wp);
+  watch_clear (&wq);
   run_clear (&rd);
   run_clear (&rp);
   run_clear (&rq);
@@ -753,8 +775,8 @@ GST_START_TEST (test_device_memory_map)
         downloads + i + 1);
   }
 
-  gst_clear_caps (&wd.caps);
-  gst_clear_caps (&wp.caps);
+  watch_clear (&wd);
+  watch_clear (&wp);
   run_clear (&rd);
   run_clear (&rp);
 }

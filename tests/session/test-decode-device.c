@@ -1,0 +1,135 @@
+/* lingbot-gst: the decode beside generation on an emulated device
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * A whole session on "fakedev" (tests/common/fakedev.c: device-labelled
+ * host memory with residency checks and copy counters, the CPU kernels),
+ * 1 and 2 ranks: the serial decode (the DiT downloads x0 on rank 0, every
+ * decode rank uploads the chunk) against a decoder attached on its own
+ * worker group (lingbot_session_attach_decoder()): the same frames byte
+ * for byte, and per chunk exactly that download and those uploads fewer:
+ * nothing of the latents crosses the host.
+ */
+#include <string.h>
+
+#include "fakedev.h"
+#include "test-fixture.h"
+#include "kernels/error.h"
+#include "lingbot/lingbot.h"
+#include "lingbot/lingbot-private.h"
+
+#define N_CHUNKS 3
+#define IMG_W 80
+#define IMG_H 48
+
+static char *tmpdir, *model_dir, *embeds;
+static guint8 image[IMG_W * IMG_H * 3];
+
+typedef struct
+{
+  GArray *frames;               /* float: every frame of every chunk */
+  FakeDevStats before[N_CHUNKS], after[N_CHUNKS];
+} Run;
+
+static void
+run_session (LingbotWorld * w, gboolean attach, Run * run)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o = LINGBOT_SESSION_OPTIONS_INIT;
+
+  o.prompt_embeds_path = embeds;
+  o.image_rgb = image;
+  o.image_width = IMG_W;
+  o.image_height = IMG_H;
+  o.width = o.height = 64;
+  o.seed = 11;
+  o.frames = 13 + 16 * (N_CHUNKS - 1);
+  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  if (attach) {
+    g_assert_true (lingbot_session_attach_decoder (s, NULL, 2, &err));
+    g_assert_no_error (err);
+  }
+  run->frames = g_array_new (FALSE, FALSE, sizeof (float));
+  for (int c = 0; c < N_CHUNKS; c++) {
+    int n = 0;
+    run->before[c] = fakedev_stats ();
+    gboolean ok = lingbot_session_generate (s, c ? LINGBOT_KEY_W : 0, NULL,
+        &err);
+    g_assert_no_error (err);
+    g_assert_true (ok);
+    lingbot_session_claim_chunk (s, (guint64) c);
+    ok = lingbot_session_decode_chunk (s, (guint64) c, &n, NULL, &err);
+    g_assert_no_error (err);
+    g_assert_true (ok);
+    run->after[c] = fakedev_stats ();
+    const LbTensor *f = lingbot_session_get_frames (s);
+    for (int ch = 0; ch < 3; ch++)
+      g_array_append_vals (run->frames, (const float *) f->data +
+          (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);
+  }
+  g_assert_cmpuint (lingbot_session_get_latent_host_bytes (s), ==,
+      attach ? 0 : N_CHUNKS * 16 * 4 * 8 * 8 * sizeof (float));
+  g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 0);
+}
+
+static void
+test_device (gconstpointer data)
+{
+  const int n = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  Run serial = { 0 }, overlap = { 0 };
+
+  wo.model_path = model_dir;
+  wo.devices = "fakedev";
+  wo.load_text_encoder = FALSE;
+  g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
+      fakedev_backend (), n, &err);
+  g_assert_no_error (err);
+  run_session (w, FALSE, &serial);
+  run_session (w, TRUE, &overlap);
+
+  g_assert_cmpuint (serial.frames->len, ==, overlap.frames->len);
+  g_assert_cmpmem (serial.frames->data, serial.frames->len * sizeof (float),
+      overlap.frames->data, overlap.frames->len * sizeof (float));
+  for (int c = 1; c < N_CHUNKS; c++) {
+    int d2h_s = serial.after[c].n_d2h - serial.before[c].n_d2h;
+    int d2h_o = overlap.after[c].n_d2h - overlap.before[c].n_d2h;
+    int h2d_s = serial.after[c].n_h2d - serial.before[c].n_h2d;
+    int h2d_o = overlap.after[c].n_h2d - overlap.before[c].n_h2d;
+    g_print ("# %d rank(s), chunk %d: serial %d D2H + %d H2D copies, "
+        "overlapped %d + %d\n", n, c, d2h_s, h2d_s, d2h_o, h2d_o);
+    /* rank 0's download of x0, and every decode rank's upload of the
+     * chunk: gone; everything else (noise, condition, poses, frames) the
+     * same */
+    g_assert_cmpint (d2h_s - d2h_o, ==, 1);
+    g_assert_cmpint (h2d_s - h2d_o, ==, n);
+  }
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+  g_array_unref (serial.frames);
+  g_array_unref (overlap.frames);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_autoptr (GError) err = NULL;
+
+  g_test_init (&argc, &argv, NULL);
+  for (int i = 0; i < IMG_W * IMG_H * 3; i++)
+    image[i] = (guint8) ((i * 7) % 251);
+  tmpdir = g_dir_make_tmp ("lingbot-decode-device-XXXXXX", &err);
+  g_assert_no_error (err);
+  model_dir = lingbot_test_write_model (tmpdir);
+  embeds = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
+  g_test_add_data_func ("/session/decode-device/1", GINT_TO_POINTER (1),
+      test_device);
+  g_test_add_data_func ("/session/decode-device/2", GINT_TO_POINTER (2),
+      test_device);
+  int rc = g_test_run ();
+  lingbot_test_rm_rf (tmpdir);
+  g_free (tmpdir);
+  g_free (model_dir);
+  g_free (embeds);
+  return rc;
+}
