@@ -344,7 +344,7 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   out = gst_video_info_to_caps (&self->out_info);
   GST_DEBUG_OBJECT (self, "output caps %" GST_PTR_FORMAT, out);
   self->negotiated = gst_pad_push_event (self->srcpad,
-      gst_event_new_caps (gst_caps_ref (out)));
+      gst_event_new_caps (out));
   if (self->negotiated)
     setup_pool (self, out);
   gst_caps_unref (out);
@@ -828,11 +828,24 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
     GstFlowReturn ret;
 
     if (self->pool) {
-      ret = gst_buffer_pool_acquire_buffer (self->pool, &out, NULL);
-      if (ret != GST_FLOW_OK)
+      /* never waits: a pool whose buffers all sit downstream (an appsink
+       * keeping its samples) must not stop the decode, a new buffer is
+       * allocated instead */
+      GstBufferPoolAcquireParams params = { 0 };
+
+      params.flags = GST_BUFFER_POOL_ACQUIRE_FLAG_DONTWAIT;
+      ret = gst_buffer_pool_acquire_buffer (self->pool, &out, &params);
+      if (ret == GST_FLOW_EOS)
+        out = NULL;
+      else if (ret != GST_FLOW_OK)
         return ret;
-    } else {
-      out = gst_buffer_new_allocate (NULL, self->out_info.size, NULL);
+    }
+    if (out == NULL)
+      out = gst_lingbot_buffer_try_new (self->out_info.size);
+    if (out == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cannot allocate a %"
+          G_GSIZE_FORMAT "-byte video frame", self->out_info.size);
+      return GST_FLOW_ERROR;
     }
     if (!gst_video_frame_map (&vf, &self->out_info, out, GST_MAP_WRITE)) {
       gst_buffer_unref (out);

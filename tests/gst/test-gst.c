@@ -2513,6 +2513,108 @@ GST_START_TEST (test_poses_through_elements)
 
 GST_END_TEST;
 
+/* The decode beside generation against the serial decode
+ * (LINGBOT_DECODE_OVERLAP=0): the same video byte for byte on 1 and 2
+ * ranks; overlapped, no latent byte crossed the host; a decoder on other
+ * ranks (lingbotvaedec devices=cpu:1 under a cpu:2 generator) within float
+ * rounding */
+GST_START_TEST (test_decode_overlap)
+{
+  for (int n = 1; n <= 3; n++) {
+    g_autofree char *dev = g_strdup_printf ("cpu:%d", n == 3 ? 2 : n);
+    g_autofree char *g = gen_desc ("lingbotgen name=gen", dev, NULL);
+    g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s "
+        "! %s ! lingbotvaedec %s ! appsink name=sink sync=false", trace_path,
+        g, n == 3 ? "devices=cpu:1" : "");
+    LatentWatch ws, wo;
+    Run rs, ro;
+
+    g_setenv ("LINGBOT_DECODE_OVERLAP", "0", TRUE);
+    run_watched (desc, &rs, &ws);
+    g_unsetenv ("LINGBOT_DECODE_OVERLAP");
+    run_watched (desc, &ro, &wo);
+    check_run (&rs);
+    check_run (&ro);
+    g_assert_false (lingbot_session_has_decoder (ws.handle->session));
+    g_assert_true (lingbot_session_has_decoder (wo.handle->session));
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes
+        (ws.handle->session), ==, 2 * 16 * 4 * 8 * 8 * sizeof (float));
+    g_assert_cmpuint (lingbot_session_get_latent_host_bytes
+        (wo.handle->session), ==, 0);
+    g_assert_cmpint (lingbot_session_get_decode_ranks (wo.handle->session),
+        ==, n == 3 ? 1 : n);
+    g_assert_cmpint (max_diff (&rs, &ro), <=, n == 3 ? 2 : 0);
+    watch_clear (&ws);
+    watch_clear (&wo);
+    run_clear (&rs);
+    run_clear (&ro);
+  }
+}
+
+GST_END_TEST;
+
+/* gst-launch-1.0 stopped with Ctrl-C (no -e: straight to NULL) while an
+ * unbounded session has chunks in flight (a queue before the decoder): it
+ * exits, and the leaks tracer finds every object freed */
+GST_START_TEST (test_stop_leaks)
+{
+  g_autofree char *launch = g_find_program_in_path ("gst-launch-1.0");
+  g_autofree char *g1 = NULL, *cmd = NULL, *errout = NULL;
+  g_auto (GStrv) argv = NULL;
+  g_auto (GStrv) envp = NULL;
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GIOChannel) ch = NULL;
+  GPid pid;
+  int fd_out = -1, fd_err = -1, status = 0;
+  gboolean signalled = FALSE;
+  char *line = NULL;
+
+  if (launch == NULL)
+    return;
+  g1 = gen_desc ("lingbotgen", "cpu:1", "frames=0");
+  cmd = g_strdup_printf ("timeout 120 gst-launch-1.0 -m %s ! queue ! "
+      "lingbotvaedec ! fakesink", g1);
+  g_assert_true (g_shell_parse_argv (cmd, NULL, &argv, &err));
+  envp = g_get_environ ();
+  envp = g_environ_setenv (envp, "GST_TRACERS", "leaks", TRUE);
+  envp = g_environ_setenv (envp, "GST_DEBUG", "GST_TRACER:7", TRUE);
+  envp = g_environ_setenv (envp, "GST_DEBUG_NO_COLOR", "1", TRUE);
+  g_assert_true (g_spawn_async_with_pipes (NULL, argv, envp,
+          G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD, NULL, NULL, &pid,
+          NULL, &fd_out, &fd_err, &err));
+  g_assert_no_error (err);
+  ch = g_io_channel_unix_new (fd_out);
+  g_io_channel_set_close_on_unref (ch, TRUE);
+  while (g_io_channel_read_line (ch, &line, NULL, NULL, NULL) ==
+      G_IO_STATUS_NORMAL) {
+    /* chunk 1 announced: chunk 0 is being decoded or queued, chunk 1 in a
+     * slot */
+    if (!signalled && strstr (line, "lingbot-chunk, index=(guint64)1")) {
+      g_assert_cmpint (kill (pid, SIGINT), ==, 0);
+      signalled = TRUE;
+    }
+    g_free (line);
+  }
+  {
+    g_autoptr (GIOChannel) ech = g_io_channel_unix_new (fd_err);
+    gsize len = 0;
+    g_io_channel_set_close_on_unref (ech, TRUE);
+    g_io_channel_read_to_end (ech, &errout, &len, NULL);
+  }
+  g_assert_cmpint (waitpid (pid, &status, 0), ==, pid);
+  g_spawn_close_pid (pid);
+  g_assert_true (signalled);
+  g_assert_true (WIFEXITED (status));
+  if (WEXITSTATUS (status) == 124)
+    g_error ("gst-launch-1.0 hung after Ctrl-C");
+  g_assert_nonnull (errout);
+  if (strstr (errout, ":: object-alive") != NULL)
+    g_error ("leaks after the stop:\n%s", strstr (errout,
+            ":: object-alive"));
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -2555,6 +2657,8 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_duration_position);
   tcase_add_test (tc, test_stop_within_pass);
   tcase_add_test (tc, test_poses_through_elements);
+  tcase_add_test (tc, test_decode_overlap);
+  tcase_add_test (tc, test_stop_leaks);
   return s;
 }
 
