@@ -44,6 +44,7 @@
 
 #ifdef LINGBOT_BENCH_HAVE_GST
 #include <gst/gst.h>
+#include "gst/gstlingbotmeta.h"
 #endif
 
 #include "comm/collectives.h"
@@ -61,6 +62,8 @@ typedef struct {
   char *prompt;
   char *prompt_embeds;
   char *devices;
+  char *precision;
+  gboolean decode_overlap;
   int frames;
   int fps;
   int chunk_frames;
@@ -86,6 +89,7 @@ config_clear (BenchConfig * c)
   g_free (c->prompt);
   g_free (c->prompt_embeds);
   g_free (c->devices);
+  g_free (c->precision);
   g_free (c->output);
   g_strfreev (c->rest);
   memset (c, 0, sizeof (*c));
@@ -121,6 +125,12 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
         "Prompt-embeds file instead of the encoder", "F"},
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &c->devices,
         "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &c->precision,
+        "DiT precision on GPU ranks: fp32 (default) or bf16", "P"},
+    {"decode-overlap", 0, 0, G_OPTION_ARG_NONE, &c->decode_overlap,
+          "session engine: decode on its own worker group in a second "
+          "thread, beside the generation (the elements always do, unless "
+          "LINGBOT_DECODE_OVERLAP=0)", NULL},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &c->frames,
         "Video frames (direct: default 77; replay: from --duration)", "N"},
     {"fps", 0, 0, G_OPTION_ARG_INT, &c->fps, "Frame rate (default 16)", "F"},
@@ -410,6 +420,7 @@ typedef struct {
   guint keys;
   double dit_seconds, vae_seconds, compute_seconds, wall_seconds;
   double start_s, end_s, first_frame_s;
+  double decode_start_s, decode_end_s;
   double request_s, due_s, late_s;
 } ChunkRecord;
 
@@ -421,6 +432,8 @@ typedef struct {
   GArray *arrivals;             /* double: each frame at the sink */
   double setup_s;
   CommCounters comm;
+  guint64 latent_host_bytes;    /* latents that crossed host memory */
+  gboolean decoder_attached;    /* the decode on its own worker group */
 } RunResult;
 
 static void
@@ -468,6 +481,109 @@ set_deadlines (const BenchConfig * c, RunResult * r)
   }
 }
 
+typedef struct {
+  LingbotSession *session;
+  GAsyncQueue *q;               /* LingbotChunkStats * of generated chunks */
+  GArray *decoded;              /* LingbotChunkStats, with the decode */
+  GArray *n_frames;             /* int */
+  GError *error;
+} DecodeThread;
+
+static gpointer
+decode_thread (gpointer data)
+{
+  DecodeThread *t = data;
+  for (;;) {
+    LingbotChunkStats *st = g_async_queue_pop (t->q);
+    if (st->index == G_MAXUINT64) {
+      g_free (st);
+      return NULL;
+    }
+    int n = 0;
+    if (t->error == NULL && !lingbot_session_decode_chunk (t->session,
+            st->index, &n, st, &t->error))
+      g_prefix_error (&t->error, "decode of chunk %" G_GUINT64_FORMAT ": ",
+          st->index);
+    g_array_append_val (t->decoded, *st);
+    g_array_append_val (t->n_frames, n);
+    g_free (st);
+  }
+}
+
+/* --decode-overlap: the decode on the session's own decoder group, in a
+ * second thread; chunk i + 1 generates while chunk i decodes.  A chunk's
+ * frames are ready (end_s) when its decode ends. */
+static gboolean
+run_session_overlapped (const BenchConfig * c, RunResult * r,
+    LingbotSession * session, const LingbotTraceChunk * plan,
+    guint n_planned, gint64 t0, GError ** error)
+{
+  DecodeThread t = { session, g_async_queue_new (), g_array_new (FALSE,
+        TRUE, sizeof (LingbotChunkStats)), g_array_new (FALSE, TRUE,
+        sizeof (int)), NULL
+  };
+  GThread *th = g_thread_new ("bench-decode", decode_thread, &t);
+  g_autoptr (GArray) starts = g_array_new (FALSE, TRUE, sizeof (double));
+  gboolean ok = TRUE;
+
+  for (guint i = 0; ok && !lingbot_session_is_done (session); i++) {
+    guint keys = i < n_planned ? plan[i].keys : 0;
+    if (i < n_planned && plan[i].reset_before)
+      lingbot_control_reset_pose (lingbot_session_get_control (session));
+    LingbotChunkStats *st = g_new0 (LingbotChunkStats, 1);
+    double start = secs_since (t0);
+    g_array_append_val (starts, start);
+    ok = lingbot_session_generate (session, keys, st, error);
+    if (!ok) {
+      g_prefix_error (error, "chunk %u: ", i);
+      g_free (st);
+      break;
+    }
+    st->keys = keys;
+    lingbot_session_claim_chunk (session, st->index);
+    g_async_queue_push (t.q, st);
+  }
+  LingbotChunkStats *end = g_new0 (LingbotChunkStats, 1);
+  end->index = G_MAXUINT64;
+  g_async_queue_push (t.q, end);
+  g_thread_join (th);
+  if (ok && t.error) {
+    g_propagate_error (error, t.error);
+    t.error = NULL;
+    ok = FALSE;
+  }
+  for (guint i = 0; ok && i < t.decoded->len; i++) {
+    const LingbotChunkStats *st =
+        &g_array_index (t.decoded, LingbotChunkStats, i);
+    int n = g_array_index (t.n_frames, int, i);
+    ChunkRecord k = { 0 };
+    k.index = st->index;
+    k.frames = n;
+    k.keys = st->keys;
+    k.dit_seconds = st->dit_seconds;
+    k.vae_seconds = st->vae_seconds;
+    k.compute_seconds = st->compute_seconds;
+    k.start_s = g_array_index (starts, double, i);
+    k.decode_start_s = (st->decode_start_us - t0) / 1e6;
+    k.decode_end_s = (st->decode_end_us - t0) / 1e6;
+    k.end_s = k.first_frame_s = k.decode_end_s;
+    k.wall_seconds = k.end_s - k.start_s;
+    for (int f = 0; f < n; f++)
+      g_array_append_val (r->arrivals, k.end_s);
+    g_array_append_val (r->chunks, k);
+    print_chunk (c, &k);
+  }
+  if (ok && c->replay)
+    set_deadlines (c, r);
+  r->latent_host_bytes = lingbot_session_get_latent_host_bytes (session);
+  r->decoder_attached = TRUE;
+  g_clear_error (&t.error);
+  g_async_queue_unref (t.q);
+  g_array_unref (t.decoded);
+  g_array_unref (t.n_frames);
+  return ok;
+}
+
 static gboolean
 run_session (const BenchConfig * c, RunResult * r, GError ** error)
 {
@@ -479,6 +595,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   wo.devices = c->devices;
   wo.model_path = c->model;
+  wo.precision = c->precision;
   wo.load_text_encoder = c->prompt_embeds == NULL;
   g_autoptr (LingbotWorld) world = lingbot_world_new (&wo, error);
   if (world == NULL)
@@ -506,7 +623,13 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
   guint n_planned = trace ? lingbot_control_trace_schedule (trace, n_chunks,
       (guint) lingbot_session_get_chunk_frames (session), (guint) c->fps,
       plan) : 0;
+  if (c->decode_overlap && !lingbot_session_attach_decoder (session, NULL,
+          0, error))
+    return FALSE;
   r->setup_s = secs_since (t0);
+  if (c->decode_overlap)
+    return run_session_overlapped (c, r, session, plan, n_planned, t0,
+        error);
 
   guint frames_before = 0;
   for (guint i = 0; !lingbot_session_is_done (session); i++) {
@@ -529,6 +652,8 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
       return FALSE;
     }
     k.end_s = k.first_frame_s = secs_since (t0);
+    k.decode_start_s = (st.decode_start_us - t0) / 1e6;
+    k.decode_end_s = (st.decode_end_us - t0) / 1e6;
     k.index = st.index;
     k.frames = n;
     k.keys = keys;
@@ -545,6 +670,8 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
     print_chunk (c, &g_array_index (r->chunks, ChunkRecord,
             r->chunks->len - 1));
   }
+  r->latent_host_bytes = lingbot_session_get_latent_host_bytes (session);
+  r->decoder_attached = lingbot_session_has_decoder (session);
   return TRUE;
 }
 
@@ -556,6 +683,7 @@ typedef struct {
   guint keys;
   double dit_seconds, compute_seconds, vae_seconds;
   double posted_s;
+  double decode_start_s, decode_end_s;
   gboolean decoded;
 } ChunkMsg;
 
@@ -568,6 +696,7 @@ typedef struct {
   GstElement *sink;
   double ts_offset_extra;       /* replay: playout delay */
   gboolean ts_offset_set;
+  GstLingbotSessionHandle *handle;      /* from the first chunk's meta */
 } GstRun;
 
 static GstBusSyncReply
@@ -599,7 +728,12 @@ on_bus_sync (GstBus * bus, GstMessage * msg, gpointer user_data)
     }
     g_mutex_unlock (&g->lock);
   } else if (gst_structure_has_name (s, "lingbot-decode")) {
+    gint64 t;
     gst_structure_get_double (s, "vae-seconds", &m.vae_seconds);
+    if (gst_structure_get_int64 (s, "decode-start", &t))
+      m.decode_start_s = (t - g->t0) / 1e6;
+    if (gst_structure_get_int64 (s, "decode-end", &t))
+      m.decode_end_s = (t - g->t0) / 1e6;
     m.decoded = TRUE;
     g_mutex_lock (&g->lock);
     g_array_append_val (g->dec, m);
@@ -620,6 +754,21 @@ on_frame (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
   g_mutex_lock (&g->lock);
   for (guint i = 0; i < n; i++)
     g_array_append_val (g->arrivals, t);
+  g_mutex_unlock (&g->lock);
+  return GST_PAD_PROBE_OK;
+}
+
+/* the session, for its counters after the run */
+static GstPadProbeReturn
+on_latents (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  GstRun *g = user_data;
+  GstLingbotChunkMeta *meta =
+      gst_buffer_get_lingbot_chunk_meta (GST_PAD_PROBE_INFO_BUFFER (info));
+  (void) pad;
+  g_mutex_lock (&g->lock);
+  if (meta && g->handle == NULL)
+    g->handle = gst_lingbot_session_handle_ref (meta->handle);
   g_mutex_unlock (&g->lock);
   return GST_PAD_PROBE_OK;
 }
@@ -679,6 +828,8 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
   GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
   GstElement *q = gst_bin_get_by_name (GST_BIN (p), "q");
+  if (c->precision)
+    g_object_set (gen, "precision", c->precision, NULL);
   g_object_set (gen, "model-path", c->model, "image-location", c->image,
       "devices", c->devices, "frames", (guint) c->frames, "fps", c->fps,
       "chunk-frames", c->chunk_frames, "seed", (guint64) c->seed, "is-live",
@@ -712,6 +863,10 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   GstPad *probe_pad = gst_element_get_static_pad (q ? q : sink, "sink");
   gst_pad_add_probe (probe_pad, GST_PAD_PROBE_TYPE_BUFFER |
       GST_PAD_PROBE_TYPE_BUFFER_LIST, on_frame, &g, NULL);
+  gst_object_unref (probe_pad);
+  probe_pad = gst_element_get_static_pad (gen, "src");
+  gst_pad_add_probe (probe_pad, GST_PAD_PROBE_TYPE_BUFFER, on_latents, &g,
+      NULL);
   gst_object_unref (probe_pad);
   GstBus *bus = gst_element_get_bus (p);
   gst_bus_set_sync_handler (bus, on_bus_sync, &g, NULL);
@@ -755,8 +910,11 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
       k.dit_seconds = m->dit_seconds;
       for (guint j = 0; j < g.dec->len; j++) {
         ChunkMsg *d = &g_array_index (g.dec, ChunkMsg, j);
-        if (d->index == m->index)
+        if (d->index == m->index) {
           k.vae_seconds = d->vae_seconds;
+          k.decode_start_s = d->decode_start_s;
+          k.decode_end_s = d->decode_end_s;
+        }
       }
       k.compute_seconds = m->compute_seconds + k.vae_seconds;
       k.start_s = m->posted_s - m->compute_seconds;
@@ -782,6 +940,12 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
       print_chunk (c, &g_array_index (r->chunks, ChunkRecord, i));
   }
 
+  if (g.handle) {
+    r->latent_host_bytes =
+        lingbot_session_get_latent_host_bytes (g.handle->session);
+    r->decoder_attached = lingbot_session_has_decoder (g.handle->session);
+    gst_lingbot_session_handle_unref (g.handle);
+  }
   g_array_unref (g.gen);
   g_array_unref (g.dec);
   g_mutex_clear (&g.lock);
@@ -994,6 +1158,9 @@ add_config (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
   set_string (b, "prompt", c->prompt_embeds ? NULL : c->prompt);
   set_string (b, "prompt_embeds", c->prompt_embeds);
   set_string (b, "devices", c->devices);
+  set_string (b, "precision", c->precision ? c->precision : "fp32");
+  json_builder_set_member_name (b, "decode_overlap");
+  json_builder_add_boolean_value (b, r->decoder_attached);
   set_int (b, "ranks", r->n_ranks);
   set_int (b, "frames", c->frames);
   set_int (b, "fps", c->fps);
@@ -1035,6 +1202,8 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     set_double (b, "start_s", k->start_s);
     set_double (b, "first_frame_s", k->first_frame_s);
     set_double (b, "end_s", k->end_s);
+    set_double (b, "decode_start_s", k->decode_start_s);
+    set_double (b, "decode_end_s", k->decode_end_s);
     set_double (b, "chunk_compute_fps", k->compute_seconds > 0 ?
         k->frames / k->compute_seconds : 0.0);
     if (c->replay) {
@@ -1095,6 +1264,25 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
   add_stats (b, "chunk_period_seconds", period);
   set_double (b, "dit_seconds_mean", n_stats ? dit / n_stats : 0.0);
   set_double (b, "vae_seconds_mean", n_stats ? vae / n_stats : 0.0);
+  {
+    /* how much of the decode the generation hid: per steady chunk, the
+     * decode is exposed by as much as the chunk period exceeds the
+     * generate time (control + condition + DiT), at most its own length */
+    double exposed = 0, decode = 0;
+    for (guint i = 1; i < r->chunks->len; i++) {
+      const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+      double p = k->end_s - g_array_index (r->chunks, ChunkRecord,
+          i - 1).end_s;
+      double gen = k->compute_seconds - k->vae_seconds;
+      exposed += CLAMP (p - gen, 0.0, k->vae_seconds);
+      decode += k->vae_seconds;
+    }
+    set_double (b, "decode_hidden_fraction", decode > 0 ?
+        1.0 - exposed / decode : 0.0);
+    set_int (b, "latent_host_bytes", (gint64) r->latent_host_bytes);
+    json_builder_set_member_name (b, "decode_overlapped");
+    json_builder_add_boolean_value (b, r->decoder_attached);
+  }
   {
     /* p95 chunk period over the media duration of a steady chunk */
     g_autoptr (GArray) ps = g_array_copy (period);

@@ -202,6 +202,13 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
     g_assert_cmpfloat (first, >=, start);
     g_assert_cmpfloat (end, >=, first);
     g_assert_cmpfloat (end, >=, prev_end);
+    {
+      /* the decode's own interval: as long as vae_seconds */
+      double d0 = json_object_get_double_member (k, "decode_start_s");
+      double d1 = json_object_get_double_member (k, "decode_end_s");
+      g_assert_cmpfloat (d0, >, 0);
+      g_assert_cmpfloat (fabs ((d1 - d0) - vae), <, 2e-3);
+    }
     g_assert_cmpfloat (fabs (json_object_get_double_member (k,
                 "wall_seconds") - (end - start)), <, 1e-6);
     g_assert_cmpfloat (fabs (json_object_get_double_member (k,
@@ -250,6 +257,25 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
       json_object_get_double_member (k0, "start_s") + 1e-9);
   g_assert_cmpint (json_object_get_int_member (s, "peak_rss_bytes"), >,
       1 << 20);
+  {
+    double hidden = json_object_get_double_member (s,
+        "decode_hidden_fraction");
+    gboolean overlapped = json_object_get_boolean_member (s,
+        "decode_overlapped");
+    gint64 host = json_object_get_int_member (s, "latent_host_bytes");
+    g_assert_cmpfloat (hidden, >=, 0.0);
+    g_assert_cmpfloat (hidden, <=, 1.0);
+    if (overlapped) {
+      /* the elements: the latents went through the channel */
+      g_assert_cmpint (host, ==, 0);
+    } else {
+      /* serial: the decode comes after the DiT, nothing of it hidden */
+      g_assert_cmpfloat (hidden, ==, 0.0);
+      g_assert_cmpint (host, ==, (gint64) n_chunks * 16 * 4 * 8 * 8 * 4);
+    }
+    g_assert_cmpint (overlapped, ==, json_object_get_boolean_member (cfg,
+            "decode_overlap"));
+  }
   JsonObject *comm = json_object_get_object_member (s, "comm");
   g_assert_nonnull (comm);
   g_assert_nonnull (json_object_get_string_member (comm, "collectives"));
@@ -278,6 +304,10 @@ test_direct (gconstpointer data)
   g_autoptr (JsonParser) parser = NULL;
   JsonObject *rep = load_report (out, &parser);
   JsonObject *s = check_report (rep, "direct", 29, 2, engine);
+  /* the elements decode beside the generation; the session engine in
+   * series unless --decode-overlap */
+  g_assert_cmpint (json_object_get_boolean_member (s, "decode_overlapped"),
+      ==, g_str_equal (engine, "gst"));
   JsonObject *comm = json_object_get_object_member (s, "comm");
   JsonObject *a2a = json_object_get_object_member (json_object_get_object_member
       (comm, "ops"), "all_to_all");
@@ -293,6 +323,25 @@ test_direct (gconstpointer data)
   JsonObject *k0 = json_array_get_object_element
       (json_object_get_array_member (rep, "chunks"), 0);
   g_assert_cmpstr (json_object_get_string_member (k0, "keys"), ==, "w");
+}
+
+/* --decode-overlap: the session engine with the decode on its own worker
+ * group in a second thread: the same report, nothing of the latents in host
+ * memory */
+static void
+test_direct_overlap (void)
+{
+  g_autofree char *out = g_build_filename (tmpdir, "overlap.json", NULL);
+  const char *extra[] = { "--frames", "45", "--engine", "session",
+    "--devices", "cpu:2", "--decode-overlap", "--output", out, NULL
+  };
+  g_free (run_bench ("direct", extra));
+  g_autoptr (JsonParser) parser = NULL;
+  JsonObject *rep = load_report (out, &parser);
+  JsonObject *s = check_report (rep, "direct", 45, 3, "session");
+  g_assert_true (json_object_get_boolean_member (s, "decode_overlapped"));
+  g_assert_cmpint (json_object_get_int_member (s, "latent_host_bytes"), ==,
+      0);
 }
 
 static void
@@ -653,6 +702,7 @@ main (int argc, char **argv)
   write_fixture ();
   g_test_add_data_func ("/bench/direct/gst", "gst", test_direct);
   g_test_add_data_func ("/bench/direct/session", "session", test_direct);
+  g_test_add_func ("/bench/direct/overlap", test_direct_overlap);
   g_test_add_func ("/bench/replay", test_replay);
   g_test_add_func ("/bench/compare", test_compare);
   g_test_add_func ("/bench/dit/precision", test_dit_precision);
