@@ -1391,7 +1391,8 @@ test_session (void)
 static void
 test_h264 (void)
 {
-  Peer p = { 0 }, refuse = { 0 };
+  Peer p = { 0 }, again = { 0 }, refuse = { 0 };
+  gint64 last, session;
 
   if (srv.h264 == NULL) {
     g_test_skip ("x264enc, rtph264pay/depay or openh264dec not installed");
@@ -1412,9 +1413,33 @@ test_h264 (void)
   WAIT_UNTIL (g_atomic_int_get (&p.n_frames) >= 13, "13 H.264 frames");
   g_assert_cmpint (g_atomic_int_get (&p.width), ==, SIZE);
   release (&p, "ArrowUp");
-  peer_send (&p, "{\"type\":\"bye\"}");
-  WAIT_UNTIL (p.closed, "closed after bye");
+  WAIT_UNTIL (p.n_chunks >= 1 && p.waiting_chunk == p.last_chunk + 1,
+      "the H.264 generator waiting");
+
+  /* the page closed first (a reload whose old socket is gone before the
+   * new one opens): the session waits, the next socket resumes it */
+  last = p.last_chunk;
+  session = p.session;
+  again.resume = g_strdup (p.token);
   peer_stop (&p);
+  WAIT_UNTIL (lingbot_webrtc_server_get_n_peers (srv.h264) == 0,
+      "the closed page's peer released");
+  g_assert_cmpuint (lingbot_webrtc_server_get_n_sessions (srv.h264), ==, 1);
+  peer_start (&again, srv.port264, "H264", TRUE);
+  WAIT_UNTIL (again.welcome || again.error_code, "the resuming welcome");
+  g_assert_null (again.error_code);
+  g_assert_true (again.resumed);
+  g_assert_cmpint (again.session, ==, session);
+  g_assert_cmpint (again.next_chunk, ==, last + 1);
+  WAIT_UNTIL (is_viewer_ready (&again), "the resumed peer's channels");
+  press (&again, "ArrowUp", -1);
+  WAIT_UNTIL (again.n_chunks >= 1 && g_atomic_int_get (&again.n_frames) >= 8,
+      "H.264 frames after the resume");
+  g_assert_cmpint (again.first_chunk, ==, last + 1);
+  release (&again, "ArrowUp");
+  peer_send (&again, "{\"type\":\"bye\"}");
+  WAIT_UNTIL (again.closed, "closed after bye");
+  peer_stop (&again);
   WAIT_UNTIL (lingbot_webrtc_server_get_n_sessions (srv.h264) == 0,
       "no H.264 session");
 
