@@ -143,6 +143,7 @@ struct _Session
   char token[33];
   gboolean closed;
   const Encoder *enc;
+  gsize max_message;            /* the server's, for streaming threads */
   GstElement *pipeline;
   GstElement *tee;
   GstElement *control_src;      /* NULL with a stand-in source */
@@ -1219,8 +1220,7 @@ post_channel_message (Peer * p, GstWebRTCDataChannel * channel,
     const char *text, gsize size, gboolean binary)
 {
   ChannelMessage *m = g_new0 (ChannelMessage, 1);
-  gsize limit = p->session->server ? p->session->server->max_message_size :
-      LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
+  gsize limit = p->session->max_message;
 
   m->control = channel == p->control;
   m->binary = binary;
@@ -2053,6 +2053,7 @@ session_new (LingbotWebrtcServer * server)
   s->context = g_main_context_ref (server->context);
   s->id = ++server->next_session;
   s->enc = find_encoder (server->encoder);
+  s->max_message = server->max_message_size;
   s->last_chunk = -1;
   s->state = "starting";
   s->state_chunk = 0;
@@ -2520,6 +2521,16 @@ on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
 /* static files                                                       */
 /* ------------------------------------------------------------------ */
 
+/**
+ * lingbot_webrtc_resolve_path:
+ * @root: the page folder
+ * @path: a request path as received (still percent-encoded), from "/"
+ * @status: (out): 200, 403 (an escape: "..", a backslash, NUL, a bad
+ *   escape, a link out of @root) or 404 (missing, hidden, not a file)
+ *
+ * Returns: (transfer full) (nullable): the real path of the file below
+ *   @root ("/" is index.html), or %NULL with *@status 403 or 404
+ */
 char *
 lingbot_webrtc_resolve_path (const char *root, const char *path,
     guint * status)
