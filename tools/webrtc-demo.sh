@@ -7,7 +7,7 @@
 #   ./tools/webrtc-demo.sh [--model DIR] [--image START.jpg] [--port N]
 #
 # Environment: DEVICES (cpu:2), WIDTH/HEIGHT (256x144: a live session on
-# two CPU cores), PROMPT.  See docs/webrtc.md.
+# two CPU cores), PROMPT, ENCODER (vp8; x264 for H.264).  See docs/webrtc.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +47,5 @@ exec "$BUILD/examples/webrtc/lingbot-webrtc-server" --address 127.0.0.1 \
   --prompt "${PROMPT:-a green meadow under a wide sky}" \
   --devices "${DEVICES:-cpu:2}" \
   --set "width=${WIDTH:-256}" --set "height=${HEIGHT:-144}" \
+  --encoder "${ENCODER:-vp8}" \
   --www "$PWD/examples/webrtc/www"

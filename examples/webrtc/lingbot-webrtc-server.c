@@ -56,6 +56,8 @@ main (int argc, char **argv)
   int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
   int max_message = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   int ice_loopback = -1;
+  int peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
+  int resume_timeout = LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
   GOptionEntry entries[] = {
     {"address", 'a', 0, G_OPTION_ARG_STRING, &address,
         "Address to bind (default " LINGBOT_WEBRTC_DEFAULT_ADDRESS ")", "IP"},
@@ -89,6 +91,12 @@ main (int argc, char **argv)
     {"ice-loopback", 0, 0, G_OPTION_ARG_INT, &ice_loopback,
         "ICE candidates: 1 = 127.0.0.1 only, 0 = all interfaces, "
           "-1 = 1 when --address is a loopback address (default)", "N"},
+    {"peer-timeout", 0, 0, G_OPTION_ARG_INT, &peer_timeout,
+        "Seconds a browser may take to connect, or stay silent, before its "
+          "connection is released (default 20)", "S"},
+    {"resume-timeout", 0, 0, G_OPTION_ARG_INT, &resume_timeout,
+        "Seconds a session without a browser is kept for a reload to resume "
+          "it (default 10)", "S"},
     {NULL}
   };
   int ret = EXIT_SUCCESS;
@@ -100,8 +108,11 @@ main (int argc, char **argv)
     g_printerr ("%s\n", err->message);
     return 2;
   }
-  if (port < 0 || port > 65535 || max_sessions < 1 || max_message < 64) {
-    g_printerr ("invalid --port, --max-sessions or --max-message-size\n");
+  if (port < 0 || port > 65535 || max_sessions < 1 || max_message < 64
+      || max_message > LINGBOT_WEBRTC_WS_HARD_LIMIT || peer_timeout < 1
+      || peer_timeout > 3600 || resume_timeout < 1 || resume_timeout > 86400) {
+    g_printerr ("invalid --port, --max-sessions, --max-message-size (64.."
+        "1048576), --peer-timeout (1..3600) or --resume-timeout (1..86400)\n");
     return 2;
   }
   if (source == NULL && (model == NULL || image == NULL)) {
@@ -127,6 +138,8 @@ main (int argc, char **argv)
   cfg.max_message_size = (gsize) max_message;
   cfg.source = source;
   cfg.ice_loopback = ice_loopback;
+  cfg.peer_timeout = (guint) peer_timeout;
+  cfg.resume_timeout = (guint) resume_timeout;
 
   server = lingbot_webrtc_server_new (&cfg, &err);
   if (server == NULL) {

@@ -1,35 +1,60 @@
 /* lingbot-gst: the WebRTC sender of the live example (server side)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
+ * Objects.  A Session is one running world: its pipeline is the generation
+ * part, `SOURCE ! videoconvert ! queue ! ENCODER ! PAY ! tee`.  A Peer is
+ * one browser connection: a WebSocket (a Conn) and a bin
+ * `queue ! webrtcbin` linked to the tee while the generator runs, and
+ * unlinked and dropped again without stopping it.  A session has at most
+ * two peers: the active one (whose keys steer, the first one or the one a
+ * takeover promoted) and a replacement that is negotiating; the replacement
+ * becomes active once its connection is up, and the old one is released.
+ * A session without peers is kept for resume_timeout seconds for a reload
+ * to resume it (the welcome message gives the page a token for that).
+ *
  * Threads: everything of the server (HTTP, WebSockets, bus watches, session
- * life) runs on the main context that was thread-default when the server
- * was created.  webrtcbin, its data channels and the pad probe call back
- * from streaming threads; those callbacks only copy what they got and hop
- * to that context (session_invoke()), where the session may already be
- * closed, which every hop checks first.
+ * and peer life) runs on the main context that was thread-default when the
+ * server was created.  webrtcbin, its data channels and the pad probes call
+ * back from streaming threads; those callbacks only copy what they got and
+ * hop to that context (invoke()), where the peer or session may already be
+ * gone, which every hop checks first.  The counters the getters read are
+ * atomic.
  */
 #define GST_USE_UNSTABLE_API 1
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <gst/gst.h>
 #include <gst/rtp/gstrtpbuffer.h>
 #include <gst/sdp/sdp.h>
 #include <gst/video/navigation.h>
+#include <gst/video/video.h>
 #include <gst/webrtc/webrtc.h>
 #include <json-glib/json-glib.h>
 #include <libsoup/soup.h>
 
 #include "lingbot/control.h"
 #include "webrtc-server.h"
+#include "ws-guard.h"
 
 #define WS_PATH "/ws"
+#define START_IMAGE_PATH "/start-image"
 #define LABEL_INPUT "input"
 #define LABEL_CONTROL "control"
 #define MAX_KEY_NAME 64
+#define MAX_CANDIDATE 2048
 #define MAX_PENDING_KEYS 256
+#define MAX_HELD_KEYS 32
+#define CHUNK_RING 8
 #define WEBRTC_LATENCY_MS 50
+/* periodic keyframes as a safety net; joiners and PLI/FIR force one */
+#define KEY_INTERVAL 64
+
+typedef struct _Session Session;
+typedef struct _Peer Peer;
+typedef struct _Conn Conn;
 
 struct _LingbotWebrtcServer
 {
@@ -37,10 +62,15 @@ struct _LingbotWebrtcServer
   SoupServer *soup;
   guint port;
   char *www_dir;                /* realpath */
-  GHashTable *sessions;         /* id -> Session (owned) */
-  guint next_id;
-  gint n_dropped;               /* atomic */
-  gint n_mdns_ignored;          /* atomic: browser .local candidates */
+  char *image_real;             /* realpath of the start image, or NULL */
+  GHashTable *sessions;         /* id -> Session (a reference) */
+  GHashTable *conns;            /* Conn set (owned) */
+  guint next_session, next_peer, next_conn;
+
+  /* atomic counters */
+  gint n_sessions, n_peers;
+  gint n_dropped, n_mdns_ignored, n_key_units, n_too_big, n_timeouts;
+  gint n_replaced;
 
   /* config, owned copies */
   char *address;
@@ -49,7 +79,18 @@ struct _LingbotWebrtcServer
   guint max_sessions;
   gsize max_message_size;
   gboolean ice_loopback;
+  guint peer_timeout, resume_timeout;
 };
+
+typedef struct
+{
+  const char *name;
+  const char *codec;            /* the RTP encoding name */
+  const char *chain;            /* ENC name=enc ! ... ! PAY name=pay */
+  guint pt;
+  const char *rtp_caps;         /* the payloader's output */
+  const char *preferences;      /* the transceiver's codec preferences */
+} Encoder;
 
 typedef struct
 {
@@ -71,28 +112,55 @@ typedef struct
   double server_ms;             /* key arrival -> first frame at the payloader */
 } Echo;
 
+/* a lingbot-chunk waiting for its lingbot-decode */
 typedef struct
+{
+  gint64 index;                 /* -1 = free */
+  int frames;
+  guint64 first_frame;
+  char keys[32];
+  double dit, generate;
+} ChunkInfo;
+
+struct _Conn
+{
+  LingbotWebrtcServer *server;
+  guint id;
+  SoupWebsocketConnection *ws;
+  GIOStream *guard;
+  GSource *trip;
+  guint64 trip_size;
+  gulong message_id, closed_id;
+  Peer *peer;                   /* the peer it signals for, or NULL */
+};
+
+struct _Session
 {
   gint refs;
   LingbotWebrtcServer *server;  /* valid while !closed */
+  GMainContext *context;
   guint id;
+  char token[33];
   gboolean closed;
-  gboolean offered;
-  gboolean answered;
-  guint mdns_ignored;           /* .local candidates not passed on */
-  SoupWebsocketConnection *ws;
-  gulong ws_message_id, ws_closed_id;
+  const Encoder *enc;
+  gsize max_message;            /* the server's, for streaming threads */
   GstElement *pipeline;
-  GstElement *webrtc;
+  GstElement *tee;
   GstElement *control_src;      /* NULL with a stand-in source */
+  GstElement *gen;              /* lingbotgen inside lingbotbin, or NULL */
   GstPad *pay_src;
-  GstWebRTCDataChannel *input, *control;
   guint bus_watch;
+  GList *peers;                 /* Peer, a reference each */
+  Peer *active;
+  GSource *resume;              /* the no-peer timer */
 
   /* main context only */
   GQueue pending_keys;          /* KeyStamp */
   gint64 last_chunk;            /* -1 before the first */
   guint64 frames_total;         /* frames of the chunks announced so far */
+  const char *state;            /* starting, waiting, generating, decoding, ready */
+  gint64 state_chunk;
+  ChunkInfo ring[CHUNK_RING];
 
   /* shared with the pay probe */
   GMutex lock;
@@ -100,7 +168,80 @@ typedef struct
   guint64 frames_sent;          /* RTP frames seen at the payloader */
   guint32 last_rtp_ts;
   gboolean have_rtp_ts;
-} Session;
+};
+
+struct _Peer
+{
+  gint refs;
+  Session *session;             /* a reference */
+  GMainContext *context;
+  guint id;
+  gboolean released;
+  Conn *conn;                   /* NULL once its WebSocket is gone */
+  GstElement *bin, *webrtc;
+  GstPad *tee_pad, *bin_sink;
+  GstWebRTCDataChannel *input, *control;
+  gboolean offered, answered, connected;
+  guint mdns_ignored;
+  GPtrArray *held;              /* key names pressed and not released */
+  gint64 created_us, last_rx_us;
+  gint rx_packets;              /* atomic: packets from the browser */
+  gint rx_seen;
+  GSource *tick;
+  guint ticks;
+  gboolean rx_probed;
+  gint key_unit_count;
+};
+
+static void session_close (Session * s, const char *reason);
+static void session_fail (Session * s, const char *code, const char *message);
+static void peer_release (Peer * p, const char *reason, gushort close_code,
+    const char *error_code, const char *message);
+static void session_detached (Session * s);
+
+/* ------------------------------------------------------------------ */
+/* encoders                                                           */
+/* ------------------------------------------------------------------ */
+
+#define H264_PREFERENCES(pt) "application/x-rtp,media=video," \
+  "encoding-name=H264,payload=" pt ",clock-rate=90000," \
+  "packetization-mode=(string)1,profile-level-id=(string)42e01f," \
+  "level-asymmetry-allowed=(string)1,rtcp-fb-nack-pli=(boolean)true," \
+  "rtcp-fb-ccm-fir=(boolean)true"
+
+static const Encoder encoders[] = {
+  {"vp8", "VP8", "vp8enc name=enc deadline=1 keyframe-max-dist=%d "
+        "cpu-used=8 ! rtpvp8pay name=pay pt=96 picture-id-mode=15-bit", 96,
+        "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
+        "clock-rate=90000",
+        "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
+        "clock-rate=90000,rtcp-fb-nack-pli=(boolean)true,"
+      "rtcp-fb-ccm-fir=(boolean)true"},
+  {"x264", "H264", "x264enc name=enc tune=zerolatency speed-preset=ultrafast "
+        "key-int-max=%d bframes=0 aud=false "
+        "! video/x-h264,profile=constrained-baseline,"
+        "stream-format=byte-stream,alignment=au "
+        "! rtph264pay name=pay pt=102 config-interval=-1 "
+        "aggregate-mode=zero-latency", 102,
+        "application/x-rtp,media=video,encoding-name=H264,payload=102,"
+      "clock-rate=90000", H264_PREFERENCES ("102")},
+  {"openh264", "H264", "openh264enc name=enc complexity=low gop-size=%d "
+        "! video/x-h264,profile=constrained-baseline,"
+        "stream-format=byte-stream,alignment=au "
+        "! rtph264pay name=pay pt=102 config-interval=-1 "
+        "aggregate-mode=zero-latency", 102,
+        "application/x-rtp,media=video,encoding-name=H264,payload=102,"
+      "clock-rate=90000", H264_PREFERENCES ("102")},
+};
+
+static const Encoder *
+find_encoder (const char *name)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (encoders); i++)
+    if (g_strcmp0 (encoders[i].name, name) == 0)
+      return &encoders[i];
+  return NULL;
+}
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                            */
@@ -137,13 +278,33 @@ session_unref (Session * s)
   g_queue_clear_full (&s->pending_keys, (GDestroyNotify) key_stamp_free);
   g_queue_clear_full (&s->pending_echo, (GDestroyNotify) echo_free);
   g_mutex_clear (&s->lock);
+  g_main_context_unref (s->context);
   g_free (s);
 }
 
-static void
-session_unref_closure (gpointer data, GClosure * closure)
+static Peer *
+peer_ref (Peer * p)
 {
-  session_unref (data);
+  g_atomic_int_inc (&p->refs);
+  return p;
+}
+
+static void
+peer_unref (Peer * p)
+{
+  if (!g_atomic_int_dec_and_test (&p->refs))
+    return;
+  g_debug ("peer %u: freed", p->id);
+  g_ptr_array_unref (p->held);
+  session_unref (p->session);
+  g_main_context_unref (p->context);
+  g_free (p);
+}
+
+static void
+peer_unref_closure (gpointer data, GClosure * closure)
+{
+  peer_unref (data);
 }
 
 static char *
@@ -153,25 +314,113 @@ builder_to_string (JsonBuilder * b)
   return json_to_string (root, FALSE);
 }
 
-static void
-note_drop (LingbotWebrtcServer * server, guint session, const char *where,
-    const char *why, gsize size)
+/* a member of the given JSON type, or NULL / FALSE: never trust a type */
+static const char *
+member_string (JsonObject * o, const char *name)
 {
-  g_atomic_int_inc (&server->n_dropped);
-  g_message ("session %u: %s message dropped (%" G_GSIZE_FORMAT
-      " bytes): %s", session, where, size, why);
+  JsonNode *n = json_object_get_member (o, name);
+
+  if (!n || !JSON_NODE_HOLDS_VALUE (n)
+      || json_node_get_value_type (n) != G_TYPE_STRING)
+    return NULL;
+  return json_node_get_string (n);
+}
+
+static gboolean
+member_int (JsonObject * o, const char *name, gint64 * out)
+{
+  JsonNode *n = json_object_get_member (o, name);
+
+  if (!n || !JSON_NODE_HOLDS_VALUE (n)
+      || json_node_get_value_type (n) != G_TYPE_INT64)
+    return FALSE;
+  *out = json_node_get_int (n);
+  return TRUE;
+}
+
+static JsonObject *
+member_object (JsonObject * o, const char *name)
+{
+  JsonNode *n = json_object_get_member (o, name);
+
+  return n && JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
+}
+
+/* parse a message: an object, or NULL with *why set */
+static JsonParser *
+parse_object (const char *data, gsize len, JsonObject ** out,
+    char **why)
+{
+  JsonParser *parser = json_parser_new ();
+  g_autoptr (GError) err = NULL;
+  JsonNode *root;
+
+  if (!json_parser_load_from_data (parser, data, (gssize) len, &err)) {
+    *why = g_strdup_printf ("not JSON (%s)", err->message);
+    g_object_unref (parser);
+    return NULL;
+  }
+  root = json_parser_get_root (parser);
+  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
+    *why = g_strdup ("not a JSON object");
+    g_object_unref (parser);
+    return NULL;
+  }
+  *out = json_node_get_object (root);
+  return parser;
+}
+
+static char *
+error_json (const char *code, const char *message, gboolean fatal,
+    const char *where, gboolean has_id, gint64 id)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, "error");
+  json_builder_set_member_name (b, "code");
+  json_builder_add_string_value (b, code);
+  json_builder_set_member_name (b, "message");
+  json_builder_add_string_value (b, message);
+  json_builder_set_member_name (b, "fatal");
+  json_builder_add_boolean_value (b, fatal);
+  if (where) {
+    json_builder_set_member_name (b, "where");
+    json_builder_add_string_value (b, where);
+  }
+  if (has_id) {
+    json_builder_set_member_name (b, "id");
+    json_builder_add_int_value (b, id);
+  }
+  json_builder_end_object (b);
+  return builder_to_string (b);
+}
+
+static void
+make_token (char out[33])
+{
+  guint8 raw[16];
+
+  if (getrandom (raw, sizeof raw, 0) != (ssize_t) sizeof raw)
+    for (guint i = 0; i < sizeof raw; i++)
+      raw[i] = (guint8) g_random_int ();
+  for (guint i = 0; i < sizeof raw; i++)
+    g_snprintf (out + 2 * i, 3, "%02x", raw[i]);
 }
 
 /* ------------------------------------------------------------------ */
 /* hopping to the server's context                                    */
 /* ------------------------------------------------------------------ */
 
-typedef void (*SessionFunc) (Session * s, gpointer data);
+typedef void (*HopFunc) (gpointer obj, gpointer data);
 
 typedef struct
 {
-  Session *s;
-  SessionFunc func;
+  gpointer obj;
+  gboolean peer;                /* obj is a Peer (else a Session) */
+  gboolean always;              /* run even when released / closed */
+  HopFunc func;
   gpointer data;
   GDestroyNotify free;
 } Hop;
@@ -180,9 +429,11 @@ static gboolean
 hop_run (gpointer user_data)
 {
   Hop *h = user_data;
+  gboolean alive = h->peer ? !((Peer *) h->obj)->released :
+      !((Session *) h->obj)->closed;
 
-  if (!h->s->closed)
-    h->func (h->s, h->data);
+  if (alive || h->always)
+    h->func (h->obj, h->data);
   return G_SOURCE_REMOVE;
 }
 
@@ -193,18 +444,30 @@ hop_free (gpointer user_data)
 
   if (h->free)
     h->free (h->data);
-  session_unref (h->s);
+  if (h->peer)
+    peer_unref (h->obj);
+  else
+    session_unref (h->obj);
   g_free (h);
 }
 
 static void
-session_invoke (Session * s, GMainContext * context, SessionFunc func,
+invoke_full (gpointer obj, gboolean peer, gboolean always, HopFunc func,
     gpointer data, GDestroyNotify free_func)
 {
   Hop *h = g_new0 (Hop, 1);
   GSource *src = g_idle_source_new ();
+  GMainContext *context;
 
-  h->s = session_ref (s);
+  if (peer) {
+    h->obj = peer_ref (obj);
+    context = ((Peer *) obj)->context;
+  } else {
+    h->obj = session_ref (obj);
+    context = ((Session *) obj)->context;
+  }
+  h->peer = peer;
+  h->always = always;
   h->func = func;
   h->data = data;
   h->free = free_func;
@@ -213,111 +476,970 @@ session_invoke (Session * s, GMainContext * context, SessionFunc func,
   g_source_unref (src);
 }
 
+#define peer_invoke(p, f, d, fr) \
+  invoke_full ((p), TRUE, FALSE, (HopFunc) (f), (d), (fr))
+#define session_invoke(s, f, d, fr) \
+  invoke_full ((s), FALSE, FALSE, (HopFunc) (f), (d), (fr))
+
 /* ------------------------------------------------------------------ */
-/* sending                                                            */
+/* WebSocket connections                                              */
 /* ------------------------------------------------------------------ */
 
 static void
-ws_send (Session * s, const char *text)
+conn_send (Conn * c, const char *text)
 {
-  if (s->ws && soup_websocket_connection_get_state (s->ws) ==
+  if (c && c->ws && soup_websocket_connection_get_state (c->ws) ==
       SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_send_text (s->ws, text);
+    soup_websocket_connection_send_text (c->ws, text);
+}
+
+/* a close frame is a control frame: at most 125 bytes, 2 of them the
+ * code; the reason is cut at a character boundary (the full text went in
+ * the error message before) */
+static void
+conn_close (Conn * c, gushort code, const char *reason)
+{
+  char cut[121];
+  const char *end;
+
+  if (!c || !c->ws || soup_websocket_connection_get_state (c->ws) !=
+      SOUP_WEBSOCKET_STATE_OPEN)
+    return;
+  g_strlcpy (cut, reason ? reason : "", sizeof cut);
+  if (!g_utf8_validate (cut, -1, &end))
+    cut[end - cut] = '\0';
+  soup_websocket_connection_close (c->ws, code, cut);
 }
 
 static void
-ws_send_error (SoupWebsocketConnection * ws, const char *code,
-    const char *message)
+conn_free (Conn * c)
+{
+  if (c->trip) {
+    g_source_destroy (c->trip);
+    g_source_unref (c->trip);
+  }
+  if (c->ws) {
+    g_clear_signal_handler (&c->message_id, c->ws);
+    g_clear_signal_handler (&c->closed_id, c->ws);
+    g_object_unref (c->ws);
+  }
+  g_clear_object (&c->guard);
+  g_free (c);
+}
+
+/* a message above the hard limit, fragments included: close with 1009 */
+static gboolean
+conn_too_big (gpointer user_data)
+{
+  Conn *c = user_data;
+
+  g_atomic_int_inc (&c->server->n_too_big);
+  g_message ("connection %u: a message of at least %" G_GUINT64_FORMAT
+      " bytes (all fragments) is above the limit of %u: closing with 1009",
+      c->id, c->trip_size, LINGBOT_WEBRTC_WS_HARD_LIMIT);
+  conn_close (c, SOUP_WEBSOCKET_CLOSE_TOO_BIG, "message too big");
+  lingbot_ws_guard_finish (c->guard);
+  g_clear_pointer (&c->trip, g_source_unref);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+conn_tripped (gpointer user_data, guint64 size)
+{
+  Conn *c = user_data;
+
+  c->trip_size = size;
+  if (c->trip)
+    return;
+  /* called from within libsoup's read: close from an idle */
+  c->trip = g_idle_source_new ();
+  g_source_set_callback (c->trip, conn_too_big, c, NULL);
+  g_source_attach (c->trip, c->server->context);
+}
+
+/* ------------------------------------------------------------------ */
+/* peers: sending                                                     */
+/* ------------------------------------------------------------------ */
+
+static gboolean
+channel_open (GstWebRTCDataChannel * ch)
+{
+  GstWebRTCDataChannelState state = GST_WEBRTC_DATA_CHANNEL_STATE_CLOSED;
+
+  if (ch == NULL)
+    return FALSE;
+  g_object_get (ch, "ready-state", &state, NULL);
+  return state == GST_WEBRTC_DATA_CHANNEL_STATE_OPEN;
+}
+
+static void
+control_send (Peer * p, const char *text)
+{
+  if (!p->released && channel_open (p->control))
+    gst_webrtc_data_channel_send_string (p->control, text);
+}
+
+static void
+session_broadcast (Session * s, const char *text)
+{
+  for (GList * l = s->peers; l; l = l->next)
+    control_send (l->data, text);
+}
+
+/* a dropped message: one log line, a count, an error reply */
+static void
+peer_reject (Peer * p, const char *where, const char *why, gsize size,
+    gboolean has_id, gint64 id)
+{
+  LingbotWebrtcServer *server = p->session->server;
+  g_autofree char *text = error_json ("bad-message", why, FALSE, where,
+      has_id, id);
+
+  g_atomic_int_inc (&server->n_dropped);
+  g_message ("session %u: peer %u: %s message dropped (%" G_GSIZE_FORMAT
+      " bytes): %s", p->session->id, p->id, where, size, why);
+  if (strcmp (where, "signalling") == 0)
+    conn_send (p->conn, text);
+  else
+    control_send (p, text);
+}
+
+static char *
+status_json (Session * s, Peer * p)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, "status");
+  json_builder_set_member_name (b, "session");
+  json_builder_add_int_value (b, s->id);
+  json_builder_set_member_name (b, "peer");
+  json_builder_add_int_value (b, p->id);
+  json_builder_set_member_name (b, "active");
+  json_builder_add_boolean_value (b, s->active == p);
+  json_builder_set_member_name (b, "next-chunk");
+  json_builder_add_int_value (b, s->last_chunk + 1);
+  json_builder_set_member_name (b, "state");
+  json_builder_add_string_value (b, s->state);
+  json_builder_set_member_name (b, "chunk");
+  json_builder_add_int_value (b, s->state_chunk);
+  json_builder_end_object (b);
+  return builder_to_string (b);
+}
+
+/* ------------------------------------------------------------------ */
+/* key frames                                                         */
+/* ------------------------------------------------------------------ */
+
+/* upstream from the peer's tee pad: tee, payloader, encoder */
+static void
+peer_force_key_unit (Peer * p, const char *why)
+{
+  GstEvent *ev = gst_video_event_new_upstream_force_key_unit
+      (GST_CLOCK_TIME_NONE, TRUE, (guint) ++p->key_unit_count);
+
+  g_debug ("peer %u: force key unit (%s)", p->id, why);
+  if (p->tee_pad)
+    gst_pad_send_event (p->tee_pad, ev);
+  else
+    gst_event_unref (ev);
+}
+
+/* ------------------------------------------------------------------ */
+/* peers: release                                                     */
+/* ------------------------------------------------------------------ */
+
+static void
+send_navigation (Session * s, GstEvent * event)
+{
+  /* upstream from the payloader, as webrtcsink does from webrtcbin; the
+   * control source is reached through encoder, converter, decoder and
+   * generator */
+  if (s->pay_src && gst_pad_send_event (s->pay_src, gst_event_ref (event))) {
+    gst_event_unref (event);
+    return;
+  }
+  if (s->control_src)
+    gst_element_send_event (s->control_src, event);
+  else
+    gst_event_unref (event);
+}
+
+static void
+peer_release_keys (Peer * p)
+{
+  Session *s = p->session;
+
+  for (guint i = 0; i < p->held->len; i++) {
+    const char *key = g_ptr_array_index (p->held, i);
+
+    g_debug ("session %u: peer %u gone: releasing %s", s->id, p->id, key);
+    if (!s->closed)
+      send_navigation (s, gst_navigation_event_new_key_release (key, 0));
+  }
+  g_ptr_array_set_size (p->held, 0);
+}
+
+/* the branch is stopped: its signal handlers hold references to the peer,
+ * and the peer holds the branch */
+static void
+peer_cleanup (Peer * p)
+{
+  if (p->webrtc)
+    g_signal_handlers_disconnect_by_data (p->webrtc, p);
+  if (p->input)
+    g_signal_handlers_disconnect_by_data (p->input, p);
+  if (p->control)
+    g_signal_handlers_disconnect_by_data (p->control, p);
+  g_clear_object (&p->input);
+  g_clear_object (&p->control);
+  g_clear_object (&p->tee_pad);
+  g_clear_object (&p->bin_sink);
+  g_clear_object (&p->webrtc);
+  g_clear_object (&p->bin);
+}
+
+/* after the tee pad went idle and was unlinked: drop the branch */
+static void
+peer_drop_branch (gpointer obj, gpointer data)
+{
+  Peer *p = obj;
+  Session *s = p->session;
+
+  if (!s->closed && s->tee && p->tee_pad)
+    gst_element_release_request_pad (s->tee, p->tee_pad);
+  if (p->bin) {
+    gst_element_set_state (p->bin, GST_STATE_NULL);
+    if (!s->closed && s->pipeline
+        && GST_OBJECT_PARENT (p->bin) == GST_OBJECT (s->pipeline))
+      gst_bin_remove (GST_BIN (s->pipeline), p->bin);
+  }
+  g_debug ("session %u: peer %u branch removed", s->id, p->id);
+  if (!s->closed)
+    peer_cleanup (p);
+}
+
+static GstPadProbeReturn
+peer_unlink_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  Peer *p = user_data;
+
+  gst_pad_unlink (p->tee_pad, p->bin_sink);
+  invoke_full (p, TRUE, TRUE, peer_drop_branch, NULL, NULL);
+  return GST_PAD_PROBE_REMOVE;
+}
+
+static void
+peer_release (Peer * p, const char *reason, gushort close_code,
+    const char *error_code, const char *message)
+{
+  Session *s = p->session;
+  LingbotWebrtcServer *server = s->server;
+  Conn *c = p->conn;
+
+  if (p->released)
+    return;
+  p->released = TRUE;
+  g_message ("session %u: peer %u released (%s)", s->id, p->id, reason);
+  peer_release_keys (p);
+  if (s->active == p)
+    s->active = NULL;
+  s->peers = g_list_remove (s->peers, p);
+  if (p->tick) {
+    g_source_destroy (p->tick);
+    g_clear_pointer (&p->tick, g_source_unref);
+  }
+  if (c) {
+    c->peer = NULL;
+    p->conn = NULL;
+    if (error_code) {
+      g_autofree char *text = error_json (error_code, message, TRUE, NULL,
+          FALSE, 0);
+      conn_send (c, text);
+    }
+    conn_close (c, close_code, reason);
+  }
+  if (!s->closed && p->tee_pad && gst_pad_is_linked (p->tee_pad)) {
+    /* unlinked once no buffer is on its way through the pad */
+    gst_pad_add_probe (p->tee_pad, GST_PAD_PROBE_TYPE_IDLE,
+        peer_unlink_probe, peer_ref (p), (GDestroyNotify) peer_unref);
+  } else if (!s->closed && p->bin) {
+    invoke_full (p, TRUE, TRUE, peer_drop_branch, NULL, NULL);
+  }
+  if (server)
+    g_atomic_int_add (&server->n_peers, -1);
+  if (!s->closed && s->peers == NULL)
+    session_detached (s);
+  peer_unref (p);               /* the session's list */
+}
+
+/* ------------------------------------------------------------------ */
+/* peers: webrtcbin signalling                                        */
+/* ------------------------------------------------------------------ */
+
+static void
+send_offer (Peer * p, char *sdp)
 {
   g_autoptr (JsonBuilder) b = json_builder_new ();
   g_autofree char *text = NULL;
 
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "error");
-  json_builder_set_member_name (b, "code");
-  json_builder_add_string_value (b, code);
-  json_builder_set_member_name (b, "message");
-  json_builder_add_string_value (b, message);
+  json_builder_add_string_value (b, "offer");
+  json_builder_set_member_name (b, "sdp");
+  json_builder_add_string_value (b, sdp);
   json_builder_end_object (b);
   text = builder_to_string (b);
-  if (soup_websocket_connection_get_state (ws) == SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_send_text (ws, text);
+  conn_send (p->conn, text);
 }
 
 static void
-control_send (Session * s, const char *text)
+peer_no_offer (Peer * p, gpointer data)
 {
-  GstWebRTCDataChannelState state = GST_WEBRTC_DATA_CHANNEL_STATE_CLOSED;
+  peer_release (p, "webrtcbin created no offer", 1011, "webrtc",
+      "the server could not create an offer");
+}
 
-  if (s->control == NULL)
+static void
+on_offer_created (GstPromise * promise, gpointer user_data)
+{
+  Peer *p = user_data;
+  GstWebRTCSessionDescription *offer = NULL;
+  const GstStructure *reply;
+
+  if (gst_promise_wait (promise) != GST_PROMISE_RESULT_REPLIED) {
+    gst_promise_unref (promise);
     return;
-  g_object_get (s->control, "ready-state", &state, NULL);
-  if (state == GST_WEBRTC_DATA_CHANNEL_STATE_OPEN)
-    gst_webrtc_data_channel_send_string (s->control, text);
-  else
-    g_debug ("session %u: control channel not open, dropped %s", s->id, text);
+  }
+  reply = gst_promise_get_reply (promise);
+  if (reply && gst_structure_has_field (reply, "offer"))
+    gst_structure_get (reply, "offer",
+        GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL);
+  if (offer) {
+    g_signal_emit_by_name (p->webrtc, "set-local-description", offer, NULL);
+    peer_invoke (p, send_offer, gst_sdp_message_as_text (offer->sdp),
+        g_free);
+    gst_webrtc_session_description_free (offer);
+  } else {
+    peer_invoke (p, peer_no_offer, NULL, NULL);
+  }
+  gst_promise_unref (promise);
+}
+
+static void
+create_offer (Peer * p, gpointer data)
+{
+  GstPromise *promise;
+
+  if (p->offered)
+    return;                     /* no renegotiation */
+  p->offered = TRUE;
+  promise = gst_promise_new_with_change_func (on_offer_created,
+      peer_ref (p), (GDestroyNotify) peer_unref);
+  g_signal_emit_by_name (p->webrtc, "create-offer", NULL, promise);
+}
+
+static void
+on_negotiation_needed (GstElement * webrtc, gpointer user_data)
+{
+  peer_invoke (user_data, create_offer, NULL, NULL);
+}
+
+typedef struct
+{
+  guint mline;
+  char *candidate;
+} Candidate;
+
+static void
+candidate_free (Candidate * c)
+{
+  g_free (c->candidate);
+  g_free (c);
+}
+
+static void
+send_candidate (Peer * p, Candidate * c)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autofree char *text = NULL;
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, "ice");
+  json_builder_set_member_name (b, "candidate");
+  json_builder_add_string_value (b, c->candidate);
+  json_builder_set_member_name (b, "sdpMLineIndex");
+  json_builder_add_int_value (b, c->mline);
+  json_builder_end_object (b);
+  text = builder_to_string (b);
+  conn_send (p->conn, text);
+}
+
+static void
+on_ice_candidate (GstElement * webrtc, guint mline, const char *candidate,
+    gpointer user_data)
+{
+  Candidate *c = g_new0 (Candidate, 1);
+
+  c->mline = mline;
+  c->candidate = g_strdup (candidate);
+  peer_invoke (user_data, send_candidate, c, (GDestroyNotify) candidate_free);
+}
+
+static GstPadProbeReturn
+rx_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  Peer *p = user_data;
+
+  g_atomic_int_inc (&p->rx_packets);
+  return GST_PAD_PROBE_OK;
+}
+
+/* count what arrives from the browser: every nicesrc's output (RTCP, SCTP
+ * over DTLS; STUN stays inside libnice) */
+static void
+peer_probe_rx (Peer * p)
+{
+  GstIterator *it;
+  GValue v = G_VALUE_INIT;
+
+  if (p->rx_probed)
+    return;
+  p->rx_probed = TRUE;
+  it = gst_bin_iterate_recurse (GST_BIN (p->webrtc));
+  while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
+    GstElement *e = g_value_get_object (&v);
+    GstElementFactory *f = gst_element_get_factory (e);
+
+    if (f && strcmp (GST_OBJECT_NAME (f), "nicesrc") == 0) {
+      GstPad *src = gst_element_get_static_pad (e, "src");
+
+      if (src) {
+        gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_BUFFER |
+            GST_PAD_PROBE_TYPE_BUFFER_LIST, rx_probe, peer_ref (p),
+            (GDestroyNotify) peer_unref);
+        gst_object_unref (src);
+      }
+    }
+    g_value_reset (&v);
+  }
+  g_value_unset (&v);
+  gst_iterator_free (it);
+}
+
+static void
+peer_connected (Peer * p)
+{
+  Session *s = p->session;
+  LingbotWebrtcServer *server = s->server;
+
+  if (p->connected)
+    return;
+  p->connected = TRUE;
+  p->last_rx_us = g_get_monotonic_time ();
+  peer_probe_rx (p);
+  g_message ("session %u: peer %u connected", s->id, p->id);
+  /* the key frame sent when the branch was linked may have gone out
+   * before DTLS was up */
+  peer_force_key_unit (p, "connected");
+  if (s->active != p) {
+    Peer *old = s->active;
+
+    s->active = p;
+    if (old) {
+      g_atomic_int_inc (&server->n_replaced);
+      peer_release (old, "replaced by a newer connection",
+          LINGBOT_WEBRTC_CLOSE_REPLACED, "replaced",
+          "another connection to this session (a reload or another tab) "
+          "took it over");
+    }
+  }
+}
+
+static void
+connection_state_changed (Peer * p, gpointer data)
+{
+  GstWebRTCPeerConnectionState state = GPOINTER_TO_INT (data);
+
+  switch (state) {
+    case GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTED:
+      peer_connected (p);
+      break;
+    case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED:
+      peer_release (p, "ICE/DTLS connection failed",
+          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice",
+          "the WebRTC connection failed");
+      break;
+    case GST_WEBRTC_PEER_CONNECTION_STATE_CLOSED:
+      peer_release (p, "WebRTC connection closed",
+          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice",
+          "the WebRTC connection closed");
+      break;
+    default:
+      break;
+  }
+}
+
+static void
+on_connection_state (GObject * webrtc, GParamSpec * pspec, gpointer user_data)
+{
+  GstWebRTCPeerConnectionState state;
+
+  g_object_get (webrtc, "connection-state", &state, NULL);
+  peer_invoke (user_data, connection_state_changed,
+      GINT_TO_POINTER (state), NULL);
+}
+
+static void
+ice_state_changed (Peer * p, gpointer data)
+{
+  if (GPOINTER_TO_INT (data) == GST_WEBRTC_ICE_CONNECTION_STATE_FAILED)
+    peer_release (p, "ICE connection failed", LINGBOT_WEBRTC_CLOSE_TIMEOUT,
+        "ice", "the ICE connection failed");
+}
+
+static void
+on_ice_state (GObject * webrtc, GParamSpec * pspec, gpointer user_data)
+{
+  GstWebRTCICEConnectionState state;
+
+  g_object_get (webrtc, "ice-connection-state", &state, NULL);
+  peer_invoke (user_data, ice_state_changed, GINT_TO_POINTER (state), NULL);
+}
+
+/* the peer's timer: liveness and keepalive */
+static gboolean
+peer_tick (gpointer user_data)
+{
+  Peer *p = user_data;
+  Session *s = p->session;
+  LingbotWebrtcServer *server = s->server;
+  guint timeout = server->peer_timeout;
+  guint keepalive = CLAMP (timeout / 5, 1, 5);
+  gint64 now = g_get_monotonic_time ();
+  gint rx = g_atomic_int_get (&p->rx_packets);
+  g_autofree char *why = NULL;
+
+  if (rx != p->rx_seen) {
+    p->rx_seen = rx;
+    p->last_rx_us = now;
+  }
+  if (!p->connected && now - p->created_us > timeout * G_USEC_PER_SEC)
+    why = g_strdup_printf ("the browser did not connect within %u s",
+        timeout);
+  else if (p->connected && now - p->last_rx_us > timeout * G_USEC_PER_SEC)
+    why = g_strdup_printf ("nothing arrived from the browser for %u s",
+        timeout);
+  if (why) {
+    g_atomic_int_inc (&server->n_timeouts);
+    peer_release (p, why, LINGBOT_WEBRTC_CLOSE_TIMEOUT, "timeout", why);
+    return G_SOURCE_REMOVE;
+  }
+  /* a live browser acknowledges this (SCTP), so something always comes
+   * back while it is there */
+  if (++p->ticks % keepalive == 0 && channel_open (p->control)) {
+    g_autofree char *text = status_json (s, p);
+
+    control_send (p, text);
+  }
+  return G_SOURCE_CONTINUE;
 }
 
 /* ------------------------------------------------------------------ */
-/* session end                                                        */
+/* peers: input from the browser                                      */
 /* ------------------------------------------------------------------ */
 
+/* X keysym names (gstwebrtc-api sends those) -> DOM codes */
+static const char *
+normalize_key (const char *key)
+{
+  static const char *const map[][2] = {
+    {"Up", "ArrowUp"}, {"Down", "ArrowDown"},
+    {"Left", "ArrowLeft"}, {"Right", "ArrowRight"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (map); i++)
+    if (strcmp (key, map[i][0]) == 0)
+      return map[i][1];
+  return key;
+}
+
 static void
-session_close (Session * s, const char *reason)
+peer_track_key (Peer * p, const char *key, gboolean press)
+{
+  for (guint i = 0; i < p->held->len; i++)
+    if (g_ascii_strcasecmp (g_ptr_array_index (p->held, i), key) == 0) {
+      if (!press)
+        g_ptr_array_remove_index_fast (p->held, i);
+      return;
+    }
+  if (press && p->held->len < MAX_HELD_KEYS && lingbot_key_from_name (key))
+    g_ptr_array_add (p->held, g_strdup (key));
+}
+
+/* one navigation event object: the webrtcsink "input" form
+ * {"event":"KeyPress","key":"ArrowUp","modifier_state":"..."} plus our
+ * optional "id" (an integer stamp echoed with the chunk that used it) */
+static gboolean
+handle_navigation (Peer * p, JsonObject * o, gboolean has_id, gint64 id,
+    const char **why)
+{
+  Session *s = p->session;
+  const char *event, *key;
+  gboolean press;
+
+  event = member_string (o, "event");
+  if (event == NULL) {
+    *why = "no \"event\" string";
+    return FALSE;
+  }
+  if (g_str_has_prefix (event, "Mouse") || g_str_has_prefix (event, "Touch")) {
+    g_debug ("session %u: %s ignored (no control)", s->id, event);
+    return TRUE;
+  }
+  if (strcmp (event, "KeyPress") == 0)
+    press = TRUE;
+  else if (strcmp (event, "KeyRelease") == 0)
+    press = FALSE;
+  else {
+    *why = "unknown navigation event";
+    return FALSE;
+  }
+  key = member_string (o, "key");
+  if (key == NULL || key[0] == '\0' || strlen (key) > MAX_KEY_NAME
+      || !g_utf8_validate (key, -1, NULL)) {
+    *why = "no valid \"key\" string";
+    return FALSE;
+  }
+  if (s->active != p) {
+    *why = "keys from a connection that is not the session's viewer";
+    return FALSE;
+  }
+  key = normalize_key (key);
+
+  if (press && has_id) {
+    guint bit = lingbot_key_from_name (key);
+
+    if (bit != 0) {
+      KeyStamp *k = g_new0 (KeyStamp, 1);
+
+      k->id = id;
+      k->key = bit;
+      k->name = g_strdup (key);
+      k->min_chunk = (guint64) (s->last_chunk + 1);
+      k->t_us = g_get_monotonic_time ();
+      g_queue_push_tail (&s->pending_keys, k);
+      while (s->pending_keys.length > MAX_PENDING_KEYS)
+        key_stamp_free (g_queue_pop_head (&s->pending_keys));
+    }
+  }
+  peer_track_key (p, key, press);
+  g_debug ("session %u: %s %s", s->id, event, key);
+  send_navigation (s, press ? gst_navigation_event_new_key_press (key, 0) :
+      gst_navigation_event_new_key_release (key, 0));
+  return TRUE;
+}
+
+typedef struct
+{
+  gboolean control;             /* arrived on "control" */
+  gboolean binary;
+  gsize size;
+  char *text;
+} ChannelMessage;
+
+static void
+channel_message_free (ChannelMessage * m)
+{
+  g_free (m->text);
+  g_free (m);
+}
+
+static void
+handle_channel_message (Peer * p, ChannelMessage * m)
+{
+  const char *where = m->control ? LABEL_CONTROL : LABEL_INPUT;
+  g_autoptr (JsonParser) parser = NULL;
+  g_autofree char *bad = NULL;
+  const char *why = NULL;
+  JsonObject *o = NULL, *req, *event;
+  gint64 id = 0;
+  gboolean has_id;
+
+  if (m->binary) {
+    peer_reject (p, where, "binary message (JSON text expected)", m->size,
+        FALSE, 0);
+    return;
+  }
+  if (m->text == NULL) {
+    peer_reject (p, where, "too big", m->size, FALSE, 0);
+    return;
+  }
+  parser = parse_object (m->text, m->size, &o, &bad);
+  if (parser == NULL) {
+    peer_reject (p, where, bad, m->size, FALSE, 0);
+    return;
+  }
+  has_id = member_int (o, "id", &id);
+
+  /* gstwebrtc-api's control request:
+   * {"id":N,"request":{"type":"navigationEvent","event":{...}}} */
+  if (json_object_has_member (o, "request")) {
+    const char *type;
+
+    req = member_object (o, "request");
+    type = req ? member_string (req, "type") : NULL;
+    event = req ? member_object (req, "event") : NULL;
+    if (req == NULL)
+      why = "\"request\" is not an object";
+    else if (type == NULL)
+      why = "request without a \"type\" string";
+    else if (strcmp (type, "navigationEvent") != 0)
+      why = "unknown request type";
+    else if (event == NULL)
+      why = "navigationEvent without an \"event\" object";
+    else if (handle_navigation (p, event, has_id, id, &why))
+      return;
+    peer_reject (p, where, why, m->size, has_id, id);
+    return;
+  }
+  if (m->control) {
+    peer_reject (p, where, member_string (o, "type") ?
+        "unknown message type" : "no \"request\" object", m->size, has_id,
+        id);
+    return;
+  }
+  if (!handle_navigation (p, o, has_id, id, &why))
+    peer_reject (p, where, why, m->size, has_id, id);
+}
+
+static void
+post_channel_message (Peer * p, GstWebRTCDataChannel * channel,
+    const char *text, gsize size, gboolean binary)
+{
+  ChannelMessage *m = g_new0 (ChannelMessage, 1);
+  gsize limit = p->session->max_message;
+
+  m->control = channel == p->control;
+  m->binary = binary;
+  m->size = size;
+  /* no copy of what is dropped anyway */
+  if (!binary && size <= limit)
+    m->text = g_strndup (text ? text : "", size);
+  peer_invoke (p, handle_channel_message, m,
+      (GDestroyNotify) channel_message_free);
+}
+
+static void
+on_channel_message (GstWebRTCDataChannel * channel, const char *text,
+    gpointer user_data)
+{
+  post_channel_message (user_data, channel, text, text ? strlen (text) : 0,
+      FALSE);
+}
+
+static void
+on_channel_data (GstWebRTCDataChannel * channel, GBytes * data,
+    gpointer user_data)
+{
+  post_channel_message (user_data, channel, NULL,
+      data ? g_bytes_get_size (data) : 0, TRUE);
+}
+
+static void
+control_opened (Peer * p, gpointer data)
+{
+  g_autofree char *text = status_json (p->session, p);
+
+  control_send (p, text);
+}
+
+static void
+on_channel_state (GObject * channel, GParamSpec * pspec, gpointer user_data)
+{
+  if (channel_open (GST_WEBRTC_DATA_CHANNEL (channel)))
+    peer_invoke (user_data, control_opened, NULL, NULL);
+}
+
+static GstWebRTCDataChannel *
+create_channel (Peer * p, const char *label)
+{
+  GstWebRTCDataChannel *channel = NULL;
+  GstStructure *opts = gst_structure_new ("config",
+      "ordered", G_TYPE_BOOLEAN, TRUE,
+      "priority", GST_TYPE_WEBRTC_PRIORITY_TYPE,
+      GST_WEBRTC_PRIORITY_TYPE_HIGH, NULL);
+
+  g_signal_emit_by_name (p->webrtc, "create-data-channel", label, opts,
+      &channel);
+  gst_structure_free (opts);
+  if (channel == NULL)
+    return NULL;
+  g_signal_connect_data (channel, "on-message-string",
+      G_CALLBACK (on_channel_message), peer_ref (p), peer_unref_closure, 0);
+  g_signal_connect_data (channel, "on-message-data",
+      G_CALLBACK (on_channel_data), peer_ref (p), peer_unref_closure, 0);
+  if (strcmp (label, LABEL_CONTROL) == 0)
+    g_signal_connect_data (channel, "notify::ready-state",
+        G_CALLBACK (on_channel_state), peer_ref (p), peer_unref_closure, 0);
+  return channel;
+}
+
+/* ------------------------------------------------------------------ */
+/* peers: the branch                                                  */
+/* ------------------------------------------------------------------ */
+
+static gboolean
+forward_sticky (GstPad * pad, GstEvent ** event, gpointer user_data)
+{
+  gst_pad_send_event (user_data, gst_event_ref (*event));
+  return TRUE;
+}
+
+static GstPadProbeReturn
+block_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  return GST_PAD_PROBE_OK;
+}
+
+static gboolean
+peer_build (Peer * p, GError ** error)
+{
+  Session *s = p->session;
+  LingbotWebrtcServer *server = s->server;
+  g_autofree char *name = g_strdup_printf ("peer%u", p->id);
+  g_autofree char *desc = g_strdup_printf ("queue name=q leaky=downstream "
+      "max-size-buffers=2000 max-size-bytes=0 max-size-time=0 ! webrtcbin "
+      "name=webrtc bundle-policy=max-bundle latency=%d", WEBRTC_LATENCY_MS);
+  g_autoptr (GstCaps) prefs = gst_caps_from_string (s->enc->preferences);
+  GstWebRTCRTPTransceiver *trans = NULL;
+  GstWebRTCICE *ice = NULL;
+  GstElement *q;
+  GstPad *qsrc, *wsink;
+  gulong block;
+
+  p->bin = gst_parse_bin_from_description_full (desc, TRUE, NULL,
+      GST_PARSE_FLAG_FATAL_ERRORS, error);
+  if (p->bin == NULL)
+    return FALSE;
+  gst_object_ref_sink (p->bin);
+  gst_object_set_name (GST_OBJECT (p->bin), name);
+  p->webrtc = gst_bin_get_by_name (GST_BIN (p->bin), "webrtc");
+  p->bin_sink = gst_element_get_static_pad (p->bin, "sink");
+
+  /* the offer's codec and fmtp come from the transceiver's preferences,
+   * intersected with the payloader's caps */
+  q = gst_bin_get_by_name (GST_BIN (p->bin), "q");
+  qsrc = gst_element_get_static_pad (q, "src");
+  wsink = gst_pad_get_peer (qsrc);
+  if (wsink && g_object_class_find_property (G_OBJECT_GET_CLASS (wsink),
+          "transceiver"))
+    g_object_get (wsink, "transceiver", &trans, NULL);
+  if (trans) {
+    g_object_set (trans, "codec-preferences", prefs, "direction",
+        GST_WEBRTC_RTP_TRANSCEIVER_DIRECTION_SENDONLY, NULL);
+    gst_object_unref (trans);
+  }
+  g_clear_object (&wsink);
+  gst_object_unref (qsrc);
+  gst_object_unref (q);
+
+  g_object_get (p->webrtc, "ice-agent", &ice, NULL);
+  if (ice) {
+    GObject *agent = NULL;
+
+    /* libnice checks a connected pair with requests, not indications, and
+     * fails it when they go unanswered */
+    if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
+      g_object_get (ice, "agent", &agent, NULL);
+    if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent),
+            "keepalive-conncheck"))
+      g_object_set (agent, "keepalive-conncheck", TRUE, NULL);
+    g_clear_object (&agent);
+    if (server->ice_loopback
+        && g_signal_lookup ("add-local-ip-address", G_OBJECT_TYPE (ice))) {
+      gboolean ok = FALSE;
+
+      g_signal_emit_by_name (ice, "add-local-ip-address", "127.0.0.1", &ok);
+      if (!ok)
+        g_message ("session %u: could not restrict ICE to 127.0.0.1", s->id);
+    }
+    g_clear_object (&ice);
+  }
+
+  g_signal_connect_data (p->webrtc, "on-negotiation-needed",
+      G_CALLBACK (on_negotiation_needed), peer_ref (p), peer_unref_closure,
+      0);
+  g_signal_connect_data (p->webrtc, "on-ice-candidate",
+      G_CALLBACK (on_ice_candidate), peer_ref (p), peer_unref_closure, 0);
+  g_signal_connect_data (p->webrtc, "notify::connection-state",
+      G_CALLBACK (on_connection_state), peer_ref (p), peer_unref_closure, 0);
+  g_signal_connect_data (p->webrtc, "notify::ice-connection-state",
+      G_CALLBACK (on_ice_state), peer_ref (p), peer_unref_closure, 0);
+
+  /* data channels are created in READY, before the offer (as webrtcsink) */
+  gst_bin_add (GST_BIN (s->pipeline), p->bin);
+  if (gst_element_set_state (p->bin, GST_STATE_READY) ==
+      GST_STATE_CHANGE_FAILURE) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
+        "webrtcbin cannot start");
+    return FALSE;
+  }
+  p->input = create_channel (p, LABEL_INPUT);
+  p->control = create_channel (p, LABEL_CONTROL);
+  if (!p->input || !p->control) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
+        "webrtcbin created no data channel");
+    return FALSE;
+  }
+
+  /* linked while the tee pad is blocked, so that the stream's sticky
+   * events (its caps: the offer waits for them) reach webrtcbin now, even
+   * when no frame flows because no key is held, and before any buffer */
+  p->tee_pad = gst_element_request_pad_simple (s->tee, "src_%u");
+  block = gst_pad_add_probe (p->tee_pad, GST_PAD_PROBE_TYPE_BLOCK_DOWNSTREAM,
+      block_probe, NULL, NULL);
+  if (gst_pad_link (p->tee_pad, p->bin_sink) != GST_PAD_LINK_OK) {
+    gst_pad_remove_probe (p->tee_pad, block);
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
+        "cannot link the peer's branch");
+    return FALSE;
+  }
+  gst_element_sync_state_with_parent (p->bin);
+  gst_pad_sticky_events_foreach (p->tee_pad, forward_sticky, p->bin_sink);
+  gst_pad_remove_probe (p->tee_pad, block);
+  peer_force_key_unit (p, "joined");
+  return TRUE;
+}
+
+static Peer *
+peer_new (Session * s, Conn * c)
 {
   LingbotWebrtcServer *server = s->server;
-  SoupWebsocketConnection *ws;
+  Peer *p = g_new0 (Peer, 1);
 
-  if (s->closed)
-    return;
-  /* under the lock: streaming threads check it before touching the rest */
-  g_mutex_lock (&s->lock);
-  s->closed = TRUE;
-  g_mutex_unlock (&s->lock);
-  g_message ("session %u: closed (%s)", s->id, reason);
-
-  if (s->bus_watch) {
-    /* on the server's context, not the default one: no g_source_remove() */
-    GstBus *bus = gst_element_get_bus (s->pipeline);
-
-    gst_bus_remove_watch (bus);
-    gst_object_unref (bus);
-    s->bus_watch = 0;
+  p->refs = 1;                  /* the session's list */
+  p->session = session_ref (s);
+  p->context = g_main_context_ref (s->context);
+  p->id = ++server->next_peer;
+  p->held = g_ptr_array_new_with_free_func (g_free);
+  p->created_us = g_get_monotonic_time ();
+  p->conn = c;
+  c->peer = p;
+  s->peers = g_list_append (s->peers, p);
+  if (s->active == NULL && s->peers->next == NULL)
+    s->active = p;
+  g_atomic_int_inc (&server->n_peers);
+  if (s->resume) {
+    g_source_destroy (s->resume);
+    g_clear_pointer (&s->resume, g_source_unref);
   }
-  if (s->pipeline) {
-    /* stops the generator and frees the ranks of its world */
-    gst_element_set_state (s->pipeline, GST_STATE_NULL);
-  }
-  g_clear_object (&s->input);
-  g_clear_object (&s->control);
-  g_clear_object (&s->pay_src);
-  g_clear_object (&s->control_src);
-  g_clear_object (&s->webrtc);
-  g_clear_object (&s->pipeline);
-
-  ws = g_steal_pointer (&s->ws);
-  if (ws) {
-    g_clear_signal_handler (&s->ws_message_id, ws);
-    g_clear_signal_handler (&s->ws_closed_id, ws);
-    if (soup_websocket_connection_get_state (ws) ==
-        SOUP_WEBSOCKET_STATE_OPEN)
-      soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_NORMAL,
-          reason);
-    g_object_unref (ws);
-  }
-  /* drops the table's reference */
-  g_hash_table_remove (server->sessions, GUINT_TO_POINTER (s->id));
-}
-
-static void
-session_fail (Session * s, const char *code, const char *message)
-{
-  if (s->closed)
-    return;
-  if (s->ws)
-    ws_send_error (s->ws, code, message);
-  session_close (s, code);
+  p->tick = g_timeout_source_new_seconds (1);
+  g_source_set_callback (p->tick, peer_tick, p, NULL);
+  g_source_attach (p->tick, s->context);
+  return p;
 }
 
 /* ------------------------------------------------------------------ */
@@ -325,9 +1447,8 @@ session_fail (Session * s, const char *code, const char *message)
 /* ------------------------------------------------------------------ */
 
 static void
-send_echo (Session * s, gpointer data)
+send_echo (Session * s, Echo * e)
 {
-  Echo *e = data;
   g_autoptr (JsonBuilder) b = json_builder_new ();
   g_autofree char *text = NULL;
 
@@ -349,7 +1470,8 @@ send_echo (Session * s, gpointer data)
   json_builder_end_object (b);
   text = builder_to_string (b);
   g_debug ("session %u: %s", s->id, text);
-  control_send (s, text);
+  if (s->active)
+    control_send (s->active, text);
 }
 
 /* the payloader's output: count frames (one RTP timestamp each) and
@@ -396,13 +1518,36 @@ count_list_item (GstBuffer ** buf, guint idx, gpointer user_data)
   return TRUE;
 }
 
+static void
+session_eos (Session * s, gpointer data)
+{
+  session_fail (s, "eos", "the session's video ended");
+}
+
 static GstPadProbeReturn
 pay_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
 {
   Session *s = user_data;
   GQueue ready = G_QUEUE_INIT;
-  GMainContext *context;
+  gboolean closed;
   Echo *e;
+
+  if (info->type & GST_PAD_PROBE_TYPE_EVENT_UPSTREAM) {
+    GstEvent *ev = GST_PAD_PROBE_INFO_EVENT (info);
+
+    if (gst_video_event_is_force_key_unit (ev)) {
+      g_mutex_lock (&s->lock);
+      if (!s->closed && s->server)
+        g_atomic_int_inc (&s->server->n_key_units);
+      g_mutex_unlock (&s->lock);
+    }
+    return GST_PAD_PROBE_OK;
+  }
+  if (info->type & GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM) {
+    if (GST_EVENT_TYPE (GST_PAD_PROBE_INFO_EVENT (info)) == GST_EVENT_EOS)
+      session_invoke (s, session_eos, NULL, NULL);
+    return GST_PAD_PROBE_OK;
+  }
 
   g_mutex_lock (&s->lock);
   if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
@@ -412,12 +1557,12 @@ pay_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
     gst_buffer_list_foreach (GST_PAD_PROBE_INFO_BUFFER_LIST (info),
         count_list_item, args);
   }
-  context = s->closed ? NULL : s->server->context;
+  closed = s->closed;
   g_mutex_unlock (&s->lock);
 
   while ((e = g_queue_pop_head (&ready))) {
-    if (context)
-      session_invoke (s, context, send_echo, e, (GDestroyNotify) echo_free);
+    if (!closed)
+      session_invoke (s, send_echo, e, (GDestroyNotify) echo_free);
     else
       echo_free (e);
   }
@@ -425,54 +1570,109 @@ pay_probe (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
 }
 
 /* ------------------------------------------------------------------ */
-/* bus: chunk metrics, errors, end of stream                          */
+/* bus: progress, chunk metrics, errors                               */
 /* ------------------------------------------------------------------ */
+
+static void
+send_simple (Session * s, const char *type, gint64 chunk, const char *k1,
+    gint64 v1, const char *k2, gint64 v2, const char *keys)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autofree char *text = NULL;
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, type);
+  json_builder_set_member_name (b, "chunk");
+  json_builder_add_int_value (b, chunk);
+  if (k1) {
+    json_builder_set_member_name (b, k1);
+    json_builder_add_int_value (b, v1);
+  }
+  if (k2) {
+    json_builder_set_member_name (b, k2);
+    json_builder_add_int_value (b, v2);
+  }
+  if (keys) {
+    json_builder_set_member_name (b, "keys");
+    json_builder_add_string_value (b, keys);
+  }
+  json_builder_end_object (b);
+  text = builder_to_string (b);
+  session_broadcast (s, text);
+}
+
+typedef struct
+{
+  guint64 chunk;
+  int pass, n_passes;
+} Pass;
+
+static void
+handle_pass (Session * s, Pass * ps)
+{
+  s->state = "generating";
+  s->state_chunk = (gint64) ps->chunk;
+  send_simple (s, "progress", (gint64) ps->chunk, "pass", ps->pass,
+      "passes", ps->n_passes, NULL);
+}
+
+/* lingbotgen's pass signal, from its streaming thread */
+static void
+on_pass (GstElement * gen, guint64 chunk, gint pass, gint n_passes,
+    gpointer user_data)
+{
+  Pass *ps = g_new0 (Pass, 1);
+
+  ps->chunk = chunk;
+  ps->pass = pass;
+  ps->n_passes = n_passes;
+  session_invoke (user_data, handle_pass, ps, g_free);
+}
+
+static void
+handle_waiting (Session * s, const GstStructure * st)
+{
+  guint64 index = 0;
+
+  gst_structure_get_uint64 (st, "index", &index);
+  s->state = "waiting";
+  s->state_chunk = (gint64) index;
+  send_simple (s, "waiting", (gint64) index, NULL, 0, NULL, 0, NULL);
+}
 
 static void
 handle_chunk (Session * s, const GstStructure * st)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
   guint64 index = 0;
   gint frames = 0;
   guint keys = 0;
-  double dit = 0, vae = 0, compute = 0;
+  double dit = 0, compute = 0;
   const char *keys_string = gst_structure_get_string (st, "keys-string");
   guint64 first_frame;
+  ChunkInfo *ci;
 
   gst_structure_get_uint64 (st, "index", &index);
   gst_structure_get_int (st, "frames", &frames);
   gst_structure_get_uint (st, "keys", &keys);
   gst_structure_get_double (st, "dit-seconds", &dit);
-  gst_structure_get_double (st, "vae-seconds", &vae);
   gst_structure_get_double (st, "compute-seconds", &compute);
 
   first_frame = s->frames_total;
   s->frames_total += (guint64) MAX (frames, 0);
   s->last_chunk = (gint64) index;
+  s->state = "decoding";
+  s->state_chunk = (gint64) index;
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "chunk");
-  json_builder_set_member_name (b, "index");
-  json_builder_add_int_value (b, (gint64) index);
-  json_builder_set_member_name (b, "frames");
-  json_builder_add_int_value (b, frames);
-  json_builder_set_member_name (b, "first-frame");
-  json_builder_add_int_value (b, (gint64) first_frame);
-  json_builder_set_member_name (b, "keys");
-  json_builder_add_string_value (b, keys_string ? keys_string : "");
-  json_builder_set_member_name (b, "dit-seconds");
-  json_builder_add_double_value (b, dit);
-  json_builder_set_member_name (b, "vae-seconds");
-  json_builder_add_double_value (b, vae);
-  json_builder_set_member_name (b, "compute-seconds");
-  json_builder_add_double_value (b, compute);
-  json_builder_set_member_name (b, "compute-fps");
-  json_builder_add_double_value (b, compute > 0 ? frames / compute : 0.0);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  control_send (s, text);
+  ci = &s->ring[index % CHUNK_RING];
+  ci->index = (gint64) index;
+  ci->frames = frames;
+  ci->first_frame = first_frame;
+  g_strlcpy (ci->keys, keys_string ? keys_string : "", sizeof ci->keys);
+  ci->dit = dit;
+  ci->generate = compute;
+  send_simple (s, "decoding", (gint64) index, "frames", frames,
+      "first-frame", (gint64) first_frame, ci->keys);
 
   /* the first chunk after a press whose keys hold the key used it */
   g_mutex_lock (&s->lock);
@@ -497,6 +1697,76 @@ handle_chunk (Session * s, const GstStructure * st)
   g_mutex_unlock (&s->lock);
 }
 
+/* lingbotvaedec decoded a chunk: its metrics, generate + decode */
+static void
+handle_decode (Session * s, const GstStructure * st)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autofree char *text = NULL;
+  guint64 index = 0;
+  gint frames = 0;
+  double vae = 0, dit = 0, generate = 0, compute;
+  const char *keys = "";
+  guint64 first_frame = 0;
+  ChunkInfo *ci;
+
+  gst_structure_get_uint64 (st, "index", &index);
+  gst_structure_get_int (st, "frames", &frames);
+  gst_structure_get_double (st, "vae-seconds", &vae);
+  ci = &s->ring[index % CHUNK_RING];
+  if (ci->index == (gint64) index) {
+    dit = ci->dit;
+    generate = ci->generate;
+    keys = ci->keys;
+    first_frame = ci->first_frame;
+  } else {
+    /* no lingbot-chunk seen: the decoder's own DiT + VAE figure */
+    gst_structure_get_double (st, "compute-seconds", &generate);
+    generate = MAX (generate - vae, 0.0);
+  }
+  compute = generate + vae;
+  s->state = "ready";
+  s->state_chunk = (gint64) index;
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, "chunk");
+  json_builder_set_member_name (b, "index");
+  json_builder_add_int_value (b, (gint64) index);
+  json_builder_set_member_name (b, "frames");
+  json_builder_add_int_value (b, frames);
+  json_builder_set_member_name (b, "first-frame");
+  json_builder_add_int_value (b, (gint64) first_frame);
+  json_builder_set_member_name (b, "keys");
+  json_builder_add_string_value (b, keys);
+  json_builder_set_member_name (b, "dit-seconds");
+  json_builder_add_double_value (b, dit);
+  json_builder_set_member_name (b, "generate-seconds");
+  json_builder_add_double_value (b, generate);
+  json_builder_set_member_name (b, "vae-seconds");
+  json_builder_add_double_value (b, vae);
+  json_builder_set_member_name (b, "compute-seconds");
+  json_builder_add_double_value (b, compute);
+  json_builder_set_member_name (b, "compute-fps");
+  json_builder_add_double_value (b, compute > 0 ? frames / compute : 0.0);
+  json_builder_end_object (b);
+  text = builder_to_string (b);
+  session_broadcast (s, text);
+}
+
+static Peer *
+peer_of_object (Session * s, GstObject * obj)
+{
+  for (GList * l = s->peers; l; l = l->next) {
+    Peer *p = l->data;
+
+    if (p->bin && (obj == GST_OBJECT (p->bin)
+            || gst_object_has_as_ancestor (obj, GST_OBJECT (p->bin))))
+      return p;
+  }
+  return NULL;
+}
+
 static gboolean
 on_bus_message (GstBus * bus, GstMessage * msg, gpointer user_data)
 {
@@ -510,18 +1780,31 @@ on_bus_message (GstBus * bus, GstMessage * msg, gpointer user_data)
 
       if (st && gst_structure_has_name (st, "lingbot-chunk"))
         handle_chunk (s, st);
+      else if (st && gst_structure_has_name (st, "lingbot-decode"))
+        handle_decode (s, st);
+      else if (st && gst_structure_has_name (st, "lingbot-waiting"))
+        handle_waiting (s, st);
       break;
     }
+    case GST_MESSAGE_LATENCY:
+      gst_bin_recalculate_latency (GST_BIN (s->pipeline));
+      break;
     case GST_MESSAGE_ERROR:{
       g_autoptr (GError) err = NULL;
       g_autofree char *dbg = NULL;
       g_autofree char *text = NULL;
+      Peer *p = peer_of_object (s, GST_MESSAGE_SRC (msg));
 
       gst_message_parse_error (msg, &err, &dbg);
       text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (msg->src),
           err->message);
-      g_message ("session %u: pipeline error: %s (%s)", s->id, text,
-          GST_STR_NULL (dbg));
+      g_message ("session %u: %s error: %s (%s)", s->id, p ? "peer" :
+          "pipeline", text, GST_STR_NULL (dbg));
+      /* a peer's error ends that peer, not the world */
+      if (p) {
+        peer_release (p, text, 1011, "webrtc", text);
+        break;
+      }
       s->bus_watch = 0;
       session_fail (s, "pipeline", text);
       return G_SOURCE_REMOVE;
@@ -537,440 +1820,105 @@ on_bus_message (GstBus * bus, GstMessage * msg, gpointer user_data)
 }
 
 /* ------------------------------------------------------------------ */
-/* webrtcbin signalling                                               */
+/* sessions                                                           */
 /* ------------------------------------------------------------------ */
 
+/* the end of a session: its peers are told (when @error_code is set) and
+ * released, the pipeline stops */
 static void
-send_sdp (Session * s, gpointer data)
+session_end (Session * s, const char *reason, gushort close_code,
+    const char *error_code, const char *message)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
+  LingbotWebrtcServer *server = s->server;
+  GList *released = NULL;
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "offer");
-  json_builder_set_member_name (b, "sdp");
-  json_builder_add_string_value (b, data);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  ws_send (s, text);
-}
-
-static void
-on_offer_created (GstPromise * promise, gpointer user_data)
-{
-  Session *s = user_data;
-  GstWebRTCSessionDescription *offer = NULL;
-  const GstStructure *reply;
-  GstElement *webrtc;
-  GMainContext *context;
-
-  if (gst_promise_wait (promise) != GST_PROMISE_RESULT_REPLIED) {
-    gst_promise_unref (promise);
+  if (s->closed)
     return;
-  }
-  reply = gst_promise_get_reply (promise);
-  if (reply)
-    gst_structure_get (reply, "offer",
-        GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL);
+  g_message ("session %u: closed (%s)", s->id, reason);
+  /* under the lock: streaming threads check it before touching the rest */
   g_mutex_lock (&s->lock);
-  webrtc = s->closed || !s->webrtc ? NULL : gst_object_ref (s->webrtc);
-  context = s->closed ? NULL : s->server->context;
+  s->closed = TRUE;
   g_mutex_unlock (&s->lock);
-  if (offer && webrtc && context) {
-    g_signal_emit_by_name (webrtc, "set-local-description", offer, NULL);
-    session_invoke (s, context, send_sdp,
-        gst_sdp_message_as_text (offer->sdp), g_free);
-  } else if (offer == NULL) {
-    g_message ("session %u: webrtcbin created no offer", s->id);
-  }
-  if (offer)
-    gst_webrtc_session_description_free (offer);
-  if (webrtc)
-    gst_object_unref (webrtc);
-  /* ours (create_offer's); the last one drops the session reference */
-  gst_promise_unref (promise);
-}
+  while (s->peers) {
+    Peer *p = s->peers->data;
 
-static void
-create_offer (Session * s, gpointer data)
-{
-  GstPromise *promise;
-
-  if (s->offered)
-    return;
-  s->offered = TRUE;
-  promise = gst_promise_new_with_change_func (on_offer_created,
-      session_ref (s), (GDestroyNotify) session_unref);
-  g_signal_emit_by_name (s->webrtc, "create-offer", NULL, promise);
-}
-
-static void
-on_negotiation_needed (GstElement * webrtc, gpointer user_data)
-{
-  Session *s = user_data;
-
-  g_mutex_lock (&s->lock);
-  if (!s->closed)
-    session_invoke (s, s->server->context, create_offer, NULL, NULL);
-  g_mutex_unlock (&s->lock);
-}
-
-typedef struct
-{
-  guint mline;
-  char *candidate;
-} Candidate;
-
-static void
-candidate_free (Candidate * c)
-{
-  g_free (c->candidate);
-  g_free (c);
-}
-
-static void
-send_candidate (Session * s, gpointer data)
-{
-  Candidate *c = data;
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
-
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "ice");
-  json_builder_set_member_name (b, "candidate");
-  json_builder_add_string_value (b, c->candidate);
-  json_builder_set_member_name (b, "sdpMLineIndex");
-  json_builder_add_int_value (b, c->mline);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  ws_send (s, text);
-}
-
-static void
-on_ice_candidate (GstElement * webrtc, guint mline, const char *candidate,
-    gpointer user_data)
-{
-  Session *s = user_data;
-  Candidate *c = g_new0 (Candidate, 1);
-
-  c->mline = mline;
-  c->candidate = g_strdup (candidate);
-  g_mutex_lock (&s->lock);
-  if (!s->closed)
-    session_invoke (s, s->server->context, send_candidate, c,
-        (GDestroyNotify) candidate_free);
-  else
-    candidate_free (c);
-  g_mutex_unlock (&s->lock);
-}
-
-static void
-ice_state_changed (Session * s, gpointer data)
-{
-  GstWebRTCICEConnectionState state = GPOINTER_TO_INT (data);
-
-  if (state == GST_WEBRTC_ICE_CONNECTION_STATE_FAILED)
-    session_fail (s, "ice", "ICE connection failed");
-  else if (state == GST_WEBRTC_ICE_CONNECTION_STATE_CLOSED)
-    session_close (s, "ICE connection closed");
-}
-
-static void
-on_ice_state (GObject * webrtc, GParamSpec * pspec, gpointer user_data)
-{
-  Session *s = user_data;
-  GstWebRTCICEConnectionState state;
-
-  g_object_get (webrtc, "ice-connection-state", &state, NULL);
-  g_mutex_lock (&s->lock);
-  if (!s->closed)
-    session_invoke (s, s->server->context, ice_state_changed,
-        GINT_TO_POINTER (state), NULL);
-  g_mutex_unlock (&s->lock);
-}
-
-/* ------------------------------------------------------------------ */
-/* input: navigation events from the browser                          */
-/* ------------------------------------------------------------------ */
-
-/* X keysym names (gstwebrtc-api sends those) -> DOM codes */
-static const char *
-normalize_key (const char *key)
-{
-  static const char *const map[][2] = {
-    {"Up", "ArrowUp"}, {"Down", "ArrowDown"},
-    {"Left", "ArrowLeft"}, {"Right", "ArrowRight"},
-  };
-
-  for (guint i = 0; i < G_N_ELEMENTS (map); i++)
-    if (strcmp (key, map[i][0]) == 0)
-      return map[i][1];
-  return key;
-}
-
-static void
-send_navigation (Session * s, GstEvent * event)
-{
-  /* upstream from the webrtcbin side, as webrtcsink does; the control
-   * source is reached through encoder, converter, decoder and generator */
-  if (s->pay_src && gst_pad_send_event (s->pay_src, gst_event_ref (event))) {
-    gst_event_unref (event);
-    return;
-  }
-  if (s->control_src)
-    gst_element_send_event (s->control_src, event);
-  else
-    gst_event_unref (event);
-}
-
-/* one navigation event object: the webrtcsink "input" form
- * {"event":"KeyPress","key":"ArrowUp","modifier_state":"..."} plus our
- * optional "id" (an integer stamp echoed with the chunk that used it) */
-static gboolean
-handle_navigation (Session * s, JsonObject * o, gboolean has_id, gint64 id,
-    const char **why)
-{
-  const char *event, *key;
-  gboolean press;
-  JsonNode *n;
-
-  n = json_object_get_member (o, "event");
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_STRING) {
-    *why = "no \"event\" string";
-    return FALSE;
-  }
-  event = json_node_get_string (n);
-  if (g_str_has_prefix (event, "Mouse") || g_str_has_prefix (event, "Touch")) {
-    g_debug ("session %u: %s ignored (no control)", s->id, event);
-    return TRUE;
-  }
-  if (strcmp (event, "KeyPress") == 0)
-    press = TRUE;
-  else if (strcmp (event, "KeyRelease") == 0)
-    press = FALSE;
-  else {
-    *why = "unknown navigation event";
-    return FALSE;
+    released = g_list_prepend (released, peer_ref (p));
+    peer_release (p, reason, close_code, error_code, message);
   }
 
-  n = json_object_get_member (o, "key");
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_STRING
-      || strlen (json_node_get_string (n)) == 0
-      || strlen (json_node_get_string (n)) > MAX_KEY_NAME
-      || !g_utf8_validate (json_node_get_string (n), -1, NULL)) {
-    *why = "no valid \"key\"";
-    return FALSE;
+  if (s->resume) {
+    g_source_destroy (s->resume);
+    g_clear_pointer (&s->resume, g_source_unref);
   }
-  key = normalize_key (json_node_get_string (n));
+  if (s->bus_watch) {
+    /* on the server's context, not the default one: no g_source_remove() */
+    GstBus *bus = gst_element_get_bus (s->pipeline);
 
-  if (press && has_id) {
-    guint bit = lingbot_key_from_name (key);
-
-    if (bit != 0) {
-      KeyStamp *k = g_new0 (KeyStamp, 1);
-
-      k->id = id;
-      k->key = bit;
-      k->name = g_strdup (key);
-      k->min_chunk = (guint64) (s->last_chunk + 1);
-      k->t_us = g_get_monotonic_time ();
-      g_mutex_lock (&s->lock);
-      g_queue_push_tail (&s->pending_keys, k);
-      while (s->pending_keys.length > MAX_PENDING_KEYS)
-        key_stamp_free (g_queue_pop_head (&s->pending_keys));
-      g_mutex_unlock (&s->lock);
-    }
+    gst_bus_remove_watch (bus);
+    gst_object_unref (bus);
+    s->bus_watch = 0;
   }
+  if (s->gen)
+    g_signal_handlers_disconnect_by_func (s->gen, on_pass, s);
+  if (s->pipeline) {
+    /* stops the generator and frees the ranks of its world */
+    gst_element_set_state (s->pipeline, GST_STATE_NULL);
+  }
+  for (GList * l = released; l; l = l->next)
+    peer_cleanup (l->data);
+  g_list_free_full (released, (GDestroyNotify) peer_unref);
+  g_clear_object (&s->pay_src);
+  g_clear_object (&s->control_src);
+  g_clear_object (&s->gen);
+  g_clear_object (&s->tee);
+  g_clear_object (&s->pipeline);
+  g_atomic_int_add (&server->n_sessions, -1);
+  /* drops the table's reference */
+  g_hash_table_remove (server->sessions, GUINT_TO_POINTER (s->id));
+}
 
-  g_debug ("session %u: %s %s", s->id, event, key);
-  send_navigation (s, press ? gst_navigation_event_new_key_press (key, 0) :
-      gst_navigation_event_new_key_release (key, 0));
-  return TRUE;
+static void
+session_close (Session * s, const char *reason)
+{
+  session_end (s, reason, SOUP_WEBSOCKET_CLOSE_NORMAL, NULL, NULL);
+}
+
+/* a fatal session error: every peer is told, then the session ends */
+static void
+session_fail (Session * s, const char *code, const char *message)
+{
+  gushort close_code = SOUP_WEBSOCKET_CLOSE_SERVER_ERROR;
+
+  if (strcmp (code, "eos") == 0)
+    close_code = SOUP_WEBSOCKET_CLOSE_NORMAL;
+  else if (strcmp (code, "shutdown") == 0)
+    close_code = SOUP_WEBSOCKET_CLOSE_GOING_AWAY;
+  session_end (s, code, close_code, code, message);
 }
 
 static gboolean
-get_int_member (JsonObject * o, const char *name, gint64 * out)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_INT64)
-    return FALSE;
-  *out = json_node_get_int (n);
-  return TRUE;
-}
-
-typedef struct
-{
-  gboolean control;             /* arrived on "control" */
-  char *text;
-} ChannelMessage;
-
-static void
-channel_message_free (ChannelMessage * m)
-{
-  g_free (m->text);
-  g_free (m);
-}
-
-static void
-handle_channel_message (Session * s, gpointer data)
-{
-  ChannelMessage *m = data;
-  const char *where = m->control ? LABEL_CONTROL : LABEL_INPUT;
-  g_autoptr (JsonParser) parser = json_parser_new ();
-  g_autoptr (GError) err = NULL;
-  const char *why = NULL;
-  JsonObject *o, *req;
-  JsonNode *root, *n;
-  gint64 id = 0;
-  gboolean has_id;
-  gsize len = strlen (m->text);
-
-  if (len > s->server->max_message_size) {
-    note_drop (s->server, s->id, where, "too big", len);
-    return;
-  }
-  if (!json_parser_load_from_data (parser, m->text, (gssize) len, &err)) {
-    note_drop (s->server, s->id, where, err->message, len);
-    return;
-  }
-  root = json_parser_get_root (parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-    note_drop (s->server, s->id, where, "not a JSON object", len);
-    return;
-  }
-  o = json_node_get_object (root);
-  has_id = get_int_member (o, "id", &id);
-
-  /* gstwebrtc-api's control request:
-   * {"id":N,"request":{"type":"navigationEvent","event":{...}}} */
-  n = json_object_get_member (o, "request");
-  if (n && JSON_NODE_HOLDS_OBJECT (n)) {
-    const char *type;
-
-    req = json_node_get_object (n);
-    type = json_object_get_string_member_with_default (req, "type", "");
-    n = json_object_get_member (req, "event");
-    if (strcmp (type, "navigationEvent") != 0 || !n
-        || !JSON_NODE_HOLDS_OBJECT (n)) {
-      note_drop (s->server, s->id, where, "unknown request", len);
-      return;
-    }
-    if (!handle_navigation (s, json_node_get_object (n), has_id, id, &why))
-      note_drop (s->server, s->id, where, why, len);
-    return;
-  }
-
-  if (m->control) {
-    note_drop (s->server, s->id, where, "unknown message type", len);
-    return;
-  }
-  if (!handle_navigation (s, o, has_id, id, &why))
-    note_drop (s->server, s->id, where, why, len);
-}
-
-static void
-on_channel_message (GstWebRTCDataChannel * channel, const char *text,
-    gpointer user_data)
+session_resume_expired (gpointer user_data)
 {
   Session *s = user_data;
-  ChannelMessage *m;
-  gsize len = text ? strlen (text) : 0;
+  g_autofree char *why = g_strdup_printf ("no browser for %u s",
+      s->server->resume_timeout);
 
-  g_mutex_lock (&s->lock);
-  if (s->closed) {
-    g_mutex_unlock (&s->lock);
-    return;
-  }
-  if (len > s->server->max_message_size) {
-    /* no copy of what is dropped anyway */
-    note_drop (s->server, s->id, "data channel", "too big", len);
-    g_mutex_unlock (&s->lock);
-    return;
-  }
-  m = g_new0 (ChannelMessage, 1);
-  m->control = channel == s->control;
-  m->text = g_strdup (text ? text : "");
-  session_invoke (s, s->server->context, handle_channel_message, m,
-      (GDestroyNotify) channel_message_free);
-  g_mutex_unlock (&s->lock);
+  g_clear_pointer (&s->resume, g_source_unref);
+  session_close (s, why);
+  return G_SOURCE_REMOVE;
 }
 
+/* the last peer is gone: keep the world for a reload to resume it */
 static void
-on_channel_data (GstWebRTCDataChannel * channel, GBytes * data,
-    gpointer user_data)
+session_detached (Session * s)
 {
-  Session *s = user_data;
-
-  note_drop (s->server, s->id, "data channel", "binary",
-      data ? g_bytes_get_size (data) : 0);
-}
-
-static GstWebRTCDataChannel *
-create_channel (Session * s, const char *label)
-{
-  GstWebRTCDataChannel *channel = NULL;
-  GstStructure *opts = gst_structure_new ("config",
-      "ordered", G_TYPE_BOOLEAN, TRUE,
-      "priority", GST_TYPE_WEBRTC_PRIORITY_TYPE,
-      GST_WEBRTC_PRIORITY_TYPE_HIGH, NULL);
-
-  g_signal_emit_by_name (s->webrtc, "create-data-channel", label, opts,
-      &channel);
-  gst_structure_free (opts);
-  if (channel == NULL)
-    return NULL;
-  g_signal_connect_data (channel, "on-message-string",
-      G_CALLBACK (on_channel_message), session_ref (s),
-      session_unref_closure, 0);
-  g_signal_connect_data (channel, "on-message-data",
-      G_CALLBACK (on_channel_data), session_ref (s),
-      session_unref_closure, 0);
-  return channel;
-}
-
-/* ------------------------------------------------------------------ */
-/* the session pipeline                                               */
-/* ------------------------------------------------------------------ */
-
-typedef struct
-{
-  const char *name;
-  const char *chain;            /* encoder ! payloader name=pay */
-  const char *rtp_caps;
-} Encoder;
-
-static const Encoder encoders[] = {
-  {"vp8", "vp8enc deadline=1 keyframe-max-dist=32 cpu-used=8 "
-        "! rtpvp8pay name=pay pt=96 picture-id-mode=15-bit",
-      "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
-        "clock-rate=90000"},
-  {"x264", "x264enc tune=zerolatency speed-preset=ultrafast key-int-max=32 "
-        "bframes=0 ! video/x-h264,profile=constrained-baseline "
-        "! rtph264pay name=pay pt=102 config-interval=-1 "
-        "aggregate-mode=zero-latency",
-      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-        "clock-rate=90000"},
-  {"openh264", "openh264enc complexity=low gop-size=32 "
-        "! video/x-h264,profile=constrained-baseline "
-        "! rtph264pay name=pay pt=102 config-interval=-1 "
-        "aggregate-mode=zero-latency",
-      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-        "clock-rate=90000"},
-};
-
-static const Encoder *
-find_encoder (const char *name)
-{
-  for (guint i = 0; i < G_N_ELEMENTS (encoders); i++)
-    if (g_strcmp0 (encoders[i].name, name) == 0)
-      return &encoders[i];
-  return NULL;
+  if (s->resume || s->closed)
+    return;
+  g_message ("session %u: no browser; kept %u s for a reload to resume it",
+      s->id, s->server->resume_timeout);
+  s->resume = g_timeout_source_new_seconds (s->server->resume_timeout);
+  g_source_set_callback (s->resume, session_resume_expired, s, NULL);
+  g_source_attach (s->resume, s->context);
 }
 
 static gboolean
@@ -986,6 +1934,7 @@ set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
     {"model-path", server->model}, {"image-location", server->image},
     {"prompt", server->prompt}, {"prompt-embeds", server->prompt_embeds},
     {"devices", server->devices}, {"is-live", "true"},
+    {"signal-passes", "true"},
   };
 
   for (guint i = 0; i < G_N_ELEMENTS (props); i++)
@@ -1005,23 +1954,41 @@ set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
   return TRUE;
 }
 
+/* GstVideoEncoder pushes its caps with the first encoded frame, and x264enc
+ * asks for none earlier; webrtcbin makes no offer before caps reached it,
+ * and no frame comes before a key is held, which needs the offer: push
+ * them as soon as the encoder has its input caps (vp8enc does so itself) */
+static void
+on_encoder_caps (GObject * pad, GParamSpec * pspec, gpointer user_data)
+{
+  GstCaps *caps = gst_pad_get_current_caps (GST_PAD (pad));
+
+  if (caps) {
+    gst_caps_unref (caps);
+    if (!gst_video_encoder_negotiate (GST_VIDEO_ENCODER (user_data)))
+      GST_WARNING_OBJECT (user_data, "could not negotiate early");
+  }
+}
+
 static gboolean
 session_build (Session * s, GError ** error)
 {
   LingbotWebrtcServer *server = s->server;
-  const Encoder *enc = find_encoder (server->encoder);
+  g_autofree char *chain = g_strdup_printf (s->enc->chain, KEY_INTERVAL);
   g_autofree char *desc = NULL;
   g_autoptr (GstBus) bus = NULL;
-  GstElement *gen;
-  GstWebRTCICE *ice = NULL;
+  GstElement *world, *pay, *enc;
 
-  g_assert (enc != NULL);
+  /* paced here, before the tee: webrtcbin (1.22) syncs each branch to the
+   * clock, and a branch linked later must not find the stream ahead of it
+   * (a generator faster than real time would otherwise run ahead, and a
+   * reloaded page would wait for its first frame as long) */
   desc = g_strdup_printf ("%s ! videoconvert ! video/x-raw,format=I420 "
       "! queue max-size-buffers=64 max-size-bytes=0 max-size-time=0 "
-      "! %s ! %s ! webrtcbin name=webrtc bundle-policy=max-bundle latency=%d",
+      "! clocksync name=pace ! %s ! %s ! tee name=out allow-not-linked=true",
       server->source ? server->source :
-      "lingbotcontrolsrc name=control is-live=true ! lingbotbin name=gen",
-      enc->chain, enc->rtp_caps, WEBRTC_LATENCY_MS);
+      "lingbotcontrolsrc name=control is-live=true ! lingbotbin name=world",
+      chain, s->enc->rtp_caps);
   g_debug ("session %u: %s", s->id, desc);
   s->pipeline = gst_parse_launch_full (desc, NULL, GST_PARSE_FLAG_FATAL_ERRORS,
       error);
@@ -1029,63 +1996,44 @@ session_build (Session * s, GError ** error)
     return FALSE;
   gst_object_ref_sink (s->pipeline);
 
-  s->webrtc = gst_bin_get_by_name (GST_BIN (s->pipeline), "webrtc");
+  s->tee = gst_bin_get_by_name (GST_BIN (s->pipeline), "out");
   s->control_src = gst_bin_get_by_name (GST_BIN (s->pipeline), "control");
-  {
-    GstElement *pay = gst_bin_get_by_name (GST_BIN (s->pipeline), "pay");
-    s->pay_src = gst_element_get_static_pad (pay, "src");
-    gst_object_unref (pay);
-  }
-  gen = gst_bin_get_by_name (GST_BIN (s->pipeline), "gen");
-  if (gen) {
-    gboolean ok = set_gen_properties (server, gen, error);
+  pay = gst_bin_get_by_name (GST_BIN (s->pipeline), "pay");
+  s->pay_src = gst_element_get_static_pad (pay, "src");
+  gst_object_unref (pay);
+  enc = gst_bin_get_by_name (GST_BIN (s->pipeline), "enc");
+  if (GST_IS_VIDEO_ENCODER (enc)) {
+    GstPad *sink = gst_element_get_static_pad (enc, "sink");
 
-    gst_object_unref (gen);
+    g_signal_connect_object (sink, "notify::caps",
+        G_CALLBACK (on_encoder_caps), enc, 0);
+    gst_object_unref (sink);
+  }
+  gst_object_unref (enc);
+
+  world = gst_bin_get_by_name (GST_BIN (s->pipeline), "world");
+  if (world) {
+    gboolean ok = set_gen_properties (server, world, error);
+
+    if (ok && GST_IS_BIN (world))
+      s->gen = gst_bin_get_by_name (GST_BIN (world), "gen");
+    gst_object_unref (world);
     if (!ok)
       return FALSE;
-  }
-
-  if (server->ice_loopback) {
-    g_object_get (s->webrtc, "ice-agent", &ice, NULL);
-    if (ice && g_signal_lookup ("add-local-ip-address", G_OBJECT_TYPE (ice))) {
-      gboolean ok = FALSE;
-
-      g_signal_emit_by_name (ice, "add-local-ip-address", "127.0.0.1", &ok);
-      if (!ok)
-        g_message ("session %u: could not restrict ICE to 127.0.0.1", s->id);
-    }
-    g_clear_object (&ice);
+    if (s->gen && g_signal_lookup ("pass", G_OBJECT_TYPE (s->gen)))
+      g_signal_connect (s->gen, "pass", G_CALLBACK (on_pass), s);
   }
 
   gst_pad_add_probe (s->pay_src, GST_PAD_PROBE_TYPE_BUFFER |
-      GST_PAD_PROBE_TYPE_BUFFER_LIST, pay_probe, session_ref (s),
+      GST_PAD_PROBE_TYPE_BUFFER_LIST | GST_PAD_PROBE_TYPE_EVENT_UPSTREAM |
+      GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, pay_probe, session_ref (s),
       (GDestroyNotify) session_unref);
-  g_signal_connect_data (s->webrtc, "on-negotiation-needed",
-      G_CALLBACK (on_negotiation_needed), session_ref (s),
-      session_unref_closure, 0);
-  g_signal_connect_data (s->webrtc, "on-ice-candidate",
-      G_CALLBACK (on_ice_candidate), session_ref (s),
-      session_unref_closure, 0);
-  g_signal_connect_data (s->webrtc, "notify::ice-connection-state",
-      G_CALLBACK (on_ice_state), session_ref (s), session_unref_closure, 0);
 
   bus = gst_element_get_bus (s->pipeline);
   s->bus_watch = gst_bus_add_watch (bus, on_bus_message, s);
 
-  /* data channels are created in READY, before the offer (as webrtcsink) */
-  if (gst_element_set_state (s->pipeline, GST_STATE_READY) ==
-      GST_STATE_CHANGE_FAILURE) {
-    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
-        "the session pipeline cannot start");
-    return FALSE;
-  }
-  s->input = create_channel (s, LABEL_INPUT);
-  s->control = create_channel (s, LABEL_CONTROL);
-  if (!s->input || !s->control) {
-    g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
-        "webrtcbin created no data channel");
-    return FALSE;
-  }
+  /* live: the generator creates its session in PAUSED, announces its caps
+   * and waits for a key; peers come and go while it runs */
   if (gst_element_set_state (s->pipeline, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
@@ -1095,44 +2043,155 @@ session_build (Session * s, GError ** error)
   return TRUE;
 }
 
+static Session *
+session_new (LingbotWebrtcServer * server)
+{
+  Session *s = g_new0 (Session, 1);
+
+  s->refs = 1;                  /* the table's */
+  s->server = server;
+  s->context = g_main_context_ref (server->context);
+  s->id = ++server->next_session;
+  s->enc = find_encoder (server->encoder);
+  s->max_message = server->max_message_size;
+  s->last_chunk = -1;
+  s->state = "starting";
+  s->state_chunk = 0;
+  for (guint i = 0; i < CHUNK_RING; i++)
+    s->ring[i].index = -1;
+  make_token (s->token);
+  g_mutex_init (&s->lock);
+  g_queue_init (&s->pending_keys);
+  g_queue_init (&s->pending_echo);
+  g_hash_table_insert (server->sessions, GUINT_TO_POINTER (s->id), s);
+  g_atomic_int_inc (&server->n_sessions);
+  return s;
+}
+
+static Session *
+session_by_token (LingbotWebrtcServer * server, const char *token)
+{
+  GHashTableIter it;
+  gpointer value;
+
+  if (token == NULL || strlen (token) != 32)
+    return NULL;
+  g_hash_table_iter_init (&it, server->sessions);
+  while (g_hash_table_iter_next (&it, NULL, &value)) {
+    Session *s = value;
+
+    if (!s->closed && strcmp (s->token, token) == 0)
+      return s;
+  }
+  return NULL;
+}
+
 /* ------------------------------------------------------------------ */
 /* signalling messages from the browser                               */
 /* ------------------------------------------------------------------ */
 
 static void
+answer_refused (Peer * p, char *why)
+{
+  peer_release (p, why, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "webrtc", why);
+}
+
+static void
 on_answer_set (GstPromise * promise, gpointer user_data)
 {
+  Peer *p = user_data;
+  const GstStructure *reply = NULL;
+  GError *err = NULL;
+
+  if (gst_promise_wait (promise) == GST_PROMISE_RESULT_REPLIED)
+    reply = gst_promise_get_reply (promise);
+  if (reply && gst_structure_has_field (reply, "error"))
+    gst_structure_get (reply, "error", G_TYPE_ERROR, &err, NULL);
+  if (err) {
+    peer_invoke (p, answer_refused, g_strdup_printf ("webrtcbin refused the "
+            "answer: %s", err->message), g_free);
+    g_error_free (err);
+  }
   gst_promise_unref (promise);
 }
 
-static gboolean
-handle_answer (Session * s, JsonObject * o, const char **why)
+/* the browser cannot take the codec: its answer rejects the video section
+ * (port 0) or leaves our payload type out */
+static const char *
+answer_codec_problem (GstSDPMessage * sdp, guint pt, gboolean * has_video)
 {
-  const char *sdp_text = json_object_get_string_member_with_default (o, "sdp",
-      NULL);
+  g_autofree char *pt_str = g_strdup_printf ("%u", pt);
+
+  *has_video = FALSE;
+  for (guint i = 0; i < gst_sdp_message_medias_len (sdp); i++) {
+    const GstSDPMedia *m = gst_sdp_message_get_media (sdp, i);
+
+    if (g_strcmp0 (gst_sdp_media_get_media (m), "video") != 0)
+      continue;
+    *has_video = TRUE;
+    if (gst_sdp_media_get_port (m) == 0)
+      return "rejects the video";
+    for (guint f = 0; f < gst_sdp_media_formats_len (m); f++)
+      if (g_strcmp0 (gst_sdp_media_get_format (m, f), pt_str) == 0)
+        return NULL;
+    return "has no payload type of the offered codec";
+  }
+  return NULL;
+}
+
+static void
+handle_answer (Peer * p, JsonObject * o, gsize len)
+{
+  Session *s = p->session;
+  const char *sdp_text = member_string (o, "sdp");
   GstSDPMessage *sdp = NULL;
   GstWebRTCSessionDescription *answer;
+  const char *problem;
+  gboolean has_video;
 
-  if (!s->offered || s->answered || sdp_text == NULL) {
-    *why = !s->offered ? "answer before the offer" : s->answered ?
-        "a second answer" : "answer without \"sdp\"";
-    return FALSE;
+  if (sdp_text == NULL) {
+    peer_reject (p, "signalling", "answer without an \"sdp\" string", len,
+        FALSE, 0);
+    return;
   }
-  /* the SDP parser accepts about anything: ask for a media section */
+  if (!p->offered || p->answered) {
+    peer_reject (p, "signalling", !p->offered ? "answer before the offer" :
+        "a second answer (no renegotiation)", len, FALSE, 0);
+    return;
+  }
+  /* the SDP parser accepts about anything: ask for a video section */
   if (gst_sdp_message_new_from_text (sdp_text, &sdp) != GST_SDP_OK
       || gst_sdp_message_medias_len (sdp) == 0) {
     if (sdp)
       gst_sdp_message_free (sdp);
-    *why = "unusable SDP";
-    return FALSE;
+    peer_reject (p, "signalling", "unusable SDP (no media section)", len,
+        FALSE, 0);
+    return;
   }
-  s->answered = TRUE;
+  problem = answer_codec_problem (sdp, s->enc->pt, &has_video);
+  if (!has_video) {
+    gst_sdp_message_free (sdp);
+    peer_reject (p, "signalling", "answer without a video section", len,
+        FALSE, 0);
+    return;
+  }
+  if (problem) {
+    g_autofree char *why = g_strdup_printf ("the browser's answer %s: it "
+        "cannot decode %s (the server's --encoder %s)%s", problem,
+        s->enc->codec, s->enc->name, strcmp (s->enc->codec, "VP8") == 0 ?
+        "" : "; try a browser with H.264, or --encoder vp8");
+
+    gst_sdp_message_free (sdp);
+    peer_release (p, why, LINGBOT_WEBRTC_CLOSE_CODEC, "codec", why);
+    return;
+  }
+  p->answered = TRUE;
   answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER,
       sdp);
-  g_signal_emit_by_name (s->webrtc, "set-remote-description", answer,
-      gst_promise_new_with_change_func (on_answer_set, NULL, NULL));
+  g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
+      gst_promise_new_with_change_func (on_answer_set, peer_ref (p),
+          (GDestroyNotify) peer_unref));
   gst_webrtc_session_description_free (answer);
-  return TRUE;
 }
 
 /* "candidate:F C proto prio ADDRESS port typ ..." with ADDRESS a .local name */
@@ -1152,24 +2211,31 @@ candidate_is_mdns (const char *candidate)
   return len > 6 && g_ascii_strncasecmp (address + len - 6, ".local", 6) == 0;
 }
 
-static gboolean
-handle_ice (Session * s, JsonObject * o, const char **why)
+static void
+handle_ice (Peer * p, JsonObject * o, gsize len)
 {
-  const char *candidate =
-      json_object_get_string_member_with_default (o, "candidate", NULL);
+  LingbotWebrtcServer *server = p->session->server;
+  const char *candidate = member_string (o, "candidate");
   gint64 mline = -1;
 
-  if (!get_int_member (o, "sdpMLineIndex", &mline) || mline < 0
-      || mline > 64) {
-    *why = "ice without a valid \"sdpMLineIndex\"";
-    return FALSE;
+  if (!member_int (o, "sdpMLineIndex", &mline) || mline < 0 || mline > 64) {
+    peer_reject (p, "signalling", "ice without a valid \"sdpMLineIndex\"",
+        len, FALSE, 0);
+    return;
   }
   if (candidate == NULL) {
-    *why = "ice without \"candidate\"";
-    return FALSE;
+    peer_reject (p, "signalling", "ice without a \"candidate\" string", len,
+        FALSE, 0);
+    return;
   }
   if (candidate[0] == '\0')     /* end of candidates */
-    return TRUE;
+    return;
+  if (strlen (candidate) > MAX_CANDIDATE
+      || !g_str_has_prefix (candidate, "candidate:")) {
+    peer_reject (p, "signalling", "not an ICE candidate line", len, FALSE,
+        0);
+    return;
+  }
   /* Browsers hide their host addresses behind mDNS names
    * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on this
    * host: it reaches our 127.0.0.1 candidates, and its checks teach webrtcbin
@@ -1178,78 +2244,88 @@ handle_ice (Session * s, JsonObject * o, const char **why)
    * other interfaces the candidate goes on to webrtcbin, which resolves it
    * where the system can (nss-mdns) and otherwise relies on peer-reflexive
    * discovery as well. */
-  if (s->server->ice_loopback && candidate_is_mdns (candidate)) {
-    g_atomic_int_inc (&s->server->n_mdns_ignored);
-    if (s->mdns_ignored++ == 0)
-      g_message ("session %u: ignoring the browser's mDNS (.local) "
+  if (server->ice_loopback && candidate_is_mdns (candidate)) {
+    g_atomic_int_inc (&server->n_mdns_ignored);
+    if (p->mdns_ignored++ == 0)
+      g_message ("session %u: peer %u: ignoring the browser's mDNS (.local) "
           "candidates, ICE on 127.0.0.1 relies on peer-reflexive discovery",
-          s->id);
-    return TRUE;
+          p->session->id, p->id);
+    return;
   }
-  g_signal_emit_by_name (s->webrtc, "add-ice-candidate", (guint) mline,
+  g_signal_emit_by_name (p->webrtc, "add-ice-candidate", (guint) mline,
       candidate);
-  return TRUE;
 }
 
 static void
 on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
     gpointer user_data)
 {
-  Session *s = user_data;
-  LingbotWebrtcServer *server = s->server;
+  Conn *c = user_data;
+  Peer *p = c->peer;
   g_autoptr (JsonParser) parser = NULL;
-  g_autoptr (GError) err = NULL;
-  const char *data, *kind, *why = NULL;
+  g_autofree char *why = NULL;
+  const char *data, *kind;
   gsize len;
-  JsonNode *root;
-  JsonObject *o;
+  JsonObject *o = NULL;
 
-  if (s->closed)
-    return;
+  if (p == NULL || p->released)
+    return;                     /* refused or being closed */
   data = g_bytes_get_data (message, &len);
   if (type != SOUP_WEBSOCKET_DATA_TEXT) {
-    note_drop (server, s->id, "signalling", "binary", len);
+    peer_reject (p, "signalling", "binary message (JSON text expected)",
+        len, FALSE, 0);
     return;
   }
-  if (len > server->max_message_size) {
-    note_drop (server, s->id, "signalling", "too big", len);
+  if (len > c->server->max_message_size) {
+    peer_reject (p, "signalling", "too big", len, FALSE, 0);
     return;
   }
-  parser = json_parser_new ();
-  if (!json_parser_load_from_data (parser, data, (gssize) len, &err)) {
-    note_drop (server, s->id, "signalling", err->message, len);
+  parser = parse_object (data, len, &o, &why);
+  if (parser == NULL) {
+    peer_reject (p, "signalling", why, len, FALSE, 0);
     return;
   }
-  root = json_parser_get_root (parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-    note_drop (server, s->id, "signalling", "not a JSON object", len);
-    return;
-  }
-  o = json_node_get_object (root);
-  kind = json_object_get_string_member_with_default (o, "type", "");
+  kind = member_string (o, "type");
+  if (kind == NULL)
+    peer_reject (p, "signalling", "no \"type\" string", len, FALSE, 0);
+  else if (strcmp (kind, "answer") == 0)
+    handle_answer (p, o, len);
+  else if (strcmp (kind, "ice") == 0)
+    handle_ice (p, o, len);
+  else if (strcmp (kind, "bye") == 0) {
+    Session *s = p->session;
 
-  if (strcmp (kind, "answer") == 0) {
-    if (!handle_answer (s, o, &why))
-      note_drop (server, s->id, "signalling", why, len);
-  } else if (strcmp (kind, "ice") == 0) {
-    if (!handle_ice (s, o, &why))
-      note_drop (server, s->id, "signalling", why, len);
-  } else if (strcmp (kind, "bye") == 0) {
-    session_close (s, "bye from the client");
-  } else {
-    note_drop (server, s->id, "signalling", "unknown message type", len);
-  }
+    if (s->active == p || s->peers->next == NULL)
+      session_close (s, "bye from the browser");
+    else
+      peer_release (p, "bye from the browser", SOUP_WEBSOCKET_CLOSE_NORMAL,
+          NULL, NULL);
+  } else if (strcmp (kind, "offer") == 0)
+    peer_reject (p, "signalling", "the server makes the offer: send an "
+        "\"answer\"", len, FALSE, 0);
+  else
+    peer_reject (p, "signalling", "unknown message type", len, FALSE, 0);
 }
 
 static void
 on_ws_closed (SoupWebsocketConnection * ws, gpointer user_data)
 {
-  session_close (user_data, "WebSocket closed");
+  Conn *c = user_data;
+  LingbotWebrtcServer *server = c->server;
+
+  g_debug ("connection %u: closed (%u)", c->id,
+      soup_websocket_connection_get_close_code (ws));
+  if (c->peer)
+    peer_release (c->peer, "WebSocket closed", SOUP_WEBSOCKET_CLOSE_NORMAL,
+        NULL, NULL);
+  g_hash_table_remove (server->conns, c);
 }
 
 static void
-send_welcome (Session * s)
+send_welcome (Peer * p, gboolean resumed)
 {
+  Session *s = p->session;
+  LingbotWebrtcServer *server = s->server;
   g_autoptr (JsonBuilder) b = json_builder_new ();
   g_autofree char *text = NULL;
 
@@ -1258,72 +2334,203 @@ send_welcome (Session * s)
   json_builder_add_string_value (b, "welcome");
   json_builder_set_member_name (b, "session");
   json_builder_add_int_value (b, s->id);
+  json_builder_set_member_name (b, "peer");
+  json_builder_add_int_value (b, p->id);
   json_builder_set_member_name (b, "encoder");
-  json_builder_add_string_value (b, s->server->encoder);
+  json_builder_add_string_value (b, server->encoder);
+  json_builder_set_member_name (b, "codec");
+  json_builder_add_string_value (b, s->enc->codec);
   json_builder_set_member_name (b, "max-message-size");
-  json_builder_add_int_value (b, (gint64) s->server->max_message_size);
+  json_builder_add_int_value (b, (gint64) server->max_message_size);
+  json_builder_set_member_name (b, "resume");
+  json_builder_add_string_value (b, s->token);
+  json_builder_set_member_name (b, "resumed");
+  json_builder_add_boolean_value (b, resumed);
+  json_builder_set_member_name (b, "next-chunk");
+  json_builder_add_int_value (b, s->last_chunk + 1);
+  json_builder_set_member_name (b, "state");
+  json_builder_add_string_value (b, s->state);
+  json_builder_set_member_name (b, "start-image");
+  if (server->image_real)
+    json_builder_add_string_value (b, START_IMAGE_PATH);
+  else
+    json_builder_add_null_value (b);
+  json_builder_set_member_name (b, "peer-timeout");
+  json_builder_add_int_value (b, server->peer_timeout);
+  json_builder_set_member_name (b, "resume-timeout");
+  json_builder_add_int_value (b, server->resume_timeout);
   json_builder_end_object (b);
   text = builder_to_string (b);
-  ws_send (s, text);
+  conn_send (p->conn, text);
 }
 
+/* a new WebSocket: resume the session of its token, or a new session, or
+ * refused */
 static void
-ws_refused_closed (SoupWebsocketConnection * ws, gpointer user_data)
+on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
 {
-  g_object_unref (ws);
-}
-
-static void
-on_websocket (SoupServer * soup, SoupServerMessage * msg, const char *path,
-    SoupWebsocketConnection * ws, gpointer user_data)
-{
-  LingbotWebrtcServer *server = user_data;
   g_autoptr (GError) err = NULL;
-  Session *s;
+  Session *s = session_by_token (server, token);
+  gboolean resumed = s != NULL;
+  Peer *p;
 
-  soup_websocket_connection_set_max_incoming_payload_size (ws,
-      LINGBOT_WEBRTC_WS_HARD_LIMIT);
-
-  if (g_hash_table_size (server->sessions) >= server->max_sessions) {
+  if (s == NULL && g_hash_table_size (server->sessions) >=
+      server->max_sessions) {
     g_autofree char *text = g_strdup_printf ("the server is busy: %u of %u "
         "sessions in use, try again later",
         g_hash_table_size (server->sessions), server->max_sessions);
+    g_autofree char *json = error_json ("busy", text, TRUE, NULL, FALSE, 0);
 
-    g_message ("refused a session: %s", text);
-    g_object_ref (ws);
-    g_signal_connect (ws, "closed", G_CALLBACK (ws_refused_closed), NULL);
-    ws_send_error (ws, "busy", text);
-    soup_websocket_connection_close (ws, LINGBOT_WEBRTC_CLOSE_BUSY, "busy");
+    g_message ("connection %u: refused a session: %s%s", c->id, text,
+        token ? " (unknown or expired resume token)" : "");
+    conn_send (c, json);
+    conn_close (c, LINGBOT_WEBRTC_CLOSE_BUSY, "busy");
     return;
   }
+  if (s == NULL) {
+    s = session_new (server);
+    g_message ("session %u: opened (%u of %u)", s->id,
+        g_hash_table_size (server->sessions), server->max_sessions);
+    if (!session_build (s, &err)) {
+      g_autofree char *json = error_json ("pipeline", err->message, TRUE,
+          NULL, FALSE, 0);
 
-  s = g_new0 (Session, 1);
-  s->refs = 1;                  /* the table's */
-  s->server = server;
-  s->id = ++server->next_id;
-  s->last_chunk = -1;
-  g_mutex_init (&s->lock);
-  g_queue_init (&s->pending_keys);
-  g_queue_init (&s->pending_echo);
-  s->ws = g_object_ref (ws);
-  g_hash_table_insert (server->sessions, GUINT_TO_POINTER (s->id), s);
-  g_message ("session %u: opened (%u of %u)", s->id,
-      g_hash_table_size (server->sessions), server->max_sessions);
+      conn_send (c, json);
+      conn_close (c, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "pipeline");
+      session_close (s, "pipeline");
+      return;
+    }
+  } else {
+    /* a replacement that has not connected yet is replaced itself */
+    for (GList * l = s->peers; l;) {
+      Peer *other = l->data;
 
-  s->ws_message_id = g_signal_connect (ws, "message",
-      G_CALLBACK (on_ws_message), s);
-  s->ws_closed_id = g_signal_connect (ws, "closed",
-      G_CALLBACK (on_ws_closed), s);
-  send_welcome (s);
+      l = l->next;
+      if (other != s->active) {
+        g_atomic_int_inc (&server->n_replaced);
+        peer_release (other, "replaced by a newer connection",
+            LINGBOT_WEBRTC_CLOSE_REPLACED, "replaced",
+            "a newer connection resumed this session");
+      }
+    }
+  }
+  p = peer_new (s, c);
+  g_message ("session %u: peer %u %s (connection %u)", s->id, p->id,
+      resumed ? (s->active == p ? "resumes it" : "takes it over, the viewer "
+          "keeps streaming until it is connected") : "joins", c->id);
+  send_welcome (p, resumed);
+  if (!peer_build (p, &err))
+    peer_release (p, err->message, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR,
+        "pipeline", err->message);
+}
 
-  if (!session_build (s, &err))
-    session_fail (s, "pipeline", err->message);
+/* 101 sent: take the connection over, behind the size guard */
+static void
+on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+  GUri *uri = soup_server_message_get_uri (msg);
+  SoupMessageHeaders *req = soup_server_message_get_request_headers (msg);
+  const char *token = g_object_get_data (G_OBJECT (msg), "lingbot-resume");
+  GIOStream *stream;
+  Conn *c;
+
+  stream = soup_server_message_steal_connection (msg);
+  if (stream == NULL)
+    return;
+  c = g_new0 (Conn, 1);
+  c->server = server;
+  c->id = ++server->next_conn;
+  c->guard = lingbot_ws_guard_new (stream, LINGBOT_WEBRTC_WS_HARD_LIMIT,
+      conn_tripped, c);
+  g_object_unref (stream);
+  c->ws = soup_websocket_connection_new (c->guard, uri,
+      SOUP_WEBSOCKET_CONNECTION_SERVER,
+      soup_message_headers_get_one (req, "Origin"), NULL, NULL);
+  soup_websocket_connection_set_max_incoming_payload_size (c->ws,
+      LINGBOT_WEBRTC_WS_HARD_LIMIT);
+  g_hash_table_add (server->conns, c);
+  c->message_id = g_signal_connect (c->ws, "message",
+      G_CALLBACK (on_ws_message), c);
+  c->closed_id = g_signal_connect (c->ws, "closed",
+      G_CALLBACK (on_ws_closed), c);
+  on_websocket_open (server, c, token);
+}
+
+/* a page of another site may not open the signalling socket: an Origin,
+ * when there is one, must name the host the request went to */
+static gboolean
+origin_allowed (SoupServerMessage * msg)
+{
+  SoupMessageHeaders *req = soup_server_message_get_request_headers (msg);
+  const char *origin = soup_message_headers_get_one (req, "Origin");
+  const char *host = soup_message_headers_get_one (req, "Host");
+  const char *rest;
+
+  if (origin == NULL)
+    return TRUE;
+  if (host == NULL)
+    return FALSE;
+  if (g_str_has_prefix (origin, "http://"))
+    rest = origin + 7;
+  else if (g_str_has_prefix (origin, "https://"))
+    rest = origin + 8;
+  else
+    return FALSE;
+  return g_ascii_strcasecmp (rest, host) == 0;
+}
+
+static void
+on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
+    GHashTable * query, gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+  g_autoptr (GError) err = NULL;
+  const char *token = query ? g_hash_table_lookup (query, "resume") : NULL;
+
+  if (strcmp (path, WS_PATH) != 0) {
+    soup_server_message_set_status (msg, SOUP_STATUS_NOT_FOUND, NULL);
+    return;
+  }
+  if (!origin_allowed (msg)) {
+    g_message ("http: WebSocket from another origin refused (%s)",
+        soup_message_headers_get_one (soup_server_message_get_request_headers
+            (msg), "Origin"));
+    soup_server_message_set_status (msg, SOUP_STATUS_FORBIDDEN, NULL);
+    return;
+  }
+  /* no extensions: permessage-deflate would make frame sizes say nothing
+   * about message sizes */
+  if (!soup_websocket_server_check_handshake (msg, NULL, NULL, NULL, &err)
+      || !soup_websocket_server_process_handshake (msg, NULL, NULL, NULL,
+          NULL)) {
+    g_message ("http: %s " WS_PATH " -> 400 (%s)",
+        soup_server_message_get_method (msg),
+        err ? err->message : "bad WebSocket handshake");
+    soup_server_message_set_status (msg, SOUP_STATUS_BAD_REQUEST, NULL);
+    return;
+  }
+  if (token)
+    g_object_set_data_full (G_OBJECT (msg), "lingbot-resume",
+        g_strndup (token, 64), g_free);
+  g_signal_connect (msg, "wrote-informational", G_CALLBACK (on_ws_upgraded),
+      server);
 }
 
 /* ------------------------------------------------------------------ */
 /* static files                                                       */
 /* ------------------------------------------------------------------ */
 
+/**
+ * lingbot_webrtc_resolve_path:
+ * @root: the page folder
+ * @path: a request path as received (still percent-encoded), from "/"
+ * @status: (out): 200, 403 (an escape: "..", a backslash, NUL, a bad
+ *   escape, a link out of @root) or 404 (missing, hidden, not a file)
+ *
+ * Returns: (transfer full) (nullable): the real path of the file below
+ *   @root ("/" is index.html), or %NULL with *@status 403 or 404
+ */
 char *
 lingbot_webrtc_resolve_path (const char *root, const char *path,
     guint * status)
@@ -1394,6 +2601,11 @@ content_type (const char *file)
     return "application/json";
   if (g_str_has_suffix (file, ".svg"))
     return "image/svg+xml";
+  if (g_str_has_suffix (file, ".png"))
+    return "image/png";
+  if (g_str_has_suffix (file, ".jpg") || g_str_has_suffix (file, ".jpeg")
+      || g_str_has_suffix (file, ".JPG") || g_str_has_suffix (file, ".JPEG"))
+    return "image/jpeg";
   return "application/octet-stream";
 }
 
@@ -1404,6 +2616,7 @@ on_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
   LingbotWebrtcServer *server = user_data;
   const char *method = soup_server_message_get_method (msg);
   GUri *uri = soup_server_message_get_uri (msg);
+  const char *raw = uri ? g_uri_get_path (uri) : path;
   g_autofree char *file = NULL;
   g_autofree char *contents = NULL;
   gsize len = 0;
@@ -1414,12 +2627,19 @@ on_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
         NULL);
     return;
   }
-  /* the raw (still percent-encoded) path, not libsoup's decoded one */
-  file = lingbot_webrtc_resolve_path (server->www_dir,
-      uri ? g_uri_get_path (uri) : path, &status);
+  if (strcmp (raw, START_IMAGE_PATH) == 0) {
+    /* the configured start image, not a file of the page folder */
+    if (server->image_real) {
+      file = g_strdup (server->image_real);
+      status = 200;
+    }
+  } else {
+    /* the raw (still percent-encoded) path, not libsoup's decoded one */
+    file = lingbot_webrtc_resolve_path (server->www_dir, raw, &status);
+  }
   if (file == NULL || !g_file_get_contents (file, &contents, &len, NULL)) {
-    g_message ("http: %s %s -> %u", method, uri ? g_uri_get_path (uri) :
-        path, status == 200 ? 404 : status);
+    g_message ("http: %s %s -> %u", method, raw, status == 200 ? 404 :
+        status);
     soup_server_message_set_status (msg, status == 200 ? 404 : status, NULL);
     return;
   }
@@ -1434,6 +2654,13 @@ on_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
 /* server                                                             */
 /* ------------------------------------------------------------------ */
 
+/**
+ * lingbot_webrtc_config_init:
+ * @cfg: the configuration to reset
+ *
+ * Sets every field of @cfg to its default (the LINGBOT_WEBRTC_DEFAULT_*
+ * values; no model, image or page folder).
+ */
 void
 lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
 {
@@ -1445,6 +2672,8 @@ lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
   cfg->max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
   cfg->max_message_size = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   cfg->ice_loopback = -1;
+  cfg->peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
+  cfg->resume_timeout = LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
 }
 
 static void
@@ -1466,6 +2695,19 @@ address_is_loopback (const char *address)
   return a != NULL && g_inet_address_get_is_loopback (a);
 }
 
+/**
+ * lingbot_webrtc_server_new:
+ * @cfg: the configuration (copied)
+ * @error: where to put an error
+ *
+ * Checks the encoder and the GStreamer elements, binds the HTTP server on
+ * the calling thread's default main context (everything of the server runs
+ * there) and returns.  Sessions are made when browsers connect.
+ *
+ * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
+ *   an unknown encoder, a missing element, no page folder, not an IP
+ *   address, or the bind failed)
+ */
 LingbotWebrtcServer *
 lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
 {
@@ -1473,11 +2715,15 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   g_autoptr (GInetAddress) inet = NULL;
   g_autoptr (GSocketAddress) addr = NULL;
   GSList *uris;
-  const char *needed[] = { "webrtcbin", "videoconvert", "queue", NULL };
+  const char *needed[] = { "webrtcbin", "videoconvert", "queue", "tee",
+    "clocksync", NULL
+  };
 
   server->context = g_main_context_ref_thread_default ();
   server->sessions = g_hash_table_new_full (NULL, NULL, NULL,
       session_table_unref);
+  server->conns = g_hash_table_new_full (NULL, NULL, NULL,
+      (GDestroyNotify) conn_free);
   server->address = g_strdup (cfg->address ? cfg->address :
       LINGBOT_WEBRTC_DEFAULT_ADDRESS);
   server->model = g_strdup (cfg->model);
@@ -1494,6 +2740,12 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   server->ice_loopback = cfg->ice_loopback < 0 ?
       address_is_loopback (server->address) : cfg->ice_loopback > 0;
+  server->peer_timeout = cfg->peer_timeout ? cfg->peer_timeout :
+      LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
+  server->resume_timeout = cfg->resume_timeout ? cfg->resume_timeout :
+      LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  if (cfg->image)
+    server->image_real = realpath (cfg->image, NULL);
 
   if (find_encoder (server->encoder) == NULL) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
@@ -1527,8 +2779,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
 
   server->soup = soup_server_new ("server-header", "lingbot-webrtc ", NULL);
   soup_server_add_handler (server->soup, NULL, on_http, server, NULL);
-  soup_server_add_websocket_handler (server->soup, WS_PATH, NULL, NULL,
-      on_websocket, server, NULL);
+  soup_server_add_handler (server->soup, WS_PATH, on_ws_http, server, NULL);
   if (!soup_server_listen (server->soup, addr, 0, error))
     return NULL;
   uris = soup_server_get_uris (server->soup);
@@ -1536,37 +2787,134 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
     server->port = (guint) g_uri_get_port (uris->data);
   g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
-      "session%s%s)", server->address, server->port, server->www_dir,
-      server->encoder, server->max_sessions,
+      "session%s%s, peer timeout %u s, resume %u s)", server->address,
+      server->port, server->www_dir, server->encoder, server->max_sessions,
       server->max_sessions == 1 ? "" : "s",
-      server->ice_loopback ? ", ICE on 127.0.0.1" : "");
+      server->ice_loopback ? ", ICE on 127.0.0.1" : "",
+      server->peer_timeout, server->resume_timeout);
   return g_steal_pointer (&server);
 }
 
+/**
+ * lingbot_webrtc_server_get_port:
+ * @server: a server
+ *
+ * Returns: the TCP port it listens on (the one picked for port 0)
+ */
 guint
 lingbot_webrtc_server_get_port (LingbotWebrtcServer * server)
 {
   return server->port;
 }
 
+/**
+ * lingbot_webrtc_server_get_n_sessions:
+ * @server: a server
+ *
+ * Returns: the sessions (running worlds) open now, with or without a peer
+ */
 guint
 lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server)
 {
-  return g_hash_table_size (server->sessions);
+  return (guint) g_atomic_int_get (&server->n_sessions);
 }
 
+/**
+ * lingbot_webrtc_server_get_n_peers:
+ * @server: a server
+ *
+ * Returns: the browser connections attached to sessions now (viewers and
+ *   replacements still negotiating)
+ */
+guint
+lingbot_webrtc_server_get_n_peers (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_peers);
+}
+
+/**
+ * lingbot_webrtc_server_get_n_dropped:
+ * @server: a server
+ *
+ * Returns: signalling and data-channel messages dropped so far (each had a
+ *   log line and an error reply)
+ */
 guint
 lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server)
 {
   return (guint) g_atomic_int_get (&server->n_dropped);
 }
 
+/**
+ * lingbot_webrtc_server_get_n_mdns_ignored:
+ * @server: a server
+ *
+ * Returns: browser mDNS (.local) candidates not passed on (ICE on 127.0.0.1)
+ */
 guint
 lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server)
 {
   return (guint) g_atomic_int_get (&server->n_mdns_ignored);
 }
 
+/**
+ * lingbot_webrtc_server_get_n_key_units:
+ * @server: a server
+ *
+ * Returns: force-key-unit requests that reached an encoder so far (one per
+ *   joining peer and per connection, and one per browser PLI/FIR)
+ */
+guint
+lingbot_webrtc_server_get_n_key_units (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_key_units);
+}
+
+/**
+ * lingbot_webrtc_server_get_n_too_big:
+ * @server: a server
+ *
+ * Returns: WebSockets closed with 1009 for a message above
+ *   %LINGBOT_WEBRTC_WS_HARD_LIMIT (all its fragments)
+ */
+guint
+lingbot_webrtc_server_get_n_too_big (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_too_big);
+}
+
+/**
+ * lingbot_webrtc_server_get_n_timeouts:
+ * @server: a server
+ *
+ * Returns: peers released because they did not connect, or went silent,
+ *   for the peer timeout
+ */
+guint
+lingbot_webrtc_server_get_n_timeouts (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_timeouts);
+}
+
+/**
+ * lingbot_webrtc_server_get_n_replaced:
+ * @server: a server
+ *
+ * Returns: peers released because a newer connection took their session
+ */
+guint
+lingbot_webrtc_server_get_n_replaced (LingbotWebrtcServer * server)
+{
+  return (guint) g_atomic_int_get (&server->n_replaced);
+}
+
+/**
+ * lingbot_webrtc_server_free:
+ * @server: (nullable): a server
+ *
+ * Closes every session (their pipelines go to NULL) and connection, then
+ * frees the server.  Call it on the server's thread.
+ */
 void
 lingbot_webrtc_server_free (LingbotWebrtcServer * server)
 {
@@ -1576,15 +2924,33 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
     GList *all = g_hash_table_get_values (server->sessions);
 
     for (GList * l = all; l; l = l->next)
-      session_close (l->data, "server shutting down");
+      session_fail (l->data, "shutdown", "the server is shutting down");
     g_list_free (all);
     g_hash_table_unref (server->sessions);
+  }
+  if (server->conns) {
+    GHashTableIter it;
+    gpointer key;
+
+    g_hash_table_iter_init (&it, server->conns);
+    while (g_hash_table_iter_next (&it, &key, NULL)) {
+      Conn *c = key;
+
+      c->peer = NULL;
+      if (c->ws) {
+        g_clear_signal_handler (&c->message_id, c->ws);
+        g_clear_signal_handler (&c->closed_id, c->ws);
+      }
+      conn_close (c, SOUP_WEBSOCKET_CLOSE_GOING_AWAY, "shutdown");
+    }
+    g_hash_table_unref (server->conns);
   }
   if (server->soup) {
     soup_server_disconnect (server->soup);
     g_object_unref (server->soup);
   }
-  g_free (server->www_dir);
+  free (server->www_dir);
+  free (server->image_real);
   g_free (server->address);
   g_free (server->model);
   g_free (server->image);

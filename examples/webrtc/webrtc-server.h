@@ -1,17 +1,21 @@
 /* lingbot-gst: the WebRTC sender of the live example (server side)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * One libsoup-3.0 server: static files of the page, and a WebSocket
- * signalling endpoint (`/ws`).  Every WebSocket is one browser session with
- * its own pipeline
+ * One libsoup-3.0 server: static files of the page, the start image and a
+ * WebSocket signalling endpoint (`/ws`).  A session is one running world
+ * with its own pipeline, the generation part
  *
  *   lingbotcontrolsrc ! lingbotbin ! videoconvert ! queue ! ENCODER ! PAY !
- *   webrtcbin
+ *   tee
  *
- * and two data channels created by the sender, as webrtcsink does:
- * "input" (browser -> server, JSON navigation events, turned into upstream
- * GstNavigation events) and "control" (server -> browser, chunk metrics and
- * key echoes).  The message schema is in docs/webrtc.md.
+ * and, per browser connection (a peer), a branch `queue ! webrtcbin` linked
+ * to the tee at runtime and removed again without stopping the generator:
+ * a reload takes the session over (it continues from the current chunk)
+ * and a silent browser is released.  Each webrtcbin has two data channels
+ * created by the sender, as webrtcsink does: "input" (browser -> server,
+ * JSON navigation events, turned into upstream GstNavigation events) and
+ * "control" (server -> browser, progress, chunk metrics and key echoes).
+ * The message schema and the limits are in docs/webrtc.md.
  */
 #pragma once
 
@@ -26,11 +30,22 @@ G_BEGIN_DECLS
 #define LINGBOT_WEBRTC_DEFAULT_DEVICES "cpu:1"
 /* signalling and data-channel messages above this are dropped (bytes) */
 #define LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE (64 * 1024)
-/* WebSocket frames above this close the connection (libsoup, TOO_BIG) */
+/* WebSocket messages above this, counted over all their fragments, close
+ * the connection with 1009 (SOUP_WEBSOCKET_CLOSE_TOO_BIG) */
 #define LINGBOT_WEBRTC_WS_HARD_LIMIT (1024 * 1024)
-/* WebSocket close code of a refused session (application range; libsoup
- * refuses 1013, "try again later"; 409 as the reference's HTTP refusal) */
+/* a peer that has not connected, or from which nothing arrived, for this
+ * long is released (seconds) */
+#define LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT 20
+/* a session without a peer is kept this long for a reload to resume it */
+#define LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT 10
+/* WebSocket close codes (application range 4000-4999, as HTTP statuses):
+ * a refused session (libsoup refuses 1013, "try again later"; 409 as the
+ * reference's HTTP refusal), a silent peer, a peer replaced by a newer
+ * connection to its session, a browser that cannot take the codec */
 #define LINGBOT_WEBRTC_CLOSE_BUSY 4409
+#define LINGBOT_WEBRTC_CLOSE_TIMEOUT 4408
+#define LINGBOT_WEBRTC_CLOSE_REPLACED 4410
+#define LINGBOT_WEBRTC_CLOSE_CODEC 4415
 
 /**
  * LingbotWebrtcConfig:
@@ -52,6 +67,13 @@ G_BEGIN_DECLS
  *   `lingbotcontrolsrc ! lingbotbin` (a stand-in such as
  *   "videotestsrc is-live=true"), or %NULL
  * @ice_loopback: -1 = from @address, 0 = all interfaces, 1 = 127.0.0.1 only
+ * @peer_timeout: seconds a peer may take to connect, and may stay silent
+ *   once connected (nothing received over its connection), before it is
+ *   released; 0 = %LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT
+ * @resume_timeout: seconds a session without any peer is kept for a
+ *   reload to resume it; 0 = %LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT
+ *
+ * Set with lingbot_webrtc_config_init() first.
  */
 typedef struct {
   const char *address;
@@ -68,6 +90,8 @@ typedef struct {
   gsize max_message_size;
   const char *source;
   int ice_loopback;
+  guint peer_timeout;
+  guint resume_timeout;
 } LingbotWebrtcConfig;
 
 typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
@@ -77,10 +101,16 @@ void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
 LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,
     GError ** error);
 guint lingbot_webrtc_server_get_port (LingbotWebrtcServer * server);
+/* counters, readable from any thread (see webrtc-server.c) */
 guint lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_peers (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server);
 /* browser mDNS (.local) candidates not passed on (ICE on 127.0.0.1 only) */
 guint lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_key_units (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_too_big (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_timeouts (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_replaced (LingbotWebrtcServer * server);
 void lingbot_webrtc_server_free (LingbotWebrtcServer * server);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWebrtcServer, lingbot_webrtc_server_free)

@@ -1,26 +1,39 @@
 // lingbot-gst: drive the lingbot-webrtc-server page in headless Chromium.
 // SPDX-License-Identifier: LGPL-2.1-or-later
 //
-// Not a meson test (CI has no Chromium); run it by hand, see docs/webrtc.md:
+// Run by tests/webrtc/run-browser-check.sh (suite browser); by hand:
 //
 //   mkdir -p /tmp/pw && cd /tmp/pw && npm install playwright-core
 //   NODE_PATH=/tmp/pw/node_modules node tests/webrtc/browser-check.mjs \
 //       http://127.0.0.1:8080/ [--chromium /usr/bin/chromium] [--out /tmp/webrtc]
-//       [--hold-ms 6000] [--timeout-ms 60000] [--no-loopback-flag]
+//       [--codec VP8|H264] [--scenario basic|full] [--timeout-ms 60000]
+//       [--no-loopback-flag]
 //
 // --no-loopback-flag leaves out --allow-loopback-in-peer-connection (an
 // ordinary browser: no 127.0.0.1 candidates of its own).
 //
-// It opens the page, waits for the session, holds ArrowUp (nothing is
-// generated before), waits for the video to play, for chunk metrics and a key -> frame latency on the page, releases the key and
-// takes screenshots (OUT-connected.png, OUT-held.png, OUT-released.png).  Exit
-// status 0 = everything seen, 1 = a check failed (listed on stderr), 2 = usage.
-// Console errors and page errors are printed and make the check fail.
+// basic (any codec): the offer's codec and fmtp; the start image until the
+// first frame; "waiting for a key", then "generating chunk 0…" while ArrowUp
+// is held; frames decoded with a key frame; compute fps, the keys of each
+// chunk and a delivery fps on the page; a reload mid-session resumes the
+// same session at the next chunk (not 0) and decodes within the first
+// frames of its first chunk (a key frame forced for the joiner); a browser
+// without the codec gets a clear error.
+// full (adds): a table of malformed messages from the page on the WebSocket
+// and both channels, each refused with an error reply, the viewer still
+// receiving; a replacement socket (raw, from node) with bad JSON and 2 MiB
+// of fragments closed with 1009 while the viewer streams on; a second
+// browser refused with 4409 that retries with backoff and says why, and
+// gets in when the first ends its session; that browser vanishing
+// (SIGSTOP) and its slot free again within 35 s.
+//
+// Screenshots OUT-waiting.png, OUT-held.png, OUT-resumed.png.  Exit 0 =
+// everything seen, 1 = a check failed (listed on stderr), 2 = usage.
+// Console errors and page errors make the check fail.
 
 import { createRequire } from "node:module";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { execFileSync } from "node:child_process";
+import { createConnection } from "node:net";
 
 const require = createRequire(import.meta.url);
 let chromium;
@@ -37,14 +50,16 @@ const args = process.argv.slice(2);
 let url = "http://127.0.0.1:8080/";
 let exe = "/usr/bin/chromium";
 let out = "/tmp/webrtc";
-let holdMs = 6000;
+let codec = "VP8";
+let scenario = "basic";
 let timeoutMs = 60000;
 let loopbackFlag = true;
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--chromium") exe = args[++i];
   else if (a === "--out") out = args[++i];
-  else if (a === "--hold-ms") holdMs = Number(args[++i]);
+  else if (a === "--codec") codec = args[++i];
+  else if (a === "--scenario") scenario = args[++i];
   else if (a === "--timeout-ms") timeoutMs = Number(args[++i]);
   else if (a === "--no-loopback-flag") loopbackFlag = false;
   else if (a.startsWith("http")) url = a;
@@ -53,6 +68,10 @@ for (let i = 0; i < args.length; i++) {
     process.exit(2);
   }
 }
+if (!["VP8", "H264"].includes(codec) || !["basic", "full"].includes(scenario)) {
+  console.error("--codec VP8|H264, --scenario basic|full");
+  process.exit(2);
+}
 
 const failures = [];
 const consoleErrors = [];
@@ -60,154 +79,461 @@ const fail = (what) => {
   failures.push(what);
   console.error("FAIL: " + what);
 };
+const check = (cond, what) => {
+  if (!cond)
+    fail(what);
+  return cond;
+};
 const note = (what) => console.log(what);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const profile = mkdtempSync(join(tmpdir(), "lingbot-chromium-"));
-// a fresh profile: playwright wants it as launchPersistentContext's argument
-// rather than --user-data-dir
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: exe,
-  headless: true,
-  viewport: { width: 960, height: 900 },
-  args: [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-    "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-  ].concat(loopbackFlag ? ["--allow-loopback-in-peer-connection"] : []),
-});
+const chromiumArgs = [
+  "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+  "--no-first-run", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync",
+  "--autoplay-policy=no-user-gesture-required",
+].concat(loopbackFlag ? ["--allow-loopback-in-peer-connection"] : []);
 
-async function text(page, id) {
-  return (await page.textContent("#" + id)).trim();
-}
-
-async function state(page) {
-  return page.evaluate(async () => {
-    const v = document.getElementById("video");
-    // eslint-disable-next-line no-undef
-    const p = typeof pc !== "undefined" ? pc : null;
-    let rtp = null;
-    if (p) {
-      (await p.getStats()).forEach((r) => {
-        if (r.type === "inbound-rtp" && r.kind === "video")
-          rtp = { received: r.framesReceived, decoded: r.framesDecoded,
-            dropped: r.framesDropped, fps: r.framesPerSecond };
-      });
-    }
-    const q = v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality() : null;
-    const get = (id) => document.getElementById(id).textContent.trim();
-    return {
-      currentTime: v.currentTime,
-      frames: q ? q.totalVideoFrames : -1,
-      droppedFrames: q ? q.droppedVideoFrames : -1, rtp,
-      width: v.videoWidth, height: v.videoHeight,
-      status: get("status"), chunks: get("m-chunks"),
-      compute: get("m-compute"), latency: get("m-latency"),
-      server: get("m-server"), delivery: get("m-delivery"),
-      received: get("m-frames"), log: get("log"),
-    };
+// every status line the page showed, in order
+function recordStatuses() {
+  window.__statuses = [];
+  document.addEventListener("DOMContentLoaded", () => {
+    const el = document.getElementById("status");
+    const push = () => window.__statuses.push(el.textContent);
+    push();
+    new MutationObserver(push).observe(el, { childList: true,
+      characterData: true, subtree: true });
   });
 }
 
-async function waitFor(page, what, pred, ms) {
-  const end = Date.now() + ms;
-  let s;
-  while (Date.now() < end) {
-    s = await state(page);
-    if (pred(s))
-      return s;
-    await page.waitForTimeout(250);
-  }
-  fail(what + " (last state " + JSON.stringify(s) + ")");
-  return s;
-}
-
-try {
-  const page = await context.newPage();
+async function newPage(ctx, name) {
+  const page = await ctx.newPage();
+  await page.addInitScript(recordStatuses);
   page.on("console", (m) => {
     if (m.type() === "error") {
-      consoleErrors.push(m.text());
-      console.error("console error: " + m.text());
-    } else {
-      note("console " + m.type() + ": " + m.text());
+      consoleErrors.push(name + ": " + m.text());
+      console.error(name + " console error: " + m.text());
     }
   });
   page.on("pageerror", (e) => {
-    consoleErrors.push(String(e));
-    console.error("page error: " + e);
+    consoleErrors.push(name + ": " + String(e));
+    console.error(name + " page error: " + e);
   });
+  return page;
+}
 
-  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
-  note("opened " + url);
-
-  // lingbotgen is live: nothing is generated (the video stays black) until
-  // a key is held, so wait for the session, then hold ArrowUp
-  let s = await waitFor(page, "input channel open",
-    (x) => /connected/.test(x.status), timeoutMs);
-  note("connected: " + JSON.stringify(s));
-  await page.screenshot({ path: out + "-connected.png" });
-  // keys go to the document; click the video as a user would
-  await page.click("#video");
-  await page.keyboard.down("ArrowUp");
-  const heldStart = Date.now();
-  s = await waitFor(page, "video playing",
-    (x) => x.frames > 0 && x.currentTime > 0, timeoutMs);
-  const t1 = s.currentTime;
-  await page.waitForTimeout(1500);
-  s = await state(page);
-  if (!(s.currentTime > t1))
-    fail("video.currentTime does not advance (" + t1 + " -> " + s.currentTime + ")");
-  note("playing: " + JSON.stringify(s));
-  s = await waitFor(page, "chunk metrics and a key -> frame latency",
-    (x) => Number(x.chunks) > 0 && /^\d/.test(x.latency) &&
-      /^\d/.test(x.compute), timeoutMs);
-  note("held: " + JSON.stringify(s));
-  const rest = holdMs - (Date.now() - heldStart);
-  if (rest > 0)
-    await page.waitForTimeout(rest);
-  s = await state(page);
-  note("held " + holdMs + " ms: " + JSON.stringify(s));
-  await page.screenshot({ path: out + "-held.png" });
-  await page.keyboard.up("ArrowUp");
-  await page.waitForTimeout(2000);
-  s = await state(page);
-  note("released: " + JSON.stringify(s));
-  await page.screenshot({ path: out + "-released.png" });
-
-  // a second key: a second echo (a later chunk) and a second latency
-  const before = s;
-  await page.keyboard.down("KeyD");
-  s = await waitFor(page, "a second key echo and latency",
-    (x) => x.server !== before.server && x.latency !== before.latency,
-    timeoutMs);
-  await page.keyboard.up("KeyD");
-  note("second key: " + JSON.stringify(s));
-  if (s.log)
-    fail("the page logged: " + s.log);
-
-  const stats = await page.evaluate(async () => {
-    // app.js keeps its peer connection in a top-level `let`, visible here
+async function snap(page) {
+  return page.evaluate(async () => {
+    const get = (id) => document.getElementById(id).textContent.trim();
+    let rtp = null;
+    // app.js's top-level bindings are visible here
     // eslint-disable-next-line no-undef
     const p = typeof pc !== "undefined" ? pc : null;
-    if (!p)
-      return null;
-    const r = await p.getStats();
-    const pair = [...r.values()].find((x) => x.type === "candidate-pair" &&
-      x.nominated && x.state === "succeeded");
-    const pick = (id) => {
-      const c = id && r.get(id);
-      return c ? c.candidateType + " " + (c.address || c.ip) + ":" + c.port : "?";
+    if (p) {
+      try {
+        (await p.getStats()).forEach((r) => {
+          if (r.type === "inbound-rtp" && r.kind === "video")
+            rtp = { received: r.framesReceived || 0,
+              decoded: r.framesDecoded || 0, keys: r.keyFramesDecoded || 0 };
+        });
+      } catch (e) { /* closed meanwhile */ }
+    }
+    const img = document.getElementById("start");
+    return {
+      // eslint-disable-next-line no-undef
+      st: JSON.parse(JSON.stringify(state)), offer: lastOffer, rtp,
+      status: get("status"),
+      statusError: document.getElementById("status").classList
+        .contains("error"),
+      statuses: window.__statuses.slice(),
+      startHidden: img.hidden, startLoaded: img.complete &&
+        img.naturalWidth > 0,
+      compute: get("m-compute"), chunks: get("m-chunks"),
+      delivery: get("m-delivery"), frames: get("m-frames"),
+      latency: get("m-latency"),
     };
-    return pair ? { local: pick(pair.localCandidateId),
-      remote: pick(pair.remoteCandidateId) } : "no succeeded pair";
   });
-  note("ICE pair: " + JSON.stringify(stats));
+}
+
+function brief(s) {
+  if (!s)
+    return "?";
+  return JSON.stringify({ status: s.status, session: s.st.session,
+    resumed: s.st.resumed, next: s.st.nextChunk, first: s.st.firstChunk,
+    last: s.st.lastChunk, phase: s.st.phase, rtp: s.rtp, retries:
+    s.st.retries, rejected: s.st.rejected, compute: s.compute,
+    chunks: s.chunks, delivery: s.delivery });
+}
+
+async function waitFor(page, what, pred, ms = timeoutMs) {
+  const end = Date.now() + ms;
+  let s;
+  while (Date.now() < end) {
+    s = await snap(page);
+    if (pred(s))
+      return s;
+    await sleep(100);
+  }
+  fail(what + " (last state " + brief(s) + ")");
+  return s;
+}
+
+const decoded = (s) => (s.rtp ? s.rtp.decoded : 0);
+const connected = (s) => s.st.informed && s.st.phase !== "connecting";
+
+// ---- a raw WebSocket client (node): what a page cannot send ----
+
+function rawWs(token) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sock = createConnection({ host: u.hostname, port: Number(u.port) });
+    const ws = { sock, texts: [], closeCode: 0, closed: false, buf:
+      Buffer.alloc(0), upgraded: false };
+    sock.on("error", () => { ws.closed = true; });
+    sock.on("close", () => { ws.closed = true; });
+    sock.on("connect", () => {
+      sock.write("GET /ws?resume=" + token + " HTTP/1.1\r\nHost: " + u.host +
+        "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+        "Sec-WebSocket-Version: 13\r\n\r\n");
+    });
+    sock.on("data", (d) => {
+      ws.buf = Buffer.concat([ws.buf, d]);
+      if (!ws.upgraded) {
+        const end = ws.buf.indexOf("\r\n\r\n");
+        if (end < 0)
+          return;
+        if (!ws.buf.subarray(0, end).toString().startsWith("HTTP/1.1 101"))
+          return reject(new Error("no WebSocket upgrade"));
+        ws.upgraded = true;
+        ws.buf = ws.buf.subarray(end + 4);
+        resolve(ws);
+      }
+      while (ws.buf.length >= 2) {
+        let len = ws.buf[1] & 0x7f, at = 2;
+        if (len === 126) {
+          if (ws.buf.length < 4) return;
+          len = ws.buf.readUInt16BE(2);
+          at = 4;
+        } else if (len === 127) {
+          if (ws.buf.length < 10) return;
+          len = Number(ws.buf.readBigUInt64BE(2));
+          at = 10;
+        }
+        if (ws.buf.length < at + len)
+          return;
+        const op = ws.buf[0] & 0x0f;
+        const payload = ws.buf.subarray(at, at + len);
+        if (op === 1 && !payload.toString().includes("\"type\":\"ice\""))
+          ws.texts.push(payload.toString());
+        else if (op === 8 && len >= 2)
+          ws.closeCode = payload.readUInt16BE(0);
+        ws.buf = ws.buf.subarray(at + len);
+      }
+    });
+  });
+}
+
+function rawFrame(ws, fin, op, payload) {
+  const len = payload.length;
+  const hdr = [(fin ? 0x80 : 0) | op];
+  if (len < 126) {
+    hdr.push(0x80 | len);
+  } else if (len <= 0xffff) {
+    hdr.push(0x80 | 126, len >> 8, len & 0xff);
+  } else {
+    hdr.push(0x80 | 127);
+    for (let i = 7; i >= 0; i--)
+      hdr.push(Number((BigInt(len) >> BigInt(8 * i)) & 0xffn));
+  }
+  const mask = [1, 2, 3, 4];
+  const body = Buffer.from(payload);
+  for (let i = 0; i < len; i++)
+    body[i] ^= mask[i % 4];
+  if (!ws.closed)
+    ws.sock.write(Buffer.concat([Buffer.from(hdr.concat(mask)), body]));
+}
+
+async function until(what, pred, ms = timeoutMs) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (pred())
+      return true;
+    await sleep(50);
+  }
+  fail(what);
+  return false;
+}
+
+// ---- the checks ----
+
+async function firstSession(page) {
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  let s = await waitFor(page, "session connected", connected);
+  note("connected: " + brief(s));
+  // the offer came before any key: its codec and fmtp
+  if (codec === "H264") {
+    check(/a=rtpmap:102 H264\/90000/.test(s.offer), "offer has H264/90000");
+    check(/a=fmtp:102 [^\r\n]*packetization-mode=1/.test(s.offer) &&
+      /a=fmtp:102 [^\r\n]*profile-level-id=42e01f/.test(s.offer),
+      "offer fmtp packetization-mode=1;profile-level-id=42e01f: " +
+      (/a=fmtp:102[^\r\n]*/.exec(s.offer) || ["none"])[0]);
+    check(/a=rtcp-fb:102 nack pli/.test(s.offer), "offer rtcp-fb nack pli");
+  } else {
+    check(/a=rtpmap:96 VP8\/90000/.test(s.offer), "offer has VP8/90000");
+    check(/a=rtcp-fb:96 nack pli/.test(s.offer), "offer rtcp-fb nack pli");
+  }
+  s = await waitFor(page, "the start image shown while nothing is decoded",
+    (x) => !x.startHidden && x.startLoaded);
+  check(decoded(s) === 0, "no frame before a key");
+  s = await waitFor(page, "'waiting for a key' on the page",
+    (x) => /waiting for a key/.test(x.status));
+  await page.screenshot({ path: out + "-waiting.png" });
+
+  // hold ArrowUp: "generating chunk 0…", then video
+  await page.click("#video");
+  await page.keyboard.down("ArrowUp");
+  s = await waitFor(page, "frames decoded with a key frame, the start image " +
+    "hidden", (x) => decoded(x) > 0 && x.rtp.keys >= 1 && x.startHidden);
+  s = await waitFor(page, "chunk metrics: compute fps and the keys of " +
+    "chunk 0", (x) => /^\d/.test(x.compute) && /\b0: w\b/.test(x.chunks));
+  check(s.statuses.some((t) => /^generating chunk 0…/.test(t)),
+    "'generating chunk 0…' was shown (" + s.statuses.join(" | ") + ")");
+  s = await waitFor(page, "a delivery fps above 0 while a key is held",
+    (x) => /^\d/.test(x.delivery) && Number.parseFloat(x.delivery) > 0);
+  s = await waitFor(page, "chunk 1", (x) => x.st.lastChunk >= 1);
+  note("held: " + brief(s));
+  await page.screenshot({ path: out + "-held.png" });
+  await page.keyboard.up("ArrowUp");
+  s = await waitFor(page, "the generator waiting again",
+    (x) => /waiting for a key/.test(x.status));
+  return s;
+}
+
+// a reload mid-session: the same session, the next chunk, a key frame at
+// once for the joiner
+async function reload(page) {
+  let s = await snap(page);
+  const session = s.st.session, last = s.st.lastChunk;
+  await page.reload({ waitUntil: "load", timeout: timeoutMs });
+  s = await waitFor(page, "the reloaded page connected", connected);
+  check(s.st.resumed && s.st.session === session,
+    "the reload resumed session " + session + " (" + brief(s) + ")");
+  check(s.st.nextChunk === last + 1, "the reload continues at chunk " +
+    (last + 1) + ", not 0 (next-chunk " + s.st.nextChunk + ")");
+  check(/resumed at chunk/.test(s.statuses.join(" | ")),
+    "the page said it resumed");
+  await page.click("#video");
+  await page.keyboard.down("ArrowUp");
+  s = await waitFor(page, "the first chunk after the reload",
+    (x) => x.st.firstChunk >= 0);
+  check(s.st.firstChunk === last + 1, "the first chunk after the reload is " +
+    (last + 1) + " (got " + s.st.firstChunk + ")");
+  // one chunk (16 frames = 1 s) received: decodable from its first frames
+  s = await waitFor(page, "16 frames received after the reload",
+    (x) => x.rtp && x.rtp.received >= 16);
+  check(s.rtp.keys >= 1 && s.rtp.decoded >= s.rtp.received - 4,
+    "the joiner decodes from the start of its first chunk: " +
+    JSON.stringify(s.rtp));
+  note("resumed: " + brief(s));
+  await page.screenshot({ path: out + "-resumed.png" });
+  await page.keyboard.up("ArrowUp");
+  return waitFor(page, "the generator waiting after the reload",
+    (x) => /waiting for a key/.test(x.status));
+}
+
+// the malformed table, sent by the page itself
+async function malformed(page) {
+  const sent = await page.evaluate(() => {
+    const big = "{\"event\":\"KeyPress\",\"key\":\"" + "x".repeat(70000) +
+      "\"}";
+    const badWs = ["{not json", "[]", "{}", "{\"type\":1}",
+      "{\"type\":null}", "{\"type\":{}}", "{\"type\":\"bogus\"}",
+      "{\"type\":\"ice\"}", "{\"type\":\"ice\",\"candidate\":7," +
+      "\"sdpMLineIndex\":0}", "{\"type\":\"answer\"}",
+      "{\"type\":\"answer\",\"sdp\":\"garbage\"}",
+      "{\"type\":\"offer\",\"sdp\":\"v=0\"}", big];
+    const badInput = ["{not json", "42", "{\"event\":5}",
+      "{\"event\":\"KeyPress\"}", "{\"event\":\"Bogus\",\"key\":\"a\"}",
+      "{\"id\":5,\"request\":{\"type\":3}}", "{\"id\":5,\"request\":5}",
+      "{\"id\":5,\"request\":{\"type\":\"navigationEvent\"}}"];
+    // (a browser refuses to send more than the channel's max-message-size
+    // itself; the webrtc suite sends those)
+    const badControl = ["{\"type\":\"hello\"}", "{\"type\":5}",
+      "{\"id\":5,\"request\":{\"type\":3}}"];
+    // eslint-disable-next-line no-undef
+    for (const m of badWs) ws.send(m);
+    // eslint-disable-next-line no-undef
+    ws.send(new Uint8Array([1, 2, 3]));
+    // eslint-disable-next-line no-undef
+    for (const m of badInput) input.send(m);
+    // eslint-disable-next-line no-undef
+    input.send(new Uint8Array([1]));
+    // eslint-disable-next-line no-undef
+    for (const m of badControl) control.send(m);
+    return badWs.length + badInput.length + badControl.length + 2;
+  });
+  let s = await waitFor(page, "an error reply for each of " + sent +
+    " malformed messages", (x) => x.st.rejected >= sent);
+  check(s.st.rejected === sent, "exactly " + sent + " error replies (" +
+    s.st.rejected + ")");
+  const res = await page.evaluate(async () => (await fetch("/")).status);
+  check(res === 200, "the server still serves the page (" + res + ")");
+  const before = decoded(s);
+  await page.keyboard.down("KeyD");
+  s = await waitFor(page, "the viewer still receiving frames",
+    (x) => decoded(x) > before + 8);
+  await page.keyboard.up("KeyD");
+  note("after the malformed table: " + brief(s));
+  return waitFor(page, "the generator waiting after the table",
+    (x) => /waiting for a key/.test(x.status));
+}
+
+// a replacement socket with bad JSON and 2 MiB of fragments, while the
+// viewer holds a key
+async function badReplacement(page) {
+  const token = await page.evaluate(() =>
+    sessionStorage.getItem("lingbot-resume"));
+  let s = await snap(page);
+  const before = decoded(s);
+  await page.keyboard.down("KeyW");
+  const ws = await rawWs(token);
+  await until("the replacement's welcome and offer", () =>
+    ws.texts.length >= 2);
+  rawFrame(ws, true, 1, Buffer.from("{\"type\":1}"));
+  await until("an error reply to the replacement", () =>
+    ws.texts.some((t) => t.includes("\"code\":\"bad-message\"")));
+  const chunk = Buffer.alloc(256 * 1024, 0x79);
+  rawFrame(ws, false, 1, chunk);
+  for (let i = 1; i < 8; i++)
+    rawFrame(ws, i === 7, 0, chunk);
+  await until("1009 for 2 MiB of fragments", () => ws.closeCode === 1009 ||
+    ws.closed);
+  check(ws.closeCode === 1009, "closed with 1009 (" + ws.closeCode + ")");
+  ws.sock.destroy();
+  s = await waitFor(page, "the viewer receiving while the replacement " +
+    "misbehaved", (x) => decoded(x) > before + 8);
+  check(!s.st.fatal && s.st.retries === 0, "the viewer was not disturbed (" +
+    brief(s) + ")");
+  await page.keyboard.up("KeyW");
+  return waitFor(page, "the generator waiting after the replacement",
+    (x) => /waiting for a key/.test(x.status));
+}
+
+function descendants(pid) {
+  let out;
+  try {
+    out = execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)])
+      .toString();
+  } catch (e) {
+    return [];                  // none
+  }
+  const kids = out.split(/\s+/).filter(Boolean).map(Number);
+  return kids.concat(...kids.map(descendants));
+}
+
+// a second browser: busy, retries with backoff, gets in when the first
+// ends its session; then it vanishes, and its slot is free again
+async function busyAndVanish(page, ctx) {
+  const server2 = await chromium.launchServer({ executablePath: exe,
+    headless: true, args: chromiumArgs });
+  const browser2 = await chromium.connect(server2.wsEndpoint());
+  const pids = [server2.process().pid];
+  let stopped = [];
+  try {
+    const page2 = await newPage(await browser2.newContext(), "second");
+    await page2.goto(url, { waitUntil: "load", timeout: timeoutMs });
+    let s2 = await waitFor(page2, "the second browser retrying after 4409",
+      (x) => x.st.retries >= 2);
+    check(s2.statuses.some((t) => /busy.*retrying in 1 s \(attempt 1\)/
+      .test(t)) && s2.statuses.some((t) =>
+      /busy.*retrying in 2 s \(attempt 2\)/.test(t)),
+    "the page says why and backs off: " + s2.statuses.join(" | "));
+    // the first ends its session: the second gets in (a new session)
+    await page.click("#end");
+    await waitFor(page, "'session ended'", (x) => /session ended/
+      .test(x.status));
+    s2 = await waitFor(page2, "the second browser connected", connected);
+    check(!s2.st.resumed && s2.st.nextChunk === 0,
+      "the second browser has a new session (" + brief(s2) + ")");
+
+    // it vanishes: every process of that browser stopped
+    pids.push(...descendants(pids[0]));
+    for (const pid of pids) {
+      try {
+        process.kill(pid, "SIGSTOP");
+        stopped.push(pid);
+      } catch (e) { /* gone */ }
+    }
+    const t0 = Date.now();
+    const page3 = await newPage(await ctx.browser().newContext(), "third");
+    await page3.goto(url, { waitUntil: "load", timeout: timeoutMs });
+    const s3 = await waitFor(page3, "the vanished browser's slot free " +
+      "within 35 s", connected, 35000);
+    const dt = (Date.now() - t0) / 1000;
+    note("slot free " + dt.toFixed(1) + " s after the browser vanished: " +
+      brief(s3));
+    check(dt <= 35, "slot free within 35 s (" + dt.toFixed(1) + " s)");
+    check(s3.st.retries >= 1, "the third browser was refused first");
+    await page3.click("#end");
+    await page3.close();
+  } finally {
+    for (const pid of stopped) {
+      try {
+        process.kill(pid, "SIGCONT");
+      } catch (e) { /* gone */ }
+    }
+    await browser2.close().catch(() => {});
+    await server2.close().catch(() => {});
+  }
+}
+
+// a browser that cannot decode the offered codec
+async function noCodec(ctx) {
+  const page = await newPage(ctx, "no-codec");
+  await page.addInitScript((name) => {
+    const orig = RTCRtpReceiver.getCapabilities;
+    RTCRtpReceiver.getCapabilities = (kind) => {
+      const caps = orig.call(RTCRtpReceiver, kind);
+      if (caps && kind === "video")
+        caps.codecs = caps.codecs.filter((c) =>
+          c.mimeType.toLowerCase() !== "video/" + name.toLowerCase());
+      return caps;
+    };
+  }, codec);
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  const s = await waitFor(page, "a clear error without " + codec,
+    (x) => x.statusError && /cannot decode/.test(x.status));
+  note("no codec: " + s.status);
+  check(new RegExp(codec).test(s.status), "the error names " + codec);
   await page.close();
+}
+
+const browser = await chromium.launch({ executablePath: exe, headless: true,
+  args: chromiumArgs });
+try {
+  const ctx = await browser.newContext({ viewport: { width: 960,
+    height: 900 } });
+  const page = await newPage(ctx, "first");
+  await firstSession(page);
+  if (scenario === "full") {
+    await malformed(page);
+    await badReplacement(page);
+  }
+  await reload(page);
+  if (scenario === "full") {
+    await busyAndVanish(page, ctx);
+  } else {
+    await page.click("#end");
+    await waitFor(page, "'session ended'", (x) => /session ended/
+      .test(x.status));
+  }
+  await page.close();
+  await noCodec(ctx);
 } catch (e) {
-  fail(String(e));
+  fail(String(e && e.stack || e));
 } finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await browser.close();
 }
 
 if (consoleErrors.length)
@@ -216,4 +542,5 @@ if (failures.length) {
   console.error(failures.length + " check(s) failed");
   process.exit(1);
 }
-note("OK: screenshots " + out + "-{connected,held,released}.png");
+note("OK (" + codec + ", " + scenario + "): screenshots " + out +
+  "-{waiting,held,resumed}.png");

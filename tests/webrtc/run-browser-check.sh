@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # suite browser: the WebRTC page in headless Chromium (Debian chromium, from
 # tools/deps.sh), driven by playwright-core installed with npm into the build
-# folder.  Starts lingbot-webrtc-server on 127.0.0.1 with a tiny random model,
-# then runs tests/webrtc/browser-check.mjs: the page connects, ArrowUp is
-# held, video frames are decoded and the key's echo comes back.
+# folder.  Starts lingbot-webrtc-server on 127.0.0.1 with a tiny random model
+# twice: VP8 with the full scenario of tests/webrtc/browser-check.mjs
+# (malformed messages, a bad replacement, reload, busy + backoff, a
+# vanished browser; short --peer-timeout/--resume-timeout so that the slot
+# is free in seconds, the defaults give 30 s), then x264 with the basic one
+# (H.264 fmtp, frames, reload).  Each server log must show the peer the
+# reload replaced released.
 # Exits 77 only when chromium (or node/npm) is not installed.
 #   run-browser-check.sh SERVER MKMODEL SPM_MODEL WORKDIR
 set -uo pipefail
@@ -28,7 +32,8 @@ fi
 
 tmp=$(mktemp -d)
 pid=""
-cleanup () { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+stop_server () { [ -n "$pid" ] && kill "$pid" 2>/dev/null; [ -n "$pid" ] && wait "$pid" 2>/dev/null; pid=""; }
+cleanup () { stop_server; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 "$mkmodel" --preset tiny --chunk 4 --full --tokenizer "$spm" --out "$tmp/model" --quiet ||
@@ -37,21 +42,41 @@ gst-launch-1.0 -q videotestsrc num-buffers=1 pattern=smpte ! \
   video/x-raw,width=320,height=180 ! jpegenc ! filesink location="$tmp/start.jpg" ||
   { echo "FAIL: start image"; exit 1; }
 
-"$server" --address 127.0.0.1 --port 0 --model "$tmp/model" --image "$tmp/start.jpg" \
-  --prompt "a meadow" --devices cpu:1 --set width=128 --set height=128 \
-  --www "$src/examples/webrtc/www" >"$tmp/server.log" 2>&1 &
-pid=$!
-url=""
-for _ in $(seq 1 100); do
-  url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+/' "$tmp/server.log" | head -n 1)
-  [ -n "$url" ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "FAIL: server did not start"; cat "$tmp/server.log"; exit 1; }
+# run_one ENCODER CODEC SCENARIO [SERVER OPTION...]
+run_one () {
+  local encoder=$1 codec=$2 scenario=$3 log="$tmp/server-$1.log" url="" rc
+  shift 3
+  "$server" --address 127.0.0.1 --port 0 --model "$tmp/model" --image "$tmp/start.jpg" \
+    --prompt "a meadow" --devices cpu:1 --set width=64 --set height=64 \
+    --encoder "$encoder" --www "$src/examples/webrtc/www" "$@" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do
+    url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+/' "$log" | head -n 1)
+    [ -n "$url" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$url" ] || { echo "FAIL: server ($encoder) did not start"; cat "$log"; return 1; }
+  echo "== $encoder ($codec, $scenario) at $url"
+  NODE_PATH="$work/node_modules" timeout 240 node "$src/tests/webrtc/browser-check.mjs" \
+    "$url" --chromium /usr/bin/chromium --out "$tmp/$encoder" --codec "$codec" \
+    --scenario "$scenario" --timeout-ms 60000
+  rc=$?
+  kill -0 "$pid" 2>/dev/null || { echo "FAIL: the $encoder server died"; rc=1; }
+  # the peer that the reload replaced was released (the first peer of
+  # session 1: by takeover or with its WebSocket)
+  grep -qE "session 1: peer 1 released" "$log" ||
+    { echo "FAIL: the reloaded page's old peer was not released"; rc=1; }
+  stop_server
+  [ $rc -eq 0 ] || { echo "--- $encoder server log"; tail -60 "$log"; }
+  return $rc
+}
 
-NODE_PATH="$work/node_modules" timeout 150 node "$src/tests/webrtc/browser-check.mjs" \
-  "$url" --chromium /usr/bin/chromium --out "$tmp/shot" --hold-ms 6000 --timeout-ms 90000
-rc=$?
-[ $rc -eq 0 ] || { echo "--- server log"; tail -40 "$tmp/server.log"; }
+rc=0
+run_one vp8 VP8 full --peer-timeout 4 --resume-timeout 5 || rc=1
+if gst-inspect-1.0 x264enc >/dev/null 2>&1; then
+  run_one x264 H264 basic || rc=1
+else
+  echo "x264enc not installed: H.264 not checked"
+fi
 exit $rc

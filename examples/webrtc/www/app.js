@@ -5,42 +5,97 @@
 // offers; this page answers.  Data channels are created by the server, as
 // GStreamer's webrtcsink does: "input" carries navigation events in
 // webrtcsink's JSON form {"event":"KeyPress","key":"ArrowUp",...} plus an
-// "id" stamp; "control" brings chunk metrics and key echoes back.
+// "id" stamp; "control" brings progress, chunk metrics and key echoes back.
+//
+// Reconnects: the welcome message's "resume" token is kept in
+// sessionStorage (per tab, it survives a reload), and every connection
+// asks for /ws?resume=TOKEN, so a reload takes the running session over
+// and continues at its current chunk.  A busy server (close 4409) is
+// retried with backoff; a lost connection (4408, 1006, ...) is resumed.
 "use strict";
 
 const KEYS = new Set(["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight",
   "KeyW", "KeyA", "KeyS", "KeyD", "KeyI", "KeyJ", "KeyK", "KeyL"]);
+const TOKEN_KEY = "lingbot-resume";
+const BACKOFF_S = [1, 2, 4, 8, 15];
+// close codes (docs/webrtc.md): no retry after these
+const CLOSE_REPLACED = 4410, CLOSE_CODEC = 4415, CLOSE_BUSY = 4409;
 
 const video = document.getElementById("video");
+const startImage = document.getElementById("start");
 const statusLine = document.getElementById("status");
 const logBox = document.getElementById("log");
+const endButton = document.getElementById("end");
 const $ = (id) => document.getElementById(id);
 
 let ws = null;
 let pc = null;
 let input = null;
+let control = null;
 let nextId = 1;
+let lastOffer = null;            // the last offer's SDP (the tests read it)
+let retryTimer = 0;
 const held = new Set();
 const stamps = new Map();        // key id -> performance.now() at keydown
 const echoes = [];               // waiting for their first frame on screen
 const latencies = [];            // key -> first frame, ms
+// what the page knows, also read by tests/webrtc/browser-check.mjs
+const state = {
+  session: 0, peer: 0, resumed: false, codec: "", nextChunk: 0,
+  phase: "connecting", chunk: -1, attempts: 0, retries: 0, busy: 0,
+  fatal: "", chunks: [], firstChunk: -1, lastChunk: -1, firstFrame: false,
+  informed: false, rejected: 0,
+};
 const metrics = {
-  frames: 0, windowFrames: 0, windowStart: 0, start: 0,
-  chunks: 0, steadyFrames: 0, steadySeconds: 0, lastComputeFps: 0,
-  lastFrame: 0, received: -1, rendererDropped: 0,
+  steadyFrames: 0, steadySeconds: 0, lastComputeFps: NaN,
+  decoded: 0, decodedAt: 0, deliveryFps: NaN, lastFrame: 0,
 };
 
 function log(text) {
   logBox.textContent = (text + "\n" + logBox.textContent).slice(0, 4000);
 }
 
-function setStatus(text) {
+function setStatus(text, error = false) {
   statusLine.textContent = text;
+  statusLine.classList.toggle("error", error);
 }
 
 function send(obj) {
   if (ws && ws.readyState === WebSocket.OPEN)
     ws.send(JSON.stringify(obj));
+}
+
+function fmt(x, digits = 1) {
+  return Number.isFinite(x) ? x.toFixed(digits) : "–";
+}
+
+// ---- the status line: what the generator does now ----
+
+function showPhase() {
+  if (state.fatal)
+    return;
+  const k = state.chunk;
+  switch (state.phase) {
+    case "waiting":
+      setStatus(held.size ? "generating chunk " + k + "…" :
+        "waiting for a key: hold one to generate chunk " + k);
+      break;
+    case "generating":
+      setStatus("generating chunk " + k + "…" +
+        (state.pass >= 0 ? " (pass " + (state.pass + 1) + "/" +
+          state.passes + ")" : ""));
+      break;
+    case "decoding":
+      setStatus("decoding chunk " + k + "… (keys: " + (state.keys || "none") +
+        ")");
+      break;
+    case "ready":
+      setStatus("chunk " + k + " ready (keys: " + (state.keys || "none") +
+        ")" + (held.size ? ", generating chunk " + (k + 1) + "…" : ""));
+      break;
+    default:
+      break;
+  }
 }
 
 // ---- keys -> "input" ----
@@ -65,6 +120,7 @@ document.addEventListener("keydown", (e) => {
     return;
   held.add(e.code);
   sendKey(true, e.code);
+  showPhase();
 });
 
 document.addEventListener("keyup", (e) => {
@@ -92,35 +148,37 @@ function percentile(values, p) {
   return s[lo] + (s[hi] - s[lo]) * (x - lo);
 }
 
-function fmt(x, digits = 1) {
-  return Number.isFinite(x) ? x.toFixed(digits) : "–";
-}
-
 function showMetrics() {
-  const now = performance.now();
-  const sessionS = metrics.start ? (now - metrics.start) / 1000 : 0;
-  // received (RTP statistics) rather than presented: the renderer may drop
-  // frames (headless Chromium without a GPU drops about a third)
-  const received = metrics.received >= 0 ? metrics.received : metrics.frames;
-  $("m-frames").textContent = received + " / " +
-    fmt(sessionS > 0 ? received / sessionS : NaN) +
-    (metrics.rendererDropped > 0 ?
-      " (" + metrics.rendererDropped + " not shown)" : "");
   $("m-compute").textContent = fmt(metrics.lastComputeFps) + " / " +
     fmt(metrics.steadySeconds > 0 ?
       metrics.steadyFrames / metrics.steadySeconds : NaN);
-  $("m-chunks").textContent = String(metrics.chunks);
+  $("m-chunks").textContent = state.chunks.length === 0 ? "–" :
+    state.chunks.slice(-8).map((c) => c.index + ": " + (c.keys || "–"))
+      .join(" · ");
   $("m-latency").textContent = fmt(latencies[latencies.length - 1], 0) +
     " / " + fmt(percentile(latencies, 0.5), 0);
 }
 
+// a whole chunk: the server's generate + decode seconds
 function onChunk(m) {
-  metrics.chunks++;
+  state.chunks.push({ index: m.index, keys: m.keys, frames: m.frames,
+    computeSeconds: m["compute-seconds"], vaeSeconds: m["vae-seconds"],
+    generateSeconds: m["generate-seconds"] });
+  if (state.chunks.length > 200)
+    state.chunks.shift();
+  if (state.firstChunk < 0)
+    state.firstChunk = m.index;
+  state.lastChunk = m.index;
   metrics.lastComputeFps = m["compute-fps"];
   if (m.index >= 1) {           // steady state: chunks after the first
     metrics.steadyFrames += m.frames;
     metrics.steadySeconds += m["compute-seconds"];
   }
+  state.phase = "ready";
+  state.informed = true;
+  state.chunk = m.index;
+  state.keys = m.keys;
+  showPhase();
   showMetrics();
 }
 
@@ -134,31 +192,17 @@ function onEcho(m) {
       arrived: performance.now() });
 }
 
-// a frame is on screen: delivery fps, and the key presses it reflects.
-// requestVideoFrameCallback runs at most once per rendering update, so two
-// frames can be presented between callbacks; metadata.presentedFrames counts
-// them all.
-let lastPresented = -1;
+function firstFrame() {
+  if (state.firstFrame)
+    return;
+  state.firstFrame = true;
+  startImage.hidden = true;
+}
+
+// a frame is on screen: the key presses it reflects
 function onFrame(now, meta) {
-  let n = 1;
-  if (meta && Number.isFinite(meta.presentedFrames)) {
-    if (lastPresented >= 0 && meta.presentedFrames > lastPresented)
-      n = meta.presentedFrames - lastPresented;
-    lastPresented = meta.presentedFrames;
-  }
-  metrics.frames += n;
-  metrics.windowFrames += n;
-  if (!metrics.start)
-    metrics.start = now;
-  if (!metrics.windowStart)
-    metrics.windowStart = now;
+  firstFrame();
   metrics.lastFrame = now;
-  if (now - metrics.windowStart >= 1000) {
-    $("m-delivery").textContent =
-      fmt(metrics.windowFrames * 1000 / (now - metrics.windowStart));
-    metrics.windowFrames = 0;
-    metrics.windowStart = now;
-  }
   for (let i = 0; i < echoes.length;) {
     const e = echoes[i];
     // RTP timestamps wrap at 2^32: "at or after" is a small forward step
@@ -177,21 +221,15 @@ function onFrame(now, meta) {
   if (video.requestVideoFrameCallback)
     video.requestVideoFrameCallback(onFrame);
 }
+if (video.requestVideoFrameCallback)
+  video.requestVideoFrameCallback(onFrame);
+video.addEventListener("resize", () => {
+  if (video.videoWidth > 0 && !video.requestVideoFrameCallback)
+    firstFrame();
+});
 
-// nothing is generated while no key is held, and the next chunk may take a
-// while: the video stops, say so rather than keep the last rate
-setInterval(() => {
-  if (metrics.lastFrame && performance.now() - metrics.lastFrame > 1500) {
-    $("m-delivery").textContent = held.size ? "0.0 (waiting for a chunk)" :
-      "0.0 (no key held)";
-    metrics.windowFrames = 0;
-    metrics.windowStart = 0;
-  }
-}, 500);
-
-// frames received from the RTP statistics; without a per-frame callback the
-// decoded frames stand for the presented ones
-let lastDecoded = 0;
+// delivery: frames the browser decoded (getStats), per second; apart from
+// the server's compute fps
 setInterval(async () => {
   if (!pc)
     return;
@@ -204,24 +242,24 @@ setInterval(async () => {
   stats.forEach((r) => {
     if (r.type !== "inbound-rtp" || r.kind !== "video")
       return;
-    if (Number.isFinite(r.framesReceived))
-      metrics.received = r.framesReceived;
-    if (!video.requestVideoFrameCallback) {
-      const n = r.framesDecoded || 0;
-      for (; lastDecoded < n; lastDecoded++)
-        onFrame(performance.now(), null);
+    const now = performance.now();
+    const decoded = r.framesDecoded || 0;
+    if (!metrics.decodedAt) {
+      metrics.decodedAt = now;
+      metrics.decoded = decoded;
+    } else if (now - metrics.decodedAt >= 1000) {
+      metrics.deliveryFps = (decoded - metrics.decoded) * 1000 /
+        (now - metrics.decodedAt);
+      metrics.decodedAt = now;
+      metrics.decoded = decoded;
     }
+    $("m-delivery").textContent = fmt(metrics.deliveryFps) +
+      (metrics.deliveryFps === 0 ? held.size ? " (waiting for a chunk)" :
+        " (no key held)" : "");
+    $("m-frames").textContent = (r.framesReceived || 0) + " / " + decoded +
+      " / " + (r.keyFramesDecoded || 0);
   });
-  const q = video.getVideoPlaybackQuality ?
-    video.getVideoPlaybackQuality() : null;
-  if (q)
-    metrics.rendererDropped = q.droppedVideoFrames;
-  if (metrics.start)
-    showMetrics();
 }, 500);
-
-if (video.requestVideoFrameCallback)
-  video.requestVideoFrameCallback(onFrame);
 
 // ---- signalling ----
 
@@ -232,10 +270,76 @@ function onControl(text) {
   } catch (e) {
     return;
   }
-  if (m.type === "chunk")
-    onChunk(m);
-  else if (m.type === "key-echo")
-    onEcho(m);
+  switch (m.type) {
+    case "chunk":
+      onChunk(m);
+      break;
+    case "key-echo":
+      onEcho(m);
+      break;
+    case "waiting":
+      state.informed = true;
+      state.phase = "waiting";
+      state.chunk = m.chunk;
+      showPhase();
+      break;
+    case "progress":
+      state.informed = true;
+      state.phase = "generating";
+      state.chunk = m.chunk;
+      state.pass = m.pass;
+      state.passes = m.passes;
+      showPhase();
+      break;
+    case "decoding":
+      state.informed = true;
+      state.phase = "decoding";
+      state.chunk = m.chunk;
+      state.keys = m.keys;
+      showPhase();
+      break;
+    case "status":
+      // the generator's state when this tab joined, then a keepalive
+      if (!state.informed) {
+        state.informed = true;
+        state.phase = m.state === "starting" ? "waiting" : m.state;
+        state.chunk = m.state === "ready" ? m.chunk : m["next-chunk"];
+        if (m.state === "generating")
+          state.pass = -1;
+        showPhase();
+      }
+      break;
+    case "error":
+      state.rejected++;
+      log("server: " + m.message);
+      break;
+    default:
+      break;
+  }
+}
+
+// the codec of the offer's video section, and whether this browser
+// decodes it
+function offeredCodec(sdp) {
+  const m = /a=rtpmap:\d+ ([A-Za-z0-9-]+)\/90000/.exec(sdp);
+  return m ? m[1] : "";
+}
+
+function canDecode(codec) {
+  if (!window.RTCRtpReceiver || !RTCRtpReceiver.getCapabilities)
+    return true;                // cannot tell: try
+  const caps = RTCRtpReceiver.getCapabilities("video");
+  return !caps || caps.codecs.some((c) =>
+    c.mimeType.toLowerCase() === "video/" + codec.toLowerCase());
+}
+
+function codecError(codec) {
+  state.fatal = "codec";
+  setStatus("This browser cannot decode " + codec + " video, the codec the " +
+    "server sends (lingbot-webrtc-server --encoder " + state.encoder + "). " +
+    (codec === "H264" ? "Use a browser with H.264, or start the server " +
+      "with --encoder vp8." : "Use another browser."), true);
+  send({ type: "bye" });
 }
 
 function newPeer() {
@@ -253,32 +357,72 @@ function newPeer() {
     const ch = e.channel;
     if (ch.label === "input") {
       input = ch;
-      ch.onopen = () => setStatus("connected: hold a key to move " +
-        "(nothing is generated before)");
+      ch.onopen = () => {
+        if (!state.informed)
+          setStatus("connected: hold a key to move (nothing is generated " +
+            "before)");
+      };
     } else if (ch.label === "control") {
+      control = ch;
       ch.onmessage = (m) => onControl(m.data);
     }
   };
   pc.onconnectionstatechange = () => {
-    if (pc.connectionState === "failed")
-      setStatus("WebRTC connection failed");
+    if (pc && pc.connectionState === "failed")
+      setStatus("WebRTC connection failed", true);
   };
 }
 
 async function onSignal(text) {
   const m = JSON.parse(text);
   if (m.type === "error") {
-    setStatus("server: " + m.message);
     log("error " + m.code + ": " + m.message);
+    if (!m.fatal) {
+      state.rejected++;         // a message of ours was refused
+      return;
+    }
+    if (m.code === "busy") {
+      state.busy++;
+      state.busyMessage = m.message;
+    } else if (m.code !== "timeout" && m.code !== "ice") {
+      state.fatal = m.code;
+      setStatus("server: " + m.message, true);
+      if (m.code === "eos" || m.code === "pipeline")
+        sessionStorage.removeItem(TOKEN_KEY);
+    }
   } else if (m.type === "welcome") {
-    setStatus("session " + m.session + " (" + m.encoder + "): negotiating");
+    state.attempts = 0;
+    state.session = m.session;
+    state.peer = m.peer;
+    state.resumed = m.resumed;
+    state.codec = m.codec;
+    state.encoder = m.encoder;
+    state.nextChunk = m["next-chunk"];
+    sessionStorage.setItem(TOKEN_KEY, m.resume);
+    if (m["start-image"] && !state.firstFrame) {
+      startImage.src = m["start-image"];
+      startImage.hidden = false;
+    }
+    endButton.disabled = false;
+    setStatus("session " + m.session + (m.resumed ? " resumed at chunk " +
+      m["next-chunk"] : "") + " (" + m.codec + "): negotiating…");
     newPeer();
   } else if (!pc) {
     return;                     // closed meanwhile
   } else if (m.type === "offer") {
+    lastOffer = m.sdp;
+    const codec = offeredCodec(m.sdp);
+    if (codec && !canDecode(codec)) {
+      codecError(codec);
+      return;
+    }
     await pc.setRemoteDescription({ type: "offer", sdp: m.sdp });
     const answer = await pc.createAnswer();
     await pc.setLocalDescription(answer);
+    if (/m=video 0 /.test(pc.localDescription.sdp)) {
+      codecError(codec || "the offered");
+      return;
+    }
     send({ type: "answer", sdp: pc.localDescription.sdp });
   } else if (m.type === "ice") {
     await pc.addIceCandidate({ candidate: m.candidate,
@@ -286,28 +430,67 @@ async function onSignal(text) {
   }
 }
 
+function closePeer() {
+  if (pc)
+    pc.close();
+  pc = null;
+  input = null;
+  control = null;
+  state.informed = false;
+  metrics.decodedAt = 0;
+}
+
+function retry(why) {
+  const delay = BACKOFF_S[Math.min(state.attempts, BACKOFF_S.length - 1)];
+  state.attempts++;
+  state.retries++;
+  setStatus(why + ": retrying in " + delay + " s (attempt " +
+    state.attempts + ")");
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(connect, delay * 1000);
+}
+
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  ws = new WebSocket(scheme + "://" + location.host + "/ws");
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  ws = new WebSocket(scheme + "://" + location.host + "/ws" +
+    (token ? "?resume=" + encodeURIComponent(token) : ""));
   // one message at a time: onSignal awaits (setRemoteDescription, ...), and
   // a candidate handled before the offer is set would be refused
   let queue = Promise.resolve();
+  const socket = ws;
   ws.onmessage = (e) => {
     queue = queue.then(() => onSignal(e.data)).catch((err) => log(String(err)));
   };
   ws.onclose = (e) => {
-    if (!statusLine.textContent.startsWith("server:"))
-      setStatus("disconnected (" + e.code + (e.reason ? " " + e.reason : "") +
+    if (socket !== ws)
+      return;
+    closePeer();
+    endButton.disabled = true;
+    if (e.code === CLOSE_BUSY) {
+      retry(state.busyMessage || "the server is busy");
+    } else if (e.code === CLOSE_REPLACED) {
+      state.fatal = "replaced";
+      setStatus("another tab or a reload took this session over", true);
+    } else if (state.fatal || e.code === CLOSE_CODEC) {
+      // said already (error message, codec, end of the video, bye)
+    } else {
+      retry("connection lost (" + e.code + (e.reason ? " " + e.reason : "") +
         ")");
-    if (pc)
-      pc.close();
-    pc = null;
-    input = null;
+    }
   };
 }
 
-window.addEventListener("pagehide", () => {
+endButton.addEventListener("click", () => {
+  state.fatal = "bye";
   send({ type: "bye" });
+  sessionStorage.removeItem(TOKEN_KEY);
+  setStatus("session ended");
+});
+
+// no "bye" on pagehide: a reload resumes the session with its token; a
+// closed tab's session ends after the server's resume timeout
+window.addEventListener("pagehide", () => {
   if (ws)
     ws.close();
 });
