@@ -151,6 +151,10 @@ struct _Session
   GstPad *pay_src;
   guint bus_watch;
   GList *peers;                 /* Peer, a reference each */
+  /* the bins of released peers until their branch is dropped: their
+   * elements' last errors (an SCTP association torn down) are no error of
+   * the session */
+  GPtrArray *leaving;
   Peer *active;
   GSource *resume;              /* the no-peer timer */
 
@@ -160,6 +164,11 @@ struct _Session
   guint64 frames_total;         /* frames of the chunks announced so far */
   const char *state;            /* starting, waiting, generating, decoding, ready */
   gint64 state_chunk;
+  /* the chunk the generator waits to make (lingbot-waiting), -1 while it
+   * works: it runs ahead of the decode, so its wait is announced again
+   * once the chunks before it are decoded */
+  gint64 waiting_chunk;
+  gint64 last_decoded;          /* -1 before the first decode */
   ChunkInfo ring[CHUNK_RING];
 
   /* shared with the pay probe */
@@ -275,6 +284,7 @@ session_unref (Session * s)
     return;
   g_assert (s->pipeline == NULL);
   g_debug ("session %u: freed", s->id);
+  g_ptr_array_unref (s->leaving);
   g_queue_clear_full (&s->pending_keys, (GDestroyNotify) key_stamp_free);
   g_queue_clear_full (&s->pending_echo, (GDestroyNotify) echo_free);
   g_mutex_clear (&s->lock);
@@ -715,6 +725,8 @@ peer_drop_branch (gpointer obj, gpointer data)
         && GST_OBJECT_PARENT (p->bin) == GST_OBJECT (s->pipeline))
       gst_bin_remove (GST_BIN (s->pipeline), p->bin);
   }
+  if (p->bin)
+    g_ptr_array_remove (s->leaving, p->bin);
   g_debug ("session %u: peer %u branch removed", s->id, p->id);
   if (!s->closed)
     peer_cleanup (p);
@@ -760,6 +772,8 @@ peer_release (Peer * p, const char *reason, gushort close_code,
     }
     conn_close (c, close_code, reason);
   }
+  if (!s->closed && p->bin)
+    g_ptr_array_add (s->leaving, gst_object_ref (p->bin));
   if (!s->closed && p->tee_pad && gst_pad_is_linked (p->tee_pad)) {
     /* unlinked once no buffer is on its way through the pad */
     gst_pad_add_probe (p->tee_pad, GST_PAD_PROBE_TYPE_IDLE,
@@ -1613,6 +1627,7 @@ handle_pass (Session * s, Pass * ps)
 {
   s->state = "generating";
   s->state_chunk = (gint64) ps->chunk;
+  s->waiting_chunk = -1;
   send_simple (s, "progress", (gint64) ps->chunk, "pass", ps->pass,
       "passes", ps->n_passes, NULL);
 }
@@ -1636,6 +1651,9 @@ handle_waiting (Session * s, const GstStructure * st)
   guint64 index = 0;
 
   gst_structure_get_uint64 (st, "index", &index);
+  s->waiting_chunk = (gint64) index;
+  if (s->last_decoded + 1 < (gint64) index)
+    return;                     /* said once the decode caught up */
   s->state = "waiting";
   s->state_chunk = (gint64) index;
   send_simple (s, "waiting", (gint64) index, NULL, 0, NULL, 0, NULL);
@@ -1661,6 +1679,7 @@ handle_chunk (Session * s, const GstStructure * st)
   first_frame = s->frames_total;
   s->frames_total += (guint64) MAX (frames, 0);
   s->last_chunk = (gint64) index;
+  s->waiting_chunk = -1;
   s->state = "decoding";
   s->state_chunk = (gint64) index;
 
@@ -1752,6 +1771,13 @@ handle_decode (Session * s, const GstStructure * st)
   json_builder_end_object (b);
   text = builder_to_string (b);
   session_broadcast (s, text);
+  s->last_decoded = (gint64) index;
+  /* the generator went idle while this chunk was still being decoded */
+  if (s->waiting_chunk >= 0 && (gint64) index + 1 >= s->waiting_chunk) {
+    s->state = "waiting";
+    s->state_chunk = s->waiting_chunk;
+    send_simple (s, "waiting", s->waiting_chunk, NULL, 0, NULL, 0, NULL);
+  }
 }
 
 static Peer *
@@ -1765,6 +1791,22 @@ peer_of_object (Session * s, GstObject * obj)
       return p;
   }
   return NULL;
+}
+
+/* inside the bin of a peer that is leaving, or no longer in the pipeline */
+static gboolean
+object_left (Session * s, GstObject * obj)
+{
+  if (obj != GST_OBJECT (s->pipeline)
+      && !gst_object_has_as_ancestor (obj, GST_OBJECT (s->pipeline)))
+    return TRUE;
+  for (guint i = 0; i < s->leaving->len; i++) {
+    GstObject *bin = g_ptr_array_index (s->leaving, i);
+
+    if (obj == bin || gst_object_has_as_ancestor (obj, bin))
+      return TRUE;
+  }
+  return FALSE;
 }
 
 static gboolean
@@ -1798,6 +1840,11 @@ on_bus_message (GstBus * bus, GstMessage * msg, gpointer user_data)
       gst_message_parse_error (msg, &err, &dbg);
       text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (msg->src),
           err->message);
+      if (p == NULL && object_left (s, GST_MESSAGE_SRC (msg))) {
+        g_debug ("session %u: error of a peer that left, ignored: %s",
+            s->id, text);
+        break;
+      }
       g_message ("session %u: %s error: %s (%s)", s->id, p ? "peer" :
           "pipeline", text, GST_STR_NULL (dbg));
       /* a peer's error ends that peer, not the world */
@@ -2051,10 +2098,13 @@ session_new (LingbotWebrtcServer * server)
   s->refs = 1;                  /* the table's */
   s->server = server;
   s->context = g_main_context_ref (server->context);
+  s->leaving = g_ptr_array_new_with_free_func (gst_object_unref);
   s->id = ++server->next_session;
   s->enc = find_encoder (server->encoder);
   s->max_message = server->max_message_size;
   s->last_chunk = -1;
+  s->waiting_chunk = -1;
+  s->last_decoded = -1;
   s->state = "starting";
   s->state_chunk = 0;
   for (guint i = 0; i < CHUNK_RING; i++)
@@ -2432,17 +2482,24 @@ on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
   GUri *uri = soup_server_message_get_uri (msg);
   SoupMessageHeaders *req = soup_server_message_get_request_headers (msg);
   const char *token = g_object_get_data (G_OBJECT (msg), "lingbot-resume");
+  GSocket *socket = soup_server_message_get_socket (msg);
   GIOStream *stream;
   Conn *c;
 
+  if (socket != NULL)
+    g_object_ref (socket);
   stream = soup_server_message_steal_connection (msg);
-  if (stream == NULL)
+  if (stream == NULL) {
+    g_clear_object (&socket);
     return;
+  }
   c = g_new0 (Conn, 1);
   c->server = server;
   c->id = ++server->next_conn;
   c->guard = lingbot_ws_guard_new (stream, LINGBOT_WEBRTC_WS_HARD_LIMIT,
       conn_tripped, c);
+  lingbot_ws_guard_set_socket (c->guard, socket);
+  g_clear_object (&socket);
   g_object_unref (stream);
   c->ws = soup_websocket_connection_new (c->guard, uri,
       SOUP_WEBSOCKET_CONNECTION_SERVER,

@@ -303,6 +303,7 @@ struct _LingbotWsGuard
   GIOStream parent;
   GIOStream *base;
   GInputStream *input;
+  GSocket *socket;              /* for the lingering close, or NULL */
 };
 
 G_DEFINE_TYPE (LingbotWsGuard, lingbot_ws_guard, G_TYPE_IO_STREAM)
@@ -343,6 +344,64 @@ base_closed (GObject * source, GAsyncResult * res, gpointer user_data)
   g_object_unref (task);
 }
 
+/* A lingering close (RFC 6455 7.1.1, and TCP's own rule): closing a
+ * socket with unread data makes the kernel send a reset, which can discard
+ * the close frame before the client reads it (a client still sending the
+ * rest of an oversized message).  So the write side is shut down first
+ * (the close frame, then FIN), and what the client still sends is read and
+ * dropped until it closes too, or for at most LINGER_MS. */
+#define LINGER_MS 2000
+
+typedef struct
+{
+  GTask *task;
+  GIOStream *base;
+  GSocket *socket;
+  GSource *source;
+  gint64 deadline;
+  int io_priority;
+} Linger;
+
+static void
+linger_done (Linger * l)
+{
+  if (l->source) {
+    g_source_destroy (l->source);
+    g_clear_pointer (&l->source, g_source_unref);
+  }
+  g_io_stream_close_async (l->base, l->io_priority,
+      g_task_get_cancellable (l->task), base_closed, l->task);
+  g_object_unref (l->socket);
+  g_object_unref (l->base);
+  g_free (l);
+}
+
+static gboolean
+linger_read (GSocket * socket, GIOCondition cond, gpointer user_data)
+{
+  Linger *l = user_data;
+  char scratch[16384];
+
+  for (;;) {
+    GError *error = NULL;
+    gssize n = g_socket_receive (socket, scratch, sizeof scratch, NULL,
+        &error);
+
+    if (n > 0)
+      continue;
+    if (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK)
+        && g_get_monotonic_time () < l->deadline) {
+      g_error_free (error);
+      return G_SOURCE_CONTINUE;
+    }
+    g_clear_error (&error);
+    break;                      /* the client closed, failed, or timed out */
+  }
+  g_clear_pointer (&l->source, g_source_unref);
+  linger_done (l);
+  return G_SOURCE_REMOVE;
+}
+
 /* on the caller's context, as the base stream closes (GIOStream's default
  * would run guard_close() in a worker thread) */
 static void
@@ -352,8 +411,25 @@ guard_close_async (GIOStream * stream, int io_priority,
 {
   LingbotWsGuard *self = LINGBOT_WS_GUARD (stream);
   GTask *task = g_task_new (stream, cancellable, callback, user_data);
+  GSocket *socket = self->socket;
 
   g_input_stream_close (self->input, NULL, NULL);
+  if (socket != NULL && g_socket_shutdown (socket, FALSE, TRUE, NULL)) {
+    Linger *l = g_new0 (Linger, 1);
+
+    l->task = task;
+    l->base = g_object_ref (self->base);
+    l->socket = g_object_ref (socket);
+    l->io_priority = io_priority;
+    l->deadline = g_get_monotonic_time () + LINGER_MS * G_TIME_SPAN_MILLISECOND;
+    l->source = g_socket_create_source (socket, G_IO_IN | G_IO_HUP |
+        G_IO_ERR, NULL);
+    g_source_set_ready_time (l->source, l->deadline);
+    g_source_set_callback (l->source, (GSourceFunc) (void (*)(void))
+        linger_read, l, NULL);
+    g_source_attach (l->source, g_main_context_get_thread_default ());
+    return;
+  }
   g_io_stream_close_async (self->base, io_priority, cancellable, base_closed,
       task);
 }
@@ -372,6 +448,7 @@ lingbot_ws_guard_finalize (GObject * object)
 
   g_clear_object (&self->input);
   g_clear_object (&self->base);
+  g_clear_object (&self->socket);
   G_OBJECT_CLASS (lingbot_ws_guard_parent_class)->finalize (object);
 }
 
@@ -423,6 +500,31 @@ lingbot_ws_guard_new (GIOStream * base, guint64 max_message,
   self->base = g_object_ref (base);
   self->input = G_INPUT_STREAM (in);
   return G_IO_STREAM (self);
+}
+
+/**
+ * lingbot_ws_guard_set_socket:
+ * @guard: a stream of lingbot_ws_guard_new()
+ * @socket: (nullable): the socket under the base stream (libsoup's stolen
+ *   stream wraps it: soup_server_message_get_socket() before the steal)
+ *
+ * With a socket, closing @guard is a lingering close: the write side is
+ * shut down first (after the close frame), and what the client still sends
+ * is read and dropped until it closes too or 2 s have passed, so that the
+ * kernel does not answer unread data with a reset that would discard the
+ * close frame before the client reads it.
+ */
+void
+lingbot_ws_guard_set_socket (GIOStream * guard, GSocket * socket)
+{
+  LingbotWsGuard *self;
+
+  g_return_if_fail (G_IS_IO_STREAM (guard));
+  g_return_if_fail (socket == NULL || G_IS_SOCKET (socket));
+  if (!G_TYPE_CHECK_INSTANCE_TYPE (guard, LINGBOT_TYPE_WS_GUARD))
+    return;
+  self = LINGBOT_WS_GUARD (guard);
+  g_set_object (&self->socket, socket);
 }
 
 /**

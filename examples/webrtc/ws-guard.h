@@ -55,6 +55,7 @@ gsize lingbot_ws_scan_feed (LingbotWsScan * scan, const guint8 * data,
 typedef void (*LingbotWsGuardTripped) (gpointer user_data,
     guint64 message_size);
 
+void lingbot_ws_guard_set_socket (GIOStream * guard, GSocket * socket);
 GIOStream *lingbot_ws_guard_new (GIOStream * base, guint64 max_message,
     LingbotWsGuardTripped tripped, gpointer user_data);
 void lingbot_ws_guard_finish (GIOStream * guard);
