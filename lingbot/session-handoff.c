@@ -327,6 +327,18 @@ lingbot_session_handoff_generated (LingbotSession * s, guint64 chunk)
 /* the public calls                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* the decode ranks compute in the world's precision, as the DiT ranks'
+ * streams the serial decode ran on (docs/performance.md: the VAE's cuDNN
+ * convolutions take the TF32/bf16 engines in LB_MATH_BF16) */
+static gboolean
+set_rank_math (LbRank * rank, gpointer data, GError ** error)
+{
+  (void) error;
+  if (rank->stream->backend->device_type != LB_DEVICE_CPU)
+    rank->stream->math = *(const LbMathMode *) data;
+  return TRUE;
+}
+
 /**
  * lingbot_session_attach_decoder:
  * @session: a session before its first chunk
@@ -346,7 +358,8 @@ lingbot_session_handoff_generated (LingbotSession * s, guint64 chunk)
  * on, every DiT rank sends its row band of the chunk's latents into the
  * channel, the decode ranks take their bands from it
  * (lingbot_session_decode_chunk()), and generate and decode no longer
- * serialise on the world lock.  lingbot_session_get_latents() is then not
+ * serialise on the world lock.  The decode ranks' streams compute in the
+ * world's precision (as the DiT's, on which the serial decode runs).  lingbot_session_get_latents() is then not
  * written any more (use lingbot_session_read_chunk()).
  *
  * Returns: %TRUE on success; on failure the session decodes as before.
@@ -394,6 +407,8 @@ lingbot_session_attach_decoder (LingbotSession * session,
   group = lb_worker_group_new (backend, n, ordinals, &go, error);
   if (group == NULL)
     return FALSE;
+  if (!lb_worker_group_run (group, set_rank_math, &w->math, error))
+    goto fail;
   dec = lingbot_vae_decoder_new_sharded (w->vae, group, s->lat_h, s->lat_w,
       s->chunk_frames, error);
   if (dec == NULL)

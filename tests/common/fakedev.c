@@ -31,6 +31,7 @@ typedef struct {
   gint n_h2d, n_d2h, n_d2d, n_ops;
   gint n_captures, n_launches, n_capturing, n_waits;
   gint n_records, n_syncs, n_host_blocks;
+  gint n_convs_fp32, n_convs_bf16;
 } FakeDev;
 
 typedef enum {
@@ -351,6 +352,15 @@ arg (Args * a, const LbTensor * t)
 #define A(x) arg (&a_, (x))
 #define CHECK if (!a_.ok) return refuse (error, "%s: wrong device", a_.op)
 
+/* convolutions by the stream's math mode (what a CUDA rank would hand
+ * cuDNN: TF32/bf16 engines in LB_MATH_BF16) */
+static void
+count_conv (LbStream * s)
+{
+  g_atomic_int_inc (s->math == LB_MATH_BF16 ? &fake.n_convs_bf16 :
+      &fake.n_convs_fp32);
+}
+
 static gboolean
 f_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, float alpha, float beta,
@@ -482,6 +492,7 @@ f_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
     int stride_h, int stride_w, LbTensor * y, GError ** error)
 {
   PRE ("conv3d_causal");
+  count_conv (s);
   const LbTensor *hx = A (x), *hc = A (cache), *hw = A (weight),
       *hb = A (bias);
   LbTensor *hy = A (y);
@@ -496,6 +507,7 @@ f_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
     LbTensor * y, GError ** error)
 {
   PRE ("conv2d");
+  count_conv (s);
   const LbTensor *hx = A (x), *hw = A (weight), *hb = A (bias);
   LbTensor *hy = A (y);
   CHECK;
@@ -1404,6 +1416,8 @@ fakedev_stats (void)
   st.n_records = g_atomic_int_get (&fake.n_records);
   st.n_syncs = g_atomic_int_get (&fake.n_syncs);
   st.host_blocks = g_atomic_int_get (&fake.n_host_blocks);
+  st.n_convs_fp32 = g_atomic_int_get (&fake.n_convs_fp32);
+  st.n_convs_bf16 = g_atomic_int_get (&fake.n_convs_bf16);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -23,6 +23,9 @@ G_BEGIN_DECLS
  * @n_records: events recorded (event_record)
  * @n_syncs: stream synchronisations outside graph captures
  * @host_blocks: host_alloc blocks not yet freed
+ * @n_convs_fp32: convolutions (conv3d_causal, conv2d) run on a stream in
+ *   %LB_MATH_FP32
+ * @n_convs_bf16: those run on a stream in %LB_MATH_BF16
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -37,6 +40,7 @@ typedef struct {
   int live_blocks;
   int n_captures, n_launches, n_waits;
   int n_records, n_syncs, host_blocks;
+  int n_convs_fp32, n_convs_bf16;       /* by the stream's math mode */
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

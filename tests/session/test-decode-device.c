@@ -7,7 +7,9 @@
  * decode rank uploads the chunk) against a decoder attached on its own
  * worker group (lingbot_session_attach_decoder()): the same frames byte
  * for byte, and per chunk exactly that download and those uploads fewer:
- * nothing of the latents crosses the host.
+ * nothing of the latents crosses the host.  In a bf16 world both decodes
+ * run every convolution on streams in LB_MATH_BF16 (the decode group takes
+ * the world's precision, as the DiT ranks the serial decode runs on).
  */
 #include <string.h>
 
@@ -27,7 +29,7 @@ static guint8 image[IMG_W * IMG_H * 3];
 typedef struct
 {
   GArray *frames;               /* float: every frame of every chunk */
-  FakeDevStats before[N_CHUNKS], after[N_CHUNKS];
+  FakeDevStats before[N_CHUNKS], mid[N_CHUNKS], after[N_CHUNKS];
 } Run;
 
 static void
@@ -57,6 +59,7 @@ run_session (LingbotWorld * w, gboolean attach, Run * run)
         &err);
     g_assert_no_error (err);
     g_assert_true (ok);
+    run->mid[c] = fakedev_stats ();
     lingbot_session_claim_chunk (s, (guint64) c);
     ok = lingbot_session_decode_chunk (s, (guint64) c, &n, NULL, &err);
     g_assert_no_error (err);
@@ -75,7 +78,8 @@ run_session (LingbotWorld * w, gboolean attach, Run * run)
 static void
 test_device (gconstpointer data)
 {
-  const int n = GPOINTER_TO_INT (data);
+  const int n = GPOINTER_TO_INT (data) % 10;
+  const gboolean bf16 = GPOINTER_TO_INT (data) >= 10;
   g_autoptr (GError) err = NULL;
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   Run serial = { 0 }, overlap = { 0 };
@@ -83,6 +87,7 @@ test_device (gconstpointer data)
   wo.model_path = model_dir;
   wo.devices = "fakedev";
   wo.load_text_encoder = FALSE;
+  wo.precision = bf16 ? "bf16" : "fp32";
   g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
       fakedev_backend (), n, &err);
   g_assert_no_error (err);
@@ -105,6 +110,16 @@ test_device (gconstpointer data)
     g_assert_cmpint (d2h_s - d2h_o, ==, 1);
     g_assert_cmpint (h2d_s - h2d_o, ==, n);
   }
+  /* every decode convolution in the world's precision, both ways */
+  for (int c = 0; c < N_CHUNKS; c++) {
+    const Run *r[2] = { &serial, &overlap };
+    for (int i = 0; i < 2; i++) {
+      int f32 = r[i]->after[c].n_convs_fp32 - r[i]->mid[c].n_convs_fp32;
+      int b16 = r[i]->after[c].n_convs_bf16 - r[i]->mid[c].n_convs_bf16;
+      g_assert_cmpint (f32 + b16, >, 0);
+      g_assert_cmpint (bf16 ? f32 : b16, ==, 0);
+    }
+  }
   g_assert_cmpint (fakedev_stats ().bad, ==, 0);
   g_array_unref (serial.frames);
   g_array_unref (overlap.frames);
@@ -126,6 +141,8 @@ main (int argc, char **argv)
       test_device);
   g_test_add_data_func ("/session/decode-device/2", GINT_TO_POINTER (2),
       test_device);
+  g_test_add_data_func ("/session/decode-device/bf16/2",
+      GINT_TO_POINTER (12), test_device);
   int rc = g_test_run ();
   lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);
