@@ -35,7 +35,7 @@ progs=(
   tests/gpu/test-attention-parity tests/gpu/test-nccl-collectives
   tests/gpu/test-channel-cuda
   tests/gpu/bench-cuda-ops tests/dit/test-dit-cuda tests/vae/test-vae-cuda
-  tools/lingbot-bench
+  tools/lingbot-bench tools/lingbot-mkmodel tests/text/test-spm.model
 )
 ninja -C $B "${progs[@]}"
 
@@ -48,14 +48,17 @@ for p in "${progs[@]}"; do
   cp -a "$B/$p" "$C/$B/$p"
 done
 # libraries to carry: what ldd resolves, minus the C runtime and CUDA
-for p in "${progs[@]}" liblingbot.so; do ldd "$B/$p"; done |
+for p in "${progs[@]}" liblingbot.so; do
+  case $p in *.model) ;; *) ldd "$B/$p" ;; esac
+done |
   awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(ld-linux|libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so' |
   grep -vE 'libcuda|libcudart|libcublas|libnccl|libcudnn|/liblingbot\.so' |
   while read -r lib; do cp -L "$lib" $C/lib/; done
 # symbols are not needed to run (the CUDA module keeps its -lineinfo)
 strip --strip-unneeded $C/lib/* $C/$B/liblingbot.so \
-  $C/$B/tests/*/test-* $C/$B/tests/gpu/bench-cuda-ops $C/$B/tools/lingbot-bench
+  $C/$B/tests/*/test-*[!l] $C/$B/tests/gpu/bench-cuda-ops \
+  $C/$B/tools/lingbot-bench $C/$B/tools/lingbot-mkmodel
 tar -C $C -cJf .gpu-carry/bundle.tar.xz lib $B
 rm -rf $C
 bundle=$(du -b .gpu-carry/bundle.tar.xz | cut -f1)

@@ -15,7 +15,9 @@
 #      c) the VAE decode of one chunk at 60x104, dim 96, on device 0
 #      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
 #         device and host memory and the time left allow it
-#      (c runs before b so that a slow full chunk cannot starve it)
+#      e) the decode beside the generation: lingbot-bench direct, serial
+#         and --decode-overlap, on a 14B shape cut to 8 layers
+#      (c and e run before b so that a slow full chunk cannot starve them)
 #   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
 #      seconds per chunk, MFU, the VAE's share of a chunk
 #
@@ -287,6 +289,57 @@ else
   note "vae decode bf16 skipped: $(left) s left"
 fi
 
+# e) the decode beside the generation (issue 2.2): lingbot-bench direct,
+# session engine, on a 14B-shaped DiT cut to 8 layers (its chunk about as
+# long as the 96-wide VAE's decode of one chunk on an H200) at 832x480 in
+# bf16, 61 frames (4 chunks): serial, then --decode-overlap (the decoder
+# on its own worker group, fed by the tensor channel, in a second thread).
+# Their summaries (decode_hidden_fraction, latent_host_bytes, the chunk
+# period) go into bench-model.jsonl as steps decode-serial/decode-overlap.
+start=$(date +%s)
+limit=$(step_limit 180 100)
+MKMODEL=$BUILD/tools/lingbot-mkmodel
+SPM=$BUILD/tests/text/test-spm.model
+if [ "$limit" -lt 60 ]; then
+  note "decode beside generation skipped: $(left) s left"
+elif [ ! -x "$MKMODEL" ] || [ ! -f "$SPM" ]; then
+  note "decode beside generation skipped: no lingbot-mkmodel or test-spm.model"
+else
+  mdir=$(mktemp -d /tmp/lingbot-gpu-model.XXXXXX)
+  echo "== decode: lingbot-mkmodel into $mdir" >>"$MODEL_LOG"
+  timeout "$limit" "$MKMODEL" --full --preset 14b --layers 8 --vae-dim 96 \
+    --format safetensors --tokenizer "$SPM" --out "$mdir/m" >>"$MODEL_LOG" 2>&1
+  rc=$?
+  for mode in serial overlap; do
+    [ $rc -eq 0 ] || break
+    l=$(( limit - ($(date +%s) - start) ))
+    [ "$mode" = serial ] && l=$(( l / 2 ))
+    if [ "$l" -lt 20 ]; then
+      note "decode $mode skipped: $l s left of the step"
+      continue
+    fi
+    extra=()
+    [ "$mode" = overlap ] && extra=(--decode-overlap)
+    echo "== decode-$mode: lingbot-bench direct (limit $l s)" >>"$MODEL_LOG"
+    timeout "$l" "$BENCH" direct --engine session --model "$mdir/m" \
+      --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
+      --precision bf16 --width 832 --height 480 --frames 61 --quiet \
+      "${extra[@]}" --output "$mdir/$mode.json" >>"$MODEL_LOG" 2>&1
+    rc_m=$?
+    python3 - "$mdir/$mode.json" "decode-$mode" >>"$MODEL_JSON" <<'EOF2'
+import json, sys
+try:
+    rep = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(0)
+print(json.dumps({"step": sys.argv[2], "event": "direct",
+                  "summary": rep["summary"], "chunks": rep["chunks"]}))
+EOF2
+    note "decode $mode rc=$rc_m ($(($(date +%s) - start)) s, limit $l s)"
+  done
+  rm -rf "$mdir"
+fi
+
 # b) the whole 40-layer chunk, bf16, full window
 bench estimate 10 dit "${SHAPE[@]}" --devices 0 --precision bf16 --estimate
 need_dev=$(json_get estimate estimate \
@@ -503,6 +556,22 @@ for vstep in ("vae", "vae-bf16"):
                "measured" if full_s else "40 x the bf16 block"))
   else:
       print("  not run or failed (bench-model.log)")
+
+print("\nDecode beside the generation (lingbot-bench direct, 14B shape cut to "
+      "8 layers, 832x480, bf16, 4 chunks; target: <= 5 % of the decode "
+      "exposed):")
+for dstep in ("decode-serial", "decode-overlap"):
+  d = last(dstep, "direct")
+  if d is None:
+      print("  %-15s not run or failed (bench-model.log)" % dstep)
+      continue
+  s = d["summary"]
+  per = s.get("chunk_period_seconds", {}).get("mean")
+  print("  %-15s period %s s/chunk, DiT %s s, VAE %s s, decode hidden %s, "
+        "latent bytes through the host %d" % (dstep, fmt(per),
+        fmt(s.get("dit_seconds_mean")), fmt(s.get("vae_seconds_mean")),
+        fmt(100 * s["decode_hidden_fraction"], "%.1f %%"),
+        s.get("latent_host_bytes", -1)))
 EOF
 # GEMMs of a 14B block: FP32 (cuBLASLt, no TF32) and with bf16 weights
 # (bench-cuda-ops "gemm" lines)
