@@ -11,12 +11,21 @@
  * chunk), each timestamped at the session frame rate (PTS = frame index /
  * fps).
  *
- * When a chunk carries lingbotgen's #GstLingbotChunkMeta the decode runs
- * in that session (lingbot_session_decode()), on the same ranks as the
- * DiT; a #GstLingbotDeviceMemory (caps feature `memory:LingbotDevice`) is
- * decoded from the session's latents without being mapped.  Plain latent bytes from elsewhere are decoded by a decoder of this
- * element's own, made from the shared world's VAE (GstContext
- * "lingbot.world", or `model-path`/`devices`).
+ * Beside lingbotgen it decodes beside the generation: it answers the
+ * generator's `lingbot-attach-decoder` query by giving the session a
+ * decoder on a worker group of its own (`devices`, default the
+ * generator's), fed by a 2-slot tensor channel from the DiT ranks
+ * (lingbot_session_attach_decoder()), so chunk k decodes while chunk k + 1
+ * is generated and the latents never cross the host.  The element is
+ * asynchronous: the chain claims and queues a chunk, a decode thread
+ * decodes (lingbot_session_decode_chunk()), the src pad's task pushes the
+ * frames.  `LINGBOT_DECODE_OVERLAP=0` keeps the decode serial on the DiT
+ * ranks.  A #GstLingbotDeviceMemory (caps feature `memory:LingbotDevice`)
+ * is decoded where the chunk is, without being mapped; system-memory
+ * bytes with lingbotgen's #GstLingbotChunkMeta in that session
+ * (lingbot_session_decode()).  Plain latent bytes from elsewhere are
+ * decoded by a decoder of this element's own, made from the shared
+ * world's VAE (GstContext "lingbot.world", or `model-path`/`devices`).
  *
  * Each chunk posts an element message `lingbot-decode` (index, frames,
  * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).  When EOS
@@ -1341,8 +1350,9 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
           "the shared lingbot.world context)", DEFAULT_MODEL_PATH, ready));
   g_object_class_install_property (gobject_class, PROP_DEVICES,
       g_param_spec_string ("devices", "Devices",
-          "Ranks for latents that carry no session (NULL = the shared "
-          "context's, else cpu:1)", DEFAULT_DEVICES, ready));
+          "Ranks of the decode beside a lingbotgen session (NULL = the "
+          "generator's) and for latents that carry no session (NULL = the "
+          "shared context's, else cpu:1)", DEFAULT_DEVICES, ready));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
