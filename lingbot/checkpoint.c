@@ -388,6 +388,8 @@ lingbot_checkpoint_format_name (LingbotCheckpointFormat format)
       return "pth";
     case LINGBOT_CHECKPOINT_NPY:
       return "npy";
+    case LINGBOT_CHECKPOINT_DUMMY:
+      return "dummy";
   }
   return "unknown";
 }

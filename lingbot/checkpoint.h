@@ -31,12 +31,15 @@ typedef struct _LingbotCheckpoint LingbotCheckpoint;
  *   by a `*.safetensors.index.json` or found in one directory
  * @LINGBOT_CHECKPOINT_PTH: a PyTorch zip checkpoint written by torch.save()
  * @LINGBOT_CHECKPOINT_NPY: one NumPy `.npy` array
+ * @LINGBOT_CHECKPOINT_DUMMY: weights drawn in memory from a dummy model's
+ *   manifest (`*.dummy.json`, docs/design.md "Dummy models")
  */
 typedef enum {
   LINGBOT_CHECKPOINT_SAFETENSORS,
   LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED,
   LINGBOT_CHECKPOINT_PTH,
   LINGBOT_CHECKPOINT_NPY,
+  LINGBOT_CHECKPOINT_DUMMY,
 } LingbotCheckpointFormat;
 
 /**

@@ -9,10 +9,12 @@
  * (40 for the 14B, 12 for the 1.3B).
  */
 #include "lingbot/dit-private.h"
+#include "lingbot/dummy.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* configuration                                                            */
@@ -966,6 +968,56 @@ resolve_dit_path (const char *path, char **config_path)
   return p;
 }
 
+/* a dummy DiT's configuration: its config.json over the 14B preset */
+static gboolean
+dummy_config (const char *config_path, const char *config_text,
+    LingbotDitConfig * cfg, GError ** error)
+{
+  lingbot_dit_config_init_preset (cfg, LINGBOT_DIT_PRESET_14B);
+  if (!lingbot_dit_config_merge_json (cfg, config_text, error) ||
+      !lingbot_dit_config_validate (cfg, error)) {
+    g_prefix_error (error, "dummy DiT %s: ", config_path);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* A dummy DiT (lingbot/dummy.c): the configuration is the whole
+ * config.json, the weights lingbot_dit_write_random() would write for its
+ * seed and dtype, drawn in float32 on a thread pool. */
+static LingbotDit *
+dummy_dit (const char *config_path, const char *config_text,
+    const LingbotDummy * d, GError ** error)
+{
+  LingbotDitConfig cfg;
+  if (!dummy_config (config_path, config_text, &cfg, error))
+    return NULL;
+  /* the draw is float32 host memory: refuse what this machine cannot hold
+   * rather than abort in the allocation (the config is untrusted input) */
+  const guint64 bytes = lingbot_dit_config_n_params (&cfg) * 4;
+  const long pages = sysconf (_SC_PHYS_PAGES), page = sysconf (_SC_PAGESIZE);
+  const guint64 phys = pages > 0 && page > 0 ?
+      (guint64) pages * (guint64) page : G_MAXUINT64;
+  if (bytes > phys) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "dummy DiT %s: %" G_GUINT64_FORMAT " parameters need %.1f GB of "
+        "host memory (float32), more than this machine's %.1f GB",
+        config_path, bytes / 4, bytes / 1e9, phys / 1e9);
+    return NULL;
+  }
+  GHashTable *by_name = lingbot_dit_random_weights (&cfg, d->dtype, d->seed,
+      0, error);
+  if (by_name == NULL)
+    return NULL;
+  LingbotDit *dit = g_new0 (LingbotDit, 1);
+  dit->ref_count = 1;
+  dit->cfg = cfg;
+  dit->path = g_strdup (config_path);
+  dit->by_name = by_name;
+  bind_all (dit);
+  return dit;
+}
+
 /**
  * lingbot_dit_load:
  * @path: a release directory (with `transformers/`), a DiT directory
@@ -977,6 +1029,12 @@ resolve_dit_path (const char *path, char **config_path)
  *
  * Opens the checkpoint, builds the configuration (config.json next to the
  * weights, else the file's `config` metadata, else shapes) and loads it.
+ * A config.json with a `"lingbot_dummy": {"seed": S, "dtype": "bf16"}`
+ * member is a dummy model (vLLM's load format "dummy"): no weight files
+ * are read; the configuration comes from config.json alone (unset keys
+ * keep the 14B preset's values) and the weights are the ones
+ * lingbot_dit_write_random() writes for that seed and dtype, drawn in
+ * memory (lingbot_dit_random_weights()).
  *
  * Returns: (transfer full) (nullable): the model.
  */
@@ -994,6 +1052,21 @@ lingbot_dit_load (const char *path, LingbotDitLoadFlags flags,
       return NULL;
     }
   }
+  if (config_text) {
+    LingbotDummy d;
+    gboolean is_dummy;
+    if (!lingbot_dummy_parse (config_text, config_path, &d, &is_dummy,
+            error)) {
+      g_free (config_path);
+      return NULL;
+    }
+    if (is_dummy) {
+      LingbotDit *dit = dummy_dit (config_path, config_text, &d, error);
+      lingbot_dummy_clear (&d);
+      g_free (config_path);
+      return dit;
+    }
+  }
   g_free (config_path);
 
   g_autoptr (LingbotCheckpoint) ckpt = lingbot_checkpoint_open (p, error);
@@ -1003,6 +1076,43 @@ lingbot_dit_load (const char *path, LingbotDitLoadFlags flags,
   if (!lingbot_dit_config_from_checkpoint (ckpt, config_text, &cfg, error))
     return NULL;
   return lingbot_dit_load_checkpoint (ckpt, &cfg, flags, error);
+}
+
+/**
+ * lingbot_dit_load_config:
+ * @path: as for lingbot_dit_load()
+ * @cfg: (out): the configuration lingbot_dit_load() would build
+ * @error: as lingbot_dit_load(), without the weight errors
+ *
+ * The model's configuration without its weights: a dummy model's
+ * config.json alone; a checkpoint's shapes (the files are mapped, not
+ * read) with its config.json.  For `lingbot-bench dit --estimate --model`.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_load_config (const char *path, LingbotDitConfig * cfg,
+    GError ** error)
+{
+  char *config_path = NULL;
+  g_autofree char *p = resolve_dit_path (path, &config_path);
+  g_autofree char *config_text = NULL;
+  g_autofree char *cp = config_path;
+  if (cp && !g_file_get_contents (cp, &config_text, NULL, error))
+    return FALSE;
+  if (config_text) {
+    LingbotDummy d;
+    gboolean is_dummy;
+    if (!lingbot_dummy_parse (config_text, cp, &d, &is_dummy, error))
+      return FALSE;
+    lingbot_dummy_clear (&d);
+    if (is_dummy)
+      return dummy_config (cp, config_text, cfg, error);
+  }
+  g_autoptr (LingbotCheckpoint) ckpt = lingbot_checkpoint_open (p, error);
+  if (!ckpt)
+    return FALSE;
+  return lingbot_dit_config_from_checkpoint (ckpt, config_text, cfg, error);
 }
 
 /**

@@ -111,6 +111,8 @@ LingbotDit *lingbot_dit_load (const char *path, LingbotDitLoadFlags flags,
     GError ** error);
 LingbotDit *lingbot_dit_load_checkpoint (LingbotCheckpoint * ckpt,
     const LingbotDitConfig * cfg, LingbotDitLoadFlags flags, GError ** error);
+gboolean lingbot_dit_load_config (const char *path, LingbotDitConfig * cfg,
+    GError ** error);
 LingbotDit *lingbot_dit_ref (LingbotDit * dit);
 void lingbot_dit_unref (LingbotDit * dit);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDit, lingbot_dit_unref)

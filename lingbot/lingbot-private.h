@@ -15,6 +15,9 @@ G_BEGIN_DECLS
 #define LINGBOT_WORLD_VAE_SAFETENSORS "Wan2.1_VAE.safetensors"
 #define LINGBOT_WORLD_T5_PTH "models_t5_umt5-xxl-enc-bf16.pth"
 #define LINGBOT_WORLD_T5_SAFETENSORS "models_t5_umt5-xxl-enc-bf16.safetensors"
+/* dummy models (lingbot/dummy.c): manifests in place of the weights */
+#define LINGBOT_WORLD_VAE_DUMMY "Wan2.1_VAE.dummy.json"
+#define LINGBOT_WORLD_T5_DUMMY "models_t5_umt5-xxl-enc-bf16.dummy.json"
 #define LINGBOT_WORLD_TOKENIZER_DIR "google/umt5-xxl"
 
 struct _LingbotWorld

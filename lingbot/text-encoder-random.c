@@ -9,6 +9,7 @@
  */
 #include "lingbot/text-encoder-random.h"
 #include "lingbot/checkpoint.h"
+#include "lingbot/dummy.h"
 #include "kernels/error.h"
 
 #include <math.h>
@@ -65,6 +66,70 @@ add (Writer * w, const char *name, int ndim, int64_t d0, int64_t d1,
   g_ptr_array_add (w->tensors, t);
 }
 
+static gboolean
+check_config (const LingbotTextEncoderConfig * cfg, LbDType dtype,
+    GError ** error)
+{
+  if (cfg->vocab < 2 || cfg->dim < 1 || cfg->dim_attn < 1 ||
+      cfg->dim_ffn < 1 || cfg->num_heads < 1 ||
+      cfg->dim_attn % cfg->num_heads || cfg->num_layers < 1 ||
+      cfg->num_buckets < 4) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "text encoder: bad random configuration (vocab %" G_GINT64_FORMAT
+        ", dim %" G_GINT64_FORMAT ", dim_attn %" G_GINT64_FORMAT
+        ", heads %d, layers %d, buckets %d)", cfg->vocab, cfg->dim,
+        cfg->dim_attn, cfg->num_heads, cfg->num_layers, cfg->num_buckets);
+    return FALSE;
+  }
+  if (cfg->vocab > LINGBOT_TEXT_ENCODER_MAX_RANDOM_VOCAB ||
+      cfg->dim > 8192 || cfg->dim_attn > 8192 || cfg->dim_ffn > 32768 ||
+      cfg->num_heads > 128 || cfg->num_layers > 64 ||
+      cfg->num_buckets > 1024) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "text encoder: random configuration too large (vocab %" G_GINT64_FORMAT
+        ", dim %" G_GINT64_FORMAT ", layers %d)", cfg->vocab, cfg->dim,
+        cfg->num_layers);
+    return FALSE;
+  }
+  if (dtype != LB_DTYPE_F32 && dtype != LB_DTYPE_BF16 &&
+      dtype != LB_DTYPE_F16) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "text encoder: dtype %s is not a float storage type",
+        lb_dtype_name (dtype));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* every tensor of the encoder, in the published order */
+static void
+build (Writer * w, const LingbotTextEncoderConfig * cfg)
+{
+  const double bd = 1.0 / sqrt ((double) cfg->dim);
+  const double ba = 1.0 / sqrt ((double) cfg->dim_attn);
+  const double bf = 1.0 / sqrt ((double) cfg->dim_ffn);
+  add (w, "token_embedding.weight", 2, cfg->vocab, cfg->dim, 0.0, 1.0);
+  for (int i = 0; i < cfg->num_layers; i++) {
+    char n[96];
+#define ADD(suffix, nd, d0, d1, c, b) \
+    g_snprintf (n, sizeof n, "blocks.%d.%s", i, suffix); \
+    add (w, n, nd, d0, d1, c, b)
+    ADD ("norm1.weight", 1, cfg->dim, 1, 1.0, 0.1);
+    ADD ("attn.q.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
+    ADD ("attn.k.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
+    ADD ("attn.v.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
+    ADD ("attn.o.weight", 2, cfg->dim, cfg->dim_attn, 0.0, ba);
+    ADD ("norm2.weight", 1, cfg->dim, 1, 1.0, 0.1);
+    ADD ("ffn.gate.0.weight", 2, cfg->dim_ffn, cfg->dim, 0.0, bd);
+    ADD ("ffn.fc1.weight", 2, cfg->dim_ffn, cfg->dim, 0.0, bd);
+    ADD ("ffn.fc2.weight", 2, cfg->dim, cfg->dim_ffn, 0.0, bf);
+    ADD ("pos_embedding.embedding.weight", 2, cfg->num_buckets,
+        cfg->num_heads, 0.0, 0.5);
+#undef ADD
+  }
+  add (w, "norm.weight", 1, cfg->dim, 1, 1.0, 0.1);
+}
+
 /**
  * lingbot_text_encoder_write_random:
  * @path: output file: `*.pth` for the torch.save layout of the published
@@ -86,52 +151,13 @@ lingbot_text_encoder_write_random (const char *path,
     const LingbotTextEncoderConfig * cfg, LbDType dtype, guint64 seed,
     GError ** error)
 {
-  if (cfg->vocab < 2 || cfg->dim < 1 || cfg->dim_attn < 1 ||
-      cfg->dim_ffn < 1 || cfg->num_heads < 1 ||
-      cfg->dim_attn % cfg->num_heads || cfg->num_layers < 1 ||
-      cfg->num_buckets < 4) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "text encoder: bad random configuration (vocab %" G_GINT64_FORMAT
-        ", dim %" G_GINT64_FORMAT ", dim_attn %" G_GINT64_FORMAT
-        ", heads %d, layers %d, buckets %d)", cfg->vocab, cfg->dim,
-        cfg->dim_attn, cfg->num_heads, cfg->num_layers, cfg->num_buckets);
+  if (!check_config (cfg, dtype, error))
     return FALSE;
-  }
-  if (dtype != LB_DTYPE_F32 && dtype != LB_DTYPE_BF16 &&
-      dtype != LB_DTYPE_F16) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "text encoder: dtype %s is not a float storage type",
-        lb_dtype_name (dtype));
-    return FALSE;
-  }
   Writer w = { g_ptr_array_new_with_free_func (g_free),
     g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free),
     dtype, seed
   };
-  const double bd = 1.0 / sqrt ((double) cfg->dim);
-  const double ba = 1.0 / sqrt ((double) cfg->dim_attn);
-  const double bf = 1.0 / sqrt ((double) cfg->dim_ffn);
-  add (&w, "token_embedding.weight", 2, cfg->vocab, cfg->dim, 0.0, 1.0);
-  for (int i = 0; i < cfg->num_layers; i++) {
-    char n[96];
-#define ADD(suffix, nd, d0, d1, c, b) \
-    g_snprintf (n, sizeof n, "blocks.%d.%s", i, suffix); \
-    add (&w, n, nd, d0, d1, c, b)
-    ADD ("norm1.weight", 1, cfg->dim, 1, 1.0, 0.1);
-    ADD ("attn.q.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
-    ADD ("attn.k.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
-    ADD ("attn.v.weight", 2, cfg->dim_attn, cfg->dim, 0.0, bd);
-    ADD ("attn.o.weight", 2, cfg->dim, cfg->dim_attn, 0.0, ba);
-    ADD ("norm2.weight", 1, cfg->dim, 1, 1.0, 0.1);
-    ADD ("ffn.gate.0.weight", 2, cfg->dim_ffn, cfg->dim, 0.0, bd);
-    ADD ("ffn.fc1.weight", 2, cfg->dim_ffn, cfg->dim, 0.0, bd);
-    ADD ("ffn.fc2.weight", 2, cfg->dim, cfg->dim_ffn, 0.0, bf);
-    ADD ("pos_embedding.embedding.weight", 2, cfg->num_buckets,
-        cfg->num_heads, 0.0, 0.5);
-#undef ADD
-  }
-  add (&w, "norm.weight", 1, cfg->dim, 1, 1.0, 0.1);
-
+  build (&w, cfg);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
   g_autofree char *config = g_strdup_printf ("{\"vocab\": %" G_GINT64_FORMAT
       ", \"dim\": %" G_GINT64_FORMAT ", \"dim_attn\": %" G_GINT64_FORMAT
@@ -152,4 +178,34 @@ lingbot_text_encoder_write_random (const char *path,
   g_ptr_array_unref (w.names);
   g_ptr_array_unref (w.tensors);
   return ok;
+}
+
+/**
+ * lingbot_text_encoder_random_checkpoint:
+ * @label: the checkpoint's path (a dummy manifest)
+ * @cfg: the shapes
+ * @dtype: storage dtype (%LB_DTYPE_BF16 as published, F16 or F32)
+ * @seed: the weight seed
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a bad or too large @cfg (vocab at
+ *   most %LINGBOT_TEXT_ENCODER_MAX_RANDOM_VOCAB)
+ *
+ * The tensors lingbot_text_encoder_write_random() writes for (@cfg,
+ * @dtype, @seed), as an in-memory checkpoint: what a dummy text encoder
+ * loads.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint.
+ */
+LingbotCheckpoint *
+lingbot_text_encoder_random_checkpoint (const char *label,
+    const LingbotTextEncoderConfig * cfg, LbDType dtype, guint64 seed,
+    GError ** error)
+{
+  if (!check_config (cfg, dtype, error))
+    return NULL;
+  Writer w = { g_ptr_array_new_with_free_func (g_free),
+    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free),
+    dtype, seed
+  };
+  build (&w, cfg);
+  return lingbot_dummy_checkpoint_new (label, w.names, w.tensors, error);
 }

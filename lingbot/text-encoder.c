@@ -8,6 +8,8 @@
  * forward are allocated once per call, before the layer loop.
  */
 #include "lingbot/text-encoder.h"
+#include "lingbot/text-encoder-random.h"
+#include "lingbot/dummy.h"
 #include "kernels/error.h"
 
 #include <math.h>
@@ -260,7 +262,10 @@ fail:
 /**
  * lingbot_text_encoder_load:
  * @path: the umT5 checkpoint: `models_t5_umt5-xxl-enc-bf16.pth` (PyTorch
- *   zip) or a safetensors file with the same names
+ *   zip) or a safetensors file with the same names; or a dummy manifest
+ *   (`*.dummy.json` with the shapes vocab, dim, dim_attn, dim_ffn,
+ *   num_heads, num_layers, num_buckets: the weights
+ *   lingbot_text_encoder_write_random() would write, drawn in memory)
  * @stream: the stream to run on
  * @error: as lingbot_checkpoint_open() and lingbot_text_encoder_new()
  *
@@ -272,9 +277,43 @@ LingbotTextEncoder *
 lingbot_text_encoder_load (const char *path, LbStream * stream,
     GError ** error)
 {
-  g_autoptr (LingbotCheckpoint) ckpt = lingbot_checkpoint_open (path, error);
-  if (ckpt == NULL)
-    return NULL;
+  g_autoptr (LingbotCheckpoint) ckpt = NULL;
+  if (lingbot_dummy_is_manifest (path)) {
+    LingbotDummy d;
+    LingbotTextEncoderConfig c;
+    int64_t v[7];
+    static const char *const keys[7] = { "vocab", "dim", "dim_attn",
+      "dim_ffn", "num_heads", "num_layers", "num_buckets"
+    };
+    static const int64_t max[7] = { LINGBOT_TEXT_ENCODER_MAX_RANDOM_VOCAB,
+      8192, 8192, 32768, 128, 64, 1024
+    };
+    gboolean ok;
+    if (!lingbot_dummy_read (path, "text encoder", &d, error))
+      return NULL;
+    ok = TRUE;
+    for (int i = 0; ok && i < 7; i++)
+      ok = lingbot_dummy_get_int (&d, keys[i], 1, max[i], &v[i], error);
+    if (ok) {
+      lingbot_text_encoder_config_init_tiny (&c, v[1], v[0]);
+      c.dim_attn = v[2];
+      c.dim_ffn = v[3];
+      c.num_heads = (int) v[4];
+      c.num_layers = (int) v[5];
+      c.num_buckets = (int) v[6];
+      ckpt = lingbot_text_encoder_random_checkpoint (path, &c, d.dtype,
+          d.seed, error);
+    }
+    lingbot_dummy_clear (&d);
+    if (ckpt == NULL) {
+      g_prefix_error (error, "text encoder %s: ", path);
+      return NULL;
+    }
+  } else {
+    ckpt = lingbot_checkpoint_open (path, error);
+    if (ckpt == NULL)
+      return NULL;
+  }
   return lingbot_text_encoder_new (ckpt, stream, error);
 }
 

@@ -5,6 +5,7 @@
  * their published names, at any base width (96 = the real file).
  */
 #include "lingbot/vae-private.h"
+#include "lingbot/dummy.h"
 
 #include <math.h>
 #include <string.h>
@@ -145,6 +146,18 @@ build (Writer *w, int d)
   add_conv (w, "decoder.head", "2", 3, d, 3, 3, 3, FALSE);
 }
 
+static gboolean
+check_dim (int dim, GError **error)
+{
+  if (dim < 2 || dim % 2 || dim > LINGBOT_VAE_MAX_RANDOM_DIM) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE width %d: must be even and in [2, %d]", dim,
+        LINGBOT_VAE_MAX_RANDOM_DIM);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /**
  * lingbot_vae_write_random:
  * @path: output file: `*.pth` for the torch.save layout of the published
@@ -165,11 +178,8 @@ gboolean
 lingbot_vae_write_random (
     const char *path, int dim, guint64 seed, GError **error)
 {
-  if (dim < 2 || dim % 2) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "VAE width %d: must be even and >= 2", dim);
+  if (!check_dim (dim, error))
     return FALSE;
-  }
   Writer w = { g_ptr_array_new_with_free_func (g_free),
     g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free), seed };
   build (&w, dim);
@@ -193,4 +203,28 @@ lingbot_vae_write_random (
   g_ptr_array_unref (w.names);
   g_ptr_array_unref (w.tensors);
   return ok;
+}
+
+/**
+ * lingbot_vae_random_checkpoint:
+ * @label: the checkpoint's path (a dummy manifest)
+ * @dim: base width (even, 2 .. %LINGBOT_VAE_MAX_RANDOM_DIM)
+ * @seed: weight seed
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a bad @dim
+ *
+ * The 194 tensors lingbot_vae_write_random() writes for (@dim, @seed), as
+ * an in-memory checkpoint (float32, as written): what a dummy VAE loads.
+ *
+ * Returns: (transfer full) (nullable): the checkpoint.
+ */
+LingbotCheckpoint *
+lingbot_vae_random_checkpoint (const char *label, int dim, guint64 seed,
+    GError **error)
+{
+  if (!check_dim (dim, error))
+    return NULL;
+  Writer w = { g_ptr_array_new_with_free_func (g_free),
+    g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free), seed };
+  build (&w, dim);
+  return lingbot_dummy_checkpoint_new (label, w.names, w.tensors, error);
 }

@@ -4,6 +4,7 @@
  * Spec: vae_and_distributed_spec.md A.1, A.2, A.4, A.6, A.7.
  */
 #include "lingbot/vae-private.h"
+#include "lingbot/dummy.h"
 
 #include <string.h>
 
@@ -410,7 +411,10 @@ lingbot_vae_new_from_checkpoint (
 /**
  * lingbot_vae_load:
  * @path: a `.pth`, `.safetensors` (or anything lingbot_checkpoint_open()
- *   reads) holding Wan2.1 VAE weights
+ *   reads) holding Wan2.1 VAE weights, or a dummy manifest
+ *   (`*.dummy.json`: `{"lingbot_dummy": {"seed": S}, "dim": D}`, the
+ *   weights lingbot_vae_write_random() would write for D and S, drawn in
+ *   memory)
  * @parts: which half to load
  * @error: I/O and format errors of the reader, or those of
  *   lingbot_vae_new_from_checkpoint()
@@ -420,7 +424,22 @@ lingbot_vae_new_from_checkpoint (
 LingbotVae *
 lingbot_vae_load (const char *path, LingbotVaeParts parts, GError **error)
 {
-  g_autoptr (LingbotCheckpoint) ckpt = lingbot_checkpoint_open (path, error);
+  g_autoptr (LingbotCheckpoint) ckpt = NULL;
+  if (lingbot_dummy_is_manifest (path)) {
+    LingbotDummy d;
+    int64_t dim = 0;
+    if (!lingbot_dummy_read (path, "VAE", &d, error))
+      return NULL;
+    gboolean ok = lingbot_dummy_get_int (&d, "dim", 2,
+        LINGBOT_VAE_MAX_RANDOM_DIM, &dim, error);
+    if (ok)
+      ckpt = lingbot_vae_random_checkpoint (path, (int) dim, d.seed, error);
+    lingbot_dummy_clear (&d);
+    if (ckpt == NULL)
+      g_prefix_error (error, "VAE %s: ", path);
+  } else {
+    ckpt = lingbot_checkpoint_open (path, error);
+  }
   if (ckpt == NULL)
     return NULL;
   return lingbot_vae_new_from_checkpoint (ckpt, parts, error);

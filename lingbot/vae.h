@@ -132,6 +132,15 @@ guint8 lingbot_vae_value_to_u8 (float x);
 
 /* ---- random-weight checkpoints (lingbot-mkmodel) ---- */
 
+/**
+ * LINGBOT_VAE_MAX_RANDOM_DIM:
+ *
+ * The widest random VAE lingbot_vae_write_random() and a dummy manifest
+ * make (the release's is 96).
+ */
+#define LINGBOT_VAE_MAX_RANDOM_DIM 1024
+LingbotCheckpoint *lingbot_vae_random_checkpoint (const char *label, int dim,
+    guint64 seed, GError **error);
 gboolean lingbot_vae_write_random (
     const char *path, int dim, guint64 seed, GError **error);
 

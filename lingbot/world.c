@@ -92,6 +92,12 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
  *   the same names in MODEL) must exist, but are only loaded, run and
  *   freed per session (see the file comment).
  *
+ * A dummy model (vLLM's load format "dummy", `lingbot-mkmodel --dummy`)
+ * loads the same way: `transformers/config.json` with a "lingbot_dummy"
+ * member, `Wan2.1_VAE.dummy.json` and `models_t5_umt5-xxl-enc-bf16.dummy.json`
+ * in place of the weight files, whose weights are drawn at load time
+ * (lingbot_dit_load(), lingbot_vae_load(), lingbot_text_encoder_load()).
+ *
  * The DiT and VAE weights are shared by every session of the world.
  * @options->precision is checked first and given to every DiT session of
  * the world (LingbotDitSessionOptions.math: "bf16" is %LB_MATH_BF16, which
@@ -178,7 +184,7 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
     dit_path = g_strdup (model);
   }
   const char *vae_names[] = { LINGBOT_WORLD_VAE_PTH,
-    LINGBOT_WORLD_VAE_SAFETENSORS, NULL
+    LINGBOT_WORLD_VAE_SAFETENSORS, LINGBOT_WORLD_VAE_DUMMY, NULL
   };
   vae_path = find_part (model, vae_names);
   if (vae_path == NULL) {
@@ -189,7 +195,7 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
   }
   if (options->load_text_encoder) {
     const char *t5_names[] = { LINGBOT_WORLD_T5_PTH,
-      LINGBOT_WORLD_T5_SAFETENSORS, NULL
+      LINGBOT_WORLD_T5_SAFETENSORS, LINGBOT_WORLD_T5_DUMMY, NULL
     };
     w->t5_path = find_part (model, t5_names);
     if (w->t5_path == NULL) {

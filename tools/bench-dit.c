@@ -452,9 +452,10 @@ lingbot_bench_dit_main (int argc, char **argv)
       mc.text_dim = text_dim;
   }
   if (estimate) {
-    if (model) {
-      fprintf (stderr, "lingbot-bench dit: --estimate works on a preset, "
-          "not on --model\n");
+    /* a model's configuration without its weights (a dummy model's
+     * config.json, or a checkpoint's shapes) */
+    if (model && !lingbot_dit_load_config (model, &mc, &err)) {
+      fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
       return 2;
     }
     if (!lingbot_dit_config_validate (&mc, &err)) {

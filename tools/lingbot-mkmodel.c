@@ -25,6 +25,16 @@
  *                                          --tokenizer)
  *   DIR/google/umt5-xxl/spiece.model       a copy of --tokenizer FILE
  *
+ * With --dummy (vLLM's load format "dummy") the same directory holds only
+ * configs, under 1 MB for any preset: transformers/config.json with a
+ * "lingbot_dummy" member (seed, dtype), Wan2.1_VAE.dummy.json and
+ * models_t5_umt5-xxl-enc-bf16.dummy.json (the shapes and seeds), and the
+ * tokenizer copy.  Every loader draws the weights the --full files would
+ * hold for that seed (lingbot/dummy.c):
+ *
+ *   lingbot-mkmodel --dummy --preset 14b \
+ *       --tokenizer build/tests/text/test-spm.model --out /tmp/m14b
+ *
  * The VAE and the encoder are written in the torch.save layout of the
  * published files (lingbot_pth_write()); --format safetensors writes
  * Wan2.1_VAE.safetensors and models_t5_umt5-xxl-enc-bf16.safetensors
@@ -37,12 +47,15 @@
 #include "lingbot/dit.h"
 #include "lingbot/vae.h"
 #include "lingbot/text-encoder-random.h"
+#include "lingbot/dummy.h"
+#include "kernels/error.h"
 #include "lingbot/tokenizer.h"
 
 static gboolean
 write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
     LbDType dtype, guint64 seed, int vae_dim, const char *tokenizer,
-    int t5_layers, const char *ext, gboolean quiet, GError ** error)
+    int t5_layers, const char *ext, gboolean dummy, gboolean quiet,
+    GError ** error)
 {
   if (g_mkdir_with_parents (out, 0755) != 0) {
     g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
@@ -50,12 +63,40 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
     return FALSE;
   }
   g_autofree char *dit_dir = g_build_filename (out, "transformers", NULL);
-  if (!lingbot_dit_write_random (cfg, dit_dir, shards, dtype, seed, error))
+  if (dummy) {
+    /* the configs alone: the loaders draw what the writers would write */
+    g_autofree char *dit_cfg = lingbot_dit_config_to_json (cfg);
+    g_autofree char *dit_json = g_build_filename (dit_dir, "config.json",
+        NULL);
+    if (g_mkdir_with_parents (dit_dir, 0755) != 0) {
+      g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
+          "cannot create %s: %s", dit_dir, g_strerror (errno));
+      return FALSE;
+    }
+    if (!lingbot_dit_config_validate (cfg, error) ||
+        !lingbot_dummy_write (dit_json, dit_cfg, seed, dtype, error))
+      return FALSE;
+    ext = LINGBOT_DUMMY_SUFFIX;
+  } else if (!lingbot_dit_write_random (cfg, dit_dir, shards, dtype, seed,
+          error)) {
     return FALSE;
+  }
   g_autofree char *vae_name = g_strconcat ("Wan2.1_VAE", ext, NULL);
   g_autofree char *vae = g_build_filename (out, vae_name, NULL);
-  if (!lingbot_vae_write_random (vae, vae_dim, seed + 1, error))
+  if (dummy) {
+    g_autofree char *vae_cfg = g_strdup_printf ("{\"dim\": %d, \"z_dim\": "
+        "16}", vae_dim);
+    if (vae_dim < 2 || vae_dim % 2 || vae_dim > LINGBOT_VAE_MAX_RANDOM_DIM) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "VAE width %d: must be even and in [2, %d]", vae_dim,
+          LINGBOT_VAE_MAX_RANDOM_DIM);
+      return FALSE;
+    }
+    if (!lingbot_dummy_write (vae, vae_cfg, seed + 1, LB_DTYPE_F32, error))
+      return FALSE;
+  } else if (!lingbot_vae_write_random (vae, vae_dim, seed + 1, error)) {
     return FALSE;
+  }
   if (!quiet)
     printf ("wrote %s (VAE dim %d)\n", vae, vae_dim);
   if (tokenizer == NULL) {
@@ -90,9 +131,18 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
   g_autofree char *t5_name = g_strconcat ("models_t5_umt5-xxl-enc-bf16",
       ext, NULL);
   g_autofree char *t5 = g_build_filename (out, t5_name, NULL);
-  if (!lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16, seed + 2,
-          error))
+  if (dummy) {
+    g_autofree char *t5_cfg = g_strdup_printf ("{\"vocab\": %" G_GINT64_FORMAT
+        ", \"dim\": %" G_GINT64_FORMAT ", \"dim_attn\": %" G_GINT64_FORMAT
+        ", \"dim_ffn\": %" G_GINT64_FORMAT ", \"num_heads\": %d, "
+        "\"num_layers\": %d, \"num_buckets\": %d}", tc.vocab, tc.dim,
+        tc.dim_attn, tc.dim_ffn, tc.num_heads, tc.num_layers, tc.num_buckets);
+    if (!lingbot_dummy_write (t5, t5_cfg, seed + 2, LB_DTYPE_BF16, error))
+      return FALSE;
+  } else if (!lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16,
+          seed + 2, error)) {
     return FALSE;
+  }
   if (!quiet)
     printf ("wrote %s (umT5 dim %" G_GINT64_FORMAT ", %d layers, %d heads, "
         "vocab %" G_GINT64_FORMAT ") and %s\n", t5, tc.dim, tc.num_layers,
@@ -107,7 +157,7 @@ main (int argc, char **argv)
   int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0, freq_dim = 0;
   int in_dim = 0, out_dim = 0, window = 0, sink = -1, chunk = 0, shards = 0;
   gint64 seed = 42;
-  gboolean quiet = FALSE, full = FALSE;
+  gboolean quiet = FALSE, full = FALSE, dummy = FALSE;
   int vae_dim = 0, t5_layers = 0;
   g_autofree char *tokenizer = NULL, *format = NULL;
   GOptionEntry entries[] = {
@@ -136,6 +186,10 @@ main (int argc, char **argv)
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Print nothing", NULL},
     {"full", 0, 0, G_OPTION_ARG_NONE, &full,
         "Write a whole model directory (DiT, VAE, umT5, tokenizer)", NULL},
+    {"dummy", 0, 0, G_OPTION_ARG_NONE, &dummy,
+        "A dummy model directory (implies --full): the configs only, the "
+        "weights drawn when it is loaded (vLLM's load format \"dummy\"); "
+        "loads to the bytes --full writes for the same seed", NULL},
     {"vae-dim", 0, 0, G_OPTION_ARG_INT, &vae_dim,
         "VAE base width with --full (default 96, 8 for tiny)", "N"},
     {"tokenizer", 0, 0, G_OPTION_ARG_FILENAME, &tokenizer,
@@ -208,14 +262,22 @@ main (int argc, char **argv)
   if (vae_dim <= 0)
     vae_dim = (p == LINGBOT_DIT_PRESET_TINY || p == LINGBOT_DIT_PRESET_DEMO) ?
         8 : LINGBOT_VAE_DEFAULT_DIM;
+  if (dummy)
+    full = TRUE;
   if (full ? !write_full (&cfg, out, (guint) shards, dtype, (guint64) seed,
-          vae_dim, tokenizer, t5_layers, ext, quiet, &err) :
+          vae_dim, tokenizer, t5_layers, ext, dummy, quiet, &err) :
       !lingbot_dit_write_random (&cfg, out, (guint) shards, dtype,
           (guint64) seed, &err)) {
     fprintf (stderr, "lingbot-mkmodel: %s\n", err->message);
     return 1;
   }
-  if (!quiet) {
+  if (!quiet && dummy) {
+    printf ("wrote %s: dummy %s DiT, dim %d, %d layers, %d heads, ffn %d, "
+        "text %d, %" G_GUINT64_FORMAT " parameters drawn at load (%s, seed %"
+        G_GINT64_FORMAT ")\n", out, lingbot_dit_config_variant (&cfg),
+        cfg.dim, cfg.num_layers, cfg.num_heads, cfg.ffn_dim, cfg.text_dim,
+        lingbot_dit_config_n_params (&cfg), lb_dtype_name (dtype), seed);
+  } else if (!quiet) {
     printf ("wrote %s: %s DiT, dim %d, %d layers, %d heads, ffn %d, text %d, "
         "%" G_GUINT64_FORMAT " parameters, %s, %d shard(s)\n", out,
         lingbot_dit_config_variant (&cfg), cfg.dim, cfg.num_layers,

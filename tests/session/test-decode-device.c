@@ -18,6 +18,7 @@
 #include "kernels/error.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/lingbot-private.h"
+#include "lingbot/dummy.h"
 
 #define N_CHUNKS 3
 #define IMG_W 80
@@ -125,6 +126,65 @@ test_device (gconstpointer data)
   g_array_unref (overlap.frames);
 }
 
+/* A dummy model (lingbot/dummy.c) of the fixture's seeds draws the
+ * fixture's weights: the same frames on cpu:1 and on the emulated device
+ * as the checkpoint lingbot_test_write_model() writes. */
+static void
+test_dummy (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *dir = g_build_filename (tmpdir, "dummy", NULL);
+  g_autofree char *dit = g_build_filename (dir, "transformers", NULL);
+  g_autofree char *dit_json = g_build_filename (dit, "config.json", NULL);
+  g_autofree char *vae = g_build_filename (dir, "Wan2.1_VAE.dummy.json",
+      NULL);
+  LingbotDitConfig cfg;
+  Run ref = { 0 }, cpu = { 0 }, dev = { 0 };
+
+  g_assert_cmpint (g_mkdir_with_parents (dit, 0755), ==, 0);
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  cfg.chunk_frames = 4;
+  g_autofree char *cfg_json = lingbot_dit_config_to_json (&cfg);
+  /* lingbot_test_write_model(): DiT seed 3 in bf16, VAE width 8 seed 5 */
+  g_assert_true (lingbot_dummy_write (dit_json, cfg_json, 3, LB_DTYPE_BF16,
+          &err));
+  g_assert_true (lingbot_dummy_write (vae, "{\"dim\": 8}", 5, LB_DTYPE_F32,
+          &err));
+  g_assert_no_error (err);
+
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.load_text_encoder = FALSE;
+  wo.model_path = model_dir;
+  wo.devices = "cpu:1";
+  {
+    g_autoptr (LingbotWorld) w = lingbot_world_new (&wo, &err);
+    g_assert_no_error (err);
+    run_session (w, FALSE, &ref);
+  }
+  wo.model_path = dir;
+  {
+    g_autoptr (LingbotWorld) w = lingbot_world_new (&wo, &err);
+    g_assert_no_error (err);
+    run_session (w, FALSE, &cpu);
+  }
+  wo.devices = "fakedev";
+  {
+    g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
+        fakedev_backend (), 1, &err);
+    g_assert_no_error (err);
+    run_session (w, TRUE, &dev);
+  }
+  g_assert_cmpuint (ref.frames->len, >, 0);
+  g_assert_cmpmem (ref.frames->data, ref.frames->len * sizeof (float),
+      cpu.frames->data, cpu.frames->len * sizeof (float));
+  g_assert_cmpmem (ref.frames->data, ref.frames->len * sizeof (float),
+      dev.frames->data, dev.frames->len * sizeof (float));
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+  g_array_unref (ref.frames);
+  g_array_unref (cpu.frames);
+  g_array_unref (dev.frames);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -143,6 +203,7 @@ main (int argc, char **argv)
       test_device);
   g_test_add_data_func ("/session/decode-device/bf16/2",
       GINT_TO_POINTER (12), test_device);
+  g_test_add_func ("/session/decode-device/dummy", test_dummy);
   int rc = g_test_run ();
   lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);
