@@ -200,7 +200,10 @@ rank_thread (gpointer data)
  *   %NULL means 0..n_ranks-1.  For the CPU backend ordinals are virtual
  *   device ids: channels treat CPU ranks with equal ordinals as one device
  *   (pointer hand-over) and unequal ones as peers (memcpy).
- * @options: (nullable): timeouts, collectives backend, name
+ * @options: (nullable): timeouts, collectives backend, name; with no
+ *   collectives backend given, a device group whose @ordinals name a device
+ *   twice takes the local collectives (device copies: NCCL refuses a
+ *   device twice in a communicator)
  * @error: %LB_ERROR_INVALID_ARGUMENT, the backend's stream error, or the
  *   collectives backend's error (e.g. NCCL communicator creation)
  *
@@ -238,6 +241,19 @@ lb_worker_group_new (LbBackend * backend, int n_ranks, const int *ordinals,
   g->klass = options->collectives;
   if (g->klass == NULL)
     g->klass = lb_collectives_lookup (backend->device_type);
+  /* several ranks on one device (a test of the sharded path on one GPU):
+   * a device collectives library such as NCCL refuses a device twice in a
+   * communicator, so such a group takes the local collectives (device
+   * copies), unless the caller chose */
+  if (options->collectives == NULL && ordinals != NULL &&
+      backend->device_type != LB_DEVICE_CPU) {
+    for (int i = 0; i < n_ranks && g->klass != lb_local_collectives (); i++)
+      for (int j = 0; j < i; j++)
+        if (ordinals[i] == ordinals[j]) {
+          g->klass = lb_local_collectives ();
+          break;
+        }
+  }
 
   for (int i = 0; i < n_ranks; i++) {
     RankPriv *r = &g->ranks[i];

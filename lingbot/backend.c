@@ -133,7 +133,10 @@ parse_uint (const char *s, int max, int *out)
 /**
  * lingbot_backend_parse_devices:
  * @devices: "cpu:N" (N CPU ranks in this process, 1..64), "cpu" (one),
- *   or a comma-separated list of distinct GPU ordinals ("0,1,2,3")
+ *   or a comma-separated list of GPU ordinals, one per rank ("0,1,2,3");
+ *   an ordinal may repeat ("0,0": two ranks on GPU 0, whose group then
+ *   exchanges by device copies instead of NCCL, lb_worker_group_new()):
+ *   the sharded path on one GPU, for tests
  * @backend: (out) (transfer none): the backend the ranks run on
  * @n_ranks: (out): number of ranks
  * @ordinals: (out) (transfer full): device ordinal per rank (g_free)
@@ -179,13 +182,6 @@ lingbot_backend_parse_devices (const char *devices, LbBackend ** backend,
       g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
           "devices \"%s\": \"%s\" is not a GPU ordinal", devices, parts[i]);
       return FALSE;
-    }
-    for (int j = 0; j < i; j++) {
-      if (ord[j] == ord[i]) {
-        g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-            "devices \"%s\": device %d listed twice", devices, ord[i]);
-        return FALSE;
-      }
     }
   }
   LbBackend *be = lingbot_backend_cuda (error);

@@ -104,6 +104,50 @@ test_cpu_unchanged (void)
   lb_worker_group_unref (gc);
 }
 
+static gboolean
+record_backend_name (LbRank * rank, gpointer data, GError ** error)
+{
+  const char **names = data;
+  (void) error;
+  names[rank->rank] = lb_comm_backend_name (rank);
+  return TRUE;
+}
+
+static const char *
+group_collectives (const int *ordinals)
+{
+  const char *names[2] = { NULL, NULL };
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroup *g = lb_worker_group_new (fakedev_backend (), 2, ordinals,
+      NULL, &err);
+  g_assert_no_error (err);
+  g_assert_true (lb_worker_group_run (g, record_backend_name, names, &err));
+  g_assert_no_error (err);
+  g_assert_cmpstr (names[0], ==, names[1]);
+  lb_worker_group_shutdown (g);
+  lb_worker_group_unref (g);
+  return names[0];
+}
+
+/* A device group naming one device twice (devices "0,0") takes the local
+ * collectives even where a device library (NCCL) is registered for its
+ * device type: NCCL refuses a device twice in a communicator. */
+static void
+test_repeated_ordinals (void)
+{
+  static LbCollectivesClass devlib;
+  static const int distinct[2] = { 0, 1 }, same[2] = { 0, 0 };
+  const LbDeviceType type = fakedev_backend ()->device_type;
+
+  devlib = *lb_collectives_lookup (type);
+  devlib.name = "devlib";
+  lb_collectives_register (type, &devlib);
+  g_assert_cmpstr (group_collectives (distinct), ==, "devlib");
+  g_assert_cmpstr (group_collectives (same), ==, "local");
+  lb_collectives_register (type, NULL);
+  g_assert_cmpstr (group_collectives (distinct), ==, "local");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -114,5 +158,7 @@ main (int argc, char **argv)
     g_test_add_data_func (path, &cases[i], test_flow);
   }
   g_test_add_func ("/comm/channel-device/cpu-unchanged", test_cpu_unchanged);
+  g_test_add_func ("/comm/channel-device/repeated-ordinals",
+      test_repeated_ordinals);
   return g_test_run ();
 }

@@ -78,7 +78,7 @@ test_parse_errors (void)
     {"cpu:x", "devices \"cpu:x\": expected cpu:N with N between 1 and 64"},
     {"cpu:65", "devices \"cpu:65\": expected cpu:N with N between 1 and 64"},
     {"0,a", "devices \"0,a\": \"a\" is not a GPU ordinal"},
-    {"1,1", "devices \"1,1\": device 1 listed twice"},
+    {"0,,1", "devices \"0,,1\": \"\" is not a GPU ordinal"},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     LbBackend *be = NULL;
