@@ -36,7 +36,12 @@ progs=(
   tests/gpu/test-channel-cuda
   tests/gpu/bench-cuda-ops tests/dit/test-dit-cuda tests/vae/test-vae-cuda
   tools/lingbot-bench tools/lingbot-mkmodel tests/text/test-spm.model
+  gst/libgstlingbot.so
 )
+# from the system, for the element steps (the device machine may have no
+# GStreamer): gst-launch-1.0 and the core plugin (fakesink, queue, filesink)
+sys_bin=$(command -v gst-launch-1.0)
+sys_plugins=$(pkg-config --variable=pluginsdir gstreamer-1.0)/libgstcoreelements.so
 ninja -C $B "${progs[@]}"
 
 C=.gpu-stage
@@ -47,10 +52,13 @@ for p in "${progs[@]}"; do
   mkdir -p "$C/$B/$(dirname "$p")"
   cp -a "$B/$p" "$C/$B/$p"
 done
+mkdir -p $C/bin $C/gst-plugins
+cp -L "$sys_bin" $C/bin/
+cp -L "$sys_plugins" $C/gst-plugins/
 # libraries to carry: what ldd resolves, minus the C runtime and CUDA
 for p in "${progs[@]}" liblingbot.so; do
   case $p in *.model) ;; *) ldd "$B/$p" ;; esac
-done |
+done | cat - <(ldd "$sys_bin" "$sys_plugins") |
   awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(ld-linux|libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so' |
   grep -vE 'libcuda|libcudart|libcublas|libnccl|libcudnn|/liblingbot\.so' |
@@ -58,8 +66,9 @@ done |
 # symbols are not needed to run (the CUDA module keeps its -lineinfo)
 strip --strip-unneeded $C/lib/* $C/$B/liblingbot.so \
   $C/$B/tests/*/test-*[!l] $C/$B/tests/gpu/bench-cuda-ops \
-  $C/$B/tools/lingbot-bench $C/$B/tools/lingbot-mkmodel
-tar -C $C -cJf .gpu-carry/bundle.tar.xz lib $B
+  $C/$B/tools/lingbot-bench $C/$B/tools/lingbot-mkmodel \
+  $C/$B/gst/libgstlingbot.so $C/bin/* $C/gst-plugins/*
+tar -C $C -cJf .gpu-carry/bundle.tar.xz lib bin gst-plugins $B
 rm -rf $C
 bundle=$(du -b .gpu-carry/bundle.tar.xz | cut -f1)
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)

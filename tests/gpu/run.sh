@@ -16,8 +16,14 @@
 #      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
 #         device and host memory and the time left allow it
 #      e) the decode beside the generation: lingbot-bench direct, serial
-#         and --decode-overlap, on a 14B shape cut to 8 layers
-#      (c and e run before b so that a slow full chunk cannot starve them)
+#         and --decode-overlap, on a dummy 14B cut to 8 layers
+#      g) two ranks on the one GPU through the elements (devices=0,0)
+#         against one rank, a dummy demo model at 208x128
+#      f) the product at 14B: lingbot-bench direct --engine gst (the
+#         elements) on a dummy 14B, 77 frames, then a 20 s replay, with
+#         the peak device memory
+#      (c, e, g and f run before b so that a slow full chunk cannot
+#      starve them)
 #   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
 #      seconds per chunk, MFU, the VAE's share of a chunk
 #
@@ -29,7 +35,7 @@
 # also profile.txt and ncu.csv (step 4d; the carried build has no
 # gpu-testlog.json, so that still makes 8).
 #
-# Budget: 8 minutes on one H200 (16 cores).  Every step's timeout is the
+# Budget: 9 minutes on one H200 (16 cores).  Every step's timeout is the
 # smaller of its own limit and what is left of BUDGET_S once the minimum
 # of the later steps is set aside, so the whole script ends in time even
 # when a step is slow.  Each step's limit and its time on an H200 (115 s
@@ -43,7 +49,7 @@ if ! gpus=$(nvidia-smi -L 2>/dev/null) || ! grep -q '^GPU ' <<<"$gpus"; then
 fi
 
 OUT=${OUT:-gpu-results}
-BUDGET_S=${BUDGET_S:-470}
+BUDGET_S=${BUDGET_S:-530}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 SUMMARY="$OUT/summary.txt"
@@ -84,6 +90,10 @@ limit=$(step_limit 300 195)
 if [ -f .gpu-carry/bundle.tar.xz ]; then
   BUILD=$PWD/.gpu-stage/build-gpu
   CARRIED=1
+  STAGE_BIN=$PWD/.gpu-stage/bin
+  # GStreamer from the bundle: the core plugin the benches' pipelines use
+  # (fakesink, queue) and the registry outside $OUT
+  export GST_PLUGIN_SYSTEM_PATH_1_0=$PWD/.gpu-stage/gst-plugins
   cuda_libs=$(cuda_lib_dirs)
   LD_LIBRARY_PATH="$PWD/.gpu-stage/lib:$cuda_libs${LD_LIBRARY_PATH:-}"
   export LD_LIBRARY_PATH
@@ -104,6 +114,7 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
 else
   BUILD=$PWD/build-gpu
   CARRIED=0
+  STAGE_BIN=
   {
     nvidia-smi || true
     # deps, configure and build all under the step's limit
@@ -123,6 +134,9 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 export LINGBOT_BACKEND_PATH=$BUILD/kernels/cuda
+export GST_PLUGIN_PATH=$BUILD/gst GST_REGISTRY_FORK=no
+GST_REGISTRY_1_0=$(mktemp /tmp/lingbot-gst-registry.XXXXXX)
+export GST_REGISTRY_1_0
 export LINGBOT_SOURCE_ROOT=$PWD OMP_WAIT_POLICY=passive
 # cuDNN explains its own errors (a refused graph, a failed plan) on stderr,
 # which every step below keeps in its log
@@ -289,29 +303,48 @@ else
   note "vae decode bf16 skipped: $(left) s left"
 fi
 
-# e) the decode beside the generation (issue 2.2): lingbot-bench direct,
-# session engine, on a 14B-shaped DiT cut to 8 layers (its chunk about as
-# long as the 96-wide VAE's decode of one chunk on an H200) at 832x480 in
-# bf16, 61 frames (4 chunks): serial, then --decode-overlap (the decoder
-# on its own worker group, fed by the tensor channel, in a second thread).
-# Their summaries (decode_hidden_fraction, latent_host_bytes, the chunk
-# period) go into bench-model.jsonl as steps decode-serial/decode-overlap.
-start=$(date +%s)
-limit=$(step_limit 180 100)
+# direct_json FILE STEP: a lingbot-bench direct/replay report, one line
+# into bench-model.jsonl (summary and chunks)
+direct_json() {
+  python3 - "$1" "$2" >>"$MODEL_JSON" <<'EOF2'
+import json, sys
+try:
+    rep = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(0)
+print(json.dumps({"step": sys.argv[2], "event": "direct",
+                  "summary": rep["summary"], "chunks": rep["chunks"]}))
+EOF2
+}
 MKMODEL=$BUILD/tools/lingbot-mkmodel
 SPM=$BUILD/tests/text/test-spm.model
-if [ "$limit" -lt 60 ]; then
+# dummy models (lingbot-mkmodel --dummy: configs only, 262 KB; the
+# weights are drawn when they load, docs/design.md "Dummy models")
+MODELS=$(mktemp -d /tmp/lingbot-gpu-models.XXXXXX)
+dummy() {
+  local dir=$1
+  shift
+  "$MKMODEL" --dummy "$@" --tokenizer "$SPM" --out "$MODELS/$dir" --quiet \
+    >>"$MODEL_LOG" 2>&1
+}
+
+# e) the decode beside the generation (issue 2.2): lingbot-bench direct,
+# session engine, on a dummy 14B cut to 8 layers (its chunk about as long
+# as the 96-wide VAE's decode of one chunk on an H200) at 832x480 in bf16,
+# 61 frames (4 chunks): serial, then --decode-overlap (the decoder on its
+# own worker group, fed by the tensor channel, in a second thread).  Their
+# summaries (decode_hidden_fraction, latent_host_bytes, the chunk period)
+# go into bench-model.jsonl as steps decode-serial/decode-overlap.
+start=$(date +%s)
+limit=$(step_limit 120 300)
+if [ "$limit" -lt 40 ]; then
   note "decode beside generation skipped: $(left) s left"
 elif [ ! -x "$MKMODEL" ] || [ ! -f "$SPM" ]; then
   note "decode beside generation skipped: no lingbot-mkmodel or test-spm.model"
+elif ! dummy d8 --preset 14b --layers 8 --vae-dim 96; then
+  note "decode beside generation skipped: lingbot-mkmodel --dummy failed"
 else
-  mdir=$(mktemp -d /tmp/lingbot-gpu-model.XXXXXX)
-  echo "== decode: lingbot-mkmodel into $mdir" >>"$MODEL_LOG"
-  timeout "$limit" "$MKMODEL" --full --preset 14b --layers 8 --vae-dim 96 \
-    --format safetensors --tokenizer "$SPM" --out "$mdir/m" >>"$MODEL_LOG" 2>&1
-  rc=$?
   for mode in serial overlap; do
-    [ $rc -eq 0 ] || break
     l=$(( limit - ($(date +%s) - start) ))
     [ "$mode" = serial ] && l=$(( l / 2 ))
     if [ "$l" -lt 20 ]; then
@@ -321,23 +354,56 @@ else
     extra=()
     [ "$mode" = overlap ] && extra=(--decode-overlap)
     echo "== decode-$mode: lingbot-bench direct (limit $l s)" >>"$MODEL_LOG"
-    timeout "$l" "$BENCH" direct --engine session --model "$mdir/m" \
+    timeout "$l" "$BENCH" direct --engine session --model "$MODELS/d8" \
       --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
       --precision bf16 --width 832 --height 480 --frames 61 --quiet \
-      "${extra[@]}" --output "$mdir/$mode.json" >>"$MODEL_LOG" 2>&1
+      "${extra[@]}" --output "$MODELS/$mode.json" >>"$MODEL_LOG" 2>&1
     rc_m=$?
-    python3 - "$mdir/$mode.json" "decode-$mode" >>"$MODEL_JSON" <<'EOF2'
-import json, sys
-try:
-    rep = json.load(open(sys.argv[1]))
-except (OSError, ValueError):
-    sys.exit(0)
-print(json.dumps({"step": sys.argv[2], "event": "direct",
-                  "summary": rep["summary"], "chunks": rep["chunks"]}))
-EOF2
+    direct_json "$MODELS/$mode.json" "decode-$mode"
     note "decode $mode rc=$rc_m ($(($(date +%s) - start)) s, limit $l s)"
   done
-  rm -rf "$mdir"
+fi
+
+# g) several ranks on the one GPU through the elements (issue 2.4):
+# gst-launch-1.0 lingbotgen devices=0 and devices=0,0 (two ranks on GPU 0,
+# local collectives: device copies) on a dummy demo model at 208x128,
+# 29 frames; the RGB video compared byte by byte (summary: bytes that
+# differ and the largest difference; on CPU ranks 1 vs 2 differ by at most
+# one level in under 0.1 % of the bytes)
+start=$(date +%s)
+limit=$(step_limit 60 240)
+GST_LAUNCH=$(command -v gst-launch-1.0 || echo "$STAGE_BIN/gst-launch-1.0")
+if [ "$limit" -lt 20 ]; then
+  note "ranks on one GPU skipped: $(left) s left"
+elif [ ! -x "$GST_LAUNCH" ]; then
+  note "ranks on one GPU skipped: no gst-launch-1.0"
+elif ! dummy demo --preset demo; then
+  note "ranks on one GPU skipped: lingbot-mkmodel --dummy failed"
+else
+  rc_g=0
+  for d in 0 0,0; do
+    echo "== ranks: gst-launch-1.0 lingbotgen devices=$d" >>"$MODEL_LOG"
+    timeout $((limit / 2)) "$GST_LAUNCH" -q lingbotgen \
+      model-path="$MODELS/demo" image-location=tests/data/gpu-start.jpg \
+      prompt="a street" devices=$d precision=bf16 frames=29 width=208 \
+      height=128 ! lingbotvaedec ! video/x-raw,format=RGB ! \
+      filesink location="$MODELS/ranks-$d.rgb" >>"$MODEL_LOG" 2>&1 ||
+      rc_g=$?
+  done
+  python3 - "$MODELS/ranks-0.rgb" "$MODELS/ranks-0,0.rgb" >>"$MODEL_JSON" \
+    <<'EOF2'
+import json, sys
+try:
+    a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+except OSError:
+    sys.exit(0)
+diff = [abs(x - y) for x, y in zip(a, b) if x != y]
+print(json.dumps({"step": "ranks-one-gpu", "event": "compare",
+                  "bytes": [len(a), len(b)], "differ": len(diff),
+                  "max": max(diff, default=0)}))
+EOF2
+  note "ranks on one GPU rc=$rc_g ($(($(date +%s) - start)) s, limit" \
+    "$limit s)"
 fi
 
 # b) the whole 40-layer chunk, bf16, full window
@@ -355,6 +421,57 @@ note "full chunk memory: device needs ${need_dev:-?} B (the model's" \
     'o["memory_per_rank"]["bf16_weights"]["total"]') B + 25 % allocator" \
   "slack + 2 GB context/workspaces), $free_dev B free;" \
   "host needs ${need_host:-?} B (f32 weights + 4 GB), $free_host B available"
+# f) the product at 14B (issue 2.4): the elements (lingbot-bench direct
+# --engine gst: lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! fakesink)
+# on a dummy 14B (40 layers, VAE 96) at 832x480 in bf16 on device 0,
+# 77 frames, then a 20 s replay (deadline misses); the device memory in
+# use sampled every 0.5 s (peak per run)
+mem_ok=""
+if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
+  mem_ok="no memory estimate"
+elif [ "$need_dev" -gt "$free_dev" ]; then
+  mem_ok="not enough device memory"
+elif [ "$need_host" -gt "$free_host" ]; then
+  mem_ok="not enough host memory"
+fi
+start=$(date +%s)
+limit=$(step_limit 200 100)
+if [ -n "$mem_ok" ]; then
+  note "product 14B skipped: $mem_ok"
+elif [ "$limit" -lt 80 ]; then
+  note "product 14B skipped: $(left) s left (needs ~80 s)"
+elif ! dummy d14 --preset 14b --vae-dim 96; then
+  note "product 14B skipped: lingbot-mkmodel --dummy failed"
+else
+  for mode in direct replay; do
+    l=$(( limit - ($(date +%s) - start) ))
+    [ "$mode" = direct ] && l=$(( l * 11 / 20 ))
+    if [ "$l" -lt 40 ]; then
+      note "product 14B $mode skipped: $l s left of the step"
+      continue
+    fi
+    if [ "$mode" = direct ]; then len=(--frames 77); else len=(--duration 20); fi
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 \
+      -lms 500 >"$MODELS/mem-$mode.txt" 2>/dev/null &
+    smi=$!
+    echo "== product-$mode: lingbot-bench $mode --engine gst (limit $l s)" \
+      >>"$MODEL_LOG"
+    timeout "$l" "$BENCH" "$mode" --engine gst --model "$MODELS/d14" \
+      --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
+      --precision bf16 --width 832 --height 480 "${len[@]}" --quiet \
+      --output "$MODELS/product-$mode.json" >>"$MODEL_LOG" 2>&1
+    rc_p=$?
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    direct_json "$MODELS/product-$mode.json" "product-$mode"
+    peak=$(sort -n "$MODELS/mem-$mode.txt" | tail -1 | tr -dc 0-9)
+    echo "{\"step\": \"product-$mode\", \"event\": \"device-memory\"," \
+      "\"peak_mib\": ${peak:-0}}" >>"$MODEL_JSON"
+    note "product 14B $mode rc=$rc_p ($(($(date +%s) - start)) s, limit" \
+      "$l s, peak device memory ${peak:-?} MiB)"
+  done
+fi
+
 limit=$(step_limit 240 5)
 if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
   note "dit full chunk skipped: no memory estimate"
@@ -572,7 +689,49 @@ for dstep in ("decode-serial", "decode-overlap"):
         fmt(s.get("dit_seconds_mean")), fmt(s.get("vae_seconds_mean")),
         fmt(100 * s["decode_hidden_fraction"], "%.1f %%"),
         s.get("latent_host_bytes", -1)))
+
+r = last("ranks-one-gpu", "compare")
+print("\nTwo ranks on the one GPU through the elements (devices=0,0 against "
+      "0, dummy demo model, 208x128, 29 frames, RGB):")
+if r is None:
+    print("  not run or failed (bench-model.log)")
+else:
+    print("  %d / %d bytes; %d differ, largest difference %d levels%s" % (
+          r["bytes"][0], r["bytes"][1], r["differ"], r["max"],
+          "  (no video: bench-model.log)" if not r["bytes"][0] else
+          "" if r["bytes"][0] == r["bytes"][1] else "  (LENGTHS DIFFER)"))
+
+print("\nThe product at 14B (the elements, lingbot-bench --engine gst, dummy "
+      "weights, 832x480, bf16, device 0):")
+for pstep in ("product-direct", "product-replay"):
+    d = last(pstep, "direct")
+    m = last(pstep, "device-memory")
+    if d is None:
+        print("  %-15s not run or failed (bench-model.log)" % pstep)
+        continue
+    s = d["summary"]
+    cs = s.get("chunk_compute_seconds", {})
+    print("  %-15s %d frames, %d chunks; steady compute %s fps; chunk compute "
+          "p50/p90/p99/max %s/%s/%s/%s s; DiT %s s, VAE %s s; decode hidden "
+          "%s; setup %s s; first chunk %s s; delivery %s fps; peak device "
+          "memory %s MiB" % (pstep, s.get("total_frames", 0),
+          s.get("total_chunks", 0), fmt(s.get("chunk_compute_fps_weighted"),
+          "%.2f"), fmt(cs.get("p50")), fmt(cs.get("p90")), fmt(cs.get("p99")),
+          fmt(cs.get("max")), fmt(s.get("dit_seconds_mean")),
+          fmt(s.get("vae_seconds_mean")),
+          fmt(100 * s.get("decode_hidden_fraction", 0), "%.1f %%"),
+          fmt(s.get("setup_seconds"), "%.1f"),
+          fmt(s.get("first_chunk_latency_s"), "%.1f"),
+          fmt(s.get("delivery_fps"), "%.2f"),
+          m["peak_mib"] if m else "?"))
+    dl = s.get("deadlines")
+    if dl:
+        print("  %-15s deadlines: %s of %s chunks missed, worst lateness %s "
+              "s, min slack %s s" % ("", dl.get("missed_chunks"),
+              dl.get("chunks"), fmt(dl.get("late_seconds_max")),
+              fmt(dl.get("slack_seconds_min"))))
 EOF
+rm -rf "$MODELS" "$GST_REGISTRY_1_0"
 # GEMMs of a 14B block: FP32 (cuBLASLt, no TF32) and with bf16 weights
 # (bench-cuda-ops "gemm" lines)
 python3 - "$OUT/bench-ops.jsonl" >>"$SUMMARY" <<'EOF'
