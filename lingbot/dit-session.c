@@ -169,10 +169,9 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
       return FALSE;
   }
   /* graph replay needs a capturing backend and collectives that run on the
-   * stream (NCCL; the local collectives synchronise host threads) */
+   * stream (NCCL, solo; the local collectives synchronise host threads) */
   sr->graphs_ok = ses->graphs && lb_stream_can_capture (s) &&
-      (ses->n_ranks == 1 || g_strcmp0 (lb_comm_backend_name (rank),
-              "nccl") == 0);
+      (rank->n_ranks == 1 || lb_comm_is_stream_ordered (rank));
   sr->ready = TRUE;
   return TRUE;
 }
