@@ -463,13 +463,11 @@ rank_of_check (const LingbotDitConfig * cfg, int n)
   return TRUE;
 }
 
-static void
-print_comm_json (const LingbotBenchCommCounts * c, const char *collectives,
-    int done)
+static guint64
+print_ops_json (const char *name, const LingbotBenchCommCounts * c)
 {
   guint64 total = 0;
-  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, \"chunks\": %d, "
-      "\"ops\": {", collectives, done);
+  printf ("\"%s\": {", name);
   for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
     printf ("%s\"%s\": {\"calls\": %" G_GUINT64_FORMAT ", \"bytes\": %"
         G_GUINT64_FORMAT ", \"sent\": %" G_GUINT64_FORMAT ", \"link\": %"
@@ -477,20 +475,38 @@ print_comm_json (const LingbotBenchCommCounts * c, const char *collectives,
         c->calls[i], c->bytes[i], c->sent[i], c->link[i]);
     total += c->bytes[i];
   }
-  printf ("}, \"bytes_total\": %" G_GUINT64_FORMAT ", \"bytes_per_chunk\": "
-      "%.1f}, ", total, done > 0 ? (double) total / done : 0.0);
+  printf ("}");
+  return total;
+}
+
+/* "comm": rank 0's counts in chunk 0 ("ops", per chunk: every chunk runs
+ * the same exchanges) and over the run as called from the host
+ * ("ops_run": graph replays are not calls) */
+static void
+print_comm_json (const LingbotBenchCommCounts * first,
+    const LingbotBenchCommCounts * run, const char *collectives)
+{
+  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, ",
+      collectives);
+  guint64 per_chunk = print_ops_json ("ops", first);
+  printf (", ");
+  guint64 total = print_ops_json ("ops_run", run);
+  printf (", \"bytes_per_chunk\": %" G_GUINT64_FORMAT ", \"bytes_run\": %"
+      G_GUINT64_FORMAT "}, ", per_chunk, total);
 }
 
 /* What --rank-of measured and the N-GPU projection, each term.  @chunk_s:
  * rank 0's chunk time (steady mean, else the first chunk); @c: rank 0's
- * counted collectives over @done chunks. */
+ * counted collectives in chunk 0, @run over the run (host calls, which
+ * the solo class's @moved bytes must equal). */
 static int
 report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
     int n_passes, const LingbotDitRankShare * sh, gboolean bf16,
     gboolean on_cpu, double chunk_s, gboolean steady,
-    const LingbotBenchCommCounts * c, guint64 moved, int done,
-    double link_gbps, gboolean json)
+    const LingbotBenchCommCounts * c, const LingbotBenchCommCounts * run,
+    guint64 moved, double link_gbps, gboolean json)
 {
+  const int done = 1;           /* @c: chunk 0 */
   /* the 4-GPU run this stands for is NCCL ranks with the overlap, unless
    * it is turned off (LINGBOT_COMM_OVERLAP=0) */
   const gboolean overlap = g_strcmp0 (g_getenv ("LINGBOT_COMM_OVERLAP"),
@@ -506,8 +522,8 @@ report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
    * it must add up to what was counted */
   const gboolean match = a2a == x.all_to_all_recv &&
       ag == x.all_gather_recv && link == x.link_total &&
-      moved == c->bytes[LINGBOT_BENCH_OP_ALL_TO_ALL] +
-      c->bytes[LINGBOT_BENCH_OP_ALL_GATHER];
+      moved == run->bytes[LINGBOT_BENCH_OP_ALL_TO_ALL] +
+      run->bytes[LINGBOT_BENCH_OP_ALL_GATHER];
   if (!match) {
     fprintf (stderr, "lingbot-bench dit: --rank-of: counted exchange per "
         "chunk (all-to-all %" G_GUINT64_FORMAT ", all-gather %"
@@ -873,7 +889,10 @@ lingbot_bench_dit_main (int argc, char **argv)
   PassTimes passes = { 0 };
   lingbot_dit_session_set_step_callback (ses, on_pass, &passes);
   int rc = 0, done = 0;
-  LingbotBenchCommCounts comm0, comm;
+  /* rank 0's collectives: over the run, and in chunk 0, which is never a
+   * graph replay (a replayed chunk runs its recorded exchanges without
+   * calling the collectives from the host, so it counts nothing) */
+  LingbotBenchCommCounts comm0, comm, comm_first = { 0 };
   lingbot_bench_comm_counts_rank (0, &comm0);
   for (int c = 0; c < chunks; c++) {
     const int64_t index = lingbot_dit_session_get_chunk_index (ses);
@@ -892,6 +911,10 @@ lingbot_bench_dit_main (int argc, char **argv)
     }
     secs[c] = (g_get_monotonic_time () - a) / 1e6;
     done = c + 1;
+    if (c == 0) {
+      lingbot_bench_comm_counts_rank (0, &comm_first);
+      lingbot_bench_comm_counts_diff (&comm_first, &comm0, &comm_first);
+    }
     /* the keys every block attended over in this chunk's passes: the
      * window after the chunk's own keys were written */
     int64_t ge, le;
@@ -1009,7 +1032,7 @@ lingbot_bench_dit_main (int argc, char **argv)
       for (int i = 0; i < done; i++)
         total += chunk_fl[i];
       printf (", \"total_gflop\": %.3f, ", total / 1e9);
-      print_comm_json (&comm, go.collectives->name, done);
+      print_comm_json (&comm_first, &comm, go.collectives->name);
       print_spec_check_json ();
       printf ("}\n");
     } else {
@@ -1027,8 +1050,9 @@ lingbot_bench_dit_main (int argc, char **argv)
     }
     if (rank_of > 0 && rc == 0)
       rc = report_rank_of (cfg, lh, lw, n_passes, &share,
-          math == LB_MATH_BF16, on_cpu, ns ? mean : secs[0], ns > 0, &comm,
-          lb_solo_collectives_get_moved (group), done, link_gbps, json);
+          math == LB_MATH_BF16, on_cpu, ns ? mean : secs[0], ns > 0,
+          &comm_first, &comm, lb_solo_collectives_get_moved (group),
+          link_gbps, json);
     g_free (st);
   }
   for (int i = 0; i < n_steps; i++)
