@@ -7,7 +7,7 @@
  *       --layers N --heads N --ffn N --text-dim N]] [--devices cpu:N|0,1..]
  *       [--latent HxW] [--chunks K] [--text-len L] [--seed S]
  *       [--precision fp32|bf16] [--window-full] [--peak-tflops X]
- *       [--estimate] [--json]
+ *       [--rank-of N [--link-gbps X]] [--estimate] [--json]
  *
  * Without --model the weights are random (lingbot_dit_new_random()).  The
  * first chunk is the warm-up; "steady" statistics are over chunks >= 1.
@@ -17,7 +17,11 @@
  * 2.2) is reported next to it.  --json prints JSON lines: "setup" once,
  * "chunk" after every chunk (flushed, so a run cut short by a timeout
  * keeps what it measured), then "summary".  --estimate prints the FLOP
- * and device-memory models for the shape and builds nothing.
+ * and device-memory models for the shape and builds nothing.  --rank-of N
+ * runs rank 0's share of an N-rank world on the one rank of --devices (a
+ * solo group, lb_worker_group_new_solo()) and adds a "rank_of" line: its
+ * chunk time, its counted exchange and the N-GPU projection
+ * (docs/performance.md "One rank of an N-GPU chunk").
  */
 #include "tools/bench-dit.h"
 
