@@ -60,12 +60,29 @@ state_of (LbRank * rank)
  * lb_comm_backend_name:
  * @rank: a rank
  *
- * Returns: "local" or "nccl".
+ * Returns: "local", "nccl" or "solo" (the class's name).
  */
 const char *
 lb_comm_backend_name (LbRank * rank)
 {
   return klass_of (rank)->name;
+}
+
+/**
+ * lb_comm_is_stream_ordered:
+ * @rank: a rank
+ *
+ * Whether the group's collectives run in the order of the rank's streams
+ * without a host rendezvous (LbCollectivesClass.stream_ordered: nccl,
+ * solo), so that they may be overlapped with compute through events and
+ * captured into graphs; the local collectives synchronise host threads.
+ *
+ * Returns: %TRUE for stream-ordered collectives.
+ */
+gboolean
+lb_comm_is_stream_ordered (LbRank * rank)
+{
+  return klass_of (rank)->stream_ordered;
 }
 
 static gboolean

@@ -3,8 +3,9 @@
  *
  * Every rank of a group calls the same collective with matching arguments
  * (like MPI/NCCL).  Counts and displacements are in elements of @dtype.
- * Two backends implement LbCollectivesClass: "local" (CPU ranks in one
- * process, shared memory) and "nccl" (kernels/cuda/comm-nccl.c).
+ * Three backends implement LbCollectivesClass: "local" (CPU ranks in one
+ * process, shared memory), "nccl" (kernels/cuda/comm-nccl.c) and "solo"
+ * (one rank standing in for rank 0 of N, comm/collectives-solo.c).
  *
  * Completion is stream ordered: on "local" an operation is complete when
  * the call returns (or at lb_comm_group_end()); on "nccl" it is enqueued on
@@ -32,6 +33,10 @@ typedef enum {
  *   the communicators).  May fail, then the group stays aborted.
  * @abort: wakes every rank waiting inside the backend (the group's abort
  *   flag is already set); called with the group's lock held
+ * @stream_ordered: operations are enqueued on the rank's stream (or
+ *   LbRank.comm_stream) and complete in stream order, with no host
+ *   rendezvous between ranks (nccl, solo): callers may overlap them with
+ *   compute through events and capture them into graphs
  *
  * The operations take the state from @create and the calling rank; their
  * arguments were validated by the lb_comm_*() wrappers.  Everything is in
@@ -73,13 +78,18 @@ struct _LbCollectivesClass
   gboolean (*group_start) (gpointer state, LbRank * rank, GError ** error);
   gboolean (*group_end) (gpointer state, LbRank * rank, GError ** error);
   gboolean (*synchronize) (gpointer state, LbRank * rank, GError ** error);
+  gboolean stream_ordered;
 };
 
 void lb_collectives_register (LbDeviceType device_type,
     const LbCollectivesClass * klass);
 const LbCollectivesClass *lb_collectives_lookup (LbDeviceType device_type);
 
+const LbCollectivesClass *lb_solo_collectives (void);
+guint64 lb_solo_collectives_get_moved (LbWorkerGroup * group);
+
 const char *lb_comm_backend_name (LbRank * rank);
+gboolean lb_comm_is_stream_ordered (LbRank * rank);
 
 gboolean lb_comm_all_to_all (LbRank * rank, LbDType dtype, const void *send,
     void *recv, gsize count, GError ** error);

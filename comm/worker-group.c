@@ -212,6 +212,10 @@ rank_thread (gpointer data)
  *
  * Returns: (transfer full) (nullable): the group; lb_worker_group_unref().
  */
+static LbWorkerGroup *group_new (LbBackend * backend, int n_ranks,
+    const int *ordinals, int world_ranks,
+    const LbWorkerGroupOptions * options, GError ** error);
+
 LbWorkerGroup *
 lb_worker_group_new (LbBackend * backend, int n_ranks, const int *ordinals,
     const LbWorkerGroupOptions * options, GError ** error)
@@ -221,6 +225,52 @@ lb_worker_group_new (LbBackend * backend, int n_ranks, const int *ordinals,
         "worker group: need a backend and 1..64 ranks (got %d)", n_ranks);
     return NULL;
   }
+  return group_new (backend, n_ranks, ordinals, 0, options, error);
+}
+
+/**
+ * lb_worker_group_new_solo:
+ * @backend: the backend the rank runs on
+ * @ordinal: its device ordinal
+ * @world_ranks: the size of the world it stands in for, 2..64
+ * @options: (nullable): as for lb_worker_group_new(); %NULL collectives
+ *   means lb_solo_collectives() (give a wrapper of it, e.g. a counting
+ *   copy, or the group's collectives will not stand in for the peers)
+ * @error: %LB_ERROR_INVALID_ARGUMENT, or as lb_worker_group_new()
+ *
+ * A group of one rank thread that stands in for rank 0 of a world of
+ * @world_ranks ranks: its LbRank has rank 0 and n_ranks @world_ranks, so
+ * sharded code (the DiT's Ulysses bands and heads) computes exactly rank
+ * 0's share, and the solo collectives move the bytes the absent peers
+ * would exchange with copies of the rank's own buffers.  For measuring one
+ * rank's work on one device (`lingbot-bench dit --rank-of N`): the results
+ * are not the model's, since the peers' data is missing.
+ * lb_worker_group_get_n_ranks() is 1.
+ *
+ * Returns: (transfer full) (nullable): the group; lb_worker_group_unref().
+ */
+LbWorkerGroup *
+lb_worker_group_new_solo (LbBackend * backend, int ordinal, int world_ranks,
+    const LbWorkerGroupOptions * options, GError ** error)
+{
+  if (backend == NULL || world_ranks < 2 || world_ranks > 64) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "worker group: a solo rank stands in for rank 0 of 2..64 ranks "
+        "(got %d)", world_ranks);
+    return NULL;
+  }
+  LbWorkerGroupOptions o = { 0 };
+  if (options != NULL)
+    o = *options;
+  if (o.collectives == NULL)
+    o.collectives = lb_solo_collectives ();
+  return group_new (backend, 1, &ordinal, world_ranks, &o, error);
+}
+
+static LbWorkerGroup *
+group_new (LbBackend * backend, int n_ranks, const int *ordinals,
+    int world_ranks, const LbWorkerGroupOptions * options, GError ** error)
+{
   LbWorkerGroupOptions defaults = { 0 };
   if (options == NULL)
     options = &defaults;
@@ -259,7 +309,7 @@ lb_worker_group_new (LbBackend * backend, int n_ranks, const int *ordinals,
     RankPriv *r = &g->ranks[i];
     r->pub.group = g;
     r->pub.rank = i;
-    r->pub.n_ranks = n_ranks;
+    r->pub.n_ranks = world_ranks > 0 ? world_ranks : n_ranks;
     r->pub.backend = backend;
     r->pub.device = ordinals ? ordinals[i] : i;
     g_cond_init (&r->cond);
@@ -371,7 +421,8 @@ lb_worker_group_unref (LbWorkerGroup * group)
  * lb_worker_group_get_n_ranks:
  * @group: a group
  *
- * Returns: the number of ranks.
+ * Returns: the number of ranks (rank threads: 1 for a solo group, whose
+ * LbRank.n_ranks is the size of the world it stands in for).
  */
 int
 lb_worker_group_get_n_ranks (LbWorkerGroup * group)

@@ -102,6 +102,8 @@ typedef struct
 LbWorkerGroup *lb_worker_group_new (LbBackend * backend, int n_ranks,
     const int *ordinals, const LbWorkerGroupOptions * options,
     GError ** error);
+LbWorkerGroup *lb_worker_group_new_solo (LbBackend * backend, int ordinal,
+    int world_ranks, const LbWorkerGroupOptions * options, GError ** error);
 LbWorkerGroup *lb_worker_group_ref (LbWorkerGroup * group);
 void lb_worker_group_unref (LbWorkerGroup * group);
 void lb_worker_group_shutdown (LbWorkerGroup * group);

@@ -169,10 +169,9 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
       return FALSE;
   }
   /* graph replay needs a capturing backend and collectives that run on the
-   * stream (NCCL; the local collectives synchronise host threads) */
+   * stream (NCCL, solo; the local collectives synchronise host threads) */
   sr->graphs_ok = ses->graphs && lb_stream_can_capture (s) &&
-      (ses->n_ranks == 1 || g_strcmp0 (lb_comm_backend_name (rank),
-              "nccl") == 0);
+      (rank->n_ranks == 1 || lb_comm_is_stream_ordered (rank));
   sr->ready = TRUE;
   return TRUE;
 }
@@ -1372,6 +1371,33 @@ lingbot_dit_session_get_kv_info (LingbotDitSession * session, int rank,
 /* ------------------------------------------------------------------------ */
 /* for benchmarks                                                           */
 /* ------------------------------------------------------------------------ */
+
+/**
+ * lingbot_dit_session_bench_get_share:
+ * @session: a session
+ * @rank: a rank (rank thread) of its worker group
+ * @out: (out): the rank's band, heads and KV cache, #LingbotDitRankShare
+ *
+ * For benchmarks: what the rank computes, as its shard says (for a solo
+ * group, lb_worker_group_new_solo(), the share of rank 0 of the world).
+ *
+ * Returns: %FALSE when @rank is not a rank of the session.
+ */
+gboolean
+lingbot_dit_session_bench_get_share (LingbotDitSession * session, int rank,
+    LingbotDitRankShare * out)
+{
+  if (rank < 0 || rank >= session->n_ranks)
+    return FALSE;
+  const LingbotDitRank *rs = &session->ranks[rank].core;
+  out->world_ranks = rs->sh.n_ranks;
+  out->band_row0 = rs->sh.row0;
+  out->band_rows = rs->sh.n_rows;
+  out->tokens = rs->sh.n_local;
+  out->heads = (int) rs->sh.heads_local;
+  out->kv_cache_bytes = rs->kv_bytes;
+  return TRUE;
+}
 
 typedef struct {
   LingbotDitSession *ses;

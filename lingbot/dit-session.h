@@ -145,4 +145,26 @@ void lingbot_dit_session_get_schedule (LingbotDitSession * session,
 gboolean lingbot_dit_session_bench_fill_window (LingbotDitSession * session,
     GError ** error);
 
+/**
+ * LingbotDitRankShare:
+ * @world_ranks: the ranks the work is split over (LbRank.n_ranks: for a
+ *   solo group, the world it stands in for)
+ * @band_row0: first token row of the rank's band of every latent frame
+ * @band_rows: token rows of the band
+ * @tokens: the rank's query tokens per chunk (frames x band_rows x width)
+ * @heads: attention heads the rank attends over (heads / world_ranks)
+ * @kv_cache_bytes: its self-attention KV cache on its device
+ *
+ * What one rank of a DiT session holds and computes.
+ */
+typedef struct {
+  int world_ranks;
+  int64_t band_row0, band_rows, tokens;
+  int heads;
+  guint64 kv_cache_bytes;
+} LingbotDitRankShare;
+
+gboolean lingbot_dit_session_bench_get_share (LingbotDitSession * session,
+    int rank, LingbotDitRankShare * out);
+
 G_END_DECLS

@@ -93,8 +93,8 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
     rs->cnt_b[R + r] = (gsize) (nr * zf);
     rs->dsp_b[R + r] = (gsize) (sh->band_tok0[r] * zf);
   }
-  /* compute/communication overlap: NCCL ranks (collectives on a stream)
-   * of a backend with events; LINGBOT_COMM_OVERLAP=0 turns it off, =1 on
+  /* compute/communication overlap: stream-ordered collectives (NCCL, or
+   * the solo stand-in for rank 0 of N) of a backend with events; LINGBOT_COMM_OVERLAP=0 turns it off, =1 on
    * for any collectives (tests: the local ones run synchronously, so the
    * same code path gives the same bytes) */
   LbBackend *be = rs->s->backend;
@@ -102,7 +102,7 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
   rs->overlap = rs->rank != NULL && be->event_new != NULL &&
       be->event_record != NULL && be->stream_wait_event != NULL &&
       g_strcmp0 (env, "0") != 0 && (g_strcmp0 (env, "1") == 0 ||
-      g_strcmp0 (lb_comm_backend_name (rs->rank), "nccl") == 0);
+      lb_comm_is_stream_ordered (rs->rank));
   if (rs->overlap) {
     if (!(rs->comm_s = be->stream_new (be, rs->s->device, error)) ||
         !(rs->ev_comm = be->event_new (be, rs->s->device, error)))

@@ -33,6 +33,7 @@
  * "devices=cpu:2" or "engine=session frames=45".
  */
 #include "tools/bench-direct.h"
+#include "tools/bench-counters.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -222,142 +223,10 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
 }
 
 /* ---- collective byte counters: a counting wrapper around the group's
- * collectives class (registered before any worker group exists) ---- */
+ * collectives class (tools/bench-counters.c, registered before any worker
+ * group exists) ---- */
 
-enum {
-  OP_ALL_TO_ALL, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_REDUCE,
-  OP_BROADCAST, OP_SEND_RECV, OP_BARRIER, N_OPS
-};
-static const char *const op_names[N_OPS] = {
-  "all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast",
-  "send_recv", "barrier"
-};
-
-typedef struct {
-  guint64 calls[N_OPS];
-  guint64 bytes[N_OPS];
-} CommCounters;
-
-static CommCounters comm_counters;
-static const LbCollectivesClass *comm_inner[2];
-static LbCollectivesClass comm_wrapped[2];
-
-static void
-count_op (LbRank * rank, int op, guint64 bytes)
-{
-  if (rank->rank == 0)
-    __atomic_fetch_add (&comm_counters.calls[op], 1, __ATOMIC_RELAXED);
-  if (bytes)
-    __atomic_fetch_add (&comm_counters.bytes[op], bytes, __ATOMIC_RELAXED);
-}
-
-static const LbCollectivesClass *
-inner_of (LbRank * rank)
-{
-  guint t = (guint) lb_worker_group_get_backend (rank->group)->device_type;
-  return comm_inner[t < 2 ? t : 0];
-}
-
-static gboolean
-w_all_to_all (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize count, GError ** e)
-{
-  count_op (r, OP_ALL_TO_ALL, (guint64) count * lb_dtype_size (dt) *
-      (guint64) (r->n_ranks - 1));
-  return inner_of (r)->all_to_all (st, r, dt, send, recv, count, e);
-}
-
-static gboolean
-w_all_to_all_v (gpointer st, LbRank * r, LbDType dt, const void *send,
-    const gsize * sc, const gsize * sd, void *recv, const gsize * rc,
-    const gsize * rd, GError ** e)
-{
-  guint64 n = 0;
-  for (int i = 0; i < r->n_ranks; i++)
-    if (i != r->rank)
-      n += rc[i];
-  count_op (r, OP_ALL_TO_ALL, n * lb_dtype_size (dt));
-  return inner_of (r)->all_to_all_v (st, r, dt, send, sc, sd, recv, rc, rd,
-      e);
-}
-
-static gboolean
-w_all_gather (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize count, GError ** e)
-{
-  count_op (r, OP_ALL_GATHER, (guint64) count * lb_dtype_size (dt) *
-      (guint64) (r->n_ranks - 1));
-  return inner_of (r)->all_gather (st, r, dt, send, recv, count, e);
-}
-
-static gboolean
-w_all_gather_v (gpointer st, LbRank * r, LbDType dt, const void *send,
-    gsize send_count, void *recv, const gsize * rc, const gsize * rd,
-    GError ** e)
-{
-  guint64 n = 0;
-  for (int i = 0; i < r->n_ranks; i++)
-    if (i != r->rank)
-      n += rc[i];
-  count_op (r, OP_ALL_GATHER, n * lb_dtype_size (dt));
-  return inner_of (r)->all_gather_v (st, r, dt, send, send_count, recv, rc,
-      rd, e);
-}
-
-static gboolean
-w_reduce_scatter (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize recv_count, LbReduceOp op, GError ** e)
-{
-  count_op (r, OP_REDUCE_SCATTER, (guint64) recv_count * lb_dtype_size (dt)
-      * (guint64) (r->n_ranks - 1));
-  return inner_of (r)->reduce_scatter (st, r, dt, send, recv, recv_count, op,
-      e);
-}
-
-static gboolean
-w_all_reduce (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize count, LbReduceOp op, GError ** e)
-{
-  /* ring equivalent: 2 (n-1)/n of the buffer per rank */
-  count_op (r, OP_ALL_REDUCE, r->n_ranks > 1 ? 2 * (guint64) count *
-      lb_dtype_size (dt) * (guint64) (r->n_ranks - 1) / r->n_ranks : 0);
-  return inner_of (r)->all_reduce (st, r, dt, send, recv, count, op, e);
-}
-
-static gboolean
-w_broadcast (gpointer st, LbRank * r, LbDType dt, void *buf, gsize count,
-    int root, GError ** e)
-{
-  count_op (r, OP_BROADCAST, r->rank == root ? 0 :
-      (guint64) count * lb_dtype_size (dt));
-  return inner_of (r)->broadcast (st, r, dt, buf, count, root, e);
-}
-
-static gboolean
-w_send (gpointer st, LbRank * r, LbDType dt, const void *buf, gsize count,
-    int peer, GError ** e)
-{
-  return inner_of (r)->send (st, r, dt, buf, count, peer, e);
-}
-
-static gboolean
-w_recv (gpointer st, LbRank * r, LbDType dt, void *buf, gsize count,
-    int peer, GError ** e)
-{
-  /* counted on the receiving side (calls = receives on any rank) */
-  __atomic_fetch_add (&comm_counters.calls[OP_SEND_RECV], 1,
-      __ATOMIC_RELAXED);
-  __atomic_fetch_add (&comm_counters.bytes[OP_SEND_RECV],
-      (guint64) count * lb_dtype_size (dt), __ATOMIC_RELAXED);
-  return inner_of (r)->recv (st, r, dt, buf, count, peer, e);
-}
-
-static gboolean
-w_barrier (gpointer st, LbRank * r, GError ** e)
-{
-  count_op (r, OP_BARRIER, 0);
-  return inner_of (r)->barrier (st, r, e);
-}
+typedef LingbotBenchCommCounts CommCounters;
 
 /* Installs the counting wrapper for the device type of @devices (after
  * loading its backend, whose init may register its own class). */
@@ -369,47 +238,19 @@ comm_counters_install (const char *devices, GError ** error)
   g_autofree int *ordinals = NULL;
   if (!lingbot_backend_parse_devices (devices, &be, &n, &ordinals, error))
     return NULL;
-  guint t = (guint) be->device_type;
-  if (t >= 2)
+  if ((guint) be->device_type >= 2)
     return "unknown";
-  if (comm_inner[t] == NULL) {
-    comm_inner[t] = lb_collectives_lookup (be->device_type);
-    LbCollectivesClass *w = &comm_wrapped[t];
-    *w = *comm_inner[t];
-    if (w->all_to_all)
-      w->all_to_all = w_all_to_all;
-    if (w->all_to_all_v)
-      w->all_to_all_v = w_all_to_all_v;
-    if (w->all_gather)
-      w->all_gather = w_all_gather;
-    if (w->all_gather_v)
-      w->all_gather_v = w_all_gather_v;
-    if (w->reduce_scatter)
-      w->reduce_scatter = w_reduce_scatter;
-    if (w->all_reduce)
-      w->all_reduce = w_all_reduce;
-    if (w->broadcast)
-      w->broadcast = w_broadcast;
-    if (w->send)
-      w->send = w_send;
-    if (w->recv)
-      w->recv = w_recv;
-    if (w->barrier)
-      w->barrier = w_barrier;
-    lb_collectives_register (be->device_type, w);
-  }
-  return comm_inner[t]->name;
+  const LbCollectivesClass *k =
+      lingbot_bench_counting_collectives (lb_collectives_lookup
+      (be->device_type));
+  lb_collectives_register (be->device_type, k);
+  return k->name;
 }
 
 static void
 comm_counters_snapshot (CommCounters * out)
 {
-  for (int i = 0; i < N_OPS; i++) {
-    out->calls[i] = __atomic_load_n (&comm_counters.calls[i],
-        __ATOMIC_RELAXED);
-    out->bytes[i] = __atomic_load_n (&comm_counters.bytes[i],
-        __ATOMIC_RELAXED);
-  }
+  lingbot_bench_comm_counts_total (out);
 }
 
 /* ---- one run ---- */
@@ -1006,7 +847,7 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
   }
   (void) use_gst;
   comm_counters_snapshot (&after);
-  for (int i = 0; i < N_OPS; i++) {
+  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
     r->comm.calls[i] = after.calls[i] - before.calls[i];
     r->comm.bytes[i] = after.bytes[i] - before.bytes[i];
   }
@@ -1314,8 +1155,8 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
   guint64 total = 0;
   json_builder_set_member_name (b, "ops");
   json_builder_begin_object (b);
-  for (int i = 0; i < N_OPS; i++) {
-    json_builder_set_member_name (b, op_names[i]);
+  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
+    json_builder_set_member_name (b, lingbot_bench_op_names[i]);
     json_builder_begin_object (b);
     set_int (b, "calls", (gint64) r->comm.calls[i]);
     set_int (b, "bytes", (gint64) r->comm.bytes[i]);

@@ -7,7 +7,7 @@
  *       --layers N --heads N --ffn N --text-dim N]] [--devices cpu:N|0,1..]
  *       [--latent HxW] [--chunks K] [--text-len L] [--seed S]
  *       [--precision fp32|bf16] [--window-full] [--peak-tflops X]
- *       [--estimate] [--json]
+ *       [--rank-of N [--link-gbps X]] [--estimate] [--json]
  *
  * Without --model the weights are random (lingbot_dit_new_random()).  The
  * first chunk is the warm-up; "steady" statistics are over chunks >= 1.
@@ -17,7 +17,11 @@
  * 2.2) is reported next to it.  --json prints JSON lines: "setup" once,
  * "chunk" after every chunk (flushed, so a run cut short by a timeout
  * keeps what it measured), then "summary".  --estimate prints the FLOP
- * and device-memory models for the shape and builds nothing.
+ * and device-memory models for the shape and builds nothing.  --rank-of N
+ * runs rank 0's share of an N-rank world on the one rank of --devices (a
+ * solo group, lb_worker_group_new_solo()) and adds a "rank_of" line: its
+ * chunk time, its counted exchange and the N-GPU projection
+ * (docs/performance.md "One rank of an N-GPU chunk").
  */
 #include "tools/bench-dit.h"
 
@@ -29,6 +33,8 @@
 #include "lingbot/backend.h"
 #include "lingbot/dit-session.h"
 #include "lingbot/noise.h"
+#include "comm/collectives.h"
+#include "tools/bench-counters.h"
 
 /* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
  * given on a GPU backend: H100/H200 SXM BF16 tensor cores (anchors 1c)
@@ -257,6 +263,103 @@ lingbot_bench_dit_exchange (const LingbotDitConfig * cfg, int64_t lat_h,
   out->exposed_bf16 = ex * per * (q16 ? 2 : 4) + ex * per * 2 / 2;
 }
 
+/**
+ * lingbot_bench_dit_out_groups:
+ * @heads_local: heads per rank
+ *
+ * The head groups of the overlapped output exchange, by the DiT's rule
+ * (lingbot/dit-ulysses.c): $LINGBOT_COMM_OUT_GROUPS (default 2; an
+ * invalid value counts as the default here, the DiT refuses it), at most
+ * 8, lowered to the largest divisor of @heads_local.
+ *
+ * Returns: the group count G, 1 = no split.
+ */
+int
+lingbot_bench_dit_out_groups (int heads_local)
+{
+  const char *env = g_getenv ("LINGBOT_COMM_OUT_GROUPS");
+  gint64 want = 2;
+  if (env != NULL && *env != '\0') {
+    char *end = NULL;
+    gint64 v = g_ascii_strtoll (env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1)
+      want = v;
+  }
+  want = MIN (want, 8);
+  while (want > 1 && heads_local % want != 0)
+    want--;
+  return (int) want;
+}
+
+/**
+ * lingbot_bench_dit_rank_exchange:
+ * @cfg: the model
+ * @lat_h: latent rows
+ * @lat_w: latent columns
+ * @world_ranks: Ulysses ranks R (2 or more, dividing the heads)
+ * @rank: the rank, 0..R-1
+ * @n_passes: forwards per chunk (5)
+ * @bf16: exchanges of a bf16 KV cache (device ranks in LB_MATH_BF16): k,
+ *   v and the attention output as bf16, q too at head dim 64 or 128
+ * @overlap: the exchanges overlap compute as on NCCL ranks
+ *   (lingbot_bench_dit_out_groups() head groups)
+ * @out: (out): see #LingbotBenchDitRankExchange
+ *
+ * Rank @rank's band is the lb_split_rows() band of the token rows; in the
+ * q/k/v all-to-all it sends its band to every peer and receives each
+ * peer's band of its own heads, in the output all-to-all the reverse, and
+ * each pass all-gathers the head output (out_dim x 4 floats per token).
+ */
+void
+lingbot_bench_dit_rank_exchange (const LingbotDitConfig * cfg,
+    int64_t lat_h, int64_t lat_w, int world_ranks, int rank, int n_passes,
+    gboolean bf16, gboolean overlap, LingbotBenchDitRankExchange * out)
+{
+  const int R = MAX (world_ranks, 1);
+  const int64_t hp = lat_h / 2, wp = lat_w / 2, F = cfg->chunk_frames;
+  const guint64 hd = cfg->dim / cfg->num_heads;
+  const guint64 hl = cfg->num_heads / R;
+  const guint64 zf = (guint64) cfg->out_dim * 4;
+  const guint64 es[4] = { bf16 && (hd == 64 || hd == 128) ? 2 : 4,
+    bf16 ? 2 : 4, bf16 ? 2 : 4, bf16 ? 2 : 4
+  };
+  memset (out, 0, sizeof *out);
+  if (R < 2)
+    return;
+  int64_t r0, rows, mine;
+  lb_split_rows (hp, R, rank, &r0, &mine);
+  const guint64 n_me = (guint64) (F * mine * wp);
+  guint64 n_peers = 0;
+  for (int j = 0; j < R; j++) {
+    if (j == rank)
+      continue;
+    lb_split_rows (hp, R, j, &r0, &rows);
+    n_peers += (guint64) (F * rows * wp);
+  }
+  const guint64 ex = (guint64) cfg->num_layers * (guint64) n_passes;
+  for (int i = 0; i < 4; i++) {
+    /* q, k, v: my band to each peer, each peer's band back; out: reverse */
+    const guint64 in = (i < 3 ? n_peers : n_me * (R - 1)) * hl * hd * es[i];
+    const guint64 o = (i < 3 ? n_me * (R - 1) : n_peers) * hl * hd * es[i];
+    out->recv[i] = ex * in;
+    out->sent[i] = ex * o;
+    out->link[i] = ex * MAX (in, o);
+  }
+  const guint64 gin = n_peers * zf * 4, gout = n_me * zf * 4 * (R - 1);
+  out->recv[4] = (guint64) n_passes * gin;
+  out->sent[4] = (guint64) n_passes * gout;
+  out->link[4] = (guint64) n_passes * MAX (gin, gout);
+  for (int i = 0; i < 5; i++)
+    out->link_total += out->link[i];
+  out->all_to_all_recv = out->recv[0] + out->recv[1] + out->recv[2] +
+      out->recv[3];
+  out->all_gather_recv = out->recv[4];
+  out->overlap = overlap;
+  out->out_groups = overlap ? lingbot_bench_dit_out_groups ((int) hl) : 1;
+  out->exposed_link = overlap ? out->link[0] + out->link[3] /
+      (guint64) out->out_groups + out->link[4] : out->link_total;
+}
+
 static void
 print_memory_json (const char *name, const LingbotBenchDitMemory * m)
 {
@@ -351,6 +454,164 @@ print_num_or_null (const char *name, double v, const char *fmt)
     printf (fmt, v);
 }
 
+/* --rank-of N needs a rank count Ulysses can split the heads over. */
+static gboolean
+rank_of_check (const LingbotDitConfig * cfg, int n)
+{
+  if (cfg->num_heads % n != 0) {
+    fprintf (stderr, "lingbot-bench dit: --rank-of %d does not divide the "
+        "%d attention heads (each Ulysses rank holds heads / N)\n", n,
+        cfg->num_heads);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static guint64
+print_ops_json (const char *name, const LingbotBenchCommCounts * c)
+{
+  guint64 total = 0;
+  printf ("\"%s\": {", name);
+  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
+    printf ("%s\"%s\": {\"calls\": %" G_GUINT64_FORMAT ", \"bytes\": %"
+        G_GUINT64_FORMAT ", \"sent\": %" G_GUINT64_FORMAT ", \"link\": %"
+        G_GUINT64_FORMAT "}", i ? ", " : "", lingbot_bench_op_names[i],
+        c->calls[i], c->bytes[i], c->sent[i], c->link[i]);
+    total += c->bytes[i];
+  }
+  printf ("}");
+  return total;
+}
+
+/* "comm": rank 0's counts in chunk 0 ("ops", per chunk: every chunk runs
+ * the same exchanges) and over the run as called from the host
+ * ("ops_run": graph replays are not calls) */
+static void
+print_comm_json (const LingbotBenchCommCounts * first,
+    const LingbotBenchCommCounts * run, const char *collectives)
+{
+  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, ",
+      collectives);
+  guint64 per_chunk = print_ops_json ("ops", first);
+  printf (", ");
+  guint64 total = print_ops_json ("ops_run", run);
+  printf (", \"bytes_per_chunk\": %" G_GUINT64_FORMAT ", \"bytes_run\": %"
+      G_GUINT64_FORMAT "}, ", per_chunk, total);
+}
+
+/* What --rank-of measured and the N-GPU projection, each term.  @chunk_s:
+ * rank 0's chunk time (steady mean, else the first chunk); @c: rank 0's
+ * counted collectives in chunk 0, @run over the run (host calls, which
+ * the solo class's @moved bytes must equal). */
+static int
+report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
+    int n_passes, const LingbotDitRankShare * sh, gboolean bf16,
+    gboolean on_cpu, double chunk_s, gboolean steady,
+    const LingbotBenchCommCounts * c, const LingbotBenchCommCounts * run,
+    guint64 moved, double link_gbps, gboolean json)
+{
+  const int done = 1;           /* @c: chunk 0 */
+  /* the 4-GPU run this stands for is NCCL ranks with the overlap, unless
+   * it is turned off (LINGBOT_COMM_OVERLAP=0) */
+  const gboolean overlap = g_strcmp0 (g_getenv ("LINGBOT_COMM_OVERLAP"),
+      "0") != 0;
+  LingbotBenchDitRankExchange x;
+  lingbot_bench_dit_rank_exchange (cfg, lh, lw, sh->world_ranks, 0, n_passes,
+      bf16 && !on_cpu, overlap, &x);
+  const guint64 a2a = c->bytes[LINGBOT_BENCH_OP_ALL_TO_ALL] / done;
+  const guint64 ag = c->bytes[LINGBOT_BENCH_OP_ALL_GATHER] / done;
+  const guint64 link = (c->link[LINGBOT_BENCH_OP_ALL_TO_ALL] +
+      c->link[LINGBOT_BENCH_OP_ALL_GATHER]) / done;
+  /* the split into q, k, v, output and head output comes from the model;
+   * it must add up to what was counted */
+  const gboolean match = a2a == x.all_to_all_recv &&
+      ag == x.all_gather_recv && link == x.link_total &&
+      moved == run->bytes[LINGBOT_BENCH_OP_ALL_TO_ALL] +
+      run->bytes[LINGBOT_BENCH_OP_ALL_GATHER];
+  if (!match) {
+    fprintf (stderr, "lingbot-bench dit: --rank-of: counted exchange per "
+        "chunk (all-to-all %" G_GUINT64_FORMAT ", all-gather %"
+        G_GUINT64_FORMAT ", link %" G_GUINT64_FORMAT " bytes; moved %"
+        G_GUINT64_FORMAT " in all) differs from rank 0's model (%"
+        G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT ")\n",
+        a2a, ag, link, moved, x.all_to_all_recv, x.all_gather_recv,
+        x.link_total);
+    return 1;
+  }
+  const double bw = link_gbps * 1e9;
+  const double exchange_s = x.link_total / bw;
+  const double q_s = x.link[0] / bw, k_s = x.link[1] / bw;
+  const double v_s = x.link[2] / bw, out_s = x.link[3] / bw;
+  const double ag_s = x.link[4] / bw;
+  const double exposed_s = x.exposed_link / bw;
+  const double period = chunk_s + exposed_s;
+  const int frames = 4 * cfg->chunk_frames;
+  const double fps = period > 0 ? frames / period : 0.0;
+  const guint64 calls_a2a = c->calls[LINGBOT_BENCH_OP_ALL_TO_ALL] / done;
+  const guint64 calls_ag = c->calls[LINGBOT_BENCH_OP_ALL_GATHER] / done;
+  if (json) {
+    printf ("{\"bench\": \"dit\", \"event\": \"rank_of\", \"ranks\": %d, "
+        "\"rank\": 0, \"band_rows\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+        "], \"token_rows\": %" G_GINT64_FORMAT ", \"tokens\": %"
+        G_GINT64_FORMAT ", \"heads\": %d, \"heads_total\": %d, "
+        "\"kv_cache_bytes\": %" G_GUINT64_FORMAT ", \"chunk_s\": %.6g, "
+        "\"chunk_s_from\": \"%s\", \"all_to_all\": {\"calls_per_chunk\": %"
+        G_GUINT64_FORMAT ", \"bytes_per_chunk\": %" G_GUINT64_FORMAT
+        ", \"sent_per_chunk\": %" G_GUINT64_FORMAT ", \"q\": %"
+        G_GUINT64_FORMAT ", \"k\": %" G_GUINT64_FORMAT ", \"v\": %"
+        G_GUINT64_FORMAT ", \"out\": %" G_GUINT64_FORMAT "}, "
+        "\"all_gather\": {\"calls_per_chunk\": %" G_GUINT64_FORMAT
+        ", \"bytes_per_chunk\": %" G_GUINT64_FORMAT ", \"sent_per_chunk\": %"
+        G_GUINT64_FORMAT "}, \"link_bytes_per_chunk\": %" G_GUINT64_FORMAT
+        ", \"moved_bytes\": %" G_GUINT64_FORMAT ", \"link_gbps\": %.6g, "
+        "\"exchange_s\": %.6g, \"exchange_terms_s\": {\"q\": %.6g, \"k\": "
+        "%.6g, \"v\": %.6g, \"out\": %.6g, \"all_gather\": %.6g}, "
+        "\"overlap\": %s, \"out_groups\": %d, \"exposed_bytes_per_chunk\": %"
+        G_GUINT64_FORMAT ", \"exposed_s\": %.6g, \"period_s\": %.6g, "
+        "\"frames\": %d, \"fps\": %.6g}\n", sh->world_ranks, sh->band_row0,
+        sh->band_rows, lh / 2, sh->tokens, sh->heads, cfg->num_heads,
+        sh->kv_cache_bytes, chunk_s, steady ? "steady_mean" : "first_chunk",
+        calls_a2a, a2a, c->sent[LINGBOT_BENCH_OP_ALL_TO_ALL] / done,
+        x.recv[0], x.recv[1], x.recv[2], x.recv[3], calls_ag, ag,
+        c->sent[LINGBOT_BENCH_OP_ALL_GATHER] / done, link, moved, link_gbps,
+        exchange_s, q_s, k_s, v_s, out_s, ag_s, overlap ? "true" : "false",
+        x.out_groups, x.exposed_link, exposed_s, period, frames, fps);
+  } else {
+    printf ("rank 0 of %d (one rank standing in): token rows %"
+        G_GINT64_FORMAT "..%" G_GINT64_FORMAT " of %" G_GINT64_FORMAT
+        " (%" G_GINT64_FORMAT " tokens per chunk), %d of %d heads, KV cache "
+        "%.4g MB\n", sh->world_ranks, sh->band_row0,
+        sh->band_row0 + sh->band_rows - 1, lh / 2, sh->tokens, sh->heads,
+        cfg->num_heads, sh->kv_cache_bytes / 1e6);
+    printf ("rank 0's exchange per chunk (counted): %" G_GUINT64_FORMAT
+        " all-to-alls, %.4g MB in, %.4g MB out (q %.4g, k %.4g, v %.4g, "
+        "output %.4g MB in); %" G_GUINT64_FORMAT " all-gathers, %.4g MB in, "
+        "%.4g MB out; busier direction %.4g MB\n", calls_a2a, a2a / 1e6,
+        c->sent[LINGBOT_BENCH_OP_ALL_TO_ALL] / done / 1e6, x.recv[0] / 1e6,
+        x.recv[1] / 1e6, x.recv[2] / 1e6, x.recv[3] / 1e6, calls_ag, ag / 1e6,
+        c->sent[LINGBOT_BENCH_OP_ALL_GATHER] / done / 1e6, link / 1e6);
+    printf ("exchange at %.4g GB/s per direction (nominal; default: H100 "
+        "NVLink 4): %.4g ms (q %.4g, k %.4g, v %.4g, output %.4g, head "
+        "output all-gather %.4g ms)\n", link_gbps, exchange_s * 1e3,
+        q_s * 1e3, k_s * 1e3, v_s * 1e3, out_s * 1e3, ag_s * 1e3);
+    if (overlap)
+      printf ("exposed: %.4g ms = q's all-to-all + 1/%d of the output's + "
+          "the all-gather (k's and v's run behind the v and q GEMMs, "
+          "docs/design/cuda.md \"Communication overlap\")\n",
+          exposed_s * 1e3, x.out_groups);
+    else
+      printf ("exposed: %.4g ms = all of it (LINGBOT_COMM_OVERLAP=0: no "
+          "overlap)\n", exposed_s * 1e3);
+    printf ("projected %d-GPU chunk: %.4g s (rank 0's compute, %s) + %.4g s "
+        "exposed = period %.4g s = %.4g fps (%d frames per chunk); not "
+        "measured: NCCL latency and launch cost, link contention, the SMs "
+        "NCCL takes from the GEMMs\n", sh->world_ranks, chunk_s,
+        steady ? "steady mean" : "first chunk", exposed_s, period, fps,
+        frames);
+  }
+  return 0;
+}
+
 /**
  * lingbot_bench_dit_main:
  * @argc: arguments after "dit" (argv[0] is the sub-command name)
@@ -366,9 +627,9 @@ lingbot_bench_dit_main (int argc, char **argv)
   g_autofree char *model = NULL, *preset = NULL, *devices = NULL;
   g_autofree char *latent = NULL, *precision = NULL;
   int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0;
-  int chunks = 4, text_len = 64;
+  int chunks = 4, text_len = 64, rank_of = -1;
   gint64 seed = 42;
-  double peak = -1;
+  double peak = -1, link_gbps = 450.0;
   gboolean json = FALSE, window_full = FALSE, estimate = FALSE;
   GOptionEntry entries[] = {
     {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
@@ -399,6 +660,16 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"peak-tflops", 0, 0, G_OPTION_ARG_DOUBLE, &peak,
           "Dense peak per device for MFU (default on GPUs: 989.4 with bf16, "
           "67 with fp32; on CPU no MFU unless given)", "X"},
+    {"rank-of", 0, 0, G_OPTION_ARG_INT, &rank_of,
+          "Time what rank 0 of an N-rank Ulysses world computes (its token "
+          "band, heads / N heads, its KV cache), on the one rank of "
+          "--devices; the exchanges become copies of the real sizes. Prints "
+          "the N-GPU projection: that time + the exposed exchange at "
+          "--link-gbps", "N"},
+    {"link-gbps", 0, 0, G_OPTION_ARG_DOUBLE, &link_gbps,
+          "Link bandwidth per GPU and direction for the --rank-of projection, "
+          "GB/s (default 450: H100 NVLink 4, 18 links x 25 GB/s; nominal)",
+          "X"},
     {"estimate", 0, 0, G_OPTION_ARG_NONE, &estimate,
         "Print the FLOP and device-memory models only, build nothing", NULL},
     {"json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON lines on stdout", NULL},
@@ -429,6 +700,15 @@ lingbot_bench_dit_main (int argc, char **argv)
   if (chunks < 1 || text_len < 1) {
     fprintf (stderr, "lingbot-bench dit: --chunks and --text-len must be "
         "positive\n");
+    return 2;
+  }
+  if (rank_of != -1 && rank_of < 2) {
+    fprintf (stderr, "lingbot-bench dit: --rank-of wants 2 or more ranks, "
+        "not %d\n", rank_of);
+    return 2;
+  }
+  if (!(link_gbps > 0)) {
+    fprintf (stderr, "lingbot-bench dit: --link-gbps must be positive\n");
     return 2;
   }
 
@@ -462,7 +742,18 @@ lingbot_bench_dit_main (int argc, char **argv)
       fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
       return 2;
     }
-    return run_estimate (&mc, lh, lw, text_len, count_ranks (devices), json);
+    if (rank_of > 0 && !rank_of_check (&mc, rank_of))
+      return 2;
+    return run_estimate (&mc, lh, lw, text_len, rank_of > 0 ? rank_of :
+        count_ranks (devices), json);
+  }
+  /* before the weights are made (14B: 74 GB) */
+  if (rank_of > 0 && !model && !rank_of_check (&mc, rank_of))
+    return 2;
+  if (rank_of > 0 && count_ranks (devices) != 1) {
+    fprintf (stderr, "lingbot-bench dit: --rank-of runs on one rank "
+        "(--devices cpu:1 or one GPU ordinal), not %s\n", devices);
+    return 2;
   }
 
   /* the model: loaded, or random weights (timed: 14B is 74 GB of f32) */
@@ -478,6 +769,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   }
   const double weights_s = (g_get_monotonic_time () - t0) / 1e6;
   const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
+  if (rank_of > 0 && model && !rank_of_check (cfg, rank_of))
+    return 2;
   const guint64 params = lingbot_dit_config_n_params (cfg);
 
   LbBackend *be = NULL;
@@ -496,9 +789,14 @@ lingbot_bench_dit_main (int argc, char **argv)
     fprintf (stderr, "lingbot-bench dit: --precision bf16 is ignored on CPU "
         "ranks (the CPU backend computes in float32)\n");
 
+  /* rank 0's collective bytes are counted (--rank-of compares them with
+   * a real run's); a solo group stands in for rank 0 of --rank-of ranks */
   LbWorkerGroupOptions go = { 0, NULL, "bench-dit" };
-  LbWorkerGroup *group = lb_worker_group_new (be, n_ranks, ordinals, &go,
-      &err);
+  go.collectives = lingbot_bench_counting_collectives (rank_of > 0 ?
+      lb_solo_collectives () : lb_collectives_lookup (be->device_type));
+  LbWorkerGroup *group = rank_of > 0 ?
+      lb_worker_group_new_solo (be, ordinals[0], rank_of, &go, &err) :
+      lb_worker_group_new (be, n_ranks, ordinals, &go, &err);
   if (!group) {
     fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
     return 1;
@@ -539,6 +837,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   const int n_passes = n_steps + 1;
   int64_t ge0, le0;
   lingbot_dit_session_get_cursors (ses, &ge0, &le0);
+  LingbotDitRankShare share;
+  lingbot_dit_session_bench_get_share (ses, 0, &share);
   if (json) {
     printf ("{\"bench\": \"dit\", \"event\": \"setup\", \"backend\": \"%s\", "
         "\"ranks\": %d, \"devices\": %d, \"variant\": \"%s\", \"layers\": %d, "
@@ -546,12 +846,17 @@ lingbot_bench_dit_main (int argc, char **argv)
         "\"precision_applied\": %s, \"weights_s\": %.3f, \"setup_s\": %.3f, "
         "\"window_full\": %s, \"window_keys\": %" G_GINT64_FORMAT
         ", \"cursors\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "], "
-        "\"next_chunk\": %" G_GINT64_FORMAT "}\n", be->name, n_ranks,
+        "\"next_chunk\": %" G_GINT64_FORMAT ", \"collectives\": \"%s\", "
+        "\"world_ranks\": %d, \"rank0\": {\"band_rows\": [%" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT "], \"tokens\": %" G_GINT64_FORMAT ", \"heads\": "
+        "%d, \"kv_cache_bytes\": %" G_GUINT64_FORMAT "}}\n", be->name, n_ranks,
         n_devices, lingbot_dit_config_variant (cfg), cfg->num_layers, params,
         math == LB_MATH_BF16 ? "bf16" : "fp32",
         math == LB_MATH_BF16 && on_cpu ? "false" : "true", weights_s, setup_s,
         window_full ? "true" : "false", cap, ge0, le0,
-        lingbot_dit_session_get_chunk_index (ses));
+        lingbot_dit_session_get_chunk_index (ses), go.collectives->name,
+        share.world_ranks, share.band_row0, share.band_rows, share.tokens,
+        share.heads, share.kv_cache_bytes);
     fflush (stdout);
   } else {
     printf ("%s, %d layers, %.3f G parameters (%s %.1f s); session on %d "
@@ -589,6 +894,11 @@ lingbot_bench_dit_main (int argc, char **argv)
   PassTimes passes = { 0 };
   lingbot_dit_session_set_step_callback (ses, on_pass, &passes);
   int rc = 0, done = 0;
+  /* rank 0's collectives: over the run, and in chunk 0, which is never a
+   * graph replay (a replayed chunk runs its recorded exchanges without
+   * calling the collectives from the host, so it counts nothing) */
+  LingbotBenchCommCounts comm0, comm, comm_first = { 0 };
+  lingbot_bench_comm_counts_rank (0, &comm0);
   for (int c = 0; c < chunks; c++) {
     const int64_t index = lingbot_dit_session_get_chunk_index (ses);
     for (int i = 0; i < n_steps && rc == 0; i++)
@@ -606,6 +916,10 @@ lingbot_bench_dit_main (int argc, char **argv)
     }
     secs[c] = (g_get_monotonic_time () - a) / 1e6;
     done = c + 1;
+    if (c == 0) {
+      lingbot_bench_comm_counts_rank (0, &comm_first);
+      lingbot_bench_comm_counts_diff (&comm_first, &comm0, &comm_first);
+    }
     /* the keys every block attended over in this chunk's passes: the
      * window after the chunk's own keys were written */
     int64_t ge, le;
@@ -657,6 +971,8 @@ lingbot_bench_dit_main (int argc, char **argv)
     fflush (stdout);
   }
 
+  lingbot_bench_comm_counts_rank (0, &comm);
+  lingbot_bench_comm_counts_diff (&comm, &comm0, &comm);
   if (done > 0) {
     const int ns = MAX (done - 1, 0);
     double *st = g_new0 (double, MAX (ns, 1));
@@ -721,6 +1037,7 @@ lingbot_bench_dit_main (int argc, char **argv)
       for (int i = 0; i < done; i++)
         total += chunk_fl[i];
       printf (", \"total_gflop\": %.3f, ", total / 1e9);
+      print_comm_json (&comm_first, &comm, go.collectives->name);
       print_spec_check_json ();
       printf ("}\n");
     } else {
@@ -736,6 +1053,11 @@ lingbot_bench_dit_main (int argc, char **argv)
       if (preset && g_str_equal (preset, "14b"))
         print_spec_check_text ();
     }
+    if (rank_of > 0 && rc == 0)
+      rc = report_rank_of (cfg, lh, lw, n_passes, &share,
+          math == LB_MATH_BF16, on_cpu, ns ? mean : secs[0], ns > 0,
+          &comm_first, &comm, lb_solo_collectives_get_moved (group),
+          link_gbps, json);
     g_free (st);
   }
   for (int i = 0; i < n_steps; i++)

@@ -89,6 +89,42 @@ typedef struct
 void lingbot_bench_dit_exchange (const LingbotDitConfig * cfg, int64_t lat_h,
     int64_t lat_w, int n_ranks, int n_passes, LingbotBenchDitExchange * out);
 
+/**
+ * LingbotBenchDitRankExchange:
+ * @recv: bytes one rank receives from the others per chunk, by exchange:
+ *   0 q, 1 k, 2 v, 3 the attention output (the Ulysses all-to-alls), 4 the
+ *   head output (the all-gather of every pass)
+ * @sent: bytes it sends to the others, in the same order
+ * @link: max (@recv, @sent) of each call, summed: what its link carries
+ *   in the busier direction
+ * @all_to_all_recv: @recv[0..3] summed
+ * @all_gather_recv: @recv[4]
+ * @link_total: @link summed
+ * @out_groups: head groups of the overlapped output exchange (1: none)
+ * @overlap: whether the exposure below assumes the overlap
+ * @exposed_link: of @link_total, what the overlap leaves exposed
+ *   (docs/design/cuda.md "Communication overlap": q's all-to-all, 1 /
+ *   @out_groups of the output's, the head-output all-gather; k's and v's
+ *   run behind the v and q GEMMs); all of it without the overlap
+ *
+ * The exchange of one given rank of a Ulysses world per chunk, from the
+ * bands and heads of lingbot_dit_shard_init() and the exchange dtypes of
+ * lingbot/dit-ulysses.c.
+ */
+typedef struct
+{
+  guint64 recv[5], sent[5], link[5];
+  guint64 all_to_all_recv, all_gather_recv, link_total;
+  int out_groups;
+  gboolean overlap;
+  guint64 exposed_link;
+} LingbotBenchDitRankExchange;
+
+int lingbot_bench_dit_out_groups (int heads_local);
+void lingbot_bench_dit_rank_exchange (const LingbotDitConfig * cfg,
+    int64_t lat_h, int64_t lat_w, int world_ranks, int rank, int n_passes,
+    gboolean bf16, gboolean overlap, LingbotBenchDitRankExchange * out);
+
 int lingbot_bench_dit_main (int argc, char **argv);
 
 G_END_DECLS

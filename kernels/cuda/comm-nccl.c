@@ -560,6 +560,7 @@ static const LbCollectivesClass nccl_class = {
   .group_start = nccl_group_start,
   .group_end = nccl_group_end,
   .synchronize = nccl_synchronize,
+  .stream_ordered = TRUE,
 };
 
 /**

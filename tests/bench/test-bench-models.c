@@ -152,6 +152,54 @@ test_dit_exchange (void)
   g_assert_cmpuint (x.bytes_f32 + x.bytes_bf16 + x.all_to_alls, ==, 0);
 }
 
+/* Rank 0 of 4 at 14B 832x480 in bf16 (what `lingbot-bench dit --rank-of 4`
+ * projects): 30 token rows in bands 8, 8, 7, 7 (1664 tokens of 6240), 10
+ * heads of 128.  Per layer-pass it receives 4576 peer tokens x 1280 bf16
+ * of q, k and v and sends its 1664 tokens x 1280 to 3 peers; the output
+ * the reverse; per pass 4576 x 64 f32 of head output in, 3 x 1664 x 64
+ * out.  200 layer-passes: the mean-band 9.58 GB in, links of 10.2 GB in
+ * the busier direction, 3.84 GB exposed (q, half the output, the gather). */
+static void
+test_dit_rank_exchange (void)
+{
+  LingbotDitConfig c;
+  LingbotBenchDitRankExchange x;
+  lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_14B);
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+  lingbot_bench_dit_rank_exchange (&c, 60, 104, 4, 0, 5, TRUE, TRUE, &x);
+  const guint64 in = 4576ull * 1280 * 2, out = 3ull * 1664 * 1280 * 2;
+  for (int i = 0; i < 3; i++) {
+    g_assert_cmpuint (x.recv[i], ==, 200 * in);
+    g_assert_cmpuint (x.sent[i], ==, 200 * out);
+    g_assert_cmpuint (x.link[i], ==, 200 * out);
+  }
+  g_assert_cmpuint (x.recv[3], ==, 200 * out);
+  g_assert_cmpuint (x.sent[3], ==, 200 * in);
+  g_assert_cmpuint (x.recv[4], ==, 5ull * 4576 * 64 * 4);
+  g_assert_cmpuint (x.link[4], ==, 5ull * 3 * 1664 * 64 * 4);
+  /* the same volume in as the mean-band model */
+  LingbotBenchDitExchange m;
+  lingbot_bench_dit_exchange (&c, 60, 104, 4, 5, &m);
+  g_assert_cmpuint (x.all_to_all_recv, ==, m.bytes_bf16);
+  g_assert_cmpuint (x.link_total, ==, 200 * 4 * out + x.link[4]);
+  g_assert_cmpint (x.out_groups, ==, 2);
+  g_assert_cmpuint (x.exposed_link, ==, 200 * out + 200 * out / 2 +
+      x.link[4]);
+  assert_gb (x.exposed_link, 3.84);
+  /* f32 exchanges double the all-to-alls; without the overlap all of it
+   * is exposed; 3 groups lower to the divisor 2 of 10 heads, 5 stay */
+  lingbot_bench_dit_rank_exchange (&c, 60, 104, 4, 0, 5, FALSE, FALSE, &x);
+  g_assert_cmpuint (x.all_to_all_recv, ==, 2 * m.bytes_bf16);
+  g_assert_cmpuint (x.exposed_link, ==, x.link_total);
+  g_assert_cmpint (x.out_groups, ==, 1);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", "3", TRUE);
+  g_assert_cmpint (lingbot_bench_dit_out_groups (10), ==, 2);
+  g_setenv ("LINGBOT_COMM_OUT_GROUPS", "5", TRUE);
+  g_assert_cmpint (lingbot_bench_dit_out_groups (10), ==, 5);
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+  g_assert_cmpint (lingbot_bench_dit_out_groups (1), ==, 1);
+}
+
 static void
 test_vae_flops (void)
 {
@@ -385,6 +433,7 @@ main (int argc, char **argv)
   g_test_add_func ("/bench/models/dit-flops-window", test_dit_flops_window);
   g_test_add_func ("/bench/models/dit-memory", test_dit_memory);
   g_test_add_func ("/bench/models/dit-exchange", test_dit_exchange);
+  g_test_add_func ("/bench/models/dit-rank-exchange", test_dit_rank_exchange);
   g_test_add_func ("/bench/models/vae-flops", test_vae_flops);
   g_test_add_func ("/bench/models/random-weights", test_random_weights);
   g_test_add_func ("/bench/models/fill-window", test_fill_window);

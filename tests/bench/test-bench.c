@@ -8,6 +8,7 @@
  * checks the reports' structure and consistency, never their timings.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <string.h>
 #include <glib/gstdio.h>
@@ -651,6 +652,240 @@ test_dit_estimate (void)
       4 * json_object_get_int_member (e, "params"));
 }
 
+/* One `lingbot-bench dit ... --json` run: its setup, summary and
+ * (with --rank-of) rank_of lines. */
+typedef struct
+{
+  GPtrArray *parsers, *objs;
+  JsonObject *setup, *summary, *rank_of;
+} DitRun;
+
+static void
+dit_run (DitRun * r, const char *const *args)
+{
+  g_autofree char *out = NULL, *err_out = NULL;
+  g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+  r->parsers = g_ptr_array_new_with_free_func (g_object_unref);
+  r->objs = json_lines (out, r->parsers);
+  g_autoptr (GPtrArray) su = events (r->objs, "setup");
+  g_autoptr (GPtrArray) sm = events (r->objs, "summary");
+  g_autoptr (GPtrArray) ro = events (r->objs, "rank_of");
+  g_assert_cmpuint (su->len, ==, 1);
+  g_assert_cmpuint (sm->len, ==, 1);
+  r->setup = su->pdata[0];
+  r->summary = sm->pdata[0];
+  r->rank_of = ro->len ? ro->pdata[0] : NULL;
+}
+
+static void
+dit_run_clear (DitRun * r)
+{
+  g_ptr_array_unref (r->objs);
+  g_ptr_array_unref (r->parsers);
+}
+
+/* rank 0's counts of @op: in chunk 0 (@set "ops") or the run ("ops_run") */
+static JsonObject *
+comm_ops (DitRun * r, const char *set, const char *op)
+{
+  JsonObject *c = json_object_get_object_member (r->summary, "comm");
+  return json_object_get_object_member (json_object_get_object_member (c,
+          set), op);
+}
+
+static JsonObject *
+comm_op (DitRun * r, const char *op)
+{
+  return comm_ops (r, "ops", op);
+}
+
+static gint64
+member_int (JsonObject * o, const char *a, const char *b)
+{
+  return json_object_get_int_member (json_object_get_object_member (o, a),
+      b);
+}
+
+/* --rank-of N on cpu:1 against a real cpu:N run of the same shape: rank
+ * 0's shard and every collective byte it counts are the same; the
+ * projection's terms are what they say.  Latent 18x24 has 9 token rows,
+ * so the bands are uneven (5, 4 over 2 ranks; 3, 2, 2, 2 over 4). */
+static void
+check_rank_of (const char *n, const char *const *shape, gint64 a2a,
+    gint64 ag, int out_groups)
+{
+  g_autofree char *devices = g_strdup_printf ("cpu:%s", n);
+  const char *solo[16] = { "dit", "--rank-of", n, "--chunks", "2",
+    "--json"
+  };
+  const char *real[16] = { "dit", "--devices", devices, "--chunks", "2",
+    "--json"
+  };
+  for (int i = 0; shape[i]; i++)
+    solo[6 + i] = real[6 + i] = shape[i];
+  DitRun s, r;
+  dit_run (&s, solo);
+  dit_run (&r, real);
+  g_assert_cmpstr (json_object_get_string_member (s.setup, "collectives"),
+      ==, "solo");
+  g_assert_cmpstr (json_object_get_string_member (r.setup, "collectives"),
+      ==, "local");
+  g_assert_cmpint (json_object_get_int_member (s.setup, "ranks"), ==, 1);
+  g_assert_cmpint (json_object_get_int_member (s.setup, "world_ranks"), ==,
+      atoi (n));
+  /* the same shard: band, tokens, heads, KV cache */
+  JsonObject *s0 = json_object_get_object_member (s.setup, "rank0");
+  JsonObject *r0 = json_object_get_object_member (r.setup, "rank0");
+  const char *keys[] = { "tokens", "heads", "kv_cache_bytes" };
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    g_assert_cmpint (json_object_get_int_member (s0, keys[i]), ==,
+        json_object_get_int_member (r0, keys[i]));
+  for (guint i = 0; i < 2; i++)
+    g_assert_cmpint (json_array_get_int_element
+        (json_object_get_array_member (s0, "band_rows"), i), ==,
+        json_array_get_int_element (json_object_get_array_member (r0,
+                "band_rows"), i));
+  /* the same calls and bytes of every kind, for rank 0 */
+  const char *ops[] = { "all_to_all", "all_gather", "reduce_scatter",
+    "all_reduce", "broadcast", "send_recv", "barrier"
+  };
+  const char *what[] = { "calls", "bytes", "sent", "link" };
+  const char *sets[] = { "ops", "ops_run" };
+  for (guint j = 0; j < G_N_ELEMENTS (sets); j++)
+    for (guint i = 0; i < G_N_ELEMENTS (ops); i++)
+      for (guint k = 0; k < G_N_ELEMENTS (what); k++)
+        g_assert_cmpint (json_object_get_int_member (comm_ops (&s, sets[j],
+                    ops[i]), what[k]), ==, json_object_get_int_member
+            (comm_ops (&r, sets[j], ops[i]), what[k]));
+  /* ... and the values the shapes give, per chunk and over 2 chunks (no
+   * graph replay on the CPU) */
+  g_assert_cmpint (json_object_get_int_member (comm_op (&s, "all_to_all"),
+          "bytes"), ==, a2a);
+  g_assert_cmpint (json_object_get_int_member (comm_op (&s, "all_gather"),
+          "bytes"), ==, ag);
+  g_assert_cmpint (json_object_get_int_member (comm_ops (&s, "ops_run",
+              "all_to_all"), "bytes"), ==, 2 * a2a);
+  g_assert_cmpint (json_object_get_int_member (comm_op (&s, "all_to_all"),
+          "calls"), ==, 5 * 2 * (3 + out_groups));
+  g_assert_cmpint (json_object_get_int_member (comm_op (&s, "barrier"),
+          "calls"), ==, 0);
+
+  JsonObject *ro = s.rank_of;
+  g_assert_nonnull (ro);
+  g_assert_null (r.rank_of);
+  g_assert_cmpint (json_object_get_int_member (ro, "ranks"), ==, atoi (n));
+  g_assert_cmpint (member_int (ro, "all_to_all", "bytes_per_chunk"), ==,
+      a2a);
+  g_assert_cmpint (member_int (ro, "all_to_all", "q") + member_int (ro,
+          "all_to_all", "k") + member_int (ro, "all_to_all", "v") +
+      member_int (ro, "all_to_all", "out"), ==, a2a);
+  g_assert_cmpint (member_int (ro, "all_gather", "bytes_per_chunk"), ==, ag);
+  /* the solo collectives really moved what was counted */
+  g_assert_cmpint (json_object_get_int_member (ro, "moved_bytes"), ==,
+      2 * (a2a + ag));
+  g_assert_cmpint (json_object_get_int_member (ro, "out_groups"), ==,
+      out_groups);
+  g_assert_true (json_object_get_boolean_member (ro, "overlap"));
+  /* each term: exchange at 450 GB/s, exposed = q + out / G + all-gather,
+   * period = rank 0's steady chunk + exposed, fps = 8 frames / period */
+  const double bw = 450e9;
+  JsonObject *t = json_object_get_object_member (ro, "exchange_terms_s");
+  const double q = json_object_get_double_member (t, "q");
+  const double out = json_object_get_double_member (t, "out");
+  const double gat = json_object_get_double_member (t, "all_gather");
+  const double link = json_object_get_int_member (ro,
+      "link_bytes_per_chunk");
+  const double ex = json_object_get_double_member (ro, "exchange_s");
+  const double exposed = json_object_get_double_member (ro, "exposed_s");
+  const double chunk = json_object_get_double_member (ro, "chunk_s");
+  const double period = json_object_get_double_member (ro, "period_s");
+  g_assert_cmpint ((gint64) link, ==, json_object_get_int_member (comm_op
+          (&s, "all_to_all"), "link") + json_object_get_int_member (comm_op
+          (&s, "all_gather"), "link"));
+  g_assert_cmpfloat (fabs (ex - link / bw), <=, 1e-5 * ex);
+  g_assert_cmpfloat (fabs (exposed - (q + out / out_groups + gat)), <=,
+      1e-5 * exposed);
+  g_assert_cmpfloat (fabs (json_object_get_int_member (ro,
+              "exposed_bytes_per_chunk") / bw - exposed), <=, 1e-5 * exposed);
+  g_assert_cmpfloat (exposed, <, ex);
+  /* (the summary prints mean_s to 5 decimals) */
+  g_assert_cmpfloat (fabs (chunk - json_object_get_double_member
+          (json_object_get_object_member (s.summary, "steady"), "mean_s")),
+      <=, 5.1e-6);
+  g_assert_cmpfloat (fabs (period - (chunk + exposed)), <=, 1e-5 * period);
+  g_assert_cmpint (json_object_get_int_member (ro, "frames"), ==, 8);
+  g_assert_cmpfloat (fabs (json_object_get_double_member (ro, "fps") -
+          8 / period), <=, 1e-5 * 8 / period);
+  dit_run_clear (&s);
+  dit_run_clear (&r);
+}
+
+static void
+test_dit_rank_of (void)
+{
+  /* tiny: 2 heads of 32, 2 layers, 5 passes, chunks of 2 frames; token
+   * grid 9 x 12.  Rank 0 of 2 holds rows 0..4 (120 tokens) and 1 head: per
+   * layer-pass it receives 96 tokens x 32 floats of q, k, v (12288 bytes
+   * each) and 120 x 32 of the output (15360), per pass 96 tokens x 64
+   * floats of the head output (24576) */
+  const char *tiny[] = { "--latent", "18x24", NULL };
+  check_rank_of ("2", tiny, 10 * (3 * 12288 + 15360), 5 * 24576, 1);
+  /* 4 heads of 32 over 4 ranks: bands 3, 2, 2, 2 rows (72, 48, 48, 48
+   * tokens); rank 0 receives 144 x 32 floats of q, k, v (18432 bytes)
+   * and 3 x 72 x 32 of the output (27648) per layer-pass, 144 x 64 of the
+   * head output (36864) per pass */
+  const char *four[] = { "--latent", "18x24", "--heads", "4", "--dim",
+    "128", NULL
+  };
+  check_rank_of ("4", four, 10 * (3 * 18432 + 27648), 5 * 36864, 1);
+
+  /* the text report prints every term; --link-gbps scales the exchange */
+  g_autofree char *out = NULL, *err_out = NULL;
+  const char *text[] = { "dit", "--rank-of", "2", "--chunks", "2",
+    "--link-gbps", "100", NULL
+  };
+  g_assert_cmpint (spawn_bench (text, &out, &err_out), ==, 0);
+  g_assert_nonnull (strstr (out, "rank 0 of 2 (one rank standing in): "
+          "token rows 0..3 of 8 (96 tokens per chunk), 1 of 2 heads"));
+  g_assert_nonnull (strstr (out, "exchange at 100 GB/s per direction"));
+  g_assert_nonnull (strstr (out, "exposed: "));
+  g_assert_nonnull (strstr (out, "projected 2-GPU chunk: "));
+}
+
+static void
+test_dit_rank_of_invalid (void)
+{
+  struct
+  {
+    const char *args[10];
+    const char *message;
+  } cases[] = {
+    {{"dit", "--rank-of", "0", NULL},
+        "lingbot-bench dit: --rank-of wants 2 or more ranks, not 0\n"},
+    {{"dit", "--rank-of", "3", NULL},
+        "lingbot-bench dit: --rank-of 3 does not divide the 2 attention "
+          "heads (each Ulysses rank holds heads / N)\n"},
+    {{"dit", "--rank-of", "4", NULL},
+        "lingbot-bench dit: --rank-of 4 does not divide the 2 attention "
+          "heads (each Ulysses rank holds heads / N)\n"},
+    {{"dit", "--rank-of", "2", "--devices", "cpu:2", NULL},
+        "lingbot-bench dit: --rank-of runs on one rank (--devices cpu:1 or "
+          "one GPU ordinal), not cpu:2\n"},
+    /* refused before 74 GB of random weights are made */
+    {{"dit", "--preset", "14b", "--rank-of", "3", NULL},
+        "lingbot-bench dit: --rank-of 3 does not divide the 40 attention "
+          "heads (each Ulysses rank holds heads / N)\n"},
+    {{"dit", "--rank-of", "2", "--link-gbps", "0", NULL},
+        "lingbot-bench dit: --link-gbps must be positive\n"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autofree char *out = NULL, *err_out = NULL;
+    g_assert_cmpint (spawn_bench (cases[i].args, &out, &err_out), ==, 2);
+    g_assert_cmpstr (err_out, ==, cases[i].message);
+    g_assert_cmpstr (out, ==, "");
+  }
+}
+
 static void
 test_vae_devices (void)
 {
@@ -709,6 +944,8 @@ main (int argc, char **argv)
   g_test_add_func ("/bench/dit/window-full", test_dit_window_full);
   g_test_add_func ("/bench/dit/mfu", test_dit_mfu);
   g_test_add_func ("/bench/dit/estimate", test_dit_estimate);
+  g_test_add_func ("/bench/dit/rank-of", test_dit_rank_of);
+  g_test_add_func ("/bench/dit/rank-of/invalid", test_dit_rank_of_invalid);
   g_test_add_func ("/bench/vae/devices", test_vae_devices);
   int rc = g_test_run ();
   rm_rf (tmpdir);

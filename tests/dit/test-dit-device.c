@@ -13,11 +13,13 @@
  * caches.  What it cannot check is the CUDA kernels themselves (the gpu
  * suite, tests/gpu/run.sh) and NCCL.
  */
+#include <math.h>
 #include <string.h>
 
 #include "dit-test-util.h"
 #include "fakedev.h"
 #include "comm/worker-group.h"
+#include "comm/collectives.h"
 #include "lingbot/dit-private.h"
 #include "lingbot/dit-session.h"
 #include "lingbot/control.h"
@@ -287,6 +289,87 @@ test_graph_replay (void)
   g_unsetenv ("LINGBOT_DIT_GRAPHS");
   g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
+/* The GPU path of `lingbot-bench dit --rank-of` on the emulated device: a
+ * solo group (one fakedev rank standing in for rank 0 of 2) has
+ * stream-ordered collectives, so the DiT turns on the exchange overlap
+ * (events) and replays the steady chunks as graphs with the solo copies
+ * inside them.  fakedev fills new device memory with NaN, so a receive
+ * slot the solo collectives left unwritten would make the output NaN:
+ * every chunk's output must be finite.  Nothing may be refused, and the
+ * solo class must have moved exactly what rank 0 of 2 receives. */
+static void
+test_solo (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int n_chunks = 9;
+  const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
+  LbWorkerGroupOptions go = { 0, NULL, "dit-solo-test" };
+  LbWorkerGroup *group = lb_worker_group_new_solo (fakedev_backend (), 0, 2,
+      &go, &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  const FakeDevStats st0 = fakedev_stats ();
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  LingbotDitRankShare sh;
+  g_assert_true (lingbot_dit_session_bench_get_share (ses, 0, &sh));
+  /* 3 token rows: rank 0 of 2 holds rows 0..1 and half the heads */
+  g_assert_cmpint (sh.world_ranks, ==, 2);
+  g_assert_cmpint (sh.band_row0, ==, 0);
+  g_assert_cmpint (sh.band_rows, ==, 2);
+  g_assert_cmpint (sh.heads, ==, cfg->num_heads / 2);
+  const int64_t cap = lingbot_dit_session_get_cache_capacity (ses);
+  const int64_t chunk_tokens = 4 * lingbot_dit_session_get_frame_tokens (ses);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  int steady = -1;
+  const FakeDevStats st1 = fakedev_stats ();
+  for (int c = 0; c < n_chunks; c++) {
+    const LbTensor *noise[4], *y, *ctl;
+    int64_t global_end, local_end;
+    lingbot_dit_session_get_cursors (ses, &global_end, &local_end);
+    if (steady < 0 && local_end == cap && global_end == c * chunk_tokens)
+      steady = c;
+    dit_fixture_chunk (fixture, c % 4, noise, &y, &ctl);
+    g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+            &err));
+    g_assert_no_error (err);
+    const float *o = out->data;
+    for (int64_t i = 0; i < lb_tensor_numel (out); i++)
+      if (!isfinite (o[i]))
+        g_error ("chunk %d: output %" G_GINT64_FORMAT " is %g", c, i, o[i]);
+  }
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (steady, >, 0);
+  g_assert_cmpint (st.n_captures - st1.n_captures, ==, 5);
+  g_assert_cmpint (st.n_launches - st1.n_launches, ==,
+      5 * (n_chunks - steady));
+  /* the overlap's event waits (4 per layer and pass with one out group) */
+  g_assert_cmpint (st.n_waits - st1.n_waits, >=,
+      4 * cfg->num_layers * 5 * steady);
+  /* per layer-pass rank 0 receives rank 1's band (1 row x 5 x 4 frames =
+   * 20 tokens) of q, k and v for its heads and its own band (40 tokens)
+   * of the output; per pass the head output of rank 1's 20 tokens; f32 */
+  const guint64 hlhd = (guint64) (cfg->num_heads / 2) * (cfg->dim /
+      cfg->num_heads);
+  const guint64 per_chunk = (guint64) cfg->num_layers * 5 * (3 * 20 + 40) *
+      hlhd * 4 + 5ull * 20 * cfg->out_dim * 4 * 4;
+  /* counted when called from the host: the chunks before the steady
+   * state and the one that captures the graphs; the replays run the
+   * recorded copies without calling the class */
+  g_assert_cmpuint (lb_solo_collectives_get_moved (group), ==,
+      (steady + 1) * per_chunk);
+  g_print ("# solo rank 0 of 2: %d chunks (steady from %d, graphs "
+      "replayed), %" G_GUINT64_FORMAT " bytes stood in per chunk, outputs "
+      "finite\n", n_chunks, steady, per_chunk);
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
 }
 
 /* The RoPE formula path on a device rank (lingbot_dit_rope_chunk(): the
@@ -706,6 +789,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
   g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
+  g_test_add_func ("/dit/device/solo", test_solo);
   g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
   g_test_add_func ("/dit/device/cancel", test_cancel_device);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
