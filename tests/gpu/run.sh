@@ -22,6 +22,8 @@
 #      f) the product at 14B: lingbot-bench direct --engine gst (the
 #         elements) on a dummy 14B, 77 frames, then a 20 s replay, with
 #         the peak device memory
+#      h) one rank of a 4-GPU chunk (lingbot-bench dit --rank-of 4) and
+#         the 4xH100 projection from it
 #      (c, e, g and f run before b so that a slow full chunk cannot
 #      starve them)
 #   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
@@ -472,7 +474,7 @@ else
   done
 fi
 
-limit=$(step_limit 240 5)
+limit=$(step_limit 240 60)
 if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
   note "dit full chunk skipped: no memory estimate"
 elif [ "$need_dev" -gt "$free_dev" ]; then
@@ -487,6 +489,25 @@ else
     --precision bf16
   note "dit full chunk bf16 rc=$? ($(($(date +%s) - start)) s, limit" \
     "$limit s)"
+fi
+
+# h) one rank's share of a 4-GPU chunk (issue 2.4): lingbot-bench dit
+# --rank-of 4 runs what rank 0 of 4 computes (its token band, 10 of the 40
+# heads, its KV cache) on device 0, the exchanges as device copies of the
+# real sizes; it prints the per-rank chunk time, the exchange bytes and
+# their time at 450 GB/s (H100 NVLink 4, nominal), the exposed part and
+# the projected 4-GPU period and fps (docs/performance.md "One rank of an
+# N-GPU chunk").  Host memory as 4b (the weights are drawn whole).
+start=$(date +%s)
+limit=$(step_limit 90 5)
+if [ -n "$mem_ok" ]; then
+  note "rank-of-4 skipped: $mem_ok"
+elif [ "$limit" -lt 40 ]; then
+  note "rank-of-4 skipped: $(left) s left (needs ~40 s)"
+else
+  bench rank-of-4 "$limit" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
+    --precision bf16 --rank-of 4
+  note "rank-of-4 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 fi
 
 # ---- 4d. kernel profile (LINGBOT_GPU_PROFILE=1) ---------------------
@@ -730,6 +751,25 @@ for pstep in ("product-direct", "product-replay"):
               "s, min slack %s s" % ("", dl.get("missed_chunks"),
               dl.get("chunks"), fmt(dl.get("late_seconds_max")),
               fmt(dl.get("slack_seconds_min"))))
+
+r = last("rank-of-4", "rank_of")
+print("\nOne rank of a 4-GPU chunk (lingbot-bench dit --rank-of 4, 14B, "
+      "832x480, bf16, full window; the exchange at nominal NVLink):")
+if r is None:
+    print("  not run or failed (bench-model.log)")
+else:
+    t = r["exchange_terms_s"]
+    print("  rank 0: %d tokens, %d of %d heads, KV cache %.2f GB; chunk %.3f s "
+          "(%s)" % (r["tokens"], r["heads"], r["heads_total"],
+          r["kv_cache_bytes"] / 1e9, r["chunk_s"], r["chunk_s_from"]))
+    print("  exchange per chunk %.2f GB (busier direction), %.1f ms at %g "
+          "GB/s: q %.1f, k %.1f, v %.1f, output %.1f, all-gather %.1f ms"
+          % (r["link_bytes_per_chunk"] / 1e9, 1e3 * r["exchange_s"],
+          r["link_gbps"], 1e3 * t["q"], 1e3 * t["k"], 1e3 * t["v"],
+          1e3 * t["out"], 1e3 * t["all_gather"]))
+    print("  exposed %.1f ms (overlap %s); projected 4-GPU period %.3f s = "
+          "%.1f fps (DiT only; the decode runs beside it, 2.2)" % (
+          1e3 * r["exposed_s"], r["overlap"], r["period_s"], r["fps"]))
 EOF
 rm -rf "$MODELS" "$GST_REGISTRY_1_0"
 # GEMMs of a 14B block: FP32 (cuBLASLt, no TF32) and with bf16 weights
