@@ -9,6 +9,7 @@ LINGBOT_DEPS=(
   gcc meson ninja-build pkg-config python3
   # libraries
   libglib2.0-dev libjson-glib-dev libzip-dev libopenblas-dev
+  libopenblas-openmp-dev   # BLAS and OpenMP in one thread pool (meson.build)
   libjpeg62-turbo-dev
   # prompt tokenizer: libsentencepiece + spm_train (test model), C++ shim
   libsentencepiece-dev sentencepiece g++

@@ -5,9 +5,13 @@
  * keeping per query the running maximum m, the running sum l and an
  * unnormalised accumulator acc[hd] (the FlashAttention recurrence), so the
  * memory per thread is O(query_block * (key_tile + hd)) whatever Nk is.
- * Items are spread over OpenMP threads; the inner products are plain loops
- * marked `omp simd` (no BLAS calls inside the parallel region: the OpenBLAS
- * build is pthreads-threaded and must not be entered from many threads).
+ * Items are spread over OpenMP threads.  Per key tile, the scores
+ * (q . k^T) and the value update (p . v) are register-tiled 4 x 16
+ * products on packed tiles (attention-item.h), compiled for the baseline,
+ * AVX2 and AVX-512 and chosen at run time (lb_cpu_isa()).  Not sgemm:
+ * OpenBLAS's result for a row depends on the rows computed with it (its
+ * blocking and edge kernels), and a rank holding a band of the queries
+ * must get the bits the whole-sequence op gives.
  *
  * bf16 keys and values (a bf16 KV cache): each tile of the item's head is
  * widened exactly into the thread's scratch ([tile][hd] keys, then values)
@@ -19,8 +23,9 @@
 #include "kernels/cpu/cpu-internal.h"
 
 #include <math.h>
+#include <string.h>
 
-#define DEFAULT_QUERY_BLOCK 32
+#define DEFAULT_QUERY_BLOCK 64
 #define DEFAULT_KEY_TILE 128
 
 static int query_block = DEFAULT_QUERY_BLOCK;
@@ -28,7 +33,7 @@ static int key_tile = DEFAULT_KEY_TILE;
 
 /**
  * lb_cpu_attention_set_tiles:
- * @qb: queries per work item, or <= 0 for the default (32)
+ * @qb: queries per work item, or <= 0 for the default (64)
  * @kt: keys per tile, or <= 0 for the default (128)
  *
  * Overrides the tiling of lb_cpu_attention(), so tests can put tile
@@ -56,14 +61,115 @@ lb_cpu_attention_get_tiles (int *qb, int *kt)
     *kt = key_tile;
 }
 
-static inline float
-dot (const float *a, const float *b, int64_t n)
+/* what every work item reads (attention-item.h) */
+typedef struct
 {
-  float acc = 0.0f;
-#pragma omp simd reduction(+:acc)
-  for (int64_t i = 0; i < n; i++)
-    acc += a[i] * b[i];
-  return acc;
+  int64_t nq, nk, hd, hdp, qb, qb4, kt, ktp;
+  float scale;
+  gboolean q16;
+  const float *q, *k, *v, *bias;
+  const uint16_t *kh, *vh;
+  const guint8 *mask;
+  float *out;
+  int64_t qs0, qs1, ks0, ks1, vs0, vs1, os0, os1;
+  /* packed by pack_tile(): per head kpack_head floats of keys (tile by
+   * tile, transposed to [hd][ktp], zero-padded) and vpack_head of values
+   * ([nk][hdp], zero-padded) */
+  float *kpack, *vpack;
+  int64_t kpack_head, vpack_head;
+} AttnArgs;
+
+/* tile t of head h into the shared packs (bf16 widened exactly) */
+static void
+pack_tile (const AttnArgs * a, int64_t h, int64_t t)
+{
+  const int64_t hd = a->hd, hdp = a->hdp, ktp = a->ktp;
+  const int64_t j0 = t * a->kt, nj = MIN (a->kt, a->nk - j0);
+  float *ktr = a->kpack + h * a->kpack_head + t * hd * ktp;
+  float *vp = a->vpack + h * a->vpack_head + j0 * hdp;
+  for (int64_t jj = 0; jj < nj; jj++) {
+    const int64_t kr = (j0 + jj) * a->ks0 + h * a->ks1;
+    const int64_t vr = (j0 + jj) * a->vs0 + h * a->vs1;
+    float *vw = vp + jj * hdp;
+    if (a->kh) {
+      for (int64_t e = 0; e < hd; e++) {
+        ktr[e * ktp + jj] = lb_bf16_to_f32 (a->kh[kr + e]);
+        vw[e] = lb_bf16_to_f32 (a->vh[vr + e]);
+      }
+    } else {
+      for (int64_t e = 0; e < hd; e++)
+        ktr[e * ktp + jj] = a->k[kr + e];
+      memcpy (vw, a->v + vr, sizeof (float) * (gsize) hd);
+    }
+    for (int64_t e = hd; e < hdp; e++)
+      vw[e] = 0.0f;
+  }
+  for (int64_t e = 0; e < hd; e++)
+    for (int64_t jj = nj; jj < ktp; jj++)
+      ktr[e * ktp + jj] = 0.0f;
+}
+
+typedef void (*AttnItemFunc) (const AttnArgs * a, int64_t h, int64_t b,
+    float *buf);
+
+/* 4 and 8 floats; the u types at any float's alignment, for the loads
+ * and stores */
+typedef float v4f __attribute__ ((vector_size (16)));
+typedef float v4u __attribute__ ((vector_size (16), aligned (4)));
+typedef float v8f __attribute__ ((vector_size (32)));
+typedef float v8u __attribute__ ((vector_size (32), aligned (4)));
+
+#define VF v4f
+#define VW 4
+#define LDV(p) ((v4f) * (const v4u *) (p))
+#define STV(p, x) (*(v4u *) (p) = (x))
+#define ITEM_NAME item_baseline
+#define ITEM_EXP exp_baseline
+#define ITEM_TARGET
+#include "kernels/cpu/attention-item.h"
+#undef ITEM_NAME
+#undef ITEM_EXP
+#undef ITEM_TARGET
+#undef VF
+#undef VW
+#undef LDV
+#undef STV
+#if LB_CPU_HAVE_X86_ISAS
+#define VF v8f
+#define VW 8
+#define LDV(p) ((v8f) * (const v8u *) (p))
+#define STV(p, x) (*(v8u *) (p) = (x))
+#define ITEM_NAME item_avx2
+#define ITEM_EXP exp_avx2
+#define ITEM_TARGET LB_CPU_TARGET_AVX2
+#include "kernels/cpu/attention-item.h"
+#undef ITEM_NAME
+#undef ITEM_EXP
+#undef ITEM_TARGET
+#define ITEM_NAME item_avx512
+#define ITEM_EXP exp_avx512
+#define ITEM_TARGET LB_CPU_TARGET_AVX512
+#include "kernels/cpu/attention-item.h"
+#undef ITEM_NAME
+#undef ITEM_EXP
+#undef ITEM_TARGET
+#undef VF
+#undef VW
+#undef LDV
+#undef STV
+#endif
+
+static AttnItemFunc
+item_for_isa (LbCpuIsa isa)
+{
+#if LB_CPU_HAVE_X86_ISAS
+  if (isa >= LB_CPU_ISA_AVX512)
+    return item_avx512;
+  if (isa >= LB_CPU_ISA_AVX2)
+    return item_avx2;
+#endif
+  (void) isa;
+  return item_baseline;
 }
 
 /**
@@ -105,128 +211,62 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   if (nq == 0 || nh == 0 || hd == 0)
     return TRUE;
 
-  const int64_t qb = query_block, kt = key_tile;
-  const int64_t nqb = (nq + qb - 1) / qb;
   const gboolean kv16 = k->dtype == LB_DTYPE_BF16;
-  const float *qd = q->data, *kd = kv16 ? NULL : k->data;
-  const float *vd = kv16 ? NULL : v->data;
-  const uint16_t *kh = kv16 ? k->data : NULL, *vh = kv16 ? v->data : NULL;
-  const float *bd = bias ? bias->data : NULL;
-  const guint8 *md = key_mask ? key_mask->data : NULL;
-  float *od = out->data;
-  const int64_t qs0 = q->stride[0], qs1 = q->stride[1];
-  const int64_t ks0 = k->stride[0], ks1 = k->stride[1];
-  const int64_t vs0 = v->stride[0], vs1 = v->stride[1];
-  const int64_t os0 = out->stride[0], os1 = out->stride[1];
-  const gboolean par = nh * nqb > 1 && nq * nk * hd >= 65536;
+  AttnArgs a = { 0 };
+  a.nq = nq;
+  a.nk = nk;
+  a.hd = hd;
+  a.hdp = (hd + 15) & ~(int64_t) 15;
+  a.qb = query_block;
+  a.qb4 = (a.qb + 3) & ~(int64_t) 3;
+  a.kt = key_tile;
+  a.ktp = (a.kt + 15) & ~(int64_t) 15;
+  a.scale = scale;
+  a.q = q->data;
+  a.k = kv16 ? NULL : k->data;
+  a.v = kv16 ? NULL : v->data;
+  a.kh = kv16 ? k->data : NULL;
+  a.vh = kv16 ? v->data : NULL;
+  a.bias = bias ? bias->data : NULL;
+  a.mask = key_mask ? key_mask->data : NULL;
+  a.out = out->data;
+  a.qs0 = q->stride[0];
+  a.qs1 = q->stride[1];
+  a.ks0 = k->stride[0];
+  a.ks1 = k->stride[1];
+  a.vs0 = v->stride[0];
+  a.vs1 = v->stride[1];
+  a.os0 = out->stride[0];
+  a.os1 = out->stride[1];
   /* kernels/ops.h: the served precision rounds q to bf16 */
-  const gboolean q16 = s->math == LB_MATH_BF16 && (hd == 64 || hd == 128);
+  a.q16 = s->math == LB_MATH_BF16 && (hd == 64 || hd == 128);
+
+  const int64_t nqb = (nq + a.qb - 1) / a.qb;
+  const int64_t ntiles = (nk + a.kt - 1) / a.kt;
+  const gsize scratch = (gsize) (a.qb4 * hd + a.qb4 * a.hdp + 2 * a.qb4 +
+      a.qb4 * a.ktp);
+  const AttnItemFunc item = item_for_isa (lb_cpu_isa ());
+  const gboolean par = nh * nqb > 1 && nq * nk * hd >= 65536;
+
+  /* every head's keys and values packed once, shared by its query blocks
+   * (the caller's second scratch slot: it joins the team below) */
+  a.kpack_head = ntiles * hd * a.ktp;
+  a.vpack_head = ntiles * a.kt * a.hdp;
+  a.kpack = lb_cpu_scratch_slot (1, (gsize) (nh * (a.kpack_head +
+              a.vpack_head)));
+  a.vpack = a.kpack + nh * a.kpack_head;
 
 #pragma omp parallel if (par)
   {
-    /* acc [qb][hd], m [qb], l [qb], scores [qb][kt]; with bf16 k/v the
-     * widened tile, keys [kt][hd] then values [kt][hd] */
-    float *buf = lb_cpu_scratch (qb * hd + 2 * qb + qb * kt +
-        (kv16 ? 2 * kt * hd : 0) + (q16 ? qb * hd : 0));
-    float *acc = buf, *mrow = acc + qb * hd, *lrow = mrow + qb;
-    float *sc = lrow + qb;
-    float *kwide = sc + qb * kt, *vwide = kwide + kt * hd;
-    /* the block's q rows rounded to bf16, [qb][hd] */
-    float *qround = sc + qb * kt + (kv16 ? 2 * kt * hd : 0);
-
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t t = 0; t < ntiles; t++)
+        pack_tile (&a, h, t);
+    float *buf = lb_cpu_scratch (scratch);
 #pragma omp for collapse(2) schedule(dynamic)
-    for (int64_t h = 0; h < nh; h++) {
-      for (int64_t b = 0; b < nqb; b++) {
-        const int64_t i0 = b * qb, ni = MIN (qb, nq - i0);
-        for (int64_t i = 0; i < ni; i++) {
-          mrow[i] = -INFINITY;
-          lrow[i] = 0.0f;
-        }
-        for (int64_t e = 0; e < ni * hd; e++)
-          acc[e] = 0.0f;
-        for (int64_t i = 0; q16 && i < ni; i++) {
-          const float *qr = qd + (i0 + i) * qs0 + h * qs1;
-          for (int64_t e = 0; e < hd; e++)
-            qround[i * hd + e] = lb_bf16_to_f32 (lb_f32_to_bf16 (qr[e]));
-        }
-
-        for (int64_t j0 = 0; j0 < nk; j0 += kt) {
-          const int64_t nj = MIN (kt, nk - j0);
-          /* key jj of the tile is kt0 + jj * kst (values: vt0, vst) */
-          const float *kt0, *vt0;
-          int64_t kst, vst;
-          if (kv16) {
-            for (int64_t jj = 0; jj < nj; jj++) {
-              const uint16_t *kr = kh + (j0 + jj) * ks0 + h * ks1;
-              const uint16_t *vr = vh + (j0 + jj) * vs0 + h * vs1;
-              float *kw = kwide + jj * hd, *vw = vwide + jj * hd;
-              for (int64_t e = 0; e < hd; e++) {
-                kw[e] = lb_bf16_to_f32 (kr[e]);
-                vw[e] = lb_bf16_to_f32 (vr[e]);
-              }
-            }
-            kt0 = kwide;
-            vt0 = vwide;
-            kst = vst = hd;
-          } else {
-            kt0 = kd + j0 * ks0 + h * ks1;
-            vt0 = vd + j0 * vs0 + h * vs1;
-            kst = ks0;
-            vst = vs0;
-          }
-          for (int64_t i = 0; i < ni; i++) {
-            const float *qi = q16 ? qround + i * hd :
-                qd + (i0 + i) * qs0 + h * qs1;
-            const float *brow = bd ? bd + (h * nq + i0 + i) * nk + j0 : NULL;
-            float *si = sc + i * kt;
-            float mt = -INFINITY;
-            for (int64_t jj = 0; jj < nj; jj++) {
-              float x;
-              if (md && !md[j0 + jj]) {
-                x = -INFINITY;
-              } else {
-                x = dot (qi, kt0 + jj * kst, hd) * scale;
-                if (brow)
-                  x += brow[jj];
-              }
-              si[jj] = x;
-              mt = MAX (mt, x);
-            }
-            if (mt == -INFINITY)
-              continue;         /* every key of this tile hidden */
-            float mnew = MAX (mrow[i], mt);
-            float corr = expf (mrow[i] - mnew);   /* 0 on the first tile */
-            float *ai = acc + i * hd;
-            if (corr != 1.0f) {
-              lrow[i] *= corr;
-              for (int64_t e = 0; e < hd; e++)
-                ai[e] *= corr;
-            }
-            float l = 0.0f;
-            for (int64_t jj = 0; jj < nj; jj++) {
-              float p = expf (si[jj] - mnew);
-              if (p == 0.0f)
-                continue;
-              l += p;
-              const float *vj = vt0 + jj * vst;
-#pragma omp simd
-              for (int64_t e = 0; e < hd; e++)
-                ai[e] += p * vj[e];
-            }
-            lrow[i] += l;
-            mrow[i] = mnew;
-          }
-        }
-
-        for (int64_t i = 0; i < ni; i++) {
-          float *oi = od + (i0 + i) * os0 + h * os1;
-          const float *ai = acc + i * hd;
-          float inv = lrow[i] == 0.0f ? 0.0f : 1.0f / lrow[i];
-          for (int64_t e = 0; e < hd; e++)
-            oi[e] = ai[e] * inv;
-        }
-      }
-    }
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t b = 0; b < nqb; b++)
+        item (&a, h, b, buf);
   }
   return TRUE;
 }

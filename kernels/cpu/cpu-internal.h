@@ -18,9 +18,44 @@ G_BEGIN_DECLS
 /* Where every tensor of a CPU op lives (lb_check_devices()). */
 #define LB_CPU_DEVICE LB_DEVICE_HOST
 
+/* ---- instruction set (isa.c) ---- */
+
+/**
+ * LbCpuIsa:
+ * @LB_CPU_ISA_BASELINE: the architecture's baseline (x86-64: SSE2)
+ * @LB_CPU_ISA_AVX2: x86-64-v3 (AVX2, FMA)
+ * @LB_CPU_ISA_AVX512: x86-64-v4 (AVX-512 F, CD, BW, DQ, VL)
+ *
+ * The variants of the hot CPU kernels, chosen at run time (lb_cpu_isa()).
+ */
+typedef enum
+{
+  LB_CPU_ISA_BASELINE,
+  LB_CPU_ISA_AVX2,
+  LB_CPU_ISA_AVX512,
+} LbCpuIsa;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LB_CPU_HAVE_X86_ISAS 1
+#define LB_CPU_TARGET_AVX2 __attribute__ ((target ("arch=x86-64-v3")))
+#define LB_CPU_TARGET_AVX512 __attribute__ ((target ("arch=x86-64-v4")))
+#else
+#define LB_CPU_HAVE_X86_ISAS 0
+#endif
+
+LbCpuIsa lb_cpu_isa (void);
+LbCpuIsa lb_cpu_isa_best (void);
+gboolean lb_cpu_isa_set (LbCpuIsa isa);
+gboolean lb_cpu_isa_parse (const char *name, LbCpuIsa * isa);
+const char *lb_cpu_isa_name (LbCpuIsa isa);
+const char *lb_cpu_blas_threading (void);
+const char *lb_cpu_blas_expected (void);
+
 /* ---- scratch (cpu-util.c) ---- */
 
+#define LB_CPU_SCRATCH_SLOTS 2
 float *lb_cpu_scratch (gsize n_floats);
+float *lb_cpu_scratch_slot (int slot, gsize n_floats);
 
 /* ---- attention tiling, for tests (attention.c) ---- */
 

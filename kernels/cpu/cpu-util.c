@@ -7,8 +7,8 @@
 
 typedef struct
 {
-  float *data;
-  gsize n;
+  float *data[LB_CPU_SCRATCH_SLOTS];
+  gsize n[LB_CPU_SCRATCH_SLOTS];
 } Scratch;
 
 static void
@@ -16,7 +16,8 @@ scratch_free (gpointer p)
 {
   Scratch *sc = p;
   if (sc) {
-    g_aligned_free (sc->data);
+    for (int i = 0; i < LB_CPU_SCRATCH_SLOTS; i++)
+      g_aligned_free (sc->data[i]);
     g_free (sc);
   }
 }
@@ -39,16 +40,34 @@ static GPrivate scratch_key = G_PRIVATE_INIT (scratch_free);
 float *
 lb_cpu_scratch (gsize n_floats)
 {
+  return lb_cpu_scratch_slot (0, n_floats);
+}
+
+/**
+ * lb_cpu_scratch_slot:
+ * @slot: 0 .. %LB_CPU_SCRATCH_SLOTS - 1 (0 is lb_cpu_scratch()'s)
+ * @n_floats: floats needed
+ *
+ * lb_cpu_scratch() with a buffer of its own per slot, for an op that needs
+ * one buffer shared by its OpenMP team (taken on the calling thread,
+ * slot 1) beside every thread's own (slot 0).
+ *
+ * Returns: (transfer none): at least @n_floats floats, 64-byte aligned.
+ */
+float *
+lb_cpu_scratch_slot (int slot, gsize n_floats)
+{
+  g_return_val_if_fail (slot >= 0 && slot < LB_CPU_SCRATCH_SLOTS, NULL);
   Scratch *sc = g_private_get (&scratch_key);
   if (sc == NULL) {
     sc = g_new0 (Scratch, 1);
     g_private_set (&scratch_key, sc);
   }
-  if (sc->n < n_floats || sc->data == NULL) {
-    gsize n = MAX (n_floats, MAX (sc->n + sc->n / 2, 1024));
-    g_aligned_free (sc->data);
-    sc->data = g_aligned_alloc (n, sizeof (float), 64);
-    sc->n = n;
+  if (sc->n[slot] < n_floats || sc->data[slot] == NULL) {
+    gsize n = MAX (n_floats, MAX (sc->n[slot] + sc->n[slot] / 2, 1024));
+    g_aligned_free (sc->data[slot]);
+    sc->data[slot] = g_aligned_alloc (n, sizeof (float), 64);
+    sc->n[slot] = n;
   }
-  return sc->data;
+  return sc->data[slot];
 }

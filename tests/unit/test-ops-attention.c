@@ -261,15 +261,124 @@ test_bf16_stream_rounds_q (void)
   s16->backend->stream_free (s16);
 }
 
+/* A query's output does not depend on the queries computed with it: a
+ * band of the queries (what a rank holds of a cross-attention) gets the
+ * bits of the whole op, for bands that start anywhere in a block. */
+static void
+test_row_independent (void)
+{
+  const int64_t nq = 77, nk = 300, nh = 2, hd = 64;
+  int64_t qs[3] = { nq, nh, hd }, ks[3] = { nk, nh, hd };
+  g_autoptr (LbTensor) q = rand_tensor (3, qs, -1, 1);
+  g_autoptr (LbTensor) k = rand_tensor (3, ks, -1, 1);
+  g_autoptr (LbTensor) v = rand_tensor (3, ks, -1, 1);
+  g_autoptr (LbTensor) whole = poisoned (3, qs);
+  assert_op_ok (lb_cpu_attention (test_stream (), q, k, v, NULL, NULL, 0.125f,
+          whole, error));
+  const int64_t starts[] = { 1, 5, 31, 32, 40, 76 };
+  for (guint i = 0; i < G_N_ELEMENTS (starts); i++) {
+    const int64_t r0 = starts[i], n = nq - r0;
+    LbTensor qband;
+    lb_tensor_view_narrow (&qband, q, 0, r0, n);
+    int64_t bs[3] = { n, nh, hd };
+    g_autoptr (LbTensor) band = poisoned (3, bs);
+    assert_op_ok (lb_cpu_attention (test_stream (), &qband, k, v, NULL, NULL,
+            0.125f, band, error));
+    g_assert_cmpmem (band->data, lb_tensor_nbytes (band),
+        (float *) whole->data + r0 * nh * hd, lb_tensor_nbytes (band));
+  }
+}
+
+/* every variant the CPU has, against the baseline: within the op's
+ * tolerance (FMA contraction differs), on a DiT-like case */
+static void
+test_isas_agree (void)
+{
+  const LbCpuIsa keep = lb_cpu_isa ();
+  const int64_t nq = 70, nk = 260, nh = 3, hd = 128;
+  int64_t qs[3] = { nq, nh, hd }, ks[3] = { nk, nh, hd };
+  g_autoptr (LbTensor) q = rand_tensor (3, qs, -1, 1);
+  g_autoptr (LbTensor) k = rand_tensor (3, ks, -1, 1);
+  g_autoptr (LbTensor) v = rand_tensor (3, ks, -1, 1);
+  g_autoptr (LbTensor) base = poisoned (3, qs);
+  g_assert_true (lb_cpu_isa_set (LB_CPU_ISA_BASELINE));
+  assert_op_ok (lb_cpu_attention (test_stream (), q, k, v, NULL, NULL,
+          1.0f / sqrtf (128.0f), base, error));
+  double *ref = g_new (double, nq * nh * hd);
+  for (int64_t i = 0; i < nq * nh * hd; i++)
+    ref[i] = ((float *) base->data)[i];
+  for (int isa = LB_CPU_ISA_AVX2; isa <= (int) lb_cpu_isa_best (); isa++) {
+    g_autoptr (LbTensor) o = poisoned (3, qs);
+    g_assert_true (lb_cpu_isa_set ((LbCpuIsa) isa));
+    assert_op_ok (lb_cpu_attention (test_stream (), q, k, v, NULL, NULL,
+            1.0f / sqrtf (128.0f), o, error));
+    g_autofree char *what = g_strdup_printf ("attention %s vs baseline",
+        lb_cpu_isa_name ((LbCpuIsa) isa));
+    assert_close (what, o, ref, TOL_ATTN);
+    g_test_message ("%s: checked", what);
+  }
+  g_free (ref);
+  g_assert_true (lb_cpu_isa_set (keep));
+}
+
+/* the OpenBLAS the loader picked is the build meson linked: its OpenMP
+ * build (one thread pool), not the system's default alternative */
+static void
+test_blas_threading (void)
+{
+  const char *want = lb_cpu_blas_expected ();
+  g_test_message ("OpenBLAS threading: %s", lb_cpu_blas_threading ());
+  if (want == NULL) {
+    g_test_skip ("this build did not find OpenBLAS's OpenMP build");
+    return;
+  }
+  g_assert_cmpstr (lb_cpu_blas_threading (), ==, want);
+}
+
+typedef struct
+{
+  LbCpuIsa isa;
+  GTestFunc func;
+} IsaCase;
+
+static void
+run_on_isa (gconstpointer data)
+{
+  const IsaCase *c = data;
+  const LbCpuIsa keep = lb_cpu_isa ();
+  g_assert_true (lb_cpu_isa_set (c->isa));
+  c->func ();
+  g_assert_true (lb_cpu_isa_set (keep));
+}
+
 int
 main (int argc, char **argv)
 {
+  static const struct
+  {
+    const char *name;
+    GTestFunc func;
+  } tests[] = {
+    {"tile-boundaries", test_tile_boundaries},
+    {"default-tiles", test_default_tiles},
+    {"large-logits", test_large_logits},
+    {"masks", test_masks},
+    {"bf16-stream-rounds-q", test_bf16_stream_rounds_q},
+    {"row-independent", test_row_independent},
+  };
   g_test_init (&argc, &argv, NULL);
-  g_test_add_func ("/ops/attention/tile-boundaries", test_tile_boundaries);
-  g_test_add_func ("/ops/attention/default-tiles", test_default_tiles);
-  g_test_add_func ("/ops/attention/large-logits", test_large_logits);
-  g_test_add_func ("/ops/attention/masks", test_masks);
-  g_test_add_func ("/ops/attention/bf16-stream-rounds-q",
-      test_bf16_stream_rounds_q);
+  /* every case on every variant this CPU has (baseline, avx2, avx512) */
+  for (int isa = 0; isa <= (int) lb_cpu_isa_best (); isa++) {
+    for (guint i = 0; i < G_N_ELEMENTS (tests); i++) {
+      IsaCase *c = g_new (IsaCase, 1);
+      c->isa = (LbCpuIsa) isa;
+      c->func = tests[i].func;
+      g_autofree char *path = g_strdup_printf ("/ops/attention/%s/%s",
+          lb_cpu_isa_name (c->isa), tests[i].name);
+      g_test_add_data_func_full (path, c, run_on_isa, g_free);
+    }
+  }
+  g_test_add_func ("/ops/attention/isas-agree", test_isas_agree);
+  g_test_add_func ("/ops/attention/blas-threading", test_blas_threading);
   return g_test_run ();
 }

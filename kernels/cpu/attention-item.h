@@ -1,0 +1,215 @@
+/* lingbot-gst: one attention work item, compiled once per ISA
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Included by attention.c with ITEM_NAME (the function's name), ITEM_EXP
+ * (its vector exp's), ITEM_TARGET (a target attribute, or nothing for the
+ * baseline), VF (the vector type: 4 floats on the baseline, 8 with AVX)
+ * and VW (its lanes).  A register tile is 4 queries x 2 VW keys (scores)
+ * or 4 queries x 2 VW output features (p . v).  The
+ * arithmetic is the same for every ISA; only the instructions differ (AVX2
+ * and AVX-512 contract a * b + c into FMAs), so results agree within the
+ * op's tolerance across ISAs and bit for bit within one.
+ *
+ * Every element goes through the same full register tile whatever its
+ * position: a query row is padded to a multiple of 4 rows, a key tile to a
+ * multiple of 16 columns and the head dimension to a multiple of 16, with
+ * zeros, so no element is ever computed by a tail loop.  An element's score
+ * is the sum over the head dimension in order, its output the running sum
+ * over the keys in order, so a query's result does not depend on which
+ * other queries share its block (a rank holding a band of the queries
+ * gets the bits of the whole-sequence op).
+ */
+
+/* e^x for x <= 0 (the softmax's x - max), lane by lane: 2^n e^r with
+ * n = round (x log2 e), r = x - n ln 2 in two parts (Cody and Waite), e^r
+ * by Cephes' degree-6 polynomial (about 2 ulp); 0 below -87.3, where e^x
+ * is no longer a normal float (and for -inf, a hidden key). */
+ITEM_TARGET static inline VF
+ITEM_EXP (VF x)
+{
+  typedef int vi __attribute__ ((vector_size (sizeof (VF))));
+  const VF zero = { 0 }, lo = zero - 87.3f;
+  const vi live = (vi) (x >= lo);
+  x = (VF) (((vi) x & live) | ((vi) lo & ~live));
+  const vi ni = -__builtin_convertvector (0.5f - x * 1.44269504f, vi);
+  const VF n = __builtin_convertvector (ni, VF);
+  const VF r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  VF p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const vi scale = (ni + 127) << 23;
+  return (VF) ((vi) (p * (VF) scale) & live);
+}
+
+ITEM_TARGET static void
+ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
+{
+  /* the head's keys, tile t transposed at [t][hd][ktp], and its values
+   * [nk][hdp], packed by attention.c */
+  const float *kpack = a->kpack + h * a->kpack_head;
+  const float *vpack = a->vpack + h * a->vpack_head;
+  const int64_t hd = a->hd, hdp = a->hdp, ktp = a->ktp, kt = a->kt;
+  const int64_t i0 = b * a->qb, ni = MIN (a->qb, a->nq - i0);
+  const int64_t ni4 = (ni + 3) & ~(int64_t) 3;
+  float *qp = buf;                      /* [qb4][hd] */
+  float *acc = qp + a->qb4 * hd;        /* [qb4][hdp] */
+  float *mrow = acc + a->qb4 * hdp;     /* [qb4] */
+  float *lrow = mrow + a->qb4;          /* [qb4] */
+  float *sc = lrow + a->qb4;            /* [qb4][ktp] */
+
+  for (int64_t i = 0; i < ni4; i++) {
+    mrow[i] = -INFINITY;
+    lrow[i] = 0.0f;
+  }
+  memset (acc, 0, sizeof (float) * (gsize) (ni4 * hdp));
+  for (int64_t i = 0; i < ni4; i++) {
+    float *qr = qp + i * hd;
+    if (i >= ni) {
+      memset (qr, 0, sizeof (float) * (gsize) hd);
+      continue;
+    }
+    const float *src = a->q + (i0 + i) * a->qs0 + h * a->qs1;
+    if (a->q16) {
+      for (int64_t e = 0; e < hd; e++)
+        qr[e] = lb_bf16_to_f32 (lb_f32_to_bf16 (src[e]));
+    } else {
+      memcpy (qr, src, sizeof (float) * (gsize) hd);
+    }
+  }
+
+  for (int64_t j0 = 0; j0 < a->nk; j0 += kt) {
+    const int64_t nj = MIN (kt, a->nk - j0);
+    const int64_t njp = (nj + 15) & ~(int64_t) 15;
+
+    const float *ktr = kpack + (j0 / kt) * hd * ktp;
+    const float *vp = vpack + j0 * hdp;
+
+    /* scores [ni4][njp] = scale * q . k^T in 4 x 2 VW register tiles */
+    for (int64_t r = 0; r < ni4; r += 4) {
+      const float *q0 = qp + r * hd, *q1 = q0 + hd, *q2 = q1 + hd,
+          *q3 = q2 + hd;
+      for (int64_t c = 0; c < njp; c += 2 * VW) {
+        VF s0l = { 0 }, s0h = { 0 }, s1l = { 0 }, s1h = { 0 };
+        VF s2l = { 0 }, s2h = { 0 }, s3l = { 0 }, s3h = { 0 };
+        const float *kc = ktr + c;
+        for (int64_t e = 0; e < hd; e++) {
+          const VF kl = LDV (kc + e * ktp), kh8 = LDV (kc + e * ktp + VW);
+          s0l += q0[e] * kl;
+          s0h += q0[e] * kh8;
+          s1l += q1[e] * kl;
+          s1h += q1[e] * kh8;
+          s2l += q2[e] * kl;
+          s2h += q2[e] * kh8;
+          s3l += q3[e] * kl;
+          s3h += q3[e] * kh8;
+        }
+        float *sr = sc + r * ktp + c;
+        STV (sr, s0l * a->scale);
+        STV (sr + VW, s0h * a->scale);
+        STV (sr + ktp, s1l * a->scale);
+        STV (sr + ktp + VW, s1h * a->scale);
+        STV (sr + 2 * ktp, s2l * a->scale);
+        STV (sr + 2 * ktp + VW, s2h * a->scale);
+        STV (sr + 3 * ktp, s3l * a->scale);
+        STV (sr + 3 * ktp + VW, s3h * a->scale);
+      }
+    }
+
+    /* the online softmax per query: scores become probabilities (0 for a
+     * hidden key and for the padding rows) */
+    gboolean any = FALSE;
+    for (int64_t i = 0; i < ni4; i++) {
+      float *si = sc + i * ktp;
+      if (i >= ni) {
+        memset (si, 0, sizeof (float) * (gsize) nj);
+        continue;
+      }
+      const float *brow = a->bias ?
+          a->bias + (h * a->nq + i0 + i) * a->nk + j0 : NULL;
+      float mt = -INFINITY;
+      for (int64_t jj = 0; jj < nj; jj++) {
+        float x = si[jj];
+        if (a->mask && !a->mask[j0 + jj])
+          x = -INFINITY;
+        else if (brow)
+          x += brow[jj];
+        si[jj] = x;
+        mt = MAX (mt, x);
+      }
+      if (mt == -INFINITY) {
+        /* every key of this tile hidden for this query */
+        memset (si, 0, sizeof (float) * (gsize) nj);
+        continue;
+      }
+      const float mnew = MAX (mrow[i], mt);
+      const float corr = expf (mrow[i] - mnew);   /* 0 on the first tile */
+      if (corr != 1.0f) {
+        float *ai = acc + i * hdp;
+        lrow[i] *= corr;
+        for (int64_t e = 0; e < hdp; e++)
+          ai[e] *= corr;
+      }
+      /* the padding columns (nj .. njp) are -inf: e^x 0 */
+      for (int64_t jj = nj; jj < njp; jj++)
+        si[jj] = -INFINITY;
+      VF lv = { 0 };
+      for (int64_t jj = 0; jj < njp; jj += VW) {
+        const VF p = ITEM_EXP (LDV (si + jj) - mnew);
+        STV (si + jj, p);
+        lv += p;
+      }
+      float l = 0.0f;
+      for (int u = 0; u < VW; u++)
+        l += lv[u];
+      lrow[i] += l;
+      mrow[i] = mnew;
+      any = TRUE;
+    }
+    if (!any)
+      continue;
+
+    /* acc [ni4][hdp] += p . v in 4 x 2 VW register tiles, keys in order */
+    for (int64_t r = 0; r < ni4; r += 4) {
+      const float *p0 = sc + r * ktp, *p1 = p0 + ktp, *p2 = p1 + ktp,
+          *p3 = p2 + ktp;
+      for (int64_t e0 = 0; e0 < hdp; e0 += 2 * VW) {
+        float *ar = acc + r * hdp + e0;
+        VF o0l = LDV (ar), o0h = LDV (ar + VW);
+        VF o1l = LDV (ar + hdp), o1h = LDV (ar + hdp + VW);
+        VF o2l = LDV (ar + 2 * hdp), o2h = LDV (ar + 2 * hdp + VW);
+        VF o3l = LDV (ar + 3 * hdp), o3h = LDV (ar + 3 * hdp + VW);
+        const float *vc = vp + e0;
+        for (int64_t jj = 0; jj < nj; jj++) {
+          const VF vl = LDV (vc + jj * hdp), vh8 = LDV (vc + jj * hdp + VW);
+          o0l += p0[jj] * vl;
+          o0h += p0[jj] * vh8;
+          o1l += p1[jj] * vl;
+          o1h += p1[jj] * vh8;
+          o2l += p2[jj] * vl;
+          o2h += p2[jj] * vh8;
+          o3l += p3[jj] * vl;
+          o3h += p3[jj] * vh8;
+        }
+        STV (ar, o0l);
+        STV (ar + VW, o0h);
+        STV (ar + hdp, o1l);
+        STV (ar + hdp + VW, o1h);
+        STV (ar + 2 * hdp, o2l);
+        STV (ar + 2 * hdp + VW, o2h);
+        STV (ar + 3 * hdp, o3l);
+        STV (ar + 3 * hdp + VW, o3h);
+      }
+    }
+  }
+
+  for (int64_t i = 0; i < ni; i++) {
+    float *oi = a->out + (i0 + i) * a->os0 + h * a->os1;
+    const float *ai = acc + i * hdp;
+    const float inv = lrow[i] == 0.0f ? 0.0f : 1.0f / lrow[i];
+    for (int64_t e = 0; e < hd; e++)
+      oi[e] = ai[e] * inv;
+  }
+}
