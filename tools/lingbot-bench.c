@@ -16,6 +16,7 @@
 #include "tools/bench-dit.h"
 #include "tools/bench-vae.h"
 #include "tools/bench-direct.h"
+#include "tools/bench-ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,8 @@ static const struct
   const char *help;
 } commands[] = {
   {"gemm", bench_gemm, "matrix multiply rate of a backend (GFLOP/s)"},
+  {"ops", lingbot_bench_ops,
+      "the CPU kernels (attention, conv, norms) next to sgemm, per ISA"},
   {"comm", lingbot_bench_comm_main,
       "collectives and channel GB/s on CPU ranks vs memcpy"},
   {"dit", lingbot_bench_dit_main,
