@@ -635,7 +635,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
         "DiT checkpoint (directory or file); default: random weights", "DIR"},
     {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset,
-        "Random model shape: tiny (default), 1.3b, 14b", "P"},
+        "Random model shape: tiny (default), demo, 1.3b, 14b", "P"},
     {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "Override width", "N"},
     {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Override layers", "N"},
     {"heads", 0, 0, G_OPTION_ARG_INT, &heads, "Override heads", "N"},
