@@ -8,6 +8,7 @@
  */
 #include "comm/comm-private.h"
 
+#include <omp.h>
 #include <string.h>
 
 enum {
@@ -45,6 +46,7 @@ struct _LbWorkerGroup
   char *name;
   LbBackend *backend;
   int n;
+  int cpu_threads;              /* OpenMP threads shared by the CPU ranks */
   RankPriv *ranks;
 
   GMutex lock;
@@ -129,6 +131,14 @@ rank_thread (gpointer data)
   LbWorkerGroup *g = r->pub.group;
   GError *err = NULL;
 
+  /* Ranks share the process's cores: each rank thread's OpenMP team (the
+   * CPU kernels' loops and, with OpenBLAS's OpenMP build, their GEMMs; a
+   * device rank's host-side loops) gets an equal share of the team the
+   * process would have, at least one thread.  Fixed per group size (not
+   * by what else runs, nor by the backend, so the emulated device's CPU
+   * kernels run as a CPU rank's), so a rank's results do not depend on
+   * other groups. */
+  omp_set_num_threads (MAX (1, g->cpu_threads / g->n));
   r->pub.stream = g->backend->stream_new (g->backend, r->pub.device, &err);
 
   g_mutex_lock (&g->lock);
@@ -288,6 +298,9 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
   g->notifies = g_array_new (FALSE, FALSE, sizeof (AbortNotify));
   g->ranks = g_new0 (RankPriv, n_ranks);
 
+  /* the OpenMP team the creating thread would start (OMP_NUM_THREADS, or
+   * one per core), shared out among CPU ranks in rank_thread() */
+  g->cpu_threads = omp_get_max_threads ();
   g->klass = options->collectives;
   if (g->klass == NULL)
     g->klass = lb_collectives_lookup (backend->device_type);
