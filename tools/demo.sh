@@ -59,19 +59,55 @@ echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}," \
   "precision ${PRECISION:-fp32}"
 export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
 t0=$(date +%s.%N)
+total=${FRAMES:-77}
+# progress as it happens: each decoded chunk (lingbotvaedec's
+# lingbot-decode message) with the frames so far, the rate and an ETA;
+# gst-launch-1.0's whole output goes to gst-launch.log
+progress() {
+  local done=0 line idx n now el
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >>"$out/gst-launch.log"
+    case $line in
+      *"lingbot-decode, index=(guint64)"*)
+        idx=${line#*index=(guint64)}; idx=${idx%%,*}
+        n=${line#*frames=(int)}; n=${n%%,*}
+        done=$((done + n))
+        now=$(date +%s.%N)
+        el=$(echo "$now - $t0" | bc)
+        if [ "$total" -gt 0 ]; then
+          printf '   chunk %s: %d/%d frames, %.1f s, %.2f fps, ETA %.0f s\n' \
+            "$idx" "$done" "$total" "$el" "$(echo "$done / $el" | bc -l)" \
+            "$(echo "$el * ($total - $done) / $done" | bc -l)"
+        else
+          printf '   chunk %s: %d frames, %.1f s, %.2f fps\n' "$idx" "$done" \
+            "$el" "$(echo "$done / $el" | bc -l)"
+        fi ;;
+    esac
+  done
+}
+: >"$out/gst-launch.log"
+set +e
 gst-launch-1.0 -e -m \
   lingbotcontrolsrc location="$trace" ! \
   lingbotgen model-path="$model" image-location="$image" \
     prompt="${PROMPT:-a green meadow under a wide sky, walking forward}" \
     devices="${DEVICES:-cpu:2}" precision="${PRECISION:-fp32}" \
-    frames="${FRAMES:-77}" seed=7 \
+    frames="$total" seed=7 \
     width="${WIDTH:-416}" height="${HEIGHT:-240}" ! \
   lingbotvaedec ! videoconvert ! \
   x264enc tune=zerolatency speed-preset=ultrafast ! h264parse ! \
-  mp4mux ! filesink location="$out/demo.mp4" > "$out/gst-launch.log" 2>&1 || {
-    tail -20 "$out/gst-launch.log"; exit 1; }
+  mp4mux ! filesink location="$out/demo.mp4" 2>&1 | progress
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  tail -20 "$out/gst-launch.log"
+  exit 1
+fi
 t1=$(date +%s.%N)
 grep -oE 'lingbot-chunk, index=\(guint64\)[0-9]+, frames=\(int\)[0-9]+.*compute-seconds=\(double\)[0-9.e+-]+' \
   "$out/gst-launch.log" | sed -E 's/\((g?u?int(64)?|double|string|boolean)\)//g'
+steady=$(grep -oE 'steady-fps=\(double\)[0-9.e+-]+' "$out/gst-launch.log" |
+  tail -1 | sed -E 's/.*\)//')
+[ -n "$steady" ] && printf '== steady %.2f fps (chunks after the first, compute)\n' "$steady"
 echo "== wrote $out/demo.mp4 ($(stat -c %s "$out/demo.mp4") bytes) in $(echo "$t1 - $t0" | bc) s"
 gst-discoverer-1.0 "$out/demo.mp4" 2>/dev/null | grep -E 'Duration|Width|Height|Frame rate' || true
