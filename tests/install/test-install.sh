@@ -100,6 +100,14 @@ world: unknown precision 'fp8x' (choose fp32 or bf16)
 world: model directory /nonexistent/lingbot-model does not exist" \
   "$("$tmp/app")"
 
+# the installed library loads OpenBLAS's OpenMP build (its run path),
+# not whichever variant the system's alternatives point at
+omp_dir=/usr/lib/$("${cc[@]}" -print-multiarch 2>/dev/null)/openblas-openmp
+if [ -d "$omp_dir" ]; then
+  check "OpenBLAS of the installed library" "$omp_dir/libopenblas.so.0" \
+    "$(ldd "$tmp/app" | awk '/libopenblas.so.0/ { print $3 }')"
+fi
+
 # shellcheck disable=SC2086
 "${cc[@]}" -Wall -Werror -o "$tmp/gst" "$src/test-gst.c" $gst_flags
 check "test-gst output" \
