@@ -199,6 +199,14 @@ lingbot_bench_ops (int argc, char **argv)
   };
   g_autoptr (GOptionContext) ctx =
       g_option_context_new ("- the CPU kernels next to sgemm");
+  g_option_context_set_description (ctx,
+      "One JSON line per op, ISA variant and thread count. Compute ops "
+      "(attention, conv3d_causal): seconds (the best of --iters), gflops, "
+      "and cblas_sgemm on the same FLOPs timed in the same run "
+      "(sgemm_seconds, sgemm_gflops); ratio = gflops / sgemm_gflops, the "
+      "figure that carries between machines. Memory-bound ops (layer_norm, "
+      "rms_norm, gelu_tanh): gbytes_per_s, input read plus output written. "
+      "Shapes: docs/performance.md \"The CPU kernels after issue 2.6\".");
   g_autoptr (GError) err = NULL;
   g_option_context_add_main_entries (ctx, entries, NULL);
   if (!g_option_context_parse (ctx, &argc, &argv, &err) || iters < 1) {
@@ -215,8 +223,9 @@ lingbot_bench_ops (int argc, char **argv)
       isas[n_isas++] = (LbCpuIsa) i;
   } else if (!lb_cpu_isa_parse (isa_name, &isas[0]) ||
       isas[0] > lb_cpu_isa_best ()) {
-    fprintf (stderr, "lingbot-bench ops: --isa %s: this CPU has baseline "
-        "up to %s\n", isa_name, lb_cpu_isa_name (lb_cpu_isa_best ()));
+    fprintf (stderr, "lingbot-bench ops: --isa %s: not one of baseline, "
+        "avx2, avx512, all, or above this CPU's best (%s)\n", isa_name,
+        lb_cpu_isa_name (lb_cpu_isa_best ()));
     return 2;
   } else {
     n_isas = 1;
