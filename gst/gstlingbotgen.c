@@ -119,6 +119,30 @@ enum
   PROP_SIGNAL_PASSES,
 };
 
+/**
+ * gst_lingbot_precision_get_type:
+ *
+ * Returns: the #GType of #GstLingbotPrecision ("GstLingbotPrecision",
+ * nicks "fp32" and "bf16", what gst-launch-1.0 and gst_util_set_object_arg()
+ * take).
+ */
+GType
+gst_lingbot_precision_get_type (void)
+{
+  static gsize id = 0;
+  static const GEnumValue values[] = {
+    {GST_LINGBOT_PRECISION_FP32, "f32 weights and math", "fp32"},
+    {GST_LINGBOT_PRECISION_BF16, "bf16 matrix weights, f32 accumulation",
+        "bf16"},
+    {0, NULL, NULL}
+  };
+  if (g_once_init_enter (&id)) {
+    GType t = g_enum_register_static ("GstLingbotPrecision", values);
+    g_once_init_leave (&id, t);
+  }
+  return (GType) id;
+}
+
 enum
 {
   SIGNAL_PASS,
@@ -1745,8 +1769,9 @@ gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
 
 /* Error domains and codes (docs/elements.md): a missing model, image or
  * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
- * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS, a
- * precision other than fp32/bf16 LIBRARY/SETTINGS, a backend that cannot
+ * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS (the
+ * precision, an enum, is refused when set; its LIBRARY/SETTINGS check
+ * stays for the string the world takes), a backend that cannot
  * start (no CUDA module, no such GPU) LIBRARY/INIT. */
 static gboolean
 gst_lingbot_gen_open (GstLingbotGen * self)
@@ -1978,7 +2003,8 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
       break;
     case PROP_PRECISION:
       g_free (self->precision);
-      self->precision = g_value_dup_string (value);
+      self->precision = g_strdup (g_value_get_enum (value) ==
+          GST_LINGBOT_PRECISION_BF16 ? "bf16" : "fp32");
       break;
     case PROP_CHUNK_FRAMES:
       self->chunk_frames = g_value_get_int (value);
@@ -2059,7 +2085,8 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
       g_value_set_string (value, self->devices);
       break;
     case PROP_PRECISION:
-      g_value_set_string (value, self->precision);
+      g_value_set_enum (value, g_strcmp0 (self->precision, "bf16") == 0 ?
+          GST_LINGBOT_PRECISION_BF16 : GST_LINGBOT_PRECISION_FP32);
       break;
     case PROP_CHUNK_FRAMES:
       g_value_set_int (value, self->chunk_frames);
@@ -2171,12 +2198,12 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           "Ranks of the world: \"cpu:N\" or GPU ordinals \"0,1,2,3\"",
           DEFAULT_DEVICES, ready));
   g_object_class_install_property (klass, PROP_PRECISION,
-      g_param_spec_string ("precision", "Precision",
+      g_param_spec_enum ("precision", "Precision",
           "DiT precision on GPU ranks, used when this element creates the "
-          "world: \"fp32\" (f32 weights and math) or \"bf16\" (bf16 "
-          "matrix weights and GEMM inputs with f32 accumulation, half the "
-          "weight memory); CPU ranks always compute in fp32",
-          DEFAULT_PRECISION, ready));
+          "world: fp32 (f32 weights and math) or bf16 (bf16 matrix weights "
+          "and GEMM inputs with f32 accumulation, half the weight memory); "
+          "CPU ranks always compute in fp32", GST_TYPE_LINGBOT_PRECISION,
+          GST_LINGBOT_PRECISION_FP32, ready));
   g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
       g_param_spec_int ("chunk-frames", "Chunk frames",
           "Latent frames per chunk (0 = the model's default)", 0, 64,
@@ -2263,6 +2290,7 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   gobject_class->get_property = gst_lingbot_gen_get_property;
   gobject_class->finalize = gst_lingbot_gen_finalize;
   gst_lingbot_gen_install_properties (gobject_class);
+  gst_type_mark_as_plugin_api (GST_TYPE_LINGBOT_PRECISION, 0);
 
   /**
    * GstLingbotGen::pass:

@@ -42,4 +42,22 @@ GST_ELEMENT_REGISTER_DECLARE (lingbotgen);
 
 void gst_lingbot_gen_install_properties (GObjectClass * klass);
 
+/**
+ * GstLingbotPrecision:
+ * @GST_LINGBOT_PRECISION_FP32: f32 weights and math ("fp32", the parity mode)
+ * @GST_LINGBOT_PRECISION_BF16: bf16 matrix weights and GEMM inputs with f32
+ *   accumulation ("bf16", spec 1.11's served precision)
+ *
+ * lingbotgen's `precision` property: the DiT's precision on GPU ranks (CPU
+ * ranks always compute in fp32).
+ */
+typedef enum
+{
+  GST_LINGBOT_PRECISION_FP32,
+  GST_LINGBOT_PRECISION_BF16,
+} GstLingbotPrecision;
+
+#define GST_TYPE_LINGBOT_PRECISION (gst_lingbot_precision_get_type ())
+GType gst_lingbot_precision_get_type (void);
+
 G_END_DECLS

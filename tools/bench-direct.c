@@ -670,7 +670,7 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
   GstElement *q = gst_bin_get_by_name (GST_BIN (p), "q");
   if (c->precision)
-    g_object_set (gen, "precision", c->precision, NULL);
+    gst_util_set_object_arg (G_OBJECT (gen), "precision", c->precision);
   g_object_set (gen, "model-path", c->model, "image-location", c->image,
       "devices", c->devices, "frames", (guint) c->frames, "fps", c->fps,
       "chunk-frames", c->chunk_frames, "seed", (guint64) c->seed, "is-live",

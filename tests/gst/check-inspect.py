@@ -113,6 +113,13 @@ def inspect_properties(text):
                 if flag in body:
                     current['mutable'] = col
             continue
+        # an enum: 'Enum "GstLingbotPrecision" Default: 0, "fp32"' -> type
+        # enum, default the nick as the docs write it ("fp32")
+        m = re.match(r'^Enum "[^"]+" Default: -?\d+, ("[^"]*")', body)
+        if m and current['type'] is None:
+            current['type'] = 'enum'
+            current['default'] = m.group(1)
+            continue
         m = re.match(r'^([A-Za-z][A-Za-z0-9 ]*?)\.\s', body + ' ')
         if m and current['type'] is None and m.group(1) in TYPES:
             current['type'] = TYPES[m.group(1)]

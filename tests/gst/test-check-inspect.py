@@ -20,13 +20,19 @@ NAMES = ['lingbot', 'lingbotcontrolsrc', 'lingbotgen', 'lingbotvaedec',
 # (what to replace in docs/elements.md, with what, the errors expected;
 # REF stands for the drifted copy's path)
 CASES = [
-    ('| precision | string | "fp32" |', '| precison | string | "fp32" |', [
+    ('| precision | enum | "fp32" |', '| precison | enum | "fp32" |', [
         'REF: lingbotgen property precison: not in gst-inspect-1.0 lingbotgen',
         'REF: lingbotgen property precision (gst-inspect-1.0) is not in its '
         'table',
         'REF: lingbotbin property precison: not in gst-inspect-1.0 lingbotbin',
         'REF: lingbotbin property precision (gst-inspect-1.0) is not in its '
         'table',
+    ]),
+    ('| precision | enum | "fp32" |', '| precision | enum | "bf16" |', [
+        'REF: lingbotgen property precision: default "bf16", gst-inspect-1.0 '
+        'says "fp32"',
+        'REF: lingbotbin property precision: default "bf16", gst-inspect-1.0 '
+        'says "fp32"',
     ]),
     ('| seed | uint64 | 42 |', '| seed | uint64 | 43 |', [
         'REF: lingbotgen property seed: default 43, gst-inspect-1.0 says 42',
