@@ -7,6 +7,7 @@
 # - a dummy tiny model and the --full checkpoint of the same seed give the
 #   same video byte for byte, through lingbot-generate (cpu:1, cpu:2) and
 #   through the elements (gst-launch-1.0 lingbotgen ! lingbotvaedec);
+# - the demo and 1.3b dummies run a chunk through lingbot-generate;
 # - a 14B dummy on a machine with less memory than its float32 weights is
 #   refused with a message, not an abort;
 # - malformed manifests fail with exact messages.
@@ -65,6 +66,17 @@ cmp "$tmp/d.gst.rgb" "$tmp/f.gst.rgb" || fail "elements: dummy != checkpoint"
 [ "$(wc -c <"$tmp/d.gst.rgb")" -eq $((29 * 64 * 64 * 3)) ] ||
   fail "elements: $(wc -c <"$tmp/d.gst.rgb") bytes"
 echo "# elements: dummy = checkpoint"
+
+# the larger presets load and run too: demo and 1.3b, one chunk at 64x64
+# (the 1.3b draws 1.4 G parameters, 5.7 GB of float32; the 14B below)
+for p in demo 1.3b; do
+  "$generate" --model "$tmp/$p" --image "$image" --prompt "a quiet harbour" \
+    --frames 13 --width 64 --height 64 --out "$tmp/$p.rgb" >"$tmp/log" 2>&1 ||
+    { cat "$tmp/log"; fail "dummy $p does not run"; }
+  [ "$(wc -c <"$tmp/$p.rgb")" -eq $((13 * 64 * 64 * 3)) ] ||
+    fail "dummy $p: $(wc -c <"$tmp/$p.rgb") bytes"
+  echo "# dummy $p: 13 frames"
+done
 
 # a dummy 14B needs 74.2 GB of host memory for its float32 weights
 phys_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)

@@ -1610,7 +1610,6 @@ GST_START_TEST (test_precision)
   GstElement *gen, *fresh;
   GstContext *ctx;
   LingbotWorld *w;
-  char *value = NULL;
 
   g_assert_no_error (err);
   gen = gst_bin_get_by_name (GST_BIN (p), "g");
@@ -1652,7 +1651,6 @@ GST_START_TEST (test_precision)
     g_assert_cmpint (v, ==, 1);
     gst_object_unref (fresh);
   }
-  (void) value;
 
   for (guint i = 0; i < 2; i++) {
     g_autofree char *g2 = gen_desc (i ? "lingbotbin" : "lingbotgen",
