@@ -152,6 +152,28 @@ run_gelu (gpointer data, GError ** error)
   return lb_ops (c->s)->gelu_tanh (c->s, c->x, c->y, error);
 }
 
+static gboolean
+run_modulate (gpointer data, GError ** error)
+{
+  NormCase *c = data;
+  return lb_ops (c->s)->modulate (c->s, c->x, c->w, c->bias, c->y, error);
+}
+
+/* the decoder's norm + SiLU over channels: x [C, T, H, W], gamma [C] */
+typedef struct
+{
+  LbStream *s;
+  LbTensor *x, *gamma, *y;
+} ChNormCase;
+
+static gboolean
+run_chnorm (gpointer data, GError ** error)
+{
+  ChNormCase *c = data;
+  return lb_ops (c->s)->channel_rms_norm (c->s, c->x, c->gamma, TRUE, c->y,
+      error);
+}
+
 static void
 print_line (const char *op, LbCpuIsa isa, int threads, const char *shape,
     double secs, double flops, double ref_secs, double bytes)
@@ -205,7 +227,8 @@ lingbot_bench_ops (int argc, char **argv)
       "and cblas_sgemm on the same FLOPs timed in the same run "
       "(sgemm_seconds, sgemm_gflops); ratio = gflops / sgemm_gflops, the "
       "figure that carries between machines. Memory-bound ops (layer_norm, "
-      "rms_norm, gelu_tanh): gbytes_per_s, input read plus output written. "
+      "rms_norm, gelu_tanh, modulate, channel_rms_norm_silu): "
+      "gbytes_per_s, input read plus output written. "
       "Shapes: docs/performance.md \"The CPU kernels after issue 2.6\".");
   g_autoptr (GError) err = NULL;
   g_option_context_add_main_entries (ctx, entries, NULL);
@@ -294,6 +317,17 @@ lingbot_bench_ops (int argc, char **argv)
   fill (nc.bias, 0.5f);
   const double norm_bytes = 2.0 * lb_tensor_nbytes (nc.x);
 
+  /* the decoder's RMS norm + SiLU at the top: 8 channels, 4 frames of
+   * 192x320 */
+  ChNormCase hc = { .s = s };
+  int64_t hs[4] = { 8, 4, 192, 320 }, hg[1] = { 8 };
+  hc.x = lb_tensor_new (LB_DTYPE_F32, 4, hs);
+  hc.y = lb_tensor_new (LB_DTYPE_F32, 4, hs);
+  hc.gamma = lb_tensor_new (LB_DTYPE_F32, 1, hg);
+  fill (hc.x, 2.0f);
+  fill (hc.gamma, 1.0f);
+  const double chnorm_bytes = 2.0 * lb_tensor_nbytes (hc.x);
+
   int rc = 0;
   const LbCpuIsa keep = lb_cpu_isa ();
   for (int t = 0; t < n_threads && rc == 0; t++) {
@@ -309,7 +343,9 @@ lingbot_bench_ops (int argc, char **argv)
       double l = c2 >= 0 ? time_best (run_layer_norm, &nc, iters, &err) : -1;
       double r = l >= 0 ? time_best (run_rms_norm, &nc, iters, &err) : -1;
       double g = r >= 0 ? time_best (run_gelu, &nc, iters, &err) : -1;
-      if (g < 0) {
+      double mo = g >= 0 ? time_best (run_modulate, &nc, iters, &err) : -1;
+      double hn = mo >= 0 ? time_best (run_chnorm, &hc, iters, &err) : -1;
+      if (hn < 0) {
         fprintf (stderr, "lingbot-bench ops: %s\n",
             err ? err->message : "failed");
         rc = 1;
@@ -326,6 +362,10 @@ lingbot_bench_ops (int argc, char **argv)
           norm_bytes);
       print_line ("gelu_tanh", isas[i], thread_counts[t], "15360x384", g, 0,
           0, norm_bytes);
+      print_line ("modulate", isas[i], thread_counts[t], "15360x384, [384]",
+          mo, 0, 0, norm_bytes);
+      print_line ("channel_rms_norm_silu", isas[i], thread_counts[t],
+          "8x4x192x320", hn, 0, 0, chnorm_bytes);
     }
   }
   omp_set_num_threads (all);
@@ -336,6 +376,9 @@ lingbot_bench_ops (int argc, char **argv)
   lb_tensor_free (ac.v);
   lb_tensor_free (ac.out);
   g_free (ac.sc);
+  lb_tensor_free (hc.x);
+  lb_tensor_free (hc.y);
+  lb_tensor_free (hc.gamma);
   lb_tensor_free (cc.x);
   lb_tensor_free (cc.cache);
   lb_tensor_free (cc.w);

@@ -3,16 +3,17 @@
  *
  * Included by attention.c with ITEM_NAME (the function's name), ITEM_EXP
  * (its vector exp's), ITEM_TARGET (a target attribute, or nothing for the
- * baseline), VF (the vector type: 4 floats on the baseline, 8 with AVX)
- * and VW (its lanes).  A register tile is 4 queries x 2 VW keys (scores)
+ * baseline), VF (the vector type: 4 floats on the baseline, 8 with AVX2,
+ * 16 with AVX-512) and VW (its lanes).  A register tile is 4 queries x 2 VW keys (scores)
  * or 4 queries x 2 VW output features (p . v).  The
- * arithmetic is the same for every ISA; only the instructions differ (AVX2
- * and AVX-512 contract a * b + c into FMAs), so results agree within the
- * op's tolerance across ISAs and bit for bit within one.
+ * arithmetic is the same for every ISA but for two things: AVX2 and
+ * AVX-512 contract a * b + c into FMAs, and the softmax denominator is
+ * summed in VW lane partials; so results agree within the op's tolerance
+ * across ISAs and bit for bit within one.
  *
  * Every element goes through the same full register tile whatever its
  * position: a query row is padded to a multiple of 4 rows, a key tile to a
- * multiple of 16 columns and the head dimension to a multiple of 16, with
+ * multiple of 2 VW columns and the head dimension to a multiple of 32, with
  * zeros, so no element is ever computed by a tail loop.  An element's score
  * is the sum over the head dimension in order, its output the running sum
  * over the keys in order, so a query's result does not depend on which
@@ -82,7 +83,7 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
 
   for (int64_t j0 = 0; j0 < a->nk; j0 += kt) {
     const int64_t nj = MIN (kt, a->nk - j0);
-    const int64_t njp = (nj + 15) & ~(int64_t) 15;
+    const int64_t njp = (nj + 2 * VW - 1) & ~(int64_t) (2 * VW - 1);
 
     const float *ktr = kpack + (j0 / kt) * hd * ktp;
     const float *vp = vpack + j0 * hdp;

@@ -7,8 +7,8 @@
  * memory per thread is O(query_block * (key_tile + hd)) whatever Nk is.
  * Items are spread over OpenMP threads.  Per key tile, the scores
  * (q . k^T) and the value update (p . v) are register-tiled 4 x 16
- * products on packed tiles (attention-item.h), compiled for the baseline,
- * AVX2 and AVX-512 and chosen at run time (lb_cpu_isa()).  Not sgemm:
+ * products on packed tiles (attention-item.h), compiled for the baseline
+ * (4 lanes), AVX2 (8) and AVX-512 (16 lanes) and chosen at run time (lb_cpu_isa()).  Not sgemm:
  * OpenBLAS's result for a row depends on the rows computed with it (its
  * blocking and edge kernels), and a rank holding a band of the queries
  * must get the bits the whole-sequence op gives.
@@ -26,6 +26,9 @@
 #include <string.h>
 
 #define DEFAULT_QUERY_BLOCK 64
+/* key tiles and the head dimension are zero-padded to a multiple of the
+ * widest register tile (2 x 16 lanes, AVX-512) */
+#define LB_ATTN_PAD 32
 #define DEFAULT_KEY_TILE 128
 
 static int query_block = DEFAULT_QUERY_BLOCK;
@@ -112,12 +115,14 @@ pack_tile (const AttnArgs * a, int64_t h, int64_t t)
 typedef void (*AttnItemFunc) (const AttnArgs * a, int64_t h, int64_t b,
     float *buf);
 
-/* 4 and 8 floats; the u types at any float's alignment, for the loads
- * and stores */
+/* 4, 8 and 16 floats; the u types at any float's alignment, for the
+ * loads and stores */
 typedef float v4f __attribute__ ((vector_size (16)));
 typedef float v4u __attribute__ ((vector_size (16), aligned (4)));
 typedef float v8f __attribute__ ((vector_size (32)));
 typedef float v8u __attribute__ ((vector_size (32), aligned (4)));
+typedef float v16f __attribute__ ((vector_size (64)));
+typedef float v16u __attribute__ ((vector_size (64), aligned (4)));
 
 #define VF v4f
 #define VW 4
@@ -146,6 +151,14 @@ typedef float v8u __attribute__ ((vector_size (32), aligned (4)));
 #undef ITEM_NAME
 #undef ITEM_EXP
 #undef ITEM_TARGET
+#undef VF
+#undef VW
+#undef LDV
+#undef STV
+#define VF v16f
+#define VW 16
+#define LDV(p) ((v16f) * (const v16u *) (p))
+#define STV(p, x) (*(v16u *) (p) = (x))
 #define ITEM_NAME item_avx512
 #define ITEM_EXP exp_avx512
 #define ITEM_TARGET LB_CPU_TARGET_AVX512
@@ -216,11 +229,11 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   a.nq = nq;
   a.nk = nk;
   a.hd = hd;
-  a.hdp = (hd + 15) & ~(int64_t) 15;
+  a.hdp = (hd + LB_ATTN_PAD - 1) & ~(int64_t) (LB_ATTN_PAD - 1);
   a.qb = query_block;
   a.qb4 = (a.qb + 3) & ~(int64_t) 3;
   a.kt = key_tile;
-  a.ktp = (a.kt + 15) & ~(int64_t) 15;
+  a.ktp = (a.kt + LB_ATTN_PAD - 1) & ~(int64_t) (LB_ATTN_PAD - 1);
   a.scale = scale;
   a.q = q->data;
   a.k = kv16 ? NULL : k->data;

@@ -51,6 +51,34 @@ const char *lb_cpu_isa_name (LbCpuIsa isa);
 const char *lb_cpu_blas_threading (void);
 const char *lb_cpu_blas_expected (void);
 
+/**
+ * LbCpuRowKernels:
+ * @silu: `y[i] = x[i] / (1 + e^-x[i])` for i < n (in place allowed)
+ * @gelu_tanh: the tanh GELU as `x * sigmoid(2u)` (in place allowed)
+ * @modulate: `y = x * (1 + scale) + shift` over one row of n
+ * @gated_residual: `x += gate * y` over one row (gate %NULL: `x += y`)
+ * @channel_rms_norm: Wan RMS_norm over C channels (stride xcs, ycs) of a
+ *   row of W voxels with unit stride, optionally followed by SiLU
+ *
+ * The element-wise and norm row kernels of one instruction set
+ * (rows-item.h, rows.c): every element through the same vector code, so
+ * results do not depend on where a row or span starts.
+ */
+typedef struct
+{
+  void (*silu) (const float *x, float *y, int64_t n);
+  void (*gelu_tanh) (const float *x, float *y, int64_t n);
+  void (*modulate) (const float *x, const float *scale, const float *shift,
+      float *y, int64_t n);
+  void (*gated_residual) (float *x, const float *y, const float *gate,
+      int64_t n);
+  void (*channel_rms_norm) (const float *x, int64_t xcs, float *y,
+      int64_t ycs, int64_t c, int64_t w, const float *gamma, float scale,
+      gboolean silu);
+} LbCpuRowKernels;
+
+const LbCpuRowKernels *lb_cpu_row_kernels (void);
+
 /* ---- scratch (cpu-util.c) ---- */
 
 #define LB_CPU_SCRATCH_SLOTS 2

@@ -17,27 +17,20 @@ typedef struct
 typedef void (*SpanFunc) (const float *a, const float *b, float *y,
     int64_t n, const Params * p);
 
+/* the activations run the row kernels of lb_cpu_isa()'s variant
+ * (rows-item.h) */
 static void
 span_gelu_tanh (const float *a, const float *b, float *y, int64_t n,
     const Params * p)
 {
-  /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u): the same function without the
-   * cancellation of 1 + tanh(u) for negative u */
-  const float k2 = 2.0f * 0.7978845608028654f;  /* 2 sqrt(2/pi) */
-  for (int64_t i = 0; i < n; i++) {
-    float x = a[i];
-    y[i] = x / (1.0f + expf (-k2 * (x + 0.044715f * x * x * x)));
-  }
+  lb_cpu_row_kernels ()->gelu_tanh (a, y, n);
 }
 
 static void
 span_silu (const float *a, const float *b, float *y, int64_t n,
     const Params * p)
 {
-  for (int64_t i = 0; i < n; i++) {
-    float x = a[i];
-    y[i] = x / (1.0f + expf (-x));
-  }
+  lb_cpu_row_kernels ()->silu (a, y, n);
 }
 
 static void

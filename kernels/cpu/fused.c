@@ -4,15 +4,14 @@
  *
  * Each op here is bit-identical to the pair of CPU ops it replaces
  * (kernels/ops.h): the same row statistics accumulated in double in the
- * same order (norm.c), then the same float expressions as modulate
- * (norm.c), gated_residual (norm.c) and rope_3d (rope.c), applied to the
- * intermediate value while it is still in a register instead of after a
- * round trip through memory.  The float steps are written as the pair
- * writes them, so no rounding differs: bit-identity also needs the two
- * translation units compiled alike (the project builds for baseline
- * x86-64, where gcc has no FMA to contract with; a build that enables FMA
- * may contract the pair and the fused op differently, and
- * tests/unit/test-ops-fused.c would then say so).
+ * same order (norm.c); the modulation and the gated residual run the very
+ * row kernels (rows-item.h, of lb_cpu_isa()'s variant) that modulate and
+ * gated_residual run, on the row while it is still in cache; the RMS norm
+ * + RoPE writes rope_3d's float rotation (rope.c) as rope_3d writes it,
+ * applied to the normalised value still in a register.  Those scalar
+ * steps need the two translation units compiled alike (both for the
+ * baseline, where gcc has no FMA to contract with;
+ * tests/unit/test-ops-fused.c says so if they ever differ).
  */
 #include "kernels/cpu/cpu-internal.h"
 
@@ -61,6 +60,7 @@ lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
   const float *bd = bias ? bias->data : NULL;
   const float *sd = scale->data, *hd = shift->data;
   float *yd = y->data;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
   for (int64_t i = 0; i < m; i++) {
@@ -82,9 +82,10 @@ lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
         v *= wd[j];
       if (bd)
         v += bd[j];
-      const float a = (float) v;        /* layer_norm's output */
-      yr[j] = a * (1.0f + sr[j]) + hr[j];
+      yr[j] = (float) v;        /* layer_norm's output */
     }
+    /* then modulate's row kernel on it, in place */
+    rk->modulate (yr, sr, hr, yr, d);
   }
   return TRUE;
 }
@@ -243,22 +244,13 @@ lb_cpu_gated_residual_modulate (LbStream * s, LbTensor * x,
   float *xd = x->data;
   const float *yd = y->data, *gd = gate ? gate->data : NULL;
   const float *sd = scale->data, *hd = shift->data;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
   for (int64_t i = 0; i < m; i++) {
+    /* gated_residual's then modulate's row kernels, row by row */
     float *xr = xd + i * xld;
-    const float *yr = yd + i * yld, *sr = sd + i * sld, *hr = hd + i * hld;
-    if (gd) {
-      const float *gr = gd + i * gld;
-      for (int64_t j = 0; j < d; j++) {
-        const float r = xr[j] + gr[j] * yr[j];  /* gated_residual's x */
-        xr[j] = r * (1.0f + sr[j]) + hr[j];
-      }
-    } else {
-      for (int64_t j = 0; j < d; j++) {
-        const float r = xr[j] + yr[j];
-        xr[j] = r * (1.0f + sr[j]) + hr[j];
-      }
-    }
+    rk->gated_residual (xr, yd + i * yld, gd ? gd + i * gld : NULL, d);
+    rk->modulate (xr, sd + i * sld, hd + i * hld, xr, d);
   }
   return TRUE;
 }

@@ -144,13 +144,10 @@ lb_cpu_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale,
 
   const float *xd = x->data, *sd = scale->data, *hd = shift->data;
   float *yd = y->data;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
-  for (int64_t i = 0; i < m; i++) {
-    const float *xr = xd + i * xld, *sr = sd + i * sld, *hr = hd + i * hld;
-    float *yr = yd + i * yld;
-    for (int64_t j = 0; j < d; j++)
-      yr[j] = xr[j] * (1.0f + sr[j]) + hr[j];
-  }
+  for (int64_t i = 0; i < m; i++)
+    rk->modulate (xd + i * xld, sd + i * sld, hd + i * hld, yd + i * yld, d);
   return TRUE;
 }
 
@@ -179,23 +176,14 @@ lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
 
   float *xd = x->data;
   const float *yd = y->data, *gd = gate ? gate->data : NULL;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
-  for (int64_t i = 0; i < m; i++) {
-    float *xr = xd + i * xld;
-    const float *yr = yd + i * yld;
-    if (gd) {
-      const float *gr = gd + i * gld;
-      for (int64_t j = 0; j < d; j++)
-        xr[j] += gr[j] * yr[j];
-    } else {
-      for (int64_t j = 0; j < d; j++)
-        xr[j] += yr[j];
-    }
-  }
+  for (int64_t i = 0; i < m; i++)
+    rk->gated_residual (xd + i * xld, yd + i * yld, gd ? gd + i * gld : NULL,
+        d);
   return TRUE;
 }
 
-#define CHANNEL_RMS_BLOCK 64
 #define CHNORM_OMP_MIN (1 << 20)
 
 /**
@@ -209,8 +197,10 @@ lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
  *
  * Wan2.1 RMS_norm over channels (spec A.3), in the reference's order:
  * `y = x / max(sqrt(sum_c x^2), 1e-12) * sqrt(C) * gamma[c]`, then
- * optionally `y * sigmoid(y)` (kernels/ops.h).  Voxels are taken in
- * blocks of 64 along W so the channel sums stay in registers.
+ * optionally `y * sigmoid(y)` (kernels/ops.h).  The row kernel of
+ * lb_cpu_isa()'s variant (rows-item.h) takes 4 vectors of voxels along W
+ * at a time, so their channel sums stay in registers; a view strided
+ * along W runs it on a packed copy of each row.
  *
  * Returns: %TRUE on success.
  */
@@ -230,51 +220,28 @@ lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
   const int64_t rows = T * H;
   const int64_t xsw = x->stride[3], ysw = y->stride[3];
   const gboolean unit = xsw == 1 && ysw == 1;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 #pragma omp parallel for schedule(static) if (C * rows * W >= CHNORM_OMP_MIN)
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = r / H, h = r % H;
     const float *xr = xs + t * x->stride[1] + h * x->stride[2];
     float *yr = ys + t * y->stride[1] + h * y->stride[2];
-    for (int64_t w0 = 0; w0 < W; w0 += CHANNEL_RMS_BLOCK) {
-      int64_t nw = MIN (CHANNEL_RMS_BLOCK, W - w0);
-      float acc[CHANNEL_RMS_BLOCK];
-      for (int64_t i = 0; i < nw; i++)
-        acc[i] = 0.f;
-      for (int64_t c = 0; c < C; c++) {
-        const float *xc = xr + c * x->stride[0] + w0 * xsw;
-        if (unit) {
-          for (int64_t i = 0; i < nw; i++)
-            acc[i] += xc[i] * xc[i];
-        } else {
-          for (int64_t i = 0; i < nw; i++) {
-            float v = xc[i * xsw];
-            acc[i] += v * v;
-          }
-        }
-      }
-      for (int64_t i = 0; i < nw; i++) {
-        float n = sqrtf (acc[i]);
-        acc[i] = n > 1e-12f ? n : 1e-12f;
-      }
-      for (int64_t c = 0; c < C; c++) {
-        const float *xc = xr + c * x->stride[0] + w0 * xsw;
-        float *yc = yr + c * y->stride[0] + w0 * ysw;
-        const float gc = g[c];
-        if (unit && silu) {
-          for (int64_t i = 0; i < nw; i++) {
-            float v = xc[i] / acc[i] * scale * gc;
-            yc[i] = v / (1.f + expf (-v));
-          }
-        } else {
-          for (int64_t i = 0; i < nw; i++) {
-            float v = xc[i * xsw] / acc[i] * scale * gc;
-            if (silu)
-              v = v / (1.f + expf (-v));
-            yc[i * ysw] = v;
-          }
-        }
-      }
+    if (unit) {
+      /* the vector kernel of lb_cpu_isa()'s variant */
+      rk->channel_rms_norm (xr, x->stride[0], yr, y->stride[0], C, W, g,
+          scale, silu);
+      continue;
     }
+    /* strided along W: the same kernel on a packed copy of the row, so a
+     * view gets the bits of a contiguous tensor */
+    float *px = lb_cpu_scratch ((gsize) (2 * C * W)), *py = px + C * W;
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t w = 0; w < W; w++)
+        px[c * W + w] = xr[c * x->stride[0] + w * xsw];
+    rk->channel_rms_norm (px, W, py, W, C, W, g, scale, silu);
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t w = 0; w < W; w++)
+        yr[c * y->stride[0] + w * ysw] = py[c * W + w];
   }
   return TRUE;
 }

@@ -1,0 +1,95 @@
+/* lingbot-gst: the per-ISA tables of the element-wise and norm row kernels
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * rows-item.h is compiled three times here: for the baseline (4 lanes),
+ * x86-64-v3 (AVX2 + FMA, 8 lanes) and x86-64-v4 (AVX-512, 16 lanes), and
+ * lb_cpu_row_kernels() hands the ops in elementwise.c and norm.c the one
+ * lb_cpu_isa() chose.  The library itself is built for the baseline.
+ */
+#include "kernels/cpu/cpu-internal.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef float v4f __attribute__ ((vector_size (16)));
+typedef float v4fu __attribute__ ((vector_size (16), aligned (4)));
+typedef int v4i __attribute__ ((vector_size (16)));
+
+#define VF v4f
+#define VFU v4fu
+#define VI v4i
+#define VW 4
+#define ROWS_FN(name) rows_baseline_##name
+#define ROWS_TARGET
+#define ROWS_TABLE rows_baseline
+#include "kernels/cpu/rows-item.h"
+#undef VF
+#undef VFU
+#undef VI
+#undef VW
+#undef ROWS_FN
+#undef ROWS_TARGET
+#undef ROWS_TABLE
+
+#if LB_CPU_HAVE_X86_ISAS
+typedef float v8f __attribute__ ((vector_size (32)));
+typedef float v8fu __attribute__ ((vector_size (32), aligned (4)));
+typedef int v8i __attribute__ ((vector_size (32)));
+typedef float v16f __attribute__ ((vector_size (64)));
+typedef float v16fu __attribute__ ((vector_size (64), aligned (4)));
+typedef int v16i __attribute__ ((vector_size (64)));
+
+#define VF v8f
+#define VFU v8fu
+#define VI v8i
+#define VW 8
+#define ROWS_FN(name) rows_avx2_##name
+#define ROWS_TARGET LB_CPU_TARGET_AVX2
+#define ROWS_TABLE rows_avx2
+#include "kernels/cpu/rows-item.h"
+#undef VF
+#undef VFU
+#undef VI
+#undef VW
+#undef ROWS_FN
+#undef ROWS_TARGET
+#undef ROWS_TABLE
+
+#define VF v16f
+#define VFU v16fu
+#define VI v16i
+#define VW 16
+#define ROWS_FN(name) rows_avx512_##name
+#define ROWS_TARGET LB_CPU_TARGET_AVX512
+#define ROWS_TABLE rows_avx512
+#include "kernels/cpu/rows-item.h"
+#undef VF
+#undef VFU
+#undef VI
+#undef VW
+#undef ROWS_FN
+#undef ROWS_TARGET
+#undef ROWS_TABLE
+#endif
+
+/**
+ * lb_cpu_row_kernels:
+ *
+ * Returns: (transfer none): the row kernels of the variant lb_cpu_isa()
+ * runs (read on every call, so lb_cpu_isa_set() takes effect at once).
+ */
+const LbCpuRowKernels *
+lb_cpu_row_kernels (void)
+{
+#if LB_CPU_HAVE_X86_ISAS
+  switch (lb_cpu_isa ()) {
+    case LB_CPU_ISA_AVX512:
+      return &rows_avx512;
+    case LB_CPU_ISA_AVX2:
+      return &rows_avx2;
+    default:
+      break;
+  }
+#endif
+  return &rows_baseline;
+}
