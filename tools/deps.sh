@@ -15,6 +15,9 @@ LINGBOT_DEPS=(
   libsentencepiece-dev sentencepiece g++
   # test tools (chromium: suite browser, the WebRTC page in headless mode)
   valgrind chromium
+  # tools/plot-bench (the chunk timeline PNG of a lingbot-bench report) and
+  # its test in suite bench; it runs on Debian's /usr/bin/python3
+  python3-matplotlib
   # GStreamer plugin (gst/): headers + gst-check, gst-launch/inspect, the
   # elements the tests and examples use (videoconvert, appsink, jpegenc/dec,
   # mp4mux, x264enc)
