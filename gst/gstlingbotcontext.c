@@ -29,6 +29,93 @@ init_debug (void)
 }
 
 /**
+ * gst_lingbot_world_new:
+ * @model_path: the model directory (lingbot/lingbot.h "Model directory
+ *   layout")
+ * @devices: (nullable): "cpu:N" or GPU ordinals "0,1,2,3" (%NULL: "cpu:1")
+ * @precision: (nullable): the DiT precision, "fp32" or "bf16" (%NULL: fp32)
+ * @text_encoder: load the umT5 encoder and tokenizer (lingbotgen needs it
+ *   for `prompt`, not with `prompt-embeds`)
+ * @error: return location for a #GError
+ *
+ * Creates a world: lingbot_world_new() with these options and the others at
+ * their defaults, as lingbotgen creates one.  For applications and bindings
+ * that load the model once and hand it to pipelines with
+ * gst_lingbot_context_new().
+ *
+ * Returns: (transfer full): the world, or %NULL with @error set (the
+ *   errors of lingbot_world_new())
+ */
+LingbotWorld *
+gst_lingbot_world_new (const char *model_path, const char *devices,
+    const char *precision, gboolean text_encoder, GError ** error)
+{
+  LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
+
+  g_return_val_if_fail (model_path != NULL, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  opts.model_path = model_path;
+  if (devices != NULL)
+    opts.devices = devices;
+  opts.precision = precision;
+  opts.load_text_encoder = text_encoder;
+  return lingbot_world_new (&opts, error);
+}
+
+/**
+ * gst_lingbot_world_get_model_path:
+ * @world: a world
+ *
+ * Returns: (transfer none): the model directory of @world
+ */
+const char *
+gst_lingbot_world_get_model_path (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, NULL);
+  return lingbot_world_get_model_path (world);
+}
+
+/**
+ * gst_lingbot_world_get_devices:
+ * @world: a world
+ *
+ * Returns: (transfer none): the devices @world runs on ("cpu:1", "0,1")
+ */
+const char *
+gst_lingbot_world_get_devices (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, NULL);
+  return lingbot_world_get_devices (world);
+}
+
+/**
+ * gst_lingbot_world_get_precision:
+ * @world: a world
+ *
+ * Returns: (transfer none): the DiT precision of @world, "fp32" or "bf16"
+ */
+const char *
+gst_lingbot_world_get_precision (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, NULL);
+  return lingbot_world_get_precision (world);
+}
+
+/**
+ * gst_lingbot_world_get_n_ranks:
+ * @world: a world
+ *
+ * Returns: the number of ranks (devices) of @world
+ */
+gint
+gst_lingbot_world_get_n_ranks (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, 0);
+  return lingbot_world_get_n_ranks (world);
+}
+
+/**
  * gst_lingbot_context_new:
  * @world: (transfer none): a world
  *
@@ -114,7 +201,7 @@ gst_lingbot_world_matches (LingbotWorld * world, const char *model_path,
 }
 
 /**
- * gst_lingbot_handle_set_context:
+ * gst_lingbot_handle_set_context: (skip)
  * @element: the element
  * @context: the context its set_context vfunc received
  * @model_path: (nullable): the element's model-path, %NULL for any
@@ -123,7 +210,8 @@ gst_lingbot_world_matches (LingbotWorld * world, const char *model_path,
  *
  * Takes the world of a "lingbot.world" context when the element has none
  * yet and the world matches its configuration.  Call with the object lock
- * released.
+ * released.  Not for bindings (skipped): *@world is the element's own
+ * field, guarded by its object lock.
  *
  * Returns: %TRUE when *@world was set from @context
  */
@@ -260,7 +348,7 @@ find_world (GstElement * element, LingbotWorld ** world)
 }
 
 /**
- * gst_lingbot_ensure_world:
+ * gst_lingbot_ensure_world: (skip)
  * @element: the element
  * @model_path: (nullable): the element's model-path (%NULL: any world, and
  *   nothing is created)
@@ -278,6 +366,7 @@ find_world (GstElement * element, LingbotWorld ** world)
  * The full context dance: query downstream, query upstream, need-context,
  * else (with @create and a @model_path) lingbot_world_new() and
  * have-context so that every other element of the pipeline shares it.
+ * Not for bindings (skipped), as gst_lingbot_handle_set_context().
  *
  * Returns: %TRUE when *@world is set; %FALSE with @error when creating it
  *   failed, %FALSE without error when none was found and none created
@@ -287,7 +376,6 @@ gst_lingbot_ensure_world (GstElement * element, const char *model_path,
     const char *devices, const char *precision, gboolean text_encoder,
     gboolean create, LingbotWorld ** world, GError ** error)
 {
-  LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
   LingbotWorld *w;
   GstContext *context;
   GstMessage *msg;
@@ -301,14 +389,11 @@ gst_lingbot_ensure_world (GstElement * element, const char *model_path,
   if (!create || model_path == NULL)
     return FALSE;
 
-  opts.model_path = model_path;
-  opts.load_text_encoder = text_encoder;
-  opts.precision = precision;
-  if (devices != NULL)
-    opts.devices = devices;
   GST_INFO_OBJECT (element, "creating world: model %s, devices %s, "
-      "precision %s", model_path, opts.devices, GST_STR_NULL (precision));
-  w = lingbot_world_new (&opts, error);
+      "precision %s", model_path, devices ? devices : "cpu:1",
+      GST_STR_NULL (precision));
+  w = gst_lingbot_world_new (model_path, devices, precision, text_encoder,
+      error);
   if (w == NULL)
     return FALSE;
 

@@ -4,9 +4,12 @@
 #include "gst/gstlingbotmeta.h"
 
 /**
- * gst_lingbot_session_handle_new:
+ * gst_lingbot_session_handle_new: (skip)
  * @world: (transfer none): the world
  * @session: (transfer full): a session created on @world
+ *
+ * Not for bindings (skipped): a #LingbotSession is made in C only
+ * (lingbot_session_new(), as lingbotgen does).
  *
  * Returns: (transfer full): a handle owning @session
  */
@@ -23,6 +26,12 @@ gst_lingbot_session_handle_new (LingbotWorld * world,
   return h;
 }
 
+/**
+ * gst_lingbot_session_handle_ref:
+ * @handle: a handle
+ *
+ * Returns: (transfer full): @handle, one more reference
+ */
 GstLingbotSessionHandle *
 gst_lingbot_session_handle_ref (GstLingbotSessionHandle * handle)
 {
@@ -30,6 +39,13 @@ gst_lingbot_session_handle_ref (GstLingbotSessionHandle * handle)
   return handle;
 }
 
+/**
+ * gst_lingbot_session_handle_unref:
+ * @handle: (nullable) (transfer full): a handle
+ *
+ * Drops a reference; the last one frees the session, then drops the
+ * handle's reference to the world.
+ */
 void
 gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle)
 {
@@ -45,6 +61,11 @@ gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle)
 G_DEFINE_BOXED_TYPE (GstLingbotSessionHandle, gst_lingbot_session_handle,
     gst_lingbot_session_handle_ref, gst_lingbot_session_handle_unref);
 
+/**
+ * gst_lingbot_chunk_meta_api_get_type:
+ *
+ * Returns: the meta API type "GstLingbotChunkMetaAPI" (no tags)
+ */
 GType
 gst_lingbot_chunk_meta_api_get_type (void)
 {
@@ -93,6 +114,11 @@ chunk_meta_transform (GstBuffer * dest, GstMeta * meta, GstBuffer * buffer,
   return FALSE;
 }
 
+/**
+ * gst_lingbot_chunk_meta_get_info:
+ *
+ * Returns: (transfer none): the registered "GstLingbotChunkMeta"
+ */
 const GstMetaInfo *
 gst_lingbot_chunk_meta_get_info (void)
 {
@@ -109,11 +135,15 @@ gst_lingbot_chunk_meta_get_info (void)
 }
 
 /**
- * gst_buffer_add_lingbot_chunk_meta:
+ * gst_buffer_add_lingbot_chunk_meta: (skip)
  * @buffer: a latent buffer
  * @handle: (transfer none): the session
  * @chunk: the chunk index
  * @stats: (nullable): the generator's figures
+ *
+ * Attaches the chunk meta (lingbotgen does, to each latent buffer).  Not
+ * for bindings (skipped): #LingbotChunkStats is a lingbot/lingbot.h
+ * struct; they read a meta with gst_buffer_get_lingbot_chunk_meta().
  *
  * Returns: (transfer none): the meta
  */
@@ -133,4 +163,105 @@ gst_buffer_add_lingbot_chunk_meta (GstBuffer * buffer,
   if (stats)
     m->stats = *stats;
   return m;
+}
+
+/**
+ * gst_buffer_get_lingbot_chunk_meta:
+ * @buffer: a buffer
+ *
+ * The chunk meta lingbotgen attached to a latent buffer (the decoded video
+ * frames of lingbotvaedec carry none).  Bindings read it with this and the
+ * gst_lingbot_chunk_meta_get_*() accessors.
+ *
+ * Returns: (transfer none) (nullable): the meta of @buffer, %NULL when it
+ *   has none
+ */
+GstLingbotChunkMeta *
+gst_buffer_get_lingbot_chunk_meta (GstBuffer * buffer)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  return (GstLingbotChunkMeta *) gst_buffer_get_meta (buffer,
+      GST_LINGBOT_CHUNK_META_API_TYPE);
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_chunk:
+ * @meta: a chunk meta
+ *
+ * Returns: the chunk's index in its session (0 for the first)
+ */
+guint64
+gst_lingbot_chunk_meta_get_chunk (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL, 0);
+  return meta->chunk;
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_frames:
+ * @meta: a chunk meta
+ *
+ * Returns: the video frames the chunk decodes to (#LingbotChunkStats
+ *   frames: 4C - 3 for chunk 0, 4C after, the last possibly cut to the
+ *   session's frame count; docs/elements.md)
+ */
+gint
+gst_lingbot_chunk_meta_get_frames (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL, 0);
+  return meta->stats.frames;
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_keys:
+ * @meta: a chunk meta
+ *
+ * Returns: the key set that steered the chunk (LINGBOT_KEY_* bits, 0
+ *   offline)
+ */
+guint
+gst_lingbot_chunk_meta_get_keys (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL, 0);
+  return meta->stats.keys;
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_dit_seconds:
+ * @meta: a chunk meta
+ *
+ * Returns: the seconds the DiT's 4 + 1 passes of the chunk took
+ */
+gdouble
+gst_lingbot_chunk_meta_get_dit_seconds (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL, 0.0);
+  return meta->stats.dit_seconds;
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_compute_seconds:
+ * @meta: a chunk meta
+ *
+ * Returns: the seconds lingbotgen spent on the chunk: control + condition
+ *   + DiT (the decode comes later, in lingbotvaedec)
+ */
+gdouble
+gst_lingbot_chunk_meta_get_compute_seconds (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL, 0.0);
+  return meta->stats.compute_seconds;
+}
+
+/**
+ * gst_lingbot_chunk_meta_get_world:
+ * @meta: a chunk meta
+ *
+ * Returns: (transfer none): the world the chunk's session runs on
+ */
+LingbotWorld *
+gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta)
+{
+  g_return_val_if_fail (meta != NULL && meta->handle != NULL, NULL);
+  return meta->handle->world;
 }

@@ -74,11 +74,17 @@ GType gst_lingbot_chunk_meta_api_get_type (void);
 const GstMetaInfo *gst_lingbot_chunk_meta_get_info (void);
 #define GST_LINGBOT_CHUNK_META_INFO (gst_lingbot_chunk_meta_get_info ())
 
-#define gst_buffer_get_lingbot_chunk_meta(b) ((GstLingbotChunkMeta *) \
-    gst_buffer_get_meta ((b), GST_LINGBOT_CHUNK_META_API_TYPE))
-
+GstLingbotChunkMeta *gst_buffer_get_lingbot_chunk_meta (GstBuffer * buffer);
 GstLingbotChunkMeta *gst_buffer_add_lingbot_chunk_meta (GstBuffer * buffer,
     GstLingbotSessionHandle * handle, guint64 chunk,
     const LingbotChunkStats * stats);
+
+guint64 gst_lingbot_chunk_meta_get_chunk (GstLingbotChunkMeta * meta);
+gint gst_lingbot_chunk_meta_get_frames (GstLingbotChunkMeta * meta);
+guint gst_lingbot_chunk_meta_get_keys (GstLingbotChunkMeta * meta);
+gdouble gst_lingbot_chunk_meta_get_dit_seconds (GstLingbotChunkMeta * meta);
+gdouble gst_lingbot_chunk_meta_get_compute_seconds (GstLingbotChunkMeta *
+    meta);
+LingbotWorld *gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta);
 
 G_END_DECLS
