@@ -28,6 +28,12 @@ LINGBOT_DEPS=(
   # (libnice plugin), the signalling/page server (libsoup 3)
   libgstreamer-plugins-bad1.0-dev gstreamer1.0-plugins-bad gstreamer1.0-nice
   libsoup-3.0-dev
+  # GObject introspection of libgstlingbot-1.0 (gst/meson.build, option
+  # introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
+  # (libgstreamer1.0-dev) and its typelib; the Python test (tests/gst
+  # test-gi.py) with PyGObject and the -base typelibs (GstApp: appsink)
+  gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0
+  python3-gi gir1.2-gst-plugins-base-1.0
 )
 
 # Only the demo scripts need these: the start photo of the demo
