@@ -13,7 +13,10 @@
 # files, both libraries in libdir and only the plugin in the plugin
 # directory); every installed header compiles on its own; test-app.c
 # (lingbot-1.0) and test-gst.c (gstlingbot-1.0) build with -Werror and
-# print the expected lines; examples/embed.c builds.
+# print the expected lines; GstLingbot-1.0's GIR and typelib are in
+# place and the typelib loads the installed library (environment:
+# LINGBOT_GIR=1 when the build made them, LINGBOT_GI_PYTHON a python3
+# with PyGObject); examples/embed.c builds.
 set -euo pipefail
 meson=$1 build=$2 src=$3 prefix=$4 libdir=$5 version=$6
 shift 6
@@ -116,6 +119,60 @@ meta api GstLingbotChunkMetaAPI
 allocator GstLingbotDeviceAllocator, memory type LingbotDevice, feature memory:LingbotDevice
 downloads 0" \
   "$(GST_REGISTRY_1_0=$tmp/registry.bin "$tmp/gst")"
+
+# GObject introspection (LINGBOT_GIR=1 when the build made it): the GIR in
+# share/gir-1.0 and the typelib in libdir/girepository-1.0, naming the
+# library and the .pc; with a python3 that has PyGObject, the installed
+# typelib loads the installed library (a GError from it as test-app's)
+if [ "${LINGBOT_GIR:-0}" = 1 ]; then
+  check "installed GIR and typelib" \
+    "$(printf '%s\n' "$libdir/girepository-1.0/GstLingbot-1.0.typelib" \
+        share/gir-1.0/GstLingbot-1.0.gir)" \
+    "$(cd "$root" && find . -name 'GstLingbot-1.0.*' | sed 's|^\./||' | sort)"
+  check "GIR library and package" \
+    'shared-library="libgstlingbot-1.0.so" <package name="gstlingbot-1.0"/>' \
+    "$(grep -o -e 'shared-library="[^"]*"' -e '<package name="[^"]*"/>' \
+        "$root/share/gir-1.0/GstLingbot-1.0.gir" | sort -r | tr '\n' ' ' |
+        sed 's/ $//')"
+  if [ -n "${LINGBOT_GI_PYTHON:-}" ]; then
+    cat > "$tmp/load-typelib.py" <<'PY'
+import os
+import sys
+
+import gi
+gi.require_version("Gst", "1.0")
+gi.require_version("GstLingbot", "1.0")
+from gi.repository import GLib, Gst, GstLingbot
+
+Gst.init(None)
+root = os.path.realpath(sys.argv[1])
+path = gi.Repository.get_default().get_typelib_path("GstLingbot")
+print("typelib", os.path.realpath(path).replace(root, ""))
+print(f"context {GstLingbot.WORLD_CONTEXT_TYPE}, "
+      f"world type {GstLingbot.World.__gtype__.name}, "
+      f"meta api {GstLingbot.chunk_meta_api_get_type().name}")
+try:
+    GstLingbot.World.new("/nonexistent/lingbot-model", None, None, False)
+except GLib.Error as e:
+    print(e.message)
+# loaded by the calls above (the typelib names libgstlingbot-1.0.so)
+with open("/proc/self/maps") as f:
+    libs = {os.path.realpath(line.split()[-1]) for line in f
+            if "libgstlingbot-1.0" in line}
+print("library", " ".join(sorted(p.replace(root, "") for p in libs)))
+PY
+    check "installed typelib from Python" \
+      "typelib /$libdir/girepository-1.0/GstLingbot-1.0.typelib
+context lingbot.world, world type LingbotWorld, meta api GstLingbotChunkMetaAPI
+world: model directory /nonexistent/lingbot-model does not exist
+library /$libdir/libgstlingbot-1.0.so" \
+      "$(GI_TYPELIB_PATH=$lib/girepository-1.0 \
+          GST_REGISTRY_1_0=$tmp/registry.bin \
+          "$LINGBOT_GI_PYTHON" "$tmp/load-typelib.py" "$root" 2>&1)"
+  else
+    echo "ok: no python3 with PyGObject: the typelib is not loaded"
+  fi
+fi
 
 # the embedding example as an application would build it (it needs a model
 # to run: the gst suite runs it from the build tree)
