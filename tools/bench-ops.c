@@ -194,6 +194,61 @@ print_line (const char *op, LbCpuIsa isa, int threads, const char *shape,
   fflush (stdout);
 }
 
+/* --conv: the decoder's stride-1 3x3x3 convolutions, cin = cout = C over
+ * 4 frames with a 2-frame cache, im2col + sgemm against the direct tiles
+ * (lb_cpu_conv_set_direct()), one JSON line per shape, variant and thread
+ * count: the study behind the variant chosen by shape (conv.c). */
+static int
+conv_study (LbStream * s, LbCpuIsa isa, int threads, int iters)
+{
+  static const int shapes[][3] = {
+    {8, 192, 320}, {16, 96, 160}, {32, 48, 80}, {32, 96, 160},
+    {64, 48, 80}, {96, 48, 80}, {192, 24, 40}, {384, 12, 20},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
+    const int ch = shapes[i][0], hh = shapes[i][1], ww = shapes[i][2];
+    ConvCase cc = { .s = s };
+    int64_t xs[4] = { ch, 4, hh, ww }, cs[4] = { ch, 2, hh, ww };
+    int64_t wsh[5] = { ch, ch, 3, 3, 3 }, bs[1] = { ch };
+    cc.x = lb_tensor_new (LB_DTYPE_F32, 4, xs);
+    cc.cache = lb_tensor_new (LB_DTYPE_F32, 4, cs);
+    cc.w = lb_tensor_new (LB_DTYPE_F32, 5, wsh);
+    cc.b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
+    cc.y = lb_tensor_new (LB_DTYPE_F32, 4, xs);
+    fill (cc.x, 1.0f);
+    fill (cc.cache, 1.0f);
+    fill (cc.w, 0.1f);
+    fill (cc.b, 0.1f);
+    const double flops = 2.0 * ch * ch * 27.0 * 4 * hh * ww;
+    double secs[2];
+    GError *err = NULL;
+    for (int mode = 0; mode < 2; mode++) {
+      lb_cpu_conv_set_direct (mode);
+      secs[mode] = time_best (run_conv, &cc, iters, &err);
+    }
+    lb_cpu_conv_set_direct (-1);
+    lb_tensor_free (cc.x);
+    lb_tensor_free (cc.cache);
+    lb_tensor_free (cc.w);
+    lb_tensor_free (cc.b);
+    lb_tensor_free (cc.y);
+    if (secs[0] < 0 || secs[1] < 0) {
+      fprintf (stderr, "lingbot-bench ops: %s\n", err ? err->message : "?");
+      g_clear_error (&err);
+      return 1;
+    }
+    printf ("{\"bench\": \"ops\", \"op\": \"conv3d_causal\", \"isa\": "
+        "\"%s\", \"threads\": %d, \"shape\": \"%d->%d ch, 3x3x3, 4 frames "
+        "%dx%d, cache 2\", \"im2col_seconds\": %.6g, \"direct_seconds\": "
+        "%.6g, \"im2col_gflops\": %.4g, \"direct_gflops\": %.4g, "
+        "\"direct_speedup\": %.3g}\n", lb_cpu_isa_name (isa), threads, ch, ch,
+        hh, ww, secs[0], secs[1], flops / secs[0] / 1e9,
+        flops / secs[1] / 1e9, secs[0] / secs[1]);
+    fflush (stdout);
+  }
+  return 0;
+}
+
 /**
  * lingbot_bench_ops:
  * @argc: arguments after "ops"
@@ -208,8 +263,12 @@ int
 lingbot_bench_ops (int argc, char **argv)
 {
   int iters = 5, threads_opt = -1;
+  gboolean conv = FALSE;
   g_autofree char *isa_name = NULL;
   GOptionEntry entries[] = {
+    {"conv", 0, 0, G_OPTION_ARG_NONE, &conv,
+        "only the convolution study: im2col + sgemm against the direct "
+        "tiles at the decoder's widths", NULL},
     {"iters", 0, 0, G_OPTION_ARG_INT, &iters,
         "timed repetitions, the best counts (5)", "N"},
     {"threads", 0, 0, G_OPTION_ARG_INT, &threads_opt,
@@ -335,6 +394,10 @@ lingbot_bench_ops (int argc, char **argv)
     openblas_set_num_threads (thread_counts[t]);
     for (int i = 0; i < n_isas && rc == 0; i++) {
       lb_cpu_isa_set (isas[i]);
+      if (conv) {
+        rc = conv_study (s, isas[i], thread_counts[t], iters);
+        continue;
+      }
       double a = time_best (run_attention, &ac, iters, &err);
       double a2 = time_best (run_attention_sgemm, &ac, iters, &err);
       double c1 = a >= 0 && a2 >= 0 ? time_best (run_conv, &cc, iters,

@@ -11,6 +11,13 @@
  * (4 Mi floats by default), so memory does not grow with the frame size.
  * 1x1 convolutions with stride 1 skip the unfold and multiply the input
  * frames directly.
+ *
+ * Stride-1 convolutions with few output channels (the CPU demo's decoder
+ * at width 8) run a direct variant instead (conv-item.h, per ISA): the kt
+ * input frames' rows of a block of output rows are copied once into a
+ * zero-padded block, and register tiles of output channels x pixels run
+ * over every input channel and tap; sgemm on a [K, pixels] unfold with
+ * 8-16 output rows is far from its rate.
  */
 #include "kernels/cpu/cpu-internal.h"
 
@@ -33,6 +40,23 @@ void
 lb_cpu_conv_set_scratch_limit (gsize n_floats)
 {
   scratch_limit = n_floats ? n_floats : DEFAULT_SCRATCH_LIMIT;
+}
+
+/* -1 by shape, 0 never, 1 whenever the shape allows */
+static int direct_mode = -1;
+
+/**
+ * lb_cpu_conv_set_direct:
+ * @mode: -1 to choose by shape (the default), 0 for im2col + sgemm always,
+ *   1 for the direct variant wherever it applies (stride 1)
+ *
+ * Lets tests and lingbot-bench ops run both variants of the stride-1
+ * convolutions.  Process-wide; not while another thread runs a conv.
+ */
+void
+lb_cpu_conv_set_direct (int mode)
+{
+  direct_mode = CLAMP (mode, -1, 1);
 }
 
 /* The temporal input is `zeros` zero frames, then `cache_t` frames of
@@ -104,6 +128,188 @@ im2col (const ConvIn * c, int64_t t, int64_t r0, int64_t nr, float *col)
   }
 }
 
+/* ---- the direct variant (conv-item.h) ---- */
+
+/* One block of output rows of one output frame: what a tile reads. */
+typedef struct
+{
+  int64_t cin, kt, kh, kw, wo, cout;
+  /* the padded input block [cin][kt][rows][wp]: row ry of tap frame dt is
+   * input row r0 - pad_h + ry, with pad_w zero columns in front and zeros
+   * after the frame's columns up to wp */
+  const float *pad;
+  int64_t rows, wp;
+  const float *wpack, *bias;
+  /* output channel 0 of the block's first row; channels y_cs apart */
+  float *y;
+  int64_t y_cs;
+} DirectArgs;
+
+typedef struct
+{
+  int cob;                      /* output channels per tile */
+  int max_cout;                 /* chosen by shape up to this many */
+  int slack;                    /* columns a tile may read past a row */
+  void (*pack) (const float *w, int64_t cout, int64_t cin, int64_t taps,
+      float *wpack);
+  void (*row) (const DirectArgs * a, int64_t rr, int64_t cob);
+} ConvDirect;
+
+typedef float v4f __attribute__ ((vector_size (16)));
+typedef float v4fu __attribute__ ((vector_size (16), aligned (4)));
+
+#define VF v4f
+#define VFU v4fu
+#define VW 4
+#define CONV_COB 4
+#define CONV_NPV 2
+#define CONV_MAX_COUT 0
+#define CONV_FN(name) direct_baseline_##name
+#define CONV_TARGET
+#define CONV_TABLE direct_baseline
+#include "kernels/cpu/conv-item.h"
+#undef VF
+#undef VFU
+#undef VW
+#undef CONV_COB
+#undef CONV_NPV
+#undef CONV_MAX_COUT
+#undef CONV_FN
+#undef CONV_TARGET
+#undef CONV_TABLE
+
+#if LB_CPU_HAVE_X86_ISAS
+typedef float v8f __attribute__ ((vector_size (32)));
+typedef float v8fu __attribute__ ((vector_size (32), aligned (4)));
+typedef float v16f __attribute__ ((vector_size (64)));
+typedef float v16fu __attribute__ ((vector_size (64), aligned (4)));
+
+#define VF v8f
+#define VFU v8fu
+#define VW 8
+#define CONV_COB 6
+#define CONV_NPV 2
+#define CONV_MAX_COUT 16
+#define CONV_FN(name) direct_avx2_##name
+#define CONV_TARGET LB_CPU_TARGET_AVX2
+#define CONV_TABLE direct_avx2
+#include "kernels/cpu/conv-item.h"
+#undef VF
+#undef VFU
+#undef VW
+#undef CONV_COB
+#undef CONV_NPV
+#undef CONV_MAX_COUT
+#undef CONV_FN
+#undef CONV_TARGET
+#undef CONV_TABLE
+
+#define VF v16f
+#define VFU v16fu
+#define VW 16
+#define CONV_COB 8
+#define CONV_NPV 2
+#define CONV_MAX_COUT 16
+#define CONV_FN(name) direct_avx512_##name
+#define CONV_TARGET LB_CPU_TARGET_AVX512
+#define CONV_TABLE direct_avx512
+#include "kernels/cpu/conv-item.h"
+#undef VF
+#undef VFU
+#undef VW
+#undef CONV_COB
+#undef CONV_NPV
+#undef CONV_MAX_COUT
+#undef CONV_FN
+#undef CONV_TARGET
+#undef CONV_TABLE
+#endif
+
+static const ConvDirect *
+direct_for_isa (LbCpuIsa isa)
+{
+#if LB_CPU_HAVE_X86_ISAS
+  if (isa >= LB_CPU_ISA_AVX512)
+    return &direct_avx512;
+  if (isa >= LB_CPU_ISA_AVX2)
+    return &direct_avx2;
+#endif
+  (void) isa;
+  return &direct_baseline;
+}
+
+/* The direct variant applies to stride 1; by shape it is chosen for at
+ * most the variant's max_cout output channels (docs/performance.md, "The
+ * VAE convolutions": the baseline's tiles, without FMA, never win),
+ * whatever the number of rows, so every rank of a sharded decode takes
+ * the same variant. */
+static gboolean
+use_direct (const ConvIn * c, int64_t cout)
+{
+  if (c->sh != 1 || c->sw != 1 || direct_mode == 0)
+    return FALSE;
+  return direct_mode == 1 ||
+      cout <= direct_for_isa (lb_cpu_isa ())->max_cout;
+}
+
+/* The direct variant for stride 1 and few output channels (see
+ * lb_cpu_conv_set_direct()): per output frame and block of output rows,
+ * the kt input frames' rows are copied once into a zero-padded block (the
+ * calling thread's scratch, read by the whole team), then register tiles
+ * of (output channels x 2 vectors of pixels) run over every input channel
+ * and tap.  No im2col: the block is kt times the input rows, not
+ * kt*kh*kw times. */
+static void
+direct_core (const ConvIn * c, const float *w, const float *bias,
+    int64_t cout, int64_t tout, float *y, int64_t y_cs, int64_t y_fs)
+{
+  const ConvDirect *d = direct_for_isa (lb_cpu_isa ());
+  const int64_t cin = c->cin, kt = c->kt, kh = c->kh, kw = c->kw;
+  const int64_t taps = kt * kh * kw, ncob = (cout + d->cob - 1) / d->cob;
+  float *wpack = lb_cpu_scratch_slot (1, (gsize) (ncob * d->cob * cin *
+          taps));
+  d->pack (w, cout, cin, taps, wpack);
+
+  const int64_t wp = c->w + 2 * c->pw + d->slack;
+  const gsize per_row = (gsize) (cin * kt * wp);
+  const int64_t nr = CLAMP ((int64_t) (scratch_limit / per_row) - (kh - 1),
+      1, c->ho);
+  float *pad = lb_cpu_scratch (per_row * (gsize) (nr + kh - 1));
+
+  DirectArgs a = {
+    .cin = cin,.kt = kt,.kh = kh,.kw = kw,.wo = c->wo,.cout = cout,
+    .pad = pad,.wp = wp,.wpack = wpack,.bias = bias,.y_cs = y_cs,
+  };
+  for (int64_t t = 0; t < tout; t++) {
+    for (int64_t r0 = 0; r0 < c->ho; r0 += nr) {
+      const int64_t rows = MIN (nr, c->ho - r0), prow = rows + kh - 1;
+      const int64_t nfill = cin * kt * prow;
+#pragma omp parallel for schedule(static) if (nfill * wp >= 65536)
+      for (int64_t i = 0; i < nfill; i++) {
+        const int64_t ry = i % prow, dt = (i / prow) % kt, ci = i / (prow * kt);
+        const float *src = frame_ptr (c, t + dt, ci);
+        const int64_t ih = r0 - c->ph + ry;
+        float *dst = pad + i * wp;
+        if (src == NULL || ih < 0 || ih >= c->h) {
+          memset (dst, 0, sizeof (float) * (gsize) wp);
+          continue;
+        }
+        memset (dst, 0, sizeof (float) * (gsize) c->pw);
+        memcpy (dst + c->pw, src + ih * c->w, sizeof (float) * (gsize) c->w);
+        memset (dst + c->pw + c->w, 0, sizeof (float) * (gsize) (wp - c->pw -
+                c->w));
+      }
+      a.rows = prow;
+      a.y = y + t * y_fs + r0 * c->wo;
+      const int64_t items = rows * ncob;
+#pragma omp parallel for schedule(static) if (items > 1 && \
+    items * c->wo * cin * taps >= 65536)
+      for (int64_t i = 0; i < items; i++)
+        d->row (&a, i / ncob, i % ncob);
+    }
+  }
+}
+
 /* y rows: co*y_cs + t*y_fs + row*wo + col, for t < tout. */
 static void
 conv_core (const ConvIn * c, const float *w, const float *bias, int64_t cout,
@@ -115,6 +321,10 @@ conv_core (const ConvIn * c, const float *w, const float *bias, int64_t cout,
     return;
   const gboolean direct = c->kt == 1 && c->kh == 1 && c->kw == 1 &&
       c->sh == 1 && c->sw == 1 && c->ph == 0 && c->pw == 0;
+  if (!direct && kdim > 0 && use_direct (c, cout)) {
+    direct_core (c, w, bias, cout, tout, y, y_cs, y_fs);
+    return;
+  }
   int64_t nr = c->ho;
   float *col = NULL;
   if (!direct && kdim > 0) {

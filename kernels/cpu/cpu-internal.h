@@ -93,6 +93,7 @@ void lb_cpu_attention_get_tiles (int *query_block, int *key_tile);
 /* ---- conv blocking, for tests (conv.c) ---- */
 
 void lb_cpu_conv_set_scratch_limit (gsize n_floats);
+void lb_cpu_conv_set_direct (int mode);
 
 /* ---- ops ---- */
 

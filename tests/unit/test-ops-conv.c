@@ -3,8 +3,9 @@
  */
 #include "test-ops-common.h"
 
-/* im2col + sgemm: K = Cin*kt*kh*kw float products per output (K <= 216
- * here); ~sqrt(K) * 6e-8 relative, 1e-5 leaves a wide margin. */
+/* im2col + sgemm or the direct tiles: K = Cin*kt*kh*kw float products
+ * per output (K <= 432 here); ~sqrt(K) * 6e-8 relative, 1e-5 leaves a
+ * wide margin. */
 #define TOL_CONV 1e-5
 
 /* Element (c, t, r, col) of the causal temporal input [zeros, cache, x]. */
@@ -216,12 +217,62 @@ test_conv2d (void)
   }
 }
 
+/* the direct variant's bits do not depend on how the rows are blocked
+ * (a rank holding a band of the rows, or a smaller scratch) */
+static void
+test_direct_blocking (void)
+{
+  int64_t xs[4] = { 5, 3, 9, 37 }, ws[5] = { 7, 5, 3, 3, 3 }, bs[1] = { 7 };
+  int64_t ys[4] = { 7, 3, 9, 37 };
+  g_autoptr (LbTensor) x = rand_tensor (4, xs, -1, 1);
+  g_autoptr (LbTensor) wt = rand_tensor (5, ws, -0.5, 0.5);
+  g_autoptr (LbTensor) bias = rand_tensor (1, bs, -1, 1);
+  g_autoptr (LbTensor) whole = poisoned (4, ys);
+  lb_cpu_conv_set_direct (1);
+  assert_op_ok (lb_cpu_conv3d_causal (test_stream (), x, NULL, wt, bias, 1, 1,
+          1, 1, whole, error));
+  for (gsize limit = 1; limit <= 5 * 3 * 80 * 4; limit += 5 * 3 * 80) {
+    g_autoptr (LbTensor) y = poisoned (4, ys);
+    lb_cpu_conv_set_scratch_limit (limit);
+    assert_op_ok (lb_cpu_conv3d_causal (test_stream (), x, NULL, wt, bias, 1,
+            1, 1, 1, y, error));
+    g_assert_cmpmem (y->data, lb_tensor_nbytes (y), whole->data,
+        lb_tensor_nbytes (whole));
+  }
+  lb_cpu_conv_set_scratch_limit (0);
+  lb_cpu_conv_set_direct (-1);
+}
+
+/* each test on im2col + sgemm, on the direct variant, and as chosen by
+ * shape */
+static void
+run_with_direct (gconstpointer data)
+{
+  const int mode = GPOINTER_TO_INT (data) >> 4;
+  static const GTestFunc funcs[] = { test_conv3d, test_conv3d_streaming,
+    test_conv2d
+  };
+  lb_cpu_conv_set_direct (mode);
+  funcs[GPOINTER_TO_INT (data) & 15] ();
+  lb_cpu_conv_set_direct (-1);
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
-  g_test_add_func ("/ops/conv3d-causal", test_conv3d);
-  g_test_add_func ("/ops/conv3d-causal/streaming", test_conv3d_streaming);
-  g_test_add_func ("/ops/conv2d", test_conv2d);
+  static const char *const tests[] = { "/ops/conv3d-causal",
+    "/ops/conv3d-causal/streaming", "/ops/conv2d"
+  };
+  static const char *const modes[] = { "by-shape", "im2col", "direct" };
+  for (int m = -1; m <= 1; m++)
+    for (int i = 0; i < 3; i++) {
+      g_autofree char *path = g_strdup_printf ("%s/%s", tests[i],
+          modes[m + 1]);
+      g_test_add_data_func (path, GINT_TO_POINTER ((m << 4) | i),
+          run_with_direct);
+    }
+  g_test_add_func ("/ops/conv3d-causal/direct-blocking",
+      test_direct_blocking);
   return g_test_run ();
 }
