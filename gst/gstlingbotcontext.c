@@ -13,8 +13,102 @@
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_context_debug);
 #define GST_CAT_DEFAULT gst_lingbot_context_debug
 
-G_DEFINE_BOXED_TYPE (LingbotWorld, gst_lingbot_world,
-    lingbot_world_ref, lingbot_world_unref)
+static void register_world_value (GType type);
+
+G_DEFINE_BOXED_TYPE_WITH_CODE (LingbotWorld, gst_lingbot_world,
+    lingbot_world_ref, lingbot_world_unref,
+    register_world_value (g_define_type_id))
+
+/**
+ * gst_lingbot_world_to_string:
+ * @world: (nullable): a world
+ *
+ * Describes @world as "model=PATH devices=DEVICES precision=PRECISION"
+ * (lingbot_world_get_model_path(), lingbot_world_get_devices(),
+ * lingbot_world_get_precision()).  The same text is what a #GValue of
+ * %GST_TYPE_LINGBOT_WORLD transforms to as a string, and, in double
+ * quotes, what gst_value_serialize() makes of it, so that a
+ * "lingbot.world" context prints as `world=(LingbotWorld)"model=...
+ * devices=... precision=..."` (gst-launch-1.0 -v, GST_PTR_FORMAT)
+ * instead of `world=(LingbotWorld)NULL`.
+ *
+ * Returns: (transfer full) (nullable): the description, %NULL for a %NULL
+ *   @world
+ */
+char *
+gst_lingbot_world_to_string (LingbotWorld * world)
+{
+  if (world == NULL)
+    return NULL;
+  return g_strdup_printf ("model=%s devices=%s precision=%s",
+      GST_STR_NULL (lingbot_world_get_model_path (world)),
+      GST_STR_NULL (lingbot_world_get_devices (world)),
+      GST_STR_NULL (lingbot_world_get_precision (world)));
+}
+
+static void
+world_to_string (const GValue * src, GValue * dest)
+{
+  g_value_take_string (dest, gst_lingbot_world_to_string
+      (g_value_get_boxed (src)));
+}
+
+/* the description in double quotes, only " and \ escaped: a quoted
+ * string as the structure parser reads it, spaces and '=' left readable
+ * (gst_value_serialize() of a plain string would escape them) */
+static gchar *
+world_serialize (const GValue * value)
+{
+  g_autofree char *desc = gst_lingbot_world_to_string
+      (g_value_get_boxed (value));
+  GString *out;
+
+  if (desc == NULL)
+    return NULL;                /* printed as NULL */
+  out = g_string_new ("\"");
+  for (const char *c = desc; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      g_string_append_c (out, '\\');
+    g_string_append_c (out, *c);
+  }
+  g_string_append_c (out, '"');
+  return g_string_free (out, FALSE);
+}
+
+/* a world is loaded (lingbot_world_new()), never parsed from text */
+static gboolean
+world_deserialize (GValue * dest, const gchar * s)
+{
+  return FALSE;
+}
+
+/* the same world, or none comparable */
+static gint
+world_compare (const GValue * a, const GValue * b)
+{
+  return g_value_get_boxed (a) == g_value_get_boxed (b) ? GST_VALUE_EQUAL :
+      GST_VALUE_UNORDERED;
+}
+
+static void
+register_world_value (GType type)
+{
+  g_value_register_transform_func (type, G_TYPE_STRING, world_to_string);
+  /* the GstValue table exists once gst_init() ran (always, before an
+   * element or a context uses the type); without it the transform above
+   * still gives gst_value_serialize() a (fully escaped) string */
+  if (gst_is_initialized ()) {
+    /* static: gst_value_register() keeps a pointer to it */
+    static GstValueTable table = {
+      .compare = world_compare,
+      .serialize = world_serialize,
+      .deserialize = world_deserialize,
+    };
+
+    table.type = type;
+    gst_value_register (&table);
+  }
+}
 
 static void
 init_debug (void)

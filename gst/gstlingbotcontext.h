@@ -43,6 +43,7 @@ G_BEGIN_DECLS
  */
 #define GST_TYPE_LINGBOT_WORLD (gst_lingbot_world_get_type ())
 GType gst_lingbot_world_get_type (void);
+char *gst_lingbot_world_to_string (LingbotWorld * world);
 
 LingbotWorld *gst_lingbot_world_new (const char *model_path,
     const char *devices, const char *precision, gboolean text_encoder,

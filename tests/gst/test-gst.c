@@ -1282,6 +1282,40 @@ GST_START_TEST (test_context_application)
   g_assert_no_error (err);
   ctx = gst_lingbot_context_new (world);
 
+  /* the world field serialises to its description (model, devices,
+   * precision), not NULL; it cannot be parsed back */
+  {
+    const GValue *v = gst_structure_get_value (gst_context_get_structure
+        (ctx), "world");
+    g_autofree char *want = g_strdup_printf ("model=%s devices=%s "
+        "precision=%s", lingbot_world_get_model_path (world),
+        lingbot_world_get_devices (world),
+        lingbot_world_get_precision (world));
+    g_autofree char *text = gst_lingbot_world_to_string (world);
+    g_autofree char *quoted = g_strdup_printf ("\"%s\"", want);
+    g_autofree char *ser = NULL, *str = NULL, *field = NULL;
+    g_autofree char *contents = NULL;
+    GValue back = G_VALUE_INIT;
+
+    g_assert_nonnull (strstr (want, model_dir));
+    g_assert_nonnull (strstr (want, " devices=cpu:1 "));
+    g_assert_cmpstr (text, ==, want);
+    g_assert_null (gst_lingbot_world_to_string (NULL));
+    g_assert_nonnull (v);
+    ser = gst_value_serialize (v);
+    g_assert_cmpstr (ser, ==, quoted);
+    str = gst_structure_to_string (gst_context_get_structure (ctx));
+    field = g_strdup_printf ("world=(LingbotWorld)%s", quoted);
+    if (strstr (str, field) == NULL)
+      g_error ("context %s has no %s", str, field);
+    contents = g_strdup_value_contents (v);
+    g_assert_nonnull (strstr (contents, want));
+    g_value_init (&back, GST_TYPE_LINGBOT_WORLD);
+    g_assert_false (gst_value_deserialize (&back, quoted));
+    g_assert_null (g_value_get_boxed (&back));
+    g_value_unset (&back);
+  }
+
   /* answered from a bus sync handler, and the run uses it */
   g1 = gen_desc ("lingbotgen name=gen", "cpu:1", NULL);
   desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! %s ! "
