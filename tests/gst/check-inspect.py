@@ -24,7 +24,10 @@
 # in the table, except GstObject's `name` and `parent` and those a line
 # `Inherited from CLASS: \`a\`, \`b\`` of the section names.  A section
 # without a table that says "every NAME property" takes NAME's table (and
-# its own "Inherited from" line).
+# its own "Inherited from" line).  A read-only property (flags: readable)
+# is mutable "read-only"; a boxed one has its type's name as type
+# ("GstStructure") and "—" as default (gst-inspect-1.0 prints a readable
+# boxed property's current value, a structure's fields, not a default).
 import argparse
 import difflib
 import os
@@ -78,7 +81,8 @@ TYPES = {
     'Fraction': 'fraction',
 }
 
-# gst-inspect-1.0's flag line -> the docs' "mutable" column
+# gst-inspect-1.0's flag line -> the docs' "mutable" column (a line
+# without "writable": "read-only")
 MUTABLE = {
     'changeable only in NULL or READY state': 'READY',
     'changeable in NULL, READY, PAUSED or PLAYING state': 'PLAYING',
@@ -112,6 +116,16 @@ def inspect_properties(text):
             for flag, col in MUTABLE.items():
                 if flag in body:
                     current['mutable'] = col
+            if 'writable' not in body:
+                current['mutable'] = 'read-only'
+            continue
+        # a boxed property: 'Boxed pointer of type "GstStructure"' -> type
+        # GstStructure, default "—" (the current value follows, not a
+        # default)
+        m = re.match(r'^Boxed pointer of type "([^"]+)"', body)
+        if m and current['type'] is None:
+            current['type'] = m.group(1)
+            current['default'] = '—'
             continue
         # an enum: 'Enum "GstLingbotPrecision" Default: 0, "fp32"' -> type
         # enum, default the nick as the docs write it ("fp32")
