@@ -87,6 +87,7 @@ chunk_meta_init (GstMeta * meta, gpointer params, GstBuffer * buffer)
   m->handle = NULL;
   m->chunk = 0;
   memset (&m->stats, 0, sizeof (m->stats));
+  m->generate_end_us = 0;
   return TRUE;
 }
 
@@ -107,9 +108,16 @@ chunk_meta_transform (GstBuffer * dest, GstMeta * meta, GstBuffer * buffer,
   /* the latents are the whole buffer: only a full copy keeps the meta */
   if (GST_META_TRANSFORM_IS_COPY (type)) {
     GstMetaTransformCopy *copy = data;
-    if (!copy->region)
-      return gst_buffer_add_lingbot_chunk_meta (dest, m->handle, m->chunk,
-          &m->stats) != NULL;
+    GstLingbotChunkMeta *dm;
+
+    if (copy->region)
+      return FALSE;
+    dm = gst_buffer_add_lingbot_chunk_meta (dest, m->handle, m->chunk,
+        &m->stats);
+    if (dm == NULL)
+      return FALSE;
+    dm->generate_end_us = m->generate_end_us;
+    return TRUE;
   }
   return FALSE;
 }

@@ -57,6 +57,10 @@ void gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle);
  * @handle: the session that generated the chunk
  * @chunk: chunk index in the session
  * @stats: the generator's figures for the chunk (DiT part)
+ * @generate_end_us: g_get_monotonic_time() when lingbot_session_generate()
+ *   returned the chunk, 0 when unknown: the chunk was generated from
+ *   @generate_end_us minus @stats.compute_seconds to @generate_end_us
+ *   (lingbotvaedec's `decode-hidden-fraction`)
  *
  * Attached by lingbotgen to every latent buffer.  The buffer's memory holds
  * the same latents as bytes (f32 [16, C, h, w]), so elements that do not
@@ -67,6 +71,7 @@ typedef struct {
   GstLingbotSessionHandle *handle;
   guint64 chunk;
   LingbotChunkStats stats;
+  gint64 generate_end_us;
 } GstLingbotChunkMeta;
 
 GType gst_lingbot_chunk_meta_api_get_type (void);

@@ -6,7 +6,9 @@
 #endif
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <glib/gstdio.h>
 
@@ -309,4 +311,140 @@ gst_lingbot_frames_to_nv12 (const LbTensor * frames, int frame, guint8 * y,
     }
   }
   return TRUE;
+}
+
+/* ---- chunk statistics (the stats property, lingbot-summary) ---- */
+
+static int
+cmp_double (gconstpointer a, gconstpointer b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* nearest rank: the smallest value with at least p % of the values at or
+ * below it; @sorted ascending */
+static double
+percentile (const double *sorted, guint n, double p)
+{
+  guint rank;
+
+  if (n == 0)
+    return 0.0;
+  rank = (guint) ceil (p / 100.0 * n - 1e-9);
+  return sorted[CLAMP (rank, 1, n) - 1];
+}
+
+/* sorts @v (n values) and sets NAME-mean, -p50, -p90, -p99, -max (0 for
+ * none) */
+static void
+set_distribution (GstStructure * s, const char *name, double *v, guint n)
+{
+  g_autofree char *mean = g_strdup_printf ("%s-mean", name);
+  g_autofree char *p50 = g_strdup_printf ("%s-p50", name);
+  g_autofree char *p90 = g_strdup_printf ("%s-p90", name);
+  g_autofree char *p99 = g_strdup_printf ("%s-p99", name);
+  g_autofree char *max = g_strdup_printf ("%s-max", name);
+  double total = 0.0;
+
+  for (guint i = 0; i < n; i++)
+    total += v[i];
+  qsort (v, n, sizeof (double), cmp_double);
+  gst_structure_set (s,
+      mean, G_TYPE_DOUBLE, n ? total / n : 0.0,
+      p50, G_TYPE_DOUBLE, percentile (v, n, 50),
+      p90, G_TYPE_DOUBLE, percentile (v, n, 90),
+      p99, G_TYPE_DOUBLE, percentile (v, n, 99),
+      max, G_TYPE_DOUBLE, n ? v[n - 1] : 0.0, NULL);
+}
+
+/* The share of the decode time of chunks 0 .. n - 2 (each but the newest,
+ * which nothing generated after it can hide) during which the generator
+ * was computing a later chunk: the overlap of each decode interval with
+ * the generate intervals of the chunks after it (one generator: they are
+ * in order). */
+static double
+decode_hidden_fraction (const GstLingbotChunkTimes * c, guint n)
+{
+  gint64 decode = 0, hidden = 0;
+
+  for (guint k = 0; k + 1 < n; k++) {
+    const gint64 ds = c[k].decode_start_us, de = c[k].end_us;
+
+    if (de <= ds)
+      continue;
+    decode += de - ds;
+    for (guint j = k + 1; j < n; j++) {
+      const gint64 gs = c[j].generate_start_us, ge = c[j].generate_end_us;
+
+      if (ge == 0)
+        continue;               /* not from lingbotgen's meta */
+      if (gs >= de)
+        break;
+      hidden += MAX (0, MIN (de, ge) - MAX (ds, gs));
+    }
+  }
+  return decode > 0 ? (double) hidden / (double) decode : 0.0;
+}
+
+/**
+ * gst_lingbot_chunk_stats_new:
+ * @name: the structure's name ("lingbot-stats", "lingbot-summary")
+ * @chunks: (element-type GstLingbotChunkTimes): the chunks so far, in
+ *   order
+ * @decoder: add the decode fields (lingbotvaedec)
+ *
+ * Builds the figures of lingbotgen's and lingbotvaedec's `stats` property
+ * and of lingbotvaedec's `lingbot-summary` message (docs/elements.md):
+ * chunks, frames, steady-frames / -seconds / -fps (the chunks after the
+ * first, over their compute seconds), compute-seconds-total and its
+ * distribution (-mean, -p50, -p90, -p99, -max, nearest rank), the same
+ * of the chunk period (period-seconds-*: the time between the ends of
+ * two consecutive chunks, one value fewer than chunks); with @decoder
+ * decode-seconds-total / -mean and decode-hidden-fraction.
+ *
+ * Returns: (transfer full): a new structure
+ */
+GstStructure *
+gst_lingbot_chunk_stats_new (const char *name, const GArray * chunks,
+    gboolean decoder)
+{
+  const GstLingbotChunkTimes *c = (const GstLingbotChunkTimes *) (void *)
+      chunks->data;
+  const guint n = chunks->len;
+  g_autofree double *v = g_new0 (double, MAX (n, 1));
+  double total = 0.0, steady_s = 0.0, decode = 0.0;
+  guint64 frames = 0, steady_frames = 0;
+  GstStructure *s;
+
+  for (guint i = 0; i < n; i++) {
+    total += c[i].compute_seconds;
+    decode += c[i].decode_seconds;
+    frames += (guint64) MAX (c[i].frames, 0);
+    if (i > 0) {
+      steady_s += c[i].compute_seconds;
+      steady_frames += (guint64) MAX (c[i].frames, 0);
+    }
+  }
+  s = gst_structure_new (name,
+      "chunks", G_TYPE_UINT, n,
+      "frames", G_TYPE_UINT64, frames,
+      "steady-frames", G_TYPE_UINT64, steady_frames,
+      "steady-seconds", G_TYPE_DOUBLE, steady_s,
+      "steady-fps", G_TYPE_DOUBLE,
+      steady_s > 0.0 ? (double) steady_frames / steady_s : 0.0,
+      "compute-seconds-total", G_TYPE_DOUBLE, total, NULL);
+  for (guint i = 0; i < n; i++)
+    v[i] = c[i].compute_seconds;
+  set_distribution (s, "compute-seconds", v, n);
+  for (guint i = 1; i < n; i++)
+    v[i - 1] = (double) (c[i].end_us - c[i - 1].end_us) / G_USEC_PER_SEC;
+  set_distribution (s, "period-seconds", v, n > 0 ? n - 1 : 0);
+  if (decoder)
+    gst_structure_set (s,
+        "decode-seconds-total", G_TYPE_DOUBLE, decode,
+        "decode-seconds-mean", G_TYPE_DOUBLE, n ? decode / n : 0.0,
+        "decode-hidden-fraction", G_TYPE_DOUBLE,
+        decode_hidden_fraction (c, n), NULL);
+  return s;
 }

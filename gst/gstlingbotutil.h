@@ -43,4 +43,34 @@ gboolean gst_lingbot_frames_to_nv12 (const LbTensor * frames, int frame,
     guint8 * y, gsize y_stride, guint8 * uv, gsize uv_stride,
     GError ** error);
 
+/**
+ * GstLingbotChunkTimes:
+ * @frames: video frames of the chunk
+ * @compute_seconds: the element's compute seconds of the chunk (lingbotgen:
+ *   control + condition + DiT; lingbotvaedec: DiT + VAE)
+ * @end_us: g_get_monotonic_time() when the element was done with the chunk
+ *   (generated, decoded): the chunk period is the time between two ends
+ * @decode_seconds: the decode (lingbotvaedec; 0 in lingbotgen)
+ * @decode_start_us: when the decode started (it ended at @end_us)
+ * @generate_start_us: when the chunk's generation started (its compute
+ *   seconds before @generate_end_us), 0 when unknown
+ * @generate_end_us: when lingbot_session_generate() returned, 0 when unknown
+ *
+ * One chunk's figures, as lingbotgen and lingbotvaedec keep them for their
+ * `stats` property and the `lingbot-summary` message
+ * (gst_lingbot_chunk_stats_new()).
+ */
+typedef struct {
+  int frames;
+  double compute_seconds;
+  gint64 end_us;
+  double decode_seconds;
+  gint64 decode_start_us;
+  gint64 generate_start_us;
+  gint64 generate_end_us;
+} GstLingbotChunkTimes;
+
+GstStructure *gst_lingbot_chunk_stats_new (const char *name,
+    const GArray * chunks, gboolean decoder);
+
 G_END_DECLS
