@@ -26,7 +26,9 @@
  * compute-seconds): revision counts the presses (tap snapshots) applied so
  * far, tap/snapshot say whether the chunk took a press's snapshot or the
  * held set; compute-seconds = control + condition + DiT, vae-seconds = 0
- * (the decode is lingbotvaedec's, in its lingbot-decode message).  The
+ * (the decode is lingbotvaedec's, in its lingbot-decode message); the
+ * read-only `stats` property sums them up (chunks, frames, steady fps,
+ * compute seconds and chunk period percentiles).  The
  * stream ends after `frames` video frames; the end of an offline trace
  * means no more key changes (a bounded session goes on with no key held),
  * and ends an unbounded one (`frames` = 0) when nothing is held.  A control
@@ -117,6 +119,7 @@ enum
   PROP_LATENCY,
   PROP_PRECISION,
   PROP_SIGNAL_PASSES,
+  PROP_STATS,
 };
 
 /**
@@ -183,6 +186,9 @@ struct _GstLingbotGen
   gboolean signal_passes;
 
   LingbotWorld *world;          /* object lock */
+  /* object lock: GstLingbotChunkTimes of the chunks generated since
+   * READY->PAUSED (the stats property), kept after the stream stops */
+  GArray *chunk_times;
   int image_location_width;     /* object lock: image-location's size, */
   int image_location_height;    /* read at NULL->READY */
 
@@ -1272,6 +1278,9 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   gboolean has_control, live, ok;
   GstClockTime start = GST_CLOCK_TIME_NONE, pts;
   guint64 spills;
+  gint64 end_us;
+  GstLingbotChunkMeta *meta;
+  GstLingbotChunkTimes times = { 0 };
   ChunkKeys ck;
   KeysResult kr;
 
@@ -1373,6 +1382,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   if (ck.reset)
     lingbot_control_reset_pose (lingbot_session_get_control (h->session));
   ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
+  end_us = g_get_monotonic_time ();
   gst_lingbot_device_memory_add_preserved ((guint)
       (lingbot_session_get_n_spills (h->session) - spills));
   if (!ok)
@@ -1418,10 +1428,21 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GST_BUFFER_OFFSET_END (buf) = self->chunk + 1;
   if (self->chunk == 0)
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
-  gst_buffer_add_lingbot_chunk_meta (buf, h, self->chunk, &stats);
+  meta = gst_buffer_add_lingbot_chunk_meta (buf, h, self->chunk, &stats);
+  if (meta)
+    meta->generate_end_us = end_us;
   GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " keys 0x%x: %d frames,"
       " DiT %.3f s, PTS %" GST_TIME_FORMAT, self->chunk, ck.keys,
       stats.frames, stats.dit_seconds, GST_TIME_ARGS (pts));
+  times.frames = stats.frames;
+  times.compute_seconds = stats.compute_seconds;
+  times.end_us = end_us;
+  times.generate_end_us = end_us;
+  times.generate_start_us = end_us - (gint64) llround (stats.compute_seconds
+      * G_USEC_PER_SEC);
+  GST_OBJECT_LOCK (self);
+  g_array_append_val (self->chunk_times, times);
+  GST_OBJECT_UNLOCK (self);
   post_chunk_message (self, &stats, &ck, pts, start);
   if (live)
     grow_compute_estimate (self, (GstClockTime) (stats.compute_seconds *
@@ -1919,6 +1940,10 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
         return GST_STATE_CHANGE_FAILURE;
       }
       gst_lingbot_gen_reset_stream (self);
+      /* the stats of the previous run were kept until now */
+      GST_OBJECT_LOCK (self);
+      g_array_set_size (self->chunk_times, 0);
+      GST_OBJECT_UNLOCK (self);
       break;
     }
     case GST_STATE_CHANGE_PAUSED_TO_PLAYING:
@@ -2131,6 +2156,10 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
     case PROP_SIGNAL_PASSES:
       g_value_set_boolean (value, self->signal_passes);
       break;
+    case PROP_STATS:
+      g_value_take_boxed (value, gst_lingbot_chunk_stats_new
+          ("lingbot-stats", self->chunk_times, FALSE));
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -2154,6 +2183,7 @@ gst_lingbot_gen_finalize (GObject * object)
   g_free (self->timestep_indices);
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
+  g_array_unref (self->chunk_times);
   lingbot_control_schedule_free (self->schedule);
   g_clear_object (&self->cancellable);
   g_mutex_clear (&self->lock);
@@ -2275,6 +2305,23 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_boolean ("signal-passes", "Signal passes",
           "Emit the pass signal after every DiT pass", DEFAULT_SIGNAL_PASSES,
           rw | GST_PARAM_MUTABLE_PLAYING));
+  /**
+   * GstLingbotGen:stats:
+   *
+   * The figures of the chunks generated since the element last went
+   * READY->PAUSED (kept after it stops): a "lingbot-stats" structure with
+   * chunks, frames, steady-frames, steady-seconds, steady-fps,
+   * compute-seconds-total and compute-seconds-mean / -p50 / -p90 / -p99 /
+   * -max (control + condition + DiT per chunk), period-seconds-mean /
+   * -p50 / -p90 / -p99 / -max (between the ends of two consecutive
+   * generates), as gst_lingbot_chunk_stats_new() builds them.
+   */
+  g_object_class_install_property (klass, PROP_STATS,
+      g_param_spec_boxed ("stats", "Statistics",
+          "Chunks, frames, steady fps, compute seconds and chunk period "
+          "(mean/p50/p90/p99/max) of the chunks generated since "
+          "READY->PAUSED", GST_TYPE_STRUCTURE,
+          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
 }
 
 static void
@@ -2374,4 +2421,5 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   /* chunk size and rate are the session's, set before the first chunk */
   self->schedule = lingbot_control_schedule_new (4, FALLBACK_FPS, 1, NULL);
   self->horizon = GST_CLOCK_TIME_NONE;
+  self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
 }

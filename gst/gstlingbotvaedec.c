@@ -29,9 +29,11 @@
  *
  * Each chunk posts an element message `lingbot-decode` (index, frames,
  * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).  When EOS
- * arrives it posts `lingbot-summary` (chunks, frames, steady-fps and the
- * compute-seconds mean/p50/p90/p99/max over the chunks): this element is
- * the one that sees both halves of a chunk's compute time.
+ * arrives it posts `lingbot-summary` (chunks, frames, steady-fps, the
+ * compute-seconds and chunk-period mean/p50/p90/p99/max, decode seconds,
+ * decode-hidden-fraction): this element is the one that sees both
+ * halves of a chunk's compute time.  The read-only `stats` property holds
+ * the same figures at any time.
  *
  * LATENCY queries on the src pad return upstream's answer with the minimum
  * raised to one chunk's duration.
@@ -41,7 +43,6 @@
 #endif
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #include <gst/video/video.h>
 
@@ -66,6 +67,7 @@ enum
   PROP_0,
   PROP_MODEL_PATH,
   PROP_DEVICES,
+  PROP_STATS,
 };
 
 struct _GstLingbotVaeDec
@@ -91,9 +93,10 @@ struct _GstLingbotVaeDec
   LingbotVaeDecoder *decoder;   /* plain-bytes path */
   LbTensor *frames;
 
-  /* lingbot-summary (streaming thread) */
-  GArray *chunk_seconds;        /* double: DiT + VAE seconds per chunk */
-  GArray *chunk_frames;         /* int: frames pushed per chunk */
+  /* the stats property and lingbot-summary (object lock): the chunks
+   * decoded in this stream, appended by the decode thread, reset at
+   * STREAM_START, FLUSH_STOP and READY->PAUSED (kept after a stop) */
+  GArray *chunk_times;          /* GstLingbotChunkTimes */
   gboolean dit_unknown;         /* a chunk came without the generator meta */
 
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
@@ -140,9 +143,10 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
 static void
 summary_reset (GstLingbotVaeDec * self)
 {
-  g_array_set_size (self->chunk_seconds, 0);
-  g_array_set_size (self->chunk_frames, 0);
+  GST_OBJECT_LOCK (self);
+  g_array_set_size (self->chunk_times, 0);
   self->dit_unknown = FALSE;
+  GST_OBJECT_UNLOCK (self);
 }
 
 static void
@@ -157,7 +161,6 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   self->negotiated = FALSE;
   self->frame_index = 0;
   self->chunk = 0;
-  summary_reset (self);
   GST_OBJECT_LOCK (self);
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   self->decode_estimate = GST_CLOCK_TIME_NONE;
@@ -166,68 +169,36 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   GST_OBJECT_UNLOCK (self);
 }
 
-static int
-cmp_double (gconstpointer a, gconstpointer b)
+/* The figures of the stats property and of lingbot-summary, one
+ * function for both: this element sees both halves of every chunk's
+ * compute time (the generator's DiT seconds in the chunk meta, its own
+ * decode seconds) and the generate intervals (decode-hidden-fraction).
+ * Object lock held. */
+static GstStructure *
+summary_structure_unlocked (GstLingbotVaeDec * self, const char *name)
 {
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
+  GstStructure *s = gst_lingbot_chunk_stats_new (name, self->chunk_times,
+      TRUE);
+
+  gst_structure_set (s, "dit-seconds-known", G_TYPE_BOOLEAN,
+      !self->dit_unknown, NULL);
+  return s;
 }
 
-/* nearest rank: the smallest value with at least p % of the values at or
- * below it */
-static double
-percentile (const double *sorted, guint n, double p)
+/* lingbot-summary, as an element message for the push task to post once
+ * the frames queued before it are out (decode thread, when EOS
+ * arrives). */
+static GstMiniObject *
+summary_message (GstLingbotVaeDec * self)
 {
-  guint rank;
-
-  if (n == 0)
-    return 0.0;
-  rank = (guint) ceil (p / 100.0 * n - 1e-9);
-  return sorted[CLAMP (rank, 1, n) - 1];
-}
-
-/* lingbot-summary, posted when EOS reaches the decoder: this element sees
- * both halves of every chunk's compute time (the generator's DiT seconds
- * in the chunk meta, its own decode seconds). */
-static void
-post_summary (GstLingbotVaeDec * self)
-{
-  guint n = self->chunk_seconds->len;
-  g_autofree double *sorted = g_new0 (double, MAX (n, 1));
-  double total = 0.0, steady_s = 0.0;
-  guint64 frames = 0, steady_frames = 0;
   GstStructure *s;
 
-  for (guint i = 0; i < n; i++) {
-    double sec = g_array_index (self->chunk_seconds, double, i);
-    int f = g_array_index (self->chunk_frames, int, i);
-
-    sorted[i] = sec;
-    total += sec;
-    frames += (guint64) f;
-    if (i > 0) {
-      steady_s += sec;
-      steady_frames += (guint64) f;
-    }
-  }
-  qsort (sorted, n, sizeof (double), cmp_double);
-  s = gst_structure_new ("lingbot-summary",
-      "chunks", G_TYPE_UINT, n,
-      "frames", G_TYPE_UINT64, frames,
-      "steady-frames", G_TYPE_UINT64, steady_frames,
-      "steady-seconds", G_TYPE_DOUBLE, steady_s,
-      "steady-fps", G_TYPE_DOUBLE,
-      steady_s > 0.0 ? (double) steady_frames / steady_s : 0.0,
-      "compute-seconds-total", G_TYPE_DOUBLE, total,
-      "compute-seconds-mean", G_TYPE_DOUBLE, n ? total / n : 0.0,
-      "compute-seconds-p50", G_TYPE_DOUBLE, percentile (sorted, n, 50),
-      "compute-seconds-p90", G_TYPE_DOUBLE, percentile (sorted, n, 90),
-      "compute-seconds-p99", G_TYPE_DOUBLE, percentile (sorted, n, 99),
-      "compute-seconds-max", G_TYPE_DOUBLE, n ? sorted[n - 1] : 0.0,
-      "dit-seconds-known", G_TYPE_BOOLEAN, !self->dit_unknown, NULL);
+  GST_OBJECT_LOCK (self);
+  s = summary_structure_unlocked (self, "lingbot-summary");
+  GST_OBJECT_UNLOCK (self);
   GST_INFO_OBJECT (self, "summary %" GST_PTR_FORMAT, s);
-  gst_element_post_message (GST_ELEMENT (self),
-      gst_message_new_element (GST_OBJECT (self), s));
+  return GST_MINI_OBJECT_CAST (gst_message_new_element (GST_OBJECT (self),
+          s));
 }
 
 /* The output frames' buffer pool: downstream's from the ALLOCATION query
@@ -470,6 +441,12 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
       g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
       self->frame_index = 0;
       self->chunk = 0;
+      summary_reset (self);
+      break;
+    case GST_EVENT_EOS:
+      /* lingbot-summary before EOS goes on, so that it precedes the
+       * pipeline's EOS message */
+      out_push (self, summary_message (self));
       break;
     default:
       break;
@@ -695,16 +672,11 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
     self->frames_pushed = GST_BUFFER_OFFSET_END (buf);
     GST_OBJECT_UNLOCK (self);
     ret = gst_pad_push (self->srcpad, buf);
+  } else if (GST_IS_MESSAGE (item)) {
+    /* lingbot-summary, after the frames of the chunks it counts */
+    gst_element_post_message (GST_ELEMENT (self), GST_MESSAGE_CAST (item));
   } else {
-    GstEvent *event = GST_EVENT_CAST (item);
-
-    if (GST_EVENT_TYPE (event) == GST_EVENT_STREAM_START)
-      summary_reset (self);
-    /* lingbot-summary before EOS goes on, so that it precedes the
-     * pipeline's EOS message */
-    if (GST_EVENT_TYPE (event) == GST_EVENT_EOS)
-      post_summary (self);
-    gst_pad_push_event (self->srcpad, event);
+    gst_pad_push_event (self->srcpad, GST_EVENT_CAST (item));
   }
   g_mutex_lock (&self->qlock);
   self->push_busy = FALSE;
@@ -961,10 +933,18 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   gint64 t0;
   gboolean ok;
   GstClockTime pts = GST_BUFFER_PTS (buf);
+  GstLingbotChunkTimes times = { 0 };
 
   if (!self->negotiated) {
     gst_buffer_unref (buf);
     return GST_FLOW_NOT_NEGOTIATED;
+  }
+  /* the generate interval (decode-hidden-fraction), before the buffer and
+   * its meta go */
+  if (meta && meta->generate_end_us > 0) {
+    times.generate_end_us = meta->generate_end_us;
+    times.generate_start_us = meta->generate_end_us - (gint64)
+        llround (meta->stats.compute_seconds * G_USEC_PER_SEC);
   }
   shape[0] = LINGBOT_VAE_Z_DIM;
   shape[1] = self->lat_frames;
@@ -1054,13 +1034,16 @@ decoded:
     return GST_FLOW_ERROR;
   }
   stats.frames = n;
-  {
-    double sec = stats.dit_seconds + stats.vae_seconds;
-    g_array_append_val (self->chunk_seconds, sec);
-    g_array_append_val (self->chunk_frames, n);
-    if (meta == NULL)
-      self->dit_unknown = TRUE;
-  }
+  times.frames = n;
+  times.compute_seconds = stats.dit_seconds + stats.vae_seconds;
+  times.end_us = stats.decode_end_us;
+  times.decode_seconds = stats.vae_seconds;
+  times.decode_start_us = stats.decode_start_us;
+  GST_OBJECT_LOCK (self);
+  g_array_append_val (self->chunk_times, times);
+  if (meta == NULL)
+    self->dit_unknown = TRUE;
+  GST_OBJECT_UNLOCK (self);
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self),
           gst_structure_new ("lingbot-decode",
@@ -1244,8 +1227,11 @@ gst_lingbot_vae_dec_change_state (GstElement * element,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (element);
   GstStateChangeReturn ret;
 
-  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED)
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
     gst_lingbot_vae_dec_reset (self);
+    /* the stats of the previous run were kept until now */
+    summary_reset (self);
+  }
   /* a chain waiting for queue space must return before the pads go */
   if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
     set_flushing (self, TRUE);
@@ -1304,6 +1290,10 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
     case PROP_DEVICES:
       g_value_set_string (value, self->devices);
       break;
+    case PROP_STATS:
+      g_value_take_boxed (value, summary_structure_unlocked (self,
+              "lingbot-stats"));
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -1321,8 +1311,7 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
   g_mutex_clear (&self->qlock);
   g_cond_clear (&self->qcond);
-  g_array_unref (self->chunk_seconds);
-  g_array_unref (self->chunk_frames);
+  g_array_unref (self->chunk_times);
   g_clear_pointer (&self->world, lingbot_world_unref);
   g_free (self->model_path);
   g_free (self->devices);
@@ -1353,6 +1342,22 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
           "Ranks of the decode beside a lingbotgen session (NULL = the "
           "generator's) and for latents that carry no session (NULL = the "
           "shared context's, else cpu:1)", DEFAULT_DEVICES, ready));
+  /**
+   * GstLingbotVaeDec:stats:
+   *
+   * The figures of the chunks decoded in the current stream (kept after
+   * the element stops, until READY->PAUSED): a "lingbot-stats" structure
+   * with the fields of `lingbot-summary` (docs/elements.md):
+   * chunks, frames, steady-fps, compute-seconds-*, period-seconds-*,
+   * decode-seconds-total / -mean, decode-hidden-fraction,
+   * dit-seconds-known.
+   */
+  g_object_class_install_property (gobject_class, PROP_STATS,
+      g_param_spec_boxed ("stats", "Statistics",
+          "Chunks, frames, steady fps, compute seconds, chunk period, decode "
+          "seconds and the decode's hidden fraction of the chunks decoded "
+          "in this stream (the fields of lingbot-summary)",
+          GST_TYPE_STRUCTURE, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -1384,7 +1389,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   self->model_path = g_strdup (DEFAULT_MODEL_PATH);
   self->devices = g_strdup (DEFAULT_DEVICES);
-  self->chunk_seconds = g_array_new (FALSE, FALSE, sizeof (double));
+  self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);
   g_queue_init (&self->queue);
@@ -1393,7 +1398,6 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   self->max_out = 32;
   self->flushing = TRUE;
 
-  self->chunk_frames = g_array_new (FALSE, FALSE, sizeof (int));
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   self->decode_estimate = GST_CLOCK_TIME_NONE;
   self->position = GST_CLOCK_TIME_NONE;

@@ -91,6 +91,9 @@ typedef struct {
   GArray *chunk_pts;            /* GstClockTime, lingbot-chunk pts */
   GArray *chunk_start;          /* GstClockTime, lingbot-chunk running-time */
   GstStructure *sink_stats;     /* the stats of the element "sink" at EOS */
+  GstStructure *gen_stats;      /* those of the elements "gen" and "dec" */
+  GstStructure *dec_stats;
+  GArray *chunk_compute;        /* double, lingbot-chunk compute-seconds */
   guint latency_messages;
   GstStructure *summary;        /* lingbot-summary */
   GPtrArray *warnings;          /* char *, warning messages */
@@ -113,6 +116,9 @@ run_clear (Run * r)
   g_clear_pointer (&r->chunk_pts, g_array_unref);
   g_clear_pointer (&r->chunk_start, g_array_unref);
   g_clear_pointer (&r->sink_stats, gst_structure_free);
+  g_clear_pointer (&r->gen_stats, gst_structure_free);
+  g_clear_pointer (&r->dec_stats, gst_structure_free);
+  g_clear_pointer (&r->chunk_compute, g_array_unref);
   g_clear_pointer (&r->summary, gst_structure_free);
   g_clear_pointer (&r->warnings, g_ptr_array_unref);
   g_clear_pointer (&r->error, g_free);
@@ -134,6 +140,7 @@ run_reset (Run * r)
   r->decode_frames = g_array_new (FALSE, FALSE, sizeof (int));
   r->chunk_pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
   r->chunk_start = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  r->chunk_compute = g_array_new (FALSE, FALSE, sizeof (double));
   r->latency_messages = 0;
   r->warnings = g_ptr_array_new_with_free_func (g_free);
   r->error_domain = 0;
@@ -167,6 +174,19 @@ pipeline_new (const char *desc, Run * r)
   }
   gst_clear_object (&sink);
   return p;
+}
+
+/* the stats property of the element @name of @p, NULL without one */
+static GstStructure *
+element_stats (GstElement * p, const char *name)
+{
+  GstElement *e = gst_bin_get_by_name (GST_BIN (p), name);
+  GstStructure *stats = NULL;
+
+  if (e && g_object_class_find_property (G_OBJECT_GET_CLASS (e), "stats"))
+    g_object_get (e, "stats", &stats, NULL);
+  gst_clear_object (&e);
+  return stats;
 }
 
 /* runs to EOS or error; returns the state change result of PLAYING */
@@ -229,6 +249,12 @@ pipeline_run (GstElement * p, Run * r)
           g_array_append_val (r->chunk_revisions, rev);
           g_array_append_val (r->chunk_taps, tap);
         }
+        {
+          double sec = -1;
+          g_assert_true (gst_structure_get_double (s, "compute-seconds",
+                  &sec));
+          g_array_append_val (r->chunk_compute, sec);
+        }
       } else if (gst_structure_has_name (s, "lingbot-decode")) {
         double sec = -1;
         int frames = -1;
@@ -253,13 +279,10 @@ pipeline_run (GstElement * p, Run * r)
         r->error_code = err->code;
       }
     } else {
-      GstElement *sink = gst_bin_get_by_name (GST_BIN (p), "sink");
-
       r->eos = TRUE;
-      if (sink && g_object_class_find_property (G_OBJECT_GET_CLASS (sink),
-              "stats"))
-        g_object_get (sink, "stats", &r->sink_stats, NULL);
-      gst_clear_object (&sink);
+      r->sink_stats = element_stats (p, "sink");
+      r->gen_stats = element_stats (p, "gen");
+      r->dec_stats = element_stats (p, "dec");
     }
     gst_message_unref (msg);
     break;
@@ -365,6 +388,51 @@ check_summary (Run * r)
   assert_close (summary_double (r, "compute-seconds-max"), MAX (d0, d1));
 }
 
+static double
+field_double (const GstStructure * s, const char *field)
+{
+  double v = -1;
+
+  g_assert_nonnull (s);
+  if (!gst_structure_get_double (s, field, &v))
+    g_error ("no double %s in %" GST_PTR_FORMAT, field, s);
+  return v;
+}
+
+static guint64
+field_uint64 (const GstStructure * s, const char *field)
+{
+  guint64 v = G_MAXUINT64;
+  guint u = G_MAXUINT;
+
+  g_assert_nonnull (s);
+  if (gst_structure_get_uint (s, field, &u))
+    return u;
+  if (!gst_structure_get_uint64 (s, field, &v))
+    g_error ("no uint/uint64 %s in %" GST_PTR_FORMAT, field, s);
+  return v;
+}
+
+/* the distribution NAME-mean/-p50/-p90/-p99/-max of a stats structure:
+ * in order, all >= 0 */
+static void
+check_distribution (const GstStructure * s, const char *name)
+{
+  static const char *const parts[] = { "p50", "p90", "p99", "max" };
+  g_autofree char *mean = g_strdup_printf ("%s-mean", name);
+  double prev = 0.0;
+
+  g_assert_cmpfloat (field_double (s, mean), >=, 0.0);
+  for (guint i = 0; i < G_N_ELEMENTS (parts); i++) {
+    g_autofree char *f = g_strdup_printf ("%s-%s", name, parts[i]);
+    double v = field_double (s, f);
+
+    g_assert_cmpfloat (v, >=, prev);
+    prev = v;
+  }
+  g_assert_cmpfloat (field_double (s, mean), <=, prev);
+}
+
 static int
 max_diff (Run * a, Run * b)
 {
@@ -440,6 +508,99 @@ GST_START_TEST (test_pipeline)
   run_clear (&r1);
   run_clear (&r2);
   run_clear (&rb);
+}
+
+GST_END_TEST;
+
+/* The stats properties: lingbotgen's against its lingbot-chunk messages,
+ * lingbotvaedec's against its lingbot-decode messages and the frames at
+ * the sink, equal to the EOS lingbot-summary (but the name) and kept
+ * after the stop */
+GST_START_TEST (test_stats)
+{
+  g_autofree char *g = gen_desc ("lingbotgen name=gen", "cpu:1", NULL);
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec name=dec ! appsink name=sink sync=false",
+      trace_path, g);
+  g_autoptr (GstStructure) after = NULL, summary = NULL;
+  GstElement *p, *dec, *bin;
+  GstStructure *gs, *ds;
+  double c1, d1;
+  Run r;
+
+  p = pipeline_new (desc, &r);
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  /* before a run: zeros */
+  g_object_get (dec, "stats", &after, NULL);
+  g_assert_true (gst_structure_has_name (after, "lingbot-stats"));
+  g_assert_cmpuint (field_uint64 (after, "chunks"), ==, 0);
+  g_assert_cmpfloat (field_double (after, "steady-fps"), ==, 0.0);
+  g_clear_pointer (&after, gst_structure_free);
+  fail_unless (pipeline_run (p, &r) != GST_STATE_CHANGE_FAILURE);
+  check_run (&r);
+
+  /* lingbotgen: 2 chunks (13 + 16 frames), steady = chunk 1 */
+  gs = r.gen_stats;
+  g_assert_nonnull (gs);
+  g_assert_true (gst_structure_has_name (gs, "lingbot-stats"));
+  g_assert_cmpuint (field_uint64 (gs, "chunks"), ==, r.chunk_frames->len);
+  g_assert_cmpuint (field_uint64 (gs, "frames"), ==, N_FRAMES);
+  g_assert_cmpuint (field_uint64 (gs, "steady-frames"), ==, 16);
+  c1 = g_array_index (r.chunk_compute, double, 1);
+  g_assert_cmpfloat (c1, >, 0.0);
+  assert_close (field_double (gs, "steady-seconds"), c1);
+  assert_close (field_double (gs, "steady-fps"), 16.0 / c1);
+  g_assert_cmpfloat (field_double (gs, "steady-fps"), >, 0.0);
+  assert_close (field_double (gs, "compute-seconds-total"),
+      g_array_index (r.chunk_compute, double, 0) + c1);
+  check_distribution (gs, "compute-seconds");
+  check_distribution (gs, "period-seconds");
+  /* one period (chunk 0's end to chunk 1's): at least chunk 1's compute */
+  g_assert_cmpfloat (field_double (gs, "period-seconds-p50"), >=, c1 - 1e-6);
+  assert_close (field_double (gs, "period-seconds-p50"),
+      field_double (gs, "period-seconds-p99"));
+  g_assert_false (gst_structure_has_field (gs, "decode-hidden-fraction"));
+
+  /* lingbotvaedec: the frames it pushed, DiT + VAE per chunk */
+  ds = r.dec_stats;
+  g_assert_nonnull (ds);
+  g_assert_cmpuint (field_uint64 (ds, "chunks"), ==, r.decode_seconds->len);
+  g_assert_cmpuint (field_uint64 (ds, "chunks"), ==, 2);
+  g_assert_cmpuint (field_uint64 (ds, "frames"), ==, r.samples->len);
+  d1 = g_array_index (r.decode_seconds, double, 1);
+  assert_close (field_double (ds, "steady-fps"), 16.0 / d1);
+  g_assert_cmpfloat (field_double (ds, "steady-fps"), >, 0.0);
+  check_distribution (ds, "compute-seconds");
+  check_distribution (ds, "period-seconds");
+  g_assert_cmpfloat (field_double (ds, "period-seconds-p50"), >, 0.0);
+  g_assert_cmpfloat (field_double (ds, "decode-seconds-total"), >, 0.0);
+  g_assert_cmpfloat (field_double (ds, "decode-seconds-total"), <,
+      g_array_index (r.decode_seconds, double, 0) + d1);
+  assert_close (field_double (ds, "decode-seconds-mean"),
+      field_double (ds, "decode-seconds-total") / 2);
+  g_assert_cmpfloat (field_double (ds, "decode-hidden-fraction"), >=, 0.0);
+  g_assert_cmpfloat (field_double (ds, "decode-hidden-fraction"), <=, 1.0);
+
+  /* the EOS summary has the figures of the stats property */
+  check_summary (&r);
+  summary = gst_structure_copy (r.summary);
+  gst_structure_set_name (summary, "lingbot-stats");
+  g_assert_true (gst_structure_is_equal (summary, ds));
+
+  /* kept after the stop (the pipeline is in NULL now) */
+  g_object_get (dec, "stats", &after, NULL);
+  g_assert_true (gst_structure_is_equal (after, ds));
+  g_clear_pointer (&after, gst_structure_free);
+  gst_object_unref (dec);
+  gst_object_unref (p);
+  run_clear (&r);
+
+  /* lingbotbin: its stats are lingbotgen's */
+  bin = gst_element_factory_make ("lingbotbin", NULL);
+  g_object_get (bin, "stats", &after, NULL);
+  g_assert_nonnull (after);
+  g_assert_false (gst_structure_has_field (after, "decode-hidden-fraction"));
+  gst_object_unref (bin);
 }
 
 GST_END_TEST;
@@ -2575,8 +2736,8 @@ GST_START_TEST (test_decode_overlap)
     g_autofree char *dev = g_strdup_printf ("cpu:%d", n == 3 ? 2 : n);
     g_autofree char *g = gen_desc ("lingbotgen name=gen", dev, NULL);
     g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s "
-        "! %s ! lingbotvaedec %s ! appsink name=sink sync=false", trace_path,
-        g, n == 3 ? "devices=cpu:1" : "");
+        "! %s ! lingbotvaedec name=dec %s ! appsink name=sink sync=false",
+        trace_path, g, n == 3 ? "devices=cpu:1" : "");
     LatentWatch ws, wo;
     Run rs, ro;
 
@@ -2595,6 +2756,15 @@ GST_START_TEST (test_decode_overlap)
     g_assert_cmpint (lingbot_session_get_decode_ranks (wo.handle->session),
         ==, n == 3 ? 1 : n);
     g_assert_cmpint (max_diff (&rs, &ro), <=, n == 3 ? 2 : 0);
+    /* decode-hidden-fraction: serial, the next generate waits for the
+     * decode (none of it is hidden); beside the generation, chunk 0's
+     * decode runs while chunk 1 is generated */
+    g_assert_cmpfloat (field_double (rs.dec_stats, "decode-hidden-fraction"),
+        ==, 0.0);
+    g_assert_cmpfloat (field_double (ro.dec_stats, "decode-hidden-fraction"),
+        >, 0.0);
+    g_assert_cmpfloat (field_double (ro.dec_stats, "decode-hidden-fraction"),
+        <=, 1.0);
     watch_clear (&ws);
     watch_clear (&wo);
     run_clear (&rs);
@@ -2690,6 +2860,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_context_shared);
   tcase_add_test (tc, test_context_application);
   tcase_add_test (tc, test_pipeline);
+  tcase_add_test (tc, test_stats);
   tcase_add_test (tc, test_snapshot_revision);
   tcase_add_test (tc, test_formats);
   tcase_add_test (tc, test_latency);
