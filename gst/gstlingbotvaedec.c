@@ -29,9 +29,10 @@
  *
  * Each chunk posts an element message `lingbot-decode` (index, frames,
  * vae-seconds, compute-seconds = the chunk's DiT + VAE seconds).  When EOS
- * arrives it posts `lingbot-summary` (chunks, frames, steady-fps, the
+ * arrives, and every `summary-interval` chunks (a live session may never
+ * end), it posts `lingbot-summary` (chunks, frames, steady-fps, the
  * compute-seconds and chunk-period mean/p50/p90/p99/max, decode seconds,
- * decode-hidden-fraction): this element is the one that sees both
+ * decode-hidden-fraction, eos): this element is the one that sees both
  * halves of a chunk's compute time.  The read-only `stats` property holds
  * the same figures at any time.
  *
@@ -57,6 +58,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
 
 #define DEFAULT_MODEL_PATH NULL
 #define DEFAULT_DEVICES NULL
+#define DEFAULT_SUMMARY_INTERVAL 0
 /* the largest latents accepted from caps: lingbotgen's limits (video at
  * most 4096 x 4096, at most 64 latent frames per chunk) */
 #define MAX_LATENT_SIZE (4096 / LINGBOT_VAE_SPATIAL_STRIDE)
@@ -67,6 +69,7 @@ enum
   PROP_0,
   PROP_MODEL_PATH,
   PROP_DEVICES,
+  PROP_SUMMARY_INTERVAL,
   PROP_STATS,
 };
 
@@ -80,6 +83,7 @@ struct _GstLingbotVaeDec
   /* properties (object lock) */
   char *model_path;
   char *devices;
+  guint summary_interval;
   LingbotWorld *world;          /* object lock */
 
   /* streaming thread */
@@ -186,16 +190,17 @@ summary_structure_unlocked (GstLingbotVaeDec * self, const char *name)
 }
 
 /* lingbot-summary, as an element message for the push task to post once
- * the frames queued before it are out (decode thread, when EOS
- * arrives). */
+ * the frames queued before it are out (decode thread): every
+ * summary-interval chunks, and when EOS arrives (@eos). */
 static GstMiniObject *
-summary_message (GstLingbotVaeDec * self)
+summary_message (GstLingbotVaeDec * self, gboolean eos)
 {
   GstStructure *s;
 
   GST_OBJECT_LOCK (self);
   s = summary_structure_unlocked (self, "lingbot-summary");
   GST_OBJECT_UNLOCK (self);
+  gst_structure_set (s, "eos", G_TYPE_BOOLEAN, eos, NULL);
   GST_INFO_OBJECT (self, "summary %" GST_PTR_FORMAT, s);
   return GST_MINI_OBJECT_CAST (gst_message_new_element (GST_OBJECT (self),
           s));
@@ -446,7 +451,7 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
     case GST_EVENT_EOS:
       /* lingbot-summary before EOS goes on, so that it precedes the
        * pipeline's EOS message */
-      out_push (self, summary_message (self));
+      out_push (self, summary_message (self, TRUE));
       break;
     default:
       break;
@@ -934,6 +939,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   gboolean ok;
   GstClockTime pts = GST_BUFFER_PTS (buf);
   GstLingbotChunkTimes times = { 0 };
+  guint interval, n_chunks;
 
   if (!self->negotiated) {
     gst_buffer_unref (buf);
@@ -1043,6 +1049,8 @@ decoded:
   g_array_append_val (self->chunk_times, times);
   if (meta == NULL)
     self->dit_unknown = TRUE;
+  n_chunks = self->chunk_times->len;
+  interval = self->summary_interval;
   GST_OBJECT_UNLOCK (self);
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self),
@@ -1057,6 +1065,10 @@ decoded:
   GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT ": %d frames, VAE "
       "%.3f s", stats.index, n, stats.vae_seconds);
   self->chunk++;
+  /* live sessions may never see EOS: a summary every summary-interval
+   * chunks, behind the chunk's frames */
+  if (ret == GST_FLOW_OK && interval > 0 && n_chunks % interval == 0)
+    out_push (self, summary_message (self, FALSE));
   return ret;
 }
 
@@ -1269,6 +1281,9 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
       g_free (self->devices);
       self->devices = g_value_dup_string (value);
       break;
+    case PROP_SUMMARY_INTERVAL:
+      self->summary_interval = g_value_get_uint (value);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -1289,6 +1304,9 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
       break;
     case PROP_DEVICES:
       g_value_set_string (value, self->devices);
+      break;
+    case PROP_SUMMARY_INTERVAL:
+      g_value_set_uint (value, self->summary_interval);
       break;
     case PROP_STATS:
       g_value_take_boxed (value, summary_structure_unlocked (self,
@@ -1343,11 +1361,24 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
           "generator's) and for latents that carry no session (NULL = the "
           "shared context's, else cpu:1)", DEFAULT_DEVICES, ready));
   /**
+   * GstLingbotVaeDec:summary-interval:
+   *
+   * Post `lingbot-summary` every this many chunks (the figures since the
+   * stream started, `eos` FALSE), after the frames of the chunk, besides
+   * the one at EOS: a live session may never end.  0: at EOS only.
+   */
+  g_object_class_install_property (gobject_class, PROP_SUMMARY_INTERVAL,
+      g_param_spec_uint ("summary-interval", "Summary interval",
+          "Post lingbot-summary every N chunks as well as at EOS (0 = at "
+          "EOS only)", 0, G_MAXUINT, DEFAULT_SUMMARY_INTERVAL,
+          G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+          GST_PARAM_MUTABLE_PLAYING));
+  /**
    * GstLingbotVaeDec:stats:
    *
    * The figures of the chunks decoded in the current stream (kept after
    * the element stops, until READY->PAUSED): a "lingbot-stats" structure
-   * with the fields of `lingbot-summary` (docs/elements.md):
+   * with the fields of `lingbot-summary` but `eos` (docs/elements.md):
    * chunks, frames, steady-fps, compute-seconds-*, period-seconds-*,
    * decode-seconds-total / -mean, decode-hidden-fraction,
    * dit-seconds-known.
@@ -1389,6 +1420,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   self->model_path = g_strdup (DEFAULT_MODEL_PATH);
   self->devices = g_strdup (DEFAULT_DEVICES);
+  self->summary_interval = DEFAULT_SUMMARY_INTERVAL;
   self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);

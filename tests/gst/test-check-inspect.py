@@ -7,8 +7,8 @@
 # gst-inspect-1.0 copies (docs/elements/*.txt, no plugin needed): the real
 # docs/elements.md must give no error, and copies of it with one drift each
 # (a property left out, a wrong default, type or mutability, a property that
-# does not exist, an inherited one no longer named) must give exactly the
-# expected error.
+# does not exist, an inherited one no longer named; a read-only boxed
+# property's) must give exactly the expected error.
 import importlib.util
 import os
 import sys
@@ -56,6 +56,24 @@ CASES = [
     ('| width / height | int | 0 |', '| width | int | 0 |', [
         'REF: lingbotgen property height (gst-inspect-1.0) is not in its table',
         'REF: lingbotbin property height (gst-inspect-1.0) is not in its table',
+    ]),
+    ('| summary-interval | uint | 0 |', '| summary-interval | uint | 1 |', [
+        'REF: lingbotvaedec property summary-interval: default 1, '
+        'gst-inspect-1.0 says 0',
+    ]),
+    ('| stats | GstStructure | — | read-only |',
+     '| stats | GstStructure | — | PLAYING |', [
+        'REF: lingbotvaedec property stats: mutable PLAYING, gst-inspect-1.0 '
+        'says read-only',
+    ]),
+    ('| stats | GstStructure | — | | read-only |',
+     '| stats | structure | NULL | | read-only |', [
+        'REF: lingbotgen property stats: type structure, gst-inspect-1.0 says '
+        'GstStructure',
+        'REF: lingbotgen property stats: default NULL, gst-inspect-1.0 says —',
+        'REF: lingbotbin property stats: type structure, gst-inspect-1.0 says '
+        'GstStructure',
+        'REF: lingbotbin property stats: default NULL, gst-inspect-1.0 says —',
     ]),
     ('Inherited from GstBin: `async-handling`, `message-forward`.',
      'Inherited from GstBin: `async-handling`.', [

@@ -95,7 +95,8 @@ typedef struct {
   GstStructure *dec_stats;
   GArray *chunk_compute;        /* double, lingbot-chunk compute-seconds */
   guint latency_messages;
-  GstStructure *summary;        /* lingbot-summary */
+  GstStructure *summary;        /* lingbot-summary at EOS (eos TRUE) */
+  GPtrArray *summaries;         /* GstStructure: every lingbot-summary */
   GPtrArray *warnings;          /* char *, warning messages */
   char *error;                  /* first error message */
   GQuark error_domain;
@@ -120,6 +121,7 @@ run_clear (Run * r)
   g_clear_pointer (&r->dec_stats, gst_structure_free);
   g_clear_pointer (&r->chunk_compute, g_array_unref);
   g_clear_pointer (&r->summary, gst_structure_free);
+  g_clear_pointer (&r->summaries, g_ptr_array_unref);
   g_clear_pointer (&r->warnings, g_ptr_array_unref);
   g_clear_pointer (&r->error, g_free);
 }
@@ -141,6 +143,8 @@ run_reset (Run * r)
   r->chunk_pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
   r->chunk_start = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
   r->chunk_compute = g_array_new (FALSE, FALSE, sizeof (double));
+  r->summaries = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_structure_free);
   r->latency_messages = 0;
   r->warnings = g_ptr_array_new_with_free_func (g_free);
   r->error_domain = 0;
@@ -263,8 +267,13 @@ pipeline_run (GstElement * p, Run * r)
         g_assert_true (gst_structure_get_int (s, "frames", &frames));
         g_array_append_val (r->decode_frames, frames);
       } else if (gst_structure_has_name (s, "lingbot-summary")) {
-        g_assert_null (r->summary);
-        r->summary = gst_structure_copy (s);
+        gboolean eos = FALSE;
+        g_assert_true (gst_structure_get_boolean (s, "eos", &eos));
+        g_ptr_array_add (r->summaries, gst_structure_copy (s));
+        if (eos) {
+          g_assert_null (r->summary);
+          r->summary = gst_structure_copy (s);
+        }
       }
       gst_message_unref (msg);
       continue;
@@ -361,6 +370,8 @@ check_summary (Run * r)
   double d0, d1;
 
   g_assert_nonnull (r->summary);
+  /* summary-interval 0: only the one at EOS */
+  g_assert_cmpuint (r->summaries->len, ==, 1);
   g_assert_cmpuint (r->decode_seconds->len, ==, 2);
   d0 = g_array_index (r->decode_seconds, double, 0);
   d1 = g_array_index (r->decode_seconds, double, 1);
@@ -512,20 +523,22 @@ GST_START_TEST (test_pipeline)
 
 GST_END_TEST;
 
-/* The stats properties: lingbotgen's against its lingbot-chunk messages,
- * lingbotvaedec's against its lingbot-decode messages and the frames at
- * the sink, equal to the EOS lingbot-summary (but the name) and kept
- * after the stop */
+/* The stats properties and summary-interval: lingbotgen's stats against
+ * its lingbot-chunk messages, lingbotvaedec's against its lingbot-decode
+ * messages and the frames at the sink, equal to the EOS lingbot-summary
+ * (but name and eos) and kept after the stop; summary-interval=1 posts one
+ * summary per chunk plus the EOS one */
 GST_START_TEST (test_stats)
 {
   g_autofree char *g = gen_desc ("lingbotgen name=gen", "cpu:1", NULL);
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
-      "%s ! lingbotvaedec name=dec ! appsink name=sink sync=false",
-      trace_path, g);
+      "%s ! lingbotvaedec name=dec summary-interval=1 ! appsink name=sink "
+      "sync=false", trace_path, g);
   g_autoptr (GstStructure) after = NULL, summary = NULL;
-  GstElement *p, *dec, *bin;
+  GstElement *p, *dec, *bin, *child;
   GstStructure *gs, *ds;
   double c1, d1;
+  guint interval = 0;
   Run r;
 
   p = pipeline_new (desc, &r);
@@ -581,9 +594,21 @@ GST_START_TEST (test_stats)
   g_assert_cmpfloat (field_double (ds, "decode-hidden-fraction"), >=, 0.0);
   g_assert_cmpfloat (field_double (ds, "decode-hidden-fraction"), <=, 1.0);
 
-  /* the EOS summary has the figures of the stats property */
-  check_summary (&r);
+  /* summary-interval=1: after chunk 0, after chunk 1, at EOS; the EOS one
+   * has the figures of the stats property */
+  g_assert_cmpuint (r.summaries->len, ==, 3);
+  for (guint i = 0; i < 3; i++) {
+    const GstStructure *m = g_ptr_array_index (r.summaries, i);
+    gboolean eos = TRUE;
+
+    g_assert_true (gst_structure_get_boolean (m, "eos", &eos));
+    g_assert_cmpint (eos, ==, i == 2);
+    g_assert_cmpuint (field_uint64 (m, "chunks"), ==, MIN (i + 1, 2));
+    g_assert_cmpuint (field_uint64 (m, "frames"), ==, i == 0 ? 13 :
+        N_FRAMES);
+  }
   summary = gst_structure_copy (r.summary);
+  gst_structure_remove_field (summary, "eos");
   gst_structure_set_name (summary, "lingbot-stats");
   g_assert_true (gst_structure_is_equal (summary, ds));
 
@@ -591,15 +616,24 @@ GST_START_TEST (test_stats)
   g_object_get (dec, "stats", &after, NULL);
   g_assert_true (gst_structure_is_equal (after, ds));
   g_clear_pointer (&after, gst_structure_free);
+  g_object_get (dec, "summary-interval", &interval, NULL);
+  g_assert_cmpuint (interval, ==, 1);
   gst_object_unref (dec);
   gst_object_unref (p);
   run_clear (&r);
 
-  /* lingbotbin: its stats are lingbotgen's */
+  /* lingbotbin: its stats are lingbotgen's; the decoder's properties
+   * through the child proxy ("dec::summary-interval") */
   bin = gst_element_factory_make ("lingbotbin", NULL);
   g_object_get (bin, "stats", &after, NULL);
   g_assert_nonnull (after);
   g_assert_false (gst_structure_has_field (after, "decode-hidden-fraction"));
+  gst_child_proxy_set (GST_CHILD_PROXY (bin), "dec::summary-interval", 4,
+      NULL);
+  child = gst_bin_get_by_name (GST_BIN (bin), "dec");
+  g_object_get (child, "summary-interval", &interval, NULL);
+  g_assert_cmpuint (interval, ==, 4);
+  gst_object_unref (child);
   gst_object_unref (bin);
 }
 
