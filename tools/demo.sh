@@ -57,6 +57,10 @@ trace=${trace:-examples/data/demo-trace.json}
 echo "== lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! x264enc ! mp4mux"
 echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}," \
   "precision ${PRECISION:-fp32}"
+# OpenBLAS's kernels for this CPU even where OpenBLAS does not know the
+# model (tools/openblas-coretype.sh)
+: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
+[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
 export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
 t0=$(date +%s.%N)
 total=${FRAMES:-77}

@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 . tools/deps.sh
 lingbot_install_deps
 
+# OpenBLAS's kernels for this CPU even where OpenBLAS does not know the
+# model (tools/openblas-coretype.sh)
+: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
+[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
+
 BUILD=${LINGBOT_BUILD_DIR:-build}
 if [ ! -f "$BUILD/build.ninja" ]; then
   meson setup "$BUILD" >/dev/null

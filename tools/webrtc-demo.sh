@@ -40,6 +40,10 @@ if [ -z "$model" ]; then
 fi
 image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
 
+# OpenBLAS's kernels for this CPU even where OpenBLAS does not know the
+# model (tools/openblas-coretype.sh)
+: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
+[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
 export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
 echo "== open http://127.0.0.1:$port/ in a browser on this machine (Ctrl-C stops)"
 exec "$BUILD/examples/webrtc/lingbot-webrtc-server" --address 127.0.0.1 \

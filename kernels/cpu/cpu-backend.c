@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu-internal.h"
 #include "kernels/cpu/cpu-ops.h"
 
 #include <string.h>
@@ -32,6 +33,8 @@ cpu_stream_new (LbBackend * self, int device, GError ** error)
   LbStream *s = g_new0 (LbStream, 1);
   s->backend = self;
   s->device = 0;
+  /* OpenBLAS below the CPU: say how to fix it, once (isa.c) */
+  lb_cpu_blas_check ();
   return s;
 }
 

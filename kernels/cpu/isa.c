@@ -15,6 +15,7 @@
 
 /* OpenBLAS: 0 sequential, 1 pthreads, 2 OpenMP */
 int openblas_get_parallel (void);
+char *openblas_get_corename (void);
 
 static const char *const isa_names[] = { "baseline", "avx2", "avx512" };
 static gint selected = -1;
@@ -158,4 +159,89 @@ const char *
 lb_cpu_blas_expected (void)
 {
   return LINGBOT_BLAS_OPENMP ? "openmp" : NULL;
+}
+
+/* OpenBLAS's x86 core names and the instruction set of their sgemm
+ * kernels (lower case; names not listed are taken as the baseline) */
+static const struct
+{
+  const char *name;
+  LbCpuIsa isa;
+} blas_cores[] = {
+  {"skylakex", LB_CPU_ISA_AVX512}, {"cooperlake", LB_CPU_ISA_AVX512},
+  {"sapphirerapids", LB_CPU_ISA_AVX512}, {"haswell", LB_CPU_ISA_AVX2},
+  {"zen", LB_CPU_ISA_AVX2}, {"skylake", LB_CPU_ISA_AVX2},
+};
+
+/**
+ * lb_cpu_blas_core:
+ * @isa: (out) (optional): the #LbCpuIsa of that core's kernels
+ *
+ * The kernels OpenBLAS chose when it loaded (openblas_get_corename():
+ * "SkylakeX", "Haswell", "Prescott", ...; OPENBLAS_CORETYPE overrides its
+ * choice).
+ *
+ * Returns: (transfer none): the core's name.
+ */
+const char *
+lb_cpu_blas_core (LbCpuIsa * isa)
+{
+  const char *core = openblas_get_corename ();
+  if (core == NULL)
+    core = "unknown";
+  if (isa) {
+    *isa = LB_CPU_ISA_BASELINE;
+    for (guint i = 0; i < G_N_ELEMENTS (blas_cores); i++)
+      if (g_ascii_strcasecmp (core, blas_cores[i].name) == 0)
+        *isa = blas_cores[i].isa;
+  }
+  return core;
+}
+
+/**
+ * lb_cpu_blas_advice:
+ *
+ * When OpenBLAS runs kernels below this CPU's instruction set (it falls
+ * back to Prescott, SSE3, for a CPU model it does not know, such as
+ * family 6 model 207 under OpenBLAS 0.3.21; every sgemm then runs several
+ * times slower), the OPENBLAS_CORETYPE to set before the process starts
+ * ("SkylakeX" with AVX-512, "Haswell" with AVX2), as
+ * tools/openblas-coretype.sh prints it.  OpenBLAS reads it when it loads,
+ * before liblingbot's code runs, so the library cannot set it itself.
+ *
+ * Returns: (nullable): the core type to set, or %NULL when OpenBLAS's
+ * kernels match the CPU (or OPENBLAS_CORETYPE is set already).
+ */
+const char *
+lb_cpu_blas_advice (void)
+{
+  LbCpuIsa core_isa;
+  lb_cpu_blas_core (&core_isa);
+  const LbCpuIsa best = lb_cpu_isa_best ();
+  const char *env = g_getenv ("OPENBLAS_CORETYPE");
+  if (core_isa >= best || (env && *env))
+    return NULL;
+  return best >= LB_CPU_ISA_AVX512 ? "SkylakeX" : "Haswell";
+}
+
+/**
+ * lb_cpu_blas_check:
+ *
+ * Prints lb_cpu_blas_advice() once per process (a g_message(): the
+ * GEMMs are slow, nothing is wrong), from the CPU backend's first stream.
+ */
+void
+lb_cpu_blas_check (void)
+{
+  static gsize done = 0;
+  if (!g_once_init_enter (&done))
+    return;
+  const char *advice = lb_cpu_blas_advice ();
+  if (advice)
+    g_message ("OpenBLAS runs its %s kernels on a CPU with %s (it does not "
+        "know this model): matrix products run several times slower; set "
+        "OPENBLAS_CORETYPE=%s in the environment (tools/openblas-coretype.sh "
+        "prints it)", lb_cpu_blas_core (NULL),
+        lb_cpu_isa_name (lb_cpu_isa_best ()), advice);
+  g_once_init_leave (&done, 1);
 }

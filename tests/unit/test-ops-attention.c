@@ -335,6 +335,27 @@ test_blas_threading (void)
   g_assert_cmpstr (lb_cpu_blas_threading (), ==, want);
 }
 
+/* the kernels OpenBLAS runs: those OPENBLAS_CORETYPE names (tools/test.sh
+ * exports tools/openblas-coretype.sh's), and no advice then; without it,
+ * advice exactly when OpenBLAS's core is below the CPU */
+static void
+test_blas_core (void)
+{
+  LbCpuIsa core_isa;
+  const char *core = lb_cpu_blas_core (&core_isa);
+  const char *env = g_getenv ("OPENBLAS_CORETYPE");
+  g_test_message ("OpenBLAS core: %s (%s), CPU: %s", core,
+      lb_cpu_isa_name (core_isa), lb_cpu_isa_name (lb_cpu_isa_best ()));
+  g_assert_cmpuint (strlen (core), >, 0);
+  if (env && *env) {
+    g_assert_cmpint (g_ascii_strcasecmp (core, env), ==, 0);
+    g_assert_null (lb_cpu_blas_advice ());
+  } else {
+    g_assert_cmpint (lb_cpu_blas_advice () == NULL, ==,
+        core_isa >= lb_cpu_isa_best ());
+  }
+}
+
 typedef struct
 {
   LbCpuIsa isa;
@@ -380,5 +401,6 @@ main (int argc, char **argv)
   }
   g_test_add_func ("/ops/attention/isas-agree", test_isas_agree);
   g_test_add_func ("/ops/attention/blas-threading", test_blas_threading);
+  g_test_add_func ("/ops/attention/blas-core", test_blas_core);
   return g_test_run ();
 }
