@@ -48,6 +48,7 @@ ITEM_EXP (VF x)
 ITEM_TARGET static void
 ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
 {
+  typedef int VI __attribute__ ((vector_size (sizeof (VF))));
   /* the head's keys, tile t transposed at [t][hd][ktp], and its values
    * [nk][hdp], packed by attention.c */
   const float *kpack = a->kpack + h * a->kpack_head;
@@ -131,14 +132,31 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
       const float *brow = a->bias ?
           a->bias + (h * a->nq + i0 + i) * a->nk + j0 : NULL;
       float mt = -INFINITY;
-      for (int64_t jj = 0; jj < nj; jj++) {
-        float x = si[jj];
-        if (a->mask && !a->mask[j0 + jj])
+      int64_t j1 = 0;
+      if (!a->mask && !brow) {
+        /* the scores as they are: their maximum in vectors (exact in any
+         * order; a NaN is kept, so the query's output is NaN), the tail and the padding columns apart */
+        VF mv = { 0 };
+        mv += -INFINITY;
+        for (; j1 + VW <= nj; j1 += VW) {
+          const VF x = LDV (si + j1);
+          /* a NaN score wins and stays */
+          const VI take = (VI) (x > mv) | (VI) (x != x);
+          mv = (VF) (((VI) x & take) | ((VI) mv & ~take));
+        }
+        for (int u = 0; u < VW; u++)
+          if (mv[u] > mt || isnan (mv[u]))
+            mt = mv[u];
+      }
+      for (; j1 < nj; j1++) {
+        float x = si[j1];
+        if (a->mask && !a->mask[j0 + j1])
           x = -INFINITY;
         else if (brow)
-          x += brow[jj];
-        si[jj] = x;
-        mt = MAX (mt, x);
+          x += brow[j1];
+        si[j1] = x;
+        if (x > mt || isnan (x))       /* a NaN stays */
+          mt = x;
       }
       if (mt == -INFINITY) {
         /* every key of this tile hidden for this query */

@@ -140,6 +140,10 @@ export GST_PLUGIN_PATH=$BUILD/gst GST_REGISTRY_FORK=no
 GST_REGISTRY_1_0=$(mktemp /tmp/lingbot-gst-registry.XXXXXX)
 export GST_REGISTRY_1_0
 export LINGBOT_SOURCE_ROOT=$PWD OMP_WAIT_POLICY=passive
+# OpenBLAS's kernels for the host CPU even where OpenBLAS does not know the
+# model (the CPU oracle's GEMMs; tools/openblas-coretype.sh)
+: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
+[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
 # cuDNN explains its own errors (a refused graph, a failed plan) on stderr,
 # which every step below keeps in its log
 export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr

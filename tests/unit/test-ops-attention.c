@@ -335,6 +335,30 @@ test_blas_threading (void)
   g_assert_cmpstr (lb_cpu_blas_threading (), ==, want);
 }
 
+/* a NaN key poisons every query that sees it (no mask, no bias: the
+ * vector maximum of the scores keeps a NaN as the scalar one does), on
+ * every variant */
+static void
+test_nan_propagates (void)
+{
+  const LbCpuIsa keep = lb_cpu_isa ();
+  int64_t qs[3] = { 5, 1, 64 }, ks[3] = { 70, 1, 64 };
+  g_autoptr (LbTensor) q = rand_tensor (3, qs, -1, 1);
+  g_autoptr (LbTensor) k = rand_tensor (3, ks, -1, 1);
+  g_autoptr (LbTensor) v = rand_tensor (3, ks, -1, 1);
+  ((float *) k->data)[33 * 64 + 7] = NAN;
+  for (int isa = 0; isa <= (int) lb_cpu_isa_best (); isa++) {
+    g_autoptr (LbTensor) o = poisoned (3, qs);
+    g_assert_true (lb_cpu_isa_set ((LbCpuIsa) isa));
+    assert_op_ok (lb_cpu_attention (test_stream (), q, k, v, NULL, NULL,
+            0.125f, o, error));
+    for (int64_t i = 0; i < 5 * 64; i++)
+      if (!isnan (((float *) o->data)[i]))
+        g_error ("%s: output %" G_GINT64_FORMAT " is %g", lb_cpu_isa_name ((LbCpuIsa) isa), i, ((float *) o->data)[i]);
+  }
+  g_assert_true (lb_cpu_isa_set (keep));
+}
+
 /* the kernels OpenBLAS runs: those OPENBLAS_CORETYPE names (tools/test.sh
  * exports tools/openblas-coretype.sh's), and no advice then; without it,
  * advice exactly when OpenBLAS's core is below the CPU */
@@ -402,5 +426,6 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/attention/isas-agree", test_isas_agree);
   g_test_add_func ("/ops/attention/blas-threading", test_blas_threading);
   g_test_add_func ("/ops/attention/blas-core", test_blas_core);
+  g_test_add_func ("/ops/attention/nan-propagates", test_nan_propagates);
   return g_test_run ();
 }
