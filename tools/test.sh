@@ -22,11 +22,13 @@ ninja -C "$BUILD"
 
 # a run that selects no test (a mistyped --suite) leaves no log behind, so
 # it cannot be summarised from an earlier run's results
-rm -f "$BUILD/meson-logs/testlog.json"
+# (a --setup NAME run writes testlog-NAME.json)
+rm -f "$BUILD"/meson-logs/testlog*.json
 rc=0
 meson test -C "$BUILD" --num-processes "$(nproc)" --print-errorlogs "$@" || rc=$?
 
-python3 - "$BUILD/meson-logs/testlog.json" <<'PY'
+log=$(ls "$BUILD"/meson-logs/testlog*.json 2>/dev/null | head -n 1)
+python3 - "${log:-$BUILD/meson-logs/testlog.json}" <<'PY'
 import json, sys
 passed = failed = skipped = 0
 try:
