@@ -84,6 +84,7 @@ typedef struct {
   LbTensor *out;
   gboolean ok;
   gboolean unsupported;
+  gboolean too_big;
 } JpegJob;
 
 static gboolean
@@ -103,10 +104,26 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
   ci->out_color_space = JCS_RGB;
   ci->dct_method = JDCT_ISLOW;
   ci->do_fancy_upsampling = TRUE;
+  /* the header's size against the cap before anything is allocated or
+   * decoded: a few hundred bytes may declare 60000x60000 */
+  if ((guint64) ci->image_width * ci->image_height > LINGBOT_IMAGE_MAX_PIXELS) {
+    g_snprintf (job->err.message, sizeof job->err.message,
+        "%ux%u pixels is more than an image may have (%u pixels, "
+        "LINGBOT_IMAGE_MAX_PIXELS)", (guint) ci->image_width,
+        (guint) ci->image_height, (guint) LINGBOT_IMAGE_MAX_PIXELS);
+    job->too_big = TRUE;
+    return FALSE;
+  }
   jpeg_start_decompress (ci);
   {
     int64_t shape[3] = { ci->output_height, ci->output_width, 3 };
-    job->out = lb_tensor_new (LB_DTYPE_U8, 3, shape);
+    g_autoptr (GError) aerr = NULL;
+    job->out = lb_tensor_try_new (LB_DTYPE_U8, 3, shape, &aerr);
+    if (job->out == NULL) {
+      g_strlcpy (job->err.message, aerr->message, sizeof job->err.message);
+      job->too_big = TRUE;
+      return FALSE;
+    }
   }
   while (ci->output_scanline < ci->output_height) {
     JSAMPROW row = (guint8 *) job->out->data +
@@ -127,8 +144,12 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
  * fancy upsampling), so the pixels equal PIL `Image.open().convert("RGB")`
  * on the same libjpeg-turbo bit for bit.
  *
+ * Images of more than %LINGBOT_IMAGE_MAX_PIXELS pixels are refused from
+ * their header, before anything is allocated or decoded.
+ *
  * Returns: (transfer full): uint8 [H, W, 3], or %NULL with
- *   %LB_ERROR_FORMAT (libjpeg's message) or %LB_ERROR_UNSUPPORTED (CMYK).
+ *   %LB_ERROR_FORMAT (libjpeg's message), %LB_ERROR_UNSUPPORTED (CMYK) or
+ *   %LB_ERROR_INVALID_ARGUMENT (too many pixels, or no memory for them).
  */
 LbTensor *
 lingbot_image_decode_jpeg (const guint8 * data, gsize length,
@@ -149,7 +170,7 @@ lingbot_image_decode_jpeg (const guint8 * data, gsize length,
   if (job->ok) {
     out = job->out;
   } else {
-    g_set_error (error, LB_ERROR,
+    g_set_error (error, LB_ERROR, job->too_big ? LB_ERROR_INVALID_ARGUMENT :
         job->unsupported ? LB_ERROR_UNSUPPORTED : LB_ERROR_FORMAT,
         "JPEG: %s", job->err.message);
     if (job->out)

@@ -14,6 +14,13 @@ G_BEGIN_DECLS
 #define LINGBOT_IMAGE_MAX_AREA_480P (480.0 * 832.0)
 /** LINGBOT_IMAGE_MAX_AREA_720P: pixel budget of "720p" (720*1280). */
 #define LINGBOT_IMAGE_MAX_AREA_720P (720.0 * 1280.0)
+/**
+ * LINGBOT_IMAGE_MAX_PIXELS: the most pixels a start image may have
+ * (8192 x 8192, 192 MiB decoded): a JPEG whose header declares more is
+ * refused before anything is allocated (a decompression bomb of a few
+ * hundred bytes can declare 60000 x 60000).
+ */
+#define LINGBOT_IMAGE_MAX_PIXELS (8192u * 8192u)
 
 gboolean lingbot_image_output_size (int image_width, int image_height,
     double max_area, int *width, int *height, GError ** error);

@@ -164,6 +164,47 @@ test_bad_files (void)
   g_assert_error (err, LB_ERROR, LB_ERROR_FORMAT);
 }
 
+/* A JPEG whose header declares more than LINGBOT_IMAGE_MAX_PIXELS (the
+ * project's start image with its SOF0 size patched, as a decompression
+ * bomb declares it) is refused from the header, with the exact message */
+static void
+test_too_many_pixels (void)
+{
+  g_autofree char *fixture = golden_fixture_path ("x");
+  g_autofree char *dir = g_path_get_dirname (fixture);
+  g_autofree char *path = g_build_filename (dir, "..", "gpu-start.jpg", NULL);
+  g_autofree guint8 *data = NULL;
+  gsize len = 0;
+  g_assert_true (g_file_get_contents (path, (char **) &data, &len, NULL));
+  static const struct
+  {
+    guint w, h;
+    const char *msg;
+  } cases[] = {
+    {60000, 60000, "JPEG: 60000x60000 pixels is more than an image may "
+          "have (67108864 pixels, LINGBOT_IMAGE_MAX_PIXELS)"},
+    {8192, 8193, "JPEG: 8192x8193 pixels is more than an image may have "
+          "(67108864 pixels, LINGBOT_IMAGE_MAX_PIXELS)"},
+  };
+  gsize sof = 0;
+  for (gsize i = 0; i + 9 < len; i++)
+    if (data[i] == 0xff && data[i + 1] == 0xc0) {
+      sof = i;
+      break;
+    }
+  g_assert_cmpuint (sof, >, 0);
+  for (guint c = 0; c < G_N_ELEMENTS (cases); c++) {
+    g_autoptr (GError) err = NULL;
+    data[sof + 5] = cases[c].h >> 8;
+    data[sof + 6] = cases[c].h & 0xff;
+    data[sof + 7] = cases[c].w >> 8;
+    data[sof + 8] = cases[c].w & 0xff;
+    g_assert_null (lingbot_image_decode_jpeg (data, len, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+    g_assert_cmpstr (err->message, ==, cases[c].msg);
+  }
+}
+
 static void
 test_load (void)
 {
@@ -201,6 +242,8 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/preprocess/resize-480p", test_resize_480p);
   g_test_add_func ("/golden/preprocess/load", test_load);
   g_test_add_func ("/golden/preprocess/bad-files", test_bad_files);
+  g_test_add_func ("/golden/preprocess/too-many-pixels",
+      test_too_many_pixels);
   rc = g_test_run ();
   lb_tensor_free (rgb);
   lingbot_checkpoint_unref (fx);
