@@ -46,6 +46,16 @@ event_cmp (gconstpointer a, gconstpointer b)
   return x->time_s < y->time_s ? -1 : x->time_s > y->time_s ? 1 : 0;
 }
 
+/* indices into the events, by time then by index */
+static gint
+order_cmp (gconstpointer a, gconstpointer b, gpointer data)
+{
+  const LingbotControlEvent *e = data;
+  const guint i = *(const guint *) a, j = *(const guint *) b;
+  const gint c = event_cmp (&e[i], &e[j]);
+  return c != 0 ? c : i < j ? -1 : i > j ? 1 : 0;
+}
+
 static gboolean
 bad_event (GError ** error, guint index, const char *field, const char *why)
 {
@@ -227,19 +237,25 @@ lingbot_control_trace_new_from_data (const char *data, gssize length,
       return NULL;
     }
   }
-  /* g_array_sort is not stable; events at equal times keep file order */
+  /* by time, events at equal times in file order: a merge sort of the
+   * indices with the index as the tie-break (O(n log n); the insertion
+   * sort this replaces took 13 s on 50k reversed events) */
   {
-    guint n = t->events->len;
-    LingbotControlEvent *e = (LingbotControlEvent *) t->events->data;
-    for (guint i = 1; i < n; i++) {
-      LingbotControlEvent x = e[i];
-      guint j = i;
-      while (j > 0 && event_cmp (&e[j - 1], &x) > 0) {
-        e[j] = e[j - 1];
-        j--;
-      }
-      e[j] = x;
-    }
+    const guint n = t->events->len;
+    const LingbotControlEvent *e = (const LingbotControlEvent *)
+        t->events->data;
+    guint *order = g_new (guint, MAX (n, 1));
+    for (guint i = 0; i < n; i++)
+      order[i] = i;
+    g_qsort_with_data (order, (gint) n, sizeof (guint), order_cmp,
+        (gpointer) e);
+    GArray *sorted = g_array_sized_new (FALSE, FALSE,
+        sizeof (LingbotControlEvent), n);
+    for (guint i = 0; i < n; i++)
+      g_array_append_val (sorted, e[order[i]]);
+    g_free (order);
+    g_array_unref (t->events);
+    t->events = sorted;
   }
   return t;
 }

@@ -1632,6 +1632,37 @@ test_reset_pose (void)
       lingbot_control_get_chunk_rel_poses (b), 64 * 4);
 }
 
+/* 50k events in reverse time order, pairs at equal times: sorted by time,
+ * equal times in file order (the sort is O(n log n); its insertion sort
+ * took 13 s here) */
+static void
+test_trace_sort_large (void)
+{
+  const guint n = 50000;
+  GString *j = g_string_new ("{\"events\": [");
+  for (guint i = 0; i < n; i++) {
+    /* times n/2-1 .. 0 in steps of 0.01 s, two events each: W then D */
+    const guint slot = (n - 1 - i) / 2;
+    g_string_append_printf (j, "%s{\"delay_s\": %u.%02u, \"message\": "
+        "{\"type\": \"control\", \"key\": \"%s\", \"action\": "
+        "\"press\"}}", i ? "," : "", slot / 100, slot % 100,
+        i % 2 ? "KeyD" : "KeyW");
+  }
+  g_string_append (j, "]}");
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotControlTrace) t =
+      lingbot_control_trace_new_from_data (j->str, -1, &err);
+  g_string_free (j, TRUE);
+  g_assert_no_error (err);
+  guint got = 0;
+  const LingbotControlEvent *ev = lingbot_control_trace_get_events (t, &got);
+  g_assert_cmpuint (got, ==, n);
+  for (guint i = 0; i < n; i++) {
+    g_assert_cmpfloat_with_epsilon (ev[i].time_s, (i / 2) * 0.01, 1e-9);
+    g_assert_cmphex (ev[i].key, ==, i % 2 ? LINGBOT_KEY_D : LINGBOT_KEY_W);
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1647,6 +1678,7 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/control/keys", test_keys);
   g_test_add_func ("/golden/control/frame-counts", test_frame_counts);
   g_test_add_func ("/golden/control/trace-bad-inputs", test_trace_bad_inputs);
+  g_test_add_func ("/golden/control/trace-sort-large", test_trace_sort_large);
   g_test_add_func ("/golden/control/trace-actions", test_trace_actions);
   g_test_add_func ("/golden/control/stream-schedule", test_stream_schedule);
   g_test_add_func ("/golden/control/synthetic-schedule",
