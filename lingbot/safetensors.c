@@ -312,6 +312,21 @@ load_shards (LingbotCheckpoint * ckpt, const char *where, const char *dir,
   return TRUE;
 }
 
+
+/* a shard path of an index stays in the index's folder: relative, no
+ * empty name, no '..' component (an index must not open /etc/passwd) */
+static gboolean
+shard_name_is_confined (const char *f)
+{
+  if (*f == '\0' || g_path_is_absolute (f))
+    return FALSE;
+  g_auto (GStrv) parts = g_strsplit (f, "/", -1);
+  for (guint i = 0; parts[i]; i++)
+    if (strcmp (parts[i], "..") == 0)
+      return FALSE;
+  return TRUE;
+}
+
 static int
 compare_strings (const void *a, const void *b)
 {
@@ -362,6 +377,14 @@ lingbot_ckpt_load_safetensors_index (LingbotCheckpoint * ckpt,
       goto out;
     }
     const char *f = json_node_get_string (v);
+    if (!shard_name_is_confined (f)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+          "%s: weight_map entry for %s names '%s', outside the index's "
+          "folder (shards are paths relative to it, without '..')",
+          index_file, (const char *) l->data, f);
+      g_list_free (members);
+      goto out;
+    }
     if (!g_hash_table_contains (seen, f)) {
       g_hash_table_add (seen, (gpointer) f);
       g_ptr_array_add (shards, g_strdup (f));

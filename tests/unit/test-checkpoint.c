@@ -377,6 +377,24 @@ test_safetensors_sharded (void)
   write_bytes (index, missing, strlen (missing));
   assert_open_fails (index, LB_ERROR_IO, "nope.safetensors");
 
+  /* shard paths outside the index's folder are refused before any open */
+  static const char *const outside[] = { "/etc/passwd", "../x.safetensors",
+    "sub/../../x.safetensors", ""
+  };
+  for (guint k = 0; k < G_N_ELEMENTS (outside); k++) {
+    g_autofree char *j = g_strdup_printf ("{\"weight_map\": {\"a\": \"%s\"}}",
+        outside[k]);
+    g_autofree char *want = g_strdup_printf ("%s: weight_map entry for a "
+        "names '%s', outside the index's folder (shards are paths relative "
+        "to it, without '..')", index, outside[k]);
+    write_bytes (index, j, strlen (j));
+    GError *oerr = NULL;
+    g_assert_null (lingbot_checkpoint_open (index, &oerr));
+    g_assert_error (oerr, LB_ERROR, LB_ERROR_FORMAT);
+    g_assert_cmpstr (oerr->message, ==, want);
+    g_error_free (oerr);
+  }
+
   /* two shards holding the same name */
   char *dup = g_build_filename (dir, "model-00004-of-00003.safetensors",
       NULL);
