@@ -348,6 +348,20 @@ vm_persistent_load (Vm * vm, PkObj * pid, GError ** error)
   return vm_push (vm, o, error);
 }
 
+
+/* why zip_fread() returned @got of @want bytes: libzip's error, or, when
+ * it has none (a short read: the archive's data ends early), the counts
+ * (libzip says "No error" then) */
+static char *
+read_failure (zip_file_t * zf, zip_int64_t got, zip_uint64_t want)
+{
+  zip_error_t *ze = zip_file_get_error (zf);
+  if (got < 0 || (ze && zip_error_code_zip (ze) != ZIP_ER_OK))
+    return g_strdup (zip_file_strerror (zf));
+  return g_strdup_printf ("the data ends after %" G_GINT64_FORMAT " of %"
+      G_GUINT64_FORMAT " bytes", (gint64) got, (guint64) want);
+}
+
 static StorageRec *
 map_storage (Vm * vm, const char *key, gsize align, GError ** error)
 {
@@ -430,10 +444,11 @@ map_storage (Vm * vm, const char *key, gsize align, GError ** error)
         "%s: out of memory inflating storage record %s", vm->file, name);
     goto fail;
   }
-  if (zip_fread (zf, buf, st.size) != (zip_int64_t) st.size) {
+  zip_int64_t got = zip_fread (zf, buf, st.size);
+  if (got != (zip_int64_t) st.size) {
+    g_autofree char *why = read_failure (zf, got, st.size);
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-        "%s: cannot read storage record %s: %s", vm->file, name,
-        zip_file_strerror (zf));
+        "%s: cannot read storage record %s: %s", vm->file, name, why);
     goto fail;
   }
   zip_fclose (zf);
@@ -1010,11 +1025,20 @@ read_entry (Vm * vm, zip_int64_t index, gsize * len, GError ** error)
         name, zip_strerror (vm->za));
     return NULL;
   }
-  guint8 *buf = g_malloc (st.size + 1);
+  guint8 *buf = st.size < G_MAXSIZE ? g_try_malloc ((gsize) st.size + 1) :
+      NULL;
+  if (buf == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO,
+        "%s: %s: out of memory for %" G_GUINT64_FORMAT " bytes", vm->file,
+        name, (guint64) st.size);
+    zip_fclose (zf);
+    return NULL;
+  }
   zip_int64_t got = zip_fread (zf, buf, st.size);
   if (got != (zip_int64_t) st.size) {
+    g_autofree char *why = read_failure (zf, got, st.size);
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT, "%s: %s: cannot read: %s",
-        vm->file, name, zip_file_strerror (zf));
+        vm->file, name, why);
     zip_fclose (zf);
     g_free (buf);
     return NULL;

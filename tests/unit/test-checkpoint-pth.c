@@ -321,6 +321,32 @@ test_corrupt (void)
   g_byte_array_unref (pk);
   g_free (p);
 
+  /* a short read: the central directory says 800 bytes for the record
+   * (200 floats, as the storage declares) but the archive ends first */
+  pk = tensor_pickle (200, 0, 2);
+  p = write_zip ("short-read.pth", pk->data, pk->len, data, sizeof data);
+  {
+    gsize len = 0;
+    g_autofree guint8 *z = NULL;
+    g_assert_true (g_file_get_contents (p, (char **) &z, &len, NULL));
+    gboolean patched = FALSE;
+    for (gsize i = 0; i + 46 + 14 <= len; i++)
+      if (memcmp (z + i, "PK\x01\x02", 4) == 0 &&
+          memcmp (z + i + 46, "archive/data/0", 14) == 0) {
+        const guint32 n = GUINT32_TO_LE (800);
+        memcpy (z + i + 20, &n, 4);     /* compressed size */
+        memcpy (z + i + 24, &n, 4);     /* uncompressed size */
+        patched = TRUE;
+      }
+    g_assert_true (patched);
+    g_assert_true (g_file_set_contents (p, (const char *) z, len, NULL));
+  }
+  assert_open_fails (p, LB_ERROR_FORMAT,
+      "cannot read storage record archive/data/0: the data ends after 160 of "
+      "800 bytes");
+  g_byte_array_unref (pk);
+  g_free (p);
+
   /* the storage record is missing */
   pk = tensor_pickle (4, 0, 2);
   p = write_zip ("no-record.pth", pk->data, pk->len, NULL, 0);
