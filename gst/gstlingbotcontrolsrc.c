@@ -254,10 +254,12 @@ load_poses (GstLingbotControlSrc * self, GError ** error)
   return buf;
 }
 
+/* Reads the trace and the poses (READY -> PAUSED, before GstBaseSrc
+ * starts): a failure posts its one precise error and fails the state
+ * change, so basesrc's generic "Failed to start" never follows it. */
 static gboolean
-gst_lingbot_control_src_start (GstBaseSrc * src)
+load_inputs (GstLingbotControlSrc * self)
 {
-  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
   g_autoptr (GError) error = NULL;
   LingbotControlTrace *trace = NULL;
   GstBuffer *poses = NULL;
@@ -336,6 +338,8 @@ gst_lingbot_control_src_start (GstBaseSrc * src)
   GST_OBJECT_UNLOCK (self);
 
   g_mutex_lock (&self->lock);
+  g_clear_pointer (&self->trace, lingbot_control_trace_free);
+  gst_clear_buffer (&self->poses);
   self->trace = trace;
   self->next_event = 0;
   self->held = 0;
@@ -344,6 +348,16 @@ gst_lingbot_control_src_start (GstBaseSrc * src)
   self->flushing = FALSE;
   g_mutex_unlock (&self->lock);
   return TRUE;
+}
+
+static GstStateChangeReturn
+gst_lingbot_control_src_change_state (GstElement * element,
+    GstStateChange transition)
+{
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED &&
+      !load_inputs (GST_LINGBOT_CONTROL_SRC (element)))
+    return GST_STATE_CHANGE_FAILURE;
+  return GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
 }
 
 static gboolean
@@ -684,7 +698,7 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
       "events, action signals or explicit poses",
       "lingbot-gst developers");
 
-  basesrc_class->start = gst_lingbot_control_src_start;
+  element_class->change_state = gst_lingbot_control_src_change_state;
   basesrc_class->stop = gst_lingbot_control_src_stop;
   basesrc_class->get_caps = gst_lingbot_control_src_get_caps;
   basesrc_class->unlock = gst_lingbot_control_src_unlock;

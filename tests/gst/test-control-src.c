@@ -155,6 +155,8 @@ expect_poses_error (const char *poses, const char *intrinsics,
   g_assert_cmpstr (gerr->message, ==, message);
   g_error_free (gerr);
   gst_message_unref (msg);
+  /* one error: basesrc's generic "Failed to start" does not follow */
+  g_assert_null (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
   gst_element_set_state (p, GST_STATE_NULL);
   gst_object_unref (bus);
   gst_object_unref (p);
@@ -275,6 +277,40 @@ GST_START_TEST (test_trace_reset_action)
 
 GST_END_TEST;
 
+/* a malformed trace: the state change fails with one STREAM/DECODE error
+ * naming the problem, and no second, generic one */
+GST_START_TEST (test_trace_malformed_one_error)
+{
+  g_autofree char *dir = g_dir_make_tmp ("lingbot-ctl-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename (dir, "bad.json", NULL);
+  g_assert_true (g_file_set_contents (path, "{\"events\": 3}", -1, NULL));
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=src "
+      "location=%s ! fakesink", path);
+  GstElement *p = gst_parse_launch (desc, NULL);
+  GstBus *bus = gst_element_get_bus (p);
+  GError *gerr = NULL;
+
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_PLAYING), ==,
+      GST_STATE_CHANGE_FAILURE);
+  GstMessage *msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND,
+      GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  gst_message_parse_error (msg, &gerr, NULL);
+  g_assert_error (gerr, GST_STREAM_ERROR, GST_STREAM_ERROR_DECODE);
+  g_assert_true (g_str_has_suffix (gerr->message,
+          "control trace: field 'events' is missing or not an array"));
+  g_error_free (gerr);
+  gst_message_unref (msg);
+  g_assert_null (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+  g_unlink (path);
+  g_rmdir (dir);
+}
+
+GST_END_TEST;
+
 /* ---- key names ---- */
 
 /* X keysym names (what X/GL video sinks send), browser names, any case */
@@ -352,6 +388,7 @@ control_src_suite (void)
   tcase_add_test (tc, test_poses_errors);
   tcase_add_test (tc, test_trace_reset_action);
   tcase_add_test (tc, test_key_names);
+  tcase_add_test (tc, test_trace_malformed_one_error);
   return s;
 }
 
