@@ -251,15 +251,16 @@ lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt, const char *file,
   }
   g_list_free (members);
 
-  /* No two tensors may share bytes (empty tensors share nothing). */
+  /* The data is the tensors back to back in offset order, nothing between
+   * them and nothing after (the reference validator's rule): so no two
+   * share bytes, and no bytes go unaccounted for. */
   GArray *sorted = g_array_copy (ranges);
   g_array_sort (sorted, compare_ranges);
   const Range *prev = NULL;
+  guint64 at = 0;
   for (guint i = 0; i < sorted->len; i++) {
     const Range *r = &g_array_index (sorted, Range, i);
-    if (r->begin == r->end)
-      continue;
-    if (prev != NULL && r->begin < prev->end) {
+    if (r->begin < at) {
       g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
           "%s: tensors %s and %s have overlapping data ranges [%"
           G_GUINT64_FORMAT ", %" G_GUINT64_FORMAT "] and [%" G_GUINT64_FORMAT
@@ -268,7 +269,24 @@ lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt, const char *file,
       g_array_unref (sorted);
       goto out;
     }
+    if (r->begin > at) {
+      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+          "%s: tensor %s starts at byte %" G_GUINT64_FORMAT " of the data, "
+          "but the tensors before it end at %" G_GUINT64_FORMAT " (the data "
+          "must be the tensors back to back)", file, r->name, r->begin, at);
+      g_array_unref (sorted);
+      goto out;
+    }
+    at = r->end;
     prev = r;
+  }
+  if (at != data_len) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: %" G_GUINT64_FORMAT " bytes after the last tensor's data (it "
+        "ends at byte %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT ")", file,
+        (guint64) data_len - at, at, (guint64) data_len);
+    g_array_unref (sorted);
+    goto out;
   }
   g_array_unref (sorted);
 

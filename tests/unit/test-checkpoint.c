@@ -457,6 +457,23 @@ test_safetensors_corrupt (void)
       "tensors a and b have overlapping data ranges [0, 8] and [4, 12]");
   g_free (p);
 
+  /* strict layout: no gap between tensors, no bytes after the last */
+  p = write_raw_safetensors ("gap.safetensors", G_MAXUINT64,
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+      20);
+  assert_open_fails (p, LB_ERROR_FORMAT, "gap.safetensors: tensor b starts at "
+      "byte 12 of the data, but the tensors before it end at 8 (the data "
+      "must be the tensors back to back)");
+  g_free (p);
+
+  p = write_raw_safetensors ("trailing.safetensors", G_MAXUINT64,
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+      11);
+  assert_open_fails (p, LB_ERROR_FORMAT, "trailing.safetensors: 3 bytes after "
+      "the last tensor's data (it ends at byte 8 of 11)");
+  g_free (p);
+
   p = write_raw_safetensors ("range.safetensors", G_MAXUINT64,
       "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8);
   assert_open_fails (p, LB_ERROR_FORMAT,
