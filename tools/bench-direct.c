@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <sys/utsname.h>
 #include <json-glib/json-glib.h>
 
@@ -73,6 +74,7 @@ typedef struct {
   char *output;
   double duration;
   double playout_delay;
+  double rss_interval;
   gboolean compare;
   int rounds;
   double timeout;
@@ -108,6 +110,7 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
   c->pixel_area = 0;
   c->seed = 42;
   c->duration = 60.0;
+  c->rss_interval = -1.0;
   c->playout_delay = -1.0;
   c->rounds = 3;
   c->timeout = 0.0;
@@ -152,6 +155,10 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
     {"playout-delay", 0, 0, G_OPTION_ARG_DOUBLE, &c->playout_delay,
         "replay: a chunk's first frame is due this long after its request "
         "(default: one chunk of video, 4*C/fps = 1 s)", "S"},
+    {"rss-interval", 0, 0, G_OPTION_ARG_DOUBLE, &c->rss_interval,
+        "Sample the resident memory every S seconds into rss_samples "
+        "(replay: default 60, a soak test's figure; direct: default 0 = "
+        "off)", "S"},
     {"compare", 0, 0, G_OPTION_ARG_NONE, &c->compare,
         "Run CONFIG_A and CONFIG_B alternately, print B/A ratios", NULL},
     {"rounds", 0, 0, G_OPTION_ARG_INT, &c->rounds,
@@ -275,7 +282,60 @@ typedef struct {
   CommCounters comm;
   guint64 latent_host_bytes;    /* latents that crossed host memory */
   gboolean decoder_attached;    /* the decode on its own worker group */
+  GArray *rss;                  /* RssSample, every --rss-interval */
 } RunResult;
+
+/* ---- resident memory, sampled beside the run (soak tests) ---- */
+
+typedef struct {
+  double t_s;
+  gint64 bytes;
+} RssSample;
+
+typedef struct {
+  GMutex lock;
+  GCond cond;
+  gboolean stop;
+  gint64 t0;
+  gint64 interval_us;
+  GArray *samples;
+} RssSampler;
+
+/* the resident set of this process (/proc/self/statm), or -1 */
+static gint64
+rss_now (void)
+{
+  g_autofree char *statm = NULL;
+  if (!g_file_get_contents ("/proc/self/statm", &statm, NULL, NULL))
+    return -1;
+  unsigned long size = 0, resident = 0;
+  if (sscanf (statm, "%lu %lu", &size, &resident) != 2)
+    return -1;
+  return (gint64) resident * sysconf (_SC_PAGESIZE);
+}
+
+static void
+rss_take (RssSampler * rs)
+{
+  RssSample x = { (g_get_monotonic_time () - rs->t0) / 1e6, rss_now () };
+  g_array_append_val (rs->samples, x);
+}
+
+static gpointer
+rss_thread (gpointer data)
+{
+  RssSampler *rs = data;
+  g_mutex_lock (&rs->lock);
+  gint64 next = rs->t0 + rs->interval_us;
+  while (!rs->stop) {
+    if (!g_cond_wait_until (&rs->cond, &rs->lock, next) && !rs->stop) {
+      rss_take (rs);
+      next += rs->interval_us;
+    }
+  }
+  g_mutex_unlock (&rs->lock);
+  return NULL;
+}
 
 static void
 run_result_clear (RunResult * r)
@@ -284,6 +344,8 @@ run_result_clear (RunResult * r)
     g_array_unref (r->chunks);
   if (r->arrivals)
     g_array_unref (r->arrivals);
+  if (r->rss)
+    g_array_unref (r->rss);
   memset (r, 0, sizeof (*r));
 }
 
@@ -835,6 +897,21 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
   CommCounters before, after;
   comm_counters_snapshot (&before);
   gboolean ok;
+  /* resident memory at the start and every --rss-interval seconds */
+  const double interval = c->rss_interval >= 0 ? c->rss_interval :
+      c->replay ? 60.0 : 0.0;
+  RssSampler rs = { 0 };
+  GThread *sampler = NULL;
+  r->rss = g_array_new (FALSE, FALSE, sizeof (RssSample));
+  if (interval > 0) {
+    g_mutex_init (&rs.lock);
+    g_cond_init (&rs.cond);
+    rs.t0 = g_get_monotonic_time ();
+    rs.interval_us = (gint64) (interval * 1e6);
+    rs.samples = r->rss;
+    rss_take (&rs);
+    sampler = g_thread_new ("rss-sampler", rss_thread, &rs);
+  }
 #ifdef LINGBOT_BENCH_HAVE_GST
   if (use_gst) {
     r->engine = "gst";
@@ -846,6 +923,15 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
     ok = run_session (c, r, error);
   }
   (void) use_gst;
+  if (sampler) {
+    g_mutex_lock (&rs.lock);
+    rs.stop = TRUE;
+    g_cond_signal (&rs.cond);
+    g_mutex_unlock (&rs.lock);
+    g_thread_join (sampler);
+    g_mutex_clear (&rs.lock);
+    g_cond_clear (&rs.cond);
+  }
   comm_counters_snapshot (&after);
   for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
     r->comm.calls[i] = after.calls[i] - before.calls[i];
@@ -1148,6 +1234,28 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     struct rusage ru;
     getrusage (RUSAGE_SELF, &ru);
     set_int (b, "peak_rss_bytes", (gint64) ru.ru_maxrss * 1024);
+  }
+  if (r->rss && r->rss->len > 0) {
+    /* [seconds, bytes] pairs, and the growth from the first sample at or
+     * after one minute to the last (a soak's figure: flat is the goal) */
+    json_builder_set_member_name (b, "rss_samples");
+    json_builder_begin_array (b);
+    const RssSample *ref = NULL;
+    for (guint i = 0; i < r->rss->len; i++) {
+      const RssSample *x = &g_array_index (r->rss, RssSample, i);
+      json_builder_begin_array (b);
+      json_builder_add_double_value (b, x->t_s);
+      json_builder_add_int_value (b, x->bytes);
+      json_builder_end_array (b);
+      if (ref == NULL && x->t_s >= 60.0 - 1e-6)
+        ref = x;
+    }
+    json_builder_end_array (b);
+    const RssSample *end = &g_array_index (r->rss, RssSample,
+        r->rss->len - 1);
+    if (ref && end != ref && ref->bytes > 0)
+      set_double (b, "rss_growth_after_first_minute",
+          (double) (end->bytes - ref->bytes) / (double) ref->bytes);
   }
   json_builder_set_member_name (b, "comm");
   json_builder_begin_object (b);
