@@ -27,9 +27,11 @@ device_block_free (gpointer data)
  * @dtype: element type
  * @ndim: number of dimensions
  * @shape: (array length=ndim): extents
- * @error: %LB_ERROR_DEVICE when the device allocation fails
+ * @error: %LB_ERROR_DEVICE when the device (or host) allocation fails
  *
- * Allocates a contiguous, uninitialised tensor on @s's device.  Not for
+ * Allocates a contiguous, uninitialised tensor on @s's device; on the
+ * CPU backend through lb_tensor_try_new(), so a size the machine cannot
+ * hold is an error, not an abort.  Not for
  * per-chunk loops: allocate session buffers once and reuse them.
  *
  * Returns: (transfer full) (nullable): the tensor.
@@ -40,7 +42,7 @@ lb_tensor_new_on (LbStream * s, LbDType dtype, int ndim,
 {
   LbBackend *be = s->backend;
   if (be->device_type == LB_DEVICE_CPU)
-    return lb_tensor_new (dtype, ndim, shape);
+    return lb_tensor_try_new (dtype, ndim, shape, error);
 
   int64_t n = 1;
   for (int i = 0; i < ndim; i++)

@@ -1,6 +1,7 @@
 /* lingbot-gst: backend registry and devices-string parsing
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
+#include "kernels/backend.h"
 #include "kernels/error.h"
 #include "lingbot/backend.h"
 
@@ -107,11 +108,29 @@ test_parse_gpu_without_device (void)
   g_assert_null (ord);
 }
 
+/* a host tensor the machine cannot hold is an error, not an abort (a
+ * 2048x2048 session under a memory limit used to abort in GLib) */
+static void
+test_cpu_alloc_fails (void)
+{
+  LbBackend *be = lb_cpu_backend ();
+  g_autoptr (GError) err = NULL;
+  LbStream *s = be->stream_new (be, 0, &err);
+  g_assert_no_error (err);
+  const int64_t shape[2] = { (int64_t) 1 << 22, (int64_t) 1 << 22 };
+  g_assert_null (lb_tensor_new_on (s, LB_DTYPE_F32, 2, shape, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_assert_cmpstr (err->message, ==,
+      "cannot allocate 70368744177664 bytes of host memory");
+  be->stream_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/backend/cpu", test_cpu_always_there);
+  g_test_add_func ("/backend/cpu-alloc-fails", test_cpu_alloc_fails);
   g_test_add_func ("/backend/unknown", test_unknown_backend);
   g_test_add_func ("/backend/cuda-probe", test_cuda_probe);
   g_test_add_func ("/backend/devices/cpu", test_parse_cpu_devices);
