@@ -274,7 +274,8 @@ lingbot_bench_ops (int argc, char **argv)
     {"threads", 0, 0, G_OPTION_ARG_INT, &threads_opt,
         "1 for one thread, 0 for all; default both", "N"},
     {"isa", 0, 0, G_OPTION_ARG_STRING, &isa_name,
-        "baseline, avx2, avx512, or all the CPU has (default: the best)",
+        "baseline, avx2, avx512, or all the CPU has (default: LINGBOT_CPU_ISA, "
+        "else the best)",
         "NAME"},
     {NULL}
   };
@@ -299,7 +300,7 @@ lingbot_bench_ops (int argc, char **argv)
   LbCpuIsa isas[3];
   int n_isas = 0;
   if (isa_name == NULL) {
-    isas[n_isas++] = lb_cpu_isa_best ();
+    isas[n_isas++] = lb_cpu_isa ();      /* LINGBOT_CPU_ISA, else the best */
   } else if (strcmp (isa_name, "all") == 0) {
     for (int i = 0; i <= (int) lb_cpu_isa_best (); i++)
       isas[n_isas++] = (LbCpuIsa) i;

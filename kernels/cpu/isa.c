@@ -240,8 +240,8 @@ lb_cpu_blas_check (void)
   if (advice)
     g_message ("OpenBLAS runs its %s kernels on a CPU with %s (it does not "
         "know this model): matrix products run several times slower; set "
-        "OPENBLAS_CORETYPE=%s in the environment (tools/openblas-coretype.sh "
-        "prints it)", lb_cpu_blas_core (NULL),
+        "OPENBLAS_CORETYPE=%s in the environment (lingbot-openblas-coretype, "
+        "tools/openblas-coretype.sh in a source tree, prints it)", lb_cpu_blas_core (NULL),
         lb_cpu_isa_name (lb_cpu_isa_best ()), advice);
   g_once_init_leave (&done, 1);
 }

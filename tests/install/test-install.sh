@@ -44,6 +44,10 @@ inc=$root/include/lingbot-1.0
 check "installed libraries and plugin" \
   "$(printf '%s\n' gstreamer-1.0/libgstlingbot.so libgstlingbot-1.0.so liblingbot.so)" \
   "$(cd "$lib" && find . -name 'lib*.so' | sed 's|^\./||' | sort)"
+# the installed OpenBLAS advice (kernels/cpu/isa.c names it) runs and
+# prints what the source tree's script prints
+check "lingbot-openblas-coretype" "$("$src/../../tools/openblas-coretype.sh")" \
+  "$("$root/bin/lingbot-openblas-coretype")"
 check "installed headers" \
   "$(printf '%s\n' comm/worker-group.h gst/gstlingbotcontext.h \
       gst/gstlingbotmemory.h gst/gstlingbotmeta.h kernels/backend.h \
