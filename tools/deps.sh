@@ -15,6 +15,9 @@ LINGBOT_DEPS=(
   libsentencepiece-dev sentencepiece g++
   # test tools (chromium: suite browser, the WebRTC page in headless mode)
   valgrind chromium
+  # suite fuzz: gcc's AddressSanitizer and UndefinedBehaviorSanitizer
+  # runtimes (the sanitized corpus replay of tests/fuzz)
+  libasan8 libubsan1
   # tools/plot-bench (the chunk timeline PNG of a lingbot-bench report) and
   # its test in suite bench; it runs on Debian's /usr/bin/python3
   python3-matplotlib
@@ -34,6 +37,12 @@ LINGBOT_DEPS=(
   # test-gi.py) with PyGObject and the -base typelibs (GstApp: appsink)
   gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0
   python3-gi gir1.2-gst-plugins-base-1.0
+)
+
+# Only tools/fuzz.sh needs these: clang and its libFuzzer runtime (the
+# fuzz-NAME targets of -Dfuzzing=enabled).
+LINGBOT_FUZZ_DEPS=(
+  clang libclang-rt-dev
 )
 
 # Only the demo scripts need these: the start photo of the demo

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+# lingbot-gst: writes the seed and reproducer files of tests/fuzz/corpus
+# (docs/fuzzing.md).  Run from the source root; the outputs are committed.
+# Seeds are small valid inputs; repro-* files are inputs that once broke a
+# parser (each now gives a clean error).  The SentencePiece seed is the
+# three tiny models spm_train writes.
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+
+ROOT = os.path.join('tests', 'fuzz', 'corpus')
+
+
+def put(name, fname, data):
+    d = os.path.join(ROOT, name)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    assert len(data) < 20000, (name, fname, len(data))
+    with open(os.path.join(d, fname), 'wb') as f:
+        f.write(data)
+
+
+def safetensors(tensors, meta=None, extra=b'', raw_header=None):
+    """tensors: [(name, dtype, shape, begin, end)], data zero-filled"""
+    h = {}
+    end = 0
+    for name, dt, shape, b, e in tensors:
+        h[name] = {'dtype': dt, 'shape': shape, 'data_offsets': [b, e]}
+        end = max(end, e)
+    if meta:
+        h['__metadata__'] = meta
+    hdr = raw_header if raw_header is not None else json.dumps(h).encode()
+    return struct.pack('<Q', len(hdr)) + hdr + bytes(end) + extra
+
+
+def npy(descr, shape, fortran=False, data=None, version=1):
+    hdr = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+        descr, 'True' if fortran else 'False',
+        '(' + ''.join('%d, ' % s for s in shape).rstrip(' ') + ')'
+        if len(shape) != 1 else '(%d,)' % shape[0])
+    pre = 10 if version == 1 else 12
+    pad = (64 - (pre + len(hdr) + 1) % 64) % 64
+    hdr = hdr + ' ' * pad + '\n'
+    head = b'\x93NUMPY' + bytes([version, 0])
+    head += struct.pack('<H' if version == 1 else '<I', len(hdr))
+    if data is None:
+        n = 1
+        for s in shape:
+            n *= s
+        data = bytes(n * int(descr[2:]))
+    return head + hdr.encode() + data
+
+
+def f32(vals):
+    return struct.pack('<%df' % len(vals), *vals)
+
+
+# ---- safetensors ----
+put('safetensors', 'seed-two-f32',
+    safetensors([('a', 'F32', [2, 3], 0, 24), ('b', 'F32', [4], 24, 40)]))
+put('safetensors', 'seed-bf16-f16-metadata',
+    safetensors([('x', 'BF16', [2, 2], 0, 8), ('y', 'F16', [3], 8, 14)],
+                meta={'format': 'pt'}))
+put('safetensors', 'seed-scalar-i64-empty',
+    safetensors([('s', 'I64', [], 0, 8), ('e', 'F32', [0, 5], 8, 8)]))
+put('safetensors', 'repro-gap-between-tensors',
+    safetensors([('a', 'F32', [2], 0, 8), ('b', 'F32', [2], 16, 24)]))
+put('safetensors', 'repro-trailing-bytes',
+    safetensors([('a', 'F32', [2], 0, 8)], extra=b'\x00' * 8))
+put('safetensors', 'repro-header-length-huge',
+    struct.pack('<Q', 1 << 62) + b'{}')
+
+# ---- sharded index (next to shards a.safetensors, b.safetensors) ----
+put('safetensors-index', 'seed-two-shards', json.dumps({
+    'metadata': {'total_size': 16},
+    'weight_map': {'a': 'a.safetensors', 'b': 'b.safetensors'}}))
+put('safetensors-index', 'repro-shard-etc-passwd', json.dumps({
+    'weight_map': {'a': '/etc/passwd'}}))
+put('safetensors-index', 'repro-shard-dotdot', json.dumps({
+    'weight_map': {'a': 'a.safetensors', 'b': '../x'}}))
+put('safetensors-index', 'repro-weight-map-not-object',
+    '{"weight_map": [1, 2]}')
+
+# ---- npy ----
+put('npy', 'seed-f32-2x3', npy('<f4', [2, 3]))
+put('npy', 'seed-f64-fortran', npy('<f8', [3, 2], fortran=True))
+put('npy', 'seed-i64-v2', npy('<i8', [4], version=2))
+put('npy', 'seed-f16-scalar', npy('<f2', []))
+
+# ---- poses: a 16-bit length of poses.npy, it, then intrinsics.npy ----
+def poses_input(p, k):
+    return struct.pack('<H', len(p)) + p + k
+
+
+eye = [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]
+p2 = npy('<f4', [2, 4, 4], data=f32(eye + eye))
+put('poses', 'seed-two-poses-no-intrinsics', poses_input(p2, b''))
+put('poses', 'seed-two-poses-intrinsics',
+    poses_input(p2, npy('<f4', [2, 4], data=f32([500, 500, 416, 240] * 2))))
+put('poses', 'seed-f64-pose-one-row',
+    poses_input(npy('<f8', [1, 4, 4], data=struct.pack('<16d', *eye)),
+                npy('<f4', [4], data=f32([500, 500, 416, 240]))))
+
+# ---- control trace ----
+with open(os.path.join('tests', 'data', 'gst', 'trace.json'), 'rb') as f:
+    put('control-trace', 'seed-trace', f.read())
+put('control-trace', 'seed-live-keys', json.dumps({'events': [
+    {'delay_s': 0, 'message': {'type': 'control', 'key': 'KeyW',
+                               'action': 'press'}},
+    {'delay_s': 0.25, 'message': {'type': 'control', 'key': 'KeyA',
+                                  'action': 'press'}},
+    {'delay_s': 2, 'message': {'type': 'control', 'key': 'KeyW',
+                               'action': 'release'}}]}))
+put('control-trace', 'repro-events-number', '{"events": 3}')
+
+# ---- JPEG ----
+with open(os.path.join('tests', 'data', 'gpu-start.jpg'), 'rb') as f:
+    jpg = f.read()
+put('jpeg', 'seed-gpu-start', jpg)
+sof = jpg.find(b'\xff\xc0')
+assert sof > 0
+big = bytearray(jpg)
+# SOF0: marker, length (2), precision (1), height (2), width (2)
+big[sof + 5:sof + 9] = struct.pack('>HH', 60000, 60000)
+put('jpeg', 'repro-sof0-60000x60000', bytes(big))
+
+# ---- SentencePiece: tiny models spm_train writes (identity normaliser:
+# no 230 KB NFKC table) ----
+spm_dir = tempfile.mkdtemp()
+try:
+    text = os.path.join(spm_dir, 'c.txt')
+    with open(text, 'w') as f:
+        f.write('the quick brown fox jumps over the lazy dog\n'
+                'a red fox and a dog walk twelve km\nthe dog sleeps\n')
+    for kind in ('unigram', 'bpe', 'char'):
+        prefix = os.path.join(spm_dir, kind)
+        subprocess.run(['spm_train', '--input=' + text,
+                        '--model_prefix=' + prefix, '--vocab_size=40',
+                        '--model_type=' + kind, '--character_coverage=1.0',
+                        '--hard_vocab_limit=false',
+                        '--normalization_rule_name=identity'],
+                       check=True, capture_output=True)
+        with open(prefix + '.model', 'rb') as f:
+            put('spm', 'seed-' + kind, f.read())
+finally:
+    shutil.rmtree(spm_dir)
+put('spm', 'seed-empty', b'')
+
+# ---- WebRTC signalling and data channel ----
+sdp = ('v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n'
+       'm=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\n'
+       'a=rtpmap:96 VP8/90000\r\na=mid:video0\r\n')
+put('webrtc-signalling', 'seed-answer',
+    json.dumps({'type': 'answer', 'sdp': sdp}))
+put('webrtc-signalling', 'seed-answer-rejected-video',
+    json.dumps({'type': 'answer', 'sdp': sdp.replace('video 9', 'video 0')}))
+put('webrtc-signalling', 'seed-ice', json.dumps({
+    'type': 'ice', 'sdpMLineIndex': 0,
+    'candidate': 'candidate:1 1 udp 2122260223 abcd.local 54321 typ host'}))
+put('webrtc-signalling', 'seed-bye', '{"type":"bye"}')
+put('webrtc-signalling', 'seed-not-object', '[1]')
+put('webrtc-channel', 'seed-request-keypress', json.dumps({
+    'id': 7, 'request': {'type': 'navigationEvent', 'event': {
+        'event': 'KeyPress', 'key': 'Up', 'modifier_state': ''}}}))
+put('webrtc-channel', 'seed-bare-keyrelease',
+    '{"event":"KeyRelease","key":"KeyW"}')
+put('webrtc-channel', 'seed-mouse', '{"event":"MouseMove","x":1,"y":2}')
+put('webrtc-channel', 'seed-request-not-object', '{"request":5}')
+
+# ---- pth: the fixtures of tests/data/fixtures, and reproducers made from
+# tiny_state_dict.pth ----
+with open(os.path.join('tests', 'data', 'fixtures', 'tiny_state_dict.pth'),
+          'rb') as f:
+    pth = f.read()
+for fx in ('tiny_state_dict', 'tiny_state_dict_deflated',
+           'nested_state_dict', 'wrapped_state_dict'):
+    with open(os.path.join('tests', 'data', 'fixtures', fx + '.pth'),
+              'rb') as f:
+        put('pth', 'seed-' + fx.replace('_', '-'), f.read())
+
+
+def central_entries(z):
+    """(offset of the central directory header, name) of each entry"""
+    at = z.find(b'PK\x01\x02')
+    while at >= 0:
+        n, m, k = struct.unpack_from('<HHH', z, at + 28)
+        yield at, z[at + 46:at + 46 + n].decode()
+        at = z.find(b'PK\x01\x02', at + 46 + n + m + k)
+
+
+def patch_sizes(z, key, size):
+    """the central directory's sizes of storage record data/KEY set to
+    SIZE (compressed and uncompressed; the record itself unchanged)"""
+    z = bytearray(z)
+    for at, name in central_entries(z):
+        if name.endswith('/data/' + key):
+            struct.pack_into('<II', z, at + 20, size, size)
+            return bytes(z)
+    raise KeyError(key)
+
+
+rec0 = [n for _, n in central_entries(pth) if n.endswith('/data/0')]
+assert rec0, 'no data/0 record'
+size0 = None
+for at, name in central_entries(pth):
+    if name == rec0[0]:
+        size0 = struct.unpack_from('<I', pth, at + 24)[0]
+put('pth', 'repro-central-size-beyond-record',
+    patch_sizes(pth, '0', size0 + 4096))
