@@ -44,7 +44,11 @@ LbTensor *lingbot_ckpt_tensor_new (LbStorage * storage, gsize offset,
     gsize span, LbDType dtype, int ndim, const int64_t * shape,
     const int64_t * stride);
 
-/* Overflow-safe helpers. */
+/* Overflow-safe helpers.  lingbot_ckpt_nbytes() is the one shape check of
+ * every reader (npy, safetensors, pth): FALSE for a bad dtype or rank, a
+ * negative extent, or a shape whose byte count -- with empty extents
+ * counted as 1, which bounds every stride and element count -- exceeds
+ * G_MAXINT64 or G_MAXSIZE; otherwise the byte count in *nbytes. */
 gboolean lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
     guint64 * nbytes);
 char *lingbot_ckpt_basename_noext (const char *file);

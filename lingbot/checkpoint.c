@@ -139,15 +139,21 @@ gboolean
 lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
     guint64 * nbytes)
 {
-  guint64 n = lb_dtype_size (dtype);
+  guint64 n = lb_dtype_size (dtype), span = n;
   if (n == 0 || ndim < 0 || ndim > LB_MAX_DIMS)
     return FALSE;
+  /* span: the product with empty extents counted as 1, so that an empty
+   * tensor's other extents cannot overflow a contiguous stride, an element
+   * count taken in another order or a byte offset either:
+   * [0, 7774777772777777777, 1, 2] holds no byte but its first stride
+   * would be 1.5e19 */
   for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0 || !g_uint64_checked_mul (&n, n, (guint64) shape[i]))
+    if (shape[i] < 0 || !g_uint64_checked_mul (&n, n, (guint64) shape[i]) ||
+        !g_uint64_checked_mul (&span, span, (guint64) MAX (shape[i], 1)))
       return FALSE;
   }
   /* keep every byte count representable as int64 and gsize */
-  if (n > (guint64) G_MAXINT64 || n > (guint64) G_MAXSIZE)
+  if (span > (guint64) G_MAXINT64 || span > (guint64) G_MAXSIZE)
     return FALSE;
   *nbytes = n;
   return TRUE;

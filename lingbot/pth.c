@@ -511,6 +511,14 @@ rebuild_tensor (Vm * vm, PkObj * args, GError ** error)
         "%s: storage %s has unsupported type %s", vm->file, so->s, so->s2);
     return NULL;
   }
+  guint64 nbytes;
+  if (!lingbot_ckpt_nbytes (so->dtype, ndim, shape, &nbytes)) {
+    g_autofree char *s = lb_shape_string (ndim, shape);
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: a tensor of storage %s has shape %s, too large", vm->file,
+        so->s, s);
+    return NULL;
+  }
   StorageRec *rec = map_storage (vm, so->s, lb_dtype_size (so->dtype), error);
   if (rec == NULL)
     return NULL;

@@ -211,3 +211,8 @@ for at, name in central_entries(pth):
         size0 = struct.unpack_from('<I', pth, at + 24)[0]
 put('pth', 'repro-central-size-beyond-record',
     patch_sizes(pth, '0', size0 + 4096))
+
+# ---- npy reproducers ----
+# an empty shape whose other extents overflow every stride computation
+put('npy', 'repro-empty-shape-stride-overflow',
+    npy('<f4', [0, 7774777772777777777, 1, 2], data=b''))

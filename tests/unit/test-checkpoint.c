@@ -66,6 +66,19 @@ assert_open_fails (const char *path, gint code, const char *substring)
   g_error_free (error);
 }
 
+/* the open fails with exactly "PATH: @message" */
+static void
+assert_open_error_is (const char *path, gint code, const char *message)
+{
+  GError *error = NULL;
+  LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, &error);
+  g_autofree char *expected = g_strdup_printf ("%s: %s", path, message);
+  g_assert_null (ckpt);
+  g_assert_error (error, LB_ERROR, code);
+  g_assert_cmpstr (error->message, ==, expected);
+  g_error_free (error);
+}
+
 /* value of element i of test tensor k: exactly representable everywhere */
 static double
 test_value (LbDType dtype, int64_t i)
@@ -499,6 +512,15 @@ test_safetensors_corrupt (void)
   assert_open_fails (p, LB_ERROR_FORMAT, "inconsistent with dtype");
   g_free (p);
 
+  /* an empty tensor whose other extents overflow the strides (fuzz
+   * corpus npy/repro-empty-shape-stride-overflow, as safetensors) */
+  p = write_raw_safetensors ("emptyoverflow.safetensors", G_MAXUINT64,
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,7774777772777777777,1,2],"
+      "\"data_offsets\":[0,0]}}", 0);
+  assert_open_error_is (p, LB_ERROR_FORMAT, "tensor a: data offsets [0, 0] "
+      "inconsistent with dtype F32 and shape [0, 7774777772777777777, 1, 2]");
+  g_free (p);
+
   p = write_raw_safetensors ("dtype.safetensors", G_MAXUINT64,
       "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
   assert_open_fails (p, LB_ERROR_FORMAT, "tensor a: unknown dtype 'Q7'");
@@ -661,6 +683,17 @@ test_npy_corrupt (void)
   p = write_npy ("badheader.npy", 1,
       "{'descr': '<f4', 'shape': (3,), }", f, 8);
   assert_open_fails (p, LB_ERROR_FORMAT, "npy header is not a dict with");
+  g_free (p);
+
+  /* no element, but its first contiguous stride would be 1.5e19 (fuzz
+   * corpus npy/repro-empty-shape-stride-overflow) */
+  p = write_npy ("emptyoverflow.npy", 1, "{'descr': '<f4', 'fortran_order': "
+      "False, 'shape': (0, 7774777772777777777, 1, 2), }", f, 0);
+  assert_open_error_is (p, LB_ERROR_FORMAT, "npy shape is too large");
+  g_free (p);
+  p = write_npy ("emptyoverflowf.npy", 1, "{'descr': '<f4', 'fortran_order': "
+      "True, 'shape': (2, 1, 7774777772777777777, 0), }", f, 0);
+  assert_open_error_is (p, LB_ERROR_FORMAT, "npy shape is too large");
   g_free (p);
 
   p = tmp_path ("hlen.npy");
