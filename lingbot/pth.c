@@ -124,6 +124,7 @@ typedef struct
   LbStorage *storage;
   gsize offset;
   guint64 nbytes;
+  LbDType dtype;                /* the storage's type, the first seen */
 } StorageRec;
 
 typedef struct
@@ -363,11 +364,21 @@ read_failure (zip_file_t * zf, zip_int64_t got, zip_uint64_t want)
 }
 
 static StorageRec *
-map_storage (Vm * vm, const char *key, gsize align, GError ** error)
+map_storage (Vm * vm, const char *key, LbDType dtype, GError ** error)
 {
+  gsize align = lb_dtype_size (dtype);
   StorageRec *rec = g_hash_table_lookup (vm->storages, key);
-  if (rec != NULL)
+  if (rec != NULL) {
+    /* the record was mapped (or copied) aligned for its first type only;
+     * torch.save refuses views of one storage as two types too */
+    if (rec->dtype != dtype) {
+      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+          "%s: storage %s is used as both %s and %s", vm->file, key,
+          lb_dtype_name (rec->dtype), lb_dtype_name (dtype));
+      return NULL;
+    }
     return rec;
+  }
 
   char *name = g_strconcat (vm->prefix, "data/", key, NULL);
   zip_int64_t idx = zip_name_locate (vm->za, name, 0);
@@ -388,6 +399,7 @@ map_storage (Vm * vm, const char *key, gsize align, GError ** error)
 
   rec = g_new0 (StorageRec, 1);
   rec->nbytes = st.size;
+  rec->dtype = dtype;
   gboolean stored = (st.valid & ZIP_STAT_COMP_METHOD) &&
       st.comp_method == ZIP_CM_STORE &&
       (!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) ||
@@ -519,7 +531,7 @@ rebuild_tensor (Vm * vm, PkObj * args, GError ** error)
         so->s, s);
     return NULL;
   }
-  StorageRec *rec = map_storage (vm, so->s, lb_dtype_size (so->dtype), error);
+  StorageRec *rec = map_storage (vm, so->s, so->dtype, error);
   if (rec == NULL)
     return NULL;
 

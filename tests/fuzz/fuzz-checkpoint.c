@@ -8,8 +8,9 @@
  *   pth                the input is a torch .pth (zip) file
  *   npy                the input is a .npy file
  * each opened with lingbot_checkpoint_open(); every tensor it lists is then
- * fetched and, when floating point and small, converted to f32 (which
- * reads every element through its strides).
+ * fetched, checked to be aligned for its dtype, and, when floating point
+ * and small, converted to f32 (which reads every element through its
+ * strides).
  */
 #include "fuzz-common.h"
 
@@ -75,6 +76,14 @@ LLVMFuzzerTestOneInput (const uint8_t * data, size_t size)
 
     if (t == NULL)
       continue;
+    /* the readers' promise: data aligned for the dtype (misaligned
+     * safetensors records are copied); the kernels read it typed */
+    if (lb_tensor_numel (t) > 0 &&
+        (guintptr) t->data % lb_dtype_size (t->dtype) != 0) {
+      fprintf (stderr, "fuzz: tensor %s (%s) is misaligned: %p\n",
+          names[i], lb_dtype_name (t->dtype), t->data);
+      abort ();
+    }
     if (lb_dtype_is_float (t->dtype) && lb_tensor_numel (t) <= (1 << 16)) {
       LbTensor *f = lb_tensor_to_f32 (t);
 

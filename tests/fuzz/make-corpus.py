@@ -216,3 +216,38 @@ put('pth', 'repro-central-size-beyond-record',
 # an empty shape whose other extents overflow every stride computation
 put('npy', 'repro-empty-shape-stride-overflow',
     npy('<f4', [0, 7774777772777777777, 1, 2], data=b''))
+
+# one storage record seen as uint8, then float32: mapped in place for the
+# first (the record at an odd offset), the second got a misaligned float
+# pointer (the pickle is test-checkpoint-pth.c's two_dtype_pickle())
+two_dtype_pkl = (
+    b'\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01'
+    b'ctorch._utils\n_rebuild_tensor_v2\nq\x02('
+    b'(X\x07\x00\x00\x00storageq\x03ctorch\nByteStorage\nq\x04'
+    b'X\x01\x00\x00\x000q\x05X\x03\x00\x00\x00cpuq\x06K\x08'
+    b'tq\x07QK\x00K\x08\x85K\x01\x85\x89'
+    b'ccollections\nOrderedDict\nq\x08)Rq\x09tq\x0aRq\x0b'
+    b'X\x01\x00\x00\x00bq\x0ch\x02('
+    b'(h\x03ctorch\nFloatStorage\nq\x0dh\x05h\x06K\x02'
+    b'tq\x0eQK\x00K\x02\x85K\x01\x85\x89h\x08)Rq\x0ftq\x10Rq\x11u.')
+
+
+def stored_zip(entries):
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, 'w', zipfile.ZIP_STORED) as z:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            z.writestr(info, data)
+    return buf.getvalue()
+
+
+for prefix in ('a', 'ab', 'abc', 'abcd'):
+    z = stored_zip([(prefix + '/data.pkl', two_dtype_pkl),
+                    (prefix + '/data/0', bytes(range(1, 9)))])
+    at = z.find(bytes(range(1, 9)))
+    if at % 4 != 0:
+        break
+assert at % 4 != 0
+put('pth', 'repro-storage-two-dtypes', z)

@@ -231,6 +231,54 @@ tensor_pickle (guint8 numel, guint8 offset, guint8 size)
   return b;
 }
 
+/* pickle of {'a': uint8 [8] of storage '0' (ByteStorage, 8 elements),
+ * 'b': float32 [2] of storage '0' (FloatStorage, 2 elements)} */
+static GByteArray *
+two_dtype_pickle (void)
+{
+  GByteArray *b = g_byte_array_new ();
+#define PUT(s) g_byte_array_append (b, (const guint8 *) (s), sizeof (s) - 1)
+  PUT ("\x80\x02}q\x00(X\x01\x00\x00\x00" "aq\x01");
+  PUT ("ctorch._utils\n_rebuild_tensor_v2\nq\x02(");
+  PUT ("(X\x07\x00\x00\x00storageq\x03" "ctorch\nByteStorage\nq\x04");
+  PUT ("X\x01\x00\x00\x00" "0q\x05X\x03\x00\x00\x00" "cpuq\x06K\x08");
+  PUT ("tq\x07QK\x00K\x08\x85K\x01\x85\x89");
+  PUT ("ccollections\nOrderedDict\nq\x08)Rq\x09tq\x0aRq\x0b");
+  PUT ("X\x01\x00\x00\x00" "bq\x0ch\x02(");
+  PUT ("(h\x03" "ctorch\nFloatStorage\nq\x0dh\x05h\x06K\x02");
+  PUT ("tq\x0eQK\x00K\x02\x85K\x01\x85\x89h\x08)Rq\x0ftq\x10Rq\x11u.");
+#undef PUT
+  return b;
+}
+
+/* the open fails with exactly "PATH: @message" */
+static void
+assert_open_error_is (const char *path, gint code, const char *message)
+{
+  GError *error = NULL;
+  LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, &error);
+  g_autofree char *expected = g_strdup_printf ("%s: %s", path, message);
+  g_assert_null (ckpt);
+  g_assert_error (error, LB_ERROR, code);
+  g_assert_cmpstr (error->message, ==, expected);
+  g_error_free (error);
+}
+
+static void
+test_two_dtypes (void)
+{
+  /* one record seen as uint8 then float32: mapped in place for the first
+   * (alignment 1), it would give the second a misaligned float pointer
+   * (fuzz corpus pth/repro-storage-two-dtypes) */
+  GByteArray *pkl = two_dtype_pickle ();
+  guint8 data[8] = { 0 };
+  char *p = write_zip ("twodtypes.pth", pkl->data, pkl->len, data, 8);
+  assert_open_error_is (p, LB_ERROR_FORMAT,
+      "storage 0 is used as both u8 and f32");
+  g_free (p);
+  g_byte_array_unref (pkl);
+}
+
 static void
 test_corrupt (void)
 {
@@ -372,6 +420,7 @@ main (int argc, char **argv)
   g_test_add_func ("/checkpoint/pth/wrapped", test_wrapped);
   g_test_add_func ("/checkpoint/pth/nested", test_nested);
   g_test_add_func ("/checkpoint/pth/corrupt", test_corrupt);
+  g_test_add_func ("/checkpoint/pth/two-dtypes", test_two_dtypes);
   int ret = g_test_run ();
 
   GDir *d = g_dir_open (tmpdir, 0, NULL);
