@@ -363,8 +363,17 @@ read_failure (zip_file_t * zf, zip_int64_t got, zip_uint64_t want)
       G_GUINT64_FORMAT " bytes", (gint64) got, (guint64) want);
 }
 
+/* Deflate's largest expansion: 1032 output bytes per input byte. */
+#define DEFLATE_MAX_RATIO 1032
+
+/* The record data/@key of storage @key as @dtype, of which the pickle uses
+ * @need bytes (its numel times the item size): only those are read.  Sizes
+ * are checked against the archive before anything is allocated: a record
+ * of another size than @need, or a @need more than the record's compressed
+ * size (at most the file's) can hold, is an error. */
 static StorageRec *
-map_storage (Vm * vm, const char *key, LbDType dtype, GError ** error)
+map_storage (Vm * vm, const char *key, LbDType dtype, guint64 need,
+    GError ** error)
 {
   gsize align = lb_dtype_size (dtype);
   StorageRec *rec = g_hash_table_lookup (vm->storages, key);
@@ -396,16 +405,41 @@ map_storage (Vm * vm, const char *key, LbDType dtype, GError ** error)
         "%s: storage record %s is too large", vm->file, name);
     goto fail;
   }
-
-  rec = g_new0 (StorageRec, 1);
-  rec->nbytes = st.size;
-  rec->dtype = dtype;
+  /* torch.save writes a record of exactly the storage's bytes; anything
+   * else is a lying directory (and its size is not to be allocated) */
+  if (need != st.size) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: storage %s declares %" G_GUINT64_FORMAT " elements of %s but "
+        "its record has %" G_GUINT64_FORMAT " bytes", vm->file, key,
+        need / align, lb_dtype_name (dtype), (guint64) st.size);
+    goto fail;
+  }
   gboolean stored = (st.valid & ZIP_STAT_COMP_METHOD) &&
       st.comp_method == ZIP_CM_STORE &&
       (!(st.valid & ZIP_STAT_ENCRYPTION_METHOD) ||
       st.encryption_method == ZIP_EM_NONE);
+  /* a central directory and a pickle may claim any size: bound it by the
+   * compressed bytes, themselves at most the file, before allocating (a
+   * 3 KB file declaring a 3 GiB record of a 3 GiB storage) */
+  guint64 comp = (st.valid & ZIP_STAT_COMP_SIZE) ? st.comp_size : G_MAXUINT64;
+  guint64 bound = MIN (comp, (guint64) vm->ms->len);
+  if (!stored)
+    bound = bound > G_MAXUINT64 / DEFLATE_MAX_RATIO ? G_MAXUINT64 :
+        bound * DEFLATE_MAX_RATIO;
+  if (need > bound) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: storage %s needs %" G_GUINT64_FORMAT " bytes, more than its "
+        "record %s can hold (%" G_GUINT64_FORMAT " compressed bytes in a "
+        "file of %" G_GUINT64_FORMAT ")", vm->file, key, need, name,
+        comp, (guint64) vm->ms->len);
+    goto fail;
+  }
 
-  if (st.size == 0) {
+  rec = g_new0 (StorageRec, 1);
+  rec->nbytes = need;
+  rec->dtype = dtype;
+
+  if (need == 0) {
     rec->storage = lb_storage_ref (vm->file_storage);
     g_hash_table_insert (vm->storages, g_strdup (key), rec);
     g_free (name);
@@ -424,12 +458,12 @@ map_storage (Vm * vm, const char *key, LbDType dtype, GError ** error)
      * record's first byte on the first read: take that position, then
      * check the bytes libzip returns against the mapping there. */
     guint8 probe[4096];
-    zip_int64_t k = (zip_int64_t) MIN (st.size, sizeof probe);
+    zip_int64_t k = (zip_int64_t) MIN (need, sizeof probe);
     vm->ms->first_read = -1;
     zip_int64_t got = zip_fread (zf, probe, (zip_uint64_t) k);
     gint64 at = vm->ms->first_read;
     if (got == k && at >= 0 && (guint64) at <= vm->ms->len &&
-        st.size <= vm->ms->len - (guint64) at &&
+        need <= vm->ms->len - (guint64) at &&
         memcmp (vm->ms->data + at, probe, (gsize) k) == 0 &&
         (guintptr) (vm->ms->data + at) % align == 0) {
       rec->storage = lb_storage_ref (vm->file_storage);
@@ -450,21 +484,21 @@ map_storage (Vm * vm, const char *key, LbDType dtype, GError ** error)
       goto fail;
     }
   }
-  buf = g_try_malloc ((gsize) st.size);
+  buf = g_try_malloc ((gsize) need);
   if (buf == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_IO,
         "%s: out of memory inflating storage record %s", vm->file, name);
     goto fail;
   }
-  zip_int64_t got = zip_fread (zf, buf, st.size);
-  if (got != (zip_int64_t) st.size) {
-    g_autofree char *why = read_failure (zf, got, st.size);
+  zip_int64_t got = zip_fread (zf, buf, need);
+  if (got != (zip_int64_t) need) {
+    g_autofree char *why = read_failure (zf, got, need);
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: cannot read storage record %s: %s", vm->file, name, why);
     goto fail;
   }
   zip_fclose (zf);
-  rec->storage = lb_storage_new (buf, (gsize) st.size, LB_DEVICE_HOST,
+  rec->storage = lb_storage_new (buf, (gsize) need, LB_DEVICE_HOST,
       g_free, buf);
   g_hash_table_insert (vm->storages, g_strdup (key), rec);
   g_free (name);
@@ -531,13 +565,17 @@ rebuild_tensor (Vm * vm, PkObj * args, GError ** error)
         so->s, s);
     return NULL;
   }
-  StorageRec *rec = map_storage (vm, so->s, so->dtype, error);
+  guint64 es = lb_dtype_size (so->dtype), st_bytes;
+  if (!g_uint64_checked_mul (&st_bytes, (guint64) so->i, es)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: storage %s declares %" G_GINT64_FORMAT " elements of %s, too "
+        "many", vm->file, so->s, so->i, lb_dtype_name (so->dtype));
+    return NULL;
+  }
+  StorageRec *rec = map_storage (vm, so->s, so->dtype, st_bytes, error);
   if (rec == NULL)
     return NULL;
-
-  guint64 es = lb_dtype_size (so->dtype), st_bytes;
-  if (!g_uint64_checked_mul (&st_bytes, (guint64) so->i, es) ||
-      st_bytes > rec->nbytes) {
+  if (st_bytes > rec->nbytes) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: storage %s declares %" G_GINT64_FORMAT " elements of %s but its "
         "record has %" G_GUINT64_FORMAT " bytes", vm->file, so->s, so->i,

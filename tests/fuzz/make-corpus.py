@@ -251,3 +251,7 @@ for prefix in ('a', 'ab', 'abc', 'abcd'):
         break
 assert at % 4 != 0
 put('pth', 'repro-storage-two-dtypes', z)
+
+# the central directory declares 3 GiB for storage record data/0 (12
+# floats): that size reached g_try_malloc before any check
+put('pth', 'repro-record-size-3gib', patch_sizes(pth, '0', 3 << 30))

@@ -264,6 +264,36 @@ assert_open_error_is (const char *path, gint code, const char *message)
   g_error_free (error);
 }
 
+/* sets the central directory's sizes of archive/data/0 in @path */
+static void
+patch_record_size (const char *path, guint32 size)
+{
+  gsize len = 0;
+  g_autofree guint8 *z = NULL;
+  gboolean patched = FALSE;
+  const guint32 n = GUINT32_TO_LE (size);
+
+  g_assert_true (g_file_get_contents (path, (char **) &z, &len, NULL));
+  for (gsize i = 0; i + 46 + 14 <= len; i++)
+    if (memcmp (z + i, "PK\x01\x02", 4) == 0 &&
+        memcmp (z + i + 46, "archive/data/0", 14) == 0) {
+      memcpy (z + i + 20, &n, 4);       /* compressed size */
+      memcpy (z + i + 24, &n, 4);       /* uncompressed size */
+      patched = TRUE;
+    }
+  g_assert_true (patched);
+  g_assert_true (g_file_set_contents (path, (const char *) z, len, NULL));
+}
+
+static int
+file_size (const char *path)
+{
+  GStatBuf st;
+
+  g_assert_cmpint (g_stat (path, &st), ==, 0);
+  return (int) st.st_size;
+}
+
 static void
 test_two_dtypes (void)
 {
@@ -369,29 +399,37 @@ test_corrupt (void)
   g_byte_array_unref (pk);
   g_free (p);
 
-  /* a short read: the central directory says 800 bytes for the record
-   * (200 floats, as the storage declares) but the archive ends first */
+  /* the central directory says 800 bytes for the record (200 floats, as
+   * the storage declares) but the file has 408: refused before reading */
   pk = tensor_pickle (200, 0, 2);
   p = write_zip ("short-read.pth", pk->data, pk->len, data, sizeof data);
+  patch_record_size (p, 800);
   {
-    gsize len = 0;
-    g_autofree guint8 *z = NULL;
-    g_assert_true (g_file_get_contents (p, (char **) &z, &len, NULL));
-    gboolean patched = FALSE;
-    for (gsize i = 0; i + 46 + 14 <= len; i++)
-      if (memcmp (z + i, "PK\x01\x02", 4) == 0 &&
-          memcmp (z + i + 46, "archive/data/0", 14) == 0) {
-        const guint32 n = GUINT32_TO_LE (800);
-        memcpy (z + i + 20, &n, 4);     /* compressed size */
-        memcpy (z + i + 24, &n, 4);     /* uncompressed size */
-        patched = TRUE;
-      }
-    g_assert_true (patched);
-    g_assert_true (g_file_set_contents (p, (const char *) z, len, NULL));
+    g_autofree char *m = g_strdup_printf ("storage 0 needs 800 bytes, more "
+        "than its record archive/data/0 can hold (800 compressed bytes in a "
+        "file of %d)", file_size (p));
+    assert_open_error_is (p, LB_ERROR_FORMAT, m);
   }
-  assert_open_fails (p, LB_ERROR_FORMAT,
-      "cannot read storage record archive/data/0: the data ends after 160 of "
-      "800 bytes");
+  g_byte_array_unref (pk);
+  g_free (p);
+
+  /* 3 GiB declared for the record of a 4-float storage, checked before
+   * anything is allocated (it reached g_try_malloc; fuzz corpus
+   * pth/repro-record-size-3gib) */
+  pk = tensor_pickle (4, 0, 2);
+  p = write_zip ("huge-record.pth", pk->data, pk->len, data, sizeof data);
+  patch_record_size (p, 3u << 30);
+  assert_open_error_is (p, LB_ERROR_FORMAT,
+      "storage 0 declares 4 elements of f32 but its record has 3221225472 "
+      "bytes");
+  g_byte_array_unref (pk);
+  g_free (p);
+
+  /* a record longer than its storage (torch writes them equal) */
+  pk = tensor_pickle (3, 0, 2);
+  p = write_zip ("long-record.pth", pk->data, pk->len, data, sizeof data);
+  assert_open_error_is (p, LB_ERROR_FORMAT,
+      "storage 0 declares 3 elements of f32 but its record has 16 bytes");
   g_byte_array_unref (pk);
   g_free (p);
 
