@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,14 +30,15 @@ extern "C" LbSpm *
 lb_spm_load (const char *path, char **err_out)
 {
   try {
-    LbSpm *spm = new LbSpm ();
+    // owned until returned: Load() may throw (a protobuf it cannot take),
+    // and the processor must not leak then
+    std::unique_ptr < LbSpm > spm (new LbSpm ());
     const auto status = spm->proc.Load (path);
     if (!status.ok ()) {
       set_err (err_out, status.ToString ());
-      delete spm;
       return nullptr;
     }
-    return spm;
+    return spm.release ();
   } catch (const std::exception & e) {
     set_err (err_out, e.what ());
   } catch (...) {
