@@ -2189,6 +2189,24 @@ answer_codec_problem (GstSDPMessage * sdp, guint pt, gboolean * has_video)
   return NULL;
 }
 
+/* an answer's SDP: parsed, with a media section, or NULL (the SDP parser
+ * accepts about anything but asserts on an empty text) */
+static GstSDPMessage *
+parse_answer_sdp (const char *sdp_text)
+{
+  GstSDPMessage *sdp = NULL;
+
+  if (sdp_text[0] == '\0')
+    return NULL;
+  if (gst_sdp_message_new_from_text (sdp_text, &sdp) != GST_SDP_OK
+      || gst_sdp_message_medias_len (sdp) == 0) {
+    if (sdp)
+      gst_sdp_message_free (sdp);
+    return NULL;
+  }
+  return sdp;
+}
+
 static void
 handle_answer (Peer * p, JsonObject * o, gsize len)
 {
@@ -2209,11 +2227,8 @@ handle_answer (Peer * p, JsonObject * o, gsize len)
         "a second answer (no renegotiation)", len, FALSE, 0);
     return;
   }
-  /* the SDP parser accepts about anything: ask for a video section */
-  if (gst_sdp_message_new_from_text (sdp_text, &sdp) != GST_SDP_OK
-      || gst_sdp_message_medias_len (sdp) == 0) {
-    if (sdp)
-      gst_sdp_message_free (sdp);
+  sdp = parse_answer_sdp (sdp_text);
+  if (sdp == NULL) {
     peer_reject (p, "signalling", "unusable SDP (no media section)", len,
         FALSE, 0);
     return;

@@ -84,3 +84,25 @@ fuzz_report (const GError * error)
   if (verbose)
     printf ("  %s\n", error ? error->message : "accepted");
 }
+
+/* a g_critical() or g_error() (GLib's and GStreamer's precondition
+ * checks) is a finding: abort() on it, which libFuzzer catches and saves
+ * (G_DEBUG=fatal-criticals alone raises SIGTRAP, which it does not) */
+static GLogWriterOutput
+fuzz_log_writer (GLogLevelFlags level, const GLogField * fields,
+    gsize n_fields, gpointer user_data)
+{
+  GLogWriterOutput out = g_log_writer_standard_streams (level, fields,
+      n_fields, user_data);
+
+  if (level & (G_LOG_LEVEL_CRITICAL | G_LOG_LEVEL_ERROR))
+    abort ();
+  return out;
+}
+
+__attribute__((constructor))
+static void
+fuzz_log_init (void)
+{
+  g_log_set_writer_func (fuzz_log_writer, NULL, NULL);
+}

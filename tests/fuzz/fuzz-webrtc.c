@@ -5,7 +5,7 @@
  * parsers are static): the input is one text message, taken through the
  * same parse and checks as the server, without a peer to act on.
  *   FUZZ_WEBRTC_CHANNEL=0  a signalling message (on_ws_message): type,
- *                          then an answer's SDP (gst_sdp_message parse and
+ *                          then an answer's SDP (parse_answer_sdp() and
  *                          answer_codec_problem()) or an ice candidate
  *   FUZZ_WEBRTC_CHANNEL=1  a data-channel message (handle_channel_message):
  *                          the gstwebrtc-api request or a bare navigation
@@ -29,16 +29,16 @@ fuzz_signalling (JsonObject * o)
     return;
   if (strcmp (kind, "answer") == 0) {
     const char *sdp_text = member_string (o, "sdp");
-    GstSDPMessage *sdp = NULL;
+    GstSDPMessage *sdp;
     gboolean has_video;
 
     if (sdp_text == NULL)
       return;
-    if (gst_sdp_message_new_from_text (sdp_text, &sdp) == GST_SDP_OK &&
-        gst_sdp_message_medias_len (sdp) > 0)
-      answer_codec_problem (sdp, 96, &has_video);
-    if (sdp)
-      gst_sdp_message_free (sdp);
+    sdp = parse_answer_sdp (sdp_text);
+    if (sdp == NULL)
+      return;
+    answer_codec_problem (sdp, 96, &has_video);
+    gst_sdp_message_free (sdp);
   } else if (strcmp (kind, "ice") == 0) {
     const char *candidate = member_string (o, "candidate");
     gint64 mline = -1;

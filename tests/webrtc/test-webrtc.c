@@ -1151,6 +1151,9 @@ malformed_replacement (Peer * viewer)
 
   raw_ws_frame (&r, TRUE, 1, "{\"type\":\"answer\",\"sdp\":\"garbage\"}",
       33);
+  /* empty: the SDP parser asserted (g_critical) on it (fuzz corpus
+   * webrtc-signalling/repro-answer-empty-sdp) */
+  raw_ws_frame (&r, TRUE, 1, "{\"type\":\"answer\",\"sdp\":\"\"}", 26);
   raw_ws_frame (&r, TRUE, 1, "{\"type\":1}", 10);
   /* fragmented, reassembled, then refused for its type */
   raw_ws_frame (&r, FALSE, 1, frag1, strlen (frag1));
@@ -1161,17 +1164,19 @@ malformed_replacement (Peer * viewer)
   raw_ws_frame (&r, FALSE, 1, pad, 2000);
   raw_ws_frame (&r, FALSE, 0, pad, 2000);
   raw_ws_frame (&r, TRUE, 0, pad, 2000);
-  raw_ws_wait_texts (&r, 2 + 4);
-  for (guint i = 2; i < 6; i++) {
+  raw_ws_wait_texts (&r, 2 + 5);
+  for (guint i = 2; i < 7; i++) {
     g_test_message ("replacement got %s", raw_ws_text (&r, i));
     g_assert_nonnull (strstr (raw_ws_text (&r, i),
             "\"code\":\"bad-message\""));
     g_assert_nonnull (strstr (raw_ws_text (&r, i), "\"fatal\":false"));
   }
   g_assert_nonnull (strstr (raw_ws_text (&r, 2), "unusable SDP"));
-  g_assert_nonnull (strstr (raw_ws_text (&r, 3), "no \\\"type\\\" string"));
-  g_assert_nonnull (strstr (raw_ws_text (&r, 4), "unknown message type"));
-  g_assert_nonnull (strstr (raw_ws_text (&r, 5), "too big"));
+  g_assert_nonnull (strstr (raw_ws_text (&r, 3),
+          "unusable SDP (no media section)"));
+  g_assert_nonnull (strstr (raw_ws_text (&r, 4), "no \\\"type\\\" string"));
+  g_assert_nonnull (strstr (raw_ws_text (&r, 5), "unknown message type"));
+  g_assert_nonnull (strstr (raw_ws_text (&r, 6), "too big"));
 
   /* the viewer streamed on meanwhile (it holds a key) */
   WAIT_UNTIL ((guint) g_atomic_int_get (&viewer->n_frames) > frames,
