@@ -26,6 +26,7 @@ static const struct
   [LB_DTYPE_I64] = {"i64", "I64", 8},
   [LB_DTYPE_U8] = {"u8", "U8", 1},
   [LB_DTYPE_F64] = {"f64", "F64", 8},
+  [LB_DTYPE_F8E4M3] = {"f8e4m3", "F8_E4M3", 1},
 };
 
 /**
@@ -88,7 +89,8 @@ gboolean
 lb_dtype_is_float (LbDType dtype)
 {
   return dtype == LB_DTYPE_F32 || dtype == LB_DTYPE_BF16 ||
-      dtype == LB_DTYPE_F16 || dtype == LB_DTYPE_F64;
+      dtype == LB_DTYPE_F16 || dtype == LB_DTYPE_F64 ||
+      dtype == LB_DTYPE_F8E4M3;
 }
 
 /**
@@ -187,6 +189,109 @@ lb_f32_to_f16 (float v)
   }
   uint32_t r = absu + 0xfffu + ((absu >> 13) & 1u);
   return (uint16_t) (sign | ((r - 0x38000000u) >> 13));
+}
+
+/**
+ * lb_e4m3_to_f32:
+ * @v: OCP FP8 E4M3 ("fn") bits
+ *
+ * Widens exactly: exponent field e (bias 7) and mantissa m give
+ * `(1 + m/8) * 2^(e-7)` for e > 0 and `m * 2^-9` for e = 0 (subnormals);
+ * 0x7f and 0xff are NaN (the format has no infinities), 0x80 is -0.
+ *
+ * Returns: the float.
+ */
+float
+lb_e4m3_to_f32 (uint8_t v)
+{
+  const uint32_t e = (v >> 3) & 0xfu, m = v & 7u;
+  float f;
+  if ((v & 0x7fu) == 0x7fu)
+    return (v & 0x80u) ? -NAN : NAN;
+  if (e == 0)
+    f = (float) m * 0x1p-9f;
+  else
+    f = ldexpf (1.0f + (float) m * 0.125f, (int) e - 7);
+  return (v & 0x80u) ? -f : f;
+}
+
+/**
+ * lb_f32_to_e4m3:
+ * @v: a float
+ *
+ * Rounds to the nearest E4M3 value, ties to even, saturating: every
+ * magnitude at or above 448 (infinities included) gives +-448 (0x7e /
+ * 0xfe), as CUDA's __nv_cvt_float_to_fp8 (v, __NV_SATFINITE, __NV_E4M3);
+ * magnitudes at or below 2^-10 (half the smallest subnormal, the tie going
+ * to the even 0) give a signed zero; NaN gives 0x7f (0xff when the sign
+ * bit is set).  Exact integer arithmetic on the float's bits, independent
+ * of the floating-point rounding mode.
+ *
+ * Returns: E4M3 bits.
+ */
+uint8_t
+lb_f32_to_e4m3 (float v)
+{
+  uint32_t u;
+  memcpy (&u, &v, 4);
+  const uint8_t sign = (uint8_t) ((u >> 24) & 0x80u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u)
+    return sign | 0x7fu;
+  if (a >= 0x43e00000u)         /* >= 448, inf included: saturate */
+    return sign | 0x7eu;
+  const uint32_t be = a >> 23;  /* biased f32 exponent */
+  if (be < 121) {
+    /* below 2^-6: the subnormal grid m * 2^-9, m = 0..8 (8 is the
+     * smallest normal, code 0x08); value * 2^9 = mant * 2^(be - 141) */
+    if (be == 0)
+      return sign;              /* f32 zero or subnormal: < 2^-126 */
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 141 - be;    /* >= 21 */
+    if (shift > 25)
+      return sign;              /* < 2^-11 */
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+      q++;
+    return sign | (uint8_t) q;
+  }
+  /* normal: round the f32 mantissa to 3 bits (a carry moves into the
+   * exponent), then rebias 127 -> 7 */
+  a += 0x7ffffu + ((a >> 20) & 1u);
+  const uint32_t code = ((((a >> 23) - 120) << 3) | ((a >> 20) & 7u));
+  return sign | (uint8_t) MIN (code, 0x7eu);
+}
+
+/**
+ * lb_quantize_e4m3_row:
+ * @x: @k floats
+ * @k: elements (>= 0)
+ * @q: (out caller-allocates): @k E4M3 codes
+ * @scale: (out): the row's scale
+ *
+ * Per-row (per-token or per-output-channel) E4M3 quantisation, as the fp8
+ * GEMM defines it (kernels/ops.h @gemm_fp8): `amax = max |x[i]|` (f32),
+ * `scale = amax / 448` (one f32 division), 1 when amax is 0 (an all-zero
+ * or empty row), then `q[i] = lb_f32_to_e4m3 (x[i] / scale)` (one f32
+ * division each, nearest even; saturating).  So `x[i] ~ e4m3(q[i]) *
+ * scale` with the row's largest element mapped to 448.  A NaN element
+ * makes its own code NaN (and is ignored by amax); an infinite one makes
+ * the scale infinite, so the row's finite elements quantise to zero and
+ * the infinite ones to NaN.
+ */
+void
+lb_quantize_e4m3_row (const float *x, int64_t k, uint8_t * q, float *scale)
+{
+  float amax = 0.0f;
+  for (int64_t i = 0; i < k; i++) {
+    const float a = fabsf (x[i]);
+    amax = a > amax ? a : amax;
+  }
+  const float sc = amax == 0.0f ? 1.0f : amax / LB_E4M3_MAX;
+  for (int64_t i = 0; i < k; i++)
+    q[i] = lb_f32_to_e4m3 (x[i] / sc);
+  *scale = sc;
 }
 
 /* ---- storage ---- */
@@ -752,6 +857,8 @@ read_elem (LbDType dtype, const void *base, int64_t off)
       return ((const uint8_t *) base)[off];
     case LB_DTYPE_F64:
       return ((const double *) base)[off];
+    case LB_DTYPE_F8E4M3:
+      return lb_e4m3_to_f32 (((const uint8_t *) base)[off]);
     default:
       return NAN;
   }
@@ -781,6 +888,9 @@ write_elem (LbDType dtype, void *base, int64_t off, double v)
       break;
     case LB_DTYPE_F64:
       ((double *) base)[off] = v;
+      break;
+    case LB_DTYPE_F8E4M3:
+      ((uint8_t *) base)[off] = lb_f32_to_e4m3 ((float) v);
       break;
     default:
       break;

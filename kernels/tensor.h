@@ -24,6 +24,11 @@ G_BEGIN_DECLS
  * LbDType:
  * Element types.  Compute on the CPU backend is float32; BF16 and F16 are
  * storage types widened on load.  F64 exists for reading reference fixtures.
+ * F8E4M3 (1 byte, safetensors "F8_E4M3") is the OCP FP8 E4M3 "fn" format of
+ * the fp8 GEMM weights and activations (lb_f32_to_e4m3(), kernels/ops.h
+ * @gemm_fp8): sign, 4 exponent bits (bias 7), 3 mantissa bits, no
+ * infinities, NaN = 0x7f / 0xff, largest finite 448, subnormals down to
+ * 2^-9.
  */
 typedef enum {
   LB_DTYPE_F32 = 0,
@@ -33,6 +38,7 @@ typedef enum {
   LB_DTYPE_I64,
   LB_DTYPE_U8,
   LB_DTYPE_F64,
+  LB_DTYPE_F8E4M3,
   LB_DTYPE_COUNT
 } LbDType;
 
@@ -87,6 +93,16 @@ float lb_bf16_to_f32 (uint16_t v);
 uint16_t lb_f32_to_bf16 (float v);
 float lb_f16_to_f32 (uint16_t v);
 uint16_t lb_f32_to_f16 (float v);
+float lb_e4m3_to_f32 (uint8_t v);
+uint8_t lb_f32_to_e4m3 (float v);
+void lb_quantize_e4m3_row (const float *x, int64_t k, uint8_t * q,
+    float *scale);
+
+/**
+ * LB_E4M3_MAX:
+ * The largest finite E4M3 value (0x7e = 1.75 * 2^8).
+ */
+#define LB_E4M3_MAX 448.0f
 
 /* ---- storage ---- */
 

@@ -109,9 +109,9 @@ test_safetensors_roundtrip (void)
 {
   static const int64_t shapes[LB_DTYPE_COUNT][3] = {
     {2, 3, 4}, {5, 2, 1}, {7, 1, 1}, {3, 3, 1}, {2, 2, 2}, {17, 1, 1},
-    {1, 4, 1}
+    {1, 4, 1}, {3, 1, 1}
   };
-  static const int ndims[LB_DTYPE_COUNT] = { 3, 2, 1, 2, 3, 1, 2 };
+  static const int ndims[LB_DTYPE_COUNT] = { 3, 2, 1, 2, 3, 1, 2, 1 };
   const char *names[LB_DTYPE_COUNT + 2];
   LbTensor *tensors[LB_DTYPE_COUNT + 2];
   char *namebuf[LB_DTYPE_COUNT];

@@ -68,7 +68,12 @@ test_dtypes (void)
   LbDType d;
   g_assert_true (lb_dtype_from_safetensors ("BF16", &d));
   g_assert_cmpint (d, ==, LB_DTYPE_BF16);
-  g_assert_false (lb_dtype_from_safetensors ("F8_E4M3", &d));
+  g_assert_true (lb_dtype_from_safetensors ("F8_E4M3", &d));
+  g_assert_cmpint (d, ==, LB_DTYPE_F8E4M3);
+  g_assert_false (lb_dtype_from_safetensors ("F8_E5M2", &d));
+  g_assert_cmpstr (lb_dtype_name (LB_DTYPE_F8E4M3), ==, "f8e4m3");
+  g_assert_cmpuint (lb_dtype_size (LB_DTYPE_F8E4M3), ==, 1);
+  g_assert_true (lb_dtype_is_float (LB_DTYPE_F8E4M3));
   g_assert_cmpstr (lb_dtype_to_safetensors (LB_DTYPE_U8), ==, "U8");
   g_assert_cmpstr (lb_dtype_name (LB_DTYPE_F16), ==, "f16");
   g_assert_cmpstr (lb_dtype_name ((LbDType) 99), ==, "invalid");
@@ -313,6 +318,105 @@ test_f16 (void)
   g_assert_cmphex (n & 0x8000, ==, 0x8000);
 }
 
+static void
+test_e4m3 (void)
+{
+  /* every code: the exact value, and the round trip (NaN stays NaN) */
+  for (uint32_t c = 0; c < 256; c++) {
+    const float f = lb_e4m3_to_f32 ((uint8_t) c);
+    const uint32_t e = (c >> 3) & 15, m = c & 7;
+    if ((c & 0x7f) == 0x7f) {
+      g_assert_true (isnan (f));
+      g_assert_cmphex (lb_f32_to_e4m3 (f), ==, c);
+      continue;
+    }
+    double want = e == 0 ? m * 0x1p-9 : (1.0 + m / 8.0) * ldexp (1.0, e - 7);
+    if (c & 0x80)
+      want = -want;
+    g_assert_cmpfloat (f, ==, (float) want);
+    g_assert_cmphex (lb_f32_to_e4m3 (f), ==, c);
+  }
+  g_assert_cmpfloat (lb_e4m3_to_f32 (0x7e), ==, 448.0f);
+  g_assert_cmpfloat (lb_e4m3_to_f32 (0x01), ==, 0x1p-9f);
+  g_assert_cmpfloat (lb_e4m3_to_f32 (0x08), ==, 0x1p-6f);
+  g_assert_cmpfloat (lb_e4m3_to_f32 (0x38), ==, 1.0f);
+  g_assert_cmphex (f32_bits (lb_e4m3_to_f32 (0x80)), ==, 0x80000000u);
+  /* ties to even in the normal range: 1 + 1/16 lies between 1 (0x38)
+   * and 1.125 (0x39) */
+  g_assert_cmphex (lb_f32_to_e4m3 (1.0625f), ==, 0x38);
+  g_assert_cmphex (lb_f32_to_e4m3 (1.1875f), ==, 0x3a);
+  g_assert_cmphex (lb_f32_to_e4m3 (1.0625f + 0x1p-20f), ==, 0x39);
+  g_assert_cmphex (lb_f32_to_e4m3 (1.0625f - 0x1p-20f), ==, 0x38);
+  g_assert_cmphex (lb_f32_to_e4m3 (-1.1875f), ==, 0xba);
+  /* the carry into the next exponent: 1.9375 -> 2 (0x40) */
+  g_assert_cmphex (lb_f32_to_e4m3 (1.9375f), ==, 0x40);
+  g_assert_cmphex (lb_f32_to_e4m3 (1.9375f - 0x1p-20f), ==, 0x3f);
+  /* saturation: 448 and everything above, infinities included */
+  g_assert_cmphex (lb_f32_to_e4m3 (448.0f), ==, 0x7e);
+  g_assert_cmphex (lb_f32_to_e4m3 (447.0f), ==, 0x7e);
+  g_assert_cmphex (lb_f32_to_e4m3 (432.0f), ==, 0x7e);     /* tie 416|448 */
+  g_assert_cmphex (lb_f32_to_e4m3 (431.9f), ==, 0x7d);
+  g_assert_cmphex (lb_f32_to_e4m3 (464.0f), ==, 0x7e);
+  g_assert_cmphex (lb_f32_to_e4m3 (1e30f), ==, 0x7e);
+  g_assert_cmphex (lb_f32_to_e4m3 (INFINITY), ==, 0x7e);
+  g_assert_cmphex (lb_f32_to_e4m3 (-INFINITY), ==, 0xfe);
+  g_assert_cmphex (lb_f32_to_e4m3 (-500.0f), ==, 0xfe);
+  /* NaN, either sign, any payload */
+  g_assert_cmphex (lb_f32_to_e4m3 (bits_f32 (0x7f800001)), ==, 0x7f);
+  g_assert_cmphex (lb_f32_to_e4m3 (bits_f32 (0xffc00000)), ==, 0xff);
+  /* subnormals: the grid m * 2^-9, ties to even */
+  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-10f), ==, 0x00);   /* tie 0|1 */
+  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-10f + 0x1p-30f), ==, 0x01);
+  g_assert_cmphex (lb_f32_to_e4m3 (3 * 0x1p-10f), ==, 0x02);       /* 1|2 */
+  g_assert_cmphex (lb_f32_to_e4m3 (5 * 0x1p-10f), ==, 0x02);       /* 2|3 */
+  g_assert_cmphex (lb_f32_to_e4m3 (7 * 0x1p-10f), ==, 0x04);       /* 3|4 */
+  g_assert_cmphex (lb_f32_to_e4m3 (-3 * 0x1p-10f), ==, 0x82);
+  /* the carry from the subnormals into the smallest normal 2^-6 */
+  g_assert_cmphex (lb_f32_to_e4m3 (15 * 0x1p-10f), ==, 0x08);
+  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-6f - 0x1p-30f), ==, 0x08);
+  g_assert_cmphex (lb_f32_to_e4m3 (15 * 0x1p-10f - 0x1p-30f), ==, 0x07);
+  /* the smallest normal's upper tie: 2^-6 (1 + 1/16) -> 0x08 */
+  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-6f * 1.0625f), ==, 0x08);
+  /* underflow to signed zero, f32 subnormals included */
+  g_assert_cmphex (lb_f32_to_e4m3 (1e-20f), ==, 0x00);
+  g_assert_cmphex (lb_f32_to_e4m3 (-1e-20f), ==, 0x80);
+  g_assert_cmphex (lb_f32_to_e4m3 (bits_f32 (0x00000001)), ==, 0x00);
+  g_assert_cmphex (lb_f32_to_e4m3 (-0.0f), ==, 0x80);
+
+  /* per-row quantisation: the largest magnitude maps to 448 */
+  const float x[4] = { 1.0f, -2.0f, 0.5f, 0.0f };
+  uint8_t q[4];
+  float sc = 0.0f;
+  lb_quantize_e4m3_row (x, 4, q, &sc);
+  g_assert_cmpfloat (sc, ==, 2.0f / 448.0f);
+  g_assert_cmphex (q[1], ==, 0xfe);
+  g_assert_cmphex (q[3], ==, 0x00);
+  g_assert_cmphex (q[0], ==, lb_f32_to_e4m3 (1.0f / (2.0f / 448.0f)));
+  g_assert_cmpfloat (lb_e4m3_to_f32 (q[0]), ==, 224.0f);
+  g_assert_cmpfloat (lb_e4m3_to_f32 (q[2]), ==, 112.0f);
+  /* an all-zero row and an empty one: scale 1 */
+  const float z[2] = { 0.0f, -0.0f };
+  lb_quantize_e4m3_row (z, 2, q, &sc);
+  g_assert_cmpfloat (sc, ==, 1.0f);
+  g_assert_cmphex (q[0], ==, 0x00);
+  g_assert_cmphex (q[1], ==, 0x80);
+  sc = 0.0f;
+  lb_quantize_e4m3_row (z, 0, q, &sc);
+  g_assert_cmpfloat (sc, ==, 1.0f);
+
+  /* tensors of the dtype: element access converts */
+  g_autoptr (LbTensor) t = lb_tensor_new (LB_DTYPE_F8E4M3, 1,
+      (const int64_t[1]) { 3 });
+  lb_tensor_set_flat (t, 0, 3.3);
+  lb_tensor_set_flat (t, 1, -1000.0);
+  lb_tensor_set_flat (t, 2, 0.0);
+  g_assert_cmpfloat (lb_tensor_get_flat (t, 0), ==, 3.25);
+  g_assert_cmpfloat (lb_tensor_get_flat (t, 1), ==, -448.0);
+  g_assert_cmpuint (lb_tensor_nbytes (t), ==, 3);
+  g_autoptr (LbTensor) f = lb_tensor_to_f32 (t);
+  g_assert_cmpfloat (((float *) f->data)[0], ==, 3.25f);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -324,5 +428,6 @@ main (int argc, char **argv)
   g_test_add_func ("/tensor/storage", test_storage);
   g_test_add_func ("/tensor/bf16", test_bf16);
   g_test_add_func ("/tensor/f16", test_f16);
+  g_test_add_func ("/tensor/e4m3", test_e4m3);
   return g_test_run ();
 }
