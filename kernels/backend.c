@@ -129,7 +129,7 @@ static const struct
   const char *name;
   glong offset;
 } op_slots[] = {
-  OP (gemm), OP (layer_norm), OP (rms_norm), OP (modulate),
+  OP (gemm), OP (gemm_fp8), OP (layer_norm), OP (rms_norm), OP (modulate),
   OP (gated_residual), OP (rope_3d), OP (attention), OP (gelu_tanh),
   OP (silu), OP (add), OP (mul), OP (scale), OP (conv3d_causal),
   OP (conv2d), OP (upsample_nearest2x), OP (patchify), OP (unpatchify),

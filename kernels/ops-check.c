@@ -348,6 +348,85 @@ lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
   return TRUE;
 }
 
+/**
+ * lb_check_gemm_fp8:
+ * @x: [M, K] float32 (or contiguous [..., K], flattened)
+ * @w: [N, K] %LB_DTYPE_F8E4M3, contiguous
+ * @sw: [N] float32 contiguous (per-output-channel scales)
+ * @bias: (nullable): [N] float32 contiguous
+ * @y: [M, N] float32
+ * @g: (out): the matrix geometry (wld = K)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the gemm_fp8 op (kernels/ops.h), with messages such as
+ * "gemm_fp8: w is f32 [3, 8], expected f8e4m3 [N, 8] contiguous",
+ * "gemm_fp8: inner dimensions differ: x [4, 8], w [3, 6] (w is [N, K])",
+ * "gemm_fp8: sw is NULL, expected f32 [3] contiguous".
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
+    LbGemmGeom * g, GError ** error)
+{
+  const char *op = "gemm_fp8";
+  int64_t ym, yn;
+  if (!check_present (op, "x", x, "f32 [M, K] with unit column stride",
+          error))
+    return FALSE;
+  if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld)) {
+    g_autofree char *xs = lb_tensor_shape_string (x);
+    return lb_check_fail (error, "%s: x is %s %s, expected f32 [M, K] with "
+        "unit column stride", op, lb_dtype_name (x->dtype), xs);
+  }
+  g_autofree char *we = g_strdup_printf ("f8e4m3 [N, %" G_GINT64_FORMAT
+      "] contiguous", g->k);
+  if (!check_present (op, "w", w, we, error))
+    return FALSE;
+  if (w->dtype != LB_DTYPE_F8E4M3 || w->ndim != 2 ||
+      !lb_tensor_is_contiguous (w)) {
+    g_autofree char *ws = lb_tensor_shape_string (w);
+    return lb_check_fail (error, "%s: w is %s %s, expected %s", op,
+        lb_dtype_name (w->dtype), ws, we);
+  }
+  if (w->shape[1] != g->k) {
+    g_autofree char *xs = lb_tensor_shape_string (x);
+    g_autofree char *ws = lb_tensor_shape_string (w);
+    return lb_check_fail (error,
+        "%s: inner dimensions differ: x %s, w %s (w is [N, K])", op, xs, ws);
+  }
+  g->n = w->shape[0];
+  g->wld = g->k;
+  g_autofree char *ve = g_strdup_printf ("f32 [%" G_GINT64_FORMAT
+      "] contiguous", g->n);
+  if (!check_present (op, "sw", sw, ve, error))
+    return FALSE;
+  if (sw->dtype != LB_DTYPE_F32 || lb_tensor_numel (sw) != g->n ||
+      sw->ndim != 1 || !lb_tensor_is_contiguous (sw)) {
+    g_autofree char *ss = lb_tensor_shape_string (sw);
+    return lb_check_fail (error, "%s: sw is %s %s, expected %s", op,
+        lb_dtype_name (sw->dtype), ss, ve);
+  }
+  if (bias && (bias->dtype != LB_DTYPE_F32 || lb_tensor_numel (bias) != g->n
+          || !lb_tensor_is_contiguous (bias))) {
+    g_autofree char *bs = lb_tensor_shape_string (bias);
+    return lb_check_fail (error, "%s: bias is %s %s, expected %s", op,
+        lb_dtype_name (bias->dtype), bs, ve);
+  }
+  g_autofree char *ye = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
+      G_GINT64_FORMAT "] with unit column stride", g->m, g->n);
+  if (!check_present (op, "y", y, ye, error))
+    return FALSE;
+  if (y->dtype != LB_DTYPE_F32 || !as_matrix (y, &ym, &yn, &g->yld) ||
+      ym != g->m || yn != g->n) {
+    g_autofree char *ys = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "%s: y is %s %s, expected %s", op,
+        lb_dtype_name (y->dtype), ys, ye);
+  }
+  return TRUE;
+}
+
 /* ---- row ops: norms, modulation, elementwise ---- */
 
 /* @t must be rows of @d, as many as @like has; with @same_shape also of

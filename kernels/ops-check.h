@@ -60,6 +60,9 @@ typedef struct
 gboolean lb_check_gemm (const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);
+gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
+    LbGemmGeom * g, GError ** error);
 
 /**
  * LbRowsGeom:

@@ -43,6 +43,36 @@ typedef struct _LbStream LbStream;
  *   widens into a per-call scratch (it is the oracle; CPU ranks keep f32
  *   weights) and sums each output in a fixed order, so a row of y does
  *   not depend on the other rows of x.
+ * @gemm_fp8: the FP8 linear layer (precision "fp8", docs/design/cuda.md
+ *   "Precision"): x f32 [M, K] (a 2-D view with unit column stride, or
+ *   contiguous [..., K] flattened), w %LB_DTYPE_F8E4M3 [N, K] contiguous
+ *   (PyTorch Linear layout; the only layout: FP8 tensor-core GEMMs take
+ *   "TN" operands), @sw f32 [N] contiguous, its per-output-channel scales
+ *   (w[n, :] ~ e4m3(w[n, :]) * sw[n], made at load by
+ *   lb_quantize_e4m3_row()), @bias f32 [N] or %NULL, y f32 [M, N] (row
+ *   views).  Every backend computes, per row m of x: the per-token scale
+ *   `sx[m] = amax_k |x[m, k]| / 448` (f32; 1 for an all-zero row), the
+ *   codes `xq[m, k] = e4m3 (x[m, k] / sx[m])` (one f32 division, round to
+ *   nearest even, saturating: lb_quantize_e4m3_row(), lb_f32_to_e4m3()),
+ *   then `acc = sum_k f32 (xq[m, k]) * f32 (w[n, k])` in f32 (each product
+ *   of two e4m3 values is exact in f32) and
+ *   `y[m, n] = ((alpha * acc) * sx[m]) * sw[n] + (beta * y[m, n] +
+ *   bias[n])`, each operation one f32 rounding in that order (beta == 0:
+ *   y is not read).  So the backends differ only by the summation order of
+ *   acc.  The CPU backend (the oracle) quantises each row of x and sums in
+ *   a fixed order (8 interleaved partial sums, combined pairwise), so a
+ *   row of y does not depend on the other rows of x; it quantises into a
+ *   per-call scratch (M K bytes, M floats) and is not a production path.
+ *   A device backend takes its quantised x and sx from preallocated stream
+ *   scratch.  With K = 0 or alpha = 0, x and w are not read (as @gemm).
+ *   NaN in a row of x makes that row's outputs NaN; an infinite element
+ *   makes the row's scale infinite (the row's outputs are then NaN).  The
+ *   stream's #LbMathMode does not change the op.  A backend may restrict
+ *   the geometry its FP8 units take (CUDA: K and N multiples of 16, x's
+ *   row stride a multiple of 16), refusing others with an %LB_ERROR_SHAPE
+ *   error.  Argument errors name the op ("gemm_fp8: w is f32 [3, 8],
+ *   expected f8e4m3 [N, 8] contiguous", "gemm_fp8: sw is f32 [4],
+ *   expected f32 [3] contiguous").
  * @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.
  * @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
@@ -207,6 +237,9 @@ typedef struct _LbStream LbStream;
 typedef struct _LbOps {
   gboolean (*gemm) (LbStream * s, const LbTensor * x, const LbTensor * w,
       gboolean trans_w, const LbTensor * bias, float alpha, float beta,
+      LbTensor * y, GError ** error);
+  gboolean (*gemm_fp8) (LbStream * s, const LbTensor * x, const LbTensor * w,
+      const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
       LbTensor * y, GError ** error);
   gboolean (*layer_norm) (LbStream * s, const LbTensor * x,
       const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y,

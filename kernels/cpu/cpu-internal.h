@@ -103,6 +103,9 @@ void lb_cpu_conv_set_direct (int mode);
 gboolean lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, float alpha, float beta,
     LbTensor * y, GError ** error);
+gboolean lb_cpu_gemm_fp8 (LbStream * s, const LbTensor * x,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    float alpha, float beta, LbTensor * y, GError ** error);
 
 gboolean lb_cpu_layer_norm (LbStream * s, const LbTensor * x,
     const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y,

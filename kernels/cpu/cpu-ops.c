@@ -6,6 +6,7 @@
 
 const LbOps lb_cpu_ops = {
   .gemm = lb_cpu_gemm,
+  .gemm_fp8 = lb_cpu_gemm_fp8,
   .layer_norm = lb_cpu_layer_norm,
   .rms_norm = lb_cpu_rms_norm,
   .modulate = lb_cpu_modulate,

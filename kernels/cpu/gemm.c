@@ -13,6 +13,13 @@
  * path allocates on every call and is not tuned: CPU ranks keep f32
  * weights in production, and only tests and the emulated device backend
  * use it.
+ *
+ * The fp8 gemm (gemm_fp8, kernels/ops.h) is the oracle of the device
+ * backends' FP8 GEMM in the same way: each row of x is quantised to E4M3
+ * with its own scale (lb_quantize_e4m3_row()) into a per-call scratch,
+ * every output is one f32 dot product of the E4M3 values (widened exactly
+ * through a 256-entry table) in the bf16 path's fixed order, then scaled
+ * by sx[m] and sw[n]; rows stay independent of each other.
  */
 #include "kernels/cpu/cpu-internal.h"
 
@@ -71,6 +78,45 @@ gemm_bf16 (const float *x, int64_t xld, const uint16_t * w, gboolean trans_w,
   }
 }
 
+/* The common start of both gemms: y = beta * y + bias when there is a
+ * bias (then *b = 1: the product is added to y), else *b = beta.  Returns
+ * FALSE when nothing is left to compute (an empty y, K = 0 or alpha = 0:
+ * then y = b * y has been applied, b == 0 overwriting NaN too). */
+static gboolean
+gemm_prologue (const LbGemmGeom * g, const LbTensor * bias, float alpha,
+    float beta, float *yd, float *b)
+{
+  const int64_t m = g->m, n = g->n, yld = g->yld;
+  *b = beta;
+  if (bias) {
+    const float *bd = bias->data;
+    for (int64_t i = 0; i < m; i++) {
+      float *row = yd + i * yld;
+      if (beta == 0.0f)
+        memcpy (row, bd, n * sizeof (float));
+      else
+        for (int64_t j = 0; j < n; j++)
+          row[j] = beta * row[j] + bd[j];
+    }
+    *b = 1.0f;
+  }
+  if (m == 0 || n == 0)
+    return FALSE;
+  if (g->k == 0 || alpha == 0.0f) {
+    /* nothing to multiply: y = b * y (b == 0 overwrites, NaN included) */
+    for (int64_t i = 0; i < m && *b != 1.0f; i++) {
+      float *row = yd + i * yld;
+      if (*b == 0.0f)
+        memset (row, 0, n * sizeof (float));
+      else
+        for (int64_t j = 0; j < n; j++)
+          row[j] *= *b;
+    }
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /**
  * lb_cpu_gemm:
  * @s: a CPU stream
@@ -111,33 +157,9 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   const int64_t xld = g.xld, wld = g.wld;
 
   float *yd = y->data;
-  float b = beta;
-  if (bias) {
-    const float *bd = bias->data;
-    for (int64_t i = 0; i < m; i++) {
-      float *row = yd + i * yld;
-      if (beta == 0.0f)
-        memcpy (row, bd, n * sizeof (float));
-      else
-        for (int64_t j = 0; j < n; j++)
-          row[j] = beta * row[j] + bd[j];
-    }
-    b = 1.0f;
-  }
-  if (m == 0 || n == 0)
+  float b;
+  if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
     return TRUE;
-  if (k == 0 || alpha == 0.0f) {
-    /* nothing to multiply: y = b * y (b == 0 overwrites, NaN included) */
-    for (int64_t i = 0; i < m && b != 1.0f; i++) {
-      float *row = yd + i * yld;
-      if (b == 0.0f)
-        memset (row, 0, n * sizeof (float));
-      else
-        for (int64_t j = 0; j < n; j++)
-          row[j] *= b;
-    }
-    return TRUE;
-  }
   if (w->dtype == LB_DTYPE_BF16) {
     gemm_bf16 (x->data, xld, w->data, trans_w, wld, m, n, k, alpha, b, yd,
         yld);
@@ -147,5 +169,92 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
       trans_w ? CblasTrans : CblasNoTrans, (blasint) m, (blasint) n,
       (blasint) k, alpha, x->data, (blasint) xld, w->data, (blasint) wld, b,
       yd, (blasint) yld);
+  return TRUE;
+}
+
+/* f32 values of the 256 E4M3 codes (lb_e4m3_to_f32()). */
+static const float *
+e4m3_table (void)
+{
+  static float table[256];
+  static gsize done = 0;
+  if (g_once_init_enter (&done)) {
+    for (int c = 0; c < 256; c++)
+      table[c] = lb_e4m3_to_f32 ((uint8_t) c);
+    g_once_init_leave (&done, 1);
+  }
+  return table;
+}
+
+/* The dot product of two E4M3 code vectors in dot_f32()'s order. */
+static float
+dot_e4m3 (const uint8_t * a, const uint8_t * b, int64_t k, const float *lut)
+{
+  float acc[8] = { 0 };
+  int64_t l = 0;
+  for (; l + 8 <= k; l += 8)
+    for (int t = 0; t < 8; t++)
+      acc[t] += lut[a[l + t]] * lut[b[l + t]];
+  for (int t = 0; l + t < k; t++)
+    acc[t] += lut[a[l + t]] * lut[b[l + t]];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+      ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/**
+ * lb_cpu_gemm_fp8:
+ * @s: a CPU stream
+ * @x: [M, K] float32 (or contiguous [..., K], flattened)
+ * @w: [N, K] %LB_DTYPE_F8E4M3 contiguous (PyTorch Linear layout)
+ * @sw: [N] float32: w's per-output-channel scales
+ * @bias: (nullable): [N] float32
+ * @alpha: scale of the product
+ * @beta: scale of the previous content of @y (0 ignores it, NaN included)
+ * @y: [M, N] float32 output
+ * @error: %LB_ERROR_SHAPE on mismatched operands (lb_check_gemm_fp8())
+ *
+ * The oracle of the FP8 GEMM (kernels/ops.h @gemm_fp8): each row of x is
+ * quantised to E4M3 with its scale `sx[m] = amax / 448`
+ * (lb_quantize_e4m3_row()), `acc` is the f32 dot product of the E4M3
+ * values in a fixed order (8 interleaved partial sums, combined pairwise),
+ * and `y = ((alpha * acc) * sx[m]) * sw[n] + (beta * y + bias)`.  A row of
+ * y does not depend on the other rows.  The quantised x (M K bytes) and
+ * the M scales live in a scratch allocated by this call: a reference, not
+ * a production path.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error)
+{
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8 (x, w, sw, bias, y, &g, error) ||
+      !lb_check_devices (LB_CPU_DEVICE, "gemm_fp8", error, "x", x, "w", w,
+          "sw", sw, "bias", bias, "y", y, NULL))
+    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld, xld = g.xld;
+  float *yd = y->data;
+  float b;
+  (void) s;
+  if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
+    return TRUE;
+
+  const float *lut = e4m3_table ();
+  const float *xd = x->data, *swd = sw->data;
+  const uint8_t *wd = w->data;
+  g_autofree uint8_t *xq = g_malloc ((gsize) (m * k));
+  g_autofree float *sx = g_new (float, m);
+#pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
+  for (int64_t i = 0; i < m; i++) {
+    lb_quantize_e4m3_row (xd + i * xld, k, xq + i * k, &sx[i]);
+    float *row = yd + i * yld;
+    for (int64_t j = 0; j < n; j++) {
+      const float acc = dot_e4m3 (xq + i * k, wd + j * k, k, lut);
+      const float v = ((alpha * acc) * sx[i]) * swd[j];
+      row[j] = b == 0.0f ? v : v + b * row[j];
+    }
+  }
   return TRUE;
 }

@@ -36,6 +36,7 @@ typedef struct {
 
 typedef enum {
   FOP_GEMM,
+  FOP_GEMM_FP8,
   FOP_LAYER_NORM,
   FOP_RMS_NORM,
   FOP_MODULATE,
@@ -374,6 +375,18 @@ f_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
 }
 
 static gboolean
+f_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error)
+{
+  PRE ("gemm_fp8");
+  const LbTensor *hx = A (x), *hw = A (w), *hs = A (sw), *hb = A (bias);
+  LbTensor *hy = A (y);
+  CHECK;
+  return CPU->gemm_fp8 (s, hx, hw, hs, hb, alpha, beta, hy, error);
+}
+
+static gboolean
 f_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, float eps, LbTensor * y, GError ** error)
 {
@@ -662,6 +675,25 @@ d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   c->f[0] = alpha;
   c->f[1] = beta;
   rec_tensor (c, 3, y);
+  (void) error;
+  return TRUE;
+}
+
+static gboolean
+d_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error)
+{
+  if (!stream_capturing (s))
+    return f_gemm_fp8 (s, x, w, sw, bias, alpha, beta, y, error);
+  FakeCall *c = rec_call (s, FOP_GEMM_FP8);
+  rec_tensor (c, 0, x);
+  rec_tensor (c, 1, w);
+  rec_tensor (c, 2, sw);
+  rec_tensor (c, 3, bias);
+  c->f[0] = alpha;
+  c->f[1] = beta;
+  rec_tensor (c, 4, y);
   (void) error;
   return TRUE;
 }
@@ -1118,6 +1150,9 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
     case FOP_GEMM:
       return f_gemm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), c->f[0],
           c->f[1], RT (3), error);
+    case FOP_GEMM_FP8:
+      return f_gemm_fp8 (s, RT (0), RT (1), RT (2), RT (3), c->f[0], c->f[1],
+          RT (4), error);
     case FOP_LAYER_NORM:
       return f_layer_norm (s, RT (0), RT (1), RT (2), c->f[0], RT (3), error);
     case FOP_RMS_NORM:
@@ -1197,6 +1232,7 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
 
 static const LbOps fake_ops = {
   .gemm = d_gemm,
+  .gemm_fp8 = d_gemm_fp8,
   .layer_norm = d_layer_norm,
   .rms_norm = d_rms_norm,
   .modulate = d_modulate,
