@@ -137,6 +137,9 @@ gst_lingbot_precision_get_type (void)
     {GST_LINGBOT_PRECISION_FP32, "f32 weights and math", "fp32"},
     {GST_LINGBOT_PRECISION_BF16, "bf16 matrix weights, f32 accumulation",
         "bf16"},
+    {GST_LINGBOT_PRECISION_FP8, "e4m3 matrix weights and GEMM inputs with "
+          "per-channel and per-token scales, f32 accumulation (Hopper+)",
+        "fp8"},
     {0, NULL, NULL}
   };
   if (g_once_init_enter (&id)) {
@@ -1841,7 +1844,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   }
   if (!lingbot_world_parse_precision (precision, &math, &error)) {
     GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
-        ("Invalid precision '%s': choose fp32 or bf16", precision),
+        ("Invalid precision '%s': choose fp32, bf16 or fp8", precision),
         ("%s", error->message));
     return FALSE;
   }
@@ -2028,8 +2031,17 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
       break;
     case PROP_PRECISION:
       g_free (self->precision);
-      self->precision = g_strdup (g_value_get_enum (value) ==
-          GST_LINGBOT_PRECISION_BF16 ? "bf16" : "fp32");
+      switch (g_value_get_enum (value)) {
+        case GST_LINGBOT_PRECISION_BF16:
+          self->precision = g_strdup ("bf16");
+          break;
+        case GST_LINGBOT_PRECISION_FP8:
+          self->precision = g_strdup ("fp8");
+          break;
+        default:
+          self->precision = g_strdup ("fp32");
+          break;
+      }
       break;
     case PROP_CHUNK_FRAMES:
       self->chunk_frames = g_value_get_int (value);
@@ -2111,7 +2123,9 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
       break;
     case PROP_PRECISION:
       g_value_set_enum (value, g_strcmp0 (self->precision, "bf16") == 0 ?
-          GST_LINGBOT_PRECISION_BF16 : GST_LINGBOT_PRECISION_FP32);
+          GST_LINGBOT_PRECISION_BF16 : g_strcmp0 (self->precision,
+              "fp8") == 0 ? GST_LINGBOT_PRECISION_FP8 :
+          GST_LINGBOT_PRECISION_FP32);
       break;
     case PROP_CHUNK_FRAMES:
       g_value_set_int (value, self->chunk_frames);
@@ -2231,8 +2245,11 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_enum ("precision", "Precision",
           "DiT precision on GPU ranks, used when this element creates the "
           "world: fp32 (f32 weights and math) or bf16 (bf16 matrix weights "
-          "and GEMM inputs with f32 accumulation, half the weight memory); "
-          "CPU ranks always compute in fp32", GST_TYPE_LINGBOT_PRECISION,
+          "and GEMM inputs with f32 accumulation, half the weight memory) "
+          "or fp8 (opt-in, Hopper and later: e4m3 matrix weights and GEMM "
+          "inputs with per-channel and per-token scales, attention as "
+          "bf16); CPU ranks compute in fp32 except in fp8, whose oracle "
+          "they run", GST_TYPE_LINGBOT_PRECISION,
           GST_LINGBOT_PRECISION_FP32, ready));
   g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
       g_param_spec_int ("chunk-frames", "Chunk frames",

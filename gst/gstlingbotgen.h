@@ -47,6 +47,10 @@ void gst_lingbot_gen_install_properties (GObjectClass * klass);
  * @GST_LINGBOT_PRECISION_FP32: f32 weights and math ("fp32", the parity mode)
  * @GST_LINGBOT_PRECISION_BF16: bf16 matrix weights and GEMM inputs with f32
  *   accumulation ("bf16", spec 1.11's served precision)
+ * @GST_LINGBOT_PRECISION_FP8: opt-in, Hopper and later: E4M3 matrix
+ *   weights with per-output-channel scales, per-token E4M3 GEMM inputs,
+ *   f32 accumulation; attention as bf16 ("fp8"; CPU ranks run its
+ *   oracle)
  *
  * lingbotgen's `precision` property: the DiT's precision on GPU ranks (CPU
  * ranks always compute in fp32).
@@ -55,6 +59,7 @@ typedef enum
 {
   GST_LINGBOT_PRECISION_FP32,
   GST_LINGBOT_PRECISION_BF16,
+  GST_LINGBOT_PRECISION_FP8,
 } GstLingbotPrecision;
 
 #define GST_TYPE_LINGBOT_PRECISION (gst_lingbot_precision_get_type ())

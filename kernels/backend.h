@@ -108,14 +108,23 @@ struct _LbBackend {
  *   inputs of its matrix products (attention's q, k, v and probabilities,
  *   GEMM activations) to bfloat16 and run them on tensor cores with
  *   float32 accumulation; norms, modulation, the residual stream and
- *   softmax statistics stay float32.  The CPU backend ignores it.
+ *   softmax statistics stay float32.  The CPU backend ignores it (but
+ *   for attention's q rounding, kernels/ops.h @attention).
+ * @LB_MATH_FP8: opt-in, for Hopper and later: every op behaves exactly as
+ *   in %LB_MATH_BF16 (attention, convolutions and the KV cache stay
+ *   bf16); in addition the model quantises its GEMM weights to E4M3 at
+ *   load and calls @gemm_fp8 (kernels/ops.h) for its linear layers.
+ *   Unlike %LB_MATH_BF16 it is set on CPU ranks too, which then run the
+ *   CPU oracle of the same FP8 path (docs/design/cuda.md "Precision").
  *
  * How a stream's ops may trade precision for speed.  A GEMM whose weight
- * tensor is stored as %LB_DTYPE_BF16 is a bf16 product in either mode.
+ * tensor is stored as %LB_DTYPE_BF16 is a bf16 product in any mode; an op
+ * that differs by mode tests `math != LB_MATH_FP32`.
  */
 typedef enum {
   LB_MATH_FP32 = 0,
   LB_MATH_BF16 = 1,
+  LB_MATH_FP8 = 2,
 } LbMathMode;
 
 /**

@@ -49,13 +49,17 @@ is_host (LbStream * s)
  * The dtype of the rank's self-attention KV cache (spec 1.11: "Q, K, V ...
  * are bf16.  The KV cache is bf16"): %LB_DTYPE_BF16 on a device rank whose
  * stream computes in %LB_MATH_BF16, %LB_DTYPE_F32 otherwise (every CPU
- * rank, as CPU ranks keep f32 weights, and every %LB_MATH_FP32 stream).
+ * rank, as CPU ranks keep f32 weights, and every %LB_MATH_FP32 stream);
+ * %LB_DTYPE_BF16 on every rank, CPU ranks included, whose stream is in
+ * %LB_MATH_FP8 (CPU ranks then run the device path's oracle).
  *
  * Returns: %LB_DTYPE_BF16 or %LB_DTYPE_F32.
  */
 LbDType
 lingbot_dit_kv_dtype (LbStream * s)
 {
+  if (s->math == LB_MATH_FP8)
+    return LB_DTYPE_BF16;
   return !is_host (s) && s->math == LB_MATH_BF16 ? LB_DTYPE_BF16 :
       LB_DTYPE_F32;
 }
@@ -302,14 +306,22 @@ free_per_layer (LbTensor *** a, int n_layers)
 /* A weight slot of LingbotDitWeights / LingbotDitBlock: where the pointer
  * is, and whether it is a linear layer's w (the GEMM matrices, stored as
  * bf16 on a device in LB_MATH_BF16). */
+typedef enum {
+  SLOT_PLAIN,                   /* copied as stored (f32) */
+  SLOT_GEMM_W,                  /* a linear w: bf16 / e4m3 by the mode */
+  SLOT_SCALE,                   /* the e4m3 scales of the slot before the
+                                 * bias before it (made with the w) */
+} SlotKind;
+
 typedef struct {
   glong offset;
-  gboolean gemm_w;
+  SlotKind kind;
 } WeightSlot;
 
-#define LIN(f) { G_STRUCT_OFFSET (T, f.w), TRUE }, \
-  { G_STRUCT_OFFSET (T, f.b), FALSE }
-#define ONE(f) { G_STRUCT_OFFSET (T, f), FALSE }
+#define LIN(f) { G_STRUCT_OFFSET (T, f.w), SLOT_GEMM_W }, \
+  { G_STRUCT_OFFSET (T, f.b), SLOT_PLAIN }, \
+  { G_STRUCT_OFFSET (T, f.s), SLOT_SCALE }
+#define ONE(f) { G_STRUCT_OFFSET (T, f), SLOT_PLAIN }
 #define T LingbotDitWeights
 static const WeightSlot top_slots[] = {
   LIN (patch), LIN (ctl_patch), LIN (c2ws1), LIN (c2ws2), LIN (text0),
@@ -336,11 +348,11 @@ G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
     (glong) (G_N_ELEMENTS (top_slots) * sizeof (LbTensor *)));
 
 /* State of one weights upload: the stream, whether GEMM matrices go as
- * bf16, the host buffer they are rounded into (grown to the largest
- * matrix, reused for all) and the device bytes so far. */
+ * bf16 or as e4m3, the host buffer they are rounded into (grown to the
+ * largest matrix, reused for all) and the device bytes so far. */
 typedef struct {
   LbStream *s;
-  gboolean bf16;
+  gboolean bf16, fp8;
   uint16_t *buf;
   gsize buf_len;                /* elements */
   gsize nbytes;
@@ -376,6 +388,47 @@ upload_bf16 (WeightUpload * u, const LbTensor * h, GError ** error)
   return upload_new (u->s, &view, error);
 }
 
+/* An e4m3 copy of f32 matrix @h [out, in] on the device and its
+ * per-output-channel scales (*@scale, f32 [out]): each row quantised by
+ * lb_quantize_e4m3_row() (sw = amax / 448) on the host into the reused
+ * buffer (codes, then the scales after them), uploaded, waited for. */
+static LbTensor *
+upload_fp8 (WeightUpload * u, const LbTensor * h, LbTensor ** scale,
+    GError ** error)
+{
+  if (h->dtype != LB_DTYPE_F32 || h->ndim != 2 ||
+      !lb_tensor_is_contiguous (h)) {
+    g_autofree char *shape = lb_tensor_shape_string (h);
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT weights: a linear weight is %s %s, expected contiguous 2-D f32 "
+        "to quantise to fp8", lb_dtype_name (h->dtype), shape);
+    return NULL;
+  }
+  const int64_t rows = h->shape[0], cols = h->shape[1];
+  /* codes (rows * cols bytes) then rows floats, in uint16_t elements */
+  const gsize need = ((gsize) (rows * cols) + 1) / 2 + 2 * (gsize) rows + 2;
+  if (need > u->buf_len) {
+    g_free (u->buf);
+    u->buf = g_new (uint16_t, need);
+    u->buf_len = need;
+  }
+  uint8_t *codes = (uint8_t *) u->buf;
+  float *sc = (float *) (codes + ((rows * cols + 3) & ~(int64_t) 3));
+  const float *src = h->data;
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 20))
+  for (int64_t r = 0; r < rows; r++)
+    lb_quantize_e4m3_row (src + r * cols, cols, codes + r * cols, &sc[r]);
+  LbTensor view, sview;
+  lb_tensor_view_init (&view, LB_DTYPE_F8E4M3, codes, LB_DEVICE_HOST, 2,
+      h->shape, NULL);
+  lb_tensor_view_init (&sview, LB_DTYPE_F32, sc, LB_DEVICE_HOST, 1,
+      &rows, NULL);
+  g_autoptr (LbTensor) w = upload_new (u->s, &view, error);
+  if (w == NULL || !(*scale = upload_new (u->s, &sview, error)))
+    return NULL;
+  return g_steal_pointer (&w);
+}
+
 static gboolean
 upload_slots (WeightUpload * u, gpointer dst, gconstpointer src,
     const WeightSlot * slots, guint n_slots, GError ** error)
@@ -383,10 +436,22 @@ upload_slots (WeightUpload * u, gpointer dst, gconstpointer src,
   for (guint i = 0; i < n_slots; i++) {
     const LbTensor *h = G_STRUCT_MEMBER (LbTensor *, src, slots[i].offset);
     LbTensor **d = &G_STRUCT_MEMBER (LbTensor *, dst, slots[i].offset);
-    if (h == NULL)
+    if (h == NULL || slots[i].kind == SLOT_SCALE)
       continue;
-    *d = u->bf16 && slots[i].gemm_w ? upload_bf16 (u, h, error) :
-        upload_new (u->s, h, error);
+    if (slots[i].kind == SLOT_GEMM_W && u->fp8) {
+      /* LIN(): the scale slot is two after the w */
+      g_assert (i + 2 < n_slots && slots[i + 2].kind == SLOT_SCALE);
+      LbTensor **sd = &G_STRUCT_MEMBER (LbTensor *, dst,
+          slots[i + 2].offset);
+      *d = upload_fp8 (u, h, sd, error);
+      if (*d == NULL)
+        return FALSE;
+      u->nbytes += lb_tensor_nbytes (*sd);
+    } else if (slots[i].kind == SLOT_GEMM_W && u->bf16) {
+      *d = upload_bf16 (u, h, error);
+    } else {
+      *d = upload_new (u->s, h, error);
+    }
     if (*d == NULL)
       return FALSE;
     u->nbytes += lb_tensor_nbytes (*d);
@@ -427,6 +492,14 @@ free_slots (gpointer w, const WeightSlot * slots, guint n_slots)
  * norm weights and modulation tables stay f32.  *@nbytes counts the bytes
  * as stored (2 per bf16 element).
  *
+ * With %LB_MATH_FP8, on every backend (a CPU rank too: it then runs the
+ * FP8 oracle, owning its copies), the GEMM matrices are quantised on the
+ * host once, each output channel (row) n with its scale
+ * `sw[n] = amax |w[n, :]| / 448` (lb_quantize_e4m3_row()), and stored as
+ * %LB_DTYPE_F8E4M3 [out, in] with the scales in the linear's s (f32
+ * [out]); everything else as with %LB_MATH_FP32.  *@nbytes counts 1 byte
+ * per code plus the scales.
+ *
  * Returns: %TRUE on success; on failure @wt may hold part of the copies
  * (*@owned is then %TRUE: clear it).
  */
@@ -435,7 +508,7 @@ lingbot_dit_weights_init (LingbotDitWeights * wt, gboolean * owned,
     gsize * nbytes, LbStream * s, const LingbotDit * dit, GError ** error)
 {
   *nbytes = 0;
-  if (is_host (s)) {
+  if (is_host (s) && s->math != LB_MATH_FP8) {
     *wt = dit->w;
     *owned = FALSE;
     return TRUE;
@@ -443,7 +516,9 @@ lingbot_dit_weights_init (LingbotDitWeights * wt, gboolean * owned,
   memset (wt, 0, sizeof (*wt));
   *owned = TRUE;
   const int L = dit->cfg.num_layers;
-  WeightUpload u = { s, s->math == LB_MATH_BF16, NULL, 0, 0 };
+  WeightUpload u = { s, s->math == LB_MATH_BF16, s->math == LB_MATH_FP8,
+    NULL, 0, 0
+  };
   gboolean ok = TRUE;
   wt->blocks = g_new0 (LingbotDitBlock, L);
   ok = upload_slots (&u, wt, &dit->w, top_slots, G_N_ELEMENTS (top_slots),
@@ -622,11 +697,36 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
 /* small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
+/**
+ * lingbot_dit_linear_apply:
+ * @s: the rank's stream
+ * @x: [M, in] f32
+ * @l: a linear layer of the rank's weights (lingbot_dit_weights_init())
+ * @beta: scale of the previous content of @y (0 or 1)
+ * @y: [M, out] f32
+ * @error: the op's errors
+ *
+ * `y = x . w^T + b + beta * y` through the gemm op (f32 or bf16 w), or
+ * through gemm_fp8 when the layer holds e4m3 codes and their scales
+ * (%LB_MATH_FP8 ranks).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_linear_apply (LbStream * s, const LbTensor * x,
+    const LingbotDitLinear * l, float beta, LbTensor * y, GError ** error)
+{
+  if (l->s != NULL)
+    return lb_ops (s)->gemm_fp8 (s, x, l->w, l->s, l->b, 1.0f, beta, y,
+        error);
+  return lb_ops (s)->gemm (s, x, l->w, TRUE, l->b, 1.0f, beta, y, error);
+}
+
 static gboolean
 linear (LingbotDitRank * rs, const LbTensor * x, const LingbotDitLinear * l,
     float beta, LbTensor * y, GError ** error)
 {
-  return OPS->gemm (rs->s, x, l->w, TRUE, l->b, 1.0f, beta, y, error);
+  return lingbot_dit_linear_apply (rs->s, x, l, beta, y, error);
 }
 
 /* [rows, D] row r of a contiguous 2-D tensor, as a [D] view. */

@@ -15,8 +15,11 @@ G_BEGIN_DECLS
 #define LINGBOT_DIT_MAX_OUT_GROUPS 8
 
 typedef struct {
-  LbTensor *w;                  /* [out, in] f32 */
+  LbTensor *w;                  /* [out, in] f32 (bf16 / f8e4m3 on ranks) */
   LbTensor *b;                  /* [out] f32 */
+  /* [out] f32 per-output-channel scales of an f8e4m3 w (LB_MATH_FP8
+   * ranks, lingbot_dit_weights_init()); NULL otherwise */
+  LbTensor *s;
 } LingbotDitLinear;
 
 typedef struct {
@@ -55,6 +58,9 @@ struct _LingbotDit {
 };
 
 /* ---- per-rank forward state (dit-forward.c) ---- */
+
+gboolean lingbot_dit_linear_apply (LbStream * s, const LbTensor * x,
+    const LingbotDitLinear * l, float beta, LbTensor * y, GError ** error);
 
 /* Token layout of one rank: a band of token rows [row0, row0 + n_rows) of
  * every latent frame of the chunk (DESIGN.md 3).  Local token index is

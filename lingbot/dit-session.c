@@ -118,9 +118,13 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   LingbotDitRank *rs = &sr->core;
 
   /* the session's precision, before the stream's first op (the weights
-   * upload reads it); the CPU backend computes in f32 whatever it says */
+   * upload reads it); the CPU backend computes in f32 whatever it says,
+   * but in fp8 a CPU rank runs the oracle of the fp8 path (e4m3 weights,
+   * gemm_fp8, a bf16 KV cache) */
   if (s->backend->device_type != LB_DEVICE_CPU)
     s->math = ses->math;
+  else
+    s->math = ses->math == LB_MATH_FP8 ? LB_MATH_FP8 : LB_MATH_FP32;
   if (!lingbot_dit_rank_init (rs, s, rank, ses->dit, ses->frames, ses->hp,
           ses->wp, ses->cap, ses->sink, ses->text_len, error))
     return FALSE;
@@ -228,10 +232,11 @@ resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
         " must be positive and even (patch 2x2)", o->latent_h, o->latent_w);
     return FALSE;
   }
-  if (o->math != LB_MATH_FP32 && o->math != LB_MATH_BF16) {
+  if (o->math != LB_MATH_FP32 && o->math != LB_MATH_BF16 &&
+      o->math != LB_MATH_FP8) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "DiT session: math mode %d, expected LB_MATH_FP32 (0) or "
-        "LB_MATH_BF16 (1)", (int) o->math);
+        "DiT session: math mode %d, expected LB_MATH_FP32 (0), "
+        "LB_MATH_BF16 (1) or LB_MATH_FP8 (2)", (int) o->math);
     return FALSE;
   }
   ses->math = o->math;
@@ -470,8 +475,8 @@ forward (LingbotDitSession * ses, SessionRank * sr, const LbTensor * lat,
   if (sr->tok && !lingbot_dit_gather_band_rows (rs, sr->tok_full, sr->tok,
           error))
     return FALSE;
-  if (rs->sh.n_local > 0 && !ops->gemm (s, tok, rs->wt.patch.w, TRUE,
-          rs->wt.patch.b, 1.0f, 0.0f, rs->x, error))
+  if (rs->sh.n_local > 0 && !lingbot_dit_linear_apply (s, tok,
+          &rs->wt.patch, 0.0f, rs->x, error))
     return FALSE;
 
   lingbot_dit_cache_begin (rs, current_start);

@@ -42,10 +42,16 @@ find_tokenizer (const char *model)
 
 /**
  * lingbot_world_parse_precision:
- * @precision: (nullable): "fp32", "bf16", or %NULL (= "fp32")
+ * @precision: (nullable): "fp32", "bf16", "fp8" or %NULL (= "fp32")
  * @math: (out): the matching #LbMathMode
  * @error: %LB_ERROR_INVALID_ARGUMENT for anything else, with the message
- *   "world: unknown precision 'VALUE' (choose fp32 or bf16)"
+ *   "world: unknown precision 'VALUE' (choose fp32, bf16 or fp8)"
+ *
+ * "fp8" (%LB_MATH_FP8, opt-in, Hopper and later) stores the DiT's GEMM
+ * weights as E4M3 with per-output-channel scales made at load and runs
+ * its linear layers through the gemm_fp8 op (per-token activation scales,
+ * f32 accumulation); attention, norms and the KV cache as in "bf16".  CPU
+ * ranks run the same path's oracle (kernels/cpu/gemm.c).
  *
  * The values of LingbotWorldOptions.precision (and of the GStreamer
  * elements' precision property).
@@ -64,8 +70,12 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
     *math = LB_MATH_BF16;
     return TRUE;
   }
+  if (strcmp (precision, "fp8") == 0) {
+    *math = LB_MATH_FP8;
+    return TRUE;
+  }
   g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-      "world: unknown precision '%s' (choose fp32 or bf16)", precision);
+      "world: unknown precision '%s' (choose fp32, bf16 or fp8)", precision);
   return FALSE;
 }
 
@@ -75,7 +85,7 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
  *   rank-side timeout, DiT precision
  * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path,
  *   a precision other than "fp32" or "bf16": "world: unknown precision
- *   'VALUE' (choose fp32 or bf16)"), %LB_ERROR_NOT_FOUND naming the
+ *   'VALUE' (choose fp32, bf16 or fp8)"), %LB_ERROR_NOT_FOUND naming the
  *   missing file or directory of a model part, and the loaders' errors
  *   (format, shape, device)
  *
@@ -312,14 +322,15 @@ lingbot_world_get_model_path (LingbotWorld * world)
  * lingbot_world_get_precision:
  * @world: a world
  *
- * Returns: "fp32" or "bf16": the precision of the world's DiT sessions on
- *   GPU ranks (LingbotWorldOptions.precision; CPU ranks compute in f32
- *   whatever it says).
+ * Returns: "fp32", "bf16" or "fp8": the precision of the world's DiT
+ *   sessions on GPU ranks (LingbotWorldOptions.precision; CPU ranks
+ *   compute in f32 unless it is "fp8", whose oracle they run).
  */
 const char *
 lingbot_world_get_precision (LingbotWorld * world)
 {
-  return world->math == LB_MATH_BF16 ? "bf16" : "fp32";
+  return world->math == LB_MATH_FP8 ? "fp8" :
+      world->math == LB_MATH_BF16 ? "bf16" : "fp32";
 }
 
 /**

@@ -6,7 +6,7 @@
  *   lingbot-bench dit [--model DIR | --preset tiny|1.3b|14b [--dim N
  *       --layers N --heads N --ffn N --text-dim N]] [--devices cpu:N|0,1..]
  *       [--latent HxW] [--chunks K] [--text-len L] [--seed S]
- *       [--precision fp32|bf16] [--window-full] [--peak-tflops X]
+ *       [--precision fp32|bf16|fp8] [--window-full] [--peak-tflops X]
  *       [--rank-of N [--link-gbps X]] [--estimate] [--json]
  *
  * Without --model the weights are random (lingbot_dit_new_random()).  The
@@ -692,8 +692,11 @@ lingbot_bench_dit_main (int argc, char **argv)
   LbMathMode math = LB_MATH_FP32;
   if (precision && g_str_equal (precision, "bf16")) {
     math = LB_MATH_BF16;
+  } else if (precision && g_str_equal (precision, "fp8")) {
+    math = LB_MATH_FP8;
   } else if (precision && !g_str_equal (precision, "fp32")) {
-    fprintf (stderr, "lingbot-bench dit: --precision wants fp32 or bf16, "
+    fprintf (stderr, "lingbot-bench dit: --precision wants fp32, bf16 or "
+        "fp8, "
         "not %s\n", precision);
     return 2;
   }
@@ -784,7 +787,7 @@ lingbot_bench_dit_main (int argc, char **argv)
   const gboolean on_cpu = be->device_type == LB_DEVICE_CPU;
   const int n_devices = count_devices (be, ordinals, n_ranks);
   if (peak <= 0 && !on_cpu)
-    peak = math == LB_MATH_BF16 ? PEAK_BF16_TFLOPS : PEAK_FP32_TFLOPS;
+    peak = math != LB_MATH_FP32 ? PEAK_BF16_TFLOPS : PEAK_FP32_TFLOPS;
   if (math == LB_MATH_BF16 && on_cpu)
     fprintf (stderr, "lingbot-bench dit: --precision bf16 is ignored on CPU "
         "ranks (the CPU backend computes in float32)\n");
@@ -851,7 +854,7 @@ lingbot_bench_dit_main (int argc, char **argv)
         ", %" G_GINT64_FORMAT "], \"tokens\": %" G_GINT64_FORMAT ", \"heads\": "
         "%d, \"kv_cache_bytes\": %" G_GUINT64_FORMAT "}}\n", be->name, n_ranks,
         n_devices, lingbot_dit_config_variant (cfg), cfg->num_layers, params,
-        math == LB_MATH_BF16 ? "bf16" : "fp32",
+        math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
         math == LB_MATH_BF16 && on_cpu ? "false" : "true", weights_s, setup_s,
         window_full ? "true" : "false", cap, ge0, le0,
         lingbot_dit_session_get_chunk_index (ses), go.collectives->name,
@@ -863,7 +866,7 @@ lingbot_bench_dit_main (int argc, char **argv)
         "%s rank(s) in %.1f s; precision %s%s\n",
         lingbot_dit_config_variant (cfg), cfg->num_layers, params / 1e9,
         model ? "loaded in" : "random weights in", weights_s, n_ranks,
-        be->name, setup_s, math == LB_MATH_BF16 ? "bf16" : "fp32",
+        be->name, setup_s, math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
         math == LB_MATH_BF16 && on_cpu ? " (ignored on CPU ranks)" : "");
     if (window_full)
       printf ("window full before the first timed chunk: cursors global %"
@@ -1003,7 +1006,7 @@ lingbot_bench_dit_main (int argc, char **argv)
           "\"chunks\": [", be->name, n_ranks, n_devices,
           lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers,
           cfg->num_heads, cfg->ffn_dim, params, lh, lw, C, N, text_len,
-          math == LB_MATH_BF16 ? "bf16" : "fp32",
+          math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
           math == LB_MATH_BF16 && on_cpu ? "false" : "true",
           window_full ? "true" : "false", cap, weights_s, setup_s, secs[0]);
       for (int i = 0; i < done; i++)

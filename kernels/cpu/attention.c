@@ -252,7 +252,7 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   a.os0 = out->stride[0];
   a.os1 = out->stride[1];
   /* kernels/ops.h: the served precision rounds q to bf16 */
-  a.q16 = s->math == LB_MATH_BF16 && (hd == 64 || hd == 128);
+  a.q16 = s->math != LB_MATH_FP32 && (hd == 64 || hd == 128);
 
   const int64_t nqb = (nq + a.qb - 1) / a.qb;
   const int64_t ntiles = (nk + a.kt - 1) / a.kt;

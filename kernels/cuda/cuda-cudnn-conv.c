@@ -259,7 +259,7 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
   if (ok) {
     cudnnBackendDescriptor_t ops[2] = { d[OP_CONV], d[OP_PW] };
     ok = lb_cudnn_plan_build (s, ops, fuse_bias ? 2 : 1,
-        key->math == LB_MATH_BF16, out, what, error);
+        key->math != LB_MATH_FP32, out, what, error);
   }
   destroy_descs (d, N_DESC);
   return ok;
@@ -274,7 +274,7 @@ refuse (const ConvKey * key, const GError * err)
       G_GINT64_FORMAT "x%" G_GINT64_FORMAT " %s%s: %s",
       key->nsd == 3 ? "conv3d_causal" : "conv2d", key->n, key->cin, key->cout,
       key->in[0], key->in[1], key->in[2], key->k[0], key->k[1], key->k[2],
-      key->math == LB_MATH_BF16 ? "bf16" : "fp32",
+      key->math != LB_MATH_FP32 ? "bf16" : "fp32",
       key->bias ? " bias" : "", err ? err->message : "?");
   g_debug ("cuDNN conv refused, using im2col: %s", msg);
   g_mutex_lock (&refusal_lock);
@@ -373,7 +373,8 @@ conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
   key->out[1] = g->ho;
   key->out[2] = g->wo;
   key->bias = bias;
-  key->math = math;
+  /* fp8 runs the convolutions as bf16 does: one plan for both */
+  key->math = math == LB_MATH_FP32 ? LB_MATH_FP32 : LB_MATH_BF16;
   if (is_2d) {
     key->nsd = 2;
     key->n = g->t;               /* batch */

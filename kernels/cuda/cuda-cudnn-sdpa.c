@@ -474,7 +474,7 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     gboolean kv_bf16, gboolean * ran, GError ** error)
 {
   *ran = FALSE;
-  if (s->math != LB_MATH_BF16 || (a->hd != 64 && a->hd != 128) ||
+  if (s->math == LB_MATH_FP32 || (a->hd != 64 && a->hd != 128) ||
       a->bias != NULL || a->mask != NULL || a->nq <= 0 || a->nk <= 0 ||
       a->nh <= 0 || !cudnn_selected ())
     return TRUE;

@@ -214,7 +214,7 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
    * dims, through cuDNN's fused SDPA (unless LINGBOT_CUDA_ATTENTION=own)
    * takes the call (no bias or mask, a plan for the shape), else the own
    * kernel; any other head dim keeps its FP32 path */
-  if (s->math == LB_MATH_BF16 && (hd == 64 || hd == 128)) {
+  if (s->math != LB_MATH_FP32 && (hd == 64 || hd == 128)) {
     gboolean ran = FALSE;
     if (!lb_cuda_cudnn_attention (s, &a, k->dtype == LB_DTYPE_BF16, &ran,
             error))

@@ -358,7 +358,7 @@ arg (Args * a, const LbTensor * t)
 static void
 count_conv (LbStream * s)
 {
-  g_atomic_int_inc (s->math == LB_MATH_BF16 ? &fake.n_convs_bf16 :
+  g_atomic_int_inc (s->math != LB_MATH_FP32 ? &fake.n_convs_bf16 :
       &fake.n_convs_fp32);
 }
 

@@ -60,6 +60,27 @@
  * fails. */
 #define BF16_MIN_EFFECT 1e-4
 
+/* Tolerance of the fp8 stream (LB_MATH_FP8: e4m3 GEMM weights with
+ * per-output-channel scales, per-token e4m3 activations, attention and
+ * the KV cache as bf16) against the CPU f32 run, the bf16 stream and the
+ * golden, rel_to_max per tensor.  E4M3 keeps 4 significant bits: 2^-4 =
+ * 6.25e-2 relative per operand at worst, ~1.8e-2 rms for uniform
+ * rounding, partly cancelling over K (dit_tiny's K is small, so little
+ * cancels), through 3 blocks, 5 passes per chunk and the cache of earlier
+ * chunks.  Measured (deterministic, printed by the test): 0.153 at worst
+ * against f32 (chunk 3's last prediction), 0.095 on the denoised outputs,
+ * 0.095 against the golden outputs (bf16: 5.1e-3, f32: 7.8e-7), 0.157
+ * against the bf16 stream; 2 ranks against 1: 0.069 (the sharded run is
+ * not bit-identical in fp8: a last-bit difference upstream flips e4m3
+ * roundings).  The bound is 2x the worst figure: it catches a wrong
+ * scale (a factor of 448, or order 1) or a transposed weight, not a
+ * subtle loss of accuracy. */
+#define FP8_TOL 0.3
+
+/* fp8 must differ from bf16 measurably (measured 2.7e-2 on the
+ * outputs), so a session that silently ran bf16 fails. */
+#define FP8_MIN_EFFECT 2e-3
+
 static LingbotCheckpoint *fixture;
 static LingbotDit *dit;
 
@@ -91,10 +112,10 @@ static const glong block_others[] = {
 #undef LIN_B
 
 G_STATIC_ASSERT (sizeof (LingbotDitBlock) ==
-    (G_N_ELEMENTS (block_linears) * 2 + G_N_ELEMENTS (block_others)) *
+    (G_N_ELEMENTS (block_linears) * 3 + G_N_ELEMENTS (block_others)) *
     sizeof (LbTensor *));
 G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
-    (glong) ((G_N_ELEMENTS (top_linears) * 2 + G_N_ELEMENTS (top_others)) *
+    (glong) ((G_N_ELEMENTS (top_linears) * 3 + G_N_ELEMENTS (top_others)) *
         sizeof (LbTensor *)));
 
 typedef struct {
@@ -151,6 +172,8 @@ check_slots (gconstpointer dev, gconstpointer host, const glong * linears,
     const LingbotDitLinear *hl = G_STRUCT_MEMBER_P (host, linears[i]);
     check_weight (dl->w, hl->w, bf16, c);
     check_weight (dl->b, hl->b, FALSE, c);
+    g_assert_null (dl->s);
+    g_assert_null (hl->s);
   }
   for (guint i = 0; i < n_others; i++)
     check_weight (G_STRUCT_MEMBER (LbTensor *, dev, others[i]),
@@ -319,7 +342,7 @@ run_stream (LbWorkerGroup * group, LbMathMode math, double *golden_err)
   /* the session set every device rank's math; the CPU's stay f32 */
   const gboolean on_cpu = lb_worker_group_get_rank (group, 0)->stream->
       backend->device_type == LB_DEVICE_CPU;
-  MathCheck mc = { on_cpu ? LB_MATH_FP32 : math, 0 };
+  MathCheck mc = { on_cpu && math != LB_MATH_FP8 ? LB_MATH_FP32 : math, 0 };
   g_assert_true (lb_worker_group_run (group, check_stream_math, &mc, &err));
   g_assert_no_error (err);
   g_assert_cmpint (mc.n_checked, ==, lb_worker_group_get_n_ranks (group));
@@ -557,6 +580,175 @@ test_stream (void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* (f) fp8                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* @d against host f32 @h: f8e4m3 codes and f32 scales equal to the host
+ * row quantisation (lb_quantize_e4m3_row()), bit for bit. */
+static gsize
+check_fp8_linear (const LingbotDitLinear * dl, const LingbotDitLinear * hl)
+{
+  if (hl->w == NULL) {
+    g_assert_null (dl->w);
+    g_assert_null (dl->s);
+    return 0;
+  }
+  const int64_t rows = hl->w->shape[0], cols = hl->w->shape[1];
+  g_assert_cmpint (dl->w->dtype, ==, LB_DTYPE_F8E4M3);
+  g_assert_true (lb_tensor_same_shape (dl->w, hl->w));
+  g_assert_nonnull (dl->s);
+  g_assert_cmpint (dl->s->dtype, ==, LB_DTYPE_F32);
+  g_assert_cmpint (lb_tensor_numel (dl->s), ==, rows);
+  g_autofree uint8_t *q = g_malloc (MAX (cols, 1));
+  for (int64_t r = 0; r < rows; r++) {
+    float sc;
+    lb_quantize_e4m3_row ((const float *) hl->w->data + r * cols, cols, q,
+        &sc);
+    g_assert_true (memcmp (q, (const uint8_t *) dl->w->data + r * cols,
+            cols) == 0);
+    g_assert_cmpfloat (((const float *) dl->s->data)[r], ==, sc);
+  }
+  /* the bias as stored */
+  g_assert_true (memcmp (dl->b->data, hl->b->data,
+          lb_tensor_nbytes (hl->b)) == 0);
+  return lb_tensor_nbytes (dl->w) + lb_tensor_nbytes (dl->s) +
+      lb_tensor_nbytes (dl->b);
+}
+
+/* The weights of an LB_MATH_FP8 rank, on fakedev and on the CPU (which
+ * then owns quantised copies too): every linear w e4m3 with its scales,
+ * the rest bit-identical f32. */
+static void
+test_fp8_weights (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int L = lingbot_dit_get_config (dit)->num_layers;
+  const FakeDevStats st0 = fakedev_stats ();
+  LbBackend *bes[2] = { fakedev_backend (), lb_cpu_backend () };
+  for (int b = 0; b < 2; b++) {
+    LbStream *s = bes[b]->stream_new (bes[b], 0, &err);
+    g_assert_no_error (err);
+    s->math = LB_MATH_FP8;
+    LingbotDitWeights w;
+    gboolean owned;
+    gsize nbytes, want = 0;
+    int n_lin = 0;
+    g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, s, dit,
+            &err));
+    g_assert_no_error (err);
+    g_assert_true (owned);
+    for (guint i = 0; i < G_N_ELEMENTS (top_linears); i++, n_lin++)
+      want += check_fp8_linear (G_STRUCT_MEMBER_P (&w, top_linears[i]),
+          G_STRUCT_MEMBER_P (&dit->w, top_linears[i]));
+    for (guint i = 0; i < G_N_ELEMENTS (top_others); i++)
+      want += lb_tensor_nbytes (G_STRUCT_MEMBER (LbTensor *, &w,
+              top_others[i]));
+    for (int l = 0; l < L; l++) {
+      for (guint i = 0; i < G_N_ELEMENTS (block_linears); i++, n_lin++)
+        want += check_fp8_linear (G_STRUCT_MEMBER_P (&w.blocks[l],
+                block_linears[i]), G_STRUCT_MEMBER_P (&dit->w.blocks[l],
+                block_linears[i]));
+      for (guint i = 0; i < G_N_ELEMENTS (block_others); i++) {
+        const LbTensor *d = G_STRUCT_MEMBER (LbTensor *, &w.blocks[l],
+            block_others[i]);
+        const LbTensor *h = G_STRUCT_MEMBER (LbTensor *, &dit->w.blocks[l],
+            block_others[i]);
+        g_assert_cmpint (d->dtype, ==, LB_DTYPE_F32);
+        g_assert_true (memcmp (d->data, h->data, lb_tensor_nbytes (h)) == 0);
+        want += lb_tensor_nbytes (d);
+      }
+    }
+    g_assert_cmpint (n_lin, ==, 10 + 14 * L);
+    g_assert_cmpuint (nbytes, ==, want);
+    g_print ("# weights in fp8 on %s: %" G_GSIZE_FORMAT " bytes (%d e4m3 "
+        "matrices with their scales)\n", bes[b]->name, nbytes, n_lin);
+    lingbot_dit_weights_clear (&w, owned, L);
+    bes[b]->stream_free (s);
+  }
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+}
+
+/* The fp8 stream: fakedev bit-identical to the CPU oracle at 1 and 2
+ * ranks; its error against the f32 CPU run, the golden and the bf16
+ * stream reported and bounded; a later f32 session on the same CPU group
+ * is the f32 result again. */
+static void
+test_fp8_stream (void)
+{
+  const FakeDevStats st0 = fakedev_stats ();
+  double g32, g16, g8c, g8f, g_again;
+  const char *worst = NULL;
+  double worst_out;
+
+  LbWorkerGroup *cpu1 = group_new (lb_cpu_backend (), 1);
+  Record cpu = run_stream (cpu1, LB_MATH_FP32, &g32);
+  Record cpu8 = run_stream (cpu1, LB_MATH_FP8, &g8c);
+  Record again = run_stream (cpu1, LB_MATH_FP32, &g_again);
+  g_assert_true (record_equal (&again, &cpu));
+  record_clear (&again);
+  lb_worker_group_unref (cpu1);
+
+  LbWorkerGroup *fd1 = group_new (fakedev_backend (), 1);
+  Record f16 = run_stream (fd1, LB_MATH_BF16, &g16);
+  Record f8 = run_stream (fd1, LB_MATH_FP8, &g8f);
+  lb_worker_group_unref (fd1);
+  /* the emulated device runs the CPU oracle's fp8 path bit for bit */
+  g_assert_true (record_equal (&f8, &cpu8));
+  g_assert_cmpfloat (g8f, ==, g8c);
+
+  for (int n_ranks = 2; n_ranks <= 2; n_ranks++) {
+    LbWorkerGroup *c2 = group_new (lb_cpu_backend (), n_ranks);
+    LbWorkerGroup *f2 = group_new (fakedev_backend (), n_ranks);
+    double a, b;
+    Record rc = run_stream (c2, LB_MATH_FP8, &a);
+    Record rf = run_stream (f2, LB_MATH_FP8, &b);
+    g_assert_true (record_equal (&rc, &rf));
+    /* the sharding: not bit for bit (measured below) */
+    double o2;
+    const char *w2 = NULL;
+    const double e2 = record_error (&rc, &cpu8, &w2, &o2);
+    g_print ("# dit fp8: %d ranks vs 1 rank: max rel %.3g (worst %s), "
+        "outputs %.3g\n", n_ranks, e2, w2, o2);
+    g_assert_cmpfloat (e2, <=, FP8_TOL);
+    record_clear (&rc);
+    record_clear (&rf);
+    lb_worker_group_unref (c2);
+    lb_worker_group_unref (f2);
+  }
+  g_print ("# dit fp8: fakedev and CPU bit-identical over %u floats at 1 "
+      "and 2 ranks\n", cpu8.data->len);
+
+  const double e32 = record_error (&f8, &cpu, &worst, &worst_out);
+  const char *worst32 = worst;
+  const double out32 = worst_out;
+  double out16;
+  const double e16 = record_error (&f8, &f16, &worst, &out16);
+  g_test_message ("dit fp8: max rel error vs CPU f32 %.3g (worst %s), "
+      "outputs %.3g; vs bf16 %.3g (worst %s), outputs %.3g; vs golden "
+      "outputs %.3g (bf16 %.3g, f32 %.3g); tolerance %g", e32, worst32,
+      out32, e16, worst, out16, g8f, g16, g32, FP8_TOL);
+  g_print ("# dit fp8: max rel error vs CPU f32 %.3g (worst %s), outputs "
+      "%.3g; vs bf16 %.3g (worst %s), outputs %.3g; vs golden outputs %.3g "
+      "(bf16 %.3g, f32 %.3g); tolerance %g\n", e32, worst32, out32, e16,
+      worst, out16, g8f, g16, g32, FP8_TOL);
+  g_assert_cmpfloat (e32, <=, FP8_TOL);
+  g_assert_cmpfloat (e16, <=, FP8_TOL);
+  g_assert_cmpfloat (g8f, <=, FP8_TOL);
+  g_assert_cmpfloat (out16, >=, FP8_MIN_EFFECT);
+  g_assert_cmpfloat (out32, >=, FP8_MIN_EFFECT);
+
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad);
+  g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+  record_clear (&cpu);
+  record_clear (&cpu8);
+  record_clear (&f16);
+  record_clear (&f8);
+}
+
+/* ------------------------------------------------------------------------ */
 /* (e) the KV cache                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -696,7 +888,7 @@ test_bad_mode (void)
   g_assert_null (ses);
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
   g_assert_cmpstr (err->message, ==, "DiT session: math mode 7, expected "
-      "LB_MATH_FP32 (0) or LB_MATH_BF16 (1)");
+      "LB_MATH_FP32 (0), LB_MATH_BF16 (1) or LB_MATH_FP8 (2)");
 }
 
 /* LingbotWorldOptions.precision: NULL and "fp32" are LB_MATH_FP32, "bf16"
@@ -711,7 +903,8 @@ test_world_precision (void)
     LbMathMode math;
   } cases[] = {
     {NULL, TRUE, LB_MATH_FP32}, {"fp32", TRUE, LB_MATH_FP32},
-    {"bf16", TRUE, LB_MATH_BF16}, {"BF16", FALSE, 0}, {"fp16", FALSE, 0},
+    {"bf16", TRUE, LB_MATH_BF16}, {"fp8", TRUE, LB_MATH_FP8},
+    {"FP8", FALSE, 0}, {"BF16", FALSE, 0}, {"fp16", FALSE, 0},
     {"", FALSE, 0}, {"bogus", FALSE, 0},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
@@ -726,7 +919,7 @@ test_world_precision (void)
     }
     g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
     g_autofree char *want = g_strdup_printf ("world: unknown precision '%s' "
-        "(choose fp32 or bf16)", cases[i].value);
+        "(choose fp32, bf16 or fp8)", cases[i].value);
     g_assert_cmpstr (err->message, ==, want);
   }
 
@@ -738,7 +931,7 @@ test_world_precision (void)
   g_assert_null (lingbot_world_new (&wo, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
   g_assert_cmpstr (err->message, ==, "world: unknown precision 'bogus' "
-      "(choose fp32 or bf16)");
+      "(choose fp32, bf16 or fp8)");
   /* a valid precision gets as far as the model */
   g_clear_error (&err);
   wo.precision = "bf16";
@@ -762,6 +955,8 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/precision/bad-mode", test_bad_mode);
   g_test_add_func ("/dit/precision/world", test_world_precision);
   g_test_add_func ("/dit/precision/stream", test_stream);
+  g_test_add_func ("/dit/precision/fp8-weights", test_fp8_weights);
+  g_test_add_func ("/dit/precision/fp8-stream", test_fp8_stream);
   g_test_add_func ("/dit/precision/kv-cache", test_kv_cache);
   g_test_add_func ("/dit/precision/bf16-exchanges-hd128",
       test_bf16_exchanges_hd128);

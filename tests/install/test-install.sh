@@ -103,7 +103,7 @@ export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 check "test-app output" \
   "keys d,j,w
 precision bf16 LB_MATH_BF16
-world: unknown precision 'fp8x' (choose fp32 or bf16)
+world: unknown precision 'fp8x' (choose fp32, bf16 or fp8)
 world: model directory /nonexistent/lingbot-model does not exist" \
   "$("$tmp/app")"
 

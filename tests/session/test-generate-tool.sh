@@ -56,5 +56,5 @@ if "$generate" --model "$tmp/m" --image "$img" --devices cpu:x \
 grep -q 'cpu:x' "$tmp/err"
 if "$generate" --model "$tmp/m" --image "$img" --precision fp16 \
     --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi
-grep -q "unknown precision 'fp16' (choose fp32 or bf16)" "$tmp/err"
+grep -q "unknown precision 'fp16' (choose fp32, bf16 or fp8)" "$tmp/err"
 echo ok
