@@ -22,6 +22,17 @@
  * to a contiguous bf16 copy in pool scratch (kernels-convert.cu, the CPU's
  * rounding formula), in blocks of rows of at most LB_CUDA_SCRATCH_LIMIT * 2
  * elements.  The operand dtypes are part of the plan key.
+ *
+ * The fp8 gemm (gemm_fp8, kernels/ops.h): a block of rows of x is
+ * quantised per token into pool scratch (kernels-fp8.cu: codes [rows, K]
+ * and scales [rows]), then one cuBLASLt FP8 matmul with A = w (our
+ * [N, K], CUBLAS_OP_T) and B = the codes (CUBLAS_OP_N): the "TN" layout
+ * FP8 tensor cores require, CUDA_R_8F_E4M3 inputs, CUBLAS_COMPUTE_32F, f32
+ * scale, C and D CUDA_R_32F, alpha applied by cuBLASLt, no bias epilogue.
+ * The product goes to y itself when beta is 0, else to an f32 scratch
+ * block, and the epilogue kernel applies sx[m], sw[n], beta and the bias.
+ * FP8 matmuls need K and N multiples of 16 (16-byte leading dimensions of
+ * the e4m3 operands, 64-byte ones of D); other shapes are refused.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -187,7 +198,8 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
         "gemm: cuBLASLt has no algorithm for M=%" G_GINT64_FORMAT " N=%"
         G_GINT64_FORMAT " K=%" G_GINT64_FORMAT " (%s inputs, lda %"
         G_GINT64_FORMAT ", ldb %" G_GINT64_FORMAT ")", key->m, key->n,
-        key->k, key->type_b == CUDA_R_16BF ? "bf16" : "f32", key->lda,
+        key->k, key->type_b == CUDA_R_16BF ? "bf16" :
+        key->type_b == CUDA_R_8F_E4M3 ? "e4m3" : "f32", key->lda,
         key->ldb);
     goto fail;
   }
@@ -203,8 +215,9 @@ fail:
   return NULL;
 }
 
-/* lb_cuda_gemm_rm() with the dtypes of A and B (CUDA_R_32F or
- * CUDA_R_16BF); C, the bias and the scales are always f32. */
+/* lb_cuda_gemm_rm() with the dtypes of A and B (CUDA_R_32F, CUDA_R_16BF
+ * or, for ta FALSE and tb TRUE only, CUDA_R_8F_E4M3); C, the bias and the
+ * scales are always f32. */
 static gboolean
 gemm_rm_typed (LbStream * s, gboolean ta, gboolean tb, int64_t m, int64_t n,
     int64_t k, float alpha, const void *a, cudaDataType_t type_a,
@@ -371,4 +384,84 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     return gemm_bf16 (s, &g, x, w, trans_w, bias, alpha, beta, y, error);
   return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, g.xld,
       w->data, g.wld, bias ? bias->data : NULL, beta, y->data, yld, error);
+}
+
+/**
+ * lb_cuda_gemm_fp8:
+ *
+ * Same contract and argument messages as lb_cpu_gemm_fp8() (kernels/ops.h
+ * @gemm_fp8): per-token E4M3 quantisation of x, the cuBLASLt FP8 matmul
+ * with f32 accumulation, then `y = ((alpha acc) sx[m]) sw[n] + (beta y +
+ * bias)`; only the summation order of acc differs from the CPU oracle.
+ * x goes through pool scratch a block of rows at a time (at most
+ * min(M, 32 Mi / max(K, 4 N)) rows: codes, scales and, when beta is not
+ * 0, the f32 product), so the per-chunk path allocates nothing once the
+ * pool holds blocks of those sizes.  K or N not a multiple of 16 is an
+ * %LB_ERROR_SHAPE error ("gemm_fp8: K = 24 and N = 40 must be multiples
+ * of 16 (cuBLASLt FP8)").  Asynchronous on the stream.
+ */
+gboolean
+lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
+    LbTensor * y, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8 (x, w, sw, bias, y, &g, error) ||
+      !lb_cuda_check_devices (s, "gemm_fp8", error, "x", x, "w", w, "sw", sw,
+          "bias", bias, "y", y, NULL))
+    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld;
+  if (m == 0 || n == 0)
+    return TRUE;
+  float *yd = y->data;
+  if (k == 0 || alpha == 0.0f) {
+    cudaError_t e;
+    if (beta == 0.0f)
+      e = lb_cuda_launch_fill_bias (cs->stream, yd, yld, m, n, NULL);
+    else
+      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_SCALE, yd, yld,
+          NULL, 0, yd, yld, m, n, beta, 0.0f);
+    if (e == cudaSuccess && bias)
+      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_ADD, yd, yld,
+          bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
+    return lb_cuda_check (e, "gemm_fp8 (K = 0)", error);
+  }
+  if (k % 16 != 0 || n % 16 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "gemm_fp8: K = %"
+        G_GINT64_FORMAT " and N = %" G_GINT64_FORMAT " must be multiples of "
+        "16 (cuBLASLt FP8)", k, n);
+    return FALSE;
+  }
+  const int64_t per_row = MAX (k, beta != 0.0f ? 4 * n : 0);
+  const int64_t rows = CLAMP ((int64_t) LB_CUDA_SCRATCH_LIMIT / per_row, 1,
+      m);
+  /* codes [rows, K] (K % 16 == 0 keeps the scales 16-byte aligned), then
+   * the scales [rows], then the f32 product [rows, N] when beta != 0 */
+  const gsize codes = (gsize) (rows * k), scales = (gsize) rows * 4;
+  const gsize acc_off = (codes + scales + 255) & ~(gsize) 255;
+  const gsize total = beta != 0.0f ? acc_off + (gsize) (rows * n) * 4 :
+      codes + scales;
+  guint8 *scr = lb_cuda_scratch (s, total, error);
+  if (scr == NULL)
+    return FALSE;
+  float *sx = (float *) (scr + codes);
+  float *acc = beta != 0.0f ? (float *) (scr + acc_off) : NULL;
+  gboolean ok = TRUE;
+  for (int64_t r0 = 0; ok && r0 < m; r0 += rows) {
+    const int64_t nr = MIN (rows, m - r0);
+    float *yb = yd + r0 * yld;
+    float *ab = acc ? acc : yb;
+    const int64_t ald = acc ? n : yld;
+    ok = lb_cuda_check (lb_cuda_launch_quantize_e4m3_rows (cs->stream,
+            (const float *) x->data + r0 * g.xld, g.xld, nr, k, scr, k, sx),
+        "gemm_fp8 (quantisation of x)", error) &&
+        gemm_rm_typed (s, FALSE, TRUE, nr, n, k, alpha, scr, CUDA_R_8F_E4M3,
+        k, w->data, CUDA_R_8F_E4M3, k, NULL, 0.0f, ab, ald, error) &&
+        lb_cuda_check (lb_cuda_launch_fp8_epilogue (cs->stream, ab, ald, nr,
+            n, sx, sw->data, bias ? bias->data : NULL, beta, yb, yld),
+        "gemm_fp8 (epilogue)", error);
+  }
+  lb_cuda_scratch_release (s, scr);
+  return ok;
 }

@@ -124,6 +124,9 @@ gboolean lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
 /* Row-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C + bias[n]
  * (op(A) = A^T stored [k,m] when @ta; op(B) = B^T stored [n,k] when @tb),
  * float32, FP32 compute, through a cached cuBLASLt plan. */
+gboolean lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    float alpha, float beta, LbTensor * y, GError ** error);
 gboolean lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
     const float *b, int64_t ldb, const float *bias, float beta, float *c,

@@ -176,6 +176,23 @@ cudaError_t lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st,
 cudaError_t lb_cuda_launch_f32_to_bf16 (cudaStream_t st, const float *x,
     int64_t xld, uint16_t * y, int64_t yld, int64_t m, int64_t k);
 
+/* ---- the fp8 GEMM (kernels-fp8.cu) ---- */
+
+/* Per row i < m of x (row stride xld, k elements): sx[i] = amax / 448
+ * (1 for a zero row), q[i * qld + j] = e4m3 (x / sx[i]) (nearest even,
+ * saturating to +-448, NaN kept), as lb_quantize_e4m3_row().  One block
+ * per row (m < 2^31). */
+cudaError_t lb_cuda_launch_quantize_e4m3_rows (cudaStream_t st,
+    const float *x, int64_t xld, int64_t m, int64_t k, uint8_t * q,
+    int64_t qld, float *sx);
+
+/* y[i, j] = (acc[i, j] sx[i]) sw[j] + (beta y[i, j] + bias[j]) for i < m,
+ * j < n (bias nullable; beta 0: y not read), each step one f32 rounding;
+ * acc may be y itself (row stride ald == yld) when beta is 0. */
+cudaError_t lb_cuda_launch_fp8_epilogue (cudaStream_t st, const float *acc,
+    int64_t ald, int64_t m, int64_t n, const float *sx, const float *sw,
+    const float *bias, float beta, float *y, int64_t yld);
+
 /* ---- attention operands for cuDNN SDPA (kernels-convert.cu) ---- */
 
 /* y[i*ys0 + h*ys1 + e] = bf16(x[i*xs0 + h*xs1 + e]) for i < n0, h < n1,

@@ -279,6 +279,23 @@ if [ "$limit" -ge 10 ]; then
 else
   note "dit block bf16 own attention skipped: $(left) s left"
 fi
+# the same block in precision fp8 (opt-in: e4m3 GEMM weights and inputs,
+# cuBLASLt FP8 matmuls; attention as bf16): the fp8 chunk time is 40 x
+# this block's steady mean (json step block-fp8), next to block-bf16's.
+# Never run on a GPU when added: a failure (e.g. a linear whose K or N is
+# not a multiple of 16, refused by the FP8 matmul) is noted, not fatal.
+start=$(date +%s)
+limit=$(step_limit 60 45)
+if [ "$limit" -ge 15 ]; then
+  bench block-fp8 "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+    --devices 0 --precision fp8
+  rc=$?
+  fp8_est=$(json_get block-fp8 summary 'round(o["steady"]["mean_s"] * 40, 4)')
+  note "dit block fp8 rc=$rc ($(($(date +%s) - start)) s, limit $limit s;" \
+    "40-layer chunk estimate ${fp8_est:-n/a} s)"
+else
+  note "dit block fp8 skipped: $(left) s left"
+fi
 
 # the DiT chunk time the VAE is compared with: 40 x the bf16 block (or
 # the fp32 one), replaced by the measured 40-layer chunk in the summary

@@ -6,6 +6,14 @@
  * op(w) + beta * y + bias, f32 accumulation) against the CPU bf16 path,
  * which rounds x the same way: both sides multiply the same bf16 numbers,
  * so they differ only by f32 summation order.
+ *
+ * Then the fp8 gemm (kernels/ops.h @gemm_fp8) against the CPU oracle: both
+ * sides quantise x per token with the same formula (amax / 448, an IEEE
+ * division, nearest-even saturating E4M3), so they multiply the same E4M3
+ * numbers and again differ only by f32 summation order: the tolerance is
+ * GEMM_REL_TOL (1e-5 of the row's magnitude).  One code quantised
+ * differently would cost ~2^-4 of one term, far above it.  Not yet run on
+ * a GPU when written (the first GPU session measures it).
  */
 #include "lingbot/backend.h"
 #include "kernels/error.h"
@@ -328,6 +336,110 @@ test_gemm_bf16_errors (void)
   cuda->stream_free (gs);
 }
 
+/* An e4m3 [n, k] weight and its per-row scales, from random f32. */
+static void
+rand_fp8 (int64_t n, int64_t k, GRand * r, LbTensor ** wq, LbTensor ** sw)
+{
+  int64_t shape[2] = { n, k };
+  g_autoptr (LbTensor) w = lb_tensor_new (LB_DTYPE_F32, 2, shape);
+  fill_random (w, r);
+  *wq = lb_tensor_new (LB_DTYPE_F8E4M3, 2, shape);
+  *sw = lb_tensor_new (LB_DTYPE_F32, 1, &n);
+  for (int64_t j = 0; j < n; j++)
+    lb_quantize_e4m3_row ((const float *) w->data + j * k, k,
+        (uint8_t *) (*wq)->data + j * k, (float *) (*sw)->data + j);
+}
+
+static void
+check_fp8_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
+    gboolean with_bias, float alpha, float beta, int64_t xpad)
+{
+  g_autoptr (GRand) r = g_rand_new_with_seed ((guint32) (m * 977 + n * 31 +
+          k * 3 + xpad + 7));
+  g_autoptr (GError) err = NULL;
+  LbBackend *cpu = lb_cpu_backend ();
+  LbStream *cs = cpu->stream_new (cpu, 0, NULL);
+  int64_t xs[2] = { m, k + xpad }, ys[2] = { m, n }, bs[1] = { n };
+  g_autoptr (LbTensor) xfull = lb_tensor_new (LB_DTYPE_F32, 2, xs);
+  LbTensor *wq_, *sw_;
+  rand_fp8 (n, k, r, &wq_, &sw_);
+  g_autoptr (LbTensor) wq = wq_;
+  g_autoptr (LbTensor) sw = sw_;
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
+  g_autoptr (LbTensor) y0 = lb_tensor_new (LB_DTYPE_F32, 2, ys);
+  fill_random (xfull, r);
+  fill_random (b, r);
+  /* one all-zero row (scale 1) */
+  memset (xfull->data, 0, (gsize) (k + xpad) * sizeof (float));
+  if (beta != 0.0f)
+    fill_random (y0, r);
+  else
+    for (int64_t i = 0; i < m * n; i++)
+      ((float *) y0->data)[i] = NAN;
+  g_autoptr (LbTensor) ycpu = lb_tensor_copy (y0);
+  g_autoptr (LbTensor) yback = lb_tensor_copy (y0);
+  g_autoptr (LbTensor) dxfull = upload (gs, xfull);
+  g_autoptr (LbTensor) dw = upload (gs, wq);
+  g_autoptr (LbTensor) dsw = upload (gs, sw);
+  g_autoptr (LbTensor) db = upload (gs, b);
+  g_autoptr (LbTensor) dy = upload (gs, y0);
+  LbTensor x, dx;
+  g_assert_true (lb_tensor_view_narrow (&x, xfull, 1, 0, k));
+  g_assert_true (lb_tensor_view_narrow (&dx, dxfull, 1, 0, k));
+  g_assert_true (lb_ops (cs)->gemm_fp8 (cs, &x, wq, sw, with_bias ? b : NULL,
+          alpha, beta, ycpu, &err));
+  g_assert_no_error (err);
+  g_assert_true (lb_ops (gs)->gemm_fp8 (gs, &dx, dw, dsw,
+          with_bias ? db : NULL, alpha, beta, dy, &err));
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_download (gs, yback, dy, &err));
+  g_assert_no_error (err);
+  double rel = rel_diff (ycpu->data, yback->data, m * n);
+  g_print ("# gemm fp8 M=%" G_GINT64_FORMAT " N=%" G_GINT64_FORMAT " K=%"
+      G_GINT64_FORMAT " bias=%d alpha=%g beta=%g x-row-stride=%"
+      G_GINT64_FORMAT ": max rel %.3g against the CPU oracle\n", m, n, k,
+      with_bias, (double) alpha, (double) beta, k + xpad, rel);
+  g_assert_cmpfloat (rel, <=, GEMM_REL_TOL);
+  cpu->stream_free (cs);
+}
+
+static void
+test_gemm_fp8_parity (void)
+{
+  static const int64_t shapes[][3] = {
+    {1, 16, 16}, {7, 32, 48}, {33, 16, 64}, {257, 128, 512},
+    {1024, 768, 384}, {300, 16, 1008},
+  };
+  g_autoptr (GError) err = NULL;
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
+    const int64_t *sz = shapes[i];
+    check_fp8_case (gs, sz[0], sz[1], sz[2], TRUE, 1.0f, 0.0f, 0);
+    check_fp8_case (gs, sz[0], sz[1], sz[2], FALSE, 0.5f, 0.25f, 0);
+    check_fp8_case (gs, sz[0], sz[1], sz[2], TRUE, 1.0f, 1.0f, 3);
+  }
+  /* FP8 tensor cores want K and N multiples of 16 */
+  g_autoptr (GRand) r = g_rand_new_with_seed (5);
+  LbTensor *wq_, *sw_;
+  rand_fp8 (40, 24, r, &wq_, &sw_);
+  g_autoptr (LbTensor) wq = wq_;
+  g_autoptr (LbTensor) sw = sw_;
+  g_autoptr (LbTensor) dw = upload (gs, wq);
+  g_autoptr (LbTensor) dsw = upload (gs, sw);
+  g_autoptr (LbTensor) dx = lb_tensor_new_on (gs, LB_DTYPE_F32, 2,
+      (const int64_t[2]) { 4, 24 }, &err);
+  g_autoptr (LbTensor) dy = lb_tensor_new_on (gs, LB_DTYPE_F32, 2,
+      (const int64_t[2]) { 4, 40 }, &err);
+  g_assert_no_error (err);
+  g_assert_false (lb_ops (gs)->gemm_fp8 (gs, dx, dw, dsw, NULL, 1.0f, 0.0f,
+          dy, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (err->message, ==, "gemm_fp8: K = 24 and N = 40 must be "
+      "multiples of 16 (cuBLASLt FP8)");
+  cuda->stream_free (gs);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -343,5 +455,6 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/gemm/bf16/blocks", test_gemm_bf16_blocks);
   g_test_add_func ("/gpu/gemm/bf16/rounding", test_gemm_bf16_rounding);
   g_test_add_func ("/gpu/gemm/bf16/errors", test_gemm_bf16_errors);
+  g_test_add_func ("/gpu/gemm/fp8/parity", test_gemm_fp8_parity);
   return g_test_run ();
 }
