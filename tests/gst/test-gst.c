@@ -1869,15 +1869,20 @@ GST_START_TEST (test_precision)
     g_assert_true (G_IS_PARAM_SPEC_ENUM (ps));
     g_assert_cmpstr (g_type_name (ps->value_type), ==, "GstLingbotPrecision");
     ec = G_PARAM_SPEC_ENUM (ps)->enum_class;
-    g_assert_cmpuint (ec->n_values, ==, 2);
-    /* GST_LINGBOT_PRECISION_FP32 = 0, _BF16 = 1 (gst/gstlingbotgen.h) */
+    g_assert_cmpuint (ec->n_values, ==, 3);
+    /* GST_LINGBOT_PRECISION_FP32 = 0, _BF16 = 1, _FP8 = 2
+     * (gst/gstlingbotgen.h) */
     g_assert_cmpstr (g_enum_get_value (ec, 0)->value_nick, ==, "fp32");
     g_assert_cmpstr (g_enum_get_value (ec, 1)->value_nick, ==, "bf16");
+    g_assert_cmpstr (g_enum_get_value (ec, 2)->value_nick, ==, "fp8");
     g_object_get (fresh, "precision", &v, NULL);
     g_assert_cmpint (v, ==, 0);
     gst_util_set_object_arg (G_OBJECT (fresh), "precision", "bf16");
     g_object_get (fresh, "precision", &v, NULL);
     g_assert_cmpint (v, ==, 1);
+    gst_util_set_object_arg (G_OBJECT (fresh), "precision", "fp8");
+    g_object_get (fresh, "precision", &v, NULL);
+    g_assert_cmpint (v, ==, 2);
     gst_object_unref (fresh);
   }
 
