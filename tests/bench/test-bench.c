@@ -511,8 +511,8 @@ test_dit_precision (void)
   g_clear_pointer (&err_out, g_free);
   const char *bad[] = { "dit", "--precision", "fp16", NULL };
   g_assert_cmpint (spawn_bench (bad, &out, &err_out), ==, 2);
-  g_assert_cmpstr (err_out, ==, "lingbot-bench dit: --precision wants fp32 "
-      "or bf16, not fp16\n");
+  g_assert_cmpstr (err_out, ==, "lingbot-bench dit: --precision wants fp32, "
+      "bf16 or fp8, not fp16\n");
 }
 
 /* Keys per layer of each chunk line of a tiny run (latent 16x24: T_f 96,
