@@ -24,6 +24,11 @@
 
 G_BEGIN_DECLS
 
+/* Channels of the control tensor: 6 ray-map channels x the 8x8 pixels of
+ * a latent cell (spec 2.7).  The DiT's camera patch embedding takes
+ * LINGBOT_CONTROL_CHANNELS x 4 (its 1x2x2 patch) input features. */
+#define LINGBOT_CONTROL_CHANNELS 384
+
 /* ---- frame counting (spec 3.1) ---- */
 
 /**

@@ -21,6 +21,7 @@
 #include "lingbot/dit-session.h"
 #include "lingbot/dit-private.h"
 #include "lingbot/scheduler.h"
+#include "lingbot/control.h"
 #include "comm/collectives.h"
 
 #include <math.h>
@@ -917,10 +918,11 @@ lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
 {
   g_return_val_if_fail (session && y && rel_poses && k && noise, FALSE);
   const LbTensor *ctl_in = session->ranks[0].ctl_in;
-  if (ctl_in->shape[0] != 384) {
+  if (ctl_in->shape[0] != LINGBOT_CONTROL_CHANNELS) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "DiT chunk: the model's control input has %" G_GINT64_FORMAT
-        " channels, the ray map has 384", ctl_in->shape[0]);
+        " channels, the ray map has %d", ctl_in->shape[0],
+        LINGBOT_CONTROL_CHANNELS);
     return FALSE;
   }
   if (rel_poses->dtype != LB_DTYPE_F32 ||

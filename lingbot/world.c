@@ -119,6 +119,44 @@ static LingbotWorld *
 world_new (const LingbotWorldOptions * options, LbBackend * backend,
     int n_ranks, GError ** error);
 
+/* The DiT's widths that the other parts fix: its patch embedding takes the
+ * VAE's latents and condition (spec 1.2), its camera patch embedding the
+ * control tensor (spec 2.7), its head gives the VAE's latents.  The DiT
+ * loader checks every weight against the config it infers from these
+ * tensors; this checks that config against the parts, so a checkpoint of
+ * the wrong width fails at load and names its tensor, not at chunk 0. */
+static gboolean
+world_check_dit_widths (const char *path, const LingbotDitConfig * cfg,
+    GError ** error)
+{
+  const int in_dim = LINGBOT_VAE_Z_DIM + LINGBOT_VAE_COND_CHANNELS;
+  const int ctl = LINGBOT_CONTROL_CHANNELS * 4;
+  if (cfg->in_dim != in_dim) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT checkpoint %s: tensor patch_embedding.weight has %d input "
+        "channels, expected %d (%d latent + %d condition channels of the "
+        "VAE)", path, cfg->in_dim, in_dim, LINGBOT_VAE_Z_DIM,
+        LINGBOT_VAE_COND_CHANNELS);
+    return FALSE;
+  }
+  if (cfg->control_in_features != ctl) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT checkpoint %s: tensor patch_embedding_wancamctrl.weight has %d "
+        "input features, expected %d (the %d-channel camera ray map in 2x2 "
+        "patches)", path, cfg->control_in_features, ctl,
+        LINGBOT_CONTROL_CHANNELS);
+    return FALSE;
+  }
+  if (cfg->out_dim != LINGBOT_VAE_Z_DIM) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT checkpoint %s: tensor head.head.bias gives %d output channels, "
+        "expected %d (the VAE's latent channels)", path, cfg->out_dim,
+        LINGBOT_VAE_Z_DIM);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 LingbotWorld *
 lingbot_world_new (const LingbotWorldOptions * options, GError ** error)
 {
@@ -241,7 +279,8 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
     goto fail;
 
   w->dit = lingbot_dit_load (dit_path, LINGBOT_DIT_LOAD_DEFAULT, error);
-  if (w->dit == NULL)
+  if (w->dit == NULL || !world_check_dit_widths (dit_path,
+          lingbot_dit_get_config (w->dit), error))
     goto fail;
   w->vae = lingbot_vae_load (vae_path, LINGBOT_VAE_BOTH, error);
   if (w->vae == NULL)

@@ -45,12 +45,19 @@ rm_rf (const char *path)
 }
 
 static void
-write_model (const char *dir, gboolean with_vae, gboolean with_t5)
+tiny_config (LingbotDitConfig * cfg)
+{
+  lingbot_dit_config_init_preset (cfg, LINGBOT_DIT_PRESET_TINY);
+  cfg->chunk_frames = 4;
+}
+
+/* the model directory of write_model() with the DiT of @cfg */
+static void
+write_model_with (const char *dir, const LingbotDitConfig * dit_cfg,
+    gboolean with_vae, gboolean with_t5)
 {
   g_autoptr (GError) err = NULL;
-  LingbotDitConfig cfg;
-  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
-  cfg.chunk_frames = 4;
+  LingbotDitConfig cfg = *dit_cfg;
   g_autofree char *dit = g_build_filename (dir, "transformers", NULL);
   g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
           &err));
@@ -78,6 +85,14 @@ write_model (const char *dir, gboolean with_vae, gboolean with_t5)
             7, &err));
     g_assert_no_error (err);
   }
+}
+
+static void
+write_model (const char *dir, gboolean with_vae, gboolean with_t5)
+{
+  LingbotDitConfig cfg;
+  tiny_config (&cfg);
+  write_model_with (dir, &cfg, with_vae, with_t5);
 }
 
 static void
@@ -717,6 +732,44 @@ snapshot (LingbotControl * ctl, double *poses, float *rel, gint * chunk)
   *chunk = lingbot_control_get_chunk_index (ctl);
 }
 
+/* A DiT whose widths do not fit the VAE or the ray map is refused when
+ * the world loads, naming the tensor (issue 2.8), not at chunk 0. */
+static void
+test_dit_widths (void)
+{
+  static const struct {
+    const char *name;
+    int in_dim, ctl, out_dim;
+    const char *tensor, *rest;
+  } cases[] = {
+    {"ctl1540", 36, 1540, 16, "patch_embedding_wancamctrl.weight",
+        "has 1540 input features, expected 1536 (the 384-channel camera ray "
+          "map in 2x2 patches)"},
+    {"in20", 20, 1536, 16, "patch_embedding.weight",
+        "has 20 input channels, expected 36 (16 latent + 20 condition "
+          "channels of the VAE)"},
+    {"out8", 36, 1536, 8, "head.head.bias",
+        "gives 8 output channels, expected 16 (the VAE's latent channels)"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    LingbotDitConfig cfg;
+    tiny_config (&cfg);
+    cfg.in_dim = cases[i].in_dim;
+    cfg.control_in_features = cases[i].ctl;
+    cfg.out_dim = cases[i].out_dim;
+    g_autofree char *dir = g_build_filename (tmpdir, cases[i].name, NULL);
+    write_model_with (dir, &cfg, TRUE, TRUE);
+    LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+    wo.model_path = dir;
+    g_autoptr (GError) err = NULL;
+    g_assert_null (lingbot_world_new (&wo, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+    g_autofree char *want = g_strdup_printf ("DiT checkpoint %s/"
+        "transformers: tensor %s %s", dir, cases[i].tensor, cases[i].rest);
+    g_assert_cmpstr (err->message, ==, want);
+  }
+}
+
 static void
 test_control_rewind (void)
 {
@@ -1238,6 +1291,7 @@ main (int argc, char **argv)
   g_test_add_func ("/session/noise-file", test_noise_file);
   g_test_add_func ("/session/errors", test_errors);
   g_test_add_func ("/session/control-rewind", test_control_rewind);
+  g_test_add_func ("/session/dit-widths", test_dit_widths);
   g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
   g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1),
       test_cancel);
