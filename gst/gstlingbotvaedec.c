@@ -850,14 +850,14 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
         break;
       case GST_VIDEO_FORMAT_NV12:
-        ok = gst_lingbot_frames_to_nv12 (frames, i,
+        ok = lingbot_vae_frames_to_nv12 (frames, i,
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1), error);
         break;
       case GST_VIDEO_FORMAT_RGBA:
-        ok = gst_lingbot_frames_to_rgba (frames, i,
+        ok = lingbot_vae_frames_to_rgba (frames, i,
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
         break;

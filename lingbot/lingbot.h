@@ -44,6 +44,7 @@
 #include <glib.h>
 #include <gio/gio.h>
 
+#include "kernels/error.h"
 #include "kernels/tensor.h"
 #include "comm/worker-group.h"
 #include "lingbot/control.h"

@@ -1010,8 +1010,9 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
  *
  * Returns: (transfer none): f32 [3, 4C, H, W] host tensor in [-1, 1] whose
  * first n frames (lingbot_session_decode()) are the last decoded chunk;
- * overwritten by the next decode.  lingbot_vae_frames_to_rgb8() and
- * lingbot_vae_frames_to_i420() convert a frame.
+ * overwritten by the next decode.  lingbot_vae_frames_to_rgb8(),
+ * lingbot_vae_frames_to_rgba(), lingbot_vae_frames_to_i420() and
+ * lingbot_vae_frames_to_nv12() convert a frame.
  */
 const LbTensor *
 lingbot_session_get_frames (LingbotSession * session)
