@@ -64,8 +64,6 @@
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
-#include "lingbot/backend.h"
-#include "lingbot/image.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define GST_CAT_DEFAULT gst_lingbot_gen_debug
@@ -532,7 +530,6 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
     GError ** error)
 {
   g_autofree char *location = NULL;
-  LbTensor *rgb;
 
   GST_OBJECT_LOCK (self);
   location = g_strdup (self->image_location);
@@ -553,13 +550,7 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
   }
   if (*width > 0 && *height > 0)
     return TRUE;
-  rgb = lingbot_image_load_jpeg (location, error);
-  if (rgb == NULL)
-    return FALSE;
-  *height = (int) rgb->shape[0];
-  *width = (int) rgb->shape[1];
-  lb_tensor_free (rgb);
-  return TRUE;
+  return lingbot_session_check_image (location, width, height, error);
 }
 
 /* Decides the session's size and frame rate (docs/elements.md "Caps"):
@@ -601,7 +592,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
     int iw, ih, dw, dh;
 
     if (!reference_image_size (self, &iw, &ih, error)
-        || !lingbot_image_output_size (iw, ih, (double) area, &dw, &dh,
+        || !lingbot_session_output_size (iw, ih, area, &dw, &dh,
             error)) {
       g_clear_pointer (&st, gst_structure_free);
       gst_clear_caps (&peer);
@@ -1805,9 +1796,6 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
   int width, height;
-  int n_ranks = 0;
-  g_autofree int *ordinals = NULL;
-  LbBackend *backend = NULL;
   LbMathMode math;
   const char *files[2][2];
   GQuark domain;
@@ -1848,8 +1836,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         ("%s", error->message));
     return FALSE;
   }
-  if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
-          &error)) {
+  if (!lingbot_world_check_devices (devices, NULL, &error)) {
     if (g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT))
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
           ("Invalid devices '%s': %s", devices, error->message), (NULL));
@@ -1891,13 +1878,15 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   if (image != NULL) {
     /* decodable as the session will decode it (a PNG or a truncated file
      * fails the state change, not the streaming thread) */
-    LbTensor *rgb = lingbot_image_load_jpeg (image, &error);
+    int image_width = 0, image_height = 0;
+    gboolean ok = lingbot_session_check_image (image, &image_width,
+        &image_height, &error);
 
     GST_OBJECT_LOCK (self);
-    self->image_location_width = rgb ? (int) rgb->shape[1] : 0;
-    self->image_location_height = rgb ? (int) rgb->shape[0] : 0;
+    self->image_location_width = ok ? image_width : 0;
+    self->image_location_height = ok ? image_height : 0;
     GST_OBJECT_UNLOCK (self);
-    if (rgb == NULL) {
+    if (!ok) {
       g_autofree char *text = g_strdup_printf ("image-location: '%s' is "
           "not a usable JPEG: %s", image, error->message);
 
@@ -1905,7 +1894,6 @@ gst_lingbot_gen_open (GstLingbotGen * self)
           GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
       return FALSE;
     }
-    lb_tensor_free (rgb);
   }
   if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
           precision, embeds == NULL, TRUE, &self->world, &error)) {
