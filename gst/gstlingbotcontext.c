@@ -375,36 +375,6 @@ gst_lingbot_handle_context_query (GstElement * element, GstQuery * query,
 }
 
 static gboolean
-pad_query (const GValue * item, GValue * value, gpointer user_data)
-{
-  GstPad *pad = g_value_get_object (item);
-  GstQuery *query = user_data;
-
-  if (gst_pad_peer_query (pad, query)) {
-    g_value_set_boolean (value, TRUE);
-    return FALSE;
-  }
-  return TRUE;
-}
-
-static gboolean
-run_query (GstElement * element, GstQuery * query, GstPadDirection direction)
-{
-  GstIterator *it;
-  GValue res = G_VALUE_INIT;
-
-  g_value_init (&res, G_TYPE_BOOLEAN);
-  g_value_set_boolean (&res, FALSE);
-  it = direction == GST_PAD_SRC ? gst_element_iterate_src_pads (element)
-      : gst_element_iterate_sink_pads (element);
-  while (gst_iterator_fold (it, pad_query, &res, query) ==
-      GST_ITERATOR_RESYNC)
-    gst_iterator_resync (it);
-  gst_iterator_free (it);
-  return g_value_get_boolean (&res);
-}
-
-static gboolean
 have_world (GstElement * element, LingbotWorld ** world)
 {
   gboolean ret;
@@ -415,23 +385,65 @@ have_world (GstElement * element, LingbotWorld ** world)
   return ret;
 }
 
+/* Asks the peer of each of @element's pads in @direction (GST_PAD_SRC:
+ * downstream, GST_PAD_SINK: upstream) in turn for a "lingbot.world"
+ * context and hands every answer to the element's set_context, until the
+ * element holds a world.  An answer it refuses (a world of another model
+ * or on other devices) does not end the search: the next pad is asked,
+ * then the other direction (as gstcudautils does after a refused
+ * context). */
+static gboolean
+query_peers (GstElement * element, GstPadDirection direction,
+    LingbotWorld ** world)
+{
+  GstIterator *it = direction == GST_PAD_SRC ?
+      gst_element_iterate_src_pads (element) :
+      gst_element_iterate_sink_pads (element);
+  GValue item = G_VALUE_INIT;
+  gboolean done = FALSE;
+
+  while (!done) {
+    switch (gst_iterator_next (it, &item)) {
+      case GST_ITERATOR_OK:{
+        GstPad *pad = g_value_get_object (&item);
+        GstQuery *query =
+            gst_query_new_context (GST_LINGBOT_WORLD_CONTEXT_TYPE);
+        GstContext *context = NULL;
+
+        if (gst_pad_peer_query (pad, query))
+          gst_query_parse_context (query, &context);
+        if (context != NULL) {
+          GST_DEBUG_OBJECT (element, "%s's peer answered with %"
+              GST_PTR_FORMAT, GST_PAD_NAME (pad), context);
+          gst_element_set_context (element, context);
+        }
+        gst_query_unref (query);
+        g_value_reset (&item);
+        done = have_world (element, world);
+        break;
+      }
+      case GST_ITERATOR_RESYNC:
+        gst_iterator_resync (it);
+        break;
+      default:
+        done = TRUE;
+        break;
+    }
+  }
+  g_value_unset (&item);
+  gst_iterator_free (it);
+  return have_world (element, world);
+}
+
 static void
 find_world (GstElement * element, LingbotWorld ** world)
 {
-  GstQuery *query;
   GstMessage *msg;
-  GstContext *context = NULL;
 
-  /* 1) downstream, 2) upstream: a neighbour that already holds a world */
-  query = gst_query_new_context (GST_LINGBOT_WORLD_CONTEXT_TYPE);
-  if (run_query (element, query, GST_PAD_SRC)
-      || run_query (element, query, GST_PAD_SINK)) {
-    gst_query_parse_context (query, &context);
-    if (context != NULL)
-      gst_element_set_context (element, context);
-  }
-  gst_query_unref (query);
-  if (have_world (element, world))
+  /* 1) downstream, 2) upstream (also after a refused downstream answer):
+   * a neighbour that already holds a world */
+  if (query_peers (element, GST_PAD_SRC, world)
+      || query_peers (element, GST_PAD_SINK, world))
     return;
 
   /* 3) need-context: the bin's cached context or the application answers
@@ -460,6 +472,10 @@ find_world (GstElement * element, LingbotWorld ** world)
  * The full context dance: query downstream, query upstream, need-context,
  * else (with @create and a @model_path) lingbot_world_new() and
  * have-context so that every other element of the pipeline shares it.
+ * Each answer goes through the element's set_context
+ * (gst_lingbot_handle_set_context(), which refuses a world of another
+ * model or other devices); after a refused answer the search goes on
+ * with the next pad, then upstream, then need-context.
  * Not for bindings (skipped), as gst_lingbot_handle_set_context().
  *
  * Returns: %TRUE when *@world is set; %FALSE with @error when creating it

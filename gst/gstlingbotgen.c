@@ -60,12 +60,10 @@
 #include <gst/video/video.h>
 
 #include "gst/gstlingbotgen.h"
-#include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
-#include "lingbot/backend.h"
-#include "lingbot/image.h"
+#include "gst/gstlingbotworldholder.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define GST_CAT_DEFAULT gst_lingbot_gen_debug
@@ -165,13 +163,12 @@ struct _GstLingbotGen
   GstPad *image_pad;            /* requested, or NULL */
   GstPad *srcpad;
 
-  /* properties (object lock) */
-  char *model_path;
+  /* properties (object lock); model-path and devices are the holder's */
+  GstLingbotWorldHolder holder; /* the world (object lock) */
   char *prompt;
   char *prompt_embeds;
   char *image_location;
   guint64 seed;
-  char *devices;
   char *precision;
   int chunk_frames;
   int local_attn_size;
@@ -188,7 +185,6 @@ struct _GstLingbotGen
   GstClockTime latency;         /* NONE: estimated */
   gboolean signal_passes;
 
-  LingbotWorld *world;          /* object lock */
   /* object lock: GstLingbotChunkTimes of the chunks generated since
    * READY->PAUSED (the stats property), kept after the stream stops */
   GArray *chunk_times;
@@ -532,7 +528,6 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
     GError ** error)
 {
   g_autofree char *location = NULL;
-  LbTensor *rgb;
 
   GST_OBJECT_LOCK (self);
   location = g_strdup (self->image_location);
@@ -553,13 +548,7 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
   }
   if (*width > 0 && *height > 0)
     return TRUE;
-  rgb = lingbot_image_load_jpeg (location, error);
-  if (rgb == NULL)
-    return FALSE;
-  *height = (int) rgb->shape[0];
-  *width = (int) rgb->shape[1];
-  lb_tensor_free (rgb);
-  return TRUE;
+  return lingbot_session_check_image (location, width, height, error);
 }
 
 /* Decides the session's size and frame rate (docs/elements.md "Caps"):
@@ -601,7 +590,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
     int iw, ih, dw, dh;
 
     if (!reference_image_size (self, &iw, &ih, error)
-        || !lingbot_image_output_size (iw, ih, (double) area, &dw, &dh,
+        || !lingbot_session_output_size (iw, ih, area, &dw, &dh,
             error)) {
       g_clear_pointer (&st, gst_structure_free);
       gst_clear_caps (&peer);
@@ -715,9 +704,8 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   GstMapInfo imap = GST_MAP_INFO_INIT, pmap = GST_MAP_INFO_INIT;
   LingbotSession *session;
 
+  world = gst_lingbot_world_holder_dup_world (&self->holder);
   GST_OBJECT_LOCK (self);
-  if (self->world)
-    world = lingbot_world_ref (self->world);
   prompt = g_strdup (self->prompt);
   embeds = g_strdup (self->prompt_embeds);
   image_location = g_strdup (self->image_location);
@@ -1559,10 +1547,9 @@ gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
   int c, fps_n, fps_d;
   LingbotWorld *world = NULL;
 
+  world = gst_lingbot_world_holder_dup_world (&self->holder);
   GST_OBJECT_LOCK (self);
   c = self->chunk_frames;
-  if (self->world)
-    world = lingbot_world_ref (self->world);
   GST_OBJECT_UNLOCK (self);
   gst_lingbot_gen_rate (self, &fps_n, &fps_d);
   g_mutex_lock (&self->lock);
@@ -1741,19 +1728,8 @@ gst_lingbot_gen_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
           || GST_QUERY_TYPE (query) == GST_QUERY_POSITION)
       && pad == self->srcpad)
     return gst_lingbot_gen_time_query (self, query);
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
-    gboolean ret;
-    LingbotWorld *world = NULL;
-
-    GST_OBJECT_LOCK (self);
-    if (self->world)
-      world = lingbot_world_ref (self->world);
-    GST_OBJECT_UNLOCK (self);
-    ret = gst_lingbot_handle_context_query (GST_ELEMENT (self), query, world);
-    g_clear_pointer (&world, lingbot_world_unref);
-    if (ret)
-      return TRUE;
-  }
+  if (gst_lingbot_world_holder_query (&self->holder, query))
+    return TRUE;
   return gst_pad_query_default (pad, parent, query);
 }
 
@@ -1779,15 +1755,8 @@ static void
 gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (element);
-  g_autofree char *model_path = NULL, *devices = NULL;
 
-  GST_OBJECT_LOCK (self);
-  model_path = g_strdup (self->model_path);
-  devices = g_strdup (self->devices);
-  GST_OBJECT_UNLOCK (self);
-  if (model_path != NULL)
-    gst_lingbot_handle_set_context (element, context, model_path, devices,
-        &self->world);
+  gst_lingbot_world_holder_set_context (&self->holder, context);
   GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
 }
 
@@ -1805,17 +1774,13 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
   int width, height;
-  int n_ranks = 0;
-  g_autofree int *ordinals = NULL;
-  LbBackend *backend = NULL;
   LbMathMode math;
   const char *files[2][2];
   GQuark domain;
   gint code;
 
+  gst_lingbot_world_holder_dup_config (&self->holder, &model_path, &devices);
   GST_OBJECT_LOCK (self);
-  model_path = g_strdup (self->model_path);
-  devices = g_strdup (self->devices);
   embeds = g_strdup (self->prompt_embeds);
   image = g_strdup (self->image_location);
   timesteps = g_strdup (self->timestep_indices);
@@ -1848,8 +1813,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         ("%s", error->message));
     return FALSE;
   }
-  if (!lingbot_backend_parse_devices (devices, &backend, &n_ranks, &ordinals,
-          &error)) {
+  if (!lingbot_world_check_devices (devices, NULL, &error)) {
     if (g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT))
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
           ("Invalid devices '%s': %s", devices, error->message), (NULL));
@@ -1891,13 +1855,15 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   if (image != NULL) {
     /* decodable as the session will decode it (a PNG or a truncated file
      * fails the state change, not the streaming thread) */
-    LbTensor *rgb = lingbot_image_load_jpeg (image, &error);
+    int image_width = 0, image_height = 0;
+    gboolean ok = lingbot_session_check_image (image, &image_width,
+        &image_height, &error);
 
     GST_OBJECT_LOCK (self);
-    self->image_location_width = rgb ? (int) rgb->shape[1] : 0;
-    self->image_location_height = rgb ? (int) rgb->shape[0] : 0;
+    self->image_location_width = ok ? image_width : 0;
+    self->image_location_height = ok ? image_height : 0;
     GST_OBJECT_UNLOCK (self);
-    if (rgb == NULL) {
+    if (!ok) {
       g_autofree char *text = g_strdup_printf ("image-location: '%s' is "
           "not a usable JPEG: %s", image, error->message);
 
@@ -1905,10 +1871,9 @@ gst_lingbot_gen_open (GstLingbotGen * self)
           GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
       return FALSE;
     }
-    lb_tensor_free (rgb);
   }
-  if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
-          precision, embeds == NULL, TRUE, &self->world, &error)) {
+  if (!gst_lingbot_world_holder_ensure (&self->holder, precision,
+          embeds == NULL, &error)) {
     g_autofree char *text = g_strdup_printf ("Cannot load the model '%s' on "
         "%s: %s", model_path, devices, error ? error->message : "no world");
 
@@ -1985,9 +1950,7 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       gst_lingbot_gen_reset_stream (self);
       break;
     case GST_STATE_CHANGE_READY_TO_NULL:
-      GST_OBJECT_LOCK (self);
-      g_clear_pointer (&self->world, lingbot_world_unref);
-      GST_OBJECT_UNLOCK (self);
+      gst_lingbot_world_holder_release (&self->holder);
       break;
     default:
       break;
@@ -2006,8 +1969,8 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   switch (prop_id) {
     case PROP_MODEL_PATH:
-      g_free (self->model_path);
-      self->model_path = g_value_dup_string (value);
+    case PROP_DEVICES:
+      gst_lingbot_world_holder_set_property (&self->holder, pspec, value);
       break;
     case PROP_PROMPT:
       g_free (self->prompt);
@@ -2024,10 +1987,6 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
       break;
     case PROP_SEED:
       self->seed = g_value_get_uint64 (value);
-      break;
-    case PROP_DEVICES:
-      g_free (self->devices);
-      self->devices = g_value_dup_string (value);
       break;
     case PROP_PRECISION:
       g_free (self->precision);
@@ -2104,7 +2063,8 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   switch (prop_id) {
     case PROP_MODEL_PATH:
-      g_value_set_string (value, self->model_path);
+    case PROP_DEVICES:
+      gst_lingbot_world_holder_get_property (&self->holder, pspec, value);
       break;
     case PROP_PROMPT:
       g_value_set_string (value, self->prompt);
@@ -2117,9 +2077,6 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
       break;
     case PROP_SEED:
       g_value_set_uint64 (value, self->seed);
-      break;
-    case PROP_DEVICES:
-      g_value_set_string (value, self->devices);
       break;
     case PROP_PRECISION:
       g_value_set_enum (value, g_strcmp0 (self->precision, "bf16") == 0 ?
@@ -2187,12 +2144,10 @@ gst_lingbot_gen_finalize (GObject * object)
   GstLingbotGen *self = GST_LINGBOT_GEN (object);
 
   g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
-  g_clear_pointer (&self->world, lingbot_world_unref);
-  g_free (self->model_path);
+  gst_lingbot_world_holder_clear (&self->holder);
   g_free (self->prompt);
   g_free (self->prompt_embeds);
   g_free (self->image_location);
-  g_free (self->devices);
   g_free (self->precision);
   g_free (self->timestep_indices);
   gst_clear_buffer (&self->poses);
@@ -2407,8 +2362,8 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   gst_pad_use_fixed_caps (self->srcpad);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
-  self->model_path = g_strdup (DEFAULT_MODEL_PATH);
-  self->devices = g_strdup (DEFAULT_DEVICES);
+  gst_lingbot_world_holder_init (&self->holder, GST_ELEMENT (self),
+      DEFAULT_MODEL_PATH, DEFAULT_DEVICES, FALSE);
   self->precision = g_strdup (DEFAULT_PRECISION);
   self->timestep_indices = g_strdup (DEFAULT_TIMESTEP_INDICES);
   self->seed = DEFAULT_SEED;

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "gst/gstlingbotmemory.h"
-#include "kernels/error.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_memory_debug);
 #define GST_CAT_DEFAULT gst_lingbot_memory_debug

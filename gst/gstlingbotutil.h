@@ -1,5 +1,5 @@
-/* lingbot-gst: helpers private to the plugin (error mapping, frame
- * conversions)
+/* lingbot-gst: helpers private to the plugin (error mapping, file checks,
+ * chunk statistics)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #pragma once
@@ -36,12 +36,6 @@ gboolean gst_lingbot_check_readable (const char *path, GQuark * domain,
     gint * code, GError ** error);
 
 GstBuffer *gst_lingbot_buffer_try_new (gsize size);
-
-gboolean gst_lingbot_frames_to_rgba (const LbTensor * frames, int frame,
-    guint8 * dst, gsize dst_stride, GError ** error);
-gboolean gst_lingbot_frames_to_nv12 (const LbTensor * frames, int frame,
-    guint8 * y, gsize y_stride, guint8 * uv, gsize uv_stride,
-    GError ** error);
 
 /**
  * GstLingbotChunkTimes:

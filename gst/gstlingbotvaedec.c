@@ -48,10 +48,10 @@
 #include <gst/video/video.h>
 
 #include "gst/gstlingbotvaedec.h"
-#include "gst/gstlingbotcontext.h"
 #include "gst/gstlingbotgen.h"
 #include "gst/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
+#include "gst/gstlingbotworldholder.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
 #define GST_CAT_DEFAULT gst_lingbot_vae_dec_debug
@@ -80,11 +80,9 @@ struct _GstLingbotVaeDec
   GstPad *sinkpad;
   GstPad *srcpad;
 
-  /* properties (object lock) */
-  char *model_path;
-  char *devices;
+  /* properties (object lock); model-path and devices are the holder's */
+  GstLingbotWorldHolder holder; /* the world (object lock) */
   guint summary_interval;
-  LingbotWorld *world;          /* object lock */
 
   /* streaming thread */
   int lat_frames, lat_h, lat_w;
@@ -722,7 +720,6 @@ gst_lingbot_vae_dec_src_activate_mode (GstPad * pad, GstObject * parent,
 static gboolean
 ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
 {
-  g_autofree char *model_path = NULL, *devices = NULL;
   LingbotWorld *world;
   LingbotVae *vae;
   int max_frames;
@@ -730,21 +727,14 @@ ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
 
   if (self->decoder)
     return TRUE;
-  GST_OBJECT_LOCK (self);
-  model_path = g_strdup (self->model_path);
-  devices = g_strdup (self->devices);
-  GST_OBJECT_UNLOCK (self);
-  if (!gst_lingbot_ensure_world (GST_ELEMENT (self), model_path, devices,
-          NULL, FALSE, model_path != NULL, &self->world, error)) {
+  if (!gst_lingbot_world_holder_ensure (&self->holder, NULL, FALSE, error)) {
     if (error && *error == NULL)
       g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
           "latents without a session and no lingbot.world context or "
           "model-path to decode them with");
     return FALSE;
   }
-  GST_OBJECT_LOCK (self);
-  world = lingbot_world_ref (self->world);
-  GST_OBJECT_UNLOCK (self);
+  world = gst_lingbot_world_holder_dup_world (&self->holder);
   vae = lingbot_world_get_vae (world);
   if (vae == NULL) {
     lingbot_world_unref (world);
@@ -850,14 +840,14 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
         break;
       case GST_VIDEO_FORMAT_NV12:
-        ok = gst_lingbot_frames_to_nv12 (frames, i,
+        ok = lingbot_vae_frames_to_nv12 (frames, i,
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1), error);
         break;
       case GST_VIDEO_FORMAT_RGBA:
-        ok = gst_lingbot_frames_to_rgba (frames, i,
+        ok = lingbot_vae_frames_to_rgba (frames, i,
             GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
             GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
         break;
@@ -1122,9 +1112,7 @@ attach_decoder (GstLingbotVaeDec * self, GstQuery * query)
   if (!gst_structure_get (st, "handle", GST_TYPE_LINGBOT_SESSION_HANDLE, &h,
           NULL) || h == NULL)
     return FALSE;
-  GST_OBJECT_LOCK (self);
-  devices = g_strdup (self->devices);
-  GST_OBJECT_UNLOCK (self);
+  gst_lingbot_world_holder_dup_config (&self->holder, NULL, &devices);
   if (env != NULL && g_strcmp0 (env, "0") == 0) {
     GST_INFO_OBJECT (self, "LINGBOT_DECODE_OVERLAP=0: the decode stays on "
         "the DiT ranks, serial");
@@ -1192,19 +1180,8 @@ gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
     }
   }
 
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT) {
-    LingbotWorld *world = NULL;
-    gboolean ret;
-
-    GST_OBJECT_LOCK (self);
-    if (self->world)
-      world = lingbot_world_ref (self->world);
-    GST_OBJECT_UNLOCK (self);
-    ret = gst_lingbot_handle_context_query (GST_ELEMENT (self), query, world);
-    g_clear_pointer (&world, lingbot_world_unref);
-    if (ret)
-      return TRUE;
-  }
+  if (gst_lingbot_world_holder_query (&self->holder, query))
+    return TRUE;
   return gst_pad_query_default (pad, parent, query);
 }
 
@@ -1221,14 +1198,8 @@ static void
 gst_lingbot_vae_dec_set_context (GstElement * element, GstContext * context)
 {
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (element);
-  g_autofree char *model_path = NULL, *devices = NULL;
 
-  GST_OBJECT_LOCK (self);
-  model_path = g_strdup (self->model_path);
-  devices = g_strdup (self->devices);
-  GST_OBJECT_UNLOCK (self);
-  gst_lingbot_handle_set_context (element, context, model_path, devices,
-      &self->world);
+  gst_lingbot_world_holder_set_context (&self->holder, context);
   GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
 }
 
@@ -1253,9 +1224,7 @@ gst_lingbot_vae_dec_change_state (GstElement * element,
       gst_lingbot_vae_dec_reset (self);
       break;
     case GST_STATE_CHANGE_READY_TO_NULL:
-      GST_OBJECT_LOCK (self);
-      g_clear_pointer (&self->world, lingbot_world_unref);
-      GST_OBJECT_UNLOCK (self);
+      gst_lingbot_world_holder_release (&self->holder);
       break;
     default:
       break;
@@ -1274,12 +1243,8 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   switch (prop_id) {
     case PROP_MODEL_PATH:
-      g_free (self->model_path);
-      self->model_path = g_value_dup_string (value);
-      break;
     case PROP_DEVICES:
-      g_free (self->devices);
-      self->devices = g_value_dup_string (value);
+      gst_lingbot_world_holder_set_property (&self->holder, pspec, value);
       break;
     case PROP_SUMMARY_INTERVAL:
       self->summary_interval = g_value_get_uint (value);
@@ -1300,10 +1265,8 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   switch (prop_id) {
     case PROP_MODEL_PATH:
-      g_value_set_string (value, self->model_path);
-      break;
     case PROP_DEVICES:
-      g_value_set_string (value, self->devices);
+      gst_lingbot_world_holder_get_property (&self->holder, pspec, value);
       break;
     case PROP_SUMMARY_INTERVAL:
       g_value_set_uint (value, self->summary_interval);
@@ -1330,9 +1293,7 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   g_mutex_clear (&self->qlock);
   g_cond_clear (&self->qcond);
   g_array_unref (self->chunk_times);
-  g_clear_pointer (&self->world, lingbot_world_unref);
-  g_free (self->model_path);
-  g_free (self->devices);
+  gst_lingbot_world_holder_clear (&self->holder);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
@@ -1418,8 +1379,8 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
       gst_lingbot_vae_dec_src_activate_mode);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
-  self->model_path = g_strdup (DEFAULT_MODEL_PATH);
-  self->devices = g_strdup (DEFAULT_DEVICES);
+  gst_lingbot_world_holder_init (&self->holder, GST_ELEMENT (self),
+      DEFAULT_MODEL_PATH, DEFAULT_DEVICES, TRUE);
   self->summary_interval = DEFAULT_SUMMARY_INTERVAL;
   self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
   g_mutex_init (&self->qlock);

@@ -38,12 +38,20 @@
  * The text encoder is located by lingbot_world_new() but loaded only
  * inside lingbot_session_new(), run once on rank 0 and freed: the 11 GB
  * umT5-XXL is needed for one forward per session.
+ *
+ * Errors are GErrors of the %LB_ERROR domain (kernels/error.h).  The
+ * settings a world or a session would refuse can be checked before
+ * anything is loaded: lingbot_world_parse_precision(),
+ * lingbot_world_check_devices(), lingbot_session_check_image(),
+ * lingbot_session_output_size().  This header is all the GStreamer
+ * elements (gst/) see of the library.
  */
 #pragma once
 
 #include <glib.h>
 #include <gio/gio.h>
 
+#include "kernels/error.h"
 #include "kernels/tensor.h"
 #include "comm/worker-group.h"
 #include "lingbot/control.h"
@@ -88,6 +96,8 @@ LingbotWorld *lingbot_world_new (const LingbotWorldOptions * options,
     GError ** error);
 gboolean lingbot_world_parse_precision (const char *precision,
     LbMathMode * math, GError ** error);
+gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,
+    GError ** error);
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
 void lingbot_world_unref (LingbotWorld * world);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
@@ -203,6 +213,10 @@ LingbotSession *lingbot_session_new (LingbotWorld * world,
     const LingbotSessionOptions * options, GError ** error);
 void lingbot_session_free (LingbotSession * session);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotSession, lingbot_session_free)
+gboolean lingbot_session_check_image (const char *path, int *width,
+    int *height, GError ** error);
+gboolean lingbot_session_output_size (int image_width, int image_height,
+    int pixel_area, int *width, int *height, GError ** error);
 
 int lingbot_session_get_width (LingbotSession * session);
 int lingbot_session_get_height (LingbotSession * session);

@@ -37,6 +37,64 @@
 
 /* struct _LingbotSession: lingbot/session-private.h */
 
+/**
+ * lingbot_session_check_image:
+ * @path: a reference image file (LingbotSessionOptions.image_path)
+ * @width: (out) (optional): its width in pixels
+ * @height: (out) (optional): its height in pixels
+ * @error: the errors of lingbot_image_load_jpeg(): %LB_ERROR_IO for a file
+ *   that cannot be read, %LB_ERROR_FORMAT for one that is not a decodable
+ *   JPEG, %LB_ERROR_UNSUPPORTED (CMYK), %LB_ERROR_INVALID_ARGUMENT for more
+ *   than %LINGBOT_IMAGE_MAX_PIXELS
+ *
+ * Decodes @path as lingbot_session_new() will (lingbot_image_load_jpeg())
+ * and gives its size: for a caller that refuses an unusable image before
+ * it creates a world or a session, or needs the image's size to choose
+ * the output size (spec 6.1) first.
+ *
+ * Returns: %TRUE when @path is an image a session can start from.
+ */
+gboolean
+lingbot_session_check_image (const char *path, int *width, int *height,
+    GError ** error)
+{
+  LbTensor *rgb = lingbot_image_load_jpeg (path, error);
+
+  if (rgb == NULL)
+    return FALSE;
+  if (width != NULL)
+    *width = (int) rgb->shape[1];
+  if (height != NULL)
+    *height = (int) rgb->shape[0];
+  lb_tensor_free (rgb);
+  return TRUE;
+}
+
+/**
+ * lingbot_session_output_size:
+ * @image_width: the reference image's width in pixels
+ * @image_height: its height
+ * @pixel_area: the pixel budget (LingbotSessionOptions.pixel_area)
+ * @width: (out): the output width, a multiple of 16
+ * @height: (out): the output height, a multiple of 16
+ * @error: %LB_ERROR_INVALID_ARGUMENT when a size or the budget is not
+ *   positive, or the budget gives an empty size
+ *
+ * The video size of a session whose LingbotSessionOptions.width and height
+ * are 0: spec 6.1 from the image's aspect and the budget
+ * (lingbot_image_output_size()).  For a caller that negotiates the size
+ * before the session exists (lingbotgen's caps).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_session_output_size (int image_width, int image_height,
+    int pixel_area, int *width, int *height, GError ** error)
+{
+  return lingbot_image_output_size (image_width, image_height,
+      (double) pixel_area, width, height, error);
+}
+
 /* ------------------------------------------------------------------------ */
 /* setup helpers                                                            */
 /* ------------------------------------------------------------------------ */
@@ -95,7 +153,7 @@ resolve_size (LingbotSession * s, const LingbotSessionOptions * o,
           "height)", o->pixel_area);
       return FALSE;
     }
-    if (!lingbot_image_output_size (image_w, image_h, (double) o->pixel_area,
+    if (!lingbot_session_output_size (image_w, image_h, o->pixel_area,
             &s->width, &s->height, error))
       return FALSE;
     if (s->width % 16 || s->height % 16) {
@@ -1010,8 +1068,9 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
  *
  * Returns: (transfer none): f32 [3, 4C, H, W] host tensor in [-1, 1] whose
  * first n frames (lingbot_session_decode()) are the last decoded chunk;
- * overwritten by the next decode.  lingbot_vae_frames_to_rgb8() and
- * lingbot_vae_frames_to_i420() convert a frame.
+ * overwritten by the next decode.  lingbot_vae_frames_to_rgb8(),
+ * lingbot_vae_frames_to_rgba(), lingbot_vae_frames_to_i420() and
+ * lingbot_vae_frames_to_nv12() convert a frame.
  */
 const LbTensor *
 lingbot_session_get_frames (LingbotSession * session)

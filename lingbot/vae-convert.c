@@ -1,4 +1,5 @@
-/* lingbot-gst: decoded frames -> 8-bit RGB / I420
+/* lingbot-gst: decoded frames -> 8-bit RGB, RGBA, I420, NV12 (the one
+ * conversion of the library, the elements and the tools)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Spec: vae_and_distributed_spec.md C.8; golden README section 5 (the
@@ -52,6 +53,33 @@ plane_row (const LbTensor *f, int c, int frame, int64_t row)
          + row * f->stride[2];
 }
 
+/* Every packed layout in one loop: @bpp bytes per pixel, R, G, B and (with
+ * @bpp 4) an opaque alpha byte. */
+static gboolean
+frames_to_packed (const LbTensor *frames, int frame, guint8 *dst,
+    gsize dst_stride, int bpp, GError **error)
+{
+  int64_t H, W;
+  if (!check_frames (frames, frame, &H, &W, error))
+    return FALSE;
+  const int64_t sw = frames->stride[3];
+#pragma omp parallel for schedule(static) if (H * W >= 65536)
+  for (int64_t y = 0; y < H; y++) {
+    const float *r = plane_row (frames, 0, frame, y);
+    const float *g = plane_row (frames, 1, frame, y);
+    const float *b = plane_row (frames, 2, frame, y);
+    guint8 *d = dst + y * dst_stride;
+    for (int64_t x = 0; x < W; x++, d += bpp) {
+      d[0] = lingbot_vae_value_to_u8 (r[x * sw]);
+      d[1] = lingbot_vae_value_to_u8 (g[x * sw]);
+      d[2] = lingbot_vae_value_to_u8 (b[x * sw]);
+      if (bpp == 4)
+        d[3] = 255;
+    }
+  }
+  return TRUE;
+}
+
 /**
  * lingbot_vae_frames_to_rgb8:
  * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides)
@@ -69,23 +97,27 @@ gboolean
 lingbot_vae_frames_to_rgb8 (const LbTensor *frames, int frame, guint8 *dst,
     gsize dst_stride, GError **error)
 {
-  int64_t H, W;
-  if (!check_frames (frames, frame, &H, &W, error))
-    return FALSE;
-  const int64_t sw = frames->stride[3];
-#pragma omp parallel for schedule(static) if (H * W >= 65536)
-  for (int64_t y = 0; y < H; y++) {
-    const float *r = plane_row (frames, 0, frame, y);
-    const float *g = plane_row (frames, 1, frame, y);
-    const float *b = plane_row (frames, 2, frame, y);
-    guint8 *d = dst + y * dst_stride;
-    for (int64_t x = 0; x < W; x++) {
-      d[3 * x] = lingbot_vae_value_to_u8 (r[x * sw]);
-      d[3 * x + 1] = lingbot_vae_value_to_u8 (g[x * sw]);
-      d[3 * x + 2] = lingbot_vae_value_to_u8 (b[x * sw]);
-    }
-  }
-  return TRUE;
+  return frames_to_packed (frames, frame, dst, dst_stride, 3, error);
+}
+
+/**
+ * lingbot_vae_frames_to_rgba:
+ * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides)
+ * @frame: which frame, 0 <= frame < T
+ * @dst: H rows of W packed R, G, B, A bytes (GStreamer RGBA)
+ * @dst_stride: bytes between rows of @dst (>= 4 W)
+ * @error: %LB_ERROR_SHAPE
+ *
+ * lingbot_vae_frames_to_rgb8() with an opaque alpha byte (255) after each
+ * pixel: R, G, B are the same bytes.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_frames_to_rgba (const LbTensor *frames, int frame, guint8 *dst,
+    gsize dst_stride, GError **error)
+{
+  return frames_to_packed (frames, frame, dst, dst_stride, 4, error);
 }
 
 /* BT.601 limited range from 8-bit RGB, the integer form libyuv and most
@@ -108,35 +140,22 @@ rgb_to_v (int r, int g, int b)
   return (guint8)(((112 * r - 94 * g - 18 * b + 128) >> 8) + 128);
 }
 
-/**
- * lingbot_vae_frames_to_i420:
- * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
- * @frame: which frame
- * @y: H rows of W luma bytes, rows @y_stride apart
- * @u: H/2 rows of W/2 Cb bytes
- * @v: H/2 rows of W/2 Cr bytes
- * @error: %LB_ERROR_SHAPE (also for odd sizes)
- *
- * Fast path to I420 without an RGB frame in between: each value is first
- * quantised exactly as lingbot_vae_frames_to_rgb8() does, then converted
- * with BT.601 limited-range integer coefficients; chroma is computed from
- * the rounded mean of each 2x2 block's RGB.
- *
- * Returns: %TRUE on success.
- */
-gboolean
-lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
-    gsize y_stride, guint8 *u, gsize u_stride, guint8 *v, gsize v_stride,
-    GError **error)
+/* Every 4:2:0 layout in one loop: Cb and Cr samples @chroma_step bytes
+ * apart within their rows (1: planar I420; 2: NV12, @v = @u + 1 on the
+ * same rows).  @format names the layout in the odd-size error. */
+static gboolean
+frames_to_yuv420 (const LbTensor *frames, int frame, guint8 *y, gsize y_stride,
+    guint8 *u, gsize u_stride, guint8 *v, gsize v_stride, int chroma_step,
+    const char *format, GError **error)
 {
   int64_t H, W;
   if (!check_frames (frames, frame, &H, &W, error))
     return FALSE;
   if (H % 2 || W % 2) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-        "VAE frames: I420 needs even sizes, got %" G_GINT64_FORMAT
+        "VAE frames: %s needs even sizes, got %" G_GINT64_FORMAT
         "x%" G_GINT64_FORMAT,
-        W, H);
+        format, W, H);
     return FALSE;
   }
   const int64_t sw = frames->stride[3];
@@ -164,9 +183,60 @@ lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
       sr = (sr + 2) >> 2;
       sg = (sg + 2) >> 2;
       sb = (sb + 2) >> 2;
-      ur[xx] = rgb_to_u (sr, sg, sb);
-      vr[xx] = rgb_to_v (sr, sg, sb);
+      ur[xx * chroma_step] = rgb_to_u (sr, sg, sb);
+      vr[xx * chroma_step] = rgb_to_v (sr, sg, sb);
     }
   }
   return TRUE;
+}
+
+/**
+ * lingbot_vae_frames_to_i420:
+ * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
+ * @frame: which frame
+ * @y: H rows of W luma bytes, rows @y_stride apart
+ * @y_stride: bytes between rows of @y
+ * @u: H/2 rows of W/2 Cb bytes
+ * @u_stride: bytes between rows of @u
+ * @v: H/2 rows of W/2 Cr bytes
+ * @v_stride: bytes between rows of @v
+ * @error: %LB_ERROR_SHAPE (also for odd sizes)
+ *
+ * Fast path to I420 without an RGB frame in between: each value is first
+ * quantised exactly as lingbot_vae_frames_to_rgb8() does, then converted
+ * with BT.601 limited-range integer coefficients; chroma is computed from
+ * the rounded mean of each 2x2 block's RGB.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
+    gsize y_stride, guint8 *u, gsize u_stride, guint8 *v, gsize v_stride,
+    GError **error)
+{
+  return frames_to_yuv420 (
+      frames, frame, y, y_stride, u, u_stride, v, v_stride, 1, "I420", error);
+}
+
+/**
+ * lingbot_vae_frames_to_nv12:
+ * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
+ * @frame: which frame
+ * @y: H rows of W luma bytes, rows @y_stride apart
+ * @y_stride: bytes between rows of @y
+ * @uv: H/2 rows of W/2 interleaved Cb, Cr pairs
+ * @uv_stride: bytes between rows of @uv
+ * @error: %LB_ERROR_SHAPE (also for odd sizes)
+ *
+ * The bytes of lingbot_vae_frames_to_i420() with the chroma planes
+ * interleaved (NV12): the same Y, and each Cb followed by its Cr.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_frames_to_nv12 (const LbTensor *frames, int frame, guint8 *y,
+    gsize y_stride, guint8 *uv, gsize uv_stride, GError **error)
+{
+  return frames_to_yuv420 (frames, frame, y, y_stride, uv, uv_stride, uv + 1,
+      uv_stride, 2, "NV12", error);
 }

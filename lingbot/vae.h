@@ -125,9 +125,13 @@ gboolean lingbot_vae_encode_image (LingbotVae *vae, LbStream *stream,
 
 gboolean lingbot_vae_frames_to_rgb8 (const LbTensor *frames, int frame,
     guint8 *dst, gsize dst_stride, GError **error);
+gboolean lingbot_vae_frames_to_rgba (const LbTensor *frames, int frame,
+    guint8 *dst, gsize dst_stride, GError **error);
 gboolean lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame,
     guint8 *y, gsize y_stride, guint8 *u, gsize u_stride, guint8 *v,
     gsize v_stride, GError **error);
+gboolean lingbot_vae_frames_to_nv12 (const LbTensor *frames, int frame,
+    guint8 *y, gsize y_stride, guint8 *uv, gsize uv_stride, GError **error);
 guint8 lingbot_vae_value_to_u8 (float x);
 
 /* ---- random-weight checkpoints (lingbot-mkmodel) ---- */

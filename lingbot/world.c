@@ -80,6 +80,41 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
 }
 
 /**
+ * lingbot_world_check_devices:
+ * @devices: a devices string (LingbotWorldOptions.devices: "cpu:N" or GPU
+ *   ordinals "0,1,2,3")
+ * @n_ranks: (out) (optional): the number of ranks it names
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a malformed string (%NULL or
+ *   empty included); when it is well formed but its backend cannot run
+ *   it, the backend's error: the CUDA module's probe when GPUs are asked
+ *   for and absent, %LB_ERROR_UNSUPPORTED for a CUDA backend with gaps in
+ *   its op table, %LB_ERROR_DEVICE for an ordinal beyond the device count
+ *
+ * Checks @devices as lingbot_world_new() will parse it
+ * (lingbot_backend_parse_devices()), without creating ranks or loading
+ * anything: for a caller that reports a bad setting before it loads a
+ * model (lingbotgen at NULL->READY tells a malformed string from a backend
+ * that cannot start by the error code).
+ *
+ * Returns: %TRUE when a world could be created on @devices.
+ */
+gboolean
+lingbot_world_check_devices (const char *devices, int *n_ranks,
+    GError ** error)
+{
+  LbBackend *backend = NULL;
+  g_autofree int *ordinals = NULL;
+  int n = 0;
+
+  if (!lingbot_backend_parse_devices (devices, &backend, &n, &ordinals,
+          error))
+    return FALSE;
+  if (n_ranks != NULL)
+    *n_ranks = n;
+  return TRUE;
+}
+
+/**
  * lingbot_world_new:
  * @options: devices, model directory, whether the text encoder is wanted,
  *   rank-side timeout, DiT precision

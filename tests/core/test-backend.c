@@ -4,6 +4,7 @@
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "lingbot/backend.h"
+#include "lingbot/lingbot.h"
 
 static void
 test_cpu_always_there (void)
@@ -108,6 +109,28 @@ test_parse_gpu_without_device (void)
   g_assert_null (ord);
 }
 
+/* lingbot_world_check_devices(): the same parse through the public API
+ * (lingbotgen checks its devices with it), nothing created */
+static void
+test_world_check_devices (void)
+{
+  g_autoptr (GError) err = NULL;
+  int n = 0;
+
+  g_assert_true (lingbot_world_check_devices ("cpu:3", &n, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (n, ==, 3);
+  g_assert_true (lingbot_world_check_devices ("cpu", NULL, &err));
+  g_assert_no_error (err);
+  g_assert_false (lingbot_world_check_devices ("cpu:0", &n, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==,
+      "devices \"cpu:0\": at least one rank is needed");
+  g_clear_error (&err);
+  g_assert_false (lingbot_world_check_devices (NULL, &n, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+}
+
 /* a host tensor the machine cannot hold is an error, not an abort (a
  * 2048x2048 session under a memory limit used to abort in GLib) */
 static void
@@ -136,5 +159,6 @@ main (int argc, char **argv)
   g_test_add_func ("/backend/devices/cpu", test_parse_cpu_devices);
   g_test_add_func ("/backend/devices/errors", test_parse_errors);
   g_test_add_func ("/backend/devices/gpu-absent", test_parse_gpu_without_device);
+  g_test_add_func ("/backend/devices/world-check", test_world_check_devices);
   return g_test_run ();
 }

@@ -1552,6 +1552,149 @@ GST_START_TEST (test_context_application)
 
 GST_END_TEST;
 
+/* A neighbour that holds a world: a probe on its pad answering the
+ * "lingbot.world" CONTEXT query with @world (none: not answered), and
+ * noting when it was asked (@clock counts the answers of both). */
+typedef struct {
+  LingbotWorld *world;
+  guint *clock;
+  guint asked;                  /* 0: never, else the @clock value */
+} Neighbour;
+
+static GstPadProbeReturn
+neighbour_answer (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  Neighbour *n = user_data;
+  GstQuery *query = GST_PAD_PROBE_INFO_QUERY (info);
+  const char *type;
+  GstContext *ctx;
+
+  if (GST_QUERY_TYPE (query) != GST_QUERY_CONTEXT
+      || !gst_query_parse_context_type (query, &type)
+      || g_strcmp0 (type, GST_LINGBOT_WORLD_CONTEXT_TYPE) != 0)
+    return GST_PAD_PROBE_OK;
+  n->asked = ++*n->clock;
+  if (n->world == NULL)
+    return GST_PAD_PROBE_OK;
+  ctx = gst_lingbot_context_new (n->world);
+  gst_query_set_context (query, ctx);
+  gst_context_unref (ctx);
+  return GST_PAD_PROBE_HANDLED;
+}
+
+static void
+add_neighbour (GstElement * p, const char *element, const char *pad,
+    Neighbour * n)
+{
+  GstElement *e = gst_bin_get_by_name (GST_BIN (p), element);
+  GstPad *q = gst_element_get_static_pad (e, pad);
+
+  gst_pad_add_probe (q, GST_PAD_PROBE_TYPE_QUERY_BOTH |
+      GST_PAD_PROBE_TYPE_PUSH, neighbour_answer, n, NULL);
+  gst_object_unref (q);
+  gst_object_unref (e);
+}
+
+/* The world an element answers a CONTEXT query with: the one it uses */
+static LingbotWorld *
+answered_world (GstElement * e)
+{
+  GstQuery *q = gst_query_new_context (GST_LINGBOT_WORLD_CONTEXT_TYPE);
+  GstContext *ctx = NULL;
+  LingbotWorld *w = NULL;
+
+  if (gst_element_query (e, q)) {
+    gst_query_parse_context (q, &ctx);
+    if (ctx)
+      w = gst_lingbot_context_get_world (ctx);
+  }
+  gst_query_unref (q);
+  return w;
+}
+
+/* The context dance after a refused world (gstcudautils): a downstream
+ * neighbour answering with a world lingbotgen cannot use (its devices are
+ * cpu:1, that world's cpu:2) does not end the search; upstream is asked
+ * next, and only when nobody has a usable one does the element create its
+ * own (and post have-context).  A usable world downstream ends the search
+ * there. */
+GST_START_TEST (test_context_requery)
+{
+  LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotWorld) good = NULL;
+  g_autoptr (LingbotWorld) bad = NULL;
+  enum { GOOD, BAD, NONE, OWN };
+  static const struct {
+    int down, up;               /* what the neighbours answer with */
+    int used;                   /* the world lingbotgen then holds */
+    gboolean up_asked;
+  } cases[] = {
+    { BAD, GOOD, GOOD, TRUE },  /* the re-query */
+    { GOOD, BAD, GOOD, FALSE }, /* a usable one downstream: no more */
+    { BAD, NONE, OWN, TRUE },   /* nobody: its own */
+    { NONE, GOOD, GOOD, TRUE },
+  };
+
+  opts.model_path = model_dir;
+  opts.load_text_encoder = FALSE;
+  good = lingbot_world_new (&opts, &err);
+  g_assert_no_error (err);
+  opts.devices = "cpu:2";
+  bad = lingbot_world_new (&opts, &err);
+  g_assert_no_error (err);
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    LingbotWorld *worlds[] = { good, bad, NULL };
+    g_autofree char *g = gen_desc ("lingbotgen name=gen", "cpu:1", NULL);
+    g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=up "
+        "location=%s ! %s ! fakesink name=down", trace_path, g);
+    GstElement *p = gst_parse_launch (desc, &err);
+    GstElement *gen;
+    GstBus *bus;
+    GstMessage *have;
+    LingbotWorld *used, *answered;
+    guint clock = 0;
+    Neighbour down = { worlds[cases[i].down], &clock, 0 };
+    Neighbour up = { worlds[cases[i].up], &clock, 0 };
+
+    g_assert_no_error (err);
+    add_neighbour (p, "down", "sink", &down);
+    add_neighbour (p, "up", "src", &up);
+    gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+    g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+        GST_STATE_CHANGE_SUCCESS);
+
+    /* downstream first, then upstream unless downstream's was usable */
+    g_assert_cmpuint (down.asked, ==, 1);
+    g_assert_cmpuint (up.asked, ==, cases[i].up_asked ? 2 : 0);
+    used = element_world (gen);
+    answered = answered_world (gen);
+    g_assert_nonnull (used);
+    g_assert_true (answered == used);
+    if (cases[i].used == OWN) {
+      g_assert_true (used != good && used != bad);
+      g_assert_cmpstr (lingbot_world_get_devices (used), ==, "cpu:1");
+    } else {
+      g_assert_true (used == worlds[cases[i].used]);
+    }
+    /* a created world is announced, a found one is not */
+    bus = gst_element_get_bus (p);
+    have = gst_bus_pop_filtered (bus, GST_MESSAGE_HAVE_CONTEXT);
+    g_assert_true ((have != NULL) == (cases[i].used == OWN));
+    g_clear_pointer (&have, gst_message_unref);
+    gst_object_unref (bus);
+
+    lingbot_world_unref (used);
+    lingbot_world_unref (answered);
+    gst_element_set_state (p, GST_STATE_NULL);
+    gst_object_unref (gen);
+    gst_object_unref (p);
+  }
+}
+
+GST_END_TEST;
+
 /* ---- lingbotcontrolsrc ---- */
 
 static GstLingbotControlRecord
@@ -2898,6 +3041,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_no_gpu);
   tcase_add_test (tc, test_context_shared);
   tcase_add_test (tc, test_context_application);
+  tcase_add_test (tc, test_context_requery);
   tcase_add_test (tc, test_pipeline);
   tcase_add_test (tc, test_stats);
   tcase_add_test (tc, test_snapshot_revision);

@@ -239,6 +239,36 @@ test_rgb_i420 (void)
   g_assert_cmpint (up[0], ==, 90);
   g_assert_cmpint (vp[0], ==, 240);
   g_assert_cmpint (yp[2], ==, 125);
+  /* RGBA: the RGB bytes of the same frame and an opaque alpha */
+  guint8 rgba[2 * 4 * 4];
+  g_assert_true (lingbot_vae_frames_to_rgba (f, 1, rgba, 16, &err));
+  for (int p = 0; p < 8; p++) {
+    for (int c = 0; c < 3; c++)
+      g_assert_cmpint (rgba[4 * p + c], ==, rgb[3 * p + c]);
+    g_assert_cmpint (rgba[4 * p + 3], ==, 255);
+  }
+  /* NV12: the I420 bytes, Cb and Cr interleaved */
+  for (int t = 0; t < 2; t++) {
+    guint8 ny[8], nuv[4];
+    g_assert_true (
+        lingbot_vae_frames_to_i420 (f, t, yp, 4, up, 1, vp, 1, &err));
+    g_assert_true (lingbot_vae_frames_to_nv12 (f, t, ny, 4, nuv, 2, &err));
+    g_assert_cmpmem (ny, sizeof ny, yp, sizeof yp);
+    for (int x = 0; x < 2; x++) {
+      g_assert_cmpint (nuv[2 * x], ==, up[x]);
+      g_assert_cmpint (nuv[2 * x + 1], ==, vp[x]);
+    }
+  }
+  /* odd sizes have no 4:2:0 layout */
+  {
+    LbTensor odd;
+    g_assert_true (lb_tensor_view_narrow (&odd, f, 3, 0, 3));
+    guint8 oy[6], ouv[2];
+    g_assert_false (lingbot_vae_frames_to_nv12 (&odd, 0, oy, 3, ouv, 2, &err));
+    g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+    g_assert_nonnull (strstr (err->message, "NV12 needs even sizes"));
+    g_clear_error (&err);
+  }
   /* out-of-range frame index */
   g_assert_false (lingbot_vae_frames_to_rgb8 (f, 2, rgb, 12, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
