@@ -41,9 +41,15 @@ check() {  # check WHAT WANT HAVE
 root=$dest$prefix
 lib=$root/$libdir
 inc=$root/include/lingbot-1.0
+# the two libraries with sonames (.so.0) and their development links; the
+# plugin, a module, has neither
 check "installed libraries and plugin" \
-  "$(printf '%s\n' gstreamer-1.0/libgstlingbot.so libgstlingbot-1.0.so liblingbot.so)" \
-  "$(cd "$lib" && find . -name 'lib*.so' | sed 's|^\./||' | sort)"
+  "$(printf '%s\n' gstreamer-1.0/libgstlingbot.so libgstlingbot-1.0.so \
+      libgstlingbot-1.0.so.0 "libgstlingbot-1.0.so.$version" liblingbot.so \
+      liblingbot.so.0 "liblingbot.so.$version")" \
+  "$(cd "$lib" && find . -name 'lib*.so*' | sed 's|^\./||' | sort)"
+check "liblingbot soname" "liblingbot.so.0" \
+  "$(objdump -p "$lib/liblingbot.so" | awk '/SONAME/ { print $2 }')"
 # the installed OpenBLAS advice (kernels/cpu/isa.c names it) runs and
 # prints what the source tree's script prints
 check "lingbot-openblas-coretype" "$("$src/../../tools/openblas-coretype.sh")" \
@@ -134,7 +140,7 @@ if [ "${LINGBOT_GIR:-0}" = 1 ]; then
         share/gir-1.0/GstLingbot-1.0.gir)" \
     "$(cd "$root" && find . -name 'GstLingbot-1.0.*' | sed 's|^\./||' | sort)"
   check "GIR library and package" \
-    'shared-library="libgstlingbot-1.0.so" <package name="gstlingbot-1.0"/>' \
+    'shared-library="libgstlingbot-1.0.so.0" <package name="gstlingbot-1.0"/>' \
     "$(grep -o -e 'shared-library="[^"]*"' -e '<package name="[^"]*"/>' \
         "$root/share/gir-1.0/GstLingbot-1.0.gir" | sort -r | tr '\n' ' ' |
         sed 's/ $//')"
@@ -159,7 +165,7 @@ try:
     GstLingbot.World.new("/nonexistent/lingbot-model", None, None, False)
 except GLib.Error as e:
     print(e.message)
-# loaded by the calls above (the typelib names libgstlingbot-1.0.so)
+# loaded by the calls above (the typelib names libgstlingbot-1.0.so.0)
 with open("/proc/self/maps") as f:
     libs = {os.path.realpath(line.split()[-1]) for line in f
             if "libgstlingbot-1.0" in line}
@@ -169,7 +175,7 @@ PY
       "typelib /$libdir/girepository-1.0/GstLingbot-1.0.typelib
 context lingbot.world, world type LingbotWorld, meta api GstLingbotChunkMetaAPI
 world: model directory /nonexistent/lingbot-model does not exist
-library /$libdir/libgstlingbot-1.0.so" \
+library /$libdir/libgstlingbot-1.0.so.$version" \
       "$(GI_TYPELIB_PATH=$lib/girepository-1.0 \
           GST_REGISTRY_1_0=$tmp/registry.bin \
           "$LINGBOT_GI_PYTHON" "$tmp/load-typelib.py" "$root" 2>&1)"
