@@ -4,7 +4,7 @@
  * Every rank of a group calls the same collective with matching arguments
  * (like MPI/NCCL).  Counts and displacements are in elements of @dtype.
  * Three backends implement LbCollectivesClass: "local" (CPU ranks in one
- * process, shared memory), "nccl" (kernels/cuda/comm-nccl.c) and "solo"
+ * process, shared memory), "nccl" (comm/collectives-nccl.c) and "solo"
  * (one rank standing in for rank 0 of N, comm/collectives-solo.c).
  *
  * Completion is stream ordered: on "local" an operation is complete when
@@ -84,6 +84,13 @@ struct _LbCollectivesClass
 void lb_collectives_register (LbDeviceType device_type,
     const LbCollectivesClass * klass);
 const LbCollectivesClass *lb_collectives_lookup (LbDeviceType device_type);
+
+/* The NCCL collectives live in the CUDA backend module (they call
+ * cudart): the registry takes them from lb_backend_get_proc (cuda,
+ * LB_COLLECTIVES_NCCL_PROC), an LbCollectivesProc that returns NULL with
+ * an error when NCCL cannot be loaded. */
+#define LB_COLLECTIVES_NCCL_PROC "lb_collectives_nccl"
+typedef const LbCollectivesClass *(*LbCollectivesProc) (GError ** error);
 
 const LbCollectivesClass *lb_solo_collectives (void);
 guint64 lb_solo_collectives_get_moved (LbWorkerGroup * group);

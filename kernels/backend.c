@@ -228,3 +228,24 @@ lb_stream_can_capture (LbStream * s)
   return be->graph_begin != NULL && be->graph_end != NULL &&
       be->graph_launch != NULL && be->graph_free != NULL;
 }
+
+/**
+ * lb_backend_get_proc:
+ * @backend: (nullable): a backend
+ * @name: the name of one of the backend's extras (the list is at
+ *   #LbBackend's @get_proc_address)
+ *
+ * Looks up a function a backend offers beyond its table, as
+ * ggml_backend_reg_get_proc_address() does; the caller casts it to the
+ * type documented for @name.
+ *
+ * Returns: (nullable): the function, or %NULL when @backend is %NULL, has
+ *   no extras (the CPU backend) or none of that name.
+ */
+gpointer
+lb_backend_get_proc (LbBackend * backend, const char *name)
+{
+  if (backend == NULL || backend->get_proc_address == NULL || name == NULL)
+    return NULL;
+  return backend->get_proc_address (backend, name);
+}

@@ -58,6 +58,26 @@ typedef enum {
  *   capture: the waiting stream joins the capture).  The event may belong
  *   to another device (a peer rank's stream; cudaStreamWaitEvent allows
  *   it); waiting for an event never recorded does not wait.
+ * @get_proc_address: (nullable): the backend's extras, found by name
+ *   (ggml's ggml_backend_reg_get_proc_address()): a function of the
+ *   backend's module, or %NULL when it has none of that name; call it
+ *   through lb_backend_get_proc().  The CUDA module answers with every
+ *   function it exports:
+ *   - "lb_collectives_nccl": #LbCollectivesProc (comm/collectives.h), the
+ *     NCCL collectives (comm/collectives-nccl.c, compiled into the
+ *     module); lingbot/backend.c registers them for CUDA worker groups
+ *   - "lingbot_backend_cuda_nccl_available": whether NCCL loaded
+ *   - "lingbot_backend_cuda_trim", "lingbot_backend_cuda_memory_stats":
+ *     the caching allocator's free blocks and counters
+ *   - "lingbot_backend_cuda_cudnn_set_target",
+ *     "lingbot_backend_cuda_sdpa_check", "lingbot_backend_cuda_conv_check",
+ *     "lingbot_backend_cuda_attention_stats",
+ *     "lingbot_backend_cuda_conv_stats",
+ *     "lingbot_backend_cuda_conv_last_refusal": cuDNN plans and counters
+ *     (tests, lingbot-bench)
+ *
+ *   Every name is documented where it is defined.  So the code above
+ *   kernels/ reaches what the module offers without the module calling up.
  *
  * All function pointers report failures through GError (domain %LB_ERROR,
  * code %LB_ERROR_DEVICE) and never abort.
@@ -96,8 +116,19 @@ struct _LbBackend {
   gboolean (*stream_wait_event) (LbStream * stream, LbEvent * event,
       GError ** error);
 
+  /* optional: the backend's extras by name */
+  gpointer (*get_proc_address) (LbBackend * self, const char *name);
+
   gpointer priv;
 };
+
+gpointer lb_backend_get_proc (LbBackend * backend, const char *name);
+
+/* The symbol a backend module (lingbot-backend-cuda.so) exports, of type
+ * LbBackendModuleInit: returns its backend, or NULL with an error when it
+ * has no usable device.  lingbot/backend.c opens the module and calls it. */
+#define LB_BACKEND_MODULE_INIT "lingbot_backend_module_init"
+typedef LbBackend *(*LbBackendModuleInit) (GError ** error);
 
 /**
  * LbMathMode:

@@ -4,9 +4,12 @@
  * The CPU backend is linked in.  The CUDA backend is a module,
  * lingbot-backend-cuda.so, opened at run time so that one build runs on
  * machines with and without a GPU: a missing module, a missing driver or
- * cudaGetDeviceCount() failing all mean "CPU only".
+ * cudaGetDeviceCount() failing all mean "CPU only".  The module calls
+ * nothing above kernels/: once it is up, the registry takes the NCCL
+ * collectives it carries by name and registers them with comm/.
  */
 #include "lingbot/backend.h"
+#include "comm/collectives.h"
 #include "kernels/error.h"
 #include "lingbot-config.h"
 
@@ -49,6 +52,23 @@ open_module (GString * tried)
   return mod;
 }
 
+/* The module's NCCL collectives for CUDA worker groups; without NCCL the
+ * groups keep the local ones (device copies), which only matters with more
+ * than one device. */
+static void
+register_collectives (LbBackend * be)
+{
+  LbCollectivesProc nccl = (LbCollectivesProc) lb_backend_get_proc (be,
+      LB_COLLECTIVES_NCCL_PROC);
+  g_autoptr (GError) err = NULL;
+  const LbCollectivesClass *klass = nccl ? nccl (&err) : NULL;
+  if (klass)
+    lb_collectives_register (be->device_type, klass);
+  else if (be->device_count > 1)
+    g_message ("lingbot: %s", err ? err->message :
+        "the CUDA module has no " LB_COLLECTIVES_NCCL_PROC);
+}
+
 /**
  * lingbot_backend_cuda:
  * @error: %LB_ERROR_UNSUPPORTED when the module is absent or cannot load,
@@ -56,7 +76,8 @@ open_module (GString * tried)
  *
  * Loads lingbot-backend-cuda.so once per process (searching
  * $LINGBOT_BACKEND_PATH, the install directory, then the build tree) and
- * probes devices.  The result, success or failure, is cached.
+ * probes devices; with a device, registers the module's NCCL collectives
+ * for CUDA worker groups.  The result, success or failure, is cached.
  *
  * Returns: (transfer none) (nullable): the CUDA backend.
  */
@@ -68,23 +89,25 @@ lingbot_backend_cuda (GError ** error)
     cuda_probed = TRUE;
     g_autoptr (GString) tried = g_string_new (NULL);
     GModule *mod = open_module (tried);
-    LingbotBackendModuleInit init = NULL;
+    LbBackendModuleInit init = NULL;
     if (mod == NULL) {
       g_set_error (&cuda_error, LB_ERROR, LB_ERROR_UNSUPPORTED,
           "CUDA backend module %s not available (%s)", CUDA_MODULE_NAME,
           tried->len ? tried->str : "not found in any search directory");
-    } else if (!g_module_symbol (mod, LINGBOT_BACKEND_MODULE_INIT,
+    } else if (!g_module_symbol (mod, LB_BACKEND_MODULE_INIT,
             (gpointer *) & init) || init == NULL) {
       g_set_error (&cuda_error, LB_ERROR, LB_ERROR_UNSUPPORTED,
           "%s does not export %s", g_module_name (mod),
-          LINGBOT_BACKEND_MODULE_INIT);
+          LB_BACKEND_MODULE_INIT);
       g_module_close (mod);
     } else {
       cuda_backend = init (&cuda_error);
-      if (cuda_backend)
+      if (cuda_backend) {
         g_module_make_resident (mod);
-      else
+        register_collectives (cuda_backend);
+      } else {
         g_module_close (mod);
+      }
     }
   }
   LbBackend *be = cuda_backend;

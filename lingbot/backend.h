@@ -7,11 +7,6 @@
 
 G_BEGIN_DECLS
 
-/* The symbol a backend module exports: returns its backend, or NULL with an
- * error when it has no usable device. */
-#define LINGBOT_BACKEND_MODULE_INIT "lingbot_backend_module_init"
-typedef LbBackend *(*LingbotBackendModuleInit) (GError ** error);
-
 LbBackend *lingbot_backend_get (const char *name, GError ** error);
 LbBackend *lingbot_backend_cuda (GError ** error);
 gboolean lingbot_backend_parse_devices (const char *devices,

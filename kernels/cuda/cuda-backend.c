@@ -2,31 +2,14 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Loaded at run time by lingbot/backend.c.  This is the only binary that
- * links cudart, cuBLAS(Lt), cuDNN and NCCL.
+ * links cudart, cuBLAS(Lt), cuDNN and NCCL.  It calls nothing above
+ * kernels/: what it offers besides the op table (the NCCL collectives of
+ * comm/collectives-nccl.c, built into it; allocator and cuDNN hooks) the
+ * layers above look up by name, lb_backend_get_proc().
  */
 #include "kernels/cuda/cuda-internal.h"
-#include "kernels/cuda/comm-nccl.h"
-#include "lingbot/backend.h"
 
 #include <gmodule.h>
-
-/**
- * lb_cuda_check:
- * @err: a CUDA runtime status
- * @what: the call, for the message
- * @error: set to %LB_ERROR_DEVICE with CUDA's error string on failure
- *
- * Returns: %TRUE when @err is cudaSuccess.
- */
-gboolean
-lb_cuda_check (cudaError_t err, const char *what, GError ** error)
-{
-  if (err == cudaSuccess)
-    return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "%s: %s (%s)", what,
-      cudaGetErrorString (err), cudaGetErrorName (err));
-  return FALSE;
-}
 
 static gpointer
 cuda_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
@@ -350,6 +333,33 @@ cuda_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
       "cudaStreamWaitEvent", error);
 }
 
+/* ---- extras by name ---- */
+
+/* this module, as GModule opened it (g_module_check_init()) */
+static GModule *self_module;
+
+G_MODULE_EXPORT const char *g_module_check_init (GModule * module);
+
+/* GModule's load hook: keeps the module's handle for
+ * cuda_get_proc_address(); NULL: the module always loads. */
+const char *
+g_module_check_init (GModule * module)
+{
+  self_module = module;
+  return NULL;
+}
+
+/* Every G_MODULE_EXPORT function of the module is an extra (the list is at
+ * LbBackend.get_proc_address). */
+static gpointer
+cuda_get_proc_address (LbBackend * self, const char *name)
+{
+  gpointer sym = NULL;
+  if (self_module == NULL || !g_module_symbol (self_module, name, &sym))
+    return NULL;
+  return sym;
+}
+
 static LbBackend cuda_backend = {
   .name = "cuda",
   .device_type = LB_DEVICE_CUDA,
@@ -370,6 +380,7 @@ static LbBackend cuda_backend = {
   .event_free = cuda_event_free,
   .event_record = cuda_event_record,
   .stream_wait_event = cuda_stream_wait_event,
+  .get_proc_address = cuda_get_proc_address,
 };
 
 G_MODULE_EXPORT LbBackend *lingbot_backend_module_init (GError ** error);
@@ -383,7 +394,7 @@ G_MODULE_EXPORT void lingbot_backend_cuda_memory_stats (int device,
  *
  * Releases the caching allocator's free blocks on @device to the driver
  * (for an application that wants memory back between sessions; resolve it
- * with g_module_symbol).  Blocks in use are untouched.
+ * with lb_backend_get_proc()).  Blocks in use are untouched.
  *
  * Returns: bytes released.
  */
@@ -409,7 +420,9 @@ lingbot_backend_cuda_memory_stats (int device, gsize * in_use, gsize * cached)
  * lingbot_backend_module_init:
  * @error: %LB_ERROR_DEVICE when the driver is missing or no device exists
  *
- * The module's entry point (%LINGBOT_BACKEND_MODULE_INIT): probes devices.
+ * The module's entry point (%LB_BACKEND_MODULE_INIT): probes devices.
+ * The registry then registers the NCCL collectives ("lb_collectives_nccl")
+ * for CUDA worker groups.
  *
  * Returns: (transfer none) (nullable): the CUDA backend.
  */
@@ -435,10 +448,5 @@ lingbot_backend_module_init (GError ** error)
     return NULL;
   }
   cuda_backend.device_count = count;
-  g_autoptr (GError) nccl_err = NULL;
-  if (lb_nccl_load (&nccl_err))
-    lb_collectives_register (LB_DEVICE_CUDA, lb_nccl_collectives ());
-  else if (count > 1)
-    g_message ("lingbot: %s", nccl_err->message);
   return &cuda_backend;
 }

@@ -1,12 +1,32 @@
-/* lingbot-gst: device placement check of the CUDA ops
+/* lingbot-gst: error checks of the CUDA module
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The CUDA ops validate dtypes, shapes and strides with the
+ * lb_cuda_check() turns a CUDA runtime status into a GError for every C
+ * file of the module (here, not in cuda-backend.c, so that the files that
+ * only need it do not depend on the backend's file).  The CUDA ops validate dtypes, shapes and strides with the
  * backend-independent checks of kernels/ops-check.h (the very checks and
  * messages of the CPU ops); what is theirs alone is that every tensor must
  * live on the stream's device.
  */
 #include "kernels/cuda/cuda-internal.h"
+
+/**
+ * lb_cuda_check:
+ * @err: a CUDA runtime status
+ * @what: the call, for the message
+ * @error: set to %LB_ERROR_DEVICE with CUDA's error string on failure
+ *
+ * Returns: %TRUE when @err is cudaSuccess.
+ */
+gboolean
+lb_cuda_check (cudaError_t err, const char *what, GError ** error)
+{
+  if (err == cudaSuccess)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "%s: %s (%s)", what,
+      cudaGetErrorString (err), cudaGetErrorName (err));
+  return FALSE;
+}
 
 /**
  * lb_cuda_check_devices:

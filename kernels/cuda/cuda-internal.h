@@ -99,6 +99,7 @@ typedef struct
   gsize size;
 } LbCudaScratchBlock;
 
+/* cuda-check.c */
 gboolean lb_cuda_check (cudaError_t err, const char *what, GError ** error);
 
 /* ---- caching allocator (cuda-alloc.c) ---- */

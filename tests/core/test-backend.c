@@ -3,6 +3,7 @@
  */
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "comm/collectives.h"
 #include "lingbot/backend.h"
 #include "lingbot/lingbot.h"
 
@@ -41,6 +42,16 @@ test_cuda_probe (void)
     g_assert_no_error (err);
     g_assert_cmpint (be->device_count, >, 0);
     g_assert_nonnull (be->ops->gemm);
+    /* the module's extras by name; its NCCL collectives registered for
+     * CUDA groups when NCCL loads */
+    g_assert_nonnull (lb_backend_get_proc (be, "lingbot_backend_cuda_trim"));
+    g_assert_null (lb_backend_get_proc (be, "lingbot_backend_no_such"));
+    LbCollectivesProc nccl = (LbCollectivesProc) lb_backend_get_proc (be,
+        LB_COLLECTIVES_NCCL_PROC);
+    g_assert_nonnull (nccl);
+    if (nccl (NULL))
+      g_assert_cmpstr (lb_collectives_lookup (LB_DEVICE_CUDA)->name, ==,
+          "nccl");
   } else {
     /* no GPU here: the module loads (or is absent) and says why */
     g_assert_nonnull (err);
@@ -48,6 +59,15 @@ test_cuda_probe (void)
         err->code == LB_ERROR_UNSUPPORTED);
     g_test_message ("CUDA unavailable: %s", err->message);
   }
+}
+
+static void
+test_extras (void)
+{
+  /* lb_backend_get_proc() is NULL-safe; the CPU backend has no extras */
+  g_assert_null (lb_backend_get_proc (NULL, LB_COLLECTIVES_NCCL_PROC));
+  g_assert_null (lb_backend_get_proc (lb_cpu_backend (),
+          LB_COLLECTIVES_NCCL_PROC));
 }
 
 static void
@@ -156,6 +176,7 @@ main (int argc, char **argv)
   g_test_add_func ("/backend/cpu-alloc-fails", test_cpu_alloc_fails);
   g_test_add_func ("/backend/unknown", test_unknown_backend);
   g_test_add_func ("/backend/cuda-probe", test_cuda_probe);
+  g_test_add_func ("/backend/extras", test_extras);
   g_test_add_func ("/backend/devices/cpu", test_parse_cpu_devices);
   g_test_add_func ("/backend/devices/errors", test_parse_errors);
   g_test_add_func ("/backend/devices/gpu-absent", test_parse_gpu_without_device);

@@ -10,14 +10,20 @@
  * (ncclCommAbort), and the group's reset re-creates all of them once the
  * group is idle.  All-to-all is ncclGroupStart + ncclSend/ncclRecv pairs +
  * ncclGroupEnd (spec B.3); all-gather-v is a group of broadcasts.
+ *
+ * It calls cudart, so it is compiled into the CUDA backend module
+ * (kernels/cuda/meson.build), not into liblingbot; the module exports it
+ * as "lb_collectives_nccl" and the registry (lingbot/backend.c) finds it
+ * with lb_backend_get_proc() and registers it for CUDA worker groups.
+ * The module's own code never calls it: comm/ sits above kernels/.
  */
-#include "kernels/cuda/comm-nccl.h"
+#include "comm/collectives.h"
 
 #include <cuda_runtime.h>
 #include <gmodule.h>
 #include <nccl.h>
 
-/* NCCL is loaded at run time (lb_nccl_load()), not linked: without it
+/* NCCL is loaded at run time (nccl_load()), not linked: without it
  * groups of CUDA ranks use the local collectives.  Every NCCL call below
  * goes through this table (the macros, defined after nccl.h declared the
  * functions, keep NCCL's prototypes). */
@@ -95,18 +101,18 @@ nccl_load_once (gpointer unused)
 }
 
 /**
- * lb_nccl_load:
+ * nccl_load:
  * @error: %LB_ERROR_UNSUPPORTED "NCCL is not available (...)" when
  *   libnccl.so.<NCCL_MAJOR> (or $LINGBOT_NCCL_LIBRARY) or one of its
  *   functions is missing
  *
  * Loads NCCL once per process; later calls return the first result.  The
- * CUDA backend registers lb_nccl_collectives() only when this succeeds.
+ * registry registers the NCCL collectives only when this succeeds.
  *
  * Returns: %TRUE when NCCL can be used.
  */
-gboolean
-lb_nccl_load (GError ** error)
+static gboolean
+nccl_load (GError ** error)
 {
   static GOnce once = G_ONCE_INIT;
   if (g_once (&once, nccl_load_once, NULL) != NULL)
@@ -563,19 +569,27 @@ static const LbCollectivesClass nccl_class = {
   .stream_ordered = TRUE,
 };
 
+G_MODULE_EXPORT const LbCollectivesClass *lb_collectives_nccl (GError **
+    error);
+
 /**
- * lb_nccl_collectives:
+ * lb_collectives_nccl:
+ * @error: %LB_ERROR_UNSUPPORTED "NCCL is not available (...)" when
+ *   libnccl.so.<NCCL_MAJOR> (or $LINGBOT_NCCL_LIBRARY) or one of its
+ *   functions is missing
  *
  * The NCCL implementation of #LbCollectivesClass, for CUDA worker groups
- * in one process.  The CUDA backend module registers it with
- * lb_collectives_register (%LB_DEVICE_CUDA, lb_nccl_collectives ()).
+ * in one process: a module export (%LB_COLLECTIVES_NCCL_PROC, an
+ * #LbCollectivesProc) that loads NCCL on first use.  The registry
+ * registers it with lb_collectives_register (%LB_DEVICE_CUDA, ...) after
+ * the module's init succeeded.
  *
- * Returns: (transfer none): the class.
+ * Returns: (transfer none) (nullable): the class, %NULL without NCCL.
  */
 const LbCollectivesClass *
-lb_nccl_collectives (void)
+lb_collectives_nccl (GError ** error)
 {
-  return &nccl_class;
+  return nccl_load (error) ? &nccl_class : NULL;
 }
 
 G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError **
@@ -583,7 +597,7 @@ G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError **
 
 /**
  * lingbot_backend_cuda_nccl_available:
- * @error: as lb_nccl_load()
+ * @error: as lb_collectives_nccl()
  *
  * Whether the module found NCCL (module export, for tests and tools; needs
  * no GPU).
@@ -593,5 +607,5 @@ G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError **
 gboolean
 lingbot_backend_cuda_nccl_available (GError ** error)
 {
-  return lb_nccl_load (error);
+  return nccl_load (error);
 }
