@@ -1,5 +1,5 @@
-/* lingbot-gst: DiT internals shared by dit.c, dit-forward.c, dit-session.c,
- * dit-ulysses.c and the DiT tests (not installed)
+/* lingbot-gst: DiT internals shared by the lingbot/dit*.c files and the
+ * DiT tests (not installed)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #pragma once
@@ -36,7 +36,7 @@ typedef struct {
 /* Every tensor of the model in the forward's layout (f32; 2-D patch
  * embedding and modulations).  LingbotDitBlock and LingbotDitLinear hold
  * only LbTensor pointers; lingbot_dit_weights_init() walks them through
- * offset tables in dit-forward.c (a static assertion there fails when a
+ * offset tables in dit-ranks.c (a static assertion there fails when a
  * member is added to LingbotDitBlock without adding it to the table). */
 typedef struct {
   LingbotDitLinear patch;       /* w [D, in_dim * 4] */
@@ -57,8 +57,16 @@ struct _LingbotDit {
   LingbotDitWeights w;          /* host tensors, borrowed from by_name */
 };
 
-/* ---- per-rank forward state (dit-forward.c) ---- */
+/* ---- per-rank forward state (dit-ranks.c, dit-kvcache.c, dit-block.c) */
 
+/* a rank computing on the host (the CPU backend) */
+static inline gboolean
+lingbot_dit_is_host (LbStream * s)
+{
+  return s->backend->device_type == LB_DEVICE_CPU;
+}
+
+/* dit-block.c */
 gboolean lingbot_dit_linear_apply (LbStream * s, const LbTensor * x,
     const LingbotDitLinear * l, float beta, LbTensor * y, GError ** error);
 
@@ -164,6 +172,7 @@ typedef struct {
   LbTensor *trace_self_attn, *trace_cross_attn, *trace_ffn;
 } LingbotDitRank;
 
+/* dit-ranks.c */
 gboolean lingbot_dit_shard_init (LingbotDitShard * sh, int rank, int n_ranks,
     int64_t frames, int64_t hp, int64_t wp, int num_heads, GError ** error);
 void lingbot_dit_shard_clear (LingbotDitShard * sh);
@@ -179,13 +188,31 @@ gboolean lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s,
     int64_t wp, int64_t cap, int64_t sink, int64_t text_len, GError ** error);
 void lingbot_dit_rank_clear (LingbotDitRank * rs);
 
+/* dit-tensor.c */
 LbTensor *lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1,
     GError ** error);
+gboolean lingbot_dit_copy_rows (LbStream * s, LbTensor * dst,
+    const LbTensor * src, GError ** error);
+gboolean lingbot_dit_flat_view (LbTensor * out, const LbTensor * t,
+    int64_t offset, int64_t count);
 
+/* dit-kvcache.c */
 LbDType lingbot_dit_kv_dtype (LbStream * s);
 guint64 lingbot_dit_kv_cache_bytes (const LingbotDitConfig * cfg,
     int64_t cap, int n_ranks, LbDType dtype);
 
+void lingbot_dit_cache_begin (LingbotDitRank * rs, int64_t current_start);
+gboolean lingbot_dit_cache_evict (LingbotDitRank * rs, int layer,
+    GError ** error);
+void lingbot_dit_cache_slots (LingbotDitRank * rs, const LbTensor * cache,
+    LbTensor * rows);
+gboolean lingbot_dit_cache_write_sharded (LingbotDitRank * rs, int layer,
+    GError ** error);
+void lingbot_dit_cache_window (LingbotDitRank * rs, int layer, LbTensor * k,
+    LbTensor * v);
+void lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start);
+
+/* dit-block.c */
 void lingbot_dit_timestep_features (double t, int freq_dim, float *out);
 gboolean lingbot_dit_time_mods (LingbotDitRank * rs, double t,
     LbTensor * block_mods /* [L, 6, D] */, LbTensor * head_mod /* [2, D] */,
@@ -199,12 +226,9 @@ gboolean lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0,
 gboolean lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
     GError ** error);
 
-void lingbot_dit_cache_begin (LingbotDitRank * rs, int64_t current_start);
 gboolean lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
     const LbTensor * mod /* [6, D] */, int64_t current_start,
     GError ** error);
-void lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start);
-
 gboolean lingbot_dit_head_forward (LingbotDitRank * rs,
     const LbTensor * head_mod, GError ** error);
 
@@ -219,10 +243,6 @@ gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_ulysses_attention_out (LingbotDitRank * rs,
     const LbTensor * kw, const LbTensor * vw, float scale, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
-gboolean lingbot_dit_copy_rows (LbStream * s, LbTensor * dst,
-    const LbTensor * src, GError ** error);
-gboolean lingbot_dit_flat_view (LbTensor * out, const LbTensor * t,
-    int64_t offset, int64_t count);
 gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
     const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
 

@@ -1,0 +1,705 @@
+/* lingbot-gst: LingBot-World v2 causal DiT: configuration and weight table
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Configuration comes from the checkpoint's config.json when there is one
+ * (or the `config` entry of a safetensors file's metadata, as the golden
+ * fixtures carry it), else it is inferred from tensor shapes the way the
+ * reference converter `from_official` does (golden README 0.1).  The head
+ * count cannot be inferred; without a config it defaults to dim / 128
+ * (40 for the 14B, 12 for the 1.3B).  The weight table (names and shapes of
+ * spec 4.2) is what the loader (dit.c) and the random-weight writer
+ * (dit-random.c) both check against.
+ */
+#include "lingbot/dit-private.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* configuration                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void
+config_common (LingbotDitConfig * cfg)
+{
+  cfg->freq_dim = LINGBOT_DIT_DEFAULT_FREQ_DIM;
+  cfg->in_dim = 36;
+  cfg->out_dim = 16;
+  cfg->control_in_features = 6 * 64 * 4;
+  cfg->patch[0] = 1;
+  cfg->patch[1] = 2;
+  cfg->patch[2] = 2;
+  cfg->eps = LINGBOT_DIT_DEFAULT_EPS;
+  cfg->local_attn_frames = LINGBOT_DIT_DEFAULT_LOCAL_ATTN_FRAMES;
+  cfg->sink_frames = LINGBOT_DIT_DEFAULT_SINK_FRAMES;
+  cfg->chunk_frames = LINGBOT_DIT_DEFAULT_CHUNK_FRAMES;
+}
+
+/**
+ * lingbot_dit_config_init_preset:
+ * @cfg: (out): the configuration to fill
+ * @preset: which published shape
+ *
+ * 14B: spec 1.1 (dim 5120, 40 layers, 40 heads, FFN 13824, text 4096).
+ * 1.3B: spec 8.4 (dim 1536, 30 layers, 12 heads, FFN 8960).
+ * Tiny: spec 8.1 (dim 64, 2 layers, 2 heads of 32, FFN 128, text 32,
+ * window 6 / sink 2 / chunk 2 frames).
+ * Demo: small (dim 128, 3 layers, 4 heads of 32, FFN 256, text 64) but
+ * with the released streaming settings (window 18 / sink 6 / chunk 4
+ * frames), so chunks yield 13 then 16 frames as the real model does; what
+ * tools/demo.sh runs on two CPU cores.
+ */
+void
+lingbot_dit_config_init_preset (LingbotDitConfig * cfg,
+    LingbotDitPreset preset)
+{
+  memset (cfg, 0, sizeof (*cfg));
+  config_common (cfg);
+  switch (preset) {
+    case LINGBOT_DIT_PRESET_14B:
+      cfg->dim = 5120;
+      cfg->num_layers = 40;
+      cfg->num_heads = 40;
+      cfg->ffn_dim = 13824;
+      cfg->text_dim = 4096;
+      break;
+    case LINGBOT_DIT_PRESET_1_3B:
+      cfg->dim = 1536;
+      cfg->num_layers = 30;
+      cfg->num_heads = 12;
+      cfg->ffn_dim = 8960;
+      cfg->text_dim = 4096;
+      break;
+    case LINGBOT_DIT_PRESET_DEMO:
+      cfg->dim = 128;
+      cfg->num_layers = 3;
+      cfg->num_heads = 4;
+      cfg->ffn_dim = 256;
+      cfg->text_dim = 64;
+      break;
+    case LINGBOT_DIT_PRESET_TINY:
+    default:
+      cfg->dim = 64;
+      cfg->num_layers = 2;
+      cfg->num_heads = 2;
+      cfg->ffn_dim = 128;
+      cfg->text_dim = 32;
+      cfg->local_attn_frames = 6;
+      cfg->sink_frames = 2;
+      cfg->chunk_frames = 2;
+      break;
+  }
+}
+
+/**
+ * lingbot_dit_config_preset_from_name:
+ * @name: "14b", "1.3b", "tiny" or "demo" (case-insensitive)
+ * @preset: (out): the preset
+ *
+ * Returns: %FALSE for an unknown name.
+ */
+gboolean
+lingbot_dit_config_preset_from_name (const char *name,
+    LingbotDitPreset * preset)
+{
+  if (g_ascii_strcasecmp (name, "14b") == 0)
+    *preset = LINGBOT_DIT_PRESET_14B;
+  else if (g_ascii_strcasecmp (name, "1.3b") == 0 ||
+      g_ascii_strcasecmp (name, "1_3b") == 0)
+    *preset = LINGBOT_DIT_PRESET_1_3B;
+  else if (g_ascii_strcasecmp (name, "tiny") == 0)
+    *preset = LINGBOT_DIT_PRESET_TINY;
+  else if (g_ascii_strcasecmp (name, "demo") == 0)
+    *preset = LINGBOT_DIT_PRESET_DEMO;
+  else
+    return FALSE;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_config_head_dim:
+ * @cfg: a configuration
+ *
+ * Returns: dim / num_heads.
+ */
+int
+lingbot_dit_config_head_dim (const LingbotDitConfig * cfg)
+{
+  return cfg->num_heads > 0 ? cfg->dim / cfg->num_heads : 0;
+}
+
+/**
+ * lingbot_dit_config_validate:
+ * @cfg: a configuration
+ * @error: %LB_ERROR_INVALID_ARGUMENT naming the offending field
+ *
+ * Checks the structural constraints: positive sizes, heads dividing dim,
+ * a head dim that is even with floor(hd/3) even (spec 8.2, the RoPE split),
+ * patch (1,2,2) and control in-features a multiple of the patch area.
+ *
+ * Returns: %TRUE when the configuration can run.
+ */
+gboolean
+lingbot_dit_config_validate (const LingbotDitConfig * cfg, GError ** error)
+{
+#define POS(f) if (cfg->f <= 0) { \
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT, \
+        "DiT config: " #f " is %d, expected > 0", cfg->f); return FALSE; }
+  POS (dim);
+  POS (num_layers);
+  POS (num_heads);
+  POS (ffn_dim);
+  POS (freq_dim);
+  POS (in_dim);
+  POS (out_dim);
+  POS (text_dim);
+  POS (control_in_features);
+  POS (chunk_frames);
+#undef POS
+  if (cfg->dim % cfg->num_heads != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: num_heads %d does not divide dim %d", cfg->num_heads,
+        cfg->dim);
+    return FALSE;
+  }
+  int hd = cfg->dim / cfg->num_heads;
+  if (hd % 2 != 0 || (hd / 3) % 2 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: head dim %d (dim %d / %d heads) must be even with "
+        "floor(head_dim / 3) even for the 3-D RoPE split (8, 24, 32, 48, 96, "
+        "128 work)", hd, cfg->dim, cfg->num_heads);
+    return FALSE;
+  }
+  if (cfg->freq_dim % 2 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: freq_dim %d must be even", cfg->freq_dim);
+    return FALSE;
+  }
+  if (cfg->patch[0] != 1 || cfg->patch[1] != 2 || cfg->patch[2] != 2) {
+    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        "DiT config: patch size (%d, %d, %d) is not supported (only (1, 2, 2))",
+        cfg->patch[0], cfg->patch[1], cfg->patch[2]);
+    return FALSE;
+  }
+  if (cfg->control_in_features % 4 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: control in-features %d is not a multiple of the patch "
+        "area 4", cfg->control_in_features);
+    return FALSE;
+  }
+  if (cfg->sink_frames < 0 || (cfg->local_attn_frames != -1 &&
+          cfg->local_attn_frames < cfg->sink_frames + cfg->chunk_frames)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: local_attn_size %d must be -1 or hold the sink (%d) and "
+        "one chunk (%d)", cfg->local_attn_frames, cfg->sink_frames,
+        cfg->chunk_frames);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_config_variant:
+ * @cfg: a configuration
+ *
+ * Returns: "14b" or "1.3b" when the widths match a published model, else
+ * "custom".
+ */
+const char *
+lingbot_dit_config_variant (const LingbotDitConfig * cfg)
+{
+  if (cfg->dim == 5120 && cfg->num_layers == 40 && cfg->ffn_dim == 13824)
+    return "14b";
+  if (cfg->dim == 1536 && cfg->num_layers == 30 && cfg->ffn_dim == 8960)
+    return "1.3b";
+  return "custom";
+}
+
+static int
+head_features (const LingbotDitConfig * cfg)
+{
+  return cfg->out_dim * cfg->patch[0] * cfg->patch[1] * cfg->patch[2];
+}
+
+static int
+patch_features (const LingbotDitConfig * cfg)
+{
+  return cfg->in_dim * cfg->patch[0] * cfg->patch[1] * cfg->patch[2];
+}
+
+/**
+ * lingbot_dit_config_n_params:
+ * @cfg: a configuration
+ *
+ * Returns: the number of weights (18,544,332,864 for the 14B, spec 4.2).
+ */
+guint64
+lingbot_dit_config_n_params (const LingbotDitConfig * cfg)
+{
+  guint64 d = cfg->dim, f = cfg->ffn_dim;
+  guint64 top = d * patch_features (cfg) + d        /* patch */
+      + d * cfg->control_in_features + d        /* camera patch */
+      + 2 * (d * d + d)         /* c2ws 1, 2 */
+      + d * cfg->text_dim + d + d * d + d       /* text */
+      + d * cfg->freq_dim + d + d * d + d       /* time */
+      + 6 * d * d + 6 * d       /* projection */
+      + (guint64) head_features (cfg) * d + head_features (cfg) + 2 * d;
+  guint64 blk = 6 * d + 8 * (d * d + d) + 4 * d + 2 * d
+      + f * d + f + d * f + d + 4 * (d * d + d);
+  return top + blk * cfg->num_layers;
+}
+
+/**
+ * lingbot_dit_config_to_json:
+ * @cfg: a configuration
+ *
+ * Serialises @cfg as the release's config.json (`_class_name` "WanXModel",
+ * the keys the vLLM-Omni raw loader reads, plus the diffusers-style extras
+ * of spec 4.1 and the streaming settings).
+ *
+ * Returns: (transfer full): pretty-printed JSON.
+ */
+char *
+lingbot_dit_config_to_json (const LingbotDitConfig * cfg)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+#define KS(k, v) json_builder_set_member_name (b, k); json_builder_add_string_value (b, v)
+#define KI(k, v) json_builder_set_member_name (b, k); json_builder_add_int_value (b, v)
+  KS ("_class_name", "WanXModel");
+  KS ("model_type", "i2v");
+  json_builder_set_member_name (b, "patch_size");
+  json_builder_begin_array (b);
+  for (int i = 0; i < 3; i++)
+    json_builder_add_int_value (b, cfg->patch[i]);
+  json_builder_end_array (b);
+  KI ("text_len", 512);
+  KI ("in_dim", cfg->in_dim);
+  KI ("dim", cfg->dim);
+  KI ("ffn_dim", cfg->ffn_dim);
+  KI ("freq_dim", cfg->freq_dim);
+  KI ("text_dim", cfg->text_dim);
+  KI ("out_dim", cfg->out_dim);
+  KI ("num_heads", cfg->num_heads);
+  KI ("num_layers", cfg->num_layers);
+  KI ("local_attn_size", cfg->local_attn_frames);
+  KI ("sink_size", cfg->sink_frames);
+  KI ("chunk_size", cfg->chunk_frames);
+  KS ("control_type", "cam");
+  KI ("control_in_features", cfg->control_in_features);
+  json_builder_set_member_name (b, "qk_norm");
+  json_builder_add_boolean_value (b, TRUE);
+  json_builder_set_member_name (b, "cross_attn_norm");
+  json_builder_add_boolean_value (b, TRUE);
+  json_builder_set_member_name (b, "eps");
+  json_builder_add_double_value (b, cfg->eps);
+#undef KS
+#undef KI
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  return json_to_string (root, TRUE);
+}
+
+static gboolean
+json_int (JsonObject * o, const char *key, int *out)
+{
+  if (!json_object_has_member (o, key))
+    return FALSE;
+  JsonNode *n = json_object_get_member (o, key);
+  if (!JSON_NODE_HOLDS_VALUE (n))
+    return FALSE;
+  GType t = json_node_get_value_type (n);
+  if (t == G_TYPE_INT64)
+    *out = (int) json_node_get_int (n);
+  else if (t == G_TYPE_DOUBLE)
+    *out = (int) json_node_get_double (n);
+  else
+    return FALSE;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_config_merge_json:
+ * @cfg: (inout): a configuration to update
+ * @json: a config.json text (the release's `WanXModel` keys; diffusers
+ *   names num_attention_heads / in_channels / out_channels are accepted)
+ * @error: %LB_ERROR_FORMAT when @json does not parse to an object
+ *
+ * Sets every field the JSON has and leaves the others alone.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_config_merge_json (LingbotDitConfig * cfg, const char *json,
+    GError ** error)
+{
+  g_autoptr (JsonParser) p = json_parser_new ();
+  g_autoptr (GError) err = NULL;
+  if (!json_parser_load_from_data (p, json, -1, &err) ||
+      !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "DiT config: not a JSON object%s%s", err ? ": " : "",
+        err ? err->message : "");
+    return FALSE;
+  }
+  JsonObject *o = json_node_get_object (json_parser_get_root (p));
+  json_int (o, "dim", &cfg->dim);
+  if (!json_int (o, "num_heads", &cfg->num_heads))
+    json_int (o, "num_attention_heads", &cfg->num_heads);
+  json_int (o, "num_layers", &cfg->num_layers);
+  json_int (o, "ffn_dim", &cfg->ffn_dim);
+  json_int (o, "freq_dim", &cfg->freq_dim);
+  if (!json_int (o, "in_dim", &cfg->in_dim))
+    json_int (o, "in_channels", &cfg->in_dim);
+  if (!json_int (o, "out_dim", &cfg->out_dim))
+    json_int (o, "out_channels", &cfg->out_dim);
+  json_int (o, "text_dim", &cfg->text_dim);
+  json_int (o, "control_in_features", &cfg->control_in_features);
+  json_int (o, "local_attn_size", &cfg->local_attn_frames);
+  json_int (o, "sink_size", &cfg->sink_frames);
+  json_int (o, "chunk_size", &cfg->chunk_frames);
+  if (json_object_has_member (o, "eps")) {
+    JsonNode *n = json_object_get_member (o, "eps");
+    if (JSON_NODE_HOLDS_VALUE (n))
+      cfg->eps = json_node_get_double (n);
+  }
+  if (json_object_has_member (o, "patch_size")) {
+    JsonNode *n = json_object_get_member (o, "patch_size");
+    if (JSON_NODE_HOLDS_ARRAY (n)) {
+      JsonArray *a = json_node_get_array (n);
+      for (guint i = 0; i < 3 && i < json_array_get_length (a); i++)
+        cfg->patch[i] = (int) json_array_get_int_element (a, i);
+    }
+  }
+  return TRUE;
+}
+
+static const LbTensor *
+infer_tensor (LingbotCheckpoint * ckpt, const char *name, int ndim,
+    GError ** error)
+{
+  const LbTensor *t = lingbot_checkpoint_get_checked (ckpt, name, ndim, NULL,
+      LINGBOT_DTYPE_ANY, error);
+  if (t == NULL && error && *error)
+    g_prefix_error (error, "DiT config inference: ");
+  return t;
+}
+
+static gboolean
+check_against (const char *key, int from_config, int from_shapes,
+    const char *tensor, GError ** error)
+{
+  if (from_config == from_shapes)
+    return TRUE;
+  g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+      "DiT config: %s is %d but tensor %s says %d", key, from_config, tensor,
+      from_shapes);
+  return FALSE;
+}
+
+/**
+ * lingbot_dit_config_from_checkpoint:
+ * @ckpt: an open checkpoint
+ * @config_json: (nullable): the release's config.json text; when %NULL the
+ *   checkpoint's `config` metadata is used if present
+ * @cfg: (out): the configuration
+ * @error: %LB_ERROR_NOT_FOUND for a missing structural tensor,
+ *   %LB_ERROR_SHAPE when the config contradicts the shapes,
+ *   %LB_ERROR_INVALID_ARGUMENT for an unusable result
+ *
+ * Infers dim, in/out channels, FFN, text dim, control in-features and the
+ * layer count from shapes (golden README 0.1), then takes the head count,
+ * freq dim, eps and the streaming settings from the config.  Without any
+ * config the heads default to dim / 128 (40 for the 14B, 12 for the 1.3B).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_config_from_checkpoint (LingbotCheckpoint * ckpt,
+    const char *config_json, LingbotDitConfig * cfg, GError ** error)
+{
+  LingbotDitConfig c;
+  lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_14B);
+  c.num_heads = 0;
+
+  const LbTensor *pe = infer_tensor (ckpt, "patch_embedding.weight", 5, error);
+  if (!pe)
+    return FALSE;
+  const LbTensor *ce = infer_tensor (ckpt, "patch_embedding_wancamctrl.weight",
+      2, error);
+  if (!ce)
+    return FALSE;
+  const LbTensor *f0 = infer_tensor (ckpt, "blocks.0.ffn.0.weight", 2, error);
+  if (!f0)
+    return FALSE;
+  const LbTensor *te = infer_tensor (ckpt, "text_embedding.0.weight", 2, error);
+  if (!te)
+    return FALSE;
+  const LbTensor *hb = infer_tensor (ckpt, "head.head.bias", 1, error);
+  if (!hb)
+    return FALSE;
+  const LbTensor *tm = infer_tensor (ckpt, "time_embedding.0.weight", 2, error);
+  if (!tm)
+    return FALSE;
+
+  int dim = (int) pe->shape[0], in_dim = (int) pe->shape[1];
+  int ffn = (int) f0->shape[0], text = (int) te->shape[1];
+  int out = (int) (hb->shape[0] / 4), ctl = (int) ce->shape[1];
+  int freq = (int) tm->shape[1];
+  int layers = 0;
+  guint n;
+  const char *const *names = lingbot_checkpoint_list_tensors (ckpt, &n);
+  for (guint i = 0; i < n; i++) {
+    if (g_str_has_prefix (names[i], "blocks.")) {
+      int b = atoi (names[i] + 7);
+      layers = MAX (layers, b + 1);
+    }
+  }
+
+  const char *meta = config_json;
+  if (meta == NULL)
+    meta = lingbot_checkpoint_get_metadata_value (ckpt, "config");
+  if (meta) {
+    LingbotDitConfig j = c;
+    j.dim = dim;
+    j.in_dim = in_dim;
+    j.ffn_dim = ffn;
+    j.text_dim = text;
+    j.out_dim = out;
+    j.control_in_features = ctl;
+    j.num_layers = layers;
+    j.freq_dim = freq;
+    if (!lingbot_dit_config_merge_json (&j, meta, error))
+      return FALSE;
+    if (!check_against ("dim", j.dim, dim, "patch_embedding.weight", error) ||
+        !check_against ("in_dim", j.in_dim, in_dim, "patch_embedding.weight",
+            error) ||
+        !check_against ("ffn_dim", j.ffn_dim, ffn, "blocks.0.ffn.0.weight",
+            error) ||
+        !check_against ("text_dim", j.text_dim, text,
+            "text_embedding.0.weight", error) ||
+        !check_against ("out_dim", j.out_dim, out, "head.head.bias", error) ||
+        !check_against ("freq_dim", j.freq_dim, freq,
+            "time_embedding.0.weight", error) ||
+        !check_against ("num_layers", j.num_layers, layers, "blocks.N.*",
+            error))
+      return FALSE;
+    c = j;
+  }
+  c.dim = dim;
+  c.in_dim = in_dim;
+  c.ffn_dim = ffn;
+  c.text_dim = text;
+  c.out_dim = out;
+  c.control_in_features = ctl;
+  c.num_layers = layers;
+  c.freq_dim = freq;
+  if (c.num_heads <= 0) {
+    /* not in the weights; the releases use head dim 128 (14B: 40 heads,
+     * 1.3B: 12) */
+    if (dim % LINGBOT_DIT_DEFAULT_HEAD_DIM != 0) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "DiT config: no num_heads in the config and dim %d is not a "
+          "multiple of the default head dim %d", dim,
+          LINGBOT_DIT_DEFAULT_HEAD_DIM);
+      return FALSE;
+    }
+    c.num_heads = dim / LINGBOT_DIT_DEFAULT_HEAD_DIM;
+  }
+  if (!lingbot_dit_config_validate (&c, error))
+    return FALSE;
+  *cfg = c;
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* weight table                                                             */
+/* ------------------------------------------------------------------------ */
+
+static const char *const block_linears[] = {
+  "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
+};
+
+/**
+ * lingbot_dit_weight_names:
+ * @cfg: a configuration
+ *
+ * Returns: (transfer full) (element-type utf8): the 21 + 35 * L tensor
+ * names of spec 4.2 in the reference state-dict order.
+ */
+GPtrArray *
+lingbot_dit_weight_names (const LingbotDitConfig * cfg)
+{
+  GPtrArray *a = g_ptr_array_new_with_free_func (g_free);
+  static const char *const top[] = {
+    "patch_embedding", "patch_embedding_wancamctrl",
+    "c2ws_hidden_states_layer1", "c2ws_hidden_states_layer2",
+    "text_embedding.0", "text_embedding.2", "time_embedding.0",
+    "time_embedding.2", "time_projection.1",
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (top); i++) {
+    g_ptr_array_add (a, g_strconcat (top[i], ".weight", NULL));
+    g_ptr_array_add (a, g_strconcat (top[i], ".bias", NULL));
+  }
+  for (int l = 0; l < cfg->num_layers; l++) {
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.modulation", l));
+    for (guint i = 0; i < G_N_ELEMENTS (block_linears); i++) {
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l,
+              block_linears[i]));
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l,
+              block_linears[i]));
+    }
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_q.weight",
+            l));
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_k.weight",
+            l));
+    static const char *const ca[] = { "q", "k", "v", "o" };
+    for (guint i = 0; i < 4; i++) {
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.weight", l,
+              ca[i]));
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.bias", l,
+              ca[i]));
+    }
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_q.weight",
+            l));
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_k.weight",
+            l));
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.weight", l));
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.bias", l));
+    static const char *const rest[] = {
+      "ffn.0", "ffn.2", "cam_injector_layer1", "cam_injector_layer2",
+      "cam_scale_layer", "cam_shift_layer",
+    };
+    for (guint i = 0; i < G_N_ELEMENTS (rest); i++) {
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l, rest[i]));
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l, rest[i]));
+    }
+  }
+  g_ptr_array_add (a, g_strdup ("head.modulation"));
+  g_ptr_array_add (a, g_strdup ("head.head.weight"));
+  g_ptr_array_add (a, g_strdup ("head.head.bias"));
+  return a;
+}
+
+static gboolean
+set_shape (int *ndim, int64_t * shape, int n, int64_t a, int64_t b)
+{
+  *ndim = n;
+  shape[0] = a;
+  shape[1] = b;
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_weight_shape:
+ * @cfg: a configuration
+ * @name: a weight name of spec 4.2
+ * @ndim: (out): its number of dimensions
+ * @shape: (out) (array fixed-size=5): its shape
+ *
+ * Returns: %FALSE when @name is not a DiT weight of @cfg.
+ */
+gboolean
+lingbot_dit_weight_shape (const LingbotDitConfig * cfg, const char *name,
+    int *ndim, int64_t * shape)
+{
+  const int64_t d = cfg->dim;
+  const gboolean w = g_str_has_suffix (name, ".weight");
+  const gboolean b = g_str_has_suffix (name, ".bias");
+
+  if (strcmp (name, "patch_embedding.weight") == 0) {
+    *ndim = 5;
+    shape[0] = d;
+    shape[1] = cfg->in_dim;
+    shape[2] = cfg->patch[0];
+    shape[3] = cfg->patch[1];
+    shape[4] = cfg->patch[2];
+    return TRUE;
+  }
+  if (strcmp (name, "head.modulation") == 0) {
+    *ndim = 3;
+    shape[0] = 1;
+    shape[1] = 2;
+    shape[2] = d;
+    return TRUE;
+  }
+  if (g_str_has_prefix (name, "head.head."))
+    return w ? set_shape (ndim, shape, 2, head_features (cfg), d) :
+        b ? set_shape (ndim, shape, 1, head_features (cfg), 0) : FALSE;
+  if (g_str_has_prefix (name, "blocks.")) {
+    char *end = NULL;
+    gint64 l = g_ascii_strtoll (name + 7, &end, 10);
+    if (end == name + 7 || *end != '.' || l < 0 || l >= cfg->num_layers)
+      return FALSE;
+    const char *rest = end + 1;
+    if (strcmp (rest, "modulation") == 0) {
+      *ndim = 3;
+      shape[0] = 1;
+      shape[1] = 6;
+      shape[2] = d;
+      return TRUE;
+    }
+    if (g_str_has_suffix (rest, "norm_q.weight") ||
+        g_str_has_suffix (rest, "norm_k.weight") ||
+        strcmp (rest, "norm3.weight") == 0 || strcmp (rest, "norm3.bias") == 0)
+      return (g_str_has_prefix (rest, "self_attn.") ||
+          g_str_has_prefix (rest, "cross_attn.") ||
+          g_str_has_prefix (rest, "norm3.")) ?
+          set_shape (ndim, shape, 1, d, 0) : FALSE;
+    static const char *const lin[] = {
+      "self_attn.q.", "self_attn.k.", "self_attn.v.", "self_attn.o.",
+      "cross_attn.q.", "cross_attn.k.", "cross_attn.v.", "cross_attn.o.",
+      "cam_injector_layer1.", "cam_injector_layer2.", "cam_scale_layer.",
+      "cam_shift_layer.",
+    };
+    for (guint i = 0; i < G_N_ELEMENTS (lin); i++) {
+      if (g_str_has_prefix (rest, lin[i]) &&
+          (strcmp (rest + strlen (lin[i]), "weight") == 0 ||
+              strcmp (rest + strlen (lin[i]), "bias") == 0))
+        return w ? set_shape (ndim, shape, 2, d, d) :
+            set_shape (ndim, shape, 1, d, 0);
+    }
+    if (strcmp (rest, "ffn.0.weight") == 0)
+      return set_shape (ndim, shape, 2, cfg->ffn_dim, d);
+    if (strcmp (rest, "ffn.0.bias") == 0)
+      return set_shape (ndim, shape, 1, cfg->ffn_dim, 0);
+    if (strcmp (rest, "ffn.2.weight") == 0)
+      return set_shape (ndim, shape, 2, d, cfg->ffn_dim);
+    if (strcmp (rest, "ffn.2.bias") == 0)
+      return set_shape (ndim, shape, 1, d, 0);
+    return FALSE;
+  }
+  static const struct
+  {
+    const char *prefix;
+    int in_kind;                /* 0: D, 1: ctl, 2: text, 3: freq */
+    int out_mult;
+  } top[] = {
+    {"patch_embedding.", 0, 1},
+    {"patch_embedding_wancamctrl.", 1, 1},
+    {"c2ws_hidden_states_layer1.", 0, 1},
+    {"c2ws_hidden_states_layer2.", 0, 1},
+    {"text_embedding.0.", 2, 1},
+    {"text_embedding.2.", 0, 1},
+    {"time_embedding.0.", 3, 1},
+    {"time_embedding.2.", 0, 1},
+    {"time_projection.1.", 0, 6},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (top); i++) {
+    size_t pl = strlen (top[i].prefix);
+    if (strncmp (name, top[i].prefix, pl) != 0)
+      continue;
+    const char *rest = name + pl;
+    if (strcmp (rest, "weight") != 0 && strcmp (rest, "bias") != 0)
+      continue;
+    int64_t in = top[i].in_kind == 1 ? cfg->control_in_features :
+        top[i].in_kind == 2 ? cfg->text_dim :
+        top[i].in_kind == 3 ? cfg->freq_dim : d;
+    if (i == 0 && w)
+      continue;                 /* handled above (5-D) */
+    return w ? set_shape (ndim, shape, 2, d * top[i].out_mult, in) :
+        set_shape (ndim, shape, 1, d * top[i].out_mult, 0);
+  }
+  return FALSE;
+}
