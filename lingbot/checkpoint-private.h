@@ -13,6 +13,8 @@ G_BEGIN_DECLS
 
 LingbotCheckpoint *lingbot_ckpt_new (const char *path,
     LingbotCheckpointFormat format);
+void lingbot_ckpt_set_format (LingbotCheckpoint * ckpt,
+    LingbotCheckpointFormat format);
 /* Takes ownership of @tensor (also on failure).  Fails on a duplicate name. */
 gboolean lingbot_ckpt_add_tensor (LingbotCheckpoint * ckpt, const char *name,
     LbTensor * tensor, const char *file, GError ** error);
