@@ -16,9 +16,9 @@
 #
 # It exits 1 on an arrow back up out of kernels/ or comm/, and on more
 # circles than --max-circles.  gst/'s arrows are reported but only fail
-# with --strict-gst: gst/ still includes kernels/error.h and
-# lingbot/backend.h, lingbot/image.h, which the gst-side change removes;
-# the meson test becomes strict for gst/ once that has landed.
+# with --strict-gst (they were allowed while the elements still included
+# kernels/error.h, lingbot/backend.h and lingbot/image.h; the meson test
+# passes --strict-gst since they include lingbot/lingbot.h alone).
 #
 # Python 3 standard library only; run from anywhere:
 #   tools/check-layers.py [--root DIR] [--strict-gst] [--max-circles N]

@@ -88,7 +88,7 @@ static LingbotDit *dit;
 /* (a) the weights                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* The model's weight slots, enumerated independently of dit-forward.c's
+/* The model's weight slots, enumerated independently of dit-ranks.c's
  * tables: every LingbotDitLinear (w must be bf16, b f32) and every other
  * tensor (f32). */
 #define LIN_T(f) G_STRUCT_OFFSET (LingbotDitWeights, f)
