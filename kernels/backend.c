@@ -129,8 +129,7 @@ static const struct
   const char *name;
   glong offset;
 } op_slots[] = {
-#define LB_ARG(kind, n)
-#define LB_OP(name, args) { G_STRINGIFY (name), G_STRUCT_OFFSET (LbOps, name) },
+#define LB_OP(name) { G_STRINGIFY (name), G_STRUCT_OFFSET (LbOps, name) },
 #include "kernels/ops-list.h"
 };
 

@@ -3,7 +3,8 @@
  *
  * The one place an op is declared.  Each entry is
  *
- *   LB_OP (name, LB_ARG (KIND, arg) LB_ARG (KIND, arg) ...)
+ *   #define LB_OP_ARGS_name(A) A (KIND, arg) A (KIND, arg) ...
+ *   LB_OP (name)
  *
  * for `gboolean (*name) (LbStream * s, <the args in order>, GError **
  * error)`, with KIND one of
@@ -16,24 +17,24 @@
  *   BOOL  gboolean
  *
  * and the comment above it is the op's contract (see the conventions in
- * kernels/ops.h).  From the list come the LbOps members (kernels/ops.h),
- * the CPU backend's declarations and table (kernels/cpu/), the op names
- * of lb_ops_first_missing() (kernels/backend.c), fakedev's wrappers and
- * the generic op call the table-driven parity tests run
- * (tests/common/op-call.h).  A new op is one entry here plus its kernels
- * and its rows in tests/common/op-cases.c.
+ * kernels/ops.h).  `LB_OP_ARGS_name (M)` expands to `M (KIND, arg)` for
+ * each argument, so one LB_OP expansion can use the arguments several
+ * ways (kernels/ops.h has the usual M: LB_OP_PARAM, a declaration
+ * `, const LbTensor * x`, and LB_OP_ARG_NAME, `, x`).
  *
- * Usage: define LB_OP (name, args) and LB_ARG (kind, arg), then include
- * this file; it may be included any number of times and undefines both
- * macros at its end.  kernels/ops.h has the usual expansions of LB_ARG
- * (LB_OP_PARAM: a declaration `, const LbTensor * x`; LB_OP_ARG_NAME:
- * `, x`).
+ * From the list come the LbOps members (kernels/ops.h), the CPU backend's
+ * declarations and table (kernels/cpu/), the op names of
+ * lb_ops_first_missing() (kernels/backend.c), fakedev's wrappers
+ * (tests/common/fakedev.c) and the generic op call of the table-driven
+ * parity tests (tests/common/op-call.h).  A new op is one entry here, its
+ * kernels, and its rows in the parity table (tests/common/op-cases.c).
+ *
+ * Usage: define LB_OP (name), then include this file; it may be included
+ * any number of times (the LB_OP_ARGS_ macros are defined identically
+ * each time) and undefines LB_OP at its end.
  */
 #ifndef LB_OP
-#error "define LB_OP (name, args) before including kernels/ops-list.h"
-#endif
-#ifndef LB_ARG
-#error "define LB_ARG (kind, arg) before including kernels/ops-list.h"
+#error "define LB_OP (name) before including kernels/ops-list.h"
 #endif
 
 /* @gemm: `y[M,N] = alpha * x[M,K] . op(w) + bias[N] + beta * y`, where op(w)
@@ -52,8 +53,9 @@
  *   weights) and sums each output in a fixed order, so a row of y does
  *   not depend on the other rows of x.
  */
-LB_OP (gemm, LB_ARG (IN, x) LB_ARG (IN, w) LB_ARG (BOOL, trans_w)
-    LB_ARG (IN, bias) LB_ARG (F32, alpha) LB_ARG (F32, beta) LB_ARG (OUT, y))
+#define LB_OP_ARGS_gemm(A) A (IN, x) A (IN, w) A (BOOL, trans_w) \
+    A (IN, bias) A (F32, alpha) A (F32, beta) A (OUT, y)
+LB_OP (gemm)
 
 /* @gemm_fp8: the FP8 linear layer (precision "fp8", docs/design/cuda.md
  *   "Precision"): x f32 [M, K] (a 2-D view with unit column stride, or
@@ -86,31 +88,36 @@ LB_OP (gemm, LB_ARG (IN, x) LB_ARG (IN, w) LB_ARG (BOOL, trans_w)
  *   expected f8e4m3 [N, 8] contiguous", "gemm_fp8: sw is f32 [4],
  *   expected f32 [3] contiguous").
  */
-LB_OP (gemm_fp8, LB_ARG (IN, x) LB_ARG (IN, w) LB_ARG (IN, sw)
-    LB_ARG (IN, bias) LB_ARG (F32, alpha) LB_ARG (F32, beta) LB_ARG (OUT, y))
+#define LB_OP_ARGS_gemm_fp8(A) A (IN, x) A (IN, w) A (IN, sw) A (IN, bias) \
+    A (F32, alpha) A (F32, beta) A (OUT, y)
+LB_OP (gemm_fp8)
 
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.
  */
-LB_OP (layer_norm, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (IN, bias)
-    LB_ARG (F32, eps) LB_ARG (OUT, y))
+#define LB_OP_ARGS_layer_norm(A) A (IN, x) A (IN, weight) A (IN, bias) \
+    A (F32, eps) A (OUT, y)
+LB_OP (layer_norm)
 
 /* @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
  *   (@weight may be %NULL).  In place allowed (y == x).
  */
-LB_OP (rms_norm, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (F32, eps)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_rms_norm(A) A (IN, x) A (IN, weight) A (F32, eps) \
+    A (OUT, y)
+LB_OP (rms_norm)
 
 /* @modulate: `y = x * (1 + scale) + shift` with x,y [M,D] and scale/shift
  *   either [D] (broadcast over rows) or [M,D] (per row).  In place allowed.
  */
-LB_OP (modulate, LB_ARG (IN, x) LB_ARG (IN, scale) LB_ARG (IN, shift)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_modulate(A) A (IN, x) A (IN, scale) A (IN, shift) \
+    A (OUT, y)
+LB_OP (modulate)
 
 /* @gated_residual: in place `x += gate * y`, x,y [M,D], gate [D] or [M,D]
  *   or %NULL (then plain `x += y`).
  */
-LB_OP (gated_residual, LB_ARG (OUT, x) LB_ARG (IN, y) LB_ARG (IN, gate))
+#define LB_OP_ARGS_gated_residual(A) A (OUT, x) A (IN, y) A (IN, gate)
+LB_OP (gated_residual)
 
 /* @rope_3d: in place rotation of x[N, H, hd] (q or k heads) by interleaved
  *   pairs, spec lingbot_model_spec.md 1.8.  Token n is (f, i, j) in
@@ -124,9 +131,10 @@ LB_OP (gated_residual, LB_ARG (OUT, x) LB_ARG (IN, y) LB_ARG (IN, gate))
  *   rank holding a band of rows, which passes its first row.  x may be a
  *   view with stride[2] == 1.  Positions past the table are an error.
  */
-LB_OP (rope_3d, LB_ARG (OUT, x) LB_ARG (IN, cos) LB_ARG (IN, sin)
-    LB_ARG (I64, grid_f) LB_ARG (I64, grid_h) LB_ARG (I64, grid_w)
-    LB_ARG (I64, frame_offset) LB_ARG (I64, row_offset))
+#define LB_OP_ARGS_rope_3d(A) A (OUT, x) A (IN, cos) A (IN, sin) \
+    A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) A (I64, frame_offset) \
+    A (I64, row_offset)
+LB_OP (rope_3d)
 
 /* @attention: `out[Nq,H,hd] = softmax(q . k^T * scale + bias) . v` with
  *   k,v [Nk,H,hd]; @bias ([H,Nq,Nk], nullable) is added to the logits before
@@ -149,33 +157,38 @@ LB_OP (rope_3d, LB_ARG (OUT, x) LB_ARG (IN, cos) LB_ARG (IN, sin)
  *   the same result; the rest of the op's precision in that mode is the
  *   backend's (tolerance, docs/design/cuda.md "Precision").
  */
-LB_OP (attention, LB_ARG (IN, q) LB_ARG (IN, k) LB_ARG (IN, v)
-    LB_ARG (IN, bias) LB_ARG (IN, key_mask) LB_ARG (F32, scale)
-    LB_ARG (OUT, out))
+#define LB_OP_ARGS_attention(A) A (IN, q) A (IN, k) A (IN, v) A (IN, bias) \
+    A (IN, key_mask) A (F32, scale) A (OUT, out)
+LB_OP (attention)
 
 /* @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  */
-LB_OP (gelu_tanh, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_gelu_tanh(A) A (IN, x) A (OUT, y)
+LB_OP (gelu_tanh)
 
 /* @silu: `x * sigmoid(x)`, in place ok.
  */
-LB_OP (silu, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_silu(A) A (IN, x) A (OUT, y)
+LB_OP (silu)
 
 /* @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
  *   The elementwise and row ops (norms, modulate, gated_residual,
  *   activations, add/mul/scale) also accept 2-D row-strided views
  *   (stride[1] == 1).
  */
-LB_OP (add, LB_ARG (IN, a) LB_ARG (IN, b) LB_ARG (OUT, y))
+#define LB_OP_ARGS_add(A) A (IN, a) A (IN, b) A (OUT, y)
+LB_OP (add)
 
 /* @mul: `y = a * b`, broadcasting as @add.
  */
-LB_OP (mul, LB_ARG (IN, a) LB_ARG (IN, b) LB_ARG (OUT, y))
+#define LB_OP_ARGS_mul(A) A (IN, a) A (IN, b) A (OUT, y)
+LB_OP (mul)
 
 /* @scale: `y = alpha * x + beta`, in place ok.
  */
-LB_OP (scale, LB_ARG (IN, x) LB_ARG (F32, alpha) LB_ARG (F32, beta)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_scale(A) A (IN, x) A (F32, alpha) A (F32, beta) \
+    A (OUT, y)
+LB_OP (scale)
 
 /* @conv3d_causal: x [Cin, T, H, W] -> y [Cout, T', H', W'] with weight
  *   [Cout, Cin, kt, kh, kw], bias [Cout] (nullable), spatial zero padding
@@ -187,33 +200,37 @@ LB_OP (scale, LB_ARG (IN, x) LB_ARG (F32, alpha) LB_ARG (F32, beta)
  *   in front, none after; vae_and_distributed_spec.md A.3).  So
  *   T' = Z + Tc + T - kt + 1, which is T whenever Tc <= kt - 1.
  */
-LB_OP (conv3d_causal, LB_ARG (IN, x) LB_ARG (IN, cache) LB_ARG (IN, weight)
-    LB_ARG (IN, bias) LB_ARG (INT, pad_h) LB_ARG (INT, pad_w)
-    LB_ARG (INT, stride_h) LB_ARG (INT, stride_w) LB_ARG (OUT, y))
+#define LB_OP_ARGS_conv3d_causal(A) A (IN, x) A (IN, cache) A (IN, weight) \
+    A (IN, bias) A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) \
+    A (INT, stride_w) A (OUT, y)
+LB_OP (conv3d_causal)
 
 /* @conv2d: x [Cin, H, W] (or [B, Cin, H, W] with B in dim 0 of a 4-D
  *   tensor) -> y [Cout, H', W'] (or [B, Cout, H', W']), weight
  *   [Cout, Cin, kh, kw], bias nullable, symmetric zero padding, stride.
  */
-LB_OP (conv2d, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (IN, bias)
-    LB_ARG (INT, pad_h) LB_ARG (INT, pad_w) LB_ARG (INT, stride_h)
-    LB_ARG (INT, stride_w) LB_ARG (OUT, y))
+#define LB_OP_ARGS_conv2d(A) A (IN, x) A (IN, weight) A (IN, bias) \
+    A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) A (INT, stride_w) \
+    A (OUT, y)
+LB_OP (conv2d)
 
 /* @upsample_nearest2x: x [..., H, W] -> y [..., 2H, 2W].
  */
-LB_OP (upsample_nearest2x, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_upsample_nearest2x(A) A (IN, x) A (OUT, y)
+LB_OP (upsample_nearest2x)
 
 /* @patchify: x [C, F, H, W] -> y [F*(H/ph)*(W/pw), C*ph*pw], token order
  *   (f, i, j) row-major, feature `c*ph*pw + kh*pw + kw` (spec 1.3, 1.6).
  */
-LB_OP (patchify, LB_ARG (IN, x) LB_ARG (INT, ph) LB_ARG (INT, pw)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_patchify(A) A (IN, x) A (INT, ph) A (INT, pw) A (OUT, y)
+LB_OP (patchify)
 
 /* @unpatchify: z [F*Hp*Wp, ph*pw*C] -> y [C, F, Hp*ph, Wp*pw], feature
  *   `(kh*pw + kw)*C + c` (spec 1.10: c fastest).
  */
-LB_OP (unpatchify, LB_ARG (IN, z) LB_ARG (INT, ph) LB_ARG (INT, pw)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_unpatchify(A) A (IN, z) A (INT, ph) A (INT, pw) \
+    A (OUT, y)
+LB_OP (unpatchify)
 
 /* @resize_bicubic: x [C, H, W] -> y [C, H', W'], bicubic with A = -0.75,
  *   half-pixel centres (align_corners=False), no antialias, edge clamped,
@@ -222,7 +239,8 @@ LB_OP (unpatchify, LB_ARG (IN, z) LB_ARG (INT, ph) LB_ARG (INT, pw)
  *   clamped), the 4 taps clamped to the border, width taps combined first
  *   (golden README 4).
  */
-LB_OP (resize_bicubic, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_resize_bicubic(A) A (IN, x) A (OUT, y)
+LB_OP (resize_bicubic)
 
 /* The strided ops below (@copy, @clamp, @fill, @accumulate, @latent_affine)
  * take f32 views of 1 to 5 dims with any strides (including 0-stride
@@ -239,23 +257,27 @@ LB_OP (resize_bicubic, LB_ARG (IN, x) LB_ARG (OUT, y))
  *   %LB_ERROR_SHAPE errors ("copy: y is f16 [3, 4], expected f32 or bf16
  *   [3, 4]").
  */
-LB_OP (copy, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_copy(A) A (IN, x) A (OUT, y)
+LB_OP (copy)
 
 /* @clamp: `y = min(max(x, lo), hi)` evaluated as
  *   `v = x < lo ? lo : x; y = v > hi ? hi : v`, so NaN stays NaN (as
  *   torch.clamp).  Any strides; in place allowed (y == x).
  */
-LB_OP (clamp, LB_ARG (IN, x) LB_ARG (F32, lo) LB_ARG (F32, hi) LB_ARG (OUT, y))
+#define LB_OP_ARGS_clamp(A) A (IN, x) A (F32, lo) A (F32, hi) A (OUT, y)
+LB_OP (clamp)
 
 /* @fill: `y[...] = value` (any strides).
  */
-LB_OP (fill, LB_ARG (OUT, y) LB_ARG (F32, value))
+#define LB_OP_ARGS_fill(A) A (OUT, y) A (F32, value)
+LB_OP (fill)
 
 /* @accumulate: in place `y += x` (same shape, any strides; used where the
  *   addend's layout differs from y's, e.g. token-major [N, C] attention
  *   output added to a channel-major [C, T, H, W] residual).
  */
-LB_OP (accumulate, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_accumulate(A) A (IN, x) A (OUT, y)
+LB_OP (accumulate)
 
 /* @channel_rms_norm: Wan2.1 RMS_norm over the channels of x [C, T, H, W]
  *   (vae_and_distributed_spec.md A.3), in the reference's order of
@@ -267,8 +289,9 @@ LB_OP (accumulate, LB_ARG (IN, x) LB_ARG (OUT, y))
  *   token-major [N, C] buffer seen as [C, T, H, W]); @gamma f32 [C]
  *   contiguous.  y must not overlap x.
  */
-LB_OP (channel_rms_norm, LB_ARG (IN, x) LB_ARG (IN, gamma) LB_ARG (BOOL, silu)
-    LB_ARG (OUT, y))
+#define LB_OP_ARGS_channel_rms_norm(A) A (IN, x) A (IN, gamma) \
+    A (BOOL, silu) A (OUT, y)
+LB_OP (channel_rms_norm)
 
 /* @upsample_nearest2x_halo: nearest x2 of a band of h rows that carries one
  *   halo row above and below, keeping one upsampled halo row per side:
@@ -277,7 +300,8 @@ LB_OP (channel_rms_norm, LB_ARG (IN, x) LB_ARG (IN, gamma) LB_ARG (BOOL, silu)
  *   (the full upsample's outermost rows, never read by the following 3x3
  *   conv, are dropped).
  */
-LB_OP (upsample_nearest2x_halo, LB_ARG (IN, x) LB_ARG (OUT, y))
+#define LB_OP_ARGS_upsample_nearest2x_halo(A) A (IN, x) A (OUT, y)
+LB_OP (upsample_nearest2x_halo)
 
 /* @latent_affine: per-channel latent (de)normalisation of x [C, ...]
  *   (dim 0 is the channel) into y of the same shape, @mean and @inv_std
@@ -285,8 +309,9 @@ LB_OP (upsample_nearest2x_halo, LB_ARG (IN, x) LB_ARG (OUT, y))
  *   else `y = (x - mean[c]) * inv_std[c]` (spec A.2: the reference divides
  *   by the float32 reciprocal, it does not multiply by the std).
  */
-LB_OP (latent_affine, LB_ARG (IN, x) LB_ARG (IN, mean) LB_ARG (IN, inv_std)
-    LB_ARG (BOOL, denormalize) LB_ARG (OUT, y))
+#define LB_OP_ARGS_latent_affine(A) A (IN, x) A (IN, mean) A (IN, inv_std) \
+    A (BOOL, denormalize) A (OUT, y)
+LB_OP (latent_affine)
 
 /* The fused ops below each replace a pair of the ops above in the DiT
  * block (spec 1.7, 1.8, 1.10).  Each computes exactly what the pair
@@ -305,8 +330,9 @@ LB_OP (latent_affine, LB_ARG (IN, x) LB_ARG (IN, mean) LB_ARG (IN, inv_std)
  *   shift may be 2-D row-strided views (stride[1] == 1).  In place
  *   allowed (y == x).
  */
-LB_OP (norm_modulate, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (IN, bias)
-    LB_ARG (F32, eps) LB_ARG (IN, scale) LB_ARG (IN, shift) LB_ARG (OUT, y))
+#define LB_OP_ARGS_norm_modulate(A) A (IN, x) A (IN, weight) A (IN, bias) \
+    A (F32, eps) A (IN, scale) A (IN, shift) A (OUT, y)
+LB_OP (norm_modulate)
 
 /* @rms_norm_rope: @rms_norm then @rope_3d: x [N, H*hd] (2-D, stride[1] ==
  *   1) is RMS-normalised over the whole row (all heads, the mean square in
@@ -320,10 +346,10 @@ LB_OP (norm_modulate, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (IN, bias)
  *   by lb_f32_to_bf16(); any other dtype is an %LB_ERROR_SHAPE error
  *   ("rms_norm_rope: y is f16 [6, 2, 8], expected f32 or bf16 [6, *, *]").
  */
-LB_OP (rms_norm_rope, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (F32, eps)
-    LB_ARG (IN, cos) LB_ARG (IN, sin) LB_ARG (I64, grid_f)
-    LB_ARG (I64, grid_h) LB_ARG (I64, grid_w) LB_ARG (I64, frame_offset)
-    LB_ARG (I64, row_offset) LB_ARG (OUT, y))
+#define LB_OP_ARGS_rms_norm_rope(A) A (IN, x) A (IN, weight) A (F32, eps) \
+    A (IN, cos) A (IN, sin) A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) \
+    A (I64, frame_offset) A (I64, row_offset) A (OUT, y)
+LB_OP (rms_norm_rope)
 
 /* @gated_residual_modulate: @gated_residual then @modulate, in place on x:
  *   `x = (x + gate * y) * (1 + scale) + shift` with x, y [M, D], @gate [D],
@@ -331,8 +357,9 @@ LB_OP (rms_norm_rope, LB_ARG (IN, x) LB_ARG (IN, weight) LB_ARG (F32, eps)
  *   self-attention output's gated residual followed by the camera
  *   injection of spec 1.7).  Row-strided 2-D views accepted.
  */
-LB_OP (gated_residual_modulate, LB_ARG (OUT, x) LB_ARG (IN, y)
-    LB_ARG (IN, gate) LB_ARG (IN, scale) LB_ARG (IN, shift))
+#define LB_OP_ARGS_gated_residual_modulate(A) A (OUT, x) A (IN, y) \
+    A (IN, gate) A (IN, scale) A (IN, shift)
+LB_OP (gated_residual_modulate)
 
 /* @ray_map: the camera control tensor of spec 2.6-2.7, built on the
  *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
@@ -353,9 +380,9 @@ LB_OP (gated_residual_modulate, LB_ARG (OUT, x) LB_ARG (IN, y)
  *   function it calls).  Bad sizes or bands are %LB_ERROR_SHAPE errors
  *   ("ray_map: width 60 and height 48 must be positive multiples of 8").
  */
-LB_OP (ray_map, LB_ARG (IN, rel_poses) LB_ARG (F32, fx) LB_ARG (F32, fy)
-    LB_ARG (F32, cx) LB_ARG (F32, cy) LB_ARG (INT, width) LB_ARG (INT, height)
-    LB_ARG (INT, row0) LB_ARG (OUT, y))
+#define LB_OP_ARGS_ray_map(A) A (IN, rel_poses) A (F32, fx) A (F32, fy) \
+    A (F32, cx) A (F32, cy) A (INT, width) A (INT, height) A (INT, row0) \
+    A (OUT, y)
+LB_OP (ray_map)
 
 #undef LB_OP
-#undef LB_ARG

@@ -26,8 +26,9 @@ G_BEGIN_DECLS
 
 typedef struct _LbStream LbStream;
 
-/* The usual expansions of LB_ARG (kernels/ops-list.h): a parameter
- * declaration (`, const LbTensor * x`) and the argument's name (`, x`). */
+/* The usual expansions of an op's arguments (LB_OP_ARGS_name (M) in
+ * kernels/ops-list.h): a parameter declaration (`, const LbTensor * x`)
+ * and the argument's name (`, x`). */
 #define LB_OP_PARAM_IN(n) , const LbTensor * n
 #define LB_OP_PARAM_OUT(n) , LbTensor * n
 #define LB_OP_PARAM_F32(n) , float n
@@ -46,9 +47,9 @@ typedef struct _LbStream LbStream;
  * sections) of its entry there.
  */
 typedef struct _LbOps {
-#define LB_ARG LB_OP_PARAM
-#define LB_OP(name, args) \
-  gboolean (*name) (LbStream * s args, GError ** error);
+#define LB_OP(name) \
+  gboolean (*name) (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), \
+      GError ** error);
 #include "kernels/ops-list.h"
 } LbOps;
 

@@ -105,9 +105,9 @@ void lb_cpu_conv_set_direct (int mode);
  * rows.c, conv.c, layout.c, strided.c, fused.c (the fused DiT ops) and
  * raymap.c (camera control; the arithmetic it shares with
  * lingbot/control-raymap.c is declared in kernels/raymap.h). */
-#define LB_ARG LB_OP_PARAM
-#define LB_OP(name, args) \
-  gboolean lb_cpu_##name (LbStream * s args, GError ** error);
+#define LB_OP(name) \
+  gboolean lb_cpu_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), \
+      GError ** error);
 #include "kernels/ops-list.h"
 
 G_END_DECLS

@@ -5,7 +5,6 @@
 #include "kernels/cpu/cpu-internal.h"
 
 const LbOps lb_cpu_ops = {
-#define LB_ARG(kind, n)
-#define LB_OP(name, args) .name = lb_cpu_##name,
+#define LB_OP(name) .name = lb_cpu_##name,
 #include "kernels/ops-list.h"
 };
