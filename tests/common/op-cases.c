@@ -18,6 +18,7 @@
 #include "op-cases.h"
 #include "op-call.h"
 #include "kernels/error.h"
+#include "test-compare.h"
 
 #include <math.h>
 #include <string.h>
@@ -784,41 +785,14 @@ build_call (const OpCase * c, Side * side, const Side * host, LbStream * s,
   memcpy (call->i, c->i, sizeof (call->i));
 }
 
-/* `max |ref - got| <= tol * max |ref|` over finite elements, the same
- * non-finite elements on both (any NaN matches a NaN), and with @bytes the
- * same bytes. */
+/* test_compare (), and with @bytes the same bytes. */
 static void
 compare_bases (const char *what, const LbTensor * ref, const LbTensor * got,
     double tol, gboolean bytes)
 {
-  g_assert_true (lb_tensor_same_shape (ref, got));
-  const float *x = ref->data, *y = got->data;
-  const int64_t n = lb_tensor_numel (ref);
-  double maxabs = 0, maxdiff = 0;
-  int64_t bad = -1;
-  for (int64_t i = 0; i < n; i++) {
-    if (isfinite (x[i]))
-      maxabs = fmax (maxabs, fabs (x[i]));
-    if (isfinite (x[i]) != isfinite (y[i]) || (!isfinite (x[i]) &&
-            !(isnan (x[i]) && isnan (y[i])) && x[i] != y[i])) {
-      if (bad < 0)
-        bad = i;
-      continue;
-    }
-    if (isfinite (x[i]))
-      maxdiff = fmax (maxdiff, fabs ((double) x[i] - y[i]));
-  }
-  g_autofree char *shape = lb_tensor_shape_string (ref);
-  g_test_message ("%s %s: max |ref| %.3g, max diff %.3g (tol %.1g%s)", what,
-      shape, maxabs, maxdiff, tol, bytes ? ", bytes" : "");
-  if (bad >= 0)
-    g_error ("%s %s: element %" G_GINT64_FORMAT " is %g on the device, %g "
-        "on the CPU", what, shape, bad, y[bad], x[bad]);
-  if (!(maxdiff <= tol * fmax (maxabs, 1e-30)))
-    g_error ("%s %s: max diff %.3g > %.1g * max |ref| %.3g", what, shape,
-        maxdiff, tol, maxabs);
-  if (bytes && memcmp (x, y, lb_tensor_nbytes (ref)) != 0)
-    g_error ("%s %s: the bytes differ", what, shape);
+  test_compare (what, ref, got, tol);
+  if (bytes && memcmp (ref->data, got->data, lb_tensor_nbytes (ref)) != 0)
+    g_error ("%s: the bytes differ", what);
 }
 
 static void
