@@ -113,12 +113,13 @@ same (int k)
   return (ArgSpec) { .fill = FILL_SAME, .same = k };
 }
 
+/* @a as a view into a larger buffer: VIEW_NARROW, the buffer @extra
+ * wider along @dim and the view from @at; VIEW_SELECT, a dim of @extra
+ * inserted at @dim and the view at index @at */
 static ArgSpec
-narrow (ArgSpec a, int dim, int64_t extra, int64_t at)
+view_of (ArgSpec a, ViewKind view, int dim, int64_t extra, int64_t at)
 {
-  if (extra == 0)
-    return a;
-  a.view = VIEW_NARROW;
+  a.view = view;
   a.dim = dim;
   a.extra = extra;
   a.at = at;
@@ -126,13 +127,9 @@ narrow (ArgSpec a, int dim, int64_t extra, int64_t at)
 }
 
 static ArgSpec
-select_of (ArgSpec a, int dim, int64_t n, int64_t at)
+narrow (ArgSpec a, int dim, int64_t extra, int64_t at)
 {
-  a.view = VIEW_SELECT;
-  a.dim = dim;
-  a.extra = n;
-  a.at = at;
-  return a;
+  return extra == 0 ? a : view_of (a, VIEW_NARROW, dim, extra, at);
 }
 
 static ArgSpec
@@ -311,7 +308,7 @@ rope_cases (int64_t gf, int64_t gh, int64_t gw, int64_t nh, int64_t hd,
   OpCase *c = add (OP_rope_3d, TOL, "rope_3d %" G_GINT64_FORMAT "x%"
       G_GINT64_FORMAT "x%" G_GINT64_FORMAT " hd %" G_GINT64_FORMAT "%s", gf,
       gh, gw, hd, strided ? " (packed)" : "");
-  c->t[0] = strided ? select_of (x, 1, 2, 1) : x;
+  c->t[0] = strided ? view_of (x, VIEW_SELECT, 1, 2, 1) : x;
   c->t[1] = rope_table (FILL_ROPE_COS, hd);
   c->t[2] = rope_table (FILL_ROPE_SIN, hd);
   const int64_t i[] = { gf, gh, gw, f0, r0 };
@@ -560,7 +557,7 @@ rms_norm_rope_cases (int64_t gf, int64_t gh, int64_t gw, int64_t nh,
   const int64_t i[] = { gf, gh, gw, f0, r0 };
   memcpy (c->i, i, sizeof (i));
   ArgSpec y = nan_out (3, S (n, nh, hd));
-  c->t[4] = packed ? select_of (y, 1, 2, 1) : y;
+  c->t[4] = packed ? view_of (y, VIEW_SELECT, 1, 2, 1) : y;
   refused (c, "past the table")->i[3] = 64;
 }
 
