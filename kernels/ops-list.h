@@ -31,10 +31,12 @@
  *
  * Usage: define LB_OP (name), then include this file; it may be included
  * any number of times (the LB_OP_ARGS_ macros are defined identically
- * each time) and undefines LB_OP at its end.
+ * each time) and undefines LB_OP at its end.  Included without LB_OP it
+ * only defines the LB_OP_ARGS_ macros.
  */
 #ifndef LB_OP
-#error "define LB_OP (name) before including kernels/ops-list.h"
+/* included on its own: only the LB_OP_ARGS_ macros */
+#define LB_OP(name)
 #endif
 
 /* @gemm: `y[M,N] = alpha * x[M,K] . op(w) + bias[N] + beta * y`, where op(w)
