@@ -746,17 +746,6 @@ host_base (const ArgSpec * a, GRand * rand)
   return t;
 }
 
-static LbTensor *
-upload (LbStream * s, const LbTensor * h)
-{
-  g_autoptr (GError) err = NULL;
-  LbTensor *d = lb_tensor_new_on (s, h->dtype, h->ndim, h->shape, &err);
-  g_assert_no_error (err);
-  g_assert_true (lb_tensor_upload (s, d, h, &err));
-  g_assert_no_error (err);
-  return d;
-}
-
 /* The call of @c on @side's tensors (uploaded to @s unless @host). */
 static void
 build_call (const OpCase * c, Side * side, const Side * host, LbStream * s,
@@ -774,7 +763,8 @@ build_call (const OpCase * c, Side * side, const Side * host, LbStream * s,
       call->t[k] = call->t[a->same];
       continue;
     }
-    side->base[k] = host ? upload (s, host->base[k]) : host_base (a, rand);
+    side->base[k] = host ? test_upload (s, host->base[k]) :
+        host_base (a, rand);
     make_view (a, side->base[k], &side->view[k]);
     call->t[k] = &side->view[k];
   }

@@ -1,14 +1,28 @@
-/* lingbot-gst: comparing a backend's result with the CPU's (tests)
+/* lingbot-gst: a backend's result against the CPU's (tests): upload,
+ * compare
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * Shared by the CUDA parity tests (tests/gpu/gpu-test-util.h) and the
- * table of op cases (tests/common/op-cases.c).  Header-only.
+ * Shared by the CUDA parity tests (tests/gpu/gpu-test-util.h), the
+ * table of op cases (tests/common/op-cases.c) and the fakedev op tests.
+ * Header-only.
  */
 #pragma once
 
-#include "kernels/tensor.h"
+#include "kernels/backend.h"
 
 #include <math.h>
+
+/* A device copy of a contiguous host tensor (any dtype) on @s's device. */
+static inline LbTensor *
+test_upload (LbStream * s, const LbTensor * h)
+{
+  g_autoptr (GError) err = NULL;
+  LbTensor *d = lb_tensor_new_on (s, h->dtype, h->ndim, h->shape, &err);
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_upload (s, d, h, &err));
+  g_assert_no_error (err);
+  return d;
+}
 
 /* Compares host tensors (any strides) over their elements:
  * `max |ref - got| <= tol * max(max |ref|, 1e-30)` over the finite
