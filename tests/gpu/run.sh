@@ -562,7 +562,7 @@ fi
 if [ "${LINGBOT_GPU_PROFILE:-auto}" != 0 ]; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu \
     /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  : >"$OUT/profile.txt"
+  [ -n "$NCU" ] && : >"$OUT/profile.txt"
   for prec in bf16 fp8; do
     start=$(date +%s)
     if [ $prec = bf16 ]; then reserve=35; else reserve=5; fi
@@ -673,7 +673,7 @@ for line in open(suite_log, errors="replace"):
 print("\nparity against the CPU (largest error over each op's cases):")
 for op in sorted(worst):
     n, w, kind = worst[op]
-    print("  %-24s %4d cases  max %s %.3g" % (op, n, kind, w))
+    print("  %-30s %4d cases  max %s %.3g" % (op, n, kind, w))
 if not worst:
     print("  (no parity lines in the suite log)")
 
