@@ -69,30 +69,6 @@ add_channel_bias_kernel (float *y, int64_t rows, int64_t cout, int64_t plane,
 
 constexpr int kTile = 32, kRows = 8;
 
-__device__ __forceinline__ float
-load_as_float (const float *p)
-{
-  return *p;
-}
-
-__device__ __forceinline__ float
-load_as_float (const uint16_t * p)
-{
-  return bf16_widen (*p);
-}
-
-__device__ __forceinline__ void
-store_from_float (float *p, float v)
-{
-  *p = v;
-}
-
-__device__ __forceinline__ void
-store_from_float (uint16_t * p, float v)
-{
-  *p = bf16_round (v);
-}
-
 /* y[b*yb + j*yj + i] = x[b*xb + i*xi + j] (+ bias[j]) for b < nb, i < ni,
  * j < nj: a [ni, nj] matrix per b transposed through a 32x33 shared tile,
  * so that both the reads (along j) and the writes (along i) are
