@@ -123,22 +123,15 @@ lb_tensor_download (LbStream * s, LbTensor * dst, const LbTensor * src,
   return s->backend->stream_synchronize (s, error);
 }
 
-#define OP(name) { G_STRINGIFY (name), G_STRUCT_OFFSET (LbOps, name) }
+/* The op names and LbOps offsets, from kernels/ops-list.h. */
 static const struct
 {
   const char *name;
   glong offset;
 } op_slots[] = {
-  OP (gemm), OP (gemm_fp8), OP (layer_norm), OP (rms_norm), OP (modulate),
-  OP (gated_residual), OP (rope_3d), OP (attention), OP (gelu_tanh),
-  OP (silu), OP (add), OP (mul), OP (scale), OP (conv3d_causal),
-  OP (conv2d), OP (upsample_nearest2x), OP (patchify), OP (unpatchify),
-  OP (resize_bicubic), OP (copy), OP (clamp), OP (fill), OP (accumulate),
-  OP (channel_rms_norm), OP (upsample_nearest2x_halo), OP (latent_affine),
-  OP (norm_modulate), OP (rms_norm_rope), OP (gated_residual_modulate),
-  OP (ray_map),
+#define LB_OP(name) { G_STRINGIFY (name), G_STRUCT_OFFSET (LbOps, name) },
+#include "kernels/ops-list.h"
 };
-#undef OP
 
 /* Every member of LbOps is a function pointer listed above. */
 G_STATIC_ASSERT (sizeof (LbOps) == G_N_ELEMENTS (op_slots) * sizeof (void *));

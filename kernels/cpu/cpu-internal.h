@@ -100,93 +100,14 @@ void lb_cpu_conv_set_direct (int mode);
 
 /* ---- ops ---- */
 
-gboolean lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
-    gboolean trans_w, const LbTensor * bias, float alpha, float beta,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_gemm_fp8 (LbStream * s, const LbTensor * x,
-    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
-    float alpha, float beta, LbTensor * y, GError ** error);
-
-gboolean lb_cpu_layer_norm (LbStream * s, const LbTensor * x,
-    const LbTensor * weight, const LbTensor * bias, float eps, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_rms_norm (LbStream * s, const LbTensor * x,
-    const LbTensor * weight, float eps, LbTensor * y, GError ** error);
-gboolean lb_cpu_modulate (LbStream * s, const LbTensor * x,
-    const LbTensor * scale, const LbTensor * shift, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_gated_residual (LbStream * s, LbTensor * x,
-    const LbTensor * y, const LbTensor * gate, GError ** error);
-
-gboolean lb_cpu_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
-    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
-    int64_t frame_offset, int64_t row_offset, GError ** error);
-
-gboolean lb_cpu_attention (LbStream * s, const LbTensor * q,
-    const LbTensor * k, const LbTensor * v, const LbTensor * bias,
-    const LbTensor * key_mask, float scale, LbTensor * out, GError ** error);
-
-gboolean lb_cpu_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_silu (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_add (LbStream * s, const LbTensor * a, const LbTensor * b,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_mul (LbStream * s, const LbTensor * a, const LbTensor * b,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_scale (LbStream * s, const LbTensor * x, float alpha,
-    float beta, LbTensor * y, GError ** error);
-
-gboolean lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x,
-    const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
-    int pad_h, int pad_w, int stride_h, int stride_w, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_conv2d (LbStream * s, const LbTensor * x,
-    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
-    int stride_h, int stride_w, LbTensor * y, GError ** error);
-
-gboolean lb_cpu_upsample_nearest2x (LbStream * s, const LbTensor * x,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_patchify (LbStream * s, const LbTensor * x, int ph, int pw,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x,
-    LbTensor * y, GError ** error);
-
-gboolean lb_cpu_copy (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_fill (LbStream * s, LbTensor * y, float value,
-    GError ** error);
-gboolean lb_cpu_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
-    const LbTensor * gamma, gboolean silu, LbTensor * y, GError ** error);
-gboolean lb_cpu_upsample_nearest2x_halo (LbStream * s, const LbTensor * x,
-    LbTensor * y, GError ** error);
-gboolean lb_cpu_latent_affine (LbStream * s, const LbTensor * x,
-    const LbTensor * mean, const LbTensor * inv_std, gboolean denormalize,
-    LbTensor * y, GError ** error);
-
-/* fused DiT ops (fused.c) */
-gboolean lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
-    const LbTensor * weight, const LbTensor * bias, float eps,
-    const LbTensor * scale, const LbTensor * shift, LbTensor * y,
-    GError ** error);
-gboolean lb_cpu_rms_norm_rope (LbStream * s, const LbTensor * x,
-    const LbTensor * weight, float eps, const LbTensor * cos,
-    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
-    int64_t frame_offset, int64_t row_offset, LbTensor * y, GError ** error);
-gboolean lb_cpu_gated_residual_modulate (LbStream * s, LbTensor * x,
-    const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
-    const LbTensor * shift, GError ** error);
-
-/* camera control (raymap.c): the op; the arithmetic it shares with
- * lingbot/control-raymap.c is declared in kernels/raymap.h */
-gboolean lb_cpu_ray_map (LbStream * s, const LbTensor * rel_poses, float fx,
-    float fy, float cx, float cy, int width, int height, int row0,
-    LbTensor * y, GError ** error);
+/* lb_cpu_<op> for every entry of kernels/ops-list.h, in lb_cpu_ops
+ * (cpu-ops.c): gemm.c, norm.c, rope.c, attention.c, elementwise.c,
+ * rows.c, conv.c, layout.c, strided.c, fused.c (the fused DiT ops) and
+ * raymap.c (camera control; the arithmetic it shares with
+ * lingbot/control-raymap.c is declared in kernels/raymap.h). */
+#define LB_OP(name) \
+  gboolean lb_cpu_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), \
+      GError ** error);
+#include "kernels/ops-list.h"
 
 G_END_DECLS

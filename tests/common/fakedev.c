@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "fakedev.h"
+#include "op-call.h"
 #include "kernels/error.h"
 
 typedef struct {
@@ -34,50 +35,19 @@ typedef struct {
   gint n_convs_fp32, n_convs_bf16;
 } FakeDev;
 
-typedef enum {
-  FOP_GEMM,
-  FOP_GEMM_FP8,
-  FOP_LAYER_NORM,
-  FOP_RMS_NORM,
-  FOP_MODULATE,
-  FOP_GATED_RESIDUAL,
-  FOP_ROPE_3D,
-  FOP_ATTENTION,
-  FOP_GELU_TANH,
-  FOP_SILU,
-  FOP_ADD,
-  FOP_MUL,
-  FOP_SCALE,
-  FOP_CONV3D_CAUSAL,
-  FOP_CONV2D,
-  FOP_UPSAMPLE_NEAREST2X,
-  FOP_PATCHIFY,
-  FOP_UNPATCHIFY,
-  FOP_RESIZE_BICUBIC,
-  FOP_COPY,
-  FOP_CLAMP,
-  FOP_FILL,
-  FOP_ACCUMULATE,
-  FOP_CHANNEL_RMS_NORM,
-  FOP_UPSAMPLE_NEAREST2X_HALO,
-  FOP_LATENT_AFFINE,
-  FOP_NORM_MODULATE,
-  FOP_RMS_NORM_ROPE,
-  FOP_GATED_RESIDUAL_MODULATE,
-  FOP_RAY_MAP,
-  FOP_RAW_COPY,
-} FakeOpId;
+/* A recorded call's op: an OpId (op-call.h), or a device copy. */
+#define FOP_RAW_COPY OP_COUNT
 
 /* A recorded call (graph capture): tensor descriptors by value, with
  * arguments that were the same pointer mapped to the same copy. */
 typedef struct {
-  int op;                       /* FakeOpId */
+  int op;                       /* OpId, or FOP_RAW_COPY */
   int n;
-  LbTensor t[8];
-  const LbTensor *orig[8];      /* while recording only */
-  int idx[8];                   /* tensor argument k -> t[idx[k]], or -1 */
-  float f[4];
-  int64_t i[8];
+  LbTensor t[OP_CALL_MAX_TENSORS];
+  const LbTensor *orig[OP_CALL_MAX_TENSORS];    /* while recording only */
+  int idx[OP_CALL_MAX_TENSORS]; /* tensor argument k -> t[idx[k]], or -1 */
+  float f[OP_CALL_MAX_FLOATS];
+  int64_t i[OP_CALL_MAX_INTS];
   void *dst;                    /* FOP_RAW_COPY */
   const void *src;
   gsize nbytes;
@@ -252,7 +222,7 @@ rec_call (LbStream * s, int op)
   FakeStream *fs = s->priv;
   FakeCall c = { 0 };
   c.op = op;
-  for (int k = 0; k < 8; k++)
+  for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
     c.idx[k] = -1;
   g_array_append_val (fs->calls, c);
   return &g_array_index (fs->calls, FakeCall, fs->calls->len - 1);
@@ -362,905 +332,88 @@ count_conv (LbStream * s)
       &fake.n_convs_fp32);
 }
 
-static gboolean
-f_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
-    gboolean trans_w, const LbTensor * bias, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  PRE ("gemm");
-  const LbTensor *hx = A (x), *hw = A (w), *hb = A (bias);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->gemm (s, hx, hw, trans_w, hb, alpha, beta, hy, error);
-}
+/* f_<op> for every op of kernels/ops-list.h: each tensor argument checked
+ * and relabelled as host memory (in argument order, so an in-place call
+ * stays in place), then the CPU kernel. */
+#define HOST_IN(n) LbTensor *h_##n = A (n);
+#define HOST_OUT(n) LbTensor *h_##n = A (n);
+#define HOST_F32(n)
+#define HOST_INT(n)
+#define HOST_I64(n)
+#define HOST_BOOL(n)
+#define HOST(kind, n) HOST_##kind (n)
+#define ON_HOST_IN(n) , h_##n
+#define ON_HOST_OUT(n) , h_##n
+#define ON_HOST_F32(n) , n
+#define ON_HOST_INT(n) , n
+#define ON_HOST_I64(n) , n
+#define ON_HOST_BOOL(n) , n
+#define ON_HOST(kind, n) ON_HOST_##kind (n)
 
-static gboolean
-f_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
-    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  PRE ("gemm_fp8");
-  const LbTensor *hx = A (x), *hw = A (w), *hs = A (sw), *hb = A (bias);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->gemm_fp8 (s, hx, hw, hs, hb, alpha, beta, hy, error);
-}
-
-static gboolean
-f_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, float eps, LbTensor * y, GError ** error)
-{
-  PRE ("layer_norm");
-  const LbTensor *hx = A (x), *hw = A (weight), *hb = A (bias);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->layer_norm (s, hx, hw, hb, eps, hy, error);
-}
-
-static gboolean
-f_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    float eps, LbTensor * y, GError ** error)
-{
-  PRE ("rms_norm");
-  const LbTensor *hx = A (x), *hw = A (weight);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->rms_norm (s, hx, hw, eps, hy, error);
-}
-
-static gboolean
-f_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale,
-    const LbTensor * shift, LbTensor * y, GError ** error)
-{
-  PRE ("modulate");
-  const LbTensor *hx = A (x), *hs = A (scale), *hh = A (shift);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->modulate (s, hx, hs, hh, hy, error);
-}
-
-static gboolean
-f_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
-    const LbTensor * gate, GError ** error)
-{
-  PRE ("gated_residual");
-  LbTensor *hx = A (x);
-  const LbTensor *hy = A (y), *hg = A (gate);
-  CHECK;
-  return CPU->gated_residual (s, hx, hy, hg, error);
-}
-
-static gboolean
-f_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
-    const LbTensor * sin, int64_t gf, int64_t gh, int64_t gw, int64_t fo,
-    int64_t ro, GError ** error)
-{
-  PRE ("rope_3d");
-  LbTensor *hx = A (x);
-  const LbTensor *hc = A (cos), *hs = A (sin);
-  CHECK;
-  return CPU->rope_3d (s, hx, hc, hs, gf, gh, gw, fo, ro, error);
-}
-
-static gboolean
-f_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
-    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
-    float scale, LbTensor * out, GError ** error)
-{
-  PRE ("attention");
-  const LbTensor *hq = A (q), *hk = A (k), *hv = A (v), *hb = A (bias),
-      *hm = A (key_mask);
-  LbTensor *ho = A (out);
-  CHECK;
-  return CPU->attention (s, hq, hk, hv, hb, hm, scale, ho, error);
-}
-
-#define UNARY(name) \
+#define LB_OP(name) \
 static gboolean \
-f_##name (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error) \
+f_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
 { \
   PRE (#name); \
-  const LbTensor *hx = A (x); \
-  LbTensor *hy = A (y); \
+  if (OP_##name == OP_conv3d_causal || OP_##name == OP_conv2d) \
+    count_conv (s); \
+  LB_OP_ARGS_##name (HOST) \
   CHECK; \
-  return CPU->name (s, hx, hy, error); \
+  return CPU->name (s LB_OP_ARGS_##name (ON_HOST), error); \
 }
-UNARY (gelu_tanh)
-UNARY (silu)
-UNARY (upsample_nearest2x)
-UNARY (resize_bicubic)
-UNARY (copy)
-UNARY (upsample_nearest2x_halo)
-#undef UNARY
+#include "kernels/ops-list.h"
 
-#define BINARY(name) \
-static gboolean \
-f_##name (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y, \
-    GError ** error) \
-{ \
-  PRE (#name); \
-  const LbTensor *ha = A (a), *hb = A (b); \
-  LbTensor *hy = A (y); \
-  CHECK; \
-  return CPU->name (s, ha, hb, hy, error); \
-}
-BINARY (add)
-BINARY (mul)
-#undef BINARY
-
-static gboolean
-f_scale (LbStream * s, const LbTensor * x, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  PRE ("scale");
-  const LbTensor *hx = A (x);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->scale (s, hx, alpha, beta, hy, error);
-}
-
-static gboolean
-f_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
-    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
-    int stride_h, int stride_w, LbTensor * y, GError ** error)
-{
-  PRE ("conv3d_causal");
-  count_conv (s);
-  const LbTensor *hx = A (x), *hc = A (cache), *hw = A (weight),
-      *hb = A (bias);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->conv3d_causal (s, hx, hc, hw, hb, pad_h, pad_w, stride_h,
-      stride_w, hy, error);
-}
-
-static gboolean
-f_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
-    LbTensor * y, GError ** error)
-{
-  PRE ("conv2d");
-  count_conv (s);
-  const LbTensor *hx = A (x), *hw = A (weight), *hb = A (bias);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->conv2d (s, hx, hw, hb, pad_h, pad_w, stride_h, stride_w, hy,
-      error);
-}
-
-static gboolean
-f_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y,
-    GError ** error)
-{
-  PRE ("patchify");
-  const LbTensor *hx = A (x);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->patchify (s, hx, ph, pw, hy, error);
-}
-
-static gboolean
-f_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y,
-    GError ** error)
-{
-  PRE ("unpatchify");
-  const LbTensor *hz = A (z);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->unpatchify (s, hz, ph, pw, hy, error);
-}
-
-static gboolean
-f_clamp (LbStream * s, const LbTensor * x, float lo, float hi, LbTensor * y,
-    GError ** error)
-{
-  PRE ("clamp");
-  const LbTensor *hx = A (x);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->clamp (s, hx, lo, hi, hy, error);
-}
-
-static gboolean
-f_fill (LbStream * s, LbTensor * y, float value, GError ** error)
-{
-  PRE ("fill");
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->fill (s, hy, value, error);
-}
-
-static gboolean
-f_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error)
-{
-  PRE ("accumulate");
-  const LbTensor *hx = A (x);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->accumulate (s, hx, hy, error);
-}
-
-static gboolean
-f_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma,
-    gboolean silu, LbTensor * y, GError ** error)
-{
-  PRE ("channel_rms_norm");
-  const LbTensor *hx = A (x), *hg = A (gamma);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->channel_rms_norm (s, hx, hg, silu, hy, error);
-}
-
-static gboolean
-f_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
-    const LbTensor * inv_std, gboolean denormalize, LbTensor * y,
-    GError ** error)
-{
-  PRE ("latent_affine");
-  const LbTensor *hx = A (x), *hm = A (mean), *hi = A (inv_std);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->latent_affine (s, hx, hm, hi, denormalize, hy, error);
-}
-
-static gboolean
-f_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, float eps, const LbTensor * scale,
-    const LbTensor * shift, LbTensor * y, GError ** error)
-{
-  PRE ("norm_modulate");
-  const LbTensor *hx = A (x), *hw = A (weight), *hb = A (bias),
-      *hs = A (scale), *hh = A (shift);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->norm_modulate (s, hx, hw, hb, eps, hs, hh, hy, error);
-}
-
-static gboolean
-f_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    float eps, const LbTensor * cos, const LbTensor * sin, int64_t gf,
-    int64_t gh, int64_t gw, int64_t fo, int64_t ro, LbTensor * y,
-    GError ** error)
-{
-  PRE ("rms_norm_rope");
-  const LbTensor *hx = A (x), *hw = A (weight), *hc = A (cos),
-      *hs = A (sin);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->rms_norm_rope (s, hx, hw, eps, hc, hs, gf, gh, gw, fo, ro, hy,
-      error);
-}
-
-static gboolean
-f_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
-    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
-    GError ** error)
-{
-  PRE ("gated_residual_modulate");
-  LbTensor *hx = A (x);
-  const LbTensor *hy = A (y), *hg = A (gate), *hs = A (scale),
-      *hh = A (shift);
-  CHECK;
-  return CPU->gated_residual_modulate (s, hx, hy, hg, hs, hh, error);
-}
-
-static gboolean
-f_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
-    float cx, float cy, int width, int height, int row0, LbTensor * y,
-    GError ** error)
-{
-  PRE ("ray_map");
-  const LbTensor *hp = A (rel_poses);
-  LbTensor *hy = A (y);
-  CHECK;
-  return CPU->ray_map (s, hp, fx, fy, cx, cy, width, height, row0, hy, error);
-}
+/* The checked ops, run at once: what graph_launch replays through. */
+static const LbOps fake_direct_ops = {
+#define LB_OP(name) .name = f_##name,
+#include "kernels/ops-list.h"
+};
 
 /* ---- graph capture: every op call recorded, replayed by graph_launch ---- */
 
+/* d_<op>: f_<op>, or while capturing its arguments recorded in order
+ * (tensors by value, scalars in f[] and i[] as an OpCall holds them). */
+#define REC_IN(n) rec_tensor (c, kt++, n);
+#define REC_OUT(n) rec_tensor (c, kt++, n);
+#define REC_F32(n) c->f[kf++] = n;
+#define REC_INT(n) c->i[ki++] = n;
+#define REC_I64(n) c->i[ki++] = n;
+#define REC_BOOL(n) c->i[ki++] = n;
+#define REC(kind, n) REC_##kind (n)
 
-static gboolean
-d_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
-    gboolean trans_w, const LbTensor * bias, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_gemm (s, x, w, trans_w, bias, alpha, beta, y, error);
-  FakeCall *c = rec_call (s, FOP_GEMM);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, w);
-  c->i[0] = trans_w;
-  rec_tensor (c, 2, bias);
-  c->f[0] = alpha;
-  c->f[1] = beta;
-  rec_tensor (c, 3, y);
-  (void) error;
-  return TRUE;
+#define LB_OP(name) \
+static gboolean \
+d_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
+{ \
+  if (!stream_capturing (s)) \
+    return f_##name (s LB_OP_ARGS_##name (LB_OP_ARG_NAME), error); \
+  FakeCall *c = rec_call (s, OP_##name); \
+  int kt = 0, kf = 0, ki = 0; \
+  LB_OP_ARGS_##name (REC) \
+  (void) kt; \
+  (void) kf; \
+  (void) ki; \
+  return TRUE; \
 }
-
-static gboolean
-d_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
-    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_gemm_fp8 (s, x, w, sw, bias, alpha, beta, y, error);
-  FakeCall *c = rec_call (s, FOP_GEMM_FP8);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, w);
-  rec_tensor (c, 2, sw);
-  rec_tensor (c, 3, bias);
-  c->f[0] = alpha;
-  c->f[1] = beta;
-  rec_tensor (c, 4, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, float eps, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_layer_norm (s, x, weight, bias, eps, y, error);
-  FakeCall *c = rec_call (s, FOP_LAYER_NORM);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, weight);
-  rec_tensor (c, 2, bias);
-  c->f[0] = eps;
-  rec_tensor (c, 3, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    float eps, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_rms_norm (s, x, weight, eps, y, error);
-  FakeCall *c = rec_call (s, FOP_RMS_NORM);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, weight);
-  c->f[0] = eps;
-  rec_tensor (c, 2, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_modulate (LbStream * s, const LbTensor * x, const LbTensor * scale,
-    const LbTensor * shift, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_modulate (s, x, scale, shift, y, error);
-  FakeCall *c = rec_call (s, FOP_MODULATE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, scale);
-  rec_tensor (c, 2, shift);
-  rec_tensor (c, 3, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
-    const LbTensor * gate, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_gated_residual (s, x, y, gate, error);
-  FakeCall *c = rec_call (s, FOP_GATED_RESIDUAL);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  rec_tensor (c, 2, gate);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_rope_3d (LbStream * s, LbTensor * x, const LbTensor * cos,
-    const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
-    int64_t frame_offset, int64_t row_offset, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_rope_3d (s, x, cos, sin, grid_f, grid_h, grid_w, frame_offset,
-        row_offset, error);
-  FakeCall *c = rec_call (s, FOP_ROPE_3D);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, cos);
-  rec_tensor (c, 2, sin);
-  c->i[0] = grid_f;
-  c->i[1] = grid_h;
-  c->i[2] = grid_w;
-  c->i[3] = frame_offset;
-  c->i[4] = row_offset;
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
-    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
-    float scale, LbTensor * out, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_attention (s, q, k, v, bias, key_mask, scale, out, error);
-  FakeCall *c = rec_call (s, FOP_ATTENTION);
-  rec_tensor (c, 0, q);
-  rec_tensor (c, 1, k);
-  rec_tensor (c, 2, v);
-  rec_tensor (c, 3, bias);
-  rec_tensor (c, 4, key_mask);
-  c->f[0] = scale;
-  rec_tensor (c, 5, out);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_gelu_tanh (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_GELU_TANH);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_silu (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_silu (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_SILU);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_add (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_add (s, a, b, y, error);
-  FakeCall *c = rec_call (s, FOP_ADD);
-  rec_tensor (c, 0, a);
-  rec_tensor (c, 1, b);
-  rec_tensor (c, 2, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_mul (s, a, b, y, error);
-  FakeCall *c = rec_call (s, FOP_MUL);
-  rec_tensor (c, 0, a);
-  rec_tensor (c, 1, b);
-  rec_tensor (c, 2, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_scale (LbStream * s, const LbTensor * x, float alpha, float beta,
-    LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_scale (s, x, alpha, beta, y, error);
-  FakeCall *c = rec_call (s, FOP_SCALE);
-  rec_tensor (c, 0, x);
-  c->f[0] = alpha;
-  c->f[1] = beta;
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
-    const LbTensor * weight, const LbTensor * bias, int pad_h, int pad_w,
-    int stride_h, int stride_w, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_conv3d_causal (s, x, cache, weight, bias, pad_h, pad_w, stride_h,
-        stride_w, y, error);
-  FakeCall *c = rec_call (s, FOP_CONV3D_CAUSAL);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, cache);
-  rec_tensor (c, 2, weight);
-  rec_tensor (c, 3, bias);
-  c->i[0] = pad_h;
-  c->i[1] = pad_w;
-  c->i[2] = stride_h;
-  c->i[3] = stride_w;
-  rec_tensor (c, 4, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
-    LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_conv2d (s, x, weight, bias, pad_h, pad_w, stride_h, stride_w, y,
-        error);
-  FakeCall *c = rec_call (s, FOP_CONV2D);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, weight);
-  rec_tensor (c, 2, bias);
-  c->i[0] = pad_h;
-  c->i[1] = pad_w;
-  c->i[2] = stride_h;
-  c->i[3] = stride_w;
-  rec_tensor (c, 3, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_upsample_nearest2x (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_upsample_nearest2x (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_UPSAMPLE_NEAREST2X);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_patchify (LbStream * s, const LbTensor * x, int ph, int pw, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_patchify (s, x, ph, pw, y, error);
-  FakeCall *c = rec_call (s, FOP_PATCHIFY);
-  rec_tensor (c, 0, x);
-  c->i[0] = ph;
-  c->i[1] = pw;
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_unpatchify (s, z, ph, pw, y, error);
-  FakeCall *c = rec_call (s, FOP_UNPATCHIFY);
-  rec_tensor (c, 0, z);
-  c->i[0] = ph;
-  c->i[1] = pw;
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_resize_bicubic (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_RESIZE_BICUBIC);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_copy (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_COPY);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_clamp (LbStream * s, const LbTensor * x, float lo, float hi, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_clamp (s, x, lo, hi, y, error);
-  FakeCall *c = rec_call (s, FOP_CLAMP);
-  rec_tensor (c, 0, x);
-  c->f[0] = lo;
-  c->f[1] = hi;
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_fill (LbStream * s, LbTensor * y, float value, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_fill (s, y, value, error);
-  FakeCall *c = rec_call (s, FOP_FILL);
-  rec_tensor (c, 0, y);
-  c->f[0] = value;
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_accumulate (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_accumulate (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_ACCUMULATE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_channel_rms_norm (LbStream * s, const LbTensor * x, const LbTensor * gamma,
-    gboolean silu, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_channel_rms_norm (s, x, gamma, silu, y, error);
-  FakeCall *c = rec_call (s, FOP_CHANNEL_RMS_NORM);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, gamma);
-  c->i[0] = silu;
-  rec_tensor (c, 2, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_upsample_nearest2x_halo (s, x, y, error);
-  FakeCall *c = rec_call (s, FOP_UPSAMPLE_NEAREST2X_HALO);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
-    const LbTensor * inv_std, gboolean denormalize, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_latent_affine (s, x, mean, inv_std, denormalize, y, error);
-  FakeCall *c = rec_call (s, FOP_LATENT_AFFINE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, mean);
-  rec_tensor (c, 2, inv_std);
-  c->i[0] = denormalize;
-  rec_tensor (c, 3, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, float eps, const LbTensor * scale,
-    const LbTensor * shift, LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_norm_modulate (s, x, weight, bias, eps, scale, shift, y, error);
-  FakeCall *c = rec_call (s, FOP_NORM_MODULATE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, weight);
-  rec_tensor (c, 2, bias);
-  c->f[0] = eps;
-  rec_tensor (c, 3, scale);
-  rec_tensor (c, 4, shift);
-  rec_tensor (c, 5, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
-    float eps, const LbTensor * cos, const LbTensor * sin, int64_t grid_f,
-    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset,
-    LbTensor * y, GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_rms_norm_rope (s, x, weight, eps, cos, sin, grid_f, grid_h,
-        grid_w, frame_offset, row_offset, y, error);
-  FakeCall *c = rec_call (s, FOP_RMS_NORM_ROPE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, weight);
-  c->f[0] = eps;
-  rec_tensor (c, 2, cos);
-  rec_tensor (c, 3, sin);
-  c->i[0] = grid_f;
-  c->i[1] = grid_h;
-  c->i[2] = grid_w;
-  c->i[3] = frame_offset;
-  c->i[4] = row_offset;
-  rec_tensor (c, 4, y);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
-    const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_gated_residual_modulate (s, x, y, gate, scale, shift, error);
-  FakeCall *c = rec_call (s, FOP_GATED_RESIDUAL_MODULATE);
-  rec_tensor (c, 0, x);
-  rec_tensor (c, 1, y);
-  rec_tensor (c, 2, gate);
-  rec_tensor (c, 3, scale);
-  rec_tensor (c, 4, shift);
-  (void) error;
-  return TRUE;
-}
-
-static gboolean
-d_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
-    float cx, float cy, int width, int height, int row0, LbTensor * y,
-    GError ** error)
-{
-  if (!stream_capturing (s))
-    return f_ray_map (s, rel_poses, fx, fy, cx, cy, width, height, row0, y,
-        error);
-  FakeCall *c = rec_call (s, FOP_RAY_MAP);
-  rec_tensor (c, 0, rel_poses);
-  c->f[0] = fx;
-  c->f[1] = fy;
-  c->f[2] = cx;
-  c->f[3] = cy;
-  c->i[0] = width;
-  c->i[1] = height;
-  c->i[2] = row0;
-  rec_tensor (c, 1, y);
-  (void) error;
-  return TRUE;
-}
+#include "kernels/ops-list.h"
 
 static gboolean
 replay_call (LbStream * s, FakeCall * c, GError ** error)
 {
-  switch (c->op) {
-    case FOP_GEMM:
-      return f_gemm (s, RT (0), RT (1), (gboolean) c->i[0], RT (2), c->f[0],
-          c->f[1], RT (3), error);
-    case FOP_GEMM_FP8:
-      return f_gemm_fp8 (s, RT (0), RT (1), RT (2), RT (3), c->f[0], c->f[1],
-          RT (4), error);
-    case FOP_LAYER_NORM:
-      return f_layer_norm (s, RT (0), RT (1), RT (2), c->f[0], RT (3), error);
-    case FOP_RMS_NORM:
-      return f_rms_norm (s, RT (0), RT (1), c->f[0], RT (2), error);
-    case FOP_MODULATE:
-      return f_modulate (s, RT (0), RT (1), RT (2), RT (3), error);
-    case FOP_GATED_RESIDUAL:
-      return f_gated_residual (s, RT (0), RT (1), RT (2), error);
-    case FOP_ROPE_3D:
-      return f_rope_3d (s, RT (0), RT (1), RT (2), c->i[0], c->i[1], c->i[2],
-          c->i[3], c->i[4], error);
-    case FOP_ATTENTION:
-      return f_attention (s, RT (0), RT (1), RT (2), RT (3), RT (4), c->f[0],
-          RT (5), error);
-    case FOP_GELU_TANH:
-      return f_gelu_tanh (s, RT (0), RT (1), error);
-    case FOP_SILU:
-      return f_silu (s, RT (0), RT (1), error);
-    case FOP_ADD:
-      return f_add (s, RT (0), RT (1), RT (2), error);
-    case FOP_MUL:
-      return f_mul (s, RT (0), RT (1), RT (2), error);
-    case FOP_SCALE:
-      return f_scale (s, RT (0), c->f[0], c->f[1], RT (1), error);
-    case FOP_CONV3D_CAUSAL:
-      return f_conv3d_causal (s, RT (0), RT (1), RT (2), RT (3),
-          (int) c->i[0], (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (4),
-          error);
-    case FOP_CONV2D:
-      return f_conv2d (s, RT (0), RT (1), RT (2), (int) c->i[0],
-          (int) c->i[1], (int) c->i[2], (int) c->i[3], RT (3), error);
-    case FOP_UPSAMPLE_NEAREST2X:
-      return f_upsample_nearest2x (s, RT (0), RT (1), error);
-    case FOP_PATCHIFY:
-      return f_patchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1),
-          error);
-    case FOP_UNPATCHIFY:
-      return f_unpatchify (s, RT (0), (int) c->i[0], (int) c->i[1], RT (1),
-          error);
-    case FOP_RESIZE_BICUBIC:
-      return f_resize_bicubic (s, RT (0), RT (1), error);
-    case FOP_COPY:
-      return f_copy (s, RT (0), RT (1), error);
-    case FOP_CLAMP:
-      return f_clamp (s, RT (0), c->f[0], c->f[1], RT (1), error);
-    case FOP_FILL:
-      return f_fill (s, RT (0), c->f[0], error);
-    case FOP_ACCUMULATE:
-      return f_accumulate (s, RT (0), RT (1), error);
-    case FOP_CHANNEL_RMS_NORM:
-      return f_channel_rms_norm (s, RT (0), RT (1), (gboolean) c->i[0],
-          RT (2), error);
-    case FOP_UPSAMPLE_NEAREST2X_HALO:
-      return f_upsample_nearest2x_halo (s, RT (0), RT (1), error);
-    case FOP_LATENT_AFFINE:
-      return f_latent_affine (s, RT (0), RT (1), RT (2), (gboolean) c->i[0],
-          RT (3), error);
-    case FOP_NORM_MODULATE:
-      return f_norm_modulate (s, RT (0), RT (1), RT (2), c->f[0], RT (3),
-          RT (4), RT (5), error);
-    case FOP_RMS_NORM_ROPE:
-      return f_rms_norm_rope (s, RT (0), RT (1), c->f[0], RT (2), RT (3),
-          c->i[0], c->i[1], c->i[2], c->i[3], c->i[4], RT (4), error);
-    case FOP_GATED_RESIDUAL_MODULATE:
-      return f_gated_residual_modulate (s, RT (0), RT (1), RT (2), RT (3),
-          RT (4), error);
-    case FOP_RAY_MAP:
-      return f_ray_map (s, RT (0), c->f[0], c->f[1], c->f[2], c->f[3],
-          (int) c->i[0], (int) c->i[1], (int) c->i[2], RT (1), error);
-    case FOP_RAW_COPY:
-      return fake_copy (s, c->dst, c->src, c->nbytes,
-          LB_COPY_DEVICE_TO_DEVICE, error);
-  }
-  g_assert_not_reached ();
-  return FALSE;
+  if (c->op == FOP_RAW_COPY)
+    return fake_copy (s, c->dst, c->src, c->nbytes,
+        LB_COPY_DEVICE_TO_DEVICE, error);
+  OpCall call = { .op = c->op };
+  for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
+    call.t[k] = RT (k);
+  memcpy (call.f, c->f, sizeof (call.f));
+  memcpy (call.i, c->i, sizeof (call.i));
+  return op_call_run (&fake_direct_ops, s, &call, error);
 }
 
 static const LbOps fake_ops = {
-  .gemm = d_gemm,
-  .gemm_fp8 = d_gemm_fp8,
-  .layer_norm = d_layer_norm,
-  .rms_norm = d_rms_norm,
-  .modulate = d_modulate,
-  .gated_residual = d_gated_residual,
-  .rope_3d = d_rope_3d,
-  .attention = d_attention,
-  .gelu_tanh = d_gelu_tanh,
-  .silu = d_silu,
-  .add = d_add,
-  .mul = d_mul,
-  .scale = d_scale,
-  .conv3d_causal = d_conv3d_causal,
-  .conv2d = d_conv2d,
-  .upsample_nearest2x = d_upsample_nearest2x,
-  .patchify = d_patchify,
-  .unpatchify = d_unpatchify,
-  .resize_bicubic = d_resize_bicubic,
-  .copy = d_copy,
-  .clamp = d_clamp,
-  .fill = d_fill,
-  .accumulate = d_accumulate,
-  .channel_rms_norm = d_channel_rms_norm,
-  .upsample_nearest2x_halo = d_upsample_nearest2x_halo,
-  .latent_affine = d_latent_affine,
-  .norm_modulate = d_norm_modulate,
-  .rms_norm_rope = d_rms_norm_rope,
-  .gated_residual_modulate = d_gated_residual_modulate,
-  .ray_map = d_ray_map,
+#define LB_OP(name) .name = d_##name,
+#include "kernels/ops-list.h"
 };
 
 

@@ -17,6 +17,7 @@
  */
 #include "lingbot/backend.h"
 #include "kernels/error.h"
+#include "tests/common/test-compare.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -119,17 +120,6 @@ rand_bf16 (int64_t rows, int64_t cols, GRand * r)
   return t;
 }
 
-static LbTensor *
-upload (LbStream * gs, const LbTensor * h)
-{
-  g_autoptr (GError) err = NULL;
-  LbTensor *d = lb_tensor_new_on (gs, h->dtype, h->ndim, h->shape, &err);
-  g_assert_no_error (err);
-  g_assert_true (lb_tensor_upload (gs, d, h, &err));
-  g_assert_no_error (err);
-  return d;
-}
-
 /* max |a - b| / max |a| over n floats; a NaN or an infinity on either side
  * (a poisoned element the device did not write) is a failure. */
 static double
@@ -178,16 +168,16 @@ check_bf16_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
   g_autoptr (LbTensor) ycpu = lb_tensor_copy (y0);
   g_autoptr (LbTensor) yback = lb_tensor_copy (y0);
 
-  g_autoptr (LbTensor) dxfull = upload (gs, xfull);
-  g_autoptr (LbTensor) dw = upload (gs, w);
-  g_autoptr (LbTensor) db = upload (gs, b);
-  g_autoptr (LbTensor) dy = upload (gs, y0);
+  g_autoptr (LbTensor) dxfull = test_upload (gs, xfull);
+  g_autoptr (LbTensor) dw = test_upload (gs, w);
+  g_autoptr (LbTensor) db = test_upload (gs, b);
+  g_autoptr (LbTensor) dy = test_upload (gs, y0);
   LbTensor x, dx;
   g_assert_true (lb_tensor_view_narrow (&x, xfull, 1, 0, k));
   g_assert_true (lb_tensor_view_narrow (&dx, dxfull, 1, 0, k));
 
   if (also_f32) {
-    g_autoptr (LbTensor) dw32 = upload (gs, w32);
+    g_autoptr (LbTensor) dw32 = test_upload (gs, w32);
     g_autoptr (LbTensor) y32 = lb_tensor_copy (y0);
     g_assert_true (lb_ops (gs)->gemm (gs, &dx, dw32, trans_w,
             with_bias ? db : NULL, 0.5f, beta, dy, &err));
@@ -295,9 +285,9 @@ test_gemm_bf16_rounding (void)
     ((uint16_t *) w->data)[i * k + i] = lb_f32_to_bf16 (1.0f);
   for (int64_t i = 0; i < m * k; i++)
     ((float *) y->data)[i] = NAN;
-  g_autoptr (LbTensor) dx = upload (gs, x);
-  g_autoptr (LbTensor) dw = upload (gs, w);
-  g_autoptr (LbTensor) dy = upload (gs, y);
+  g_autoptr (LbTensor) dx = test_upload (gs, x);
+  g_autoptr (LbTensor) dw = test_upload (gs, w);
+  g_autoptr (LbTensor) dy = test_upload (gs, y);
   for (int tw = 0; tw < 2; tw++) {
     g_assert_true (lb_ops (gs)->gemm (gs, dx, dw, tw, NULL, 1.0f, 0.0f, dy,
             &err));
@@ -378,11 +368,11 @@ check_fp8_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
       ((float *) y0->data)[i] = NAN;
   g_autoptr (LbTensor) ycpu = lb_tensor_copy (y0);
   g_autoptr (LbTensor) yback = lb_tensor_copy (y0);
-  g_autoptr (LbTensor) dxfull = upload (gs, xfull);
-  g_autoptr (LbTensor) dw = upload (gs, wq);
-  g_autoptr (LbTensor) dsw = upload (gs, sw);
-  g_autoptr (LbTensor) db = upload (gs, b);
-  g_autoptr (LbTensor) dy = upload (gs, y0);
+  g_autoptr (LbTensor) dxfull = test_upload (gs, xfull);
+  g_autoptr (LbTensor) dw = test_upload (gs, wq);
+  g_autoptr (LbTensor) dsw = test_upload (gs, sw);
+  g_autoptr (LbTensor) db = test_upload (gs, b);
+  g_autoptr (LbTensor) dy = test_upload (gs, y0);
   LbTensor x, dx;
   g_assert_true (lb_tensor_view_narrow (&x, xfull, 1, 0, k));
   g_assert_true (lb_tensor_view_narrow (&dx, dxfull, 1, 0, k));
@@ -425,8 +415,8 @@ test_gemm_fp8_parity (void)
   rand_fp8 (40, 24, r, &wq_, &sw_);
   g_autoptr (LbTensor) wq = wq_;
   g_autoptr (LbTensor) sw = sw_;
-  g_autoptr (LbTensor) dw = upload (gs, wq);
-  g_autoptr (LbTensor) dsw = upload (gs, sw);
+  g_autoptr (LbTensor) dw = test_upload (gs, wq);
+  g_autoptr (LbTensor) dsw = test_upload (gs, sw);
   g_autoptr (LbTensor) dx = lb_tensor_new_on (gs, LB_DTYPE_F32, 2,
       (const int64_t[2]) { 4, 24 }, &err);
   g_autoptr (LbTensor) dy = lb_tensor_new_on (gs, LB_DTYPE_F32, 2,

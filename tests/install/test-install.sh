@@ -57,9 +57,9 @@ check "lingbot-openblas-coretype" "$("$src/../../tools/openblas-coretype.sh")" \
 check "installed headers" \
   "$(printf '%s\n' comm/worker-group.h gst/gstlingbotcontext.h \
       gst/gstlingbotmemory.h gst/gstlingbotmeta.h kernels/backend.h \
-      kernels/error.h kernels/ops.h kernels/tensor.h lingbot/checkpoint.h \
-      lingbot/control.h lingbot/dit.h lingbot/lingbot.h lingbot/scheduler.h \
-      lingbot/vae.h)" \
+      kernels/error.h kernels/ops-list.h kernels/ops.h kernels/tensor.h \
+      lingbot/checkpoint.h lingbot/control.h lingbot/dit.h lingbot/lingbot.h \
+      lingbot/scheduler.h lingbot/vae.h | sort)" \
   "$(cd "$inc" && find . -type f | sed 's|^\./||' | sort)"
 
 mkdir "$tmp/pc"

@@ -21,6 +21,7 @@
  */
 #include "test-ops-common.h"
 #include "fakedev.h"
+#include "test-compare.h"
 
 /* K f32 products of exact E4M3 values, summed in f32: ~sqrt(K) * 6e-8
  * relative, K <= 300 here. */
@@ -251,17 +252,6 @@ test_errors (void)
       "gemm_fp8: w is NULL, expected f8e4m3 [N, 8] contiguous");
 }
 
-static LbTensor *
-fd_upload (LbStream * ds, const LbTensor * h)
-{
-  g_autoptr (GError) err = NULL;
-  LbTensor *t = lb_tensor_new_on (ds, h->dtype, h->ndim, h->shape, &err);
-  g_assert_no_error (err);
-  g_assert_true (lb_tensor_upload (ds, t, h, &err));
-  g_assert_no_error (err);
-  return t;
-}
-
 /* fakedev: the op directly (round 0), captured (round 1) and replayed on
  * new inputs (rounds 1-3), bit-identical to the CPU every time. */
 static void
@@ -282,9 +272,9 @@ test_fakedev (void)
   quantize_weight (w, &wq_, &sw_);
   g_autoptr (LbTensor) wq = wq_;
   g_autoptr (LbTensor) sw = sw_;
-  g_autoptr (LbTensor) dwq = fd_upload (ds, wq);
-  g_autoptr (LbTensor) dsw = fd_upload (ds, sw);
-  g_autoptr (LbTensor) db = fd_upload (ds, bias);
+  g_autoptr (LbTensor) dwq = test_upload (ds, wq);
+  g_autoptr (LbTensor) dsw = test_upload (ds, sw);
+  g_autoptr (LbTensor) db = test_upload (ds, bias);
   g_autoptr (LbTensor) dx = NULL;
   g_autoptr (LbTensor) dy = NULL;
   LbGraph *graph = NULL;
@@ -294,8 +284,8 @@ test_fakedev (void)
     g_autoptr (LbTensor) y = rand_tensor (2, (const int64_t[2]) { m, n }, -1,
         1);
     if (dx == NULL) {
-      dx = fd_upload (ds, x);
-      dy = fd_upload (ds, y);
+      dx = test_upload (ds, x);
+      dy = test_upload (ds, y);
     } else {
       g_assert_true (lb_tensor_upload (ds, dx, x, &err) &&
           lb_tensor_upload (ds, dy, y, &err));

@@ -27,6 +27,7 @@
  */
 #include "test-ops-common.h"
 #include "fakedev.h"
+#include "test-compare.h"
 
 /* attention in f32 over <= a few hundred keys (test-ops-attention.c) */
 #define TOL_ATTN 1e-5
@@ -566,17 +567,6 @@ test_copy_errors (void)
 /* ------------------------------------------------------------------------ */
 
 static LbTensor *
-fd_upload (LbStream * ds, const LbTensor * h)
-{
-  g_autoptr (GError) err = NULL;
-  LbTensor *t = lb_tensor_new_on (ds, h->dtype, h->ndim, h->shape, &err);
-  g_assert_no_error (err);
-  g_assert_true (lb_tensor_upload (ds, t, h, &err));
-  g_assert_no_error (err);
-  return t;
-}
-
-static LbTensor *
 fd_download (LbStream * ds, const LbTensor * d)
 {
   g_autoptr (GError) err = NULL;
@@ -635,10 +625,10 @@ test_fakedev (void)
   g_autoptr (LbTensor) kc = rand_bf16 (2, cshape, -1, 1);
   g_autoptr (LbTensor) vc = lb_tensor_copy (kc);
 
-  g_autoptr (LbTensor) dcos = fd_upload (ds, cos_t);
-  g_autoptr (LbTensor) dsin = fd_upload (ds, sin_t);
-  g_autoptr (LbTensor) dkc = fd_upload (ds, kc);
-  g_autoptr (LbTensor) dvc = fd_upload (ds, vc);
+  g_autoptr (LbTensor) dcos = test_upload (ds, cos_t);
+  g_autoptr (LbTensor) dsin = test_upload (ds, sin_t);
+  g_autoptr (LbTensor) dkc = test_upload (ds, kc);
+  g_autoptr (LbTensor) dvc = test_upload (ds, vc);
   g_autoptr (LbTensor) dxk = NULL;
   g_autoptr (LbTensor) dxv = NULL;
   g_autoptr (LbTensor) dq = NULL;
@@ -656,9 +646,9 @@ test_fakedev (void)
     g_autoptr (LbTensor) xv = rand_tensor (2, xs, -2, 2);
     g_autoptr (LbTensor) q = rand_tensor (3, qs, -2, 2);
     if (dxk == NULL) {
-      dxk = fd_upload (ds, xk);
-      dxv = fd_upload (ds, xv);
-      dq = fd_upload (ds, q);
+      dxk = test_upload (ds, xk);
+      dxv = test_upload (ds, xv);
+      dq = test_upload (ds, q);
     } else {
       g_assert_true (lb_tensor_upload (ds, dxk, xk, &err) &&
           lb_tensor_upload (ds, dxv, xv, &err) &&
