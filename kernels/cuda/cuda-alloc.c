@@ -38,6 +38,7 @@ typedef struct
   GPtrArray *events;            /* cudaEvent_t pending, or NULL */
   cudaStream_t owner;           /* the stream that released it, or NULL */
   int owner_ev;                 /* index of owner's event in events, or -1 */
+  guint64 serial;               /* which hand-out of the block (while live) */
 } Block;
 
 typedef struct
@@ -49,6 +50,7 @@ typedef struct
   GPtrArray *streams;           /* cudaStream_t */
   GPtrArray *event_pool;        /* cudaEvent_t, idle */
   gsize in_use, cached;
+  guint64 serial;               /* hand-outs so far */
 } Pool;
 
 static Pool pools[MAX_DEVICES];
@@ -248,6 +250,7 @@ pool_alloc (int device, gsize nbytes, cudaStream_t stream, GError ** error)
     b->cls = cls;
     b->owner_ev = -1;
   }
+  b->serial = ++p->serial;
   g_hash_table_insert (p->live, b->ptr, b);
   p->in_use += b->size;
   g_mutex_unlock (&p->lock);
@@ -307,6 +310,68 @@ pool_free (int device, void *ptr, cudaStream_t stream)
   p->cached += b->size;
   g_mutex_unlock (&p->lock);
   dev_leave (g);
+}
+
+/**
+ * lb_cuda_pool_find:
+ * @device: CUDA ordinal
+ * @ptr: device memory
+ * @nbytes: bytes from @ptr that must lie in the same block
+ * @base: (out): the live block holding them
+ * @serial: (out): which hand-out of that block this is
+ *
+ * Finds the live pool allocation that holds [@ptr, @ptr + @nbytes): a
+ * walk over the live blocks (for a cache keyed by a device pointer, once
+ * per entry; lb_cuda_pool_same() then checks the allocation in O(1)).
+ *
+ * Returns: %FALSE when no live block holds the range (memory the pool did
+ * not hand out, or freed).
+ */
+gboolean
+lb_cuda_pool_find (int device, const void *ptr, gsize nbytes, void **base,
+    guint64 * serial)
+{
+  Pool *p = pool_get (device);
+  gboolean found = FALSE;
+  if (p == NULL)
+    return FALSE;
+  g_mutex_lock (&p->lock);
+  GHashTableIter it;
+  gpointer k, v;
+  g_hash_table_iter_init (&it, p->live);
+  while (!found && g_hash_table_iter_next (&it, &k, &v)) {
+    const Block *b = v;
+    const guintptr lo = (guintptr) b->ptr, at = (guintptr) ptr;
+    if (at >= lo && at - lo <= b->size && nbytes <= b->size - (at - lo)) {
+      *base = b->ptr;
+      *serial = b->serial;
+      found = TRUE;
+    }
+  }
+  g_mutex_unlock (&p->lock);
+  return found;
+}
+
+/**
+ * lb_cuda_pool_same:
+ * @device: CUDA ordinal
+ * @base: a block's address from lb_cuda_pool_find()
+ * @serial: the serial lb_cuda_pool_find() gave with it
+ *
+ * Returns: %TRUE while that allocation is still live (not freed since,
+ * whether or not the block was handed out again).
+ */
+gboolean
+lb_cuda_pool_same (int device, void *base, guint64 serial)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return FALSE;
+  g_mutex_lock (&p->lock);
+  const Block *b = g_hash_table_lookup (p->live, base);
+  gboolean same = b != NULL && b->serial == serial;
+  g_mutex_unlock (&p->lock);
+  return same;
 }
 
 /**

@@ -38,6 +38,19 @@
  * "BF16 option": f32 tensors in and out, reduced-precision products,
  * f32 accumulation).
  *
+ * Channels-last bf16 (LINGBOT_CUDA_CONV_LAYOUT=ndhwc, bf16 and fp8 streams
+ * only; the default ncdhw keeps the path above): the graph takes x and w
+ * as NDHWC / KTRSC bfloat16 tensors, computes in f32 and writes y as an
+ * NDHWC f32 tensor.  The ops' tensors stay NCDHW f32, so the layout and
+ * dtype change at the op's edges: cat(zeros, cache, x) is transposed and
+ * rounded into pool scratch by one tiled kernel per source (which is also
+ * the concatenation), the weight is transposed and rounded once per
+ * allocation (see weight_krsc()), and y is transposed back into the op's
+ * output by the same kernel, which adds the bias on the way (no fused
+ * bias graph on this path).  A shape no engine runs channels-last takes
+ * the NCDHW f32 graph, then im2col.  Never run on a GPU yet: measured by
+ * tests/gpu/run.sh (docs/design/cuda.md "Channels-last bf16").
+ *
  * Selection: LINGBOT_CUDA_CONV=cudnn (default) or im2col, read per call.
  * cuDNN is also skipped for operands that are not 16-byte aligned (the
  * tensor descriptors declare 16-byte alignment), for Cin = 0, and for a
@@ -51,10 +64,20 @@
 #include <string.h>
 
 #define MAX_PLANS 512
+#define MAX_WEIGHTS 1024
 
 G_MODULE_EXPORT void lingbot_backend_cuda_conv_stats (guint64 * cudnn_calls,
     guint64 * im2col_calls, guint64 * plans, guint64 * refused);
 G_MODULE_EXPORT char *lingbot_backend_cuda_conv_last_refusal (void);
+G_MODULE_EXPORT void lingbot_backend_cuda_conv_layout_stats (guint64 *
+    ndhwc_calls, guint64 * weight_conversions);
+
+/* ConvKey.layout */
+enum
+{
+  LAYOUT_NCDHW = 0,             /* f32 x, w, y, packed NCDHW / KCTRS */
+  LAYOUT_NDHWC = 1,             /* bf16 x, w (NDHWC / KTRSC), f32 y NDHWC */
+};
 
 /* variant-pack uids */
 enum
@@ -79,10 +102,11 @@ typedef struct
   int64_t out[3];
   int64_t bias;
   int64_t math;                 /* LbMathMode */
+  int64_t layout;               /* LAYOUT_* */
 } ConvKey;
 
 /* memcmp/hash of the whole key: no implicit padding may exist */
-G_STATIC_ASSERT (sizeof (ConvKey) == 24 * sizeof (int64_t));
+G_STATIC_ASSERT (sizeof (ConvKey) == 25 * sizeof (int64_t));
 
 typedef struct
 {
@@ -92,25 +116,69 @@ typedef struct
   LbCudnnPlan plan;
 } ConvPlan;
 
-/* process-wide counters (lingbot_backend_cuda_conv_stats) */
-static gsize n_cudnn, n_im2col, n_plans, n_refused;
+/* A weight pointer and its extents: the key of a bf16 KTRSC copy. */
+typedef struct
+{
+  const float *w;
+  int64_t cout, cin, taps;
+} WeightKey;
+
+G_STATIC_ASSERT (sizeof (WeightKey) == 4 * sizeof (int64_t));
+
+typedef struct
+{
+  WeightKey key;
+  uint16_t *krsc;               /* pool memory, [cout, taps, cin] bf16 */
+  void *base;                   /* the pool block holding key.w ... */
+  guint64 serial;               /* ... and which allocation of it */
+  int device;
+} WeightCopy;
+
+/* process-wide counters (lingbot_backend_cuda_conv_stats,
+ * lingbot_backend_cuda_conv_layout_stats) */
+static gsize n_cudnn, n_im2col, n_plans, n_refused, n_ndhwc, n_wconv;
 static GMutex refusal_lock;
 static char *last_refusal;
 
 static guint
-key_hash (gconstpointer p)
+bytes_hash (const guchar * b, gsize n)
 {
-  const guchar *b = p;
   guint32 h = 2166136261u;
-  for (gsize i = 0; i < sizeof (ConvKey); i++)
+  for (gsize i = 0; i < n; i++)
     h = (h ^ b[i]) * 16777619u;
   return h;
+}
+
+static guint
+key_hash (gconstpointer p)
+{
+  return bytes_hash (p, sizeof (ConvKey));
 }
 
 static gboolean
 key_equal (gconstpointer a, gconstpointer b)
 {
   return memcmp (a, b, sizeof (ConvKey)) == 0;
+}
+
+static guint
+wkey_hash (gconstpointer p)
+{
+  return bytes_hash (p, sizeof (WeightKey));
+}
+
+static gboolean
+wkey_equal (gconstpointer a, gconstpointer b)
+{
+  return memcmp (a, b, sizeof (WeightKey)) == 0;
+}
+
+static void
+weight_free (gpointer p)
+{
+  WeightCopy *c = p;
+  lb_cuda_pool_free (c->device, c->krsc);
+  g_free (c);
 }
 
 static void
@@ -136,6 +204,20 @@ packed_strides (int nd, const int64_t * dims, int64_t * strides)
     strides[i] = s;
     s *= dims[i];
   }
+}
+
+/* Channels-last strides of @nd @dims [N, C, spatial...]: C innermost,
+ * then the spatial dims from the last, then N. */
+static void
+channels_last_strides (int nd, const int64_t * dims, int64_t * strides)
+{
+  int64_t s = dims[1];
+  strides[1] = 1;
+  for (int i = nd - 1; i >= 2; i--) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  strides[0] = s;
 }
 
 /* Tensor dims [lead0, lead1, spatial...] of a key (spatial from @sp, the
@@ -179,21 +261,24 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
   tensor_dims (key, key->cout, key->cin, key->k, wd);
   tensor_dims (key, key->n, key->cout, key->out, yd);
   tensor_dims (key, 1, key->cout, ones, bd);
-  packed_strides (nd, xd, xs);
-  packed_strides (nd, wd, ws);
-  packed_strides (nd, yd, ys);
+  const gboolean cl = key->layout == LAYOUT_NDHWC;
+  (cl ? channels_last_strides : packed_strides) (nd, xd, xs);
+  (cl ? channels_last_strides : packed_strides) (nd, wd, ws);
+  (cl ? channels_last_strides : packed_strides) (nd, yd, ys);
   packed_strides (nd, bd, bs);
 
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  /* x and w: bf16 channels-last, or f32 as y */
+  const cudnnDataType_t xw = cl ? CUDNN_DATA_BFLOAT16 : f32;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const cudnnPointwiseMode_t add = CUDNN_POINTWISE_ADD;
   const int64_t nsd64 = key->nsd;
   /* float alpha/beta, as cuDNN's frontend sets them for f32 graphs */
   const float alpha = 1.0f, beta = 0.0f;
   gboolean ok =
-      (d[T_X] = lb_cudnn_tensor (UID_X, f32, nd, xd, xs, FALSE, FALSE, what,
+      (d[T_X] = lb_cudnn_tensor (UID_X, xw, nd, xd, xs, FALSE, FALSE, what,
           error)) != NULL &&
-      (d[T_W] = lb_cudnn_tensor (UID_W, f32, nd, wd, ws, FALSE, FALSE, what,
+      (d[T_W] = lb_cudnn_tensor (UID_W, xw, nd, wd, ws, FALSE, FALSE, what,
           error)) != NULL &&
       (d[T_Y] = lb_cudnn_tensor (UID_Y, f32, nd, yd, ys, FALSE, FALSE, what,
           error)) != NULL &&
@@ -271,12 +356,14 @@ refuse (const ConvKey * key, const GError * err)
   g_autofree char *msg = g_strdup_printf ("%s N=%" G_GINT64_FORMAT " Cin=%"
       G_GINT64_FORMAT " Cout=%" G_GINT64_FORMAT " in %" G_GINT64_FORMAT "x%"
       G_GINT64_FORMAT "x%" G_GINT64_FORMAT " k %" G_GINT64_FORMAT "x%"
-      G_GINT64_FORMAT "x%" G_GINT64_FORMAT " %s%s: %s",
+      G_GINT64_FORMAT "x%" G_GINT64_FORMAT " %s%s%s: %s",
       key->nsd == 3 ? "conv3d_causal" : "conv2d", key->n, key->cin, key->cout,
       key->in[0], key->in[1], key->in[2], key->k[0], key->k[1], key->k[2],
       key->math != LB_MATH_FP32 ? "bf16" : "fp32",
-      key->bias ? " bias" : "", err ? err->message : "?");
-  g_debug ("cuDNN conv refused, using im2col: %s", msg);
+      key->layout == LAYOUT_NDHWC ? " ndhwc" : "", key->bias ? " bias" : "",
+      err ? err->message : "?");
+  g_debug ("cuDNN conv refused, using %s: %s",
+      key->layout == LAYOUT_NDHWC ? "the NCDHW graph" : "im2col", msg);
   g_mutex_lock (&refusal_lock);
   g_free (last_refusal);
   last_refusal = g_steal_pointer (&msg);
@@ -356,7 +443,8 @@ cudnn_selected (void)
 /* The key of one call (the deviceless check builds the same). */
 static void
 conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
-    int pad_w, int stride_h, int stride_w, LbMathMode math, ConvKey * key)
+    int pad_w, int stride_h, int stride_w, LbMathMode math,
+    gboolean channels_last, ConvKey * key)
 {
   memset (key, 0, sizeof *key);
   key->cin = g->cin;
@@ -372,9 +460,11 @@ conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
   key->stride[2] = stride_w;
   key->out[1] = g->ho;
   key->out[2] = g->wo;
-  key->bias = bias;
+  /* channels-last: the bias is added by the kernel that writes y */
+  key->bias = bias && !channels_last;
   /* fp8 runs the convolutions as bf16 does: one plan for both */
   key->math = math == LB_MATH_FP32 ? LB_MATH_FP32 : LB_MATH_BF16;
+  key->layout = channels_last ? LAYOUT_NDHWC : LAYOUT_NCDHW;
   if (is_2d) {
     key->nsd = 2;
     key->n = g->t;               /* batch */
@@ -388,6 +478,196 @@ conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
     key->post[0] = 0;
     key->out[0] = g->tout;
   }
+}
+
+/* TRUE when LINGBOT_CUDA_CONV_LAYOUT selects the channels-last bf16
+ * graphs (ndhwc; default and any other value: ncdhw). */
+static gboolean
+channels_last_selected (void)
+{
+  static gsize warned;
+  const char *v = g_getenv ("LINGBOT_CUDA_CONV_LAYOUT");
+  if (v == NULL || *v == '\0' || g_str_equal (v, "ncdhw"))
+    return FALSE;
+  if (g_str_equal (v, "ndhwc"))
+    return TRUE;
+  if (g_once_init_enter (&warned)) {
+    g_message ("LINGBOT_CUDA_CONV_LAYOUT=%s is not ncdhw or ndhwc: using "
+        "ncdhw", v);
+    g_once_init_leave (&warned, 1);
+  }
+  return FALSE;
+}
+
+/* The stream's plan for the call's @key, asymmetric temporal padding
+ * first, then (conv3d_causal with zero frames, refused) the Z zero frames
+ * in the input: *@zf of them, with @key changed to match.  %NULL or an
+ * unusable plan: this path does not take the call. */
+static ConvPlan *
+plan_for_call (LbStream * s, const LbConvGeom * g, gboolean is_2d,
+    ConvKey * key, int64_t * zf)
+{
+  ConvPlan *plan = plan_for (s, key);
+  *zf = 0;
+  if (plan && !plan->usable && !is_2d && g->zeros > 0) {
+    /* no engine for the asymmetric temporal padding: the zero frames
+     * become frames of cat(zeros, cache, x), padding 0 / 0 */
+    *zf = g->zeros;
+    key->in[0] += *zf;
+    key->pre[0] = 0;
+    plan = plan_for (s, key);
+  }
+  return plan;
+}
+
+/* Executes @plan on (x, w, y[, bias]); an engine that finalized but does
+ * not execute makes the plan unusable (refused, *@ran FALSE: the caller
+ * takes the next path; the plan stays, graphs may hold it). */
+static void
+execute (LbStream * s, ConvPlan * plan, const void *x, const void *w,
+    void *y, const float *bias, const char *what, gboolean * ran)
+{
+  const int64_t uids[4] = { UID_X, UID_W, UID_Y, UID_B };
+  void *const ptrs[4] = { (void *) x, (void *) w, y, (void *) bias };
+  g_autoptr (GError) err = NULL;
+  *ran = lb_cudnn_execute (s, &plan->plan, plan->fused ? 4 : 3, uids, ptrs,
+      what, &err);
+  if (!*ran) {
+    plan->usable = FALSE;
+    refuse (&plan->key, err);
+  }
+}
+
+/* The bf16 [cout, taps, cin] (KTRSC) copy of the f32 weight @w [cout,
+ * cin, taps]: made once per allocation and kept in the stream's
+ * conv_weights (pool memory, freed with the stream), so a steady decode
+ * converts nothing.  A copy is looked up by pointer and extents and
+ * trusted only while the pool allocation holding @w is the one it was
+ * made from (lb_cuda_pool_same()): freeing the weights, even if the next
+ * allocation lands on the same address, makes the next call convert
+ * again.  The contract this relies on: a weight is not rewritten while
+ * its allocation lives (the VAE's are uploaded once).  Memory the pool
+ * does not know, a table past MAX_WEIGHTS and a capture convert into
+ * scratch for the call (*@scratch set: the caller releases it). */
+static const uint16_t *
+weight_krsc (LbStream * s, const float *w, int64_t cout, int64_t cin,
+    int64_t taps, uint16_t ** scratch, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  const WeightKey k = { w, cout, cin, taps };
+  const gsize n = (gsize) (cout * cin * taps);
+  *scratch = NULL;
+  if (cs->conv_weights == NULL)
+    cs->conv_weights = g_hash_table_new_full (wkey_hash, wkey_equal, NULL,
+        weight_free);
+  WeightCopy *c = g_hash_table_lookup (cs->conv_weights, &k);
+  if (c && lb_cuda_pool_same (cs->device, c->base, c->serial))
+    return c->krsc;
+  if (c)                        /* the weights were freed since */
+    g_hash_table_remove (cs->conv_weights, &k);
+  void *base = NULL;
+  guint64 serial = 0;
+  const gboolean keep = !cs->capturing &&
+      g_hash_table_size (cs->conv_weights) < MAX_WEIGHTS &&
+      lb_cuda_pool_find (cs->device, w, n * sizeof (float), &base, &serial);
+  uint16_t *dst = keep ?
+      lb_cuda_pool_alloc (cs->device, n * sizeof (uint16_t), error) :
+      lb_cuda_scratch (s, n * sizeof (uint16_t), error);
+  if (dst == NULL)
+    return NULL;
+  if (!lb_cuda_check (lb_cuda_launch_transpose_convert (cs->stream, w, 0,
+              cin * taps, taps, dst, 1, taps * cin, cin, cout, cin, taps,
+              NULL), "conv weight to bf16 KTRSC", error)) {
+    if (keep)
+      lb_cuda_pool_free (cs->device, dst);
+    else
+      lb_cuda_scratch_release (s, dst);
+    return NULL;
+  }
+  count (&n_wconv);
+  if (!keep) {
+    *scratch = dst;
+    return dst;
+  }
+  c = g_new0 (WeightCopy, 1);
+  c->key = k;
+  c->krsc = dst;
+  c->base = base;
+  c->serial = serial;
+  c->device = cs->device;
+  g_hash_table_insert (cs->conv_weights, &c->key, c);
+  return dst;
+}
+
+/* The channels-last bf16 path (file comment): *@done FALSE when it does
+ * not take the call (no plan for the shape, or it failed to execute). */
+static gboolean
+conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
+    const float *x, const float *cache, const float *w, const float *bias,
+    int pad_h, int pad_w, int stride_h, int stride_w, float *y,
+    gboolean * done, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  const char *what = is_2d ? "conv2d (cuDNN, NDHWC bf16)" :
+      "conv3d_causal (cuDNN, NDHWC bf16)";
+  ConvKey key;
+  int64_t zf;
+  conv_key (g, is_2d, bias != NULL, pad_h, pad_w, stride_h, stride_w,
+      s->math, TRUE, &key);
+  ConvPlan *plan = plan_for_call (s, g, is_2d, &key, &zf);
+  if (plan == NULL || !plan->usable)
+    return TRUE;
+
+  const int64_t hw = g->h * g->w, hwo = g->ho * g->wo, cin = g->cin;
+  const int64_t frames = key.n * key.in[0];     /* of the cat, or batch */
+  const int64_t out_frames = key.n * key.out[0];
+  uint16_t *wscratch = NULL;
+  const uint16_t *wk = weight_krsc (s, w, g->cout, cin,
+      key.k[0] * key.k[1] * key.k[2], &wscratch, error);
+  if (wk == NULL)
+    return FALSE;
+  uint16_t *xb = lb_cuda_scratch (s, (gsize) (frames * hw * cin) *
+      sizeof (uint16_t), error);
+  float *yb = xb ? lb_cuda_scratch (s, (gsize) (out_frames * hwo * g->cout) *
+      sizeof (float), error) : NULL;
+  gboolean ok = yb != NULL, ran = FALSE;
+  /* x: frame f of cat(zf zeros, cache, x) -> xb[f] [hw, cin]; conv2d:
+   * batch item b -> xb[b] */
+  if (ok && zf > 0)
+    ok = lb_cuda_check (cudaMemsetAsync (xb, 0, (gsize) (zf * hw * cin) *
+            sizeof (uint16_t), cs->stream), what, error);
+  if (ok && !is_2d && g->tc > 0)
+    ok = lb_cuda_check (lb_cuda_launch_transpose_convert (cs->stream, cache,
+            0, hw, g->tc * hw, xb + zf * hw * cin, 1, hw * cin, cin, g->tc,
+            cin, hw, NULL), what, error);
+  if (ok)
+    ok = lb_cuda_check (is_2d ?
+        lb_cuda_launch_transpose_convert (cs->stream, x, 0, cin * hw, hw, xb,
+            1, hw * cin, cin, key.n, cin, hw, NULL) :
+        lb_cuda_launch_transpose_convert (cs->stream, x, 0, hw, g->t * hw,
+            xb + (zf + g->tc) * hw * cin, 1, hw * cin, cin, g->t, cin, hw,
+            NULL), what, error);
+  if (ok)
+    execute (s, plan, xb, wk, yb, NULL, what, &ran);
+  /* y: yb[f] [hwo, cout] (+ bias) -> frame f of y [cout, tout, hwo], or
+   * batch item b of y [n, cout, hwo] */
+  if (ok && ran)
+    ok = lb_cuda_check (lb_cuda_launch_transpose_convert (cs->stream, yb, 0,
+            hwo * g->cout, g->cout, y, 0, is_2d ? g->cout * hwo : hwo,
+            is_2d ? hwo : g->tout * hwo, out_frames, hwo, g->cout, bias),
+        what, error);
+  if (yb)
+    lb_cuda_scratch_release (s, yb);
+  if (xb)
+    lb_cuda_scratch_release (s, xb);
+  if (wscratch)
+    lb_cuda_scratch_release (s, wscratch);
+  if (ok && ran) {
+    count (&n_cudnn);
+    count (&n_ndhwc);
+    *done = TRUE;
+  }
+  return ok;
 }
 
 /**
@@ -414,8 +694,10 @@ conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
  * result as the CPU op (kernels/cpu/conv.c, spec
  * vae_and_distributed_spec.md A.3/A.5) within FP32 tolerance on an
  * %LB_MATH_FP32 stream, TF32/bf16 product tolerance on an %LB_MATH_BF16
- * one.  Asynchronous on @s; takes pool scratch for cat(cache, x) and the
- * cuDNN workspace.
+ * one (also with LINGBOT_CUDA_CONV_LAYOUT=ndhwc, which tries the
+ * channels-last bf16 graphs first on such a stream).  Asynchronous on @s;
+ * takes pool scratch for cat(cache, x) (or the channels-last copies) and
+ * the cuDNN workspace.
  *
  * Returns: %FALSE on error.
  */
@@ -431,29 +713,30 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
     *done = TRUE;               /* nothing to write */
     return TRUE;
   }
+  if (!cudnn_selected () || g->cin == 0) {
+    count (&n_im2col);
+    return TRUE;
+  }
+  cudaSetDevice (s->device);
+  if (s->math != LB_MATH_FP32 && channels_last_selected ()) {
+    /* its operands are copies: no alignment asked of x, cache, w, y */
+    gboolean ok = conv_ndhwc (s, g, is_2d, x, cache, w, bias, pad_h, pad_w,
+        stride_h, stride_w, y, done, error);
+    if (!ok || *done)
+      return ok;
+  }
   const gboolean with_cache = !is_2d && g->tc > 0;
-  if (!cudnn_selected () || g->cin == 0 || !aligned16 (w) || !aligned16 (y)
-      || (bias && !aligned16 (bias)) ||
+  if (!aligned16 (w) || !aligned16 (y) || (bias && !aligned16 (bias)) ||
       (!with_cache && !aligned16 (x))) {
     count (&n_im2col);
     return TRUE;
   }
 
   ConvKey key;
+  int64_t zf;                   /* zero frames written into the cat */
   conv_key (g, is_2d, bias != NULL, pad_h, pad_w, stride_h, stride_w,
-      s->math, &key);
-
-  cudaSetDevice (s->device);
-  ConvPlan *plan = plan_for (s, &key);
-  int64_t zf = 0;               /* zero frames written into the cat */
-  if (plan && !plan->usable && !is_2d && g->zeros > 0) {
-    /* no engine for the asymmetric temporal padding: the zero frames
-     * become frames of cat(zeros, cache, x), padding 0 / 0 */
-    zf = g->zeros;
-    key.in[0] += zf;
-    key.pre[0] = 0;
-    plan = plan_for (s, &key);
-  }
+      s->math, FALSE, &key);
+  ConvPlan *plan = plan_for_call (s, g, is_2d, &key, &zf);
   if (plan == NULL || !plan->usable) {
     count (&n_im2col);
     return TRUE;
@@ -462,7 +745,7 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
   const char *what = is_2d ? "conv2d (cuDNN)" : "conv3d_causal (cuDNN)";
   const float *xin = x;
   float *cat = NULL;
-  gboolean ok = TRUE;
+  gboolean ok = TRUE, ran = FALSE;
   if (with_cache || zf > 0) {
     /* cat(zf zero frames, cache, x) along T: [Cin, zf + Tc + T, H, W] */
     const int64_t hw = g->h * g->w, tcat = zf + g->tc + g->t;
@@ -492,15 +775,9 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
     xin = cat;
   }
   if (ok) {
-    const int64_t uids[4] = { UID_X, UID_W, UID_Y, UID_B };
-    void *const ptrs[4] = { (void *) xin, (void *) w, y, (void *) bias };
-    g_autoptr (GError) err = NULL;
-    if (!lb_cudnn_execute (s, &plan->plan, plan->fused ? 4 : 3, uids, ptrs,
-            what, &err)) {
-      /* an engine that finalized but does not execute: this shape takes
-       * im2col from now on (the plan stays: graphs may hold it) */
-      plan->usable = FALSE;
-      refuse (&key, err);
+    execute (s, plan, xin, w, y, bias, what, &ran);
+    if (!ran) {
+      /* this shape takes im2col from now on */
       if (cat)
         lb_cuda_scratch_release (s, cat);
       count (&n_im2col);
@@ -563,11 +840,33 @@ lingbot_backend_cuda_conv_last_refusal (void)
   return m;
 }
 
+/**
+ * lingbot_backend_cuda_conv_layout_stats:
+ * @ndhwc_calls: (out) (optional): convolution calls run through the
+ *   channels-last bf16 graphs (LINGBOT_CUDA_CONV_LAYOUT=ndhwc; also
+ *   counted as cuDNN calls by lingbot_backend_cuda_conv_stats())
+ * @weight_conversions: (out) (optional): weights converted to bf16
+ *   KTRSC (once per weight allocation and stream when they are kept)
+ *
+ * Process-wide counters of the channels-last path, for tests and
+ * benchmarks; resolve with g_module_symbol().
+ */
+void
+lingbot_backend_cuda_conv_layout_stats (guint64 * ndhwc_calls,
+    guint64 * weight_conversions)
+{
+  if (ndhwc_calls)
+    *ndhwc_calls = (guint64) g_atomic_pointer_get (&n_ndhwc);
+  if (weight_conversions)
+    *weight_conversions = (guint64) g_atomic_pointer_get (&n_wconv);
+}
+
 G_MODULE_EXPORT gboolean lingbot_backend_cuda_conv_check (gboolean is_2d,
     const LbTensor * x, const LbTensor * cache, const LbTensor * weight,
     const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
-    const LbTensor * y, LbMathMode math, gboolean * fused,
-    gboolean * zeros_in_cat, GError ** error);
+    const LbTensor * y, LbMathMode math, gboolean channels_last,
+    gboolean * fused, gboolean * zeros_in_cat, gboolean * tensor_core,
+    GError ** error);
 
 /**
  * lingbot_backend_cuda_conv_check:
@@ -584,10 +883,15 @@ G_MODULE_EXPORT gboolean lingbot_backend_cuda_conv_check (gboolean is_2d,
  * @y: the output (likewise)
  * @math: the stream math the plan is for (f32-exact engines for
  *   %LB_MATH_FP32)
+ * @channels_last: the graph of LINGBOT_CUDA_CONV_LAYOUT=ndhwc (bf16
+ *   NDHWC x and w, f32 NDHWC y, the bias added outside the graph, so
+ *   *@fused is %FALSE); only for a @math other than %LB_MATH_FP32
  * @fused: (out) (optional): %TRUE when the bias is fused into the graph
  * @zeros_in_cat: (out) (optional): %TRUE when only the fallback without
  *   asymmetric temporal padding is taken (the zero frames are then written
  *   into the concatenated input)
+ * @tensor_core: (out) (optional): %TRUE when the engine that takes the
+ *   graph notes tensor cores (CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
  * @error: the op's argument errors, %LB_ERROR_UNSUPPORTED when no engine
  *   of the target takes the graph, %LB_ERROR_INVALID_ARGUMENT without a
  *   target
@@ -604,30 +908,37 @@ gboolean
 lingbot_backend_cuda_conv_check (gboolean is_2d, const LbTensor * x,
     const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
     int pad_h, int pad_w, int stride_h, int stride_w, const LbTensor * y,
-    LbMathMode math, gboolean * fused, gboolean * zeros_in_cat,
-    GError ** error)
+    LbMathMode math, gboolean channels_last, gboolean * fused,
+    gboolean * zeros_in_cat, gboolean * tensor_core, GError ** error)
 {
   LbConvGeom g;
   ConvKey key;
   LbCudnnPlan plan = { 0 };
-  gboolean ok, f = FALSE, zc = FALSE;
+  gboolean ok, f = FALSE, zc = FALSE, tc = FALSE;
   if (!(is_2d ? lb_check_conv2d (x, weight, bias, pad_h, pad_w, stride_h,
               stride_w, y, &g, error) :
           lb_check_conv3d_causal (x, cache, weight, bias, pad_h, pad_w,
               stride_h, stride_w, y, &g, error)))
     return FALSE;
+  if (channels_last && math == LB_MATH_FP32) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "conv check: the channels-last graphs are for bf16 streams only");
+    return FALSE;
+  }
   conv_key (&g, is_2d, bias != NULL, pad_h, pad_w, stride_h, stride_w, math,
-      &key);
+      channels_last, &key);
   for (int attempt = 0; attempt < 2; attempt++) {
     g_autoptr (GError) err = NULL;
     ok = FALSE;
     if (key.bias) {
       f = ok = build_plan (NULL, &key, TRUE, &plan, &err);
+      tc = plan.tensor_core;
       lb_cudnn_plan_clear (&plan);
       g_clear_error (&err);
     }
     if (!ok) {
       ok = build_plan (NULL, &key, FALSE, &plan, &err);
+      tc = plan.tensor_core;
       lb_cudnn_plan_clear (&plan);
     }
     if (ok || is_2d || g.zeros == 0 || attempt == 1) {
@@ -644,5 +955,7 @@ lingbot_backend_cuda_conv_check (gboolean is_2d, const LbTensor * x,
     *fused = ok && f;
   if (zeros_in_cat)
     *zeros_in_cat = ok && zc;
+  if (tensor_core)
+    *tensor_core = ok && tc;
   return ok;
 }

@@ -103,6 +103,9 @@ lb_cuda_cudnn_free (LbCudaStream * cs)
   if (cs->conv_plans)
     g_hash_table_destroy (cs->conv_plans);
   cs->conv_plans = NULL;
+  if (cs->conv_weights)
+    g_hash_table_destroy (cs->conv_weights);
+  cs->conv_weights = NULL;
   if (cs->sdpa_plans)
     g_hash_table_destroy (cs->sdpa_plans);
   cs->sdpa_plans = NULL;
@@ -212,24 +215,56 @@ lb_cudnn_plan_clear (LbCudnnPlan * plan)
  * on f32 data), no reduced precision reduction, and no FFT or Winograd
  * transform (their rounding error exceeds direct summation's).  An engine
  * whose notes cannot be read is refused. */
+/* The numerical notes (*@n of them) and global index of the engine of
+ * configuration @cfg; %FALSE when they cannot be read. */
 static gboolean
-engine_exact (cudnnBackendDescriptor_t cfg)
+engine_info (cudnnBackendDescriptor_t cfg,
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT],
+    int64_t * n, int64_t * index)
 {
   cudnnBackendDescriptor_t engine = NULL;
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  int64_t n = 0;
-  gboolean exact = FALSE;
+  int64_t got = 0;
+  gboolean ok;
   if (cudnnBackendCreateDescriptor (CUDNN_BACKEND_ENGINE_DESCRIPTOR,
           &engine) != CUDNN_STATUS_SUCCESS)
     return FALSE;
-  if (cudnnBackendGetAttribute (cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
-      CUDNN_STATUS_SUCCESS && n == 1 &&
+  ok = cudnnBackendGetAttribute (cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &engine) ==
+      CUDNN_STATUS_SUCCESS && got == 1 &&
       cudnnBackendGetAttribute (engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-          CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
-          notes) == CUDNN_STATUS_SUCCESS) {
+      CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, n,
+      notes) == CUDNN_STATUS_SUCCESS &&
+      cudnnBackendGetAttribute (engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+      CUDNN_TYPE_INT64, 1, &got, index) == CUDNN_STATUS_SUCCESS;
+  cudnnBackendDestroyDescriptor (engine);
+  *n = MIN (*n, (int64_t) CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+  return ok;
+}
+
+/* Records in @plan which engine configuration @cfg runs on. */
+static void
+plan_engine (LbCudnnPlan * plan, cudnnBackendDescriptor_t cfg)
+{
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t n = 0;
+  plan->engine = -1;
+  plan->tensor_core = FALSE;
+  if (!engine_info (cfg, notes, &n, &plan->engine))
+    return;
+  for (int64_t i = 0; i < n; i++)
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
+      plan->tensor_core = TRUE;
+}
+
+static gboolean
+engine_exact (cudnnBackendDescriptor_t cfg)
+{
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t n = 0, index;
+  gboolean exact = FALSE;
+  if (engine_info (cfg, notes, &n, &index)) {
     exact = TRUE;
-    for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+    for (int64_t i = 0; i < n; i++)
       if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
           notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
           notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
@@ -240,7 +275,6 @@ engine_exact (cudnnBackendDescriptor_t cfg)
           notes[i] == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13)
         exact = FALSE;
   }
-  cudnnBackendDestroyDescriptor (engine);
   return exact;
 }
 
@@ -316,6 +350,7 @@ plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t dprop,
                   1, &n, &ws)) == CUDNN_STATUS_SUCCESS) {
         plan->plan = p;
         plan->workspace = ws;
+        plan_engine (plan, cfgs[i]);
         found = TRUE;
         continue;
       }
@@ -328,6 +363,7 @@ plan_from_heuristics (cudnnHandle_t h, cudnnBackendDescriptor_t dprop,
        * loading its kernels, which needs a driver */
       plan->plan = NULL;
       plan->workspace = -1;
+      plan_engine (plan, cfgs[i]);
       found = TRUE;
     }
   }

@@ -75,6 +75,7 @@ typedef struct
    * and values; NULL until first used) */
   cudnnHandle_t dnn;
   GHashTable *conv_plans;       /* cuda-cudnn-conv.c */
+  GHashTable *conv_weights;     /* cuda-cudnn-conv.c: bf16 KRSC copies */
   GHashTable *sdpa_plans;       /* cuda-cudnn-sdpa.c */
   /* the workspace every cuDNN plan of the stream shares (grown when a
    * plan needs more; a replaced one is kept until the stream goes, since
@@ -110,6 +111,11 @@ void lb_cuda_pool_register_stream (int device, cudaStream_t stream);
 void lb_cuda_pool_unregister_stream (int device, cudaStream_t stream);
 gsize lb_cuda_pool_trim (int device);
 void lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached);
+/* The live allocation holding [ptr, ptr + nbytes) (a walk over the live
+ * blocks), and an O(1) check that it has not been freed since. */
+gboolean lb_cuda_pool_find (int device, const void *ptr, gsize nbytes,
+    void **base, guint64 * serial);
+gboolean lb_cuda_pool_same (int device, void *base, guint64 serial);
 
 /* Scratch for one op call on @s: pool memory, returned with
  * lb_cuda_scratch_release() after the op's kernels are enqueued (reuse by
@@ -174,11 +180,16 @@ cudnnBackendDescriptor_t lb_cudnn_tensor (int64_t uid, cudnnDataType_t dtype,
     gboolean is_virtual, gboolean by_value, const char *what,
     GError ** error);
 
-/* An execution plan and the workspace it needs (bytes). */
+/* An execution plan and the workspace it needs (bytes); the engine that
+ * took the graph (its global index, and whether its numerical notes name
+ * tensor cores), also set when a deviceless check stops at loading its
+ * kernels. */
 typedef struct
 {
   cudnnBackendDescriptor_t plan;
   int64_t workspace;
+  int64_t engine;
+  gboolean tensor_core;
 } LbCudnnPlan;
 
 /* Builds the operation graph of @ops (finalized operation descriptors,

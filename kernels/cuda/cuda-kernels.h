@@ -116,6 +116,15 @@ cudaError_t lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
  * [nb, cout, plane]). */
 cudaError_t lb_cuda_launch_add_channel_bias (cudaStream_t st, float *y,
     int64_t nb, int64_t cout, int64_t plane, const float *bias);
+/* y[b*yb + j*yj + i] = x[b*xb + i*xi + j] (+ bias[j], bias nullable) for
+ * b < nb, i < ni, j < nj: per b, an [ni, nj] matrix with unit stride
+ * along j transposed into one with unit stride along i.  x and y are f32
+ * (*_bf16 0) or bfloat16 bits (1, rounded as lb_f32_to_bf16(); not both).
+ * The layout changes of the channels-last cuDNN convolutions: NCDHW f32
+ * -> NDHWC bf16 for x and the weight, NDHWC -> NCDHW f32 (+ bias) for y. */
+cudaError_t lb_cuda_launch_transpose_convert (cudaStream_t st, const void *x,
+    int x_bf16, int64_t xb, int64_t xi, void *y, int y_bf16, int64_t yb,
+    int64_t yj, int64_t nb, int64_t ni, int64_t nj, const float *bias);
 
 cudaError_t lb_cuda_launch_upsample_nearest2x (cudaStream_t st,
     const float *x, float *y, int64_t rows, int64_t w);

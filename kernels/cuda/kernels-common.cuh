@@ -86,4 +86,30 @@ bf16_widen (uint16_t b)
   return __uint_as_float ((uint32_t) b << 16);
 }
 
+/* *p as a float, for f32 or bf16 storage (templates over the two) */
+__device__ __forceinline__ float
+load_as_float (const float *p)
+{
+  return *p;
+}
+
+__device__ __forceinline__ float
+load_as_float (const uint16_t * p)
+{
+  return bf16_widen (*p);
+}
+
+/* *p = v, rounded by bf16_round() for bf16 storage */
+__device__ __forceinline__ void
+store_from_float (float *p, float v)
+{
+  *p = v;
+}
+
+__device__ __forceinline__ void
+store_from_float (uint16_t * p, float v)
+{
+  *p = bf16_round (v);
+}
+
 }  // namespace lbk

@@ -59,18 +59,6 @@ strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x,
 }
 
 /* y = x over the walk @g with X, Y each float or uint16_t (bf16 bits). */
-__device__ __forceinline__ float
-load_as_float (const float *p)
-{
-  return *p;
-}
-
-__device__ __forceinline__ float
-load_as_float (const uint16_t * p)
-{
-  return bf16_widen (*p);
-}
-
 template <typename X, typename Y>
 __global__ void
 copy_convert_kernel (LbCudaStrided5 g, const X * x, Y * y, int64_t n)

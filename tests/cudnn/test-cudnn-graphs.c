@@ -12,12 +12,16 @@
  * (meson sets LD_LIBRARY_PATH to a folder holding a link to it) that last
  * step fails with CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER, which counts
  * as accepted.  A graph no engine recognises (the negative controls) is
- * refused earlier.  What this cannot check: numerics, speed, execution.
+ * refused earlier.  What this cannot check: numerics, speed, execution,
+ * and which memory layout an engine is fast for (a channels-last bf16
+ * graph with a packed weight is taken by a tensor-core engine too).
  *
  * Shapes: the DiT-14B attention at 832x480 (6240 queries; a full window of
  * 28080 keys, the chunk's own 6240, the 512 text tokens; 40 heads on one
  * rank, 10 on each of four; hd 128) and the VAE decoder's convolutions at
- * 832x480 (spec vae_and_distributed_spec.md A.4), f32 and bf16 math.
+ * 832x480 (spec vae_and_distributed_spec.md A.4), f32 and bf16 math, and
+ * the channels-last bf16 graphs (LINGBOT_CUDA_CONV_LAYOUT=ndhwc: NDHWC
+ * bf16 x and w, f32 y, bias outside the graph, a tensor-core engine).
  */
 #include "kernels/backend.h"
 #include "kernels/error.h"
@@ -48,8 +52,8 @@ typedef gboolean (*SdpaCheckFunc) (int64_t nq, int64_t nk, int64_t heads,
 typedef gboolean (*ConvCheckFunc) (gboolean is_2d, const LbTensor * x,
     const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
     int pad_h, int pad_w, int stride_h, int stride_w, const LbTensor * y,
-    LbMathMode math, gboolean * fused, gboolean * zeros_in_cat,
-    GError ** error);
+    LbMathMode math, gboolean channels_last, gboolean * fused,
+    gboolean * zeros_in_cat, gboolean * tensor_core, GError ** error);
 
 static SdpaCheckFunc sdpa_check;
 static ConvCheckFunc conv_check;
@@ -139,15 +143,25 @@ typedef struct
   gboolean bias;
 } ConvCase;
 
-/* The decoder's convs at 832x480 (bench-cuda-ops.c's list): 3x3 convs read
- * the halo-padded input [C, t, H + 2, W] with pad_h 0 and pad_w 1. */
+/* The decoder's convs at 832x480, steady state (spec
+ * vae_and_distributed_spec.md A.4, the list of bench-cuda-ops.c, which
+ * follows lingbot/vae-net.c: conv_in, res_block's two 3x3x3 convs and
+ * 1x1x1 shortcut, up_block's 3x1x1 time_conv and 1x3x3 conv after the
+ * upsample, the head), plus the first chunk (no cache) and a conv
+ * without bias: 3x3 convs read the halo-padded input [C, t, H + 2, W]
+ * with pad_h 0 and pad_w 1. */
 static const ConvCase conv_cases[] = {
+  {"conv_in 16->384 at 60x104", 16, 384, 1, 2, 60, 104, 3, 3, 3, TRUE},
   {"res 384 at 60x104", 384, 384, 1, 2, 60, 104, 3, 3, 3, TRUE},
   {"time_conv 384->768 at 60x104", 384, 768, 1, 2, 60, 104, 3, 1, 1, TRUE},
   {"upsample 384->192 at 120x208", 384, 192, 2, 0, 120, 208, 1, 3, 3, TRUE},
   {"res 192->384 at 120x208", 192, 384, 2, 2, 120, 208, 3, 3, 3, TRUE},
+  {"res 384 at 120x208", 384, 384, 2, 2, 120, 208, 3, 3, 3, TRUE},
   {"shortcut 192->384 at 120x208", 192, 384, 2, 0, 120, 208, 1, 1, 1, TRUE},
+  {"time_conv 384->768 at 120x208", 384, 768, 2, 2, 120, 208, 3, 1, 1, TRUE},
+  {"upsample 384->192 at 240x416", 384, 192, 4, 0, 240, 416, 1, 3, 3, TRUE},
   {"res 192 at 240x416", 192, 192, 4, 2, 240, 416, 3, 3, 3, TRUE},
+  {"upsample 192->96 at 480x832", 192, 96, 4, 0, 480, 832, 1, 3, 3, TRUE},
   {"res 96 at 480x832", 96, 96, 4, 2, 480, 832, 3, 3, 3, TRUE},
   {"head 96->3 at 480x832", 96, 3, 4, 2, 480, 832, 3, 3, 3, TRUE},
   {"first chunk, no cache", 96, 96, 1, 0, 480, 832, 3, 3, 3, TRUE},
@@ -155,7 +169,7 @@ static const ConvCase conv_cases[] = {
 };
 
 static void
-conv_case (const ConvCase * c, LbMathMode math)
+conv_case (const ConvCase * c, LbMathMode math, gboolean channels_last)
 {
   const int halo = c->kh == 3 ? 1 : 0;
   const int64_t hin = c->h + 2 * halo;
@@ -165,29 +179,44 @@ conv_case (const ConvCase * c, LbMathMode math)
   meta (&w, 5, (int64_t[]) { c->cout, c->cin, c->kt, c->kh, c->kw });
   meta (&b, 1, (int64_t[]) { c->cout });
   meta (&y, 4, (int64_t[]) { c->cout, c->t, c->h, c->w });
-  gboolean fused = FALSE, zeros = FALSE;
+  gboolean fused = FALSE, zeros = FALSE, tc = FALSE;
   g_autoptr (GError) err = NULL;
   gboolean ok = conv_check (FALSE, &x, c->tc ? &cache : NULL, &w,
-      c->bias ? &b : NULL, 0, halo, 1, 1, &y, math, &fused, &zeros, &err);
-  printf ("# conv %s (%s): %s%s%s\n", c->what,
-      math == LB_MATH_BF16 ? "bf16" : "f32",
+      c->bias ? &b : NULL, 0, halo, 1, 1, &y, math, channels_last, &fused,
+      &zeros, &tc, &err);
+  printf ("# conv %s (%s): %s%s%s%s\n", c->what,
+      channels_last ? "bf16 NDHWC" : math == LB_MATH_BF16 ? "bf16" : "f32",
       ok ? "an H200 engine takes it" : err->message,
       ok && c->bias ? (fused ? ", bias fused" : ", bias by kernel") : "",
-      ok && zeros ? ", zero frames in the input" : "");
+      ok && zeros ? ", zero frames in the input" : "",
+      ok && tc ? ", tensor cores" : "");
   g_assert_no_error (err);
   g_assert_true (ok);
+  /* channels-last: the bias is always the output kernel's, and a
+   * tensor-core engine takes the bf16 graph */
+  if (channels_last) {
+    g_assert_false (fused);
+    g_assert_true (tc);
+  }
 }
 
 static void
 test_conv_f32 (gconstpointer data)
 {
-  conv_case (data, LB_MATH_FP32);
+  conv_case (data, LB_MATH_FP32, FALSE);
 }
 
 static void
 test_conv_bf16 (gconstpointer data)
 {
-  conv_case (data, LB_MATH_BF16);
+  conv_case (data, LB_MATH_BF16, FALSE);
+}
+
+/* the LINGBOT_CUDA_CONV_LAYOUT=ndhwc graphs: bf16 NDHWC x and w */
+static void
+test_conv_ndhwc (gconstpointer data)
+{
+  conv_case (data, LB_MATH_BF16, TRUE);
 }
 
 /* The batched conv2d (stride 2, the encoder's downsample) and the op's own
@@ -202,11 +231,21 @@ test_conv2d_and_errors (void)
   meta (&b, 1, (int64_t[]) { 96 });
   meta (&y, 4, (int64_t[]) { 4, 96, 240, 416 });
   g_assert_true (conv_check (TRUE, &x, NULL, &w, &b, 0, 0, 2, 2, &y,
-          LB_MATH_FP32, NULL, NULL, &err));
+          LB_MATH_FP32, FALSE, NULL, NULL, NULL, &err));
   g_assert_no_error (err);
+  gboolean fused = TRUE;
+  g_assert_true (conv_check (TRUE, &x, NULL, &w, &b, 0, 0, 2, 2, &y,
+          LB_MATH_BF16, TRUE, &fused, NULL, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_false (fused);
+  /* channels-last is a bf16-stream path */
+  g_assert_false (conv_check (TRUE, &x, NULL, &w, &b, 0, 0, 2, 2, &y,
+          LB_MATH_FP32, TRUE, NULL, NULL, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&err);
   meta (&y, 4, (int64_t[]) { 4, 96, 240, 417 });
   g_assert_false (conv_check (TRUE, &x, NULL, &w, &b, 0, 0, 2, 2, &y,
-          LB_MATH_FP32, NULL, NULL, &err));
+          LB_MATH_FP32, FALSE, NULL, NULL, NULL, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   printf ("# conv2d error: %s\n", err->message);
 }
@@ -259,8 +298,10 @@ main (int argc, char **argv)
   for (guint i = 0; i < G_N_ELEMENTS (conv_cases); i++) {
     g_autofree char *p = g_strdup_printf ("/cudnn/conv/f32/%u", i);
     g_autofree char *q = g_strdup_printf ("/cudnn/conv/bf16/%u", i);
+    g_autofree char *r = g_strdup_printf ("/cudnn/conv/ndhwc/%u", i);
     g_test_add_data_func (p, &conv_cases[i], test_conv_f32);
     g_test_add_data_func (q, &conv_cases[i], test_conv_bf16);
+    g_test_add_data_func (r, &conv_cases[i], test_conv_ndhwc);
   }
   g_test_add_func ("/cudnn/conv2d", test_conv2d_and_errors);
   int rc = g_test_run ();

@@ -10,7 +10,8 @@
  * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn, the
  * default; an "error" line when cuDNN did not take the call; at Nk 28080
  * also with bf16 K and V, the DiT's bf16 KV cache), "s" and "tflops"; the
- * convolutions add "path": "cudnn" or "im2col", "math", "s", "tflops",
+ * convolutions add "path": "cudnn", "cudnn-ndhwc" or "im2col", "math",
+ * "s", "tflops",
  * "calls_per_chunk" and "chunk_ms", see bench_conv_path()).
  * Inputs are uninitialised device memory filled with a constant (timing
  * only).  Exits 77 without a device.  Usage: bench-cuda-ops [filter]
@@ -248,12 +249,16 @@ run_rope (gpointer p, GError ** error)
 
 /* ---- convolutions: cuDNN vs im2col (kernels/cuda/cuda-cudnn-conv.c) ----
  *
- * Each conv case is timed three times: "path":"cudnn" on the FP32 stream
+ * Each conv case is timed four times: "path":"cudnn" on the FP32 stream
  * ("math":"fp32", f32 engines only), "cudnn" on the stream in LB_MATH_BF16
- * mode ("math":"bf16": TF32 / bf16 engines allowed) and "im2col" (FP32
+ * mode ("math":"bf16": TF32 / bf16 engines allowed), "cudnn-ndhwc" on
+ * that stream with LINGBOT_CUDA_CONV_LAYOUT=ndhwc (channels-last bf16
+ * graphs, their layout conversions included) and "im2col" (FP32
  * cuBLASLt, LINGBOT_CUDA_CONV=im2col).  A cudnn line whose calls did not
  * all run through cuDNN (lingbot_backend_cuda_conv_stats of the loaded
- * module) is an "error" line.  "calls_per_chunk": how many calls of the
+ * module), or a cudnn-ndhwc line whose calls did not all take the
+ * channels-last graph (lingbot_backend_cuda_conv_layout_stats), is an
+ * "error" line.  "calls_per_chunk": how many calls of the
  * shape one steady decoder chunk of 4 latent frames makes (spec
  * vae_and_distributed_spec.md A.4: the decoder runs once per latent
  * frame), so chunk_ms = ms * calls_per_chunk. */
@@ -261,8 +266,11 @@ run_rope (gpointer p, GError ** error)
 typedef void (*ConvStatsFunc) (guint64 * cudnn_calls, guint64 * im2col_calls,
     guint64 * plans, guint64 * refused);
 typedef char *(*ConvRefusalFunc) (void);
+typedef void (*ConvLayoutStatsFunc) (guint64 * ndhwc_calls,
+    guint64 * weight_conversions);
 static ConvStatsFunc conv_stats;
 static ConvRefusalFunc conv_refusal;
+static ConvLayoutStatsFunc conv_layout_stats;
 
 static void
 resolve_conv_stats (void)
@@ -277,6 +285,10 @@ resolve_conv_stats (void)
       !g_module_symbol (m, "lingbot_backend_cuda_conv_last_refusal",
           (gpointer *) & conv_refusal))
     conv_stats = NULL;
+  if (m == NULL ||
+      !g_module_symbol (m, "lingbot_backend_cuda_conv_layout_stats",
+          (gpointer *) & conv_layout_stats))
+    conv_layout_stats = NULL;
 }
 
 typedef struct
@@ -304,14 +316,18 @@ bench_conv_path (const char *op, const char *name, const char *path,
   if (filter && strstr (op, filter) == NULL)
     return;
   g_autoptr (GError) err = NULL;
-  const gboolean want_cudnn = g_str_equal (path, "cudnn");
+  const gboolean ndhwc = g_str_equal (path, "cudnn-ndhwc");
+  const gboolean want_cudnn = ndhwc || g_str_equal (path, "cudnn");
   const char *mname = math == LB_MATH_BF16 ? "bf16" : "fp32";
-  guint64 c0 = 0, c1 = 0;
-  g_setenv ("LINGBOT_CUDA_CONV", path, TRUE);
+  guint64 c0 = 0, c1 = 0, n0 = 0, n1 = 0;
+  g_setenv ("LINGBOT_CUDA_CONV", want_cudnn ? "cudnn" : path, TRUE);
+  g_setenv ("LINGBOT_CUDA_CONV_LAYOUT", ndhwc ? "ndhwc" : "ncdhw", TRUE);
   cuda->stream_synchronize (gs, NULL);  /* nothing queued: mode change */
   gs->math = math;
   if (conv_stats)
     conv_stats (&c0, NULL, NULL, NULL);
+  if (conv_layout_stats)
+    conv_layout_stats (&n0, NULL);
   gboolean ok = run_conv (c, &err) && cuda->stream_synchronize (gs, &err);
   double ms = 0;
   if (ok) {
@@ -323,9 +339,12 @@ bench_conv_path (const char *op, const char *name, const char *path,
   }
   if (conv_stats)
     conv_stats (&c1, NULL, NULL, NULL);
+  if (conv_layout_stats)
+    conv_layout_stats (&n1, NULL);
   cuda->stream_synchronize (gs, NULL);
   gs->math = LB_MATH_FP32;
   g_unsetenv ("LINGBOT_CUDA_CONV");
+  g_unsetenv ("LINGBOT_CUDA_CONV_LAYOUT");
   if (ok && want_cudnn && conv_stats == NULL) {
     ok = FALSE;
     g_set_error (&err, LB_ERROR, LB_ERROR_UNSUPPORTED, "the CUDA module "
@@ -336,6 +355,14 @@ bench_conv_path (const char *op, const char *name, const char *path,
     g_set_error (&err, LB_ERROR, LB_ERROR_UNSUPPORTED, "cuDNN ran %"
         G_GUINT64_FORMAT " of %d calls (the rest im2col): %s", c1 - c0,
         iters + 1, why ? why : "no refusal recorded");
+  } else if (ok && ndhwc && (conv_layout_stats == NULL ||
+          n1 - n0 != (guint64) iters + 1)) {
+    g_autofree char *why = conv_refusal ();
+    ok = FALSE;
+    g_set_error (&err, LB_ERROR, LB_ERROR_UNSUPPORTED, "the channels-last "
+        "graph ran %" G_GUINT64_FORMAT " of %d calls: %s", n1 - n0,
+        iters + 1, conv_layout_stats == NULL ? "no layout counters" :
+        why ? why : "no refusal recorded");
   }
   if (!ok) {
     g_autofree char *msg = g_strescape (err ? err->message : "?", NULL);
@@ -351,7 +378,7 @@ bench_conv_path (const char *op, const char *name, const char *path,
   fflush (stdout);
 }
 
-/* The three timings of one conv case (see above). */
+/* The four timings of one conv case (see above). */
 static void
 bench_conv (const char *op, const char *name, double flops, double bytes,
     int iters, int per_chunk, const ConvArgs * c)
@@ -360,6 +387,8 @@ bench_conv (const char *op, const char *name, double flops, double bytes,
       per_chunk, c);
   bench_conv_path (op, name, "cudnn", LB_MATH_BF16, flops, bytes, iters,
       per_chunk, c);
+  bench_conv_path (op, name, "cudnn-ndhwc", LB_MATH_BF16, flops, bytes,
+      iters, per_chunk, c);
   bench_conv_path (op, name, "im2col", LB_MATH_FP32, flops, bytes, iters,
       per_chunk, c);
 }

@@ -47,7 +47,9 @@ ninja -C $B "${progs[@]}"
 C=.gpu-stage
 rm -rf $C .gpu-carry
 mkdir -p $C/lib $C/$B .gpu-carry
-cp -a $B/liblingbot.so $C/$B/
+# liblingbot.so -> .so.0 -> .so.0.1.0 (soname links; the real file stripped)
+cp -a $B/liblingbot.so $B/liblingbot.so.[0-9]* $C/$B/
+lib_real=$(basename "$(readlink -f $B/liblingbot.so)")
 for p in "${progs[@]}"; do
   mkdir -p "$C/$B/$(dirname "$p")"
   cp -a "$B/$p" "$C/$B/$p"
@@ -64,7 +66,7 @@ done | cat - <(ldd "$sys_bin" "$sys_plugins") |
   grep -vE 'libcuda|libcudart|libcublas|libnccl|libcudnn|/liblingbot\.so' |
   while read -r lib; do cp -L "$lib" $C/lib/; done
 # symbols are not needed to run (the CUDA module keeps its -lineinfo)
-strip --strip-unneeded $C/lib/* $C/$B/liblingbot.so \
+strip --strip-unneeded $C/lib/* "$C/$B/$lib_real" \
   $C/$B/tests/*/test-*[!l] $C/$B/tests/gpu/bench-cuda-ops \
   $C/$B/tools/lingbot-bench $C/$B/tools/lingbot-mkmodel \
   $C/$B/gst/libgstlingbot.so $C/bin/* $C/gst-plugins/*

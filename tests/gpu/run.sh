@@ -12,7 +12,8 @@
 #   4. the real 14B shapes with random weights (lingbot-bench, JSON lines):
 #      a) one DiT block (14B, 1 layer) at 832x480: 6240 query tokens, a full
 #         18-frame KV window (28080 keys), 512 text tokens; fp32 and bf16
-#      c) the VAE decode of one chunk at 60x104, dim 96, on device 0
+#      c) the VAE decode of one chunk at 60x104, dim 96, on device 0: fp32,
+#         bf16, and bf16 with the channels-last convs (NDHWC)
 #      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
 #         device and host memory and the time left allow it
 #      e) the decode beside the generation: lingbot-bench direct, serial
@@ -26,16 +27,19 @@
 #         the 4xH100 projection from it
 #      (c, e, g and f run before b so that a slow full chunk cannot
 #      starve them)
+#      d) the kernel profile of one 14B block, bf16 and fp8 (Nsight
+#         Compute, when the machine has ncu; LINGBOT_GPU_PROFILE=0: off)
 #   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
-#      seconds per chunk, MFU, the VAE's share of a chunk
+#      seconds per chunk, MFU (bf16 and fp8), the kernel profiles, the
+#      VAE decode per steady chunk on both conv layouts and its share
 #
 # Everything goes under $OUT (default ./gpu-results), 7 files, since the
 # device tool returns at most 8: summary.txt, build.log, gpu-suite.log,
 # gpu-testlog.json, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
 # (the lingbot-bench JSON lines of step 4, each with a "step" member),
-# bench-model.log (their text and stderr).  With LINGBOT_GPU_PROFILE=1
-# also profile.txt and ncu.csv (step 4d; the carried build has no
-# gpu-testlog.json, so that still makes 8).
+# bench-model.log (their text and stderr), and profile.txt (step 4d).
+# With LINGBOT_GPU_PROFILE=1 also ncu.csv, the raw reports (the carried
+# build has no gpu-testlog.json, so that still makes 8).
 #
 # Budget: 9 minutes on one H200 (16 cores).  Every step's timeout is the
 # smaller of its own limit and what is left of BUDGET_S once the minimum
@@ -317,13 +321,29 @@ else
 fi
 # the VAE on a bf16 stream (TF32/bf16 conv engines): the precision option
 start=$(date +%s)
-limit=$(step_limit 45 100)
+limit=$(step_limit 45 115)
 if [ "$limit" -ge 15 ]; then
   bench vae-bf16 "$limit" vae --dim 96 --latent 60x104 --chunks 2 \
     --devices 0 --precision bf16 "${vae_extra[@]}"
   note "vae decode bf16 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 else
   note "vae decode bf16 skipped: $(left) s left"
+fi
+# the same with the channels-last bf16 convs (LINGBOT_CUDA_CONV_LAYOUT=
+# ndhwc: NDHWC bf16 x and w into cuDNN, converted at the op's edges;
+# docs/design/cuda.md "Channels-last bf16"), next to the NCDHW layout
+# above: the decode per steady chunk of both (target <= 0.25 s)
+start=$(date +%s)
+limit=$(step_limit 45 100)
+if [ "$limit" -ge 15 ]; then
+  export LINGBOT_CUDA_CONV_LAYOUT=ndhwc
+  bench vae-bf16-ndhwc "$limit" vae --dim 96 --latent 60x104 --chunks 2 \
+    --devices 0 --precision bf16 "${vae_extra[@]}"
+  note "vae decode bf16 ndhwc rc=$? ($(($(date +%s) - start)) s," \
+    "limit $limit s)"
+  unset LINGBOT_CUDA_CONV_LAYOUT
+else
+  note "vae decode bf16 ndhwc skipped: $(left) s left"
 fi
 
 # direct_json FILE STEP: a lingbot-bench direct/replay report, one line
@@ -531,28 +551,37 @@ else
   note "rank-of-4 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 fi
 
-# ---- 4d. kernel profile (LINGBOT_GPU_PROFILE=1) ---------------------
-# Nsight Compute's duration of every kernel of one 14B block in bf16 (two
-# chunks, eager: LINGBOT_DIT_GRAPHS=0, so that every kernel is its own
-# launch), summed per kernel name into profile.txt; the raw report (ncu's
-# CSV on stdout, with the bench's own text lines) is ncu.csv.  Off by
-# default (it adds about a minute).
-if [ "${LINGBOT_GPU_PROFILE:-0}" = 1 ]; then
+# ---- 4d. kernel profile -------------------------------------------
+# Nsight Compute's duration of every kernel of one 14B block in bf16 and
+# in fp8 (two chunks each, eager: LINGBOT_DIT_GRAPHS=0, so that every
+# kernel is its own launch), summed per kernel name into profile.txt (one
+# section per precision; the head of each goes into the summary next to
+# the MFU of blocks 4a).  On when ncu is found (about 15 s per
+# precision); LINGBOT_GPU_PROFILE=0: off; =1: also the raw reports (ncu's
+# CSV on stdout, with the bench's own text lines) in ncu.csv.
+if [ "${LINGBOT_GPU_PROFILE:-auto}" != 0 ]; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu \
     /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  start=$(date +%s)
-  limit=$(step_limit 150 5)
-  if [ -z "$NCU" ]; then
-    note "kernel profile skipped: no ncu on this machine"
-  elif [ "$limit" -lt 30 ]; then
-    note "kernel profile skipped: $(left) s left"
-  else
+  [ -n "$NCU" ] && : >"$OUT/profile.txt"
+  for prec in bf16 fp8; do
+    start=$(date +%s)
+    if [ $prec = bf16 ]; then reserve=35; else reserve=5; fi
+    limit=$(step_limit 150 $reserve)
+    if [ -z "$NCU" ]; then
+      note "kernel profile skipped: no ncu on this machine"
+      break
+    elif [ "$limit" -lt 30 ]; then
+      note "kernel profile $prec skipped: $(left) s left"
+      continue
+    fi
+    raw="$OUT/ncu-$prec.csv.tmp"
     LINGBOT_DIT_GRAPHS=0 timeout "$limit" "$NCU" --clock-control none \
       --metrics gpu__time_duration.sum --print-units base --csv \
       "$BENCH" dit "${SHAPE[@]}" --layers 1 --chunks 2 --devices 0 \
-      --precision bf16 >"$OUT/ncu.csv" 2>>"$MODEL_LOG"
-    note "kernel profile rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-    python3 - "$OUT/ncu.csv" >"$OUT/profile.txt" <<'EOF'
+      --precision $prec >"$raw" 2>>"$MODEL_LOG"
+    note "kernel profile $prec rc=$? ($(($(date +%s) - start)) s," \
+      "limit $limit s)"
+    python3 - "$raw" $prec >"$OUT/profile-$prec.txt.tmp" <<'EOF'
 import csv, sys
 rows = []
 try:
@@ -582,18 +611,23 @@ for r in rows:
     agg[name] = (c + 1, t + ns)
     total += ns
     n += 1
-print("kernels of one 14B block, bf16, 2 chunks of 5 passes (plus the "
-      "session's setup kernels), Nsight Compute gpu__time_duration:")
+print("kernels of one 14B block, %s, 2 chunks of 5 passes (plus the "
+      "session's setup kernels), Nsight Compute gpu__time_duration:"
+      % sys.argv[2])
 print("%d kernels, %.2f ms in all" % (n, total / 1e6))
 print("%8s %6s %9s %6s  %s" % ("ms", "calls", "us/call", "share", "kernel"))
 for name, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print("%8.3f %6d %9.1f %5.1f%%  %s" % (t / 1e6, c, t / c / 1e3,
           100 * t / total if total else 0, name))
 if not agg:
-    print("(no kernel rows in ncu.csv)")
+    print("(no kernel rows in the ncu report)")
 EOF
-    head -25 "$OUT/profile.txt" | tee -a "$SUMMARY"
-  fi
+    head -20 "$OUT/profile-$prec.txt.tmp" | tee -a "$SUMMARY"
+    cat "$OUT/profile-$prec.txt.tmp" >>"$OUT/profile.txt"
+    echo >>"$OUT/profile.txt"
+    [ "${LINGBOT_GPU_PROFILE:-auto}" = 1 ] && cat "$raw" >>"$OUT/ncu.csv"
+    rm -f "$raw" "$OUT/profile-$prec.txt.tmp"
+  done
 fi
 
 # ---- 5. summary ------------------------------------------------------
@@ -629,6 +663,8 @@ for line in open(suite_log, errors="replace"):
           else head[0])
     if "bf16" in head:      # the bf16 cases have their own tolerances
         op += "-bf16"
+    if "ndhwc" in head:     # the channels-last bf16 convs
+        op += "-ndhwc"
     if "vs f64" in text:    # against float64 on bf16-rounded inputs
         op += " vs f64"
     n, w, _ = worst.get(op, (0, 0.0, kind))
@@ -637,7 +673,7 @@ for line in open(suite_log, errors="replace"):
 print("\nparity against the CPU (largest error over each op's cases):")
 for op in sorted(worst):
     n, w, kind = worst[op]
-    print("  %-24s %4d cases  max %s %.3g" % (op, n, kind, w))
+    print("  %-30s %4d cases  max %s %.3g" % (op, n, kind, w))
 if not worst:
     print("  (no parity lines in the suite log)")
 
@@ -662,7 +698,8 @@ print("\nDiT, 832x480 latent 60x104, 512 text tokens, full window:")
 print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
       "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
 full_s = None
-for step in ("block-fp32", "block-bf16", "block-bf16-own", "full-bf16"):
+for step in ("block-fp32", "block-bf16", "block-bf16-own", "block-fp8",
+             "full-bf16"):
     s = last(step, "summary")
     chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
     if s is None and not chunks:
@@ -685,6 +722,9 @@ for step in ("block-fp32", "block-bf16", "block-bf16-own", "full-bf16"):
           "" if st else "  (first chunk only)"))
     if step == "full-bf16":
         full_s = sec
+print("  (MFU against the bf16 dense peak, fp8 included: against the "
+      "H200's fp8 peak, halve block-fp8's; kernel profiles of block-bf16 "
+      "and block-fp8 above, profile.txt)")
 blk = last("block-bf16", "summary")
 if full_s is None and blk and blk["steady"]["chunks"]:
     print("  40-layer chunk estimated from the bf16 block: %.2f s"
@@ -698,12 +738,17 @@ if est:
              c["spec_reference_tflop"]))
 
 print("\nVAE decode, dim 96, latent 60x104 (16 frames per steady chunk):")
-for vstep in ("vae", "vae-bf16"):
+steady = {}
+for vstep, what in (("vae", "FP32 (the reference)"),
+                    ("vae-bf16", "bf16 stream (TF32/bf16 conv engines, "
+                     "NCDHW f32 tensors)"),
+                    ("vae-bf16-ndhwc", "bf16 stream, channels-last bf16 "
+                     "convs (LINGBOT_CUDA_CONV_LAYOUT=ndhwc)")):
   v = last(vstep, "")
-  print("  %s:" % ("FP32 (the reference)" if vstep == "vae" else
-        "bf16 stream (TF32/bf16 conv engines)"))
+  print("  %s:" % what)
   if v and v.get("runs"):
       r = v["runs"][0]
+      steady[vstep] = r["steady_chunk_s"]
       dit_s = full_s if full_s else v.get("dit_chunk_s")
       share = (r["steady_chunk_s"] / (r["steady_chunk_s"] + dit_s)
                if dit_s and r["steady_chunk_s"] > 0 else None)
@@ -715,6 +760,10 @@ for vstep in ("vae", "vae-bf16"):
                "measured" if full_s else "40 x the bf16 block"))
   else:
       print("  not run or failed (bench-model.log)")
+a, b = steady.get("vae-bf16"), steady.get("vae-bf16-ndhwc")
+if a and b:
+    print("  decode per steady chunk, bf16: NCDHW %.3f s, NDHWC %.3f s "
+          "(%.2fx; target <= 0.25 s)" % (a, b, a / b))
 
 print("\nDecode beside the generation (lingbot-bench direct, 14B shape cut to "
       "8 layers, 832x480, bf16, 4 chunks; target: <= 5 % of the decode "
@@ -888,25 +937,29 @@ def cell(o):
         return "%-19s" % "error"
     return "%8.2f ms %4.0f TF/s" % (o["ms"], o["tflops"])
 
-print("\nconvs: cuDNN fp32 | cuDNN bf16 stream (TF32/bf16 engines) | im2col"
-      " (FP32 cuBLASLt); TFLOP/s = 2 Cout Cin k t H W / s:")
+print("\nconvs: cuDNN fp32 | cuDNN bf16 stream (TF32/bf16 engines) | cuDNN"
+      " bf16 channels-last (with its conversions) | im2col (FP32 cuBLASLt);"
+      " TFLOP/s = 2 Cout Cin k t H W / s:")
 if not rows:
     print("  (no conv lines in bench-ops.jsonl)")
 chunk = {}
 for key in order:
     m = rows[key]
     f32, b16 = m.get(("cudnn", "fp32")), m.get(("cudnn", "bf16"))
+    cl = m.get(("cudnn-ndhwc", "bf16"))
     im = m.get(("im2col", "fp32"))
     verdict = ""
     if f32 and im and "ms" in f32 and "ms" in im:
         verdict = "im2col/cuDNN fp32 %.2fx" % (im["ms"] / f32["ms"])
-    for o in (f32, b16):
+    if b16 and cl and "ms" in b16 and "ms" in cl:
+        verdict += "  NCDHW/NDHWC bf16 %.2fx" % (b16["ms"] / cl["ms"])
+    for o in (f32, b16, cl):
         if o and "error" in o:
             verdict += "  cuDNN: " + o["error"][:100]
-    print("  %s %s\n    %s | %s | %s  %s" % (key[0], key[1], cell(f32),
-          cell(b16), cell(im), verdict))
+    print("  %s %s\n    %s | %s | %s | %s  %s" % (key[0], key[1], cell(f32),
+          cell(b16), cell(cl), cell(im), verdict))
     for name, o in (("cuDNN fp32", f32), ("cuDNN bf16", b16),
-                    ("im2col", im)):
+                    ("cuDNN bf16 NDHWC", cl), ("im2col", im)):
         if key[0] == "conv3d_causal" and o and "chunk_ms" in o:
             chunk[name] = chunk.get(name, 0.0) + o["chunk_ms"]
 if chunk:

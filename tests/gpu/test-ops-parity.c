@@ -6,7 +6,8 @@
  * halo upsample, the fused DiT ops, the camera ray map (bit for bit: both
  * backends use the same IEEE operations without FMA) and the argument
  * errors.  Written out here: what a row cannot say: the allocator, both
- * CUDA conv paths and the bf16 conv stream (module counters), the fused
+ * CUDA conv paths, the bf16 conv stream and its channels-last graphs
+ * (module counters, the bf16 weight copies), the fused
  * ops' bit identity with their CPU pairs and rms_norm_rope into KV-cache
  * slot views, the bf16 KV cache, and the device check.
  * Exits 77 (skip) when no CUDA device or module is available.
@@ -84,7 +85,9 @@ test_allocator (void)
  * cuBLASLt with LINGBOT_CUDA_CONV=im2col) are compared with the CPU op on
  * NaN-poisoned outputs: cuDNN and im2col on the FP32 stream at TOL, and
  * cuDNN again on the stream in LB_MATH_BF16 mode (TF32 / bf16 engines
- * allowed) at TOL_CONV_BF16.  The module's counters
+ * allowed) at TOL_CONV_BF16, and once more there with
+ * LINGBOT_CUDA_CONV_LAYOUT=ndhwc (channels-last bf16 x and w, which needs
+ * no aligned operands) at TOL_CONV_BF16.  The module's counters
  * (lingbot_backend_cuda_conv_stats, resolved from the loaded module) must
  * show that each call took the path asked for: a cuDNN refusal fails the
  * case with cuDNN's reason (lingbot_backend_cuda_conv_last_refusal).
@@ -103,6 +106,10 @@ test_allocator (void)
 typedef void (*ConvStatsFunc) (guint64 * cudnn_calls, guint64 * im2col_calls,
     guint64 * plans, guint64 * refused);
 typedef char *(*ConvRefusalFunc) (void);
+typedef void (*ConvLayoutStatsFunc) (guint64 * ndhwc_calls,
+    guint64 * weight_conversions);
+
+static ConvLayoutStatsFunc conv_layout_stats;
 
 /* The conv counters of the loaded CUDA module (g_module_symbol on the
  * module that holds the backend's functions). */
@@ -121,6 +128,10 @@ conv_symbols (ConvStatsFunc * stats, ConvRefusalFunc * refusal)
             (gpointer *) & st));
     g_assert_true (g_module_symbol (mod,
             "lingbot_backend_cuda_conv_last_refusal", (gpointer *) & rf));
+    g_assert_true (g_module_symbol (mod,
+            "lingbot_backend_cuda_conv_layout_stats",
+            (gpointer *) & conv_layout_stats));
+    g_assert_nonnull (conv_layout_stats);
     g_assert_nonnull (st);
     g_assert_nonnull (rf);
     /* the module is resident: this reference is never dropped */
@@ -153,17 +164,19 @@ enum
   CONV_CUDNN,
   CONV_IM2COL,
   CONV_CUDNN_BF16,
+  CONV_CUDNN_NDHWC,
   CONV_N_RUNS,
 };
 
 /* Runs @c on every path against the CPU result @ref; @expect_cudnn FALSE
- * when the cuDNN path must decline the call (unaligned operands). */
+ * when the NCDHW cuDNN path must decline the call (unaligned operands;
+ * the channels-last one takes every call: its operands are copies). */
 static void
 conv_paths (const char *op, const ConvCall * c, const LbTensor * ref,
     gboolean expect_cudnn)
 {
   static const char *const names[CONV_N_RUNS] = { "cudnn", "im2col",
-    "cudnn bf16"
+    "cudnn bf16", "cudnn bf16 ndhwc"
   };
   ConvStatsFunc stats;
   ConvRefusalFunc refusal;
@@ -171,21 +184,28 @@ conv_paths (const char *op, const ConvCall * c, const LbTensor * ref,
   for (int run = 0; run < CONV_N_RUNS; run++) {
     g_autoptr (GError) err = NULL;
     g_autofree char *what = g_strdup_printf ("%s/%s", op, names[run]);
+    const gboolean bf16 = run == CONV_CUDNN_BF16 || run == CONV_CUDNN_NDHWC;
     g_setenv ("LINGBOT_CUDA_CONV", run == CONV_IM2COL ? "im2col" : "cudnn",
         TRUE);
+    g_setenv ("LINGBOT_CUDA_CONV_LAYOUT",
+        run == CONV_CUDNN_NDHWC ? "ndhwc" : "ncdhw", TRUE);
     sync_ok ();                 /* nothing queued: the mode may change */
-    gctx.gs->math = run == CONV_CUDNN_BF16 ? LB_MATH_BF16 : LB_MATH_FP32;
+    gctx.gs->math = bf16 ? LB_MATH_BF16 : LB_MATH_FP32;
     g_autoptr (LbTensor) dy = dev_poison (ref->ndim, ref->shape);
-    guint64 c0, i0, c1, i1;
+    guint64 c0, i0, c1, i1, n0, n1;
     stats (&c0, &i0, NULL, NULL);
+    conv_layout_stats (&n0, NULL);
     gboolean ok = conv_gpu (c, dy, &err);
     g_assert_no_error (err);
     g_assert_true (ok);
     sync_ok ();
     stats (&c1, &i1, NULL, NULL);
+    conv_layout_stats (&n1, NULL);
     gctx.gs->math = LB_MATH_FP32;
     g_unsetenv ("LINGBOT_CUDA_CONV");
-    const gboolean want_cudnn = run != CONV_IM2COL && expect_cudnn;
+    g_unsetenv ("LINGBOT_CUDA_CONV_LAYOUT");
+    const gboolean want_cudnn = run == CONV_CUDNN_NDHWC ||
+        (run != CONV_IM2COL && expect_cudnn);
     if (want_cudnn && c1 - c0 != 1) {
       g_autofree char *why = refusal ();
       g_error ("%s: the cuDNN path did not run (cudnn +%" G_GUINT64_FORMAT
@@ -194,7 +214,13 @@ conv_paths (const char *op, const ConvCall * c, const LbTensor * ref,
     }
     g_assert_cmpuint (c1 - c0, ==, want_cudnn ? 1 : 0);
     g_assert_cmpuint (i1 - i0, ==, want_cudnn ? 0 : 1);
-    compare_dev (what, ref, dy, run == CONV_CUDNN_BF16 ? TOL_CONV_BF16 : TOL);
+    if (run == CONV_CUDNN_NDHWC && n1 - n0 != 1) {
+      g_autofree char *why = refusal ();
+      g_error ("%s: the channels-last graph did not run (last refusal: %s)",
+          what, why ? why : "none");
+    }
+    g_assert_cmpuint (n1 - n0, ==, run == CONV_CUDNN_NDHWC ? 1 : 0);
+    compare_dev (what, ref, dy, bf16 ? TOL_CONV_BF16 : TOL);
   }
 }
 
@@ -304,6 +330,58 @@ conv3d_unaligned_case (void)
           1, 1, y, &err));
   c.cache = dcache;
   conv_paths ("conv3d_causal-unaligned", &c, y, TRUE);
+}
+
+/* The channels-last path's bf16 weight copies (cuda-cudnn-conv.c
+ * weight_krsc()): made once per weight allocation, reused while it lives,
+ * made again for new weights even where the pool hands out the freed
+ * block again (same address, other values). */
+static void
+test_conv_ndhwc_weights (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int64_t cin = 32, cout = 48, t = 2, h = 18, w = 20;
+  ConvStatsFunc stats;
+  ConvRefusalFunc refusal;
+  conv_symbols (&stats, &refusal);
+  g_autoptr (LbTensor) x = host_rand (4, S (cin, t, h + 2, w));
+  g_autoptr (LbTensor) cache = host_rand (4, S (cin, 2, h + 2, w));
+  g_autoptr (LbTensor) b = host_rand (1, S (cout));
+  g_autoptr (LbTensor) dx = to_dev (x);
+  g_autoptr (LbTensor) dcache = to_dev (cache);
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, S (cout, t, h, w));
+  g_setenv ("LINGBOT_CUDA_CONV_LAYOUT", "ndhwc", TRUE);
+  gctx.gs->math = LB_MATH_BF16;
+  const void *first = NULL;
+  for (int round = 0; round < 2; round++) {
+    g_autoptr (LbTensor) wt = host_rand (5, S (cout, cin, 3, 3, 3));
+    g_autoptr (LbTensor) dw = to_dev (wt);
+    g_assert_true (cpu_ops ()->conv3d_causal (gctx.cs, x, cache, wt, b, 0, 1,
+            1, 1, y, &err));
+    g_assert_no_error (err);
+    if (round == 0)
+      first = dw->data;
+    for (int call = 0; call < 2; call++) {
+      g_autoptr (LbTensor) dy = dev_poison (4, y->shape);
+      guint64 n0, n1, w0, w1;
+      conv_layout_stats (&n0, &w0);
+      g_assert_true (gpu_ops ()->conv3d_causal (gctx.gs, dx, dcache, dw, db,
+              0, 1, 1, 1, dy, &err));
+      g_assert_no_error (err);
+      sync_ok ();
+      conv_layout_stats (&n1, &w1);
+      g_autofree char *what = g_strdup_printf ("conv3d_causal/cudnn bf16 "
+          "ndhwc weights %d call %d%s", round, call,
+          round == 1 && dw->data == first ? " (same address)" : "");
+      g_assert_cmpuint (n1 - n0, ==, 1);
+      /* converted at the first call of each allocation only */
+      g_assert_cmpuint (w1 - w0, ==, call == 0 ? 1 : 0);
+      compare_dev (what, y, dy, TOL_CONV_BF16);
+    }
+  }
+  gctx.gs->math = LB_MATH_FP32;
+  g_unsetenv ("LINGBOT_CUDA_CONV_LAYOUT");
 }
 
 static void
@@ -900,6 +978,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/allocator", test_allocator);
   g_test_add_func ("/gpu/ops/conv", test_conv);
   g_test_add_func ("/gpu/ops/conv-vae", test_conv_vae);
+  g_test_add_func ("/gpu/ops/conv-ndhwc-weights", test_conv_ndhwc_weights);
   g_test_add_func ("/gpu/ops/norm-modulate", test_norm_modulate);
   g_test_add_func ("/gpu/ops/rms-norm-rope", test_rms_norm_rope);
   g_test_add_func ("/gpu/ops/rms-norm-rope-bf16", test_rms_norm_rope_bf16);
