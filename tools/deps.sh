@@ -15,6 +15,9 @@ LINGBOT_DEPS=(
   libsentencepiece-dev sentencepiece g++
   # test tools (chromium: suite browser, the WebRTC page in headless mode)
   valgrind chromium
+  # the formatter and its check in suite lint (tools/format.py): GNU indent
+  # for C (GStreamer's gst-indent options), clang-format for C++ and CUDA
+  indent clang-format
   # suite fuzz: gcc's AddressSanitizer and UndefinedBehaviorSanitizer
   # runtimes (the sanitized corpus replay of tests/fuzz)
   libasan8 libubsan1
