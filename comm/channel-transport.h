@@ -66,11 +66,11 @@ struct _LbChannelTransport
 {
   LbTransportKind kind;
   const char *name;
-  gboolean (*prepare) (LbChannel * channel, LbChannelSlotPiece * sp,
+    gboolean (*prepare) (LbChannel * channel, LbChannelSlotPiece * sp,
       GError ** error);
-  gboolean (*push) (LbChannel * channel, LbRank * producer,
+    gboolean (*push) (LbChannel * channel, LbRank * producer,
       LbChannelSlotPiece * sp, guint * n_copies, GError ** error);
-  gboolean (*pull) (LbChannel * channel, LbRank * consumer,
+    gboolean (*pull) (LbChannel * channel, LbRank * consumer,
       LbChannelSlotPiece * sp, guint * n_copies, GError ** error);
   void (*release) (LbChannel * channel, LbChannelSlotPiece * sp);
 };

@@ -346,8 +346,7 @@ build_plan (LbChannel * ch)
         covering = p;
     }
     gboolean handover = covering >= 0 && n_src == 1 &&
-        same_device (ch, covering, q) &&
-        !(ch->flags & LB_CHANNEL_NO_HANDOVER);
+        same_device (ch, covering, q) && !(ch->flags & LB_CHANNEL_NO_HANDOVER);
     if (handover)
       ch->handover_src[q] = covering;
     for (int p = 0; p < ch->P; p++) {
@@ -358,8 +357,7 @@ build_plan (LbChannel * ch)
       LbChannelPiece pc = { p, q, lo, hi - lo, LB_TRANSPORT_PEER };
       if (handover)
         pc.transport = LB_TRANSPORT_SAME_DEVICE;
-      else if (!same_device (ch, p, q) &&
-          (ch->flags & LB_CHANNEL_NO_PEER_COPY))
+      else if (!same_device (ch, p, q) && (ch->flags & LB_CHANNEL_NO_PEER_COPY))
         pc.transport = LB_TRANSPORT_HOST_STAGED;
       g_array_append_val (plan, pc);
     }
@@ -520,8 +518,7 @@ lb_channel_new (const LbChannelConfig * config, GError ** error)
   if (be != lb_worker_group_get_backend (c->consumer)) {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "channel: producer (%s) and consumer (%s) groups must share a "
-        "backend", be->name,
-        lb_worker_group_get_backend (c->consumer)->name);
+        "backend", be->name, lb_worker_group_get_backend (c->consumer)->name);
     return NULL;
   }
 
@@ -804,8 +801,7 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
     if (was_cancelled)
       return cancelled_error (ch, error);
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "channel %s: commit without acquire on producer rank %d", ch->name,
-        p);
+        "channel %s: commit without acquire on producer rank %d", ch->name, p);
     return FALSE;
   }
   Slot *s = &ch->slots[ch->send_seq[p] % ch->n_slots];
@@ -818,8 +814,7 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
     if (sp->piece->src_rank != p)
       continue;
     const LbChannelTransport *t = transport_for (sp->piece->transport);
-    if (t->push != NULL &&
-        !t->push (ch, rank, sp, &copies[t->kind], error)) {
+    if (t->push != NULL && !t->push (ch, rank, sp, &copies[t->kind], error)) {
       g_prefix_error (error, "channel %s: %s push: ", ch->name, t->name);
       return FALSE;
     }
@@ -958,8 +953,7 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
    * pieces reach this rank matter; waiting for all P keeps it simple and
    * costs nothing on the device) */
   for (int p = 0; ch->use_events && p < ch->P; p++)
-    if (!ch->backend->stream_wait_event (rank->stream, s->ev_commit[p],
-            error)) {
+    if (!ch->backend->stream_wait_event (rank->stream, s->ev_commit[p], error)) {
       g_prefix_error (error, "channel %s: receive: ", ch->name);
       return FALSE;
     }
@@ -971,8 +965,7 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
     if (sp->piece->dst_rank != q)
       continue;
     const LbChannelTransport *t = transport_for (sp->piece->transport);
-    if (t->pull != NULL &&
-        !t->pull (ch, rank, sp, &copies[t->kind], error)) {
+    if (t->pull != NULL && !t->pull (ch, rank, sp, &copies[t->kind], error)) {
       g_prefix_error (error, "channel %s: %s pull: ", ch->name, t->name);
       return FALSE;
     }
@@ -983,8 +976,7 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
   int src = ch->handover_src[q];
   if (src >= 0) {
     LbTensor whole;
-    shard_view (ch, &whole, s->prod_buf[src], ch->prod_rows[src],
-        rank->device);
+    shard_view (ch, &whole, s->prod_buf[src], ch->prod_rows[src], rank->device);
     lb_tensor_view_narrow (shard, &whole, ch->shard_dim,
         ch->cons_start[q] - ch->prod_start[src], ch->cons_rows[q]);
   } else {
@@ -1037,8 +1029,7 @@ lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
   if (ch->ack_seq[q] >= ch->recv_seq[q]) {
     g_mutex_unlock (&ch->lock);
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "channel %s: consumer rank %d acks with nothing received", ch->name,
-        q);
+        "channel %s: consumer rank %d acks with nothing received", ch->name, q);
     return FALSE;
   }
   Slot *s = &ch->slots[ch->ack_seq[q] % ch->n_slots];

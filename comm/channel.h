@@ -30,7 +30,8 @@ typedef struct _LbChannel LbChannel;
  * @LB_TRANSPORT_IPC: reserved for CUDA IPC handles to another process (not
  *   implemented yet; the transport vtable is ready for it)
  */
-typedef enum {
+typedef enum
+{
   LB_TRANSPORT_SAME_DEVICE = 0,
   LB_TRANSPORT_PEER,
   LB_TRANSPORT_HOST_STAGED,
@@ -45,7 +46,8 @@ typedef enum {
  * @LB_CHANNEL_NO_HANDOVER: copy even when a pointer hand-over is possible
  *   (the consumer keeps the data while the producer's buffer is reused)
  */
-typedef enum {
+typedef enum
+{
   LB_CHANNEL_FLAGS_NONE = 0,
   LB_CHANNEL_NO_PEER_COPY = 1 << 0,
   LB_CHANNEL_NO_HANDOVER = 1 << 1,
@@ -139,15 +141,13 @@ gboolean lb_channel_send (LbChannel * channel, LbRank * rank,
     const LbTensor * shard, GError ** error);
 gboolean lb_channel_receive (LbChannel * channel, LbRank * rank,
     LbTensor * shard, GError ** error);
-gboolean lb_channel_ack (LbChannel * channel, LbRank * rank,
-    GError ** error);
+gboolean lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error);
 
 void lb_channel_cancel (LbChannel * channel);
 gboolean lb_channel_reset (LbChannel * channel, GError ** error);
 gboolean lb_channel_is_cancelled (LbChannel * channel);
 
-const LbChannelPiece *lb_channel_get_plan (LbChannel * channel,
-    int *n_pieces);
+const LbChannelPiece *lb_channel_get_plan (LbChannel * channel, int *n_pieces);
 int lb_channel_get_n_slots (LbChannel * channel);
 void lb_channel_get_stats (LbChannel * channel, LbChannelStats * stats);
 void lb_channel_clear_stats (LbChannel * channel);

@@ -20,7 +20,8 @@
 
 #include <string.h>
 
-typedef enum {
+typedef enum
+{
   OP_A2A,
   OP_A2AV,
   OP_AG,
@@ -196,8 +197,7 @@ barrier_passed (LocalComm * c, gconstpointer arg)
 }
 
 static gboolean
-barrier_wait (LocalComm * c, LbRank * rank, const char *what,
-    GError ** error)
+barrier_wait (LocalComm * c, LbRank * rank, const char *what, GError ** error)
 {
   if (c->n == 1)
     return lb_rank_check_abort (rank, error);
@@ -267,10 +267,9 @@ DEFINE_SUM (sum_f32, float)
 DEFINE_SUM (sum_f64, double)
 DEFINE_SUM (sum_i32, gint32)
 DEFINE_SUM (sum_i64, gint64)
-
 /* Sums in rank order, chunk by chunk, so @out may alias one input. */
-static gboolean
-reduce_sum (LocalComm * c, LbDType dtype, void *out,
+     static gboolean
+         reduce_sum (LocalComm * c, LbDType dtype, void *out,
     const void *const *in, int n_in, gsize count, GError ** error)
 {
   if (!c->host) {
@@ -406,7 +405,7 @@ phase1 (LocalComm * c, LbRank * rank, guint k, GError ** error)
     case OP_RS:
       for (int p = 0; p < n; p++)
         in[p] = (const char *) peer_op (c, p, k)->send +
-            (gsize) me * op->count * es;
+            (gsize) me *op->count * es;
       return reduce_sum (c, op->dtype, op->recv, in, n, op->count, error);
     case OP_AR:{
       int64_t start, len;
@@ -414,9 +413,8 @@ phase1 (LocalComm * c, LbRank * rank, guint k, GError ** error)
       ensure_scratch (lr, k, MAX ((gsize) len * es, 1));
       op = &g_array_index (lr->ops, LocalOp, k);
       for (int p = 0; p < n; p++)
-        in[p] = (const char *) peer_op (c, p, k)->send + (gsize) start * es;
-      return reduce_sum (c, op->dtype, op->scratch, in, n, (gsize) len,
-          error);
+        in[p] = (const char *) peer_op (c, p, k)->send + (gsize) start *es;
+      return reduce_sum (c, op->dtype, op->scratch, in, n, (gsize) len, error);
     }
     case OP_BCAST:
       if (me == op->root)
@@ -448,7 +446,7 @@ phase2 (LocalComm * c, LbRank * rank, guint k, GError ** error)
 static gboolean
 post_arrived (LocalComm * c, gconstpointer arg)
 {
-  const LocalP2P *m = arg;     /* sbuf: the mailbox; seq: the message */
+  const LocalP2P *m = arg;      /* sbuf: the mailbox; seq: the message */
   const Mailbox *mb = (const Mailbox *) m->sbuf;
   return mb->base + mb->posts->len > m->seq;
 }
@@ -484,7 +482,7 @@ do_recv (LocalComm * c, LbRank * rank, LocalP2P * m, GError ** error)
 {
   LocalRank *lr = &c->ranks[rank->rank];
   Mailbox *mb = &c->mb[m->peer * c->n + rank->rank];
-  LocalP2P probe = { .sbuf = mb, .seq = lr->recv_seq[m->peer] };
+  LocalP2P probe = {.sbuf = mb,.seq = lr->recv_seq[m->peer] };
   gint64 deadline = lb_rank_deadline (rank);
 
   g_mutex_lock (&c->lock);
@@ -532,11 +530,10 @@ wait_sends (LocalComm * c, LbRank * rank, GError ** error)
     LocalP2P *m = &g_array_index (lr->p2p, LocalP2P, i);
     if (!m->is_send)
       continue;
-    LocalP2P probe = { .sbuf = &c->mb[rank->rank * c->n + m->peer],
+    LocalP2P probe = {.sbuf = &c->mb[rank->rank * c->n + m->peer],
       .seq = m->seq
     };
-    ok = wait_locked (c, rank, deadline, post_consumed, &probe, "send",
-        error);
+    ok = wait_locked (c, rank, deadline, post_consumed, &probe, "send", error);
   }
   g_mutex_unlock (&c->lock);
   return ok;
@@ -637,7 +634,7 @@ static gboolean
 local_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  LocalOp op = { .kind = OP_A2A, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_A2A,.dtype = dtype,.send = send,.recv = recv,
     .count = count
   };
   return record_op (state, rank, &op, error);
@@ -649,7 +646,7 @@ local_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
     void *recv, const gsize * recv_counts, const gsize * recv_displs,
     GError ** error)
 {
-  LocalOp op = { .kind = OP_A2AV, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_A2AV,.dtype = dtype,.send = send,.recv = recv,
     .scounts = send_counts,.sdispls = send_displs,.rcounts = recv_counts,
     .rdispls = recv_displs
   };
@@ -660,7 +657,7 @@ static gboolean
 local_all_gather (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  LocalOp op = { .kind = OP_AG, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_AG,.dtype = dtype,.send = send,.recv = recv,
     .count = count
   };
   return record_op (state, rank, &op, error);
@@ -671,7 +668,7 @@ local_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, gsize send_count, void *recv, const gsize * recv_counts,
     const gsize * recv_displs, GError ** error)
 {
-  LocalOp op = { .kind = OP_AGV, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_AGV,.dtype = dtype,.send = send,.recv = recv,
     .count = send_count,.rcounts = recv_counts,.rdispls = recv_displs
   };
   return record_op (state, rank, &op, error);
@@ -682,7 +679,7 @@ local_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize recv_count, LbReduceOp rop,
     GError ** error)
 {
-  LocalOp op = { .kind = OP_RS, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_RS,.dtype = dtype,.send = send,.recv = recv,
     .count = recv_count
   };
   return record_op (state, rank, &op, error);
@@ -690,10 +687,9 @@ local_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
 
 static gboolean
 local_all_reduce (gpointer state, LbRank * rank, LbDType dtype,
-    const void *send, void *recv, gsize count, LbReduceOp rop,
-    GError ** error)
+    const void *send, void *recv, gsize count, LbReduceOp rop, GError ** error)
 {
-  LocalOp op = { .kind = OP_AR, .dtype = dtype, .send = send,.recv = recv,
+  LocalOp op = {.kind = OP_AR,.dtype = dtype,.send = send,.recv = recv,
     .count = count
   };
   return record_op (state, rank, &op, error);
@@ -703,7 +699,7 @@ static gboolean
 local_broadcast (gpointer state, LbRank * rank, LbDType dtype, void *buf,
     gsize count, int root, GError ** error)
 {
-  LocalOp op = { .kind = OP_BCAST, .dtype = dtype, .send = buf,.recv = buf,
+  LocalOp op = {.kind = OP_BCAST,.dtype = dtype,.send = buf,.recv = buf,
     .count = count,.root = root
   };
   return record_op (state, rank, &op, error);
@@ -713,7 +709,7 @@ static gboolean
 local_send (gpointer state, LbRank * rank, LbDType dtype, const void *buf,
     gsize count, int peer, GError ** error)
 {
-  LocalP2P m = { .peer = peer,.is_send = TRUE,.sbuf = buf,
+  LocalP2P m = {.peer = peer,.is_send = TRUE,.sbuf = buf,
     .bytes = count * lb_dtype_size (dtype)
   };
   return record_p2p (state, rank, &m, error);
@@ -723,7 +719,7 @@ static gboolean
 local_recv (gpointer state, LbRank * rank, LbDType dtype, void *buf,
     gsize count, int peer, GError ** error)
 {
-  LocalP2P m = { .peer = peer,.is_send = FALSE,.rbuf = buf,
+  LocalP2P m = {.peer = peer,.is_send = FALSE,.rbuf = buf,
     .bytes = count * lb_dtype_size (dtype)
   };
   return record_p2p (state, rank, &m, error);

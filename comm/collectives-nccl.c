@@ -29,19 +29,19 @@
  * functions, keep NCCL's prototypes). */
 typedef struct
 {
-  __typeof__ (ncclGetErrorString) *GetErrorString;
-  __typeof__ (ncclCommInitAll) *CommInitAll;
-  __typeof__ (ncclCommDestroy) *CommDestroy;
-  __typeof__ (ncclCommAbort) *CommAbort;
-  __typeof__ (ncclCommGetAsyncError) *CommGetAsyncError;
-  __typeof__ (ncclGroupStart) *GroupStart;
-  __typeof__ (ncclGroupEnd) *GroupEnd;
-  __typeof__ (ncclSend) *Send;
-  __typeof__ (ncclRecv) *Recv;
-  __typeof__ (ncclBroadcast) *Broadcast;
-  __typeof__ (ncclAllGather) *AllGather;
-  __typeof__ (ncclAllReduce) *AllReduce;
-  __typeof__ (ncclReduceScatter) *ReduceScatter;
+  __typeof__ (ncclGetErrorString) * GetErrorString;
+  __typeof__ (ncclCommInitAll) * CommInitAll;
+  __typeof__ (ncclCommDestroy) * CommDestroy;
+  __typeof__ (ncclCommAbort) * CommAbort;
+  __typeof__ (ncclCommGetAsyncError) * CommGetAsyncError;
+  __typeof__ (ncclGroupStart) * GroupStart;
+  __typeof__ (ncclGroupEnd) * GroupEnd;
+  __typeof__ (ncclSend) * Send;
+  __typeof__ (ncclRecv) * Recv;
+  __typeof__ (ncclBroadcast) * Broadcast;
+  __typeof__ (ncclAllGather) * AllGather;
+  __typeof__ (ncclAllReduce) * AllReduce;
+  __typeof__ (ncclReduceScatter) * ReduceScatter;
 } NcclApi;
 
 static NcclApi nccl_api;
@@ -408,8 +408,7 @@ nccl_all_gather (gpointer state, LbRank * rank, LbDType dtype,
   if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
     return FALSE;
   return nccl_check (ncclAllGather (send, recv, count, t,
-          st->comms[rank->rank], stream_of (rank)), rank, "all_gather",
-      error);
+          st->comms[rank->rank], stream_of (rank)), rank, "all_gather", error);
 }
 
 static gboolean
@@ -451,16 +450,14 @@ nccl_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
 
 static gboolean
 nccl_all_reduce (gpointer state, LbRank * rank, LbDType dtype,
-    const void *send, void *recv, gsize count, LbReduceOp op,
-    GError ** error)
+    const void *send, void *recv, gsize count, LbReduceOp op, GError ** error)
 {
   NcclState *st = state;
   ncclDataType_t t;
   if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
     return FALSE;
   return nccl_check (ncclAllReduce (send, recv, count, t, ncclSum,
-          st->comms[rank->rank], stream_of (rank)), rank, "all_reduce",
-      error);
+          st->comms[rank->rank], stream_of (rank)), rank, "all_reduce", error);
 }
 
 static gboolean
@@ -472,8 +469,7 @@ nccl_broadcast (gpointer state, LbRank * rank, LbDType dtype, void *buf,
   if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
     return FALSE;
   return nccl_check (ncclBroadcast (buf, buf, count, t, root,
-          st->comms[rank->rank], stream_of (rank)), rank, "broadcast",
-      error);
+          st->comms[rank->rank], stream_of (rank)), rank, "broadcast", error);
 }
 
 static gboolean
@@ -508,8 +504,7 @@ nccl_barrier (gpointer state, LbRank * rank, GError ** error)
     return FALSE;
   float *b = st->barrier_buf[rank->rank];
   if (!nccl_check (ncclAllReduce (b, b, 1, ncclFloat32, ncclSum,
-              st->comms[rank->rank], stream_of (rank)), rank, "barrier",
-          error))
+              st->comms[rank->rank], stream_of (rank)), rank, "barrier", error))
     return FALSE;
   return nccl_synchronize (state, rank, error);
 }
@@ -569,8 +564,7 @@ static const LbCollectivesClass nccl_class = {
   .stream_ordered = TRUE,
 };
 
-G_MODULE_EXPORT const LbCollectivesClass *lb_collectives_nccl (GError **
-    error);
+G_MODULE_EXPORT const LbCollectivesClass *lb_collectives_nccl (GError ** error);
 
 /**
  * lb_collectives_nccl:
@@ -592,8 +586,7 @@ lb_collectives_nccl (GError ** error)
   return nccl_load (error) ? &nccl_class : NULL;
 }
 
-G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError **
-    error);
+G_MODULE_EXPORT gboolean lingbot_backend_cuda_nccl_available (GError ** error);
 
 /**
  * lingbot_backend_cuda_nccl_available:

@@ -162,8 +162,7 @@ solo_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
   SoloComm *c = state;
   const gsize es = lb_dtype_size (dtype);
   if (!lb_rank_check_abort (rank, error) ||
-      !move (c, rank, (char *) recv + rd[0] * es, send, send_count * es,
-          error))
+      !move (c, rank, (char *) recv + rd[0] * es, send, send_count * es, error))
     return FALSE;
   for (int j = 1; j < rank->n_ranks; j++)
     if (!fill_slot (c, rank, j, (char *) recv + rd[j] * es, send,

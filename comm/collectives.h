@@ -18,7 +18,8 @@
 
 G_BEGIN_DECLS
 
-typedef enum {
+typedef enum
+{
   LB_REDUCE_SUM = 0,
 } LbReduceOp;
 
@@ -46,38 +47,38 @@ typedef enum {
 struct _LbCollectivesClass
 {
   const char *name;
-  gpointer (*create) (LbWorkerGroup * group, GError ** error);
+    gpointer (*create) (LbWorkerGroup * group, GError ** error);
   void (*destroy) (gpointer state);
-  gboolean (*reset) (gpointer state, GError ** error);
+    gboolean (*reset) (gpointer state, GError ** error);
   void (*abort) (gpointer state);
 
-  gboolean (*all_to_all) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*all_to_all) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, void *recv, gsize count, GError ** error);
-  gboolean (*all_to_all_v) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*all_to_all_v) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, const gsize * send_counts, const gsize * send_displs,
       void *recv, const gsize * recv_counts, const gsize * recv_displs,
       GError ** error);
-  gboolean (*all_gather) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*all_gather) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, void *recv, gsize count, GError ** error);
-  gboolean (*all_gather_v) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*all_gather_v) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, gsize send_count, void *recv,
       const gsize * recv_counts, const gsize * recv_displs, GError ** error);
-  gboolean (*reduce_scatter) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*reduce_scatter) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, void *recv, gsize recv_count, LbReduceOp op,
       GError ** error);
-  gboolean (*all_reduce) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*all_reduce) (gpointer state, LbRank * rank, LbDType dtype,
       const void *send, void *recv, gsize count, LbReduceOp op,
       GError ** error);
-  gboolean (*broadcast) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*broadcast) (gpointer state, LbRank * rank, LbDType dtype,
       void *buf, gsize count, int root, GError ** error);
-  gboolean (*send) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*send) (gpointer state, LbRank * rank, LbDType dtype,
       const void *buf, gsize count, int peer, GError ** error);
-  gboolean (*recv) (gpointer state, LbRank * rank, LbDType dtype,
+    gboolean (*recv) (gpointer state, LbRank * rank, LbDType dtype,
       void *buf, gsize count, int peer, GError ** error);
-  gboolean (*barrier) (gpointer state, LbRank * rank, GError ** error);
-  gboolean (*group_start) (gpointer state, LbRank * rank, GError ** error);
-  gboolean (*group_end) (gpointer state, LbRank * rank, GError ** error);
-  gboolean (*synchronize) (gpointer state, LbRank * rank, GError ** error);
+    gboolean (*barrier) (gpointer state, LbRank * rank, GError ** error);
+    gboolean (*group_start) (gpointer state, LbRank * rank, GError ** error);
+    gboolean (*group_end) (gpointer state, LbRank * rank, GError ** error);
+    gboolean (*synchronize) (gpointer state, LbRank * rank, GError ** error);
   gboolean stream_ordered;
 };
 

@@ -15,8 +15,7 @@ typedef void (*LbAbortNotify) (gpointer data);
 
 void lb_worker_group_add_abort_notify (LbWorkerGroup * group,
     LbAbortNotify notify, gpointer data);
-void lb_worker_group_remove_abort_notify (LbWorkerGroup * group,
-    gpointer data);
+void lb_worker_group_remove_abort_notify (LbWorkerGroup * group, gpointer data);
 
 gpointer lb_worker_group_get_collectives_state (LbWorkerGroup * group);
 const LbCollectivesClass *lb_worker_group_get_collectives (LbWorkerGroup *

@@ -11,7 +11,8 @@
 #include <omp.h>
 #include <string.h>
 
-enum {
+enum
+{
   ABORT_NONE = 0,
   ABORT_FAILED = 1,
   ABORT_CANCELLED = 2,
@@ -557,8 +558,7 @@ lb_worker_group_submit (LbWorkerGroup * group, LbWorkerJob * job, int rank,
   LbWorkerGroup *g = group;
   if (rank < -1 || rank >= g->n || func == NULL || job == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "worker group %s: cannot submit to rank %d of %d", g->name, rank,
-        g->n);
+        "worker group %s: cannot submit to rank %d of %d", g->name, rank, g->n);
     return FALSE;
   }
   int first = rank < 0 ? 0 : rank;
@@ -618,8 +618,7 @@ lb_worker_group_submit (LbWorkerGroup * group, LbWorkerJob * job, int rank,
  * Returns: %TRUE when every rank succeeded.
  */
 gboolean
-lb_worker_group_wait (LbWorkerGroup * group, LbWorkerJob * job,
-    GError ** error)
+lb_worker_group_wait (LbWorkerGroup * group, LbWorkerJob * job, GError ** error)
 {
   g_mutex_lock (&group->lock);
   while (job->pending > 0)

@@ -77,7 +77,7 @@ typedef gboolean (*LbRankFunc) (LbRank * rank, gpointer user_data,
  */
 struct _LbWorkerJob
 {
-  /*< private >*/
+  /*< private > */
   int pending;
   GError *error;
 };
@@ -100,8 +100,7 @@ typedef struct
 } LbWorkerGroupOptions;
 
 LbWorkerGroup *lb_worker_group_new (LbBackend * backend, int n_ranks,
-    const int *ordinals, const LbWorkerGroupOptions * options,
-    GError ** error);
+    const int *ordinals, const LbWorkerGroupOptions * options, GError ** error);
 LbWorkerGroup *lb_worker_group_new_solo (LbBackend * backend, int ordinal,
     int world_ranks, const LbWorkerGroupOptions * options, GError ** error);
 LbWorkerGroup *lb_worker_group_ref (LbWorkerGroup * group);

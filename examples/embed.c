@@ -20,7 +20,8 @@
 
 #define FRAMES 29
 
-typedef struct {
+typedef struct
+{
   GMainLoop *loop;
   GstElement *controls;
   guint frames;
@@ -64,8 +65,7 @@ on_message (GstBus * bus, GstMessage * msg, gpointer user_data)
         if (++app->chunks == 1) {
           gboolean ok;
           g_signal_emit_by_name (app->controls, "release-key", "KeyW", &ok);
-          g_signal_emit_by_name (app->controls, "press-key", "ArrowRight",
-              &ok);
+          g_signal_emit_by_name (app->controls, "press-key", "ArrowRight", &ok);
         }
       }
       break;

@@ -44,7 +44,8 @@ GST_STATIC_PAD_TEMPLATE ("control", GST_PAD_SINK, GST_PAD_ALWAYS,
 
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS,
-    GST_STATIC_CAPS ("video/x-raw, format = (string) { I420, NV12, RGBA, RGB }"));
+    GST_STATIC_CAPS
+    ("video/x-raw, format = (string) { I420, NV12, RGBA, RGB }"));
 
 /* properties are lingbotgen's, forwarded by name */
 static void

@@ -18,7 +18,6 @@ static void register_world_value (GType type);
 G_DEFINE_BOXED_TYPE_WITH_CODE (LingbotWorld, gst_lingbot_world,
     lingbot_world_ref, lingbot_world_unref,
     register_world_value (g_define_type_id))
-
 /**
  * gst_lingbot_world_to_string:
  * @world: (nullable): a world
@@ -35,8 +34,7 @@ G_DEFINE_BOXED_TYPE_WITH_CODE (LingbotWorld, gst_lingbot_world,
  * Returns: (transfer full) (nullable): the description, %NULL for a %NULL
  *   @world
  */
-char *
-gst_lingbot_world_to_string (LingbotWorld * world)
+     char *gst_lingbot_world_to_string (LingbotWorld * world)
 {
   if (world == NULL)
     return NULL;

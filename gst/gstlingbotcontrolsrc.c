@@ -182,8 +182,7 @@ key_event (GstLingbotControlSrc * self, const char *name, gboolean pressed)
 }
 
 static gboolean
-gst_lingbot_control_src_press_key (GstLingbotControlSrc * self,
-    const char *key)
+gst_lingbot_control_src_press_key (GstLingbotControlSrc * self, const char *key)
 {
   return key_event (self, key, TRUE);
 }
@@ -495,10 +494,8 @@ gst_lingbot_control_src_create (GstPushSrc * src, GstBuffer ** out)
       GstClockTime t = (GstClockTime) (e->time_s * GST_SECOND + 0.5);
 
       /* live: wait for the event's running time, waking for app events */
-      if (self->is_live
-          && g_get_monotonic_time () < clock_deadline (self, t)) {
-        g_cond_wait_until (&self->cond, &self->lock,
-            clock_deadline (self, t));
+      if (self->is_live && g_get_monotonic_time () < clock_deadline (self, t)) {
+        g_cond_wait_until (&self->cond, &self->lock, clock_deadline (self, t));
         continue;
       }
       buf = trace_record_unlocked (self, e);
@@ -695,8 +692,7 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
   gst_element_class_set_static_metadata (element_class,
       "LingBot-World control source", "Source/Control",
       "Keyboard and camera control for lingbotgen from a trace, navigation "
-      "events, action signals or explicit poses",
-      "lingbot-gst developers");
+      "events, action signals or explicit poses", "lingbot-gst developers");
 
   element_class->change_state = gst_lingbot_control_src_change_state;
   basesrc_class->stop = gst_lingbot_control_src_stop;

@@ -21,7 +21,7 @@ G_BEGIN_DECLS
 #define GST_LINGBOT_CONTROL_CAPS GST_LINGBOT_CONTROL_MEDIA_TYPE \
     ", version = (int) 1"
 
-#define GST_LINGBOT_CONTROL_MAGIC 0x3143424cu      /* "LBC1" little endian */
+#define GST_LINGBOT_CONTROL_MAGIC 0x3143424cu   /* "LBC1" little endian */
 
 /**
  * GstLingbotControlRecordType:
@@ -34,7 +34,8 @@ G_BEGIN_DECLS
  *   (#GstLingbotControlPoses, then n_poses * 16 float c2w row-major, then
  *   n_intrinsics * 4 float fx, fy, cx, cy)
  */
-typedef enum {
+typedef enum
+{
   GST_LINGBOT_CONTROL_PRESS = 1,
   GST_LINGBOT_CONTROL_RELEASE = 2,
   GST_LINGBOT_CONTROL_RESET = 3,
@@ -55,7 +56,8 @@ typedef enum {
  * One control record, 32 bytes in host byte order (the stream never
  * leaves the process).
  */
-typedef struct {
+typedef struct
+{
   guint32 magic;
   guint16 type;
   guint16 flags;
@@ -76,7 +78,8 @@ typedef struct {
  *
  * The payload header of a POSES record.
  */
-typedef struct {
+typedef struct
+{
   guint32 n_poses;
   guint32 n_intrinsics;
   gint32 intrinsics_width;
@@ -89,7 +92,6 @@ G_STATIC_ASSERT (sizeof (GstLingbotControlPoses) == 16);
 #define GST_TYPE_LINGBOT_CONTROL_SRC (gst_lingbot_control_src_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotControlSrc, gst_lingbot_control_src,
     GST, LINGBOT_CONTROL_SRC, GstPushSrc)
-
-GST_ELEMENT_REGISTER_DECLARE (lingbotcontrolsrc);
+    GST_ELEMENT_REGISTER_DECLARE (lingbotcontrolsrc);
 
 G_END_DECLS

@@ -435,8 +435,7 @@ gst_lingbot_gen_image_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
 }
 
 static gboolean
-gst_lingbot_gen_image_event (GstPad * pad, GstObject * parent,
-    GstEvent * event)
+gst_lingbot_gen_image_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (parent);
 
@@ -557,8 +556,7 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
  * into latent caps), fixated to the model's default size (spec 6.1 from
  * the image and `pixel-area`) and 16 fps. */
 static gboolean
-choose_output_format (GstLingbotGen * self, OutputFormat * out,
-    GError ** error)
+choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
 {
   GstCaps *templ = gst_pad_get_pad_template_caps (self->srcpad);
   GstCaps *peer = gst_pad_peer_query_caps (self->srcpad, templ);
@@ -590,8 +588,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
     int iw, ih, dw, dh;
 
     if (!reference_image_size (self, &iw, &ih, error)
-        || !lingbot_session_output_size (iw, ih, area, &dw, &dh,
-            error)) {
+        || !lingbot_session_output_size (iw, ih, area, &dw, &dh, error)) {
       g_clear_pointer (&st, gst_structure_free);
       gst_clear_caps (&peer);
       return FALSE;
@@ -606,8 +603,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out,
       if (fw && gst_value_is_fixed (fw) && !(fh && gst_value_is_fixed (fh))
           && gst_structure_get_int (st, "video-width", &x))
         dh = MAX (16, (int) ((double) x * ih / iw / 16.0 + 0.5) * 16);
-      else if (fh && gst_value_is_fixed (fh) && !(fw
-              && gst_value_is_fixed (fw))
+      else if (fh && gst_value_is_fixed (fh) && !(fw && gst_value_is_fixed (fw))
           && gst_structure_get_int (st, "video-height", &x))
         dw = MAX (16, (int) ((double) x * iw / ih / 16.0 + 0.5) * 16);
       /* nearest to that within what downstream takes */
@@ -1096,8 +1092,7 @@ latents_to_buffer (LingbotSession * s, guint64 chunk, GError ** error)
  * EOS would preroll the sinks, and a pipeline shutting down on the error
  * could wait on them). */
 static void
-gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret,
-    gboolean posted)
+gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret, gboolean posted)
 {
   GST_DEBUG_OBJECT (self, "pausing task: %s", gst_flow_get_name (ret));
   gst_pad_pause_task (self->srcpad);
@@ -1662,8 +1657,7 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
  * generated forward only); navigation goes on to the control pad's
  * source, the rest default. */
 static gboolean
-gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent,
-    GstEvent * event)
+gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (parent);
 
@@ -1803,8 +1797,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
     return FALSE;
   }
   if (!parse_timesteps (timesteps, ts, &error)) {
-    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message),
-        (NULL));
+    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message), (NULL));
     return FALSE;
   }
   if (!lingbot_world_parse_precision (precision, &math, &error)) {
@@ -1848,8 +1841,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
       continue;
     text = g_strdup_printf ("%s: %s", files[i][0], error->message);
     gst_element_message_full (GST_ELEMENT (self), GST_MESSAGE_ERROR, domain,
-        code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION,
-        __LINE__);
+        code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION, __LINE__);
     return FALSE;
   }
   if (image != NULL) {
@@ -2175,8 +2167,7 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
   g_object_class_install_property (klass, PROP_MODEL_PATH,
       g_param_spec_string ("model-path", "Model path",
           "Model directory (transformers/, Wan2.1_VAE .pth or .safetensors, "
-          "umT5, tokenizer)",
-          DEFAULT_MODEL_PATH, ready));
+          "umT5, tokenizer)", DEFAULT_MODEL_PATH, ready));
   g_object_class_install_property (klass, PROP_PROMPT,
       g_param_spec_string ("prompt", "Prompt",
           "Text prompt of the session (needs the model's umT5 encoder)",
@@ -2213,13 +2204,11 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
   g_object_class_install_property (klass, PROP_LOCAL_ATTN_SIZE,
       g_param_spec_int ("local-attn-size", "Local attention size",
           "KV window in latent frames (0 = the model's default, -1 = "
-          "global)", -1,
-          4096, DEFAULT_LOCAL_ATTN_SIZE, ready));
+          "global)", -1, 4096, DEFAULT_LOCAL_ATTN_SIZE, ready));
   g_object_class_install_property (klass, PROP_SINK_SIZE,
       g_param_spec_int ("sink-size", "Sink size",
           "Attention sink in latent frames (-1 = the model's default; 0 "
-          "= no sink)", -1, 4096,
-          DEFAULT_SINK_SIZE, ready));
+          "= no sink)", -1, 4096, DEFAULT_SINK_SIZE, ready));
   g_object_class_install_property (klass, PROP_SAMPLE_SHIFT,
       g_param_spec_double ("sample-shift", "Sample shift",
           "Flow-matching sampler shift (0 = the default, 10)", 0.0, 1000.0,
@@ -2236,14 +2225,12 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_int ("width", "Width",
           "Output width, a multiple of 16 (0 = from downstream caps, else "
           "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE,
-          DEFAULT_WIDTH, ready));
+          "neither)", 0, MAX_SIZE, DEFAULT_WIDTH, ready));
   g_object_class_install_property (klass, PROP_HEIGHT,
       g_param_spec_int ("height", "Height",
           "Output height, a multiple of 16 (0 = from downstream caps, else "
           "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE,
-          DEFAULT_HEIGHT, ready));
+          "neither)", 0, MAX_SIZE, DEFAULT_HEIGHT, ready));
   g_object_class_install_property (klass, PROP_PIXEL_AREA,
       g_param_spec_int ("pixel-area", "Pixel area",
           "Output pixel budget when width/height are 0 (480*832 = 480p)",
@@ -2347,10 +2334,8 @@ gst_lingbot_gen_init (GstLingbotGen * self)
 {
   self->control_pad = gst_pad_new_from_static_template (&control_template,
       "control");
-  gst_pad_set_chain_function (self->control_pad,
-      gst_lingbot_gen_control_chain);
-  gst_pad_set_event_function (self->control_pad,
-      gst_lingbot_gen_control_event);
+  gst_pad_set_chain_function (self->control_pad, gst_lingbot_gen_control_chain);
+  gst_pad_set_event_function (self->control_pad, gst_lingbot_gen_control_event);
   gst_pad_set_query_function (self->control_pad, gst_lingbot_gen_sink_query);
   gst_element_add_pad (GST_ELEMENT (self), self->control_pad);
 

@@ -8,11 +8,13 @@
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_memory_debug);
 #define GST_CAT_DEFAULT gst_lingbot_memory_debug
 
-typedef struct {
+typedef struct
+{
   GstAllocator parent;
 } GstLingbotDeviceAllocator;
 
-typedef struct {
+typedef struct
+{
   GstAllocatorClass parent_class;
 } GstLingbotDeviceAllocatorClass;
 
@@ -43,8 +45,7 @@ materialise_unlocked (GstLingbotDeviceMemory * m)
   lb_contiguous_strides (m->ndim, m->shape, stride);
   lb_tensor_view_init (&dst, m->dtype, host, LB_DEVICE_HOST, m->ndim,
       m->shape, stride);
-  if (!lingbot_session_read_chunk (m->handle->session, m->chunk, &dst,
-          &error)) {
+  if (!lingbot_session_read_chunk (m->handle->session, m->chunk, &dst, &error)) {
     GST_ERROR ("chunk %" G_GUINT64_FORMAT ": %s", m->chunk, error->message);
     g_free (host);
     return NULL;
@@ -140,8 +141,7 @@ dev_is_span (GstMemory * mem1, GstMemory * mem2, gsize * offset)
 }
 
 static void
-gst_lingbot_device_allocator_class_init (GstLingbotDeviceAllocatorClass *
-    klass)
+gst_lingbot_device_allocator_class_init (GstLingbotDeviceAllocatorClass * klass)
 {
   GstAllocatorClass *aclass = GST_ALLOCATOR_CLASS (klass);
 
@@ -183,8 +183,7 @@ gst_lingbot_device_allocator_get (void)
 
     gst_object_ref_sink (a);
     GST_OBJECT_FLAG_SET (a, GST_OBJECT_FLAG_MAY_BE_LEAKED);
-    gst_allocator_register (GST_LINGBOT_DEVICE_MEMORY_TYPE,
-        gst_object_ref (a));
+    gst_allocator_register (GST_LINGBOT_DEVICE_MEMORY_TYPE, gst_object_ref (a));
     g_once_init_leave (&allocator, a);
   }
   return gst_object_ref (allocator);
@@ -204,8 +203,7 @@ gst_lingbot_device_allocator_get (void)
  * Returns: (transfer full): a read-only #GstLingbotDeviceMemory
  */
 GstMemory *
-gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle,
-    guint64 chunk)
+gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle, guint64 chunk)
 {
   LingbotSession *s = handle->session;
   GstAllocator *alloc = gst_lingbot_device_allocator_get ();

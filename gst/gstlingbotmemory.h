@@ -52,14 +52,15 @@ G_BEGIN_DECLS
  * gst_lingbot_device_memory_get_n_preserved()), so a memory stays valid for
  * as long as it lives and generation never waits for it.
  */
-typedef struct {
+typedef struct
+{
   GstMemory mem;
   GstLingbotSessionHandle *handle;
   guint64 chunk;
   LbDType dtype;
   int ndim;
   int64_t shape[LB_MAX_DIMS];
-  /*< private >*/
+  /*< private > */
   GMutex lock;
   guint8 *host;                 /* lock: the map(READ) copy */
 } GstLingbotDeviceMemory;

@@ -14,8 +14,7 @@
  * Returns: (transfer full): a handle owning @session
  */
 GstLingbotSessionHandle *
-gst_lingbot_session_handle_new (LingbotWorld * world,
-    LingbotSession * session)
+gst_lingbot_session_handle_new (LingbotWorld * world, LingbotSession * session)
 {
   GstLingbotSessionHandle *h = g_new0 (GstLingbotSessionHandle, 1);
 
@@ -133,8 +132,7 @@ gst_lingbot_chunk_meta_get_info (void)
   static const GstMetaInfo *info = NULL;
 
   if (g_once_init_enter ((GstMetaInfo **) & info)) {
-    const GstMetaInfo *mi =
-        gst_meta_register (GST_LINGBOT_CHUNK_META_API_TYPE,
+    const GstMetaInfo *mi = gst_meta_register (GST_LINGBOT_CHUNK_META_API_TYPE,
         "GstLingbotChunkMeta", sizeof (GstLingbotChunkMeta),
         chunk_meta_init, chunk_meta_free, chunk_meta_transform);
     g_once_init_leave ((GstMetaInfo **) & info, (GstMetaInfo *) mi);

@@ -20,10 +20,11 @@ G_BEGIN_DECLS
  * every latent buffer it pushed, so a decoder downstream can decode on the
  * same ranks with the session's own VAE decoder (DESIGN.md 3).
  */
-typedef struct {
-  /*< private >*/
+typedef struct
+{
+  /*< private > */
   gint ref_count;
-  /*< public >*/
+  /*< public > */
   LingbotWorld *world;
   LingbotSession *session;
   GMutex lock;
@@ -66,7 +67,8 @@ void gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle);
  * the same latents as bytes (f32 [16, C, h, w]), so elements that do not
  * know the meta still get the data.
  */
-typedef struct {
+typedef struct
+{
   GstMeta meta;
   GstLingbotSessionHandle *handle;
   guint64 chunk;
@@ -88,8 +90,7 @@ guint64 gst_lingbot_chunk_meta_get_chunk (GstLingbotChunkMeta * meta);
 gint gst_lingbot_chunk_meta_get_frames (GstLingbotChunkMeta * meta);
 guint gst_lingbot_chunk_meta_get_keys (GstLingbotChunkMeta * meta);
 gdouble gst_lingbot_chunk_meta_get_dit_seconds (GstLingbotChunkMeta * meta);
-gdouble gst_lingbot_chunk_meta_get_compute_seconds (GstLingbotChunkMeta *
-    meta);
+gdouble gst_lingbot_chunk_meta_get_compute_seconds (GstLingbotChunkMeta * meta);
 LingbotWorld *gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta);
 
 G_END_DECLS

@@ -17,7 +17,8 @@ G_BEGIN_DECLS
  * Decides the fallback of gst_lingbot_post_error(): LIBRARY/INIT when
  * starting, STREAM/FAILED while streaming.
  */
-typedef enum {
+typedef enum
+{
   GST_LINGBOT_ERROR_CONTEXT_OPEN,
   GST_LINGBOT_ERROR_CONTEXT_STREAM,
 } GstLingbotErrorContext;
@@ -54,7 +55,8 @@ GstBuffer *gst_lingbot_buffer_try_new (gsize size);
  * `stats` property and the `lingbot-summary` message
  * (gst_lingbot_chunk_stats_new()).
  */
-typedef struct {
+typedef struct
+{
   int frames;
   double compute_seconds;
   gint64 end_us;

@@ -200,8 +200,7 @@ summary_message (GstLingbotVaeDec * self, gboolean eos)
   GST_OBJECT_UNLOCK (self);
   gst_structure_set (s, "eos", G_TYPE_BOOLEAN, eos, NULL);
   GST_INFO_OBJECT (self, "summary %" GST_PTR_FORMAT, s);
-  return GST_MINI_OBJECT_CAST (gst_message_new_element (GST_OBJECT (self),
-          s));
+  return GST_MINI_OBJECT_CAST (gst_message_new_element (GST_OBJECT (self), s));
 }
 
 /* The output frames' buffer pool: downstream's from the ALLOCATION query
@@ -228,8 +227,7 @@ setup_pool (GstLingbotVaeDec * self, GstCaps * out)
   config = gst_buffer_pool_get_config (pool);
   /* a chunk's frames in flight at most (16 for C = 4), then reuse */
   gst_buffer_pool_config_set_params (config, out, size, min, max);
-  gst_buffer_pool_config_add_option (config,
-      GST_BUFFER_POOL_OPTION_VIDEO_META);
+  gst_buffer_pool_config_add_option (config, GST_BUFFER_POOL_OPTION_VIDEO_META);
   if (!gst_buffer_pool_set_config (pool, config)) {
     config = gst_buffer_pool_get_config (pool);
     if (!gst_buffer_pool_config_validate_params (config, out, size, min, max)
@@ -390,8 +388,7 @@ translate_caps (GstLingbotVaeDec * self, GstCaps * filter)
         gst_structure_set_value (ls, "framerate", v);
       /* both memory kinds: the latent path does not depend on it */
       gst_caps_append_structure_full (latent, gst_structure_copy (ls),
-          gst_caps_features_new (GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE,
-              NULL));
+          gst_caps_features_new (GST_CAPS_FEATURE_MEMORY_LINGBOT_DEVICE, NULL));
       gst_caps_append_structure (latent, ls);
     }
     gst_caps_unref (peer);
@@ -691,8 +688,7 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
   if (self->last_ret == GST_FLOW_OK || self->last_ret == GST_FLOW_FLUSHING)
     self->last_ret = ret;
   g_mutex_unlock (&self->qlock);
-  GST_DEBUG_OBJECT (self, "pausing the push task: %s",
-      gst_flow_get_name (ret));
+  GST_DEBUG_OBJECT (self, "pausing the push task: %s", gst_flow_get_name (ret));
   if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS)
     GST_ELEMENT_FLOW_ERROR (self, ret);
   gst_pad_pause_task (self->srcpad);
@@ -863,8 +859,7 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
       return GST_FLOW_ERROR;
     }
     if (GST_CLOCK_TIME_IS_VALID (pts)) {
-      GST_BUFFER_PTS (out) = pts + gst_util_uint64_scale (i, den,
-          self->fps_n);
+      GST_BUFFER_PTS (out) = pts + gst_util_uint64_scale (i, den, self->fps_n);
       GST_BUFFER_DURATION (out) = pts + gst_util_uint64_scale (i + 1, den,
           self->fps_n) - GST_BUFFER_PTS (out);
     } else {
@@ -1118,8 +1113,7 @@ attach_decoder (GstLingbotVaeDec * self, GstQuery * query)
         "the DiT ranks, serial");
   } else if (lingbot_session_has_decoder (h->session)) {
     GST_INFO_OBJECT (self, "the session has its decoder already");
-  } else if (lingbot_session_attach_decoder (h->session, devices, 0,
-          &error)) {
+  } else if (lingbot_session_attach_decoder (h->session, devices, 0, &error)) {
     attached = TRUE;
     GST_INFO_OBJECT (self, "decoding on %s, beside the generation (%d "
         "slots)", devices ? devices : "the generator's devices",
@@ -1130,8 +1124,7 @@ attach_decoder (GstLingbotVaeDec * self, GstQuery * query)
         ("decoding on the DiT ranks instead"));
   }
   g_mutex_lock (&self->qlock);
-  self->max_buffers = (guint) MAX (2, lingbot_session_get_n_slots
-      (h->session));
+  self->max_buffers = (guint) MAX (2, lingbot_session_get_n_slots (h->session));
   g_mutex_unlock (&self->qlock);
   gst_structure_set (st, "attached", G_TYPE_BOOLEAN, attached, NULL);
   gst_lingbot_session_handle_unref (h);

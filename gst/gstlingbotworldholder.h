@@ -27,7 +27,8 @@ G_BEGIN_DECLS
  * its own GParamSpecs (their texts differ) and hands the two properties
  * to gst_lingbot_world_holder_set_property() and _get_property().
  */
-typedef struct {
+typedef struct
+{
   GstElement *element;
   gboolean any_world;
   char *model_path;

@@ -19,7 +19,8 @@ typedef struct _LbStream LbStream;
 typedef struct _LbGraph LbGraph;
 typedef struct _LbEvent LbEvent;
 
-typedef enum {
+typedef enum
+{
   LB_COPY_HOST_TO_DEVICE,
   LB_COPY_DEVICE_TO_HOST,
   LB_COPY_DEVICE_TO_DEVICE,
@@ -82,42 +83,43 @@ typedef enum {
  * All function pointers report failures through GError (domain %LB_ERROR,
  * code %LB_ERROR_DEVICE) and never abort.
  */
-struct _LbBackend {
+struct _LbBackend
+{
   const char *name;
   LbDeviceType device_type;
   int device_count;
   const LbOps *ops;
 
-  gpointer (*alloc) (LbBackend * self, int device, gsize nbytes,
+    gpointer (*alloc) (LbBackend * self, int device, gsize nbytes,
       GError ** error);
   void (*free) (LbBackend * self, int device, gpointer ptr);
-  gboolean (*copy) (LbStream * stream, void *dst, const void *src,
+    gboolean (*copy) (LbStream * stream, void *dst, const void *src,
       gsize nbytes, LbCopyKind kind, GError ** error);
   LbStream *(*stream_new) (LbBackend * self, int device, GError ** error);
   void (*stream_free) (LbStream * stream);
-  gboolean (*stream_synchronize) (LbStream * stream, GError ** error);
+    gboolean (*stream_synchronize) (LbStream * stream, GError ** error);
 
   /* optional (NULL on the CPU): page-locked host memory */
-  gpointer (*host_alloc) (LbBackend * self, gsize nbytes, GError ** error);
+    gpointer (*host_alloc) (LbBackend * self, gsize nbytes, GError ** error);
   void (*host_free) (LbBackend * self, gpointer ptr);
 
   /* optional (NULL on the CPU): capture of a stream's work into a graph */
-  gboolean (*graph_begin) (LbStream * stream, GError ** error);
+    gboolean (*graph_begin) (LbStream * stream, GError ** error);
   LbGraph *(*graph_end) (LbStream * stream, GError ** error);
-  gboolean (*graph_launch) (LbStream * stream, LbGraph * graph,
+    gboolean (*graph_launch) (LbStream * stream, LbGraph * graph,
       GError ** error);
   void (*graph_free) (LbStream * stream, LbGraph * graph);
 
   /* optional (NULL on the CPU): events ordering two streams of a device */
   LbEvent *(*event_new) (LbBackend * self, int device, GError ** error);
   void (*event_free) (LbBackend * self, LbEvent * event);
-  gboolean (*event_record) (LbStream * stream, LbEvent * event,
+    gboolean (*event_record) (LbStream * stream, LbEvent * event,
       GError ** error);
-  gboolean (*stream_wait_event) (LbStream * stream, LbEvent * event,
+    gboolean (*stream_wait_event) (LbStream * stream, LbEvent * event,
       GError ** error);
 
   /* optional: the backend's extras by name */
-  gpointer (*get_proc_address) (LbBackend * self, const char *name);
+    gpointer (*get_proc_address) (LbBackend * self, const char *name);
 
   gpointer priv;
 };
@@ -152,7 +154,8 @@ typedef LbBackend *(*LbBackendModuleInit) (GError ** error);
  * tensor is stored as %LB_DTYPE_BF16 is a bf16 product in any mode; an op
  * that differs by mode tests `math != LB_MATH_FP32`.
  */
-typedef enum {
+typedef enum
+{
   LB_MATH_FP32 = 0,
   LB_MATH_BF16 = 1,
   LB_MATH_FP8 = 2,
@@ -165,7 +168,8 @@ typedef enum {
  * use (#LbMathMode; %LB_MATH_FP32 for a new stream), set by the owner
  * before the stream's first op and not changed while ops are queued.
  */
-struct _LbStream {
+struct _LbStream
+{
   LbBackend *backend;
   int device;
   gpointer native;

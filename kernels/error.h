@@ -24,7 +24,8 @@ GQuark lb_error_quark (void);
  * @LB_ERROR_TIMEOUT: a wait ran past its deadline
  * @LB_ERROR_RANK_FAILED: another rank of the worker group failed
  */
-typedef enum {
+typedef enum
+{
   LB_ERROR_INVALID_ARGUMENT,
   LB_ERROR_SHAPE,
   LB_ERROR_IO,

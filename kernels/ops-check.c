@@ -92,7 +92,8 @@ lb_check_devices_valist (LbDevice device, const char *op, GError ** error,
     const char *first_arg, va_list args)
 {
   for (const char *arg = first_arg; arg != NULL;
-      arg = va_arg (args, const char *)) {
+      arg = va_arg (args, const char *))
+  {
     const LbTensor *t = va_arg (args, const LbTensor *);
     if (!lb_check_device (t, device, op, arg, error))
       return FALSE;
@@ -313,8 +314,7 @@ gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
  */
 gboolean
 lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
-    const LbTensor * bias, const LbTensor * y, LbGemmGeom * g,
-    GError ** error)
+    const LbTensor * bias, const LbTensor * y, LbGemmGeom * g, GError ** error)
 {
   int64_t wr, wc, ym, yn;
   if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld))
@@ -324,8 +324,7 @@ lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
     return gemm_shape_error (error, "w", w,
         "f32 or bf16 (the weight dtypes gemm supports)");
   if (!as_matrix (w, &wr, &wc, &g->wld) || w->ndim != 2)
-    return gemm_shape_error (error, "w", w,
-        "2-D with unit column stride");
+    return gemm_shape_error (error, "w", w, "2-D with unit column stride");
   g->n = trans_w ? wr : wc;
   if ((trans_w ? wc : wr) != g->k) {
     g_autofree char *xs = lb_tensor_shape_string (x);
@@ -372,8 +371,7 @@ lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
 {
   const char *op = "gemm_fp8";
   int64_t ym, yn;
-  if (!check_present (op, "x", x, "f32 [M, K] with unit column stride",
-          error))
+  if (!check_present (op, "x", x, "f32 [M, K] with unit column stride", error))
     return FALSE;
   if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld)) {
     g_autofree char *xs = lb_tensor_shape_string (x);
@@ -505,8 +503,7 @@ check_in_out (const char *op, const char *xarg, const LbTensor * x,
  */
 gboolean
 lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
-    const LbTensor * bias, const LbTensor * y, LbRowsGeom * g,
-    GError ** error)
+    const LbTensor * bias, const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   const char *op = "layer_norm";
   return check_in_out (op, "x", x, y, FALSE, g, error) &&
@@ -529,8 +526,7 @@ lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   return check_in_out ("rms_norm", "x", x, y, FALSE, g, error) &&
-      (weight == NULL || check_vec ("rms_norm", "weight", weight, g->d,
-          error));
+      (weight == NULL || check_vec ("rms_norm", "weight", weight, g->d, error));
 }
 
 /**
@@ -547,8 +543,7 @@ lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
  */
 gboolean
 lb_check_modulate (const LbTensor * x, const LbTensor * scale,
-    const LbTensor * shift, const LbTensor * y, LbRowsGeom * g,
-    GError ** error)
+    const LbTensor * shift, const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   const char *op = "modulate";
   return check_in_out (op, "x", x, y, FALSE, g, error) &&
@@ -1039,8 +1034,7 @@ lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
   int64_t yshape[3] = { x->shape[0], LB_ANY, LB_ANY };
   if (!lb_check_tensor (op, "y", y, LB_DTYPE_F32, 3, yshape, TRUE, error))
     return FALSE;
-  if ((x->shape[1] == 0 || x->shape[2] == 0) &&
-      y->shape[1] * y->shape[2] > 0) {
+  if ((x->shape[1] == 0 || x->shape[2] == 0) && y->shape[1] * y->shape[2] > 0) {
     g_autofree char *have = lb_tensor_shape_string (x);
     return lb_check_fail (error, "%s: x is f32 %s, expected a non-empty "
         "image", op, have);
@@ -1151,8 +1145,7 @@ lb_check_copy (const LbTensor * x, const LbTensor * y, LbStrided5 * g,
   }
   if ((x->ndim >= 0 && x->ndim <= LB_MAX_DIMS &&
           !check_copy_dtype ("x", x, y, error)) ||
-      !lb_check_tensor (op, "x", x, x->dtype, y->ndim, y->shape, FALSE,
-          error))
+      !lb_check_tensor (op, "x", x, x->dtype, y->ndim, y->shape, FALSE, error))
     return FALSE;
   strided_walk (x, y, g);
   return TRUE;
@@ -1208,8 +1201,7 @@ lb_check_channel_rms_norm (const LbTensor * x, const LbTensor * gamma,
       !lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, x->shape, FALSE, error))
     return FALSE;
   int64_t c[1] = { x->shape[0] };
-  return lb_check_tensor (op, "gamma", gamma, LB_DTYPE_F32, 1, c, TRUE,
-      error);
+  return lb_check_tensor (op, "gamma", gamma, LB_DTYPE_F32, 1, c, TRUE, error);
 }
 
 /**

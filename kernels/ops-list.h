@@ -58,7 +58,6 @@
 #define LB_OP_ARGS_gemm(A) A (IN, x) A (IN, w) A (BOOL, trans_w) \
     A (IN, bias) A (F32, alpha) A (F32, beta) A (OUT, y)
 LB_OP (gemm)
-
 /* @gemm_fp8: the FP8 linear layer (precision "fp8", docs/design/cuda.md
  *   "Precision"): x f32 [M, K] (a 2-D view with unit column stride, or
  *   contiguous [..., K] flattened), w %LB_DTYPE_F8E4M3 [N, K] contiguous
@@ -92,35 +91,30 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_gemm_fp8(A) A (IN, x) A (IN, w) A (IN, sw) A (IN, bias) \
     A (F32, alpha) A (F32, beta) A (OUT, y)
-LB_OP (gemm_fp8)
-
+    LB_OP (gemm_fp8)
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.
  */
 #define LB_OP_ARGS_layer_norm(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (OUT, y)
-LB_OP (layer_norm)
-
+    LB_OP (layer_norm)
 /* @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
  *   (@weight may be %NULL).  In place allowed (y == x).
  */
 #define LB_OP_ARGS_rms_norm(A) A (IN, x) A (IN, weight) A (F32, eps) \
     A (OUT, y)
-LB_OP (rms_norm)
-
+    LB_OP (rms_norm)
 /* @modulate: `y = x * (1 + scale) + shift` with x,y [M,D] and scale/shift
  *   either [D] (broadcast over rows) or [M,D] (per row).  In place allowed.
  */
 #define LB_OP_ARGS_modulate(A) A (IN, x) A (IN, scale) A (IN, shift) \
     A (OUT, y)
-LB_OP (modulate)
-
+    LB_OP (modulate)
 /* @gated_residual: in place `x += gate * y`, x,y [M,D], gate [D] or [M,D]
  *   or %NULL (then plain `x += y`).
  */
 #define LB_OP_ARGS_gated_residual(A) A (OUT, x) A (IN, y) A (IN, gate)
-LB_OP (gated_residual)
-
+    LB_OP (gated_residual)
 /* @rope_3d: in place rotation of x[N, H, hd] (q or k heads) by interleaved
  *   pairs, spec lingbot_model_spec.md 1.8.  Token n is (f, i, j) in
  *   row-major order over a grid of @grid_f x @grid_h x @grid_w tokens;
@@ -136,8 +130,7 @@ LB_OP (gated_residual)
 #define LB_OP_ARGS_rope_3d(A) A (OUT, x) A (IN, cos) A (IN, sin) \
     A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) A (I64, frame_offset) \
     A (I64, row_offset)
-LB_OP (rope_3d)
-
+    LB_OP (rope_3d)
 /* @attention: `out[Nq,H,hd] = softmax(q . k^T * scale + bias) . v` with
  *   k,v [Nk,H,hd]; @bias ([H,Nq,Nk], nullable) is added to the logits before
  *   softmax; @key_mask ([Nk] u8, nullable; 0 = hidden key) hides keys.
@@ -161,37 +154,31 @@ LB_OP (rope_3d)
  */
 #define LB_OP_ARGS_attention(A) A (IN, q) A (IN, k) A (IN, v) A (IN, bias) \
     A (IN, key_mask) A (F32, scale) A (OUT, out)
-LB_OP (attention)
-
+    LB_OP (attention)
 /* @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  */
 #define LB_OP_ARGS_gelu_tanh(A) A (IN, x) A (OUT, y)
-LB_OP (gelu_tanh)
-
+    LB_OP (gelu_tanh)
 /* @silu: `x * sigmoid(x)`, in place ok.
  */
 #define LB_OP_ARGS_silu(A) A (IN, x) A (OUT, y)
-LB_OP (silu)
-
+    LB_OP (silu)
 /* @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
  *   The elementwise and row ops (norms, modulate, gated_residual,
  *   activations, add/mul/scale) also accept 2-D row-strided views
  *   (stride[1] == 1).
  */
 #define LB_OP_ARGS_add(A) A (IN, a) A (IN, b) A (OUT, y)
-LB_OP (add)
-
+    LB_OP (add)
 /* @mul: `y = a * b`, broadcasting as @add.
  */
 #define LB_OP_ARGS_mul(A) A (IN, a) A (IN, b) A (OUT, y)
-LB_OP (mul)
-
+    LB_OP (mul)
 /* @scale: `y = alpha * x + beta`, in place ok.
  */
 #define LB_OP_ARGS_scale(A) A (IN, x) A (F32, alpha) A (F32, beta) \
     A (OUT, y)
-LB_OP (scale)
-
+    LB_OP (scale)
 /* @conv3d_causal: x [Cin, T, H, W] -> y [Cout, T', H', W'] with weight
  *   [Cout, Cin, kt, kh, kw], bias [Cout] (nullable), spatial zero padding
  *   @pad_h/@pad_w, spatial stride @stride_h/@stride_w, temporal stride 1.
@@ -205,8 +192,7 @@ LB_OP (scale)
 #define LB_OP_ARGS_conv3d_causal(A) A (IN, x) A (IN, cache) A (IN, weight) \
     A (IN, bias) A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) \
     A (INT, stride_w) A (OUT, y)
-LB_OP (conv3d_causal)
-
+    LB_OP (conv3d_causal)
 /* @conv2d: x [Cin, H, W] (or [B, Cin, H, W] with B in dim 0 of a 4-D
  *   tensor) -> y [Cout, H', W'] (or [B, Cout, H', W']), weight
  *   [Cout, Cin, kh, kw], bias nullable, symmetric zero padding, stride.
@@ -214,26 +200,22 @@ LB_OP (conv3d_causal)
 #define LB_OP_ARGS_conv2d(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) A (INT, stride_w) \
     A (OUT, y)
-LB_OP (conv2d)
-
+    LB_OP (conv2d)
 /* @upsample_nearest2x: x [..., H, W] -> y [..., 2H, 2W].
  */
 #define LB_OP_ARGS_upsample_nearest2x(A) A (IN, x) A (OUT, y)
-LB_OP (upsample_nearest2x)
-
+    LB_OP (upsample_nearest2x)
 /* @patchify: x [C, F, H, W] -> y [F*(H/ph)*(W/pw), C*ph*pw], token order
  *   (f, i, j) row-major, feature `c*ph*pw + kh*pw + kw` (spec 1.3, 1.6).
  */
 #define LB_OP_ARGS_patchify(A) A (IN, x) A (INT, ph) A (INT, pw) A (OUT, y)
-LB_OP (patchify)
-
+    LB_OP (patchify)
 /* @unpatchify: z [F*Hp*Wp, ph*pw*C] -> y [C, F, Hp*ph, Wp*pw], feature
  *   `(kh*pw + kw)*C + c` (spec 1.10: c fastest).
  */
 #define LB_OP_ARGS_unpatchify(A) A (IN, z) A (INT, ph) A (INT, pw) \
     A (OUT, y)
-LB_OP (unpatchify)
-
+    LB_OP (unpatchify)
 /* @resize_bicubic: x [C, H, W] -> y [C, H', W'], bicubic with A = -0.75,
  *   half-pixel centres (align_corners=False), no antialias, edge clamped,
  *   as torch.nn.functional.interpolate(mode="bicubic") on the CPU: scale
@@ -242,8 +224,7 @@ LB_OP (unpatchify)
  *   (golden README 4).
  */
 #define LB_OP_ARGS_resize_bicubic(A) A (IN, x) A (OUT, y)
-LB_OP (resize_bicubic)
-
+    LB_OP (resize_bicubic)
 /* The strided ops below (@copy, @clamp, @fill, @accumulate, @latent_affine)
  * take f32 views of 1 to 5 dims with any strides (including 0-stride
  * broadcasts of an input); x and y have the same shape and must not
@@ -251,7 +232,6 @@ LB_OP (resize_bicubic)
  * rounding beyond the single f32 operation written), so every backend
  * gives bit-identical results.
  */
-
 /* @copy: `y = x` (same shape, any strides); x and y are each f32 or bf16:
  *   f32 -> bf16 rounds each element to nearest even exactly as
  *   lb_f32_to_bf16() (NaN stays NaN), bf16 -> f32 widens exactly,
@@ -260,27 +240,23 @@ LB_OP (resize_bicubic)
  *   [3, 4]").
  */
 #define LB_OP_ARGS_copy(A) A (IN, x) A (OUT, y)
-LB_OP (copy)
-
+    LB_OP (copy)
 /* @clamp: `y = min(max(x, lo), hi)` evaluated as
  *   `v = x < lo ? lo : x; y = v > hi ? hi : v`, so NaN stays NaN (as
  *   torch.clamp).  Any strides; in place allowed (y == x).
  */
 #define LB_OP_ARGS_clamp(A) A (IN, x) A (F32, lo) A (F32, hi) A (OUT, y)
-LB_OP (clamp)
-
+    LB_OP (clamp)
 /* @fill: `y[...] = value` (any strides).
  */
 #define LB_OP_ARGS_fill(A) A (OUT, y) A (F32, value)
-LB_OP (fill)
-
+    LB_OP (fill)
 /* @accumulate: in place `y += x` (same shape, any strides; used where the
  *   addend's layout differs from y's, e.g. token-major [N, C] attention
  *   output added to a channel-major [C, T, H, W] residual).
  */
 #define LB_OP_ARGS_accumulate(A) A (IN, x) A (OUT, y)
-LB_OP (accumulate)
-
+    LB_OP (accumulate)
 /* @channel_rms_norm: Wan2.1 RMS_norm over the channels of x [C, T, H, W]
  *   (vae_and_distributed_spec.md A.3), in the reference's order of
  *   operations: per voxel `n = max(sqrt(sum_c x[c]^2), 1e-12)` (the sum in
@@ -293,8 +269,7 @@ LB_OP (accumulate)
  */
 #define LB_OP_ARGS_channel_rms_norm(A) A (IN, x) A (IN, gamma) \
     A (BOOL, silu) A (OUT, y)
-LB_OP (channel_rms_norm)
-
+    LB_OP (channel_rms_norm)
 /* @upsample_nearest2x_halo: nearest x2 of a band of h rows that carries one
  *   halo row above and below, keeping one upsampled halo row per side:
  *   x [C, T, h + 2, w] (stride[3] == 1, other strides free) ->
@@ -303,8 +278,7 @@ LB_OP (channel_rms_norm)
  *   conv, are dropped).
  */
 #define LB_OP_ARGS_upsample_nearest2x_halo(A) A (IN, x) A (OUT, y)
-LB_OP (upsample_nearest2x_halo)
-
+    LB_OP (upsample_nearest2x_halo)
 /* @latent_affine: per-channel latent (de)normalisation of x [C, ...]
  *   (dim 0 is the channel) into y of the same shape, @mean and @inv_std
  *   f32 [C] contiguous: when @denormalize `y = x / inv_std[c] + mean[c]`,
@@ -313,8 +287,7 @@ LB_OP (upsample_nearest2x_halo)
  */
 #define LB_OP_ARGS_latent_affine(A) A (IN, x) A (IN, mean) A (IN, inv_std) \
     A (BOOL, denormalize) A (OUT, y)
-LB_OP (latent_affine)
-
+    LB_OP (latent_affine)
 /* The fused ops below each replace a pair of the ops above in the DiT
  * block (spec 1.7, 1.8, 1.10).  Each computes exactly what the pair
  * computes on the same backend: the same statistics in the same precision
@@ -324,7 +297,6 @@ LB_OP (latent_affine)
  * name the fused op ("norm_modulate: scale is f32 [3, 8], expected [8] or
  * [4, 8]").
  */
-
 /* @norm_modulate: @layer_norm then @modulate: per row of x [M, D]
  *   `y = LN(x) * (1 + scale) + shift`, LN with the optional affine @weight
  *   / @bias [D] (%NULL for none) and statistics in double as @layer_norm;
@@ -334,8 +306,7 @@ LB_OP (latent_affine)
  */
 #define LB_OP_ARGS_norm_modulate(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (IN, scale) A (IN, shift) A (OUT, y)
-LB_OP (norm_modulate)
-
+    LB_OP (norm_modulate)
 /* @rms_norm_rope: @rms_norm then @rope_3d: x [N, H*hd] (2-D, stride[1] ==
  *   1) is RMS-normalised over the whole row (all heads, the mean square in
  *   double) and multiplied by @weight [H*hd] (nullable), then each head of
@@ -351,8 +322,7 @@ LB_OP (norm_modulate)
 #define LB_OP_ARGS_rms_norm_rope(A) A (IN, x) A (IN, weight) A (F32, eps) \
     A (IN, cos) A (IN, sin) A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) \
     A (I64, frame_offset) A (I64, row_offset) A (OUT, y)
-LB_OP (rms_norm_rope)
-
+    LB_OP (rms_norm_rope)
 /* @gated_residual_modulate: @gated_residual then @modulate, in place on x:
  *   `x = (x + gate * y) * (1 + scale) + shift` with x, y [M, D], @gate [D],
  *   [M, D] or %NULL (then `x + y`), scale and shift [D] or [M, D] (the
@@ -361,8 +331,7 @@ LB_OP (rms_norm_rope)
  */
 #define LB_OP_ARGS_gated_residual_modulate(A) A (OUT, x) A (IN, y) \
     A (IN, gate) A (IN, scale) A (IN, shift)
-LB_OP (gated_residual_modulate)
-
+    LB_OP (gated_residual_modulate)
 /* @ray_map: the camera control tensor of spec 2.6-2.7, built on the
  *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
  *   contiguous (C relative camera-to-world poses, row-major 4x4, the
@@ -385,6 +354,5 @@ LB_OP (gated_residual_modulate)
 #define LB_OP_ARGS_ray_map(A) A (IN, rel_poses) A (F32, fx) A (F32, fy) \
     A (F32, cx) A (F32, cy) A (INT, width) A (INT, height) A (INT, row0) \
     A (OUT, y)
-LB_OP (ray_map)
-
+    LB_OP (ray_map)
 #undef LB_OP

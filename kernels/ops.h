@@ -46,7 +46,8 @@ typedef struct _LbStream LbStream;
  * arguments and the contract (shapes, dtypes, in-place rules, spec
  * sections) of its entry there.
  */
-typedef struct _LbOps {
+typedef struct _LbOps
+{
 #define LB_OP(name) \
   gboolean (*name) (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), \
       GError ** error);

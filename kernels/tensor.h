@@ -30,7 +30,8 @@ G_BEGIN_DECLS
  * infinities, NaN = 0x7f / 0xff, largest finite 448, subnormals down to
  * 2^-9.
  */
-typedef enum {
+typedef enum
+{
   LB_DTYPE_F32 = 0,
   LB_DTYPE_BF16,
   LB_DTYPE_F16,
@@ -42,12 +43,14 @@ typedef enum {
   LB_DTYPE_COUNT
 } LbDType;
 
-typedef enum {
+typedef enum
+{
   LB_DEVICE_CPU = 0,
   LB_DEVICE_CUDA = 1,
 } LbDeviceType;
 
-typedef struct {
+typedef struct
+{
   LbDeviceType type;
   int index;                    /* device ordinal; 0 for the CPU */
 } LbDevice;
@@ -62,7 +65,8 @@ typedef struct _LbStorage LbStorage;
  * when the last reference goes away (g_free for CPU heap memory,
  * g_mapped_file_unref for an mmapped checkpoint, a backend's device free).
  */
-struct _LbStorage {
+struct _LbStorage
+{
   gint ref_count;
   void *data;
   gsize nbytes;
@@ -71,7 +75,8 @@ struct _LbStorage {
   gpointer user_data;
 };
 
-typedef struct {
+typedef struct
+{
   LbDType dtype;
   int ndim;
   int64_t shape[LB_MAX_DIMS];
@@ -85,7 +90,7 @@ typedef struct {
 
 gsize lb_dtype_size (LbDType dtype);
 const char *lb_dtype_name (LbDType dtype);
-gboolean lb_dtype_from_safetensors (const char *name, LbDType *out);
+gboolean lb_dtype_from_safetensors (const char *name, LbDType * out);
 const char *lb_dtype_to_safetensors (LbDType dtype);
 gboolean lb_dtype_is_float (LbDType dtype);
 
@@ -124,40 +129,39 @@ LbTensor *lb_tensor_copy (const LbTensor * src);
 LbTensor *lb_tensor_to_f32 (const LbTensor * src);
 void lb_tensor_free (LbTensor * t);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LbTensor, lb_tensor_free)
-
 /* ---- views (borrowed; no allocation) ---- */
-
-void lb_tensor_view_init (LbTensor * out, LbDType dtype, void *data,
+     void lb_tensor_view_init (LbTensor * out, LbDType dtype, void *data,
     LbDevice device, int ndim, const int64_t * shape, const int64_t * stride);
-void lb_tensor_view (LbTensor * out, const LbTensor * src);
-gboolean lb_tensor_view_narrow (LbTensor * out, const LbTensor * src,
+     void lb_tensor_view (LbTensor * out, const LbTensor * src);
+     gboolean lb_tensor_view_narrow (LbTensor * out, const LbTensor * src,
     int dim, int64_t start, int64_t length);
-gboolean lb_tensor_view_reshape (LbTensor * out, const LbTensor * src,
+     gboolean lb_tensor_view_reshape (LbTensor * out, const LbTensor * src,
     int ndim, const int64_t * shape);
-gboolean lb_tensor_view_permute (LbTensor * out, const LbTensor * src,
+     gboolean lb_tensor_view_permute (LbTensor * out, const LbTensor * src,
     const int *perm);
-gboolean lb_tensor_view_select (LbTensor * out, const LbTensor * src,
+     gboolean lb_tensor_view_select (LbTensor * out, const LbTensor * src,
     int dim, int64_t index);
 
 /* ---- queries ---- */
 
-int64_t lb_tensor_numel (const LbTensor * t);
-gsize lb_tensor_nbytes (const LbTensor * t);
-gboolean lb_tensor_is_contiguous (const LbTensor * t);
-gboolean lb_tensor_same_shape (const LbTensor * a, const LbTensor * b);
-gboolean lb_tensor_has_shape (const LbTensor * t, int ndim, ...);
-char *lb_tensor_shape_string (const LbTensor * t);
-char *lb_shape_string (int ndim, const int64_t * shape);
-void lb_contiguous_strides (int ndim, const int64_t * shape, int64_t * stride);
+     int64_t lb_tensor_numel (const LbTensor * t);
+     gsize lb_tensor_nbytes (const LbTensor * t);
+     gboolean lb_tensor_is_contiguous (const LbTensor * t);
+     gboolean lb_tensor_same_shape (const LbTensor * a, const LbTensor * b);
+     gboolean lb_tensor_has_shape (const LbTensor * t, int ndim, ...);
+     char *lb_tensor_shape_string (const LbTensor * t);
+     char *lb_shape_string (int ndim, const int64_t * shape);
+     void lb_contiguous_strides (int ndim, const int64_t * shape,
+    int64_t * stride);
 
 /* Element access for tests and slow paths (CPU tensors only, any dtype). */
-double lb_tensor_get (const LbTensor * t, const int64_t * index);
-double lb_tensor_get_flat (const LbTensor * t, int64_t flat_index);
-void lb_tensor_set_flat (LbTensor * t, int64_t flat_index, double value);
+     double lb_tensor_get (const LbTensor * t, const int64_t * index);
+     double lb_tensor_get_flat (const LbTensor * t, int64_t flat_index);
+     void lb_tensor_set_flat (LbTensor * t, int64_t flat_index, double value);
 
 /* Copy any-dtype, any-stride CPU tensor into a contiguous one of equal shape
  * (dtypes converted through double). */
-gboolean lb_tensor_copy_into (LbTensor * dst, const LbTensor * src,
+     gboolean lb_tensor_copy_into (LbTensor * dst, const LbTensor * src,
     GError ** error);
 
 G_END_DECLS

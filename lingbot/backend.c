@@ -97,8 +97,7 @@ lingbot_backend_cuda (GError ** error)
     } else if (!g_module_symbol (mod, LB_BACKEND_MODULE_INIT,
             (gpointer *) & init) || init == NULL) {
       g_set_error (&cuda_error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-          "%s does not export %s", g_module_name (mod),
-          LB_BACKEND_MODULE_INIT);
+          "%s does not export %s", g_module_name (mod), LB_BACKEND_MODULE_INIT);
       g_module_close (mod);
     } else {
       cuda_backend = init (&cuda_error);

@@ -135,7 +135,8 @@ lingbot_checkpoint_open (const char *path, GError ** error)
       lingbot_ckpt_set_format (ckpt, LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED);
       ok = lingbot_ckpt_load_safetensors_index (ckpt, path, error);
     } else if (n >= 4 && memcmp (magic, "PK", 2) == 0 &&
-        ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5 && magic[3] == 6))) {
+        ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5
+                && magic[3] == 6))) {
       lingbot_ckpt_set_format (ckpt, LINGBOT_CHECKPOINT_PTH);
       ok = lingbot_ckpt_load_pth (ckpt, path, error);
     } else if (n >= 6 && memcmp (magic, "\x93NUMPY", 6) == 0) {

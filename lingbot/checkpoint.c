@@ -419,8 +419,7 @@ lingbot_checkpoint_get_checked (LingbotCheckpoint * ckpt, const char *name,
  * %NULL when there is no such tensor.
  */
 const char *
-lingbot_checkpoint_get_tensor_file (LingbotCheckpoint * ckpt,
-    const char *name)
+lingbot_checkpoint_get_tensor_file (LingbotCheckpoint * ckpt, const char *name)
 {
   TensorEntry *e = g_hash_table_lookup (ckpt->tensors, name);
   return e ? e->file : NULL;

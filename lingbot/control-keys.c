@@ -30,7 +30,8 @@
  * sinks carry (Up, Down, Left, Right, the keypad's KP_Up ... with
  * NumLock off, w / W), and the service's aliases
  * (lingbot_model_spec.md 2.1).  docs/elements.md, "Keys", lists it. */
-static const struct {
+static const struct
+{
   const char *name;
   guint key;
 } key_names[] = {
@@ -84,7 +85,8 @@ lingbot_key_from_name (const char *name)
 char *
 lingbot_keys_to_string (guint keys)
 {
-  static const struct {
+  static const struct
+  {
     char c;
     guint key;
   } order[] = {
@@ -280,8 +282,7 @@ lingbot_camera_step (LingbotCamera * cam, const LingbotCameraParams * params,
   right[1] = 0.0;
   right[2] = rn[6];
   fn = sqrt (fwd[0] * fwd[0] + fwd[1] * fwd[1] + fwd[2] * fwd[2]);
-  rnrm = sqrt (right[0] * right[0] + right[1] * right[1] +
-      right[2] * right[2]);
+  rnrm = sqrt (right[0] * right[0] + right[1] * right[1] + right[2] * right[2]);
   if (fn > 0.0)
     for (int i = 0; i < 3; i++)
       fwd[i] /= fn + 1e-6;

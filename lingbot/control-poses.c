@@ -189,8 +189,7 @@ quat_to_mat (const double q[4], double m[9])
 {
   double x = q[0], y = q[1], z = q[2], w = q[3];
   double x2 = x * x, y2 = y * y, z2 = z * z, w2 = w * w;
-  double xy = x * y, zw = z * w, xz = x * z, yw = y * w, yz = y * z,
-      xw = x * w;
+  double xy = x * y, zw = z * w, xz = x * z, yw = y * w, yz = y * z, xw = x * w;
 
   m[0] = x2 - y2 - z2 + w2;
   m[3] = 2.0 * (xy + zw);
@@ -218,8 +217,7 @@ quat_mul (const double a[4], const double b[4], double o[4])
 
 /* q_a * exp(alpha * log(q_a^-1 q_b)) — scipy Slerp between two keys */
 static void
-quat_slerp (const double qa[4], const double qb[4], double alpha,
-    double out[4])
+quat_slerp (const double qa[4], const double qb[4], double alpha, double out[4])
 {
   double inv[4] = { -qa[0], -qa[1], -qa[2], qa[3] };
   double d[4], e[4], vn, angle;

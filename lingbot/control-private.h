@@ -20,14 +20,14 @@ G_BEGIN_DECLS
 /* control-poses.c: lingbot_control_relative_poses() with the caller's
  * scratch @rel of @n matrices (nothing allocated) */
 G_GNUC_INTERNAL
-void lingbot_control_relative_poses_scratch (const float *poses, guint n,
+    void lingbot_control_relative_poses_scratch (const float *poses, guint n,
     float *out, float *rel);
 
 /* control-raymap.c: lingbot_control_pack() with the caller's scratch @xs of
  * @width floats (nothing allocated) */
 G_GNUC_INTERNAL
-gboolean lingbot_control_pack_scratch (const float *rel_poses, guint n_frames,
-    const float k[4], int width, int height, int row0, int row1, float *out,
-    float *xs, GError ** error);
+    gboolean lingbot_control_pack_scratch (const float *rel_poses,
+    guint n_frames, const float k[4], int width, int height, int row0, int row1,
+    float *out, float *xs, GError ** error);
 
 G_END_DECLS

@@ -29,7 +29,8 @@
  * MAX_WAITING + 1.  The ring keeps one more. */
 #define RING (MAX_WAITING + 2)
 
-struct _LingbotControlSchedule {
+struct _LingbotControlSchedule
+{
   guint chunk_size;
   guint fps_n, fps_d;
 
@@ -64,8 +65,7 @@ check_timing (guint chunk_size, guint fps_n, guint fps_d, GError ** error)
   if (chunk_size < 1 || fps_n < 1 || fps_d < 1) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "control schedule: need chunk_size >= 1 and a frame rate "
-        "fps_n/fps_d > 0, got chunk_size %u, %u/%u", chunk_size, fps_n,
-        fps_d);
+        "fps_n/fps_d > 0, got chunk_size %u, %u/%u", chunk_size, fps_n, fps_d);
     return FALSE;
   }
   return TRUE;

@@ -14,17 +14,17 @@
 #include <math.h>
 #include <string.h>
 
-struct _LingbotControlTrace {
+struct _LingbotControlTrace
+{
   GArray *events;               /* LingbotControlEvent, sorted by time */
   GPtrArray *warnings;          /* NULL-terminated strings */
 };
 
 static void
-trace_warn (LingbotControlTrace * t, const char *fmt, ...) G_GNUC_PRINTF (2,
-    3);
-
-static void
 trace_warn (LingbotControlTrace * t, const char *fmt, ...)
+G_GNUC_PRINTF (2, 3);
+
+     static void trace_warn (LingbotControlTrace * t, const char *fmt, ...)
 {
   va_list ap;
   char *msg;
@@ -108,8 +108,7 @@ parse_event (LingbotControlTrace * t, JsonNode * node, guint index,
     return bad_event (error, index, "delay_s", "is not a number");
   e.time_s = json_node_get_double (delay);
   if (!(e.time_s >= 0.0) || !isfinite (e.time_s))
-    return bad_event (error, index, "delay_s",
-        "must be a finite number >= 0");
+    return bad_event (error, index, "delay_s", "must be a finite number >= 0");
 
   mnode = json_object_get_member (ev, "message");
   if (mnode == NULL)

@@ -93,8 +93,7 @@ lingbot_frame_count_resolve (guint frame_num, guint chunk_size,
  *   chunk or an argument is not positive.
  */
 guint
-lingbot_frame_count_for_duration (double seconds, guint fps,
-    guint chunk_size)
+lingbot_frame_count_for_duration (double seconds, guint fps, guint chunk_size)
 {
   guint max_latent, latent;
 
@@ -127,7 +126,8 @@ lingbot_chunk_video_frames (guint chunk_index, guint chunk_size)
 
 /* What lingbot_control_advance() changes, saved before it for
  * lingbot_control_rewind(). */
-typedef struct {
+typedef struct
+{
   gboolean valid;
   gint chunk;
   LingbotCamera cam;
@@ -138,7 +138,8 @@ typedef struct {
   float *rel;                   /* [C, 16] */
 } ControlUndo;
 
-struct _LingbotControl {
+struct _LingbotControl
+{
   LingbotControlConfig cfg;
   float k[4];                   /* transformed intrinsics */
   gboolean offline;
@@ -203,8 +204,7 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "control: need chunk_size >= 1 and an output size that is a "
         "multiple of %d, got chunk_size %u, %dx%d", CONTROL_FOLD,
-        cfg->chunk_size,
-        cfg->width, cfg->height);
+        cfg->chunk_size, cfg->width, cfg->height);
     return NULL;
   }
   if (cfg->has_intrinsics) {
@@ -408,9 +408,8 @@ gsize
 lingbot_control_get_chunk_n_elements (const LingbotControl * ctl, int row0,
     int row1)
 {
-  return (gsize) CONTROL_CHANNELS * ctl->cfg.chunk_size *
-      (gsize) MAX (row1 - row0, 0) * (gsize) (ctl->cfg.width /
-      CONTROL_FOLD);
+  return (gsize) CONTROL_CHANNELS *ctl->cfg.chunk_size *
+      (gsize) MAX (row1 - row0, 0) * (gsize) (ctl->cfg.width / CONTROL_FOLD);
 }
 
 /**
@@ -647,8 +646,7 @@ lingbot_control_get_camera (const LingbotControl * ctl)
  *   [n_frames, 4, 4] (golden `offline_*.interp_c2w`); %NULL when live.
  */
 const float *
-lingbot_control_get_offline_poses (const LingbotControl * ctl,
-    guint * n_frames)
+lingbot_control_get_offline_poses (const LingbotControl * ctl, guint * n_frames)
 {
   if (n_frames)
     *n_frames = ctl->offline ? ctl->n_latent : 0;
@@ -705,7 +703,5 @@ lingbot_control_fill (LingbotControl * ctl, float *out, gsize out_len,
     return FALSE;
   }
   return lingbot_control_pack_scratch (ctl->rel, ctl->cfg.chunk_size, ctl->k,
-      ctl->cfg.width, ctl->cfg.height, row0, row1, out, ctl->scratch_x,
-      error);
+      ctl->cfg.width, ctl->cfg.height, row0, row1, out, ctl->scratch_x, error);
 }
-

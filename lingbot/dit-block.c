@@ -37,8 +37,7 @@ lingbot_dit_linear_apply (LbStream * s, const LbTensor * x,
     const LingbotDitLinear * l, float beta, LbTensor * y, GError ** error)
 {
   if (l->s != NULL)
-    return lb_ops (s)->gemm_fp8 (s, x, l->w, l->s, l->b, 1.0f, beta, y,
-        error);
+    return lb_ops (s)->gemm_fp8 (s, x, l->w, l->s, l->b, 1.0f, beta, y, error);
   return lb_ops (s)->gemm (s, x, l->w, TRUE, l->b, 1.0f, beta, y, error);
 }
 
@@ -137,7 +136,8 @@ lingbot_dit_time_mods (LingbotDitRank * rs, double t, LbTensor * block_mods,
   }
   /* the temporaries are freed on return: let a device finish with them */
   return OPS->add (rs->s, dit->head_modulation, &embv, head_mod, error) &&
-      (lingbot_dit_is_host (rs->s) || rs->s->backend->stream_synchronize (rs->s, error));
+      (lingbot_dit_is_host (rs->s)
+      || rs->s->backend->stream_synchronize (rs->s, error));
 }
 
 /**
@@ -201,7 +201,8 @@ lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
       return FALSE;
   }
   /* ctx, tmp and dev are freed on return */
-  return lingbot_dit_is_host (rs->s) || rs->s->backend->stream_synchronize (rs->s, error);
+  return lingbot_dit_is_host (rs->s)
+      || rs->s->backend->stream_synchronize (rs->s, error);
 }
 
 /**
@@ -312,8 +313,7 @@ lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0, GError ** error)
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
-    GError ** error)
+lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer, GError ** error)
 {
   const LingbotDitBlock *b = &rs->wt.blocks[layer];
   if (rs->sh.n_local == 0)
@@ -411,8 +411,7 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
       linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
       OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
-      error) &&
-      value_rows (rs, b, &vrows, error);
+      error) && value_rows (rs, b, &vrows, error);
 }
 
 static gboolean
@@ -425,8 +424,7 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
     lingbot_dit_cache_window (rs, layer, &kw, &vw);
     heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
     heads_view (&o3, rs->o, rs->cfg->num_heads, rs->head_dim);
-    return OPS->attention (rs->s, &q3, &kw, &vw, NULL, NULL, scale, &o3,
-        error);
+    return OPS->attention (rs->s, &q3, &kw, &vw, NULL, NULL, scale, &o3, error);
   }
   if ((!rs->overlap && !lingbot_dit_ulysses_qkv (rs, error)) ||
       !lingbot_dit_cache_write_sharded (rs, layer, error) ||

@@ -51,8 +51,7 @@ config_common (LingbotDitConfig * cfg)
  * tools/demo.sh runs on two CPU cores.
  */
 void
-lingbot_dit_config_init_preset (LingbotDitConfig * cfg,
-    LingbotDitPreset preset)
+lingbot_dit_config_init_preset (LingbotDitConfig * cfg, LingbotDitPreset preset)
 {
   memset (cfg, 0, sizeof (*cfg));
   config_common (cfg);
@@ -238,10 +237,10 @@ guint64
 lingbot_dit_config_n_params (const LingbotDitConfig * cfg)
 {
   guint64 d = cfg->dim, f = cfg->ffn_dim;
-  guint64 top = d * patch_features (cfg) + d        /* patch */
+  guint64 top = d * patch_features (cfg) + d    /* patch */
       + d * cfg->control_in_features + d        /* camera patch */
       + 2 * (d * d + d)         /* c2ws 1, 2 */
-      + d * cfg->text_dim + d + d * d + d       /* text */
+      +d * cfg->text_dim + d + d * d + d        /* text */
       + d * cfg->freq_dim + d + d * d + d       /* time */
       + 6 * d * d + 6 * d       /* projection */
       + (guint64) head_features (cfg) * d + head_features (cfg) + 2 * d;

@@ -51,7 +51,7 @@ lingbot_dit_kv_cache_bytes (const LingbotDitConfig * cfg, int64_t cap,
     int n_ranks, LbDType dtype)
 {
   const guint64 per_rank = (guint64) (cfg->dim / MAX (n_ranks, 1));
-  return 2 * (guint64) cfg->num_layers * (guint64) cap * per_rank *
+  return 2 * (guint64) cfg->num_layers * (guint64) cap *per_rank *
       lb_dtype_size (dtype);
 }
 
@@ -100,8 +100,7 @@ lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start)
 
 /* [cap, hl * hd] rows [row0, row0 + count) of a layer's cache. */
 static void
-cache_rows (LbTensor * out, const LbTensor * cache, int64_t row0,
-    int64_t count)
+cache_rows (LbTensor * out, const LbTensor * cache, int64_t row0, int64_t count)
 {
   lb_tensor_view_narrow (out, cache, 0, row0, count);
 }

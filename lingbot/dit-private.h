@@ -14,7 +14,8 @@ G_BEGIN_DECLS
 /* most head groups of the overlapped output exchange */
 #define LINGBOT_DIT_MAX_OUT_GROUPS 8
 
-typedef struct {
+typedef struct
+{
   LbTensor *w;                  /* [out, in] f32 (bf16 / f8e4m3 on ranks) */
   LbTensor *b;                  /* [out] f32 */
   /* [out] f32 per-output-channel scales of an f8e4m3 w (LB_MATH_FP8
@@ -22,7 +23,8 @@ typedef struct {
   LbTensor *s;
 } LingbotDitLinear;
 
-typedef struct {
+typedef struct
+{
   LbTensor *modulation;         /* [6, D] */
   LingbotDitLinear sa_q, sa_k, sa_v, sa_o;
   LbTensor *sa_norm_q, *sa_norm_k;
@@ -38,7 +40,8 @@ typedef struct {
  * only LbTensor pointers; lingbot_dit_weights_init() walks them through
  * offset tables in dit-ranks.c (a static assertion there fails when a
  * member is added to LingbotDitBlock without adding it to the table). */
-typedef struct {
+typedef struct
+{
   LingbotDitLinear patch;       /* w [D, in_dim * 4] */
   LingbotDitLinear ctl_patch;   /* w [D, control_in_features] */
   LingbotDitLinear c2ws1, c2ws2;
@@ -49,7 +52,8 @@ typedef struct {
   LingbotDitBlock *blocks;      /* [num_layers] */
 } LingbotDitWeights;
 
-struct _LingbotDit {
+struct _LingbotDit
+{
   gint ref_count;
   LingbotDitConfig cfg;
   char *path;
@@ -73,7 +77,8 @@ gboolean lingbot_dit_linear_apply (LbStream * s, const LbTensor * x,
 /* Token layout of one rank: a band of token rows [row0, row0 + n_rows) of
  * every latent frame of the chunk (DESIGN.md 3).  Local token index is
  * (f, i - row0, j) row-major. */
-typedef struct {
+typedef struct
+{
   int rank, n_ranks;
   int64_t frames, hp, wp;       /* token grid of a chunk */
   int64_t frame_tokens;         /* hp * wp */
@@ -85,7 +90,8 @@ typedef struct {
   int64_t *band_row0, *band_rows, *band_tok0;   /* [n_ranks] */
 } LingbotDitShard;
 
-typedef struct {
+typedef struct
+{
   LbStream *s;
   LbRank *rank;                 /* NULL: single rank, no collectives */
   const LingbotDit *dit;
@@ -215,19 +221,19 @@ void lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start);
 /* dit-block.c */
 void lingbot_dit_timestep_features (double t, int freq_dim, float *out);
 gboolean lingbot_dit_time_mods (LingbotDitRank * rs, double t,
-    LbTensor * block_mods /* [L, 6, D] */, LbTensor * head_mod /* [2, D] */,
+    LbTensor * block_mods /* [L, 6, D] */ , LbTensor * head_mod /* [2, D] */ ,
     GError ** error);
 gboolean lingbot_dit_text_kv (LingbotDitRank * rs, const LbTensor * text,
     gboolean embedded, GError ** error);
 gboolean lingbot_dit_control_tokens (LingbotDitRank * rs,
-    const LbTensor * ctl_patches /* [n_local, ctl_in] */, GError ** error);
+    const LbTensor * ctl_patches /* [n_local, ctl_in] */ , GError ** error);
 gboolean lingbot_dit_rope_chunk (LingbotDitRank * rs, int64_t frame0,
     GError ** error);
 gboolean lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer,
     GError ** error);
 
 gboolean lingbot_dit_block_forward (LingbotDitRank * rs, int layer,
-    const LbTensor * mod /* [6, D] */, int64_t current_start,
+    const LbTensor * mod /* [6, D] */ , int64_t current_start,
     GError ** error);
 gboolean lingbot_dit_head_forward (LingbotDitRank * rs,
     const LbTensor * head_mod, GError ** error);
@@ -244,7 +250,8 @@ gboolean lingbot_dit_ulysses_attention_out (LingbotDitRank * rs,
     const LbTensor * kw, const LbTensor * vw, float scale, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);
 gboolean lingbot_dit_gather_band_rows (LingbotDitRank * rs,
-    const LbTensor * full /* [n_tokens, C] */, LbTensor * band, GError ** error);
+    const LbTensor * full /* [n_tokens, C] */ , LbTensor * band,
+    GError ** error);
 
 /* dit-session.c: debug accessors for tests */
 typedef struct _LingbotDitSession LingbotDitSession;

@@ -95,7 +95,7 @@ static void
 draw_block (const DrawBlock * b)
 {
   const WeightDraw *wd = b->wd;
-  const double k = 1.0 / 9007199254740992.0;   /* 2^-53 */
+  const double k = 1.0 / 9007199254740992.0;    /* 2^-53 */
   for (int64_t i = b->i0; i < b->i1; i++) {
     double u = (double) (splitmix64_at (wd->s0, (guint64) i) >> 11) * k;
     float v = (float) (wd->offset + wd->scale * (2.0 * u - 1.0));
@@ -299,8 +299,7 @@ lingbot_dit_write_random (const LingbotDitConfig * cfg, const char *dir,
 {
   if (!lingbot_dit_config_validate (cfg, error))
     return FALSE;
-  if (dtype != LB_DTYPE_BF16 && dtype != LB_DTYPE_F16 &&
-      dtype != LB_DTYPE_F32) {
+  if (dtype != LB_DTYPE_BF16 && dtype != LB_DTYPE_F16 && dtype != LB_DTYPE_F32) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "mkmodel: dtype %s is not bf16, f16 or f32", lb_dtype_name (dtype));
     return FALSE;

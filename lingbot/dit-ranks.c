@@ -146,14 +146,16 @@ free_per_layer (LbTensor *** a, int n_layers)
 /* A weight slot of LingbotDitWeights / LingbotDitBlock: where the pointer
  * is, and whether it is a linear layer's w (the GEMM matrices, stored as
  * bf16 on a device in LB_MATH_BF16). */
-typedef enum {
+typedef enum
+{
   SLOT_PLAIN,                   /* copied as stored (f32) */
   SLOT_GEMM_W,                  /* a linear w: bf16 / e4m3 by the mode */
   SLOT_SCALE,                   /* the e4m3 scales of the slot before the
                                  * bias before it (made with the w) */
 } SlotKind;
 
-typedef struct {
+typedef struct
+{
   glong offset;
   SlotKind kind;
 } WeightSlot;
@@ -168,6 +170,7 @@ static const WeightSlot top_slots[] = {
   LIN (text2), LIN (time0), LIN (time2), LIN (time_proj), LIN (head),
   ONE (head_modulation),
 };
+
 #undef T
 #define T LingbotDitBlock
 static const WeightSlot block_slots[] = {
@@ -177,6 +180,7 @@ static const WeightSlot block_slots[] = {
   ONE (ca_norm_k), LIN (ffn0), LIN (ffn2), LIN (cam1), LIN (cam2),
   LIN (cam_scale), LIN (cam_shift),
 };
+
 #undef T
 #undef LIN
 #undef ONE
@@ -190,7 +194,8 @@ G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
 /* State of one weights upload: the stream, whether GEMM matrices go as
  * bf16 or as e4m3, the host buffer they are rounded into (grown to the
  * largest matrix, reused for all) and the device bytes so far. */
-typedef struct {
+typedef struct
+{
   LbStream *s;
   gboolean bf16, fp8;
   uint16_t *buf;
@@ -236,8 +241,7 @@ static LbTensor *
 upload_fp8 (WeightUpload * u, const LbTensor * h, LbTensor ** scale,
     GError ** error)
 {
-  if (h->dtype != LB_DTYPE_F32 || h->ndim != 2 ||
-      !lb_tensor_is_contiguous (h)) {
+  if (h->dtype != LB_DTYPE_F32 || h->ndim != 2 || !lb_tensor_is_contiguous (h)) {
     g_autofree char *shape = lb_tensor_shape_string (h);
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "DiT weights: a linear weight is %s %s, expected contiguous 2-D f32 "
@@ -486,8 +490,9 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   if (!(rs->rope_host = lb_tensor_new_host (s, LB_DTYPE_F32, 3, rope_shape,
               error)))
     return FALSE;
-  if (!lingbot_dit_is_host (s) && !(rs->rope_dev = lb_tensor_new_on (s, LB_DTYPE_F32, 3,
-              rope_shape, error)))
+  if (!lingbot_dit_is_host (s)
+      && !(rs->rope_dev =
+          lb_tensor_new_on (s, LB_DTYPE_F32, 3, rope_shape, error)))
     return FALSE;
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
           dit, error))

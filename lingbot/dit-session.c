@@ -27,7 +27,8 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
+typedef struct
+{
   LingbotDitRank core;
   LbTensor *in_full;            /* [in_dim, C, h, w] */
   LbTensor *tok_full;           /* [N, in_dim * 4] */
@@ -51,7 +52,8 @@ typedef struct {
   LbGraph *graphs[LINGBOT_DIT_MAX_STEPS + 1];
 } SessionRank;
 
-struct _LingbotDitSession {
+struct _LingbotDitSession
+{
   LingbotDit *dit;
   LbWorkerGroup *group;
   int n_ranks;
@@ -95,7 +97,8 @@ struct _LingbotDitSession {
 /* per-rank setup                                                           */
 /* ------------------------------------------------------------------------ */
 
-typedef struct {
+typedef struct
+{
   LingbotDitSession *ses;
   const LbTensor *text;
 } InitArgs;
@@ -419,7 +422,8 @@ set_cancelled_error (LingbotDitSession * ses, int passes, GError ** error)
 /* One chunk's inputs: the control tensor itself (@control), or the poses
  * it is built from on every rank (@poses, @k, @width, @height; @control
  * %NULL). */
-typedef struct {
+typedef struct
+{
   LingbotDitSession *ses;
   const LbTensor *y, *control;
   const LbTensor *const *noise;
@@ -549,8 +553,7 @@ run_pass (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
   if (!ops->scale (s, &pred2, -sx, 0.0f, &tmp2, error) ||
       !ops->add (s, &lat2, &tmp2, &x02, error))
     return FALSE;
-  if (call && !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0,
-          error))
+  if (call && !call_step_func (ses, sr, step, sr->lat, sr->pred, sr->x0, error))
     return FALSE;
   if (step + 1 < ses->n_steps) {
     const float sr_ = (float) ses->sigma_rn[step];
@@ -805,8 +808,7 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
   }
   LbTensor *out = a->out;
   if (out && (out->dtype != LB_DTYPE_F32 || !lb_tensor_is_contiguous (out) ||
-          lb_tensor_numel (out) !=
-          lb_tensor_numel (session->ranks[0].x0))) {
+          lb_tensor_numel (out) != lb_tensor_numel (session->ranks[0].x0))) {
     g_autofree char *have = lb_tensor_shape_string (out);
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
         "DiT chunk: out is %s, expected contiguous f32 [1, %d, %"
@@ -879,7 +881,7 @@ lingbot_dit_session_run_chunk (LingbotDitSession * session,
     const LbTensor * const *noise, LbTensor * out, GError ** error)
 {
   g_return_val_if_fail (session && y && control && noise, FALSE);
-  ChunkArgs a = { session, y, control, noise, out, NULL, { 0 }, 0, 0 };
+  ChunkArgs a = { session, y, control, noise, out, NULL, {0}, 0, 0 };
   return run_chunk_args (session, &a, error);
 }
 
@@ -944,15 +946,14 @@ lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
     return FALSE;
   }
   ChunkArgs a = { session, y, NULL, noise, out, rel_poses,
-    { k[0], k[1], k[2], k[3] }, width, height
+    {k[0], k[1], k[2], k[3]}, width, height
   };
   return run_chunk_args (session, &a, error);
 }
 
 /* The chunk's initial noise and re-noise draws into noise_host. */
 static gboolean
-draw_noise (LingbotDitSession * session, LingbotNoise * noise,
-    GError ** error)
+draw_noise (LingbotDitSession * session, LingbotNoise * noise, GError ** error)
 {
   const guint chunk = (guint) session->chunk;
   for (int i = 0; i < session->n_steps; i++) {
@@ -1252,7 +1253,8 @@ lingbot_dit_session_get_schedule (LingbotDitSession * session, int *n_steps,
     *sigma_renoise = session->sigma_rn;
 }
 
-typedef struct {
+typedef struct
+{
   LingbotDitSession *ses;
   int layer;
 } KvArgs;
@@ -1406,7 +1408,8 @@ lingbot_dit_session_bench_get_share (LingbotDitSession * session, int rank,
   return TRUE;
 }
 
-typedef struct {
+typedef struct
+{
   LingbotDitSession *ses;
   int64_t global_end, local_end;
 } FillArgs;

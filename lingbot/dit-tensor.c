@@ -62,8 +62,7 @@ lingbot_dit_copy_rows (LbStream * s, LbTensor * dst, const LbTensor * src,
   int64_t run = 1;
   while (k > 0) {
     const int d = k - 1;
-    if (src->shape[d] != 1 &&
-        (src->stride[d] != run || dst->stride[d] != run))
+    if (src->shape[d] != 1 && (src->stride[d] != run || dst->stride[d] != run))
       break;
     run *= src->shape[d];
     k--;

@@ -348,8 +348,7 @@ dummy_dit (const char *config_path, const char *config_text,
  * Returns: (transfer full) (nullable): the model.
  */
 LingbotDit *
-lingbot_dit_load (const char *path, LingbotDitLoadFlags flags,
-    GError ** error)
+lingbot_dit_load (const char *path, LingbotDitLoadFlags flags, GError ** error)
 {
   char *config_path = NULL;
   g_autofree char *p = resolve_dit_path (path, &config_path);
@@ -364,8 +363,7 @@ lingbot_dit_load (const char *path, LingbotDitLoadFlags flags,
   if (config_text) {
     LingbotDummy d;
     gboolean is_dummy;
-    if (!lingbot_dummy_parse (config_text, config_path, &d, &is_dummy,
-            error)) {
+    if (!lingbot_dummy_parse (config_text, config_path, &d, &is_dummy, error)) {
       g_free (config_path);
       return NULL;
     }

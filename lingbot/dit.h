@@ -43,7 +43,8 @@ G_BEGIN_DECLS
  *
  * Spec 1.1.  The last three are runtime settings a session may override.
  */
-typedef struct {
+typedef struct
+{
   int dim;
   int num_layers;
   int num_heads;
@@ -65,7 +66,8 @@ typedef struct {
  * The published shapes: the 14B release, the Wan-1.3B-shaped sibling and
  * the tiny test model of spec 8 (dim 64, 2 layers, 2 heads).
  */
-typedef enum {
+typedef enum
+{
   LINGBOT_DIT_PRESET_14B,
   LINGBOT_DIT_PRESET_1_3B,
   LINGBOT_DIT_PRESET_TINY,
@@ -101,7 +103,8 @@ typedef struct _LingbotDit LingbotDit;
  *   lets a golden fixture file serve as a checkpoint
  * @LINGBOT_DIT_LOAD_NO_NAN_CHECK: skip the scan for NaN/Inf weights
  */
-typedef enum {
+typedef enum
+{
   LINGBOT_DIT_LOAD_DEFAULT = 0,
   LINGBOT_DIT_LOAD_STRICT = 1 << 0,
   LINGBOT_DIT_LOAD_NO_NAN_CHECK = 1 << 1,
@@ -116,19 +119,18 @@ gboolean lingbot_dit_load_config (const char *path, LingbotDitConfig * cfg,
 LingbotDit *lingbot_dit_ref (LingbotDit * dit);
 void lingbot_dit_unref (LingbotDit * dit);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDit, lingbot_dit_unref)
-
-const LingbotDitConfig *lingbot_dit_get_config (const LingbotDit * dit);
-const LbTensor *lingbot_dit_get_weight (const LingbotDit * dit,
+     const LingbotDitConfig *lingbot_dit_get_config (const LingbotDit * dit);
+     const LbTensor *lingbot_dit_get_weight (const LingbotDit * dit,
     const char *name);
 
 /* Random-weight checkpoints in the published layout (lingbot-mkmodel). */
-LbTensor *lingbot_dit_random_weight (const LingbotDitConfig * cfg,
+     LbTensor *lingbot_dit_random_weight (const LingbotDitConfig * cfg,
     const char *name, LbDType dtype, guint64 seed);
-GHashTable *lingbot_dit_random_weights (const LingbotDitConfig * cfg,
+     GHashTable *lingbot_dit_random_weights (const LingbotDitConfig * cfg,
     LbDType stored, guint64 seed, int n_threads, GError ** error);
-LingbotDit *lingbot_dit_new_random (const LingbotDitConfig * cfg,
+     LingbotDit *lingbot_dit_new_random (const LingbotDitConfig * cfg,
     guint64 seed, GError ** error);
-gboolean lingbot_dit_write_random (const LingbotDitConfig * cfg,
+     gboolean lingbot_dit_write_random (const LingbotDitConfig * cfg,
     const char *dir, guint n_shards, LbDType dtype, guint64 seed,
     GError ** error);
 

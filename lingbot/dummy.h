@@ -36,7 +36,7 @@ typedef struct
   guint64 seed;
   LbDType dtype;
   JsonObject *config;
-  /*< private >*/
+  /*< private > */
   JsonParser *parser;
 } LingbotDummy;
 

@@ -56,7 +56,8 @@ lingbot_image_output_size (int image_width, int image_height,
 
 /* ---- JPEG (libjpeg-turbo, the decoder PIL uses) ---- */
 
-typedef struct {
+typedef struct
+{
   struct jpeg_error_mgr pub;
   jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
@@ -78,7 +79,8 @@ jpeg_no_output (j_common_ptr cinfo)
 
 /* Everything the setjmp frame needs survives in this struct, so no local
  * is modified between setjmp and longjmp. */
-typedef struct {
+typedef struct
+{
   struct jpeg_decompress_struct cinfo;
   JpegErr err;
   LbTensor *out;
@@ -152,8 +154,7 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
  *   %LB_ERROR_INVALID_ARGUMENT (too many pixels, or no memory for them).
  */
 LbTensor *
-lingbot_image_decode_jpeg (const guint8 * data, gsize length,
-    GError ** error)
+lingbot_image_decode_jpeg (const guint8 * data, gsize length, GError ** error)
 {
   JpegJob *job = g_new0 (JpegJob, 1);
   LbTensor *out = NULL;
@@ -203,8 +204,7 @@ lingbot_image_load_jpeg (const char *path, GError ** error)
     return NULL;
   }
   t = lingbot_image_decode_jpeg ((const guint8 *)
-      g_mapped_file_get_contents (map), g_mapped_file_get_length (map),
-      error);
+      g_mapped_file_get_contents (map), g_mapped_file_get_length (map), error);
   if (t == NULL)
     g_prefix_error (error, "%s: ", path);
   return t;

@@ -76,7 +76,7 @@ static inline void
 box_muller (guint32 a, guint32 c, float *n0, float *n1)
 {
   double u1 = ((double) a + 1.0) * INV_2_32;
-  double u2 = (double) c *INV_2_32;
+  double u2 = (double) c * INV_2_32;
   double rad = sqrt (-2.0 * log (u1));
   double theta = TWO_PI * u2;
   *n0 = (float) (rad * cos (theta));
@@ -165,7 +165,8 @@ lingbot_noise_normal_rows (guint64 seed, guint32 chunk, guint32 stream,
 
 /* ---- noise sources ---- */
 
-struct _LingbotNoise {
+struct _LingbotNoise
+{
   guint64 seed;
   LingbotCheckpoint *file;      /* NULL for Philox */
   char *initial_format;
@@ -358,8 +359,7 @@ lingbot_noise_fill (LingbotNoise * noise, guint chunk,
  * Returns: (transfer full): the tensor, or %NULL with @error set.
  */
 LbTensor *
-lingbot_noise_read_tensor (const char *path, const char *name,
-    GError ** error)
+lingbot_noise_read_tensor (const char *path, const char *name, GError ** error)
 {
   g_autoptr (LingbotCheckpoint) ck = lingbot_checkpoint_open (path, error);
   const LbTensor *t;

@@ -240,8 +240,7 @@ pk_tensor (Pickler * pk, const LbTensor * t, guint key)
 }
 
 static GByteArray *
-pickle_state_dict (const char *const *names, LbTensor * const *tensors,
-    guint n)
+pickle_state_dict (const char *const *names, LbTensor * const *tensors, guint n)
 {
   Pickler pk = { g_byte_array_new (), 0, -1, -1, -1, -1, {0} };
   for (int i = 0; i < LB_DTYPE_COUNT; i++)
@@ -302,8 +301,7 @@ add_entry (Archive * ar, const char *name, const void *data, guint64 len,
   if (zip_set_file_compression (ar->za, (zip_uint64_t) idx, ZIP_CM_STORE,
           0) != 0
       || zip_file_extra_field_set (ar->za, (zip_uint64_t) idx,
-          PTH_PAD_FIELD_ID, ZIP_EXTRA_FIELD_NEW, padbuf, pad,
-          ZIP_FL_LOCAL) != 0
+          PTH_PAD_FIELD_ID, ZIP_EXTRA_FIELD_NEW, padbuf, pad, ZIP_FL_LOCAL) != 0
       /* a fixed time stamp: the same tensors give the same bytes */
       || zip_file_set_mtime (ar->za, (zip_uint64_t) idx, 315619200, 0) != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: %s: %s", ar->tmp, name,

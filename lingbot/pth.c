@@ -99,7 +99,8 @@ map_source_cb (void *user, void *buf, zip_uint64_t n, zip_source_cmd_t cmd)
 
 /* ---- pickle objects ---- */
 
-typedef enum {
+typedef enum
+{
   PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES, PK_TUPLE, PK_LIST,
   PK_DICT, PK_GLOBAL, PK_STORAGE, PK_TENSOR, PK_OBJECT
 } PkType;
@@ -187,7 +188,8 @@ pk_is_global (const PkObj * o, const char *module, const char *name)
       strcmp (o->s2, name) == 0;
 }
 
-static gboolean G_GNUC_PRINTF (3, 4)
+static gboolean
+G_GNUC_PRINTF (3, 4)
 vm_fail (Vm * vm, GError ** error, const char *fmt, ...)
 {
   va_list ap;
@@ -652,8 +654,7 @@ vm_run (Vm * vm, GError ** error)
         if (!vm_need (vm, 1, error))
           return NULL;
         if (vm->p[vm->pos] > 5) {
-          vm_fail (vm, error, "unsupported pickle protocol %u",
-              vm->p[vm->pos]);
+          vm_fail (vm, error, "unsupported pickle protocol %u", vm->p[vm->pos]);
           return NULL;
         }
         vm->pos++;
@@ -715,8 +716,7 @@ vm_run (Vm * vm, GError ** error)
       case 'U':                /* SHORT_BINSTRING */
       case 'B':                /* BINBYTES */
       case 'C':{               /* SHORT_BINBYTES */
-        int w = (op == 0x8c || op == 'U' || op == 'C') ? 1 :
-            op == 0x8d ? 8 : 4;
+        int w = (op == 0x8c || op == 'U' || op == 'C') ? 1 : op == 0x8d ? 8 : 4;
         if (!vm_need (vm, (gsize) w, error))
           return NULL;
         n = rd_le (vm->p + vm->pos, w);
@@ -764,7 +764,7 @@ vm_run (Vm * vm, GError ** error)
           return NULL;
         guint64 v = rd_le (vm->p + vm->pos, (int) n);
         if (n > 0 && n < 8 && (vm->p[vm->pos + n - 1] & 0x80))
-          v |= ~(guint64) 0 << (8 * n);   /* sign-extend */
+          v |= ~(guint64) 0 << (8 * n); /* sign-extend */
         vm->pos += (gsize) n;
         if (!vm_push_int (vm, (gint64) v, error))
           return NULL;
@@ -1083,8 +1083,7 @@ read_entry (Vm * vm, zip_int64_t index, gsize * len, GError ** error)
         name, zip_strerror (vm->za));
     return NULL;
   }
-  guint8 *buf = st.size < G_MAXSIZE ? g_try_malloc ((gsize) st.size + 1) :
-      NULL;
+  guint8 *buf = st.size < G_MAXSIZE ? g_try_malloc ((gsize) st.size + 1) : NULL;
   if (buf == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_IO,
         "%s: %s: out of memory for %" G_GUINT64_FORMAT " bytes", vm->file,
@@ -1118,7 +1117,8 @@ lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
 
   gboolean ok = FALSE;
   guint8 *pkl = NULL;
-  MapSource ms = { data, len, 0, -1, {0} };
+  MapSource ms = { data, len, 0, -1, {0}
+  };
   zip_error_init (&ms.error);
   Vm vm = { 0 };
   vm.file = file;

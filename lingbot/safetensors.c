@@ -292,7 +292,7 @@ lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt, const char *file,
 
   for (guint i = 0; i < tensors->len; i++) {
     LbTensor *t = g_ptr_array_index (tensors, i);
-    g_ptr_array_index (tensors, i) = NULL;    /* ownership moves on */
+    g_ptr_array_index (tensors, i) = NULL;      /* ownership moves on */
     if (!lingbot_ckpt_add_tensor (ckpt, g_ptr_array_index (names, i), t, file,
             error))
       goto out;

@@ -15,7 +15,8 @@
 #pragma GCC optimize ("fp-contract=off")
 #endif
 
-struct _LingbotScheduler {
+struct _LingbotScheduler
+{
   double shift;
   guint n_train;
   guint n_steps;
@@ -167,9 +168,7 @@ lingbot_scheduler_new (double shift, guint num_train_timesteps,
   for (guint k = 0; k < n_steps; k++) {
     s->x0_index[k] = lingbot_scheduler_index_first (s->timesteps, n,
         s->step_t[k]);
-    s->rn_index[k] = k + 1 < n_steps ?
-        lingbot_scheduler_index_second (s->timesteps, n, s->step_t[k + 1]) :
-        n;                      /* sigma 0: no re-noise after the last step */
+    s->rn_index[k] = k + 1 < n_steps ? lingbot_scheduler_index_second (s->timesteps, n, s->step_t[k + 1]) : n;  /* sigma 0: no re-noise after the last step */
   }
   return s;
 }
@@ -276,8 +275,7 @@ lingbot_scheduler_get_base_sigmas (const LingbotScheduler * sched, guint * n)
  *   v2); the DiT takes it as a float32 value.
  */
 int64_t
-lingbot_scheduler_get_step_timestep (const LingbotScheduler * sched,
-    guint step)
+lingbot_scheduler_get_step_timestep (const LingbotScheduler * sched, guint step)
 {
   g_return_val_if_fail (step < sched->n_steps, 0);
   return sched->step_t[step];
@@ -339,8 +337,7 @@ lingbot_scheduler_get_renoise_sigma_index (const LingbotScheduler * sched,
  *   last step).
  */
 float
-lingbot_scheduler_get_renoise_sigma (const LingbotScheduler * sched,
-    guint step)
+lingbot_scheduler_get_renoise_sigma (const LingbotScheduler * sched, guint step)
 {
   g_return_val_if_fail (step < sched->n_steps, 0.0f);
   return sched->sigmas[sched->rn_index[step]];
@@ -456,13 +453,11 @@ lingbot_scheduler_x0_tensor (const LingbotScheduler * sched, guint step,
  */
 gboolean
 lingbot_scheduler_renoise_tensor (const LingbotScheduler * sched, guint step,
-    const LbTensor * x0, const LbTensor * noise, LbTensor * x,
-    GError ** error)
+    const LbTensor * x0, const LbTensor * noise, LbTensor * x, GError ** error)
 {
   if (step + 1 >= sched->n_steps) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "scheduler: step %u is not re-noised (%u steps)", step,
-        sched->n_steps);
+        "scheduler: step %u is not re-noised (%u steps)", step, sched->n_steps);
     return FALSE;
   }
   if (!check_f32_same ("renoise", x0, noise, error)
@@ -574,8 +569,7 @@ lingbot_parse_timestep_indices (const char *s, GArray * out, GError ** error)
   int n = 0;
 
   g_return_val_if_fail (out != NULL, FALSE);
-  g_return_val_if_fail (g_array_get_element_size (out) == sizeof (int),
-      FALSE);
+  g_return_val_if_fail (g_array_get_element_size (out) == sizeof (int), FALSE);
 
   if (s == NULL || *s == '\0' || strspn (s, " \t\r\n") == strlen (s))
     return lingbot_check_timestep_indices (NULL, 0, error);

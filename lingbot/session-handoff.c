@@ -163,8 +163,7 @@ handoff_rank_job (LbRank * rank, gpointer data, GError ** error)
       lb_tensor_view_narrow (&dst, &full, 2, r0, nr);
       ok = vae_copy_runs (rank->stream, &dst, &band, LB_COPY_DEVICE_TO_HOST,
           "latent spill", error) && (vae_stream_is_host (rank->stream)
-          || rank->stream->backend->stream_synchronize (rank->stream,
-              error));
+          || rank->stream->backend->stream_synchronize (rank->stream, error));
       break;
     }
     default:
@@ -717,8 +716,7 @@ lingbot_session_decode_chunk (LingbotSession * session, guint64 chunk,
     }
   } else {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "session: chunk %" G_GUINT64_FORMAT " is not held any more",
-        chunk);
+        "session: chunk %" G_GUINT64_FORMAT " is not held any more", chunk);
     ok = FALSE;
   }
   gint64 t1 = g_get_monotonic_time ();

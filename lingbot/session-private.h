@@ -103,8 +103,7 @@ struct _LingbotSession
 
 gboolean lingbot_session_handoff_init (LingbotSession * s, GError ** error);
 void lingbot_session_handoff_clear (LingbotSession * s);
-gboolean lingbot_session_handoff_prepare (LingbotSession * s,
-    GError ** error);
+gboolean lingbot_session_handoff_prepare (LingbotSession * s, GError ** error);
 void lingbot_session_handoff_generated (LingbotSession * s, guint64 chunk);
 void lingbot_session_free_decoder (LingbotSession * s);
 gboolean lingbot_session_decode_latents (LingbotSession * s,

@@ -180,7 +180,8 @@ chunks_for_frames (guint frames, int C)
   return 1 + (frames - first + later - 1) / later;
 }
 
-typedef struct {
+typedef struct
+{
   LingbotSession *s;
   const LingbotSessionOptions *o;
   LbTensor *text;
@@ -449,8 +450,7 @@ lingbot_session_new (LingbotWorld * world,
   }
   if (o->frames > 0 && (o->frames - 1) % 4 != 0 && o->poses) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "session: frames must be 4n+1 with offline poses, got %u",
-        o->frames);
+        "session: frames must be 4n+1 with offline poses, got %u", o->frames);
     goto fail;
   }
 
@@ -466,8 +466,7 @@ lingbot_session_new (LingbotWorld * world,
   int image_w = (int) rgb->shape[1], image_h = (int) rgb->shape[0];
   if (!resolve_size (s, o, image_w, image_h, error))
     goto fail;
-  if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height,
-              error)))
+  if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height, error)))
     goto fail;
 
   /* control first: it resolves the offline frame count */
@@ -718,8 +717,7 @@ lingbot_session_get_control (LingbotSession * session)
  * cut to the requested count; 0 past the end.
  */
 int
-lingbot_session_get_frame_count (LingbotSession * session,
-    guint64 chunk_index)
+lingbot_session_get_frame_count (LingbotSession * session, guint64 chunk_index)
 {
   const guint C = (guint) session->chunk_frames;
   guint n = lingbot_chunk_video_frames (chunk_index == 0 ? 0 : 1, C);
@@ -737,8 +735,7 @@ static gboolean
 cond_job (LbRank * rank, gpointer data, GError ** error)
 {
   LingbotSession *s = data;
-  return lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y,
-      error);
+  return lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y, error);
 }
 
 /* The DiT's pass callback, on rank 0's thread: the session's. */
@@ -966,8 +963,7 @@ lingbot_session_decode_latents (LingbotSession * s, const LbTensor * latents,
   gboolean ok;
 
   if (s->dec_group) {
-    ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf, n,
-        error);
+    ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf, n, error);
   } else {
     g_rec_mutex_lock (&s->world->lock);
     s->job_latents = latents;
@@ -995,8 +991,7 @@ gboolean
 lingbot_session_count_frames (LingbotSession * s, int *n)
 {
   if (s->frames > 0)
-    *n = (int) MIN ((guint64) * n, s->frames - MIN (s->frames,
-            s->frames_out));
+    *n = (int) MIN ((guint64) * n, s->frames - MIN (s->frames, s->frames_out));
   s->frames_out += (guint) * n;
   return TRUE;
 }
@@ -1035,8 +1030,7 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
   LingbotSession *s = session;
   g_return_val_if_fail (s != NULL, FALSE);
   if (latents == NULL)
-    return lingbot_session_decode_chunk (s, s->decoded, n_frames, stats,
-        error);
+    return lingbot_session_decode_chunk (s, s->decoded, n_frames, stats, error);
   const guint64 chunk = s->decoded;
   gint64 t0 = g_get_monotonic_time ();
   int n = 0;

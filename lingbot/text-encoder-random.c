@@ -40,7 +40,8 @@ lingbot_text_encoder_config_init_tiny (LingbotTextEncoderConfig * cfg,
   cfg->eps = 1e-6f;
 }
 
-typedef struct {
+typedef struct
+{
   GPtrArray *names;
   GPtrArray *tensors;
   LbDType dtype;
@@ -59,8 +60,7 @@ add (Writer * w, const char *name, int ndim, int64_t d0, int64_t d1,
   GRand *r = g_rand_new_with_seed (s);
   int64_t n = lb_tensor_numel (t);
   for (int64_t i = 0; i < n; i++)
-    lb_tensor_set_flat (t, i, center + bound * (2.0 *
-            g_rand_double (r) - 1.0));
+    lb_tensor_set_flat (t, i, center + bound * (2.0 * g_rand_double (r) - 1.0));
   g_rand_free (r);
   g_ptr_array_add (w->names, g_strdup (name));
   g_ptr_array_add (w->tensors, t);
@@ -83,16 +83,14 @@ check_config (const LingbotTextEncoderConfig * cfg, LbDType dtype,
   }
   if (cfg->vocab > LINGBOT_TEXT_ENCODER_MAX_RANDOM_VOCAB ||
       cfg->dim > 8192 || cfg->dim_attn > 8192 || cfg->dim_ffn > 32768 ||
-      cfg->num_heads > 128 || cfg->num_layers > 64 ||
-      cfg->num_buckets > 1024) {
+      cfg->num_heads > 128 || cfg->num_layers > 64 || cfg->num_buckets > 1024) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "text encoder: random configuration too large (vocab %" G_GINT64_FORMAT
         ", dim %" G_GINT64_FORMAT ", layers %d)", cfg->vocab, cfg->dim,
         cfg->num_layers);
     return FALSE;
   }
-  if (dtype != LB_DTYPE_F32 && dtype != LB_DTYPE_BF16 &&
-      dtype != LB_DTYPE_F16) {
+  if (dtype != LB_DTYPE_F32 && dtype != LB_DTYPE_BF16 && dtype != LB_DTYPE_F16) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "text encoder: dtype %s is not a float storage type",
         lb_dtype_name (dtype));

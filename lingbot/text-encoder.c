@@ -15,12 +15,14 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
+typedef struct
+{
   LbTensor *norm1, *q, *k, *v, *o, *norm2, *gate, *fc1, *fc2;
   float *pos;                   /* host [num_buckets, num_heads] */
 } T5Block;
 
-struct _LingbotTextEncoder {
+struct _LingbotTextEncoder
+{
   LingbotTextEncoderConfig cfg;
   LbStream *stream;
   gboolean on_host;             /* stream is the CPU backend */
@@ -101,8 +103,7 @@ load_weight (LingbotTextEncoder * enc, const char *name, int ndim,
 }
 
 static const LbTensor *
-get_any (LingbotCheckpoint * ckpt, const char *name, int ndim,
-    GError ** error)
+get_any (LingbotCheckpoint * ckpt, const char *name, int ndim, GError ** error)
 {
   const LbTensor *t = lingbot_checkpoint_get (ckpt, name, error);
   if (t && t->ndim != ndim) {
@@ -274,8 +275,7 @@ fail:
  * Returns: (transfer full): the encoder, or %NULL on error.
  */
 LingbotTextEncoder *
-lingbot_text_encoder_load (const char *path, LbStream * stream,
-    GError ** error)
+lingbot_text_encoder_load (const char *path, LbStream * stream, GError ** error)
 {
   g_autoptr (LingbotCheckpoint) ckpt = NULL;
   if (lingbot_dummy_is_manifest (path)) {
@@ -601,8 +601,7 @@ done:
  */
 LbTensor *
 lingbot_text_encoder_encode_ids (LingbotTextEncoder * enc,
-    const int32_t * ids, const uint8_t * mask, int64_t seq_len,
-    GError ** error)
+    const int32_t * ids, const uint8_t * mask, int64_t seq_len, GError ** error)
 {
   int64_t n = 0;
   while (n < seq_len && mask[n])

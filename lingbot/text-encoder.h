@@ -41,7 +41,8 @@ G_BEGIN_DECLS
  *
  * Inferred from the tensor shapes of a checkpoint (spec 5.1).
  */
-typedef struct {
+typedef struct
+{
   int64_t vocab;
   int64_t dim;
   int64_t dim_attn;
@@ -55,8 +56,7 @@ typedef struct {
 
 typedef struct _LingbotTextEncoder LingbotTextEncoder;
 
-int lingbot_t5_relative_bucket (int64_t rel, int num_buckets,
-    int max_distance);
+int lingbot_t5_relative_bucket (int64_t rel, int num_buckets, int max_distance);
 
 LingbotTextEncoder *lingbot_text_encoder_new (LingbotCheckpoint * ckpt,
     LbStream * stream, GError ** error);
@@ -64,30 +64,29 @@ LingbotTextEncoder *lingbot_text_encoder_load (const char *path,
     LbStream * stream, GError ** error);
 void lingbot_text_encoder_free (LingbotTextEncoder * enc);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotTextEncoder, lingbot_text_encoder_free)
+     const LingbotTextEncoderConfig *lingbot_text_encoder_get_config
+         (LingbotTextEncoder * enc);
 
-const LingbotTextEncoderConfig *lingbot_text_encoder_get_config
-    (LingbotTextEncoder * enc);
-
-gboolean lingbot_text_encoder_forward (LingbotTextEncoder * enc,
+     gboolean lingbot_text_encoder_forward (LingbotTextEncoder * enc,
     const int32_t * ids, const uint8_t * mask, int64_t seq_len,
     LbTensor * out, LbTensor ** block_out, GError ** error);
 
-LbTensor *lingbot_text_encoder_encode_ids (LingbotTextEncoder * enc,
+     LbTensor *lingbot_text_encoder_encode_ids (LingbotTextEncoder * enc,
     const int32_t * ids, const uint8_t * mask, int64_t seq_len,
     GError ** error);
 
-LbTensor *lingbot_text_encoder_encode_prompt (LingbotTextEncoder * enc,
+     LbTensor *lingbot_text_encoder_encode_prompt (LingbotTextEncoder * enc,
     LingbotTokenizer * tokenizer, const char *prompt, GError ** error);
 
 /* ---- prompt-embeds files ---- */
 
-gboolean lingbot_prompt_embeds_save (const char *path,
+     gboolean lingbot_prompt_embeds_save (const char *path,
     const LbTensor * context, const char *prompt, int n_tokens,
     GError ** error);
-LbTensor *lingbot_prompt_embeds_load (const char *path, int64_t seq_len,
+     LbTensor *lingbot_prompt_embeds_load (const char *path, int64_t seq_len,
     int64_t dim, GError ** error);
 
-LbTensor *lingbot_prompt_context_new (LbStream * stream,
+     LbTensor *lingbot_prompt_context_new (LbStream * stream,
     const char *prompt_embeds_path, const char *t5_path,
     const char *tokenizer_path, const char *prompt, int64_t dim,
     GError ** error);

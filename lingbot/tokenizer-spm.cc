@@ -15,12 +15,13 @@
 #include <string>
 #include <vector>
 
-struct LbSpm {
+struct LbSpm
+{
   sentencepiece::SentencePieceProcessor proc;
 };
 
 static void
-set_err (char **err_out, const std::string & msg)
+set_err (char **err_out, const std::string &msg)
 {
   if (err_out)
     *err_out = g_strdup (msg.c_str ());
@@ -32,14 +33,14 @@ lb_spm_load (const char *path, char **err_out)
   try {
     // owned until returned: Load() may throw (a protobuf it cannot take),
     // and the processor must not leak then
-    std::unique_ptr < LbSpm > spm (new LbSpm ());
+    std::unique_ptr<LbSpm> spm (new LbSpm ());
     const auto status = spm->proc.Load (path);
     if (!status.ok ()) {
       set_err (err_out, status.ToString ());
       return nullptr;
     }
     return spm.release ();
-  } catch (const std::exception & e) {
+  } catch (const std::exception &e) {
     set_err (err_out, e.what ());
   } catch (...) {
     set_err (err_out, "unknown C++ exception");
@@ -48,38 +49,38 @@ lb_spm_load (const char *path, char **err_out)
 }
 
 extern "C" void
-lb_spm_free (LbSpm * spm)
+lb_spm_free (LbSpm *spm)
 {
   delete spm;
 }
 
 extern "C" int
-lb_spm_piece_size (const LbSpm * spm)
+lb_spm_piece_size (const LbSpm *spm)
 {
   return spm->proc.GetPieceSize ();
 }
 
 extern "C" int
-lb_spm_eos_id (const LbSpm * spm)
+lb_spm_eos_id (const LbSpm *spm)
 {
   return spm->proc.eos_id ();
 }
 
 extern "C" int
-lb_spm_pad_id (const LbSpm * spm)
+lb_spm_pad_id (const LbSpm *spm)
 {
   return spm->proc.pad_id ();
 }
 
 extern "C" int
-lb_spm_unk_id (const LbSpm * spm)
+lb_spm_unk_id (const LbSpm *spm)
 {
   return spm->proc.unk_id ();
 }
 
 extern "C" int32_t *
-lb_spm_encode (const LbSpm * spm, const char *text, size_t len,
-    size_t *n_out, char **err_out)
+lb_spm_encode (const LbSpm *spm, const char *text, size_t len, size_t *n_out,
+    char **err_out)
 {
   try {
     std::vector<int> ids;
@@ -93,7 +94,7 @@ lb_spm_encode (const LbSpm * spm, const char *text, size_t len,
       out[i] = ids[i];
     *n_out = ids.size ();
     return out;
-  } catch (const std::exception & e) {
+  } catch (const std::exception &e) {
     set_err (err_out, e.what ());
   } catch (...) {
     set_err (err_out, "unknown C++ exception");
@@ -102,8 +103,7 @@ lb_spm_encode (const LbSpm * spm, const char *text, size_t len,
 }
 
 extern "C" char *
-lb_spm_decode (const LbSpm * spm, const int32_t * ids, size_t n,
-    char **err_out)
+lb_spm_decode (const LbSpm *spm, const int32_t *ids, size_t n, char **err_out)
 {
   try {
     std::vector<int> v (ids, ids + n);
@@ -114,7 +114,7 @@ lb_spm_decode (const LbSpm * spm, const int32_t * ids, size_t n,
       return nullptr;
     }
     return g_strndup (text.data (), text.size ());
-  } catch (const std::exception & e) {
+  } catch (const std::exception &e) {
     set_err (err_out, e.what ());
   } catch (...) {
     set_err (err_out, "unknown C++ exception");

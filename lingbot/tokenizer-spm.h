@@ -12,21 +12,22 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
-extern "C" {
+extern "C"
+{
 #endif
 
-typedef struct LbSpm LbSpm;
+  typedef struct LbSpm LbSpm;
 
-LbSpm *lb_spm_load (const char *path, char **err_out);
-void lb_spm_free (LbSpm * spm);
-int lb_spm_piece_size (const LbSpm * spm);
-int lb_spm_eos_id (const LbSpm * spm);
-int lb_spm_pad_id (const LbSpm * spm);
-int lb_spm_unk_id (const LbSpm * spm);
-int32_t *lb_spm_encode (const LbSpm * spm, const char *text, size_t len,
-    size_t *n_out, char **err_out);
-char *lb_spm_decode (const LbSpm * spm, const int32_t * ids, size_t n,
-    char **err_out);
+  LbSpm *lb_spm_load (const char *path, char **err_out);
+  void lb_spm_free (LbSpm * spm);
+  int lb_spm_piece_size (const LbSpm * spm);
+  int lb_spm_eos_id (const LbSpm * spm);
+  int lb_spm_pad_id (const LbSpm * spm);
+  int lb_spm_unk_id (const LbSpm * spm);
+  int32_t *lb_spm_encode (const LbSpm * spm, const char *text, size_t len,
+      size_t *n_out, char **err_out);
+  char *lb_spm_decode (const LbSpm * spm, const int32_t * ids, size_t n,
+      char **err_out);
 
 #ifdef __cplusplus
 }

@@ -33,7 +33,8 @@
 
 #include <string.h>
 
-struct _LingbotTokenizer {
+struct _LingbotTokenizer
+{
   LbSpm *spm;
   char *path;
   int32_t eos_id;
@@ -43,7 +44,8 @@ struct _LingbotTokenizer {
 /* ------------------------------------------------------------------------ */
 /* Unicode helpers over UCS-4 arrays                                        */
 
-typedef struct {
+typedef struct
+{
   gunichar *c;
   gsize n, cap;
 } UBuf;
@@ -95,7 +97,8 @@ c1_to_cp1252 (gunichar c)
 /* ------------------------------------------------------------------------ */
 /* HTML entities                                                            */
 
-typedef struct {
+typedef struct
+{
   const char *name;
   const char *value;            /* UTF-8 */
   gboolean legacy;              /* also recognised without ';' */
@@ -174,8 +177,7 @@ static const Entity extra_entities[] = {
 /* Looks up @name (UCS-4, @len chars).  Writes the value to @b and returns
  * TRUE when found; @legacy_only restricts to names valid without ';'. */
 static gboolean
-entity_lookup (const gunichar * name, gsize len, gboolean legacy_only,
-    UBuf * b)
+entity_lookup (const gunichar * name, gsize len, gboolean legacy_only, UBuf * b)
 {
   char key[40];
   if (len == 0 || len >= sizeof key)
@@ -361,29 +363,52 @@ static const char *
 latin_ligature (gunichar c)
 {
   switch (c) {
-    case 0x0132: return "IJ";
-    case 0x0133: return "ij";
-    case 0x0149: return "\u02bcn";
-    case 0x01F1: return "DZ";
-    case 0x01F2: return "Dz";
-    case 0x01F3: return "dz";
-    case 0x01C4: return "D\u017d";
-    case 0x01C5: return "D\u017e";
-    case 0x01C6: return "d\u017e";
-    case 0x01C7: return "LJ";
-    case 0x01C8: return "Lj";
-    case 0x01C9: return "lj";
-    case 0x01CA: return "NJ";
-    case 0x01CB: return "Nj";
-    case 0x01CC: return "nj";
-    case 0xFB00: return "ff";
-    case 0xFB01: return "fi";
-    case 0xFB02: return "fl";
-    case 0xFB03: return "ffi";
-    case 0xFB04: return "ffl";
-    case 0xFB05: return "\u017ft";
-    case 0xFB06: return "st";
-    default: return NULL;
+    case 0x0132:
+      return "IJ";
+    case 0x0133:
+      return "ij";
+    case 0x0149:
+      return "\u02bcn";
+    case 0x01F1:
+      return "DZ";
+    case 0x01F2:
+      return "Dz";
+    case 0x01F3:
+      return "dz";
+    case 0x01C4:
+      return "D\u017d";
+    case 0x01C5:
+      return "D\u017e";
+    case 0x01C6:
+      return "d\u017e";
+    case 0x01C7:
+      return "LJ";
+    case 0x01C8:
+      return "Lj";
+    case 0x01C9:
+      return "lj";
+    case 0x01CA:
+      return "NJ";
+    case 0x01CB:
+      return "Nj";
+    case 0x01CC:
+      return "nj";
+    case 0xFB00:
+      return "ff";
+    case 0xFB01:
+      return "fi";
+    case 0xFB02:
+      return "fl";
+    case 0xFB03:
+      return "ffi";
+    case 0xFB04:
+      return "ffl";
+    case 0xFB05:
+      return "\u017ft";
+    case 0xFB06:
+      return "st";
+    default:
+      return NULL;
   }
 }
 
@@ -446,8 +471,7 @@ ftfy_char_fixes (const UBuf * in, UBuf * out)
     gunichar c = bb.c[i];
     if (c == 0x1B && i + 1 < bb.n && bb.c[i + 1] == '[') {
       gsize k = i + 2;
-      while (k < bb.n && ((bb.c[k] >= '0' && bb.c[k] <= '9') ||
-              bb.c[k] == ';'))
+      while (k < bb.n && ((bb.c[k] >= '0' && bb.c[k] <= '9') || bb.c[k] == ';'))
         k++;
       if (k < bb.n && bb.c[k] < 0x80 && g_ascii_isalpha (bb.c[k])) {
         i = k;

@@ -24,12 +24,12 @@ lingbot_vae_value_to_u8 (float x)
     return 0;
   if (v >= 255.f)
     return 255;
-  return (guint8)v;
+  return (guint8) v;
 }
 
 static gboolean
-check_frames (
-    const LbTensor *frames, int frame, int64_t *H, int64_t *W, GError **error)
+check_frames (const LbTensor * frames, int frame, int64_t * H, int64_t * W,
+    GError ** error)
 {
   if (frames->dtype != LB_DTYPE_F32 || frames->device.type != LB_DEVICE_CPU
       || frames->ndim != 4 || frames->shape[0] != 3 || frame < 0
@@ -37,8 +37,7 @@ check_frames (
     g_autofree char *have = lb_tensor_shape_string (frames);
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
         "VAE frames: %s %s, frame %d; expected CPU f32 [3, T, H, W] with "
-        "0 <= frame < T",
-        lb_dtype_name (frames->dtype), have, frame);
+        "0 <= frame < T", lb_dtype_name (frames->dtype), have, frame);
     return FALSE;
   }
   *H = frames->shape[2];
@@ -47,17 +46,17 @@ check_frames (
 }
 
 static inline const float *
-plane_row (const LbTensor *f, int c, int frame, int64_t row)
+plane_row (const LbTensor * f, int c, int frame, int64_t row)
 {
-  return (const float *)f->data + c * f->stride[0] + frame * f->stride[1]
-         + row * f->stride[2];
+  return (const float *) f->data + c * f->stride[0] + frame * f->stride[1]
+      + row * f->stride[2];
 }
 
 /* Every packed layout in one loop: @bpp bytes per pixel, R, G, B and (with
  * @bpp 4) an opaque alpha byte. */
 static gboolean
-frames_to_packed (const LbTensor *frames, int frame, guint8 *dst,
-    gsize dst_stride, int bpp, GError **error)
+frames_to_packed (const LbTensor * frames, int frame, guint8 * dst,
+    gsize dst_stride, int bpp, GError ** error)
 {
   int64_t H, W;
   if (!check_frames (frames, frame, &H, &W, error))
@@ -94,8 +93,8 @@ frames_to_packed (const LbTensor *frames, int frame, guint8 *dst,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_frames_to_rgb8 (const LbTensor *frames, int frame, guint8 *dst,
-    gsize dst_stride, GError **error)
+lingbot_vae_frames_to_rgb8 (const LbTensor * frames, int frame, guint8 * dst,
+    gsize dst_stride, GError ** error)
 {
   return frames_to_packed (frames, frame, dst, dst_stride, 3, error);
 }
@@ -114,8 +113,8 @@ lingbot_vae_frames_to_rgb8 (const LbTensor *frames, int frame, guint8 *dst,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_frames_to_rgba (const LbTensor *frames, int frame, guint8 *dst,
-    gsize dst_stride, GError **error)
+lingbot_vae_frames_to_rgba (const LbTensor * frames, int frame, guint8 * dst,
+    gsize dst_stride, GError ** error)
 {
   return frames_to_packed (frames, frame, dst, dst_stride, 4, error);
 }
@@ -125,28 +124,28 @@ lingbot_vae_frames_to_rgba (const LbTensor *frames, int frame, guint8 *dst,
 static inline guint8
 rgb_to_y (int r, int g, int b)
 {
-  return (guint8)(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16);
+  return (guint8) (((66 * r + 129 * g + 25 * b + 128) >> 8) + 16);
 }
 
 static inline guint8
 rgb_to_u (int r, int g, int b)
 {
-  return (guint8)(((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128);
+  return (guint8) (((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128);
 }
 
 static inline guint8
 rgb_to_v (int r, int g, int b)
 {
-  return (guint8)(((112 * r - 94 * g - 18 * b + 128) >> 8) + 128);
+  return (guint8) (((112 * r - 94 * g - 18 * b + 128) >> 8) + 128);
 }
 
 /* Every 4:2:0 layout in one loop: Cb and Cr samples @chroma_step bytes
  * apart within their rows (1: planar I420; 2: NV12, @v = @u + 1 on the
  * same rows).  @format names the layout in the odd-size error. */
 static gboolean
-frames_to_yuv420 (const LbTensor *frames, int frame, guint8 *y, gsize y_stride,
-    guint8 *u, gsize u_stride, guint8 *v, gsize v_stride, int chroma_step,
-    const char *format, GError **error)
+frames_to_yuv420 (const LbTensor * frames, int frame, guint8 * y,
+    gsize y_stride, guint8 * u, gsize u_stride, guint8 * v, gsize v_stride,
+    int chroma_step, const char *format, GError ** error)
 {
   int64_t H, W;
   if (!check_frames (frames, frame, &H, &W, error))
@@ -154,8 +153,7 @@ frames_to_yuv420 (const LbTensor *frames, int frame, guint8 *y, gsize y_stride,
   if (H % 2 || W % 2) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
         "VAE frames: %s needs even sizes, got %" G_GINT64_FORMAT
-        "x%" G_GINT64_FORMAT,
-        format, W, H);
+        "x%" G_GINT64_FORMAT, format, W, H);
     return FALSE;
   }
   const int64_t sw = frames->stride[3];
@@ -210,12 +208,12 @@ frames_to_yuv420 (const LbTensor *frames, int frame, guint8 *y, gsize y_stride,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
-    gsize y_stride, guint8 *u, gsize u_stride, guint8 *v, gsize v_stride,
-    GError **error)
+lingbot_vae_frames_to_i420 (const LbTensor * frames, int frame, guint8 * y,
+    gsize y_stride, guint8 * u, gsize u_stride, guint8 * v, gsize v_stride,
+    GError ** error)
 {
-  return frames_to_yuv420 (
-      frames, frame, y, y_stride, u, u_stride, v, v_stride, 1, "I420", error);
+  return frames_to_yuv420 (frames, frame, y, y_stride, u, u_stride, v, v_stride,
+      1, "I420", error);
 }
 
 /**
@@ -234,8 +232,8 @@ lingbot_vae_frames_to_i420 (const LbTensor *frames, int frame, guint8 *y,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_frames_to_nv12 (const LbTensor *frames, int frame, guint8 *y,
-    gsize y_stride, guint8 *uv, gsize uv_stride, GError **error)
+lingbot_vae_frames_to_nv12 (const LbTensor * frames, int frame, guint8 * y,
+    gsize y_stride, guint8 * uv, gsize uv_stride, GError ** error)
 {
   return frames_to_yuv420 (frames, frame, y, y_stride, uv, uv_stride, uv + 1,
       uv_stride, 2, "NV12", error);

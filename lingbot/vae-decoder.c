@@ -32,23 +32,23 @@
 typedef struct
 {
   VaeCtx ctx;
-  VaeWeights wt; /* on the rank's device (CPU: borrowed) */
-  LbTensor *z;   /* [16, Lmax, rows, W] de-normalised */
-  LbTensor *z2;  /* [16, Lmax, rows, W] after conv2 */
+  VaeWeights wt;                /* on the rank's device (CPU: borrowed) */
+  LbTensor *z;                  /* [16, Lmax, rows, W] de-normalised */
+  LbTensor *z2;                 /* [16, Lmax, rows, W] after conv2 */
   /* device ranks only (NULL on the CPU, which reads and writes the API's
    * host tensors in place) */
-  LbTensor *lat_dev;    /* [16, Lmax, H, W] the chunk's latents */
-  LbTensor *frames_dev; /* [3, 4 Lmax, 8 rows, 8 W] this band's frames */
+  LbTensor *lat_dev;            /* [16, Lmax, H, W] the chunk's latents */
+  LbTensor *frames_dev;         /* [3, 4 Lmax, 8 rows, 8 W] this band's frames */
   int64_t row0, rows;
-  gboolean first;      /* nothing decoded since the last reset */
-  guint64 halo_last;   /* bytes this rank sent during its last chunk */
-  gint64 halo_us_last; /* and the time it spent in exchanges */
+  gboolean first;               /* nothing decoded since the last reset */
+  guint64 halo_last;            /* bytes this rank sent during its last chunk */
+  gint64 halo_us_last;          /* and the time it spent in exchanges */
 } DecRank;
 
 struct _LingbotVaeDecoder
 {
   LingbotVae *vae;
-  LbWorkerGroup *group; /* NULL when not sharded */
+  LbWorkerGroup *group;         /* NULL when not sharded */
   int n_ranks;
   int64_t H, W, max_latents;
   int64_t *band_start, *band_count;
@@ -61,7 +61,7 @@ struct _LingbotVaeDecoder
 };
 
 static gboolean
-rank_setup (DecRank *dr, LingbotVaeDecoder *dec, GError **error)
+rank_setup (DecRank * dr, LingbotVaeDecoder * dec, GError ** error)
 {
   VaeCtx *ctx = &dr->ctx;
   LbStream *s = ctx->stream;
@@ -76,19 +76,20 @@ rank_setup (DecRank *dr, LingbotVaeDecoder *dec, GError **error)
     return FALSE;
   if (!vae_stream_is_host (s)) {
     int64_t lshape[4] = { VAE_Z_DIM, L, dec->H, W };
-    int64_t fshape[4] = { 3, lingbot_vae_frames_for_latents ((int)L, FALSE),
-      rows * S, W * S };
+    int64_t fshape[4] = { 3, lingbot_vae_frames_for_latents ((int) L, FALSE),
+      rows * S, W * S
+    };
     if (!(dr->lat_dev = lb_tensor_new_on (s, LB_DTYPE_F32, 4, lshape, error))
         || !(dr->frames_dev
-             = lb_tensor_new_on (s, LB_DTYPE_F32, 4, fshape, error)))
+            = lb_tensor_new_on (s, LB_DTYPE_F32, 4, fshape, error)))
       return FALSE;
   }
   return vae_ctx_alloc (ctx, 0, error)
-         && vae_ctx_upload_latent_consts (ctx, dec->vae, error);
+      && vae_ctx_upload_latent_consts (ctx, dec->vae, error);
 }
 
 static gboolean
-rank_setup_func (LbRank *rank, gpointer user_data, GError **error)
+rank_setup_func (LbRank * rank, gpointer user_data, GError ** error)
 {
   LingbotVaeDecoder *dec = user_data;
   DecRank *dr = &dec->ranks[rank->rank];
@@ -96,12 +97,12 @@ rank_setup_func (LbRank *rank, gpointer user_data, GError **error)
   dr->ctx.rank = rank;
   /* see comm_ready() in vae-net.c */
   dr->ctx.comm_sync = !vae_stream_is_host (rank->stream)
-                      && strcmp (lb_comm_backend_name (rank), "local") == 0;
+      && strcmp (lb_comm_backend_name (rank), "local") == 0;
   return rank_setup (dr, dec, error);
 }
 
 static void
-rank_clear (DecRank *dr)
+rank_clear (DecRank * dr)
 {
   vae_ctx_clear (&dr->ctx);
   g_clear_pointer (&dr->z, lb_tensor_free);
@@ -112,16 +113,16 @@ rank_clear (DecRank *dr)
 }
 
 static gboolean
-rank_clear_func (LbRank *rank, gpointer user_data, GError **error)
+rank_clear_func (LbRank * rank, gpointer user_data, GError ** error)
 {
-  (void)error;
+  (void) error;
   LingbotVaeDecoder *dec = user_data;
   rank_clear (&dec->ranks[rank->rank]);
   return TRUE;
 }
 
 static gboolean
-rank_reset (DecRank *dr, GError **error)
+rank_reset (DecRank * dr, GError ** error)
 {
   dr->first = TRUE;
   dr->halo_last = 0;
@@ -130,7 +131,7 @@ rank_reset (DecRank *dr, GError **error)
 }
 
 static gboolean
-rank_reset_func (LbRank *rank, gpointer user_data, GError **error)
+rank_reset_func (LbRank * rank, gpointer user_data, GError ** error)
 {
   LingbotVaeDecoder *dec = user_data;
   return rank_reset (&dec->ranks[rank->rank], error);
@@ -140,8 +141,8 @@ rank_reset_func (LbRank *rank, gpointer user_data, GError **error)
  * are uploaded first and the frames left in dr->frames_dev (@f_out frames
  * in all). */
 static gboolean
-rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
-    gboolean in_is_band, LbTensor *out, int64_t *f_out, GError **error)
+rank_decode_band (DecRank * dr, LingbotVaeDecoder * dec, const LbTensor * in,
+    gboolean in_is_band, LbTensor * out, int64_t * f_out, GError ** error)
 {
   VaeCtx *ctx = &dr->ctx;
   LbStream *st = ctx->stream;
@@ -159,8 +160,8 @@ rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
   } else {
     /* the whole chunk (a few MB): one copy when @in is contiguous */
     vae_view_flat (&lat, dr->lat_dev, 4, in->shape);
-    if (!vae_copy_runs (
-            st, &lat, in, LB_COPY_HOST_TO_DEVICE, "VAE decode: latents", error))
+    if (!vae_copy_runs (st, &lat, in, LB_COPY_HOST_TO_DEVICE,
+            "VAE decode: latents", error))
       return FALSE;
   }
   if (in_is_band)
@@ -201,8 +202,8 @@ rank_decode_band (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
 /* Decodes the chunk @in [16, L, H, W] (host) into this rank's rows of @out
  * (host); on a device: upload, decode, download, one stream synchronise. */
 static gboolean
-rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
-    gboolean in_is_band, LbTensor *out, GError **error)
+rank_decode (DecRank * dr, LingbotVaeDecoder * dec, const LbTensor * in,
+    gboolean in_is_band, LbTensor * out, GError ** error)
 {
   VaeCtx *ctx = &dr->ctx;
   LbStream *st = ctx->stream;
@@ -217,8 +218,8 @@ rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
       lb_tensor_view_narrow (&src, dr->frames_dev, 1, 0, n);
       lb_tensor_view_narrow (&dst, out, 1, 0, n);
       lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, dr->rows * S);
-      ok = vae_copy_runs (
-          st, &dst, &src, LB_COPY_DEVICE_TO_HOST, "VAE decode: frames", error);
+      ok = vae_copy_runs (st, &dst, &src, LB_COPY_DEVICE_TO_HOST,
+          "VAE decode: frames", error);
     }
     /* NCCL: wait through the comm layer, released when a peer fails */
     if (ok && ctx->rank != NULL)
@@ -236,7 +237,7 @@ rank_decode (DecRank *dr, LingbotVaeDecoder *dec, const LbTensor *in,
 }
 
 static gboolean
-rank_decode_func (LbRank *rank, gpointer user_data, GError **error)
+rank_decode_func (LbRank * rank, gpointer user_data, GError ** error)
 {
   LingbotVaeDecoder *dec = user_data;
   return rank_decode (&dec->ranks[rank->rank], dec, dec->in, FALSE, dec->out,
@@ -244,8 +245,8 @@ rank_decode_func (LbRank *rank, gpointer user_data, GError **error)
 }
 
 static LingbotVaeDecoder *
-decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
-    int max_latent_frames, GError **error)
+decoder_new (LingbotVae * vae, int n_ranks, int latent_h, int latent_w,
+    int max_latent_frames, GError ** error)
 {
   if (!(vae->parts & LINGBOT_VAE_DECODER)) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -263,8 +264,7 @@ decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
      * conv is one row at that conv's resolution */
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "VAE decoder: %d latent rows cannot be split into %d height bands "
-        "(every rank needs at least 1 row, the halo width)",
-        latent_h, n_ranks);
+        "(every rank needs at least 1 row, the halo width)", latent_h, n_ranks);
     return NULL;
   }
   LingbotVaeDecoder *dec = g_new0 (LingbotVaeDecoder, 1);
@@ -280,10 +280,10 @@ decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
   dec->ranks = g_new0 (DecRank, n_ranks);
   const int64_t C = 4 * vae->dim;
   for (int r = 0; r < n_ranks; r++) {
-    lb_split_rows (
-        latent_h, n_ranks, r, &dec->band_start[r], &dec->band_count[r]);
-    dec->ag_counts[r] = (gsize)(dec->band_count[r] * latent_w * C);
-    dec->ag_displs[r] = (gsize)(dec->band_start[r] * latent_w * C);
+    lb_split_rows (latent_h, n_ranks, r, &dec->band_start[r],
+        &dec->band_count[r]);
+    dec->ag_counts[r] = (gsize) (dec->band_count[r] * latent_w * C);
+    dec->ag_displs[r] = (gsize) (dec->band_start[r] * latent_w * C);
   }
   for (int r = 0; r < n_ranks; r++) {
     DecRank *dr = &dec->ranks[r];
@@ -323,8 +323,8 @@ decoder_new (LingbotVae *vae, int n_ranks, int latent_h, int latent_w,
  * Returns: (transfer full) (nullable): the session.
  */
 LingbotVaeDecoder *
-lingbot_vae_decoder_new (LingbotVae *vae, LbStream *stream, int latent_h,
-    int latent_w, int max_latent_frames, GError **error)
+lingbot_vae_decoder_new (LingbotVae * vae, LbStream * stream, int latent_h,
+    int latent_w, int max_latent_frames, GError ** error)
 {
   LingbotVaeDecoder *dec
       = decoder_new (vae, 1, latent_h, latent_w, max_latent_frames, error);
@@ -358,12 +358,12 @@ lingbot_vae_decoder_new (LingbotVae *vae, LbStream *stream, int latent_h,
  * Returns: (transfer full) (nullable): the session.
  */
 LingbotVaeDecoder *
-lingbot_vae_decoder_new_sharded (LingbotVae *vae, LbWorkerGroup *group,
-    int latent_h, int latent_w, int max_latent_frames, GError **error)
+lingbot_vae_decoder_new_sharded (LingbotVae * vae, LbWorkerGroup * group,
+    int latent_h, int latent_w, int max_latent_frames, GError ** error)
 {
   LingbotVaeDecoder *dec
       = decoder_new (vae, lb_worker_group_get_n_ranks (group), latent_h,
-          latent_w, max_latent_frames, error);
+      latent_w, max_latent_frames, error);
   if (dec == NULL)
     return NULL;
   dec->group = lb_worker_group_ref (group);
@@ -377,11 +377,10 @@ lingbot_vae_decoder_new_sharded (LingbotVae *vae, LbWorkerGroup *group,
 /* Whether the ranks' state must be touched on their own threads (device
  * ranks of a sharded session). */
 static gboolean
-on_rank_threads (LingbotVaeDecoder *dec)
+on_rank_threads (LingbotVaeDecoder * dec)
 {
   return dec->group != NULL
-         && lb_worker_group_get_backend (dec->group)->device_type
-                != LB_DEVICE_CPU;
+      && lb_worker_group_get_backend (dec->group)->device_type != LB_DEVICE_CPU;
 }
 
 /**
@@ -393,7 +392,7 @@ on_rank_threads (LingbotVaeDecoder *dec)
  * thread; do not call it from a rank function then).
  */
 void
-lingbot_vae_decoder_free (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_free (LingbotVaeDecoder * dec)
 {
   if (dec == NULL)
     return;
@@ -425,7 +424,7 @@ lingbot_vae_decoder_free (LingbotVaeDecoder *dec)
  * that owns its stream.  A device error is logged with g_warning().
  */
 void
-lingbot_vae_decoder_reset (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_reset (LingbotVaeDecoder * dec)
 {
   g_autoptr (GError) err = NULL;
   if (on_rank_threads (dec)) {
@@ -443,7 +442,7 @@ lingbot_vae_decoder_reset (LingbotVaeDecoder *dec)
 
 /* Accepts [C, ...] or [1, C, ...]; returns a 4-D view. */
 static gboolean
-squeeze_batch (LbTensor *out, const LbTensor *t)
+squeeze_batch (LbTensor * out, const LbTensor * t)
 {
   if (t->ndim == 5 && t->shape[0] == 1)
     return lb_tensor_view_select (out, t, 0, 0);
@@ -454,9 +453,9 @@ squeeze_batch (LbTensor *out, const LbTensor *t)
 }
 
 static gboolean
-check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
-    const LbTensor *frames, gboolean first, LbTensor *in, LbTensor *out, int *n,
-    GError **error)
+check_args (LingbotVaeDecoder * dec, const LbTensor * latents,
+    const LbTensor * frames, gboolean first, LbTensor * in, LbTensor * out,
+    int *n, GError ** error)
 {
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
   if (!squeeze_batch (in, latents) || in->dtype != LB_DTYPE_F32
@@ -474,7 +473,7 @@ check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
   if (!vae_check_host (latents, "VAE decode", "latents", error)
       || !vae_check_host (frames, "VAE decode", "frames", error))
     return FALSE;
-  *n = lingbot_vae_frames_for_latents ((int)in->shape[1], first);
+  *n = lingbot_vae_frames_for_latents ((int) in->shape[1], first);
   if (!squeeze_batch (out, frames) || out->dtype != LB_DTYPE_F32
       || out->shape[0] != 3 || out->shape[1] < *n || out->shape[2] != dec->H * S
       || out->shape[3] != dec->W * S) {
@@ -516,20 +515,20 @@ check_args (LingbotVaeDecoder *dec, const LbTensor *latents,
  * undefined: reset it.
  */
 gboolean
-lingbot_vae_decoder_decode (LingbotVaeDecoder *dec, const LbTensor *latents,
-    LbTensor *frames, int *n_frames, GError **error)
+lingbot_vae_decoder_decode (LingbotVaeDecoder * dec, const LbTensor * latents,
+    LbTensor * frames, int *n_frames, GError ** error)
 {
   LbTensor in, out;
   int n;
-  if (!check_args (
-          dec, latents, frames, dec->ranks[0].first, &in, &out, &n, error))
+  if (!check_args (dec, latents, frames, dec->ranks[0].first, &in, &out, &n,
+          error))
     return FALSE;
   dec->in = &in;
   dec->out = &out;
   gboolean ok
       = dec->group
-            ? lb_worker_group_run (dec->group, rank_decode_func, dec, error)
-            : rank_decode (&dec->ranks[0], dec, &in, FALSE, &out, error);
+      ? lb_worker_group_run (dec->group, rank_decode_func, dec, error)
+      : rank_decode (&dec->ranks[0], dec, &in, FALSE, &out, error);
   dec->in = NULL;
   dec->out = NULL;
   if (!ok)
@@ -558,8 +557,8 @@ lingbot_vae_decoder_decode (LingbotVaeDecoder *dec, const LbTensor *latents,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder *dec, LbRank *rank,
-    const LbTensor *latents, LbTensor *frames, int *n_frames, GError **error)
+lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder * dec, LbRank * rank,
+    const LbTensor * latents, LbTensor * frames, int *n_frames, GError ** error)
 {
   if (dec->group == NULL || rank == NULL || rank->group != dec->group
       || rank->rank < 0 || rank->rank >= dec->n_ranks) {
@@ -603,9 +602,9 @@ lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder *dec, LbRank *rank,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder *dec,
-    LbRank *rank, const LbTensor *band, LbTensor *frames, int *n_frames,
-    GError **error)
+lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder * dec,
+    LbRank * rank, const LbTensor * band, LbTensor * frames, int *n_frames,
+    GError ** error)
 {
   if (dec->group == NULL || rank == NULL || rank->group != dec->group
       || rank->rank < 0 || rank->rank >= dec->n_ranks) {
@@ -631,8 +630,7 @@ lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder *dec,
   LbStream *st = dr->ctx.stream;
   const gboolean host = vae_stream_is_host (st);
   if (host ? in.device.type != LB_DEVICE_CPU
-      : (in.device.type == LB_DEVICE_CPU
-          || in.device.index != st->device)) {
+      : (in.device.type == LB_DEVICE_CPU || in.device.index != st->device)) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "VAE decode: rank %d's band is on %s:%d, not on the rank's device",
         rank->rank, in.device.type == LB_DEVICE_CPU ? "cpu" : "cuda",
@@ -665,7 +663,7 @@ lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder *dec,
  * Returns: the number of height bands (1 when not sharded).
  */
 int
-lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder * dec)
 {
   return dec->n_ranks;
 }
@@ -677,8 +675,8 @@ lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder *dec)
  * @rows: (out) (optional): latent rows in the band
  */
 void
-lingbot_vae_decoder_get_band (
-    LingbotVaeDecoder *dec, int rank, int64_t *row0, int64_t *rows)
+lingbot_vae_decoder_get_band (LingbotVaeDecoder * dec, int rank, int64_t * row0,
+    int64_t * rows)
 {
   g_return_if_fail (rank >= 0 && rank < dec->n_ranks);
   if (row0)
@@ -694,7 +692,7 @@ lingbot_vae_decoder_get_band (
  * (0 when not sharded).
  */
 guint64
-lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder * dec)
 {
   guint64 n = 0;
   for (int r = 0; r < dec->n_ranks; r++)
@@ -710,7 +708,7 @@ lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder *dec)
  * unpacking), in seconds; 0 when not sharded.
  */
 double
-lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder * dec)
 {
   gint64 m = 0;
   for (int r = 0; r < dec->n_ranks; r++)
@@ -725,7 +723,7 @@ lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder *dec)
  * table; halo rows included).
  */
 gsize
-lingbot_vae_decoder_get_cache_bytes (LingbotVaeDecoder *dec)
+lingbot_vae_decoder_get_cache_bytes (LingbotVaeDecoder * dec)
 {
   gsize n = 0;
   for (int r = 0; r < dec->n_ranks; r++)

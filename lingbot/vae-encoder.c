@@ -33,19 +33,19 @@ struct _LingbotVaeEncoder
 {
   LingbotVae *vae;
   VaeCtx ctx;
-  VaeWeights wt; /* on the stream's device (CPU: borrowed) */
+  VaeWeights wt;                /* on the stream's device (CPU: borrowed) */
   int64_t H, W;
-  LbTensor *zeros;    /* [3, 4, H, W] */
-  LbTensor *mu;       /* [16, 1, h, w] */
-  LbTensor *constant; /* [16, 1, h, w] latent of the fixed point */
+  LbTensor *zeros;              /* [3, 4, H, W] */
+  LbTensor *mu;                 /* [16, 1, h, w] */
+  LbTensor *constant;           /* [16, 1, h, w] latent of the fixed point */
   /* device sessions only (NULL on the CPU) */
-  LbTensor *px_dev;  /* [3, 4, H, W] the segment's pixels */
-  LbTensor *lat_dev; /* [16, 1, h, w] the segment's normalised latent */
+  LbTensor *px_dev;             /* [3, 4, H, W] the segment's pixels */
+  LbTensor *lat_dev;            /* [16, 1, h, w] the segment's normalised latent */
   gboolean reuse;
-  int constant_from; /* segment index, -1 until found */
-  int n_segments;    /* segments since the last reset */
-  int n_encoded;     /* segments that ran the encoder */
-  int cond_chunks;   /* condition chunks since the last reset */
+  int constant_from;            /* segment index, -1 until found */
+  int n_segments;               /* segments since the last reset */
+  int n_encoded;                /* segments that ran the encoder */
+  int cond_chunks;              /* condition chunks since the last reset */
 };
 
 /**
@@ -69,8 +69,8 @@ struct _LingbotVaeEncoder
  * Returns: (transfer full) (nullable): the session.
  */
 LingbotVaeEncoder *
-lingbot_vae_encoder_new (
-    LingbotVae *vae, LbStream *stream, int height, int width, GError **error)
+lingbot_vae_encoder_new (LingbotVae * vae, LbStream * stream, int height,
+    int width, GError ** error)
 {
   if (!(vae->parts & LINGBOT_VAE_ENCODER)) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -80,8 +80,7 @@ lingbot_vae_encoder_new (
   if (height < 8 || width < 8 || height % 8 || width % 8) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "VAE encoder: %dx%d is not a positive multiple of 8 in both "
-        "dimensions",
-        width, height);
+        "dimensions", width, height);
     return NULL;
   }
   LingbotVaeEncoder *enc = g_new0 (LingbotVaeEncoder, 1);
@@ -97,15 +96,15 @@ lingbot_vae_encoder_new (
   int64_t zshape[4] = { 3, VAE_SEGMENT_T, height, width };
   int64_t mshape[4] = { VAE_Z_DIM, 1, h, w };
   if (!vae_weights_init (&enc->wt, stream, vae, LINGBOT_VAE_ENCODER, error)
-      || !vae_ctx_plan (
-          &enc->ctx, &enc->wt.net, 3, VAE_SEGMENT_T, height, width, error)
+      || !vae_ctx_plan (&enc->ctx, &enc->wt.net, 3, VAE_SEGMENT_T, height,
+          width, error)
       || !vae_ctx_alloc (&enc->ctx, 0, error)
       || !vae_ctx_upload_latent_consts (&enc->ctx, vae, error)
       || !(enc->zeros
-           = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
+          = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
       || !(enc->mu = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))
       || !(enc->constant
-           = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))) {
+          = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error))) {
     lingbot_vae_encoder_free (enc);
     return NULL;
   }
@@ -113,7 +112,7 @@ lingbot_vae_encoder_new (
       && (!(enc->px_dev
               = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, zshape, error))
           || !(enc->lat_dev
-               = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error)))) {
+              = lb_tensor_new_on (stream, LB_DTYPE_F32, 4, mshape, error)))) {
     lingbot_vae_encoder_free (enc);
     return NULL;
   }
@@ -130,7 +129,7 @@ lingbot_vae_encoder_new (
  * @enc: (nullable): a session
  */
 void
-lingbot_vae_encoder_free (LingbotVaeEncoder *enc)
+lingbot_vae_encoder_free (LingbotVaeEncoder * enc)
 {
   if (enc == NULL)
     return;
@@ -152,7 +151,7 @@ lingbot_vae_encoder_free (LingbotVaeEncoder *enc)
  * first call again; forgets the constant latent.  Allocates nothing.
  */
 void
-lingbot_vae_encoder_reset (LingbotVaeEncoder *enc)
+lingbot_vae_encoder_reset (LingbotVaeEncoder * enc)
 {
   g_autoptr (GError) err = NULL;
   if (!vae_ctx_reset (&enc->ctx, &err))
@@ -171,7 +170,7 @@ lingbot_vae_encoder_reset (LingbotVaeEncoder *enc)
  * behaviour, for tests).
  */
 void
-lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder *enc, gboolean reuse)
+lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder * enc, gboolean reuse)
 {
   enc->reuse = reuse;
 }
@@ -184,7 +183,7 @@ lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder *enc, gboolean reuse)
  * has not reached its fixed point.
  */
 int
-lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder *enc)
+lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder * enc)
 {
   return enc->constant_from < 0 ? -1 : enc->constant_from + 1;
 }
@@ -195,7 +194,7 @@ lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder *enc)
  * Returns: how many segments actually ran the encoder since the reset.
  */
 int
-lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder *enc)
+lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder * enc)
 {
   return enc->n_encoded;
 }
@@ -203,16 +202,16 @@ lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder *enc)
 /* The segment @x (a host view [3, t, H, W]) as the encoder reads it: @x
  * itself on the CPU; on a device, uploaded into enc->px_dev. */
 static gboolean
-stage_pixels (LingbotVaeEncoder *enc, const LbTensor *x, LbTensor *staged,
-    const char *what, GError **error)
+stage_pixels (LingbotVaeEncoder * enc, const LbTensor * x, LbTensor * staged,
+    const char *what, GError ** error)
 {
   if (vae_stream_is_host (enc->ctx.stream)) {
     *staged = *x;
     return TRUE;
   }
   vae_view4 (staged, enc->px_dev, 3, x->shape[1], enc->H, enc->W);
-  return vae_copy_runs (
-      enc->ctx.stream, staged, x, LB_COPY_HOST_TO_DEVICE, what, error);
+  return vae_copy_runs (enc->ctx.stream, staged, x, LB_COPY_HOST_TO_DEVICE,
+      what, error);
 }
 
 /* One encoder call on x [3, t, H, W] (on the stream's device); writes the
@@ -220,8 +219,8 @@ stage_pixels (LingbotVaeEncoder *enc, const LbTensor *x, LbTensor *staged,
  * @out [16, 1, h, w] (on a device: computed into enc->lat_dev, then
  * downloaded; complete once the stream is synchronised). */
 static gboolean
-encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
-    LbTensor *out, GError **error)
+encode_segment (LingbotVaeEncoder * enc, const LbTensor * x,
+    gboolean zero_input, LbTensor * out, GError ** error)
 {
   VaeCtx *ctx = &enc->ctx;
   LbStream *st = ctx->stream;
@@ -231,8 +230,8 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
   if (zero_input && enc->reuse && enc->constant_from >= 0) {
     enc->n_segments++;
     return host ? ops->copy (st, enc->constant, out, error)
-                : vae_copy_runs (st, out, enc->constant, LB_COPY_DEVICE_TO_HOST,
-                    "VAE encode: latents", error);
+        : vae_copy_runs (st, out, enc->constant, LB_COPY_DEVICE_TO_HOST,
+        "VAE encode: latents", error);
   }
   ctx->track_changes = zero_input && enc->reuse;
   ctx->changed = FALSE;
@@ -245,8 +244,8 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
   /* top-level conv1, mu rows only, then (mu - mean) * inv_std */
   if (!ops->conv3d_causal (st, &h32, NULL, &enc->wt.extra.w, &enc->wt.extra.b,
           0, 0, 1, 1, enc->mu, error)
-      || !ops->latent_affine (
-          st, enc->mu, ctx->mean, ctx->inv_std, FALSE, dst, error))
+      || !ops->latent_affine (st, enc->mu, ctx->mean, ctx->inv_std, FALSE, dst,
+          error))
     return FALSE;
   if (ctx->track_changes && !ctx->changed && enc->n_segments > 0) {
     enc->constant_from = enc->n_segments;
@@ -254,8 +253,8 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
       return FALSE;
   }
   if (!host
-      && !vae_copy_runs (
-          st, out, dst, LB_COPY_DEVICE_TO_HOST, "VAE encode: latents", error))
+      && !vae_copy_runs (st, out, dst, LB_COPY_DEVICE_TO_HOST,
+          "VAE encode: latents", error))
     return FALSE;
   ctx->track_changes = FALSE;
   enc->n_segments++;
@@ -266,7 +265,7 @@ encode_segment (LingbotVaeEncoder *enc, const LbTensor *x, gboolean zero_input,
 /* End of an API call: on a device, wait for the queued work (also after a
  * failure, so that no copy still reads or writes the caller's memory). */
 static gboolean
-finish_call (LingbotVaeEncoder *enc, gboolean ok, GError **error)
+finish_call (LingbotVaeEncoder * enc, gboolean ok, GError ** error)
 {
   LbStream *st = enc->ctx.stream;
   if (vae_stream_is_host (st))
@@ -278,21 +277,21 @@ finish_call (LingbotVaeEncoder *enc, gboolean ok, GError **error)
 
 /* Writes @value into every element of the host view @t [C, L, h, w]. */
 static void
-host_fill (LbTensor *t, float value)
+host_fill (LbTensor * t, float value)
 {
   g_assert (t->ndim == 4 && t->device.type == LB_DEVICE_CPU);
   for (int64_t c = 0; c < t->shape[0]; c++)
     for (int64_t l = 0; l < t->shape[1]; l++)
       for (int64_t h = 0; h < t->shape[2]; h++) {
-        float *row = (float *)t->data + c * t->stride[0] + l * t->stride[1]
-                     + h * t->stride[2];
+        float *row = (float *) t->data + c * t->stride[0] + l * t->stride[1]
+            + h * t->stride[2];
         for (int64_t w = 0; w < t->shape[3]; w++)
           row[w * t->stride[3]] = value;
       }
 }
 
 static gboolean
-squeeze_batch (LbTensor *out, const LbTensor *t, int ndim)
+squeeze_batch (LbTensor * out, const LbTensor * t, int ndim)
 {
   if (t->ndim == ndim + 1 && t->shape[0] == 1)
     return lb_tensor_view_select (out, t, 0, 0);
@@ -304,7 +303,7 @@ squeeze_batch (LbTensor *out, const LbTensor *t, int ndim)
 
 /* [3, H, W] -> a [3, 1, H, W] view of the same memory. */
 static void
-image_as_clip (LbTensor *out, const LbTensor *img)
+image_as_clip (LbTensor * out, const LbTensor * img)
 {
   *out = *img;
   out->storage = NULL;
@@ -318,8 +317,8 @@ image_as_clip (LbTensor *out, const LbTensor *img)
 }
 
 static gboolean
-check_latents (LingbotVaeEncoder *enc, const LbTensor *t, int64_t c,
-    LbTensor *out, const char *what, GError **error)
+check_latents (LingbotVaeEncoder * enc, const LbTensor * t, int64_t c,
+    LbTensor * out, const char *what, GError ** error)
 {
   if (!squeeze_batch (out, t, 4) || out->dtype != LB_DTYPE_F32
       || out->shape[0] != c || out->shape[1] < 1 || out->shape[2] != enc->H / 8
@@ -353,8 +352,8 @@ check_latents (LingbotVaeEncoder *enc, const LbTensor *t, int64_t c,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
-    LbTensor *latents, GError **error)
+lingbot_vae_encoder_encode (LingbotVaeEncoder * enc, const LbTensor * pixels,
+    LbTensor * latents, GError ** error)
 {
   LbTensor px, lat;
   gboolean first = enc->n_segments == 0;
@@ -389,7 +388,7 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
     lb_tensor_view_narrow (&seg, &px, 1, f, t);
     lb_tensor_view_narrow (&out, &lat, 1, l, 1);
     ok = stage_pixels (enc, &seg, &x, "VAE encode: pixels", error)
-         && encode_segment (enc, &x, FALSE, &out, error);
+        && encode_segment (enc, &x, FALSE, &out, error);
     f += t;
   }
   return finish_call (enc, ok, error);
@@ -418,8 +417,8 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder *enc, const LbTensor *pixels,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_encoder_encode_condition (
-    LingbotVaeEncoder *enc, const LbTensor *image, LbTensor *y, GError **error)
+lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
+    const LbTensor * image, LbTensor * y, GError ** error)
 {
   LbTensor yy, img;
   if (!check_latents (enc, y, LINGBOT_VAE_COND_CHANNELS, &yy, "y", error)
@@ -470,7 +469,7 @@ lingbot_vae_encoder_encode_condition (
     if (first && l == 0) {
       image_as_clip (&seg, &img);
       ok = stage_pixels (enc, &seg, &x, "VAE condition: image", error)
-           && encode_segment (enc, &x, FALSE, &out, error);
+          && encode_segment (enc, &x, FALSE, &out, error);
       if (ok && host)
         ok = lb_ops (st)->fill (st, &m0, 1.f, error);
       else if (ok)
@@ -501,8 +500,8 @@ lingbot_vae_encoder_encode_condition (
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_encode_image (LingbotVae *vae, LbStream *stream,
-    const LbTensor *image, LbTensor *latent, GError **error)
+lingbot_vae_encode_image (LingbotVae * vae, LbStream * stream,
+    const LbTensor * image, LbTensor * latent, GError ** error)
 {
   LbTensor img, px;
   if (!squeeze_batch (&img, image, 3) || img.shape[0] != 3) {
@@ -511,8 +510,9 @@ lingbot_vae_encode_image (LingbotVae *vae, LbStream *stream,
         "VAE encode: image is %s, expected [3, H, W]", have);
     return FALSE;
   }
-  g_autoptr (LingbotVaeEncoder) enc = lingbot_vae_encoder_new (
-      vae, stream, (int)img.shape[1], (int)img.shape[2], error);
+  g_autoptr (LingbotVaeEncoder) enc =
+      lingbot_vae_encoder_new (vae, stream, (int) img.shape[1],
+      (int) img.shape[2], error);
   if (enc == NULL)
     return FALSE;
   image_as_clip (&px, &img);

@@ -12,13 +12,13 @@
 
 typedef struct
 {
-  GPtrArray *names;   /* char* */
-  GPtrArray *tensors; /* LbTensor* */
+  GPtrArray *names;             /* char* */
+  GPtrArray *tensors;           /* LbTensor* */
   guint64 seed;
 } Writer;
 
 static guint64
-splitmix64 (guint64 *state)
+splitmix64 (guint64 * state)
 {
   guint64 z = (*state += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -28,13 +28,13 @@ splitmix64 (guint64 *state)
 
 /* uniform in [-1, 1) from the tensor's own stream */
 static float
-uniform (guint64 *state)
+uniform (guint64 * state)
 {
-  return (float)((splitmix64 (state) >> 40) * (1.0 / 8388608.0) - 1.0);
+  return (float) ((splitmix64 (state) >> 40) * (1.0 / 8388608.0) - 1.0);
 }
 
 static void
-add (Writer *w, char *name, int ndim, const int64_t *shape, float base,
+add (Writer * w, char *name, int ndim, const int64_t * shape, float base,
     float spread)
 {
   LbTensor *t = lb_tensor_new (LB_DTYPE_F32, ndim, shape);
@@ -47,7 +47,7 @@ add (Writer *w, char *name, int ndim, const int64_t *shape, float base,
 }
 
 static void
-add_conv (Writer *w, const char *prefix, const char *leaf, int cout, int cin,
+add_conv (Writer * w, const char *prefix, const char *leaf, int cout, int cin,
     int kt, int kh, int kw, gboolean conv2d)
 {
   const char *dot = *leaf ? "." : "";
@@ -55,22 +55,22 @@ add_conv (Writer *w, const char *prefix, const char *leaf, int cout, int cin,
   int64_t s4[4] = { cout, cin, kh, kw };
   int64_t sb[1] = { cout };
   /* PyTorch's default conv init bound: 1 / sqrt(fan_in) */
-  float bound = 1.f / sqrtf ((float)(cin * kt * kh * kw));
+  float bound = 1.f / sqrtf ((float) (cin * kt * kh * kw));
   add (w, g_strdup_printf ("%s%s%s.weight", prefix, dot, leaf), conv2d ? 4 : 5,
       conv2d ? s4 : s5, 0.f, bound);
-  add (
-      w, g_strdup_printf ("%s%s%s.bias", prefix, dot, leaf), 1, sb, 0.f, bound);
+  add (w, g_strdup_printf ("%s%s%s.bias", prefix, dot, leaf), 1, sb, 0.f,
+      bound);
 }
 
 static void
-add_gamma (Writer *w, char *name, int c, int ndim)
+add_gamma (Writer * w, char *name, int c, int ndim)
 {
   int64_t s[4] = { c, 1, 1, 1 };
   add (w, name, ndim, s, 1.f, 0.1f);
 }
 
 static void
-add_res (Writer *w, const char *prefix, int cin, int cout)
+add_res (Writer * w, const char *prefix, int cin, int cout)
 {
   add_gamma (w, g_strdup_printf ("%s.residual.0.gamma", prefix), cin, 4);
   add_conv (w, prefix, "residual.2", cout, cin, 3, 3, 3, FALSE);
@@ -81,7 +81,7 @@ add_res (Writer *w, const char *prefix, int cin, int cout)
 }
 
 static void
-add_attn (Writer *w, const char *prefix, int c)
+add_attn (Writer * w, const char *prefix, int c)
 {
   add_gamma (w, g_strdup_printf ("%s.norm.gamma", prefix), c, 3);
   add_conv (w, prefix, "to_qkv", 3 * c, c, 1, 1, 1, TRUE);
@@ -89,7 +89,7 @@ add_attn (Writer *w, const char *prefix, int c)
 }
 
 static void
-add_resample (Writer *w, const char *prefix, int c, gboolean up, gboolean time)
+add_resample (Writer * w, const char *prefix, int c, gboolean up, gboolean time)
 {
   add_conv (w, prefix, "resample.1", up ? c / 2 : c, c, 1, 3, 3, TRUE);
   if (time)
@@ -97,7 +97,7 @@ add_resample (Writer *w, const char *prefix, int c, gboolean up, gboolean time)
 }
 
 static void
-build (Writer *w, int d)
+build (Writer * w, int d)
 {
   char p[64];
   /* encoder (spec A.6) */
@@ -147,7 +147,7 @@ build (Writer *w, int d)
 }
 
 static gboolean
-check_dim (int dim, GError **error)
+check_dim (int dim, GError ** error)
 {
   if (dim < 2 || dim % 2 || dim > LINGBOT_VAE_MAX_RANDOM_DIM) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -175,31 +175,32 @@ check_dim (int dim, GError **error)
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_vae_write_random (
-    const char *path, int dim, guint64 seed, GError **error)
+lingbot_vae_write_random (const char *path, int dim, guint64 seed,
+    GError ** error)
 {
   if (!check_dim (dim, error))
     return FALSE;
   Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free), seed };
+    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free), seed
+  };
   build (&w, dim);
   g_assert (w.names->len == 194);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
   g_autofree char *cfg
       = g_strdup_printf ("{\"dim\": %d, \"z_dim\": 16, "
-                         "\"dim_mult\": [1, 2, 4, 4], \"num_res_blocks\": 2, "
-                         "\"temperal_downsample\": [false, true, true], "
-                         "\"seed\": %" G_GUINT64_FORMAT "}",
-          dim, seed);
+      "\"dim_mult\": [1, 2, 4, 4], \"num_res_blocks\": 2, "
+      "\"temperal_downsample\": [false, true, true], "
+      "\"seed\": %" G_GUINT64_FORMAT "}",
+      dim, seed);
   g_hash_table_insert (meta, (gpointer) "config", cfg);
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official Wan2.1_VAE.pth names");
   /* a .pth path gets the published torch.save layout (no metadata there) */
   gboolean ok = g_str_has_suffix (path, ".pth")
-      ? lingbot_pth_write (path, (const char *const *)w.names->pdata,
-          (LbTensor *const *)w.tensors->pdata, w.names->len, error)
-      : lingbot_safetensors_write (path, (const char *const *)w.names->pdata,
-          (const LbTensor *const *)w.tensors->pdata, w.names->len, meta, error);
+      ? lingbot_pth_write (path, (const char *const *) w.names->pdata,
+      (LbTensor * const *) w.tensors->pdata, w.names->len, error)
+      : lingbot_safetensors_write (path, (const char *const *) w.names->pdata,
+      (const LbTensor * const *) w.tensors->pdata, w.names->len, meta, error);
   g_ptr_array_unref (w.names);
   g_ptr_array_unref (w.tensors);
   return ok;
@@ -219,12 +220,13 @@ lingbot_vae_write_random (
  */
 LingbotCheckpoint *
 lingbot_vae_random_checkpoint (const char *label, int dim, guint64 seed,
-    GError **error)
+    GError ** error)
 {
   if (!check_dim (dim, error))
     return NULL;
   Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free), seed };
+    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free), seed
+  };
   build (&w, dim);
   return lingbot_dummy_checkpoint_new (label, w.names, w.tensors, error);
 }

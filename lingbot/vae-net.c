@@ -24,25 +24,25 @@
 #include <string.h>
 
 static void
-need (int64_t *have, int64_t n)
+need (int64_t * have, int64_t n)
 {
   if (n > *have)
     *have = n;
 }
 
 static gboolean
-conv_run (VaeCtx *ctx, const VaeConv *cv, const LbTensor *x,
-    const LbTensor *cache, int pad_h, int pad_w, int stride, LbTensor *y,
-    GError **error)
+conv_run (VaeCtx * ctx, const VaeConv * cv, const LbTensor * x,
+    const LbTensor * cache, int pad_h, int pad_w, int stride, LbTensor * y,
+    GError ** error)
 {
   return lb_ops (ctx->stream)
       ->conv3d_causal (ctx->stream, x, cache, &cv->w, &cv->b, pad_h, pad_w,
-          stride, stride, y, error);
+      stride, stride, y, error);
 }
 
 /* Bitwise comparison of two equally shaped host views. */
 static gboolean
-host_views_equal (const LbTensor *a, const LbTensor *b)
+host_views_equal (const LbTensor * a, const LbTensor * b)
 {
   g_assert (a->ndim == 4 && lb_tensor_same_shape (a, b));
   const float *pa = a->data, *pb = b->data;
@@ -73,7 +73,8 @@ host_views_equal (const LbTensor *a, const LbTensor *b)
  * the contiguous device scratch ctx->cmp_dev and downloaded into the host
  * buffer ctx->cmp_host (both allocated once by vae_ctx_alloc()). */
 static gboolean
-track_change (VaeCtx *ctx, const LbTensor *a, const LbTensor *b, GError **error)
+track_change (VaeCtx * ctx, const LbTensor * a, const LbTensor * b,
+    GError ** error)
 {
   if (!ctx->track_changes || ctx->changed)
     return TRUE;
@@ -86,28 +87,28 @@ track_change (VaeCtx *ctx, const LbTensor *a, const LbTensor *b, GError **error)
   int64_t n = lb_tensor_numel (a);
   g_assert (2 * n <= lb_tensor_numel (ctx->cmp_dev));
   LbTensor da, db, both, host;
-  vae_view_flat (&both, ctx->cmp_dev, 1, (int64_t[1]){ 2 * n });
-  vae_view_flat (&host, ctx->cmp_host, 1, (int64_t[1]){ 2 * n });
-  lb_tensor_view_init (
-      &da, LB_DTYPE_F32, both.data, both.device, a->ndim, a->shape, NULL);
-  lb_tensor_view_init (&db, LB_DTYPE_F32, (float *)both.data + n, both.device,
+  vae_view_flat (&both, ctx->cmp_dev, 1, (int64_t[1]) { 2 * n });
+  vae_view_flat (&host, ctx->cmp_host, 1, (int64_t[1]) { 2 * n });
+  lb_tensor_view_init (&da, LB_DTYPE_F32, both.data, both.device, a->ndim,
+      a->shape, NULL);
+  lb_tensor_view_init (&db, LB_DTYPE_F32, (float *) both.data + n, both.device,
       b->ndim, b->shape, NULL);
   if (!ops->copy (ctx->stream, a, &da, error)
       || !ops->copy (ctx->stream, b, &db, error)
       || !lb_tensor_download (ctx->stream, &host, &both, error))
     return FALSE;
   const float *h = host.data;
-  if (memcmp (h, h + n, (gsize)n * sizeof (float)) != 0)
+  if (memcmp (h, h + n, (gsize) n * sizeof (float)) != 0)
     ctx->changed = TRUE;
   return TRUE;
 }
 
 static LbTensor *
-cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
-    GError **error)
+cache_slot (VaeCtx * ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
+    GError ** error)
 {
   if (ctx->plan) {
-    g_assert ((guint)slot == ctx->caches->len);
+    g_assert ((guint) slot == ctx->caches->len);
     int64_t shape[4] = { c, t, h, w };
     LbTensor *tn
         = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 4, shape, error);
@@ -117,7 +118,7 @@ cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
     need (&ctx->need_cmp, c * t * h * w);
     return tn;
   }
-  g_assert ((guint)slot < ctx->caches->len);
+  g_assert ((guint) slot < ctx->caches->len);
   LbTensor *tn = g_ptr_array_index (ctx->caches, slot);
   g_assert (tn->shape[0] == c && tn->shape[2] == h && tn->shape[3] == w);
   return tn;
@@ -126,7 +127,8 @@ cache_slot (VaeCtx *ctx, int slot, int64_t c, int64_t t, int64_t h, int64_t w,
 /* Spec A.5: the slot becomes the last 2 frames of the conv input, or
  * [previous last frame, x] when x has one frame. */
 static gboolean
-cache_update (VaeCtx *ctx, LbTensor *cache, const LbTensor *x, GError **error)
+cache_update (VaeCtx * ctx, LbTensor * cache, const LbTensor * x,
+    GError ** error)
 {
   const LbOps *ops = lb_ops (ctx->stream);
   int64_t t = x->shape[1];
@@ -134,32 +136,33 @@ cache_update (VaeCtx *ctx, LbTensor *cache, const LbTensor *x, GError **error)
   if (t >= 2) {
     lb_tensor_view_narrow (&a, x, 1, t - 2, 2);
     return track_change (ctx, cache, &a, error)
-           && ops->copy (ctx->stream, &a, cache, error);
+        && ops->copy (ctx->stream, &a, cache, error);
   }
   LbTensor c0, c1;
   lb_tensor_view_narrow (&c0, cache, 1, 0, 1);
   lb_tensor_view_narrow (&c1, cache, 1, 1, 1);
   lb_tensor_view (&b, x);
   return track_change (ctx, &c0, &c1, error)
-         && track_change (ctx, &c1, &b, error)
-         && ops->copy (ctx->stream, &c1, &c0, error)
-         && ops->copy (ctx->stream, &b, &c1, error);
+      && track_change (ctx, &c1, &b, error)
+      && ops->copy (ctx->stream, &c1, &c0, error)
+      && ops->copy (ctx->stream, &b, &c1, error);
 }
 
 /* A causal conv over the halo-padded input @p [Cin, t, hp, w] with the
  * cache of @slot; y = [Cout, t, hp - 2*halo, w]. */
 static gboolean
-conv_cached (VaeCtx *ctx, const VaeConv *cv, LbTensor *p, int slot, int pad_w,
-    LbTensor *y, GError **error)
+conv_cached (VaeCtx * ctx, const VaeConv * cv, LbTensor * p, int slot,
+    int pad_w, LbTensor * y, GError ** error)
 {
-  LbTensor *cache = cache_slot (
-      ctx, slot, p->shape[0], VAE_CACHE_T, p->shape[2], p->shape[3], error);
+  LbTensor *cache =
+      cache_slot (ctx, slot, p->shape[0], VAE_CACHE_T, p->shape[2], p->shape[3],
+      error);
   if (cache == NULL)
     return FALSE;
   if (ctx->plan)
     return TRUE;
   return conv_run (ctx, cv, p, cache, 0, pad_w, 1, y, error)
-         && cache_update (ctx, cache, p, error);
+      && cache_update (ctx, cache, p, error);
 }
 
 /* Before a collective that publishes this rank's buffers: on device ranks
@@ -168,16 +171,16 @@ conv_cached (VaeCtx *ctx, const VaeConv *cv, LbTensor *p, int slot, int pad_w,
  * finished (ctx->comm_sync; NCCL orders the transfer on the stream and
  * needs nothing). */
 static gboolean
-comm_ready (VaeCtx *ctx, GError **error)
+comm_ready (VaeCtx * ctx, GError ** error)
 {
   return !ctx->comm_sync
-         || ctx->stream->backend->stream_synchronize (ctx->stream, error);
+      || ctx->stream->backend->stream_synchronize (ctx->stream, error);
 }
 
 /* Fills the two halo rows of @p [C, T, h + 2, W]: zeros at the frame's top
  * and bottom edges, the neighbours' boundary rows elsewhere (spec A.10). */
 static gboolean
-halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
+halo_exchange (VaeCtx * ctx, LbTensor * p, GError ** error)
 {
   int64_t C = p->shape[0], T = p->shape[1], hp = p->shape[2], W = p->shape[3];
   int64_t n = C * T * W;
@@ -207,15 +210,15 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
   LbTensor row, buf;
   if (up) {
     lb_tensor_view_narrow (&row, p, 2, 1, 1);
-    lb_tensor_view_init (
-        &buf, LB_DTYPE_F32, send_up, p->device, 4, shape, NULL);
+    lb_tensor_view_init (&buf, LB_DTYPE_F32, send_up, p->device, 4, shape,
+        NULL);
     if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
   if (down) {
     lb_tensor_view_narrow (&row, p, 2, hp - 2, 1);
-    lb_tensor_view_init (
-        &buf, LB_DTYPE_F32, send_down, p->device, 4, shape, NULL);
+    lb_tensor_view_init (&buf, LB_DTYPE_F32, send_down, p->device, 4, shape,
+        NULL);
     if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
@@ -225,34 +228,34 @@ halo_exchange (VaeCtx *ctx, LbTensor *p, GError **error)
   gboolean ok = TRUE;
   if (up)
     ok = lb_comm_send (r, LB_DTYPE_F32, send_up, n, ctx->rank_index - 1, error)
-         && lb_comm_recv (
-             r, LB_DTYPE_F32, recv_up, n, ctx->rank_index - 1, error);
+        && lb_comm_recv (r, LB_DTYPE_F32, recv_up, n, ctx->rank_index - 1,
+        error);
   if (ok && down)
-    ok = lb_comm_send (
-             r, LB_DTYPE_F32, send_down, n, ctx->rank_index + 1, error)
-         && lb_comm_recv (
-             r, LB_DTYPE_F32, recv_down, n, ctx->rank_index + 1, error);
+    ok = lb_comm_send (r, LB_DTYPE_F32, send_down, n, ctx->rank_index + 1,
+        error)
+        && lb_comm_recv (r, LB_DTYPE_F32, recv_down, n, ctx->rank_index + 1,
+        error);
   if (!lb_comm_group_end (r, ok ? error : NULL) || !ok)
     return FALSE;
   if (up) {
-    lb_tensor_view_init (
-        &buf, LB_DTYPE_F32, recv_up, p->device, 4, shape, NULL);
+    lb_tensor_view_init (&buf, LB_DTYPE_F32, recv_up, p->device, 4, shape,
+        NULL);
     if (!ops->copy (ctx->stream, &buf, &top, error))
       return FALSE;
   }
   if (down) {
-    lb_tensor_view_init (
-        &buf, LB_DTYPE_F32, recv_down, p->device, 4, shape, NULL);
+    lb_tensor_view_init (&buf, LB_DTYPE_F32, recv_down, p->device, 4, shape,
+        NULL);
     if (!ops->copy (ctx->stream, &buf, &bot, error))
       return FALSE;
   }
-  ctx->halo_bytes += (guint64)((up ? 1 : 0) + (down ? 1 : 0)) * n * 4;
+  ctx->halo_bytes += (guint64) ((up ? 1 : 0) + (down ? 1 : 0)) * n * 4;
   ctx->halo_us += g_get_monotonic_time () - t0;
   return TRUE;
 }
 
 static void
-swap_xy (VaeCtx *ctx)
+swap_xy (VaeCtx * ctx)
 {
   LbTensor *t = ctx->bx;
   ctx->bx = ctx->by;
@@ -261,14 +264,14 @@ swap_xy (VaeCtx *ctx)
 
 /* x [C, t, h, W] -> padded buffer interior; optional RMS norm + SiLU. */
 static gboolean
-pad_input (VaeCtx *ctx, const LbTensor *x, const LbTensor *gamma, LbTensor *p,
-    GError **error)
+pad_input (VaeCtx * ctx, const LbTensor * x, const LbTensor * gamma,
+    LbTensor * p, GError ** error)
 {
   int64_t C = x->shape[0], t = x->shape[1], h = x->shape[2], W = x->shape[3];
   need (&ctx->need_p, C * t * (h + 2) * W);
   if (ctx->plan) {
     lb_tensor_view_init (p, LB_DTYPE_F32, NULL, x->device, 4,
-        (int64_t[4]){ C, t, h + 2, W }, NULL);
+        (int64_t[4]) { C, t, h + 2, W }, NULL);
     return halo_exchange (ctx, p, error);
   }
   vae_view4 (p, ctx->bp, C, t, h + 2, W);
@@ -277,23 +280,23 @@ pad_input (VaeCtx *ctx, const LbTensor *x, const LbTensor *gamma, LbTensor *p,
   const LbOps *ops = lb_ops (ctx->stream);
   gboolean ok
       = gamma ? ops->channel_rms_norm (ctx->stream, x, gamma, TRUE, &in, error)
-              : ops->copy (ctx->stream, x, &in, error);
+      : ops->copy (ctx->stream, x, &in, error);
   return ok && halo_exchange (ctx, p, error);
 }
 
 static void
-view_x (VaeCtx *ctx, LbTensor *out, LbTensor *buf, const VaeShape *s)
+view_x (VaeCtx * ctx, LbTensor * out, LbTensor * buf, const VaeShape * s)
 {
   need (&ctx->need_x, s->c * s->t * s->h * s->w);
   if (ctx->plan)
     lb_tensor_view_init (out, LB_DTYPE_F32, NULL, LB_DEVICE_HOST, 4,
-        (int64_t[4]){ s->c, s->t, s->h, s->w }, NULL);
+        (int64_t[4]) { s->c, s->t, s->h, s->w }, NULL);
   else
     vae_view4 (out, buf, s->c, s->t, s->h, s->w);
 }
 
 static gboolean
-residual_add (VaeCtx *ctx, LbTensor *x, const LbTensor *y, GError **error)
+residual_add (VaeCtx * ctx, LbTensor * x, const LbTensor * y, GError ** error)
 {
   int64_t shape[2] = { x->shape[0], lb_tensor_numel (x) / x->shape[0] };
   LbTensor x2, y2;
@@ -305,8 +308,8 @@ residual_add (VaeCtx *ctx, LbTensor *x, const LbTensor *y, GError **error)
 
 /* Spec A.3 ResidualBlock. */
 static gboolean
-res_block (
-    VaeCtx *ctx, const VaeLayer *l, VaeShape *s, int *slot, GError **error)
+res_block (VaeCtx * ctx, const VaeLayer * l, VaeShape * s, int *slot,
+    GError ** error)
 {
   LbTensor x, y, p;
   VaeShape so = { l->cout, s->t, s->h, s->w };
@@ -342,7 +345,7 @@ res_block (
  * bit for bit; q of other ranks' rows is the only redundant work, C^2 MACs
  * per token), then attends with its own query rows. */
 static gboolean
-attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
+attn_block (VaeCtx * ctx, const VaeLayer * l, VaeShape * s, GError ** error)
 {
   const int64_t C = s->c, Nl = s->h * s->w;
   const gboolean sharded = ctx->rank != NULL && ctx->n_ranks > 1;
@@ -361,48 +364,48 @@ attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
   const LbOps *ops = lb_ops (ctx->stream);
   LbTensor x, xf, xn, xnf, xn4, qkv, q3, k3, v3, o, o3, r, r4;
   view_x (ctx, &x, ctx->bx, s);
-  vae_view_flat (&xn, ctx->xn_local, 2, (int64_t[2]){ Nl, C });
+  vae_view_flat (&xn, ctx->xn_local, 2, (int64_t[2]) { Nl, C });
   /* the same memory seen as [C, 1, h, w] for the channel norm */
   lb_tensor_view_init (&xn4, LB_DTYPE_F32, xn.data, xn.device, 4,
-      (int64_t[4]){ C, 1, s->h, s->w }, (int64_t[4]){ 1, Nl * C, s->w * C, C });
+      (int64_t[4]) { C, 1, s->h, s->w },
+      (int64_t[4]) { 1, Nl * C, s->w * C, C });
   r4 = xn4;
   if (sharded)
-    vae_view_flat (&xnf, ctx->xn_full, 2, (int64_t[2]){ N, C });
+    vae_view_flat (&xnf, ctx->xn_full, 2, (int64_t[2]) { N, C });
   else
     xnf = xn;
-  vae_view_flat (&qkv, ctx->akv, 2, (int64_t[2]){ N, 3 * C });
-  vae_view_flat (&o, ctx->ao, 2, (int64_t[2]){ Nl, C });
-  vae_view_flat (&r, ctx->ar, 2, (int64_t[2]){ Nl, C });
+  vae_view_flat (&qkv, ctx->akv, 2, (int64_t[2]) { N, 3 * C });
+  vae_view_flat (&o, ctx->ao, 2, (int64_t[2]) { Nl, C });
+  vae_view_flat (&r, ctx->ar, 2, (int64_t[2]) { Nl, C });
   const int64_t st[3] = { 3 * C, C, 1 };
   float *base = qkv.data;
   lb_tensor_view_init (&q3, LB_DTYPE_F32, base + q0 * 3 * C, qkv.device, 3,
-      (int64_t[3]){ Nl, 1, C }, st);
-  lb_tensor_view_init (
-      &k3, LB_DTYPE_F32, base + C, qkv.device, 3, (int64_t[3]){ N, 1, C }, st);
+      (int64_t[3]) { Nl, 1, C }, st);
+  lb_tensor_view_init (&k3, LB_DTYPE_F32, base + C, qkv.device, 3,
+      (int64_t[3]) { N, 1, C }, st);
   lb_tensor_view_init (&v3, LB_DTYPE_F32, base + 2 * C, qkv.device, 3,
-      (int64_t[3]){ N, 1, C }, st);
-  lb_tensor_view_init (
-      &o3, LB_DTYPE_F32, o.data, o.device, 3, (int64_t[3]){ Nl, 1, C }, NULL);
+      (int64_t[3]) { N, 1, C }, st);
+  lb_tensor_view_init (&o3, LB_DTYPE_F32, o.data, o.device, 3,
+      (int64_t[3]) { Nl, 1, C }, NULL);
   r4.data = r.data;
-  const float scale = (float)(1.0 / sqrt ((double)C));
+  const float scale = (float) (1.0 / sqrt ((double) C));
 
   for (int64_t f = 0; f < s->t; f++) {
     lb_tensor_view_narrow (&xf, &x, 1, f, 1);
-    if (!ops->channel_rms_norm (
-            ctx->stream, &xf, &l->gamma_a, FALSE, &xn4, error))
+    if (!ops->channel_rms_norm (ctx->stream, &xf, &l->gamma_a, FALSE, &xn4,
+            error))
       return FALSE;
-    if (sharded
-        && (!comm_ready (ctx, error)
+    if (sharded && (!comm_ready (ctx, error)
             || !lb_comm_all_gather_v (ctx->rank, LB_DTYPE_F32, xn.data,
-                (gsize)(Nl * C), xnf.data, ctx->ag_counts, ctx->ag_displs,
+                (gsize) (Nl * C), xnf.data, ctx->ag_counts, ctx->ag_displs,
                 error)))
       return FALSE;
-    if (!ops->gemm (
-            ctx->stream, &xnf, &l->a.w, TRUE, &l->a.b, 1.f, 0.f, &qkv, error)
-        || !ops->attention (
-            ctx->stream, &q3, &k3, &v3, NULL, NULL, scale, &o3, error)
-        || !ops->gemm (
-            ctx->stream, &o, &l->b.w, TRUE, &l->b.b, 1.f, 0.f, &r, error)
+    if (!ops->gemm (ctx->stream, &xnf, &l->a.w, TRUE, &l->a.b, 1.f, 0.f, &qkv,
+            error)
+        || !ops->attention (ctx->stream, &q3, &k3, &v3, NULL, NULL, scale, &o3,
+            error)
+        || !ops->gemm (ctx->stream, &o, &l->b.w, TRUE, &l->b.b, 1.f, 0.f, &r,
+            error)
         || !ops->accumulate (ctx->stream, &r4, &xf, error))
       return FALSE;
   }
@@ -411,8 +414,8 @@ attn_block (VaeCtx *ctx, const VaeLayer *l, VaeShape *s, GError **error)
 
 /* Spec A.3 upsample2d / upsample3d. */
 static gboolean
-up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
-    GError **error)
+up_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
+    GError ** error)
 {
   const int64_t C = s->c, h = s->h, W = s->w;
   int64_t t2 = s->t;
@@ -439,7 +442,8 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
       /* channel half j of time step i is frame 2i + j */
       vae_view4 (&p, ctx->bp, C, t2, h + 2, W);
       LbTensor p5, dst, src;
-      lb_tensor_view_reshape (&p5, &p, 5, (int64_t[5]){ C, s->t, 2, h + 2, W });
+      lb_tensor_view_reshape (&p5, &p, 5,
+          (int64_t[5]) { C, s->t, 2, h + 2, W });
       for (int j = 0; j < 2; j++) {
         lb_tensor_view_select (&dst, &p5, 2, j);
         lb_tensor_view_narrow (&dst, &dst, 2, 1, h);
@@ -449,7 +453,7 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
       }
     } else {
       lb_tensor_view_init (&p, LB_DTYPE_F32, NULL, LB_DEVICE_HOST, 4,
-          (int64_t[4]){ C, t2, h + 2, W }, NULL);
+          (int64_t[4]) { C, t2, h + 2, W }, NULL);
     }
     if (!halo_exchange (ctx, &p, error))
       return FALSE;
@@ -473,7 +477,7 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
   }
   vae_view_flat (&u, ctx->bu, 4, ushape);
   if (!lb_ops (ctx->stream)
-           ->upsample_nearest2x_halo (ctx->stream, &p, &u, error)
+      ->upsample_nearest2x_halo (ctx->stream, &p, &u, error)
       || !conv_run (ctx, &l->a, &u, NULL, 0, 1, 1, &y, error))
     return FALSE;
   *s = so;
@@ -482,8 +486,8 @@ up_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
 
 /* Spec A.3 downsample2d / downsample3d (encoder; never sharded). */
 static gboolean
-down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
-    GError **error)
+down_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
+    GError ** error)
 {
   const int64_t C = s->c, t = s->t, h = s->h, W = s->w;
   const int64_t ho = (h + 1 - 3) / 2 + 1, wo = (W + 1 - 3) / 2 + 1;
@@ -532,8 +536,7 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
   if (t % 2 != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
         "%s: temporal downsample needs an even frame count, got "
-        "%" G_GINT64_FORMAT,
-        l->name, t);
+        "%" G_GINT64_FORMAT, l->name, t);
     return FALSE;
   }
   /* time_conv (3,1,1) stride 2 over [cached, new frames]: a stride-1
@@ -554,7 +557,7 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
   if (!track_change (ctx, cache, &last, error))
     return FALSE;
   LbTensor z5, odd;
-  lb_tensor_view_reshape (&z5, &z, 5, (int64_t[5]){ C, t / 2, 2, ho, wo });
+  lb_tensor_view_reshape (&z5, &z, 5, (int64_t[5]) { C, t / 2, 2, ho, wo });
   lb_tensor_view_select (&odd, &z5, 2, 1);
   if (!ops->copy (ctx->stream, &last, cache, error)
       || !ops->copy (ctx->stream, &odd, &xo, error))
@@ -576,8 +579,8 @@ down_block (VaeCtx *ctx, const VaeLayer *l, int li, VaeShape *s, int *slot,
  * order (the slot counter restarts at every call, spec A.5).
  */
 gboolean
-vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
-    VaeShape *s, GError **error)
+vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
+    VaeShape * s, GError ** error)
 {
   int slot = 0;
   LbTensor p, x;
@@ -585,7 +588,7 @@ vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
   need (&ctx->need_p, s->c * s->t * (s->h + 2) * s->w);
   if (ctx->plan) {
     lb_tensor_view_init (&p, LB_DTYPE_F32, NULL, LB_DEVICE_HOST, 4,
-        (int64_t[4]){ s->c, s->t, s->h + 2, s->w }, NULL);
+        (int64_t[4]) { s->c, s->t, s->h + 2, s->w }, NULL);
     if (!halo_exchange (ctx, &p, error))
       return FALSE;
   } else if (!pad_input (ctx, x_in, NULL, &p, error)) {
@@ -619,7 +622,7 @@ vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
       return FALSE;
   }
 
-  so = (VaeShape){ net->head.cout, s->t, s->h, s->w };
+  so = (VaeShape) { net->head.cout, s->t, s->h, s->w };
   LbTensor y;
   view_x (ctx, &x, ctx->bx, s);
   view_x (ctx, &y, ctx->by, &so);
@@ -639,12 +642,12 @@ vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
  * slots (zeroed by vae_ctx_reset()) and records scratch sizes.
  */
 gboolean
-vae_ctx_plan (VaeCtx *ctx, const VaeNet *net, int64_t cin, int64_t t,
-    int64_t rows, int64_t width, GError **error)
+vae_ctx_plan (VaeCtx * ctx, const VaeNet * net, int64_t cin, int64_t t,
+    int64_t rows, int64_t width, GError ** error)
 {
   if (ctx->caches == NULL)
     ctx->caches
-        = g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free);
+        = g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free);
   if (ctx->started == NULL) {
     ctx->n_layers = net->n_layers;
     ctx->started = g_new0 (gboolean, net->n_layers);
@@ -657,7 +660,7 @@ vae_ctx_plan (VaeCtx *ctx, const VaeNet *net, int64_t cin, int64_t t,
 }
 
 static LbTensor *
-alloc_flat (VaeCtx *ctx, int64_t n, GError **error)
+alloc_flat (VaeCtx * ctx, int64_t n, GError ** error)
 {
   int64_t shape[1] = { MAX (n, 1) };
   return lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error);
@@ -670,7 +673,7 @@ alloc_flat (VaeCtx *ctx, int64_t n, GError **error)
  * Allocates the scratch recorded by vae_ctx_plan() and zeroes the caches.
  */
 gboolean
-vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error)
+vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error)
 {
   need (&ctx->need_x, extra_x);
   need (&ctx->need_p, extra_x);
@@ -712,23 +715,23 @@ vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error)
  * for the latent_affine op.
  */
 gboolean
-vae_ctx_upload_latent_consts (
-    VaeCtx *ctx, const LingbotVae *vae, GError **error)
+vae_ctx_upload_latent_consts (VaeCtx * ctx, const LingbotVae * vae,
+    GError ** error)
 {
   int64_t shape[1] = { VAE_Z_DIM };
   LbTensor hm, hs;
-  lb_tensor_view_init (
-      &hm, LB_DTYPE_F32, (void *)vae->mean, LB_DEVICE_HOST, 1, shape, NULL);
-  lb_tensor_view_init (
-      &hs, LB_DTYPE_F32, (void *)vae->inv_std, LB_DEVICE_HOST, 1, shape, NULL);
-  if (!(ctx->mean
-          = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error))
-      || !(ctx->inv_std
-           = lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error)))
+  lb_tensor_view_init (&hm, LB_DTYPE_F32, (void *) vae->mean, LB_DEVICE_HOST, 1,
+      shape, NULL);
+  lb_tensor_view_init (&hs, LB_DTYPE_F32, (void *) vae->inv_std, LB_DEVICE_HOST,
+      1, shape, NULL);
+  if (!(ctx->mean =
+          lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error))
+      || !(ctx->inv_std =
+          lb_tensor_new_on (ctx->stream, LB_DTYPE_F32, 1, shape, error)))
     return FALSE;
   return lb_tensor_upload (ctx->stream, ctx->mean, &hm, error)
-         && lb_tensor_upload (ctx->stream, ctx->inv_std, &hs, error)
-         && ctx->stream->backend->stream_synchronize (ctx->stream, error);
+      && lb_tensor_upload (ctx->stream, ctx->inv_std, &hs, error)
+      && ctx->stream->backend->stream_synchronize (ctx->stream, error);
 }
 
 /**
@@ -741,7 +744,7 @@ vae_ctx_upload_latent_consts (
  * Returns: %FALSE when a fill failed (only on a device error).
  */
 gboolean
-vae_ctx_reset (VaeCtx *ctx, GError **error)
+vae_ctx_reset (VaeCtx * ctx, GError ** error)
 {
   gboolean ok = TRUE;
   for (guint i = 0; ok && ctx->caches && i < ctx->caches->len; i++) {
@@ -757,7 +760,7 @@ vae_ctx_reset (VaeCtx *ctx, GError **error)
 }
 
 gsize
-vae_ctx_cache_bytes (VaeCtx *ctx)
+vae_ctx_cache_bytes (VaeCtx * ctx)
 {
   gsize n = 0;
   for (guint i = 0; ctx->caches && i < ctx->caches->len; i++)
@@ -766,11 +769,12 @@ vae_ctx_cache_bytes (VaeCtx *ctx)
 }
 
 void
-vae_ctx_clear (VaeCtx *ctx)
+vae_ctx_clear (VaeCtx * ctx)
 {
   LbTensor **bufs[] = { &ctx->bx, &ctx->by, &ctx->bp, &ctx->bu, &ctx->halo_send,
     &ctx->halo_recv, &ctx->xn_local, &ctx->xn_full, &ctx->akv, &ctx->ao,
-    &ctx->ar, &ctx->cmp_dev, &ctx->cmp_host, &ctx->mean, &ctx->inv_std };
+    &ctx->ar, &ctx->cmp_dev, &ctx->cmp_host, &ctx->mean, &ctx->inv_std
+  };
   for (guint i = 0; i < G_N_ELEMENTS (bufs); i++)
     g_clear_pointer (bufs[i], lb_tensor_free);
   g_clear_pointer (&ctx->caches, g_ptr_array_unref);

@@ -21,20 +21,20 @@
  * shaped @shape.  The caller sized @buf at session creation.
  */
 void
-vae_view_flat (
-    LbTensor *out, const LbTensor *buf, int ndim, const int64_t *shape)
+vae_view_flat (LbTensor * out, const LbTensor * buf, int ndim,
+    const int64_t * shape)
 {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++)
     n *= shape[i];
   g_assert (n <= lb_tensor_numel (buf));
-  lb_tensor_view_init (
-      out, buf->dtype, buf->data, buf->device, ndim, shape, NULL);
+  lb_tensor_view_init (out, buf->dtype, buf->data, buf->device, ndim, shape,
+      NULL);
 }
 
 void
-vae_view4 (LbTensor *out, const LbTensor *buf, int64_t c, int64_t t, int64_t h,
-    int64_t w)
+vae_view4 (LbTensor * out, const LbTensor * buf, int64_t c, int64_t t,
+    int64_t h, int64_t w)
 {
   int64_t shape[4] = { c, t, h, w };
   vae_view_flat (out, buf, 4, shape);
@@ -48,7 +48,7 @@ vae_view4 (LbTensor *out, const LbTensor *buf, int64_t c, int64_t t, int64_t h,
  * the session reads and writes the API's host tensors in place.
  */
 gboolean
-vae_stream_is_host (LbStream *stream)
+vae_stream_is_host (LbStream * stream)
 {
   return stream->backend->device_type == LB_DEVICE_CPU;
 }
@@ -67,8 +67,8 @@ vae_stream_is_host (LbStream *stream)
  * Returns: %TRUE when @t lives in host memory.
  */
 gboolean
-vae_check_host (
-    const LbTensor *t, const char *func, const char *what, GError **error)
+vae_check_host (const LbTensor * t, const char *func, const char *what,
+    GError ** error)
 {
   if (t->device.type == LB_DEVICE_CPU)
     return TRUE;
@@ -103,8 +103,8 @@ vae_check_host (
  * Returns: %TRUE on success.
  */
 gboolean
-vae_copy_runs (LbStream *stream, LbTensor *dst, const LbTensor *src,
-    LbCopyKind kind, const char *what, GError **error)
+vae_copy_runs (LbStream * stream, LbTensor * dst, const LbTensor * src,
+    LbCopyKind kind, const char *what, GError ** error)
 {
   g_assert (dst->ndim == src->ndim && lb_tensor_same_shape (dst, src));
   g_assert (dst->dtype == LB_DTYPE_F32 && src->dtype == LB_DTYPE_F32);
@@ -133,15 +133,15 @@ vae_copy_runs (LbStream *stream, LbTensor *dst, const LbTensor *src,
   }
   int64_t idx[LB_MAX_DIMS] = { 0 };
   const int64_t n_runs = numel / run;
-  const gsize bytes = (gsize)run * sizeof (float);
+  const gsize bytes = (gsize) run * sizeof (float);
   for (int64_t r = 0; r < n_runs; r++) {
     int64_t so = 0, d0 = 0;
     for (int j = 0; j < k; j++) {
       so += idx[j] * src->stride[j];
       d0 += idx[j] * dst->stride[j];
     }
-    if (!stream->backend->copy (stream, (float *)dst->data + d0,
-            (const float *)src->data + so, bytes, kind, error))
+    if (!stream->backend->copy (stream, (float *) dst->data + d0,
+            (const float *) src->data + so, bytes, kind, error))
       return FALSE;
     for (int j = k - 1; j >= 0; j--) {
       if (++idx[j] < src->shape[j])

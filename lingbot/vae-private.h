@@ -28,7 +28,8 @@ typedef struct
   int cin, cout, kt, kh, kw;
 } VaeConv;
 
-typedef enum {
+typedef enum
+{
   VAE_LAYER_RES,
   VAE_LAYER_ATTN,
   VAE_LAYER_UP3D,
@@ -46,10 +47,10 @@ typedef struct
 {
   VaeLayerKind kind;
   int cin, cout;
-  LbTensor gamma_a, gamma_b; /* [C] views */
+  LbTensor gamma_a, gamma_b;    /* [C] views */
   VaeConv a, b, sc;
   gboolean has_sc, has_time;
-  char name[48]; /* weight prefix, for messages */
+  char name[48];                /* weight prefix, for messages */
 } VaeLayer;
 
 /* Encoder or decoder trunk: conv_in -> layers -> head. */
@@ -68,12 +69,12 @@ struct _LingbotVae
   int dim;
   LingbotVaeParts parts;
   VaeNet enc, dec;
-  VaeConv conv1_mu; /* top-level conv1, rows 0..15 (mu) only */
-  VaeConv conv2;    /* top-level conv2 16 -> 16 */
+  VaeConv conv1_mu;             /* top-level conv1, rows 0..15 (mu) only */
+  VaeConv conv2;                /* top-level conv2 16 -> 16 */
   float mean[VAE_Z_DIM];
   float inv_std[VAE_Z_DIM];
-  LingbotCheckpoint *ckpt; /* keeps the mapped weights alive */
-  GPtrArray *owned;        /* LbTensor* converted to f32 at load */
+  LingbotCheckpoint *ckpt;      /* keeps the mapped weights alive */
+  GPtrArray *owned;             /* LbTensor* converted to f32 at load */
 };
 
 /* ---- weights on a session's device (vae.c) ---- */
@@ -88,13 +89,13 @@ typedef struct
 {
   VaeNet net;
   VaeConv extra;
-  GPtrArray *owned; /* LbTensor* on the device; NULL when borrowing */
-  gsize nbytes;     /* bytes of those copies */
+  GPtrArray *owned;             /* LbTensor* on the device; NULL when borrowing */
+  gsize nbytes;                 /* bytes of those copies */
 } VaeWeights;
 
-gboolean vae_weights_init (VaeWeights *wt, LbStream *stream,
-    const LingbotVae *vae, LingbotVaeParts part, GError **error);
-void vae_weights_clear (VaeWeights *wt);
+gboolean vae_weights_init (VaeWeights * wt, LbStream * stream,
+    const LingbotVae * vae, LingbotVaeParts part, GError ** error);
+void vae_weights_clear (VaeWeights * wt);
 
 /* ---- view helpers (vae-ops.c) ----
  * The VAE's compute steps are all op-table ops (kernels/ops.h: copy, clamp,
@@ -103,17 +104,17 @@ void vae_weights_clear (VaeWeights *wt);
  * lb_ops (ctx->stream). */
 
 /* View helpers (no allocation). */
-void vae_view_flat (
-    LbTensor *out, const LbTensor *buf, int ndim, const int64_t *shape);
-void vae_view4 (LbTensor *out, const LbTensor *buf, int64_t c, int64_t t,
+void vae_view_flat (LbTensor * out, const LbTensor * buf, int ndim,
+    const int64_t * shape);
+void vae_view4 (LbTensor * out, const LbTensor * buf, int64_t c, int64_t t,
     int64_t h, int64_t w);
 
 /* Host <-> device staging of the API tensors (vae-ops.c). */
-gboolean vae_stream_is_host (LbStream *stream);
-gboolean vae_check_host (
-    const LbTensor *t, const char *func, const char *what, GError **error);
-gboolean vae_copy_runs (LbStream *stream, LbTensor *dst, const LbTensor *src,
-    LbCopyKind kind, const char *what, GError **error);
+gboolean vae_stream_is_host (LbStream * stream);
+gboolean vae_check_host (const LbTensor * t, const char *func, const char *what,
+    GError ** error);
+gboolean vae_copy_runs (LbStream * stream, LbTensor * dst, const LbTensor * src,
+    LbCopyKind kind, const char *what, GError ** error);
 
 /* ---- shared by the encoder and the decoder (vae-net.c) ---- */
 
@@ -131,7 +132,7 @@ typedef struct
 typedef struct
 {
   LbStream *stream;
-  LbRank *rank; /* NULL when not sharded */
+  LbRank *rank;                 /* NULL when not sharded */
   int rank_index, n_ranks;
   /* bands of every rank at the net's input resolution */
   const int64_t *band_start, *band_count;
@@ -140,19 +141,19 @@ typedef struct
 
   /* scratch, flat f32 */
   LbTensor *bx, *by, *bp, *bu;
-  LbTensor *halo_send, *halo_recv; /* [2 * halo_cap] each */
+  LbTensor *halo_send, *halo_recv;      /* [2 * halo_cap] each */
   int64_t halo_cap;
   LbTensor *xn_local, *xn_full, *akv, *ao, *ar; /* akv: q, k, v */
   /* synchronise the stream before each halo exchange / all-gather: device
    * ranks on the local collectives, whose peers copy from this rank's
    * buffers without waiting for its stream (vae_ctx_comm_ready()) */
   gboolean comm_sync;
-  guint64 halo_bytes; /* sent by this rank since the last reset */
-  gint64 halo_us;     /* time in halo exchanges (incl. waiting) */
+  guint64 halo_bytes;           /* sent by this rank since the last reset */
+  gint64 halo_us;               /* time in halo exchanges (incl. waiting) */
 
   /* caches, one per cached conv in execution order */
-  GPtrArray *caches; /* LbTensor* */
-  gboolean *started; /* per layer (resample first-call markers) */
+  GPtrArray *caches;            /* LbTensor* */
+  gboolean *started;            /* per layer (resample first-call markers) */
 
   /* latent mean / float32 inv_std [16] on the stream's device
    * (vae_ctx_upload_latent_consts()) */
@@ -174,16 +175,16 @@ typedef struct
   int64_t need_cmp;
 } VaeCtx;
 
-gboolean vae_ctx_plan (VaeCtx *ctx, const VaeNet *net, int64_t cin, int64_t t,
-    int64_t rows, int64_t width, GError **error);
-gboolean vae_ctx_alloc (VaeCtx *ctx, int64_t extra_x, GError **error);
-void vae_ctx_clear (VaeCtx *ctx);
-gboolean vae_ctx_reset (VaeCtx *ctx, GError **error);
-gboolean vae_ctx_upload_latent_consts (
-    VaeCtx *ctx, const LingbotVae *vae, GError **error);
-gsize vae_ctx_cache_bytes (VaeCtx *ctx);
+gboolean vae_ctx_plan (VaeCtx * ctx, const VaeNet * net, int64_t cin, int64_t t,
+    int64_t rows, int64_t width, GError ** error);
+gboolean vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error);
+void vae_ctx_clear (VaeCtx * ctx);
+gboolean vae_ctx_reset (VaeCtx * ctx, GError ** error);
+gboolean vae_ctx_upload_latent_consts (VaeCtx * ctx, const LingbotVae * vae,
+    GError ** error);
+gsize vae_ctx_cache_bytes (VaeCtx * ctx);
 
-gboolean vae_net_forward (VaeCtx *ctx, const VaeNet *net, const LbTensor *x_in,
-    VaeShape *s, GError **error);
+gboolean vae_net_forward (VaeCtx * ctx, const VaeNet * net,
+    const LbTensor * x_in, VaeShape * s, GError ** error);
 
 G_END_DECLS

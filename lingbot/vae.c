@@ -11,11 +11,13 @@
 /* Spec A.2: not in the checkpoint, hard-coded by Wan and TeleFuser. */
 static const float latent_mean[VAE_Z_DIM] = { -0.7571f, -0.7089f, -0.9113f,
   0.1075f, -0.1745f, 0.9653f, -0.1517f, 1.5508f, 0.4134f, -0.0715f, 0.5517f,
-  -0.3632f, -0.1922f, -0.9497f, 0.2503f, -0.2921f };
+  -0.3632f, -0.1922f, -0.9497f, 0.2503f, -0.2921f
+};
 
 static const float latent_std[VAE_Z_DIM] = { 2.8184f, 1.4541f, 2.3275f, 2.6558f,
   1.2196f, 1.7708f, 2.6052f, 2.0743f, 3.2687f, 2.1526f, 2.8652f, 1.5579f,
-  1.6382f, 1.1253f, 2.8251f, 1.9160f };
+  1.6382f, 1.1253f, 2.8251f, 1.9160f
+};
 
 static float latent_inv_std[VAE_Z_DIM];
 
@@ -84,8 +86,8 @@ typedef struct
 /* Finds @name (or TeleFuser's "model." + name), checks its shape and
  * returns a contiguous f32 view of it in @out. */
 static gboolean
-load_tensor (Loader *ld, const char *name, int ndim, const int64_t *shape,
-    LbTensor *out, GError **error)
+load_tensor (Loader * ld, const char *name, int ndim, const int64_t * shape,
+    LbTensor * out, GError ** error)
 {
   const char *key = name;
   g_autofree char *alt = NULL;
@@ -100,11 +102,12 @@ load_tensor (Loader *ld, const char *name, int ndim, const int64_t *shape,
       return FALSE;
     }
   }
-  const LbTensor *t = lingbot_checkpoint_get_checked (
-      ld->ckpt, key, ndim, shape, LINGBOT_DTYPE_ANY, error);
+  const LbTensor *t =
+      lingbot_checkpoint_get_checked (ld->ckpt, key, ndim, shape,
+      LINGBOT_DTYPE_ANY, error);
   if (t == NULL) {
-    g_prefix_error (
-        error, "VAE checkpoint %s: ", lingbot_checkpoint_get_path (ld->ckpt));
+    g_prefix_error (error, "VAE checkpoint %s: ",
+        lingbot_checkpoint_get_path (ld->ckpt));
     return FALSE;
   }
   if (!lb_dtype_is_float (t->dtype)) {
@@ -124,8 +127,8 @@ load_tensor (Loader *ld, const char *name, int ndim, const int64_t *shape,
 }
 
 static gboolean
-load_conv (Loader *ld, const char *prefix, const char *leaf, int cout, int cin,
-    int kt, int kh, int kw, gboolean conv2d, VaeConv *cv, GError **error)
+load_conv (Loader * ld, const char *prefix, const char *leaf, int cout, int cin,
+    int kt, int kh, int kw, gboolean conv2d, VaeConv * cv, GError ** error)
 {
   g_autofree char *wn
       = g_strdup_printf ("%s%s%s.weight", prefix, *leaf ? "." : "", leaf);
@@ -151,8 +154,8 @@ load_conv (Loader *ld, const char *prefix, const char *leaf, int cout, int cin,
 }
 
 static gboolean
-load_gamma (Loader *ld, const char *name, int c, int ndim, LbTensor *out,
-    GError **error)
+load_gamma (Loader * ld, const char *name, int c, int ndim, LbTensor * out,
+    GError ** error)
 {
   int64_t shape[4] = { c, 1, 1, 1 };
   LbTensor g;
@@ -165,8 +168,8 @@ load_gamma (Loader *ld, const char *name, int c, int ndim, LbTensor *out,
 }
 
 static gboolean
-load_res (Loader *ld, const char *prefix, int cin, int cout, VaeLayer *l,
-    GError **error)
+load_res (Loader * ld, const char *prefix, int cin, int cout, VaeLayer * l,
+    GError ** error)
 {
   g_autofree char *g0 = g_strdup_printf ("%s.residual.0.gamma", prefix);
   g_autofree char *g3 = g_strdup_printf ("%s.residual.3.gamma", prefix);
@@ -175,30 +178,31 @@ load_res (Loader *ld, const char *prefix, int cin, int cout, VaeLayer *l,
   l->cout = cout;
   g_strlcpy (l->name, prefix, sizeof l->name);
   if (!load_gamma (ld, g0, cin, 4, &l->gamma_a, error)
-      || !load_conv (
-          ld, prefix, "residual.2", cout, cin, 3, 3, 3, FALSE, &l->a, error)
+      || !load_conv (ld, prefix, "residual.2", cout, cin, 3, 3, 3, FALSE, &l->a,
+          error)
       || !load_gamma (ld, g3, cout, 4, &l->gamma_b, error)
-      || !load_conv (
-          ld, prefix, "residual.6", cout, cout, 3, 3, 3, FALSE, &l->b, error))
+      || !load_conv (ld, prefix, "residual.6", cout, cout, 3, 3, 3, FALSE,
+          &l->b, error))
     return FALSE;
   l->has_sc = cin != cout;
   if (l->has_sc
-      && !load_conv (
-          ld, prefix, "shortcut", cout, cin, 1, 1, 1, FALSE, &l->sc, error))
+      && !load_conv (ld, prefix, "shortcut", cout, cin, 1, 1, 1, FALSE, &l->sc,
+          error))
     return FALSE;
   return TRUE;
 }
 
 static gboolean
-load_attn (Loader *ld, const char *prefix, int c, VaeLayer *l, GError **error)
+load_attn (Loader * ld, const char *prefix, int c, VaeLayer * l,
+    GError ** error)
 {
   g_autofree char *gn = g_strdup_printf ("%s.norm.gamma", prefix);
   l->kind = VAE_LAYER_ATTN;
   l->cin = l->cout = c;
   g_strlcpy (l->name, prefix, sizeof l->name);
   if (!load_gamma (ld, gn, c, 3, &l->gamma_a, error)
-      || !load_conv (
-          ld, prefix, "to_qkv", 3 * c, c, 1, 1, 1, TRUE, &l->a, error)
+      || !load_conv (ld, prefix, "to_qkv", 3 * c, c, 1, 1, 1, TRUE, &l->a,
+          error)
       || !load_conv (ld, prefix, "proj", c, c, 1, 1, 1, TRUE, &l->b, error))
     return FALSE;
   /* the attention runs its 1x1 convs as gemms over token-major rows */
@@ -213,16 +217,16 @@ load_attn (Loader *ld, const char *prefix, int c, VaeLayer *l, GError **error)
 }
 
 static gboolean
-load_resample (Loader *ld, const char *prefix, VaeLayerKind kind, int c,
-    VaeLayer *l, GError **error)
+load_resample (Loader * ld, const char *prefix, VaeLayerKind kind, int c,
+    VaeLayer * l, GError ** error)
 {
   gboolean up = kind == VAE_LAYER_UP2D || kind == VAE_LAYER_UP3D;
   l->kind = kind;
   l->cin = c;
   l->cout = up ? c / 2 : c;
   g_strlcpy (l->name, prefix, sizeof l->name);
-  if (!load_conv (
-          ld, prefix, "resample.1", l->cout, c, 1, 3, 3, TRUE, &l->a, error))
+  if (!load_conv (ld, prefix, "resample.1", l->cout, c, 1, 3, 3, TRUE, &l->a,
+          error))
     return FALSE;
   l->has_time = kind == VAE_LAYER_UP3D || kind == VAE_LAYER_DOWN3D;
   if (l->has_time
@@ -234,7 +238,7 @@ load_resample (Loader *ld, const char *prefix, VaeLayerKind kind, int c,
 
 /* Decoder of spec A.4 (dims 4d, 4d, 4d, 2d, d). */
 static gboolean
-load_decoder (Loader *ld, int d, GError **error)
+load_decoder (Loader * ld, int d, GError ** error)
 {
   VaeNet *n = &ld->vae->dec;
   n->n_layers = 3 + 15;
@@ -249,7 +253,7 @@ load_decoder (Loader *ld, int d, GError **error)
   static const int level_in[4] = { 4, 2, 2, 1 };
   static const int level_out[4] = { 4, 4, 2, 1 };
   static const VaeLayerKind level_up[3]
-      = { VAE_LAYER_UP3D, VAE_LAYER_UP3D, VAE_LAYER_UP2D };
+  = { VAE_LAYER_UP3D, VAE_LAYER_UP3D, VAE_LAYER_UP2D };
   int idx = 0;
   for (int i = 0; i < 4; i++) {
     int cin = level_in[i] * d, cout = level_out[i] * d;
@@ -263,16 +267,16 @@ load_decoder (Loader *ld, int d, GError **error)
     if (i < 3) {
       char prefix[48];
       g_snprintf (prefix, sizeof prefix, "decoder.upsamples.%d", idx);
-      if (!load_resample (
-              ld, prefix, level_up[i], cout, &n->layers[3 + idx], error))
+      if (!load_resample (ld, prefix, level_up[i], cout, &n->layers[3 + idx],
+              error))
         return FALSE;
       idx++;
     }
   }
   g_assert (idx == 15);
   if (!load_gamma (ld, "decoder.head.0.gamma", d, 4, &n->head_gamma, error)
-      || !load_conv (
-          ld, "decoder.head", "2", 3, d, 3, 3, 3, FALSE, &n->head, error)
+      || !load_conv (ld, "decoder.head", "2", 3, d, 3, 3, 3, FALSE, &n->head,
+          error)
       || !load_conv (ld, "conv2", "", VAE_Z_DIM, VAE_Z_DIM, 1, 1, 1, FALSE,
           &ld->vae->conv2, error))
     return FALSE;
@@ -281,18 +285,18 @@ load_decoder (Loader *ld, int d, GError **error)
 
 /* Encoder of spec A.6 (dims d, d, 2d, 4d, 4d). */
 static gboolean
-load_encoder (Loader *ld, int d, GError **error)
+load_encoder (Loader * ld, int d, GError ** error)
 {
   VaeNet *n = &ld->vae->enc;
   n->n_layers = 11 + 3;
   n->layers = g_new0 (VaeLayer, n->n_layers);
-  if (!load_conv (
-          ld, "encoder.conv1", "", d, 3, 3, 3, 3, FALSE, &n->conv_in, error))
+  if (!load_conv (ld, "encoder.conv1", "", d, 3, 3, 3, 3, FALSE, &n->conv_in,
+          error))
     return FALSE;
   static const int level_in[4] = { 1, 1, 2, 4 };
   static const int level_out[4] = { 1, 2, 4, 4 };
   static const VaeLayerKind level_down[3]
-      = { VAE_LAYER_DOWN2D, VAE_LAYER_DOWN3D, VAE_LAYER_DOWN3D };
+  = { VAE_LAYER_DOWN2D, VAE_LAYER_DOWN3D, VAE_LAYER_DOWN3D };
   int idx = 0;
   for (int i = 0; i < 4; i++) {
     int cin = level_in[i] * d, cout = level_out[i] * d;
@@ -306,8 +310,8 @@ load_encoder (Loader *ld, int d, GError **error)
     if (i < 3) {
       char prefix[48];
       g_snprintf (prefix, sizeof prefix, "encoder.downsamples.%d", idx);
-      if (!load_resample (
-              ld, prefix, level_down[i], cout, &n->layers[idx], error))
+      if (!load_resample (ld, prefix, level_down[i], cout, &n->layers[idx],
+              error))
         return FALSE;
       idx++;
     }
@@ -316,8 +320,8 @@ load_encoder (Loader *ld, int d, GError **error)
   if (!load_res (ld, "encoder.middle.0", 4 * d, 4 * d, &n->layers[11], error)
       || !load_attn (ld, "encoder.middle.1", 4 * d, &n->layers[12], error)
       || !load_res (ld, "encoder.middle.2", 4 * d, 4 * d, &n->layers[13], error)
-      || !load_gamma (
-          ld, "encoder.head.0.gamma", 4 * d, 4, &n->head_gamma, error)
+      || !load_gamma (ld, "encoder.head.0.gamma", 4 * d, 4, &n->head_gamma,
+          error)
       || !load_conv (ld, "encoder.head", "2", 2 * VAE_Z_DIM, 4 * d, 3, 3, 3,
           FALSE, &n->head, error))
     return FALSE;
@@ -336,8 +340,8 @@ load_encoder (Loader *ld, int d, GError **error)
 /* The base width: decoder.head.0.gamma is (d,1,1,1), encoder.conv1.weight
  * is (d,3,3,3,3). */
 static gboolean
-infer_dim (
-    LingbotCheckpoint *ckpt, LingbotVaeParts parts, int *dim, GError **error)
+infer_dim (LingbotCheckpoint * ckpt, LingbotVaeParts parts, int *dim,
+    GError ** error)
 {
   const char *names[4] = { NULL };
   if (parts & LINGBOT_VAE_DECODER) {
@@ -352,7 +356,7 @@ infer_dim (
       continue;
     const LbTensor *t = lingbot_checkpoint_get (ckpt, names[i], NULL);
     if (t->ndim >= 1 && t->shape[0] >= 1 && t->shape[0] <= 4096) {
-      *dim = (int)t->shape[0];
+      *dim = (int) t->shape[0];
       return TRUE;
     }
   }
@@ -380,8 +384,8 @@ infer_dim (
  * Returns: (transfer full) (nullable): the VAE.
  */
 LingbotVae *
-lingbot_vae_new_from_checkpoint (
-    LingbotCheckpoint *ckpt, LingbotVaeParts parts, GError **error)
+lingbot_vae_new_from_checkpoint (LingbotCheckpoint * ckpt,
+    LingbotVaeParts parts, GError ** error)
 {
   g_return_val_if_fail (ckpt != NULL, NULL);
   g_return_val_if_fail ((parts & LINGBOT_VAE_BOTH) != 0, NULL);
@@ -395,7 +399,7 @@ lingbot_vae_new_from_checkpoint (
   vae->dim = dim;
   vae->parts = parts;
   vae->ckpt = lingbot_checkpoint_ref (ckpt);
-  vae->owned = g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free);
+  vae->owned = g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free);
   memcpy (vae->mean, latent_mean, sizeof vae->mean);
   memcpy (vae->inv_std, latent_inv_std, sizeof vae->inv_std);
 
@@ -422,7 +426,7 @@ lingbot_vae_new_from_checkpoint (
  * Returns: (transfer full) (nullable): the VAE.
  */
 LingbotVae *
-lingbot_vae_load (const char *path, LingbotVaeParts parts, GError **error)
+lingbot_vae_load (const char *path, LingbotVaeParts parts, GError ** error)
 {
   g_autoptr (LingbotCheckpoint) ckpt = NULL;
   if (lingbot_dummy_is_manifest (path)) {
@@ -450,7 +454,7 @@ lingbot_vae_load (const char *path, LingbotVaeParts parts, GError **error)
  * Returns: (transfer full): @vae
  */
 LingbotVae *
-lingbot_vae_ref (LingbotVae *vae)
+lingbot_vae_ref (LingbotVae * vae)
 {
   g_atomic_int_inc (&vae->ref_count);
   return vae;
@@ -461,7 +465,7 @@ lingbot_vae_ref (LingbotVae *vae)
  * @vae: (nullable): a VAE
  */
 void
-lingbot_vae_unref (LingbotVae *vae)
+lingbot_vae_unref (LingbotVae * vae)
 {
   if (vae == NULL || !g_atomic_int_dec_and_test (&vae->ref_count))
     return;
@@ -478,7 +482,7 @@ lingbot_vae_unref (LingbotVae *vae)
  * Returns: the base width (96 for Wan2.1_VAE.pth, 8 for the golden tiny).
  */
 int
-lingbot_vae_get_dim (LingbotVae *vae)
+lingbot_vae_get_dim (LingbotVae * vae)
 {
   return vae->dim;
 }
@@ -489,7 +493,7 @@ lingbot_vae_get_dim (LingbotVae *vae)
  * Returns: the halves that were loaded.
  */
 LingbotVaeParts
-lingbot_vae_get_parts (LingbotVae *vae)
+lingbot_vae_get_parts (LingbotVae * vae)
 {
   return vae->parts;
 }
@@ -500,7 +504,7 @@ lingbot_vae_get_parts (LingbotVae *vae)
  * @stream's device (kept in wt->owned).  Unused slots (no data) stay
  * empty. */
 static gboolean
-upload_view (VaeWeights *wt, LbStream *stream, LbTensor *t, GError **error)
+upload_view (VaeWeights * wt, LbStream * stream, LbTensor * t, GError ** error)
 {
   if (t->data == NULL)
     return TRUE;
@@ -528,10 +532,10 @@ upload_view (VaeWeights *wt, LbStream *stream, LbTensor *t, GError **error)
 }
 
 static gboolean
-upload_conv (VaeWeights *wt, LbStream *stream, VaeConv *cv, GError **error)
+upload_conv (VaeWeights * wt, LbStream * stream, VaeConv * cv, GError ** error)
 {
   return upload_view (wt, stream, &cv->w, error)
-         && upload_view (wt, stream, &cv->b, error);
+      && upload_view (wt, stream, &cv->b, error);
 }
 
 /**
@@ -555,8 +559,8 @@ upload_conv (VaeWeights *wt, LbStream *stream, VaeConv *cv, GError **error)
  * Returns: %TRUE on success.
  */
 gboolean
-vae_weights_init (VaeWeights *wt, LbStream *stream, const LingbotVae *vae,
-    LingbotVaeParts part, GError **error)
+vae_weights_init (VaeWeights * wt, LbStream * stream, const LingbotVae * vae,
+    LingbotVaeParts part, GError ** error)
 {
   g_assert (part == LINGBOT_VAE_DECODER || part == LINGBOT_VAE_ENCODER);
   g_assert (vae->parts & part);
@@ -567,7 +571,7 @@ vae_weights_init (VaeWeights *wt, LbStream *stream, const LingbotVae *vae,
   if (stream->backend->device_type == LB_DEVICE_CPU)
     return TRUE;
 
-  wt->owned = g_ptr_array_new_with_free_func ((GDestroyNotify)lb_tensor_free);
+  wt->owned = g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free);
   VaeNet *n = &wt->net;
   n->layers = g_memdup2 (n->layers, sizeof (VaeLayer) * n->n_layers);
   if (!upload_conv (wt, stream, &n->conv_in, error)
@@ -594,7 +598,7 @@ vae_weights_init (VaeWeights *wt, LbStream *stream, const LingbotVae *vae,
  * Frees the device copies; forgets borrowed host weights.
  */
 void
-vae_weights_clear (VaeWeights *wt)
+vae_weights_clear (VaeWeights * wt)
 {
   if (wt->owned != NULL) {
     g_ptr_array_unref (wt->owned);

@@ -99,15 +99,13 @@ lingbot_world_parse_precision (const char *precision, LbMathMode * math,
  * Returns: %TRUE when a world could be created on @devices.
  */
 gboolean
-lingbot_world_check_devices (const char *devices, int *n_ranks,
-    GError ** error)
+lingbot_world_check_devices (const char *devices, int *n_ranks, GError ** error)
 {
   LbBackend *backend = NULL;
   g_autofree int *ordinals = NULL;
   int n = 0;
 
-  if (!lingbot_backend_parse_devices (devices, &backend, &n, &ordinals,
-          error))
+  if (!lingbot_backend_parse_devices (devices, &backend, &n, &ordinals, error))
     return FALSE;
   if (n_ranks != NULL)
     *n_ranks = n;
@@ -150,9 +148,8 @@ lingbot_world_check_devices (const char *devices, int *n_ranks,
  *
  * Returns: (transfer full) (nullable): the world.
  */
-static LingbotWorld *
-world_new (const LingbotWorldOptions * options, LbBackend * backend,
-    int n_ranks, GError ** error);
+static LingbotWorld *world_new (const LingbotWorldOptions * options,
+    LbBackend * backend, int n_ranks, GError ** error);
 
 /* The DiT's widths that the other parts fix: its patch embedding takes the
  * VAE's latents and condition (spec 1.2), its camera patch embedding the

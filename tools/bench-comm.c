@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum {
+typedef enum
+{
   OP_ALL_TO_ALL,
   OP_ALL_GATHER,
   OP_ALL_REDUCE,
@@ -114,7 +115,7 @@ received_bytes (BenchOp op, int n, gsize S)
     case OP_SEND_RECV:
       return (double) (n / 2 * 2) * S;
     default:
-      return (double) n * S;
+      return (double) n *S;
   }
 }
 
@@ -192,7 +193,7 @@ bench_channel (int n, gsize S, int iters, LbTransportKind kind,
   }
   /* [n * 256 rows, S / 256 bytes per row], one band of S bytes per rank. */
   LbChannelConfig cfg = {.producer = gp,.consumer = gc,.dtype = LB_DTYPE_U8,
-    .ndim = 2,.shape = { n * 256, (int64_t) (S / 256) },.shard_dim = 0,
+    .ndim = 2,.shape = {n * 256, (int64_t) (S / 256)},.shard_dim = 0,
     .n_slots = 2,.name = "bench",
     .flags = kind == LB_TRANSPORT_HOST_STAGED ? LB_CHANNEL_NO_PEER_COPY : 0,
   };
@@ -235,7 +236,7 @@ memcpy_gbps (gsize S, int iters)
   (void) sink;
   g_aligned_free (a);
   g_aligned_free (b);
-  return (double) S * iters / secs / 1e9;
+  return (double) S *iters / secs / 1e9;
 }
 
 /* ---- driver ---- */

@@ -77,8 +77,7 @@ w_all_to_all_v (gpointer st, LbRank * r, LbDType dt, const void *send,
   const gsize es = lb_dtype_size (dt);
   count (r, LINGBOT_BENCH_OP_ALL_TO_ALL, TRUE, peers_sum (r, rc) * es,
       peers_sum (r, sc) * es);
-  return inner_of (r)->all_to_all_v (st, r, dt, send, sc, sd, recv, rc, rd,
-      e);
+  return inner_of (r)->all_to_all_v (st, r, dt, send, sc, sd, recv, rc, rd, e);
 }
 
 static gboolean

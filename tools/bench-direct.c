@@ -55,7 +55,8 @@
 
 /* ---- configuration ---- */
 
-typedef struct {
+typedef struct
+{
   gboolean replay;
   char *engine;
   char *model;
@@ -121,7 +122,7 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
     {"image", 'i', 0, G_OPTION_ARG_FILENAME, &c->image,
         "Reference image (JPEG)", "IMG"},
     {"control-trace", 't', 0, G_OPTION_ARG_FILENAME, &c->trace,
-        "Control trace JSON ({\"events\":[{\"delay_s\",\"message\"}]})",
+          "Control trace JSON ({\"events\":[{\"delay_s\",\"message\"}]})",
         "TRACE"},
     {"prompt", 'p', 0, G_OPTION_ARG_STRING, &c->prompt,
         "Text prompt (needs the model's umT5)", "TEXT"},
@@ -132,7 +133,7 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
     {"precision", 0, 0, G_OPTION_ARG_STRING, &c->precision,
         "DiT precision on GPU ranks: fp32 (default) or bf16", "P"},
     {"decode-overlap", 0, 0, G_OPTION_ARG_NONE, &c->decode_overlap,
-          "session engine: decode on its own worker group in a second "
+        "session engine: decode on its own worker group in a second "
           "thread, beside the generation (the elements always do, unless "
           "LINGBOT_DECODE_OVERLAP=0)", NULL},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &c->frames,
@@ -154,18 +155,18 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
         "replay: session length in seconds (default 60 = 957 frames)", "S"},
     {"playout-delay", 0, 0, G_OPTION_ARG_DOUBLE, &c->playout_delay,
         "replay: a chunk's first frame is due this long after its request "
-        "(default: one chunk of video, 4*C/fps = 1 s)", "S"},
+          "(default: one chunk of video, 4*C/fps = 1 s)", "S"},
     {"rss-interval", 0, 0, G_OPTION_ARG_DOUBLE, &c->rss_interval,
         "Sample the resident memory every S seconds into rss_samples "
-        "(replay: default 60, a soak test's figure; direct: default 0 = "
-        "off)", "S"},
+          "(replay: default 60, a soak test's figure; direct: default 0 = "
+          "off)", "S"},
     {"compare", 0, 0, G_OPTION_ARG_NONE, &c->compare,
         "Run CONFIG_A and CONFIG_B alternately, print B/A ratios", NULL},
     {"rounds", 0, 0, G_OPTION_ARG_INT, &c->rounds,
         "--compare: A/B pairs (default 3)", "N"},
     {"timeout", 0, 0, G_OPTION_ARG_DOUBLE, &c->timeout,
         "Give up after this many seconds per run (default 600 + 3x "
-        "duration)", "S"},
+          "duration)", "S"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &c->quiet,
         "No per-chunk lines on stderr", NULL},
     {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &c->rest, NULL,
@@ -196,8 +197,7 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
   }
   if (c->prompt_embeds == NULL && c->prompt == NULL)
     c->prompt = g_strdup ("");
-  if (c->fps < 1 || c->chunk_frames < 1 || c->frames < 0 ||
-      c->rounds < 1) {
+  if (c->fps < 1 || c->chunk_frames < 1 || c->frames < 0 || c->rounds < 1) {
     g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
         "--fps, --chunk-frames and --rounds must be positive");
     return FALSE;
@@ -262,7 +262,8 @@ comm_counters_snapshot (CommCounters * out)
 
 /* ---- one run ---- */
 
-typedef struct {
+typedef struct
+{
   guint64 index;
   int frames;
   guint keys;
@@ -272,7 +273,8 @@ typedef struct {
   double request_s, due_s, late_s;
 } ChunkRecord;
 
-typedef struct {
+typedef struct
+{
   const char *engine;
   const char *collectives;
   int n_ranks;
@@ -287,12 +289,14 @@ typedef struct {
 
 /* ---- resident memory, sampled beside the run (soak tests) ---- */
 
-typedef struct {
+typedef struct
+{
   double t_s;
   gint64 bytes;
 } RssSample;
 
-typedef struct {
+typedef struct
+{
   GMutex lock;
   GCond cond;
   gboolean stop;
@@ -311,7 +315,7 @@ rss_now (void)
   unsigned long size = 0, resident = 0;
   if (sscanf (statm, "%lu %lu", &size, &resident) != 2)
     return -1;
-  return (gint64) resident * sysconf (_SC_PAGESIZE);
+  return (gint64) resident *sysconf (_SC_PAGESIZE);
 }
 
 static void
@@ -384,7 +388,8 @@ set_deadlines (const BenchConfig * c, RunResult * r)
   }
 }
 
-typedef struct {
+typedef struct
+{
   LingbotSession *session;
   GAsyncQueue *q;               /* LingbotChunkStats * of generated chunks */
   GArray *decoded;              /* LingbotChunkStats, with the decode */
@@ -516,8 +521,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
   so.chunk_frames = c->chunk_frames;
   so.frames = (guint) c->frames;
   so.fps = c->fps;
-  g_autoptr (LingbotSession) session = lingbot_session_new (world, &so,
-      error);
+  g_autoptr (LingbotSession) session = lingbot_session_new (world, &so, error);
   if (session == NULL)
     return FALSE;
   const guint n_chunks = lingbot_session_get_n_chunks (session);
@@ -531,8 +535,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
     return FALSE;
   r->setup_s = secs_since (t0);
   if (c->decode_overlap)
-    return run_session_overlapped (c, r, session, plan, n_planned, t0,
-        error);
+    return run_session_overlapped (c, r, session, plan, n_planned, t0, error);
 
   guint frames_before = 0;
   for (guint i = 0; !lingbot_session_is_done (session); i++) {
@@ -580,7 +583,8 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
 
 #ifdef LINGBOT_BENCH_HAVE_GST
 
-typedef struct {
+typedef struct
+{
   guint64 index;
   int frames;
   guint keys;
@@ -590,7 +594,8 @@ typedef struct {
   gboolean decoded;
 } ChunkMsg;
 
-typedef struct {
+typedef struct
+{
   GMutex lock;
   gint64 t0;
   GArray *gen;                  /* ChunkMsg, in posting order */
@@ -775,8 +780,7 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   gst_bus_set_sync_handler (bus, on_bus_sync, &g, NULL);
 
   g.t0 = g_get_monotonic_time ();
-  if (gst_element_set_state (p, GST_STATE_PLAYING) ==
-      GST_STATE_CHANGE_FAILURE) {
+  if (gst_element_set_state (p, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
     /* the error is on the bus */
   }
   GstMessage *msg = gst_bus_timed_pop_filtered (bus,
@@ -1216,8 +1220,7 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     double *v = (double *) (void *) ps->data;
     qsort (v, ps->len, sizeof (double), cmp_double);
     set_double (b, "real_time_factor", ps->len ?
-        percentile (v, ps->len, 0.95) / (4.0 * c->chunk_frames / c->fps) :
-        0.0);
+        percentile (v, ps->len, 0.95) / (4.0 * c->chunk_frames / c->fps) : 0.0);
   }
   set_double (b, "setup_seconds", r->setup_s);
   set_double (b, "first_chunk_latency_s", first->first_frame_s);

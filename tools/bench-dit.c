@@ -83,8 +83,8 @@ lingbot_bench_dit_flops (const LingbotDitConfig * cfg, int64_t tokens,
   const double N = (double) tokens;
   out->linear = L * (2 * N * D * D * 6 + 2 * N * D * F * 2)
       + 2 * N * D * cfg->in_dim * 4 + 2 * N * D * cfg->out_dim * 4;
-  out->self_attn = L * 4 * N * (double) keys * D;
-  out->cross_attn = L * 4 * N * (double) text_len * D;
+  out->self_attn = L * 4 * N * (double) keys *D;
+  out->cross_attn = L * 4 * N * (double) text_len *D;
   out->pass = out->linear + out->self_attn + out->cross_attn;
   out->camera = L * 2 * N * D * D * 4
       + 2 * N * D * cfg->control_in_features + 2 * 2 * N * D * D;
@@ -346,9 +346,9 @@ lingbot_bench_dit_rank_exchange (const LingbotDitConfig * cfg,
     out->link[i] = ex * MAX (in, o);
   }
   const guint64 gin = n_peers * zf * 4, gout = n_me * zf * 4 * (R - 1);
-  out->recv[4] = (guint64) n_passes * gin;
-  out->sent[4] = (guint64) n_passes * gout;
-  out->link[4] = (guint64) n_passes * MAX (gin, gout);
+  out->recv[4] = (guint64) n_passes *gin;
+  out->sent[4] = (guint64) n_passes *gout;
+  out->link[4] = (guint64) n_passes *MAX (gin, gout);
   for (int i = 0; i < 5; i++)
     out->link_total += out->link[i];
   out->all_to_all_recv = out->recv[0] + out->recv[1] + out->recv[2] +
@@ -368,8 +368,7 @@ print_memory_json (const char *name, const LingbotBenchDitMemory * m)
       G_GUINT64_FORMAT ", \"activations\": %" G_GUINT64_FORMAT
       ", \"ulysses\": %" G_GUINT64_FORMAT ", \"session\": %" G_GUINT64_FORMAT
       ", \"total\": %" G_GUINT64_FORMAT "}", name, m->weights, m->kv_cache,
-      m->camera, m->cross_kv, m->activations, m->ulysses, m->session,
-      m->total);
+      m->camera, m->cross_kv, m->activations, m->ulysses, m->session, m->total);
 }
 
 static int
@@ -422,8 +421,8 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         "camera %.1f, cross K/V %.2f, activations %.2f, Ulysses %.2f, "
         "session %.2f GB)\n", n_ranks, m32.total / 1e9, m16.total / 1e9,
         m32.weights / 1e9, m16.weights / 1e9, m32.kv_cache / 1e9,
-        m16.kv_cache / 1e9, m32.camera / 1e9, m32.cross_kv / 1e9, m32.activations / 1e9,
-        m32.ulysses / 1e9, m32.session / 1e9);
+        m16.kv_cache / 1e9, m32.camera / 1e9, m32.cross_kv / 1e9,
+        m32.activations / 1e9, m32.ulysses / 1e9, m32.session / 1e9);
     if (x.all_to_alls > 0)
       printf ("Ulysses exchange per rank per chunk: %" G_GUINT64_FORMAT
           " all-to-alls, %.2f GB leaving the rank with f32 exchanges, %.2f GB "
@@ -490,8 +489,7 @@ static void
 print_comm_json (const LingbotBenchCommCounts * first,
     const LingbotBenchCommCounts * run, const char *collectives)
 {
-  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, ",
-      collectives);
+  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, ", collectives);
   guint64 per_chunk = print_ops_json ("ops", first);
   printf (", ");
   guint64 total = print_ops_json ("ops_run", run);
@@ -606,8 +604,7 @@ report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         "exposed = period %.4g s = %.4g fps (%d frames per chunk); not "
         "measured: NCCL latency and launch cost, link contention, the SMs "
         "NCCL takes from the GEMMs\n", sh->world_ranks, chunk_s,
-        steady ? "steady mean" : "first chunk", exposed_s, period, fps,
-        frames);
+        steady ? "steady mean" : "first chunk", exposed_s, period, fps, frames);
   }
   return 0;
 }
@@ -645,23 +642,23 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "Ranks: cpu:N or GPU ordinals such as 0 or 0,1 (default cpu:1)", "D"},
     {"latent", 0, 0, G_OPTION_ARG_STRING, &latent,
-          "Latent grid HxW (default 16x24; 60x104 is 480x832 video, 58x104 "
+        "Latent grid HxW (default 16x24; 60x104 is 480x832 video, 58x104 "
           "464x832)", "HxW"},
     {"chunks", 'n', 0, G_OPTION_ARG_INT, &chunks, "Chunks (default 4)", "K"},
     {"text-len", 0, 0, G_OPTION_ARG_INT, &text_len,
         "Text tokens (default 64; 512 in production)", "L"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Weight/noise seed", "S"},
     {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
-          "Math of the ranks' streams: fp32 (default, the parity mode) or "
+        "Math of the ranks' streams: fp32 (default, the parity mode) or "
           "bf16 (spec 1.11; the CPU backend ignores it)", "P"},
     {"window-full", 0, 0, G_OPTION_ARG_NONE, &window_full,
-          "Start with a full KV window (cursors advanced, cache contents "
+        "Start with a full KV window (cursors advanced, cache contents "
           "left as they are: for timing only)", NULL},
     {"peak-tflops", 0, 0, G_OPTION_ARG_DOUBLE, &peak,
-          "Dense peak per device for MFU (default on GPUs: 989.4 with bf16, "
+        "Dense peak per device for MFU (default on GPUs: 989.4 with bf16, "
           "67 with fp32; on CPU no MFU unless given)", "X"},
     {"rank-of", 0, 0, G_OPTION_ARG_INT, &rank_of,
-          "Time what rank 0 of an N-rank Ulysses world computes (its token "
+        "Time what rank 0 of an N-rank Ulysses world computes (its token "
           "band, heads / N heads, its KV cache), on the one rank of "
           "--devices; the exchanges become copies of the real sizes. Prints "
           "the N-GPU projection: that time + the exposed exchange at "
@@ -669,7 +666,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"link-gbps", 0, 0, G_OPTION_ARG_DOUBLE, &link_gbps,
           "Link bandwidth per GPU and direction for the --rank-of projection, "
           "GB/s (default 450: H100 NVLink 4, 18 links x 25 GB/s; nominal)",
-          "X"},
+        "X"},
     {"estimate", 0, 0, G_OPTION_ARG_NONE, &estimate,
         "Print the FLOP and device-memory models only, build nothing", NULL},
     {"json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON lines on stdout", NULL},
@@ -696,8 +693,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     math = LB_MATH_FP8;
   } else if (precision && !g_str_equal (precision, "fp32")) {
     fprintf (stderr, "lingbot-bench dit: --precision wants fp32, bf16 or "
-        "fp8, "
-        "not %s\n", precision);
+        "fp8, " "not %s\n", precision);
     return 2;
   }
   if (chunks < 1 || text_len < 1) {
@@ -866,7 +862,8 @@ lingbot_bench_dit_main (int argc, char **argv)
         "%s rank(s) in %.1f s; precision %s%s\n",
         lingbot_dit_config_variant (cfg), cfg->num_layers, params / 1e9,
         model ? "loaded in" : "random weights in", weights_s, n_ranks,
-        be->name, setup_s, math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
+        be->name, setup_s,
+        math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
         math == LB_MATH_BF16 && on_cpu ? " (ignored on CPU ranks)" : "");
     if (window_full)
       printf ("window full before the first timed chunk: cursors global %"

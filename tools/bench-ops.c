@@ -88,11 +88,9 @@ run_attention_sgemm (gpointer data, GError ** error)
     const float *v = (const float *) c->v->data + h * c->hd;
     float *o = (float *) c->out->data + h * c->hd;
     cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) c->nq,
-        (int) c->nk, (int) c->hd, 1.0f, q, ld, k, ld, 0.0f, c->sc,
-        (int) c->nk);
+        (int) c->nk, (int) c->hd, 1.0f, q, ld, k, ld, 0.0f, c->sc, (int) c->nk);
     cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) c->nq,
-        (int) c->hd, (int) c->nk, 1.0f, c->sc, (int) c->nk, v, ld, 0.0f, o,
-        ld);
+        (int) c->hd, (int) c->nk, 1.0f, c->sc, (int) c->nk, v, ld, 0.0f, o, ld);
   }
   return TRUE;
 }
@@ -207,7 +205,7 @@ conv_study (LbStream * s, LbCpuIsa isa, int threads, int iters)
   };
   for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
     const int ch = shapes[i][0], hh = shapes[i][1], ww = shapes[i][2];
-    ConvCase cc = { .s = s };
+    ConvCase cc = {.s = s };
     int64_t xs[4] = { ch, 4, hh, ww }, cs[4] = { ch, 2, hh, ww };
     int64_t wsh[5] = { ch, ch, 3, 3, 3 }, bs[1] = { ch };
     cc.x = lb_tensor_new (LB_DTYPE_F32, 4, xs);
@@ -268,14 +266,14 @@ lingbot_bench_ops (int argc, char **argv)
   GOptionEntry entries[] = {
     {"conv", 0, 0, G_OPTION_ARG_NONE, &conv,
         "only the convolution study: im2col + sgemm against the direct "
-        "tiles at the decoder's widths", NULL},
+          "tiles at the decoder's widths", NULL},
     {"iters", 0, 0, G_OPTION_ARG_INT, &iters,
         "timed repetitions, the best counts (5)", "N"},
     {"threads", 0, 0, G_OPTION_ARG_INT, &threads_opt,
         "1 for one thread, 0 for all; default both", "N"},
     {"isa", 0, 0, G_OPTION_ARG_STRING, &isa_name,
-        "baseline, avx2, avx512, or all the CPU has (default: LINGBOT_CPU_ISA, "
-        "else the best)",
+          "baseline, avx2, avx512, or all the CPU has (default: LINGBOT_CPU_ISA, "
+          "else the best)",
         "NAME"},
     {NULL}
   };
@@ -300,7 +298,7 @@ lingbot_bench_ops (int argc, char **argv)
   LbCpuIsa isas[3];
   int n_isas = 0;
   if (isa_name == NULL) {
-    isas[n_isas++] = lb_cpu_isa ();      /* LINGBOT_CPU_ISA, else the best */
+    isas[n_isas++] = lb_cpu_isa ();     /* LINGBOT_CPU_ISA, else the best */
   } else if (strcmp (isa_name, "all") == 0) {
     for (int i = 0; i <= (int) lb_cpu_isa_best (); i++)
       isas[n_isas++] = (LbCpuIsa) i;
@@ -328,7 +326,7 @@ lingbot_bench_ops (int argc, char **argv)
   }
 
   /* attention */
-  AttnCase ac = { .s = s, .nq = 960, .nk = 4320, .nh = 3, .hd = 128 };
+  AttnCase ac = {.s = s,.nq = 960,.nk = 4320,.nh = 3,.hd = 128 };
   int64_t qs[3] = { ac.nq, ac.nh, ac.hd }, ks[3] = { ac.nk, ac.nh, ac.hd };
   ac.q = lb_tensor_new (LB_DTYPE_F32, 3, qs);
   ac.k = lb_tensor_new (LB_DTYPE_F32, 3, ks);
@@ -342,7 +340,7 @@ lingbot_bench_ops (int argc, char **argv)
 
   /* the decoder's causal 3x3x3 conv, width 8 at the top: 8 -> 8 channels
    * over 4 frames of 192x320, a 2-frame cache */
-  ConvCase cc = { .s = s };
+  ConvCase cc = {.s = s };
   const int cin = 8, cout = 8, f = 4, hh = 192, ww = 320;
   int64_t xs[4] = { cin, f, hh, ww }, cs[4] = { cin, 2, hh, ww };
   int64_t wsh[5] = { cout, cin, 3, 3, 3 }, bs[1] = { cout };
@@ -366,7 +364,7 @@ lingbot_bench_ops (int argc, char **argv)
 
   /* norms and GELU at the DiT's [tokens, dim] (960 x 384 per chunk, here
    * 16 x that: a whole window's worth) */
-  NormCase nc = { .s = s };
+  NormCase nc = {.s = s };
   int64_t ns[2] = { 15360, 384 }, wv[1] = { 384 };
   nc.x = lb_tensor_new (LB_DTYPE_F32, 2, ns);
   nc.y = lb_tensor_new (LB_DTYPE_F32, 2, ns);
@@ -379,7 +377,7 @@ lingbot_bench_ops (int argc, char **argv)
 
   /* the decoder's RMS norm + SiLU at the top: 8 channels, 4 frames of
    * 192x320 */
-  ChNormCase hc = { .s = s };
+  ChNormCase hc = {.s = s };
   int64_t hs[4] = { 8, 4, 192, 320 }, hg[1] = { 8 };
   hc.x = lb_tensor_new (LB_DTYPE_F32, 4, hs);
   hc.y = lb_tensor_new (LB_DTYPE_F32, 4, hs);
@@ -418,8 +416,7 @@ lingbot_bench_ops (int argc, char **argv)
       print_line ("attention", isas[i], thread_counts[t],
           "q 960x3x128, k/v 4320x3x128", a, attn_flops, a2, 0);
       print_line ("conv3d_causal", isas[i], thread_counts[t],
-          "8->8 ch, 3x3x3, 4 frames 192x320, cache 2", c1, conv_flops, c2,
-          0);
+          "8->8 ch, 3x3x3, 4 frames 192x320, cache 2", c1, conv_flops, c2, 0);
       print_line ("layer_norm", isas[i], thread_counts[t], "15360x384", l, 0,
           0, norm_bytes);
       print_line ("rms_norm", isas[i], thread_counts[t], "15360x384", r, 0, 0,

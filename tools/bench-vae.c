@@ -69,7 +69,7 @@ lingbot_bench_vae_decode_flops (int dim, int latent_h, int latent_w,
   double m = CONV (16, 16, 1, P0, T0);  /* conv2, 1x1x1 */
   m += CONV (16, c4, 27, P0, T0);       /* conv1 */
   m += 4 * CONV (c4, c4, 27, P0, T0);   /* middle: 2 resblocks */
-  m += T0 * (P0 * c4 * 3 * c4 + P0 * c4 * c4 + 2 * P0 * P0 * c4);      /* attn */
+  m += T0 * (P0 * c4 * 3 * c4 + P0 * c4 * c4 + 2 * P0 * P0 * c4);       /* attn */
   m += 6 * CONV (c4, c4, 27, P0, T0);   /* up 0: 3 resblocks */
   m += CONV (c4, 2 * c4, 3, P0, T0);    /* up 0 time conv */
   m += CONV (c4, c2, 9, 4 * P0, T1);    /* up 0 spatial conv */
@@ -87,7 +87,7 @@ lingbot_bench_vae_decode_flops (int dim, int latent_h, int latent_w,
 }
 
 static void
-fill_random (LbTensor *t, guint32 seed)
+fill_random (LbTensor * t, guint32 seed)
 {
   float *d = t->data;
   guint32 x = seed * 2654435761u + 12345;
@@ -95,14 +95,14 @@ fill_random (LbTensor *t, guint32 seed)
     x ^= x << 13;
     x ^= x >> 17;
     x ^= x << 5;
-    d[i] = 2.f * ((float)(x >> 8) / 8388608.f - 1.f);
+    d[i] = 2.f * ((float) (x >> 8) / 8388608.f - 1.f);
   }
 }
 
 static gboolean
-run_one (LingbotVae *vae, LbBackend *be, int ranks, const int *ordinals,
+run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
     int h, int w, int L, int chunks, guint32 seed, LbMathMode math,
-    RunResult *res, GError **error)
+    RunResult * res, GError ** error)
 {
   LbStream *stream = NULL;
   LbWorkerGroup *group = NULL;
@@ -174,35 +174,35 @@ int
 lingbot_bench_vae_main (int argc, char **argv)
 {
   g_autofree char *model = NULL, *latent = g_strdup ("12x20"),
-                  *ranks_s = NULL, *devices = NULL, *precision = NULL;
+      *ranks_s = NULL, *devices = NULL, *precision = NULL;
   gint dim = 8, L = 4, chunks = 3, seed = 1;
   double dit_chunk_s = 0;
   gboolean json = FALSE;
   GOptionEntry entries[] = {
-    { "model", 0, 0, G_OPTION_ARG_FILENAME, &model,
-        "Wan2.1_VAE.pth or safetensors (default: random weights)", "PATH" },
-    { "dim", 0, 0, G_OPTION_ARG_INT, &dim,
-        "base width of the random model (8; the real VAE is 96)", "N" },
-    { "latent", 0, 0, G_OPTION_ARG_STRING, &latent,
+    {"model", 0, 0, G_OPTION_ARG_FILENAME, &model,
+        "Wan2.1_VAE.pth or safetensors (default: random weights)", "PATH"},
+    {"dim", 0, 0, G_OPTION_ARG_INT, &dim,
+        "base width of the random model (8; the real VAE is 96)", "N"},
+    {"latent", 0, 0, G_OPTION_ARG_STRING, &latent,
         "latent rows x columns (12x20; 480x832 video is 60x104, 464x832 "
-        "58x104)", "HxW" },
-    { "chunk-latents", 0, 0, G_OPTION_ARG_INT, &L,
-        "latent frames per chunk (4)", "L" },
-    { "chunks", 0, 0, G_OPTION_ARG_INT, &chunks,
-        "chunks per run; the first is reported apart (3)", "K" },
-    { "ranks", 0, 0, G_OPTION_ARG_STRING, &ranks_s,
-        "comma-separated CPU rank counts, one run each (1,2,4)", "LIST" },
-    { "devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
+          "58x104)", "HxW"},
+    {"chunk-latents", 0, 0, G_OPTION_ARG_INT, &L,
+        "latent frames per chunk (4)", "L"},
+    {"chunks", 0, 0, G_OPTION_ARG_INT, &chunks,
+        "chunks per run; the first is reported apart (3)", "K"},
+    {"ranks", 0, 0, G_OPTION_ARG_STRING, &ranks_s,
+        "comma-separated CPU rank counts, one run each (1,2,4)", "LIST"},
+    {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "one run on these ranks: cpu:N, or GPU ordinals such as 0 or 0,1 "
-        "(instead of --ranks)", "D" },
-    { "dit-chunk-s", 0, 0, G_OPTION_ARG_DOUBLE, &dit_chunk_s,
-        "seconds of a DiT chunk: print the decode's share of a chunk", "S" },
-    { "precision", 0, 0, G_OPTION_ARG_STRING, &precision,
+          "(instead of --ranks)", "D"},
+    {"dit-chunk-s", 0, 0, G_OPTION_ARG_DOUBLE, &dit_chunk_s,
+        "seconds of a DiT chunk: print the decode's share of a chunk", "S"},
+    {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
         "fp32 (default, the reference) or bf16 (one rank: TF32/bf16 conv "
-        "engines, bf16 GEMMs)", "P" },
-    { "seed", 0, 0, G_OPTION_ARG_INT, &seed, "latents/weights seed (1)", "S" },
-    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "print one JSON object", NULL },
-    { NULL }
+          "engines, bf16 GEMMs)", "P"},
+    {"seed", 0, 0, G_OPTION_ARG_INT, &seed, "latents/weights seed (1)", "S"},
+    {"json", 0, 0, G_OPTION_ARG_NONE, &json, "print one JSON object", NULL},
+    {NULL}
   };
   g_autoptr (GOptionContext) octx
       = g_option_context_new ("- streamed VAE decode seconds per chunk");
@@ -214,22 +214,21 @@ lingbot_bench_vae_main (int argc, char **argv)
       || chunks < 1 || dim < 2 || dit_chunk_s < 0) {
     fprintf (stderr, "lingbot-bench vae: %s\n",
         err ? err->message
-            : "bad --latent, --chunk-latents, --chunks, --dim or "
-              "--dit-chunk-s");
+        : "bad --latent, --chunk-latents, --chunks, --dim or " "--dit-chunk-s");
     return 2;
   }
   LbMathMode math = LB_MATH_FP32;
   if (precision && strcmp (precision, "fp32") != 0) {
     if (strcmp (precision, "bf16") != 0) {
       fprintf (stderr, "lingbot-bench vae: --precision is fp32 or bf16, "
-                       "not \"%s\"\n", precision);
+          "not \"%s\"\n", precision);
       return 2;
     }
     math = LB_MATH_BF16;
   }
   if (ranks_s && devices) {
     fprintf (stderr, "lingbot-bench vae: give --ranks (CPU rank counts) or "
-                     "--devices (one set of ranks), not both\n");
+        "--devices (one set of ranks), not both\n");
     return 2;
   }
 
@@ -249,7 +248,7 @@ lingbot_bench_vae_main (int argc, char **argv)
     n_runs = 1;
   } else {
     list = g_strsplit (ranks_s ? ranks_s : "1,2,4", ",", -1);
-    n_runs = (int)g_strv_length (list);
+    n_runs = (int) g_strv_length (list);
   }
 
   g_autofree char *tmpdir = NULL, *tmpfile = NULL;
@@ -260,7 +259,7 @@ lingbot_bench_vae_main (int argc, char **argv)
       return 1;
     }
     tmpfile = g_build_filename (tmpdir, "vae.safetensors", NULL);
-    if (!lingbot_vae_write_random (tmpfile, dim, (guint64)seed, &err)) {
+    if (!lingbot_vae_write_random (tmpfile, dim, (guint64) seed, &err)) {
       fprintf (stderr, "lingbot-bench vae: %s\n", err->message);
       g_rmdir (tmpdir);
       return 1;
@@ -283,9 +282,8 @@ lingbot_bench_vae_main (int argc, char **argv)
   int status = 0;
   for (int i = 0; i < n_runs; i++) {
     int r = atoi (list[i]);
-    if (r < 1
-        || (math != LB_MATH_FP32 && r != 1)
-        || !run_one (vae, be, r, ordinals, h, w, L, chunks, (guint32)seed,
+    if (r < 1 || (math != LB_MATH_FP32 && r != 1)
+        || !run_one (vae, be, r, ordinals, h, w, L, chunks, (guint32) seed,
             math, &res[i], &err)) {
       fprintf (stderr, "lingbot-bench vae: %d %s rank(s): %s\n", r,
           be->name, err ? err->message : r < 1 ? "bad rank count"
@@ -297,23 +295,23 @@ lingbot_bench_vae_main (int argc, char **argv)
     if (!json) {
       const double st = res[i].steady_s;
       printf ("%s ranks %d: first chunk (%d frames) %.3f s; steady %.3f "
-              "s/chunk (%.2f fps, %.4g TFLOP/s of %.4g TFLOP); halo %.2f "
-              "MB/chunk in %.3f s; cache %.1f MB\n",
+          "s/chunk (%.2f fps, %.4g TFLOP/s of %.4g TFLOP); halo %.2f "
+          "MB/chunk in %.3f s; cache %.1f MB\n",
           be->name, r, 4 * L - 3, res[i].first_s, st,
           st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
           flops / 1e12, res[i].halo_bytes / 1e6, res[i].halo_s,
           res[i].cache_bytes / 1e6);
       if (dit_chunk_s > 0 && st > 0)
         printf ("  decode share of a chunk: %.1f %% (decode %.3f s, DiT "
-                "%.3f s; decode / DiT = %.3f)\n",
+            "%.3f s; decode / DiT = %.3f)\n",
             100 * st / (st + dit_chunk_s), st, dit_chunk_s, st / dit_chunk_s);
     }
   }
   if (json) {
     printf ("{\"bench\": \"vae\", \"backend\": \"%s\", \"devices\": %s%s%s, "
-            "\"dim\": %d, \"latent\": [%d, %d], \"chunk_latents\": %d, "
-            "\"chunks\": %d, \"precision\": \"%s\", \"decode_tflop\": %.4f, "
-            "\"dit_chunk_s\": ",
+        "\"dim\": %d, \"latent\": [%d, %d], \"chunk_latents\": %d, "
+        "\"chunks\": %d, \"precision\": \"%s\", \"decode_tflop\": %.4f, "
+        "\"dit_chunk_s\": ",
         be->name, devices ? "\"" : "", devices ? devices : "null",
         devices ? "\"" : "", vdim, h, w, L, chunks,
         math == LB_MATH_BF16 ? "bf16" : "fp32", flops / 1e12);
@@ -325,11 +323,11 @@ lingbot_bench_vae_main (int argc, char **argv)
     for (int i = 0; i < n_runs; i++) {
       const double st = res[i].steady_s;
       printf ("%s{\"ranks\": %d, \"first_chunk_s\": %.5f, "
-              "\"steady_chunk_s\": %.5f, \"steady_fps\": %.3f, "
-              "\"steady_tflops\": %.4f, "
-              "\"halo_bytes_per_chunk\": %" G_GUINT64_FORMAT
-              ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT
-              ", \"decode_share\": ",
+          "\"steady_chunk_s\": %.5f, \"steady_fps\": %.3f, "
+          "\"steady_tflops\": %.4f, "
+          "\"halo_bytes_per_chunk\": %" G_GUINT64_FORMAT
+          ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT
+          ", \"decode_share\": ",
           i ? ", " : "", res[i].ranks, res[i].first_s, st,
           st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
           res[i].halo_bytes, res[i].halo_s, res[i].cache_bytes);

@@ -81,8 +81,7 @@ main (int argc, char **argv)
     if (c) {
       LbTensor *host = lb_tensor_new (LB_DTYPE_F32, 2, c->shape);
       ok = lb_tensor_download (s, host, c, &err) &&
-          lingbot_prompt_embeds_save (out, host, prompt ? prompt : "", n,
-          &err);
+          lingbot_prompt_embeds_save (out, host, prompt ? prompt : "", n, &err);
       if (ok)
         printf ("%s: prompt_embeds [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
             "], %d tokens\n", out, host->shape[0], host->shape[1], n);

@@ -18,7 +18,8 @@
 
 #include "lingbot/lingbot.h"
 
-typedef struct {
+typedef struct
+{
   FILE *y4m, *rgb;
   guint8 *buf;
   int w, h;
@@ -73,7 +74,7 @@ main (int argc, char **argv)
         "Reference image (JPEG)", "IMG"},
     {"prompt", 'p', 0, G_OPTION_ARG_STRING, &prompt, "Text prompt", "TEXT"},
     {"prompt-embeds", 0, 0, G_OPTION_ARG_FILENAME, &embeds,
-        "Prompt-embeds file (lingbot-encode-prompt) instead of the encoder",
+          "Prompt-embeds file (lingbot-encode-prompt) instead of the encoder",
         "F"},
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
@@ -82,10 +83,10 @@ main (int argc, char **argv)
     {"frames", 'n', 0, G_OPTION_ARG_INT, &frames,
         "Video frames to generate (default 77)", "N"},
     {"keys-trace", 't', 0, G_OPTION_ARG_FILENAME, &trace_path,
-        "Control trace JSON ({\"events\":[{\"delay_s\",\"message\"}]})",
+          "Control trace JSON ({\"events\":[{\"delay_s\",\"message\"}]})",
         "TRACE"},
     {"keys", 'k', 0, G_OPTION_ARG_STRING, &keys_str,
-        "Keys held for the whole run, e.g. w or w,j (without a trace)",
+          "Keys held for the whole run, e.g. w or w,j (without a trace)",
         "K"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &seed, "Noise seed (default 42)",
         "S"},
@@ -207,8 +208,7 @@ main (int argc, char **argv)
     int n = 0;
     if (!lingbot_session_generate (session, keys, &st, &err) ||
         !lingbot_session_decode (session, NULL, &n, &st, &err) ||
-        !write_frames (&sink, lingbot_session_get_frames (session), n,
-            &err)) {
+        !write_frames (&sink, lingbot_session_get_frames (session), n, &err)) {
       fprintf (stderr, "lingbot-generate: chunk %u: %s\n", c, err->message);
       rc = 1;
       goto done;

@@ -43,8 +43,7 @@ print_metadata (LingbotCheckpoint * ckpt)
 }
 
 static gboolean
-inspect (const char *path, gboolean metadata, gboolean header,
-    GError ** error)
+inspect (const char *path, gboolean metadata, gboolean header, GError ** error)
 {
   LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, error);
   if (ckpt == NULL)

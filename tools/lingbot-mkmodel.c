@@ -188,18 +188,18 @@ main (int argc, char **argv)
         "Write a whole model directory (DiT, VAE, umT5, tokenizer)", NULL},
     {"dummy", 0, 0, G_OPTION_ARG_NONE, &dummy,
         "A dummy model directory (implies --full): the configs only, the "
-        "weights drawn when it is loaded (vLLM's load format \"dummy\"); "
-        "loads to the bytes --full writes for the same seed", NULL},
+          "weights drawn when it is loaded (vLLM's load format \"dummy\"); "
+          "loads to the bytes --full writes for the same seed", NULL},
     {"vae-dim", 0, 0, G_OPTION_ARG_INT, &vae_dim,
         "VAE base width with --full (default 96, 8 for tiny)", "N"},
     {"tokenizer", 0, 0, G_OPTION_ARG_FILENAME, &tokenizer,
-        "SentencePiece model to install with --full (also writes the umT5)",
+          "SentencePiece model to install with --full (also writes the umT5)",
         "FILE"},
     {"t5-layers", 0, 0, G_OPTION_ARG_INT, &t5_layers,
         "umT5 blocks with --full (default 2)", "N"},
     {"format", 0, 0, G_OPTION_ARG_STRING, &format,
         "VAE and umT5 file format with --full: pth (default, as published) "
-        "or safetensors", "F"},
+          "or safetensors", "F"},
     {NULL}
   };
   g_autoptr (GOptionContext) ctx =

@@ -223,24 +223,24 @@ static const Encoder encoders[] = {
         "cpu-used=8 ! rtpvp8pay name=pay pt=96 picture-id-mode=15-bit", 96,
         "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
         "clock-rate=90000",
-        "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
+      "application/x-rtp,media=video,encoding-name=VP8,payload=96,"
         "clock-rate=90000,rtcp-fb-nack-pli=(boolean)true,"
-      "rtcp-fb-ccm-fir=(boolean)true"},
+        "rtcp-fb-ccm-fir=(boolean)true"},
   {"x264", "H264", "x264enc name=enc tune=zerolatency speed-preset=ultrafast "
         "key-int-max=%d bframes=0 aud=false "
         "! video/x-h264,profile=constrained-baseline,"
         "stream-format=byte-stream,alignment=au "
         "! rtph264pay name=pay pt=102 config-interval=-1 "
         "aggregate-mode=zero-latency", 102,
-        "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-      "clock-rate=90000", H264_PREFERENCES ("102")},
+      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
+        "clock-rate=90000", H264_PREFERENCES ("102")},
   {"openh264", "H264", "openh264enc name=enc complexity=low gop-size=%d "
         "! video/x-h264,profile=constrained-baseline,"
         "stream-format=byte-stream,alignment=au "
         "! rtph264pay name=pay pt=102 config-interval=-1 "
         "aggregate-mode=zero-latency", 102,
-        "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-      "clock-rate=90000", H264_PREFERENCES ("102")},
+      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
+        "clock-rate=90000", H264_PREFERENCES ("102")},
 };
 
 static const Encoder *
@@ -358,8 +358,7 @@ member_object (JsonObject * o, const char *name)
 
 /* parse a message: an object, or NULL with *why set */
 static JsonParser *
-parse_object (const char *data, gsize len, JsonObject ** out,
-    char **why)
+parse_object (const char *data, gsize len, JsonObject ** out, char **why)
 {
   JsonParser *parser = json_parser_new ();
   g_autoptr (GError) err = NULL;
@@ -647,7 +646,7 @@ static void
 peer_force_key_unit (Peer * p, const char *why)
 {
   GstEvent *ev = gst_video_event_new_upstream_force_key_unit
-      (GST_CLOCK_TIME_NONE, TRUE, (guint) ++p->key_unit_count);
+      (GST_CLOCK_TIME_NONE, TRUE, (guint)++ p->key_unit_count);
 
   g_debug ("peer %u: force key unit (%s)", p->id, why);
   if (p->tee_pad)
@@ -832,8 +831,7 @@ on_offer_created (GstPromise * promise, gpointer user_data)
         GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL);
   if (offer) {
     g_signal_emit_by_name (p->webrtc, "set-local-description", offer, NULL);
-    peer_invoke (p, send_offer, gst_sdp_message_as_text (offer->sdp),
-        g_free);
+    peer_invoke (p, send_offer, gst_sdp_message_as_text (offer->sdp), g_free);
     gst_webrtc_session_description_free (offer);
   } else {
     peer_invoke (p, peer_no_offer, NULL, NULL);
@@ -983,13 +981,11 @@ connection_state_changed (Peer * p, gpointer data)
       break;
     case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED:
       peer_release (p, "ICE/DTLS connection failed",
-          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice",
-          "the WebRTC connection failed");
+          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice", "the WebRTC connection failed");
       break;
     case GST_WEBRTC_PEER_CONNECTION_STATE_CLOSED:
       peer_release (p, "WebRTC connection closed",
-          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice",
-          "the WebRTC connection closed");
+          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice", "the WebRTC connection closed");
       break;
     default:
       break;
@@ -1041,8 +1037,7 @@ peer_tick (gpointer user_data)
     p->last_rx_us = now;
   }
   if (!p->connected && now - p->created_us > timeout * G_USEC_PER_SEC)
-    why = g_strdup_printf ("the browser did not connect within %u s",
-        timeout);
+    why = g_strdup_printf ("the browser did not connect within %u s", timeout);
   else if (p->connected && now - p->last_rx_us > timeout * G_USEC_PER_SEC)
     why = g_strdup_printf ("nothing arrived from the browser for %u s",
         timeout);
@@ -1221,8 +1216,7 @@ handle_channel_message (Peer * p, ChannelMessage * m)
   }
   if (m->control) {
     peer_reject (p, where, member_string (o, "type") ?
-        "unknown message type" : "no \"request\" object", m->size, has_id,
-        id);
+        "unknown message type" : "no \"request\" object", m->size, has_id, id);
     return;
   }
   if (!handle_navigation (p, o, has_id, id, &why))
@@ -1384,8 +1378,7 @@ peer_build (Peer * p, GError ** error)
   }
 
   g_signal_connect_data (p->webrtc, "on-negotiation-needed",
-      G_CALLBACK (on_negotiation_needed), peer_ref (p), peer_unref_closure,
-      0);
+      G_CALLBACK (on_negotiation_needed), peer_ref (p), peer_unref_closure, 0);
   g_signal_connect_data (p->webrtc, "on-ice-candidate",
       G_CALLBACK (on_ice_candidate), peer_ref (p), peer_unref_closure, 0);
   g_signal_connect_data (p->webrtc, "notify::connection-state",
@@ -2251,8 +2244,7 @@ handle_answer (Peer * p, JsonObject * o, gsize len)
     return;
   }
   p->answered = TRUE;
-  answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER,
-      sdp);
+  answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER, sdp);
   g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
       gst_promise_new_with_change_func (on_answer_set, peer_ref (p),
           (GDestroyNotify) peer_unref));
@@ -2297,8 +2289,7 @@ handle_ice (Peer * p, JsonObject * o, gsize len)
     return;
   if (strlen (candidate) > MAX_CANDIDATE
       || !g_str_has_prefix (candidate, "candidate:")) {
-    peer_reject (p, "signalling", "not an ICE candidate line", len, FALSE,
-        0);
+    peer_reject (p, "signalling", "not an ICE candidate line", len, FALSE, 0);
     return;
   }
   /* Browsers hide their host addresses behind mDNS names
@@ -2439,8 +2430,7 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
   gboolean resumed = s != NULL;
   Peer *p;
 
-  if (s == NULL && g_hash_table_size (server->sessions) >=
-      server->max_sessions) {
+  if (s == NULL && g_hash_table_size (server->sessions) >= server->max_sessions) {
     g_autofree char *text = g_strdup_printf ("the server is busy: %u of %u "
         "sessions in use, try again later",
         g_hash_table_size (server->sessions), server->max_sessions);
@@ -2574,8 +2564,7 @@ on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
   /* no extensions: permessage-deflate would make frame sizes say nothing
    * about message sizes */
   if (!soup_websocket_server_check_handshake (msg, NULL, NULL, NULL, &err)
-      || !soup_websocket_server_process_handshake (msg, NULL, NULL, NULL,
-          NULL)) {
+      || !soup_websocket_server_process_handshake (msg, NULL, NULL, NULL, NULL)) {
     g_message ("http: %s " WS_PATH " -> 400 (%s)",
         soup_server_message_get_method (msg),
         err ? err->message : "bad WebSocket handshake");
@@ -2604,8 +2593,7 @@ on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
  *   @root ("/" is index.html), or %NULL with *@status 403 or 404
  */
 char *
-lingbot_webrtc_resolve_path (const char *root, const char *path,
-    guint * status)
+lingbot_webrtc_resolve_path (const char *root, const char *path, guint * status)
 {
   g_autofree char *decoded = NULL, *root_real = NULL, *full = NULL;
   g_autofree char *real = NULL;
@@ -2695,8 +2683,7 @@ on_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
   guint status = 404;
 
   if (strcmp (method, "GET") != 0 && strcmp (method, "HEAD") != 0) {
-    soup_server_message_set_status (msg, SOUP_STATUS_METHOD_NOT_ALLOWED,
-        NULL);
+    soup_server_message_set_status (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, NULL);
     return;
   }
   if (strcmp (raw, START_IMAGE_PATH) == 0) {
@@ -2710,8 +2697,7 @@ on_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
     file = lingbot_webrtc_resolve_path (server->www_dir, raw, &status);
   }
   if (file == NULL || !g_file_get_contents (file, &contents, &len, NULL)) {
-    g_message ("http: %s %s -> %u", method, raw, status == 200 ? 404 :
-        status);
+    g_message ("http: %s %s -> %u", method, raw, status == 200 ? 404 : status);
     soup_server_message_set_status (msg, status == 200 ? 404 : status, NULL);
     return;
   }

@@ -28,7 +28,7 @@
 ITEM_TARGET static inline VF
 ITEM_EXP (VF x)
 {
-  typedef int vi __attribute__ ((vector_size (sizeof (VF))));
+  typedef int vi __attribute__((vector_size (sizeof (VF))));
   const VF zero = { 0 }, lo = zero - 87.3f;
   const vi live = (vi) (x >= lo);
   x = (VF) (((vi) x & live) | ((vi) lo & ~live));
@@ -48,7 +48,7 @@ ITEM_EXP (VF x)
 ITEM_TARGET static void
 ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
 {
-  typedef int VI __attribute__ ((vector_size (sizeof (VF))));
+  typedef int VI __attribute__((vector_size (sizeof (VF))));
   /* the head's keys, tile t transposed at [t][hd][ktp], and its values
    * [nk][hdp], packed by attention.c */
   const float *kpack = a->kpack + h * a->kpack_head;
@@ -56,11 +56,11 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
   const int64_t hd = a->hd, hdp = a->hdp, ktp = a->ktp, kt = a->kt;
   const int64_t i0 = b * a->qb, ni = MIN (a->qb, a->nq - i0);
   const int64_t ni4 = (ni + 3) & ~(int64_t) 3;
-  float *qp = buf;                      /* [qb4][hd] */
+  float *qp = buf;              /* [qb4][hd] */
   float *acc = qp + a->qb4 * hd;        /* [qb4][hdp] */
   float *mrow = acc + a->qb4 * hdp;     /* [qb4] */
-  float *lrow = mrow + a->qb4;          /* [qb4] */
-  float *sc = lrow + a->qb4;            /* [qb4][ktp] */
+  float *lrow = mrow + a->qb4;  /* [qb4] */
+  float *sc = lrow + a->qb4;    /* [qb4][ktp] */
 
   for (int64_t i = 0; i < ni4; i++) {
     mrow[i] = -INFINITY;
@@ -155,7 +155,7 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
         else if (brow)
           x += brow[j1];
         si[j1] = x;
-        if (x > mt || isnan (x))       /* a NaN stays */
+        if (x > mt || isnan (x))        /* a NaN stays */
           mt = x;
       }
       if (mt == -INFINITY) {
@@ -164,7 +164,7 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
         continue;
       }
       const float mnew = MAX (mrow[i], mt);
-      const float corr = expf (mrow[i] - mnew);   /* 0 on the first tile */
+      const float corr = expf (mrow[i] - mnew); /* 0 on the first tile */
       if (corr != 1.0f) {
         float *ai = acc + i * hdp;
         lrow[i] *= corr;

@@ -117,12 +117,12 @@ typedef void (*AttnItemFunc) (const AttnArgs * a, int64_t h, int64_t b,
 
 /* 4, 8 and 16 floats; the u types at any float's alignment, for the
  * loads and stores */
-typedef float v4f __attribute__ ((vector_size (16)));
-typedef float v4u __attribute__ ((vector_size (16), aligned (4)));
-typedef float v8f __attribute__ ((vector_size (32)));
-typedef float v8u __attribute__ ((vector_size (32), aligned (4)));
-typedef float v16f __attribute__ ((vector_size (64)));
-typedef float v16u __attribute__ ((vector_size (64), aligned (4)));
+typedef float v4f __attribute__((vector_size (16)));
+typedef float v4u __attribute__((vector_size (16), aligned (4)));
+typedef float v8f __attribute__((vector_size (32)));
+typedef float v8u __attribute__((vector_size (32), aligned (4)));
+typedef float v16f __attribute__((vector_size (64)));
+typedef float v16u __attribute__((vector_size (64), aligned (4)));
 
 #define VF v4f
 #define VW 4

@@ -155,8 +155,8 @@ typedef struct
   void (*row) (const DirectArgs * a, int64_t rr, int64_t cob);
 } ConvDirect;
 
-typedef float v4f __attribute__ ((vector_size (16)));
-typedef float v4fu __attribute__ ((vector_size (16), aligned (4)));
+typedef float v4f __attribute__((vector_size (16)));
+typedef float v4fu __attribute__((vector_size (16), aligned (4)));
 
 #define VF v4f
 #define VFU v4fu
@@ -179,10 +179,10 @@ typedef float v4fu __attribute__ ((vector_size (16), aligned (4)));
 #undef CONV_TABLE
 
 #if LB_CPU_HAVE_X86_ISAS
-typedef float v8f __attribute__ ((vector_size (32)));
-typedef float v8fu __attribute__ ((vector_size (32), aligned (4)));
-typedef float v16f __attribute__ ((vector_size (64)));
-typedef float v16fu __attribute__ ((vector_size (64), aligned (4)));
+typedef float v8f __attribute__((vector_size (32)));
+typedef float v8fu __attribute__((vector_size (32), aligned (4)));
+typedef float v16f __attribute__((vector_size (64)));
+typedef float v16fu __attribute__((vector_size (64), aligned (4)));
 
 #define VF v8f
 #define VFU v8fu
@@ -248,8 +248,7 @@ use_direct (const ConvIn * c, int64_t cout)
 {
   if (c->sh != 1 || c->sw != 1 || direct_mode == 0)
     return FALSE;
-  return direct_mode == 1 ||
-      cout <= direct_for_isa (lb_cpu_isa ())->max_cout;
+  return direct_mode == 1 || cout <= direct_for_isa (lb_cpu_isa ())->max_cout;
 }
 
 /* The direct variant for stride 1 and few output channels (see
@@ -266,8 +265,7 @@ direct_core (const ConvIn * c, const float *w, const float *bias,
   const ConvDirect *d = direct_for_isa (lb_cpu_isa ());
   const int64_t cin = c->cin, kt = c->kt, kh = c->kh, kw = c->kw;
   const int64_t taps = kt * kh * kw, ncob = (cout + d->cob - 1) / d->cob;
-  float *wpack = lb_cpu_scratch_slot (1, (gsize) (ncob * d->cob * cin *
-          taps));
+  float *wpack = lb_cpu_scratch_slot (1, (gsize) (ncob * d->cob * cin * taps));
   d->pack (w, cout, cin, taps, wpack);
 
   const int64_t wp = c->w + 2 * c->pw + d->slack;

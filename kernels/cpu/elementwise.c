@@ -34,16 +34,14 @@ span_silu (const float *a, const float *b, float *y, int64_t n,
 }
 
 static void
-span_add (const float *a, const float *b, float *y, int64_t n,
-    const Params * p)
+span_add (const float *a, const float *b, float *y, int64_t n, const Params * p)
 {
   for (int64_t i = 0; i < n; i++)
     y[i] = a[i] + b[i];
 }
 
 static void
-span_mul (const float *a, const float *b, float *y, int64_t n,
-    const Params * p)
+span_mul (const float *a, const float *b, float *y, int64_t n, const Params * p)
 {
   for (int64_t i = 0; i < n; i++)
     y[i] = a[i] * b[i];

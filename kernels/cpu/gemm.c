@@ -161,8 +161,7 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
     return TRUE;
   if (w->dtype == LB_DTYPE_BF16) {
-    gemm_bf16 (x->data, xld, w->data, trans_w, wld, m, n, k, alpha, b, yd,
-        yld);
+    gemm_bf16 (x->data, xld, w->data, trans_w, wld, m, n, k, alpha, b, yd, yld);
     return TRUE;
   }
   cblas_sgemm (CblasRowMajor, CblasNoTrans,

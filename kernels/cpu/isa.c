@@ -18,6 +18,7 @@ int openblas_get_parallel (void);
 char *openblas_get_corename (void);
 
 static const char *const isa_names[] = { "baseline", "avx2", "avx512" };
+
 static gint selected = -1;
 
 /**
@@ -241,7 +242,7 @@ lb_cpu_blas_check (void)
     g_message ("OpenBLAS runs its %s kernels on a CPU with %s (it does not "
         "know this model): matrix products run several times slower; set "
         "OPENBLAS_CORETYPE=%s in the environment (lingbot-openblas-coretype, "
-        "tools/openblas-coretype.sh in a source tree, prints it)", lb_cpu_blas_core (NULL),
-        lb_cpu_isa_name (lb_cpu_isa_best ()), advice);
+        "tools/openblas-coretype.sh in a source tree, prints it)",
+        lb_cpu_blas_core (NULL), lb_cpu_isa_name (lb_cpu_isa_best ()), advice);
   g_once_init_leave (&done, 1);
 }

@@ -16,8 +16,7 @@
  * the op's tolerance across ISAs and bit for bit within one.
  */
 
-ROWS_TARGET static inline VF
-ROWS_FN (ldp) (const float *p, int64_t n)
+ROWS_TARGET static inline VF ROWS_FN (ldp) (const float *p, int64_t n)
 {
   if (n >= VW)
     return *(const VFU *) p;
@@ -26,8 +25,7 @@ ROWS_FN (ldp) (const float *p, int64_t n)
   return v;
 }
 
-ROWS_TARGET static inline void
-ROWS_FN (stp) (float *p, VF v, int64_t n)
+ROWS_TARGET static inline void ROWS_FN (stp) (float *p, VF v, int64_t n)
 {
   if (n >= VW)
     *(VFU *) p = v;
@@ -41,8 +39,7 @@ ROWS_FN (stp) (float *p, VF v, int64_t n)
  * float; x / (1 + e^-x) is then -0 for a very negative x, as libm's expf
  * gives) and 0 below -87.3, where e^x is no longer a normal float; NaN
  * gives 0, so the activations below keep a NaN input's NaN (x / 1). */
-ROWS_TARGET static inline VF
-ROWS_FN (exp) (VF x)
+ROWS_TARGET static inline VF ROWS_FN (exp) (VF x)
 {
   const VF zero = { 0 }, lo = zero - 87.3f, hi = zero + 88.0f;
   const VI live = (VI) (x >= lo), big = (VI) (x > hi);
@@ -64,15 +61,13 @@ ROWS_FN (exp) (VF x)
 }
 
 /* y = x * sigmoid(x) = x / (1 + e^-x) */
-ROWS_TARGET static inline VF
-ROWS_FN (silu1) (VF x)
+ROWS_TARGET static inline VF ROWS_FN (silu1) (VF x)
 {
   const VF zero = { 0 };
   return x / (1.0f + ROWS_FN (exp) (zero - x));
 }
 
-ROWS_TARGET static void
-ROWS_FN (silu) (const float *a, float *y, int64_t n)
+ROWS_TARGET static void ROWS_FN (silu) (const float *a, float *y, int64_t n)
 {
   for (int64_t i = 0; i < n; i += VW) {
     const int64_t k = n - i;
@@ -110,8 +105,7 @@ ROWS_FN (modulate) (const float *x, const float *sc, const float *sh,
 
 /* x += gate * y (gate NULL: x += y) over one row */
 ROWS_TARGET static void
-ROWS_FN (gated_residual) (float *x, const float *y, const float *g,
-    int64_t n)
+ROWS_FN (gated_residual) (float *x, const float *y, const float *g, int64_t n)
 {
   for (int64_t i = 0; i < n; i += VW) {
     const int64_t k = n - i;
@@ -134,7 +128,8 @@ ROWS_FN (channel_rms_norm) (const float *xr, int64_t xcs, float *yr,
     gboolean silu)
 {
   for (int64_t w0 = 0; w0 < w_n; w0 += ROWS_CHNORM_NV * VW) {
-    VF acc[ROWS_CHNORM_NV] = { { 0 } };
+    VF acc[ROWS_CHNORM_NV] = { {0}
+    };
     const int64_t left = w_n - w0;
     const int64_t nv = MIN (ROWS_CHNORM_NV, (left + VW - 1) / VW);
     for (int64_t c = 0; c < c_n; c++) {

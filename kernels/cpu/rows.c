@@ -11,9 +11,9 @@
 #include <math.h>
 #include <string.h>
 
-typedef float v4f __attribute__ ((vector_size (16)));
-typedef float v4fu __attribute__ ((vector_size (16), aligned (4)));
-typedef int v4i __attribute__ ((vector_size (16)));
+typedef float v4f __attribute__((vector_size (16)));
+typedef float v4fu __attribute__((vector_size (16), aligned (4)));
+typedef int v4i __attribute__((vector_size (16)));
 
 #define VF v4f
 #define VFU v4fu
@@ -32,12 +32,12 @@ typedef int v4i __attribute__ ((vector_size (16)));
 #undef ROWS_TABLE
 
 #if LB_CPU_HAVE_X86_ISAS
-typedef float v8f __attribute__ ((vector_size (32)));
-typedef float v8fu __attribute__ ((vector_size (32), aligned (4)));
-typedef int v8i __attribute__ ((vector_size (32)));
-typedef float v16f __attribute__ ((vector_size (64)));
-typedef float v16fu __attribute__ ((vector_size (64), aligned (4)));
-typedef int v16i __attribute__ ((vector_size (64)));
+typedef float v8f __attribute__((vector_size (32)));
+typedef float v8fu __attribute__((vector_size (32), aligned (4)));
+typedef int v8i __attribute__((vector_size (32)));
+typedef float v16f __attribute__((vector_size (64)));
+typedef float v16fu __attribute__((vector_size (64), aligned (4)));
+typedef int v16i __attribute__((vector_size (64)));
 
 #define VF v8f
 #define VFU v8fu

@@ -306,7 +306,7 @@ pool_free (int device, void *ptr, cudaStream_t stream)
       g_ptr_array_add (b->events, ev);
     }
   }
-  g_queue_push_head (&p->free_lists[b->cls], b);     /* LIFO: warm blocks first */
+  g_queue_push_head (&p->free_lists[b->cls], b);        /* LIFO: warm blocks first */
   p->cached += b->size;
   g_mutex_unlock (&p->lock);
   dev_leave (g);

@@ -85,6 +85,7 @@ peer_access_add (int device)
   }
   g_mutex_unlock (&peer_lock);
 }
+
 static void capture_blocks_release (int device, GPtrArray * blocks);
 
 static LbStream *
@@ -217,8 +218,7 @@ cuda_graph_begin (LbStream * s, GError ** error)
   }
   if (!lb_cuda_check (cudaSetDevice (s->device), "cudaSetDevice", error) ||
       !lb_cuda_check (cudaStreamBeginCapture (cs->stream,
-              cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture",
-          error))
+              cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture", error))
     return FALSE;
   cs->capturing = TRUE;
   cs->capture_blocks = g_ptr_array_new ();

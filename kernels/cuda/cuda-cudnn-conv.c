@@ -249,8 +249,7 @@ static gboolean
 build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
     LbCudnnPlan * out, GError ** error)
 {
-  const char *what = key->nsd == 3 ? "conv3d_causal (cuDNN)" :
-      "conv2d (cuDNN)";
+  const char *what = key->nsd == 3 ? "conv3d_causal (cuDNN)" : "conv2d (cuDNN)";
   enum
   { T_X, T_W, T_Y, T_CONV, T_B, CONV, OP_CONV, PW, OP_PW, N_DESC };
   cudnnBackendDescriptor_t d[N_DESC] = { NULL };
@@ -313,8 +312,7 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_W], what, error) &&
       lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, fuse_bias ? &d[T_CONV] : &d[T_Y],
-      what, error) &&
-      lb_cudnn_set (d[OP_CONV],
+      what, error) && lb_cudnn_set (d[OP_CONV],
       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[CONV], what, error) &&
       lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
@@ -433,8 +431,7 @@ cudnn_selected (void)
   if (g_str_equal (v, "im2col"))
     return FALSE;
   if (g_once_init_enter (&warned)) {
-    g_message ("LINGBOT_CUDA_CONV=%s is not cudnn or im2col: using cudnn",
-        v);
+    g_message ("LINGBOT_CUDA_CONV=%s is not cudnn or im2col: using cudnn", v);
     g_once_init_leave (&warned, 1);
   }
   return TRUE;
@@ -467,14 +464,14 @@ conv_key (const LbConvGeom * g, gboolean is_2d, gboolean bias, int pad_h,
   key->layout = channels_last ? LAYOUT_NDHWC : LAYOUT_NCDHW;
   if (is_2d) {
     key->nsd = 2;
-    key->n = g->t;               /* batch */
+    key->n = g->t;              /* batch */
     key->in[0] = key->k[0] = key->out[0] = 1;
   } else {
     key->nsd = 3;
     key->n = 1;
-    key->in[0] = g->tc + g->t;   /* cat(cache, x) */
+    key->in[0] = g->tc + g->t;  /* cat(cache, x) */
     key->k[0] = g->kt;
-    key->pre[0] = g->zeros;      /* causal zero frames */
+    key->pre[0] = g->zeros;     /* causal zero frames */
     key->post[0] = 0;
     key->out[0] = g->tout;
   }

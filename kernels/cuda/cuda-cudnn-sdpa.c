@@ -188,8 +188,7 @@ op_pointwise (cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
           CUDNN_TYPE_DATA_TYPE, 1, &prec, what, error) ||
       !lb_cudnn_finalize (desc, what, error))
     goto out;
-  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what,
-      error);
+  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what, error);
   if (op == NULL)
     goto out;
   if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
@@ -230,8 +229,7 @@ op_reduction (cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
           CUDNN_TYPE_DATA_TYPE, 1, &comp, what, error) ||
       !lb_cudnn_finalize (desc, what, error))
     goto out;
-  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what,
-      error);
+  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what, error);
   if (op == NULL)
     goto out;
   if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
@@ -539,7 +537,7 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
                   a->vs1, (uint16_t *) v16, key.vs0, key.vs1, nk, nh, hd),
               "attention (cuDNN SDPA): v to bf16", error))) &&
       (cudnn_ran = lb_cudnn_execute (s, &e->plan, 5, uids, ptrs,
-              "attention (cuDNN SDPA): execute", &exec_err)) &&
+          "attention (cuDNN SDPA): execute", &exec_err)) &&
       lb_cuda_check (lb_cuda_launch_bf16_to_f32_3d (st, o16, key.os0,
           key.os1, a->out, a->os0, a->os1, nq, nh, hd),
       "attention (cuDNN SDPA): output to f32", error);
@@ -601,8 +599,7 @@ lingbot_backend_cuda_attention_stats (guint64 * cudnn_runs,
 }
 
 G_MODULE_EXPORT gboolean lingbot_backend_cuda_sdpa_check (int64_t nq,
-    int64_t nk, int64_t heads, int64_t hd, gboolean kv_window,
-    GError ** error);
+    int64_t nk, int64_t heads, int64_t hd, gboolean kv_window, GError ** error);
 
 /**
  * lingbot_backend_cuda_sdpa_check:

@@ -38,7 +38,7 @@ load_once (gpointer unused)
       g_strdup_printf ("libcudnn.so.%d", CUDNN_MAJOR);
   GModule *m = g_module_open (soname, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
   if (m == NULL) {
-    cudnn_missing = g_strdup (g_module_error ());  /* names the file */
+    cudnn_missing = g_strdup (g_module_error ());       /* names the file */
     return NULL;
   }
   LbCudnnApi api;
@@ -540,8 +540,7 @@ lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan, GError ** error)
 
 gboolean
 lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
-    const int64_t * uids, void *const *ptrs, const char *what,
-    GError ** error)
+    const int64_t * uids, void *const *ptrs, const char *what, GError ** error)
 {
   LbCudaStream *cs = s->priv;
   cudnnHandle_t h = lb_cuda_cudnn_handle (s, error);

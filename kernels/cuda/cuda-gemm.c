@@ -199,8 +199,7 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
         G_GINT64_FORMAT " K=%" G_GINT64_FORMAT " (%s inputs, lda %"
         G_GINT64_FORMAT ", ldb %" G_GINT64_FORMAT ")", key->m, key->n,
         key->k, key->type_b == CUDA_R_16BF ? "bf16" :
-        key->type_b == CUDA_R_8F_E4M3 ? "e4m3" : "f32", key->lda,
-        key->ldb);
+        key->type_b == CUDA_R_8F_E4M3 ? "e4m3" : "f32", key->lda, key->ldb);
     goto fail;
   }
   plan->algo = heur.algo;
@@ -264,8 +263,7 @@ gemm_rm_typed (LbStream * s, gboolean ta, gboolean tb, int64_t m, int64_t n,
         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
           a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
-          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul",
-      error);
+          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul", error);
 }
 
 /**
@@ -359,8 +357,7 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   LbCudaStream *cs = s->priv;
   LbGemmGeom g;
   if (!lb_cuda_check_devices (s, "gemm", error, "x", x, "w", w, "bias", bias,
-          "y", y, NULL) ||
-      !lb_check_gemm (x, w, trans_w, bias, y, &g, error))
+          "y", y, NULL) || !lb_check_gemm (x, w, trans_w, bias, y, &g, error))
     return FALSE;
   const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld;
   if (m == 0 || n == 0)
@@ -438,7 +435,7 @@ lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
       m);
   /* codes [rows, K] (K % 16 == 0 keeps the scales 16-byte aligned), then
    * the scales [rows], then the f32 product [rows, N] when beta != 0 */
-  const gsize codes = (gsize) (rows * k), scales = (gsize) rows * 4;
+  const gsize codes = (gsize) (rows * k), scales = (gsize) rows *4;
   const gsize acc_off = (codes + scales + 255) & ~(gsize) 255;
   const gsize total = beta != 0.0f ? acc_off + (gsize) (rows * n) * 4 :
       codes + scales;

@@ -22,17 +22,17 @@
  * after cudnn.h declared the functions, so the prototypes are cuDNN's). */
 typedef struct
 {
-  __typeof__ (cudnnGetVersion) *GetVersion;
-  __typeof__ (cudnnGetErrorString) *GetErrorString;
-  __typeof__ (cudnnCreate) *Create;
-  __typeof__ (cudnnDestroy) *Destroy;
-  __typeof__ (cudnnSetStream) *SetStream;
-  __typeof__ (cudnnBackendCreateDescriptor) *BackendCreateDescriptor;
-  __typeof__ (cudnnBackendDestroyDescriptor) *BackendDestroyDescriptor;
-  __typeof__ (cudnnBackendFinalize) *BackendFinalize;
-  __typeof__ (cudnnBackendSetAttribute) *BackendSetAttribute;
-  __typeof__ (cudnnBackendGetAttribute) *BackendGetAttribute;
-  __typeof__ (cudnnBackendExecute) *BackendExecute;
+  __typeof__ (cudnnGetVersion) * GetVersion;
+  __typeof__ (cudnnGetErrorString) * GetErrorString;
+  __typeof__ (cudnnCreate) * Create;
+  __typeof__ (cudnnDestroy) * Destroy;
+  __typeof__ (cudnnSetStream) * SetStream;
+  __typeof__ (cudnnBackendCreateDescriptor) * BackendCreateDescriptor;
+  __typeof__ (cudnnBackendDestroyDescriptor) * BackendDestroyDescriptor;
+  __typeof__ (cudnnBackendFinalize) * BackendFinalize;
+  __typeof__ (cudnnBackendSetAttribute) * BackendSetAttribute;
+  __typeof__ (cudnnBackendGetAttribute) * BackendGetAttribute;
+  __typeof__ (cudnnBackendExecute) * BackendExecute;
 } LbCudnnApi;
 
 extern LbCudnnApi lb_cudnn_api;
@@ -177,8 +177,7 @@ gboolean lb_cudnn_finalize (cudnnBackendDescriptor_t d, const char *what,
  * in the variant pack). */
 cudnnBackendDescriptor_t lb_cudnn_tensor (int64_t uid, cudnnDataType_t dtype,
     int nd, const int64_t * dims, const int64_t * strides,
-    gboolean is_virtual, gboolean by_value, const char *what,
-    GError ** error);
+    gboolean is_virtual, gboolean by_value, const char *what, GError ** error);
 
 /* An execution plan and the workspace it needs (bytes); the engine that
  * took the graph (its global index, and whether its numerical notes name
@@ -225,8 +224,7 @@ gboolean lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan,
  * execution). */
 #define LB_CUDNN_MAX_TENSORS 8
 gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
-    const int64_t * uids, void *const *ptrs, const char *what,
-    GError ** error);
+    const int64_t * uids, void *const *ptrs, const char *what, GError ** error);
 
 /* ---- attention through cuDNN SDPA (cuda-cudnn-sdpa.c) ---- */
 
@@ -255,11 +253,13 @@ gboolean lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g,
 
 /* ---- argument checks (cuda-check.c; the rest is kernels/ops-check.h) ---- */
 
-gboolean lb_cuda_check_devices (LbStream * s, const char *op, GError ** error,
-    const char *first_arg, ...) G_GNUC_NULL_TERMINATED;
+gboolean
+lb_cuda_check_devices (LbStream * s, const char *op, GError ** error,
+    const char *first_arg, ...)
+    G_GNUC_NULL_TERMINATED;
 
 /* ---- ops (cuda-ops.c) ---- */
 
-extern const LbOps lb_cuda_ops;
+     extern const LbOps lb_cuda_ops;
 
 G_END_DECLS

@@ -241,8 +241,7 @@ unary (LbStream * s, const char *op, LbCudaEwOp f, const LbTensor * x,
       !lb_check_unary (op, x, y, &g, error))
     return FALSE;
   return launched (lb_cuda_launch_elementwise (stream_of (s), f, x->data,
-          g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, alpha, beta), op,
-      error);
+          g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, alpha, beta), op, error);
 }
 
 static gboolean
@@ -259,8 +258,7 @@ binary (LbStream * s, const char *op, LbCudaEwOp f, const LbTensor * a,
 }
 
 static gboolean
-cuda_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y,
-    GError ** error)
+cuda_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
 {
   return unary (s, "gelu_tanh", LB_CUDA_EW_GELU_TANH, x, y, 0, 0, error);
 }
@@ -311,8 +309,7 @@ conv_core (LbStream * s, const char *op, const LbCudaConvIn * c,
   float *col = NULL;
   if (!direct && kdim > 0) {
     gsize per_row = (gsize) kdim * (gsize) c->wo;
-    nr = CLAMP ((int64_t) (LB_CUDA_SCRATCH_LIMIT / MAX (per_row, 1)), 1,
-        c->ho);
+    nr = CLAMP ((int64_t) (LB_CUDA_SCRATCH_LIMIT / MAX (per_row, 1)), 1, c->ho);
     col = lb_cuda_scratch (s, per_row * nr * sizeof (float), error);
     if (col == NULL)
       return FALSE;

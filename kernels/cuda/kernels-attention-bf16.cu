@@ -81,17 +81,16 @@ using namespace lbk;
 
 namespace {
 
-constexpr int BQ = 128;         /* queries per block: 8 warps x 16 rows */
-constexpr int BK = 64;          /* keys per tile */
-constexpr int SK = 32;          /* keys per online-softmax step */
-constexpr int NT = 256;         /* threads per block */
-constexpr int VW = BK / 2 + 4;  /* words per row of the transposed V tile */
+constexpr int BQ = 128;        /* queries per block: 8 warps x 16 rows */
+constexpr int BK = 64;         /* keys per tile */
+constexpr int SK = 32;         /* keys per online-softmax step */
+constexpr int NT = 256;        /* threads per block */
+constexpr int VW = BK / 2 + 4; /* words per row of the transposed V tile */
 constexpr float LOG2E = 1.4426950408889634f;
 
-template <int D>
-struct Bf16Geo
+template <int D> struct Bf16Geo
 {
-  static constexpr int QW = D / 2 + 4;  /* words per row of sq and sk */
+  static constexpr int QW = D / 2 + 4; /* words per row of sq and sk */
   static constexpr int q_words = BQ * QW;
   static constexpr int k_words = BK * QW;
   static constexpr int v_words = D * VW;
@@ -99,10 +98,13 @@ struct Bf16Geo
 };
 
 static_assert (BK % SK == 0 && SK % 16 == 0, "whole k-steps of P V");
-static_assert (Bf16Geo<64>::QW % 32 == 4 && Bf16Geo<128>::QW % 32 == 4
-    && VW % 32 == 4, "fragment reads must be bank-conflict free");
-static_assert ((Bf16Geo<128>::q_words + Bf16Geo<128>::k_words
-        + Bf16Geo<128>::v_words) % 4 == 0, "16-byte aligned regions");
+static_assert (
+    Bf16Geo<64>::QW % 32 == 4 && Bf16Geo<128>::QW % 32 == 4 && VW % 32 == 4,
+    "fragment reads must be bank-conflict free");
+static_assert (
+    (Bf16Geo<128>::q_words + Bf16Geo<128>::k_words + Bf16Geo<128>::v_words) % 4
+        == 0,
+    "16-byte aligned regions");
 
 /* Two floats -> two bf16 (round to nearest even) in one word, @lo in the
  * low half. */
@@ -112,7 +114,7 @@ pack_bf16x2 (float lo, float hi)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t r;
   /* cvt.rn.bf16x2.f32 d, a, b puts a in the upper half, b in the lower */
-  asm ("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r" (r) : "f" (hi), "f" (lo));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 #else
   /* the same rounding in integer arithmetic (NaN -> quiet NaN) */
@@ -145,11 +147,11 @@ __device__ __forceinline__ void
 mma_bf16_16816 (float d[4], const uint32_t a[4], const uint32_t b[2])
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f" (d[0]), "+f" (d[1]), "+f" (d[2]), "+f" (d[3])
-      : "r" (a[0]), "r" (a[1]), "r" (a[2]), "r" (a[3]), "r" (b[0]),
-      "r" (b[1]));
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   /* Reference formulation of the same product with shuffles (not built
    * for the sm_80+ targets; it spells out the layouts).  Lane (g, t)
@@ -165,12 +167,12 @@ mma_bf16_16816 (float d[4], const uint32_t a[4], const uint32_t b[2])
     for (int c = 0; c < 2; c++)
       for (int i = 0; i < 2; i++)
         br[c][i] = __shfl_sync (0xffffffffu, b[i], 4 * (2 * t + c) + u);
-    for (int r = 0; r < 2; r++)         /* row g + 8 r: a[r], a[r + 2] */
-      for (int c = 0; c < 2; c++)       /* column 2 t + c */
+    for (int r = 0; r < 2; r++)   /* row g + 8 r: a[r], a[r + 2] */
+      for (int c = 0; c < 2; c++) /* column 2 t + c */
         d[2 * r + c] += bf16_lo (ar[r]) * bf16_lo (br[c][0])
-            + bf16_hi (ar[r]) * bf16_hi (br[c][0])
-            + bf16_lo (ar[r + 2]) * bf16_lo (br[c][1])
-            + bf16_hi (ar[r + 2]) * bf16_hi (br[c][1]);
+                        + bf16_hi (ar[r]) * bf16_hi (br[c][0])
+                        + bf16_lo (ar[r + 2]) * bf16_lo (br[c][1])
+                        + bf16_hi (ar[r + 2]) * bf16_hi (br[c][1]);
   }
 #endif
 }
@@ -182,7 +184,7 @@ __device__ __forceinline__ float4
 load4 (const float *p)
 {
   if (VEC)
-    return *reinterpret_cast<const float4 *>(p);
+    return *reinterpret_cast<const float4 *> (p);
   return make_float4 (p[0], p[1], p[2], p[3]);
 }
 
@@ -191,12 +193,12 @@ load4 (const float *p)
  * alignment). */
 template <bool VEC>
 __device__ __forceinline__ uint2
-load4_bf16 (const uint16_t * p)
+load4_bf16 (const uint16_t *p)
 {
   if (VEC)
-    return *reinterpret_cast<const uint2 *>(p);
-  return make_uint2 ((uint32_t) p[0] | ((uint32_t) p[1] << 16),
-      (uint32_t) p[2] | ((uint32_t) p[3] << 16));
+    return *reinterpret_cast<const uint2 *> (p);
+  return make_uint2 ((uint32_t)p[0] | ((uint32_t)p[1] << 16),
+      (uint32_t)p[2] | ((uint32_t)p[3] << 16));
 }
 
 /* Words of the K tile row for dims 4 c4 .. 4 c4 + 3 of @row (f32: rounded
@@ -211,7 +213,7 @@ k_words (const float *row, bool live)
 
 template <bool VEC>
 __device__ __forceinline__ uint2
-k_words (const uint16_t * row, bool live)
+k_words (const uint16_t *row, bool live)
 {
   return live ? load4_bf16<VEC> (row) : make_uint2 (0u, 0u);
 }
@@ -221,8 +223,8 @@ k_words (const uint16_t * row, bool live)
  * 4 d4 + i of the two keys. */
 template <bool VEC>
 __device__ __forceinline__ void
-v_words (const float *r0, bool live0, const float *r1, bool live1,
-    uint32_t w[4])
+v_words (
+    const float *r0, bool live0, const float *r1, bool live1, uint32_t w[4])
 {
   const float4 z = make_float4 (0.f, 0.f, 0.f, 0.f);
   const float4 x0 = live0 ? load4<VEC> (r0) : z;
@@ -235,7 +237,7 @@ v_words (const float *r0, bool live0, const float *r1, bool live1,
 
 template <bool VEC>
 __device__ __forceinline__ void
-v_words (const uint16_t * r0, bool live0, const uint16_t * r1, bool live1,
+v_words (const uint16_t *r0, bool live0, const uint16_t *r1, bool live1,
     uint32_t w[4])
 {
   const uint2 x0 = live0 ? load4_bf16<VEC> (r0) : make_uint2 (0u, 0u);
@@ -248,7 +250,7 @@ v_words (const uint16_t * r0, bool live0, const uint16_t * r1, bool live1,
 
 template <typename KV>
 __device__ __forceinline__ const KV *
-kv_base (const float *f32, const uint16_t * b16)
+kv_base (const float *f32, const uint16_t *b16)
 {
   if constexpr (sizeof (KV) == sizeof (float))
     return f32;
@@ -257,25 +259,25 @@ kv_base (const float *f32, const uint16_t * b16)
 }
 
 template <int D, bool VEC, bool BIAS, typename KV>
-__global__ void __launch_bounds__ (NT, 2)
-flash_bf16_kernel (LbCudaAttnArgs a)
+__global__ void
+__launch_bounds__ (NT, 2) flash_bf16_kernel (LbCudaAttnArgs a)
 {
   typedef Bf16Geo<D> G;
   constexpr int QW = G::QW;
-  constexpr int D4 = D / 4;     /* float4 per row */
-  constexpr int KC = D / 16;    /* k-steps of S = Q K^T */
-  constexpr int DT = D / 8;     /* n-tiles of O */
-  constexpr int NS = SK / 8;    /* n-tiles of S per step */
+  constexpr int D4 = D / 4;  /* float4 per row */
+  constexpr int KC = D / 16; /* k-steps of S = Q K^T */
+  constexpr int DT = D / 8;  /* n-tiles of O */
+  constexpr int NS = SK / 8; /* n-tiles of S per step */
   extern __shared__ uint4 smem_bf16[];
-  uint32_t *sq = reinterpret_cast<uint32_t *>(smem_bf16);
+  uint32_t *sq = reinterpret_cast<uint32_t *> (smem_bf16);
   uint32_t *sk = sq + G::q_words;
   uint32_t *sv = sk + G::k_words;
-  float *kadd = reinterpret_cast<float *>(sv + G::v_words);
+  float *kadd = reinterpret_cast<float *> (sv + G::v_words);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t h = blockIdx.y;
-  const int64_t i0 = (int64_t) blockIdx.x * BQ;
+  const int64_t i0 = (int64_t)blockIdx.x * BQ;
   const KV *kb = kv_base<KV> (a.k, a.k16), *vb = kv_base<KV> (a.v, a.v16);
 
   /* Q block: row r, dims 4 c4 .. 4 c4 + 3 -> words 2 c4, 2 c4 + 1 of row
@@ -283,23 +285,24 @@ flash_bf16_kernel (LbCudaAttnArgs a)
   for (int e = tid; e < BQ * D4; e += NT) {
     const int r = e / D4, c4 = e % D4;
     const int64_t qi = i0 + r;
-    const float4 x = qi < a.nq ? load4<VEC> (a.q + qi * a.qs0 + h * a.qs1 +
-        4 * c4) : make_float4 (0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<uint2 *>(sq + r * QW + 2 * c4) =
-        make_uint2 (pack_bf16x2 (x.x, x.y), pack_bf16x2 (x.z, x.w));
+    const float4 x = qi < a.nq
+                         ? load4<VEC> (a.q + qi * a.qs0 + h * a.qs1 + 4 * c4)
+                         : make_float4 (0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<uint2 *> (sq + r * QW + 2 * c4)
+        = make_uint2 (pack_bf16x2 (x.x, x.y), pack_bf16x2 (x.z, x.w));
   }
 
   /* this lane's rows of the block: qr and qr + 8 */
   const int qr = warp * 16 + g;
   const int64_t qi0 = i0 + qr, qi1 = qi0 + 8;
-  const bool warp_live = i0 + warp * 16 < a.nq;         /* warp-uniform */
+  const bool warp_live = i0 + warp * 16 < a.nq; /* warp-uniform */
   /* BIAS: bias rows of qr and qr + 8 (NULL: not a query) */
-  const float *brow0 = BIAS && qi0 < a.nq ?
-      a.bias + (h * a.nq + qi0) * a.nk : nullptr;
-  const float *brow1 = BIAS && qi1 < a.nq ?
-      a.bias + (h * a.nq + qi1) * a.nk : nullptr;
+  const float *brow0
+      = BIAS && qi0 < a.nq ? a.bias + (h * a.nq + qi0) * a.nk : nullptr;
+  const float *brow1
+      = BIAS && qi1 < a.nq ? a.bias + (h * a.nq + qi1) * a.nk : nullptr;
 
-  float o[DT][4];               /* O[qr + 8 (c >> 1)][8 dt + 2 t + (c & 1)] */
+  float o[DT][4]; /* O[qr + 8 (c >> 1)][8 dt + 2 t + (c & 1)] */
 #pragma unroll
   for (int dt = 0; dt < DT; dt++)
 #pragma unroll
@@ -310,7 +313,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
   for (int64_t j0 = 0; j0 < a.nk; j0 += BK) {
-    __syncthreads ();           /* every warp is done with the last tile */
+    __syncthreads (); /* every warp is done with the last tile */
 
     /* K tile: key row r, dims 4 c4 .. + 3 -> words 2 c4, 2 c4 + 1 */
     for (int e = tid; e < BK * D4; e += NT) {
@@ -318,8 +321,8 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       const int64_t kj = j0 + r;
       const bool live = kj < a.nk && (a.mask == nullptr || a.mask[kj]);
       /* rows past Nk are not read: the address is only formed */
-      *reinterpret_cast<uint2 *>(sk + r * QW + 2 * c4) =
-          k_words<VEC> (kb + kj * a.ks0 + h * a.ks1 + 4 * c4, live);
+      *reinterpret_cast<uint2 *> (sk + r * QW + 2 * c4)
+          = k_words<VEC> (kb + kj * a.ks0 + h * a.ks1 + 4 * c4, live);
     }
     /* V tile, transposed: thread item e covers keys 2p, 2p + 1 and dims
      * 4 d4 .. 4 d4 + 3 and writes word p (keys 2p low, 2p + 1 high) of
@@ -332,8 +335,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       const int d4 = ((e >> 4) & 1) | ((e >> 6) << 1);
       const int64_t kj = j0 + 2 * p;
       const bool live0 = kj < a.nk && (a.mask == nullptr || a.mask[kj]);
-      const bool live1 = kj + 1 < a.nk &&
-          (a.mask == nullptr || a.mask[kj + 1]);
+      const bool live1 = kj + 1 < a.nk && (a.mask == nullptr || a.mask[kj + 1]);
       const KV *vrow = vb + kj * a.vs0 + h * a.vs1 + 4 * d4;
       uint32_t w[4];
       v_words<VEC> (vrow, live0, vrow + a.vs0, live1, w);
@@ -345,14 +347,14 @@ flash_bf16_kernel (LbCudaAttnArgs a)
     }
     if (tid < BK) {
       const int64_t kj = j0 + tid;
-      kadd[tid] = kj < a.nk && (a.mask == nullptr || a.mask[kj]) ?
-          0.0f : -INFINITY;
+      kadd[tid]
+          = kj < a.nk && (a.mask == nullptr || a.mask[kj]) ? 0.0f : -INFINITY;
     }
-    __syncthreads ();           /* tiles ready */
+    __syncthreads (); /* tiles ready */
 
     if (!warp_live)
       continue;
-    const int kn = (int) min ((int64_t) BK, a.nk - j0);  /* keys in tile */
+    const int kn = (int)min ((int64_t)BK, a.nk - j0); /* keys in tile */
 
     /* the tile in steps of SK keys (one online-softmax update each) */
 #pragma unroll 1
@@ -374,7 +376,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
         af[3] = sq[(qr + 8) * QW + 8 * kc + 4 + t];
 #pragma unroll
         for (int nt = 0; nt < NS; nt++) {
-          uint32_t bf[2];       /* key ks + 8 nt + g */
+          uint32_t bf[2]; /* key ks + 8 nt + g */
           bf[0] = sk[(ks + 8 * nt + g) * QW + 8 * kc + t];
           bf[1] = sk[(ks + 8 * nt + g) * QW + 8 * kc + 4 + t];
           mma_bf16_16816 (s[nt], af, bf);
@@ -412,7 +414,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       const float mn0 = fmaxf (m0, mt0), mn1 = fmaxf (m1, mt1);
       const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
       const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-      const float corr0 = exp2f ((m0 - mu0) * LOG2E);   /* 0 from -inf */
+      const float corr0 = exp2f ((m0 - mu0) * LOG2E); /* 0 from -inf */
       const float corr1 = exp2f ((m1 - mu1) * LOG2E);
       m0 = mn0;
       m1 = mn1;
@@ -431,10 +433,10 @@ flash_bf16_kernel (LbCudaAttnArgs a)
       uint32_t pw[NS][2];
 #pragma unroll
       for (int nt = 0; nt < NS; nt++) {
-        pw[nt][0] = pack_bf16x2 (exp2f ((s[nt][0] - mu0) * LOG2E),
-            exp2f ((s[nt][1] - mu0) * LOG2E));
-        pw[nt][1] = pack_bf16x2 (exp2f ((s[nt][2] - mu1) * LOG2E),
-            exp2f ((s[nt][3] - mu1) * LOG2E));
+        pw[nt][0] = pack_bf16x2 (
+            exp2f ((s[nt][0] - mu0) * LOG2E), exp2f ((s[nt][1] - mu0) * LOG2E));
+        pw[nt][1] = pack_bf16x2 (
+            exp2f ((s[nt][2] - mu1) * LOG2E), exp2f ((s[nt][3] - mu1) * LOG2E));
         l0 += bf16_lo (pw[nt][0]) + bf16_hi (pw[nt][0]);
         l1 += bf16_lo (pw[nt][1]) + bf16_hi (pw[nt][1]);
       }
@@ -443,11 +445,10 @@ flash_bf16_kernel (LbCudaAttnArgs a)
 #pragma unroll
       for (int kc = 0; kc < SK / 16; kc++) {
         const uint32_t af[4] = { pw[2 * kc][0], pw[2 * kc][1],
-          pw[2 * kc + 1][0], pw[2 * kc + 1][1]
-        };
+          pw[2 * kc + 1][0], pw[2 * kc + 1][1] };
 #pragma unroll
         for (int dt = 0; dt < DT; dt++) {
-          uint32_t bf[2];       /* dim 8 dt + g, keys ks + 16 kc + 2 t (+ 8) */
+          uint32_t bf[2]; /* dim 8 dt + g, keys ks + 16 kc + 2 t (+ 8) */
           bf[0] = sv[(8 * dt + g) * VW + ks / 2 + 8 * kc + t];
           bf[1] = sv[(8 * dt + g) * VW + ks / 2 + 8 * kc + 4 + t];
           mma_bf16_16816 (o[dt], af, bf);
@@ -457,7 +458,7 @@ flash_bf16_kernel (LbCudaAttnArgs a)
   }
 
   if (!warp_live)
-    return;                     /* no row of this warp is a query */
+    return; /* no row of this warp is a query */
   /* the row sums are spread over the quad's 4 lanes */
   l0 += __shfl_xor_sync (0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync (0xffffffffu, l0, 2);
@@ -487,49 +488,50 @@ flash_bf16_kernel (LbCudaAttnArgs a)
 
 template <int D, bool VEC, bool BIAS, typename KV>
 cudaError_t
-launch_flash_bf16 (cudaStream_t st, const LbCudaAttnArgs * a)
+launch_flash_bf16 (cudaStream_t st, const LbCudaAttnArgs *a)
 {
-  const size_t smem = (size_t) Bf16Geo<D>::words * sizeof (uint32_t);
+  const size_t smem = (size_t)Bf16Geo<D>::words * sizeof (uint32_t);
   cudaError_t e = cudaFuncSetAttribute (flash_bf16_kernel<D, VEC, BIAS, KV>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess)
     return e;
-  dim3 grid ((unsigned int) ((a->nq + BQ - 1) / BQ), (unsigned int) a->nh);
-  flash_bf16_kernel<D, VEC, BIAS, KV> <<< grid, NT, smem, st >>> (*a);
+  dim3 grid ((unsigned int)((a->nq + BQ - 1) / BQ), (unsigned int)a->nh);
+  flash_bf16_kernel<D, VEC, BIAS, KV><<<grid, NT, smem, st>>> (*a);
   return cudaGetLastError ();
 }
 
 template <int D, typename KV>
 cudaError_t
-launch_flash_bf16_kv (cudaStream_t st, const LbCudaAttnArgs * a, bool vec)
+launch_flash_bf16_kv (cudaStream_t st, const LbCudaAttnArgs *a, bool vec)
 {
   if (a->bias != nullptr)
-    return vec ? launch_flash_bf16<D, true, true, KV> (st, a) :
-        launch_flash_bf16<D, false, true, KV> (st, a);
-  return vec ? launch_flash_bf16<D, true, false, KV> (st, a) :
-      launch_flash_bf16<D, false, false, KV> (st, a);
+    return vec ? launch_flash_bf16<D, true, true, KV> (st, a)
+               : launch_flash_bf16<D, false, true, KV> (st, a);
+  return vec ? launch_flash_bf16<D, true, false, KV> (st, a)
+             : launch_flash_bf16<D, false, false, KV> (st, a);
 }
 
 template <int D>
 cudaError_t
-launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs * a)
+launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs *a)
 {
   /* vector loads of 4 elements: q (f32) needs a 16-byte aligned base, k
    * and v 16 bytes (f32) or 8 bytes (bf16), and every row/head stride a
    * multiple of 4 elements (D itself is) */
-  const bool strides4 = (a->qs0 | a->qs1 | a->ks0 | a->ks1 | a->vs0 |
-      a->vs1) % 4 == 0;
+  const bool strides4
+      = (a->qs0 | a->qs1 | a->ks0 | a->ks1 | a->vs0 | a->vs1) % 4 == 0;
   if (a->k16 != nullptr) {
-    const bool vec = strides4 && (uintptr_t) a->q % 16 == 0 &&
-        ((uintptr_t) a->k16 | (uintptr_t) a->v16) % 8 == 0;
+    const bool vec = strides4 && (uintptr_t)a->q % 16 == 0
+                     && ((uintptr_t)a->k16 | (uintptr_t)a->v16) % 8 == 0;
     return launch_flash_bf16_kv<D, uint16_t> (st, a, vec);
   }
-  const bool vec = strides4 && ((uintptr_t) a->q | (uintptr_t) a->k |
-      (uintptr_t) a->v) % 16 == 0;
+  const bool vec
+      = strides4
+        && ((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
   return launch_flash_bf16_kv<D, float> (st, a, vec);
 }
 
-}  // namespace
+} // namespace
 
 /**
  * lb_cuda_launch_flash_attention_bf16:
@@ -554,7 +556,7 @@ launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs * a)
  * or the launch error (cudaFuncSetAttribute / cudaGetLastError).
  */
 extern "C" cudaError_t
-lb_cuda_launch_flash_attention_bf16 (cudaStream_t st, const LbCudaAttnArgs * a)
+lb_cuda_launch_flash_attention_bf16 (cudaStream_t st, const LbCudaAttnArgs *a)
 {
   if (a->nq <= 0 || a->nh <= 0)
     return cudaSuccess;

@@ -34,8 +34,8 @@ template <int D>
 constexpr size_t
 flash_smem_floats ()
 {
-  return (size_t) BQ * (D + 1) + (size_t) BK * (D + 1) + (size_t) BQ * (BK + 1)
-      + BQ;
+  return (size_t)BQ * (D + 1) + (size_t)BK * (D + 1) + (size_t)BQ * (BK + 1)
+         + BQ;
 }
 
 /* The K (or V) pointer for element type KV (@f32 or @b16 of the args),
@@ -57,33 +57,33 @@ kv_elem (const float *p)
 }
 
 __device__ __forceinline__ float
-kv_elem (const uint16_t * p)
+kv_elem (const uint16_t *p)
 {
   return bf16_widen (*p);
 }
 
 template <int D, typename KV>
-__global__ void __launch_bounds__ (NT)
-flash_kernel (LbCudaAttnArgs a)
+__global__ void
+__launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
 {
   constexpr int QS = D + 1, KS = D + 1, SS = BK + 1, DJ = D / 16;
   extern __shared__ float smem[];
-  float *sq = smem;             /* [BQ][QS] */
-  float *skv = sq + BQ * QS;    /* [BK][KS] */
-  float *ss = skv + BK * KS;    /* [BQ][SS] */
-  float *srow = ss + BQ * SS;   /* [BQ] correction, then l */
+  float *sq = smem;           /* [BQ][QS] */
+  float *skv = sq + BQ * QS;  /* [BK][KS] */
+  float *ss = skv + BK * KS;  /* [BQ][SS] */
+  float *srow = ss + BQ * SS; /* [BQ] correction, then l */
 
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int64_t h = blockIdx.y;
-  const int64_t i0 = (int64_t) blockIdx.x * BQ;
-  const int hd = (int) a.hd;
+  const int64_t i0 = (int64_t)blockIdx.x * BQ;
+  const int hd = (int)a.hd;
   const KV *kb = kv_base<KV> (a.k, a.k16), *vb = kv_base<KV> (a.v, a.v16);
 
   for (int e = tid; e < BQ * D; e += NT) {
     int r = e / D, d = e % D;
     int64_t qi = i0 + r;
-    sq[r * QS + d] = (qi < a.nq && d < hd) ?
-        a.q[qi * a.qs0 + h * a.qs1 + d] : 0.0f;
+    sq[r * QS + d]
+        = (qi < a.nq && d < hd) ? a.q[qi * a.qs0 + h * a.qs1 + d] : 0.0f;
   }
 
   float o[4][DJ];
@@ -98,12 +98,13 @@ flash_kernel (LbCudaAttnArgs a)
   float m_run = -INFINITY, l_run = 0.0f;
 
   for (int64_t j0 = 0; j0 < a.nk; j0 += BK) {
-    __syncthreads ();           /* the previous V tile is consumed */
+    __syncthreads (); /* the previous V tile is consumed */
     for (int e = tid; e < BK * D; e += NT) {
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
-      skv[c * KS + d] = (kj < a.nk && d < hd) ?
-          kv_elem (kb + kj * a.ks0 + h * a.ks1 + d) : 0.0f;
+      skv[c * KS + d] = (kj < a.nk && d < hd)
+                            ? kv_elem (kb + kj * a.ks0 + h * a.ks1 + d)
+                            : 0.0f;
     }
     __syncthreads ();
 
@@ -147,13 +148,14 @@ flash_kernel (LbCudaAttnArgs a)
         ss[r * SS + c] = x;
       }
     }
-    __syncthreads ();           /* logits written, K tile consumed */
+    __syncthreads (); /* logits written, K tile consumed */
 
     for (int e = tid; e < BK * D; e += NT) {
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
-      skv[c * KS + d] = (kj < a.nk && d < hd) ?
-          kv_elem (vb + kj * a.vs0 + h * a.vs1 + d) : 0.0f;
+      skv[c * KS + d] = (kj < a.nk && d < hd)
+                            ? kv_elem (vb + kj * a.vs0 + h * a.vs1 + d)
+                            : 0.0f;
     }
 
     {
@@ -183,14 +185,14 @@ flash_kernel (LbCudaAttnArgs a)
       l += __shfl_xor_sync (0xffffffffu, l, 2);
       float corr = 1.0f;
       if (!hidden) {
-        corr = expf (m_run - mnew);     /* 0 on the first visible tile */
+        corr = expf (m_run - mnew); /* 0 on the first visible tile */
         l_run = l_run * corr + l;
         m_run = mnew;
       }
       if (part == 0)
         srow[srow_id] = corr;
     }
-    __syncthreads ();           /* probabilities and V tile ready */
+    __syncthreads (); /* probabilities and V tile ready */
 
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -239,21 +241,21 @@ flash_kernel (LbCudaAttnArgs a)
 
 template <int D, typename KV>
 cudaError_t
-launch_flash_kv (cudaStream_t st, const LbCudaAttnArgs * a)
+launch_flash_kv (cudaStream_t st, const LbCudaAttnArgs *a)
 {
   const size_t smem = flash_smem_floats<D> () * sizeof (float);
   cudaError_t e = cudaFuncSetAttribute (flash_kernel<D, KV>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess)
     return e;
-  dim3 grid ((unsigned int) ((a->nq + BQ - 1) / BQ), (unsigned int) a->nh);
-  flash_kernel<D, KV> <<< grid, NT, smem, st >>> (*a);
+  dim3 grid ((unsigned int)((a->nq + BQ - 1) / BQ), (unsigned int)a->nh);
+  flash_kernel<D, KV><<<grid, NT, smem, st>>> (*a);
   return cudaGetLastError ();
 }
 
 template <int D>
 cudaError_t
-launch_flash (cudaStream_t st, const LbCudaAttnArgs * a)
+launch_flash (cudaStream_t st, const LbCudaAttnArgs *a)
 {
   if (a->k16 != nullptr)
     return launch_flash_kv<D, uint16_t> (st, a);
@@ -295,16 +297,16 @@ softmax_rows_kernel (float *s, int64_t rows, int64_t nk, float scale,
       sum += p;
     }
     sum = block_sum (sum, redd);
-    const float inv = (float) (1.0 / sum);
+    const float inv = (float)(1.0 / sum);
     for (int64_t j = threadIdx.x; j < nk; j += blockDim.x)
       row[j] *= inv;
   }
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
-lb_cuda_launch_flash_attention (cudaStream_t st, const LbCudaAttnArgs * a)
+lb_cuda_launch_flash_attention (cudaStream_t st, const LbCudaAttnArgs *a)
 {
   if (a->nq <= 0 || a->nh <= 0 || a->hd <= 0)
     return cudaSuccess;
@@ -323,8 +325,8 @@ lb_cuda_launch_softmax_rows (cudaStream_t st, float *s, int64_t rows,
 {
   if (rows <= 0 || nk <= 0)
     return cudaSuccess;
-  unsigned int g = (unsigned int) (rows > 1048576 ? 1048576 : rows);
-  softmax_rows_kernel <<< g, kThreads, 0, st >>> (s, rows, nk, scale,
-      bias_rows, mask);
+  unsigned int g = (unsigned int)(rows > 1048576 ? 1048576 : rows);
+  softmax_rows_kernel<<<g, kThreads, 0, st>>> (
+      s, rows, nk, scale, bias_rows, mask);
   return cudaGetLastError ();
 }

@@ -21,12 +21,12 @@ grid_for (int64_t n)
     b = 1;
   if (b > 65535 * 8)
     b = 65535 * 8;
-  return (unsigned int) b;
+  return (unsigned int)b;
 }
 
-#define LBK_GRID_STRIDE(i, n) \
-  for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t) gridDim.x * blockDim.x)
+#define LBK_GRID_STRIDE(i, n)                                                  \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+       i += (int64_t)gridDim.x * blockDim.x)
 
 /* Block-wide sum of a double over kThreads threads; every thread gets it. */
 __device__ __forceinline__ double
@@ -35,7 +35,7 @@ block_sum (double v, double *shared /* [32] */)
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync (0xffffffffu, v, o);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads ();             /* shared may hold a previous result */
+  __syncthreads (); /* shared may hold a previous result */
   if (lane == 0)
     shared[warp] = v;
   __syncthreads ();
@@ -75,15 +75,15 @@ bf16_round (float v)
 {
   uint32_t u = __float_as_uint (v);
   if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t) ((u >> 16) | 0x40u);
+    return (uint16_t)((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t) (u >> 16);
+  return (uint16_t)(u >> 16);
 }
 
 __device__ __forceinline__ float
 bf16_widen (uint16_t b)
 {
-  return __uint_as_float ((uint32_t) b << 16);
+  return __uint_as_float ((uint32_t)b << 16);
 }
 
 /* *p as a float, for f32 or bf16 storage (templates over the two) */
@@ -94,7 +94,7 @@ load_as_float (const float *p)
 }
 
 __device__ __forceinline__ float
-load_as_float (const uint16_t * p)
+load_as_float (const uint16_t *p)
 {
   return bf16_widen (*p);
 }
@@ -107,9 +107,9 @@ store_from_float (float *p, float v)
 }
 
 __device__ __forceinline__ void
-store_from_float (uint16_t * p, float v)
+store_from_float (uint16_t *p, float v)
 {
   *p = bf16_round (v);
 }
 
-}  // namespace lbk
+} // namespace lbk

@@ -18,10 +18,10 @@ struct Params
 };
 
 __device__ __forceinline__ float
-apply (const Params & p, float a, float b)
+apply (const Params &p, float a, float b)
 {
   switch (p.op) {
-    case LB_CUDA_EW_GELU_TANH:{
+    case LB_CUDA_EW_GELU_TANH: {
       const float k2 = 2.0f * 0.7978845608028654f;
       return a / (1.0f + expf (-k2 * (a + 0.044715f * a * a * a)));
     }
@@ -65,23 +65,23 @@ fill_kernel (float *y, int64_t n, float value)
   }
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
 lb_cuda_launch_elementwise (cudaStream_t st, LbCudaEwOp op, const float *a,
-    int64_t ald, const float *b, int64_t bld, float *y, int64_t yld,
-    int64_t m, int64_t d, float alpha, float beta)
+    int64_t ald, const float *b, int64_t bld, float *y, int64_t yld, int64_t m,
+    int64_t d, float alpha, float beta)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  Params p = { (int) op, alpha, beta };
-  const bool dense = (ald == d && yld == d && (b == NULL || bld == d)) ||
-      (m == 1 && (b == NULL || bld == d || bld == 0));
+  Params p = { (int)op, alpha, beta };
+  const bool dense = (ald == d && yld == d && (b == NULL || bld == d))
+                     || (m == 1 && (b == NULL || bld == d || bld == 0));
   if (dense)
-    ew_dense <<< grid_for (m * d), kThreads, 0, st >>> (p, a, b, y, m * d);
+    ew_dense<<<grid_for (m * d), kThreads, 0, st>>> (p, a, b, y, m * d);
   else
-    ew_rows <<< grid_for (m * d), kThreads, 0, st >>> (p, a, ald, b, bld, y,
-        yld, m, d);
+    ew_rows<<<grid_for (m * d), kThreads, 0, st>>> (
+        p, a, ald, b, bld, y, yld, m, d);
   return cudaGetLastError ();
 }
 
@@ -90,6 +90,6 @@ lb_cuda_launch_fill (cudaStream_t st, float *y, int64_t n, float value)
 {
   if (n <= 0)
     return cudaSuccess;
-  fill_kernel <<< grid_for (n), kThreads, 0, st >>> (y, n, value);
+  fill_kernel<<<grid_for (n), kThreads, 0, st>>> (y, n, value);
   return cudaGetLastError ();
 }

@@ -22,7 +22,7 @@ namespace {
 
 __global__ void
 quantize_rows (const float *__restrict__ x, int64_t xld, int64_t k,
-    __nv_fp8_storage_t * __restrict__ q, int64_t qld, float *__restrict__ sx)
+    __nv_fp8_storage_t *__restrict__ q, int64_t qld, float *__restrict__ sx)
 {
   __shared__ float part[kThreads];
   const int64_t row = blockIdx.x;
@@ -35,7 +35,7 @@ quantize_rows (const float *__restrict__ x, int64_t xld, int64_t k,
   part[threadIdx.x] = amax;
   __syncthreads ();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if ((int) threadIdx.x < s) {
+    if ((int)threadIdx.x < s) {
       const float o = part[threadIdx.x + s];
       part[threadIdx.x] = o > part[threadIdx.x] ? o : part[threadIdx.x];
     }
@@ -47,13 +47,13 @@ quantize_rows (const float *__restrict__ x, int64_t xld, int64_t k,
     sx[row] = scale;
   __nv_fp8_storage_t *qr = q + row * qld;
   for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
-    qr[j] = __nv_cvt_float_to_fp8 (__fdiv_rn (xr[j], scale), __NV_SATFINITE,
-        __NV_E4M3);
+    qr[j] = __nv_cvt_float_to_fp8 (
+        __fdiv_rn (xr[j], scale), __NV_SATFINITE, __NV_E4M3);
 }
 
 __global__ void
-fp8_epilogue (const float *__restrict__ acc, int64_t ald, int64_t m,
-    int64_t n, const float *__restrict__ sx, const float *__restrict__ sw,
+fp8_epilogue (const float *__restrict__ acc, int64_t ald, int64_t m, int64_t n,
+    const float *__restrict__ sx, const float *__restrict__ sw,
     const float *__restrict__ bias, float beta, float *y, int64_t yld)
 {
   LBK_GRID_STRIDE (idx, m * n) {
@@ -70,29 +70,29 @@ fp8_epilogue (const float *__restrict__ acc, int64_t ald, int64_t m,
   }
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
-lb_cuda_launch_quantize_e4m3_rows (cudaStream_t st, const float *x,
-    int64_t xld, int64_t m, int64_t k, uint8_t * q, int64_t qld, float *sx)
+lb_cuda_launch_quantize_e4m3_rows (cudaStream_t st, const float *x, int64_t xld,
+    int64_t m, int64_t k, uint8_t *q, int64_t qld, float *sx)
 {
   if (m <= 0)
     return cudaSuccess;
   if (m > 0x7fffffff)
     return cudaErrorInvalidValue;
-  quantize_rows <<< (unsigned) m, kThreads, 0, st >>> (x, xld, k,
-      (__nv_fp8_storage_t *) q, qld, sx);
+  quantize_rows<<<(unsigned)m, kThreads, 0, st>>> (
+      x, xld, k, (__nv_fp8_storage_t *)q, qld, sx);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
 lb_cuda_launch_fp8_epilogue (cudaStream_t st, const float *acc, int64_t ald,
-    int64_t m, int64_t n, const float *sx, const float *sw,
-    const float *bias, float beta, float *y, int64_t yld)
+    int64_t m, int64_t n, const float *sx, const float *sw, const float *bias,
+    float beta, float *y, int64_t yld)
 {
   if (m <= 0 || n <= 0)
     return cudaSuccess;
-  fp8_epilogue <<< grid_for (m * n), kThreads, 0, st >>> (acc, ald, m, n,
-      sx, sw, bias, beta, y, yld);
+  fp8_epilogue<<<grid_for (m * n), kThreads, 0, st>>> (
+      acc, ald, m, n, sx, sw, bias, beta, y, yld);
   return cudaGetLastError ();
 }

@@ -23,9 +23,8 @@ namespace {
 /* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1). */
 __global__ void
 norm_modulate_kernel (const float *x, int64_t xld, const float *w,
-    const float *b, float eps, const float *sc, int64_t sld,
-    const float *sh, int64_t hld, float *y, int64_t yld, int64_t m,
-    int64_t d)
+    const float *b, float eps, const float *sc, int64_t sld, const float *sh,
+    int64_t hld, float *y, int64_t yld, int64_t m, int64_t d)
 {
   __shared__ double red[32];
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
@@ -34,14 +33,14 @@ norm_modulate_kernel (const float *x, int64_t xld, const float *w,
     double s = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
       s += xr[j];
-    const double mean = block_sum (s, red) / (double) d;
+    const double mean = block_sum (s, red) / (double)d;
     double v = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = xr[j] - mean;
       v += t * t;
     }
-    const double var = block_sum (v, red) / (double) d;
-    const double rstd = 1.0 / sqrt (var + (double) eps);
+    const double var = block_sum (v, red) / (double)d;
+    const double rstd = 1.0 / sqrt (var + (double)eps);
     /* y may be x: each element is rewritten by the thread that read it,
      * after block_sum's barriers */
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
@@ -50,7 +49,7 @@ norm_modulate_kernel (const float *x, int64_t xld, const float *w,
         t *= w[j];
       if (b)
         t += b[j];
-      const float a = (float) t;        /* layer_norm's output */
+      const float a = (float)t; /* layer_norm's output */
       yr[j] = a * (1.0f + sr[j]) + hr[j];
     }
   }
@@ -64,7 +63,7 @@ store_out (float *p, float v)
 }
 
 __device__ __forceinline__ void
-store_out (uint16_t * p, float v)
+store_out (uint16_t *p, float v)
 {
   *p = bf16_round (v);
 }
@@ -78,8 +77,8 @@ template <typename T>
 __global__ void
 rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
     T *y, int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
-    int64_t tp, int64_t hp, const float *cs, const float *sn,
-    int64_t grid_h, int64_t grid_w, int64_t f0, int64_t r0)
+    int64_t tp, int64_t hp, const float *cs, const float *sn, int64_t grid_h,
+    int64_t grid_w, int64_t f0, int64_t r0)
 {
   __shared__ double red[32];
   const int64_t d = nh * hd, half = hd / 2, pairs = nh * half;
@@ -87,17 +86,16 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
     const float *xr = x + t * xld;
     double s = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double) xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double) d +
-        (double) eps);
+      s += (double)xr[j] * xr[j];
+    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
     const int64_t pf = f0 + t / (grid_h * grid_w);
     const int64_t ph = r0 + (t / grid_w) % grid_h, pw = t % grid_w;
     for (int64_t q = threadIdx.x; q < pairs; q += blockDim.x) {
       const int64_t h = q / half, p = q - h * half, j = h * hd + 2 * p;
       const int64_t pos = p < tp ? pf : (p < tp + hp ? ph : pw);
       const double a0 = xr[j] * r, a1 = xr[j + 1] * r;
-      const float x0 = (float) (w ? a0 * w[j] : a0);
-      const float x1 = (float) (w ? a1 * w[j + 1] : a1);
+      const float x0 = (float)(w ? a0 * w[j] : a0);
+      const float x1 = (float)(w ? a1 * w[j + 1] : a1);
       const float c = cs[pos * half + p], sv = sn[pos * half + p];
       T *v = y + t * ys0 + h * ys1 + 2 * p;
       store_out (v, __fsub_rn (__fmul_rn (x0, c), __fmul_rn (x1, sv)));
@@ -116,7 +114,7 @@ gated_residual_modulate_kernel (float *x, int64_t xld, const float *y,
     float v = y[i * yld + j];
     if (g)
       v *= g[i * gld + j];
-    const float r = x[i * xld + j] + v;        /* gated_residual's x */
+    const float r = x[i * xld + j] + v; /* gated_residual's x */
     x[i * xld + j] = r * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
   }
 }
@@ -124,36 +122,36 @@ gated_residual_modulate_kernel (float *x, int64_t xld, const float *y,
 unsigned int
 row_blocks (int64_t m)
 {
-  return (unsigned int) (m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
+  return (unsigned int)(m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
 lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, const float *b, float eps, const float *scale,
-    int64_t sld, const float *shift, int64_t hld, float *y, int64_t yld,
-    int64_t m, int64_t d)
+    const float *w, const float *b, float eps, const float *scale, int64_t sld,
+    const float *shift, int64_t hld, float *y, int64_t yld, int64_t m,
+    int64_t d)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  norm_modulate_kernel <<< row_blocks (m), kThreads, 0, st >>> (x, xld, w, b,
-      eps, scale, sld, shift, hld, y, yld, m, d);
+  norm_modulate_kernel<<<row_blocks (m), kThreads, 0, st>>> (
+      x, xld, w, b, eps, scale, sld, shift, hld, y, yld, m, d);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
 lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
     const float *w, float eps, float *y, int64_t ys0, int64_t ys1, int64_t n,
-    int64_t nh, int64_t hd, const float *cos, const float *sin,
-    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset)
+    int64_t nh, int64_t hd, const float *cos, const float *sin, int64_t grid_h,
+    int64_t grid_w, int64_t frame_offset, int64_t row_offset)
 {
   /* the axis split of lb_cuda_launch_rope_3d() (kernels/cpu/rope.c) */
   const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
   if (n <= 0 || nh <= 0 || hd <= 0)
     return cudaSuccess;
-  rms_norm_rope_kernel<float> <<< row_blocks (n), kThreads, 0, st >>> (x,
-      xld, w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
+  rms_norm_rope_kernel<float><<<row_blocks (n), kThreads, 0, st>>> (x, xld, w,
+      eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
       frame_offset, row_offset);
   return cudaGetLastError ();
 }
@@ -186,30 +184,29 @@ lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
  * Returns: cudaSuccess or the launch error.
  */
 extern "C" cudaError_t
-lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st, const float *x,
-    int64_t xld, const float *w, float eps, uint16_t * y, int64_t ys0,
-    int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
-    const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
-    int64_t row_offset)
+lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st, const float *x, int64_t xld,
+    const float *w, float eps, uint16_t *y, int64_t ys0, int64_t ys1, int64_t n,
+    int64_t nh, int64_t hd, const float *cos, const float *sin, int64_t grid_h,
+    int64_t grid_w, int64_t frame_offset, int64_t row_offset)
 {
   const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
   if (n <= 0 || nh <= 0 || hd <= 0)
     return cudaSuccess;
-  rms_norm_rope_kernel<uint16_t> <<< row_blocks (n), kThreads, 0, st >>>
-      (x, xld, w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h,
-      grid_w, frame_offset, row_offset);
+  rms_norm_rope_kernel<uint16_t><<<row_blocks (n), kThreads, 0, st>>> (x, xld,
+      w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
+      frame_offset, row_offset);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
-lb_cuda_launch_gated_residual_modulate (cudaStream_t st, float *x,
-    int64_t xld, const float *y, int64_t yld, const float *gate, int64_t gld,
-    const float *scale, int64_t sld, const float *shift, int64_t hld,
-    int64_t m, int64_t d)
+lb_cuda_launch_gated_residual_modulate (cudaStream_t st, float *x, int64_t xld,
+    const float *y, int64_t yld, const float *gate, int64_t gld,
+    const float *scale, int64_t sld, const float *shift, int64_t hld, int64_t m,
+    int64_t d)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  gated_residual_modulate_kernel <<< grid_for (m * d), kThreads, 0, st >>>
-      (x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
+  gated_residual_modulate_kernel<<<grid_for (m * d), kThreads, 0, st>>> (
+      x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
   return cudaGetLastError ();
 }

@@ -59,8 +59,8 @@ patchify_kernel (const float *x, float *y, int64_t c, int64_t f, int64_t h,
 }
 
 __global__ void
-unpatchify_kernel (const float *z, float *y, int64_t c, int64_t f,
-    int64_t h, int64_t w, int ph, int pw)
+unpatchify_kernel (const float *z, float *y, int64_t c, int64_t f, int64_t h,
+    int64_t w, int ph, int pw)
 {
   const int64_t hp = h / ph, wp = w / pw, feat = c * ph * pw;
   LBK_GRID_STRIDE (idx, c * f * h * w) {
@@ -93,11 +93,10 @@ cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
    * rounded to float, as kernels/cpu/layout.c does (a float coordinate
    * gave 3.4e-5 relative at 480x640 -> 464x832 on an H200); no FMA
    * contraction, the CPU rounds the product before it subtracts */
-  double real = __dsub_rn (__dmul_rn ((double) scale, (double) o + 0.5),
-      0.5);
+  double real = __dsub_rn (__dmul_rn ((double)scale, (double)o + 0.5), 0.5);
   double fl = floor (real);
-  float t = (float) (real - fl);
-  int64_t i0 = (int64_t) fl;
+  float t = (float)(real - fl);
+  int64_t i0 = (int64_t)fl;
   wt[0] = cubic2 (t + 1.0f, a);
   wt[1] = cubic1 (t, a);
   wt[2] = cubic1 (1.0f - t, a);
@@ -135,7 +134,7 @@ bicubic_kernel (const float *x, float *y, int64_t c, int64_t h, int64_t w,
   }
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
 lb_cuda_launch_rope_3d (cudaStream_t st, float *x, int64_t s0, int64_t s1,
@@ -145,44 +144,41 @@ lb_cuda_launch_rope_3d (cudaStream_t st, float *x, int64_t s0, int64_t s1,
   const int64_t half = hd / 2, hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
   if (n <= 0 || nh <= 0 || half <= 0)
     return cudaSuccess;
-  rope_kernel <<< grid_for (n * nh * half), kThreads, 0, st >>> (x, s0, s1,
-      n, nh, half, tp, hp, cos, sin, grid_h, grid_w, frame_offset,
-      row_offset);
+  rope_kernel<<<grid_for (n * nh * half), kThreads, 0, st>>> (x, s0, s1, n, nh,
+      half, tp, hp, cos, sin, grid_h, grid_w, frame_offset, row_offset);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
-lb_cuda_launch_upsample_nearest2x (cudaStream_t st, const float *x, float *y,
-    int64_t rows, int64_t w)
+lb_cuda_launch_upsample_nearest2x (
+    cudaStream_t st, const float *x, float *y, int64_t rows, int64_t w)
 {
   if (rows <= 0 || w <= 0)
     return cudaSuccess;
-  upsample_kernel <<< grid_for (rows * 4 * w), kThreads, 0, st >>> (x, y, rows,
-      w);
+  upsample_kernel<<<grid_for (rows * 4 * w), kThreads, 0, st>>> (x, y, rows, w);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
-lb_cuda_launch_patchify (cudaStream_t st, const float *x, float *y,
-    int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw)
+lb_cuda_launch_patchify (cudaStream_t st, const float *x, float *y, int64_t c,
+    int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
   int64_t n = c * f * h * w;
   if (n <= 0)
     return cudaSuccess;
-  patchify_kernel <<< grid_for (n), kThreads, 0, st >>> (x, y, c, f, h, w, ph,
-      pw);
+  patchify_kernel<<<grid_for (n), kThreads, 0, st>>> (x, y, c, f, h, w, ph, pw);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
-lb_cuda_launch_unpatchify (cudaStream_t st, const float *z, float *y,
-    int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw)
+lb_cuda_launch_unpatchify (cudaStream_t st, const float *z, float *y, int64_t c,
+    int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
   int64_t n = c * f * h * w;
   if (n <= 0)
     return cudaSuccess;
-  unpatchify_kernel <<< grid_for (n), kThreads, 0, st >>> (z, y, c, f, h, w,
-      ph, pw);
+  unpatchify_kernel<<<grid_for (n), kThreads, 0, st>>> (
+      z, y, c, f, h, w, ph, pw);
   return cudaGetLastError ();
 }
 
@@ -192,8 +188,8 @@ lb_cuda_launch_resize_bicubic (cudaStream_t st, const float *x, float *y,
 {
   if (c <= 0 || ho <= 0 || wo <= 0)
     return cudaSuccess;
-  const float sh = (float) h / (float) ho, sw = (float) w / (float) wo;
-  bicubic_kernel <<< grid_for (c * ho * wo), kThreads, 0, st >>> (x, y, c, h,
-      w, ho, wo, sh, sw);
+  const float sh = (float)h / (float)ho, sw = (float)w / (float)wo;
+  bicubic_kernel<<<grid_for (c * ho * wo), kThreads, 0, st>>> (
+      x, y, c, h, w, ho, wo, sh, sw);
   return cudaGetLastError ();
 }

@@ -13,8 +13,8 @@ namespace {
 
 /* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1). */
 __global__ void
-layer_norm_kernel (const float *x, int64_t xld, const float *w,
-    const float *b, float eps, float *y, int64_t yld, int64_t m, int64_t d)
+layer_norm_kernel (const float *x, int64_t xld, const float *w, const float *b,
+    float eps, float *y, int64_t yld, int64_t m, int64_t d)
 {
   __shared__ double red[32];
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
@@ -23,14 +23,14 @@ layer_norm_kernel (const float *x, int64_t xld, const float *w,
     double s = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
       s += xr[j];
-    const double mean = block_sum (s, red) / (double) d;
+    const double mean = block_sum (s, red) / (double)d;
     double v = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = xr[j] - mean;
       v += t * t;
     }
-    const double var = block_sum (v, red) / (double) d;
-    const double rstd = 1.0 / sqrt (var + (double) eps);
+    const double var = block_sum (v, red) / (double)d;
+    const double rstd = 1.0 / sqrt (var + (double)eps);
     /* y may be x: every thread has read its elements of the row above,
      * and each element is rewritten by the thread that read it. */
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
@@ -39,7 +39,7 @@ layer_norm_kernel (const float *x, int64_t xld, const float *w,
         t *= w[j];
       if (b)
         t += b[j];
-      yr[j] = (float) t;
+      yr[j] = (float)t;
     }
   }
 }
@@ -54,25 +54,23 @@ rms_norm_kernel (const float *x, int64_t xld, const float *w, float eps,
     float *yr = y + i * yld;
     double s = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double) xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double) d +
-        (double) eps);
+      s += (double)xr[j] * xr[j];
+    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = xr[j] * r;
-      yr[j] = (float) (w ? t * w[j] : t);
+      yr[j] = (float)(w ? t * w[j] : t);
     }
   }
 }
 
 __global__ void
 modulate_kernel (const float *x, int64_t xld, const float *sc, int64_t sld,
-    const float *sh, int64_t hld, float *y, int64_t yld, int64_t m,
-    int64_t d)
+    const float *sh, int64_t hld, float *y, int64_t yld, int64_t m, int64_t d)
 {
   LBK_GRID_STRIDE (idx, m * d) {
     int64_t i = idx / d, j = idx - i * d;
-    y[i * yld + j] = x[i * xld + j] * (1.0f + sc[i * sld + j]) +
-        sh[i * hld + j];
+    y[i * yld + j]
+        = x[i * xld + j] * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
   }
 }
 
@@ -92,20 +90,20 @@ gated_residual_kernel (float *x, int64_t xld, const float *y, int64_t yld,
 unsigned int
 row_grid (int64_t m)
 {
-  return (unsigned int) (m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
+  return (unsigned int)(m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
 lb_cuda_launch_layer_norm (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, const float *b, float eps, float *y, int64_t yld,
-    int64_t m, int64_t d)
+    const float *w, const float *b, float eps, float *y, int64_t yld, int64_t m,
+    int64_t d)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  layer_norm_kernel <<< row_grid (m), kThreads, 0, st >>> (x, xld, w, b, eps,
-      y, yld, m, d);
+  layer_norm_kernel<<<row_grid (m), kThreads, 0, st>>> (
+      x, xld, w, b, eps, y, yld, m, d);
   return cudaGetLastError ();
 }
 
@@ -115,20 +113,20 @@ lb_cuda_launch_rms_norm (cudaStream_t st, const float *x, int64_t xld,
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  rms_norm_kernel <<< row_grid (m), kThreads, 0, st >>> (x, xld, w, eps, y,
-      yld, m, d);
+  rms_norm_kernel<<<row_grid (m), kThreads, 0, st>>> (
+      x, xld, w, eps, y, yld, m, d);
   return cudaGetLastError ();
 }
 
 extern "C" cudaError_t
 lb_cuda_launch_modulate (cudaStream_t st, const float *x, int64_t xld,
-    const float *scale, int64_t sld, const float *shift, int64_t hld,
-    float *y, int64_t yld, int64_t m, int64_t d)
+    const float *scale, int64_t sld, const float *shift, int64_t hld, float *y,
+    int64_t yld, int64_t m, int64_t d)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  modulate_kernel <<< grid_for (m * d), kThreads, 0, st >>> (x, xld, scale,
-      sld, shift, hld, y, yld, m, d);
+  modulate_kernel<<<grid_for (m * d), kThreads, 0, st>>> (
+      x, xld, scale, sld, shift, hld, y, yld, m, d);
   return cudaGetLastError ();
 }
 
@@ -139,7 +137,7 @@ lb_cuda_launch_gated_residual (cudaStream_t st, float *x, int64_t xld,
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  gated_residual_kernel <<< grid_for (m * d), kThreads, 0, st >>> (x, xld, y,
-      yld, gate, gld, m, d);
+  gated_residual_kernel<<<grid_for (m * d), kThreads, 0, st>>> (
+      x, xld, y, yld, gate, gld, m, d);
   return cudaGetLastError ();
 }

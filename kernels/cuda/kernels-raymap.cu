@@ -18,9 +18,9 @@ using namespace lbk;
 namespace {
 
 __global__ void
-ray_map_kernel (const float *__restrict__ poses, float fx, float fy,
-    float cx, float cy, int64_t frames, int64_t row0, int64_t rows,
-    int64_t wl, float *__restrict__ y, int64_t n)
+ray_map_kernel (const float *__restrict__ poses, float fx, float fy, float cx,
+    float cy, int64_t frames, int64_t row0, int64_t rows, int64_t wl,
+    float *__restrict__ y, int64_t n)
 {
   LBK_GRID_STRIDE (i, n) {
     const int64_t lx = i % wl;
@@ -28,14 +28,14 @@ ray_map_kernel (const float *__restrict__ poses, float fx, float fy,
     const int64_t ly = row0 + t % rows;
     t /= rows;
     const int64_t f = t % frames;
-    const int ch = (int) (t / frames);
+    const int ch = (int)(t / frames);
     const int c = ch / 64, r = (ch % 64) / 8, s = ch % 8;
     const float *p = poses + 16 * f;
     float out;
     if (c < 3) {
-      out = p[c * 4 + 3];             /* the origin: the translation */
+      out = p[c * 4 + 3]; /* the origin: the translation */
     } else {
-      const float u = (float) (lx * 8 + s), v = (float) (ly * 8 + r);
+      const float u = (float)(lx * 8 + s), v = (float)(ly * 8 + r);
       const float x = __fdiv_rn (__fsub_rn (__fadd_rn (u, 0.5f), cx), fx);
       const float yy = __fdiv_rn (__fsub_rn (__fadd_rn (v, 0.5f), cy), fy);
       float acc = __fadd_rn (0.0f, __fmul_rn (x, x));
@@ -43,7 +43,7 @@ ray_map_kernel (const float *__restrict__ poses, float fx, float fy,
       acc = __fadd_rn (acc, 1.0f);
       const float nrm = __fsqrt_rn (acc);
       const float d0 = __fdiv_rn (x, nrm), d1 = __fdiv_rn (yy, nrm),
-          d2 = __fdiv_rn (1.0f, nrm);
+                  d2 = __fdiv_rn (1.0f, nrm);
       const float *row = p + (c - 3) * 4;
       float a = __fadd_rn (0.0f, __fmul_rn (d0, row[0]));
       a = __fadd_rn (a, __fmul_rn (d1, row[1]));
@@ -54,17 +54,17 @@ ray_map_kernel (const float *__restrict__ poses, float fx, float fy,
   }
 }
 
-}                               /* namespace */
+} /* namespace */
 
 extern "C" cudaError_t
-lb_cuda_launch_ray_map (cudaStream_t st, const float *poses, float fx,
-    float fy, float cx, float cy, int64_t frames, int64_t row0, int64_t rows,
-    int64_t wl, float *y)
+lb_cuda_launch_ray_map (cudaStream_t st, const float *poses, float fx, float fy,
+    float cx, float cy, int64_t frames, int64_t row0, int64_t rows, int64_t wl,
+    float *y)
 {
   const int64_t n = 384 * frames * rows * wl;
   if (n <= 0)
     return cudaSuccess;
-  ray_map_kernel <<< grid_for (n), kThreads, 0, st >>> (poses, fx, fy, cx,
-      cy, frames, row0, rows, wl, y, n);
+  ray_map_kernel<<<grid_for (n), kThreads, 0, st>>> (
+      poses, fx, fy, cx, cy, frames, row0, rows, wl, y, n);
   return cudaGetLastError ();
 }

@@ -17,9 +17,8 @@ using namespace lbk;
 namespace {
 
 __global__ void
-strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x,
-    float *y, float a, float b, const float *mean, const float *inv_std,
-    int64_t n)
+strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x, float *y,
+    float a, float b, const float *mean, const float *inv_std, int64_t n)
 {
   LBK_GRID_STRIDE (idx, n) {
     int64_t r = idx, yo = 0, xo = 0, ci = 0;
@@ -35,7 +34,7 @@ strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x,
       case LB_CUDA_ST_COPY:
         y[yo] = x[xo];
         break;
-      case LB_CUDA_ST_CLAMP:{
+      case LB_CUDA_ST_CLAMP: {
         float v = x[xo];
         v = v < a ? a : v;
         v = v > b ? b : v;
@@ -61,7 +60,7 @@ strided_kernel (LbCudaStridedOp op, LbCudaStrided5 g, const float *x,
 /* y = x over the walk @g with X, Y each float or uint16_t (bf16 bits). */
 template <typename X, typename Y>
 __global__ void
-copy_convert_kernel (LbCudaStrided5 g, const X * x, Y * y, int64_t n)
+copy_convert_kernel (LbCudaStrided5 g, const X *x, Y *y, int64_t n)
 {
   LBK_GRID_STRIDE (idx, n) {
     int64_t r = idx, yo = 0, xo = 0;
@@ -72,7 +71,7 @@ copy_convert_kernel (LbCudaStrided5 g, const X * x, Y * y, int64_t n)
       xo += i * g.xs[d];
     }
     if constexpr (sizeof (X) == sizeof (Y))
-      y[yo] = x[xo];            /* bits */
+      y[yo] = x[xo]; /* bits */
     else if constexpr (sizeof (Y) == sizeof (uint16_t))
       y[yo] = bf16_round (load_as_float (x + xo));
     else
@@ -82,19 +81,19 @@ copy_convert_kernel (LbCudaStrided5 g, const X * x, Y * y, int64_t n)
 
 template <typename X, typename Y>
 cudaError_t
-launch_copy_convert (cudaStream_t st, const LbCudaStrided5 * g,
-    const void *x, void *y, int64_t n)
+launch_copy_convert (
+    cudaStream_t st, const LbCudaStrided5 *g, const void *x, void *y, int64_t n)
 {
-  copy_convert_kernel<X, Y> <<< grid_for (n), kThreads, 0, st >>> (*g,
-      static_cast<const X *>(x), static_cast<Y *>(y), n);
+  copy_convert_kernel<X, Y><<<grid_for (n), kThreads, 0, st>>> (
+      *g, static_cast<const X *> (x), static_cast<Y *> (y), n);
   return cudaGetLastError ();
 }
 
 __global__ void
-channel_rms_norm_kernel (const float *x, int64_t xs0, int64_t xs1,
-    int64_t xs2, int64_t xs3, const float *gamma, int silu, float *y,
-    int64_t ys0, int64_t ys1, int64_t ys2, int64_t ys3, int64_t c,
-    int64_t t, int64_t h, int64_t w, float scale)
+channel_rms_norm_kernel (const float *x, int64_t xs0, int64_t xs1, int64_t xs2,
+    int64_t xs3, const float *gamma, int silu, float *y, int64_t ys0,
+    int64_t ys1, int64_t ys2, int64_t ys3, int64_t c, int64_t t, int64_t h,
+    int64_t w, float scale)
 {
   LBK_GRID_STRIDE (idx, t * h * w) {
     int64_t wi = idx % w, hi = (idx / w) % h, ti = idx / (w * h);
@@ -108,8 +107,8 @@ channel_rms_norm_kernel (const float *x, int64_t xs0, int64_t xs1,
     float nrm = __fsqrt_rn (acc);
     nrm = nrm > 1e-12f ? nrm : 1e-12f;
     for (int64_t ch = 0; ch < c; ch++) {
-      float v = __fmul_rn (__fmul_rn (__fdiv_rn (xv[ch * xs0], nrm), scale),
-          gamma[ch]);
+      float v = __fmul_rn (
+          __fmul_rn (__fdiv_rn (xv[ch * xs0], nrm), scale), gamma[ch]);
       if (silu)
         v = __fdiv_rn (v, __fadd_rn (1.f, expf (-v)));
       yv[ch * ys0] = v;
@@ -129,11 +128,11 @@ upsample_halo_kernel (const float *x, int64_t xs0, int64_t xs1, int64_t xs2,
   }
 }
 
-}  // namespace
+} // namespace
 
 extern "C" cudaError_t
 lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
-    const LbCudaStrided5 * g, const float *x, float *y, float a, float b,
+    const LbCudaStrided5 *g, const float *x, float *y, float a, float b,
     const float *mean, const float *inv_std)
 {
   int64_t n = 1;
@@ -141,8 +140,8 @@ lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
     n *= g->shape[d];
   if (n <= 0)
     return cudaSuccess;
-  strided_kernel <<< grid_for (n), kThreads, 0, st >>> (op, *g, x, y, a, b,
-      mean, inv_std, n);
+  strided_kernel<<<grid_for (n), kThreads, 0, st>>> (
+      op, *g, x, y, a, b, mean, inv_std, n);
   return cudaGetLastError ();
 }
 
@@ -164,7 +163,7 @@ lb_cuda_launch_strided (cudaStream_t st, LbCudaStridedOp op,
  * Returns: cudaSuccess or the launch error.
  */
 extern "C" cudaError_t
-lb_cuda_launch_copy_convert (cudaStream_t st, const LbCudaStrided5 * g,
+lb_cuda_launch_copy_convert (cudaStream_t st, const LbCudaStrided5 *g,
     const void *x, int x_bf16, void *y, int y_bf16)
 {
   int64_t n = 1;
@@ -183,16 +182,16 @@ lb_cuda_launch_copy_convert (cudaStream_t st, const LbCudaStrided5 * g,
 
 extern "C" cudaError_t
 lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
-    const int64_t * xs, const float *gamma, int silu, float *y,
-    const int64_t * ys, int64_t c, int64_t t, int64_t h, int64_t w)
+    const int64_t *xs, const float *gamma, int silu, float *y,
+    const int64_t *ys, int64_t c, int64_t t, int64_t h, int64_t w)
 {
   int64_t n = t * h * w;
   if (n <= 0 || c <= 0)
     return cudaSuccess;
-  float scale = (float) sqrt ((double) c);
-  channel_rms_norm_kernel <<< grid_for (n), kThreads, 0, st >>> (x, xs[0],
-      xs[1], xs[2], xs[3], gamma, silu, y, ys[0], ys[1], ys[2], ys[3], c, t,
-      h, w, scale);
+  float scale = (float)sqrt ((double)c);
+  channel_rms_norm_kernel<<<grid_for (n), kThreads, 0, st>>> (x, xs[0], xs[1],
+      xs[2], xs[3], gamma, silu, y, ys[0], ys[1], ys[2], ys[3], c, t, h, w,
+      scale);
   return cudaGetLastError ();
 }
 
@@ -204,7 +203,7 @@ lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st, const float *x,
   int64_t n = c * t * ho * 2 * w;
   if (n <= 0)
     return cudaSuccess;
-  upsample_halo_kernel <<< grid_for (n), kThreads, 0, st >>> (x, xs0, xs1,
-      xs2, y, c, t, ho, w);
+  upsample_halo_kernel<<<grid_for (n), kThreads, 0, st>>> (
+      x, xs0, xs1, xs2, y, c, t, ho, w);
   return cudaGetLastError ();
 }

@@ -183,8 +183,7 @@ test_dit_rank_exchange (void)
   g_assert_cmpuint (x.all_to_all_recv, ==, m.bytes_bf16);
   g_assert_cmpuint (x.link_total, ==, 200 * 4 * out + x.link[4]);
   g_assert_cmpint (x.out_groups, ==, 2);
-  g_assert_cmpuint (x.exposed_link, ==, 200 * out + 200 * out / 2 +
-      x.link[4]);
+  g_assert_cmpuint (x.exposed_link, ==, 200 * out + 200 * out / 2 + x.link[4]);
   assert_gb (x.exposed_link, 3.84);
   /* f32 exchanges double the all-to-alls; without the overlap all of it
    * is exposed; 3 groups lower to the divisor 2 of 10 heads, 5 stay */
@@ -390,7 +389,7 @@ test_fill_window (void)
   cursors (a, &g, &l, &k);
   g_assert_cmpint (k, ==, 4);
   g_assert_cmpint (g, ==, 4 * C * tf);
-  g_assert_cmpint (l, ==, cap);   /* the chunk attended over cap keys */
+  g_assert_cmpint (l, ==, cap); /* the chunk attended over cap keys */
 
   /* a session that ran those 4 chunks ends with the same cursors; its
    * first chunk saw only its own C T_f keys */

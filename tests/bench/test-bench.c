@@ -32,7 +32,8 @@ write_fixture (void)
   LingbotDitConfig cfg;
   const char *root = g_getenv ("LINGBOT_SOURCE_ROOT");
   g_assert_nonnull (root);
-  trace_path = g_build_filename (root, "examples", "data", "demo-trace.json", NULL);
+  trace_path =
+      g_build_filename (root, "examples", "data", "demo-trace.json", NULL);
   g_assert_true (g_file_test (trace_path, G_FILE_TEST_EXISTS));
 
   tmpdir = g_dir_make_tmp ("lingbot-bench-XXXXXX", &err);
@@ -171,8 +172,7 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
   JsonObject *cfg = json_object_get_object_member (rep, "config");
   g_assert_nonnull (cfg);
   if (engine)
-    g_assert_cmpstr (json_object_get_string_member (cfg, "engine"), ==,
-        engine);
+    g_assert_cmpstr (json_object_get_string_member (cfg, "engine"), ==, engine);
   g_assert_cmpint (json_object_get_int_member (cfg, "frames"), ==, frames);
   g_assert_cmpint (json_object_get_int_member (cfg, "fps"), ==, 16);
   g_assert_cmpint (json_object_get_int_member (cfg, "chunk_frames"), ==, 4);
@@ -224,8 +224,7 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
 
   JsonObject *s = json_object_get_object_member (rep, "summary");
   g_assert_nonnull (s);
-  g_assert_cmpint (json_object_get_int_member (s, "total_frames"), ==,
-      frames);
+  g_assert_cmpint (json_object_get_int_member (s, "total_frames"), ==, frames);
   g_assert_cmpint (json_object_get_int_member (s, "frames_at_sink"), ==,
       frames);
   g_assert_cmpint (json_object_get_int_member (s, "total_chunks"), ==,
@@ -246,8 +245,7 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
   assert_stats (s, "chunk_compute_fps");
   JsonObject *cs = json_object_get_object_member (s,
       "chunk_compute_seconds");
-  g_assert_cmpint (json_object_get_int_member (cs, "count"), ==,
-      n_chunks - 1);
+  g_assert_cmpint (json_object_get_int_member (cs, "count"), ==, n_chunks - 1);
   g_assert_cmpfloat (fabs (json_object_get_double_member (cs, "mean") -
           sc / (n_chunks - 1)), <, 1e-6 * sc);
   JsonObject *k0 = json_array_get_object_element (chunks, 0);
@@ -287,8 +285,7 @@ check_report (JsonObject * rep, const char *bench_name, int frames,
     sum += json_object_get_int_member (json_object_get_object_member (ops,
             l->data), "bytes");
   g_list_free (names);
-  g_assert_cmpint (sum, ==, json_object_get_int_member (comm,
-          "bytes_total"));
+  g_assert_cmpint (sum, ==, json_object_get_int_member (comm, "bytes_total"));
   return s;
 }
 
@@ -317,8 +314,7 @@ test_direct (gconstpointer data)
     g_assert_cmpint (json_object_get_int_member (a2a, "calls"), >, 0);
     g_assert_cmpint (json_object_get_int_member (a2a, "bytes"), >, 0);
   } else {
-    g_assert_cmpint (json_object_get_int_member (comm, "bytes_total"), ==,
-        0);
+    g_assert_cmpint (json_object_get_int_member (comm, "bytes_total"), ==, 0);
   }
   /* the trace's first chunk: W pressed at 0.25 s, before chunk 0 ends */
   JsonObject *k0 = json_array_get_object_element
@@ -341,8 +337,7 @@ test_direct_overlap (void)
   JsonObject *rep = load_report (out, &parser);
   JsonObject *s = check_report (rep, "direct", 45, 3, "session");
   g_assert_true (json_object_get_boolean_member (s, "decode_overlapped"));
-  g_assert_cmpint (json_object_get_int_member (s, "latent_host_bytes"), ==,
-      0);
+  g_assert_cmpint (json_object_get_int_member (s, "latent_host_bytes"), ==, 0);
 }
 
 static void
@@ -373,8 +368,7 @@ test_replay (void)
     g_assert_cmpfloat (fabs (due - (req + delay)), <, 1e-9);
     g_assert_cmpfloat (fabs (late - (json_object_get_double_member (k,
                     "first_frame_s") - due)), <, 1e-9);
-    g_assert_true (json_object_get_boolean_member (k, "missed") == (late >
-            0));
+    g_assert_true (json_object_get_boolean_member (k, "missed") == (late > 0));
     if (late > 0) {
       missed++;
       late_max = MAX (late_max, late);
@@ -384,8 +378,7 @@ test_replay (void)
   JsonObject *d = json_object_get_object_member (s, "deadlines");
   g_assert_nonnull (d);
   g_assert_cmpint (json_object_get_int_member (d, "chunks"), ==, 3);
-  g_assert_cmpint (json_object_get_int_member (d, "missed_chunks"), ==,
-      missed);
+  g_assert_cmpint (json_object_get_int_member (d, "missed_chunks"), ==, missed);
   g_assert_cmpfloat (fabs (json_object_get_double_member (d,
               "late_seconds_max") - late_max), <, 1e-9);
   g_assert_cmpfloat (json_object_get_double_member (d, "slack_seconds_min"),
@@ -497,8 +490,7 @@ test_dit_precision (void)
   g_autoptr (GPtrArray) sum = events (objs, "summary");
   g_assert_cmpuint (sum->len, ==, 1);
   JsonObject *s = sum->pdata[0];
-  g_assert_cmpstr (json_object_get_string_member (s, "precision"), ==,
-      "bf16");
+  g_assert_cmpstr (json_object_get_string_member (s, "precision"), ==, "bf16");
   g_assert_false (json_object_get_boolean_member (s, "precision_applied"));
   g_assert_cmpstr (json_object_get_string_member (s, "backend"), ==, "cpu");
   /* no peak on the CPU unless given: MFU is null */
@@ -636,8 +628,7 @@ test_dit_estimate (void)
   g_autoptr (GPtrArray) objs = json_lines (out, ps);
   g_assert_cmpuint (objs->len, ==, 1);
   JsonObject *e = objs->pdata[0];
-  g_assert_cmpstr (json_object_get_string_member (e, "event"), ==,
-      "estimate");
+  g_assert_cmpstr (json_object_get_string_member (e, "event"), ==, "estimate");
   g_assert_cmpint (json_object_get_int_member (e, "window_keys"), ==, 28080);
   JsonObject *f = json_object_get_object_member (e, "flops");
   g_assert_cmpfloat (fabs (json_object_get_double_member (f, "chunk") /
@@ -702,8 +693,7 @@ comm_op (DitRun * r, const char *op)
 static gint64
 member_int (JsonObject * o, const char *a, const char *b)
 {
-  return json_object_get_int_member (json_object_get_object_member (o, a),
-      b);
+  return json_object_get_int_member (json_object_get_object_member (o, a), b);
 }
 
 /* --rank-of N on cpu:1 against a real cpu:N run of the same shape: rank
@@ -774,8 +764,7 @@ check_rank_of (const char *n, const char *const *shape, gint64 a2a,
   g_assert_nonnull (ro);
   g_assert_null (r.rank_of);
   g_assert_cmpint (json_object_get_int_member (ro, "ranks"), ==, atoi (n));
-  g_assert_cmpint (member_int (ro, "all_to_all", "bytes_per_chunk"), ==,
-      a2a);
+  g_assert_cmpint (member_int (ro, "all_to_all", "bytes_per_chunk"), ==, a2a);
   g_assert_cmpint (member_int (ro, "all_to_all", "q") + member_int (ro,
           "all_to_all", "k") + member_int (ro, "all_to_all", "v") +
       member_int (ro, "all_to_all", "out"), ==, a2a);
@@ -864,17 +853,17 @@ test_dit_rank_of_invalid (void)
         "lingbot-bench dit: --rank-of wants 2 or more ranks, not 0\n"},
     {{"dit", "--rank-of", "3", NULL},
         "lingbot-bench dit: --rank-of 3 does not divide the 2 attention "
-          "heads (each Ulysses rank holds heads / N)\n"},
+        "heads (each Ulysses rank holds heads / N)\n"},
     {{"dit", "--rank-of", "4", NULL},
         "lingbot-bench dit: --rank-of 4 does not divide the 2 attention "
-          "heads (each Ulysses rank holds heads / N)\n"},
+        "heads (each Ulysses rank holds heads / N)\n"},
     {{"dit", "--rank-of", "2", "--devices", "cpu:2", NULL},
         "lingbot-bench dit: --rank-of runs on one rank (--devices cpu:1 or "
-          "one GPU ordinal), not cpu:2\n"},
+        "one GPU ordinal), not cpu:2\n"},
     /* refused before 74 GB of random weights are made */
     {{"dit", "--preset", "14b", "--rank-of", "3", NULL},
         "lingbot-bench dit: --rank-of 3 does not divide the 40 attention "
-          "heads (each Ulysses rank holds heads / N)\n"},
+        "heads (each Ulysses rank holds heads / N)\n"},
     {{"dit", "--rank-of", "2", "--link-gbps", "0", NULL},
         "lingbot-bench dit: --link-gbps must be positive\n"},
   };
@@ -900,10 +889,8 @@ test_vae_devices (void)
   g_assert_cmpuint (objs->len, ==, 1);
   JsonObject *v = objs->pdata[0];
   g_assert_cmpstr (json_object_get_string_member (v, "backend"), ==, "cpu");
-  g_assert_cmpstr (json_object_get_string_member (v, "devices"), ==,
-      "cpu:2");
-  g_assert_cmpfloat (json_object_get_double_member (v, "dit_chunk_s"), ==,
-      1.0);
+  g_assert_cmpstr (json_object_get_string_member (v, "devices"), ==, "cpu:2");
+  g_assert_cmpfloat (json_object_get_double_member (v, "dit_chunk_s"), ==, 1.0);
   JsonArray *runs = json_object_get_array_member (v, "runs");
   g_assert_cmpuint (json_array_get_length (runs), ==, 1);
   JsonObject *r = json_array_get_object_element (runs, 0);

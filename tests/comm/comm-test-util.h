@@ -19,11 +19,10 @@
   } while (0)
 
 static inline LbWorkerGroup *
-test_group_new (int n, const int *ordinals, guint timeout_ms,
-    const char *name)
+test_group_new (int n, const int *ordinals, guint timeout_ms, const char *name)
 {
   GError *err = NULL;
-  LbWorkerGroupOptions opts = { .timeout_ms = timeout_ms, .name = name };
+  LbWorkerGroupOptions opts = {.timeout_ms = timeout_ms,.name = name };
   LbWorkerGroup *g = lb_worker_group_new (lb_cpu_backend (), n, ordinals,
       &opts, &err);
   g_assert_no_error (err);

@@ -42,7 +42,7 @@ test_flow (gconstpointer data)
   LbBackend *be = fakedev_backend ();
   LbWorkerGroup *gp = dev_flow_group (be, P, c->prod_dev, "prod");
   LbWorkerGroup *gc = dev_flow_group (be, Q, c->cons_dev, "cons");
-  DevFlow f = {.n_messages = M,.shape = { 3, 2, 8, 5 },.slow = 2 };
+  DevFlow f = {.n_messages = M,.shape = {3, 2, 8, 5},.slow = 2 };
   const FakeDevStats st0 = fakedev_stats ();
   LbChannel *ch = dev_flow_channel (&f, gp, gc, c->prod_rows, c->cons_rows,
       c->n_slots, c->flags);
@@ -73,8 +73,7 @@ test_flow (gconstpointer data)
   g_assert_cmpuint (cs.messages_received, ==, (guint64) M * Q);
   g_assert_cmpuint (cs.copies[LB_TRANSPORT_HOST_STAGED], ==,
       (guint) (2 * M * c->n_staged));
-  g_assert_cmpuint (cs.copies[LB_TRANSPORT_PEER], ==,
-      (guint) (M * c->n_peer));
+  g_assert_cmpuint (cs.copies[LB_TRANSPORT_PEER], ==, (guint) (M * c->n_peer));
   g_print ("# %s: %d messages, %d records, %d event waits, %d test syncs, "
       "no channel sync\n", c->name, M, st.n_records - st1.n_records,
       st.n_waits - st1.n_waits, f.syncs);
@@ -92,7 +91,7 @@ test_cpu_unchanged (void)
   int a[2] = { 0, 1 }, b[2] = { 2, 3 };
   LbWorkerGroup *gp = dev_flow_group (lb_cpu_backend (), 2, a, "prod");
   LbWorkerGroup *gc = dev_flow_group (lb_cpu_backend (), 2, b, "cons");
-  DevFlow f = {.n_messages = 5,.shape = { 2, 1, 6, 3 },.slow = 1 };
+  DevFlow f = {.n_messages = 5,.shape = {2, 1, 6, 3},.slow = 1 };
   LbChannel *ch = dev_flow_channel (&f, gp, gc, NULL, NULL, 1,
       LB_CHANNEL_NO_PEER_COPY);
   test_run_two (gp, dev_flow_produce, &f, gc, dev_flow_consume, &f);

@@ -116,7 +116,7 @@ test_ordering (void)
   int a[2] = { 0, 1 }, b[2] = { 2, 3 };
   LbWorkerGroup *gp = test_group_new (2, a, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (2, b, 10000, "cons");
-  Flow f = {.n_messages = test_quick ()? 40 : 200,.shape = { 2, 1, 6, 3 } };
+  Flow f = {.n_messages = test_quick ()? 40 : 200,.shape = {2, 1, 6, 3} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 3, 0);
   test_run_two (gp, produce, &f, gc, consume, &f);
   LbChannelStats st;
@@ -146,7 +146,7 @@ test_slot_exhaustion (void)
 {
   LbWorkerGroup *gp = test_group_new (1, NULL, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (1, NULL, 10000, "cons");
-  Flow f = {.n_messages = 3,.shape = { 1, 1, 4, 4 } };
+  Flow f = {.n_messages = 3,.shape = {1, 1, 4, 4} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 2, 0);
   GError *err = NULL;
   LbWorkerJob job = LB_WORKER_JOB_INIT;
@@ -223,7 +223,7 @@ test_cancel_releases_both (void)
 {
   LbWorkerGroup *gp = test_group_new (2, NULL, 20000, "prod");
   LbWorkerGroup *gc = test_group_new (1, NULL, 20000, "cons");
-  Flow f = {.n_messages = 1,.shape = { 1, 1, 4, 8 } };
+  Flow f = {.n_messages = 1,.shape = {1, 1, 4, 8} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 1,
       LB_CHANNEL_NO_PEER_COPY);
   CancelData cd = {.ch = ch };
@@ -274,7 +274,7 @@ check_reshard (int P, const int64_t * prow, int Q, const int64_t * qrow,
   LbWorkerGroup *gp = test_group_new (P, po, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (Q, same_ordinals ? po : qo, 10000,
       "cons");
-  Flow f = {.n_messages = 5,.shape = { 2, 3, H, 5 } };
+  Flow f = {.n_messages = 5,.shape = {2, 3, H, 5} };
   gsize numel = 2 * 3 * H * 5;
   f.gathered = g_new (float, numel);
   for (gsize i = 0; i < numel; i++)
@@ -328,7 +328,7 @@ test_same_device_zero_copy (void)
   int ord[2] = { 0, 1 };
   LbWorkerGroup *gp = test_group_new (2, ord, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (2, ord, 10000, "cons");
-  Flow f = {.n_messages = 10,.shape = { 3, 2, 8, 4 } };
+  Flow f = {.n_messages = 10,.shape = {3, 2, 8, 4} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 2, 0);
   int n_pieces;
   const LbChannelPiece *plan = lb_channel_get_plan (ch, &n_pieces);
@@ -371,7 +371,7 @@ test_host_staged_fallback (void)
   int a[2] = { 0, 1 }, b[2] = { 2, 3 };
   LbWorkerGroup *gp = test_group_new (2, a, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (2, b, 10000, "cons");
-  Flow f = {.n_messages = 6,.shape = { 1, 2, 10, 4 } };
+  Flow f = {.n_messages = 6,.shape = {1, 2, 10, 4} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 2,
       LB_CHANNEL_NO_PEER_COPY);
   int n_pieces;
@@ -383,8 +383,7 @@ test_host_staged_fallback (void)
   lb_channel_get_stats (ch, &st);
   g_assert_cmpuint (st.copies[LB_TRANSPORT_PEER], ==, 0);
   g_assert_cmpuint (st.copies[LB_TRANSPORT_SAME_DEVICE], ==, 0);
-  g_assert_cmpuint (st.copies[LB_TRANSPORT_HOST_STAGED], ==,
-      2 * n_pieces * 6);
+  g_assert_cmpuint (st.copies[LB_TRANSPORT_HOST_STAGED], ==, 2 * n_pieces * 6);
   g_assert_cmpuint (st.bytes[LB_TRANSPORT_HOST_STAGED], ==,
       6 * 1 * 2 * 10 * 4 * sizeof (float));
   lb_channel_clear_stats (ch);
@@ -416,7 +415,7 @@ test_send_and_misuse (void)
 {
   LbWorkerGroup *gp = test_group_new (2, NULL, 10000, "prod");
   LbWorkerGroup *gc = test_group_new (1, NULL, 10000, "cons");
-  Flow f = {.n_messages = 1,.shape = { 1, 1, 4, 3 } };
+  Flow f = {.n_messages = 1,.shape = {1, 1, 4, 3} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 1, 0);
   test_run_two (gp, send_tensor, &f, gc, consume, &f);
   LbChannelStats st;
@@ -431,7 +430,7 @@ test_send_and_misuse (void)
   lb_channel_free (ch);
 
   LbChannelConfig bad = {.producer = gp,.consumer = gc,.dtype = LB_DTYPE_F32,
-    .ndim = 2,.shape = { 4, 4 },.shard_dim = 0,.n_slots = 1
+    .ndim = 2,.shape = {4, 4},.shard_dim = 0,.n_slots = 1
   };
   int64_t rows[2] = { 3, 2 };
   bad.producer_rows = rows;
@@ -467,7 +466,7 @@ test_group_abort_releases_channel (void)
 {
   LbWorkerGroup *gp = test_group_new (2, NULL, 20000, "prod");
   LbWorkerGroup *gc = test_group_new (1, NULL, 20000, "cons");
-  Flow f = {.n_messages = 1,.shape = { 1, 1, 4, 3 } };
+  Flow f = {.n_messages = 1,.shape = {1, 1, 4, 3} };
   LbChannel *ch = flow_channel (&f, gp, gc, NULL, NULL, 1, 0);
   GError *err = NULL;
   gint64 t0 = g_get_monotonic_time ();

@@ -15,7 +15,7 @@
 static gsize
 a2av_count (int src, int dst)
 {
-  return (gsize) ((src * 3 + dst * 5) % 4) * 7;  /* includes zero */
+  return (gsize) ((src * 3 + dst * 5) % 4) * 7; /* includes zero */
 }
 
 static gsize
@@ -27,7 +27,7 @@ agv_count (int r)
 static gint64
 a2av_value (int src, int dst, gsize k)
 {
-  return (gint64) src * 1000000 + dst * 10000 + (gint64) k;
+  return (gint64) src *1000000 + dst * 10000 + (gint64) k;
 }
 
 static float
@@ -175,8 +175,7 @@ check_reductions (LbRank * rank, GError ** error)
 
   /* f64 too, and a count smaller than the rank count */
   double d[2] = { me + 0.5, -me };
-  if (!lb_comm_all_reduce (rank, LB_DTYPE_F64, d, d, 2, LB_REDUCE_SUM,
-          error))
+  if (!lb_comm_all_reduce (rank, LB_DTYPE_F64, d, d, 2, LB_REDUCE_SUM, error))
     return FALSE;
   RCHECK (d[0] == n * (n - 1) / 2.0 + 0.5 * n && d[1] == -n * (n - 1) / 2.0,
       "all_reduce f64: ");
@@ -271,8 +270,7 @@ check_group (LbRank * rank, GError ** error)
     ar[i] = (float) (me * i);
   gboolean ok = lb_comm_group_start (rank, error);
   for (int t = 0; t < 3 && ok; t++)
-    ok = lb_comm_all_to_all (rank, LB_DTYPE_F32, buf[t], out[t], count,
-        error);
+    ok = lb_comm_all_to_all (rank, LB_DTYPE_F32, buf[t], out[t], count, error);
   ok = ok && lb_comm_all_reduce (rank, LB_DTYPE_F32, ar, ar, 10,
       LB_REDUCE_SUM, error);
   ok = ok && lb_comm_all_gather (rank, LB_DTYPE_F32, &mine, ag, 1, error);

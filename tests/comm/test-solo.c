@@ -261,8 +261,7 @@ test_invalid (void)
   g_clear_error (&err);
   /* the solo class on an ordinary group of two rank threads */
   LbWorkerGroupOptions go = {.collectives = lb_solo_collectives () };
-  g_assert_null (lb_worker_group_new (lb_cpu_backend (), 2, NULL, &go,
-          &err));
+  g_assert_null (lb_worker_group_new (lb_cpu_backend (), 2, NULL, &go, &err));
   g_assert_cmpstr (err->message, ==, "worker group group: solo "
       "collectives: the group has 2 rank threads, expected one");
   /* an ordinary group has moved nothing */

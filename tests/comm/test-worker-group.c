@@ -106,8 +106,7 @@ static gboolean
 rank_collect_ok (LbRank * rank, gpointer data, GError ** error)
 {
   float v = 1.0f;
-  if (!lb_comm_all_reduce (rank, LB_DTYPE_F32, &v, &v, 1, LB_REDUCE_SUM,
-          error))
+  if (!lb_comm_all_reduce (rank, LB_DTYPE_F32, &v, &v, 1, LB_REDUCE_SUM, error))
     return FALSE;
   RCHECK (v == (float) rank->n_ranks, "sum after recovery: ");
   return lb_comm_barrier (rank, error);
@@ -122,8 +121,7 @@ test_rank_fails_mid_collective (void)
   FailData fd = { 0 };
   GError *err = NULL;
   gint64 t0 = g_get_monotonic_time ();
-  g_assert_false (lb_worker_group_run (g, rank_fail_mid_all_to_all, &fd,
-          &err));
+  g_assert_false (lb_worker_group_run (g, rank_fail_mid_all_to_all, &fd, &err));
   gint64 dt = g_get_monotonic_time () - t0;
   g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
   g_assert_true (g_str_has_prefix (err->message, "rank 2: "));
@@ -215,8 +213,7 @@ static void
 test_bad_args (void)
 {
   GError *err = NULL;
-  g_assert_null (lb_worker_group_new (lb_cpu_backend (), 0, NULL, NULL,
-          &err));
+  g_assert_null (lb_worker_group_new (lb_cpu_backend (), 0, NULL, NULL, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
   g_clear_error (&err);
   g_assert_true (lb_collectives_lookup (LB_DEVICE_CPU) ==

@@ -25,7 +25,8 @@
 #include "op-call.h"
 #include "kernels/error.h"
 
-typedef struct {
+typedef struct
+{
   GMutex lock;
   GHashTable *blocks;           /* ptr -> size */
   gint bad;
@@ -40,7 +41,8 @@ typedef struct {
 
 /* A recorded call (graph capture): tensor descriptors by value, with
  * arguments that were the same pointer mapped to the same copy. */
-typedef struct {
+typedef struct
+{
   int op;                       /* OpId, or FOP_RAW_COPY */
   int n;
   LbTensor t[OP_CALL_MAX_TENSORS];
@@ -53,12 +55,14 @@ typedef struct {
   gsize nbytes;
 } FakeCall;
 
-typedef struct {
+typedef struct
+{
   gboolean capturing;
   GArray *calls;                /* FakeCall, while capturing */
 } FakeStream;
 
-struct _LbGraph {
+struct _LbGraph
+{
   GArray *calls;
 };
 
@@ -89,10 +93,10 @@ fakedev_is_device (const void *p, gsize n)
 }
 
 static gboolean
-refuse (GError ** error, const char *format, ...) G_GNUC_PRINTF (2, 3);
-
-static gboolean
 refuse (GError ** error, const char *format, ...)
+G_GNUC_PRINTF (2, 3);
+
+     static gboolean refuse (GError ** error, const char *format, ...)
 {
   va_list ap;
   va_start (ap, format);
@@ -253,7 +257,8 @@ rec_tensor (FakeCall * c, int k, const LbTensor * t)
 /* Up to 8 tensor arguments per op; an argument whose pointer equals an
  * earlier one maps to the same host descriptor (in-place calls stay
  * in-place for the CPU kernel's aliasing checks). */
-typedef struct {
+typedef struct
+{
   LbStream *s;
   const char *op;
   gboolean ok;
@@ -403,7 +408,7 @@ replay_call (LbStream * s, FakeCall * c, GError ** error)
   if (c->op == FOP_RAW_COPY)
     return fake_copy (s, c->dst, c->src, c->nbytes,
         LB_COPY_DEVICE_TO_DEVICE, error);
-  OpCall call = { .op = c->op };
+  OpCall call = {.op = c->op };
   for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
     call.t[k] = RT (k);
   memcpy (call.f, c->f, sizeof (call.f));

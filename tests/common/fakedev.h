@@ -34,7 +34,8 @@ G_BEGIN_DECLS
  * (a host value or pointer that changes between launches) gives results
  * that differ from the CPU's.
  */
-typedef struct {
+typedef struct
+{
   int bad;
   int n_h2d, n_d2h, n_d2d, n_ops;
   int live_blocks;

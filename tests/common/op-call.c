@@ -100,8 +100,7 @@ static const RunFunc runners[OP_COUNT] = {
  * Returns: what the op returns.
  */
 gboolean
-op_call_run (const LbOps * ops, LbStream * s, const OpCall * c,
-    GError ** error)
+op_call_run (const LbOps * ops, LbStream * s, const OpCall * c, GError ** error)
 {
   g_return_val_if_fail (c->op >= 0 && c->op < OP_COUNT, FALSE);
   return runners[c->op] (ops, s, c, error);

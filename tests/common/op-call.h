@@ -13,13 +13,15 @@
 
 G_BEGIN_DECLS
 
-typedef enum {
+typedef enum
+{
 #define LB_OP(name) OP_##name,
 #include "kernels/ops-list.h"
   OP_COUNT
 } OpId;
 
-typedef enum {
+typedef enum
+{
   OP_ARG_IN,
   OP_ARG_OUT,
   OP_ARG_F32,
@@ -41,7 +43,8 @@ typedef enum {
  * @arg: (array length=n_args): each argument's name
  * @n_tensors: the IN and OUT arguments
  */
-typedef struct {
+typedef struct
+{
   const char *name;
   int n_args;
   OpArgKind kind[OP_CALL_MAX_ARGS];
@@ -56,7 +59,8 @@ typedef struct {
  * @f: its F32 arguments in order
  * @i: its INT, I64 and BOOL arguments in order
  */
-typedef struct {
+typedef struct
+{
   OpId op;
   LbTensor *t[OP_CALL_MAX_TENSORS];
   float f[OP_CALL_MAX_FLOATS];

@@ -30,7 +30,8 @@
 #define S(...) ((const int64_t[]) { __VA_ARGS__ })
 #define MAX_DIMS 5
 
-typedef enum {
+typedef enum
+{
   FILL_NONE,                    /* a NULL argument */
   FILL_RAND,                    /* uniform in [lo, hi] */
   FILL_NAN,                     /* an output: NaN everywhere */
@@ -40,20 +41,23 @@ typedef enum {
   FILL_POSES,                   /* [F, 16] rigid camera-to-world poses */
 } Fill;
 
-typedef enum {
+typedef enum
+{
   VIEW_WHOLE,
   VIEW_NARROW,                  /* base @extra wider along @dim, from @at */
   VIEW_SELECT,                  /* base has a dim of @extra at @dim; @at */
   VIEW_PERMUTE,                 /* view = permute (base, @perm) */
 } ViewKind;
 
-typedef enum {
+typedef enum
+{
   SPECIAL_NONE,
   SPECIAL_NONFINITE,            /* NaN, inf, -inf first in the buffer */
   SPECIAL_ZERO_VOXEL,           /* element 0 of every dim-0 slice is 0 */
 } Special;
 
-typedef struct {
+typedef struct
+{
   Fill fill;
   int nd;
   int64_t shape[MAX_DIMS];      /* the view's */
@@ -66,7 +70,8 @@ typedef struct {
   Special special;
 } ArgSpec;
 
-typedef struct {
+typedef struct
+{
   OpId op;
   char *what;
   ArgSpec t[OP_CALL_MAX_TENSORS];
@@ -82,7 +87,7 @@ typedef struct {
 static ArgSpec
 rng (int nd, const int64_t * shape, double lo, double hi)
 {
-  ArgSpec a = { .fill = FILL_RAND, .nd = nd, .lo = lo, .hi = hi };
+  ArgSpec a = {.fill = FILL_RAND,.nd = nd,.lo = lo,.hi = hi };
   memcpy (a.shape, shape, sizeof (int64_t) * nd);
   return a;
 }
@@ -104,13 +109,15 @@ nan_out (int nd, const int64_t * shape)
 static ArgSpec
 none (void)
 {
-  return (ArgSpec) { .fill = FILL_NONE };
+  return (ArgSpec) {
+  .fill = FILL_NONE};
 }
 
 static ArgSpec
 same (int k)
 {
-  return (ArgSpec) { .fill = FILL_SAME, .same = k };
+  return (ArgSpec) {
+  .fill = FILL_SAME,.same = k};
 }
 
 /* @a as a view into a larger buffer: VIEW_NARROW, the buffer @extra
@@ -168,10 +175,10 @@ case_free (gpointer p)
 }
 
 static OpCase *
-add (OpId op, double tol, const char *format, ...) G_GNUC_PRINTF (3, 4);
-
-static OpCase *
 add (OpId op, double tol, const char *format, ...)
+G_GNUC_PRINTF (3, 4);
+
+     static OpCase *add (OpId op, double tol, const char *format, ...)
 {
   OpCase *c = g_new0 (OpCase, 1);
   va_list ap;
@@ -320,7 +327,7 @@ static void
 layout_cases (void)
 {
   static const int64_t ups[][4] = { {1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 33,
-          65}
+      65}
   };
   for (guint k = 0; k < G_N_ELEMENTS (ups); k++) {
     const int64_t *s = ups[k];
@@ -387,8 +394,7 @@ conv3d_cases (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
 /* nb (0: 3-D), cin, cout, H, W, kh, kw, ph, pw, sh, sw, bias */
 static void
 conv2d_cases (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
-    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw,
-    gboolean with_bias)
+    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw, gboolean with_bias)
 {
   const int64_t ho = (h + 2 * ph - kh) / sh + 1, wo = (w + 2 * pw - kw) / sw
       + 1;
@@ -474,8 +480,8 @@ chnorm_cases (int64_t C, int64_t T, int64_t H, int64_t W, gboolean silu,
   c->t[1] = rng (1, S (C), 0.5, 1.5);
   c->i[0] = silu;
   if (token_major) {
-    ArgSpec y = permuted (nan_out (4, S (T, H, W, C)), (const int[]) { 3, 0,
-            1, 2 });
+    ArgSpec y =
+        permuted (nan_out (4, S (T, H, W, C)), (const int[]) { 3, 0, 1, 2 });
     memcpy (y.shape, S (C, T, H, W), sizeof (int64_t) * 4);
     c->t[2] = y;
   } else {
@@ -628,16 +634,17 @@ build_cases (void)
   ray_map_cases (832, 480, 4, 0, 60, kd, FALSE);
   ray_map_cases (832, 480, 4, 0, 60, kc, FALSE);
   ray_map_cases (832, 480, 4, 17, 13, kc, FALSE);
-  ray_map_cases (72, 64, 1, 3, 2, (const float[4]) { 33.3f, 29.1f, 21.7f,
-          30.2f }, TRUE);
-  ray_map_cases (24, 16, 5, 0, 2, (const float[4]) { 7.5f, 9.25f, -3.0f,
-          20.0f }, TRUE);
+  ray_map_cases (72, 64, 1, 3, 2,
+      (const float[4]) { 33.3f, 29.1f, 21.7f, 30.2f }, TRUE);
+  ray_map_cases (24, 16, 5, 0, 2,
+      (const float[4]) { 7.5f, 9.25f, -3.0f, 20.0f }, TRUE);
 }
 
 /* ---- the driver ---- */
 
 /* One case's arguments on one side: owning buffers and the views. */
-typedef struct {
+typedef struct
+{
   LbTensor *base[OP_CALL_MAX_TENSORS];
   LbTensor view[OP_CALL_MAX_TENSORS];
 } Side;
@@ -763,8 +770,7 @@ build_call (const OpCase * c, Side * side, const Side * host, LbStream * s,
       call->t[k] = call->t[a->same];
       continue;
     }
-    side->base[k] = host ? test_upload (s, host->base[k]) :
-        host_base (a, rand);
+    side->base[k] = host ? test_upload (s, host->base[k]) : host_base (a, rand);
     make_view (a, side->base[k], &side->view[k]);
     call->t[k] = &side->view[k];
   }
@@ -819,8 +825,7 @@ run_case (const OpCase * c, guint seed, const OpCasesTarget * target)
       const LbTensor *ref = host.base[b];
       g_autoptr (LbTensor) got = lb_tensor_new (ref->dtype, ref->ndim,
           ref->shape);
-      g_assert_true (lb_tensor_download (target->dev, got, dev.base[b],
-              &err));
+      g_assert_true (lb_tensor_download (target->dev, got, dev.base[b], &err));
       g_assert_no_error (err);
       g_autofree char *what = g_strdup_printf ("%s: %s", c->what,
           info->arg[k]);
@@ -832,7 +837,8 @@ run_case (const OpCase * c, guint seed, const OpCasesTarget * target)
   side_clear (&host);
 }
 
-typedef struct {
+typedef struct
+{
   OpCasesTarget target;
   OpId op;
 } OpTest;

@@ -25,7 +25,8 @@ G_BEGIN_DECLS
  * @exact: every output must equal the CPU's byte for byte, whatever the
  *   case's tolerance (a backend that runs the CPU kernels)
  */
-typedef struct {
+typedef struct
+{
   LbStream *ref;
   LbStream *dev;
   gboolean exact;

@@ -35,10 +35,8 @@ test_compare (const char *what, const LbTensor * ref, const LbTensor * got,
 {
   g_assert_cmpint (ref->ndim, ==, got->ndim);
   g_assert_true (lb_tensor_same_shape (ref, got));
-  g_autoptr (LbTensor) a = lb_tensor_new (LB_DTYPE_F32, ref->ndim,
-      ref->shape);
-  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_F32, got->ndim,
-      got->shape);
+  g_autoptr (LbTensor) a = lb_tensor_new (LB_DTYPE_F32, ref->ndim, ref->shape);
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_F32, got->ndim, got->shape);
   g_assert_true (lb_tensor_copy_into (a, ref, NULL));
   g_assert_true (lb_tensor_copy_into (b, got, NULL));
   const float *x = a->data, *y = b->data;
@@ -61,10 +59,10 @@ test_compare (const char *what, const LbTensor * ref, const LbTensor * got,
   g_test_message ("%s %s: max |ref| %.3g, max diff %.3g, rel %.3g (tol %.1g)",
       what, shape, maxabs, maxdiff, rel, tol);
   if (bad >= 0)
-    g_error ("%s %s: element %" G_GINT64_FORMAT " is %g on the device, %g on the CPU",
-        what, shape, bad, y[bad], x[bad]);
+    g_error ("%s %s: element %" G_GINT64_FORMAT
+        " is %g on the device, %g on the CPU", what, shape, bad, y[bad],
+        x[bad]);
   if (!(maxdiff <= tol * fmax (maxabs, 1e-30)))
     g_error ("%s %s: max diff %.3g > %.1g * max |ref| %.3g", what, shape,
         maxdiff, tol, maxabs);
 }
-

@@ -29,4 +29,3 @@ lingbot_test_write_start_jpeg (const char *dir)
   gst_object_unref (p);
   return path;
 }
-

@@ -179,7 +179,8 @@ main (int argc, char **argv)
   g_test_add_func ("/backend/extras", test_extras);
   g_test_add_func ("/backend/devices/cpu", test_parse_cpu_devices);
   g_test_add_func ("/backend/devices/errors", test_parse_errors);
-  g_test_add_func ("/backend/devices/gpu-absent", test_parse_gpu_without_device);
+  g_test_add_func ("/backend/devices/gpu-absent",
+      test_parse_gpu_without_device);
   g_test_add_func ("/backend/devices/world-check", test_world_check_devices);
   return g_test_run ();
 }

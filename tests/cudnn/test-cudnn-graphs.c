@@ -62,7 +62,7 @@ static ConvCheckFunc conv_check;
 static void
 meta (LbTensor * t, int nd, const int64_t * shape)
 {
-  static float dummy[4] __attribute__ ((aligned (256)));
+  static float dummy[4] __attribute__((aligned (256)));
   memset (t, 0, sizeof *t);
   t->dtype = LB_DTYPE_F32;
   t->ndim = nd;

@@ -31,7 +31,8 @@ static LingbotCheckpoint *fixture;
 static LingbotDit *dit;
 static LbBackend *cuda;
 
-typedef struct {
+typedef struct
+{
   GArray *vals;                 /* float: everything the session showed */
   double worst;                 /* max golden rel error */
   int n_steps;
@@ -131,7 +132,8 @@ run_stream (LbBackend * be, int n_ranks, const int *ordinals,
   return rec.vals;
 }
 
-typedef struct {
+typedef struct
+{
   int n_ranks;
   gboolean nccl;
 } Case;
@@ -292,8 +294,7 @@ test_overlap (void)
     return;
   }
   g_setenv ("LINGBOT_COMM_OVERLAP", "0", TRUE);
-  g_autoptr (GArray) plain = run_plain (cuda, 2, ordinals, NULL,
-      LB_MATH_FP32);
+  g_autoptr (GArray) plain = run_plain (cuda, 2, ordinals, NULL, LB_MATH_FP32);
   g_unsetenv ("LINGBOT_COMM_OVERLAP");
   gint64 t0 = g_get_monotonic_time ();
   g_autoptr (GArray) over = run_plain (cuda, 2, ordinals, NULL, LB_MATH_FP32);

@@ -31,7 +31,8 @@ static LingbotDit *dit;
 /* one stream run, recorded                                                 */
 /* ------------------------------------------------------------------------ */
 
-typedef struct {
+typedef struct
+{
   GByteArray *bytes;            /* everything the session let us see */
   int n_steps;
 } Record;
@@ -137,15 +138,14 @@ test_weights (void)
   LingbotDitWeights w;
   gboolean owned;
   gsize nbytes;
-  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, cs, dit,
-          &err));
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, cs, dit, &err));
   g_assert_false (owned);
   g_assert_cmpuint (nbytes, ==, 0);
-  g_assert_true (w.blocks[L - 1].cam_shift.w == dit->w.blocks[L - 1].cam_shift.w);
+  g_assert_true (w.blocks[L - 1].cam_shift.w ==
+      dit->w.blocks[L - 1].cam_shift.w);
   lingbot_dit_weights_clear (&w, owned, L);
 
-  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit,
-          &err));
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit, &err));
   g_assert_no_error (err);
   g_assert_true (owned);
   gsize total = 0;
@@ -154,7 +154,7 @@ test_weights (void)
   g_hash_table_iter_init (&it, dit->by_name);
   while (g_hash_table_iter_next (&it, &name, &t))
     total += lb_tensor_nbytes (t);
-  g_assert_cmpuint (nbytes, ==, total);       /* every weight, once */
+  g_assert_cmpuint (nbytes, ==, total); /* every weight, once */
   const LbTensor *a = w.blocks[L - 1].cam_shift.w;
   const LbTensor *b = dit->w.blocks[L - 1].cam_shift.w;
   g_assert_cmpint (a->device.type, ==, LB_DEVICE_CUDA);
@@ -239,8 +239,7 @@ run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
     const int f = c % 4;
     int64_t global_end, local_end;
     lingbot_dit_session_get_cursors (ses, &global_end, &local_end);
-    if (*first_steady < 0 && local_end == cap &&
-        global_end == c * chunk_tokens)
+    if (*first_steady < 0 && local_end == cap && global_end == c * chunk_tokens)
       *first_steady = c;
     const LbTensor *y, *ctl;
     dit_fixture_chunk (fixture, f, noise, &y, &ctl);
@@ -348,8 +347,7 @@ test_solo (void)
   g_assert_cmpint (st.bad, ==, st0.bad);
   g_assert_cmpint (steady, >, 0);
   g_assert_cmpint (st.n_captures - st1.n_captures, ==, 5);
-  g_assert_cmpint (st.n_launches - st1.n_launches, ==,
-      5 * (n_chunks - steady));
+  g_assert_cmpint (st.n_launches - st1.n_launches, ==, 5 * (n_chunks - steady));
   /* the overlap's event waits (4 per layer and pass with one out group) */
   g_assert_cmpint (st.n_waits - st1.n_waits, >=,
       4 * cfg->num_layers * 5 * steady);
@@ -415,7 +413,8 @@ test_rope_formula_device (void)
  * stream equals the uncancelled CPU stream bit for bit (the retried chunk
  * starts from the repeat-call cursors of spec 3.3 and runs op by op, the
  * next one replays the graphs again). */
-typedef struct {
+typedef struct
+{
   GCancellable *cancellable;
   int64_t chunk;
   int at;
@@ -574,8 +573,7 @@ run_control_stream (LbBackend * be, int n_ranks, int n_chunks,
       (int64_t) 4, (int64_t) 6, (int64_t) 10);
   g_autoptr (LbTensor) ctl = lb_tensor_new_f32 (5, (int64_t) 1,
       (int64_t) 384, (int64_t) 4, (int64_t) 6, (int64_t) 10);
-  g_autoptr (LbTensor) poses = lb_tensor_new_f32 (2, (int64_t) 4,
-      (int64_t) 16);
+  g_autoptr (LbTensor) poses = lb_tensor_new_f32 (2, (int64_t) 4, (int64_t) 16);
   /* calibration intrinsics at 832x480 brought to the 80x48 output */
   const float k0[4] = { 502.1f, 498.7f, 416.3f, 239.9f };
   float k[4];
@@ -799,8 +797,7 @@ main (int argc, char **argv)
   g_test_add_data_func ("/dit/device/stream/4", GINT_TO_POINTER (4),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/overlap/2", "2:1", test_overlap);
-  g_test_add_data_func ("/dit/device/overlap/2-groups", "2:2",
-      test_overlap);
+  g_test_add_data_func ("/dit/device/overlap/2-groups", "2:2", test_overlap);
   g_test_add_data_func ("/dit/device/overlap/2-groups-lowered", "2:3",
       test_overlap);
   g_test_add_data_func ("/dit/device/overlap/4", "4:2", test_overlap);

@@ -55,7 +55,8 @@ test_block (void)
   const LbTensor *cv = dit_fixture_get (fixture, "block.input.cache_v");
   memcpy (rs.cache_k[0]->data, ck->data, lb_tensor_nbytes (ck));
   memcpy (rs.cache_v[0]->data, cv->data, lb_tensor_nbytes (cv));
-  const LbTensor *cur = dit_fixture_get (fixture, "block.input.cache_end_before");
+  const LbTensor *cur =
+      dit_fixture_get (fixture, "block.input.cache_end_before");
   rs.global_end = (int64_t) lb_tensor_get_flat (cur, 0);
   rs.local_end = (int64_t) lb_tensor_get_flat (cur, 1);
   int64_t start = (int64_t) lb_tensor_get_flat (dit_fixture_get (fixture,
@@ -108,7 +109,8 @@ test_block (void)
 
 /* ---- streamed chunks ---- */
 
-typedef struct {
+typedef struct
+{
   double worst;
   int n_checked;
 } StepCheck;
@@ -191,11 +193,11 @@ test_stream (gconstpointer data)
     for (int l = 0; l < cfg->num_layers; l++) {
       g_assert_true (lingbot_dit_session_get_kv_cache (ses, l, k, v, &err));
       g_assert_no_error (err);
-      g_snprintf (name, sizeof name, "output.chunk%d.kv_after_refresh.layer%d.k",
-          c, l);
+      g_snprintf (name, sizeof name,
+          "output.chunk%d.kv_after_refresh.layer%d.k", c, l);
       check (k->data, name, &sc.worst);
-      g_snprintf (name, sizeof name, "output.chunk%d.kv_after_refresh.layer%d.v",
-          c, l);
+      g_snprintf (name, sizeof name,
+          "output.chunk%d.kv_after_refresh.layer%d.v", c, l);
       check (v->data, name, &sc.worst);
       int64_t ge, le;
       lingbot_dit_session_get_cursors (ses, &ge, &le);

@@ -133,7 +133,8 @@ test_rope_formula (void)
 #define FRAMES 4
 #define N_CHUNKS 300
 
-typedef struct {
+typedef struct
+{
   GByteArray *out;              /* every chunk's x0 */
   int64_t cap, frame_tokens;
   gsize kv_bytes;
@@ -192,8 +193,7 @@ run_long (int n_ranks, int n_chunks, gboolean formula, LongRun * run)
       m = MAX (m, fabs (o[e]));
     }
     g_assert_cmpfloat (m, >, 0.01);
-    g_byte_array_append (run->out, out->data,
-        (guint) lb_tensor_nbytes (out));
+    g_byte_array_append (run->out, out->data, (guint) lb_tensor_nbytes (out));
     /* spec 3.3 cursors: every chunk's tokens seen, the window full from
      * chunk 1 on; the cache's bytes never change */
     int64_t ge, le;

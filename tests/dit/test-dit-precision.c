@@ -99,15 +99,18 @@ static const glong top_linears[] = {
   LIN_T (time_proj), LIN_T (head),
 };
 static const glong top_others[] = { LIN_T (head_modulation) };
+
 static const glong block_linears[] = {
   LIN_B (sa_q), LIN_B (sa_k), LIN_B (sa_v), LIN_B (sa_o), LIN_B (ca_q),
   LIN_B (ca_k), LIN_B (ca_v), LIN_B (ca_o), LIN_B (ffn0), LIN_B (ffn2),
   LIN_B (cam1), LIN_B (cam2), LIN_B (cam_scale), LIN_B (cam_shift),
 };
+
 static const glong block_others[] = {
   LIN_B (modulation), LIN_B (sa_norm_q), LIN_B (sa_norm_k), LIN_B (norm3_w),
   LIN_B (norm3_b), LIN_B (ca_norm_q), LIN_B (ca_norm_k),
 };
+
 #undef LIN_T
 #undef LIN_B
 
@@ -118,7 +121,8 @@ G_STATIC_ASSERT (G_STRUCT_OFFSET (LingbotDitWeights, blocks) ==
     (glong) ((G_N_ELEMENTS (top_linears) * 3 + G_N_ELEMENTS (top_others)) *
         sizeof (LbTensor *)));
 
-typedef struct {
+typedef struct
+{
   int n_bf16, n_f32;
   gsize bf16_elems;             /* elements stored as bf16 */
   gsize bytes;                  /* expected device bytes */
@@ -153,12 +157,12 @@ check_weight (const LbTensor * d, const LbTensor * h, gboolean bf16,
             "0x%04x (%.9g)", i, dv[i], lb_f32_to_bf16 (hv[i]), (double) hv[i]);
     c->n_bf16++;
     c->bf16_elems += (gsize) n;
-    c->bytes += (gsize) n * 2;
+    c->bytes += (gsize) n *2;
   } else {
     g_assert_cmpint (d->dtype, ==, LB_DTYPE_F32);
     g_assert_true (memcmp (d->data, h->data, (gsize) n * 4) == 0);
     c->n_f32++;
-    c->bytes += (gsize) n * 4;
+    c->bytes += (gsize) n *4;
   }
 }
 
@@ -207,8 +211,7 @@ test_weights (void)
   /* the CPU backend ignores the mode: the model's own tensors */
   LbStream *cs = lb_cpu_backend ()->stream_new (lb_cpu_backend (), 0, &err);
   cs->math = LB_MATH_BF16;
-  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, cs, dit,
-          &err));
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, cs, dit, &err));
   g_assert_no_error (err);
   g_assert_false (owned);
   g_assert_cmpuint (nbytes, ==, 0);
@@ -221,8 +224,7 @@ test_weights (void)
   LbStream *ds = fakedev_backend ()->stream_new (fakedev_backend (), 1,
       &err);
   g_assert_cmpint (ds->math, ==, LB_MATH_FP32);
-  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit,
-          &err));
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit, &err));
   g_assert_no_error (err);
   WeightCount c32 = check_weights (&w, FALSE);
   g_assert_cmpuint (nbytes, ==, c32.bytes);
@@ -230,8 +232,7 @@ test_weights (void)
 
   /* bf16: linear w in bf16 (2 bytes), the rest f32 */
   ds->math = LB_MATH_BF16;
-  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit,
-          &err));
+  g_assert_true (lingbot_dit_weights_init (&w, &owned, &nbytes, ds, dit, &err));
   g_assert_no_error (err);
   g_assert_true (owned);
   WeightCount c16 = check_weights (&w, TRUE);
@@ -259,7 +260,8 @@ test_weights (void)
 /* ------------------------------------------------------------------------ */
 
 /* Every tensor the session let us see, in order, each as a run of floats. */
-typedef struct {
+typedef struct
+{
   GArray *data;                 /* float */
   GArray *len;                  /* gsize per tensor */
   GPtrArray *name;
@@ -308,7 +310,8 @@ on_step (LingbotDitSession * ses, int64_t chunk, int step,
   rec->n_steps++;
 }
 
-typedef struct {
+typedef struct
+{
   LbMathMode want;
   int n_checked;
 } MathCheck;
@@ -340,8 +343,8 @@ run_stream (LbWorkerGroup * group, LbMathMode math, double *golden_err)
   g_assert_nonnull (ses);
 
   /* the session set every device rank's math; the CPU's stay f32 */
-  const gboolean on_cpu = lb_worker_group_get_rank (group, 0)->stream->
-      backend->device_type == LB_DEVICE_CPU;
+  const gboolean on_cpu = lb_worker_group_get_rank (group,
+      0)->stream->backend->device_type == LB_DEVICE_CPU;
   MathCheck mc = { on_cpu && math != LB_MATH_FP8 ? LB_MATH_FP32 : math, 0 };
   g_assert_true (lb_worker_group_run (group, check_stream_math, &mc, &err));
   g_assert_no_error (err);
@@ -434,8 +437,7 @@ static gboolean
 record_equal (const Record * a, const Record * b)
 {
   return a->data->len == b->data->len &&
-      memcmp (a->data->data, b->data->data,
-      a->data->len * sizeof (float)) == 0;
+      memcmp (a->data->data, b->data->data, a->data->len * sizeof (float)) == 0;
 }
 
 /* Four chunks of the dit_tiny inputs through @m on @n_ranks fakedev ranks
@@ -602,8 +604,7 @@ check_fp8_linear (const LingbotDitLinear * dl, const LingbotDitLinear * hl)
   g_autofree uint8_t *q = g_malloc (MAX (cols, 1));
   for (int64_t r = 0; r < rows; r++) {
     float sc;
-    lb_quantize_e4m3_row ((const float *) hl->w->data + r * cols, cols, q,
-        &sc);
+    lb_quantize_e4m3_row ((const float *) hl->w->data + r * cols, cols, q, &sc);
     g_assert_true (memcmp (q, (const uint8_t *) dl->w->data + r * cols,
             cols) == 0);
     g_assert_cmpfloat (((const float *) dl->s->data)[r], ==, sc);
@@ -897,7 +898,8 @@ test_bad_mode (void)
 static void
 test_world_precision (void)
 {
-  static const struct {
+  static const struct
+  {
     const char *value;
     gboolean ok;
     LbMathMode math;

@@ -296,8 +296,7 @@ test_heads_inferred (void)
   c.text_dim = 16;
   g_autofree char *dir = g_build_filename (tmpdir, "noconf", NULL);
   g_autoptr (GError) err = NULL;
-  g_assert_true (lingbot_dit_write_random (&c, dir, 1, LB_DTYPE_BF16, 1,
-          &err));
+  g_assert_true (lingbot_dit_write_random (&c, dir, 1, LB_DTYPE_BF16, 1, &err));
   g_autofree char *cj = g_build_filename (dir, "config.json", NULL);
   g_unlink (cj);
   g_autoptr (LingbotDit) dit = lingbot_dit_load (dir, 0, &err);

@@ -101,8 +101,7 @@ fuzz_log_writer (GLogLevelFlags level, const GLogField * fields,
 }
 
 __attribute__((constructor))
-static void
-fuzz_log_init (void)
+     static void fuzz_log_init (void)
 {
   g_log_set_writer_func (fuzz_log_writer, NULL, NULL);
 }

@@ -16,7 +16,8 @@
 
 #define FUZZ_MAX_PIXELS (2048u * 2048u)
 
-typedef struct {
+typedef struct
+{
   struct jpeg_error_mgr pub;
   jmp_buf jump;
 } PeekErr;

@@ -47,8 +47,7 @@ trace_json_from_metadata (const char *key)
     JsonArray *pair = json_array_get_array_element (ev, i);
     json_builder_begin_object (b);
     json_builder_set_member_name (b, "delay_s");
-    json_builder_add_double_value (b, json_array_get_double_element (pair,
-            0));
+    json_builder_add_double_value (b, json_array_get_double_element (pair, 0));
     json_builder_set_member_name (b, "message");
     json_builder_add_value (b,
         json_node_copy (json_array_get_element (pair, 1)));
@@ -85,14 +84,16 @@ check_intrinsics (const LingbotControl * c, const char *name)
 /* ---- keys, frame counts, parsing ---- */
 
 /* The table of docs/elements.md, "Keys" */
-static const struct {
+static const struct
+{
   const char *name;
   guint key;
 } key_table[] = {
   {"ArrowUp", LINGBOT_KEY_W}, {"KeyW", LINGBOT_KEY_W}, {"w", LINGBOT_KEY_W},
   {"Up", LINGBOT_KEY_W}, {"KP_Up", LINGBOT_KEY_W}, {"forward", LINGBOT_KEY_W},
   {"ArrowDown", LINGBOT_KEY_S}, {"KeyS", LINGBOT_KEY_S},
-  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S}, {"KP_Down", LINGBOT_KEY_S}, {"backward", LINGBOT_KEY_S},
+  {"s", LINGBOT_KEY_S}, {"Down", LINGBOT_KEY_S}, {"KP_Down", LINGBOT_KEY_S},
+  {"backward", LINGBOT_KEY_S},
   {"ArrowLeft", LINGBOT_KEY_A}, {"KeyA", LINGBOT_KEY_A},
   {"a", LINGBOT_KEY_A}, {"Left", LINGBOT_KEY_A}, {"KP_Left", LINGBOT_KEY_A},
   {"ArrowRight", LINGBOT_KEY_D}, {"KeyD", LINGBOT_KEY_D},
@@ -164,7 +165,7 @@ test_keys (void)
     g_assert_true (tap);
     g_assert_false (lingbot_key_state_take (&ks, TRUE, &k, &tap));
     lingbot_key_state_press (&ks, LINGBOT_KEY_I);
-    lingbot_key_state_press (&ks, LINGBOT_KEY_I);      /* already held */
+    lingbot_key_state_press (&ks, LINGBOT_KEY_I);       /* already held */
     lingbot_key_state_press (&ks, LINGBOT_KEY_L);
     g_assert_cmpuint (ks.revision, ==, 3);
     g_assert_true (lingbot_key_state_take (&ks, TRUE, &k, &tap));
@@ -208,8 +209,7 @@ test_frame_counts (void)
   g_clear_error (&err);
 
   g_assert_cmpuint (lingbot_frame_count_for_duration (60.0, 16, 4), ==, 957);
-  g_assert_cmpuint (lingbot_frame_count_for_duration (120.0, 16, 4), ==,
-      1917);
+  g_assert_cmpuint (lingbot_frame_count_for_duration (120.0, 16, 4), ==, 1917);
   g_assert_cmpuint (lingbot_frame_count_for_duration (0.1, 16, 4), ==, 0);
   g_assert_cmpuint (lingbot_chunk_video_frames (0, 4), ==, 13);
   g_assert_cmpuint (lingbot_chunk_video_frames (1, 4), ==, 16);
@@ -223,8 +223,7 @@ test_frame_counts (void)
 }
 
 static void
-expect_trace_error (const char *json, const char *needle1,
-    const char *needle2)
+expect_trace_error (const char *json, const char *needle1, const char *needle2)
 {
   g_autoptr (GError) err = NULL;
   LingbotControlTrace *t = lingbot_control_trace_new_from_data (json, -1,
@@ -435,8 +434,7 @@ test_synthetic_schedule (void)
         "\"key\": \"KeyW\", \"action\": \"release\"}}]}";
     g_autoptr (LingbotControlTrace) t2 =
         lingbot_control_trace_new_from_data (j, -1, NULL);
-    g_assert_cmpuint (lingbot_control_trace_schedule (t2, 5, 4, 16, ch), ==,
-        1);
+    g_assert_cmpuint (lingbot_control_trace_schedule (t2, 5, 4, 16, ch), ==, 1);
   }
 }
 
@@ -805,7 +803,7 @@ test_schedule_live (void)
   e.type = LINGBOT_CONTROL_EVENT_PRESS;
   e.key = LINGBOT_KEY_I | LINGBOT_KEY_L;        /* one record, two keys */
   lingbot_control_schedule_push (s, &e);
-  e.key = LINGBOT_KEY_I;                        /* already held */
+  e.key = LINGBOT_KEY_I;        /* already held */
   lingbot_control_schedule_push (s, &e);
   g_assert_true (lingbot_control_schedule_take_live (s, &c));
   g_assert_cmphex (c.keys, ==, LINGBOT_KEY_I | LINGBOT_KEY_L);
@@ -910,8 +908,7 @@ test_schedule_end (void)
 
   /* reset: a new stream */
   lingbot_control_schedule_reset (s);
-  g_assert_true (lingbot_control_schedule_set_timing (s, 4, 30000, 1001,
-          NULL));
+  g_assert_true (lingbot_control_schedule_set_timing (s, 4, 30000, 1001, NULL));
   lingbot_control_schedule_push (s, &ev[0]);
   lingbot_control_schedule_set_horizon (s, 10.0);
   g_assert_cmpint (lingbot_control_schedule_next (s, &c), ==,
@@ -1030,7 +1027,8 @@ test_pitch_limit (void)
 
 /* ---- chunk poses, relative poses and control tensors (live path) ---- */
 
-typedef struct {
+typedef struct
+{
   const char *prefix;
   const int *control_chunks;
   guint n_control_chunks;
@@ -1227,8 +1225,7 @@ test_row_bands (void)
             lingbot_control_get_chunk_n_elements (c, r0, r1), r0, r1, NULL));
     for (int i = 0; i < 384 * 4; i++)
       g_assert_cmpmem (band + (gsize) i * rows * wl, (gsize) rows * wl * 4,
-          full + (gsize) i * hl * wl + (gsize) r0 * wl,
-          (gsize) rows * wl * 4);
+          full + (gsize) i * hl * wl + (gsize) r0 * wl, (gsize) rows * wl * 4);
   }
 }
 
@@ -1538,8 +1535,7 @@ test_poses_load (void)
       "number", pnan);
   expect_load_error (pnan, NULL, LB_ERROR, LB_ERROR_FORMAT, msg);
   g_free (msg);
-  msg = g_strdup_printf ("%s: cannot open: No such file or directory",
-      missing);
+  msg = g_strdup_printf ("%s: cannot open: No such file or directory", missing);
   expect_load_error (missing, k4, LB_ERROR, LB_ERROR_IO, msg);
   expect_load_error (p3, missing, LB_ERROR, LB_ERROR_IO, msg);
   g_free (msg);

@@ -218,8 +218,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/golden/noise/philox-kat", test_kat);
-  g_test_add_func ("/golden/noise/box-muller-mapping",
-      test_box_muller_mapping);
+  g_test_add_func ("/golden/noise/box-muller-mapping", test_box_muller_mapping);
   g_test_add_func ("/golden/noise/split-invariance", test_split_invariance);
   g_test_add_func ("/golden/noise/streams-differ", test_streams_differ);
   g_test_add_func ("/golden/noise/statistics", test_statistics);

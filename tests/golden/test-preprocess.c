@@ -136,7 +136,7 @@ test_normalize (void)
   g_assert_cmpfloat (d[0], ==, -1.0f);  /* R of pixel 0 */
   g_assert_cmpfloat (d[1], ==, (1.0f / 255.0f - 0.5f) / 0.5f);
   g_assert_cmpfloat (d[2], ==, 1.0f);   /* G of pixel 0 */
-  g_assert_cmpfloat (fabs (d[4] - 0.00392157), <, 1e-6);    /* B: 128 */
+  g_assert_cmpfloat (fabs (d[4] - 0.00392157), <, 1e-6);        /* B: 128 */
 
   /* wrong layout */
   {
@@ -159,8 +159,7 @@ test_bad_files (void)
   g_assert_null (lingbot_image_decode_jpeg (junk, sizeof junk, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_FORMAT);
   g_clear_error (&err);
-  g_assert_null (lingbot_image_decode_jpeg ((const guint8 *) "hello", 5,
-          &err));
+  g_assert_null (lingbot_image_decode_jpeg ((const guint8 *) "hello", 5, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_FORMAT);
 }
 
@@ -242,8 +241,7 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/preprocess/resize-480p", test_resize_480p);
   g_test_add_func ("/golden/preprocess/load", test_load);
   g_test_add_func ("/golden/preprocess/bad-files", test_bad_files);
-  g_test_add_func ("/golden/preprocess/too-many-pixels",
-      test_too_many_pixels);
+  g_test_add_func ("/golden/preprocess/too-many-pixels", test_too_many_pixels);
   rc = g_test_run ();
   lb_tensor_free (rgb);
   lingbot_checkpoint_unref (fx);

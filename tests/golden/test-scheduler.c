@@ -95,8 +95,7 @@ test_other_indices (void)
   b = lingbot_scheduler_new (5.0, 1000, v2_idx, 4, &err);
   g_assert_no_error (err);
   for (guint k = 0; k < 4; k++)
-    g_assert_cmpint (lingbot_scheduler_get_step_timestep (b, k), ==,
-        shift5[k]);
+    g_assert_cmpint (lingbot_scheduler_get_step_timestep (b, k), ==, shift5[k]);
 
   {
     static const guint out_of_range[2] = { 0, 1000 };
@@ -164,8 +163,7 @@ expect_parse (const char *s, const int *want, guint n_want)
   g_assert_true (lingbot_parse_timestep_indices (s, a, &err));
   g_assert_no_error (err);
   g_assert_cmpuint (a->len, ==, n_want);
-  g_assert_cmpmem (a->data, a->len * sizeof (int), want,
-      n_want * sizeof (int));
+  g_assert_cmpmem (a->data, a->len * sizeof (int), want, n_want * sizeof (int));
   g_assert_true (lingbot_check_timestep_indices ((const int *) a->data,
           (int) a->len, NULL));
 }
@@ -266,8 +264,7 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/scheduler/steps", test_steps);
   g_test_add_func ("/golden/scheduler/other-indices", test_other_indices);
   g_test_add_func ("/golden/scheduler/worked-example", test_worked_example);
-  g_test_add_func ("/golden/scheduler/timestep-indices",
-      test_timestep_indices);
+  g_test_add_func ("/golden/scheduler/timestep-indices", test_timestep_indices);
   rc = g_test_run ();
   lingbot_checkpoint_unref (fx);
   return rc;

@@ -93,12 +93,10 @@ bench_math (const char *op, LbMathMode math, const char *math_name,
   } else if (math_name) {
     printf ("{\"op\":\"%s\"%s,\"case\":\"%s\",\"ms\":%.4f,\"s\":%.6f,"
         "\"tflops\":%.2f,\"gflops\":%.1f,\"gbps\":%.1f}\n", op, mfield, name,
-        ms, ms / 1000.0, flops / ms / 1e9, flops / ms / 1e6,
-        bytes / ms / 1e6);
+        ms, ms / 1000.0, flops / ms / 1e9, flops / ms / 1e6, bytes / ms / 1e6);
   } else {
     printf ("{\"op\":\"%s\",\"case\":\"%s\",\"ms\":%.4f,\"gflops\":%.1f,"
-        "\"gbps\":%.1f}\n", op, name, ms, flops / ms / 1e6,
-        bytes / ms / 1e6);
+        "\"gbps\":%.1f}\n", op, name, ms, flops / ms / 1e6, bytes / ms / 1e6);
   }
   fflush (stdout);
 }
@@ -440,8 +438,7 @@ bench_vae_convs (void)
     const double flops = 2.0 * cout * cin * kt * kh * kw * t * h * w;
     const double bytes = 4.0 * (cin * (t + tc) * hin * w +
         cout * cin * kt * kh * kw + cout * t * h * w);
-    bench_conv ("conv3d_causal", name, flops, bytes, 3, cases[i].per_chunk,
-        &c);
+    bench_conv ("conv3d_causal", name, flops, bytes, 3, cases[i].per_chunk, &c);
     LbTensor *ts[] = { c.x, c.cache, c.w, c.b, c.y };
     for (guint j = 0; j < G_N_ELEMENTS (ts); j++)
       if (ts[j])
@@ -506,7 +503,7 @@ main (int argc, char **argv)
 
   /* GEMMs of a block (x [N, K] . w[Nout, K]^T + bias) */
   static const int64_t gemms[][2] = { {5120, 5120}, {13824, 5120},
-    {5120, 13824}, {15360, 5120}
+  {5120, 13824}, {15360, 5120}
   };
   for (guint i = 0; i < G_N_ELEMENTS (gemms); i++) {
     int64_t no = gemms[i][0], k = gemms[i][1];
@@ -612,8 +609,7 @@ main (int argc, char **argv)
   free_args (&a);
   a.a = dev (2, SHAPE (n, ffn));
   a.b = dev (2, SHAPE (n, ffn));
-  bench ("gelu_tanh", "[6240, 13824]", 0, 4.0 * 2 * n * ffn, 20, run_gelu,
-      &a);
+  bench ("gelu_tanh", "[6240, 13824]", 0, 4.0 * 2 * n * ffn, 20, run_gelu, &a);
   bench ("silu", "[6240, 13824]", 0, 4.0 * 2 * n * ffn, 20, run_silu, &a);
   free_args (&a);
 
@@ -664,8 +660,7 @@ main (int argc, char **argv)
     c.b = dev (1, SHAPE (192));
     c.y = dev (4, SHAPE (4, 192, 120, 208));
     bench_conv ("conv2d", "[4, 384, 120, 208] 3x3 -> 192", 2.0 * 4 * 192 *
-        384 * 9 * 120 * 208, 4.0 * (4 * 384 + 4 * 192) * 120 * 208, 2, 0,
-        &c);
+        384 * 9 * 120 * 208, 4.0 * (4 * 384 + 4 * 192) * 120 * 208, 2, 0, &c);
     lb_tensor_free (c.x);
     lb_tensor_free (c.w);
     lb_tensor_free (c.b);

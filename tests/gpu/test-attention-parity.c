@@ -76,7 +76,8 @@
 #define TOL_BF16 2e-2
 #define TOL_BF16_EMU 5e-3
 
-typedef enum {
+typedef enum
+{
   MASK_NONE,
   MASK_SOME,
   MASK_ALL,
@@ -602,7 +603,7 @@ static AttnStats
 attn_stats (void)
 {
   AttnStats st;
-  attn_stats_func () (&st.runs, &st.declined, &st.plans, NULL);
+  attn_stats_func ()(&st.runs, &st.declined, &st.plans, NULL);
   return st;
 }
 
@@ -614,7 +615,7 @@ expect_stats (const char *what, const AttnStats * before, guint64 runs,
 {
   guint64 r, d, p;
   g_autofree char *msg = NULL;
-  attn_stats_func () (&r, &d, &p, &msg);
+  attn_stats_func ()(&r, &d, &p, &msg);
   if (r - before->runs != runs || d - before->declined != declined)
     g_error ("%s: cuDNN SDPA ran %" G_GUINT64_FORMAT " time(s) and declined %"
         G_GUINT64_FORMAT ", expected %" G_GUINT64_FORMAT " and %"
@@ -699,16 +700,14 @@ cudnn_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd, int64_t off,
   case_run_cpu (&c);
   AttnStats before = attn_stats ();
   LbTensor got, own;
-  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE,
-      &got);
+  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &got);
   expect_stats (name, &before, 1, 0);
   compare ("attention-cudnn bf16 vs CPU", &c.out, &got, TOL_BF16);
   g_autofree double *ref = reference_f64 (&c, TRUE);
   compare_f64 ("attention-cudnn bf16 vs f64 of bf16 inputs", &c, ref, &got,
       TOL_CUDNN_EMU);
   assert_pad_untouched (&c, hback);
-  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE,
-      &own);
+  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE, &own);
   compare ("attention-cudnn-vs-own bf16", &own, &got, TOL_BF16);
   case_clear (&c);
 }
@@ -740,8 +739,7 @@ cudnn_kv16_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd, int64_t off,
   Case c;
   LbTensor dw, got;
   window_case_init (&c, nq, nk, nh, hd, off, cache);
-  g_autoptr (LbTensor) kv16 = lb_tensor_new (LB_DTYPE_BF16, 4,
-      c.kvp->shape);
+  g_autoptr (LbTensor) kv16 = lb_tensor_new (LB_DTYPE_BF16, 4, c.kvp->shape);
   float *kv = c.kvp->data;
   uint16_t *b = kv16->data;
   for (int64_t i = 0; i < lb_tensor_numel (kv16); i++) {
@@ -759,11 +757,9 @@ cudnn_kv16_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd, int64_t off,
   g_test_message ("attention %s", name);
   case_run_cpu (&c);
   AttnStats before = attn_stats ();
-  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE,
-      &got);
+  g_autoptr (LbTensor) hback = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &got);
   expect_stats (name, &before, 1, 0);
-  compare ("attention-cudnn bf16 (bf16 k, v) vs CPU", &c.out, &got,
-      TOL_BF16);
+  compare ("attention-cudnn bf16 (bf16 k, v) vs CPU", &c.out, &got, TOL_BF16);
   g_autofree double *ref = reference_f64 (&c, TRUE);
   compare_f64 ("attention-cudnn bf16 (bf16 k, v) vs f64 of bf16 inputs", &c,
       ref, &got, TOL_CUDNN_EMU);
@@ -935,8 +931,7 @@ test_cudnn_default (void)
   LbTensor g1, g2, g3;
   window_case_init (&c, 45, 77, 3, 128, 5, 90);
   g_autoptr (LbTensor) h1 = case_run_gpu_env (&c, LB_MATH_BF16, TRUE, &g1);
-  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE,
-      &g3);
+  g_autoptr (LbTensor) hown = case_run_gpu_env (&c, LB_MATH_BF16, FALSE, &g3);
   static const char *const unset_or_empty[] = { NULL, "" };
   for (guint i = 0; i < G_N_ELEMENTS (unset_or_empty); i++) {
     if (unset_or_empty[i] == NULL)
@@ -1108,8 +1103,7 @@ typedef struct
 
 /* The k (@which 0) or v (1) window view of a [cache, 2, H', hd] base. */
 static void
-kv16_view (LbTensor * out, const LbTensor * base, const Kv16Case * c,
-    int which)
+kv16_view (LbTensor * out, const LbTensor * base, const Kv16Case * c, int which)
 {
   LbTensor rows, sel;
   g_assert_true (lb_tensor_view_narrow (&rows, base, 0, c->off, c->nk));
@@ -1151,8 +1145,7 @@ kv16_case (const Kv16Case * c)
   const float scale = 1.0f / sqrtf ((float) c->hd);
   g_autoptr (LbTensor) qp = host_random (3, S (c->nq, c->nh, c->hd + pad),
       -2, 2);
-  g_autoptr (LbTensor) kvf = host_random (4, S (c->cache, 2, hb, c->hd), -2,
-      2);
+  g_autoptr (LbTensor) kvf = host_random (4, S (c->cache, 2, hb, c->hd), -2, 2);
   g_autoptr (LbTensor) kv16 = lb_tensor_new (LB_DTYPE_BF16, 4, kvf->shape);
   float *f = kvf->data;
   uint16_t *b = kv16->data;

@@ -31,7 +31,7 @@ run_case (const char *name, int prod_dev, int cons_dev, LbChannelFlags flags,
   }
   LbWorkerGroup *gp = dev_flow_group (cuda, 1, &prod_dev, "prod");
   LbWorkerGroup *gc = dev_flow_group (cuda, 1, &cons_dev, "cons");
-  DevFlow f = {.n_messages = 12,.shape = { 16, 4, 256, 512 },.slow = 48 };
+  DevFlow f = {.n_messages = 12,.shape = {16, 4, 256, 512},.slow = 48 };
   LbChannel *ch = dev_flow_channel (&f, gp, gc, NULL, NULL, 1, flags);
   int n_pieces;
   const LbChannelPiece *plan = lb_channel_get_plan (ch, &n_pieces);

@@ -314,8 +314,7 @@ test_gemm_bf16_errors (void)
   g_assert_no_error (err);
   int64_t xs[2] = { 4, 8 }, ws[2] = { 5, 8 }, ys[2] = { 4, 5 };
   g_autoptr (LbTensor) x = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, xs, &err);
-  g_autoptr (LbTensor) w16 = lb_tensor_new_on (gs, LB_DTYPE_F16, 2, ws,
-      &err);
+  g_autoptr (LbTensor) w16 = lb_tensor_new_on (gs, LB_DTYPE_F16, 2, ws, &err);
   g_autoptr (LbTensor) y = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, ys, &err);
   g_assert_no_error (err);
   g_assert_false (lb_ops (gs)->gemm (gs, x, w16, TRUE, NULL, 1.0f, 0.0f, y,

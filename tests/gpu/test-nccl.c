@@ -108,7 +108,8 @@ main (int argc, char **argv)
     printf ("FAIL: %s\n", err->message);
     return 1;
   }
-  Result res = { {0} };
+  Result res = { {0}
+  };
   if (!lb_worker_group_run (g, rank_fn, &res, &err)) {
     printf ("FAIL: %s\n", err->message);
     return 1;
@@ -120,7 +121,8 @@ main (int argc, char **argv)
       return 1;
     }
   }
-  printf ("ok: all-to-all, all-gather, all-reduce, broadcast over %d GPUs (%s)\n",
+  printf
+      ("ok: all-to-all, all-gather, all-reduce, broadcast over %d GPUs (%s)\n",
       n, "nccl");
   return 0;
 }

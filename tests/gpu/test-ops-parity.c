@@ -231,8 +231,7 @@ conv3d_case_hw (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
 {
   g_autoptr (GError) err = NULL;
   g_autoptr (LbTensor) x = host_rand (4, S (cin, t, h, w));
-  g_autoptr (LbTensor) cache = tc > 0 ? host_rand (4, S (cin, tc, h, w)) :
-      NULL;
+  g_autoptr (LbTensor) cache = tc > 0 ? host_rand (4, S (cin, tc, h, w)) : NULL;
   g_autoptr (LbTensor) wt = host_rand (5, S (cout, cin, kt, kh, kw));
   g_autoptr (LbTensor) b = host_rand (1, S (cout));
   g_autoptr (LbTensor) dx = to_dev (x);
@@ -264,15 +263,13 @@ conv3d_case (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
 
 static void
 conv2d_case (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
-    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw,
-    gboolean with_bias)
+    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw, gboolean with_bias)
 {
   g_autoptr (GError) err = NULL;
   g_autoptr (GError) err2 = NULL;
   gboolean batched = nb > 0;
   int64_t xs[4] = { nb, cin, h, w };
-  g_autoptr (LbTensor) x = batched ? host_rand (4, xs) :
-      host_rand (3, xs + 1);
+  g_autoptr (LbTensor) x = batched ? host_rand (4, xs) : host_rand (3, xs + 1);
   g_autoptr (LbTensor) wt = host_rand (4, S (cout, cin, kh, kw));
   g_autoptr (LbTensor) b = host_rand (1, S (cout));
   g_autoptr (LbTensor) dx = to_dev (x);
@@ -389,15 +386,15 @@ test_conv (void)
 {
   /* cin, cout, T, Tc, H, W, kt, kh, kw, pad, stride, bias */
   conv3d_case (1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, FALSE);
-  conv3d_case (3, 5, 4, 0, 7, 9, 3, 3, 3, 1, 1, TRUE);      /* no cache */
-  conv3d_case (4, 6, 3, 1, 8, 6, 3, 3, 3, 1, 1, TRUE);      /* short cache */
-  conv3d_case (4, 6, 3, 2, 8, 6, 3, 3, 3, 1, 1, FALSE);     /* full cache */
-  conv3d_case (6, 8, 2, 2, 9, 11, 3, 1, 1, 0, 1, TRUE);     /* time conv */
-  conv3d_case (8, 4, 3, 0, 10, 12, 1, 1, 1, 0, 1, TRUE);    /* 1x1x1 direct */
-  conv3d_case (8, 4, 2, 1, 10, 12, 1, 1, 1, 0, 1, FALSE);   /* direct + cache */
-  conv3d_case (5, 7, 2, 0, 13, 15, 1, 3, 3, 0, 2, TRUE);    /* downsample */
+  conv3d_case (3, 5, 4, 0, 7, 9, 3, 3, 3, 1, 1, TRUE);  /* no cache */
+  conv3d_case (4, 6, 3, 1, 8, 6, 3, 3, 3, 1, 1, TRUE);  /* short cache */
+  conv3d_case (4, 6, 3, 2, 8, 6, 3, 3, 3, 1, 1, FALSE); /* full cache */
+  conv3d_case (6, 8, 2, 2, 9, 11, 3, 1, 1, 0, 1, TRUE); /* time conv */
+  conv3d_case (8, 4, 3, 0, 10, 12, 1, 1, 1, 0, 1, TRUE);        /* 1x1x1 direct */
+  conv3d_case (8, 4, 2, 1, 10, 12, 1, 1, 1, 0, 1, FALSE);       /* direct + cache */
+  conv3d_case (5, 7, 2, 0, 13, 15, 1, 3, 3, 0, 2, TRUE);        /* downsample */
   conv3d_case (32, 48, 2, 2, 30, 52, 3, 3, 3, 1, 1, TRUE);
-  conv3d_case (3, 2, 2, 4, 6, 5, 3, 3, 3, 1, 1, TRUE);      /* Tc > kt - 1 */
+  conv3d_case (3, 2, 2, 4, 6, 5, 3, 3, 3, 1, 1, TRUE);  /* Tc > kt - 1 */
   /* nb (0: 3-D), cin, cout, H, W, kh, kw, ph, pw, sh, sw, bias */
   conv2d_case (0, 3, 4, 5, 6, 3, 3, 1, 1, 1, 1, TRUE);
   conv2d_case (2, 5, 3, 9, 7, 3, 3, 0, 0, 2, 2, FALSE);
@@ -931,8 +928,7 @@ test_copy_bf16 (void)
   copy_pair ("bf16-to-f32 (broadcast)", &bc, row, drow, o2, o2, do2);
 
   /* 5-D bf16 -> bf16 into slots [1, 3) of dim 2 */
-  g_autoptr (LbTensor) s5 = lb_tensor_new (LB_DTYPE_BF16, 5,
-      S (2, 3, 2, 5, 7));
+  g_autoptr (LbTensor) s5 = lb_tensor_new (LB_DTYPE_BF16, 5, S (2, 3, 2, 5, 7));
   for (int64_t i = 0; i < lb_tensor_numel (s5); i++)
     ((uint16_t *) s5->data)[i] = (uint16_t) g_rand_int (gctx.rand);
   g_autoptr (LbTensor) ds5 = to_dev (s5);

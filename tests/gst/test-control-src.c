@@ -146,8 +146,7 @@ expect_poses_error (const char *poses, const char *intrinsics,
   bus = gst_element_get_bus (p);
   g_assert_cmpint (gst_element_set_state (p, GST_STATE_PLAYING), ==,
       GST_STATE_CHANGE_FAILURE);
-  msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND,
-      GST_MESSAGE_ERROR);
+  msg = gst_bus_timed_pop_filtered (bus, 10 * GST_SECOND, GST_MESSAGE_ERROR);
   g_assert_nonnull (msg);
   g_assert_cmpstr (GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), ==, "src");
   gst_message_parse_error (msg, &gerr, NULL);
@@ -225,7 +224,8 @@ GST_START_TEST (test_trace_reset_action)
       "{\"delay_s\":0.5,\"message\":{\"type\":\"control\",\"key\":\"KeyL\","
       "\"action\":\"Reset\"}},"
       "{\"delay_s\":0.6,\"message\":{\"type\":\"reset_pose\"}}]}");
-  static const struct {
+  static const struct
+  {
     int type;
     guint keys, held;
     GstClockTime pts;
@@ -316,7 +316,8 @@ GST_END_TEST;
 /* X keysym names (what X/GL video sinks send), browser names, any case */
 GST_START_TEST (test_key_names)
 {
-  static const struct {
+  static const struct
+  {
     const char *name;
     gboolean press;
     guint key, held;
@@ -331,7 +332,8 @@ GST_START_TEST (test_key_names)
     {"j", TRUE, LINGBOT_KEY_J, LINGBOT_KEY_D | LINGBOT_KEY_J},
     {"Right", FALSE, LINGBOT_KEY_D, LINGBOT_KEY_J},
   };
-  static const struct {
+  static const struct
+  {
     const char *name;
     gboolean known;
     guint key;

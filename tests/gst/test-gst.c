@@ -80,7 +80,8 @@ write_fixture (void)
 
 /* ---- running a pipeline ---- */
 
-typedef struct {
+typedef struct
+{
   GPtrArray *samples;           /* GstSample */
   GArray *chunk_frames;         /* int, per lingbot-chunk message */
   GArray *chunk_keys;           /* guint, per lingbot-chunk message */
@@ -237,8 +238,7 @@ pipeline_run (GstElement * p, Run * r)
         {
           guint64 pts = GST_CLOCK_TIME_NONE, start = GST_CLOCK_TIME_NONE;
           g_assert_true (gst_structure_get_uint64 (s, "pts", &pts));
-          g_assert_true (gst_structure_get_uint64 (s, "running-time",
-                  &start));
+          g_assert_true (gst_structure_get_uint64 (s, "running-time", &start));
           g_array_append_val (r->chunk_pts, pts);
           g_array_append_val (r->chunk_start, start);
         }
@@ -255,8 +255,7 @@ pipeline_run (GstElement * p, Run * r)
         }
         {
           double sec = -1;
-          g_assert_true (gst_structure_get_double (s, "compute-seconds",
-                  &sec));
+          g_assert_true (gst_structure_get_double (s, "compute-seconds", &sec));
           g_array_append_val (r->chunk_compute, sec);
         }
       } else if (gst_structure_has_name (s, "lingbot-decode")) {
@@ -322,10 +321,8 @@ check_run (Run * r)
   g_assert_cmpint (g_array_index (r->chunk_frames, int, 1), ==, 16);
   /* the trace on the chunk timeline: W tapped at 0 s, D pressed at 0.9 s
    * (after chunk 0 ends at 13/16 s) */
-  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 0), ==,
-      LINGBOT_KEY_W);
-  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 1), ==,
-      LINGBOT_KEY_D);
+  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 1), ==, LINGBOT_KEY_D);
   /* both are taps: the press of W (snapshot 1), the press of D (2) */
   g_assert_cmpuint (g_array_index (r->chunk_revisions, guint, 0), ==, 1);
   g_assert_cmpuint (g_array_index (r->chunk_revisions, guint, 1), ==, 2);
@@ -336,8 +333,7 @@ check_run (Run * r)
     GstBuffer *b = gst_sample_get_buffer (s);
     GstVideoInfo info;
     g_assert_true (gst_video_info_from_caps (&info, gst_sample_get_caps (s)));
-    g_assert_cmpint (GST_VIDEO_INFO_FORMAT (&info), ==,
-        GST_VIDEO_FORMAT_I420);
+    g_assert_cmpint (GST_VIDEO_INFO_FORMAT (&info), ==, GST_VIDEO_FORMAT_I420);
     g_assert_cmpint (info.width, ==, 64);
     g_assert_cmpint (info.height, ==, 64);
     g_assert_cmpint (info.fps_n, ==, 16);
@@ -604,8 +600,7 @@ GST_START_TEST (test_stats)
     g_assert_true (gst_structure_get_boolean (m, "eos", &eos));
     g_assert_cmpint (eos, ==, i == 2);
     g_assert_cmpuint (field_uint64 (m, "chunks"), ==, MIN (i + 1, 2));
-    g_assert_cmpuint (field_uint64 (m, "frames"), ==, i == 0 ? 13 :
-        N_FRAMES);
+    g_assert_cmpuint (field_uint64 (m, "frames"), ==, i == 0 ? 13 : N_FRAMES);
   }
   summary = gst_structure_copy (r.summary);
   gst_structure_remove_field (summary, "eos");
@@ -628,8 +623,7 @@ GST_START_TEST (test_stats)
   g_object_get (bin, "stats", &after, NULL);
   g_assert_nonnull (after);
   g_assert_false (gst_structure_has_field (after, "decode-hidden-fraction"));
-  gst_child_proxy_set (GST_CHILD_PROXY (bin), "dec::summary-interval", 4,
-      NULL);
+  gst_child_proxy_set (GST_CHILD_PROXY (bin), "dec::summary-interval", 4, NULL);
   child = gst_bin_get_by_name (GST_BIN (bin), "dec");
   g_object_get (child, "summary-interval", &interval, NULL);
   g_assert_cmpuint (interval, ==, 4);
@@ -707,7 +701,8 @@ GST_END_TEST;
 /* ---- memory:LingbotDevice ---- */
 
 /* what went out of lingbotgen's src pad */
-typedef struct {
+typedef struct
+{
   GstCaps *caps;                /* the CAPS event */
   guint buffers;
   guint device_buffers;         /* one GstLingbotDeviceMemory */
@@ -859,8 +854,7 @@ GST_START_TEST (test_device_memory)
         GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, watch_latents, &wq, NULL);
     gst_object_unref (pad);
     pad = gst_element_get_static_pad (dec, "sink");
-    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, hold_chunk0,
-        NULL, NULL);
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, hold_chunk0, NULL, NULL);
     gst_object_unref (pad);
     gst_object_unref (dec);
     gst_object_unref (gen);
@@ -1093,8 +1087,7 @@ GST_START_TEST (test_formats)
   /* RGBA: the RGB bytes and an opaque alpha, everywhere */
   for (int yy = 0; yy < 64; yy++)
     for (int xx = 0; xx < 64; xx++) {
-      g_assert_cmpmem (PIX (&va, 0, xx, yy, 4), 3, PIX (&vr, 0, xx, yy, 3),
-          3);
+      g_assert_cmpmem (PIX (&va, 0, xx, yy, 4), 3, PIX (&vr, 0, xx, yy, 3), 3);
       g_assert_cmpuint (PIX (&va, 0, xx, yy, 4)[3], ==, 255);
     }
 
@@ -1555,7 +1548,8 @@ GST_END_TEST;
 /* A neighbour that holds a world: a probe on its pad answering the
  * "lingbot.world" CONTEXT query with @world (none: not answered), and
  * noting when it was asked (@clock counts the answers of both). */
-typedef struct {
+typedef struct
+{
   LingbotWorld *world;
   guint *clock;
   guint asked;                  /* 0: never, else the @clock value */
@@ -1624,16 +1618,18 @@ GST_START_TEST (test_context_requery)
   g_autoptr (GError) err = NULL;
   g_autoptr (LingbotWorld) good = NULL;
   g_autoptr (LingbotWorld) bad = NULL;
-  enum { GOOD, BAD, NONE, OWN };
-  static const struct {
+  enum
+  { GOOD, BAD, NONE, OWN };
+  static const struct
+  {
     int down, up;               /* what the neighbours answer with */
     int used;                   /* the world lingbotgen then holds */
     gboolean up_asked;
   } cases[] = {
-    { BAD, GOOD, GOOD, TRUE },  /* the re-query */
-    { GOOD, BAD, GOOD, FALSE }, /* a usable one downstream: no more */
-    { BAD, NONE, OWN, TRUE },   /* nobody: its own */
-    { NONE, GOOD, GOOD, TRUE },
+    {BAD, GOOD, GOOD, TRUE},    /* the re-query */
+    {GOOD, BAD, GOOD, FALSE},   /* a usable one downstream: no more */
+    {BAD, NONE, OWN, TRUE},     /* nobody: its own */
+    {NONE, GOOD, GOOD, TRUE},
   };
 
   opts.model_path = model_dir;
@@ -1764,7 +1760,8 @@ GST_START_TEST (test_trace_records)
   GstHarness *h = gst_harness_new ("lingbotcontrolsrc");
   GstLingbotControlRecord rec;
   GstBuffer *b;
-  static const struct {
+  static const struct
+  {
     int type;
     guint keys;
     GstClockTime pts;
@@ -1864,7 +1861,8 @@ GST_START_TEST (test_startup_errors)
   static const guint8 png_head[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a,
     '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'
   };
-  struct {
+  struct
+  {
     const char *props;
     const char *needle;
     GQuark domain;
@@ -1896,8 +1894,7 @@ GST_START_TEST (test_startup_errors)
         "fakesink", base, i == 4 ? png : i == 5 ? garbage : image_path,
         cases[i].props ? cases[i].props : "");
     GST_INFO ("case %u: %s", i, desc);
-    expect_failure_full (desc, cases[i].needle, cases[i].domain,
-        cases[i].code);
+    expect_failure_full (desc, cases[i].needle, cases[i].domain, cases[i].code);
   }
 
   /* a sane bound on the output size */
@@ -1957,8 +1954,7 @@ GST_START_TEST (test_startup_errors)
       g_assert_no_error (err);
       g_assert_true (WIFEXITED (status));
       if (WEXITSTATUS (status) == 124)
-        g_error ("gst-launch-1.0 hung after the error:\n%s\n%s", out,
-            errout);
+        g_error ("gst-launch-1.0 hung after the error:\n%s\n%s", out, errout);
       g_assert_cmpint (WEXITSTATUS (status), !=, 0);
       g_assert_nonnull (strstr (errout, "bounded"));
     }
@@ -2007,8 +2003,7 @@ GST_START_TEST (test_precision)
     int v = -1;
 
     fresh = gst_element_factory_make (i ? "lingbotbin" : "lingbotgen", NULL);
-    ps = g_object_class_find_property (G_OBJECT_GET_CLASS (fresh),
-        "precision");
+    ps = g_object_class_find_property (G_OBJECT_GET_CLASS (fresh), "precision");
     g_assert_true (G_IS_PARAM_SPEC_ENUM (ps));
     g_assert_cmpstr (g_type_name (ps->value_type), ==, "GstLingbotPrecision");
     ec = G_PARAM_SPEC_ENUM (ps)->enum_class;
@@ -2127,10 +2122,8 @@ GST_START_TEST (test_unknown_keys)
   g_assert_cmpstr (r.error, ==, NULL);
   g_assert_true (r.eos);
   g_assert_cmpuint (r.chunk_keys->len, ==, 3);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
-      LINGBOT_KEY_W);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 1), ==,
-      LINGBOT_KEY_D);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 1), ==, LINGBOT_KEY_D);
   g_assert_cmphex (g_array_index (r.chunk_keys, guint, 2), ==, 0);
   g_assert_cmpuint (g_array_index (r.chunk_revisions, guint, 2), ==, 2);
   g_assert_false (g_array_index (r.chunk_taps, gboolean, 2));
@@ -2232,8 +2225,7 @@ GST_START_TEST (test_live_qos)
   g_assert_cmpuint (rd.pts->len, ==, produced);
   g_assert_cmpuint (stats_uint64 (r.sink_stats, "rendered"), ==, produced);
   g_assert_cmpuint (stats_uint64 (r.sink_stats, "dropped"), ==, 0);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
-      LINGBOT_KEY_W);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
 
   /* chunk timestamps: the running time at which the chunk started, never
    * before the end of the previous one; frames 1/8 s apart */
@@ -2250,8 +2242,7 @@ GST_START_TEST (test_live_qos)
       g_assert_cmpuint (pts, ==, k == 0 ? start : MAX (start, end));
       for (int i = 0; i < n; i++, f++) {
         expect = pts + gst_util_uint64_scale (i, GST_SECOND, 8);
-        g_assert_cmpuint (g_array_index (rd.pts, GstClockTime, f), ==,
-            expect);
+        g_assert_cmpuint (g_array_index (rd.pts, GstClockTime, f), ==, expect);
       }
       end = pts + gst_util_uint64_scale (n, GST_SECOND, 8);
     }
@@ -2332,8 +2323,7 @@ GST_START_TEST (test_live_waits_for_keys)
   g_assert_true (r.eos);
   g_assert_cmpuint (r.samples->len, ==, 13);
   g_assert_cmpuint (r.chunk_keys->len, ==, 1);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==,
-      LINGBOT_KEY_W);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
   gst_object_unref (ctl);
   gst_object_unref (p);
   run_clear (&r);
@@ -2721,8 +2711,7 @@ stop_thread (gpointer data)
 {
   StopCtx *c = data;
 
-  return GINT_TO_POINTER (gst_element_set_state (c->pipeline,
-          GST_STATE_NULL));
+  return GINT_TO_POINTER (gst_element_set_state (c->pipeline, GST_STATE_NULL));
 }
 
 /* the pass signal: at chunk 1's second pass, PLAYING -> NULL from another
@@ -2734,7 +2723,7 @@ on_pass_stop (GstElement * gen, guint64 chunk, int pass, int n_passes,
     gpointer data)
 {
   StopCtx *c = data;
-  int v = (int) chunk *100 + pass;
+  int v = (int) chunk * 100 + pass;
 
   g_assert_cmpint (n_passes, ==, 5);
   if (g_atomic_int_get (&c->stopping)) {
@@ -2874,8 +2863,7 @@ GST_START_TEST (test_poses_through_elements)
     g_assert_no_error (err);
     for (guint k = 0; k < 2; k++) {
       GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (r.samples, k));
-      GstBuffer *bn =
-          gst_sample_get_buffer (g_ptr_array_index (rn.samples, k));
+      GstBuffer *bn = gst_sample_get_buffer (g_ptr_array_index (rn.samples, k));
       const LbTensor *lat;
       GstMapInfo m;
 
@@ -2977,8 +2965,7 @@ GST_START_TEST (test_stop_leaks)
   g1 = gen_desc ("lingbotgen", "cpu:1", "frames=0");
   /* --foreground: one Ctrl-C, see test_eos_sigint */
   cmd = g_strdup_printf ("timeout --foreground 120 gst-launch-1.0 -m %s "
-      "! queue ! "
-      "lingbotvaedec ! fakesink", g1);
+      "! queue ! " "lingbotvaedec ! fakesink", g1);
   g_assert_true (g_shell_parse_argv (cmd, NULL, &argv, &err));
   envp = g_get_environ ();
   envp = g_environ_setenv (envp, "GST_TRACERS", "leaks", TRUE);
@@ -3017,8 +3004,7 @@ GST_START_TEST (test_stop_leaks)
     g_error ("gst-launch-1.0 hung after Ctrl-C");
   g_assert_nonnull (errout);
   if (strstr (errout, ":: object-alive") != NULL)
-    g_error ("leaks after the stop:\n%s", strstr (errout,
-            ":: object-alive"));
+    g_error ("leaks after the stop:\n%s", strstr (errout, ":: object-alive"));
 }
 
 GST_END_TEST;

@@ -63,7 +63,8 @@ write_model (void)
 
 /* ---- running the pipeline ---- */
 
-typedef struct {
+typedef struct
+{
   GPtrArray *samples;           /* GstSample */
   GArray *chunk_frames;         /* int, per lingbot-chunk message */
   char *error;                  /* first error message */
@@ -171,8 +172,7 @@ check_run (Run * r)
     GstClockTime next = gst_util_uint64_scale (i + 1, GST_SECOND, 16);
     GstVideoInfo info;
     g_assert_true (gst_video_info_from_caps (&info, gst_sample_get_caps (s)));
-    g_assert_cmpint (GST_VIDEO_INFO_FORMAT (&info), ==,
-        GST_VIDEO_FORMAT_I420);
+    g_assert_cmpint (GST_VIDEO_INFO_FORMAT (&info), ==, GST_VIDEO_FORMAT_I420);
     g_assert_cmpint (info.width, ==, 64);
     g_assert_cmpint (info.height, ==, 64);
     g_assert_cmpint (info.fps_n, ==, 16);

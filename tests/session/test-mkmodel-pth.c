@@ -78,8 +78,7 @@ check_checkpoint (const char *path, LingbotCheckpointFormat format,
 }
 
 static void
-check_model (const char *dir, const char *ext,
-    LingbotCheckpointFormat format)
+check_model (const char *dir, const char *ext, LingbotCheckpointFormat format)
 {
   char *vae_name = g_strconcat ("Wan2.1_VAE", ext, NULL);
   char *t5_name = g_strconcat ("models_t5_umt5-xxl-enc-bf16", ext, NULL);
@@ -87,8 +86,7 @@ check_model (const char *dir, const char *ext,
   char *t5_path = g_build_filename (dir, t5_name, NULL);
 
   /* the VAE: float32, the 194 published tensors */
-  g_assert_cmpuint (check_checkpoint (vae_path, format, LB_DTYPE_F32), ==,
-      194);
+  g_assert_cmpuint (check_checkpoint (vae_path, format, LB_DTYPE_F32), ==, 194);
   GError *error = NULL;
   LingbotVae *vae = lingbot_vae_load (vae_path, LINGBOT_VAE_BOTH, &error);
   g_assert_no_error (error);
@@ -97,8 +95,7 @@ check_model (const char *dir, const char *ext,
   lingbot_vae_unref (vae);
 
   /* the encoder: bf16, 2 blocks of 10 tensors + embedding + final norm */
-  g_assert_cmpuint (check_checkpoint (t5_path, format, LB_DTYPE_BF16), ==,
-      22);
+  g_assert_cmpuint (check_checkpoint (t5_path, format, LB_DTYPE_BF16), ==, 22);
   LbBackend *be = lb_cpu_backend ();
   LbStream *stream = be->stream_new (be, 0, &error);
   g_assert_no_error (error);
@@ -129,8 +126,7 @@ test_full_pth (void)
   char *st = g_build_filename (dir, "Wan2.1_VAE.safetensors", NULL);
   g_assert_false (g_file_test (st, G_FILE_TEST_EXISTS));
   g_free (st);
-  st = g_build_filename (dir, "models_t5_umt5-xxl-enc-bf16.safetensors",
-      NULL);
+  st = g_build_filename (dir, "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
   g_assert_false (g_file_test (st, G_FILE_TEST_EXISTS));
   g_free (st);
   rm_rf (dir);

@@ -133,8 +133,7 @@ check_frames (const LbTensor * f, int n)
 /* Runs @n chunks with @keys; appends each chunk's decoded frames (and the
  * latents) to @out. */
 static void
-run_chunks (LingbotSession * s, int n, guint keys, GArray * out,
-    GArray * lat)
+run_chunks (LingbotSession * s, int n, guint keys, GArray * out, GArray * lat)
 {
   g_autoptr (GError) err = NULL;
   for (int c = 0; c < n; c++) {
@@ -151,8 +150,7 @@ run_chunks (LingbotSession * s, int n, guint keys, GArray * out,
     g_assert_no_error (err);
     g_assert_cmpint (nf, ==, st.frames);
     g_assert_cmpfloat (st.vae_seconds, >, 0.0);
-    g_assert_cmpfloat (st.compute_seconds, >=, st.dit_seconds +
-        st.vae_seconds);
+    g_assert_cmpfloat (st.compute_seconds, >=, st.dit_seconds + st.vae_seconds);
     const LbTensor *f = lingbot_session_get_frames (s);
     check_frames (f, nf);
     if (out) {
@@ -279,8 +277,7 @@ test_determinism (void)
   g_autoptr (GArray) a = run_session (world1, 42, 2, LINGBOT_KEY_W, NULL);
   g_autoptr (GArray) b = run_session (world1, 42, 2, LINGBOT_KEY_W, NULL);
   g_assert_cmpuint (a->len, ==, 3 * 29 * 64 * 64);
-  g_assert_cmpint (memcmp (a->data, b->data, a->len * sizeof (float)), ==,
-      0);
+  g_assert_cmpint (memcmp (a->data, b->data, a->len * sizeof (float)), ==, 0);
   g_autoptr (GArray) c = run_session (world1, 43, 1, LINGBOT_KEY_W, NULL);
   g_array_set_size (a, c->len);
   g_assert_cmpfloat (max_diff (a, c), >, 1e-3);
@@ -320,7 +317,8 @@ static void
 test_offline_poses (void)
 {
   g_autoptr (GError) err = NULL;
-  enum { N = 29 };
+  enum
+  { N = 29 };
   float poses[N * 16];
   for (int i = 0; i < N; i++) {
     float *p = poses + 16 * i;
@@ -345,8 +343,7 @@ test_offline_poses (void)
   o.frames = 0;                 /* every frame the poses cover: 29 */
   g_autoptr (LingbotSession) s = lingbot_session_new (world1, &o, &err);
   g_assert_no_error (err);
-  g_assert_true (lingbot_control_is_offline (lingbot_session_get_control
-          (s)));
+  g_assert_true (lingbot_control_is_offline (lingbot_session_get_control (s)));
   g_assert_cmpuint (lingbot_session_get_n_frames (s), ==, 29);
   g_assert_cmpuint (lingbot_session_get_n_chunks (s), ==, 2);
   g_autoptr (GArray) out = g_array_new (FALSE, FALSE, sizeof (float));
@@ -394,7 +391,7 @@ test_pixel_area_and_embeds (void)
   o.prompt = NULL;
   o.prompt_embeds_path = embeds;
   o.width = o.height = 0;
-  o.pixel_area = IMG_W * IMG_H;         /* 80x48 -> 80x48 */
+  o.pixel_area = IMG_W * IMG_H; /* 80x48 -> 80x48 */
   o.frames = 13;
   g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
   g_assert_no_error (err);
@@ -484,7 +481,8 @@ static const guint chunk_keys[] = {
 };
 
 /* What the pass callback saw. */
-typedef struct {
+typedef struct
+{
   GThread *rank0;               /* rank 0's worker thread */
   guint64 chunk;                /* the chunk the test is generating */
   int calls;                    /* calls during that chunk */
@@ -564,7 +562,8 @@ make_chunk (LingbotSession * s, PassLog * log, GByteArray * lat,
  * the exact error after p + 1 passes, the chunk index and the latents stay;
  * after g_cancellable_reset() chunks c, c + 1, c + 2 and their decoded
  * frames are byte-identical to the uncancelled session's. */
-typedef struct {
+typedef struct
+{
   LingbotWorld *world;
   GByteArray *lat, *frames;     /* the uncancelled session, chunks 0-4 */
   GThread *rank0;
@@ -727,8 +726,7 @@ static void
 snapshot (LingbotControl * ctl, double *poses, float *rel, gint * chunk)
 {
   memcpy (poses, lingbot_control_get_chunk_poses (ctl), 64 * sizeof (double));
-  memcpy (rel, lingbot_control_get_chunk_rel_poses (ctl),
-      64 * sizeof (float));
+  memcpy (rel, lingbot_control_get_chunk_rel_poses (ctl), 64 * sizeof (float));
   *chunk = lingbot_control_get_chunk_index (ctl);
 }
 
@@ -737,7 +735,8 @@ snapshot (LingbotControl * ctl, double *poses, float *rel, gint * chunk)
 static void
 test_dit_widths (void)
 {
-  static const struct {
+  static const struct
+  {
     const char *name;
     int in_dim, ctl, out_dim;
     const char *tensor, *rest;
@@ -778,7 +777,7 @@ test_control_rewind (void)
   lingbot_control_config_init (&cc, IMG_W, IMG_H, 64, 64);
   g_autoptr (LingbotControl) ctl = lingbot_control_new (&cc, &err);
   g_assert_no_error (err);
-  lingbot_control_rewind (ctl);         /* nothing to undo */
+  lingbot_control_rewind (ctl); /* nothing to undo */
   g_assert_cmpint (lingbot_control_get_chunk_index (ctl), ==, -1);
   g_assert_true (lingbot_control_advance (ctl, LINGBOT_KEY_W, &err));
   double p1[64], p2[64], q[64];
@@ -799,7 +798,7 @@ test_control_rewind (void)
   g_assert_null (lingbot_control_get_previous_pose (ctl));      /* chunk 0 */
   g_assert_true (memcmp (lingbot_control_get_camera (ctl), &cam1,
           sizeof cam1) == 0);
-  lingbot_control_rewind (ctl);         /* once only */
+  lingbot_control_rewind (ctl); /* once only */
   g_assert_cmpint (lingbot_control_get_chunk_index (ctl), ==, c1);
   /* the same advance again gives the same chunk */
   g_assert_true (lingbot_control_advance (ctl, LINGBOT_KEY_D |
@@ -818,7 +817,8 @@ test_control_rewind (void)
   g_assert_null (lingbot_control_get_previous_pose (ctl));      /* first */
 
   /* offline: the chunk index and the relative poses */
-  enum { N = 29 };
+  enum
+  { N = 29 };
   float poses[N * 16];
   for (int i = 0; i < N; i++) {
     float *m = poses + 16 * i;
@@ -884,8 +884,7 @@ test_errors (void)
   g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
   g_assert_null (lingbot_world_new (&wo, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
-  g_assert_nonnull (strstr (err->message,
-          "models_t5_umt5-xxl-enc-bf16.pth"));
+  g_assert_nonnull (strstr (err->message, "models_t5_umt5-xxl-enc-bf16.pth"));
   g_clear_error (&err);
   /* missing DiT */
   g_autofree char *nodit = g_build_filename (tmpdir, "nodit", NULL);
@@ -1003,8 +1002,7 @@ ov_session (LingbotWorld * w, const char *decode_devices, gboolean attach)
   LingbotSession *s = lingbot_session_new (w, &o, &err);
   g_assert_no_error (err);
   if (attach) {
-    g_assert_true (lingbot_session_attach_decoder (s, decode_devices, 2,
-            &err));
+    g_assert_true (lingbot_session_attach_decoder (s, decode_devices, 2, &err));
     g_assert_no_error (err);
     g_assert_true (lingbot_session_has_decoder (s));
     g_assert_cmpint (lingbot_session_get_n_slots (s), ==, 2);
@@ -1293,10 +1291,8 @@ main (int argc, char **argv)
   g_test_add_func ("/session/control-rewind", test_control_rewind);
   g_test_add_func ("/session/dit-widths", test_dit_widths);
   g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
-  g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1),
-      test_cancel);
-  g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2),
-      test_cancel);
+  g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1), test_cancel);
+  g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2), test_cancel);
   for (int n = 1; n <= 2; n++) {
     g_autofree char *path = g_strdup_printf ("/session/overlap/%d", n);
     g_test_add_data_func (path, GINT_TO_POINTER (n), test_overlap);

@@ -130,8 +130,7 @@ test_load_errors (void)
   g_assert_nonnull (strstr (err->message, "norm.weight"));
   g_clear_error (&err);
 
-  g_assert_null (lingbot_text_encoder_load ("/nonexistent.pth", stream,
-          &err));
+  g_assert_null (lingbot_text_encoder_load ("/nonexistent.pth", stream, &err));
   g_assert_nonnull (err);
   g_unlink (p1);
   g_unlink (p2);
@@ -244,7 +243,7 @@ test_prompt_embeds_errors (void)
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_assert_nonnull (strstr (err->message, "prompt_embeds"));
   g_assert_nonnull (strstr (err->message, "[512, 64]"));
-  g_assert_nonnull (strstr (err->message, "[512, 32]"));  /* both widths */
+  g_assert_nonnull (strstr (err->message, "[512, 32]"));        /* both widths */
   g_clear_error (&err);
   g_assert_null (lingbot_prompt_context_new (stream, p, NULL, NULL, NULL, 64,
           &err));
@@ -294,9 +293,11 @@ static void
 test_session_context (void)
 {
   g_autoptr (GError) err = NULL;
-  const char *prompt = "  A red fox walks along a frozen lake, 一座古老的石桥 🎉 ";
-  g_autoptr (LbTensor) ctx = lingbot_prompt_context_new (stream, NULL,
-      t5_path, model_path, prompt, 64, &err);
+  const char *prompt =
+      "  A red fox walks along a frozen lake, 一座古老的石桥 🎉 ";
+  g_autoptr (LbTensor) ctx =
+      lingbot_prompt_context_new (stream, NULL, t5_path, model_path, prompt, 64,
+      &err);
   g_assert_no_error (err);
   g_assert_true (lb_tensor_has_shape (ctx, 2, (int64_t) 512, (int64_t) 64));
 

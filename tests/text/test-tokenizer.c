@@ -105,9 +105,12 @@ test_roundtrip (void)
   check_roundtrip (tok, "A small stone bridge crosses a slow river at dawn.");
   check_roundtrip (tok, "  The camera   turns\nleft, 16 fps &amp; 100%  ");
   check_roundtrip (tok, "La caméra avance lentement; Ünïcödé façade");
-  check_roundtrip (tok, "一座古老的石桥横跨在河上，镜头慢慢向前移动。");
-  check_roundtrip (tok, "Уютная улица, 静かな村, 카메라 🎉🚀 fireworks 👩‍🚀");
-  check_roundtrip (tok, "rare chars \u2603 \U0001F98A \u05e9\u05dc\u05d5\u05dd");
+  check_roundtrip (tok,
+      "一座古老的石桥横跨在河上，镜头慢慢向前移动。");
+  check_roundtrip (tok,
+      "Уютная улица, 静かな村, 카메라 🎉🚀 fireworks 👩‍🚀");
+  check_roundtrip (tok,
+      "rare chars \u2603 \U0001F98A \u05e9\u05dc\u05d5\u05dd");
 }
 
 static void
@@ -132,8 +135,7 @@ test_truncation (void)
   uint8_t mask[LINGBOT_TEXT_LEN];
   g_assert_cmpint (lingbot_tokenizer_encode (tok, s->str, LINGBOT_TEXT_LEN,
           ids, mask, &err), ==, LINGBOT_TEXT_LEN);
-  g_assert_cmpmem (ids, 511 * sizeof (int32_t), pieces,
-      511 * sizeof (int32_t));
+  g_assert_cmpmem (ids, 511 * sizeof (int32_t), pieces, 511 * sizeof (int32_t));
   g_assert_cmpint (ids[511], ==, 1);
 
   /* short max_len keeps </s> too */

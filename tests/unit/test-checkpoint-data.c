@@ -30,8 +30,8 @@ test_poses (void)
   };
   for (int64_t i = 0; i < 3; i++)
     for (int64_t j = 0; j < 4; j++)
-      g_assert_cmpfloat_with_epsilon (lb_tensor_get (t, (int64_t[]) { 0, i,
-                  j }), r0[i][j], j == 3 ? 5e-3 : 1e-4);
+      g_assert_cmpfloat_with_epsilon (lb_tensor_get (t,
+              (int64_t[]) { 0, i, j }), r0[i][j], j == 3 ? 5e-3 : 1e-4);
   /* exact float32 values read with numpy */
   g_assert_cmpfloat (lb_tensor_get (t, (int64_t[]) { 0, 0, 0 }), ==,
       (double) 9.9606127e-01f);

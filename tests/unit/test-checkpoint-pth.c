@@ -320,8 +320,7 @@ test_corrupt (void)
 
   /* zip signature, then nothing sensible */
   p = g_build_filename (tmpdir, "badzip.pth", NULL);
-  g_assert_true (g_file_set_contents (p, "PK\x03\x04garbagegarbage", 18,
-          NULL));
+  g_assert_true (g_file_set_contents (p, "PK\x03\x04garbagegarbage", 18, NULL));
   assert_open_fails (p, LB_ERROR_FORMAT, "not a valid zip archive");
   g_free (p);
 

@@ -90,7 +90,7 @@ test_value (LbDType dtype, int64_t i)
     case LB_DTYPE_I64:
       return (double) (i * 3 - 7);
     default:
-      return (double) i * 0.25 - 2.0;
+      return (double) i *0.25 - 2.0;
   }
 }
 
@@ -183,8 +183,7 @@ test_safetensors_roundtrip (void)
     /* aligned for its dtype, even where the file packs it unaligned */
     g_assert_nonnull (t->storage);
     if (ne > 0)
-      g_assert_cmpuint ((guintptr) t->data % lb_dtype_size (t->dtype), ==,
-          0);
+      g_assert_cmpuint ((guintptr) t->data % lb_dtype_size (t->dtype), ==, 0);
   }
   /* zero copy: the first tensor (offset 0) points into the mapping of the
    * whole file; u8 [17] at offset 58 makes the f64 after it unaligned, so
@@ -220,8 +219,7 @@ test_safetensors_noncontiguous_write (void)
   const char *names[] = { "t" };
   char *path = tmp_path ("transposed.safetensors");
   GError *error = NULL;
-  g_assert_true (lingbot_safetensors_write (path, names, arr, 1, NULL,
-          &error));
+  g_assert_true (lingbot_safetensors_write (path, names, arr, 1, NULL, &error));
   g_assert_no_error (error);
   LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, &error);
   g_assert_no_error (error);
@@ -245,8 +243,7 @@ test_get_checked_messages (void)
   const char *names[] = { "blocks.0.ffn.0.weight" };
   char *path = tmp_path ("checked.safetensors");
   GError *error = NULL;
-  g_assert_true (lingbot_safetensors_write (path, names, arr, 1, NULL,
-          &error));
+  g_assert_true (lingbot_safetensors_write (path, names, arr, 1, NULL, &error));
   LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, &error);
   g_assert_no_error (error);
 
@@ -331,8 +328,7 @@ test_safetensors_sharded (void)
   /* open the directory, then the index itself */
   LingbotCheckpoint *ckpt;
   for (int pass = 0; pass < 2; pass++) {
-    ckpt = lingbot_checkpoint_open (pass ? index : dir,
-        &error);
+    ckpt = lingbot_checkpoint_open (pass ? index : dir, &error);
     g_assert_no_error (error);
     g_assert_cmpint (lingbot_checkpoint_get_format (ckpt), ==,
         LINGBOT_CHECKPOINT_SAFETENSORS_SHARDED);
@@ -473,16 +469,14 @@ test_safetensors_corrupt (void)
   /* strict layout: no gap between tensors, no bytes after the last */
   p = write_raw_safetensors ("gap.safetensors", G_MAXUINT64,
       "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
-      20);
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20);
   assert_open_fails (p, LB_ERROR_FORMAT, "gap.safetensors: tensor b starts at "
       "byte 12 of the data, but the tensors before it end at 8 (the data "
       "must be the tensors back to back)");
   g_free (p);
 
   p = write_raw_safetensors ("trailing.safetensors", G_MAXUINT64,
-      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-      11);
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 11);
   assert_open_fails (p, LB_ERROR_FORMAT, "trailing.safetensors: 3 bytes after "
       "the last tensor's data (it ends at byte 8 of 11)");
   g_free (p);
@@ -607,8 +601,7 @@ test_npy (void)
   /* version 2.0, int64, 1-d */
   gint64 l[4] = { -1, 0, 1, G_GINT64_CONSTANT (1) << 40 };
   p = write_npy ("ids.npy", 2,
-      "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", l,
-      sizeof l);
+      "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", l, sizeof l);
   ckpt = lingbot_checkpoint_open (p, &error);
   g_assert_no_error (error);
   t = lingbot_checkpoint_get_checked (ckpt, "ids", 1, (int64_t[]) { 4 },
@@ -619,14 +612,14 @@ test_npy (void)
   g_free (p);
 
   /* Fortran order: column-major data, described by reversed strides */
-  double d[6] = { 0, 10, 1, 11, 2, 12 };  /* [[0,1,2],[10,11,12]] */
+  double d[6] = { 0, 10, 1, 11, 2, 12 };        /* [[0,1,2],[10,11,12]] */
   p = write_npy ("fortran.npy", 3,
       "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", d,
       sizeof d);
   ckpt = lingbot_checkpoint_open (p, &error);
   g_assert_no_error (error);
-  t = lingbot_checkpoint_get_checked (ckpt, "fortran", 2, (int64_t[]) { 2,
-          3 }, LB_DTYPE_F64, &error);
+  t = lingbot_checkpoint_get_checked (ckpt, "fortran", 2, (int64_t[]) { 2, 3 },
+      LB_DTYPE_F64, &error);
   g_assert_no_error (error);
   for (int64_t i = 0; i < 2; i++)
     for (int64_t j = 0; j < 3; j++)
@@ -680,8 +673,7 @@ test_npy_corrupt (void)
       "npy data is truncated (8 bytes, expected 12)");
   g_free (p);
 
-  p = write_npy ("badheader.npy", 1,
-      "{'descr': '<f4', 'shape': (3,), }", f, 8);
+  p = write_npy ("badheader.npy", 1, "{'descr': '<f4', 'shape': (3,), }", f, 8);
   assert_open_fails (p, LB_ERROR_FORMAT, "npy header is not a dict with");
   g_free (p);
 
@@ -738,10 +730,8 @@ main (int argc, char **argv)
       test_safetensors_roundtrip);
   g_test_add_func ("/checkpoint/safetensors/noncontiguous-write",
       test_safetensors_noncontiguous_write);
-  g_test_add_func ("/checkpoint/safetensors/sharded",
-      test_safetensors_sharded);
-  g_test_add_func ("/checkpoint/safetensors/corrupt",
-      test_safetensors_corrupt);
+  g_test_add_func ("/checkpoint/safetensors/sharded", test_safetensors_sharded);
+  g_test_add_func ("/checkpoint/safetensors/corrupt", test_safetensors_corrupt);
   g_test_add_func ("/checkpoint/get-checked", test_get_checked_messages);
   g_test_add_func ("/checkpoint/npy/read", test_npy);
   g_test_add_func ("/checkpoint/npy/corrupt", test_npy_corrupt);

@@ -354,7 +354,8 @@ test_nan_propagates (void)
             0.125f, o, error));
     for (int64_t i = 0; i < 5 * 64; i++)
       if (!isnan (((float *) o->data)[i]))
-        g_error ("%s: output %" G_GINT64_FORMAT " is %g", lb_cpu_isa_name ((LbCpuIsa) isa), i, ((float *) o->data)[i]);
+        g_error ("%s: output %" G_GINT64_FORMAT " is %g",
+            lb_cpu_isa_name ((LbCpuIsa) isa), i, ((float *) o->data)[i]);
   }
   g_assert_true (lb_cpu_isa_set (keep));
 }

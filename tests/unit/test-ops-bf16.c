@@ -25,8 +25,8 @@ ref_bf16 (float v)
   uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu;
   if (mag >= 0x7f800000u)
     return (uint16_t) ((sign | mag) >> 16);     /* inf (NaN not here) */
-  uint32_t lo = mag & 0xffff0000u;              /* truncated */
-  uint32_t hi = lo + 0x10000u;                  /* next pattern up */
+  uint32_t lo = mag & 0xffff0000u;      /* truncated */
+  uint32_t hi = lo + 0x10000u;  /* next pattern up */
   double a = fabs ((double) v);
   double dlo = a - (double) u2f (lo);
   /* hi may be 0x7f800000 (inf): its value as a rounding point is 2^128 */
@@ -51,7 +51,8 @@ bf16_is_nan (uint16_t b)
 static void
 test_bf16_rounding (void)
 {
-  static const struct {
+  static const struct
+  {
     uint32_t in;
     uint16_t out;
   } cases[] = {
@@ -171,8 +172,7 @@ check_gemm_bf16 (int64_t m, int64_t n, int64_t k, gboolean trans_w,
     for (int64_t j = 0; j < n; j++) {
       double acc = 0.0;
       for (int64_t l = 0; l < k; l++) {
-        double wv = trans_w ? at_bf16 (&w, j * k + l) :
-            at_bf16 (&w, l * n + j);
+        double wv = trans_w ? at_bf16 (&w, j * k + l) : at_bf16 (&w, l * n + j);
         acc += rounded (at (&x, i * k + l)) * wv;
       }
       acc *= alpha;
@@ -267,7 +267,7 @@ test_gemm_bf16_row_independent (void)
   assert_op_ok (lb_cpu_gemm (test_stream (), x, w, TRUE, bias, 0.75f, 0.0f,
           y, error));
   static const int64_t bands[][2] = { {0, 1}, {0, 30}, {30, 31}, {17, 5},
-    {60, 1}
+  {60, 1}
   };
   for (guint b = 0; b < G_N_ELEMENTS (bands); b++)
     for (int strided = 0; strided < 2; strided++) {

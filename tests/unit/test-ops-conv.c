@@ -147,7 +147,7 @@ test_conv3d_streaming (void)
     LbTensor *nc = tensor_new (4, ncs);
     for (int64_t c = 0; c < cin; c++)
       for (int64_t k = 0; k < keep; k++) {
-        int64_t v = tc + n - keep + k;      /* index into [cache, piece] */
+        int64_t v = tc + n - keep + k;  /* index into [cache, piece] */
         const float *src = v < tc ?
             (float *) cache->data + (c * tc + v) * h * w :
             (float *) xp->data + (c * n + v - tc) * h * w;
@@ -162,8 +162,7 @@ test_conv3d_streaming (void)
 
 static void
 check_conv2d (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
-    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw,
-    gboolean with_bias)
+    int64_t kh, int64_t kw, int ph, int pw, int sh, int sw, gboolean with_bias)
 {
   gboolean batched = nb > 0;
   int64_t b = MAX (nb, 1);
@@ -207,12 +206,12 @@ test_conv2d (void)
   for (int wb = 0; wb < 2; wb++) {
     check_conv2d (0, 3, 5, 7, 9, 3, 3, 1, 1, 1, 1, wb);
     check_conv2d (2, 3, 5, 7, 9, 3, 3, 1, 1, 1, 1, wb);
-    check_conv2d (0, 4, 4, 9, 11, 3, 3, 0, 0, 2, 2, wb);  /* downsample2d */
+    check_conv2d (0, 4, 4, 9, 11, 3, 3, 0, 0, 2, 2, wb);        /* downsample2d */
     check_conv2d (3, 4, 6, 8, 8, 3, 3, 1, 1, 2, 2, wb);
-    check_conv2d (0, 8, 24, 6, 10, 1, 1, 0, 0, 1, 1, wb);  /* to_qkv 1x1 */
+    check_conv2d (0, 8, 24, 6, 10, 1, 1, 0, 0, 1, 1, wb);       /* to_qkv 1x1 */
     check_conv2d (2, 8, 3, 6, 10, 1, 1, 0, 0, 1, 1, wb);
-    check_conv2d (1, 2, 3, 5, 6, 3, 1, 1, 0, 1, 1, wb);    /* 3x1 kernel */
-    check_conv2d (0, 2, 3, 4, 5, 1, 1, 1, 2, 1, 2, wb);    /* 1x1 padded */
+    check_conv2d (1, 2, 3, 5, 6, 3, 1, 1, 0, 1, 1, wb); /* 3x1 kernel */
+    check_conv2d (0, 2, 3, 4, 5, 1, 1, 1, 2, 1, 2, wb); /* 1x1 padded */
     check_conv2d (0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, wb);
   }
 }
@@ -272,7 +271,6 @@ main (int argc, char **argv)
       g_test_add_data_func (path, GINT_TO_POINTER ((m << 4) | i),
           run_with_direct);
     }
-  g_test_add_func ("/ops/conv3d-causal/direct-blocking",
-      test_direct_blocking);
+  g_test_add_func ("/ops/conv3d-causal/direct-blocking", test_direct_blocking);
   return g_test_run ();
 }

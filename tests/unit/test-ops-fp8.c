@@ -88,7 +88,7 @@ test_exact (void)
       g_assert_cmpfloat (yd[i * 2 + j], ==, (float) ref);
     }
   g_assert_cmpfloat (yd[0], ==, 448.0f + 448 * -3 - 32 + 0.25f);
-  g_assert_cmpfloat (yd[4], ==, 0.25f);       /* zero row: bias */
+  g_assert_cmpfloat (yd[4], ==, 0.25f); /* zero row: bias */
   g_assert_cmpfloat (yd[5], ==, -1.0f);
 
   /* alpha and beta: y = ((alpha acc) sx) sw + (beta y + bias) */
@@ -161,8 +161,7 @@ test_random (void)
     g_autoptr (LbTensor) wq = wq_;
     g_autoptr (LbTensor) sw = sw_;
     g_autoptr (LbTensor) y = poisoned (2, (const int64_t[2]) { m, n });
-    assert_op_ok (lb_cpu_gemm_fp8 (s, x, wq, sw, bias, 1.0f, 0.0f, y,
-            error));
+    assert_op_ok (lb_cpu_gemm_fp8 (s, x, wq, sw, bias, 1.0f, 0.0f, y, error));
 
     /* the reference from the quantised operands */
     g_autofree double *ref = g_new (double, m * n);
@@ -212,8 +211,7 @@ static void
 test_errors (void)
 {
   LbStream *s = test_stream ();
-  g_autoptr (LbTensor) x = rand_tensor (2, (const int64_t[2]) { 4, 8 }, -1,
-      1);
+  g_autoptr (LbTensor) x = rand_tensor (2, (const int64_t[2]) { 4, 8 }, -1, 1);
   g_autoptr (LbTensor) w32 = rand_tensor (2, (const int64_t[2]) { 3, 8 }, -1,
       1);
   g_autoptr (LbTensor) w = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
@@ -264,10 +262,8 @@ test_fakedev (void)
   g_assert_no_error (err);
   LbStream *cs = test_stream ();
   const int64_t m = 19, n = 12, k = 40;
-  g_autoptr (LbTensor) w = rand_tensor (2, (const int64_t[2]) { n, k }, -1,
-      1);
-  g_autoptr (LbTensor) bias = rand_tensor (1, (const int64_t[1]) { n }, -1,
-      1);
+  g_autoptr (LbTensor) w = rand_tensor (2, (const int64_t[2]) { n, k }, -1, 1);
+  g_autoptr (LbTensor) bias = rand_tensor (1, (const int64_t[1]) { n }, -1, 1);
   LbTensor *wq_, *sw_;
   quantize_weight (w, &wq_, &sw_);
   g_autoptr (LbTensor) wq = wq_;
@@ -291,8 +287,7 @@ test_fakedev (void)
           lb_tensor_upload (ds, dy, y, &err));
       g_assert_no_error (err);
     }
-    assert_op_ok (lb_cpu_gemm_fp8 (cs, x, wq, sw, bias, 0.75f, 0.5f, y,
-            error));
+    assert_op_ok (lb_cpu_gemm_fp8 (cs, x, wq, sw, bias, 0.75f, 0.5f, y, error));
     if (round == 0) {
       g_assert_true (lb_ops (ds)->gemm_fp8 (ds, dx, dwq, dsw, db, 0.75f,
               0.5f, dy, &err));

@@ -356,8 +356,8 @@ test_rms_norm_rope (void)
     {3, 4, 5, 4, 128, 10, 4, TRUE, 3, Y_PACKED},
     {2, 2, 3, 3, 64, 7, 1, FALSE, 0, Y_HEAD_GAPS},
     {4, 6, 7, 3, 24, 20, 9, TRUE, 1, Y_HEAD_GAPS},
-    {1, 12, 16, 2, 128, 30, 0, TRUE, 0, Y_IN_PLACE},      /* parallel rows */
-    {2, 8, 12, 1, 6, 0, 0, TRUE, 0, Y_CONTIGUOUS},        /* hd 6: 1/1/1 */
+    {1, 12, 16, 2, 128, 30, 0, TRUE, 0, Y_IN_PLACE},    /* parallel rows */
+    {2, 8, 12, 1, 6, 0, 0, TRUE, 0, Y_CONTIGUOUS},      /* hd 6: 1/1/1 */
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
     check_rms_norm_rope (&cases[i]);

@@ -209,10 +209,10 @@ test_attention (void)
     {5, 7, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},
     {9, 37, 3, 16, TRUE, FALSE, FALSE, 0, 4, 8, 5},
     {9, 37, 3, 16, FALSE, TRUE, TRUE, 0, 4, 8, 2},
-    {6, 20, 2, 3, TRUE, TRUE, FALSE, 0, 3, 5, 1},  /* odd hd */
-    {4, 12, 2, 8, FALSE, TRUE, FALSE, 1, 0, 0, 0}, /* every key hidden */
-    {4, 0, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0}, /* Nk = 0 */
-    {33, 150, 2, 128, FALSE, FALSE, TRUE, 0, 0, 0, 7},      /* DiT hd */
+    {6, 20, 2, 3, TRUE, TRUE, FALSE, 0, 3, 5, 1},       /* odd hd */
+    {4, 12, 2, 8, FALSE, TRUE, FALSE, 1, 0, 0, 0},      /* every key hidden */
+    {4, 0, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},      /* Nk = 0 */
+    {33, 150, 2, 128, FALSE, FALSE, TRUE, 0, 0, 0, 7},  /* DiT hd */
     /* threaded (nq nk hd >= 65536) and several key tiles */
     {70, 300, 2, 64, TRUE, TRUE, TRUE, 0, 16, 64, 11},
   };
@@ -299,7 +299,7 @@ y_base (LbDType dtype, YKind kind, int64_t n, int64_t nh, int64_t hd)
   LbTensor *t = kind == Y_OWN ? lb_tensor_new (dtype, 3, own) :
       kind == Y_CACHE ? lb_tensor_new (dtype, 2, cache) :
       lb_tensor_new (dtype, 4, packed);
-  memset (t->data, 0xff, lb_tensor_nbytes (t));        /* NaN poison */
+  memset (t->data, 0xff, lb_tensor_nbytes (t)); /* NaN poison */
   return t;
 }
 
@@ -492,8 +492,7 @@ test_copy_strided (void)
   g_autoptr (LbTensor) z = poisoned (3, zs);
   LbTensor zv;
   int64_t zst[3] = { 24, 6, 2 };
-  lb_tensor_view_init (&zv, LB_DTYPE_F32, z->data, LB_DEVICE_HOST, 3, ys,
-      zst);
+  lb_tensor_view_init (&zv, LB_DTYPE_F32, z->data, LB_DEVICE_HOST, 3, ys, zst);
   assert_op_ok (lb_cpu_copy (s, y, &zv, error));
   for (int64_t i = 0; i < 60; i++) {
     g_assert_cmphex (f2u (at (&zv, i)), ==, (uint32_t) at16 (y, i) << 16);
@@ -633,8 +632,7 @@ test_fakedev (void)
   g_autoptr (LbTensor) dxv = NULL;
   g_autoptr (LbTensor) dq = NULL;
   g_autoptr (LbTensor) prev = NULL;
-  g_autoptr (LbTensor) dout = lb_tensor_new_on (ds, LB_DTYPE_F32, 3, qs,
-      &err);
+  g_autoptr (LbTensor) dout = lb_tensor_new_on (ds, LB_DTYPE_F32, 3, qs, &err);
   g_assert_no_error (err);
   g_autoptr (LbTensor) out = poisoned (3, qs);
 
@@ -679,8 +677,7 @@ test_fakedev (void)
     g_assert_cmpint (hk->dtype, ==, LB_DTYPE_BF16);
     g_assert_true (memcmp (hk->data, kc->data, lb_tensor_nbytes (kc)) == 0);
     g_assert_true (memcmp (hv->data, vc->data, lb_tensor_nbytes (vc)) == 0);
-    g_assert_true (memcmp (ho->data, out->data, lb_tensor_nbytes (out)) ==
-        0);
+    g_assert_true (memcmp (ho->data, out->data, lb_tensor_nbytes (out)) == 0);
     /* a replay computed this round's inputs, not the captured round's */
     if (prev != NULL)
       g_assert_false (memcmp (ho->data, prev->data, lb_tensor_nbytes (out))

@@ -86,7 +86,8 @@ ref_value (const float *pose, const float k[4], int ch, int ly, int lx,
   return a;
 }
 
-typedef struct {
+typedef struct
+{
   int width, height, frames, row0, rows;
   float k[4];
   gboolean raw;
@@ -105,9 +106,9 @@ run_case (const Case * cs)
   g_autoptr (LbTensor) y = poisoned (4, yshape);
   g_autoptr (LbTensor) host = poisoned (4, yshape);
 
-  g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses, cs->k[0],
-          cs->k[1], cs->k[2], cs->k[3], cs->width, cs->height, cs->row0, y,
-          &err));
+  g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses,
+          cs->k[0], cs->k[1], cs->k[2], cs->k[3], cs->width, cs->height,
+          cs->row0, y, &err));
   g_assert_no_error (err);
   g_assert_true (lingbot_control_pack (poses->data, (guint) cs->frames,
           cs->k, cs->width, cs->height, cs->row0, cs->row0 + cs->rows,
@@ -151,16 +152,16 @@ test_pack_equal (void)
   lingbot_control_intrinsics_transform (k0, 832, 480, 160, 96, kt);
   const Case cases[] = {
     /* the image-size default intrinsics (spec 2.5), whole map */
-    { 80, 48, 4, 0, 6, { 80.f, 80.f, 40.f, 24.f }, FALSE },
+    {80, 48, 4, 0, 6, {80.f, 80.f, 40.f, 24.f}, FALSE},
     /* bands, one frame, odd latent widths */
-    { 72, 64, 1, 3, 2, { 72.f, 72.f, 36.f, 32.f }, FALSE },
-    { 40, 56, 3, 6, 1, { 33.3f, 29.1f, 21.7f, 30.2f }, FALSE },
+    {72, 64, 1, 3, 2, {72.f, 72.f, 36.f, 32.f}, FALSE},
+    {40, 56, 3, 6, 1, {33.3f, 29.1f, 21.7f, 30.2f}, FALSE},
     /* transformed calibration intrinsics, a middle band */
-    { 160, 96, 4, 4, 5, { kt[0], kt[1], kt[2], kt[3] }, FALSE },
+    {160, 96, 4, 4, 5, {kt[0], kt[1], kt[2], kt[3]}, FALSE},
     /* arbitrary matrices and an off-centre principal point */
-    { 24, 16, 5, 0, 2, { 7.5f, 9.25f, -3.0f, 20.0f }, TRUE },
+    {24, 16, 5, 0, 2, {7.5f, 9.25f, -3.0f, 20.0f}, TRUE},
     /* an empty band */
-    { 16, 16, 2, 2, 0, { 16.f, 16.f, 8.f, 8.f }, FALSE },
+    {16, 16, 2, 2, 0, {16.f, 16.f, 8.f, 8.f}, FALSE},
   };
   for (guint c = 0; c < G_N_ELEMENTS (cases); c++)
     for (int rep = 0; rep < 3; rep++)
@@ -180,16 +181,16 @@ test_bands (void)
     rand_pose ((float *) poses->data + 16 * n, FALSE);
   int64_t fshape[4] = { 384, C, hl, wl };
   g_autoptr (LbTensor) full = poisoned (4, fshape);
-  g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses, k[0], k[1], k[2],
-          k[3], W, H, 0, full, &err));
+  g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses, k[0],
+          k[1], k[2], k[3], W, H, 0, full, &err));
   g_assert_no_error (err);
   const int splits[] = { 0, 2, 3, 5 };
   for (int b = 0; b < 3; b++) {
     const int r0 = splits[b], rows = splits[b + 1] - r0;
     int64_t bshape[4] = { 384, C, rows, wl };
     g_autoptr (LbTensor) band = poisoned (4, bshape);
-    g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses, k[0], k[1],
-            k[2], k[3], W, H, r0, band, &err));
+    g_assert_true (lb_ops (test_stream ())->ray_map (test_stream (), poses,
+            k[0], k[1], k[2], k[3], W, H, r0, band, &err));
     g_assert_no_error (err);
     for (int64_t ch = 0; ch < 384 * C; ch++)
       g_assert_true (memcmp ((float *) band->data + ch * rows * wl,
@@ -203,8 +204,8 @@ expect_error (const LbTensor * poses, int width, int height, int row0,
     LbTensor * y, const char *message)
 {
   GError *err = NULL;
-  g_assert_false (lb_ops (test_stream ())->ray_map (test_stream (), poses, 10.f, 10.f, 5.f,
-          5.f, width, height, row0, y, &err));
+  g_assert_false (lb_ops (test_stream ())->ray_map (test_stream (), poses, 10.f,
+          10.f, 5.f, 5.f, width, height, row0, y, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_assert_cmpstr (err->message, ==, message);
   g_error_free (err);
@@ -247,8 +248,8 @@ test_errors (void)
   LbTensor view;
   lb_tensor_view_narrow (&view, y, 2, 0, 3);
   GError *err = NULL;
-  g_assert_false (lb_ops (test_stream ())->ray_map (test_stream (), poses, 10.f, 10.f, 5.f,
-          5.f, 80, 48, 0, &view, &err));
+  g_assert_false (lb_ops (test_stream ())->ray_map (test_stream (), poses, 10.f,
+          10.f, 5.f, 5.f, 80, 48, 0, &view, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_assert_true (g_str_has_prefix (err->message, "ray_map: y "));
   g_error_free (err);

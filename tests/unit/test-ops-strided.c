@@ -283,8 +283,7 @@ check_channel_rms_norm (int64_t C, int64_t T, int64_t H, int64_t W,
     }
     double n = MAX (sqrt (ss), 1e-12);
     for (int64_t c = 0; c < C; c++) {
-      double r = at (&x, c * T * H * W + v) / n * sc *
-          ((float *) g->data)[c];
+      double r = at (&x, c * T * H * W + v) / n * sc * ((float *) g->data)[c];
       if (silu)
         r = r / (1.0 + exp (-r));
       ref[c * T * H * W + v] = r;
@@ -343,8 +342,7 @@ test_upsample_halo (void)
           ref[((c * T + t) * (2 * h + 2) + r) * 2 * w + j] =
               lb_tensor_get (&x, idx);
         }
-  assert_op_ok (lb_cpu_upsample_nearest2x_halo (test_stream (), &x, y,
-          error));
+  assert_op_ok (lb_cpu_upsample_nearest2x_halo (test_stream (), &x, y, error));
   assert_close ("upsample_nearest2x_halo", y, ref, 0.0);
   g_free (ref);
 }
@@ -377,14 +375,11 @@ test_errors (void)
   assert_op_error (lb_cpu_accumulate (s, tb, ta, error), NULL);
   assert_op_error (lb_cpu_latent_affine (s, t4, t8, tc, TRUE, t4, error),
       "latent_affine: mean is f32 [8], expected [16]");
-  assert_op_error (lb_cpu_latent_affine (s, tc, tc, tc, TRUE, tc, error),
-      NULL);
+  assert_op_error (lb_cpu_latent_affine (s, tc, tc, tc, TRUE, tc, error), NULL);
   assert_op_error (lb_cpu_channel_rms_norm (s, t4, t8, TRUE, t4, error),
       "channel_rms_norm: gamma is f32 [8], expected [16]");
-  assert_op_error (lb_cpu_channel_rms_norm (s, ta, tc, TRUE, ta, error),
-      NULL);
-  assert_op_error (lb_cpu_channel_rms_norm (s, t4, tc, TRUE, tu, error),
-      NULL);
+  assert_op_error (lb_cpu_channel_rms_norm (s, ta, tc, TRUE, ta, error), NULL);
+  assert_op_error (lb_cpu_channel_rms_norm (s, t4, tc, TRUE, tu, error), NULL);
   /* [2, 1, 4, 3] -> rows must be 2 * 4 - 2 = 6 */
   int64_t bad[4] = { 2, 1, 8, 6 }, good[4] = { 2, 1, 6, 6 };
   g_autoptr (LbTensor) ybad = tensor_new (4, bad);
@@ -400,8 +395,7 @@ test_errors (void)
   g_autoptr (LbTensor) xbuf = tensor_new (1, big);
   lb_tensor_view_init (&xs, LB_DTYPE_F32, xbuf->data, LB_DEVICE_HOST, 4, u,
       xst);
-  assert_op_error (lb_cpu_upsample_nearest2x_halo (s, &xs, ygood, error),
-      NULL);
+  assert_op_error (lb_cpu_upsample_nearest2x_halo (s, &xs, ygood, error), NULL);
 }
 
 static void

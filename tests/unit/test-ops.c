@@ -231,8 +231,7 @@ test_modulate (void)
             terms = MAX (terms, fabs (a) + fabs (at (sh, v)));
           }
         LbTensor *out = ip ? x : y;
-        assert_op_ok (lb_cpu_modulate (test_stream (), x, sc, sh, out,
-                error));
+        assert_op_ok (lb_cpu_modulate (test_stream (), x, sc, sh, out, error));
         assert_close_scaled ("modulate", out, ref, TOL_ELEM, terms);
         g_free (ref);
       }
@@ -326,7 +325,7 @@ static void
 test_add_mul_scale (void)
 {
   const int64_t sizes[][3] = { {1, 1, 1}, {3, 5, 7}, {2, 33, 129},
-    {1, 3, 50000}
+  {1, 3, 50000}
   };
   for (guint c = 0; c < G_N_ELEMENTS (sizes); c++) {
     const int64_t *xs = sizes[c];
@@ -475,8 +474,7 @@ read_safetensor_f32 (const char *file, const char *name, int64_t * numel)
   hlen = GUINT64_FROM_LE (hlen);
   g_assert_cmpuint (8 + hlen, <=, len);
   g_autoptr (JsonParser) parser = json_parser_new ();
-  g_assert_true (json_parser_load_from_data (parser, contents + 8, hlen,
-          NULL));
+  g_assert_true (json_parser_load_from_data (parser, contents + 8, hlen, NULL));
   JsonObject *root = json_node_get_object (json_parser_get_root (parser));
   JsonObject *t = json_object_get_object_member (root, name);
   g_assert_nonnull (t);
@@ -526,8 +524,7 @@ test_patchify (void)
   };
   for (guint c = 0; c < G_N_ELEMENTS (shapes); c++) {
     const int64_t *sh = shapes[c];
-    int64_t C = sh[0], F = sh[1], H = sh[2], W = sh[3], ph = sh[4],
-        pw = sh[5];
+    int64_t C = sh[0], F = sh[1], H = sh[2], W = sh[3], ph = sh[4], pw = sh[5];
     int64_t hp = H / ph, wp = W / pw;
     int64_t ys[2] = { F * hp * wp, C * ph * pw };
     g_autoptr (LbTensor) x = rand_tensor (4, sh, -1, 1);

@@ -88,8 +88,7 @@ write_specs (const char *file, LbTensor ** base_out)
   tensors[N_SPECS] = &view;
 
   GError *error = NULL;
-  g_assert_true (lingbot_pth_write (path, names, tensors, N_SPECS + 1,
-          &error));
+  g_assert_true (lingbot_pth_write (path, names, tensors, N_SPECS + 1, &error));
   g_assert_no_error (error);
   for (guint k = 0; k < N_SPECS; k++)
     lb_tensor_free (tensors[k]);
@@ -148,7 +147,7 @@ check_layout (const char *path, const char *base, guint n_data)
   zip_t *za = zip_open (path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
   g_assert_nonnull (za);
   const char *entries[2][2] = { {"/version", "3\n"}, {"/byteorder",
-          "little"}
+      "little"}
   };
   for (int i = 0; i < 2; i++) {
     char *name = g_strconcat (base, entries[i][0], NULL);
@@ -217,8 +216,7 @@ test_round_trip (void)
   g_assert_no_error (error);
   g_assert_cmpint (lingbot_checkpoint_get_format (ckpt), ==,
       LINGBOT_CHECKPOINT_PTH);
-  g_assert_cmpuint (lingbot_checkpoint_get_n_tensors (ckpt), ==,
-      N_SPECS + 1);
+  g_assert_cmpuint (lingbot_checkpoint_get_n_tensors (ckpt), ==, N_SPECS + 1);
   for (guint k = 0; k < N_SPECS; k++) {
     const Spec *s = &specs[k];
     const LbTensor *t = lingbot_checkpoint_get_checked (ckpt, s->name,
@@ -261,8 +259,7 @@ test_many (void)
   int64_t shape[1] = { 2 };
   for (guint i = 0; i < n; i++) {
     names[i] = g_strdup_printf ("layer.%u.w", i);
-    tensors[i] = lb_tensor_new (i % 2 ? LB_DTYPE_BF16 : LB_DTYPE_F32, 1,
-        shape);
+    tensors[i] = lb_tensor_new (i % 2 ? LB_DTYPE_BF16 : LB_DTYPE_F32, 1, shape);
     lb_tensor_set_flat (tensors[i], 0, (double) (i % 200));
     lb_tensor_set_flat (tensors[i], 1, -1.0);
   }

@@ -354,7 +354,7 @@ test_e4m3 (void)
   /* saturation: 448 and everything above, infinities included */
   g_assert_cmphex (lb_f32_to_e4m3 (448.0f), ==, 0x7e);
   g_assert_cmphex (lb_f32_to_e4m3 (447.0f), ==, 0x7e);
-  g_assert_cmphex (lb_f32_to_e4m3 (432.0f), ==, 0x7e);     /* tie 416|448 */
+  g_assert_cmphex (lb_f32_to_e4m3 (432.0f), ==, 0x7e);  /* tie 416|448 */
   g_assert_cmphex (lb_f32_to_e4m3 (431.9f), ==, 0x7d);
   g_assert_cmphex (lb_f32_to_e4m3 (464.0f), ==, 0x7e);
   g_assert_cmphex (lb_f32_to_e4m3 (1e30f), ==, 0x7e);
@@ -365,11 +365,11 @@ test_e4m3 (void)
   g_assert_cmphex (lb_f32_to_e4m3 (bits_f32 (0x7f800001)), ==, 0x7f);
   g_assert_cmphex (lb_f32_to_e4m3 (bits_f32 (0xffc00000)), ==, 0xff);
   /* subnormals: the grid m * 2^-9, ties to even */
-  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-10f), ==, 0x00);   /* tie 0|1 */
+  g_assert_cmphex (lb_f32_to_e4m3 (0x1p-10f), ==, 0x00);        /* tie 0|1 */
   g_assert_cmphex (lb_f32_to_e4m3 (0x1p-10f + 0x1p-30f), ==, 0x01);
-  g_assert_cmphex (lb_f32_to_e4m3 (3 * 0x1p-10f), ==, 0x02);       /* 1|2 */
-  g_assert_cmphex (lb_f32_to_e4m3 (5 * 0x1p-10f), ==, 0x02);       /* 2|3 */
-  g_assert_cmphex (lb_f32_to_e4m3 (7 * 0x1p-10f), ==, 0x04);       /* 3|4 */
+  g_assert_cmphex (lb_f32_to_e4m3 (3 * 0x1p-10f), ==, 0x02);    /* 1|2 */
+  g_assert_cmphex (lb_f32_to_e4m3 (5 * 0x1p-10f), ==, 0x02);    /* 2|3 */
+  g_assert_cmphex (lb_f32_to_e4m3 (7 * 0x1p-10f), ==, 0x04);    /* 3|4 */
   g_assert_cmphex (lb_f32_to_e4m3 (-3 * 0x1p-10f), ==, 0x82);
   /* the carry from the subnormals into the smallest normal 2^-6 */
   g_assert_cmphex (lb_f32_to_e4m3 (15 * 0x1p-10f), ==, 0x08);

@@ -36,12 +36,12 @@ static LbStream *cpu_stream;
 
 typedef struct
 {
-  int n_ranks;   /* 0: lingbot_vae_decoder_new() on one stream */
-  gboolean nccl; /* ranks on distinct devices with NCCL */
+  int n_ranks;                  /* 0: lingbot_vae_decoder_new() on one stream */
+  gboolean nccl;                /* ranks on distinct devices with NCCL */
 } DecCase;
 
 static void
-assert_finite (const LbTensor *t)
+assert_finite (const LbTensor * t)
 {
   for (int64_t i = 0; i < lb_tensor_numel (t); i++) {
     double x = lb_tensor_get_flat (t, i);
@@ -51,8 +51,8 @@ assert_finite (const LbTensor *t)
 }
 
 static LingbotVaeDecoder *
-new_decoder (
-    LbBackend *be, const DecCase *c, LbStream **stream, LbWorkerGroup **group)
+new_decoder (LbBackend * be, const DecCase * c, LbStream ** stream,
+    LbWorkerGroup ** group)
 {
   g_autoptr (GError) err = NULL;
   LingbotVaeDecoder *dec;
@@ -68,9 +68,10 @@ new_decoder (
       ordinals[r] = c->nccl ? r : 0;
     const gboolean dev = be != lb_cpu_backend ();
     LbWorkerGroupOptions go = { 0,
-      dev && !c->nccl ? lb_local_collectives () : NULL, "vae-cuda-test" };
-    *group = lb_worker_group_new (
-        be, c->n_ranks, dev ? ordinals : NULL, &go, &err);
+      dev && !c->nccl ? lb_local_collectives () : NULL, "vae-cuda-test"
+    };
+    *group =
+        lb_worker_group_new (be, c->n_ranks, dev ? ordinals : NULL, &go, &err);
     g_assert_no_error (err);
     dec = lingbot_vae_decoder_new_sharded (vae, *group, 6, 10, 4, &err);
   }
@@ -122,13 +123,11 @@ test_decode (gconstpointer data)
     golden = MAX (golden, eg);
     vs_cpu = MAX (vs_cpu, ec);
   }
-  g_autofree char *what = c->n_ranks == 0
-                              ? g_strdup ("unsharded, device 0")
-                              : g_strdup_printf ("%d ranks, %s", c->n_ranks,
-                                  c->nccl ? "distinct devices, nccl"
-                                          : "device 0, local collectives");
+  g_autofree char *what = c->n_ranks == 0 ? g_strdup ("unsharded, device 0")
+      : g_strdup_printf ("%d ranks, %s", c->n_ranks,
+      c->nccl ? "distinct devices, nccl" : "device 0, local collectives");
   printf ("# vae decode cuda, %s: golden max abs err %.3g, max|cuda - cpu| "
-          "%.3g (limit %.0e), %.3f s for %d chunks\n",
+      "%.3g (limit %.0e), %.3f s for %d chunks\n",
       what, golden, vs_cpu, GOLDEN_ABS, secs, N_CHUNKS);
   g_assert_cmpfloat (golden, <=, GOLDEN_ABS);
   g_assert_cmpfloat (vs_cpu, <=, GOLDEN_ABS);
@@ -184,8 +183,7 @@ test_decode_random (void)
     worst = MAX (worst, vae_test_max_abs_diff (&b, &a));
   }
   printf ("# vae decode cuda, random latents, 7 rows on 3 ranks of device 0 "
-          "(3,2,2): max|cuda - cpu| %.3g (limit %.0e)\n",
-      worst, GOLDEN_ABS);
+      "(3,2,2): max|cuda - cpu| %.3g (limit %.0e)\n", worst, GOLDEN_ABS);
   g_assert_cmpfloat (worst, <=, GOLDEN_ABS);
   lingbot_vae_decoder_free (dec);
   lingbot_vae_decoder_free (ref);
@@ -214,10 +212,10 @@ check_condition (int H, int W, int x0, int y0, int n_chunks)
   double golden = 0, vs_cpu = 0;
   for (int k = 0; k < n_chunks; k++) {
     memset (yb->data, 0xff, lb_tensor_nbytes (yb));
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        ref, k == 0 ? &img : NULL, ya, &err));
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        enc, k == 0 ? &img : NULL, yb, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (ref,
+            k == 0 ? &img : NULL, ya, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (enc,
+            k == 0 ? &img : NULL, yb, &err));
     g_assert_no_error (err);
     double m = MAX (vae_test_max_abs (ya), 1e-30);
     double ec = vae_test_max_abs_diff (yb, ya) / m;
@@ -228,13 +226,13 @@ check_condition (int H, int W, int x0, int y0, int n_chunks)
       const LbTensor *want = vae_test_get (ck, name);
       double eg = vae_test_max_abs_diff (yb, want) / vae_test_max_abs (want);
       golden = MAX (golden, eg);
-      printf (
-          "#   cond_chunk%d: rel err vs golden %.3g, vs cpu %.3g\n", k, eg, ec);
+      printf ("#   cond_chunk%d: rel err vs golden %.3g, vs cpu %.3g\n", k, eg,
+          ec);
     }
   }
   printf ("# vae condition cuda %dx%d, %d chunks: golden max rel err %.3g, "
-          "max rel |cuda - cpu| %.3g; constant from latent %d (cpu %d), "
-          "encoder ran %d segments (cpu %d)\n",
+      "max rel |cuda - cpu| %.3g; constant from latent %d (cpu %d), "
+      "encoder ran %d segments (cpu %d)\n",
       W, H, n_chunks, golden, vs_cpu,
       lingbot_vae_encoder_get_constant_from (enc),
       lingbot_vae_encoder_get_constant_from (ref),
@@ -275,23 +273,22 @@ main (int argc, char **argv)
   cpu_stream = vae_test_stream ();
 
   static const DecCase cases[] = {
-    { 0, FALSE },
-    { 2, FALSE },
-    { 3, FALSE },
-    { 2, TRUE },
+    {0, FALSE},
+    {2, FALSE},
+    {3, FALSE},
+    {2, TRUE},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
-    char *name = cases[i].n_ranks == 0
-                     ? g_strdup ("/vae/cuda/decode/unsharded")
-                     : g_strdup_printf ("/vae/cuda/decode/%s%d",
-                         cases[i].nccl ? "nccl" : "local", cases[i].n_ranks);
+    char *name = cases[i].n_ranks == 0 ? g_strdup ("/vae/cuda/decode/unsharded")
+        : g_strdup_printf ("/vae/cuda/decode/%s%d",
+        cases[i].nccl ? "nccl" : "local", cases[i].n_ranks);
     g_test_add_data_func (name, &cases[i], test_decode);
     g_free (name);
   }
   g_test_add_func ("/vae/cuda/decode/random-7rows-3", test_decode_random);
   g_test_add_func ("/vae/cuda/condition/golden", test_condition_golden);
-  g_test_add_func (
-      "/vae/cuda/condition/fixed-point", test_condition_fixed_point);
+  g_test_add_func ("/vae/cuda/condition/fixed-point",
+      test_condition_fixed_point);
   int rc = g_test_run ();
   lingbot_vae_unref (vae);
   lingbot_checkpoint_unref (ck);

@@ -39,22 +39,22 @@ static LbBackend counted;
 static gint n_alloc, n_sync;
 
 static gpointer
-counted_alloc (LbBackend *self, int device, gsize nbytes, GError **error)
+counted_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
-  (void)self;
+  (void) self;
   g_atomic_int_inc (&n_alloc);
   return fakedev_backend ()->alloc (fakedev_backend (), device, nbytes, error);
 }
 
 static void
-counted_free (LbBackend *self, int device, gpointer ptr)
+counted_free (LbBackend * self, int device, gpointer ptr)
 {
-  (void)self;
+  (void) self;
   fakedev_backend ()->free (fakedev_backend (), device, ptr);
 }
 
 static gboolean
-counted_sync (LbStream *s, GError **error)
+counted_sync (LbStream * s, GError ** error)
 {
   g_atomic_int_inc (&n_sync);
   return fakedev_backend ()->stream_synchronize (s, error);
@@ -85,7 +85,8 @@ static Snap
 snap (void)
 {
   Snap s = { fakedev_stats (), g_atomic_int_get (&n_alloc),
-    g_atomic_int_get (&n_sync) };
+    g_atomic_int_get (&n_sync)
+  };
   return s;
 }
 
@@ -107,20 +108,20 @@ chunk_latents (int k, int rows)
       for (int h = 0; h < rows; h++)
         for (int w = 0; w < 10; w++) {
           int64_t idx[5] = { 0, c, l, h % 6, w };
-          d[((c * 4 + l) * rows + h) * 10 + w] = (float)lb_tensor_get (g, idx);
+          d[((c * 4 + l) * rows + h) * 10 + w] = (float) lb_tensor_get (g, idx);
         }
   return t;
 }
 
 static void
-poison (LbTensor *t)
+poison (LbTensor * t)
 {
   memset (t->data, 0xff, lb_tensor_nbytes (t));
 }
 
 /* Every value of the first @n frames is finite and in [-1, 1]. */
 static void
-assert_written (const LbTensor *frames, int n)
+assert_written (const LbTensor * frames, int n)
 {
   LbTensor v;
   lb_tensor_view_narrow (&v, frames, 1, 0, n);
@@ -132,7 +133,7 @@ assert_written (const LbTensor *frames, int n)
 }
 
 static int
-bytes_cmp (const LbTensor *a, const LbTensor *b, int n)
+bytes_cmp (const LbTensor * a, const LbTensor * b, int n)
 {
   LbTensor va, vb;
   lb_tensor_view_narrow (&va, a, 1, 0, n);
@@ -154,7 +155,7 @@ bytes_cmp (const LbTensor *a, const LbTensor *b, int n)
 typedef struct
 {
   int rows, n_ranks;
-  gboolean sharded; /* FALSE: lingbot_vae_decoder_new() on one stream */
+  gboolean sharded;             /* FALSE: lingbot_vae_decoder_new() on one stream */
 } DecCase;
 
 static void
@@ -197,8 +198,8 @@ test_decode (gconstpointer data)
   const Snap s_created = snap ();
   g_assert_cmpint (s_created.st.bad, ==, s_start.st.bad);
   /* every rank holds weights, caches and staging on its device */
-  g_assert_cmpint (
-      s_created.st.live_blocks - s_start.st.live_blocks, >, 100 * R);
+  g_assert_cmpint (s_created.st.live_blocks - s_start.st.live_blocks, >,
+      100 * R);
 
   int64_t fshape[4] = { 3, 16, 8 * rows, 80 };
   g_autoptr (LbTensor) fa = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
@@ -229,8 +230,9 @@ test_decode (gconstpointer data)
       g_snprintf (name, sizeof name, "output.decoded_chunk%d", k);
       LbTensor got;
       lb_tensor_view_narrow (&got, fb, 1, 0, nb);
-      golden_worst = MAX (
-          golden_worst, vae_test_max_abs_diff (&got, vae_test_get (ck, name)));
+      golden_worst =
+          MAX (golden_worst, vae_test_max_abs_diff (&got, vae_test_get (ck,
+                  name)));
     }
     /* what the chunk did on the device */
     const int h2d = s1.st.n_h2d - s0.st.n_h2d;
@@ -238,18 +240,18 @@ test_decode (gconstpointer data)
     const int syncs = s1.sync - s0.sync;
     const int want_d2h = R == 1 ? (nb == 16 ? 1 : 3) : 3 * nb * R;
     g_print ("  chunk %d: %d ops, %d H2D, %d D2H, %d D2D, %d syncs, %d "
-             "allocations, %d live blocks\n",
+        "allocations, %d live blocks\n",
         k, s1.st.n_ops - s0.st.n_ops, h2d, d2h, s1.st.n_d2d - s0.st.n_d2d,
         syncs, s1.alloc - s0.alloc, s1.st.live_blocks);
     g_assert_cmpint (s1.alloc - s0.alloc, ==, 0);
     g_assert_cmpint (s1.st.live_blocks, ==, s0.st.live_blocks);
     g_assert_cmpint (s1.st.bad, ==, s_start.st.bad);
-    g_assert_cmpint (h2d, ==, R); /* one latent upload per rank */
+    g_assert_cmpint (h2d, ==, R);       /* one latent upload per rank */
     g_assert_cmpint (d2h, ==, want_d2h);
     if (R == 1)
       g_assert_cmpint (syncs, ==, 1);
     else
-      g_assert_cmpint (s1.st.n_d2d - s0.st.n_d2d, >, 0); /* halo moves */
+      g_assert_cmpint (s1.st.n_d2d - s0.st.n_d2d, >, 0);        /* halo moves */
     live[k] = s1.st.live_blocks;
     halo = lingbot_vae_decoder_get_halo_bytes (dec);
     g_assert_cmpuint (halo, ==, lingbot_vae_decoder_get_halo_bytes (ref));
@@ -272,10 +274,10 @@ test_decode (gconstpointer data)
 
   g_autofree char *golden
       = rows == 6 ? g_strdup_printf ("golden max|c-g| %.3g", golden_worst)
-                  : g_strdup ("no golden at this size");
+      : g_strdup ("no golden at this size");
   g_print ("%s, %d rows on %d rank(s) (bands %s): %d chunks bit-identical "
-           "to the CPU; %s; halo %" G_GUINT64_FORMAT
-           " bytes/chunk; %d live device blocks\n",
+      "to the CPU; %s; halo %" G_GUINT64_FORMAT
+      " bytes/chunk; %d live device blocks\n",
       c->sharded ? "sharded" : "unsharded", rows, R, bands->str, N_CHUNKS,
       golden, halo, live[5] - s_start.st.live_blocks);
   g_string_free (bands, TRUE);
@@ -334,13 +336,13 @@ check_condition (int H, int W, int x0, int y0, int n_chunks)
   double golden_worst = 0;
   for (int k = 0; k < n_chunks; k++) {
     poison (yb);
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        ref, k == 0 ? &img : NULL, ya, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (ref,
+            k == 0 ? &img : NULL, ya, &err));
     g_assert_no_error (err);
     const Snap s0 = snap ();
     const int ran0 = lingbot_vae_encoder_get_n_encoded_segments (enc);
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        enc, k == 0 ? &img : NULL, yb, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (enc,
+            k == 0 ? &img : NULL, yb, &err));
     g_assert_no_error (err);
     const Snap s1 = snap ();
     g_assert_cmpint (memcmp (ya->data, yb->data, lb_tensor_nbytes (ya)), ==, 0);
@@ -370,10 +372,10 @@ check_condition (int H, int W, int x0, int y0, int n_chunks)
       lingbot_vae_encoder_get_n_encoded_segments (ref));
   g_autofree char *golden
       = H == 48 ? g_strdup_printf ("golden max rel %.3g", golden_worst)
-                : g_strdup ("no golden at this size");
+      : g_strdup ("no golden at this size");
   g_print ("condition %dx%d, %d chunks: bit-identical to the CPU; constant "
-           "from latent %d, encoder ran %d segments, first served chunk %d; "
-           "%s\n",
+      "from latent %d, encoder ran %d segments, first served chunk %d; "
+      "%s\n",
       W, H, n_chunks, lingbot_vae_encoder_get_constant_from (enc),
       lingbot_vae_encoder_get_n_encoded_segments (enc), served_chunk, golden);
   if (H == 48)
@@ -410,7 +412,7 @@ test_encode_stream (void)
   g_autoptr (LbTensor) px = vae_test_random (4, pshape, 7, 1.f);
   LbTensor f0, src;
   lb_tensor_view_narrow (&f0, px, 1, 0, 1);
-  lb_tensor_view_reshape (&src, image, 4, (int64_t[4]){ 3, 1, 48, 80 });
+  lb_tensor_view_reshape (&src, image, 4, (int64_t[4]) { 3, 1, 48, 80 });
   g_assert_true (lb_tensor_copy_into (&f0, &src, NULL));
   g_autoptr (LingbotVaeEncoder) ref
       = lingbot_vae_encoder_new (vae, cpu_stream, 48, 80, &err);
@@ -457,8 +459,7 @@ test_encode_stream (void)
   double e
       = vae_test_max_abs_diff (ib, vae_test_get (ck, "output.image_latent"));
   g_print ("streaming encode and image encode bit-identical to the CPU; "
-           "image latent max|c-g| %.3g\n",
-      e);
+      "image latent max|c-g| %.3g\n", e);
   g_assert_cmpfloat (e, <=, 1e-4 * vae_test_max_abs (ib));
   g_assert_cmpint (snap ().st.bad, ==, 0);
   g_clear_pointer (&enc, lingbot_vae_encoder_free);
@@ -491,8 +492,8 @@ test_errors (void)
   g_autoptr (LbTensor) wide = lb_tensor_new (LB_DTYPE_F32, 4, wshape);
   LbTensor strided;
   int64_t st[4] = { 16 * 48 * 160, 48 * 160, 160, 2 };
-  lb_tensor_view_init (
-      &strided, LB_DTYPE_F32, wide->data, LB_DEVICE_HOST, 4, fshape, st);
+  lb_tensor_view_init (&strided, LB_DTYPE_F32, wide->data, LB_DEVICE_HOST, 4,
+      fshape, st);
   g_autoptr (LbTensor) lat = chunk_latents (0, 6);
   g_assert_false (lingbot_vae_decoder_decode (dec, lat, &strided, NULL, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
@@ -512,11 +513,11 @@ test_errors (void)
   int64_t yshape[4] = { 20, 4, 6, 10 };
   g_autoptr (LbTensor) dy
       = lb_tensor_new_on (ds, LB_DTYPE_F32, 4, yshape, &err);
-  g_assert_false (lingbot_vae_encoder_encode_condition (
-      enc, vae_test_get (ck, "input.image_tensor"), dy, &err));
+  g_assert_false (lingbot_vae_encoder_encode_condition (enc, vae_test_get (ck,
+              "input.image_tensor"), dy, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
-  g_assert_cmpstr (
-      err->message, ==, "VAE condition: y must be a host tensor, got cuda:0");
+  g_assert_cmpstr (err->message, ==,
+      "VAE condition: y must be a host tensor, got cuda:0");
   g_clear_pointer (&dlat, lb_tensor_free);
   g_clear_pointer (&dy, lb_tensor_free);
   g_clear_pointer (&enc, lingbot_vae_encoder_free);
@@ -536,11 +537,11 @@ main (int argc, char **argv)
   cpu_stream = vae_test_stream ();
 
   static const DecCase cases[] = {
-    { 6, 1, FALSE },
-    { 6, 1, TRUE },
-    { 6, 2, TRUE },
-    { 7, 2, TRUE },
-    { 7, 3, TRUE },
+    {6, 1, FALSE},
+    {6, 1, TRUE},
+    {6, 2, TRUE},
+    {7, 2, TRUE},
+    {7, 3, TRUE},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     char *name = g_strdup_printf ("/vae/device/decode/%s-%drows-%d",
@@ -550,8 +551,8 @@ main (int argc, char **argv)
     g_free (name);
   }
   g_test_add_func ("/vae/device/condition/golden", test_condition_golden);
-  g_test_add_func (
-      "/vae/device/condition/fixed-point", test_condition_fixed_point);
+  g_test_add_func ("/vae/device/condition/fixed-point",
+      test_condition_fixed_point);
   g_test_add_func ("/vae/device/encode-stream", test_encode_stream);
   g_test_add_func ("/vae/device/errors", test_errors);
   int ret = g_test_run ();

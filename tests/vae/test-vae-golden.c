@@ -52,8 +52,8 @@ test_decode_stream (void)
     for (int f = 0; f < n; f++) {
       g_assert_true (lingbot_vae_frames_to_rgb8 (frames, f, rgb, 80 * 3, &err));
       for (int i = 0; i < 48 * 80 * 3; i++) {
-        int64_t idx = (int64_t)f * 48 * 80 * 3 + i;
-        int w = (int)lb_tensor_get_flat (want8, idx);
+        int64_t idx = (int64_t) f * 48 * 80 * 3 + i;
+        int w = (int) lb_tensor_get_flat (want8, idx);
         int d = abs (w - rgb[i]);
         maxd = MAX (maxd, d);
         exact += d == 0;
@@ -82,8 +82,9 @@ test_condition_stream (void)
     char name[64];
     g_snprintf (name, sizeof name, "output.cond_chunk%d", k);
     const LbTensor *want = vae_test_get (ck, name);
-    gboolean ok = lingbot_vae_encoder_encode_condition (
-        enc, k == 0 ? image : NULL, y, &err);
+    gboolean ok =
+        lingbot_vae_encoder_encode_condition (enc, k == 0 ? image : NULL, y,
+        &err);
     g_assert_no_error (err);
     g_assert_true (ok);
     double e = vae_test_max_abs_diff (y, want);
@@ -122,8 +123,8 @@ test_pth (void)
       "tests", "vae", "data", "vae_tiny_weights.pth", NULL);
   g_autoptr (LingbotCheckpoint) pk = lingbot_checkpoint_open (path, &err);
   g_assert_no_error (err);
-  g_assert_cmpint (
-      lingbot_checkpoint_get_format (pk), ==, LINGBOT_CHECKPOINT_PTH);
+  g_assert_cmpint (lingbot_checkpoint_get_format (pk), ==,
+      LINGBOT_CHECKPOINT_PTH);
   g_assert_cmpuint (lingbot_checkpoint_get_n_tensors (pk), ==, 194);
   guint n = 0;
   const char *const *names = lingbot_checkpoint_list_tensors (pk, &n);
@@ -141,11 +142,11 @@ test_pth (void)
   g_assert_no_error (err);
   int64_t fshape[4] = { 3, 13, 48, 80 };
   g_autoptr (LbTensor) frames = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
-  g_assert_true (lingbot_vae_decoder_decode (
-      dec, vae_test_get (ck, "input.latent_chunk0"), frames, NULL, &err));
+  g_assert_true (lingbot_vae_decoder_decode (dec, vae_test_get (ck,
+              "input.latent_chunk0"), frames, NULL, &err));
   g_assert_no_error (err);
-  double e = vae_test_max_abs_diff (
-      frames, vae_test_get (ck, "output.decoded_chunk0"));
+  double e = vae_test_max_abs_diff (frames, vae_test_get (ck,
+          "output.decoded_chunk0"));
   g_print (".pth decode chunk0: max|c-g| = %.3g\n", e);
   g_assert_cmpfloat (e, <=, 1e-4);
 }
@@ -158,8 +159,8 @@ test_constants (void)
   const float *m = lingbot_vae_latent_mean ();
   const float *is = lingbot_vae_latent_inv_std ();
   for (int c = 0; c < 16; c++) {
-    g_assert_cmpfloat ((float)lb_tensor_get_flat (mean, c), ==, m[c]);
-    g_assert_cmpfloat ((float)lb_tensor_get_flat (inv, c), ==, is[c]);
+    g_assert_cmpfloat ((float) lb_tensor_get_flat (mean, c), ==, m[c]);
+    g_assert_cmpfloat ((float) lb_tensor_get_flat (inv, c), ==, is[c]);
   }
 }
 

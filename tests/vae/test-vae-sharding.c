@@ -33,7 +33,7 @@ chunk_latents (int k, int rows)
       for (int h = 0; h < rows; h++)
         for (int w = 0; w < 10; w++) {
           int64_t idx[5] = { 0, c, l, h % 6, w };
-          d[((c * 4 + l) * rows + h) * 10 + w] = (float)lb_tensor_get (g, idx);
+          d[((c * 4 + l) * rows + h) * 10 + w] = (float) lb_tensor_get (g, idx);
         }
   return t;
 }
@@ -45,8 +45,8 @@ check_geometry (int rows, int n_ranks)
   g_autoptr (LingbotVaeDecoder) ref
       = lingbot_vae_decoder_new (vae, stream, rows, 10, 4, &err);
   g_assert_no_error (err);
-  g_autoptr (LingbotVaeDecoder) sh = lingbot_vae_decoder_new_sharded (
-      vae, groups[n_ranks], rows, 10, 4, &err);
+  g_autoptr (LingbotVaeDecoder) sh =
+      lingbot_vae_decoder_new_sharded (vae, groups[n_ranks], rows, 10, 4, &err);
   g_assert_no_error (err);
   g_assert_cmpint (lingbot_vae_decoder_get_n_ranks (sh), ==, n_ranks);
   GString *bands = g_string_new (NULL);
@@ -69,7 +69,7 @@ check_geometry (int rows, int n_ranks)
   for (int k = 0; k < N_CHUNKS; k++) {
     g_autoptr (LbTensor) lat = chunk_latents (k, rows);
     int na = 0, nb = 0;
-    memset (fb->data, 0xff, lb_tensor_nbytes (fb)); /* NaN: unwritten */
+    memset (fb->data, 0xff, lb_tensor_nbytes (fb));     /* NaN: unwritten */
     g_assert_true (lingbot_vae_decoder_decode (ref, lat, fa, &na, &err));
     g_assert_no_error (err);
     g_assert_true (lingbot_vae_decoder_decode (sh, lat, fb, &nb, &err));
@@ -84,7 +84,7 @@ check_geometry (int rows, int n_ranks)
     halo = lingbot_vae_decoder_get_halo_bytes (sh);
   }
   g_print ("%d rows on %d ranks (bands %s): max rel diff %.3g, halo "
-           "%" G_GUINT64_FORMAT " bytes/chunk\n",
+      "%" G_GUINT64_FORMAT " bytes/chunk\n",
       rows, n_ranks, bands->str, worst, halo);
   g_string_free (bands, TRUE);
   /* float32 rounding only: a band's GEMMs have other shapes than the
@@ -154,11 +154,11 @@ typedef struct
 } OnRankArgs;
 
 static gboolean
-on_rank (LbRank *rank, gpointer user_data, GError **error)
+on_rank (LbRank * rank, gpointer user_data, GError ** error)
 {
   OnRankArgs *a = user_data;
-  return lingbot_vae_decoder_decode_on_rank (
-      a->dec, rank, a->lat, a->frames, &a->n[rank->rank], error);
+  return lingbot_vae_decoder_decode_on_rank (a->dec, rank, a->lat, a->frames,
+      &a->n[rank->rank], error);
 }
 
 /* The per-rank entry point, called from rank functions, equals decode(). */
@@ -179,7 +179,7 @@ test_on_rank (void)
     g_autoptr (LbTensor) lat = chunk_latents (k, 6);
     int n = 0;
     g_assert_true (lingbot_vae_decoder_decode (a, lat, fa, &n, &err));
-    OnRankArgs args = { b, lat, fb, { 0 } };
+    OnRankArgs args = { b, lat, fb, {0} };
     g_assert_true (lb_worker_group_run (groups[3], on_rank, &args, &err));
     g_assert_no_error (err);
     for (int r = 0; r < 3; r++)
@@ -191,8 +191,8 @@ test_on_rank (void)
   }
   /* a rank of another group is refused */
   LbRank *other = lb_worker_group_get_rank (groups[2], 0);
-  g_assert_false (
-      lingbot_vae_decoder_decode_on_rank (b, other, NULL, fb, NULL, &err));
+  g_assert_false (lingbot_vae_decoder_decode_on_rank (b, other, NULL, fb, NULL,
+          &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
 }
 
@@ -200,8 +200,8 @@ static void
 test_too_many_ranks (void)
 {
   g_autoptr (GError) err = NULL;
-  g_assert_null (
-      lingbot_vae_decoder_new_sharded (vae, groups[4], 3, 10, 4, &err));
+  g_assert_null (lingbot_vae_decoder_new_sharded (vae, groups[4], 3, 10, 4,
+          &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
   g_print ("%s\n", err->message);
   g_assert_nonnull (strstr (err->message, "3 latent rows"));
@@ -221,14 +221,14 @@ main (int argc, char **argv)
     groups[n] = lb_worker_group_new (lb_cpu_backend (), n, NULL, NULL, &err);
     g_assert_no_error (err);
   }
-  g_test_add_data_func (
-      "/vae/sharding/ranks-1", GINT_TO_POINTER (1), test_ranks);
-  g_test_add_data_func (
-      "/vae/sharding/ranks-2", GINT_TO_POINTER (2), test_ranks);
-  g_test_add_data_func (
-      "/vae/sharding/ranks-3", GINT_TO_POINTER (3), test_ranks);
-  g_test_add_data_func (
-      "/vae/sharding/ranks-4", GINT_TO_POINTER (4), test_ranks);
+  g_test_add_data_func ("/vae/sharding/ranks-1", GINT_TO_POINTER (1),
+      test_ranks);
+  g_test_add_data_func ("/vae/sharding/ranks-2", GINT_TO_POINTER (2),
+      test_ranks);
+  g_test_add_data_func ("/vae/sharding/ranks-3", GINT_TO_POINTER (3),
+      test_ranks);
+  g_test_add_data_func ("/vae/sharding/ranks-4", GINT_TO_POINTER (4),
+      test_ranks);
   g_test_add_func ("/vae/sharding/58-rows", test_58_rows);
   g_test_add_func ("/vae/sharding/on-rank", test_on_rank);
   g_test_add_func ("/vae/sharding/too-many-ranks", test_too_many_ranks);

@@ -15,7 +15,7 @@ static LbStream *stream;
 /* Decodes @lat [16, L, h, w] in chunks of the given sizes; returns all
  * frames [3, 4L - 3, 8h, 8w]. */
 static LbTensor *
-decode_split (const LbTensor *lat, const int *sizes, int n_sizes)
+decode_split (const LbTensor * lat, const int *sizes, int n_sizes)
 {
   g_autoptr (GError) err = NULL;
   int64_t L = lat->shape[1], h = lat->shape[2], w = lat->shape[3];
@@ -23,7 +23,7 @@ decode_split (const LbTensor *lat, const int *sizes, int n_sizes)
   for (int i = 0; i < n_sizes; i++)
     maxc = MAX (maxc, sizes[i]);
   g_autoptr (LingbotVaeDecoder) dec
-      = lingbot_vae_decoder_new (vae, stream, (int)h, (int)w, maxc, &err);
+      = lingbot_vae_decoder_new (vae, stream, (int) h, (int) w, maxc, &err);
   g_assert_no_error (err);
   int64_t fshape[4] = { 3, 4 * L - 3, 8 * h, 8 * w };
   LbTensor *all = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
@@ -126,11 +126,11 @@ test_condition_constant (void)
   g_autoptr (LbTensor) prev = lb_tensor_new (LB_DTYPE_F32, 4, yshape);
   int first_const_chunk = -1;
   for (int k = 0; k < n_chunks; k++) {
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        ref, k == 0 ? &img : NULL, ya, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (ref,
+            k == 0 ? &img : NULL, ya, &err));
     g_assert_no_error (err);
-    g_assert_true (lingbot_vae_encoder_encode_condition (
-        fast, k == 0 ? &img : NULL, yb, &err));
+    g_assert_true (lingbot_vae_encoder_encode_condition (fast,
+            k == 0 ? &img : NULL, yb, &err));
     g_assert_no_error (err);
     g_assert_cmpint (memcmp (ya->data, yb->data, lb_tensor_nbytes (ya)), ==, 0);
     if (k > 0 && first_const_chunk < 0
@@ -141,13 +141,13 @@ test_condition_constant (void)
   int from = lingbot_vae_encoder_get_constant_from (fast);
   int ran = lingbot_vae_encoder_get_n_encoded_segments (fast);
   g_print ("reference chunks constant from chunk %d; reuse from latent %d; "
-           "encoder ran %d of %d segments\n",
+      "encoder ran %d of %d segments\n",
       first_const_chunk, from, ran, 4 * n_chunks);
   g_assert_cmpint (from, >, 0);
   g_assert_cmpint (ran, <, 4 * n_chunks);
   g_assert_cmpint (lingbot_vae_encoder_get_constant_from (ref), ==, -1);
-  g_assert_cmpint (
-      lingbot_vae_encoder_get_n_encoded_segments (ref), ==, 4 * n_chunks);
+  g_assert_cmpint (lingbot_vae_encoder_get_n_encoded_segments (ref), ==,
+      4 * n_chunks);
 
   /* reset forgets the constant */
   lingbot_vae_encoder_reset (fast);
@@ -165,7 +165,7 @@ test_encode_matches_condition (void)
   g_autoptr (LbTensor) px = lb_tensor_new_zeros (LB_DTYPE_F32, 4, pshape);
   LbTensor f0, src;
   lb_tensor_view_narrow (&f0, px, 1, 0, 1);
-  lb_tensor_view_reshape (&src, image, 4, (int64_t[4]){ 3, 1, 48, 80 });
+  lb_tensor_view_reshape (&src, image, 4, (int64_t[4]) { 3, 1, 48, 80 });
   g_assert_true (lb_tensor_copy_into (&f0, &src, NULL));
   g_autoptr (LingbotVaeEncoder) enc
       = lingbot_vae_encoder_new (vae, stream, 48, 80, &err);
@@ -197,8 +197,8 @@ main (int argc, char **argv)
   g_test_add_func ("/vae/stream/decode-chunking", test_decode_chunking);
   g_test_add_func ("/vae/stream/decode-reset", test_decode_reset);
   g_test_add_func ("/vae/stream/condition-constant", test_condition_constant);
-  g_test_add_func (
-      "/vae/stream/encode-matches-condition", test_encode_matches_condition);
+  g_test_add_func ("/vae/stream/encode-matches-condition",
+      test_encode_matches_condition);
   int ret = g_test_run ();
   lingbot_vae_unref (vae);
   lingbot_checkpoint_unref (ck);

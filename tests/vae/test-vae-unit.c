@@ -79,17 +79,17 @@ test_missing_tensor (void)
         || !strcmp (names[i], "conv2.bias")) {
       if (!strcmp (names[i], drop))
         continue;
-      g_ptr_array_add (keep_names, (gpointer)names[i]);
-      g_ptr_array_add (keep, (gpointer)vae_test_get (ck, names[i]));
+      g_ptr_array_add (keep_names, (gpointer) names[i]);
+      g_ptr_array_add (keep, (gpointer) vae_test_get (ck, names[i]));
     }
   }
   g_autoptr (GError) err = NULL;
   g_autofree char *dir = g_dir_make_tmp ("vae-unit-XXXXXX", &err);
   g_assert_no_error (err);
   g_autofree char *path = g_build_filename (dir, "vae.safetensors", NULL);
-  g_assert_true (
-      lingbot_safetensors_write (path, (const char *const *)keep_names->pdata,
-          (const LbTensor *const *)keep->pdata, keep->len, NULL, &err));
+  g_assert_true (lingbot_safetensors_write (path,
+          (const char *const *) keep_names->pdata,
+          (const LbTensor * const *) keep->pdata, keep->len, NULL, &err));
   g_assert_no_error (err);
 
   g_assert_null (lingbot_vae_load (path, LINGBOT_VAE_DECODER, &err));
@@ -125,14 +125,13 @@ test_wrong_shape_tensor (void)
     if (!g_str_has_prefix (names[i], "decoder.")
         && !g_str_has_prefix (names[i], "conv2."))
       continue;
-    g_ptr_array_add (nn, (gpointer)names[i]);
+    g_ptr_array_add (nn, (gpointer) names[i]);
     g_ptr_array_add (tt, !strcmp (names[i], "decoder.middle.0.residual.2.bias")
-                             ? (gpointer)bad
-                             : (gpointer)vae_test_get (ck, names[i]));
+        ? (gpointer) bad : (gpointer) vae_test_get (ck, names[i]));
   }
-  g_assert_true (
-      lingbot_safetensors_write (path, (const char *const *)nn->pdata,
-          (const LbTensor *const *)tt->pdata, tt->len, NULL, &err));
+  g_assert_true (lingbot_safetensors_write (path,
+          (const char *const *) nn->pdata, (const LbTensor * const *) tt->pdata,
+          tt->len, NULL, &err));
   g_assert_null (lingbot_vae_load (path, LINGBOT_VAE_DECODER, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_print ("%s\n", err->message);
@@ -161,11 +160,11 @@ test_model_prefix (void)
         && !g_str_has_prefix (names[i], "conv2."))
       continue;
     g_ptr_array_add (nn, g_strconcat ("model.", names[i], NULL));
-    g_ptr_array_add (tt, (gpointer)vae_test_get (ck, names[i]));
+    g_ptr_array_add (tt, (gpointer) vae_test_get (ck, names[i]));
   }
-  g_assert_true (
-      lingbot_safetensors_write (path, (const char *const *)nn->pdata,
-          (const LbTensor *const *)tt->pdata, tt->len, NULL, &err));
+  g_assert_true (lingbot_safetensors_write (path,
+          (const char *const *) nn->pdata, (const LbTensor * const *) tt->pdata,
+          tt->len, NULL, &err));
   g_autoptr (LingbotVae) v = lingbot_vae_load (path, LINGBOT_VAE_DECODER, &err);
   g_assert_no_error (err);
   g_assert_cmpint (lingbot_vae_get_dim (v), ==, 8);
@@ -183,20 +182,20 @@ test_u8_rounding (void)
   /* floor((x + 1) * 127.5) in float32, clipped (spec C.8) */
   g_assert_cmpint (lingbot_vae_value_to_u8 (-1.f), ==, 0);
   g_assert_cmpint (lingbot_vae_value_to_u8 (1.f), ==, 255);
-  g_assert_cmpint (lingbot_vae_value_to_u8 (0.f), ==, 127); /* 127.5 */
+  g_assert_cmpint (lingbot_vae_value_to_u8 (0.f), ==, 127);     /* 127.5 */
   g_assert_cmpint (lingbot_vae_value_to_u8 (-2.f), ==, 0);
   g_assert_cmpint (lingbot_vae_value_to_u8 (3.f), ==, 255);
   g_assert_cmpint (lingbot_vae_value_to_u8 (NAN), ==, 0);
-  g_assert_cmpint (lingbot_vae_value_to_u8 (0.999f), ==, 254); /* 254.87 */
-  g_assert_cmpint (lingbot_vae_value_to_u8 (-0.999f), ==, 0);  /* 0.1275 */
+  g_assert_cmpint (lingbot_vae_value_to_u8 (0.999f), ==, 254);  /* 254.87 */
+  g_assert_cmpint (lingbot_vae_value_to_u8 (-0.999f), ==, 0);   /* 0.1275 */
   /* (x + 1) * 127.5 lands just below 1 in float32 (torch gives 0 too):
    * truncation, not rounding */
   g_assert_cmpint (lingbot_vae_value_to_u8 (2.f / 255.f - 1.f), ==, 0);
   /* the float32 product, not the real one, is truncated */
   for (int k = 0; k <= 255; k++) {
-    float x = (float)k / 127.5f - 1.f;
+    float x = (float) k / 127.5f - 1.f;
     float v = (x + 1.f) * 127.5f;
-    g_assert_cmpint (lingbot_vae_value_to_u8 (x), ==, (int)v);
+    g_assert_cmpint (lingbot_vae_value_to_u8 (x), ==, (int) v);
   }
 }
 
@@ -250,8 +249,8 @@ test_rgb_i420 (void)
   /* NV12: the I420 bytes, Cb and Cr interleaved */
   for (int t = 0; t < 2; t++) {
     guint8 ny[8], nuv[4];
-    g_assert_true (
-        lingbot_vae_frames_to_i420 (f, t, yp, 4, up, 1, vp, 1, &err));
+    g_assert_true (lingbot_vae_frames_to_i420 (f, t, yp, 4, up, 1, vp, 1,
+            &err));
     g_assert_true (lingbot_vae_frames_to_nv12 (f, t, ny, 4, nuv, 2, &err));
     g_assert_cmpmem (ny, sizeof ny, yp, sizeof yp);
     for (int x = 0; x < 2; x++) {
@@ -308,8 +307,9 @@ test_random_model (void)
   g_assert_cmpint (nf, ==, 5);
   for (int64_t i = 0; i < 3 * 5 * 16 * 24; i++) {
     float x
-        = ((float *)fr
-                ->data)[(i / (5 * 16 * 24)) * 8 * 16 * 24 + i % (5 * 16 * 24)];
+        =
+        ((float *) fr->data)[(i / (5 * 16 * 24)) * 8 * 16 * 24 +
+        i % (5 * 16 * 24)];
     g_assert_true (x >= -1.f && x <= 1.f);
   }
   g_unlink (path);

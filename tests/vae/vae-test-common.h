@@ -33,7 +33,7 @@ vae_test_open_golden (void)
 }
 
 static inline const LbTensor *
-vae_test_get (LingbotCheckpoint *ck, const char *name)
+vae_test_get (LingbotCheckpoint * ck, const char *name)
 {
   g_autoptr (GError) err = NULL;
   const LbTensor *t = lingbot_checkpoint_get (ck, name, &err);
@@ -54,7 +54,7 @@ vae_test_stream (void)
 /* max |a - b| over the first n elements of two tensors of any strides,
  * compared in row-major order of @b's shape; @a must have >= as many. */
 static inline double
-vae_test_max_abs_diff (const LbTensor *a, const LbTensor *b)
+vae_test_max_abs_diff (const LbTensor * a, const LbTensor * b)
 {
   g_assert_cmpint (lb_tensor_numel (a), ==, lb_tensor_numel (b));
   double m = 0;
@@ -67,7 +67,7 @@ vae_test_max_abs_diff (const LbTensor *a, const LbTensor *b)
 }
 
 static inline double
-vae_test_max_abs (const LbTensor *a)
+vae_test_max_abs (const LbTensor * a)
 {
   double m = 0;
   for (int64_t i = 0; i < lb_tensor_numel (a); i++)
@@ -77,7 +77,7 @@ vae_test_max_abs (const LbTensor *a)
 
 /* A deterministic pseudo-random f32 tensor in [-amp, amp]. */
 static inline LbTensor *
-vae_test_random (int ndim, const int64_t *shape, guint32 seed, float amp)
+vae_test_random (int ndim, const int64_t * shape, guint32 seed, float amp)
 {
   LbTensor *t = lb_tensor_new (LB_DTYPE_F32, ndim, shape);
   float *d = t->data;
@@ -86,7 +86,7 @@ vae_test_random (int ndim, const int64_t *shape, guint32 seed, float amp)
     x ^= x << 13;
     x ^= x >> 17;
     x ^= x << 5;
-    d[i] = amp * ((float)(x >> 8) / 8388608.f - 1.f);
+    d[i] = amp * ((float) (x >> 8) / 8388608.f - 1.f);
   }
   return t;
 }

@@ -220,8 +220,7 @@ test_ws_scan (void)
   /* at the limit: passes whole; control frames between fragments do not
    * count; a new message starts again from 0 */
   memset (&scan, 0, sizeof scan);
-  g_assert_cmpuint (lingbot_ws_scan_feed (&scan, msg->data, 212, 300), ==,
-      212);
+  g_assert_cmpuint (lingbot_ws_scan_feed (&scan, msg->data, 212, 300), ==, 212);
   memset (ping, 0, sizeof ping);
   g_assert_cmpuint (frame_header (ping, TRUE, 9, 125), ==, 6);
   g_assert_cmpuint (lingbot_ws_scan_feed (&scan, ping, sizeof ping, 300), ==,
@@ -447,8 +446,7 @@ on_control_text (Peer * p, const char *text)
     p->echo_chunk[id] = json_object_get_int_member (o, "chunk");
     p->echo_key[id] = g_strdup (json_object_get_string_member (o, "key"));
     g_assert_cmpint (json_object_get_int_member (o, "first-frame"), >=, 0);
-    g_assert_cmpfloat (json_object_get_double_member (o, "server-ms"), >=,
-        0.0);
+    g_assert_cmpfloat (json_object_get_double_member (o, "server-ms"), >=, 0.0);
   } else if (strcmp (type, "progress") == 0) {
     g_assert_cmpint (json_object_get_int_member (o, "pass"), <,
         json_object_get_int_member (o, "passes"));
@@ -661,8 +659,7 @@ on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
   JsonObject *o;
   const char *kind;
 
-  g_assert_true (json_parser_load_from_data (parser, data, (gssize) len,
-          NULL));
+  g_assert_true (json_parser_load_from_data (parser, data, (gssize) len, NULL));
   o = json_node_get_object (json_parser_get_root (parser));
   kind = json_object_get_string_member (o, "type");
   if (strcmp (kind, "welcome") == 0) {
@@ -671,8 +668,7 @@ on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
     p->session = json_object_get_int_member (o, "session");
     p->next_chunk = json_object_get_int_member (o, "next-chunk");
     p->token = g_strdup (json_object_get_string_member (o, "resume"));
-    g_assert_cmpstr (json_object_get_string_member (o, "codec"), ==,
-        p->codec);
+    g_assert_cmpstr (json_object_get_string_member (o, "codec"), ==, p->codec);
     g_assert_cmpstr (json_object_get_string_member (o, "start-image"), ==,
         "/start-image");
     g_assert_cmpint (json_object_get_int_member (o, "peer-timeout"), ==,
@@ -696,8 +692,7 @@ on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
       return;
     g_assert_cmpint (gst_sdp_message_new_from_text (p->offer, &sdp), ==,
         GST_SDP_OK);
-    offer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_OFFER,
-        sdp);
+    offer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_OFFER, sdp);
     g_signal_emit_by_name (p->webrtc, "set-remote-description", offer,
         gst_promise_new_with_change_func (on_offer_set, p, NULL));
     gst_webrtc_session_description_free (offer);
@@ -965,8 +960,7 @@ raw_ws_poll (RawWs * r)
         g_ptr_array_add (r->texts, text);
       else
         g_free (text);
-    }
-    else if ((h[0] & 0x0f) == 8 && len >= 2) {
+    } else if ((h[0] & 0x0f) == 8 && len >= 2) {
       r->close_code = ((guint) h[at] << 8) | h[at + 1];
       r->closed = TRUE;
     }
@@ -1149,8 +1143,7 @@ malformed_replacement (Peer * viewer)
   g_assert_nonnull (strstr (raw_ws_text (&r, 1), "\"type\":\"offer\""));
   g_assert_cmpuint (lingbot_webrtc_server_get_n_peers (srv.vp8), ==, 2);
 
-  raw_ws_frame (&r, TRUE, 1, "{\"type\":\"answer\",\"sdp\":\"garbage\"}",
-      33);
+  raw_ws_frame (&r, TRUE, 1, "{\"type\":\"answer\",\"sdp\":\"garbage\"}", 33);
   /* empty: the SDP parser asserted (g_critical) on it (fuzz corpus
    * webrtc-signalling/repro-answer-empty-sdp) */
   raw_ws_frame (&r, TRUE, 1, "{\"type\":\"answer\",\"sdp\":\"\"}", 26);
@@ -1167,8 +1160,7 @@ malformed_replacement (Peer * viewer)
   raw_ws_wait_texts (&r, 2 + 5);
   for (guint i = 2; i < 7; i++) {
     g_test_message ("replacement got %s", raw_ws_text (&r, i));
-    g_assert_nonnull (strstr (raw_ws_text (&r, i),
-            "\"code\":\"bad-message\""));
+    g_assert_nonnull (strstr (raw_ws_text (&r, i), "\"code\":\"bad-message\""));
     g_assert_nonnull (strstr (raw_ws_text (&r, i), "\"fatal\":false"));
   }
   g_assert_nonnull (strstr (raw_ws_text (&r, 2), "unusable SDP"));
