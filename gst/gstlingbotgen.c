@@ -301,6 +301,16 @@ apply_record_unlocked (GstLingbotGen * self, const GstLingbotControlRecord * r,
         "stream ignored");
 }
 
+/* sets *@flag (a field of @self) under the lock and wakes the waiters */
+static void
+gst_lingbot_gen_raise (GstLingbotGen * self, gboolean * flag)
+{
+  g_mutex_lock (&self->lock);
+  *flag = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+}
+
 static GstFlowReturn
 gst_lingbot_gen_control_chain (GstPad * pad, GstObject * parent,
     GstBuffer * buf)
@@ -356,10 +366,7 @@ gst_lingbot_gen_control_event (GstPad * pad, GstObject * parent,
       break;
     }
     case GST_EVENT_EOS:
-      g_mutex_lock (&self->lock);
-      self->control_eos = TRUE;
-      g_cond_broadcast (&self->cond);
-      g_mutex_unlock (&self->lock);
+      gst_lingbot_gen_raise (self, &self->control_eos);
       break;
     default:
       break;
@@ -440,10 +447,7 @@ gst_lingbot_gen_image_event (GstPad * pad, GstObject * parent, GstEvent * event)
   GstLingbotGen *self = GST_LINGBOT_GEN (parent);
 
   if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
-    g_mutex_lock (&self->lock);
-    self->image_eos = TRUE;
-    g_cond_broadcast (&self->cond);
-    g_mutex_unlock (&self->lock);
+    gst_lingbot_gen_raise (self, &self->image_eos);
     gst_event_unref (event);
     return TRUE;
   }
@@ -687,6 +691,18 @@ on_pass (LingbotSession * session, guint64 chunk, int pass, int n_passes,
     g_signal_emit (self, signals[SIGNAL_PASS], 0, chunk, pass, n_passes);
 }
 
+/* unmaps @buf when @map was mapped, then drops the ref; nothing when @buf
+ * is NULL */
+static void
+buffer_release (GstBuffer * buf, GstMapInfo * map)
+{
+  if (buf == NULL)
+    return;
+  if (map->data)
+    gst_buffer_unmap (buf, map);
+  gst_buffer_unref (buf);
+}
+
 static gboolean
 gst_lingbot_gen_create_session (GstLingbotGen * self,
     const OutputFormat * format, GError ** error)
@@ -773,11 +789,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
           "short for its pose and intrinsics counts", pmap.size);
       gst_buffer_unmap (poses, &pmap);
       gst_buffer_unref (poses);
-      if (image) {
-        if (imap.data)
-          gst_buffer_unmap (image, &imap);
-        gst_buffer_unref (image);
-      }
+      buffer_release (image, &imap);
       return FALSE;
     }
     opts.poses = (const float *) (ph + 1);
@@ -790,11 +802,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
 
   session = lingbot_session_new (world, &opts, error);
 
-  if (image) {
-    if (imap.data)
-      gst_buffer_unmap (image, &imap);
-    gst_buffer_unref (image);
-  }
+  buffer_release (image, &imap);
   if (poses) {
     gst_buffer_unmap (poses, &pmap);
     gst_buffer_unref (poses);
@@ -917,6 +925,16 @@ typedef struct
   guint revision;               /* presses applied so far (monotonic) */
 } ChunkKeys;
 
+/* the keys of a chunk the schedule decided */
+static void
+chunk_keys_from (ChunkKeys * ck, const LingbotScheduleChunk * c)
+{
+  ck->keys = c->keys;
+  ck->reset = c->reset_before;
+  ck->kind = c->is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
+  ck->revision = c->revision;
+}
+
 /* called with the lock held; may wait on cond.  Both modes go through the
  * one schedule: live=false its virtual clock (a chunk decided once the
  * control stream has passed its request time, or ended), live=true the key
@@ -962,19 +980,13 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
 
     if (live) {
       if (lingbot_control_schedule_take_live (self->schedule, &c)) {
-        ck->keys = c.keys;
-        ck->reset = c.reset_before;
-        ck->kind = c.is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
-        ck->revision = c.revision;
+        chunk_keys_from (ck, &c);
         return KEYS_OK;
       }
     } else {
       switch (lingbot_control_schedule_next (self->schedule, &c)) {
         case LINGBOT_SCHEDULE_CHUNK:
-          ck->keys = c.keys;
-          ck->reset = c.reset_before;
-          ck->kind = c.is_tap ? SNAPSHOT_TAP : SNAPSHOT_HELD;
-          ck->revision = c.revision;
+          chunk_keys_from (ck, &c);
           return KEYS_OK;
         case LINGBOT_SCHEDULE_ENDED:{
           guint frames;
@@ -1500,10 +1512,7 @@ gst_lingbot_gen_src_activate_mode (GstPad * pad, GstObject * parent,
     return gst_pad_start_task (pad, (GstTaskFunction) gst_lingbot_gen_loop,
         self, NULL);
   }
-  g_mutex_lock (&self->lock);
-  self->flushing = TRUE;
-  g_cond_broadcast (&self->cond);
-  g_mutex_unlock (&self->lock);
+  gst_lingbot_gen_raise (self, &self->flushing);
   /* the chunk in flight stops at its next DiT pass boundary */
   g_cancellable_cancel (self->cancellable);
   return gst_pad_stop_task (pad);
@@ -1604,6 +1613,22 @@ gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
   return TRUE;
 }
 
+/* @frames video frames in @format: TIME at the rate, DEFAULT as they are;
+ * FALSE for another format */
+static gboolean
+frames_in_format (GstFormat format, guint64 frames, int fps_n, int fps_d,
+    gint64 * value)
+{
+  if (format == GST_FORMAT_TIME)
+    *value = gst_util_uint64_scale (frames, (guint64) fps_d * GST_SECOND,
+        fps_n);
+  else if (format == GST_FORMAT_DEFAULT)
+    *value = frames;
+  else
+    return FALSE;
+  return TRUE;
+}
+
 /* DURATION and POSITION when `frames` (or the poses) bound the session:
  * TIME at the session rate, DEFAULT in video frames.  Live sessions answer
  * no position (the sinks do, from the clock). */
@@ -1612,6 +1637,7 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
 {
   GstFormat format;
   guint64 frames, done;
+  gint64 value;
   gboolean live;
   int fps_n, fps_d;
 
@@ -1628,27 +1654,15 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
 
   if (GST_QUERY_TYPE (query) == GST_QUERY_DURATION) {
     gst_query_parse_duration (query, &format, NULL);
-    if (frames == 0)
+    if (frames == 0 || !frames_in_format (format, frames, fps_n, fps_d, &value))
       return FALSE;
-    if (format == GST_FORMAT_TIME)
-      gst_query_set_duration (query, format, gst_util_uint64_scale (frames,
-              (guint64) fps_d * GST_SECOND, fps_n));
-    else if (format == GST_FORMAT_DEFAULT)
-      gst_query_set_duration (query, format, frames);
-    else
-      return FALSE;
+    gst_query_set_duration (query, format, value);
     return TRUE;
   }
   gst_query_parse_position (query, &format, NULL);
-  if (live)
+  if (live || !frames_in_format (format, done, fps_n, fps_d, &value))
     return FALSE;
-  if (format == GST_FORMAT_TIME)
-    gst_query_set_position (query, format, gst_util_uint64_scale (done,
-            (guint64) fps_d * GST_SECOND, fps_n));
-  else if (format == GST_FORMAT_DEFAULT)
-    gst_query_set_position (query, format, done);
-  else
-    return FALSE;
+  gst_query_set_position (query, format, value);
   return TRUE;
 }
 
@@ -1701,10 +1715,7 @@ gst_lingbot_gen_send_event (GstElement * element, GstEvent * event)
   if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
     GST_INFO_OBJECT (self, "EOS sent: the stream ends after the chunk in "
         "flight, if one is");
-    g_mutex_lock (&self->lock);
-    self->eos_pending = TRUE;
-    g_cond_broadcast (&self->cond);
-    g_mutex_unlock (&self->lock);
+    gst_lingbot_gen_raise (self, &self->eos_pending);
     gst_event_unref (event);
     return TRUE;
   }
@@ -1907,10 +1918,7 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       break;
     }
     case GST_STATE_CHANGE_PAUSED_TO_PLAYING:
-      g_mutex_lock (&self->lock);
-      self->playing = TRUE;
-      g_cond_broadcast (&self->cond);
-      g_mutex_unlock (&self->lock);
+      gst_lingbot_gen_raise (self, &self->playing);
       break;
     case GST_STATE_CHANGE_PLAYING_TO_PAUSED:
       g_mutex_lock (&self->lock);

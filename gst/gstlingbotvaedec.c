@@ -151,6 +151,17 @@ summary_reset (GstLingbotVaeDec * self)
   GST_OBJECT_UNLOCK (self);
 }
 
+/* a new session (STREAM_START) or a flush: its first chunk decodes to 13
+ * frames again, the stats start over */
+static void
+new_stream (GstLingbotVaeDec * self)
+{
+  g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
+  self->frame_index = 0;
+  self->chunk = 0;
+  summary_reset (self);
+}
+
 static void
 gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
 {
@@ -438,10 +449,7 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
     }
     case GST_EVENT_STREAM_START:
       /* a new session: its first chunk decodes to 13 frames again */
-      g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
-      self->frame_index = 0;
-      self->chunk = 0;
-      summary_reset (self);
+      new_stream (self);
       break;
     case GST_EVENT_EOS:
       /* lingbot-summary before EOS goes on, so that it precedes the
@@ -504,10 +512,7 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
     case GST_EVENT_FLUSH_STOP:{
       gboolean ret = gst_pad_push_event (self->srcpad, event);
 
-      g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
-      self->frame_index = 0;
-      self->chunk = 0;
-      summary_reset (self);
+      new_stream (self);
       set_flushing (self, FALSE);
       gst_pad_start_task (self->srcpad, (GstTaskFunction)
           gst_lingbot_vae_dec_push_loop, self, NULL);
@@ -906,6 +911,16 @@ note_decode_time (GstLingbotVaeDec * self, double seconds)
   }
 }
 
+/* after a session decode of @n frames: its time noted, its frames pushed */
+static GstFlowReturn
+push_decoded (GstLingbotVaeDec * self, GstLingbotSessionHandle * h,
+    const LingbotChunkStats * stats, int n, GstClockTime pts, GError ** error)
+{
+  note_decode_time (self, stats->vae_seconds);
+  return push_frames (self, lingbot_session_get_frames (h->session), n, pts,
+      error);
+}
+
 /* Decodes one latent buffer and pushes its frames (the decode task). */
 static GstFlowReturn
 decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
@@ -965,11 +980,8 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
      * or the serial latent tensor); beside the generator's next chunk */
     ok = lingbot_session_decode_chunk (h->session, dm->chunk, &n, &stats,
         &error);
-    if (ok) {
-      note_decode_time (self, stats.vae_seconds);
-      ret = push_frames (self, lingbot_session_get_frames (h->session), n,
-          pts, &error);
-    }
+    if (ok)
+      ret = push_decoded (self, h, &stats, n, pts, &error);
     gst_buffer_unref (buf);
     goto decoded;
   }
@@ -986,11 +998,8 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     /* sets stats.vae_seconds: the decode alone, not the wait for a
      * generate that holds the world */
     ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
-    if (ok) {
-      note_decode_time (self, stats.vae_seconds);
-      ret = push_frames (self, lingbot_session_get_frames (h->session), n,
-          pts, &error);
-    }
+    if (ok)
+      ret = push_decoded (self, h, &stats, n, pts, &error);
   } else {
     stats.index = self->chunk;
     if (!ensure_own_decoder (self, &error)) {

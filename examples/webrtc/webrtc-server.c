@@ -317,10 +317,27 @@ peer_unref_closure (gpointer data, GClosure * closure)
   peer_unref (data);
 }
 
-static char *
-builder_to_string (JsonBuilder * b)
+/* a builder inside a JSON object whose "type" member is @type: every
+ * message has one, and message_finish() closes it */
+static JsonBuilder *
+message_new (const char *type)
 {
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  JsonBuilder *b = json_builder_new ();
+
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, type);
+  return b;
+}
+
+/* closes the object of message_new(): the message as text */
+static char *
+message_finish (JsonBuilder * b)
+{
+  g_autoptr (JsonNode) root = NULL;
+
+  json_builder_end_object (b);
+  root = json_builder_get_root (b);
   return json_to_string (root, FALSE);
 }
 
@@ -383,11 +400,8 @@ static char *
 error_json (const char *code, const char *message, gboolean fatal,
     const char *where, gboolean has_id, gint64 id)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonBuilder) b = message_new ("error");
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "error");
   json_builder_set_member_name (b, "code");
   json_builder_add_string_value (b, code);
   json_builder_set_member_name (b, "message");
@@ -402,8 +416,7 @@ error_json (const char *code, const char *message, gboolean fatal,
     json_builder_set_member_name (b, "id");
     json_builder_add_int_value (b, id);
   }
-  json_builder_end_object (b);
-  return builder_to_string (b);
+  return message_finish (b);
 }
 
 static void
@@ -500,6 +513,15 @@ conn_send (Conn * c, const char *text)
   if (c && c->ws && soup_websocket_connection_get_state (c->ws) ==
       SOUP_WEBSOCKET_STATE_OPEN)
     soup_websocket_connection_send_text (c->ws, text);
+}
+
+/* message_finish() @b, then conn_send() it */
+static void
+conn_send_message (Conn * c, JsonBuilder * b)
+{
+  g_autofree char *text = message_finish (b);
+
+  conn_send (c, text);
 }
 
 /* a close frame is a control frame: at most 125 bytes, 2 of them the
@@ -616,11 +638,8 @@ peer_reject (Peer * p, const char *where, const char *why, gsize size,
 static char *
 status_json (Session * s, Peer * p)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonBuilder) b = message_new ("status");
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "status");
   json_builder_set_member_name (b, "session");
   json_builder_add_int_value (b, s->id);
   json_builder_set_member_name (b, "peer");
@@ -633,8 +652,7 @@ status_json (Session * s, Peer * p)
   json_builder_add_string_value (b, s->state);
   json_builder_set_member_name (b, "chunk");
   json_builder_add_int_value (b, s->state_chunk);
-  json_builder_end_object (b);
-  return builder_to_string (b);
+  return message_finish (b);
 }
 
 /* ------------------------------------------------------------------ */
@@ -794,17 +812,11 @@ peer_release (Peer * p, const char *reason, gushort close_code,
 static void
 send_offer (Peer * p, char *sdp)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
+  g_autoptr (JsonBuilder) b = message_new ("offer");
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "offer");
   json_builder_set_member_name (b, "sdp");
   json_builder_add_string_value (b, sdp);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  conn_send (p->conn, text);
+  conn_send_message (p->conn, b);
 }
 
 static void
@@ -874,19 +886,13 @@ candidate_free (Candidate * c)
 static void
 send_candidate (Peer * p, Candidate * c)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
+  g_autoptr (JsonBuilder) b = message_new ("ice");
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "ice");
   json_builder_set_member_name (b, "candidate");
   json_builder_add_string_value (b, c->candidate);
   json_builder_set_member_name (b, "sdpMLineIndex");
   json_builder_add_int_value (b, c->mline);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  conn_send (p->conn, text);
+  conn_send_message (p->conn, b);
 }
 
 static void
@@ -1456,12 +1462,9 @@ peer_new (Session * s, Conn * c)
 static void
 send_echo (Session * s, Echo * e)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonBuilder) b = message_new ("key-echo");
   g_autofree char *text = NULL;
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "key-echo");
   json_builder_set_member_name (b, "id");
   json_builder_add_int_value (b, e->id);
   json_builder_set_member_name (b, "key");
@@ -1474,8 +1477,7 @@ send_echo (Session * s, Echo * e)
   json_builder_add_int_value (b, e->rtp_ts);
   json_builder_set_member_name (b, "server-ms");
   json_builder_add_double_value (b, e->server_ms);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
+  text = message_finish (b);
   g_debug ("session %u: %s", s->id, text);
   if (s->active)
     control_send (s->active, text);
@@ -1584,12 +1586,9 @@ static void
 send_simple (Session * s, const char *type, gint64 chunk, const char *k1,
     gint64 v1, const char *k2, gint64 v2, const char *keys)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonBuilder) b = message_new (type);
   g_autofree char *text = NULL;
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, type);
   json_builder_set_member_name (b, "chunk");
   json_builder_add_int_value (b, chunk);
   if (k1) {
@@ -1604,8 +1603,7 @@ send_simple (Session * s, const char *type, gint64 chunk, const char *k1,
     json_builder_set_member_name (b, "keys");
     json_builder_add_string_value (b, keys);
   }
-  json_builder_end_object (b);
-  text = builder_to_string (b);
+  text = message_finish (b);
   session_broadcast (s, text);
 }
 
@@ -1713,7 +1711,7 @@ handle_chunk (Session * s, const GstStructure * st)
 static void
 handle_decode (Session * s, const GstStructure * st)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
+  g_autoptr (JsonBuilder) b = NULL;
   g_autofree char *text = NULL;
   guint64 index = 0;
   gint frames = 0;
@@ -1740,9 +1738,7 @@ handle_decode (Session * s, const GstStructure * st)
   s->state = "ready";
   s->state_chunk = (gint64) index;
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "chunk");
+  b = message_new ("chunk");
   json_builder_set_member_name (b, "index");
   json_builder_add_int_value (b, (gint64) index);
   json_builder_set_member_name (b, "frames");
@@ -1761,8 +1757,7 @@ handle_decode (Session * s, const GstStructure * st)
   json_builder_add_double_value (b, compute);
   json_builder_set_member_name (b, "compute-fps");
   json_builder_add_double_value (b, compute > 0 ? frames / compute : 0.0);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
+  text = message_finish (b);
   session_broadcast (s, text);
   s->last_decoded = (gint64) index;
   /* the generator went idle while this chunk was still being decoded */
@@ -2382,12 +2377,8 @@ send_welcome (Peer * p, gboolean resumed)
 {
   Session *s = p->session;
   LingbotWebrtcServer *server = s->server;
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  g_autofree char *text = NULL;
+  g_autoptr (JsonBuilder) b = message_new ("welcome");
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, "welcome");
   json_builder_set_member_name (b, "session");
   json_builder_add_int_value (b, s->id);
   json_builder_set_member_name (b, "peer");
@@ -2415,9 +2406,7 @@ send_welcome (Peer * p, gboolean resumed)
   json_builder_add_int_value (b, server->peer_timeout);
   json_builder_set_member_name (b, "resume-timeout");
   json_builder_add_int_value (b, server->resume_timeout);
-  json_builder_end_object (b);
-  text = builder_to_string (b);
-  conn_send (p->conn, text);
+  conn_send_message (p->conn, b);
 }
 
 /* a new WebSocket: resume the session of its token, or a new session, or
