@@ -241,27 +241,30 @@ vm_push (Vm * vm, PkObj * o, GError ** error)
   return TRUE;
 }
 
-static PkObj *
-vm_pop (Vm * vm, GError ** error)
+/* %FALSE (with the error set) when nothing stands above the last MARK. */
+static gboolean
+vm_check_depth (Vm * vm, GError ** error)
 {
   guint floor = vm->marks->len ?
       g_array_index (vm->marks, guint, vm->marks->len - 1) : 0;
-  if (vm->stack->len <= floor) {
-    vm_fail (vm, error, "pickle stack underflow");
+  if (vm->stack->len <= floor)
+    return vm_fail (vm, error, "pickle stack underflow");
+  return TRUE;
+}
+
+static PkObj *
+vm_pop (Vm * vm, GError ** error)
+{
+  if (!vm_check_depth (vm, error))
     return NULL;
-  }
   return g_ptr_array_steal_index (vm->stack, vm->stack->len - 1);
 }
 
 static PkObj *
 vm_top (Vm * vm, GError ** error)
 {
-  guint floor = vm->marks->len ?
-      g_array_index (vm->marks, guint, vm->marks->len - 1) : 0;
-  if (vm->stack->len <= floor) {
-    vm_fail (vm, error, "pickle stack underflow");
+  if (!vm_check_depth (vm, error))
     return NULL;
-  }
   return g_ptr_array_index (vm->stack, vm->stack->len - 1);
 }
 
