@@ -647,6 +647,59 @@ cancelled_error (LbChannel * ch, GError ** error)
   return FALSE;
 }
 
+/* check_role(), then takes ch->lock; %FALSE (lock released) when the
+ * channel is cancelled.  On %TRUE the caller holds ch->lock. */
+static gboolean
+lock_uncancelled (LbChannel * ch, LbRank * rank, gboolean producer,
+    const char *what, GError ** error)
+{
+  if (!check_role (ch, rank, producer, what, error))
+    return FALSE;
+  g_mutex_lock (&ch->lock);
+  if (ch->cancelled) {
+    g_mutex_unlock (&ch->lock);
+    return cancelled_error (ch, error);
+  }
+  return TRUE;
+}
+
+/* Runs the producer's (@producer) push legs or the consumer's pull legs of
+ * @rank's pieces of slot @s, adding the copies made to @copies and the
+ * bytes moved to @bytes (a peer piece counts at its push, the others at
+ * their pull). */
+static gboolean
+move_pieces (LbChannel * ch, LbRank * rank, Slot * s, gboolean producer,
+    guint64 * bytes, guint * copies, GError ** error)
+{
+  for (int i = 0; i < ch->n_pieces; i++) {
+    LbChannelSlotPiece *sp = &s->pieces[i];
+    if ((producer ? sp->piece->src_rank : sp->piece->dst_rank) != rank->rank)
+      continue;
+    const LbChannelTransport *t = transport_for (sp->piece->transport);
+    gboolean (*leg) (LbChannel * channel, LbRank * r, LbChannelSlotPiece * sp,
+        guint * n_copies, GError ** error) = producer ? t->push : t->pull;
+    if (leg != NULL && !leg (ch, rank, sp, &copies[t->kind], error)) {
+      g_prefix_error (error, "channel %s: %s %s: ", ch->name, t->name,
+          producer ? "push" : "pull");
+      return FALSE;
+    }
+    if ((t->kind == LB_TRANSPORT_PEER) == producer)
+      bytes[t->kind] += sp->run * sp->n_runs;
+  }
+  return TRUE;
+}
+
+/* Adds what one commit or receive moved to the channel's stats; the
+ * caller holds ch->lock. */
+static void
+add_stats_locked (LbChannel * ch, const guint64 * bytes, const guint * copies)
+{
+  for (int k = 0; k < LB_TRANSPORT_COUNT; k++) {
+    ch->stats.bytes[k] += bytes[k];
+    ch->stats.copies[k] += copies[k];
+  }
+}
+
 typedef gboolean (*ReadyFunc) (LbChannel * ch, Slot * s, guint64 seq);
 
 static gboolean
@@ -730,14 +783,9 @@ lb_channel_acquire (LbChannel * channel, LbRank * rank, LbTensor * shard,
     GError ** error)
 {
   LbChannel *ch = channel;
-  if (!check_role (ch, rank, TRUE, "acquire", error))
+  if (!lock_uncancelled (ch, rank, TRUE, "acquire", error))
     return FALSE;
   int p = rank->rank;
-  g_mutex_lock (&ch->lock);
-  if (ch->cancelled) {
-    g_mutex_unlock (&ch->lock);
-    return cancelled_error (ch, error);
-  }
   if (ch->acquired[p]) {
     g_mutex_unlock (&ch->lock);
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -809,18 +857,8 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
 
   guint64 bytes[LB_TRANSPORT_COUNT] = { 0 };
   guint copies[LB_TRANSPORT_COUNT] = { 0 };
-  for (int i = 0; i < ch->n_pieces; i++) {
-    LbChannelSlotPiece *sp = &s->pieces[i];
-    if (sp->piece->src_rank != p)
-      continue;
-    const LbChannelTransport *t = transport_for (sp->piece->transport);
-    if (t->push != NULL && !t->push (ch, rank, sp, &copies[t->kind], error)) {
-      g_prefix_error (error, "channel %s: %s push: ", ch->name, t->name);
-      return FALSE;
-    }
-    if (t->kind == LB_TRANSPORT_PEER)
-      bytes[t->kind] += sp->run * sp->n_runs;
-  }
+  if (!move_pieces (ch, rank, s, TRUE, bytes, copies, error))
+    return FALSE;
   if (ch->use_events &&
       !ch->backend->event_record (rank->stream, s->ev_commit[p], error)) {
     g_prefix_error (error, "channel %s: commit: ", ch->name);
@@ -832,10 +870,7 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
     g_mutex_unlock (&ch->lock);
     return cancelled_error (ch, error);
   }
-  for (int k = 0; k < LB_TRANSPORT_COUNT; k++) {
-    ch->stats.bytes[k] += bytes[k];
-    ch->stats.copies[k] += copies[k];
-  }
+  add_stats_locked (ch, bytes, copies);
   ch->acquired[p] = FALSE;
   ch->send_seq[p]++;
   if (++s->committed == ch->P) {
@@ -933,14 +968,9 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
     GError ** error)
 {
   LbChannel *ch = channel;
-  if (!check_role (ch, rank, FALSE, "receive", error))
+  if (!lock_uncancelled (ch, rank, FALSE, "receive", error))
     return FALSE;
   int q = rank->rank;
-  g_mutex_lock (&ch->lock);
-  if (ch->cancelled) {
-    g_mutex_unlock (&ch->lock);
-    return cancelled_error (ch, error);
-  }
   guint64 seq = ch->recv_seq[q];
   Slot *s = &ch->slots[seq % ch->n_slots];
   if (!wait_slot_locked (ch, rank, s, seq, slot_ready_for, "receive", error)) {
@@ -960,18 +990,8 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
 
   guint64 bytes[LB_TRANSPORT_COUNT] = { 0 };
   guint copies[LB_TRANSPORT_COUNT] = { 0 };
-  for (int i = 0; i < ch->n_pieces; i++) {
-    LbChannelSlotPiece *sp = &s->pieces[i];
-    if (sp->piece->dst_rank != q)
-      continue;
-    const LbChannelTransport *t = transport_for (sp->piece->transport);
-    if (t->pull != NULL && !t->pull (ch, rank, sp, &copies[t->kind], error)) {
-      g_prefix_error (error, "channel %s: %s pull: ", ch->name, t->name);
-      return FALSE;
-    }
-    if (t->kind != LB_TRANSPORT_PEER)
-      bytes[t->kind] += sp->run * sp->n_runs;
-  }
+  if (!move_pieces (ch, rank, s, FALSE, bytes, copies, error))
+    return FALSE;
 
   int src = ch->handover_src[q];
   if (src >= 0) {
@@ -984,10 +1004,7 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
   }
 
   g_mutex_lock (&ch->lock);
-  for (int k = 0; k < LB_TRANSPORT_COUNT; k++) {
-    ch->stats.bytes[k] += bytes[k];
-    ch->stats.copies[k] += copies[k];
-  }
+  add_stats_locked (ch, bytes, copies);
   ch->stats.messages_received++;
   gboolean cancelled = ch->cancelled;
   g_mutex_unlock (&ch->lock);
@@ -1018,14 +1035,9 @@ gboolean
 lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
 {
   LbChannel *ch = channel;
-  if (!check_role (ch, rank, FALSE, "ack", error))
+  if (!lock_uncancelled (ch, rank, FALSE, "ack", error))
     return FALSE;
   int q = rank->rank;
-  g_mutex_lock (&ch->lock);
-  if (ch->cancelled) {
-    g_mutex_unlock (&ch->lock);
-    return cancelled_error (ch, error);
-  }
   if (ch->ack_seq[q] >= ch->recv_seq[q]) {
     g_mutex_unlock (&ch->lock);
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,

@@ -140,16 +140,26 @@ solo_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
   return TRUE;
 }
 
+/* @count for each of @n ranks, then the displacements j * @count: the
+ * counts and displacements arrays of an all-to-all or all-gather of equal
+ * parts (g_free() it). */
+static gsize *
+uniform_counts (int n, gsize count)
+{
+  gsize *cnt = g_new (gsize, 2 * n);
+  for (int j = 0; j < n; j++) {
+    cnt[j] = count;
+    cnt[n + j] = (gsize) j *count;
+  }
+  return cnt;
+}
+
 static gboolean
 solo_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
   const int n = rank->n_ranks;
-  g_autofree gsize *cnt = g_new (gsize, 2 * n);
-  for (int j = 0; j < n; j++) {
-    cnt[j] = count;
-    cnt[n + j] = (gsize) j *count;
-  }
+  g_autofree gsize *cnt = uniform_counts (n, count);
   return solo_all_to_all_v (state, rank, dtype, send, cnt, cnt + n, recv,
       cnt, cnt + n, error);
 }
@@ -176,11 +186,7 @@ solo_all_gather (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
   const int n = rank->n_ranks;
-  g_autofree gsize *cnt = g_new (gsize, 2 * n);
-  for (int j = 0; j < n; j++) {
-    cnt[j] = count;
-    cnt[n + j] = (gsize) j *count;
-  }
+  g_autofree gsize *cnt = uniform_counts (n, count);
   return solo_all_gather_v (state, rank, dtype, send, count, recv, cnt,
       cnt + n, error);
 }

@@ -220,6 +220,18 @@ rd_le (const guint8 * p, int n)
   return v;
 }
 
+/* The @w-byte little-endian unsigned argument of the op at vm->pos, into
+ * @out; vm->pos moves past it. */
+static gboolean
+vm_read_le (Vm * vm, int w, guint64 * out, GError ** error)
+{
+  if (!vm_need (vm, (gsize) w, error))
+    return FALSE;
+  *out = rd_le (vm->p + vm->pos, w);
+  vm->pos += (gsize) w;
+  return TRUE;
+}
+
 static gboolean
 vm_push (Vm * vm, PkObj * o, GError ** error)
 {
@@ -229,27 +241,30 @@ vm_push (Vm * vm, PkObj * o, GError ** error)
   return TRUE;
 }
 
-static PkObj *
-vm_pop (Vm * vm, GError ** error)
+/* %FALSE (with the error set) when nothing stands above the last MARK. */
+static gboolean
+vm_check_depth (Vm * vm, GError ** error)
 {
   guint floor = vm->marks->len ?
       g_array_index (vm->marks, guint, vm->marks->len - 1) : 0;
-  if (vm->stack->len <= floor) {
-    vm_fail (vm, error, "pickle stack underflow");
+  if (vm->stack->len <= floor)
+    return vm_fail (vm, error, "pickle stack underflow");
+  return TRUE;
+}
+
+static PkObj *
+vm_pop (Vm * vm, GError ** error)
+{
+  if (!vm_check_depth (vm, error))
     return NULL;
-  }
   return g_ptr_array_steal_index (vm->stack, vm->stack->len - 1);
 }
 
 static PkObj *
 vm_top (Vm * vm, GError ** error)
 {
-  guint floor = vm->marks->len ?
-      g_array_index (vm->marks, guint, vm->marks->len - 1) : 0;
-  if (vm->stack->len <= floor) {
-    vm_fail (vm, error, "pickle stack underflow");
+  if (!vm_check_depth (vm, error))
     return NULL;
-  }
   return g_ptr_array_index (vm->stack, vm->stack->len - 1);
 }
 
@@ -717,10 +732,8 @@ vm_run (Vm * vm, GError ** error)
       case 'B':                /* BINBYTES */
       case 'C':{               /* SHORT_BINBYTES */
         int w = (op == 0x8c || op == 'U' || op == 'C') ? 1 : op == 0x8d ? 8 : 4;
-        if (!vm_need (vm, (gsize) w, error))
+        if (!vm_read_le (vm, w, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, w);
-        vm->pos += (gsize) w;
         if (n > vm->len) {
           vm_fail (vm, error, "truncated pickle");
           return NULL;
@@ -731,20 +744,16 @@ vm_run (Vm * vm, GError ** error)
         break;
       }
       case 'J':                /* BININT */
-        if (!vm_need (vm, 4, error))
+        if (!vm_read_le (vm, 4, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, 4);
-        vm->pos += 4;
         if (!vm_push_int (vm, (gint32) (guint32) n, error))
           return NULL;
         break;
       case 'K':                /* BININT1 */
       case 'M':{               /* BININT2 */
         int w = op == 'K' ? 1 : 2;
-        if (!vm_need (vm, (gsize) w, error))
+        if (!vm_read_le (vm, w, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, w);
-        vm->pos += (gsize) w;
         if (!vm_push_int (vm, (gint64) n, error))
           return NULL;
         break;
@@ -752,10 +761,8 @@ vm_run (Vm * vm, GError ** error)
       case 0x8a:               /* LONG1 */
       case 0x8b:{              /* LONG4 */
         int w = op == 0x8a ? 1 : 4;
-        if (!vm_need (vm, (gsize) w, error))
+        if (!vm_read_le (vm, w, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, w);
-        vm->pos += (gsize) w;
         if (n > 8) {
           vm_fail (vm, error, "pickle integer wider than 64 bits");
           return NULL;
@@ -914,10 +921,8 @@ vm_run (Vm * vm, GError ** error)
       case 'q':                /* BINPUT */
       case 'r':{               /* LONG_BINPUT */
         int w = op == 'q' ? 1 : 4;
-        if (!vm_need (vm, (gsize) w, error))
+        if (!vm_read_le (vm, w, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, w);
-        vm->pos += (gsize) w;
         if (!vm_memo_put (vm, n, error))
           return NULL;
         break;
@@ -929,10 +934,8 @@ vm_run (Vm * vm, GError ** error)
       case 'h':                /* BINGET */
       case 'j':{               /* LONG_BINGET */
         int w = op == 'h' ? 1 : 4;
-        if (!vm_need (vm, (gsize) w, error))
+        if (!vm_read_le (vm, w, &n, error))
           return NULL;
-        n = rd_le (vm->p + vm->pos, w);
-        vm->pos += (gsize) w;
         if (!vm_memo_get (vm, n, error))
           return NULL;
         break;

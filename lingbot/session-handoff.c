@@ -727,17 +727,7 @@ lingbot_session_decode_chunk (LingbotSession * session, guint64 chunk,
   g_mutex_unlock (&s->dlock);
   if (!ok)
     return FALSE;
-  if (n_frames)
-    *n_frames = n;
-  if (stats) {
-    double sec = (double) (t1 - t0) / G_USEC_PER_SEC;
-    stats->index = chunk;
-    stats->frames = n;
-    stats->vae_seconds = sec;
-    stats->compute_seconds += sec;
-    stats->decode_start_us = t0;
-    stats->decode_end_us = t1;
-  }
+  lingbot_session_report_decode (chunk, n, t0, t1, n_frames, stats);
   return TRUE;
 }
 

@@ -109,5 +109,7 @@ void lingbot_session_free_decoder (LingbotSession * s);
 gboolean lingbot_session_decode_latents (LingbotSession * s,
     const LbTensor * latents, int *n, GError ** error);
 gboolean lingbot_session_count_frames (LingbotSession * s, int *n);
+void lingbot_session_report_decode (guint64 chunk, int n, gint64 t0,
+    gint64 t1, int *n_frames, LingbotChunkStats * stats);
 
 G_END_DECLS

@@ -997,6 +997,36 @@ lingbot_session_count_frames (LingbotSession * s, int *n)
 }
 
 /**
+ * lingbot_session_report_decode:
+ * @chunk: the chunk decoded
+ * @n: the frames it made
+ * @t0: monotonic time the decode started
+ * @t1: monotonic time it ended
+ * @n_frames: (out) (optional): set to @n
+ * @stats: (inout) (optional): index, frames, vae_seconds and the decode
+ *   times set, vae_seconds added to compute_seconds
+ *
+ * What lingbot_session_decode() and lingbot_session_decode_chunk() hand
+ * back after a decode.
+ */
+void
+lingbot_session_report_decode (guint64 chunk, int n, gint64 t0, gint64 t1,
+    int *n_frames, LingbotChunkStats * stats)
+{
+  if (n_frames)
+    *n_frames = n;
+  if (stats) {
+    double sec = (double) (t1 - t0) / G_USEC_PER_SEC;
+    stats->index = chunk;
+    stats->frames = n;
+    stats->vae_seconds = sec;
+    stats->compute_seconds += sec;
+    stats->decode_start_us = t0;
+    stats->decode_end_us = t1;
+  }
+}
+
+/**
  * lingbot_session_decode:
  * @session: a session
  * @latents: (nullable): f32 [1, 16, C, h, w] (or [16, C, h, w]) host
@@ -1042,17 +1072,7 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
   g_mutex_unlock (&s->dlock);
   /* the bytes were the caller's: the session's copy is not needed */
   lingbot_session_release_chunk (s, chunk);
-  if (n_frames)
-    *n_frames = n;
-  if (stats) {
-    double sec = (double) (t1 - t0) / G_USEC_PER_SEC;
-    stats->index = chunk;
-    stats->frames = n;
-    stats->vae_seconds = sec;
-    stats->compute_seconds += sec;
-    stats->decode_start_us = t0;
-    stats->decode_end_us = t1;
-  }
+  lingbot_session_report_decode (chunk, n, t0, t1, n_frames, stats);
   return TRUE;
 }
 

@@ -232,3 +232,12 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
       oi[e] = ai[e] * inv;
   }
 }
+
+/* the variant's parameters, undefined for attention.c to define the next */
+#undef ITEM_NAME
+#undef ITEM_EXP
+#undef ITEM_TARGET
+#undef VF
+#undef VW
+#undef LDV
+#undef STV

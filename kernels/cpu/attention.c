@@ -132,13 +132,6 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_EXP exp_baseline
 #define ITEM_TARGET
 #include "kernels/cpu/attention-item.h"
-#undef ITEM_NAME
-#undef ITEM_EXP
-#undef ITEM_TARGET
-#undef VF
-#undef VW
-#undef LDV
-#undef STV
 #if LB_CPU_HAVE_X86_ISAS
 #define VF v8f
 #define VW 8
@@ -148,13 +141,6 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_EXP exp_avx2
 #define ITEM_TARGET LB_CPU_TARGET_AVX2
 #include "kernels/cpu/attention-item.h"
-#undef ITEM_NAME
-#undef ITEM_EXP
-#undef ITEM_TARGET
-#undef VF
-#undef VW
-#undef LDV
-#undef STV
 #define VF v16f
 #define VW 16
 #define LDV(p) ((v16f) * (const v16u *) (p))
@@ -163,13 +149,6 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_EXP exp_avx512
 #define ITEM_TARGET LB_CPU_TARGET_AVX512
 #include "kernels/cpu/attention-item.h"
-#undef ITEM_NAME
-#undef ITEM_EXP
-#undef ITEM_TARGET
-#undef VF
-#undef VW
-#undef LDV
-#undef STV
 #endif
 
 static AttnItemFunc

@@ -92,3 +92,14 @@ static const ConvDirect CONV_TABLE = {
   .pack = CONV_FN (pack),
   .row = CONV_FN (row),
 };
+
+/* the variant's parameters, undefined for conv.c to define the next */
+#undef VF
+#undef VFU
+#undef VW
+#undef CONV_COB
+#undef CONV_NPV
+#undef CONV_MAX_COUT
+#undef CONV_FN
+#undef CONV_TARGET
+#undef CONV_TABLE

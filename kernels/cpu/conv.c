@@ -168,15 +168,6 @@ typedef float v4fu __attribute__((vector_size (16), aligned (4)));
 #define CONV_TARGET
 #define CONV_TABLE direct_baseline
 #include "kernels/cpu/conv-item.h"
-#undef VF
-#undef VFU
-#undef VW
-#undef CONV_COB
-#undef CONV_NPV
-#undef CONV_MAX_COUT
-#undef CONV_FN
-#undef CONV_TARGET
-#undef CONV_TABLE
 
 #if LB_CPU_HAVE_X86_ISAS
 typedef float v8f __attribute__((vector_size (32)));
@@ -194,15 +185,6 @@ typedef float v16fu __attribute__((vector_size (64), aligned (4)));
 #define CONV_TARGET LB_CPU_TARGET_AVX2
 #define CONV_TABLE direct_avx2
 #include "kernels/cpu/conv-item.h"
-#undef VF
-#undef VFU
-#undef VW
-#undef CONV_COB
-#undef CONV_NPV
-#undef CONV_MAX_COUT
-#undef CONV_FN
-#undef CONV_TARGET
-#undef CONV_TABLE
 
 #define VF v16f
 #define VFU v16fu
@@ -214,15 +196,6 @@ typedef float v16fu __attribute__((vector_size (64), aligned (4)));
 #define CONV_TARGET LB_CPU_TARGET_AVX512
 #define CONV_TABLE direct_avx512
 #include "kernels/cpu/conv-item.h"
-#undef VF
-#undef VFU
-#undef VW
-#undef CONV_COB
-#undef CONV_NPV
-#undef CONV_MAX_COUT
-#undef CONV_FN
-#undef CONV_TARGET
-#undef CONV_TABLE
 #endif
 
 static const ConvDirect *

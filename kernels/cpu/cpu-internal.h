@@ -82,6 +82,11 @@ typedef struct
 
 const LbCpuRowKernels *lb_cpu_row_kernels (void);
 
+/* ---- shared row arithmetic (norm.c) ---- */
+
+void lb_cpu_layer_norm_row (const float *xr, const float *wd,
+    const float *bd, float eps, float *yr, int64_t d);
+
 /* ---- scratch (cpu-util.c) ---- */
 
 #define LB_CPU_SCRATCH_SLOTS 2

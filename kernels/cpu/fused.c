@@ -4,8 +4,9 @@
  *
  * Each op here is bit-identical to the pair of CPU ops it replaces
  * (kernels/ops.h): the same row statistics accumulated in double in the
- * same order (norm.c); the modulation and the gated residual run the very
- * row kernels (rows-item.h, of lb_cpu_isa()'s variant) that modulate and
+ * same order (norm.c; the layer norm's row is lb_cpu_layer_norm_row()
+ * itself); the modulation and the gated residual run the very row kernels
+ * (rows-item.h, of lb_cpu_isa()'s variant) that modulate and
  * gated_residual run, on the row while it is still in cache; the RMS norm
  * + RoPE writes rope_3d's float rotation (rope.c) as rope_3d writes it,
  * applied to the normalised value still in a register.  Those scalar
@@ -66,24 +67,7 @@ lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
   for (int64_t i = 0; i < m; i++) {
     const float *xr = xd + i * xld, *sr = sd + i * sld, *hr = hd + i * hld;
     float *yr = yd + i * yld;
-    double sum = 0.0;
-    for (int64_t j = 0; j < d; j++)
-      sum += xr[j];
-    double mean = sum / (double) d, var = 0.0;
-    for (int64_t j = 0; j < d; j++) {
-      double t = xr[j] - mean;
-      var += t * t;
-    }
-    var /= (double) d;
-    double rstd = 1.0 / sqrt (var + (double) eps);
-    for (int64_t j = 0; j < d; j++) {
-      double v = (xr[j] - mean) * rstd;
-      if (wd)
-        v *= wd[j];
-      if (bd)
-        v += bd[j];
-      yr[j] = (float) v;        /* layer_norm's output */
-    }
+    lb_cpu_layer_norm_row (xr, wd, bd, eps, yr, d);     /* layer_norm's output */
     /* then modulate's row kernel on it, in place */
     rk->modulate (yr, sr, hr, yr, d);
   }

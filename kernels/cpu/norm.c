@@ -12,6 +12,33 @@
  * region costs more than it saves. */
 #define PAR_MIN_ELEMS 32768
 
+/* One row of lb_cpu_layer_norm: the mean and biased variance in double,
+ * then `(x - mean) * rstd`, times @wd[j] and plus @bd[j] where given, into
+ * @yr (what lb_cpu_modulated_layer_norm's rows start from too). */
+void
+lb_cpu_layer_norm_row (const float *xr, const float *wd, const float *bd,
+    float eps, float *yr, int64_t d)
+{
+  double sum = 0.0;
+  for (int64_t j = 0; j < d; j++)
+    sum += xr[j];
+  double mean = sum / (double) d, var = 0.0;
+  for (int64_t j = 0; j < d; j++) {
+    double t = xr[j] - mean;
+    var += t * t;
+  }
+  var /= (double) d;
+  double rstd = 1.0 / sqrt (var + (double) eps);
+  for (int64_t j = 0; j < d; j++) {
+    double v = (xr[j] - mean) * rstd;
+    if (wd)
+      v *= wd[j];
+    if (bd)
+      v += bd[j];
+    yr[j] = (float) v;
+  }
+}
+
 /**
  * lb_cpu_layer_norm:
  * @s: a CPU stream
@@ -49,24 +76,7 @@ lb_cpu_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
   for (int64_t i = 0; i < m; i++) {
     const float *xr = xd + i * xld;
     float *yr = yd + i * yld;
-    double sum = 0.0;
-    for (int64_t j = 0; j < d; j++)
-      sum += xr[j];
-    double mean = sum / (double) d, var = 0.0;
-    for (int64_t j = 0; j < d; j++) {
-      double t = xr[j] - mean;
-      var += t * t;
-    }
-    var /= (double) d;
-    double rstd = 1.0 / sqrt (var + (double) eps);
-    for (int64_t j = 0; j < d; j++) {
-      double v = (xr[j] - mean) * rstd;
-      if (wd)
-        v *= wd[j];
-      if (bd)
-        v += bd[j];
-      yr[j] = (float) v;
-    }
+    lb_cpu_layer_norm_row (xr, wd, bd, eps, yr, d);
   }
   return TRUE;
 }

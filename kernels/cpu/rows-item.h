@@ -168,3 +168,12 @@ static const LbCpuRowKernels ROWS_TABLE = {
   .gated_residual = ROWS_FN (gated_residual),
   .channel_rms_norm = ROWS_FN (channel_rms_norm),
 };
+
+/* the variant's parameters, undefined for rows.c to define the next */
+#undef VF
+#undef VFU
+#undef VI
+#undef VW
+#undef ROWS_FN
+#undef ROWS_TARGET
+#undef ROWS_TABLE

@@ -23,13 +23,6 @@ typedef int v4i __attribute__((vector_size (16)));
 #define ROWS_TARGET
 #define ROWS_TABLE rows_baseline
 #include "kernels/cpu/rows-item.h"
-#undef VF
-#undef VFU
-#undef VI
-#undef VW
-#undef ROWS_FN
-#undef ROWS_TARGET
-#undef ROWS_TABLE
 
 #if LB_CPU_HAVE_X86_ISAS
 typedef float v8f __attribute__((vector_size (32)));
@@ -47,13 +40,6 @@ typedef int v16i __attribute__((vector_size (64)));
 #define ROWS_TARGET LB_CPU_TARGET_AVX2
 #define ROWS_TABLE rows_avx2
 #include "kernels/cpu/rows-item.h"
-#undef VF
-#undef VFU
-#undef VI
-#undef VW
-#undef ROWS_FN
-#undef ROWS_TARGET
-#undef ROWS_TABLE
 
 #define VF v16f
 #define VFU v16fu
@@ -63,13 +49,6 @@ typedef int v16i __attribute__((vector_size (64)));
 #define ROWS_TARGET LB_CPU_TARGET_AVX512
 #define ROWS_TABLE rows_avx512
 #include "kernels/cpu/rows-item.h"
-#undef VF
-#undef VFU
-#undef VI
-#undef VW
-#undef ROWS_FN
-#undef ROWS_TARGET
-#undef ROWS_TABLE
 #endif
 
 /**
