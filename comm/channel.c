@@ -86,6 +86,26 @@ copy_kind (LbDevice dst, LbDevice src)
   return LB_COPY_DEVICE_TO_DEVICE;
 }
 
+/* The copies of lb_channel_copy_runs(), enqueued on @stream (one call when
+ * both sides are packed). */
+static gboolean
+enqueue_runs (LbStream * stream, void *dst, gsize dst_pitch,
+    const void *src, gsize src_pitch, gsize run, gsize n_runs,
+    LbDevice dst_device, LbDevice src_device, GError ** error)
+{
+  LbCopyKind kind = copy_kind (dst_device, src_device);
+  LbBackend *be = stream->backend;
+  if (run == 0 || n_runs == 0)
+    return TRUE;
+  if (dst_pitch == run && src_pitch == run)
+    return be->copy (stream, dst, src, run * n_runs, kind, error);
+  for (gsize i = 0; i < n_runs; i++)
+    if (!be->copy (stream, (char *) dst + i * dst_pitch,
+            (const char *) src + i * src_pitch, run, kind, error))
+      return FALSE;
+  return TRUE;
+}
+
 /**
  * lb_channel_copy_runs:
  * @stream: the calling rank's stream (its backend copies)
@@ -109,21 +129,11 @@ lb_channel_copy_runs (LbStream * stream, void *dst, gsize dst_pitch,
     const void *src, gsize src_pitch, gsize run, gsize n_runs,
     LbDevice dst_device, LbDevice src_device, GError ** error)
 {
-  LbCopyKind kind = copy_kind (dst_device, src_device);
-  LbBackend *be = stream->backend;
   if (run == 0 || n_runs == 0)
     return TRUE;
-  if (dst_pitch == run && src_pitch == run) {
-    if (!be->copy (stream, dst, src, run * n_runs, kind, error))
-      return FALSE;
-  } else {
-    for (gsize i = 0; i < n_runs; i++) {
-      if (!be->copy (stream, (char *) dst + i * dst_pitch,
-              (const char *) src + i * src_pitch, run, kind, error))
-        return FALSE;
-    }
-  }
-  return be->stream_synchronize (stream, error);
+  return enqueue_runs (stream, dst, dst_pitch, src, src_pitch, run, n_runs,
+      dst_device, src_device, error) &&
+      stream->backend->stream_synchronize (stream, error);
 }
 
 /* A transport leg's copy: enqueued only when the channel orders its
@@ -133,20 +143,11 @@ leg_copy (LbChannel * ch, LbStream * stream, void *dst, gsize dst_pitch,
     const void *src, gsize src_pitch, gsize run, gsize n_runs,
     LbDevice dst_device, LbDevice src_device, GError ** error)
 {
-  LbBackend *be = stream->backend;
   if (!ch->use_events)
     return lb_channel_copy_runs (stream, dst, dst_pitch, src, src_pitch,
         run, n_runs, dst_device, src_device, error);
-  if (run == 0 || n_runs == 0)
-    return TRUE;
-  LbCopyKind kind = copy_kind (dst_device, src_device);
-  if (dst_pitch == run && src_pitch == run)
-    return be->copy (stream, dst, src, run * n_runs, kind, error);
-  for (gsize i = 0; i < n_runs; i++)
-    if (!be->copy (stream, (char *) dst + i * dst_pitch,
-            (const char *) src + i * src_pitch, run, kind, error))
-      return FALSE;
-  return TRUE;
+  return enqueue_runs (stream, dst, dst_pitch, src, src_pitch, run, n_runs,
+      dst_device, src_device, error);
 }
 
 static gboolean
@@ -647,6 +648,22 @@ cancelled_error (LbChannel * ch, GError ** error)
   return FALSE;
 }
 
+/* Releases ch->lock and sets an %LB_ERROR_INVALID_ARGUMENT error for a
+ * call out of order: "channel NAME: " and @format.  Returns %FALSE. */
+static gboolean
+G_GNUC_PRINTF (3, 4)
+unlock_misuse (LbChannel * ch, GError ** error, const char *format, ...)
+{
+  g_mutex_unlock (&ch->lock);
+  va_list args;
+  va_start (args, format);
+  g_autofree char *msg = g_strdup_vprintf (format, args);
+  va_end (args);
+  g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT, "channel %s: %s",
+      ch->name, msg);
+  return FALSE;
+}
+
 /* check_role(), then takes ch->lock; %FALSE (lock released) when the
  * channel is cancelled.  On %TRUE the caller holds ch->lock. */
 static gboolean
@@ -749,6 +766,55 @@ wait_slot_locked (LbChannel * ch, LbRank * rank, Slot * s, guint64 seq,
   return ok;
 }
 
+/* ch->lock held: the slot of message @seq once ready() for it
+ * (wait_slot_locked()); %NULL with ch->lock released on failure. */
+static Slot *
+wait_slot (LbChannel * ch, LbRank * rank, guint64 seq, ReadyFunc ready,
+    const char *what, GError ** error)
+{
+  Slot *s = &ch->slots[seq % ch->n_slots];
+  if (wait_slot_locked (ch, rank, s, seq, ready, what, error))
+    return s;
+  g_mutex_unlock (&ch->lock);
+  return NULL;
+}
+
+/* Device ranks with events: makes @rank's stream wait for the @n events
+ * @ev (nothing to do otherwise). */
+static gboolean
+wait_events (LbChannel * ch, LbRank * rank, LbEvent ** ev, int n,
+    const char *what, GError ** error)
+{
+  for (int i = 0; ch->use_events && i < n; i++) {
+    if (!ch->backend->stream_wait_event (rank->stream, ev[i], error)) {
+      g_prefix_error (error, "channel %s: %s: ", ch->name, what);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+/* Device ranks with events: records event @ev[@i] on @rank's stream
+ * (nothing to do otherwise). */
+static gboolean
+record_event (LbChannel * ch, LbRank * rank, LbEvent ** ev, int i,
+    const char *what, GError ** error)
+{
+  if (!ch->use_events || ch->backend->event_record (rank->stream, ev[i], error))
+    return TRUE;
+  g_prefix_error (error, "channel %s: %s: ", ch->name, what);
+  return FALSE;
+}
+
+/* Producer rank @p gives up the slot it acquired (nothing committed). */
+static void
+drop_acquired (LbChannel * ch, int p)
+{
+  g_mutex_lock (&ch->lock);
+  ch->acquired[p] = FALSE;
+  g_mutex_unlock (&ch->lock);
+}
+
 /* ---- producer side ---- */
 
 static void
@@ -786,32 +852,20 @@ lb_channel_acquire (LbChannel * channel, LbRank * rank, LbTensor * shard,
   if (!lock_uncancelled (ch, rank, TRUE, "acquire", error))
     return FALSE;
   int p = rank->rank;
-  if (ch->acquired[p]) {
-    g_mutex_unlock (&ch->lock);
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "channel %s: producer rank %d acquired twice without commit",
-        ch->name, p);
+  if (ch->acquired[p])
+    return unlock_misuse (ch, error,
+        "producer rank %d acquired twice without commit", p);
+  Slot *s = wait_slot (ch, rank, ch->send_seq[p], slot_free_for, "acquire",
+      error);
+  if (s == NULL)
     return FALSE;
-  }
-  guint64 seq = ch->send_seq[p];
-  Slot *s = &ch->slots[seq % ch->n_slots];
-  if (!wait_slot_locked (ch, rank, s, seq, slot_free_for, "acquire", error)) {
-    g_mutex_unlock (&ch->lock);
-    return FALSE;
-  }
   ch->acquired[p] = TRUE;
   void *buf = s->prod_buf[p];
   g_mutex_unlock (&ch->lock);
   /* the slot's previous message: every consumer's queued reads first */
-  for (int q = 0; ch->use_events && q < ch->Q; q++) {
-    LbBackend *be = ch->backend;
-    if (!be->stream_wait_event (rank->stream, s->ev_ack[q], error)) {
-      g_mutex_lock (&ch->lock);
-      ch->acquired[p] = FALSE;
-      g_mutex_unlock (&ch->lock);
-      g_prefix_error (error, "channel %s: acquire: ", ch->name);
-      return FALSE;
-    }
+  if (!wait_events (ch, rank, s->ev_ack, ch->Q, "acquire", error)) {
+    drop_acquired (ch, p);
+    return FALSE;
   }
   shard_view (ch, shard, buf, ch->prod_rows[p], rank->device);
   return TRUE;
@@ -839,19 +893,13 @@ gboolean
 lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
 {
   LbChannel *ch = channel;
-  if (!check_role (ch, rank, TRUE, "commit", error))
+  /* a cancel clears every acquire: commit then reports the cancel */
+  if (!lock_uncancelled (ch, rank, TRUE, "commit", error))
     return FALSE;
   int p = rank->rank;
-  g_mutex_lock (&ch->lock);
-  if (!ch->acquired[p]) {
-    gboolean was_cancelled = ch->cancelled;
-    g_mutex_unlock (&ch->lock);
-    if (was_cancelled)
-      return cancelled_error (ch, error);
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "channel %s: commit without acquire on producer rank %d", ch->name, p);
-    return FALSE;
-  }
+  if (!ch->acquired[p])
+    return unlock_misuse (ch, error,
+        "commit without acquire on producer rank %d", p);
   Slot *s = &ch->slots[ch->send_seq[p] % ch->n_slots];
   g_mutex_unlock (&ch->lock);
 
@@ -859,11 +907,8 @@ lb_channel_commit (LbChannel * channel, LbRank * rank, GError ** error)
   guint copies[LB_TRANSPORT_COUNT] = { 0 };
   if (!move_pieces (ch, rank, s, TRUE, bytes, copies, error))
     return FALSE;
-  if (ch->use_events &&
-      !ch->backend->event_record (rank->stream, s->ev_commit[p], error)) {
-    g_prefix_error (error, "channel %s: commit: ", ch->name);
+  if (!record_event (ch, rank, s->ev_commit, p, "commit", error))
     return FALSE;
-  }
 
   g_mutex_lock (&ch->lock);
   if (ch->cancelled || !ch->acquired[p]) {
@@ -928,9 +973,7 @@ lb_channel_send (LbChannel * channel, LbRank * rank, const LbTensor * shard,
   }
   if (!ok) {
     /* Give the slot back: commit what is there is wrong, so drop it. */
-    g_mutex_lock (&channel->lock);
-    channel->acquired[rank->rank] = FALSE;
-    g_mutex_unlock (&channel->lock);
+    drop_acquired (channel, rank->rank);
     return FALSE;
   }
   g_mutex_lock (&channel->lock);
@@ -971,22 +1014,17 @@ lb_channel_receive (LbChannel * channel, LbRank * rank, LbTensor * shard,
   if (!lock_uncancelled (ch, rank, FALSE, "receive", error))
     return FALSE;
   int q = rank->rank;
-  guint64 seq = ch->recv_seq[q];
-  Slot *s = &ch->slots[seq % ch->n_slots];
-  if (!wait_slot_locked (ch, rank, s, seq, slot_ready_for, "receive", error)) {
-    g_mutex_unlock (&ch->lock);
+  Slot *s = wait_slot (ch, rank, ch->recv_seq[q], slot_ready_for, "receive",
+      error);
+  if (s == NULL)
     return FALSE;
-  }
   ch->recv_seq[q]++;
   g_mutex_unlock (&ch->lock);
   /* every producer's writes and pushes of this message (only those whose
    * pieces reach this rank matter; waiting for all P keeps it simple and
    * costs nothing on the device) */
-  for (int p = 0; ch->use_events && p < ch->P; p++)
-    if (!ch->backend->stream_wait_event (rank->stream, s->ev_commit[p], error)) {
-      g_prefix_error (error, "channel %s: receive: ", ch->name);
-      return FALSE;
-    }
+  if (!wait_events (ch, rank, s->ev_commit, ch->P, "receive", error))
+    return FALSE;
 
   guint64 bytes[LB_TRANSPORT_COUNT] = { 0 };
   guint copies[LB_TRANSPORT_COUNT] = { 0 };
@@ -1038,17 +1076,12 @@ lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
   if (!lock_uncancelled (ch, rank, FALSE, "ack", error))
     return FALSE;
   int q = rank->rank;
-  if (ch->ack_seq[q] >= ch->recv_seq[q]) {
-    g_mutex_unlock (&ch->lock);
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "channel %s: consumer rank %d acks with nothing received", ch->name, q);
-    return FALSE;
-  }
+  if (ch->ack_seq[q] >= ch->recv_seq[q])
+    return unlock_misuse (ch, error,
+        "consumer rank %d acks with nothing received", q);
   Slot *s = &ch->slots[ch->ack_seq[q] % ch->n_slots];
-  if (ch->use_events &&
-      !ch->backend->event_record (rank->stream, s->ev_ack[q], error)) {
+  if (!record_event (ch, rank, s->ev_ack, q, "ack", error)) {
     g_mutex_unlock (&ch->lock);
-    g_prefix_error (error, "channel %s: ack: ", ch->name);
     return FALSE;
   }
   ch->ack_seq[q]++;
@@ -1064,6 +1097,20 @@ lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
 
 /* ---- cancellation ---- */
 
+/* Enters (counting a cancel) or leaves the cancelled state; either way the
+ * slots go back to the pool and every waiter wakes up. */
+static void
+set_cancelled (LbChannel * ch, gboolean cancelled)
+{
+  g_mutex_lock (&ch->lock);
+  if (cancelled && !ch->cancelled)
+    ch->stats.cancels++;
+  ch->cancelled = cancelled;
+  slots_recycle_locked (ch);
+  g_cond_broadcast (&ch->cond);
+  g_mutex_unlock (&ch->lock);
+}
+
 /**
  * lb_channel_cancel:
  * @channel: a channel
@@ -1077,13 +1124,7 @@ lb_channel_ack (LbChannel * channel, LbRank * rank, GError ** error)
 void
 lb_channel_cancel (LbChannel * channel)
 {
-  g_mutex_lock (&channel->lock);
-  if (!channel->cancelled)
-    channel->stats.cancels++;
-  channel->cancelled = TRUE;
-  slots_recycle_locked (channel);
-  g_cond_broadcast (&channel->cond);
-  g_mutex_unlock (&channel->lock);
+  set_cancelled (channel, TRUE);
 }
 
 /**
@@ -1103,11 +1144,7 @@ gboolean
 lb_channel_reset (LbChannel * channel, GError ** error)
 {
   streams_idle (channel);
-  g_mutex_lock (&channel->lock);
-  channel->cancelled = FALSE;
-  slots_recycle_locked (channel);
-  g_cond_broadcast (&channel->cond);
-  g_mutex_unlock (&channel->lock);
+  set_cancelled (channel, FALSE);
   return TRUE;
 }
 

@@ -222,18 +222,12 @@ barrier_wait (LocalComm * c, LbRank * rank, const char *what, GError ** error)
 
 /* ---- byte movement and reductions ---- */
 
+/* One copy of @bytes on the rank's stream. */
 static gboolean
 move (LocalComm * c, LbRank * rank, void *dst, const void *src, gsize bytes,
     GError ** error)
 {
-  if (bytes == 0 || dst == src)
-    return TRUE;
-  if (c->host) {
-    memcpy (dst, src, bytes);
-    return TRUE;
-  }
-  return rank->backend->copy (rank->stream, dst, src, bytes,
-      LB_COPY_DEVICE_TO_DEVICE, error);
+  return lb_comm_copy (rank, rank->stream, c->host, dst, src, bytes, error);
 }
 
 static gboolean
@@ -630,14 +624,23 @@ record_p2p (LocalComm * c, LbRank * rank, const LocalP2P * m, GError ** error)
 
 /* ---- the class ---- */
 
+/* Records an operation of @kind that needs no more than its buffers and a
+ * count. */
+static gboolean
+record_plain (gpointer state, LbRank * rank, OpKind kind, LbDType dtype,
+    const void *send, void *recv, gsize count, GError ** error)
+{
+  LocalOp op = {.kind = kind,.dtype = dtype,.send = send,.recv = recv,
+    .count = count
+  };
+  return record_op (state, rank, &op, error);
+}
+
 static gboolean
 local_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  LocalOp op = {.kind = OP_A2A,.dtype = dtype,.send = send,.recv = recv,
-    .count = count
-  };
-  return record_op (state, rank, &op, error);
+  return record_plain (state, rank, OP_A2A, dtype, send, recv, count, error);
 }
 
 static gboolean
@@ -657,10 +660,7 @@ static gboolean
 local_all_gather (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  LocalOp op = {.kind = OP_AG,.dtype = dtype,.send = send,.recv = recv,
-    .count = count
-  };
-  return record_op (state, rank, &op, error);
+  return record_plain (state, rank, OP_AG, dtype, send, recv, count, error);
 }
 
 static gboolean
@@ -679,20 +679,15 @@ local_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize recv_count, LbReduceOp rop,
     GError ** error)
 {
-  LocalOp op = {.kind = OP_RS,.dtype = dtype,.send = send,.recv = recv,
-    .count = recv_count
-  };
-  return record_op (state, rank, &op, error);
+  return record_plain (state, rank, OP_RS, dtype, send, recv, recv_count,
+      error);
 }
 
 static gboolean
 local_all_reduce (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, LbReduceOp rop, GError ** error)
 {
-  LocalOp op = {.kind = OP_AR,.dtype = dtype,.send = send,.recv = recv,
-    .count = count
-  };
-  return record_op (state, rank, &op, error);
+  return record_plain (state, rank, OP_AR, dtype, send, recv, count, error);
 }
 
 static gboolean
@@ -768,23 +763,7 @@ local_synchronize (gpointer state, LbRank * rank, GError ** error)
 
 static const LbCollectivesClass local_class = {
   .name = "local",
-  .create = local_create,
-  .destroy = local_destroy,
-  .reset = local_reset,
-  .abort = local_abort,
-  .all_to_all = local_all_to_all,
-  .all_to_all_v = local_all_to_all_v,
-  .all_gather = local_all_gather,
-  .all_gather_v = local_all_gather_v,
-  .reduce_scatter = local_reduce_scatter,
-  .all_reduce = local_all_reduce,
-  .broadcast = local_broadcast,
-  .send = local_send,
-  .recv = local_recv,
-  .barrier = local_barrier,
-  .group_start = local_group_start,
-  .group_end = local_group_end,
-  .synchronize = local_synchronize,
+  LB_COLLECTIVES_OPS (local),
 };
 
 /**

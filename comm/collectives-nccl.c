@@ -17,7 +17,8 @@
  * with lb_backend_get_proc() and registers it for CUDA worker groups.
  * The module's own code never calls it: comm/ sits above kernels/.
  */
-#include "comm/collectives.h"
+#include "comm/comm-private.h"
+#include "kernels/cuda/cuda-internal.h"
 
 #include <cuda_runtime.h>
 #include <gmodule.h>
@@ -134,23 +135,19 @@ typedef struct
   int *depth;                   /* ncclGroupStart nesting per rank thread */
 } NcclState;
 
-static gboolean
-nccl_check (ncclResult_t r, LbRank * rank, const char *what, GError ** error)
+static inline gboolean
+nccl_ok (ncclResult_t r)
 {
-  if (r == ncclSuccess || r == ncclInProgress)
-    return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "nccl %s%s%d: %s", what,
-      rank ? " on rank " : "", rank ? rank->rank : 0, ncclGetErrorString (r));
-  return FALSE;
+  return r == ncclSuccess || r == ncclInProgress;
 }
 
 static gboolean
-cuda_check (cudaError_t e, const char *what, GError ** error)
+nccl_check (ncclResult_t r, LbRank * rank, const char *what, GError ** error)
 {
-  if (e == cudaSuccess)
+  if (nccl_ok (r))
     return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cuda %s: %s", what,
-      cudaGetErrorString (e));
+  g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "nccl %s%s%d: %s", what,
+      rank ? " on rank " : "", rank ? rank->rank : 0, ncclGetErrorString (r));
   return FALSE;
 }
 
@@ -193,6 +190,12 @@ stream_of (LbRank * rank)
       rank->stream)->native;
 }
 
+static inline ncclComm_t
+comm_of (NcclState * st, LbRank * rank)
+{
+  return st->comms[rank->rank];
+}
+
 /* Closes the groups this rank opened, so that NCCL's per-thread group
  * state stays balanced when a grouped operation fails half way. */
 static void
@@ -212,10 +215,42 @@ prep (NcclState * st, LbRank * rank, GError ** error)
         "nccl: communicator of rank %d was aborted", rank->rank);
     ok = FALSE;
   }
-  ok = ok && cuda_check (cudaSetDevice (rank->device), "set device", error);
+  ok = ok
+      && lb_cuda_check (cudaSetDevice (rank->device), "cuda set device", error);
   if (!ok)
     unwind_groups (st, rank);
   return ok;
+}
+
+/* prep() for an operation on elements of @dtype, and NCCL's type of them. */
+static gboolean
+prep_typed (NcclState * st, LbRank * rank, LbDType dtype, ncclDataType_t * t,
+    GError ** error)
+{
+  return prep (st, rank, error) && nccl_type (dtype, t, error);
+}
+
+/* The outcome of a ncclGroupStart, calls (first failure @r) and
+ * ncclGroupEnd (@end) for the collective @what. */
+static gboolean
+check_grouped (ncclResult_t r, ncclResult_t end, LbRank * rank,
+    const char *what, GError ** error)
+{
+  if (!nccl_check (r, rank, what, error))
+    return FALSE;
+  if (nccl_ok (end))
+    return TRUE;
+  g_autofree char *what_end = g_strconcat (what, " (group end)", NULL);
+  return nccl_check (end, rank, what_end, error);
+}
+
+/* Aborts this rank's communicator (from its own thread); reset re-creates
+ * it. */
+static void
+abort_comm (NcclState * st, LbRank * rank)
+{
+  ncclCommAbort (comm_of (st, rank));
+  st->comm_dead[rank->rank] = TRUE;
 }
 
 static gboolean
@@ -268,9 +303,9 @@ nccl_create (LbWorkerGroup * group, GError ** error)
   gboolean ok = TRUE;
   for (int i = 0; i < st->n && ok; i++) {
     st->devs[i] = lb_worker_group_get_rank (group, i)->device;
-    ok = cuda_check (cudaSetDevice (st->devs[i]), "set device", error) &&
-        cuda_check (cudaMalloc ((void **) &st->barrier_buf[i],
-            sizeof (float)), "barrier buffer", error);
+    ok = lb_cuda_check (cudaSetDevice (st->devs[i]), "cuda set device", error)
+        && lb_cuda_check (cudaMalloc ((void **) &st->barrier_buf[i],
+            sizeof (float)), "cuda barrier buffer", error);
   }
   cudaSetDevice (prev);
   if (ok && !init_comms (st, error)) {
@@ -316,28 +351,24 @@ nccl_synchronize (gpointer state, LbRank * rank, GError ** error)
     return prep (st, rank, error);
   gint64 deadline = lb_rank_deadline (rank);
   cudaStream_t s = stream_of (rank);
-  ncclComm_t comm = st->comms[rank->rank];
   for (guint spin = 0;; spin++) {
     cudaError_t e = cudaStreamQuery (s);
     if (e == cudaSuccess)
       return TRUE;
     if (e != cudaErrorNotReady)
-      return cuda_check (e, "stream", error);
+      return lb_cuda_check (e, "cuda stream", error);
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError (comm, &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort (comm);
-      st->comm_dead[rank->rank] = TRUE;
+    ncclCommGetAsyncError (comm_of (st, rank), &async);
+    if (!nccl_ok (async)) {
+      abort_comm (st, rank);
       return nccl_check (async, rank, "async error", error);
     }
     if (lb_worker_group_is_aborted (rank->group)) {
-      ncclCommAbort (comm);
-      st->comm_dead[rank->rank] = TRUE;
+      abort_comm (st, rank);
       return lb_rank_check_abort (rank, error);
     }
     if (g_get_monotonic_time () > deadline) {
-      ncclCommAbort (comm);
-      st->comm_dead[rank->rank] = TRUE;
+      abort_comm (st, rank);
       g_set_error (error, LB_ERROR, LB_ERROR_TIMEOUT,
           "nccl: rank %d: collectives not complete within %u ms",
           rank->rank, lb_worker_group_get_timeout_ms (rank->group));
@@ -356,10 +387,10 @@ nccl_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
 {
   NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+  if (!prep_typed (st, rank, dtype, &t, error))
     return FALSE;
   gsize es = lb_dtype_size (dtype);
-  ncclComm_t comm = st->comms[rank->rank];
+  ncclComm_t comm = comm_of (st, rank);
   cudaStream_t s = stream_of (rank);
   ncclResult_t r = ncclGroupStart ();
   for (int p = 0; p < st->n && r == ncclSuccess; p++) {
@@ -370,45 +401,32 @@ nccl_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
       r = ncclRecv ((char *) recv + recv_displs[p] * es, recv_counts[p], t,
           p, comm, s);
   }
-  ncclResult_t r2 = ncclGroupEnd ();
-  return nccl_check (r, rank, "all_to_all", error) &&
-      nccl_check (r2, rank, "all_to_all (group end)", error);
+  return check_grouped (r, ncclGroupEnd (), rank, "all_to_all", error);
 }
 
+/* The all-to-all-v of equal blocks of @count elements. */
 static gboolean
 nccl_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
   NcclState *st = state;
-  ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  gsize es = lb_dtype_size (dtype);
-  ncclComm_t comm = st->comms[rank->rank];
-  cudaStream_t s = stream_of (rank);
-  ncclResult_t r = ncclGroupStart ();
-  for (int p = 0; p < st->n && r == ncclSuccess && count > 0; p++) {
-    r = ncclSend ((const char *) send + (gsize) p * count * es, count, t, p,
-        comm, s);
-    if (r == ncclSuccess)
-      r = ncclRecv ((char *) recv + (gsize) p * count * es, count, t, p,
-          comm, s);
+  gsize *cnt = g_newa (gsize, 2 * st->n);
+  for (int p = 0; p < st->n; p++) {
+    cnt[p] = count;
+    cnt[st->n + p] = (gsize) p *count;
   }
-  ncclResult_t r2 = ncclGroupEnd ();
-  return nccl_check (r, rank, "all_to_all", error) &&
-      nccl_check (r2, rank, "all_to_all (group end)", error);
+  return nccl_all_to_all_v (state, rank, dtype, send, cnt, cnt + st->n, recv,
+      cnt, cnt + st->n, error);
 }
 
 static gboolean
 nccl_all_gather (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclAllGather (send, recv, count, t,
-          st->comms[rank->rank], stream_of (rank)), rank, "all_gather", error);
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclAllGather (send, recv, count, t, comm_of (state, rank),
+          stream_of (rank)), rank, "all_gather", error);
 }
 
 static gboolean
@@ -418,7 +436,7 @@ nccl_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
 {
   NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
+  if (!prep_typed (st, rank, dtype, &t, error))
     return FALSE;
   gsize es = lb_dtype_size (dtype);
   ncclResult_t r = ncclGroupStart ();
@@ -427,11 +445,9 @@ nccl_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
       continue;
     r = ncclBroadcast (p == rank->rank ? send : NULL,
         (char *) recv + recv_displs[p] * es, recv_counts[p], t, p,
-        st->comms[rank->rank], stream_of (rank));
+        comm_of (st, rank), stream_of (rank));
   }
-  ncclResult_t r2 = ncclGroupEnd ();
-  return nccl_check (r, rank, "all_gather_v", error) &&
-      nccl_check (r2, rank, "all_gather_v (group end)", error);
+  return check_grouped (r, ncclGroupEnd (), rank, "all_gather_v", error);
 }
 
 static gboolean
@@ -439,12 +455,10 @@ nccl_reduce_scatter (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize recv_count, LbReduceOp op,
     GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclReduceScatter (send, recv, recv_count, t, ncclSum,
-          st->comms[rank->rank], stream_of (rank)), rank, "reduce_scatter",
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclReduceScatter (send, recv, recv_count, t, ncclSum,
+          comm_of (state, rank), stream_of (rank)), rank, "reduce_scatter",
       error);
 }
 
@@ -452,35 +466,29 @@ static gboolean
 nccl_all_reduce (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, LbReduceOp op, GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclAllReduce (send, recv, count, t, ncclSum,
-          st->comms[rank->rank], stream_of (rank)), rank, "all_reduce", error);
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclAllReduce (send, recv, count, t, ncclSum, comm_of (state,
+              rank), stream_of (rank)), rank, "all_reduce", error);
 }
 
 static gboolean
 nccl_broadcast (gpointer state, LbRank * rank, LbDType dtype, void *buf,
     gsize count, int root, GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclBroadcast (buf, buf, count, t, root,
-          st->comms[rank->rank], stream_of (rank)), rank, "broadcast", error);
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclBroadcast (buf, buf, count, t, root, comm_of (state,
+              rank), stream_of (rank)), rank, "broadcast", error);
 }
 
 static gboolean
 nccl_send (gpointer state, LbRank * rank, LbDType dtype, const void *buf,
     gsize count, int peer, GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclSend (buf, count, t, peer, st->comms[rank->rank],
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclSend (buf, count, t, peer, comm_of (state, rank),
           stream_of (rank)), rank, "send", error);
 }
 
@@ -488,11 +496,9 @@ static gboolean
 nccl_recv (gpointer state, LbRank * rank, LbDType dtype, void *buf,
     gsize count, int peer, GError ** error)
 {
-  NcclState *st = state;
   ncclDataType_t t;
-  if (!prep (st, rank, error) || !nccl_type (dtype, &t, error))
-    return FALSE;
-  return nccl_check (ncclRecv (buf, count, t, peer, st->comms[rank->rank],
+  return prep_typed (state, rank, dtype, &t, error) &&
+      nccl_check (ncclRecv (buf, count, t, peer, comm_of (state, rank),
           stream_of (rank)), rank, "recv", error);
 }
 
@@ -504,7 +510,7 @@ nccl_barrier (gpointer state, LbRank * rank, GError ** error)
     return FALSE;
   float *b = st->barrier_buf[rank->rank];
   if (!nccl_check (ncclAllReduce (b, b, 1, ncclFloat32, ncclSum,
-              st->comms[rank->rank], stream_of (rank)), rank, "barrier", error))
+              comm_of (st, rank), stream_of (rank)), rank, "barrier", error))
     return FALSE;
   return nccl_synchronize (state, rank, error);
 }
@@ -544,23 +550,7 @@ nccl_group_end (gpointer state, LbRank * rank, GError ** error)
 
 static const LbCollectivesClass nccl_class = {
   .name = "nccl",
-  .create = nccl_create,
-  .destroy = nccl_destroy,
-  .reset = nccl_reset,
-  .abort = nccl_abort,
-  .all_to_all = nccl_all_to_all,
-  .all_to_all_v = nccl_all_to_all_v,
-  .all_gather = nccl_all_gather,
-  .all_gather_v = nccl_all_gather_v,
-  .reduce_scatter = nccl_reduce_scatter,
-  .all_reduce = nccl_all_reduce,
-  .broadcast = nccl_broadcast,
-  .send = nccl_send,
-  .recv = nccl_recv,
-  .barrier = nccl_barrier,
-  .group_start = nccl_group_start,
-  .group_end = nccl_group_end,
-  .synchronize = nccl_synchronize,
+  LB_COLLECTIVES_OPS (nccl),
   .stream_ordered = TRUE,
 };
 

@@ -25,8 +25,6 @@
  */
 #include "comm/comm-private.h"
 
-#include <string.h>
-
 typedef struct
 {
   LbWorkerGroup *group;
@@ -75,15 +73,8 @@ static gboolean
 move (SoloComm * c, LbRank * rank, void *dst, const void *src, gsize bytes,
     GError ** error)
 {
-  if (bytes == 0 || dst == src)
-    return TRUE;
-  if (c->host) {
-    memcpy (dst, src, bytes);
-    return TRUE;
-  }
-  LbStream *s = rank->comm_stream ? rank->comm_stream : rank->stream;
-  return rank->backend->copy (s, dst, src, bytes, LB_COPY_DEVICE_TO_DEVICE,
-      error);
+  return lb_comm_copy (rank, rank->comm_stream ? rank->comm_stream :
+      rank->stream, c->host, dst, src, bytes, error);
 }
 
 /* Fills @bytes of a peer's receive slot from @src (@src_bytes long),
@@ -140,30 +131,6 @@ solo_all_to_all_v (gpointer state, LbRank * rank, LbDType dtype,
   return TRUE;
 }
 
-/* @count for each of @n ranks, then the displacements j * @count: the
- * counts and displacements arrays of an all-to-all or all-gather of equal
- * parts (g_free() it). */
-static gsize *
-uniform_counts (int n, gsize count)
-{
-  gsize *cnt = g_new (gsize, 2 * n);
-  for (int j = 0; j < n; j++) {
-    cnt[j] = count;
-    cnt[n + j] = (gsize) j *count;
-  }
-  return cnt;
-}
-
-static gboolean
-solo_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
-    const void *send, void *recv, gsize count, GError ** error)
-{
-  const int n = rank->n_ranks;
-  g_autofree gsize *cnt = uniform_counts (n, count);
-  return solo_all_to_all_v (state, rank, dtype, send, cnt, cnt + n, recv,
-      cnt, cnt + n, error);
-}
-
 static gboolean
 solo_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, gsize send_count, void *recv, const gsize * rc,
@@ -181,14 +148,37 @@ solo_all_gather_v (gpointer state, LbRank * rank, LbDType dtype,
   return TRUE;
 }
 
+/* An all-to-all (@gather FALSE) or all-gather of @count elements per
+ * rank: the _v variant with counts @count and displacements j * @count. */
+static gboolean
+solo_uniform (gpointer state, LbRank * rank, LbDType dtype, const void *send,
+    void *recv, gsize count, gboolean gather, GError ** error)
+{
+  const int n = rank->n_ranks;
+  g_autofree gsize *cnt = g_new (gsize, 2 * n);
+  for (int j = 0; j < n; j++) {
+    cnt[j] = count;
+    cnt[n + j] = (gsize) j *count;
+  }
+  if (gather)
+    return solo_all_gather_v (state, rank, dtype, send, count, recv, cnt,
+        cnt + n, error);
+  return solo_all_to_all_v (state, rank, dtype, send, cnt, cnt + n, recv,
+      cnt, cnt + n, error);
+}
+
+static gboolean
+solo_all_to_all (gpointer state, LbRank * rank, LbDType dtype,
+    const void *send, void *recv, gsize count, GError ** error)
+{
+  return solo_uniform (state, rank, dtype, send, recv, count, FALSE, error);
+}
+
 static gboolean
 solo_all_gather (gpointer state, LbRank * rank, LbDType dtype,
     const void *send, void *recv, gsize count, GError ** error)
 {
-  const int n = rank->n_ranks;
-  g_autofree gsize *cnt = uniform_counts (n, count);
-  return solo_all_gather_v (state, rank, dtype, send, count, recv, cnt,
-      cnt + n, error);
+  return solo_uniform (state, rank, dtype, send, recv, count, TRUE, error);
 }
 
 static gboolean
@@ -288,23 +278,7 @@ solo_synchronize (gpointer state, LbRank * rank, GError ** error)
 
 static const LbCollectivesClass solo_class = {
   .name = "solo",
-  .create = solo_create,
-  .destroy = solo_destroy,
-  .reset = solo_reset,
-  .abort = solo_abort,
-  .all_to_all = solo_all_to_all,
-  .all_to_all_v = solo_all_to_all_v,
-  .all_gather = solo_all_gather,
-  .all_gather_v = solo_all_gather_v,
-  .reduce_scatter = solo_reduce_scatter,
-  .all_reduce = solo_all_reduce,
-  .broadcast = solo_broadcast,
-  .send = solo_send,
-  .recv = solo_recv,
-  .barrier = solo_barrier,
-  .group_start = solo_group_start,
-  .group_end = solo_group_end,
-  .synchronize = solo_synchronize,
+  LB_COLLECTIVES_OPS (solo),
   .stream_ordered = TRUE,
 };
 

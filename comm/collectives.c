@@ -3,6 +3,8 @@
  */
 #include "comm/comm-private.h"
 
+#include <string.h>
+
 static GMutex registry_lock;
 static const LbCollectivesClass *registry[2];
 
@@ -42,6 +44,35 @@ lb_collectives_lookup (LbDeviceType device_type)
     k = registry[device_type];
   g_mutex_unlock (&registry_lock);
   return k ? k : lb_local_collectives ();
+}
+
+/**
+ * lb_comm_copy:
+ * @rank: the calling rank (its backend copies)
+ * @stream: where the copy is enqueued when not @host
+ * @host: the ranks' memory is host memory: memcpy
+ * @dst: destination
+ * @src: source
+ * @bytes: bytes to copy; nothing to do for 0 or when @dst is @src
+ * @error: the backend's copy error
+ *
+ * The byte movement of the local and solo collectives: a memcpy on the
+ * CPU backend, else the backend's device-to-device copy on @stream.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_comm_copy (LbRank * rank, LbStream * stream, gboolean host, void *dst,
+    const void *src, gsize bytes, GError ** error)
+{
+  if (bytes == 0 || dst == src)
+    return TRUE;
+  if (host) {
+    memcpy (dst, src, bytes);
+    return TRUE;
+  }
+  return rank->backend->copy (stream, dst, src, bytes,
+      LB_COPY_DEVICE_TO_DEVICE, error);
 }
 
 static inline const LbCollectivesClass *
@@ -110,6 +141,22 @@ check_rank (LbRank * rank, int r, const char *what, GError ** error)
   if (r < 0 || r >= rank->n_ranks) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "%s: rank %d is outside 0..%d", what, r, rank->n_ranks - 1);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* check_rank(), and @peer must not be the calling rank, which cannot
+ * @verb ("send to") itself. */
+static gboolean
+check_peer (LbRank * rank, int peer, const char *what, const char *verb,
+    GError ** error)
+{
+  if (!check_rank (rank, peer, what, error))
+    return FALSE;
+  if (peer == rank->rank) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "%s: rank %d cannot %s itself", what, peer, verb);
     return FALSE;
   }
   return TRUE;
@@ -318,13 +365,8 @@ lb_comm_send (LbRank * rank, LbDType dtype, const void *buf, gsize count,
     int peer, GError ** error)
 {
   if (!check_dtype (dtype, FALSE, 0, error) ||
-      !check_rank (rank, peer, "send", error))
+      !check_peer (rank, peer, "send", "send to", error))
     return FALSE;
-  if (peer == rank->rank) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "send: rank %d cannot send to itself", peer);
-    return FALSE;
-  }
   return klass_of (rank)->send (state_of (rank), rank, dtype, buf, count,
       peer, error);
 }
@@ -347,13 +389,8 @@ lb_comm_recv (LbRank * rank, LbDType dtype, void *buf, gsize count, int peer,
     GError ** error)
 {
   if (!check_dtype (dtype, FALSE, 0, error) ||
-      !check_rank (rank, peer, "recv", error))
+      !check_peer (rank, peer, "recv", "receive from", error))
     return FALSE;
-  if (peer == rank->rank) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "recv: rank %d cannot receive from itself", peer);
-    return FALSE;
-  }
   return klass_of (rank)->recv (state_of (rank), rank, dtype, buf, count,
       peer, error);
 }

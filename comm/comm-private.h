@@ -28,4 +28,29 @@ const LbCollectivesClass *lb_local_collectives (void);
 gboolean lb_comm_set_timeout_error (LbRank * rank, const char *what,
     GError ** error);
 
+gboolean lb_comm_copy (LbRank * rank, LbStream * stream, gboolean host,
+    void *dst, const void *src, gsize bytes, GError ** error);
+
+/* The operation members of an LbCollectivesClass whose functions are named
+ * prefix_create, prefix_destroy, ... prefix_synchronize, as every class in
+ * comm/ names them: { .name = "x", LB_COLLECTIVES_OPS (x), ... }. */
+#define LB_COLLECTIVES_OPS(prefix) \
+  .create = prefix##_create, \
+  .destroy = prefix##_destroy, \
+  .reset = prefix##_reset, \
+  .abort = prefix##_abort, \
+  .all_to_all = prefix##_all_to_all, \
+  .all_to_all_v = prefix##_all_to_all_v, \
+  .all_gather = prefix##_all_gather, \
+  .all_gather_v = prefix##_all_gather_v, \
+  .reduce_scatter = prefix##_reduce_scatter, \
+  .all_reduce = prefix##_all_reduce, \
+  .broadcast = prefix##_broadcast, \
+  .send = prefix##_send, \
+  .recv = prefix##_recv, \
+  .barrier = prefix##_barrier, \
+  .group_start = prefix##_group_start, \
+  .group_end = prefix##_group_end, \
+  .synchronize = prefix##_synchronize
+
 G_END_DECLS

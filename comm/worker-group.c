@@ -41,9 +41,9 @@ typedef struct
   gpointer data;
 } AbortNotify;
 
+/* Allocated with g_atomic_rc_box_new0(): the box counts the references. */
 struct _LbWorkerGroup
 {
-  gint ref_count;
   char *name;
   LbBackend *backend;
   int n;
@@ -286,8 +286,7 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
   if (options == NULL)
     options = &defaults;
 
-  LbWorkerGroup *g = g_new0 (LbWorkerGroup, 1);
-  g->ref_count = 1;
+  LbWorkerGroup *g = g_atomic_rc_box_new0 (LbWorkerGroup);
   g->name = g_strdup (options->name ? options->name : "group");
   g->backend = backend;
   g->n = n_ranks;
@@ -365,8 +364,7 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
 LbWorkerGroup *
 lb_worker_group_ref (LbWorkerGroup * group)
 {
-  g_atomic_int_inc (&group->ref_count);
-  return group;
+  return g_atomic_rc_box_acquire (group);
 }
 
 /**
@@ -405,18 +403,12 @@ lb_worker_group_shutdown (LbWorkerGroup * group)
   g_mutex_unlock (&group->lock);
 }
 
-/**
- * lb_worker_group_unref:
- * @group: (transfer full) (nullable): a group
- *
- * Drops a reference; the last one shuts the group down and frees it.
- * Every channel made on the group holds a reference.
- */
-void
-lb_worker_group_unref (LbWorkerGroup * group)
+/* The last reference is gone: shuts the group down and frees what it
+ * holds (g_atomic_rc_box_release_full() frees the box). */
+static void
+group_clear (gpointer data)
 {
-  if (group == NULL || !g_atomic_int_dec_and_test (&group->ref_count))
-    return;
+  LbWorkerGroup *group = data;
   lb_worker_group_shutdown (group);
   if (group->comm != NULL)
     group->klass->destroy (group->comm);
@@ -428,7 +420,20 @@ lb_worker_group_unref (LbWorkerGroup * group)
   g_mutex_clear (&group->lock);
   g_free (group->ranks);
   g_free (group->name);
-  g_free (group);
+}
+
+/**
+ * lb_worker_group_unref:
+ * @group: (transfer full) (nullable): a group
+ *
+ * Drops a reference; the last one shuts the group down and frees it.
+ * Every channel made on the group holds a reference.
+ */
+void
+lb_worker_group_unref (LbWorkerGroup * group)
+{
+  if (group != NULL)
+    g_atomic_rc_box_release_full (group, group_clear);
 }
 
 /**
