@@ -129,6 +129,12 @@ struct _GstLingbotVaeDec
   guint64 frames_pushed;        /* object lock */
 };
 
+/* the properties kept in plain fields (gst_lingbot_property_set());
+ * model-path and devices are the holder's */
+static const GstLingbotProperty dec_properties[] = {
+  {PROP_SUMMARY_INTERVAL, G_STRUCT_OFFSET (GstLingbotVaeDec, summary_interval)},
+};
+
 #define gst_lingbot_vae_dec_parent_class parent_class
 G_DEFINE_TYPE (GstLingbotVaeDec, gst_lingbot_vae_dec, GST_TYPE_ELEMENT);
 GST_ELEMENT_REGISTER_DEFINE (lingbotvaedec, "lingbotvaedec", GST_RANK_NONE,
@@ -1243,18 +1249,10 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_set_property (&self->holder, pspec, value);
-      break;
-    case PROP_SUMMARY_INTERVAL:
-      self->summary_interval = g_value_get_uint (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!gst_lingbot_world_holder_set_property (&self->holder, pspec, value)
+      && !gst_lingbot_property_set (self, dec_properties,
+          G_N_ELEMENTS (dec_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -1265,22 +1263,13 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_get_property (&self->holder, pspec, value);
-      break;
-    case PROP_SUMMARY_INTERVAL:
-      g_value_set_uint (value, self->summary_interval);
-      break;
-    case PROP_STATS:
-      g_value_take_boxed (value, summary_structure_unlocked (self,
-              "lingbot-stats"));
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (prop_id == PROP_STATS)
+    g_value_take_boxed (value, summary_structure_unlocked (self,
+            "lingbot-stats"));
+  else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
+          value) && !gst_lingbot_property_get (self, dec_properties,
+          G_N_ELEMENTS (dec_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -1383,7 +1372,8 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   gst_lingbot_world_holder_init (&self->holder, GST_ELEMENT (self),
       DEFAULT_MODEL_PATH, DEFAULT_DEVICES, TRUE);
-  self->summary_interval = DEFAULT_SUMMARY_INTERVAL;
+  gst_lingbot_properties_init (self, dec_properties,
+      G_N_ELEMENTS (dec_properties));
   self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);
