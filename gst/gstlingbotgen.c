@@ -1774,15 +1774,6 @@ gst_lingbot_gen_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
   return gst_pad_query_default (pad, parent, query);
 }
 
-static gboolean
-gst_lingbot_gen_query (GstElement * element, GstQuery * query)
-{
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
-    return gst_lingbot_gen_src_query (GST_LINGBOT_GEN (element)->srcpad,
-        GST_OBJECT (element), query);
-  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
-}
-
 static void
 gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
 {
@@ -2218,8 +2209,9 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   element_class->change_state = gst_lingbot_gen_change_state;
   element_class->request_new_pad = gst_lingbot_gen_request_new_pad;
   element_class->release_pad = gst_lingbot_gen_release_pad;
+  /* a query on the element (CONTEXT): GstElement's default hands it to
+   * the src pad, gst_lingbot_gen_src_query() */
   element_class->set_context = gst_lingbot_gen_set_context;
-  element_class->query = gst_lingbot_gen_query;
   element_class->send_event = gst_lingbot_gen_send_event;
 }
 

@@ -1193,15 +1193,6 @@ gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
   return gst_pad_query_default (pad, parent, query);
 }
 
-static gboolean
-gst_lingbot_vae_dec_query (GstElement * element, GstQuery * query)
-{
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
-    return gst_lingbot_vae_dec_pad_query (GST_LINGBOT_VAE_DEC (element)->srcpad,
-        GST_OBJECT (element), query);
-  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
-}
-
 static void
 gst_lingbot_vae_dec_set_context (GstElement * element, GstContext * context)
 {
@@ -1350,8 +1341,9 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
       "lingbot-gst developers");
 
   element_class->change_state = gst_lingbot_vae_dec_change_state;
+  /* a query on the element (CONTEXT): GstElement's default hands it to
+   * the src pad, gst_lingbot_vae_dec_pad_query() */
   element_class->set_context = gst_lingbot_vae_dec_set_context;
-  element_class->query = gst_lingbot_vae_dec_query;
 }
 
 static void
