@@ -122,14 +122,15 @@ record_new (GstLingbotControlRecordType type, guint keys, guint held,
 {
   GstBuffer *buf = gst_buffer_new_allocate (NULL,
       sizeof (GstLingbotControlRecord) + payload_size, NULL);
-  GstLingbotControlRecord rec = { 0 };
+  const GstLingbotControlRecord rec = {
+    .magic = GST_LINGBOT_CONTROL_MAGIC,
+    .type = type,
+    .keys = keys,
+    .held = held,
+    .time_ns = pts,
+    .payload_size = payload_size,
+  };
 
-  rec.magic = GST_LINGBOT_CONTROL_MAGIC;
-  rec.type = type;
-  rec.keys = keys;
-  rec.held = held;
-  rec.time_ns = pts;
-  rec.payload_size = payload_size;
   gst_buffer_fill (buf, 0, &rec, sizeof (rec));
   GST_BUFFER_PTS (buf) = pts;
   return buf;
@@ -405,27 +406,30 @@ gst_lingbot_control_src_get_caps (GstBaseSrc * src, GstCaps * filter)
   return caps;
 }
 
+/* unlock (TRUE) wakes create() to return FLUSHING; unlock_stop (FALSE)
+ * lets it wait again */
 static gboolean
-gst_lingbot_control_src_unlock (GstBaseSrc * src)
+set_flushing (GstBaseSrc * src, gboolean flushing)
 {
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
 
   g_mutex_lock (&self->lock);
-  self->flushing = TRUE;
+  self->flushing = flushing;
   g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
   return TRUE;
 }
 
 static gboolean
+gst_lingbot_control_src_unlock (GstBaseSrc * src)
+{
+  return set_flushing (src, TRUE);
+}
+
+static gboolean
 gst_lingbot_control_src_unlock_stop (GstBaseSrc * src)
 {
-  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
-
-  g_mutex_lock (&self->lock);
-  self->flushing = FALSE;
-  g_mutex_unlock (&self->lock);
-  return TRUE;
+  return set_flushing (src, FALSE);
 }
 
 /* the monotonic time at which the pipeline clock reads base + t */

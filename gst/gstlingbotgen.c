@@ -694,10 +694,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
     gst_caps_unref (any);
   }
   gst_clear_caps (&peer);
-  out->width = width;
-  out->height = height;
-  out->fps_n = fr_n;
-  out->fps_d = fr_d;
+  *out = (OutputFormat) { width, height, fr_n, fr_d };
   return ok;
 }
 
