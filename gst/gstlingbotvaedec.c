@@ -600,6 +600,32 @@ decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
   GST_DEBUG_OBJECT (self, "decode: %s", gst_flow_get_name (ret));
 }
 
+/* A task takes the head of @queue (qlock held, the queue not empty): a
+ * buffer counts off @buffers, @busy stays set until item_done(); returns
+ * with qlock released. */
+static GstMiniObject *
+item_take_unlock (GstLingbotVaeDec * self, GQueue * queue, guint * buffers,
+    gboolean * busy)
+{
+  GstMiniObject *item = g_queue_pop_head (queue);
+
+  if (GST_IS_BUFFER (item))
+    (*buffers)--;
+  *busy = TRUE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  return item;
+}
+
+/* The task is done with its item: returns with qlock held. */
+static void
+item_done_lock (GstLingbotVaeDec * self, gboolean * busy)
+{
+  g_mutex_lock (&self->qlock);
+  *busy = FALSE;
+  g_cond_broadcast (&self->qcond);
+}
+
 /* The decode thread: chunks and serialized events in order, into the
  * output queue; idle while flushing, until stopped. */
 static gpointer
@@ -615,16 +641,10 @@ decode_thread_func (gpointer data)
       g_cond_wait (&self->qcond, &self->qlock);
       continue;
     }
-    item = g_queue_pop_head (&self->queue);
-    if (GST_IS_BUFFER (item))
-      self->queued_buffers--;
-    self->decode_busy = TRUE;
-    g_cond_broadcast (&self->qcond);
-    g_mutex_unlock (&self->qlock);
+    item = item_take_unlock (self, &self->queue, &self->queued_buffers,
+        &self->decode_busy);
     decode_item (self, item);
-    g_mutex_lock (&self->qlock);
-    self->decode_busy = FALSE;
-    g_cond_broadcast (&self->qcond);
+    item_done_lock (self, &self->decode_busy);
   }
   g_mutex_unlock (&self->qlock);
   return NULL;
@@ -668,12 +688,8 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
     gst_pad_pause_task (self->srcpad);
     return;
   }
-  item = g_queue_pop_head (&self->out);
-  if (GST_IS_BUFFER (item))
-    self->out_buffers--;
-  self->push_busy = TRUE;
-  g_cond_broadcast (&self->qcond);
-  g_mutex_unlock (&self->qlock);
+  item = item_take_unlock (self, &self->out, &self->out_buffers,
+      &self->push_busy);
 
   if (GST_IS_BUFFER (item)) {
     GstBuffer *buf = GST_BUFFER_CAST (item);
@@ -689,9 +705,7 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
   } else {
     gst_pad_push_event (self->srcpad, GST_EVENT_CAST (item));
   }
-  g_mutex_lock (&self->qlock);
-  self->push_busy = FALSE;
-  g_cond_broadcast (&self->qcond);
+  item_done_lock (self, &self->push_busy);
   if (ret == GST_FLOW_OK) {
     g_mutex_unlock (&self->qlock);
     return;
@@ -807,6 +821,8 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
   for (int i = 0; i < n; i++) {
     GstBuffer *out = NULL;
     GstVideoFrame vf;
+    guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
+    gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
     gboolean ok;
     GstFlowReturn ret;
 
@@ -836,32 +852,24 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
           "cannot map an output frame");
       return GST_FLOW_ERROR;
     }
+    for (guint p = 0; p < GST_VIDEO_FRAME_N_PLANES (&vf); p++) {
+      plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
+      stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+    }
     switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
       case GST_VIDEO_FORMAT_I420:
-        ok = lingbot_vae_frames_to_i420 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 2),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
+        ok = lingbot_vae_frames_to_i420 (frames, i, plane[0], stride[0],
+            plane[1], stride[1], plane[2], stride[2], error);
         break;
       case GST_VIDEO_FORMAT_NV12:
-        ok = lingbot_vae_frames_to_nv12 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1), error);
+        ok = lingbot_vae_frames_to_nv12 (frames, i, plane[0], stride[0],
+            plane[1], stride[1], error);
         break;
       case GST_VIDEO_FORMAT_RGBA:
-        ok = lingbot_vae_frames_to_rgba (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        ok = lingbot_vae_frames_to_rgba (frames, i, plane[0], stride[0], error);
         break;
       default:
-        ok = lingbot_vae_frames_to_rgb8 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        ok = lingbot_vae_frames_to_rgb8 (frames, i, plane[0], stride[0], error);
         break;
     }
     gst_video_frame_unmap (&vf);
