@@ -94,6 +94,19 @@ struct _GstLingbotControlSrc
   GstBuffer *poses;             /* the POSES record still to send */
 };
 
+#define FIELD(id, member) { id, G_STRUCT_OFFSET (GstLingbotControlSrc, member) }
+/* the properties, each in its field (gst_lingbot_property_set()) */
+static const GstLingbotProperty src_properties[] = {
+  FIELD (PROP_LOCATION, location),
+  FIELD (PROP_IS_LIVE, is_live),
+  FIELD (PROP_POSES_LOCATION, poses_location),
+  FIELD (PROP_INTRINSICS_LOCATION, intrinsics_location),
+  FIELD (PROP_INTRINSICS_WIDTH, intrinsics_width),
+  FIELD (PROP_INTRINSICS_HEIGHT, intrinsics_height),
+};
+
+#undef FIELD
+
 #define gst_lingbot_control_src_parent_class parent_class
 G_DEFINE_TYPE (GstLingbotControlSrc, gst_lingbot_control_src,
     GST_TYPE_PUSH_SRC);
@@ -109,14 +122,15 @@ record_new (GstLingbotControlRecordType type, guint keys, guint held,
 {
   GstBuffer *buf = gst_buffer_new_allocate (NULL,
       sizeof (GstLingbotControlRecord) + payload_size, NULL);
-  GstLingbotControlRecord rec = { 0 };
+  const GstLingbotControlRecord rec = {
+    .magic = GST_LINGBOT_CONTROL_MAGIC,
+    .type = type,
+    .keys = keys,
+    .held = held,
+    .time_ns = pts,
+    .payload_size = payload_size,
+  };
 
-  rec.magic = GST_LINGBOT_CONTROL_MAGIC;
-  rec.type = type;
-  rec.keys = keys;
-  rec.held = held;
-  rec.time_ns = pts;
-  rec.payload_size = payload_size;
   gst_buffer_fill (buf, 0, &rec, sizeof (rec));
   GST_BUFFER_PTS (buf) = pts;
   return buf;
@@ -392,27 +406,30 @@ gst_lingbot_control_src_get_caps (GstBaseSrc * src, GstCaps * filter)
   return caps;
 }
 
+/* unlock (TRUE) wakes create() to return FLUSHING; unlock_stop (FALSE)
+ * lets it wait again */
 static gboolean
-gst_lingbot_control_src_unlock (GstBaseSrc * src)
+set_flushing (GstBaseSrc * src, gboolean flushing)
 {
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
 
   g_mutex_lock (&self->lock);
-  self->flushing = TRUE;
+  self->flushing = flushing;
   g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
   return TRUE;
 }
 
 static gboolean
+gst_lingbot_control_src_unlock (GstBaseSrc * src)
+{
+  return set_flushing (src, TRUE);
+}
+
+static gboolean
 gst_lingbot_control_src_unlock_stop (GstBaseSrc * src)
 {
-  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (src);
-
-  g_mutex_lock (&self->lock);
-  self->flushing = FALSE;
-  g_mutex_unlock (&self->lock);
-  return TRUE;
+  return set_flushing (src, FALSE);
 }
 
 /* the monotonic time at which the pipeline clock reads base + t */
@@ -523,37 +540,16 @@ gst_lingbot_control_src_set_property (GObject * object, guint prop_id,
     const GValue * value, GParamSpec * pspec)
 {
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
+  gboolean live;
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_LOCATION:
-      g_free (self->location);
-      self->location = g_value_dup_string (value);
-      break;
-    case PROP_IS_LIVE:
-      self->is_live = g_value_get_boolean (value);
-      GST_OBJECT_UNLOCK (self);
-      gst_base_src_set_live (GST_BASE_SRC (self), self->is_live);
-      return;
-    case PROP_POSES_LOCATION:
-      g_free (self->poses_location);
-      self->poses_location = g_value_dup_string (value);
-      break;
-    case PROP_INTRINSICS_LOCATION:
-      g_free (self->intrinsics_location);
-      self->intrinsics_location = g_value_dup_string (value);
-      break;
-    case PROP_INTRINSICS_WIDTH:
-      self->intrinsics_width = g_value_get_int (value);
-      break;
-    case PROP_INTRINSICS_HEIGHT:
-      self->intrinsics_height = g_value_get_int (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!gst_lingbot_property_set (self, src_properties,
+          G_N_ELEMENTS (src_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  live = self->is_live;
   GST_OBJECT_UNLOCK (self);
+  if (prop_id == PROP_IS_LIVE)
+    gst_base_src_set_live (GST_BASE_SRC (self), live);
 }
 
 static void
@@ -563,29 +559,9 @@ gst_lingbot_control_src_get_property (GObject * object, guint prop_id,
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_LOCATION:
-      g_value_set_string (value, self->location);
-      break;
-    case PROP_IS_LIVE:
-      g_value_set_boolean (value, self->is_live);
-      break;
-    case PROP_POSES_LOCATION:
-      g_value_set_string (value, self->poses_location);
-      break;
-    case PROP_INTRINSICS_LOCATION:
-      g_value_set_string (value, self->intrinsics_location);
-      break;
-    case PROP_INTRINSICS_WIDTH:
-      g_value_set_int (value, self->intrinsics_width);
-      break;
-    case PROP_INTRINSICS_HEIGHT:
-      g_value_set_int (value, self->intrinsics_height);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!gst_lingbot_property_get (self, src_properties,
+          G_N_ELEMENTS (src_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -594,9 +570,8 @@ gst_lingbot_control_src_finalize (GObject * object)
 {
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
 
-  g_free (self->location);
-  g_free (self->poses_location);
-  g_free (self->intrinsics_location);
+  gst_lingbot_properties_clear (self, src_properties,
+      G_N_ELEMENTS (src_properties));
   g_clear_pointer (&self->trace, lingbot_control_trace_free);
   gst_clear_buffer (&self->poses);
   g_queue_clear_full (&self->pending, (GDestroyNotify) gst_buffer_unref);
@@ -706,10 +681,8 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
 static void
 gst_lingbot_control_src_init (GstLingbotControlSrc * self)
 {
-  self->location = g_strdup (DEFAULT_LOCATION);
-  self->is_live = DEFAULT_IS_LIVE;
-  self->intrinsics_width = DEFAULT_INTRINSICS_WIDTH;
-  self->intrinsics_height = DEFAULT_INTRINSICS_HEIGHT;
+  gst_lingbot_properties_init (self, src_properties,
+      G_N_ELEMENTS (src_properties));
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
   g_queue_init (&self->pending);

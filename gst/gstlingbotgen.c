@@ -74,7 +74,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_IMAGE_LOCATION NULL
 #define DEFAULT_SEED 42
 #define DEFAULT_DEVICES "cpu:1"
-#define DEFAULT_PRECISION "fp32"
+#define DEFAULT_PRECISION GST_LINGBOT_PRECISION_FP32
 #define DEFAULT_CHUNK_FRAMES 4
 #define DEFAULT_LOCAL_ATTN_SIZE 18
 #define DEFAULT_SINK_SIZE 6
@@ -169,7 +169,7 @@ struct _GstLingbotGen
   char *prompt_embeds;
   char *image_location;
   guint64 seed;
-  char *precision;
+  int precision;                /* GstLingbotPrecision */
   int chunk_frames;
   int local_attn_size;
   int sink_size;
@@ -225,6 +225,33 @@ struct _GstLingbotGen
   gboolean caps_sent;
   gboolean device_memory;       /* memory:LingbotDevice negotiated */
 };
+
+#define FIELD(id, member) { id, G_STRUCT_OFFSET (GstLingbotGen, member) }
+/* the properties kept in plain fields (gst_lingbot_property_set());
+ * model-path and devices are the holder's, framerate is two fields */
+static const GstLingbotProperty gen_properties[] = {
+  FIELD (PROP_PROMPT, prompt),
+  FIELD (PROP_PROMPT_EMBEDS, prompt_embeds),
+  FIELD (PROP_IMAGE_LOCATION, image_location),
+  FIELD (PROP_SEED, seed),
+  FIELD (PROP_PRECISION, precision),
+  FIELD (PROP_CHUNK_FRAMES, chunk_frames),
+  FIELD (PROP_LOCAL_ATTN_SIZE, local_attn_size),
+  FIELD (PROP_SINK_SIZE, sink_size),
+  FIELD (PROP_SAMPLE_SHIFT, sample_shift),
+  FIELD (PROP_TIMESTEP_INDICES, timestep_indices),
+  FIELD (PROP_FRAMES, frames),
+  FIELD (PROP_WIDTH, width),
+  FIELD (PROP_HEIGHT, height),
+  FIELD (PROP_PIXEL_AREA, pixel_area),
+  FIELD (PROP_FPS, fps),
+  FIELD (PROP_IS_LIVE, live),
+  FIELD (PROP_LIVE, live),
+  FIELD (PROP_LATENCY, latency),
+  FIELD (PROP_SIGNAL_PASSES, signal_passes),
+};
+
+#undef FIELD
 
 #define gst_lingbot_gen_parent_class parent_class
 G_DEFINE_TYPE (GstLingbotGen, gst_lingbot_gen, GST_TYPE_ELEMENT);
@@ -667,10 +694,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
     gst_caps_unref (any);
   }
   gst_clear_caps (&peer);
-  out->width = width;
-  out->height = height;
-  out->fps_n = fr_n;
-  out->fps_d = fr_d;
+  *out = (OutputFormat) { width, height, fr_n, fr_d };
   return ok;
 }
 
@@ -1747,15 +1771,6 @@ gst_lingbot_gen_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
   return gst_pad_query_default (pad, parent, query);
 }
 
-static gboolean
-gst_lingbot_gen_query (GstElement * element, GstQuery * query)
-{
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
-    return gst_lingbot_gen_src_query (GST_LINGBOT_GEN (element)->srcpad,
-        GST_OBJECT (element), query);
-  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
-}
-
 static void
 gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
 {
@@ -1789,7 +1804,8 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   embeds = g_strdup (self->prompt_embeds);
   image = g_strdup (self->image_location);
   timesteps = g_strdup (self->timestep_indices);
-  precision = g_strdup (self->precision);
+  precision = g_strdup (g_enum_get_value (g_type_class_peek
+          (GST_TYPE_LINGBOT_PRECISION), self->precision)->value_nick);
   width = self->width;
   height = self->height;
   GST_OBJECT_UNLOCK (self);
@@ -1967,90 +1983,17 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
   GstLingbotGen *self = GST_LINGBOT_GEN (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_set_property (&self->holder, pspec, value);
-      break;
-    case PROP_PROMPT:
-      g_free (self->prompt);
-      self->prompt = g_value_dup_string (value);
-      break;
-    case PROP_PROMPT_EMBEDS:
-      g_free (self->prompt_embeds);
-      self->prompt_embeds = g_value_dup_string (value);
-      break;
-    case PROP_IMAGE_LOCATION:
-      g_free (self->image_location);
-      self->image_location = g_value_dup_string (value);
-      self->image_location_width = self->image_location_height = 0;
-      break;
-    case PROP_SEED:
-      self->seed = g_value_get_uint64 (value);
-      break;
-    case PROP_PRECISION:
-      g_free (self->precision);
-      switch (g_value_get_enum (value)) {
-        case GST_LINGBOT_PRECISION_BF16:
-          self->precision = g_strdup ("bf16");
-          break;
-        case GST_LINGBOT_PRECISION_FP8:
-          self->precision = g_strdup ("fp8");
-          break;
-        default:
-          self->precision = g_strdup ("fp32");
-          break;
-      }
-      break;
-    case PROP_CHUNK_FRAMES:
-      self->chunk_frames = g_value_get_int (value);
-      break;
-    case PROP_LOCAL_ATTN_SIZE:
-      self->local_attn_size = g_value_get_int (value);
-      break;
-    case PROP_SINK_SIZE:
-      self->sink_size = g_value_get_int (value);
-      break;
-    case PROP_SAMPLE_SHIFT:
-      self->sample_shift = g_value_get_double (value);
-      break;
-    case PROP_TIMESTEP_INDICES:
-      g_free (self->timestep_indices);
-      self->timestep_indices = g_value_dup_string (value);
-      break;
-    case PROP_FRAMES:
-      self->frames = g_value_get_uint (value);
-      break;
-    case PROP_WIDTH:
-      self->width = g_value_get_int (value);
-      break;
-    case PROP_HEIGHT:
-      self->height = g_value_get_int (value);
-      break;
-    case PROP_PIXEL_AREA:
-      self->pixel_area = g_value_get_int (value);
-      break;
-    case PROP_FPS:
-      self->fps = g_value_get_int (value);
-      break;
-    case PROP_FRAMERATE:
-      self->framerate_n = gst_value_get_fraction_numerator (value);
-      self->framerate_d = gst_value_get_fraction_denominator (value);
-      break;
-    case PROP_IS_LIVE:
-    case PROP_LIVE:
-      self->live = g_value_get_boolean (value);
-      break;
-    case PROP_LATENCY:
-      self->latency = g_value_get_uint64 (value);
-      break;
-    case PROP_SIGNAL_PASSES:
-      self->signal_passes = g_value_get_boolean (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+  if (prop_id == PROP_FRAMERATE) {
+    self->framerate_n = gst_value_get_fraction_numerator (value);
+    self->framerate_d = gst_value_get_fraction_denominator (value);
+  } else if (!gst_lingbot_world_holder_set_property (&self->holder, pspec,
+          value) && !gst_lingbot_property_set (self, gen_properties,
+          G_N_ELEMENTS (gen_properties), pspec, value)) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   }
+  /* a new image-location: its size is read again at NULL->READY */
+  if (prop_id == PROP_IMAGE_LOCATION)
+    self->image_location_width = self->image_location_height = 0;
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -2061,80 +2004,15 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
   GstLingbotGen *self = GST_LINGBOT_GEN (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_get_property (&self->holder, pspec, value);
-      break;
-    case PROP_PROMPT:
-      g_value_set_string (value, self->prompt);
-      break;
-    case PROP_PROMPT_EMBEDS:
-      g_value_set_string (value, self->prompt_embeds);
-      break;
-    case PROP_IMAGE_LOCATION:
-      g_value_set_string (value, self->image_location);
-      break;
-    case PROP_SEED:
-      g_value_set_uint64 (value, self->seed);
-      break;
-    case PROP_PRECISION:
-      g_value_set_enum (value, g_strcmp0 (self->precision, "bf16") == 0 ?
-          GST_LINGBOT_PRECISION_BF16 : g_strcmp0 (self->precision,
-              "fp8") == 0 ? GST_LINGBOT_PRECISION_FP8 :
-          GST_LINGBOT_PRECISION_FP32);
-      break;
-    case PROP_CHUNK_FRAMES:
-      g_value_set_int (value, self->chunk_frames);
-      break;
-    case PROP_LOCAL_ATTN_SIZE:
-      g_value_set_int (value, self->local_attn_size);
-      break;
-    case PROP_SINK_SIZE:
-      g_value_set_int (value, self->sink_size);
-      break;
-    case PROP_SAMPLE_SHIFT:
-      g_value_set_double (value, self->sample_shift);
-      break;
-    case PROP_TIMESTEP_INDICES:
-      g_value_set_string (value, self->timestep_indices);
-      break;
-    case PROP_FRAMES:
-      g_value_set_uint (value, self->frames);
-      break;
-    case PROP_WIDTH:
-      g_value_set_int (value, self->width);
-      break;
-    case PROP_HEIGHT:
-      g_value_set_int (value, self->height);
-      break;
-    case PROP_PIXEL_AREA:
-      g_value_set_int (value, self->pixel_area);
-      break;
-    case PROP_FPS:
-      g_value_set_int (value, self->fps);
-      break;
-    case PROP_FRAMERATE:
-      gst_value_set_fraction (value, self->framerate_n, self->framerate_d);
-      break;
-    case PROP_IS_LIVE:
-    case PROP_LIVE:
-      g_value_set_boolean (value, self->live);
-      break;
-    case PROP_LATENCY:
-      g_value_set_uint64 (value, self->latency);
-      break;
-    case PROP_SIGNAL_PASSES:
-      g_value_set_boolean (value, self->signal_passes);
-      break;
-    case PROP_STATS:
-      g_value_take_boxed (value, gst_lingbot_chunk_stats_new
-          ("lingbot-stats", self->chunk_times, FALSE));
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (prop_id == PROP_FRAMERATE)
+    gst_value_set_fraction (value, self->framerate_n, self->framerate_d);
+  else if (prop_id == PROP_STATS)
+    g_value_take_boxed (value, gst_lingbot_chunk_stats_new ("lingbot-stats",
+            self->chunk_times, FALSE));
+  else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
+          value) && !gst_lingbot_property_get (self, gen_properties,
+          G_N_ELEMENTS (gen_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -2145,11 +2023,8 @@ gst_lingbot_gen_finalize (GObject * object)
 
   g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
   gst_lingbot_world_holder_clear (&self->holder);
-  g_free (self->prompt);
-  g_free (self->prompt_embeds);
-  g_free (self->image_location);
-  g_free (self->precision);
-  g_free (self->timestep_indices);
+  gst_lingbot_properties_clear (self, gen_properties,
+      G_N_ELEMENTS (gen_properties));
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
   g_array_unref (self->chunk_times);
@@ -2203,8 +2078,7 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           "or fp8 (opt-in, Hopper and later: e4m3 matrix weights and GEMM "
           "inputs with per-channel and per-token scales, attention as "
           "bf16); CPU ranks compute in fp32 except in fp8, whose oracle "
-          "they run", GST_TYPE_LINGBOT_PRECISION,
-          GST_LINGBOT_PRECISION_FP32, ready));
+          "they run", GST_TYPE_LINGBOT_PRECISION, DEFAULT_PRECISION, ready));
   g_object_class_install_property (klass, PROP_CHUNK_FRAMES,
       g_param_spec_int ("chunk-frames", "Chunk frames",
           "Latent frames per chunk (0 = the model's default)", 0, 64,
@@ -2332,8 +2206,9 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   element_class->change_state = gst_lingbot_gen_change_state;
   element_class->request_new_pad = gst_lingbot_gen_request_new_pad;
   element_class->release_pad = gst_lingbot_gen_release_pad;
+  /* a query on the element (CONTEXT): GstElement's default hands it to
+   * the src pad, gst_lingbot_gen_src_query() */
   element_class->set_context = gst_lingbot_gen_set_context;
-  element_class->query = gst_lingbot_gen_query;
   element_class->send_event = gst_lingbot_gen_send_event;
 }
 
@@ -2357,23 +2232,11 @@ gst_lingbot_gen_init (GstLingbotGen * self)
 
   gst_lingbot_world_holder_init (&self->holder, GST_ELEMENT (self),
       DEFAULT_MODEL_PATH, DEFAULT_DEVICES, FALSE);
-  self->precision = g_strdup (DEFAULT_PRECISION);
-  self->timestep_indices = g_strdup (DEFAULT_TIMESTEP_INDICES);
-  self->seed = DEFAULT_SEED;
-  self->chunk_frames = DEFAULT_CHUNK_FRAMES;
-  self->local_attn_size = DEFAULT_LOCAL_ATTN_SIZE;
-  self->sink_size = DEFAULT_SINK_SIZE;
-  self->sample_shift = DEFAULT_SAMPLE_SHIFT;
-  self->frames = DEFAULT_FRAMES;
-  self->width = DEFAULT_WIDTH;
-  self->height = DEFAULT_HEIGHT;
-  self->pixel_area = DEFAULT_PIXEL_AREA;
-  self->fps = DEFAULT_FPS;
+  /* the defaults of the properties' GParamSpecs */
+  gst_lingbot_properties_init (self, gen_properties,
+      G_N_ELEMENTS (gen_properties));
   self->framerate_n = 0;
   self->framerate_d = 1;
-  self->live = DEFAULT_IS_LIVE;
-  self->latency = DEFAULT_LATENCY;
-  self->signal_passes = DEFAULT_SIGNAL_PASSES;
   self->compute_estimate = GST_CLOCK_TIME_NONE;
   self->next_pts = GST_CLOCK_TIME_NONE;
   self->session_fps_d = 1;

@@ -16,9 +16,8 @@
 GstLingbotSessionHandle *
 gst_lingbot_session_handle_new (LingbotWorld * world, LingbotSession * session)
 {
-  GstLingbotSessionHandle *h = g_new0 (GstLingbotSessionHandle, 1);
+  GstLingbotSessionHandle *h = g_atomic_rc_box_new0 (GstLingbotSessionHandle);
 
-  h->ref_count = 1;
   h->world = lingbot_world_ref (world);
   h->session = session;
   g_mutex_init (&h->lock);
@@ -34,8 +33,16 @@ gst_lingbot_session_handle_new (LingbotWorld * world, LingbotSession * session)
 GstLingbotSessionHandle *
 gst_lingbot_session_handle_ref (GstLingbotSessionHandle * handle)
 {
-  g_atomic_int_inc (&handle->ref_count);
-  return handle;
+  return g_atomic_rc_box_acquire (handle);
+}
+
+static void
+session_handle_clear (GstLingbotSessionHandle * handle)
+{
+  /* the session before the world whose ranks it runs on */
+  lingbot_session_free (handle->session);
+  lingbot_world_unref (handle->world);
+  g_mutex_clear (&handle->lock);
 }
 
 /**
@@ -48,13 +55,9 @@ gst_lingbot_session_handle_ref (GstLingbotSessionHandle * handle)
 void
 gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle)
 {
-  if (handle == NULL || !g_atomic_int_dec_and_test (&handle->ref_count))
-    return;
-  /* the session before the world whose ranks it runs on */
-  lingbot_session_free (handle->session);
-  lingbot_world_unref (handle->world);
-  g_mutex_clear (&handle->lock);
-  g_free (handle);
+  if (handle != NULL)
+    g_atomic_rc_box_release_full (handle,
+        (GDestroyNotify) session_handle_clear);
 }
 
 G_DEFINE_BOXED_TYPE (GstLingbotSessionHandle, gst_lingbot_session_handle,

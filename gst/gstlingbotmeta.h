@@ -23,7 +23,9 @@ G_BEGIN_DECLS
 typedef struct
 {
   /*< private > */
-  gint ref_count;
+  gint _lingbot_reserved;       /* unused: the reference count is the
+                                 * g_atomic_rc_box()'s; this keeps the
+                                 * public fields where they were */
   /*< public > */
   LingbotWorld *world;
   LingbotSession *session;

@@ -300,3 +300,157 @@ gst_lingbot_chunk_stats_new (const char *name, const GArray * chunks,
         decode_hidden_fraction (c, n), NULL);
   return s;
 }
+
+/* ---- property tables ---- */
+
+/* the field types besides strings: the fundamental GType, the field's C
+ * type, the GValue accessors' name */
+#define FIELD_TYPES(X) \
+  X (G_TYPE_BOOLEAN, gboolean, boolean) \
+  X (G_TYPE_INT, int, int) \
+  X (G_TYPE_ENUM, int, enum) \
+  X (G_TYPE_UINT, guint, uint) \
+  X (G_TYPE_UINT64, guint64, uint64) \
+  X (G_TYPE_DOUBLE, double, double)
+
+#define SET_FIELD(gtype, ctype, name) \
+  case gtype: \
+    *(ctype *) field = g_value_get_##name (value); \
+    break;
+#define GET_FIELD(gtype, ctype, name) \
+  case gtype: \
+    g_value_set_##name (value, *(ctype *) field); \
+    break;
+
+static gpointer
+property_field (gpointer instance, const GstLingbotProperty * props,
+    guint n_props, guint prop_id)
+{
+  for (guint i = 0; i < n_props; i++)
+    if (props[i].prop_id == prop_id)
+      return (guint8 *) instance + props[i].offset;
+  return NULL;
+}
+
+/**
+ * gst_lingbot_property_set:
+ * @instance: the element
+ * @props: (array length=n_props): its table
+ * @n_props: the table's length
+ * @pspec: the property being set
+ * @value: its value
+ *
+ * Stores @value in the field of @pspec; call with the object lock held
+ * (the set_property vfunc).
+ *
+ * Returns: %TRUE when @pspec is in @props
+ */
+gboolean
+gst_lingbot_property_set (gpointer instance, const GstLingbotProperty * props,
+    guint n_props, const GParamSpec * pspec, const GValue * value)
+{
+  gpointer field = property_field (instance, props, n_props, pspec->param_id);
+
+  if (field == NULL)
+    return FALSE;
+  switch (G_TYPE_FUNDAMENTAL (pspec->value_type)) {
+    case G_TYPE_STRING:
+      g_free (*(char **) field);
+      *(char **) field = g_value_dup_string (value);
+      break;
+      FIELD_TYPES (SET_FIELD)
+    default:
+      g_return_val_if_reached (FALSE);
+  }
+  return TRUE;
+}
+
+/**
+ * gst_lingbot_property_get:
+ * @instance: the element
+ * @props: (array length=n_props): its table
+ * @n_props: the table's length
+ * @pspec: the property being read
+ * @value: (out caller-allocates): its value
+ *
+ * Reads the field of @pspec into @value; call with the object lock held
+ * (the get_property vfunc).
+ *
+ * Returns: %TRUE when @pspec is in @props
+ */
+gboolean
+gst_lingbot_property_get (gpointer instance, const GstLingbotProperty * props,
+    guint n_props, const GParamSpec * pspec, GValue * value)
+{
+  gpointer field = property_field (instance, props, n_props, pspec->param_id);
+
+  if (field == NULL)
+    return FALSE;
+  switch (G_TYPE_FUNDAMENTAL (pspec->value_type)) {
+    case G_TYPE_STRING:
+      g_value_set_string (value, *(char **) field);
+      break;
+      FIELD_TYPES (GET_FIELD)
+    default:
+      g_return_val_if_reached (FALSE);
+  }
+  return TRUE;
+}
+
+/* @init: sets the fields of @props to their GParamSpecs' defaults; else
+ * frees the strings among them.  Only the specs @instance's own type
+ * installed (an id may stand twice: a deprecated alias shares its
+ * field). */
+static void
+properties_reset (gpointer instance, const GstLingbotProperty * props,
+    guint n_props, gboolean init)
+{
+  guint n = 0;
+  g_autofree GParamSpec **all =
+      g_object_class_list_properties (G_OBJECT_GET_CLASS (instance), &n);
+
+  for (guint i = 0; i < n; i++) {
+    GParamSpec *pspec = all[i];
+    gpointer field = property_field (instance, props, n_props,
+        pspec->param_id);
+
+    if (field == NULL || pspec->owner_type != G_OBJECT_TYPE (instance))
+      continue;
+    if (init)
+      gst_lingbot_property_set (instance, props, n_props, pspec,
+          g_param_spec_get_default_value (pspec));
+    else if (G_TYPE_FUNDAMENTAL (pspec->value_type) == G_TYPE_STRING)
+      g_clear_pointer ((char **) field, g_free);
+  }
+}
+
+/**
+ * gst_lingbot_properties_init:
+ * @instance: the element, in its instance init
+ * @props: (array length=n_props): its table
+ * @n_props: the table's length
+ *
+ * Sets every field of @props to its GParamSpec's default: the defaults
+ * are said once, where the properties are installed.
+ */
+void
+gst_lingbot_properties_init (gpointer instance,
+    const GstLingbotProperty * props, guint n_props)
+{
+  properties_reset (instance, props, n_props, TRUE);
+}
+
+/**
+ * gst_lingbot_properties_clear:
+ * @instance: the element, in its finalize
+ * @props: (array length=n_props): its table
+ * @n_props: the table's length
+ *
+ * Frees the string fields of @props.
+ */
+void
+gst_lingbot_properties_clear (gpointer instance,
+    const GstLingbotProperty * props, guint n_props)
+{
+  properties_reset (instance, props, n_props, FALSE);
+}

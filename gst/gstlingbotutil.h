@@ -1,5 +1,5 @@
 /* lingbot-gst: helpers private to the plugin (error mapping, file checks,
- * chunk statistics)
+ * chunk statistics, property tables)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #pragma once
@@ -68,5 +68,35 @@ typedef struct
 
 GstStructure *gst_lingbot_chunk_stats_new (const char *name,
     const GArray * chunks, gboolean decoder);
+
+/**
+ * GstLingbotProperty:
+ * @prop_id: the property's id
+ * @offset: where its field lies in the instance (G_STRUCT_OFFSET())
+ *
+ * A property an element keeps in a plain field of its instance, under
+ * the object lock.  The field's C type follows the property's value type:
+ * `char *` (string, owned by the instance), #gboolean, `int` (int or
+ * enum), #guint, #guint64 or `double`.  A table of them is written and read
+ * with gst_lingbot_property_set() and gst_lingbot_property_get(), set to
+ * the GParamSpec defaults with gst_lingbot_properties_init() and freed
+ * with gst_lingbot_properties_clear().
+ */
+typedef struct
+{
+  guint prop_id;
+  gsize offset;
+} GstLingbotProperty;
+
+gboolean gst_lingbot_property_set (gpointer instance,
+    const GstLingbotProperty * props, guint n_props, const GParamSpec * pspec,
+    const GValue * value);
+gboolean gst_lingbot_property_get (gpointer instance,
+    const GstLingbotProperty * props, guint n_props, const GParamSpec * pspec,
+    GValue * value);
+void gst_lingbot_properties_init (gpointer instance,
+    const GstLingbotProperty * props, guint n_props);
+void gst_lingbot_properties_clear (gpointer instance,
+    const GstLingbotProperty * props, guint n_props);
 
 G_END_DECLS

@@ -129,6 +129,12 @@ struct _GstLingbotVaeDec
   guint64 frames_pushed;        /* object lock */
 };
 
+/* the properties kept in plain fields (gst_lingbot_property_set());
+ * model-path and devices are the holder's */
+static const GstLingbotProperty dec_properties[] = {
+  {PROP_SUMMARY_INTERVAL, G_STRUCT_OFFSET (GstLingbotVaeDec, summary_interval)},
+};
+
 #define gst_lingbot_vae_dec_parent_class parent_class
 G_DEFINE_TYPE (GstLingbotVaeDec, gst_lingbot_vae_dec, GST_TYPE_ELEMENT);
 GST_ELEMENT_REGISTER_DEFINE (lingbotvaedec, "lingbotvaedec", GST_RANK_NONE,
@@ -594,6 +600,32 @@ decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
   GST_DEBUG_OBJECT (self, "decode: %s", gst_flow_get_name (ret));
 }
 
+/* A task takes the head of @queue (qlock held, the queue not empty): a
+ * buffer counts off @buffers, @busy stays set until item_done(); returns
+ * with qlock released. */
+static GstMiniObject *
+item_take_unlock (GstLingbotVaeDec * self, GQueue * queue, guint * buffers,
+    gboolean * busy)
+{
+  GstMiniObject *item = g_queue_pop_head (queue);
+
+  if (GST_IS_BUFFER (item))
+    (*buffers)--;
+  *busy = TRUE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  return item;
+}
+
+/* The task is done with its item: returns with qlock held. */
+static void
+item_done_lock (GstLingbotVaeDec * self, gboolean * busy)
+{
+  g_mutex_lock (&self->qlock);
+  *busy = FALSE;
+  g_cond_broadcast (&self->qcond);
+}
+
 /* The decode thread: chunks and serialized events in order, into the
  * output queue; idle while flushing, until stopped. */
 static gpointer
@@ -609,16 +641,10 @@ decode_thread_func (gpointer data)
       g_cond_wait (&self->qcond, &self->qlock);
       continue;
     }
-    item = g_queue_pop_head (&self->queue);
-    if (GST_IS_BUFFER (item))
-      self->queued_buffers--;
-    self->decode_busy = TRUE;
-    g_cond_broadcast (&self->qcond);
-    g_mutex_unlock (&self->qlock);
+    item = item_take_unlock (self, &self->queue, &self->queued_buffers,
+        &self->decode_busy);
     decode_item (self, item);
-    g_mutex_lock (&self->qlock);
-    self->decode_busy = FALSE;
-    g_cond_broadcast (&self->qcond);
+    item_done_lock (self, &self->decode_busy);
   }
   g_mutex_unlock (&self->qlock);
   return NULL;
@@ -662,12 +688,8 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
     gst_pad_pause_task (self->srcpad);
     return;
   }
-  item = g_queue_pop_head (&self->out);
-  if (GST_IS_BUFFER (item))
-    self->out_buffers--;
-  self->push_busy = TRUE;
-  g_cond_broadcast (&self->qcond);
-  g_mutex_unlock (&self->qlock);
+  item = item_take_unlock (self, &self->out, &self->out_buffers,
+      &self->push_busy);
 
   if (GST_IS_BUFFER (item)) {
     GstBuffer *buf = GST_BUFFER_CAST (item);
@@ -683,9 +705,7 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
   } else {
     gst_pad_push_event (self->srcpad, GST_EVENT_CAST (item));
   }
-  g_mutex_lock (&self->qlock);
-  self->push_busy = FALSE;
-  g_cond_broadcast (&self->qcond);
+  item_done_lock (self, &self->push_busy);
   if (ret == GST_FLOW_OK) {
     g_mutex_unlock (&self->qlock);
     return;
@@ -801,6 +821,8 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
   for (int i = 0; i < n; i++) {
     GstBuffer *out = NULL;
     GstVideoFrame vf;
+    guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
+    gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
     gboolean ok;
     GstFlowReturn ret;
 
@@ -830,32 +852,24 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
           "cannot map an output frame");
       return GST_FLOW_ERROR;
     }
+    for (guint p = 0; p < GST_VIDEO_FRAME_N_PLANES (&vf); p++) {
+      plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
+      stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+    }
     switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
       case GST_VIDEO_FORMAT_I420:
-        ok = lingbot_vae_frames_to_i420 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 2),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 2), error);
+        ok = lingbot_vae_frames_to_i420 (frames, i, plane[0], stride[0],
+            plane[1], stride[1], plane[2], stride[2], error);
         break;
       case GST_VIDEO_FORMAT_NV12:
-        ok = lingbot_vae_frames_to_nv12 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 1),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 1), error);
+        ok = lingbot_vae_frames_to_nv12 (frames, i, plane[0], stride[0],
+            plane[1], stride[1], error);
         break;
       case GST_VIDEO_FORMAT_RGBA:
-        ok = lingbot_vae_frames_to_rgba (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        ok = lingbot_vae_frames_to_rgba (frames, i, plane[0], stride[0], error);
         break;
       default:
-        ok = lingbot_vae_frames_to_rgb8 (frames, i,
-            GST_VIDEO_FRAME_PLANE_DATA (&vf, 0),
-            GST_VIDEO_FRAME_PLANE_STRIDE (&vf, 0), error);
+        ok = lingbot_vae_frames_to_rgb8 (frames, i, plane[0], stride[0], error);
         break;
     }
     gst_video_frame_unmap (&vf);
@@ -1187,15 +1201,6 @@ gst_lingbot_vae_dec_pad_query (GstPad * pad, GstObject * parent,
   return gst_pad_query_default (pad, parent, query);
 }
 
-static gboolean
-gst_lingbot_vae_dec_query (GstElement * element, GstQuery * query)
-{
-  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT)
-    return gst_lingbot_vae_dec_pad_query (GST_LINGBOT_VAE_DEC (element)->srcpad,
-        GST_OBJECT (element), query);
-  return GST_ELEMENT_CLASS (parent_class)->query (element, query);
-}
-
 static void
 gst_lingbot_vae_dec_set_context (GstElement * element, GstContext * context)
 {
@@ -1243,18 +1248,10 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_set_property (&self->holder, pspec, value);
-      break;
-    case PROP_SUMMARY_INTERVAL:
-      self->summary_interval = g_value_get_uint (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!gst_lingbot_world_holder_set_property (&self->holder, pspec, value)
+      && !gst_lingbot_property_set (self, dec_properties,
+          G_N_ELEMENTS (dec_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -1265,22 +1262,13 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   GST_OBJECT_LOCK (self);
-  switch (prop_id) {
-    case PROP_MODEL_PATH:
-    case PROP_DEVICES:
-      gst_lingbot_world_holder_get_property (&self->holder, pspec, value);
-      break;
-    case PROP_SUMMARY_INTERVAL:
-      g_value_set_uint (value, self->summary_interval);
-      break;
-    case PROP_STATS:
-      g_value_take_boxed (value, summary_structure_unlocked (self,
-              "lingbot-stats"));
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (prop_id == PROP_STATS)
+    g_value_take_boxed (value, summary_structure_unlocked (self,
+            "lingbot-stats"));
+  else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
+          value) && !gst_lingbot_property_get (self, dec_properties,
+          G_N_ELEMENTS (dec_properties), pspec, value))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -1361,8 +1349,9 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
       "lingbot-gst developers");
 
   element_class->change_state = gst_lingbot_vae_dec_change_state;
+  /* a query on the element (CONTEXT): GstElement's default hands it to
+   * the src pad, gst_lingbot_vae_dec_pad_query() */
   element_class->set_context = gst_lingbot_vae_dec_set_context;
-  element_class->query = gst_lingbot_vae_dec_query;
 }
 
 static void
@@ -1383,7 +1372,8 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   gst_lingbot_world_holder_init (&self->holder, GST_ELEMENT (self),
       DEFAULT_MODEL_PATH, DEFAULT_DEVICES, TRUE);
-  self->summary_interval = DEFAULT_SUMMARY_INTERVAL;
+  gst_lingbot_properties_init (self, dec_properties,
+      G_N_ELEMENTS (dec_properties));
   self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);
