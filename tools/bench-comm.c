@@ -12,6 +12,7 @@
  * (on this 2-core machine, 4 ranks share 2 cores).
  */
 #include "tools/bench-comm.h"
+#include "tools/bench-common.h"
 #include "comm/comm.h"
 
 #include <stdio.h>
@@ -207,7 +208,7 @@ bench_channel (int n, gsize S, int iters, LbTransportKind kind,
     b.iters = iters;
     gint64 t0 = g_get_monotonic_time ();
     if (run_pair (gp, gc, &b, error)) {
-      secs = (g_get_monotonic_time () - t0) / 1e6 / iters;
+      secs = lingbot_bench_seconds_since (t0) / iters;
       lb_channel_get_stats (b.ch, stats);
     }
   }
@@ -231,7 +232,7 @@ memcpy_gbps (gsize S, int iters)
     a[i % S] = (char) i;
     memcpy (b, a, S);
   }
-  double secs = (g_get_monotonic_time () - t0) / 1e6;
+  double secs = lingbot_bench_seconds_since (t0);
   volatile char sink = b[S / 2];
   (void) sink;
   g_aligned_free (a);
@@ -359,7 +360,7 @@ lingbot_bench_comm_main (int argc, char **argv)
         b.iters = iters;
         gint64 t0 = g_get_monotonic_time ();
         ok = ok && lb_worker_group_run (g, rank_coll, &b, &err);
-        double secs = (g_get_monotonic_time () - t0) / 1e6 / iters;
+        double secs = lingbot_bench_seconds_since (t0) / iters;
         if (!ok) {
           fprintf (stderr, "lingbot-bench comm: %s\n", err->message);
           lb_worker_group_run (g, rank_free, &b, NULL);

@@ -21,6 +21,7 @@
  * decoder's widest causal 3x3x3 at width 8 (the demo VAE) at 192x320.
  */
 #include "tools/bench-ops.h"
+#include "tools/bench-common.h"
 #include "kernels/cpu/cpu-internal.h"
 
 #include <cblas.h>
@@ -54,7 +55,7 @@ time_best (OpRun run, gpointer data, int iters, GError ** error)
     gint64 t0 = g_get_monotonic_time ();
     if (!run (data, error))
       return -1.0;
-    best = MIN (best, (g_get_monotonic_time () - t0) / 1e6);
+    best = MIN (best, lingbot_bench_seconds_since (t0));
   }
   return best;
 }
