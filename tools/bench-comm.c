@@ -128,30 +128,33 @@ typedef struct
   int iters;
 } ChanBench;
 
+/* one side of the channel: @b's iters bands, each taken (acquire /
+ * receive) and then handed on (commit / ack) */
+typedef gboolean (*BandTake) (LbChannel *, LbRank *, LbTensor *, GError **);
+typedef gboolean (*BandDone) (LbChannel *, LbRank *, GError **);
+
 static gboolean
-rank_produce (LbRank * rank, gpointer data, GError ** error)
+rank_bands (ChanBench * b, LbRank * rank, BandTake take, BandDone done,
+    GError ** error)
 {
-  ChanBench *b = data;
   for (int it = 0; it < b->iters; it++) {
     LbTensor band;
-    if (!lb_channel_acquire (b->ch, rank, &band, error) ||
-        !lb_channel_commit (b->ch, rank, error))
+    if (!take (b->ch, rank, &band, error) || !done (b->ch, rank, error))
       return FALSE;
   }
   return TRUE;
 }
 
 static gboolean
+rank_produce (LbRank * rank, gpointer data, GError ** error)
+{
+  return rank_bands (data, rank, lb_channel_acquire, lb_channel_commit, error);
+}
+
+static gboolean
 rank_consume (LbRank * rank, gpointer data, GError ** error)
 {
-  ChanBench *b = data;
-  for (int it = 0; it < b->iters; it++) {
-    LbTensor band;
-    if (!lb_channel_receive (b->ch, rank, &band, error) ||
-        !lb_channel_ack (b->ch, rank, error))
-      return FALSE;
-  }
-  return TRUE;
+  return rank_bands (data, rank, lb_channel_receive, lb_channel_ack, error);
 }
 
 static gboolean
