@@ -932,10 +932,7 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
     g_cond_clear (&rs.cond);
   }
   comm_counters_snapshot (&after);
-  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
-    r->comm.calls[i] = after.calls[i] - before.calls[i];
-    r->comm.bytes[i] = after.bytes[i] - before.bytes[i];
-  }
+  lingbot_bench_comm_counts_diff (&after, &before, &r->comm);
   if (ok && r->chunks->len == 0) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "no chunk ran");
     ok = FALSE;
@@ -948,6 +945,12 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
 static void
 add_stats (JsonBuilder * b, const char *name, GArray * values)
 {
+  static const struct
+  {
+    const char *name;
+    double p;
+  } quantiles[] =
+      { {"p50", 0.50}, {"p90", 0.90}, {"p95", 0.95}, {"p99", 0.99} };
   guint n = values->len;
   double *v = (double *) (void *) values->data;
   double sum = 0.0;
@@ -962,14 +965,11 @@ add_stats (JsonBuilder * b, const char *name, GArray * values)
   json_builder_add_double_value (b, n ? sum / n : 0.0);
   json_builder_set_member_name (b, "min");
   json_builder_add_double_value (b, n ? v[0] : 0.0);
-  json_builder_set_member_name (b, "p50");
-  json_builder_add_double_value (b, lingbot_bench_percentile (v, n, 0.50));
-  json_builder_set_member_name (b, "p90");
-  json_builder_add_double_value (b, lingbot_bench_percentile (v, n, 0.90));
-  json_builder_set_member_name (b, "p95");
-  json_builder_add_double_value (b, lingbot_bench_percentile (v, n, 0.95));
-  json_builder_set_member_name (b, "p99");
-  json_builder_add_double_value (b, lingbot_bench_percentile (v, n, 0.99));
+  for (guint i = 0; i < G_N_ELEMENTS (quantiles); i++) {
+    json_builder_set_member_name (b, quantiles[i].name);
+    json_builder_add_double_value (b, lingbot_bench_percentile (v, n,
+            quantiles[i].p));
+  }
   json_builder_set_member_name (b, "max");
   json_builder_add_double_value (b, n ? v[n - 1] : 0.0);
   json_builder_end_object (b);
@@ -1084,6 +1084,19 @@ add_config (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
   json_builder_end_object (b);
 }
 
+/* the seconds of a chunk in the report, in its order (name = field) */
+#define CHUNK_TIME(field) { #field, G_STRUCT_OFFSET (ChunkRecord, field) }
+static const struct
+{
+  const char *name;
+  glong offset;
+} chunk_times[] = {
+  CHUNK_TIME (dit_seconds), CHUNK_TIME (vae_seconds),
+  CHUNK_TIME (compute_seconds), CHUNK_TIME (wall_seconds),
+  CHUNK_TIME (start_s), CHUNK_TIME (first_frame_s), CHUNK_TIME (end_s),
+  CHUNK_TIME (decode_start_s), CHUNK_TIME (decode_end_s),
+};
+
 /* One run's report (an object). */
 static void
 add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
@@ -1102,15 +1115,9 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     set_int (b, "index", (gint64) k->index);
     set_int (b, "frames", k->frames);
     set_string (b, "keys", ks);
-    set_double (b, "dit_seconds", k->dit_seconds);
-    set_double (b, "vae_seconds", k->vae_seconds);
-    set_double (b, "compute_seconds", k->compute_seconds);
-    set_double (b, "wall_seconds", k->wall_seconds);
-    set_double (b, "start_s", k->start_s);
-    set_double (b, "first_frame_s", k->first_frame_s);
-    set_double (b, "end_s", k->end_s);
-    set_double (b, "decode_start_s", k->decode_start_s);
-    set_double (b, "decode_end_s", k->decode_end_s);
+    for (guint j = 0; j < G_N_ELEMENTS (chunk_times); j++)
+      set_double (b, chunk_times[j].name, G_STRUCT_MEMBER (double, k,
+              chunk_times[j].offset));
     set_double (b, "chunk_compute_fps", k->compute_seconds > 0 ?
         k->frames / k->compute_seconds : 0.0);
     if (c->replay) {
