@@ -345,12 +345,9 @@ rss_thread (gpointer data)
 static void
 run_result_clear (RunResult * r)
 {
-  if (r->chunks)
-    g_array_unref (r->chunks);
-  if (r->arrivals)
-    g_array_unref (r->arrivals);
-  if (r->rss)
-    g_array_unref (r->rss);
+  g_clear_pointer (&r->chunks, g_array_unref);
+  g_clear_pointer (&r->arrivals, g_array_unref);
+  g_clear_pointer (&r->rss, g_array_unref);
   memset (r, 0, sizeof (*r));
 }
 
@@ -851,10 +848,8 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   g_array_unref (g.gen);
   g_array_unref (g.dec);
   g_mutex_clear (&g.lock);
-  if (ctl)
-    gst_object_unref (ctl);
-  if (q)
-    gst_object_unref (q);
+  gst_clear_object (&ctl);
+  gst_clear_object (&q);
   gst_object_unref (gen);
   gst_object_unref (sink);
   gst_object_unref (p);
