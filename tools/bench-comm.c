@@ -12,6 +12,7 @@
  * (on this 2-core machine, 4 ranks share 2 cores).
  */
 #include "tools/bench-comm.h"
+#include "tools/bench-common.h"
 #include "comm/comm.h"
 
 #include <stdio.h>
@@ -127,30 +128,33 @@ typedef struct
   int iters;
 } ChanBench;
 
+/* one side of the channel: @b's iters bands, each taken (acquire /
+ * receive) and then handed on (commit / ack) */
+typedef gboolean (*BandTake) (LbChannel *, LbRank *, LbTensor *, GError **);
+typedef gboolean (*BandDone) (LbChannel *, LbRank *, GError **);
+
 static gboolean
-rank_produce (LbRank * rank, gpointer data, GError ** error)
+rank_bands (ChanBench * b, LbRank * rank, BandTake take, BandDone done,
+    GError ** error)
 {
-  ChanBench *b = data;
   for (int it = 0; it < b->iters; it++) {
     LbTensor band;
-    if (!lb_channel_acquire (b->ch, rank, &band, error) ||
-        !lb_channel_commit (b->ch, rank, error))
+    if (!take (b->ch, rank, &band, error) || !done (b->ch, rank, error))
       return FALSE;
   }
   return TRUE;
 }
 
 static gboolean
+rank_produce (LbRank * rank, gpointer data, GError ** error)
+{
+  return rank_bands (data, rank, lb_channel_acquire, lb_channel_commit, error);
+}
+
+static gboolean
 rank_consume (LbRank * rank, gpointer data, GError ** error)
 {
-  ChanBench *b = data;
-  for (int it = 0; it < b->iters; it++) {
-    LbTensor band;
-    if (!lb_channel_receive (b->ch, rank, &band, error) ||
-        !lb_channel_ack (b->ch, rank, error))
-      return FALSE;
-  }
-  return TRUE;
+  return rank_bands (data, rank, lb_channel_receive, lb_channel_ack, error);
 }
 
 static gboolean
@@ -207,7 +211,7 @@ bench_channel (int n, gsize S, int iters, LbTransportKind kind,
     b.iters = iters;
     gint64 t0 = g_get_monotonic_time ();
     if (run_pair (gp, gc, &b, error)) {
-      secs = (g_get_monotonic_time () - t0) / 1e6 / iters;
+      secs = lingbot_bench_seconds_since (t0) / iters;
       lb_channel_get_stats (b.ch, stats);
     }
   }
@@ -231,7 +235,7 @@ memcpy_gbps (gsize S, int iters)
     a[i % S] = (char) i;
     memcpy (b, a, S);
   }
-  double secs = (g_get_monotonic_time () - t0) / 1e6;
+  double secs = lingbot_bench_seconds_since (t0);
   volatile char sink = b[S / 2];
   (void) sink;
   g_aligned_free (a);
@@ -359,7 +363,7 @@ lingbot_bench_comm_main (int argc, char **argv)
         b.iters = iters;
         gint64 t0 = g_get_monotonic_time ();
         ok = ok && lb_worker_group_run (g, rank_coll, &b, &err);
-        double secs = (g_get_monotonic_time () - t0) / 1e6 / iters;
+        double secs = lingbot_bench_seconds_since (t0) / iters;
         if (!ok) {
           fprintf (stderr, "lingbot-bench comm: %s\n", err->message);
           lb_worker_group_run (g, rank_free, &b, NULL);

@@ -183,26 +183,19 @@ lingbot_bench_counting_collectives (const LbCollectivesClass * inner)
     g_assert (n_classes < MAX_CLASSES);
     LbCollectivesClass *w = &wrapped_class[n_classes];
     *w = *inner;
-    if (w->all_to_all)
-      w->all_to_all = w_all_to_all;
-    if (w->all_to_all_v)
-      w->all_to_all_v = w_all_to_all_v;
-    if (w->all_gather)
-      w->all_gather = w_all_gather;
-    if (w->all_gather_v)
-      w->all_gather_v = w_all_gather_v;
-    if (w->reduce_scatter)
-      w->reduce_scatter = w_reduce_scatter;
-    if (w->all_reduce)
-      w->all_reduce = w_all_reduce;
-    if (w->broadcast)
-      w->broadcast = w_broadcast;
-    if (w->send)
-      w->send = w_send;
-    if (w->recv)
-      w->recv = w_recv;
-    if (w->barrier)
-      w->barrier = w_barrier;
+    /* each operation @inner has, counted */
+#define WRAP(op) if (w->op) w->op = w_##op
+    WRAP (all_to_all);
+    WRAP (all_to_all_v);
+    WRAP (all_gather);
+    WRAP (all_gather_v);
+    WRAP (reduce_scatter);
+    WRAP (all_reduce);
+    WRAP (broadcast);
+    WRAP (send);
+    WRAP (recv);
+    WRAP (barrier);
+#undef WRAP
     inner_class[n_classes++] = inner;
     k = w;
   }

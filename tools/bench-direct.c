@@ -33,6 +33,7 @@
  * "devices=cpu:2" or "engine=session frames=45".
  */
 #include "tools/bench-direct.h"
+#include "tools/bench-common.h"
 #include "tools/bench-counters.h"
 
 #include <math.h>
@@ -321,7 +322,7 @@ rss_now (void)
 static void
 rss_take (RssSampler * rs)
 {
-  RssSample x = { (g_get_monotonic_time () - rs->t0) / 1e6, rss_now () };
+  RssSample x = { lingbot_bench_seconds_since (rs->t0), rss_now () };
   g_array_append_val (rs->samples, x);
 }
 
@@ -344,19 +345,10 @@ rss_thread (gpointer data)
 static void
 run_result_clear (RunResult * r)
 {
-  if (r->chunks)
-    g_array_unref (r->chunks);
-  if (r->arrivals)
-    g_array_unref (r->arrivals);
-  if (r->rss)
-    g_array_unref (r->rss);
+  g_clear_pointer (&r->chunks, g_array_unref);
+  g_clear_pointer (&r->arrivals, g_array_unref);
+  g_clear_pointer (&r->rss, g_array_unref);
   memset (r, 0, sizeof (*r));
-}
-
-static double
-secs_since (gint64 t0)
-{
-  return (g_get_monotonic_time () - t0) / 1e6;
 }
 
 static void
@@ -439,7 +431,7 @@ run_session_overlapped (const BenchConfig * c, RunResult * r,
     if (i < n_planned && plan[i].reset_before)
       lingbot_control_reset_pose (lingbot_session_get_control (session));
     LingbotChunkStats *st = g_new0 (LingbotChunkStats, 1);
-    double start = secs_since (t0);
+    double start = lingbot_bench_seconds_since (t0);
     g_array_append_val (starts, start);
     ok = lingbot_session_generate (session, keys, st, error);
     if (!ok) {
@@ -533,7 +525,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
   if (c->decode_overlap && !lingbot_session_attach_decoder (session, NULL,
           0, error))
     return FALSE;
-  r->setup_s = secs_since (t0);
+  r->setup_s = lingbot_bench_seconds_since (t0);
   if (c->decode_overlap)
     return run_session_overlapped (c, r, session, plan, n_planned, t0, error);
 
@@ -544,20 +536,20 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
       lingbot_control_reset_pose (lingbot_session_get_control (session));
     if (c->replay) {
       double request = r->setup_s + (double) frames_before / c->fps;
-      double wait = request - secs_since (t0);
+      double wait = request - lingbot_bench_seconds_since (t0);
       if (wait > 0)
         g_usleep ((gulong) (wait * 1e6));
     }
     LingbotChunkStats st = { 0 };
     int n = 0;
     ChunkRecord k = { 0 };
-    k.start_s = secs_since (t0);
+    k.start_s = lingbot_bench_seconds_since (t0);
     if (!lingbot_session_generate (session, keys, &st, error) ||
         !lingbot_session_decode (session, NULL, &n, &st, error)) {
       g_prefix_error (error, "chunk %u: ", i);
       return FALSE;
     }
-    k.end_s = k.first_frame_s = secs_since (t0);
+    k.end_s = k.first_frame_s = lingbot_bench_seconds_since (t0);
     k.decode_start_s = (st.decode_start_us - t0) / 1e6;
     k.decode_end_s = (st.decode_end_us - t0) / 1e6;
     k.index = st.index;
@@ -617,7 +609,7 @@ on_bus_sync (GstBus * bus, GstMessage * msg, gpointer user_data)
       !(s = gst_message_get_structure (msg)))
     return GST_BUS_PASS;
   ChunkMsg m = { 0 };
-  m.posted_s = secs_since (g->t0);
+  m.posted_s = lingbot_bench_seconds_since (g->t0);
   gst_structure_get_uint64 (s, "index", &m.index);
   gst_structure_get_int (s, "frames", &m.frames);
   if (gst_structure_has_name (s, "lingbot-chunk")) {
@@ -658,7 +650,7 @@ on_frame (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
   (void) pad;
   if (info->type & GST_PAD_PROBE_TYPE_BUFFER_LIST)
     n = gst_buffer_list_length (GST_PAD_PROBE_INFO_BUFFER_LIST (info));
-  double t = secs_since (g->t0);
+  double t = lingbot_bench_seconds_since (g->t0);
   g_mutex_lock (&g->lock);
   for (guint i = 0; i < n; i++)
     g_array_append_val (g->arrivals, t);
@@ -856,10 +848,8 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
   g_array_unref (g.gen);
   g_array_unref (g.dec);
   g_mutex_clear (&g.lock);
-  if (ctl)
-    gst_object_unref (ctl);
-  if (q)
-    gst_object_unref (q);
+  gst_clear_object (&ctl);
+  gst_clear_object (&q);
   gst_object_unref (gen);
   gst_object_unref (sink);
   gst_object_unref (p);
@@ -937,10 +927,7 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
     g_cond_clear (&rs.cond);
   }
   comm_counters_snapshot (&after);
-  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
-    r->comm.calls[i] = after.calls[i] - before.calls[i];
-    r->comm.bytes[i] = after.bytes[i] - before.bytes[i];
-  }
+  lingbot_bench_comm_counts_diff (&after, &before, &r->comm);
   if (ok && r->chunks->len == 0) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "no chunk ran");
     ok = FALSE;
@@ -950,32 +937,19 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
 
 /* ---- summary ---- */
 
-static int
-cmp_double (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-/* linear interpolation between closest ranks (numpy's default) */
-static double
-percentile (const double *sorted, guint n, double p)
-{
-  if (n == 0)
-    return 0.0;
-  double pos = p * (n - 1);
-  guint i = (guint) pos;
-  double f = pos - i;
-  return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
-}
-
 static void
 add_stats (JsonBuilder * b, const char *name, GArray * values)
 {
+  static const struct
+  {
+    const char *name;
+    double p;
+  } quantiles[] =
+      { {"p50", 0.50}, {"p90", 0.90}, {"p95", 0.95}, {"p99", 0.99} };
   guint n = values->len;
   double *v = (double *) (void *) values->data;
   double sum = 0.0;
-  qsort (v, n, sizeof (double), cmp_double);
+  lingbot_bench_sort (v, n);
   for (guint i = 0; i < n; i++)
     sum += v[i];
   json_builder_set_member_name (b, name);
@@ -986,14 +960,11 @@ add_stats (JsonBuilder * b, const char *name, GArray * values)
   json_builder_add_double_value (b, n ? sum / n : 0.0);
   json_builder_set_member_name (b, "min");
   json_builder_add_double_value (b, n ? v[0] : 0.0);
-  json_builder_set_member_name (b, "p50");
-  json_builder_add_double_value (b, percentile (v, n, 0.50));
-  json_builder_set_member_name (b, "p90");
-  json_builder_add_double_value (b, percentile (v, n, 0.90));
-  json_builder_set_member_name (b, "p95");
-  json_builder_add_double_value (b, percentile (v, n, 0.95));
-  json_builder_set_member_name (b, "p99");
-  json_builder_add_double_value (b, percentile (v, n, 0.99));
+  for (guint i = 0; i < G_N_ELEMENTS (quantiles); i++) {
+    json_builder_set_member_name (b, quantiles[i].name);
+    json_builder_add_double_value (b, lingbot_bench_percentile (v, n,
+            quantiles[i].p));
+  }
   json_builder_set_member_name (b, "max");
   json_builder_add_double_value (b, n ? v[n - 1] : 0.0);
   json_builder_end_object (b);
@@ -1108,6 +1079,19 @@ add_config (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
   json_builder_end_object (b);
 }
 
+/* the seconds of a chunk in the report, in its order (name = field) */
+#define CHUNK_TIME(field) { #field, G_STRUCT_OFFSET (ChunkRecord, field) }
+static const struct
+{
+  const char *name;
+  glong offset;
+} chunk_times[] = {
+  CHUNK_TIME (dit_seconds), CHUNK_TIME (vae_seconds),
+  CHUNK_TIME (compute_seconds), CHUNK_TIME (wall_seconds),
+  CHUNK_TIME (start_s), CHUNK_TIME (first_frame_s), CHUNK_TIME (end_s),
+  CHUNK_TIME (decode_start_s), CHUNK_TIME (decode_end_s),
+};
+
 /* One run's report (an object). */
 static void
 add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
@@ -1126,15 +1110,9 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     set_int (b, "index", (gint64) k->index);
     set_int (b, "frames", k->frames);
     set_string (b, "keys", ks);
-    set_double (b, "dit_seconds", k->dit_seconds);
-    set_double (b, "vae_seconds", k->vae_seconds);
-    set_double (b, "compute_seconds", k->compute_seconds);
-    set_double (b, "wall_seconds", k->wall_seconds);
-    set_double (b, "start_s", k->start_s);
-    set_double (b, "first_frame_s", k->first_frame_s);
-    set_double (b, "end_s", k->end_s);
-    set_double (b, "decode_start_s", k->decode_start_s);
-    set_double (b, "decode_end_s", k->decode_end_s);
+    for (guint j = 0; j < G_N_ELEMENTS (chunk_times); j++)
+      set_double (b, chunk_times[j].name, G_STRUCT_MEMBER (double, k,
+              chunk_times[j].offset));
     set_double (b, "chunk_compute_fps", k->compute_seconds > 0 ?
         k->frames / k->compute_seconds : 0.0);
     if (c->replay) {
@@ -1218,9 +1196,10 @@ add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
     /* p95 chunk period over the media duration of a steady chunk */
     g_autoptr (GArray) ps = g_array_copy (period);
     double *v = (double *) (void *) ps->data;
-    qsort (v, ps->len, sizeof (double), cmp_double);
+    lingbot_bench_sort (v, ps->len);
     set_double (b, "real_time_factor", ps->len ?
-        percentile (v, ps->len, 0.95) / (4.0 * c->chunk_frames / c->fps) : 0.0);
+        lingbot_bench_percentile (v, ps->len,
+            0.95) / (4.0 * c->chunk_frames / c->fps) : 0.0);
   }
   set_double (b, "setup_seconds", r->setup_s);
   set_double (b, "first_chunk_latency_s", first->first_frame_s);
@@ -1412,9 +1391,9 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
   json_builder_add_value (b, json_builder_get_root (rounds));
   g_object_unref (rounds);
   g_autoptr (GArray) sorted = g_array_copy (ratios);
-  qsort (sorted->data, sorted->len, sizeof (double), cmp_double);
-  double median = percentile ((double *) (void *) sorted->data, sorted->len,
-      0.5);
+  double *sv = (double *) (void *) sorted->data;
+  lingbot_bench_sort (sv, sorted->len);
+  double median = lingbot_bench_percentile (sv, sorted->len, 0.5);
   set_double (b, "median_ratio", median);
   json_builder_end_object (b);
   printf ("{\"a\": \"%s\", \"b\": \"%s\", \"rounds\": %u, "

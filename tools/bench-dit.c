@@ -34,6 +34,7 @@
 #include "lingbot/dit-session.h"
 #include "lingbot/noise.h"
 #include "comm/collectives.h"
+#include "tools/bench-common.h"
 #include "tools/bench-counters.h"
 
 /* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
@@ -41,24 +42,6 @@
  * and FP32 CUDA cores. */
 #define PEAK_BF16_TFLOPS 989.4
 #define PEAK_FP32_TFLOPS 67.0
-
-static int
-cmp_double (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-static double
-percentile (const double *sorted, int n, double p)
-{
-  if (n <= 0)
-    return 0.0;
-  double pos = p * (n - 1);
-  int i = (int) pos;
-  double f = pos - i;
-  return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
-}
 
 /**
  * lingbot_bench_dit_flops:
@@ -766,7 +749,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
     return 1;
   }
-  const double weights_s = (g_get_monotonic_time () - t0) / 1e6;
+  const double weights_s = lingbot_bench_seconds_since (t0);
   const LingbotDitConfig *cfg = lingbot_dit_get_config (dit);
   if (rank_of > 0 && model && !rank_of_check (cfg, rank_of))
     return 2;
@@ -825,7 +808,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     lb_worker_group_unref (group);
     return 1;
   }
-  const double setup_s = (g_get_monotonic_time () - t0) / 1e6;
+  const double setup_s = lingbot_bench_seconds_since (t0);
 
   const int C = cfg->chunk_frames;
   const int64_t tf = lingbot_dit_session_get_frame_tokens (ses);
@@ -914,7 +897,7 @@ lingbot_bench_dit_main (int argc, char **argv)
       rc = 1;
       break;
     }
-    secs[c] = (g_get_monotonic_time () - a) / 1e6;
+    secs[c] = lingbot_bench_seconds_since (a);
     done = c + 1;
     if (c == 0) {
       lingbot_bench_comm_counts_rank (0, &comm_first);
@@ -983,7 +966,7 @@ lingbot_bench_dit_main (int argc, char **argv)
       fl += chunk_fl[i + 1];
       flr += chunk_ref[i + 1];
     }
-    qsort (st, ns, sizeof (double), cmp_double);
+    lingbot_bench_sort (st, ns);
     const double mean = ns ? sum / ns : 0.0;
     const double fps = mean > 0 ? 4.0 * C / mean : 0.0;
     const double tfl = sum > 0 ? fl / sum / 1e12 : 0.0;
@@ -1013,9 +996,9 @@ lingbot_bench_dit_main (int argc, char **argv)
           "%.5f, \"p50_s\": %.5f, \"p90_s\": %.5f, \"p99_s\": %.5f, "
           "\"max_s\": %.5f, \"gflops\": %.2f, \"tflops\": %.6g, "
           "\"tflops_reference\": %.6g", ns, fps, mean,
-          percentile (st, ns, 0.5), percentile (st, ns, 0.9),
-          percentile (st, ns, 0.99), ns ? st[ns - 1] : 0.0, tfl * 1e3, tfl,
-          tfl_ref);
+          lingbot_bench_percentile (st, ns, 0.5), lingbot_bench_percentile (st,
+              ns, 0.9), lingbot_bench_percentile (st, ns, 0.99),
+          ns ? st[ns - 1] : 0.0, tfl * 1e3, tfl, tfl_ref);
       print_num_or_null ("mfu", m, "%.6g");
       print_num_or_null ("mfu_reference", m_ref, "%.6g");
       printf (", \"pass_s\": [");
@@ -1043,9 +1026,10 @@ lingbot_bench_dit_main (int argc, char **argv)
     } else {
       printf ("steady (%d chunks): %.2f fps, mean %.3f s, p50 %.3f, p90 %.3f,"
           " p99 %.3f, max %.3f; %.4g TFLOP/s as executed, %.4g TFLOP/s at "
-          "the reference's count", ns, fps, mean, percentile (st, ns, 0.5),
-          percentile (st, ns, 0.9), percentile (st, ns, 0.99),
-          ns ? st[ns - 1] : 0.0, tfl, tfl_ref);
+          "the reference's count", ns, fps, mean, lingbot_bench_percentile (st,
+              ns, 0.5), lingbot_bench_percentile (st, ns, 0.9),
+          lingbot_bench_percentile (st, ns, 0.99), ns ? st[ns - 1] : 0.0, tfl,
+          tfl_ref);
       if (m >= 0)
         printf ("; MFU %.1f %% (reference count %.1f %%) of %.4g TFLOP/s x "
             "%d device(s)", 100 * m, 100 * m_ref, peak, n_devices);

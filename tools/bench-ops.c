@@ -21,6 +21,7 @@
  * decoder's widest causal 3x3x3 at width 8 (the demo VAE) at 192x320.
  */
 #include "tools/bench-ops.h"
+#include "tools/bench-common.h"
 #include "kernels/cpu/cpu-internal.h"
 
 #include <cblas.h>
@@ -54,7 +55,7 @@ time_best (OpRun run, gpointer data, int iters, GError ** error)
     gint64 t0 = g_get_monotonic_time ();
     if (!run (data, error))
       return -1.0;
-    best = MIN (best, (g_get_monotonic_time () - t0) / 1e6);
+    best = MIN (best, lingbot_bench_seconds_since (t0));
   }
   return best;
 }
@@ -103,6 +104,42 @@ typedef struct
   float *a, *bm, *cm;
   int m, n, kk;
 } ConvCase;
+
+/* the tensors of a causal 3x3x3 convolution, @cin -> @cout channels over
+ * @f frames of @hh x @ww with a 2-frame cache, filled */
+static void
+conv_case_init (ConvCase * cc, LbStream * s, int cin, int cout, int f,
+    int hh, int ww)
+{
+  int64_t xs[4] = { cin, f, hh, ww }, cs[4] = { cin, 2, hh, ww };
+  int64_t wsh[5] = { cout, cin, 3, 3, 3 }, bs[1] = { cout };
+  int64_t ys[4] = { cout, f, hh, ww };
+
+  *cc = (ConvCase) { .s = s };
+  cc->x = lb_tensor_new (LB_DTYPE_F32, 4, xs);
+  cc->cache = lb_tensor_new (LB_DTYPE_F32, 4, cs);
+  cc->w = lb_tensor_new (LB_DTYPE_F32, 5, wsh);
+  cc->b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
+  cc->y = lb_tensor_new (LB_DTYPE_F32, 4, ys);
+  fill (cc->x, 1.0f);
+  fill (cc->cache, 1.0f);
+  fill (cc->w, 0.1f);
+  fill (cc->b, 0.1f);
+}
+
+/* frees what conv_case_init() and the sgemm comparison allocated */
+static void
+conv_case_clear (ConvCase * cc)
+{
+  lb_tensor_free (cc->x);
+  lb_tensor_free (cc->cache);
+  lb_tensor_free (cc->w);
+  lb_tensor_free (cc->b);
+  lb_tensor_free (cc->y);
+  g_free (cc->a);
+  g_free (cc->bm);
+  g_free (cc->cm);
+}
 
 static gboolean
 run_conv (gpointer data, GError ** error)
@@ -205,18 +242,9 @@ conv_study (LbStream * s, LbCpuIsa isa, int threads, int iters)
   };
   for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
     const int ch = shapes[i][0], hh = shapes[i][1], ww = shapes[i][2];
-    ConvCase cc = {.s = s };
-    int64_t xs[4] = { ch, 4, hh, ww }, cs[4] = { ch, 2, hh, ww };
-    int64_t wsh[5] = { ch, ch, 3, 3, 3 }, bs[1] = { ch };
-    cc.x = lb_tensor_new (LB_DTYPE_F32, 4, xs);
-    cc.cache = lb_tensor_new (LB_DTYPE_F32, 4, cs);
-    cc.w = lb_tensor_new (LB_DTYPE_F32, 5, wsh);
-    cc.b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
-    cc.y = lb_tensor_new (LB_DTYPE_F32, 4, xs);
-    fill (cc.x, 1.0f);
-    fill (cc.cache, 1.0f);
-    fill (cc.w, 0.1f);
-    fill (cc.b, 0.1f);
+    ConvCase cc;
+
+    conv_case_init (&cc, s, ch, ch, 4, hh, ww);
     const double flops = 2.0 * ch * ch * 27.0 * 4 * hh * ww;
     double secs[2];
     GError *err = NULL;
@@ -225,11 +253,7 @@ conv_study (LbStream * s, LbCpuIsa isa, int threads, int iters)
       secs[mode] = time_best (run_conv, &cc, iters, &err);
     }
     lb_cpu_conv_set_direct (-1);
-    lb_tensor_free (cc.x);
-    lb_tensor_free (cc.cache);
-    lb_tensor_free (cc.w);
-    lb_tensor_free (cc.b);
-    lb_tensor_free (cc.y);
+    conv_case_clear (&cc);
     if (secs[0] < 0 || secs[1] < 0) {
       fprintf (stderr, "lingbot-bench ops: %s\n", err ? err->message : "?");
       g_clear_error (&err);
@@ -340,20 +364,10 @@ lingbot_bench_ops (int argc, char **argv)
 
   /* the decoder's causal 3x3x3 conv, width 8 at the top: 8 -> 8 channels
    * over 4 frames of 192x320, a 2-frame cache */
-  ConvCase cc = {.s = s };
+  ConvCase cc;
   const int cin = 8, cout = 8, f = 4, hh = 192, ww = 320;
-  int64_t xs[4] = { cin, f, hh, ww }, cs[4] = { cin, 2, hh, ww };
-  int64_t wsh[5] = { cout, cin, 3, 3, 3 }, bs[1] = { cout };
-  int64_t ys[4] = { cout, f, hh, ww };
-  cc.x = lb_tensor_new (LB_DTYPE_F32, 4, xs);
-  cc.cache = lb_tensor_new (LB_DTYPE_F32, 4, cs);
-  cc.w = lb_tensor_new (LB_DTYPE_F32, 5, wsh);
-  cc.b = lb_tensor_new (LB_DTYPE_F32, 1, bs);
-  cc.y = lb_tensor_new (LB_DTYPE_F32, 4, ys);
-  fill (cc.x, 1.0f);
-  fill (cc.cache, 1.0f);
-  fill (cc.w, 0.1f);
-  fill (cc.b, 0.1f);
+
+  conv_case_init (&cc, s, cin, cout, f, hh, ww);
   cc.m = cout;
   cc.kk = cin * 27;
   cc.n = f * hh * ww;
@@ -440,14 +454,7 @@ lingbot_bench_ops (int argc, char **argv)
   lb_tensor_free (hc.x);
   lb_tensor_free (hc.y);
   lb_tensor_free (hc.gamma);
-  lb_tensor_free (cc.x);
-  lb_tensor_free (cc.cache);
-  lb_tensor_free (cc.w);
-  lb_tensor_free (cc.b);
-  lb_tensor_free (cc.y);
-  g_free (cc.a);
-  g_free (cc.bm);
-  g_free (cc.cm);
+  conv_case_clear (&cc);
   lb_tensor_free (nc.x);
   lb_tensor_free (nc.y);
   lb_tensor_free (nc.w);

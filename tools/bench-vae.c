@@ -22,6 +22,7 @@
  * GPU; the reference decodes in FP32, the default).
  */
 #include "tools/bench-vae.h"
+#include "tools/bench-common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +132,7 @@ run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
     int n = 0;
     gint64 t0 = g_get_monotonic_time ();
     ok = lingbot_vae_decoder_decode (dec, lat, frames, &n, error);
-    double s = (g_get_monotonic_time () - t0) / 1e6;
+    double s = lingbot_bench_seconds_since (t0);
     if (!ok)
       break;
     if (c == 0) {

@@ -34,34 +34,19 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-. tools/deps.sh
-lingbot_install_deps "${LINGBOT_DEMO_DEPS[@]}"
-
-BUILD=${LINGBOT_BUILD_DIR:-build}
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
-ninja -C "$BUILD" >/dev/null
+. tools/demo-common.sh
+lingbot_demo_build
 
 out=demo-out
 mkdir -p "$out"
-if [ -z "$model" ]; then
-  model="$out/demo-model"
-  if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
-    echo "== writing a small random-weight model to $model"
-    "$BUILD/tools/lingbot-mkmodel" --preset demo --full \
-      --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
-  fi
-fi
-image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
+[ -n "$model" ] || lingbot_demo_model "$out"
+image=${image:-$LINGBOT_DEMO_IMAGE}
 trace=${trace:-examples/data/demo-trace.json}
 
 echo "== lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! x264enc ! mp4mux"
 echo "   model $model, image $image, trace $trace, devices ${DEVICES:-cpu:2}," \
   "precision ${PRECISION:-fp32}"
-# OpenBLAS's kernels for this CPU even where OpenBLAS does not know the
-# model (tools/openblas-coretype.sh)
-: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
-[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
-export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
+lingbot_demo_env
 t0=$(date +%s.%N)
 total=${FRAMES:-77}
 # progress as it happens: each decoded chunk (lingbotvaedec's

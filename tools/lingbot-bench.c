@@ -12,6 +12,7 @@
  *   lingbot-bench replay --duration 60 ... (also --compare A B)
  */
 #include "lingbot/backend.h"
+#include "tools/bench-common.h"
 #include "tools/bench-comm.h"
 #include "tools/bench-dit.h"
 #include "tools/bench-vae.h"
@@ -77,7 +78,7 @@ bench_gemm (int argc, char **argv)
   for (int i = 0; i < iters; i++)
     lb_ops (s)->gemm (s, x, w, TRUE, NULL, 1.0f, 0.0f, y, NULL);
   be->stream_synchronize (s, NULL);
-  double secs = (g_get_monotonic_time () - t0) / 1e6;
+  double secs = lingbot_bench_seconds_since (t0);
   double flop = 2.0 * size * (double) size * size * iters;
   printf ("{\"bench\": \"gemm\", \"backend\": \"%s\", \"m\": %d, \"n\": %d, "
       "\"k\": %d, \"iters\": %d, \"seconds\": %.6f, \"gflops\": %.2f}\n",

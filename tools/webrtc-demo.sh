@@ -22,29 +22,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-. tools/deps.sh
-lingbot_install_deps "${LINGBOT_DEMO_DEPS[@]}"
-
-BUILD=${LINGBOT_BUILD_DIR:-build}
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
-ninja -C "$BUILD" >/dev/null
-
-if [ -z "$model" ]; then
-  model="demo-out/demo-model"
-  if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then
-    echo "== writing a small random-weight model to $model"
-    mkdir -p demo-out
-    "$BUILD/tools/lingbot-mkmodel" --preset demo --full \
-      --tokenizer "$BUILD/tests/text/test-spm.model" --out "$model" --quiet
-  fi
-fi
-image=${image:-/usr/share/backgrounds/mate/nature/GreenMeadow.jpg}
-
-# OpenBLAS's kernels for this CPU even where OpenBLAS does not know the
-# model (tools/openblas-coretype.sh)
-: "${OPENBLAS_CORETYPE:=$(tools/openblas-coretype.sh)}"
-[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
-export GST_PLUGIN_PATH="$PWD/$BUILD/gst"
+. tools/demo-common.sh
+lingbot_demo_build
+[ -n "$model" ] || lingbot_demo_model demo-out
+image=${image:-$LINGBOT_DEMO_IMAGE}
+lingbot_demo_env
 echo "== open http://127.0.0.1:$port/ in a browser on this machine (Ctrl-C stops)"
 exec "$BUILD/examples/webrtc/lingbot-webrtc-server" --address 127.0.0.1 \
   --port "$port" --model "$model" --image "$image" \

@@ -134,9 +134,11 @@ struct _Conn
   Peer *peer;                   /* the peer it signals for, or NULL */
 };
 
+/* Sessions and peers are atomic reference-counted boxes (g_atomic_rc_box):
+ * a reference is g_atomic_rc_box_acquire(), and session_unref() /
+ * peer_unref() drop one */
 struct _Session
 {
-  gint refs;
   LingbotWebrtcServer *server;  /* valid while !closed */
   GMainContext *context;
   guint id;
@@ -181,7 +183,6 @@ struct _Session
 
 struct _Peer
 {
-  gint refs;
   Session *session;             /* a reference */
   GMainContext *context;
   guint id;
@@ -212,6 +213,14 @@ static void session_detached (Session * s);
 /* encoders                                                           */
 /* ------------------------------------------------------------------ */
 
+/* the H.264 encoders' caps, payloader and its output */
+#define H264_PAY_CHAIN "! video/x-h264,profile=constrained-baseline," \
+  "stream-format=byte-stream,alignment=au " \
+  "! rtph264pay name=pay pt=102 config-interval=-1 " \
+  "aggregate-mode=zero-latency"
+#define H264_RTP_CAPS "application/x-rtp,media=video,encoding-name=H264," \
+  "payload=102,clock-rate=90000"
+
 #define H264_PREFERENCES(pt) "application/x-rtp,media=video," \
   "encoding-name=H264,payload=" pt ",clock-rate=90000," \
   "packetization-mode=(string)1,profile-level-id=(string)42e01f," \
@@ -228,19 +237,9 @@ static const Encoder encoders[] = {
         "rtcp-fb-ccm-fir=(boolean)true"},
   {"x264", "H264", "x264enc name=enc tune=zerolatency speed-preset=ultrafast "
         "key-int-max=%d bframes=0 aud=false "
-        "! video/x-h264,profile=constrained-baseline,"
-        "stream-format=byte-stream,alignment=au "
-        "! rtph264pay name=pay pt=102 config-interval=-1 "
-        "aggregate-mode=zero-latency", 102,
-      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-        "clock-rate=90000", H264_PREFERENCES ("102")},
+        H264_PAY_CHAIN, 102, H264_RTP_CAPS, H264_PREFERENCES ("102")},
   {"openh264", "H264", "openh264enc name=enc complexity=low gop-size=%d "
-        "! video/x-h264,profile=constrained-baseline,"
-        "stream-format=byte-stream,alignment=au "
-        "! rtph264pay name=pay pt=102 config-interval=-1 "
-        "aggregate-mode=zero-latency", 102,
-      "application/x-rtp,media=video,encoding-name=H264,payload=102,"
-        "clock-rate=90000", H264_PREFERENCES ("102")},
+        H264_PAY_CHAIN, 102, H264_RTP_CAPS, H264_PREFERENCES ("102")},
 };
 
 static const Encoder *
@@ -270,18 +269,10 @@ echo_free (Echo * e)
   g_free (e);
 }
 
-static Session *
-session_ref (Session * s)
-{
-  g_atomic_int_inc (&s->refs);
-  return s;
-}
-
+/* what the last reference of a session frees (not the box) */
 static void
-session_unref (Session * s)
+session_clear (Session * s)
 {
-  if (!g_atomic_int_dec_and_test (&s->refs))
-    return;
   g_assert (s->pipeline == NULL);
   g_debug ("session %u: freed", s->id);
   g_ptr_array_unref (s->leaving);
@@ -289,32 +280,72 @@ session_unref (Session * s)
   g_queue_clear_full (&s->pending_echo, (GDestroyNotify) echo_free);
   g_mutex_clear (&s->lock);
   g_main_context_unref (s->context);
-  g_free (s);
 }
 
-static Peer *
-peer_ref (Peer * p)
+static void
+session_unref (Session * s)
 {
-  g_atomic_int_inc (&p->refs);
-  return p;
+  g_atomic_rc_box_release_full (s, (GDestroyNotify) session_clear);
+}
+
+static void
+peer_clear (Peer * p)
+{
+  g_debug ("peer %u: freed", p->id);
+  g_ptr_array_unref (p->held);
+  session_unref (p->session);
+  g_main_context_unref (p->context);
 }
 
 static void
 peer_unref (Peer * p)
 {
-  if (!g_atomic_int_dec_and_test (&p->refs))
-    return;
-  g_debug ("peer %u: freed", p->id);
-  g_ptr_array_unref (p->held);
-  session_unref (p->session);
-  g_main_context_unref (p->context);
-  g_free (p);
+  g_atomic_rc_box_release_full (p, (GDestroyNotify) peer_clear);
 }
 
 static void
 peer_unref_closure (gpointer data, GClosure * closure)
 {
   peer_unref (data);
+}
+
+/* connects @callback to @signal of @instance with a reference of @p for its
+ * data, dropped with the handler */
+static void
+peer_connect (gpointer instance, const char *signal, GCallback callback,
+    Peer * p)
+{
+  g_signal_connect_data (instance, signal, callback,
+      g_atomic_rc_box_acquire (p), peer_unref_closure, 0);
+}
+
+/* one member of the object a builder is in: name and value */
+static void
+put_string (JsonBuilder * b, const char *name, const char *value)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_string_value (b, value);
+}
+
+static void
+put_int (JsonBuilder * b, const char *name, gint64 value)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_int_value (b, value);
+}
+
+static void
+put_boolean (JsonBuilder * b, const char *name, gboolean value)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_boolean_value (b, value);
+}
+
+static void
+put_double (JsonBuilder * b, const char *name, double value)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_double_value (b, value);
 }
 
 /* a builder inside a JSON object whose "type" member is @type: every
@@ -325,8 +356,7 @@ message_new (const char *type)
   JsonBuilder *b = json_builder_new ();
 
   json_builder_begin_object (b);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, type);
+  put_string (b, "type", type);
   return b;
 }
 
@@ -402,20 +432,13 @@ error_json (const char *code, const char *message, gboolean fatal,
 {
   g_autoptr (JsonBuilder) b = message_new ("error");
 
-  json_builder_set_member_name (b, "code");
-  json_builder_add_string_value (b, code);
-  json_builder_set_member_name (b, "message");
-  json_builder_add_string_value (b, message);
-  json_builder_set_member_name (b, "fatal");
-  json_builder_add_boolean_value (b, fatal);
-  if (where) {
-    json_builder_set_member_name (b, "where");
-    json_builder_add_string_value (b, where);
-  }
-  if (has_id) {
-    json_builder_set_member_name (b, "id");
-    json_builder_add_int_value (b, id);
-  }
+  put_string (b, "code", code);
+  put_string (b, "message", message);
+  put_boolean (b, "fatal", fatal);
+  if (where)
+    put_string (b, "where", where);
+  if (has_id)
+    put_int (b, "id", id);
   return message_finish (b);
 }
 
@@ -479,15 +502,10 @@ invoke_full (gpointer obj, gboolean peer, gboolean always, HopFunc func,
 {
   Hop *h = g_new0 (Hop, 1);
   GSource *src = g_idle_source_new ();
-  GMainContext *context;
+  GMainContext *context = peer ? ((Peer *) obj)->context :
+      ((Session *) obj)->context;
 
-  if (peer) {
-    h->obj = peer_ref (obj);
-    context = ((Peer *) obj)->context;
-  } else {
-    h->obj = session_ref (obj);
-    context = ((Session *) obj)->context;
-  }
+  h->obj = g_atomic_rc_box_acquire (obj);
   h->peer = peer;
   h->always = always;
   h->func = func;
@@ -640,18 +658,12 @@ status_json (Session * s, Peer * p)
 {
   g_autoptr (JsonBuilder) b = message_new ("status");
 
-  json_builder_set_member_name (b, "session");
-  json_builder_add_int_value (b, s->id);
-  json_builder_set_member_name (b, "peer");
-  json_builder_add_int_value (b, p->id);
-  json_builder_set_member_name (b, "active");
-  json_builder_add_boolean_value (b, s->active == p);
-  json_builder_set_member_name (b, "next-chunk");
-  json_builder_add_int_value (b, s->last_chunk + 1);
-  json_builder_set_member_name (b, "state");
-  json_builder_add_string_value (b, s->state);
-  json_builder_set_member_name (b, "chunk");
-  json_builder_add_int_value (b, s->state_chunk);
+  put_int (b, "session", s->id);
+  put_int (b, "peer", p->id);
+  put_boolean (b, "active", s->active == p);
+  put_int (b, "next-chunk", s->last_chunk + 1);
+  put_string (b, "state", s->state);
+  put_int (b, "chunk", s->state_chunk);
   return message_finish (b);
 }
 
@@ -794,7 +806,8 @@ peer_release (Peer * p, const char *reason, gushort close_code,
   if (!s->closed && p->tee_pad && gst_pad_is_linked (p->tee_pad)) {
     /* unlinked once no buffer is on its way through the pad */
     gst_pad_add_probe (p->tee_pad, GST_PAD_PROBE_TYPE_IDLE,
-        peer_unlink_probe, peer_ref (p), (GDestroyNotify) peer_unref);
+        peer_unlink_probe, g_atomic_rc_box_acquire (p),
+        (GDestroyNotify) peer_unref);
   } else if (!s->closed && p->bin) {
     invoke_full (p, TRUE, TRUE, peer_drop_branch, NULL, NULL);
   }
@@ -814,8 +827,7 @@ send_offer (Peer * p, char *sdp)
 {
   g_autoptr (JsonBuilder) b = message_new ("offer");
 
-  json_builder_set_member_name (b, "sdp");
-  json_builder_add_string_value (b, sdp);
+  put_string (b, "sdp", sdp);
   conn_send_message (p->conn, b);
 }
 
@@ -860,7 +872,7 @@ create_offer (Peer * p, gpointer data)
     return;                     /* no renegotiation */
   p->offered = TRUE;
   promise = gst_promise_new_with_change_func (on_offer_created,
-      peer_ref (p), (GDestroyNotify) peer_unref);
+      g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref);
   g_signal_emit_by_name (p->webrtc, "create-offer", NULL, promise);
 }
 
@@ -888,10 +900,8 @@ send_candidate (Peer * p, Candidate * c)
 {
   g_autoptr (JsonBuilder) b = message_new ("ice");
 
-  json_builder_set_member_name (b, "candidate");
-  json_builder_add_string_value (b, c->candidate);
-  json_builder_set_member_name (b, "sdpMLineIndex");
-  json_builder_add_int_value (b, c->mline);
+  put_string (b, "candidate", c->candidate);
+  put_int (b, "sdpMLineIndex", c->mline);
   conn_send_message (p->conn, b);
 }
 
@@ -936,8 +946,8 @@ peer_probe_rx (Peer * p)
 
       if (src) {
         gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_BUFFER |
-            GST_PAD_PROBE_TYPE_BUFFER_LIST, rx_probe, peer_ref (p),
-            (GDestroyNotify) peer_unref);
+            GST_PAD_PROBE_TYPE_BUFFER_LIST, rx_probe,
+            g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref);
         gst_object_unref (src);
       }
     }
@@ -1291,13 +1301,12 @@ create_channel (Peer * p, const char *label)
   gst_structure_free (opts);
   if (channel == NULL)
     return NULL;
-  g_signal_connect_data (channel, "on-message-string",
-      G_CALLBACK (on_channel_message), peer_ref (p), peer_unref_closure, 0);
-  g_signal_connect_data (channel, "on-message-data",
-      G_CALLBACK (on_channel_data), peer_ref (p), peer_unref_closure, 0);
+  peer_connect (channel, "on-message-string", G_CALLBACK (on_channel_message),
+      p);
+  peer_connect (channel, "on-message-data", G_CALLBACK (on_channel_data), p);
   if (strcmp (label, LABEL_CONTROL) == 0)
-    g_signal_connect_data (channel, "notify::ready-state",
-        G_CALLBACK (on_channel_state), peer_ref (p), peer_unref_closure, 0);
+    peer_connect (channel, "notify::ready-state", G_CALLBACK (on_channel_state),
+        p);
   return channel;
 }
 
@@ -1383,14 +1392,14 @@ peer_build (Peer * p, GError ** error)
     g_clear_object (&ice);
   }
 
-  g_signal_connect_data (p->webrtc, "on-negotiation-needed",
-      G_CALLBACK (on_negotiation_needed), peer_ref (p), peer_unref_closure, 0);
-  g_signal_connect_data (p->webrtc, "on-ice-candidate",
-      G_CALLBACK (on_ice_candidate), peer_ref (p), peer_unref_closure, 0);
-  g_signal_connect_data (p->webrtc, "notify::connection-state",
-      G_CALLBACK (on_connection_state), peer_ref (p), peer_unref_closure, 0);
-  g_signal_connect_data (p->webrtc, "notify::ice-connection-state",
-      G_CALLBACK (on_ice_state), peer_ref (p), peer_unref_closure, 0);
+  peer_connect (p->webrtc, "on-negotiation-needed",
+      G_CALLBACK (on_negotiation_needed), p);
+  peer_connect (p->webrtc, "on-ice-candidate", G_CALLBACK (on_ice_candidate),
+      p);
+  peer_connect (p->webrtc, "notify::connection-state",
+      G_CALLBACK (on_connection_state), p);
+  peer_connect (p->webrtc, "notify::ice-connection-state",
+      G_CALLBACK (on_ice_state), p);
 
   /* data channels are created in READY, before the offer (as webrtcsink) */
   gst_bin_add (GST_BIN (s->pipeline), p->bin);
@@ -1431,10 +1440,9 @@ static Peer *
 peer_new (Session * s, Conn * c)
 {
   LingbotWebrtcServer *server = s->server;
-  Peer *p = g_new0 (Peer, 1);
+  Peer *p = g_atomic_rc_box_new0 (Peer);        /* the session's list */
 
-  p->refs = 1;                  /* the session's list */
-  p->session = session_ref (s);
+  p->session = g_atomic_rc_box_acquire (s);
   p->context = g_main_context_ref (s->context);
   p->id = ++server->next_peer;
   p->held = g_ptr_array_new_with_free_func (g_free);
@@ -1465,18 +1473,12 @@ send_echo (Session * s, Echo * e)
   g_autoptr (JsonBuilder) b = message_new ("key-echo");
   g_autofree char *text = NULL;
 
-  json_builder_set_member_name (b, "id");
-  json_builder_add_int_value (b, e->id);
-  json_builder_set_member_name (b, "key");
-  json_builder_add_string_value (b, e->name);
-  json_builder_set_member_name (b, "chunk");
-  json_builder_add_int_value (b, (gint64) e->chunk);
-  json_builder_set_member_name (b, "first-frame");
-  json_builder_add_int_value (b, (gint64) e->first_frame);
-  json_builder_set_member_name (b, "rtp-timestamp");
-  json_builder_add_int_value (b, e->rtp_ts);
-  json_builder_set_member_name (b, "server-ms");
-  json_builder_add_double_value (b, e->server_ms);
+  put_int (b, "id", e->id);
+  put_string (b, "key", e->name);
+  put_int (b, "chunk", (gint64) e->chunk);
+  put_int (b, "first-frame", (gint64) e->first_frame);
+  put_int (b, "rtp-timestamp", e->rtp_ts);
+  put_double (b, "server-ms", e->server_ms);
   text = message_finish (b);
   g_debug ("session %u: %s", s->id, text);
   if (s->active)
@@ -1589,20 +1591,13 @@ send_simple (Session * s, const char *type, gint64 chunk, const char *k1,
   g_autoptr (JsonBuilder) b = message_new (type);
   g_autofree char *text = NULL;
 
-  json_builder_set_member_name (b, "chunk");
-  json_builder_add_int_value (b, chunk);
-  if (k1) {
-    json_builder_set_member_name (b, k1);
-    json_builder_add_int_value (b, v1);
-  }
-  if (k2) {
-    json_builder_set_member_name (b, k2);
-    json_builder_add_int_value (b, v2);
-  }
-  if (keys) {
-    json_builder_set_member_name (b, "keys");
-    json_builder_add_string_value (b, keys);
-  }
+  put_int (b, "chunk", chunk);
+  if (k1)
+    put_int (b, k1, v1);
+  if (k2)
+    put_int (b, k2, v2);
+  if (keys)
+    put_string (b, "keys", keys);
   text = message_finish (b);
   session_broadcast (s, text);
 }
@@ -1739,24 +1734,15 @@ handle_decode (Session * s, const GstStructure * st)
   s->state_chunk = (gint64) index;
 
   b = message_new ("chunk");
-  json_builder_set_member_name (b, "index");
-  json_builder_add_int_value (b, (gint64) index);
-  json_builder_set_member_name (b, "frames");
-  json_builder_add_int_value (b, frames);
-  json_builder_set_member_name (b, "first-frame");
-  json_builder_add_int_value (b, (gint64) first_frame);
-  json_builder_set_member_name (b, "keys");
-  json_builder_add_string_value (b, keys);
-  json_builder_set_member_name (b, "dit-seconds");
-  json_builder_add_double_value (b, dit);
-  json_builder_set_member_name (b, "generate-seconds");
-  json_builder_add_double_value (b, generate);
-  json_builder_set_member_name (b, "vae-seconds");
-  json_builder_add_double_value (b, vae);
-  json_builder_set_member_name (b, "compute-seconds");
-  json_builder_add_double_value (b, compute);
-  json_builder_set_member_name (b, "compute-fps");
-  json_builder_add_double_value (b, compute > 0 ? frames / compute : 0.0);
+  put_int (b, "index", (gint64) index);
+  put_int (b, "frames", frames);
+  put_int (b, "first-frame", (gint64) first_frame);
+  put_string (b, "keys", keys);
+  put_double (b, "dit-seconds", dit);
+  put_double (b, "generate-seconds", generate);
+  put_double (b, "vae-seconds", vae);
+  put_double (b, "compute-seconds", compute);
+  put_double (b, "compute-fps", compute > 0 ? frames / compute : 0.0);
   text = message_finish (b);
   session_broadcast (s, text);
   s->last_decoded = (gint64) index;
@@ -1877,7 +1863,7 @@ session_end (Session * s, const char *reason, gushort close_code,
   while (s->peers) {
     Peer *p = s->peers->data;
 
-    released = g_list_prepend (released, peer_ref (p));
+    released = g_list_prepend (released, g_atomic_rc_box_acquire (p));
     peer_release (p, reason, close_code, error_code, message);
   }
 
@@ -2061,8 +2047,8 @@ session_build (Session * s, GError ** error)
 
   gst_pad_add_probe (s->pay_src, GST_PAD_PROBE_TYPE_BUFFER |
       GST_PAD_PROBE_TYPE_BUFFER_LIST | GST_PAD_PROBE_TYPE_EVENT_UPSTREAM |
-      GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, pay_probe, session_ref (s),
-      (GDestroyNotify) session_unref);
+      GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, pay_probe,
+      g_atomic_rc_box_acquire (s), (GDestroyNotify) session_unref);
 
   bus = gst_element_get_bus (s->pipeline);
   s->bus_watch = gst_bus_add_watch (bus, on_bus_message, s);
@@ -2081,9 +2067,8 @@ session_build (Session * s, GError ** error)
 static Session *
 session_new (LingbotWebrtcServer * server)
 {
-  Session *s = g_new0 (Session, 1);
+  Session *s = g_atomic_rc_box_new0 (Session);  /* the table's */
 
-  s->refs = 1;                  /* the table's */
   s->server = server;
   s->context = g_main_context_ref (server->context);
   s->leaving = g_ptr_array_new_with_free_func (gst_object_unref);
@@ -2241,8 +2226,8 @@ handle_answer (Peer * p, JsonObject * o, gsize len)
   p->answered = TRUE;
   answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER, sdp);
   g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
-      gst_promise_new_with_change_func (on_answer_set, peer_ref (p),
-          (GDestroyNotify) peer_unref));
+      gst_promise_new_with_change_func (on_answer_set,
+          g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref));
   gst_webrtc_session_description_free (answer);
 }
 
@@ -2379,33 +2364,22 @@ send_welcome (Peer * p, gboolean resumed)
   LingbotWebrtcServer *server = s->server;
   g_autoptr (JsonBuilder) b = message_new ("welcome");
 
-  json_builder_set_member_name (b, "session");
-  json_builder_add_int_value (b, s->id);
-  json_builder_set_member_name (b, "peer");
-  json_builder_add_int_value (b, p->id);
-  json_builder_set_member_name (b, "encoder");
-  json_builder_add_string_value (b, server->encoder);
-  json_builder_set_member_name (b, "codec");
-  json_builder_add_string_value (b, s->enc->codec);
-  json_builder_set_member_name (b, "max-message-size");
-  json_builder_add_int_value (b, (gint64) server->max_message_size);
-  json_builder_set_member_name (b, "resume");
-  json_builder_add_string_value (b, s->token);
-  json_builder_set_member_name (b, "resumed");
-  json_builder_add_boolean_value (b, resumed);
-  json_builder_set_member_name (b, "next-chunk");
-  json_builder_add_int_value (b, s->last_chunk + 1);
-  json_builder_set_member_name (b, "state");
-  json_builder_add_string_value (b, s->state);
+  put_int (b, "session", s->id);
+  put_int (b, "peer", p->id);
+  put_string (b, "encoder", server->encoder);
+  put_string (b, "codec", s->enc->codec);
+  put_int (b, "max-message-size", (gint64) server->max_message_size);
+  put_string (b, "resume", s->token);
+  put_boolean (b, "resumed", resumed);
+  put_int (b, "next-chunk", s->last_chunk + 1);
+  put_string (b, "state", s->state);
   json_builder_set_member_name (b, "start-image");
   if (server->image_real)
     json_builder_add_string_value (b, START_IMAGE_PATH);
   else
     json_builder_add_null_value (b);
-  json_builder_set_member_name (b, "peer-timeout");
-  json_builder_add_int_value (b, server->peer_timeout);
-  json_builder_set_member_name (b, "resume-timeout");
-  json_builder_add_int_value (b, server->resume_timeout);
+  put_int (b, "peer-timeout", server->peer_timeout);
+  put_int (b, "resume-timeout", server->resume_timeout);
   conn_send_message (p->conn, b);
 }
 
@@ -2640,21 +2614,25 @@ lingbot_webrtc_resolve_path (const char *root, const char *path, guint * status)
 static const char *
 content_type (const char *file)
 {
-  if (g_str_has_suffix (file, ".html"))
-    return "text/html; charset=utf-8";
-  if (g_str_has_suffix (file, ".js"))
-    return "text/javascript; charset=utf-8";
-  if (g_str_has_suffix (file, ".css"))
-    return "text/css; charset=utf-8";
-  if (g_str_has_suffix (file, ".json"))
-    return "application/json";
-  if (g_str_has_suffix (file, ".svg"))
-    return "image/svg+xml";
-  if (g_str_has_suffix (file, ".png"))
-    return "image/png";
-  if (g_str_has_suffix (file, ".jpg") || g_str_has_suffix (file, ".jpeg")
-      || g_str_has_suffix (file, ".JPG") || g_str_has_suffix (file, ".JPEG"))
-    return "image/jpeg";
+  static const struct
+  {
+    const char *suffix, *type;
+  } types[] = {
+    {".html", "text/html; charset=utf-8"},
+    {".js", "text/javascript; charset=utf-8"},
+    {".css", "text/css; charset=utf-8"},
+    {".json", "application/json"},
+    {".svg", "image/svg+xml"},
+    {".png", "image/png"},
+    {".jpg", "image/jpeg"},
+    {".jpeg", "image/jpeg"},
+    {".JPG", "image/jpeg"},
+    {".JPEG", "image/jpeg"},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (types); i++)
+    if (g_str_has_suffix (file, types[i].suffix))
+      return types[i].type;
   return "application/octet-stream";
 }
 
@@ -2854,17 +2832,24 @@ lingbot_webrtc_server_get_port (LingbotWebrtcServer * server)
   return server->port;
 }
 
+/* the getter lingbot_webrtc_server_get_FIELD() of an atomic counter (a
+ * gint: the static assertion takes the semicolon after the macro) */
+#define COUNTER_GETTER(field) \
+  guint \
+  lingbot_webrtc_server_get_##field (LingbotWebrtcServer * server) \
+  { \
+    return (guint) g_atomic_int_get (&server->field); \
+  } \
+  G_STATIC_ASSERT (sizeof (((LingbotWebrtcServer *) NULL)->field) == \
+      sizeof (gint))
+
 /**
  * lingbot_webrtc_server_get_n_sessions:
  * @server: a server
  *
  * Returns: the sessions (running worlds) open now, with or without a peer
  */
-guint
-lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_sessions);
-}
+COUNTER_GETTER (n_sessions);
 
 /**
  * lingbot_webrtc_server_get_n_peers:
@@ -2873,11 +2858,7 @@ lingbot_webrtc_server_get_n_sessions (LingbotWebrtcServer * server)
  * Returns: the browser connections attached to sessions now (viewers and
  *   replacements still negotiating)
  */
-guint
-lingbot_webrtc_server_get_n_peers (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_peers);
-}
+COUNTER_GETTER (n_peers);
 
 /**
  * lingbot_webrtc_server_get_n_dropped:
@@ -2886,11 +2867,7 @@ lingbot_webrtc_server_get_n_peers (LingbotWebrtcServer * server)
  * Returns: signalling and data-channel messages dropped so far (each had a
  *   log line and an error reply)
  */
-guint
-lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_dropped);
-}
+COUNTER_GETTER (n_dropped);
 
 /**
  * lingbot_webrtc_server_get_n_mdns_ignored:
@@ -2898,11 +2875,7 @@ lingbot_webrtc_server_get_n_dropped (LingbotWebrtcServer * server)
  *
  * Returns: browser mDNS (.local) candidates not passed on (ICE on 127.0.0.1)
  */
-guint
-lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_mdns_ignored);
-}
+COUNTER_GETTER (n_mdns_ignored);
 
 /**
  * lingbot_webrtc_server_get_n_key_units:
@@ -2911,11 +2884,7 @@ lingbot_webrtc_server_get_n_mdns_ignored (LingbotWebrtcServer * server)
  * Returns: force-key-unit requests that reached an encoder so far (one per
  *   joining peer and per connection, and one per browser PLI/FIR)
  */
-guint
-lingbot_webrtc_server_get_n_key_units (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_key_units);
-}
+COUNTER_GETTER (n_key_units);
 
 /**
  * lingbot_webrtc_server_get_n_too_big:
@@ -2924,11 +2893,7 @@ lingbot_webrtc_server_get_n_key_units (LingbotWebrtcServer * server)
  * Returns: WebSockets closed with 1009 for a message above
  *   %LINGBOT_WEBRTC_WS_HARD_LIMIT (all its fragments)
  */
-guint
-lingbot_webrtc_server_get_n_too_big (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_too_big);
-}
+COUNTER_GETTER (n_too_big);
 
 /**
  * lingbot_webrtc_server_get_n_timeouts:
@@ -2937,11 +2902,7 @@ lingbot_webrtc_server_get_n_too_big (LingbotWebrtcServer * server)
  * Returns: peers released because they did not connect, or went silent,
  *   for the peer timeout
  */
-guint
-lingbot_webrtc_server_get_n_timeouts (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_timeouts);
-}
+COUNTER_GETTER (n_timeouts);
 
 /**
  * lingbot_webrtc_server_get_n_replaced:
@@ -2949,11 +2910,7 @@ lingbot_webrtc_server_get_n_timeouts (LingbotWebrtcServer * server)
  *
  * Returns: peers released because a newer connection took their session
  */
-guint
-lingbot_webrtc_server_get_n_replaced (LingbotWebrtcServer * server)
-{
-  return (guint) g_atomic_int_get (&server->n_replaced);
-}
+COUNTER_GETTER (n_replaced);
 
 /**
  * lingbot_webrtc_server_free:

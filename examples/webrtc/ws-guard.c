@@ -157,6 +157,18 @@ guard_filter (LingbotWsGuardInput * self, void *buffer, gssize n)
   return (gssize) pass;
 }
 
+/* TRUE with @error set (@code) once the guard tripped: no more input */
+static gboolean
+guard_stopped (LingbotWsGuardInput * self, GIOErrorEnum code, GError ** error)
+{
+  if (!self->scan.tripped)
+    return FALSE;
+  g_set_error_literal (error, G_IO_ERROR, code,
+      code == G_IO_ERROR_WOULD_BLOCK ?
+      "WebSocket message too big: input stopped" : "WebSocket message too big");
+  return TRUE;
+}
+
 static gssize
 guard_read (GInputStream * stream, void *buffer, gsize count,
     GCancellable * cancellable, GError ** error)
@@ -166,11 +178,8 @@ guard_read (GInputStream * stream, void *buffer, gsize count,
 
   if (self->eof)
     return 0;
-  if (self->scan.tripped) {
-    g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_MESSAGE_TOO_LARGE,
-        "WebSocket message too big");
+  if (guard_stopped (self, G_IO_ERROR_MESSAGE_TOO_LARGE, error))
     return -1;
-  }
   n = g_input_stream_read (guard_base (self), buffer, count, cancellable,
       error);
   return guard_filter (self, buffer, n);
@@ -208,19 +217,13 @@ guard_read_nonblocking (GPollableInputStream * stream, void *buffer,
 
   if (self->eof)
     return 0;
-  if (self->scan.tripped) {
-    g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK,
-        "WebSocket message too big: input stopped");
+  if (guard_stopped (self, G_IO_ERROR_WOULD_BLOCK, error))
     return -1;
-  }
   n = g_pollable_input_stream_read_nonblocking (G_POLLABLE_INPUT_STREAM
       (guard_base (self)), buffer, count, NULL, error);
   n = guard_filter (self, buffer, n);
-  if (n == 0 && self->scan.tripped) {
-    g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK,
-        "WebSocket message too big: input stopped");
+  if (n == 0 && guard_stopped (self, G_IO_ERROR_WOULD_BLOCK, error))
     return -1;
-  }
   return n;
 }
 

@@ -71,6 +71,16 @@ function fmt(x, digits = 1) {
 
 // ---- the status line: what the generator does now ----
 
+// the generator's phase from a server message, with the members of
+// @extra (pass, passes, keys), then the status line
+function setPhase(phase, chunk, extra = {}) {
+  state.informed = true;
+  state.phase = phase;
+  state.chunk = chunk;
+  Object.assign(state, extra);
+  showPhase();
+}
+
 function showPhase() {
   if (state.fatal)
     return;
@@ -174,11 +184,7 @@ function onChunk(m) {
     metrics.steadyFrames += m.frames;
     metrics.steadySeconds += m["compute-seconds"];
   }
-  state.phase = "ready";
-  state.informed = true;
-  state.chunk = m.index;
-  state.keys = m.keys;
-  showPhase();
+  setPhase("ready", m.index, { keys: m.keys });
   showMetrics();
 }
 
@@ -278,36 +284,20 @@ function onControl(text) {
       onEcho(m);
       break;
     case "waiting":
-      state.informed = true;
-      state.phase = "waiting";
-      state.chunk = m.chunk;
-      showPhase();
+      setPhase("waiting", m.chunk);
       break;
     case "progress":
-      state.informed = true;
-      state.phase = "generating";
-      state.chunk = m.chunk;
-      state.pass = m.pass;
-      state.passes = m.passes;
-      showPhase();
+      setPhase("generating", m.chunk, { pass: m.pass, passes: m.passes });
       break;
     case "decoding":
-      state.informed = true;
-      state.phase = "decoding";
-      state.chunk = m.chunk;
-      state.keys = m.keys;
-      showPhase();
+      setPhase("decoding", m.chunk, { keys: m.keys });
       break;
     case "status":
       // the generator's state when this tab joined, then a keepalive
-      if (!state.informed) {
-        state.informed = true;
-        state.phase = m.state === "starting" ? "waiting" : m.state;
-        state.chunk = m.state === "ready" ? m.chunk : m["next-chunk"];
-        if (m.state === "generating")
-          state.pass = -1;
-        showPhase();
-      }
+      if (!state.informed)
+        setPhase(m.state === "starting" ? "waiting" : m.state,
+          m.state === "ready" ? m.chunk : m["next-chunk"],
+          m.state === "generating" ? { pass: -1 } : {});
       break;
     case "error":
       state.rejected++;
