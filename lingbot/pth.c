@@ -1108,16 +1108,10 @@ read_entry (Vm * vm, zip_int64_t index, gsize * len, GError ** error)
   return buf;
 }
 
-gboolean
-lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
-    GError ** error)
+static gboolean
+parse_pth (LingbotCheckpoint * ckpt, const char *file, LbStorage * storage,
+    const guint8 * data, gsize len, GError ** error)
 {
-  const guint8 *data;
-  gsize len;
-  LbStorage *storage = lingbot_ckpt_map_file (file, &data, &len, error);
-  if (storage == NULL)
-    return FALSE;
-
   gboolean ok = FALSE;
   guint8 *pkl = NULL;
   MapSource ms = { data, len, 0, -1, {0}
@@ -1197,6 +1191,12 @@ out:
   g_ptr_array_unref (vm.arena);
   g_free (vm.prefix);
   zip_error_fini (&ms.error);
-  lb_storage_unref (storage);
   return ok;
+}
+
+gboolean
+lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error)
+{
+  return lingbot_ckpt_load_mapped (ckpt, file, parse_pth, error);
 }
