@@ -61,6 +61,12 @@ gboolean lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
     guint64 * nbytes);
 char *lingbot_ckpt_basename_noext (const char *file);
 
+/* Writes @names / @tensors (of equal length; both taken, as by
+ * lingbot_dummy_checkpoint_new()) as lingbot_pth_write() does for a `.pth`
+ * @path (the published torch.save layout, with no room for @metadata),
+ * else as lingbot_safetensors_write(). */
+gboolean lingbot_ckpt_write_file (const char *path, GPtrArray * names,
+    GPtrArray * tensors, GHashTable * metadata, GError ** error);
 /* The Hugging Face shard file name of shard @shard (from 0) of @n_shards,
  * `model-0000S-of-0000N.safetensors`. */
 char *lingbot_ckpt_shard_name (guint shard, guint n_shards);
