@@ -522,6 +522,21 @@ static const char *const block_linears[] = {
   "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
 };
 
+/* blocks.@l.@group<name>.weight (and .bias when @bias) for each of the
+ * @n @names. */
+static void
+add_block_params (GPtrArray * a, int l, const char *group,
+    const char *const *names, guint n, gboolean bias)
+{
+  for (guint i = 0; i < n; i++) {
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s%s.weight", l, group,
+            names[i]));
+    if (bias)
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s%s.bias", l, group,
+              names[i]));
+  }
+}
+
 /**
  * lingbot_dit_weight_names:
  * @cfg: a configuration
@@ -543,39 +558,22 @@ lingbot_dit_weight_names (const LingbotDitConfig * cfg)
     g_ptr_array_add (a, g_strconcat (top[i], ".weight", NULL));
     g_ptr_array_add (a, g_strconcat (top[i], ".bias", NULL));
   }
+  static const char *const norms[] = { "norm_q", "norm_k" };
+  static const char *const ca[] = { "q", "k", "v", "o" };
+  static const char *const norm3[] = { "norm3" };
+  static const char *const rest[] = {
+    "ffn.0", "ffn.2", "cam_injector_layer1", "cam_injector_layer2",
+    "cam_scale_layer", "cam_shift_layer",
+  };
   for (int l = 0; l < cfg->num_layers; l++) {
     g_ptr_array_add (a, g_strdup_printf ("blocks.%d.modulation", l));
-    for (guint i = 0; i < G_N_ELEMENTS (block_linears); i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l,
-              block_linears[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l,
-              block_linears[i]));
-    }
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_q.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_k.weight",
-            l));
-    static const char *const ca[] = { "q", "k", "v", "o" };
-    for (guint i = 0; i < 4; i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.weight", l,
-              ca[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.bias", l,
-              ca[i]));
-    }
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_q.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_k.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.weight", l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.bias", l));
-    static const char *const rest[] = {
-      "ffn.0", "ffn.2", "cam_injector_layer1", "cam_injector_layer2",
-      "cam_scale_layer", "cam_shift_layer",
-    };
-    for (guint i = 0; i < G_N_ELEMENTS (rest); i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l, rest[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l, rest[i]));
-    }
+    add_block_params (a, l, "", block_linears, G_N_ELEMENTS (block_linears),
+        TRUE);
+    add_block_params (a, l, "self_attn.", norms, G_N_ELEMENTS (norms), FALSE);
+    add_block_params (a, l, "cross_attn.", ca, G_N_ELEMENTS (ca), TRUE);
+    add_block_params (a, l, "cross_attn.", norms, G_N_ELEMENTS (norms), FALSE);
+    add_block_params (a, l, "", norm3, G_N_ELEMENTS (norm3), TRUE);
+    add_block_params (a, l, "", rest, G_N_ELEMENTS (rest), TRUE);
   }
   g_ptr_array_add (a, g_strdup ("head.modulation"));
   g_ptr_array_add (a, g_strdup ("head.head.weight"));
