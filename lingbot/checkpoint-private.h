@@ -23,10 +23,16 @@ void lingbot_ckpt_add_metadata (LingbotCheckpoint * ckpt, const char *key,
     const char *value);
 void lingbot_ckpt_finish (LingbotCheckpoint * ckpt);
 
-/* Maps @file read-only; *data is NULL for an empty file.  Returns a storage
- * covering the whole mapping (it owns the mapping). */
-LbStorage *lingbot_ckpt_map_file (const char *file, const guint8 ** data,
-    gsize * len, GError ** error);
+/* One format's reader of a mapped file: @data (NULL for an empty file) and
+ * @len are the mapping, @storage covers it for the tensors to reference. */
+typedef gboolean (*LingbotCkptParseFunc) (LingbotCheckpoint * ckpt,
+    const char *file, LbStorage * storage, const guint8 * data, gsize len,
+    GError ** error);
+
+/* Maps @file read-only and runs @parse on the mapping; the mapping lives on
+ * as long as a tensor references it. */
+gboolean lingbot_ckpt_load_mapped (LingbotCheckpoint * ckpt, const char *file,
+    LingbotCkptParseFunc parse, GError ** error);
 
 gboolean lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt,
     const char *file, GError ** error);
@@ -54,5 +60,21 @@ LbTensor *lingbot_ckpt_tensor_new (LbStorage * storage, gsize offset,
 gboolean lingbot_ckpt_nbytes (LbDType dtype, int ndim, const int64_t * shape,
     guint64 * nbytes);
 char *lingbot_ckpt_basename_noext (const char *file);
+
+/* Writes @names / @tensors (of equal length; both taken, as by
+ * lingbot_dummy_checkpoint_new()) as lingbot_pth_write() does for a `.pth`
+ * @path (the published torch.save layout, with no room for @metadata),
+ * else as lingbot_safetensors_write(). */
+gboolean lingbot_ckpt_write_file (const char *path, GPtrArray * names,
+    GPtrArray * tensors, GHashTable * metadata, GError ** error);
+/* The Hugging Face shard file name of shard @shard (from 0) of @n_shards,
+ * `model-0000S-of-0000N.safetensors`. */
+char *lingbot_ckpt_shard_name (guint shard, guint n_shards);
+/* Writes @dir/model.safetensors.index.json: `{"metadata": {"total_size":
+ * @total}, "weight_map": {name: shard}}`, tensor @names[i] in shard
+ * @shard_of[i].  %LB_ERROR_IO naming the file on failure. */
+gboolean lingbot_ckpt_write_index (const char *dir, const char *const *names,
+    const guint * shard_of, guint n_names, guint n_shards, guint64 total,
+    GError ** error);
 
 G_END_DECLS

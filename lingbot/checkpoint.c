@@ -109,9 +109,10 @@ lingbot_ckpt_finish (LingbotCheckpoint * ckpt)
   ckpt->n_names = n;
 }
 
-LbStorage *
-lingbot_ckpt_map_file (const char *file, const guint8 ** data, gsize * len,
-    GError ** error)
+/* Maps @file read-only; *data is NULL for an empty file.  Returns a storage
+ * covering the whole mapping (it owns the mapping). */
+static LbStorage *
+map_file (const char *file, const guint8 ** data, gsize * len, GError ** error)
 {
   GError *err = NULL;
   GMappedFile *mf = g_mapped_file_new (file, FALSE, &err);
@@ -127,6 +128,20 @@ lingbot_ckpt_map_file (const char *file, const guint8 ** data, gsize * len,
     *data = NULL;
   return lb_storage_new ((void *) *data, *len, LB_DEVICE_HOST,
       (GDestroyNotify) g_mapped_file_unref, mf);
+}
+
+gboolean
+lingbot_ckpt_load_mapped (LingbotCheckpoint * ckpt, const char *file,
+    LingbotCkptParseFunc parse, GError ** error)
+{
+  const guint8 *data;
+  gsize len;
+  LbStorage *storage = map_file (file, &data, &len, error);
+  if (storage == NULL)
+    return FALSE;
+  gboolean ok = parse (ckpt, file, storage, data, len, error);
+  lb_storage_unref (storage);
+  return ok;
 }
 
 LbTensor *

@@ -36,6 +36,24 @@ config_common (LingbotDitConfig * cfg)
   cfg->chunk_frames = LINGBOT_DIT_DEFAULT_CHUNK_FRAMES;
 }
 
+/* The published shapes by preset (lingbot_dit_config_init_preset());
+ * streaming settings of 0 are the released ones; tiny last, the fallback
+ * for an unknown preset. */
+typedef struct
+{
+  LingbotDitPreset preset;
+  const char *name, *alias;
+  int dim, num_layers, num_heads, ffn_dim, text_dim;
+  int local_attn_frames, sink_frames, chunk_frames;
+} Preset;
+
+static const Preset presets[] = {
+  {LINGBOT_DIT_PRESET_14B, "14b", NULL, 5120, 40, 40, 13824, 4096, 0, 0, 0},
+  {LINGBOT_DIT_PRESET_1_3B, "1.3b", "1_3b", 1536, 30, 12, 8960, 4096, 0, 0, 0},
+  {LINGBOT_DIT_PRESET_DEMO, "demo", NULL, 128, 3, 4, 256, 64, 0, 0, 0},
+  {LINGBOT_DIT_PRESET_TINY, "tiny", NULL, 64, 2, 2, 128, 32, 6, 2, 2},
+};
+
 /**
  * lingbot_dit_config_init_preset:
  * @cfg: (out): the configuration to fill
@@ -53,41 +71,21 @@ config_common (LingbotDitConfig * cfg)
 void
 lingbot_dit_config_init_preset (LingbotDitConfig * cfg, LingbotDitPreset preset)
 {
+  const Preset *p = &presets[G_N_ELEMENTS (presets) - 1];       /* tiny */
+  for (guint i = 0; i < G_N_ELEMENTS (presets); i++)
+    if (presets[i].preset == preset)
+      p = &presets[i];
   memset (cfg, 0, sizeof (*cfg));
   config_common (cfg);
-  switch (preset) {
-    case LINGBOT_DIT_PRESET_14B:
-      cfg->dim = 5120;
-      cfg->num_layers = 40;
-      cfg->num_heads = 40;
-      cfg->ffn_dim = 13824;
-      cfg->text_dim = 4096;
-      break;
-    case LINGBOT_DIT_PRESET_1_3B:
-      cfg->dim = 1536;
-      cfg->num_layers = 30;
-      cfg->num_heads = 12;
-      cfg->ffn_dim = 8960;
-      cfg->text_dim = 4096;
-      break;
-    case LINGBOT_DIT_PRESET_DEMO:
-      cfg->dim = 128;
-      cfg->num_layers = 3;
-      cfg->num_heads = 4;
-      cfg->ffn_dim = 256;
-      cfg->text_dim = 64;
-      break;
-    case LINGBOT_DIT_PRESET_TINY:
-    default:
-      cfg->dim = 64;
-      cfg->num_layers = 2;
-      cfg->num_heads = 2;
-      cfg->ffn_dim = 128;
-      cfg->text_dim = 32;
-      cfg->local_attn_frames = 6;
-      cfg->sink_frames = 2;
-      cfg->chunk_frames = 2;
-      break;
+  cfg->dim = p->dim;
+  cfg->num_layers = p->num_layers;
+  cfg->num_heads = p->num_heads;
+  cfg->ffn_dim = p->ffn_dim;
+  cfg->text_dim = p->text_dim;
+  if (p->chunk_frames > 0) {
+    cfg->local_attn_frames = p->local_attn_frames;
+    cfg->sink_frames = p->sink_frames;
+    cfg->chunk_frames = p->chunk_frames;
   }
 }
 
@@ -102,18 +100,15 @@ gboolean
 lingbot_dit_config_preset_from_name (const char *name,
     LingbotDitPreset * preset)
 {
-  if (g_ascii_strcasecmp (name, "14b") == 0)
-    *preset = LINGBOT_DIT_PRESET_14B;
-  else if (g_ascii_strcasecmp (name, "1.3b") == 0 ||
-      g_ascii_strcasecmp (name, "1_3b") == 0)
-    *preset = LINGBOT_DIT_PRESET_1_3B;
-  else if (g_ascii_strcasecmp (name, "tiny") == 0)
-    *preset = LINGBOT_DIT_PRESET_TINY;
-  else if (g_ascii_strcasecmp (name, "demo") == 0)
-    *preset = LINGBOT_DIT_PRESET_DEMO;
-  else
-    return FALSE;
-  return TRUE;
+  for (guint i = 0; i < G_N_ELEMENTS (presets); i++) {
+    if (g_ascii_strcasecmp (name, presets[i].name) == 0 ||
+        (presets[i].alias
+            && g_ascii_strcasecmp (name, presets[i].alias) == 0)) {
+      *preset = presets[i].preset;
+      return TRUE;
+    }
+  }
+  return FALSE;
 }
 
 /**
@@ -397,6 +392,21 @@ check_against (const char *key, int from_config, int from_shapes,
   return FALSE;
 }
 
+/* Sets the fields lingbot_dit_config_from_checkpoint() reads off the
+ * tensor shapes to those of @sh. */
+static void
+take_shapes (LingbotDitConfig * cfg, const LingbotDitConfig * sh)
+{
+  cfg->dim = sh->dim;
+  cfg->in_dim = sh->in_dim;
+  cfg->ffn_dim = sh->ffn_dim;
+  cfg->text_dim = sh->text_dim;
+  cfg->out_dim = sh->out_dim;
+  cfg->control_in_features = sh->control_in_features;
+  cfg->num_layers = sh->num_layers;
+  cfg->freq_dim = sh->freq_dim;
+}
+
 /**
  * lingbot_dit_config_from_checkpoint:
  * @ckpt: an open checkpoint
@@ -442,17 +452,21 @@ lingbot_dit_config_from_checkpoint (LingbotCheckpoint * ckpt,
   if (!tm)
     return FALSE;
 
-  int dim = (int) pe->shape[0], in_dim = (int) pe->shape[1];
-  int ffn = (int) f0->shape[0], text = (int) te->shape[1];
-  int out = (int) (hb->shape[0] / 4), ctl = (int) ce->shape[1];
-  int freq = (int) tm->shape[1];
-  int layers = 0;
+  /* what the shapes say */
+  LingbotDitConfig sh = { 0 };
+  sh.dim = (int) pe->shape[0];
+  sh.in_dim = (int) pe->shape[1];
+  sh.ffn_dim = (int) f0->shape[0];
+  sh.text_dim = (int) te->shape[1];
+  sh.out_dim = (int) (hb->shape[0] / 4);
+  sh.control_in_features = (int) ce->shape[1];
+  sh.freq_dim = (int) tm->shape[1];
   guint n;
   const char *const *names = lingbot_checkpoint_list_tensors (ckpt, &n);
   for (guint i = 0; i < n; i++) {
     if (g_str_has_prefix (names[i], "blocks.")) {
       int b = atoi (names[i] + 7);
-      layers = MAX (layers, b + 1);
+      sh.num_layers = MAX (sh.num_layers, b + 1);
     }
   }
 
@@ -461,39 +475,27 @@ lingbot_dit_config_from_checkpoint (LingbotCheckpoint * ckpt,
     meta = lingbot_checkpoint_get_metadata_value (ckpt, "config");
   if (meta) {
     LingbotDitConfig j = c;
-    j.dim = dim;
-    j.in_dim = in_dim;
-    j.ffn_dim = ffn;
-    j.text_dim = text;
-    j.out_dim = out;
-    j.control_in_features = ctl;
-    j.num_layers = layers;
-    j.freq_dim = freq;
+    take_shapes (&j, &sh);
     if (!lingbot_dit_config_merge_json (&j, meta, error))
       return FALSE;
-    if (!check_against ("dim", j.dim, dim, "patch_embedding.weight", error) ||
-        !check_against ("in_dim", j.in_dim, in_dim, "patch_embedding.weight",
-            error) ||
-        !check_against ("ffn_dim", j.ffn_dim, ffn, "blocks.0.ffn.0.weight",
-            error) ||
-        !check_against ("text_dim", j.text_dim, text,
-            "text_embedding.0.weight", error) ||
-        !check_against ("out_dim", j.out_dim, out, "head.head.bias", error) ||
-        !check_against ("freq_dim", j.freq_dim, freq,
-            "time_embedding.0.weight", error) ||
-        !check_against ("num_layers", j.num_layers, layers, "blocks.N.*",
-            error))
+    if (!check_against ("dim", j.dim, sh.dim, "patch_embedding.weight", error)
+        || !check_against ("in_dim", j.in_dim, sh.in_dim,
+            "patch_embedding.weight", error)
+        || !check_against ("ffn_dim", j.ffn_dim, sh.ffn_dim,
+            "blocks.0.ffn.0.weight", error)
+        || !check_against ("text_dim", j.text_dim, sh.text_dim,
+            "text_embedding.0.weight", error)
+        || !check_against ("out_dim", j.out_dim, sh.out_dim, "head.head.bias",
+            error)
+        || !check_against ("freq_dim", j.freq_dim, sh.freq_dim,
+            "time_embedding.0.weight", error)
+        || !check_against ("num_layers", j.num_layers, sh.num_layers,
+            "blocks.N.*", error))
       return FALSE;
     c = j;
   }
-  c.dim = dim;
-  c.in_dim = in_dim;
-  c.ffn_dim = ffn;
-  c.text_dim = text;
-  c.out_dim = out;
-  c.control_in_features = ctl;
-  c.num_layers = layers;
-  c.freq_dim = freq;
+  take_shapes (&c, &sh);
+  int dim = sh.dim;
   if (c.num_heads <= 0) {
     /* not in the weights; the releases use head dim 128 (14B: 40 heads,
      * 1.3B: 12) */
@@ -520,6 +522,21 @@ static const char *const block_linears[] = {
   "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
 };
 
+/* blocks.@l.@group<name>.weight (and .bias when @bias) for each of the
+ * @n @names. */
+static void
+add_block_params (GPtrArray * a, int l, const char *group,
+    const char *const *names, guint n, gboolean bias)
+{
+  for (guint i = 0; i < n; i++) {
+    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s%s.weight", l, group,
+            names[i]));
+    if (bias)
+      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s%s.bias", l, group,
+              names[i]));
+  }
+}
+
 /**
  * lingbot_dit_weight_names:
  * @cfg: a configuration
@@ -541,39 +558,22 @@ lingbot_dit_weight_names (const LingbotDitConfig * cfg)
     g_ptr_array_add (a, g_strconcat (top[i], ".weight", NULL));
     g_ptr_array_add (a, g_strconcat (top[i], ".bias", NULL));
   }
+  static const char *const norms[] = { "norm_q", "norm_k" };
+  static const char *const ca[] = { "q", "k", "v", "o" };
+  static const char *const norm3[] = { "norm3" };
+  static const char *const rest[] = {
+    "ffn.0", "ffn.2", "cam_injector_layer1", "cam_injector_layer2",
+    "cam_scale_layer", "cam_shift_layer",
+  };
   for (int l = 0; l < cfg->num_layers; l++) {
     g_ptr_array_add (a, g_strdup_printf ("blocks.%d.modulation", l));
-    for (guint i = 0; i < G_N_ELEMENTS (block_linears); i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l,
-              block_linears[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l,
-              block_linears[i]));
-    }
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_q.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.self_attn.norm_k.weight",
-            l));
-    static const char *const ca[] = { "q", "k", "v", "o" };
-    for (guint i = 0; i < 4; i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.weight", l,
-              ca[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.%s.bias", l,
-              ca[i]));
-    }
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_q.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.cross_attn.norm_k.weight",
-            l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.weight", l));
-    g_ptr_array_add (a, g_strdup_printf ("blocks.%d.norm3.bias", l));
-    static const char *const rest[] = {
-      "ffn.0", "ffn.2", "cam_injector_layer1", "cam_injector_layer2",
-      "cam_scale_layer", "cam_shift_layer",
-    };
-    for (guint i = 0; i < G_N_ELEMENTS (rest); i++) {
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.weight", l, rest[i]));
-      g_ptr_array_add (a, g_strdup_printf ("blocks.%d.%s.bias", l, rest[i]));
-    }
+    add_block_params (a, l, "", block_linears, G_N_ELEMENTS (block_linears),
+        TRUE);
+    add_block_params (a, l, "self_attn.", norms, G_N_ELEMENTS (norms), FALSE);
+    add_block_params (a, l, "cross_attn.", ca, G_N_ELEMENTS (ca), TRUE);
+    add_block_params (a, l, "cross_attn.", norms, G_N_ELEMENTS (norms), FALSE);
+    add_block_params (a, l, "", norm3, G_N_ELEMENTS (norm3), TRUE);
+    add_block_params (a, l, "", rest, G_N_ELEMENTS (rest), TRUE);
   }
   g_ptr_array_add (a, g_strdup ("head.modulation"));
   g_ptr_array_add (a, g_strdup ("head.head.weight"));

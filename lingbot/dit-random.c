@@ -11,6 +11,7 @@
  * a function of (seed, name, index), drawn in blocks on a thread pool: the
  * bytes do not depend on the thread count.
  */
+#include "lingbot/checkpoint-private.h"
 #include "lingbot/dit-private.h"
 
 #include <errno.h>
@@ -250,34 +251,6 @@ lingbot_dit_random_weights (const LingbotDitConfig * cfg, LbDType stored,
   return by_name;
 }
 
-static gboolean
-write_index (const char *dir, GPtrArray * names, const guint * shard_of,
-    guint n_shards, guint64 total, GError ** error)
-{
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "metadata");
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "total_size");
-  json_builder_add_int_value (b, (gint64) total);
-  json_builder_end_object (b);
-  json_builder_set_member_name (b, "weight_map");
-  json_builder_begin_object (b);
-  for (guint i = 0; i < names->len; i++) {
-    g_autofree char *shard = g_strdup_printf ("model-%05u-of-%05u.safetensors",
-        shard_of[i] + 1, n_shards);
-    json_builder_set_member_name (b, names->pdata[i]);
-    json_builder_add_string_value (b, shard);
-  }
-  json_builder_end_object (b);
-  json_builder_end_object (b);
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
-  g_autofree char *text = json_to_string (root, TRUE);
-  g_autofree char *path = g_build_filename (dir,
-      LINGBOT_SAFETENSORS_INDEX_NAME, NULL);
-  return g_file_set_contents (path, text, -1, error);
-}
-
 /**
  * lingbot_dit_write_random:
  * @cfg: the configuration (validated)
@@ -353,8 +326,7 @@ lingbot_dit_write_random (const LingbotDitConfig * cfg, const char *dir,
     for (guint i = 0; i < cnt; i++)
       ts[i] = lingbot_dit_random_weight (cfg, names->pdata[first + i], dtype,
           seed);
-    g_autofree char *file = g_strdup_printf ("model-%05u-of-%05u.safetensors",
-        s + 1, n_shards);
+    g_autofree char *file = lingbot_ckpt_shard_name (s, n_shards);
     g_autofree char *path = g_build_filename (dir, file, NULL);
     ok = lingbot_safetensors_write (path,
         (const char *const *) names->pdata + first,
@@ -367,7 +339,8 @@ lingbot_dit_write_random (const LingbotDitConfig * cfg, const char *dir,
   g_hash_table_unref (meta);
 
   if (ok)
-    ok = write_index (dir, names, shard_of, n_shards, total, error);
+    ok = lingbot_ckpt_write_index (dir, (const char *const *) names->pdata,
+        shard_of, names->len, n_shards, total, error);
   if (ok) {
     g_autofree char *json = lingbot_dit_config_to_json (cfg);
     g_autofree char *path = g_build_filename (dir, "config.json", NULL);

@@ -179,21 +179,14 @@ bad:
   return FALSE;
 }
 
-gboolean
-lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
-    GError ** error)
+static gboolean
+parse_npy (LingbotCheckpoint * ckpt, const char *file, LbStorage * storage,
+    const guint8 * data, gsize len, GError ** error)
 {
-  const guint8 *data;
-  gsize len;
-  LbStorage *storage = lingbot_ckpt_map_file (file, &data, &len, error);
-  if (storage == NULL)
-    return FALSE;
-
-  gboolean ok = FALSE;
   if (len < 10 || memcmp (data, "\x93NUMPY", 6) != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: not a NumPy .npy file (bad magic)", file);
-    goto out;
+    return FALSE;
   }
   guint major = data[6], minor = data[7];
   gsize hstart;
@@ -205,7 +198,7 @@ lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
     if (len < 12) {
       g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
           "%s: truncated npy header", file);
-      goto out;
+      return FALSE;
     }
     hstart = 12;
     hlen = data[8] | ((guint64) data[9] << 8) | ((guint64) data[10] << 16) |
@@ -213,14 +206,14 @@ lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
   } else {
     g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
         "%s: unsupported npy format version %u.%u", file, major, minor);
-    goto out;
+    return FALSE;
   }
   if (hlen > len - hstart) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: npy header length %" G_GUINT64_FORMAT
         " goes beyond the end of the file (%" G_GSIZE_FORMAT " bytes)", file,
         hlen, len);
-    goto out;
+    return FALSE;
   }
 
   LbDType dtype = LB_DTYPE_F32;
@@ -229,19 +222,19 @@ lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
   int64_t shape[LB_MAX_DIMS];
   if (!parse_header (file, (const char *) data + hstart, hlen, &dtype,
           &fortran, &ndim, shape, error))
-    goto out;
+    return FALSE;
 
   guint64 nbytes, offset = hstart + hlen;
   if (!lingbot_ckpt_nbytes (dtype, ndim, shape, &nbytes)) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: npy shape is too large", file);
-    goto out;
+    return FALSE;
   }
   if (nbytes > len - offset) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
         "%s: npy data is truncated (%" G_GUINT64_FORMAT " bytes, expected %"
         G_GUINT64_FORMAT ")", file, (guint64) (len - offset), nbytes);
-    goto out;
+    return FALSE;
   }
 
   /* Fortran order is column-major: describe it with reversed strides */
@@ -257,11 +250,13 @@ lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
   }
   LbTensor *t = lingbot_ckpt_tensor_new (storage, offset, nbytes, dtype,
       ndim, shape, stride);
-  char *name = lingbot_ckpt_basename_noext (file);
-  ok = lingbot_ckpt_add_tensor (ckpt, name, t, file, error);
-  g_free (name);
+  g_autofree char *name = lingbot_ckpt_basename_noext (file);
+  return lingbot_ckpt_add_tensor (ckpt, name, t, file, error);
+}
 
-out:
-  lb_storage_unref (storage);
-  return ok;
+gboolean
+lingbot_ckpt_load_npy (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error)
+{
+  return lingbot_ckpt_load_mapped (ckpt, file, parse_npy, error);
 }

@@ -446,3 +446,17 @@ out:
   g_free (base);
   return ok;
 }
+
+gboolean
+lingbot_ckpt_write_file (const char *path, GPtrArray * names,
+    GPtrArray * tensors, GHashTable * metadata, GError ** error)
+{
+  g_autoptr (GPtrArray) n = names;
+  g_autoptr (GPtrArray) t = tensors;
+  g_return_val_if_fail (n->len == t->len, FALSE);
+  if (g_str_has_suffix (path, ".pth"))
+    return lingbot_pth_write (path, (const char *const *) n->pdata,
+        (LbTensor * const *) t->pdata, n->len, error);
+  return lingbot_safetensors_write (path, (const char *const *) n->pdata,
+      (const LbTensor * const *) t->pdata, n->len, metadata, error);
+}

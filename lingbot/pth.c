@@ -654,6 +654,60 @@ vm_call (Vm * vm, PkObj * fn, PkObj * args, int depth, GError ** error)
 
 /* ---- the interpreter ---- */
 
+/* The bytes of @op's little-endian integer operand (a value, a memo index
+ * or the length of the string that follows), 0 for the other opcodes. */
+static int
+operand_width (guint8 op)
+{
+  switch (op) {
+    case 'K':                  /* BININT1 */
+    case 'U':                  /* SHORT_BINSTRING */
+    case 'C':                  /* SHORT_BINBYTES */
+    case 0x8c:                 /* SHORT_BINUNICODE */
+    case 0x8a:                 /* LONG1 */
+    case 'q':                  /* BINPUT */
+    case 'h':                  /* BINGET */
+      return 1;
+    case 'M':                  /* BININT2 */
+      return 2;
+    case 'J':                  /* BININT */
+    case 'X':                  /* BINUNICODE */
+    case 'T':                  /* BINSTRING */
+    case 'B':                  /* BINBYTES */
+    case 0x8b:                 /* LONG4 */
+    case 'r':                  /* LONG_BINPUT */
+    case 'j':                  /* LONG_BINGET */
+      return 4;
+    case 0x8d:                 /* BINUNICODE8 */
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+/* The container under the MARK that SETITEMS / APPENDS (@what) fill: a
+ * @type (pairs for a dict) or an object whose state is not kept;
+ * *start: the mark. */
+static PkObj *
+vm_mark_target (Vm * vm, PkType type, const char *what, guint * start,
+    GError ** error)
+{
+  guint per = type == PK_DICT ? 2 : 1;
+  if (!vm_pop_mark (vm, start, error))
+    return NULL;
+  if ((vm->stack->len - *start) % per != 0 || *start == 0) {
+    vm_fail (vm, error, "bad %s", what);
+    return NULL;
+  }
+  PkObj *c = g_ptr_array_index (vm->stack, *start - 1);
+  if (c->type != type && c->type != PK_OBJECT) {
+    vm_fail (vm, error, "%s on a non-%s", what,
+        type == PK_DICT ? "dict" : "list");
+    return NULL;
+  }
+  return c;
+}
+
 static PkObj *
 vm_run (Vm * vm, GError ** error)
 {
@@ -662,8 +716,11 @@ vm_run (Vm * vm, GError ** error)
     guint8 op = vm->p[vm->pos++];
     PkObj *a, *b, *c, *o;
     guint start;
-    guint64 n;
+    guint64 n = 0;
+    int w = operand_width (op);
 
+    if (w > 0 && !vm_read_le (vm, w, &n, error))
+      return NULL;
     switch (op) {
       case 0x80:               /* PROTO */
         if (!vm_need (vm, 1, error))
@@ -730,10 +787,7 @@ vm_run (Vm * vm, GError ** error)
       case 'T':                /* BINSTRING */
       case 'U':                /* SHORT_BINSTRING */
       case 'B':                /* BINBYTES */
-      case 'C':{               /* SHORT_BINBYTES */
-        int w = (op == 0x8c || op == 'U' || op == 'C') ? 1 : op == 0x8d ? 8 : 4;
-        if (!vm_read_le (vm, w, &n, error))
-          return NULL;
+      case 'C':                /* SHORT_BINBYTES */
         if (n > vm->len) {
           vm_fail (vm, error, "truncated pickle");
           return NULL;
@@ -742,27 +796,17 @@ vm_run (Vm * vm, GError ** error)
                 (gsize) n, error))
           return NULL;
         break;
-      }
       case 'J':                /* BININT */
-        if (!vm_read_le (vm, 4, &n, error))
-          return NULL;
         if (!vm_push_int (vm, (gint32) (guint32) n, error))
           return NULL;
         break;
       case 'K':                /* BININT1 */
-      case 'M':{               /* BININT2 */
-        int w = op == 'K' ? 1 : 2;
-        if (!vm_read_le (vm, w, &n, error))
-          return NULL;
+      case 'M':                /* BININT2 */
         if (!vm_push_int (vm, (gint64) n, error))
           return NULL;
         break;
-      }
       case 0x8a:               /* LONG1 */
       case 0x8b:{              /* LONG4 */
-        int w = op == 0x8a ? 1 : 4;
-        if (!vm_read_le (vm, w, &n, error))
-          return NULL;
         if (n > 8) {
           vm_fail (vm, error, "pickle integer wider than 64 bits");
           return NULL;
@@ -874,17 +918,9 @@ vm_run (Vm * vm, GError ** error)
         }
         break;
       case 'u':                /* SETITEMS */
-        if (!vm_pop_mark (vm, &start, error))
+        if ((c = vm_mark_target (vm, PK_DICT, "SETITEMS", &start,
+                    error)) == NULL)
           return NULL;
-        if ((vm->stack->len - start) % 2 != 0 || start == 0) {
-          vm_fail (vm, error, "bad SETITEMS");
-          return NULL;
-        }
-        c = g_ptr_array_index (vm->stack, start - 1);
-        if (c->type != PK_DICT && c->type != PK_OBJECT) {
-          vm_fail (vm, error, "SETITEMS on a non-dict");
-          return NULL;
-        }
         for (guint i = start; c->type == PK_DICT && i < vm->stack->len; i += 2) {
           g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
           g_ptr_array_add (c->values, g_ptr_array_index (vm->stack, i + 1));
@@ -903,43 +939,27 @@ vm_run (Vm * vm, GError ** error)
         }
         break;
       case 'e':                /* APPENDS */
-        if (!vm_pop_mark (vm, &start, error))
+        if ((c = vm_mark_target (vm, PK_LIST, "APPENDS", &start,
+                    error)) == NULL)
           return NULL;
-        if (start == 0) {
-          vm_fail (vm, error, "bad APPENDS");
-          return NULL;
-        }
-        c = g_ptr_array_index (vm->stack, start - 1);
-        if (c->type != PK_LIST && c->type != PK_OBJECT) {
-          vm_fail (vm, error, "APPENDS on a non-list");
-          return NULL;
-        }
         for (guint i = start; c->type == PK_LIST && i < vm->stack->len; i++)
           g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
         g_ptr_array_set_size (vm->stack, start);
         break;
       case 'q':                /* BINPUT */
-      case 'r':{               /* LONG_BINPUT */
-        int w = op == 'q' ? 1 : 4;
-        if (!vm_read_le (vm, w, &n, error))
-          return NULL;
+      case 'r':                /* LONG_BINPUT */
         if (!vm_memo_put (vm, n, error))
           return NULL;
         break;
-      }
       case 0x94:               /* MEMOIZE */
         if (!vm_memo_put (vm, g_hash_table_size (vm->memo), error))
           return NULL;
         break;
       case 'h':                /* BINGET */
-      case 'j':{               /* LONG_BINGET */
-        int w = op == 'h' ? 1 : 4;
-        if (!vm_read_le (vm, w, &n, error))
-          return NULL;
+      case 'j':                /* LONG_BINGET */
         if (!vm_memo_get (vm, n, error))
           return NULL;
         break;
-      }
       case 'Q':                /* BINPERSID */
         if ((a = vm_pop (vm, error)) == NULL ||
             !vm_persistent_load (vm, a, error))
@@ -1108,16 +1128,10 @@ read_entry (Vm * vm, zip_int64_t index, gsize * len, GError ** error)
   return buf;
 }
 
-gboolean
-lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
-    GError ** error)
+static gboolean
+parse_pth (LingbotCheckpoint * ckpt, const char *file, LbStorage * storage,
+    const guint8 * data, gsize len, GError ** error)
 {
-  const guint8 *data;
-  gsize len;
-  LbStorage *storage = lingbot_ckpt_map_file (file, &data, &len, error);
-  if (storage == NULL)
-    return FALSE;
-
   gboolean ok = FALSE;
   guint8 *pkl = NULL;
   MapSource ms = { data, len, 0, -1, {0}
@@ -1197,6 +1211,12 @@ out:
   g_ptr_array_unref (vm.arena);
   g_free (vm.prefix);
   zip_error_fini (&ms.error);
-  lb_storage_unref (storage);
   return ok;
+}
+
+gboolean
+lingbot_ckpt_load_pth (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error)
+{
+  return lingbot_ckpt_load_mapped (ckpt, file, parse_pth, error);
 }

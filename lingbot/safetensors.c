@@ -159,16 +159,10 @@ add_metadata (LingbotCheckpoint * ckpt, const char *file, JsonNode * node,
   return TRUE;
 }
 
-gboolean
-lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt, const char *file,
-    GError ** error)
+static gboolean
+parse_safetensors (LingbotCheckpoint * ckpt, const char *file,
+    LbStorage * storage, const guint8 * data, gsize len, GError ** error)
 {
-  const guint8 *data;
-  gsize len;
-  LbStorage *storage = lingbot_ckpt_map_file (file, &data, &len, error);
-  if (storage == NULL)
-    return FALSE;
-
   gboolean ok = FALSE;
   JsonParser *parser = NULL;
   GArray *ranges = g_array_new (FALSE, FALSE, sizeof (Range));
@@ -305,8 +299,14 @@ out:
   g_array_unref (ranges);
   if (parser)
     g_object_unref (parser);
-  lb_storage_unref (storage);
   return ok;
+}
+
+gboolean
+lingbot_ckpt_load_safetensors (LingbotCheckpoint * ckpt, const char *file,
+    GError ** error)
+{
+  return lingbot_ckpt_load_mapped (ckpt, file, parse_safetensors, error);
 }
 
 /* ---- sharded sets ---- */
@@ -683,6 +683,47 @@ out:
   return ok;
 }
 
+char *
+lingbot_ckpt_shard_name (guint shard, guint n_shards)
+{
+  return g_strdup_printf ("model-%05u-of-%05u.safetensors", shard + 1,
+      n_shards);
+}
+
+gboolean
+lingbot_ckpt_write_index (const char *dir, const char *const *names,
+    const guint * shard_of, guint n_names, guint n_shards, guint64 total,
+    GError ** error)
+{
+  g_autoptr (JsonBuilder) b = json_builder_new_immutable ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "metadata");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "total_size");
+  json_builder_add_int_value (b, (gint64) total);
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "weight_map");
+  json_builder_begin_object (b);
+  for (guint i = 0; i < n_names; i++) {
+    g_autofree char *shard = lingbot_ckpt_shard_name (shard_of[i], n_shards);
+    json_builder_set_member_name (b, names[i]);
+    json_builder_add_string_value (b, shard);
+  }
+  json_builder_end_object (b);
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autofree char *text = json_to_string (root, TRUE);
+  g_autofree char *p = g_build_filename (dir, LINGBOT_SAFETENSORS_INDEX_NAME,
+      NULL);
+  GError *err = NULL;
+  if (!g_file_set_contents (p, text, -1, &err)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: %s", p, err->message);
+    g_error_free (err);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /**
  * lingbot_safetensors_write_sharded:
  * @dir: an existing directory
@@ -727,52 +768,20 @@ lingbot_safetensors_write_sharded (const char *dir, const char *const *names,
   }
 
   gboolean ok = TRUE;
-  JsonBuilder *b = json_builder_new_immutable ();
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "metadata");
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "total_size");
-  json_builder_add_int_value (b, (gint64) total);
-  json_builder_end_object (b);
-  json_builder_set_member_name (b, "weight_map");
-  json_builder_begin_object (b);
-
   guint first = 0;
   for (guint s = 0; s < n_shards && ok; s++) {
     guint last = first;
     while (last < n_tensors && shard_of[last] == s)
       last++;
-    char *shard = g_strdup_printf ("model-%05u-of-%05u.safetensors", s + 1,
-        n_shards);
-    char *p = g_build_filename (dir, shard, NULL);
+    g_autofree char *shard = lingbot_ckpt_shard_name (s, n_shards);
+    g_autofree char *p = g_build_filename (dir, shard, NULL);
     ok = lingbot_safetensors_write (p, names + first, tensors + first,
         last - first, metadata, error);
-    for (guint i = first; i < last; i++) {
-      json_builder_set_member_name (b, names[i]);
-      json_builder_add_string_value (b, shard);
-    }
-    g_free (p);
-    g_free (shard);
     first = last;
   }
-  json_builder_end_object (b);
-  json_builder_end_object (b);
-
-  if (ok) {
-    JsonNode *root = json_builder_get_root (b);
-    char *text = json_to_string (root, TRUE);
-    json_node_unref (root);
-    char *p = g_build_filename (dir, LINGBOT_SAFETENSORS_INDEX_NAME, NULL);
-    GError *err = NULL;
-    if (!g_file_set_contents (p, text, -1, &err)) {
-      g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: %s", p, err->message);
-      g_error_free (err);
-      ok = FALSE;
-    }
-    g_free (p);
-    g_free (text);
-  }
-  g_object_unref (b);
+  if (ok)
+    ok = lingbot_ckpt_write_index (dir, names, shard_of, n_tensors, n_shards,
+        total, error);
   g_free (shard_of);
   return ok;
 }

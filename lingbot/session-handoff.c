@@ -731,6 +731,16 @@ lingbot_session_decode_chunk (LingbotSession * session, guint64 chunk,
   return TRUE;
 }
 
+/* A counter of @s guarded by dlock. */
+static guint64
+locked_get (LingbotSession * s, const guint64 * counter)
+{
+  g_mutex_lock (&s->dlock);
+  guint64 v = *counter;
+  g_mutex_unlock (&s->dlock);
+  return v;
+}
+
 /**
  * lingbot_session_get_latent_host_bytes:
  * @session: a session
@@ -743,12 +753,7 @@ lingbot_session_decode_chunk (LingbotSession * session, guint64 chunk,
 guint64
 lingbot_session_get_latent_host_bytes (LingbotSession * session)
 {
-  guint64 v;
-
-  g_mutex_lock (&session->dlock);
-  v = session->latent_host_bytes;
-  g_mutex_unlock (&session->dlock);
-  return v;
+  return locked_get (session, &session->latent_host_bytes);
 }
 
 /**
@@ -761,10 +766,5 @@ lingbot_session_get_latent_host_bytes (LingbotSession * session)
 guint64
 lingbot_session_get_n_spills (LingbotSession * session)
 {
-  guint64 v;
-
-  g_mutex_lock (&session->dlock);
-  v = session->n_spills;
-  g_mutex_unlock (&session->dlock);
-  return v;
+  return locked_get (session, &session->n_spills);
 }

@@ -8,7 +8,7 @@
  * from the shapes.
  */
 #include "lingbot/text-encoder-random.h"
-#include "lingbot/checkpoint.h"
+#include "lingbot/checkpoint-private.h"
 #include "lingbot/dummy.h"
 #include "kernels/error.h"
 
@@ -128,6 +128,18 @@ build (Writer * w, const LingbotTextEncoderConfig * cfg)
   add (w, "norm.weight", 1, cfg->dim, 1, 1.0, 0.1);
 }
 
+/* A writer holding every tensor of @cfg's encoder. */
+static Writer
+writer_new (const LingbotTextEncoderConfig * cfg, LbDType dtype, guint64 seed)
+{
+  Writer w = { g_ptr_array_new_with_free_func (g_free),
+    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free),
+    dtype, seed
+  };
+  build (&w, cfg);
+  return w;
+}
+
 /**
  * lingbot_text_encoder_write_random:
  * @path: output file: `*.pth` for the torch.save layout of the published
@@ -151,11 +163,7 @@ lingbot_text_encoder_write_random (const char *path,
 {
   if (!check_config (cfg, dtype, error))
     return FALSE;
-  Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free),
-    dtype, seed
-  };
-  build (&w, cfg);
+  Writer w = writer_new (cfg, dtype, seed);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
   g_autofree char *config = g_strdup_printf ("{\"vocab\": %" G_GINT64_FORMAT
       ", \"dim\": %" G_GINT64_FORMAT ", \"dim_attn\": %" G_GINT64_FORMAT
@@ -167,15 +175,7 @@ lingbot_text_encoder_write_random (const char *path,
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official umT5-xxl encoder checkpoint names "
       "(models_t5_umt5-xxl-enc-bf16.pth)");
-  /* a .pth path gets the published torch.save layout (no metadata there) */
-  gboolean ok = g_str_has_suffix (path, ".pth") ?
-      lingbot_pth_write (path, (const char *const *) w.names->pdata,
-      (LbTensor * const *) w.tensors->pdata, w.names->len, error) :
-      lingbot_safetensors_write (path, (const char *const *) w.names->pdata,
-      (const LbTensor * const *) w.tensors->pdata, w.names->len, meta, error);
-  g_ptr_array_unref (w.names);
-  g_ptr_array_unref (w.tensors);
-  return ok;
+  return lingbot_ckpt_write_file (path, w.names, w.tensors, meta, error);
 }
 
 /**
@@ -200,10 +200,6 @@ lingbot_text_encoder_random_checkpoint (const char *label,
 {
   if (!check_config (cfg, dtype, error))
     return NULL;
-  Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free),
-    dtype, seed
-  };
-  build (&w, cfg);
+  Writer w = writer_new (cfg, dtype, seed);
   return lingbot_dummy_checkpoint_new (label, w.names, w.tensors, error);
 }

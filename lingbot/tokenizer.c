@@ -252,108 +252,98 @@ parse_number (const gunichar * s, gsize n, gsize * i, gboolean hex,
   return *i > start;
 }
 
-/* Python html.unescape(): `&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|
- * [^\t\n\f <&#;]{1,32};?)`. */
+/* One grammar of character references: called at the '&' at @i of @s
+ * (@n characters), pushes the replacement to @out and returns the index
+ * after what it replaced, or 0 (pushing nothing) to keep the '&' as it
+ * is. */
+typedef gsize (*CharRefFunc) (const gunichar * s, gsize n, gsize i, UBuf * out);
+
 static void
-html_unescape_python (const UBuf * in, UBuf * out)
+html_unescape (const UBuf * in, UBuf * out, CharRefFunc charref)
 {
   const gunichar *s = in->c;
   gsize n = in->n, i = 0;
   while (i < n) {
-    if (s[i] != '&') {
+    gsize next = s[i] == '&' ? charref (s, n, i, out) : 0;
+    if (next == 0)
       ubuf_push (out, s[i++]);
-      continue;
-    }
-    gsize j = i + 1;
-    if (j < n && s[j] == '#') {
-      gsize k = j + 1;
-      gboolean hex = k < n && (s[k] == 'x' || s[k] == 'X');
-      if (hex)
-        k++;
-      guint64 num;
-      if (parse_number (s, n, &k, hex, &num)) {
-        if (k < n && s[k] == ';')
-          k++;
-        push_charref (out, num);
-        i = k;
-      } else {
-        ubuf_push (out, s[i++]);
-      }
-      continue;
-    }
-    gsize k = j;
-    while (k < n && k - j < 32 && s[k] != '\t' && s[k] != '\n' &&
-        s[k] != '\f' && s[k] != ' ' && s[k] != '<' && s[k] != '&' &&
-        s[k] != '#' && s[k] != ';')
-      k++;
-    gsize len = k - j;
-    if (len == 0) {
-      ubuf_push (out, s[i++]);
-      continue;
-    }
-    gboolean semi = k < n && s[k] == ';';
-    gsize end = semi ? k + 1 : k;
-    if (semi && entity_lookup (s + j, len, FALSE, out)) {
-      i = end;
-      continue;
-    }
-    gboolean done = FALSE;
-    for (gsize x = len; x >= 2 && !done; x--) {
-      if (entity_lookup (s + j, x, TRUE, out)) {
-        for (gsize r = j + x; r < end; r++)
-          ubuf_push (out, s[r]);
-        done = TRUE;
-      }
-    }
-    if (!done) {
-      for (gsize r = i; r < end; r++)
-        ubuf_push (out, s[r]);
-    }
-    i = end;
+    else
+      i = next;
   }
 }
 
-/* ftfy's unescape_html: `&#?[0-9A-Za-z]{1,24};` only. */
-static void
-html_unescape_ftfy (const UBuf * in, UBuf * out)
+/* Python html.unescape(): `&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|
+ * [^\t\n\f <&#;]{1,32};?)`. */
+static gsize
+charref_python (const gunichar * s, gsize n, gsize i, UBuf * out)
 {
-  const gunichar *s = in->c;
-  gsize n = in->n, i = 0;
-  while (i < n) {
-    if (s[i] != '&') {
-      ubuf_push (out, s[i++]);
-      continue;
-    }
-    gsize j = i + 1;
-    gboolean num = j < n && s[j] == '#';
-    if (num)
-      j++;
-    gsize k = j;
-    while (k < n && k - j < 25 && s[k] < 0x80 && g_ascii_isalnum (s[k]))
+  gsize j = i + 1;
+  if (j < n && s[j] == '#') {
+    gsize k = j + 1;
+    gboolean hex = k < n && (s[k] == 'x' || s[k] == 'X');
+    if (hex)
       k++;
-    if (k == j || k - j > 24 || k >= n || s[k] != ';') {
-      ubuf_push (out, s[i++]);
-      continue;
-    }
-    if (num) {
-      gsize p = j;
-      gboolean hex = s[p] == 'x' || s[p] == 'X';
-      guint64 v;
-      if (hex)
-        p++;
-      if (parse_number (s, k, &p, hex, &v) && p == k) {
-        push_charref (out, v);
-        i = k + 1;
-        continue;
-      }
-    } else if (entity_lookup (s + j, k - j, FALSE, out)) {
-      i = k + 1;
-      continue;
-    }
-    for (gsize r = i; r <= k; r++)
-      ubuf_push (out, s[r]);
-    i = k + 1;
+    guint64 num;
+    if (!parse_number (s, n, &k, hex, &num))
+      return 0;
+    if (k < n && s[k] == ';')
+      k++;
+    push_charref (out, num);
+    return k;
   }
+  gsize k = j;
+  while (k < n && k - j < 32 && s[k] != '\t' && s[k] != '\n' &&
+      s[k] != '\f' && s[k] != ' ' && s[k] != '<' && s[k] != '&' &&
+      s[k] != '#' && s[k] != ';')
+    k++;
+  gsize len = k - j;
+  if (len == 0)
+    return 0;
+  gboolean semi = k < n && s[k] == ';';
+  gsize end = semi ? k + 1 : k;
+  if (semi && entity_lookup (s + j, len, FALSE, out))
+    return end;
+  for (gsize x = len; x >= 2; x--) {
+    if (entity_lookup (s + j, x, TRUE, out)) {
+      for (gsize r = j + x; r < end; r++)
+        ubuf_push (out, s[r]);
+      return end;
+    }
+  }
+  for (gsize r = i; r < end; r++)
+    ubuf_push (out, s[r]);
+  return end;
+}
+
+/* ftfy's unescape_html: `&#?[0-9A-Za-z]{1,24};` only. */
+static gsize
+charref_ftfy (const gunichar * s, gsize n, gsize i, UBuf * out)
+{
+  gsize j = i + 1;
+  gboolean num = j < n && s[j] == '#';
+  if (num)
+    j++;
+  gsize k = j;
+  while (k < n && k - j < 25 && s[k] < 0x80 && g_ascii_isalnum (s[k]))
+    k++;
+  if (k == j || k - j > 24 || k >= n || s[k] != ';')
+    return 0;
+  if (num) {
+    gsize p = j;
+    gboolean hex = s[p] == 'x' || s[p] == 'X';
+    guint64 v;
+    if (hex)
+      p++;
+    if (parse_number (s, k, &p, hex, &v) && p == k) {
+      push_charref (out, v);
+      return k + 1;
+    }
+  } else if (entity_lookup (s + j, k - j, FALSE, out)) {
+    return k + 1;
+  }
+  for (gsize r = i; r <= k; r++)
+    ubuf_push (out, s[r]);
+  return k + 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -545,7 +535,7 @@ lingbot_text_clean (const char *text)
       ubuf_push (&prev, cur.c[i]);
     tmp.n = 0;
     if (unescape) {
-      html_unescape_ftfy (&cur, &tmp);
+      html_unescape (&cur, &tmp, charref_ftfy);
       UBuf t = cur;
       cur = tmp;
       tmp = t;
@@ -562,7 +552,7 @@ lingbot_text_clean (const char *text)
   /* html.unescape(html.unescape(text)) */
   for (int k = 0; k < 2; k++) {
     tmp.n = 0;
-    html_unescape_python (&cur, &tmp);
+    html_unescape (&cur, &tmp, charref_python);
     UBuf t = cur;
     cur = tmp;
     tmp = t;

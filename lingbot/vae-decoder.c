@@ -538,6 +538,20 @@ lingbot_vae_decoder_decode (LingbotVaeDecoder * dec, const LbTensor * latents,
   return TRUE;
 }
 
+/* @rank's part of @dec, %NULL when it is not a rank of the session's
+ * worker group. */
+static DecRank *
+group_rank (LingbotVaeDecoder * dec, LbRank * rank, GError ** error)
+{
+  if (dec->group == NULL || rank == NULL || rank->group != dec->group
+      || rank->rank < 0 || rank->rank >= dec->n_ranks) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "VAE decode: rank is not a rank of the session's worker group");
+    return NULL;
+  }
+  return &dec->ranks[rank->rank];
+}
+
 /**
  * lingbot_vae_decoder_decode_on_rank:
  * @dec: a session from lingbot_vae_decoder_new_sharded()
@@ -560,13 +574,9 @@ gboolean
 lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder * dec, LbRank * rank,
     const LbTensor * latents, LbTensor * frames, int *n_frames, GError ** error)
 {
-  if (dec->group == NULL || rank == NULL || rank->group != dec->group
-      || rank->rank < 0 || rank->rank >= dec->n_ranks) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "VAE decode: rank is not a rank of the session's worker group");
+  DecRank *dr = group_rank (dec, rank, error);
+  if (dr == NULL)
     return FALSE;
-  }
-  DecRank *dr = &dec->ranks[rank->rank];
   LbTensor in, out;
   int n;
   if (!check_args (dec, latents, frames, dr->first, &in, &out, &n, error)
@@ -606,13 +616,9 @@ lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder * dec,
     LbRank * rank, const LbTensor * band, LbTensor * frames, int *n_frames,
     GError ** error)
 {
-  if (dec->group == NULL || rank == NULL || rank->group != dec->group
-      || rank->rank < 0 || rank->rank >= dec->n_ranks) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
-        "VAE decode: rank is not a rank of the session's worker group");
+  DecRank *dr = group_rank (dec, rank, error);
+  if (dr == NULL)
     return FALSE;
-  }
-  DecRank *dr = &dec->ranks[rank->rank];
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
   LbTensor in, out;
   if (!squeeze_batch (&in, band) || in.dtype != LB_DTYPE_F32

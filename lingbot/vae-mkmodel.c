@@ -5,6 +5,7 @@
  * their published names, at any base width (96 = the real file).
  */
 #include "lingbot/vae-private.h"
+#include "lingbot/checkpoint-private.h"
 #include "lingbot/dummy.h"
 
 #include <math.h>
@@ -96,26 +97,36 @@ add_resample (Writer * w, const char *prefix, int c, gboolean up, gboolean time)
     add_conv (w, prefix, "time_conv", up ? 2 * c : c, c, 3, 1, 1, FALSE);
 }
 
+/* The four levels of sampling blocks @prefix.0, .1, ...: level i is
+ * @n_res res blocks from in[i] * d to out[i] * d channels, then (i < 3) a
+ * resample, up or down, with a time conv where time[i]. */
+static void
+add_levels (Writer * w, const char *prefix, int d, const int in[4],
+    const int out[4], int n_res, gboolean up, const gboolean time[3])
+{
+  int idx = 0;
+  for (int i = 0; i < 4; i++) {
+    int cin = in[i] * d, cout = out[i] * d;
+    for (int r = 0; r < n_res + (i < 3); r++, idx++) {
+      char p[64];
+      g_snprintf (p, sizeof p, "%s.%d", prefix, idx);
+      if (r < n_res)
+        add_res (w, p, cin, cout);
+      else
+        add_resample (w, p, cout, up, time[i]);
+      cin = cout;
+    }
+  }
+}
+
 static void
 build (Writer * w, int d)
 {
-  char p[64];
   /* encoder (spec A.6) */
   add_conv (w, "encoder.conv1", "", d, 3, 3, 3, 3, FALSE);
   static const int ein[4] = { 1, 1, 2, 4 }, eout[4] = { 1, 2, 4, 4 };
-  int idx = 0;
-  for (int i = 0; i < 4; i++) {
-    int cin = ein[i] * d, cout = eout[i] * d;
-    for (int r = 0; r < 2; r++, idx++) {
-      g_snprintf (p, sizeof p, "encoder.downsamples.%d", idx);
-      add_res (w, p, cin, cout);
-      cin = cout;
-    }
-    if (i < 3) {
-      g_snprintf (p, sizeof p, "encoder.downsamples.%d", idx++);
-      add_resample (w, p, cout, FALSE, i > 0);
-    }
-  }
+  static const gboolean etime[3] = { FALSE, TRUE, TRUE };
+  add_levels (w, "encoder.downsamples", d, ein, eout, 2, FALSE, etime);
   add_res (w, "encoder.middle.0", 4 * d, 4 * d);
   add_attn (w, "encoder.middle.1", 4 * d);
   add_res (w, "encoder.middle.2", 4 * d, 4 * d);
@@ -129,21 +140,21 @@ build (Writer * w, int d)
   add_attn (w, "decoder.middle.1", 4 * d);
   add_res (w, "decoder.middle.2", 4 * d, 4 * d);
   static const int din[4] = { 4, 2, 2, 1 }, dout[4] = { 4, 4, 2, 1 };
-  idx = 0;
-  for (int i = 0; i < 4; i++) {
-    int cin = din[i] * d, cout = dout[i] * d;
-    for (int r = 0; r < 3; r++, idx++) {
-      g_snprintf (p, sizeof p, "decoder.upsamples.%d", idx);
-      add_res (w, p, cin, cout);
-      cin = cout;
-    }
-    if (i < 3) {
-      g_snprintf (p, sizeof p, "decoder.upsamples.%d", idx++);
-      add_resample (w, p, cout, TRUE, i < 2);
-    }
-  }
+  static const gboolean dtime[3] = { TRUE, TRUE, FALSE };
+  add_levels (w, "decoder.upsamples", d, din, dout, 3, TRUE, dtime);
   add_gamma (w, g_strdup ("decoder.head.0.gamma"), d, 4);
   add_conv (w, "decoder.head", "2", 3, d, 3, 3, 3, FALSE);
+}
+
+/* A writer holding every tensor of the VAE of base width @dim. */
+static Writer
+writer_new (int dim, guint64 seed)
+{
+  Writer w = { g_ptr_array_new_with_free_func (g_free),
+    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free), seed
+  };
+  build (&w, dim);
+  return w;
 }
 
 static gboolean
@@ -180,10 +191,7 @@ lingbot_vae_write_random (const char *path, int dim, guint64 seed,
 {
   if (!check_dim (dim, error))
     return FALSE;
-  Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free), seed
-  };
-  build (&w, dim);
+  Writer w = writer_new (dim, seed);
   g_assert (w.names->len == 194);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
   g_autofree char *cfg
@@ -195,15 +203,7 @@ lingbot_vae_write_random (const char *path, int dim, guint64 seed,
   g_hash_table_insert (meta, (gpointer) "config", cfg);
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official Wan2.1_VAE.pth names");
-  /* a .pth path gets the published torch.save layout (no metadata there) */
-  gboolean ok = g_str_has_suffix (path, ".pth")
-      ? lingbot_pth_write (path, (const char *const *) w.names->pdata,
-      (LbTensor * const *) w.tensors->pdata, w.names->len, error)
-      : lingbot_safetensors_write (path, (const char *const *) w.names->pdata,
-      (const LbTensor * const *) w.tensors->pdata, w.names->len, meta, error);
-  g_ptr_array_unref (w.names);
-  g_ptr_array_unref (w.tensors);
-  return ok;
+  return lingbot_ckpt_write_file (path, w.names, w.tensors, meta, error);
 }
 
 /**
@@ -224,9 +224,6 @@ lingbot_vae_random_checkpoint (const char *label, int dim, guint64 seed,
 {
   if (!check_dim (dim, error))
     return NULL;
-  Writer w = { g_ptr_array_new_with_free_func (g_free),
-    g_ptr_array_new_with_free_func ((GDestroyNotify) lb_tensor_free), seed
-  };
-  build (&w, dim);
+  Writer w = writer_new (dim, seed);
   return lingbot_dummy_checkpoint_new (label, w.names, w.tensors, error);
 }

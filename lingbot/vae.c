@@ -236,6 +236,29 @@ load_resample (Loader * ld, const char *prefix, VaeLayerKind kind, int c,
   return TRUE;
 }
 
+/* The four levels of sampling blocks @prefix.0, .1, ... into @layers:
+ * level i is @n_res res blocks from in[i] * d to out[i] * d channels,
+ * then (i < 3) a resample of kind[i]: 4 * @n_res + 3 layers. */
+static gboolean
+load_levels (Loader * ld, const char *prefix, int d, const int in[4],
+    const int out[4], const VaeLayerKind kind[3], int n_res,
+    VaeLayer * layers, GError ** error)
+{
+  int idx = 0;
+  for (int i = 0; i < 4; i++) {
+    int cin = in[i] * d, cout = out[i] * d;
+    for (int r = 0; r < n_res + (i < 3); r++, idx++) {
+      char name[48];
+      g_snprintf (name, sizeof name, "%s.%d", prefix, idx);
+      if (r < n_res ? !load_res (ld, name, cin, cout, &layers[idx], error)
+          : !load_resample (ld, name, kind[i], cout, &layers[idx], error))
+        return FALSE;
+      cin = cout;
+    }
+  }
+  return TRUE;
+}
+
 /* Decoder of spec A.4 (dims 4d, 4d, 4d, 2d, d). */
 static gboolean
 load_decoder (Loader * ld, int d, GError ** error)
@@ -254,27 +277,9 @@ load_decoder (Loader * ld, int d, GError ** error)
   static const int level_out[4] = { 4, 4, 2, 1 };
   static const VaeLayerKind level_up[3]
   = { VAE_LAYER_UP3D, VAE_LAYER_UP3D, VAE_LAYER_UP2D };
-  int idx = 0;
-  for (int i = 0; i < 4; i++) {
-    int cin = level_in[i] * d, cout = level_out[i] * d;
-    for (int r = 0; r < 3; r++, idx++) {
-      char prefix[48];
-      g_snprintf (prefix, sizeof prefix, "decoder.upsamples.%d", idx);
-      if (!load_res (ld, prefix, cin, cout, &n->layers[3 + idx], error))
-        return FALSE;
-      cin = cout;
-    }
-    if (i < 3) {
-      char prefix[48];
-      g_snprintf (prefix, sizeof prefix, "decoder.upsamples.%d", idx);
-      if (!load_resample (ld, prefix, level_up[i], cout, &n->layers[3 + idx],
-              error))
-        return FALSE;
-      idx++;
-    }
-  }
-  g_assert (idx == 15);
-  if (!load_gamma (ld, "decoder.head.0.gamma", d, 4, &n->head_gamma, error)
+  if (!load_levels (ld, "decoder.upsamples", d, level_in, level_out, level_up,
+          3, &n->layers[3], error)
+      || !load_gamma (ld, "decoder.head.0.gamma", d, 4, &n->head_gamma, error)
       || !load_conv (ld, "decoder.head", "2", 3, d, 3, 3, 3, FALSE, &n->head,
           error)
       || !load_conv (ld, "conv2", "", VAE_Z_DIM, VAE_Z_DIM, 1, 1, 1, FALSE,
@@ -297,27 +302,9 @@ load_encoder (Loader * ld, int d, GError ** error)
   static const int level_out[4] = { 1, 2, 4, 4 };
   static const VaeLayerKind level_down[3]
   = { VAE_LAYER_DOWN2D, VAE_LAYER_DOWN3D, VAE_LAYER_DOWN3D };
-  int idx = 0;
-  for (int i = 0; i < 4; i++) {
-    int cin = level_in[i] * d, cout = level_out[i] * d;
-    for (int r = 0; r < 2; r++, idx++) {
-      char prefix[48];
-      g_snprintf (prefix, sizeof prefix, "encoder.downsamples.%d", idx);
-      if (!load_res (ld, prefix, cin, cout, &n->layers[idx], error))
-        return FALSE;
-      cin = cout;
-    }
-    if (i < 3) {
-      char prefix[48];
-      g_snprintf (prefix, sizeof prefix, "encoder.downsamples.%d", idx);
-      if (!load_resample (ld, prefix, level_down[i], cout, &n->layers[idx],
-              error))
-        return FALSE;
-      idx++;
-    }
-  }
-  g_assert (idx == 11);
-  if (!load_res (ld, "encoder.middle.0", 4 * d, 4 * d, &n->layers[11], error)
+  if (!load_levels (ld, "encoder.downsamples", d, level_in, level_out,
+          level_down, 2, n->layers, error)
+      || !load_res (ld, "encoder.middle.0", 4 * d, 4 * d, &n->layers[11], error)
       || !load_attn (ld, "encoder.middle.1", 4 * d, &n->layers[12], error)
       || !load_res (ld, "encoder.middle.2", 4 * d, 4 * d, &n->layers[13], error)
       || !load_gamma (ld, "encoder.head.0.gamma", 4 * d, 4, &n->head_gamma,
