@@ -21,7 +21,9 @@
  * f32 scale and an f32 bias (its type set explicitly).  x is first rounded
  * to a contiguous bf16 copy in pool scratch (kernels-convert.cu, the CPU's
  * rounding formula), in blocks of rows of at most LB_CUDA_SCRATCH_LIMIT * 2
- * elements.  The operand dtypes are part of the plan key.
+ * elements; a bf16 x (written so by the norm or activation before it)
+ * goes to cuBLASLt as it is, in one matmul.  The operand dtypes are part
+ * of the plan key.
  *
  * The fp8 gemm (gemm_fp8, kernels/ops.h): a block of rows of x is
  * quantised per token into pool scratch (kernels-fp8.cu: codes [rows, K]
@@ -312,6 +314,11 @@ gemm_bf16 (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
 {
   LbCudaStream *cs = s->priv;
   const int64_t m = g->m, k = g->k;
+  if (x->dtype == LB_DTYPE_BF16)
+    /* written in bf16 by the op before (norm, GELU): no conversion */
+    return gemm_rm_typed (s, FALSE, trans_w, m, g->n, k, alpha, x->data,
+        CUDA_R_16BF, g->xld, w->data, CUDA_R_16BF, g->wld,
+        bias ? bias->data : NULL, beta, y->data, g->yld, error);
   const int64_t limit = (int64_t) (LB_CUDA_SCRATCH_LIMIT * 2);
   const int64_t rows = CLAMP (limit / k, 1, m);
   uint16_t *xs = lb_cuda_scratch (s, (gsize) (rows * k) * sizeof (uint16_t),
@@ -345,9 +352,9 @@ gemm_bf16 (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
  * With a bf16 @w (LB_DTYPE_BF16, any #LbMathMode):
  * `y = alpha * bf16(x) . op(w) + beta * y + bias`, x rounded to bf16 as
  * lb_f32_to_bf16() does, A/B CUDA_R_16BF, C/D CUDA_R_32F,
- * CUBLAS_COMPUTE_32F; x goes through pool scratch of at most
+ * CUBLAS_COMPUTE_32F; an f32 x goes through pool scratch of at most
  * min(M, 64 Mi / K) rows of K bf16 (no cudaMalloc once the pool holds a
- * block of that size).
+ * block of that size), a bf16 x (same strides) is read in place.
  */
 gboolean
 lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
