@@ -37,10 +37,7 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
   const int64_t d = nh * hd, half = hd / 2, pairs = nh * half;
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
     const float *xr = x + t * xld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double)xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
+    const double r = row_rms_inv (xr, d, eps, red);
     const int64_t pf = f0 + t / (grid_h * grid_w);
     const int64_t ph = r0 + (t / grid_w) % grid_h, pw = t % grid_w;
     for (int64_t q = threadIdx.x; q < pairs; q += blockDim.x) {

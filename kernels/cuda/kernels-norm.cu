@@ -28,17 +28,8 @@ layer_norm_kernel (const float *x, int64_t xld, const float *w, const float *b,
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
     const float *xr = x + i * xld;
     T *yr = y + i * yld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += xr[j];
-    const double mean = block_sum (s, red) / (double)d;
-    double v = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      double t = xr[j] - mean;
-      v += t * t;
-    }
-    const double var = block_sum (v, red) / (double)d;
-    const double rstd = 1.0 / sqrt (var + (double)eps);
+    double mean, rstd;
+    row_mean_rstd (xr, d, eps, red, &mean, &rstd);
     /* y may be x (f32): every thread has read its elements of the row
      * above, and each element is rewritten by the thread that read it. */
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
@@ -63,10 +54,7 @@ rms_norm_kernel (const float *x, int64_t xld, const float *w, float eps,
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
     const float *xr = x + i * xld;
     float *yr = y + i * yld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double)xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
+    const double r = row_rms_inv (xr, d, eps, red);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = xr[j] * r;
       yr[j] = (float)(w ? t * w[j] : t);
