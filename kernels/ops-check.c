@@ -206,6 +206,45 @@ lb_check_tensor (const char *op, const char *arg, const LbTensor * t,
   return TRUE;
 }
 
+/* lb_check_rows(), with a bf16 @t accepted too when @bf16_ok (then a
+ * tensor of another dtype, or none, is told "f32 or bf16"; one of the
+ * right dtype and the wrong width is told its own dtype). */
+static gboolean
+check_rows_typed (const char *op, const char *arg, const LbTensor * t,
+    int64_t cols, gboolean bf16_ok, int64_t * rows, int64_t * ld,
+    GError ** error)
+{
+  const gboolean is16 = t && bf16_ok && t->dtype == LB_DTYPE_BF16;
+  const char *types = is16 ? "bf16" : bf16_ok && (t == NULL ||
+      t->dtype != LB_DTYPE_F32) ? "f32 or bf16" : "f32";
+  g_autofree char *e = cols >= 0 ?
+      g_strdup_printf ("%s [..., %" G_GINT64_FORMAT "]", types, cols) :
+      g_strdup_printf ("%s [..., D]", types);
+  if (!check_present (op, arg, t, e, error))
+    return FALSE;
+  if ((t->dtype != LB_DTYPE_F32 && !is16) || t->ndim < 1 || (cols >= 0
+          && t->shape[t->ndim - 1] != cols)) {
+    g_autofree char *have = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, arg,
+        lb_dtype_name (t->dtype), have, e);
+  }
+  int64_t c = t->shape[t->ndim - 1];
+  if (t->ndim == 2 && (t->stride[1] == 1 || c <= 1) &&
+      (t->shape[0] <= 1 || t->stride[0] >= c)) {
+    *rows = t->shape[0];
+    *ld = t->shape[0] > 1 ? t->stride[0] : c;
+    return TRUE;
+  }
+  if (!lb_tensor_is_contiguous (t))
+    return fail_strides (op, arg, t, "a contiguous tensor or a 2-D view with "
+        "unit column stride", error);
+  *rows = 1;
+  for (int i = 0; i < t->ndim - 1; i++)
+    *rows *= t->shape[i];
+  *ld = c;
+  return TRUE;
+}
+
 /**
  * lb_check_rows:
  * @op: op name for the message
@@ -226,32 +265,7 @@ gboolean
 lb_check_rows (const char *op, const char *arg, const LbTensor * t,
     int64_t cols, int64_t * rows, int64_t * ld, GError ** error)
 {
-  const char *expect = cols >= 0 ? NULL : "f32 [..., D]";
-  g_autofree char *e = cols >= 0 ?
-      g_strdup_printf ("f32 [..., %" G_GINT64_FORMAT "]", cols) : NULL;
-  if (!check_present (op, arg, t, e ? e : expect, error))
-    return FALSE;
-  if (t->dtype != LB_DTYPE_F32 || t->ndim < 1 ||
-      (cols >= 0 && t->shape[t->ndim - 1] != cols)) {
-    g_autofree char *have = lb_tensor_shape_string (t);
-    return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, arg,
-        lb_dtype_name (t->dtype), have, e ? e : expect);
-  }
-  int64_t c = t->shape[t->ndim - 1];
-  if (t->ndim == 2 && (t->stride[1] == 1 || c <= 1) &&
-      (t->shape[0] <= 1 || t->stride[0] >= c)) {
-    *rows = t->shape[0];
-    *ld = t->shape[0] > 1 ? t->stride[0] : c;
-    return TRUE;
-  }
-  if (!lb_tensor_is_contiguous (t))
-    return fail_strides (op, arg, t, "a contiguous tensor or a 2-D view with "
-        "unit column stride", error);
-  *rows = 1;
-  for (int i = 0; i < t->ndim - 1; i++)
-    *rows *= t->shape[i];
-  *ld = c;
-  return TRUE;
+  return check_rows_typed (op, arg, t, cols, FALSE, rows, ld, error);
 }
 
 /* ---- gemm ---- */
@@ -295,7 +309,8 @@ gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
 
 /**
  * lb_check_gemm:
- * @x: [M, K] float32 (or contiguous [..., K], flattened)
+ * @x: [M, K] float32 (or contiguous [..., K], flattened); bfloat16 when
+ *   @w is (a GEMM input written in bf16 by the op before, spec 1.11)
  * @w: [N, K] when @trans_w else [K, N], float32 or bfloat16
  *   (%LB_DTYPE_BF16), 2-D
  * @trans_w: whether @w is stored transposed
@@ -304,11 +319,12 @@ gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
  * @g: (out): the matrix geometry
  * @error: (out) (optional): %LB_ERROR_SHAPE
  *
- * The checks of the gemm op (kernels/ops.h).  The weight is the only
- * operand that may be bf16 (spec 1.11 storage); any other dtype of @w
- * (f16, integers, f64) is refused with
- * "gemm: w is f16 [N, K], expected f32 or bf16 (the weight dtypes gemm
- * supports)".
+ * The checks of the gemm op (kernels/ops.h).  The weight may be bf16
+ * (spec 1.11 storage), and x with it; any other dtype of @w (f16,
+ * integers, f64) is refused with "gemm: w is f16 [N, K], expected f32 or
+ * bf16 (the weight dtypes gemm supports)", a bf16 x with an f32 w with
+ * "gemm: x is bf16 [4, 8], expected f32 [M, K] with unit column stride
+ * (bf16 only with a bf16 w)".
  *
  * Returns: %TRUE when the operands fit.
  */
@@ -317,8 +333,11 @@ lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
     const LbTensor * bias, const LbTensor * y, LbGemmGeom * g, GError ** error)
 {
   int64_t wr, wc, ym, yn;
-  if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld))
-    return gemm_shape_error (error, "x", x,
+  const gboolean x16 = x->dtype == LB_DTYPE_BF16 && w->dtype == LB_DTYPE_BF16;
+  if ((x->dtype != LB_DTYPE_F32 && !x16) ||
+      !as_matrix (x, &g->m, &g->k, &g->xld))
+    return gemm_shape_error (error, "x", x, x->dtype == LB_DTYPE_BF16 ?
+        "f32 [M, K] with unit column stride (bf16 only with a bf16 w)" :
         "f32 [M, K] with unit column stride");
   if (w->dtype != LB_DTYPE_F32 && w->dtype != LB_DTYPE_BF16)
     return gemm_shape_error (error, "w", w,
@@ -432,17 +451,17 @@ lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
 static gboolean
 check_out_rows (const char *op, const char *arg, const LbTensor * t,
     const LbTensor * like, int64_t rows, int64_t d, gboolean same_shape,
-    int64_t * ld, GError ** error)
+    gboolean bf16_ok, int64_t * ld, GError ** error)
 {
   int64_t r;
-  if (!lb_check_rows (op, arg, t, d, &r, ld, error))
+  if (!check_rows_typed (op, arg, t, d, bf16_ok, &r, ld, error))
     return FALSE;
   if (r != rows || (same_shape && t->ndim != 2 && like->ndim != 2 &&
           !lb_tensor_same_shape (t, like))) {
     g_autofree char *have = lb_tensor_shape_string (t);
     g_autofree char *want = lb_tensor_shape_string (like);
-    return lb_check_fail (error, "%s: %s is f32 %s, expected %s", op, arg,
-        have, want);
+    return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, arg,
+        lb_dtype_name (t->dtype), have, want);
   }
   return TRUE;
 }
@@ -477,17 +496,19 @@ check_vec (const char *op, const char *arg, const LbTensor * t, int64_t d,
   return lb_check_tensor (op, arg, t, LB_DTYPE_F32, 1, shape, TRUE, error);
 }
 
-/* x (named @xarg) as rows [M, D], then y as M rows of D. */
+/* x (named @xarg) as rows [M, D], then y as M rows of D; with @y_bf16 y
+ * may also be bf16 (the GEMM input an op writes, kernels/ops-list.h). */
 static gboolean
 check_in_out (const char *op, const char *xarg, const LbTensor * x,
-    const LbTensor * y, gboolean same_shape, LbRowsGeom * g, GError ** error)
+    const LbTensor * y, gboolean same_shape, gboolean y_bf16, LbRowsGeom * g,
+    GError ** error)
 {
   memset (g, 0, sizeof *g);
   if (!lb_check_rows (op, xarg, x, LB_ANY, &g->m, &g->x_ld, error))
     return FALSE;
   g->d = x->shape[x->ndim - 1];
-  return check_out_rows (op, "y", y, x, g->m, g->d, same_shape, &g->y_ld,
-      error);
+  return check_out_rows (op, "y", y, x, g->m, g->d, same_shape, y_bf16,
+      &g->y_ld, error);
 }
 
 /**
@@ -506,7 +527,7 @@ lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   const char *op = "layer_norm";
-  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+  return check_in_out (op, "x", x, y, FALSE, TRUE, g, error) &&
       (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
       (bias == NULL || check_vec (op, "bias", bias, g->d, error));
 }
@@ -525,7 +546,7 @@ gboolean
 lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
-  return check_in_out ("rms_norm", "x", x, y, FALSE, g, error) &&
+  return check_in_out ("rms_norm", "x", x, y, FALSE, FALSE, g, error) &&
       (weight == NULL || check_vec ("rms_norm", "weight", weight, g->d, error));
 }
 
@@ -546,7 +567,7 @@ lb_check_modulate (const LbTensor * x, const LbTensor * scale,
     const LbTensor * shift, const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   const char *op = "modulate";
-  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+  return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
       check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
       check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
 }
@@ -566,7 +587,7 @@ lb_check_gated_residual (const LbTensor * x, const LbTensor * y,
     const LbTensor * gate, LbRowsGeom * g, GError ** error)
 {
   const char *op = "gated_residual";
-  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+  return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
       (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
           &g->s_ld, error));
 }
@@ -585,7 +606,7 @@ gboolean
 lb_check_unary (const char *op, const LbTensor * x, const LbTensor * y,
     LbRowsGeom * g, GError ** error)
 {
-  return check_in_out (op, "x", x, y, TRUE, g, error);
+  return check_in_out (op, "x", x, y, TRUE, TRUE, g, error);
 }
 
 /**
@@ -621,7 +642,8 @@ lb_check_binary (const char *op, const LbTensor * a, const LbTensor * b,
   }
   if (bcast)
     g->s_ld = 0;
-  return check_out_rows (op, "y", y, a, g->m, g->d, TRUE, &g->y_ld, error);
+  return check_out_rows (op, "y", y, a, g->m, g->d, TRUE, FALSE, &g->y_ld,
+      error);
 }
 
 /* ---- RoPE ---- */
@@ -1258,7 +1280,7 @@ lb_check_norm_modulate (const LbTensor * x, const LbTensor * weight,
     const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   const char *op = "norm_modulate";
-  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+  return check_in_out (op, "x", x, y, FALSE, TRUE, g, error) &&
       (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
       (bias == NULL || check_vec (op, "bias", bias, g->d, error)) &&
       check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
@@ -1345,7 +1367,7 @@ lb_check_gated_residual_modulate (const LbTensor * x, const LbTensor * y,
     LbRowsGeom * g, GError ** error)
 {
   const char *op = "gated_residual_modulate";
-  return check_in_out (op, "x", x, y, FALSE, g, error) &&
+  return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
       (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
           &g->g_ld, error)) &&
       check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&

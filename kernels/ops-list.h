@@ -49,8 +49,14 @@
  *   backend, `y = alpha * (bf16(x) . op(w)) + beta * y + bias` where
  *   bf16(x) rounds each x element to bfloat16 (round to nearest even,
  *   lb_f32_to_bf16()) and the products are accumulated in f32: the
- *   backends then differ only by f32 summation order.  The stream's
- *   #LbMathMode does not change this.  The CPU backend's bf16 path
+ *   backends then differ only by f32 summation order.  With a bf16 w, x
+ *   may be bf16 itself (%LB_DTYPE_BF16, the same views): it is then used
+ *   as it is, which gives exactly what an f32 x holding those values gives
+ *   (the GEMM inputs that @layer_norm, @norm_modulate and the unary ops
+ *   write in bf16: no conversion pass, spec 1.11).  A bf16 x with an f32
+ *   w is an %LB_ERROR_SHAPE error ("gemm: x is bf16 [4, 8], expected f32
+ *   [M, K] with unit column stride (bf16 only with a bf16 w)").  The
+ *   stream's #LbMathMode does not change this.  The CPU backend's bf16 path
  *   widens into a per-call scratch (it is the oracle; CPU ranks keep f32
  *   weights) and sums each output in a fixed order, so a row of y does
  *   not depend on the other rows of x.
@@ -93,7 +99,13 @@ LB_OP (gemm)
     A (F32, alpha) A (F32, beta) A (OUT, y)
     LB_OP (gemm_fp8)
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
- *   variance), then `* weight + bias` when they are non-%NULL.
+ *   variance), then `* weight + bias` when they are non-%NULL.  y is f32,
+ *   or bf16 (the next bf16 GEMM's input, spec 1.11; it must not overlap
+ *   x): then y receives the f32 result rounded to nearest even
+ *   (lb_f32_to_bf16()), on every backend.  The same holds for the y of
+ *   @norm_modulate, @gelu_tanh, @silu and @scale; any other dtype of y is
+ *   an %LB_ERROR_SHAPE error ("layer_norm: y is f16 [4, 8], expected f32
+ *   or bf16 [..., 8]").
  */
 #define LB_OP_ARGS_layer_norm(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (OUT, y)
@@ -156,10 +168,11 @@ LB_OP (gemm)
     A (IN, key_mask) A (F32, scale) A (OUT, out)
     LB_OP (attention)
 /* @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
+ *   y may be bf16 (not in place), as @layer_norm's.
  */
 #define LB_OP_ARGS_gelu_tanh(A) A (IN, x) A (OUT, y)
     LB_OP (gelu_tanh)
-/* @silu: `x * sigmoid(x)`, in place ok.
+/* @silu: `x * sigmoid(x)`, in place ok.  y may be bf16, as @gelu_tanh's.
  */
 #define LB_OP_ARGS_silu(A) A (IN, x) A (OUT, y)
     LB_OP (silu)
@@ -174,7 +187,8 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_mul(A) A (IN, a) A (IN, b) A (OUT, y)
     LB_OP (mul)
-/* @scale: `y = alpha * x + beta`, in place ok.
+/* @scale: `y = alpha * x + beta`, in place ok.  y may be bf16, as
+ *   @gelu_tanh's.
  */
 #define LB_OP_ARGS_scale(A) A (IN, x) A (F32, alpha) A (F32, beta) \
     A (OUT, y)
@@ -302,7 +316,7 @@ LB_OP (gemm)
  *   / @bias [D] (%NULL for none) and statistics in double as @layer_norm;
  *   scale and shift [D] (broadcast) or [M, D] (per row).  x, y, scale and
  *   shift may be 2-D row-strided views (stride[1] == 1).  In place
- *   allowed (y == x).
+ *   allowed (y == x).  y may be bf16 (not in place), as @layer_norm's.
  */
 #define LB_OP_ARGS_norm_modulate(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (IN, scale) A (IN, shift) A (OUT, y)

@@ -48,6 +48,19 @@ linear (LingbotDitRank * rs, const LbTensor * x, const LingbotDitLinear * l,
   return lingbot_dit_linear_apply (rs->s, x, l, beta, y, error);
 }
 
+/* The buffer of a GEMM input [n_local, D] (@wide false) or [n_local,
+ * ffn_dim]: the rank's bf16 one where it has them (rs->a16, rs->h16), else
+ * the f32 one.  The op writing it rounds to bf16 exactly as the bf16 GEMM
+ * would round its f32 input (kernels/ops-list.h), so the result is the
+ * same either way; the bf16 buffer saves the GEMM's conversion pass. */
+static LbTensor *
+gemm_input (LingbotDitRank * rs, gboolean wide)
+{
+  if (wide)
+    return rs->h16 ? rs->h16 : rs->h;
+  return rs->a16 ? rs->a16 : rs->a;
+}
+
 /* [rows, D] row r of a contiguous 2-D tensor, as a [D] view. */
 static void
 row_view (LbTensor * out, const LbTensor * t, int64_t r)
@@ -225,10 +238,11 @@ lingbot_dit_control_tokens (LingbotDitRank * rs, const LbTensor * ctl_patches,
   const LingbotDitWeights *dit = &rs->wt;
   if (rs->sh.n_local == 0)
     return TRUE;
+  LbTensor *a = gemm_input (rs, FALSE);
   return linear (rs, ctl_patches, &dit->ctl_patch, 0.0f, rs->ctl, error) &&
       linear (rs, rs->ctl, &dit->c2ws1, 0.0f, rs->a, error) &&
-      OPS->silu (rs->s, rs->a, rs->a, error) &&
-      linear (rs, rs->a, &dit->c2ws2, 1.0f, rs->ctl, error);
+      OPS->silu (rs->s, rs->a, a, error) &&
+      linear (rs, a, &dit->c2ws2, 1.0f, rs->ctl, error);
 }
 
 /**
@@ -318,10 +332,11 @@ lingbot_dit_camera_precompute (LingbotDitRank * rs, int layer, GError ** error)
   const LingbotDitBlock *b = &rs->wt.blocks[layer];
   if (rs->sh.n_local == 0)
     return TRUE;
+  LbTensor *a = gemm_input (rs, FALSE);
   return linear (rs, rs->ctl, &b->cam1, 0.0f, rs->a, error) &&
-      OPS->silu (rs->s, rs->a, rs->a, error) &&
+      OPS->silu (rs->s, rs->a, a, error) &&
       lingbot_dit_copy_rows (rs->s, rs->t1, rs->ctl, error) &&
-      linear (rs, rs->a, &b->cam2, 1.0f, rs->t1, error) &&
+      linear (rs, a, &b->cam2, 1.0f, rs->t1, error) &&
       linear (rs, rs->t1, &b->cam_scale, 0.0f, rs->cam_scale[layer], error) &&
       linear (rs, rs->t1, &b->cam_shift, 0.0f, rs->cam_shift[layer], error);
 }
@@ -344,12 +359,12 @@ trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
  * gets it through rs->v and the copy op, which rounds as rms_norm_rope
  * rounds the keys. */
 static gboolean
-value_rows (LingbotDitRank * rs, const LingbotDitBlock * b, LbTensor * vrows,
-    GError ** error)
+value_rows (LingbotDitRank * rs, const LingbotDitBlock * b,
+    const LbTensor * a, LbTensor * vrows, GError ** error)
 {
   if (vrows->dtype == LB_DTYPE_F32)
-    return linear (rs, rs->a, &b->sa_v, 0.0f, vrows, error);
-  return linear (rs, rs->a, &b->sa_v, 0.0f, rs->v, error) &&
+    return linear (rs, a, &b->sa_v, 0.0f, vrows, error);
+  return linear (rs, a, &b->sa_v, 0.0f, rs->v, error) &&
       OPS->copy (rs->s, rs->v, vrows, error);
 }
 
@@ -368,6 +383,7 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const float eps = (float) rs->cfg->eps;
   const LingbotDitShard *sh = &rs->sh;
+  LbTensor *a = gemm_input (rs, FALSE);
   LbTensor shift, scale, q3, k3, krows, vrows;
   row_view (&shift, mod, 0);
   row_view (&scale, mod, 1);
@@ -388,30 +404,30 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
     /* k, v, q each exchanged as soon as it is ready, behind the next GEMM
      * (lingbot_dit_ulysses_send()) */
     return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale,
-        &shift, rs->a, error) &&
-        linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
+        &shift, a, error) &&
+        linear (rs, a, &b->sa_k, 0.0f, rs->k, error) &&
         OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
         rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
         error) &&
         lingbot_dit_ulysses_send (rs, 1, error) &&
-        value_rows (rs, b, &vrows, error) &&
+        value_rows (rs, b, a, &vrows, error) &&
         lingbot_dit_ulysses_send (rs, 2, error) &&
-        linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
+        linear (rs, a, &b->sa_q, 0.0f, rs->q, error) &&
         OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
         rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
         error) &&
         lingbot_dit_ulysses_send (rs, 0, error) &&
         lingbot_dit_ulysses_recv_wait (rs, error);
   return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale, &shift,
-      rs->a, error) &&
-      linear (rs, rs->a, &b->sa_q, 0.0f, rs->q, error) &&
+      a, error) &&
+      linear (rs, a, &b->sa_q, 0.0f, rs->q, error) &&
       OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
       error) &&
-      linear (rs, rs->a, &b->sa_k, 0.0f, rs->k, error) &&
+      linear (rs, a, &b->sa_k, 0.0f, rs->k, error) &&
       OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
-      error) && value_rows (rs, b, &vrows, error);
+      error) && value_rows (rs, b, a, &vrows, error);
 }
 
 static gboolean
@@ -447,6 +463,7 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const float eps = (float) rs->cfg->eps;
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
+  LbTensor *a = gemm_input (rs, FALSE), *h = gemm_input (rs, TRUE);
   LbTensor gate_msa, shift_mlp, scale_mlp, gate_mlp, q3, o3, ck, cv;
   row_view (&gate_msa, mod, 2);
   row_view (&shift_mlp, mod, 3);
@@ -466,9 +483,9 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     return FALSE;
 
   /* cross-attention, ungated */
-  if (!OPS->layer_norm (rs->s, rs->x, b->norm3_w, b->norm3_b, eps, rs->a,
+  if (!OPS->layer_norm (rs->s, rs->x, b->norm3_w, b->norm3_b, eps, a,
           error) ||
-      !linear (rs, rs->a, &b->ca_q, 0.0f, rs->q, error) ||
+      !linear (rs, a, &b->ca_q, 0.0f, rs->q, error) ||
       !OPS->rms_norm (rs->s, rs->q, b->ca_norm_q, eps, rs->q, error) ||
       !OPS->attention (rs->s, &q3, &ck, &cv, NULL, NULL, scale, &o3, error) ||
       !linear (rs, rs->o, &b->ca_o, 0.0f, rs->t1, error) ||
@@ -476,12 +493,12 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
       !OPS->gated_residual (rs->s, rs->x, rs->t1, NULL, error))
     return FALSE;
 
-  /* FFN */
+  /* FFN (h: the GELU's output, in place on rs->h or into rs->h16) */
   return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale_mlp,
-      &shift_mlp, rs->a, error) &&
-      linear (rs, rs->a, &b->ffn0, 0.0f, rs->h, error) &&
-      OPS->gelu_tanh (rs->s, rs->h, rs->h, error) &&
-      linear (rs, rs->h, &b->ffn2, 0.0f, rs->t1, error) &&
+      &shift_mlp, a, error) &&
+      linear (rs, a, &b->ffn0, 0.0f, rs->h, error) &&
+      OPS->gelu_tanh (rs->s, rs->h, h, error) &&
+      linear (rs, h, &b->ffn2, 0.0f, rs->t1, error) &&
       trace_copy (rs, rs->trace_ffn, rs->t1, error) &&
       OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_mlp, error);
 }
@@ -546,13 +563,13 @@ gboolean
 lingbot_dit_head_forward (LingbotDitRank * rs, const LbTensor * head_mod,
     GError ** error)
 {
-  LbTensor shift, scale;
+  LbTensor shift, scale, *a = gemm_input (rs, FALSE);
   row_view (&shift, head_mod, 0);
   row_view (&scale, head_mod, 1);
   if (rs->sh.n_local > 0 &&
       (!OPS->norm_modulate (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
-              &scale, &shift, rs->a, error) ||
-          !linear (rs, rs->a, &rs->wt.head, 0.0f, rs->z, error)))
+              &scale, &shift, a, error) ||
+          !linear (rs, a, &rs->wt.head, 0.0f, rs->z, error)))
     return FALSE;
   if (rs->sh.n_ranks > 1)
     return lingbot_dit_ulysses_gather_z (rs, error);

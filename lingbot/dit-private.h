@@ -140,6 +140,14 @@ typedef struct
   /* scratch, [n_local, *] */
   LbTensor *x, *a, *q, *k, *v, *o, *t1, *h;
   LbTensor *z;                  /* [n_local, out_dim * 4] */
+  /* the bf16 GEMM inputs of a rank whose linear weights are bf16 (a
+   * device rank in LB_MATH_BF16, spec 1.11): a16 [n_local, D] and h16
+   * [n_local, ffn_dim], written in bf16 by the norms and the GELU that
+   * feed the block's GEMMs, which then read them without a conversion
+   * pass (lingbot_dit_rank_init()); NULL otherwise, and with
+   * LINGBOT_DIT_GEMM_INPUTS=f32 (the f32 inputs rounded by the GEMM: the
+   * same bits, kept to compare) */
+  LbTensor *a16, *h16;
 
   /* Ulysses scratch (n_ranks > 1) */
   LbTensor *send;               /* [n_local * D] */

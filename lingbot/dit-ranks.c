@@ -396,6 +396,23 @@ lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
   memset (wt, 0, sizeof (*wt));
 }
 
+/* rs->a16 and rs->h16 (dit-private.h) where the rank's GEMM weights are
+ * bf16, unless LINGBOT_DIT_GEMM_INPUTS is "f32". */
+static gboolean
+gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
+{
+  const char *env = g_getenv ("LINGBOT_DIT_GEMM_INPUTS");
+  if (lingbot_dit_is_host (rs->s) || rs->s->math != LB_MATH_BF16 ||
+      g_strcmp0 (env, "f32") == 0)
+    return TRUE;
+  const int64_t a_shape[2] = { rs->sh.n_local, rs->cfg->dim };
+  const int64_t h_shape[2] = { rs->sh.n_local, rs->cfg->ffn_dim };
+  return (rs->a16 = lb_tensor_new_on (rs->s, LB_DTYPE_BF16, 2, a_shape,
+          error)) != NULL &&
+      (rs->h16 = lb_tensor_new_on (rs->s, LB_DTYPE_BF16, 2, h_shape,
+          error)) != NULL;
+}
+
 /**
  * lingbot_dit_rank_init:
  * @rs: (out): the rank state
@@ -416,7 +433,11 @@ lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
  * puts the weights and the RoPE tables there (docs/design/dit-devices.md).
  * The KV cache starts zeroed with both cursors at 0 (spec 3.3); its dtype
  * is lingbot_dit_kv_dtype() of @s (bf16 on a device rank in
- * %LB_MATH_BF16, so @s->math must be set before this call).
+ * %LB_MATH_BF16, so @s->math must be set before this call).  Such a rank
+ * also gets bf16 buffers for the block's GEMM inputs (rs->a16, rs->h16:
+ * the norms and the GELU write them in bf16, so the bf16 GEMMs read them
+ * without a conversion; LINGBOT_DIT_GEMM_INPUTS=f32 keeps the f32 inputs,
+ * which give the same bits).
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -495,7 +516,7 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
           lb_tensor_new_on (s, LB_DTYPE_F32, 3, rope_shape, error)))
     return FALSE;
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
-          dit, error))
+          dit, error) || !gemm_inputs_alloc (rs, error))
     return FALSE;
   if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
     return FALSE;
@@ -514,7 +535,7 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   const int L = rs->cfg ? rs->cfg->num_layers : 0;
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
-    &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
+    &rs->a16, &rs->h16, &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
     &rs->rope_sin_c, &rs->rope_host, &rs->rope_dev, &rs->send, &rs->q_r,
     &rs->k_r, &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16,
     &rs->recv16, &rs->q16, &rs->z_rm, &rs->z_full, &rs->ones,

@@ -87,6 +87,15 @@ const LbCpuRowKernels *lb_cpu_row_kernels (void);
 void lb_cpu_layer_norm_row (const float *xr, const float *wd,
     const float *bd, float eps, float *yr, int64_t d);
 
+/* Floats per stack block of the ops that write a bf16 y (a multiple of
+ * every vector width of rows-item.h). */
+#define LB_CPU_BF16_BLOCK 256
+
+void lb_cpu_layer_norm_row_bf16 (const float *xr, const float *wd,
+    const float *bd, float eps, const float *sr, const float *hr,
+    uint16_t * yr, int64_t d);
+void lb_cpu_round_bf16 (const float *x, uint16_t * y, int64_t n);
+
 /* ---- scratch (cpu-util.c) ---- */
 
 #define LB_CPU_SCRATCH_SLOTS 2

@@ -80,6 +80,41 @@ run (SpanFunc f, const float *a, int64_t ald, const float *b, int64_t bld,
   }
 }
 
+/* @f over a span of n into a bf16 y: through a stack block of
+ * LB_CPU_BF16_BLOCK floats, each value rounded by lb_f32_to_bf16().  The
+ * blocks start at multiples of the block from the span's start, so the
+ * row kernels give every element the value they give it in f32. */
+static void
+span_to_bf16 (SpanFunc f, const float *a, uint16_t * y, int64_t n,
+    const Params * p)
+{
+  float buf[LB_CPU_BF16_BLOCK];
+  for (int64_t o = 0; o < n; o += LB_CPU_BF16_BLOCK) {
+    const int64_t len = MIN (LB_CPU_BF16_BLOCK, n - o);
+    f (a + o, NULL, buf, len, p);
+    lb_cpu_round_bf16 (buf, y + o, len);
+  }
+}
+
+/* run() of a unary @f into a bf16 y: the same split into spans. */
+static void
+run_to_bf16 (SpanFunc f, const float *a, int64_t ald, uint16_t * y,
+    int64_t yld, int64_t m, int64_t d, const Params * p)
+{
+  if ((ald == d && yld == d) || m == 1) {
+    const int64_t n = m * d, pieces = (n + SPAN - 1) / SPAN;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t i = 0; i < pieces; i++) {
+      int64_t o = i * SPAN;
+      span_to_bf16 (f, a + o, y + o, MIN (SPAN, n - o), p);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (m * d >= SPAN)
+    for (int64_t i = 0; i < m; i++)
+      span_to_bf16 (f, a + i * ald, y + i * yld, d, p);
+  }
+}
+
 static gboolean
 unary (const char *op, SpanFunc f, const LbTensor * x, LbTensor * y,
     const Params * p, GError ** error)
@@ -88,7 +123,10 @@ unary (const char *op, SpanFunc f, const LbTensor * x, LbTensor * y,
   if (!lb_check_devices (LB_CPU_DEVICE, op, error, "x", x, "y", y, NULL) ||
       !lb_check_unary (op, x, y, &g, error))
     return FALSE;
-  run (f, x->data, g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, p);
+  if (y->dtype == LB_DTYPE_BF16)
+    run_to_bf16 (f, x->data, g.x_ld, y->data, g.y_ld, g.m, g.d, p);
+  else
+    run (f, x->data, g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, p);
   return TRUE;
 }
 
@@ -109,7 +147,8 @@ binary (const char *op, SpanFunc f, const LbTensor * a, const LbTensor * b,
  * lb_cpu_gelu_tanh:
  * @s: a CPU stream
  * @x: f32 rows [..., D] (contiguous, or a 2-D row-strided view)
- * @y: f32, the shape of @x; may be @x
+ * @y: f32, the shape of @x; may be @x.  Or bf16 (the next GEMM's input,
+ *   spec 1.11), not overlapping @x: the f32 result rounded to nearest even
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (spec 1.5, 1.7, 5.2).
@@ -127,7 +166,7 @@ lb_cpu_gelu_tanh (LbStream * s, const LbTensor * x, LbTensor * y,
  * lb_cpu_silu:
  * @s: a CPU stream
  * @x: f32 rows [..., D]
- * @y: f32, the shape of @x; may be @x
+ * @y: f32, the shape of @x; may be @x (or bf16, as lb_cpu_gelu_tanh())
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * `x * sigmoid(x)` (spec 1.4, 1.6, vae_and_distributed_spec.md A.3).
@@ -146,7 +185,7 @@ lb_cpu_silu (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
  * @x: f32 rows [..., D]
  * @alpha: multiplier
  * @beta: offset
- * @y: f32, the shape of @x; may be @x
+ * @y: f32, the shape of @x; may be @x (or bf16, as lb_cpu_gelu_tanh())
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * `y = alpha * x + beta`.

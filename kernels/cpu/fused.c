@@ -31,7 +31,9 @@
  * @eps: added to the variance
  * @scale: f32 [D] (broadcast over rows) or rows [M, D]
  * @shift: f32 [D] or rows [M, D]
- * @y: f32 rows [M, D]; may be @x
+ * @y: f32 rows [M, D]; may be @x.  Or bf16 rows (the next GEMM's input,
+ *   spec 1.11), not overlapping @x: the f32 result rounded to nearest even
+ *   (lb_cpu_layer_norm_row_bf16())
  * @error: %LB_ERROR_SHAPE on mismatched operands (lb_check_norm_modulate())
  *
  * `y = LN(x) * (1 + scale) + shift` (spec 1.7 norm1/norm2 with their adaLN
@@ -63,6 +65,13 @@ lb_cpu_norm_modulate (LbStream * s, const LbTensor * x,
   float *yd = y->data;
   const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 
+  if (y->dtype == LB_DTYPE_BF16) {
+#pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
+    for (int64_t i = 0; i < m; i++)
+      lb_cpu_layer_norm_row_bf16 (xd + i * xld, wd, bd, eps, sd + i * sld,
+          hd + i * hld, (uint16_t *) y->data + i * yld, d);
+    return TRUE;
+  }
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
   for (int64_t i = 0; i < m; i++) {
     const float *xr = xd + i * xld, *sr = sd + i * sld, *hr = hd + i * hld;

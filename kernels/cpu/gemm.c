@@ -57,17 +57,22 @@ dot_f32 (const float *a, const float *b, int64_t k)
 }
 
 /* y = alpha * bf16(x) . op(w) + b * y (b == 0: y is not read) with x
- * [m, k] (row stride xld) and a bf16 w; see the file comment. */
+ * [m, k] (row stride xld; f32, or bf16 when @x_bf16: then it is widened
+ * as it is, which is what rounding its f32 value would give) and a bf16
+ * w; see the file comment. */
 static void
-gemm_bf16 (const float *x, int64_t xld, const uint16_t * w, gboolean trans_w,
-    int64_t wld, int64_t m, int64_t n, int64_t k, float alpha, float b,
-    float *y, int64_t yld)
+gemm_bf16 (const void *x, gboolean x_bf16, int64_t xld, const uint16_t * w,
+    gboolean trans_w, int64_t wld, int64_t m, int64_t n, int64_t k,
+    float alpha, float b, float *y, int64_t yld)
 {
   g_autofree float *xs = g_malloc (MAX (m * k, 1) * sizeof (float));
   g_autofree float *ws = widen_bf16_nk (w, trans_w, n, k, wld);
+  const float *x32 = x;
+  const uint16_t *x16 = x;
   for (int64_t i = 0; i < m; i++)
     for (int64_t l = 0; l < k; l++)
-      xs[i * k + l] = lb_bf16_to_f32 (lb_f32_to_bf16 (x[i * xld + l]));
+      xs[i * k + l] = lb_bf16_to_f32 (x_bf16 ? x16[i * xld + l] :
+          lb_f32_to_bf16 (x32[i * xld + l]));
 #pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
   for (int64_t i = 0; i < m; i++) {
     float *row = y + i * yld;
@@ -120,7 +125,8 @@ gemm_prologue (const LbGemmGeom * g, const LbTensor * bias, float alpha,
 /**
  * lb_cpu_gemm:
  * @s: a CPU stream
- * @x: [M, K] float32 (or contiguous [..., K], flattened)
+ * @x: [M, K] float32 (or contiguous [..., K], flattened); bfloat16 with a
+ *   bfloat16 @w
  * @w: [N, K] when @trans_w (PyTorch Linear weight) else [K, N], float32 or
  *   bfloat16
  * @trans_w: whether @w is stored transposed
@@ -135,7 +141,8 @@ gemm_prologue (const LbGemmGeom * g, const LbTensor * bias, float alpha,
  * (BLAS convention) and y = bias + beta * y.
  *
  * With a bf16 @w: `y = alpha * bf16(x) . op(w) + beta * y + bias`, x
- * rounded to bfloat16 element by element, products accumulated in f32 in
+ * rounded to bfloat16 element by element (a bf16 x is taken as it is),
+ * products accumulated in f32 in
  * a fixed order per output element, so each row of y is independent of M
  * (kernels/ops.h and the file comment); x and w are widened into scratch
  * allocated by this call (M K + N K floats), which makes it the reference
@@ -161,7 +168,8 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
     return TRUE;
   if (w->dtype == LB_DTYPE_BF16) {
-    gemm_bf16 (x->data, xld, w->data, trans_w, wld, m, n, k, alpha, b, yd, yld);
+    gemm_bf16 (x->data, x->dtype == LB_DTYPE_BF16, xld, w->data, trans_w, wld,
+        m, n, k, alpha, b, yd, yld);
     return TRUE;
   }
   cblas_sgemm (CblasRowMajor, CblasNoTrans,

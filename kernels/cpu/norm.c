@@ -12,6 +12,41 @@
  * region costs more than it saves. */
 #define PAR_MIN_ELEMS 32768
 
+/* The statistics of one layer_norm row: the mean and `1 / sqrt(var +
+ * eps)` of the biased variance, both in double. */
+static void
+layer_norm_stats (const float *xr, float eps, int64_t d, double *mean,
+    double *rstd)
+{
+  double sum = 0.0;
+  for (int64_t j = 0; j < d; j++)
+    sum += xr[j];
+  double mu = sum / (double) d, var = 0.0;
+  for (int64_t j = 0; j < d; j++) {
+    double t = xr[j] - mu;
+    var += t * t;
+  }
+  var /= (double) d;
+  *mean = mu;
+  *rstd = 1.0 / sqrt (var + (double) eps);
+}
+
+/* Elements [j0, j0 + n) of a normalised row: `(x - mean) * rstd`, times
+ * @wd[j] and plus @bd[j] where given, into @yr[0, n). */
+static void
+layer_norm_apply (const float *xr, const float *wd, const float *bd,
+    double mean, double rstd, float *yr, int64_t j0, int64_t n)
+{
+  for (int64_t j = j0; j < j0 + n; j++) {
+    double v = (xr[j] - mean) * rstd;
+    if (wd)
+      v *= wd[j];
+    if (bd)
+      v += bd[j];
+    yr[j - j0] = (float) v;
+  }
+}
+
 /* One row of lb_cpu_layer_norm: the mean and biased variance in double,
  * then `(x - mean) * rstd`, times @wd[j] and plus @bd[j] where given, into
  * @yr (what lb_cpu_modulated_layer_norm's rows start from too). */
@@ -19,24 +54,60 @@ void
 lb_cpu_layer_norm_row (const float *xr, const float *wd, const float *bd,
     float eps, float *yr, int64_t d)
 {
-  double sum = 0.0;
-  for (int64_t j = 0; j < d; j++)
-    sum += xr[j];
-  double mean = sum / (double) d, var = 0.0;
-  for (int64_t j = 0; j < d; j++) {
-    double t = xr[j] - mean;
-    var += t * t;
+  double mean, rstd;
+  layer_norm_stats (xr, eps, d, &mean, &rstd);
+  layer_norm_apply (xr, wd, bd, mean, rstd, yr, 0, d);
+}
+
+/**
+ * lb_cpu_layer_norm_row_bf16:
+ * @xr: f32 [d], the row
+ * @wd: (nullable): f32 [d] gain
+ * @bd: (nullable): f32 [d] bias
+ * @eps: added to the variance
+ * @sr: (nullable): f32 [d] modulation scale (then @hr too): the row is
+ *   then modulated, `y * (1 + scale) + shift`
+ * @hr: (nullable): f32 [d] modulation shift
+ * @yr: bf16 [d] output
+ * @d: elements
+ *
+ * lb_cpu_layer_norm_row() (and, with @sr, the modulate row kernel on it,
+ * as norm_modulate runs it) into a bf16 row: each f32 value rounded to
+ * nearest even by lb_f32_to_bf16(), so the result is the bf16 rounding of
+ * the f32 op's result bit for bit.  Works through a stack block of
+ * %LB_CPU_BF16_BLOCK floats (a multiple of every vector width: the row
+ * kernels see the lanes they see on the whole row).
+ */
+void
+lb_cpu_layer_norm_row_bf16 (const float *xr, const float *wd,
+    const float *bd, float eps, const float *sr, const float *hr,
+    uint16_t * yr, int64_t d)
+{
+  float buf[LB_CPU_BF16_BLOCK];
+  double mean, rstd;
+  layer_norm_stats (xr, eps, d, &mean, &rstd);
+  for (int64_t j0 = 0; j0 < d; j0 += LB_CPU_BF16_BLOCK) {
+    const int64_t n = MIN (LB_CPU_BF16_BLOCK, d - j0);
+    layer_norm_apply (xr, wd, bd, mean, rstd, buf, j0, n);
+    if (sr)
+      lb_cpu_row_kernels ()->modulate (buf, sr + j0, hr + j0, buf, n);
+    lb_cpu_round_bf16 (buf, yr + j0, n);
   }
-  var /= (double) d;
-  double rstd = 1.0 / sqrt (var + (double) eps);
-  for (int64_t j = 0; j < d; j++) {
-    double v = (xr[j] - mean) * rstd;
-    if (wd)
-      v *= wd[j];
-    if (bd)
-      v += bd[j];
-    yr[j] = (float) v;
-  }
+}
+
+/**
+ * lb_cpu_round_bf16:
+ * @x: f32 [n]
+ * @y: bf16 [n]
+ * @n: elements
+ *
+ * `y[i] = lb_f32_to_bf16 (x[i])`: round to nearest even (NaN stays NaN).
+ */
+void
+lb_cpu_round_bf16 (const float *x, uint16_t * y, int64_t n)
+{
+  for (int64_t i = 0; i < n; i++)
+    y[i] = lb_f32_to_bf16 (x[i]);
 }
 
 /**
@@ -46,7 +117,8 @@ lb_cpu_layer_norm_row (const float *xr, const float *wd, const float *bd,
  * @weight: (nullable): f32 [D]
  * @bias: (nullable): f32 [D]
  * @eps: added to the variance
- * @y: f32 rows [M, D]; may be @x
+ * @y: f32 rows [M, D]; may be @x.  Or bf16 rows (the next GEMM's input,
+ *   spec 1.11), not overlapping @x: the f32 result rounded to nearest even
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * Per row `(x - mean) / sqrt(var + eps)` with the biased variance, then
@@ -70,13 +142,16 @@ lb_cpu_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
 
   const float *xd = x->data, *wd = weight ? weight->data : NULL;
   const float *bd = bias ? bias->data : NULL;
-  float *yd = y->data;
+  const gboolean y16 = y->dtype == LB_DTYPE_BF16;
 
 #pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
   for (int64_t i = 0; i < m; i++) {
     const float *xr = xd + i * xld;
-    float *yr = yd + i * yld;
-    lb_cpu_layer_norm_row (xr, wd, bd, eps, yr, d);
+    if (y16)
+      lb_cpu_layer_norm_row_bf16 (xr, wd, bd, eps, NULL, NULL,
+          (uint16_t *) y->data + i * yld, d);
+    else
+      lb_cpu_layer_norm_row (xr, wd, bd, eps, (float *) y->data + i * yld, d);
   }
   return TRUE;
 }

@@ -11,6 +11,25 @@
 #include "kernels/cuda/cuda-internal.h"
 
 /**
+ * lb_cuda_bytes_hash:
+ * @p: the key
+ * @n: its size in bytes
+ *
+ * FNV-1a over the bytes of a plan table's key.
+ *
+ * Returns: the hash.
+ */
+guint
+lb_cuda_bytes_hash (const void *p, gsize n)
+{
+  const guchar *b = p;
+  guint32 h = 2166136261u;
+  for (gsize i = 0; i < n; i++)
+    h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+/**
  * lb_cuda_check:
  * @err: a CUDA runtime status
  * @what: the call, for the message

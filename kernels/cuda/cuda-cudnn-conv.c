@@ -140,38 +140,8 @@ static gsize n_cudnn, n_im2col, n_plans, n_refused, n_ndhwc, n_wconv;
 static GMutex refusal_lock;
 static char *last_refusal;
 
-static guint
-bytes_hash (const guchar * b, gsize n)
-{
-  guint32 h = 2166136261u;
-  for (gsize i = 0; i < n; i++)
-    h = (h ^ b[i]) * 16777619u;
-  return h;
-}
-
-static guint
-key_hash (gconstpointer p)
-{
-  return bytes_hash (p, sizeof (ConvKey));
-}
-
-static gboolean
-key_equal (gconstpointer a, gconstpointer b)
-{
-  return memcmp (a, b, sizeof (ConvKey)) == 0;
-}
-
-static guint
-wkey_hash (gconstpointer p)
-{
-  return bytes_hash (p, sizeof (WeightKey));
-}
-
-static gboolean
-wkey_equal (gconstpointer a, gconstpointer b)
-{
-  return memcmp (a, b, sizeof (WeightKey)) == 0;
-}
+LB_CUDA_KEY_FUNCS (key, ConvKey);
+LB_CUDA_KEY_FUNCS (wkey, WeightKey);
 
 static void
 weight_free (gpointer p)
@@ -234,14 +204,6 @@ tensor_dims (const ConvKey * key, int64_t lead0, int64_t lead1,
   return nd;
 }
 
-static void
-destroy_descs (cudnnBackendDescriptor_t * d, int n)
-{
-  for (int i = 0; i < n; i++)
-    if (d[i])
-      cudnnBackendDestroyDescriptor (d[i]);
-}
-
 /* Builds the plan of @key: conv (-> + bias when @fuse_bias).  Every
  * descriptor made here is destroyed before returning (the plan keeps what
  * it needs). */
@@ -251,7 +213,7 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
 {
   const char *what = key->nsd == 3 ? "conv3d_causal (cuDNN)" : "conv2d (cuDNN)";
   enum
-  { T_X, T_W, T_Y, T_CONV, T_B, CONV, OP_CONV, PW, OP_PW, N_DESC };
+  { T_X, T_W, T_Y, T_CONV, T_B, OP_CONV, OP_PW, N_DESC };
   cudnnBackendDescriptor_t d[N_DESC] = { NULL };
   int64_t xd[5], xs[5], wd[5], ws[5], yd[5], ys[5], bd[5], bs[5];
   const int64_t ones[3] = { 1, 1, 1 };
@@ -270,7 +232,6 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
   /* x and w: bf16 channels-last, or f32 as y */
   const cudnnDataType_t xw = cl ? CUDNN_DATA_BFLOAT16 : f32;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const cudnnPointwiseMode_t add = CUDNN_POINTWISE_ADD;
   const int64_t nsd64 = key->nsd;
   /* float alpha/beta, as cuDNN's frontend sets them for f32 graphs */
   const float alpha = 1.0f, beta = 0.0f;
@@ -285,66 +246,46 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
       ((d[T_CONV] = lb_cudnn_tensor (UID_CONV, f32, nd, yd, ys, TRUE, FALSE,
                   what, error)) != NULL &&
           (d[T_B] = lb_cudnn_tensor (UID_B, f32, nd, bd, bs, FALSE, FALSE,
-                  what, error)) != NULL)) &&
-      (d[CONV] = lb_cudnn_new (CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what,
-          error)) != NULL &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
-      CUDNN_TYPE_DATA_TYPE, 1, &f32, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_CONV_MODE,
-      CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
-      CUDNN_TYPE_INT64, 1, &nsd64, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
-      CUDNN_TYPE_INT64, nsd, key->pre + sp0, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
-      CUDNN_TYPE_INT64, nsd, key->post + sp0, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_DILATIONS,
-      CUDNN_TYPE_INT64, nsd, ones, what, error) &&
-      lb_cudnn_set (d[CONV], CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
-      CUDNN_TYPE_INT64, nsd, key->stride + sp0, what, error) &&
-      lb_cudnn_finalize (d[CONV], what, error) &&
-      (d[OP_CONV] =
-      lb_cudnn_new (CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-          what, error)) != NULL &&
-      lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_X], what, error) &&
-      lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_W], what, error) &&
-      lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, fuse_bias ? &d[T_CONV] : &d[T_Y],
-      what, error) && lb_cudnn_set (d[OP_CONV],
-      CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[CONV], what, error) &&
-      lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-      CUDNN_TYPE_FLOAT, 1, &alpha, what, error) &&
-      lb_cudnn_set (d[OP_CONV], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-      CUDNN_TYPE_FLOAT, 1, &beta, what, error) &&
-      lb_cudnn_finalize (d[OP_CONV], what, error);
+                  what, error)) != NULL));
+  const LbCudnnAttr ca[] = {
+    {CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32},
+    {CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode},
+    {CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsd64},
+    {CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, nsd,
+        key->pre + sp0},
+    {CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, nsd,
+        key->post + sp0},
+    {CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, nsd, ones},
+    {CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, nsd,
+        key->stride + sp0},
+  };
+  const LbCudnnAttr oa[] = {
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_X]},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_W]},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, fuse_bias ? &d[T_CONV] : &d[T_Y]},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1,
+        &alpha},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1,
+        &beta},
+  };
+  ok = ok && (d[OP_CONV] =
+      lb_cudnn_build_op (CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, ca,
+          G_N_ELEMENTS (ca),
+          CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, oa,
+          G_N_ELEMENTS (oa), what, error)) != NULL;
   if (ok && fuse_bias)
-    ok = (d[PW] = lb_cudnn_new (CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what,
-            error)) != NULL &&
-        lb_cudnn_set (d[PW], CUDNN_ATTR_POINTWISE_MODE,
-        CUDNN_TYPE_POINTWISE_MODE, 1, &add, what, error) &&
-        lb_cudnn_set (d[PW], CUDNN_ATTR_POINTWISE_MATH_PREC,
-        CUDNN_TYPE_DATA_TYPE, 1, &f32, what, error) &&
-        lb_cudnn_finalize (d[PW], what, error) &&
-        (d[OP_PW] = lb_cudnn_new (CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
-            what, error)) != NULL &&
-        lb_cudnn_set (d[OP_PW], CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[PW], what, error) &&
-        lb_cudnn_set (d[OP_PW], CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_CONV], what, error) &&
-        lb_cudnn_set (d[OP_PW], CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_B], what, error) &&
-        lb_cudnn_set (d[OP_PW], CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d[T_Y], what, error) &&
-        lb_cudnn_finalize (d[OP_PW], what, error);
+    ok = (d[OP_PW] = lb_cudnn_op_pointwise (CUDNN_POINTWISE_ADD, d[T_CONV],
+            d[T_B], d[T_Y], what, error)) != NULL;
   if (ok) {
     cudnnBackendDescriptor_t ops[2] = { d[OP_CONV], d[OP_PW] };
     ok = lb_cudnn_plan_build (s, ops, fuse_bias ? 2 : 1,
         key->math != LB_MATH_FP32, out, what, error);
   }
-  destroy_descs (d, N_DESC);
+  lb_cudnn_destroy_all (d, N_DESC);
   return ok;
 }
 

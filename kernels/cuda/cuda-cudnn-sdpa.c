@@ -103,21 +103,7 @@ static GMutex stats_lock;
 static guint64 stats_runs, stats_declined, stats_plans;
 static char *stats_error;
 
-static guint
-key_hash (gconstpointer p)
-{
-  const guchar *b = p;
-  guint32 h = 2166136261u;
-  for (gsize i = 0; i < sizeof (SdpaKey); i++)
-    h = (h ^ b[i]) * 16777619u;
-  return h;
-}
-
-static gboolean
-key_equal (gconstpointer a, gconstpointer b)
-{
-  return memcmp (a, b, sizeof (SdpaKey)) == 0;
-}
+LB_CUDA_KEY_FUNCS (key, SdpaKey);
 
 static void
 entry_free (gpointer p)
@@ -127,14 +113,6 @@ entry_free (gpointer p)
   g_free (e);
 }
 
-static void
-destroy_all (cudnnBackendDescriptor_t * d, int n)
-{
-  for (int i = 0; i < n; i++)
-    if (d[i])
-      cudnnBackendDestroyDescriptor (d[i]);
-}
-
 /* ---- graph nodes (each returns a finalized operation or NULL) ---- */
 
 static cudnnBackendDescriptor_t
@@ -142,75 +120,17 @@ op_matmul (cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
     cudnnBackendDescriptor_t c, const char *what, GError ** error)
 {
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t op = NULL;
-  cudnnBackendDescriptor_t desc =
-      lb_cudnn_new (CUDNN_BACKEND_MATMUL_DESCRIPTOR, what, error);
-  if (desc == NULL ||
-      !lb_cudnn_set (desc, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE,
-          1, &comp, what, error) || !lb_cudnn_finalize (desc, what, error))
-    goto out;
-  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what, error);
-  if (op == NULL)
-    goto out;
-  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_ADESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
-      !lb_cudnn_finalize (op, what, error)) {
-    cudnnBackendDestroyDescriptor (op);
-    op = NULL;
-  }
-out:
-  if (desc)
-    cudnnBackendDestroyDescriptor (desc);
-  return op;
-}
-
-/* y = mode(x) or mode(x, b) (b NULL for unary modes), f32 math. */
-static cudnnBackendDescriptor_t
-op_pointwise (cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-    cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, const char *what,
-    GError ** error)
-{
-  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-  const float one = 1.0f;
-  cudnnBackendDescriptor_t op = NULL;
-  cudnnBackendDescriptor_t desc =
-      lb_cudnn_new (CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what, error);
-  if (desc == NULL ||
-      !lb_cudnn_set (desc, CUDNN_ATTR_POINTWISE_MODE,
-          CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what, error) ||
-      !lb_cudnn_set (desc, CUDNN_ATTR_POINTWISE_MATH_PREC,
-          CUDNN_TYPE_DATA_TYPE, 1, &prec, what, error) ||
-      !lb_cudnn_finalize (desc, what, error))
-    goto out;
-  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what, error);
-  if (op == NULL)
-    goto out;
-  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what, error) ||
-      (b && !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
-              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what, error)) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1,
-          CUDNN_TYPE_FLOAT, 1, &one, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2,
-          CUDNN_TYPE_FLOAT, 1, &one, what, error) ||
-      !lb_cudnn_finalize (op, what, error)) {
-    cudnnBackendDestroyDescriptor (op);
-    op = NULL;
-  }
-out:
-  if (desc)
-    cudnnBackendDestroyDescriptor (desc);
-  return op;
+  const LbCudnnAttr da[] = {
+    {CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp},
+  };
+  const LbCudnnAttr oa[] = {
+    {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a},
+    {CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b},
+    {CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c},
+  };
+  return lb_cudnn_build_op (CUDNN_BACKEND_MATMUL_DESCRIPTOR, da,
+      G_N_ELEMENTS (da), CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_MATMUL_DESC, oa, G_N_ELEMENTS (oa), what, error);
 }
 
 /* y = reduce(x) over the dims where y has extent 1, f32 math. */
@@ -219,33 +139,20 @@ op_reduction (cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
     cudnnBackendDescriptor_t y, const char *what, GError ** error)
 {
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t op = NULL;
-  cudnnBackendDescriptor_t desc =
-      lb_cudnn_new (CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what, error);
-  if (desc == NULL ||
-      !lb_cudnn_set (desc, CUDNN_ATTR_REDUCTION_OPERATOR,
-          CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, what, error) ||
-      !lb_cudnn_set (desc, CUDNN_ATTR_REDUCTION_COMP_TYPE,
-          CUDNN_TYPE_DATA_TYPE, 1, &comp, what, error) ||
-      !lb_cudnn_finalize (desc, what, error))
-    goto out;
-  op = lb_cudnn_new (CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what, error);
-  if (op == NULL)
-    goto out;
-  if (!lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what, error) ||
-      !lb_cudnn_set (op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc, what, error) ||
-      !lb_cudnn_finalize (op, what, error)) {
-    cudnnBackendDestroyDescriptor (op);
-    op = NULL;
-  }
-out:
-  if (desc)
-    cudnnBackendDestroyDescriptor (desc);
-  return op;
+  const LbCudnnAttr da[] = {
+    {CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1,
+        &mode},
+    {CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp},
+  };
+  const LbCudnnAttr oa[] = {
+    {CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &x},
+    {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &y},
+  };
+  return lb_cudnn_build_op (CUDNN_BACKEND_REDUCTION_DESCRIPTOR, da,
+      G_N_ELEMENTS (da), CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_REDUCTION_DESC, oa, G_N_ELEMENTS (oa), what, error);
 }
 
 /* ---- the graph ---- */
@@ -321,30 +228,39 @@ sdpa_plan_build (LbStream * s, const SdpaKey * k, LbCudnnPlan * plan,
   int n = 0;
   if (!(ops[n++] = op_matmul (t[T_Q], t[T_K], t[T_S],
               "attention (cuDNN SDPA): Q.K^T", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_MUL, t[T_S], t[T_SCALE],
-              t[T_SCALED], "attention (cuDNN SDPA): scale", error)) ||
-      !(ops[n++] = op_reduction (CUDNN_REDUCE_TENSOR_MAX, t[T_SCALED],
-              t[T_MAX], "attention (cuDNN SDPA): row max", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_SUB, t[T_SCALED],
-              t[T_MAX], t[T_SUB], "attention (cuDNN SDPA): sub", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_EXP, t[T_SUB], NULL,
-              t[T_EXP], "attention (cuDNN SDPA): exp", error)) ||
-      !(ops[n++] = op_reduction (CUDNN_REDUCE_TENSOR_ADD, t[T_EXP],
-              t[T_SUM], "attention (cuDNN SDPA): row sum", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_LOG, t[T_SUM], NULL,
-              t[T_LOG], "attention (cuDNN SDPA): log", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_ADD, t[T_MAX], t[T_LOG],
-              t[T_STATS], "attention (cuDNN SDPA): stats", error)) ||
-      !(ops[n++] = op_pointwise (CUDNN_POINTWISE_DIV, t[T_EXP], t[T_SUM],
-              t[T_P], "attention (cuDNN SDPA): div", error)) ||
-      !(ops[n++] = op_matmul (t[T_P], t[T_V], t[T_O],
-              "attention (cuDNN SDPA): P.V", error)))
+      !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_MUL, t[T_S], t[T_SCALE],
+              t[T_SCALED], "attention (cuDNN SDPA): scale", error))
+      || !(ops[n++] =
+          op_reduction (CUDNN_REDUCE_TENSOR_MAX, t[T_SCALED], t[T_MAX],
+              "attention (cuDNN SDPA): row max", error))
+      || !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_SUB, t[T_SCALED], t[T_MAX],
+              t[T_SUB], "attention (cuDNN SDPA): sub", error))
+      || !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_EXP, t[T_SUB], NULL, t[T_EXP],
+              "attention (cuDNN SDPA): exp", error))
+      || !(ops[n++] =
+          op_reduction (CUDNN_REDUCE_TENSOR_ADD, t[T_EXP], t[T_SUM],
+              "attention (cuDNN SDPA): row sum", error))
+      || !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_LOG, t[T_SUM], NULL, t[T_LOG],
+              "attention (cuDNN SDPA): log", error))
+      || !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_ADD, t[T_MAX], t[T_LOG],
+              t[T_STATS], "attention (cuDNN SDPA): stats", error))
+      || !(ops[n++] =
+          lb_cudnn_op_pointwise (CUDNN_POINTWISE_DIV, t[T_EXP], t[T_SUM],
+              t[T_P], "attention (cuDNN SDPA): div", error))
+      || !(ops[n++] =
+          op_matmul (t[T_P], t[T_V], t[T_O], "attention (cuDNN SDPA): P.V",
+              error)))
     goto out;
   ok = lb_cudnn_plan_build (s, ops, N_OPS, TRUE, plan,
       "attention (cuDNN SDPA)", error);
 out:
-  destroy_all (ops, N_OPS);
-  destroy_all (t, N_TENSORS);
+  lb_cudnn_destroy_all (ops, N_OPS);
+  lb_cudnn_destroy_all (t, N_TENSORS);
   return ok;
 }
 

@@ -171,34 +171,98 @@ lb_cudnn_finalize (cudnnBackendDescriptor_t d, const char *what,
 }
 
 cudnnBackendDescriptor_t
+lb_cudnn_build (cudnnBackendDescriptorType_t type, const LbCudnnAttr * attrs,
+    int n, const char *what, GError ** error)
+{
+  cudnnBackendDescriptor_t d = lb_cudnn_new (type, what, error);
+  if (d == NULL)
+    return NULL;
+  for (int i = 0; i < n; i++)
+    if (attrs[i].values && !lb_cudnn_set (d, attrs[i].name, attrs[i].type,
+            attrs[i].count, attrs[i].values, what, error))
+      goto fail;
+  if (lb_cudnn_finalize (d, what, error))
+    return d;
+fail:
+  cudnnBackendDestroyDescriptor (d);
+  return NULL;
+}
+
+cudnnBackendDescriptor_t
+lb_cudnn_build_op (cudnnBackendDescriptorType_t desc_type,
+    const LbCudnnAttr * desc_attrs, int n_desc,
+    cudnnBackendDescriptorType_t op_type, cudnnBackendAttributeName_t desc_name,
+    const LbCudnnAttr * op_attrs, int n_op, const char *what, GError ** error)
+{
+  LbCudnnAttr all[LB_CUDNN_MAX_OP_ATTRS + 1];
+  g_return_val_if_fail (n_op <= LB_CUDNN_MAX_OP_ATTRS, NULL);
+  cudnnBackendDescriptor_t desc = lb_cudnn_build (desc_type, desc_attrs,
+      n_desc, what, error);
+  if (desc == NULL)
+    return NULL;
+  memcpy (all, op_attrs, sizeof (LbCudnnAttr) * n_op);
+  all[n_op] =
+      (LbCudnnAttr) { desc_name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &desc };
+  cudnnBackendDescriptor_t op = lb_cudnn_build (op_type, all, n_op + 1, what,
+      error);
+  cudnnBackendDestroyDescriptor (desc);
+  return op;
+}
+
+cudnnBackendDescriptor_t
+lb_cudnn_op_pointwise (cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+    cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y, const char *what,
+    GError ** error)
+{
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  const float one = 1.0f;
+  const LbCudnnAttr da[] = {
+    {CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode},
+    {CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec},
+  };
+  const LbCudnnAttr oa[] = {
+    {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &x},
+    {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        b ? &b : NULL},
+    {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &y},
+    {CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one},
+    {CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one},
+  };
+  return lb_cudnn_build_op (CUDNN_BACKEND_POINTWISE_DESCRIPTOR, da,
+      G_N_ELEMENTS (da), CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+      CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, oa, G_N_ELEMENTS (oa),
+      what, error);
+}
+
+void
+lb_cudnn_destroy_all (cudnnBackendDescriptor_t * d, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (d[i])
+      cudnnBackendDestroyDescriptor (d[i]);
+}
+
+cudnnBackendDescriptor_t
 lb_cudnn_tensor (int64_t uid, cudnnDataType_t dtype, int nd,
     const int64_t * dims, const int64_t * strides, gboolean is_virtual,
     gboolean by_value, const char *what, GError ** error)
 {
   const int64_t align = 16;
   const bool virt = is_virtual != FALSE, value = by_value != FALSE;
-  cudnnBackendDescriptor_t t =
-      lb_cudnn_new (CUDNN_BACKEND_TENSOR_DESCRIPTOR, what, error);
-  if (t == NULL)
-    return NULL;
-  if (lb_cudnn_set (t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
-          &dtype, what, error) &&
-      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd,
-          dims, what, error) &&
-      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd,
-          strides, what, error) &&
-      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid,
-          what, error) &&
-      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1,
-          &align, what, error) &&
-      lb_cudnn_set (t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1,
-          &virt, what, error) &&
-      (!value || lb_cudnn_set (t, CUDNN_ATTR_TENSOR_IS_BY_VALUE,
-              CUDNN_TYPE_BOOLEAN, 1, &value, what, error)) &&
-      lb_cudnn_finalize (t, what, error))
-    return t;
-  cudnnBackendDestroyDescriptor (t);
-  return NULL;
+  const LbCudnnAttr attrs[] = {
+    {CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dtype},
+    {CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dims},
+    {CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, strides},
+    {CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid},
+    {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align},
+    {CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt},
+    {CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1,
+        value ? &value : NULL},
+  };
+  return lb_cudnn_build (CUDNN_BACKEND_TENSOR_DESCRIPTOR, attrs,
+      G_N_ELEMENTS (attrs), what, error);
 }
 
 void
@@ -489,21 +553,7 @@ typedef struct
   void *ptrs[LB_CUDNN_MAX_TENSORS];
 } PackKey;
 
-static guint
-pack_hash (gconstpointer p)
-{
-  const guchar *b = p;
-  guint32 h = 2166136261u;
-  for (gsize i = 0; i < sizeof (PackKey); i++)
-    h = (h ^ b[i]) * 16777619u;
-  return h;
-}
-
-static gboolean
-pack_equal (gconstpointer a, gconstpointer b)
-{
-  return memcmp (a, b, sizeof (PackKey)) == 0;
-}
+LB_CUDA_KEY_FUNCS (pack, PackKey);
 
 static void
 pack_free (gpointer p)

@@ -21,7 +21,9 @@
  * f32 scale and an f32 bias (its type set explicitly).  x is first rounded
  * to a contiguous bf16 copy in pool scratch (kernels-convert.cu, the CPU's
  * rounding formula), in blocks of rows of at most LB_CUDA_SCRATCH_LIMIT * 2
- * elements.  The operand dtypes are part of the plan key.
+ * elements; a bf16 x (written so by the norm or activation before it)
+ * goes to cuBLASLt as it is, in one matmul.  The operand dtypes are part
+ * of the plan key.
  *
  * The fp8 gemm (gemm_fp8, kernels/ops.h): a block of rows of x is
  * quantised per token into pool scratch (kernels-fp8.cu: codes [rows, K]
@@ -62,21 +64,7 @@ typedef struct
   size_t workspace;
 } GemmPlan;
 
-static guint
-key_hash (gconstpointer p)
-{
-  const guchar *b = p;
-  guint32 h = 2166136261u;
-  for (gsize i = 0; i < sizeof (GemmKey); i++)
-    h = (h ^ b[i]) * 16777619u;
-  return h;
-}
-
-static gboolean
-key_equal (gconstpointer a, gconstpointer b)
-{
-  return memcmp (a, b, sizeof (GemmKey)) == 0;
-}
+LB_CUDA_KEY_FUNCS (key, GemmKey);
 
 static void
 plan_free (gpointer p)
@@ -302,6 +290,26 @@ lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
 
 /* ---- the op ---- */
 
+/* y = bias + beta * y without reading x or w (K = 0 or alpha = 0; beta =
+ * 0 overwrites, NaN included), for both gemms. */
+static gboolean
+no_product (LbCudaStream * cs, const LbGemmGeom * g, const LbTensor * bias,
+    float beta, LbTensor * y, const char *what, GError ** error)
+{
+  float *yd = y->data;
+  const int64_t m = g->m, n = g->n, yld = g->yld;
+  cudaError_t e;
+  if (beta == 0.0f)
+    e = lb_cuda_launch_fill_bias (cs->stream, yd, yld, m, n, NULL);
+  else
+    e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_SCALE, yd, yld,
+        NULL, 0, yd, yld, m, n, beta, 0.0f);
+  if (e == cudaSuccess && bias)
+    e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_ADD, yd, yld,
+        bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
+  return lb_cuda_check (e, what, error);
+}
+
 /* The bf16-weight product (see the file comment): x rounded to bf16 into
  * pool scratch, a block of rows at a time, then one mixed cuBLASLt GEMM
  * per block.  The blocks reuse one scratch in stream order. */
@@ -312,6 +320,11 @@ gemm_bf16 (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
 {
   LbCudaStream *cs = s->priv;
   const int64_t m = g->m, k = g->k;
+  if (x->dtype == LB_DTYPE_BF16)
+    /* written in bf16 by the op before (norm, GELU): no conversion */
+    return gemm_rm_typed (s, FALSE, trans_w, m, g->n, k, alpha, x->data,
+        CUDA_R_16BF, g->xld, w->data, CUDA_R_16BF, g->wld,
+        bias ? bias->data : NULL, beta, y->data, g->yld, error);
   const int64_t limit = (int64_t) (LB_CUDA_SCRATCH_LIMIT * 2);
   const int64_t rows = CLAMP (limit / k, 1, m);
   uint16_t *xs = lb_cuda_scratch (s, (gsize) (rows * k) * sizeof (uint16_t),
@@ -345,9 +358,9 @@ gemm_bf16 (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
  * With a bf16 @w (LB_DTYPE_BF16, any #LbMathMode):
  * `y = alpha * bf16(x) . op(w) + beta * y + bias`, x rounded to bf16 as
  * lb_f32_to_bf16() does, A/B CUDA_R_16BF, C/D CUDA_R_32F,
- * CUBLAS_COMPUTE_32F; x goes through pool scratch of at most
+ * CUBLAS_COMPUTE_32F; an f32 x goes through pool scratch of at most
  * min(M, 64 Mi / K) rows of K bf16 (no cudaMalloc once the pool holds a
- * block of that size).
+ * block of that size), a bf16 x (same strides) is read in place.
  */
 gboolean
 lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -363,20 +376,8 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   if (m == 0 || n == 0)
     return TRUE;
 
-  if (k == 0 || alpha == 0.0f) {
-    /* y = bias + beta * y without reading x, w */
-    float *yd = y->data;
-    cudaError_t e;
-    if (beta == 0.0f)
-      e = lb_cuda_launch_fill_bias (cs->stream, yd, yld, m, n, NULL);
-    else
-      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_SCALE, yd, yld,
-          NULL, 0, yd, yld, m, n, beta, 0.0f);
-    if (e == cudaSuccess && bias)
-      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_ADD, yd, yld,
-          bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
-    return lb_cuda_check (e, "gemm (K = 0)", error);
-  }
+  if (k == 0 || alpha == 0.0f)
+    return no_product (cs, &g, bias, beta, y, "gemm (K = 0)", error);
   if (w->dtype == LB_DTYPE_BF16)
     return gemm_bf16 (s, &g, x, w, trans_w, bias, alpha, beta, y, error);
   return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, g.xld,
@@ -412,18 +413,8 @@ lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
   if (m == 0 || n == 0)
     return TRUE;
   float *yd = y->data;
-  if (k == 0 || alpha == 0.0f) {
-    cudaError_t e;
-    if (beta == 0.0f)
-      e = lb_cuda_launch_fill_bias (cs->stream, yd, yld, m, n, NULL);
-    else
-      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_SCALE, yd, yld,
-          NULL, 0, yd, yld, m, n, beta, 0.0f);
-    if (e == cudaSuccess && bias)
-      e = lb_cuda_launch_elementwise (cs->stream, LB_CUDA_EW_ADD, yd, yld,
-          bias->data, 0, yd, yld, m, n, 0.0f, 0.0f);
-    return lb_cuda_check (e, "gemm_fp8 (K = 0)", error);
-  }
+  if (k == 0 || alpha == 0.0f)
+    return no_product (cs, &g, bias, beta, y, "gemm_fp8 (K = 0)", error);
   if (k % 16 != 0 || n % 16 != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "gemm_fp8: K = %"
         G_GINT64_FORMAT " and N = %" G_GINT64_FORMAT " must be multiples of "

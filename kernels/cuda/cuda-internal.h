@@ -103,6 +103,23 @@ typedef struct
 /* cuda-check.c */
 gboolean lb_cuda_check (cudaError_t err, const char *what, GError ** error);
 
+/* FNV-1a over @n bytes at @p: the hash of the plan tables' keys (structs
+ * without implicit padding, compared whole). */
+guint lb_cuda_bytes_hash (const void *p, gsize n);
+
+/* PREFIX_hash and PREFIX_equal (GHashFunc, GEqualFunc) over the whole
+ * bytes of a key of @Type, for a plan table. */
+#define LB_CUDA_KEY_FUNCS(prefix, Type) \
+  static guint prefix##_hash (gconstpointer p) \
+  { \
+    return lb_cuda_bytes_hash (p, sizeof (Type)); \
+  } \
+  static gboolean prefix##_equal (gconstpointer a, gconstpointer b) \
+  { \
+    return memcmp (a, b, sizeof (Type)) == 0; \
+  } \
+  G_STATIC_ASSERT (sizeof (Type) > 0)
+
 /* ---- caching allocator (cuda-alloc.c) ---- */
 
 void *lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error);
@@ -171,6 +188,39 @@ gboolean lb_cudnn_set (cudnnBackendDescriptor_t d,
 /* cudnnBackendFinalize (@d). */
 gboolean lb_cudnn_finalize (cudnnBackendDescriptor_t d, const char *what,
     GError ** error);
+/* One attribute of lb_cudnn_build(): @count values of @type at @values
+ * (%NULL: not set, an optional input). */
+typedef struct
+{
+  cudnnBackendAttributeName_t name;
+  cudnnBackendAttributeType_t type;
+  int64_t count;
+  const void *values;
+} LbCudnnAttr;
+
+/* The most attributes lb_cudnn_build_op() takes for the operation. */
+#define LB_CUDNN_MAX_OP_ATTRS 8
+
+/* A finalized descriptor of @type with the @n @attrs set in order (NULL
+ * and nothing left behind on a failure). */
+cudnnBackendDescriptor_t lb_cudnn_build (cudnnBackendDescriptorType_t type,
+    const LbCudnnAttr * attrs, int n, const char *what, GError ** error);
+/* A finalized operation of @op_type over a finalized descriptor of
+ * @desc_type (@desc_attrs), which the operation names as its @desc_name
+ * attribute after @op_attrs (at most %LB_CUDNN_MAX_OP_ATTRS); the inner
+ * descriptor is destroyed before returning (the operation keeps it). */
+cudnnBackendDescriptor_t lb_cudnn_build_op (cudnnBackendDescriptorType_t
+    desc_type, const LbCudnnAttr * desc_attrs, int n_desc,
+    cudnnBackendDescriptorType_t op_type,
+    cudnnBackendAttributeName_t desc_name, const LbCudnnAttr * op_attrs,
+    int n_op, const char *what, GError ** error);
+/* y = mode(x) or mode(x, b) (@b %NULL for the unary modes), f32 math,
+ * both alphas 1: a pointwise operation of a graph. */
+cudnnBackendDescriptor_t lb_cudnn_op_pointwise (cudnnPointwiseMode_t mode,
+    cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+    cudnnBackendDescriptor_t y, const char *what, GError ** error);
+/* Destroys the non-%NULL descriptors of @d [n]. */
+void lb_cudnn_destroy_all (cudnnBackendDescriptor_t * d, int n);
 /* A finalized tensor descriptor: @uid (unique within its graph), @dtype,
  * @nd dims and strides in elements, 16-byte alignment, virtual (an
  * intermediate of the graph, no memory) or by value (a host scalar passed

@@ -32,10 +32,22 @@ extern "C"
   cudaError_t lb_cuda_launch_elementwise (cudaStream_t st, LbCudaEwOp op,
       const float *a, int64_t ald, const float *b, int64_t bld, float *y,
       int64_t yld, int64_t m, int64_t d, float alpha, float beta);
+/* A unary op (GELU, SiLU, scale) into bfloat16 y: y[i, j] = bf16(f(a[i,
+ * j])), the f32 value of lb_cuda_launch_elementwise() rounded to nearest
+ * even (the next bf16 GEMM's input, spec 1.11). */
+  cudaError_t lb_cuda_launch_unary_bf16 (cudaStream_t st, LbCudaEwOp op,
+      const float *a, int64_t ald, uint16_t * y, int64_t yld, int64_t m,
+      int64_t d, float alpha, float beta);
 
-  cudaError_t lb_cuda_launch_layer_norm (cudaStream_t st, const float *x,
-      int64_t xld, const float *w, const float *b, float eps, float *y,
-      int64_t yld, int64_t m, int64_t d);
+/* y = LN(x) (w, b nullable: the affine), then with @scale the modulation
+ * `y * (1 + scale) + shift` (sld/hld 0 = broadcast row): the layer_norm
+ * and norm_modulate ops (kernels-norm.cu); one block per row, statistics
+ * in double.  y is f32, or bf16 bits when @y_bf16 (each value rounded to
+ * nearest even, lb_f32_to_bf16()); an f32 y may be x. */
+  cudaError_t lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x,
+      int64_t xld, const float *w, const float *b, float eps,
+      const float *scale, int64_t sld, const float *shift, int64_t hld,
+      void *y, int y_bf16, int64_t yld, int64_t m, int64_t d);
   cudaError_t lb_cuda_launch_rms_norm (cudaStream_t st, const float *x,
       int64_t xld, const float *w, float eps, float *y, int64_t yld, int64_t m,
       int64_t d);
@@ -220,13 +232,6 @@ extern "C"
 
 /* ---- fused DiT ops (kernels-fused.cu) ---- */
 
-/* y = LN(x) * (1 + scale) + shift per row (w, b nullable: LN affine;
- * sld/hld 0 = broadcast row); one block per row, statistics in double as
- * lb_cuda_launch_layer_norm().  y may be x. */
-  cudaError_t lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x,
-      int64_t xld, const float *w, const float *b, float eps,
-      const float *scale, int64_t sld, const float *shift, int64_t hld,
-      float *y, int64_t yld, int64_t m, int64_t d);
 /* y[t, h, :] = RoPE(RMSNorm(x[t, :]) * w) for x [n, nh * hd] (row stride
  * xld) and y [n, nh, hd] (strides ys0, ys1, 1): the mean square over the
  * whole row in double, then the rotation of lb_cuda_launch_rope_3d() at

@@ -46,9 +46,10 @@ cuda_layer_norm (LbStream * s, const LbTensor * x, const LbTensor * weight,
           weight, "bias", bias, "y", y, NULL) ||
       !lb_check_layer_norm (x, weight, bias, y, &g, error))
     return FALSE;
-  return launched (lb_cuda_launch_layer_norm (stream_of (s), x->data, g.x_ld,
-          weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
-          y->data, g.y_ld, g.m, g.d), "layer_norm", error);
+  return launched (lb_cuda_launch_norm_modulate (stream_of (s), x->data,
+          g.x_ld, weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
+          NULL, 0, NULL, 0, y->data, y->dtype == LB_DTYPE_BF16, g.y_ld, g.m,
+          g.d), "layer_norm", error);
 }
 
 static gboolean
@@ -240,6 +241,9 @@ unary (LbStream * s, const char *op, LbCudaEwOp f, const LbTensor * x,
   if (!lb_cuda_check_devices (s, op, error, "x", x, "y", y, NULL) ||
       !lb_check_unary (op, x, y, &g, error))
     return FALSE;
+  if (y->dtype == LB_DTYPE_BF16)
+    return launched (lb_cuda_launch_unary_bf16 (stream_of (s), f, x->data,
+            g.x_ld, y->data, g.y_ld, g.m, g.d, alpha, beta), op, error);
   return launched (lb_cuda_launch_elementwise (stream_of (s), f, x->data,
           g.x_ld, NULL, 0, y->data, g.y_ld, g.m, g.d, alpha, beta), op, error);
 }
@@ -611,8 +615,8 @@ cuda_norm_modulate (LbStream * s, const LbTensor * x, const LbTensor * weight,
     return FALSE;
   return launched (lb_cuda_launch_norm_modulate (stream_of (s), x->data,
           g.x_ld, weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
-          scale->data, g.s_ld, shift->data, g.h_ld, y->data, g.y_ld, g.m,
-          g.d), "norm_modulate", error);
+          scale->data, g.s_ld, shift->data, g.h_ld, y->data,
+          y->dtype == LB_DTYPE_BF16, g.y_ld, g.m, g.d), "norm_modulate", error);
 }
 
 static gboolean

@@ -46,6 +46,36 @@ block_sum (double v, double *shared /* [32] */)
   return v;
 }
 
+/* The row statistics of the norms, block-wide (every thread gets them),
+ * accumulated in double as kernels/cpu/norm.c does: @mean and `rstd =
+ * 1 / sqrt(var + eps)` of the biased variance of xr [d] (layer norm). */
+__device__ __forceinline__ void
+row_mean_rstd (const float *xr, int64_t d, float eps, double *red, double *mean,
+    double *rstd)
+{
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    s += xr[j];
+  const double mu = block_sum (s, red) / (double)d;
+  double v = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    double t = xr[j] - mu;
+    v += t * t;
+  }
+  *mean = mu;
+  *rstd = 1.0 / sqrt (block_sum (v, red) / (double)d + (double)eps);
+}
+
+/* `1 / sqrt(mean(x^2) + eps)` of xr [d] in double (RMS norm). */
+__device__ __forceinline__ double
+row_rms_inv (const float *xr, int64_t d, float eps, double *red)
+{
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    s += (double)xr[j] * xr[j];
+  return 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
+}
+
 __device__ __forceinline__ float
 block_max (float v, float *shared /* [32] */)
 {

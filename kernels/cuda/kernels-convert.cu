@@ -1,11 +1,11 @@
 /* lingbot-gst: CUDA dtype conversion (f32 -> bf16)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The rounding is the integer formula of lb_f32_to_bf16() (kernels/
- * tensor.c), not the cuda_bf16.h intrinsic, so that device and host give
- * the same bits for every input, NaN payloads included: round to nearest,
- * ties to even, overflow to infinity, subnormals kept, a NaN stays a NaN
- * (quiet bit set, sign and high payload kept).
+ * The rounding is bf16_round() (kernels-common.cuh), the integer formula of
+ * lb_f32_to_bf16() (kernels/tensor.c), not the cuda_bf16.h intrinsic, so that
+ * device and host give the same bits for every input, NaN payloads included:
+ * round to nearest, ties to even, overflow to infinity, subnormals kept, a NaN
+ * stays a NaN (quiet bit set, sign and high payload kept).
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -13,21 +13,11 @@ using namespace lbk;
 
 namespace {
 
-__device__ __forceinline__ uint16_t
-to_bf16 (float v)
-{
-  uint32_t u = __float_as_uint (v);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 __global__ void
 to_bf16_dense (const float *__restrict__ x, uint16_t *__restrict__ y, int64_t n)
 {
   LBK_GRID_STRIDE (i, n) {
-    y[i] = to_bf16 (x[i]);
+    y[i] = bf16_round (x[i]);
   }
 }
 
@@ -37,7 +27,7 @@ to_bf16_rows (const float *__restrict__ x, int64_t xld,
 {
   LBK_GRID_STRIDE (idx, m * k) {
     int64_t i = idx / k, j = idx - i * k;
-    y[i * yld + j] = to_bf16 (x[i * xld + j]);
+    y[i * yld + j] = bf16_round (x[i * xld + j]);
   }
 }
 
@@ -64,69 +54,61 @@ lb_cuda_launch_f32_to_bf16 (cudaStream_t st, const float *x, int64_t xld,
 
 namespace {
 
-__device__ __forceinline__ float
-from_bf16 (uint16_t b)
+/* Four elements as one access: float4 for f32, 8 bytes for bf16. */
+__device__ __forceinline__ void
+load4 (const float *p, float v[4])
 {
-  return __uint_as_float ((uint32_t)b << 16);
+  const float4 a = *(const float4 *)p;
+  v[0] = a.x;
+  v[1] = a.y;
+  v[2] = a.z;
+  v[3] = a.w;
 }
 
-__global__ void
-to_bf16_3d (const float *__restrict__ x, int64_t xs0, int64_t xs1,
-    uint16_t *__restrict__ y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
-    int64_t n2)
+__device__ __forceinline__ void
+load4 (const uint16_t *p, float v[4])
 {
-  LBK_GRID_STRIDE (idx, n0 * n1 * n2) {
-    int64_t r = idx / n2, e = idx - r * n2;
-    int64_t i = r / n1, h = r - i * n1;
-    y[i * ys0 + h * ys1 + e] = to_bf16 (x[i * xs0 + h * xs1 + e]);
-  }
+  const ushort4 a = *(const ushort4 *)p;
+  v[0] = bf16_widen (a.x);
+  v[1] = bf16_widen (a.y);
+  v[2] = bf16_widen (a.z);
+  v[3] = bf16_widen (a.w);
 }
 
+__device__ __forceinline__ void
+store4 (float *p, const float v[4])
+{
+  *(float4 *)p = make_float4 (v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void
+store4 (uint16_t *p, const float v[4])
+{
+  *(ushort4 *)p = make_ushort4 (bf16_round (v[0]), bf16_round (v[1]),
+      bf16_round (v[2]), bf16_round (v[3]));
+}
+
+/* y[i, h, e] = x[i, h, e] converted (S, D: float or uint16_t bf16 bits),
+ * one element per thread, or four when V4 (vec4_ok()). */
+template <typename S, typename D, bool V4>
 __global__ void
-to_bf16_3d_vec4 (const float *__restrict__ x, int64_t xs0, int64_t xs1,
-    uint16_t *__restrict__ y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
+convert_3d (const S *__restrict__ x, int64_t xs0, int64_t xs1,
+    D *__restrict__ y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
     int64_t n2)
 {
-  const int64_t q = n2 / 4;
+  const int64_t per = V4 ? 4 : 1, q = n2 / per;
   LBK_GRID_STRIDE (idx, n0 * n1 * q) {
-    int64_t r = idx / q, e = (idx - r * q) * 4;
+    int64_t r = idx / q, e = (idx - r * q) * per;
     int64_t i = r / n1, h = r - i * n1;
-    const float4 v = *(const float4 *)(x + i * xs0 + h * xs1 + e);
-    uint2 o;
-    o.x = (uint32_t)to_bf16 (v.x) | ((uint32_t)to_bf16 (v.y) << 16);
-    o.y = (uint32_t)to_bf16 (v.z) | ((uint32_t)to_bf16 (v.w) << 16);
-    *(uint2 *)(y + i * ys0 + h * ys1 + e) = o;
-  }
-}
-
-__global__ void
-bf16_to_f32_3d (const uint16_t *__restrict__ x, int64_t xs0, int64_t xs1,
-    float *__restrict__ y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
-    int64_t n2)
-{
-  LBK_GRID_STRIDE (idx, n0 * n1 * n2) {
-    int64_t r = idx / n2, e = idx - r * n2;
-    int64_t i = r / n1, h = r - i * n1;
-    y[i * ys0 + h * ys1 + e] = from_bf16 (x[i * xs0 + h * xs1 + e]);
-  }
-}
-
-__global__ void
-bf16_to_f32_3d_vec4 (const uint16_t *__restrict__ x, int64_t xs0, int64_t xs1,
-    float *__restrict__ y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
-    int64_t n2)
-{
-  const int64_t q = n2 / 4;
-  LBK_GRID_STRIDE (idx, n0 * n1 * q) {
-    int64_t r = idx / q, e = (idx - r * q) * 4;
-    int64_t i = r / n1, h = r - i * n1;
-    const uint2 v = *(const uint2 *)(x + i * xs0 + h * xs1 + e);
-    float4 o;
-    o.x = from_bf16 ((uint16_t)(v.x & 0xffffu));
-    o.y = from_bf16 ((uint16_t)(v.x >> 16));
-    o.z = from_bf16 ((uint16_t)(v.y & 0xffffu));
-    o.w = from_bf16 ((uint16_t)(v.y >> 16));
-    *(float4 *)(y + i * ys0 + h * ys1 + e) = o;
+    const S *src = x + i * xs0 + h * xs1 + e;
+    D *dst = y + i * ys0 + h * ys1 + e;
+    if (V4) {
+      float v[4];
+      load4 (src, v);
+      store4 (dst, v);
+    } else {
+      store_from_float (dst, load_as_float (src));
+    }
   }
 }
 
@@ -141,6 +123,23 @@ vec4_ok (const void *f32, int64_t fs0, int64_t fs1, const void *b16,
          && ((uintptr_t)b16 & 7u) == 0;
 }
 
+/* convert_3d() of [n0, n1, n2] with the vector form where it fits. */
+template <typename S, typename D>
+cudaError_t
+launch_3d (cudaStream_t st, const S *x, int64_t xs0, int64_t xs1, D *y,
+    int64_t ys0, int64_t ys1, int64_t n0, int64_t n1, int64_t n2, bool v4)
+{
+  if (n0 <= 0 || n1 <= 0 || n2 <= 0)
+    return cudaSuccess;
+  if (v4)
+    convert_3d<S, D, true><<<grid_for (n0 * n1 * (n2 / 4)), kThreads, 0, st>>> (
+        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
+  else
+    convert_3d<S, D, false><<<grid_for (n0 * n1 * n2), kThreads, 0, st>>> (
+        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
+  return cudaGetLastError ();
+}
+
 } // namespace
 
 extern "C" cudaError_t
@@ -148,15 +147,8 @@ lb_cuda_launch_f32_to_bf16_3d (cudaStream_t st, const float *x, int64_t xs0,
     int64_t xs1, uint16_t *y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
     int64_t n2)
 {
-  if (n0 <= 0 || n1 <= 0 || n2 <= 0)
-    return cudaSuccess;
-  if (vec4_ok (x, xs0, xs1, y, ys0, ys1, n2))
-    to_bf16_3d_vec4<<<grid_for (n0 * n1 * (n2 / 4)), kThreads, 0, st>>> (
-        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
-  else
-    to_bf16_3d<<<grid_for (n0 * n1 * n2), kThreads, 0, st>>> (
-        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
-  return cudaGetLastError ();
+  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2,
+      vec4_ok (x, xs0, xs1, y, ys0, ys1, n2));
 }
 
 extern "C" cudaError_t
@@ -164,13 +156,6 @@ lb_cuda_launch_bf16_to_f32_3d (cudaStream_t st, const uint16_t *x, int64_t xs0,
     int64_t xs1, float *y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
     int64_t n2)
 {
-  if (n0 <= 0 || n1 <= 0 || n2 <= 0)
-    return cudaSuccess;
-  if (vec4_ok (y, ys0, ys1, x, xs0, xs1, n2))
-    bf16_to_f32_3d_vec4<<<grid_for (n0 * n1 * (n2 / 4)), kThreads, 0, st>>> (
-        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
-  else
-    bf16_to_f32_3d<<<grid_for (n0 * n1 * n2), kThreads, 0, st>>> (
-        x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
-  return cudaGetLastError ();
+  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2,
+      vec4_ok (y, ys0, ys1, x, xs0, xs1, n2));
 }

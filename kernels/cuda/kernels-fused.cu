@@ -1,5 +1,6 @@
-/* lingbot-gst: CUDA fused ops of the DiT block: LayerNorm + modulation,
- * RMSNorm + RoPE, gated residual + modulation
+/* lingbot-gst: CUDA fused ops of the DiT block: RMSNorm + RoPE, gated
+ * residual + modulation (LayerNorm + modulation is kernels-norm.cu's
+ * layer norm kernel)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Each kernel is its op pair of kernels-norm.cu / kernels-layout.cu with
@@ -20,54 +21,6 @@ using namespace lbk;
 
 namespace {
 
-/* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1). */
-__global__ void
-norm_modulate_kernel (const float *x, int64_t xld, const float *w,
-    const float *b, float eps, const float *sc, int64_t sld, const float *sh,
-    int64_t hld, float *y, int64_t yld, int64_t m, int64_t d)
-{
-  __shared__ double red[32];
-  for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
-    const float *xr = x + i * xld, *sr = sc + i * sld, *hr = sh + i * hld;
-    float *yr = y + i * yld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += xr[j];
-    const double mean = block_sum (s, red) / (double)d;
-    double v = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      double t = xr[j] - mean;
-      v += t * t;
-    }
-    const double var = block_sum (v, red) / (double)d;
-    const double rstd = 1.0 / sqrt (var + (double)eps);
-    /* y may be x: each element is rewritten by the thread that read it,
-     * after block_sum's barriers */
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      double t = (xr[j] - mean) * rstd;
-      if (w)
-        t *= w[j];
-      if (b)
-        t += b[j];
-      const float a = (float)t; /* layer_norm's output */
-      yr[j] = a * (1.0f + sr[j]) + hr[j];
-    }
-  }
-}
-
-/* The output element: f32 as is, bf16 rounded to nearest even. */
-__device__ __forceinline__ void
-store_out (float *p, float v)
-{
-  *p = v;
-}
-
-__device__ __forceinline__ void
-store_out (uint16_t *p, float v)
-{
-  *p = bf16_round (v);
-}
-
 /* One block per token; thread q of the output loop owns pair q of the row
  * (head q / half, pair q % half), which are elements 2q and 2q + 1 of x:
  * in place (y == x, f32 only) each pair is read and written by one
@@ -84,10 +37,7 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
   const int64_t d = nh * hd, half = hd / 2, pairs = nh * half;
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
     const float *xr = x + t * xld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double)xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
+    const double r = row_rms_inv (xr, d, eps, red);
     const int64_t pf = f0 + t / (grid_h * grid_w);
     const int64_t ph = r0 + (t / grid_w) % grid_h, pw = t % grid_w;
     for (int64_t q = threadIdx.x; q < pairs; q += blockDim.x) {
@@ -98,8 +48,9 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
       const float x1 = (float)(w ? a1 * w[j + 1] : a1);
       const float c = cs[pos * half + p], sv = sn[pos * half + p];
       T *v = y + t * ys0 + h * ys1 + 2 * p;
-      store_out (v, __fsub_rn (__fmul_rn (x0, c), __fmul_rn (x1, sv)));
-      store_out (v + 1, __fadd_rn (__fmul_rn (x0, sv), __fmul_rn (x1, c)));
+      store_from_float (v, __fsub_rn (__fmul_rn (x0, c), __fmul_rn (x1, sv)));
+      store_from_float (
+          v + 1, __fadd_rn (__fmul_rn (x0, sv), __fmul_rn (x1, c)));
     }
   }
 }
@@ -126,19 +77,6 @@ row_blocks (int64_t m)
 }
 
 } // namespace
-
-extern "C" cudaError_t
-lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, const float *b, float eps, const float *scale, int64_t sld,
-    const float *shift, int64_t hld, float *y, int64_t yld, int64_t m,
-    int64_t d)
-{
-  if (m <= 0 || d <= 0)
-    return cudaSuccess;
-  norm_modulate_kernel<<<row_blocks (m), kThreads, 0, st>>> (
-      x, xld, w, b, eps, scale, sld, shift, hld, y, yld, m, d);
-  return cudaGetLastError ();
-}
 
 extern "C" cudaError_t
 lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,

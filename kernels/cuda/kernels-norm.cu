@@ -1,9 +1,11 @@
 /* lingbot-gst: CUDA row normalisations and adaLN modulation
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * One block per row.  Row statistics are accumulated in double and the
- * normalised value is formed in double, as kernels/cpu/norm.c does, so the
- * two backends agree to the last float bit in most elements.
+ * One block per row.  The layer norm and norm_modulate (the layer norm
+ * with the modulation applied to its float output in registers) are one
+ * kernel, whose output may be bf16.  Row statistics are accumulated in double
+ * and the normalised value is formed in double, as kernels/cpu/norm.c does, so
+ * the two backends agree to the last float bit in most elements.
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -11,35 +13,35 @@ using namespace lbk;
 
 namespace {
 
-/* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1). */
+/* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1).
+ * The layer norm of a row (w, b nullable), then with @sc the modulation
+ * `a * (1 + sc) + sh` of its float value (norm_modulate); T float, or
+ * uint16_t for a bfloat16 y (the f32 value rounded by bf16_round(): the
+ * next bf16 GEMM's input, spec 1.11). */
+template <typename T>
 __global__ void
 layer_norm_kernel (const float *x, int64_t xld, const float *w, const float *b,
-    float eps, float *y, int64_t yld, int64_t m, int64_t d)
+    float eps, const float *sc, int64_t sld, const float *sh, int64_t hld, T *y,
+    int64_t yld, int64_t m, int64_t d)
 {
   __shared__ double red[32];
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
     const float *xr = x + i * xld;
-    float *yr = y + i * yld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += xr[j];
-    const double mean = block_sum (s, red) / (double)d;
-    double v = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      double t = xr[j] - mean;
-      v += t * t;
-    }
-    const double var = block_sum (v, red) / (double)d;
-    const double rstd = 1.0 / sqrt (var + (double)eps);
-    /* y may be x: every thread has read its elements of the row above,
-     * and each element is rewritten by the thread that read it. */
+    T *yr = y + i * yld;
+    double mean, rstd;
+    row_mean_rstd (xr, d, eps, red, &mean, &rstd);
+    /* y may be x (f32): every thread has read its elements of the row
+     * above, and each element is rewritten by the thread that read it. */
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = (xr[j] - mean) * rstd;
       if (w)
         t *= w[j];
       if (b)
         t += b[j];
-      yr[j] = (float)t;
+      float a = (float)t; /* layer_norm's output */
+      if (sc)
+        a = a * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
+      store_from_float (yr + j, a);
     }
   }
 }
@@ -52,10 +54,7 @@ rms_norm_kernel (const float *x, int64_t xld, const float *w, float eps,
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
     const float *xr = x + i * xld;
     float *yr = y + i * yld;
-    double s = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-      s += (double)xr[j] * xr[j];
-    const double r = 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
+    const double r = row_rms_inv (xr, d, eps, red);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       double t = xr[j] * r;
       yr[j] = (float)(w ? t * w[j] : t);
@@ -96,14 +95,19 @@ row_grid (int64_t m)
 } // namespace
 
 extern "C" cudaError_t
-lb_cuda_launch_layer_norm (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, const float *b, float eps, float *y, int64_t yld, int64_t m,
-    int64_t d)
+lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x, int64_t xld,
+    const float *w, const float *b, float eps, const float *scale, int64_t sld,
+    const float *shift, int64_t hld, void *y, int y_bf16, int64_t yld,
+    int64_t m, int64_t d)
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  layer_norm_kernel<<<row_grid (m), kThreads, 0, st>>> (
-      x, xld, w, b, eps, y, yld, m, d);
+  if (y_bf16)
+    layer_norm_kernel<uint16_t><<<row_grid (m), kThreads, 0, st>>> (
+        x, xld, w, b, eps, scale, sld, shift, hld, (uint16_t *)y, yld, m, d);
+  else
+    layer_norm_kernel<float><<<row_grid (m), kThreads, 0, st>>> (
+        x, xld, w, b, eps, scale, sld, shift, hld, (float *)y, yld, m, d);
   return cudaGetLastError ();
 }
 

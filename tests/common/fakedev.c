@@ -34,6 +34,7 @@ typedef struct
   gint n_captures, n_launches, n_capturing, n_waits;
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
+  gint n_gemm_bf16_x;
 } FakeDev;
 
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
@@ -364,6 +365,8 @@ f_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
     count_conv (s); \
   LB_OP_ARGS_##name (HOST) \
   CHECK; \
+  if (OP_##name == OP_gemm && a_.host[0].dtype == LB_DTYPE_BF16) \
+    g_atomic_int_inc (&fake.n_gemm_bf16_x); \
   return CPU->name (s LB_OP_ARGS_##name (ON_HOST), error); \
 }
 #include "kernels/ops-list.h"
@@ -612,6 +615,7 @@ fakedev_stats (void)
   st.host_blocks = g_atomic_int_get (&fake.n_host_blocks);
   st.n_convs_fp32 = g_atomic_int_get (&fake.n_convs_fp32);
   st.n_convs_bf16 = g_atomic_int_get (&fake.n_convs_bf16);
+  st.n_gemm_bf16_x = g_atomic_int_get (&fake.n_gemm_bf16_x);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -26,6 +26,8 @@ G_BEGIN_DECLS
  * @n_convs_fp32: convolutions (conv3d_causal, conv2d) run on a stream in
  *   %LB_MATH_FP32
  * @n_convs_bf16: those run on a stream in %LB_MATH_BF16
+ * @n_gemm_bf16_x: gemm calls whose x is bf16 (a GEMM input written in
+ *   bf16 by the op before it)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -42,6 +44,7 @@ typedef struct
   int n_captures, n_launches, n_waits;
   int n_records, n_syncs, host_blocks;
   int n_convs_fp32, n_convs_bf16;       /* by the stream's math mode */
+  int n_gemm_bf16_x;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

@@ -13,7 +13,11 @@
  * for the channel norm (sums and quotients rounded like the CPU, SiLU's
  * expf may differ by 2 ulp), 0 for the exact ops (layout, strided,
  * upsampling: the same single float operation on every backend), and the
- * ray map equal byte for byte (same IEEE operations, no FMA).
+ * ray map equal byte for byte (same IEEE operations, no FMA).  A bf16
+ * output (the GEMM inputs the norms and activations write, spec 1.11) is
+ * the f32 result rounded: an f32 difference at a rounding boundary moves
+ * it by one bf16 ulp, so TOL_BF16 is a few bf16 ulps of the largest
+ * magnitude; TOL_GEMM covers the f32 summation order of a K <= 1000 GEMM.
  */
 #include "op-cases.h"
 #include "op-call.h"
@@ -26,6 +30,8 @@
 #define TOL 1e-5
 #define TOL_CHNORM 1e-6
 #define TOL_EXACT 0.0
+#define TOL_BF16 1e-2
+#define TOL_GEMM 1e-4
 
 #define S(...) ((const int64_t[]) { __VA_ARGS__ })
 #define MAX_DIMS 5
@@ -68,6 +74,7 @@ typedef struct
   int perm[MAX_DIMS];
   int same;
   Special special;
+  LbDType dtype;                /* of the buffer: f32 (0) or bf16 */
 } ArgSpec;
 
 typedef struct
@@ -154,6 +161,14 @@ special (ArgSpec a, Special sp)
   return a;
 }
 
+/* @a stored as bf16 (its values rounded by lb_f32_to_bf16()) */
+static ArgSpec
+bf16 (ArgSpec a)
+{
+  a.dtype = LB_DTYPE_BF16;
+  return a;
+}
+
 static ArgSpec
 rope_table (Fill fill, int64_t hd)
 {
@@ -220,6 +235,11 @@ norm_cases (int64_t m, int64_t d, int pad, gboolean affine)
   OpCase *bad = refused (c, "bad weight");
   bad->t[1] = rnd (1, S (d + 1));
   bad->t[2] = none ();
+  /* into a bf16 GEMM input */
+  OpCase *c16 = add (OP_layer_norm, TOL_BF16, "%s bf16 y", c->what);
+  memcpy (c16->t, c->t, sizeof (c->t));
+  c16->f[0] = 1e-6f;
+  c16->t[3] = bf16 (nan_out (2, S (m, d)));
 
   c = add (OP_rms_norm, TOL, "rms_norm [%" G_GINT64_FORMAT ", %"
       G_GINT64_FORMAT "]", m, d);
@@ -275,6 +295,10 @@ elementwise_cases (int nd, const int64_t * shape, int pad)
       c->f[0] = 0.37f;
       c->f[1] = -1.5f;
     }
+    OpCase *c16 = add (unary[u], TOL_BF16, "%s bf16 y", c->what);
+    memcpy (c16->t, c->t, sizeof (c->t));
+    memcpy (c16->f, c->f, sizeof (c->f));
+    c16->t[1] = bf16 (y);
   }
   static const OpId binary[] = { OP_add, OP_mul };
   for (guint b = 0; b < G_N_ELEMENTS (binary); b++)
@@ -296,6 +320,9 @@ elementwise_cases (int nd, const int64_t * shape, int pad)
     c = add (OP_silu, TOL, "silu (row-strided views)");
     c->t[0] = av;
     c->t[1] = yv;
+    c = add (OP_gelu_tanh, TOL_BF16, "gelu_tanh (row-strided views) bf16 y");
+    c->t[0] = av;
+    c->t[1] = bf16 (yv);
   }
   /* a mismatched b */
   OpCase *c = add (OP_add, TOL, "add %d-D bad b", nd);
@@ -535,6 +562,10 @@ fused_cases (int64_t m, int64_t d, int pad, gboolean per_row)
   c->t[4] = v;
   c->t[5] = nan_out (2, S (m, d));
   refused (c, "bad scale")->t[3] = rnd (2, S (m + 1, d));
+  OpCase *c16 = add (OP_norm_modulate, TOL_BF16, "%s bf16 y", c->what);
+  memcpy (c16->t, c->t, sizeof (c->t));
+  c16->f[0] = 1e-6f;
+  c16->t[5] = bf16 (narrow (nan_out (2, S (m, d)), 1, pad, pad));
 
   c = add (OP_gated_residual_modulate, TOL, "gated_residual_modulate [%"
       G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", m, d);
@@ -565,6 +596,29 @@ rms_norm_rope_cases (int64_t gf, int64_t gh, int64_t gw, int64_t nh,
   ArgSpec y = nan_out (3, S (n, nh, hd));
   c->t[4] = packed ? view_of (y, VIEW_SELECT, 1, 2, 1) : y;
   refused (c, "past the table")->i[3] = 64;
+}
+
+/* gemm with a bf16 w (spec 1.11 storage): x f32 (rounded by the op) or
+ * bf16 (written so by the op before), x a row-strided view when pad > 0,
+ * with bias and beta; a bf16 x with an f32 w is refused. */
+static void
+gemm_cases (int64_t m, int64_t n, int64_t k, int pad)
+{
+  for (int x16 = 0; x16 < 2; x16++) {
+    OpCase *c = add (OP_gemm, TOL_GEMM, "gemm [%" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT "] x [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+        "]^T bf16 w, %s x", m, k, n, k, x16 ? "bf16" : "f32");
+    ArgSpec x = narrow (rng (2, S (m, k), -2, 2), 1, pad, pad);
+    c->t[0] = x16 ? bf16 (x) : x;
+    c->t[1] = bf16 (rnd (2, S (n, k)));
+    c->t[2] = rnd (1, S (n));
+    c->t[3] = rnd (2, S (m, n));
+    c->i[0] = TRUE;
+    c->f[0] = 0.75f;
+    c->f[1] = 0.5f;
+    if (x16)
+      refused (c, "(f32 w)")->t[1] = rnd (2, S (n, k));
+  }
 }
 
 static void
@@ -619,6 +673,11 @@ build_cases (void)
       chnorm_cases (384, 1, 34, 60, silu, tm);
     }
   upsample_halo_cases ();
+
+  gemm_cases (1, 1, 1, 0);
+  gemm_cases (7, 5, 3, 0);
+  gemm_cases (65, 129, 100, 3);
+  gemm_cases (256, 384, 512, 0);
 
   fused_cases (1, 1, 0, FALSE);
   fused_cases (33, 257, 3, TRUE);
@@ -749,6 +808,14 @@ host_base (const ArgSpec * a, GRand * rand)
   } else if (a->special == SPECIAL_ZERO_VOXEL) {
     for (int64_t c = 0; c < shape[0]; c++)
       v[c * (n / shape[0])] = 0.f;
+  }
+  if (a->dtype == LB_DTYPE_BF16) {
+    LbTensor *b = lb_tensor_new (LB_DTYPE_BF16, nd, shape);
+    uint16_t *bv = b->data;
+    for (int64_t i = 0; i < n; i++)
+      bv[i] = lb_f32_to_bf16 (v[i]);
+    lb_tensor_free (t);
+    return b;
   }
   return t;
 }

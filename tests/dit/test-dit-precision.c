@@ -941,6 +941,50 @@ test_world_precision (void)
   g_assert_error (err, LB_ERROR, LB_ERROR_NOT_FOUND);
 }
 
+/* 2.5 item 1: a bf16 rank's norms and GELU write the block's GEMM inputs
+ * in bf16 (rs->a16, rs->h16) and the GEMMs read them as they are.  That
+ * gives the bits of the f32 inputs that the GEMM rounds itself
+ * (LINGBOT_DIT_GEMM_INPUTS=f32): on 1 and 2 ranks, and with the exchanges
+ * overlapped, a random model of dit_tiny's shape with head dim 128 gives
+ * the same bytes both ways, and only the first way hands gemm bf16 x. */
+static void
+test_bf16_gemm_inputs (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg = *lingbot_dit_get_config (dit);
+  cfg.dim = 512;
+  cfg.num_heads = 4;
+  cfg.ffn_dim = 768;
+  LingbotDit *m = lingbot_dit_new_random (&cfg, 13, &err);
+  g_assert_no_error (err);
+  for (int run = 0; run < 3; run++) {
+    const int n_ranks = run == 0 ? 1 : 2;
+    if (run == 2) {
+      g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+      g_setenv ("LINGBOT_COMM_OUT_GROUPS", "2", TRUE);
+    }
+    const FakeDevStats st0 = fakedev_stats ();
+    g_autoptr (GByteArray) b16 = run_random (m, n_ranks, LB_MATH_BF16);
+    const FakeDevStats st1 = fakedev_stats ();
+    g_setenv ("LINGBOT_DIT_GEMM_INPUTS", "f32", TRUE);
+    g_autoptr (GByteArray) b32 = run_random (m, n_ranks, LB_MATH_BF16);
+    g_unsetenv ("LINGBOT_DIT_GEMM_INPUTS");
+    const FakeDevStats st2 = fakedev_stats ();
+    g_unsetenv ("LINGBOT_COMM_OVERLAP");
+    g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+    const int with16 = st1.n_gemm_bf16_x - st0.n_gemm_bf16_x;
+    g_assert_cmpuint (b16->len, ==, b32->len);
+    g_assert_true (memcmp (b16->data, b32->data, b16->len) == 0);
+    g_assert_cmpint (with16, >, 0);
+    g_assert_cmpint (st2.n_gemm_bf16_x, ==, st1.n_gemm_bf16_x);
+    g_assert_cmpint (st2.bad, ==, st0.bad);
+    g_print ("# dit bf16 GEMM inputs, %d rank(s)%s: %d gemm calls took a "
+        "bf16 x; bit-identical to the f32 inputs over %u bytes\n", n_ranks,
+        run == 2 ? " overlapped" : "", with16, b16->len);
+  }
+  lingbot_dit_unref (m);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -960,6 +1004,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/precision/fp8-weights", test_fp8_weights);
   g_test_add_func ("/dit/precision/fp8-stream", test_fp8_stream);
   g_test_add_func ("/dit/precision/kv-cache", test_kv_cache);
+  g_test_add_func ("/dit/precision/bf16-gemm-inputs", test_bf16_gemm_inputs);
   g_test_add_func ("/dit/precision/bf16-exchanges-hd128",
       test_bf16_exchanges_hd128);
   int rc = g_test_run ();

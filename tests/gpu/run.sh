@@ -283,6 +283,22 @@ if [ "$limit" -ge 10 ]; then
 else
   note "dit block bf16 own attention skipped: $(left) s left"
 fi
+# the same bf16 block with the GEMM inputs in f32, rounded by each GEMM
+# (LINGBOT_DIT_GEMM_INPUTS=f32: the path before issue 2.5 item 1, same
+# bits), against block-bf16 where the norms and the GELU write them in
+# bf16: the side-by-side ratio of the summary
+start=$(date +%s)
+limit=$(step_limit 30 45)
+if [ "$limit" -ge 10 ]; then
+  export LINGBOT_DIT_GEMM_INPUTS=f32
+  bench block-bf16-f32in "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+    --devices 0 --precision bf16
+  note "dit block bf16, f32 GEMM inputs rc=$? ($(($(date +%s) - start)) s," \
+    "limit $limit s)"
+  unset LINGBOT_DIT_GEMM_INPUTS
+else
+  note "dit block bf16 f32 GEMM inputs skipped: $(left) s left"
+fi
 # the same block in precision fp8 (opt-in: e4m3 GEMM weights and inputs,
 # cuBLASLt FP8 matmuls; attention as bf16): the fp8 chunk time is 40 x
 # this block's steady mean (json step block-fp8), next to block-bf16's.
@@ -698,8 +714,8 @@ print("\nDiT, 832x480 latent 60x104, 512 text tokens, full window:")
 print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
       "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
 full_s = None
-for step in ("block-fp32", "block-bf16", "block-bf16-own", "block-fp8",
-             "full-bf16"):
+for step in ("block-fp32", "block-bf16", "block-bf16-own",
+             "block-bf16-f32in", "block-fp8", "full-bf16"):
     s = last(step, "summary")
     chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
     if s is None and not chunks:
@@ -726,6 +742,11 @@ print("  (MFU against the bf16 dense peak, fp8 included: against the "
       "H200's fp8 peak, halve block-fp8's; kernel profiles of block-bf16 "
       "and block-fp8 above, profile.txt)")
 blk = last("block-bf16", "summary")
+f32in = last("block-bf16-f32in", "summary")
+if blk and f32in and blk["steady"]["chunks"] and f32in["steady"]["chunks"]:
+    print("  bf16 GEMM inputs written by the norms/GELU vs converted by "
+          "each GEMM (block-bf16-f32in / block-bf16): %.3f x"
+          % (f32in["steady"]["mean_s"] / blk["steady"]["mean_s"]))
 if full_s is None and blk and blk["steady"]["chunks"]:
     print("  40-layer chunk estimated from the bf16 block: %.2f s"
           % (40 * blk["steady"]["mean_s"]))

@@ -297,6 +297,7 @@ test_gemm_bf16_errors (void)
   g_autoptr (LbTensor) wb = lb_tensor_new_zeros (LB_DTYPE_BF16, 2, ws);
   g_autoptr (LbTensor) wb3 = lb_tensor_new_zeros (LB_DTYPE_BF16, 3, w3s);
   g_autoptr (LbTensor) xb = lb_tensor_new_zeros (LB_DTYPE_BF16, 2, xs);
+  g_autoptr (LbTensor) x16 = lb_tensor_new_zeros (LB_DTYPE_F16, 2, xs);
   g_autoptr (LbTensor) yb = lb_tensor_new_zeros (LB_DTYPE_BF16, 2, ys);
   g_autoptr (LbTensor) bb = lb_tensor_new_zeros (LB_DTYPE_BF16, 1, bs);
 
@@ -308,8 +309,14 @@ test_gemm_bf16_errors (void)
       "gemm supports)");
   assert_op_error (lb_cpu_gemm (s, x, wb3, TRUE, NULL, 1, 0, y, error),
       "gemm: w is bf16 [5, 2, 4], expected 2-D with unit column stride");
-  assert_op_error (lb_cpu_gemm (s, xb, wb, TRUE, NULL, 1, 0, y, error),
-      "gemm: x is bf16 [4, 8], expected f32 [M, K] with unit column stride");
+  /* a bf16 x goes only with a bf16 w (the case with one is
+   * test_gemm_bf16_x) */
+  g_autoptr (LbTensor) w32 = rand_tensor (2, ws, -1, 1);
+  assert_op_error (lb_cpu_gemm (s, xb, w32, TRUE, NULL, 1, 0, y, error),
+      "gemm: x is bf16 [4, 8], expected f32 [M, K] with unit column stride "
+      "(bf16 only with a bf16 w)");
+  assert_op_error (lb_cpu_gemm (s, x16, wb, TRUE, NULL, 1, 0, y, error),
+      "gemm: x is f16 [4, 8], expected f32 [M, K] with unit column stride");
   assert_op_error (lb_cpu_gemm (s, x, wb, TRUE, NULL, 1, 0, yb, error),
       "gemm: y is bf16 [4, 5], expected f32 [4, 5]");
   assert_op_error (lb_cpu_gemm (s, x, wb, TRUE, bb, 1, 0, y, error),
@@ -322,6 +329,170 @@ test_gemm_bf16_errors (void)
     g_assert_cmpfloat (((float *) y->data)[i], ==, 0.0f);
 }
 
+/* --------------------------------------------- bf16 GEMM inputs (2.5) */
+
+/* @x's values rounded to bf16, in a bf16 tensor of the same view: the
+ * same shape and strides over a storage of @base's extents. */
+static LbTensor *
+to_bf16_like (const LbTensor * base, const LbTensor * x, LbTensor * view)
+{
+  LbTensor *b = lb_tensor_new (LB_DTYPE_BF16, base->ndim, base->shape);
+  const float *src = base->data;
+  uint16_t *dst = b->data;
+  for (int64_t i = 0; i < lb_tensor_numel (base); i++)
+    dst[i] = lb_f32_to_bf16 (src[i]);
+  const ptrdiff_t off = (const float *) x->data - (const float *) base->data;
+  lb_tensor_view_init (view, LB_DTYPE_BF16, dst + off, LB_DEVICE_HOST,
+      x->ndim, x->shape, x->stride);
+  return b;
+}
+
+/* gemm with a bf16 x (what the norm before it wrote) gives the bits of
+ * the same values in f32, which the op rounds itself: contiguous and
+ * row-strided x, both layouts of w, with bias and beta. */
+static void
+test_gemm_bf16_x (void)
+{
+  const int64_t sizes[][3] = { {1, 1, 1}, {7, 5, 3}, {33, 17, 65},
+  {64, 129, 100}, {5, 4, 0}
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (sizes); i++)
+    for (int strided = 0; strided < 2; strided++)
+      for (int tw = 0; tw < 2; tw++) {
+        const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+        int64_t xs[2] = { m, k + (strided ? 3 : 0) };
+        int64_t ws[2] = { tw ? n : k, tw ? k : n }, ys[2] = { m, n };
+        int64_t bs[1] = { n };
+        g_autoptr (LbTensor) xb = rand_tensor (2, xs, -2, 2);
+        g_autoptr (LbTensor) w = rand_bf16 (2, ws, -1, 1);
+        g_autoptr (LbTensor) bias = rand_tensor (1, bs, -1, 1);
+        g_autoptr (LbTensor) y0 = rand_tensor (2, ys, -1, 1);
+        g_autoptr (LbTensor) y32 = lb_tensor_copy (y0);
+        g_autoptr (LbTensor) y16 = lb_tensor_copy (y0);
+        LbTensor x, x16;
+        g_assert_true (lb_tensor_view_narrow (&x, xb, 1, strided ? 2 : 0, k));
+        g_autoptr (LbTensor) x16b = to_bf16_like (xb, &x, &x16);
+        assert_op_ok (lb_cpu_gemm (test_stream (), &x, w, tw, bias, 0.75f,
+                0.5f, y32, error));
+        assert_op_ok (lb_cpu_gemm (test_stream (), &x16, w, tw, bias, 0.75f,
+                0.5f, y16, error));
+        g_assert_true (memcmp (y32->data, y16->data,
+                lb_tensor_nbytes (y32)) == 0);
+      }
+}
+
+typedef enum
+{
+  OUT_LAYER_NORM, OUT_LAYER_NORM_AFFINE, OUT_NORM_MODULATE,
+  OUT_NORM_MODULATE_ROWS, OUT_GELU, OUT_SILU, OUT_SCALE, N_OUTS
+} OutOp;
+
+static const char *const out_names[N_OUTS] = {
+  "layer_norm", "layer_norm (affine)", "norm_modulate",
+  "norm_modulate (per-row)", "gelu_tanh", "silu", "scale"
+};
+
+static gboolean
+run_out_op (OutOp op, const LbTensor * x, const LbTensor * w,
+    const LbTensor * b, const LbTensor * sc1, const LbTensor * scm,
+    LbTensor * y, GError ** error)
+{
+  LbStream *s = test_stream ();
+  switch (op) {
+    case OUT_LAYER_NORM:
+      return lb_cpu_layer_norm (s, x, NULL, NULL, 1e-6f, y, error);
+    case OUT_LAYER_NORM_AFFINE:
+      return lb_cpu_layer_norm (s, x, w, b, 1e-6f, y, error);
+    case OUT_NORM_MODULATE:
+      return lb_cpu_norm_modulate (s, x, NULL, NULL, 1e-6f, sc1, w, y, error);
+    case OUT_NORM_MODULATE_ROWS:
+      return lb_cpu_norm_modulate (s, x, w, b, 1e-6f, scm, scm, y, error);
+    case OUT_GELU:
+      return lb_cpu_gelu_tanh (s, x, y, error);
+    case OUT_SILU:
+      return lb_cpu_silu (s, x, y, error);
+    default:
+      return lb_cpu_scale (s, x, 0.37f, -1.5f, y, error);
+  }
+}
+
+/* The ops that write a bf16 GEMM input (kernels/ops-list.h): their bf16 y
+ * is, element for element, lb_f32_to_bf16() of their f32 y, on
+ * contiguous and row-strided x and y (the gaps of y's view untouched),
+ * one element, odd widths, and rows longer than the stack block and the
+ * parallel span. */
+static void
+test_bf16_outputs (void)
+{
+  const int64_t sizes[][2] = { {1, 1}, {3, 7}, {5, 300}, {2, 257},
+  {3, 20000}, {1, 40000}
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (sizes); i++)
+    for (int strided = 0; strided < 2; strided++)
+      for (int op = 0; op < N_OUTS; op++) {
+        const int64_t m = sizes[i][0], d = sizes[i][1], pad = strided ? 5 : 0;
+        int64_t xs[2] = { m, d + pad }, vs[1] = { d }, ms[2] = { m, d };
+        g_autoptr (LbTensor) xb = rand_tensor (2, xs, -4, 4);
+        g_autoptr (LbTensor) w = rand_tensor (1, vs, 0.5, 1.5);
+        g_autoptr (LbTensor) b = rand_tensor (1, vs, -1, 1);
+        g_autoptr (LbTensor) sc1 = rand_tensor (1, vs, -1, 1);
+        g_autoptr (LbTensor) scm = rand_tensor (2, ms, -1, 1);
+        g_autoptr (LbTensor) y32 = poisoned (2, xs);
+        g_autoptr (LbTensor) y16b = lb_tensor_new (LB_DTYPE_BF16, 2, xs);
+        uint16_t *yd = y16b->data;
+        for (int64_t e = 0; e < lb_tensor_numel (y16b); e++)
+          yd[e] = 0xffffu;      /* a NaN pattern */
+        LbTensor x, y, y16;
+        g_assert_true (lb_tensor_view_narrow (&x, xb, 1, pad ? 1 : 0, d));
+        g_assert_true (lb_tensor_view_narrow (&y, y32, 1, pad ? 3 : 0, d));
+        lb_tensor_view_init (&y16, LB_DTYPE_BF16, yd + (pad ? 3 : 0),
+            LB_DEVICE_HOST, 2, y.shape, y.stride);
+        assert_op_ok (run_out_op (op, &x, w, b, sc1, scm, &y, error));
+        assert_op_ok (run_out_op (op, &x, w, b, sc1, scm, &y16, error));
+        for (int64_t r = 0; r < m; r++)
+          for (int64_t c = 0; c < d + pad; c++) {
+            const int64_t e = r * (d + pad) + c;
+            const gboolean in = c >= (pad ? 3 : 0) && c < (pad ? 3 : 0) + d;
+            const uint16_t want = in ?
+                lb_f32_to_bf16 (((float *) y32->data)[e]) : 0xffffu;
+            if (yd[e] != want)
+              g_error ("%s [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]%s: "
+                  "element (%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT ") is "
+                  "0x%04x, expected 0x%04x", out_names[op], m, d,
+                  strided ? " strided" : "", r, c, yd[e], want);
+          }
+      }
+}
+
+/* The dtypes of y the row ops take: f32 or bf16 for the ops that feed a
+ * GEMM, f32 for the rest. */
+static void
+test_bf16_output_errors (void)
+{
+  LbStream *s = test_stream ();
+  int64_t xs[2] = { 4, 8 }, vs[1] = { 8 };
+  g_autoptr (LbTensor) x = rand_tensor (2, xs, -1, 1);
+  g_autoptr (LbTensor) v = rand_tensor (1, vs, -1, 1);
+  g_autoptr (LbTensor) y16 = lb_tensor_new_zeros (LB_DTYPE_F16, 2, xs);
+  g_autoptr (LbTensor) yb = lb_tensor_new_zeros (LB_DTYPE_BF16, 2, xs);
+  assert_op_error (lb_cpu_layer_norm (s, x, NULL, NULL, 1e-6f, y16, error),
+      "layer_norm: y is f16 [4, 8], expected f32 or bf16 [..., 8]");
+  assert_op_error (lb_cpu_norm_modulate (s, x, NULL, NULL, 1e-6f, v, v, y16,
+          error), "norm_modulate: y is f16 [4, 8], expected f32 or bf16 "
+      "[..., 8]");
+  assert_op_error (lb_cpu_gelu_tanh (s, x, y16, error),
+      "gelu_tanh: y is f16 [4, 8], expected f32 or bf16 [..., 8]");
+  assert_op_error (lb_cpu_rms_norm (s, x, NULL, 1e-6f, yb, error),
+      "rms_norm: y is bf16 [4, 8], expected f32 [..., 8]");
+  assert_op_error (lb_cpu_modulate (s, x, v, v, yb, error),
+      "modulate: y is bf16 [4, 8], expected f32 [..., 8]");
+  assert_op_error (lb_cpu_add (s, x, v, yb, error),
+      "add: y is bf16 [4, 8], expected f32 [..., 8]");
+  /* a bf16 x of the norms is not theirs to take */
+  assert_op_error (lb_cpu_layer_norm (s, yb, NULL, NULL, 1e-6f, x, error),
+      "layer_norm: x is bf16 [4, 8], expected f32 [..., D]");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -332,5 +503,8 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/bf16/gemm-row-independent",
       test_gemm_bf16_row_independent);
   g_test_add_func ("/ops/bf16/gemm-errors", test_gemm_bf16_errors);
+  g_test_add_func ("/ops/bf16/gemm-bf16-x", test_gemm_bf16_x);
+  g_test_add_func ("/ops/bf16/outputs", test_bf16_outputs);
+  g_test_add_func ("/ops/bf16/output-errors", test_bf16_output_errors);
   return g_test_run ();
 }
