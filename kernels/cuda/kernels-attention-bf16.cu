@@ -248,16 +248,6 @@ v_words (const uint16_t *r0, bool live0, const uint16_t *r1, bool live1,
   w[3] = (x0.y >> 16) | (x1.y & 0xffff0000u);
 }
 
-template <typename KV>
-__device__ __forceinline__ const KV *
-kv_base (const float *f32, const uint16_t *b16)
-{
-  if constexpr (sizeof (KV) == sizeof (float))
-    return f32;
-  else
-    return b16;
-}
-
 template <int D, bool VEC, bool BIAS, typename KV>
 __global__ void
 __launch_bounds__ (NT, 2) flash_bf16_kernel (LbCudaAttnArgs a)

@@ -38,30 +38,6 @@ flash_smem_floats ()
          + BQ;
 }
 
-/* The K (or V) pointer for element type KV (@f32 or @b16 of the args),
- * and one element as f32 (bf16 widened exactly). */
-template <typename KV>
-__device__ __forceinline__ const KV *
-kv_base (const float *f32, const uint16_t *b16)
-{
-  if constexpr (sizeof (KV) == sizeof (float))
-    return f32;
-  else
-    return b16;
-}
-
-__device__ __forceinline__ float
-kv_elem (const float *p)
-{
-  return *p;
-}
-
-__device__ __forceinline__ float
-kv_elem (const uint16_t *p)
-{
-  return bf16_widen (*p);
-}
-
 template <int D, typename KV>
 __global__ void
 __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
@@ -103,7 +79,7 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
       skv[c * KS + d] = (kj < a.nk && d < hd)
-                            ? kv_elem (kb + kj * a.ks0 + h * a.ks1 + d)
+                            ? load_as_float (kb + kj * a.ks0 + h * a.ks1 + d)
                             : 0.0f;
     }
     __syncthreads ();
@@ -154,7 +130,7 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
       int c = e / D, d = e % D;
       int64_t kj = j0 + c;
       skv[c * KS + d] = (kj < a.nk && d < hd)
-                            ? kv_elem (vb + kj * a.vs0 + h * a.vs1 + d)
+                            ? load_as_float (vb + kj * a.vs0 + h * a.vs1 + d)
                             : 0.0f;
     }
 

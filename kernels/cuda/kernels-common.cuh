@@ -129,6 +129,18 @@ load_as_float (const uint16_t *p)
   return bf16_widen (*p);
 }
 
+/* The K (or V) pointer of an attention call for element type KV: @f32,
+ * or @b16 (a bf16 KV cache's bits) when KV is uint16_t. */
+template <typename KV>
+__device__ __forceinline__ const KV *
+kv_base (const float *f32, const uint16_t *b16)
+{
+  if constexpr (sizeof (KV) == sizeof (float))
+    return f32;
+  else
+    return b16;
+}
+
 /* *p = v, rounded by bf16_round() for bf16 storage */
 __device__ __forceinline__ void
 store_from_float (float *p, float v)
