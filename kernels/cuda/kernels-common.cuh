@@ -28,6 +28,47 @@ grid_for (int64_t n)
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
        i += (int64_t)gridDim.x * blockDim.x)
 
+/* V consecutive floats at @p, one 16-byte access when V is 4 (@p then
+ * 16-byte aligned), one float when V is 1. */
+template <int V>
+__device__ __forceinline__ void
+ld_v (const float *p, float *v)
+{
+  if constexpr (V == 4) {
+    const float4 a = *(const float4 *)p;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void
+st_v (float *p, const float *v)
+{
+  if constexpr (V == 4)
+    *(float4 *)p = make_float4 (v[0], v[1], v[2], v[3]);
+  else
+    *p = v[0];
+}
+
+/* Whether rows of @d floats at the @n bases @ptrs (NULL: absent) with row
+ * strides @lds (0: a broadcast row) can go 4 floats at a time: @d and
+ * every stride multiples of 4, every base 16-byte aligned. */
+static inline bool
+rows_vec4 (int64_t d, int n, const void *const *ptrs, const int64_t *lds)
+{
+  if (d % 4 != 0)
+    return false;
+  for (int i = 0; i < n; i++)
+    if (ptrs[i] && (lds[i] % 4 != 0 || ((uintptr_t)ptrs[i] & 15u) != 0))
+      return false;
+  return true;
+}
+
 /* Block-wide sum of a double over kThreads threads; every thread gets it. */
 __device__ __forceinline__ double
 block_sum (double v, double *shared /* [32] */)

@@ -55,18 +55,28 @@ rms_norm_rope_kernel (const float *x, int64_t xld, const float *w, float eps,
   }
 }
 
+/* V (1 or 4, rows_vec4()) consecutive elements per thread. */
+template <int V>
 __global__ void
 gated_residual_modulate_kernel (float *x, int64_t xld, const float *y,
     int64_t yld, const float *g, int64_t gld, const float *sc, int64_t sld,
     const float *sh, int64_t hld, int64_t m, int64_t d)
 {
-  LBK_GRID_STRIDE (idx, m * d) {
-    int64_t i = idx / d, j = idx - i * d;
-    float v = y[i * yld + j];
+  const int64_t dv = d / V;
+  LBK_GRID_STRIDE (idx, m * dv) {
+    int64_t i = idx / dv, j = (idx - i * dv) * V;
+    float a[V], v[V], gv[V], s[V], h[V];
+    ld_v<V> (x + i * xld + j, a);
+    ld_v<V> (y + i * yld + j, v);
     if (g)
-      v *= g[i * gld + j];
-    const float r = x[i * xld + j] + v; /* gated_residual's x */
-    x[i * xld + j] = r * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
+      ld_v<V> (g + i * gld + j, gv);
+    ld_v<V> (sc + i * sld + j, s);
+    ld_v<V> (sh + i * hld + j, h);
+    for (int u = 0; u < V; u++) {
+      const float r = a[u] + (g ? v[u] * gv[u] : v[u]); /* gated_residual */
+      a[u] = r * (1.0f + s[u]) + h[u];
+    }
+    st_v<V> (x + i * xld + j, a);
   }
 }
 
@@ -144,7 +154,14 @@ lb_cuda_launch_gated_residual_modulate (cudaStream_t st, float *x, int64_t xld,
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
-  gated_residual_modulate_kernel<<<grid_for (m * d), kThreads, 0, st>>> (
-      x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
+  const void *p[5] = { x, y, gate, scale, shift };
+  const int64_t ld[5] = { xld, yld, gld, sld, hld };
+  if (rows_vec4 (d, 5, p, ld))
+    gated_residual_modulate_kernel<4>
+        <<<grid_for (m * d / 4), kThreads, 0, st>>> (
+            x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
+  else
+    gated_residual_modulate_kernel<1><<<grid_for (m * d), kThreads, 0, st>>> (
+        x, xld, y, yld, gate, gld, scale, sld, shift, hld, m, d);
   return cudaGetLastError ();
 }
