@@ -1375,6 +1375,43 @@ lb_check_gated_residual_modulate (const LbTensor * x, const LbTensor * y,
 }
 
 /**
+ * lb_check_residual_norm_modulate:
+ * @x: f32 rows [M, D], updated in place
+ * @y: f32 rows [M, D]
+ * @gate: (nullable): f32 [D] or rows [M, D]
+ * @weight: (nullable): f32 [D]
+ * @bias: (nullable): f32 [D]
+ * @scale: f32 [D] or rows [M, D]
+ * @shift: f32 [D] or rows [M, D]
+ * @out: f32 or bf16 rows [M, D]
+ * @g: (out): the rows geometry (x_ld, y_ld, g_ld for @gate, s_ld for
+ *   @scale, h_ld for @shift, o_ld for @out; 0 when broadcast or absent)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the residual_norm_modulate op (kernels/ops-list.h), in
+ * the order x, y, gate, weight, bias, scale, shift, out.
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_residual_norm_modulate (const LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    const LbTensor * scale, const LbTensor * shift, const LbTensor * out,
+    LbRowsGeom * g, GError ** error)
+{
+  const char *op = "residual_norm_modulate";
+  return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
+      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
+          &g->g_ld, error)) &&
+      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
+      (bias == NULL || check_vec (op, "bias", bias, g->d, error)) &&
+      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
+      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error) &&
+      check_out_rows (op, "out", out, x, g->m, g->d, FALSE, TRUE, &g->o_ld,
+      error);
+}
+
+/**
  * lb_check_ray_map:
  * @rel_poses: f32 [C, 16] contiguous
  * @width: output width in pixels

@@ -77,6 +77,7 @@ G_GNUC_PRINTF (2, 3);
  * @h_ld: row stride of modulate's shift; 0 when broadcast
  * @g_ld: row stride of gated_residual_modulate's gate; 0 when broadcast
  *   or absent (its scale and shift use @s_ld and @h_ld)
+ * @o_ld: row stride of residual_norm_modulate's out
  *
  * The rows view of the operands of the row ops (norms, modulation,
  * elementwise).
@@ -85,7 +86,7 @@ G_GNUC_PRINTF (2, 3);
      {
        int64_t m, d;
        int64_t x_ld, y_ld, s_ld, h_ld;
-       int64_t g_ld;
+       int64_t g_ld, o_ld;
      } LbRowsGeom;
 
      gboolean lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
@@ -200,6 +201,11 @@ G_GNUC_PRINTF (2, 3);
      gboolean lb_check_gated_residual_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
     const LbTensor * shift, LbRowsGeom * g, GError ** error);
+
+     gboolean lb_check_residual_norm_modulate (const LbTensor * x,
+    const LbTensor * y, const LbTensor * gate, const LbTensor * weight,
+    const LbTensor * bias, const LbTensor * scale, const LbTensor * shift,
+    const LbTensor * out, LbRowsGeom * g, GError ** error);
 
 /* ---- camera control ---- */
 

@@ -346,6 +346,21 @@ LB_OP (gemm)
 #define LB_OP_ARGS_gated_residual_modulate(A) A (OUT, x) A (IN, y) \
     A (IN, gate) A (IN, scale) A (IN, shift)
     LB_OP (gated_residual_modulate)
+/* @residual_norm_modulate: @gated_residual then @norm_modulate on its
+ *   result: in place `x += gate * y` (x, y [M, D], @gate [D], [M, D] or
+ *   %NULL for `x += y`), then `out = LN(x) * (1 + scale) + shift` as
+ *   @norm_modulate computes it (optional affine @weight / @bias [D],
+ *   statistics in double; scale and shift [D] or [M, D]) into @out [M,
+ *   D], f32 or bf16 (the next GEMM's input, rounded as @layer_norm's bf16
+ *   y), not overlapping x (the cross-attention's residual followed by the
+ *   FFN's norm, spec 1.7).  Bit for bit the pair on the CPU; row-strided
+ *   2-D views accepted.  Argument errors name this op
+ *   ("residual_norm_modulate: gate is f32 [9], expected [8] or [4, 8]").
+ */
+#define LB_OP_ARGS_residual_norm_modulate(A) A (OUT, x) A (IN, y) \
+    A (IN, gate) A (IN, weight) A (IN, bias) A (F32, eps) A (IN, scale) \
+    A (IN, shift) A (OUT, out)
+    LB_OP (residual_norm_modulate)
 /* @ray_map: the camera control tensor of spec 2.6-2.7, built on the
  *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
  *   contiguous (C relative camera-to-world poses, row-major 4x4, the

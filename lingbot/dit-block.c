@@ -489,13 +489,13 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
       !OPS->rms_norm (rs->s, rs->q, b->ca_norm_q, eps, rs->q, error) ||
       !OPS->attention (rs->s, &q3, &ck, &cv, NULL, NULL, scale, &o3, error) ||
       !linear (rs, rs->o, &b->ca_o, 0.0f, rs->t1, error) ||
-      !trace_copy (rs, rs->trace_cross_attn, rs->t1, error) ||
-      !OPS->gated_residual (rs->s, rs->x, rs->t1, NULL, error))
+      !trace_copy (rs, rs->trace_cross_attn, rs->t1, error))
     return FALSE;
 
-  /* FFN (h: the GELU's output, in place on rs->h or into rs->h16) */
-  return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale_mlp,
-      &shift_mlp, a, error) &&
+  /* the cross-attention's residual and the FFN's norm in one op, then the
+   * FFN (h: the GELU's output, in place on rs->h or into rs->h16) */
+  return OPS->residual_norm_modulate (rs->s, rs->x, rs->t1, NULL, NULL, NULL,
+      eps, &scale_mlp, &shift_mlp, a, error) &&
       linear (rs, a, &b->ffn0, 0.0f, rs->h, error) &&
       OPS->gelu_tanh (rs->s, rs->h, h, error) &&
       linear (rs, h, &b->ffn2, 0.0f, rs->t1, error) &&

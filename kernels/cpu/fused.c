@@ -247,3 +247,65 @@ lb_cpu_gated_residual_modulate (LbStream * s, LbTensor * x,
   }
   return TRUE;
 }
+
+/**
+ * lb_cpu_residual_norm_modulate:
+ * @s: a CPU stream
+ * @x: f32 rows [M, D], updated in place
+ * @y: f32 rows [M, D]
+ * @gate: (nullable): f32 [D] or rows [M, D]; %NULL means 1
+ * @weight: (nullable): f32 [D], LayerNorm gain
+ * @bias: (nullable): f32 [D], LayerNorm bias
+ * @eps: added to the variance
+ * @scale: f32 [D] or rows [M, D]
+ * @shift: f32 [D] or rows [M, D]
+ * @out: f32 or bf16 rows [M, D], not overlapping @x
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *   (lb_check_residual_norm_modulate())
+ *
+ * `x += gate * y`, then `out = LN(x) * (1 + scale) + shift` (spec 1.7:
+ * the cross-attention's residual and the FFN's norm):
+ * lb_cpu_gated_residual() then lb_cpu_norm_modulate(), bit for bit, row
+ * by row while the row is in cache.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_residual_norm_modulate (LbStream * s, LbTensor * x,
+    const LbTensor * y, const LbTensor * gate, const LbTensor * weight,
+    const LbTensor * bias, float eps, const LbTensor * scale,
+    const LbTensor * shift, LbTensor * out, GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "residual_norm_modulate", error,
+          "x", x, "y", y, "gate", gate, "weight", weight, "bias", bias,
+          "scale", scale, "shift", shift, "out", out, NULL) ||
+      !lb_check_residual_norm_modulate (x, y, gate, weight, bias, scale,
+          shift, out, &g, error))
+    return FALSE;
+  const int64_t m = g.m, d = g.d;
+  if (d == 0)
+    return TRUE;
+  float *xd = x->data;
+  const float *yd = y->data, *gd = gate ? gate->data : NULL;
+  const float *wd = weight ? weight->data : NULL;
+  const float *bd = bias ? bias->data : NULL;
+  const float *sd = scale->data, *hd = shift->data;
+  const gboolean o16 = out->dtype == LB_DTYPE_BF16;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
+#pragma omp parallel for schedule(static) if (m * d >= PAR_MIN_ELEMS)
+  for (int64_t i = 0; i < m; i++) {
+    float *xr = xd + i * g.x_ld;
+    const float *sr = sd + i * g.s_ld, *hr = hd + i * g.h_ld;
+    rk->gated_residual (xr, yd + i * g.y_ld, gd ? gd + i * g.g_ld : NULL, d);
+    if (o16) {
+      lb_cpu_layer_norm_row_bf16 (xr, wd, bd, eps, sr, hr,
+          (uint16_t *) out->data + i * g.o_ld, d);
+    } else {
+      float *orow = (float *) out->data + i * g.o_ld;
+      lb_cpu_layer_norm_row (xr, wd, bd, eps, orow, d);
+      rk->modulate (orow, sr, hr, orow, d);
+    }
+  }
+  return TRUE;
+}

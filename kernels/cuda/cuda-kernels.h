@@ -48,6 +48,14 @@ extern "C"
       int64_t xld, const float *w, const float *b, float eps,
       const float *scale, int64_t sld, const float *shift, int64_t hld,
       void *y, int y_bf16, int64_t yld, int64_t m, int64_t d);
+/* The same after the gated residual `x += gate * ry` in place (@ry NULL:
+ * none; @gate NULL: 1; gld 0 = broadcast row): residual_norm_modulate.
+ * y must not overlap x. */
+  cudaError_t lb_cuda_launch_residual_norm_modulate (cudaStream_t st,
+      float *x, int64_t xld, const float *ry, int64_t ryld, const float *gate,
+      int64_t gld, const float *w, const float *b, float eps,
+      const float *scale, int64_t sld, const float *shift, int64_t hld,
+      void *y, int y_bf16, int64_t yld, int64_t m, int64_t d);
   cudaError_t lb_cuda_launch_rms_norm (cudaStream_t st, const float *x,
       int64_t xld, const float *w, float eps, float *y, int64_t yld, int64_t m,
       int64_t d);

@@ -644,6 +644,27 @@ cuda_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
 }
 
 static gboolean
+cuda_residual_norm_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    float eps, const LbTensor * scale, const LbTensor * shift, LbTensor * out,
+    GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_cuda_check_devices (s, "residual_norm_modulate", error, "x", x,
+          "y", y, "gate", gate, "weight", weight, "bias", bias, "scale",
+          scale, "shift", shift, "out", out, NULL) ||
+      !lb_check_residual_norm_modulate (x, y, gate, weight, bias, scale,
+          shift, out, &g, error))
+    return FALSE;
+  return launched (lb_cuda_launch_residual_norm_modulate (stream_of (s),
+          x->data, g.x_ld, y->data, g.y_ld, gate ? gate->data : NULL, g.g_ld,
+          weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
+          scale->data, g.s_ld, shift->data, g.h_ld, out->data,
+          out->dtype == LB_DTYPE_BF16, g.o_ld, g.m, g.d),
+      "residual_norm_modulate", error);
+}
+
+static gboolean
 cuda_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
     const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
     GError ** error)
@@ -710,5 +731,6 @@ const LbOps lb_cuda_ops = {
   .norm_modulate = cuda_norm_modulate,
   .rms_norm_rope = cuda_rms_norm_rope,
   .gated_residual_modulate = cuda_gated_residual_modulate,
+  .residual_norm_modulate = cuda_residual_norm_modulate,
   .ray_map = cuda_ray_map,
 };

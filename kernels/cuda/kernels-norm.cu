@@ -16,20 +16,29 @@ using namespace lbk;
 namespace {
 
 /* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1).
- * The layer norm of a row (w, b nullable), then with @sc the modulation
+ * With @ry first the gated residual (residual_norm_modulate), then the
+ * layer norm of a row (w, b nullable), then with @sc the modulation
  * `a * (1 + sc) + sh` of its float value (norm_modulate); T float, or
  * uint16_t for a bfloat16 y (the f32 value rounded by bf16_round(): the
  * next bf16 GEMM's input, spec 1.11). */
 template <typename T>
 __global__ void
-layer_norm_kernel (const float *x, int64_t xld, const float *w, const float *b,
-    float eps, const float *sc, int64_t sld, const float *sh, int64_t hld, T *y,
+layer_norm_kernel (float *x, int64_t xld, const float *ry, int64_t ryld,
+    const float *rg, int64_t rgld, const float *w, const float *b, float eps,
+    const float *sc, int64_t sld, const float *sh, int64_t hld, T *y,
     int64_t yld, int64_t m, int64_t d)
 {
   __shared__ double red[32];
   for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
-    const float *xr = x + i * xld;
+    float *xr = x + i * xld;
     T *yr = y + i * yld;
+    /* with @ry, first the gated residual `x += rg * ry` in place (each
+     * thread updates the elements it then reads: no barrier needed) */
+    if (ry)
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        const float v = ry[i * ryld + j];
+        xr[j] += rg ? v * rg[i * rgld + j] : v;
+      }
     double mean, rstd;
     row_mean_rstd (xr, d, eps, red, &mean, &rstd);
     /* y may be x (f32): every thread has read its elements of the row
@@ -119,12 +128,27 @@ lb_cuda_launch_norm_modulate (cudaStream_t st, const float *x, int64_t xld,
 {
   if (m <= 0 || d <= 0)
     return cudaSuccess;
+  return lb_cuda_launch_residual_norm_modulate (st, (float *)x, xld, NULL, 0,
+      NULL, 0, w, b, eps, scale, sld, shift, hld, y, y_bf16, yld, m, d);
+}
+
+extern "C" cudaError_t
+lb_cuda_launch_residual_norm_modulate (cudaStream_t st, float *x, int64_t xld,
+    const float *ry, int64_t ryld, const float *gate, int64_t gld,
+    const float *w, const float *b, float eps, const float *scale, int64_t sld,
+    const float *shift, int64_t hld, void *y, int y_bf16, int64_t yld,
+    int64_t m, int64_t d)
+{
+  if (m <= 0 || d <= 0)
+    return cudaSuccess;
   if (y_bf16)
-    layer_norm_kernel<uint16_t><<<row_grid (m), kThreads, 0, st>>> (
-        x, xld, w, b, eps, scale, sld, shift, hld, (uint16_t *)y, yld, m, d);
+    layer_norm_kernel<uint16_t><<<row_grid (m), kThreads, 0, st>>> (x, xld, ry,
+        ryld, gate, gld, w, b, eps, scale, sld, shift, hld, (uint16_t *)y, yld,
+        m, d);
   else
-    layer_norm_kernel<float><<<row_grid (m), kThreads, 0, st>>> (
-        x, xld, w, b, eps, scale, sld, shift, hld, (float *)y, yld, m, d);
+    layer_norm_kernel<float><<<row_grid (m), kThreads, 0, st>>> (x, xld, ry,
+        ryld, gate, gld, w, b, eps, scale, sld, shift, hld, (float *)y, yld, m,
+        d);
   return cudaGetLastError ();
 }
 

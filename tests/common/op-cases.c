@@ -577,6 +577,25 @@ fused_cases (int64_t m, int64_t d, int pad, gboolean per_row)
   OpCase *bad = refused (c, "bad shift");
   bad->t[2] = none ();
   bad->t[4] = rnd (1, S (d + 1));
+
+  /* the residual then the norm, into f32 and into a bf16 GEMM input */
+  for (int o16 = 0; o16 < 2; o16++) {
+    c = add (OP_residual_norm_modulate, o16 ? TOL_BF16 : TOL,
+        "residual_norm_modulate [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+        "]%s", m, d, o16 ? " bf16 out" : "");
+    c->t[0] = narrow (rng (2, S (m, d), -4, 4), 1, pad, 0);
+    c->t[1] = rng (2, S (m, d), -2, 2);
+    c->t[2] = o16 ? none () : v;
+    c->t[3] = o16 ? rng (1, S (d), 0.5, 1.5) : none ();
+    c->t[4] = o16 ? rnd (1, S (d)) : none ();
+    c->f[0] = 1e-6f;
+    c->t[5] = v;
+    c->t[6] = v;
+    const ArgSpec out = narrow (nan_out (2, S (m, d)), 1, pad, pad);
+    c->t[7] = o16 ? bf16 (out) : out;
+    if (!o16)
+      refused (c, "bad out")->t[7] = nan_out (2, S (m + 1, d));
+  }
 }
 
 static void

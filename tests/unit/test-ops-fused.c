@@ -431,6 +431,70 @@ test_gated_residual_modulate (void)
     }
 }
 
+/* ---------------------------------------------- residual_norm_modulate */
+
+/* residual_norm_modulate against gated_residual then norm_modulate on
+ * copies: x and out byte for byte (out f32 or bf16, the gaps of strided
+ * views included), with and without the affine, the gate broadcast or
+ * per row or absent, scale/shift per row or broadcast. */
+static void
+check_rnm (const GrmCase * c, gboolean affine, gboolean out16)
+{
+  const int64_t m = c->m, d = c->d;
+  int64_t dshape[1] = { d }, mshape[2] = { m, d }, oshape[2] = { m, d + 3 };
+  LbTensor x, y, x2, o, o2;
+  g_autoptr (LbTensor) xb = rows_new (m, d, c->xpad, -4, 4, &x);
+  g_autoptr (LbTensor) yb = rows_new (m, d, c->ypad, -2, 2, &y);
+  g_autoptr (LbTensor) gate = c->gate == 2 ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  g_autoptr (LbTensor) w = rand_tensor (1, dshape, 0.5, 1.5);
+  g_autoptr (LbTensor) bias = rand_tensor (1, dshape, -1, 1);
+  g_autoptr (LbTensor) sc = c->scale_rows ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  g_autoptr (LbTensor) sh = c->shift_rows ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  const LbTensor *gp = c->gate ? gate : NULL;
+  g_autoptr (LbTensor) xb2 = clone (xb);
+  same_view (&x2, xb2, &x, xb);
+  /* out: columns [2, 2 + d) of [m, d + 3], poisoned */
+  g_autoptr (LbTensor) ob = lb_tensor_new (out16 ? LB_DTYPE_BF16 :
+      LB_DTYPE_F32, 2, oshape);
+  memset (ob->data, 0xff, lb_tensor_nbytes (ob));
+  g_autoptr (LbTensor) ob2 = clone (ob);
+  g_assert_true (lb_tensor_view_narrow (&o, ob, 1, 2, d));
+  g_assert_true (lb_tensor_view_narrow (&o2, ob2, 1, 2, d));
+
+  assert_op_ok (cpu ()->residual_norm_modulate (test_stream (), &x, &y, gp,
+          affine ? w : NULL, affine ? bias : NULL, 1e-6f, sc, sh, &o, error));
+  assert_op_ok (lb_cpu_gated_residual (test_stream (), &x2, &y, gp, error));
+  assert_op_ok (lb_cpu_norm_modulate (test_stream (), &x2, affine ? w : NULL,
+          affine ? bias : NULL, 1e-6f, sc, sh, &o2, error));
+  g_autofree char *what = g_strdup_printf ("residual_norm_modulate [%"
+      G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] gate %d rows %d%d pads %"
+      G_GINT64_FORMAT "/%" G_GINT64_FORMAT "%s%s", m, d, c->gate,
+      c->scale_rows, c->shift_rows, c->xpad, c->ypad,
+      affine ? " affine" : "", out16 ? " bf16 out" : "");
+  assert_same_bytes (what, xb, xb2);
+  assert_same_bytes (what, ob, ob2);
+}
+
+static void
+test_residual_norm_modulate (void)
+{
+  static const int64_t sizes[][2] = {
+    {1, 1}, {9, 31}, {129, 640}, {64, 1000}, {3, 20000},
+  };
+  for (guint k = 0; k < G_N_ELEMENTS (sizes); k++)
+    for (int v = 0; v < 12; v++) {
+      GrmCase c = {
+        .m = sizes[k][0],.d = sizes[k][1],
+        .gate = v % 3,.scale_rows = (v / 3) & 1,.shift_rows = (v / 6) & 1,
+        .xpad = v % 4 == 1 ? 2 : 0,.ypad = v % 5 == 2 ? 7 : 0,
+      };
+      check_rnm (&c, v % 2, (v / 2) % 2);
+    }
+}
+
 /* -------------------------------------------------------------- errors */
 
 static void
@@ -482,6 +546,28 @@ test_errors (void)
       "[8] or [4, 8]");
   assert_op_error (o->gated_residual_modulate (s, x, y, NULL, v8, v7, error),
       "gated_residual_modulate: shift is f32 [7], expected f32 [..., 8]");
+
+  /* residual_norm_modulate: x, y, gate, weight, bias, scale, shift, out */
+  int64_t s48b[2] = { 4, 8 };
+  g_autoptr (LbTensor) o16 = lb_tensor_new_zeros (LB_DTYPE_F16, 2, s48b);
+  assert_op_error (o->residual_norm_modulate (s, x, r49, NULL, NULL, NULL,
+          1e-6f, v8, v8, y, error), "residual_norm_modulate: y is f32 [4, "
+      "9], expected f32 [..., 8]");
+  assert_op_error (o->residual_norm_modulate (s, x, y, v7, NULL, NULL,
+          1e-6f, v8, v8, r58, error), "residual_norm_modulate: gate is f32 "
+      "[7], expected f32 [..., 8]");
+  assert_op_error (o->residual_norm_modulate (s, x, y, NULL, v7, NULL,
+          1e-6f, v8, v8, r58, error), "residual_norm_modulate: weight is f32 "
+      "[7], expected [8]");
+  assert_op_error (o->residual_norm_modulate (s, x, y, NULL, NULL, NULL,
+          1e-6f, r38, v8, r58, error), "residual_norm_modulate: scale is f32 "
+      "[3, 8], expected [8] or [4, 8]");
+  assert_op_error (o->residual_norm_modulate (s, x, y, NULL, NULL, NULL,
+          1e-6f, v8, v8, r58, error), "residual_norm_modulate: out is f32 "
+      "[5, 8], expected [4, 8]");
+  assert_op_error (o->residual_norm_modulate (s, x, y, NULL, NULL, NULL,
+          1e-6f, v8, v8, o16, error), "residual_norm_modulate: out is f16 "
+      "[4, 8], expected f32 or bf16 [..., 8]");
 
   /* rms_norm_rope: x [6, 16] = grid 1 x 2 x 3, H 2, hd 8, tables P 8 */
   LbTensor *cs, *sn;
@@ -577,6 +663,8 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/fused/norm-modulate", test_norm_modulate);
   g_test_add_func ("/ops/fused/norm-modulate-nd", test_norm_modulate_nd);
   g_test_add_func ("/ops/fused/rms-norm-rope", test_rms_norm_rope);
+  g_test_add_func ("/ops/fused/residual-norm-modulate",
+      test_residual_norm_modulate);
   g_test_add_func ("/ops/fused/gated-residual-modulate",
       test_gated_residual_modulate);
   g_test_add_func ("/ops/fused/errors", test_errors);
