@@ -269,36 +269,32 @@ for prec in fp32 bf16; do
     --devices 0 --precision $prec
   note "dit block $prec rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
 done
-# the same bf16 block with the own attention kernel instead of cuDNN's
-# SDPA (the default), the in-model comparison of the two
-start=$(date +%s)
-limit=$(step_limit 30 45)
-if [ "$limit" -ge 10 ]; then
-  export LINGBOT_CUDA_ATTENTION=own
-  bench block-bf16-own "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+# bf16_block_with STEP WHAT VAR=VALUE: the bf16 block again with one
+# environment setting (limit 30 s), its JSON lines under STEP
+bf16_block_with() {
+  local step=$1 what=$2 setting=$3 start limit rc
+  start=$(date +%s)
+  limit=$(step_limit 30 45)
+  if [ "$limit" -lt 10 ]; then
+    note "dit block bf16 $what skipped: $(left) s left"
+    return 0
+  fi
+  export "${setting?}"
+  bench "$step" "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
     --devices 0 --precision bf16
-  note "dit block bf16, own attention rc=$? ($(($(date +%s) - start)) s," \
+  rc=$?
+  unset "${setting%%=*}"
+  note "dit block bf16, $what rc=$rc ($(($(date +%s) - start)) s," \
     "limit $limit s)"
-  unset LINGBOT_CUDA_ATTENTION
-else
-  note "dit block bf16 own attention skipped: $(left) s left"
-fi
-# the same bf16 block with the GEMM inputs in f32, rounded by each GEMM
-# (LINGBOT_DIT_GEMM_INPUTS=f32: the path before issue 2.5 item 1, same
-# bits), against block-bf16 where the norms and the GELU write them in
-# bf16: the side-by-side ratio of the summary
-start=$(date +%s)
-limit=$(step_limit 30 45)
-if [ "$limit" -ge 10 ]; then
-  export LINGBOT_DIT_GEMM_INPUTS=f32
-  bench block-bf16-f32in "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
-    --devices 0 --precision bf16
-  note "dit block bf16, f32 GEMM inputs rc=$? ($(($(date +%s) - start)) s," \
-    "limit $limit s)"
-  unset LINGBOT_DIT_GEMM_INPUTS
-else
-  note "dit block bf16 f32 GEMM inputs skipped: $(left) s left"
-fi
+}
+# the own attention kernel instead of cuDNN's SDPA (the default), the
+# in-model comparison of the two
+bf16_block_with block-bf16-own "own attention" LINGBOT_CUDA_ATTENTION=own
+# the GEMM inputs in f32, rounded by each GEMM (LINGBOT_DIT_GEMM_INPUTS=f32:
+# the path before issue 2.5 item 1, same bits), against block-bf16 where
+# the norms and the GELU write them in bf16: the side-by-side ratio of the
+# summary
+bf16_block_with block-bf16-f32in "f32 GEMM inputs" LINGBOT_DIT_GEMM_INPUTS=f32
 # the same block in precision fp8 (opt-in: e4m3 GEMM weights and inputs,
 # cuBLASLt FP8 matmuls; attention as bf16): the fp8 chunk time is 40 x
 # this block's steady mean (json step block-fp8), next to block-bf16's.

@@ -373,23 +373,53 @@ typedef struct
   int64_t xpad, ypad;
 } GrmCase;
 
+/* The inputs of a GrmCase: x (rows of xb) and its copy x2 (of xb2), y,
+ * the gate (gp: NULL when the case has none), scale and shift. */
+typedef struct
+{
+  LbTensor x, y, x2;
+  LbTensor *xb, *yb, *xb2, *gate, *sc, *sh;
+  const LbTensor *gp;
+} GrmInputs;
+
+static void
+grm_inputs_init (GrmInputs * in, const GrmCase * c)
+{
+  const int64_t m = c->m, d = c->d;
+  int64_t dshape[1] = { d }, mshape[2] = { m, d };
+  in->xb = rows_new (m, d, c->xpad, -4, 4, &in->x);
+  in->yb = rows_new (m, d, c->ypad, -2, 2, &in->y);
+  in->gate = c->gate == 2 ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  in->sc = c->scale_rows ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  in->sh = c->shift_rows ? rand_tensor (2, mshape, -1, 1) :
+      rand_tensor (1, dshape, -1, 1);
+  in->gp = c->gate ? in->gate : NULL;
+  in->xb2 = clone (in->xb);
+  same_view (&in->x2, in->xb2, &in->x, in->xb);
+}
+
+static void
+grm_inputs_clear (GrmInputs * in)
+{
+  LbTensor **t[] = { &in->xb, &in->yb, &in->xb2, &in->gate, &in->sc,
+    &in->sh
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (t); i++)
+    g_clear_pointer (t[i], lb_tensor_free);
+}
+
 static void
 check_grm (const GrmCase * c)
 {
   const int64_t m = c->m, d = c->d;
-  int64_t dshape[1] = { d }, mshape[2] = { m, d };
-  LbTensor x, y, x2;
-  g_autoptr (LbTensor) xb = rows_new (m, d, c->xpad, -4, 4, &x);
-  g_autoptr (LbTensor) yb = rows_new (m, d, c->ypad, -2, 2, &y);
-  g_autoptr (LbTensor) gate = c->gate == 2 ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
-  g_autoptr (LbTensor) sc = c->scale_rows ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
-  g_autoptr (LbTensor) sh = c->shift_rows ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
-  const LbTensor *gp = c->gate ? gate : NULL;
-  g_autoptr (LbTensor) xb2 = clone (xb);
-  same_view (&x2, xb2, &x, xb);
+  GrmInputs in;
+  grm_inputs_init (&in, c);
+  LbTensor x = in.x, y = in.y, x2 = in.x2;
+  LbTensor *gate = in.gate, *sc = in.sc, *sh = in.sh;
+  LbTensor *xb = in.xb, *xb2 = in.xb2;
+  const LbTensor *gp = in.gp;
 
   double *ref = g_new (double, m * d);
   for (int64_t i = 0; i < m; i++)
@@ -412,6 +442,7 @@ check_grm (const GrmCase * c)
   /* x + g*y can cancel: rounding is relative to the terms (|x| <= 4) */
   assert_close_scaled (what, &x, ref, TOL_REF, 8.0);
   g_free (ref);
+  grm_inputs_clear (&in);
 }
 
 static void
@@ -441,21 +472,13 @@ static void
 check_rnm (const GrmCase * c, gboolean affine, gboolean out16)
 {
   const int64_t m = c->m, d = c->d;
-  int64_t dshape[1] = { d }, mshape[2] = { m, d }, oshape[2] = { m, d + 3 };
-  LbTensor x, y, x2, o, o2;
-  g_autoptr (LbTensor) xb = rows_new (m, d, c->xpad, -4, 4, &x);
-  g_autoptr (LbTensor) yb = rows_new (m, d, c->ypad, -2, 2, &y);
-  g_autoptr (LbTensor) gate = c->gate == 2 ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
+  int64_t dshape[1] = { d }, oshape[2] = { m, d + 3 };
+  GrmInputs in;
+  grm_inputs_init (&in, c);
+  LbTensor x = in.x, y = in.y, x2 = in.x2, o, o2;
   g_autoptr (LbTensor) w = rand_tensor (1, dshape, 0.5, 1.5);
   g_autoptr (LbTensor) bias = rand_tensor (1, dshape, -1, 1);
-  g_autoptr (LbTensor) sc = c->scale_rows ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
-  g_autoptr (LbTensor) sh = c->shift_rows ? rand_tensor (2, mshape, -1, 1) :
-      rand_tensor (1, dshape, -1, 1);
-  const LbTensor *gp = c->gate ? gate : NULL;
-  g_autoptr (LbTensor) xb2 = clone (xb);
-  same_view (&x2, xb2, &x, xb);
+  const LbTensor *gp = in.gp, *sc = in.sc, *sh = in.sh;
   /* out: columns [2, 2 + d) of [m, d + 3], poisoned */
   g_autoptr (LbTensor) ob = lb_tensor_new (out16 ? LB_DTYPE_BF16 :
       LB_DTYPE_F32, 2, oshape);
@@ -474,8 +497,9 @@ check_rnm (const GrmCase * c, gboolean affine, gboolean out16)
       G_GINT64_FORMAT "/%" G_GINT64_FORMAT "%s%s", m, d, c->gate,
       c->scale_rows, c->shift_rows, c->xpad, c->ypad,
       affine ? " affine" : "", out16 ? " bf16 out" : "");
-  assert_same_bytes (what, xb, xb2);
+  assert_same_bytes (what, in.xb, in.xb2);
   assert_same_bytes (what, ob, ob2);
+  grm_inputs_clear (&in);
 }
 
 static void
