@@ -262,8 +262,8 @@ DEFINE_SUM (sum_f64, double)
 DEFINE_SUM (sum_i32, gint32)
 DEFINE_SUM (sum_i64, gint64)
 /* Sums in rank order, chunk by chunk, so @out may alias one input. */
-     static gboolean
-         reduce_sum (LocalComm * c, LbDType dtype, void *out,
+static gboolean
+reduce_sum (LocalComm * c, LbDType dtype, void *out,
     const void *const *in, int n_in, gsize count, GError ** error)
 {
   if (!c->host) {

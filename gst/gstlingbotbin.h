@@ -9,6 +9,6 @@ G_BEGIN_DECLS
 
 #define GST_TYPE_LINGBOT_BIN (gst_lingbot_bin_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotBin, gst_lingbot_bin, GST, LINGBOT_BIN, GstBin)
-    GST_ELEMENT_REGISTER_DECLARE (lingbotbin);
+GST_ELEMENT_REGISTER_DECLARE (lingbotbin);
 
 G_END_DECLS

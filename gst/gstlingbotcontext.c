@@ -34,7 +34,8 @@ G_DEFINE_BOXED_TYPE_WITH_CODE (LingbotWorld, gst_lingbot_world,
  * Returns: (transfer full) (nullable): the description, %NULL for a %NULL
  *   @world
  */
-     char *gst_lingbot_world_to_string (LingbotWorld * world)
+char *
+gst_lingbot_world_to_string (LingbotWorld * world)
 {
   if (world == NULL)
     return NULL;

@@ -92,6 +92,6 @@ G_STATIC_ASSERT (sizeof (GstLingbotControlPoses) == 16);
 #define GST_TYPE_LINGBOT_CONTROL_SRC (gst_lingbot_control_src_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotControlSrc, gst_lingbot_control_src,
     GST, LINGBOT_CONTROL_SRC, GstPushSrc)
-    GST_ELEMENT_REGISTER_DECLARE (lingbotcontrolsrc);
+GST_ELEMENT_REGISTER_DECLARE (lingbotcontrolsrc);
 
 G_END_DECLS

@@ -37,9 +37,9 @@ G_BEGIN_DECLS
 #define GST_TYPE_LINGBOT_GEN (gst_lingbot_gen_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotGen, gst_lingbot_gen, GST, LINGBOT_GEN,
     GstElement)
-    GST_ELEMENT_REGISTER_DECLARE (lingbotgen);
+GST_ELEMENT_REGISTER_DECLARE (lingbotgen);
 
-     void gst_lingbot_gen_install_properties (GObjectClass * klass);
+void gst_lingbot_gen_install_properties (GObjectClass * klass);
 
 /**
  * GstLingbotPrecision:
@@ -54,14 +54,14 @@ G_DECLARE_FINAL_TYPE (GstLingbotGen, gst_lingbot_gen, GST, LINGBOT_GEN,
  * lingbotgen's `precision` property: the DiT's precision on GPU ranks (CPU
  * ranks always compute in fp32).
  */
-     typedef enum
-     {
-       GST_LINGBOT_PRECISION_FP32,
-       GST_LINGBOT_PRECISION_BF16,
-       GST_LINGBOT_PRECISION_FP8,
-     } GstLingbotPrecision;
+typedef enum
+{
+  GST_LINGBOT_PRECISION_FP32,
+  GST_LINGBOT_PRECISION_BF16,
+  GST_LINGBOT_PRECISION_FP8,
+} GstLingbotPrecision;
 
 #define GST_TYPE_LINGBOT_PRECISION (gst_lingbot_precision_get_type ())
-     GType gst_lingbot_precision_get_type (void);
+GType gst_lingbot_precision_get_type (void);
 
 G_END_DECLS

@@ -10,6 +10,6 @@ G_BEGIN_DECLS
 #define GST_TYPE_LINGBOT_VAE_DEC (gst_lingbot_vae_dec_get_type ())
 G_DECLARE_FINAL_TYPE (GstLingbotVaeDec, gst_lingbot_vae_dec,
     GST, LINGBOT_VAE_DEC, GstElement)
-    GST_ELEMENT_REGISTER_DECLARE (lingbotvaedec);
+GST_ELEMENT_REGISTER_DECLARE (lingbotvaedec);
 
 G_END_DECLS

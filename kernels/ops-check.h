@@ -26,19 +26,18 @@ G_BEGIN_DECLS
 
 /* ---- generic helpers ---- */
 
-gboolean
-lb_check_fail (GError ** error, const char *format, ...)
-G_GNUC_PRINTF (2, 3);
-     gboolean lb_check_device (const LbTensor * t, LbDevice device,
+gboolean lb_check_fail (GError ** error, const char *format, ...)
+    G_GNUC_PRINTF (2, 3);
+gboolean lb_check_device (const LbTensor * t, LbDevice device,
     const char *op, const char *arg, GError ** error);
-     gboolean lb_check_devices_valist (LbDevice device, const char *op,
+gboolean lb_check_devices_valist (LbDevice device, const char *op,
     GError ** error, const char *first_arg, va_list args);
-     gboolean lb_check_devices (LbDevice device, const char *op,
+gboolean lb_check_devices (LbDevice device, const char *op,
     GError ** error, const char *first_arg, ...) G_GNUC_NULL_TERMINATED;
-     gboolean lb_check_tensor (const char *op, const char *arg,
+gboolean lb_check_tensor (const char *op, const char *arg,
     const LbTensor * t, LbDType dtype, int ndim, const int64_t * shape,
     gboolean contiguous, GError ** error);
-     gboolean lb_check_rows (const char *op, const char *arg,
+gboolean lb_check_rows (const char *op, const char *arg,
     const LbTensor * t, int64_t cols, int64_t * rows, int64_t * ld,
     GError ** error);
 
@@ -53,16 +52,16 @@ G_GNUC_PRINTF (2, 3);
  * @wld: elements between rows of w as stored
  * @yld: elements between rows of y
  */
-     typedef struct
-     {
-       int64_t m, n, k;
-       int64_t xld, wld, yld;
-     } LbGemmGeom;
+typedef struct
+{
+  int64_t m, n, k;
+  int64_t xld, wld, yld;
+} LbGemmGeom;
 
-     gboolean lb_check_gemm (const LbTensor * x, const LbTensor * w,
+gboolean lb_check_gemm (const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);
-     gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
+gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
     const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);
 
@@ -82,33 +81,33 @@ G_GNUC_PRINTF (2, 3);
  * The rows view of the operands of the row ops (norms, modulation,
  * elementwise).
  */
-     typedef struct
-     {
-       int64_t m, d;
-       int64_t x_ld, y_ld, s_ld, h_ld;
-       int64_t g_ld, o_ld;
-     } LbRowsGeom;
+typedef struct
+{
+  int64_t m, d;
+  int64_t x_ld, y_ld, s_ld, h_ld;
+  int64_t g_ld, o_ld;
+} LbRowsGeom;
 
-     gboolean lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
+gboolean lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, const LbTensor * y, LbRowsGeom * g, GError ** error);
-     gboolean lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
+gboolean lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * y, LbRowsGeom * g, GError ** error);
-     gboolean lb_check_modulate (const LbTensor * x, const LbTensor * scale,
+gboolean lb_check_modulate (const LbTensor * x, const LbTensor * scale,
     const LbTensor * shift, const LbTensor * y, LbRowsGeom * g,
     GError ** error);
-     gboolean lb_check_gated_residual (const LbTensor * x, const LbTensor * y,
+gboolean lb_check_gated_residual (const LbTensor * x, const LbTensor * y,
     const LbTensor * gate, LbRowsGeom * g, GError ** error);
 /* gelu_tanh, silu, scale: y = f(x), @op names the op in messages. */
-     gboolean lb_check_unary (const char *op, const LbTensor * x,
+gboolean lb_check_unary (const char *op, const LbTensor * x,
     const LbTensor * y, LbRowsGeom * g, GError ** error);
 /* add, mul: y = f(a, b), b of the shape of a or one [D] row. */
-     gboolean lb_check_binary (const char *op, const LbTensor * a,
+gboolean lb_check_binary (const char *op, const LbTensor * a,
     const LbTensor * b, const LbTensor * y, LbRowsGeom * g, GError ** error);
 
-     gboolean lb_check_rope_3d (const LbTensor * x, const LbTensor * cos,
+gboolean lb_check_rope_3d (const LbTensor * x, const LbTensor * cos,
     const LbTensor * sin, int64_t grid_f, int64_t grid_h, int64_t grid_w,
     int64_t frame_offset, int64_t row_offset, GError ** error);
-     gboolean lb_check_attention (const LbTensor * q, const LbTensor * k,
+gboolean lb_check_attention (const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
     const LbTensor * out, GError ** error);
 
@@ -128,28 +127,28 @@ G_GNUC_PRINTF (2, 3);
  * @zeros: conv3d_causal: leading zero frames; conv2d: 0
  * @tout: conv3d_causal: output frames; conv2d: batch elements
  */
-     typedef struct
-     {
-       int64_t cin, cout, h, w;
-       int64_t kt, kh, kw, ho, wo;
-       int64_t t, tc, zeros, tout;
-     } LbConvGeom;
+typedef struct
+{
+  int64_t cin, cout, h, w;
+  int64_t kt, kh, kw, ho, wo;
+  int64_t t, tc, zeros, tout;
+} LbConvGeom;
 
-     gboolean lb_check_conv3d_causal (const LbTensor * x,
+gboolean lb_check_conv3d_causal (const LbTensor * x,
     const LbTensor * cache, const LbTensor * weight, const LbTensor * bias,
     int pad_h, int pad_w, int stride_h, int stride_w, const LbTensor * y,
     LbConvGeom * g, GError ** error);
-     gboolean lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
+gboolean lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
     const LbTensor * y, LbConvGeom * g, GError ** error);
 
-     gboolean lb_check_upsample_nearest2x (const LbTensor * x,
+gboolean lb_check_upsample_nearest2x (const LbTensor * x,
     const LbTensor * y, GError ** error);
-     gboolean lb_check_patchify (const LbTensor * x, int ph, int pw,
+gboolean lb_check_patchify (const LbTensor * x, int ph, int pw,
     const LbTensor * y, GError ** error);
-     gboolean lb_check_unpatchify (const LbTensor * z, int ph, int pw,
+gboolean lb_check_unpatchify (const LbTensor * z, int ph, int pw,
     const LbTensor * y, GError ** error);
-     gboolean lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
+gboolean lb_check_resize_bicubic (const LbTensor * x, const LbTensor * y,
     GError ** error);
 
 /* ---- strided ops ---- */
@@ -164,52 +163,52 @@ G_GNUC_PRINTF (2, 3);
  * The 5-D walk of the strided ops (copy, clamp, fill, accumulate,
  * latent_affine).
  */
-     typedef struct
-     {
-       int64_t shape[5];
-       int64_t ys[5];
-       int64_t xs[5];
-       int cdim;
-     } LbStrided5;
+typedef struct
+{
+  int64_t shape[5];
+  int64_t ys[5];
+  int64_t xs[5];
+  int cdim;
+} LbStrided5;
 
 /* clamp, fill (@x %NULL), accumulate (copy: lb_check_copy(), which also
  * takes bf16): f32 y of 1..5 dims, any strides, x (when given) f32 of y's
  * shape. */
-     gboolean lb_check_strided (const char *op, const LbTensor * x,
+gboolean lb_check_strided (const char *op, const LbTensor * x,
     const LbTensor * y, LbStrided5 * g, GError ** error);
 /* copy: x and y each f32 or bf16, same shape, any strides. */
-     gboolean lb_check_copy (const LbTensor * x, const LbTensor * y,
+gboolean lb_check_copy (const LbTensor * x, const LbTensor * y,
     LbStrided5 * g, GError ** error);
-     gboolean lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
+gboolean lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
     const LbTensor * inv_std, const LbTensor * y, LbStrided5 * g,
     GError ** error);
-     gboolean lb_check_channel_rms_norm (const LbTensor * x,
+gboolean lb_check_channel_rms_norm (const LbTensor * x,
     const LbTensor * gamma, const LbTensor * y, GError ** error);
-     gboolean lb_check_upsample_nearest2x_halo (const LbTensor * x,
+gboolean lb_check_upsample_nearest2x_halo (const LbTensor * x,
     const LbTensor * y, GError ** error);
 
 /* ---- fused DiT ops ---- */
 
-     gboolean lb_check_norm_modulate (const LbTensor * x,
+gboolean lb_check_norm_modulate (const LbTensor * x,
     const LbTensor * weight, const LbTensor * bias, const LbTensor * scale,
     const LbTensor * shift, const LbTensor * y, LbRowsGeom * g,
     GError ** error);
-     gboolean lb_check_rms_norm_rope (const LbTensor * x,
+gboolean lb_check_rms_norm_rope (const LbTensor * x,
     const LbTensor * weight, const LbTensor * cos, const LbTensor * sin,
     int64_t grid_f, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
     int64_t row_offset, const LbTensor * y, LbRowsGeom * g, GError ** error);
-     gboolean lb_check_gated_residual_modulate (const LbTensor * x,
+gboolean lb_check_gated_residual_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
     const LbTensor * shift, LbRowsGeom * g, GError ** error);
 
-     gboolean lb_check_residual_norm_modulate (const LbTensor * x,
+gboolean lb_check_residual_norm_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * weight,
     const LbTensor * bias, const LbTensor * scale, const LbTensor * shift,
     const LbTensor * out, LbRowsGeom * g, GError ** error);
 
 /* ---- camera control ---- */
 
-     gboolean lb_check_ray_map (const LbTensor * rel_poses, int width,
+gboolean lb_check_ray_map (const LbTensor * rel_poses, int width,
     int height, int row0, const LbTensor * y, GError ** error);
 
 G_END_DECLS

@@ -97,7 +97,7 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_gemm_fp8(A) A (IN, x) A (IN, w) A (IN, sw) A (IN, bias) \
     A (F32, alpha) A (F32, beta) A (OUT, y)
-    LB_OP (gemm_fp8)
+LB_OP (gemm_fp8)
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.  y is f32,
  *   or bf16 (the next bf16 GEMM's input, spec 1.11; it must not overlap
@@ -109,24 +109,24 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_layer_norm(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (OUT, y)
-    LB_OP (layer_norm)
+LB_OP (layer_norm)
 /* @rms_norm: per row of x[M,D]: `x * rsqrt(mean(x^2) + eps) * weight`
  *   (@weight may be %NULL).  In place allowed (y == x).
  */
 #define LB_OP_ARGS_rms_norm(A) A (IN, x) A (IN, weight) A (F32, eps) \
     A (OUT, y)
-    LB_OP (rms_norm)
+LB_OP (rms_norm)
 /* @modulate: `y = x * (1 + scale) + shift` with x,y [M,D] and scale/shift
  *   either [D] (broadcast over rows) or [M,D] (per row).  In place allowed.
  */
 #define LB_OP_ARGS_modulate(A) A (IN, x) A (IN, scale) A (IN, shift) \
     A (OUT, y)
-    LB_OP (modulate)
+LB_OP (modulate)
 /* @gated_residual: in place `x += gate * y`, x,y [M,D], gate [D] or [M,D]
  *   or %NULL (then plain `x += y`).
  */
 #define LB_OP_ARGS_gated_residual(A) A (OUT, x) A (IN, y) A (IN, gate)
-    LB_OP (gated_residual)
+LB_OP (gated_residual)
 /* @rope_3d: in place rotation of x[N, H, hd] (q or k heads) by interleaved
  *   pairs, spec lingbot_model_spec.md 1.8.  Token n is (f, i, j) in
  *   row-major order over a grid of @grid_f x @grid_h x @grid_w tokens;
@@ -142,7 +142,7 @@ LB_OP (gemm)
 #define LB_OP_ARGS_rope_3d(A) A (OUT, x) A (IN, cos) A (IN, sin) \
     A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) A (I64, frame_offset) \
     A (I64, row_offset)
-    LB_OP (rope_3d)
+LB_OP (rope_3d)
 /* @attention: `out[Nq,H,hd] = softmax(q . k^T * scale + bias) . v` with
  *   k,v [Nk,H,hd]; @bias ([H,Nq,Nk], nullable) is added to the logits before
  *   softmax; @key_mask ([Nk] u8, nullable; 0 = hidden key) hides keys.
@@ -166,33 +166,33 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_attention(A) A (IN, q) A (IN, k) A (IN, v) A (IN, bias) \
     A (IN, key_mask) A (F32, scale) A (OUT, out)
-    LB_OP (attention)
+LB_OP (attention)
 /* @gelu_tanh: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in place ok.
  *   y may be bf16 (not in place), as @layer_norm's.
  */
 #define LB_OP_ARGS_gelu_tanh(A) A (IN, x) A (OUT, y)
-    LB_OP (gelu_tanh)
+LB_OP (gelu_tanh)
 /* @silu: `x * sigmoid(x)`, in place ok.  y may be bf16, as @gelu_tanh's.
  */
 #define LB_OP_ARGS_silu(A) A (IN, x) A (OUT, y)
-    LB_OP (silu)
+LB_OP (silu)
 /* @add: `y = a + b` (same shapes, or b [D] broadcast over rows of a [M,D]).
  *   The elementwise and row ops (norms, modulate, gated_residual,
  *   activations, add/mul/scale) also accept 2-D row-strided views
  *   (stride[1] == 1).
  */
 #define LB_OP_ARGS_add(A) A (IN, a) A (IN, b) A (OUT, y)
-    LB_OP (add)
+LB_OP (add)
 /* @mul: `y = a * b`, broadcasting as @add.
  */
 #define LB_OP_ARGS_mul(A) A (IN, a) A (IN, b) A (OUT, y)
-    LB_OP (mul)
+LB_OP (mul)
 /* @scale: `y = alpha * x + beta`, in place ok.  y may be bf16, as
  *   @gelu_tanh's.
  */
 #define LB_OP_ARGS_scale(A) A (IN, x) A (F32, alpha) A (F32, beta) \
     A (OUT, y)
-    LB_OP (scale)
+LB_OP (scale)
 /* @conv3d_causal: x [Cin, T, H, W] -> y [Cout, T', H', W'] with weight
  *   [Cout, Cin, kt, kh, kw], bias [Cout] (nullable), spatial zero padding
  *   @pad_h/@pad_w, spatial stride @stride_h/@stride_w, temporal stride 1.
@@ -206,7 +206,7 @@ LB_OP (gemm)
 #define LB_OP_ARGS_conv3d_causal(A) A (IN, x) A (IN, cache) A (IN, weight) \
     A (IN, bias) A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) \
     A (INT, stride_w) A (OUT, y)
-    LB_OP (conv3d_causal)
+LB_OP (conv3d_causal)
 /* @conv2d: x [Cin, H, W] (or [B, Cin, H, W] with B in dim 0 of a 4-D
  *   tensor) -> y [Cout, H', W'] (or [B, Cout, H', W']), weight
  *   [Cout, Cin, kh, kw], bias nullable, symmetric zero padding, stride.
@@ -214,22 +214,22 @@ LB_OP (gemm)
 #define LB_OP_ARGS_conv2d(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) A (INT, stride_w) \
     A (OUT, y)
-    LB_OP (conv2d)
+LB_OP (conv2d)
 /* @upsample_nearest2x: x [..., H, W] -> y [..., 2H, 2W].
  */
 #define LB_OP_ARGS_upsample_nearest2x(A) A (IN, x) A (OUT, y)
-    LB_OP (upsample_nearest2x)
+LB_OP (upsample_nearest2x)
 /* @patchify: x [C, F, H, W] -> y [F*(H/ph)*(W/pw), C*ph*pw], token order
  *   (f, i, j) row-major, feature `c*ph*pw + kh*pw + kw` (spec 1.3, 1.6).
  */
 #define LB_OP_ARGS_patchify(A) A (IN, x) A (INT, ph) A (INT, pw) A (OUT, y)
-    LB_OP (patchify)
+LB_OP (patchify)
 /* @unpatchify: z [F*Hp*Wp, ph*pw*C] -> y [C, F, Hp*ph, Wp*pw], feature
  *   `(kh*pw + kw)*C + c` (spec 1.10: c fastest).
  */
 #define LB_OP_ARGS_unpatchify(A) A (IN, z) A (INT, ph) A (INT, pw) \
     A (OUT, y)
-    LB_OP (unpatchify)
+LB_OP (unpatchify)
 /* @resize_bicubic: x [C, H, W] -> y [C, H', W'], bicubic with A = -0.75,
  *   half-pixel centres (align_corners=False), no antialias, edge clamped,
  *   as torch.nn.functional.interpolate(mode="bicubic") on the CPU: scale
@@ -238,7 +238,7 @@ LB_OP (gemm)
  *   (golden README 4).
  */
 #define LB_OP_ARGS_resize_bicubic(A) A (IN, x) A (OUT, y)
-    LB_OP (resize_bicubic)
+LB_OP (resize_bicubic)
 /* The strided ops below (@copy, @clamp, @fill, @accumulate, @latent_affine)
  * take f32 views of 1 to 5 dims with any strides (including 0-stride
  * broadcasts of an input); x and y have the same shape and must not
@@ -254,23 +254,23 @@ LB_OP (gemm)
  *   [3, 4]").
  */
 #define LB_OP_ARGS_copy(A) A (IN, x) A (OUT, y)
-    LB_OP (copy)
+LB_OP (copy)
 /* @clamp: `y = min(max(x, lo), hi)` evaluated as
  *   `v = x < lo ? lo : x; y = v > hi ? hi : v`, so NaN stays NaN (as
  *   torch.clamp).  Any strides; in place allowed (y == x).
  */
 #define LB_OP_ARGS_clamp(A) A (IN, x) A (F32, lo) A (F32, hi) A (OUT, y)
-    LB_OP (clamp)
+LB_OP (clamp)
 /* @fill: `y[...] = value` (any strides).
  */
 #define LB_OP_ARGS_fill(A) A (OUT, y) A (F32, value)
-    LB_OP (fill)
+LB_OP (fill)
 /* @accumulate: in place `y += x` (same shape, any strides; used where the
  *   addend's layout differs from y's, e.g. token-major [N, C] attention
  *   output added to a channel-major [C, T, H, W] residual).
  */
 #define LB_OP_ARGS_accumulate(A) A (IN, x) A (OUT, y)
-    LB_OP (accumulate)
+LB_OP (accumulate)
 /* @channel_rms_norm: Wan2.1 RMS_norm over the channels of x [C, T, H, W]
  *   (vae_and_distributed_spec.md A.3), in the reference's order of
  *   operations: per voxel `n = max(sqrt(sum_c x[c]^2), 1e-12)` (the sum in
@@ -283,7 +283,7 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_channel_rms_norm(A) A (IN, x) A (IN, gamma) \
     A (BOOL, silu) A (OUT, y)
-    LB_OP (channel_rms_norm)
+LB_OP (channel_rms_norm)
 /* @upsample_nearest2x_halo: nearest x2 of a band of h rows that carries one
  *   halo row above and below, keeping one upsampled halo row per side:
  *   x [C, T, h + 2, w] (stride[3] == 1, other strides free) ->
@@ -292,7 +292,7 @@ LB_OP (gemm)
  *   conv, are dropped).
  */
 #define LB_OP_ARGS_upsample_nearest2x_halo(A) A (IN, x) A (OUT, y)
-    LB_OP (upsample_nearest2x_halo)
+LB_OP (upsample_nearest2x_halo)
 /* @latent_affine: per-channel latent (de)normalisation of x [C, ...]
  *   (dim 0 is the channel) into y of the same shape, @mean and @inv_std
  *   f32 [C] contiguous: when @denormalize `y = x / inv_std[c] + mean[c]`,
@@ -301,7 +301,7 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_latent_affine(A) A (IN, x) A (IN, mean) A (IN, inv_std) \
     A (BOOL, denormalize) A (OUT, y)
-    LB_OP (latent_affine)
+LB_OP (latent_affine)
 /* The fused ops below each replace a pair of the ops above in the DiT
  * block (spec 1.7, 1.8, 1.10).  Each computes exactly what the pair
  * computes on the same backend: the same statistics in the same precision
@@ -320,7 +320,7 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_norm_modulate(A) A (IN, x) A (IN, weight) A (IN, bias) \
     A (F32, eps) A (IN, scale) A (IN, shift) A (OUT, y)
-    LB_OP (norm_modulate)
+LB_OP (norm_modulate)
 /* @rms_norm_rope: @rms_norm then @rope_3d: x [N, H*hd] (2-D, stride[1] ==
  *   1) is RMS-normalised over the whole row (all heads, the mean square in
  *   double) and multiplied by @weight [H*hd] (nullable), then each head of
@@ -336,7 +336,7 @@ LB_OP (gemm)
 #define LB_OP_ARGS_rms_norm_rope(A) A (IN, x) A (IN, weight) A (F32, eps) \
     A (IN, cos) A (IN, sin) A (I64, grid_f) A (I64, grid_h) A (I64, grid_w) \
     A (I64, frame_offset) A (I64, row_offset) A (OUT, y)
-    LB_OP (rms_norm_rope)
+LB_OP (rms_norm_rope)
 /* @gated_residual_modulate: @gated_residual then @modulate, in place on x:
  *   `x = (x + gate * y) * (1 + scale) + shift` with x, y [M, D], @gate [D],
  *   [M, D] or %NULL (then `x + y`), scale and shift [D] or [M, D] (the
@@ -345,7 +345,7 @@ LB_OP (gemm)
  */
 #define LB_OP_ARGS_gated_residual_modulate(A) A (OUT, x) A (IN, y) \
     A (IN, gate) A (IN, scale) A (IN, shift)
-    LB_OP (gated_residual_modulate)
+LB_OP (gated_residual_modulate)
 /* @residual_norm_modulate: @gated_residual then @norm_modulate on its
  *   result: in place `x += gate * y` (x, y [M, D], @gate [D], [M, D] or
  *   %NULL for `x += y`), then `out = LN(x) * (1 + scale) + shift` as
@@ -360,7 +360,7 @@ LB_OP (gemm)
 #define LB_OP_ARGS_residual_norm_modulate(A) A (OUT, x) A (IN, y) \
     A (IN, gate) A (IN, weight) A (IN, bias) A (F32, eps) A (IN, scale) \
     A (IN, shift) A (OUT, out)
-    LB_OP (residual_norm_modulate)
+LB_OP (residual_norm_modulate)
 /* @ray_map: the camera control tensor of spec 2.6-2.7, built on the
  *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
  *   contiguous (C relative camera-to-world poses, row-major 4x4, the
@@ -383,5 +383,5 @@ LB_OP (gemm)
 #define LB_OP_ARGS_ray_map(A) A (IN, rel_poses) A (F32, fx) A (F32, fy) \
     A (F32, cx) A (F32, cy) A (INT, width) A (INT, height) A (INT, row0) \
     A (OUT, y)
-    LB_OP (ray_map)
+LB_OP (ray_map)
 #undef LB_OP

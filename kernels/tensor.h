@@ -130,38 +130,37 @@ LbTensor *lb_tensor_to_f32 (const LbTensor * src);
 void lb_tensor_free (LbTensor * t);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LbTensor, lb_tensor_free)
 /* ---- views (borrowed; no allocation) ---- */
-     void lb_tensor_view_init (LbTensor * out, LbDType dtype, void *data,
+void lb_tensor_view_init (LbTensor * out, LbDType dtype, void *data,
     LbDevice device, int ndim, const int64_t * shape, const int64_t * stride);
-     void lb_tensor_view (LbTensor * out, const LbTensor * src);
-     gboolean lb_tensor_view_narrow (LbTensor * out, const LbTensor * src,
+void lb_tensor_view (LbTensor * out, const LbTensor * src);
+gboolean lb_tensor_view_narrow (LbTensor * out, const LbTensor * src,
     int dim, int64_t start, int64_t length);
-     gboolean lb_tensor_view_reshape (LbTensor * out, const LbTensor * src,
+gboolean lb_tensor_view_reshape (LbTensor * out, const LbTensor * src,
     int ndim, const int64_t * shape);
-     gboolean lb_tensor_view_permute (LbTensor * out, const LbTensor * src,
+gboolean lb_tensor_view_permute (LbTensor * out, const LbTensor * src,
     const int *perm);
-     gboolean lb_tensor_view_select (LbTensor * out, const LbTensor * src,
+gboolean lb_tensor_view_select (LbTensor * out, const LbTensor * src,
     int dim, int64_t index);
 
 /* ---- queries ---- */
 
-     int64_t lb_tensor_numel (const LbTensor * t);
-     gsize lb_tensor_nbytes (const LbTensor * t);
-     gboolean lb_tensor_is_contiguous (const LbTensor * t);
-     gboolean lb_tensor_same_shape (const LbTensor * a, const LbTensor * b);
-     gboolean lb_tensor_has_shape (const LbTensor * t, int ndim, ...);
-     char *lb_tensor_shape_string (const LbTensor * t);
-     char *lb_shape_string (int ndim, const int64_t * shape);
-     void lb_contiguous_strides (int ndim, const int64_t * shape,
-    int64_t * stride);
+int64_t lb_tensor_numel (const LbTensor * t);
+gsize lb_tensor_nbytes (const LbTensor * t);
+gboolean lb_tensor_is_contiguous (const LbTensor * t);
+gboolean lb_tensor_same_shape (const LbTensor * a, const LbTensor * b);
+gboolean lb_tensor_has_shape (const LbTensor * t, int ndim, ...);
+char *lb_tensor_shape_string (const LbTensor * t);
+char *lb_shape_string (int ndim, const int64_t * shape);
+void lb_contiguous_strides (int ndim, const int64_t * shape, int64_t * stride);
 
 /* Element access for tests and slow paths (CPU tensors only, any dtype). */
-     double lb_tensor_get (const LbTensor * t, const int64_t * index);
-     double lb_tensor_get_flat (const LbTensor * t, int64_t flat_index);
-     void lb_tensor_set_flat (LbTensor * t, int64_t flat_index, double value);
+double lb_tensor_get (const LbTensor * t, const int64_t * index);
+double lb_tensor_get_flat (const LbTensor * t, int64_t flat_index);
+void lb_tensor_set_flat (LbTensor * t, int64_t flat_index, double value);
 
 /* Copy any-dtype, any-stride CPU tensor into a contiguous one of equal shape
  * (dtypes converted through double). */
-     gboolean lb_tensor_copy_into (LbTensor * dst, const LbTensor * src,
+gboolean lb_tensor_copy_into (LbTensor * dst, const LbTensor * src,
     GError ** error);
 
 G_END_DECLS

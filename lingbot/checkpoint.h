@@ -60,37 +60,36 @@ LingbotCheckpoint *lingbot_checkpoint_open (const char *path, GError ** error);
 LingbotCheckpoint *lingbot_checkpoint_ref (LingbotCheckpoint * ckpt);
 void lingbot_checkpoint_unref (LingbotCheckpoint * ckpt);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotCheckpoint, lingbot_checkpoint_unref)
-     const char *lingbot_checkpoint_get_path (LingbotCheckpoint * ckpt);
-     LingbotCheckpointFormat lingbot_checkpoint_get_format (LingbotCheckpoint *
+const char *lingbot_checkpoint_get_path (LingbotCheckpoint * ckpt);
+LingbotCheckpointFormat lingbot_checkpoint_get_format (LingbotCheckpoint *
     ckpt);
-     const char *lingbot_checkpoint_format_name (LingbotCheckpointFormat
-    format);
+const char *lingbot_checkpoint_format_name (LingbotCheckpointFormat format);
 
-     guint lingbot_checkpoint_get_n_tensors (LingbotCheckpoint * ckpt);
-     const char *const *lingbot_checkpoint_list_tensors (LingbotCheckpoint *
+guint lingbot_checkpoint_get_n_tensors (LingbotCheckpoint * ckpt);
+const char *const *lingbot_checkpoint_list_tensors (LingbotCheckpoint *
     ckpt, guint * n_tensors);
-     gboolean lingbot_checkpoint_has_tensor (LingbotCheckpoint * ckpt,
+gboolean lingbot_checkpoint_has_tensor (LingbotCheckpoint * ckpt,
     const char *name);
-     const LbTensor *lingbot_checkpoint_get (LingbotCheckpoint * ckpt,
+const LbTensor *lingbot_checkpoint_get (LingbotCheckpoint * ckpt,
     const char *name, GError ** error);
-     LbTensor *lingbot_checkpoint_dup_tensor (LingbotCheckpoint * ckpt,
+LbTensor *lingbot_checkpoint_dup_tensor (LingbotCheckpoint * ckpt,
     const char *name, GError ** error);
-     const LbTensor *lingbot_checkpoint_get_checked (LingbotCheckpoint * ckpt,
+const LbTensor *lingbot_checkpoint_get_checked (LingbotCheckpoint * ckpt,
     const char *name, int ndim, const int64_t * shape, LbDType dtype,
     GError ** error);
-     const char *lingbot_checkpoint_get_tensor_file (LingbotCheckpoint * ckpt,
+const char *lingbot_checkpoint_get_tensor_file (LingbotCheckpoint * ckpt,
     const char *name);
 
-     GHashTable *lingbot_checkpoint_get_metadata (LingbotCheckpoint * ckpt);
-     const char *lingbot_checkpoint_get_metadata_value (LingbotCheckpoint *
+GHashTable *lingbot_checkpoint_get_metadata (LingbotCheckpoint * ckpt);
+const char *lingbot_checkpoint_get_metadata_value (LingbotCheckpoint *
     ckpt, const char *key);
 
 /* ---- writers ---- */
 
-     gboolean lingbot_safetensors_write (const char *path,
+gboolean lingbot_safetensors_write (const char *path,
     const char *const *names, const LbTensor * const *tensors, guint n_tensors,
     GHashTable * metadata, GError ** error);
-     gboolean lingbot_safetensors_write_sharded (const char *dir,
+gboolean lingbot_safetensors_write_sharded (const char *dir,
     const char *const *names, const LbTensor * const *tensors, guint n_tensors,
     guint64 max_shard_bytes, GHashTable * metadata, GError ** error);
 
@@ -109,7 +108,7 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotCheckpoint, lingbot_checkpoint_unref)
  *
  * Returns: %TRUE on success.
  */
-     gboolean lingbot_pth_write (const char *path, const char *const *names,
+gboolean lingbot_pth_write (const char *path, const char *const *names,
     LbTensor * const *tensors, guint n, GError ** error);
 
 G_END_DECLS

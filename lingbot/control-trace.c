@@ -20,11 +20,11 @@ struct _LingbotControlTrace
   GPtrArray *warnings;          /* NULL-terminated strings */
 };
 
+static void trace_warn (LingbotControlTrace * t, const char *fmt, ...)
+    G_GNUC_PRINTF (2, 3);
+
 static void
 trace_warn (LingbotControlTrace * t, const char *fmt, ...)
-G_GNUC_PRINTF (2, 3);
-
-     static void trace_warn (LingbotControlTrace * t, const char *fmt, ...)
 {
   va_list ap;
   char *msg;

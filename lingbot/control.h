@@ -214,62 +214,58 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotPoses, lingbot_poses_free)
  * Without intrinsics, fx = fy = @image_width, cx = @image_width/2,
  * cy = @image_height/2 calibrated at the image size (spec 2.5).
  */
-     typedef struct
-     {
-       guint chunk_size;
-       int width;
-       int height;
-       int image_width;
-       int image_height;
-       gboolean has_intrinsics;
-       float intrinsics[4];
-       int intrinsics_width;
-       int intrinsics_height;
-       LingbotCameraParams camera;
-     } LingbotControlConfig;
+typedef struct
+{
+  guint chunk_size;
+  int width;
+  int height;
+  int image_width;
+  int image_height;
+  gboolean has_intrinsics;
+  float intrinsics[4];
+  int intrinsics_width;
+  int intrinsics_height;
+  LingbotCameraParams camera;
+} LingbotControlConfig;
 
-     void lingbot_control_config_init (LingbotControlConfig * cfg,
+void lingbot_control_config_init (LingbotControlConfig * cfg,
     int image_width, int image_height, int width, int height);
 
-     typedef struct _LingbotControl LingbotControl;
+typedef struct _LingbotControl LingbotControl;
 
-     LingbotControl *lingbot_control_new (const LingbotControlConfig * cfg,
+LingbotControl *lingbot_control_new (const LingbotControlConfig * cfg,
     GError ** error);
-     LingbotControl *lingbot_control_new_offline (const LingbotControlConfig *
+LingbotControl *lingbot_control_new_offline (const LingbotControlConfig *
     cfg, const float *poses, guint n_poses, guint frame_num, GError ** error);
-     LingbotControl *lingbot_control_new_offline_from_files (const
+LingbotControl *lingbot_control_new_offline_from_files (const
     LingbotControlConfig * cfg, const char *poses_path,
     const char *intrinsics_path, guint frame_num, GError ** error);
-     void lingbot_control_free (LingbotControl * ctl);
+void lingbot_control_free (LingbotControl * ctl);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControl, lingbot_control_free)
-     gboolean lingbot_control_is_offline (const LingbotControl * ctl);
-     guint lingbot_control_get_chunk_size (const LingbotControl * ctl);
-     int lingbot_control_get_latent_height (const LingbotControl * ctl);
-     int lingbot_control_get_latent_width (const LingbotControl * ctl);
-     gsize lingbot_control_get_chunk_n_elements (const LingbotControl * ctl,
+gboolean lingbot_control_is_offline (const LingbotControl * ctl);
+guint lingbot_control_get_chunk_size (const LingbotControl * ctl);
+int lingbot_control_get_latent_height (const LingbotControl * ctl);
+int lingbot_control_get_latent_width (const LingbotControl * ctl);
+gsize lingbot_control_get_chunk_n_elements (const LingbotControl * ctl,
     int row0, int row1);
-     void lingbot_control_get_intrinsics (const LingbotControl * ctl,
-    float k[4]);
+void lingbot_control_get_intrinsics (const LingbotControl * ctl, float k[4]);
 
-     void lingbot_control_reset_pose (LingbotControl * ctl);
+void lingbot_control_reset_pose (LingbotControl * ctl);
 
-     gboolean lingbot_control_advance (LingbotControl * ctl, guint keys,
+gboolean lingbot_control_advance (LingbotControl * ctl, guint keys,
     GError ** error);
-     void lingbot_control_rewind (LingbotControl * ctl);
-     gint lingbot_control_get_chunk_index (const LingbotControl * ctl);
-     guint lingbot_control_get_n_chunks (const LingbotControl * ctl);
-     const double *lingbot_control_get_chunk_poses (const LingbotControl * ctl);
-     const double *lingbot_control_get_previous_pose (const LingbotControl *
-    ctl);
-     const float *lingbot_control_get_chunk_rel_poses (const LingbotControl *
-    ctl);
-     const LingbotCamera *lingbot_control_get_camera (const LingbotControl *
-    ctl);
-     const float *lingbot_control_get_offline_poses (const LingbotControl * ctl,
+void lingbot_control_rewind (LingbotControl * ctl);
+gint lingbot_control_get_chunk_index (const LingbotControl * ctl);
+guint lingbot_control_get_n_chunks (const LingbotControl * ctl);
+const double *lingbot_control_get_chunk_poses (const LingbotControl * ctl);
+const double *lingbot_control_get_previous_pose (const LingbotControl * ctl);
+const float *lingbot_control_get_chunk_rel_poses (const LingbotControl * ctl);
+const LingbotCamera *lingbot_control_get_camera (const LingbotControl * ctl);
+const float *lingbot_control_get_offline_poses (const LingbotControl * ctl,
     guint * n_frames);
-     const float *lingbot_control_get_offline_rel_poses (const LingbotControl *
+const float *lingbot_control_get_offline_rel_poses (const LingbotControl *
     ctl, guint * n_frames);
-     gboolean lingbot_control_fill (LingbotControl * ctl, float *out,
+gboolean lingbot_control_fill (LingbotControl * ctl, float *out,
     gsize out_len, int row0, int row1, GError ** error);
 
 /* ---- control traces (control-trace.c) ---- */
@@ -282,12 +278,12 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControl, lingbot_control_free)
  * @LINGBOT_CONTROL_EVENT_RESET: `reset_pose`: pose to identity, pitch 0,
  *   keys and pending tap cleared; the next chunk is a first chunk again
  */
-     typedef enum
-     {
-       LINGBOT_CONTROL_EVENT_PRESS,
-       LINGBOT_CONTROL_EVENT_RELEASE,
-       LINGBOT_CONTROL_EVENT_RESET,
-     } LingbotControlEventType;
+typedef enum
+{
+  LINGBOT_CONTROL_EVENT_PRESS,
+  LINGBOT_CONTROL_EVENT_RELEASE,
+  LINGBOT_CONTROL_EVENT_RESET,
+} LingbotControlEventType;
 
 /**
  * LingbotControlEvent:
@@ -296,24 +292,24 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControl, lingbot_control_free)
  * @key: the #LingbotKey bits (one bit from a trace, %LINGBOT_KEYS_ALL for
  *   the action "reset", 0 for a reset_pose)
  */
-     typedef struct
-     {
-       double time_s;
-       LingbotControlEventType type;
-       guint key;
-     } LingbotControlEvent;
+typedef struct
+{
+  double time_s;
+  LingbotControlEventType type;
+  guint key;
+} LingbotControlEvent;
 
-     typedef struct _LingbotControlTrace LingbotControlTrace;
+typedef struct _LingbotControlTrace LingbotControlTrace;
 
-     LingbotControlTrace *lingbot_control_trace_new_from_data (const char *data,
+LingbotControlTrace *lingbot_control_trace_new_from_data (const char *data,
     gssize length, GError ** error);
-     LingbotControlTrace *lingbot_control_trace_new_from_file (const char *path,
+LingbotControlTrace *lingbot_control_trace_new_from_file (const char *path,
     GError ** error);
-     void lingbot_control_trace_free (LingbotControlTrace * trace);
+void lingbot_control_trace_free (LingbotControlTrace * trace);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlTrace, lingbot_control_trace_free)
-     const LingbotControlEvent *lingbot_control_trace_get_events (const
+const LingbotControlEvent *lingbot_control_trace_get_events (const
     LingbotControlTrace * trace, guint * n_events);
-     const char *const *lingbot_control_trace_get_warnings (const
+const char *const *lingbot_control_trace_get_warnings (const
     LingbotControlTrace * trace);
 
 /* ---- the control schedule (control-schedule.c) ---- */
@@ -334,17 +330,17 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlTrace, lingbot_control_trace_free)
  * One chunk's decision (lingbot_control_schedule_next(),
  * lingbot_control_schedule_take_live(), lingbot_control_trace_schedule()).
  */
-     typedef struct
-     {
-       guint keys;
-       gboolean is_tap;
-       gboolean reset_before;
-       double request_time_s;
-       double start_time_s;
-       double end_time_s;
-       guint revision;
-       guint index;
-     } LingbotScheduleChunk;
+typedef struct
+{
+  guint keys;
+  gboolean is_tap;
+  gboolean reset_before;
+  double request_time_s;
+  double start_time_s;
+  double end_time_s;
+  guint revision;
+  guint index;
+} LingbotScheduleChunk;
 
 /**
  * LingbotTraceChunk:
@@ -352,7 +348,7 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlTrace, lingbot_control_trace_free)
  * The older name of #LingbotScheduleChunk
  * (lingbot_control_trace_schedule()).
  */
-     typedef LingbotScheduleChunk LingbotTraceChunk;
+typedef LingbotScheduleChunk LingbotTraceChunk;
 
 /**
  * LingbotScheduleStatus:
@@ -362,40 +358,40 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlTrace, lingbot_control_trace_free)
  * @LINGBOT_SCHEDULE_ENDED: the events ended with nothing held; the chunk
  *   returned is the no-key chunk that follows them
  */
-     typedef enum
-     {
-       LINGBOT_SCHEDULE_CHUNK,
-       LINGBOT_SCHEDULE_WAIT,
-       LINGBOT_SCHEDULE_ENDED,
-     } LingbotScheduleStatus;
+typedef enum
+{
+  LINGBOT_SCHEDULE_CHUNK,
+  LINGBOT_SCHEDULE_WAIT,
+  LINGBOT_SCHEDULE_ENDED,
+} LingbotScheduleStatus;
 
-     typedef struct _LingbotControlSchedule LingbotControlSchedule;
+typedef struct _LingbotControlSchedule LingbotControlSchedule;
 
-     LingbotControlSchedule *lingbot_control_schedule_new (guint chunk_size,
+LingbotControlSchedule *lingbot_control_schedule_new (guint chunk_size,
     guint fps_n, guint fps_d, GError ** error);
-     void lingbot_control_schedule_free (LingbotControlSchedule * sched);
+void lingbot_control_schedule_free (LingbotControlSchedule * sched);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotControlSchedule,
     lingbot_control_schedule_free)
-     void lingbot_control_schedule_reset (LingbotControlSchedule * sched);
-     gboolean lingbot_control_schedule_set_timing (LingbotControlSchedule *
+void lingbot_control_schedule_reset (LingbotControlSchedule * sched);
+gboolean lingbot_control_schedule_set_timing (LingbotControlSchedule *
     sched, guint chunk_size, guint fps_n, guint fps_d, GError ** error);
 
-     gboolean lingbot_control_schedule_push (LingbotControlSchedule * sched,
+gboolean lingbot_control_schedule_push (LingbotControlSchedule * sched,
     const LingbotControlEvent * event);
-     void lingbot_control_schedule_set_horizon (LingbotControlSchedule * sched,
+void lingbot_control_schedule_set_horizon (LingbotControlSchedule * sched,
     double time_s);
-     void lingbot_control_schedule_end (LingbotControlSchedule * sched);
-     gboolean lingbot_control_schedule_is_ended (const LingbotControlSchedule *
+void lingbot_control_schedule_end (LingbotControlSchedule * sched);
+gboolean lingbot_control_schedule_is_ended (const LingbotControlSchedule *
     sched);
-     guint lingbot_control_schedule_get_n_queued (const LingbotControlSchedule *
+guint lingbot_control_schedule_get_n_queued (const LingbotControlSchedule *
     sched);
 
-     LingbotScheduleStatus lingbot_control_schedule_next (LingbotControlSchedule
+LingbotScheduleStatus lingbot_control_schedule_next (LingbotControlSchedule
     * sched, LingbotScheduleChunk * out);
-     gboolean lingbot_control_schedule_take_live (LingbotControlSchedule *
+gboolean lingbot_control_schedule_take_live (LingbotControlSchedule *
     sched, LingbotScheduleChunk * out);
 
-     guint lingbot_control_trace_schedule (const LingbotControlTrace * trace,
+guint lingbot_control_trace_schedule (const LingbotControlTrace * trace,
     guint n_chunks, guint chunk_size, guint fps, LingbotTraceChunk * out);
 
 G_END_DECLS

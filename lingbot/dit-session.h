@@ -105,45 +105,44 @@ void lingbot_dit_session_set_output_channel (LingbotDitSession * session,
     LbChannel * channel);
 void lingbot_dit_session_free (LingbotDitSession * session);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDitSession, lingbot_dit_session_free)
-     gboolean lingbot_dit_session_run_chunk (LingbotDitSession * session,
+gboolean lingbot_dit_session_run_chunk (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * control,
     const LbTensor * const *noise, LbTensor * out, GError ** error);
-     gboolean lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
+gboolean lingbot_dit_session_run_chunk_noise (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * control, LingbotNoise * noise,
     LbTensor * out, GError ** error);
-     gboolean lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
+gboolean lingbot_dit_session_run_chunk_poses (LingbotDitSession * session,
     const LbTensor * y, const LbTensor * rel_poses, const float k[4],
     int width, int height, const LbTensor * const *noise, LbTensor * out,
     GError ** error);
-     gboolean lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession *
+gboolean lingbot_dit_session_run_chunk_noise_poses (LingbotDitSession *
     session, const LbTensor * y, const LbTensor * rel_poses,
     const float k[4], int width, int height, LingbotNoise * noise,
     LbTensor * out, GError ** error);
 
-     void lingbot_dit_session_set_step_callback (LingbotDitSession * session,
+void lingbot_dit_session_set_step_callback (LingbotDitSession * session,
     LingbotDitStepFunc func, gpointer user_data);
-     void lingbot_dit_session_set_pass_callback (LingbotDitSession * session,
+void lingbot_dit_session_set_pass_callback (LingbotDitSession * session,
     LingbotDitPassFunc func, gpointer user_data);
-     void lingbot_dit_session_set_cancellable (LingbotDitSession * session,
+void lingbot_dit_session_set_cancellable (LingbotDitSession * session,
     GCancellable * cancellable);
-     gboolean lingbot_dit_session_is_cancelled (LingbotDitSession * session);
-     gboolean lingbot_dit_session_check_cancelled (LingbotDitSession * session,
+gboolean lingbot_dit_session_is_cancelled (LingbotDitSession * session);
+gboolean lingbot_dit_session_check_cancelled (LingbotDitSession * session,
     GError ** error);
-     int lingbot_dit_session_get_n_passes (LingbotDitSession * session);
-     int64_t lingbot_dit_session_get_chunk_index (LingbotDitSession * session);
-     int64_t lingbot_dit_session_get_frame_tokens (LingbotDitSession * session);
-     int64_t lingbot_dit_session_get_cache_capacity (LingbotDitSession *
-    session);
-     void lingbot_dit_session_get_cursors (LingbotDitSession * session,
+int lingbot_dit_session_get_n_passes (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_chunk_index (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_frame_tokens (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_cache_capacity (LingbotDitSession * session);
+void lingbot_dit_session_get_cursors (LingbotDitSession * session,
     int64_t * global_end, int64_t * local_end);
-     gboolean lingbot_dit_session_get_kv_cache (LingbotDitSession * session,
+gboolean lingbot_dit_session_get_kv_cache (LingbotDitSession * session,
     int layer, LbTensor * k, LbTensor * v, GError ** error);
-     void lingbot_dit_session_get_schedule (LingbotDitSession * session,
+void lingbot_dit_session_get_schedule (LingbotDitSession * session,
     int *n_steps, const double **timesteps, const double **sigma_x0,
     const double **sigma_renoise);
 
 /* for benchmarks (tools/bench-dit.c): not for generation */
-     gboolean lingbot_dit_session_bench_fill_window (LingbotDitSession *
+gboolean lingbot_dit_session_bench_fill_window (LingbotDitSession *
     session, GError ** error);
 
 /**
@@ -158,15 +157,15 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDitSession, lingbot_dit_session_free)
  *
  * What one rank of a DiT session holds and computes.
  */
-     typedef struct
-     {
-       int world_ranks;
-       int64_t band_row0, band_rows, tokens;
-       int heads;
-       guint64 kv_cache_bytes;
-     } LingbotDitRankShare;
+typedef struct
+{
+  int world_ranks;
+  int64_t band_row0, band_rows, tokens;
+  int heads;
+  guint64 kv_cache_bytes;
+} LingbotDitRankShare;
 
-     gboolean lingbot_dit_session_bench_get_share (LingbotDitSession * session,
+gboolean lingbot_dit_session_bench_get_share (LingbotDitSession * session,
     int rank, LingbotDitRankShare * out);
 
 G_END_DECLS

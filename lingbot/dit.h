@@ -119,18 +119,18 @@ gboolean lingbot_dit_load_config (const char *path, LingbotDitConfig * cfg,
 LingbotDit *lingbot_dit_ref (LingbotDit * dit);
 void lingbot_dit_unref (LingbotDit * dit);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDit, lingbot_dit_unref)
-     const LingbotDitConfig *lingbot_dit_get_config (const LingbotDit * dit);
-     const LbTensor *lingbot_dit_get_weight (const LingbotDit * dit,
+const LingbotDitConfig *lingbot_dit_get_config (const LingbotDit * dit);
+const LbTensor *lingbot_dit_get_weight (const LingbotDit * dit,
     const char *name);
 
 /* Random-weight checkpoints in the published layout (lingbot-mkmodel). */
-     LbTensor *lingbot_dit_random_weight (const LingbotDitConfig * cfg,
+LbTensor *lingbot_dit_random_weight (const LingbotDitConfig * cfg,
     const char *name, LbDType dtype, guint64 seed);
-     GHashTable *lingbot_dit_random_weights (const LingbotDitConfig * cfg,
+GHashTable *lingbot_dit_random_weights (const LingbotDitConfig * cfg,
     LbDType stored, guint64 seed, int n_threads, GError ** error);
-     LingbotDit *lingbot_dit_new_random (const LingbotDitConfig * cfg,
+LingbotDit *lingbot_dit_new_random (const LingbotDitConfig * cfg,
     guint64 seed, GError ** error);
-     gboolean lingbot_dit_write_random (const LingbotDitConfig * cfg,
+gboolean lingbot_dit_write_random (const LingbotDitConfig * cfg,
     const char *dir, guint n_shards, LbDType dtype, guint64 seed,
     GError ** error);
 

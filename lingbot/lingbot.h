@@ -102,20 +102,20 @@ gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
 void lingbot_world_unref (LingbotWorld * world);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
-     const char *lingbot_world_get_devices (LingbotWorld * world);
-     const char *lingbot_world_get_model_path (LingbotWorld * world);
-     const char *lingbot_world_get_precision (LingbotWorld * world);
-     int lingbot_world_get_n_ranks (LingbotWorld * world);
-     LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
-     LingbotDit *lingbot_world_get_dit (LingbotWorld * world);
-     LingbotVae *lingbot_world_get_vae (LingbotWorld * world);
-     gboolean lingbot_world_has_text_encoder (LingbotWorld * world);
-     void lingbot_world_lock (LingbotWorld * world);
-     void lingbot_world_unlock (LingbotWorld * world);
+const char *lingbot_world_get_devices (LingbotWorld * world);
+const char *lingbot_world_get_model_path (LingbotWorld * world);
+const char *lingbot_world_get_precision (LingbotWorld * world);
+int lingbot_world_get_n_ranks (LingbotWorld * world);
+LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
+LingbotDit *lingbot_world_get_dit (LingbotWorld * world);
+LingbotVae *lingbot_world_get_vae (LingbotWorld * world);
+gboolean lingbot_world_has_text_encoder (LingbotWorld * world);
+void lingbot_world_lock (LingbotWorld * world);
+void lingbot_world_unlock (LingbotWorld * world);
 
 /* ---- session ---- */
 
-     typedef struct _LingbotSession LingbotSession;
+typedef struct _LingbotSession LingbotSession;
 
 /**
  * LingbotSessionOptions:
@@ -155,30 +155,30 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
  * Without @prompt_embeds_path the world's text encoder encodes @prompt
  * (%NULL = the empty prompt); a world without one is an error.
  */
-     typedef struct
-     {
-       const char *prompt;
-       const char *prompt_embeds_path;
-       const char *image_path;
-       const guint8 *image_rgb;
-       int image_width, image_height, image_stride;
-       int pixel_area;
-       int width, height;
-       guint64 seed;
-       int chunk_frames;
-       int local_attn_frames;
-       int sink_frames;
-       double sample_shift;
-       const int *timestep_indices;
-       int n_timestep_indices;
-       guint frames;
-       int fps;
-       const float *poses;
-       guint n_poses;
-       const float *intrinsics;
-       int intrinsics_width, intrinsics_height;
-       const char *noise_path;
-     } LingbotSessionOptions;
+typedef struct
+{
+  const char *prompt;
+  const char *prompt_embeds_path;
+  const char *image_path;
+  const guint8 *image_rgb;
+  int image_width, image_height, image_stride;
+  int pixel_area;
+  int width, height;
+  guint64 seed;
+  int chunk_frames;
+  int local_attn_frames;
+  int sink_frames;
+  double sample_shift;
+  const int *timestep_indices;
+  int n_timestep_indices;
+  guint frames;
+  int fps;
+  const float *poses;
+  guint n_poses;
+  const float *intrinsics;
+  int intrinsics_width, intrinsics_height;
+  const char *noise_path;
+} LingbotSessionOptions;
 
 #define LINGBOT_SESSION_OPTIONS_INIT { NULL, NULL, NULL, NULL, 0, 0, 0, \
     480 * 832, 0, 0, 0, 0, 0, -1, 0.0, NULL, 0, 0, 16, NULL, 0, NULL, \
@@ -199,40 +199,40 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
  *
  * Per-chunk figures (DESIGN.md 6), measured with g_get_monotonic_time().
  */
-     typedef struct
-     {
-       guint64 index;
-       int frames;
-       double dit_seconds;
-       double vae_seconds;
-       double compute_seconds;
-       guint keys;
-       gint64 decode_start_us;
-       gint64 decode_end_us;
-     } LingbotChunkStats;
+typedef struct
+{
+  guint64 index;
+  int frames;
+  double dit_seconds;
+  double vae_seconds;
+  double compute_seconds;
+  guint keys;
+  gint64 decode_start_us;
+  gint64 decode_end_us;
+} LingbotChunkStats;
 
-     LingbotSession *lingbot_session_new (LingbotWorld * world,
+LingbotSession *lingbot_session_new (LingbotWorld * world,
     const LingbotSessionOptions * options, GError ** error);
-     void lingbot_session_free (LingbotSession * session);
+void lingbot_session_free (LingbotSession * session);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotSession, lingbot_session_free)
-     gboolean lingbot_session_check_image (const char *path, int *width,
+gboolean lingbot_session_check_image (const char *path, int *width,
     int *height, GError ** error);
-     gboolean lingbot_session_output_size (int image_width, int image_height,
+gboolean lingbot_session_output_size (int image_width, int image_height,
     int pixel_area, int *width, int *height, GError ** error);
 
-     int lingbot_session_get_width (LingbotSession * session);
-     int lingbot_session_get_height (LingbotSession * session);
-     int lingbot_session_get_latent_height (LingbotSession * session);
-     int lingbot_session_get_latent_width (LingbotSession * session);
-     int lingbot_session_get_chunk_frames (LingbotSession * session);
-     guint64 lingbot_session_get_chunk_index (LingbotSession * session);
-     guint lingbot_session_get_n_chunks (LingbotSession * session);
-     guint lingbot_session_get_n_frames (LingbotSession * session);
-     int lingbot_session_get_frame_count (LingbotSession * session,
+int lingbot_session_get_width (LingbotSession * session);
+int lingbot_session_get_height (LingbotSession * session);
+int lingbot_session_get_latent_height (LingbotSession * session);
+int lingbot_session_get_latent_width (LingbotSession * session);
+int lingbot_session_get_chunk_frames (LingbotSession * session);
+guint64 lingbot_session_get_chunk_index (LingbotSession * session);
+guint lingbot_session_get_n_chunks (LingbotSession * session);
+guint lingbot_session_get_n_frames (LingbotSession * session);
+int lingbot_session_get_frame_count (LingbotSession * session,
     guint64 chunk_index);
-     gboolean lingbot_session_is_done (LingbotSession * session);
-     int lingbot_session_get_decode_ranks (LingbotSession * session);
-     LingbotControl *lingbot_session_get_control (LingbotSession * session);
+gboolean lingbot_session_is_done (LingbotSession * session);
+int lingbot_session_get_decode_ranks (LingbotSession * session);
+LingbotControl *lingbot_session_get_control (LingbotSession * session);
 
 /**
  * LingbotPassFunc:
@@ -250,35 +250,34 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotSession, lingbot_session_free)
  * boundary, after @pass + 1 passes).  On device ranks "done" means
  * enqueued on the rank's stream.
  */
-     typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
+typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
     int pass, int n_passes, gpointer user_data);
 
-     void lingbot_session_set_cancellable (LingbotSession * session,
+void lingbot_session_set_cancellable (LingbotSession * session,
     GCancellable * cancellable);
-     void lingbot_session_set_pass_func (LingbotSession * session,
+void lingbot_session_set_pass_func (LingbotSession * session,
     LingbotPassFunc func, gpointer user_data, GDestroyNotify notify);
 
-     gboolean lingbot_session_generate (LingbotSession * session, guint keys,
+gboolean lingbot_session_generate (LingbotSession * session, guint keys,
     LingbotChunkStats * stats, GError ** error);
-     const LbTensor *lingbot_session_get_latents (LingbotSession * session);
-     gboolean lingbot_session_decode (LingbotSession * session,
+const LbTensor *lingbot_session_get_latents (LingbotSession * session);
+gboolean lingbot_session_decode (LingbotSession * session,
     const LbTensor * latents, int *n_frames, LingbotChunkStats * stats,
     GError ** error);
-     const LbTensor *lingbot_session_get_frames (LingbotSession * session);
+const LbTensor *lingbot_session_get_frames (LingbotSession * session);
 
 /* the decode beside generation (session-handoff.c) */
-     gboolean lingbot_session_attach_decoder (LingbotSession * session,
+gboolean lingbot_session_attach_decoder (LingbotSession * session,
     const char *devices, int n_slots, GError ** error);
-     gboolean lingbot_session_has_decoder (LingbotSession * session);
-     int lingbot_session_get_n_slots (LingbotSession * session);
-     void lingbot_session_claim_chunk (LingbotSession * session, guint64 chunk);
-     void lingbot_session_release_chunk (LingbotSession * session,
-    guint64 chunk);
-     gboolean lingbot_session_read_chunk (LingbotSession * session,
+gboolean lingbot_session_has_decoder (LingbotSession * session);
+int lingbot_session_get_n_slots (LingbotSession * session);
+void lingbot_session_claim_chunk (LingbotSession * session, guint64 chunk);
+void lingbot_session_release_chunk (LingbotSession * session, guint64 chunk);
+gboolean lingbot_session_read_chunk (LingbotSession * session,
     guint64 chunk, LbTensor * dst, GError ** error);
-     gboolean lingbot_session_decode_chunk (LingbotSession * session,
+gboolean lingbot_session_decode_chunk (LingbotSession * session,
     guint64 chunk, int *n_frames, LingbotChunkStats * stats, GError ** error);
-     guint64 lingbot_session_get_latent_host_bytes (LingbotSession * session);
-     guint64 lingbot_session_get_n_spills (LingbotSession * session);
+guint64 lingbot_session_get_latent_host_bytes (LingbotSession * session);
+guint64 lingbot_session_get_n_spills (LingbotSession * session);
 
 G_END_DECLS

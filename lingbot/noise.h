@@ -66,11 +66,11 @@ LingbotNoise *lingbot_noise_new_from_file (const char *path,
     const char *initial_format, const char *renoise_format, GError ** error);
 void lingbot_noise_free (LingbotNoise * noise);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotNoise, lingbot_noise_free)
-     gboolean lingbot_noise_fill (LingbotNoise * noise, guint chunk,
+gboolean lingbot_noise_fill (LingbotNoise * noise, guint chunk,
     LingbotNoisePurpose purpose, guint step, LbTensor * out,
     int64_t rows_total, int64_t row0, GError ** error);
 
-     LbTensor *lingbot_noise_read_tensor (const char *path, const char *name,
+LbTensor *lingbot_noise_read_tensor (const char *path, const char *name,
     GError ** error);
 
 G_END_DECLS

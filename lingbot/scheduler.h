@@ -29,45 +29,45 @@ LingbotScheduler *lingbot_scheduler_new (double shift,
 LingbotScheduler *lingbot_scheduler_new_default (void);
 void lingbot_scheduler_free (LingbotScheduler * sched);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotScheduler, lingbot_scheduler_free)
-     guint lingbot_scheduler_get_n_steps (const LingbotScheduler * sched);
-     double lingbot_scheduler_get_shift (const LingbotScheduler * sched);
-     const int64_t *lingbot_scheduler_get_timesteps (const LingbotScheduler *
+guint lingbot_scheduler_get_n_steps (const LingbotScheduler * sched);
+double lingbot_scheduler_get_shift (const LingbotScheduler * sched);
+const int64_t *lingbot_scheduler_get_timesteps (const LingbotScheduler *
     sched, guint * n);
-     const float *lingbot_scheduler_get_sigmas (const LingbotScheduler * sched,
+const float *lingbot_scheduler_get_sigmas (const LingbotScheduler * sched,
     guint * n);
-     const float *lingbot_scheduler_get_base_sigmas (const LingbotScheduler *
+const float *lingbot_scheduler_get_base_sigmas (const LingbotScheduler *
     sched, guint * n);
 
-     int64_t lingbot_scheduler_get_step_timestep (const LingbotScheduler *
+int64_t lingbot_scheduler_get_step_timestep (const LingbotScheduler *
     sched, guint step);
-     guint lingbot_scheduler_get_x0_sigma_index (const LingbotScheduler * sched,
+guint lingbot_scheduler_get_x0_sigma_index (const LingbotScheduler * sched,
     guint step);
-     float lingbot_scheduler_get_x0_sigma (const LingbotScheduler * sched,
+float lingbot_scheduler_get_x0_sigma (const LingbotScheduler * sched,
     guint step);
-     guint lingbot_scheduler_get_renoise_sigma_index (const LingbotScheduler *
+guint lingbot_scheduler_get_renoise_sigma_index (const LingbotScheduler *
     sched, guint step);
-     float lingbot_scheduler_get_renoise_sigma (const LingbotScheduler * sched,
+float lingbot_scheduler_get_renoise_sigma (const LingbotScheduler * sched,
     guint step);
 
-     guint lingbot_scheduler_index_first (const int64_t * timesteps, guint n,
+guint lingbot_scheduler_index_first (const int64_t * timesteps, guint n,
     int64_t t);
-     guint lingbot_scheduler_index_second (const int64_t * timesteps, guint n,
+guint lingbot_scheduler_index_second (const int64_t * timesteps, guint n,
     int64_t t);
 
-     void lingbot_scheduler_x0 (float sigma, const float *x, const float *v,
+void lingbot_scheduler_x0 (float sigma, const float *x, const float *v,
     float *x0, gsize n);
-     void lingbot_scheduler_renoise (float sigma, const float *x0,
+void lingbot_scheduler_renoise (float sigma, const float *x0,
     const float *noise, float *x, gsize n);
 
-     gboolean lingbot_check_timestep_indices (const int *idx, int n,
+gboolean lingbot_check_timestep_indices (const int *idx, int n,
     GError ** error);
-     gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
+gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
     GError ** error);
 
-     gboolean lingbot_scheduler_x0_tensor (const LingbotScheduler * sched,
+gboolean lingbot_scheduler_x0_tensor (const LingbotScheduler * sched,
     guint step, const LbTensor * x, const LbTensor * v, LbTensor * x0,
     GError ** error);
-     gboolean lingbot_scheduler_renoise_tensor (const LingbotScheduler * sched,
+gboolean lingbot_scheduler_renoise_tensor (const LingbotScheduler * sched,
     guint step, const LbTensor * x0, const LbTensor * noise, LbTensor * x,
     GError ** error);
 

@@ -64,29 +64,29 @@ LingbotTextEncoder *lingbot_text_encoder_load (const char *path,
     LbStream * stream, GError ** error);
 void lingbot_text_encoder_free (LingbotTextEncoder * enc);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotTextEncoder, lingbot_text_encoder_free)
-     const LingbotTextEncoderConfig *lingbot_text_encoder_get_config
-         (LingbotTextEncoder * enc);
+const LingbotTextEncoderConfig *lingbot_text_encoder_get_config
+    (LingbotTextEncoder * enc);
 
-     gboolean lingbot_text_encoder_forward (LingbotTextEncoder * enc,
+gboolean lingbot_text_encoder_forward (LingbotTextEncoder * enc,
     const int32_t * ids, const uint8_t * mask, int64_t seq_len,
     LbTensor * out, LbTensor ** block_out, GError ** error);
 
-     LbTensor *lingbot_text_encoder_encode_ids (LingbotTextEncoder * enc,
+LbTensor *lingbot_text_encoder_encode_ids (LingbotTextEncoder * enc,
     const int32_t * ids, const uint8_t * mask, int64_t seq_len,
     GError ** error);
 
-     LbTensor *lingbot_text_encoder_encode_prompt (LingbotTextEncoder * enc,
+LbTensor *lingbot_text_encoder_encode_prompt (LingbotTextEncoder * enc,
     LingbotTokenizer * tokenizer, const char *prompt, GError ** error);
 
 /* ---- prompt-embeds files ---- */
 
-     gboolean lingbot_prompt_embeds_save (const char *path,
+gboolean lingbot_prompt_embeds_save (const char *path,
     const LbTensor * context, const char *prompt, int n_tokens,
     GError ** error);
-     LbTensor *lingbot_prompt_embeds_load (const char *path, int64_t seq_len,
+LbTensor *lingbot_prompt_embeds_load (const char *path, int64_t seq_len,
     int64_t dim, GError ** error);
 
-     LbTensor *lingbot_prompt_context_new (LbStream * stream,
+LbTensor *lingbot_prompt_context_new (LbStream * stream,
     const char *prompt_embeds_path, const char *t5_path,
     const char *tokenizer_path, const char *prompt, int64_t dim,
     GError ** error);

@@ -28,15 +28,15 @@ char *lingbot_text_clean (const char *text);
 LingbotTokenizer *lingbot_tokenizer_new (const char *path, GError ** error);
 void lingbot_tokenizer_free (LingbotTokenizer * tok);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotTokenizer, lingbot_tokenizer_free)
-     int lingbot_tokenizer_get_vocab_size (LingbotTokenizer * tok);
-     int32_t lingbot_tokenizer_get_eos_id (LingbotTokenizer * tok);
-     int32_t lingbot_tokenizer_get_pad_id (LingbotTokenizer * tok);
+int lingbot_tokenizer_get_vocab_size (LingbotTokenizer * tok);
+int32_t lingbot_tokenizer_get_eos_id (LingbotTokenizer * tok);
+int32_t lingbot_tokenizer_get_pad_id (LingbotTokenizer * tok);
 
-     int32_t *lingbot_tokenizer_tokenize (LingbotTokenizer * tok,
+int32_t *lingbot_tokenizer_tokenize (LingbotTokenizer * tok,
     const char *text, gsize * n_ids, GError ** error);
-     int lingbot_tokenizer_encode (LingbotTokenizer * tok, const char *prompt,
+int lingbot_tokenizer_encode (LingbotTokenizer * tok, const char *prompt,
     int max_len, int32_t * ids, uint8_t * mask, GError ** error);
-     char *lingbot_tokenizer_decode (LingbotTokenizer * tok,
+char *lingbot_tokenizer_decode (LingbotTokenizer * tok,
     const int32_t * ids, gsize n_ids, GError ** error);
 
 G_END_DECLS

@@ -72,69 +72,69 @@ LingbotVae *lingbot_vae_load (const char *path, LingbotVaeParts parts,
 LingbotVae *lingbot_vae_ref (LingbotVae * vae);
 void lingbot_vae_unref (LingbotVae * vae);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotVae, lingbot_vae_unref)
-     int lingbot_vae_get_dim (LingbotVae * vae);
-     LingbotVaeParts lingbot_vae_get_parts (LingbotVae * vae);
-     const float *lingbot_vae_latent_mean (void);
-     const float *lingbot_vae_latent_inv_std (void);
-     int lingbot_vae_frames_for_latents (int n_latents, gboolean first_chunk);
+int lingbot_vae_get_dim (LingbotVae * vae);
+LingbotVaeParts lingbot_vae_get_parts (LingbotVae * vae);
+const float *lingbot_vae_latent_mean (void);
+const float *lingbot_vae_latent_inv_std (void);
+int lingbot_vae_frames_for_latents (int n_latents, gboolean first_chunk);
 
 /* ---- decoder session ---- */
 
-     LingbotVaeDecoder *lingbot_vae_decoder_new (LingbotVae * vae,
+LingbotVaeDecoder *lingbot_vae_decoder_new (LingbotVae * vae,
     LbStream * stream, int latent_h, int latent_w, int max_latent_frames,
     GError ** error);
-     LingbotVaeDecoder *lingbot_vae_decoder_new_sharded (LingbotVae * vae,
+LingbotVaeDecoder *lingbot_vae_decoder_new_sharded (LingbotVae * vae,
     LbWorkerGroup * group, int latent_h, int latent_w, int max_latent_frames,
     GError ** error);
-     void lingbot_vae_decoder_free (LingbotVaeDecoder * dec);
+void lingbot_vae_decoder_free (LingbotVaeDecoder * dec);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotVaeDecoder, lingbot_vae_decoder_free)
-     void lingbot_vae_decoder_reset (LingbotVaeDecoder * dec);
-     gboolean lingbot_vae_decoder_decode (LingbotVaeDecoder * dec,
+void lingbot_vae_decoder_reset (LingbotVaeDecoder * dec);
+gboolean lingbot_vae_decoder_decode (LingbotVaeDecoder * dec,
     const LbTensor * latents, LbTensor * frames, int *n_frames,
     GError ** error);
-     gboolean lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder * dec,
+gboolean lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder * dec,
     LbRank * rank, const LbTensor * latents, LbTensor * frames, int *n_frames,
     GError ** error);
-     gboolean lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder * dec,
+gboolean lingbot_vae_decoder_decode_band_on_rank (LingbotVaeDecoder * dec,
     LbRank * rank, const LbTensor * band, LbTensor * frames, int *n_frames,
     GError ** error);
-     int lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder * dec);
-     void lingbot_vae_decoder_get_band (LingbotVaeDecoder * dec, int rank,
+int lingbot_vae_decoder_get_n_ranks (LingbotVaeDecoder * dec);
+void lingbot_vae_decoder_get_band (LingbotVaeDecoder * dec, int rank,
     int64_t * row0, int64_t * rows);
-     guint64 lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder * dec);
-     double lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder * dec);
-     gsize lingbot_vae_decoder_get_cache_bytes (LingbotVaeDecoder * dec);
+guint64 lingbot_vae_decoder_get_halo_bytes (LingbotVaeDecoder * dec);
+double lingbot_vae_decoder_get_halo_seconds (LingbotVaeDecoder * dec);
+gsize lingbot_vae_decoder_get_cache_bytes (LingbotVaeDecoder * dec);
 
 /* ---- encoder session ---- */
 
-     LingbotVaeEncoder *lingbot_vae_encoder_new (LingbotVae * vae,
+LingbotVaeEncoder *lingbot_vae_encoder_new (LingbotVae * vae,
     LbStream * stream, int height, int width, GError ** error);
-     void lingbot_vae_encoder_free (LingbotVaeEncoder * enc);
+void lingbot_vae_encoder_free (LingbotVaeEncoder * enc);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotVaeEncoder, lingbot_vae_encoder_free)
-     void lingbot_vae_encoder_reset (LingbotVaeEncoder * enc);
-     gboolean lingbot_vae_encoder_encode (LingbotVaeEncoder * enc,
+void lingbot_vae_encoder_reset (LingbotVaeEncoder * enc);
+gboolean lingbot_vae_encoder_encode (LingbotVaeEncoder * enc,
     const LbTensor * pixels, LbTensor * latents, GError ** error);
-     gboolean lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
+gboolean lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
     const LbTensor * image, LbTensor * y, GError ** error);
-     void lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder * enc,
+void lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder * enc,
     gboolean reuse);
-     int lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder * enc);
-     int lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder * enc);
-     gboolean lingbot_vae_encode_image (LingbotVae * vae, LbStream * stream,
+int lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder * enc);
+int lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder * enc);
+gboolean lingbot_vae_encode_image (LingbotVae * vae, LbStream * stream,
     const LbTensor * image, LbTensor * latent, GError ** error);
 
 /* ---- output conversion ---- */
 
-     gboolean lingbot_vae_frames_to_rgb8 (const LbTensor * frames, int frame,
+gboolean lingbot_vae_frames_to_rgb8 (const LbTensor * frames, int frame,
     guint8 * dst, gsize dst_stride, GError ** error);
-     gboolean lingbot_vae_frames_to_rgba (const LbTensor * frames, int frame,
+gboolean lingbot_vae_frames_to_rgba (const LbTensor * frames, int frame,
     guint8 * dst, gsize dst_stride, GError ** error);
-     gboolean lingbot_vae_frames_to_i420 (const LbTensor * frames, int frame,
+gboolean lingbot_vae_frames_to_i420 (const LbTensor * frames, int frame,
     guint8 * y, gsize y_stride, guint8 * u, gsize u_stride, guint8 * v,
     gsize v_stride, GError ** error);
-     gboolean lingbot_vae_frames_to_nv12 (const LbTensor * frames, int frame,
+gboolean lingbot_vae_frames_to_nv12 (const LbTensor * frames, int frame,
     guint8 * y, gsize y_stride, guint8 * uv, gsize uv_stride, GError ** error);
-     guint8 lingbot_vae_value_to_u8 (float x);
+guint8 lingbot_vae_value_to_u8 (float x);
 
 /* ---- random-weight checkpoints (lingbot-mkmodel) ---- */
 
@@ -145,9 +145,9 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotVaeEncoder, lingbot_vae_encoder_free)
  * make (the release's is 96).
  */
 #define LINGBOT_VAE_MAX_RANDOM_DIM 1024
-     LingbotCheckpoint *lingbot_vae_random_checkpoint (const char *label,
+LingbotCheckpoint *lingbot_vae_random_checkpoint (const char *label,
     int dim, guint64 seed, GError ** error);
-     gboolean lingbot_vae_write_random (const char *path, int dim, guint64 seed,
+gboolean lingbot_vae_write_random (const char *path, int dim, guint64 seed,
     GError ** error);
 
 G_END_DECLS

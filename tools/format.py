@@ -10,7 +10,11 @@ gst-indent runs it, so that the result is a fixed point.  GNU indent does
 not know C99 compound literals: it breaks `(int64_t[2]) { a, b }` after
 the brace and loses track of an if/else around one.  So each compound
 literal is swapped for an identifier of the same length (its one-line
-form) before indent runs and put back, on one line, afterwards.
+form) before indent runs and put back, on one line, afterwards.  GLib's
+file-scope macro calls (G_DEFINE_*, G_DECLARE_*, any all-caps call at the
+start of a line) and the G_GNUC_* attributes after a prototype
+would make indent take what follows for old-style parameter declarations
+(indenting it): they are hidden the same way (see FILE_MACRO).
 
 C++ and CUDA sources (.cc, .cu, .cuh), which indent cannot parse, go
 through clang-format with the repository's .clang-format.
@@ -84,11 +88,67 @@ def one_line(literal):
 DECL_MACROS = ("G_BEGIN_DECLS", "G_END_DECLS")
 
 
+# Macro calls at the start of a line (G_DEFINE_TYPE (...),
+# G_DECLARE_FINAL_TYPE (...), G_DEFINE_AUTOPTR_CLEANUP_FUNC (...), the
+# project's DEFINE_SUM (...), LB_OP (name)):
+# indent reads `NAME (args)` at file scope as an old-style function
+# definition and indents every declaration after it as its parameters, and
+# spaces the hyphens of G_DEFINE_QUARK's name.  Each call, with its
+# optional semicolon, is hidden as a comment while indent runs and put back
+# as it was.
+FILE_MACRO = re.compile(r"^(?!G_GNUC_)[A-Z][A-Z0-9_]*\s*\(", re.M)
+# G_GNUC_PRINTF (2, 3) and the like after a prototype's ")": indent takes a
+# plain identifier there for the start of another old-style definition,
+# so each is swapped for an __attribute__ it knows while it runs
+GNUC_ATTR = re.compile(r"(\)\s*)(G_GNUC_[A-Z_]+\b(?:\s*\([^()\n]*\))?)")
+
+
+def hide_file_macros(text, saved):
+    out, pos = [], 0
+    for m in FILE_MACRO.finditer(text):
+        if m.start() < pos:
+            continue
+        depth, j = 0, m.end() - 1
+        while j < len(text):
+            if text[j] == "(":
+                depth += 1
+            elif text[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        end = j + 1
+        after = text[end:].lstrip()
+        before = text[:m.start()].rstrip()
+        # a definition named by a macro (ITEM_NAME (args) {, ROWS_FN (f)
+        # (args)) or an initializer (x =\nGST_STATIC_PAD_TEMPLATE (...)):
+        # indent reads those right
+        if after.startswith(("{", "(")) or before.endswith(("=", ",")):
+            continue
+        if text.startswith(";", end):
+            end += 1
+        out.append(text[pos:m.start()])
+        out.append("/* LbFmtMacro%d */" % len(saved))
+        saved.append(text[m.start():end])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def protect(text):
-    """(text with each compound literal replaced, the literals)."""
+    """(text with each compound literal and GLib macro replaced, the
+    originals)."""
     for macro in DECL_MACROS:
         text = re.sub(r"^%s$" % macro, "/* LbFmt%s */" % macro, text,
                       flags=re.M)
+    macros = []
+    text = hide_file_macros(text, macros)
+    attrs = []
+
+    def attr(m):
+        attrs.append(re.sub(r"\s*\(", " (", m.group(2), count=1))
+        return m.group(1) + "__attribute__((LbFmtAttr%d))" % (len(attrs) - 1)
+    text = GNUC_ATTR.sub(attr, text)
     out, saved, pos = [], [], 0
     for m in LITERAL_START.finditer(text):
         if m.start() < pos or CONTROL.search(text[:m.start()][-12:]):
@@ -108,13 +168,19 @@ def protect(text):
         saved.append(flat)
         pos = end
     out.append(text[pos:])
-    return "".join(out), saved
+    return "".join(out), (saved, macros, attrs)
 
 
-def restore(text, saved):
+def restore(text, hidden):
+    saved, macros, attrs = hidden
+
     def put(m):
         return saved[int(m.group(1))]
     text = re.sub(r"LbFmtLiteral(\d+)_*", put, text)
+    text = re.sub(r"__attribute__\s*\(\(LbFmtAttr(\d+)\)\)",
+                  lambda m: attrs[int(m.group(1))], text)
+    text = re.sub(r"/\* LbFmtMacro(\d+) \*/",
+                  lambda m: macros[int(m.group(1))], text)
     for macro in DECL_MACROS:
         text = text.replace("/* LbFmt%s */" % macro, macro)
     return text
@@ -135,8 +201,17 @@ def formatted(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if path.endswith((".c", ".h")):
-        hidden, saved = protect(text)
-        return text, restore(run_indent(hidden, path), saved)
+        # to a fixed point: a macro call that indent indented (after
+        # another it misread) reaches column 0, and is protected, one
+        # pass later
+        out = text
+        for _ in range(64):
+            hidden, saved = protect(out)
+            new = restore(run_indent(hidden, path), saved)
+            if new == out:
+                break
+            out = new
+        return text, out
     p = subprocess.run([CLANG_FORMAT, "--style=file", path],
                        capture_output=True, text=True, check=True)
     return text, p.stdout

@@ -117,7 +117,7 @@ void lingbot_webrtc_server_free (LingbotWebrtcServer * server);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWebrtcServer, lingbot_webrtc_server_free)
 /* exposed for the tests: a request path (percent-encoded, as received) to
  * a file under @root, or %NULL with *status 403 (escapes) / 404 */
-     char *lingbot_webrtc_resolve_path (const char *root, const char *path,
+char *lingbot_webrtc_resolve_path (const char *root, const char *path,
     guint * status);
 
 G_END_DECLS

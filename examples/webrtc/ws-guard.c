@@ -114,27 +114,27 @@ lingbot_ws_scan_feed (LingbotWsScan * scan, const guint8 * data, gsize len,
 #define LINGBOT_TYPE_WS_GUARD_INPUT (lingbot_ws_guard_input_get_type ())
 G_DECLARE_FINAL_TYPE (LingbotWsGuardInput, lingbot_ws_guard_input, LINGBOT,
     WS_GUARD_INPUT, GFilterInputStream)
-     struct _LingbotWsGuardInput
-     {
-       GFilterInputStream parent;
-       LingbotWsScan scan;
-       guint64 max_message;
-       gboolean notified;
-       gboolean eof;            /* lingbot_ws_guard_finish() was called */
-       GSource *wake;           /* child of the last source handed out */
-       LingbotWsGuardTripped tripped;
-       gpointer user_data;
-     };
+struct _LingbotWsGuardInput
+{
+  GFilterInputStream parent;
+  LingbotWsScan scan;
+  guint64 max_message;
+  gboolean notified;
+  gboolean eof;                 /* lingbot_ws_guard_finish() was called */
+  GSource *wake;                /* child of the last source handed out */
+  LingbotWsGuardTripped tripped;
+  gpointer user_data;
+};
 
-     static void
-         lingbot_ws_guard_input_pollable_init (GPollableInputStreamInterface *
-    iface);
+static void
+lingbot_ws_guard_input_pollable_init (GPollableInputStreamInterface * iface);
 
 G_DEFINE_TYPE_WITH_CODE (LingbotWsGuardInput, lingbot_ws_guard_input,
     G_TYPE_FILTER_INPUT_STREAM,
     G_IMPLEMENT_INTERFACE (G_TYPE_POLLABLE_INPUT_STREAM,
         lingbot_ws_guard_input_pollable_init))
-     static GInputStream *guard_base (LingbotWsGuardInput * self)
+static GInputStream *
+guard_base (LingbotWsGuardInput * self)
 {
   return g_filter_input_stream_get_base_stream (G_FILTER_INPUT_STREAM (self));
 }
@@ -298,16 +298,17 @@ lingbot_ws_guard_input_init (LingbotWsGuardInput * self)
 #define LINGBOT_TYPE_WS_GUARD (lingbot_ws_guard_get_type ())
 G_DECLARE_FINAL_TYPE (LingbotWsGuard, lingbot_ws_guard, LINGBOT, WS_GUARD,
     GIOStream)
-     struct _LingbotWsGuard
-     {
-       GIOStream parent;
-       GIOStream *base;
-       GInputStream *input;
-       GSocket *socket;         /* for the lingering close, or NULL */
-     };
+struct _LingbotWsGuard
+{
+  GIOStream parent;
+  GIOStream *base;
+  GInputStream *input;
+  GSocket *socket;              /* for the lingering close, or NULL */
+};
 
 G_DEFINE_TYPE (LingbotWsGuard, lingbot_ws_guard, G_TYPE_IO_STREAM)
-     static GInputStream *guard_get_input (GIOStream * stream)
+static GInputStream *
+guard_get_input (GIOStream * stream)
 {
   return LINGBOT_WS_GUARD (stream)->input;
 }

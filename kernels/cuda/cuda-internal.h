@@ -310,6 +310,6 @@ lb_cuda_check_devices (LbStream * s, const char *op, GError ** error,
 
 /* ---- ops (cuda-ops.c) ---- */
 
-     extern const LbOps lb_cuda_ops;
+extern const LbOps lb_cuda_ops;
 
 G_END_DECLS

@@ -93,11 +93,11 @@ fakedev_is_device (const void *p, gsize n)
   return found;
 }
 
+static gboolean refuse (GError ** error, const char *format, ...)
+    G_GNUC_PRINTF (2, 3);
+
 static gboolean
 refuse (GError ** error, const char *format, ...)
-G_GNUC_PRINTF (2, 3);
-
-     static gboolean refuse (GError ** error, const char *format, ...)
 {
   va_list ap;
   va_start (ap, format);

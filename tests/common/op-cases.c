@@ -189,11 +189,11 @@ case_free (gpointer p)
   g_free (c);
 }
 
+static OpCase *add (OpId op, double tol, const char *format, ...)
+    G_GNUC_PRINTF (3, 4);
+
 static OpCase *
 add (OpId op, double tol, const char *format, ...)
-G_GNUC_PRINTF (3, 4);
-
-     static OpCase *add (OpId op, double tol, const char *format, ...)
 {
   OpCase *c = g_new0 (OpCase, 1);
   va_list ap;
