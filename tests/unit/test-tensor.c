@@ -417,10 +417,20 @@ test_e4m3 (void)
   g_assert_cmpfloat (((float *) f->data)[0], ==, 3.25f);
 }
 
+/* The error domain's name, as g_quark_to_string() and GError printing
+ * give it (the formatter once spaced its hyphens inside G_DEFINE_QUARK). */
+static void
+test_error_domain (void)
+{
+  g_assert_cmpstr (g_quark_to_string (LB_ERROR), ==, "lingbot-error-quark");
+  g_assert_cmpuint (LB_ERROR, ==, g_quark_try_string ("lingbot-error-quark"));
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/tensor/error-domain", test_error_domain);
   g_test_add_func ("/tensor/new", test_new);
   g_test_add_func ("/tensor/dtypes", test_dtypes);
   g_test_add_func ("/tensor/views", test_views);
