@@ -83,6 +83,7 @@ lb_cpu_layer_norm_row_bf16 (const float *xr, const float *wd,
     const float *bd, float eps, const float *sr, const float *hr,
     uint16_t * yr, int64_t d)
 {
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
   float buf[LB_CPU_BF16_BLOCK];
   double mean, rstd;
   layer_norm_stats (xr, eps, d, &mean, &rstd);
@@ -90,7 +91,7 @@ lb_cpu_layer_norm_row_bf16 (const float *xr, const float *wd,
     const int64_t n = MIN (LB_CPU_BF16_BLOCK, d - j0);
     layer_norm_apply (xr, wd, bd, mean, rstd, buf, j0, n);
     if (sr)
-      lb_cpu_row_kernels ()->modulate (buf, sr + j0, hr + j0, buf, n);
+      rk->modulate (buf, sr + j0, hr + j0, buf, n);
     lb_cpu_round_bf16 (buf, yr + j0, n);
   }
 }

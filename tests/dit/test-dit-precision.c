@@ -473,6 +473,21 @@ run_random (LingbotDit * m, int n_ranks, LbMathMode math)
   return bytes;
 }
 
+/* A random model of dit_tiny's shape with 4 heads of 128 (the 14B
+ * model's head dim), FFN width @ffn_dim, weights from @seed. */
+static LingbotDit *
+random_hd128 (int ffn_dim, guint seed)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg = *lingbot_dit_get_config (dit);
+  cfg.dim = 512;
+  cfg.num_heads = 4;
+  cfg.ffn_dim = ffn_dim;
+  LingbotDit *m = lingbot_dit_new_random (&cfg, seed, &err);
+  g_assert_no_error (err);
+  return m;
+}
+
 /* With head dim 128 (the 14B model's) q crosses the ranks as bf16 as well
  * (the attention op rounds it to bf16 in LB_MATH_BF16, kernels/ops.h), and
  * k, v and the output as for dit_tiny: a random model of dit_tiny's shape
@@ -482,13 +497,7 @@ run_random (LingbotDit * m, int n_ranks, LbMathMode math)
 static void
 test_bf16_exchanges_hd128 (void)
 {
-  g_autoptr (GError) err = NULL;
-  LingbotDitConfig cfg = *lingbot_dit_get_config (dit);
-  cfg.dim = 512;
-  cfg.num_heads = 4;
-  cfg.ffn_dim = 512;
-  LingbotDit *m = lingbot_dit_new_random (&cfg, 11, &err);
-  g_assert_no_error (err);
+  LingbotDit *m = random_hd128 (512, 11);
   g_autoptr (GByteArray) r1 = run_random (m, 1, LB_MATH_BF16);
   g_autoptr (GByteArray) r2 = run_random (m, 2, LB_MATH_BF16);
   g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
@@ -950,13 +959,7 @@ test_world_precision (void)
 static void
 test_bf16_gemm_inputs (void)
 {
-  g_autoptr (GError) err = NULL;
-  LingbotDitConfig cfg = *lingbot_dit_get_config (dit);
-  cfg.dim = 512;
-  cfg.num_heads = 4;
-  cfg.ffn_dim = 768;
-  LingbotDit *m = lingbot_dit_new_random (&cfg, 13, &err);
-  g_assert_no_error (err);
+  LingbotDit *m = random_hd128 (768, 13);
   for (int run = 0; run < 3; run++) {
     const int n_ranks = run == 0 ? 1 : 2;
     if (run == 2) {

@@ -410,6 +410,22 @@ grm_inputs_clear (GrmInputs * in)
     g_clear_pointer (t[i], lb_tensor_free);
 }
 
+/* Variant @v (0..11) of a shape: the gate absent, broadcast or per row,
+ * scale and shift broadcast or per row, some x and y row-strided. */
+static GrmCase
+grm_case (const int64_t size[2], int v)
+{
+  GrmCase c = { 0 };
+  c.m = size[0];
+  c.d = size[1];
+  c.gate = v % 3;
+  c.scale_rows = (v / 3) & 1;
+  c.shift_rows = (v / 6) & 1;
+  c.xpad = v % 4 == 1 ? 2 : 0;
+  c.ypad = v % 5 == 2 ? 7 : 0;
+  return c;
+}
+
 static void
 check_grm (const GrmCase * c)
 {
@@ -453,11 +469,7 @@ test_gated_residual_modulate (void)
   };
   for (guint k = 0; k < G_N_ELEMENTS (sizes); k++)
     for (int v = 0; v < 12; v++) {
-      GrmCase c = {
-        .m = sizes[k][0],.d = sizes[k][1],
-        .gate = v % 3,.scale_rows = (v / 3) & 1,.shift_rows = (v / 6) & 1,
-        .xpad = v % 4 == 1 ? 2 : 0,.ypad = v % 5 == 2 ? 7 : 0,
-      };
+      const GrmCase c = grm_case (sizes[k], v);
       check_grm (&c);
     }
 }
@@ -510,11 +522,7 @@ test_residual_norm_modulate (void)
   };
   for (guint k = 0; k < G_N_ELEMENTS (sizes); k++)
     for (int v = 0; v < 12; v++) {
-      GrmCase c = {
-        .m = sizes[k][0],.d = sizes[k][1],
-        .gate = v % 3,.scale_rows = (v / 3) & 1,.shift_rows = (v / 6) & 1,
-        .xpad = v % 4 == 1 ? 2 : 0,.ypad = v % 5 == 2 ? 7 : 0,
-      };
+      const GrmCase c = grm_case (sizes[k], v);
       check_rnm (&c, v % 2, (v / 2) % 2);
     }
 }
