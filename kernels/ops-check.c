@@ -732,22 +732,42 @@ check_heads (const char *arg, const LbTensor * t, LbDType dtype, int64_t n,
   return TRUE;
 }
 
+/* check_heads() for q and out, which may be f32 or bf16 (kernels/ops.h):
+ * a tensor of another dtype is told both. */
+static gboolean
+check_heads_f32_or_bf16 (const char *arg, const LbTensor * t, int64_t n,
+    int64_t h, int64_t hd, GError ** error)
+{
+  if (t != NULL && t->dtype != LB_DTYPE_F32 && t->dtype != LB_DTYPE_BF16 &&
+      t->ndim >= 0 && t->ndim <= LB_MAX_DIMS) {
+    int64_t shape[3] = { n, h, hd };
+    g_autofree char *have = lb_tensor_shape_string (t);
+    g_autofree char *exp = expected_string (3, shape);
+    return lb_check_fail (error, "attention: %s is %s %s, expected f32 or "
+        "bf16 %s", arg, lb_dtype_name (t->dtype), have, exp);
+  }
+  return check_heads (arg, t, t != NULL ? t->dtype : LB_DTYPE_F32, n, h, hd,
+      error);
+}
+
 /**
  * lb_check_attention:
- * @q: f32 [Nq, H, hd] with stride[2] == 1
+ * @q: f32 or bf16 [Nq, H, hd] with stride[2] == 1
  * @k: f32 or bf16 [Nk, H, hd] (same strides rule)
  * @v: [Nk, H, hd] of @k's dtype (same strides rule)
  * @bias: (nullable): f32 [H, Nq, Nk] contiguous
  * @key_mask: (nullable): u8 [Nk] contiguous
- * @out: f32 [Nq, H, hd] with stride[2] == 1
+ * @out: f32 or bf16 [Nq, H, hd] with stride[2] == 1
  * @error: (out) (optional): %LB_ERROR_SHAPE, e.g.
- *   "attention: k is f16 [6, 2, 8], expected f32 or bf16 [*, 2, 8]" or
+ *   "attention: k is f16 [6, 2, 8], expected f32 or bf16 [*, 2, 8]",
+ *   "attention: out is f16 [4, 2, 8], expected f32 or bf16 [4, 2, 8]" or
  *   "attention: v is f32 [6, 2, 8], expected bf16 [6, 2, 8] (the dtype of
  *   k)"
  *
  * The checks of the attention op (kernels/ops.h), in the order q, k, v,
  * out, bias, key_mask.  k and v may be bfloat16 (a bf16 KV cache, spec
- * 1.11), both or neither.
+ * 1.11), both or neither; q and out may each be f32 or bfloat16 (the
+ * attention's bf16 operands of the served precision).
  *
  * Returns: %TRUE when the operands fit.
  */
@@ -756,7 +776,7 @@ lb_check_attention (const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
     const LbTensor * out, GError ** error)
 {
-  if (!check_heads ("q", q, LB_DTYPE_F32, LB_ANY, LB_ANY, LB_ANY, error))
+  if (!check_heads_f32_or_bf16 ("q", q, LB_ANY, LB_ANY, LB_ANY, error))
     return FALSE;
   int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
   if (k != NULL && k->dtype != LB_DTYPE_F32 && k->dtype != LB_DTYPE_BF16) {
@@ -777,7 +797,7 @@ lb_check_attention (const LbTensor * q, const LbTensor * k,
         nk, nh, hd);
   }
   if (!check_heads ("v", v, kv, nk, nh, hd, error) ||
-      !check_heads ("out", out, LB_DTYPE_F32, nq, nh, hd, error))
+      !check_heads_f32_or_bf16 ("out", out, nq, nh, hd, error))
     return FALSE;
   int64_t bshape[3] = { nh, nq, nk }, mshape[1] = { nk };
   return (bias == NULL || lb_check_tensor ("attention", "bias", bias,

@@ -149,11 +149,18 @@ LB_OP (rope_3d)
  *   Computed in tiles of keys with an online softmax so memory is O(tile),
  *   not O(Nq*Nk).  q/k/v/out may be strided views with stride[2] == 1 (so
  *   a KV-cache window can be passed without a copy).  A query whose keys
- *   are all hidden (or Nk == 0) gets zeros.  q, out, bias are f32; k and
- *   v are both f32 or both bf16 (%LB_DTYPE_BF16: a bf16 KV cache, spec
- *   1.11 "the KV cache is bf16"), and the result is the op's on k and v
+ *   are all hidden (or Nk == 0) gets zeros.  bias is f32; k and v are
+ *   both f32 or both bf16 (%LB_DTYPE_BF16: a bf16 KV cache, spec 1.11
+ *   "the KV cache is bf16"), and the result is the op's on k and v
  *   widened exactly to f32 (on the CPU bit for bit; a backend that rounds
  *   k and v to bf16 in %LB_MATH_BF16 anyway reads them as they are).
+ *   q and out are each f32 or bf16: a bf16 q is widened exactly (the
+ *   result is the op's on an f32 q holding those values: the DiT's q
+ *   after a bf16 Ulysses exchange), a bf16 out receives the f32 result
+ *   rounded to nearest even (lb_f32_to_bf16(): the input of the bf16
+ *   output projection, which rounds it so anyway; spec 1.11).  A q or out
+ *   of another dtype is an %LB_ERROR_SHAPE error ("attention: out is f16
+ *   [4, 2, 8], expected f32 or bf16 [4, 2, 8]").
  *   Any other dtype of k, or a v of another dtype than k, is an
  *   %LB_ERROR_SHAPE error ("attention: k is f16 [6, 2, 8], expected f32 or
  *   bf16 [*, 2, 8]", "attention: v is f32 [6, 2, 8], expected bf16

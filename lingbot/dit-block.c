@@ -439,18 +439,19 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
     /* the chunk's keys and values are in the cache (self_attn_qkv) */
     lingbot_dit_cache_window (rs, layer, &kw, &vw);
     heads_view (&q3, rs->q, rs->cfg->num_heads, rs->head_dim);
-    heads_view (&o3, rs->o, rs->cfg->num_heads, rs->head_dim);
+    heads_view (&o3, lingbot_dit_attn_out (rs), rs->cfg->num_heads,
+        rs->head_dim);
     return OPS->attention (rs->s, &q3, &kw, &vw, NULL, NULL, scale, &o3, error);
   }
   if ((!rs->overlap && !lingbot_dit_ulysses_qkv (rs, error)) ||
-      !lingbot_dit_cache_write_sharded (rs, layer, error) ||
-      (rs->q16 && !OPS->copy (rs->s, rs->q16, rs->q_r, error)))
+      !lingbot_dit_cache_write_sharded (rs, layer, error))
     return FALSE;
   lingbot_dit_cache_window (rs, layer, &kw, &vw);
   if (rs->overlap && rs->out_groups > 1)
     return lingbot_dit_ulysses_attention_out (rs, &kw, &vw, scale, error);
-  if (!OPS->attention (rs->s, rs->q_r, &kw, &vw, NULL, NULL, scale, rs->o_r,
-          error))
+  /* bf16 exchanges: the op reads the bf16 q and writes a bf16 output */
+  if (!OPS->attention (rs->s, rs->q16 ? rs->q16 : rs->q_r, &kw, &vw, NULL,
+          NULL, scale, rs->o16 ? rs->o16 : rs->o_r, error))
     return FALSE;
   return lingbot_dit_ulysses_out (rs, error);
 }
@@ -464,19 +465,20 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
   LbTensor *a = gemm_input (rs, FALSE), *h = gemm_input (rs, TRUE);
+  LbTensor *o = lingbot_dit_attn_out (rs);
   LbTensor gate_msa, shift_mlp, scale_mlp, gate_mlp, q3, o3, ck, cv;
   row_view (&gate_msa, mod, 2);
   row_view (&shift_mlp, mod, 3);
   row_view (&scale_mlp, mod, 4);
   row_view (&gate_mlp, mod, 5);
   heads_view (&q3, rs->q, H, hd);
-  heads_view (&o3, rs->o, H, hd);
+  heads_view (&o3, o, H, hd);
   heads_view (&ck, rs->cross_k[layer], H, hd);
   heads_view (&cv, rs->cross_v[layer], H, hd);
 
   /* x += gate_msa * o(attn), then the camera injection
    * x = x * (1 + cam_scale) + cam_shift (spec 1.7 order), in one op */
-  if (!linear (rs, rs->o, &b->sa_o, 0.0f, rs->t1, error) ||
+  if (!linear (rs, o, &b->sa_o, 0.0f, rs->t1, error) ||
       !trace_copy (rs, rs->trace_self_attn, rs->t1, error) ||
       !OPS->gated_residual_modulate (rs->s, rs->x, rs->t1, &gate_msa,
           rs->cam_scale[layer], rs->cam_shift[layer], error))
@@ -488,7 +490,7 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
       !linear (rs, a, &b->ca_q, 0.0f, rs->q, error) ||
       !OPS->rms_norm (rs->s, rs->q, b->ca_norm_q, eps, rs->q, error) ||
       !OPS->attention (rs->s, &q3, &ck, &cv, NULL, NULL, scale, &o3, error) ||
-      !linear (rs, rs->o, &b->ca_o, 0.0f, rs->t1, error) ||
+      !linear (rs, o, &b->ca_o, 0.0f, rs->t1, error) ||
       !trace_copy (rs, rs->trace_cross_attn, rs->t1, error))
     return FALSE;
 

@@ -151,17 +151,20 @@ typedef struct
 
   /* Ulysses scratch (n_ranks > 1) */
   LbTensor *send;               /* [n_local * D] */
-  LbTensor *q_r, *k_r, *v_r, *o_r;      /* [n_tokens, heads_local, hd] */
+  /* [n_tokens, heads_local, hd]; q_r NULL where q16 takes q, o_r NULL
+   * where o16 takes the attention output */
+  LbTensor *q_r, *k_r, *v_r, *o_r;
   LbTensor *recv;               /* [n_ranks * n_local * hl * hd] */
   /* bf16 exchanges (a bf16 KV cache, lingbot_dit_ulysses_alloc()): k and
    * v are sent as bf16 (send_kv [2, n_local * D], k_r / v_r bf16), and
-   * the attention output too (o16 [n_tokens, hl, hd] and recv16
-   * [n_ranks * n_local * hl * hd]); NULL when the exchanges are f32 */
+   * the attention output too (o16 [n_tokens, hl, hd], written by the
+   * attention op in bf16, and recv16 [n_ranks * n_local * hl * hd]);
+   * NULL when the exchanges are f32 */
   LbTensor *send_kv, *o16, *recv16;
   /* q as bf16 too where the attention op rounds q to bf16 anyway
    * (LB_MATH_BF16, hd 64 or 128; kernels/ops.h): then send_kv holds the
-   * q, k, v rows and q16 [n_tokens, hl, hd] receives q, widened into q_r
-   * before the attention; NULL otherwise */
+   * q, k, v rows and q16 [n_tokens, hl, hd] receives q, which the
+   * attention op reads as it is; NULL otherwise */
   LbTensor *q16;
   LbTensor *z_rm;               /* [n_tokens, out_dim * 4] rank-major */
   LbTensor *z_full;             /* [n_tokens, out_dim * 4] frame-major */
@@ -201,6 +204,17 @@ gboolean lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s,
     LbRank * rank, const LingbotDit * dit, int64_t frames, int64_t hp,
     int64_t wp, int64_t cap, int64_t sink, int64_t text_len, GError ** error);
 void lingbot_dit_rank_clear (LingbotDitRank * rs);
+
+/* The attention output [n_local, D] that feeds the output projections: the
+ * bf16 GEMM input rs->a16 where the rank has it (the attention op rounds
+ * its result to bf16 exactly as the bf16 GEMM would round an f32 x, and
+ * rs->a is not read between the q/k/v projections and the next norm), else
+ * rs->o. */
+static inline LbTensor *
+lingbot_dit_attn_out (LingbotDitRank * rs)
+{
+  return rs->a16 ? rs->a16 : rs->o;
+}
 
 /* dit-tensor.c */
 LbTensor *lingbot_dit_tensor_new (LbStream * s, int64_t d0, int64_t d1,

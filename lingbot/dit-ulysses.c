@@ -22,8 +22,12 @@
  * @gemm), so rounding before the exchange gives the same bits with 10
  * bytes per element of the four exchanges instead of 16.  Where the
  * attention op rounds q to bf16 itself (LB_MATH_BF16 with hd 64 or 128,
- * kernels/ops.h: the DiT's 128) q travels as bf16 too (8 bytes of 16) and
- * is widened back into rs->q_r before the attention.
+ * kernels/ops.h: the DiT's 128) q travels as bf16 too (8 bytes of 16).
+ * The attention op reads that bf16 q and writes its output in bf16
+ * (kernels/ops.h @attention) straight into the exchange buffers, and the
+ * reverse exchange lands in the bf16 input of the output projection
+ * (lingbot_dit_attn_out()) where the rank has one: no conversion pass
+ * between the exchanges, the attention and the GEMM.
  */
 #include "lingbot/dit-private.h"
 #include "comm/collectives.h"
@@ -56,7 +60,7 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
    * anyway (the same rounding, before instead of after the exchange), and
    * the output projection's bf16 GEMM rounds its input to bf16 (kernels/
    * ops.h @gemm), so the result is the same bits with 10 of the 16 bytes
-   * per element exchanged (q stays f32: the attention op reads f32 q). */
+   * per element exchanged. */
   const LbDType xd = rs->kv_dtype;
   /* q too where the attention op rounds it to bf16 (kernels/ops.h) */
   const gboolean qx16 = xd != LB_DTYPE_F32 && (hd == 64 || hd == 128);
@@ -65,10 +69,8 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
   if (!(rs->send = lingbot_dit_tensor_new (rs->s, xd == LB_DTYPE_F32 ? 3 : 1,
               block, error)) ||
       !(rs->recv = lingbot_dit_tensor_new (rs->s, 1, block, error)) ||
-      !(rs->q_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
       !(rs->k_r = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
       !(rs->v_r = lb_tensor_new_on (rs->s, xd, 3, s3, error)) ||
-      !(rs->o_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error)) ||
       !(rs->z_rm = lingbot_dit_tensor_new (rs->s, N, zf, error)) ||
       !(rs->z_full = lingbot_dit_tensor_new (rs->s, N, zf, error)))
     return FALSE;
@@ -78,6 +80,12 @@ lingbot_dit_ulysses_alloc (LingbotDitRank * rs, GError ** error)
           !(rs->recv16 = lb_tensor_new_on (rs->s, xd, 1, s1, error))))
     return FALSE;
   if (qx16 && !(rs->q16 = lb_tensor_new_on (rs->s, xd, 3, s3, error)))
+    return FALSE;
+  /* the f32 q and output of the attention where those are not bf16 (the
+   * op reads q16 and writes o16 as they are) */
+  if ((!qx16 && !(rs->q_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3,
+                  error))) || (xd == LB_DTYPE_F32 &&
+          !(rs->o_r = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 3, s3, error))))
     return FALSE;
 
   rs->cnt_a = g_new0 (gsize, R);
@@ -205,9 +213,9 @@ static gboolean
 move_blocks (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
-  if (dst->dtype != src->dtype) {
+  if (dst->dtype != LB_DTYPE_F32 || src->dtype != LB_DTYPE_F32) {
     /* a bf16 exchange: the copy op converts (rounds to bf16 or widens
-     * exactly), one strided op per block */
+     * exactly) or copies bf16 bits, one strided op per block */
     for (int64_t d = 0; dst->shape[1] > 0 && d < dst->shape[0]; d++) {
       LbTensor db, sb;
       lb_tensor_view_select (&db, dst, 0, d);
@@ -376,11 +384,12 @@ lingbot_dit_ulysses_free (LingbotDitRank * rs)
 
 /**
  * lingbot_dit_ulysses_out:
- * @rs: a rank state with rs->o_r [N, H/R, hd] (rank-major tokens)
+ * @rs: a rank state with the attention output [N, H/R, hd] (rank-major
+ *   tokens) in rs->o16 (bf16 exchanges) or rs->o_r
  * @error: collective errors
  *
- * The reverse exchange: rs->o becomes [n_local, D] with every head
- * (move_blocks() out of rs->recv).
+ * The reverse exchange: lingbot_dit_attn_out() becomes [n_local, D] with
+ * every head (move_blocks() out of rs->recv16 or rs->recv).
  *
  * Returns: %TRUE on success.
  */
@@ -390,24 +399,23 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
   const LingbotDitShard *sh = &rs->sh;
   const int R = sh->n_ranks;
   const int64_t piece = sh->heads_local * rs->head_dim;
-  /* bf16 exchange: round the output first (rs->o16) */
   const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
   const LbTensor *in = rs->recv16 ? rs->recv16 : rs->recv;
-  if ((rs->o16 && !lb_ops (rs->s)->copy (rs->s, rs->o_r, rs->o16, error)) ||
-      !lb_comm_all_to_all_v (rs->rank, out->dtype, out->data, rs->cnt_b,
+  if (!lb_comm_all_to_all_v (rs->rank, out->dtype, out->data, rs->cnt_b,
           rs->dsp_b, in->data, rs->cnt_a, rs->dsp_a, error))
     return FALSE;
   LbTensor from, to;
   if (!rank_blocks (&from, in, R, sh->n_local, piece))
     return FALSE;
-  heads_by_rank (&to, rs->o, R, piece);
+  heads_by_rank (&to, lingbot_dit_attn_out (rs), R, piece);
   return move_blocks (rs, &to, &from, error);
 }
 
 /**
  * lingbot_dit_ulysses_attention_out:
- * @rs: a rank state with rs->overlap and rs->out_groups = G > 1; rs->q_r
- *   [N, hl, hd] (rank-major tokens) and the cache written
+ * @rs: a rank state with rs->overlap and rs->out_groups = G > 1; q [N,
+ *   hl, hd] (rank-major tokens) in rs->q16 or rs->q_r, and the cache
+ *   written
  * @kw: [Nk, hl, hd] the layer's key window (a cache view; f32, or bf16
  *   for a bf16 KV cache, lingbot_dit_kv_dtype())
  * @vw: [Nk, hl, hd] its value window, of @kw's dtype
@@ -416,16 +424,15 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
  *
  * Self-attention and the reverse exchange, overlapped (spec B.3, Ulysses):
  * the hl local heads are split into G groups of hg = hl / G heads.  Group
- * g attends into its own slab of rs->o_r, used group-major as
- * [G][N, hg, hd], so that each destination's rows of it are contiguous;
- * an event recorded after it lets the communication stream send that slab
- * (an all-to-all of 1/G of the full volume, into the group's slab of
- * rs->recv, [G][R, n, hg * hd]; for bf16 exchanges each slab is first
- * rounded into rs->o16 and received into rs->recv16) while the compute
- * stream goes on with
- * group g + 1.  After the last group the compute stream waits for the
- * exchanges and moves every group's heads into rs->o [n_local, D] (head
- * h = d * hl + g * hg + j of destination rank d).  Attention is per head,
+ * g attends into its own slab of rs->o_r (rs->o16 for bf16 exchanges),
+ * used group-major as [G][N, hg, hd], so that each destination's rows of
+ * it are contiguous; an event recorded after it lets the communication
+ * stream send that slab (an all-to-all of 1/G of the full volume, into the
+ * group's slab of rs->recv or rs->recv16, [G][R, n, hg * hd]) while the
+ * compute stream goes on with group g + 1.  After the last group the
+ * compute stream waits for the exchanges and moves every group's heads
+ * into lingbot_dit_attn_out() [n_local, D] (head h = d * hl + g * hg + j
+ * of destination rank d).  Attention is per head,
  * so the result is the same bytes as attention over all heads followed by
  * lingbot_dit_ulysses_out(); only the last group's exchange is left
  * exposed (1/G of it).
@@ -442,8 +449,9 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
   const int64_t N = sh->n_tokens, n = sh->n_local, hd = rs->head_dim;
   const int64_t hl = sh->heads_local, hg = hl / G;
   const int64_t slab = N * hg * hd, rslab = (int64_t) R * n * hg * hd;
-  /* bf16 exchange: each group's slab is rounded into rs->o16 and
-   * received into rs->recv16 (ulysses_out()) */
+  /* bf16 exchange: each group attends into its slab of rs->o16, received
+   * into rs->recv16 (ulysses_out()) */
+  const LbTensor *q = rs->q16 ? rs->q16 : rs->q_r;
   const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
   const LbTensor *in = rs->recv16 ? rs->recv16 : rs->recv;
   const gsize esz = lb_dtype_size (out->dtype);
@@ -451,25 +459,17 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
 
   for (int g = 0; g < G; g++) {
     LbTensor qg, kg, vg, og;
-    if (!lb_tensor_view_narrow (&qg, rs->q_r, 1, g * hg, hg) ||
+    if (!lb_tensor_view_narrow (&qg, q, 1, g * hg, hg) ||
         !lb_tensor_view_narrow (&kg, kw, 1, g * hg, hg) ||
         !lb_tensor_view_narrow (&vg, vw, 1, g * hg, hg) ||
-        !lingbot_dit_flat_view (&og, rs->o_r, g * slab, slab) ||
+        !lingbot_dit_flat_view (&og, out, g * slab, slab) ||
         !lb_tensor_view_reshape (&og, &og, 3, oshape)) {
-      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-          "DiT Ulysses: cannot view head group %d of %d", g, G);
-      return FALSE;
-    }
-    LbTensor og16;
-    if (rs->o16 && (!lingbot_dit_flat_view (&og16, rs->o16, g * slab, slab) ||
-            !lb_tensor_view_reshape (&og16, &og16, 3, oshape))) {
       g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
           "DiT Ulysses: cannot view head group %d of %d", g, G);
       return FALSE;
     }
     if (!lb_ops (rs->s)->attention (rs->s, &qg, &kg, &vg, NULL, NULL, scale,
             &og, error) ||
-        (rs->o16 && !lb_ops (rs->s)->copy (rs->s, &og, &og16, error)) ||
         !be->event_record (rs->s, rs->ev_out[g], error) ||
         !be->stream_wait_event (rs->comm_s, rs->ev_out[g], error))
       return FALSE;
@@ -484,11 +484,12 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
   }
   if (!lingbot_dit_ulysses_recv_wait (rs, error))
     return FALSE;
-  /* rs->o as [n, R, G, hg * hd]: group g of every destination's block */
+  /* the output [n, D] as [n, R, G, hg * hd]: group g of every
+   * destination's block */
   LbTensor o4;
   int64_t shape4[4] = { n, R, G, hg * hd };
   static const int perm[3] = { 1, 0, 2 };
-  if (!lb_tensor_view_reshape (&o4, rs->o, 4, shape4)) {
+  if (!lb_tensor_view_reshape (&o4, lingbot_dit_attn_out (rs), 4, shape4)) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
         "DiT Ulysses: the attention output is not a contiguous [n, D]");
     return FALSE;

@@ -73,12 +73,15 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
       memset (qr, 0, sizeof (float) * (gsize) hd);
       continue;
     }
-    const float *src = a->q + (i0 + i) * a->qs0 + h * a->qs1;
-    if (a->q16) {
+    const int64_t qoff = (i0 + i) * a->qs0 + h * a->qs1;
+    if (a->qh) {
       for (int64_t e = 0; e < hd; e++)
-        qr[e] = lb_bf16_to_f32 (lb_f32_to_bf16 (src[e]));
+        qr[e] = lb_bf16_to_f32 (a->qh[qoff + e]);
+    } else if (a->q16) {
+      for (int64_t e = 0; e < hd; e++)
+        qr[e] = lb_bf16_to_f32 (lb_f32_to_bf16 (a->q[qoff + e]));
     } else {
-      memcpy (qr, src, sizeof (float) * (gsize) hd);
+      memcpy (qr, a->q + qoff, sizeof (float) * (gsize) hd);
     }
   }
 
@@ -225,11 +228,16 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
   }
 
   for (int64_t i = 0; i < ni; i++) {
-    float *oi = a->out + (i0 + i) * a->os0 + h * a->os1;
+    const int64_t ooff = (i0 + i) * a->os0 + h * a->os1;
     const float *ai = acc + i * hdp;
     const float inv = lrow[i] == 0.0f ? 0.0f : 1.0f / lrow[i];
-    for (int64_t e = 0; e < hd; e++)
-      oi[e] = ai[e] * inv;
+    if (a->outh) {
+      for (int64_t e = 0; e < hd; e++)
+        a->outh[ooff + e] = lb_f32_to_bf16 (ai[e] * inv);
+    } else {
+      for (int64_t e = 0; e < hd; e++)
+        a->out[ooff + e] = ai[e] * inv;
+    }
   }
 }
 

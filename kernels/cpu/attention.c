@@ -71,9 +71,10 @@ typedef struct
   float scale;
   gboolean q16;
   const float *q, *k, *v, *bias;
-  const uint16_t *kh, *vh;
+  const uint16_t *qh, *kh, *vh;
   const guint8 *mask;
   float *out;
+  uint16_t *outh;
   int64_t qs0, qs1, ks0, ks1, vs0, vs1, os0, os1;
   /* packed by pack_tile(): per head kpack_head floats of keys (tile by
    * tile, transposed to [hd][ktp], zero-padded) and vpack_head of values
@@ -167,14 +168,14 @@ item_for_isa (LbCpuIsa isa)
 /**
  * lb_cpu_attention:
  * @s: a CPU stream
- * @q: f32 [Nq, H, hd] (a view with stride[2] == 1 is accepted)
+ * @q: f32 or bf16 [Nq, H, hd] (a view with stride[2] == 1 is accepted)
  * @k: f32 or bf16 [Nk, H, hd] (same)
  * @v: [Nk, H, hd] of @k's dtype (same)
  * @bias: (nullable): f32 [H, Nq, Nk] contiguous, added to the logits
  * @key_mask: (nullable): u8 [Nk] contiguous; 0 hides a key
  * @scale: logit scale (1/sqrt(hd) for the DiT, 1 for umT5)
- * @out: f32 [Nq, H, hd] (a view with stride[2] == 1 is accepted); must not
- *   alias the inputs
+ * @out: f32 or bf16 [Nq, H, hd] (a view with stride[2] == 1 is
+ *   accepted); must not alias the inputs
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * `out = softmax(q . k^T * scale + bias) . v` per head (spec 1.8, 1.9,
@@ -184,6 +185,8 @@ item_for_isa (LbCpuIsa isa)
  * the mask or a -inf bias), or Nk = 0, gets a zero output row.  With bf16
  * k and v the result is bit for bit the f32 op's on their exact widening
  * (kernels/ops.h); they are widened tile by tile into per-thread scratch.
+ * A bf16 q is widened exactly as its query block is loaded, and a bf16
+ * out gets each f32 result rounded to nearest even (lb_f32_to_bf16()).
  * On an %LB_MATH_BF16 stream with hd 64 or 128, q is rounded to bf16 first
  * (per query block, into scratch), as the device kernels do.
  *
@@ -214,14 +217,16 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   a.kt = key_tile;
   a.ktp = (a.kt + LB_ATTN_PAD - 1) & ~(int64_t) (LB_ATTN_PAD - 1);
   a.scale = scale;
-  a.q = q->data;
+  a.q = q->dtype == LB_DTYPE_BF16 ? NULL : q->data;
+  a.qh = q->dtype == LB_DTYPE_BF16 ? q->data : NULL;
   a.k = kv16 ? NULL : k->data;
   a.v = kv16 ? NULL : v->data;
   a.kh = kv16 ? k->data : NULL;
   a.vh = kv16 ? v->data : NULL;
   a.bias = bias ? bias->data : NULL;
   a.mask = key_mask ? key_mask->data : NULL;
-  a.out = out->data;
+  a.out = out->dtype == LB_DTYPE_BF16 ? NULL : out->data;
+  a.outh = out->dtype == LB_DTYPE_BF16 ? out->data : NULL;
   a.qs0 = q->stride[0];
   a.qs1 = q->stride[1];
   a.ks0 = k->stride[0];
@@ -230,8 +235,9 @@ lb_cpu_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   a.vs1 = v->stride[1];
   a.os0 = out->stride[0];
   a.os1 = out->stride[1];
-  /* kernels/ops.h: the served precision rounds q to bf16 */
-  a.q16 = s->math != LB_MATH_FP32 && (hd == 64 || hd == 128);
+  /* kernels/ops.h: the served precision rounds q to bf16 (a bf16 q is
+   * already so) */
+  a.q16 = a.qh == NULL && s->math != LB_MATH_FP32 && (hd == 64 || hd == 128);
 
   const int64_t nqb = (nq + a.qb - 1) / a.qb;
   const int64_t ntiles = (nk + a.kt - 1) / a.kt;

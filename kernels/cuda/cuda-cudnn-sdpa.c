@@ -29,7 +29,9 @@
  * bf16 k and v (a bf16 KV cache, kernels/ops.h) are given to cuDNN as they
  * are, with their own strides (part of the plan key), when their bases are
  * 16-byte aligned and their token and head strides multiples of 8
- * elements; otherwise the call takes the own kernel.
+ * elements; otherwise the call takes the own kernel.  A bf16 q and a bf16
+ * out (the DiT's, kernels/ops.h) are used in place by the same rule: no
+ * conversion pass on either side.
  * The order of the nodes and the data types of the virtual tensors (f32,
  * except P in the I/O type) are those of the cuDNN frontend's composite
  * SDPA node, whose pattern the runtime's engines recognise.
@@ -46,8 +48,8 @@
  * new ones take the own kernel.
  *
  * Scratch per call: bf16 q, k, v and o, 2 (2 Nq + 2 Nk) H hd bytes (about
- * 0.7 GB at Nq 6240, Nk 28080, 40 heads; 4 Nq H hd with bf16 k and v),
- * plus cuDNN's workspace.
+ * 0.7 GB at Nq 6240, Nk 28080, 40 heads; 4 Nq H hd with bf16 k and v,
+ * none when q, k, v and out are all bf16), plus cuDNN's workspace.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -356,10 +358,10 @@ bf16_direct (const void *p, int64_t s0, int64_t s1)
 /**
  * lb_cuda_cudnn_attention:
  * @s: a CUDA stream
- * @a: the attention's operands (cuda_attention): q [Nq, H, hd] f32, k and
- *   v [Nk, H, hd] (f32, or bf16 bits when @kv_bf16), out [Nq, H, hd] f32,
- *   device views with unit last stride, bias and mask pointers, the logit
- *   scale
+ * @a: the attention's operands (cuda_attention): q [Nq, H, hd] f32 (or
+ *   bf16 at q16), k and v [Nk, H, hd] (f32, or bf16 bits when @kv_bf16),
+ *   out [Nq, H, hd] f32 (or bf16 at out16), device views with unit last
+ *   stride, bias and mask pointers, the logit scale
  * @kv_bf16: k and v are bfloat16 (a bf16 KV cache)
  * @ran: (out): %TRUE when the op was enqueued here, %FALSE when the caller
  *   must run its own kernel
@@ -374,9 +376,10 @@ bf16_direct (const void *p, int64_t s0, int64_t s1)
  * (nearest even, lb_f32_to_bf16()), the logits, softmax statistics and
  * accumulation are f32 inside cuDNN, P and the output are bf16, the output
  * is widened into out: the numerics of the own bf16 kernel plus the bf16
- * rounding of the output (docs/design/cuda.md "cuDNN SDPA").  A shape for
+ * rounding of the output (docs/design/cuda.md "cuDNN SDPA").  A bf16 q is
+ * read and a bf16 out written in place, with no conversion.  A shape for
  * which no engine builds a plan, one first seen while the stream is being
- * captured, or bf16 k/v that cuDNN cannot read in place (alignment)
+ * captured, or bf16 operands that cuDNN cannot use in place (alignment)
  * returns with *@ran = %FALSE.  Asynchronous; no host synchronisation;
  * per call, pool scratch of 2 (2 Nq + 2 Nk) H hd bytes (4 Nq H hd with
  * bf16 k and v) plus cuDNN's workspace.
@@ -395,8 +398,12 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
 
   LbCudaStream *cs = s->priv;
   const int64_t nq = a->nq, nk = a->nk, nh = a->nh, hd = a->hd;
-  if (kv_bf16 && (!bf16_direct (a->k, a->ks0, a->ks1) ||
-          !bf16_direct (a->v, a->vs0, a->vs1))) {
+  /* bf16 operands are read (k, v, q) or written (out) in place: their
+   * strides must suit cuDNN, else the own kernel takes the call */
+  if ((kv_bf16 && (!bf16_direct (a->k, a->ks0, a->ks1) ||
+              !bf16_direct (a->v, a->vs0, a->vs1))) ||
+      (a->q16 && !bf16_direct (a->q16, a->qs0, a->qs1)) ||
+      (a->out16 && !bf16_direct (a->out16, a->os0, a->os1))) {
     count (&stats_declined);
     return TRUE;
   }
@@ -406,7 +413,7 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
   key.nk = nk;
   key.nh = nh;
   key.hd = hd;
-  /* contiguous [N, H, hd] scratch operands, or bf16 k and v in place */
+  /* contiguous [N, H, hd] scratch operands, or the bf16 ones in place */
   key.qs0 = key.ks0 = key.vs0 = key.os0 = nh * hd;
   key.qs1 = key.ks1 = key.vs1 = key.os1 = hd;
   if (kv_bf16) {
@@ -415,6 +422,14 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     key.vs0 = a->vs0;
     key.vs1 = a->vs1;
   }
+  if (a->q16) {
+    key.qs0 = a->qs0;
+    key.qs1 = a->qs1;
+  }
+  if (a->out16) {
+    key.os0 = a->os0;
+    key.os1 = a->os1;
+  }
   key.out_dtype = CUDNN_DATA_BFLOAT16;
   SdpaEntry *e = entry_get (s, &key);
   if (e == NULL || e->plan.plan == NULL || e->broken) {
@@ -422,18 +437,20 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     return TRUE;
   }
 
-  const gsize bq = bf16_block (nq * nh * hd);
+  const gsize bq = a->q16 ? 0 : bf16_block (nq * nh * hd);
+  const gsize bo = a->out16 ? 0 : bf16_block (nq * nh * hd);
   const gsize bk = kv_bf16 ? 0 : bf16_block (nk * nh * hd);
-  guchar *scr = lb_cuda_scratch (s, 2 * bq + 2 * bk, error);
-  if (scr == NULL)
+  const gsize nscr = bq + bo + 2 * bk;
+  guchar *scr = nscr > 0 ? lb_cuda_scratch (s, nscr, error) : NULL;
+  if (nscr > 0 && scr == NULL)
     return FALSE;
   *ran = TRUE;
-  uint16_t *q16 = (uint16_t *) scr;
-  uint16_t *o16 = (uint16_t *) (scr + bq);
+  uint16_t *q16 = a->q16 ? (uint16_t *) a->q16 : (uint16_t *) scr;
+  uint16_t *o16 = a->out16 ? a->out16 : (uint16_t *) (scr + bq);
   const uint16_t *k16 = kv_bf16 ? (const uint16_t *) (const void *) a->k :
-      (const uint16_t *) (scr + 2 * bq);
+      (const uint16_t *) (scr + bq + bo);
   const uint16_t *v16 = kv_bf16 ? (const uint16_t *) (const void *) a->v :
-      (const uint16_t *) (scr + 2 * bq + bk);
+      (const uint16_t *) (scr + bq + bo + bk);
   g_autoptr (GError) exec_err = NULL;
   gboolean cudnn_ran = FALSE;
   e->scale = a->scale;
@@ -441,10 +458,10 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
   void *const ptrs[5] = { q16, (void *) k16, (void *) v16, o16, &e->scale };
   cudaSetDevice (s->device);
   cudaStream_t st = cs->stream;
-  gboolean ok =
+  gboolean ok = (a->q16 ||
       lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->q, a->qs0, a->qs1,
-          q16, key.qs0, key.qs1, nq, nh, hd), "attention (cuDNN SDPA): q to "
-      "bf16", error) &&
+              q16, key.qs0, key.qs1, nq, nh, hd), "attention (cuDNN SDPA): "
+          "q to bf16", error)) &&
       (kv_bf16 ||
       (lb_cuda_check (lb_cuda_launch_f32_to_bf16_3d (st, a->k, a->ks0,
                   a->ks1, (uint16_t *) k16, key.ks0, key.ks1, nk, nh, hd),
@@ -454,10 +471,12 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
               "attention (cuDNN SDPA): v to bf16", error))) &&
       (cudnn_ran = lb_cudnn_execute (s, &e->plan, 5, uids, ptrs,
           "attention (cuDNN SDPA): execute", &exec_err)) &&
+      (a->out16 ||
       lb_cuda_check (lb_cuda_launch_bf16_to_f32_3d (st, o16, key.os0,
-          key.os1, a->out, a->os0, a->os1, nq, nh, hd),
-      "attention (cuDNN SDPA): output to f32", error);
-  lb_cuda_scratch_release (s, scr);
+              key.os1, a->out, a->os0, a->os1, nq, nh, hd),
+          "attention (cuDNN SDPA): output to f32", error));
+  if (scr)
+    lb_cuda_scratch_release (s, scr);
   if (exec_err != NULL) {
     /* an engine that finalized but does not execute: the own kernel runs
      * this call and every later one of the shape (the plan stays: graphs

@@ -79,7 +79,10 @@ extern "C"
  * cuda-cudnn-sdpa.c, which takes the dtype as a flag); they widen them
  * exactly (the FP32 flash kernel, the GEMM path) or load them as they are
  * (the BF16 tensor-core kernel, which rounds f32 K/V to the same bits).
- * NULL for f32 K/V. */
+ * NULL for f32 K/V.  q16 / out16 likewise: a bf16 q (widened exactly, or
+ * loaded as it is by the tensor-core kernel) and a bf16 output (the f32
+ * result rounded to nearest even); q / out then carry the same addresses
+ * and are not read or written by the kernels. */
   typedef struct
   {
     const float *q, *k, *v;
@@ -90,6 +93,8 @@ extern "C"
     int64_t nq, nk, nh, hd;
     float scale;
     const uint16_t *k16, *v16;
+    const uint16_t *q16;
+    uint16_t *out16;
   } LbCudaAttnArgs;
 
 /* Fused flash-style kernel; hd <= LB_CUDA_FLASH_MAX_HD. */

@@ -182,6 +182,46 @@ attention_gemm_path (LbStream * s, const LbCudaAttnArgs * a, GError ** error)
   return ok;
 }
 
+/* The GEMM path with a bf16 q or out (kernels/ops.h): q widened into f32
+ * scratch [nq, nh, hd] first, the output computed into f32 scratch and
+ * rounded into out after (not the served path: head dims above 128). */
+static gboolean
+attention_gemm_path_bf16_io (LbStream * s, const LbCudaAttnArgs * a,
+    GError ** error)
+{
+  cudaStream_t st = stream_of (s);
+  const int64_t ld1 = a->hd, ld0 = a->nh * a->hd;
+  const gsize n = (gsize) (a->nq * ld0);
+  float *qf = a->q16 ? lb_cuda_scratch (s, n * sizeof (float), error) : NULL;
+  float *of = a->out16 && (a->q16 == NULL || qf != NULL) ?
+      lb_cuda_scratch (s, n * sizeof (float), error) : NULL;
+  gboolean ok = (a->q16 == NULL || qf != NULL) &&
+      (a->out16 == NULL || of != NULL);
+  LbCudaAttnArgs f = *a;
+  if (ok && a->q16) {
+    f.q = qf;
+    f.qs0 = ld0;
+    f.qs1 = ld1;
+    f.q16 = NULL;
+    ok = launched (lb_cuda_launch_bf16_to_f32_3d (st, a->q16, a->qs0, a->qs1,
+            qf, ld0, ld1, a->nq, a->nh, a->hd), "attention", error);
+  }
+  if (ok && a->out16) {
+    f.out = of;
+    f.os0 = ld0;
+    f.os1 = ld1;
+    f.out16 = NULL;
+  }
+  ok = ok && attention_gemm_path (s, &f, error) && (a->out16 == NULL ||
+      launched (lb_cuda_launch_f32_to_bf16_3d (st, of, ld0, ld1, a->out16,
+              a->os0, a->os1, a->nq, a->nh, a->hd), "attention", error));
+  if (qf)
+    lb_cuda_scratch_release (s, qf);
+  if (of)
+    lb_cuda_scratch_release (s, of);
+  return ok;
+}
+
 static gboolean
 cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
@@ -210,6 +250,9 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
      * addresses for cuda-cudnn-sdpa.c, which takes the dtype as a flag) */
     .k16 = k->dtype == LB_DTYPE_BF16 ? k->data : NULL,
     .v16 = k->dtype == LB_DTYPE_BF16 ? v->data : NULL,
+    /* a bf16 q or output: the same convention */
+    .q16 = q->dtype == LB_DTYPE_BF16 ? q->data : NULL,
+    .out16 = out->dtype == LB_DTYPE_BF16 ? out->data : NULL,
   };
   /* LB_MATH_BF16: tensor cores for the DiT's (128) and umT5's (64) head
    * dims, through cuDNN's fused SDPA (unless LINGBOT_CUDA_ATTENTION=own)
@@ -228,6 +271,8 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   if (hd <= LB_CUDA_FLASH_MAX_HD)
     return launched (lb_cuda_launch_flash_attention (stream_of (s), &a),
         "attention", error);
+  if (a.q16 || a.out16)
+    return attention_gemm_path_bf16_io (s, &a, error);
   return attention_gemm_path (s, &a, error);
 }
 

@@ -248,6 +248,37 @@ v_words (const uint16_t *r0, bool live0, const uint16_t *r1, bool live1,
   w[3] = (x0.y >> 16) | (x1.y & 0xffff0000u);
 }
 
+/* A lane's outputs of one row: dims 8 dt + (0, 1) from @off (elements)
+ * are o[dt][C], o[dt][C + 1] times @inv (C a constant: o stays in
+ * registers); f32, or rounded to bf16 pairs
+ * (one 4-byte store where the pair is aligned) for a bf16 output. */
+template <int DT, int C>
+__device__ __forceinline__ void
+store_row (const LbCudaAttnArgs &a, int64_t off, const float (*o)[4], float inv)
+{
+  if (a.out16 != nullptr) {
+    uint16_t *orow = a.out16 + off;
+    const bool pair = ((uintptr_t)orow & 3u) == 0;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) {
+      const uint32_t w = pack_bf16x2 (o[dt][C] * inv, o[dt][C + 1] * inv);
+      if (pair) {
+        *reinterpret_cast<uint32_t *> (orow + 8 * dt) = w;
+      } else {
+        orow[8 * dt] = (uint16_t)(w & 0xffffu);
+        orow[8 * dt + 1] = (uint16_t)(w >> 16);
+      }
+    }
+    return;
+  }
+  float *orow = a.out + off;
+#pragma unroll
+  for (int dt = 0; dt < DT; dt++) {
+    orow[8 * dt] = o[dt][C] * inv;
+    orow[8 * dt + 1] = o[dt][C + 1] * inv;
+  }
+}
+
 template <int D, bool VEC, bool BIAS, typename KV>
 __global__ void
 __launch_bounds__ (NT, 2) flash_bf16_kernel (LbCudaAttnArgs a)
@@ -275,11 +306,11 @@ __launch_bounds__ (NT, 2) flash_bf16_kernel (LbCudaAttnArgs a)
   for (int e = tid; e < BQ * D4; e += NT) {
     const int r = e / D4, c4 = e % D4;
     const int64_t qi = i0 + r;
-    const float4 x = qi < a.nq
-                         ? load4<VEC> (a.q + qi * a.qs0 + h * a.qs1 + 4 * c4)
-                         : make_float4 (0.f, 0.f, 0.f, 0.f);
+    const int64_t qo = qi * a.qs0 + h * a.qs1 + 4 * c4;
+    /* a bf16 q as it is, an f32 one rounded (k_words()) */
     *reinterpret_cast<uint2 *> (sq + r * QW + 2 * c4)
-        = make_uint2 (pack_bf16x2 (x.x, x.y), pack_bf16x2 (x.z, x.w));
+        = a.q16 ? k_words<VEC> (a.q16 + qo, qi < a.nq)
+                : k_words<VEC> (a.q + qo, qi < a.nq);
   }
 
   /* this lane's rows of the block: qr and qr + 8 */
@@ -456,22 +487,10 @@ __launch_bounds__ (NT, 2) flash_bf16_kernel (LbCudaAttnArgs a)
   l1 += __shfl_xor_sync (0xffffffffu, l1, 2);
   const float inv0 = l0 == 0.0f ? 0.0f : 1.0f / l0;
   const float inv1 = l1 == 0.0f ? 0.0f : 1.0f / l1;
-  if (qi0 < a.nq) {
-    float *orow = a.out + qi0 * a.os0 + h * a.os1 + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++) {
-      orow[8 * dt] = o[dt][0] * inv0;
-      orow[8 * dt + 1] = o[dt][1] * inv0;
-    }
-  }
-  if (qi1 < a.nq) {
-    float *orow = a.out + qi1 * a.os0 + h * a.os1 + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < DT; dt++) {
-      orow[8 * dt] = o[dt][2] * inv1;
-      orow[8 * dt + 1] = o[dt][3] * inv1;
-    }
-  }
+  if (qi0 < a.nq)
+    store_row<DT, 0> (a, qi0 * a.os0 + h * a.os1 + 2 * t, o, inv0);
+  if (qi1 < a.nq)
+    store_row<DT, 2> (a, qi1 * a.os0 + h * a.os1 + 2 * t, o, inv1);
 }
 
 /* ---- launcher ---- */
@@ -510,14 +529,16 @@ launch_flash_bf16_aligned (cudaStream_t st, const LbCudaAttnArgs *a)
    * multiple of 4 elements (D itself is) */
   const bool strides4
       = (a->qs0 | a->qs1 | a->ks0 | a->ks1 | a->vs0 | a->vs1) % 4 == 0;
+  /* q: 16 bytes for f32, 8 for bf16 */
+  const bool q_al = a->q16 != nullptr ? (uintptr_t)a->q16 % 8 == 0
+                                      : (uintptr_t)a->q % 16 == 0;
   if (a->k16 != nullptr) {
-    const bool vec = strides4 && (uintptr_t)a->q % 16 == 0
-                     && ((uintptr_t)a->k16 | (uintptr_t)a->v16) % 8 == 0;
+    const bool vec
+        = strides4 && q_al && ((uintptr_t)a->k16 | (uintptr_t)a->v16) % 8 == 0;
     return launch_flash_bf16_kv<D, uint16_t> (st, a, vec);
   }
   const bool vec
-      = strides4
-        && ((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
+      = strides4 && q_al && ((uintptr_t)a->k | (uintptr_t)a->v) % 16 == 0;
   return launch_flash_bf16_kv<D, float> (st, a, vec);
 }
 

@@ -20,7 +20,10 @@
  * K and V may be bf16 (a bf16 KV cache: LbCudaAttnArgs.k16 / v16): the
  * kernel is instantiated for both element types (KV = float or uint16_t)
  * and a bf16 element is widened exactly on its way into shared memory, so
- * the result is the f32 kernel's on the widened tensors, bit for bit.
+ * the result is the f32 kernel's on the widened tensors, bit for bit.  A
+ * bf16 q (q16) is widened as it is loaded and a bf16 output (out16) gets
+ * the f32 result rounded to nearest even: a block-uniform branch, once per
+ * element loaded or stored.
  */
 #include "kernels/cuda/kernels-common.cuh"
 
@@ -58,8 +61,10 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
   for (int e = tid; e < BQ * D; e += NT) {
     int r = e / D, d = e % D;
     int64_t qi = i0 + r;
-    sq[r * QS + d]
-        = (qi < a.nq && d < hd) ? a.q[qi * a.qs0 + h * a.qs1 + d] : 0.0f;
+    const int64_t qo = qi * a.qs0 + h * a.qs1 + d;
+    sq[r * QS + d] = (qi < a.nq && d < hd)
+                         ? (a.q16 ? bf16_widen (a.q16[qo]) : a.q[qo])
+                         : 0.0f;
   }
 
   float o[4][DJ];
@@ -205,12 +210,16 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
       continue;
     const float l = srow[r];
     const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-    float *orow = a.out + qi * a.os0 + h * a.os1;
+    const int64_t oo = qi * a.os0 + h * a.os1;
 #pragma unroll
     for (int j = 0; j < DJ; j++) {
       const int d = tx + 16 * j;
-      if (d < hd)
-        orow[d] = o[i][j] * inv;
+      if (d >= hd)
+        continue;
+      if (a.out16)
+        store_from_float (a.out16 + oo + d, o[i][j] * inv);
+      else
+        a.out[oo + d] = o[i][j] * inv;
     }
   }
 }

@@ -34,7 +34,7 @@ typedef struct
   gint n_captures, n_launches, n_capturing, n_waits;
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
-  gint n_gemm_bf16_x;
+  gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
 } FakeDev;
 
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
@@ -338,6 +338,20 @@ count_conv (LbStream * s)
       &fake.n_convs_fp32);
 }
 
+/* the bf16 operands the counters follow (FakeDevStats): gemm's x is its
+ * first tensor, attention's q its first and out its last */
+static void
+count_bf16 (OpId op, const Args * a)
+{
+  if (op == OP_gemm && a->host[0].dtype == LB_DTYPE_BF16)
+    g_atomic_int_inc (&fake.n_gemm_bf16_x);
+  if (op == OP_attention && a->host[0].dtype == LB_DTYPE_BF16)
+    g_atomic_int_inc (&fake.n_attention_bf16_q);
+  if (op == OP_attention && a->n > 0 &&
+      a->host[a->n - 1].dtype == LB_DTYPE_BF16)
+    g_atomic_int_inc (&fake.n_attention_bf16_out);
+}
+
 /* f_<op> for every op of kernels/ops-list.h: each tensor argument checked
  * and relabelled as host memory (in argument order, so an in-place call
  * stays in place), then the CPU kernel. */
@@ -365,8 +379,7 @@ f_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
     count_conv (s); \
   LB_OP_ARGS_##name (HOST) \
   CHECK; \
-  if (OP_##name == OP_gemm && a_.host[0].dtype == LB_DTYPE_BF16) \
-    g_atomic_int_inc (&fake.n_gemm_bf16_x); \
+  count_bf16 (OP_##name, &a_); \
   return CPU->name (s LB_OP_ARGS_##name (ON_HOST), error); \
 }
 #include "kernels/ops-list.h"
@@ -616,6 +629,8 @@ fakedev_stats (void)
   st.n_convs_fp32 = g_atomic_int_get (&fake.n_convs_fp32);
   st.n_convs_bf16 = g_atomic_int_get (&fake.n_convs_bf16);
   st.n_gemm_bf16_x = g_atomic_int_get (&fake.n_gemm_bf16_x);
+  st.n_attention_bf16_q = g_atomic_int_get (&fake.n_attention_bf16_q);
+  st.n_attention_bf16_out = g_atomic_int_get (&fake.n_attention_bf16_out);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -28,6 +28,8 @@ G_BEGIN_DECLS
  * @n_convs_bf16: those run on a stream in %LB_MATH_BF16
  * @n_gemm_bf16_x: gemm calls whose x is bf16 (a GEMM input written in
  *   bf16 by the op before it)
+ * @n_attention_bf16_q: attention calls whose q is bf16
+ * @n_attention_bf16_out: attention calls whose out is bf16
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -45,6 +47,7 @@ typedef struct
   int n_records, n_syncs, host_blocks;
   int n_convs_fp32, n_convs_bf16;       /* by the stream's math mode */
   int n_gemm_bf16_x;
+  int n_attention_bf16_q, n_attention_bf16_out;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

@@ -951,15 +951,20 @@ test_world_precision (void)
 }
 
 /* 2.5 item 1: a bf16 rank's norms and GELU write the block's GEMM inputs
- * in bf16 (rs->a16, rs->h16) and the GEMMs read them as they are.  That
- * gives the bits of the f32 inputs that the GEMM rounds itself
+ * in bf16 (rs->a16, rs->h16), the attention writes its output into a16
+ * in bf16 for the output projections, and the GEMMs read them as they
+ * are.  That gives the bits of the f32 inputs that the GEMM rounds itself
  * (LINGBOT_DIT_GEMM_INPUTS=f32): on 1 and 2 ranks, and with the exchanges
  * overlapped, a random model of dit_tiny's shape with head dim 128 gives
- * the same bytes both ways, and only the first way hands gemm bf16 x. */
+ * the same bytes both ways, and only the first way hands gemm bf16 x.
+ * With several ranks the bf16 exchanges hand the self-attention a bf16 q
+ * and take its bf16 output both ways (they do not depend on a16). */
 static void
 test_bf16_gemm_inputs (void)
 {
   LingbotDit *m = random_hd128 (768, 13);
+  int cross = 0;                /* cross-attention calls of one rank */
+  g_autoptr (GByteArray) one_rank = NULL;       /* run 0's bytes */
   for (int run = 0; run < 3; run++) {
     const int n_ranks = run == 0 ? 1 : 2;
     if (run == 2) {
@@ -976,14 +981,40 @@ test_bf16_gemm_inputs (void)
     g_unsetenv ("LINGBOT_COMM_OVERLAP");
     g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
     const int with16 = st1.n_gemm_bf16_x - st0.n_gemm_bf16_x;
+    const int out16 = st1.n_attention_bf16_out - st0.n_attention_bf16_out;
+    const int out16_f32 = st2.n_attention_bf16_out - st1.n_attention_bf16_out;
+    const int q16 = st1.n_attention_bf16_q - st0.n_attention_bf16_q;
+    const int q16_f32 = st2.n_attention_bf16_q - st1.n_attention_bf16_q;
     g_assert_cmpuint (b16->len, ==, b32->len);
     g_assert_true (memcmp (b16->data, b32->data, b16->len) == 0);
+    /* sharded equals unsharded, through the bf16 exchanges */
+    if (run == 0)
+      one_rank = g_byte_array_ref (b16);
+    g_assert_cmpuint (b16->len, ==, one_rank->len);
+    g_assert_true (memcmp (b16->data, one_rank->data, b16->len) == 0);
     g_assert_cmpint (with16, >, 0);
     g_assert_cmpint (st2.n_gemm_bf16_x, ==, st1.n_gemm_bf16_x);
+    /* one rank: the self- and cross-attention of every layer-pass write
+     * bf16 (into a16), and nothing does with f32 GEMM inputs.  Two ranks:
+     * the exchanged self-attention (2 calls a pass when overlapped in 2
+     * head groups) reads a bf16 q and writes bf16 either way, and the
+     * cross-attention of each rank writes bf16 into a16 */
+    g_assert_cmpint (out16, >, 0);
+    if (n_ranks == 1) {
+      g_assert_cmpint (out16 % 2, ==, 0);
+      cross = out16 / 2;
+      g_assert_cmpint (q16, ==, 0);
+    } else {
+      g_assert_cmpint (q16, ==, (run == 2 ? 2 : 1) * n_ranks * cross);
+      g_assert_cmpint (out16 - q16, ==, n_ranks * cross);
+    }
+    g_assert_cmpint (out16_f32, ==, q16);
+    g_assert_cmpint (q16_f32, ==, q16);
     g_assert_cmpint (st2.bad, ==, st0.bad);
     g_print ("# dit bf16 GEMM inputs, %d rank(s)%s: %d gemm calls took a "
-        "bf16 x; bit-identical to the f32 inputs over %u bytes\n", n_ranks,
-        run == 2 ? " overlapped" : "", with16, b16->len);
+        "bf16 x, %d attention calls wrote bf16 (%d read a bf16 q); "
+        "bit-identical to the f32 inputs over %u bytes\n", n_ranks,
+        run == 2 ? " overlapped" : "", with16, out16, q16, b16->len);
   }
   lingbot_dit_unref (m);
 }

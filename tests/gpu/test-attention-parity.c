@@ -65,6 +65,12 @@
  * Capture: a call captured into a CUDA graph after its plan exists runs
  * cuDNN from the graph; a shape first seen during capture is declined
  * (own kernel); both replay to the uncaptured results bit for bit.
+ *
+ * bf16 q and out (/gpu/attention/bf16-q-out), on every path (FP32 flash,
+ * GEMM path, own bf16 kernel, cuDNN): a bf16 q gives the bits of an f32 q
+ * holding the same values, a bf16 out every f32 result rounded to nearest
+ * even, the padding of a row-padded out untouched; cuDNN uses contiguous
+ * bf16 q and out in place and declines odd row strides.
  */
 #define _GNU_SOURCE             /* dladdr */
 #include "tests/gpu/gpu-test-util.h"
@@ -1275,6 +1281,128 @@ test_kv16_errors (void)
       "expected bf16 [6, 2, 64] (the dtype of k)");
 }
 
+/* ---- bf16 q and out (kernels/ops.h @attention) ---- */
+
+/* A bf16 host tensor holding every element of the f32 @src rounded by
+ * lb_f32_to_bf16(). */
+static LbTensor *
+host_bf16_of (const LbTensor * src)
+{
+  LbTensor *t = lb_tensor_new (LB_DTYPE_BF16, src->ndim, src->shape);
+  const float *s = src->data;
+  uint16_t *d = t->data;
+  for (int64_t i = 0; i < lb_tensor_numel (src); i++)
+    d[i] = lb_f32_to_bf16 (s[i]);
+  return t;
+}
+
+/* The device op on @q and @out in @math, synchronised. */
+static void
+run_dev (Case * c, const LbTensor * q, LbTensor * out, LbMathMode math)
+{
+  g_autoptr (GError) err = NULL;
+  g_assert_true (gctx.gs->backend->stream_synchronize (gctx.gs, &err));
+  gctx.gs->math = math;
+  gboolean ok = lb_ops (gctx.gs)->attention (gctx.gs, q, &c->dk, &c->dv,
+      NULL, NULL, c->scale, out, &err);
+  gboolean synced = gctx.gs->backend->stream_synchronize (gctx.gs,
+      err ? NULL : &err);
+  gctx.gs->math = LB_MATH_FP32;
+  g_assert_no_error (err);
+  g_assert_true (ok && synced);
+}
+
+/* One case of test_bf16_io() through @impl ("own" or "cudnn"): the f32
+ * op's bits for a bf16 q holding the f32 q's values, and its result
+ * rounded to nearest even for a bf16 out, with the out view's padding
+ * left alone.  With cuDNN, @strided views (odd row strides) cannot be used
+ * in place: those calls take the own kernel. */
+static void
+bf16_io_case (int64_t nq, int64_t nk, int64_t nh, int64_t hd,
+    gboolean strided, LbMathMode math, const char *impl)
+{
+  Case c;
+  case_init (&c, nq, nk, nh, hd, FALSE, MASK_NONE, strided, FALSE);
+  /* q's values bf16-representable, so the two q dtypes hold the same */
+  float *qd = c.qp->data;
+  for (int64_t i = 0; i < lb_tensor_numel (c.qp); i++)
+    qd[i] = lb_bf16_to_f32 (lb_f32_to_bf16 (qd[i]));
+  case_reupload (&c);
+  g_autoptr (LbTensor) q16h = host_bf16_of (c.qp);
+  g_autoptr (LbTensor) dq16p = to_dev (q16h);
+  g_autoptr (LbTensor) o16h = lb_tensor_new (LB_DTYPE_BF16, 3, c.outp->shape);
+  memset (o16h->data, 0xff, lb_tensor_nbytes (o16h));
+  g_autoptr (LbTensor) do16p = to_dev (o16h);
+  LbTensor dq16, do16, ref, got;
+  lb_tensor_view_narrow (&dq16, dq16p, 2, 0, hd);
+  lb_tensor_view_narrow (&do16, do16p, 2, 0, hd);
+  g_autofree char *name = g_strdup_printf ("attention bf16 q/out %s %s "
+      "Nq=%" G_GINT64_FORMAT " Nk=%" G_GINT64_FORMAT " H=%" G_GINT64_FORMAT
+      " hd=%" G_GINT64_FORMAT " strided=%d", impl, math == LB_MATH_BF16 ?
+      "bf16" : "fp32", nq, nk, nh, hd, strided);
+  g_test_message ("%s", name);
+
+  g_setenv ("LINGBOT_CUDA_ATTENTION", impl, TRUE);
+  const AttnStats before = attn_stats ();
+  run_dev (&c, &c.dq, &c.dout, math);
+  g_autoptr (LbTensor) href = to_host (c.doutp);
+  view_like (&ref, href, &c.dout, c.doutp);
+  /* bf16 q, f32 out: the same bits */
+  g_autoptr (LbTensor) dpoison = dev_poison (3, c.outp->shape);
+  LbTensor dout2;
+  view_like (&dout2, dpoison, &c.dout, c.doutp);
+  run_dev (&c, &dq16, &dout2, math);
+  g_autoptr (LbTensor) h2 = to_host (dpoison);
+  view_like (&got, h2, &c.dout, c.doutp);
+  g_autoptr (LbTensor) r32 = lb_tensor_new (LB_DTYPE_F32, 3, ref.shape);
+  g_autoptr (LbTensor) g32 = lb_tensor_new (LB_DTYPE_F32, 3, ref.shape);
+  g_assert_true (lb_tensor_copy_into (r32, &ref, NULL));
+  g_assert_true (lb_tensor_copy_into (g32, &got, NULL));
+  if (memcmp (r32->data, g32->data, lb_tensor_nbytes (r32)) != 0)
+    g_error ("%s: a bf16 q does not give the f32 q's bits", name);
+  /* bf16 out from an f32 q, then from a bf16 q */
+  for (int pass = 0; pass < 2; pass++) {
+    run_dev (&c, pass == 0 ? &c.dq : &dq16, &do16, math);
+    g_autoptr (LbTensor) h16 = to_host (do16p);
+    const uint16_t *o = h16->data;
+    const float *r = r32->data;
+    const int64_t w = hd + c.pad;
+    for (int64_t row = 0; row < nq * nh; row++)
+      for (int64_t e = 0; e < w; e++) {
+        const uint16_t want = e < hd ? lb_f32_to_bf16 (r[row * hd + e]) :
+            0xffff;
+        if (o[row * w + e] != want)
+          g_error ("%s (%s q): out element %" G_GINT64_FORMAT ", %"
+              G_GINT64_FORMAT " is 0x%04x, expected 0x%04x", name,
+              pass == 0 ? "f32" : "bf16", row, e, o[row * w + e], want);
+      }
+  }
+  if (g_strcmp0 (impl, "cudnn") == 0) {
+    /* the f32 call, and the bf16 ones where in place (else declined) */
+    expect_stats (name, &before, strided ? 1 : 4, strided ? 3 : 0);
+  }
+  g_setenv ("LINGBOT_CUDA_ATTENTION", "own", TRUE);
+  case_clear (&c);
+}
+
+/* The FP32 flash kernel (hd 32, 64, 128), the GEMM path (hd 384), the own
+ * bf16 kernel and cuDNN (hd 64, 128), row-padded and contiguous views. */
+static void
+test_bf16_io (void)
+{
+  for (int strided = 0; strided <= 1; strided++) {
+    bf16_io_case (37, 70, 3, 32, strided, LB_MATH_FP32, "own");
+    bf16_io_case (70, 130, 2, 128, strided, LB_MATH_FP32, "own");
+    bf16_io_case (20, 45, 1, 384, strided, LB_MATH_FP32, "own");
+    for (int64_t hd = 64; hd <= 128; hd += 64) {
+      bf16_io_case (65, 200, 3, hd, strided, LB_MATH_BF16, "own");
+      bf16_io_case (65, 200, 3, hd, strided, LB_MATH_BF16, "cudnn");
+    }
+  }
+  /* DiT-like: a 4-rank Ulysses rank's self-attention */
+  bf16_io_case (160, 1560, 10, 128, FALSE, LB_MATH_BF16, "cudnn");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1302,5 +1430,6 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/attention/cudnn/plans", test_cudnn_plans);
   g_test_add_func ("/gpu/attention/cudnn/default", test_cudnn_default);
   g_test_add_func ("/gpu/attention/cudnn/capture", test_cudnn_capture);
+  g_test_add_func ("/gpu/attention/bf16-q-out", test_bf16_io);
   return g_test_run ();
 }

@@ -19,6 +19,10 @@
  *   to lb_f32_to_bf16 (ties to even, NaN, inf, overflow, subnormals) and
  *   to hand-computed patterns; strided, permuted, broadcast and 5-D
  *   views; bf16 -> bf16 bits;
+ * - attention with a bf16 q and/or a bf16 out (the DiT's exchanges and
+ *   output projections): the f32 op's bits on q's values, and every
+ *   output element lb_f32_to_bf16 of the f32 op's, for strided views,
+ *   bias, mask, Nk = 0 and the threaded path;
  * - the exact error messages for the dtypes the ops still refuse;
  * - the same three ops on fakedev (tests/common/fakedev.c), directly and
  *   through a graph capture replayed on new inputs, bit-identical to the
@@ -136,40 +140,70 @@ widened_base (const LbTensor * src, int64_t shift, LbTensor * view)
   return buf;
 }
 
+/* The random operands of a case: q [nq, nh, hd], bf16 k and v [rows, hb,
+ * hd], a bias [nh, nq, nk] and a key mask (c->mask_mode) with its [nk]
+ * view; b and m are what the op gets (NULL unless the case asks). */
+typedef struct
+{
+  LbTensor *q, *k, *v, *bias, *mask;
+  LbTensor maskv;
+  const LbTensor *b, *m;
+} KvInputs;
+
+static void
+kv_inputs_init (KvInputs * in, const KvCase * c, int64_t rows, int64_t hb)
+{
+  int64_t qs[3] = { c->nq, c->nh, c->hd }, ks[3] = { rows, hb, c->hd };
+  int64_t bs[3] = { c->nh, c->nq, c->nk }, ms[1] = { MAX (c->nk, 1) };
+  in->q = rand_tensor (3, qs, -2, 2);
+  in->k = rand_bf16 (3, ks, -2, 2);
+  in->v = rand_bf16 (3, ks, -3, 3);
+  in->bias = rand_tensor (3, bs, -2, 2);
+  in->mask = lb_tensor_new (LB_DTYPE_U8, 1, ms);
+  guint8 *md = in->mask->data;
+  for (int64_t j = 0; j < c->nk; j++)
+    md[j] = c->mask_mode == 1 ? 0 : g_test_rand_int_range (0, 3) != 0;
+  lb_tensor_view_narrow (&in->maskv, in->mask, 0, 0, c->nk);
+  in->b = c->bias ? in->bias : NULL;
+  in->m = c->mask ? &in->maskv : NULL;
+}
+
+static void
+kv_inputs_clear (KvInputs * in)
+{
+  lb_tensor_free (in->q);
+  lb_tensor_free (in->k);
+  lb_tensor_free (in->v);
+  lb_tensor_free (in->bias);
+  lb_tensor_free (in->mask);
+}
+
 static void
 kv_case (const KvCase * c)
 {
   const int64_t cap = c->win0 + c->nk + 3;
   const int64_t hb = c->heads_slice ? 2 * c->nh : c->nh;
-  int64_t qs[3] = { c->nq, c->nh, c->hd }, cs[3] = { cap, hb, c->hd };
-  int64_t bs[3] = { c->nh, c->nq, c->nk }, ms[1] = { MAX (c->nk, 1) };
+  int64_t qs[3] = { c->nq, c->nh, c->hd };
   int qb0, kt0;
   lb_cpu_attention_get_tiles (&qb0, &kt0);
   lb_cpu_attention_set_tiles (c->qb, c->kt);
 
-  g_autoptr (LbTensor) q = rand_tensor (3, qs, -2, 2);
-  g_autoptr (LbTensor) kc = rand_bf16 (3, cs, -2, 2);
-  g_autoptr (LbTensor) vc = rand_bf16 (3, cs, -3, 3);
-  g_autoptr (LbTensor) bias = rand_tensor (3, bs, -2, 2);
-  g_autoptr (LbTensor) mask = lb_tensor_new (LB_DTYPE_U8, 1, ms);
-  guint8 *md = mask->data;
-  for (int64_t j = 0; j < c->nk; j++)
-    md[j] = c->mask_mode == 1 ? 0 : g_test_rand_int_range (0, 3) != 0;
+  KvInputs in;
+  kv_inputs_init (&in, c, cap, hb);
+  const LbTensor *q = in.q, *b = in.b, *m = in.m;
+  const guint8 *md = in.mask->data;
   LbTensor kcw, vcw;
-  g_autoptr (LbTensor) kbuf = widened_base (kc, 1, &kcw);
-  g_autoptr (LbTensor) vbuf = widened_base (vc, 3, &vcw);
+  g_autoptr (LbTensor) kbuf = widened_base (in.k, 1, &kcw);
+  g_autoptr (LbTensor) vbuf = widened_base (in.v, 3, &vcw);
 
-  LbTensor k16, v16, k32, v32, maskv;
-  window_view (&k16, kc, c);
-  window_view (&v16, vc, c);
+  LbTensor k16, v16, k32, v32;
+  window_view (&k16, in.k, c);
+  window_view (&v16, in.v, c);
   window_view (&k32, &kcw, c);
   window_view (&v32, &vcw, c);
   g_assert_cmpint (k16.dtype, ==, LB_DTYPE_BF16);
-  lb_tensor_view_narrow (&maskv, mask, 0, 0, c->nk);
 
   const float scale = 1.0f / sqrtf ((float) c->hd);
-  const LbTensor *b = c->bias ? bias : NULL;
-  const LbTensor *m = c->mask ? &maskv : NULL;
   g_autoptr (LbTensor) o16 = poisoned (3, qs);
   g_autoptr (LbTensor) o32 = poisoned (3, qs);
   assert_op_ok (lb_cpu_attention (test_stream (), q, &k16, &v16, b, m, scale,
@@ -198,26 +232,29 @@ kv_case (const KvCase * c)
   else
     g_assert_cmpfloat (mx, ==, 0.0);
   g_free (ref);
+  kv_inputs_clear (&in);
   lb_cpu_attention_set_tiles (qb0, kt0);
 }
+
+/* the cases of test_attention() and test_attention_bf16_io() */
+static const KvCase kv_cases[] = {
+  /* nq nk nh hd  bias  mask  heads  mm qb kt win0 */
+  {5, 7, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},
+  {9, 37, 3, 16, TRUE, FALSE, FALSE, 0, 4, 8, 5},
+  {9, 37, 3, 16, FALSE, TRUE, TRUE, 0, 4, 8, 2},
+  {6, 20, 2, 3, TRUE, TRUE, FALSE, 0, 3, 5, 1}, /* odd hd */
+  {4, 12, 2, 8, FALSE, TRUE, FALSE, 1, 0, 0, 0},        /* every key hidden */
+  {4, 0, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},        /* Nk = 0 */
+  {33, 150, 2, 128, FALSE, FALSE, TRUE, 0, 0, 0, 7},    /* DiT hd */
+  /* threaded (nq nk hd >= 65536) and several key tiles */
+  {70, 300, 2, 64, TRUE, TRUE, TRUE, 0, 16, 64, 11},
+};
 
 static void
 test_attention (void)
 {
-  static const KvCase cases[] = {
-    /* nq nk nh hd  bias  mask  heads  mm qb kt win0 */
-    {5, 7, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},
-    {9, 37, 3, 16, TRUE, FALSE, FALSE, 0, 4, 8, 5},
-    {9, 37, 3, 16, FALSE, TRUE, TRUE, 0, 4, 8, 2},
-    {6, 20, 2, 3, TRUE, TRUE, FALSE, 0, 3, 5, 1},       /* odd hd */
-    {4, 12, 2, 8, FALSE, TRUE, FALSE, 1, 0, 0, 0},      /* every key hidden */
-    {4, 0, 2, 8, FALSE, FALSE, FALSE, 0, 0, 0, 0},      /* Nk = 0 */
-    {33, 150, 2, 128, FALSE, FALSE, TRUE, 0, 0, 0, 7},  /* DiT hd */
-    /* threaded (nq nk hd >= 65536) and several key tiles */
-    {70, 300, 2, 64, TRUE, TRUE, TRUE, 0, 16, 64, 11},
-  };
-  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
-    kv_case (&cases[i]);
+  for (guint i = 0; i < G_N_ELEMENTS (kv_cases); i++)
+    kv_case (&kv_cases[i]);
 }
 
 static void
@@ -231,8 +268,10 @@ test_attention_errors (void)
   g_autoptr (LbTensor) k16 = lb_tensor_new (LB_DTYPE_BF16, 3, ks);
   g_autoptr (LbTensor) kh = lb_tensor_new (LB_DTYPE_F16, 3, ks);
   g_autoptr (LbTensor) q16 = lb_tensor_new (LB_DTYPE_BF16, 3, qs);
-  g_autoptr (LbTensor) o16 = lb_tensor_new (LB_DTYPE_BF16, 3, qs);
+  g_autoptr (LbTensor) qh = lb_tensor_new (LB_DTYPE_F16, 3, qs);
+  g_autoptr (LbTensor) oh = lb_tensor_new (LB_DTYPE_F16, 3, qs);
   int64_t ks5[3] = { 5, 2, 8 };
+  g_autoptr (LbTensor) o5 = lb_tensor_new (LB_DTYPE_BF16, 3, ks5);
   g_autoptr (LbTensor) v5 = lb_tensor_new (LB_DTYPE_BF16, 3, ks5);
 
   assert_op_error (lb_cpu_attention (s, q, kh, kh, NULL, NULL, 1.f, o, error),
@@ -245,10 +284,15 @@ test_attention_errors (void)
       "(the dtype of k)");
   assert_op_error (lb_cpu_attention (s, q, k16, v5, NULL, NULL, 1.f, o,
           error), "attention: v is bf16 [5, 2, 8], expected [6, 2, 8]");
-  assert_op_error (lb_cpu_attention (s, q16, k16, k16, NULL, NULL, 1.f, o,
-          error), "attention: q is bf16 [4, 2, 8], expected f32 [*, *, *]");
-  assert_op_error (lb_cpu_attention (s, q, k16, k16, NULL, NULL, 1.f, o16,
-          error), "attention: out is bf16 [4, 2, 8], expected f32 [4, 2, 8]");
+  /* q and out: f32 or bf16 (test_attention_bf16_io()), nothing else */
+  assert_op_error (lb_cpu_attention (s, qh, k16, k16, NULL, NULL, 1.f, o,
+          error), "attention: q is f16 [4, 2, 8], expected f32 or bf16 "
+      "[*, *, *]");
+  assert_op_error (lb_cpu_attention (s, q16, k16, k16, NULL, NULL, 1.f, oh,
+          error), "attention: out is f16 [4, 2, 8], expected f32 or bf16 "
+      "[4, 2, 8]");
+  assert_op_error (lb_cpu_attention (s, q16, k16, k16, NULL, NULL, 1.f, o5,
+          error), "attention: out is bf16 [5, 2, 8], expected [4, 2, 8]");
   /* a bf16 k with a strided last dim is refused like an f32 one */
   LbTensor kt;
   static const int perm[3] = { 0, 2, 1 };
@@ -258,6 +302,120 @@ test_attention_errors (void)
   assert_op_error (lb_cpu_attention (s, q, &kt, &kt, NULL, NULL, 1.f, o,
           error), "attention: k is bf16 [6, 2, 8] with strides [16, 1, 2], "
       "expected unit stride on the last dimension");
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention with a bf16 q and a bf16 out                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A [n, nh, hd] view of a fresh bf16 base: heads [nh, 2 nh) of a base
+ * [n, 2 nh, hd] when @slice, else all of a base [n, nh, hd]; every element
+ * of the base set to @fill. */
+static LbTensor *
+bf16_heads (int64_t n, int64_t nh, int64_t hd, gboolean slice,
+    uint16_t fill, LbTensor * view)
+{
+  int64_t bs[3] = { n, slice ? 2 * nh : nh, hd };
+  LbTensor *base = lb_tensor_new (LB_DTYPE_BF16, 3, bs);
+  uint16_t *d = base->data;
+  for (int64_t i = 0; i < lb_tensor_numel (base); i++)
+    d[i] = fill;
+  if (slice)
+    g_assert_true (lb_tensor_view_narrow (view, base, 1, nh, nh));
+  else
+    lb_tensor_view (view, base);
+  return base;
+}
+
+/* The attention op with q and out each f32 or bf16 (kernels/ops.h): a bf16
+ * q gives the bits of an f32 q holding its values, a bf16 out holds every
+ * f32 result rounded by lb_f32_to_bf16(), and the out base's elements
+ * outside the view keep their bits; on a stream in LB_MATH_BF16 with hd
+ * 64 or 128 (which rounds q itself) a bf16 q gives the f32 q's bits. */
+static void
+bf16_io_case (const KvCase * c)
+{
+  const int64_t nq = c->nq, nh = c->nh, hd = c->hd, nk = c->nk;
+  int64_t qs[3] = { nq, nh, hd };
+  int qb0, kt0;
+  lb_cpu_attention_get_tiles (&qb0, &kt0);
+  lb_cpu_attention_set_tiles (c->qb, c->kt);
+
+  KvInputs in;
+  kv_inputs_init (&in, c, nk, nh);
+  const LbTensor *q = in.q, *k = in.k, *v = in.v, *b = in.b, *m = in.m;
+  LbTensor q16, o16a, o16b;
+
+  /* q16: q rounded to bf16 (a strided view when heads_slice), qw: its
+   * values in f32 */
+  g_autoptr (LbTensor) q16_base = bf16_heads (nq, nh, hd, c->heads_slice,
+      0x7fc1, &q16);
+  g_autoptr (LbTensor) qw = tensor_new (3, qs);
+  for (int64_t i = 0; i < lb_tensor_numel (q); i++) {
+    const uint16_t r = lb_f32_to_bf16 (((const float *) q->data)[i]);
+    const int64_t t = i / (nh * hd), h = (i / hd) % nh, e = i % hd;
+    ((uint16_t *) q16.data)[t * q16.stride[0] + h * q16.stride[1] + e] = r;
+    ((float *) qw->data)[i] = lb_bf16_to_f32 (r);
+  }
+
+  const float scale = 1.0f / sqrtf ((float) hd);
+  LbStream *s = test_stream ();
+  g_autoptr (LbTensor) oref = poisoned (3, qs);
+  g_autoptr (LbTensor) of = poisoned (3, qs);
+  assert_op_ok (lb_cpu_attention (s, qw, k, v, b, m, scale, oref, error));
+  assert_op_ok (lb_cpu_attention (s, &q16, k, v, b, m, scale, of, error));
+  g_assert_cmpmem (of->data, lb_tensor_nbytes (of), oref->data,
+      lb_tensor_nbytes (oref));
+
+  /* bf16 out, from the f32 q and from the bf16 q */
+  const uint16_t fill = 0x7fc3;
+  g_autoptr (LbTensor) oa_base = bf16_heads (nq, nh, hd, c->heads_slice,
+      fill, &o16a);
+  g_autoptr (LbTensor) ob_base = bf16_heads (nq, nh, hd, c->heads_slice,
+      fill, &o16b);
+  assert_op_ok (lb_cpu_attention (s, qw, k, v, b, m, scale, &o16a, error));
+  assert_op_ok (lb_cpu_attention (s, &q16, k, v, b, m, scale, &o16b, error));
+  for (int64_t i = 0; i < lb_tensor_numel (oref); i++) {
+    const uint16_t want = lb_f32_to_bf16 (((const float *) oref->data)[i]);
+    if (at16 (&o16a, i) != want || at16 (&o16b, i) != want)
+      g_error ("attention bf16 out [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+          ", %" G_GINT64_FORMAT "], %" G_GINT64_FORMAT " keys: element %"
+          G_GINT64_FORMAT " is 0x%04x (f32 q) / 0x%04x (bf16 q), expected "
+          "0x%04x", nq, nh, hd, nk, i, at16 (&o16a, i), at16 (&o16b, i), want);
+  }
+  if (c->heads_slice) {
+    /* the other heads of the bases are untouched */
+    LbTensor rest;
+    g_assert_true (lb_tensor_view_narrow (&rest, oa_base, 1, 0, nh));
+    for (int64_t i = 0; i < lb_tensor_numel (&rest); i++)
+      g_assert_cmpuint (at16 (&rest, i), ==, fill);
+  }
+
+  /* LB_MATH_BF16 rounds an f32 q for hd 64 and 128: a bf16 q is then the
+   * same operand */
+  if (hd == 64 || hd == 128) {
+    LbStream *s16 = lb_cpu_backend ()->stream_new (lb_cpu_backend (), 0,
+        NULL);
+    s16->math = LB_MATH_BF16;
+    g_autoptr (LbTensor) o1 = poisoned (3, qs);
+    g_autoptr (LbTensor) o2 = poisoned (3, qs);
+    assert_op_ok (lb_cpu_attention (s16, q, k, v, b, m, scale, o1, error));
+    assert_op_ok (lb_cpu_attention (s16, &q16, k, v, b, m, scale, o2, error));
+    g_assert_cmpmem (o1->data, lb_tensor_nbytes (o1), o2->data,
+        lb_tensor_nbytes (o2));
+    s16->backend->stream_free (s16);
+  }
+  kv_inputs_clear (&in);
+  lb_cpu_attention_set_tiles (qb0, kt0);
+}
+
+/* kv_cases[], q and out views sliced out of wider bases where the case
+ * slices heads (win0 is not used) */
+static void
+test_attention_bf16_io (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (kv_cases); i++)
+    bf16_io_case (&kv_cases[i]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -736,6 +894,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/ops/kv-bf16/attention", test_attention);
   g_test_add_func ("/ops/kv-bf16/attention-errors", test_attention_errors);
+  g_test_add_func ("/ops/kv-bf16/attention-bf16-q-out", test_attention_bf16_io);
   g_test_add_func ("/ops/kv-bf16/rms-norm-rope", test_rope);
   g_test_add_func ("/ops/kv-bf16/rms-norm-rope-errors", test_rope_errors);
   g_test_add_func ("/ops/kv-bf16/copy-patterns", test_copy_patterns);
