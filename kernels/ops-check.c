@@ -299,13 +299,20 @@ as_matrix (const LbTensor * t, int64_t * rows, int64_t * cols, int64_t * ld)
 }
 
 static gboolean
-gemm_shape_error (GError ** error, const char *what, const LbTensor * t,
-    const char *expect)
+gemm_shape_error (GError ** error, const char *op, const char *what,
+    const LbTensor * t, const char *expect)
 {
   g_autofree char *s = lb_tensor_shape_string (t);
-  return lb_check_fail (error, "gemm: %s is %s %s, expected %s", what,
+  return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, what,
       lb_dtype_name (t->dtype), s, expect);
 }
+
+/* lb_check_gemm() for @op; a bf16 y is accepted with a bf16 w when
+ * @y16_ok (gemm_gelu_tanh). */
+static gboolean
+check_gemm_op (const char *op, const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, const LbTensor * y,
+    gboolean y16_ok, LbGemmGeom * g, GError ** error);
 
 /**
  * lb_check_gemm:
@@ -332,36 +339,73 @@ gboolean
 lb_check_gemm (const LbTensor * x, const LbTensor * w, gboolean trans_w,
     const LbTensor * bias, const LbTensor * y, LbGemmGeom * g, GError ** error)
 {
+  return check_gemm_op ("gemm", x, w, trans_w, bias, y, FALSE, g, error);
+}
+
+/**
+ * lb_check_gemm_gelu_tanh:
+ * @x: as lb_check_gemm()'s
+ * @w: as lb_check_gemm()'s
+ * @trans_w: as lb_check_gemm()'s
+ * @bias: as lb_check_gemm()'s
+ * @y: [M, N] float32, or bfloat16 when @w is
+ * @g: (out): the matrix geometry
+ * @error: (out) (optional): %LB_ERROR_SHAPE, the messages of
+ *   lb_check_gemm() under the op's name ("gemm_gelu_tanh: y is bf16 [4,
+ *   6], expected f32 [4, 6] (bf16 only with a bf16 w)")
+ *
+ * The checks of the gemm_gelu_tanh op (kernels/ops.h).
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gemm_gelu_tanh (const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, const LbTensor * y,
+    LbGemmGeom * g, GError ** error)
+{
+  return check_gemm_op ("gemm_gelu_tanh", x, w, trans_w, bias, y, TRUE, g,
+      error);
+}
+
+static gboolean
+check_gemm_op (const char *op, const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, const LbTensor * y,
+    gboolean y16_ok, LbGemmGeom * g, GError ** error)
+{
   int64_t wr, wc, ym, yn;
   const gboolean x16 = x->dtype == LB_DTYPE_BF16 && w->dtype == LB_DTYPE_BF16;
+  const gboolean y16 = y16_ok && y->dtype == LB_DTYPE_BF16 &&
+      w->dtype == LB_DTYPE_BF16;
   if ((x->dtype != LB_DTYPE_F32 && !x16) ||
       !as_matrix (x, &g->m, &g->k, &g->xld))
-    return gemm_shape_error (error, "x", x, x->dtype == LB_DTYPE_BF16 ?
+    return gemm_shape_error (error, op, "x", x, x->dtype == LB_DTYPE_BF16 ?
         "f32 [M, K] with unit column stride (bf16 only with a bf16 w)" :
         "f32 [M, K] with unit column stride");
   if (w->dtype != LB_DTYPE_F32 && w->dtype != LB_DTYPE_BF16)
-    return gemm_shape_error (error, "w", w,
+    return gemm_shape_error (error, op, "w", w,
         "f32 or bf16 (the weight dtypes gemm supports)");
   if (!as_matrix (w, &wr, &wc, &g->wld) || w->ndim != 2)
-    return gemm_shape_error (error, "w", w, "2-D with unit column stride");
+    return gemm_shape_error (error, op, "w", w, "2-D with unit column stride");
   g->n = trans_w ? wr : wc;
   if ((trans_w ? wc : wr) != g->k) {
     g_autofree char *xs = lb_tensor_shape_string (x);
     g_autofree char *ws = lb_tensor_shape_string (w);
     return lb_check_fail (error,
-        "gemm: inner dimensions differ: x %s, w %s (%s)", xs, ws,
+        "%s: inner dimensions differ: x %s, w %s (%s)", op, xs, ws,
         trans_w ? "w is [N, K]" : "w is [K, N]");
   }
-  if (y->dtype != LB_DTYPE_F32 || !as_matrix (y, &ym, &yn, &g->yld) ||
-      ym != g->m || yn != g->n) {
-    g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
-        G_GINT64_FORMAT "]", g->m, g->n);
-    return gemm_shape_error (error, "y", y, e);
+  if ((y->dtype != LB_DTYPE_F32 && !y16) ||
+      !as_matrix (y, &ym, &yn, &g->yld) || ym != g->m || yn != g->n) {
+    g_autofree char *e = g_strdup_printf ("%s [%" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT "]%s", y16 ? "bf16" : "f32", g->m, g->n,
+        y16_ok && y->dtype == LB_DTYPE_BF16 && !y16 ?
+        " (bf16 only with a bf16 w)" : "");
+    return gemm_shape_error (error, op, "y", y, e);
   }
   if (bias && (bias->dtype != LB_DTYPE_F32 || lb_tensor_numel (bias) != g->n
           || !lb_tensor_is_contiguous (bias))) {
     g_autofree char *e = g_strdup_printf ("f32 [%" G_GINT64_FORMAT "]", g->n);
-    return gemm_shape_error (error, "bias", bias, e);
+    return gemm_shape_error (error, op, "bias", bias, e);
   }
   return TRUE;
 }

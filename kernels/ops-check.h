@@ -61,6 +61,9 @@ typedef struct
 gboolean lb_check_gemm (const LbTensor * x, const LbTensor * w,
     gboolean trans_w, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);
+gboolean lb_check_gemm_gelu_tanh (const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, const LbTensor * y,
+    LbGemmGeom * g, GError ** error);
 gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
     const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);

@@ -64,6 +64,25 @@
 #define LB_OP_ARGS_gemm(A) A (IN, x) A (IN, w) A (BOOL, trans_w) \
     A (IN, bias) A (F32, alpha) A (F32, beta) A (OUT, y)
 LB_OP (gemm)
+/* @gemm_gelu_tanh: `y = gelu_tanh(alpha * x . op(w) + bias)`: @gemm with
+ *   beta 0 followed by @gelu_tanh (the FFN's first linear layer and its
+ *   activation, spec 1.7), one op so that a backend can apply the GELU in
+ *   the GEMM's epilogue.  Operands as @gemm's, except that y may be bf16
+ *   when w is (the FFN's second GEMM input, written without a conversion
+ *   pass): the f32 result rounded to nearest even.  The CPU backend (the
+ *   oracle) computes exactly the op pair, by blocks of rows when y is
+ *   bf16.  The CUDA backend uses cuBLASLt's GELU epilogue for a bf16 x
+ *   and w where cuBLASLt has a plan for the operands, and the op pair
+ *   otherwise; cuBLASLt's GELU is its own tanh formula, so there the
+ *   result is the pair's within float rounding of the activation
+ *   (tolerance, docs/design/cuda.md "GEMM + GELU epilogue").  Errors as
+ *   @gemm's under this op's name, and a bf16 y with an f32 w:
+ *   "gemm_gelu_tanh: y is bf16 [4, 6], expected f32 [4, 6] (bf16 only
+ *   with a bf16 w)".
+ */
+#define LB_OP_ARGS_gemm_gelu_tanh(A) A (IN, x) A (IN, w) A (BOOL, trans_w) \
+    A (IN, bias) A (F32, alpha) A (OUT, y)
+LB_OP (gemm_gelu_tanh)
 /* @gemm_fp8: the FP8 linear layer (precision "fp8", docs/design/cuda.md
  *   "Precision"): x f32 [M, K] (a 2-D view with unit column stride, or
  *   contiguous [..., K] flattened), w %LB_DTYPE_F8E4M3 [N, K] contiguous

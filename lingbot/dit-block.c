@@ -48,6 +48,20 @@ linear (LingbotDitRank * rs, const LbTensor * x, const LingbotDitLinear * l,
   return lingbot_dit_linear_apply (rs->s, x, l, beta, y, error);
 }
 
+/* The FFN's first layer and its activation, `y = GELU_tanh(x . w^T + b)`
+ * (spec 1.7): one gemm_gelu_tanh op (a device backend applies the GELU in
+ * the GEMM's epilogue and writes a bf16 y directly), or for an fp8 layer
+ * gemm_fp8 into rs->h, then gelu_tanh into y. */
+static gboolean
+linear_gelu (LingbotDitRank * rs, const LbTensor * x,
+    const LingbotDitLinear * l, LbTensor * y, GError ** error)
+{
+  if (l->s != NULL)
+    return linear (rs, x, l, 0.0f, rs->h, error) &&
+        OPS->gelu_tanh (rs->s, rs->h, y, error);
+  return OPS->gemm_gelu_tanh (rs->s, x, l->w, TRUE, l->b, 1.0f, y, error);
+}
+
 /* The buffer of a GEMM input [n_local, D] (@wide false) or [n_local,
  * ffn_dim]: the rank's bf16 one where it has them (rs->a16, rs->h16), else
  * the f32 one.  The op writing it rounds to bf16 exactly as the bf16 GEMM
@@ -495,11 +509,10 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     return FALSE;
 
   /* the cross-attention's residual and the FFN's norm in one op, then the
-   * FFN (h: the GELU's output, in place on rs->h or into rs->h16) */
+   * FFN (h: the GELU's output, rs->h or rs->h16) */
   return OPS->residual_norm_modulate (rs->s, rs->x, rs->t1, NULL, NULL, NULL,
       eps, &scale_mlp, &shift_mlp, a, error) &&
-      linear (rs, a, &b->ffn0, 0.0f, rs->h, error) &&
-      OPS->gelu_tanh (rs->s, rs->h, h, error) &&
+      linear_gelu (rs, a, &b->ffn0, h, error) &&
       linear (rs, h, &b->ffn2, 0.0f, rs->t1, error) &&
       trace_copy (rs, rs->trace_ffn, rs->t1, error) &&
       OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_mlp, error);

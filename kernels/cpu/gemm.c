@@ -179,6 +179,63 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
   return TRUE;
 }
 
+/* rows of y per block of lb_cpu_gemm_gelu_tanh() with a bf16 y */
+#define GELU_BLOCK_ROWS 64
+
+/**
+ * lb_cpu_gemm_gelu_tanh:
+ * @s: a CPU stream
+ * @x: as lb_cpu_gemm()'s
+ * @w: as lb_cpu_gemm()'s
+ * @trans_w: as lb_cpu_gemm()'s
+ * @bias: (nullable): as lb_cpu_gemm()'s
+ * @alpha: scale of the product
+ * @y: [M, N] f32, or bf16 with a bf16 @w
+ * @error: the messages of lb_check_gemm_gelu_tanh()
+ *
+ * `y = gelu_tanh(alpha * x . op(w) + bias)` (kernels/ops.h): exactly
+ * lb_cpu_gemm() with beta 0, then lb_cpu_gelu_tanh().  A bf16 y takes
+ * blocks of %GELU_BLOCK_ROWS rows through an f32 block of the calling
+ * thread's second scratch slot (a bf16 w's product rows do not depend on
+ * the other rows, so the blocks give the whole op's bits).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_gemm_gelu_tanh (LbStream * s, const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, float alpha, LbTensor * y,
+    GError ** error)
+{
+  LbGemmGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "gemm_gelu_tanh", error, "x", x, "w",
+          w, "bias", bias, "y", y, NULL) ||
+      !lb_check_gemm_gelu_tanh (x, w, trans_w, bias, y, &g, error))
+    return FALSE;
+  if (y->dtype == LB_DTYPE_F32)
+    return lb_cpu_gemm (s, x, w, trans_w, bias, alpha, 0.0f, y, error) &&
+        lb_cpu_gelu_tanh (s, y, y, error);
+  if (g.m == 0 || g.n == 0)
+    return TRUE;
+  const int64_t rows = MIN (g.m, GELU_BLOCK_ROWS);
+  float *blk = lb_cpu_scratch_slot (1, (gsize) (rows * g.n));
+  const gsize xes = lb_dtype_size (x->dtype);
+  for (int64_t r0 = 0; r0 < g.m; r0 += rows) {
+    const int64_t nr = MIN (rows, g.m - r0);
+    int64_t xs[2] = { nr, g.k }, xst[2] = { g.xld, 1 };
+    int64_t ys[2] = { nr, g.n }, yst[2] = { g.yld, 1 }, fst[2] = { g.n, 1 };
+    LbTensor xb, yb, fb;
+    lb_tensor_view_init (&xb, x->dtype, (char *) x->data + (gsize) (r0 *
+            g.xld) * xes, x->device, 2, xs, xst);
+    lb_tensor_view_init (&yb, LB_DTYPE_BF16, (uint16_t *) y->data + r0 *
+        g.yld, y->device, 2, ys, yst);
+    lb_tensor_view_init (&fb, LB_DTYPE_F32, blk, LB_CPU_DEVICE, 2, ys, fst);
+    if (!lb_cpu_gemm (s, &xb, w, trans_w, bias, alpha, 0.0f, &fb, error) ||
+        !lb_cpu_gelu_tanh (s, &fb, &yb, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 /* f32 values of the 256 E4M3 codes (lb_e4m3_to_f32()). */
 static const float *
 e4m3_table (void)

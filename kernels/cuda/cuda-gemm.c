@@ -35,9 +35,18 @@
  * block, and the epilogue kernel applies sx[m], sw[n], beta and the bias.
  * FP8 matmuls need K and N multiples of 16 (16-byte leading dimensions of
  * the e4m3 operands, 64-byte ones of D); other shapes are refused.
+ *
+ * gemm_gelu_tanh (kernels/ops.h) with a bf16 x and w: one matmul with
+ * cuBLASLt's GELU (or GELU + bias) epilogue, D CUDA_R_32F or CUDA_R_16BF
+ * (a bf16 y: the FFN's second GEMM input), the bias f32.  The epilogue
+ * kind and D's type are part of the plan key.  A key cuBLASLt has no plan
+ * for is remembered (a plan without a descriptor) and takes the op pair
+ * (the gemm, then the GELU kernel, through f32 scratch for a bf16 y), as
+ * does LINGBOT_CUDA_GEMM_EPILOGUE=own.
  */
 #include "kernels/cuda/cuda-internal.h"
 
+#include <gmodule.h>
 #include <string.h>
 
 #define MAX_PLANS 1024
@@ -48,12 +57,14 @@ typedef struct
   int32_t ta, tb, bias;
   int32_t align_a, align_b, align_c, align_bias;
   int32_t type_a, type_b;       /* cudaDataType of our A and B */
+  int32_t gelu;                 /* the GELU epilogue (gemm_gelu_tanh) */
+  int32_t type_c;               /* cudaDataType of C and D */
   int32_t pad;
 } GemmKey;
 
 /* memcmp/hash of the whole key: no implicit padding may exist */
 G_STATIC_ASSERT (sizeof (GemmKey) == 6 * sizeof (int64_t) +
-    10 * sizeof (int32_t));
+    12 * sizeof (int32_t));
 
 typedef struct
 {
@@ -134,16 +145,17 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
       &lta, sizeof lta);
   cublasLtMatmulDescSetAttribute (plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
       &ltb, sizeof ltb);
-  if (key->bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    /* f32 whatever A and B are (the default follows other types) */
+  if (key->bias || key->gelu) {
+    cublasLtEpilogue_t epi = !key->gelu ? CUBLASLT_EPILOGUE_BIAS :
+        key->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    /* f32 whatever A, B and D are (the default follows other types) */
     int32_t bias_type = CUDA_R_32F;
     if (!lt_check (cublasLtMatmulDescSetAttribute (plan->desc,
                 CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
             "epilogue", error) ||
-        !lt_check (cublasLtMatmulDescSetAttribute (plan->desc,
-                CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                sizeof bias_type), "bias data type", error))
+        (key->bias && !lt_check (cublasLtMatmulDescSetAttribute (plan->desc,
+                    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                    sizeof bias_type), "bias data type", error)))
       goto fail;
   }
   /* Stored (column-major) extents: our row-major [r, c] is [c, r].
@@ -154,8 +166,9 @@ plan_new (LbCudaStream * cs, const GemmKey * key, GError ** error)
       !lt_check (cublasLtMatrixLayoutCreate (&plan->lb,
               (cudaDataType_t) key->type_a, key->ta ? key->m : key->k,
               key->ta ? key->k : key->m, key->lda), "layout B", error) ||
-      !lt_check (cublasLtMatrixLayoutCreate (&plan->lc, CUDA_R_32F, key->n,
-              key->m, key->ldc), "layout C", error))
+      !lt_check (cublasLtMatrixLayoutCreate (&plan->lc,
+              (cudaDataType_t) key->type_c, key->n, key->m, key->ldc),
+          "layout C", error))
     goto fail;
 
   if (!lt_check (cublasLtMatmulPreferenceCreate (&pref),
@@ -202,6 +215,84 @@ fail:
   return NULL;
 }
 
+/* The GELU epilogue's counters (lingbot_backend_cuda_gemm_stats()) */
+static GMutex stats_lock;
+static guint64 stats_gelu_runs, stats_gelu_declined;
+static char *stats_error;
+
+/* The plan of @key from the stream's table, built on first use; %NULL
+ * with @error set when the build fails.  With @remember_failure a failed
+ * build is kept as a plan without a descriptor (returned as it is: the
+ * caller takes its fallback), its message in the counters' last error. */
+static GemmPlan *
+plan_get (LbCudaStream * cs, const GemmKey * key, gboolean remember_failure,
+    GError ** error)
+{
+  if (cs->gemm_plans == NULL)
+    cs->gemm_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
+        plan_free);
+  GemmPlan *plan = g_hash_table_lookup (cs->gemm_plans, key);
+  if (plan != NULL)
+    return plan;
+  if (g_hash_table_size (cs->gemm_plans) >= MAX_PLANS)
+    g_hash_table_remove_all (cs->gemm_plans);
+  g_autoptr (GError) err = NULL;
+  plan = plan_new (cs, key, &err);
+  if (plan == NULL && !remember_failure) {
+    g_propagate_error (error, g_steal_pointer (&err));
+    return NULL;
+  }
+  if (plan == NULL) {
+    plan = g_new0 (GemmPlan, 1);
+    plan->key = *key;
+    g_mutex_lock (&stats_lock);
+    g_free (stats_error);
+    stats_error = g_strdup (err->message);
+    g_mutex_unlock (&stats_lock);
+  }
+  g_hash_table_insert (cs->gemm_plans, &plan->key, plan);
+  return plan;
+}
+
+static gboolean
+plan_run (LbCudaStream * cs, GemmPlan * plan, float alpha, const void *a,
+    const void *b, const float *bias, float beta, void *c, GError ** error)
+{
+  if (bias)
+    cublasLtMatmulDescSetAttribute (plan->desc,
+        CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
+          a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
+          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul", error);
+}
+
+/* The key of a row-major C[m, n] = alpha op(A) op(B) + beta C + bias. */
+static void
+key_init (GemmKey * key, gboolean ta, gboolean tb, int64_t m, int64_t n,
+    int64_t k, const void *a, cudaDataType_t type_a, int64_t lda,
+    const void *b, cudaDataType_t type_b, int64_t ldb, const float *bias,
+    const void *c, int64_t ldc)
+{
+  memset (key, 0, sizeof *key);
+  key->m = m;
+  key->n = n;
+  key->k = k;
+  /* a single row or column: cuBLASLt still wants ld >= rows as stored */
+  key->lda = MAX (lda, ta ? m : k);
+  key->ldb = MAX (ldb, tb ? k : n);
+  key->ldc = MAX (ldc, n);
+  key->ta = ta != 0;
+  key->tb = tb != 0;
+  key->bias = bias != NULL;
+  key->align_a = ptr_align (a);
+  key->align_b = ptr_align (b);
+  key->align_c = ptr_align (c);
+  key->align_bias = bias ? ptr_align (bias) : 0;
+  key->type_a = (int32_t) type_a;
+  key->type_b = (int32_t) type_b;
+  key->type_c = CUDA_R_32F;
+}
+
 /* lb_cuda_gemm_rm() with the dtypes of A and B (CUDA_R_32F, CUDA_R_16BF
  * or, for ta FALSE and tb TRUE only, CUDA_R_8F_E4M3); C, the bias and the
  * scales are always f32. */
@@ -216,42 +307,10 @@ gemm_rm_typed (LbStream * s, gboolean ta, gboolean tb, int64_t m, int64_t n,
     return TRUE;
   cudaSetDevice (s->device);
   GemmKey key;
-  memset (&key, 0, sizeof key);
-  key.m = m;
-  key.n = n;
-  key.k = k;
-  /* a single row or column: cuBLASLt still wants ld >= rows as stored */
-  key.lda = MAX (lda, ta ? m : k);
-  key.ldb = MAX (ldb, tb ? k : n);
-  key.ldc = MAX (ldc, n);
-  key.ta = ta != 0;
-  key.tb = tb != 0;
-  key.bias = bias != NULL;
-  key.align_a = ptr_align (a);
-  key.align_b = ptr_align (b);
-  key.align_c = ptr_align (c);
-  key.align_bias = bias ? ptr_align (bias) : 0;
-  key.type_a = (int32_t) type_a;
-  key.type_b = (int32_t) type_b;
-
-  if (cs->gemm_plans == NULL)
-    cs->gemm_plans = g_hash_table_new_full (key_hash, key_equal, NULL,
-        plan_free);
-  GemmPlan *plan = g_hash_table_lookup (cs->gemm_plans, &key);
-  if (plan == NULL) {
-    if (g_hash_table_size (cs->gemm_plans) >= MAX_PLANS)
-      g_hash_table_remove_all (cs->gemm_plans);
-    plan = plan_new (cs, &key, error);
-    if (plan == NULL)
-      return FALSE;
-    g_hash_table_insert (cs->gemm_plans, &plan->key, plan);
-  }
-  if (bias)
-    cublasLtMatmulDescSetAttribute (plan->desc,
-        CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-  return lt_check (cublasLtMatmul (cs->lt, plan->desc, &alpha, b, plan->la,
-          a, plan->lb, &beta, c, plan->lc, c, plan->lc, &plan->algo,
-          cs->workspace, plan->workspace, cs->stream), "cublasLtMatmul", error);
+  key_init (&key, ta, tb, m, n, k, a, type_a, lda, b, type_b, ldb, bias, c,
+      ldc);
+  GemmPlan *plan = plan_get (cs, &key, FALSE, error);
+  return plan != NULL && plan_run (cs, plan, alpha, a, b, bias, beta, c, error);
 }
 
 /**
@@ -382,6 +441,155 @@ lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
     return gemm_bf16 (s, &g, x, w, trans_w, bias, alpha, beta, y, error);
   return lb_cuda_gemm_rm (s, FALSE, trans_w, m, n, k, alpha, x->data, g.xld,
       w->data, g.wld, bias ? bias->data : NULL, beta, y->data, yld, error);
+}
+
+/* ---- gemm_gelu_tanh ---- */
+
+static void
+count (guint64 * counter)
+{
+  g_mutex_lock (&stats_lock);
+  (*counter)++;
+  g_mutex_unlock (&stats_lock);
+}
+
+/* A 2-D [rows, cols] view at row @r0 of a row-major matrix with leading
+ * dimension @ld, on @t's device, in @dtype. */
+static void
+rows_view (LbTensor * out, const LbTensor * t, LbDType dtype, void *base,
+    int64_t r0, int64_t rows, int64_t cols, int64_t ld)
+{
+  int64_t shape[2] = { rows, cols }, stride[2] = { ld, 1 };
+  lb_tensor_view_init (out, dtype, (char *) base + (gsize) (r0 * ld) *
+      lb_dtype_size (dtype), t->device, 2, shape, stride);
+}
+
+/* The op pair of gemm_gelu_tanh: the gemm (beta 0) into y, or, for a bf16
+ * y, into f32 pool scratch a block of rows at a time; then the GELU
+ * kernel into y. */
+static gboolean
+gemm_gelu_pair (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
+    const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha,
+    LbTensor * y, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (y->dtype == LB_DTYPE_F32)
+    return lb_cuda_gemm (s, x, w, trans_w, bias, alpha, 0.0f, y, error) &&
+        lb_cuda_check (lb_cuda_launch_elementwise (cs->stream,
+            LB_CUDA_EW_GELU_TANH, y->data, g->yld, NULL, 0, y->data, g->yld,
+            g->m, g->n, 0.0f, 0.0f), "gemm_gelu_tanh (GELU)", error);
+  const int64_t rows = CLAMP ((int64_t) (LB_CUDA_SCRATCH_LIMIT / g->n), 1,
+      g->m);
+  float *blk = lb_cuda_scratch (s, (gsize) (rows * g->n) * sizeof (float),
+      error);
+  if (blk == NULL)
+    return FALSE;
+  gboolean ok = TRUE;
+  for (int64_t r0 = 0; ok && r0 < g->m; r0 += rows) {
+    const int64_t nr = MIN (rows, g->m - r0);
+    LbTensor xb, fb;
+    rows_view (&xb, x, x->dtype, x->data, r0, nr, g->k, g->xld);
+    rows_view (&fb, y, LB_DTYPE_F32, blk, 0, nr, g->n, g->n);
+    ok = lb_cuda_gemm (s, &xb, w, trans_w, bias, alpha, 0.0f, &fb, error) &&
+        lb_cuda_check (lb_cuda_launch_unary_bf16 (cs->stream,
+            LB_CUDA_EW_GELU_TANH, blk, g->n, (uint16_t *) y->data + r0 *
+            g->yld, g->yld, nr, g->n, 0.0f, 0.0f), "gemm_gelu_tanh (GELU)",
+        error);
+  }
+  lb_cuda_scratch_release (s, blk);
+  return ok;
+}
+
+/* gemm_gelu_tanh in one cuBLASLt matmul with the GELU epilogue, for a
+ * bf16 x and w; *@ran FALSE when the caller must run the pair instead
+ * (another x, LINGBOT_CUDA_GEMM_EPILOGUE=own, no product, or no plan). */
+static gboolean
+gemm_gelu_epilogue (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
+    const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha,
+    LbTensor * y, gboolean * ran, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  *ran = FALSE;
+  if (x->dtype != LB_DTYPE_BF16 || g->k == 0 || alpha == 0.0f ||
+      g_strcmp0 (g_getenv ("LINGBOT_CUDA_GEMM_EPILOGUE"), "own") == 0)
+    return TRUE;
+  cudaSetDevice (s->device);
+  const float *b = bias ? bias->data : NULL;
+  GemmKey key;
+  key_init (&key, FALSE, trans_w, g->m, g->n, g->k, x->data, CUDA_R_16BF,
+      g->xld, w->data, CUDA_R_16BF, g->wld, b, y->data, g->yld);
+  key.gelu = 1;
+  key.type_c = y->dtype == LB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  GemmPlan *plan = plan_get (cs, &key, TRUE, error);
+  if (plan == NULL)
+    return FALSE;
+  if (plan->desc == NULL) {
+    count (&stats_gelu_declined);
+    return TRUE;
+  }
+  *ran = TRUE;
+  if (!plan_run (cs, plan, alpha, x->data, w->data, b, 0.0f, y->data, error))
+    return FALSE;
+  count (&stats_gelu_runs);
+  return TRUE;
+}
+
+/**
+ * lb_cuda_gemm_gelu_tanh:
+ *
+ * Same contract and messages as lb_cpu_gemm_gelu_tanh() (kernels/ops.h
+ * @gemm_gelu_tanh): `y = gelu_tanh(alpha * x . op(w) + bias)`, y f32 or
+ * (with a bf16 w) bf16.  A bf16 x and w go through one matmul with
+ * cuBLASLt's GELU epilogue (see the file comment), anything else through
+ * lb_cuda_gemm() and the GELU kernel.  Asynchronous on the stream.
+ */
+gboolean
+lb_cuda_gemm_gelu_tanh (LbStream * s, const LbTensor * x, const LbTensor * w,
+    gboolean trans_w, const LbTensor * bias, float alpha, LbTensor * y,
+    GError ** error)
+{
+  LbGemmGeom g;
+  if (!lb_cuda_check_devices (s, "gemm_gelu_tanh", error, "x", x, "w", w,
+          "bias", bias, "y", y, NULL) ||
+      !lb_check_gemm_gelu_tanh (x, w, trans_w, bias, y, &g, error))
+    return FALSE;
+  if (g.m == 0 || g.n == 0)
+    return TRUE;
+  gboolean ran = FALSE;
+  if (!gemm_gelu_epilogue (s, &g, x, w, trans_w, bias, alpha, y, &ran, error))
+    return FALSE;
+  return ran || gemm_gelu_pair (s, &g, x, w, trans_w, bias, alpha, y, error);
+}
+
+G_MODULE_EXPORT void lingbot_backend_cuda_gemm_stats (guint64 *
+    gelu_epilogue_runs, guint64 * gelu_epilogue_declined, char **last_error);
+
+/**
+ * lingbot_backend_cuda_gemm_stats:
+ * @gelu_epilogue_runs: (out) (optional): gemm_gelu_tanh calls enqueued as
+ *   one matmul with cuBLASLt's GELU epilogue since the module was loaded
+ *   (all devices and streams)
+ * @gelu_epilogue_declined: (out) (optional): calls eligible for it (bf16
+ *   x and w, a product) that ran the op pair because cuBLASLt had no plan
+ * @last_error: (out) (optional) (transfer full) (nullable): the message of
+ *   the last failed epilogue plan build, or %NULL; g_free() it
+ *
+ * Counters of the GELU epilogue (docs/design/cuda.md "GEMM + GELU
+ * epilogue"), for tests and benchmarks.  Resolve with g_module_symbol on
+ * the loaded module.
+ */
+void
+lingbot_backend_cuda_gemm_stats (guint64 * gelu_epilogue_runs,
+    guint64 * gelu_epilogue_declined, char **last_error)
+{
+  g_mutex_lock (&stats_lock);
+  if (gelu_epilogue_runs)
+    *gelu_epilogue_runs = stats_gelu_runs;
+  if (gelu_epilogue_declined)
+    *gelu_epilogue_declined = stats_gelu_declined;
+  if (last_error)
+    *last_error = g_strdup (stats_error);
+  g_mutex_unlock (&stats_lock);
 }
 
 /**

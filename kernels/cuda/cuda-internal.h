@@ -148,6 +148,9 @@ gboolean lb_cuda_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
 /* Row-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C + bias[n]
  * (op(A) = A^T stored [k,m] when @ta; op(B) = B^T stored [n,k] when @tb),
  * float32, FP32 compute, through a cached cuBLASLt plan. */
+gboolean lb_cuda_gemm_gelu_tanh (LbStream * s, const LbTensor * x,
+    const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha,
+    LbTensor * y, GError ** error);
 gboolean lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x,
     const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
     float alpha, float beta, LbTensor * y, GError ** error);

@@ -748,6 +748,7 @@ cuda_ray_map (LbStream * s, const LbTensor * rel_poses, float fx, float fy,
  */
 const LbOps lb_cuda_ops = {
   .gemm = lb_cuda_gemm,
+  .gemm_gelu_tanh = lb_cuda_gemm_gelu_tanh,
   .gemm_fp8 = lb_cuda_gemm_fp8,
   .layer_norm = cuda_layer_norm,
   .rms_norm = cuda_rms_norm,

@@ -343,7 +343,8 @@ count_conv (LbStream * s)
 static void
 count_bf16 (OpId op, const Args * a)
 {
-  if (op == OP_gemm && a->host[0].dtype == LB_DTYPE_BF16)
+  if ((op == OP_gemm || op == OP_gemm_gelu_tanh) &&
+      a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_gemm_bf16_x);
   if (op == OP_attention && a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_attention_bf16_q);

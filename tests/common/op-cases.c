@@ -32,6 +32,8 @@
 #define TOL_EXACT 0.0
 #define TOL_BF16 1e-2
 #define TOL_GEMM 1e-4
+/* a device's GEMM with its own GELU in the epilogue (cuBLASLt's tanh) */
+#define TOL_GELU_EPILOGUE 2e-3
 
 #define S(...) ((const int64_t[]) { __VA_ARGS__ })
 #define MAX_DIMS 5
@@ -640,6 +642,37 @@ gemm_cases (int64_t m, int64_t n, int64_t k, int pad)
   }
 }
 
+/* gemm_gelu_tanh: f32 w with f32 y; bf16 w with x f32 or bf16 and y f32
+ * or bf16 (the FFN's first layer on a bf16 rank: bf16 x and y), x and y
+ * row-strided when pad > 0, with and without bias; a bf16 y with an f32
+ * w is refused.  Outputs in bf16: TOL_BF16 (a device's GEMM or GELU may
+ * move an element across a bf16 rounding boundary); bf16 x and w (the
+ * CUDA GELU epilogue): TOL_GELU_EPILOGUE. */
+static void
+gemm_gelu_cases (int64_t m, int64_t n, int64_t k, int pad)
+{
+  for (int v = 0; v < 5; v++) {
+    const gboolean w16 = v > 0, x16 = v >= 3, y16 = v == 2 || v == 4;
+    OpCase *c = add (OP_gemm_gelu_tanh, y16 ? TOL_BF16 : x16 ?
+        TOL_GELU_EPILOGUE : TOL_GEMM,
+        "gemm_gelu_tanh [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] x [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]^T %s w, %s x, %s y%s", m,
+        k, n, k, w16 ? "bf16" : "f32", x16 ? "bf16" : "f32",
+        y16 ? "bf16" : "f32", v == 1 ? ", no bias" : "");
+    ArgSpec x = narrow (rng (2, S (m, k), -2, 2), 1, pad, pad);
+    ArgSpec y = narrow (nan_out (2, S (m, n)), 1, pad, 0);
+    ArgSpec w = rng (2, S (n, k), -0.5, 0.5);
+    c->t[0] = x16 ? bf16 (x) : x;
+    c->t[1] = w16 ? bf16 (w) : w;
+    c->t[2] = v == 1 ? none () : rnd (1, S (n));
+    c->t[3] = y16 ? bf16 (y) : y;
+    c->i[0] = TRUE;
+    c->f[0] = 0.75f;
+    if (v == 2)
+      refused (c, "(bf16 y, f32 w)")->t[1] = w;
+  }
+}
+
 static void
 build_cases (void)
 {
@@ -697,6 +730,10 @@ build_cases (void)
   gemm_cases (7, 5, 3, 0);
   gemm_cases (65, 129, 100, 3);
   gemm_cases (256, 384, 512, 0);
+  gemm_gelu_cases (1, 1, 1, 0);
+  gemm_gelu_cases (7, 5, 3, 2);
+  gemm_gelu_cases (65, 129, 100, 3);
+  gemm_gelu_cases (256, 384, 512, 0);
 
   fused_cases (1, 1, 0, FALSE);
   fused_cases (33, 257, 3, TRUE);

@@ -123,6 +123,20 @@ run_gemm (gpointer p, GError ** error)
       error);
 }
 
+/* the FFN's first layer: gemm_gelu_tanh into the bf16 y a->e (cuBLASLt's
+ * GELU epilogue), or with a->i0 the op pair it replaces (gemm into the
+ * f32 a->d, then the GELU kernel into a->e) */
+static gboolean
+run_gemm_gelu (gpointer p, GError ** error)
+{
+  Args *a = p;
+  if (a->i0)
+    return lb_ops (gs)->gemm (gs, a->a, a->b, TRUE, a->c, 1.0f, 0.0f, a->d,
+        error) && lb_ops (gs)->gelu_tanh (gs, a->d, a->e, error);
+  return lb_ops (gs)->gemm_gelu_tanh (gs, a->a, a->b, TRUE, a->c, 1.0f, a->e,
+      error);
+}
+
 static gboolean
 run_attention (gpointer p, GError ** error)
 {
@@ -521,6 +535,22 @@ main (int argc, char **argv)
     a.b = dev_bf16 (wf);
     bench_math ("gemm", LB_MATH_BF16, "bf16-weights", nm, 2.0 * n * no * k,
         4.0 * (n * k + n * no) + 2.0 * no * k, 10, run_gemm, &a);
+    if (no == ffn) {
+      /* bf16 x and y: the FFN's first layer with its GELU, fused and as
+       * the pair */
+      LbTensor *xf = a.a;
+      a.a = dev_bf16 (xf);
+      a.e = dev_bf16 (a.d);
+      for (int pair = 0; pair < 2; pair++) {
+        a.i0 = pair;
+        bench_math (pair ? "gemm_gelu_pair" : "gemm_gelu_tanh", LB_MATH_BF16,
+            "bf16", nm, 2.0 * n * no * k, 2.0 * (n * k + no * k + n * no) +
+            (pair ? 8.0 * n * no : 0.0), 10, run_gemm_gelu, &a);
+      }
+      a.i0 = 0;
+      lb_tensor_free (a.a);
+      a.a = xf;
+    }
     lb_tensor_free (a.b);
     a.b = wf;
     free_args (&a);

@@ -295,6 +295,10 @@ bf16_block_with block-bf16-own "own attention" LINGBOT_CUDA_ATTENTION=own
 # the norms and the GELU write them in bf16: the side-by-side ratio of the
 # summary
 bf16_block_with block-bf16-f32in "f32 GEMM inputs" LINGBOT_DIT_GEMM_INPUTS=f32
+# the FFN's first GEMM and its GELU as the op pair (gemm, then the GELU
+# kernel through f32) instead of cuBLASLt's GELU epilogue into bf16
+bf16_block_with block-gelu-own "GELU without the GEMM epilogue" \
+  LINGBOT_CUDA_GEMM_EPILOGUE=own
 # the same block in precision fp8 (opt-in: e4m3 GEMM weights and inputs,
 # cuBLASLt FP8 matmuls; attention as bf16): the fp8 chunk time is 40 x
 # this block's steady mean (json step block-fp8), next to block-bf16's.
@@ -711,7 +715,8 @@ print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
       "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
 full_s = None
 for step in ("block-fp32", "block-bf16", "block-bf16-own",
-             "block-bf16-f32in", "block-fp8", "full-bf16"):
+             "block-bf16-f32in", "block-gelu-own", "block-fp8",
+             "full-bf16"):
     s = last(step, "summary")
     chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
     if s is None and not chunks:
@@ -743,6 +748,11 @@ if blk and f32in and blk["steady"]["chunks"] and f32in["steady"]["chunks"]:
     print("  bf16 GEMM inputs written by the norms/GELU vs converted by "
           "each GEMM (block-bf16-f32in / block-bf16): %.3f x"
           % (f32in["steady"]["mean_s"] / blk["steady"]["mean_s"]))
+gown = last("block-gelu-own", "summary")
+if blk and gown and blk["steady"]["chunks"] and gown["steady"]["chunks"]:
+    print("  FFN GELU in the GEMM's epilogue vs the op pair "
+          "(block-gelu-own / block-bf16): %.3f x"
+          % (gown["steady"]["mean_s"] / blk["steady"]["mean_s"]))
 if full_s is None and blk and blk["steady"]["chunks"]:
     print("  40-layer chunk estimated from the bf16 block: %.2f s"
           % (40 * blk["steady"]["mean_s"]))

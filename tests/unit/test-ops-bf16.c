@@ -381,6 +381,102 @@ test_gemm_bf16_x (void)
       }
 }
 
+/* gemm_gelu_tanh (kernels/ops.h) is exactly gemm (beta 0) then gelu_tanh:
+ * f32 and bf16 w with f32 y, bf16 w with a bf16 y (through the op's
+ * 64-row blocks: m = 1, 65 and 130 cross block boundaries) and x f32 or
+ * bf16, row-strided x and y, with and without bias. */
+static void
+test_gemm_gelu_tanh (void)
+{
+  const int64_t sizes[][3] = { {1, 1, 1}, {7, 5, 3}, {65, 17, 33},
+  {130, 129, 100}, {5, 4, 0}
+  };
+  LbStream *s = test_stream ();
+  for (guint i = 0; i < G_N_ELEMENTS (sizes); i++)
+    for (int v = 0; v < 8; v++) {
+      const gboolean w16 = (v & 1) != 0, xb16 = w16 && (v & 2) != 0;
+      const gboolean strided = (v & 4) != 0, with_bias = v != 4;
+      const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+      const int64_t pad = strided ? 3 : 0;
+      int64_t xs[2] = { m, k + pad }, ws[2] = { n, k }, ys[2] = { m, n + pad };
+      int64_t bs[1] = { n };
+      g_autoptr (LbTensor) xb = rand_tensor (2, xs, -2, 2);
+      g_autoptr (LbTensor) w = w16 ? rand_bf16 (2, ws, -1, 1) :
+          rand_tensor (2, ws, -1, 1);
+      g_autoptr (LbTensor) bias = rand_tensor (1, bs, -1, 1);
+      const LbTensor *b = with_bias ? bias : NULL;
+      LbTensor x, x16, yv, y16v;
+      g_assert_true (lb_tensor_view_narrow (&x, xb, 1, pad, k));
+      g_autoptr (LbTensor) x16b = to_bf16_like (xb, &x, &x16);
+      const LbTensor *xin = xb16 ? &x16 : &x;
+      /* the pair */
+      int64_t rs[2] = { m, n };
+      g_autoptr (LbTensor) ref = tensor_new (2, rs);
+      assert_op_ok (lb_cpu_gemm (s, xin, w, TRUE, b, 0.75f, 0.0f, ref, error));
+      assert_op_ok (lb_cpu_gelu_tanh (s, ref, ref, error));
+      /* f32 y */
+      g_autoptr (LbTensor) yb = poisoned (2, ys);
+      g_assert_true (lb_tensor_view_narrow (&yv, yb, 1, 0, n));
+      assert_op_ok (lb_cpu_gemm_gelu_tanh (s, xin, w, TRUE, b, 0.75f, &yv,
+              error));
+      for (int64_t r = 0; r < m; r++) {
+        g_assert_cmpmem ((const float *) yv.data + r * yv.stride[0],
+            n * sizeof (float), (const float *) ref->data + r * n,
+            n * sizeof (float));
+        for (int64_t e = n; e < n + pad; e++)
+          g_assert_true (isnan (((const float *) yb->data)[r * (n + pad) + e]));
+      }
+      if (!w16)
+        continue;
+      /* bf16 y: every element the pair's rounded, the padding kept */
+      g_autoptr (LbTensor) y16b = lb_tensor_new (LB_DTYPE_BF16, 2, ys);
+      memset (y16b->data, 0xff, lb_tensor_nbytes (y16b));
+      g_assert_true (lb_tensor_view_narrow (&y16v, y16b, 1, 0, n));
+      assert_op_ok (lb_cpu_gemm_gelu_tanh (s, xin, w, TRUE, b, 0.75f, &y16v,
+              error));
+      const uint16_t *o = y16b->data;
+      const float *r32 = ref->data;
+      for (int64_t r = 0; r < m; r++)
+        for (int64_t e = 0; e < n + pad; e++) {
+          const uint16_t want = e < n ? lb_f32_to_bf16 (r32[r * n + e]) :
+              0xffff;
+          if (o[r * (n + pad) + e] != want)
+            g_error ("gemm_gelu_tanh [%" G_GINT64_FORMAT ", %"
+                G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] bf16 y (%s x): "
+                "element %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT " is "
+                "0x%04x, expected 0x%04x", m, n, k, xb16 ? "bf16" : "f32", r,
+                e, o[r * (n + pad) + e], want);
+        }
+    }
+}
+
+/* The op's own name in gemm's messages, and a bf16 y only with a bf16 w. */
+static void
+test_gemm_gelu_tanh_errors (void)
+{
+  LbStream *s = test_stream ();
+  int64_t xs[2] = { 4, 8 }, ws[2] = { 6, 8 }, ys[2] = { 4, 6 };
+  int64_t ws2[2] = { 6, 7 };
+  g_autoptr (LbTensor) x = rand_tensor (2, xs, -1, 1);
+  g_autoptr (LbTensor) w = rand_tensor (2, ws, -1, 1);
+  g_autoptr (LbTensor) w2 = rand_tensor (2, ws2, -1, 1);
+  g_autoptr (LbTensor) w16 = rand_bf16 (2, ws, -1, 1);
+  g_autoptr (LbTensor) y = tensor_new (2, ys);
+  g_autoptr (LbTensor) y16 = lb_tensor_new (LB_DTYPE_BF16, 2, ys);
+  g_autoptr (LbTensor) yh = lb_tensor_new (LB_DTYPE_F16, 2, ys);
+  assert_op_error (lb_cpu_gemm_gelu_tanh (s, x, w, TRUE, NULL, 1.0f, y16,
+          error), "gemm_gelu_tanh: y is bf16 [4, 6], expected f32 [4, 6] "
+      "(bf16 only with a bf16 w)");
+  assert_op_error (lb_cpu_gemm_gelu_tanh (s, x, w16, TRUE, NULL, 1.0f, yh,
+          error), "gemm_gelu_tanh: y is f16 [4, 6], expected f32 [4, 6]");
+  assert_op_error (lb_cpu_gemm_gelu_tanh (s, x, w2, TRUE, NULL, 1.0f, y,
+          error), "gemm_gelu_tanh: inner dimensions differ: x [4, 8], "
+      "w [6, 7] (w is [N, K])");
+  /* gemm itself still refuses a bf16 y */
+  assert_op_error (lb_cpu_gemm (s, x, w16, TRUE, NULL, 1.0f, 0.0f, y16,
+          error), "gemm: y is bf16 [4, 6], expected f32 [4, 6]");
+}
+
 typedef enum
 {
   OUT_LAYER_NORM, OUT_LAYER_NORM_AFFINE, OUT_NORM_MODULATE,
@@ -504,6 +600,9 @@ main (int argc, char **argv)
       test_gemm_bf16_row_independent);
   g_test_add_func ("/ops/bf16/gemm-errors", test_gemm_bf16_errors);
   g_test_add_func ("/ops/bf16/gemm-bf16-x", test_gemm_bf16_x);
+  g_test_add_func ("/ops/bf16/gemm-gelu-tanh", test_gemm_gelu_tanh);
+  g_test_add_func ("/ops/bf16/gemm-gelu-tanh-errors",
+      test_gemm_gelu_tanh_errors);
   g_test_add_func ("/ops/bf16/outputs", test_bf16_outputs);
   g_test_add_func ("/ops/bf16/output-errors", test_bf16_output_errors);
   return g_test_run ();
