@@ -437,7 +437,9 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
  * also gets bf16 buffers for the block's GEMM inputs (rs->a16, rs->h16:
  * the norms and the GELU write them in bf16, so the bf16 GEMMs read them
  * without a conversion; LINGBOT_DIT_GEMM_INPUTS=f32 keeps the f32 inputs,
- * which give the same bits).
+ * which give the same bits); it then has no f32 attention output rs->o
+ * (the attention writes rs->a16) and no f32 FFN hidden rs->h
+ * (gemm_gelu_tanh writes rs->h16).
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -469,12 +471,9 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   ALLOC (q, n, d);
   ALLOC (k, n, d);
   ALLOC (v, n, d);
-  ALLOC (o, n, d);
   ALLOC (t1, n, d);
   ALLOC (ctl, n, d);
-  ALLOC (h, n, cfg->ffn_dim);
   ALLOC (z, n, (int64_t) cfg->out_dim * 4);
-#undef ALLOC
   const LbDType f32 = LB_DTYPE_F32;
   rs->kv_dtype = lingbot_dit_kv_dtype (s);
   if (!(rs->cam_scale = new_per_layer (s, L, f32, n, d, FALSE, error)) ||
@@ -518,6 +517,13 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
           dit, error) || !gemm_inputs_alloc (rs, error))
     return FALSE;
+  /* the f32 attention output and FFN hidden, where no bf16 buffer takes
+   * them (lingbot_dit_attn_out(); gemm_gelu_tanh writes h16) */
+  if (rs->a16 == NULL)
+    ALLOC (o, n, d);
+  if (rs->h16 == NULL)
+    ALLOC (h, n, cfg->ffn_dim);
+#undef ALLOC
   if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
     return FALSE;
   return TRUE;
