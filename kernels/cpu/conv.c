@@ -155,11 +155,6 @@ typedef struct
   void (*row) (const DirectArgs * a, int64_t rr, int64_t cob);
 } ConvDirect;
 
-typedef float v4f __attribute__((vector_size (16)));
-typedef float v4fu __attribute__((vector_size (16), aligned (4)));
-
-#define VF v4f
-#define VFU v4fu
 #define VW 4
 #define CONV_COB 4
 #define CONV_NPV 2
@@ -170,13 +165,6 @@ typedef float v4fu __attribute__((vector_size (16), aligned (4)));
 #include "kernels/cpu/conv-item.h"
 
 #if LB_CPU_HAVE_X86_ISAS
-typedef float v8f __attribute__((vector_size (32)));
-typedef float v8fu __attribute__((vector_size (32), aligned (4)));
-typedef float v16f __attribute__((vector_size (64)));
-typedef float v16fu __attribute__((vector_size (64), aligned (4)));
-
-#define VF v8f
-#define VFU v8fu
 #define VW 8
 #define CONV_COB 6
 #define CONV_NPV 2
@@ -186,8 +174,6 @@ typedef float v16fu __attribute__((vector_size (64), aligned (4)));
 #define CONV_TABLE direct_avx2
 #include "kernels/cpu/conv-item.h"
 
-#define VF v16f
-#define VFU v16fu
 #define VW 16
 #define CONV_COB 8
 #define CONV_NPV 2
