@@ -1000,6 +1000,42 @@ lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
       batched ? yshape : yshape + 1, TRUE, error);
 }
 
+/**
+ * lb_conv_input:
+ * @g: the geometry from lb_check_conv3d_causal() or lb_check_conv2d()
+ * @is_2d: %TRUE for conv2d (the batch elements are the frames)
+ * @cache: (nullable): conv3d_causal's cache data
+ * @x: the data of x
+ * @pad_h: the op's pad_h
+ * @pad_w: the op's pad_w
+ * @stride_h: the op's stride_h
+ * @stride_w: the op's stride_w
+ *
+ * Returns: the input of the backends' convolution cores for a checked
+ * call.
+ */
+LbConvIn
+lb_conv_input (const LbConvGeom * g, gboolean is_2d, const float *cache,
+    const float *x, int pad_h, int pad_w, int stride_h, int stride_w)
+{
+  const int64_t plane = g->h * g->w;
+  LbConvIn c = {
+    .zeros = g->zeros,
+    .cache = cache,
+    .cache_t = g->tc,
+    .cache_cs = g->tc * plane,
+    .cache_fs = plane,
+    .x = x,
+    .x_cs = is_2d ? plane : g->t * plane,
+    .x_fs = is_2d ? g->cin * plane : plane,
+    .cin = g->cin,.h = g->h,.w = g->w,
+    .kt = g->kt,.kh = g->kh,.kw = g->kw,
+    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
+    .ho = g->ho,.wo = g->wo,
+  };
+  return c;
+}
+
 /* ---- layout ---- */
 
 /**

@@ -8,6 +8,8 @@
  */
 #pragma once
 
+#include "kernels/conv-input.h"
+
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -115,22 +117,8 @@ extern "C"
       int64_t rows, int64_t nk, float scale, const float *bias_rows,
       const unsigned char *mask);
 
-/* The temporal input of a causal conv: @zeros zero frames, then @cache_t
- * frames of cache, then the frames of x (see lb_cpu_conv3d_causal). */
-  typedef struct
-  {
-    int64_t zeros;
-    const float *cache;
-    int64_t cache_t, cache_cs;
-    const float *x;
-    int64_t x_cs, x_fs;
-    int64_t cin, h, w;
-    int64_t kt, kh, kw, sh, sw, ph, pw;
-    int64_t ho, wo;
-  } LbCudaConvIn;
-
 /* col[K][nr*wo] for output rows [r0, r0 + nr) of output frame t. */
-  cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbCudaConvIn * c,
+  cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbConvIn * c,
       int64_t t, int64_t r0, int64_t nr, float *col);
 /* y[co*ycs + e] = bias[co] (or 0) for e < n, co < cout. */
   cudaError_t lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
