@@ -236,18 +236,12 @@ extern "C"
 /* y[t, h, :] = RoPE(RMSNorm(x[t, :]) * w) for x [n, nh * hd] (row stride
  * xld) and y [n, nh, hd] (strides ys0, ys1, 1): the mean square over the
  * whole row in double, then the rotation of lb_cuda_launch_rope_3d() at
- * positions (frame_offset + f, row_offset + i, j).  w nullable; y may be
- * x seen as [n, nh, hd]. */
+ * positions (frame_offset + f, row_offset + i, j).  w nullable; y f32,
+ * which may be x seen as [n, nh, hd], or bfloat16 bits when @y_bf16 (a
+ * bf16 KV cache's slots: each element the f32 value rounded as
+ * lb_f32_to_bf16(), nearest even). */
   cudaError_t lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x,
-      int64_t xld, const float *w, float eps, float *y, int64_t ys0,
-      int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
-      const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
-      int64_t row_offset);
-/* The same into bfloat16 y (a bf16 KV cache's slots): each element the
- * f32 value of lb_cuda_launch_rms_norm_rope() rounded as lb_f32_to_bf16()
- * (nearest even). */
-  cudaError_t lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st,
-      const float *x, int64_t xld, const float *w, float eps, uint16_t * y,
+      int64_t xld, const float *w, float eps, void *y, int y_bf16,
       int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
       const float *cos, const float *sin, int64_t grid_h, int64_t grid_w,
       int64_t frame_offset, int64_t row_offset);

@@ -659,16 +659,12 @@ cuda_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
       !lb_check_rms_norm_rope (x, weight, cos, sin, grid_f, grid_h, grid_w,
           frame_offset, row_offset, y, &g, error))
     return FALSE;
-  if (y->dtype == LB_DTYPE_BF16)        /* a bf16 KV cache's slots */
-    return launched (lb_cuda_launch_rms_norm_rope_bf16 (stream_of (s),
-            x->data, g.x_ld, weight ? weight->data : NULL, eps, y->data,
-            y->stride[0], y->stride[1], g.m, y->shape[1], y->shape[2],
-            cos->data, sin->data, grid_h, grid_w, frame_offset, row_offset),
-        "rms_norm_rope", error);
+  /* a bf16 y: a bf16 KV cache's slots */
   return launched (lb_cuda_launch_rms_norm_rope (stream_of (s), x->data,
-          g.x_ld, weight ? weight->data : NULL, eps, y->data, y->stride[0],
-          y->stride[1], g.m, y->shape[1], y->shape[2], cos->data, sin->data,
-          grid_h, grid_w, frame_offset, row_offset), "rms_norm_rope", error);
+          g.x_ld, weight ? weight->data : NULL, eps, y->data,
+          y->dtype == LB_DTYPE_BF16, y->stride[0], y->stride[1], g.m,
+          y->shape[1], y->shape[2], cos->data, sin->data, grid_h, grid_w,
+          frame_offset, row_offset), "rms_norm_rope", error);
 }
 
 static gboolean
