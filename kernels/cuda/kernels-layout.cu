@@ -87,6 +87,23 @@ bicubic_kernel (const float *x, float *y, int64_t c, int64_t h, int64_t w,
   }
 }
 
+/* The parameters of patchify_kernel and unpatchify_kernel. */
+typedef void PatchKernel (const float *src, float *y, int64_t c, int64_t f,
+    int64_t h, int64_t w, int ph, int pw);
+
+/* @kernel from @src into @y, one thread per element of the image [c, f,
+ * h, w]. */
+cudaError_t
+launch_patch (PatchKernel *kernel, cudaStream_t st, const float *src, float *y,
+    int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw)
+{
+  int64_t n = c * f * h * w;
+  if (n <= 0)
+    return cudaSuccess;
+  kernel<<<grid_for (n), kThreads, 0, st>>> (src, y, c, f, h, w, ph, pw);
+  return cudaGetLastError ();
+}
+
 } // namespace
 
 extern "C" cudaError_t
@@ -116,23 +133,14 @@ extern "C" cudaError_t
 lb_cuda_launch_patchify (cudaStream_t st, const float *x, float *y, int64_t c,
     int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
-  int64_t n = c * f * h * w;
-  if (n <= 0)
-    return cudaSuccess;
-  patchify_kernel<<<grid_for (n), kThreads, 0, st>>> (x, y, c, f, h, w, ph, pw);
-  return cudaGetLastError ();
+  return launch_patch (patchify_kernel, st, x, y, c, f, h, w, ph, pw);
 }
 
 extern "C" cudaError_t
 lb_cuda_launch_unpatchify (cudaStream_t st, const float *z, float *y, int64_t c,
     int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
-  int64_t n = c * f * h * w;
-  if (n <= 0)
-    return cudaSuccess;
-  unpatchify_kernel<<<grid_for (n), kThreads, 0, st>>> (
-      z, y, c, f, h, w, ph, pw);
-  return cudaGetLastError ();
+  return launch_patch (unpatchify_kernel, st, z, y, c, f, h, w, ph, pw);
 }
 
 extern "C" cudaError_t
