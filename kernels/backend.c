@@ -78,6 +78,20 @@ check_transfer (const LbTensor * dst, const LbTensor * src, GError ** error)
   return TRUE;
 }
 
+/* check_transfer(), then the copy of @src into @dst ordered on @s: @kind
+ * on a device backend, host to host on the CPU one. */
+static gboolean
+transfer (LbStream * s, LbTensor * dst, const LbTensor * src,
+    LbCopyKind kind, GError ** error)
+{
+  if (!check_transfer (dst, src, error))
+    return FALSE;
+  if (s->backend->device_type == LB_DEVICE_CPU)
+    kind = LB_COPY_HOST_TO_HOST;
+  return s->backend->copy (s, dst->data, src->data, lb_tensor_nbytes (src),
+      kind, error);
+}
+
 /**
  * lb_tensor_upload:
  * @s: stream of the destination device
@@ -92,12 +106,7 @@ gboolean
 lb_tensor_upload (LbStream * s, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
-  if (!check_transfer (dst, src, error))
-    return FALSE;
-  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
-      LB_COPY_HOST_TO_HOST : LB_COPY_HOST_TO_DEVICE;
-  return s->backend->copy (s, dst->data, src->data, lb_tensor_nbytes (src),
-      kind, error);
+  return transfer (s, dst, src, LB_COPY_HOST_TO_DEVICE, error);
 }
 
 /**
@@ -113,14 +122,8 @@ gboolean
 lb_tensor_download (LbStream * s, LbTensor * dst, const LbTensor * src,
     GError ** error)
 {
-  if (!check_transfer (dst, src, error))
-    return FALSE;
-  LbCopyKind kind = s->backend->device_type == LB_DEVICE_CPU ?
-      LB_COPY_HOST_TO_HOST : LB_COPY_DEVICE_TO_HOST;
-  if (!s->backend->copy (s, dst->data, src->data, lb_tensor_nbytes (src),
-          kind, error))
-    return FALSE;
-  return s->backend->stream_synchronize (s, error);
+  return transfer (s, dst, src, LB_COPY_DEVICE_TO_HOST, error) &&
+      s->backend->stream_synchronize (s, error);
 }
 
 /* The op names and LbOps offsets, from kernels/ops-list.h. */

@@ -555,6 +555,35 @@ check_in_out (const char *op, const char *xarg, const LbTensor * x,
       &g->y_ld, error);
 }
 
+/* A norm's optional weight and bias (@weight, @bias nullable): [D] each,
+ * D of @g. */
+static gboolean
+check_norm_affine (const char *op, const LbTensor * weight,
+    const LbTensor * bias, const LbRowsGeom * g, GError ** error)
+{
+  return (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
+      (bias == NULL || check_vec (op, "bias", bias, g->d, error));
+}
+
+/* A residual's optional @gate: [D] or the rows of @g, its ld into *@ld. */
+static gboolean
+check_gate (const char *op, const LbTensor * gate, const LbRowsGeom * g,
+    int64_t * ld, GError ** error)
+{
+  return gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d, ld,
+      error);
+}
+
+/* The adaLN modulation's @scale and @shift: [D] or the rows of @g, their
+ * lds into g->s_ld and g->h_ld. */
+static gboolean
+check_scale_shift (const char *op, const LbTensor * scale,
+    const LbTensor * shift, LbRowsGeom * g, GError ** error)
+{
+  return check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error)
+      && check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+}
+
 /**
  * lb_check_layer_norm:
  * @x: f32 rows [M, D] (contiguous N-D, or a 2-D row-strided view)
@@ -572,8 +601,7 @@ lb_check_layer_norm (const LbTensor * x, const LbTensor * weight,
 {
   const char *op = "layer_norm";
   return check_in_out (op, "x", x, y, FALSE, TRUE, g, error) &&
-      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
-      (bias == NULL || check_vec (op, "bias", bias, g->d, error));
+      check_norm_affine (op, weight, bias, g, error);
 }
 
 /**
@@ -591,7 +619,7 @@ lb_check_rms_norm (const LbTensor * x, const LbTensor * weight,
     const LbTensor * y, LbRowsGeom * g, GError ** error)
 {
   return check_in_out ("rms_norm", "x", x, y, FALSE, FALSE, g, error) &&
-      (weight == NULL || check_vec ("rms_norm", "weight", weight, g->d, error));
+      check_norm_affine ("rms_norm", weight, NULL, g, error);
 }
 
 /**
@@ -612,8 +640,7 @@ lb_check_modulate (const LbTensor * x, const LbTensor * scale,
 {
   const char *op = "modulate";
   return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
-      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
-      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+      check_scale_shift (op, scale, shift, g, error);
 }
 
 /**
@@ -632,8 +659,7 @@ lb_check_gated_residual (const LbTensor * x, const LbTensor * y,
 {
   const char *op = "gated_residual";
   return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
-      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
-          &g->s_ld, error));
+      check_gate (op, gate, g, &g->s_ld, error);
 }
 
 /**
@@ -1000,6 +1026,42 @@ lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
       batched ? yshape : yshape + 1, TRUE, error);
 }
 
+/**
+ * lb_conv_input:
+ * @g: the geometry from lb_check_conv3d_causal() or lb_check_conv2d()
+ * @is_2d: %TRUE for conv2d (the batch elements are the frames)
+ * @cache: (nullable): conv3d_causal's cache data
+ * @x: the data of x
+ * @pad_h: the op's pad_h
+ * @pad_w: the op's pad_w
+ * @stride_h: the op's stride_h
+ * @stride_w: the op's stride_w
+ *
+ * Returns: the input of the backends' convolution cores for a checked
+ * call.
+ */
+LbConvIn
+lb_conv_input (const LbConvGeom * g, gboolean is_2d, const float *cache,
+    const float *x, int pad_h, int pad_w, int stride_h, int stride_w)
+{
+  const int64_t plane = g->h * g->w;
+  LbConvIn c = {
+    .zeros = g->zeros,
+    .cache = cache,
+    .cache_t = g->tc,
+    .cache_cs = g->tc * plane,
+    .cache_fs = plane,
+    .x = x,
+    .x_cs = is_2d ? plane : g->t * plane,
+    .x_fs = is_2d ? g->cin * plane : plane,
+    .cin = g->cin,.h = g->h,.w = g->w,
+    .kt = g->kt,.kh = g->kh,.kw = g->kw,
+    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
+    .ho = g->ho,.wo = g->wo,
+  };
+  return c;
+}
+
 /* ---- layout ---- */
 
 /**
@@ -1345,10 +1407,8 @@ lb_check_norm_modulate (const LbTensor * x, const LbTensor * weight,
 {
   const char *op = "norm_modulate";
   return check_in_out (op, "x", x, y, FALSE, TRUE, g, error) &&
-      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
-      (bias == NULL || check_vec (op, "bias", bias, g->d, error)) &&
-      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
-      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+      check_norm_affine (op, weight, bias, g, error) &&
+      check_scale_shift (op, scale, shift, g, error);
 }
 
 /**
@@ -1388,7 +1448,7 @@ lb_check_rms_norm_rope (const LbTensor * x, const LbTensor * weight,
       !lb_check_rows (op, "x", x, LB_ANY, &g->m, &g->x_ld, error))
     return FALSE;
   g->d = x->shape[1];
-  if (weight != NULL && !check_vec (op, "weight", weight, g->d, error))
+  if (!check_norm_affine (op, weight, NULL, g, error))
     return FALSE;
   int64_t yshape[3] = { g->m, LB_ANY, LB_ANY };
   if (y != NULL && y->dtype != LB_DTYPE_F32 && y->dtype != LB_DTYPE_BF16) {
@@ -1432,10 +1492,8 @@ lb_check_gated_residual_modulate (const LbTensor * x, const LbTensor * y,
 {
   const char *op = "gated_residual_modulate";
   return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
-      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
-          &g->g_ld, error)) &&
-      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
-      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error);
+      check_gate (op, gate, g, &g->g_ld, error) &&
+      check_scale_shift (op, scale, shift, g, error);
 }
 
 /**
@@ -1465,12 +1523,9 @@ lb_check_residual_norm_modulate (const LbTensor * x, const LbTensor * y,
 {
   const char *op = "residual_norm_modulate";
   return check_in_out (op, "x", x, y, FALSE, FALSE, g, error) &&
-      (gate == NULL || check_vec_or_rows (op, "gate", gate, g->m, g->d,
-          &g->g_ld, error)) &&
-      (weight == NULL || check_vec (op, "weight", weight, g->d, error)) &&
-      (bias == NULL || check_vec (op, "bias", bias, g->d, error)) &&
-      check_vec_or_rows (op, "scale", scale, g->m, g->d, &g->s_ld, error) &&
-      check_vec_or_rows (op, "shift", shift, g->m, g->d, &g->h_ld, error) &&
+      check_gate (op, gate, g, &g->g_ld, error) &&
+      check_norm_affine (op, weight, bias, g, error) &&
+      check_scale_shift (op, scale, shift, g, error) &&
       check_out_rows (op, "out", out, x, g->m, g->d, FALSE, TRUE, &g->o_ld,
       error);
 }

@@ -16,6 +16,7 @@
 
 #include "kernels/tensor.h"
 #include "kernels/error.h"
+#include "kernels/conv-input.h"
 
 #include <stdarg.h>
 
@@ -144,6 +145,9 @@ gboolean lb_check_conv3d_causal (const LbTensor * x,
 gboolean lb_check_conv2d (const LbTensor * x, const LbTensor * weight,
     const LbTensor * bias, int pad_h, int pad_w, int stride_h, int stride_w,
     const LbTensor * y, LbConvGeom * g, GError ** error);
+LbConvIn lb_conv_input (const LbConvGeom * g, gboolean is_2d,
+    const float *cache, const float *x, int pad_h, int pad_w, int stride_h,
+    int stride_w);
 
 gboolean lb_check_upsample_nearest2x (const LbTensor * x,
     const LbTensor * y, GError ** error);

@@ -103,6 +103,24 @@ lb_dtype_is_float (LbDType dtype)
       dtype == LB_DTYPE_F8E4M3;
 }
 
+/* The bits of float @f. */
+static inline uint32_t
+f32_bits (float f)
+{
+  uint32_t u;
+  memcpy (&u, &f, 4);
+  return u;
+}
+
+/* The float whose bits are @u. */
+static inline float
+bits_f32 (uint32_t u)
+{
+  float f;
+  memcpy (&f, &u, 4);
+  return f;
+}
+
 /**
  * lb_bf16_to_f32:
  * @v: bfloat16 bits
@@ -112,10 +130,7 @@ lb_dtype_is_float (LbDType dtype)
 float
 lb_bf16_to_f32 (uint16_t v)
 {
-  uint32_t u = (uint32_t) v << 16;
-  float f;
-  memcpy (&f, &u, 4);
-  return f;
+  return bits_f32 ((uint32_t) v << 16);
 }
 
 /**
@@ -130,8 +145,7 @@ lb_bf16_to_f32 (uint16_t v)
 uint16_t
 lb_f32_to_bf16 (float v)
 {
-  uint32_t u;
-  memcpy (&u, &v, 4);
+  uint32_t u = f32_bits (v);
   if ((u & 0x7fffffffu) > 0x7f800000u)
     return (uint16_t) ((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
@@ -157,18 +171,14 @@ lb_f16_to_f32 (uint16_t v)
       u = sign;
     } else {
       /* subnormal: value = man * 2^-24 */
-      float f = (float) man * 0x1p-24f;
-      memcpy (&u, &f, 4);
-      u |= sign;
+      u = f32_bits ((float) man * 0x1p-24f) | sign;
     }
   } else if (exp == 0x1f) {
     u = sign | 0x7f800000u | (man << 13);
   } else {
     u = sign | ((exp + 112u) << 23) | (man << 13);
   }
-  float f;
-  memcpy (&f, &u, 4);
-  return f;
+  return bits_f32 (u);
 }
 
 /**
@@ -182,8 +192,7 @@ lb_f16_to_f32 (uint16_t v)
 uint16_t
 lb_f32_to_f16 (float v)
 {
-  uint32_t u;
-  memcpy (&u, &v, 4);
+  uint32_t u = f32_bits (v);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
 
@@ -192,8 +201,7 @@ lb_f32_to_f16 (float v)
   if (absu >= 0x477ff000u)      /* rounds to >= 65536 */
     return (uint16_t) (sign | 0x7c00u);
   if (absu < 0x38800000u) {     /* below 2^-14: subnormal or zero */
-    float a;
-    memcpy (&a, &absu, 4);
+    const float a = bits_f32 (absu);
     /* nearbyint rounds half to even in the default mode */
     return (uint16_t) (sign | (uint32_t) nearbyintf (a * 0x1p24f));
   }
@@ -242,8 +250,7 @@ lb_e4m3_to_f32 (uint8_t v)
 uint8_t
 lb_f32_to_e4m3 (float v)
 {
-  uint32_t u;
-  memcpy (&u, &v, 4);
+  uint32_t u = f32_bits (v);
   const uint8_t sign = (uint8_t) ((u >> 24) & 0x80u);
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u)
@@ -361,33 +368,44 @@ lb_contiguous_strides (int ndim, const int64_t * shape, int64_t * stride)
   }
 }
 
+/* Bytes to allocate for @bytes of tensor data: at least one, rounded up to
+ * a multiple of %LB_ALIGN. */
+static gsize
+aligned_alloc_size (gsize bytes)
+{
+  return (MAX (bytes, 1) + LB_ALIGN - 1) / LB_ALIGN * LB_ALIGN;
+}
+
+/* A contiguous host tensor over @data (@bytes of it), whose storage calls
+ * @free_func on @data when the last reference goes. */
+static LbTensor *
+host_tensor_wrap (LbDType dtype, int ndim, const int64_t * shape,
+    void *data, gsize bytes, GDestroyNotify free_func)
+{
+  LbStorage *st = lb_storage_new (data, bytes, LB_DEVICE_HOST, free_func,
+      data);
+  LbTensor *t = lb_tensor_new_from_storage (st, 0, dtype, ndim, shape, NULL);
+  lb_storage_unref (st);
+  return t;
+}
+
 static LbTensor *
 tensor_alloc (LbDType dtype, int ndim, const int64_t * shape, gboolean zero)
 {
   g_return_val_if_fail (ndim >= 0 && ndim <= LB_MAX_DIMS, NULL);
   g_return_val_if_fail ((unsigned) dtype < LB_DTYPE_COUNT, NULL);
 
-  LbTensor *t = g_new0 (LbTensor, 1);
-  t->dtype = dtype;
-  t->ndim = ndim;
-  t->device = LB_DEVICE_HOST;
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) {
     g_return_val_if_fail (shape[i] >= 0, NULL);
-    t->shape[i] = shape[i];
     n *= shape[i];
   }
-  lb_contiguous_strides (ndim, shape, t->stride);
-
   gsize bytes = (gsize) n * lb_dtype_size (dtype);
-  gsize alloc = MAX (bytes, 1);
-  alloc = (alloc + LB_ALIGN - 1) / LB_ALIGN * LB_ALIGN;
+  gsize alloc = aligned_alloc_size (bytes);
   void *data = g_aligned_alloc (1, alloc, LB_ALIGN);
   if (zero)
     memset (data, 0, alloc);
-  t->storage = lb_storage_new (data, bytes, t->device, g_aligned_free, data);
-  t->data = data;
-  return t;
+  return host_tensor_wrap (dtype, ndim, shape, data, bytes, g_aligned_free);
 }
 
 /**
@@ -439,23 +457,14 @@ lb_tensor_try_new (LbDType dtype, int ndim,
     n *= (guint64) shape[i];
   }
   gsize bytes = (gsize) n * lb_dtype_size (dtype);
-  gsize alloc = (MAX (bytes, 1) + LB_ALIGN - 1) / LB_ALIGN * LB_ALIGN;
+  gsize alloc = aligned_alloc_size (bytes);
   void *data = NULL;
   if (posix_memalign (&data, LB_ALIGN, alloc) != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
         "cannot allocate %" G_GSIZE_FORMAT " bytes of host memory", alloc);
     return NULL;
   }
-  LbTensor *t = g_new0 (LbTensor, 1);
-  t->dtype = dtype;
-  t->ndim = ndim;
-  t->device = LB_DEVICE_HOST;
-  for (int i = 0; i < ndim; i++)
-    t->shape[i] = shape[i];
-  lb_contiguous_strides (ndim, shape, t->stride);
-  t->storage = lb_storage_new (data, bytes, t->device, free, data);
-  t->data = data;
-  return t;
+  return host_tensor_wrap (dtype, ndim, shape, data, bytes, free);
 }
 
 /**

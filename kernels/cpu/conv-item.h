@@ -3,12 +3,12 @@
  *
  * Included by conv.c with CONV_FN (a macro naming this variant's
  * functions), CONV_TARGET (a target attribute, or nothing for the
- * baseline), VF/VFU (the vector type, aligned and at any float's
- * alignment), VW (its lanes), CONV_COB (output channels per tile) and
- * CONV_NPV (vectors of output pixels per tile), CONV_MAX_COUT (the most
- * output channels for which conv.c chooses this variant by shape): a tile keeps CONV_COB x
- * CONV_NPV accumulators in registers while it runs over every input
- * channel and tap.
+ * baseline), VW (the vector lanes; this file defines VF, VW floats, and
+ * VFU, the same at a float's alignment), CONV_COB (output channels per
+ * tile) and CONV_NPV (vectors of output pixels per tile), CONV_MAX_COUT
+ * (the most output channels for which conv.c chooses this variant by
+ * shape): a tile keeps CONV_COB x CONV_NPV accumulators in registers while
+ * it runs over every input channel and tap.
  *
  * An output element is `bias + sum over (ci, dt, dy, dx) of w * x` in
  * that order, the zero padding included as zero terms, whatever its
@@ -17,6 +17,11 @@
  * lane by lane.  So a rank holding a band of the rows gets the bits of the
  * whole frame, and a rerun gets the same bits.
  */
+
+typedef float CONV_FN (vf) __attribute__((vector_size (4 * VW)));
+typedef float CONV_FN (vfu) __attribute__((vector_size (4 * VW), aligned (4)));
+#define VF CONV_FN (vf)
+#define VFU CONV_FN (vfu)
 
 /* w [cout, cin, kt, kh, kw] -> wpack [cout / COB][cin][taps][COB], zero
  * for the channels past cout */

@@ -59,23 +59,8 @@ lb_cpu_conv_set_direct (int mode)
   direct_mode = CLAMP (mode, -1, 1);
 }
 
-/* The temporal input is `zeros` zero frames, then `cache_t` frames of
- * `cache`, then the frames of `x`.  Element (c, frame, row, col) of a source
- * is at base + c*cs + frame*fs + row*w + col. */
-typedef struct
-{
-  int64_t zeros;
-  const float *cache;
-  int64_t cache_t, cache_cs, cache_fs;
-  const float *x;
-  int64_t x_cs, x_fs;
-  int64_t cin, h, w;
-  int64_t kt, kh, kw, sh, sw, ph, pw;
-  int64_t ho, wo;
-} ConvIn;
-
 static inline const float *
-frame_ptr (const ConvIn * c, int64_t v, int64_t ci)
+frame_ptr (const LbConvIn * c, int64_t v, int64_t ci)
 {
   if (v < c->zeros)
     return NULL;
@@ -88,7 +73,7 @@ frame_ptr (const ConvIn * c, int64_t v, int64_t ci)
 
 /* Unfolds output rows [r0, r0 + nr) of output frame t into col [K][nr*wo]. */
 static void
-im2col (const ConvIn * c, int64_t t, int64_t r0, int64_t nr, float *col)
+im2col (const LbConvIn * c, int64_t t, int64_t r0, int64_t nr, float *col)
 {
   const int64_t taps = c->kt * c->kh * c->kw, kdim = c->cin * taps;
   const int64_t ncols = nr * c->wo;
@@ -155,11 +140,6 @@ typedef struct
   void (*row) (const DirectArgs * a, int64_t rr, int64_t cob);
 } ConvDirect;
 
-typedef float v4f __attribute__((vector_size (16)));
-typedef float v4fu __attribute__((vector_size (16), aligned (4)));
-
-#define VF v4f
-#define VFU v4fu
 #define VW 4
 #define CONV_COB 4
 #define CONV_NPV 2
@@ -170,13 +150,6 @@ typedef float v4fu __attribute__((vector_size (16), aligned (4)));
 #include "kernels/cpu/conv-item.h"
 
 #if LB_CPU_HAVE_X86_ISAS
-typedef float v8f __attribute__((vector_size (32)));
-typedef float v8fu __attribute__((vector_size (32), aligned (4)));
-typedef float v16f __attribute__((vector_size (64)));
-typedef float v16fu __attribute__((vector_size (64), aligned (4)));
-
-#define VF v8f
-#define VFU v8fu
 #define VW 8
 #define CONV_COB 6
 #define CONV_NPV 2
@@ -186,8 +159,6 @@ typedef float v16fu __attribute__((vector_size (64), aligned (4)));
 #define CONV_TABLE direct_avx2
 #include "kernels/cpu/conv-item.h"
 
-#define VF v16f
-#define VFU v16fu
 #define VW 16
 #define CONV_COB 8
 #define CONV_NPV 2
@@ -217,7 +188,7 @@ direct_for_isa (LbCpuIsa isa)
  * whatever the number of rows, so every rank of a sharded decode takes
  * the same variant. */
 static gboolean
-use_direct (const ConvIn * c, int64_t cout)
+use_direct (const LbConvIn * c, int64_t cout)
 {
   if (c->sh != 1 || c->sw != 1 || direct_mode == 0)
     return FALSE;
@@ -232,7 +203,7 @@ use_direct (const ConvIn * c, int64_t cout)
  * and tap.  No im2col: the block is kt times the input rows, not
  * kt*kh*kw times. */
 static void
-direct_core (const ConvIn * c, const float *w, const float *bias,
+direct_core (const LbConvIn * c, const float *w, const float *bias,
     int64_t cout, int64_t tout, float *y, int64_t y_cs, int64_t y_fs)
 {
   const ConvDirect *d = direct_for_isa (lb_cpu_isa ());
@@ -283,7 +254,7 @@ direct_core (const ConvIn * c, const float *w, const float *bias,
 
 /* y rows: co*y_cs + t*y_fs + row*wo + col, for t < tout. */
 static void
-conv_core (const ConvIn * c, const float *w, const float *bias, int64_t cout,
+conv_core (const LbConvIn * c, const float *w, const float *bias, int64_t cout,
     int64_t tout, float *y, int64_t y_cs, int64_t y_fs)
 {
   const int64_t kdim = c->cin * c->kt * c->kh * c->kw;
@@ -373,20 +344,9 @@ lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
           stride_w, y, &g, error))
     return FALSE;
 
-  ConvIn c = {
-    .zeros = g.zeros,
-    .cache = cache ? cache->data : NULL,
-    .cache_t = g.tc,
-    .cache_cs = g.tc * g.h * g.w,
-    .cache_fs = g.h * g.w,
-    .x = x->data,
-    .x_cs = g.t * g.h * g.w,
-    .x_fs = g.h * g.w,
-    .cin = g.cin,.h = g.h,.w = g.w,
-    .kt = g.kt,.kh = g.kh,.kw = g.kw,
-    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = g.ho,.wo = g.wo,
-  };
+  const LbConvIn c =
+      lb_conv_input (&g, FALSE, cache ? cache->data : NULL, x->data, pad_h,
+      pad_w, stride_h, stride_w);
   conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
       y->data, g.tout * g.ho * g.wo, g.ho * g.wo);
   return TRUE;
@@ -423,15 +383,8 @@ lb_cpu_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
     return FALSE;
 
   /* batch elements are the "frames" of the core: kt = 1, no cache */
-  ConvIn c = {
-    .x = x->data,
-    .x_cs = g.h * g.w,
-    .x_fs = g.cin * g.h * g.w,
-    .cin = g.cin,.h = g.h,.w = g.w,
-    .kt = 1,.kh = g.kh,.kw = g.kw,
-    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = g.ho,.wo = g.wo,
-  };
+  const LbConvIn c =
+      lb_conv_input (&g, TRUE, NULL, x->data, pad_h, pad_w, stride_h, stride_w);
   conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
       y->data, g.ho * g.wo, g.cout * g.ho * g.wo);
   return TRUE;

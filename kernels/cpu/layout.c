@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "kernels/cpu/cpu-internal.h"
+#include "kernels/bicubic.h"
 
 #include <math.h>
 #include <string.h>
@@ -129,41 +130,6 @@ lb_cpu_unpatchify (LbStream * s, const LbTensor * z, int ph, int pw,
   return TRUE;
 }
 
-/* torch's cubic convolution kernels (UpSample.h), A = -0.75, in float. */
-static inline float
-cubic1 (float x, float a)
-{
-  return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
-}
-
-static inline float
-cubic2 (float x, float a)
-{
-  return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
-}
-
-/* Source taps and weights of output index o, as torch computes them. */
-static inline void
-cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
-{
-  const float a = -0.75f;
-  /* The source coordinate and its fraction are taken in double (the
-   * float32 scale times a double `o + 0.5`) and only the fraction is
-   * rounded to float: this is what reproduces the reference's 480p resize
-   * (golden preprocess fixture: 1e-6 instead of 1e-4 with a float32
-   * coordinate). */
-  double real = (double) scale * ((double) o + 0.5) - 0.5;
-  double fl = floor (real);
-  float t = (float) (real - fl);
-  int64_t i0 = (int64_t) fl;
-  wt[0] = cubic2 (t + 1.0f, a);
-  wt[1] = cubic1 (t, a);
-  wt[2] = cubic1 (1.0f - t, a);
-  wt[3] = cubic2 (2.0f - t, a);
-  for (int k = 0; k < 4; k++)
-    idx[k] = CLAMP (i0 - 1 + k, 0, in - 1);
-}
-
 /**
  * lb_cpu_resize_bicubic:
  * @s: a CPU stream
@@ -202,23 +168,12 @@ lb_cpu_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
     int64_t ci = r / ho, oy = r % ho;
     int64_t iy[4], ix[4];
     float wy[4], wx[4];
-    cubic_taps (sh, oy, h, iy, wy);
+    lb_cubic_taps (sh, oy, h, iy, wy);
     const float *plane = xd + ci * h * w;
     float *dst = yd + r * wo;
     for (int64_t ox = 0; ox < wo; ox++) {
-      cubic_taps (sw, ox, w, ix, wx);
-      float out = 0.0f;
-      for (int k = 0; k < 4; k++) {
-        const float *row = plane + iy[k] * w;
-        float t = row[ix[0]] * wx[0];
-        for (int l = 1; l < 4; l++)
-          t += row[ix[l]] * wx[l];
-        if (k == 0)
-          out = t * wy[0];
-        else
-          out += t * wy[k];
-      }
-      dst[ox] = out;
+      lb_cubic_taps (sw, ox, w, ix, wx);
+      dst[ox] = lb_cubic_combine (plane, w, iy, wy, ix, wx);
     }
   }
   return TRUE;

@@ -3,9 +3,10 @@
  *
  * Included by rows.c with ROWS_TABLE (the #LbCpuRowKernels to define),
  * ROWS_FN (a macro naming this variant's functions), ROWS_TARGET (a target
- * attribute, or nothing for the baseline), VF (the vector type: 4 floats
- * on the baseline, 8 with AVX2, 16 with AVX-512), VI (the same number of
- * ints) and VW (its lanes).
+ * attribute, or nothing for the baseline) and VW (the vector lanes: 4 on
+ * the baseline, 8 with AVX2, 16 with AVX-512).  From VW this file defines
+ * the vector types VF (VW floats), VFU (the same at a float's alignment)
+ * and VI (VW ints).
  *
  * Every element goes through the same vector code whatever its position:
  * a span's last partial vector is loaded into a zeroed vector and stored
@@ -15,6 +16,13 @@
  * AVX2 and AVX-512 contract a * b + c into FMAs, so results agree within
  * the op's tolerance across ISAs and bit for bit within one.
  */
+
+typedef float ROWS_FN (vf) __attribute__((vector_size (4 * VW)));
+typedef float ROWS_FN (vfu) __attribute__((vector_size (4 * VW), aligned (4)));
+typedef int ROWS_FN (vi) __attribute__((vector_size (4 * VW)));
+#define VF ROWS_FN (vf)
+#define VFU ROWS_FN (vfu)
+#define VI ROWS_FN (vi)
 
 ROWS_TARGET static inline VF ROWS_FN (ldp) (const float *p, int64_t n)
 {

@@ -11,13 +11,6 @@
 #include <math.h>
 #include <string.h>
 
-typedef float v4f __attribute__((vector_size (16)));
-typedef float v4fu __attribute__((vector_size (16), aligned (4)));
-typedef int v4i __attribute__((vector_size (16)));
-
-#define VF v4f
-#define VFU v4fu
-#define VI v4i
 #define VW 4
 #define ROWS_FN(name) rows_baseline_##name
 #define ROWS_TARGET
@@ -25,25 +18,12 @@ typedef int v4i __attribute__((vector_size (16)));
 #include "kernels/cpu/rows-item.h"
 
 #if LB_CPU_HAVE_X86_ISAS
-typedef float v8f __attribute__((vector_size (32)));
-typedef float v8fu __attribute__((vector_size (32), aligned (4)));
-typedef int v8i __attribute__((vector_size (32)));
-typedef float v16f __attribute__((vector_size (64)));
-typedef float v16fu __attribute__((vector_size (64), aligned (4)));
-typedef int v16i __attribute__((vector_size (64)));
-
-#define VF v8f
-#define VFU v8fu
-#define VI v8i
 #define VW 8
 #define ROWS_FN(name) rows_avx2_##name
 #define ROWS_TARGET LB_CPU_TARGET_AVX2
 #define ROWS_TABLE rows_avx2
 #include "kernels/cpu/rows-item.h"
 
-#define VF v16f
-#define VFU v16fu
-#define VI v16i
 #define VW 16
 #define ROWS_FN(name) rows_avx512_##name
 #define ROWS_TARGET LB_CPU_TARGET_AVX512

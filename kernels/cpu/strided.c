@@ -33,6 +33,35 @@ strided_outer (const LbStrided5 * it)
   return it->shape[0] * it->shape[1] * it->shape[2] * it->shape[3];
 }
 
+/* Runs the statement ... for every run (the last dim) of the walk @it (an
+ * LbStrided5), in parallel (OpenMP) when there are enough elements: @od
+ * and @os name the run's first offsets in y and x. */
+#define STRIDED_FOR_EACH_RUN(it, od, os, ...) \
+  do { \
+    const int64_t outer_ = strided_outer (&(it)); \
+    const int64_t work_ = outer_ * (it).shape[4]; \
+    _Pragma ("omp parallel for schedule(static) if (work_ >= STRIDED_OMP_MIN)") \
+    for (int64_t o_ = 0; o_ < outer_; o_++) { \
+      int64_t od, os; \
+      strided_offsets (&(it), o_, &od, &os); \
+      __VA_ARGS__; \
+    } \
+  } while (0)
+
+/* Runs the statement ... for every element of the walk @it, as
+ * STRIDED_FOR_EACH_RUN(): @yi and @xi name the element's offsets in y and
+ * x. */
+#define STRIDED_FOR_EACH(it, yi, xi, ...) \
+  do { \
+    const int64_t n_ = (it).shape[4], sdn_ = (it).ys[4], ssn_ = (it).xs[4]; \
+    STRIDED_FOR_EACH_RUN (it, od_, os_, \
+        for (int64_t i_ = 0; i_ < n_; i_++) { \
+          const int64_t yi = od_ + i_ * sdn_; \
+          const int64_t xi G_GNUC_UNUSED = os_ + i_ * ssn_; \
+          __VA_ARGS__; \
+        }); \
+  } while (0)
+
 /* copy between dtypes: one run of @n elements, strides @sdn / @ssn. */
 static void
 copy_run_convert (void *d, LbDType dt, const void *src, LbDType st,
@@ -56,6 +85,18 @@ copy_run_convert (void *d, LbDType dt, const void *src, LbDType st,
   }
 }
 
+/* f32 copy: one run of @n elements, strides @sdn / @ssn. */
+static inline void
+copy_run_f32 (float *d, const float *src, int64_t n, int64_t sdn, int64_t ssn)
+{
+  if (sdn == 1 && ssn == 1) {
+    memcpy (d, src, (size_t) n * sizeof (float));
+  } else {
+    for (int64_t i = 0; i < n; i++)
+      d[i * sdn] = src[i * ssn];
+  }
+}
+
 /**
  * lb_cpu_copy:
  * @s: a CPU stream
@@ -76,35 +117,28 @@ lb_cpu_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
   if (!lb_check_devices (LB_CPU_DEVICE, "copy", error, "x", x, "y", y, NULL)
       || !lb_check_copy (x, y, &it, error))
     return FALSE;
-  int64_t outer = strided_outer (&it), n = it.shape[4];
-  int64_t sdn = it.ys[4], ssn = it.xs[4];
+  int64_t n = it.shape[4], sdn = it.ys[4], ssn = it.xs[4];
   if (x->dtype != LB_DTYPE_F32 || y->dtype != LB_DTYPE_F32) {
     const gsize ye = lb_dtype_size (y->dtype), xe = lb_dtype_size (x->dtype);
     guint8 *d = y->data;
     const guint8 *src = x->data;
-#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
-    for (int64_t o = 0; o < outer; o++) {
-      int64_t od, os;
-      strided_offsets (&it, o, &od, &os);
-      copy_run_convert (d + od * (int64_t) ye, y->dtype,
-          src + os * (int64_t) xe, x->dtype, n, sdn, ssn);
-    }
+    STRIDED_FOR_EACH_RUN (it, od, os, copy_run_convert (d + od * (int64_t) ye,
+            y->dtype, src + os * (int64_t) xe, x->dtype, n, sdn, ssn));
     return TRUE;
   }
   float *d = y->data;
   const float *src = x->data;
-#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t od, os;
-    strided_offsets (&it, o, &od, &os);
-    if (sdn == 1 && ssn == 1) {
-      memcpy (d + od, src + os, (size_t) n * sizeof (float));
-    } else {
-      for (int64_t i = 0; i < n; i++)
-        d[od + i * sdn] = src[os + i * ssn];
-    }
-  }
+  STRIDED_FOR_EACH_RUN (it, od, os, copy_run_f32 (d + od, src + os, n, sdn,
+          ssn));
   return TRUE;
+}
+
+/* clamp(v, lo, hi) as torch.clamp: NaN stays NaN. */
+static inline float
+clamp_value (float v, float lo, float hi)
+{
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
 }
 
 /**
@@ -130,19 +164,7 @@ lb_cpu_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
     return FALSE;
   float *d = y->data;
   const float *src = x->data;
-  int64_t outer = strided_outer (&it), n = it.shape[4];
-  int64_t sdn = it.ys[4], ssn = it.xs[4];
-#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t od, os;
-    strided_offsets (&it, o, &od, &os);
-    for (int64_t i = 0; i < n; i++) {
-      float v = src[os + i * ssn];
-      v = v < lo ? lo : v;
-      v = v > hi ? hi : v;
-      d[od + i * sdn] = v;
-    }
-  }
+  STRIDED_FOR_EACH (it, yi, xi, d[yi] = clamp_value (src[xi], lo, hi));
   return TRUE;
 }
 
@@ -165,14 +187,7 @@ lb_cpu_fill (LbStream * s, LbTensor * y, float value, GError ** error)
       || !lb_check_strided ("fill", NULL, y, &it, error))
     return FALSE;
   float *d = y->data;
-  int64_t outer = strided_outer (&it), n = it.shape[4], sdn = it.ys[4];
-#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t od, os;
-    strided_offsets (&it, o, &od, &os);
-    for (int64_t i = 0; i < n; i++)
-      d[od + i * sdn] = value;
-  }
+  STRIDED_FOR_EACH (it, yi, xi, d[yi] = value);
   return TRUE;
 }
 
@@ -197,15 +212,7 @@ lb_cpu_accumulate (LbStream * s, const LbTensor * x, LbTensor * y,
     return FALSE;
   float *d = y->data;
   const float *src = x->data;
-  int64_t outer = strided_outer (&it), n = it.shape[4];
-  int64_t sdn = it.ys[4], ssn = it.xs[4];
-#pragma omp parallel for schedule(static) if (outer * n >= STRIDED_OMP_MIN)
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t od, os;
-    strided_offsets (&it, o, &od, &os);
-    for (int64_t i = 0; i < n; i++)
-      d[od + i * sdn] += src[os + i * ssn];
-  }
+  STRIDED_FOR_EACH (it, yi, xi, d[yi] += src[xi]);
   return TRUE;
 }
 

@@ -165,17 +165,6 @@ count (gsize * counter)
   g_atomic_pointer_add (counter, 1);
 }
 
-/* Packed strides of @nd @dims. */
-static void
-packed_strides (int nd, const int64_t * dims, int64_t * strides)
-{
-  int64_t s = 1;
-  for (int i = nd - 1; i >= 0; i--) {
-    strides[i] = s;
-    s *= dims[i];
-  }
-}
-
 /* Channels-last strides of @nd @dims [N, C, spatial...]: C innermost,
  * then the spatial dims from the last, then N. */
 static void
@@ -223,10 +212,10 @@ build_plan (LbStream * s, const ConvKey * key, gboolean fuse_bias,
   tensor_dims (key, key->n, key->cout, key->out, yd);
   tensor_dims (key, 1, key->cout, ones, bd);
   const gboolean cl = key->layout == LAYOUT_NDHWC;
-  (cl ? channels_last_strides : packed_strides) (nd, xd, xs);
-  (cl ? channels_last_strides : packed_strides) (nd, wd, ws);
-  (cl ? channels_last_strides : packed_strides) (nd, yd, ys);
-  packed_strides (nd, bd, bs);
+  (cl ? channels_last_strides : lb_contiguous_strides) (nd, xd, xs);
+  (cl ? channels_last_strides : lb_contiguous_strides) (nd, wd, ws);
+  (cl ? channels_last_strides : lb_contiguous_strides) (nd, yd, ys);
+  lb_contiguous_strides (nd, bd, bs);
 
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
   /* x and w: bf16 channels-last, or f32 as y */
@@ -361,21 +350,30 @@ aligned16 (const void *p)
   return ((guintptr) p & 15) == 0;
 }
 
+/* TRUE when the environment variable @name is @other; unset, empty, @dflt
+ * or any other value (said once, through *@warned) is %FALSE. */
+static gboolean
+env_selects (const char *name, const char *dflt, const char *other,
+    gsize * warned)
+{
+  const char *v = g_getenv (name);
+  if (v == NULL || *v == '\0' || g_str_equal (v, dflt))
+    return FALSE;
+  if (g_str_equal (v, other))
+    return TRUE;
+  if (g_once_init_enter (warned)) {
+    g_message ("%s=%s is not %s or %s: using %s", name, v, dflt, other, dflt);
+    g_once_init_leave (warned, 1);
+  }
+  return FALSE;
+}
+
 /* TRUE unless LINGBOT_CUDA_CONV selects im2col. */
 static gboolean
 cudnn_selected (void)
 {
   static gsize warned;
-  const char *v = g_getenv ("LINGBOT_CUDA_CONV");
-  if (v == NULL || *v == '\0' || g_str_equal (v, "cudnn"))
-    return TRUE;
-  if (g_str_equal (v, "im2col"))
-    return FALSE;
-  if (g_once_init_enter (&warned)) {
-    g_message ("LINGBOT_CUDA_CONV=%s is not cudnn or im2col: using cudnn", v);
-    g_once_init_leave (&warned, 1);
-  }
-  return TRUE;
+  return !env_selects ("LINGBOT_CUDA_CONV", "cudnn", "im2col", &warned);
 }
 
 /* The key of one call (the deviceless check builds the same). */
@@ -424,17 +422,7 @@ static gboolean
 channels_last_selected (void)
 {
   static gsize warned;
-  const char *v = g_getenv ("LINGBOT_CUDA_CONV_LAYOUT");
-  if (v == NULL || *v == '\0' || g_str_equal (v, "ncdhw"))
-    return FALSE;
-  if (g_str_equal (v, "ndhwc"))
-    return TRUE;
-  if (g_once_init_enter (&warned)) {
-    g_message ("LINGBOT_CUDA_CONV_LAYOUT=%s is not ncdhw or ndhwc: using "
-        "ncdhw", v);
-    g_once_init_leave (&warned, 1);
-  }
-  return FALSE;
+  return env_selects ("LINGBOT_CUDA_CONV_LAYOUT", "ncdhw", "ndhwc", &warned);
 }
 
 /* The stream's plan for the call's @key, asymmetric temporal padding

@@ -100,18 +100,10 @@ lb_cuda_cudnn_handle (LbStream * s, GError ** error)
 void
 lb_cuda_cudnn_free (LbCudaStream * cs)
 {
-  if (cs->conv_plans)
-    g_hash_table_destroy (cs->conv_plans);
-  cs->conv_plans = NULL;
-  if (cs->conv_weights)
-    g_hash_table_destroy (cs->conv_weights);
-  cs->conv_weights = NULL;
-  if (cs->sdpa_plans)
-    g_hash_table_destroy (cs->sdpa_plans);
-  cs->sdpa_plans = NULL;
-  if (cs->dnn_packs)
-    g_hash_table_destroy (cs->dnn_packs);
-  cs->dnn_packs = NULL;
+  g_clear_pointer (&cs->conv_plans, g_hash_table_destroy);
+  g_clear_pointer (&cs->conv_weights, g_hash_table_destroy);
+  g_clear_pointer (&cs->sdpa_plans, g_hash_table_destroy);
+  g_clear_pointer (&cs->dnn_packs, g_hash_table_destroy);
   if (cs->dnn_ws)
     lb_cuda_pool_free (cs->device, cs->dnn_ws);
   for (guint i = 0; cs->dnn_ws_old && i < cs->dnn_ws_old->len; i++)

@@ -8,6 +8,8 @@
  */
 #pragma once
 
+#include "kernels/conv-input.h"
+
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -115,22 +117,8 @@ extern "C"
       int64_t rows, int64_t nk, float scale, const float *bias_rows,
       const unsigned char *mask);
 
-/* The temporal input of a causal conv: @zeros zero frames, then @cache_t
- * frames of cache, then the frames of x (see lb_cpu_conv3d_causal). */
-  typedef struct
-  {
-    int64_t zeros;
-    const float *cache;
-    int64_t cache_t, cache_cs;
-    const float *x;
-    int64_t x_cs, x_fs;
-    int64_t cin, h, w;
-    int64_t kt, kh, kw, sh, sw, ph, pw;
-    int64_t ho, wo;
-  } LbCudaConvIn;
-
 /* col[K][nr*wo] for output rows [r0, r0 + nr) of output frame t. */
-  cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbCudaConvIn * c,
+  cudaError_t lb_cuda_launch_im2col (cudaStream_t st, const LbConvIn * c,
       int64_t t, int64_t r0, int64_t nr, float *col);
 /* y[co*ycs + e] = bias[co] (or 0) for e < n, co < cout. */
   cudaError_t lb_cuda_launch_fill_bias (cudaStream_t st, float *y, int64_t ycs,
@@ -248,18 +236,12 @@ extern "C"
 /* y[t, h, :] = RoPE(RMSNorm(x[t, :]) * w) for x [n, nh * hd] (row stride
  * xld) and y [n, nh, hd] (strides ys0, ys1, 1): the mean square over the
  * whole row in double, then the rotation of lb_cuda_launch_rope_3d() at
- * positions (frame_offset + f, row_offset + i, j).  w nullable; y may be
- * x seen as [n, nh, hd]. */
+ * positions (frame_offset + f, row_offset + i, j).  w nullable; y f32,
+ * which may be x seen as [n, nh, hd], or bfloat16 bits when @y_bf16 (a
+ * bf16 KV cache's slots: each element the f32 value rounded as
+ * lb_f32_to_bf16(), nearest even). */
   cudaError_t lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x,
-      int64_t xld, const float *w, float eps, float *y, int64_t ys0,
-      int64_t ys1, int64_t n, int64_t nh, int64_t hd, const float *cos,
-      const float *sin, int64_t grid_h, int64_t grid_w, int64_t frame_offset,
-      int64_t row_offset);
-/* The same into bfloat16 y (a bf16 KV cache's slots): each element the
- * f32 value of lb_cuda_launch_rms_norm_rope() rounded as lb_f32_to_bf16()
- * (nearest even). */
-  cudaError_t lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st,
-      const float *x, int64_t xld, const float *w, float eps, uint16_t * y,
+      int64_t xld, const float *w, float eps, void *y, int y_bf16,
       int64_t ys0, int64_t ys1, int64_t n, int64_t nh, int64_t hd,
       const float *cos, const float *sin, int64_t grid_h, int64_t grid_w,
       int64_t frame_offset, int64_t row_offset);

@@ -343,7 +343,7 @@ cuda_mul (LbStream * s, const LbTensor * a, const LbTensor * b, LbTensor * y,
 
 /* y rows: co*y_cs + t*y_fs + row*wo + col, for t < tout. */
 static gboolean
-conv_core (LbStream * s, const char *op, const LbCudaConvIn * c,
+conv_core (LbStream * s, const char *op, const LbConvIn * c,
     const float *w, const float *bias, int64_t cout, int64_t tout, float *y,
     int64_t y_cs, int64_t y_fs, GError ** error)
 {
@@ -422,19 +422,9 @@ cuda_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
   if (done)
     return TRUE;
 
-  LbCudaConvIn c = {
-    .zeros = g.zeros,
-    .cache = cache ? cache->data : NULL,
-    .cache_t = g.tc,
-    .cache_cs = g.tc * g.h * g.w,
-    .x = x->data,
-    .x_cs = g.t * g.h * g.w,
-    .x_fs = g.h * g.w,
-    .cin = g.cin,.h = g.h,.w = g.w,
-    .kt = g.kt,.kh = g.kh,.kw = g.kw,
-    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = g.ho,.wo = g.wo,
-  };
+  const LbConvIn c =
+      lb_conv_input (&g, FALSE, cache ? cache->data : NULL, x->data, pad_h,
+      pad_w, stride_h, stride_w);
   return conv_core (s, op, &c, weight->data, bias ? bias->data : NULL,
       g.cout, g.tout, y->data, g.tout * g.ho * g.wo, g.ho * g.wo, error);
 }
@@ -459,17 +449,10 @@ cuda_conv2d (LbStream * s, const LbTensor * x, const LbTensor * weight,
   if (done)
     return TRUE;
 
-  LbCudaConvIn c = {
-    .x = x->data,
-    .x_cs = g.h * g.w,
-    .x_fs = g.cin * g.h * g.w,
-    .cin = g.cin,.h = g.h,.w = g.w,
-    .kt = 1,.kh = g.kh,.kw = g.kw,
-    .sh = stride_h,.sw = stride_w,.ph = pad_h,.pw = pad_w,
-    .ho = g.ho,.wo = g.wo,
-  };
-  return conv_core (s, op, &c, weight->data, bias ? bias->data : NULL,
-      g.cout, g.tout, y->data, g.ho * g.wo, g.cout * g.ho * g.wo, error);
+  const LbConvIn c =
+      lb_conv_input (&g, TRUE, NULL, x->data, pad_h, pad_w, stride_h, stride_w);
+  return conv_core (s, op, &c, weight->data, bias ? bias->data : NULL, g.cout,
+      g.tout, y->data, g.ho * g.wo, g.cout * g.ho * g.wo, error);
 }
 
 /* ---- layout (kernels/cpu/layout.c) ---- */
@@ -676,16 +659,12 @@ cuda_rms_norm_rope (LbStream * s, const LbTensor * x, const LbTensor * weight,
       !lb_check_rms_norm_rope (x, weight, cos, sin, grid_f, grid_h, grid_w,
           frame_offset, row_offset, y, &g, error))
     return FALSE;
-  if (y->dtype == LB_DTYPE_BF16)        /* a bf16 KV cache's slots */
-    return launched (lb_cuda_launch_rms_norm_rope_bf16 (stream_of (s),
-            x->data, g.x_ld, weight ? weight->data : NULL, eps, y->data,
-            y->stride[0], y->stride[1], g.m, y->shape[1], y->shape[2],
-            cos->data, sin->data, grid_h, grid_w, frame_offset, row_offset),
-        "rms_norm_rope", error);
+  /* a bf16 y: a bf16 KV cache's slots */
   return launched (lb_cuda_launch_rms_norm_rope (stream_of (s), x->data,
-          g.x_ld, weight ? weight->data : NULL, eps, y->data, y->stride[0],
-          y->stride[1], g.m, y->shape[1], y->shape[2], cos->data, sin->data,
-          grid_h, grid_w, frame_offset, row_offset), "rms_norm_rope", error);
+          g.x_ld, weight ? weight->data : NULL, eps, y->data,
+          y->dtype == LB_DTYPE_BF16, y->stride[0], y->stride[1], g.m,
+          y->shape[1], y->shape[2], cos->data, sin->data, grid_h, grid_w,
+          frame_offset, row_offset), "rms_norm_rope", error);
 }
 
 static gboolean

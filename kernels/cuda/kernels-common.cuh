@@ -24,6 +24,14 @@ grid_for (int64_t n)
   return (unsigned int)b;
 }
 
+/* Blocks for a kernel with one block per row, striding over @m rows
+ * (at least 1, capped at 2^20). */
+static inline unsigned int
+row_grid (int64_t m)
+{
+  return (unsigned int)(m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
+}
+
 #define LBK_GRID_STRIDE(i, n)                                                  \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
        i += (int64_t)gridDim.x * blockDim.x)

@@ -18,7 +18,7 @@ using namespace lbk;
 namespace {
 
 __global__ void
-im2col_kernel (LbCudaConvIn c, int64_t t, int64_t r0, int64_t nr, float *col)
+im2col_kernel (LbConvIn c, int64_t t, int64_t r0, int64_t nr, float *col)
 {
   const int64_t taps = c.kt * c.kh * c.kw, kdim = c.cin * taps;
   const int64_t ncols = nr * c.wo;
@@ -139,7 +139,7 @@ lb_cuda_launch_transpose_convert (cudaStream_t st, const void *x, int x_bf16,
 }
 
 extern "C" cudaError_t
-lb_cuda_launch_im2col (cudaStream_t st, const LbCudaConvIn *c, int64_t t,
+lb_cuda_launch_im2col (cudaStream_t st, const LbConvIn *c, int64_t t,
     int64_t r0, int64_t nr, float *col)
 {
   int64_t n = c->cin * c->kt * c->kh * c->kw * nr * c->wo;

@@ -112,26 +112,35 @@ convert_3d (const S *__restrict__ x, int64_t xs0, int64_t xs1,
   }
 }
 
-/* Four elements per thread: n2 and the f32 strides multiples of 4, the
- * bf16 strides of 4 (8 bytes), the bases 16- and 8-byte aligned. */
+/* Whether @p is aligned to 4 of its elements (16 bytes for f32, 8 for
+ * bf16). */
+template <typename T>
 inline bool
-vec4_ok (const void *f32, int64_t fs0, int64_t fs1, const void *b16,
-    int64_t bs0, int64_t bs1, int64_t n2)
+aligned4 (const T *p)
 {
-  return n2 % 4 == 0 && fs0 % 4 == 0 && fs1 % 4 == 0 && bs0 % 4 == 0
-         && bs1 % 4 == 0 && ((uintptr_t)f32 & 15u) == 0
-         && ((uintptr_t)b16 & 7u) == 0;
+  return ((uintptr_t)p & (4 * sizeof (T) - 1)) == 0;
+}
+
+/* Four elements per thread: n2 and every stride multiples of 4, both
+ * bases aligned to 4 elements. */
+template <typename S, typename D>
+inline bool
+vec4_ok (const S *x, int64_t xs0, int64_t xs1, const D *y, int64_t ys0,
+    int64_t ys1, int64_t n2)
+{
+  return n2 % 4 == 0 && xs0 % 4 == 0 && xs1 % 4 == 0 && ys0 % 4 == 0
+         && ys1 % 4 == 0 && aligned4 (x) && aligned4 (y);
 }
 
 /* convert_3d() of [n0, n1, n2] with the vector form where it fits. */
 template <typename S, typename D>
 cudaError_t
 launch_3d (cudaStream_t st, const S *x, int64_t xs0, int64_t xs1, D *y,
-    int64_t ys0, int64_t ys1, int64_t n0, int64_t n1, int64_t n2, bool v4)
+    int64_t ys0, int64_t ys1, int64_t n0, int64_t n1, int64_t n2)
 {
   if (n0 <= 0 || n1 <= 0 || n2 <= 0)
     return cudaSuccess;
-  if (v4)
+  if (vec4_ok (x, xs0, xs1, y, ys0, ys1, n2))
     convert_3d<S, D, true><<<grid_for (n0 * n1 * (n2 / 4)), kThreads, 0, st>>> (
         x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
   else
@@ -147,8 +156,7 @@ lb_cuda_launch_f32_to_bf16_3d (cudaStream_t st, const float *x, int64_t xs0,
     int64_t xs1, uint16_t *y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
     int64_t n2)
 {
-  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2,
-      vec4_ok (x, xs0, xs1, y, ys0, ys1, n2));
+  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
 }
 
 extern "C" cudaError_t
@@ -156,6 +164,5 @@ lb_cuda_launch_bf16_to_f32_3d (cudaStream_t st, const uint16_t *x, int64_t xs0,
     int64_t xs1, float *y, int64_t ys0, int64_t ys1, int64_t n0, int64_t n1,
     int64_t n2)
 {
-  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2,
-      vec4_ok (y, ys0, ys1, x, xs0, xs1, n2));
+  return launch_3d (st, x, xs0, xs1, y, ys0, ys1, n0, n1, n2);
 }

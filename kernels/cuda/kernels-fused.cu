@@ -80,39 +80,19 @@ gated_residual_modulate_kernel (float *x, int64_t xld, const float *y,
   }
 }
 
-unsigned int
-row_blocks (int64_t m)
-{
-  return (unsigned int)(m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
-}
-
 } // namespace
 
-extern "C" cudaError_t
-lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, float eps, float *y, int64_t ys0, int64_t ys1, int64_t n,
-    int64_t nh, int64_t hd, const float *cos, const float *sin, int64_t grid_h,
-    int64_t grid_w, int64_t frame_offset, int64_t row_offset)
-{
-  /* the axis split of lb_cuda_launch_rope_3d() (kernels/cpu/rope.c) */
-  const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
-  if (n <= 0 || nh <= 0 || hd <= 0)
-    return cudaSuccess;
-  rms_norm_rope_kernel<float><<<row_blocks (n), kThreads, 0, st>>> (x, xld, w,
-      eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
-      frame_offset, row_offset);
-  return cudaGetLastError ();
-}
-
 /**
- * lb_cuda_launch_rms_norm_rope_bf16:
+ * lb_cuda_launch_rms_norm_rope:
  * @st: the stream (its device current)
  * @x: f32 [n, nh * hd], row stride @xld
  * @xld: elements between rows of @x
  * @w: (nullable): f32 [nh * hd] RMSNorm weight
  * @eps: added to the mean square
- * @y: bfloat16 [n, nh, hd] with strides (@ys0, @ys1, 1), e.g. a bf16 KV
- *   cache's slot rows; must not overlap @x
+ * @y: f32 [n, nh, hd] with strides (@ys0, @ys1, 1), may be @x seen so; or
+ *   bfloat16 bits when @y_bf16 (e.g. a bf16 KV cache's slot rows), then
+ *   not overlapping @x
+ * @y_bf16: whether @y is bfloat16
  * @ys0: elements between tokens of @y
  * @ys1: elements between heads of @y
  * @n: tokens
@@ -125,24 +105,30 @@ lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
  * @frame_offset: first frame position
  * @row_offset: first row position
  *
- * The rms_norm_rope op into a bf16 y (kernels/ops.h, spec 1.8 and 1.11):
- * the f32 value of lb_cuda_launch_rms_norm_rope() per element, rounded to
- * nearest even exactly as lb_f32_to_bf16().  Asynchronous.
+ * The rms_norm_rope op (kernels/ops.h, spec 1.8 and 1.11); into a bf16 y,
+ * the f32 value per element rounded to nearest even exactly as
+ * lb_f32_to_bf16().  Asynchronous.
  *
  * Returns: cudaSuccess or the launch error.
  */
 extern "C" cudaError_t
-lb_cuda_launch_rms_norm_rope_bf16 (cudaStream_t st, const float *x, int64_t xld,
-    const float *w, float eps, uint16_t *y, int64_t ys0, int64_t ys1, int64_t n,
-    int64_t nh, int64_t hd, const float *cos, const float *sin, int64_t grid_h,
-    int64_t grid_w, int64_t frame_offset, int64_t row_offset)
+lb_cuda_launch_rms_norm_rope (cudaStream_t st, const float *x, int64_t xld,
+    const float *w, float eps, void *y, int y_bf16, int64_t ys0, int64_t ys1,
+    int64_t n, int64_t nh, int64_t hd, const float *cos, const float *sin,
+    int64_t grid_h, int64_t grid_w, int64_t frame_offset, int64_t row_offset)
 {
+  /* the axis split of lb_cuda_launch_rope_3d() (kernels/cpu/rope.c) */
   const int64_t hp = hd / 6, tp = (hd - 4 * (hd / 6)) / 2;
   if (n <= 0 || nh <= 0 || hd <= 0)
     return cudaSuccess;
-  rms_norm_rope_kernel<uint16_t><<<row_blocks (n), kThreads, 0, st>>> (x, xld,
-      w, eps, y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
-      frame_offset, row_offset);
+  if (y_bf16)
+    rms_norm_rope_kernel<uint16_t><<<row_grid (n), kThreads, 0, st>>> (x, xld,
+        w, eps, (uint16_t *)y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h,
+        grid_w, frame_offset, row_offset);
+  else
+    rms_norm_rope_kernel<float><<<row_grid (n), kThreads, 0, st>>> (x, xld, w,
+        eps, (float *)y, ys0, ys1, n, nh, hd, tp, hp, cos, sin, grid_h, grid_w,
+        frame_offset, row_offset);
   return cudaGetLastError ();
 }
 

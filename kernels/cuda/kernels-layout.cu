@@ -6,6 +6,7 @@
  * arithmetic of kernels/cpu/rope.c and kernels/cpu/layout.c.
  */
 #include "kernels/cuda/kernels-common.cuh"
+#include "kernels/bicubic.h"
 
 using namespace lbk;
 
@@ -71,42 +72,6 @@ unpatchify_kernel (const float *z, float *y, int64_t c, int64_t f, int64_t h,
   }
 }
 
-/* torch's cubic convolution kernels (UpSample.h), A = -0.75, in float;
- * the expressions are those of kernels/cpu/layout.c. */
-__device__ __forceinline__ float
-cubic1 (float x, float a)
-{
-  return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
-}
-
-__device__ __forceinline__ float
-cubic2 (float x, float a)
-{
-  return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
-}
-
-__device__ __forceinline__ void
-cubic_taps (float scale, int64_t o, int64_t in, int64_t idx[4], float wt[4])
-{
-  const float a = -0.75f;
-  /* the source coordinate and its fraction in double, only the fraction
-   * rounded to float, as kernels/cpu/layout.c does (a float coordinate
-   * gave 3.4e-5 relative at 480x640 -> 464x832 on an H200); no FMA
-   * contraction, the CPU rounds the product before it subtracts */
-  double real = __dsub_rn (__dmul_rn ((double)scale, (double)o + 0.5), 0.5);
-  double fl = floor (real);
-  float t = (float)(real - fl);
-  int64_t i0 = (int64_t)fl;
-  wt[0] = cubic2 (t + 1.0f, a);
-  wt[1] = cubic1 (t, a);
-  wt[2] = cubic1 (1.0f - t, a);
-  wt[3] = cubic2 (2.0f - t, a);
-  for (int k = 0; k < 4; k++) {
-    int64_t v = i0 - 1 + k;
-    idx[k] = v < 0 ? 0 : (v > in - 1 ? in - 1 : v);
-  }
-}
-
 __global__ void
 bicubic_kernel (const float *x, float *y, int64_t c, int64_t h, int64_t w,
     int64_t ho, int64_t wo, float sh, float sw)
@@ -116,22 +81,27 @@ bicubic_kernel (const float *x, float *y, int64_t c, int64_t h, int64_t w,
     int64_t ci = r / ho, oy = r % ho;
     int64_t iy[4], ix[4];
     float wy[4], wx[4];
-    cubic_taps (sh, oy, h, iy, wy);
-    cubic_taps (sw, ox, w, ix, wx);
-    const float *plane = x + ci * h * w;
-    float out = 0.0f;
-    for (int k = 0; k < 4; k++) {
-      const float *row = plane + iy[k] * w;
-      float t = row[ix[0]] * wx[0];
-      for (int l = 1; l < 4; l++)
-        t += row[ix[l]] * wx[l];
-      if (k == 0)
-        out = t * wy[0];
-      else
-        out += t * wy[k];
-    }
-    y[idx] = out;
+    lb_cubic_taps (sh, oy, h, iy, wy);
+    lb_cubic_taps (sw, ox, w, ix, wx);
+    y[idx] = lb_cubic_combine (x + ci * h * w, w, iy, wy, ix, wx);
   }
+}
+
+/* The parameters of patchify_kernel and unpatchify_kernel. */
+typedef void PatchKernel (const float *src, float *y, int64_t c, int64_t f,
+    int64_t h, int64_t w, int ph, int pw);
+
+/* @kernel from @src into @y, one thread per element of the image [c, f,
+ * h, w]. */
+cudaError_t
+launch_patch (PatchKernel *kernel, cudaStream_t st, const float *src, float *y,
+    int64_t c, int64_t f, int64_t h, int64_t w, int ph, int pw)
+{
+  int64_t n = c * f * h * w;
+  if (n <= 0)
+    return cudaSuccess;
+  kernel<<<grid_for (n), kThreads, 0, st>>> (src, y, c, f, h, w, ph, pw);
+  return cudaGetLastError ();
 }
 
 } // namespace
@@ -163,23 +133,14 @@ extern "C" cudaError_t
 lb_cuda_launch_patchify (cudaStream_t st, const float *x, float *y, int64_t c,
     int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
-  int64_t n = c * f * h * w;
-  if (n <= 0)
-    return cudaSuccess;
-  patchify_kernel<<<grid_for (n), kThreads, 0, st>>> (x, y, c, f, h, w, ph, pw);
-  return cudaGetLastError ();
+  return launch_patch (patchify_kernel, st, x, y, c, f, h, w, ph, pw);
 }
 
 extern "C" cudaError_t
 lb_cuda_launch_unpatchify (cudaStream_t st, const float *z, float *y, int64_t c,
     int64_t f, int64_t h, int64_t w, int ph, int pw)
 {
-  int64_t n = c * f * h * w;
-  if (n <= 0)
-    return cudaSuccess;
-  unpatchify_kernel<<<grid_for (n), kThreads, 0, st>>> (
-      z, y, c, f, h, w, ph, pw);
-  return cudaGetLastError ();
+  return launch_patch (unpatchify_kernel, st, z, y, c, f, h, w, ph, pw);
 }
 
 extern "C" cudaError_t

@@ -112,12 +112,6 @@ gated_residual_kernel (float *x, int64_t xld, const float *y, int64_t yld,
   }
 }
 
-unsigned int
-row_grid (int64_t m)
-{
-  return (unsigned int)(m < 1 ? 1 : (m > 1048576 ? 1048576 : m));
-}
-
 } // namespace
 
 extern "C" cudaError_t
