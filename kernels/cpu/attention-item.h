@@ -34,13 +34,8 @@ ITEM_EXP (VF x)
   x = (VF) (((vi) x & live) | ((vi) lo & ~live));
   const vi ni = -__builtin_convertvector (0.5f - x * 1.44269504f, vi);
   const VF n = __builtin_convertvector (ni, VF);
-  const VF r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  VF p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  VF p;
+  LB_CPU_EXP_POLY (p, x, n);
   const vi scale = (ni + 127) << 23;
   return (VF) ((vi) (p * (VF) scale) & live);
 }

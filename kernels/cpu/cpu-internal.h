@@ -43,6 +43,23 @@ typedef enum
 #define LB_CPU_HAVE_X86_ISAS 0
 #endif
 
+/* p = e^x from the float vectors (or scalars) x and n = round(x log2 e)
+ * chosen by the caller, without the 2^n factor: x - n ln 2 in two parts
+ * (Cody and Waite), then Cephes' degree-6 polynomial (about 2 ulp).  The
+ * vector exps of attention-item.h and rows-item.h, which round n and
+ * guard the range each their own way; the same operations give the same
+ * bits in both. */
+#define LB_CPU_EXP_POLY(p, x, n) do { \
+    const __typeof__ (p) r_ = ((x) - (n) * 0.693359375f) + \
+        (n) * 2.12194440e-4f; \
+    (p) = r_ * 1.9875691500e-4f + 1.3981999507e-3f; \
+    (p) = (p) * r_ + 8.3334519073e-3f; \
+    (p) = (p) * r_ + 4.1665795894e-2f; \
+    (p) = (p) * r_ + 1.6666665459e-1f; \
+    (p) = (p) * r_ + 5.0000001201e-1f; \
+    (p) = (p) * (r_ * r_) + r_ + 1.0f; \
+  } while (0)
+
 LbCpuIsa lb_cpu_isa (void);
 LbCpuIsa lb_cpu_isa_best (void);
 gboolean lb_cpu_isa_set (LbCpuIsa isa);

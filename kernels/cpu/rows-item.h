@@ -57,13 +57,8 @@ ROWS_TARGET static inline VF ROWS_FN (exp) (VF x)
   VI ni = __builtin_convertvector (t, VI);      /* towards zero */
   ni += (VI) (__builtin_convertvector (ni, VF) > t);    /* floor */
   const VF n = __builtin_convertvector (ni, VF);
-  const VF r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  VF p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  VF p;
+  LB_CPU_EXP_POLY (p, x, n);
   const VI scale = (ni + 127) << 23, inf = (VI) (zero + INFINITY);
   return (VF) (((VI) (p * (VF) scale) & live & ~big) | (inf & big));
 }

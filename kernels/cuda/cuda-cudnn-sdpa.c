@@ -347,6 +347,22 @@ entry_get (LbStream * s, const SdpaKey * key)
   return e;
 }
 
+/* The key of contiguous [N, H, hd] q, k, v and out (row strides H hd,
+ * head strides hd) and a bf16 O; callers change the strides of the
+ * operands they pass in place. */
+static void
+key_init (SdpaKey * key, int64_t nq, int64_t nk, int64_t nh, int64_t hd)
+{
+  memset (key, 0, sizeof *key);
+  key->nq = nq;
+  key->nk = nk;
+  key->nh = nh;
+  key->hd = hd;
+  key->qs0 = key->ks0 = key->vs0 = key->os0 = nh * hd;
+  key->qs1 = key->ks1 = key->vs1 = key->os1 = hd;
+  key->out_dtype = CUDNN_DATA_BFLOAT16;
+}
+
 /* A bf16 operand cuDNN can read in place (16-byte tensors, alignment 16
  * declared for every tensor of the graph). */
 static gboolean
@@ -408,14 +424,8 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     return TRUE;
   }
   SdpaKey key;
-  memset (&key, 0, sizeof key);
-  key.nq = nq;
-  key.nk = nk;
-  key.nh = nh;
-  key.hd = hd;
   /* contiguous [N, H, hd] scratch operands, or the bf16 ones in place */
-  key.qs0 = key.ks0 = key.vs0 = key.os0 = nh * hd;
-  key.qs1 = key.ks1 = key.vs1 = key.os1 = hd;
+  key_init (&key, nq, nk, nh, hd);
   if (kv_bf16) {
     key.ks0 = a->ks0;
     key.ks1 = a->ks1;
@@ -430,7 +440,6 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     key.os0 = a->os0;
     key.os1 = a->os1;
   }
-  key.out_dtype = CUDNN_DATA_BFLOAT16;
   SdpaEntry *e = entry_get (s, &key);
   if (e == NULL || e->plan.plan == NULL || e->broken) {
     count (&stats_declined);
@@ -561,16 +570,9 @@ lingbot_backend_cuda_sdpa_check (int64_t nq, int64_t nk, int64_t heads,
     int64_t hd, gboolean kv_window, GError ** error)
 {
   SdpaKey key;
-  memset (&key, 0, sizeof key);
-  key.nq = nq;
-  key.nk = nk;
-  key.nh = heads;
-  key.hd = hd;
-  key.qs0 = key.ks0 = key.vs0 = key.os0 = heads * hd;
-  key.qs1 = key.ks1 = key.vs1 = key.os1 = hd;
+  key_init (&key, nq, nk, heads, hd);
   if (kv_window)
     key.ks0 = key.vs0 = 2 * heads * hd;
-  key.out_dtype = CUDNN_DATA_BFLOAT16;
   LbCudnnPlan plan = { 0 };
   gboolean ok = sdpa_plan_build (NULL, &key, &plan, error);
   lb_cudnn_plan_clear (&plan);

@@ -41,6 +41,23 @@ flash_smem_floats ()
          + BQ;
 }
 
+/* Keys (or values) [j0, j0 + BK) of head @h into the shared tile
+ * skv[BK][D + 1], widened to f32; keys past @nk and dims past @hd are
+ * zeros. */
+template <int D, typename KV>
+__device__ __forceinline__ void
+load_kv_tile (float *skv, const KV *base, int64_t s0, int64_t s1, int64_t h,
+    int64_t j0, int64_t nk, int hd, int tid)
+{
+  for (int e = tid; e < BK * D; e += NT) {
+    const int c = e / D, d = e % D;
+    const int64_t kj = j0 + c;
+    skv[c * (D + 1) + d] = (kj < nk && d < hd)
+                               ? load_as_float (base + kj * s0 + h * s1 + d)
+                               : 0.0f;
+  }
+}
+
 template <int D, typename KV>
 __global__ void
 __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
@@ -80,13 +97,7 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
 
   for (int64_t j0 = 0; j0 < a.nk; j0 += BK) {
     __syncthreads (); /* the previous V tile is consumed */
-    for (int e = tid; e < BK * D; e += NT) {
-      int c = e / D, d = e % D;
-      int64_t kj = j0 + c;
-      skv[c * KS + d] = (kj < a.nk && d < hd)
-                            ? load_as_float (kb + kj * a.ks0 + h * a.ks1 + d)
-                            : 0.0f;
-    }
+    load_kv_tile<D> (skv, kb, a.ks0, a.ks1, h, j0, a.nk, hd, tid);
     __syncthreads ();
 
     float acc[4][4];
@@ -131,13 +142,7 @@ __launch_bounds__ (NT) flash_kernel (LbCudaAttnArgs a)
     }
     __syncthreads (); /* logits written, K tile consumed */
 
-    for (int e = tid; e < BK * D; e += NT) {
-      int c = e / D, d = e % D;
-      int64_t kj = j0 + c;
-      skv[c * KS + d] = (kj < a.nk && d < hd)
-                            ? load_as_float (vb + kj * a.vs0 + h * a.vs1 + d)
-                            : 0.0f;
-    }
+    load_kv_tile<D> (skv, vb, a.vs0, a.vs1, h, j0, a.nk, hd, tid);
 
     {
       float *sr = ss + srow_id * SS + part * 16;
