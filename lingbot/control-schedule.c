@@ -308,6 +308,27 @@ ring_add (LingbotControlSchedule * s, double start, double end)
     s->ring_n++;
 }
 
+/* Fills @out with the next virtual chunk, requested now with @keys
+ * (@is_tap) and starting at @start, and books it on the clock: it ends
+ * its playback time later; the pending reset goes with it. */
+static void
+take_chunk (LingbotControlSchedule * s, guint keys, gboolean is_tap,
+    double start, LingbotScheduleChunk * out)
+{
+  out->index = s->v_done;
+  out->keys = keys;
+  out->is_tap = is_tap;
+  out->reset_before = s->v_reset;
+  out->revision = s->v_base + s->vk.revision;
+  out->request_time_s = s->now;
+  out->start_time_s = start;
+  out->end_time_s = start + chunk_seconds (s, s->v_done);
+  s->last_end = out->end_time_s;
+  ring_add (s, out->start_time_s, out->end_time_s);
+  s->v_reset = FALSE;
+  s->v_done++;
+}
+
 /* one decision of the virtual clock, lingbot_control_trace_schedule()'s
  * loop body repeated until it takes a chunk or cannot go on without events
  * it does not know */
@@ -349,18 +370,7 @@ decide (LingbotControlSchedule * s, LingbotScheduleChunk * out)
       took = lingbot_key_state_take (&s->vk, TRUE, &keys, &is_tap);
 
     if (took) {
-      out->index = s->v_done;
-      out->keys = keys;
-      out->is_tap = is_tap;
-      out->reset_before = s->v_reset;
-      out->revision = s->v_base + s->vk.revision;
-      out->request_time_s = s->now;
-      out->start_time_s = MAX (s->now, s->last_end);
-      out->end_time_s = out->start_time_s + chunk_seconds (s, s->v_done);
-      s->last_end = out->end_time_s;
-      ring_add (s, out->start_time_s, out->end_time_s);
-      s->v_reset = FALSE;
-      s->v_done++;
+      take_chunk (s, keys, is_tap, MAX (s->now, s->last_end), out);
       return LINGBOT_SCHEDULE_CHUNK;
     }
 
@@ -377,18 +387,7 @@ decide (LingbotControlSchedule * s, LingbotScheduleChunk * out)
         return LINGBOT_SCHEDULE_WAIT;
       /* nothing held, no input left: the chunks after the events, with no
        * key, back to back (nothing runs now: idle) */
-      out->index = s->v_done;
-      out->keys = 0;
-      out->is_tap = FALSE;
-      out->reset_before = s->v_reset;
-      out->revision = s->v_base + s->vk.revision;
-      out->request_time_s = s->now;
-      out->start_time_s = s->now;
-      out->end_time_s = s->now + chunk_seconds (s, s->v_done);
-      s->last_end = out->end_time_s;
-      ring_add (s, out->start_time_s, out->end_time_s);
-      s->v_reset = FALSE;
-      s->v_done++;
+      take_chunk (s, 0, FALSE, s->now, out);
       return LINGBOT_SCHEDULE_ENDED;
     }
     /* an event not known yet could come before next */

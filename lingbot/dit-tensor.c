@@ -6,6 +6,7 @@
  * a rank's device, copies between views, flat views.
  */
 #include "lingbot/dit-private.h"
+#include "lingbot/copy-runs.h"
 
 /**
  * lingbot_dit_tensor_new:
@@ -58,38 +59,12 @@ lingbot_dit_copy_rows (LbStream * s, LbTensor * dst, const LbTensor * src,
   if (n == 0)
     return TRUE;
   /* trailing dims [k, ndim) are one contiguous run in both */
-  int k = src->ndim;
-  int64_t run = 1;
-  while (k > 0) {
-    const int d = k - 1;
-    if (src->shape[d] != 1 && (src->stride[d] != run || dst->stride[d] != run))
-      break;
-    run *= src->shape[d];
-    k--;
-  }
+  int64_t run;
+  const int k = lingbot_copy_runs_split (dst, src, &run);
   if (k == 0 && dst->data == src->data)
     return TRUE;
-  const gsize es = lb_dtype_size (src->dtype);
-  const LbCopyKind kind = lingbot_dit_is_host (s) ? LB_COPY_HOST_TO_HOST :
-      LB_COPY_DEVICE_TO_DEVICE;
-  int64_t idx[LB_MAX_DIMS] = { 0 };
-  for (int64_t o = 0; o < n / run; o++) {
-    int64_t so = 0, dof = 0;
-    for (int d = 0; d < k; d++) {
-      so += idx[d] * src->stride[d];
-      dof += idx[d] * dst->stride[d];
-    }
-    if (!s->backend->copy (s, (guint8 *) dst->data + dof * (int64_t) es,
-            (const guint8 *) src->data + so * (int64_t) es, (gsize) run * es,
-            kind, error))
-      return FALSE;
-    for (int d = k - 1; d >= 0; d--) {
-      if (++idx[d] < src->shape[d])
-        break;
-      idx[d] = 0;
-    }
-  }
-  return TRUE;
+  return lingbot_copy_runs (s, dst, src, k, run, lingbot_dit_is_host (s) ?
+      LB_COPY_HOST_TO_HOST : LB_COPY_DEVICE_TO_DEVICE, error);
 }
 
 /**

@@ -241,13 +241,14 @@ vm_push (Vm * vm, PkObj * o, GError ** error)
   return TRUE;
 }
 
-/* %FALSE (with the error set) when nothing stands above the last MARK. */
+/* %FALSE (with the error set) when fewer than @n items stand above the
+ * last MARK. */
 static gboolean
-vm_check_depth (Vm * vm, GError ** error)
+vm_check_depth (Vm * vm, guint n, GError ** error)
 {
   guint floor = vm->marks->len ?
       g_array_index (vm->marks, guint, vm->marks->len - 1) : 0;
-  if (vm->stack->len <= floor)
+  if (vm->stack->len < floor + n)
     return vm_fail (vm, error, "pickle stack underflow");
   return TRUE;
 }
@@ -255,7 +256,7 @@ vm_check_depth (Vm * vm, GError ** error)
 static PkObj *
 vm_pop (Vm * vm, GError ** error)
 {
-  if (!vm_check_depth (vm, error))
+  if (!vm_check_depth (vm, 1, error))
     return NULL;
   return g_ptr_array_steal_index (vm->stack, vm->stack->len - 1);
 }
@@ -263,7 +264,7 @@ vm_pop (Vm * vm, GError ** error)
 static PkObj *
 vm_top (Vm * vm, GError ** error)
 {
-  if (!vm_check_depth (vm, error))
+  if (!vm_check_depth (vm, 1, error))
     return NULL;
   return g_ptr_array_index (vm->stack, vm->stack->len - 1);
 }
@@ -380,6 +381,18 @@ read_failure (zip_file_t * zf, zip_int64_t got, zip_uint64_t want)
       G_GUINT64_FORMAT " bytes", (gint64) got, (guint64) want);
 }
 
+/* Opens the record @idx (@name) of the archive, or sets @error. */
+static zip_file_t *
+open_record (Vm * vm, zip_int64_t idx, const char *name, GError ** error)
+{
+  zip_file_t *zf = zip_fopen_index (vm->za, (zip_uint64_t) idx, 0);
+  if (zf == NULL)
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: cannot open storage record %s: %s", vm->file, name,
+        zip_strerror (vm->za));
+  return zf;
+}
+
 /* Deflate's largest expansion: 1032 output bytes per input byte. */
 #define DEFLATE_MAX_RATIO 1032
 
@@ -458,18 +471,12 @@ map_storage (Vm * vm, const char *key, LbDType dtype, guint64 need,
 
   if (need == 0) {
     rec->storage = lb_storage_ref (vm->file_storage);
-    g_hash_table_insert (vm->storages, g_strdup (key), rec);
-    g_free (name);
-    return rec;
+    goto keep;
   }
 
-  zf = zip_fopen_index (vm->za, (zip_uint64_t) idx, 0);
-  if (zf == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-        "%s: cannot open storage record %s: %s", vm->file, name,
-        zip_strerror (vm->za));
+  zf = open_record (vm, idx, name, error);
+  if (zf == NULL)
     goto fail;
-  }
   if (stored) {
     /* libzip has parsed the local header (zip64 included) and seeks to the
      * record's first byte on the first read: take that position, then
@@ -486,20 +493,14 @@ map_storage (Vm * vm, const char *key, LbDType dtype, guint64 need,
       rec->storage = lb_storage_ref (vm->file_storage);
       rec->offset = (gsize) at;
       zip_fclose (zf);
-      g_hash_table_insert (vm->storages, g_strdup (key), rec);
-      g_free (name);
-      return rec;
+      goto keep;
     }
     /* fall back to a copy (also when misaligned for the dtype: torch
      * aligns records to 64 bytes, other zip writers may not) */
     zip_fclose (zf);
-    zf = zip_fopen_index (vm->za, (zip_uint64_t) idx, 0);
-    if (zf == NULL) {
-      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
-          "%s: cannot open storage record %s: %s", vm->file, name,
-          zip_strerror (vm->za));
+    zf = open_record (vm, idx, name, error);
+    if (zf == NULL)
       goto fail;
-    }
   }
   buf = g_try_malloc ((gsize) need);
   if (buf == NULL) {
@@ -517,6 +518,8 @@ map_storage (Vm * vm, const char *key, LbDType dtype, guint64 need,
   zip_fclose (zf);
   rec->storage = lb_storage_new (buf, (gsize) need, LB_DEVICE_HOST,
       g_free, buf);
+
+keep:
   g_hash_table_insert (vm->storages, g_strdup (key), rec);
   g_free (name);
   return rec;
@@ -685,19 +688,29 @@ operand_width (guint8 op)
   }
 }
 
-/* The container under the MARK that SETITEMS / APPENDS (@what) fill: a
- * @type (pairs for a dict) or an object whose state is not kept;
- * *start: the mark. */
+/* The container that SETITEM, SETITEMS, APPEND or APPENDS (@op) fills, on
+ * the stack below the items it adds: a dict (SETITEM(S), key value pairs)
+ * or a list (APPEND(S)), or an object whose state is not kept.  *start:
+ * the first item (SETITEM's two, APPEND's one, or all the items above the
+ * last MARK for the plural ops, the mark popped). */
 static PkObj *
-vm_mark_target (Vm * vm, PkType type, const char *what, guint * start,
-    GError ** error)
+vm_fill_target (Vm * vm, guint8 op, guint * start, GError ** error)
 {
+  const PkType type = op == 's' || op == 'u' ? PK_DICT : PK_LIST;
+  const char *what = op == 's' ? "SETITEM" : op == 'u' ? "SETITEMS" :
+      op == 'a' ? "APPEND" : "APPENDS";
   guint per = type == PK_DICT ? 2 : 1;
-  if (!vm_pop_mark (vm, start, error))
-    return NULL;
-  if ((vm->stack->len - *start) % per != 0 || *start == 0) {
-    vm_fail (vm, error, "bad %s", what);
-    return NULL;
+  if (op == 's' || op == 'a') {
+    if (!vm_check_depth (vm, per + 1, error))
+      return NULL;
+    *start = vm->stack->len - per;
+  } else {
+    if (!vm_pop_mark (vm, start, error))
+      return NULL;
+    if ((vm->stack->len - *start) % per != 0 || *start == 0) {
+      vm_fail (vm, error, "bad %s", what);
+      return NULL;
+    }
   }
   PkObj *c = g_ptr_array_index (vm->stack, *start - 1);
   if (c->type != type && c->type != PK_OBJECT) {
@@ -706,6 +719,21 @@ vm_mark_target (Vm * vm, PkType type, const char *what, guint * start,
     return NULL;
   }
   return c;
+}
+
+/* SETITEM(S), APPEND(S): the stack's items from @start on go into @c
+ * (vm_fill_target()), which keeps nothing when it is an object; the stack
+ * is then cut back to @start. */
+static void
+vm_fill (Vm * vm, PkObj * c, guint start)
+{
+  for (guint i = start; c->type == PK_DICT && i < vm->stack->len; i += 2) {
+    g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
+    g_ptr_array_add (c->values, g_ptr_array_index (vm->stack, i + 1));
+  }
+  for (guint i = start; c->type == PK_LIST && i < vm->stack->len; i++)
+    g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
+  g_ptr_array_set_size (vm->stack, start);
 }
 
 static PkObj *
@@ -906,45 +934,12 @@ vm_run (Vm * vm, GError ** error)
           return NULL;
         break;
       case 's':                /* SETITEM */
-        if ((b = vm_pop (vm, error)) == NULL || (a = vm_pop (vm, error)) ==
-            NULL || (c = vm_top (vm, error)) == NULL)
-          return NULL;
-        if (c->type == PK_DICT) {
-          g_ptr_array_add (c->items, a);
-          g_ptr_array_add (c->values, b);
-        } else if (c->type != PK_OBJECT) {
-          vm_fail (vm, error, "SETITEM on a non-dict");
-          return NULL;
-        }
-        break;
       case 'u':                /* SETITEMS */
-        if ((c = vm_mark_target (vm, PK_DICT, "SETITEMS", &start,
-                    error)) == NULL)
-          return NULL;
-        for (guint i = start; c->type == PK_DICT && i < vm->stack->len; i += 2) {
-          g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
-          g_ptr_array_add (c->values, g_ptr_array_index (vm->stack, i + 1));
-        }
-        g_ptr_array_set_size (vm->stack, start);
-        break;
       case 'a':                /* APPEND */
-        if ((a = vm_pop (vm, error)) == NULL || (c = vm_top (vm, error)) ==
-            NULL)
-          return NULL;
-        if (c->type == PK_LIST)
-          g_ptr_array_add (c->items, a);
-        else if (c->type != PK_OBJECT) {
-          vm_fail (vm, error, "APPEND on a non-list");
-          return NULL;
-        }
-        break;
       case 'e':                /* APPENDS */
-        if ((c = vm_mark_target (vm, PK_LIST, "APPENDS", &start,
-                    error)) == NULL)
+        if ((c = vm_fill_target (vm, op, &start, error)) == NULL)
           return NULL;
-        for (guint i = start; c->type == PK_LIST && i < vm->stack->len; i++)
-          g_ptr_array_add (c->items, g_ptr_array_index (vm->stack, i));
-        g_ptr_array_set_size (vm->stack, start);
+        vm_fill (vm, c, start);
         break;
       case 'q':                /* BINPUT */
       case 'r':                /* LONG_BINPUT */

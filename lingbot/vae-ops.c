@@ -13,6 +13,7 @@
  * kernels/cpu/norm.c, kernels/cuda/kernels-strided.cu).
  */
 #include "lingbot/vae-private.h"
+#include "lingbot/copy-runs.h"
 
 /**
  * vae_view_flat:
@@ -113,15 +114,8 @@ vae_copy_runs (LbStream * stream, LbTensor * dst, const LbTensor * src,
   if (numel == 0)
     return TRUE;
   /* dims [k, nd) are contiguous in both views: one run of @run elements */
-  int k = nd;
-  int64_t run = 1;
-  while (k > 0) {
-    const int j = k - 1;
-    if (src->shape[j] != 1 && (src->stride[j] != run || dst->stride[j] != run))
-      break;
-    run *= src->shape[j];
-    k = j;
-  }
+  int64_t run;
+  const int k = lingbot_copy_runs_split (dst, src, &run);
   if (run == 1 && numel > 1) {
     g_autofree char *shape = lb_tensor_shape_string (src);
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
@@ -131,23 +125,5 @@ vae_copy_runs (LbStream * stream, LbTensor * dst, const LbTensor * src,
         what, shape, src->stride[nd - 1], dst->stride[nd - 1]);
     return FALSE;
   }
-  int64_t idx[LB_MAX_DIMS] = { 0 };
-  const int64_t n_runs = numel / run;
-  const gsize bytes = (gsize) run * sizeof (float);
-  for (int64_t r = 0; r < n_runs; r++) {
-    int64_t so = 0, d0 = 0;
-    for (int j = 0; j < k; j++) {
-      so += idx[j] * src->stride[j];
-      d0 += idx[j] * dst->stride[j];
-    }
-    if (!stream->backend->copy (stream, (float *) dst->data + d0,
-            (const float *) src->data + so, bytes, kind, error))
-      return FALSE;
-    for (int j = k - 1; j >= 0; j--) {
-      if (++idx[j] < src->shape[j])
-        break;
-      idx[j] = 0;
-    }
-  }
-  return TRUE;
+  return lingbot_copy_runs (stream, dst, src, k, run, kind, error);
 }

@@ -60,14 +60,28 @@ peers_sum (LbRank * r, const gsize * v)
   return n;
 }
 
-static gboolean
-w_all_to_all (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize n, GError ** e)
+/* one call of a collective that moves @n elements of @dt to and from
+ * each peer (all-to-all, all-gather, reduce-scatter) */
+static void
+count_peers (LbRank * r, int op, LbDType dt, gsize n)
 {
   const guint64 b = (guint64) n * lb_dtype_size (dt) * (r->n_ranks - 1);
-  count (r, LINGBOT_BENCH_OP_ALL_TO_ALL, TRUE, b, b);
-  return inner_of (r)->all_to_all (st, r, dt, send, recv, n, e);
+  count (r, op, TRUE, b, b);
 }
+
+/* the wrapper of all_to_all or all_gather (@name), counted as @OP: the
+ * two have one signature and move @n elements to and from each peer */
+#define W_PEERS(name, OP) \
+  static gboolean \
+  w_##name (gpointer st, LbRank * r, LbDType dt, const void *send, \
+      void *recv, gsize n, GError ** e) \
+  { \
+    count_peers (r, OP, dt, n); \
+    return inner_of (r)->name (st, r, dt, send, recv, n, e); \
+  }
+
+W_PEERS (all_to_all, LINGBOT_BENCH_OP_ALL_TO_ALL)
+W_PEERS (all_gather, LINGBOT_BENCH_OP_ALL_GATHER)
 
 static gboolean
 w_all_to_all_v (gpointer st, LbRank * r, LbDType dt, const void *send,
@@ -78,15 +92,6 @@ w_all_to_all_v (gpointer st, LbRank * r, LbDType dt, const void *send,
   count (r, LINGBOT_BENCH_OP_ALL_TO_ALL, TRUE, peers_sum (r, rc) * es,
       peers_sum (r, sc) * es);
   return inner_of (r)->all_to_all_v (st, r, dt, send, sc, sd, recv, rc, rd, e);
-}
-
-static gboolean
-w_all_gather (gpointer st, LbRank * r, LbDType dt, const void *send,
-    void *recv, gsize n, GError ** e)
-{
-  const guint64 b = (guint64) n * lb_dtype_size (dt) * (r->n_ranks - 1);
-  count (r, LINGBOT_BENCH_OP_ALL_GATHER, TRUE, b, b);
-  return inner_of (r)->all_gather (st, r, dt, send, recv, n, e);
 }
 
 static gboolean
@@ -105,9 +110,7 @@ static gboolean
 w_reduce_scatter (gpointer st, LbRank * r, LbDType dt, const void *send,
     void *recv, gsize recv_count, LbReduceOp op, GError ** e)
 {
-  const guint64 b = (guint64) recv_count * lb_dtype_size (dt) *
-      (r->n_ranks - 1);
-  count (r, LINGBOT_BENCH_OP_REDUCE_SCATTER, TRUE, b, b);
+  count_peers (r, LINGBOT_BENCH_OP_REDUCE_SCATTER, dt, recv_count);
   return inner_of (r)->reduce_scatter (st, r, dt, send, recv, recv_count, op,
       e);
 }
