@@ -74,8 +74,14 @@ typedef enum
  *     "lingbot_backend_cuda_sdpa_check", "lingbot_backend_cuda_conv_check",
  *     "lingbot_backend_cuda_attention_stats",
  *     "lingbot_backend_cuda_conv_stats",
- *     "lingbot_backend_cuda_conv_last_refusal": cuDNN plans and counters
+ *     "lingbot_backend_cuda_conv_last_refusal",
+ *     "lingbot_backend_cuda_conv_layout_stats",
+ *     "lingbot_backend_cuda_conv_input_stats": cuDNN plans and counters
  *     (tests, lingbot-bench)
+ *   - "lingbot_backend_conv_input_bf16": `gboolean (*) (LbStream *)`,
+ *     whether conv3d_causal on that stream takes bf16 channels-last
+ *     inputs as they are (the VAE decoder asks it before laying out its
+ *     buffers; tests/common/fakedev.c answers it too)
  *
  *   Every name is documented where it is defined.  So the code above
  *   kernels/ reaches what the module offers without the module calling up.

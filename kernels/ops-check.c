@@ -924,10 +924,43 @@ check_conv_rest (const char *op, const LbTensor * weight,
       out_extent (op, "width", g->w, g->kw, pad_w, stride_w, &g->wo, error);
 }
 
+/* TRUE when @t [C, T, H, W] has the channels-last layout of its shape:
+ * strides {1, H*W*C, W*C, C} (NDHWC in memory); a dim of extent 1 may
+ * have any stride. */
+static gboolean
+is_channels_last (const LbTensor * t)
+{
+  const int64_t *n = t->shape;
+  const int64_t want[4] = { 1, n[2] * n[3] * n[0], n[3] * n[0], n[0] };
+  for (int i = 0; i < 4; i++)
+    if (n[i] > 1 && t->stride[i] != want[i])
+      return FALSE;
+  return TRUE;
+}
+
+/* conv3d_causal's x or cache: f32 contiguous, or bf16 channels-last of
+ * dtype @want16 (x's, for the cache). */
+static gboolean
+check_conv_act (const char *op, const char *arg, const LbTensor * t,
+    const int64_t * shape, LbDType want, GError ** error)
+{
+  if (t == NULL || (t->dtype != LB_DTYPE_F32 && t->dtype != LB_DTYPE_BF16))
+    return lb_check_tensor (op, arg, t, want, 4, shape, TRUE, error);
+  if (!lb_check_tensor (op, arg, t, want, 4, shape, FALSE, error))
+    return FALSE;
+  if (want == LB_DTYPE_F32 && !lb_tensor_is_contiguous (t))
+    return fail_strides (op, arg, t, "a contiguous tensor", error);
+  if (want == LB_DTYPE_BF16 && !is_channels_last (t))
+    return fail_strides (op, arg, t, "a channels-last bf16 tensor (strides "
+        "[1, H*W*C, W*C, C])", error);
+  return TRUE;
+}
+
 /**
  * lb_check_conv3d_causal:
- * @x: f32 [Cin, T, H, W] contiguous
- * @cache: (nullable): f32 [Cin, Tc, H, W] contiguous
+ * @x: [Cin, T, H, W]: f32 contiguous, or bf16 channels-last (strides
+ *   [1, H*W*Cin, W*Cin, Cin])
+ * @cache: (nullable): [Cin, Tc, H, W] of x's dtype and layout
  * @weight: f32 [Cout, Cin, kt, kh, kw] contiguous, kt >= 1
  * @bias: (nullable): f32 [Cout]
  * @pad_h: zero rows above and below (>= 0)
@@ -936,7 +969,10 @@ check_conv_rest (const char *op, const LbTensor * weight,
  * @stride_w: horizontal stride (>= 1)
  * @y: f32 [Cout, T', H', W'] contiguous
  * @g: (out): the geometry
- * @error: (out) (optional): %LB_ERROR_SHAPE
+ * @error: (out) (optional): %LB_ERROR_SHAPE ("conv3d_causal: x is bf16
+ *   [4, 2, 3, 5] with strides [30, 15, 5, 1], expected a channels-last
+ *   bf16 tensor (strides [1, H*W*C, W*C, C])", "conv3d_causal: cache is
+ *   f32 [4, 2, 3, 5], expected bf16 [4, -1, 3, 5]")
  *
  * Returns: %TRUE when the operands fit.
  */
@@ -949,7 +985,9 @@ lb_check_conv3d_causal (const LbTensor * x, const LbTensor * cache,
   const char *op = "conv3d_causal";
   int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
   memset (g, 0, sizeof *g);
-  if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 4, any4, TRUE, error))
+  const LbDType act = x && x->dtype == LB_DTYPE_BF16 ? LB_DTYPE_BF16 :
+      LB_DTYPE_F32;
+  if (!check_conv_act (op, "x", x, any4, act, error))
     return FALSE;
   g->cin = x->shape[0];
   g->t = x->shape[1];
@@ -965,8 +1003,7 @@ lb_check_conv3d_causal (const LbTensor * x, const LbTensor * cache,
   g->kw = weight->shape[4];
   if (cache) {
     int64_t cshape[4] = { g->cin, LB_ANY, g->h, g->w };
-    if (!lb_check_tensor (op, "cache", cache, LB_DTYPE_F32, 4, cshape, TRUE,
-            error))
+    if (!check_conv_act (op, "cache", cache, cshape, act, error))
       return FALSE;
     g->tc = cache->shape[1];
   }
@@ -1247,6 +1284,37 @@ lb_check_strided (const char *op, const LbTensor * x, const LbTensor * y,
   return TRUE;
 }
 
+/**
+ * lb_check_fill:
+ * @y: f32 or bf16 view of 1 to 5 dims, any strides
+ * @g: (out): the 5-D walk
+ * @error: (out) (optional): %LB_ERROR_SHAPE ("fill: y is f16 [3, 4],
+ *   expected f32 or bf16")
+ *
+ * The checks of the fill op: lb_check_strided() without x, except that
+ * y may be bf16 (the value is then stored as lb_f32_to_bf16() of it).
+ *
+ * Returns: %TRUE when the operand fits.
+ */
+gboolean
+lb_check_fill (const LbTensor * y, LbStrided5 * g, GError ** error)
+{
+  int64_t any[5] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY, LB_ANY };
+  if (y != NULL && y->dtype != LB_DTYPE_F32 && y->dtype != LB_DTYPE_BF16) {
+    g_autofree char *have = lb_tensor_shape_string (y);
+    return lb_check_fail (error, "fill: y is %s %s, expected f32 or bf16",
+        lb_dtype_name (y->dtype), have);
+  }
+  if (y == NULL || y->dtype != LB_DTYPE_BF16)
+    return lb_check_strided ("fill", NULL, y, g, error);
+  if (!check_strided_rank ("fill", y, "f32 or bf16 [1 to 5 dims]", error) ||
+      !lb_check_tensor ("fill", "y", y, LB_DTYPE_BF16, y->ndim, any, FALSE,
+          error))
+    return FALSE;
+  strided_walk (NULL, y, g);
+  return TRUE;
+}
+
 /* f32 or bf16, else the copy op's dtype message. */
 static gboolean
 check_copy_dtype (const char *arg, const LbTensor * t, const LbTensor * y,
@@ -1334,7 +1402,7 @@ lb_check_latent_affine (const LbTensor * x, const LbTensor * mean,
  * lb_check_channel_rms_norm:
  * @x: f32 [C, T, H, W], any strides
  * @gamma: f32 [C] contiguous
- * @y: f32 [C, T, H, W], any strides
+ * @y: f32 or bf16 [C, T, H, W], any strides
  * @error: (out) (optional): %LB_ERROR_SHAPE
  *
  * Returns: %TRUE when the operands fit.
@@ -1346,7 +1414,8 @@ lb_check_channel_rms_norm (const LbTensor * x, const LbTensor * gamma,
   const char *op = "channel_rms_norm";
   int64_t any4[4] = { LB_ANY, LB_ANY, LB_ANY, LB_ANY };
   if (!lb_check_tensor (op, "x", x, LB_DTYPE_F32, 4, any4, FALSE, error) ||
-      !lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, x->shape, FALSE, error))
+      !lb_check_tensor (op, "y", y, y && y->dtype == LB_DTYPE_BF16 ?
+          LB_DTYPE_BF16 : LB_DTYPE_F32, 4, x->shape, FALSE, error))
     return FALSE;
   int64_t c[1] = { x->shape[0] };
   return lb_check_tensor (op, "gamma", gamma, LB_DTYPE_F32, 1, c, TRUE, error);

@@ -183,6 +183,8 @@ typedef struct
  * shape. */
 gboolean lb_check_strided (const char *op, const LbTensor * x,
     const LbTensor * y, LbStrided5 * g, GError ** error);
+/* fill: y f32 or bf16 of 1..5 dims, any strides. */
+gboolean lb_check_fill (const LbTensor * y, LbStrided5 * g, GError ** error);
 /* copy: x and y each f32 or bf16, same shape, any strides. */
 gboolean lb_check_copy (const LbTensor * x, const LbTensor * y,
     LbStrided5 * g, GError ** error);

@@ -227,7 +227,13 @@ LB_OP (scale)
  *   @cache is %NULL or Tc < kt-1 the missing leading frames are zeros
  *   (causal padding, Wan2.1 CausalConv3d: Z = max(0, kt-1-Tc) zero frames
  *   in front, none after; vae_and_distributed_spec.md A.3).  So
- *   T' = Z + Tc + T - kt + 1, which is T whenever Tc <= kt - 1.
+ *   T' = Z + Tc + T - kt + 1, which is T whenever Tc <= kt - 1.  x and
+ *   cache are f32 contiguous, or both bf16 in the channels-last layout of
+ *   their shape (strides [1, H*W*Cin, W*Cin, Cin], NDHWC in memory: the
+ *   conv input a bf16 VAE decode writes, docs/design/cuda.md
+ *   "Channels-last conv inputs"); a bf16 input is convolved as its exact
+ *   f32 values (the CPU widens it; a device multiplies the bf16 values
+ *   with f32 accumulation).  y is f32 contiguous either way.
  */
 #define LB_OP_ARGS_conv3d_causal(A) A (IN, x) A (IN, cache) A (IN, weight) \
     A (IN, bias) A (INT, pad_h) A (INT, pad_w) A (INT, stride_h) \
@@ -287,7 +293,8 @@ LB_OP (copy)
  */
 #define LB_OP_ARGS_clamp(A) A (IN, x) A (F32, lo) A (F32, hi) A (OUT, y)
 LB_OP (clamp)
-/* @fill: `y[...] = value` (any strides).
+/* @fill: `y[...] = value` (any strides); y f32, or bf16 holding
+ *   lb_f32_to_bf16() of @value.
  */
 #define LB_OP_ARGS_fill(A) A (OUT, y) A (F32, value)
 LB_OP (fill)
@@ -305,7 +312,9 @@ LB_OP (accumulate)
  *   `v = v / (1 + exp(-v))`.  x and y are [C, T, H, W] views with any
  *   strides (y may be the interior of a halo-padded buffer, or a
  *   token-major [N, C] buffer seen as [C, T, H, W]); @gamma f32 [C]
- *   contiguous.  y must not overlap x.
+ *   contiguous.  x is f32; y is f32, or bf16 holding each f32 result
+ *   rounded to nearest even (lb_f32_to_bf16(): a channels-last conv
+ *   input).  y must not overlap x.
  */
 #define LB_OP_ARGS_channel_rms_norm(A) A (IN, x) A (IN, gamma) \
     A (BOOL, silu) A (OUT, y)

@@ -307,13 +307,34 @@ conv_core (const LbConvIn * c, const float *w, const float *bias, int64_t cout,
   }
 }
 
+/* @dst [C, T, H, W] contiguous f32 = the bf16 view @t (a channels-last
+ * conv operand), widened exactly. */
+static void
+widen_channels_last (const LbTensor * t, float *dst)
+{
+  const int64_t C = t->shape[0], T = t->shape[1], H = t->shape[2],
+      W = t->shape[3];
+  const uint16_t *src = t->data;
+#pragma omp parallel for schedule(static) if (C * T * H * W >= (1 << 20))
+  for (int64_t r = 0; r < T * H; r++) {
+    const int64_t f = r / H, h = r % H;
+    const uint16_t *row = src + f * t->stride[1] + h * t->stride[2];
+    float *out = dst + f * H * W + h * W;
+    for (int64_t w = 0; w < W; w++)
+      for (int64_t c = 0; c < C; c++)
+        out[c * T * H * W + w] =
+            lb_bf16_to_f32 (row[w * t->stride[3] + c * t->stride[0]]);
+  }
+}
+
 /**
  * lb_cpu_conv3d_causal:
  * @s: a CPU stream
- * @x: f32 [Cin, T, H, W] contiguous
- * @cache: (nullable): f32 [Cin, Tc, H, W] contiguous: the frames that
- *   precede @x (a Wan CausalConv3d cache slot holds the last 2 frames of the
- *   conv's own input)
+ * @x: [Cin, T, H, W], f32 contiguous or bf16 channels-last (strides
+ *   [1, H*W*Cin, W*Cin, Cin]; widened exactly into f32 scratch first)
+ * @cache: (nullable): [Cin, Tc, H, W] of x's dtype and layout: the frames
+ *   that precede @x (a Wan CausalConv3d cache slot holds the last 2 frames
+ *   of the conv's own input)
  * @weight: f32 [Cout, Cin, kt, kh, kw] contiguous
  * @bias: (nullable): f32 [Cout]
  * @pad_h: zero rows above and below
@@ -330,7 +351,8 @@ conv_core (const LbConvIn * c, const float *w, const float *bias, int64_t cout,
  * cache: kt - 1 zero frames, Wan's 2*pt front padding), so
  * T' = Z + Tc + T - kt + 1; with Tc <= kt - 1 that is T' = T.
  *
- * Returns: %TRUE on success.
+ * Returns: %TRUE on success; %FALSE with %LB_ERROR_DEVICE when the f32
+ * copy of a bf16 input cannot be allocated.
  */
 gboolean
 lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
@@ -344,11 +366,31 @@ lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
           stride_w, y, &g, error))
     return FALSE;
 
+  const float *xd = x->data, *cd = cache ? cache->data : NULL;
+  float *wide = NULL;
+  if (x->dtype == LB_DTYPE_BF16) {
+    /* the oracle of bf16 channels-last operands: their exact f32 values,
+     * contiguous, then the f32 core */
+    const gsize nx = (gsize) lb_tensor_numel (x);
+    const gsize nc = cache ? (gsize) lb_tensor_numel (cache) : 0;
+    wide = g_try_malloc ((nx + nc) * sizeof (float));
+    if (wide == NULL && nx + nc > 0) {
+      g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "conv3d_causal: cannot "
+          "allocate %" G_GSIZE_FORMAT " bytes to widen the bf16 input",
+          (nx + nc) * sizeof (float));
+      return FALSE;
+    }
+    widen_channels_last (x, wide);
+    if (cache)
+      widen_channels_last (cache, wide + nx);
+    xd = wide;
+    cd = cache ? wide + nx : NULL;
+  }
   const LbConvIn c =
-      lb_conv_input (&g, FALSE, cache ? cache->data : NULL, x->data, pad_h,
-      pad_w, stride_h, stride_w);
+      lb_conv_input (&g, FALSE, cd, xd, pad_h, pad_w, stride_h, stride_w);
   conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
       y->data, g.tout * g.ho * g.wo, g.ho * g.wo);
+  g_free (wide);
   return TRUE;
 }
 

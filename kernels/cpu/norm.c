@@ -278,7 +278,7 @@ lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
  * @x: f32 [C, T, H, W] view (any strides)
  * @gamma: f32 [C] contiguous
  * @silu: apply SiLU after the norm
- * @y: f32 [C, T, H, W] view (any strides; must not overlap @x)
+ * @y: f32 or bf16 [C, T, H, W] view (any strides; must not overlap @x)
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
  * Wan2.1 RMS_norm over channels (spec A.3), in the reference's order:
@@ -286,7 +286,9 @@ lb_cpu_gated_residual (LbStream * s, LbTensor * x, const LbTensor * y,
  * optionally `y * sigmoid(y)` (kernels/ops.h).  The row kernel of
  * lb_cpu_isa()'s variant (rows-item.h) takes 4 vectors of voxels along W
  * at a time, so their channel sums stay in registers; a view strided
- * along W runs it on a packed copy of each row.
+ * along W runs it on a packed copy of each row, and a bf16 y (the
+ * channels-last conv input of a bf16 VAE decode) is that packed result
+ * rounded to nearest even.
  *
  * Returns: %TRUE on success.
  */
@@ -302,16 +304,19 @@ lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
       W = x->shape[3];
   const float *xs = x->data, *g = gamma->data;
   float *ys = y->data;
+  uint16_t *ys16 = y->data;
+  const gboolean y16 = y->dtype == LB_DTYPE_BF16;
   const float scale = (float) sqrt ((double) C);
   const int64_t rows = T * H;
   const int64_t xsw = x->stride[3], ysw = y->stride[3];
-  const gboolean unit = xsw == 1 && ysw == 1;
+  const gboolean unit = xsw == 1 && ysw == 1 && !y16;
   const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
 #pragma omp parallel for schedule(static) if (C * rows * W >= CHNORM_OMP_MIN)
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = r / H, h = r % H;
     const float *xr = xs + t * x->stride[1] + h * x->stride[2];
-    float *yr = ys + t * y->stride[1] + h * y->stride[2];
+    const int64_t yo = t * y->stride[1] + h * y->stride[2];
+    float *yr = ys + yo;
     if (unit) {
       /* the vector kernel of lb_cpu_isa()'s variant */
       rk->channel_rms_norm (xr, x->stride[0], yr, y->stride[0], C, W, g,
@@ -325,6 +330,14 @@ lb_cpu_channel_rms_norm (LbStream * s, const LbTensor * x,
       for (int64_t w = 0; w < W; w++)
         px[c * W + w] = xr[c * x->stride[0] + w * xsw];
     rk->channel_rms_norm (px, W, py, W, C, W, g, scale, silu);
+    if (y16) {
+      /* bf16: the f32 result rounded to nearest even */
+      uint16_t *yr16 = ys16 + yo;
+      for (int64_t w = 0; w < W; w++)
+        for (int64_t c = 0; c < C; c++)
+          yr16[c * y->stride[0] + w * ysw] = lb_f32_to_bf16 (py[c * W + w]);
+      continue;
+    }
     for (int64_t c = 0; c < C; c++)
       for (int64_t w = 0; w < W; w++)
         yr[c * y->stride[0] + w * ysw] = py[c * W + w];

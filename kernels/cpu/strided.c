@@ -171,11 +171,11 @@ lb_cpu_clamp (LbStream * s, const LbTensor * x, float lo, float hi,
 /**
  * lb_cpu_fill:
  * @s: a CPU stream
- * @y: f32 view, any strides
+ * @y: f32 or bf16 view, any strides
  * @value: the value
  * @error: %LB_ERROR_SHAPE on a bad operand
  *
- * `y[...] = value`.
+ * `y[...] = value` (a bf16 y holds lb_f32_to_bf16() of it).
  *
  * Returns: %TRUE on success.
  */
@@ -184,8 +184,14 @@ lb_cpu_fill (LbStream * s, LbTensor * y, float value, GError ** error)
 {
   LbStrided5 it;
   if (!lb_check_devices (LB_CPU_DEVICE, "fill", error, "y", y, NULL)
-      || !lb_check_strided ("fill", NULL, y, &it, error))
+      || !lb_check_fill (y, &it, error))
     return FALSE;
+  if (y->dtype == LB_DTYPE_BF16) {
+    uint16_t *d16 = y->data;
+    const uint16_t v16 = lb_f32_to_bf16 (value);
+    STRIDED_FOR_EACH (it, yi, xi, d16[yi] = v16);
+    return TRUE;
+  }
   float *d = y->data;
   STRIDED_FOR_EACH (it, yi, xi, d[yi] = value);
   return TRUE;

@@ -71,6 +71,9 @@ G_MODULE_EXPORT void lingbot_backend_cuda_conv_stats (guint64 * cudnn_calls,
 G_MODULE_EXPORT char *lingbot_backend_cuda_conv_last_refusal (void);
 G_MODULE_EXPORT void lingbot_backend_cuda_conv_layout_stats (guint64 *
     ndhwc_calls, guint64 * weight_conversions);
+G_MODULE_EXPORT void lingbot_backend_cuda_conv_input_stats (guint64 *
+    in_place, guint64 * concatenated, guint64 * widened);
+G_MODULE_EXPORT gboolean lingbot_backend_conv_input_bf16 (LbStream * s);
 
 /* ConvKey.layout */
 enum
@@ -137,6 +140,7 @@ typedef struct
 /* process-wide counters (lingbot_backend_cuda_conv_stats,
  * lingbot_backend_cuda_conv_layout_stats) */
 static gsize n_cudnn, n_im2col, n_plans, n_refused, n_ndhwc, n_wconv;
+static gsize n_in16, n_in_place, n_widened;     /* bf16 channels-last x */
 static GMutex refusal_lock;
 static char *last_refusal;
 
@@ -526,12 +530,16 @@ weight_krsc (LbStream * s, const float *w, int64_t cout, int64_t cin,
 }
 
 /* The channels-last bf16 path (file comment): *@done FALSE when it does
- * not take the call (no plan for the shape, or it failed to execute). */
+ * not take the call (no plan for the shape, or it failed to execute).
+ * @x and @cache are NCDHW f32, converted here, or with @in16 the op's
+ * bf16 channels-last operands (conv3d_causal only), used in place when
+ * the cache ends where x starts and no zero frame is written, else
+ * concatenated by plain copies. */
 static gboolean
 conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
-    const float *x, const float *cache, const float *w, const float *bias,
-    int pad_h, int pad_w, int stride_h, int stride_w, float *y,
-    gboolean * done, GError ** error)
+    gboolean in16, const void *x, const void *cache, const float *w,
+    const float *bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    float *y, gboolean * done, GError ** error)
 {
   LbCudaStream *cs = s->priv;
   const char *what = is_2d ? "conv2d (cuDNN, NDHWC bf16)" :
@@ -552,29 +560,45 @@ conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
       key.k[0] * key.k[1] * key.k[2], &wscratch, error);
   if (wk == NULL)
     return FALSE;
-  uint16_t *xb = lb_cuda_scratch (s, (gsize) (frames * hw * cin) *
-      sizeof (uint16_t), error);
-  float *yb = xb ? lb_cuda_scratch (s, (gsize) (out_frames * hwo * g->cout) *
-      sizeof (float), error) : NULL;
+  const gsize fbytes = (gsize) (hw * cin) * sizeof (uint16_t);
+  /* bf16 operands in place: x alone, or a cache that ends where x starts */
+  const uint16_t *xin = NULL;
+  if (in16 && zf == 0 && (g->tc == 0 || (const uint16_t *) cache +
+          g->tc * hw * cin == (const uint16_t *) x))
+    xin = g->tc > 0 ? cache : x;
+  uint16_t *xb = xin ? NULL : lb_cuda_scratch (s, frames * fbytes, error);
+  float *yb = xin || xb ? lb_cuda_scratch (s, (gsize) (out_frames * hwo *
+          g->cout) * sizeof (float), error) : NULL;
   gboolean ok = yb != NULL, ran = FALSE;
   /* x: frame f of cat(zf zeros, cache, x) -> xb[f] [hw, cin]; conv2d:
    * batch item b -> xb[b] */
-  if (ok && zf > 0)
-    ok = lb_cuda_check (cudaMemsetAsync (xb, 0, (gsize) (zf * hw * cin) *
-            sizeof (uint16_t), cs->stream), what, error);
-  if (ok && !is_2d && g->tc > 0)
-    ok = lb_cuda_check (lb_cuda_launch_transpose_convert (cs->stream, cache,
-            0, hw, g->tc * hw, xb + zf * hw * cin, 1, hw * cin, cin, g->tc,
-            cin, hw, NULL), what, error);
+  if (ok && xb && zf > 0)
+    ok = lb_cuda_check (cudaMemsetAsync (xb, 0, zf * fbytes, cs->stream),
+        what, error);
+  if (ok && xb && in16) {
+    /* NDHWC bf16 sources: each is one run of whole frames */
+    if (g->tc > 0)
+      ok = lb_cuda_check (cudaMemcpyAsync (xb + zf * hw * cin, cache,
+              g->tc * fbytes, cudaMemcpyDeviceToDevice, cs->stream), what,
+          error);
+    ok = ok && lb_cuda_check (cudaMemcpyAsync (xb + (zf + g->tc) * hw * cin,
+            x, g->t * fbytes, cudaMemcpyDeviceToDevice, cs->stream), what,
+        error);
+  } else if (ok && xb) {
+    if (!is_2d && g->tc > 0)
+      ok = lb_cuda_check (lb_cuda_launch_transpose_convert (cs->stream,
+              cache, 0, hw, g->tc * hw, xb + zf * hw * cin, 1, hw * cin, cin,
+              g->tc, cin, hw, NULL), what, error);
+    if (ok)
+      ok = lb_cuda_check (is_2d ?
+          lb_cuda_launch_transpose_convert (cs->stream, x, 0, cin * hw, hw,
+              xb, 1, hw * cin, cin, key.n, cin, hw, NULL) :
+          lb_cuda_launch_transpose_convert (cs->stream, x, 0, hw, g->t * hw,
+              xb + (zf + g->tc) * hw * cin, 1, hw * cin, cin, g->t, cin, hw,
+              NULL), what, error);
+  }
   if (ok)
-    ok = lb_cuda_check (is_2d ?
-        lb_cuda_launch_transpose_convert (cs->stream, x, 0, cin * hw, hw, xb,
-            1, hw * cin, cin, key.n, cin, hw, NULL) :
-        lb_cuda_launch_transpose_convert (cs->stream, x, 0, hw, g->t * hw,
-            xb + (zf + g->tc) * hw * cin, 1, hw * cin, cin, g->t, cin, hw,
-            NULL), what, error);
-  if (ok)
-    execute (s, plan, xb, wk, yb, NULL, what, &ran);
+    execute (s, plan, xin ? xin : xb, wk, yb, NULL, what, &ran);
   /* y: yb[f] [hwo, cout] (+ bias) -> frame f of y [cout, tout, hwo], or
    * batch item b of y [n, cout, hwo] */
   if (ok && ran)
@@ -591,6 +615,8 @@ conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
   if (ok && ran) {
     count (&n_cudnn);
     count (&n_ndhwc);
+    if (in16)
+      count (xin ? &n_in_place : &n_in16);
     *done = TRUE;
   }
   return ok;
@@ -646,8 +672,8 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
   cudaSetDevice (s->device);
   if (s->math != LB_MATH_FP32 && channels_last_selected ()) {
     /* its operands are copies: no alignment asked of x, cache, w, y */
-    gboolean ok = conv_ndhwc (s, g, is_2d, x, cache, w, bias, pad_h, pad_w,
-        stride_h, stride_w, y, done, error);
+    gboolean ok = conv_ndhwc (s, g, is_2d, FALSE, x, cache, w, bias, pad_h,
+        pad_w, stride_h, stride_w, y, done, error);
     if (!ok || *done)
       return ok;
   }
@@ -725,6 +751,53 @@ lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g, gboolean is_2d,
 }
 
 /**
+ * lb_cuda_cudnn_conv_in16:
+ * @s: a CUDA stream
+ * @g: the checked geometry of a conv3d_causal call whose x (and cache)
+ *   are bf16 channels-last (lb_check_conv3d_causal())
+ * @x: device bf16 bits, x [Cin, T, H, W] as NDHWC
+ * @cache: (nullable): device bf16 bits, the cache [Cin, Tc, H, W] as NDHWC
+ * @w: device f32 weight [Cout, Cin, kt, kh, kw]
+ * @bias: (nullable): device f32 [Cout]
+ * @pad_h: rows of zeros above and below
+ * @pad_w: columns of zeros left and right
+ * @stride_h: vertical stride
+ * @stride_w: horizontal stride
+ * @y: device f32 output [Cout, T', H', W'] (contiguous)
+ * @done: (out): %TRUE when the convolution was enqueued here; %FALSE when
+ *   the caller must widen the inputs and take the f32 paths
+ *   (LINGBOT_CUDA_CONV=im2col, Cin = 0, a shape no engine runs
+ *   channels-last, a new shape during a capture)
+ * @error: %LB_ERROR_DEVICE when a launch or cudnnBackendExecute fails
+ *
+ * The channels-last graph of lb_cuda_cudnn_conv() on the op's own bf16
+ * operands, on a stream of any #LbMathMode (bf16 values multiply exactly;
+ * the key's math picks the engines): no input conversion, and with a
+ * cache that ends where x starts (the VAE's padded buffer, docs/design/
+ * cuda.md "Channels-last conv inputs") no copy at all; y is transposed
+ * into the op's NCDHW f32 output with the bias, as on that path.
+ *
+ * Returns: %FALSE on error.
+ */
+gboolean
+lb_cuda_cudnn_conv_in16 (LbStream * s, const LbConvGeom * g,
+    const uint16_t * x, const uint16_t * cache, const float *w,
+    const float *bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    float *y, gboolean * done, GError ** error)
+{
+  *done = FALSE;
+  if (g->cout == 0 || g->tout == 0 || g->ho == 0 || g->wo == 0) {
+    *done = TRUE;               /* nothing to write */
+    return TRUE;
+  }
+  if (!cudnn_selected () || g->cin == 0)
+    return TRUE;
+  cudaSetDevice (s->device);
+  return conv_ndhwc (s, g, FALSE, TRUE, x, g->tc > 0 ? cache : NULL, w, bias,
+      pad_h, pad_w, stride_h, stride_w, y, done, error);
+}
+
+/**
  * lingbot_backend_cuda_conv_stats:
  * @cudnn_calls: (out) (optional): convolution calls run through cuDNN
  * @im2col_calls: (out) (optional): calls that took the im2col path
@@ -785,6 +858,65 @@ lingbot_backend_cuda_conv_layout_stats (guint64 * ndhwc_calls,
     *ndhwc_calls = (guint64) g_atomic_pointer_get (&n_ndhwc);
   if (weight_conversions)
     *weight_conversions = (guint64) g_atomic_pointer_get (&n_wconv);
+}
+
+/**
+ * lingbot_backend_cuda_conv_input_stats:
+ * @in_place: (out) (optional): conv3d_causal calls on bf16 channels-last
+ *   inputs that the graph read in place (x alone, or a cache adjacent to
+ *   it)
+ * @concatenated: (out) (optional): such calls whose cat(zeros, cache, x)
+ *   was copied into scratch first
+ * @widened: (out) (optional): such calls no channels-last graph took,
+ *   widened to NCDHW f32 for the other paths
+ *
+ * Process-wide counters of lb_cuda_cudnn_conv_in16() (also counted by
+ * lingbot_backend_cuda_conv_layout_stats()), for tests and benchmarks;
+ * resolve with g_module_symbol().
+ */
+void
+lingbot_backend_cuda_conv_input_stats (guint64 * in_place,
+    guint64 * concatenated, guint64 * widened)
+{
+  if (in_place)
+    *in_place = (guint64) g_atomic_pointer_get (&n_in_place);
+  if (concatenated)
+    *concatenated = (guint64) g_atomic_pointer_get (&n_in16);
+  if (widened)
+    *widened = (guint64) g_atomic_pointer_get (&n_widened);
+}
+
+/**
+ * lb_cuda_conv_count_widened:
+ *
+ * Counts one conv3d_causal call whose bf16 inputs cuda-ops.c widened for
+ * the f32 paths (lingbot_backend_cuda_conv_input_stats()).
+ */
+void
+lb_cuda_conv_count_widened (void)
+{
+  count (&n_widened);
+}
+
+/**
+ * lingbot_backend_conv_input_bf16:
+ * @s: a stream of this backend
+ *
+ * The backend extra a model asks (lb_backend_get_proc()) before laying
+ * out its convolution inputs: %TRUE when conv3d_causal on @s takes bf16
+ * channels-last x and cache without converting them, i.e. @s computes in
+ * %LB_MATH_BF16 or %LB_MATH_FP8, LINGBOT_CUDA_CONV_LAYOUT=ndhwc and
+ * LINGBOT_CUDA_CONV is not im2col.  The VAE decoder then writes its
+ * padded conv inputs and their caches as bf16 NDHWC (docs/design/cuda.md
+ * "Channels-last conv inputs").
+ *
+ * Returns: whether bf16 channels-last inputs are the fast path on @s.
+ */
+gboolean
+lingbot_backend_conv_input_bf16 (LbStream * s)
+{
+  return s != NULL && s->math != LB_MATH_FP32 && cudnn_selected () &&
+      channels_last_selected ();
 }
 
 G_MODULE_EXPORT gboolean lingbot_backend_cuda_conv_check (gboolean is_2d,

@@ -301,7 +301,18 @@ gboolean lb_cuda_cudnn_conv (LbStream * s, const LbConvGeom * g,
     gboolean is_2d, const float *x, const float *cache, const float *w,
     const float *bias, int pad_h, int pad_w, int stride_h, int stride_w,
     float *y, gboolean * done, GError ** error);
-/* (cuda-cudnn-conv.c also exports lingbot_backend_cuda_conv_stats() and
+/* The channels-last graph on conv3d_causal's own bf16 NDHWC x and cache
+ * (after the op's checks): in place when the cache ends where x starts.
+ * *@done FALSE: widen them and take the f32 paths (then call
+ * lb_cuda_conv_count_widened()).  %FALSE only on a launch failure. */
+gboolean lb_cuda_cudnn_conv_in16 (LbStream * s, const LbConvGeom * g,
+    const uint16_t * x, const uint16_t * cache, const float *w,
+    const float *bias, int pad_h, int pad_w, int stride_h, int stride_w,
+    float *y, gboolean * done, GError ** error);
+void lb_cuda_conv_count_widened (void);
+/* (cuda-cudnn-conv.c also exports lingbot_backend_cuda_conv_stats(),
+ * lingbot_backend_cuda_conv_layout_stats(),
+ * lingbot_backend_cuda_conv_input_stats() and
  * lingbot_backend_cuda_conv_last_refusal() for tests and benchmarks.) */
 
 /* ---- argument checks (cuda-check.c; the rest is kernels/ops-check.h) ---- */

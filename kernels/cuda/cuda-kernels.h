@@ -182,9 +182,13 @@ extern "C"
  * even, NaN kept), bf16 -> f32 widens exactly, equal dtypes copy bits. */
   cudaError_t lb_cuda_launch_copy_convert (cudaStream_t st,
       const LbCudaStrided5 * g, const void *x, int x_bf16, void *y, int y_bf16);
-/* Wan RMS_norm over C of x [C, T, H, W] (strides xs, ys). */
+/* The fill op on a bf16 view (bits of bf16_round(value)). */
+  cudaError_t lb_cuda_launch_fill_bf16 (cudaStream_t st,
+      const LbCudaStrided5 * g, void *y, float value);
+/* Wan RMS_norm over C of x [C, T, H, W] (strides xs, ys); y f32 or, with
+ * y_bf16, bfloat16 bits. */
   cudaError_t lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
-      const int64_t * xs, const float *gamma, int silu, float *y,
+      const int64_t * xs, const float *gamma, int silu, void *y, int y_bf16,
       const int64_t * ys, int64_t c, int64_t t, int64_t h, int64_t w);
 /* y [C, T, ho, 2w] contiguous from x [C, T, ho/2 + 1, w] (strides xs0..2,
  * unit last stride): y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]. */

@@ -415,18 +415,52 @@ cuda_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
           stride_w, y, &g, error))
     return FALSE;
   gboolean done;
-  if (!lb_cuda_cudnn_conv (s, &g, FALSE, x->data, cache ? cache->data : NULL,
-          weight->data, bias ? bias->data : NULL, pad_h, pad_w, stride_h,
-          stride_w, y->data, &done, error))
-    return FALSE;
-  if (done)
-    return TRUE;
-
-  const LbConvIn c =
-      lb_conv_input (&g, FALSE, cache ? cache->data : NULL, x->data, pad_h,
-      pad_w, stride_h, stride_w);
-  return conv_core (s, op, &c, weight->data, bias ? bias->data : NULL,
-      g.cout, g.tout, y->data, g.tout * g.ho * g.wo, g.ho * g.wo, error);
+  const float *xd = x->data, *cd = cache ? cache->data : NULL;
+  float *wide = NULL;
+  if (x->dtype == LB_DTYPE_BF16) {
+    /* bf16 channels-last: the graph reads them as they are, else they are
+     * widened to NCDHW f32 (cache frames first, as a cat) for the paths
+     * below */
+    if (!lb_cuda_cudnn_conv_in16 (s, &g, x->data, cache ? cache->data : NULL,
+            weight->data, bias ? bias->data : NULL, pad_h, pad_w, stride_h,
+            stride_w, y->data, &done, error))
+      return FALSE;
+    if (done)
+      return TRUE;
+    const int64_t hw = g.h * g.w, cin = g.cin;
+    wide = lb_cuda_scratch (s, (gsize) (cin * (g.tc + g.t) * hw) *
+        sizeof (float), error);
+    if (wide == NULL)
+      return FALSE;
+    cudaStream_t st = stream_of (s);
+    gboolean ok = TRUE;
+    if (g.tc > 0)
+      ok = launched (lb_cuda_launch_transpose_convert (st, cache->data, 1,
+              hw * cin, cin, wide, 0, hw, g.tc * hw, g.tc, hw, cin, NULL), op,
+          error);
+    ok = ok && launched (lb_cuda_launch_transpose_convert (st, x->data, 1,
+            hw * cin, cin, wide + g.tc * cin * hw, 0, hw, g.t * hw, g.t, hw,
+            cin, NULL), op, error);
+    if (!ok) {
+      lb_cuda_scratch_release (s, wide);
+      return FALSE;
+    }
+    lb_cuda_conv_count_widened ();
+    cd = g.tc > 0 ? wide : NULL;
+    xd = wide + g.tc * cin * hw;
+  }
+  gboolean ok = lb_cuda_cudnn_conv (s, &g, FALSE, xd, cd, weight->data,
+      bias ? bias->data : NULL, pad_h, pad_w, stride_h, stride_w, y->data,
+      &done, error);
+  if (ok && !done) {
+    const LbConvIn c = lb_conv_input (&g, FALSE, cd, xd, pad_h, pad_w,
+        stride_h, stride_w);
+    ok = conv_core (s, op, &c, weight->data, bias ? bias->data : NULL,
+        g.cout, g.tout, y->data, g.tout * g.ho * g.wo, g.ho * g.wo, error);
+  }
+  if (wide)
+    lb_cuda_scratch_release (s, wide);
+  return ok;
 }
 
 static gboolean
@@ -514,16 +548,24 @@ cuda_resize_bicubic (LbStream * s, const LbTensor * x, LbTensor * y,
 
 /* ---- strided ops (kernels/cpu/strided.c) ---- */
 
-static gboolean
-cuda_strided (LbStream * s, const char *op, LbCudaStridedOp kind,
-    const LbStrided5 * g, const LbTensor * x, LbTensor * y, float a, float b,
-    const LbTensor * mean, const LbTensor * inv_std, GError ** error)
+/* The kernels' copy of a checked 5-D walk. */
+static LbCudaStrided5
+cuda_walk (const LbStrided5 * g)
 {
   LbCudaStrided5 cg;
   memcpy (cg.shape, g->shape, sizeof cg.shape);
   memcpy (cg.ys, g->ys, sizeof cg.ys);
   memcpy (cg.xs, g->xs, sizeof cg.xs);
   cg.cdim = g->cdim;
+  return cg;
+}
+
+static gboolean
+cuda_strided (LbStream * s, const char *op, LbCudaStridedOp kind,
+    const LbStrided5 * g, const LbTensor * x, LbTensor * y, float a, float b,
+    const LbTensor * mean, const LbTensor * inv_std, GError ** error)
+{
+  const LbCudaStrided5 cg = cuda_walk (g);
   return launched (lb_cuda_launch_strided (stream_of (s), kind, &cg,
           x ? x->data : NULL, y->data, a, b, mean ? mean->data : NULL,
           inv_std ? inv_std->data : NULL), op, error);
@@ -541,11 +583,7 @@ cuda_copy (LbStream * s, const LbTensor * x, LbTensor * y, GError ** error)
   if (x->dtype == LB_DTYPE_F32 && y->dtype == LB_DTYPE_F32)
     return cuda_strided (s, "copy", LB_CUDA_ST_COPY, &g, x, y, 0.f, 0.f,
         NULL, NULL, error);
-  LbCudaStrided5 cg;
-  memcpy (cg.shape, g.shape, sizeof cg.shape);
-  memcpy (cg.ys, g.ys, sizeof cg.ys);
-  memcpy (cg.xs, g.xs, sizeof cg.xs);
-  cg.cdim = g.cdim;
+  const LbCudaStrided5 cg = cuda_walk (&g);
   return launched (lb_cuda_launch_copy_convert (stream_of (s), &cg, x->data,
           x->dtype == LB_DTYPE_BF16, y->data, y->dtype == LB_DTYPE_BF16),
       "copy", error);
@@ -568,8 +606,13 @@ cuda_fill (LbStream * s, LbTensor * y, float value, GError ** error)
 {
   LbStrided5 g;
   if (!lb_cuda_check_devices (s, "fill", error, "y", y, NULL) ||
-      !lb_check_strided ("fill", NULL, y, &g, error))
+      !lb_check_fill (y, &g, error))
     return FALSE;
+  if (y->dtype == LB_DTYPE_BF16) {
+    const LbCudaStrided5 cg = cuda_walk (&g);
+    return launched (lb_cuda_launch_fill_bf16 (stream_of (s), &cg, y->data,
+            value), "fill", error);
+  }
   return cuda_strided (s, "fill", LB_CUDA_ST_FILL, &g, NULL, y, value, 0.f,
       NULL, NULL, error);
 }
@@ -610,9 +653,9 @@ cuda_channel_rms_norm (LbStream * s, const LbTensor * x,
       !lb_check_channel_rms_norm (x, gamma, y, error))
     return FALSE;
   return launched (lb_cuda_launch_channel_rms_norm (stream_of (s), x->data,
-          x->stride, gamma->data, silu ? 1 : 0, y->data, y->stride,
-          x->shape[0], x->shape[1], x->shape[2], x->shape[3]),
-      "channel_rms_norm", error);
+          x->stride, gamma->data, silu ? 1 : 0, y->data,
+          y->dtype == LB_DTYPE_BF16, y->stride, x->shape[0], x->shape[1],
+          x->shape[2], x->shape[3]), "channel_rms_norm", error);
 }
 
 static gboolean

@@ -171,6 +171,14 @@ bf16 (ArgSpec a)
   return a;
 }
 
+/* @a [C, T, H, W] as a bf16 channels-last view: the [C, T, H, W] view of
+ * a contiguous bf16 [T, H, W, C] (NDHWC) buffer */
+static ArgSpec
+channels_last16 (ArgSpec a)
+{
+  return bf16 (permuted (a, (const int[]) { 3, 0, 1, 2 }));
+}
+
 static ArgSpec
 rope_table (Fill fill, int64_t hd)
 {
@@ -420,6 +428,32 @@ conv3d_cases (int64_t cin, int64_t cout, int64_t t, int64_t tc, int64_t h,
   c->t[4] = nan_out (4, S (cout, tout, ho, wo));
 }
 
+/* The VAE decoder's bf16 channels-last conv inputs (x and cache NDHWC,
+ * widened exactly by the CPU): the f32 tolerance, the values being the
+ * same on both sides.  A bf16 x in NCDHW and an f32 cache beside a bf16
+ * x are refused. */
+static void
+conv3d_cl16_cases (int64_t cin, int64_t cout, int64_t t, int64_t tc,
+    int64_t h, int64_t w, int64_t k, int pad)
+{
+  const int64_t zeros = MAX (0, k - 1 - tc), tout = zeros + tc + t - k + 1;
+  const int64_t ho = h + 2 * pad - k + 1, wo = w + 2 * pad - k + 1;
+  OpCase *c = add (OP_conv3d_causal, TOL, "conv3d_causal %" G_GINT64_FORMAT
+      " -> %" G_GINT64_FORMAT ", k %" G_GINT64_FORMAT ", cache %"
+      G_GINT64_FORMAT ", bf16 channels-last x", cin, cout, k, tc);
+  c->t[0] = channels_last16 (rng (4, S (cin, t, h, w), -2, 2));
+  c->t[1] = tc > 0 ? channels_last16 (rng (4, S (cin, tc, h, w), -2, 2)) :
+      none ();
+  c->t[2] = rnd (5, S (cout, cin, k, k, k));
+  c->t[3] = rnd (1, S (cout));
+  const int64_t i[] = { pad, pad, 1, 1 };
+  memcpy (c->i, i, sizeof (i));
+  c->t[4] = nan_out (4, S (cout, tout, ho, wo));
+  refused (c, "bf16 NCDHW x")->t[0] = bf16 (rnd (4, S (cin, t, h, w)));
+  if (tc > 0)
+    refused (c, "f32 cache")->t[1] = rnd (4, S (cin, tc, h, w));
+}
+
 /* nb (0: 3-D), cin, cout, H, W, kh, kw, ph, pw, sh, sw, bias */
 static void
 conv2d_cases (int64_t nb, int64_t cin, int64_t cout, int64_t h, int64_t w,
@@ -482,6 +516,10 @@ strided_cases (int nd, const int64_t * shape)
   c = add (OP_fill, TOL_EXACT, "fill %d-D", nd);
   c->t[0] = y;
   c->f[0] = 0.25f;
+  /* into bf16: the same rounding of a value that is not a bf16 */
+  c = add (OP_fill, TOL_EXACT, "fill %d-D bf16", nd);
+  c->t[0] = bf16 (y);
+  c->f[0] = 0.1f;
 
   if (nd >= 2)
     for (int denorm = 0; denorm < 2; denorm++) {
@@ -515,6 +553,24 @@ chnorm_cases (int64_t C, int64_t T, int64_t H, int64_t W, gboolean silu,
     c->t[2] = y;
   } else {
     c->t[2] = narrow (nan_out (4, S (C, T, H, W)), 2, 2, 1);
+  }
+}
+
+/* bf16 y: the channels-last conv input of the VAE decoder ([C, T, H, W]
+ * of an NDHWC buffer) and a strided NCDHW one */
+static void
+chnorm_bf16_cases (int64_t C, int64_t T, int64_t H, int64_t W, gboolean silu)
+{
+  for (int cl = 0; cl < 2; cl++) {
+    OpCase *c = add (OP_channel_rms_norm, TOL_BF16, "channel_rms_norm%s [%"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT "] bf16 %s y", silu ? " silu" : "", C, T, H, W,
+        cl ? "channels-last" : "strided");
+    c->t[0] = special (rng (4, S (C, T, H, W), -3, 3), SPECIAL_ZERO_VOXEL);
+    c->t[1] = rng (1, S (C), 0.5, 1.5);
+    c->i[0] = silu;
+    c->t[2] = cl ? channels_last16 (nan_out (4, S (C, T, H, W))) :
+        bf16 (narrow (nan_out (4, S (C, T, H, W)), 2, 2, 1));
   }
 }
 
@@ -707,6 +763,10 @@ build_cases (void)
   conv3d_cases (6, 8, 2, 2, 9, 11, 3, 1, 1, 0, 1, TRUE);
   conv3d_cases (5, 7, 2, 0, 13, 15, 1, 3, 3, 0, 2, TRUE);
   conv3d_cases (3, 2, 2, 4, 6, 5, 3, 3, 3, 1, 1, TRUE);
+  conv3d_cl16_cases (16, 8, 2, 2, 8, 10, 3, 0);
+  conv3d_cl16_cases (3, 5, 1, 1, 7, 9, 3, 1);
+  conv3d_cl16_cases (8, 4, 3, 0, 4, 5, 1, 0);
+  conv3d_cl16_cases (33, 12, 1, 2, 6, 70, 3, 1);
   conv2d_cases (0, 3, 4, 5, 6, 3, 3, 1, 1, 1, 1, TRUE);
   conv2d_cases (2, 5, 3, 9, 7, 3, 3, 0, 0, 2, 2, FALSE);
   conv2d_cases (0, 2, 2, 4, 4, 3, 5, 2, 1, 1, 2, TRUE);
@@ -724,6 +784,11 @@ build_cases (void)
       chnorm_cases (12, 2, 3, 70, silu, tm);
       chnorm_cases (384, 1, 34, 60, silu, tm);
     }
+  for (int silu = 0; silu < 2; silu++) {
+    chnorm_bf16_cases (1, 1, 1, 1, silu);
+    chnorm_bf16_cases (12, 2, 3, 70, silu);
+    chnorm_bf16_cases (384, 1, 34, 60, silu);
+  }
   upsample_halo_cases ();
 
   gemm_cases (1, 1, 1, 0);

@@ -250,6 +250,112 @@ test_direct_blocking (void)
   lb_cpu_conv_set_direct (-1);
 }
 
+/* ------------------------------------- bf16 channels-last conv inputs */
+
+/* Rounds the f32 [C, T, H, W] contiguous @f to bf16 values in place and
+ * writes them channels-last (NDHWC) to @dst. */
+static void
+round_to_channels_last (LbTensor * f, uint16_t * dst)
+{
+  const int64_t C = f->shape[0], T = f->shape[1], H = f->shape[2],
+      W = f->shape[3];
+  float *v = f->data;
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t e = 0; e < T * H * W; e++) {
+      const uint16_t b = lb_f32_to_bf16 (v[c * T * H * W + e]);
+      v[c * T * H * W + e] = lb_bf16_to_f32 (b);
+      dst[e * C + c] = b;
+    }
+}
+
+/* The bf16 channels-last x (and cache) the VAE decoder hands a conv on
+ * CUDA, laid out as there: [cache | x] frames in one NDHWC buffer.  The
+ * CPU widens them exactly, so y equals, bit for bit, the f32 conv of the
+ * same (rounded) values in the usual NCDHW layout. */
+static void
+check_conv3d_bf16 (int64_t cin, int64_t cout, int64_t t, int64_t h,
+    int64_t w, int64_t kt, int64_t khw, int64_t tc, int pad)
+{
+  int64_t xs[4] = { cin, t, h, w }, cs[4] = { cin, MAX (tc, 0), h, w };
+  int64_t ws[5] = { cout, cin, kt, khw, khw }, bs[1] = { cout };
+  g_autoptr (LbTensor) x = rand_tensor (4, xs, -2, 2);
+  g_autoptr (LbTensor) cache = rand_tensor (4, cs, -2, 2);
+  g_autoptr (LbTensor) wt = rand_tensor (5, ws, -0.5, 0.5);
+  g_autoptr (LbTensor) bias = rand_tensor (1, bs, -1, 1);
+  const int64_t tcv = MAX (tc, 0), frame = h * w * cin;
+  int64_t rs[1] = { (tcv + t) * frame };
+  g_autoptr (LbTensor) run = lb_tensor_new (LB_DTYPE_BF16, 1, rs);
+  uint16_t *r16 = run->data;
+  round_to_channels_last (cache, r16);
+  round_to_channels_last (x, r16 + tcv * frame);
+  const int64_t st[4] = { 1, h * w * cin, w * cin, cin };
+  LbTensor x16, c16;
+  lb_tensor_view_init (&x16, LB_DTYPE_BF16, r16 + tcv * frame,
+      LB_DEVICE_HOST, 4, xs, st);
+  lb_tensor_view_init (&c16, LB_DTYPE_BF16, r16, LB_DEVICE_HOST, 4, cs, st);
+
+  const int64_t zeros = MAX (0, kt - 1 - tcv), to = zeros + tcv + t - kt + 1;
+  const int64_t ho = h + 2 * pad - khw + 1, wo = w + 2 * pad - khw + 1;
+  int64_t ys[4] = { cout, to, ho, wo };
+  g_autoptr (LbTensor) yf = poisoned (4, ys);
+  g_autoptr (LbTensor) y16 = poisoned (4, ys);
+  assert_op_ok (lb_cpu_conv3d_causal (test_stream (), x, tc >= 0 ? cache :
+          NULL, wt, bias, pad, pad, 1, 1, yf, error));
+  assert_op_ok (lb_cpu_conv3d_causal (test_stream (), &x16, tc >= 0 ? &c16 :
+          NULL, wt, bias, pad, pad, 1, 1, y16, error));
+  g_assert_cmpmem (y16->data, lb_tensor_nbytes (y16), yf->data,
+      lb_tensor_nbytes (yf));
+}
+
+static void
+test_conv3d_bf16 (void)
+{
+  /* cin, cout, T, H, W, kt, kh = kw, Tc (-1: no cache), padding */
+  const int64_t cases[][9] = {
+    {16, 8, 2, 8, 10, 3, 3, 2, 1},      /* a decoder conv on a full cache */
+    {16, 8, 2, 8, 10, 3, 3, 2, 0},      /* halo rows already in x */
+    {3, 5, 4, 7, 9, 3, 3, -1, 1},       /* no cache: 2 zero frames */
+    {4, 6, 1, 5, 7, 3, 3, 1, 1},        /* cache shorter than kt - 1 */
+    {6, 5, 2, 4, 5, 3, 3, 0, 1},        /* empty cache */
+    {8, 4, 3, 4, 5, 1, 1, -1, 0},       /* 1x1x1 */
+    {1, 3, 2, 3, 4, 3, 3, 2, 1},        /* one channel */
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    const int64_t *c = cases[i];
+    check_conv3d_bf16 (c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+        (int) c[8]);
+  }
+
+  /* the layout is checked, and the cache follows x's dtype */
+  LbStream *s = test_stream ();
+  int64_t xs[4] = { 4, 2, 3, 5 }, ws[5] = { 2, 4, 3, 3, 3 };
+  int64_t ys[4] = { 2, 2, 3, 5 }, st[4] = { 1, 60, 20, 4 };
+  g_autoptr (LbTensor) wt = rand_tensor (5, ws, -1, 1);
+  g_autoptr (LbTensor) y = poisoned (4, ys);
+  g_autoptr (LbTensor) ncdhw = lb_tensor_new (LB_DTYPE_BF16, 4, xs);
+  g_autoptr (LbTensor) f32 = rand_tensor (4, xs, -1, 1);
+  g_autoptr (LbTensor) buf = lb_tensor_new_zeros (LB_DTYPE_BF16, 1,
+      (int64_t[1]) { 4 * 2 * 3 * 5 });
+  LbTensor cl;
+  lb_tensor_view_init (&cl, LB_DTYPE_BF16, buf->data, LB_DEVICE_HOST, 4, xs,
+      st);
+  assert_op_error (lb_cpu_conv3d_causal (s, ncdhw, NULL, wt, NULL, 1, 1, 1,
+          1, y, error), "conv3d_causal: x is bf16 [4, 2, 3, 5] with strides "
+      "[30, 15, 5, 1], expected a channels-last bf16 tensor (strides "
+      "[1, H*W*C, W*C, C])");
+  assert_op_error (lb_cpu_conv3d_causal (s, &cl, f32, wt, NULL, 1, 1, 1, 1, y,
+          error), "conv3d_causal: cache is f32 [4, 2, 3, 5], expected bf16 "
+      "[4, *, 3, 5]");
+  assert_op_error (lb_cpu_conv3d_causal (s, f32, &cl, wt, NULL, 1, 1, 1, 1, y,
+          error), "conv3d_causal: cache is bf16 [4, 2, 3, 5], expected f32 "
+      "[4, *, 3, 5]");
+  /* an all-zero input gives the bias (here none: zeros) */
+  assert_op_ok (lb_cpu_conv3d_causal (s, &cl, NULL, wt, NULL, 1, 1, 1, 1, y,
+          error));
+  for (int64_t i = 0; i < lb_tensor_numel (y); i++)
+    g_assert_cmpfloat (((float *) y->data)[i], ==, 0.f);
+}
+
 /* each test on im2col + sgemm, on the direct variant, and as chosen by
  * shape */
 static void
@@ -280,5 +386,6 @@ main (int argc, char **argv)
           run_with_direct);
     }
   g_test_add_func ("/ops/conv3d-causal/direct-blocking", test_direct_blocking);
+  g_test_add_func ("/ops/conv3d-causal/bf16-channels-last", test_conv3d_bf16);
   return g_test_run ();
 }

@@ -1,6 +1,7 @@
 /* lingbot-gst: CPU strided ops (copy, clamp, fill, accumulate,
  * latent_affine), channel_rms_norm and upsample_nearest2x_halo against
- * float64 / simple references, and their argument errors
+ * float64 / simple references, their bf16 outputs against the rounded f32
+ * ones, and their argument errors
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "test-ops-common.h"
@@ -318,6 +319,92 @@ test_channel_rms_norm (void)
       }
 }
 
+/* bf16 y: the halo-padded channels-last conv input the VAE decoder
+ * writes on CUDA ([C, T, H + 2, W] NDHWC, interior rows 1..H).  Every
+ * element is lb_f32_to_bf16() of the f32 op's value, and the halo rows
+ * keep their bytes. */
+static void
+check_channel_rms_norm_bf16 (int64_t C, int64_t T, int64_t H, int64_t W,
+    gboolean silu, gboolean contig_x)
+{
+  const int64_t shape[4] = { C, T, H, W };
+  LbTensor x;
+  g_autoptr (LbTensor) xb = NULL;
+  if (contig_x) {
+    xb = rand_tensor (4, shape, -2, 2);
+    lb_tensor_view (&x, xb);
+  } else {
+    xb = strided_input (4, shape, &x);
+  }
+  g_autoptr (LbTensor) g = rand_tensor (1, shape, 0.5, 1.5);
+  g_autoptr (LbTensor) yf = tensor_new (4, shape);
+  assert_op_ok (lb_cpu_channel_rms_norm (test_stream (), &x, g, silu, yf,
+          error));
+  const int64_t n = C * T * (H + 2) * W;
+  g_autoptr (LbTensor) pb = lb_tensor_new (LB_DTYPE_BF16, 1, &n);
+  uint16_t *p16 = pb->data;
+  for (int64_t i = 0; i < n; i++)
+    p16[i] = 0x7fc1;            /* a NaN no op writes */
+  const int64_t ps[4] = { C, T, H + 2, W };
+  const int64_t st[4] = { 1, (H + 2) * W * C, W * C, C };
+  LbTensor padded, y;
+  lb_tensor_view_init (&padded, LB_DTYPE_BF16, p16, LB_DEVICE_HOST, 4, ps, st);
+  g_assert_true (lb_tensor_view_narrow (&y, &padded, 2, 1, H));
+  assert_op_ok (lb_cpu_channel_rms_norm (test_stream (), &x, g, silu, &y,
+          error));
+  const float *vf = yf->data;
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t r = 0; r < H + 2; r++)
+        for (int64_t w = 0; w < W; w++) {
+          const uint16_t got = p16[((t * (H + 2) + r) * W + w) * C + c];
+          const uint16_t want = r == 0 || r == H + 1 ? 0x7fc1 :
+              lb_f32_to_bf16 (vf[((c * T + t) * H + r - 1) * W + w]);
+          if (got != want)
+            g_error ("channel_rms_norm bf16 y (%" G_GINT64_FORMAT ", %"
+                G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                "): 0x%04x, expected 0x%04x", c, t, r, w, got, want);
+        }
+}
+
+static void
+test_channel_rms_norm_bf16 (void)
+{
+  for (int silu = 0; silu < 2; silu++)
+    for (int cx = 0; cx < 2; cx++) {
+      check_channel_rms_norm_bf16 (4, 1, 3, 5, silu, cx);
+      check_channel_rms_norm_bf16 (12, 2, 3, 70, silu, cx);
+      check_channel_rms_norm_bf16 (33, 1, 2, 40, silu, cx);
+      check_channel_rms_norm_bf16 (1, 1, 1, 1, silu, cx);
+    }
+}
+
+/* fill of a bf16 view stores lb_f32_to_bf16() of the value, and nothing
+ * outside the view. */
+static void
+test_fill_bf16 (void)
+{
+  const int64_t n = 2 * 5 * 7;
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_BF16, 1, &n);
+  uint16_t *v = b->data;
+  for (int64_t i = 0; i < n; i++)
+    v[i] = 0x7fc1;
+  /* [2, 3, 4] of the [2, 5, 7] buffer, rows 1..3, columns 2..5 */
+  const int64_t shape[3] = { 2, 3, 4 }, st[3] = { 35, 7, 1 };
+  LbTensor y;
+  lb_tensor_view_init (&y, LB_DTYPE_BF16, v + 7 + 2, LB_DEVICE_HOST, 3,
+      shape, st);
+  const float value = 0.1f;     /* not a bf16: it rounds to 0x3dcd */
+  assert_op_ok (lb_cpu_fill (test_stream (), &y, value, error));
+  g_assert_cmphex (lb_f32_to_bf16 (value), ==, 0x3dcd);
+  for (int64_t c = 0; c < 2; c++)
+    for (int64_t r = 0; r < 5; r++)
+      for (int64_t w = 0; w < 7; w++) {
+        const gboolean in = r >= 1 && r <= 3 && w >= 2 && w <= 5;
+        g_assert_cmphex (v[(c * 5 + r) * 7 + w], ==, in ? 0x3dcd : 0x7fc1);
+      }
+}
+
 /* ------------------------------------------------ upsample_nearest2x_halo */
 
 static void
@@ -370,7 +457,9 @@ test_errors (void)
   assert_op_error (lb_cpu_copy (s, hf, ta, error),
       "copy: x is f16 [3, 4], expected f32 or bf16 [3, 4]");
   assert_op_error (lb_cpu_clamp (s, ta, 0.f, 1.f, tb, error), NULL);
-  assert_op_error (lb_cpu_fill (s, bf, 0.f, error), NULL);
+  /* fill also stores bf16 (test_fill_bf16), f16 it does not */
+  assert_op_error (lb_cpu_fill (s, hf, 0.f, error),
+      "fill: y is f16 [3, 4], expected f32 or bf16");
   assert_op_error (lb_cpu_fill (s, NULL, 0.f, error), NULL);
   assert_op_error (lb_cpu_accumulate (s, tb, ta, error), NULL);
   assert_op_error (lb_cpu_latent_affine (s, t4, t8, tc, TRUE, t4, error),
@@ -414,6 +503,8 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/strided/accumulate", test_accumulate);
   g_test_add_func ("/ops/strided/latent-affine", test_latent_affine);
   g_test_add_func ("/ops/channel-rms-norm", test_channel_rms_norm);
+  g_test_add_func ("/ops/channel-rms-norm/bf16-y", test_channel_rms_norm_bf16);
+  g_test_add_func ("/ops/strided/fill-bf16", test_fill_bf16);
   g_test_add_func ("/ops/upsample-nearest2x-halo", test_upsample_halo);
   g_test_add_func ("/ops/strided/errors", test_errors);
   g_test_add_func ("/ops/strided/table", test_table);
