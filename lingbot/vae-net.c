@@ -177,8 +177,35 @@ comm_ready (VaeCtx * ctx, GError ** error)
       || ctx->stream->backend->stream_synchronize (ctx->stream, error);
 }
 
-/* Fills the two halo rows of @p [C, T, h + 2, W]: zeros at the frame's top
- * and bottom edges, the neighbours' boundary rows elsewhere (spec A.10). */
+/* @out = a [C, T, H, W] bf16 view of @data in the channels-last layout
+ * (strides {1, H*W*C, W*C, C}: NDHWC in memory). */
+static void
+view_cl16 (LbTensor * out, void *data, LbDevice device, int64_t C, int64_t T,
+    int64_t H, int64_t W)
+{
+  const int64_t shape[4] = { C, T, H, W };
+  const int64_t stride[4] = { 1, H * W * C, W * C, C };
+  lb_tensor_view_init (out, LB_DTYPE_BF16, data, device, 4, shape, stride);
+}
+
+/* A halo row of @p [C, T, hp, W] in a send/receive buffer at @data: f32
+ * [C, T, 1, W] contiguous, or for a bf16 channels-last @p the same layout
+ * as its rows (each frame's row one run of W*C). */
+static void
+halo_row_buffer (LbTensor * buf, const LbTensor * p, void *data)
+{
+  const int64_t C = p->shape[0], T = p->shape[1], W = p->shape[3];
+  if (p->dtype == LB_DTYPE_BF16) {
+    view_cl16 (buf, data, p->device, C, T, 1, W);
+    return;
+  }
+  const int64_t shape[4] = { C, T, 1, W };
+  lb_tensor_view_init (buf, LB_DTYPE_F32, data, p->device, 4, shape, NULL);
+}
+
+/* Fills the two halo rows of @p [C, T, h + 2, W] (f32, or bf16
+ * channels-last): zeros at the frame's top and bottom edges, the
+ * neighbours' boundary rows elsewhere (spec A.10). */
 static gboolean
 halo_exchange (VaeCtx * ctx, LbTensor * p, GError ** error)
 {
@@ -203,22 +230,21 @@ halo_exchange (VaeCtx * ctx, LbTensor * p, GError ** error)
     return TRUE;
 
   const gint64 t0 = g_get_monotonic_time ();
-  float *send = ctx->halo_send->data, *recv = ctx->halo_recv->data;
-  float *send_up = send, *send_down = send + ctx->halo_cap;
-  float *recv_up = recv, *recv_down = recv + ctx->halo_cap;
-  int64_t shape[4] = { C, T, 1, W };
+  const LbDType dt = p->dtype;
+  const gsize esz = lb_dtype_size (dt);
+  char *send = ctx->halo_send->data, *recv = ctx->halo_recv->data;
+  char *send_up = send, *send_down = send + ctx->halo_cap * esz;
+  char *recv_up = recv, *recv_down = recv + ctx->halo_cap * esz;
   LbTensor row, buf;
   if (up) {
     lb_tensor_view_narrow (&row, p, 2, 1, 1);
-    lb_tensor_view_init (&buf, LB_DTYPE_F32, send_up, p->device, 4, shape,
-        NULL);
+    halo_row_buffer (&buf, p, send_up);
     if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
   if (down) {
     lb_tensor_view_narrow (&row, p, 2, hp - 2, 1);
-    lb_tensor_view_init (&buf, LB_DTYPE_F32, send_down, p->device, 4, shape,
-        NULL);
+    halo_row_buffer (&buf, p, send_down);
     if (!ops->copy (ctx->stream, &row, &buf, error))
       return FALSE;
   }
@@ -227,29 +253,24 @@ halo_exchange (VaeCtx * ctx, LbTensor * p, GError ** error)
     return FALSE;
   gboolean ok = TRUE;
   if (up)
-    ok = lb_comm_send (r, LB_DTYPE_F32, send_up, n, ctx->rank_index - 1, error)
-        && lb_comm_recv (r, LB_DTYPE_F32, recv_up, n, ctx->rank_index - 1,
-        error);
+    ok = lb_comm_send (r, dt, send_up, n, ctx->rank_index - 1, error)
+        && lb_comm_recv (r, dt, recv_up, n, ctx->rank_index - 1, error);
   if (ok && down)
-    ok = lb_comm_send (r, LB_DTYPE_F32, send_down, n, ctx->rank_index + 1,
-        error)
-        && lb_comm_recv (r, LB_DTYPE_F32, recv_down, n, ctx->rank_index + 1,
-        error);
+    ok = lb_comm_send (r, dt, send_down, n, ctx->rank_index + 1, error)
+        && lb_comm_recv (r, dt, recv_down, n, ctx->rank_index + 1, error);
   if (!lb_comm_group_end (r, ok ? error : NULL) || !ok)
     return FALSE;
   if (up) {
-    lb_tensor_view_init (&buf, LB_DTYPE_F32, recv_up, p->device, 4, shape,
-        NULL);
+    halo_row_buffer (&buf, p, recv_up);
     if (!ops->copy (ctx->stream, &buf, &top, error))
       return FALSE;
   }
   if (down) {
-    lb_tensor_view_init (&buf, LB_DTYPE_F32, recv_down, p->device, 4, shape,
-        NULL);
+    halo_row_buffer (&buf, p, recv_down);
     if (!ops->copy (ctx->stream, &buf, &bot, error))
       return FALSE;
   }
-  ctx->halo_bytes += (guint64) ((up ? 1 : 0) + (down ? 1 : 0)) * n * 4;
+  ctx->halo_bytes += (guint64) ((up ? 1 : 0) + (down ? 1 : 0)) * n * esz;
   ctx->halo_us += g_get_monotonic_time () - t0;
   return TRUE;
 }
@@ -284,6 +305,68 @@ pad_input (VaeCtx * ctx, const LbTensor * x, const LbTensor * gamma,
   return ok && halo_exchange (ctx, p, error);
 }
 
+/* The bf16 channels-last cache of @slot, [C, 2, hp, W] over NDHWC
+ * storage [2, hp, W, C] (created when planning, as cache_slot()). */
+static gboolean
+cache_slot16 (VaeCtx * ctx, int slot, int64_t C, int64_t hp, int64_t W,
+    LbTensor * view, GError ** error)
+{
+  LbTensor *tn;
+  if (ctx->plan) {
+    g_assert ((guint) slot == ctx->caches->len);
+    const int64_t shape[4] = { VAE_CACHE_T, hp, W, C };
+    tn = lb_tensor_new_on (ctx->stream, LB_DTYPE_BF16, 4, shape, error);
+    if (tn == NULL)
+      return FALSE;
+    g_ptr_array_add (ctx->caches, tn);
+  } else {
+    g_assert ((guint) slot < ctx->caches->len);
+    tn = g_ptr_array_index (ctx->caches, slot);
+    g_assert (tn->dtype == LB_DTYPE_BF16 && tn->shape[1] == hp
+        && tn->shape[2] == W && tn->shape[3] == C);
+  }
+  view_cl16 (view, tn->data, tn->device, C, VAE_CACHE_T, hp, W);
+  return TRUE;
+}
+
+/* x [C, t, h, W] (f32) -> optional RMS norm + SiLU -> halo-padded input
+ * of the causal conv @cv with the cache of @slot -> y.  With ctx->in16
+ * the padded input is bf16 channels-last in bp16 right after a copy of
+ * the cache, so the conv reads cat(cache, x) in place, and the cache
+ * becomes the last 2 frames of that run (spec A.5, as cache_update()). */
+static gboolean
+pad_conv_cached (VaeCtx * ctx, const LbTensor * x, const LbTensor * gamma,
+    const VaeConv * cv, int slot, LbTensor * y, GError ** error)
+{
+  LbTensor p;
+  if (!ctx->in16)
+    return pad_input (ctx, x, gamma, &p, error)
+        && conv_cached (ctx, cv, &p, slot, 1, y, error);
+  const int64_t C = x->shape[0], t = x->shape[1], h = x->shape[2],
+      W = x->shape[3], hp = h + 2, tc = VAE_CACHE_T;
+  LbTensor cache, run, cat_cache, in, tail;
+  if (!cache_slot16 (ctx, slot, C, hp, W, &cache, error))
+    return FALSE;
+  need (&ctx->need_p16, C * (tc + t) * hp * W);
+  if (ctx->plan) {
+    view_cl16 (&p, NULL, x->device, C, t, hp, W);
+    return halo_exchange (ctx, &p, error);
+  }
+  g_assert (!ctx->track_changes);
+  const LbOps *ops = lb_ops (ctx->stream);
+  view_cl16 (&run, ctx->bp16->data, ctx->bp16->device, C, tc + t, hp, W);
+  lb_tensor_view_narrow (&cat_cache, &run, 1, 0, tc);
+  lb_tensor_view_narrow (&p, &run, 1, tc, t);
+  lb_tensor_view_narrow (&in, &p, 2, 1, h);
+  lb_tensor_view_narrow (&tail, &run, 1, t, tc);
+  return ops->copy (ctx->stream, &cache, &cat_cache, error)
+      && (gamma ? ops->channel_rms_norm (ctx->stream, x, gamma, TRUE, &in,
+          error) : ops->copy (ctx->stream, x, &in, error))
+      && halo_exchange (ctx, &p, error)
+      && conv_run (ctx, cv, &p, &cat_cache, 0, 1, 1, y, error)
+      && ops->copy (ctx->stream, &tail, &cache, error);
+}
+
 static void
 view_x (VaeCtx * ctx, LbTensor * out, LbTensor * buf, const VaeShape * s)
 {
@@ -311,14 +394,12 @@ static gboolean
 res_block (VaeCtx * ctx, const VaeLayer * l, VaeShape * s, int *slot,
     GError ** error)
 {
-  LbTensor x, y, p;
+  LbTensor x, y;
   VaeShape so = { l->cout, s->t, s->h, s->w };
   view_x (ctx, &x, ctx->bx, s);
   view_x (ctx, &y, ctx->by, &so);
-  if (!pad_input (ctx, &x, &l->gamma_a, &p, error)
-      || !conv_cached (ctx, &l->a, &p, (*slot)++, 1, &y, error)
-      || !pad_input (ctx, &y, &l->gamma_b, &p, error)
-      || !conv_cached (ctx, &l->b, &p, (*slot)++, 1, &y, error))
+  if (!pad_conv_cached (ctx, &x, &l->gamma_a, &l->a, (*slot)++, &y, error)
+      || !pad_conv_cached (ctx, &y, &l->gamma_b, &l->b, (*slot)++, &y, error))
     return FALSE;
   if (l->has_sc) {
     /* shortcut(x) lands in the padded buffer, free again by now */
@@ -583,19 +664,15 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
     VaeShape * s, GError ** error)
 {
   int slot = 0;
-  LbTensor p, x;
+  LbTensor x, xin;
   VaeShape so = { net->conv_in.cout, s->t, s->h, s->w };
-  need (&ctx->need_p, s->c * s->t * (s->h + 2) * s->w);
-  if (ctx->plan) {
-    lb_tensor_view_init (&p, LB_DTYPE_F32, NULL, LB_DEVICE_HOST, 4,
-        (int64_t[4]) { s->c, s->t, s->h + 2, s->w }, NULL);
-    if (!halo_exchange (ctx, &p, error))
-      return FALSE;
-  } else if (!pad_input (ctx, x_in, NULL, &p, error)) {
-    return FALSE;
-  }
+  if (ctx->plan)                /* only the shape is read when planning */
+    lb_tensor_view_init (&xin, LB_DTYPE_F32, NULL, LB_DEVICE_HOST, 4,
+        (int64_t[4]) { s->c, s->t, s->h, s->w }, NULL);
+  else
+    lb_tensor_view (&xin, x_in);
   view_x (ctx, &x, ctx->bx, &so);
-  if (!conv_cached (ctx, &net->conv_in, &p, slot++, 1, &x, error))
+  if (!pad_conv_cached (ctx, &xin, NULL, &net->conv_in, slot++, &x, error))
     return FALSE;
   *s = so;
 
@@ -626,12 +703,42 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
   LbTensor y;
   view_x (ctx, &x, ctx->bx, s);
   view_x (ctx, &y, ctx->by, &so);
-  if (!pad_input (ctx, &x, &net->head_gamma, &p, error)
-      || !conv_cached (ctx, &net->head, &p, slot++, 1, &y, error))
+  if (!pad_conv_cached (ctx, &x, &net->head_gamma, &net->head, slot++, &y,
+          error))
     return FALSE;
   swap_xy (ctx);
   *s = so;
   return TRUE;
+}
+
+/**
+ * vae_ctx_use_conv_input_bf16:
+ * @ctx: a context whose stream is set (and its math mode)
+ *
+ * Asks the stream's backend for the extra "lingbot_backend_conv_input_bf16"
+ * (lb_backend_get_proc(): CUDA answers %TRUE on a bf16 or fp8 stream with
+ * LINGBOT_CUDA_CONV_LAYOUT=ndhwc).  A decoder sets ctx->in16 from it
+ * before vae_ctx_plan(); the CPU backend has no extras, so the CPU oracle
+ * keeps its f32 NCDHW buffers.  LINGBOT_VAE_CONV_INPUT overrides the
+ * answer: "f32" turns the path off, "bf16" turns it on for any backend
+ * (the CPU ops take bf16 channels-last conv inputs too, which makes the
+ * CPU the oracle of this path).
+ *
+ * Returns: whether the convolutions of @ctx should get bf16
+ * channels-last inputs.
+ */
+gboolean
+vae_ctx_use_conv_input_bf16 (VaeCtx * ctx)
+{
+  const char *env = g_getenv ("LINGBOT_VAE_CONV_INPUT");
+  if (g_strcmp0 (env, "f32") == 0)
+    return FALSE;
+  if (g_strcmp0 (env, "bf16") == 0)
+    return TRUE;
+  typedef gboolean (*ConvInputBf16) (LbStream * s);
+  ConvInputBf16 f = (ConvInputBf16) lb_backend_get_proc (ctx->stream->backend,
+      "lingbot_backend_conv_input_bf16");
+  return f != NULL && f (ctx->stream);
 }
 
 /**
@@ -682,6 +789,12 @@ vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error)
       || !(ctx->bp = alloc_flat (ctx, ctx->need_p, error))
       || !(ctx->bu = alloc_flat (ctx, ctx->need_u, error)))
     return FALSE;
+  if (ctx->need_p16 > 0) {
+    int64_t shape[1] = { ctx->need_p16 };
+    if (!(ctx->bp16 = lb_tensor_new_on (ctx->stream, LB_DTYPE_BF16, 1, shape,
+                error)))
+      return FALSE;
+  }
   ctx->halo_cap = ctx->need_halo;
   if (ctx->halo_cap > 0
       && (!(ctx->halo_send = alloc_flat (ctx, 2 * ctx->halo_cap, error))
@@ -771,7 +884,8 @@ vae_ctx_cache_bytes (VaeCtx * ctx)
 void
 vae_ctx_clear (VaeCtx * ctx)
 {
-  LbTensor **bufs[] = { &ctx->bx, &ctx->by, &ctx->bp, &ctx->bu, &ctx->halo_send,
+  LbTensor **bufs[] = { &ctx->bx, &ctx->by, &ctx->bp, &ctx->bp16, &ctx->bu,
+    &ctx->halo_send,
     &ctx->halo_recv, &ctx->xn_local, &ctx->xn_full, &ctx->akv, &ctx->ao,
     &ctx->ar, &ctx->cmp_dev, &ctx->cmp_host, &ctx->mean, &ctx->inv_std
   };

@@ -169,12 +169,23 @@ typedef struct
   gboolean track_changes;
   gboolean changed;
 
+  /* bf16 channels-last conv inputs (decoder, on a backend whose
+   * convolutions take them as they are: vae_ctx_use_conv_input_bf16()):
+   * the halo-padded input of every cached conv fed by a norm or conv_in
+   * is written as bf16 NDHWC into bp16 after the 2 frames of its cache,
+   * so conv3d_causal reads cat(cache, x) in place; those caches are bf16
+   * NDHWC [2, h + 2, W, C] (docs/design/cuda.md "Channels-last conv
+   * inputs") */
+  gboolean in16;
+  LbTensor *bp16;
+
   /* planning */
   gboolean plan;
   int64_t need_x, need_p, need_u, need_halo, need_attn_l, need_attn_f;
-  int64_t need_cmp;
+  int64_t need_cmp, need_p16;
 } VaeCtx;
 
+gboolean vae_ctx_use_conv_input_bf16 (VaeCtx * ctx);
 gboolean vae_ctx_plan (VaeCtx * ctx, const VaeNet * net, int64_t cin, int64_t t,
     int64_t rows, int64_t width, GError ** error);
 gboolean vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error);

@@ -41,7 +41,23 @@ typedef struct
   guint64 halo_bytes;
   double halo_s;
   gsize cache_bytes;
+  gboolean have_in16;
+  guint64 in16[3];              /* per steady chunk: in place, concatenated,
+                                 * widened (bf16 channels-last conv inputs) */
 } RunResult;
+
+typedef void (*ConvInputStats) (guint64 * in_place, guint64 * concatenated,
+    guint64 * widened);
+
+/* The CUDA module's counters of bf16 channels-last conv inputs (docs/
+ * design/cuda.md "Channels-last conv inputs"), or zeros. */
+static void
+in16_counts (ConvInputStats f, guint64 v[3])
+{
+  v[0] = v[1] = v[2] = 0;
+  if (f)
+    f (&v[0], &v[1], &v[2]);
+}
 
 /**
  * lingbot_bench_vae_decode_flops:
@@ -127,6 +143,10 @@ run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
   LbTensor *frames = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
   memset (res, 0, sizeof *res);
   res->ranks = ranks;
+  ConvInputStats in16 = (ConvInputStats) lb_backend_get_proc (be,
+      "lingbot_backend_cuda_conv_input_stats");
+  res->have_in16 = in16 != NULL;
+  guint64 in16_0[3] = { 0 }, in16_1[3];
   for (int c = 0; ok && c < chunks; c++) {
     fill_random (lat, seed + c);
     int n = 0;
@@ -137,6 +157,7 @@ run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
       break;
     if (c == 0) {
       res->first_s = s;
+      in16_counts (in16, in16_0);
     } else {
       res->steady_s += s;
       res->steady_chunks++;
@@ -152,6 +173,9 @@ run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
   if (res->steady_chunks) {
     res->steady_s /= res->steady_chunks;
     res->halo_s /= res->steady_chunks;
+    in16_counts (in16, in16_1);
+    for (int k = 0; k < 3; k++)
+      res->in16[k] = (in16_1[k] - in16_0[k]) / res->steady_chunks;
   }
   lb_tensor_free (lat);
   lb_tensor_free (frames);
@@ -302,6 +326,11 @@ lingbot_bench_vae_main (int argc, char **argv)
           st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
           flops / 1e12, res[i].halo_bytes / 1e6, res[i].halo_s,
           res[i].cache_bytes / 1e6);
+      if (res[i].have_in16)
+        printf ("  bf16 channels-last conv inputs per steady chunk: %"
+            G_GUINT64_FORMAT " read in place, %" G_GUINT64_FORMAT
+            " concatenated, %" G_GUINT64_FORMAT " widened to f32\n",
+            res[i].in16[0], res[i].in16[1], res[i].in16[2]);
       if (dit_chunk_s > 0 && st > 0)
         printf ("  decode share of a chunk: %.1f %% (decode %.3f s, DiT "
             "%.3f s; decode / DiT = %.3f)\n",
@@ -327,11 +356,16 @@ lingbot_bench_vae_main (int argc, char **argv)
           "\"steady_chunk_s\": %.5f, \"steady_fps\": %.3f, "
           "\"steady_tflops\": %.4f, "
           "\"halo_bytes_per_chunk\": %" G_GUINT64_FORMAT
-          ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT
-          ", \"decode_share\": ",
+          ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT,
           i ? ", " : "", res[i].ranks, res[i].first_s, st,
           st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
           res[i].halo_bytes, res[i].halo_s, res[i].cache_bytes);
+      if (res[i].have_in16)
+        printf (", \"conv_inputs_bf16\": {\"in_place\": %" G_GUINT64_FORMAT
+            ", \"concatenated\": %" G_GUINT64_FORMAT ", \"widened\": %"
+            G_GUINT64_FORMAT "}", res[i].in16[0], res[i].in16[1],
+            res[i].in16[2]);
+      printf (", \"decode_share\": ");
       if (dit_chunk_s > 0 && st > 0)
         printf ("%.5f}", st / (st + dit_chunk_s));
       else

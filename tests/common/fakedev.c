@@ -35,6 +35,8 @@ typedef struct
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
+  gint n_conv_bf16_x, n_norm_bf16_y;
+  gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
 } FakeDev;
 
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
@@ -351,6 +353,11 @@ count_bf16 (OpId op, const Args * a)
   if (op == OP_attention && a->n > 0 &&
       a->host[a->n - 1].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_attention_bf16_out);
+  if (op == OP_conv3d_causal && a->host[0].dtype == LB_DTYPE_BF16)
+    g_atomic_int_inc (&fake.n_conv_bf16_x);
+  if (op == OP_channel_rms_norm && a->n > 0 &&
+      a->host[a->n - 1].dtype == LB_DTYPE_BF16)
+    g_atomic_int_inc (&fake.n_norm_bf16_y);
 }
 
 /* f_<op> for every op of kernels/ops-list.h: each tensor argument checked
@@ -563,6 +570,38 @@ fake_host_free (LbBackend * self, gpointer ptr)
   g_free (ptr);
 }
 
+/* The CUDA extra "lingbot_backend_conv_input_bf16", as the CUDA module
+ * answers it with LINGBOT_CUDA_CONV_LAYOUT=ndhwc, while switched on. */
+static gboolean
+fake_conv_input_bf16 (LbStream * s)
+{
+  return g_atomic_int_get (&fake.conv_input_bf16) && s->math != LB_MATH_FP32;
+}
+
+static gpointer
+fake_get_proc_address (LbBackend * self, const char *name)
+{
+  (void) self;
+  if (g_strcmp0 (name, "lingbot_backend_conv_input_bf16") == 0)
+    return (gpointer) fake_conv_input_bf16;
+  return NULL;
+}
+
+/**
+ * fakedev_set_conv_input_bf16:
+ * @on: whether the backend extra "lingbot_backend_conv_input_bf16" says
+ *   %TRUE for bf16/fp8 streams (as CUDA does with
+ *   LINGBOT_CUDA_CONV_LAYOUT=ndhwc); off at start
+ *
+ * Makes a VAE decoder created afterwards on fakedev streams lay out its
+ * conv inputs as bf16 channels-last.  Process-wide.
+ */
+void
+fakedev_set_conv_input_bf16 (gboolean on)
+{
+  g_atomic_int_set (&fake.conv_input_bf16, on ? 1 : 0);
+}
+
 static LbBackend fake_backend = {
   .name = "fakedev",
   .device_type = LB_DEVICE_CUDA,
@@ -584,6 +623,7 @@ static LbBackend fake_backend = {
   .event_free = fake_event_free,
   .event_record = fake_event_record,
   .stream_wait_event = fake_stream_wait_event,
+  .get_proc_address = fake_get_proc_address,
 };
 
 /**
@@ -632,6 +672,8 @@ fakedev_stats (void)
   st.n_gemm_bf16_x = g_atomic_int_get (&fake.n_gemm_bf16_x);
   st.n_attention_bf16_q = g_atomic_int_get (&fake.n_attention_bf16_q);
   st.n_attention_bf16_out = g_atomic_int_get (&fake.n_attention_bf16_out);
+  st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
+  st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

@@ -30,6 +30,9 @@ G_BEGIN_DECLS
  *   bf16 by the op before it)
  * @n_attention_bf16_q: attention calls whose q is bf16
  * @n_attention_bf16_out: attention calls whose out is bf16
+ * @n_conv_bf16_x: conv3d_causal calls whose x (and cache) are bf16
+ *   channels-last
+ * @n_norm_bf16_y: channel_rms_norm calls whose y is bf16
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -48,10 +51,12 @@ typedef struct
   int n_convs_fp32, n_convs_bf16;       /* by the stream's math mode */
   int n_gemm_bf16_x;
   int n_attention_bf16_q, n_attention_bf16_out;
+  int n_conv_bf16_x, n_norm_bf16_y;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
 FakeDevStats fakedev_stats (void);
 gboolean fakedev_is_device (const void *p, gsize n);
+void fakedev_set_conv_input_bf16 (gboolean on);
 
 G_END_DECLS
