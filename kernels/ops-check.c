@@ -1424,7 +1424,8 @@ lb_check_channel_rms_norm (const LbTensor * x, const LbTensor * gamma,
 /**
  * lb_check_upsample_nearest2x_halo:
  * @x: f32 [C, T, h + 2, w] with stride[3] == 1
- * @y: f32 [C, T, 2h + 2, 2w] contiguous
+ * @y: [C, T, 2h + 2, 2w]: f32 contiguous, or bf16 channels-last (strides
+ *   [1, H*W*C, W*C, C]: the input of a conv that reads bf16 NDHWC)
  * @error: (out) (optional): %LB_ERROR_SHAPE
  *
  * Returns: %TRUE when the operands fit.
@@ -1445,7 +1446,8 @@ lb_check_upsample_nearest2x_halo (const LbTensor * x, const LbTensor * y,
   int64_t ys[4] = { x->shape[0], x->shape[1], 2 * x->shape[2] - 2,
     2 * x->shape[3]
   };
-  return lb_check_tensor (op, "y", y, LB_DTYPE_F32, 4, ys, TRUE, error);
+  return check_conv_act (op, "y", y, ys, y && y->dtype == LB_DTYPE_BF16 ?
+      LB_DTYPE_BF16 : LB_DTYPE_F32, error);
 }
 
 /* ---- fused DiT ops ---- */

@@ -324,7 +324,10 @@ LB_OP (channel_rms_norm)
  *   x [C, T, h + 2, w] (stride[3] == 1, other strides free) ->
  *   y [C, T, 2h + 2, 2w] contiguous, `y[c, t, r, j] = x[c, t, (r+1)/2, j/2]`
  *   (the full upsample's outermost rows, never read by the following 3x3
- *   conv, are dropped).
+ *   conv, are dropped).  y may instead be bf16 channels-last (strides
+ *   [1, H*W*C, W*C, C]), each value lb_f32_to_bf16() of x's: the input of
+ *   a conv3d_causal that reads bf16 NDHWC (docs/design/cuda.md
+ *   "Channels-last conv inputs").
  */
 #define LB_OP_ARGS_upsample_nearest2x_halo(A) A (IN, x) A (OUT, y)
 LB_OP (upsample_nearest2x_halo)

@@ -547,8 +547,11 @@ up_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
   if (l->has_time)
     (*slot)++;
 
+  /* with ctx->in16 the upsampled input goes to the conv as bf16
+   * channels-last (in bu's storage: half its bytes are enough) */
   int64_t ushape[4] = { C, t2, 2 * h + 2, 2 * W };
-  need (&ctx->need_u, C * t2 * (2 * h + 2) * 2 * W);
+  const int64_t nu = C * t2 * (2 * h + 2) * 2 * W;
+  need (&ctx->need_u, ctx->in16 ? (nu + 1) / 2 : nu);
   VaeShape so = { l->cout, t2, 2 * h, 2 * W };
   LbTensor u, y;
   view_x (ctx, &y, ctx->bx, &so);
@@ -556,7 +559,10 @@ up_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
     *s = so;
     return TRUE;
   }
-  vae_view_flat (&u, ctx->bu, 4, ushape);
+  if (ctx->in16)
+    view_cl16 (&u, ctx->bu->data, ctx->bu->device, C, t2, 2 * h + 2, 2 * W);
+  else
+    vae_view_flat (&u, ctx->bu, 4, ushape);
   if (!lb_ops (ctx->stream)
       ->upsample_nearest2x_halo (ctx->stream, &p, &u, error)
       || !conv_run (ctx, &l->a, &u, NULL, 0, 1, 1, &y, error))

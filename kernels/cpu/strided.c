@@ -271,10 +271,11 @@ lb_cpu_latent_affine (LbStream * s, const LbTensor * x, const LbTensor * mean,
  * lb_cpu_upsample_nearest2x_halo:
  * @s: a CPU stream
  * @x: f32 [C, T, h + 2, w] view with stride[3] == 1
- * @y: f32 [C, T, 2h + 2, 2w] contiguous
+ * @y: [C, T, 2h + 2, 2w], f32 contiguous or bf16 channels-last
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
- * `y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]` (kernels/ops.h).
+ * `y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]` (kernels/ops.h), rounded
+ * by lb_f32_to_bf16() into a bf16 y.
  *
  * Returns: %TRUE on success.
  */
@@ -289,6 +290,24 @@ lb_cpu_upsample_nearest2x_halo (LbStream * s, const LbTensor * x,
   const int64_t T = y->shape[1], Ho = y->shape[2], Wo = y->shape[3],
       Wi = x->shape[3];
   const float *xs = x->data;
+  if (y->dtype == LB_DTYPE_BF16) {
+    /* channels-last: output row (t, r) is Wo runs of C values */
+    const int64_t C = y->shape[0];
+    uint16_t *yb = y->data;
+#pragma omp parallel for schedule(static) if (C * T * Ho * Wo >= STRIDED_OMP_MIN)
+    for (int64_t r = 0; r < T * Ho; r++) {
+      const int64_t ho = r % Ho, t = r / Ho;
+      const float *xr = xs + t * x->stride[1] + ((ho + 1) / 2) * x->stride[2];
+      uint16_t *yr = yb + r * Wo * C;
+      for (int64_t j = 0; j < Wi; j++)
+        for (int64_t c = 0; c < C; c++) {
+          const uint16_t v = lb_f32_to_bf16 (xr[c * x->stride[0] + j]);
+          yr[(2 * j) * C + c] = v;
+          yr[(2 * j + 1) * C + c] = v;
+        }
+    }
+    return TRUE;
+  }
   float *ys = y->data;
   const int64_t rows = y->shape[0] * T * Ho;
 #pragma omp parallel for schedule(static) if (rows * Wo >= STRIDED_OMP_MIN)

@@ -190,11 +190,12 @@ extern "C"
   cudaError_t lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
       const int64_t * xs, const float *gamma, int silu, void *y, int y_bf16,
       const int64_t * ys, int64_t c, int64_t t, int64_t h, int64_t w);
-/* y [C, T, ho, 2w] contiguous from x [C, T, ho/2 + 1, w] (strides xs0..2,
- * unit last stride): y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]. */
+/* y [C, T, ho, 2w] from x [C, T, ho/2 + 1, w] (strides xs0..2, unit last
+ * stride): y[c, t, r, j] = x[c, t, (r + 1) / 2, j / 2]; y f32 contiguous,
+ * or with y_bf16 bfloat16 bits channels-last (NDHWC). */
   cudaError_t lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st,
-      const float *x, int64_t xs0, int64_t xs1, int64_t xs2, float *y,
-      int64_t c, int64_t t, int64_t ho, int64_t w);
+      const float *x, int64_t xs0, int64_t xs1, int64_t xs2, void *y,
+      int y_bf16, int64_t c, int64_t t, int64_t ho, int64_t w);
 
 /* ---- dtype conversion (kernels-convert.cu) ---- */
 

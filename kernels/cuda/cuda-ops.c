@@ -667,8 +667,8 @@ cuda_upsample_nearest2x_halo (LbStream * s, const LbTensor * x, LbTensor * y,
     return FALSE;
   return launched (lb_cuda_launch_upsample_nearest2x_halo (stream_of (s),
           x->data, x->stride[0], x->stride[1], x->stride[2], y->data,
-          y->shape[0], y->shape[1], y->shape[2], x->shape[3]),
-      "upsample_nearest2x_halo", error);
+          y->dtype == LB_DTYPE_BF16, y->shape[0], y->shape[1], y->shape[2],
+          x->shape[3]), "upsample_nearest2x_halo", error);
 }
 
 /* ---- fused DiT ops (kernels/cpu/fused.c, kernels-fused.cu) ---- */

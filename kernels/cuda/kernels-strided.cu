@@ -208,6 +208,35 @@ upsample_halo_kernel (const float *x, int64_t xs0, int64_t xs1, int64_t xs2,
   }
 }
 
+/* The bf16 channels-last output (the input of a conv reading bf16
+ * NDHWC): a block per (output row, 32 input columns, 32 channels) loads
+ * x's 32 x 32 tile coalesced along the columns into shared memory, then
+ * writes its 64 output columns with the lanes along the channels, so
+ * every store covers 32 consecutive channels of one pixel. */
+__global__ void
+upsample_halo_cl16_kernel (const float *x, int64_t xs0, int64_t xs1,
+    int64_t xs2, uint16_t *y, int64_t c, int64_t t, int64_t ho, int64_t w)
+{
+  __shared__ float tile[32][33];
+  const int64_t wo = 2 * w, j0 = (int64_t)blockIdx.x * 32,
+                c0 = (int64_t)blockIdx.y * 32;
+  for (int64_t row = blockIdx.z; row < t * ho; row += gridDim.z) {
+    const int64_t ti = row / ho, hi = (row % ho + 1) / 2;
+    for (int k = threadIdx.y; k < 32; k += blockDim.y)
+      if (c0 + k < c && j0 + threadIdx.x < w)
+        tile[k][threadIdx.x]
+            = x[(c0 + k) * xs0 + ti * xs1 + hi * xs2 + j0 + threadIdx.x];
+    __syncthreads ();
+    for (int k = threadIdx.y; k < 64; k += blockDim.y) {
+      const int64_t j = 2 * j0 + k;
+      if (c0 + threadIdx.x < c && j < wo)
+        y[(row * wo + j) * c + c0 + threadIdx.x]
+            = bf16_round (tile[threadIdx.x][k / 2]);
+    }
+    __syncthreads ();
+  }
+}
+
 } // namespace
 
 extern "C" cudaError_t
@@ -337,13 +366,23 @@ lb_cuda_launch_channel_rms_norm (cudaStream_t st, const float *x,
 
 extern "C" cudaError_t
 lb_cuda_launch_upsample_nearest2x_halo (cudaStream_t st, const float *x,
-    int64_t xs0, int64_t xs1, int64_t xs2, float *y, int64_t c, int64_t t,
-    int64_t ho, int64_t w)
+    int64_t xs0, int64_t xs1, int64_t xs2, void *y, int y_bf16, int64_t c,
+    int64_t t, int64_t ho, int64_t w)
 {
   int64_t n = c * t * ho * 2 * w;
   if (n <= 0)
     return cudaSuccess;
+  if (y_bf16) {
+    const int64_t rows = t * ho;
+    dim3 grid ((unsigned int)((w + 31) / 32), (unsigned int)((c + 31) / 32),
+        (unsigned int)(rows < 65535 ? rows : 65535));
+    if (grid.y > 65535)
+      return cudaErrorInvalidConfiguration;
+    upsample_halo_cl16_kernel<<<grid, dim3 (32, 8), 0, st>>> (
+        x, xs0, xs1, xs2, static_cast<uint16_t *> (y), c, t, ho, w);
+    return cudaGetLastError ();
+  }
   upsample_halo_kernel<<<grid_for (n), kThreads, 0, st>>> (
-      x, xs0, xs1, xs2, y, c, t, ho, w);
+      x, xs0, xs1, xs2, static_cast<float *> (y), c, t, ho, w);
   return cudaGetLastError ();
 }

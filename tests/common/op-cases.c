@@ -583,6 +583,12 @@ upsample_halo_cases (void)
   /* x: rows 1 .. h + 2 of [C, T, h + 4, w] */
   c->t[0] = narrow (rnd (4, S (C, T, h + 2, w)), 2, 2, 1);
   c->t[1] = nan_out (4, S (C, T, 2 * h + 2, 2 * w));
+  /* into a bf16 channels-last conv input: the same rounding everywhere;
+   * 40 channels and 37 columns cut the device's 32 x 32 tiles */
+  c = add (OP_upsample_nearest2x_halo, TOL_EXACT,
+      "upsample_nearest2x_halo bf16 channels-last y");
+  c->t[0] = narrow (rnd (4, S (40, T, h + 2, 37)), 2, 2, 1);
+  c->t[1] = channels_last16 (nan_out (4, S (40, T, 2 * h + 2, 74)));
 }
 
 static void

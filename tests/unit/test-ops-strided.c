@@ -432,6 +432,33 @@ test_upsample_halo (void)
   assert_op_ok (lb_cpu_upsample_nearest2x_halo (test_stream (), &x, y, error));
   assert_close ("upsample_nearest2x_halo", y, ref, 0.0);
   g_free (ref);
+
+  /* into bf16 channels-last (a conv's NDHWC input): every element is the
+   * rounded f32 result, at its NDHWC place */
+  const int64_t n = C * T * (2 * h + 2) * 2 * w;
+  g_autoptr (LbTensor) yb = lb_tensor_new (LB_DTYPE_BF16, 1, &n);
+  const int64_t st[4] = { 1, (2 * h + 2) * 2 * w * C, 2 * w * C, C };
+  LbTensor y16;
+  lb_tensor_view_init (&y16, LB_DTYPE_BF16, yb->data, LB_DEVICE_HOST, 4, ys,
+      st);
+  memset (yb->data, 0xff, n * 2);
+  assert_op_ok (lb_cpu_upsample_nearest2x_halo (test_stream (), &x, &y16,
+          error));
+  const float *vf = y->data;
+  const uint16_t *v16 = yb->data;
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t r = 0; r < 2 * h + 2; r++)
+        for (int64_t j = 0; j < 2 * w; j++)
+          g_assert_cmphex (v16[((t * (2 * h + 2) + r) * 2 * w + j) * C + c],
+              ==, lb_f32_to_bf16 (vf[((c * T + t) * (2 * h + 2) + r) * 2 * w
+                      + j]));
+  /* a bf16 y in NCDHW is refused */
+  g_autoptr (LbTensor) ncdhw = lb_tensor_new (LB_DTYPE_BF16, 4, ys);
+  assert_op_error (lb_cpu_upsample_nearest2x_halo (test_stream (), &x, ncdhw,
+          error), "upsample_nearest2x_halo: y is bf16 [3, 2, 10, 10] with "
+      "strides [200, 100, 10, 1], expected a channels-last bf16 tensor "
+      "(strides [1, H*W*C, W*C, C])");
 }
 
 /* ----------------------------------------------------------------- errors */
