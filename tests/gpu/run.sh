@@ -346,9 +346,11 @@ else
   note "vae decode bf16 skipped: $(left) s left"
 fi
 # the same with the channels-last bf16 convs (LINGBOT_CUDA_CONV_LAYOUT=
-# ndhwc: NDHWC bf16 x and w into cuDNN, converted at the op's edges;
-# docs/design/cuda.md "Channels-last bf16"), next to the NCDHW layout
-# above: the decode per steady chunk of both (target <= 0.25 s)
+# ndhwc: NDHWC bf16 x and w into cuDNN; the convs fed by a norm or the
+# latent read bf16 NDHWC written by the norm, the others convert at the
+# op's edges; docs/design/cuda.md "Channels-last bf16" and "Channels-last
+# conv inputs"), next to the NCDHW layout above: the decode per steady
+# chunk of both (target <= 0.25 s) and how the bf16 inputs were read
 start=$(date +%s)
 limit=$(step_limit 45 100)
 if [ "$limit" -ge 15 ]; then
@@ -785,6 +787,11 @@ for vstep, what in (("vae", "FP32 (the reference)"),
                v["decode_tflop"], fmt(None if share is None else 100 * share,
                "%.1f %%"), fmt(dit_s, "%.2f"),
                "measured" if full_s else "40 x the bf16 block"))
+      ci = r.get("conv_inputs_bf16")
+      if ci and vstep == "vae-bf16-ndhwc":
+          print("  bf16 channels-last conv inputs per steady chunk: %d read "
+                "in place, %d concatenated, %d widened to f32"
+                % (ci["in_place"], ci["concatenated"], ci["widened"]))
   else:
       print("  not run or failed (bench-model.log)")
 a, b = steady.get("vae-bf16"), steady.get("vae-bf16-ndhwc")

@@ -13,6 +13,8 @@
  *     before every decode, so a row the download misses fails;
  *   - random latents on 7 rows, 3 ranks (uneven bands 3,2,2), against the
  *     CPU;
+ *   - bf16 streams whose convs read bf16 channels-last inputs, on 1 and 3
+ *     ranks, against the CPU's bf16-input decode;
  *   - the condition stream (4 chunks, 48 x 80) within the golden tolerance
  *     (1e-4 max|g|) and against the CPU, and a 10-chunk 16 x 16 stream that
  *     reaches the encoder's fixed point (the device compare buffers).
@@ -191,6 +193,115 @@ test_decode_random (void)
   lb_worker_group_unref (cg);
 }
 
+static LingbotVaeDecoder *
+decoder_on (LbWorkerGroup * g, LbStream * s)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotVaeDecoder *d = g ? lingbot_vae_decoder_new_sharded (vae, g, 6, 10,
+      4, &err) : lingbot_vae_decoder_new (vae, s, 6, 10, 4, &err);
+  g_assert_no_error (err);
+  return d;
+}
+
+static gboolean
+set_bf16 (LbRank * rank, gpointer data, GError ** error)
+{
+  (void) data;
+  (void) error;
+  rank->stream->math = LB_MATH_BF16;
+  return TRUE;
+}
+
+typedef void (*ConvInputStats) (guint64 * in_place, guint64 * concatenated,
+    guint64 * widened);
+
+/* bf16 streams with LINGBOT_CUDA_CONV_LAYOUT=ndhwc: the decoder's convs
+ * read bf16 channels-last inputs (docs/design/cuda.md "Channels-last conv
+ * inputs").  Oracle: the CPU decoder with LINGBOT_VAE_CONV_INPUT=bf16 on
+ * the same bands (the same roundings of the conv inputs; CUDA sums the
+ * exact bf16 products in another order, so an input near a rounding
+ * boundary may round the other way).  Every bf16-input call is taken by a
+ * channels-last graph (none widened), and the golden is within the bound
+ * fakedev measured for bf16 inputs against f32 (max 0.056 there). */
+static void
+test_decode_in16 (gconstpointer data)
+{
+  const int R = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  ConvInputStats stats = (ConvInputStats) lb_backend_get_proc (cuda,
+      "lingbot_backend_cuda_conv_input_stats");
+  g_assert_nonnull (stats);
+  LbWorkerGroup *cg = NULL, *gg = NULL;
+  LbStream *gs = NULL;
+  g_setenv ("LINGBOT_VAE_CONV_INPUT", "bf16", TRUE);
+  if (R > 1) {
+    cg = lb_worker_group_new (lb_cpu_backend (), R, NULL, NULL, &err);
+    g_assert_no_error (err);
+  }
+  LingbotVaeDecoder *ref = decoder_on (cg, cpu_stream);
+  g_unsetenv ("LINGBOT_VAE_CONV_INPUT");
+  g_setenv ("LINGBOT_CUDA_CONV_LAYOUT", "ndhwc", TRUE);
+  if (R > 1) {
+    int ordinals[8] = { 0 };
+    LbWorkerGroupOptions go = { 0, lb_local_collectives (), "vae-cuda-in16" };
+    gg = lb_worker_group_new (cuda, R, ordinals, &go, &err);
+    g_assert_no_error (err);
+    g_assert_true (lb_worker_group_run (gg, set_bf16, NULL, &err));
+  } else {
+    gs = cuda->stream_new (cuda, 0, &err);
+    g_assert_no_error (err);
+    gs->math = LB_MATH_BF16;
+  }
+  LingbotVaeDecoder *dec = decoder_on (gg, gs);
+  int64_t fshape[4] = { 3, 16, 48, 80 };
+  g_autoptr (LbTensor) fa = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
+  g_autoptr (LbTensor) fb = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
+  double golden = 0, vs_cpu = 0;
+  guint64 c0[3], c1[3];
+  stats (&c0[0], &c0[1], &c0[2]);
+  for (int k = 0; k < N_CHUNKS; k++) {
+    char name[64];
+    g_snprintf (name, sizeof name, "input.latent_chunk%d", k);
+    const LbTensor *lat = vae_test_get (ck, name);
+    g_snprintf (name, sizeof name, "output.decoded_chunk%d", k);
+    const LbTensor *want = vae_test_get (ck, name);
+    int na = 0, nb = 0;
+    memset (fb->data, 0xff, lb_tensor_nbytes (fb));
+    g_assert_true (lingbot_vae_decoder_decode (ref, lat, fa, &na, &err));
+    g_assert_true (lingbot_vae_decoder_decode (dec, lat, fb, &nb, &err));
+    g_assert_no_error (err);
+    g_assert_cmpint (nb, ==, na);
+    LbTensor a, b;
+    lb_tensor_view_narrow (&a, fa, 1, 0, na);
+    lb_tensor_view_narrow (&b, fb, 1, 0, nb);
+    assert_finite (&b);
+    golden = MAX (golden, vae_test_max_abs_diff (&b, want));
+    vs_cpu = MAX (vs_cpu, vae_test_max_abs_diff (&b, &a));
+  }
+  stats (&c1[0], &c1[1], &c1[2]);
+  g_unsetenv ("LINGBOT_CUDA_CONV_LAYOUT");
+  const guint64 calls = c1[0] + c1[1] + c1[2] - c0[0] - c0[1] - c0[2];
+  printf ("# vae decode cuda, bf16 channels-last conv inputs, %d rank(s) of "
+      "device 0: max|cuda - cpu bf16-input| %.3g, golden max abs %.3g; "
+      "%" G_GUINT64_FORMAT " calls: %" G_GUINT64_FORMAT " in place, %"
+      G_GUINT64_FORMAT " concatenated, %" G_GUINT64_FORMAT " widened\n", R,
+      vs_cpu, golden, calls, c1[0] - c0[0], c1[1] - c0[1], c1[2] - c0[2]);
+  /* 33 convs per latent frame and rank (tests/vae/test-vae-device.c
+   * IN16_CONVS), 4 latent frames per chunk */
+  g_assert_cmpuint (calls, ==, (guint64) N_CHUNKS * 4 * 33 * R);
+  g_assert_cmpuint (c1[2] - c0[2], ==, 0);
+  g_assert_cmpfloat (vs_cpu, <=, 5e-2);
+  g_assert_cmpfloat (golden, <=, 0.1);
+  lingbot_vae_decoder_free (dec);
+  lingbot_vae_decoder_free (ref);
+  if (gs)
+    gs->backend->stream_free (gs);
+  if (gg)
+    lb_worker_group_unref (gg);
+  if (cg)
+    lb_worker_group_unref (cg);
+}
+
 static void
 check_condition (int H, int W, int x0, int y0, int n_chunks)
 {
@@ -286,6 +397,10 @@ main (int argc, char **argv)
     g_free (name);
   }
   g_test_add_func ("/vae/cuda/decode/random-7rows-3", test_decode_random);
+  g_test_add_data_func ("/vae/cuda/decode/bf16-input-1", GINT_TO_POINTER (1),
+      test_decode_in16);
+  g_test_add_data_func ("/vae/cuda/decode/bf16-input-3", GINT_TO_POINTER (3),
+      test_decode_in16);
   g_test_add_func ("/vae/cuda/condition/golden", test_condition_golden);
   g_test_add_func ("/vae/cuda/condition/fixed-point",
       test_condition_fixed_point);
