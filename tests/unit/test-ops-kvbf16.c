@@ -712,11 +712,12 @@ test_copy_errors (void)
       "copy: x is NULL, expected f32 or bf16 [3, 4]");
   assert_op_error (lb_cpu_copy (s, f, NULL, error),
       "copy: y is NULL, expected f32 or bf16 [1 to 5 dims]");
-  /* the other strided ops stay f32 */
+  /* the other strided ops stay f32, but fill (test-ops-strided.c
+   * /ops/strided/fill-bf16) */
   assert_op_error (lb_cpu_accumulate (s, b4, f, error),
       "accumulate: x is bf16 [3, 4], expected f32 [3, 4]");
-  assert_op_error (lb_cpu_fill (s, b4, 0.f, error),
-      "fill: y is bf16 [3, 4], expected f32 [*, *]");
+  assert_op_error (lb_cpu_fill (s, h, 0.f, error),
+      "fill: y is f16 [3, 4], expected f32 or bf16");
 }
 
 /* ------------------------------------------------------------------------ */
