@@ -67,7 +67,7 @@ rank_setup (DecRank * dr, LingbotVaeDecoder * dec, GError ** error)
   LbStream *s = ctx->stream;
   const int64_t rows = dr->rows, W = dec->W, L = dec->max_latents;
   const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
-  ctx->in16 = vae_ctx_use_conv_input_bf16 (ctx);
+  vae_ctx_choose_conv_inputs (ctx);
   if (!vae_weights_init (&dr->wt, s, dec->vae, LINGBOT_VAE_DECODER, error)
       || !vae_ctx_plan (ctx, &dr->wt.net, VAE_Z_DIM, 1, rows, W, error))
     return FALSE;

@@ -305,6 +305,24 @@ pad_input (VaeCtx * ctx, const LbTensor * x, const LbTensor * gamma,
   return ok && halo_exchange (ctx, p, error);
 }
 
+/* With ctx->round16: @t (f32, contiguous) rounded to bf16 values in
+ * place, through bp16 (the copy op rounds as lb_f32_to_bf16()). */
+static gboolean
+round_bf16 (VaeCtx * ctx, LbTensor * t, GError ** error)
+{
+  if (!ctx->round16)
+    return TRUE;
+  need (&ctx->need_p16, lb_tensor_numel (t));
+  if (ctx->plan)
+    return TRUE;
+  LbTensor tmp;
+  lb_tensor_view_init (&tmp, LB_DTYPE_BF16, ctx->bp16->data,
+      ctx->bp16->device, t->ndim, t->shape, NULL);
+  const LbOps *ops = lb_ops (ctx->stream);
+  return ops->copy (ctx->stream, t, &tmp, error)
+      && ops->copy (ctx->stream, &tmp, t, error);
+}
+
 /* The bf16 channels-last cache of @slot, [C, 2, hp, W] over NDHWC
  * storage [2, hp, W, C] (created when planning, as cache_slot()). */
 static gboolean
@@ -340,7 +358,7 @@ pad_conv_cached (VaeCtx * ctx, const LbTensor * x, const LbTensor * gamma,
 {
   LbTensor p;
   if (!ctx->in16)
-    return pad_input (ctx, x, gamma, &p, error)
+    return pad_input (ctx, x, gamma, &p, error) && round_bf16 (ctx, &p, error)
         && conv_cached (ctx, cv, &p, slot, 1, y, error);
   const int64_t C = x->shape[0], t = x->shape[1], h = x->shape[2],
       W = x->shape[3], hp = h + 2, tc = VAE_CACHE_T;
@@ -556,6 +574,8 @@ up_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
   LbTensor u, y;
   view_x (ctx, &y, ctx->bx, &so);
   if (ctx->plan) {
+    if (ctx->round16)
+      need (&ctx->need_p16, nu);
     *s = so;
     return TRUE;
   }
@@ -565,6 +585,7 @@ up_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
     vae_view_flat (&u, ctx->bu, 4, ushape);
   if (!lb_ops (ctx->stream)
       ->upsample_nearest2x_halo (ctx->stream, &p, &u, error)
+      || !round_bf16 (ctx, &u, error)
       || !conv_run (ctx, &l->a, &u, NULL, 0, 1, 1, &y, error))
     return FALSE;
   *s = so;
@@ -718,33 +739,37 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
 }
 
 /**
- * vae_ctx_use_conv_input_bf16:
+ * vae_ctx_choose_conv_inputs:
  * @ctx: a context whose stream is set (and its math mode)
  *
- * Asks the stream's backend for the extra "lingbot_backend_conv_input_bf16"
+ * Sets ctx->in16 (a decoder calls it before vae_ctx_plan()): asks the
+ * stream's backend for the extra "lingbot_backend_conv_input_bf16"
  * (lb_backend_get_proc(): CUDA answers %TRUE on a bf16 or fp8 stream with
- * LINGBOT_CUDA_CONV_LAYOUT=ndhwc).  A decoder sets ctx->in16 from it
- * before vae_ctx_plan(); the CPU backend has no extras, so the CPU oracle
- * keeps its f32 NCDHW buffers.  LINGBOT_VAE_CONV_INPUT overrides the
+ * LINGBOT_CUDA_CONV_LAYOUT=ndhwc); the CPU backend has no extras, so the
+ * CPU keeps its f32 NCDHW buffers.  LINGBOT_VAE_CONV_INPUT overrides the
  * answer: "f32" turns the path off, "bf16" turns it on for any backend
- * (the CPU ops take bf16 channels-last conv inputs too, which makes the
- * CPU the oracle of this path).
- *
- * Returns: whether the convolutions of @ctx should get bf16
- * channels-last inputs.
+ * (the CPU ops take bf16 channels-last conv inputs too), and "round"
+ * keeps f32 NCDHW but rounds the same conv inputs to bf16 values in place
+ * (ctx->round16): the path's values through none of its layout, its
+ * caches or its bf16 halo rows, which makes it the path's oracle.
  */
-gboolean
-vae_ctx_use_conv_input_bf16 (VaeCtx * ctx)
+void
+vae_ctx_choose_conv_inputs (VaeCtx * ctx)
 {
   const char *env = g_getenv ("LINGBOT_VAE_CONV_INPUT");
-  if (g_strcmp0 (env, "f32") == 0)
-    return FALSE;
-  if (g_strcmp0 (env, "bf16") == 0)
-    return TRUE;
+  ctx->round16 = g_strcmp0 (env, "round") == 0;
+  if (g_strcmp0 (env, "f32") == 0 || ctx->round16) {
+    ctx->in16 = FALSE;
+    return;
+  }
+  if (g_strcmp0 (env, "bf16") == 0) {
+    ctx->in16 = TRUE;
+    return;
+  }
   typedef gboolean (*ConvInputBf16) (LbStream * s);
   ConvInputBf16 f = (ConvInputBf16) lb_backend_get_proc (ctx->stream->backend,
       "lingbot_backend_conv_input_bf16");
-  return f != NULL && f (ctx->stream);
+  ctx->in16 = f != NULL && f (ctx->stream);
 }
 
 /**

@@ -170,7 +170,7 @@ typedef struct
   gboolean changed;
 
   /* bf16 channels-last conv inputs (decoder, on a backend whose
-   * convolutions take them as they are: vae_ctx_use_conv_input_bf16()):
+   * convolutions take them as they are: vae_ctx_choose_conv_inputs()):
    * the halo-padded input of every cached conv fed by a norm or conv_in
    * is written as bf16 NDHWC into bp16 after the 2 frames of its cache,
    * so conv3d_causal reads cat(cache, x) in place; those caches are bf16
@@ -178,6 +178,9 @@ typedef struct
    * inputs") */
   gboolean in16;
   LbTensor *bp16;
+  /* the oracle of that path in f32 NCDHW (LINGBOT_VAE_CONV_INPUT=round):
+   * the same conv inputs rounded to bf16 values in place, through bp16 */
+  gboolean round16;
 
   /* planning */
   gboolean plan;
@@ -185,7 +188,7 @@ typedef struct
   int64_t need_cmp, need_p16;
 } VaeCtx;
 
-gboolean vae_ctx_use_conv_input_bf16 (VaeCtx * ctx);
+void vae_ctx_choose_conv_inputs (VaeCtx * ctx);
 gboolean vae_ctx_plan (VaeCtx * ctx, const VaeNet * net, int64_t cin, int64_t t,
     int64_t rows, int64_t width, GError ** error);
 gboolean vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error);

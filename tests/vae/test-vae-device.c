@@ -359,8 +359,11 @@ decoder_on (LbWorkerGroup * g, LbStream * s, int rows)
  * latent reads bf16 NDHWC from the padded buffer, after its cache, each
  * upsample writes its conv's input as bf16 NDHWC, and the halo rows
  * travel as bf16.  Its oracle is the CPU decoder with
- * LINGBOT_VAE_CONV_INPUT=bf16 on the same bands: bit for bit.  Against
- * the f32 decode the frames move only by the rounding of those inputs. */
+ * LINGBOT_VAE_CONV_INPUT=bf16 on the same bands: bit for bit; and that
+ * one equals, bit for bit, the f32 NCDHW decode that only rounds the same
+ * conv inputs to bf16 values (LINGBOT_VAE_CONV_INPUT=round), so the
+ * layout, the bf16 caches and the bf16 halo rows change no value.
+ * Against the f32 decode the frames move only by that rounding. */
 static void
 test_decode_in16 (gconstpointer data)
 {
@@ -373,12 +376,19 @@ test_decode_in16 (gconstpointer data)
   LbWorkerGroupOptions go = { 0, NULL, "vae-device-in16" };
   /* the oracle's ranks start (and read the variable) before anything
    * else runs */
+  LbWorkerGroup *gcpu_r = NULL;
   g_setenv ("LINGBOT_VAE_CONV_INPUT", "bf16", TRUE);
   if (R > 1) {
     gcpu = lb_worker_group_new (lb_cpu_backend (), R, NULL, &go, &err);
     g_assert_no_error (err);
   }
   LingbotVaeDecoder *ref16 = decoder_on (gcpu, cpu_stream, rows);
+  g_setenv ("LINGBOT_VAE_CONV_INPUT", "round", TRUE);
+  if (R > 1) {
+    gcpu_r = lb_worker_group_new (lb_cpu_backend (), R, NULL, &go, &err);
+    g_assert_no_error (err);
+  }
+  LingbotVaeDecoder *refr = decoder_on (gcpu_r, cpu_stream, rows);
   g_unsetenv ("LINGBOT_VAE_CONV_INPUT");
   LingbotVaeDecoder *ref = decoder_on (NULL, cpu_stream, rows);
   if (R > 1) {
@@ -407,6 +417,7 @@ test_decode_in16 (gconstpointer data)
   int64_t fshape[4] = { 3, 16, 8 * rows, 80 };
   g_autoptr (LbTensor) fr = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
   g_autoptr (LbTensor) f16 = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
+  g_autoptr (LbTensor) fround = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
   g_autoptr (LbTensor) fd = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
   g_autoptr (LbTensor) first = lb_tensor_new (LB_DTYPE_F32, 4, fshape);
   double worst = 0, mean_worst = 0;
@@ -418,6 +429,14 @@ test_decode_in16 (gconstpointer data)
     g_assert_true (lingbot_vae_decoder_decode (ref, lat, fr, &nr, &err));
     g_assert_true (lingbot_vae_decoder_decode (ref16, lat, f16, &n16, &err));
     g_assert_no_error (err);
+    int nround = 0;
+    g_assert_true (lingbot_vae_decoder_decode (refr, lat, fround, &nround,
+            &err));
+    g_assert_no_error (err);
+    g_assert_cmpint (nround, ==, nr);
+    /* the layout, the bf16 caches and halo rows change no value: the f32
+     * decode with the same inputs rounded gives the same bytes */
+    g_assert_cmpint (bytes_cmp (fround, f16, nr), ==, 0);
     const Snap s0 = snap ();
     g_assert_true (lingbot_vae_decoder_decode (dec, lat, fd, &nd, &err));
     g_assert_no_error (err);
@@ -460,6 +479,7 @@ test_decode_in16 (gconstpointer data)
 
   lingbot_vae_decoder_free (dec);
   lingbot_vae_decoder_free (ref16);
+  lingbot_vae_decoder_free (refr);
   lingbot_vae_decoder_free (ref);
   if (one)
     one->backend->stream_free (one);
@@ -467,6 +487,8 @@ test_decode_in16 (gconstpointer data)
     lb_worker_group_unref (gdev);
   if (gcpu)
     lb_worker_group_unref (gcpu);
+  if (gcpu_r)
+    lb_worker_group_unref (gcpu_r);
   const Snap s_end = snap ();
   g_assert_cmpint (s_end.st.bad, ==, 0);
   g_assert_cmpint (s_end.st.live_blocks, ==, s_start.st.live_blocks);
