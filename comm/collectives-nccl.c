@@ -19,6 +19,7 @@
  */
 #include "comm/comm-private.h"
 #include "kernels/cuda/cuda-internal.h"
+#include "kernels/cuda/cuda-library.h"
 
 #include <cuda_runtime.h>
 #include <gmodule.h>
@@ -46,7 +47,6 @@ typedef struct
 } NcclApi;
 
 static NcclApi nccl_api;
-static char *nccl_missing;      /* why loading failed, or NULL */
 
 #define ncclGetErrorString nccl_api.GetErrorString
 #define ncclCommInitAll nccl_api.CommInitAll
@@ -62,44 +62,23 @@ static char *nccl_missing;      /* why loading failed, or NULL */
 #define ncclAllReduce nccl_api.AllReduce
 #define ncclReduceScatter nccl_api.ReduceScatter
 
-static gpointer
-nccl_load_once (gpointer unused)
-{
-  (void) unused;
-  static const struct
-  {
-    const char *name;
-    gsize offset;
-  } fns[] = {
 #define FN(f) { "nccl" #f, G_STRUCT_OFFSET (NcclApi, f) }
-    FN (GetErrorString), FN (CommInitAll), FN (CommDestroy), FN (CommAbort),
-    FN (CommGetAsyncError), FN (GroupStart), FN (GroupEnd), FN (Send),
-    FN (Recv), FN (Broadcast), FN (AllGather), FN (AllReduce),
-    FN (ReduceScatter),
+static const LbCudaSymbol nccl_symbols[] = {
+  FN (GetErrorString), FN (CommInitAll), FN (CommDestroy), FN (CommAbort),
+  FN (CommGetAsyncError), FN (GroupStart), FN (GroupEnd), FN (Send),
+  FN (Recv), FN (Broadcast), FN (AllGather), FN (AllReduce),
+  FN (ReduceScatter),
+};
+
 #undef FN
-  };
-  /* LINGBOT_NCCL_LIBRARY: another file name or path of the library */
-  const char *env = g_getenv ("LINGBOT_NCCL_LIBRARY");
-  g_autofree char *soname = env && *env ? g_strdup (env) :
-      g_strdup_printf ("libnccl.so.%d", NCCL_MAJOR);
-  GModule *m = g_module_open (soname, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
-  if (m == NULL) {
-    nccl_missing = g_strdup (g_module_error ());        /* names the file */
-    return NULL;
-  }
-  NcclApi api;
-  for (guint i = 0; i < G_N_ELEMENTS (fns); i++) {
-    gpointer sym = NULL;
-    if (!g_module_symbol (m, fns[i].name, &sym) || sym == NULL) {
-      nccl_missing = g_strdup_printf ("%s has no %s", soname, fns[i].name);
-      g_module_close (m);
-      return NULL;
-    }
-    G_STRUCT_MEMBER (gpointer, &api, fns[i].offset) = sym;
-  }
-  nccl_api = api;
-  return m;                     /* stays loaded for the process's life */
-}
+
+/* LINGBOT_NCCL_LIBRARY: another file name or path of the library */
+static LbCudaLibrary nccl_library = {
+  "NCCL", "LINGBOT_NCCL_LIBRARY", "libnccl.so." G_STRINGIFY (NCCL_MAJOR),
+  "groups of CUDA ranks use the local collectives",
+  nccl_symbols, G_N_ELEMENTS (nccl_symbols), &nccl_api, sizeof nccl_api,
+  G_ONCE_INIT, NULL
+};
 
 /**
  * nccl_load:
@@ -115,13 +94,7 @@ nccl_load_once (gpointer unused)
 static gboolean
 nccl_load (GError ** error)
 {
-  static GOnce once = G_ONCE_INIT;
-  if (g_once (&once, nccl_load_once, NULL) != NULL)
-    return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-      "NCCL is not available (%s); groups of CUDA ranks use the local "
-      "collectives", nccl_missing);
-  return FALSE;
+  return lb_cuda_library_load (&nccl_library, error);
 }
 
 typedef struct

@@ -313,6 +313,31 @@ json_int (JsonObject * o, const char *key, int *out)
   return TRUE;
 }
 
+/* An int of LingbotDitConfig (@offset) and its config.json key; @alias:
+ * the diffusers name, read when @key is absent. */
+typedef struct
+{
+  const char *key, *alias;
+  glong offset;
+} DitJsonInt;
+
+#define DIT_OFFSET(f) G_STRUCT_OFFSET (LingbotDitConfig, f)
+
+static const DitJsonInt dit_json_ints[] = {
+  {"dim", NULL, DIT_OFFSET (dim)},
+  {"num_heads", "num_attention_heads", DIT_OFFSET (num_heads)},
+  {"num_layers", NULL, DIT_OFFSET (num_layers)},
+  {"ffn_dim", NULL, DIT_OFFSET (ffn_dim)},
+  {"freq_dim", NULL, DIT_OFFSET (freq_dim)},
+  {"in_dim", "in_channels", DIT_OFFSET (in_dim)},
+  {"out_dim", "out_channels", DIT_OFFSET (out_dim)},
+  {"text_dim", NULL, DIT_OFFSET (text_dim)},
+  {"control_in_features", NULL, DIT_OFFSET (control_in_features)},
+  {"local_attn_size", NULL, DIT_OFFSET (local_attn_frames)},
+  {"sink_size", NULL, DIT_OFFSET (sink_frames)},
+  {"chunk_size", NULL, DIT_OFFSET (chunk_frames)},
+};
+
 /**
  * lingbot_dit_config_merge_json:
  * @cfg: (inout): a configuration to update
@@ -338,21 +363,12 @@ lingbot_dit_config_merge_json (LingbotDitConfig * cfg, const char *json,
     return FALSE;
   }
   JsonObject *o = json_node_get_object (json_parser_get_root (p));
-  json_int (o, "dim", &cfg->dim);
-  if (!json_int (o, "num_heads", &cfg->num_heads))
-    json_int (o, "num_attention_heads", &cfg->num_heads);
-  json_int (o, "num_layers", &cfg->num_layers);
-  json_int (o, "ffn_dim", &cfg->ffn_dim);
-  json_int (o, "freq_dim", &cfg->freq_dim);
-  if (!json_int (o, "in_dim", &cfg->in_dim))
-    json_int (o, "in_channels", &cfg->in_dim);
-  if (!json_int (o, "out_dim", &cfg->out_dim))
-    json_int (o, "out_channels", &cfg->out_dim);
-  json_int (o, "text_dim", &cfg->text_dim);
-  json_int (o, "control_in_features", &cfg->control_in_features);
-  json_int (o, "local_attn_size", &cfg->local_attn_frames);
-  json_int (o, "sink_size", &cfg->sink_frames);
-  json_int (o, "chunk_size", &cfg->chunk_frames);
+  for (guint i = 0; i < G_N_ELEMENTS (dit_json_ints); i++) {
+    const DitJsonInt *k = &dit_json_ints[i];
+    int *v = &G_STRUCT_MEMBER (int, cfg, k->offset);
+    if (!json_int (o, k->key, v) && k->alias)
+      json_int (o, k->alias, v);
+  }
   if (json_object_has_member (o, "eps")) {
     JsonNode *n = json_object_get_member (o, "eps");
     if (JSON_NODE_HOLDS_VALUE (n))
@@ -392,19 +408,84 @@ check_against (const char *key, int from_config, int from_shapes,
   return FALSE;
 }
 
-/* Sets the fields lingbot_dit_config_from_checkpoint() reads off the
- * tensor shapes to those of @sh. */
+/* A field lingbot_dit_config_from_checkpoint() reads off the tensor
+ * shapes: extent @axis of @tensor (@ndim dims) divided by @div; @checked:
+ * a config's value must agree with it. */
+typedef struct
+{
+  const char *key;
+  glong offset;                 /* of the int in LingbotDitConfig */
+  const char *tensor;           /* NULL: the layer count, from the names */
+  int ndim, axis, div;
+  gboolean checked;
+} DitShapeField;
+
+#define DIT_FIELD(f) #f, DIT_OFFSET (f)
+
+/* in the order the tensors are looked up (the first missing one is the
+ * error) */
+static const DitShapeField dit_shape_fields[] = {
+  {DIT_FIELD (dim), "patch_embedding.weight", 5, 0, 1, TRUE},
+  {DIT_FIELD (in_dim), "patch_embedding.weight", 5, 1, 1, TRUE},
+  /* taken from the shapes whatever a config says */
+  {DIT_FIELD (control_in_features), "patch_embedding_wancamctrl.weight", 2,
+      1, 1, FALSE},
+  {DIT_FIELD (ffn_dim), "blocks.0.ffn.0.weight", 2, 0, 1, TRUE},
+  {DIT_FIELD (text_dim), "text_embedding.0.weight", 2, 1, 1, TRUE},
+  /* out_dim times the patch volume (1 x 2 x 2) */
+  {DIT_FIELD (out_dim), "head.head.bias", 1, 0, 4, TRUE},
+  {DIT_FIELD (freq_dim), "time_embedding.0.weight", 2, 1, 1, TRUE},
+  {DIT_FIELD (num_layers), NULL, 0, 0, 1, TRUE},
+};
+
+#define DIT_SHAPE(cfg, f) G_STRUCT_MEMBER (int, (cfg), (f)->offset)
+
+/* The fields of dit_shape_fields as @ckpt's tensors give them, in @sh. */
+static gboolean
+shapes_from_checkpoint (LingbotCheckpoint * ckpt, LingbotDitConfig * sh,
+    GError ** error)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (dit_shape_fields); i++) {
+    const DitShapeField *f = &dit_shape_fields[i];
+    if (f->tensor == NULL)
+      continue;
+    const LbTensor *t = infer_tensor (ckpt, f->tensor, f->ndim, error);
+    if (!t)
+      return FALSE;
+    DIT_SHAPE (sh, f) = (int) (t->shape[f->axis] / f->div);
+  }
+  guint n;
+  const char *const *names = lingbot_checkpoint_list_tensors (ckpt, &n);
+  for (guint i = 0; i < n; i++) {
+    if (g_str_has_prefix (names[i], "blocks.")) {
+      int b = atoi (names[i] + 7);
+      sh->num_layers = MAX (sh->num_layers, b + 1);
+    }
+  }
+  return TRUE;
+}
+
+/* Sets the fields of dit_shape_fields in @cfg to those of @sh. */
 static void
 take_shapes (LingbotDitConfig * cfg, const LingbotDitConfig * sh)
 {
-  cfg->dim = sh->dim;
-  cfg->in_dim = sh->in_dim;
-  cfg->ffn_dim = sh->ffn_dim;
-  cfg->text_dim = sh->text_dim;
-  cfg->out_dim = sh->out_dim;
-  cfg->control_in_features = sh->control_in_features;
-  cfg->num_layers = sh->num_layers;
-  cfg->freq_dim = sh->freq_dim;
+  for (guint i = 0; i < G_N_ELEMENTS (dit_shape_fields); i++)
+    DIT_SHAPE (cfg, &dit_shape_fields[i]) =
+        DIT_SHAPE (sh, &dit_shape_fields[i]);
+}
+
+/* Whether the checked fields of @cfg agree with the shapes @sh. */
+static gboolean
+check_shapes (const LingbotDitConfig * cfg, const LingbotDitConfig * sh,
+    GError ** error)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (dit_shape_fields); i++) {
+    const DitShapeField *f = &dit_shape_fields[i];
+    if (f->checked && !check_against (f->key, DIT_SHAPE (cfg, f),
+            DIT_SHAPE (sh, f), f->tensor ? f->tensor : "blocks.N.*", error))
+      return FALSE;
+  }
+  return TRUE;
 }
 
 /**
@@ -432,43 +513,10 @@ lingbot_dit_config_from_checkpoint (LingbotCheckpoint * ckpt,
   lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_14B);
   c.num_heads = 0;
 
-  const LbTensor *pe = infer_tensor (ckpt, "patch_embedding.weight", 5, error);
-  if (!pe)
-    return FALSE;
-  const LbTensor *ce = infer_tensor (ckpt, "patch_embedding_wancamctrl.weight",
-      2, error);
-  if (!ce)
-    return FALSE;
-  const LbTensor *f0 = infer_tensor (ckpt, "blocks.0.ffn.0.weight", 2, error);
-  if (!f0)
-    return FALSE;
-  const LbTensor *te = infer_tensor (ckpt, "text_embedding.0.weight", 2, error);
-  if (!te)
-    return FALSE;
-  const LbTensor *hb = infer_tensor (ckpt, "head.head.bias", 1, error);
-  if (!hb)
-    return FALSE;
-  const LbTensor *tm = infer_tensor (ckpt, "time_embedding.0.weight", 2, error);
-  if (!tm)
-    return FALSE;
-
   /* what the shapes say */
   LingbotDitConfig sh = { 0 };
-  sh.dim = (int) pe->shape[0];
-  sh.in_dim = (int) pe->shape[1];
-  sh.ffn_dim = (int) f0->shape[0];
-  sh.text_dim = (int) te->shape[1];
-  sh.out_dim = (int) (hb->shape[0] / 4);
-  sh.control_in_features = (int) ce->shape[1];
-  sh.freq_dim = (int) tm->shape[1];
-  guint n;
-  const char *const *names = lingbot_checkpoint_list_tensors (ckpt, &n);
-  for (guint i = 0; i < n; i++) {
-    if (g_str_has_prefix (names[i], "blocks.")) {
-      int b = atoi (names[i] + 7);
-      sh.num_layers = MAX (sh.num_layers, b + 1);
-    }
-  }
+  if (!shapes_from_checkpoint (ckpt, &sh, error))
+    return FALSE;
 
   const char *meta = config_json;
   if (meta == NULL)
@@ -478,19 +526,7 @@ lingbot_dit_config_from_checkpoint (LingbotCheckpoint * ckpt,
     take_shapes (&j, &sh);
     if (!lingbot_dit_config_merge_json (&j, meta, error))
       return FALSE;
-    if (!check_against ("dim", j.dim, sh.dim, "patch_embedding.weight", error)
-        || !check_against ("in_dim", j.in_dim, sh.in_dim,
-            "patch_embedding.weight", error)
-        || !check_against ("ffn_dim", j.ffn_dim, sh.ffn_dim,
-            "blocks.0.ffn.0.weight", error)
-        || !check_against ("text_dim", j.text_dim, sh.text_dim,
-            "text_embedding.0.weight", error)
-        || !check_against ("out_dim", j.out_dim, sh.out_dim, "head.head.bias",
-            error)
-        || !check_against ("freq_dim", j.freq_dim, sh.freq_dim,
-            "time_embedding.0.weight", error)
-        || !check_against ("num_layers", j.num_layers, sh.num_layers,
-            "blocks.N.*", error))
+    if (!check_shapes (&j, &sh, error))
       return FALSE;
     c = j;
   }

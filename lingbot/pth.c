@@ -269,6 +269,13 @@ vm_top (Vm * vm, GError ** error)
   return g_ptr_array_index (vm->stack, vm->stack->len - 1);
 }
 
+/* Pops the top two items: @b the top, @a the one below it. */
+static gboolean
+vm_pop2 (Vm * vm, PkObj ** a, PkObj ** b, GError ** error)
+{
+  return (*b = vm_pop (vm, error)) != NULL && (*a = vm_pop (vm, error)) != NULL;
+}
+
 /* Pops everything above the last MARK (and the mark); returns the first
  * index of the popped run through *start; the items stay in vm->stack
  * beyond its new length until the caller truncates. */
@@ -765,15 +772,11 @@ vm_run (Vm * vm, GError ** error)
         vm->pos += 8;
         break;
       case '}':                /* EMPTY_DICT */
-        if (!vm_push (vm, pk_new (vm, PK_DICT), error))
-          return NULL;
-        break;
       case ']':                /* EMPTY_LIST */
-        if (!vm_push (vm, pk_new (vm, PK_LIST), error))
-          return NULL;
-        break;
       case ')':                /* EMPTY_TUPLE */
-        if (!vm_push (vm, pk_new (vm, PK_TUPLE), error))
+      case 'N':                /* NONE */
+        if (!vm_push (vm, pk_new (vm, op == '}' ? PK_DICT : op == ']' ?
+                    PK_LIST : op == ')' ? PK_TUPLE : PK_NONE), error))
           return NULL;
         break;
       case '(':                /* MARK */
@@ -869,10 +872,6 @@ vm_run (Vm * vm, GError ** error)
         if (!vm_push (vm, o, error))
           return NULL;
         break;
-      case 'N':                /* NONE */
-        if (!vm_push (vm, pk_new (vm, PK_NONE), error))
-          return NULL;
-        break;
       case 'c':{               /* GLOBAL: "module\nname\n" */
         const char *s = (const char *) vm->p + vm->pos;
         gsize avail = vm->len - vm->pos;
@@ -892,8 +891,7 @@ vm_run (Vm * vm, GError ** error)
         break;
       }
       case 0x93:               /* STACK_GLOBAL */
-        if ((b = vm_pop (vm, error)) == NULL || (a = vm_pop (vm, error)) ==
-            NULL)
+        if (!vm_pop2 (vm, &a, &b, error))
           return NULL;
         if (a->type != PK_STR || b->type != PK_STR) {
           vm_fail (vm, error, "STACK_GLOBAL needs two strings");
@@ -906,16 +904,14 @@ vm_run (Vm * vm, GError ** error)
           return NULL;
         break;
       case 'R':                /* REDUCE */
-        if ((b = vm_pop (vm, error)) == NULL || (a = vm_pop (vm, error)) ==
-            NULL)
+        if (!vm_pop2 (vm, &a, &b, error))
           return NULL;
         if ((o = vm_call (vm, a, b, 0, error)) == NULL ||
             !vm_push (vm, o, error))
           return NULL;
         break;
       case 0x81:               /* NEWOBJ: cls args */
-        if ((b = vm_pop (vm, error)) == NULL || (a = vm_pop (vm, error)) ==
-            NULL)
+        if (!vm_pop2 (vm, &a, &b, error))
           return NULL;
         o = pk_new (vm, a->type == PK_GLOBAL &&
             pk_is_global (a, "collections", "OrderedDict") ? PK_DICT :
@@ -943,11 +939,9 @@ vm_run (Vm * vm, GError ** error)
         break;
       case 'q':                /* BINPUT */
       case 'r':                /* LONG_BINPUT */
-        if (!vm_memo_put (vm, n, error))
-          return NULL;
-        break;
-      case 0x94:               /* MEMOIZE */
-        if (!vm_memo_put (vm, g_hash_table_size (vm->memo), error))
+      case 0x94:               /* MEMOIZE: at the next free index */
+        if (!vm_memo_put (vm, op == 0x94 ? g_hash_table_size (vm->memo) : n,
+                error))
           return NULL;
         break;
       case 'h':                /* BINGET */

@@ -116,40 +116,41 @@ get_any (LingbotCheckpoint * ckpt, const char *name, int ndim, GError ** error)
   return t;
 }
 
+/* The tensors infer_config() reads the shapes off, in lookup order. */
+enum
+{
+  INFER_EMB, INFER_Q, INFER_GATE, INFER_FC1, INFER_FC2, INFER_POS, N_INFER
+};
+
+static const char *const infer_names[N_INFER] = {
+  [INFER_EMB] = "token_embedding.weight",
+  [INFER_Q] = "blocks.0.attn.q.weight",
+  [INFER_GATE] = "blocks.0.ffn.gate.0.weight",
+  [INFER_FC1] = "blocks.0.ffn.fc1.weight",
+  [INFER_FC2] = "blocks.0.ffn.fc2.weight",
+  [INFER_POS] = "blocks.0.pos_embedding.embedding.weight",
+};
+
 static gboolean
 infer_config (LingbotCheckpoint * ckpt, LingbotTextEncoderConfig * cfg,
     GError ** error)
 {
-  const LbTensor *emb = get_any (ckpt, "token_embedding.weight", 2, error);
-  if (!emb)
-    return FALSE;
-  const LbTensor *q = get_any (ckpt, "blocks.0.attn.q.weight", 2, error);
-  if (!q)
-    return FALSE;
-  const LbTensor *gate = get_any (ckpt, "blocks.0.ffn.gate.0.weight", 2,
-      error);
-  if (!gate)
-    return FALSE;
-  const LbTensor *fc1 = get_any (ckpt, "blocks.0.ffn.fc1.weight", 2, error);
-  if (!fc1)
-    return FALSE;
-  const LbTensor *fc2 = get_any (ckpt, "blocks.0.ffn.fc2.weight", 2, error);
-  if (!fc2)
-    return FALSE;
-  const LbTensor *pos = get_any (ckpt,
-      "blocks.0.pos_embedding.embedding.weight", 2, error);
-  if (!pos)
-    return FALSE;
+  const LbTensor *t[N_INFER];
+  for (int i = 0; i < N_INFER; i++)
+    if (!(t[i] = get_any (ckpt, infer_names[i], 2, error)))
+      return FALSE;
+  const LbTensor *gate = t[INFER_GATE], *pos = t[INFER_POS];
 
-  cfg->vocab = emb->shape[0];
-  cfg->dim = emb->shape[1];
-  cfg->dim_attn = q->shape[0];
+  cfg->vocab = t[INFER_EMB]->shape[0];
+  cfg->dim = t[INFER_EMB]->shape[1];
+  cfg->dim_attn = t[INFER_Q]->shape[0];
   /* the FFN width two of gate/fc1/fc2 agree on, so that a single
    * misshapen tensor is the one the shape check names */
-  if (gate->shape[0] == fc1->shape[0] || gate->shape[0] == fc2->shape[1])
+  if (gate->shape[0] == t[INFER_FC1]->shape[0] ||
+      gate->shape[0] == t[INFER_FC2]->shape[1])
     cfg->dim_ffn = gate->shape[0];
   else
-    cfg->dim_ffn = fc1->shape[0];
+    cfg->dim_ffn = t[INFER_FC1]->shape[0];
   cfg->num_buckets = (int) pos->shape[0];
   cfg->num_heads = (int) pos->shape[1];
   cfg->max_distance = 128;

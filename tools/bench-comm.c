@@ -13,6 +13,7 @@
  */
 #include "tools/bench-comm.h"
 #include "tools/bench-common.h"
+#include "tools/tool-common.h"
 #include "comm/comm.h"
 
 #include <stdio.h>
@@ -317,18 +318,16 @@ lingbot_bench_comm_main (int argc, char **argv)
         NULL},
     {NULL}
   };
-  g_autoptr (GOptionContext) ctx =
-      g_option_context_new ("- collectives and channel throughput");
-  g_autoptr (GError) err = NULL;
-  g_option_context_add_main_entries (ctx, entries, NULL);
+  const char *prog = "lingbot-bench comm";
+  if (!lingbot_tool_parse (prog, "- collectives and channel throughput",
+          NULL, entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
   int ranks[16], sizes[16], n_ranks, n_sizes;
-  if (!g_option_context_parse (ctx, &argc, &argv, &err) || iters_opt < 0 ||
-      !parse_list (ranks_s, ranks, 16, &n_ranks, 1, 64) ||
-      !parse_list (sizes_s, sizes, 16, &n_sizes, 1, 4096)) {
-    fprintf (stderr, "lingbot-bench comm: %s\n", err ? err->message :
-        "--ranks takes 1..64, --size-mib 1..4096 (comma lists), --iters >= 0");
-    return 2;
-  }
+  if (iters_opt < 0 || !parse_list (ranks_s, ranks, 16, &n_ranks, 1, 64) ||
+      !parse_list (sizes_s, sizes, 16, &n_sizes, 1, 4096))
+    return lingbot_tool_usage_error (prog, "--ranks takes 1..64, --size-mib "
+        "1..4096 (comma lists), --iters >= 0");
+  g_autoptr (GError) err = NULL;
 
   if (!json)
     printf ("ranks size_MiB  %-22s %6s %11s %9s %9s %7s\n", "operation",

@@ -36,6 +36,7 @@
 #include "comm/collectives.h"
 #include "tools/bench-common.h"
 #include "tools/bench-counters.h"
+#include "tools/tool-common.h"
 
 /* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
  * given on a GPU backend: H100/H200 SXM BF16 tensor cores (anchors 1c)
@@ -655,52 +656,39 @@ lingbot_bench_dit_main (int argc, char **argv)
     {"json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON lines on stdout", NULL},
     {NULL}
   };
-  g_autoptr (GOptionContext) ctx = g_option_context_new ("- DiT chunk rate");
-  g_option_context_add_main_entries (ctx, entries, NULL);
+  const char *prog = "lingbot-bench dit";
+  if (!lingbot_tool_parse (prog, "- DiT chunk rate", NULL, entries, &argc,
+          &argv))
+    return LINGBOT_TOOL_USAGE;
   g_autoptr (GError) err = NULL;
-  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
-    fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
-    return 2;
-  }
 
   int64_t lh = 16, lw = 24;
   if (latent && (sscanf (latent, "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT,
-              &lh, &lw) != 2 || lh < 2 || lw < 2)) {
-    fprintf (stderr, "lingbot-bench dit: --latent wants HxW\n");
-    return 2;
-  }
+              &lh, &lw) != 2 || lh < 2 || lw < 2))
+    return lingbot_tool_usage_error (prog, "--latent wants HxW");
   LbMathMode math = LB_MATH_FP32;
   if (precision && g_str_equal (precision, "bf16")) {
     math = LB_MATH_BF16;
   } else if (precision && g_str_equal (precision, "fp8")) {
     math = LB_MATH_FP8;
   } else if (precision && !g_str_equal (precision, "fp32")) {
-    fprintf (stderr, "lingbot-bench dit: --precision wants fp32, bf16 or "
-        "fp8, " "not %s\n", precision);
-    return 2;
+    return lingbot_tool_usage_error (prog, "--precision wants fp32, bf16 or "
+        "fp8, not %s", precision);
   }
-  if (chunks < 1 || text_len < 1) {
-    fprintf (stderr, "lingbot-bench dit: --chunks and --text-len must be "
-        "positive\n");
-    return 2;
-  }
-  if (rank_of != -1 && rank_of < 2) {
-    fprintf (stderr, "lingbot-bench dit: --rank-of wants 2 or more ranks, "
-        "not %d\n", rank_of);
-    return 2;
-  }
-  if (!(link_gbps > 0)) {
-    fprintf (stderr, "lingbot-bench dit: --link-gbps must be positive\n");
-    return 2;
-  }
+  if (chunks < 1 || text_len < 1)
+    return lingbot_tool_usage_error (prog, "--chunks and --text-len must be "
+        "positive");
+  if (rank_of != -1 && rank_of < 2)
+    return lingbot_tool_usage_error (prog, "--rank-of wants 2 or more ranks, "
+        "not %d", rank_of);
+  if (!(link_gbps > 0))
+    return lingbot_tool_usage_error (prog, "--link-gbps must be positive");
 
   LingbotDitConfig mc;
   if (!model) {
     LingbotDitPreset p = LINGBOT_DIT_PRESET_TINY;
-    if (preset && !lingbot_dit_config_preset_from_name (preset, &p)) {
-      fprintf (stderr, "lingbot-bench dit: unknown preset %s\n", preset);
-      return 2;
-    }
+    if (preset && !lingbot_dit_config_preset_from_name (preset, &p))
+      return lingbot_tool_usage_error (prog, "unknown preset %s", preset);
     lingbot_dit_config_init_preset (&mc, p);
     if (dim > 0)
       mc.dim = dim;
@@ -716,14 +704,9 @@ lingbot_bench_dit_main (int argc, char **argv)
   if (estimate) {
     /* a model's configuration without its weights (a dummy model's
      * config.json, or a checkpoint's shapes) */
-    if (model && !lingbot_dit_load_config (model, &mc, &err)) {
-      fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
-      return 2;
-    }
-    if (!lingbot_dit_config_validate (&mc, &err)) {
-      fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
-      return 2;
-    }
+    if ((model && !lingbot_dit_load_config (model, &mc, &err)) ||
+        !lingbot_dit_config_validate (&mc, &err))
+      return lingbot_tool_usage_error (prog, "%s", err->message);
     if (rank_of > 0 && !rank_of_check (&mc, rank_of))
       return 2;
     return run_estimate (&mc, lh, lw, text_len, rank_of > 0 ? rank_of :
@@ -732,11 +715,9 @@ lingbot_bench_dit_main (int argc, char **argv)
   /* before the weights are made (14B: 74 GB) */
   if (rank_of > 0 && !model && !rank_of_check (&mc, rank_of))
     return 2;
-  if (rank_of > 0 && count_ranks (devices) != 1) {
-    fprintf (stderr, "lingbot-bench dit: --rank-of runs on one rank "
-        "(--devices cpu:1 or one GPU ordinal), not %s\n", devices);
-    return 2;
-  }
+  if (rank_of > 0 && count_ranks (devices) != 1)
+    return lingbot_tool_usage_error (prog, "--rank-of runs on one rank "
+        "(--devices cpu:1 or one GPU ordinal), not %s", devices);
 
   /* the model: loaded, or random weights (timed: 14B is 74 GB of f32) */
   g_autoptr (LingbotDit) dit = NULL;
@@ -759,10 +740,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   int n_ranks = 1;
   g_autofree int *ordinals = NULL;
   if (!lingbot_backend_parse_devices (devices ? devices : "cpu:1", &be,
-          &n_ranks, &ordinals, &err)) {
-    fprintf (stderr, "lingbot-bench dit: %s\n", err->message);
-    return 2;
-  }
+          &n_ranks, &ordinals, &err))
+    return lingbot_tool_usage_error (prog, "%s", err->message);
   const gboolean on_cpu = be->device_type == LB_DEVICE_CPU;
   const int n_devices = count_devices (be, ordinals, n_ranks);
   if (peak <= 0 && !on_cpu)

@@ -22,6 +22,7 @@
  */
 #include "tools/bench-ops.h"
 #include "tools/bench-common.h"
+#include "tools/tool-common.h"
 #include "kernels/cpu/cpu-internal.h"
 
 #include <cblas.h>
@@ -301,24 +302,20 @@ lingbot_bench_ops (int argc, char **argv)
         "NAME"},
     {NULL}
   };
-  g_autoptr (GOptionContext) ctx =
-      g_option_context_new ("- the CPU kernels next to sgemm");
-  g_option_context_set_description (ctx,
-      "One JSON line per op, ISA variant and thread count. Compute ops "
-      "(attention, conv3d_causal): seconds (the best of --iters), gflops, "
-      "and cblas_sgemm on the same FLOPs timed in the same run "
-      "(sgemm_seconds, sgemm_gflops); ratio = gflops / sgemm_gflops, the "
-      "figure that carries between machines. Memory-bound ops (layer_norm, "
-      "rms_norm, gelu_tanh, modulate, channel_rms_norm_silu): "
-      "gbytes_per_s, input read plus output written. "
-      "Shapes: docs/performance.md \"The CPU kernels after issue 2.6\".");
-  g_autoptr (GError) err = NULL;
-  g_option_context_add_main_entries (ctx, entries, NULL);
-  if (!g_option_context_parse (ctx, &argc, &argv, &err) || iters < 1) {
-    fprintf (stderr, "lingbot-bench ops: %s\n",
-        err ? err->message : "--iters must be positive");
-    return 2;
-  }
+  const char *prog = "lingbot-bench ops";
+  if (!lingbot_tool_parse (prog, "- the CPU kernels next to sgemm",
+          "One JSON line per op, ISA variant and thread count. Compute ops "
+          "(attention, conv3d_causal): seconds (the best of --iters), gflops, "
+          "and cblas_sgemm on the same FLOPs timed in the same run "
+          "(sgemm_seconds, sgemm_gflops); ratio = gflops / sgemm_gflops, the "
+          "figure that carries between machines. Memory-bound ops (layer_norm, "
+          "rms_norm, gelu_tanh, modulate, channel_rms_norm_silu): "
+          "gbytes_per_s, input read plus output written. "
+          "Shapes: docs/performance.md \"The CPU kernels after issue 2.6\".",
+          entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
+  if (iters < 1)
+    return lingbot_tool_usage_error (prog, "--iters must be positive");
   LbCpuIsa isas[3];
   int n_isas = 0;
   if (isa_name == NULL) {
@@ -328,10 +325,9 @@ lingbot_bench_ops (int argc, char **argv)
       isas[n_isas++] = (LbCpuIsa) i;
   } else if (!lb_cpu_isa_parse (isa_name, &isas[0]) ||
       isas[0] > lb_cpu_isa_best ()) {
-    fprintf (stderr, "lingbot-bench ops: --isa %s: not one of baseline, "
-        "avx2, avx512, all, or above this CPU's best (%s)\n", isa_name,
+    return lingbot_tool_usage_error (prog, "--isa %s: not one of baseline, "
+        "avx2, avx512, all, or above this CPU's best (%s)", isa_name,
         lb_cpu_isa_name (lb_cpu_isa_best ()));
-    return 2;
   } else {
     n_isas = 1;
   }
@@ -343,6 +339,7 @@ lingbot_bench_ops (int argc, char **argv)
     thread_counts[n_threads++] = all;
 
   LbBackend *be = lb_cpu_backend ();
+  g_autoptr (GError) err = NULL;
   LbStream *s = be->stream_new (be, 0, &err);
   if (s == NULL) {
     fprintf (stderr, "lingbot-bench ops: %s\n", err->message);

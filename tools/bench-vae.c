@@ -23,6 +23,7 @@
  */
 #include "tools/bench-vae.h"
 #include "tools/bench-common.h"
+#include "tools/tool-common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,33 +230,26 @@ lingbot_bench_vae_main (int argc, char **argv)
     {"json", 0, 0, G_OPTION_ARG_NONE, &json, "print one JSON object", NULL},
     {NULL}
   };
-  g_autoptr (GOptionContext) octx
-      = g_option_context_new ("- streamed VAE decode seconds per chunk");
-  g_autoptr (GError) err = NULL;
-  g_option_context_add_main_entries (octx, entries, NULL);
+  const char *prog = "lingbot-bench vae";
+  if (!lingbot_tool_parse (prog, "- streamed VAE decode seconds per chunk",
+          NULL, entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
   int h = 0, w = 0;
-  if (!g_option_context_parse (octx, &argc, &argv, &err)
-      || sscanf (latent, "%dx%d", &h, &w) != 2 || h < 1 || w < 1 || L < 1
-      || chunks < 1 || dim < 2 || dit_chunk_s < 0) {
-    fprintf (stderr, "lingbot-bench vae: %s\n",
-        err ? err->message
-        : "bad --latent, --chunk-latents, --chunks, --dim or " "--dit-chunk-s");
-    return 2;
-  }
+  if (sscanf (latent, "%dx%d", &h, &w) != 2 || h < 1 || w < 1 || L < 1
+      || chunks < 1 || dim < 2 || dit_chunk_s < 0)
+    return lingbot_tool_usage_error (prog, "bad --latent, --chunk-latents, "
+        "--chunks, --dim or --dit-chunk-s");
   LbMathMode math = LB_MATH_FP32;
   if (precision && strcmp (precision, "fp32") != 0) {
-    if (strcmp (precision, "bf16") != 0) {
-      fprintf (stderr, "lingbot-bench vae: --precision is fp32 or bf16, "
-          "not \"%s\"\n", precision);
-      return 2;
-    }
+    if (strcmp (precision, "bf16") != 0)
+      return lingbot_tool_usage_error (prog, "--precision is fp32 or bf16, "
+          "not \"%s\"", precision);
     math = LB_MATH_BF16;
   }
-  if (ranks_s && devices) {
-    fprintf (stderr, "lingbot-bench vae: give --ranks (CPU rank counts) or "
-        "--devices (one set of ranks), not both\n");
-    return 2;
-  }
+  if (ranks_s && devices)
+    return lingbot_tool_usage_error (prog, "give --ranks (CPU rank counts) "
+        "or --devices (one set of ranks), not both");
+  g_autoptr (GError) err = NULL;
 
   /* the runs: one per --ranks entry on the CPU, or the --devices set */
   LbBackend *be = lb_cpu_backend ();
@@ -264,10 +258,8 @@ lingbot_bench_vae_main (int argc, char **argv)
   int n_runs;
   if (devices) {
     int n = 0;
-    if (!lingbot_backend_parse_devices (devices, &be, &n, &ordinals, &err)) {
-      fprintf (stderr, "lingbot-bench vae: %s\n", err->message);
-      return 2;
-    }
+    if (!lingbot_backend_parse_devices (devices, &be, &n, &ordinals, &err))
+      return lingbot_tool_usage_error (prog, "%s", err->message);
     list = g_new0 (char *, 2);
     list[0] = g_strdup_printf ("%d", n);
     n_runs = 1;

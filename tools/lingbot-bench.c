@@ -18,6 +18,7 @@
 #include "tools/bench-vae.h"
 #include "tools/bench-direct.h"
 #include "tools/bench-ops.h"
+#include "tools/tool-common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,15 +36,13 @@ bench_gemm (int argc, char **argv)
         "cpu, cuda or auto (cpu)", "NAME"},
     {NULL}
   };
-  g_autoptr (GOptionContext) ctx = g_option_context_new ("- GEMM rate");
+  const char *prog = "lingbot-bench gemm";
+  if (!lingbot_tool_parse (prog, "- GEMM rate", NULL, entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
+  if (size < 1 || iters < 1)
+    return lingbot_tool_usage_error (prog,
+        "--size and --iters must be positive");
   g_autoptr (GError) err = NULL;
-  g_option_context_add_main_entries (ctx, entries, NULL);
-  if (!g_option_context_parse (ctx, &argc, &argv, &err) || size < 1 ||
-      iters < 1) {
-    fprintf (stderr, "lingbot-bench gemm: %s\n",
-        err ? err->message : "--size and --iters must be positive");
-    return 2;
-  }
   LbBackend *be = lingbot_backend_get (backend_name, &err);
   if (be == NULL) {
     fprintf (stderr, "lingbot-bench gemm: %s\n", err->message);

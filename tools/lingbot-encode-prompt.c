@@ -10,6 +10,7 @@
  */
 #include "lingbot/text-encoder.h"
 #include "lingbot/backend.h"
+#include "tools/tool-common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,17 +38,12 @@ main (int argc, char **argv)
     {NULL}
   };
   g_autoptr (GError) err = NULL;
-  g_autoptr (GOptionContext) ctx =
-      g_option_context_new ("- write a prompt-embeds file");
-  g_option_context_add_main_entries (ctx, entries, NULL);
-  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
-    fprintf (stderr, "lingbot-encode-prompt: %s\n", err->message);
-    return 2;
-  }
-  if (t5 == NULL || out == NULL) {
-    fprintf (stderr, "lingbot-encode-prompt: --t5 and --out are required\n");
-    return 2;
-  }
+  const char *prog = "lingbot-encode-prompt";
+  if (!lingbot_tool_parse (prog, "- write a prompt-embeds file", NULL,
+          entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
+  if (t5 == NULL || out == NULL)
+    return lingbot_tool_usage_error (prog, "--t5 and --out are required");
 
   g_autofree char *tok_dir = tokenizer ? NULL : g_path_get_dirname (t5);
   g_autoptr (LingbotTokenizer) tok = lingbot_tokenizer_new (tokenizer ?

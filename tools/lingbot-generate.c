@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "lingbot/lingbot.h"
+#include "tools/tool-common.h"
 
 typedef struct
 {
@@ -104,29 +105,22 @@ main (int argc, char **argv)
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "Print nothing", NULL},
     {NULL}
   };
-  g_autoptr (GOptionContext) octx =
-      g_option_context_new ("- generate a LingBot-World video");
-  g_option_context_add_main_entries (octx, entries, NULL);
-  g_autoptr (GError) err = NULL;
-  if (!g_option_context_parse (octx, &argc, &argv, &err)) {
-    fprintf (stderr, "lingbot-generate: %s\n", err->message);
-    return 2;
-  }
+  const char *prog = "lingbot-generate";
+  if (!lingbot_tool_parse (prog, "- generate a LingBot-World video", NULL,
+          entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
   if (model == NULL || image == NULL || (out == NULL && y4m == NULL) ||
-      frames <= 0 || fps <= 0) {
-    fprintf (stderr, "lingbot-generate: --model, --image, --frames > 0 and "
-        "--out or --y4m are required\n");
-    return 2;
-  }
+      frames <= 0 || fps <= 0)
+    return lingbot_tool_usage_error (prog, "--model, --image, --frames > 0 "
+        "and --out or --y4m are required");
+  g_autoptr (GError) err = NULL;
   guint fixed_keys = 0;
   if (keys_str) {
     g_auto (GStrv) names = g_strsplit (keys_str, ",", -1);
     for (int i = 0; names[i]; i++) {
       guint k = lingbot_key_from_name (g_strstrip (names[i]));
-      if (k == 0) {
-        fprintf (stderr, "lingbot-generate: unknown key \"%s\"\n", names[i]);
-        return 2;
-      }
+      if (k == 0)
+        return lingbot_tool_usage_error (prog, "unknown key \"%s\"", names[i]);
       fixed_keys |= k;
     }
   }

@@ -10,6 +10,7 @@
  * file cannot be read.
  */
 #include "lingbot/checkpoint.h"
+#include "tools/tool-common.h"
 
 #include <locale.h>
 #include <stdio.h>
@@ -83,16 +84,10 @@ main (int argc, char **argv)
   };
 
   setlocale (LC_ALL, "");
-  GOptionContext *ctx = g_option_context_new ("FILE... - list the tensors of "
-      "safetensors, sharded safetensors, .pth and .npy checkpoints");
-  g_option_context_add_main_entries (ctx, entries, NULL);
-  if (!g_option_context_parse (ctx, &argc, &argv, &error)) {
-    fprintf (stderr, "lingbot-inspect: %s\n", error->message);
-    g_error_free (error);
-    g_option_context_free (ctx);
-    return 2;
-  }
-  g_option_context_free (ctx);
+  if (!lingbot_tool_parse ("lingbot-inspect", "FILE... - list the tensors "
+          "of safetensors, sharded safetensors, .pth and .npy checkpoints",
+          NULL, entries, &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
   if (argc < 2) {
     fprintf (stderr, "usage: lingbot-inspect [--metadata] FILE...\n");
     return 2;

@@ -50,6 +50,7 @@
 #include "lingbot/dummy.h"
 #include "kernels/error.h"
 #include "lingbot/tokenizer.h"
+#include "tools/tool-common.h"
 
 static gboolean
 write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
@@ -202,25 +203,19 @@ main (int argc, char **argv)
           "or safetensors", "F"},
     {NULL}
   };
-  g_autoptr (GOptionContext) ctx =
-      g_option_context_new ("- write a random-weight LingBot DiT checkpoint");
-  g_option_context_add_main_entries (ctx, entries, NULL);
+  const char *prog = "lingbot-mkmodel";
+  if (!lingbot_tool_parse (prog,
+          "- write a random-weight LingBot DiT checkpoint", NULL, entries,
+          &argc, &argv))
+    return LINGBOT_TOOL_USAGE;
+  if (out == NULL)
+    return lingbot_tool_usage_error (prog, "--out DIR is required");
   g_autoptr (GError) err = NULL;
-  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
-    fprintf (stderr, "lingbot-mkmodel: %s\n", err->message);
-    return 2;
-  }
-  if (out == NULL) {
-    fprintf (stderr, "lingbot-mkmodel: --out DIR is required\n");
-    return 2;
-  }
 
   LingbotDitPreset p = LINGBOT_DIT_PRESET_TINY;
-  if (preset && !lingbot_dit_config_preset_from_name (preset, &p)) {
-    fprintf (stderr, "lingbot-mkmodel: unknown preset \"%s\" (14b, 1.3b, "
-        "tiny)\n", preset);
-    return 2;
-  }
+  if (preset && !lingbot_dit_config_preset_from_name (preset, &p))
+    return lingbot_tool_usage_error (prog, "unknown preset \"%s\" (14b, "
+        "1.3b, tiny)", preset);
   LingbotDitConfig cfg;
   lingbot_dit_config_init_preset (&cfg, p);
 #define SET(field, v) if ((v) > 0) cfg.field = (v)
@@ -244,20 +239,17 @@ main (int argc, char **argv)
   LbDType dtype = LB_DTYPE_BF16;
   if (dtype_name && !lb_dtype_from_safetensors (dtype_name, &dtype)) {
     g_autofree char *up = g_ascii_strup (dtype_name, -1);
-    if (!lb_dtype_from_safetensors (up, &dtype)) {
-      fprintf (stderr, "lingbot-mkmodel: unknown dtype \"%s\"\n", dtype_name);
-      return 2;
-    }
+    if (!lb_dtype_from_safetensors (up, &dtype))
+      return lingbot_tool_usage_error (prog, "unknown dtype \"%s\"",
+          dtype_name);
   }
 
   const char *ext = ".pth";
   if (format && g_ascii_strcasecmp (format, "safetensors") == 0)
     ext = ".safetensors";
-  else if (format && g_ascii_strcasecmp (format, "pth") != 0) {
-    fprintf (stderr, "lingbot-mkmodel: unknown format \"%s\" (pth, "
-        "safetensors)\n", format);
-    return 2;
-  }
+  else if (format && g_ascii_strcasecmp (format, "pth") != 0)
+    return lingbot_tool_usage_error (prog, "unknown format \"%s\" (pth, "
+        "safetensors)", format);
 
   if (vae_dim <= 0)
     vae_dim = (p == LINGBOT_DIT_PRESET_TINY || p == LINGBOT_DIT_PRESET_DEMO) ?

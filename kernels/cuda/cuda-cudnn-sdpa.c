@@ -165,7 +165,103 @@ enum
   T_LOG, T_STATS, T_P, N_TENSORS
 };
 
-#define N_OPS 10
+/* The layouts of the graph's tensors (sdpa_plan_build() fills them from
+ * the key): the real operands, the by-value scale, the scores and the
+ * per-query statistics. */
+enum
+{
+  L_Q, L_K, L_V, L_O, L_ONE, L_SCORES, L_ROWS, N_LAYOUTS
+};
+
+/* One tensor of the graph: its uid, data type, layout and kind. */
+typedef struct
+{
+  int64_t uid;
+  int type;                     /* TY_* */
+  int layout;                   /* L_* */
+  gboolean is_virtual, by_value;
+} SdpaTensor;
+
+/* the tensors' data types: the I/O type (bf16), f32, the output's */
+enum
+{
+  TY_IO, TY_F32, TY_OUT
+};
+
+static const SdpaTensor sdpa_tensors[N_TENSORS] = {
+  [T_Q] = {UID_Q, TY_IO, L_Q, FALSE, FALSE},
+  [T_K] = {UID_K, TY_IO, L_K, FALSE, FALSE},
+  [T_V] = {UID_V, TY_IO, L_V, FALSE, FALSE},
+  [T_O] = {UID_O, TY_OUT, L_O, FALSE, FALSE},
+  [T_SCALE] = {UID_SCALE, TY_F32, L_ONE, FALSE, TRUE},
+  [T_S] = {UID_S, TY_F32, L_SCORES, TRUE, FALSE},
+  [T_SCALED] = {UID_SCALED, TY_F32, L_SCORES, TRUE, FALSE},
+  [T_MAX] = {UID_MAX, TY_F32, L_ROWS, TRUE, FALSE},
+  [T_SUB] = {UID_SUB, TY_F32, L_SCORES, TRUE, FALSE},
+  [T_EXP] = {UID_EXP, TY_F32, L_SCORES, TRUE, FALSE},
+  [T_SUM] = {UID_SUM, TY_F32, L_ROWS, TRUE, FALSE},
+  [T_LOG] = {UID_LOG, TY_F32, L_ROWS, TRUE, FALSE},
+  [T_STATS] = {UID_STATS, TY_F32, L_ROWS, TRUE, FALSE},
+  /* P in the I/O type: the second matmul's A operand */
+  [T_P] = {UID_P, TY_IO, L_SCORES, TRUE, FALSE},
+};
+
+/* the kinds of graph node */
+enum
+{
+  OP_MATMUL, OP_POINTWISE, OP_REDUCTION
+};
+
+/* One node: y = op(x, b) on the tensors T_* (b -1: a unary node), in the
+ * order of the frontend's composite SDPA node. */
+typedef struct
+{
+  int kind;                     /* OP_* */
+  int mode;                     /* cudnnPointwiseMode_t or
+                                 * cudnnReduceTensorOp_t */
+  int x, b, y;
+  const char *what;
+} SdpaOp;
+
+#define SDPA_WHAT(w) "attention (cuDNN SDPA): " w
+
+static const SdpaOp sdpa_ops[] = {
+  {OP_MATMUL, 0, T_Q, T_K, T_S, SDPA_WHAT ("Q.K^T")},
+  {OP_POINTWISE, CUDNN_POINTWISE_MUL, T_S, T_SCALE, T_SCALED,
+      SDPA_WHAT ("scale")},
+  {OP_REDUCTION, CUDNN_REDUCE_TENSOR_MAX, T_SCALED, -1, T_MAX,
+      SDPA_WHAT ("row max")},
+  {OP_POINTWISE, CUDNN_POINTWISE_SUB, T_SCALED, T_MAX, T_SUB,
+      SDPA_WHAT ("sub")},
+  {OP_POINTWISE, CUDNN_POINTWISE_EXP, T_SUB, -1, T_EXP, SDPA_WHAT ("exp")},
+  {OP_REDUCTION, CUDNN_REDUCE_TENSOR_ADD, T_EXP, -1, T_SUM,
+      SDPA_WHAT ("row sum")},
+  {OP_POINTWISE, CUDNN_POINTWISE_LOG, T_SUM, -1, T_LOG, SDPA_WHAT ("log")},
+  {OP_POINTWISE, CUDNN_POINTWISE_ADD, T_MAX, T_LOG, T_STATS,
+      SDPA_WHAT ("stats")},
+  {OP_POINTWISE, CUDNN_POINTWISE_DIV, T_EXP, T_SUM, T_P, SDPA_WHAT ("div")},
+  {OP_MATMUL, 0, T_P, T_V, T_O, SDPA_WHAT ("P.V")},
+};
+
+#define N_OPS ((int) G_N_ELEMENTS (sdpa_ops))
+
+/* The node @o of the graph on the tensors @t (a finalized operation or
+ * NULL). */
+static cudnnBackendDescriptor_t
+sdpa_op_build (const SdpaOp * o, cudnnBackendDescriptor_t * t, GError ** error)
+{
+  cudnnBackendDescriptor_t b = o->b >= 0 ? t[o->b] : NULL;
+  switch (o->kind) {
+    case OP_MATMUL:
+      return op_matmul (t[o->x], b, t[o->y], o->what, error);
+    case OP_REDUCTION:
+      return op_reduction ((cudnnReduceTensorOp_t) o->mode, t[o->x],
+          t[o->y], o->what, error);
+    default:
+      return lb_cudnn_op_pointwise ((cudnnPointwiseMode_t) o->mode, t[o->x],
+          b, t[o->y], o->what, error);
+  }
+}
 
 /* Builds the flash fprop graph of @k (file comment) and its plan. */
 static gboolean
@@ -173,91 +269,49 @@ sdpa_plan_build (LbStream * s, const SdpaKey * k, LbCudnnPlan * plan,
     GError ** error)
 {
   const int64_t h = k->nh, nq = k->nq, nk = k->nk, d = k->hd;
-  const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  const cudnnDataType_t out = (cudnnDataType_t) k->out_dtype;
-  /* the scores [1, H, Nq, Nk] and the per-query statistics [1, H, Nq, 1],
-   * packed (the frontend's layout of these virtual tensors) */
-  const int64_t sd[4] = { 1, h, nq, nk };
-  const int64_t ss[4] = { h * nq * nk, nq * nk, nk, 1 };
-  const int64_t rd[4] = { 1, h, nq, 1 };
-  const int64_t rs[4] = { h * nq, nq, 1, 1 };
-  /* Q [1, H, Nq, D], K^T [1, H, D, Nk] (K's token and dim strides
-   * swapped), V [1, H, Nk, D], O [1, H, Nq, D]; dim 0 spans the buffer */
-  const int64_t qd[4] = { 1, h, nq, d };
-  const int64_t qs[4] = { nq * k->qs0, k->qs1, k->qs0, 1 };
-  const int64_t kd[4] = { 1, h, d, nk };
-  const int64_t ks[4] = { nk * k->ks0, k->ks1, 1, k->ks0 };
-  const int64_t vd[4] = { 1, h, nk, d };
-  const int64_t vs[4] = { nk * k->vs0, k->vs1, k->vs0, 1 };
-  const int64_t os[4] = { nq * k->os0, k->os1, k->os0, 1 };
-  const int64_t one[4] = { 1, 1, 1, 1 };
+  const cudnnDataType_t types[] = {
+    [TY_IO] = CUDNN_DATA_BFLOAT16,
+    [TY_F32] = CUDNN_DATA_FLOAT,
+    [TY_OUT] = (cudnnDataType_t) k->out_dtype,
+  };
+  /* dims and strides of each layout: Q [1, H, Nq, D], K^T [1, H, D, Nk]
+   * (K's token and dim strides swapped), V [1, H, Nk, D], O [1, H, Nq, D]
+   * (dim 0 spans the buffer); the scores [1, H, Nq, Nk] and the per-query
+   * statistics [1, H, Nq, 1], packed (the frontend's layout of these
+   * virtual tensors) */
+  const int64_t dims[N_LAYOUTS][4] = {
+    [L_Q] = {1, h, nq, d},
+    [L_K] = {1, h, d, nk},
+    [L_V] = {1, h, nk, d},
+    [L_O] = {1, h, nq, d},
+    [L_ONE] = {1, 1, 1, 1},
+    [L_SCORES] = {1, h, nq, nk},
+    [L_ROWS] = {1, h, nq, 1},
+  };
+  const int64_t strides[N_LAYOUTS][4] = {
+    [L_Q] = {nq * k->qs0, k->qs1, k->qs0, 1},
+    [L_K] = {nk * k->ks0, k->ks1, 1, k->ks0},
+    [L_V] = {nk * k->vs0, k->vs1, k->vs0, 1},
+    [L_O] = {nq * k->os0, k->os1, k->os0, 1},
+    [L_ONE] = {1, 1, 1, 1},
+    [L_SCORES] = {h * nq * nk, nq * nk, nk, 1},
+    [L_ROWS] = {h * nq, nq, 1, 1},
+  };
   cudnnBackendDescriptor_t t[N_TENSORS] = { 0 };
-  cudnnBackendDescriptor_t ops[N_OPS] = { 0 };
-  const char *what = "attention (cuDNN SDPA): graph";
+  cudnnBackendDescriptor_t ops[G_N_ELEMENTS (sdpa_ops)] = { 0 };
   gboolean ok = FALSE;
 
-  t[T_Q] = lb_cudnn_tensor (UID_Q, io, 4, qd, qs, FALSE, FALSE, what, error);
-  t[T_K] = t[T_Q] ? lb_cudnn_tensor (UID_K, io, 4, kd, ks, FALSE, FALSE,
-      what, error) : NULL;
-  t[T_V] = t[T_K] ? lb_cudnn_tensor (UID_V, io, 4, vd, vs, FALSE, FALSE,
-      what, error) : NULL;
-  t[T_O] = t[T_V] ? lb_cudnn_tensor (UID_O, out, 4, qd, os, FALSE, FALSE,
-      what, error) : NULL;
-  t[T_SCALE] = t[T_O] ? lb_cudnn_tensor (UID_SCALE, f32, 4, one, one, FALSE,
-      TRUE, what, error) : NULL;
-  t[T_S] = t[T_SCALE] ? lb_cudnn_tensor (UID_S, f32, 4, sd, ss, TRUE, FALSE,
-      what, error) : NULL;
-  t[T_SCALED] = t[T_S] ? lb_cudnn_tensor (UID_SCALED, f32, 4, sd, ss, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_MAX] = t[T_SCALED] ? lb_cudnn_tensor (UID_MAX, f32, 4, rd, rs, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_SUB] = t[T_MAX] ? lb_cudnn_tensor (UID_SUB, f32, 4, sd, ss, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_EXP] = t[T_SUB] ? lb_cudnn_tensor (UID_EXP, f32, 4, sd, ss, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_SUM] = t[T_EXP] ? lb_cudnn_tensor (UID_SUM, f32, 4, rd, rs, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_LOG] = t[T_SUM] ? lb_cudnn_tensor (UID_LOG, f32, 4, rd, rs, TRUE,
-      FALSE, what, error) : NULL;
-  t[T_STATS] = t[T_LOG] ? lb_cudnn_tensor (UID_STATS, f32, 4, rd, rs, TRUE,
-      FALSE, what, error) : NULL;
-  /* P in the I/O type: the second matmul's A operand */
-  t[T_P] = t[T_STATS] ? lb_cudnn_tensor (UID_P, io, 4, sd, ss, TRUE, FALSE,
-      what, error) : NULL;
-  if (t[T_P] == NULL)
-    goto out;
-
-  int n = 0;
-  if (!(ops[n++] = op_matmul (t[T_Q], t[T_K], t[T_S],
-              "attention (cuDNN SDPA): Q.K^T", error)) ||
-      !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_MUL, t[T_S], t[T_SCALE],
-              t[T_SCALED], "attention (cuDNN SDPA): scale", error))
-      || !(ops[n++] =
-          op_reduction (CUDNN_REDUCE_TENSOR_MAX, t[T_SCALED], t[T_MAX],
-              "attention (cuDNN SDPA): row max", error))
-      || !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_SUB, t[T_SCALED], t[T_MAX],
-              t[T_SUB], "attention (cuDNN SDPA): sub", error))
-      || !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_EXP, t[T_SUB], NULL, t[T_EXP],
-              "attention (cuDNN SDPA): exp", error))
-      || !(ops[n++] =
-          op_reduction (CUDNN_REDUCE_TENSOR_ADD, t[T_EXP], t[T_SUM],
-              "attention (cuDNN SDPA): row sum", error))
-      || !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_LOG, t[T_SUM], NULL, t[T_LOG],
-              "attention (cuDNN SDPA): log", error))
-      || !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_ADD, t[T_MAX], t[T_LOG],
-              t[T_STATS], "attention (cuDNN SDPA): stats", error))
-      || !(ops[n++] =
-          lb_cudnn_op_pointwise (CUDNN_POINTWISE_DIV, t[T_EXP], t[T_SUM],
-              t[T_P], "attention (cuDNN SDPA): div", error))
-      || !(ops[n++] =
-          op_matmul (t[T_P], t[T_V], t[T_O], "attention (cuDNN SDPA): P.V",
-              error)))
-    goto out;
+  for (int i = 0; i < N_TENSORS; i++) {
+    const SdpaTensor *ts = &sdpa_tensors[i];
+    t[i] = lb_cudnn_tensor (ts->uid, types[ts->type], 4, dims[ts->layout],
+        strides[ts->layout], ts->is_virtual, ts->by_value,
+        SDPA_WHAT ("graph"), error);
+    if (t[i] == NULL)
+      goto out;
+  }
+  for (int i = 0; i < N_OPS; i++)
+    if (!(ops[i] = sdpa_op_build (&sdpa_ops[i], t, error)))
+      goto out;
   ok = lb_cudnn_plan_build (s, ops, N_OPS, TRUE, plan,
       "attention (cuDNN SDPA)", error);
 out:

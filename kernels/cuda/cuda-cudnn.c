@@ -8,63 +8,35 @@
  * stream's cudaStream_t, so cuDNN work is ordered with the other ops.
  */
 #include "kernels/cuda/cuda-internal.h"
+#include "kernels/cuda/cuda-library.h"
 #include <gmodule.h>
 #include <stdbool.h>
 #include <string.h>
 
 LbCudnnApi lb_cudnn_api;
 
-static char *cudnn_missing;     /* why loading failed, or NULL */
-
-static gpointer
-load_once (gpointer unused)
-{
-  (void) unused;
-  static const struct
-  {
-    const char *name;
-    gsize offset;
-  } fns[] = {
 #define FN(f) { "cudnn" #f, G_STRUCT_OFFSET (LbCudnnApi, f) }
-    FN (GetVersion), FN (GetErrorString), FN (Create), FN (Destroy),
-    FN (SetStream), FN (BackendCreateDescriptor),
-    FN (BackendDestroyDescriptor), FN (BackendFinalize),
-    FN (BackendSetAttribute), FN (BackendGetAttribute), FN (BackendExecute),
+static const LbCudaSymbol cudnn_symbols[] = {
+  FN (GetVersion), FN (GetErrorString), FN (Create), FN (Destroy),
+  FN (SetStream), FN (BackendCreateDescriptor),
+  FN (BackendDestroyDescriptor), FN (BackendFinalize),
+  FN (BackendSetAttribute), FN (BackendGetAttribute), FN (BackendExecute),
+};
+
 #undef FN
-  };
-  /* LINGBOT_CUDNN_LIBRARY: another file name or path of the library */
-  const char *env = g_getenv ("LINGBOT_CUDNN_LIBRARY");
-  g_autofree char *soname = env && *env ? g_strdup (env) :
-      g_strdup_printf ("libcudnn.so.%d", CUDNN_MAJOR);
-  GModule *m = g_module_open (soname, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
-  if (m == NULL) {
-    cudnn_missing = g_strdup (g_module_error ());       /* names the file */
-    return NULL;
-  }
-  LbCudnnApi api;
-  for (guint i = 0; i < G_N_ELEMENTS (fns); i++) {
-    gpointer sym = NULL;
-    if (!g_module_symbol (m, fns[i].name, &sym) || sym == NULL) {
-      cudnn_missing = g_strdup_printf ("%s has no %s", soname, fns[i].name);
-      g_module_close (m);
-      return NULL;
-    }
-    G_STRUCT_MEMBER (gpointer, &api, fns[i].offset) = sym;
-  }
-  lb_cudnn_api = api;
-  return m;                     /* stays loaded for the process's life */
-}
+
+/* LINGBOT_CUDNN_LIBRARY: another file name or path of the library */
+static LbCudaLibrary cudnn_library = {
+  "cuDNN", "LINGBOT_CUDNN_LIBRARY", "libcudnn.so." G_STRINGIFY (CUDNN_MAJOR),
+  "the convolutions use im2col and attention the own kernels",
+  cudnn_symbols, G_N_ELEMENTS (cudnn_symbols), &lb_cudnn_api,
+  sizeof lb_cudnn_api, G_ONCE_INIT, NULL
+};
 
 gboolean
 lb_cudnn_load (GError ** error)
 {
-  static GOnce once = G_ONCE_INIT;
-  if (g_once (&once, load_once, NULL) != NULL)
-    return TRUE;
-  g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
-      "cuDNN is not available (%s); the convolutions use im2col and "
-      "attention the own kernels", cudnn_missing);
-  return FALSE;
+  return lb_cuda_library_load (&cudnn_library, error);
 }
 
 gboolean
