@@ -751,12 +751,21 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
  * (the CPU ops take bf16 channels-last conv inputs too), and "round"
  * keeps f32 NCDHW but rounds the same conv inputs to bf16 values in place
  * (ctx->round16): the path's values through none of its layout, its
- * caches or its bf16 halo rows, which makes it the path's oracle.
+ * caches or its bf16 halo rows, which makes it the path's oracle.  Another
+ * value warns once and is ignored.
  */
 void
 vae_ctx_choose_conv_inputs (VaeCtx * ctx)
 {
   const char *env = g_getenv ("LINGBOT_VAE_CONV_INPUT");
+  static gsize warned;
+  if (env && *env && g_strcmp0 (env, "f32") != 0 && g_strcmp0 (env,
+          "bf16") != 0 && g_strcmp0 (env, "round") != 0
+      && g_once_init_enter (&warned)) {
+    g_warning ("LINGBOT_VAE_CONV_INPUT is \"%s\", not f32, bf16 or round: "
+        "ignored (the backend chooses)", env);
+    g_once_init_leave (&warned, 1);
+  }
   ctx->round16 = g_strcmp0 (env, "round") == 0;
   if (g_strcmp0 (env, "f32") == 0 || ctx->round16) {
     ctx->in16 = FALSE;
