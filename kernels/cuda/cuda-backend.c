@@ -104,6 +104,15 @@ cuda_stream_new (LbBackend * self, int device, GError ** error)
               cudaStreamNonBlocking), "cudaStreamCreate", error))
     goto fail;
   s->native = cs->stream;
+  int major = 0, minor = 0;
+  cudaError_t rc = cudaDeviceGetAttribute (&major,
+      cudaDevAttrComputeCapabilityMajor, device);
+  if (rc == cudaSuccess)
+    rc = cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor,
+        device);
+  if (!lb_cuda_check (rc, "cudaDeviceGetAttribute", error))
+    goto fail;
+  cs->cc = major * 10 + minor;
   lb_cuda_pool_register_stream (device, cs->stream);
   if (cublasLtCreate (&cs->lt) != CUBLAS_STATUS_SUCCESS) {
     g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,

@@ -604,7 +604,10 @@ lingbot_backend_cuda_gemm_stats (guint64 * gelu_epilogue_runs,
  * 0, the f32 product), so the per-chunk path allocates nothing once the
  * pool holds blocks of those sizes.  K or N not a multiple of 16 is an
  * %LB_ERROR_SHAPE error ("gemm_fp8: K = 24 and N = 40 must be multiples
- * of 16 (cuBLASLt FP8)").  Asynchronous on the stream.
+ * of 16 (cuBLASLt FP8)"); a device of compute capability below 8.9 an
+ * %LB_ERROR_DEVICE one ("gemm_fp8: FP8 GEMMs need a GPU of compute
+ * capability 8.9 or later (Ada, Hopper); device 0 is 8.0: use precision
+ * bf16").  Asynchronous on the stream.
  */
 gboolean
 lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
@@ -623,6 +626,12 @@ lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
   float *yd = y->data;
   if (k == 0 || alpha == 0.0f)
     return no_product (cs, &g, bias, beta, y, "gemm_fp8 (K = 0)", error);
+  if (cs->cc < 89) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "gemm_fp8: FP8 GEMMs need "
+        "a GPU of compute capability 8.9 or later (Ada, Hopper); device %d "
+        "is %d.%d: use precision bf16", cs->device, cs->cc / 10, cs->cc % 10);
+    return FALSE;
+  }
   if (k % 16 != 0 || n % 16 != 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "gemm_fp8: K = %"
         G_GINT64_FORMAT " and N = %" G_GINT64_FORMAT " must be multiples of "

@@ -66,6 +66,7 @@ typedef struct
 {
   cudaStream_t stream;
   int device;
+  int cc;                       /* compute capability, major * 10 + minor */
   cublasLtHandle_t lt;
   void *workspace;
   gsize workspace_size;
