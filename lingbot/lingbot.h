@@ -73,11 +73,15 @@ typedef struct _LingbotWorld LingbotWorld;
  *   every session passes prompt embeddings)
  * @timeout_ms: deadline of every rank-side wait, 0 for the default
  * @precision: (nullable): the DiT's precision on GPU ranks: "fp32" (the
- *   default, also for %NULL: f32 weights and f32 math, the parity mode) or
+ *   default, also for %NULL: f32 weights and f32 math, the parity mode),
  *   "bf16" (spec 1.11 served precision: bf16 GEMM weights, about half the
  *   weight memory per rank, bf16 GEMM inputs with f32 accumulation, f32
  *   residual stream, norms and modulation; docs/design/cuda.md "BF16
- *   storage").  CPU ranks always compute in f32.  Any other value fails
+ *   storage") or "fp8" (opt-in, compute capability 8.9 and later: E4M3
+ *   GEMM weights with per-output-channel scales, per-token activation
+ *   scales, f32 accumulation; attention, norms and the KV cache as in
+ *   "bf16"; docs/design/cuda.md "FP8").  CPU ranks compute "bf16" in f32
+ *   and run the fp8 path's oracle for "fp8".  Any other value fails
  *   lingbot_world_new()
  *
  * Zero-initialise (%LINGBOT_WORLD_OPTIONS_INIT), then set the fields.

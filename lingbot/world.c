@@ -117,8 +117,8 @@ lingbot_world_check_devices (const char *devices, int *n_ranks, GError ** error)
  * @options: devices, model directory, whether the text encoder is wanted,
  *   rank-side timeout, DiT precision
  * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path,
- *   a precision other than "fp32" or "bf16": "world: unknown precision
- *   'VALUE' (choose fp32, bf16 or fp8)"), %LB_ERROR_NOT_FOUND naming the
+ *   a precision other than "fp32", "bf16" or "fp8": "world: unknown
+ *   precision 'VALUE' (choose fp32, bf16 or fp8)"), %LB_ERROR_NOT_FOUND naming the
  *   missing file or directory of a model part, and the loaders' errors
  *   (format, shape, device)
  *

@@ -132,7 +132,7 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &c->devices,
         "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
     {"precision", 0, 0, G_OPTION_ARG_STRING, &c->precision,
-        "DiT precision on GPU ranks: fp32 (default) or bf16", "P"},
+        "DiT precision on GPU ranks: fp32 (default), bf16 or fp8", "P"},
     {"decode-overlap", 0, 0, G_OPTION_ARG_NONE, &c->decode_overlap,
         "session engine: decode on its own worker group in a second "
           "thread, beside the generation (the elements always do, unless "

@@ -633,8 +633,9 @@ lingbot_bench_dit_main (int argc, char **argv)
         "Text tokens (default 64; 512 in production)", "L"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &seed, "Weight/noise seed", "S"},
     {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
-        "Math of the ranks' streams: fp32 (default, the parity mode) or "
-          "bf16 (spec 1.11; the CPU backend ignores it)", "P"},
+        "Math of the ranks' streams: fp32 (default, the parity mode), "
+          "bf16 (spec 1.11; the CPU backend ignores it) or fp8 (E4M3 GEMMs; "
+          "the CPU runs their oracle)", "P"},
     {"window-full", 0, 0, G_OPTION_ARG_NONE, &window_full,
         "Start with a full KV window (cursors advanced, cache contents "
           "left as they are: for timing only)", NULL},

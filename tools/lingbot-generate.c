@@ -80,7 +80,7 @@ main (int argc, char **argv)
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "cpu:N or GPU ordinals 0,1,.. (default cpu:1)", "D"},
     {"precision", 0, 0, G_OPTION_ARG_STRING, &precision,
-        "DiT precision on GPU ranks: fp32 (default) or bf16", "P"},
+        "DiT precision on GPU ranks: fp32 (default), bf16 or fp8", "P"},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &frames,
         "Video frames to generate (default 77)", "N"},
     {"keys-trace", 't', 0, G_OPTION_ARG_FILENAME, &trace_path,

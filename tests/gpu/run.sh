@@ -11,9 +11,13 @@
 #   3. op timings at DiT-14B / VAE shapes (bench-cuda-ops), GEMM rates
 #   4. the real 14B shapes with random weights (lingbot-bench, JSON lines):
 #      a) one DiT block (14B, 1 layer) at 832x480: 6240 query tokens, a full
-#         18-frame KV window (28080 keys), 512 text tokens; fp32 and bf16
+#         18-frame KV window (28080 keys), 512 text tokens; fp32, bf16, bf16
+#         with the own attention kernel, with f32 GEMM inputs
+#         (block-bf16-f32in), with the own GELU after the GEMM
+#         (block-gelu-own), and fp8
 #      c) the VAE decode of one chunk at 60x104, dim 96, on device 0: fp32,
-#         bf16, and bf16 with the channels-last convs (NDHWC)
+#         bf16, and bf16 with the channels-last convs (NDHWC, their inputs
+#         written bf16 NDHWC by the norms and upsamples)
 #      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
 #         device and host memory and the time left allow it
 #      e) the decode beside the generation: lingbot-bench direct, serial
@@ -33,7 +37,7 @@
 #      seconds per chunk, MFU (bf16 and fp8), the kernel profiles, the
 #      VAE decode per steady chunk on both conv layouts and its share
 #
-# Everything goes under $OUT (default ./gpu-results), 7 files, since the
+# Everything goes under $OUT (default ./gpu-results), 8 files, since the
 # device tool returns at most 8: summary.txt, build.log, gpu-suite.log,
 # gpu-testlog.json, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
 # (the lingbot-bench JSON lines of step 4, each with a "step" member),
@@ -41,7 +45,16 @@
 # With LINGBOT_GPU_PROFILE=1 also ncu.csv, the raw reports (the carried
 # build has no gpu-testlog.json, so that still makes 8).
 #
-# Budget: 9 minutes on one H200 (16 cores).  Every step's timeout is the
+# Needs: the NVIDIA driver, the CUDA toolkit (12 or later, nvcc on PATH or
+# in /usr/local/cuda), cuDNN 9 and NCCL 2 (headers for the build, the
+# libraries at run time), and for step 4d Nsight Compute's ncu with access
+# to the performance counters (root, or the driver option
+# NVreg_RestrictProfilingToAdminUsers=0); tests/gpu/prepare.sh builds on a
+# machine with the project's other dependencies and carries the build.
+#
+# Budget: 9 minutes on one H200 (16 cores; BUDGET_S, in seconds, raises it
+# where more time is available, which gives the long steps 4b, 4f and 4h
+# their full limits).  Every step's timeout is the
 # smaller of its own limit and what is left of BUDGET_S once the minimum
 # of the later steps is set aside, so the whole script ends in time even
 # when a step is slow.  Each step's limit and its time on an H200 (115 s
