@@ -373,8 +373,8 @@ lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
      * contiguous, then the f32 core */
     const gsize nx = (gsize) lb_tensor_numel (x);
     const gsize nc = cache ? (gsize) lb_tensor_numel (cache) : 0;
-    wide = g_try_malloc ((nx + nc) * sizeof (float));
-    if (wide == NULL && nx + nc > 0) {
+    wide = lb_cpu_scratch_try (nx + nc);
+    if (wide == NULL) {
       g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "conv3d_causal: cannot "
           "allocate %" G_GSIZE_FORMAT " bytes to widen the bf16 input",
           (nx + nc) * sizeof (float));
@@ -390,7 +390,6 @@ lb_cpu_conv3d_causal (LbStream * s, const LbTensor * x, const LbTensor * cache,
       lb_conv_input (&g, FALSE, cd, xd, pad_h, pad_w, stride_h, stride_w);
   conv_core (&c, weight->data, bias ? bias->data : NULL, g.cout, g.tout,
       y->data, g.tout * g.ho * g.wo, g.ho * g.wo);
-  g_free (wide);
   return TRUE;
 }
 

@@ -118,6 +118,7 @@ void lb_cpu_round_bf16 (const float *x, uint16_t * y, int64_t n);
 #define LB_CPU_SCRATCH_SLOTS 2
 float *lb_cpu_scratch (gsize n_floats);
 float *lb_cpu_scratch_slot (int slot, gsize n_floats);
+float *lb_cpu_scratch_try (gsize n_floats);
 
 /* ---- attention tiling, for tests (attention.c) ---- */
 

@@ -9,6 +9,8 @@ typedef struct
 {
   float *data[LB_CPU_SCRATCH_SLOTS];
   gsize n[LB_CPU_SCRATCH_SLOTS];
+  float *input;                 /* lb_cpu_scratch_try()'s, g_try_malloc'd */
+  gsize n_input;
 } Scratch;
 
 static void
@@ -18,11 +20,23 @@ scratch_free (gpointer p)
   if (sc) {
     for (int i = 0; i < LB_CPU_SCRATCH_SLOTS; i++)
       g_aligned_free (sc->data[i]);
+    g_free (sc->input);
     g_free (sc);
   }
 }
 
 static GPrivate scratch_key = G_PRIVATE_INIT (scratch_free);
+
+static Scratch *
+thread_scratch (void)
+{
+  Scratch *sc = g_private_get (&scratch_key);
+  if (sc == NULL) {
+    sc = g_new0 (Scratch, 1);
+    g_private_set (&scratch_key, sc);
+  }
+  return sc;
+}
 
 /**
  * lb_cpu_scratch:
@@ -58,11 +72,7 @@ float *
 lb_cpu_scratch_slot (int slot, gsize n_floats)
 {
   g_return_val_if_fail (slot >= 0 && slot < LB_CPU_SCRATCH_SLOTS, NULL);
-  Scratch *sc = g_private_get (&scratch_key);
-  if (sc == NULL) {
-    sc = g_new0 (Scratch, 1);
-    g_private_set (&scratch_key, sc);
-  }
+  Scratch *sc = thread_scratch ();
   if (sc->n[slot] < n_floats || sc->data[slot] == NULL) {
     gsize n = MAX (n_floats, MAX (sc->n[slot] + sc->n[slot] / 2, 1024));
     g_aligned_free (sc->data[slot]);
@@ -70,4 +80,33 @@ lb_cpu_scratch_slot (int slot, gsize n_floats)
     sc->n[slot] = n;
   }
   return sc->data[slot];
+}
+
+/**
+ * lb_cpu_scratch_try:
+ * @n_floats: floats needed
+ *
+ * A third per-thread buffer, for a copy of an op's input whose size the
+ * caller's data sets (the f32 widening of a bf16 conv input): it grows
+ * like lb_cpu_scratch()'s, so a stream's steady chunks allocate nothing,
+ * but with g_try_malloc(), so a size that cannot be had is the caller's
+ * error to report, not an abort.  16-byte aligned.
+ *
+ * Returns: (transfer none) (nullable): at least @n_floats floats, or
+ * %NULL when they cannot be allocated.
+ */
+float *
+lb_cpu_scratch_try (gsize n_floats)
+{
+  Scratch *sc = thread_scratch ();
+  if (sc->n_input < n_floats || sc->input == NULL) {
+    gsize n = MAX (n_floats, MAX (sc->n_input + sc->n_input / 2, 1024));
+    g_free (sc->input);
+    sc->n_input = 0;
+    if (n > G_MAXSIZE / sizeof (float)
+        || (sc->input = g_try_malloc (n * sizeof (float))) == NULL)
+      return NULL;
+    sc->n_input = n;
+  }
+  return sc->input;
 }
