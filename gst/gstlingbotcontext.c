@@ -126,7 +126,8 @@ init_debug (void)
  * @model_path: the model directory (lingbot/lingbot.h "Model directory
  *   layout")
  * @devices: (nullable): "cpu:N" or GPU ordinals "0,1,2,3" (%NULL: "cpu:1")
- * @precision: (nullable): the DiT precision, "fp32" or "bf16" (%NULL: fp32)
+ * @precision: (nullable): the DiT precision, "fp32", "bf16" or "fp8"
+ *   (%NULL: fp32)
  * @text_encoder: load the umT5 encoder and tokenizer (lingbotgen needs it
  *   for `prompt`, not with `prompt-embeds`)
  * @error: return location for a #GError
@@ -186,7 +187,8 @@ gst_lingbot_world_get_devices (LingbotWorld * world)
  * gst_lingbot_world_get_precision:
  * @world: a world
  *
- * Returns: (transfer none): the DiT precision of @world, "fp32" or "bf16"
+ * Returns: (transfer none): the DiT precision of @world, "fp32", "bf16"
+ *   or "fp8"
  */
 const char *
 gst_lingbot_world_get_precision (LingbotWorld * world)
@@ -458,9 +460,10 @@ find_world (GstElement * element, LingbotWorld ** world)
  * @model_path: (nullable): the element's model-path (%NULL: any world, and
  *   nothing is created)
  * @devices: (nullable): the element's devices
- * @precision: (nullable): the DiT precision when creating ("fp32" or
- *   "bf16", LingbotWorldOptions.precision; %NULL: fp32).  A world found
+ * @precision: (nullable): the DiT precision when creating ("fp32", "bf16"
+ *   or "fp8", LingbotWorldOptions.precision; %NULL: fp32).  A world found
  *   in a context keeps its own precision, as it keeps its text encoder.
+ *   "bf16" on CPU ranks posts an INFO message: they compute it in f32.
  * @text_encoder: load the umT5 encoder when creating (not needed with
  *   prompt embeddings)
  * @create: create the world when none is found
@@ -505,6 +508,14 @@ gst_lingbot_ensure_world (GstElement * element, const char *model_path,
       error);
   if (w == NULL)
     return FALSE;
+  /* CPU ranks compute a bf16 request in f32 (LingbotWorldOptions): say
+   * so, as the world and its context still carry "bf16" */
+  if (g_strcmp0 (precision, "bf16") == 0 && (devices == NULL
+          || g_str_has_prefix (devices, "cpu")))
+    GST_ELEMENT_INFO (element, RESOURCE, SETTINGS, ("precision=bf16 has no "
+            "effect on CPU ranks (devices=%s): they compute in f32; on GPU "
+            "ranks it selects bf16 GEMMs", devices ? devices : "cpu:1"),
+        (NULL));
 
   context = gst_lingbot_context_new (w);
   GST_OBJECT_LOCK (element);

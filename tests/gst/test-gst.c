@@ -1965,7 +1965,8 @@ GST_END_TEST;
 
 /* error wording at the element level */
 /* precision: fp32 by default; bf16 is given to the world the element
- * creates (and shown in its context); anything else fails NULL->READY
+ * creates (and shown in its context; on CPU ranks an INFO message says
+ * they compute it in f32); anything else fails NULL->READY
  * with LIBRARY/SETTINGS and this exact message, on lingbotgen and through
  * lingbotbin */
 GST_START_TEST (test_precision)
@@ -1991,6 +1992,20 @@ GST_START_TEST (test_precision)
           "precision"), ==, "bf16");
   gst_context_unref (ctx);
   lingbot_world_unref (w);
+  /* which CPU ranks compute in f32: an INFO message says so */
+  {
+    GstBus *bus = gst_element_get_bus (p);
+    GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_INFO);
+    g_autoptr (GError) info = NULL;
+    g_assert_nonnull (m);
+    gst_message_parse_info (m, &info, NULL);
+    g_assert_error (info, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_SETTINGS);
+    g_assert_cmpstr (info->message, ==, "precision=bf16 has no effect on "
+        "CPU ranks (devices=cpu:1): they compute in f32; on GPU ranks it "
+        "selects bf16 GEMMs");
+    gst_message_unref (m);
+    gst_object_unref (bus);
+  }
   gst_element_set_state (p, GST_STATE_NULL);
   gst_object_unref (gen);
   gst_object_unref (p);
