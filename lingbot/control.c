@@ -124,16 +124,25 @@ lingbot_chunk_video_frames (guint chunk_index, guint chunk_size)
 /* the control session                                                */
 /* ------------------------------------------------------------------ */
 
+/* The chunk index and camera state lingbot_control_advance() moves on
+ * (besides the pose buffers): the session's, and the copy saved for
+ * lingbot_control_rewind(). */
+typedef struct
+{
+  gint chunk;                   /* current chunk, -1 before the first */
+  /* live sessions */
+  LingbotCamera cam;
+  gboolean initialized;
+  gboolean has_previous;
+  double previous[16];
+} ControlState;
+
 /* What lingbot_control_advance() changes, saved before it for
  * lingbot_control_rewind(). */
 typedef struct
 {
   gboolean valid;
-  gint chunk;
-  LingbotCamera cam;
-  gboolean initialized;
-  gboolean has_previous;
-  double previous[16];
+  ControlState state;
   double *poses;                /* [C, 16] */
   float *rel;                   /* [C, 16] */
 } ControlUndo;
@@ -143,13 +152,9 @@ struct _LingbotControl
   LingbotControlConfig cfg;
   float k[4];                   /* transformed intrinsics */
   gboolean offline;
-  gint chunk;                   /* current chunk, -1 before the first */
+  ControlState state;
 
   /* live */
-  LingbotCamera cam;
-  gboolean initialized;
-  gboolean has_previous;
-  double previous[16];
   double *poses;                /* [C, 16] absolute, float64 */
   float *rel;                   /* [C, 16] relative, scaled */
   float *scratch_q;             /* [C + 1, 16]: per-chunk work space, */
@@ -229,8 +234,8 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
   c->cfg = *cfg;
   lingbot_control_intrinsics_transform (k0, cw, ch, cfg->width, cfg->height,
       c->k);
-  c->chunk = -1;
-  lingbot_camera_reset (&c->cam);
+  c->state.chunk = -1;
+  lingbot_camera_reset (&c->state.cam);
   c->poses = g_new0 (double, 16 * (gsize) cfg->chunk_size);
   c->rel = g_new0 (float, 16 * (gsize) cfg->chunk_size);
   c->scratch_q = g_new0 (float, 16 * (gsize) (cfg->chunk_size + 1));
@@ -435,28 +440,29 @@ lingbot_control_get_intrinsics (const LingbotControl * ctl, float k[4])
 void
 lingbot_control_reset_pose (LingbotControl * ctl)
 {
-  lingbot_camera_reset (&ctl->cam);
-  ctl->initialized = FALSE;
+  lingbot_camera_reset (&ctl->state.cam);
+  ctl->state.initialized = FALSE;
   ctl->undo.valid = FALSE;      /* a rewind must not undo the reset */
 }
 
 static void
 compute_live_rel (LingbotControl * c)
 {
-  guint C = c->cfg.chunk_size, nq = C + (c->has_previous ? 1 : 0);
+  guint C = c->cfg.chunk_size, nq = C + (c->state.has_previous ? 1 : 0);
   float *q = c->scratch_q, *r = c->scratch_r;
   float *dst = q;
   float scale = (float) c->cfg.camera.translation_scale;
 
-  if (c->has_previous) {
+  if (c->state.has_previous) {
     for (int i = 0; i < 16; i++)
-      dst[i] = (float) c->previous[i];
+      dst[i] = (float) c->state.previous[i];
     dst += 16;
   }
   for (gsize i = 0; i < 16 * (gsize) C; i++)
     dst[i] = (float) c->poses[i];
   lingbot_control_relative_poses_scratch (q, nq, r, c->scratch_a);
-  memcpy (c->rel, r + (c->has_previous ? 16 : 0), 16 * C * sizeof (float));
+  memcpy (c->rel, r + (c->state.has_previous ? 16 : 0),
+      16 * C * sizeof (float));
   for (guint i = 0; i < C; i++) {
     float *t = c->rel + 16 * i;
     t[3] = t[3] * scale;
@@ -473,11 +479,7 @@ save_undo (LingbotControl * c)
   const gsize n = 16 * (gsize) c->cfg.chunk_size;
   ControlUndo *u = &c->undo;
   u->valid = TRUE;
-  u->chunk = c->chunk;
-  u->cam = c->cam;
-  u->initialized = c->initialized;
-  u->has_previous = c->has_previous;
-  memcpy (u->previous, c->previous, sizeof u->previous);
+  u->state = c->state;
   memcpy (u->poses, c->poses, n * sizeof (double));
   memcpy (u->rel, c->rel, n * sizeof (float));
 }
@@ -506,15 +508,15 @@ lingbot_control_advance (LingbotControl * ctl, guint keys, GError ** error)
   guint C = ctl->cfg.chunk_size;
 
   if (ctl->offline) {
-    if ((guint) (ctl->chunk + 1) >= ctl->n_latent / C) {
+    if ((guint) (ctl->state.chunk + 1) >= ctl->n_latent / C) {
       g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
           "control: the offline pose sequence has only %u chunks",
           ctl->n_latent / C);
       return FALSE;
     }
     save_undo (ctl);
-    ctl->chunk++;
-    memcpy (ctl->rel, ctl->off_rel + 16 * (gsize) ctl->chunk * C,
+    ctl->state.chunk++;
+    memcpy (ctl->rel, ctl->off_rel + 16 * (gsize) ctl->state.chunk * C,
         16 * C * sizeof (float));
     return TRUE;
   }
@@ -522,20 +524,21 @@ lingbot_control_advance (LingbotControl * ctl, guint keys, GError ** error)
   {
     guint first = 0;
     save_undo (ctl);
-    ctl->has_previous = ctl->initialized;
-    if (ctl->initialized) {
-      memcpy (ctl->previous, ctl->cam.c2w, sizeof ctl->previous);
+    ctl->state.has_previous = ctl->state.initialized;
+    if (ctl->state.initialized) {
+      memcpy (ctl->state.previous, ctl->state.cam.c2w,
+          sizeof ctl->state.previous);
     } else {
-      memcpy (ctl->poses, ctl->cam.c2w, 16 * sizeof (double));
+      memcpy (ctl->poses, ctl->state.cam.c2w, 16 * sizeof (double));
       first = 1;
     }
     for (guint i = first; i < C; i++) {
       for (int s = 0; s < 4; s++)
-        lingbot_camera_step (&ctl->cam, &ctl->cfg.camera, keys);
-      memcpy (ctl->poses + 16 * i, ctl->cam.c2w, 16 * sizeof (double));
+        lingbot_camera_step (&ctl->state.cam, &ctl->cfg.camera, keys);
+      memcpy (ctl->poses + 16 * i, ctl->state.cam.c2w, 16 * sizeof (double));
     }
-    ctl->initialized = TRUE;
-    ctl->chunk++;
+    ctl->state.initialized = TRUE;
+    ctl->state.chunk++;
     compute_live_rel (ctl);
   }
   return TRUE;
@@ -561,11 +564,7 @@ lingbot_control_rewind (LingbotControl * ctl)
   ControlUndo *u = &ctl->undo;
   if (!u->valid)
     return;
-  ctl->chunk = u->chunk;
-  ctl->cam = u->cam;
-  ctl->initialized = u->initialized;
-  ctl->has_previous = u->has_previous;
-  memcpy (ctl->previous, u->previous, sizeof ctl->previous);
+  ctl->state = u->state;
   memcpy (ctl->poses, u->poses, n * sizeof (double));
   memcpy (ctl->rel, u->rel, n * sizeof (float));
   u->valid = FALSE;
@@ -579,7 +578,7 @@ lingbot_control_rewind (LingbotControl * ctl)
 gint
 lingbot_control_get_chunk_index (const LingbotControl * ctl)
 {
-  return ctl->chunk;
+  return ctl->state.chunk;
 }
 
 /**
@@ -611,7 +610,8 @@ lingbot_control_get_chunk_poses (const LingbotControl * ctl)
 const double *
 lingbot_control_get_previous_pose (const LingbotControl * ctl)
 {
-  return (!ctl->offline && ctl->has_previous) ? ctl->previous : NULL;
+  return (!ctl->offline
+      && ctl->state.has_previous) ? ctl->state.previous : NULL;
 }
 
 /**
@@ -634,7 +634,7 @@ lingbot_control_get_chunk_rel_poses (const LingbotControl * ctl)
 const LingbotCamera *
 lingbot_control_get_camera (const LingbotControl * ctl)
 {
-  return &ctl->cam;
+  return &ctl->state.cam;
 }
 
 /**
@@ -690,7 +690,7 @@ gboolean
 lingbot_control_fill (LingbotControl * ctl, float *out, gsize out_len,
     int row0, int row1, GError ** error)
 {
-  if (ctl->chunk < 0) {
+  if (ctl->state.chunk < 0) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "control: no chunk yet (call lingbot_control_advance first)");
     return FALSE;
