@@ -458,6 +458,17 @@ test_decode_in16 (gconstpointer data)
     if (k == 0)
       memcpy (first->data, fd->data, lb_tensor_nbytes (fd));
   }
+  /* the halo rows of the bf16-input convs travel in half the bytes (a
+   * steady chunk's); the time convs' rows stay f32 */
+  const guint64 halo16 = lingbot_vae_decoder_get_halo_bytes (dec);
+  const guint64 halo32 = lingbot_vae_decoder_get_halo_bytes (refr);
+  g_assert_cmpuint (halo16, ==, lingbot_vae_decoder_get_halo_bytes (ref16));
+  if (R > 1) {
+    g_assert_cmpuint (halo16, <, halo32);
+    g_assert_cmpuint (halo16, >, halo32 / 2);
+  } else {
+    g_assert_cmpuint (halo16, ==, 0);
+  }
   /* reset: the bf16 caches are zeroed again */
   lingbot_vae_decoder_reset (dec);
   g_autoptr (LbTensor) lat0 = chunk_latents (0, rows);
@@ -465,7 +476,6 @@ test_decode_in16 (gconstpointer data)
   g_assert_true (lingbot_vae_decoder_decode (dec, lat0, fd, &n0, &err));
   g_assert_no_error (err);
   g_assert_cmpint (bytes_cmp (first, fd, n0), ==, 0);
-
   g_print ("bf16 channels-last conv inputs, %d rows on %d rank(s): %d chunks "
       "bit-identical to the CPU's bf16-input decode; against f32 max %.3g, "
       "mean %.3g (worst chunk)\n", rows, R, N_CHUNKS, worst, mean_worst);
