@@ -1243,6 +1243,33 @@ strided_walk (const LbTensor * x, const LbTensor * y, LbStrided5 * g)
   }
 }
 
+/* The dims of @g reordered by y's strides, largest outermost (extent-1
+ * dims first; a stable sort, so y's dim order where the strides allow):
+ * the innermost loop of the CPU and the adjacent threads of CUDA then run
+ * along y's smallest stride, e.g. the channels of a channels-last bf16
+ * view instead of its columns.  Only for ops whose elements are
+ * independent of the order (copy, fill); cdim follows its dim. */
+static void
+walk_by_y_strides (LbStrided5 * g)
+{
+#define WALK_KEY(d) (g->shape[d] == 1 ? G_MAXINT64 : ABS (g->ys[d]))
+  for (int i = 1; i < 5; i++)
+    for (int j = i; j > 0 && WALK_KEY (j - 1) < WALK_KEY (j); j--) {
+      int64_t t = g->shape[j];
+      g->shape[j] = g->shape[j - 1];
+      g->shape[j - 1] = t;
+      t = g->ys[j];
+      g->ys[j] = g->ys[j - 1];
+      g->ys[j - 1] = t;
+      t = g->xs[j];
+      g->xs[j] = g->xs[j - 1];
+      g->xs[j - 1] = t;
+      if (g->cdim == j || g->cdim == j - 1)
+        g->cdim = g->cdim == j ? j - 1 : j;
+    }
+#undef WALK_KEY
+}
+
 /* y present with 1 to 5 dims (any dtype yet). */
 static gboolean
 check_strided_rank (const char *op, const LbTensor * y, const char *expect,
@@ -1287,7 +1314,8 @@ lb_check_strided (const char *op, const LbTensor * x, const LbTensor * y,
 /**
  * lb_check_fill:
  * @y: f32 or bf16 view of 1 to 5 dims, any strides
- * @g: (out): the 5-D walk
+ * @g: (out): the 5-D walk, its dims ordered by y's strides (largest
+ *   outermost)
  * @error: (out) (optional): %LB_ERROR_SHAPE ("fill: y is f16 [3, 4],
  *   expected f32 or bf16")
  *
@@ -1305,13 +1333,17 @@ lb_check_fill (const LbTensor * y, LbStrided5 * g, GError ** error)
     return lb_check_fail (error, "fill: y is %s %s, expected f32 or bf16",
         lb_dtype_name (y->dtype), have);
   }
-  if (y == NULL || y->dtype != LB_DTYPE_BF16)
-    return lb_check_strided ("fill", NULL, y, g, error);
-  if (!check_strided_rank ("fill", y, "f32 or bf16 [1 to 5 dims]", error) ||
-      !lb_check_tensor ("fill", "y", y, LB_DTYPE_BF16, y->ndim, any, FALSE,
-          error))
-    return FALSE;
-  strided_walk (NULL, y, g);
+  if (y == NULL || y->dtype != LB_DTYPE_BF16) {
+    if (!lb_check_strided ("fill", NULL, y, g, error))
+      return FALSE;
+  } else {
+    if (!check_strided_rank ("fill", y, "f32 or bf16 [1 to 5 dims]", error)
+        || !lb_check_tensor ("fill", "y", y, LB_DTYPE_BF16, y->ndim, any,
+            FALSE, error))
+      return FALSE;
+    strided_walk (NULL, y, g);
+  }
+  walk_by_y_strides (g);
   return TRUE;
 }
 
@@ -1332,7 +1364,8 @@ check_copy_dtype (const char *arg, const LbTensor * t, const LbTensor * y,
  * lb_check_copy:
  * @x: f32 or bf16 view of @y's shape, any strides
  * @y: f32 or bf16 view of 1 to 5 dims, any strides
- * @g: (out): the 5-D walk
+ * @g: (out): the 5-D walk, its dims ordered by y's strides (largest
+ *   outermost)
  * @error: (out) (optional): %LB_ERROR_SHAPE, in the order y, x: "copy: y is
  *   f16 [3, 4], expected f32 or bf16 [3, 4]", "copy: x is f32 [3, 5],
  *   expected [3, 4]"
@@ -1364,6 +1397,7 @@ lb_check_copy (const LbTensor * x, const LbTensor * y, LbStrided5 * g,
       !lb_check_tensor (op, "x", x, x->dtype, y->ndim, y->shape, FALSE, error))
     return FALSE;
   strided_walk (x, y, g);
+  walk_by_y_strides (g);
   return TRUE;
 }
 

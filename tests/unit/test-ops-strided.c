@@ -514,6 +514,40 @@ test_errors (void)
   assert_op_error (lb_cpu_upsample_nearest2x_halo (s, &xs, ygood, error), NULL);
 }
 
+/* copy and fill walk y's smallest stride innermost: a channels-last bf16
+ * view [C, T, H, W] (strides [1, H*W*C, W*C, C]) runs along C, not W;
+ * y's dim order is kept where the strides are already descending. */
+static void
+test_walk_order (void)
+{
+  const int64_t shape[4] = { 6, 2, 3, 5 }, cl[4] = { 1, 90, 30, 6 };
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_BF16, 1,
+      (int64_t[1]) { 180 });
+  g_autoptr (LbTensor) f = tensor_new (4, shape);
+  LbTensor y;
+  lb_tensor_view_init (&y, LB_DTYPE_BF16, b->data, LB_DEVICE_HOST, 4, shape,
+      cl);
+  LbStrided5 g;
+  g_assert_true (lb_check_copy (f, &y, &g, NULL));
+  const int64_t want_shape[5] = { 1, 2, 3, 5, 6 }, want_ys[5] = { 0, 90, 30,
+    6, 1
+  }, want_xs[5] = { 0, 15, 5, 1, 30 };
+  for (int d = 0; d < 5; d++) {
+    g_assert_cmpint (g.shape[d], ==, want_shape[d]);
+    g_assert_cmpint (g.ys[d], ==, want_ys[d]);
+    g_assert_cmpint (g.xs[d], ==, want_xs[d]);
+  }
+  g_assert_cmpint (g.cdim, ==, 4);
+  g_assert_true (lb_check_fill (&y, &g, NULL));
+  g_assert_cmpint (g.ys[4], ==, 1);
+  /* contiguous: unchanged */
+  g_assert_true (lb_check_copy (f, f, &g, NULL));
+  const int64_t same_ys[5] = { 0, 30, 15, 5, 1 };
+  for (int d = 0; d < 5; d++)
+    g_assert_cmpint (g.ys[d], ==, same_ys[d]);
+  g_assert_cmpint (g.cdim, ==, 1);
+}
+
 static void
 test_table (void)
 {
@@ -534,6 +568,7 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/strided/fill-bf16", test_fill_bf16);
   g_test_add_func ("/ops/upsample-nearest2x-halo", test_upsample_halo);
   g_test_add_func ("/ops/strided/errors", test_errors);
+  g_test_add_func ("/ops/strided/walk-order", test_walk_order);
   g_test_add_func ("/ops/strided/table", test_table);
   return g_test_run ();
 }
