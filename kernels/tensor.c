@@ -327,8 +327,7 @@ LbStorage *
 lb_storage_new (void *data, gsize nbytes, LbDevice device,
     GDestroyNotify free_func, gpointer user_data)
 {
-  LbStorage *s = g_new0 (LbStorage, 1);
-  s->ref_count = 1;
+  LbStorage *s = g_atomic_rc_box_new0 (LbStorage);
   s->data = data;
   s->nbytes = nbytes;
   s->device = device;
@@ -337,23 +336,37 @@ lb_storage_new (void *data, gsize nbytes, LbDevice device,
   return s;
 }
 
+/**
+ * lb_storage_ref:
+ * @storage: a storage
+ *
+ * Returns: (transfer full): @storage, with one more reference.
+ */
 LbStorage *
 lb_storage_ref (LbStorage * storage)
 {
-  g_atomic_int_inc (&storage->ref_count);
-  return storage;
+  return g_atomic_rc_box_acquire (storage);
 }
 
+static void
+storage_clear (gpointer p)
+{
+  LbStorage *storage = p;
+  if (storage->free_func)
+    storage->free_func (storage->user_data);
+}
+
+/**
+ * lb_storage_unref:
+ * @storage: (nullable) (transfer full): a storage
+ *
+ * Drops a reference; the last one calls the storage's free function.
+ */
 void
 lb_storage_unref (LbStorage * storage)
 {
-  if (storage == NULL)
-    return;
-  if (g_atomic_int_dec_and_test (&storage->ref_count)) {
-    if (storage->free_func)
-      storage->free_func (storage->user_data);
-    g_free (storage);
-  }
+  if (storage != NULL)
+    g_atomic_rc_box_release_full (storage, storage_clear);
 }
 
 /* ---- construction ---- */

@@ -61,13 +61,14 @@ typedef struct _LbStorage LbStorage;
 
 /**
  * LbStorage:
- * A refcounted block of memory on one device.  @free_func(@user_data) runs
- * when the last reference goes away (g_free for CPU heap memory,
- * g_mapped_file_unref for an mmapped checkpoint, a backend's device free).
+ * A refcounted block of memory on one device (a g_atomic_rc_box: take and
+ * drop references with lb_storage_ref() and lb_storage_unref()).
+ * @free_func(@user_data) runs when the last reference goes away (g_free for
+ * CPU heap memory, g_mapped_file_unref for an mmapped checkpoint, a
+ * backend's device free).
  */
 struct _LbStorage
 {
-  gint ref_count;
   void *data;
   gsize nbytes;
   LbDevice device;

@@ -18,7 +18,6 @@ typedef struct
 
 struct _LingbotCheckpoint
 {
-  gint ref_count;
   char *path;
   LingbotCheckpointFormat format;
   GHashTable *tensors;          /* name -> TensorEntry */
@@ -39,8 +38,7 @@ tensor_entry_free (gpointer p)
 LingbotCheckpoint *
 lingbot_ckpt_new (const char *path, LingbotCheckpointFormat format)
 {
-  LingbotCheckpoint *ckpt = g_new0 (LingbotCheckpoint, 1);
-  ckpt->ref_count = 1;
+  LingbotCheckpoint *ckpt = g_atomic_rc_box_new0 (LingbotCheckpoint);
   ckpt->path = g_strdup (path);
   ckpt->format = format;
   ckpt->tensors = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
@@ -203,8 +201,18 @@ LingbotCheckpoint *
 lingbot_checkpoint_ref (LingbotCheckpoint * ckpt)
 {
   g_return_val_if_fail (ckpt != NULL, NULL);
-  g_atomic_int_inc (&ckpt->ref_count);
-  return ckpt;
+  return g_atomic_rc_box_acquire (ckpt);
+}
+
+static void
+checkpoint_clear (gpointer p)
+{
+  LingbotCheckpoint *ckpt = p;
+  g_hash_table_unref (ckpt->tensors);
+  g_hash_table_unref (ckpt->files);
+  g_hash_table_unref (ckpt->metadata);
+  g_strfreev (ckpt->names);
+  g_free (ckpt->path);
 }
 
 /**
@@ -217,14 +225,8 @@ lingbot_checkpoint_ref (LingbotCheckpoint * ckpt)
 void
 lingbot_checkpoint_unref (LingbotCheckpoint * ckpt)
 {
-  if (ckpt == NULL || !g_atomic_int_dec_and_test (&ckpt->ref_count))
-    return;
-  g_hash_table_unref (ckpt->tensors);
-  g_hash_table_unref (ckpt->files);
-  g_hash_table_unref (ckpt->metadata);
-  g_strfreev (ckpt->names);
-  g_free (ckpt->path);
-  g_free (ckpt);
+  if (ckpt != NULL)
+    g_atomic_rc_box_release_full (ckpt, checkpoint_clear);
 }
 
 /**

@@ -54,7 +54,6 @@ typedef struct
 
 struct _LingbotDit
 {
-  gint ref_count;
   LingbotDitConfig cfg;
   char *path;
   GHashTable *by_name;          /* name -> LbTensor* (owned, host f32) */

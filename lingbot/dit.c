@@ -160,6 +160,17 @@ bind_all (LingbotDit * dit)
   }
 }
 
+/* a model of @cfg whose weights are @by_name (taken), not yet bound */
+static LingbotDit *
+dit_new (const LingbotDitConfig * cfg, const char *path, GHashTable * by_name)
+{
+  LingbotDit *dit = g_atomic_rc_box_new0 (LingbotDit);
+  dit->cfg = *cfg;
+  dit->path = g_strdup (path);
+  dit->by_name = by_name;
+  return dit;
+}
+
 /**
  * lingbot_dit_load_checkpoint:
  * @ckpt: an open checkpoint (single file, sharded set or fixture file)
@@ -189,12 +200,9 @@ lingbot_dit_load_checkpoint (LingbotCheckpoint * ckpt,
     return NULL;
   }
 
-  LingbotDit *dit = g_new0 (LingbotDit, 1);
-  dit->ref_count = 1;
-  dit->cfg = c;
-  dit->path = g_strdup (lingbot_checkpoint_get_path (ckpt));
-  dit->by_name = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
-      (GDestroyNotify) lb_tensor_free);
+  LingbotDit *dit = dit_new (&c, lingbot_checkpoint_get_path (ckpt),
+      g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
+          (GDestroyNotify) lb_tensor_free));
 
   if (flags & LINGBOT_DIT_LOAD_STRICT) {
     guint n;
@@ -244,11 +252,7 @@ lingbot_dit_new_random (const LingbotDitConfig * cfg, guint64 seed,
       0, error);
   if (by_name == NULL)
     return NULL;
-  LingbotDit *dit = g_new0 (LingbotDit, 1);
-  dit->ref_count = 1;
-  dit->cfg = *cfg;
-  dit->path = g_strdup ("(random)");
-  dit->by_name = by_name;
+  LingbotDit *dit = dit_new (cfg, "(random)", by_name);
   bind_all (dit);
   return dit;
 }
@@ -318,11 +322,7 @@ dummy_dit (const char *config_path, const char *config_text,
       0, error);
   if (by_name == NULL)
     return NULL;
-  LingbotDit *dit = g_new0 (LingbotDit, 1);
-  dit->ref_count = 1;
-  dit->cfg = cfg;
-  dit->path = g_strdup (config_path);
-  dit->by_name = by_name;
+  LingbotDit *dit = dit_new (&cfg, config_path, by_name);
   bind_all (dit);
   return dit;
 }
@@ -431,8 +431,16 @@ lingbot_dit_load_config (const char *path, LingbotDitConfig * cfg,
 LingbotDit *
 lingbot_dit_ref (LingbotDit * dit)
 {
-  g_atomic_int_inc (&dit->ref_count);
-  return dit;
+  return g_atomic_rc_box_acquire (dit);
+}
+
+static void
+dit_clear (gpointer p)
+{
+  LingbotDit *dit = p;
+  g_hash_table_unref (dit->by_name);
+  g_free (dit->w.blocks);
+  g_free (dit->path);
 }
 
 /**
@@ -442,12 +450,8 @@ lingbot_dit_ref (LingbotDit * dit)
 void
 lingbot_dit_unref (LingbotDit * dit)
 {
-  if (dit == NULL || !g_atomic_int_dec_and_test (&dit->ref_count))
-    return;
-  g_hash_table_unref (dit->by_name);
-  g_free (dit->w.blocks);
-  g_free (dit->path);
-  g_free (dit);
+  if (dit != NULL)
+    g_atomic_rc_box_release_full (dit, dit_clear);
 }
 
 /**

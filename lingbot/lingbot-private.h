@@ -22,7 +22,6 @@ G_BEGIN_DECLS
 
 struct _LingbotWorld
 {
-  gint ref_count;
   char *devices;
   char *model_path;
   LbBackend *backend;

@@ -65,7 +65,6 @@ typedef struct
 
 struct _LingbotVae
 {
-  gint ref_count;
   int dim;
   LingbotVaeParts parts;
   VaeNet enc, dec;

@@ -381,8 +381,7 @@ lingbot_vae_new_from_checkpoint (LingbotCheckpoint * ckpt,
     return NULL;
   init_inv_std ();
 
-  LingbotVae *vae = g_new0 (LingbotVae, 1);
-  vae->ref_count = 1;
+  LingbotVae *vae = g_atomic_rc_box_new0 (LingbotVae);
   vae->dim = dim;
   vae->parts = parts;
   vae->ckpt = lingbot_checkpoint_ref (ckpt);
@@ -443,8 +442,17 @@ lingbot_vae_load (const char *path, LingbotVaeParts parts, GError ** error)
 LingbotVae *
 lingbot_vae_ref (LingbotVae * vae)
 {
-  g_atomic_int_inc (&vae->ref_count);
-  return vae;
+  return g_atomic_rc_box_acquire (vae);
+}
+
+static void
+vae_clear (gpointer p)
+{
+  LingbotVae *vae = p;
+  g_free (vae->enc.layers);
+  g_free (vae->dec.layers);
+  g_ptr_array_unref (vae->owned);
+  lingbot_checkpoint_unref (vae->ckpt);
 }
 
 /**
@@ -454,13 +462,8 @@ lingbot_vae_ref (LingbotVae * vae)
 void
 lingbot_vae_unref (LingbotVae * vae)
 {
-  if (vae == NULL || !g_atomic_int_dec_and_test (&vae->ref_count))
-    return;
-  g_free (vae->enc.layers);
-  g_free (vae->dec.layers);
-  g_ptr_array_unref (vae->owned);
-  lingbot_checkpoint_unref (vae->ckpt);
-  g_free (vae);
+  if (vae != NULL)
+    g_atomic_rc_box_release_full (vae, vae_clear);
 }
 
 /**

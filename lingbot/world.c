@@ -239,8 +239,7 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
   }
 
   g_autofree char *vae_path = NULL;
-  LingbotWorld *w = g_new0 (LingbotWorld, 1);
-  w->ref_count = 1;
+  LingbotWorld *w = g_atomic_rc_box_new0 (LingbotWorld);
   g_rec_mutex_init (&w->lock);
   w->devices = g_strdup (options->devices ? options->devices : "cpu:1");
   w->model_path = g_strdup (model);
@@ -334,8 +333,22 @@ LingbotWorld *
 lingbot_world_ref (LingbotWorld * world)
 {
   g_return_val_if_fail (world != NULL, NULL);
-  g_atomic_int_inc (&world->ref_count);
-  return world;
+  return g_atomic_rc_box_acquire (world);
+}
+
+static void
+world_clear (gpointer p)
+{
+  LingbotWorld *world = p;
+  lingbot_dit_unref (world->dit);
+  lingbot_vae_unref (world->vae);
+  lb_worker_group_unref (world->group);
+  g_free (world->ordinals);
+  g_free (world->devices);
+  g_free (world->model_path);
+  g_free (world->t5_path);
+  g_free (world->tokenizer_path);
+  g_rec_mutex_clear (&world->lock);
 }
 
 /**
@@ -348,21 +361,8 @@ lingbot_world_ref (LingbotWorld * world)
 void
 lingbot_world_unref (LingbotWorld * world)
 {
-  if (world == NULL || !g_atomic_int_dec_and_test (&world->ref_count))
-    return;
-  if (world->dit)
-    lingbot_dit_unref (world->dit);
-  if (world->vae)
-    lingbot_vae_unref (world->vae);
-  if (world->group)
-    lb_worker_group_unref (world->group);
-  g_free (world->ordinals);
-  g_free (world->devices);
-  g_free (world->model_path);
-  g_free (world->t5_path);
-  g_free (world->tokenizer_path);
-  g_rec_mutex_clear (&world->lock);
-  g_free (world);
+  if (world != NULL)
+    g_atomic_rc_box_release_full (world, world_clear);
 }
 
 /**
