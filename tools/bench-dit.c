@@ -37,6 +37,7 @@
 #include "tools/bench-common.h"
 #include "tools/bench-counters.h"
 #include "tools/tool-common.h"
+#include "tools/tool-dit-shape.h"
 
 /* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
  * given on a GPU backend: H100/H200 SXM BF16 tensor cores (anchors 1c)
@@ -605,9 +606,9 @@ report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
 int
 lingbot_bench_dit_main (int argc, char **argv)
 {
-  g_autofree char *model = NULL, *preset = NULL, *devices = NULL;
+  g_autofree char *model = NULL, *devices = NULL;
   g_autofree char *latent = NULL, *precision = NULL;
-  int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0;
+  g_auto (LingbotToolDitShape) shape = { 0 };
   int chunks = 4, text_len = 64, rank_of = -1;
   gint64 seed = 42;
   double peak = -1, link_gbps = 450.0;
@@ -615,14 +616,8 @@ lingbot_bench_dit_main (int argc, char **argv)
   GOptionEntry entries[] = {
     {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
         "DiT checkpoint (directory or file); default: random weights", "DIR"},
-    {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset,
-        "Random model shape: tiny (default), demo, 1.3b, 14b", "P"},
-    {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "Override width", "N"},
-    {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Override layers", "N"},
-    {"heads", 0, 0, G_OPTION_ARG_INT, &heads, "Override heads", "N"},
-    {"ffn", 0, 0, G_OPTION_ARG_INT, &ffn, "Override FFN width", "N"},
-    {"text-dim", 0, 0, G_OPTION_ARG_INT, &text_dim, "Override text width",
-        "N"},
+    /* the shape of the random model (without --model) */
+    LINGBOT_TOOL_DIT_SHAPE_ENTRIES (&shape),
     {"devices", 'd', 0, G_OPTION_ARG_STRING, &devices,
         "Ranks: cpu:N or GPU ordinals such as 0 or 0,1 (default cpu:1)", "D"},
     {"latent", 0, 0, G_OPTION_ARG_STRING, &latent,
@@ -686,22 +681,8 @@ lingbot_bench_dit_main (int argc, char **argv)
     return lingbot_tool_usage_error (prog, "--link-gbps must be positive");
 
   LingbotDitConfig mc;
-  if (!model) {
-    LingbotDitPreset p = LINGBOT_DIT_PRESET_TINY;
-    if (preset && !lingbot_dit_config_preset_from_name (preset, &p))
-      return lingbot_tool_usage_error (prog, "unknown preset %s", preset);
-    lingbot_dit_config_init_preset (&mc, p);
-    if (dim > 0)
-      mc.dim = dim;
-    if (layers > 0)
-      mc.num_layers = layers;
-    if (heads > 0)
-      mc.num_heads = heads;
-    if (ffn > 0)
-      mc.ffn_dim = ffn;
-    if (text_dim > 0)
-      mc.text_dim = text_dim;
-  }
+  if (!model && !lingbot_tool_dit_shape_apply (prog, &shape, &mc, NULL))
+    return LINGBOT_TOOL_USAGE;
   if (estimate) {
     /* a model's configuration without its weights (a dummy model's
      * config.json, or a checkpoint's shapes) */
@@ -1014,7 +995,8 @@ lingbot_bench_dit_main (int argc, char **argv)
         printf ("; MFU %.1f %% (reference count %.1f %%) of %.4g TFLOP/s x "
             "%d device(s)", 100 * m, 100 * m_ref, peak, n_devices);
       printf ("\n");
-      if (preset && g_str_equal (preset, "14b"))
+      /* the 14b preset's text report ends with the spec figures */
+      if (shape.preset && g_str_equal (shape.preset, "14b"))
         print_spec_check_text ();
     }
     if (rank_of > 0 && rc == 0)

@@ -51,6 +51,7 @@
 #include "kernels/error.h"
 #include "lingbot/tokenizer.h"
 #include "tools/tool-common.h"
+#include "tools/tool-dit-shape.h"
 
 static gboolean
 write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
@@ -154,22 +155,16 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
 int
 main (int argc, char **argv)
 {
-  g_autofree char *preset = NULL, *out = NULL, *dtype_name = NULL;
-  int dim = 0, layers = 0, heads = 0, ffn = 0, text_dim = 0, freq_dim = 0;
+  g_autofree char *out = NULL, *dtype_name = NULL;
+  g_auto (LingbotToolDitShape) shape = { 0 };
+  int freq_dim = 0;
   int in_dim = 0, out_dim = 0, window = 0, sink = -1, chunk = 0, shards = 0;
   gint64 seed = 42;
   gboolean quiet = FALSE, full = FALSE, dummy = FALSE;
   int vae_dim = 0, t5_layers = 0;
   g_autofree char *tokenizer = NULL, *format = NULL;
   GOptionEntry entries[] = {
-    {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset,
-        "Start from a shape: 14b, 1.3b, tiny or demo (default tiny)", "P"},
-    {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "Hidden width D", "N"},
-    {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Transformer blocks", "N"},
-    {"heads", 0, 0, G_OPTION_ARG_INT, &heads, "Attention heads", "N"},
-    {"ffn", 0, 0, G_OPTION_ARG_INT, &ffn, "FFN hidden width", "N"},
-    {"text-dim", 0, 0, G_OPTION_ARG_INT, &text_dim, "Text-encoder width",
-        "N"},
+    LINGBOT_TOOL_DIT_SHAPE_ENTRIES (&shape),
     {"freq-dim", 0, 0, G_OPTION_ARG_INT, &freq_dim,
         "Sinusoidal timestep features", "N"},
     {"in-dim", 0, 0, G_OPTION_ARG_INT, &in_dim, "Input channels (36)", "N"},
@@ -212,18 +207,11 @@ main (int argc, char **argv)
     return lingbot_tool_usage_error (prog, "--out DIR is required");
   g_autoptr (GError) err = NULL;
 
-  LingbotDitPreset p = LINGBOT_DIT_PRESET_TINY;
-  if (preset && !lingbot_dit_config_preset_from_name (preset, &p))
-    return lingbot_tool_usage_error (prog, "unknown preset \"%s\" (14b, "
-        "1.3b, tiny)", preset);
   LingbotDitConfig cfg;
-  lingbot_dit_config_init_preset (&cfg, p);
+  LingbotDitPreset p;
+  if (!lingbot_tool_dit_shape_apply (prog, &shape, &cfg, &p))
+    return LINGBOT_TOOL_USAGE;
 #define SET(field, v) if ((v) > 0) cfg.field = (v)
-  SET (dim, dim);
-  SET (num_layers, layers);
-  SET (num_heads, heads);
-  SET (ffn_dim, ffn);
-  SET (text_dim, text_dim);
   SET (freq_dim, freq_dim);
   SET (in_dim, in_dim);
   SET (out_dim, out_dim);

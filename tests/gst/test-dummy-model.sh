@@ -125,4 +125,24 @@ expect transformers/config.json '{"dim": 64, "num_heads": 2, "num_layers": 2, "f
 expect transformers/config.json '{"dim": 64, "num_heads": 3, "lingbot_dummy": {"seed": 1}}' \
   "dummy DiT $tmp/bad/transformers/config.json: DiT config: num_heads 3 does not divide dim 64"
 echo "# malformed manifests: 9 exact messages"
+
+# the shape options (tools/tool-dit-shape.h) mean the same in both tools:
+# a dummy written with overrides estimates as the preset with them, and an
+# unknown preset is the same usage error (exit 2)
+shape=(--preset demo --dim 96 --layers 3 --heads 3 --ffn 160 --text-dim 48)
+"$mkmodel" --dummy "${shape[@]}" --tokenizer "$spm" --out "$tmp/shape" --quiet
+"$bench" dit --model "$tmp/shape" "${args[@]}" >"$tmp/est-model" 2>&1
+"$bench" dit "${shape[@]}" "${args[@]}" >"$tmp/est-preset" 2>&1
+cmp -s "$tmp/est-model" "$tmp/est-preset" ||
+  { diff "$tmp/est-model" "$tmp/est-preset"; fail "shape estimate differs"; }
+grep -q '^custom, 3 layers' "$tmp/est-model" ||
+  { cat "$tmp/est-model"; fail "overrides not applied"; }
+for tool in "$mkmodel --out $tmp/none" "$bench dit"; do
+  rc=0
+  $tool --preset huge >"$tmp/log" 2>&1 || rc=$?
+  [ "$rc" -eq 2 ] || fail "$tool --preset huge: exit $rc"
+  grep -qF 'unknown preset "huge" (tiny, demo, 1.3b or 14b)' "$tmp/log" ||
+    { cat "$tmp/log"; fail "$tool --preset huge: message"; }
+done
+echo "# shape options: overrides estimate alike, unknown preset refused"
 echo "ok"
