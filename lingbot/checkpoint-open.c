@@ -101,7 +101,10 @@ open_directory (LingbotCheckpoint * ckpt, const char *path, GError ** error)
  *   without its extension (`poses.npy` gives one tensor "poses");
  * - otherwise by extension (`.pth`, `.pt`, `.ckpt`, `.bin` → PyTorch,
  *   `.npy` → NumPy) and finally safetensors (8-byte little-endian header
- *   length, JSON header, data block).
+ *   length, JSON header, data block).  A file that fails as safetensors
+ *   without being named `*.safetensors` is reported as "FILE: not a
+ *   checkpoint or array file: no NumPy (.npy) or PyTorch zip signature,
+ *   and not safetensors (the safetensors reader's message)".
  *
  * Errors: %LB_ERROR_IO when the file cannot be opened or mapped,
  * %LB_ERROR_FORMAT for a truncated or inconsistent file (the message names
@@ -120,6 +123,7 @@ lingbot_checkpoint_open (const char *path, GError ** error)
 
   LingbotCheckpoint *ckpt = lingbot_ckpt_new (path,
       LINGBOT_CHECKPOINT_SAFETENSORS);
+  GError *local = NULL;
   gboolean ok;
 
   if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
@@ -151,7 +155,23 @@ lingbot_checkpoint_open (const char *path, GError ** error)
       ok = lingbot_ckpt_load_npy (ckpt, path, error);
     } else {
       lingbot_ckpt_set_format (ckpt, LINGBOT_CHECKPOINT_SAFETENSORS);
-      ok = lingbot_ckpt_load_safetensors (ckpt, path, error);
+      ok = lingbot_ckpt_load_safetensors (ckpt, path, &local);
+      /* no signature and no known name: say what was tried, not only
+       * why the bytes are not safetensors (a JPEG given as poses) */
+      if (!ok && local->code == LB_ERROR_FORMAT &&
+          !has_suffix_ci (path, ".safetensors")) {
+        const char *why = local->message;
+        gsize n_path = strlen (path);
+        if (strncmp (why, path, n_path) == 0 && why[n_path] == ':' &&
+            why[n_path + 1] == ' ')
+          why += n_path + 2;    /* the path is said once */
+        g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+            "%s: not a checkpoint or array file: no NumPy (.npy) or PyTorch "
+            "zip signature, and not safetensors (%s)", path, why);
+        g_clear_error (&local);
+      } else if (!ok) {
+        g_propagate_error (error, g_steal_pointer (&local));
+      }
     }
   }
   if (!ok) {

@@ -539,6 +539,15 @@ test_safetensors_corrupt (void)
   p = tmp_path ("does-not-exist.safetensors");
   assert_open_fails (p, LB_ERROR_IO, "cannot open");
   g_free (p);
+
+  /* no signature, no known name (a JPEG given as poses): what was tried */
+  p = tmp_path ("poses.jpg");
+  write_bytes (p, "\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01", 13);
+  g_autofree char *want = g_strdup_printf ("%s: not a checkpoint or array "
+      "file: no NumPy (.npy) or PyTorch zip signature, and not safetensors "
+      "(safetensors header length ", p);
+  assert_open_fails (p, LB_ERROR_FORMAT, want);
+  g_free (p);
 }
 
 /* ---- .npy ---- */
