@@ -99,6 +99,8 @@ typedef struct
 
 LingbotWorld *lingbot_world_new (const LingbotWorldOptions * options,
     GError ** error);
+gboolean lingbot_world_find_text_encoder (const char *model, char **t5_path,
+    char **tokenizer_path, GError ** error);
 gboolean lingbot_world_parse_precision (const char *precision,
     LbMathMode * math, GError ** error);
 gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,

@@ -41,6 +41,55 @@ find_tokenizer (const char *model)
 }
 
 /**
+ * lingbot_world_find_text_encoder:
+ * @model: a model directory (the release layout of lingbot.h)
+ * @t5_path: (out) (transfer full): the umT5 encoder:
+ *   `MODEL/models_t5_umt5-xxl-enc-bf16.pth`, else `.safetensors`, else the
+ *   dummy manifest `.dummy.json`
+ * @tokenizer_path: (out) (transfer full): the SentencePiece model:
+ *   `MODEL/google/umt5-xxl/spiece.model` or `tokenizer.model`, else the
+ *   same names in MODEL
+ * @error: %LB_ERROR_NOT_FOUND "world: text encoder not found: MODEL/
+ *   models_t5_umt5-xxl-enc-bf16.pth does not exist (or set
+ *   load_text_encoder to FALSE and give sessions prompt embeddings)" or
+ *   "world: tokenizer not found: MODEL/google/umt5-xxl/spiece.model does
+ *   not exist"
+ *
+ * Locates the text encoder's two files the way lingbot_world_new() does
+ * (for tools that run the encoder alone, lingbot-encode-prompt --model).
+ * Nothing is read.
+ *
+ * Returns: %TRUE when both exist; on %FALSE both outputs are %NULL.
+ */
+gboolean
+lingbot_world_find_text_encoder (const char *model, char **t5_path,
+    char **tokenizer_path, GError ** error)
+{
+  const char *t5_names[] = { LINGBOT_WORLD_T5_PTH,
+    LINGBOT_WORLD_T5_SAFETENSORS, LINGBOT_WORLD_T5_DUMMY, NULL
+  };
+
+  g_return_val_if_fail (model != NULL, FALSE);
+  *t5_path = find_part (model, t5_names);
+  *tokenizer_path = *t5_path ? find_tokenizer (model) : NULL;
+  if (*t5_path == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "world: text encoder not found: %s/%s does not exist (or set "
+        "load_text_encoder to FALSE and give sessions prompt embeddings)",
+        model, LINGBOT_WORLD_T5_PTH);
+    return FALSE;
+  }
+  if (*tokenizer_path == NULL) {
+    g_clear_pointer (t5_path, g_free);
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "world: tokenizer not found: %s/%s/spiece.model does not exist",
+        model, LINGBOT_WORLD_TOKENIZER_DIR);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
  * lingbot_world_parse_precision:
  * @precision: (nullable): "fp32", "bf16", "fp8" or %NULL (= "fp32")
  * @math: (out): the matching #LbMathMode
@@ -272,26 +321,9 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
         LINGBOT_WORLD_VAE_PTH, model, LINGBOT_WORLD_VAE_SAFETENSORS);
     goto fail;
   }
-  if (options->load_text_encoder) {
-    const char *t5_names[] = { LINGBOT_WORLD_T5_PTH,
-      LINGBOT_WORLD_T5_SAFETENSORS, LINGBOT_WORLD_T5_DUMMY, NULL
-    };
-    w->t5_path = find_part (model, t5_names);
-    if (w->t5_path == NULL) {
-      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-          "world: text encoder not found: %s/%s does not exist (or set "
-          "load_text_encoder to FALSE and give sessions prompt embeddings)",
-          model, LINGBOT_WORLD_T5_PTH);
-      goto fail;
-    }
-    w->tokenizer_path = find_tokenizer (model);
-    if (w->tokenizer_path == NULL) {
-      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-          "world: tokenizer not found: %s/%s/spiece.model does not exist",
-          model, LINGBOT_WORLD_TOKENIZER_DIR);
-      goto fail;
-    }
-  }
+  if (options->load_text_encoder && !lingbot_world_find_text_encoder (model,
+          &w->t5_path, &w->tokenizer_path, error))
+    goto fail;
 
   if (backend != NULL) {
     w->backend = backend;

@@ -2,12 +2,18 @@
  * context to a prompt-embeds safetensors file
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
+ *   lingbot-encode-prompt --model DIR --prompt "..." --out prompt.safetensors
  *   lingbot-encode-prompt --t5 models_t5_umt5-xxl-enc-bf16.pth \
  *       [--tokenizer google/umt5-xxl] --prompt "..." --out prompt.safetensors
+ *
+ * --model takes a model directory and finds its umT5 and tokenizer as
+ * lingbotgen does (lingbot_world_find_text_encoder()); --t5 names the
+ * encoder file itself (a .pth, .safetensors or dummy .dummy.json).
  *
  * The file holds one tensor, "prompt_embeds" [512, dim] F32 (metadata
  * lingbot.prompt, lingbot.n_tokens); a session given it skips the encoder.
  */
+#include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
 #include "lingbot/backend.h"
 #include "tools/tool-common.h"
@@ -19,11 +25,15 @@ int
 main (int argc, char **argv)
 {
   g_autofree char *t5 = NULL, *tokenizer = NULL, *prompt = NULL;
-  g_autofree char *out = NULL, *backend = NULL;
+  g_autofree char *out = NULL, *backend = NULL, *model = NULL;
   gboolean print_tokens = FALSE;
   GOptionEntry entries[] = {
+    {"model", 'm', 0, G_OPTION_ARG_FILENAME, &model,
+          "Model directory: its umT5 encoder and tokenizer (instead of --t5)",
+        "DIR"},
     {"t5", 0, 0, G_OPTION_ARG_FILENAME, &t5,
-        "umT5 encoder checkpoint (.pth or .safetensors)", "PATH"},
+          "umT5 encoder file (.pth, .safetensors or a dummy .dummy.json)",
+        "PATH"},
     {"tokenizer", 0, 0, G_OPTION_ARG_FILENAME, &tokenizer,
           "SentencePiece model or its directory (default: next to --t5)",
         "PATH"},
@@ -42,8 +52,22 @@ main (int argc, char **argv)
   if (!lingbot_tool_parse (prog, "- write a prompt-embeds file", NULL,
           entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
-  if (t5 == NULL || out == NULL)
-    return lingbot_tool_usage_error (prog, "--t5 and --out are required");
+  if ((t5 == NULL) == (model == NULL) || out == NULL)
+    return lingbot_tool_usage_error (prog, "--out and one of --model DIR or "
+        "--t5 FILE are required");
+  if (g_file_test (t5 ? t5 : model, G_FILE_TEST_IS_DIR) == (t5 != NULL))
+    return lingbot_tool_usage_error (prog, t5 ? "--t5 %s is a directory: "
+        "give the encoder file, or the model directory as --model" :
+        "--model %s is not a directory", t5 ? t5 : model);
+  if (model) {
+    g_autofree char *model_tok = NULL;
+    if (!lingbot_world_find_text_encoder (model, &t5, &model_tok, &err)) {
+      fprintf (stderr, "%s: %s\n", prog, err->message);
+      return 1;
+    }
+    if (tokenizer == NULL)
+      tokenizer = g_steal_pointer (&model_tok);
+  }
 
   g_autofree char *tok_dir = tokenizer ? NULL : g_path_get_dirname (t5);
   g_autoptr (LingbotTokenizer) tok = lingbot_tokenizer_new (tokenizer ?
