@@ -8,8 +8,17 @@
  *   NAME<TAB>DTYPE<TAB>[SHAPE]<TAB>BYTES
  * then "total: N tensors, B bytes".  Exits 1 with the error message when a
  * file cannot be read.
+ *
+ * A model directory (the release layout: transformers/, Wan2.1_VAE,
+ * models_t5_umt5-xxl-enc-bf16) stands for its three parts, each listed
+ * under a "== PATH (FORMAT)" line.  A part of a dummy model
+ * (lingbot-mkmodel --dummy) stores no tensors: it is reported as
+ * "PATH: dummy (lingbot-mkmodel --dummy): no tensors stored, the weights
+ * are drawn when it loads (seed S, DTYPE)".
  */
 #include "lingbot/checkpoint.h"
+#include "lingbot/dummy.h"
+#include "lingbot/lingbot-private.h"
 #include "tools/tool-common.h"
 
 #include <locale.h>
@@ -43,12 +52,45 @@ print_metadata (LingbotCheckpoint * ckpt)
   g_free (keys);
 }
 
+/* A part of a dummy model: a manifest (*.dummy.json), or a DiT config.json
+ * (or its directory) with a "lingbot_dummy" member.  Says so and returns
+ * TRUE; FALSE for anything else. */
+static gboolean
+report_dummy (const char *path)
+{
+  g_autofree char *file = g_file_test (path, G_FILE_TEST_IS_DIR) ?
+      g_build_filename (path, "config.json", NULL) : g_strdup (path);
+  g_autofree char *text = NULL;
+  gsize len = 0;
+  gboolean is_dummy = FALSE;
+  LingbotDummy d;
+
+  if (!(lingbot_dummy_is_manifest (file) || g_str_has_suffix (file,
+              "config.json")) || !g_file_get_contents (file, &text, &len,
+          NULL) || len > (1u << 20) ||
+      !lingbot_dummy_parse (text, file, &d, &is_dummy, NULL))
+    return FALSE;
+  if (is_dummy)
+    printf ("%s: dummy (lingbot-mkmodel --dummy): no tensors stored, the "
+        "weights are drawn when it loads (seed %" G_GUINT64_FORMAT ", %s)\n",
+        path, d.seed, lb_dtype_name (d.dtype));
+  lingbot_dummy_clear (&d);
+  return is_dummy;
+}
+
 static gboolean
 inspect (const char *path, gboolean metadata, gboolean header, GError ** error)
 {
-  LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, error);
-  if (ckpt == NULL)
+  GError *local = NULL;
+  LingbotCheckpoint *ckpt = lingbot_checkpoint_open (path, &local);
+  if (ckpt == NULL) {
+    if (report_dummy (path)) {
+      g_error_free (local);
+      return TRUE;
+    }
+    g_propagate_error (error, local);
     return FALSE;
+  }
   guint n;
   const char *const *names = lingbot_checkpoint_list_tensors (ckpt, &n);
   guint64 total = 0;
@@ -72,6 +114,47 @@ inspect (const char *path, gboolean metadata, gboolean header, GError ** error)
   return TRUE;
 }
 
+/* the first of @names (NULL-terminated) that exists in @dir, else NULL */
+static char *
+find_in (const char *dir, const char *const *names)
+{
+  for (; *names; names++) {
+    char *p = g_build_filename (dir, *names, NULL);
+    if (g_file_test (p, G_FILE_TEST_EXISTS))
+      return p;
+    g_free (p);
+  }
+  return NULL;
+}
+
+/* @args with every model directory replaced by its parts (owned) */
+static GPtrArray *
+expand_model_dirs (int argc, char **argv)
+{
+  static const char *const vae[] = { LINGBOT_WORLD_VAE_PTH,
+    LINGBOT_WORLD_VAE_SAFETENSORS, LINGBOT_WORLD_VAE_DUMMY, NULL
+  };
+  static const char *const t5[] = { LINGBOT_WORLD_T5_PTH,
+    LINGBOT_WORLD_T5_SAFETENSORS, LINGBOT_WORLD_T5_DUMMY, NULL
+  };
+  GPtrArray *out = g_ptr_array_new_with_free_func (g_free);
+  for (int i = 1; i < argc; i++) {
+    g_autofree char *dit = g_build_filename (argv[i], LINGBOT_WORLD_DIT_DIR,
+        NULL);
+    if (!g_file_test (dit, G_FILE_TEST_IS_DIR)) {
+      g_ptr_array_add (out, g_strdup (argv[i]));
+      continue;
+    }
+    g_ptr_array_add (out, g_steal_pointer (&dit));
+    char *part = find_in (argv[i], vae);
+    if (part)
+      g_ptr_array_add (out, part);
+    if ((part = find_in (argv[i], t5)) != NULL)
+      g_ptr_array_add (out, part);
+  }
+  return out;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -86,14 +169,16 @@ main (int argc, char **argv)
   setlocale (LC_ALL, "");
   if (!lingbot_tool_parse ("lingbot-inspect", "FILE... - list the tensors "
           "of safetensors, sharded safetensors, .pth and .npy checkpoints",
-          NULL, entries, &argc, &argv))
+          "A model directory (transformers/, Wan2.1_VAE, the umT5) is "
+          "listed part by part.", entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
   if (argc < 2) {
     fprintf (stderr, "usage: lingbot-inspect [--metadata] FILE...\n");
     return 2;
   }
-  for (int i = 1; i < argc; i++) {
-    if (!inspect (argv[i], metadata, argc > 2, &error)) {
+  g_autoptr (GPtrArray) paths = expand_model_dirs (argc, argv);
+  for (guint i = 0; i < paths->len; i++) {
+    if (!inspect (paths->pdata[i], metadata, paths->len > 1, &error)) {
       fflush (stdout);
       fprintf (stderr, "lingbot-inspect: %s\n", error->message);
       g_error_free (error);

@@ -109,6 +109,54 @@ test_failure (void)
   g_free (p);
 }
 
+/* a model directory stands for its parts; dummy parts say what they are */
+static void
+test_model_dir (void)
+{
+  char *model = g_build_filename (tmpdir, "model", NULL);
+  char *dit = g_build_filename (model, "transformers", NULL);
+  char *st = g_build_filename (dit, "model.safetensors", NULL);
+  char *vae = g_build_filename (model, "Wan2.1_VAE.dummy.json", NULL);
+  g_assert_cmpint (g_mkdir_with_parents (dit, 0755), ==, 0);
+  LbTensor *a = lb_tensor_new_zeros (LB_DTYPE_F32, 1, (int64_t[]) { 4 });
+  const LbTensor *ts[] = { a };
+  const char *names[] = { "head.modulation" };
+  GError *error = NULL;
+  g_assert_true (lingbot_safetensors_write (st, names, ts, 1, NULL, &error));
+  g_assert_no_error (error);
+  g_assert_true (g_file_set_contents (vae, "{\"lingbot_dummy\": {\"seed\": "
+          "5, \"dtype\": \"f16\"}, \"dim\": 8}", -1, NULL));
+
+  char *out, *err;
+  g_assert_cmpint (run_tool (model, NULL, &out, &err), ==, 0);
+  char *want = g_strdup_printf ("== %s (safetensors-sharded)\n"
+      "head.modulation\tf32\t[4]\t16\n"
+      "total: 1 tensors, 16 bytes\n"
+      "%s: dummy (lingbot-mkmodel --dummy): no tensors stored, the weights "
+      "are drawn when it loads (seed 5, f16)\n", dit, vae);
+  g_assert_cmpstr (out, ==, want);
+  g_free (want);
+  g_free (out);
+  g_free (err);
+
+  /* without a manifest member the JSON is read as a safetensors index */
+  g_assert_true (g_file_set_contents (vae, "{\"dim\": 8}", -1, NULL));
+  g_assert_cmpint (run_tool (vae, NULL, &out, &err), ==, 1);
+  g_assert_nonnull (strstr (err, "weight_map"));
+  g_free (out);
+  g_free (err);
+
+  g_unlink (st);
+  g_unlink (vae);
+  g_rmdir (dit);
+  g_rmdir (model);
+  lb_tensor_free (a);
+  g_free (st);
+  g_free (vae);
+  g_free (dit);
+  g_free (model);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -126,6 +174,7 @@ main (int argc, char **argv)
   g_test_add_func ("/checkpoint/inspect/pth", test_pth_fixture);
   g_test_add_func ("/checkpoint/inspect/golden", test_golden);
   g_test_add_func ("/checkpoint/inspect/failure", test_failure);
+  g_test_add_func ("/checkpoint/inspect/model-dir", test_model_dir);
   int ret = g_test_run ();
 
   char *w = g_build_filename (tmpdir, "w.safetensors", NULL);
