@@ -178,6 +178,21 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
       "[--compare CONFIG_A CONFIG_B] - real-time replay of a control trace" :
       "[--compare CONFIG_A CONFIG_B] - the whole pipeline, chunk metrics");
   g_option_context_add_main_entries (ctx, entries, NULL);
+  g_autofree char *description = g_strconcat (replay ?
+      "Runs in real time: chunk k is not started before its request time on "
+      "the trace's clock (the video time of its first frame), and its first "
+      "frame is due one --playout-delay later; the report says which chunks "
+      "missed that deadline and by how much." :
+      "Runs as fast as it can, chunk by chunk, and reports each chunk's "
+      "times and the steady FPS (lingbot-bench replay runs the same in "
+      "real time).",
+      "\n\n--compare CONFIG_A CONFIG_B runs two configurations alternately "
+      "(--rounds pairs) and prints the steady compute FPS ratio B/A of each "
+      "pair and their median.  A CONFIG is whitespace-separated "
+      "option=value overrides of the command line, e.g. \"devices=cpu:2\" "
+      "or \"engine=session precision=bf16\".  The JSON report's fields: "
+      "docs/performance.md.", NULL);
+  g_option_context_set_description (ctx, description);
   g_auto (GStrv) copy = g_strdupv (argv);
   int argc = (int) g_strv_length (copy);
   char **av = copy;

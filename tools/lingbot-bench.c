@@ -124,9 +124,15 @@ main (int argc, char **argv)
     usage (argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (guint i = 0; i < G_N_ELEMENTS (commands); i++)
-    if (g_str_equal (argv[1], commands[i].name))
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++) {
+    if (g_str_equal (argv[1], commands[i].name)) {
+      /* a command's --help starts "Usage: lingbot-bench COMMAND [OPTION…]" */
+      g_autofree char *prgname = g_strdup_printf ("lingbot-bench %s",
+          commands[i].name);
+      g_set_prgname (prgname);
       return commands[i].main (argc - 1, argv + 1);
+    }
+  }
   fprintf (stderr, "lingbot-bench: unknown command \"%s\"\n", argv[1]);
   usage (stderr);
   return 2;

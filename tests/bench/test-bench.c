@@ -841,6 +841,36 @@ test_dit_rank_of (void)
   g_assert_nonnull (strstr (out, "projected 2-GPU chunk: "));
 }
 
+/* each command's --help names the command in its usage line; direct and
+ * replay say how they differ and what a --compare CONFIG is */
+static void
+test_help (void)
+{
+  const char *commands[] = { "gemm", "ops", "comm", "dit", "vae", "direct",
+    "replay"
+  };
+  g_autofree char *direct = NULL, *replay = NULL;
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++) {
+    const char *args[] = { commands[i], "--help", NULL };
+    g_autofree char *out = NULL, *err_out = NULL;
+    g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 0);
+    g_autofree char *want = g_strdup_printf ("Usage:\n  lingbot-bench %s "
+        "[OPTION", commands[i]);
+    if (!g_str_has_prefix (out, want))
+      g_error ("lingbot-bench %s --help:\n%s", commands[i], out);
+    if (g_str_equal (commands[i], "direct"))
+      direct = g_steal_pointer (&out);
+    else if (g_str_equal (commands[i], "replay"))
+      replay = g_steal_pointer (&out);
+  }
+  g_assert_nonnull (strstr (direct, "Runs as fast as it can"));
+  g_assert_nonnull (strstr (replay, "Runs in real time"));
+  g_assert_nonnull (strstr (direct, "A CONFIG is whitespace-separated "
+          "option=value overrides of the command line"));
+  g_assert_nonnull (strstr (replay, "A CONFIG is whitespace-separated "
+          "option=value overrides of the command line"));
+}
+
 static void
 test_dit_rank_of_invalid (void)
 {
@@ -933,6 +963,7 @@ main (int argc, char **argv)
   g_test_add_func ("/bench/dit/estimate", test_dit_estimate);
   g_test_add_func ("/bench/dit/rank-of", test_dit_rank_of);
   g_test_add_func ("/bench/dit/rank-of/invalid", test_dit_rank_of_invalid);
+  g_test_add_func ("/bench/help", test_help);
   g_test_add_func ("/bench/vae/devices", test_vae_devices);
   int rc = g_test_run ();
   rm_rf (tmpdir);
