@@ -92,6 +92,7 @@ struct _GstLingbotControlSrc
   guint held;
   GstClockTime last_time;       /* PTS of the last record pushed */
   GstBuffer *poses;             /* the POSES record still to send */
+  gboolean eos_queued;          /* send_event (EOS): after the records */
 };
 
 #define FIELD(id, member) { id, G_STRUCT_OFFSET (GstLingbotControlSrc, member) }
@@ -359,8 +360,29 @@ load_inputs (GstLingbotControlSrc * self)
   self->last_time = GST_CLOCK_TIME_NONE;
   self->poses = poses;
   self->flushing = FALSE;
+  self->eos_queued = FALSE;
   g_mutex_unlock (&self->lock);
   return TRUE;
+}
+
+/* EOS sent to a started element goes after the records already queued
+ * (a key pressed just before it is not lost): GstBaseSrc's own EOS would
+ * unblock create() and drop them */
+static gboolean
+gst_lingbot_control_src_send_event (GstElement * element, GstEvent * event)
+{
+  GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (element);
+
+  if (GST_EVENT_TYPE (event) == GST_EVENT_EOS
+      && GST_BASE_SRC_IS_STARTED (element)) {
+    g_mutex_lock (&self->lock);
+    self->eos_queued = TRUE;
+    g_cond_broadcast (&self->cond);
+    g_mutex_unlock (&self->lock);
+    gst_event_unref (event);
+    return TRUE;
+  }
+  return GST_ELEMENT_CLASS (parent_class)->send_event (element, event);
 }
 
 static GstStateChangeReturn
@@ -503,6 +525,13 @@ gst_lingbot_control_src_create (GstPushSrc * src, GstBuffer ** out)
     if (!g_queue_is_empty (&self->pending)) {
       buf = g_queue_pop_head (&self->pending);
       break;
+    }
+    /* an EOS sent to the element ends the stream after the records queued
+     * before it (and before the rest of a trace) */
+    if (self->eos_queued) {
+      g_mutex_unlock (&self->lock);
+      GST_DEBUG_OBJECT (self, "EOS sent to the element");
+      return GST_FLOW_EOS;
     }
     if (self->trace)
       events = lingbot_control_trace_get_events (self->trace, &n_events);
@@ -670,6 +699,7 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
       "events, action signals or explicit poses", "lingbot-gst developers");
 
   element_class->change_state = gst_lingbot_control_src_change_state;
+  element_class->send_event = gst_lingbot_control_src_send_event;
   basesrc_class->stop = gst_lingbot_control_src_stop;
   basesrc_class->get_caps = gst_lingbot_control_src_get_caps;
   basesrc_class->unlock = gst_lingbot_control_src_unlock;

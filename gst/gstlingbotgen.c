@@ -207,6 +207,7 @@ struct _GstLingbotGen
   gboolean control_caps;        /* CAPS arrived on the control pad */
   gboolean playing;             /* PLAYING: live chunks wait for it */
   gboolean eos_pending;         /* send_event (EOS): after this chunk */
+  gboolean said_control_wait;   /* offline: the stalled-control INFO went */
   GstClockTime compute_estimate;        /* live: a chunk's compute time */
   guint64 frames_done;          /* frames pushed (POSITION) */
   int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
@@ -959,6 +960,21 @@ chunk_keys_from (ChunkKeys * ck, const LingbotScheduleChunk * c)
   ck->revision = c->revision;
 }
 
+/* the lingbot-waiting element message: chunk @index waits for @what
+ * ("keys" or "control"); called without the lock */
+static void
+post_waiting (GstLingbotGen * self, guint64 index, const char *what)
+{
+  gst_element_post_message (GST_ELEMENT (self),
+      gst_message_new_element (GST_OBJECT (self),
+          gst_structure_new ("lingbot-waiting", "index", G_TYPE_UINT64, index,
+              "for", G_TYPE_STRING, what, NULL)));
+}
+
+/* offline: how long the control stream may stand still before the element
+ * says that it waits for it (microseconds) */
+#define CONTROL_STALL_US G_TIME_SPAN_SECOND
+
 /* called with the lock held; may wait on cond.  Both modes go through the
  * one schedule: live=false its virtual clock (a chunk decided once the
  * control stream has passed its request time, or ended), live=true the key
@@ -1045,10 +1061,39 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
       g_mutex_unlock (&self->lock);
       GST_INFO_OBJECT (self, "live: chunk %" G_GUINT64_FORMAT " waits for a "
           "key to be held", index);
-      gst_element_post_message (GST_ELEMENT (self),
-          gst_message_new_element (GST_OBJECT (self),
-              gst_structure_new ("lingbot-waiting", "index", G_TYPE_UINT64,
-                  index, "for", G_TYPE_STRING, "keys", NULL)));
+      post_waiting (self, index, "keys");
+      g_mutex_lock (&self->lock);
+      continue;
+    }
+    if (!live && !waiting) {
+      /* offline, a control stream that does not move on waits silently:
+       * key presses on a lingbotcontrolsrc without location all land at
+       * its last event's time.  Say so once nothing has come for
+       * CONTROL_STALL_US (a trace's records come at once, so a normal run
+       * never gets here): a lingbot-waiting message per wait, an INFO on
+       * the bus once per stream */
+      gint64 deadline = g_get_monotonic_time () + CONTROL_STALL_US;
+      guint64 index = self->chunk;
+      gboolean say;
+
+      if (g_cond_wait_until (&self->cond, &self->lock, deadline))
+        continue;
+      waiting = TRUE;
+      say = !self->said_control_wait;
+      self->said_control_wait = TRUE;
+      g_mutex_unlock (&self->lock);
+      GST_INFO_OBJECT (self, "offline: chunk %" G_GUINT64_FORMAT " waits for "
+          "the control stream to move on or end", index);
+      if (say)
+        /* gst-launch-1.0 prints an INFO's debug text: all of it there */
+        GST_ELEMENT_INFO (self, LIBRARY, SETTINGS, ("Chunk %" G_GUINT64_FORMAT
+                " waits for the control stream", index), ("is-live=false: "
+                "chunk %" G_GUINT64_FORMAT " waits for the control stream to "
+                "pass its start or to end; key presses on a lingbotcontrolsrc "
+                "without location do not move its time: set is-live=true on "
+                "lingbotgen (or lingbotbin) to steer as keys come, or end the "
+                "control stream (EOS)", index));
+      post_waiting (self, index, "control");
       g_mutex_lock (&self->lock);
       continue;
     }
@@ -1506,6 +1551,7 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   self->session_chunk_frames = 0;
   self->control_caps = FALSE;
   self->eos_pending = FALSE;
+  self->said_control_wait = FALSE;
   self->compute_estimate = GST_CLOCK_TIME_NONE;
   self->frames_done = 0;
   self->session_fps_n = 0;

@@ -277,6 +277,73 @@ GST_START_TEST (test_trace_reset_action)
 
 GST_END_TEST;
 
+/* ---- EOS sent to the element ---- */
+
+static GstPadProbeReturn
+hold_buffer (GstPad * pad, GstPadProbeInfo * info, gpointer data)
+{
+  g_async_queue_push (data, GINT_TO_POINTER (1));
+  return GST_PAD_PROBE_OK;      /* a blocking probe: held until removed */
+}
+
+static gpointer
+send_eos (gpointer element)
+{
+  return GINT_TO_POINTER (gst_element_send_event (element,
+          gst_event_new_eos ())? 1 : 2);
+}
+
+/* an EOS sent to the element goes after the records queued before it:
+ * GstBaseSrc's own EOS handling would drop them (and wait for the stream
+ * lock of a blocked push); here one record is held in a blocking probe
+ * while two more are queued and the EOS is sent */
+GST_START_TEST (test_eos_after_queued_records)
+{
+  static const struct
+  {
+    int type;
+    guint keys, held;
+  } want[] = {
+    {GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_W, LINGBOT_KEY_W},
+    {GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_A, LINGBOT_KEY_W | LINGBOT_KEY_A},
+    {GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_W, LINGBOT_KEY_A},
+  };
+  GstHarness *h = gst_harness_new ("lingbotcontrolsrc");
+  GstPad *srcpad = gst_element_get_static_pad (h->element, "src");
+  GAsyncQueue *held = g_async_queue_new ();
+  gboolean known = FALSE;
+  GThread *thread;
+  gulong probe;
+  GstBuffer *b;
+
+  gst_harness_play (h);
+  probe = gst_pad_add_probe (srcpad, GST_PAD_PROBE_TYPE_BLOCK |
+      GST_PAD_PROBE_TYPE_BUFFER, hold_buffer, held, NULL);
+  g_signal_emit_by_name (h->element, "press-key", "KeyW", &known);
+  g_assert_true (known);
+  g_assert_nonnull (g_async_queue_timeout_pop (held, 30 * G_USEC_PER_SEC));
+  g_signal_emit_by_name (h->element, "press-key", "KeyA", &known);
+  g_signal_emit_by_name (h->element, "release-key", "KeyW", &known);
+  thread = g_thread_new ("send-eos", send_eos, h->element);
+  /* the send returns at once, while the push is still held */
+  g_usleep (G_USEC_PER_SEC / 10);
+  gst_pad_remove_probe (srcpad, probe);
+  g_assert_cmpint (GPOINTER_TO_INT (g_thread_join (thread)), ==, 1);
+  for (guint i = 0; i < G_N_ELEMENTS (want); i++) {
+    GstLingbotControlRecord rec = pull_record (h, NULL);
+    g_assert_cmpint (rec.type, ==, want[i].type);
+    g_assert_cmphex (rec.keys, ==, want[i].keys);
+    g_assert_cmphex (rec.held, ==, want[i].held);
+  }
+  g_assert_true (gst_harness_pull_until_eos (h, &b));
+  g_assert_null (b);
+  gst_object_unref (srcpad);
+  g_async_queue_unref (held);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
 /* a malformed trace: the state change fails with one STREAM/DECODE error
  * naming the problem, and no second, generic one */
 GST_START_TEST (test_trace_malformed_one_error)
@@ -390,6 +457,7 @@ control_src_suite (void)
   tcase_add_test (tc, test_poses_errors);
   tcase_add_test (tc, test_trace_reset_action);
   tcase_add_test (tc, test_key_names);
+  tcase_add_test (tc, test_eos_after_queued_records);
   tcase_add_test (tc, test_trace_malformed_one_error);
   return s;
 }

@@ -2346,6 +2346,78 @@ GST_START_TEST (test_live_waits_for_keys)
 
 GST_END_TEST;
 
+/* offline, a control stream that does not move on (key presses on a
+ * lingbotcontrolsrc without location, all at its last time) is said on
+ * the bus once it has stood still for a second: an INFO that names the
+ * way out and a lingbot-waiting for "control"; ending the control stream
+ * then makes the chunk with the key held */
+GST_START_TEST (test_offline_waits_for_control)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", "frames=13");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=true", g1);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  GstBus *bus = gst_element_get_bus (p);
+  GstMessage *msg;
+  gboolean known = FALSE, waited = FALSE;
+  guint n_info = 0;
+  guint64 index = 99;
+
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!waited) {
+    const GstStructure *st;
+
+    msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_INFO | GST_MESSAGE_ERROR);
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), !=, GST_MESSAGE_ERROR);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_INFO) {
+      g_autoptr (GError) info = NULL;
+      g_autofree char *debug = NULL;
+
+      gst_message_parse_info (msg, &info, &debug);
+      g_assert_true (g_error_matches (info, GST_LIBRARY_ERROR,
+              GST_LIBRARY_ERROR_SETTINGS));
+      g_assert_cmpstr (info->message, ==, "Chunk 0 waits for the control "
+          "stream");
+      g_assert_true (g_str_has_suffix (debug, ":\nis-live=false: chunk 0 "
+              "waits for the control stream to pass its start or to end; key "
+              "presses on a lingbotcontrolsrc without location do not move "
+              "its time: set is-live=true on lingbotgen (or lingbotbin) to "
+              "steer as keys come, or end the control stream (EOS)"));
+      n_info++;
+    } else {
+      st = gst_message_get_structure (msg);
+      g_assert_false (gst_structure_has_name (st, "lingbot-chunk"));
+      if (gst_structure_has_name (st, "lingbot-waiting")) {
+        g_assert_true (gst_structure_get_uint64 (st, "index", &index));
+        g_assert_cmpstr (gst_structure_get_string (st, "for"), ==, "control");
+        waited = TRUE;
+      }
+    }
+    gst_message_unref (msg);
+  }
+  g_assert_cmpuint (n_info, ==, 1);
+  g_assert_cmpuint (index, ==, 0);
+  g_signal_emit_by_name (ctl, "press-key", "KeyW", &known);
+  g_assert_true (known);
+  g_assert_true (gst_element_send_event (ctl, gst_event_new_eos ()));
+  gst_object_unref (bus);
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.samples->len, ==, 13);
+  g_assert_cmpuint (r.chunk_keys->len, ==, 1);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+  gst_object_unref (ctl);
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 /* The latency a live session reports: one steady chunk (16 frames) plus
  * the compute estimate, which before a chunk is measured is one chunk's
  * duration; grown (with a latency message) after a chunk that took
@@ -3062,6 +3134,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_live_qos);
   tcase_add_test (tc, test_latency_live);
   tcase_add_test (tc, test_live_waits_for_keys);
+  tcase_add_test (tc, test_offline_waits_for_control);
   tcase_add_test (tc, test_eos_sigint);
   tcase_add_test (tc, test_eos_event);
   tcase_add_test (tc, test_caps_from_downstream);
