@@ -1277,6 +1277,7 @@ typedef enum
   WAIT_OK,
   WAIT_FLUSHING,
   WAIT_EOS,
+  WAIT_PAUSED,                  /* PLAYING -> PAUSED: wait_playing () again */
 } WaitResult;
 
 /* A live source makes nothing while PAUSED: waits for PLAYING (or a flush,
@@ -1291,6 +1292,45 @@ wait_playing (GstLingbotGen * self)
     g_cond_wait (&self->cond, &self->lock);
   r = self->flushing ? WAIT_FLUSHING : self->eos_pending ? WAIT_EOS : WAIT_OK;
   g_mutex_unlock (&self->lock);
+  return r;
+}
+
+/* A live source does not run ahead of the clock: the next chunk starts no
+ * earlier than the running time its first frame is due (next_pts) less
+ * the compute estimate, so it is ready when due and its keys are taken as
+ * late as the latency allows.  Without this, a generator faster than real
+ * time behind an unbounded queue made minutes of video before a key showed.
+ * Waits on cond (flushing, EOS and PAUSED wake it). */
+static WaitResult
+pace_live (GstLingbotGen * self)
+{
+  GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
+  GstClockTime chunk = gst_lingbot_gen_chunk_duration (self);
+  WaitResult r = WAIT_OK;
+
+  if (clock == NULL)
+    return WAIT_OK;
+  g_mutex_lock (&self->lock);
+  while (GST_CLOCK_TIME_IS_VALID (self->next_pts)) {
+    GstClockTime est = GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
+        self->compute_estimate : chunk;
+    GstClockTime due = gst_element_get_base_time (GST_ELEMENT (self)) +
+        (self->next_pts > est ? self->next_pts - est : 0);
+    GstClockTime now;
+
+    if (self->flushing || self->eos_pending || !self->playing) {
+      r = self->flushing ? WAIT_FLUSHING : self->eos_pending ? WAIT_EOS :
+          WAIT_PAUSED;
+      break;
+    }
+    now = gst_clock_get_time (clock);
+    if (now >= due)
+      break;
+    g_cond_wait_until (&self->cond, &self->lock, g_get_monotonic_time () +
+        (gint64) ((due - now) / GST_USECOND) + 1);
+  }
+  g_mutex_unlock (&self->lock);
+  gst_object_unref (clock);
   return r;
 }
 
@@ -1415,6 +1455,10 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   if (live) {
     WaitResult wr = wait_playing (self);
 
+    if (wr == WAIT_OK)
+      wr = pace_live (self);
+    if (wr == WAIT_PAUSED)
+      return;
     if (wr != WAIT_OK) {
       gst_lingbot_gen_pause (self, wr == WAIT_EOS ? GST_FLOW_EOS :
           GST_FLOW_FLUSHING, FALSE);
@@ -1985,6 +2029,7 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
     case GST_STATE_CHANGE_PLAYING_TO_PAUSED:
       g_mutex_lock (&self->lock);
       self->playing = FALSE;
+      g_cond_broadcast (&self->cond);
       g_mutex_unlock (&self->lock);
       break;
     default:

@@ -2346,6 +2346,61 @@ GST_START_TEST (test_live_waits_for_keys)
 
 GST_END_TEST;
 
+/* a live generator faster than real time does not run ahead of the
+ * clock, even behind an unbounded queue: each chunk starts no earlier
+ * than its first frame is due less the compute estimate, so a chunk's
+ * PTS is never more than the reported latency after the running time at
+ * which it was started (unpaced, the lead grew by about a chunk each
+ * chunk: 4 s by the fifth one at 16/1) */
+GST_START_TEST (test_live_paced)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true frames=77");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! queue "
+      "max-size-buffers=0 max-size-time=0 max-size-bytes=0 ! fakesink "
+      "sync=true", g1);
+  GstElement *p = gst_parse_launch (desc, NULL);
+  GstBus *bus = gst_element_get_bus (p);
+  GstClockTime lead[8], min = 0, max = 0;
+  gboolean live = FALSE, eos = FALSE;
+  guint n = 0;
+
+  g_assert_nonnull (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!eos) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+        GST_MESSAGE_ERROR);
+    const GstStructure *st;
+    guint64 pts, rt;
+
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), !=, GST_MESSAGE_ERROR);
+    st = gst_message_get_structure (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS)
+      eos = TRUE;
+    else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY)
+      gst_bin_recalculate_latency (GST_BIN (p));
+    else if (gst_structure_has_name (st, "lingbot-chunk")) {
+      g_assert_true (gst_structure_get_uint64 (st, "pts", &pts));
+      g_assert_true (gst_structure_get_uint64 (st, "running-time", &rt));
+      g_assert_cmpuint (n, <, G_N_ELEMENTS (lead));
+      lead[n++] = pts - rt;
+    }
+    gst_message_unref (msg);
+  }
+  query_latency (p, "gen", &live, &min, &max);
+  g_assert_true (live);
+  g_assert_cmpuint (n, ==, 5);
+  for (guint i = 0; i < n; i++)
+    g_assert_cmpuint (lead[i], <=, min);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
 /* offline, a control stream that does not move on (key presses on a
  * lingbotcontrolsrc without location, all at its last time) is said on
  * the bus once it has stood still for a second: an INFO that names the
@@ -3135,6 +3190,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_latency_live);
   tcase_add_test (tc, test_live_waits_for_keys);
   tcase_add_test (tc, test_offline_waits_for_control);
+  tcase_add_test (tc, test_live_paced);
   tcase_add_test (tc, test_eos_sigint);
   tcase_add_test (tc, test_eos_event);
   tcase_add_test (tc, test_caps_from_downstream);
