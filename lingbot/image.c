@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <jpeglib.h>
+#include <jerror.h>
 
 /**
  * lingbot_image_output_size:
@@ -75,6 +76,24 @@ static void
 jpeg_no_output (j_common_ptr cinfo)
 {
   /* warnings (corrupt-data recoveries) stay silent, as in PIL */
+}
+
+/* libjpeg pads a stream that ends early with an EOI and only warns
+ * (JWRN_JPEG_EOF); PIL refuses such a file ("image file is truncated"),
+ * and so does this loader, with an error instead of a grey lower part.
+ * Every other warning goes to jpeg_no_output. */
+static void
+jpeg_emit_message (j_common_ptr cinfo, int msg_level)
+{
+  JpegErr *e = (JpegErr *) cinfo->err;
+
+  if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    g_strlcpy (e->message, "truncated: the data ends before the image does",
+        sizeof e->message);
+    longjmp (e->jump, 1);
+  }
+  if (msg_level < 0)
+    cinfo->err->num_warnings++;
 }
 
 /* Everything the setjmp frame needs survives in this struct, so no local
@@ -147,10 +166,11 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
  * on the same libjpeg-turbo bit for bit.
  *
  * Images of more than %LINGBOT_IMAGE_MAX_PIXELS pixels are refused from
- * their header, before anything is allocated or decoded.
+ * their header, before anything is allocated or decoded.  A stream that
+ * ends before the image does is refused, as PIL refuses it.
  *
  * Returns: (transfer full): uint8 [H, W, 3], or %NULL with
- *   %LB_ERROR_FORMAT (libjpeg's message), %LB_ERROR_UNSUPPORTED (CMYK) or
+ *   %LB_ERROR_FORMAT (libjpeg's message; "truncated: ..." for a short stream), %LB_ERROR_UNSUPPORTED (CMYK) or
  *   %LB_ERROR_INVALID_ARGUMENT (too many pixels, or no memory for them).
  */
 LbTensor *
@@ -162,6 +182,7 @@ lingbot_image_decode_jpeg (const guint8 * data, gsize length, GError ** error)
   job->cinfo.err = jpeg_std_error (&job->err.pub);
   job->err.pub.error_exit = jpeg_error_exit;
   job->err.pub.output_message = jpeg_no_output;
+  job->err.pub.emit_message = jpeg_emit_message;
   jpeg_create_decompress (&job->cinfo);
   if (setjmp (job->err.jump) == 0) {
     job->ok = decode_into (job, data, length);

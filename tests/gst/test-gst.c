@@ -1855,6 +1855,9 @@ GST_START_TEST (test_startup_errors)
   g_autoptr (GError) err = NULL;
   g_autofree char *png = g_build_filename (tmpdir, "start.png", NULL);
   g_autofree char *garbage = g_build_filename (tmpdir, "garbage.jpg", NULL);
+  g_autofree char *cut = g_build_filename (tmpdir, "truncated.jpg", NULL);
+  g_autofree char *jpeg = NULL;
+  gsize jpeg_len = 0;
   g_autofree char *base = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
       "lingbotbin model-path=%s prompt-embeds=%s devices=cpu:1 frames=%d",
       trace_path, model_dir, embeds_path, N_FRAMES);
@@ -1877,6 +1880,9 @@ GST_START_TEST (test_startup_errors)
         GST_LIBRARY_ERROR_SETTINGS},
     {NULL, "start.png", GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ},
     {NULL, "garbage.jpg", GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ},
+    /* the first half of a good JPEG: libjpeg only warns, PIL refuses */
+    {NULL, "truncated.jpg: JPEG: truncated: the data ends before the image "
+          "does", GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ},
   };
   g_autofree char *launch = NULL, *timeout = NULL;
   GParamSpec *ps;
@@ -1888,10 +1894,14 @@ GST_START_TEST (test_startup_errors)
   g_assert_true (g_file_set_contents (garbage, "not an image at all", -1,
           &err));
   g_assert_no_error (err);
+  g_assert_true (g_file_get_contents (image_path, &jpeg, &jpeg_len, &err));
+  g_assert_true (g_file_set_contents (cut, jpeg, jpeg_len / 2, &err));
+  g_assert_no_error (err);
 
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     g_autofree char *desc = g_strdup_printf ("%s image-location=%s %s ! "
-        "fakesink", base, i == 4 ? png : i == 5 ? garbage : image_path,
+        "fakesink", base, i == 4 ? png : i == 5 ? garbage : i == 6 ? cut :
+        image_path,
         cases[i].props ? cases[i].props : "");
     GST_INFO ("case %u: %s", i, desc);
     expect_failure_full (desc, cases[i].needle, cases[i].domain, cases[i].code);
