@@ -50,8 +50,8 @@ find_tokenizer (const char *model)
  *   `MODEL/google/umt5-xxl/spiece.model` or `tokenizer.model`, else the
  *   same names in MODEL
  * @error: %LB_ERROR_NOT_FOUND "world: text encoder not found: MODEL/
- *   models_t5_umt5-xxl-enc-bf16.pth does not exist (or set
- *   load_text_encoder to FALSE and give sessions prompt embeddings)" or
+ *   models_t5_umt5-xxl-enc-bf16.pth does not exist, nor .safetensors or
+ *   .dummy.json (without one, give prompt embeddings: ...)" or
  *   "world: tokenizer not found: MODEL/google/umt5-xxl/spiece.model does
  *   not exist"
  *
@@ -74,9 +74,11 @@ lingbot_world_find_text_encoder (const char *model, char **t5_path,
   *tokenizer_path = *t5_path ? find_tokenizer (model) : NULL;
   if (*t5_path == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-        "world: text encoder not found: %s/%s does not exist (or set "
-        "load_text_encoder to FALSE and give sessions prompt embeddings)",
-        model, LINGBOT_WORLD_T5_PTH);
+        "world: text encoder not found: %s/%s does not exist, nor "
+        ".safetensors or .dummy.json (without one, give prompt embeddings: "
+        "lingbotgen's prompt-embeds, lingbot-generate --prompt-embeds, or "
+        "load_text_encoder FALSE in LingbotWorldOptions)", model,
+        LINGBOT_WORLD_T5_PTH);
     return FALSE;
   }
   if (*tokenizer_path == NULL) {
@@ -317,8 +319,9 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
   vae_path = find_part (model, vae_names);
   if (vae_path == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-        "world: VAE not found: neither %s/%s nor %s/%s exists", model,
-        LINGBOT_WORLD_VAE_PTH, model, LINGBOT_WORLD_VAE_SAFETENSORS);
+        "world: VAE not found: none of %s/%s, %s or %s exists", model,
+        LINGBOT_WORLD_VAE_PTH, LINGBOT_WORLD_VAE_SAFETENSORS,
+        LINGBOT_WORLD_VAE_DUMMY);
     goto fail;
   }
   if (options->load_text_encoder && !lingbot_world_find_text_encoder (model,

@@ -126,6 +126,24 @@ expect transformers/config.json '{"dim": 64, "num_heads": 3, "lingbot_dummy": {"
   "dummy DiT $tmp/bad/transformers/config.json: DiT config: num_heads 3 does not divide dim 64"
 echo "# malformed manifests: 9 exact messages"
 
+# a missing part: the message names every file tried and, for the text
+# encoder, the way round it that an element user has
+missing() {
+  local file=$1 want=$2
+  cp -r "$tmp/d" "$tmp/bad"
+  rm "$tmp/bad/$file"
+  if "$generate" --model "$tmp/bad" --image "$image" --prompt x \
+      --frames 13 --width 64 --height 64 --out "$tmp/x.rgb" >"$tmp/log" 2>&1
+  then
+    fail "no $file accepted"
+  fi
+  grep -qF -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "no $file: $want"; }
+  rm -rf "$tmp/bad"
+}
+missing $vae "world: VAE not found: none of $tmp/bad/Wan2.1_VAE.pth, Wan2.1_VAE.safetensors or Wan2.1_VAE.dummy.json exists"
+missing $t5 "world: text encoder not found: $tmp/bad/models_t5_umt5-xxl-enc-bf16.pth does not exist, nor .safetensors or .dummy.json (without one, give prompt embeddings: lingbotgen's prompt-embeds, lingbot-generate --prompt-embeds, or load_text_encoder FALSE in LingbotWorldOptions)"
+echo "# missing parts: 2 exact messages"
+
 # the shape options (tools/tool-dit-shape.h) mean the same in both tools:
 # a dummy written with overrides estimates as the preset with them, and an
 # unknown preset is the same usage error (exit 2)
