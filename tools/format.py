@@ -237,6 +237,12 @@ def main(argv):
         listed = git.stdout.split()
         files = [f for f in listed if not f.startswith(
             ("tests/data/", "tests/fuzz/corpus/"))]
+    others = [f for f in files if not f.endswith(SOURCES)]
+    if others:
+        # clang-format would take a shell script for C and rewrite it
+        print("format: not a C, C++ or CUDA source: %s" % " ".join(others),
+              file=sys.stderr)
+        return 2
     bad = 0
     for path in files:
         before, after = formatted(path)
@@ -260,6 +266,7 @@ def main(argv):
     return 0
 
 
+SOURCES = (".c", ".h", ".cc", ".cu", ".cuh")
 INDENT = os.environ.get("INDENT", "indent")
 CLANG_FORMAT = os.environ.get("CLANG_FORMAT", "clang-format")
 

@@ -92,18 +92,25 @@ if [ "$phys_kb" -lt 72438800 ]; then
   echo "# 14B dummy refused: $(tail -n 1 "$tmp/log")"
 fi
 
+# a broken copy of the dummy model in $tmp/bad: lingbot-generate fails on
+# it with the exact message $2 ($1 says what was broken)
+refused() {
+  local what=$1 want=$2
+  if "$generate" --model "$tmp/bad" --image "$image" --prompt x \
+      --frames 13 --width 64 --height 64 --out "$tmp/x.rgb" >"$tmp/log" 2>&1
+  then
+    fail "$what accepted"
+  fi
+  grep -qF -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "$what: $want"; }
+  rm -rf "$tmp/bad"
+}
+
 # malformed manifests: exact messages
 expect() {
   local file=$1 text=$2 want=$3
   cp -r "$tmp/d" "$tmp/bad"
   printf '%s' "$text" >"$tmp/bad/$file"
-  if "$generate" --model "$tmp/bad" --image "$image" --prompt x \
-      --frames 13 --width 64 --height 64 --out "$tmp/x.rgb" >"$tmp/log" 2>&1
-  then
-    fail "$file '$text' accepted"
-  fi
-  grep -qF -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "$file: $want"; }
-  rm -rf "$tmp/bad"
+  refused "$file '$text'" "$want"
 }
 vae=Wan2.1_VAE.dummy.json
 t5=models_t5_umt5-xxl-enc-bf16.dummy.json
@@ -132,13 +139,7 @@ missing() {
   local file=$1 want=$2
   cp -r "$tmp/d" "$tmp/bad"
   rm "$tmp/bad/$file"
-  if "$generate" --model "$tmp/bad" --image "$image" --prompt x \
-      --frames 13 --width 64 --height 64 --out "$tmp/x.rgb" >"$tmp/log" 2>&1
-  then
-    fail "no $file accepted"
-  fi
-  grep -qF -- "$want" "$tmp/log" || { cat "$tmp/log"; fail "no $file: $want"; }
-  rm -rf "$tmp/bad"
+  refused "no $file" "$want"
 }
 missing $vae "world: VAE not found: none of $tmp/bad/Wan2.1_VAE.pth, Wan2.1_VAE.safetensors or Wan2.1_VAE.dummy.json exists"
 missing $t5 "world: text encoder not found: $tmp/bad/models_t5_umt5-xxl-enc-bf16.pth does not exist, nor .safetensors or .dummy.json (without one, give prompt embeddings: lingbotgen's prompt-embeds, lingbot-generate --prompt-embeds, or load_text_encoder FALSE in LingbotWorldOptions)"

@@ -2304,6 +2304,21 @@ GST_START_TEST (test_live_qos)
 
 GST_END_TEST;
 
+/* runs @p (made by pipeline_new() with @r) to EOS: one chunk of 13
+ * frames, steered by W; frees both */
+static void
+run_one_w_chunk (GstElement * p, Run * r)
+{
+  pipeline_run (p, r);
+  g_assert_cmpstr (r->error, ==, NULL);
+  g_assert_true (r->eos);
+  g_assert_cmpuint (r->samples->len, ==, 13);
+  g_assert_cmpuint (r->chunk_keys->len, ==, 1);
+  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+  gst_object_unref (p);
+  run_clear (r);
+}
+
 /* a live session with nothing held says it waits (lingbot-waiting), and
  * the key pressed then (an X keysym, as a video window sends it) steers
  * the first chunk */
@@ -2343,15 +2358,8 @@ GST_START_TEST (test_live_waits_for_keys)
   g_signal_emit_by_name (ctl, "press-key", "Up", &known);
   g_assert_true (known);
   gst_object_unref (bus);
-  pipeline_run (p, &r);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
-  g_assert_cmpuint (r.samples->len, ==, 13);
-  g_assert_cmpuint (r.chunk_keys->len, ==, 1);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
   gst_object_unref (ctl);
-  gst_object_unref (p);
-  run_clear (&r);
+  run_one_w_chunk (p, &r);
 }
 
 GST_END_TEST;
@@ -2470,15 +2478,8 @@ GST_START_TEST (test_offline_waits_for_control)
   g_assert_true (known);
   g_assert_true (gst_element_send_event (ctl, gst_event_new_eos ()));
   gst_object_unref (bus);
-  pipeline_run (p, &r);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
-  g_assert_cmpuint (r.samples->len, ==, 13);
-  g_assert_cmpuint (r.chunk_keys->len, ==, 1);
-  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
   gst_object_unref (ctl);
-  gst_object_unref (p);
-  run_clear (&r);
+  run_one_w_chunk (p, &r);
 }
 
 GST_END_TEST;
