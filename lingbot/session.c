@@ -553,7 +553,8 @@ lingbot_session_free (LingbotSession * session)
   if (session == NULL)
     return;
   g_rec_mutex_lock (&session->world->lock);
-  lingbot_dit_session_free (session->dit);
+  /* cleared: lingbot_session_handoff_clear() below reads session->dit */
+  g_clear_pointer (&session->dit, lingbot_dit_session_free);
   /* the encoder and an unsharded decoder live on rank 0's stream: freed
    * by a rank-0 job (a sharded decoder frees each rank's state on its
    * thread itself); directly when the group cannot run jobs any more */
