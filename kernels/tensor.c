@@ -535,8 +535,9 @@ lb_tensor_new_from_storage (LbStorage * storage,
   t->dtype = dtype;
   t->ndim = ndim;
   t->device = storage->device;
-  memcpy (t->shape, shape, sizeof (int64_t) * ndim);
-  if (stride)
+  if (ndim > 0)                 /* a scalar may come with shape NULL */
+    memcpy (t->shape, shape, sizeof (int64_t) * ndim);
+  if (stride && ndim > 0)
     memcpy (t->stride, stride, sizeof (int64_t) * ndim);
   else
     lb_contiguous_strides (ndim, shape, t->stride);

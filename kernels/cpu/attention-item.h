@@ -7,7 +7,9 @@
  * 16 with AVX-512) and VW (its lanes).  A register tile is 4 queries x 2 VW keys (scores)
  * or 4 queries x 2 VW output features (p . v).  The
  * arithmetic is the same for every ISA but for two things: AVX2 and
- * AVX-512 contract a * b + c into FMAs, and the softmax denominator is
+ * AVX-512 compute VFMA (a, b, c) (attention.c) as FMAs where the baseline
+ * rounds twice (nothing else is contracted, cpu-internal.h), and the
+ * softmax denominator is
  * summed in VW lane partials; so results agree within the op's tolerance
  * across ISAs and bit for bit within one.
  *
@@ -32,10 +34,10 @@ ITEM_EXP (VF x)
   const VF zero = { 0 }, lo = zero - 87.3f;
   const vi live = (vi) (x >= lo);
   x = (VF) (((vi) x & live) | ((vi) lo & ~live));
-  const vi ni = -__builtin_convertvector (0.5f - x * 1.44269504f, vi);
+  const vi ni = -__builtin_convertvector (VFMA (-x, 1.44269504f, 0.5f), vi);
   const VF n = __builtin_convertvector (ni, VF);
   VF p;
-  LB_CPU_EXP_POLY (p, x, n);
+  LB_CPU_EXP_POLY (p, x, n, VFMA);
   const vi scale = (ni + 127) << 23;
   return (VF) ((vi) (p * (VF) scale) & live);
 }
@@ -97,14 +99,14 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
         const float *kc = ktr + c;
         for (int64_t e = 0; e < hd; e++) {
           const VF kl = LDV (kc + e * ktp), kh8 = LDV (kc + e * ktp + VW);
-          s0l += q0[e] * kl;
-          s0h += q0[e] * kh8;
-          s1l += q1[e] * kl;
-          s1h += q1[e] * kh8;
-          s2l += q2[e] * kl;
-          s2h += q2[e] * kh8;
-          s3l += q3[e] * kl;
-          s3h += q3[e] * kh8;
+          s0l = VFMA (q0[e], kl, s0l);
+          s0h = VFMA (q0[e], kh8, s0h);
+          s1l = VFMA (q1[e], kl, s1l);
+          s1h = VFMA (q1[e], kh8, s1h);
+          s2l = VFMA (q2[e], kl, s2l);
+          s2h = VFMA (q2[e], kh8, s2h);
+          s3l = VFMA (q3[e], kl, s3l);
+          s3h = VFMA (q3[e], kh8, s3h);
         }
         float *sr = sc + r * ktp + c;
         STV (sr, s0l * a->scale);
@@ -201,14 +203,14 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
         const float *vc = vp + e0;
         for (int64_t jj = 0; jj < nj; jj++) {
           const VF vl = LDV (vc + jj * hdp), vh8 = LDV (vc + jj * hdp + VW);
-          o0l += p0[jj] * vl;
-          o0h += p0[jj] * vh8;
-          o1l += p1[jj] * vl;
-          o1h += p1[jj] * vh8;
-          o2l += p2[jj] * vl;
-          o2h += p2[jj] * vh8;
-          o3l += p3[jj] * vl;
-          o3h += p3[jj] * vh8;
+          o0l = VFMA (p0[jj], vl, o0l);
+          o0h = VFMA (p0[jj], vh8, o0h);
+          o1l = VFMA (p1[jj], vl, o1l);
+          o1h = VFMA (p1[jj], vh8, o1h);
+          o2l = VFMA (p2[jj], vl, o2l);
+          o2h = VFMA (p2[jj], vh8, o2h);
+          o3l = VFMA (p3[jj], vl, o3l);
+          o3h = VFMA (p3[jj], vh8, o3h);
         }
         STV (ar, o0l);
         STV (ar + VW, o0h);
@@ -239,6 +241,7 @@ ITEM_NAME (const AttnArgs * a, int64_t h, int64_t b, float *buf)
 /* the variant's parameters, undefined for attention.c to define the next */
 #undef ITEM_NAME
 #undef ITEM_EXP
+#undef VFMA
 #undef ITEM_TARGET
 #undef VF
 #undef VW

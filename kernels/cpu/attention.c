@@ -132,6 +132,7 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_NAME item_baseline
 #define ITEM_EXP exp_baseline
 #define ITEM_TARGET
+#define VFMA(a, b, c) LB_CPU_FMA_BASELINE (VF, a, b, c)
 #include "kernels/cpu/attention-item.h"
 #if LB_CPU_HAVE_X86_ISAS
 #define VF v8f
@@ -141,6 +142,7 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_NAME item_avx2
 #define ITEM_EXP exp_avx2
 #define ITEM_TARGET LB_CPU_TARGET_AVX2
+#define VFMA(a, b, c) LB_CPU_FMA_AVX2 (VF, a, b, c)
 #include "kernels/cpu/attention-item.h"
 #define VF v16f
 #define VW 16
@@ -149,6 +151,7 @@ typedef float v16u __attribute__((vector_size (64), aligned (4)));
 #define ITEM_NAME item_avx512
 #define ITEM_EXP exp_avx512
 #define ITEM_TARGET LB_CPU_TARGET_AVX512
+#define VFMA(a, b, c) LB_CPU_FMA_AVX512 (VF, a, b, c)
 #include "kernels/cpu/attention-item.h"
 #endif
 

@@ -15,7 +15,9 @@
  * position: the padded block (DirectArgs.pad) has slack columns so that
  * the last partial vector of a row is computed like the others and stored
  * lane by lane.  So a rank holding a band of the rows gets the bits of the
- * whole frame, and a rerun gets the same bits.
+ * whole frame, and a rerun gets the same bits.  The multiply-adds are
+ * VFMA (conv.c): one rounding with AVX2 and AVX-512, two on the baseline;
+ * nothing else is contracted (cpu-internal.h).
  */
 
 typedef float CONV_FN (vf) __attribute__((vector_size (4 * VW)));
@@ -72,7 +74,7 @@ CONV_FN (row) (const DirectArgs * a, int64_t rr, int64_t cob)
               in[p] = *(const VFU *) (row + dx + p * VW);
             for (int k = 0; k < CONV_COB; k++)
               for (int p = 0; p < CONV_NPV; p++)
-                acc[k][p] += wk[k] * in[p];
+                acc[k][p] = VFMA (wk[k], in[p], acc[k][p]);
           }
         }
     for (int k = 0; k < nco; k++) {
@@ -108,3 +110,4 @@ static const ConvDirect CONV_TABLE = {
 #undef CONV_FN
 #undef CONV_TARGET
 #undef CONV_TABLE
+#undef VFMA

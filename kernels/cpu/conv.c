@@ -147,6 +147,7 @@ typedef struct
 #define CONV_FN(name) direct_baseline_##name
 #define CONV_TARGET
 #define CONV_TABLE direct_baseline
+#define VFMA(a, b, c) LB_CPU_FMA_BASELINE (VF, a, b, c)
 #include "kernels/cpu/conv-item.h"
 
 #if LB_CPU_HAVE_X86_ISAS
@@ -157,6 +158,7 @@ typedef struct
 #define CONV_FN(name) direct_avx2_##name
 #define CONV_TARGET LB_CPU_TARGET_AVX2
 #define CONV_TABLE direct_avx2
+#define VFMA(a, b, c) LB_CPU_FMA_AVX2 (VF, a, b, c)
 #include "kernels/cpu/conv-item.h"
 
 #define VW 16
@@ -166,6 +168,7 @@ typedef struct
 #define CONV_FN(name) direct_avx512_##name
 #define CONV_TARGET LB_CPU_TARGET_AVX512
 #define CONV_TABLE direct_avx512
+#define VFMA(a, b, c) LB_CPU_FMA_AVX512 (VF, a, b, c)
 #include "kernels/cpu/conv-item.h"
 #endif
 

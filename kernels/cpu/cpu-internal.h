@@ -39,8 +39,33 @@ typedef enum
 #define LB_CPU_HAVE_X86_ISAS 1
 #define LB_CPU_TARGET_AVX2 __attribute__ ((target ("arch=x86-64-v3")))
 #define LB_CPU_TARGET_AVX512 __attribute__ ((target ("arch=x86-64-v4")))
+#include <immintrin.h>
 #else
 #define LB_CPU_HAVE_X86_ISAS 0
+#endif
+
+/* Fused multiply-adds, written where they are wanted.  The files that
+ * compile the per-ISA kernels (attention.c, conv.c and rows.c, with the
+ * *-item.h they include) are built with -ffp-contract=off
+ * (kernels/cpu/meson.build): left to itself, the compiler contracts
+ * a * b + c into an FMA only where its inlining and scheduling leave the
+ * operands in registers, so the full-vector and the partial-vector path of
+ * one kernel could round differently and an element's bits would depend on
+ * where its span starts (an AddressSanitizer build did exactly that to
+ * modulate: vfmadd on the full vectors, vmulps + vaddps on the last
+ * partial one).  Each variant defines VFMA (a, b, c) = a * b + c from one
+ * of these, VT its vector type; an operand may be a vector or a float (a
+ * float is broadcast: x - 0 is x for every x, -0 included).  The baseline
+ * (SSE2) has no FMA instruction and rounds twice, as it always did. */
+#define LB_CPU_FMA_BASELINE(VT, a, b, c) ((a) * (b) + (c))
+#define LB_CPU_VEC(VT, x) ((x) - (VT) { 0 })
+#if LB_CPU_HAVE_X86_ISAS
+#define LB_CPU_FMA_AVX2(VT, a, b, c) ((VT) _mm256_fmadd_ps ( \
+      (__m256) LB_CPU_VEC (VT, a), (__m256) LB_CPU_VEC (VT, b), \
+      (__m256) LB_CPU_VEC (VT, c)))
+#define LB_CPU_FMA_AVX512(VT, a, b, c) ((VT) _mm512_fmadd_ps ( \
+      (__m512) LB_CPU_VEC (VT, a), (__m512) LB_CPU_VEC (VT, b), \
+      (__m512) LB_CPU_VEC (VT, c)))
 #endif
 
 /* p = e^x from the float vectors (or scalars) x and n = round(x log2 e)
@@ -48,16 +73,16 @@ typedef enum
  * (Cody and Waite), then Cephes' degree-6 polynomial (about 2 ulp).  The
  * vector exps of attention-item.h and rows-item.h, which round n and
  * guard the range each their own way; the same operations give the same
- * bits in both. */
-#define LB_CPU_EXP_POLY(p, x, n) do { \
-    const __typeof__ (p) r_ = ((x) - (n) * 0.693359375f) + \
-        (n) * 2.12194440e-4f; \
-    (p) = r_ * 1.9875691500e-4f + 1.3981999507e-3f; \
-    (p) = (p) * r_ + 8.3334519073e-3f; \
-    (p) = (p) * r_ + 4.1665795894e-2f; \
-    (p) = (p) * r_ + 1.6666665459e-1f; \
-    (p) = (p) * r_ + 5.0000001201e-1f; \
-    (p) = (p) * (r_ * r_) + r_ + 1.0f; \
+ * bits in both.  FMA is the variant's VFMA. */
+#define LB_CPU_EXP_POLY(p, x, n, FMA) do { \
+    const __typeof__ (p) r_ = FMA (n, 2.12194440e-4f, \
+        FMA (-(n), 0.693359375f, x)); \
+    (p) = FMA (r_, 1.9875691500e-4f, 1.3981999507e-3f); \
+    (p) = FMA (p, r_, 8.3334519073e-3f); \
+    (p) = FMA (p, r_, 4.1665795894e-2f); \
+    (p) = FMA (p, r_, 1.6666665459e-1f); \
+    (p) = FMA (p, r_, 5.0000001201e-1f); \
+    (p) = FMA (p, r_ * r_, r_) + 1.0f; \
   } while (0)
 
 LbCpuIsa lb_cpu_isa (void);

@@ -13,8 +13,10 @@
  * back lane by lane (ldp/stp), so an element's result does not depend on
  * where a span or a row starts (a rank holding part of a tensor gets the
  * bits of the whole-tensor op).  The arithmetic is the same for every ISA;
- * AVX2 and AVX-512 contract a * b + c into FMAs, so results agree within
- * the op's tolerance across ISAs and bit for bit within one.
+ * AVX2 and AVX-512 compute the VFMA (a, b, c) (rows.c) as FMAs, the
+ * baseline with two roundings, and nothing else is contracted
+ * (cpu-internal.h), so results agree within the op's tolerance across ISAs
+ * and bit for bit within one.
  */
 
 typedef float ROWS_FN (vf) __attribute__((vector_size (4 * VW)));
@@ -53,12 +55,12 @@ ROWS_TARGET static inline VF ROWS_FN (exp) (VF x)
   const VI live = (VI) (x >= lo), big = (VI) (x > hi);
   x = (VF) (((VI) x & ~big) | ((VI) hi & big));
   x = (VF) (((VI) x & live) | ((VI) lo & ~live));
-  const VF t = x * 1.44269504f + 0.5f;
+  const VF t = VFMA (x, 1.44269504f, 0.5f);
   VI ni = __builtin_convertvector (t, VI);      /* towards zero */
   ni += (VI) (__builtin_convertvector (ni, VF) > t);    /* floor */
   const VF n = __builtin_convertvector (ni, VF);
   VF p;
-  LB_CPU_EXP_POLY (p, x, n);
+  LB_CPU_EXP_POLY (p, x, n, VFMA);
   const VI scale = (ni + 127) << 23, inf = (VI) (zero + INFINITY);
   return (VF) (((VI) (p * (VF) scale) & live & ~big) | (inf & big));
 }
@@ -88,7 +90,7 @@ ROWS_FN (gelu_tanh) (const float *a, float *y, int64_t n)
   for (int64_t i = 0; i < n; i += VW) {
     const int64_t k = n - i;
     const VF x = ROWS_FN (ldp) (a + i, k);
-    const VF u = zero - k2 * (x + 0.044715f * x * x * x);
+    const VF u = zero - k2 * VFMA (0.044715f * x * x, x, x);
     ROWS_FN (stp) (y + i, x / (1.0f + ROWS_FN (exp) (u)), k);
   }
 }
@@ -100,8 +102,8 @@ ROWS_FN (modulate) (const float *x, const float *sc, const float *sh,
 {
   for (int64_t i = 0; i < n; i += VW) {
     const int64_t k = n - i;
-    const VF v = ROWS_FN (ldp) (x + i, k) * (1.0f + ROWS_FN (ldp) (sc + i, k))
-        + ROWS_FN (ldp) (sh + i, k);
+    const VF v = VFMA (ROWS_FN (ldp) (x + i, k),
+        1.0f + ROWS_FN (ldp) (sc + i, k), ROWS_FN (ldp) (sh + i, k));
     ROWS_FN (stp) (y + i, v, k);
   }
 }
@@ -113,8 +115,8 @@ ROWS_FN (gated_residual) (float *x, const float *y, const float *g, int64_t n)
   for (int64_t i = 0; i < n; i += VW) {
     const int64_t k = n - i;
     const VF yv = ROWS_FN (ldp) (y + i, k);
-    const VF v = g ? ROWS_FN (ldp) (x + i, k) + ROWS_FN (ldp) (g + i, k) * yv
-        : ROWS_FN (ldp) (x + i, k) + yv;
+    const VF v = g ? VFMA (ROWS_FN (ldp) (g + i, k), yv,
+        ROWS_FN (ldp) (x + i, k)) : ROWS_FN (ldp) (x + i, k) + yv;
     ROWS_FN (stp) (x + i, v, k);
   }
 }
@@ -139,7 +141,7 @@ ROWS_FN (channel_rms_norm) (const float *xr, int64_t xcs, float *yr,
       const float *xc = xr + c * xcs + w0;
       for (int64_t v = 0; v < nv; v++) {
         const VF t = ROWS_FN (ldp) (xc + v * VW, left - v * VW);
-        acc[v] += t * t;
+        acc[v] = VFMA (t, t, acc[v]);
       }
     }
     for (int64_t v = 0; v < nv; v++)
@@ -180,3 +182,4 @@ static const LbCpuRowKernels ROWS_TABLE = {
 #undef ROWS_FN
 #undef ROWS_TARGET
 #undef ROWS_TABLE
+#undef VFMA

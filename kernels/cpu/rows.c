@@ -15,6 +15,7 @@
 #define ROWS_FN(name) rows_baseline_##name
 #define ROWS_TARGET
 #define ROWS_TABLE rows_baseline
+#define VFMA(a, b, c) LB_CPU_FMA_BASELINE (VF, a, b, c)
 #include "kernels/cpu/rows-item.h"
 
 #if LB_CPU_HAVE_X86_ISAS
@@ -22,12 +23,14 @@
 #define ROWS_FN(name) rows_avx2_##name
 #define ROWS_TARGET LB_CPU_TARGET_AVX2
 #define ROWS_TABLE rows_avx2
+#define VFMA(a, b, c) LB_CPU_FMA_AVX2 (VF, a, b, c)
 #include "kernels/cpu/rows-item.h"
 
 #define VW 16
 #define ROWS_FN(name) rows_avx512_##name
 #define ROWS_TARGET LB_CPU_TARGET_AVX512
 #define ROWS_TABLE rows_avx512
+#define VFMA(a, b, c) LB_CPU_FMA_AVX512 (VF, a, b, c)
 #include "kernels/cpu/rows-item.h"
 #endif
 

@@ -361,7 +361,7 @@ test_conv3d_bf16 (void)
 static void
 run_with_direct (gconstpointer data)
 {
-  const int mode = GPOINTER_TO_INT (data) >> 4;
+  const int mode = GPOINTER_TO_INT (data) / 16 - 1;
   static const GTestFunc funcs[] = { test_conv3d, test_conv3d_streaming,
     test_conv2d
   };
@@ -382,7 +382,8 @@ main (int argc, char **argv)
     for (int i = 0; i < 3; i++) {
       g_autofree char *path = g_strdup_printf ("%s/%s", tests[i],
           modes[m + 1]);
-      g_test_add_data_func (path, GINT_TO_POINTER ((m << 4) | i),
+      /* (m + 1) * 16 + i: a left shift of m = -1 is undefined */
+      g_test_add_data_func (path, GINT_TO_POINTER ((m + 1) * 16 + i),
           run_with_direct);
     }
   g_test_add_func ("/ops/conv3d-causal/direct-blocking", test_direct_blocking);
