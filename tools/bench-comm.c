@@ -303,8 +303,7 @@ print_row (gboolean json, int n, int mib, const char *what, int iters,
 int
 lingbot_bench_comm_main (int argc, char **argv)
 {
-  g_autofree char *ranks_s = g_strdup ("2,4");
-  g_autofree char *sizes_s = g_strdup ("1,16,64");
+  g_autofree char *ranks_s = NULL, *sizes_s = NULL;
   gint iters_opt = 0;
   gboolean json = FALSE;
   GOptionEntry entries[] = {
@@ -322,6 +321,12 @@ lingbot_bench_comm_main (int argc, char **argv)
   if (!lingbot_tool_parse (prog, "- collectives and channel throughput",
           NULL, entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
+  /* defaults set after parsing: GOption drops (leaks) a string it
+   * replaces */
+  if (ranks_s == NULL)
+    ranks_s = g_strdup ("2,4");
+  if (sizes_s == NULL)
+    sizes_s = g_strdup ("1,16,64");
   int ranks[16], sizes[16], n_ranks, n_sizes;
   if (iters_opt < 0 || !parse_list (ranks_s, ranks, 16, &n_ranks, 1, 64) ||
       !parse_list (sizes_s, sizes, 16, &n_sizes, 1, 4096))

@@ -199,7 +199,7 @@ run_one (LingbotVae * vae, LbBackend * be, int ranks, const int *ordinals,
 int
 lingbot_bench_vae_main (int argc, char **argv)
 {
-  g_autofree char *model = NULL, *latent = g_strdup ("12x20"),
+  g_autofree char *model = NULL, *latent = NULL,
       *ranks_s = NULL, *devices = NULL, *precision = NULL;
   gint dim = 8, L = 4, chunks = 3, seed = 1;
   double dit_chunk_s = 0;
@@ -235,6 +235,10 @@ lingbot_bench_vae_main (int argc, char **argv)
           NULL, entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
   int h = 0, w = 0;
+  /* defaults set after parsing: GOption drops (leaks) a string it
+   * replaces */
+  if (latent == NULL)
+    latent = g_strdup ("12x20");
   if (sscanf (latent, "%dx%d", &h, &w) != 2 || h < 1 || w < 1 || L < 1
       || chunks < 1 || dim < 2 || dit_chunk_s < 0)
     return lingbot_tool_usage_error (prog, "bad --latent, --chunk-latents, "

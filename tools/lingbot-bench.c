@@ -28,7 +28,7 @@ static int
 bench_gemm (int argc, char **argv)
 {
   gint size = 1024, iters = 10;
-  g_autofree char *backend_name = g_strdup ("cpu");
+  g_autofree char *backend_name = NULL;
   GOptionEntry entries[] = {
     {"size", 0, 0, G_OPTION_ARG_INT, &size, "M = N = K (default 1024)", "N"},
     {"iters", 0, 0, G_OPTION_ARG_INT, &iters, "timed repetitions (10)", "K"},
@@ -39,6 +39,9 @@ bench_gemm (int argc, char **argv)
   const char *prog = "lingbot-bench gemm";
   if (!lingbot_tool_parse (prog, "- GEMM rate", NULL, entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
+  /* set after parsing: GOption drops (leaks) a default string it replaces */
+  if (backend_name == NULL)
+    backend_name = g_strdup ("cpu");
   if (size < 1 || iters < 1)
     return lingbot_tool_usage_error (prog,
         "--size and --iters must be positive");
