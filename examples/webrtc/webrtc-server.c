@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <gst/gst.h>
 #include <gst/rtp/gstrtpbuffer.h>
 #include <gst/sdp/sdp.h>
@@ -51,15 +54,27 @@
 #define WEBRTC_LATENCY_MS 50
 /* periodic keyframes as a safety net; joiners and PLI/FIR force one */
 #define KEY_INTERVAL 64
+/* after a failed accept() (EMFILE, ENFILE, ENOBUFS, an error of the
+ * connection), the listener is watched again this much later (ms) */
+#define ACCEPT_RETRY_MS 100
+#define LISTEN_BACKLOG 128
 
 typedef struct _Session Session;
 typedef struct _Peer Peer;
 typedef struct _Conn Conn;
+typedef struct _Client Client;
 
 struct _LingbotWebrtcServer
 {
   GMainContext *context;
   SoupServer *soup;
+  GSocketListener *listener;    /* accepts; each connection goes to soup */
+  GCancellable *accept_cancel;
+  GSource *accept_retry;        /* the re-arm after a failed accept */
+  guint accept_failures;        /* in a row */
+  GHashTable *clients;          /* id -> Client (not owned) */
+  guint next_client;
+  guint max_connections, idle_timeout;
   guint port;
   char *www_dir;                /* realpath */
   char *image_real;             /* realpath of the start image, or NULL */
@@ -71,6 +86,7 @@ struct _LingbotWebrtcServer
   gint n_sessions, n_peers;
   gint n_dropped, n_mdns_ignored, n_key_units, n_too_big, n_timeouts;
   gint n_replaced;
+  gint n_connections, n_refused, n_idle_timeouts, n_accept_errors;
 
   /* config, owned copies */
   char *address;
@@ -2442,6 +2458,239 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
         "pipeline", err->message);
 }
 
+/* ------------------------------------------------------------------ */
+/* TCP connections: accept, cap, idle timeout                         */
+/* ------------------------------------------------------------------ */
+
+/* One accepted TCP connection, from its accept to the finalisation of its
+ * GSocketConnection, which closes the descriptor: soup reads its HTTP
+ * request, a WebSocket upgrade steals it into a Conn.  It lives as data of
+ * that GSocketConnection and is found from a message through the remote
+ * address object given to soup_server_accept_iostream(), which soup keeps
+ * and returns as the message's.
+ *
+ * The server accepts itself (a GSocketListener) rather than with
+ * soup_server_listen(): libsoup 3.2's listener stops watching its socket
+ * for good after one failed accept() (EMFILE, or a network error of the
+ * connection), and it has no cap and no timeout.  Connections handed over
+ * with soup_server_accept_iostream() serve one request each (libsoup keeps
+ * only its own listeners' connections alive); the responses say so. */
+struct _Client
+{
+  LingbotWebrtcServer *server;  /* NULL once the server is freed */
+  guint id;
+  GSocket *socket;              /* the connection's: valid while it lives */
+  GSource *idle;                /* the request's (or response's) deadline */
+};
+
+#define CLIENT_KEY "lingbot-client"
+
+static void accept_next (LingbotWebrtcServer * server);
+
+static void
+client_stop_timer (Client * cl)
+{
+  if (cl->idle) {
+    g_source_destroy (cl->idle);
+    g_clear_pointer (&cl->idle, g_source_unref);
+  }
+}
+
+/* the GSocketConnection is finalised: its descriptor is closed */
+static void
+client_free (gpointer data)
+{
+  Client *cl = data;
+
+  client_stop_timer (cl);
+  if (cl->server) {
+    g_hash_table_remove (cl->server->clients, GUINT_TO_POINTER (cl->id));
+    g_atomic_int_add (&cl->server->n_connections, -1);
+  }
+  g_free (cl);
+}
+
+/* too slow: both directions are shut down, so that libsoup reads the end
+ * of the stream (or fails its write) and lets the connection go; the
+ * descriptor is closed with it */
+static gboolean
+client_idle_expired (gpointer user_data)
+{
+  Client *cl = user_data;
+
+  g_clear_pointer (&cl->idle, g_source_unref);
+  if (g_socket_is_closed (cl->socket))
+    return G_SOURCE_REMOVE;     /* done, not released yet */
+  g_atomic_int_inc (&cl->server->n_idle_timeouts);
+  g_message ("connection %u: no complete HTTP request (or response taken) "
+      "within %u s: closed", cl->id, cl->server->idle_timeout);
+  g_socket_shutdown (cl->socket, TRUE, TRUE, NULL);
+  return G_SOURCE_REMOVE;
+}
+
+/* (re)starts the deadline: idle_timeout seconds from now */
+static void
+client_arm (Client * cl)
+{
+  client_stop_timer (cl);
+  cl->idle = g_timeout_source_new (cl->server->idle_timeout * 1000);
+  g_source_set_callback (cl->idle, client_idle_expired, cl, NULL);
+  g_source_attach (cl->idle, cl->server->context);
+}
+
+static Client *
+client_of_message (LingbotWebrtcServer * server, SoupServerMessage * msg)
+{
+  GSocketAddress *addr = soup_server_message_get_remote_address (msg);
+  gpointer id = addr ? g_object_get_data (G_OBJECT (addr), CLIENT_KEY) : NULL;
+
+  return id ? g_hash_table_lookup (server->clients, id) : NULL;
+}
+
+/* a complete request: its response has idle_timeout seconds; the
+ * connection closes after it (RFC 9112 9.6: a server without persistent
+ * connections says "close" in every response) */
+static void
+on_request_read (SoupServer * soup, SoupServerMessage * msg, gpointer user_data)
+{
+  Client *cl = client_of_message (user_data, msg);
+
+  soup_message_headers_replace (soup_server_message_get_response_headers
+      (msg), "Connection", "close");
+  if (cl)
+    client_arm (cl);
+}
+
+/* answered (or failed): soup closes the connection now */
+static void
+on_request_done (SoupServer * soup, SoupServerMessage * msg, gpointer user_data)
+{
+  Client *cl = client_of_message (user_data, msg);
+
+  if (cl)
+    client_stop_timer (cl);
+}
+
+/* over the cap: a 503 (what the client sent is read first, so that the
+ * close is not a reset that could discard the answer), then closed */
+static void
+client_refuse (LingbotWebrtcServer * server, GSocketConnection * conn)
+{
+  static const char answer[] = "HTTP/1.1 503 Service Unavailable\r\n"
+      "Connection: close\r\nContent-Length: 0\r\n\r\n";
+  GSocket *socket = g_socket_connection_get_socket (conn);
+  char drain[4096];
+  guint n = (guint) g_atomic_int_add (&server->n_refused, 1) + 1;
+
+  if (n == 1 || n % 100 == 0)
+    g_message ("connection refused with 503: %u of %u connections open "
+        "(--max-connections); %u refused so far",
+        (guint) g_atomic_int_get (&server->n_connections),
+        server->max_connections, n);
+  g_socket_receive_with_blocking (socket, drain, sizeof drain, FALSE, NULL,
+      NULL);
+  g_socket_send_with_blocking (socket, answer, sizeof answer - 1, FALSE, NULL,
+      NULL);
+  g_io_stream_close (G_IO_STREAM (conn), NULL, NULL);
+}
+
+static void
+client_new (LingbotWebrtcServer * server, GSocketConnection * conn)
+{
+  g_autoptr (GSocketAddress) local = NULL;
+  g_autoptr (GSocketAddress) remote = NULL;
+  Client *cl;
+
+  local = g_socket_connection_get_local_address (conn, NULL);
+  remote = g_socket_connection_get_remote_address (conn, NULL);
+  if (local == NULL || remote == NULL) {        /* gone already */
+    g_io_stream_close (G_IO_STREAM (conn), NULL, NULL);
+    return;
+  }
+  if ((guint) g_atomic_int_get (&server->n_connections) >=
+      server->max_connections) {
+    client_refuse (server, conn);
+    return;
+  }
+  cl = g_new0 (Client, 1);
+  cl->server = server;
+  if (++server->next_client == 0)
+    server->next_client = 1;
+  cl->id = server->next_client;
+  cl->socket = g_socket_connection_get_socket (conn);
+  g_atomic_int_inc (&server->n_connections);
+  g_hash_table_insert (server->clients, GUINT_TO_POINTER (cl->id), cl);
+  g_object_set_data_full (G_OBJECT (conn), CLIENT_KEY, cl, client_free);
+  g_object_set_data (G_OBJECT (remote), CLIENT_KEY, GUINT_TO_POINTER (cl->id));
+  g_socket_set_option (cl->socket, IPPROTO_TCP, TCP_NODELAY, TRUE, NULL);
+  client_arm (cl);
+  soup_server_accept_iostream (server->soup, G_IO_STREAM (conn), local,
+      remote, NULL);
+}
+
+static gboolean
+accept_retry (gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+
+  g_clear_pointer (&server->accept_retry, g_source_unref);
+  accept_next (server);
+  return G_SOURCE_REMOVE;
+}
+
+/* the listening socket stays readable while accept() fails (the
+ * connection waits in the backlog): watched again after a pause, not at
+ * once, which would spin */
+static void
+accept_failed (LingbotWebrtcServer * server, const GError * err)
+{
+  g_atomic_int_inc (&server->n_accept_errors);
+  if (server->accept_failures++ == 0)
+    g_message ("accept() failed: %s (%u connections open); trying again "
+        "every %u ms", err->message,
+        (guint) g_atomic_int_get (&server->n_connections), ACCEPT_RETRY_MS);
+  server->accept_retry = g_timeout_source_new (ACCEPT_RETRY_MS);
+  g_source_set_callback (server->accept_retry, accept_retry, server, NULL);
+  g_source_attach (server->accept_retry, server->context);
+}
+
+static void
+on_accepted (GObject * source, GAsyncResult * res, gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+  g_autoptr (GError) err = NULL;
+  GSocketConnection *conn;
+
+  conn = g_socket_listener_accept_finish (G_SOCKET_LISTENER (source), res,
+      NULL, &err);
+  if (g_error_matches (err, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+    return;                     /* the server is gone */
+  g_main_context_push_thread_default (server->context);
+  if (conn == NULL) {
+    accept_failed (server, err);
+  } else {
+    if (server->accept_failures > 0) {
+      g_message ("accepting again after %u failed accept() calls",
+          server->accept_failures);
+      server->accept_failures = 0;
+    }
+    client_new (server, conn);
+    g_object_unref (conn);
+    accept_next (server);
+  }
+  g_main_context_pop_thread_default (server->context);
+}
+
+/* one accept at a time, on the server's context */
+static void
+accept_next (LingbotWebrtcServer * server)
+{
+  g_main_context_push_thread_default (server->context);
+  g_socket_listener_accept_async (server->listener, server->accept_cancel,
+      on_accepted, server);
+  g_main_context_pop_thread_default (server->context);
+}
+
 /* 101 sent: take the connection over, behind the size guard */
 static void
 on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
@@ -2450,12 +2699,16 @@ on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
   GUri *uri = soup_server_message_get_uri (msg);
   SoupMessageHeaders *req = soup_server_message_get_request_headers (msg);
   const char *token = g_object_get_data (G_OBJECT (msg), "lingbot-resume");
-  GSocket *socket = soup_server_message_get_socket (msg);
+  Client *cl = client_of_message (server, msg);
+  GSocket *socket = NULL;
   GIOStream *stream;
   Conn *c;
 
-  if (socket != NULL)
-    g_object_ref (socket);
+  /* a WebSocket has no deadline of its own: its peer's timeouts apply */
+  if (cl) {
+    client_stop_timer (cl);
+    socket = g_object_ref (cl->socket);
+  }
   stream = soup_server_message_steal_connection (msg);
   if (stream == NULL) {
     g_clear_object (&socket);
@@ -2467,6 +2720,8 @@ on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
   c->guard = lingbot_ws_guard_new (stream, LINGBOT_WEBRTC_WS_HARD_LIMIT,
       conn_tripped, c);
   lingbot_ws_guard_set_socket (c->guard, socket);
+  g_debug ("connection %u: WebSocket on TCP connection %u%s", c->id,
+      cl ? cl->id : 0, socket ? "" : " (no socket: no lingering close)");
   g_clear_object (&socket);
   g_object_unref (stream);
   c->ws = soup_websocket_connection_new (c->guard, uri,
@@ -2525,12 +2780,17 @@ on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
     return;
   }
   /* no extensions: permessage-deflate would make frame sizes say nothing
-   * about message sizes */
+   * about message sizes; "Connection: Upgrade", not on_request_read()'s
+   * "close" */
+  soup_message_headers_remove (soup_server_message_get_response_headers
+      (msg), "Connection");
   if (!soup_websocket_server_check_handshake (msg, NULL, NULL, NULL, &err)
       || !soup_websocket_server_process_handshake (msg, NULL, NULL, NULL, NULL)) {
     g_message ("http: %s " WS_PATH " -> 400 (%s)",
         soup_server_message_get_method (msg),
         err ? err->message : "bad WebSocket handshake");
+    soup_message_headers_replace (soup_server_message_get_response_headers
+        (msg), "Connection", "close");
     soup_server_message_set_status (msg, SOUP_STATUS_BAD_REQUEST, NULL);
     return;
   }
@@ -2699,6 +2959,79 @@ lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
   cfg->ice_loopback = -1;
   cfg->peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
   cfg->resume_timeout = LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  cfg->max_connections = 0;
+  cfg->idle_timeout = LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
+}
+
+/**
+ * lingbot_webrtc_raise_fd_limit:
+ * @soft: (out) (optional): the soft limit now (descriptors)
+ * @error: where to put an error
+ *
+ * Raises this process's soft RLIMIT_NOFILE to its hard limit (the server
+ * program does so at start: every connection and every session's ICE
+ * sockets take descriptors).  Call it before lingbot_webrtc_server_new(),
+ * which sizes the automatic connection cap from the soft limit.
+ *
+ * Returns: %TRUE, or %FALSE with @error set (G_IO_ERROR, from errno) when
+ *   the limit cannot be read or set
+ */
+gboolean
+lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error)
+{
+  struct rlimit rl;
+
+  if (getrlimit (RLIMIT_NOFILE, &rl) != 0) {
+    int e = errno;
+
+    g_set_error (error, G_IO_ERROR, g_io_error_from_errno (e),
+        "getrlimit(RLIMIT_NOFILE): %s", g_strerror (e));
+    return FALSE;
+  }
+  if (rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit (RLIMIT_NOFILE, &rl) != 0) {
+      int e = errno;
+
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (e),
+          "setrlimit(RLIMIT_NOFILE, %" G_GUINT64_FORMAT "): %s",
+          (guint64) rl.rlim_max, g_strerror (e));
+      return FALSE;
+    }
+  }
+  if (soft)
+    *soft = (guint64) rl.rlim_cur;
+  return TRUE;
+}
+
+/* the connection cap: the configured one, or automatic; FALSE with @error
+ * when RLIMIT_NOFILE leaves too few descriptors for it */
+static gboolean
+connection_cap (LingbotWebrtcServer * server, guint wanted, GError ** error)
+{
+  struct rlimit rl;
+  guint64 soft = G_MAXUINT64, reserve, room;
+
+  if (getrlimit (RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    soft = (guint64) rl.rlim_cur;
+  reserve = LINGBOT_WEBRTC_FD_RESERVE +
+      (guint64) LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION *server->max_sessions;
+  room = soft > reserve ? soft - reserve : 0;
+  if (wanted == 0)
+    wanted = (guint) MIN (room, LINGBOT_WEBRTC_DEFAULT_MAX_CONNECTIONS);
+  if (wanted < 1 || wanted > room) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_TOO_MANY_OPEN_FILES,
+        "RLIMIT_NOFILE is %" G_GUINT64_FORMAT ": %u connections need %"
+        G_GUINT64_FORMAT " descriptors with %u session%s (%u + %u per "
+        "session kept for the pipelines); lower --max-connections or "
+        "--max-sessions, or raise the limit (ulimit -n)", soft,
+        MAX (wanted, 1), MAX (wanted, 1) + reserve, server->max_sessions,
+        server->max_sessions == 1 ? "" : "s", LINGBOT_WEBRTC_FD_RESERVE,
+        LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION);
+    return FALSE;
+  }
+  server->max_connections = wanted;
+  return TRUE;
 }
 
 static void
@@ -2725,13 +3058,16 @@ address_is_loopback (const char *address)
  * @cfg: the configuration (copied)
  * @error: where to put an error
  *
- * Checks the encoder and the GStreamer elements, binds the HTTP server on
- * the calling thread's default main context (everything of the server runs
- * there) and returns.  Sessions are made when browsers connect.
+ * Checks the encoder and the GStreamer elements, sizes the connection cap
+ * (@cfg's max_connections, or automatic from RLIMIT_NOFILE), binds the
+ * HTTP server on the calling thread's default main context (everything of
+ * the server runs there) and returns.  Sessions are made when browsers
+ * connect.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
  *   an unknown encoder, a missing element, no page folder, not an IP
- *   address, or the bind failed)
+ *   address, RLIMIT_NOFILE too low for the cap
+ *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
  */
 LingbotWebrtcServer *
 lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
@@ -2739,7 +3075,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   g_autoptr (LingbotWebrtcServer) server = g_new0 (LingbotWebrtcServer, 1);
   g_autoptr (GInetAddress) inet = NULL;
   g_autoptr (GSocketAddress) addr = NULL;
-  GSList *uris;
+  g_autoptr (GSocketAddress) bound = NULL;
   const char *needed[] = { "webrtcbin", "videoconvert", "queue", "tee",
     "clocksync", NULL
   };
@@ -2749,6 +3085,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       session_table_unref);
   server->conns = g_hash_table_new_full (NULL, NULL, NULL,
       (GDestroyNotify) conn_free);
+  server->clients = g_hash_table_new (NULL, NULL);
   server->address = g_strdup (cfg->address ? cfg->address :
       LINGBOT_WEBRTC_DEFAULT_ADDRESS);
   server->model = g_strdup (cfg->model);
@@ -2769,6 +3106,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
   server->resume_timeout = cfg->resume_timeout ? cfg->resume_timeout :
       LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  server->idle_timeout = cfg->idle_timeout ? cfg->idle_timeout :
+      LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
   if (cfg->image)
     server->image_real = realpath (cfg->image, NULL);
 
@@ -2802,21 +3141,34 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   }
   addr = g_inet_socket_address_new (inet, (guint16) cfg->port);
 
+  if (!connection_cap (server, cfg->max_connections, error))
+    return NULL;
+
   server->soup = soup_server_new ("server-header", "lingbot-webrtc ", NULL);
   soup_server_add_handler (server->soup, NULL, on_http, server, NULL);
   soup_server_add_handler (server->soup, WS_PATH, on_ws_http, server, NULL);
-  if (!soup_server_listen (server->soup, addr, 0, error))
+  g_signal_connect (server->soup, "request-read", G_CALLBACK (on_request_read),
+      server);
+  g_signal_connect (server->soup, "request-finished",
+      G_CALLBACK (on_request_done), server);
+  g_signal_connect (server->soup, "request-aborted",
+      G_CALLBACK (on_request_done), server);
+  server->listener = g_socket_listener_new ();
+  g_socket_listener_set_backlog (server->listener, LISTEN_BACKLOG);
+  if (!g_socket_listener_add_address (server->listener, addr,
+          G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, NULL, &bound, error))
     return NULL;
-  uris = soup_server_get_uris (server->soup);
-  if (uris)
-    server->port = (guint) g_uri_get_port (uris->data);
-  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  server->port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  server->accept_cancel = g_cancellable_new ();
+  accept_next (server);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
-      "session%s%s, peer timeout %u s, resume %u s)", server->address,
+      "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
+      "idle timeout %u s)", server->address,
       server->port, server->www_dir, server->encoder, server->max_sessions,
       server->max_sessions == 1 ? "" : "s",
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",
-      server->peer_timeout, server->resume_timeout);
+      server->peer_timeout, server->resume_timeout, server->max_connections,
+      server->idle_timeout);
   return g_steal_pointer (&server);
 }
 
@@ -2913,6 +3265,55 @@ COUNTER_GETTER (n_timeouts);
 COUNTER_GETTER (n_replaced);
 
 /**
+ * lingbot_webrtc_server_get_n_connections:
+ * @server: a server
+ *
+ * Returns: TCP connections open now (HTTP requests being read or answered,
+ *   WebSockets, lingering closes): those whose descriptor is not closed yet
+ */
+COUNTER_GETTER (n_connections);
+
+/**
+ * lingbot_webrtc_server_get_n_refused:
+ * @server: a server
+ *
+ * Returns: connections refused with 503 so far because the cap
+ *   (lingbot_webrtc_server_get_max_connections()) was reached
+ */
+COUNTER_GETTER (n_refused);
+
+/**
+ * lingbot_webrtc_server_get_n_idle_timeouts:
+ * @server: a server
+ *
+ * Returns: connections closed so far because no complete HTTP request came
+ *   (or the response was not taken) within the idle timeout
+ */
+COUNTER_GETTER (n_idle_timeouts);
+
+/**
+ * lingbot_webrtc_server_get_n_accept_errors:
+ * @server: a server
+ *
+ * Returns: failed accept() calls so far (EMFILE and the like); after each
+ *   the listener is watched again 100 ms later
+ */
+COUNTER_GETTER (n_accept_errors);
+
+/**
+ * lingbot_webrtc_server_get_max_connections:
+ * @server: a server
+ *
+ * Returns: the connection cap in force (the configured one, or the
+ *   automatic one from RLIMIT_NOFILE)
+ */
+guint
+lingbot_webrtc_server_get_max_connections (LingbotWebrtcServer * server)
+{
+  return server->max_connections;
+}
+
+/**
  * lingbot_webrtc_server_free:
  * @server: (nullable): a server
  *
@@ -2948,6 +3349,33 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
       conn_close (c, SOUP_WEBSOCKET_CLOSE_GOING_AWAY, "shutdown");
     }
     g_hash_table_unref (server->conns);
+  }
+  if (server->accept_cancel) {
+    g_cancellable_cancel (server->accept_cancel);
+    g_object_unref (server->accept_cancel);
+  }
+  if (server->accept_retry) {
+    g_source_destroy (server->accept_retry);
+    g_source_unref (server->accept_retry);
+  }
+  if (server->listener) {
+    g_socket_listener_close (server->listener);
+    g_object_unref (server->listener);
+  }
+  /* connections that outlive the server (soup's, closing below; a
+   * lingering WebSocket) no longer count */
+  if (server->clients) {
+    GHashTableIter it;
+    gpointer value;
+
+    g_hash_table_iter_init (&it, server->clients);
+    while (g_hash_table_iter_next (&it, NULL, &value)) {
+      Client *cl = value;
+
+      client_stop_timer (cl);
+      cl->server = NULL;
+    }
+    g_hash_table_unref (server->clients);
   }
   if (server->soup) {
     soup_server_disconnect (server->soup);
