@@ -39,6 +39,7 @@
 #include <libsoup/soup.h>
 
 #include "lingbot/control.h"
+#include "webrtc-messages.h"
 #include "webrtc-server.h"
 #include "ws-guard.h"
 
@@ -46,8 +47,6 @@
 #define START_IMAGE_PATH "/start-image"
 #define LABEL_INPUT "input"
 #define LABEL_CONTROL "control"
-#define MAX_KEY_NAME 64
-#define MAX_CANDIDATE 2048
 #define MAX_PENDING_KEYS 256
 #define MAX_HELD_KEYS 32
 #define CHUNK_RING 8
@@ -385,61 +384,6 @@ message_finish (JsonBuilder * b)
   json_builder_end_object (b);
   root = json_builder_get_root (b);
   return json_to_string (root, FALSE);
-}
-
-/* a member of the given JSON type, or NULL / FALSE: never trust a type */
-static const char *
-member_string (JsonObject * o, const char *name)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_STRING)
-    return NULL;
-  return json_node_get_string (n);
-}
-
-static gboolean
-member_int (JsonObject * o, const char *name, gint64 * out)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_INT64)
-    return FALSE;
-  *out = json_node_get_int (n);
-  return TRUE;
-}
-
-static JsonObject *
-member_object (JsonObject * o, const char *name)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  return n && JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
-}
-
-/* parse a message: an object, or NULL with *why set */
-static JsonParser *
-parse_object (const char *data, gsize len, JsonObject ** out, char **why)
-{
-  JsonParser *parser = json_parser_new ();
-  g_autoptr (GError) err = NULL;
-  JsonNode *root;
-
-  if (!json_parser_load_from_data (parser, data, (gssize) len, &err)) {
-    *why = g_strdup_printf ("not JSON (%s)", err->message);
-    g_object_unref (parser);
-    return NULL;
-  }
-  root = json_parser_get_root (parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-    *why = g_strdup ("not a JSON object");
-    g_object_unref (parser);
-    return NULL;
-  }
-  *out = json_node_get_object (root);
-  return parser;
 }
 
 static char *
@@ -1092,21 +1036,6 @@ peer_tick (gpointer user_data)
 /* peers: input from the browser                                      */
 /* ------------------------------------------------------------------ */
 
-/* X keysym names (gstwebrtc-api sends those) -> DOM codes */
-static const char *
-normalize_key (const char *key)
-{
-  static const char *const map[][2] = {
-    {"Up", "ArrowUp"}, {"Down", "ArrowDown"},
-    {"Left", "ArrowLeft"}, {"Right", "ArrowRight"},
-  };
-
-  for (guint i = 0; i < G_N_ELEMENTS (map); i++)
-    if (strcmp (key, map[i][0]) == 0)
-      return map[i][1];
-  return key;
-}
-
 static void
 peer_track_key (Peer * p, const char *key, gboolean press)
 {
@@ -1120,67 +1049,31 @@ peer_track_key (Peer * p, const char *key, gboolean press)
     g_ptr_array_add (p->held, g_strdup (key));
 }
 
-/* one navigation event object: the webrtcsink "input" form
- * {"event":"KeyPress","key":"ArrowUp","modifier_state":"..."} plus our
- * optional "id" (an integer stamp echoed with the chunk that used it) */
-static gboolean
-handle_navigation (Peer * p, JsonObject * o, gboolean has_id, gint64 id,
-    const char **why)
+/* a key press or release of the viewer: stamped (a press with an id is
+ * echoed with the chunk that used it), tracked (released when the peer
+ * goes), sent upstream */
+static void
+peer_key (Peer * p, const LingbotWebrtcInput * in)
 {
   Session *s = p->session;
-  const char *event, *key;
-  gboolean press;
 
-  event = member_string (o, "event");
-  if (event == NULL) {
-    *why = "no \"event\" string";
-    return FALSE;
-  }
-  if (g_str_has_prefix (event, "Mouse") || g_str_has_prefix (event, "Touch")) {
-    g_debug ("session %u: %s ignored (no control)", s->id, event);
-    return TRUE;
-  }
-  if (strcmp (event, "KeyPress") == 0)
-    press = TRUE;
-  else if (strcmp (event, "KeyRelease") == 0)
-    press = FALSE;
-  else {
-    *why = "unknown navigation event";
-    return FALSE;
-  }
-  key = member_string (o, "key");
-  if (key == NULL || key[0] == '\0' || strlen (key) > MAX_KEY_NAME
-      || !g_utf8_validate (key, -1, NULL)) {
-    *why = "no valid \"key\" string";
-    return FALSE;
-  }
-  if (s->active != p) {
-    *why = "keys from a connection that is not the session's viewer";
-    return FALSE;
-  }
-  key = normalize_key (key);
+  if (in->press && in->has_id && in->key_bit != 0) {
+    KeyStamp *k = g_new0 (KeyStamp, 1);
 
-  if (press && has_id) {
-    guint bit = lingbot_key_from_name (key);
-
-    if (bit != 0) {
-      KeyStamp *k = g_new0 (KeyStamp, 1);
-
-      k->id = id;
-      k->key = bit;
-      k->name = g_strdup (key);
-      k->min_chunk = (guint64) (s->last_chunk + 1);
-      k->t_us = g_get_monotonic_time ();
-      g_queue_push_tail (&s->pending_keys, k);
-      while (s->pending_keys.length > MAX_PENDING_KEYS)
-        key_stamp_free (g_queue_pop_head (&s->pending_keys));
-    }
+    k->id = in->id;
+    k->key = in->key_bit;
+    k->name = g_strdup (in->key);
+    k->min_chunk = (guint64) (s->last_chunk + 1);
+    k->t_us = g_get_monotonic_time ();
+    g_queue_push_tail (&s->pending_keys, k);
+    while (s->pending_keys.length > MAX_PENDING_KEYS)
+      key_stamp_free (g_queue_pop_head (&s->pending_keys));
   }
-  peer_track_key (p, key, press);
-  g_debug ("session %u: %s %s", s->id, event, key);
-  send_navigation (s, press ? gst_navigation_event_new_key_press (key, 0) :
-      gst_navigation_event_new_key_release (key, 0));
-  return TRUE;
+  peer_track_key (p, in->key, in->press);
+  g_debug ("session %u: %s %s", s->id, in->event, in->key);
+  send_navigation (s, in->press ?
+      gst_navigation_event_new_key_press (in->key, 0) :
+      gst_navigation_event_new_key_release (in->key, 0));
 }
 
 typedef struct
@@ -1198,61 +1091,28 @@ channel_message_free (ChannelMessage * m)
   g_free (m);
 }
 
+/* the checks are lingbot_webrtc_check_input()'s (webrtc-messages.c) */
 static void
 handle_channel_message (Peer * p, ChannelMessage * m)
 {
-  const char *where = m->control ? LABEL_CONTROL : LABEL_INPUT;
-  g_autoptr (JsonParser) parser = NULL;
-  g_autofree char *bad = NULL;
-  const char *why = NULL;
-  JsonObject *o = NULL, *req, *event;
-  gint64 id = 0;
-  gboolean has_id;
+  LingbotWebrtcInput in = { 0 };
 
-  if (m->binary) {
-    peer_reject (p, where, "binary message (JSON text expected)", m->size,
-        FALSE, 0);
-    return;
+  in.control = m->control;
+  in.viewer = p->session->active == p;
+  lingbot_webrtc_check_input (&in, m->binary, m->text, m->size);
+  switch (in.verdict) {
+    case LINGBOT_WEBRTC_INPUT_DROP:
+      peer_reject (p, m->control ? LABEL_CONTROL : LABEL_INPUT, in.why,
+          m->size, in.has_id, in.id);
+      break;
+    case LINGBOT_WEBRTC_INPUT_IGNORE:
+      g_debug ("session %u: %s ignored (no control)", p->session->id, in.event);
+      break;
+    case LINGBOT_WEBRTC_INPUT_KEY:
+      peer_key (p, &in);
+      break;
   }
-  if (m->text == NULL) {
-    peer_reject (p, where, "too big", m->size, FALSE, 0);
-    return;
-  }
-  parser = parse_object (m->text, m->size, &o, &bad);
-  if (parser == NULL) {
-    peer_reject (p, where, bad, m->size, FALSE, 0);
-    return;
-  }
-  has_id = member_int (o, "id", &id);
-
-  /* gstwebrtc-api's control request:
-   * {"id":N,"request":{"type":"navigationEvent","event":{...}}} */
-  if (json_object_has_member (o, "request")) {
-    const char *type;
-
-    req = member_object (o, "request");
-    type = req ? member_string (req, "type") : NULL;
-    event = req ? member_object (req, "event") : NULL;
-    if (req == NULL)
-      why = "\"request\" is not an object";
-    else if (type == NULL)
-      why = "request without a \"type\" string";
-    else if (strcmp (type, "navigationEvent") != 0)
-      why = "unknown request type";
-    else if (event == NULL)
-      why = "navigationEvent without an \"event\" object";
-    else if (handle_navigation (p, event, has_id, id, &why))
-      return;
-    peer_reject (p, where, why, m->size, has_id, id);
-    return;
-  }
-  if (m->control) {
-    peer_reject (p, where, member_string (o, "type") ?
-        "unknown message type" : "no \"request\" object", m->size, has_id, id);
-    return;
-  }
-  if (!handle_navigation (p, o, has_id, id, &why))
-    peer_reject (p, where, why, m->size, has_id, id);
+  lingbot_webrtc_input_clear (&in);
 }
 
 static void
@@ -2154,91 +2014,12 @@ on_answer_set (GstPromise * promise, gpointer user_data)
   gst_promise_unref (promise);
 }
 
-/* the browser cannot take the codec: its answer rejects the video section
- * (port 0) or leaves our payload type out */
-static const char *
-answer_codec_problem (GstSDPMessage * sdp, guint pt, gboolean * has_video)
-{
-  g_autofree char *pt_str = g_strdup_printf ("%u", pt);
-
-  *has_video = FALSE;
-  for (guint i = 0; i < gst_sdp_message_medias_len (sdp); i++) {
-    const GstSDPMedia *m = gst_sdp_message_get_media (sdp, i);
-
-    if (g_strcmp0 (gst_sdp_media_get_media (m), "video") != 0)
-      continue;
-    *has_video = TRUE;
-    if (gst_sdp_media_get_port (m) == 0)
-      return "rejects the video";
-    for (guint f = 0; f < gst_sdp_media_formats_len (m); f++)
-      if (g_strcmp0 (gst_sdp_media_get_format (m, f), pt_str) == 0)
-        return NULL;
-    return "has no payload type of the offered codec";
-  }
-  return NULL;
-}
-
-/* an answer's SDP: parsed, with a media section, or NULL (the SDP parser
- * accepts about anything but asserts on an empty text) */
-static GstSDPMessage *
-parse_answer_sdp (const char *sdp_text)
-{
-  GstSDPMessage *sdp = NULL;
-
-  if (sdp_text[0] == '\0')
-    return NULL;
-  if (gst_sdp_message_new_from_text (sdp_text, &sdp) != GST_SDP_OK
-      || gst_sdp_message_medias_len (sdp) == 0) {
-    if (sdp)
-      gst_sdp_message_free (sdp);
-    return NULL;
-  }
-  return sdp;
-}
-
+/* a checked answer: webrtcbin takes it (and the SDP) */
 static void
-handle_answer (Peer * p, JsonObject * o, gsize len)
+peer_answer (Peer * p, GstSDPMessage * sdp)
 {
-  Session *s = p->session;
-  const char *sdp_text = member_string (o, "sdp");
-  GstSDPMessage *sdp = NULL;
   GstWebRTCSessionDescription *answer;
-  const char *problem;
-  gboolean has_video;
 
-  if (sdp_text == NULL) {
-    peer_reject (p, "signalling", "answer without an \"sdp\" string", len,
-        FALSE, 0);
-    return;
-  }
-  if (!p->offered || p->answered) {
-    peer_reject (p, "signalling", !p->offered ? "answer before the offer" :
-        "a second answer (no renegotiation)", len, FALSE, 0);
-    return;
-  }
-  sdp = parse_answer_sdp (sdp_text);
-  if (sdp == NULL) {
-    peer_reject (p, "signalling", "unusable SDP (no media section)", len,
-        FALSE, 0);
-    return;
-  }
-  problem = answer_codec_problem (sdp, s->enc->pt, &has_video);
-  if (!has_video) {
-    gst_sdp_message_free (sdp);
-    peer_reject (p, "signalling", "answer without a video section", len,
-        FALSE, 0);
-    return;
-  }
-  if (problem) {
-    g_autofree char *why = g_strdup_printf ("the browser's answer %s: it "
-        "cannot decode %s (the server's --encoder %s)%s", problem,
-        s->enc->codec, s->enc->name, strcmp (s->enc->codec, "VP8") == 0 ?
-        "" : "; try a browser with H.264, or --encoder vp8");
-
-    gst_sdp_message_free (sdp);
-    peer_release (p, why, LINGBOT_WEBRTC_CLOSE_CODEC, "codec", why);
-    return;
-  }
   p->answered = TRUE;
   answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER, sdp);
   g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
@@ -2247,116 +2028,74 @@ handle_answer (Peer * p, JsonObject * o, gsize len)
   gst_webrtc_session_description_free (answer);
 }
 
-/* "candidate:F C proto prio ADDRESS port typ ..." with ADDRESS a .local name */
-static gboolean
-candidate_is_mdns (const char *candidate)
-{
-  g_auto (GStrv) fields = g_strsplit_set (candidate, " \t", 7);
-  const char *address;
-  gsize len;
-
-  if (g_strv_length (fields) < 6)
-    return FALSE;
-  address = fields[4];
-  len = strlen (address);
-  if (len > 0 && address[len - 1] == '.')       /* fully qualified */
-    len--;
-  return len > 6 && g_ascii_strncasecmp (address + len - 6, ".local", 6) == 0;
-}
-
-static void
-handle_ice (Peer * p, JsonObject * o, gsize len)
-{
-  LingbotWebrtcServer *server = p->session->server;
-  const char *candidate = member_string (o, "candidate");
-  gint64 mline = -1;
-
-  if (!member_int (o, "sdpMLineIndex", &mline) || mline < 0 || mline > 64) {
-    peer_reject (p, "signalling", "ice without a valid \"sdpMLineIndex\"",
-        len, FALSE, 0);
-    return;
-  }
-  if (candidate == NULL) {
-    peer_reject (p, "signalling", "ice without a \"candidate\" string", len,
-        FALSE, 0);
-    return;
-  }
-  if (candidate[0] == '\0')     /* end of candidates */
-    return;
-  if (strlen (candidate) > MAX_CANDIDATE
-      || !g_str_has_prefix (candidate, "candidate:")) {
-    peer_reject (p, "signalling", "not an ICE candidate line", len, FALSE, 0);
-    return;
-  }
-  /* Browsers hide their host addresses behind mDNS names
-   * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on this
-   * host: it reaches our 127.0.0.1 candidates, and its checks teach webrtcbin
-   * a peer-reflexive candidate, so the name is not needed; resolving it would
-   * only try DNS for a name that no DNS server knows and log an ERROR.  On
-   * other interfaces the candidate goes on to webrtcbin, which resolves it
-   * where the system can (nss-mdns) and otherwise relies on peer-reflexive
-   * discovery as well. */
-  if (server->ice_loopback && candidate_is_mdns (candidate)) {
-    g_atomic_int_inc (&server->n_mdns_ignored);
-    if (p->mdns_ignored++ == 0)
-      g_message ("session %u: peer %u: ignoring the browser's mDNS (.local) "
-          "candidates, ICE on 127.0.0.1 relies on peer-reflexive discovery",
-          p->session->id, p->id);
-    return;
-  }
-  g_signal_emit_by_name (p->webrtc, "add-ice-candidate", (guint) mline,
-      candidate);
-}
-
+/* the checks are lingbot_webrtc_check_signal()'s (webrtc-messages.c) */
 static void
 on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
     gpointer user_data)
 {
   Conn *c = user_data;
+  LingbotWebrtcServer *server = c->server;
   Peer *p = c->peer;
-  g_autoptr (JsonParser) parser = NULL;
-  g_autofree char *why = NULL;
-  const char *data, *kind;
+  LingbotWebrtcSignal sig = { 0 };
+  const char *data;
   gsize len;
-  JsonObject *o = NULL;
 
   if (p == NULL || p->released)
     return;                     /* refused or being closed */
   data = g_bytes_get_data (message, &len);
-  if (type != SOUP_WEBSOCKET_DATA_TEXT) {
-    peer_reject (p, "signalling", "binary message (JSON text expected)",
-        len, FALSE, 0);
-    return;
-  }
-  if (len > c->server->max_message_size) {
-    peer_reject (p, "signalling", "too big", len, FALSE, 0);
-    return;
-  }
-  parser = parse_object (data, len, &o, &why);
-  if (parser == NULL) {
-    peer_reject (p, "signalling", why, len, FALSE, 0);
-    return;
-  }
-  kind = member_string (o, "type");
-  if (kind == NULL)
-    peer_reject (p, "signalling", "no \"type\" string", len, FALSE, 0);
-  else if (strcmp (kind, "answer") == 0)
-    handle_answer (p, o, len);
-  else if (strcmp (kind, "ice") == 0)
-    handle_ice (p, o, len);
-  else if (strcmp (kind, "bye") == 0) {
-    Session *s = p->session;
+  sig.max_message = server->max_message_size;
+  sig.offered = p->offered;
+  sig.answered = p->answered;
+  sig.pt = p->session->enc->pt;
+  sig.codec = p->session->enc->codec;
+  sig.encoder = p->session->enc->name;
+  sig.ice_loopback = server->ice_loopback;
+  lingbot_webrtc_check_signal (&sig, type != SOUP_WEBSOCKET_DATA_TEXT, data,
+      len);
+  switch (sig.verdict) {
+    case LINGBOT_WEBRTC_SIGNAL_DROP:
+      peer_reject (p, "signalling", sig.why, len, FALSE, 0);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ANSWER:
+      peer_answer (p, g_steal_pointer (&sig.sdp));
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_CODEC:
+      peer_release (p, sig.why, LINGBOT_WEBRTC_CLOSE_CODEC, "codec", sig.why);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE:
+      g_signal_emit_by_name (p->webrtc, "add-ice-candidate", sig.mline,
+          sig.candidate);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE_END:
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_MDNS:
+      /* Browsers hide their host addresses behind mDNS names
+       * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on
+       * this host: it reaches our 127.0.0.1 candidates, and its checks
+       * teach webrtcbin a peer-reflexive candidate, so the name is not
+       * needed; resolving it would only try DNS for a name that no DNS
+       * server knows and log an ERROR.  On other interfaces the candidate
+       * goes on to webrtcbin, which resolves it where the system can
+       * (nss-mdns) and otherwise relies on peer-reflexive discovery as
+       * well. */
+      g_atomic_int_inc (&server->n_mdns_ignored);
+      if (p->mdns_ignored++ == 0)
+        g_message ("session %u: peer %u: ignoring the browser's mDNS "
+            "(.local) candidates, ICE on 127.0.0.1 relies on peer-reflexive "
+            "discovery", p->session->id, p->id);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_BYE:{
+      Session *s = p->session;
 
-    if (s->active == p || s->peers->next == NULL)
-      session_close (s, "bye from the browser");
-    else
-      peer_release (p, "bye from the browser", SOUP_WEBSOCKET_CLOSE_NORMAL,
-          NULL, NULL);
-  } else if (strcmp (kind, "offer") == 0)
-    peer_reject (p, "signalling", "the server makes the offer: send an "
-        "\"answer\"", len, FALSE, 0);
-  else
-    peer_reject (p, "signalling", "unknown message type", len, FALSE, 0);
+      if (s->active == p || s->peers->next == NULL)
+        session_close (s, "bye from the browser");
+      else
+        peer_release (p, "bye from the browser", SOUP_WEBSOCKET_CLOSE_NORMAL,
+            NULL, NULL);
+      break;
+    }
+  }
+  lingbot_webrtc_signal_clear (&sig);
 }
 
 static void
