@@ -182,7 +182,11 @@ guard_read (GInputStream * stream, void *buffer, gsize count,
     return -1;
   n = g_input_stream_read (guard_base (self), buffer, count, cancellable,
       error);
-  return guard_filter (self, buffer, n);
+  n = guard_filter (self, buffer, n);
+  /* stopped at the first byte read: an error, not the end of the stream */
+  if (n == 0 && guard_stopped (self, G_IO_ERROR_MESSAGE_TOO_LARGE, error))
+    return -1;
+  return n;
 }
 
 static gboolean
@@ -529,7 +533,7 @@ lingbot_ws_guard_new (GIOStream * base, guint64 max_message,
  * lingbot_ws_guard_set_socket:
  * @guard: a stream of lingbot_ws_guard_new()
  * @socket: (nullable): the socket under the base stream (libsoup's stolen
- *   stream wraps it: soup_server_message_get_socket() before the steal)
+ *   stream wraps it: the accepted connection's GSocket)
  *
  * With a socket, closing @guard is a lingering close: the write side is
  * shut down first (after the close frame), and what the client still sends
