@@ -13,7 +13,7 @@
 # corpus as repro-WHAT once fixed.  The last lines printed are libFuzzer's
 # stat::number_of_executed_units and the artifact count.
 # NAME: safetensors safetensors-index pth npy poses control-trace jpeg spm
-#       webrtc-signalling webrtc-channel
+#       webrtc-signalling webrtc-channel ws-guard webrtc-path
 set -euo pipefail
 
 if [ $# -lt 2 ]; then

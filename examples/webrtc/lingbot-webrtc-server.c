@@ -4,6 +4,7 @@
  *
  *   lingbot-webrtc-server --model DIR --image start.jpg \
  *       --prompt-embeds prompt.safetensors [--port 8080] [--encoder vp8]
+ *       [--max-connections N] [--idle-timeout S]
  *
  * then open http://127.0.0.1:8080/ and hold the arrow keys (or WASD, IJKL).
  * See docs/webrtc.md.
@@ -58,6 +59,9 @@ main (int argc, char **argv)
   int ice_loopback = -1;
   int peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
   int resume_timeout = LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  int max_connections = 0;
+  int idle_timeout = LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
+  guint64 fd_limit = 0;
   GOptionEntry entries[] = {
     {"address", 'a', 0, G_OPTION_ARG_STRING, &address,
         "Address to bind (default " LINGBOT_WEBRTC_DEFAULT_ADDRESS ")", "IP"},
@@ -97,6 +101,13 @@ main (int argc, char **argv)
     {"resume-timeout", 0, 0, G_OPTION_ARG_INT, &resume_timeout,
         "Seconds a session without a browser is kept for a reload to resume "
           "it (default 10)", "S"},
+    {"max-connections", 0, 0, G_OPTION_ARG_INT, &max_connections,
+          "TCP connections at once, WebSockets included; the next one gets a "
+          "503 (default 0 = 256, or fewer when the descriptor limit is low)",
+        "N"},
+    {"idle-timeout", 0, 0, G_OPTION_ARG_INT, &idle_timeout,
+        "Seconds a connection may take to send its HTTP request, and then "
+          "to take the response, before it is closed (default 10)", "S"},
     {NULL}
   };
   int ret = EXIT_SUCCESS;
@@ -110,14 +121,28 @@ main (int argc, char **argv)
   }
   if (port < 0 || port > 65535 || max_sessions < 1 || max_message < 64
       || max_message > LINGBOT_WEBRTC_WS_HARD_LIMIT || peer_timeout < 1
-      || peer_timeout > 3600 || resume_timeout < 1 || resume_timeout > 86400) {
+      || peer_timeout > 3600 || resume_timeout < 1 || resume_timeout > 86400
+      || max_connections < 0 || idle_timeout < 1 || idle_timeout > 3600) {
     g_printerr ("invalid --port, --max-sessions, --max-message-size (64.."
-        "1048576), --peer-timeout (1..3600) or --resume-timeout (1..86400)\n");
+        "1048576), --peer-timeout (1..3600), --resume-timeout (1..86400), "
+        "--max-connections (0 = automatic, or more) or --idle-timeout "
+        "(1..3600)\n");
     return 2;
   }
   if (source == NULL && (model == NULL || image == NULL)) {
     g_printerr ("--model and --image are needed (or --source)\n");
     return 2;
+  }
+
+  /* every connection and every session's ICE sockets take descriptors:
+   * as many as the hard limit allows; the cap is sized from it */
+  if (!lingbot_webrtc_raise_fd_limit (&fd_limit, &err)) {
+    g_printerr ("lingbot-webrtc-server: %s (going on with the current "
+        "limit)\n", err->message);
+    g_clear_error (&err);
+  } else {
+    g_message ("descriptor limit (RLIMIT_NOFILE): %" G_GUINT64_FORMAT,
+        fd_limit);
   }
 
   lingbot_webrtc_config_init (&cfg);
@@ -140,6 +165,8 @@ main (int argc, char **argv)
   cfg.ice_loopback = ice_loopback;
   cfg.peer_timeout = (guint) peer_timeout;
   cfg.resume_timeout = (guint) resume_timeout;
+  cfg.max_connections = (guint) max_connections;
+  cfg.idle_timeout = (guint) idle_timeout;
 
   server = lingbot_webrtc_server_new (&cfg, &err);
   if (server == NULL) {

@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <gst/gst.h>
 #include <gst/rtp/gstrtpbuffer.h>
 #include <gst/sdp/sdp.h>
@@ -36,6 +39,7 @@
 #include <libsoup/soup.h>
 
 #include "lingbot/control.h"
+#include "webrtc-messages.h"
 #include "webrtc-server.h"
 #include "ws-guard.h"
 
@@ -43,23 +47,33 @@
 #define START_IMAGE_PATH "/start-image"
 #define LABEL_INPUT "input"
 #define LABEL_CONTROL "control"
-#define MAX_KEY_NAME 64
-#define MAX_CANDIDATE 2048
 #define MAX_PENDING_KEYS 256
 #define MAX_HELD_KEYS 32
 #define CHUNK_RING 8
 #define WEBRTC_LATENCY_MS 50
 /* periodic keyframes as a safety net; joiners and PLI/FIR force one */
 #define KEY_INTERVAL 64
+/* after a failed accept() (EMFILE, ENFILE, ENOBUFS, an error of the
+ * connection), the listener is watched again this much later (ms) */
+#define ACCEPT_RETRY_MS 100
+#define LISTEN_BACKLOG 128
 
 typedef struct _Session Session;
 typedef struct _Peer Peer;
 typedef struct _Conn Conn;
+typedef struct _Client Client;
 
 struct _LingbotWebrtcServer
 {
   GMainContext *context;
   SoupServer *soup;
+  GSocketListener *listener;    /* accepts; each connection goes to soup */
+  GCancellable *accept_cancel;
+  GSource *accept_retry;        /* the re-arm after a failed accept */
+  guint accept_failures;        /* in a row */
+  GHashTable *clients;          /* id -> Client (not owned) */
+  guint next_client;
+  guint max_connections, idle_timeout;
   guint port;
   char *www_dir;                /* realpath */
   char *image_real;             /* realpath of the start image, or NULL */
@@ -71,6 +85,7 @@ struct _LingbotWebrtcServer
   gint n_sessions, n_peers;
   gint n_dropped, n_mdns_ignored, n_key_units, n_too_big, n_timeouts;
   gint n_replaced;
+  gint n_connections, n_refused, n_idle_timeouts, n_accept_errors;
 
   /* config, owned copies */
   char *address;
@@ -369,61 +384,6 @@ message_finish (JsonBuilder * b)
   json_builder_end_object (b);
   root = json_builder_get_root (b);
   return json_to_string (root, FALSE);
-}
-
-/* a member of the given JSON type, or NULL / FALSE: never trust a type */
-static const char *
-member_string (JsonObject * o, const char *name)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_STRING)
-    return NULL;
-  return json_node_get_string (n);
-}
-
-static gboolean
-member_int (JsonObject * o, const char *name, gint64 * out)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  if (!n || !JSON_NODE_HOLDS_VALUE (n)
-      || json_node_get_value_type (n) != G_TYPE_INT64)
-    return FALSE;
-  *out = json_node_get_int (n);
-  return TRUE;
-}
-
-static JsonObject *
-member_object (JsonObject * o, const char *name)
-{
-  JsonNode *n = json_object_get_member (o, name);
-
-  return n && JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
-}
-
-/* parse a message: an object, or NULL with *why set */
-static JsonParser *
-parse_object (const char *data, gsize len, JsonObject ** out, char **why)
-{
-  JsonParser *parser = json_parser_new ();
-  g_autoptr (GError) err = NULL;
-  JsonNode *root;
-
-  if (!json_parser_load_from_data (parser, data, (gssize) len, &err)) {
-    *why = g_strdup_printf ("not JSON (%s)", err->message);
-    g_object_unref (parser);
-    return NULL;
-  }
-  root = json_parser_get_root (parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-    *why = g_strdup ("not a JSON object");
-    g_object_unref (parser);
-    return NULL;
-  }
-  *out = json_node_get_object (root);
-  return parser;
 }
 
 static char *
@@ -1076,21 +1036,6 @@ peer_tick (gpointer user_data)
 /* peers: input from the browser                                      */
 /* ------------------------------------------------------------------ */
 
-/* X keysym names (gstwebrtc-api sends those) -> DOM codes */
-static const char *
-normalize_key (const char *key)
-{
-  static const char *const map[][2] = {
-    {"Up", "ArrowUp"}, {"Down", "ArrowDown"},
-    {"Left", "ArrowLeft"}, {"Right", "ArrowRight"},
-  };
-
-  for (guint i = 0; i < G_N_ELEMENTS (map); i++)
-    if (strcmp (key, map[i][0]) == 0)
-      return map[i][1];
-  return key;
-}
-
 static void
 peer_track_key (Peer * p, const char *key, gboolean press)
 {
@@ -1104,67 +1049,31 @@ peer_track_key (Peer * p, const char *key, gboolean press)
     g_ptr_array_add (p->held, g_strdup (key));
 }
 
-/* one navigation event object: the webrtcsink "input" form
- * {"event":"KeyPress","key":"ArrowUp","modifier_state":"..."} plus our
- * optional "id" (an integer stamp echoed with the chunk that used it) */
-static gboolean
-handle_navigation (Peer * p, JsonObject * o, gboolean has_id, gint64 id,
-    const char **why)
+/* a key press or release of the viewer: stamped (a press with an id is
+ * echoed with the chunk that used it), tracked (released when the peer
+ * goes), sent upstream */
+static void
+peer_key (Peer * p, const LingbotWebrtcInput * in)
 {
   Session *s = p->session;
-  const char *event, *key;
-  gboolean press;
 
-  event = member_string (o, "event");
-  if (event == NULL) {
-    *why = "no \"event\" string";
-    return FALSE;
-  }
-  if (g_str_has_prefix (event, "Mouse") || g_str_has_prefix (event, "Touch")) {
-    g_debug ("session %u: %s ignored (no control)", s->id, event);
-    return TRUE;
-  }
-  if (strcmp (event, "KeyPress") == 0)
-    press = TRUE;
-  else if (strcmp (event, "KeyRelease") == 0)
-    press = FALSE;
-  else {
-    *why = "unknown navigation event";
-    return FALSE;
-  }
-  key = member_string (o, "key");
-  if (key == NULL || key[0] == '\0' || strlen (key) > MAX_KEY_NAME
-      || !g_utf8_validate (key, -1, NULL)) {
-    *why = "no valid \"key\" string";
-    return FALSE;
-  }
-  if (s->active != p) {
-    *why = "keys from a connection that is not the session's viewer";
-    return FALSE;
-  }
-  key = normalize_key (key);
+  if (in->press && in->has_id && in->key_bit != 0) {
+    KeyStamp *k = g_new0 (KeyStamp, 1);
 
-  if (press && has_id) {
-    guint bit = lingbot_key_from_name (key);
-
-    if (bit != 0) {
-      KeyStamp *k = g_new0 (KeyStamp, 1);
-
-      k->id = id;
-      k->key = bit;
-      k->name = g_strdup (key);
-      k->min_chunk = (guint64) (s->last_chunk + 1);
-      k->t_us = g_get_monotonic_time ();
-      g_queue_push_tail (&s->pending_keys, k);
-      while (s->pending_keys.length > MAX_PENDING_KEYS)
-        key_stamp_free (g_queue_pop_head (&s->pending_keys));
-    }
+    k->id = in->id;
+    k->key = in->key_bit;
+    k->name = g_strdup (in->key);
+    k->min_chunk = (guint64) (s->last_chunk + 1);
+    k->t_us = g_get_monotonic_time ();
+    g_queue_push_tail (&s->pending_keys, k);
+    while (s->pending_keys.length > MAX_PENDING_KEYS)
+      key_stamp_free (g_queue_pop_head (&s->pending_keys));
   }
-  peer_track_key (p, key, press);
-  g_debug ("session %u: %s %s", s->id, event, key);
-  send_navigation (s, press ? gst_navigation_event_new_key_press (key, 0) :
-      gst_navigation_event_new_key_release (key, 0));
-  return TRUE;
+  peer_track_key (p, in->key, in->press);
+  g_debug ("session %u: %s %s", s->id, in->event, in->key);
+  send_navigation (s, in->press ?
+      gst_navigation_event_new_key_press (in->key, 0) :
+      gst_navigation_event_new_key_release (in->key, 0));
 }
 
 typedef struct
@@ -1182,61 +1091,28 @@ channel_message_free (ChannelMessage * m)
   g_free (m);
 }
 
+/* the checks are lingbot_webrtc_check_input()'s (webrtc-messages.c) */
 static void
 handle_channel_message (Peer * p, ChannelMessage * m)
 {
-  const char *where = m->control ? LABEL_CONTROL : LABEL_INPUT;
-  g_autoptr (JsonParser) parser = NULL;
-  g_autofree char *bad = NULL;
-  const char *why = NULL;
-  JsonObject *o = NULL, *req, *event;
-  gint64 id = 0;
-  gboolean has_id;
+  LingbotWebrtcInput in = { 0 };
 
-  if (m->binary) {
-    peer_reject (p, where, "binary message (JSON text expected)", m->size,
-        FALSE, 0);
-    return;
+  in.control = m->control;
+  in.viewer = p->session->active == p;
+  lingbot_webrtc_check_input (&in, m->binary, m->text, m->size);
+  switch (in.verdict) {
+    case LINGBOT_WEBRTC_INPUT_DROP:
+      peer_reject (p, m->control ? LABEL_CONTROL : LABEL_INPUT, in.why,
+          m->size, in.has_id, in.id);
+      break;
+    case LINGBOT_WEBRTC_INPUT_IGNORE:
+      g_debug ("session %u: %s ignored (no control)", p->session->id, in.event);
+      break;
+    case LINGBOT_WEBRTC_INPUT_KEY:
+      peer_key (p, &in);
+      break;
   }
-  if (m->text == NULL) {
-    peer_reject (p, where, "too big", m->size, FALSE, 0);
-    return;
-  }
-  parser = parse_object (m->text, m->size, &o, &bad);
-  if (parser == NULL) {
-    peer_reject (p, where, bad, m->size, FALSE, 0);
-    return;
-  }
-  has_id = member_int (o, "id", &id);
-
-  /* gstwebrtc-api's control request:
-   * {"id":N,"request":{"type":"navigationEvent","event":{...}}} */
-  if (json_object_has_member (o, "request")) {
-    const char *type;
-
-    req = member_object (o, "request");
-    type = req ? member_string (req, "type") : NULL;
-    event = req ? member_object (req, "event") : NULL;
-    if (req == NULL)
-      why = "\"request\" is not an object";
-    else if (type == NULL)
-      why = "request without a \"type\" string";
-    else if (strcmp (type, "navigationEvent") != 0)
-      why = "unknown request type";
-    else if (event == NULL)
-      why = "navigationEvent without an \"event\" object";
-    else if (handle_navigation (p, event, has_id, id, &why))
-      return;
-    peer_reject (p, where, why, m->size, has_id, id);
-    return;
-  }
-  if (m->control) {
-    peer_reject (p, where, member_string (o, "type") ?
-        "unknown message type" : "no \"request\" object", m->size, has_id, id);
-    return;
-  }
-  if (!handle_navigation (p, o, has_id, id, &why))
-    peer_reject (p, where, why, m->size, has_id, id);
+  lingbot_webrtc_input_clear (&in);
 }
 
 static void
@@ -2138,91 +2014,12 @@ on_answer_set (GstPromise * promise, gpointer user_data)
   gst_promise_unref (promise);
 }
 
-/* the browser cannot take the codec: its answer rejects the video section
- * (port 0) or leaves our payload type out */
-static const char *
-answer_codec_problem (GstSDPMessage * sdp, guint pt, gboolean * has_video)
-{
-  g_autofree char *pt_str = g_strdup_printf ("%u", pt);
-
-  *has_video = FALSE;
-  for (guint i = 0; i < gst_sdp_message_medias_len (sdp); i++) {
-    const GstSDPMedia *m = gst_sdp_message_get_media (sdp, i);
-
-    if (g_strcmp0 (gst_sdp_media_get_media (m), "video") != 0)
-      continue;
-    *has_video = TRUE;
-    if (gst_sdp_media_get_port (m) == 0)
-      return "rejects the video";
-    for (guint f = 0; f < gst_sdp_media_formats_len (m); f++)
-      if (g_strcmp0 (gst_sdp_media_get_format (m, f), pt_str) == 0)
-        return NULL;
-    return "has no payload type of the offered codec";
-  }
-  return NULL;
-}
-
-/* an answer's SDP: parsed, with a media section, or NULL (the SDP parser
- * accepts about anything but asserts on an empty text) */
-static GstSDPMessage *
-parse_answer_sdp (const char *sdp_text)
-{
-  GstSDPMessage *sdp = NULL;
-
-  if (sdp_text[0] == '\0')
-    return NULL;
-  if (gst_sdp_message_new_from_text (sdp_text, &sdp) != GST_SDP_OK
-      || gst_sdp_message_medias_len (sdp) == 0) {
-    if (sdp)
-      gst_sdp_message_free (sdp);
-    return NULL;
-  }
-  return sdp;
-}
-
+/* a checked answer: webrtcbin takes it (and the SDP) */
 static void
-handle_answer (Peer * p, JsonObject * o, gsize len)
+peer_answer (Peer * p, GstSDPMessage * sdp)
 {
-  Session *s = p->session;
-  const char *sdp_text = member_string (o, "sdp");
-  GstSDPMessage *sdp = NULL;
   GstWebRTCSessionDescription *answer;
-  const char *problem;
-  gboolean has_video;
 
-  if (sdp_text == NULL) {
-    peer_reject (p, "signalling", "answer without an \"sdp\" string", len,
-        FALSE, 0);
-    return;
-  }
-  if (!p->offered || p->answered) {
-    peer_reject (p, "signalling", !p->offered ? "answer before the offer" :
-        "a second answer (no renegotiation)", len, FALSE, 0);
-    return;
-  }
-  sdp = parse_answer_sdp (sdp_text);
-  if (sdp == NULL) {
-    peer_reject (p, "signalling", "unusable SDP (no media section)", len,
-        FALSE, 0);
-    return;
-  }
-  problem = answer_codec_problem (sdp, s->enc->pt, &has_video);
-  if (!has_video) {
-    gst_sdp_message_free (sdp);
-    peer_reject (p, "signalling", "answer without a video section", len,
-        FALSE, 0);
-    return;
-  }
-  if (problem) {
-    g_autofree char *why = g_strdup_printf ("the browser's answer %s: it "
-        "cannot decode %s (the server's --encoder %s)%s", problem,
-        s->enc->codec, s->enc->name, strcmp (s->enc->codec, "VP8") == 0 ?
-        "" : "; try a browser with H.264, or --encoder vp8");
-
-    gst_sdp_message_free (sdp);
-    peer_release (p, why, LINGBOT_WEBRTC_CLOSE_CODEC, "codec", why);
-    return;
-  }
   p->answered = TRUE;
   answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER, sdp);
   g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
@@ -2231,116 +2028,74 @@ handle_answer (Peer * p, JsonObject * o, gsize len)
   gst_webrtc_session_description_free (answer);
 }
 
-/* "candidate:F C proto prio ADDRESS port typ ..." with ADDRESS a .local name */
-static gboolean
-candidate_is_mdns (const char *candidate)
-{
-  g_auto (GStrv) fields = g_strsplit_set (candidate, " \t", 7);
-  const char *address;
-  gsize len;
-
-  if (g_strv_length (fields) < 6)
-    return FALSE;
-  address = fields[4];
-  len = strlen (address);
-  if (len > 0 && address[len - 1] == '.')       /* fully qualified */
-    len--;
-  return len > 6 && g_ascii_strncasecmp (address + len - 6, ".local", 6) == 0;
-}
-
-static void
-handle_ice (Peer * p, JsonObject * o, gsize len)
-{
-  LingbotWebrtcServer *server = p->session->server;
-  const char *candidate = member_string (o, "candidate");
-  gint64 mline = -1;
-
-  if (!member_int (o, "sdpMLineIndex", &mline) || mline < 0 || mline > 64) {
-    peer_reject (p, "signalling", "ice without a valid \"sdpMLineIndex\"",
-        len, FALSE, 0);
-    return;
-  }
-  if (candidate == NULL) {
-    peer_reject (p, "signalling", "ice without a \"candidate\" string", len,
-        FALSE, 0);
-    return;
-  }
-  if (candidate[0] == '\0')     /* end of candidates */
-    return;
-  if (strlen (candidate) > MAX_CANDIDATE
-      || !g_str_has_prefix (candidate, "candidate:")) {
-    peer_reject (p, "signalling", "not an ICE candidate line", len, FALSE, 0);
-    return;
-  }
-  /* Browsers hide their host addresses behind mDNS names
-   * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on this
-   * host: it reaches our 127.0.0.1 candidates, and its checks teach webrtcbin
-   * a peer-reflexive candidate, so the name is not needed; resolving it would
-   * only try DNS for a name that no DNS server knows and log an ERROR.  On
-   * other interfaces the candidate goes on to webrtcbin, which resolves it
-   * where the system can (nss-mdns) and otherwise relies on peer-reflexive
-   * discovery as well. */
-  if (server->ice_loopback && candidate_is_mdns (candidate)) {
-    g_atomic_int_inc (&server->n_mdns_ignored);
-    if (p->mdns_ignored++ == 0)
-      g_message ("session %u: peer %u: ignoring the browser's mDNS (.local) "
-          "candidates, ICE on 127.0.0.1 relies on peer-reflexive discovery",
-          p->session->id, p->id);
-    return;
-  }
-  g_signal_emit_by_name (p->webrtc, "add-ice-candidate", (guint) mline,
-      candidate);
-}
-
+/* the checks are lingbot_webrtc_check_signal()'s (webrtc-messages.c) */
 static void
 on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
     gpointer user_data)
 {
   Conn *c = user_data;
+  LingbotWebrtcServer *server = c->server;
   Peer *p = c->peer;
-  g_autoptr (JsonParser) parser = NULL;
-  g_autofree char *why = NULL;
-  const char *data, *kind;
+  LingbotWebrtcSignal sig = { 0 };
+  const char *data;
   gsize len;
-  JsonObject *o = NULL;
 
   if (p == NULL || p->released)
     return;                     /* refused or being closed */
   data = g_bytes_get_data (message, &len);
-  if (type != SOUP_WEBSOCKET_DATA_TEXT) {
-    peer_reject (p, "signalling", "binary message (JSON text expected)",
-        len, FALSE, 0);
-    return;
-  }
-  if (len > c->server->max_message_size) {
-    peer_reject (p, "signalling", "too big", len, FALSE, 0);
-    return;
-  }
-  parser = parse_object (data, len, &o, &why);
-  if (parser == NULL) {
-    peer_reject (p, "signalling", why, len, FALSE, 0);
-    return;
-  }
-  kind = member_string (o, "type");
-  if (kind == NULL)
-    peer_reject (p, "signalling", "no \"type\" string", len, FALSE, 0);
-  else if (strcmp (kind, "answer") == 0)
-    handle_answer (p, o, len);
-  else if (strcmp (kind, "ice") == 0)
-    handle_ice (p, o, len);
-  else if (strcmp (kind, "bye") == 0) {
-    Session *s = p->session;
+  sig.max_message = server->max_message_size;
+  sig.offered = p->offered;
+  sig.answered = p->answered;
+  sig.pt = p->session->enc->pt;
+  sig.codec = p->session->enc->codec;
+  sig.encoder = p->session->enc->name;
+  sig.ice_loopback = server->ice_loopback;
+  lingbot_webrtc_check_signal (&sig, type != SOUP_WEBSOCKET_DATA_TEXT, data,
+      len);
+  switch (sig.verdict) {
+    case LINGBOT_WEBRTC_SIGNAL_DROP:
+      peer_reject (p, "signalling", sig.why, len, FALSE, 0);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ANSWER:
+      peer_answer (p, g_steal_pointer (&sig.sdp));
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_CODEC:
+      peer_release (p, sig.why, LINGBOT_WEBRTC_CLOSE_CODEC, "codec", sig.why);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE:
+      g_signal_emit_by_name (p->webrtc, "add-ice-candidate", sig.mline,
+          sig.candidate);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE_END:
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_MDNS:
+      /* Browsers hide their host addresses behind mDNS names
+       * (<uuid>.local).  With ICE on 127.0.0.1 only the browser runs on
+       * this host: it reaches our 127.0.0.1 candidates, and its checks
+       * teach webrtcbin a peer-reflexive candidate, so the name is not
+       * needed; resolving it would only try DNS for a name that no DNS
+       * server knows and log an ERROR.  On other interfaces the candidate
+       * goes on to webrtcbin, which resolves it where the system can
+       * (nss-mdns) and otherwise relies on peer-reflexive discovery as
+       * well. */
+      g_atomic_int_inc (&server->n_mdns_ignored);
+      if (p->mdns_ignored++ == 0)
+        g_message ("session %u: peer %u: ignoring the browser's mDNS "
+            "(.local) candidates, ICE on 127.0.0.1 relies on peer-reflexive "
+            "discovery", p->session->id, p->id);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_BYE:{
+      Session *s = p->session;
 
-    if (s->active == p || s->peers->next == NULL)
-      session_close (s, "bye from the browser");
-    else
-      peer_release (p, "bye from the browser", SOUP_WEBSOCKET_CLOSE_NORMAL,
-          NULL, NULL);
-  } else if (strcmp (kind, "offer") == 0)
-    peer_reject (p, "signalling", "the server makes the offer: send an "
-        "\"answer\"", len, FALSE, 0);
-  else
-    peer_reject (p, "signalling", "unknown message type", len, FALSE, 0);
+      if (s->active == p || s->peers->next == NULL)
+        session_close (s, "bye from the browser");
+      else
+        peer_release (p, "bye from the browser", SOUP_WEBSOCKET_CLOSE_NORMAL,
+            NULL, NULL);
+      break;
+    }
+  }
+  lingbot_webrtc_signal_clear (&sig);
 }
 
 static void
@@ -2442,6 +2197,239 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
         "pipeline", err->message);
 }
 
+/* ------------------------------------------------------------------ */
+/* TCP connections: accept, cap, idle timeout                         */
+/* ------------------------------------------------------------------ */
+
+/* One accepted TCP connection, from its accept to the finalisation of its
+ * GSocketConnection, which closes the descriptor: soup reads its HTTP
+ * request, a WebSocket upgrade steals it into a Conn.  It lives as data of
+ * that GSocketConnection and is found from a message through the remote
+ * address object given to soup_server_accept_iostream(), which soup keeps
+ * and returns as the message's.
+ *
+ * The server accepts itself (a GSocketListener) rather than with
+ * soup_server_listen(): libsoup 3.2's listener stops watching its socket
+ * for good after one failed accept() (EMFILE, or a network error of the
+ * connection), and it has no cap and no timeout.  Connections handed over
+ * with soup_server_accept_iostream() serve one request each (libsoup keeps
+ * only its own listeners' connections alive); the responses say so. */
+struct _Client
+{
+  LingbotWebrtcServer *server;  /* NULL once the server is freed */
+  guint id;
+  GSocket *socket;              /* the connection's: valid while it lives */
+  GSource *idle;                /* the request's (or response's) deadline */
+};
+
+#define CLIENT_KEY "lingbot-client"
+
+static void accept_next (LingbotWebrtcServer * server);
+
+static void
+client_stop_timer (Client * cl)
+{
+  if (cl->idle) {
+    g_source_destroy (cl->idle);
+    g_clear_pointer (&cl->idle, g_source_unref);
+  }
+}
+
+/* the GSocketConnection is finalised: its descriptor is closed */
+static void
+client_free (gpointer data)
+{
+  Client *cl = data;
+
+  client_stop_timer (cl);
+  if (cl->server) {
+    g_hash_table_remove (cl->server->clients, GUINT_TO_POINTER (cl->id));
+    g_atomic_int_add (&cl->server->n_connections, -1);
+  }
+  g_free (cl);
+}
+
+/* too slow: both directions are shut down, so that libsoup reads the end
+ * of the stream (or fails its write) and lets the connection go; the
+ * descriptor is closed with it */
+static gboolean
+client_idle_expired (gpointer user_data)
+{
+  Client *cl = user_data;
+
+  g_clear_pointer (&cl->idle, g_source_unref);
+  if (g_socket_is_closed (cl->socket))
+    return G_SOURCE_REMOVE;     /* done, not released yet */
+  g_atomic_int_inc (&cl->server->n_idle_timeouts);
+  g_message ("connection %u: no complete HTTP request (or response taken) "
+      "within %u s: closed", cl->id, cl->server->idle_timeout);
+  g_socket_shutdown (cl->socket, TRUE, TRUE, NULL);
+  return G_SOURCE_REMOVE;
+}
+
+/* (re)starts the deadline: idle_timeout seconds from now */
+static void
+client_arm (Client * cl)
+{
+  client_stop_timer (cl);
+  cl->idle = g_timeout_source_new (cl->server->idle_timeout * 1000);
+  g_source_set_callback (cl->idle, client_idle_expired, cl, NULL);
+  g_source_attach (cl->idle, cl->server->context);
+}
+
+static Client *
+client_of_message (LingbotWebrtcServer * server, SoupServerMessage * msg)
+{
+  GSocketAddress *addr = soup_server_message_get_remote_address (msg);
+  gpointer id = addr ? g_object_get_data (G_OBJECT (addr), CLIENT_KEY) : NULL;
+
+  return id ? g_hash_table_lookup (server->clients, id) : NULL;
+}
+
+/* a complete request: its response has idle_timeout seconds; the
+ * connection closes after it (RFC 9112 9.6: a server without persistent
+ * connections says "close" in every response) */
+static void
+on_request_read (SoupServer * soup, SoupServerMessage * msg, gpointer user_data)
+{
+  Client *cl = client_of_message (user_data, msg);
+
+  soup_message_headers_replace (soup_server_message_get_response_headers
+      (msg), "Connection", "close");
+  if (cl)
+    client_arm (cl);
+}
+
+/* answered (or failed): soup closes the connection now */
+static void
+on_request_done (SoupServer * soup, SoupServerMessage * msg, gpointer user_data)
+{
+  Client *cl = client_of_message (user_data, msg);
+
+  if (cl)
+    client_stop_timer (cl);
+}
+
+/* over the cap: a 503 (what the client sent is read first, so that the
+ * close is not a reset that could discard the answer), then closed */
+static void
+client_refuse (LingbotWebrtcServer * server, GSocketConnection * conn)
+{
+  static const char answer[] = "HTTP/1.1 503 Service Unavailable\r\n"
+      "Connection: close\r\nContent-Length: 0\r\n\r\n";
+  GSocket *socket = g_socket_connection_get_socket (conn);
+  char drain[4096];
+  guint n = (guint) g_atomic_int_add (&server->n_refused, 1) + 1;
+
+  if (n == 1 || n % 100 == 0)
+    g_message ("connection refused with 503: %u of %u connections open "
+        "(--max-connections); %u refused so far",
+        (guint) g_atomic_int_get (&server->n_connections),
+        server->max_connections, n);
+  g_socket_receive_with_blocking (socket, drain, sizeof drain, FALSE, NULL,
+      NULL);
+  g_socket_send_with_blocking (socket, answer, sizeof answer - 1, FALSE, NULL,
+      NULL);
+  g_io_stream_close (G_IO_STREAM (conn), NULL, NULL);
+}
+
+static void
+client_new (LingbotWebrtcServer * server, GSocketConnection * conn)
+{
+  g_autoptr (GSocketAddress) local = NULL;
+  g_autoptr (GSocketAddress) remote = NULL;
+  Client *cl;
+
+  local = g_socket_connection_get_local_address (conn, NULL);
+  remote = g_socket_connection_get_remote_address (conn, NULL);
+  if (local == NULL || remote == NULL) {        /* gone already */
+    g_io_stream_close (G_IO_STREAM (conn), NULL, NULL);
+    return;
+  }
+  if ((guint) g_atomic_int_get (&server->n_connections) >=
+      server->max_connections) {
+    client_refuse (server, conn);
+    return;
+  }
+  cl = g_new0 (Client, 1);
+  cl->server = server;
+  if (++server->next_client == 0)
+    server->next_client = 1;
+  cl->id = server->next_client;
+  cl->socket = g_socket_connection_get_socket (conn);
+  g_atomic_int_inc (&server->n_connections);
+  g_hash_table_insert (server->clients, GUINT_TO_POINTER (cl->id), cl);
+  g_object_set_data_full (G_OBJECT (conn), CLIENT_KEY, cl, client_free);
+  g_object_set_data (G_OBJECT (remote), CLIENT_KEY, GUINT_TO_POINTER (cl->id));
+  g_socket_set_option (cl->socket, IPPROTO_TCP, TCP_NODELAY, TRUE, NULL);
+  client_arm (cl);
+  soup_server_accept_iostream (server->soup, G_IO_STREAM (conn), local,
+      remote, NULL);
+}
+
+static gboolean
+accept_retry (gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+
+  g_clear_pointer (&server->accept_retry, g_source_unref);
+  accept_next (server);
+  return G_SOURCE_REMOVE;
+}
+
+/* the listening socket stays readable while accept() fails (the
+ * connection waits in the backlog): watched again after a pause, not at
+ * once, which would spin */
+static void
+accept_failed (LingbotWebrtcServer * server, const GError * err)
+{
+  g_atomic_int_inc (&server->n_accept_errors);
+  if (server->accept_failures++ == 0)
+    g_message ("accept() failed: %s (%u connections open); trying again "
+        "every %u ms", err->message,
+        (guint) g_atomic_int_get (&server->n_connections), ACCEPT_RETRY_MS);
+  server->accept_retry = g_timeout_source_new (ACCEPT_RETRY_MS);
+  g_source_set_callback (server->accept_retry, accept_retry, server, NULL);
+  g_source_attach (server->accept_retry, server->context);
+}
+
+static void
+on_accepted (GObject * source, GAsyncResult * res, gpointer user_data)
+{
+  LingbotWebrtcServer *server = user_data;
+  g_autoptr (GError) err = NULL;
+  GSocketConnection *conn;
+
+  conn = g_socket_listener_accept_finish (G_SOCKET_LISTENER (source), res,
+      NULL, &err);
+  if (g_error_matches (err, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+    return;                     /* the server is gone */
+  g_main_context_push_thread_default (server->context);
+  if (conn == NULL) {
+    accept_failed (server, err);
+  } else {
+    if (server->accept_failures > 0) {
+      g_message ("accepting again after %u failed accept() calls",
+          server->accept_failures);
+      server->accept_failures = 0;
+    }
+    client_new (server, conn);
+    g_object_unref (conn);
+    accept_next (server);
+  }
+  g_main_context_pop_thread_default (server->context);
+}
+
+/* one accept at a time, on the server's context */
+static void
+accept_next (LingbotWebrtcServer * server)
+{
+  g_main_context_push_thread_default (server->context);
+  g_socket_listener_accept_async (server->listener, server->accept_cancel,
+      on_accepted, server);
+  g_main_context_pop_thread_default (server->context);
+}
+
 /* 101 sent: take the connection over, behind the size guard */
 static void
 on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
@@ -2450,12 +2438,16 @@ on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
   GUri *uri = soup_server_message_get_uri (msg);
   SoupMessageHeaders *req = soup_server_message_get_request_headers (msg);
   const char *token = g_object_get_data (G_OBJECT (msg), "lingbot-resume");
-  GSocket *socket = soup_server_message_get_socket (msg);
+  Client *cl = client_of_message (server, msg);
+  GSocket *socket = NULL;
   GIOStream *stream;
   Conn *c;
 
-  if (socket != NULL)
-    g_object_ref (socket);
+  /* a WebSocket has no deadline of its own: its peer's timeouts apply */
+  if (cl) {
+    client_stop_timer (cl);
+    socket = g_object_ref (cl->socket);
+  }
   stream = soup_server_message_steal_connection (msg);
   if (stream == NULL) {
     g_clear_object (&socket);
@@ -2467,6 +2459,8 @@ on_ws_upgraded (SoupServerMessage * msg, gpointer user_data)
   c->guard = lingbot_ws_guard_new (stream, LINGBOT_WEBRTC_WS_HARD_LIMIT,
       conn_tripped, c);
   lingbot_ws_guard_set_socket (c->guard, socket);
+  g_debug ("connection %u: WebSocket on TCP connection %u%s", c->id,
+      cl ? cl->id : 0, socket ? "" : " (no socket: no lingering close)");
   g_clear_object (&socket);
   g_object_unref (stream);
   c->ws = soup_websocket_connection_new (c->guard, uri,
@@ -2525,12 +2519,17 @@ on_ws_http (SoupServer * soup, SoupServerMessage * msg, const char *path,
     return;
   }
   /* no extensions: permessage-deflate would make frame sizes say nothing
-   * about message sizes */
+   * about message sizes; "Connection: Upgrade", not on_request_read()'s
+   * "close" */
+  soup_message_headers_remove (soup_server_message_get_response_headers
+      (msg), "Connection");
   if (!soup_websocket_server_check_handshake (msg, NULL, NULL, NULL, &err)
       || !soup_websocket_server_process_handshake (msg, NULL, NULL, NULL, NULL)) {
     g_message ("http: %s " WS_PATH " -> 400 (%s)",
         soup_server_message_get_method (msg),
         err ? err->message : "bad WebSocket handshake");
+    soup_message_headers_replace (soup_server_message_get_response_headers
+        (msg), "Connection", "close");
     soup_server_message_set_status (msg, SOUP_STATUS_BAD_REQUEST, NULL);
     return;
   }
@@ -2699,6 +2698,79 @@ lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
   cfg->ice_loopback = -1;
   cfg->peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
   cfg->resume_timeout = LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  cfg->max_connections = 0;
+  cfg->idle_timeout = LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
+}
+
+/**
+ * lingbot_webrtc_raise_fd_limit:
+ * @soft: (out) (optional): the soft limit now (descriptors)
+ * @error: where to put an error
+ *
+ * Raises this process's soft RLIMIT_NOFILE to its hard limit (the server
+ * program does so at start: every connection and every session's ICE
+ * sockets take descriptors).  Call it before lingbot_webrtc_server_new(),
+ * which sizes the automatic connection cap from the soft limit.
+ *
+ * Returns: %TRUE, or %FALSE with @error set (G_IO_ERROR, from errno) when
+ *   the limit cannot be read or set
+ */
+gboolean
+lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error)
+{
+  struct rlimit rl;
+
+  if (getrlimit (RLIMIT_NOFILE, &rl) != 0) {
+    int e = errno;
+
+    g_set_error (error, G_IO_ERROR, g_io_error_from_errno (e),
+        "getrlimit(RLIMIT_NOFILE): %s", g_strerror (e));
+    return FALSE;
+  }
+  if (rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit (RLIMIT_NOFILE, &rl) != 0) {
+      int e = errno;
+
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (e),
+          "setrlimit(RLIMIT_NOFILE, %" G_GUINT64_FORMAT "): %s",
+          (guint64) rl.rlim_max, g_strerror (e));
+      return FALSE;
+    }
+  }
+  if (soft)
+    *soft = (guint64) rl.rlim_cur;
+  return TRUE;
+}
+
+/* the connection cap: the configured one, or automatic; FALSE with @error
+ * when RLIMIT_NOFILE leaves too few descriptors for it */
+static gboolean
+connection_cap (LingbotWebrtcServer * server, guint wanted, GError ** error)
+{
+  struct rlimit rl;
+  guint64 soft = G_MAXUINT64, reserve, room;
+
+  if (getrlimit (RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    soft = (guint64) rl.rlim_cur;
+  reserve = LINGBOT_WEBRTC_FD_RESERVE +
+      (guint64) LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION *server->max_sessions;
+  room = soft > reserve ? soft - reserve : 0;
+  if (wanted == 0)
+    wanted = (guint) MIN (room, LINGBOT_WEBRTC_DEFAULT_MAX_CONNECTIONS);
+  if (wanted < 1 || wanted > room) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_TOO_MANY_OPEN_FILES,
+        "RLIMIT_NOFILE is %" G_GUINT64_FORMAT ": %u connections need %"
+        G_GUINT64_FORMAT " descriptors with %u session%s (%u + %u per "
+        "session kept for the pipelines); lower --max-connections or "
+        "--max-sessions, or raise the limit (ulimit -n)", soft,
+        MAX (wanted, 1), MAX (wanted, 1) + reserve, server->max_sessions,
+        server->max_sessions == 1 ? "" : "s", LINGBOT_WEBRTC_FD_RESERVE,
+        LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION);
+    return FALSE;
+  }
+  server->max_connections = wanted;
+  return TRUE;
 }
 
 static void
@@ -2725,13 +2797,16 @@ address_is_loopback (const char *address)
  * @cfg: the configuration (copied)
  * @error: where to put an error
  *
- * Checks the encoder and the GStreamer elements, binds the HTTP server on
- * the calling thread's default main context (everything of the server runs
- * there) and returns.  Sessions are made when browsers connect.
+ * Checks the encoder and the GStreamer elements, sizes the connection cap
+ * (@cfg's max_connections, or automatic from RLIMIT_NOFILE), binds the
+ * HTTP server on the calling thread's default main context (everything of
+ * the server runs there) and returns.  Sessions are made when browsers
+ * connect.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
  *   an unknown encoder, a missing element, no page folder, not an IP
- *   address, or the bind failed)
+ *   address, RLIMIT_NOFILE too low for the cap
+ *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
  */
 LingbotWebrtcServer *
 lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
@@ -2739,7 +2814,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   g_autoptr (LingbotWebrtcServer) server = g_new0 (LingbotWebrtcServer, 1);
   g_autoptr (GInetAddress) inet = NULL;
   g_autoptr (GSocketAddress) addr = NULL;
-  GSList *uris;
+  g_autoptr (GSocketAddress) bound = NULL;
   const char *needed[] = { "webrtcbin", "videoconvert", "queue", "tee",
     "clocksync", NULL
   };
@@ -2749,6 +2824,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       session_table_unref);
   server->conns = g_hash_table_new_full (NULL, NULL, NULL,
       (GDestroyNotify) conn_free);
+  server->clients = g_hash_table_new (NULL, NULL);
   server->address = g_strdup (cfg->address ? cfg->address :
       LINGBOT_WEBRTC_DEFAULT_ADDRESS);
   server->model = g_strdup (cfg->model);
@@ -2769,6 +2845,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
   server->resume_timeout = cfg->resume_timeout ? cfg->resume_timeout :
       LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT;
+  server->idle_timeout = cfg->idle_timeout ? cfg->idle_timeout :
+      LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
   if (cfg->image)
     server->image_real = realpath (cfg->image, NULL);
 
@@ -2802,21 +2880,34 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   }
   addr = g_inet_socket_address_new (inet, (guint16) cfg->port);
 
+  if (!connection_cap (server, cfg->max_connections, error))
+    return NULL;
+
   server->soup = soup_server_new ("server-header", "lingbot-webrtc ", NULL);
   soup_server_add_handler (server->soup, NULL, on_http, server, NULL);
   soup_server_add_handler (server->soup, WS_PATH, on_ws_http, server, NULL);
-  if (!soup_server_listen (server->soup, addr, 0, error))
+  g_signal_connect (server->soup, "request-read", G_CALLBACK (on_request_read),
+      server);
+  g_signal_connect (server->soup, "request-finished",
+      G_CALLBACK (on_request_done), server);
+  g_signal_connect (server->soup, "request-aborted",
+      G_CALLBACK (on_request_done), server);
+  server->listener = g_socket_listener_new ();
+  g_socket_listener_set_backlog (server->listener, LISTEN_BACKLOG);
+  if (!g_socket_listener_add_address (server->listener, addr,
+          G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, NULL, &bound, error))
     return NULL;
-  uris = soup_server_get_uris (server->soup);
-  if (uris)
-    server->port = (guint) g_uri_get_port (uris->data);
-  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  server->port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  server->accept_cancel = g_cancellable_new ();
+  accept_next (server);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
-      "session%s%s, peer timeout %u s, resume %u s)", server->address,
+      "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
+      "idle timeout %u s)", server->address,
       server->port, server->www_dir, server->encoder, server->max_sessions,
       server->max_sessions == 1 ? "" : "s",
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",
-      server->peer_timeout, server->resume_timeout);
+      server->peer_timeout, server->resume_timeout, server->max_connections,
+      server->idle_timeout);
   return g_steal_pointer (&server);
 }
 
@@ -2913,6 +3004,55 @@ COUNTER_GETTER (n_timeouts);
 COUNTER_GETTER (n_replaced);
 
 /**
+ * lingbot_webrtc_server_get_n_connections:
+ * @server: a server
+ *
+ * Returns: TCP connections open now (HTTP requests being read or answered,
+ *   WebSockets, lingering closes): those whose descriptor is not closed yet
+ */
+COUNTER_GETTER (n_connections);
+
+/**
+ * lingbot_webrtc_server_get_n_refused:
+ * @server: a server
+ *
+ * Returns: connections refused with 503 so far because the cap
+ *   (lingbot_webrtc_server_get_max_connections()) was reached
+ */
+COUNTER_GETTER (n_refused);
+
+/**
+ * lingbot_webrtc_server_get_n_idle_timeouts:
+ * @server: a server
+ *
+ * Returns: connections closed so far because no complete HTTP request came
+ *   (or the response was not taken) within the idle timeout
+ */
+COUNTER_GETTER (n_idle_timeouts);
+
+/**
+ * lingbot_webrtc_server_get_n_accept_errors:
+ * @server: a server
+ *
+ * Returns: failed accept() calls so far (EMFILE and the like); after each
+ *   the listener is watched again 100 ms later
+ */
+COUNTER_GETTER (n_accept_errors);
+
+/**
+ * lingbot_webrtc_server_get_max_connections:
+ * @server: a server
+ *
+ * Returns: the connection cap in force (the configured one, or the
+ *   automatic one from RLIMIT_NOFILE)
+ */
+guint
+lingbot_webrtc_server_get_max_connections (LingbotWebrtcServer * server)
+{
+  return server->max_connections;
+}
+
+/**
  * lingbot_webrtc_server_free:
  * @server: (nullable): a server
  *
@@ -2948,6 +3088,33 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
       conn_close (c, SOUP_WEBSOCKET_CLOSE_GOING_AWAY, "shutdown");
     }
     g_hash_table_unref (server->conns);
+  }
+  if (server->accept_cancel) {
+    g_cancellable_cancel (server->accept_cancel);
+    g_object_unref (server->accept_cancel);
+  }
+  if (server->accept_retry) {
+    g_source_destroy (server->accept_retry);
+    g_source_unref (server->accept_retry);
+  }
+  if (server->listener) {
+    g_socket_listener_close (server->listener);
+    g_object_unref (server->listener);
+  }
+  /* connections that outlive the server (soup's, closing below; a
+   * lingering WebSocket) no longer count */
+  if (server->clients) {
+    GHashTableIter it;
+    gpointer value;
+
+    g_hash_table_iter_init (&it, server->clients);
+    while (g_hash_table_iter_next (&it, NULL, &value)) {
+      Client *cl = value;
+
+      client_stop_timer (cl);
+      cl->server = NULL;
+    }
+    g_hash_table_unref (server->clients);
   }
   if (server->soup) {
     soup_server_disconnect (server->soup);

@@ -38,6 +38,17 @@ G_BEGIN_DECLS
 #define LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT 20
 /* a session without a peer is kept this long for a reload to resume it */
 #define LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT 10
+/* TCP connections at most (WebSockets included); the automatic cap is
+ * this or what RLIMIT_NOFILE leaves after the reserve below, the smaller */
+#define LINGBOT_WEBRTC_DEFAULT_MAX_CONNECTIONS 256
+/* descriptors kept for everything but the connections: the process and
+ * the server, plus each session's pipeline and peers (webrtcbin's ICE
+ * sockets, GStreamer's wake-up pipes, model files) */
+#define LINGBOT_WEBRTC_FD_RESERVE 64
+#define LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION 128
+/* a connection that has not sent a complete HTTP request within this long,
+ * or not taken its response within as long again, is closed (seconds) */
+#define LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT 10
 /* WebSocket close codes (application range 4000-4999, as HTTP statuses):
  * a refused session (libsoup refuses 1013, "try again later"; 409 as the
  * reference's HTTP refusal), a silent peer, a peer replaced by a newer
@@ -72,6 +83,15 @@ G_BEGIN_DECLS
  *   released; 0 = %LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT
  * @resume_timeout: seconds a session without any peer is kept for a
  *   reload to resume it; 0 = %LINGBOT_WEBRTC_DEFAULT_RESUME_TIMEOUT
+ * @max_connections: TCP connections open at once (HTTP and WebSocket);
+ *   the next one gets a 503 and is closed.  0 = automatic:
+ *   %LINGBOT_WEBRTC_DEFAULT_MAX_CONNECTIONS, or fewer when RLIMIT_NOFILE
+ *   leaves less after %LINGBOT_WEBRTC_FD_RESERVE +
+ *   %LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION per session
+ * @idle_timeout: seconds a connection may take to send a complete HTTP
+ *   request, and then to take its response, before it is closed (a
+ *   WebSocket is exempt once upgraded); 0 =
+ *   %LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT
  *
  * Set with lingbot_webrtc_config_init() first.
  */
@@ -93,11 +113,14 @@ typedef struct
   int ice_loopback;
   guint peer_timeout;
   guint resume_timeout;
+  guint max_connections;
+  guint idle_timeout;
 } LingbotWebrtcConfig;
 
 typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
 
 void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
+gboolean lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error);
 
 LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,
     GError ** error);
@@ -112,6 +135,11 @@ guint lingbot_webrtc_server_get_n_key_units (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_too_big (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_timeouts (LingbotWebrtcServer * server);
 guint lingbot_webrtc_server_get_n_replaced (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_max_connections (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_connections (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_refused (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_idle_timeouts (LingbotWebrtcServer * server);
+guint lingbot_webrtc_server_get_n_accept_errors (LingbotWebrtcServer * server);
 void lingbot_webrtc_server_free (LingbotWebrtcServer * server);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWebrtcServer, lingbot_webrtc_server_free)

@@ -182,7 +182,11 @@ guard_read (GInputStream * stream, void *buffer, gsize count,
     return -1;
   n = g_input_stream_read (guard_base (self), buffer, count, cancellable,
       error);
-  return guard_filter (self, buffer, n);
+  n = guard_filter (self, buffer, n);
+  /* stopped at the first byte read: an error, not the end of the stream */
+  if (n == 0 && guard_stopped (self, G_IO_ERROR_MESSAGE_TOO_LARGE, error))
+    return -1;
+  return n;
 }
 
 static gboolean
@@ -348,26 +352,36 @@ base_closed (GObject * source, GAsyncResult * res, gpointer user_data)
  * the close frame before the client reads it (a client still sending the
  * rest of an oversized message).  So the write side is shut down first
  * (the close frame, then FIN), and what the client still sends is read and
- * dropped until it closes too, or for at most LINGER_MS. */
+ * dropped until it closes too, for at most LINGER_MS and LINGER_MAX_BYTES.
+ * The reads never block (the socket libsoup hands over is a blocking
+ * GSocket: g_socket_receive() on it would wait in poll() for the client,
+ * and with it the whole main context), and one dispatch reads at most
+ * LINGER_SLICE bytes, so a client that floods the socket does not hold the
+ * context either. */
 #define LINGER_MS 2000
+#define LINGER_MAX_BYTES (4 * 1024 * 1024)
+#define LINGER_SLICE (64 * 1024)
 
 typedef struct
 {
   GTask *task;
   GIOStream *base;
   GSocket *socket;
-  GSource *source;
-  gint64 deadline;
+  GSource *source;              /* the socket's input */
+  GSource *timer;               /* LINGER_MS: a source of its own (a socket
+                                 * source drops its ready time once it has
+                                 * dispatched) */
+  guint64 dropped;
   int io_priority;
 } Linger;
 
 static void
 linger_done (Linger * l)
 {
-  if (l->source) {
-    g_source_destroy (l->source);
-    g_clear_pointer (&l->source, g_source_unref);
-  }
+  g_source_destroy (l->source);
+  g_source_unref (l->source);
+  g_source_destroy (l->timer);
+  g_source_unref (l->timer);
   g_io_stream_close_async (l->base, l->io_priority,
       g_task_get_cancellable (l->task), base_closed, l->task);
   g_object_unref (l->socket);
@@ -376,27 +390,41 @@ linger_done (Linger * l)
 }
 
 static gboolean
+linger_expired (gpointer user_data)
+{
+  linger_done (user_data);
+  return G_SOURCE_REMOVE;
+}
+
+/* one dispatch: what is there now (LINGER_SLICE at most), never waiting;
+ * done when the client closed or failed, or LINGER_MAX_BYTES are dropped */
+static gboolean
 linger_read (GSocket * socket, GIOCondition cond, gpointer user_data)
 {
   Linger *l = user_data;
   char scratch[16384];
+  gsize slice = 0;
 
-  for (;;) {
+  while (l->dropped < LINGER_MAX_BYTES) {
     GError *error = NULL;
-    gssize n = g_socket_receive (socket, scratch, sizeof scratch, NULL,
-        &error);
+    gssize n;
 
-    if (n > 0)
+    if (slice >= LINGER_SLICE)
+      return G_SOURCE_CONTINUE; /* the rest in a later dispatch */
+    n = g_socket_receive_with_blocking (socket, scratch, sizeof scratch,
+        FALSE, NULL, &error);
+    if (n > 0) {
+      slice += (gsize) n;
+      l->dropped += (guint64) n;
       continue;
-    if (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK)
-        && g_get_monotonic_time () < l->deadline) {
+    }
+    if (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK)) {
       g_error_free (error);
       return G_SOURCE_CONTINUE;
     }
     g_clear_error (&error);
-    break;                      /* the client closed, failed, or timed out */
+    break;                      /* the client closed or failed */
   }
-  g_clear_pointer (&l->source, g_source_unref);
   linger_done (l);
   return G_SOURCE_REMOVE;
 }
@@ -420,13 +448,14 @@ guard_close_async (GIOStream * stream, int io_priority,
     l->base = g_object_ref (self->base);
     l->socket = g_object_ref (socket);
     l->io_priority = io_priority;
-    l->deadline = g_get_monotonic_time () + LINGER_MS * G_TIME_SPAN_MILLISECOND;
     l->source = g_socket_create_source (socket, G_IO_IN | G_IO_HUP |
         G_IO_ERR, NULL);
-    g_source_set_ready_time (l->source, l->deadline);
     g_source_set_callback (l->source, (GSourceFunc) (void (*)(void))
         linger_read, l, NULL);
     g_source_attach (l->source, g_main_context_get_thread_default ());
+    l->timer = g_timeout_source_new (LINGER_MS);
+    g_source_set_callback (l->timer, linger_expired, l, NULL);
+    g_source_attach (l->timer, g_main_context_get_thread_default ());
     return;
   }
   g_io_stream_close_async (self->base, io_priority, cancellable, base_closed,
@@ -504,13 +533,15 @@ lingbot_ws_guard_new (GIOStream * base, guint64 max_message,
  * lingbot_ws_guard_set_socket:
  * @guard: a stream of lingbot_ws_guard_new()
  * @socket: (nullable): the socket under the base stream (libsoup's stolen
- *   stream wraps it: soup_server_message_get_socket() before the steal)
+ *   stream wraps it: the accepted connection's GSocket)
  *
  * With a socket, closing @guard is a lingering close: the write side is
  * shut down first (after the close frame), and what the client still sends
- * is read and dropped until it closes too or 2 s have passed, so that the
- * kernel does not answer unread data with a reset that would discard the
- * close frame before the client reads it.
+ * is read and dropped until it closes too, 2 s have passed or 4 MiB were
+ * dropped, so that the kernel does not answer unread data with a reset
+ * that would discard the close frame before the client reads it.  The
+ * lingering never blocks the main context: the socket is read without
+ * waiting, from a source of that context.
  */
 void
 lingbot_ws_guard_set_socket (GIOStream * guard, GSocket * socket)

@@ -1,18 +1,27 @@
-/* lingbot-gst: fuzz harness of the WebRTC example's message parsers
+/* lingbot-gst: fuzz harness of the WebRTC example's message checks
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * examples/webrtc/webrtc-server.c is compiled into this harness (its
- * parsers are static): the input is one text message, taken through the
- * same parse and checks as the server, without a peer to act on.
- *   FUZZ_WEBRTC_CHANNEL=0  a signalling message (on_ws_message): type,
- *                          then an answer's SDP (parse_answer_sdp() and
- *                          answer_codec_problem()) or an ice candidate
- *   FUZZ_WEBRTC_CHANNEL=1  a data-channel message (handle_channel_message):
- *                          the gstwebrtc-api request or a bare navigation
- *                          event, its key name through normalize_key() and
- *                          lingbot_key_from_name()
+ * The input is one message from a browser, taken through the server's own
+ * checks (examples/webrtc/webrtc-messages.c, compiled in instrumented):
+ * the functions whose verdict on_ws_message() and handle_channel_message()
+ * act on, with the peer's state as arguments instead of a peer.
+ *   FUZZ_WEBRTC_CHANNEL=0  a signalling message: lingbot_webrtc_check_signal()
+ *                          for each peer state of the table below (before
+ *                          the offer, waiting for the answer with VP8 or
+ *                          H.264, answered, a tiny size limit), and once
+ *                          as a binary frame
+ *   FUZZ_WEBRTC_CHANNEL=1  a data-channel message (a NUL-terminated copy,
+ *                          as post_channel_message() makes):
+ *                          lingbot_webrtc_check_input() on "input" and on
+ *                          "control", from the viewer and from another
+ *                          peer, and as binary / over the limit
+ * Each verdict is checked for what the server relies on: a reason for
+ * every refusal (valid UTF-8: it goes into a JSON text frame), an SDP for
+ * an answer, a candidate line for a candidate, a bounded key name.
  */
-#include "examples/webrtc/webrtc-server.c"
+#include <string.h>
+
+#include "webrtc-messages.h"
 
 #include "fuzz-common.h"
 
@@ -20,97 +29,114 @@
 #error FUZZ_WEBRTC_CHANNEL must be 0 or 1
 #endif
 
-static void
-fuzz_signalling (JsonObject * o)
+#if !FUZZ_WEBRTC_CHANNEL
+static const struct
 {
-  const char *kind = member_string (o, "type");
+  gboolean offered, answered, loopback;
+  guint pt;
+  const char *codec, *encoder;
+  gsize max_message;
+} states[] = {
+  {TRUE, FALSE, TRUE, 96, "VP8", "vp8", 65536},
+  {TRUE, FALSE, FALSE, 102, "H264", "x264", 65536},
+  {FALSE, FALSE, TRUE, 96, "VP8", "vp8", 65536},
+  {TRUE, TRUE, FALSE, 96, "VP8", "vp8", 65536},
+  {TRUE, FALSE, TRUE, 96, "VP8", "vp8", 64},
+};
 
-  if (kind == NULL)
-    return;
-  if (strcmp (kind, "answer") == 0) {
-    const char *sdp_text = member_string (o, "sdp");
-    GstSDPMessage *sdp;
-    gboolean has_video;
+static void
+check_signal (const uint8_t * data, size_t size, guint state, gboolean binary)
+{
+  LingbotWebrtcSignal sig = { 0 };
 
-    if (sdp_text == NULL)
-      return;
-    sdp = parse_answer_sdp (sdp_text);
-    if (sdp == NULL)
-      return;
-    answer_codec_problem (sdp, 96, &has_video);
-    gst_sdp_message_free (sdp);
-  } else if (strcmp (kind, "ice") == 0) {
-    const char *candidate = member_string (o, "candidate");
-    gint64 mline = -1;
-
-    if (!member_int (o, "sdpMLineIndex", &mline) || mline < 0 || mline > 64
-        || candidate == NULL || candidate[0] == '\0')
-      return;
-    if (strlen (candidate) > MAX_CANDIDATE
-        || !g_str_has_prefix (candidate, "candidate:"))
-      return;
-    candidate_is_mdns (candidate);
+  sig.offered = states[state].offered;
+  sig.answered = states[state].answered;
+  sig.ice_loopback = states[state].loopback;
+  sig.pt = states[state].pt;
+  sig.codec = states[state].codec;
+  sig.encoder = states[state].encoder;
+  sig.max_message = states[state].max_message;
+  lingbot_webrtc_check_signal (&sig, binary, (const char *) data, size);
+  switch (sig.verdict) {
+    case LINGBOT_WEBRTC_SIGNAL_DROP:
+    case LINGBOT_WEBRTC_SIGNAL_CODEC:
+      g_assert (sig.why != NULL && g_utf8_validate (sig.why, -1, NULL));
+      g_assert (sig.sdp == NULL && sig.candidate == NULL);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ANSWER:
+      g_assert (sig.sdp != NULL && sig.offered && !sig.answered);
+      g_assert (gst_sdp_message_medias_len (sig.sdp) > 0);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE:
+      g_assert (sig.candidate != NULL && sig.mline <= 64);
+      g_assert (g_str_has_prefix (sig.candidate, "candidate:"));
+      g_assert (strlen (sig.candidate) <= LINGBOT_WEBRTC_MAX_CANDIDATE);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_MDNS:
+      g_assert (sig.ice_loopback);
+      break;
+    case LINGBOT_WEBRTC_SIGNAL_ICE_END:
+    case LINGBOT_WEBRTC_SIGNAL_BYE:
+      break;
   }
+  g_assert (!binary || sig.verdict == LINGBOT_WEBRTC_SIGNAL_DROP);
+  g_assert (size <= sig.max_message || sig.verdict ==
+      LINGBOT_WEBRTC_SIGNAL_DROP);
+  if (g_getenv ("FUZZ_VERBOSE"))
+    printf ("  state %u%s: verdict %d%s%s\n", state, binary ? " (binary)" : "",
+        sig.verdict, sig.why ? ": " : "", sig.why ? sig.why : "");
+  lingbot_webrtc_signal_clear (&sig);
 }
-
+#else
 static void
-fuzz_navigation (JsonObject * o)
+check_input (const char *text, size_t size, gboolean control,
+    gboolean viewer, gboolean binary)
 {
-  const char *event = member_string (o, "event"), *key;
+  LingbotWebrtcInput in = { 0 };
 
-  if (event == NULL || g_str_has_prefix (event, "Mouse") ||
-      g_str_has_prefix (event, "Touch"))
-    return;
-  if (strcmp (event, "KeyPress") != 0 && strcmp (event, "KeyRelease") != 0)
-    return;
-  key = member_string (o, "key");
-  if (key == NULL || key[0] == '\0' || strlen (key) > MAX_KEY_NAME
-      || !g_utf8_validate (key, -1, NULL))
-    return;
-  key = normalize_key (key);
-  lingbot_key_from_name (key);
-}
-
-static void
-fuzz_channel (JsonObject * o)
-{
-  gint64 id = 0;
-  JsonObject *req, *event;
-
-  member_int (o, "id", &id);
-  if (json_object_has_member (o, "request")) {
-    const char *type;
-
-    req = member_object (o, "request");
-    type = req ? member_string (req, "type") : NULL;
-    event = req ? member_object (req, "event") : NULL;
-    if (type != NULL && strcmp (type, "navigationEvent") == 0 && event)
-      fuzz_navigation (event);
-    return;
+  in.control = control;
+  in.viewer = viewer;
+  lingbot_webrtc_check_input (&in, binary, text, size);
+  switch (in.verdict) {
+    case LINGBOT_WEBRTC_INPUT_DROP:
+      g_assert (in.why != NULL && g_utf8_validate (in.why, -1, NULL));
+      g_assert (in.key == NULL);
+      break;
+    case LINGBOT_WEBRTC_INPUT_IGNORE:
+      g_assert (in.event != NULL && in.key == NULL);
+      break;
+    case LINGBOT_WEBRTC_INPUT_KEY:
+      g_assert (viewer && in.key != NULL && in.key[0] != '\0');
+      g_assert (strlen (in.key) <= LINGBOT_WEBRTC_MAX_KEY_NAME);
+      g_assert (g_utf8_validate (in.key, -1, NULL));
+      break;
   }
-  fuzz_navigation (o);
+  g_assert (text != NULL || in.verdict == LINGBOT_WEBRTC_INPUT_DROP);
+  if (g_getenv ("FUZZ_VERBOSE"))
+    printf ("  %s, %s%s%s: verdict %d%s%s\n", control ? "control" : "input",
+        viewer ? "viewer" : "not the viewer", binary ? ", binary" : "",
+        text ? "" : ", too big", in.verdict, in.why ? ": " : "",
+        in.why ? in.why : "");
+  lingbot_webrtc_input_clear (&in);
 }
+#endif
 
 int
 LLVMFuzzerTestOneInput (const uint8_t * data, size_t size)
 {
-  g_autoptr (JsonParser) parser = NULL;
-  g_autofree char *why = NULL;
-  /* the data channel's text is a NUL-terminated copy
-   * (post_channel_message), the WebSocket's the message's bytes as they
-   * came */
-  g_autofree char *text = FUZZ_WEBRTC_CHANNEL ?
-      g_strndup ((const char *) data, size) : NULL;
-  JsonObject *o = NULL;
+#if FUZZ_WEBRTC_CHANNEL
+  /* the data channel's text is a NUL-terminated copy of the message */
+  g_autofree char *text = g_strndup ((const char *) data, size);
 
-  parser = parse_object (text ? text : (const char *) data, size, &o, &why);
-  if (parser == NULL) {
-    g_assert (why != NULL);
-    return 0;
-  }
-  if (FUZZ_WEBRTC_CHANNEL)
-    fuzz_channel (o);
-  else
-    fuzz_signalling (o);
+  for (guint i = 0; i < 4; i++)
+    check_input (text, size, i & 1, (i >> 1) & 1, FALSE);
+  check_input (text, size, FALSE, TRUE, TRUE);
+  check_input (NULL, size, TRUE, TRUE, FALSE);
+#else
+  /* the WebSocket's message is its bytes as they came */
+  for (guint i = 0; i < G_N_ELEMENTS (states); i++)
+    check_signal (data, size, i, FALSE);
+  check_signal (data, size, 0, TRUE);
+#endif
   return 0;
 }

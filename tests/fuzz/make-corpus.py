@@ -261,3 +261,108 @@ put('pth', 'repro-record-size-3gib', patch_sizes(pth, '0', 3 << 30))
 # an empty SDP: gst_sdp_message_parse_buffer() asserted (g_critical)
 put('webrtc-signalling', 'repro-answer-empty-sdp',
     '{"type":"answer","sdp":""}')
+
+# ---- WebRTC: more messages for the server's checks ----
+put('webrtc-signalling', 'seed-answer-h264',
+    '{"type":"answer","sdp":"v=0\\r\\no=- 1 1 IN IP4 0.0.0.0\\r\\ns=-\\r\\n'
+    't=0 0\\r\\nm=video 9 UDP/TLS/RTP/SAVPF 102\\r\\n"}')
+put('webrtc-signalling', 'seed-ice-mdns', json.dumps({
+    'type': 'ice', 'sdpMLineIndex': 0,
+    'candidate': 'candidate:2712353452 1 udp 2122260223 '
+                 '8c5e1b0e-5b1a-4f4e-9d0c-1f2e3d4c5b6a.local. 51234 typ host'}))
+put('webrtc-signalling', 'seed-ice-end',
+    '{"type":"ice","candidate":"","sdpMLineIndex":0}')
+put('webrtc-signalling', 'seed-offer', '{"type":"offer","sdp":"v=0"}')
+put('webrtc-signalling', 'seed-not-json', '{"type":"answer",')
+put('webrtc-signalling', 'seed-invalid-utf8', b'{"type":"\xc3\x28"}')
+put('webrtc-signalling', 'seed-deep-nesting', '[' * 4000 + ']' * 4000)
+put('webrtc-channel', 'seed-bare-keypress-id',
+    '{"event":"KeyPress","key":"Up","modifier_state":"","id":17}')
+put('webrtc-channel', 'seed-request-unknown-type',
+    '{"id":5,"request":{"type":"customUpstreamEvent"}}')
+put('webrtc-channel', 'seed-key-too-long',
+    '{"event":"KeyPress","key":"%s"}' % ('x' * 65))
+put('webrtc-channel', 'seed-key-invalid-utf8',
+    b'{"event":"KeyPress","key":"\xff\xfe"}')
+put('webrtc-channel', 'seed-touch', '{"event":"TouchDown","identifier":1}')
+put('webrtc-channel', 'seed-type-on-control', '{"type":"hello"}')
+
+
+# ---- the WebSocket size guard: limit (u16 LE), read seed, client bytes ----
+def ws_frame(opcode, length, fin=True, masked=True, payload=None):
+    h = bytes([(0x80 if fin else 0) | opcode])
+    m = 0x80 if masked else 0
+    if length < 126:
+        h += bytes([m | length])
+    elif length <= 0xffff:
+        h += bytes([m | 126]) + struct.pack('>H', length)
+    else:
+        h += bytes([m | 127]) + struct.pack('>Q', length)
+    if masked:
+        h += b'\x01\x02\x03\x04'
+    if payload is None:
+        payload = bytes(min(length, 4096))
+    return h + payload
+
+
+def guard_input(limit, seed, frames):
+    return struct.pack('<H', limit) + bytes([seed]) + b''.join(frames)
+
+
+put('ws-guard', 'seed-three-fragments-tripped', guard_input(250, 1, [
+    ws_frame(1, 100, fin=False), ws_frame(0, 100, fin=False),
+    ws_frame(0, 100)]))
+put('ws-guard', 'seed-fragments-pings-within', guard_input(300, 2, [
+    ws_frame(1, 100, fin=False), ws_frame(9, 125),
+    ws_frame(0, 100, fin=False), ws_frame(10, 0), ws_frame(0, 100),
+    ws_frame(2, 300)]))
+put('ws-guard', 'seed-64bit-length', guard_input(1000, 3, [
+    ws_frame(2, 1 << 40, payload=b'')]))
+put('ws-guard', 'seed-16bit-length-unmasked', guard_input(65535, 4, [
+    ws_frame(1, 1000, masked=False), ws_frame(8, 2, payload=b'\x03\xe8')]))
+put('ws-guard', 'seed-zero-limit', guard_input(0, 5, [
+    ws_frame(9, 0), ws_frame(1, 0), ws_frame(1, 1)]))
+put('ws-guard', 'seed-not-frames',
+    struct.pack('<H', 64) + b'\x06GET / HTTP/1.1\r\nHost: x\r\n\r\n')
+
+
+# a frame that trips at the first byte of a synchronous read: the guard's
+# read said "end of stream" (0) instead of an error; the seed makes the
+# harness's first read synchronous and at least 6 bytes long
+def first_read(seed):
+    rng = (0x9e3779b9 ^ seed) & 0xffffffff
+    rng = (rng * 1664525 + 1013904223) & 0xffffffff
+    return 1 + (rng >> 8) % 4096, (rng >> 4) & 1
+
+
+sync_seed = next(s for s in range(256)
+                 if first_read(s)[1] == 0 and first_read(s)[0] >= 6)
+put('ws-guard', 'repro-sync-read-stops-at-header',
+    guard_input(10, sync_seed, [ws_frame(1, 100)]))
+
+# ---- the static-file resolver: request paths, still percent-encoded ----
+paths = {
+    'seed-root': '/', 'seed-index': '/index.html',
+    'seed-sub-page': '/sub/page.html', 'seed-link-inside': '/inside',
+    'seed-dotdot': '/../secret.txt', 'seed-dotdot-sub': '/sub/../../secret.txt',
+    'seed-encoded-dots': '/%2e%2e/secret.txt',
+    'seed-encoded-dots-upper-slash': '/%2E%2E%2fsecret.txt',
+    'seed-half-encoded-dots': '/.%2e/.%2e/secret.txt',
+    'seed-double-encoded-dots': '/%252e%252e/secret.txt',
+    'seed-encoded-backslash': '/..%5csecret.txt',
+    'seed-backslash': '/..\\secret.txt',
+    'seed-encoded-nul': '/%00', 'seed-nul-before-suffix': '/index.html%00.js',
+    'seed-overlong-utf8-dots': '/%c0%ae%c0%ae/secret.txt',
+    'seed-overlong-utf8-dots-3': '/%e0%80%ae%e0%80%ae/secret.txt',
+    'seed-link-out': '/out', 'seed-link-to-parent': '/subdir-out/secret.txt',
+    'seed-hidden': '/.hidden', 'seed-encoded-hidden': '/%2ehidden',
+    'seed-double-slash': '//etc/passwd',
+    'seed-encoded-slashes': '/%2fetc%2fpasswd',
+    'seed-bad-escapes': '/%zz/%/%2', 'seed-relative': 'index.html',
+    'seed-long-name': '/' + 'x' * 300,
+    'seed-overlong-path': '/' + 'a/' * 6000 + 'index.html',
+    'seed-dot-segments': '/./sub/./page.html',
+}
+for fname, path in paths.items():
+    put('webrtc-path', fname, path)
+put('webrtc-path', 'seed-raw-nul', b'/index.html\x00/../secret.txt')
