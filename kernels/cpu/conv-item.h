@@ -70,9 +70,14 @@ CONV_FN (row) (const DirectArgs * a, int64_t rr, int64_t cob)
               wp + o0;
           for (int64_t dx = 0; dx < kw; dx++, wk += CONV_COB) {
             VF in[CONV_NPV];
+            /* unrolled whatever the build (a sanitizer's one too), so the
+             * tile stays in registers */
+#pragma GCC unroll 16
             for (int p = 0; p < CONV_NPV; p++)
               in[p] = *(const VFU *) (row + dx + p * VW);
+#pragma GCC unroll 16
             for (int k = 0; k < CONV_COB; k++)
+#pragma GCC unroll 16
               for (int p = 0; p < CONV_NPV; p++)
                 acc[k][p] = VFMA (wk[k], in[p], acc[k][p]);
           }
