@@ -1193,48 +1193,6 @@ gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret, gboolean posted)
   }
 }
 
-/* Waits until the state change that started the task has returned: the
- * top-level element's state lock is free (polled: the thread changing the
- * state may be waiting for this one, and deactivating sets flushing), or
- * the pad is flushing.  An error posted while the application is still
- * inside gst_element_set_state() can be lost by it: gst-launch-1.0 (1.22)
- * quits its main loop from a bus sync handler, and a g_main_loop_quit()
- * before g_main_loop_run() is forgotten, so it never exits.  The session
- * fails in milliseconds, while the sources after this element are still
- * being started; so the error waits for the state change to return and,
- * for at most 50 ms more, for a thread to run the default main context. */
-static void
-wait_state_change_done (GstLingbotGen * self)
-{
-  GstObject *top = gst_object_ref (GST_OBJECT (self)), *parent;
-  gint64 deadline = 0;
-
-  while ((parent = gst_object_get_parent (top)) != NULL) {
-    gst_object_unref (top);
-    top = parent;
-  }
-  g_mutex_lock (&self->lock);
-  while (!self->flushing) {
-    if (deadline == 0 && g_rec_mutex_trylock (GST_STATE_GET_LOCK (top))) {
-      g_rec_mutex_unlock (GST_STATE_GET_LOCK (top));
-      deadline = g_get_monotonic_time () + 50 * G_TIME_SPAN_MILLISECOND;
-    }
-    if (deadline != 0) {
-      /* returned; then a moment for the application to enter its main
-       * loop (gst-launch-1.0 runs the default context's) */
-      if (g_get_monotonic_time () >= deadline)
-        break;
-      if (!g_main_context_acquire (NULL))
-        break;
-      g_main_context_release (NULL);
-    }
-    g_cond_wait_until (&self->cond, &self->lock,
-        g_get_monotonic_time () + G_TIME_SPAN_MILLISECOND);
-  }
-  g_mutex_unlock (&self->lock);
-  gst_object_unref (top);
-}
-
 /* Offers the session to a decoder downstream before the first chunk
  * (GST_LINGBOT_ATTACH_DECODER_QUERY): lingbotvaedec moves the decode onto
  * its own worker group, fed by a tensor channel from the DiT ranks, so
@@ -1430,8 +1388,11 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
         || !gst_lingbot_gen_create_session (self, &format, &error)) {
       /* a missing or unreadable input keeps its RESOURCE code, bad
        * settings LIBRARY/SETTINGS, the rest STREAM/FAILED; posted once
-       * the state change that started us has returned */
-      wait_state_change_done (self);
+       * the state change that started us has returned (the session fails
+       * in milliseconds, while the sources after this element are still
+       * being started) */
+      gst_lingbot_wait_state_change_done (GST_ELEMENT (self), &self->lock,
+          &self->cond, &self->flushing);
       if (g_error_matches (error, LB_ERROR, LB_ERROR_UNSUPPORTED))
         GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", error->message),
             (NULL));

@@ -3162,6 +3162,148 @@ GST_START_TEST (test_stop_leaks)
 
 GST_END_TEST;
 
+/* ---- the errors a new user meets by accident ---- */
+
+/* latent caps lingbotvaedec refuses, while the application is still
+ * inside gst_element_set_state(): the error must wait for it to return.
+ * gst-launch-1.0 quits its main loop from a bus sync handler, and an error
+ * posted before it runs that loop was lost: it hung (1 run in 3 to 8).
+ * Holding the pipeline's state lock here is that window made long. */
+GST_START_TEST (test_vaedec_caps_error_after_set_state)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *dbg = NULL;
+  g_autofree char *path = g_build_filename (tmpdir, "latents-8x8.bin", NULL);
+  g_autofree char *desc = NULL;
+  g_autofree char *zeros = g_malloc0 (16 * 8 * 8 * sizeof (float));
+  GstElement *p;
+  GstBus *bus;
+  GstMessage *msg;
+
+  g_assert_true (g_file_set_contents (path, zeros, 16 * 8 * 8 *
+          sizeof (float), &err));
+  g_assert_no_error (err);
+  desc = g_strdup_printf ("filesrc location=%s ! application/x-lingbot-latent,"
+      "dtype=f32,channels=16,frames=1,height=8,width=8,video-width=100,"
+      "video-height=64,framerate=16/1 ! lingbotvaedec name=dec ! fakesink",
+      path);
+  p = gst_parse_launch (desc, &err);
+  g_assert_no_error (err);
+  bus = gst_element_get_bus (p);
+
+  g_rec_mutex_lock (GST_STATE_GET_LOCK (p));
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_PAUSED), ==,
+      GST_STATE_CHANGE_ASYNC);
+  /* still in the state change: today's code posts within milliseconds */
+  msg = gst_bus_timed_pop_filtered (bus, GST_SECOND, GST_MESSAGE_ERROR);
+  if (msg != NULL) {
+    gst_message_parse_error (msg, &err, NULL);
+    g_error ("error posted inside gst_element_set_state(): %s", err->message);
+  }
+  g_rec_mutex_unlock (GST_STATE_GET_LOCK (p));
+
+  msg = gst_bus_timed_pop_filtered (bus, 30 * GST_SECOND, GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  g_assert_cmpstr (GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), ==, "dec");
+  gst_message_parse_error (msg, &err, &dbg);
+  g_assert_cmpstr (err->message, ==, "Latent caps say 100x64 video from "
+      "8x8 latents (the VAE makes 64x64)");
+  g_assert_true (g_error_matches (err, GST_CORE_ERROR,
+          GST_CORE_ERROR_NEGOTIATION));
+  gst_message_unref (msg);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_NULL), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
+typedef struct
+{
+  GMutex lock;
+  GCond cond;
+  gboolean held;
+} Gate;
+
+/* a blocking probe: the pad stays blocked until the probe goes */
+static GstPadProbeReturn
+gate_hold (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  Gate *g = user_data;
+
+  g_mutex_lock (&g->lock);
+  g->held = TRUE;
+  g_cond_broadcast (&g->cond);
+  g_mutex_unlock (&g->lock);
+  return GST_PAD_PROBE_OK;
+}
+
+/* two latent buffers of the wrong size queued in lingbotvaedec: one ERROR,
+ * whose message says what came and what the caps want (it was STREAM/
+ * FORMAT's "The stream is in the wrong format.", once per queued buffer) */
+GST_START_TEST (test_vaedec_wrong_size_once)
+{
+  GstHarness *h = gst_harness_new ("lingbotvaedec");
+  GstBus *bus = gst_bus_new ();
+  GstPad *src = gst_element_get_static_pad (h->element, "src");
+  Gate g = { 0 };
+  gulong probe;
+  GstMessage *msg;
+  GstEvent *ev;
+  g_autoptr (GError) err = NULL;
+
+  gst_element_set_bus (h->element, bus);
+  g_mutex_init (&g.lock);
+  g_cond_init (&g.cond);
+  /* the push task holds stream-start, so the decode thread waits at the
+   * caps until both buffers are queued */
+  probe = gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM |
+      GST_PAD_PROBE_TYPE_BLOCK, gate_hold, &g, NULL);
+  gst_harness_set_src_caps_str (h, "application/x-lingbot-latent,"
+      "dtype=f32,channels=16,frames=1,height=8,width=8,video-width=64,"
+      "video-height=64,framerate=16/1");
+  g_mutex_lock (&g.lock);
+  while (!g.held)
+    g_cond_wait (&g.cond, &g.lock);
+  g_mutex_unlock (&g.lock);
+  for (int i = 0; i < 2; i++)
+    g_assert_cmpint (gst_harness_push (h, gst_buffer_new_and_alloc (1000)),
+        ==, GST_FLOW_OK);
+  gst_pad_remove_probe (src, probe);
+  g_assert_true (gst_harness_push_event (h, gst_event_new_eos ()));
+  /* every item before EOS was handled once EOS comes out */
+  while ((ev = gst_harness_pull_event (h)) != NULL
+      && GST_EVENT_TYPE (ev) != GST_EVENT_EOS)
+    gst_event_unref (ev);
+  g_assert_nonnull (ev);
+  gst_event_unref (ev);
+
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  gst_message_parse_error (msg, &err, NULL);
+  g_assert_cmpstr (err->message, ==, "Latent buffer of 1000 bytes, "
+      "expected 4096 (the caps say f32 [16, 1, 8, 8])");
+  g_assert_true (g_error_matches (err, GST_STREAM_ERROR,
+          GST_STREAM_ERROR_FORMAT));
+  gst_message_unref (msg);
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  if (msg != NULL) {
+    g_clear_error (&err);
+    gst_message_parse_error (msg, &err, NULL);
+    g_error ("a second error: %s", err->message);
+  }
+
+  gst_element_set_bus (h->element, NULL);
+  gst_object_unref (bus);
+  gst_object_unref (src);
+  gst_harness_teardown (h);
+  g_mutex_clear (&g.lock);
+  g_cond_clear (&g.cond);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -3210,6 +3352,8 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_poses_through_elements);
   tcase_add_test (tc, test_decode_overlap);
   tcase_add_test (tc, test_stop_leaks);
+  tcase_add_test (tc, test_vaedec_caps_error_after_set_state);
+  tcase_add_test (tc, test_vaedec_wrong_size_once);
   return s;
 }
 
