@@ -1831,6 +1831,23 @@ gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
   GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
 }
 
+/* width/height at NULL->READY and READY->PAUSED (they may change in
+ * READY).  Their GParamSpecs take any int, so that an out-of-range size
+ * is this error and not GLib's warning followed by a run at the default
+ * size. */
+static gboolean
+gst_lingbot_gen_check_size (GstLingbotGen * self, int width, int height)
+{
+  if ((width == 0) == (height == 0) && width % 16 == 0 && height % 16 == 0
+      && width >= 0 && height >= 0 && width <= MAX_SIZE && height <= MAX_SIZE)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
+      ("Invalid output size %dx%d: set width and height both to "
+          "multiples of 16 (at most %d), or both to 0 (size from "
+          "pixel-area)", width, height, MAX_SIZE), (NULL));
+  return FALSE;
+}
+
 /* Error domains and codes (docs/elements.md): a missing model, image or
  * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
  * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS (the
@@ -1867,13 +1884,8 @@ gst_lingbot_gen_open (GstLingbotGen * self)
     return FALSE;
   }
   /* the settings the session would reject, before anything is loaded */
-  if ((width == 0) != (height == 0) || width % 16 || height % 16) {
-    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
-        ("Invalid output size %dx%d: set width and height both to "
-            "multiples of 16 (at most %d), or both to 0 (size from "
-            "pixel-area)", width, height, MAX_SIZE), (NULL));
+  if (!gst_lingbot_gen_check_size (self, width, height))
     return FALSE;
-  }
   if (!parse_timesteps (timesteps, ts, &error)) {
     GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message), (NULL));
     return FALSE;
@@ -1967,10 +1979,15 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       break;
     case GST_STATE_CHANGE_READY_TO_PAUSED:{
       gboolean have_image;
+      int width, height;
 
       GST_OBJECT_LOCK (self);
       have_image = self->image_location != NULL || self->image_pad != NULL;
+      width = self->width;
+      height = self->height;
       GST_OBJECT_UNLOCK (self);
+      if (!gst_lingbot_gen_check_size (self, width, height))
+        return GST_STATE_CHANGE_FAILURE;
       if (!have_image) {
         GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
             ("No reference image: set image-location (or link the image "
@@ -2157,14 +2174,15 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           DEFAULT_FRAMES, ready));
   g_object_class_install_property (klass, PROP_WIDTH,
       g_param_spec_int ("width", "Width",
-          "Output width, a multiple of 16 (0 = from downstream caps, else "
-          "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE, DEFAULT_WIDTH, ready));
+          "Output width, a multiple of 16 up to 4096 (0 = from downstream "
+          "caps, else pixel-area; set both or neither; any other value "
+          "fails the state change)", G_MININT, G_MAXINT, DEFAULT_WIDTH, ready));
   g_object_class_install_property (klass, PROP_HEIGHT,
       g_param_spec_int ("height", "Height",
-          "Output height, a multiple of 16 (0 = from downstream caps, else "
-          "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE, DEFAULT_HEIGHT, ready));
+          "Output height, a multiple of 16 up to 4096 (0 = from downstream "
+          "caps, else pixel-area; set both or neither; any other value "
+          "fails the state change)", G_MININT, G_MAXINT, DEFAULT_HEIGHT,
+          ready));
   g_object_class_install_property (klass, PROP_PIXEL_AREA,
       g_param_spec_int ("pixel-area", "Pixel area",
           "Output pixel budget when width/height are 0 (480*832 = 480p)",

@@ -1907,12 +1907,9 @@ GST_START_TEST (test_startup_errors)
     expect_failure_full (desc, cases[i].needle, cases[i].domain, cases[i].code);
   }
 
-  /* a sane bound on the output size */
+  /* a sane bound on the output size (width and height take any int and
+   * fail the state change above 4096: test_size_out_of_range) */
   gen = gst_element_factory_make ("lingbotgen", NULL);
-  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "width");
-  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
-  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "height");
-  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
   ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "pixel-area");
   g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096 * 4096);
   gst_object_unref (gen);
@@ -3304,6 +3301,65 @@ GST_START_TEST (test_vaedec_wrong_size_once)
 
 GST_END_TEST;
 
+/* the first ERROR of the pipeline @desc, whose state change must fail:
+ * @message exactly, of @domain/@code */
+static void
+expect_error_exact (const char *desc, const char *message, GQuark domain,
+    int code)
+{
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstStateChangeReturn ret = pipeline_run (p, &r);
+
+  gst_object_unref (p);
+  g_assert_cmpint (ret, ==, GST_STATE_CHANGE_FAILURE);
+  g_assert_cmpstr (r.error, ==, message);
+  g_assert_cmpstr (g_quark_to_string (r.error_domain), ==,
+      g_quark_to_string (domain));
+  g_assert_cmpint (r.error_code, ==, code);
+  run_clear (&r);
+}
+
+/* width/height out of range: the state change fails naming the allowed
+ * sizes (GObject used to refuse the value with a g_warning and the session
+ * ran at the default size), also when set in READY */
+GST_START_TEST (test_size_out_of_range)
+{
+  g_autofree char *d1 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=8192 frames=1 ! fakesink",
+      model_dir, embeds_path, image_path);
+  g_autofree char *d2 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=-64 height=64 frames=1 ! "
+      "fakesink", model_dir, embeds_path, image_path);
+  g_autofree char *d3 = g_strdup_printf ("lingbotgen name=gen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=64 height=64 frames=1 ! "
+      "fakesink", model_dir, embeds_path, image_path);
+  GstElement *p, *gen;
+  Run r;
+
+  expect_error_exact (d1, "Invalid output size 8192x0: set width and height "
+      "both to multiples of 16 (at most 4096), or both to 0 (size from "
+      "pixel-area)", GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_SETTINGS);
+  expect_error_exact (d2, "Invalid output size -64x64: set width and height "
+      "both to multiples of 16 (at most 4096), or both to 0 (size from "
+      "pixel-area)", GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_SETTINGS);
+
+  p = pipeline_new (d3, &r);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "width", 8192, "height", 8192, NULL);
+  gst_object_unref (gen);
+  g_assert_cmpint (pipeline_run (p, &r), ==, GST_STATE_CHANGE_FAILURE);
+  g_assert_cmpstr (r.error, ==, "Invalid output size 8192x8192: set width "
+      "and height both to multiples of 16 (at most 4096), or both to 0 "
+      "(size from pixel-area)");
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -3354,6 +3410,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_stop_leaks);
   tcase_add_test (tc, test_vaedec_caps_error_after_set_state);
   tcase_add_test (tc, test_vaedec_wrong_size_once);
+  tcase_add_test (tc, test_size_out_of_range);
   return s;
 }
 
