@@ -1848,6 +1848,54 @@ gst_lingbot_gen_check_size (GstLingbotGen * self, int width, int height)
   return FALSE;
 }
 
+/* The prompt against the world just taken (NULL->READY): prompt-embeds
+ * of another model's text width fail RESOURCE/OPEN_READ; no prompt at
+ * all, or one longer than the text encoder takes, is a WARNING (the
+ * session runs, as the user may not expect). */
+static gboolean
+gst_lingbot_gen_check_prompt (GstLingbotGen * self, const char *prompt,
+    const char *embeds, int embeds_width)
+{
+  g_autoptr (LingbotWorld) world =
+      gst_lingbot_world_holder_dup_world (&self->holder);
+  g_autoptr (GError) error = NULL;
+  int text_dim, n_tokens = 0, max_tokens = 0;
+
+  if (world == NULL)
+    return TRUE;
+  text_dim = lingbot_dit_get_config (lingbot_world_get_dit (world))->text_dim;
+  if (embeds != NULL && embeds_width != text_dim) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+        ("prompt-embeds: '%s' holds embeddings %d wide, the model '%s' "
+            "takes %d (the file was made for another model)", embeds,
+            embeds_width, lingbot_world_get_model_path (world), text_dim),
+        (NULL));
+    gst_lingbot_world_holder_release (&self->holder);
+    return FALSE;
+  }
+  if (embeds != NULL || !lingbot_world_has_text_encoder (world))
+    return TRUE;
+  if (prompt == NULL) {
+    GST_ELEMENT_WARNING (self, LIBRARY, SETTINGS,
+        ("No prompt and no prompt-embeds set: the session runs with the "
+            "empty prompt's embeddings (the text encoder's output for \"\")"),
+        ("set prompt, or prompt-embeds (lingbot-encode-prompt)"));
+    return TRUE;
+  }
+  if (!lingbot_world_count_prompt_tokens (world, prompt, &n_tokens,
+          &max_tokens, &error)) {
+    GST_WARNING_OBJECT (self, "cannot count the prompt's tokens: %s",
+        error->message);
+    return TRUE;
+  }
+  if (n_tokens > max_tokens)
+    GST_ELEMENT_WARNING (self, LIBRARY, SETTINGS,
+        ("The prompt is %d tokens long (with </s>), more than the %d the "
+            "text encoder takes: its last %d tokens are dropped", n_tokens,
+            max_tokens, n_tokens - max_tokens), (NULL));
+  return TRUE;
+}
+
 /* Error domains and codes (docs/elements.md): a missing model, image or
  * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
  * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS (the
@@ -1859,9 +1907,10 @@ gst_lingbot_gen_open (GstLingbotGen * self)
 {
   g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
   g_autofree char *image = NULL, *timesteps = NULL, *precision = NULL;
+  g_autofree char *prompt = NULL;
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
-  int width, height;
+  int width, height, embeds_width = 0;
   LbMathMode math;
   const char *files[2][2];
   GQuark domain;
@@ -1870,6 +1919,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   gst_lingbot_world_holder_dup_config (&self->holder, &model_path, &devices);
   GST_OBJECT_LOCK (self);
   embeds = g_strdup (self->prompt_embeds);
+  prompt = g_strdup (self->prompt);
   image = g_strdup (self->image_location);
   timesteps = g_strdup (self->timestep_indices);
   precision = g_strdup (g_enum_get_value (g_type_class_peek
@@ -1934,6 +1984,15 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION, __LINE__);
     return FALSE;
   }
+  /* read as the session will, but before the model loads, and without
+   * the rank 0 prefix of the session's error */
+  if (embeds != NULL && !lingbot_session_check_prompt_embeds (embeds,
+          &embeds_width, &error)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+        ("prompt-embeds: '%s' is not a usable prompt-embeds file: %s",
+            embeds, error->message), (NULL));
+    return FALSE;
+  }
   if (image != NULL) {
     /* decodable as the session will decode it (a PNG or a truncated file
      * fails the state change, not the streaming thread) */
@@ -1963,7 +2022,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
     return FALSE;
   }
-  return TRUE;
+  return gst_lingbot_gen_check_prompt (self, prompt, embeds, embeds_width);
 }
 
 static GstStateChangeReturn

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <glib/gstdio.h>
 #include <gst/check/gstcheck.h>
 #include <gst/check/gstharness.h>
@@ -29,6 +30,8 @@
 #include "lingbot/checkpoint.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
+#include "lingbot/text-encoder-random.h"
+#include "lingbot/tokenizer.h"
 
 static char *tmpdir;
 static char *model_dir;
@@ -3360,6 +3363,163 @@ GST_START_TEST (test_size_out_of_range)
 
 GST_END_TEST;
 
+/* a file that is no prompt-embeds file, and one of another model's text
+ * width: NULL->READY fails naming the file and what is wrong, before the
+ * model loads (they failed in the streaming thread, "rank 0: ...") */
+GST_START_TEST (test_bad_prompt_embeds)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *bad = g_build_filename (tmpdir, "garbage.safetensors",
+      NULL);
+  g_autofree char *narrow = g_build_filename (tmpdir, "narrow.safetensors",
+      NULL);
+  g_autoptr (LbTensor) ctx = lb_tensor_new_f32 (2, (int64_t) 4, (int64_t) 8);
+  g_autofree char *d1 = NULL, *d2 = NULL, *m1 = NULL, *m2 = NULL;
+  LingbotDitConfig cfg;
+
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  g_assert_cmpint (cfg.text_dim, !=, 8);
+  g_assert_true (g_file_set_contents (bad, "garbage\n", -1, &err));
+  g_assert_no_error (err);
+  memset (ctx->data, 0, 4 * 8 * sizeof (float));
+  g_assert_true (lingbot_prompt_embeds_save (narrow, ctx, "narrow", 4, &err));
+  g_assert_no_error (err);
+  d1 = g_strdup_printf ("lingbotgen model-path=%s prompt-embeds=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model_dir,
+      bad, image_path);
+  d2 = g_strdup_printf ("lingbotgen model-path=%s prompt-embeds=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model_dir,
+      narrow, image_path);
+  m1 = g_strdup_printf ("prompt-embeds: '%s' is not a usable prompt-embeds "
+      "file: %s: safetensors header length 749118580988207463 goes beyond "
+      "the end of the file (8 bytes)", bad, bad);
+  m2 = g_strdup_printf ("prompt-embeds: '%s' holds embeddings 8 wide, the "
+      "model '%s' takes %d (the file was made for another model)", narrow,
+      model_dir, cfg.text_dim);
+  expect_error_exact (d1, m1, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ);
+  expect_error_exact (d2, m2, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ);
+}
+
+GST_END_TEST;
+
+/* the fixture's model with a random umT5 and the test SentencePiece model
+ * (LINGBOT_TEST_SPM_MODEL): prompts go through the text encoder */
+static char *
+write_text_model (void)
+{
+  g_autoptr (GError) err = NULL;
+  const char *spm = g_getenv ("LINGBOT_TEST_SPM_MODEL");
+  char *dir = g_build_filename (tmpdir, "model-t5", NULL);
+  g_autofree char *tdir = g_build_filename (dir, "google", "umt5-xxl", NULL);
+  g_autofree char *tok = g_build_filename (tdir, "spiece.model", NULL);
+  g_autofree char *t5 = g_build_filename (dir,
+      "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
+  const char *parts[] = { "transformers", "Wan2.1_VAE.safetensors" };
+  g_autofree char *data = NULL;
+  gsize len;
+  LingbotDitConfig cfg;
+  LingbotTextEncoderConfig tc;
+
+  g_assert_nonnull (spm);
+  if (g_file_test (t5, G_FILE_TEST_EXISTS))
+    return dir;
+  g_assert_cmpint (g_mkdir_with_parents (tdir, 0755), ==, 0);
+  for (guint i = 0; i < G_N_ELEMENTS (parts); i++) {
+    g_autofree char *from = g_build_filename (model_dir, parts[i], NULL);
+    g_autofree char *to = g_build_filename (dir, parts[i], NULL);
+    g_assert_cmpint (symlink (from, to), ==, 0);
+  }
+  g_assert_true (g_file_get_contents (spm, &data, &len, &err));
+  g_assert_true (g_file_set_contents (tok, data, (gssize) len, &err));
+  g_assert_no_error (err);
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  lingbot_text_encoder_config_init_tiny (&tc, cfg.text_dim, 500);
+  g_assert_true (lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16,
+          7, &err));
+  g_assert_no_error (err);
+  return dir;
+}
+
+/* the tokens of @prompt as a session's tokenizer makes them, </s> included */
+static int
+prompt_tokens (const char *model, const char *prompt)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *path = g_build_filename (model, "google", "umt5-xxl",
+      "spiece.model", NULL);
+  g_autoptr (LingbotTokenizer) tok = lingbot_tokenizer_new (path, &err);
+  g_autofree char *clean = lingbot_text_clean (prompt);
+  g_autofree int32_t *ids = NULL;
+  gsize n = 0;
+
+  g_assert_no_error (err);
+  ids = lingbot_tokenizer_tokenize (tok, clean, &n, &err);
+  g_assert_no_error (err);
+  return (int) n + 1;
+}
+
+/* no prompt and no prompt-embeds, and a prompt over the text encoder's 512
+ * tokens: the session runs, with a WARNING that says what it runs with
+ * (both were silent); a prompt that fits: no warning */
+GST_START_TEST (test_prompt_warnings)
+{
+  g_autofree char *model = write_text_model ();
+  g_autoptr (GString) lng = g_string_new (NULL);
+  g_autofree char *d1 = NULL, *d2 = NULL, *d3 = NULL, *want = NULL;
+  GstElement *p, *gen;
+  int n;
+  Run r;
+
+  for (int i = 0; i < 600; i++)
+    g_string_append (lng, i ? " castle" : "castle");
+  n = prompt_tokens (model, lng->str);
+  g_assert_cmpint (n, >, 512);
+  d1 = g_strdup_printf ("lingbotgen model-path=%s image-location=%s "
+      "width=64 height=64 frames=1 ! fakesink", model, image_path);
+  d2 = g_strdup_printf ("lingbotgen name=gen model-path=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model,
+      image_path);
+  d3 = g_strdup_printf ("lingbotgen model-path=%s image-location=%s "
+      "prompt=\"a castle\" width=64 height=64 frames=1 ! fakesink", model,
+      image_path);
+  want = g_strdup_printf ("The prompt is %d tokens long (with </s>), more "
+      "than the 512 the text encoder takes: its last %d tokens are dropped",
+      n, n - 512);
+
+  p = pipeline_new (d1, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 1);
+  g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, "No prompt and "
+      "no prompt-embeds set: the session runs with the empty prompt's "
+      "embeddings (the text encoder's output for \"\")");
+  run_clear (&r);
+
+  p = pipeline_new (d2, &r);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "prompt", lng->str, NULL);
+  gst_object_unref (gen);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 1);
+  g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, want);
+  run_clear (&r);
+
+  p = pipeline_new (d3, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 0);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -3411,6 +3571,8 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_vaedec_caps_error_after_set_state);
   tcase_add_test (tc, test_vaedec_wrong_size_once);
   tcase_add_test (tc, test_size_out_of_range);
+  tcase_add_test (tc, test_bad_prompt_embeds);
+  tcase_add_test (tc, test_prompt_warnings);
   return s;
 }
 
