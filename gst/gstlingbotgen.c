@@ -1193,48 +1193,6 @@ gst_lingbot_gen_pause (GstLingbotGen * self, GstFlowReturn ret, gboolean posted)
   }
 }
 
-/* Waits until the state change that started the task has returned: the
- * top-level element's state lock is free (polled: the thread changing the
- * state may be waiting for this one, and deactivating sets flushing), or
- * the pad is flushing.  An error posted while the application is still
- * inside gst_element_set_state() can be lost by it: gst-launch-1.0 (1.22)
- * quits its main loop from a bus sync handler, and a g_main_loop_quit()
- * before g_main_loop_run() is forgotten, so it never exits.  The session
- * fails in milliseconds, while the sources after this element are still
- * being started; so the error waits for the state change to return and,
- * for at most 50 ms more, for a thread to run the default main context. */
-static void
-wait_state_change_done (GstLingbotGen * self)
-{
-  GstObject *top = gst_object_ref (GST_OBJECT (self)), *parent;
-  gint64 deadline = 0;
-
-  while ((parent = gst_object_get_parent (top)) != NULL) {
-    gst_object_unref (top);
-    top = parent;
-  }
-  g_mutex_lock (&self->lock);
-  while (!self->flushing) {
-    if (deadline == 0 && g_rec_mutex_trylock (GST_STATE_GET_LOCK (top))) {
-      g_rec_mutex_unlock (GST_STATE_GET_LOCK (top));
-      deadline = g_get_monotonic_time () + 50 * G_TIME_SPAN_MILLISECOND;
-    }
-    if (deadline != 0) {
-      /* returned; then a moment for the application to enter its main
-       * loop (gst-launch-1.0 runs the default context's) */
-      if (g_get_monotonic_time () >= deadline)
-        break;
-      if (!g_main_context_acquire (NULL))
-        break;
-      g_main_context_release (NULL);
-    }
-    g_cond_wait_until (&self->cond, &self->lock,
-        g_get_monotonic_time () + G_TIME_SPAN_MILLISECOND);
-  }
-  g_mutex_unlock (&self->lock);
-  gst_object_unref (top);
-}
-
 /* Offers the session to a decoder downstream before the first chunk
  * (GST_LINGBOT_ATTACH_DECODER_QUERY): lingbotvaedec moves the decode onto
  * its own worker group, fed by a tensor channel from the DiT ranks, so
@@ -1430,8 +1388,11 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
         || !gst_lingbot_gen_create_session (self, &format, &error)) {
       /* a missing or unreadable input keeps its RESOURCE code, bad
        * settings LIBRARY/SETTINGS, the rest STREAM/FAILED; posted once
-       * the state change that started us has returned */
-      wait_state_change_done (self);
+       * the state change that started us has returned (the session fails
+       * in milliseconds, while the sources after this element are still
+       * being started) */
+      gst_lingbot_wait_state_change_done (GST_ELEMENT (self), &self->lock,
+          &self->cond, &self->flushing);
       if (g_error_matches (error, LB_ERROR, LB_ERROR_UNSUPPORTED))
         GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", error->message),
             (NULL));
@@ -1870,6 +1831,71 @@ gst_lingbot_gen_set_context (GstElement * element, GstContext * context)
   GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
 }
 
+/* width/height at NULL->READY and READY->PAUSED (they may change in
+ * READY).  Their GParamSpecs take any int, so that an out-of-range size
+ * is this error and not GLib's warning followed by a run at the default
+ * size. */
+static gboolean
+gst_lingbot_gen_check_size (GstLingbotGen * self, int width, int height)
+{
+  if ((width == 0) == (height == 0) && width % 16 == 0 && height % 16 == 0
+      && width >= 0 && height >= 0 && width <= MAX_SIZE && height <= MAX_SIZE)
+    return TRUE;
+  GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
+      ("Invalid output size %dx%d: set width and height both to "
+          "multiples of 16 (at most %d), or both to 0 (size from "
+          "pixel-area)", width, height, MAX_SIZE), (NULL));
+  return FALSE;
+}
+
+/* The prompt against the world just taken (NULL->READY): prompt-embeds
+ * of another model's text width fail RESOURCE/OPEN_READ; no prompt at
+ * all, or one longer than the text encoder takes, is a WARNING (the
+ * session runs, as the user may not expect). */
+static gboolean
+gst_lingbot_gen_check_prompt (GstLingbotGen * self, const char *prompt,
+    const char *embeds, int embeds_width)
+{
+  g_autoptr (LingbotWorld) world =
+      gst_lingbot_world_holder_dup_world (&self->holder);
+  g_autoptr (GError) error = NULL;
+  int text_dim, n_tokens = 0, max_tokens = 0;
+
+  if (world == NULL)
+    return TRUE;
+  text_dim = lingbot_dit_get_config (lingbot_world_get_dit (world))->text_dim;
+  if (embeds != NULL && embeds_width != text_dim) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+        ("prompt-embeds: '%s' holds embeddings %d wide, the model '%s' "
+            "takes %d (the file was made for another model)", embeds,
+            embeds_width, lingbot_world_get_model_path (world), text_dim),
+        (NULL));
+    gst_lingbot_world_holder_release (&self->holder);
+    return FALSE;
+  }
+  if (embeds != NULL || !lingbot_world_has_text_encoder (world))
+    return TRUE;
+  if (prompt == NULL) {
+    GST_ELEMENT_WARNING (self, LIBRARY, SETTINGS,
+        ("No prompt and no prompt-embeds set: the session runs with the "
+            "empty prompt's embeddings (the text encoder's output for \"\")"),
+        ("set prompt, or prompt-embeds (lingbot-encode-prompt)"));
+    return TRUE;
+  }
+  if (!lingbot_world_count_prompt_tokens (world, prompt, &n_tokens,
+          &max_tokens, &error)) {
+    GST_WARNING_OBJECT (self, "cannot count the prompt's tokens: %s",
+        error->message);
+    return TRUE;
+  }
+  if (n_tokens > max_tokens)
+    GST_ELEMENT_WARNING (self, LIBRARY, SETTINGS,
+        ("The prompt is %d tokens long (with </s>), more than the %d the "
+            "text encoder takes: its last %d tokens are dropped", n_tokens,
+            max_tokens, n_tokens - max_tokens), (NULL));
+  return TRUE;
+}
+
 /* Error domains and codes (docs/elements.md): a missing model, image or
  * prompt-embeds file RESOURCE/NOT_FOUND, one that cannot be read
  * RESOURCE/OPEN_READ, a malformed devices string RESOURCE/SETTINGS (the
@@ -1881,9 +1907,10 @@ gst_lingbot_gen_open (GstLingbotGen * self)
 {
   g_autofree char *model_path = NULL, *devices = NULL, *embeds = NULL;
   g_autofree char *image = NULL, *timesteps = NULL, *precision = NULL;
+  g_autofree char *prompt = NULL;
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
-  int width, height;
+  int width, height, embeds_width = 0;
   LbMathMode math;
   const char *files[2][2];
   GQuark domain;
@@ -1892,6 +1919,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   gst_lingbot_world_holder_dup_config (&self->holder, &model_path, &devices);
   GST_OBJECT_LOCK (self);
   embeds = g_strdup (self->prompt_embeds);
+  prompt = g_strdup (self->prompt);
   image = g_strdup (self->image_location);
   timesteps = g_strdup (self->timestep_indices);
   precision = g_strdup (g_enum_get_value (g_type_class_peek
@@ -1906,13 +1934,8 @@ gst_lingbot_gen_open (GstLingbotGen * self)
     return FALSE;
   }
   /* the settings the session would reject, before anything is loaded */
-  if ((width == 0) != (height == 0) || width % 16 || height % 16) {
-    GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
-        ("Invalid output size %dx%d: set width and height both to "
-            "multiples of 16 (at most %d), or both to 0 (size from "
-            "pixel-area)", width, height, MAX_SIZE), (NULL));
+  if (!gst_lingbot_gen_check_size (self, width, height))
     return FALSE;
-  }
   if (!parse_timesteps (timesteps, ts, &error)) {
     GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS, ("%s", error->message), (NULL));
     return FALSE;
@@ -1961,6 +1984,15 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         code, g_steal_pointer (&text), NULL, __FILE__, GST_FUNCTION, __LINE__);
     return FALSE;
   }
+  /* read as the session will, but before the model loads, and without
+   * the rank 0 prefix of the session's error */
+  if (embeds != NULL && !lingbot_session_check_prompt_embeds (embeds,
+          &embeds_width, &error)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+        ("prompt-embeds: '%s' is not a usable prompt-embeds file: %s",
+            embeds, error->message), (NULL));
+    return FALSE;
+  }
   if (image != NULL) {
     /* decodable as the session will decode it (a PNG or a truncated file
      * fails the state change, not the streaming thread) */
@@ -1990,7 +2022,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
         GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
     return FALSE;
   }
-  return TRUE;
+  return gst_lingbot_gen_check_prompt (self, prompt, embeds, embeds_width);
 }
 
 static GstStateChangeReturn
@@ -2006,10 +2038,15 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       break;
     case GST_STATE_CHANGE_READY_TO_PAUSED:{
       gboolean have_image;
+      int width, height;
 
       GST_OBJECT_LOCK (self);
       have_image = self->image_location != NULL || self->image_pad != NULL;
+      width = self->width;
+      height = self->height;
       GST_OBJECT_UNLOCK (self);
+      if (!gst_lingbot_gen_check_size (self, width, height))
+        return GST_STATE_CHANGE_FAILURE;
       if (!have_image) {
         GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
             ("No reference image: set image-location (or link the image "
@@ -2196,14 +2233,15 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           DEFAULT_FRAMES, ready));
   g_object_class_install_property (klass, PROP_WIDTH,
       g_param_spec_int ("width", "Width",
-          "Output width, a multiple of 16 (0 = from downstream caps, else "
-          "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE, DEFAULT_WIDTH, ready));
+          "Output width, a multiple of 16 up to 4096 (0 = from downstream "
+          "caps, else pixel-area; set both or neither; any other value "
+          "fails the state change)", G_MININT, G_MAXINT, DEFAULT_WIDTH, ready));
   g_object_class_install_property (klass, PROP_HEIGHT,
       g_param_spec_int ("height", "Height",
-          "Output height, a multiple of 16 (0 = from downstream caps, else "
-          "pixel-area; set both or "
-          "neither)", 0, MAX_SIZE, DEFAULT_HEIGHT, ready));
+          "Output height, a multiple of 16 up to 4096 (0 = from downstream "
+          "caps, else pixel-area; set both or neither; any other value "
+          "fails the state change)", G_MININT, G_MAXINT, DEFAULT_HEIGHT,
+          ready));
   g_object_class_install_property (klass, PROP_PIXEL_AREA,
       g_param_spec_int ("pixel-area", "Pixel area",
           "Output pixel budget when width/height are 0 (480*832 = 480p)",

@@ -97,6 +97,57 @@ gst_lingbot_post_error_full (GstElement * element, const GError * error,
 }
 
 /**
+ * gst_lingbot_wait_state_change_done:
+ * @element: the element whose streaming thread is about to post an error
+ * @lock: the mutex guarding @stop (not held by the caller)
+ * @cond: the condition signalled when @stop is set
+ * @stop: set (under @lock) when the element deactivates or flushes
+ *
+ * Waits until the state change that started @element's streaming thread
+ * has returned: the top-level element's state lock is free (polled every
+ * millisecond: the thread changing the state may be waiting for this one,
+ * and deactivating sets @stop), then for at most 50 ms more until a thread
+ * runs the default main context; or until @stop.  For an error found at
+ * once in a streaming thread: an ERROR posted while the application is
+ * still inside gst_element_set_state() is lost by gst-launch-1.0 (1.22 and
+ * later), which quits its main loop from a bus sync handler: a
+ * g_main_loop_quit() before g_main_loop_run() is forgotten, and it never
+ * exits.
+ */
+void
+gst_lingbot_wait_state_change_done (GstElement * element, GMutex * lock,
+    GCond * cond, const gboolean * stop)
+{
+  GstObject *top = gst_object_ref (GST_OBJECT (element)), *parent;
+  gint64 deadline = 0;
+
+  while ((parent = gst_object_get_parent (top)) != NULL) {
+    gst_object_unref (top);
+    top = parent;
+  }
+  g_mutex_lock (lock);
+  while (!*stop) {
+    if (deadline == 0 && g_rec_mutex_trylock (GST_STATE_GET_LOCK (top))) {
+      g_rec_mutex_unlock (GST_STATE_GET_LOCK (top));
+      deadline = g_get_monotonic_time () + 50 * G_TIME_SPAN_MILLISECOND;
+    }
+    if (deadline != 0) {
+      /* returned; then a moment for the application to enter its main
+       * loop (gst-launch-1.0 runs the default context's) */
+      if (g_get_monotonic_time () >= deadline)
+        break;
+      if (!g_main_context_acquire (NULL))
+        break;
+      g_main_context_release (NULL);
+    }
+    g_cond_wait_until (cond, lock, g_get_monotonic_time () +
+        G_TIME_SPAN_MILLISECOND);
+  }
+  g_mutex_unlock (lock);
+  gst_object_unref (top);
+}
+
+/**
  * gst_lingbot_buffer_try_new:
  * @size: bytes
  *

@@ -32,6 +32,8 @@ void gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
 void gst_lingbot_post_error_full (GstElement * element, const GError * error,
     GstLingbotErrorContext ctx, const char *text, const char *debug,
     const char *file, const char *function, int line);
+void gst_lingbot_wait_state_change_done (GstElement * element, GMutex * lock,
+    GCond * cond, const gboolean * stop);
 
 gboolean gst_lingbot_check_readable (const char *path, GQuark * domain,
     gint * code, GError ** error);

@@ -148,6 +148,22 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     GST_PAD_SRC, GST_PAD_ALWAYS,
     GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE ("{ I420, NV12, RGBA, RGB }")));
 
+/* Every error of this element is found in its decode thread or its push
+ * task, possibly at once (bad caps): it is posted once the state change
+ * that started them has returned, else gst-launch-1.0 can miss it and
+ * never exit (gst_lingbot_wait_state_change_done()). */
+static void
+wait_started (GstLingbotVaeDec * self)
+{
+  gst_lingbot_wait_state_change_done (GST_ELEMENT (self), &self->qlock,
+      &self->qcond, &self->flushing);
+}
+
+#define DEC_ERROR(self, domain, code, text, debug) G_STMT_START {     \
+    wait_started (self);                                              \
+    GST_ELEMENT_ERROR (self, domain, code, text, debug);              \
+  } G_STMT_END
+
 static void
 summary_reset (GstLingbotVaeDec * self)
 {
@@ -279,14 +295,14 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   if (!gst_structure_get_int (s, "frames", &self->lat_frames)
       || !gst_structure_get_int (s, "height", &self->lat_h)
       || !gst_structure_get_int (s, "width", &self->lat_w)) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
         ("latent caps without frames/height/width: %" GST_PTR_FORMAT, caps));
     return FALSE;
   }
   if (self->lat_frames < 1 || self->lat_frames > MAX_LATENT_FRAMES
       || self->lat_h < 1 || self->lat_h > MAX_LATENT_SIZE
       || self->lat_w < 1 || self->lat_w > MAX_LATENT_SIZE) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+    DEC_ERROR (self, CORE, NEGOTIATION,
         ("Latent chunks of %d frames of %dx%d are out of range (at most %d "
             "frames of %dx%d)", self->lat_frames, self->lat_w, self->lat_h,
             MAX_LATENT_FRAMES, MAX_LATENT_SIZE, MAX_LATENT_SIZE),
@@ -299,7 +315,7 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
     vh = self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
   if (vw != self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE
       || vh != self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+    DEC_ERROR (self, CORE, NEGOTIATION,
         ("Latent caps say %dx%d video from %dx%d latents (the VAE makes "
             "%dx%d)", vw, vh, self->lat_w, self->lat_h,
             self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE,
@@ -328,7 +344,7 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
   }
   if (gst_caps_is_empty (ours)) {
     gst_caps_unref (ours);
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
         ("downstream takes none of I420, NV12, RGBA, RGB at %dx%d", vw, vh));
     return FALSE;
   }
@@ -347,7 +363,7 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
     setup_pool (self, out);
   gst_caps_unref (out);
   if (!self->negotiated)
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
         ("downstream refused %dx%d video", vw, vh));
   g_mutex_lock (&self->qlock);
   self->max_out = 2 * (guint) lingbot_chunk_video_frames (1,
@@ -581,6 +597,19 @@ decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
   GstFlowReturn ret = GST_FLOW_OK;
 
   if (GST_IS_BUFFER (item)) {
+    GstFlowReturn last;
+
+    /* after a failure (its chunk posted the one error) the chunks queued
+     * behind it are dropped, not decoded: each would fail, and post, again */
+    g_mutex_lock (&self->qlock);
+    last = self->last_ret;
+    g_mutex_unlock (&self->qlock);
+    if (last != GST_FLOW_OK) {
+      GST_DEBUG_OBJECT (self, "dropping a chunk after %s",
+          gst_flow_get_name (last));
+      gst_mini_object_unref (item);
+      return;
+    }
     ret = decode_buffer (self, GST_BUFFER_CAST (item));
   } else {
     GstEvent *event = GST_EVENT_CAST (item);
@@ -714,8 +743,10 @@ gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self)
     self->last_ret = ret;
   g_mutex_unlock (&self->qlock);
   GST_DEBUG_OBJECT (self, "pausing the push task: %s", gst_flow_get_name (ret));
-  if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS)
+  if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS) {
+    wait_started (self);
     GST_ELEMENT_FLOW_ERROR (self, ret);
+  }
   gst_pad_pause_task (self->srcpad);
 }
 
@@ -948,6 +979,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   GstMapInfo map;
   LbTensor latents;
   int64_t shape[4], stride[4];
+  gsize expected;
   int n = 0;
   gint64 t0;
   gboolean ok;
@@ -970,12 +1002,15 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   shape[1] = self->lat_frames;
   shape[2] = self->lat_h;
   shape[3] = self->lat_w;
-  if (gst_buffer_get_size (buf) != (gsize) (shape[0] * shape[1] * shape[2] *
-          shape[3] * sizeof (float))) {
-    GST_ELEMENT_ERROR (self, STREAM, FORMAT, (NULL),
-        ("latent buffer of %" G_GSIZE_FORMAT " bytes, caps say f32 [16, %d, "
-            "%d, %d]", gst_buffer_get_size (buf), self->lat_frames,
-            self->lat_h, self->lat_w));
+  expected = (gsize) (shape[0] * shape[1] * shape[2] * shape[3]) *
+      sizeof (float);
+  if (gst_buffer_get_size (buf) != expected) {
+    DEC_ERROR (self, STREAM, FORMAT,
+        ("Latent buffer of %" G_GSIZE_FORMAT " bytes, expected %"
+            G_GSIZE_FORMAT " (the caps say f32 [16, %d, %d, %d])",
+            gst_buffer_get_size (buf), expected, self->lat_frames,
+            self->lat_h, self->lat_w), ("chunk %" G_GUINT64_FORMAT,
+            self->chunk));
     gst_buffer_unref (buf);
     return GST_FLOW_ERROR;
   }
@@ -1022,6 +1057,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
 
       gst_buffer_unmap (buf, &map);
       gst_buffer_unref (buf);
+      wait_started (self);
       gst_lingbot_post_error (GST_ELEMENT (self), error,
           GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
       return GST_FLOW_ERROR;
@@ -1042,7 +1078,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
 
 decoded:
   if (!ok || ret == GST_FLOW_ERROR) {
-    GST_ELEMENT_ERROR (self, STREAM, DECODE, ("%s",
+    DEC_ERROR (self, STREAM, DECODE, ("%s",
             error ? error->message : "decode failed"),
         ("chunk %" G_GUINT64_FORMAT, self->chunk));
     return GST_FLOW_ERROR;

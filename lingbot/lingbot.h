@@ -116,6 +116,8 @@ LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
 LingbotDit *lingbot_world_get_dit (LingbotWorld * world);
 LingbotVae *lingbot_world_get_vae (LingbotWorld * world);
 gboolean lingbot_world_has_text_encoder (LingbotWorld * world);
+gboolean lingbot_world_count_prompt_tokens (LingbotWorld * world,
+    const char *prompt, int *n_tokens, int *max_tokens, GError ** error);
 void lingbot_world_lock (LingbotWorld * world);
 void lingbot_world_unlock (LingbotWorld * world);
 
@@ -223,6 +225,8 @@ void lingbot_session_free (LingbotSession * session);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotSession, lingbot_session_free)
 gboolean lingbot_session_check_image (const char *path, int *width,
     int *height, GError ** error);
+gboolean lingbot_session_check_prompt_embeds (const char *path, int *width,
+    GError ** error);
 gboolean lingbot_session_output_size (int image_width, int image_height,
     int pixel_area, int *width, int *height, GError ** error);
 

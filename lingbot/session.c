@@ -71,6 +71,40 @@ lingbot_session_check_image (const char *path, int *width, int *height,
 }
 
 /**
+ * lingbot_session_check_prompt_embeds:
+ * @path: a prompt-embeds file (LingbotSessionOptions.prompt_embeds_path)
+ * @width: (out) (optional): its width, the text width of the DiT it was
+ *   made for (4096 for the real model; compare lingbot_dit_get_config()'s
+ *   text_dim)
+ * @error: the errors of lingbot_prompt_embeds_load(): %LB_ERROR_IO for a
+ *   file that cannot be read, %LB_ERROR_FORMAT for one that is not a
+ *   safetensors file ("PATH: not a checkpoint or array file: ..."),
+ *   %LB_ERROR_NOT_FOUND for one without a "prompt_embeds" tensor,
+ *   %LB_ERROR_SHAPE for one whose tensor is not float [n, dim] (or
+ *   [1, n, dim]); each message names @path
+ *
+ * Reads @path as lingbot_session_new() will (lingbot_prompt_embeds_load()):
+ * for a caller that refuses an unusable file before it loads a model or
+ * creates a session (the session reads it on rank 0, after the model is
+ * loaded, and its error then carries the rank).
+ *
+ * Returns: %TRUE when @path is a prompt-embeds file a session can read.
+ */
+gboolean
+lingbot_session_check_prompt_embeds (const char *path, int *width,
+    GError ** error)
+{
+  LbTensor *ctx = lingbot_prompt_embeds_load (path, 0, 0, error);
+
+  if (ctx == NULL)
+    return FALSE;
+  if (width != NULL)
+    *width = (int) ctx->shape[1];
+  lb_tensor_free (ctx);
+  return TRUE;
+}
+
+/**
  * lingbot_session_output_size:
  * @image_width: the reference image's width in pixels
  * @image_height: its height

@@ -12,6 +12,7 @@
  */
 #include "lingbot/lingbot-private.h"
 #include "lingbot/backend.h"
+#include "lingbot/tokenizer.h"
 #include "kernels/error.h"
 
 #include <string.h>
@@ -498,6 +499,52 @@ gboolean
 lingbot_world_has_text_encoder (LingbotWorld * world)
 {
   return world->t5_path != NULL;
+}
+
+/**
+ * lingbot_world_count_prompt_tokens:
+ * @world: a world with a text encoder (lingbot_world_has_text_encoder())
+ * @prompt: (nullable): a text prompt (%NULL = "")
+ * @n_tokens: (out): its length in tokens as a session's tokenizer makes
+ *   them (the world's SentencePiece model after the reference's text
+ *   cleaning), the closing </s> included, before any cut
+ * @max_tokens: (out) (optional): the most the text encoder takes,
+ *   %LINGBOT_TEXT_LEN (512): a session cuts a longer prompt to its first
+ *   @max_tokens - 1 tokens and </s> (spec 5.3)
+ * @error: %LB_ERROR_INVALID_ARGUMENT for a world without a text encoder;
+ *   the tokenizer's errors (lingbot_tokenizer_new())
+ *
+ * Tokenizes @prompt the way lingbot_session_new() will, to tell a prompt
+ * that will be cut before the session runs (the session cuts it
+ * silently).  Loads the tokenizer for the call.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_world_count_prompt_tokens (LingbotWorld * world, const char *prompt,
+    int *n_tokens, int *max_tokens, GError ** error)
+{
+  g_autoptr (LingbotTokenizer) tok = NULL;
+  g_autofree char *clean = NULL;
+  g_autofree int32_t *ids = NULL;
+  gsize n = 0;
+
+  g_return_val_if_fail (world != NULL && n_tokens != NULL, FALSE);
+  if (world->tokenizer_path == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "world: no text encoder to tokenize a prompt with");
+    return FALSE;
+  }
+  if (!(tok = lingbot_tokenizer_new (world->tokenizer_path, error)))
+    return FALSE;
+  clean = lingbot_text_clean (prompt ? prompt : "");
+  if (clean[0] != '\0'
+      && !(ids = lingbot_tokenizer_tokenize (tok, clean, &n, error)))
+    return FALSE;
+  *n_tokens = (int) MIN (n + 1, (gsize) G_MAXINT);
+  if (max_tokens != NULL)
+    *max_tokens = LINGBOT_TEXT_LEN;
+  return TRUE;
 }
 
 /**

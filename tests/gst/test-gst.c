@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <glib/gstdio.h>
 #include <gst/check/gstcheck.h>
 #include <gst/check/gstharness.h>
@@ -29,6 +30,8 @@
 #include "lingbot/checkpoint.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
+#include "lingbot/text-encoder-random.h"
+#include "lingbot/tokenizer.h"
 
 static char *tmpdir;
 static char *model_dir;
@@ -1907,12 +1910,9 @@ GST_START_TEST (test_startup_errors)
     expect_failure_full (desc, cases[i].needle, cases[i].domain, cases[i].code);
   }
 
-  /* a sane bound on the output size */
+  /* a sane bound on the output size (width and height take any int and
+   * fail the state change above 4096: test_size_out_of_range) */
   gen = gst_element_factory_make ("lingbotgen", NULL);
-  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "width");
-  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
-  ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "height");
-  g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096);
   ps = g_object_class_find_property (G_OBJECT_GET_CLASS (gen), "pixel-area");
   g_assert_cmpint (G_PARAM_SPEC_INT (ps)->maximum, ==, 4096 * 4096);
   gst_object_unref (gen);
@@ -3162,6 +3162,364 @@ GST_START_TEST (test_stop_leaks)
 
 GST_END_TEST;
 
+/* ---- the errors a new user meets by accident ---- */
+
+/* latent caps lingbotvaedec refuses, while the application is still
+ * inside gst_element_set_state(): the error must wait for it to return.
+ * gst-launch-1.0 quits its main loop from a bus sync handler, and an error
+ * posted before it runs that loop was lost: it hung (1 run in 3 to 8).
+ * Holding the pipeline's state lock here is that window made long. */
+GST_START_TEST (test_vaedec_caps_error_after_set_state)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *dbg = NULL;
+  g_autofree char *path = g_build_filename (tmpdir, "latents-8x8.bin", NULL);
+  g_autofree char *desc = NULL;
+  g_autofree char *zeros = g_malloc0 (16 * 8 * 8 * sizeof (float));
+  GstElement *p;
+  GstBus *bus;
+  GstMessage *msg;
+
+  g_assert_true (g_file_set_contents (path, zeros, 16 * 8 * 8 *
+          sizeof (float), &err));
+  g_assert_no_error (err);
+  desc = g_strdup_printf ("filesrc location=%s ! application/x-lingbot-latent,"
+      "dtype=f32,channels=16,frames=1,height=8,width=8,video-width=100,"
+      "video-height=64,framerate=16/1 ! lingbotvaedec name=dec ! fakesink",
+      path);
+  p = gst_parse_launch (desc, &err);
+  g_assert_no_error (err);
+  bus = gst_element_get_bus (p);
+
+  g_rec_mutex_lock (GST_STATE_GET_LOCK (p));
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_PAUSED), ==,
+      GST_STATE_CHANGE_ASYNC);
+  /* still in the state change: today's code posts within milliseconds */
+  msg = gst_bus_timed_pop_filtered (bus, GST_SECOND, GST_MESSAGE_ERROR);
+  if (msg != NULL) {
+    gst_message_parse_error (msg, &err, NULL);
+    g_error ("error posted inside gst_element_set_state(): %s", err->message);
+  }
+  g_rec_mutex_unlock (GST_STATE_GET_LOCK (p));
+
+  msg = gst_bus_timed_pop_filtered (bus, 30 * GST_SECOND, GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  g_assert_cmpstr (GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), ==, "dec");
+  gst_message_parse_error (msg, &err, &dbg);
+  g_assert_cmpstr (err->message, ==, "Latent caps say 100x64 video from "
+      "8x8 latents (the VAE makes 64x64)");
+  g_assert_true (g_error_matches (err, GST_CORE_ERROR,
+          GST_CORE_ERROR_NEGOTIATION));
+  gst_message_unref (msg);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_NULL), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
+typedef struct
+{
+  GMutex lock;
+  GCond cond;
+  gboolean held;
+} Gate;
+
+/* a blocking probe: the pad stays blocked until the probe goes */
+static GstPadProbeReturn
+gate_hold (GstPad * pad, GstPadProbeInfo * info, gpointer user_data)
+{
+  Gate *g = user_data;
+
+  g_mutex_lock (&g->lock);
+  g->held = TRUE;
+  g_cond_broadcast (&g->cond);
+  g_mutex_unlock (&g->lock);
+  return GST_PAD_PROBE_OK;
+}
+
+/* two latent buffers of the wrong size queued in lingbotvaedec: one ERROR,
+ * whose message says what came and what the caps want (it was STREAM/
+ * FORMAT's "The stream is in the wrong format.", once per queued buffer) */
+GST_START_TEST (test_vaedec_wrong_size_once)
+{
+  GstHarness *h = gst_harness_new ("lingbotvaedec");
+  GstBus *bus = gst_bus_new ();
+  GstPad *src = gst_element_get_static_pad (h->element, "src");
+  Gate g = { 0 };
+  gulong probe;
+  GstMessage *msg;
+  GstEvent *ev;
+  g_autoptr (GError) err = NULL;
+
+  gst_element_set_bus (h->element, bus);
+  g_mutex_init (&g.lock);
+  g_cond_init (&g.cond);
+  /* the push task holds stream-start, so the decode thread waits at the
+   * caps until both buffers are queued */
+  probe = gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM |
+      GST_PAD_PROBE_TYPE_BLOCK, gate_hold, &g, NULL);
+  gst_harness_set_src_caps_str (h, "application/x-lingbot-latent,"
+      "dtype=f32,channels=16,frames=1,height=8,width=8,video-width=64,"
+      "video-height=64,framerate=16/1");
+  g_mutex_lock (&g.lock);
+  while (!g.held)
+    g_cond_wait (&g.cond, &g.lock);
+  g_mutex_unlock (&g.lock);
+  for (int i = 0; i < 2; i++)
+    g_assert_cmpint (gst_harness_push (h, gst_buffer_new_and_alloc (1000)),
+        ==, GST_FLOW_OK);
+  gst_pad_remove_probe (src, probe);
+  g_assert_true (gst_harness_push_event (h, gst_event_new_eos ()));
+  /* every item before EOS was handled once EOS comes out */
+  while ((ev = gst_harness_pull_event (h)) != NULL
+      && GST_EVENT_TYPE (ev) != GST_EVENT_EOS)
+    gst_event_unref (ev);
+  g_assert_nonnull (ev);
+  gst_event_unref (ev);
+
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  g_assert_nonnull (msg);
+  gst_message_parse_error (msg, &err, NULL);
+  g_assert_cmpstr (err->message, ==, "Latent buffer of 1000 bytes, "
+      "expected 4096 (the caps say f32 [16, 1, 8, 8])");
+  g_assert_true (g_error_matches (err, GST_STREAM_ERROR,
+          GST_STREAM_ERROR_FORMAT));
+  gst_message_unref (msg);
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  if (msg != NULL) {
+    g_clear_error (&err);
+    gst_message_parse_error (msg, &err, NULL);
+    g_error ("a second error: %s", err->message);
+  }
+
+  gst_element_set_bus (h->element, NULL);
+  gst_object_unref (bus);
+  gst_object_unref (src);
+  gst_harness_teardown (h);
+  g_mutex_clear (&g.lock);
+  g_cond_clear (&g.cond);
+}
+
+GST_END_TEST;
+
+/* the first ERROR of the pipeline @desc, whose state change must fail:
+ * @message exactly, of @domain/@code */
+static void
+expect_error_exact (const char *desc, const char *message, GQuark domain,
+    int code)
+{
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstStateChangeReturn ret = pipeline_run (p, &r);
+
+  gst_object_unref (p);
+  g_assert_cmpint (ret, ==, GST_STATE_CHANGE_FAILURE);
+  g_assert_cmpstr (r.error, ==, message);
+  g_assert_cmpstr (g_quark_to_string (r.error_domain), ==,
+      g_quark_to_string (domain));
+  g_assert_cmpint (r.error_code, ==, code);
+  run_clear (&r);
+}
+
+/* width/height out of range: the state change fails naming the allowed
+ * sizes (GObject used to refuse the value with a g_warning and the session
+ * ran at the default size), also when set in READY */
+GST_START_TEST (test_size_out_of_range)
+{
+  g_autofree char *d1 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=8192 frames=1 ! fakesink",
+      model_dir, embeds_path, image_path);
+  g_autofree char *d2 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=-64 height=64 frames=1 ! "
+      "fakesink", model_dir, embeds_path, image_path);
+  g_autofree char *d3 = g_strdup_printf ("lingbotgen name=gen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=64 height=64 frames=1 ! "
+      "fakesink", model_dir, embeds_path, image_path);
+  GstElement *p, *gen;
+  Run r;
+
+  expect_error_exact (d1, "Invalid output size 8192x0: set width and height "
+      "both to multiples of 16 (at most 4096), or both to 0 (size from "
+      "pixel-area)", GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_SETTINGS);
+  expect_error_exact (d2, "Invalid output size -64x64: set width and height "
+      "both to multiples of 16 (at most 4096), or both to 0 (size from "
+      "pixel-area)", GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_SETTINGS);
+
+  p = pipeline_new (d3, &r);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "width", 8192, "height", 8192, NULL);
+  gst_object_unref (gen);
+  g_assert_cmpint (pipeline_run (p, &r), ==, GST_STATE_CHANGE_FAILURE);
+  g_assert_cmpstr (r.error, ==, "Invalid output size 8192x8192: set width "
+      "and height both to multiples of 16 (at most 4096), or both to 0 "
+      "(size from pixel-area)");
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+/* a file that is no prompt-embeds file, and one of another model's text
+ * width: NULL->READY fails naming the file and what is wrong, before the
+ * model loads (they failed in the streaming thread, "rank 0: ...") */
+GST_START_TEST (test_bad_prompt_embeds)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *bad = g_build_filename (tmpdir, "garbage.safetensors",
+      NULL);
+  g_autofree char *narrow = g_build_filename (tmpdir, "narrow.safetensors",
+      NULL);
+  g_autoptr (LbTensor) ctx = lb_tensor_new_f32 (2, (int64_t) 4, (int64_t) 8);
+  g_autofree char *d1 = NULL, *d2 = NULL, *m1 = NULL, *m2 = NULL;
+  LingbotDitConfig cfg;
+
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  g_assert_cmpint (cfg.text_dim, !=, 8);
+  g_assert_true (g_file_set_contents (bad, "garbage\n", -1, &err));
+  g_assert_no_error (err);
+  memset (ctx->data, 0, 4 * 8 * sizeof (float));
+  g_assert_true (lingbot_prompt_embeds_save (narrow, ctx, "narrow", 4, &err));
+  g_assert_no_error (err);
+  d1 = g_strdup_printf ("lingbotgen model-path=%s prompt-embeds=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model_dir,
+      bad, image_path);
+  d2 = g_strdup_printf ("lingbotgen model-path=%s prompt-embeds=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model_dir,
+      narrow, image_path);
+  m1 = g_strdup_printf ("prompt-embeds: '%s' is not a usable prompt-embeds "
+      "file: %s: safetensors header length 749118580988207463 goes beyond "
+      "the end of the file (8 bytes)", bad, bad);
+  m2 = g_strdup_printf ("prompt-embeds: '%s' holds embeddings 8 wide, the "
+      "model '%s' takes %d (the file was made for another model)", narrow,
+      model_dir, cfg.text_dim);
+  expect_error_exact (d1, m1, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ);
+  expect_error_exact (d2, m2, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ);
+}
+
+GST_END_TEST;
+
+/* the fixture's model with a random umT5 and the test SentencePiece model
+ * (LINGBOT_TEST_SPM_MODEL): prompts go through the text encoder */
+static char *
+write_text_model (void)
+{
+  g_autoptr (GError) err = NULL;
+  const char *spm = g_getenv ("LINGBOT_TEST_SPM_MODEL");
+  char *dir = g_build_filename (tmpdir, "model-t5", NULL);
+  g_autofree char *tdir = g_build_filename (dir, "google", "umt5-xxl", NULL);
+  g_autofree char *tok = g_build_filename (tdir, "spiece.model", NULL);
+  g_autofree char *t5 = g_build_filename (dir,
+      "models_t5_umt5-xxl-enc-bf16.safetensors", NULL);
+  const char *parts[] = { "transformers", "Wan2.1_VAE.safetensors" };
+  g_autofree char *data = NULL;
+  gsize len;
+  LingbotDitConfig cfg;
+  LingbotTextEncoderConfig tc;
+
+  g_assert_nonnull (spm);
+  if (g_file_test (t5, G_FILE_TEST_EXISTS))
+    return dir;
+  g_assert_cmpint (g_mkdir_with_parents (tdir, 0755), ==, 0);
+  for (guint i = 0; i < G_N_ELEMENTS (parts); i++) {
+    g_autofree char *from = g_build_filename (model_dir, parts[i], NULL);
+    g_autofree char *to = g_build_filename (dir, parts[i], NULL);
+    g_assert_cmpint (symlink (from, to), ==, 0);
+  }
+  g_assert_true (g_file_get_contents (spm, &data, &len, &err));
+  g_assert_true (g_file_set_contents (tok, data, (gssize) len, &err));
+  g_assert_no_error (err);
+  lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
+  lingbot_text_encoder_config_init_tiny (&tc, cfg.text_dim, 500);
+  g_assert_true (lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16,
+          7, &err));
+  g_assert_no_error (err);
+  return dir;
+}
+
+/* the tokens of @prompt as a session's tokenizer makes them, </s> included */
+static int
+prompt_tokens (const char *model, const char *prompt)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *path = g_build_filename (model, "google", "umt5-xxl",
+      "spiece.model", NULL);
+  g_autoptr (LingbotTokenizer) tok = lingbot_tokenizer_new (path, &err);
+  g_autofree char *clean = lingbot_text_clean (prompt);
+  g_autofree int32_t *ids = NULL;
+  gsize n = 0;
+
+  g_assert_no_error (err);
+  ids = lingbot_tokenizer_tokenize (tok, clean, &n, &err);
+  g_assert_no_error (err);
+  return (int) n + 1;
+}
+
+/* no prompt and no prompt-embeds, and a prompt over the text encoder's 512
+ * tokens: the session runs, with a WARNING that says what it runs with
+ * (both were silent); a prompt that fits: no warning */
+GST_START_TEST (test_prompt_warnings)
+{
+  g_autofree char *model = write_text_model ();
+  g_autoptr (GString) lng = g_string_new (NULL);
+  g_autofree char *d1 = NULL, *d2 = NULL, *d3 = NULL, *want = NULL;
+  GstElement *p, *gen;
+  int n;
+  Run r;
+
+  for (int i = 0; i < 600; i++)
+    g_string_append (lng, i ? " castle" : "castle");
+  n = prompt_tokens (model, lng->str);
+  g_assert_cmpint (n, >, 512);
+  d1 = g_strdup_printf ("lingbotgen model-path=%s image-location=%s "
+      "width=64 height=64 frames=1 ! fakesink", model, image_path);
+  d2 = g_strdup_printf ("lingbotgen name=gen model-path=%s "
+      "image-location=%s width=64 height=64 frames=1 ! fakesink", model,
+      image_path);
+  d3 = g_strdup_printf ("lingbotgen model-path=%s image-location=%s "
+      "prompt=\"a castle\" width=64 height=64 frames=1 ! fakesink", model,
+      image_path);
+  want = g_strdup_printf ("The prompt is %d tokens long (with </s>), more "
+      "than the 512 the text encoder takes: its last %d tokens are dropped",
+      n, n - 512);
+
+  p = pipeline_new (d1, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 1);
+  g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, "No prompt and "
+      "no prompt-embeds set: the session runs with the empty prompt's "
+      "embeddings (the text encoder's output for \"\")");
+  run_clear (&r);
+
+  p = pipeline_new (d2, &r);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "prompt", lng->str, NULL);
+  gst_object_unref (gen);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 1);
+  g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, want);
+  run_clear (&r);
+
+  p = pipeline_new (d3, &r);
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  g_assert_cmpuint (r.warnings->len, ==, 0);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -3210,6 +3568,11 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_poses_through_elements);
   tcase_add_test (tc, test_decode_overlap);
   tcase_add_test (tc, test_stop_leaks);
+  tcase_add_test (tc, test_vaedec_caps_error_after_set_state);
+  tcase_add_test (tc, test_vaedec_wrong_size_once);
+  tcase_add_test (tc, test_size_out_of_range);
+  tcase_add_test (tc, test_bad_prompt_embeds);
+  tcase_add_test (tc, test_prompt_warnings);
   return s;
 }
 
