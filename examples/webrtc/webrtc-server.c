@@ -814,7 +814,12 @@ on_offer_created (GstPromise * promise, gpointer user_data)
     gst_structure_get (reply, "offer",
         GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL);
   if (offer) {
-    g_signal_emit_by_name (p->webrtc, "set-local-description", offer, NULL);
+    /* a promise of our own: webrtcbin (1.22) replies with an error when it
+     * is already closed (a peer gone while the offer was made), and that
+     * reply leaks without a promise to hold it */
+    GstPromise *set = gst_promise_new ();
+    g_signal_emit_by_name (p->webrtc, "set-local-description", offer, set);
+    gst_promise_unref (set);
     peer_invoke (p, send_offer, gst_sdp_message_as_text (offer->sdp), g_free);
     gst_webrtc_session_description_free (offer);
   } else {

@@ -539,7 +539,11 @@ on_answer_created (GstPromise * promise, gpointer data)
       GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &answer, NULL);
   gst_promise_unref (promise);
   g_assert_nonnull (answer);
-  g_signal_emit_by_name (p->webrtc, "set-local-description", answer, NULL);
+  /* with a promise: without one, the reply webrtcbin makes when it is
+   * closed leaks */
+  GstPromise *set = gst_promise_new ();
+  g_signal_emit_by_name (p->webrtc, "set-local-description", answer, set);
+  gst_promise_unref (set);
   sdp = gst_sdp_message_as_text (answer->sdp);
   gst_webrtc_session_description_free (answer);
   if (p->reject_video) {
