@@ -95,6 +95,12 @@ struct _LingbotSession
   guint64 job_chunk;
   gboolean job_ok;
 
+  /* lingbot_session_set_cancellable() (cancel_lock): its "cancelled"
+   * handler bounds the stop */
+  GMutex cancel_lock;
+  GCancellable *cancellable;
+  gulong cancel_handler;
+
   /* lingbot_session_set_pass_func() */
   LingbotPassFunc pass_func;
   gpointer pass_data;

@@ -430,6 +430,7 @@ lingbot_session_new (LingbotWorld * world,
   LingbotSession *s = g_new0 (LingbotSession, 1);
   s->world = lingbot_world_ref (world);
   s->y_chunk = G_MAXUINT64;
+  g_mutex_init (&s->cancel_lock);
   lingbot_session_handoff_init (s, NULL);
   s->group = world->group;
   g_rec_mutex_lock (&world->lock);
@@ -552,6 +553,12 @@ lingbot_session_free (LingbotSession * session)
 {
   if (session == NULL)
     return;
+  lingbot_session_set_cancellable (session, NULL);
+  if (lingbot_world_is_broken (session->world))
+    /* a rank stopped answering and was abandoned: what it may still use
+     * (the session's rank state and tensors, the world) is leaked on
+     * purpose, never freed under it */
+    return;
   g_rec_mutex_lock (&session->world->lock);
   /* cleared: lingbot_session_handoff_clear() below reads session->dit */
   g_clear_pointer (&session->dit, lingbot_dit_session_free);
@@ -577,6 +584,7 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->frames_buf);
   if (session->pass_notify)
     session->pass_notify (session->pass_data);
+  g_mutex_clear (&session->cancel_lock);
   lingbot_world_unref (session->world);
   g_free (session);
 }
@@ -778,17 +786,53 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  *
  * On GPU ranks the boundary is where the host enqueues the next pass
  * (with graph replay, the next pass's graph), so a cancel takes effect
- * once the passes already enqueued have run; lingbot_session_decode() is
- * not cancellable.  The session takes a reference on @cancellable.  This
- * and g_cancellable_cancel() may be called from any thread, also while a
- * generate runs.
+ * once the work already enqueued has run; lingbot_session_decode()
+ * is not cancellable.  Should a rank never reach a boundary (a kernel,
+ * driver call or collective that never returns), the cancel bounds the
+ * chunk anyway: a rank-side timeout after the cancel the world's group is
+ * cancelled, and ranks still busy a timeout later are abandoned (the
+ * world is broken, lingbot_world_is_broken(); the generate fails with
+ * %LB_ERROR_TIMEOUT naming them), so a stop returns within about twice
+ * the rank-side timeout whatever the ranks do.  The session takes a
+ * reference on @cancellable.  This and g_cancellable_cancel() may be
+ * called from any thread, also while a generate runs.
  */
+/* "cancelled" of the session's cancellable, in the thread that cancels:
+ * whatever the ranks run then must end within the rank-side timeout (the
+ * chunk stops at its next boundary long before), else the group is
+ * cancelled, and ranks still busy a timeout later are abandoned
+ * (lb_worker_group_cancel_after()): a stop returns even when a rank never
+ * does. */
+static void
+session_cancelled (GCancellable * cancellable, gpointer data)
+{
+  LingbotSession *s = data;
+  (void) cancellable;
+  lb_worker_group_cancel_after (s->group,
+      lb_worker_group_get_timeout_ms (s->group));
+}
+
 void
 lingbot_session_set_cancellable (LingbotSession * session,
     GCancellable * cancellable)
 {
   g_return_if_fail (session != NULL);
-  lingbot_dit_session_set_cancellable (session->dit, cancellable);
+  g_return_if_fail (cancellable == NULL || G_IS_CANCELLABLE (cancellable));
+  if (session->dit)
+    lingbot_dit_session_set_cancellable (session->dit, cancellable);
+  const gulong id = cancellable == NULL ? 0 :
+      g_cancellable_connect (cancellable, G_CALLBACK (session_cancelled),
+      session, NULL);
+  g_mutex_lock (&session->cancel_lock);
+  GCancellable *old = session->cancellable;
+  const gulong old_id = session->cancel_handler;
+  session->cancellable = cancellable ? g_object_ref (cancellable) : NULL;
+  session->cancel_handler = id;
+  g_mutex_unlock (&session->cancel_lock);
+  if (old != NULL) {
+    g_cancellable_disconnect (old, old_id);
+    g_object_unref (old);
+  }
 }
 
 /**
@@ -831,9 +875,11 @@ lingbot_session_set_pass_func (LingbotSession * session,
  *   failure
  * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
  *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" when
- *   the session's cancellable is cancelled (lingbot_session_set_cancellable():
- *   the chunk is dropped, the session is as before the call); the errors
- *   of the control, the VAE encoder and the DiT
+ *   the session's cancellable is cancelled (lingbot_session_set_cancellable(): the
+ *   chunk is dropped, the session is as before the call); the errors of
+ *   the control, the VAE encoder and the DiT; %LB_ERROR_TIMEOUT "worker
+ *   group world: rank N stopped answering (...): ..." when a rank never
+ *   came back (the world is broken: lingbot_world_is_broken())
  *
  * Generates the next chunk: the control tensor of @keys
  * (lingbot_control_advance() + fill on the CPU; on a device world the
