@@ -584,6 +584,7 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->frames_buf);
   if (session->pass_notify)
     session->pass_notify (session->pass_data);
+  g_clear_error (&session->cond_cancelled);
   g_mutex_clear (&session->cancel_lock);
   lingbot_world_unref (session->world);
   g_free (session);
@@ -740,11 +741,26 @@ lingbot_session_get_frame_count (LingbotSession * session, guint64 chunk_index)
   return (int) MIN ((guint64) n, session->frames - before);
 }
 
+/* The condition of the chunk on rank 0, cancellable at the encoder's
+ * layers: a cancel is not a rank failure (the group is not aborted), it is
+ * handed to lingbot_session_generate() in s->cond_cancelled. */
 static gboolean
 cond_job (LbRank * rank, gpointer data, GError ** error)
 {
   LingbotSession *s = data;
-  return lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y, error);
+  GError *local = NULL;
+  g_mutex_lock (&s->cancel_lock);
+  lingbot_vae_encoder_set_cancellable (s->enc, s->cancellable);
+  g_mutex_unlock (&s->cancel_lock);
+  gboolean ok = lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y,
+      &local);
+  if (!ok && g_error_matches (local, LB_ERROR, LB_ERROR_CANCELLED)) {
+    s->cond_cancelled = local;
+    return TRUE;
+  }
+  if (local != NULL)
+    g_propagate_error (error, local);
+  return ok;
 }
 
 /* The DiT's pass callback, on rank 0's thread: the session's. */
@@ -784,9 +800,19 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  * latents (lingbot_session_get_latents() still holds the last completed
  * chunk) and the stats (not touched).
  *
+ * The chunk's condition encode (the VAE encoder on rank 0, most of a
+ * chunk's time at small sizes) stops at its next layer: the generate fails
+ * with %LB_ERROR_CANCELLED "chunk K cancelled after 0 of N DiT passes, in
+ * its condition encode: VAE condition encode cancelled before layer L of
+ * M of latent frame F of C"; the retry replays the encoder's causal caches
+ * from the image (lingbot_vae_encoder_set_cancellable(): the chunks before
+ * it are encoded again, so the retry takes longer) and is bit-identical
+ * too.  So a stop lasts at most one DiT pass or one encoder layer,
+ * whichever runs.
+ *
  * On GPU ranks the boundary is where the host enqueues the next pass
- * (with graph replay, the next pass's graph), so a cancel takes effect
- * once the work already enqueued has run; lingbot_session_decode()
+ * (with graph replay, the next pass's graph) or layer, so a cancel takes
+ * effect once the work already enqueued has run; lingbot_session_decode()
  * is not cancellable.  Should a rank never reach a boundary (a kernel,
  * driver call or collective that never returns), the cancel bounds the
  * chunk anyway: a rank-side timeout after the cancel the world's group is
@@ -874,8 +900,9 @@ lingbot_session_set_pass_func (LingbotSession * session,
  *   (control + condition + DiT); vae_seconds is set to 0; untouched on
  *   failure
  * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
- *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" when
- *   the session's cancellable is cancelled (lingbot_session_set_cancellable(): the
+ *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (", in
+ *   its condition encode: ..." when it stopped there) when the session's
+ *   cancellable is cancelled (lingbot_session_set_cancellable(): the
  *   chunk is dropped, the session is as before the call); the errors of
  *   the control, the VAE encoder and the DiT; %LB_ERROR_TIMEOUT "worker
  *   group world: rank N stopped answering (...): ..." when a rank never
@@ -927,6 +954,16 @@ lingbot_session_generate (LingbotSession * session, guint keys,
    * it (the encoder's caches advance once per chunk) */
   if (ok && s->y_chunk != s->chunk) {
     ok = lb_worker_group_run_on (s->group, 0, cond_job, s, error);
+    if (ok && s->cond_cancelled != NULL) {
+      /* stopped within the encode, at a layer: retried, it replays */
+      g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED, "chunk %"
+          G_GUINT64_FORMAT " cancelled after 0 of %d DiT passes, in its "
+          "condition encode: %s", s->chunk,
+          lingbot_dit_session_get_n_passes (s->dit),
+          s->cond_cancelled->message);
+      g_clear_error (&s->cond_cancelled);
+      ok = FALSE;
+    }
     if (ok)
       s->y_chunk = s->chunk;
   }
