@@ -91,6 +91,7 @@ typedef struct
   GCond cond;
   int barrier_count;
   guint64 barrier_gen;
+  guint64 barrier_in;           /* ranks at the barrier now, bit per rank */
   LocalRank *ranks;
   Mailbox *mb;                  /* [src * n + dst] */
 } LocalComm;
@@ -146,6 +147,7 @@ local_reset (gpointer state, GError ** error)
   g_mutex_lock (&c->lock);
   c->barrier_count = 0;
   c->barrier_gen++;
+  c->barrier_in = 0;
   for (int i = 0; i < c->n; i++) {
     LocalRank *lr = &c->ranks[i];
     g_array_set_size (lr->ops, 0);
@@ -211,10 +213,28 @@ barrier_wait (LocalComm * c, LbRank * rank, const char *what, GError ** error)
   gboolean ok = TRUE;
   if (++c->barrier_count == c->n) {
     c->barrier_count = 0;
+    c->barrier_in = 0;
     c->barrier_gen++;
     g_cond_broadcast (&c->cond);
   } else {
-    ok = wait_locked (c, rank, deadline, barrier_passed, &gen, what, error);
+    GError *local = NULL;
+    c->barrier_in |= G_GUINT64_CONSTANT (1) << rank->rank;
+    ok = wait_locked (c, rank, deadline, barrier_passed, &gen, what, &local);
+    if (!ok && g_error_matches (local, LB_ERROR, LB_ERROR_TIMEOUT)) {
+      /* name the ranks that never came: the ones that stopped answering */
+      GString *late = g_string_new (NULL);
+      int n_late = 0;
+      for (int r = 0; r < c->n; r++)
+        if (!(c->barrier_in & (G_GUINT64_CONSTANT (1) << r)))
+          g_string_append_printf (late, "%s%d", n_late++ ? ", " : "", r);
+      char *m = g_strdup_printf ("%s, waiting for rank%s %s", local->message,
+          n_late > 1 ? "s" : "", late->str);
+      g_string_free (late, TRUE);
+      g_free (local->message);
+      local->message = m;
+    }
+    if (local != NULL)
+      g_propagate_error (error, local);
   }
   g_mutex_unlock (&c->lock);
   return ok;
@@ -535,6 +555,25 @@ wait_sends (LocalComm * c, LbRank * rank, GError ** error)
 
 /* ---- running what was recorded ---- */
 
+/* What the barriers of a recorded group of operations are called in a
+ * timeout error: the first operation's name and the phase (@phase 0 the
+ * publish barrier, 1 the final one); static strings, no allocation. */
+static const char *
+op_phase_name (LocalRank * lr, int phase)
+{
+  static const char *const names[][2] = {
+    [OP_A2A] = {"all_to_all (publish)", "all_to_all (complete)"},
+    [OP_A2AV] = {"all_to_all_v (publish)", "all_to_all_v (complete)"},
+    [OP_AG] = {"all_gather (publish)", "all_gather (complete)"},
+    [OP_AGV] = {"all_gather_v (publish)", "all_gather_v (complete)"},
+    [OP_RS] = {"reduce_scatter (publish)", "reduce_scatter (complete)"},
+    [OP_AR] = {"all_reduce (publish)", "all_reduce (complete)"},
+    [OP_BCAST] = {"broadcast (publish)", "broadcast (complete)"},
+  };
+  const OpKind k = g_array_index (lr->ops, LocalOp, 0).kind;
+  return names[k][phase];
+}
+
 static gboolean
 run_recorded (LocalComm * c, LbRank * rank, GError ** error)
 {
@@ -554,7 +593,7 @@ run_recorded (LocalComm * c, LbRank * rank, GError ** error)
     gboolean two_phase = FALSE;
     for (guint k = 0; k < n_ops; k++)
       two_phase |= g_array_index (lr->ops, LocalOp, k).kind == OP_AR;
-    if (!barrier_wait (c, rank, "collective (publish)", error))
+    if (!barrier_wait (c, rank, op_phase_name (lr, 0), error))
       goto out_fail;
     for (guint k = 0; k < n_ops && local == NULL; k++)
       phase1 (c, rank, k, &local);
@@ -569,7 +608,7 @@ run_recorded (LocalComm * c, LbRank * rank, GError ** error)
         settle (c, rank, &local);
     }
     /* Even after a local error: peers may still read our send buffers. */
-    if (!barrier_wait (c, rank, "collective (complete)", error))
+    if (!barrier_wait (c, rank, op_phase_name (lr, 1), error))
       goto out_fail;
   }
 

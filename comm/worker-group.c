@@ -5,6 +5,14 @@
  * abort state; each rank thread sleeps on its own GCond, submitters and
  * waiters on done_cond.  The abort flag is also readable without the lock
  * (atomic) so that rank-side waits in collectives and channels can poll it.
+ *
+ * A rank that stops answering (a kernel, driver call or collective that
+ * never returns): once the group is aborted, waiters give the ranks still
+ * busy the group's timeout to come back; a rank that does not is
+ * abandoned (abandon_locked()): its jobs complete with an error, the group
+ * is broken for good, and its thread is never joined and never touches a
+ * job again.  A broken group's memory is never freed (the abandoned thread
+ * may still use it); its healthy threads are stopped and joined.
  */
 #include "comm/comm-private.h"
 
@@ -33,6 +41,9 @@ typedef struct
   QueuedJob queue[LB_WORKER_QUEUE_LEN];
   guint head;
   guint len;
+  LbWorkerJob *running;         /* the job the thread runs now, or NULL */
+  gboolean abandoned;           /* stopped answering: never joined */
+  gboolean exited;              /* left its loop: joinable */
 } RankPriv;
 
 typedef struct
@@ -41,9 +52,9 @@ typedef struct
   gpointer data;
 } AbortNotify;
 
-/* Allocated with g_atomic_rc_box_new0(): the box counts the references. */
 struct _LbWorkerGroup
 {
+  gatomicrefcount ref;
   char *name;
   LbBackend *backend;
   int n;
@@ -55,6 +66,9 @@ struct _LbWorkerGroup
   gint abort_state;             /* atomic; ABORT_* */
   gint abort_rank;              /* atomic; the rank that failed first */
   gint timeout_ms;              /* atomic */
+  gint64 abort_time;            /* monotonic µs of the last abort */
+  gint64 cancel_deadline;       /* lb_worker_group_cancel_after(), 0: none */
+  gint broken;                  /* atomic; a rank was abandoned */
   int inflight;
   gboolean shutdown;
   gboolean joined;
@@ -80,6 +94,8 @@ group_abort_locked (LbWorkerGroup * g, int state, int rank)
   if (!g_atomic_int_compare_and_exchange (&g->abort_state, ABORT_NONE, state))
     return;
   g_atomic_int_set (&g->abort_rank, rank);
+  g->abort_time = g_get_monotonic_time ();
+  g->cancel_deadline = 0;
   if (g->klass != NULL && g->comm != NULL && g->klass->abort != NULL)
     g->klass->abort (g->comm);
   for (guint i = 0; i < g->notifies->len; i++) {
@@ -95,7 +111,9 @@ group_abort_locked (LbWorkerGroup * g, int state, int rank)
 static void
 group_recover_locked (LbWorkerGroup * g)
 {
-  if (g_atomic_int_get (&g->abort_state) == ABORT_NONE || g->shutdown)
+  g->cancel_deadline = 0;
+  if (g_atomic_int_get (&g->abort_state) == ABORT_NONE || g->shutdown
+      || g_atomic_int_get (&g->broken))
     return;
   if (g->klass != NULL && g->comm != NULL && g->klass->reset != NULL) {
     GError *err = NULL;
@@ -125,6 +143,138 @@ job_record_error (LbWorkerJob * job, GError * e)
   }
 }
 
+/* Group lock held.  Completes one entry of @job for an abandoned rank. */
+static void
+job_drop_locked (LbWorkerGroup * g, LbWorkerJob * job, const GError * why)
+{
+  if (job->error == NULL)
+    job->error = g_error_copy (why);
+  job->pending--;
+  g->inflight--;
+}
+
+/* Group lock held.  Whether rank @r is to be abandoned by a waiter of
+ * @job: it is busy and runs @job or has it queued; for a shutdown (@job
+ * NULL), whether it has not left its loop. */
+static gboolean
+holds_locked (RankPriv * r, LbWorkerJob * job)
+{
+  if (r->abandoned)
+    return FALSE;
+  if (job == NULL)
+    return r->thread != NULL && !r->exited;
+  if (r->running == NULL)
+    return FALSE;
+  if (r->running == job)
+    return TRUE;
+  for (guint k = 0; k < r->len; k++)
+    if (r->queue[(r->head + k) % LB_WORKER_QUEUE_LEN].job == job)
+      return TRUE;
+  return FALSE;
+}
+
+/* Group lock held; the group is aborted and the ranks holding @job
+ * (holds_locked()) did not come back within the group's timeout.  They
+ * are abandoned: the group is broken (no job runs on it again, it never
+ * recovers, its memory is never freed), the job each ran completes with a
+ * %LB_ERROR_TIMEOUT naming the ranks, followed by the job's own
+ * root-cause error (the rank that timed out waiting for them, and in
+ * which operation), and the jobs queued behind them complete with the
+ * same error.  An abandoned thread is never joined; should it come back,
+ * it leaves without touching its job (rank_thread()).
+ * Returns whether a rank was abandoned. */
+static gboolean
+abandon_locked (LbWorkerGroup * g, LbWorkerJob * job)
+{
+  GString *ranks = g_string_new (NULL);
+  gboolean mine[64] = { FALSE };
+  int n = 0;
+
+  for (int i = 0; i < g->n; i++) {
+    mine[i] = holds_locked (&g->ranks[i], job);
+    if (mine[i])
+      g_string_append_printf (ranks, "%s%d", n++ ? ", " : "", i);
+  }
+  if (n == 0) {
+    g_string_free (ranks, TRUE);
+    return FALSE;
+  }
+  g_autoptr (GError) why = g_error_new (LB_ERROR, LB_ERROR_TIMEOUT,
+      "worker group %s: rank%s %s stopped answering (still busy %u ms after "
+      "the group aborted; the group is broken and its threads abandoned)",
+      g->name, n > 1 ? "s" : "", ranks->str,
+      lb_worker_group_get_timeout_ms (g));
+  g_string_free (ranks, TRUE);
+  g_atomic_int_set (&g->broken, TRUE);
+
+  LbWorkerJob *told[64];
+  int n_told = 0;
+  for (int i = 0; i < g->n; i++) {
+    RankPriv *r = &g->ranks[i];
+    if (!mine[i])
+      continue;
+    r->abandoned = TRUE;
+    LbWorkerJob *rj = r->running;
+    r->running = NULL;
+    if (rj != NULL) {
+      gboolean seen = FALSE;
+      for (int k = 0; k < n_told; k++)
+        seen |= told[k] == rj;
+      if (!seen && rj->error != NULL) {
+        /* the ranks that stopped answering, then the root cause (the rank
+         * that timed out waiting for them, and in which operation) */
+        GError *root = rj->error;
+        rj->error = g_error_new (LB_ERROR, is_abort_error (root) ?
+            LB_ERROR_TIMEOUT : root->code, "%s: %s", why->message,
+            root->message);
+        g_error_free (root);
+      }
+      if (!seen)
+        told[n_told++] = rj;
+      job_drop_locked (g, rj, why);
+    }
+    /* what was queued behind it never runs */
+    while (r->len > 0) {
+      LbWorkerJob *qj = r->queue[r->head].job;
+      r->head = (r->head + 1) % LB_WORKER_QUEUE_LEN;
+      r->len--;
+      job_drop_locked (g, qj, why);
+    }
+  }
+  g_cond_broadcast (&g->done_cond);
+  return TRUE;
+}
+
+/* Group lock held.  When the waits of the group must give up (monotonic
+ * µs), G_MAXINT64 for never: the group timeout after an abort (then busy
+ * ranks are abandoned), or the deadline of lb_worker_group_cancel_after()
+ * (then the group is cancelled). */
+static gint64
+give_up_time_locked (LbWorkerGroup * g)
+{
+  if (g_atomic_int_get (&g->abort_state) != ABORT_NONE)
+    return g->abort_time +
+        (gint64) lb_worker_group_get_timeout_ms (g) * G_TIME_SPAN_MILLISECOND;
+  if (g->cancel_deadline > 0)
+    return g->cancel_deadline;
+  return G_MAXINT64;
+}
+
+/* Group lock held; give_up_time_locked() has passed: cancels the group,
+ * or abandons the ranks holding @job (NULL: every rank still in its loop).
+ * Returns whether anything changed. */
+static gboolean
+give_up_locked (LbWorkerGroup * g, LbWorkerJob * job)
+{
+  if (g_get_monotonic_time () < give_up_time_locked (g))
+    return FALSE;
+  if (g_atomic_int_get (&g->abort_state) == ABORT_NONE) {
+    group_abort_locked (g, ABORT_CANCELLED, -1);
+    return TRUE;
+  }
+  return abandon_locked (g, job);
+}
+
 static gpointer
 rank_thread (gpointer data)
 {
@@ -152,6 +302,7 @@ rank_thread (gpointer data)
       g->init_error = err;
     else
       g_error_free (err);
+    r->exited = TRUE;
     g_cond_broadcast (&g->done_cond);
     g_mutex_unlock (&g->lock);
     return NULL;
@@ -166,6 +317,7 @@ rank_thread (gpointer data)
     QueuedJob qj = r->queue[r->head];
     r->head = (r->head + 1) % LB_WORKER_QUEUE_LEN;
     r->len--;
+    r->running = qj.job;
     g_cond_broadcast (&g->done_cond);   /* queue space */
     gboolean shutting_down = g->shutdown;
     g_mutex_unlock (&g->lock);
@@ -182,6 +334,15 @@ rank_thread (gpointer data)
           "rank function failed without an error");
 
     g_mutex_lock (&g->lock);
+    if (r->abandoned) {
+      /* back after the group gave up on it (abandon_locked()): the job
+       * completed without it and its waiter may be gone, so nothing of it
+       * is touched; the thread leaves, never joined, its stream leaked */
+      g_clear_error (&e);
+      g_mutex_unlock (&g->lock);
+      return NULL;
+    }
+    r->running = NULL;
     if (!ok) {
       if (!is_abort_error (e) || g_atomic_int_get (&g->abort_state) ==
           ABORT_NONE)
@@ -195,6 +356,8 @@ rank_thread (gpointer data)
       group_recover_locked (g);
     g_cond_broadcast (&g->done_cond);
   }
+  r->exited = TRUE;
+  g_cond_broadcast (&g->done_cond);
   g_mutex_unlock (&g->lock);
 
   g->backend->stream_free (r->pub.stream);
@@ -286,7 +449,8 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
   if (options == NULL)
     options = &defaults;
 
-  LbWorkerGroup *g = g_atomic_rc_box_new0 (LbWorkerGroup);
+  LbWorkerGroup *g = g_new0 (LbWorkerGroup, 1);
+  g_atomic_ref_count_init (&g->ref);
   g->name = g_strdup (options->name ? options->name : "group");
   g->backend = backend;
   g->n = n_ranks;
@@ -364,7 +528,8 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
 LbWorkerGroup *
 lb_worker_group_ref (LbWorkerGroup * group)
 {
-  return g_atomic_rc_box_acquire (group);
+  g_atomic_ref_count_inc (&group->ref);
+  return group;
 }
 
 /**
@@ -374,42 +539,73 @@ lb_worker_group_ref (LbWorkerGroup * group)
  * Stops the rank threads: a running job is released through the abort flag
  * (its waits return %LB_ERROR_CANCELLED), queued jobs complete with
  * %LB_ERROR_CANCELLED, every stream is freed on its thread and the threads
- * are joined.  Later submits fail with %LB_ERROR_CANCELLED.  Idempotent;
+ * are joined.  A rank still busy the group's timeout after the abort
+ * (stuck in a call that never returns) is abandoned instead: the group is
+ * broken (lb_worker_group_is_broken()) and that thread is never joined, so
+ * this returns within about the group's timeout whatever the ranks do.
+ * Later submits fail with %LB_ERROR_CANCELLED.  Idempotent;
  * lb_worker_group_unref() of the last reference calls it.  Must not be
  * called from a rank thread.
  */
 void
 lb_worker_group_shutdown (LbWorkerGroup * group)
 {
-  g_mutex_lock (&group->lock);
-  if (group->joined) {
-    g_mutex_unlock (&group->lock);
+  LbWorkerGroup *g = group;
+  g_mutex_lock (&g->lock);
+  if (g->joined) {
+    g_mutex_unlock (&g->lock);
     return;
   }
-  if (group->inflight > 0)
-    group_abort_locked (group, ABORT_CANCELLED, -1);
-  group->shutdown = TRUE;
-  for (int i = 0; i < group->n; i++)
-    g_cond_broadcast (&group->ranks[i].cond);
-  g_mutex_unlock (&group->lock);
-
-  for (int i = 0; i < group->n; i++) {
-    if (group->ranks[i].thread != NULL)
-      g_thread_join (group->ranks[i].thread);
-    group->ranks[i].thread = NULL;
+  if (g->inflight > 0)
+    group_abort_locked (g, ABORT_CANCELLED, -1);
+  g->shutdown = TRUE;
+  for (int i = 0; i < g->n; i++)
+    g_cond_broadcast (&g->ranks[i].cond);
+  /* idle threads leave at once; busy ones once their job sees the abort,
+   * or they are abandoned */
+  const gint64 idle_deadline = g_get_monotonic_time () +
+      (gint64) lb_worker_group_get_timeout_ms (g) * G_TIME_SPAN_MILLISECOND;
+  for (;;) {
+    gboolean left = TRUE;
+    for (int i = 0; i < g->n; i++) {
+      RankPriv *r = &g->ranks[i];
+      left &= r->thread == NULL || r->exited || r->abandoned;
+    }
+    if (left)
+      break;
+    gint64 deadline = give_up_time_locked (g);
+    if (deadline == G_MAXINT64)
+      deadline = idle_deadline;
+    if (!g_cond_wait_until (&g->done_cond, &g->lock, deadline)) {
+      if (g_atomic_int_get (&g->abort_state) == ABORT_NONE)
+        group_abort_locked (g, ABORT_CANCELLED, -1);
+      else if (!give_up_locked (g, NULL))
+        g_cond_wait_until (&g->done_cond, &g->lock,
+            g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND);
+    }
   }
-  g_mutex_lock (&group->lock);
-  group->joined = TRUE;
-  g_mutex_unlock (&group->lock);
+  g_mutex_unlock (&g->lock);
+
+  for (int i = 0; i < g->n; i++) {
+    if (g->ranks[i].thread != NULL && !g->ranks[i].abandoned)
+      g_thread_join (g->ranks[i].thread);
+    g->ranks[i].thread = NULL;
+  }
+  g_mutex_lock (&g->lock);
+  g->joined = TRUE;
+  g_mutex_unlock (&g->lock);
 }
 
 /* The last reference is gone: shuts the group down and frees what it
- * holds (g_atomic_rc_box_release_full() frees the box). */
+ * holds; a broken group only stops its healthy threads and is leaked (an
+ * abandoned thread may still be inside its collectives state, its locks or
+ * its rank records). */
 static void
-group_clear (gpointer data)
+group_clear (LbWorkerGroup * group)
 {
-  LbWorkerGroup *group = data;
   lb_worker_group_shutdown (group);
+  if (g_atomic_int_get (&group->broken))
+    return;
   if (group->comm != NULL)
     group->klass->destroy (group->comm);
   for (int i = 0; i < group->n; i++)
@@ -420,20 +616,47 @@ group_clear (gpointer data)
   g_mutex_clear (&group->lock);
   g_free (group->ranks);
   g_free (group->name);
+  g_free (group);
 }
 
 /**
  * lb_worker_group_unref:
  * @group: (transfer full) (nullable): a group
  *
- * Drops a reference; the last one shuts the group down and frees it.
+ * Drops a reference; the last one shuts the group down and frees it (a
+ * broken group is shut down and leaked: lb_worker_group_is_broken()).
  * Every channel made on the group holds a reference.
  */
 void
 lb_worker_group_unref (LbWorkerGroup * group)
 {
-  if (group != NULL)
-    g_atomic_rc_box_release_full (group, group_clear);
+  if (group != NULL && g_atomic_ref_count_dec (&group->ref))
+    group_clear (group);
+}
+
+/**
+ * lb_worker_group_is_broken:
+ * @group: a group
+ *
+ * A group breaks when a rank stops answering: the group was aborted (a
+ * rank failed or timed out waiting for a peer, lb_worker_group_cancel(),
+ * lb_worker_group_cancel_after(), a shutdown) and a rank was still busy
+ * the group's timeout later.  That rank's thread is abandoned (never
+ * joined; its stream, and everything its job may still touch, must be
+ * leaked rather than freed under it), no job runs on the group again
+ * (submits fail with %LB_ERROR_RANK_FAILED) and the group is never freed.
+ * Should the stuck call return after all, the thread stops at its next
+ * wait or abort check (the group stays aborted) and leaves without
+ * touching its job; until then it may still read its job's arguments,
+ * which its submitter may have freed (docs/design.md "A rank that stops
+ * answering"): restart the process when convenient.  Lock-free.
+ *
+ * Returns: %TRUE once the group is broken (for good).
+ */
+gboolean
+lb_worker_group_is_broken (LbWorkerGroup * group)
+{
+  return g_atomic_int_get (&group->broken);
 }
 
 /**
@@ -525,6 +748,12 @@ submit_check_locked (LbWorkerGroup * g, GError ** error)
         "worker group %s is shut down", g->name);
     return FALSE;
   }
+  if (g_atomic_int_get (&g->broken)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_RANK_FAILED,
+        "worker group %s is broken: a rank stopped answering and was "
+        "abandoned; it runs no more jobs", g->name);
+    return FALSE;
+  }
   int state = g_atomic_int_get (&g->abort_state);
   if (state != ABORT_NONE) {
     g_set_error (error, LB_ERROR, state == ABORT_CANCELLED ?
@@ -614,11 +843,21 @@ lb_worker_group_submit (LbWorkerGroup * group, LbWorkerJob * job, int rank,
  *   echoes of the ranks it released
  *
  * Waits until every rank that @job was submitted to has run it.  Not
- * bounded by a timeout itself: ranks are, in every wait they make.  After
- * a failure the group recovers by itself as soon as no job is queued or
- * running (collectives state reset, abort flag cleared), so it stays
- * usable; when @job was the only work, that has happened by the time this
- * returns.  @job can be reused afterwards.
+ * bounded by a timeout while the group runs normally (a job may compute
+ * for long): ranks are, in every wait they make.  Once the group is
+ * aborted (a rank failed or timed out, lb_worker_group_cancel(), the
+ * deadline of lb_worker_group_cancel_after()), the ranks still running
+ * @job get the group's timeout to come back; those that do not are
+ * abandoned and the group is broken (lb_worker_group_is_broken()): this
+ * then returns %LB_ERROR_TIMEOUT "worker group G: rank N stopped answering
+ * (...)" followed by the root cause (e.g. "rank 0: all_to_all (publish):
+ * no progress within T ms (worker group G), waiting for rank N").  So a
+ * wait returns within twice the group's timeout of a rank getting stuck in
+ * a collective, whatever that rank does.  After a failure that every rank
+ * came back from, the group recovers by itself as soon as no job is
+ * queued or running (collectives state reset, abort flag cleared), so it
+ * stays usable; when @job was the only work, that has happened by the
+ * time this returns.  @job can be reused afterwards.
  *
  * Returns: %TRUE when every rank succeeded.
  */
@@ -626,8 +865,16 @@ gboolean
 lb_worker_group_wait (LbWorkerGroup * group, LbWorkerJob * job, GError ** error)
 {
   g_mutex_lock (&group->lock);
-  while (job->pending > 0)
-    g_cond_wait (&group->done_cond, &group->lock);
+  while (job->pending > 0) {
+    const gint64 deadline = give_up_time_locked (group);
+    if (deadline == G_MAXINT64)
+      g_cond_wait (&group->done_cond, &group->lock);
+    else if (!g_cond_wait_until (&group->done_cond, &group->lock, deadline)
+        && job->pending > 0 && !give_up_locked (group, job))
+      /* the job is on its way to an idle rank: look again shortly */
+      g_cond_wait_until (&group->done_cond, &group->lock,
+          g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND);
+  }
   GError *e = job->error;
   job->error = NULL;
   g_mutex_unlock (&group->lock);
@@ -701,6 +948,35 @@ lb_worker_group_cancel (LbWorkerGroup * group)
   g_mutex_lock (&group->lock);
   if (group->inflight > 0)
     group_abort_locked (group, ABORT_CANCELLED, -1);
+  g_mutex_unlock (&group->lock);
+}
+
+/**
+ * lb_worker_group_cancel_after:
+ * @group: a group
+ * @timeout_ms: milliseconds from now
+ *
+ * Bounds what the group runs now: if a job is still queued or running
+ * @timeout_ms from now, a waiter (lb_worker_group_wait()) cancels the
+ * group then (as lb_worker_group_cancel()), and ranks not back within the
+ * group's timeout after that are abandoned (the group is broken).  For a
+ * stop that lets the job end at its own boundary first (a DiT chunk's
+ * next pass) but must return even when a rank never does.  An earlier
+ * deadline already set is kept; the deadline is forgotten when the group
+ * goes idle.  A no-op when nothing is queued or running.  Any thread.
+ */
+void
+lb_worker_group_cancel_after (LbWorkerGroup * group, guint timeout_ms)
+{
+  g_mutex_lock (&group->lock);
+  if (group->inflight > 0
+      && g_atomic_int_get (&group->abort_state) == ABORT_NONE) {
+    const gint64 d = g_get_monotonic_time () +
+        (gint64) timeout_ms * G_TIME_SPAN_MILLISECOND;
+    if (group->cancel_deadline == 0 || d < group->cancel_deadline)
+      group->cancel_deadline = d;
+    g_cond_broadcast (&group->done_cond);
+  }
   g_mutex_unlock (&group->lock);
 }
 

@@ -124,7 +124,9 @@ gboolean lb_worker_group_run_on (LbWorkerGroup * group, int rank,
     LbRankFunc func, gpointer user_data, GError ** error);
 
 void lb_worker_group_cancel (LbWorkerGroup * group);
+void lb_worker_group_cancel_after (LbWorkerGroup * group, guint timeout_ms);
 gboolean lb_worker_group_is_aborted (LbWorkerGroup * group);
+gboolean lb_worker_group_is_broken (LbWorkerGroup * group);
 gboolean lb_rank_check_abort (LbRank * rank, GError ** error);
 gint64 lb_rank_deadline (LbRank * rank);
 

@@ -386,6 +386,8 @@ lingbot_dit_session_free (LingbotDitSession * session)
 {
   if (session == NULL)
     return;
+  if (session->group && lb_worker_group_is_broken (session->group))
+    return;                     /* a rank may still use it: leaked */
   if (session->ranks) {
     if (session->group &&
         !lb_worker_group_run (session->group, rank_free, session, NULL)) {

@@ -107,6 +107,7 @@ gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,
     GError ** error);
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
 void lingbot_world_unref (LingbotWorld * world);
+gboolean lingbot_world_is_broken (LingbotWorld * world);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotWorld, lingbot_world_unref)
 const char *lingbot_world_get_devices (LingbotWorld * world);
 const char *lingbot_world_get_model_path (LingbotWorld * world);

@@ -95,6 +95,13 @@ struct _LingbotSession
   guint64 job_chunk;
   gboolean job_ok;
 
+  /* lingbot_session_set_cancellable() (cancel_lock): read by the
+   * condition encode on rank 0; its "cancelled" handler bounds the stop */
+  GMutex cancel_lock;
+  GCancellable *cancellable;
+  gulong cancel_handler;
+  GError *cond_cancelled;       /* the encoder's cancel, from cond_job */
+
   /* lingbot_session_set_pass_func() */
   LingbotPassFunc pass_func;
   gpointer pass_data;

@@ -464,6 +464,7 @@ lingbot_session_new (LingbotWorld * world,
   LingbotSession *s = g_new0 (LingbotSession, 1);
   s->world = lingbot_world_ref (world);
   s->y_chunk = G_MAXUINT64;
+  g_mutex_init (&s->cancel_lock);
   lingbot_session_handoff_init (s, NULL);
   s->group = world->group;
   g_rec_mutex_lock (&world->lock);
@@ -586,6 +587,12 @@ lingbot_session_free (LingbotSession * session)
 {
   if (session == NULL)
     return;
+  lingbot_session_set_cancellable (session, NULL);
+  if (lingbot_world_is_broken (session->world))
+    /* a rank stopped answering and was abandoned: what it may still use
+     * (the session's rank state and tensors, the world) is leaked on
+     * purpose, never freed under it */
+    return;
   g_rec_mutex_lock (&session->world->lock);
   /* cleared: lingbot_session_handoff_clear() below reads session->dit */
   g_clear_pointer (&session->dit, lingbot_dit_session_free);
@@ -611,6 +618,8 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->frames_buf);
   if (session->pass_notify)
     session->pass_notify (session->pass_data);
+  g_clear_error (&session->cond_cancelled);
+  g_mutex_clear (&session->cancel_lock);
   lingbot_world_unref (session->world);
   g_free (session);
 }
@@ -766,11 +775,26 @@ lingbot_session_get_frame_count (LingbotSession * session, guint64 chunk_index)
   return (int) MIN ((guint64) n, session->frames - before);
 }
 
+/* The condition of the chunk on rank 0, cancellable at the encoder's
+ * layers: a cancel is not a rank failure (the group is not aborted), it is
+ * handed to lingbot_session_generate() in s->cond_cancelled. */
 static gboolean
 cond_job (LbRank * rank, gpointer data, GError ** error)
 {
   LingbotSession *s = data;
-  return lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y, error);
+  GError *local = NULL;
+  g_mutex_lock (&s->cancel_lock);
+  lingbot_vae_encoder_set_cancellable (s->enc, s->cancellable);
+  g_mutex_unlock (&s->cancel_lock);
+  gboolean ok = lingbot_vae_encoder_encode_condition (s->enc, s->image, s->y,
+      &local);
+  if (!ok && g_error_matches (local, LB_ERROR, LB_ERROR_CANCELLED)) {
+    s->cond_cancelled = local;
+    return TRUE;
+  }
+  if (local != NULL)
+    g_propagate_error (error, local);
+  return ok;
 }
 
 /* The DiT's pass callback, on rank 0's thread: the session's. */
@@ -810,19 +834,65 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  * latents (lingbot_session_get_latents() still holds the last completed
  * chunk) and the stats (not touched).
  *
+ * The chunk's condition encode (the VAE encoder on rank 0, most of a
+ * chunk's time at small sizes) stops at its next layer: the generate fails
+ * with %LB_ERROR_CANCELLED "chunk K cancelled after 0 of N DiT passes, in
+ * its condition encode: VAE condition encode cancelled before layer L of
+ * M of latent frame F of C"; the retry replays the encoder's causal caches
+ * from the image (lingbot_vae_encoder_set_cancellable(): the chunks before
+ * it are encoded again, so the retry takes longer) and is bit-identical
+ * too.  So a stop lasts at most one DiT pass or one encoder layer,
+ * whichever runs.
+ *
  * On GPU ranks the boundary is where the host enqueues the next pass
- * (with graph replay, the next pass's graph), so a cancel takes effect
- * once the passes already enqueued have run; lingbot_session_decode() is
- * not cancellable.  The session takes a reference on @cancellable.  This
- * and g_cancellable_cancel() may be called from any thread, also while a
- * generate runs.
+ * (with graph replay, the next pass's graph) or layer, so a cancel takes
+ * effect once the work already enqueued has run; lingbot_session_decode()
+ * is not cancellable.  Should a rank never reach a boundary (a kernel,
+ * driver call or collective that never returns), the cancel bounds the
+ * chunk anyway: a rank-side timeout after the cancel the world's group is
+ * cancelled, and ranks still busy a timeout later are abandoned (the
+ * world is broken, lingbot_world_is_broken(); the generate fails with
+ * %LB_ERROR_TIMEOUT naming them), so a stop returns within about twice
+ * the rank-side timeout whatever the ranks do.  The session takes a
+ * reference on @cancellable.  This and g_cancellable_cancel() may be
+ * called from any thread, also while a generate runs.
  */
+/* "cancelled" of the session's cancellable, in the thread that cancels:
+ * whatever the ranks run then must end within the rank-side timeout (the
+ * chunk stops at its next boundary long before), else the group is
+ * cancelled, and ranks still busy a timeout later are abandoned
+ * (lb_worker_group_cancel_after()): a stop returns even when a rank never
+ * does. */
+static void
+session_cancelled (GCancellable * cancellable, gpointer data)
+{
+  LingbotSession *s = data;
+  (void) cancellable;
+  lb_worker_group_cancel_after (s->group,
+      lb_worker_group_get_timeout_ms (s->group));
+}
+
 void
 lingbot_session_set_cancellable (LingbotSession * session,
     GCancellable * cancellable)
 {
   g_return_if_fail (session != NULL);
-  lingbot_dit_session_set_cancellable (session->dit, cancellable);
+  g_return_if_fail (cancellable == NULL || G_IS_CANCELLABLE (cancellable));
+  if (session->dit)
+    lingbot_dit_session_set_cancellable (session->dit, cancellable);
+  const gulong id = cancellable == NULL ? 0 :
+      g_cancellable_connect (cancellable, G_CALLBACK (session_cancelled),
+      session, NULL);
+  g_mutex_lock (&session->cancel_lock);
+  GCancellable *old = session->cancellable;
+  const gulong old_id = session->cancel_handler;
+  session->cancellable = cancellable ? g_object_ref (cancellable) : NULL;
+  session->cancel_handler = id;
+  g_mutex_unlock (&session->cancel_lock);
+  if (old != NULL) {
+    g_cancellable_disconnect (old, old_id);
+    g_object_unref (old);
+  }
 }
 
 /**
@@ -864,10 +934,13 @@ lingbot_session_set_pass_func (LingbotSession * session,
  *   (control + condition + DiT); vae_seconds is set to 0; untouched on
  *   failure
  * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
- *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" when
- *   the session's cancellable is cancelled (lingbot_session_set_cancellable():
- *   the chunk is dropped, the session is as before the call); the errors
- *   of the control, the VAE encoder and the DiT
+ *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (", in
+ *   its condition encode: ..." when it stopped there) when the session's
+ *   cancellable is cancelled (lingbot_session_set_cancellable(): the
+ *   chunk is dropped, the session is as before the call); the errors of
+ *   the control, the VAE encoder and the DiT; %LB_ERROR_TIMEOUT "worker
+ *   group world: rank N stopped answering (...): ..." when a rank never
+ *   came back (the world is broken: lingbot_world_is_broken())
  *
  * Generates the next chunk: the control tensor of @keys
  * (lingbot_control_advance() + fill on the CPU; on a device world the
@@ -915,6 +988,16 @@ lingbot_session_generate (LingbotSession * session, guint keys,
    * it (the encoder's caches advance once per chunk) */
   if (ok && s->y_chunk != s->chunk) {
     ok = lb_worker_group_run_on (s->group, 0, cond_job, s, error);
+    if (ok && s->cond_cancelled != NULL) {
+      /* stopped within the encode, at a layer: retried, it replays */
+      g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED, "chunk %"
+          G_GUINT64_FORMAT " cancelled after 0 of %d DiT passes, in its "
+          "condition encode: %s", s->chunk,
+          lingbot_dit_session_get_n_passes (s->dit),
+          s->cond_cancelled->message);
+      g_clear_error (&s->cond_cancelled);
+      ok = FALSE;
+    }
     if (ok)
       s->y_chunk = s->chunk;
   }

@@ -46,7 +46,38 @@ struct _LingbotVaeEncoder
   int n_segments;               /* segments since the last reset */
   int n_encoded;                /* segments that ran the encoder */
   int cond_chunks;              /* condition chunks since the last reset */
+
+  /* lingbot_vae_encoder_set_cancellable(), _set_layer_func() */
+  GCancellable *cancellable;
+  LingbotVaeLayerFunc layer_func;
+  gpointer layer_data;
+  gboolean cancel_on;           /* in a condition call: the cancellable counts */
+  int segment, n_call_segments; /* the latent frame the call encodes */
+  gboolean stepped;             /* the call ran a layer: the state moved */
+  int replay_to;                /* a cancelled call moved the state: the
+                                 * condition chunks to replay, else -1 */
 };
+
+/* Before each layer of a latent frame the encoder computes
+ * (VaeCtx.step_func): the layer function, then, in a condition call, the
+ * cancellable. */
+static gboolean
+encoder_step (gpointer data, int step, int n_steps, GError ** error)
+{
+  LingbotVaeEncoder *enc = data;
+  if (enc->layer_func)
+    enc->layer_func (enc, enc->segment, step, n_steps, enc->layer_data);
+  if (enc->cancel_on && enc->cancellable
+      && g_cancellable_is_cancelled (enc->cancellable)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_CANCELLED,
+        "VAE condition encode cancelled before layer %d of %d of latent "
+        "frame %d of %d", step + 1, n_steps, enc->segment + 1,
+        enc->n_call_segments);
+    return FALSE;
+  }
+  enc->stepped = TRUE;
+  return TRUE;
+}
 
 /**
  * lingbot_vae_encoder_new:
@@ -89,7 +120,10 @@ lingbot_vae_encoder_new (LingbotVae * vae, LbStream * stream, int height,
   enc->W = width;
   enc->reuse = TRUE;
   enc->constant_from = -1;
+  enc->replay_to = -1;
   enc->ctx.stream = stream;
+  enc->ctx.step_func = encoder_step;
+  enc->ctx.step_data = enc;
   enc->ctx.n_ranks = 1;
   enc->ctx.full_rows = height;
   int64_t h = height / 8, w = width / 8;
@@ -141,6 +175,7 @@ lingbot_vae_encoder_free (LingbotVaeEncoder * enc)
   lb_tensor_free (enc->lat_dev);
   vae_weights_clear (&enc->wt);
   lingbot_vae_unref (enc->vae);
+  g_clear_object (&enc->cancellable);
   g_free (enc);
 }
 
@@ -160,6 +195,59 @@ lingbot_vae_encoder_reset (LingbotVaeEncoder * enc)
   enc->n_segments = 0;
   enc->n_encoded = 0;
   enc->cond_chunks = 0;
+  enc->replay_to = -1;
+}
+
+/**
+ * lingbot_vae_encoder_set_cancellable:
+ * @enc: a session
+ * @cancellable: (nullable): cancels lingbot_vae_encoder_encode_condition()
+ *   calls; %NULL unsets
+ *
+ * While @cancellable is cancelled, a condition call stops before the next
+ * layer it would run (conv_in, a block of the trunk, the head; latent
+ * frames served from the stored constant run none) and fails with
+ * %LB_ERROR_CANCELLED "VAE condition encode cancelled before layer L of N
+ * of latent frame F of C".  A call stopped before its first layer leaves
+ * the session as it was; one stopped later has moved the causal caches,
+ * and the next condition call first replays the session's condition
+ * chunks from the reset (from the image it is given: pass it again),
+ * which restores them bit for bit, then encodes its chunk: its y is
+ * byte-identical to an uncancelled session's, at the cost of re-encoding
+ * the chunks before it up to the fixed point (after it, replayed zero
+ * chunks cost nothing).  On a device the check runs where the host
+ * enqueues the next layer, so the layers already enqueued still run
+ * (the call synchronises the stream before it returns).  Call it on the
+ * thread that encodes, between calls; the session keeps a reference.
+ */
+void
+lingbot_vae_encoder_set_cancellable (LingbotVaeEncoder * enc,
+    GCancellable * cancellable)
+{
+  g_return_if_fail (cancellable == NULL || G_IS_CANCELLABLE (cancellable));
+  if (cancellable != NULL)
+    g_object_ref (cancellable);
+  g_clear_object (&enc->cancellable);
+  enc->cancellable = cancellable;
+}
+
+/**
+ * lingbot_vae_encoder_set_layer_func:
+ * @enc: a session
+ * @func: (nullable): called before each layer the encoder runs
+ *   (#LingbotVaeLayerFunc); %NULL unsets
+ * @user_data: passed to @func
+ *
+ * A progress hook on the encoding thread (a cancel made in it stops the
+ * call before that layer).  It sees no tensors and changes nothing that
+ * is computed.
+ */
+void
+lingbot_vae_encoder_set_layer_func (LingbotVaeEncoder * enc,
+    LingbotVaeLayerFunc func, gpointer user_data)
+{
+  enc->layer_func = func;
+  enc->layer_data = user_data;
 }
 
 /**
@@ -382,9 +470,11 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder * enc, const LbTensor * pixels,
   }
   int64_t f = 0;
   gboolean ok = TRUE;
+  enc->n_call_segments = (int) n_lat;
   for (int64_t l = 0; ok && l < n_lat; l++) {
     int64_t t = (first && l == 0) ? 1 : VAE_SEGMENT_T;
     LbTensor seg, x, out;
+    enc->segment = (int) l;
     lb_tensor_view_narrow (&seg, &px, 1, f, t);
     lb_tensor_view_narrow (&out, &lat, 1, l, 1);
     ok = stage_pixels (enc, &seg, &x, "VAE encode: pixels", error)
@@ -394,31 +484,11 @@ lingbot_vae_encoder_encode (LingbotVaeEncoder * enc, const LbTensor * pixels,
   return finish_call (enc, ok, error);
 }
 
-/**
- * lingbot_vae_encoder_encode_condition:
- * @enc: a session
- * @image: (nullable): host f32 [3, H, W] in [-1, 1] (preprocessed as in
- *   model spec 6.2); required for the first chunk after a reset, ignored
- *   after
- * @y: host f32 [20, C, H/8, W/8] (or with a leading 1): receives the DiT
- *   condition of the next chunk of C latent frames
- * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT (no image on chunk 0,
- *   a device tensor)
- *
- * Builds y = cat(mask[4], latent[16]) for one chunk exactly as LingBot's
- * encode stage (spec A.6, model spec 1.2 and 6.3): chunk 0 encodes
- * [image, 4(C-1) zero frames], later chunks 4C zero frames, continuing the
- * causal caches; the mask is 1 on all 4 channels of latent frame 0 of
- * chunk 0 and 0 elsewhere.  Once the encoder state is a fixed point, zero
- * segments are served from the stored constant (see the file comment).
- * On a device the image is uploaded, every latent frame downloaded into
- * @y, the mask written on the host, and the stream synchronised once.
- *
- * Returns: %TRUE on success.
- */
-gboolean
-lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
-    const LbTensor * image, LbTensor * y, GError ** error)
+/* One condition chunk (lingbot_vae_encoder_encode_condition() without
+ * the replay). */
+static gboolean
+condition_chunk (LingbotVaeEncoder * enc, const LbTensor * image,
+    LbTensor * y, GError ** error)
 {
   LbTensor yy, img;
   if (!check_latents (enc, y, LINGBOT_VAE_COND_CHANNELS, &yy, "y", error)
@@ -463,8 +533,10 @@ lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
     host_fill (&mask, 0.f);
   }
   gboolean ok = TRUE;
+  enc->n_call_segments = (int) yy.shape[1];
   for (int64_t l = 0; ok && l < yy.shape[1]; l++) {
     LbTensor out, seg, x;
+    enc->segment = (int) l;
     lb_tensor_view_narrow (&out, &lat, 1, l, 1);
     if (first && l == 0) {
       image_as_clip (&seg, &img);
@@ -482,6 +554,84 @@ lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
     return FALSE;
   enc->cond_chunks++;
   return TRUE;
+}
+
+/* condition_chunk() with the cancellable on; after a cancel, the state as
+ * before the call, or the replay due. */
+static gboolean
+condition_call (LingbotVaeEncoder * enc, const LbTensor * image,
+    LbTensor * y, GError ** error)
+{
+  const int n_segments = enc->n_segments, n_encoded = enc->n_encoded;
+  const int constant_from = enc->constant_from;
+  GError *local = NULL;
+  enc->cancel_on = TRUE;
+  enc->stepped = FALSE;
+  const gboolean ok = condition_chunk (enc, image, y, &local);
+  enc->cancel_on = FALSE;
+  if (!ok && g_error_matches (local, LB_ERROR, LB_ERROR_CANCELLED)) {
+    if (enc->stepped && enc->replay_to < 0)
+      enc->replay_to = enc->cond_chunks;
+    else if (!enc->stepped) {
+      /* stopped before any layer ran: only counters moved */
+      enc->n_segments = n_segments;
+      enc->n_encoded = n_encoded;
+      enc->constant_from = constant_from;
+    }
+  }
+  if (local != NULL)
+    g_propagate_error (error, local);
+  return ok;
+}
+
+/**
+ * lingbot_vae_encoder_encode_condition:
+ * @enc: a session
+ * @image: (nullable): host f32 [3, H, W] in [-1, 1] (preprocessed as in
+ *   model spec 6.2); required for the first chunk after a reset and for
+ *   the call after a cancelled one, ignored otherwise
+ * @y: host f32 [20, C, H/8, W/8] (or with a leading 1): receives the DiT
+ *   condition of the next chunk of C latent frames
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT (no image on chunk 0,
+ *   a device tensor), %LB_ERROR_CANCELLED (the session's cancellable,
+ *   lingbot_vae_encoder_set_cancellable(): checked before every layer)
+ *
+ * Builds y = cat(mask[4], latent[16]) for one chunk exactly as LingBot's
+ * encode stage (spec A.6, model spec 1.2 and 6.3): chunk 0 encodes
+ * [image, 4(C-1) zero frames], later chunks 4C zero frames, continuing the
+ * causal caches; the mask is 1 on all 4 channels of latent frame 0 of
+ * chunk 0 and 0 elsewhere.  Once the encoder state is a fixed point, zero
+ * segments are served from the stored constant (see the file comment).
+ * On a device the image is uploaded, every latent frame downloaded into
+ * @y, the mask written on the host, and the stream synchronised once.
+ * After a call cancelled mid-way, the next call replays the chunks before
+ * it first (lingbot_vae_encoder_set_cancellable()), so its @y is the
+ * uncancelled session's.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
+    const LbTensor * image, LbTensor * y, GError ** error)
+{
+  if (enc->replay_to >= 0) {
+    /* a cancelled call moved the caches: the chunks before it again from
+     * the reset (into @y, which this call overwrites), bit for bit */
+    const int chunks = enc->replay_to;
+    if (image == NULL) {
+      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+          "VAE condition: a cancelled encode is replayed from the image; "
+          "pass it");
+      return FALSE;
+    }
+    lingbot_vae_encoder_reset (enc);
+    enc->replay_to = chunks;
+    for (int c = 0; c < chunks; c++)
+      if (!condition_call (enc, image, y, error))
+        return FALSE;
+    enc->replay_to = -1;
+  }
+  return condition_call (enc, image, y, error);
 }
 
 /**

@@ -674,6 +674,15 @@ down_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
   return TRUE;
 }
 
+/* Before step @i of @n of a forward (not while planning): the context's
+ * step function, which may stop the walk. */
+static inline gboolean
+step (VaeCtx * ctx, int i, int n, GError ** error)
+{
+  return ctx->plan || ctx->step_func == NULL
+      || ctx->step_func (ctx->step_data, i, n, error);
+}
+
 /**
  * vae_net_forward:
  * @ctx: the rank's context
@@ -684,13 +693,16 @@ down_block (VaeCtx * ctx, const VaeLayer * l, int li, VaeShape * s, int *slot,
  *   result, which is in ctx->bx
  *
  * conv_in -> layers -> head (RMS, SiLU, conv), caches updated in execution
- * order (the slot counter restarts at every call, spec A.5).
+ * order (the slot counter restarts at every call, spec A.5).  Before each
+ * of these n_layers + 2 steps, ctx->step_func when set: its FALSE stops
+ * the walk (the caches of the steps run are then updated, the others not).
  */
 gboolean
 vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
     VaeShape * s, GError ** error)
 {
   int slot = 0;
+  const int n_steps = net->n_layers + 2;
   LbTensor x, xin;
   VaeShape so = { net->conv_in.cout, s->t, s->h, s->w };
   if (ctx->plan)                /* only the shape is read when planning */
@@ -699,13 +711,16 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
   else
     lb_tensor_view (&xin, x_in);
   view_x (ctx, &x, ctx->bx, &so);
-  if (!pad_conv_cached (ctx, &xin, NULL, &net->conv_in, slot++, &x, error))
+  if (!step (ctx, 0, n_steps, error)
+      || !pad_conv_cached (ctx, &xin, NULL, &net->conv_in, slot++, &x, error))
     return FALSE;
   *s = so;
 
   for (int i = 0; i < net->n_layers; i++) {
     const VaeLayer *l = &net->layers[i];
     gboolean ok = TRUE;
+    if (!step (ctx, 1 + i, n_steps, error))
+      return FALSE;
     switch (l->kind) {
       case VAE_LAYER_RES:
         ok = res_block (ctx, l, s, &slot, error);
@@ -730,7 +745,8 @@ vae_net_forward (VaeCtx * ctx, const VaeNet * net, const LbTensor * x_in,
   LbTensor y;
   view_x (ctx, &x, ctx->bx, s);
   view_x (ctx, &y, ctx->by, &so);
-  if (!pad_conv_cached (ctx, &x, &net->head_gamma, &net->head, slot++, &y,
+  if (!step (ctx, n_steps - 1, n_steps, error)
+      || !pad_conv_cached (ctx, &x, &net->head_gamma, &net->head, slot++, &y,
           error))
     return FALSE;
   swap_xy (ctx);

@@ -168,6 +168,13 @@ typedef struct
   gboolean track_changes;
   gboolean changed;
 
+  /* called before each layer of vae_net_forward() (conv_in, the trunk's
+   * layers, the head: net->n_layers + 2 steps) when set; FALSE with
+   * @error stops the walk there (the encoder's cancel) */
+    gboolean (*step_func) (gpointer data, int step, int n_steps,
+      GError ** error);
+  gpointer step_data;
+
   /* bf16 channels-last conv inputs (decoder, on a backend whose
    * convolutions take them as they are: vae_ctx_choose_conv_inputs()):
    * the halo-padded input of every cached conv fed by a norm or conv_in

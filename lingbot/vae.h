@@ -27,6 +27,7 @@
 #pragma once
 
 #include <glib.h>
+#include <gio/gio.h>
 #include "kernels/backend.h"
 #include "lingbot/checkpoint.h"
 #include "comm/worker-group.h"
@@ -118,6 +119,26 @@ gboolean lingbot_vae_encoder_encode_condition (LingbotVaeEncoder * enc,
     const LbTensor * image, LbTensor * y, GError ** error);
 void lingbot_vae_encoder_set_reuse_constant (LingbotVaeEncoder * enc,
     gboolean reuse);
+
+/**
+ * LingbotVaeLayerFunc:
+ * @enc: the encoder
+ * @segment: the latent frame of the call being encoded, from 0
+ * @layer: the layer about to run, 0..@n_layers-1 (conv_in, the trunk's
+ *   blocks, the head)
+ * @n_layers: layers per latent frame
+ * @user_data: what was given to lingbot_vae_encoder_set_layer_func()
+ *
+ * Called on the encoding thread before each layer of a latent frame the
+ * encoder computes (not for frames served from the stored constant).
+ */
+typedef void (*LingbotVaeLayerFunc) (LingbotVaeEncoder * enc, int segment,
+    int layer, int n_layers, gpointer user_data);
+
+void lingbot_vae_encoder_set_cancellable (LingbotVaeEncoder * enc,
+    GCancellable * cancellable);
+void lingbot_vae_encoder_set_layer_func (LingbotVaeEncoder * enc,
+    LingbotVaeLayerFunc func, gpointer user_data);
 int lingbot_vae_encoder_get_constant_from (LingbotVaeEncoder * enc);
 int lingbot_vae_encoder_get_n_encoded_segments (LingbotVaeEncoder * enc);
 gboolean lingbot_vae_encode_image (LingbotVae * vae, LbStream * stream,

@@ -203,6 +203,27 @@ lingbot_world_check_devices (const char *devices, int *n_ranks, GError ** error)
 static LingbotWorld *world_new (const LingbotWorldOptions * options,
     LbBackend * backend, int n_ranks, GError ** error);
 
+/* LINGBOT_RANK_TIMEOUT_MS: the rank-side timeout of a world whose options
+ * leave it 0 (docs/elements.md "Environment"); *@timeout_ms stays 0 (the
+ * default) when unset or empty. */
+static gboolean
+world_env_timeout (guint * timeout_ms, GError ** error)
+{
+  const char *env = g_getenv ("LINGBOT_RANK_TIMEOUT_MS");
+  if (env == NULL || *env == '\0')
+    return TRUE;
+  char *end = NULL;
+  const gint64 v = g_ascii_strtoll (env, &end, 10);
+  if (end == env || *end != '\0' || v < 1 || v > G_MAXINT) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "LINGBOT_RANK_TIMEOUT_MS: '%s' is not a positive number of "
+        "milliseconds", env);
+    return FALSE;
+  }
+  *timeout_ms = (guint) v;
+  return TRUE;
+}
+
 /* The DiT's widths that the other parts fix: its patch embedding takes the
  * VAE's latents and condition (spec 1.2), its camera patch embedding the
  * control tensor (spec 2.7), its head gives the VAE's latents.  The DiT
@@ -339,7 +360,10 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
           &w->n_ranks, &w->ordinals, error)) {
     goto fail;
   }
-  LbWorkerGroupOptions go = { options->timeout_ms, NULL, "world" };
+  guint timeout_ms = options->timeout_ms;
+  if (timeout_ms == 0 && !world_env_timeout (&timeout_ms, error))
+    goto fail;
+  LbWorkerGroupOptions go = { timeout_ms, NULL, "world" };
   w->group = lb_worker_group_new (w->backend, w->n_ranks, w->ordinals, &go,
       error);
   if (w->group == NULL)
@@ -392,13 +416,42 @@ world_clear (gpointer p)
  * @world: (transfer full) (nullable): a world
  *
  * Drops a reference; the last one shuts the worker group down and frees
- * the model.
+ * the model.  A world whose worker group broke (a rank stopped answering:
+ * lingbot_world_is_broken()) is never freed: the reference is dropped
+ * without freeing anything, since the abandoned rank thread may still use
+ * the weights, its state and the group.
  */
 void
 lingbot_world_unref (LingbotWorld * world)
 {
-  if (world != NULL)
-    g_atomic_rc_box_release_full (world, world_clear);
+  if (world == NULL)
+    return;
+  if (world->group != NULL && lb_worker_group_is_broken (world->group))
+    return;                     /* leaked on purpose */
+  g_atomic_rc_box_release_full (world, world_clear);
+}
+
+/**
+ * lingbot_world_is_broken:
+ * @world: a world
+ *
+ * A rank of the world stopped answering: a rank waited the world's
+ * rank-side timeout (LingbotWorldOptions.timeout_ms,
+ * `LINGBOT_RANK_TIMEOUT_MS`) for it in a collective, or a stop bounded the
+ * chunk it ran, and it was still busy one timeout later (a kernel, driver
+ * call or collective that never returns).  Its thread is abandoned: the
+ * world runs nothing again (every call fails with %LB_ERROR_RANK_FAILED),
+ * and the world and its sessions are leaked rather than freed under that
+ * thread.  Create a new world (a process restart frees what the stuck
+ * device still holds).
+ *
+ * Returns: %TRUE once the world is broken (for good).
+ */
+gboolean
+lingbot_world_is_broken (LingbotWorld * world)
+{
+  g_return_val_if_fail (world != NULL, FALSE);
+  return world->group != NULL && lb_worker_group_is_broken (world->group);
 }
 
 /**

@@ -209,6 +209,242 @@ test_cancel_and_shutdown (void)
   lb_worker_group_unref (g);
 }
 
+/* ---- a rank that stops answering ---- */
+
+/* A rank that never returns until the test opens the gate: a kernel,
+ * driver call or collective stuck for good. */
+typedef struct
+{
+  GMutex lock;
+  GCond cond;
+  gboolean open;
+  int stuck_rank;
+  gint entered;                 /* atomic: ranks inside the job */
+  gint returned;                /* atomic: the stuck rank came back */
+} Gate;
+
+static void
+gate_block (Gate * gate)
+{
+  g_mutex_lock (&gate->lock);
+  while (!gate->open)
+    g_cond_wait (&gate->cond, &gate->lock);
+  g_mutex_unlock (&gate->lock);
+  g_atomic_int_set (&gate->returned, 1);
+}
+
+static void
+gate_open (Gate * gate)
+{
+  g_mutex_lock (&gate->lock);
+  gate->open = TRUE;
+  g_cond_broadcast (&gate->cond);
+  g_mutex_unlock (&gate->lock);
+}
+
+/* the stuck rank blocks before the barrier, the others wait in it */
+static gboolean
+rank_stuck_or_barrier (LbRank * rank, gpointer data, GError ** error)
+{
+  Gate *gate = data;
+  g_atomic_int_inc (&gate->entered);
+  if (rank->rank == gate->stuck_rank) {
+    gate_block (gate);
+    return TRUE;
+  }
+  return lb_comm_barrier (rank, error);
+}
+
+static gboolean
+rank_stuck_alone (LbRank * rank, gpointer data, GError ** error)
+{
+  Gate *gate = data;
+  g_atomic_int_inc (&gate->entered);
+  if (rank->rank == gate->stuck_rank)
+    gate_block (gate);
+  return TRUE;
+}
+
+typedef struct
+{
+  LbWorkerGroup *group;
+  LbWorkerJob job;
+  GError *error;
+  gboolean ok;
+  gboolean shutdown;            /* lb_worker_group_shutdown() instead */
+  gint done;                    /* atomic */
+} BoundedWait;
+
+static gpointer
+bounded_wait_thread (gpointer data)
+{
+  BoundedWait *w = data;
+  if (w->shutdown)
+    lb_worker_group_shutdown (w->group);
+  else
+    w->ok = lb_worker_group_wait (w->group, &w->job, &w->error);
+  g_atomic_int_set (&w->done, 1);
+  return NULL;
+}
+
+/* Waits for @w->job (or shuts the group down) on a thread of its own;
+ * fails the test (instead of hanging it) when that has not returned after
+ * @bound_ms. */
+static void
+wait_bounded (BoundedWait * w, guint bound_ms, const char *what)
+{
+  GThread *t = g_thread_new ("bounded-wait", bounded_wait_thread, w);
+  const gint64 end = g_get_monotonic_time () + bound_ms * 1000;
+  while (!g_atomic_int_get (&w->done)) {
+    if (g_get_monotonic_time () > end)
+      g_error ("%s: still waiting after %u ms (hangs)", what, bound_ms);
+    g_usleep (5000);
+  }
+  g_thread_join (t);
+}
+
+/* Rank 1 never returns while rank 0 waits for it in a barrier: rank 0
+ * times out (T), the group gives rank 1 another T and abandons it; the
+ * wait returns at about 2 T with a timeout naming the stuck rank and the
+ * operation, the group is broken for good, and rank 1 coming back later
+ * touches nothing of the job it was abandoned in. */
+static void
+test_stuck_rank (void)
+{
+  LbWorkerGroup *g = test_group_new (2, NULL, 300, "stuck");
+  Gate gate = {.stuck_rank = 1 };
+  BoundedWait w = {.group = g };
+  GError *err = NULL;
+
+  g_mutex_init (&gate.lock);
+  g_cond_init (&gate.cond);
+  const gint64 t0 = g_get_monotonic_time ();
+  g_assert_true (lb_worker_group_submit (g, &w.job, -1,
+          rank_stuck_or_barrier, &gate, &err));
+  wait_bounded (&w, 5000, "a group op with a stuck rank");
+  const gint64 dt = g_get_monotonic_time () - t0;
+  g_assert_false (w.ok);
+  g_assert_error (w.error, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (w.error->message, ==, "worker group stuck: rank 1 "
+      "stopped answering (still busy 300 ms after the group aborted; the "
+      "group is broken and its threads abandoned): rank 0: barrier: no "
+      "progress within 300 ms (worker group stuck), waiting for rank 1");
+  g_clear_error (&w.error);
+  /* the barrier's timeout, then the grace: 2 T, well before the guard */
+  g_assert_cmpint (dt, >=, 2 * 300 * 1000);
+  g_assert_cmpint (dt, <, 2 * 300 * 1000 + 1500 * 1000);
+  g_assert_true (lb_worker_group_is_broken (g));
+  g_assert_cmpint (w.job.pending, ==, 0);
+
+  /* broken for good: nothing runs on it any more */
+  g_assert_false (lb_worker_group_run (g, rank_collect_ok, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_RANK_FAILED);
+  g_assert_cmpstr (err->message, ==, "worker group stuck is broken: a rank "
+      "stopped answering and was abandoned; it runs no more jobs");
+  g_clear_error (&err);
+
+  /* the stuck call returns at last: the thread leaves without touching
+   * the job record, whose waiter is long gone */
+  w.job.pending = 4242;
+  gate_open (&gate);
+  while (!g_atomic_int_get (&gate.returned))
+    g_usleep (1000);
+  g_usleep (100 * 1000);
+  g_assert_cmpint (w.job.pending, ==, 4242);
+  g_assert_null (w.job.error);
+
+  /* the last reference joins the healthy rank and returns (the group is
+   * leaked, not freed under the abandoned thread) */
+  const gint64 t1 = g_get_monotonic_time ();
+  lb_worker_group_unref (g);
+  g_assert_cmpint (g_get_monotonic_time () - t1, <, 1000 * 1000);
+}
+
+/* A rank stuck in a job nobody waits on in a collective: nothing times
+ * out by itself.  Dropping the last reference (a shutdown) still returns
+ * within the group's timeout: the rank is abandoned, the group broken. */
+static void
+test_stuck_shutdown (void)
+{
+  LbWorkerGroup *g = test_group_new (2, NULL, 300, "stuck-sd");
+  static Gate gate = {.stuck_rank = 0 };
+  LbWorkerJob job = LB_WORKER_JOB_INIT;
+  GError *err = NULL;
+
+  g_assert_true (lb_worker_group_submit (g, &job, -1, rank_stuck_alone,
+          &gate, &err));
+  while (g_atomic_int_get (&gate.entered) < 2)
+    g_usleep (1000);
+  BoundedWait sd = {.group = g,.shutdown = TRUE };
+  const gint64 t0 = g_get_monotonic_time ();
+  wait_bounded (&sd, 5000, "a shutdown with a stuck rank");
+  const gint64 dt = g_get_monotonic_time () - t0;
+  g_assert_cmpint (dt, >=, 300 * 1000);
+  g_assert_cmpint (dt, <, 300 * 1000 + 1500 * 1000);
+  g_assert_true (lb_worker_group_is_broken (g));
+  /* the job completed with the abandonment (rank 1 came back cancelled) */
+  g_assert_false (lb_worker_group_wait (g, &job, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_true (g_str_has_prefix (err->message, "worker group stuck-sd: "
+          "rank 0 stopped answering (still busy 300 ms after the group "
+          "aborted; the group is broken and its threads abandoned)"));
+  g_clear_error (&err);
+  lb_worker_group_unref (g);
+  /* rank 0 stays blocked for the rest of the process: abandoned */
+}
+
+/* lb_worker_group_cancel_after(): a job that polls the abort flag ends
+ * with the cancel at the deadline and the group recovers; a rank that
+ * never returns is abandoned one group timeout after the deadline (a stop
+ * that must return whatever the ranks do). */
+static void
+test_cancel_after (void)
+{
+  LbWorkerGroup *g = test_group_new (3, NULL, 300, "cafter");
+  gint entered = 0;
+  GError *err = NULL;
+  LbWorkerJob job = LB_WORKER_JOB_INIT;
+
+  /* nothing running: a no-op */
+  lb_worker_group_cancel_after (g, 1);
+  g_usleep (20 * 1000);
+  g_assert_true (lb_worker_group_run (g, rank_collect_ok, NULL, &err));
+  g_assert_no_error (err);
+
+  g_assert_true (lb_worker_group_submit (g, &job, -1, rank_block_in_barrier,
+          &entered, &err));
+  gint64 t0 = g_get_monotonic_time ();
+  lb_worker_group_cancel_after (g, 100);
+  g_assert_false (lb_worker_group_wait (g, &job, &err));
+  gint64 dt = g_get_monotonic_time () - t0;
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_clear_error (&err);
+  g_assert_cmpint (dt, >=, 100 * 1000);
+  g_assert_cmpint (dt, <, 1000 * 1000);
+  g_assert_false (lb_worker_group_is_broken (g));
+  g_assert_true (lb_worker_group_run (g, rank_collect_ok, NULL, &err));
+  g_assert_no_error (err);
+
+  static Gate gate = {.stuck_rank = 2 };
+  BoundedWait w = {.group = g };
+  g_assert_true (lb_worker_group_submit (g, &w.job, -1, rank_stuck_alone,
+          &gate, &err));
+  t0 = g_get_monotonic_time ();
+  lb_worker_group_cancel_after (g, 100);
+  wait_bounded (&w, 5000, "a cancel_after with a stuck rank");
+  dt = g_get_monotonic_time () - t0;
+  g_assert_false (w.ok);
+  g_assert_error (w.error, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (w.error->message, ==, "worker group cafter: rank 2 "
+      "stopped answering (still busy 300 ms after the group aborted; the "
+      "group is broken and its threads abandoned)");
+  g_clear_error (&w.error);
+  g_assert_cmpint (dt, >=, (100 + 300) * 1000);
+  g_assert_cmpint (dt, <, (100 + 300 + 1500) * 1000);
+  g_assert_true (lb_worker_group_is_broken (g));
+  lb_worker_group_unref (g);
+}
+
 static void
 test_bad_args (void)
 {
@@ -232,5 +468,8 @@ main (int argc, char **argv)
   g_test_add_func ("/comm/worker-group/cancel-and-shutdown",
       test_cancel_and_shutdown);
   g_test_add_func ("/comm/worker-group/bad-args", test_bad_args);
+  g_test_add_func ("/comm/worker-group/stuck-rank", test_stuck_rank);
+  g_test_add_func ("/comm/worker-group/stuck-shutdown", test_stuck_shutdown);
+  g_test_add_func ("/comm/worker-group/cancel-after", test_cancel_after);
   return g_test_run ();
 }

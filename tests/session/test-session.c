@@ -13,6 +13,7 @@
 #include "kernels/error.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/noise.h"
+#include "lingbot/session-private.h"    /* the condition encoder's hook */
 #include "lingbot/text-encoder-random.h"
 #include "lingbot/tokenizer.h"
 
@@ -673,6 +674,118 @@ test_cancel (gconstpointer data)
   lingbot_world_unref (ref.world);
 }
 
+/* Cancels the condition encode before layer @layer (negative: from the
+ * end) of latent frame @segment of the chunk being encoded. */
+typedef struct
+{
+  GCancellable *cancellable;
+  int segment, layer;
+  int n_layers;                 /* seen */
+} EncodeCancel;
+
+static void
+cancel_in_encode (LingbotVaeEncoder * enc, int segment, int layer,
+    int n_layers, gpointer data)
+{
+  EncodeCancel *ec = data;
+  ec->n_layers = n_layers;
+  if (segment == ec->segment
+      && layer == (ec->layer < 0 ? n_layers + ec->layer : ec->layer))
+    g_cancellable_cancel (ec->cancellable);
+}
+
+/* Chunk @c cancelled in its condition encode, before layer @layer of
+ * latent frame @segment: the generate fails with the exact error before
+ * any DiT pass, the chunk index and the latents stay; after
+ * g_cancellable_reset() chunks c, c + 1, c + 2 and their frames are
+ * byte-identical to the uncancelled session's (the encoder replays its
+ * caches). */
+static void
+check_cancel_encode (CancelRef * ref, int c, int segment, int layer)
+{
+  g_autoptr (GError) err = NULL;
+  const gsize lat_bytes = 16 * 4 * 8 * 8 * sizeof (float);
+  const gsize frame_bytes = 3 * 16 * 64 * 64 * sizeof (float);
+  g_autoptr (GCancellable) cancellable = g_cancellable_new ();
+  PassLog log = { ref->rank0, 0, 0, 0, -1, cancellable };
+  EncodeCancel ec = { cancellable, segment, layer, 0 };
+  LingbotSession *s = cancel_session (ref->world);
+  lingbot_session_set_cancellable (s, cancellable);
+  lingbot_session_set_pass_func (s, on_pass, &log, NULL);
+  g_autoptr (GByteArray) lat = g_byte_array_new ();
+  g_autoptr (GByteArray) frames = g_byte_array_new ();
+  for (int i = 0; i < c; i++)
+    make_chunk (s, &log, lat, frames);
+
+  lingbot_vae_encoder_set_layer_func (s->enc, cancel_in_encode, &ec);
+  log.chunk = (guint64) c;
+  log.calls = 0;
+  g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
+  lingbot_vae_encoder_set_layer_func (s->enc, NULL, NULL);
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_assert_cmpint (ec.n_layers, >, 2);
+  g_autofree char *want = g_strdup_printf ("chunk %d cancelled after 0 of "
+      "%d DiT passes, in its condition encode: VAE condition encode "
+      "cancelled before layer %d of %d of latent frame %d of 4", c, N_PASSES,
+      (layer < 0 ? ec.n_layers + layer : layer) + 1, ec.n_layers,
+      segment + 1);
+  g_assert_cmpstr (err->message, ==, want);
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 0);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
+  if (c > 0) {
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * lat_bytes,
+            lat_bytes) == 0);
+  }
+
+  g_cancellable_reset (cancellable);
+  for (int i = c; i < c + 3; i++)
+    make_chunk (s, &log, lat, frames);
+  g_assert_cmpint (log.bad, ==, 0);
+  g_assert_cmpuint (lat->len, ==, (guint) ((c + 3) * lat_bytes));
+  g_assert_true (memcmp (lat->data, ref->lat->data, lat->len) == 0);
+  g_assert_cmpuint (frames->len, ==, (guint) ((c + 3) * frame_bytes));
+  g_assert_true (memcmp (frames->data, ref->frames->data, frames->len) == 0);
+  lingbot_session_free (s);
+}
+
+/* A stop within the condition encode (docs/elements.md: a stop waits for
+ * one DiT pass or one encoder layer), on 1 and 2 ranks: chunk 0 (the
+ * image) and chunk 1 (zero frames), before the first, a middle and the
+ * last layer of some latent frames. */
+static void
+test_cancel_encode (gconstpointer data)
+{
+  const int n_ranks = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = model_dir;
+  wo.devices = n_ranks == 1 ? "cpu:1" : "cpu:2";
+  wo.timeout_ms = 10000;
+  CancelRef ref = { lingbot_world_new (&wo, &err), g_byte_array_new (),
+    g_byte_array_new (), NULL
+  };
+  g_assert_no_error (err);
+  g_assert_true (lb_worker_group_run_on (lingbot_world_get_group (ref.world),
+          0, record_thread, &ref.rank0, &err));
+  LingbotSession *s = cancel_session (ref.world);
+  for (int c = 0; c < 4; c++)
+    make_chunk (s, NULL, ref.lat, ref.frames);
+  lingbot_session_free (s);
+
+  check_cancel_encode (&ref, 0, 0, 0);
+  check_cancel_encode (&ref, 0, 0, 5);
+  check_cancel_encode (&ref, 0, 3, -1);
+  check_cancel_encode (&ref, 1, 0, 0);
+  check_cancel_encode (&ref, 1, 2, 7);
+  check_cancel_encode (&ref, 1, 3, -1);
+
+  g_byte_array_unref (ref.lat);
+  g_byte_array_unref (ref.frames);
+  lingbot_world_unref (ref.world);
+}
+
 static void
 count_notify (gpointer data)
 {
@@ -1293,6 +1406,10 @@ main (int argc, char **argv)
   g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
   g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1), test_cancel);
   g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2), test_cancel);
+  g_test_add_data_func ("/session/cancel-encode/1", GINT_TO_POINTER (1),
+      test_cancel_encode);
+  g_test_add_data_func ("/session/cancel-encode/2", GINT_TO_POINTER (2),
+      test_cancel_encode);
   for (int n = 1; n <= 2; n++) {
     g_autofree char *path = g_strdup_printf ("/session/overlap/%d", n);
     g_test_add_data_func (path, GINT_TO_POINTER (n), test_overlap);

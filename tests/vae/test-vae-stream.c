@@ -154,6 +154,113 @@ test_condition_constant (void)
   g_assert_cmpint (lingbot_vae_encoder_get_constant_from (fast), ==, -1);
 }
 
+/* Cancels the condition call when it reaches layer @layer of latent frame
+ * @segment (the layer function runs before the layer, on the encoding
+ * thread). */
+typedef struct
+{
+  GCancellable *cancellable;
+  int segment, layer;
+  int n_layers;                 /* seen */
+} CancelAt;
+
+static void
+cancel_at_layer (LingbotVaeEncoder * enc, int segment, int layer,
+    int n_layers, gpointer data)
+{
+  CancelAt *at = data;
+  at->n_layers = n_layers;
+  if (segment == at->segment && layer == at->layer)
+    g_cancellable_cancel (at->cancellable);
+}
+
+/* The condition encode stopped before every layer of every latent frame
+ * of chunk 0 (the image's chunk), and before the first two, a middle and
+ * the last layer of every latent frame of chunk 2 (zero frames, before the
+ * fixed point): the exact error; retried after g_cancellable_reset(), that
+ * chunk and the next are byte-identical to an uncancelled encoder's (a
+ * stop before the first layer leaves the encoder as it was; later ones
+ * replay the chunks before from the image), with as many segments
+ * encoded. */
+static void
+test_condition_cancel (void)
+{
+  g_autoptr (GError) err = NULL;
+  const int H = 16, W = 16, n_ref = 4;
+  const LbTensor *image = vae_test_get (ck, "input.image_tensor");
+  LbTensor img;
+  lb_tensor_view_narrow (&img, image, 1, 8, H);
+  lb_tensor_view_narrow (&img, &img, 2, 16, W);
+  int64_t yshape[4] = { 20, 4, H / 8, W / 8 };
+  const gsize ybytes = 20 * 4 * (H / 8) * (W / 8) * sizeof (float);
+  g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, yshape);
+  g_autofree guint8 *want = g_malloc (n_ref * ybytes);
+  int want_encoded[4];
+  {
+    g_autoptr (LingbotVaeEncoder) ref
+        = lingbot_vae_encoder_new (vae, stream, H, W, &err);
+    g_assert_no_error (err);
+    for (int k = 0; k < n_ref; k++) {
+      g_assert_true (lingbot_vae_encoder_encode_condition (ref, &img, y, &err));
+      g_assert_no_error (err);
+      memcpy (want + k * ybytes, y->data, ybytes);
+      want_encoded[k] = lingbot_vae_encoder_get_n_encoded_segments (ref);
+    }
+  }
+  int n_layers = 0, n_checked = 0;
+  for (int k = 0; k <= 2; k += 2)
+    for (int seg = 0; seg < 4; seg++)
+      for (int layer = 0; n_layers == 0 || layer < n_layers; layer++) {
+        if (k > 0 && layer > 1 && layer != n_layers / 2
+            && layer != n_layers - 1)
+          continue;
+        g_autoptr (GCancellable) c = g_cancellable_new ();
+        CancelAt at = { c, seg, layer, 0 };
+        g_autoptr (LingbotVaeEncoder) enc
+            = lingbot_vae_encoder_new (vae, stream, H, W, &err);
+        g_assert_no_error (err);
+        lingbot_vae_encoder_set_cancellable (enc, c);
+        for (int i = 0; i < k; i++)
+          g_assert_true (lingbot_vae_encoder_encode_condition (enc, &img, y,
+                  &err));
+        lingbot_vae_encoder_set_layer_func (enc, cancel_at_layer, &at);
+        const int before = lingbot_vae_encoder_get_n_encoded_segments (enc);
+        g_assert_false (lingbot_vae_encoder_encode_condition (enc, &img, y,
+                &err));
+        n_layers = at.n_layers;
+        g_assert_cmpint (n_layers, >, 2);
+        g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+        g_autofree char *msg = g_strdup_printf ("VAE condition encode "
+            "cancelled before layer %d of %d of latent frame %d of 4",
+            layer + 1, n_layers, seg + 1);
+        g_assert_cmpstr (err->message, ==, msg);
+        g_clear_error (&err);
+        /* cancelled at once by its first layer: nothing moved */
+        if (seg == 0 && layer == 0)
+          g_assert_cmpint (lingbot_vae_encoder_get_n_encoded_segments (enc),
+              ==, before);
+        /* still cancelled: fails again, at its first layer */
+        lingbot_vae_encoder_set_layer_func (enc, NULL, NULL);
+        g_assert_false (lingbot_vae_encoder_encode_condition (enc, &img, y,
+                &err));
+        g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+        g_clear_error (&err);
+        g_cancellable_reset (c);
+        for (int i = k; i < k + 2; i++) {
+          g_assert_true (lingbot_vae_encoder_encode_condition (enc, &img, y,
+                  &err));
+          g_assert_no_error (err);
+          g_assert_cmpint (memcmp (y->data, want + i * ybytes, ybytes), ==, 0);
+          g_assert_cmpint (lingbot_vae_encoder_get_n_encoded_segments (enc),
+              ==, want_encoded[i]);
+        }
+        n_checked++;
+      }
+  g_print ("condition encode cancelled at %d layer boundaries (%d layers "
+      "per latent frame), every retry bit-identical\n", n_checked, n_layers);
+  g_assert_cmpint (n_checked, ==, 4 * n_layers + 4 * 4);
+}
+
 /* Streaming encode of [image, 12 zeros] equals condition chunk 0. */
 static void
 test_encode_matches_condition (void)
@@ -197,6 +304,7 @@ main (int argc, char **argv)
   g_test_add_func ("/vae/stream/decode-chunking", test_decode_chunking);
   g_test_add_func ("/vae/stream/decode-reset", test_decode_reset);
   g_test_add_func ("/vae/stream/condition-constant", test_condition_constant);
+  g_test_add_func ("/vae/stream/condition-cancel", test_condition_cancel);
   g_test_add_func ("/vae/stream/encode-matches-condition",
       test_encode_matches_condition);
   int ret = g_test_run ();
