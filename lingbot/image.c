@@ -254,7 +254,9 @@ check_rgb (const LbTensor * rgb, GError ** error)
  * Spec 6.2 step 1: `((x / 255) - 0.5) / 0.5` in float32, channel-first.
  *
  * Returns: (transfer full): float32 [3, H, W] in [-1, 1], or %NULL with
- *   %LB_ERROR_SHAPE.
+ *   %LB_ERROR_SHAPE, or %LB_ERROR_DEVICE when its memory cannot be had
+ *   ("image: normalised f32 [3, H, W]: cannot allocate N bytes of host
+ *   memory").
  */
 LbTensor *
 lingbot_image_normalize (const LbTensor * rgb, GError ** error)
@@ -271,7 +273,13 @@ lingbot_image_normalize (const LbTensor * rgb, GError ** error)
   shape[0] = 3;
   shape[1] = h;
   shape[2] = w;
-  out = lb_tensor_new (LB_DTYPE_F32, 3, shape);
+  /* sized by the image: an error, not an abort */
+  out = lb_tensor_try_new (LB_DTYPE_F32, 3, shape, error);
+  if (out == NULL) {
+    g_prefix_error (error, "image: normalised f32 [3, %" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT "]: ", h, w);
+    return NULL;
+  }
   for (int v = 0; v < 256; v++) {
     float x = (float) v / 255.0f;
     lut[v] = (x - 0.5f) / 0.5f;
@@ -299,7 +307,8 @@ lingbot_image_normalize (const LbTensor * rgb, GError ** error)
  * CPU backend's resize_bicubic op.
  *
  * Returns: (transfer full): float32 [3, @height, @width], or %NULL with
- *   @error set.
+ *   @error set (%LB_ERROR_DEVICE when the normalised image or the output
+ *   cannot be allocated: the message names the tensor and its bytes).
  */
 LbTensor *
 lingbot_image_preprocess (const LbTensor * rgb, int width, int height,
@@ -325,10 +334,17 @@ lingbot_image_preprocess (const LbTensor * rgb, int width, int height,
         "image: the CPU backend has no resize_bicubic op");
     return NULL;
   }
-  s = cpu->stream_new (cpu, 0, error);
-  if (s == NULL)
+  /* sized by the session: an error, not an abort */
+  out = lb_tensor_try_new (LB_DTYPE_F32, 3, shape, error);
+  if (out == NULL) {
+    g_prefix_error (error, "image: resized f32 [3, %d, %d]: ", height, width);
     return NULL;
-  out = lb_tensor_new (LB_DTYPE_F32, 3, shape);
+  }
+  s = cpu->stream_new (cpu, 0, error);
+  if (s == NULL) {
+    lb_tensor_free (out);
+    return NULL;
+  }
   ok = lb_ops (s)->resize_bicubic (s, norm, out, error);
   cpu->stream_free (s);
   if (!ok) {

@@ -126,7 +126,12 @@ load_image_rgb (const LingbotSessionOptions * o, GError ** error)
     return NULL;
   }
   int64_t shape[3] = { o->image_height, o->image_width, 3 };
-  LbTensor *t = lb_tensor_new (LB_DTYPE_U8, 3, shape);
+  LbTensor *t = lb_tensor_try_new (LB_DTYPE_U8, 3, shape, error);
+  if (t == NULL) {
+    g_prefix_error (error, "session: image_rgb u8 [%d, %d, 3]: ",
+        o->image_height, o->image_width);
+    return NULL;
+  }
   for (int r = 0; r < o->image_height; r++)
     memcpy ((guint8 *) t->data + (gsize) r * 3 * o->image_width,
         o->image_rgb + (gsize) r * stride, 3 * (gsize) o->image_width);
@@ -203,7 +208,11 @@ prompt_job (LbRank * rank, gpointer data, GError ** error)
     return TRUE;
   }
   /* the DiT session takes a host context */
-  j->text = lb_tensor_new (LB_DTYPE_F32, ctx->ndim, ctx->shape);
+  if (!(j->text = lb_tensor_try_new (LB_DTYPE_F32, ctx->ndim, ctx->shape,
+              error))) {
+    g_prefix_error (error, "session: prompt context: ");
+    return FALSE;
+  }
   return lb_tensor_download (rank->stream, j->text, ctx, error) &&
       rank->backend->stream_synchronize (rank->stream, error);
 }
@@ -377,11 +386,50 @@ make_scheduler (const LingbotSessionOptions * o, GError ** error)
       ip, n, error);
 }
 
+/* A zeroed f32 [1, c, f, h, w] per-chunk buffer, or NULL with an error
+ * that names @what and its bytes. */
 static LbTensor *
-new5 (int64_t c, int64_t f, int64_t h, int64_t w)
+new5 (const char *what, int64_t c, int64_t f, int64_t h, int64_t w,
+    GError ** error)
 {
   int64_t shape[5] = { 1, c, f, h, w };
-  return lb_tensor_new_zeros (LB_DTYPE_F32, 5, shape);
+  LbTensor *t = lb_tensor_try_zeros (LB_DTYPE_F32, 5, shape, error);
+  if (t == NULL)
+    g_prefix_error (error, "session: %s f32 [1, %" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]: ",
+        what, c, f, h, w);
+  return t;
+}
+
+/* The per-chunk buffers, sized by the geometry alone: allocated right
+ * after the image and the control, before the costly parts (prompt
+ * encoding, DiT and VAE setup), so a session too large for the machine
+ * fails early, with the largest (the decoded frames) first. */
+static gboolean
+alloc_chunk_buffers (LingbotSession * s, const LingbotDitConfig * cfg,
+    GError ** error)
+{
+  const int C = s->chunk_frames;
+  int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
+  if (!(s->frames_buf = lb_tensor_try_zeros (LB_DTYPE_F32, 4, fshape, error))) {
+    g_prefix_error (error, "session: decoded frames f32 [3, %d, %d, %d]: ",
+        4 * C, s->height, s->width);
+    return FALSE;
+  }
+  if (!(s->y = new5 ("condition", LINGBOT_VAE_COND_CHANNELS, C, s->lat_h,
+              s->lat_w, error)))
+    return FALSE;
+  /* a device world builds the control tensor on its ranks from the
+   * chunk's poses (lingbot_dit_session_run_chunk_noise_poses()); the CPU
+   * fills it on the host, the same bytes */
+  s->ctl_on_device = s->world->backend->device_type != LB_DEVICE_CPU;
+  if (!s->ctl_on_device && !(s->ctl = new5 ("control",
+              (int64_t) lingbot_control_get_chunk_n_elements (s->control, 0,
+                  s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C,
+              s->lat_h, s->lat_w, error)))
+    return FALSE;
+  return (s->latents = new5 ("latents", cfg->out_dim, C, s->lat_h, s->lat_w,
+          error)) != NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -395,8 +443,12 @@ new5 (int64_t c, int64_t f, int64_t h, int64_t w)
  * @error: %LB_ERROR_INVALID_ARGUMENT (no image, a size that is not a
  *   multiple of 16, a prompt without a text encoder or embeddings, bad
  *   frame counts or schedule), %LB_ERROR_FORMAT (image not decodable),
- *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), and the errors of the
- *   parts (text encoder, VAE, DiT session, control, noise)
+ *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), %LB_ERROR_DEVICE when a
+ *   buffer sized by the image or the output size cannot be allocated (the
+ *   message names the buffer and its bytes: "session: decoded frames f32
+ *   [3, 16, 2048, 2048]: cannot allocate 805306368 bytes of host memory";
+ *   nothing aborts, the process and its other sessions go on), and the
+ *   errors of the parts (text encoder, VAE, DiT session, control, noise)
  *
  * Creates a generation session: computes the output size (explicit, or
  * spec 6.1 from the image size and @options->pixel_area), preprocesses the
@@ -474,6 +526,8 @@ lingbot_session_new (LingbotWorld * world,
     goto fail;
   s->n_chunks = s->frames ? chunks_for_frames (s->frames, s->chunk_frames)
       : 0;
+  if (!alloc_chunk_buffers (s, cfg, error))
+    goto fail;
 
   /* the prompt context, once */
   if (!(text = prompt_context (s, o, error)))
@@ -518,20 +572,6 @@ lingbot_session_new (LingbotWorld * world,
   if (!setup_vae (s, error))
     goto fail;
 
-  /* per-chunk buffers */
-  const int C = s->chunk_frames;
-  s->y = new5 (LINGBOT_VAE_COND_CHANNELS, C, s->lat_h, s->lat_w);
-  /* a device world builds the control tensor on its ranks from the
-   * chunk's poses (lingbot_dit_session_run_chunk_noise_poses()); the CPU
-   * fills it on the host, the same bytes */
-  s->ctl_on_device = world->backend->device_type != LB_DEVICE_CPU;
-  if (!s->ctl_on_device)
-    s->ctl = new5 ((int64_t) lingbot_control_get_chunk_n_elements
-        (s->control, 0, s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C,
-        s->lat_h, s->lat_w);
-  s->latents = new5 (cfg->out_dim, C, s->lat_h, s->lat_w);
-  int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
-  s->frames_buf = lb_tensor_new_zeros (LB_DTYPE_F32, 4, fshape);
   g_rec_mutex_unlock (&world->lock);
   return s;
 
