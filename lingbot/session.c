@@ -47,10 +47,14 @@
  *   JPEG, %LB_ERROR_UNSUPPORTED (CMYK), %LB_ERROR_INVALID_ARGUMENT for more
  *   than %LINGBOT_IMAGE_MAX_PIXELS
  *
- * Decodes @path as lingbot_session_new() will (lingbot_image_load_jpeg())
- * and gives its size: for a caller that refuses an unusable image before
- * it creates a world or a session, or needs the image's size to choose
- * the output size (spec 6.1) first.
+ * Checks @path as lingbot_session_new() will read it and gives its size
+ * (from the header): the header checks, then a decode at the DCT scale
+ * 1/8 (lingbot_image_decode_jpeg_reduced()), which reads every
+ * coefficient, so a truncated or corrupt file is refused as the session
+ * refuses it, at a sixty-fourth of the pixels (an 8192x8192 image costs 3
+ * MiB, not 192).  For a caller that refuses an unusable image before it
+ * creates a world or a session, or needs the image's size to choose the
+ * output size (spec 6.1) first.
  *
  * Returns: %TRUE when @path is an image a session can start from.
  */
@@ -58,15 +62,27 @@ gboolean
 lingbot_session_check_image (const char *path, int *width, int *height,
     GError ** error)
 {
-  LbTensor *rgb = lingbot_image_load_jpeg (path, error);
+  g_autoptr (GMappedFile) map = NULL;
+  g_autoptr (GError) ferr = NULL;
+  g_autoptr (LbTensor) rgb = NULL;
+  int w = 0, h = 0;
 
-  if (rgb == NULL)
+  map = g_mapped_file_new (path, FALSE, &ferr);
+  if (map == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s", ferr->message);
     return FALSE;
+  }
+  const guint8 *data = (const guint8 *) g_mapped_file_get_contents (map);
+  gsize length = g_mapped_file_get_length (map);
+  if (!lingbot_image_jpeg_get_size (data, length, &w, &h, error) ||
+      !(rgb = lingbot_image_decode_jpeg_reduced (data, length, 8, error))) {
+    g_prefix_error (error, "%s: ", path);
+    return FALSE;
+  }
   if (width != NULL)
-    *width = (int) rgb->shape[1];
+    *width = w;
   if (height != NULL)
-    *height = (int) rgb->shape[0];
-  lb_tensor_free (rgb);
+    *height = h;
   return TRUE;
 }
 
@@ -102,16 +118,6 @@ lingbot_session_output_size (int image_width, int image_height,
 static LbTensor *
 load_image_rgb (const LingbotSessionOptions * o, GError ** error)
 {
-  if (o->image_path) {
-    GError *err = NULL;
-    LbTensor *t = lingbot_image_load_jpeg (o->image_path, &err);
-    if (t == NULL) {
-      g_set_error (error, LB_ERROR, err->code,
-          "session: cannot use image %s: %s", o->image_path, err->message);
-      g_error_free (err);
-    }
-    return t;
-  }
   if (o->image_rgb == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "session: no reference image (set image_path or image_rgb)");
@@ -171,6 +177,40 @@ resolve_size (LingbotSession * s, const LingbotSessionOptions * o,
   s->lat_h = s->height / LINGBOT_VAE_SPATIAL_STRIDE;
   s->lat_w = s->width / LINGBOT_VAE_SPATIAL_STRIDE;
   return TRUE;
+}
+
+/* The reference JPEG @o->image_path: its size from the header
+ * (@image_w, @image_h), the output size from it (resolve_size()), then
+ * the pixels, decoded at the DCT scale lingbot_image_jpeg_scale_for()
+ * gives for that output: in full (PIL-exact) up to 4096x4096 pixels,
+ * at 1/2, 1/4 or 1/8 above when that still leaves twice the output. */
+static LbTensor *
+load_image_jpeg (LingbotSession * s, const LingbotSessionOptions * o,
+    int *image_w, int *image_h, GError ** error)
+{
+  g_autoptr (GMappedFile) map = NULL;
+  g_autoptr (GError) err = NULL;
+  LbTensor *t = NULL;
+
+  map = g_mapped_file_new (o->image_path, FALSE, &err);
+  if (map == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "session: cannot use image "
+        "%s: %s", o->image_path, err->message);
+    return NULL;
+  }
+  const guint8 *data = (const guint8 *) g_mapped_file_get_contents (map);
+  gsize length = g_mapped_file_get_length (map);
+  if (lingbot_image_jpeg_get_size (data, length, image_w, image_h, &err)) {
+    if (!resolve_size (s, o, *image_w, *image_h, error))
+      return NULL;
+    t = lingbot_image_decode_jpeg_reduced (data, length,
+        lingbot_image_jpeg_scale_for (*image_w, *image_h, s->width,
+            s->height), &err);
+  }
+  if (t == NULL)
+    g_set_error (error, LB_ERROR, err->code, "session: cannot use image "
+        "%s: %s", o->image_path, err->message);
+  return t;
 }
 
 /* The chunk count that yields at least @frames video frames (the last
@@ -513,11 +553,18 @@ lingbot_session_new (LingbotWorld * world,
   }
 
   /* image and output size */
-  if (!(rgb = load_image_rgb (o, error)))
-    goto fail;
-  int image_w = (int) rgb->shape[1], image_h = (int) rgb->shape[0];
-  if (!resolve_size (s, o, image_w, image_h, error))
-    goto fail;
+  int image_w = 0, image_h = 0;
+  if (o->image_path) {
+    if (!(rgb = load_image_jpeg (s, o, &image_w, &image_h, error)))
+      goto fail;
+  } else {
+    if (!(rgb = load_image_rgb (o, error)))
+      goto fail;
+    image_w = (int) rgb->shape[1];
+    image_h = (int) rgb->shape[0];
+    if (!resolve_size (s, o, image_w, image_h, error))
+      goto fail;
+  }
   if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height, error)))
     goto fail;
 

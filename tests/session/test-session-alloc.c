@@ -25,8 +25,10 @@
 #include "comm/channel.h"
 #include "kernels/error.h"
 #include "lingbot/dit-session.h"
+#include "lingbot/image.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
+#include "test-jpeg.h"
 
 /* the address space left to the process above what it uses */
 #define MARGIN ((guint64) 384 << 20)
@@ -143,6 +145,10 @@ assert_session_fails (const LingbotSessionOptions * o, const char *message)
 
 typedef void (*LimitedCase) (void);
 
+/* 8192x8192 JPEG (tests/common/test-jpeg.c), written in the case's child
+ * before the limit */
+static char *big_jpeg;
+
 /* 4096x4096, lingbotgen's largest size: the resized image (201 MB) fits,
  * the decoded frames of a chunk (16 frames, 3.2 GB) do not: the first of
  * the per-chunk buffers, allocated before the prompt, DiT and VAE setup
@@ -222,6 +228,57 @@ case_channel (void)
       "1073741824 bytes of host memory");
 }
 
+/* frames of chunk 0 of a 64x64 session from @o */
+static void
+first_chunk (LingbotSessionOptions * o, GByteArray * out)
+{
+  g_autoptr (GError) err = NULL;
+  int n = 0;
+  g_autoptr (LingbotSession) s = lingbot_session_new (world, o, &err);
+  g_assert_no_error (err);
+  g_assert_true (lingbot_session_generate (s, 0, NULL, &err));
+  g_assert_true (lingbot_session_decode (s, NULL, &n, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (n, ==, 13);
+  const LbTensor *f = lingbot_session_get_frames (s);
+  g_byte_array_append (out, f->data, (guint) lb_tensor_nbytes (f));
+}
+
+/* a session from an 8192x8192 JPEG at 64x64 decodes it at 1/8
+ * (lingbot_image_jpeg_scale_for()): 3 MiB of pixels, where the full
+ * decode (192 MiB) and its normalisation (768 MiB) do not fit; its frames
+ * are those of a session given the 1/8 decode's pixels */
+static void
+case_large_jpeg (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GByteArray) from_file = g_byte_array_new ();
+  g_autoptr (GByteArray) from_pixels = g_byte_array_new ();
+  LingbotSessionOptions o;
+
+  init_options (&o, 64, 64);
+  o.image_rgb = NULL;
+  o.image_path = big_jpeg;
+  first_chunk (&o, from_file);
+
+  g_autofree char *data = NULL;
+  gsize len = 0;
+  g_assert_true (g_file_get_contents (big_jpeg, &data, &len, NULL));
+  g_autoptr (LbTensor) rgb = lingbot_image_decode_jpeg_reduced ((const
+          guint8 *) data, len, 8, &err);
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_has_shape (rgb, 3, (int64_t) 1024,
+          (int64_t) 1024, (int64_t) 3));
+  init_options (&o, 64, 64);
+  o.image_rgb = rgb->data;
+  o.image_width = o.image_height = 1024;
+  o.image_stride = 3 * 1024;
+  first_chunk (&o, from_pixels);
+  g_assert_cmpuint (from_file->len, ==, from_pixels->len);
+  g_assert_true (memcmp (from_file->data, from_pixels->data,
+          from_file->len) == 0);
+}
+
 /* In a child process (g_test_trap_subprocess()): a small session, the
  * limit, @data's case, the small session again with the same bytes.  On
  * code that aborts on a failed allocation the child dies (SIGTRAP) and
@@ -242,6 +299,14 @@ test_limited (gconstpointer data)
     big_image = g_malloc ((gsize) BIG_W * BIG_H * 3);
     for (gsize i = 0; i < (gsize) BIG_W * BIG_H * 3; i++)
       big_image[i] = (guint8) (i * 7);
+  }
+
+  if (run == case_large_jpeg) {
+    gsize len = 0;
+    g_autofree guint8 *jpeg = lingbot_test_smooth_jpeg (8192, 8192, 90, &len);
+    big_jpeg = g_build_filename (tmpdir, "big.jpg", NULL);
+    g_assert_true (g_file_set_contents (big_jpeg, (const char *) jpeg,
+            (gssize) len, NULL));
   }
 
   /* every thread (ranks, OpenMP, OpenBLAS) started, its arena made */
@@ -265,6 +330,7 @@ test_limited (gconstpointer data)
   g_assert_cmpuint (after->len, ==, before->len);
   g_assert_true (memcmp (after->data, before->data, before->len) == 0);
   g_clear_pointer (&big_image, g_free);
+  g_clear_pointer (&big_jpeg, g_free);
 }
 
 int
@@ -320,6 +386,8 @@ main (int argc, char **argv)
   g_test_add_data_func ("/session-alloc/dit-noise", case_dit_noise,
       test_limited);
   g_test_add_data_func ("/session-alloc/channel", case_channel, test_limited);
+  g_test_add_data_func ("/session-alloc/large-jpeg", case_large_jpeg,
+      test_limited);
   int rc = g_test_run ();
 
   lingbot_world_unref (world);
