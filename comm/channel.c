@@ -24,6 +24,7 @@
 #include "comm/channel-transport.h"
 #include "comm/comm-private.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct
@@ -169,7 +170,15 @@ staged_prepare (LbChannel * ch, LbChannelSlotPiece * sp, GError ** error)
     sp->staging = be->host_alloc (be, MAX (sp->run * sp->n_runs, 1), error);
     return sp->staging != NULL;
   }
-  sp->staging = g_aligned_alloc (1, MAX (sp->run * sp->n_runs, 1), 64);
+  /* sized by the payload (a session's geometry): an error, not an abort */
+  sp->staging = NULL;
+  if (posix_memalign (&sp->staging, 64, MAX (sp->run * sp->n_runs, 1)) != 0) {
+    sp->staging = NULL;
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "cannot allocate %" G_GSIZE_FORMAT " bytes of host staging memory",
+        sp->run * sp->n_runs);
+    return FALSE;
+  }
   return TRUE;
 }
 
@@ -201,7 +210,7 @@ staged_release (LbChannel * ch, LbChannelSlotPiece * sp)
   if (ch->use_events)
     ch->backend->host_free (ch->backend, sp->staging);
   else
-    g_aligned_free (sp->staging);
+    free (sp->staging);
   sp->staging = NULL;
 }
 

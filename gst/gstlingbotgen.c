@@ -185,9 +185,9 @@ struct _GstLingbotGen
   GstClockTime latency;         /* NONE: estimated */
   gboolean signal_passes;
 
-  /* object lock: GstLingbotChunkTimes of the chunks generated since
-   * READY->PAUSED (the stats property), kept after the stream stops */
-  GArray *chunk_times;
+  /* object lock: the figures of the chunks generated since READY->PAUSED
+   * (the stats property), kept after the stream stops */
+  GstLingbotChunkLog *chunk_times;
   int image_location_width;     /* object lock: image-location's size, */
   int image_location_height;    /* read at NULL->READY */
 
@@ -1513,7 +1513,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   times.generate_start_us = end_us - (gint64) llround (stats.compute_seconds
       * G_USEC_PER_SEC);
   GST_OBJECT_LOCK (self);
-  g_array_append_val (self->chunk_times, times);
+  gst_lingbot_chunk_log_add (self->chunk_times, &times);
   GST_OBJECT_UNLOCK (self);
   post_chunk_message (self, &stats, &ck, pts, start);
   if (live)
@@ -2056,7 +2056,7 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       gst_lingbot_gen_reset_stream (self);
       /* the stats of the previous run were kept until now */
       GST_OBJECT_LOCK (self);
-      g_array_set_size (self->chunk_times, 0);
+      gst_lingbot_chunk_log_clear (self->chunk_times);
       GST_OBJECT_UNLOCK (self);
       break;
     }
@@ -2155,7 +2155,7 @@ gst_lingbot_gen_finalize (GObject * object)
       G_N_ELEMENTS (gen_properties));
   gst_clear_buffer (&self->poses);
   gst_clear_buffer (&self->image);
-  g_array_unref (self->chunk_times);
+  gst_lingbot_chunk_log_free (self->chunk_times);
   lingbot_control_schedule_free (self->schedule);
   g_clear_object (&self->cancellable);
   g_mutex_clear (&self->lock);
@@ -2378,5 +2378,5 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   /* chunk size and rate are the session's, set before the first chunk */
   self->schedule = lingbot_control_schedule_new (4, FALLBACK_FPS, 1, NULL);
   self->horizon = GST_CLOCK_TIME_NONE;
-  self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
+  self->chunk_times = gst_lingbot_chunk_log_new (GST_LINGBOT_CHUNK_LOG_WINDOW);
 }

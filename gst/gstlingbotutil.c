@@ -238,63 +238,225 @@ percentile (const double *sorted, guint n, double p)
   return sorted[CLAMP (rank, 1, n) - 1];
 }
 
-/* sorts @v (n values) and sets NAME-mean, -p50, -p90, -p99, -max (0 for
- * none) */
+typedef struct
+{
+  GstLingbotChunkTimes t;
+  double period;                /* seconds since the previous chunk's end */
+  gboolean has_period;          /* FALSE for the first chunk */
+} ChunkEntry;
+
+/**
+ * GstLingbotChunkLog:
+ *
+ * The figures of a stream's chunks for gst_lingbot_chunk_stats_new(),
+ * in bounded memory: totals, means, maxima and the decode-hidden
+ * fraction over every chunk, in the order and arithmetic of a list of
+ * every record; the records themselves (for the percentiles) of the last
+ * @window chunks only, in a ring.  Not locked: the elements hold their
+ * object lock.
+ */
+struct _GstLingbotChunkLog
+{
+  guint window;
+  GArray *ring;                 /* ChunkEntry; grows to @window, then wraps */
+  guint head;                   /* oldest entry once full */
+  guint64 n;                    /* chunks added since the last clear */
+  gint64 last_end_us;
+  double compute_total, compute_max, steady_seconds, decode_total;
+  double period_total, period_max;
+  guint64 frames, steady_frames, n_periods;
+  /* the decode-hidden figures of the chunks that left the ring */
+  gint64 gone_decode_us, gone_hidden_us;
+};
+
+/**
+ * gst_lingbot_chunk_log_new:
+ * @window: how many chunk records to keep (>= 2), e.g.
+ *   %GST_LINGBOT_CHUNK_LOG_WINDOW
+ *
+ * Returns: (transfer full): an empty log; gst_lingbot_chunk_log_free()
+ */
+GstLingbotChunkLog *
+gst_lingbot_chunk_log_new (guint window)
+{
+  GstLingbotChunkLog *log = g_new0 (GstLingbotChunkLog, 1);
+
+  log->window = MAX (window, 2);
+  log->ring = g_array_new (FALSE, FALSE, sizeof (ChunkEntry));
+  return log;
+}
+
+/**
+ * gst_lingbot_chunk_log_free:
+ * @log: (transfer full) (nullable): a log
+ */
+void
+gst_lingbot_chunk_log_free (GstLingbotChunkLog * log)
+{
+  if (log == NULL)
+    return;
+  g_array_unref (log->ring);
+  g_free (log);
+}
+
+/**
+ * gst_lingbot_chunk_log_clear:
+ * @log: a log
+ *
+ * Forgets every chunk (a new stream); keeps the ring's memory.
+ */
+void
+gst_lingbot_chunk_log_clear (GstLingbotChunkLog * log)
+{
+  GArray *ring = log->ring;
+  guint window = log->window;
+
+  g_array_set_size (ring, 0);
+  memset (log, 0, sizeof *log);
+  log->ring = ring;
+  log->window = window;
+}
+
+/* entry @i of the ring in chronological order (0 = oldest kept) */
+static ChunkEntry *
+ring_at (const GstLingbotChunkLog * log, guint i)
+{
+  return &g_array_index (log->ring, ChunkEntry,
+      (log->head + i) % log->ring->len);
+}
+
+/* record @i in chronological order of the kept ones followed by @extra
+ * (NULL for none) */
+static const GstLingbotChunkTimes *
+record_at (const GstLingbotChunkLog * log, const GstLingbotChunkTimes * extra,
+    guint i)
+{
+  return i < log->ring->len ? &ring_at (log, i)->t : extra;
+}
+
+/* The decode time of record @k (its decode interval) and the part of it
+ * during which the generator computed a later chunk: the overlap with the
+ * generate intervals of records @k + 1 .. @n - 1 (one generator: they are
+ * in order, so the scan stops at the first that starts after the
+ * decode). */
 static void
-set_distribution (GstStructure * s, const char *name, double *v, guint n)
+decode_hidden (const GstLingbotChunkLog * log,
+    const GstLingbotChunkTimes * extra, guint k, guint n, gint64 * decode,
+    gint64 * hidden)
+{
+  const GstLingbotChunkTimes *c = record_at (log, extra, k);
+  const gint64 ds = c->decode_start_us, de = c->end_us;
+
+  if (de <= ds)
+    return;
+  *decode += de - ds;
+  for (guint j = k + 1; j < n; j++) {
+    const GstLingbotChunkTimes *cj = record_at (log, extra, j);
+    const gint64 gs = cj->generate_start_us, ge = cj->generate_end_us;
+
+    if (ge == 0)
+      continue;                 /* not from lingbotgen's meta */
+    if (gs >= de)
+      break;
+    *hidden += MAX (0, MIN (de, ge) - MAX (ds, gs));
+  }
+}
+
+/**
+ * gst_lingbot_chunk_log_add:
+ * @log: a log
+ * @times: the next chunk's figures
+ *
+ * Adds a chunk: its figures to the totals, its record to the ring; when
+ * the ring is full the oldest record leaves it, its decode-hidden share
+ * first computed against the records after it (exact as long as a chunk
+ * generated within @window chunks starts after its decode ends).
+ */
+void
+gst_lingbot_chunk_log_add (GstLingbotChunkLog * log,
+    const GstLingbotChunkTimes * times)
+{
+  ChunkEntry e = { *times, 0.0, FALSE };
+
+  if (log->n > 0) {
+    e.period = (double) (times->end_us - log->last_end_us) / G_USEC_PER_SEC;
+    e.has_period = TRUE;
+    log->period_total += e.period;
+    log->period_max = log->n_periods ? MAX (log->period_max, e.period) :
+        e.period;
+    log->n_periods++;
+    log->steady_seconds += times->compute_seconds;
+    log->steady_frames += (guint64) MAX (times->frames, 0);
+  }
+  log->compute_total += times->compute_seconds;
+  log->compute_max = log->n ? MAX (log->compute_max, times->compute_seconds) :
+      times->compute_seconds;
+  log->decode_total += times->decode_seconds;
+  log->frames += (guint64) MAX (times->frames, 0);
+  log->last_end_us = times->end_us;
+  log->n++;
+
+  if (log->ring->len < log->window) {
+    g_array_append_val (log->ring, e);
+    return;
+  }
+  /* full: the oldest leaves, its decode share counted against the rest
+   * and the newcomer */
+  decode_hidden (log, times, 0, log->ring->len + 1, &log->gone_decode_us,
+      &log->gone_hidden_us);
+  *ring_at (log, 0) = e;
+  log->head = (log->head + 1) % log->window;
+}
+
+/**
+ * gst_lingbot_chunk_log_get_n_chunks:
+ * @log: a log
+ *
+ * Returns: the chunks added since the last clear
+ */
+guint64
+gst_lingbot_chunk_log_get_n_chunks (const GstLingbotChunkLog * log)
+{
+  return log->n;
+}
+
+/**
+ * gst_lingbot_chunk_log_get_n_kept:
+ * @log: a log
+ *
+ * Returns: the chunk records held, at most the log's window
+ */
+guint
+gst_lingbot_chunk_log_get_n_kept (const GstLingbotChunkLog * log)
+{
+  return log->ring->len;
+}
+
+/* sorts @v (n values) and sets NAME-mean (@total / @count), -p50, -p90,
+ * -p99 (of @v) and -max (@max); 0 for no values */
+static void
+set_distribution (GstStructure * s, const char *name, double *v, guint n,
+    double total, guint64 count, double max)
 {
   g_autofree char *mean = g_strdup_printf ("%s-mean", name);
   g_autofree char *p50 = g_strdup_printf ("%s-p50", name);
   g_autofree char *p90 = g_strdup_printf ("%s-p90", name);
   g_autofree char *p99 = g_strdup_printf ("%s-p99", name);
-  g_autofree char *max = g_strdup_printf ("%s-max", name);
-  double total = 0.0;
+  g_autofree char *mx = g_strdup_printf ("%s-max", name);
 
-  for (guint i = 0; i < n; i++)
-    total += v[i];
   qsort (v, n, sizeof (double), cmp_double);
   gst_structure_set (s,
-      mean, G_TYPE_DOUBLE, n ? total / n : 0.0,
+      mean, G_TYPE_DOUBLE, count ? total / count : 0.0,
       p50, G_TYPE_DOUBLE, percentile (v, n, 50),
       p90, G_TYPE_DOUBLE, percentile (v, n, 90),
       p99, G_TYPE_DOUBLE, percentile (v, n, 99),
-      max, G_TYPE_DOUBLE, n ? v[n - 1] : 0.0, NULL);
-}
-
-/* The share of the decode time of chunks 0 .. n - 2 (each but the newest,
- * which nothing generated after it can hide) during which the generator
- * was computing a later chunk: the overlap of each decode interval with
- * the generate intervals of the chunks after it (one generator: they are
- * in order). */
-static double
-decode_hidden_fraction (const GstLingbotChunkTimes * c, guint n)
-{
-  gint64 decode = 0, hidden = 0;
-
-  for (guint k = 0; k + 1 < n; k++) {
-    const gint64 ds = c[k].decode_start_us, de = c[k].end_us;
-
-    if (de <= ds)
-      continue;
-    decode += de - ds;
-    for (guint j = k + 1; j < n; j++) {
-      const gint64 gs = c[j].generate_start_us, ge = c[j].generate_end_us;
-
-      if (ge == 0)
-        continue;               /* not from lingbotgen's meta */
-      if (gs >= de)
-        break;
-      hidden += MAX (0, MIN (de, ge) - MAX (ds, gs));
-    }
-  }
-  return decode > 0 ? (double) hidden / (double) decode : 0.0;
+      mx, G_TYPE_DOUBLE, count ? max : 0.0, NULL);
 }
 
 /**
  * gst_lingbot_chunk_stats_new:
  * @name: the structure's name ("lingbot-stats", "lingbot-summary")
- * @chunks: (element-type GstLingbotChunkTimes): the chunks so far, in
- *   order
+ * @log: the chunks so far
  * @decoder: add the decode fields (lingbotvaedec)
  *
  * Builds the figures of lingbotgen's and lingbotvaedec's `stats` property
@@ -304,51 +466,52 @@ decode_hidden_fraction (const GstLingbotChunkTimes * c, guint n)
  * distribution (-mean, -p50, -p90, -p99, -max, nearest rank), the same
  * of the chunk period (period-seconds-*: the time between the ends of
  * two consecutive chunks, one value fewer than chunks); with @decoder
- * decode-seconds-total / -mean and decode-hidden-fraction.
+ * decode-seconds-total / -mean and decode-hidden-fraction.  Every figure
+ * is over all the chunks but the percentiles, which are over the last
+ * %GST_LINGBOT_CHUNK_LOG_WINDOW (the log's window).
  *
  * Returns: (transfer full): a new structure
  */
 GstStructure *
-gst_lingbot_chunk_stats_new (const char *name, const GArray * chunks,
+gst_lingbot_chunk_stats_new (const char *name, const GstLingbotChunkLog * log,
     gboolean decoder)
 {
-  const GstLingbotChunkTimes *c = (const GstLingbotChunkTimes *) (void *)
-      chunks->data;
-  const guint n = chunks->len;
-  g_autofree double *v = g_new0 (double, MAX (n, 1));
-  double total = 0.0, steady_s = 0.0, decode = 0.0;
-  guint64 frames = 0, steady_frames = 0;
+  const guint kept = log->ring->len;
+  g_autofree double *v = g_new0 (double, MAX (kept, 1));
   GstStructure *s;
+  guint np = 0;
 
-  for (guint i = 0; i < n; i++) {
-    total += c[i].compute_seconds;
-    decode += c[i].decode_seconds;
-    frames += (guint64) MAX (c[i].frames, 0);
-    if (i > 0) {
-      steady_s += c[i].compute_seconds;
-      steady_frames += (guint64) MAX (c[i].frames, 0);
-    }
-  }
   s = gst_structure_new (name,
-      "chunks", G_TYPE_UINT, n,
-      "frames", G_TYPE_UINT64, frames,
-      "steady-frames", G_TYPE_UINT64, steady_frames,
-      "steady-seconds", G_TYPE_DOUBLE, steady_s,
+      "chunks", G_TYPE_UINT, (guint) MIN (log->n, G_MAXUINT),
+      "frames", G_TYPE_UINT64, log->frames,
+      "steady-frames", G_TYPE_UINT64, log->steady_frames,
+      "steady-seconds", G_TYPE_DOUBLE, log->steady_seconds,
       "steady-fps", G_TYPE_DOUBLE,
-      steady_s > 0.0 ? (double) steady_frames / steady_s : 0.0,
-      "compute-seconds-total", G_TYPE_DOUBLE, total, NULL);
-  for (guint i = 0; i < n; i++)
-    v[i] = c[i].compute_seconds;
-  set_distribution (s, "compute-seconds", v, n);
-  for (guint i = 1; i < n; i++)
-    v[i - 1] = (double) (c[i].end_us - c[i - 1].end_us) / G_USEC_PER_SEC;
-  set_distribution (s, "period-seconds", v, n > 0 ? n - 1 : 0);
-  if (decoder)
+      log->steady_seconds > 0.0 ?
+      (double) log->steady_frames / log->steady_seconds : 0.0,
+      "compute-seconds-total", G_TYPE_DOUBLE, log->compute_total, NULL);
+  for (guint i = 0; i < kept; i++)
+    v[i] = ring_at (log, i)->t.compute_seconds;
+  set_distribution (s, "compute-seconds", v, kept, log->compute_total,
+      log->n, log->compute_max);
+  for (guint i = 0; i < kept; i++)
+    if (ring_at (log, i)->has_period)
+      v[np++] = ring_at (log, i)->period;
+  set_distribution (s, "period-seconds", v, np, log->period_total,
+      log->n_periods, log->period_max);
+  if (decoder) {
+    /* the kept chunks but the newest (nothing generated after it can
+     * hide its decode), after those that left the ring */
+    gint64 decode_us = log->gone_decode_us, hidden_us = log->gone_hidden_us;
+    for (guint k = 0; k + 1 < kept; k++)
+      decode_hidden (log, NULL, k, kept, &decode_us, &hidden_us);
     gst_structure_set (s,
-        "decode-seconds-total", G_TYPE_DOUBLE, decode,
-        "decode-seconds-mean", G_TYPE_DOUBLE, n ? decode / n : 0.0,
+        "decode-seconds-total", G_TYPE_DOUBLE, log->decode_total,
+        "decode-seconds-mean", G_TYPE_DOUBLE,
+        log->n ? log->decode_total / log->n : 0.0,
         "decode-hidden-fraction", G_TYPE_DOUBLE,
-        decode_hidden_fraction (c, n), NULL);
+        decode_us > 0 ? (double) hidden_us / (double) decode_us : 0.0, NULL);
+  }
   return s;
 }
 

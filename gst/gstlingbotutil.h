@@ -53,9 +53,9 @@ GstBuffer *gst_lingbot_buffer_try_new (gsize size);
  *   seconds before @generate_end_us), 0 when unknown
  * @generate_end_us: when lingbot_session_generate() returned, 0 when unknown
  *
- * One chunk's figures, as lingbotgen and lingbotvaedec keep them for their
- * `stats` property and the `lingbot-summary` message
- * (gst_lingbot_chunk_stats_new()).
+ * One chunk's figures, as lingbotgen and lingbotvaedec add them to their
+ * #GstLingbotChunkLog for the `stats` property and the `lingbot-summary`
+ * message (gst_lingbot_chunk_stats_new()).
  */
 typedef struct
 {
@@ -68,8 +68,27 @@ typedef struct
   gint64 generate_end_us;
 } GstLingbotChunkTimes;
 
+/**
+ * GST_LINGBOT_CHUNK_LOG_WINDOW:
+ *
+ * The chunks whose records lingbotgen and lingbotvaedec keep for the
+ * percentiles of their statistics (#GstLingbotChunkLog): 8192, 2 h 16 min
+ * of one-second chunks in 576 KiB per element.
+ */
+#define GST_LINGBOT_CHUNK_LOG_WINDOW 8192
+
+typedef struct _GstLingbotChunkLog GstLingbotChunkLog;
+
+GstLingbotChunkLog *gst_lingbot_chunk_log_new (guint window);
+void gst_lingbot_chunk_log_free (GstLingbotChunkLog * log);
+void gst_lingbot_chunk_log_clear (GstLingbotChunkLog * log);
+void gst_lingbot_chunk_log_add (GstLingbotChunkLog * log,
+    const GstLingbotChunkTimes * times);
+guint64 gst_lingbot_chunk_log_get_n_chunks (const GstLingbotChunkLog * log);
+guint gst_lingbot_chunk_log_get_n_kept (const GstLingbotChunkLog * log);
+
 GstStructure *gst_lingbot_chunk_stats_new (const char *name,
-    const GArray * chunks, gboolean decoder);
+    const GstLingbotChunkLog * log, gboolean decoder);
 
 /**
  * GstLingbotProperty:

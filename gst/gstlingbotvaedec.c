@@ -98,7 +98,7 @@ struct _GstLingbotVaeDec
   /* the stats property and lingbot-summary (object lock): the chunks
    * decoded in this stream, appended by the decode thread, reset at
    * STREAM_START, FLUSH_STOP and READY->PAUSED (kept after a stop) */
-  GArray *chunk_times;          /* GstLingbotChunkTimes */
+  GstLingbotChunkLog *chunk_times;
   gboolean dit_unknown;         /* a chunk came without the generator meta */
 
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
@@ -168,7 +168,7 @@ static void
 summary_reset (GstLingbotVaeDec * self)
 {
   GST_OBJECT_LOCK (self);
-  g_array_set_size (self->chunk_times, 0);
+  gst_lingbot_chunk_log_clear (self->chunk_times);
   self->dit_unknown = FALSE;
   GST_OBJECT_UNLOCK (self);
 }
@@ -1090,10 +1090,10 @@ decoded:
   times.decode_seconds = stats.vae_seconds;
   times.decode_start_us = stats.decode_start_us;
   GST_OBJECT_LOCK (self);
-  g_array_append_val (self->chunk_times, times);
+  gst_lingbot_chunk_log_add (self->chunk_times, &times);
   if (meta == NULL)
     self->dit_unknown = TRUE;
-  n_chunks = self->chunk_times->len;
+  n_chunks = (guint) gst_lingbot_chunk_log_get_n_chunks (self->chunk_times);
   interval = self->summary_interval;
   GST_OBJECT_UNLOCK (self);
   gst_element_post_message (GST_ELEMENT (self),
@@ -1318,7 +1318,7 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
   g_mutex_clear (&self->qlock);
   g_cond_clear (&self->qcond);
-  g_array_unref (self->chunk_times);
+  gst_lingbot_chunk_log_free (self->chunk_times);
   gst_lingbot_world_holder_clear (&self->holder);
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -1410,7 +1410,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
       DEFAULT_MODEL_PATH, DEFAULT_DEVICES, TRUE);
   gst_lingbot_properties_init (self, dec_properties,
       G_N_ELEMENTS (dec_properties));
-  self->chunk_times = g_array_new (FALSE, TRUE, sizeof (GstLingbotChunkTimes));
+  self->chunk_times = gst_lingbot_chunk_log_new (GST_LINGBOT_CHUNK_LOG_WINDOW);
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);
   g_queue_init (&self->queue);

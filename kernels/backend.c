@@ -176,7 +176,8 @@ host_block_free (gpointer data)
  * @dtype: element type
  * @ndim: number of dimensions
  * @shape: (array length=ndim): extents
- * @error: %LB_ERROR_DEVICE when page-locked memory cannot be allocated
+ * @error: %LB_ERROR_DEVICE when the (page-locked or plain) host memory
+ *   cannot be allocated
  *
  * Allocates a contiguous, uninitialised CPU tensor for staging: in
  * page-locked memory when @s's backend provides it (LbBackend.host_alloc),
@@ -192,7 +193,7 @@ lb_tensor_new_host (LbStream * s, LbDType dtype, int ndim,
 {
   LbBackend *be = s->backend;
   if (be->host_alloc == NULL || be->host_free == NULL)
-    return lb_tensor_new (dtype, ndim, shape);
+    return lb_tensor_try_new (dtype, ndim, shape, error);
   int64_t n = 1;
   for (int i = 0; i < ndim; i++)
     n *= shape[i];

@@ -481,6 +481,30 @@ lb_tensor_try_new (LbDType dtype, int ndim,
 }
 
 /**
+ * lb_tensor_try_zeros:
+ * @dtype: element type
+ * @ndim: number of dimensions, 0 to %LB_MAX_DIMS
+ * @shape: (array length=ndim): extent of each dimension (non-negative)
+ * @error: the errors of lb_tensor_try_new()
+ *
+ * lb_tensor_try_new() with every byte set to zero: lb_tensor_new_zeros()
+ * for sizes that come from input or from a session's geometry.  Callers
+ * prefix the error with what the tensor is for (g_prefix_error()), so the
+ * message names it and its bytes.
+ *
+ * Returns: (transfer full) (nullable): a new owning tensor, or %NULL.
+ */
+LbTensor *
+lb_tensor_try_zeros (LbDType dtype, int ndim, const int64_t * shape,
+    GError ** error)
+{
+  LbTensor *t = lb_tensor_try_new (dtype, ndim, shape, error);
+  if (t != NULL)
+    memset (t->storage->data, 0, aligned_alloc_size (t->storage->nbytes));
+  return t;
+}
+
+/**
  * lb_tensor_new_zeros:
  * Like lb_tensor_new() with every byte set to zero.
  */

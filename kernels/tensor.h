@@ -123,6 +123,8 @@ LbTensor *lb_tensor_new (LbDType dtype, int ndim, const int64_t * shape);
 LbTensor *lb_tensor_new_zeros (LbDType dtype, int ndim, const int64_t * shape);
 LbTensor *lb_tensor_try_new (LbDType dtype, int ndim, const int64_t * shape,
     GError ** error);
+LbTensor *lb_tensor_try_zeros (LbDType dtype, int ndim, const int64_t * shape,
+    GError ** error);
 LbTensor *lb_tensor_new_f32 (int ndim, ...);
 LbTensor *lb_tensor_new_from_storage (LbStorage * storage, gsize byte_offset,
     LbDType dtype, int ndim, const int64_t * shape, const int64_t * stride);

@@ -324,7 +324,10 @@ resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
  * @text: f32 [1, L, text_dim] umT5 output with padded rows zero (host)
  * @error: %LB_ERROR_INVALID_ARGUMENT (bad geometry, rank count not dividing
  *   the heads, a math mode that is not an #LbMathMode), %LB_ERROR_SHAPE
- *   (text), backend/op errors
+ *   (text), backend/op errors, %LB_ERROR_DEVICE when a buffer sized by the
+ *   latent geometry cannot be allocated (the message names it and its
+ *   bytes: "DiT session: noise of step 0 f32 [1, 16, 4, 60, 104]: cannot
+ *   allocate ... bytes of host memory")
  *
  * Allocates every rank's buffers and computes what the session keeps: the
  * text cross-attention K/V of every block, the time embeddings and
@@ -364,8 +367,14 @@ lingbot_dit_session_new (LingbotDit * dit, LbWorkerGroup * group,
   int64_t ns[5] = { 1, dit->cfg.out_dim, ses->frames, ses->lat_h,
     ses->lat_w
   };
-  for (int i = 0; i < ses->n_steps; i++)
-    ses->noise_host[i] = lb_tensor_new (LB_DTYPE_F32, 5, ns);
+  /* sized by the latent geometry: an error, not an abort */
+  for (int i = 0; i < ses->n_steps; i++) {
+    if (!(ses->noise_host[i] = lb_tensor_try_new (LB_DTYPE_F32, 5, ns, error))) {
+      g_autofree char *sh = lb_shape_string (5, ns);
+      g_prefix_error (error, "DiT session: noise of step %d f32 %s: ", i, sh);
+      goto fail;
+    }
+  }
   ses->ranks = g_new0 (SessionRank, ses->n_ranks);
   InitArgs a = { ses, text };
   if (!lb_worker_group_run (ses->group, rank_init, &a, error))
@@ -1273,7 +1282,12 @@ rank_kv_download (LbRank * rank, gpointer data, GError ** error)
   const int64_t *shape = rs->cache_k[a->layer]->shape;
   if (sr->kv_host == NULL) {
     int64_t hs[3] = { 2, shape[0], shape[1] };
-    sr->kv_host = lb_tensor_new (rs->kv_dtype, 3, hs);
+    if (!(sr->kv_host = lb_tensor_try_new (rs->kv_dtype, 3, hs, error))) {
+      g_autofree char *sh = lb_shape_string (3, hs);
+      g_prefix_error (error, "DiT session: KV host copy %s %s: ",
+          lb_dtype_name (rs->kv_dtype), sh);
+      return FALSE;
+    }
   }
   for (int i = 0; i < 2; i++) {
     LbTensor h;
@@ -1291,7 +1305,8 @@ rank_kv_download (LbRank * rank, gpointer data, GError ** error)
  * @layer: block index
  * @k: (out): f32 host tensor of [cap, H, hd] elements (e.g. [1, cap, H, hd])
  * @v: (out): the same for the values
- * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT, copy errors
+ * @error: %LB_ERROR_SHAPE, %LB_ERROR_INVALID_ARGUMENT, copy errors,
+ *   %LB_ERROR_DEVICE when a rank's host buffer cannot be allocated
  *
  * Copies the layer's whole self-attention cache (every slot, used or not;
  * keys post-RoPE), assembling the ranks' head shards.  Each rank downloads

@@ -103,6 +103,8 @@ typedef struct
   struct jpeg_decompress_struct cinfo;
   JpegErr err;
   LbTensor *out;
+  int scale_denom;              /* 1, 2, 4 or 8 */
+  gboolean header_only;         /* stop after the header checks */
   gboolean ok;
   gboolean unsupported;
   gboolean too_big;
@@ -135,6 +137,12 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
     job->too_big = TRUE;
     return FALSE;
   }
+  if (job->header_only)
+    return TRUE;
+  /* DCT scaling (lingbot_image_jpeg_scale_for()): the IDCT produces
+   * 1/scale_denom of the pixels directly */
+  ci->scale_num = 1;
+  ci->scale_denom = (unsigned) job->scale_denom;
   jpeg_start_decompress (ci);
   {
     int64_t shape[3] = { ci->output_height, ci->output_width, 3 };
@@ -153,6 +161,35 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
   }
   jpeg_finish_decompress (ci);
   return TRUE;
+}
+
+/* Runs @job on @data: the header checks, then (unless header_only) the
+ * decode at 1/job->scale_denom.  Returns the pixels, or NULL; a
+ * header-only run returns NULL with job->ok set. */
+static LbTensor *
+jpeg_run (JpegJob * job, const guint8 * data, gsize length, GError ** error)
+{
+  LbTensor *out = NULL;
+
+  job->cinfo.err = jpeg_std_error (&job->err.pub);
+  job->err.pub.error_exit = jpeg_error_exit;
+  job->err.pub.output_message = jpeg_no_output;
+  job->err.pub.emit_message = jpeg_emit_message;
+  jpeg_create_decompress (&job->cinfo);
+  if (setjmp (job->err.jump) == 0) {
+    job->ok = decode_into (job, data, length);
+    job->unsupported = !job->ok;
+  }
+  if (job->ok) {
+    out = job->out;
+  } else {
+    g_set_error (error, LB_ERROR, job->too_big ? LB_ERROR_INVALID_ARGUMENT :
+        job->unsupported ? LB_ERROR_UNSUPPORTED : LB_ERROR_FORMAT,
+        "JPEG: %s", job->err.message);
+    if (job->out)
+      lb_tensor_free (job->out);
+  }
+  return out;
 }
 
 /**
@@ -176,30 +213,121 @@ decode_into (JpegJob * job, const guint8 * data, gsize length)
 LbTensor *
 lingbot_image_decode_jpeg (const guint8 * data, gsize length, GError ** error)
 {
-  JpegJob *job = g_new0 (JpegJob, 1);
-  LbTensor *out = NULL;
+  return lingbot_image_decode_jpeg_reduced (data, length, 1, error);
+}
 
-  job->cinfo.err = jpeg_std_error (&job->err.pub);
-  job->err.pub.error_exit = jpeg_error_exit;
-  job->err.pub.output_message = jpeg_no_output;
-  job->err.pub.emit_message = jpeg_emit_message;
-  jpeg_create_decompress (&job->cinfo);
-  if (setjmp (job->err.jump) == 0) {
-    job->ok = decode_into (job, data, length);
-    job->unsupported = !job->ok;
+/**
+ * lingbot_image_decode_jpeg_reduced:
+ * @data: (array length=length): JPEG bytes
+ * @length: byte count
+ * @scale_denom: 1, 2, 4 or 8 (lingbot_image_jpeg_scale_for())
+ * @error: return location for a #GError
+ *
+ * lingbot_image_decode_jpeg() with libjpeg's DCT scaling (`scale_num` 1,
+ * `scale_denom` @scale_denom): the IDCT outputs ceil(W / @scale_denom) x
+ * ceil(H / @scale_denom) pixels directly, so a large image costs
+ * @scale_denom^2 times less memory and much less time to decode.  The
+ * pixels are libjpeg-turbo's own scaled decode (islow IDCT, fancy
+ * upsampling), not PIL's full decode: only @scale_denom 1 is
+ * bit-identical to PIL.  Every coefficient is still read, so a truncated
+ * or corrupt stream is refused as by the full decode.
+ *
+ * Returns: (transfer full): uint8 [ceil(H / d), ceil(W / d), 3], or %NULL
+ *   with the errors of lingbot_image_decode_jpeg() (%LB_ERROR_INVALID_ARGUMENT
+ *   also for a @scale_denom other than 1, 2, 4, 8).
+ */
+LbTensor *
+lingbot_image_decode_jpeg_reduced (const guint8 * data, gsize length,
+    int scale_denom, GError ** error)
+{
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 &&
+      scale_denom != 8) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "JPEG: scale 1/%d is not one of 1, 1/2, 1/4, 1/8", scale_denom);
+    return NULL;
   }
+  JpegJob *job = g_new0 (JpegJob, 1);
+  job->scale_denom = scale_denom;
+  LbTensor *out = jpeg_run (job, data, length, error);
   jpeg_destroy_decompress (&job->cinfo);
-  if (job->ok) {
-    out = job->out;
-  } else {
-    g_set_error (error, LB_ERROR, job->too_big ? LB_ERROR_INVALID_ARGUMENT :
-        job->unsupported ? LB_ERROR_UNSUPPORTED : LB_ERROR_FORMAT,
-        "JPEG: %s", job->err.message);
-    if (job->out)
-      lb_tensor_free (job->out);
-  }
   g_free (job);
   return out;
+}
+
+/**
+ * lingbot_image_jpeg_get_size:
+ * @data: (array length=length): JPEG bytes
+ * @length: byte count
+ * @width: (out): the image's width in pixels
+ * @height: (out): its height
+ * @error: return location for a #GError
+ *
+ * Reads the header alone, with the checks lingbot_image_decode_jpeg()
+ * makes before it allocates anything (CMYK, %LINGBOT_IMAGE_MAX_PIXELS):
+ * the size to choose the output size and the DCT scale from.
+ *
+ * Returns: %TRUE, or %FALSE with the header errors of
+ *   lingbot_image_decode_jpeg().
+ */
+gboolean
+lingbot_image_jpeg_get_size (const guint8 * data, gsize length, int *width,
+    int *height, GError ** error)
+{
+  JpegJob *job = g_new0 (JpegJob, 1);
+  job->header_only = TRUE;
+  job->scale_denom = 1;
+  jpeg_run (job, data, length, error);
+  gboolean ok = job->ok;
+  if (ok) {
+    *width = (int) job->cinfo.image_width;
+    *height = (int) job->cinfo.image_height;
+  }
+  jpeg_destroy_decompress (&job->cinfo);
+  g_free (job);
+  return ok;
+}
+
+/**
+ * lingbot_image_jpeg_scale_for:
+ * @image_width: the JPEG's width in pixels
+ * @image_height: its height
+ * @width: the width the image is resized to (lingbot_image_preprocess())
+ * @height: the height it is resized to
+ *
+ * The DCT scale a session decodes its reference JPEG at.  An image of at
+ * most %LINGBOT_IMAGE_FULL_DECODE_PIXELS pixels (4096 x 4096) is decoded
+ * in full, bit-identical to PIL: every image of normal size, e.g. the
+ * golden data's 5145x2894 for any output size.  A larger one (up to
+ * %LINGBOT_IMAGE_MAX_PIXELS, 8192 x 8192) is decoded at the coarsest of
+ * 1/2, 1/4, 1/8 whose size (ceil(W / d) x ceil(H / d)) is still at least
+ * %LINGBOT_IMAGE_DCT_SCALE_MARGIN (2) times @width x @height in both
+ * dimensions, so the bicubic resize that follows still shrinks it; in
+ * full when even 1/2 would not be.  An 8192x8192 image for 624x624 (480p)
+ * is decoded at 1/4: 2048x2048, 12 MiB of RGB and 48 MiB normalised,
+ * instead of 192 and 768 MiB.  The pixels then differ from PIL's full
+ * decode resized (libjpeg's scaled IDCT averages what the reference's
+ * bicubic resize, without antialiasing, samples).
+ *
+ * Returns: 1, 2, 4 or 8 (1 when a size is not positive).
+ */
+int
+lingbot_image_jpeg_scale_for (int image_width, int image_height, int width,
+    int height)
+{
+  int best = 1;
+
+  if (image_width <= 0 || image_height <= 0 || width <= 0 || height <= 0 ||
+      (guint64) image_width * (guint64) image_height <=
+      LINGBOT_IMAGE_FULL_DECODE_PIXELS)
+    return 1;
+  for (int d = 2; d <= 8; d *= 2) {
+    gint64 w = ((gint64) image_width + d - 1) / d;
+    gint64 h = ((gint64) image_height + d - 1) / d;
+    if (w >= (gint64) LINGBOT_IMAGE_DCT_SCALE_MARGIN * width &&
+        h >= (gint64) LINGBOT_IMAGE_DCT_SCALE_MARGIN * height)
+      best = d;
+  }
+  return best;
 }
 
 /**
@@ -254,7 +382,9 @@ check_rgb (const LbTensor * rgb, GError ** error)
  * Spec 6.2 step 1: `((x / 255) - 0.5) / 0.5` in float32, channel-first.
  *
  * Returns: (transfer full): float32 [3, H, W] in [-1, 1], or %NULL with
- *   %LB_ERROR_SHAPE.
+ *   %LB_ERROR_SHAPE, or %LB_ERROR_DEVICE when its memory cannot be had
+ *   ("image: normalised f32 [3, H, W]: cannot allocate N bytes of host
+ *   memory").
  */
 LbTensor *
 lingbot_image_normalize (const LbTensor * rgb, GError ** error)
@@ -271,7 +401,13 @@ lingbot_image_normalize (const LbTensor * rgb, GError ** error)
   shape[0] = 3;
   shape[1] = h;
   shape[2] = w;
-  out = lb_tensor_new (LB_DTYPE_F32, 3, shape);
+  /* sized by the image: an error, not an abort */
+  out = lb_tensor_try_new (LB_DTYPE_F32, 3, shape, error);
+  if (out == NULL) {
+    g_prefix_error (error, "image: normalised f32 [3, %" G_GINT64_FORMAT
+        ", %" G_GINT64_FORMAT "]: ", h, w);
+    return NULL;
+  }
   for (int v = 0; v < 256; v++) {
     float x = (float) v / 255.0f;
     lut[v] = (x - 0.5f) / 0.5f;
@@ -299,7 +435,8 @@ lingbot_image_normalize (const LbTensor * rgb, GError ** error)
  * CPU backend's resize_bicubic op.
  *
  * Returns: (transfer full): float32 [3, @height, @width], or %NULL with
- *   @error set.
+ *   @error set (%LB_ERROR_DEVICE when the normalised image or the output
+ *   cannot be allocated: the message names the tensor and its bytes).
  */
 LbTensor *
 lingbot_image_preprocess (const LbTensor * rgb, int width, int height,
@@ -325,10 +462,17 @@ lingbot_image_preprocess (const LbTensor * rgb, int width, int height,
         "image: the CPU backend has no resize_bicubic op");
     return NULL;
   }
-  s = cpu->stream_new (cpu, 0, error);
-  if (s == NULL)
+  /* sized by the session: an error, not an abort */
+  out = lb_tensor_try_new (LB_DTYPE_F32, 3, shape, error);
+  if (out == NULL) {
+    g_prefix_error (error, "image: resized f32 [3, %d, %d]: ", height, width);
     return NULL;
-  out = lb_tensor_new (LB_DTYPE_F32, 3, shape);
+  }
+  s = cpu->stream_new (cpu, 0, error);
+  if (s == NULL) {
+    lb_tensor_free (out);
+    return NULL;
+  }
   ok = lb_ops (s)->resize_bicubic (s, norm, out, error);
   cpu->stream_free (s);
   if (!ok) {
@@ -345,7 +489,10 @@ lingbot_image_preprocess (const LbTensor * rgb, int width, int height,
  * @error: return location for a #GError
  *
  * Decode, choose the output size, normalise and resize: the image tensor
- * the VAE encodes (spec 6).
+ * the VAE encodes (spec 6).  Always the full, PIL-exact decode, whatever
+ * the image's size (lingbot_session_new() decodes an image of more than
+ * %LINGBOT_IMAGE_FULL_DECODE_PIXELS at a reduced scale:
+ * lingbot_image_jpeg_scale_for()).
  *
  * Returns: (transfer full): float32 [3, H, W], or %NULL with @error set.
  */

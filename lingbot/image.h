@@ -25,8 +25,27 @@ G_BEGIN_DECLS
 gboolean lingbot_image_output_size (int image_width, int image_height,
     double max_area, int *width, int *height, GError ** error);
 
+/**
+ * LINGBOT_IMAGE_FULL_DECODE_PIXELS: a reference JPEG of at most this many
+ * pixels (4096 x 4096) is always decoded in full, bit-identical to PIL;
+ * a larger one at a reduced DCT scale (lingbot_image_jpeg_scale_for()).
+ */
+#define LINGBOT_IMAGE_FULL_DECODE_PIXELS (4096u * 4096u)
+/**
+ * LINGBOT_IMAGE_DCT_SCALE_MARGIN: how many times the output size (in both
+ * dimensions) a JPEG decoded at a reduced DCT scale must still be
+ * (lingbot_image_jpeg_scale_for()).
+ */
+#define LINGBOT_IMAGE_DCT_SCALE_MARGIN 2
+
 LbTensor *lingbot_image_decode_jpeg (const guint8 * data, gsize length,
     GError ** error);
+LbTensor *lingbot_image_decode_jpeg_reduced (const guint8 * data,
+    gsize length, int scale_denom, GError ** error);
+gboolean lingbot_image_jpeg_get_size (const guint8 * data, gsize length,
+    int *width, int *height, GError ** error);
+int lingbot_image_jpeg_scale_for (int image_width, int image_height,
+    int width, int height);
 LbTensor *lingbot_image_load_jpeg (const char *path, GError ** error);
 
 LbTensor *lingbot_image_normalize (const LbTensor * rgb, GError ** error);

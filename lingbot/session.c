@@ -47,10 +47,14 @@
  *   JPEG, %LB_ERROR_UNSUPPORTED (CMYK), %LB_ERROR_INVALID_ARGUMENT for more
  *   than %LINGBOT_IMAGE_MAX_PIXELS
  *
- * Decodes @path as lingbot_session_new() will (lingbot_image_load_jpeg())
- * and gives its size: for a caller that refuses an unusable image before
- * it creates a world or a session, or needs the image's size to choose
- * the output size (spec 6.1) first.
+ * Checks @path as lingbot_session_new() will read it and gives its size
+ * (from the header): the header checks, then a decode at the DCT scale
+ * 1/8 (lingbot_image_decode_jpeg_reduced()), which reads every
+ * coefficient, so a truncated or corrupt file is refused as the session
+ * refuses it, at a sixty-fourth of the pixels (an 8192x8192 image costs 3
+ * MiB, not 192).  For a caller that refuses an unusable image before it
+ * creates a world or a session, or needs the image's size to choose the
+ * output size (spec 6.1) first.
  *
  * Returns: %TRUE when @path is an image a session can start from.
  */
@@ -58,15 +62,27 @@ gboolean
 lingbot_session_check_image (const char *path, int *width, int *height,
     GError ** error)
 {
-  LbTensor *rgb = lingbot_image_load_jpeg (path, error);
+  g_autoptr (GMappedFile) map = NULL;
+  g_autoptr (GError) ferr = NULL;
+  g_autoptr (LbTensor) rgb = NULL;
+  int w = 0, h = 0;
 
-  if (rgb == NULL)
+  map = g_mapped_file_new (path, FALSE, &ferr);
+  if (map == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s", ferr->message);
     return FALSE;
+  }
+  const guint8 *data = (const guint8 *) g_mapped_file_get_contents (map);
+  gsize length = g_mapped_file_get_length (map);
+  if (!lingbot_image_jpeg_get_size (data, length, &w, &h, error) ||
+      !(rgb = lingbot_image_decode_jpeg_reduced (data, length, 8, error))) {
+    g_prefix_error (error, "%s: ", path);
+    return FALSE;
+  }
   if (width != NULL)
-    *width = (int) rgb->shape[1];
+    *width = w;
   if (height != NULL)
-    *height = (int) rgb->shape[0];
-  lb_tensor_free (rgb);
+    *height = h;
   return TRUE;
 }
 
@@ -136,16 +152,6 @@ lingbot_session_output_size (int image_width, int image_height,
 static LbTensor *
 load_image_rgb (const LingbotSessionOptions * o, GError ** error)
 {
-  if (o->image_path) {
-    GError *err = NULL;
-    LbTensor *t = lingbot_image_load_jpeg (o->image_path, &err);
-    if (t == NULL) {
-      g_set_error (error, LB_ERROR, err->code,
-          "session: cannot use image %s: %s", o->image_path, err->message);
-      g_error_free (err);
-    }
-    return t;
-  }
   if (o->image_rgb == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "session: no reference image (set image_path or image_rgb)");
@@ -160,7 +166,12 @@ load_image_rgb (const LingbotSessionOptions * o, GError ** error)
     return NULL;
   }
   int64_t shape[3] = { o->image_height, o->image_width, 3 };
-  LbTensor *t = lb_tensor_new (LB_DTYPE_U8, 3, shape);
+  LbTensor *t = lb_tensor_try_new (LB_DTYPE_U8, 3, shape, error);
+  if (t == NULL) {
+    g_prefix_error (error, "session: image_rgb u8 [%d, %d, 3]: ",
+        o->image_height, o->image_width);
+    return NULL;
+  }
   for (int r = 0; r < o->image_height; r++)
     memcpy ((guint8 *) t->data + (gsize) r * 3 * o->image_width,
         o->image_rgb + (gsize) r * stride, 3 * (gsize) o->image_width);
@@ -202,6 +213,40 @@ resolve_size (LingbotSession * s, const LingbotSessionOptions * o,
   return TRUE;
 }
 
+/* The reference JPEG @o->image_path: its size from the header
+ * (@image_w, @image_h), the output size from it (resolve_size()), then
+ * the pixels, decoded at the DCT scale lingbot_image_jpeg_scale_for()
+ * gives for that output: in full (PIL-exact) up to 4096x4096 pixels,
+ * at 1/2, 1/4 or 1/8 above when that still leaves twice the output. */
+static LbTensor *
+load_image_jpeg (LingbotSession * s, const LingbotSessionOptions * o,
+    int *image_w, int *image_h, GError ** error)
+{
+  g_autoptr (GMappedFile) map = NULL;
+  g_autoptr (GError) err = NULL;
+  LbTensor *t = NULL;
+
+  map = g_mapped_file_new (o->image_path, FALSE, &err);
+  if (map == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_IO, "session: cannot use image "
+        "%s: %s", o->image_path, err->message);
+    return NULL;
+  }
+  const guint8 *data = (const guint8 *) g_mapped_file_get_contents (map);
+  gsize length = g_mapped_file_get_length (map);
+  if (lingbot_image_jpeg_get_size (data, length, image_w, image_h, &err)) {
+    if (!resolve_size (s, o, *image_w, *image_h, error))
+      return NULL;
+    t = lingbot_image_decode_jpeg_reduced (data, length,
+        lingbot_image_jpeg_scale_for (*image_w, *image_h, s->width,
+            s->height), &err);
+  }
+  if (t == NULL)
+    g_set_error (error, LB_ERROR, err->code, "session: cannot use image "
+        "%s: %s", o->image_path, err->message);
+  return t;
+}
+
 /* The chunk count that yields at least @frames video frames (the last
  * chunk may be cut): 1 + 4(C-1) from chunk 0, 4C from every later one. */
 static guint
@@ -237,7 +282,11 @@ prompt_job (LbRank * rank, gpointer data, GError ** error)
     return TRUE;
   }
   /* the DiT session takes a host context */
-  j->text = lb_tensor_new (LB_DTYPE_F32, ctx->ndim, ctx->shape);
+  if (!(j->text = lb_tensor_try_new (LB_DTYPE_F32, ctx->ndim, ctx->shape,
+              error))) {
+    g_prefix_error (error, "session: prompt context: ");
+    return FALSE;
+  }
   return lb_tensor_download (rank->stream, j->text, ctx, error) &&
       rank->backend->stream_synchronize (rank->stream, error);
 }
@@ -411,11 +460,50 @@ make_scheduler (const LingbotSessionOptions * o, GError ** error)
       ip, n, error);
 }
 
+/* A zeroed f32 [1, c, f, h, w] per-chunk buffer, or NULL with an error
+ * that names @what and its bytes. */
 static LbTensor *
-new5 (int64_t c, int64_t f, int64_t h, int64_t w)
+new5 (const char *what, int64_t c, int64_t f, int64_t h, int64_t w,
+    GError ** error)
 {
   int64_t shape[5] = { 1, c, f, h, w };
-  return lb_tensor_new_zeros (LB_DTYPE_F32, 5, shape);
+  LbTensor *t = lb_tensor_try_zeros (LB_DTYPE_F32, 5, shape, error);
+  if (t == NULL)
+    g_prefix_error (error, "session: %s f32 [1, %" G_GINT64_FORMAT ", %"
+        G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]: ",
+        what, c, f, h, w);
+  return t;
+}
+
+/* The per-chunk buffers, sized by the geometry alone: allocated right
+ * after the image and the control, before the costly parts (prompt
+ * encoding, DiT and VAE setup), so a session too large for the machine
+ * fails early, with the largest (the decoded frames) first. */
+static gboolean
+alloc_chunk_buffers (LingbotSession * s, const LingbotDitConfig * cfg,
+    GError ** error)
+{
+  const int C = s->chunk_frames;
+  int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
+  if (!(s->frames_buf = lb_tensor_try_zeros (LB_DTYPE_F32, 4, fshape, error))) {
+    g_prefix_error (error, "session: decoded frames f32 [3, %d, %d, %d]: ",
+        4 * C, s->height, s->width);
+    return FALSE;
+  }
+  if (!(s->y = new5 ("condition", LINGBOT_VAE_COND_CHANNELS, C, s->lat_h,
+              s->lat_w, error)))
+    return FALSE;
+  /* a device world builds the control tensor on its ranks from the
+   * chunk's poses (lingbot_dit_session_run_chunk_noise_poses()); the CPU
+   * fills it on the host, the same bytes */
+  s->ctl_on_device = s->world->backend->device_type != LB_DEVICE_CPU;
+  if (!s->ctl_on_device && !(s->ctl = new5 ("control",
+              (int64_t) lingbot_control_get_chunk_n_elements (s->control, 0,
+                  s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C,
+              s->lat_h, s->lat_w, error)))
+    return FALSE;
+  return (s->latents = new5 ("latents", cfg->out_dim, C, s->lat_h, s->lat_w,
+          error)) != NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -429,8 +517,12 @@ new5 (int64_t c, int64_t f, int64_t h, int64_t w)
  * @error: %LB_ERROR_INVALID_ARGUMENT (no image, a size that is not a
  *   multiple of 16, a prompt without a text encoder or embeddings, bad
  *   frame counts or schedule), %LB_ERROR_FORMAT (image not decodable),
- *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), and the errors of the
- *   parts (text encoder, VAE, DiT session, control, noise)
+ *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), %LB_ERROR_DEVICE when a
+ *   buffer sized by the image or the output size cannot be allocated (the
+ *   message names the buffer and its bytes: "session: decoded frames f32
+ *   [3, 16, 2048, 2048]: cannot allocate 805306368 bytes of host memory";
+ *   nothing aborts, the process and its other sessions go on), and the
+ *   errors of the parts (text encoder, VAE, DiT session, control, noise)
  *
  * Creates a generation session: computes the output size (explicit, or
  * spec 6.1 from the image size and @options->pixel_area), preprocesses the
@@ -496,11 +588,18 @@ lingbot_session_new (LingbotWorld * world,
   }
 
   /* image and output size */
-  if (!(rgb = load_image_rgb (o, error)))
-    goto fail;
-  int image_w = (int) rgb->shape[1], image_h = (int) rgb->shape[0];
-  if (!resolve_size (s, o, image_w, image_h, error))
-    goto fail;
+  int image_w = 0, image_h = 0;
+  if (o->image_path) {
+    if (!(rgb = load_image_jpeg (s, o, &image_w, &image_h, error)))
+      goto fail;
+  } else {
+    if (!(rgb = load_image_rgb (o, error)))
+      goto fail;
+    image_w = (int) rgb->shape[1];
+    image_h = (int) rgb->shape[0];
+    if (!resolve_size (s, o, image_w, image_h, error))
+      goto fail;
+  }
   if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height, error)))
     goto fail;
 
@@ -509,6 +608,8 @@ lingbot_session_new (LingbotWorld * world,
     goto fail;
   s->n_chunks = s->frames ? chunks_for_frames (s->frames, s->chunk_frames)
       : 0;
+  if (!alloc_chunk_buffers (s, cfg, error))
+    goto fail;
 
   /* the prompt context, once */
   if (!(text = prompt_context (s, o, error)))
@@ -553,20 +654,6 @@ lingbot_session_new (LingbotWorld * world,
   if (!setup_vae (s, error))
     goto fail;
 
-  /* per-chunk buffers */
-  const int C = s->chunk_frames;
-  s->y = new5 (LINGBOT_VAE_COND_CHANNELS, C, s->lat_h, s->lat_w);
-  /* a device world builds the control tensor on its ranks from the
-   * chunk's poses (lingbot_dit_session_run_chunk_noise_poses()); the CPU
-   * fills it on the host, the same bytes */
-  s->ctl_on_device = world->backend->device_type != LB_DEVICE_CPU;
-  if (!s->ctl_on_device)
-    s->ctl = new5 ((int64_t) lingbot_control_get_chunk_n_elements
-        (s->control, 0, s->lat_h) / ((int64_t) C * s->lat_h * s->lat_w), C,
-        s->lat_h, s->lat_w);
-  s->latents = new5 (cfg->out_dim, C, s->lat_h, s->lat_w);
-  int64_t fshape[4] = { 3, 4 * (int64_t) C, s->height, s->width };
-  s->frames_buf = lb_tensor_new_zeros (LB_DTYPE_F32, 4, fshape);
   g_rec_mutex_unlock (&world->lock);
   return s;
 

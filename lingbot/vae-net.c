@@ -870,7 +870,11 @@ vae_ctx_alloc (VaeCtx * ctx, int64_t extra_x, GError ** error)
     int64_t shape[1] = { 2 * ctx->need_cmp };
     if (!(ctx->cmp_dev = alloc_flat (ctx, 2 * ctx->need_cmp, error)))
       return FALSE;
-    ctx->cmp_host = lb_tensor_new (LB_DTYPE_F32, 1, shape);
+    if (!(ctx->cmp_host = lb_tensor_try_new (LB_DTYPE_F32, 1, shape, error))) {
+      g_prefix_error (error, "VAE: compare host copy of %" G_GINT64_FORMAT
+          " floats: ", shape[0]);
+      return FALSE;
+    }
   }
   return vae_ctx_reset (ctx, error);
 }

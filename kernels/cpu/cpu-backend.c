@@ -4,19 +4,30 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu-internal.h"
 #include "kernels/cpu/cpu-ops.h"
+#include "kernels/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+/* 64-byte aligned host memory; a size the machine cannot give is an
+ * error, not an abort (tensor channel slots are sized by a session's
+ * geometry) */
 static gpointer
 cpu_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
-  return g_aligned_alloc (1, MAX (nbytes, 1), 64);
+  void *ptr = NULL;
+  if (posix_memalign (&ptr, 64, MAX (nbytes, 1)) != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "cannot allocate %" G_GSIZE_FORMAT " bytes of host memory", nbytes);
+    return NULL;
+  }
+  return ptr;
 }
 
 static void
 cpu_free (LbBackend * self, int device, gpointer ptr)
 {
-  g_aligned_free (ptr);
+  free (ptr);
 }
 
 static gboolean

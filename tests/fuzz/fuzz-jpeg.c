@@ -1,11 +1,15 @@
 /* lingbot-gst: fuzz harness of the JPEG decode + preprocess (tests/fuzz)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * lingbot_image_decode_jpeg() on the input, then lingbot_image_preprocess()
- * of the pixels to the 4224-pixel budget's size (80x48 for 16:9).  Images
- * the decoder allows but whose header declares more than 2048x2048 pixels
- * are skipped (read from the header here): decoding them only costs time.
- * Larger headers still go to the decoder, which refuses them at once.
+ * The path of a session's reference JPEG: lingbot_image_jpeg_get_size(),
+ * the 4224-pixel budget's output size (80x48 for 16:9), the DCT scale
+ * lingbot_image_jpeg_scale_for() gives for it, lingbot_image_decode_jpeg_
+ * reduced() at that scale, then lingbot_image_preprocess().  Images whose
+ * header declares more than 2048x2048 pixels but are decoded in full (at
+ * most LINGBOT_IMAGE_FULL_DECODE_PIXELS, 4096x4096) are skipped (read
+ * from the header here): decoding them only costs time.  Larger ones are
+ * decoded at 1/8 (1/64 of the pixels), and headers above the decoder's cap
+ * are refused from the header at once.
  */
 #include "fuzz-common.h"
 
@@ -61,20 +65,27 @@ LLVMFuzzerTestOneInput (const uint8_t * data, size_t size)
   g_autoptr (LbTensor) rgb = NULL;
   g_autoptr (LbTensor) out = NULL;
   guint64 pixels = peek_pixels (data, size);
-  int w, h;
+  int iw, ih, w, h, d;
 
-  if (pixels > FUZZ_MAX_PIXELS && pixels <= LINGBOT_IMAGE_MAX_PIXELS)
+  if (pixels > FUZZ_MAX_PIXELS && pixels <= LINGBOT_IMAGE_FULL_DECODE_PIXELS)
     return 0;
-  rgb = lingbot_image_decode_jpeg (data, size, &err);
+  if (!lingbot_image_jpeg_get_size (data, size, &iw, &ih, &err)) {
+    fuzz_report (err);
+    g_assert (err != NULL);
+    return 0;
+  }
+  if (!lingbot_image_output_size (iw, ih, 4224.0, &w, &h, &err))
+    return 0;
+  d = lingbot_image_jpeg_scale_for (iw, ih, w, h);
+  rgb = lingbot_image_decode_jpeg_reduced (data, size, d, &err);
   fuzz_report (err);
   if (rgb == NULL) {
     g_assert (err != NULL);
     return 0;
   }
   g_assert (rgb->ndim == 3 && rgb->shape[2] == 3);
-  if (!lingbot_image_output_size ((int) rgb->shape[1], (int) rgb->shape[0],
-          4224.0, &w, &h, &err))
-    return 0;
+  g_assert (rgb->shape[1] == (iw + d - 1) / d);
+  g_assert (rgb->shape[0] == (ih + d - 1) / d);
   out = lingbot_image_preprocess (rgb, w, h, &err);
   g_assert (out != NULL || err != NULL);
   return 0;

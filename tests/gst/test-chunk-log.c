@@ -1,0 +1,222 @@
+/* lingbot-gst: the chunk statistics of lingbotgen and lingbotvaedec in
+ * bounded memory
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * Issue 3.1: a live pipeline's RSS grew by ~0.2 kB a chunk (~20 MB a
+ * day): both elements kept a 56-byte record of every chunk for their
+ * `stats` (a GArray, doubling).  GstLingbotChunkLog (gst/gstlingbotutil.c,
+ * compiled in here) keeps the last `window` records and running figures.
+ * Checked against a list of every record with the formulas of
+ * docs/elements.md: chunks, frames, steady figures, totals, means and
+ * maxima over all chunks, bit for bit; percentiles over the last `window`
+ * chunks (over all of them while they fit); the decode-hidden fraction
+ * over all chunks; and never more than `window` records kept.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "gst/gstlingbotutil.h"
+
+/* ---- the reference: every record in a list ---- */
+
+static int
+cmp_double (gconstpointer a, gconstpointer b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* nearest rank of the last @n values of @v (copied, sorted) */
+static double
+ref_percentile (const double *v, guint n, double p)
+{
+  if (n == 0)
+    return 0.0;
+  g_autofree double *s = g_memdup2 (v, n * sizeof (double));
+  qsort (s, n, sizeof (double), cmp_double);
+  guint rank = (guint) ceil (p / 100.0 * n - 1e-9);
+  return s[CLAMP (rank, 1, n) - 1];
+}
+
+static void
+check_double (const GstStructure * s, const char *field, double want)
+{
+  double got = NAN;
+  g_assert_true (gst_structure_get_double (s, field, &got));
+  if (got != want)
+    g_error ("%s: %.17g, expected %.17g", field, got, want);
+}
+
+/* the distribution fields NAME-* of @v (@n values, in order): mean and
+ * max over all, percentiles over the last @window */
+static void
+check_distribution (const GstStructure * s, const char *name,
+    const double *v, guint n, guint window)
+{
+  double total = 0.0, max = 0.0;
+  for (guint i = 0; i < n; i++) {
+    total += v[i];
+    max = i ? MAX (max, v[i]) : v[i];
+  }
+  guint last = MIN (n, window);
+  const double *tail = v + (n - last);
+  g_autofree char *mean = g_strdup_printf ("%s-mean", name);
+  g_autofree char *p50 = g_strdup_printf ("%s-p50", name);
+  g_autofree char *p90 = g_strdup_printf ("%s-p90", name);
+  g_autofree char *p99 = g_strdup_printf ("%s-p99", name);
+  g_autofree char *mx = g_strdup_printf ("%s-max", name);
+  check_double (s, mean, n ? total / n : 0.0);
+  check_double (s, p50, ref_percentile (tail, last, 50));
+  check_double (s, p90, ref_percentile (tail, last, 90));
+  check_double (s, p99, ref_percentile (tail, last, 99));
+  check_double (s, mx, n ? max : 0.0);
+}
+
+/* the share of the decode time of chunks 0 .. n - 2 hidden behind the
+ * generation of later chunks, from the whole list */
+static double
+ref_hidden_fraction (const GstLingbotChunkTimes * c, guint n)
+{
+  gint64 decode = 0, hidden = 0;
+  for (guint k = 0; k + 1 < n; k++) {
+    const gint64 ds = c[k].decode_start_us, de = c[k].end_us;
+    if (de <= ds)
+      continue;
+    decode += de - ds;
+    for (guint j = k + 1; j < n; j++) {
+      if (c[j].generate_end_us == 0)
+        continue;
+      if (c[j].generate_start_us >= de)
+        break;
+      hidden += MAX (0, MIN (de, c[j].generate_end_us) -
+          MAX (ds, c[j].generate_start_us));
+    }
+  }
+  return decode > 0 ? (double) hidden / (double) decode : 0.0;
+}
+
+static void
+check_stats (const GstLingbotChunkLog * log, const GstLingbotChunkTimes * c,
+    guint n, guint window)
+{
+  g_autoptr (GstStructure) s = gst_lingbot_chunk_stats_new ("lingbot-stats",
+      log, TRUE);
+  guint chunks = 0;
+  guint64 frames = 0, steady_frames = 0, got64 = 0;
+  double steady_s = 0.0, decode = 0.0;
+  g_autofree double *v = g_new0 (double, MAX (n, 1));
+
+  for (guint i = 0; i < n; i++) {
+    frames += (guint64) c[i].frames;
+    decode += c[i].decode_seconds;
+    if (i > 0) {
+      steady_s += c[i].compute_seconds;
+      steady_frames += (guint64) c[i].frames;
+    }
+  }
+  g_assert_true (gst_structure_get_uint (s, "chunks", &chunks));
+  g_assert_cmpuint (chunks, ==, n);
+  g_assert_true (gst_structure_get_uint64 (s, "frames", &got64));
+  g_assert_cmpuint (got64, ==, frames);
+  g_assert_true (gst_structure_get_uint64 (s, "steady-frames", &got64));
+  g_assert_cmpuint (got64, ==, steady_frames);
+  check_double (s, "steady-seconds", steady_s);
+  check_double (s, "steady-fps",
+      steady_s > 0.0 ? (double) steady_frames / steady_s : 0.0);
+  double total = 0.0;
+  for (guint i = 0; i < n; i++) {
+    v[i] = c[i].compute_seconds;
+    total += v[i];
+  }
+  check_double (s, "compute-seconds-total", total);
+  check_distribution (s, "compute-seconds", v, n, window);
+  for (guint i = 1; i < n; i++)
+    v[i - 1] = (double) (c[i].end_us - c[i - 1].end_us) / G_USEC_PER_SEC;
+  /* the window's periods: those of its chunks after the first of all */
+  check_distribution (s, "period-seconds", v, n ? n - 1 : 0,
+      n > window ? window : (n ? n - 1 : 0));
+  check_double (s, "decode-seconds-total", decode);
+  check_double (s, "decode-seconds-mean", n ? decode / n : 0.0);
+  check_double (s, "decode-hidden-fraction", ref_hidden_fraction (c, n));
+}
+
+/* @n chunks as the elements see them: frames 13 then 16, compute seconds
+ * drawn from @rand, each decode overlapping the next chunk's generation
+ * (every 7th chunk without lingbotgen's meta) */
+static GstLingbotChunkTimes *
+make_chunks (guint n, GRand * rand)
+{
+  GstLingbotChunkTimes *c = g_new0 (GstLingbotChunkTimes, n);
+  gint64 t = 1000000;
+  for (guint i = 0; i < n; i++) {
+    gint64 gen = g_rand_int_range (rand, 50000, 400000);
+    gint64 dec = g_rand_int_range (rand, 20000, 300000);
+    c[i].frames = i ? 16 : 13;
+    c[i].generate_start_us = i % 7 == 3 ? 0 : t;
+    c[i].generate_end_us = i % 7 == 3 ? 0 : t + gen;
+    c[i].decode_start_us = t + gen + g_rand_int_range (rand, 0, 5000);
+    c[i].end_us = c[i].decode_start_us + dec;
+    c[i].decode_seconds = (double) dec / G_USEC_PER_SEC;
+    c[i].compute_seconds = (double) (gen + dec) / G_USEC_PER_SEC +
+        g_rand_double (rand) * 1e-3;
+    t += gen + g_rand_int_range (rand, 0, 20000);
+  }
+  return c;
+}
+
+/* 1000 chunks through a window of 64: never more than 64 records, every
+ * figure as from the list of all */
+static void
+test_bounded (void)
+{
+  const guint window = 64, n = 1000;
+  g_autoptr (GRand) rand = g_rand_new_with_seed (7);
+  g_autofree GstLingbotChunkTimes *c = make_chunks (n, rand);
+  GstLingbotChunkLog *log = gst_lingbot_chunk_log_new (window);
+
+  check_stats (log, c, 0, window);
+  for (guint i = 0; i < n; i++) {
+    gst_lingbot_chunk_log_add (log, &c[i]);
+    g_assert_cmpuint (gst_lingbot_chunk_log_get_n_kept (log), ==,
+        MIN (i + 1, window));
+    g_assert_cmpuint (gst_lingbot_chunk_log_get_n_chunks (log), ==, i + 1);
+    if (i < 3 || i == window - 1 || i == window || i % 97 == 0 || i == n - 1)
+      check_stats (log, c, i + 1, window);
+  }
+  /* a new stream */
+  gst_lingbot_chunk_log_clear (log);
+  g_assert_cmpuint (gst_lingbot_chunk_log_get_n_kept (log), ==, 0);
+  check_stats (log, c, 0, window);
+  for (guint i = 0; i < 5; i++)
+    gst_lingbot_chunk_log_add (log, &c[i]);
+  check_stats (log, c, 5, window);
+  gst_lingbot_chunk_log_free (log);
+}
+
+/* with the elements' window, a run that fits gives what a list of every
+ * record gives, percentiles included */
+static void
+test_window_default (void)
+{
+  const guint n = 3000;
+  g_autoptr (GRand) rand = g_rand_new_with_seed (11);
+  g_autofree GstLingbotChunkTimes *c = make_chunks (n, rand);
+  GstLingbotChunkLog *log =
+      gst_lingbot_chunk_log_new (GST_LINGBOT_CHUNK_LOG_WINDOW);
+
+  for (guint i = 0; i < n; i++)
+    gst_lingbot_chunk_log_add (log, &c[i]);
+  g_assert_cmpuint (gst_lingbot_chunk_log_get_n_kept (log), ==, n);
+  check_stats (log, c, n, G_MAXUINT);
+  gst_lingbot_chunk_log_free (log);
+}
+
+int
+main (int argc, char **argv)
+{
+  gst_init (&argc, &argv);
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/chunk-log/bounded", test_bounded);
+  g_test_add_func ("/chunk-log/window-default", test_window_default);
+  return g_test_run ();
+}
