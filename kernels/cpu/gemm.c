@@ -48,6 +48,7 @@ dot_f32 (const float *a, const float *b, int64_t k)
   float acc[8] = { 0 };
   int64_t l = 0;
   for (; l + 8 <= k; l += 8)
+#pragma GCC unroll 8
     for (int t = 0; t < 8; t++)
       acc[t] += a[l + t] * b[l + t];
   for (int t = 0; l + t < k; t++)
