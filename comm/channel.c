@@ -315,9 +315,10 @@ fill_rows (const int64_t * given, int n, int64_t total, int64_t * start,
 }
 
 static void
-channel_wake (gpointer data)
+channel_wake (gpointer data, const GError * why)
 {
   LbChannel *ch = data;
+  (void) why;
   g_mutex_lock (&ch->lock);
   g_cond_broadcast (&ch->cond);
   g_mutex_unlock (&ch->lock);

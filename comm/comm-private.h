@@ -8,10 +8,21 @@
 
 G_BEGIN_DECLS
 
-/* Called (from whichever thread aborts the group, with the group's lock
- * held) so that waiters on other condition variables wake up and see
- * lb_worker_group_is_aborted().  Must not take the group's lock. */
-typedef void (*LbAbortNotify) (gpointer data);
+/* Called when the group aborts, from whichever thread aborts it (a rank
+ * thread whose job failed, a waiter, a canceller) with the group's lock
+ * held: so that waiters on other condition variables wake up and see
+ * lb_worker_group_is_aborted(), and so that the layers above learn the
+ * root cause as soon as a rank fails.  @why is the error of the rank that
+ * failed first, prefixed "rank N: " (e.g. "rank 0: all_to_all_v (publish):
+ * no progress within T ms (worker group world), waiting for rank 1",
+ * %LB_ERROR_TIMEOUT), valid during the call only; %NULL for a cancel
+ * (lb_worker_group_cancel(), the deadline of
+ * lb_worker_group_cancel_after(), a shutdown).  A notify must not call
+ * into the group (its lock is held: add/remove a notify, submit, wait...)
+ * and must not block: the ranks and every waiter of the group wait for it.
+ * Not part of the installed API: comm/ and the library above it
+ * (lingbot/session.c) only. */
+typedef void (*LbAbortNotify) (gpointer data, const GError * why);
 
 void lb_worker_group_add_abort_notify (LbWorkerGroup * group,
     LbAbortNotify notify, gpointer data);

@@ -87,9 +87,10 @@ is_abort_error (const GError * e)
       (e->code == LB_ERROR_RANK_FAILED || e->code == LB_ERROR_CANCELLED);
 }
 
-/* Group lock held. */
+/* Group lock held.  @why: the error of @rank that aborts the group
+ * ("rank N: ..."), handed to the abort notifies; %NULL for a cancel. */
 static void
-group_abort_locked (LbWorkerGroup * g, int state, int rank)
+group_abort_locked (LbWorkerGroup * g, int state, int rank, const GError * why)
 {
   if (!g_atomic_int_compare_and_exchange (&g->abort_state, ABORT_NONE, state))
     return;
@@ -100,7 +101,7 @@ group_abort_locked (LbWorkerGroup * g, int state, int rank)
     g->klass->abort (g->comm);
   for (guint i = 0; i < g->notifies->len; i++) {
     AbortNotify *an = &g_array_index (g->notifies, AbortNotify, i);
-    an->notify (an->data);
+    an->notify (an->data, why);
   }
   for (int r = 0; r < g->n; r++)
     g_cond_broadcast (&g->ranks[r].cond);
@@ -269,7 +270,7 @@ give_up_locked (LbWorkerGroup * g, LbWorkerJob * job)
   if (g_get_monotonic_time () < give_up_time_locked (g))
     return FALSE;
   if (g_atomic_int_get (&g->abort_state) == ABORT_NONE) {
-    group_abort_locked (g, ABORT_CANCELLED, -1);
+    group_abort_locked (g, ABORT_CANCELLED, -1, NULL);
     return TRUE;
   }
   return abandon_locked (g, job);
@@ -344,10 +345,10 @@ rank_thread (gpointer data)
     }
     r->running = NULL;
     if (!ok) {
+      g_prefix_error (&e, "rank %d: ", r->pub.rank);
       if (!is_abort_error (e) || g_atomic_int_get (&g->abort_state) ==
           ABORT_NONE)
-        group_abort_locked (g, ABORT_FAILED, r->pub.rank);
-      g_prefix_error (&e, "rank %d: ", r->pub.rank);
+        group_abort_locked (g, ABORT_FAILED, r->pub.rank, e);
       job_record_error (qj.job, e);
     }
     qj.job->pending--;
@@ -557,7 +558,7 @@ lb_worker_group_shutdown (LbWorkerGroup * group)
     return;
   }
   if (g->inflight > 0)
-    group_abort_locked (g, ABORT_CANCELLED, -1);
+    group_abort_locked (g, ABORT_CANCELLED, -1, NULL);
   g->shutdown = TRUE;
   for (int i = 0; i < g->n; i++)
     g_cond_broadcast (&g->ranks[i].cond);
@@ -578,7 +579,7 @@ lb_worker_group_shutdown (LbWorkerGroup * group)
       deadline = idle_deadline;
     if (!g_cond_wait_until (&g->done_cond, &g->lock, deadline)) {
       if (g_atomic_int_get (&g->abort_state) == ABORT_NONE)
-        group_abort_locked (g, ABORT_CANCELLED, -1);
+        group_abort_locked (g, ABORT_CANCELLED, -1, NULL);
       else if (!give_up_locked (g, NULL))
         g_cond_wait_until (&g->done_cond, &g->lock,
             g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND);
@@ -947,7 +948,7 @@ lb_worker_group_cancel (LbWorkerGroup * group)
 {
   g_mutex_lock (&group->lock);
   if (group->inflight > 0)
-    group_abort_locked (group, ABORT_CANCELLED, -1);
+    group_abort_locked (group, ABORT_CANCELLED, -1, NULL);
   g_mutex_unlock (&group->lock);
 }
 

@@ -218,6 +218,13 @@ struct _GstLingbotGen
   GCancellable *cancellable;
   gint passes;                  /* atomic: DiT passes run, this stream */
 
+  /* the one ERROR of a failed chunk: posted early by on_failure() (a rank
+   * timed out: posted from another thread, a rank timeout before the
+   * generate returns) or by the streaming thread, whichever claims it
+   * first (claim_error()) */
+  gint attempt;                 /* atomic: generates started */
+  gint error_attempt;           /* lock: the one whose ERROR is unposted */
+
   /* streaming thread only */
   GstLingbotSessionHandle *handle;
   guint64 chunk;
@@ -716,6 +723,71 @@ on_pass (LingbotSession * session, guint64 chunk, int pass, int n_passes,
     g_signal_emit (self, signals[SIGNAL_PASS], 0, chunk, pass, n_passes);
 }
 
+/* Whether the ERROR of generate @attempt is still to be posted; if so,
+ * the caller posts it (exactly one ERROR per failed chunk). */
+static gboolean
+claim_error (GstLingbotGen * self, gint attempt)
+{
+  gboolean mine;
+
+  g_mutex_lock (&self->lock);
+  mine = self->error_attempt == attempt;
+  if (mine)
+    self->error_attempt = 0;
+  g_mutex_unlock (&self->lock);
+  return mine;
+}
+
+typedef struct
+{
+  gint attempt;
+  guint64 chunk;
+  GError *error;
+} EarlyError;
+
+static void
+early_error_free (gpointer data)
+{
+  EarlyError *ee = data;
+
+  g_error_free (ee->error);
+  g_free (ee);
+}
+
+/* on_failure()'s post, on a thread of GStreamer's pool */
+static void
+post_early_error (GstElement * element, gpointer data)
+{
+  GstLingbotGen *self = GST_LINGBOT_GEN (element);
+  EarlyError *ee = data;
+
+  if (!claim_error (self, ee->attempt))
+    return;
+  GST_ELEMENT_ERROR (self, STREAM, FAILED, ("A rank did not answer in "
+          "time: %s", ee->error->message), ("chunk %" G_GUINT64_FORMAT,
+          ee->chunk));
+}
+
+/* A rank of the chunk in flight timed out waiting for a peer
+ * (lingbot_session_set_failure_func()), on that rank's thread with the
+ * worker group's lock held: the chunk fails, but the generate returns only
+ * once the peer is back or, stuck, abandoned a rank timeout later.  The
+ * ERROR goes out now, from another thread: a bus sync handler that sets
+ * the pipeline to NULL would wait for this rank's group. */
+static void
+on_failure (LingbotSession * session, guint64 chunk, const GError * error,
+    gpointer user_data)
+{
+  GstLingbotGen *self = user_data;
+  EarlyError *ee = g_new0 (EarlyError, 1);
+
+  ee->attempt = g_atomic_int_get (&self->attempt);
+  ee->chunk = chunk;
+  ee->error = g_error_copy (error);
+  gst_element_call_async (GST_ELEMENT (self), post_early_error, ee,
+      early_error_free);
+}
+
 /* unmaps @buf when @map was mapped, then drops the ref; nothing when @buf
  * is NULL */
 static void
@@ -837,6 +909,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   /* PLAYING -> NULL cancels the chunk in flight at its next DiT pass */
   lingbot_session_set_cancellable (session, self->cancellable);
   lingbot_session_set_pass_func (session, on_pass, self, NULL);
+  lingbot_session_set_failure_func (session, on_failure, self, NULL);
   self->handle = gst_lingbot_session_handle_new (world, session);
   g_mutex_lock (&self->lock);
   self->session_chunk_frames = lingbot_session_get_chunk_frames (session);
@@ -1340,6 +1413,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstLingbotSessionHandle *h;
   GstBuffer *buf;
   GstFlowReturn ret;
+  gint attempt;
   gboolean has_control, live, ok;
   GstClockTime start = GST_CLOCK_TIME_NONE, pts;
   guint64 spills;
@@ -1453,6 +1527,10 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   spills = lingbot_session_get_n_spills (h->session);
   if (ck.reset)
     lingbot_control_reset_pose (lingbot_session_get_control (h->session));
+  attempt = g_atomic_int_add (&self->attempt, 1) + 1;
+  g_mutex_lock (&self->lock);
+  self->error_attempt = attempt;
+  g_mutex_unlock (&self->lock);
   ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
   end_us = g_get_monotonic_time ();
   gst_lingbot_device_memory_add_preserved ((guint)
@@ -1473,8 +1551,13 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     return;
   }
   if (buf == NULL) {
-    GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
-        ("chunk %" G_GUINT64_FORMAT, self->chunk));
+    if (claim_error (self, attempt))
+      GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
+          ("chunk %" G_GUINT64_FORMAT, self->chunk));
+    else
+      /* on_failure() posted the ERROR, a rank timeout ago */
+      GST_WARNING_OBJECT (self, "chunk %" G_GUINT64_FORMAT " failed: %s",
+          self->chunk, error->message);
     gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
     return;
   }

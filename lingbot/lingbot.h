@@ -22,7 +22,9 @@
  *   may be called from any thread while it runs (the chunk is dropped and
  *   made again by the next generate, bit for bit).  The pass callback
  *   (lingbot_session_set_pass_func()) reports progress from rank 0's
- *   thread.
+ *   thread; the failure callback (lingbot_session_set_failure_func())
+ *   reports a rank that did not answer in time as soon as its peer's wait
+ *   times out, before lingbot_session_generate() returns.
  *
  * Model directory layout (the published release):
  *   MODEL/transformers/       DiT shards, model.safetensors.index.json,
@@ -264,10 +266,30 @@ LingbotControl *lingbot_session_get_control (LingbotSession * session);
 typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
     int pass, int n_passes, gpointer user_data);
 
+/**
+ * LingbotFailureFunc:
+ * @session: the session
+ * @chunk: the chunk being generated (lingbot_session_get_chunk_index())
+ * @error: the failure, %LB_ERROR_TIMEOUT, prefixed with the rank that
+ *   timed out, naming the operation and the rank it waited for (e.g.
+ *   "rank 0: all_to_all_v (publish): no progress within 60000 ms (worker
+ *   group world), waiting for rank 1"); valid during the call only
+ * @user_data: what was given to lingbot_session_set_failure_func()
+ *
+ * Called on the rank thread that timed out, with the worker group's lock
+ * held: it must not block and must not call the session, its world or
+ * anything that waits for the ranks (copy @error and hand it to another
+ * thread).
+ */
+typedef void (*LingbotFailureFunc) (LingbotSession * session, guint64 chunk,
+    const GError * error, gpointer user_data);
+
 void lingbot_session_set_cancellable (LingbotSession * session,
     GCancellable * cancellable);
 void lingbot_session_set_pass_func (LingbotSession * session,
     LingbotPassFunc func, gpointer user_data, GDestroyNotify notify);
+void lingbot_session_set_failure_func (LingbotSession * session,
+    LingbotFailureFunc func, gpointer user_data, GDestroyNotify notify);
 
 gboolean lingbot_session_generate (LingbotSession * session, guint keys,
     LingbotChunkStats * stats, GError ** error);

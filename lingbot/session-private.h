@@ -106,6 +106,17 @@ struct _LingbotSession
   LingbotPassFunc pass_func;
   gpointer pass_data;
   GDestroyNotify pass_notify;
+
+  /* lingbot_session_set_failure_func(): while set, an abort notify of
+   * the world's group (the fields change only while it is not
+   * registered); armed (atomic) while a generate runs, disarmed by the
+   * call, so that it runs at most once per generate and only for this
+   * session's chunks */
+  LingbotFailureFunc failure_func;
+  gpointer failure_data;
+  GDestroyNotify failure_notify;
+  gint failure_armed;
+  guint64 failure_chunk;
 };
 
 gboolean lingbot_session_handoff_init (LingbotSession * s, GError ** error);

@@ -29,6 +29,7 @@
 #include "lingbot/scheduler.h"
 #include "lingbot/text-encoder.h"
 #include "kernels/error.h"
+#include "comm/comm-private.h"
 
 #include <string.h>
 
@@ -675,6 +676,7 @@ lingbot_session_free (LingbotSession * session)
   if (session == NULL)
     return;
   lingbot_session_set_cancellable (session, NULL);
+  lingbot_session_set_failure_func (session, NULL, NULL, NULL);
   if (lingbot_world_is_broken (session->world))
     /* a rank stopped answering and was abandoned: what it may still use
      * (the session's rank state and tensors, the world) is leaked on
@@ -1011,6 +1013,66 @@ lingbot_session_set_pass_func (LingbotSession * session,
     old_notify (old_data);
 }
 
+/* An abort notify of the world's group (its lock held, on the thread
+ * that aborts it): a rank of this session's generate timed out. */
+static void
+session_group_aborted (gpointer data, const GError * why)
+{
+  LingbotSession *s = data;
+
+  if (!g_error_matches (why, LB_ERROR, LB_ERROR_TIMEOUT))
+    return;
+  if (g_atomic_int_compare_and_exchange (&s->failure_armed, 1, 0))
+    s->failure_func (s, s->failure_chunk, why, s->failure_data);
+}
+
+/**
+ * lingbot_session_set_failure_func:
+ * @session: a session, not generating (call it before or between
+ *   generates)
+ * @func: (nullable): called when a rank fails the chunk in flight with a
+ *   timeout (#LingbotFailureFunc); %NULL unsets
+ * @user_data: passed to @func
+ * @notify: (nullable): frees @user_data when the function is replaced or
+ *   the session freed
+ *
+ * Reports a rank that does not answer as early as the library knows it.
+ * When a rank of the session's world times out in a wait for a peer (a
+ * collective, a channel; %LB_ERROR_TIMEOUT: the peer did not answer within
+ * the rank timeout, #LingbotWorldOptions.timeout_ms or
+ * `LINGBOT_RANK_TIMEOUT_MS`), the chunk fails; lingbot_session_generate()
+ * returns once every rank is back, and gives a rank that is still busy
+ * (stuck in a kernel, driver call or collective) one more rank timeout
+ * before it abandons it and fails with "worker group world: rank N stopped
+ * answering (...)".  @func is called as soon as the timeout happens, a
+ * rank timeout before that, with the timeout's error: at most once per
+ * lingbot_session_generate() call, on the rank thread that timed out,
+ * while that call still runs.  Only timeouts: other failures (and a
+ * cancel) end the generate at once, and its error is the one to report.
+ * A timeout of a lingbot_session_decode() is not reported here.  @func
+ * must not block and must not call the session (see #LingbotFailureFunc).
+ */
+void
+lingbot_session_set_failure_func (LingbotSession * session,
+    LingbotFailureFunc func, gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (session != NULL);
+  GDestroyNotify old_notify = session->failure_notify;
+  gpointer old_data = session->failure_data;
+
+  /* removing the notify takes the group's lock: no call runs after it */
+  if (session->failure_func != NULL)
+    lb_worker_group_remove_abort_notify (session->group, session);
+  session->failure_func = func;
+  session->failure_data = user_data;
+  session->failure_notify = notify;
+  if (func != NULL)
+    lb_worker_group_add_abort_notify (session->group, session_group_aborted,
+        session);
+  if (old_notify)
+    old_notify (old_data);
+}
+
 /**
  * lingbot_session_generate:
  * @session: a session
@@ -1066,6 +1128,9 @@ lingbot_session_generate (LingbotSession * session, guint keys,
     return FALSE;
   LbTensor *out = s->channel ? NULL : s->latents;
   g_rec_mutex_lock (&s->world->lock);
+  /* the failure callback may run for this chunk from now on */
+  s->failure_chunk = s->chunk;
+  g_atomic_int_set (&s->failure_armed, 1);
   gint64 t0 = g_get_monotonic_time ();
   const gboolean advanced = lingbot_control_advance (s->control, keys, error);
   gboolean ok = advanced &&
@@ -1108,6 +1173,7 @@ lingbot_session_generate (LingbotSession * session, guint keys,
   if (!ok && advanced)
     lingbot_control_rewind (s->control);
   gint64 t2 = g_get_monotonic_time ();
+  g_atomic_int_set (&s->failure_armed, 0);
   g_rec_mutex_unlock (&s->world->lock);
   if (!ok)
     return FALSE;

@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "comm-test-util.h"
+#include "comm/comm-private.h"
 
 static gboolean
 rank_count (LbRank * rank, gpointer data, GError ** error)
@@ -445,6 +446,122 @@ test_cancel_after (void)
   lb_worker_group_unref (g);
 }
 
+/* ---- the abort notifies get the root cause ---- */
+
+typedef struct
+{
+  int calls;
+  GError *why;                  /* a copy of the last call's, or NULL */
+  LbWorkerGroup *group;         /* set: record whether it was broken */
+  gboolean broken;              /* the group was broken at the last call */
+} NotifyLog;
+
+static void
+on_abort (gpointer data, const GError * why)
+{
+  NotifyLog *log = data;
+  log->calls++;
+  g_clear_error (&log->why);
+  log->why = why ? g_error_copy (why) : NULL;
+  if (log->group)
+    log->broken = lb_worker_group_is_broken (log->group);
+}
+
+static gboolean
+rank_wait_for_cancel (LbRank * rank, gpointer data, GError ** error)
+{
+  gint *entered = data;
+  g_atomic_int_inc (entered);
+  while (lb_rank_check_abort (rank, error))
+    g_usleep (1000);
+  return FALSE;
+}
+
+/* A notify learns why the group aborted as it aborts: the failing rank's
+ * own error with its "rank N: " prefix (once, not the other ranks'
+ * "rank N failed" echoes), the timeout of a rank waiting for a peer
+ * (naming the op and the peer), nothing for a cancel; none after its
+ * removal. */
+static void
+test_abort_notify_why (void)
+{
+  LbWorkerGroup *g = test_group_new (3, NULL, 300, "why");
+  NotifyLog log = { 0 };
+  GError *err = NULL;
+  LbWorkerJob job = LB_WORKER_JOB_INIT;
+  gint entered = 0;
+
+  lb_worker_group_add_abort_notify (g, on_abort, &log);
+
+  /* a rank fails: its error, while the others are released */
+  g_assert_false (lb_worker_group_run (g, rank_fail_on_1, NULL, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 1);
+  g_assert_error (log.why, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (log.why->message, ==, "rank 1: bad shape on purpose");
+
+  /* a rank times out waiting for a peer that never comes: the timeout */
+  g_assert_false (lb_worker_group_run_on (g, 2, rank_collect_ok, NULL, &err));
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 2);
+  g_assert_error (log.why, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (log.why->message, ==, "rank 2: all_reduce (publish): no "
+      "progress within 300 ms (worker group why), waiting for ranks 0, 1");
+
+  /* a cancel: no error */
+  g_assert_true (lb_worker_group_submit (g, &job, -1, rank_wait_for_cancel,
+          &entered, &err));
+  while (g_atomic_int_get (&entered) < 3)
+    g_usleep (1000);
+  lb_worker_group_cancel (g);
+  g_assert_false (lb_worker_group_wait (g, &job, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 3);
+  g_assert_null (log.why);
+
+  /* removed: no more calls */
+  lb_worker_group_remove_abort_notify (g, &log);
+  g_assert_false (lb_worker_group_run (g, rank_fail_on_1, NULL, &err));
+  g_clear_error (&err);
+  g_assert_cmpint (log.calls, ==, 3);
+  lb_worker_group_unref (g);
+}
+
+/* Rank 1 stuck, rank 0 times out waiting for it: the notify gets rank
+ * 0's timeout when the group aborts, a group timeout before the waiter
+ * gives up on rank 1 (the group is not broken yet), while the wait
+ * returns the abandonment. */
+static void
+test_abort_notify_stuck (void)
+{
+  LbWorkerGroup *g = test_group_new (2, NULL, 300, "stuckwhy");
+  static Gate gate = {.stuck_rank = 1 };
+  NotifyLog log = {.group = g };
+  BoundedWait w = {.group = g };
+  GError *err = NULL;
+
+  lb_worker_group_add_abort_notify (g, on_abort, &log);
+  g_assert_true (lb_worker_group_submit (g, &w.job, -1,
+          rank_stuck_or_barrier, &gate, &err));
+  wait_bounded (&w, 5000, "a group op with a stuck rank");
+  g_assert_error (w.error, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_true (g_str_has_prefix (w.error->message, "worker group "
+          "stuckwhy: rank 1 stopped answering"));
+  g_clear_error (&w.error);
+  g_assert_true (lb_worker_group_is_broken (g));
+  g_assert_cmpint (log.calls, ==, 1);
+  g_assert_false (log.broken);
+  g_assert_error (log.why, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (log.why->message, ==, "rank 0: barrier: no progress "
+      "within 300 ms (worker group stuckwhy), waiting for rank 1");
+  g_clear_error (&log.why);
+  lb_worker_group_remove_abort_notify (g, &log);
+  lb_worker_group_unref (g);
+  /* rank 1 stays blocked for the rest of the process: abandoned */
+}
+
 static void
 test_bad_args (void)
 {
@@ -471,5 +588,9 @@ main (int argc, char **argv)
   g_test_add_func ("/comm/worker-group/stuck-rank", test_stuck_rank);
   g_test_add_func ("/comm/worker-group/stuck-shutdown", test_stuck_shutdown);
   g_test_add_func ("/comm/worker-group/cancel-after", test_cancel_after);
+  g_test_add_func ("/comm/worker-group/abort-notify-why",
+      test_abort_notify_why);
+  g_test_add_func ("/comm/worker-group/abort-notify-stuck",
+      test_abort_notify_stuck);
   return g_test_run ();
 }

@@ -5,15 +5,20 @@
  * (meson.build sets LD_PRELOAD): once armed, rank 1's next cblas_sgemm()
  * never returns, as a stuck kernel, driver call or collective does on a
  * GPU.  The world runs on cpu:2 with LINGBOT_RANK_TIMEOUT_MS=1500 (T).
- * Rank 0 then times out waiting for rank 1 in the DiT's all-to-all (T),
- * the group gives rank 1 another T and abandons it: the element posts the
- * error at about 2 T, names the rank and the operation, the frames made
- * before are delivered, and the state changes to NULL return although
- * rank 1 stays stuck for the rest of the process (its world is leaked, not
- * freed under it).  Without that, the element's wait never returned: the
- * error never came and PLAYING -> NULL, and gst-launch-1.0 -e after
- * Ctrl-C, hung for good.  Each test bounds its waits itself (a hang fails
- * it with a message, not by the meson timeout).
+ * Rank 0 then times out waiting for rank 1 in the DiT's all-to-all (T):
+ * the group aborts and the element posts the error at once, at about T,
+ * naming rank 0's operation and the rank it waited for
+ * (lingbot_session_set_failure_func()).  The group gives rank 1 another T
+ * and abandons it (so that a merely slow rank does not break the world):
+ * the generate returns at about 2 T, the frames made before are
+ * delivered, EOS follows, no second error is posted, and the state
+ * changes to NULL return although rank 1 stays stuck for the rest of the
+ * process (its world is leaked, not freed under it).  Before the early
+ * error, the error came only at 2 T (with the generate); before the
+ * abandonment, the element's wait never returned: the error never came
+ * and PLAYING -> NULL, and gst-launch-1.0 -e after Ctrl-C, hung for good.
+ * Each test bounds its waits itself (a hang fails it with a message, not
+ * by the meson timeout).
  *
  * A separate program from test-gst.c: its worlds are leaked on purpose and
  * its stuck threads never end, which the leak gate (suite leaks) would
@@ -29,11 +34,11 @@
 #include <gst/app/gstappsink.h>
 
 #define TIMEOUT_MS 1500
-/* the error comes 2 T after rank 1 got stuck, chunk 1's first GEMM */
-#define STUCK_ERROR "worker group world: rank 1 stopped answering (still " \
-  "busy 1500 ms after the group aborted; the group is broken and its " \
-  "threads abandoned): rank 0: all_to_all_v (publish): no progress within " \
-  "1500 ms (worker group world), waiting for rank 1"
+/* the error comes T after rank 1 got stuck, chunk 1's first GEMM, when
+ * rank 0's all-to-all gives up on it */
+#define STUCK_ERROR "A rank did not answer in time: rank 0: all_to_all_v " \
+  "(publish): no progress within 1500 ms (worker group world), waiting " \
+  "for rank 1"
 
 static char *tmpdir;
 static char *model_dir;
@@ -64,6 +69,8 @@ typedef struct
   gint samples;                 /* atomic: frames at the sink */
   gint eos;                     /* atomic: EOS at the sink */
   GError *error;                /* the first ERROR (atomic pointer) */
+  gint64 error_us;              /* when it was posted (monotonic) */
+  gint n_errors;                /* atomic: ERROR messages posted */
 } Stuck;
 
 /* keeps the first error: a pipeline set to NULL flushes its bus */
@@ -72,11 +79,15 @@ on_bus_sync (GstBus * bus, GstMessage * msg, gpointer data)
 {
   Stuck *st = data;
   GError *err = NULL;
+  const gint64 now = g_get_monotonic_time ();
 
   if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ERROR)
     return GST_BUS_PASS;
+  g_atomic_int_inc (&st->n_errors);
   gst_message_parse_error (msg, &err, NULL);
-  if (!g_atomic_pointer_compare_and_exchange (&st->error, NULL, err))
+  if (g_atomic_pointer_compare_and_exchange (&st->error, NULL, err))
+    st->error_us = now;         /* read once the message is popped */
+  else
     g_error_free (err);
   return GST_BUS_PASS;
 }
@@ -150,8 +161,9 @@ stuck_start (Stuck * st)
   stuck_start_on (st, "cpu:2", "lb-world-1");
 }
 
-/* waits until a thread more than @before is stuck in the shim */
-static void
+/* waits until a thread more than @before is stuck in the shim; returns
+ * when it saw it (within 5 ms) */
+static gint64
 wait_stuck (int before)
 {
   const gint64 t0 = g_get_monotonic_time ();
@@ -159,8 +171,9 @@ wait_stuck (int before)
   while (shim_get_n_stuck () == before) {
     if (g_get_monotonic_time () - t0 > 60 * G_USEC_PER_SEC)
       g_error ("the rank never got stuck");
-    g_usleep (10 * 1000);
+    g_usleep (5 * 1000);
   }
+  return g_get_monotonic_time ();
 }
 
 typedef struct
@@ -199,8 +212,10 @@ to_null_bounded (GstElement * pipeline, guint bound_ms)
   return g_get_monotonic_time () - t0;
 }
 
-/* The error at 2 T naming rank 1 and the all-to-all rank 0 waited in;
- * chunk 0's 13 frames reach the sink, then EOS; NULL returns at once. */
+/* The error at T (when rank 0's all-to-all gives up on rank 1, not 2 T,
+ * when the generate returns), naming the all-to-all and rank 1; chunk 0's
+ * 13 frames reach the sink, then EOS (at 2 T, once rank 1 is abandoned);
+ * no second error; NULL returns at once. */
 GST_START_TEST (test_stuck_rank_error)
 {
   Stuck st;
@@ -208,9 +223,11 @@ GST_START_TEST (test_stuck_rank_error)
   GstMessage *msg;
   g_autoptr (GError) err = NULL;
   g_autofree char *dbg = NULL;
-  gint64 t0;
+  const int stuck = shim_get_n_stuck ();
+  gint64 t0, stuck_us, dt;
 
   stuck_start (&st);
+  stuck_us = wait_stuck (stuck);
   bus = gst_element_get_bus (st.pipeline);
   msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
       GST_MESSAGE_ERROR | GST_MESSAGE_EOS);
@@ -224,6 +241,14 @@ GST_START_TEST (test_stuck_rank_error)
   gst_message_unref (msg);
   gst_object_unref (bus);
   g_assert_cmpint (g_atomic_int_get (&st.chunks), ==, 1);
+  /* rank 0 waited T from about when rank 1 got stuck; the abandonment
+   * (and with it the generate's return) comes T later: the error came
+   * before it, not with it */
+  dt = st.error_us - stuck_us;
+  GST_INFO ("error %" G_GINT64_FORMAT " ms after rank 1 got stuck", dt / 1000);
+  g_assert_cmpint (dt, >, TIMEOUT_MS * 1000 / 2);
+  g_assert_cmpint (dt, <, TIMEOUT_MS * 1000 * 3 / 2);
+  g_assert_false (g_atomic_int_get (&st.eos));
 
   /* what was made before is delivered: chunk 0 decoded, then EOS */
   t0 = g_get_monotonic_time ();
@@ -238,6 +263,8 @@ GST_START_TEST (test_stuck_rank_error)
    * it may use */
   g_assert_cmpint (to_null_bounded (st.pipeline, 10 * 1000), <,
       5 * G_USEC_PER_SEC);
+  /* the generate's own error (the abandonment) was not posted again */
+  g_assert_cmpint (g_atomic_int_get (&st.n_errors), ==, 1);
   g_clear_error (&st.error);
   gst_object_unref (st.pipeline);
   shim_arm (NULL);
@@ -261,6 +288,9 @@ GST_START_TEST (test_stuck_rank_stop)
   dt = to_null_bounded (st.pipeline, 20 * 1000);
   g_assert_cmpint (dt, <, 2 * TIMEOUT_MS * 1000 + 5 * G_USEC_PER_SEC);
   g_assert_cmpint (g_atomic_int_get (&st.chunks), ==, 1);
+  /* rank 0's timeout (the early error) or the stop's cancel, whichever
+   * came first: never two errors */
+  g_assert_cmpint (g_atomic_int_get (&st.n_errors), <=, 1);
   g_clear_error (&st.error);
   gst_object_unref (st.pipeline);
   shim_arm (NULL);
@@ -288,6 +318,7 @@ GST_START_TEST (test_stuck_single_rank_stop)
   g_assert_cmpstr (st.error->message, ==, "worker group world: rank 0 "
       "stopped answering (still busy 1500 ms after the group aborted; the "
       "group is broken and its threads abandoned)");
+  g_assert_cmpint (g_atomic_int_get (&st.n_errors), ==, 1);
   g_clear_error (&st.error);
   gst_object_unref (st.pipeline);
   shim_arm (NULL);

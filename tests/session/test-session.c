@@ -833,6 +833,115 @@ test_pass_func_notify (void)
   g_assert_cmpint (freed_b, ==, 1);
 }
 
+/* ---- lingbot_session_set_failure_func() ---- */
+
+#define SLOW_T_MS 1000
+
+/* rank 0 slower than the rank timeout once, after pass 0 of chunk 1 */
+typedef struct
+{
+  gint slow;                    /* atomic: rank 0 sleeps after pass 0 */
+  gint back;                    /* atomic: rank 0 returned from its sleep */
+  gint calls;                   /* atomic: failure callback calls */
+  gint back_at_call;            /* rank 0 was back at the call */
+  GThread *thread;              /* the call's thread */
+  guint64 chunk;
+  GError *error;                /* a copy of the call's */
+  int freed;                    /* the GDestroyNotify ran */
+} SlowLog;
+
+static void
+slow_pass (LingbotSession * s, guint64 chunk, int pass, int n_passes,
+    gpointer user_data)
+{
+  SlowLog *log = user_data;
+  (void) s;
+  (void) chunk;
+  (void) n_passes;
+  if (pass == 0 && g_atomic_int_compare_and_exchange (&log->slow, 1, 0)) {
+    g_usleep (SLOW_T_MS * 3 / 2 * 1000);
+    g_atomic_int_set (&log->back, 1);
+  }
+}
+
+static void
+on_failure (LingbotSession * s, guint64 chunk, const GError * error,
+    gpointer user_data)
+{
+  SlowLog *log = user_data;
+  (void) s;
+  log->back_at_call = g_atomic_int_get (&log->back);
+  log->thread = g_thread_self ();
+  log->chunk = chunk;
+  g_clear_error (&log->error);
+  log->error = g_error_copy (error);
+  g_atomic_int_inc (&log->calls);
+}
+
+static void
+slow_log_freed (gpointer data)
+{
+  ((SlowLog *) data)->freed++;
+}
+
+/* Rank 0 is slower than the rank timeout T once (1.5 T in the pass
+ * callback of chunk 1's first pass): rank 1 times out waiting for it, and
+ * the failure callback gets that timeout at once, on rank 1's thread,
+ * while rank 0 is still away; the generate returns when rank 0 is back
+ * (within the grace T: not abandoned), with the same error.  The world is
+ * not broken: the chunk is made on the next try, with no further call. */
+static void
+test_failure_func (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  SlowLog log = { 0 };
+  GThread *caller = g_thread_self ();
+
+  wo.model_path = model_dir;
+  wo.devices = "cpu:2";
+  wo.timeout_ms = SLOW_T_MS;
+  LingbotWorld *w = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  LingbotSession *s = cancel_session (w);
+  lingbot_session_set_pass_func (s, slow_pass, &log, NULL);
+  lingbot_session_set_failure_func (s, on_failure, &log, slow_log_freed);
+
+  g_assert_true (lingbot_session_generate (s, chunk_keys[0], NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 0);
+
+  g_atomic_int_set (&log.slow, 1);
+  g_assert_false (lingbot_session_generate (s, chunk_keys[1], NULL, &err));
+  g_assert_cmpint (g_atomic_int_get (&log.back), ==, 1);
+  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 1);
+  g_assert_false (log.back_at_call);
+  g_assert_true (log.thread != caller);
+  g_assert_cmpuint (log.chunk, ==, 1);
+  g_assert_error (log.error, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (log.error->message, ==, "rank 1: DiT chunk: rank 1 "
+      "waited 1000 ms for rank 0 at pass boundary 1");
+  /* rank 0 came back within the grace: the root cause, not an
+   * abandonment */
+  g_assert_error (err, LB_ERROR, LB_ERROR_TIMEOUT);
+  g_assert_cmpstr (err->message, ==, log.error->message);
+  g_clear_error (&err);
+  g_assert_false (lingbot_world_is_broken (w));
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, 1);
+
+  /* usable: chunk 1 again, no call */
+  g_assert_true (lingbot_session_generate (s, chunk_keys[1], NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, 2);
+  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 1);
+
+  g_assert_cmpint (log.freed, ==, 0);
+  lingbot_session_free (s);
+  g_assert_cmpint (log.freed, ==, 1);
+  g_clear_error (&log.error);
+  lingbot_world_unref (w);
+}
+
 /* lingbot_control_rewind(): undoes exactly the last advance, live and
  * offline; once only; not after a reset. */
 static void
@@ -1404,6 +1513,7 @@ main (int argc, char **argv)
   g_test_add_func ("/session/control-rewind", test_control_rewind);
   g_test_add_func ("/session/dit-widths", test_dit_widths);
   g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
+  g_test_add_func ("/session/failure-func", test_failure_func);
   g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1), test_cancel);
   g_test_add_data_func ("/session/cancel/2", GINT_TO_POINTER (2), test_cancel);
   g_test_add_data_func ("/session/cancel-encode/1", GINT_TO_POINTER (1),
