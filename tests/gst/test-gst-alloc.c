@@ -9,52 +9,16 @@
  * exits; test-gst forks nothing, CK_FORK=no).  Skipped (77) under a
  * sanitizer or valgrind, which reserve address space of their own.
  */
-#include <dlfcn.h>
-#include <malloc.h>
-#include <string.h>
-#include <sys/resource.h>
-
 #include <gst/gst.h>
 
 #include "test-fixture.h"
+#include "test-rlimit.h"
 
 /* the address space left to the process above what it uses */
 #define MARGIN ((guint64) 448 << 20)
 #define SMALL_FRAMES 45         /* 3 chunks: 13 + 16 + 16 */
 
 static char *tmpdir, *model_dir, *embeds_path, *image_path;
-
-static gboolean
-under_sanitizer (void)
-{
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return TRUE;
-#endif
-#ifdef __has_feature
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) \
-    || __has_feature(memory_sanitizer)
-  return TRUE;
-#endif
-#endif
-  const char *preload = g_getenv ("LD_PRELOAD");
-  if (preload && (strstr (preload, "vgpreload") || strstr (preload, "asan")
-          || strstr (preload, "tsan")))
-    return TRUE;
-  return dlsym (RTLD_DEFAULT, "__asan_init") != NULL ||
-      dlsym (RTLD_DEFAULT, "__tsan_init") != NULL ||
-      dlsym (RTLD_DEFAULT, "__msan_init") != NULL;
-}
-
-static guint64
-vm_size (void)
-{
-  g_autofree char *status = NULL;
-  g_assert_true (g_file_get_contents ("/proc/self/status", &status, NULL,
-          NULL));
-  const char *p = strstr (status, "VmSize:");
-  g_assert_nonnull (p);
-  return g_ascii_strtoull (p + strlen ("VmSize:"), NULL, 10) * 1024;
-}
 
 static void
 on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
@@ -119,15 +83,8 @@ test_too_large (void)
    * limit */
   run_small (13);
 
-  struct rlimit rl;
-  g_assert_cmpint (getrlimit (RLIMIT_AS, &rl), ==, 0);
-  guint64 limit = vm_size () + MARGIN;
-  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < limit) {
-    g_test_skip ("the hard RLIMIT_AS is already below the test's limit");
+  if (!lingbot_test_rlimit_lower (MARGIN))
     return;
-  }
-  rl.rlim_cur = limit;
-  g_assert_cmpint (setrlimit (RLIMIT_AS, &rl), ==, 0);
 
   /* a small pipeline generating while the large one fails */
   gint small_count = 0, big_count = 0;
@@ -162,14 +119,8 @@ int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
-  if (under_sanitizer ()) {
-    g_printerr ("skipped: RLIMIT_AS does not work under a sanitizer or "
-        "valgrind\n");
+  if (!lingbot_test_rlimit_init ())
     return 77;
-  }
-  /* each new thread's malloc arena reserves 64 MB of address space: two
-   * arenas, so the threads the pipelines start stay inside the margin */
-  mallopt (M_ARENA_MAX, 2);
   gst_init (&argc, &argv);
   g_autoptr (GError) err = NULL;
   tmpdir = g_dir_make_tmp ("lingbot-gst-alloc-XXXXXX", &err);

@@ -15,12 +15,8 @@
  * under them.  On the tiny random model of tests/session (written at
  * start-up, prompt embeddings instead of umT5), one rank.
  */
-#include <dlfcn.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <glib/gstdio.h>
 
 #include "comm/channel.h"
 #include "kernels/error.h"
@@ -28,7 +24,9 @@
 #include "lingbot/image.h"
 #include "lingbot/lingbot.h"
 #include "lingbot/text-encoder.h"
+#include "test-fixture.h"
 #include "test-jpeg.h"
+#include "test-rlimit.h"
 
 /* the address space left to the process above what it uses */
 #define MARGIN ((guint64) 384 << 20)
@@ -40,59 +38,6 @@ static char *tmpdir;
 static char *embeds;
 static LingbotWorld *world;
 static guint8 image[IMG_W * IMG_H * 3];
-
-static void
-rm_rf (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *n;
-    while (d && (n = g_dir_read_name (d))) {
-      g_autofree char *p = g_build_filename (path, n, NULL);
-      rm_rf (p);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
-
-/* ASan, TSan, MSan or valgrind: they map shadow memory or replace malloc,
- * so RLIMIT_AS means nothing there */
-static gboolean
-under_sanitizer (void)
-{
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return TRUE;
-#endif
-#ifdef __has_feature
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) \
-    || __has_feature(memory_sanitizer)
-  return TRUE;
-#endif
-#endif
-  const char *preload = g_getenv ("LD_PRELOAD");
-  if (preload && (strstr (preload, "vgpreload") || strstr (preload, "asan")
-          || strstr (preload, "tsan")))
-    return TRUE;
-  return dlsym (RTLD_DEFAULT, "__asan_init") != NULL ||
-      dlsym (RTLD_DEFAULT, "__tsan_init") != NULL ||
-      dlsym (RTLD_DEFAULT, "__msan_init") != NULL;
-}
-
-/* VmSize of /proc/self/status in bytes */
-static guint64
-vm_size (void)
-{
-  g_autofree char *status = NULL;
-  g_assert_true (g_file_get_contents ("/proc/self/status", &status, NULL,
-          NULL));
-  const char *p = strstr (status, "VmSize:");
-  g_assert_nonnull (p);
-  return g_ascii_strtoull (p + strlen ("VmSize:"), NULL, 10) * 1024;
-}
 
 static void
 init_options (LingbotSessionOptions * o, int width, int height)
@@ -312,16 +257,8 @@ test_limited (gconstpointer data)
   /* every thread (ranks, OpenMP, OpenBLAS) started, its arena made */
   small_session (before);
 
-  struct rlimit rl;
-  g_assert_cmpint (getrlimit (RLIMIT_AS, &rl), ==, 0);
-  guint64 limit = vm_size () + MARGIN;
-  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < limit) {
-    g_test_skip ("the hard RLIMIT_AS is already below the test's limit");
+  if (!lingbot_test_rlimit_lower (MARGIN))
     return;
-  }
-  rl.rlim_cur = limit;
-  g_assert_cmpint (setrlimit (RLIMIT_AS, &rl), ==, 0);
-  g_test_message ("RLIMIT_AS %" G_GUINT64_FORMAT " MiB", limit >> 20);
 
   run ();
 
@@ -337,29 +274,15 @@ int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
-  if (under_sanitizer ()) {
-    g_printerr ("skipped: RLIMIT_AS does not work under a sanitizer or "
-        "valgrind\n");
+  if (!lingbot_test_rlimit_init ())
     return 77;
-  }
-  /* each new thread's malloc arena reserves 64 MB of address space: two
-   * arenas, so the margin is the buffers' */
-  mallopt (M_ARENA_MAX, 2);
   g_autoptr (GError) err = NULL;
   tmpdir = g_dir_make_tmp ("lingbot-alloc-XXXXXX", &err);
   g_assert_no_error (err);
 
+  g_autofree char *model_dir = lingbot_test_write_model (tmpdir);
   LingbotDitConfig cfg;
   lingbot_dit_config_init_preset (&cfg, LINGBOT_DIT_PRESET_TINY);
-  cfg.chunk_frames = 4;
-  g_autofree char *dit = g_build_filename (tmpdir, "transformers", NULL);
-  g_assert_true (lingbot_dit_write_random (&cfg, dit, 1, LB_DTYPE_BF16, 3,
-          &err));
-  g_assert_no_error (err);
-  g_autofree char *vae = g_build_filename (tmpdir, "Wan2.1_VAE.safetensors",
-      NULL);
-  g_assert_true (lingbot_vae_write_random (vae, 8, 5, &err));
-  g_assert_no_error (err);
   int64_t shape[2] = { 512, cfg.text_dim };
   g_autoptr (LbTensor) ctx = lb_tensor_new_zeros (LB_DTYPE_F32, 2, shape);
   for (int i = 0; i < 6 * cfg.text_dim; i++)
@@ -376,7 +299,7 @@ main (int argc, char **argv)
     }
 
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
-  wo.model_path = tmpdir;
+  wo.model_path = model_dir;
   wo.load_text_encoder = FALSE;
   world = lingbot_world_new (&wo, &err);
   g_assert_no_error (err);
@@ -391,7 +314,7 @@ main (int argc, char **argv)
   int rc = g_test_run ();
 
   lingbot_world_unref (world);
-  rm_rf (tmpdir);
+  lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);
   g_free (embeds);
   return rc;
