@@ -570,46 +570,125 @@ typedef struct
   GThread *rank0;
 } CancelRef;
 
+/* a chunk's latents and decoded frames, f32 */
+#define LAT_BYTES ((gsize) 16 * 4 * 8 * 8 * sizeof (float))
+#define FRAME_BYTES ((gsize) 3 * 16 * 64 * 64 * sizeof (float))
+
+/* @ref on a world of @n_ranks ranks (a group timeout of 10 s turns a hang
+ * into a failure), rank 0's worker thread recorded, nothing generated */
+static void
+cancel_ref_init (CancelRef * ref, int n_ranks)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = model_dir;
+  wo.devices = n_ranks == 1 ? "cpu:1" : "cpu:2";
+  wo.timeout_ms = 10000;
+  ref->world = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  ref->lat = g_byte_array_new ();
+  ref->frames = g_byte_array_new ();
+  ref->rank0 = NULL;
+  g_assert_true (lb_worker_group_run_on (lingbot_world_get_group (ref->world),
+          0, record_thread, &ref->rank0, &err));
+  g_assert_no_error (err);
+  g_assert_true (ref->rank0 != g_thread_self ());
+}
+
+static void
+cancel_ref_clear (CancelRef * ref)
+{
+  g_byte_array_unref (ref->lat);
+  g_byte_array_unref (ref->frames);
+  lingbot_world_unref (ref->world);
+}
+
+/* One try at cancelling chunk @c: a session of the reference's world with
+ * a cancellable and the pass callback, chunks 0 to c - 1 made. */
+typedef struct
+{
+  GCancellable *cancellable;
+  PassLog log;
+  LingbotSession *s;
+  GByteArray *lat, *frames;     /* this session's chunks */
+} CancelTry;
+
+static void
+cancel_try_start (CancelTry * t, CancelRef * ref, int c)
+{
+  PassLog log = { ref->rank0, 0, 0, 0, -1, NULL };
+  t->cancellable = g_cancellable_new ();
+  t->log = log;
+  t->log.cancellable = t->cancellable;
+  t->s = cancel_session (ref->world);
+  lingbot_session_set_cancellable (t->s, t->cancellable);
+  lingbot_session_set_pass_func (t->s, on_pass, &t->log, NULL);
+  t->lat = g_byte_array_new ();
+  t->frames = g_byte_array_new ();
+  for (int i = 0; i < c; i++)
+    make_chunk (t->s, &t->log, t->lat, t->frames);
+}
+
+/* after chunk @c failed: the chunk index is still @c, and the latents are
+ * those of the last completed chunk */
+static void
+check_cancel_kept (CancelRef * ref, LingbotSession * s, int c)
+{
+  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
+  if (c > 0) {
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * LAT_BYTES,
+            LAT_BYTES) == 0);
+  }
+}
+
+/* g_cancellable_reset(), then chunk @c again and two more: the latents
+ * and frames of chunks 0 to c + 2 byte-identical to the uncancelled
+ * session's; frees @t */
+static void
+cancel_try_finish (CancelTry * t, CancelRef * ref, int c)
+{
+  g_cancellable_reset (t->cancellable);
+  for (int i = c; i < c + 3; i++)
+    make_chunk (t->s, &t->log, t->lat, t->frames);
+  g_assert_cmpint (t->log.bad, ==, 0);
+  g_assert_cmpuint (t->lat->len, ==, (guint) ((c + 3) * LAT_BYTES));
+  g_assert_true (memcmp (t->lat->data, ref->lat->data, t->lat->len) == 0);
+  g_assert_cmpuint (t->frames->len, ==, (guint) ((c + 3) * FRAME_BYTES));
+  g_assert_true (memcmp (t->frames->data, ref->frames->data,
+          t->frames->len) == 0);
+  lingbot_session_free (t->s);
+  g_byte_array_unref (t->lat);
+  g_byte_array_unref (t->frames);
+  g_object_unref (t->cancellable);
+}
+
 static void
 check_cancel (CancelRef * ref, int c, int p)
 {
   g_autoptr (GError) err = NULL;
-  const gsize lat_bytes = 16 * 4 * 8 * 8 * sizeof (float);
-  const gsize frame_bytes = 3 * 16 * 64 * 64 * sizeof (float);
-  g_autoptr (GCancellable) cancellable = g_cancellable_new ();
-  PassLog log = { ref->rank0, 0, 0, 0, -1, cancellable };
-  LingbotSession *s = cancel_session (ref->world);
-  lingbot_session_set_cancellable (s, cancellable);
-  lingbot_session_set_pass_func (s, on_pass, &log, NULL);
-  g_autoptr (GByteArray) lat = g_byte_array_new ();
-  g_autoptr (GByteArray) frames = g_byte_array_new ();
-  for (int i = 0; i < c; i++)
-    make_chunk (s, &log, lat, frames);
+  CancelTry t;
+  cancel_try_start (&t, ref, c);
+  LingbotSession *s = t.s;
 
   /* the cancelled chunk */
-  log.chunk = (guint64) c;
-  log.calls = 0;
-  log.cancel_at = p;
+  t.log.chunk = (guint64) c;
+  t.log.calls = 0;
+  t.log.cancel_at = p;
   if (p < 0)
-    g_cancellable_cancel (cancellable);
+    g_cancellable_cancel (t.cancellable);
   g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
   g_autofree char *want = g_strdup_printf ("chunk %d cancelled after %d of "
       "%d DiT passes", c, p + 1, N_PASSES);
   g_assert_cmpstr (err->message, ==, want);
   g_clear_error (&err);
-  g_assert_cmpint (log.calls, ==, p + 1);
-  g_assert_cmpint (log.bad, ==, 0);
-  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
-  if (c > 0) {
-    /* the latents are still those of the last completed chunk */
-    const LbTensor *l = lingbot_session_get_latents (s);
-    g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * lat_bytes,
-            lat_bytes) == 0);
-  }
+  g_assert_cmpint (t.log.calls, ==, p + 1);
+  g_assert_cmpint (t.log.bad, ==, 0);
+  check_cancel_kept (ref, s, c);
   /* still cancelled: the next generate fails at once */
-  log.calls = 0;
-  log.cancel_at = -1;
+  t.log.calls = 0;
+  t.log.cancel_at = -1;
   g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
   g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
   g_free (want);
@@ -617,37 +696,18 @@ check_cancel (CancelRef * ref, int c, int p)
       N_PASSES);
   g_assert_cmpstr (err->message, ==, want);
   g_clear_error (&err);
-  g_assert_cmpint (log.calls, ==, 0);
+  g_assert_cmpint (t.log.calls, ==, 0);
   g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
 
   /* reset: the same chunk again and two more, as if never cancelled */
-  g_cancellable_reset (cancellable);
-  for (int i = c; i < c + 3; i++)
-    make_chunk (s, &log, lat, frames);
-  g_assert_cmpint (log.bad, ==, 0);
-  g_assert_cmpuint (lat->len, ==, (guint) ((c + 3) * lat_bytes));
-  g_assert_true (memcmp (lat->data, ref->lat->data, lat->len) == 0);
-  g_assert_cmpuint (frames->len, ==, (guint) ((c + 3) * frame_bytes));
-  g_assert_true (memcmp (frames->data, ref->frames->data, frames->len) == 0);
-  lingbot_session_free (s);
+  cancel_try_finish (&t, ref, c);
 }
 
 static void
 test_cancel (gconstpointer data)
 {
-  const int n_ranks = GPOINTER_TO_INT (data);
-  g_autoptr (GError) err = NULL;
-  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
-  wo.model_path = model_dir;
-  wo.devices = n_ranks == 1 ? "cpu:1" : "cpu:2";
-  wo.timeout_ms = 10000;
-  CancelRef ref = { lingbot_world_new (&wo, &err), g_byte_array_new (),
-    g_byte_array_new (), NULL
-  };
-  g_assert_no_error (err);
-  g_assert_true (lb_worker_group_run_on (lingbot_world_get_group (ref.world),
-          0, record_thread, &ref.rank0, &err));
-  g_assert_true (ref.rank0 != g_thread_self ());
+  CancelRef ref;
+  cancel_ref_init (&ref, GPOINTER_TO_INT (data));
 
   /* the uncancelled session, with the pass callback: 5 calls per chunk,
    * passes 0-4 in order, on rank 0's thread */
@@ -669,9 +729,7 @@ test_cancel (gconstpointer data)
   for (int p = -1; p < N_PASSES; p += 2)
     check_cancel (&ref, 0, p);
 
-  g_byte_array_unref (ref.lat);
-  g_byte_array_unref (ref.frames);
-  lingbot_world_unref (ref.world);
+  cancel_ref_clear (&ref);
 }
 
 /* Cancels the condition encode before layer @layer (negative: from the
@@ -704,22 +762,14 @@ static void
 check_cancel_encode (CancelRef * ref, int c, int segment, int layer)
 {
   g_autoptr (GError) err = NULL;
-  const gsize lat_bytes = 16 * 4 * 8 * 8 * sizeof (float);
-  const gsize frame_bytes = 3 * 16 * 64 * 64 * sizeof (float);
-  g_autoptr (GCancellable) cancellable = g_cancellable_new ();
-  PassLog log = { ref->rank0, 0, 0, 0, -1, cancellable };
-  EncodeCancel ec = { cancellable, segment, layer, 0 };
-  LingbotSession *s = cancel_session (ref->world);
-  lingbot_session_set_cancellable (s, cancellable);
-  lingbot_session_set_pass_func (s, on_pass, &log, NULL);
-  g_autoptr (GByteArray) lat = g_byte_array_new ();
-  g_autoptr (GByteArray) frames = g_byte_array_new ();
-  for (int i = 0; i < c; i++)
-    make_chunk (s, &log, lat, frames);
+  CancelTry t;
+  cancel_try_start (&t, ref, c);
+  LingbotSession *s = t.s;
+  EncodeCancel ec = { t.cancellable, segment, layer, 0 };
 
   lingbot_vae_encoder_set_layer_func (s->enc, cancel_in_encode, &ec);
-  log.chunk = (guint64) c;
-  log.calls = 0;
+  t.log.chunk = (guint64) c;
+  t.log.calls = 0;
   g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));
   lingbot_vae_encoder_set_layer_func (s->enc, NULL, NULL);
   g_assert_error (err, LB_ERROR, LB_ERROR_CANCELLED);
@@ -731,23 +781,10 @@ check_cancel_encode (CancelRef * ref, int c, int segment, int layer)
       segment + 1);
   g_assert_cmpstr (err->message, ==, want);
   g_clear_error (&err);
-  g_assert_cmpint (log.calls, ==, 0);
-  g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
-  if (c > 0) {
-    const LbTensor *l = lingbot_session_get_latents (s);
-    g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * lat_bytes,
-            lat_bytes) == 0);
-  }
+  g_assert_cmpint (t.log.calls, ==, 0);
+  check_cancel_kept (ref, s, c);
 
-  g_cancellable_reset (cancellable);
-  for (int i = c; i < c + 3; i++)
-    make_chunk (s, &log, lat, frames);
-  g_assert_cmpint (log.bad, ==, 0);
-  g_assert_cmpuint (lat->len, ==, (guint) ((c + 3) * lat_bytes));
-  g_assert_true (memcmp (lat->data, ref->lat->data, lat->len) == 0);
-  g_assert_cmpuint (frames->len, ==, (guint) ((c + 3) * frame_bytes));
-  g_assert_true (memcmp (frames->data, ref->frames->data, frames->len) == 0);
-  lingbot_session_free (s);
+  cancel_try_finish (&t, ref, c);
 }
 
 /* A stop within the condition encode (docs/elements.md: a stop waits for
@@ -757,18 +794,8 @@ check_cancel_encode (CancelRef * ref, int c, int segment, int layer)
 static void
 test_cancel_encode (gconstpointer data)
 {
-  const int n_ranks = GPOINTER_TO_INT (data);
-  g_autoptr (GError) err = NULL;
-  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
-  wo.model_path = model_dir;
-  wo.devices = n_ranks == 1 ? "cpu:1" : "cpu:2";
-  wo.timeout_ms = 10000;
-  CancelRef ref = { lingbot_world_new (&wo, &err), g_byte_array_new (),
-    g_byte_array_new (), NULL
-  };
-  g_assert_no_error (err);
-  g_assert_true (lb_worker_group_run_on (lingbot_world_get_group (ref.world),
-          0, record_thread, &ref.rank0, &err));
+  CancelRef ref;
+  cancel_ref_init (&ref, GPOINTER_TO_INT (data));
   LingbotSession *s = cancel_session (ref.world);
   for (int c = 0; c < 4; c++)
     make_chunk (s, NULL, ref.lat, ref.frames);
@@ -781,9 +808,7 @@ test_cancel_encode (gconstpointer data)
   check_cancel_encode (&ref, 1, 2, 7);
   check_cancel_encode (&ref, 1, 3, -1);
 
-  g_byte_array_unref (ref.lat);
-  g_byte_array_unref (ref.frames);
-  lingbot_world_unref (ref.world);
+  cancel_ref_clear (&ref);
 }
 
 static void
