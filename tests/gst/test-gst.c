@@ -303,6 +303,17 @@ pipeline_run (GstElement * p, Run * r)
   return sret;
 }
 
+/* pipeline_run() of @p, which it then frees: the run must end at EOS,
+ * with no ERROR */
+static void
+run_to_eos (GstElement * p, Run * r)
+{
+  pipeline_run (p, r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r->error, ==, NULL);
+  g_assert_true (r->eos);
+}
+
 static char *
 gen_desc (const char *gen, const char *devices, const char *extra)
 {
@@ -981,7 +992,6 @@ GST_START_TEST (test_mp4)
   g_autofree char *g1 = NULL, *desc = NULL, *out = NULL;
   GStatBuf st;
   Run r;
-  GstElement *p;
 
   if (f == NULL) {
     GST_INFO ("x264enc missing: skipped");
@@ -993,11 +1003,7 @@ GST_START_TEST (test_mp4)
   desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! %s ! "
       "lingbotvaedec ! videoconvert ! x264enc speed-preset=ultrafast ! "
       "mp4mux ! filesink location=%s", trace_path, g1, out);
-  p = pipeline_new (desc, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (desc, &r), &r);
   g_assert_cmpint (g_stat (out, &st), ==, 0);
   g_assert_cmpint (st.st_size, >, 1000);
   run_clear (&r);
@@ -1043,12 +1049,8 @@ run_format (const char *format)
   g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! "
       "video/x-raw,format=%s ! appsink name=sink sync=false", g1, format);
   Run r;
-  GstElement *p = pipeline_new (desc, &r);
 
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (desc, &r), &r);
   g_assert_cmpuint (r.samples->len, ==, 13);
   return r;
 }
@@ -2115,7 +2117,6 @@ GST_START_TEST (test_unknown_keys)
       "%s ! fakesink", zz, g3);
   gboolean named = FALSE;
   Run r;
-  GstElement *p;
 
   g_assert_true (g_file_set_contents (zz, "{\"events\":["
           "{\"delay_s\":0.0,\"message\":{\"type\":\"control\","
@@ -2124,11 +2125,7 @@ GST_START_TEST (test_unknown_keys)
           "\"key\":\"KeyZZ\",\"action\":\"release\"}}]}", -1, &err));
   g_assert_no_error (err);
 
-  p = pipeline_new (d1, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (d1, &r), &r);
   g_assert_cmpuint (r.samples->len, ==, N_FRAMES);
   g_assert_cmpuint (r.chunk_keys->len, ==, 2);
   for (guint i = 0; i < 2; i++) {
@@ -2141,11 +2138,7 @@ GST_START_TEST (test_unknown_keys)
   run_clear (&r);
 
   /* W tapped, D pressed and released at 1.5 s: chunk 2 after the trace */
-  p = pipeline_new (d2, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (d2, &r), &r);
   g_assert_cmpuint (r.chunk_keys->len, ==, 3);
   g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
   g_assert_cmphex (g_array_index (r.chunk_keys, guint, 1), ==, LINGBOT_KEY_D);
@@ -2155,11 +2148,7 @@ GST_START_TEST (test_unknown_keys)
   run_clear (&r);
 
   /* unbounded: the trace's end with nothing held ends the stream */
-  p = pipeline_new (d3, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (d3, &r), &r);
   g_assert_cmpuint (r.chunk_keys->len, ==, 0);
   run_clear (&r);
 }
@@ -2548,7 +2537,6 @@ GST_START_TEST (test_eos_sigint)
   gboolean signalled = FALSE;
   char *line = NULL;
   Run r;
-  GstElement *p;
 
   if (f == NULL || launch == NULL) {
     GST_INFO ("x264enc or gst-launch-1.0 missing: skipped");
@@ -2608,11 +2596,7 @@ GST_START_TEST (test_eos_sigint)
   /* the file is complete: every decoded frame is a sample */
   desc = g_strdup_printf ("filesrc location=%s ! qtdemux ! appsink "
       "name=sink sync=false", out);
-  p = pipeline_new (desc, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (desc, &r), &r);
   g_assert_cmpuint (r.samples->len, ==, decoded);
   run_clear (&r);
 }
@@ -3486,11 +3470,7 @@ GST_START_TEST (test_prompt_warnings)
       "than the 512 the text encoder takes: its last %d tokens are dropped",
       n, n - 512);
 
-  p = pipeline_new (d1, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (d1, &r), &r);
   g_assert_cmpuint (r.warnings->len, ==, 1);
   g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, "No prompt and "
       "no prompt-embeds set: the session runs with the empty prompt's "
@@ -3501,19 +3481,12 @@ GST_START_TEST (test_prompt_warnings)
   gen = gst_bin_get_by_name (GST_BIN (p), "gen");
   g_object_set (gen, "prompt", lng->str, NULL);
   gst_object_unref (gen);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (p, &r);
   g_assert_cmpuint (r.warnings->len, ==, 1);
   g_assert_cmpstr (g_ptr_array_index (r.warnings, 0), ==, want);
   run_clear (&r);
 
-  p = pipeline_new (d3, &r);
-  pipeline_run (p, &r);
-  gst_object_unref (p);
-  g_assert_cmpstr (r.error, ==, NULL);
-  g_assert_true (r.eos);
+  run_to_eos (pipeline_new (d3, &r), &r);
   g_assert_cmpuint (r.warnings->len, ==, 0);
   run_clear (&r);
 }
