@@ -41,6 +41,7 @@
 
 #include "webrtc-messages.h"
 #include "webrtc-server.h"
+#include "test-ws-frame.h"
 
 #define HANG_GUARD_S 15
 #define STAND_IN "videotestsrc is-live=true pattern=black ! " \
@@ -363,33 +364,11 @@ ws_wait_close (GSocket * s, GString * acc, int within_s)
   return code;
 }
 
-/* a masked client frame header (mask 0, so the payload goes as it is) */
-static gsize
-ws_header (guint8 * out, guint8 opcode, guint64 len)
-{
-  gsize n = 0;
-
-  out[n++] = 0x80 | opcode;
-  if (len < 126) {
-    out[n++] = 0x80 | (guint8) len;
-  } else if (len <= 0xffff) {
-    out[n++] = 0x80 | 126;
-    out[n++] = (guint8) (len >> 8);
-    out[n++] = (guint8) len;
-  } else {
-    out[n++] = 0x80 | 127;
-    for (int i = 7; i >= 0; i--)
-      out[n++] = (guint8) (len >> (8 * i));
-  }
-  memset (out + n, 0, 4);
-  return n + 4;
-}
-
 static void
 ws_send_text (GSocket * s, const char *text)
 {
   guint8 hdr[14];
-  gsize h = ws_header (hdr, 1, strlen (text));
+  gsize h = lingbot_test_ws_frame_header (hdr, TRUE, 1, strlen (text), 0);
 
   send_all (s, hdr, h);
   send_all (s, text, strlen (text));
@@ -419,7 +398,7 @@ test_linger (void)
    * then silence with the socket open */
   a = ws_open (ts.port, a_in, HANG_GUARD_S);
   g_assert_true (ws_wait_text (a, a_in, "\"type\":\"welcome\"", HANG_GUARD_S));
-  h = ws_header (hdr, 1, 2 * 1024 * 1024);
+  h = lingbot_test_ws_frame_header (hdr, TRUE, 1, 2 * 1024 * 1024, 0);
   send_all (a, hdr, h);
   send_all (a, payload, 64 * 1024);
   g_assert_cmpuint (ws_wait_close (a, a_in, HANG_GUARD_S), ==,

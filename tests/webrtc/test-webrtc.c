@@ -41,6 +41,7 @@
 #include "lingbot/lingbot.h"
 #include "webrtc-server.h"
 #include "ws-guard.h"
+#include "test-ws-frame.h"
 
 #define TEST_TIMEOUT_S 90
 #define TEST_MAX_MESSAGE 4096
@@ -150,27 +151,12 @@ pump (void)
 
 /* ---- the WebSocket size guard's scanner ---- */
 
-/* a masked client frame header for a payload of @len (no payload) */
+/* a masked client frame header for a payload of @len (no payload), key
+ * 01 02 03 04 */
 static gsize
 frame_header (guint8 * out, gboolean fin, guint8 opcode, guint64 len)
 {
-  gsize n = 0;
-
-  out[n++] = (fin ? 0x80 : 0) | opcode;
-  if (len < 126) {
-    out[n++] = 0x80 | (guint8) len;
-  } else if (len <= 0xffff) {
-    out[n++] = 0x80 | 126;
-    out[n++] = (guint8) (len >> 8);
-    out[n++] = (guint8) len;
-  } else {
-    out[n++] = 0x80 | 127;
-    for (int i = 7; i >= 0; i--)
-      out[n++] = (guint8) (len >> (8 * i));
-  }
-  for (int i = 0; i < 4; i++)
-    out[n++] = (guint8) (i + 1);
-  return n;
+  return lingbot_test_ws_frame_header (out, fin, opcode, len, 0x01020304);
 }
 
 /* frames of @lens (fin on the last), each followed by its payload */
