@@ -29,3 +29,22 @@ lingbot_test_write_start_jpeg (const char *dir)
   gst_object_unref (p);
   return path;
 }
+
+/* A new temporary folder named after @tmpl (g_dir_make_tmp()) with the
+ * tiny model (lingbot_test_write_model()), the prompt embeddings of
+ * "a castle" and the start JPEG in it: their paths in @model_dir,
+ * @embeds_path and @image_path (free them; lingbot_test_rm_rf() the
+ * folder).  Returns the folder. */
+char *
+lingbot_test_write_fixture (const char *tmpl, char **model_dir,
+    char **embeds_path, char **image_path)
+{
+  g_autoptr (GError) err = NULL;
+  char *dir = g_dir_make_tmp (tmpl, &err);
+
+  g_assert_no_error (err);
+  *model_dir = lingbot_test_write_model (dir);
+  *embeds_path = lingbot_test_write_prompt_embeds (dir, "a castle");
+  *image_path = lingbot_test_write_start_jpeg (dir);
+  return dir;
+}

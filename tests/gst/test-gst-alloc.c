@@ -122,12 +122,8 @@ main (int argc, char **argv)
   if (!lingbot_test_rlimit_init ())
     return 77;
   gst_init (&argc, &argv);
-  g_autoptr (GError) err = NULL;
-  tmpdir = g_dir_make_tmp ("lingbot-gst-alloc-XXXXXX", &err);
-  g_assert_no_error (err);
-  model_dir = lingbot_test_write_model (tmpdir);
-  embeds_path = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
-  image_path = lingbot_test_write_start_jpeg (tmpdir);
+  tmpdir = lingbot_test_write_fixture ("lingbot-gst-alloc-XXXXXX",
+      &model_dir, &embeds_path, &image_path);
 
   g_test_add_func ("/gst-alloc/too-large", test_too_large);
   int rc = g_test_run ();

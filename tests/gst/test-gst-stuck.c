@@ -413,7 +413,6 @@ stuck_suite (void)
 int
 main (int argc, char **argv)
 {
-  g_autoptr (GError) err = NULL;
   Suite *s;
   int failed;
 
@@ -425,11 +424,8 @@ main (int argc, char **argv)
     g_error ("run with LD_PRELOAD=lingbot-stuck-shim.so (meson test does)");
   g_setenv ("LINGBOT_RANK_TIMEOUT_MS", G_STRINGIFY (TIMEOUT_MS), TRUE);
   gst_check_init (&argc, &argv);
-  tmpdir = g_dir_make_tmp ("lingbot-gst-stuck-XXXXXX", &err);
-  g_assert_no_error (err);
-  model_dir = lingbot_test_write_model (tmpdir);
-  embeds_path = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
-  image_path = lingbot_test_write_start_jpeg (tmpdir);
+  tmpdir = lingbot_test_write_fixture ("lingbot-gst-stuck-XXXXXX",
+      &model_dir, &embeds_path, &image_path);
   s = stuck_suite ();
   failed = gst_check_run_suite (s, "lingbot-gst-stuck", __FILE__);
   lingbot_test_rm_rf (tmpdir);

@@ -57,10 +57,8 @@ write_fixture (void)
   malformed_path = g_build_filename (root, "tests", "data", "gst",
       "malformed.json", NULL);
 
-  tmpdir = g_dir_make_tmp ("lingbot-gst-XXXXXX", &err);
-  g_assert_no_error (err);
-  model_dir = lingbot_test_write_model (tmpdir);
-  embeds_path = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
+  tmpdir = lingbot_test_write_fixture ("lingbot-gst-XXXXXX", &model_dir,
+      &embeds_path, &image_path);
 
   /* chunk 0 (request 0 s): the tap of W; chunk 1 (0.8125 s, when chunk 0
    * ends): the held set W; chunk 2 (1 s, D pressed while chunk 1 runs):
@@ -76,8 +74,6 @@ write_fixture (void)
           "{\"delay_s\":3.0,\"message\":{\"type\":\"control\","
           "\"key\":\"d\",\"action\":\"release\"}}]}", -1, &err));
   g_assert_no_error (err);
-
-  image_path = lingbot_test_write_start_jpeg (tmpdir);
 }
 
 

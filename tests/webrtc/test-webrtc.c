@@ -53,18 +53,6 @@
 
 static char *tmpdir, *model_dir, *embeds_path, *image_path;
 
-static void
-write_fixture (void)
-{
-  g_autoptr (GError) err = NULL;
-
-  tmpdir = g_dir_make_tmp ("lingbot-webrtc-XXXXXX", &err);
-  g_assert_no_error (err);
-  model_dir = lingbot_test_write_model (tmpdir);
-  embeds_path = lingbot_test_write_prompt_embeds (tmpdir, "a castle");
-  image_path = lingbot_test_write_start_jpeg (tmpdir);
-}
-
 /* ---- the servers, in their own thread and main context ---- */
 
 typedef struct
@@ -1481,7 +1469,8 @@ main (int argc, char **argv)
   }
   have_h264 = have_elements (h264);
 
-  write_fixture ();
+  tmpdir = lingbot_test_write_fixture ("lingbot-webrtc-XXXXXX", &model_dir,
+      &embeds_path, &image_path);
   g_mutex_init (&srv.lock);
   g_cond_init (&srv.cond);
   srv.context = g_main_context_new ();
