@@ -109,10 +109,8 @@ test_condition_constant (void)
 {
   g_autoptr (GError) err = NULL;
   const int H = 16, W = 16, n_chunks = 10;
-  const LbTensor *image = vae_test_get (ck, "input.image_tensor");
   LbTensor img;
-  lb_tensor_view_narrow (&img, image, 1, 8, H);
-  lb_tensor_view_narrow (&img, &img, 2, 16, W);
+  vae_test_image_crop (ck, &img, 8, 16, H, W);
   g_autoptr (LingbotVaeEncoder) ref
       = lingbot_vae_encoder_new (vae, stream, H, W, &err);
   g_assert_no_error (err);
@@ -187,10 +185,8 @@ test_condition_cancel (void)
 {
   g_autoptr (GError) err = NULL;
   const int H = 16, W = 16, n_ref = 4;
-  const LbTensor *image = vae_test_get (ck, "input.image_tensor");
   LbTensor img;
-  lb_tensor_view_narrow (&img, image, 1, 8, H);
-  lb_tensor_view_narrow (&img, &img, 2, 16, W);
+  vae_test_image_crop (ck, &img, 8, 16, H, W);
   int64_t yshape[4] = { 20, 4, H / 8, W / 8 };
   const gsize ybytes = 20 * 4 * (H / 8) * (W / 8) * sizeof (float);
   g_autoptr (LbTensor) y = lb_tensor_new (LB_DTYPE_F32, 4, yshape);

@@ -41,6 +41,17 @@ vae_test_get (LingbotCheckpoint * ck, const char *name)
   return t;
 }
 
+/* @img: a view of the golden input image (input.image_tensor, [3, 48,
+ * 80]): rows @y0 to @y0 + @H - 1, columns @x0 to @x0 + @W - 1 */
+static inline void
+vae_test_image_crop (LingbotCheckpoint * ck, LbTensor * img, int y0, int x0,
+    int H, int W)
+{
+  const LbTensor *image = vae_test_get (ck, "input.image_tensor");
+  lb_tensor_view_narrow (img, image, 1, y0, H);
+  lb_tensor_view_narrow (img, img, 2, x0, W);
+}
+
 static inline LbStream *
 vae_test_stream (void)
 {
