@@ -1279,6 +1279,19 @@ GST_END_TEST;
 
 /* ---- error paths ---- */
 
+/* runs the pipeline @desc into @r: its state change must fail, with an
+ * ERROR on the bus */
+static void
+run_failing (const char *desc, Run * r)
+{
+  GstElement *p = pipeline_new (desc, r);
+  GstStateChangeReturn ret = pipeline_run (p, r);
+
+  gst_object_unref (p);
+  g_assert_cmpint (ret, ==, GST_STATE_CHANGE_FAILURE);
+  g_assert_nonnull (r->error);
+}
+
 /* the state change fails and the bus carries an error of @domain/@code
  * containing @needle */
 #define expect_failure(desc, needle, domain, code) \
@@ -1289,12 +1302,8 @@ expect_failure_full (const char *desc, const char *needle, GQuark domain,
     int code)
 {
   Run r;
-  GstElement *p = pipeline_new (desc, &r);
-  GstStateChangeReturn ret = pipeline_run (p, &r);
 
-  gst_object_unref (p);
-  g_assert_cmpint (ret, ==, GST_STATE_CHANGE_FAILURE);
-  g_assert_nonnull (r.error);
+  run_failing (desc, &r);
   if (strstr (r.error, needle) == NULL)
     g_error ("error '%s' does not name '%s'", r.error, needle);
   if (r.error_domain != domain || r.error_code != code)
@@ -3291,11 +3300,8 @@ expect_error_exact (const char *desc, const char *message, GQuark domain,
     int code)
 {
   Run r;
-  GstElement *p = pipeline_new (desc, &r);
-  GstStateChangeReturn ret = pipeline_run (p, &r);
 
-  gst_object_unref (p);
-  g_assert_cmpint (ret, ==, GST_STATE_CHANGE_FAILURE);
+  run_failing (desc, &r);
   g_assert_cmpstr (r.error, ==, message);
   g_assert_cmpstr (g_quark_to_string (r.error_domain), ==,
       g_quark_to_string (domain));
