@@ -52,6 +52,21 @@ lingbot_test_write_prompt_embeds (const char *dir, const char *prompt)
   return path;
 }
 
+/* @rgb: @width x @height packed RGB (stride 3 * @width), the start image
+ * of the session tests: red 3 x, green 5 y, blue a checkerboard of 8x8
+ * squares, 40 and 200. */
+void
+lingbot_test_fill_image (guint8 * rgb, int width, int height)
+{
+  for (int y = 0; y < height; y++)
+    for (int x = 0; x < width; x++) {
+      guint8 *p = rgb + 3 * (y * width + x);
+      p[0] = (guint8) (x * 3);
+      p[1] = (guint8) (y * 5);
+      p[2] = (guint8) (((x / 8) + (y / 8)) % 2 ? 200 : 40);
+    }
+}
+
 void
 lingbot_test_rm_rf (const char *path)
 {

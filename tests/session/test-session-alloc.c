@@ -290,13 +290,7 @@ main (int argc, char **argv)
   embeds = g_build_filename (tmpdir, "embeds.safetensors", NULL);
   g_assert_true (lingbot_prompt_embeds_save (embeds, ctx, "x", 6, &err));
   g_assert_no_error (err);
-  for (int y = 0; y < IMG_H; y++)
-    for (int x = 0; x < IMG_W; x++) {
-      guint8 *p = image + 3 * (y * IMG_W + x);
-      p[0] = (guint8) (x * 3);
-      p[1] = (guint8) (y * 5);
-      p[2] = (guint8) (((x / 8) + (y / 8)) % 2 ? 200 : 40);
-    }
+  lingbot_test_fill_image (image, IMG_W, IMG_H);
 
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   wo.model_path = model_dir;

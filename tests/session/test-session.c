@@ -16,6 +16,7 @@
 #include "lingbot/session-private.h"    /* the condition encoder's hook */
 #include "lingbot/text-encoder-random.h"
 #include "lingbot/tokenizer.h"
+#include "test-fixture.h"
 
 static char *tmpdir;
 static char *model_dir;
@@ -26,24 +27,6 @@ static LingbotWorld *world2;    /* cpu:2 with the text encoder */
 #define IMG_W 80
 #define IMG_H 48
 static guint8 image[IMG_W * IMG_H * 3];
-
-static void
-rm_rf (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *n;
-    while (d && (n = g_dir_read_name (d))) {
-      g_autofree char *p = g_build_filename (path, n, NULL);
-      rm_rf (p);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
 
 static void
 tiny_config (LingbotDitConfig * cfg)
@@ -1502,13 +1485,7 @@ main (int argc, char **argv)
   g_assert_no_error (err);
   model_dir = g_build_filename (tmpdir, "model", NULL);
   write_model (model_dir, TRUE, TRUE);
-  for (int y = 0; y < IMG_H; y++)
-    for (int x = 0; x < IMG_W; x++) {
-      guint8 *p = image + 3 * (y * IMG_W + x);
-      p[0] = (guint8) (x * 3);
-      p[1] = (guint8) (y * 5);
-      p[2] = (guint8) (((x / 8) + (y / 8)) % 2 ? 200 : 40);
-    }
+  lingbot_test_fill_image (image, IMG_W, IMG_H);
 
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   wo.model_path = model_dir;
@@ -1554,7 +1531,7 @@ main (int argc, char **argv)
 
   lingbot_world_unref (world1);
   lingbot_world_unref (world2);
-  rm_rf (tmpdir);
+  lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);
   g_free (model_dir);
   return rc;
