@@ -161,6 +161,16 @@ stuck_start (Stuck * st)
   stuck_start_on (st, "cpu:2", "lb-world-1");
 }
 
+/* frees what stuck_start_on() made (the pipeline is in NULL) and disarms
+ * the shim */
+static void
+stuck_clear (Stuck * st)
+{
+  g_clear_error (&st->error);
+  gst_object_unref (st->pipeline);
+  shim_arm (NULL);
+}
+
 /* waits until a thread more than @before is stuck in the shim; returns
  * when it saw it (within 5 ms) */
 static gint64
@@ -265,9 +275,7 @@ GST_START_TEST (test_stuck_rank_error)
       5 * G_USEC_PER_SEC);
   /* the generate's own error (the abandonment) was not posted again */
   g_assert_cmpint (g_atomic_int_get (&st.n_errors), ==, 1);
-  g_clear_error (&st.error);
-  gst_object_unref (st.pipeline);
-  shim_arm (NULL);
+  stuck_clear (&st);
 }
 
 GST_END_TEST;
@@ -291,9 +299,7 @@ GST_START_TEST (test_stuck_rank_stop)
   /* rank 0's timeout (the early error) or the stop's cancel, whichever
    * came first: never two errors */
   g_assert_cmpint (g_atomic_int_get (&st.n_errors), <=, 1);
-  g_clear_error (&st.error);
-  gst_object_unref (st.pipeline);
-  shim_arm (NULL);
+  stuck_clear (&st);
 }
 
 GST_END_TEST;
@@ -319,9 +325,7 @@ GST_START_TEST (test_stuck_single_rank_stop)
       "stopped answering (still busy 1500 ms after the group aborted; the "
       "group is broken and its threads abandoned)");
   g_assert_cmpint (g_atomic_int_get (&st.n_errors), ==, 1);
-  g_clear_error (&st.error);
-  gst_object_unref (st.pipeline);
-  shim_arm (NULL);
+  stuck_clear (&st);
 }
 
 GST_END_TEST;
