@@ -17,6 +17,7 @@
 #include "lingbot/text-encoder-random.h"
 #include "lingbot/tokenizer.h"
 #include "test-fixture.h"
+#include "test-layer-cancel.h"
 
 static char *tmpdir;
 static char *model_dir;
@@ -715,26 +716,6 @@ test_cancel (gconstpointer data)
   cancel_ref_clear (&ref);
 }
 
-/* Cancels the condition encode before layer @layer (negative: from the
- * end) of latent frame @segment of the chunk being encoded. */
-typedef struct
-{
-  GCancellable *cancellable;
-  int segment, layer;
-  int n_layers;                 /* seen */
-} EncodeCancel;
-
-static void
-cancel_in_encode (LingbotVaeEncoder * enc, int segment, int layer,
-    int n_layers, gpointer data)
-{
-  EncodeCancel *ec = data;
-  ec->n_layers = n_layers;
-  if (segment == ec->segment
-      && layer == (ec->layer < 0 ? n_layers + ec->layer : ec->layer))
-    g_cancellable_cancel (ec->cancellable);
-}
-
 /* Chunk @c cancelled in its condition encode, before layer @layer of
  * latent frame @segment: the generate fails with the exact error before
  * any DiT pass, the chunk index and the latents stay; after
@@ -748,9 +729,10 @@ check_cancel_encode (CancelRef * ref, int c, int segment, int layer)
   CancelTry t;
   cancel_try_start (&t, ref, c);
   LingbotSession *s = t.s;
-  EncodeCancel ec = { t.cancellable, segment, layer, 0 };
+  LingbotTestLayerCancel ec = { t.cancellable, segment, layer, 0 };
 
-  lingbot_vae_encoder_set_layer_func (s->enc, cancel_in_encode, &ec);
+  lingbot_vae_encoder_set_layer_func (s->enc, lingbot_test_cancel_at_layer,
+      &ec);
   t.log.chunk = (guint64) c;
   t.log.calls = 0;
   g_assert_false (lingbot_session_generate (s, chunk_keys[c], NULL, &err));

@@ -7,6 +7,7 @@
  *   them from the stored constant gives bit-identical y (spec A.6, B.11).
  */
 #include "vae-test-common.h"
+#include "test-layer-cancel.h"
 
 static LingbotCheckpoint *ck;
 static LingbotVae *vae;
@@ -152,26 +153,6 @@ test_condition_constant (void)
   g_assert_cmpint (lingbot_vae_encoder_get_constant_from (fast), ==, -1);
 }
 
-/* Cancels the condition call when it reaches layer @layer of latent frame
- * @segment (the layer function runs before the layer, on the encoding
- * thread). */
-typedef struct
-{
-  GCancellable *cancellable;
-  int segment, layer;
-  int n_layers;                 /* seen */
-} CancelAt;
-
-static void
-cancel_at_layer (LingbotVaeEncoder * enc, int segment, int layer,
-    int n_layers, gpointer data)
-{
-  CancelAt *at = data;
-  at->n_layers = n_layers;
-  if (segment == at->segment && layer == at->layer)
-    g_cancellable_cancel (at->cancellable);
-}
-
 /* The condition encode stopped before every layer of every latent frame
  * of chunk 0 (the image's chunk), and before the first two, a middle and
  * the last layer of every latent frame of chunk 2 (zero frames, before the
@@ -211,7 +192,7 @@ test_condition_cancel (void)
             && layer != n_layers - 1)
           continue;
         g_autoptr (GCancellable) c = g_cancellable_new ();
-        CancelAt at = { c, seg, layer, 0 };
+        LingbotTestLayerCancel at = { c, seg, layer, 0 };
         g_autoptr (LingbotVaeEncoder) enc
             = lingbot_vae_encoder_new (vae, stream, H, W, &err);
         g_assert_no_error (err);
@@ -219,7 +200,8 @@ test_condition_cancel (void)
         for (int i = 0; i < k; i++)
           g_assert_true (lingbot_vae_encoder_encode_condition (enc, &img, y,
                   &err));
-        lingbot_vae_encoder_set_layer_func (enc, cancel_at_layer, &at);
+        lingbot_vae_encoder_set_layer_func (enc,
+            lingbot_test_cancel_at_layer, &at);
         const int before = lingbot_vae_encoder_get_n_encoded_segments (enc);
         g_assert_false (lingbot_vae_encoder_encode_condition (enc, &img, y,
                 &err));
