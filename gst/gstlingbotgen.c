@@ -764,8 +764,8 @@ post_early_error (GstElement * element, gpointer data)
   if (!claim_error (self, ee->attempt))
     return;
   GST_ELEMENT_ERROR (self, STREAM, FAILED, ("A rank did not answer in "
-          "time: %s", ee->error->message), ("chunk %" G_GUINT64_FORMAT,
-          ee->chunk));
+          "time: %s", ee->error->message), ("chunk %" G_GUINT64_FORMAT "%s",
+          ee->chunk, gst_lingbot_error_hint (ee->error)));
 }
 
 /* A rank of the chunk in flight timed out waiting for a peer
@@ -1553,7 +1553,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   if (buf == NULL) {
     if (claim_error (self, attempt))
       GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error->message),
-          ("chunk %" G_GUINT64_FORMAT, self->chunk));
+          ("chunk %" G_GUINT64_FORMAT "%s", self->chunk,
+              gst_lingbot_error_hint (error)));
     else
       /* on_failure() posted the ERROR, a rank timeout ago */
       GST_WARNING_OBJECT (self, "chunk %" G_GUINT64_FORMAT " failed: %s",

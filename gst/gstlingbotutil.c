@@ -82,6 +82,25 @@ gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
  *
  * GST_ELEMENT_ERROR() with a domain and code chosen at run time.
  */
+/**
+ * gst_lingbot_error_hint:
+ * @error: (nullable): a library error
+ *
+ * What to append to an ERROR's debug text for @error: for a rank timeout
+ * (%LB_ERROR_TIMEOUT), where that timeout is set, since no property sets
+ * it; "" otherwise.
+ *
+ * Returns: (transfer none): a static string, "" or starting with "; ".
+ */
+const char *
+gst_lingbot_error_hint (const GError * error)
+{
+  if (g_error_matches (error, LB_ERROR, LB_ERROR_TIMEOUT))
+    return "; the rank timeout is the environment variable "
+        "LINGBOT_RANK_TIMEOUT_MS (milliseconds, default 60000)";
+  return "";
+}
+
 void
 gst_lingbot_post_error_full (GstElement * element, const GError * error,
     GstLingbotErrorContext ctx, const char *text, const char *debug,

@@ -29,6 +29,7 @@ void gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
 #define gst_lingbot_post_error(el, error, ctx, text, debug) \
   gst_lingbot_post_error_full ((el), (error), (ctx), (text), (debug), \
       __FILE__, GST_FUNCTION, __LINE__)
+const char *gst_lingbot_error_hint (const GError * error);
 void gst_lingbot_post_error_full (GstElement * element, const GError * error,
     GstLingbotErrorContext ctx, const char *text, const char *debug,
     const char *file, const char *function, int line);

@@ -1080,7 +1080,8 @@ decoded:
   if (!ok || ret == GST_FLOW_ERROR) {
     DEC_ERROR (self, STREAM, DECODE, ("%s",
             error ? error->message : "decode failed"),
-        ("chunk %" G_GUINT64_FORMAT, self->chunk));
+        ("chunk %" G_GUINT64_FORMAT "%s", self->chunk,
+            gst_lingbot_error_hint (error)));
     return GST_FLOW_ERROR;
   }
   stats.frames = n;

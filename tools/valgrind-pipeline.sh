@@ -16,10 +16,15 @@
 # error (invalid read or write, use of uninitialised memory, a bad free)
 # and on definite leaks; tests/sanitize/valgrind.supp names the few
 # reports that come from the libraries under us.  The meson test
-# `pipeline-valgrind` (suite valgrind) runs this script; it takes about a
-# minute on two cores.  Environment: VALGRIND_ARGS (extra options, e.g.
+# `pipeline-valgrind` (suite valgrind) runs this script; it takes about 4
+# minutes on two cores (valgrind runs one thread at a time) and prints
+# nothing until the end.  Environment: VALGRIND_ARGS (extra options, e.g.
 # --track-origins=yes), KEEP=1 keeps the scratch directory.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 case "$build" in /*) ;; *) build=$PWD/$build ;; esac

@@ -119,15 +119,34 @@ main (int argc, char **argv)
     g_printerr ("%s\n", err->message);
     return 2;
   }
-  if (port < 0 || port > 65535 || max_sessions < 1 || max_message < 64
-      || max_message > LINGBOT_WEBRTC_WS_HARD_LIMIT || peer_timeout < 1
-      || peer_timeout > 3600 || resume_timeout < 1 || resume_timeout > 86400
-      || max_connections < 0 || idle_timeout < 1 || idle_timeout > 3600) {
-    g_printerr ("invalid --port, --max-sessions, --max-message-size (64.."
-        "1048576), --peer-timeout (1..3600), --resume-timeout (1..86400), "
-        "--max-connections (0 = automatic, or more) or --idle-timeout "
-        "(1..3600)\n");
-    return 2;
+  {
+    /* each numeric option against its range: the message names the one
+     * that is out of it */
+    const struct
+    {
+      const char *name;
+      int value, min, max;
+      const char *note;
+    } ranges[] = {
+      {"port", port, 0, 65535, ""},
+      {"max-sessions", max_sessions, 1, G_MAXINT, ""},
+      {"max-message-size", max_message, 64, LINGBOT_WEBRTC_WS_HARD_LIMIT, ""},
+      {"peer-timeout", peer_timeout, 1, 3600, " seconds"},
+      {"resume-timeout", resume_timeout, 1, 86400, " seconds"},
+      {"max-connections", max_connections, 0, G_MAXINT, " (0 = automatic)"},
+      {"idle-timeout", idle_timeout, 1, 3600, " seconds"},
+    };
+    for (guint i = 0; i < G_N_ELEMENTS (ranges); i++) {
+      if (ranges[i].value >= ranges[i].min && ranges[i].value <= ranges[i].max)
+        continue;
+      if (ranges[i].max == G_MAXINT)
+        g_printerr ("invalid --%s %d: at least %d%s\n", ranges[i].name,
+            ranges[i].value, ranges[i].min, ranges[i].note);
+      else
+        g_printerr ("invalid --%s %d: %d..%d%s\n", ranges[i].name,
+            ranges[i].value, ranges[i].min, ranges[i].max, ranges[i].note);
+      return 2;
+    }
   }
   if (source == NULL && (model == NULL || image == NULL)) {
     g_printerr ("--model and --image are needed (or --source)\n");

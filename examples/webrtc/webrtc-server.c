@@ -2763,13 +2763,24 @@ connection_cap (LingbotWebrtcServer * server, guint wanted, GError ** error)
   room = soft > reserve ? soft - reserve : 0;
   if (wanted == 0)
     wanted = (guint) MIN (room, LINGBOT_WEBRTC_DEFAULT_MAX_CONNECTIONS);
+  if (room < 1) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_TOO_MANY_OPEN_FILES,
+        "RLIMIT_NOFILE is %" G_GUINT64_FORMAT ": too few descriptors for "
+        "any connection with %u session%s (%u + %u per session are kept "
+        "for the pipelines); lower --max-sessions, or raise the limit "
+        "(ulimit -n)", soft, server->max_sessions,
+        server->max_sessions == 1 ? "" : "s", LINGBOT_WEBRTC_FD_RESERVE,
+        LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION);
+    return FALSE;
+  }
   if (wanted < 1 || wanted > room) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_TOO_MANY_OPEN_FILES,
-        "RLIMIT_NOFILE is %" G_GUINT64_FORMAT ": %u connections need %"
+        "RLIMIT_NOFILE is %" G_GUINT64_FORMAT ": %u connection%s need%s %"
         G_GUINT64_FORMAT " descriptors with %u session%s (%u + %u per "
         "session kept for the pipelines); lower --max-connections or "
         "--max-sessions, or raise the limit (ulimit -n)", soft,
-        MAX (wanted, 1), MAX (wanted, 1) + reserve, server->max_sessions,
+        MAX (wanted, 1), wanted > 1 ? "s" : "", wanted > 1 ? "" : "s",
+        MAX (wanted, 1) + reserve, server->max_sessions,
         server->max_sessions == 1 ? "" : "s", LINGBOT_WEBRTC_FD_RESERVE,
         LINGBOT_WEBRTC_FD_RESERVE_PER_SESSION);
     return FALSE;
