@@ -117,7 +117,8 @@ main (int argc, char **argv)
   g_option_context_add_group (opts, gst_init_get_option_group ());
   if (!g_option_context_parse (opts, &argc, &argv, &err)) {
     g_printerr ("%s\n", err->message);
-    return 2;
+    ret = 2;
+    goto out;
   }
   {
     /* each numeric option against its range: the message names the one
@@ -145,12 +146,14 @@ main (int argc, char **argv)
       else
         g_printerr ("invalid --%s %d: %d..%d%s\n", ranges[i].name,
             ranges[i].value, ranges[i].min, ranges[i].max, ranges[i].note);
-      return 2;
+      ret = 2;
+      goto out;
     }
   }
   if (source == NULL && (model == NULL || image == NULL)) {
     g_printerr ("--model and --image are needed (or --source)\n");
-    return 2;
+    ret = 2;
+    goto out;
   }
 
   /* every connection and every session's ICE sockets take descriptors:
