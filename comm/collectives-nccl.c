@@ -280,12 +280,20 @@ nccl_create (LbWorkerGroup * group, GError ** error)
         && lb_cuda_check (cudaMalloc ((void **) &st->barrier_buf[i],
             sizeof (float)), "cuda barrier buffer", error);
   }
-  cudaSetDevice (prev);
   if (ok && !init_comms (st, error)) {
     for (int i = 0; i < st->n; i++)
       st->comm_dead[i] = TRUE;  /* nothing to destroy */
     ok = FALSE;
   }
+  /* the communicators' own set-up work (allocations, copies) finished on
+   * every device before the group returns, and so before any rank issues
+   * its first collective: the group's creation is the ranks' host barrier
+   * (docs/design.md "Multi-GPU start-up") */
+  for (int i = 0; i < st->n && ok; i++)
+    ok = lb_cuda_check (cudaSetDevice (st->devs[i]), "cuda set device", error)
+        && lb_cuda_check (cudaDeviceSynchronize (), "cuda synchronize after "
+        "communicator set-up", error);
+  cudaSetDevice (prev);
   if (!ok) {
     nccl_destroy (st);
     return NULL;

@@ -77,8 +77,68 @@ struct _LbWorkerGroup
 
   const LbCollectivesClass *klass;
   gpointer comm;
+  gboolean native;              /* holds native_groups' claim on devices */
   GArray *notifies;             /* AbortNotify */
 };
+
+/* The live groups whose collectives are the device library registered for
+ * their device type (NCCL): at most one such communicator set per device
+ * (native_claim()). */
+static GMutex native_lock;
+static GList *native_groups;
+
+static gboolean
+groups_share_device (LbWorkerGroup * a, LbWorkerGroup * b)
+{
+  if (a->backend != b->backend)
+    return FALSE;
+  for (int i = 0; i < a->n; i++)
+    for (int j = 0; j < b->n; j++)
+      if (a->ranks[i].pub.device == b->ranks[j].pub.device)
+        return TRUE;
+  return FALSE;
+}
+
+/* One ordering of device collectives per device.  Device collectives
+ * (NCCL) on two communicator sets that share a device and are issued from
+ * unrelated threads (the DiT's world group and a decoder group attached on
+ * the same GPUs) may deadlock: a collective kernel holds its device until
+ * every rank of its communicator arrives, and nothing orders the two sets'
+ * kernels the same way on every device.  So the registered device class
+ * goes to the first live group on a set of devices; a later group with no
+ * explicit class (@chosen %NULL) that shares one of them takes the local
+ * collectives, whose device copies and host barriers never wait for
+ * another group's work.  Called with the ranks' devices set. */
+static void
+native_claim (LbWorkerGroup * g, const LbCollectivesClass * chosen)
+{
+  const LbCollectivesClass *native = lb_collectives_lookup
+      (g->backend->device_type);
+  if (native == lb_local_collectives () || g->klass != native)
+    return;
+  g_mutex_lock (&native_lock);
+  for (GList * l = native_groups; l && chosen == NULL; l = l->next)
+    if (groups_share_device (g, l->data)) {
+      g->klass = lb_local_collectives ();
+      break;
+    }
+  if (g->klass == native) {
+    g->native = TRUE;
+    native_groups = g_list_prepend (native_groups, g);
+  }
+  g_mutex_unlock (&native_lock);
+}
+
+static void
+native_release (LbWorkerGroup * g)
+{
+  if (!g->native)
+    return;
+  g_mutex_lock (&native_lock);
+  native_groups = g_list_remove (native_groups, g);
+  g_mutex_unlock (&native_lock);
+  g->native = FALSE;
+}
 
 static gboolean
 is_abort_error (const GError * e)
@@ -378,7 +438,10 @@ rank_thread (gpointer data)
  * @options: (nullable): timeouts, collectives backend, name; with no
  *   collectives backend given, a device group whose @ordinals name a device
  *   twice takes the local collectives (device copies: NCCL refuses a
- *   device twice in a communicator)
+ *   device twice in a communicator), and so does a device group sharing a
+ *   device with a live group that holds the device collectives (NCCL):
+ *   one communicator set per device, docs/design.md "One ordering of
+ *   collectives per device"
  * @error: %LB_ERROR_INVALID_ARGUMENT, the backend's stream error, or the
  *   collectives backend's error (e.g. NCCL communicator creation)
  *
@@ -492,6 +555,7 @@ group_new (LbBackend * backend, int n_ranks, const int *ordinals,
     r->pub.device = ordinals ? ordinals[i] : i;
     g_cond_init (&r->cond);
   }
+  native_claim (g, options->collectives);
   for (int i = 0; i < n_ranks; i++) {
     char tname[16];
     g_snprintf (tname, sizeof tname, "lb-%.8s-%d", g->name, i);
@@ -609,6 +673,7 @@ group_clear (LbWorkerGroup * group)
     return;
   if (group->comm != NULL)
     group->klass->destroy (group->comm);
+  native_release (group);
   for (int i = 0; i < group->n; i++)
     g_cond_clear (&group->ranks[i].cond);
   g_clear_error (&group->init_error);

@@ -116,6 +116,31 @@ lingbot_backend_cuda (GError ** error)
   return be;
 }
 
+/* Before the CUDA runtime starts for a world of several GPUs: eager module
+ * loading.  With lazy loading (CUDA's default) the first launch of each
+ * kernel loads its module, which waits for the device's running kernels:
+ * during a first chunk that may be a peer's NCCL kernel waiting for this
+ * rank (docs/design.md "Multi-GPU start-up").  CUDA reads
+ * CUDA_MODULE_LOADING once, when it initialises (the module's probe), so
+ * this only helps before the first probe; a value the user set is kept. */
+static void
+prepare_multi_gpu (void)
+{
+  g_mutex_lock (&cuda_lock);
+  const char *cur = g_getenv ("CUDA_MODULE_LOADING");
+  if (!cuda_probed)
+    g_setenv ("CUDA_MODULE_LOADING", "EAGER", FALSE);
+  else if (cuda_backend != NULL && g_strcmp0 (cur, "EAGER") != 0) {
+    static gboolean told;
+    if (!told)
+      g_message ("lingbot: the CUDA runtime started before a multi-GPU "
+          "world with CUDA_MODULE_LOADING=%s; set CUDA_MODULE_LOADING=EAGER "
+          "in the environment", cur ? cur : "LAZY (default)");
+    told = TRUE;
+  }
+  g_mutex_unlock (&cuda_lock);
+}
+
 /**
  * lingbot_backend_get:
  * @name: "cpu", "cuda" or "auto" (CUDA when a device exists and its op
@@ -167,6 +192,10 @@ parse_uint (const char *s, int max, int *out)
  *   an ordinal beyond the device count
  *
  * Parses the `devices` property of the elements (DESIGN.md section 3).
+ * A list naming two or more GPUs sets CUDA_MODULE_LOADING=EAGER (unless
+ * already set) when the CUDA runtime has not started yet, so that no
+ * kernel module loads while NCCL kernels wait (docs/design.md "Multi-GPU
+ * start-up").
  */
 gboolean
 lingbot_backend_parse_devices (const char *devices, LbBackend ** backend,
@@ -206,6 +235,11 @@ lingbot_backend_parse_devices (const char *devices, LbBackend ** backend,
       return FALSE;
     }
   }
+  for (int i = 1; i < n; i++)
+    if (ord[i] != ord[0]) {
+      prepare_multi_gpu ();
+      break;
+    }
   LbBackend *be = lingbot_backend_cuda (error);
   if (be == NULL)
     return FALSE;

@@ -45,6 +45,9 @@ typedef struct
   LbTensor *host_lat, *host_pred, *host_x0;
   LbTensor *kv_host;            /* [2, cap, hl * hd] of the cache's dtype;
                                  * made by get_kv_cache */
+  /* page-locked staging of the chunk's uploads (device ranks): f32 y,
+   * then the control or the poses, then the noise draws (stage_at()) */
+  LbTensor *stage;
   gboolean ready;
   /* graphs of the steady-state chunk (rank_chunk()): one per pass, each
    * denoising pass with its sampler step, then the clean pass */
@@ -176,6 +179,20 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
                 sr->lat->shape, error)))
       return FALSE;
   }
+  /* the chunk's inputs are staged in page-locked memory: an upload from
+   * pageable memory can stall the rank thread while its peers' collectives
+   * wait for it (docs/design.md "Multi-GPU start-up") */
+  if (s->backend->device_type != LB_DEVICE_CPU) {
+    int64_t n_stage = lb_tensor_numel (sr->in_full) -
+        lb_tensor_numel (sr->lat) + MAX (lb_tensor_numel (sr->ctl_in),
+        lb_tensor_numel (sr->poses)) + ses->n_steps * lb_tensor_numel (sr->lat);
+    if (!(sr->stage = lb_tensor_new_host (s, LB_DTYPE_F32, 1, &n_stage, error)))
+      return FALSE;
+  }
+  /* every start-up op done before the rank's first collective */
+  if (s->backend->device_type != LB_DEVICE_CPU &&
+      !s->backend->stream_synchronize (s, error))
+    return FALSE;
   /* graph replay needs a capturing backend and collectives that run on the
    * stream (NCCL, solo; the local collectives synchronise host threads) */
   sr->graphs_ok = ses->graphs && lb_stream_can_capture (s) &&
@@ -191,7 +208,7 @@ rank_clear (SessionRank * sr)
     &sr->in_full, &sr->tok_full, &sr->tok, &sr->ctl_in, &sr->poses,
     &sr->ctl_full,
     &sr->ctl_tok, &sr->lat, &sr->pred, &sr->x0, &sr->tmp, &sr->host_lat,
-    &sr->host_pred, &sr->host_x0, &sr->kv_host,
+    &sr->host_pred, &sr->host_x0, &sr->kv_host, &sr->stage,
   };
   for (guint i = 0; i < G_N_ELEMENTS (one); i++)
     g_clear_pointer (one[i], lb_tensor_free);
@@ -444,10 +461,28 @@ typedef struct
   int width, height;
 } ChunkArgs;
 
+/* Where an input of the chunk is staged in sr->stage: 0 y, 1 the control
+ * or the poses, 2 + i noise draw i; NULL on CPU ranks (no staging). */
+static float *
+stage_at (LingbotDitSession * ses, SessionRank * sr, int slot)
+{
+  if (sr->stage == NULL)
+    return NULL;
+  const int64_t lat = lb_tensor_numel (sr->lat);
+  const int64_t y = lb_tensor_numel (sr->in_full) - lat;
+  const int64_t ctl = MAX (lb_tensor_numel (sr->ctl_in),
+      lb_tensor_numel (sr->poses));
+  g_assert (slot < 2 + ses->n_steps);
+  float *base = sr->stage->data;
+  return slot == 0 ? base : slot == 1 ? base + y : base + y + ctl +
+      (slot - 2) * lat;
+}
+
 /* Uploads a host tensor of matching element count into a device buffer
- * (or a contiguous part of one). */
+ * (or a contiguous part of one), through @stage (page-locked room for it)
+ * when not %NULL. */
 static gboolean
-upload_as (LbStream * s, LbTensor * dst, const LbTensor * src,
+upload_as (LbStream * s, LbTensor * dst, const LbTensor * src, float *stage,
     const char *what, GError ** error)
 {
   LbTensor v;
@@ -460,6 +495,11 @@ upload_as (LbStream * s, LbTensor * dst, const LbTensor * src,
         "DiT chunk: %s is %s %s, expected contiguous f32 [1, %s]", what,
         lb_dtype_name (src->dtype), have, want + 1);
     return FALSE;
+  }
+  if (stage != NULL) {
+    memcpy (stage, src->data, (gsize) lb_tensor_numel (src) * sizeof (float));
+    lb_tensor_view_init (&v, LB_DTYPE_F32, stage, LB_DEVICE_HOST, dst->ndim,
+        dst->shape, NULL);
   }
   return lb_tensor_upload (s, dst, &v, error);
 }
@@ -695,20 +735,23 @@ rank_chunk_run (LbRank * rank, ChunkArgs * a, GError ** error)
   LbTensor ypart;
   lb_tensor_view_narrow (&ypart, sr->in_full, 0, out_ch,
       sr->in_full->shape[0] - out_ch);
-  if (!upload_as (s, &ypart, a->y, "y", error))
+  if (!upload_as (s, &ypart, a->y, stage_at (ses, sr, 0), "y", error))
     return FALSE;
   if (a->control == NULL) {
     /* the control tensor from the chunk's poses, on the rank's device
      * (spec 2.6-2.7; bit-identical to lingbot_control_fill()) */
-    if (!upload_as (s, sr->poses, a->poses, "rel_poses", error) ||
+    if (!upload_as (s, sr->poses, a->poses, stage_at (ses, sr, 1),
+            "rel_poses", error) ||
         !ops->ray_map (s, sr->poses, a->k[0], a->k[1], a->k[2], a->k[3],
             a->width, a->height, 0, sr->ctl_in, error))
       return FALSE;
-  } else if (!upload_as (s, sr->ctl_in, a->control, "control", error)) {
+  } else if (!upload_as (s, sr->ctl_in, a->control, stage_at (ses, sr, 1),
+          "control", error)) {
     return FALSE;
   }
   for (int i = 0; i < ses->n_steps; i++)
-    if (!upload_as (s, sr->noise[i], a->noise[i], "noise", error))
+    if (!upload_as (s, sr->noise[i], a->noise[i], stage_at (ses, sr, 2 + i),
+            "noise", error))
       return FALSE;
 
   /* control tokens and the camera scale/shift of every block: once */
@@ -752,8 +795,13 @@ rank_chunk_run (LbRank * rank, ChunkArgs * a, GError ** error)
   if (!stop && rank->rank == 0 && a->out) {
     LbTensor outv;
     if (!lb_tensor_view_reshape (&outv, a->out, 4, sr->x0->shape) ||
-        !lb_tensor_download (s, &outv, sr->x0, error))
+        !lb_tensor_download (s, sr->host_x0 ? sr->host_x0 : &outv, sr->x0,
+            error))
       return FALSE;
+    /* through page-locked memory on a device (host_x0) */
+    if (sr->host_x0)
+      memcpy (outv.data, sr->host_x0->data,
+          (gsize) lb_tensor_numel (sr->x0) * sizeof (float));
   }
   /* ... and through the output channel: this rank's row band, where it
    * is (the slot's commit orders it on device ranks; it waits for a free

@@ -37,6 +37,8 @@ typedef struct
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
   gint n_conv_bf16_x, n_norm_bf16_y;
   gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
+  GHashTable *host;             /* host_alloc blocks: ptr -> size */
+  gint n_allocs, n_h2d_pinned, n_d2h_pinned;
 } FakeDev;
 
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
@@ -123,6 +125,7 @@ fake_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
   }
   guint8 *p = g_malloc (MAX (nbytes, 1));
   memset (p, 0xff, nbytes);     /* NaN in every float */
+  g_atomic_int_inc (&fake.n_allocs);
   g_mutex_lock (&fake.lock);
   g_hash_table_insert (fake.blocks, p, GSIZE_TO_POINTER (nbytes));
   g_mutex_unlock (&fake.lock);
@@ -142,6 +145,24 @@ fake_free (LbBackend * self, int device, gpointer ptr)
   if (!known)
     refuse (NULL, "free of %p, not a device allocation", ptr);
   g_free (ptr);
+}
+
+/* [p, p + n) lies inside one live host_alloc block */
+static gboolean
+is_pinned (const void *p, gsize n)
+{
+  gboolean found = FALSE;
+  GHashTableIter it;
+  gpointer k, v;
+  g_mutex_lock (&fake.lock);
+  g_hash_table_iter_init (&it, fake.host);
+  while (!found && g_hash_table_iter_next (&it, &k, &v)) {
+    const guint8 *b = k;
+    found = (const guint8 *) p >= b &&
+        (const guint8 *) p + n <= b + GPOINTER_TO_SIZE (v);
+  }
+  g_mutex_unlock (&fake.lock);
+  return found;
 }
 
 static gboolean
@@ -180,6 +201,10 @@ fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
         nbytes);
   g_atomic_int_inc (kind == LB_COPY_HOST_TO_DEVICE ? &fake.n_h2d :
       kind == LB_COPY_DEVICE_TO_HOST ? &fake.n_d2h : &fake.n_d2d);
+  if (kind == LB_COPY_HOST_TO_DEVICE && is_pinned (src, nbytes))
+    g_atomic_int_inc (&fake.n_h2d_pinned);
+  if (kind == LB_COPY_DEVICE_TO_HOST && is_pinned (dst, nbytes))
+    g_atomic_int_inc (&fake.n_d2h_pinned);
   memmove (dst, src, nbytes);
   return TRUE;
 }
@@ -557,7 +582,11 @@ fake_host_alloc (LbBackend * self, gsize nbytes, GError ** error)
   (void) self;
   (void) error;
   g_atomic_int_inc (&fake.n_host_blocks);
-  return g_malloc0 (MAX (nbytes, 1));
+  gpointer p = g_malloc0 (MAX (nbytes, 1));
+  g_mutex_lock (&fake.lock);
+  g_hash_table_insert (fake.host, p, GSIZE_TO_POINTER (nbytes));
+  g_mutex_unlock (&fake.lock);
+  return p;
 }
 
 static void
@@ -567,6 +596,9 @@ fake_host_free (LbBackend * self, gpointer ptr)
   if (ptr == NULL)
     return;
   g_atomic_int_add (&fake.n_host_blocks, -1);
+  g_mutex_lock (&fake.lock);
+  g_hash_table_remove (fake.host, ptr);
+  g_mutex_unlock (&fake.lock);
   g_free (ptr);
 }
 
@@ -641,6 +673,7 @@ fakedev_backend (void)
   if (g_once_init_enter (&once)) {
     g_mutex_init (&fake.lock);
     fake.blocks = g_hash_table_new (g_direct_hash, g_direct_equal);
+    fake.host = g_hash_table_new (g_direct_hash, g_direct_equal);
     g_assert (lb_ops_first_missing (&fake_ops) == NULL);
     g_once_init_leave (&once, 1);
   }
@@ -674,6 +707,9 @@ fakedev_stats (void)
   st.n_attention_bf16_out = g_atomic_int_get (&fake.n_attention_bf16_out);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
+  st.n_allocs = g_atomic_int_get (&fake.n_allocs);
+  st.n_h2d_pinned = g_atomic_int_get (&fake.n_h2d_pinned);
+  st.n_d2h_pinned = g_atomic_int_get (&fake.n_d2h_pinned);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

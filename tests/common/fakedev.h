@@ -33,6 +33,10 @@ G_BEGIN_DECLS
  * @n_conv_bf16_x: conv3d_causal calls whose x (and cache) are bf16
  *   channels-last
  * @n_norm_bf16_y: channel_rms_norm calls whose y is bf16
+ * @n_allocs: device allocations made (alloc calls)
+ * @n_h2d_pinned: host-to-device copies whose source lies in host_alloc
+ *   memory (page-locked on CUDA); the others read pageable memory
+ * @n_d2h_pinned: device-to-host copies into host_alloc memory
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -52,6 +56,7 @@ typedef struct
   int n_gemm_bf16_x;
   int n_attention_bf16_q, n_attention_bf16_out;
   int n_conv_bf16_x, n_norm_bf16_y;
+  int n_allocs, n_h2d_pinned, n_d2h_pinned;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

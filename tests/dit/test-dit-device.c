@@ -772,6 +772,74 @@ test_overlap_bad_groups (void)
           "LINGBOT_COMM_OUT_GROUPS: 'two' is not a positive integer"));
 }
 
+/* ------------------------------------------------------------------------ */
+/* multi-rank start-up: staged transfers, no allocation per chunk           */
+/* ------------------------------------------------------------------------ */
+
+/* Two ranks, three chunks (the control built on the ranks, then packed on
+ * the host): every upload of a chunk's inputs and the download of its x0
+ * go through page-locked staging (fakedev's host_alloc blocks), no device
+ * or page-locked allocation is made once the session exists (so none
+ * while the first chunk's collectives may be in flight), and the outputs
+ * are the CPU backend's, bit for bit. */
+static void
+test_startup_staging (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GByteArray) cpu = run_control_stream (lb_cpu_backend (), 2, 3,
+      FALSE, TRUE);
+  LbWorkerGroupOptions go = { 0, NULL, "dit-startup-test" };
+  LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), 2, NULL, &go,
+      &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  g_autoptr (LbTensor) ctl = lb_tensor_new_f32 (5, (int64_t) 1,
+      (int64_t) 384, (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  g_autoptr (LbTensor) poses = lb_tensor_new_f32 (2, (int64_t) 4, (int64_t) 16);
+  g_autoptr (GByteArray) dev = g_byte_array_new ();
+  const float k0[4] = { 502.1f, 498.7f, 416.3f, 239.9f };
+  float k[4];
+  lingbot_control_intrinsics_transform (k0, 832, 480, 80, 48, k);
+  for (int c = 0; c < 4; c++) {
+    const LbTensor *noise[4], *y;
+    dit_fixture_chunk (fixture, c % 4, noise, &y, NULL);
+    chunk_poses (c, poses->data);
+    const FakeDevStats a = fakedev_stats ();
+    gboolean ok;
+    if (c < 3) {
+      ok = lingbot_dit_session_run_chunk_poses (ses, y, poses, k, 80, 48,
+          noise, out, &err);
+    } else {
+      g_assert_true (lingbot_control_pack (poses->data, 4, k, 80, 48, 0, 6,
+              ctl->data, &err));
+      ok = lingbot_dit_session_run_chunk (ses, y, ctl, noise, out, &err);
+    }
+    g_assert_no_error (err);
+    g_assert_true (ok);
+    const FakeDevStats b = fakedev_stats ();
+    if (c < 3)
+      g_byte_array_append (dev, out->data, (guint) lb_tensor_nbytes (out));
+    /* per rank y, the poses or control, 4 noise draws; rank 0's x0 */
+    g_assert_cmpint (b.n_h2d - a.n_h2d, ==, 2 * 6);
+    g_assert_cmpint (b.n_h2d_pinned - a.n_h2d_pinned, ==, 2 * 6);
+    g_assert_cmpint (b.n_d2h - a.n_d2h, ==, 1);
+    g_assert_cmpint (b.n_d2h_pinned - a.n_d2h_pinned, ==, 1);
+    g_assert_cmpint (b.n_allocs, ==, a.n_allocs);
+    g_assert_cmpint (b.host_blocks, ==, a.host_blocks);
+  }
+  g_assert_cmpmem (cpu->data, cpu->len, dev->data, dev->len);
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -790,6 +858,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/solo", test_solo);
   g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
   g_test_add_func ("/dit/device/cancel", test_cancel_device);
+  g_test_add_func ("/dit/device/startup-staging", test_startup_staging);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fakedev.h"
+#include "nccl-model.h"
 #include "test-fixture.h"
 #include "kernels/error.h"
 #include "lingbot/lingbot.h"
@@ -185,6 +186,44 @@ test_dummy (void)
   g_array_unref (dev.frames);
 }
 
+/* The decoder attached on the world's devices under a CPU model of NCCL's
+ * blocking registered for them (tests/common/nccl-model.c): the world's
+ * group holds the device collectives, the decode group takes the local
+ * ones (lb_worker_group_new()), so only "world" collectives ever hold a
+ * device and the frames are the serial decode's.  With both groups on the
+ * model the two would interleave on the shared devices in no fixed order. */
+static void
+test_nccl_order (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  Run serial = { 0 }, overlap = { 0 };
+
+  wo.model_path = model_dir;
+  wo.devices = "fakedev";
+  wo.load_text_encoder = FALSE;
+  lb_collectives_register (LB_DEVICE_CUDA, nccl_model_collectives ());
+  nccl_model_clear_log ();
+  {
+    g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
+        fakedev_backend (), 2, &err);
+    g_assert_no_error (err);
+    run_session (w, FALSE, &serial);
+    run_session (w, TRUE, &overlap);
+  }
+  lb_collectives_register (LB_DEVICE_CUDA, NULL);
+  g_assert_cmpmem (serial.frames->data, serial.frames->len * sizeof (float),
+      overlap.frames->data, overlap.frames->len * sizeof (float));
+  for (int d = 0; d < 2; d++) {
+    g_auto (GStrv) log = nccl_model_log (d);
+    g_assert_cmpuint (g_strv_length (log), >, 0);
+    for (guint i = 0; log[i]; i++)
+      g_assert_cmpstr (log[i], ==, "world");
+  }
+  g_array_unref (serial.frames);
+  g_array_unref (overlap.frames);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -204,6 +243,7 @@ main (int argc, char **argv)
   g_test_add_data_func ("/session/decode-device/bf16/2",
       GINT_TO_POINTER (12), test_device);
   g_test_add_func ("/session/decode-device/dummy", test_dummy);
+  g_test_add_func ("/session/decode-device/nccl-order", test_nccl_order);
   int rc = g_test_run ();
   lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);
