@@ -305,7 +305,8 @@ lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
  * @ptr: (nullable): from lb_cuda_pool_alloc()
  *
  * Returns the block to the cache (see the file comment for when it is
- * reused).  A pointer the pool does not know is given to cudaFree.
+ * reused).  A pointer the pool does not know is given to cudaFree (after
+ * the graph captures in progress on @device, from another thread).
  */
 void
 lb_cuda_pool_free (int device, void *ptr)
@@ -404,8 +405,11 @@ pool_free (int device, void *ptr, cudaStream_t stream)
   g_mutex_lock (&p->lock);
   Block *b = g_hash_table_lookup (p->live, ptr);
   if (b == NULL) {
-    g_mutex_unlock (&p->lock);
+    /* not the pool's: cudaFree, after any capture on the device (it
+     * would invalidate it; the capturing thread's own frees it anyway) */
+    wait_captures (p, FALSE);
     cudaFree (ptr);
+    g_mutex_unlock (&p->lock);
     dev_leave (g);
     return;
   }

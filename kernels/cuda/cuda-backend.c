@@ -119,10 +119,14 @@ cuda_stream_new (LbBackend * self, int device, GError ** error)
         "cublasLtCreate failed on device %d", device);
     goto fail;
   }
+  /* from the pool: no cudaFree when the stream goes, which would
+   * invalidate another thread's capture on the device */
   cs->workspace_size = LB_CUDA_GEMM_WORKSPACE;
-  if (!lb_cuda_check (cudaMalloc (&cs->workspace, cs->workspace_size),
-          "cudaMalloc (GEMM workspace)", error))
+  cs->workspace = lb_cuda_pool_alloc (device, cs->workspace_size, error);
+  if (cs->workspace == NULL) {
+    g_prefix_error (error, "GEMM workspace: ");
     goto fail;
+  }
   return s;
 
 fail:
@@ -153,8 +157,7 @@ cuda_stream_free (LbStream * s)
   }
   lb_cuda_gemm_plans_free (cs);
   lb_cuda_cudnn_free (cs);
-  if (cs->workspace)
-    cudaFree (cs->workspace);
+  lb_cuda_pool_free (s->device, cs->workspace);
   if (cs->lt)
     cublasLtDestroy (cs->lt);
   if (cs->stream)

@@ -139,6 +139,7 @@ typedef struct
 {
   int dev;
   gboolean trim;
+  void *foreign;                /* to free instead, not the pool's */
   gsize result;                 /* bytes trimmed, or 1 for an allocation */
   gint done;
 } Other;
@@ -148,7 +149,10 @@ other_thread (gpointer data)
 {
   Other *o = data;
   g_assert_cmpint (cudaSetDevice (o->dev), ==, cudaSuccess);
-  if (o->trim) {
+  if (o->foreign) {
+    lb_cuda_pool_free (o->dev, o->foreign);
+    o->result = 1;
+  } else if (o->trim) {
     o->result = lb_cuda_pool_trim (o->dev);
   } else {
     void *p = alloc_ok (o->dev, 3 * MiB);
@@ -173,8 +177,9 @@ other_waits (Other * o)
 }
 
 /* Another thread (the decoder) that needs cudaMalloc during a global-mode
- * capture, or a trim (cudaFree) during a relaxed one, waits for the
- * capture to end, then goes on; the capture survives. */
+ * capture, or a trim or the free of memory the pool does not know
+ * (cudaFree) during a relaxed one, waits for the capture to end, then goes
+ * on; the capture survives. */
 static void
 test_other_thread_waits (void)
 {
@@ -188,7 +193,7 @@ test_other_thread_waits (void)
 
   g_assert_true (lb_cuda_pool_capture_begin (dev, a,
           cudaStreamCaptureModeGlobal, NULL));
-  Other o = { dev, FALSE, 0, 0 };
+  Other o = { dev, FALSE, NULL, 0, 0 };
   GThread *t = g_thread_new ("decoder", other_thread, &o);
   g_assert_true (other_waits (&o));
   g_assert_cmpint (cuda_stub_stats ().n_malloc, ==, st0.n_malloc);
@@ -199,15 +204,29 @@ test_other_thread_waits (void)
 
   g_assert_true (lb_cuda_pool_capture_begin (dev, a,
           cudaStreamCaptureModeRelaxed, NULL));
-  Other tr = { dev, TRUE, 0, 0 };
+  Other tr = { dev, TRUE, NULL, 0, 0 };
   t = g_thread_new ("trim", other_thread, &tr);
   g_assert_true (other_waits (&tr));
   g_assert_cmpint (cuda_stub_stats ().n_free, ==, st0.n_free);
   end_ok (dev, a);
   g_thread_join (t);
   g_assert_cmpuint (tr.result, ==, MiB + 3 * MiB);
+  g_assert_cmpint (cuda_stub_stats ().n_free, ==, st0.n_free + 2);
+
+  /* memory the pool does not know (a stream's own, say) goes to cudaFree:
+   * also after the capture */
+  void *foreign = NULL;
+  g_assert_cmpint (cudaMalloc (&foreign, 4096), ==, cudaSuccess);
+  g_assert_true (lb_cuda_pool_capture_begin (dev, a,
+          cudaStreamCaptureModeRelaxed, NULL));
+  Other fr = { dev, FALSE, foreign, 0, 0 };
+  t = g_thread_new ("free", other_thread, &fr);
+  g_assert_true (other_waits (&fr));
+  g_assert_cmpint (cuda_stub_stats ().n_free, ==, st0.n_free + 2);
+  end_ok (dev, a);
+  g_thread_join (t);
   const CudaStubStats st = cuda_stub_stats ();
-  g_assert_cmpint (st.n_free, ==, st0.n_free + 2);
+  g_assert_cmpint (st.n_free, ==, st0.n_free + 3);
   g_assert_cmpint (st.n_refused, ==, 0);
 }
 
