@@ -682,7 +682,8 @@ lb_cuda_pool_trim (int device)
  * lb_cuda_pool_stats:
  * @device: CUDA ordinal
  * @in_use: (out) (optional): bytes handed out (rounded sizes)
- * @cached: (out) (optional): bytes held in free lists
+ * @cached: (out) (optional): bytes held in free lists (and blocks held
+ *   back until a graph capture ends)
  */
 void
 lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached)
