@@ -53,6 +53,7 @@ typedef struct
    * denoising pass with its sampler step, then the clean pass */
   gboolean graphs_ok;
   LbGraph *graphs[LINGBOT_DIT_MAX_STEPS + 1];
+  int capture_fails;            /* failed captures (run_region()) */
 } SessionRank;
 
 struct _LingbotDitSession
@@ -617,6 +618,10 @@ run_pass (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
   return TRUE;
 }
 
+/* Failed captures after which a rank runs its passes directly for the
+ * rest of the session (run_region()). */
+#define CAPTURE_TRIES 3
+
 /* Runs pass @pass directly, or, with @use_graph, as a graph: the first
  * time it is captured (the host code runs once in capture mode, so the
  * KV-cache cursors advance as usual) and launched; later the cursors are
@@ -624,7 +629,17 @@ run_pass (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
  * for chunks that start from the same cache state (the caller's
  * steady-state test), so every pointer, view and scalar the pass uses is
  * the same as at capture.  One graph per pass, so that the pass boundaries
- * (cancellation, the pass callback) are the same with and without graphs. */
+ * (cancellation, the pass callback) are the same with and without graphs.
+ *
+ * A capture that fails (graph_begin, the pass while capturing, or
+ * graph_end: e.g. a call another thread made invalidated it) ran nothing
+ * on the device, so the cursors the pass advanced on the host are put back
+ * and the pass runs directly: the chunk goes on with the same bytes (an
+ * error of the pass itself then comes from that run).  A later chunk
+ * tries the capture again (the usual cause is transient), until the rank
+ * has failed CAPTURE_TRIES captures: then it runs directly for the rest of
+ * the session (a capture that cannot succeed would cost every chunk an
+ * extra host pass). */
 static gboolean
 run_region (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
     int64_t current_start, int pass, gboolean use_graph, GError ** error)
@@ -633,19 +648,34 @@ run_region (LingbotDitSession * ses, SessionRank * sr, LbRank * rank,
   LbStream *s = rs->s;
   LbBackend *be = s->backend;
   LbGraph **graph = &sr->graphs[pass];
-  if (!use_graph)
+  if (!use_graph || (*graph == NULL && !sr->graphs_ok))
     return run_pass (ses, sr, rank, current_start, pass, error);
   if (*graph == NULL) {
+    const int64_t ge = rs->global_end, le = rs->local_end;
+    const int64_t pe = rs->pend_evict, pl = rs->pend_local_end;
     GError *local = NULL;
-    if (!be->graph_begin (s, error))
-      return FALSE;
-    gboolean ok = run_pass (ses, sr, rank, current_start, pass, &local);
-    LbGraph *g = be->graph_end (s, ok ? &local : NULL);
-    if (!ok || g == NULL) {
-      if (g)
+    LbGraph *g = NULL;
+    if (be->graph_begin (s, &local)) {
+      gboolean ok = run_pass (ses, sr, rank, current_start, pass, &local);
+      g = be->graph_end (s, ok ? &local : NULL);
+      if (!ok && g) {
         be->graph_free (s, g);
-      g_propagate_error (error, local);
-      return FALSE;
+        g = NULL;
+      }
+    }
+    if (g == NULL) {
+      rs->global_end = ge;
+      rs->local_end = le;
+      rs->pend_evict = pe;
+      rs->pend_local_end = pl;
+      if (++sr->capture_fails >= CAPTURE_TRIES) {
+        sr->graphs_ok = FALSE;
+        g_message ("DiT rank %d: %d graph captures failed, passes run "
+            "directly from now on (last: %s)", rank->rank, sr->capture_fails,
+            local ? local->message : "no error");
+      }
+      g_clear_error (&local);
+      return run_pass (ses, sr, rank, current_start, pass, error);
     }
     *graph = g;
   } else {

@@ -24,6 +24,24 @@
  *
  * lb_cuda_pool_trim() gives every cached block back to the driver (after
  * its events); an allocation that fails trims its device and retries.
+ *
+ * Graph capture.  A stream is captured between lb_cuda_pool_capture_begin()
+ * and lb_cuda_pool_capture_end() (cuda-backend.c's graph_begin and
+ * graph_end), and the pool knows it: an event recorded into a capturing
+ * stream would become a node of the graph (cudaEventQuery then answers
+ * cudaErrorCapturedEvent, and every replay re-records the event, even
+ * after the pool has recycled it as another block's fence).  So a block
+ * freed while a stream S of its device is being captured gets its events
+ * on the other streams at once and is held back from reuse until the
+ * capture ends; then its fence on S is recorded (covering the work
+ * enqueued on S before the capture) and it joins its free list.  While a
+ * capture runs the pool calls neither cudaFree nor cudaDeviceSynchronize
+ * on that device (a trim or a stream registration from another thread
+ * waits for the capture to end), nor cudaMalloc during a capture in
+ * global mode (or thread-local mode, from its thread); a thread that
+ * would have to wait for its own capture gets an error instead, which
+ * fails that capture cleanly (the caller then runs the work eagerly).
+ * A fence whose query answers anything but cudaSuccess is not ready.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -39,7 +57,17 @@ typedef struct
   cudaStream_t owner;           /* the stream that released it, or NULL */
   int owner_ev;                 /* index of owner's event in events, or -1 */
   guint64 serial;               /* which hand-out of the block (while live) */
+  int held;                     /* captures it waits for (freed during them) */
 } Block;
+
+/* A capture in progress on one stream of the pool's device. */
+typedef struct
+{
+  cudaStream_t stream;
+  enum cudaStreamCaptureMode mode;
+  GThread *thread;              /* the thread that began it */
+  GPtrArray *held;              /* Block *, freed during the capture */
+} Capture;
 
 typedef struct
 {
@@ -51,6 +79,9 @@ typedef struct
   GPtrArray *event_pool;        /* cudaEvent_t, idle */
   gsize in_use, cached;
   guint64 serial;               /* hand-outs so far */
+  GPtrArray *captures;          /* Capture *, in progress */
+  GCond capture_done;           /* signalled when a capture ends */
+  guint waiting;                /* threads waiting for a capture to end */
 } Pool;
 
 static Pool pools[MAX_DEVICES];
@@ -70,6 +101,8 @@ pool_get (int device)
       g_queue_init (&p->free_lists[i]);
     p->streams = g_ptr_array_new ();
     p->event_pool = g_ptr_array_new ();
+    p->captures = g_ptr_array_new ();
+    g_cond_init (&p->capture_done);
     p->init = TRUE;
   }
   g_mutex_unlock (&pools_lock);
@@ -123,10 +156,92 @@ block_ready (Block * b, cudaStream_t stream)
   for (guint i = 0; i < b->events->len; i++) {
     if (stream != NULL && stream == b->owner && (int) i == b->owner_ev)
       continue;                 /* ordered on the stream that released it */
-    if (cudaEventQuery (g_ptr_array_index (b->events, i)) == cudaErrorNotReady)
-      return FALSE;
+    cudaError_t e = cudaEventQuery (g_ptr_array_index (b->events, i));
+    if (e == cudaSuccess)
+      continue;
+    /* cudaErrorNotReady, or an event captured into a graph
+     * (cudaErrorCapturedEvent), or a failed device: not known to be done */
+    if (e != cudaErrorNotReady)
+      cudaGetLastError ();
+    return FALSE;
   }
   return TRUE;
+}
+
+/* Lock held.  The capture in progress on @stream, or NULL. */
+static Capture *
+capture_of (Pool * p, cudaStream_t stream)
+{
+  for (guint i = 0; i < p->captures->len; i++) {
+    Capture *c = g_ptr_array_index (p->captures, i);
+    if (c->stream == stream)
+      return c;
+  }
+  return NULL;
+}
+
+/* Lock held.  Waits until no capture on the device forbids what the caller
+ * is about to do: @malloc_only, a cudaMalloc (forbidden by a capture in
+ * global mode, and by a thread-local one to its own thread); otherwise a
+ * cudaFree or a device synchronisation (forbidden by any capture).
+ * Returns %FALSE at once when a capture of the calling thread forbids it
+ * (it would wait for itself). */
+static gboolean
+wait_captures (Pool * p, gboolean malloc_only)
+{
+  GThread *self = g_thread_self ();
+  for (;;) {
+    gboolean blocked = FALSE;
+    for (guint i = 0; i < p->captures->len; i++) {
+      const Capture *c = g_ptr_array_index (p->captures, i);
+      gboolean forbids = !malloc_only ||
+          c->mode == cudaStreamCaptureModeGlobal ||
+          (c->mode == cudaStreamCaptureModeThreadLocal && c->thread == self);
+      if (forbids && c->thread == self)
+        return FALSE;
+      blocked = blocked || forbids;
+    }
+    if (!blocked)
+      return TRUE;
+    p->waiting++;
+    g_cond_wait (&p->capture_done, &p->lock);
+    p->waiting--;
+  }
+}
+
+/* An idle event of the pool, or a new one; NULL when none can be made. */
+static cudaEvent_t
+event_take (Pool * p)
+{
+  cudaEvent_t ev = NULL;
+  if (p->event_pool->len > 0)
+    return g_ptr_array_steal_index_fast (p->event_pool, p->event_pool->len - 1);
+  if (cudaEventCreateWithFlags (&ev, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError ();
+    return NULL;
+  }
+  return ev;
+}
+
+/* Lock held; @si is not being captured.  Adds to @b a fence on @si (an
+ * event after the work enqueued on @si so far), or, when no event can be
+ * recorded, waits for @si. */
+static void
+block_fence (Pool * p, Block * b, cudaStream_t si)
+{
+  cudaEvent_t ev = event_take (p);
+  if (ev == NULL || cudaEventRecord (ev, si) != cudaSuccess) {
+    cudaGetLastError ();
+    if (ev)
+      g_ptr_array_add (p->event_pool, ev);
+    cudaStreamSynchronize (si); /* cannot fence: wait for the stream */
+    return;
+  }
+  if (b->events == NULL)
+    b->events = g_ptr_array_new ();
+  if (si == b->owner)
+    b->owner_ev = (int) b->events->len;
+  g_ptr_array_add (b->events, ev);
 }
 
 static void
@@ -190,7 +305,8 @@ lb_cuda_pool_alloc (int device, gsize nbytes, GError ** error)
  * @ptr: (nullable): from lb_cuda_pool_alloc()
  *
  * Returns the block to the cache (see the file comment for when it is
- * reused).  A pointer the pool does not know is given to cudaFree.
+ * reused).  A pointer the pool does not know is given to cudaFree (after
+ * the graph captures in progress on @device, from another thread).
  */
 void
 lb_cuda_pool_free (int device, void *ptr)
@@ -230,11 +346,26 @@ pool_alloc (int device, gsize nbytes, cudaStream_t stream, GError ** error)
   }
   if (b == NULL) {
     void *ptr = NULL;
-    cudaError_t e = cudaMalloc (&ptr, size);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError ();      /* clear the sticky-free error state */
-      trim_locked (p);
+    cudaError_t e = cudaErrorMemoryAllocation;
+    const gboolean may = wait_captures (p, TRUE);
+    if (may) {
       e = cudaMalloc (&ptr, size);
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError ();    /* clear the sticky-free error state */
+        /* a trim calls cudaFree: not inside this thread's own capture */
+        if (wait_captures (p, FALSE) && trim_locked (p) > 0)
+          e = cudaMalloc (&ptr, size);
+      }
+    }
+    if (!may) {
+      /* a capture of this thread: a new block would invalidate it */
+      g_mutex_unlock (&p->lock);
+      dev_leave (g);
+      g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+          "cuda alloc: device %d, %" G_GSIZE_FORMAT " bytes: no cached "
+          "block, and a graph capture in progress on this thread forbids "
+          "cudaMalloc", device, size);
+      return NULL;
     }
     if (!lb_cuda_check (e, "cudaMalloc", error)) {
       cudaGetLastError ();
@@ -274,40 +405,34 @@ pool_free (int device, void *ptr, cudaStream_t stream)
   g_mutex_lock (&p->lock);
   Block *b = g_hash_table_lookup (p->live, ptr);
   if (b == NULL) {
-    g_mutex_unlock (&p->lock);
+    /* not the pool's: cudaFree, after any capture on the device (it
+     * would invalidate it; the capturing thread's own frees it anyway) */
+    wait_captures (p, FALSE);
     cudaFree (ptr);
+    g_mutex_unlock (&p->lock);
     dev_leave (g);
     return;
   }
   g_hash_table_remove (p->live, ptr);
   p->in_use -= b->size;
   if (p->streams->len > 1) {
-    b->events = g_ptr_array_new ();
+    b->owner = stream;
+    b->owner_ev = -1;
     for (guint i = 0; i < p->streams->len; i++) {
-      cudaEvent_t ev = NULL;
-      if (p->event_pool->len > 0)
-        ev = g_ptr_array_steal_index_fast (p->event_pool,
-            p->event_pool->len - 1);
-      else if (cudaEventCreateWithFlags (&ev, cudaEventDisableTiming) !=
-          cudaSuccess)
-        ev = NULL;
       cudaStream_t si = g_ptr_array_index (p->streams, i);
-      if (ev == NULL || cudaEventRecord (ev, si) != cudaSuccess) {
-        /* cannot fence: wait for the device instead */
-        if (ev)
-          g_ptr_array_add (p->event_pool, ev);
-        cudaDeviceSynchronize ();
-        continue;
+      Capture *c = capture_of (p, si);
+      if (c == NULL) {
+        block_fence (p, b, si);
+      } else {
+        /* fenced on si when the capture ends (file comment) */
+        g_ptr_array_add (c->held, b);
+        b->held++;
       }
-      if (si == stream) {
-        b->owner = stream;
-        b->owner_ev = (int) b->events->len;
-      }
-      g_ptr_array_add (b->events, ev);
     }
   }
-  g_queue_push_head (&p->free_lists[b->cls], b);        /* LIFO: warm blocks first */
   p->cached += b->size;
+  if (b->held == 0)
+    g_queue_push_head (&p->free_lists[b->cls], b);      /* LIFO: warm blocks first */
   g_mutex_unlock (&p->lock);
   dev_leave (g);
 }
@@ -387,8 +512,16 @@ lb_cuda_pool_register_stream (int device, cudaStream_t stream)
     return;
   DevGuard g = dev_enter (device);
   g_mutex_lock (&p->lock);
-  if (p->streams->len == 1)
-    cudaDeviceSynchronize ();   /* blocks freed without events are idle */
+  /* blocks freed without events are idle after it; not while the first
+   * stream is being captured (a device synchronisation would invalidate
+   * the capture): after it */
+  if (p->streams->len == 1) {
+    if (wait_captures (p, FALSE))
+      cudaDeviceSynchronize ();
+    else
+      g_warning ("cuda alloc: stream registered on device %d by the thread "
+          "capturing its other stream: cached blocks are not fenced", device);
+  }
   g_ptr_array_add (p->streams, stream);
   g_mutex_unlock (&p->lock);
   dev_leave (g);
@@ -411,11 +544,121 @@ lb_cuda_pool_unregister_stream (int device, cudaStream_t stream)
 }
 
 /**
+ * lb_cuda_pool_capture_begin:
+ * @device: CUDA ordinal of @stream
+ * @stream: a stream registered with lb_cuda_pool_register_stream()
+ * @mode: the capture mode, given to cudaStreamBeginCapture()
+ * @error: %LB_ERROR_DEVICE when cudaStreamBeginCapture() fails
+ *
+ * Starts capturing @stream into a graph, the pool knowing it (see the file
+ * comment): until lb_cuda_pool_capture_end(), blocks freed on @device are
+ * fenced on @stream only when the capture ends, and the pool makes no
+ * call that would invalidate the capture.  The current device must be
+ * @device.
+ *
+ * Returns: %TRUE when the capture started.
+ */
+gboolean
+lb_cuda_pool_capture_begin (int device, cudaStream_t stream,
+    enum cudaStreamCaptureMode mode, GError ** error)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE,
+        "graph capture: device %d out of range", device);
+    return FALSE;
+  }
+  /* known to the pool first: a free from another thread between the two
+   * then already holds its block back (and no pool call that would
+   * invalidate the capture is under way: they run under the lock) */
+  Capture *c = g_new0 (Capture, 1);
+  c->stream = stream;
+  c->mode = mode;
+  c->thread = g_thread_self ();
+  c->held = g_ptr_array_new ();
+  g_mutex_lock (&p->lock);
+  g_ptr_array_add (p->captures, c);
+  g_mutex_unlock (&p->lock);
+  cudaError_t e = cudaStreamBeginCapture (stream, mode);
+  if (e != cudaSuccess) {
+    cudaGetLastError ();
+    lb_cuda_pool_capture_end (device, stream, NULL);
+    return lb_cuda_check (e, "cudaStreamBeginCapture", error);
+  }
+  return TRUE;
+}
+
+/**
+ * lb_cuda_pool_capture_end:
+ * @device: CUDA ordinal of @stream
+ * @stream: a stream lb_cuda_pool_capture_begin() started capturing
+ * @graph: (out) (optional): the captured graph (cudaStreamEndCapture());
+ *   %NULL: the capture failed to start, only the pool's record ends
+ *
+ * Ends the capture on @stream: the blocks freed during it get their fence
+ * on @stream (after the work enqueued on it before the capture) and go
+ * back to their free lists; threads waiting for the capture to end go on.
+ * The current device must be @device.
+ *
+ * Returns: what cudaStreamEndCapture() returned (cudaSuccess without
+ * @graph), e.g. cudaErrorStreamCaptureInvalidated for a capture that an
+ * illegal call invalidated.
+ */
+cudaError_t
+lb_cuda_pool_capture_end (int device, cudaStream_t stream, cudaGraph_t * graph)
+{
+  cudaError_t e = cudaSuccess;
+  if (graph)
+    e = cudaStreamEndCapture (stream, graph);
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return e;
+  g_mutex_lock (&p->lock);
+  Capture *c = capture_of (p, stream);
+  if (c != NULL) {
+    g_ptr_array_remove (p->captures, c);
+    for (guint i = 0; i < c->held->len; i++) {
+      Block *b = g_ptr_array_index (c->held, i);
+      if (g_ptr_array_find (p->streams, stream, NULL))
+        block_fence (p, b, stream);
+      if (--b->held == 0)
+        g_queue_push_head (&p->free_lists[b->cls], b);
+    }
+    g_ptr_array_free (c->held, TRUE);
+    g_free (c);
+    g_cond_broadcast (&p->capture_done);
+  }
+  g_mutex_unlock (&p->lock);
+  return e;
+}
+
+/**
+ * lb_cuda_pool_waiting:
+ * @device: CUDA ordinal
+ *
+ * Returns: the threads waiting in the pool of @device for a graph capture
+ * to end (for tests).
+ */
+guint
+lb_cuda_pool_waiting (int device)
+{
+  Pool *p = pool_get (device);
+  if (p == NULL)
+    return 0;
+  g_mutex_lock (&p->lock);
+  guint n = p->waiting;
+  g_mutex_unlock (&p->lock);
+  return n;
+}
+
+/**
  * lb_cuda_pool_trim:
  * @device: CUDA ordinal
  *
  * Gives every cached (free) block of @device back to the driver, waiting
- * for pending work on them first.
+ * for pending work on them first.  Waits for graph captures in progress
+ * on @device to end (cudaFree would invalidate them); releases nothing
+ * when called by a thread that is capturing a stream of @device.
  *
  * Returns: the bytes released.
  */
@@ -427,7 +670,9 @@ lb_cuda_pool_trim (int device)
     return 0;
   DevGuard g = dev_enter (device);
   g_mutex_lock (&p->lock);
-  gsize freed = trim_locked (p);
+  /* cudaFree invalidates a capture: after any in progress, none from the
+   * thread that captures */
+  gsize freed = wait_captures (p, FALSE) ? trim_locked (p) : 0;
   g_mutex_unlock (&p->lock);
   dev_leave (g);
   return freed;
@@ -437,7 +682,8 @@ lb_cuda_pool_trim (int device)
  * lb_cuda_pool_stats:
  * @device: CUDA ordinal
  * @in_use: (out) (optional): bytes handed out (rounded sizes)
- * @cached: (out) (optional): bytes held in free lists
+ * @cached: (out) (optional): bytes held in free lists (and blocks held
+ *   back until a graph capture ends)
  */
 void
 lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached)

@@ -119,10 +119,14 @@ cuda_stream_new (LbBackend * self, int device, GError ** error)
         "cublasLtCreate failed on device %d", device);
     goto fail;
   }
+  /* from the pool: no cudaFree when the stream goes, which would
+   * invalidate another thread's capture on the device */
   cs->workspace_size = LB_CUDA_GEMM_WORKSPACE;
-  if (!lb_cuda_check (cudaMalloc (&cs->workspace, cs->workspace_size),
-          "cudaMalloc (GEMM workspace)", error))
+  cs->workspace = lb_cuda_pool_alloc (device, cs->workspace_size, error);
+  if (cs->workspace == NULL) {
+    g_prefix_error (error, "GEMM workspace: ");
     goto fail;
+  }
   return s;
 
 fail:
@@ -139,7 +143,8 @@ cuda_stream_free (LbStream * s)
   cudaSetDevice (s->device);
   if (cs->capturing) {
     cudaGraph_t g = NULL;
-    if (cudaStreamEndCapture (cs->stream, &g) == cudaSuccess && g)
+    if (lb_cuda_pool_capture_end (s->device, cs->stream, &g) == cudaSuccess
+        && g)
       cudaGraphDestroy (g);
     cudaGetLastError ();
     cs->capturing = FALSE;
@@ -152,8 +157,7 @@ cuda_stream_free (LbStream * s)
   }
   lb_cuda_gemm_plans_free (cs);
   lb_cuda_cudnn_free (cs);
-  if (cs->workspace)
-    cudaFree (cs->workspace);
+  lb_cuda_pool_free (s->device, cs->workspace);
   if (cs->lt)
     cublasLtDestroy (cs->lt);
   if (cs->stream)
@@ -215,7 +219,10 @@ capture_blocks_release (int device, GPtrArray * blocks)
 
 /* Relaxed mode: the pool may still cudaMalloc a block the first time a
  * capture needs more scratch than earlier ones (not a stream operation, so
- * nothing of it is recorded). */
+ * nothing of it is recorded), and other threads (a decoder group on the
+ * same GPU) may allocate meanwhile.  The pool knows the capture
+ * (lb_cuda_pool_capture_begin()): it fences nothing into it and neither
+ * frees nor synchronises the device until it ends. */
 static gboolean
 cuda_graph_begin (LbStream * s, GError ** error)
 {
@@ -226,8 +233,8 @@ cuda_graph_begin (LbStream * s, GError ** error)
     return FALSE;
   }
   if (!lb_cuda_check (cudaSetDevice (s->device), "cudaSetDevice", error) ||
-      !lb_cuda_check (cudaStreamBeginCapture (cs->stream,
-              cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture", error))
+      !lb_cuda_pool_capture_begin (s->device, cs->stream,
+          cudaStreamCaptureModeRelaxed, error))
     return FALSE;
   cs->capturing = TRUE;
   cs->capture_blocks = g_ptr_array_new ();
@@ -245,7 +252,8 @@ cuda_graph_end (LbStream * s, GError ** error)
     return NULL;
   }
   cudaGraph_t graph = NULL;
-  cudaError_t e = cudaStreamEndCapture (cs->stream, &graph);
+  cudaSetDevice (s->device);
+  cudaError_t e = lb_cuda_pool_capture_end (s->device, cs->stream, &graph);
   GPtrArray *blocks = cs->capture_blocks;
   cs->capturing = FALSE;
   cs->capture_blocks = NULL;

@@ -534,7 +534,7 @@ weight_krsc (LbStream * s, const float *w, int64_t cout, int64_t cin,
  * @x and @cache are NCDHW f32, converted here, or with @in16 the op's
  * bf16 channels-last operands (conv3d_causal only), used in place when
  * the cache ends where x starts and no zero frame is written, else
- * concatenated by plain copies. */
+ * concatenated by plain copies (also when it is not 16-byte aligned). */
 static gboolean
 conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
     gboolean in16, const void *x, const void *cache, const float *w,
@@ -566,6 +566,11 @@ conv_ndhwc (LbStream * s, const LbConvGeom * g, gboolean is_2d,
   if (in16 && zf == 0 && (g->tc == 0 || (const uint16_t *) cache +
           g->tc * hw * cin == (const uint16_t *) x))
     xin = g->tc > 0 ? cache : x;
+  /* the plan's tensors declare 16-byte alignment: an operand off it (a
+   * view at an odd offset) is copied into pool scratch (256-byte aligned)
+   * like a concatenation */
+  if (xin && !aligned16 (xin))
+    xin = NULL;
   uint16_t *xb = xin ? NULL : lb_cuda_scratch (s, frames * fbytes, error);
   float *yb = xin || xb ? lb_cuda_scratch (s, (gsize) (out_frames * hwo *
           g->cout) * sizeof (float), error) : NULL;

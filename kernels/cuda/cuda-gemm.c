@@ -42,7 +42,8 @@
  * kind and D's type are part of the plan key.  A key cuBLASLt has no plan
  * for is remembered (a plan without a descriptor) and takes the op pair
  * (the gemm, then the GELU kernel, through f32 scratch for a bf16 y), as
- * does LINGBOT_CUDA_GEMM_EPILOGUE=own.
+ * does LINGBOT_CUDA_GEMM_EPILOGUE=own; so does a plan that builds but
+ * fails to execute (remembered too, from its first failed call).
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -73,6 +74,7 @@ typedef struct
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
   size_t workspace;
+  gboolean exec_failed;         /* GELU epilogue: refused at execution */
 } GemmPlan;
 
 LB_CUDA_KEY_FUNCS (key, GemmKey);
@@ -502,7 +504,8 @@ gemm_gelu_pair (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
 
 /* gemm_gelu_tanh in one cuBLASLt matmul with the GELU epilogue, for a
  * bf16 x and w; *@ran FALSE when the caller must run the pair instead
- * (another x, LINGBOT_CUDA_GEMM_EPILOGUE=own, no product, or no plan). */
+ * (another x, LINGBOT_CUDA_GEMM_EPILOGUE=own, no product, no plan, or a
+ * plan that failed to execute). */
 static gboolean
 gemm_gelu_epilogue (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
     const LbTensor * w, gboolean trans_w, const LbTensor * bias, float alpha,
@@ -523,13 +526,25 @@ gemm_gelu_epilogue (LbStream * s, const LbGemmGeom * g, const LbTensor * x,
   GemmPlan *plan = plan_get (cs, &key, TRUE, error);
   if (plan == NULL)
     return FALSE;
-  if (plan->desc == NULL) {
+  if (plan->desc == NULL || plan->exec_failed) {
+    count (&stats_gelu_declined);
+    return TRUE;
+  }
+  GError *run_err = NULL;
+  if (!plan_run (cs, plan, alpha, x->data, w->data, b, 0.0f, y->data, &run_err)) {
+    /* built, but refused at execution for this shape on this device: the
+     * pair instead, now and from now on (nothing was enqueued) */
+    cudaGetLastError ();
+    plan->exec_failed = TRUE;
+    g_mutex_lock (&stats_lock);
+    g_free (stats_error);
+    stats_error = g_strdup (run_err->message);
+    g_mutex_unlock (&stats_lock);
+    g_error_free (run_err);
     count (&stats_gelu_declined);
     return TRUE;
   }
   *ran = TRUE;
-  if (!plan_run (cs, plan, alpha, x->data, w->data, b, 0.0f, y->data, error))
-    return FALSE;
   count (&stats_gelu_runs);
   return TRUE;
 }
@@ -571,8 +586,10 @@ G_MODULE_EXPORT void lingbot_backend_cuda_gemm_stats (guint64 *
  *   (all devices and streams)
  * @gelu_epilogue_declined: (out) (optional): calls eligible for it (bf16
  *   x and w, a product) that ran the op pair because cuBLASLt had no plan
+ *   or its plan failed to execute (then and on every later call of that
+ *   shape on that stream)
  * @last_error: (out) (optional) (transfer full) (nullable): the message of
- *   the last failed epilogue plan build, or %NULL; g_free() it
+ *   the last failed epilogue plan build or execution, or %NULL; g_free() it
  *
  * Counters of the GELU epilogue (docs/design/cuda.md "GEMM + GELU
  * epilogue"), for tests and benchmarks.  Resolve with g_module_symbol on

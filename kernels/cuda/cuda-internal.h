@@ -128,6 +128,15 @@ void lb_cuda_pool_free (int device, void *ptr);
 void lb_cuda_pool_register_stream (int device, cudaStream_t stream);
 void lb_cuda_pool_unregister_stream (int device, cudaStream_t stream);
 gsize lb_cuda_pool_trim (int device);
+/* Graph capture of a registered stream, known to the pool (cuda-alloc.c
+ * file comment): begin starts it with cudaStreamBeginCapture (@mode), end
+ * stops it with cudaStreamEndCapture (@graph NULL: only the pool's record)
+ * and returns that call's status. */
+gboolean lb_cuda_pool_capture_begin (int device, cudaStream_t stream,
+    enum cudaStreamCaptureMode mode, GError ** error);
+cudaError_t lb_cuda_pool_capture_end (int device, cudaStream_t stream,
+    cudaGraph_t * graph);
+guint lb_cuda_pool_waiting (int device);
 void lb_cuda_pool_stats (int device, gsize * in_use, gsize * cached);
 /* The live allocation holding [ptr, ptr + nbytes) (a walk over the live
  * blocks), and an O(1) check that it has not been freed since. */

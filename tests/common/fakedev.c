@@ -39,6 +39,8 @@ typedef struct
   gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
   GHashTable *host;             /* host_alloc blocks: ptr -> size */
   gint n_allocs, n_h2d_pinned, n_d2h_pinned;
+  gint fail_graph_end;          /* fakedev_fail_graph_end() */
+  gint n_capture_fails;
 } FakeDev;
 
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
@@ -491,6 +493,22 @@ fake_graph_end (LbStream * s, GError ** error)
     refuse (error, "graph capture: not capturing");
     return NULL;
   }
+  /* an injected failure: the capture was invalidated, nothing of it ran */
+  gint left = g_atomic_int_get (&fake.fail_graph_end);
+  while (left != 0 && !g_atomic_int_compare_and_exchange (&fake.fail_graph_end,
+          left, left > 0 ? left - 1 : left))
+    left = g_atomic_int_get (&fake.fail_graph_end);
+  if (left != 0) {
+    g_array_free (fs->calls, TRUE);
+    fs->calls = NULL;
+    fs->capturing = FALSE;
+    g_atomic_int_add (&fake.n_capturing, -1);
+    g_atomic_int_inc (&fake.n_capture_fails);
+    g_set_error_literal (error, LB_ERROR, LB_ERROR_DEVICE, "graph capture: "
+        "operation failed due to a previous error during capture "
+        "(cudaErrorStreamCaptureInvalidated)");
+    return NULL;
+  }
   LbGraph *g = g_new0 (LbGraph, 1);
   g->calls = fs->calls;
   for (guint n = 0; n < g->calls->len; n++)
@@ -634,6 +652,23 @@ fakedev_set_conv_input_bf16 (gboolean on)
   g_atomic_int_set (&fake.conv_input_bf16, on ? 1 : 0);
 }
 
+/**
+ * fakedev_fail_graph_end:
+ * @n: how many of the next graph_end calls fail (-1: all, 0: none)
+ *
+ * Fault injection: such a graph_end answers %NULL and "graph capture:
+ * operation failed due to a previous error during capture
+ * (cudaErrorStreamCaptureInvalidated)" (%LB_ERROR_DEVICE), the message
+ * of the CUDA backend for a capture that an illegal call invalidated,
+ * and drops what was recorded (nothing of it ran).  Counted in
+ * #FakeDevStats.n_capture_fails; not a refusal (@bad).  Process-wide.
+ */
+void
+fakedev_fail_graph_end (int n)
+{
+  g_atomic_int_set (&fake.fail_graph_end, n);
+}
+
 static LbBackend fake_backend = {
   .name = "fakedev",
   .device_type = LB_DEVICE_CUDA,
@@ -696,6 +731,7 @@ fakedev_stats (void)
   st.n_ops = g_atomic_int_get (&fake.n_ops);
   st.n_captures = g_atomic_int_get (&fake.n_captures);
   st.n_launches = g_atomic_int_get (&fake.n_launches);
+  st.n_capture_fails = g_atomic_int_get (&fake.n_capture_fails);
   st.n_waits = g_atomic_int_get (&fake.n_waits);
   st.n_records = g_atomic_int_get (&fake.n_records);
   st.n_syncs = g_atomic_int_get (&fake.n_syncs);

@@ -18,6 +18,7 @@ G_BEGIN_DECLS
  * @live_blocks: device allocations not yet freed
  * @n_captures: graphs captured (graph_end)
  * @n_launches: graph replays (graph_launch)
+ * @n_capture_fails: graph_end calls failed by fakedev_fail_graph_end()
  * @n_waits: stream waits for an event (stream_wait_event; the event may
  *   be another device's)
  * @n_records: events recorded (event_record)
@@ -57,11 +58,13 @@ typedef struct
   int n_attention_bf16_q, n_attention_bf16_out;
   int n_conv_bf16_x, n_norm_bf16_y;
   int n_allocs, n_h2d_pinned, n_d2h_pinned;
+  int n_capture_fails;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
 FakeDevStats fakedev_stats (void);
 gboolean fakedev_is_device (const void *p, gsize n);
 void fakedev_set_conv_input_bf16 (gboolean on);
+void fakedev_fail_graph_end (int n);
 
 G_END_DECLS

@@ -212,6 +212,10 @@ test_copy_rows (void)
  * synchronisation while recording, so anything in a pass that changed
  * between chunks (a RoPE frame offset, a cache slot, a sigma) would make
  * the replayed chunks differ from the CPU's, which run every op. */
+/* when set, run_plain() appends the cursors (global_end, local_end) after
+ * every chunk */
+static GArray *cursor_log;
+
 static GByteArray *
 run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
     int *first_steady)
@@ -247,6 +251,11 @@ run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
             &err));
     g_assert_no_error (err);
     g_byte_array_append (bytes, out->data, (guint) lb_tensor_nbytes (out));
+    if (cursor_log) {
+      lingbot_dit_session_get_cursors (ses, &global_end, &local_end);
+      g_array_append_val (cursor_log, global_end);
+      g_array_append_val (cursor_log, local_end);
+    }
   }
   lingbot_dit_session_free (ses);
   lb_worker_group_unref (group);
@@ -288,6 +297,55 @@ test_graph_replay (void)
   g_unsetenv ("LINGBOT_DIT_GRAPHS");
   g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
+/* A graph capture that fails (fakedev_fail_graph_end(): graph_end
+ * answers cudaErrorStreamCaptureInvalidated, as when another thread's
+ * call invalidated the capture) runs its pass directly instead: the chunk
+ * succeeds with the CPU's bytes and cursors.  Once: the next steady chunk
+ * captures that pass again.  Always: after 3 failed captures the rank
+ * stops trying and runs every pass directly. */
+static void
+test_graph_capture_fails (void)
+{
+  const int n_chunks = 9;
+  int steady_cpu, steady_dev;
+  g_autoptr (GArray) cur_cpu = g_array_new (FALSE, FALSE, sizeof (int64_t));
+  g_autoptr (GArray) cur_dev = g_array_new (FALSE, FALSE, sizeof (int64_t));
+  cursor_log = cur_cpu;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady_cpu);
+  for (int always = 0; always < 2; always++) {
+    g_array_set_size (cur_dev, 0);
+    cursor_log = cur_dev;
+    const FakeDevStats st0 = fakedev_stats ();
+    fakedev_fail_graph_end (always ? -1 : 1);
+    g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks,
+        FALSE, &steady_dev);
+    fakedev_fail_graph_end (0);
+    const FakeDevStats st = fakedev_stats ();
+    g_assert_cmpint (st.bad, ==, st0.bad);
+    g_assert_cmpint (steady_dev, ==, steady_cpu);
+    if (always) {
+      g_assert_cmpint (st.n_capture_fails - st0.n_capture_fails, ==, 3);
+      g_assert_cmpint (st.n_captures, ==, st0.n_captures);
+      g_assert_cmpint (st.n_launches, ==, st0.n_launches);
+    } else {
+      /* pass 0 of the first steady chunk ran directly, the next chunk
+       * captured it */
+      g_assert_cmpint (st.n_capture_fails - st0.n_capture_fails, ==, 1);
+      g_assert_cmpint (st.n_captures - st0.n_captures, ==, 5);
+      g_assert_cmpint (st.n_launches - st0.n_launches, ==,
+          5 * (n_chunks - steady_dev) - 1);
+    }
+    g_assert_cmpint (st.live_blocks, ==, st0.live_blocks);
+    g_assert_cmpuint (cur_dev->len, ==, cur_cpu->len);
+    g_assert_true (memcmp (cur_dev->data, cur_cpu->data,
+            cur_cpu->len * sizeof (int64_t)) == 0);
+    g_assert_cmpuint (cpu->len, ==, dev->len);
+    g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
+  }
+  cursor_log = NULL;
 }
 
 /* The GPU path of `lingbot-bench dit --rank-of` on the emulated device: a
@@ -855,6 +913,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
   g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
+  g_test_add_func ("/dit/device/graph-capture-fails", test_graph_capture_fails);
   g_test_add_func ("/dit/device/solo", test_solo);
   g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
   g_test_add_func ("/dit/device/cancel", test_cancel_device);
