@@ -370,8 +370,10 @@ load_array (const char *path, const char *what, GError ** error)
  *   camera-to-world matrices, row-major, OpenCV convention, one per video
  *   frame (spec 2.9, 2.10)
  * @intrinsics_path: (nullable): intrinsics fx, fy, cx, cy in pixels at
- *   the calibration size: shape [4] or [1, 4] (one row for every frame) or
- *   [n, 4] (one per pose, as the bundled intrinsics.npy); %NULL for none
+ *   the calibration size: shape [4], or [N, 4] with N >= 1: one per pose
+ *   when N is the number of poses (as the bundled intrinsics.npy), else
+ *   its first row for every frame, as the reference reads any N; %NULL
+ *   for none
  * @error: return location for a #GError
  *
  * Loads the offline camera path, as lingbot_control_new_offline_from_files()
@@ -385,8 +387,8 @@ load_array (const char *path, const char *what, GError ** error)
  *   %LB_ERROR_FORMAT for a file holding several arrays, an integer dtype
  *   ("...: poses must be floating point (f32, f64 or f16), got i64 [2, 4,
  *   4]") or a NaN or infinity, %LB_ERROR_SHAPE for a wrong or empty shape
- *   ("...: intrinsics must have shape [4], [1, 4] or [2, 4] (one row, or
- *   one per pose), got [0, 4]").
+ *   ("...: intrinsics must have shape [4] or [N, 4] with N >= 1 (the first
+ *   row is used unless N is the number of poses), got [0, 4]").
  */
 LingbotPoses *
 lingbot_poses_load (const char *poses_path, const char *intrinsics_path,
@@ -418,19 +420,16 @@ lingbot_poses_load (const char *poses_path, const char *intrinsics_path,
       return NULL;
     if (k->ndim == 1 && k->shape[0] == 4)
       m = 1;
-    else if (k->ndim == 2 && k->shape[1] == 4
-        && (k->shape[0] == 1 || k->shape[0] == n))
-      m = (guint) k->shape[0];
+    else if (k->ndim == 2 && k->shape[1] == 4 && k->shape[0] >= 1)
+      /* one row per pose is kept as such; any other row count is read as
+       * the reference reads it: its first row, for every frame */
+      m = k->shape[0] == n ? n : 1;
     else {
       g_autofree char *s = lb_tensor_shape_string (k);
-      if (n == 1)
-        g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-            "%s: intrinsics must have shape [4] or [1, 4], got %s",
-            intrinsics_path, s);
-      else
-        g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-            "%s: intrinsics must have shape [4], [1, 4] or [%u, 4] (one "
-            "row, or one per pose), got %s", intrinsics_path, n, s);
+      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+          "%s: intrinsics must have shape [4] or [N, 4] with N >= 1 (the "
+          "first row is used unless N is the number of poses), got %s",
+          intrinsics_path, s);
       return NULL;
     }
   }
