@@ -641,6 +641,20 @@ test_dit_estimate (void)
           132.7), <, 0.05);
   g_assert_cmpint (json_object_get_int_member (e, "host_weight_bytes"), ==,
       4 * json_object_get_int_member (e, "params"));
+  /* the three precisions' rows: bf16 72.6 GB, fp8 54.1 GB (1 byte per
+   * weight, bf16 KV cache), what tests/gpu/run.sh gates its steps on */
+  JsonObject *mpr = json_object_get_object_member (e, "memory_per_rank");
+  JsonObject *m16 = json_object_get_object_member (mpr, "bf16_weights");
+  JsonObject *m8 = json_object_get_object_member (mpr, "fp8_weights");
+  g_assert_nonnull (m8);
+  g_assert_cmpfloat (fabs (json_object_get_int_member (m16, "total") / 1e9 -
+          72.6), <, 0.05);
+  g_assert_cmpfloat (fabs (json_object_get_int_member (m8, "total") / 1e9 -
+          54.1), <, 0.05);
+  g_assert_cmpint (json_object_get_int_member (m8, "weights"), ==,
+      json_object_get_int_member (e, "params"));
+  g_assert_cmpint (json_object_get_int_member (m8, "kv_cache"), ==,
+      json_object_get_int_member (m16, "kv_cache"));
 }
 
 /* One `lingbot-bench dit ... --json` run: its setup, summary and
