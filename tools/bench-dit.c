@@ -86,11 +86,16 @@ lingbot_bench_dit_flops (const LingbotDitConfig * cfg, int64_t tokens,
  * @text_len: text tokens
  * @n_ranks: Ulysses ranks (each on its own device)
  * @n_steps: denoising steps (4)
- * @weight_bytes: bytes per weight on the device (4 for float32, 2 bf16)
+ * @weight_bytes: bytes per weight on the device: 4 float32 (%LB_MATH_FP32),
+ *   2 bf16 (%LB_MATH_BF16), 1 E4M3 (%LB_MATH_FP8)
  * @out: (out): bytes per rank, see #LingbotBenchDitMemory
  *
  * The buffer table of docs/design/dit-devices.md "Memory per rank", what
- * lingbot_dit_rank_init() and the session allocate on a device rank.
+ * lingbot_dit_rank_init() and the session allocate on a device rank.  The
+ * KV cache is f32 with f32 weights and bf16 otherwise (fp8 keeps bf16's
+ * cache, lingbot_dit_kv_dtype()); the fp8 weights' per-row f32 scales
+ * (4 bytes per output row of each linear, about 0.05 % of the codes) are
+ * not counted, as the f32 biases and norms of the bf16 figure are not.
  */
 void
 lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
@@ -109,7 +114,7 @@ lingbot_bench_dit_memory (const LingbotDitConfig * cfg, int64_t lat_h,
   out->weights = lingbot_dit_config_n_params (cfg) * (guint64) weight_bytes;
   /* bf16 weights go with LB_MATH_BF16, whose device ranks keep a bf16
    * KV cache (docs/design/cuda.md "BF16 KV cache") */
-  out->kv_cache = 2 * L * cap * (D / R) * (guint64) weight_bytes;
+  out->kv_cache = 2 * L * cap * (D / R) * (guint64) (weight_bytes == 4 ? 4 : 2);
   out->camera = 2 * L * n * D * 4;
   out->cross_kv = 2 * L * text_len * D * 4;
   out->activations = (8 * n * D + n * cfg->ffn_dim + n * cfg->out_dim * 4)
@@ -366,9 +371,10 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
   LingbotBenchDitFlops f;
   lingbot_bench_dit_flops (cfg, cfg->chunk_frames * tf, text_len,
       window * tf, 5, &f);
-  LingbotBenchDitMemory m32, m16;
+  LingbotBenchDitMemory m32, m16, m8;
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 4, &m32);
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 2, &m16);
+  lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 1, &m8);
   LingbotBenchDitExchange x;
   lingbot_bench_dit_exchange (cfg, lh, lw, n_ranks, 5, &x);
   const guint64 params = lingbot_dit_config_n_params (cfg);
@@ -388,6 +394,8 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
     print_memory_json ("f32_weights", &m32);
     printf (", ");
     print_memory_json ("bf16_weights", &m16);
+    printf (", ");
+    print_memory_json ("fp8_weights", &m8);
     printf ("}, \"exchange_per_rank\": {\"all_to_alls\": %" G_GUINT64_FORMAT
         ", \"bytes_f32\": %" G_GUINT64_FORMAT ", \"bytes_bf16\": %"
         G_GUINT64_FORMAT ", \"exposed_bf16\": %" G_GUINT64_FORMAT "}, ",
@@ -402,11 +410,13 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         cfg->num_layers, lh, lw, text_len, window * tf, f.chunk / 1e12,
         f.chunk_reference / 1e12, params / 1e9, params * 4 / 1e9);
     printf ("device memory per rank (%d rank(s)): %.1f GB with f32 weights, "
-        "%.1f GB with bf16 weights (weights %.1f / %.1f, KV cache %.1f / %.1f, "
-        "camera %.1f, cross K/V %.2f, activations %.2f, Ulysses %.2f, "
-        "session %.2f GB)\n", n_ranks, m32.total / 1e9, m16.total / 1e9,
-        m32.weights / 1e9, m16.weights / 1e9, m32.kv_cache / 1e9,
-        m16.kv_cache / 1e9, m32.camera / 1e9, m32.cross_kv / 1e9,
+        "%.1f GB with bf16 weights, %.1f GB with fp8 weights (weights %.1f / "
+        "%.1f / %.1f, KV cache %.1f / %.1f / %.1f, camera %.1f, cross K/V "
+        "%.2f, activations %.2f, Ulysses %.2f, session %.2f GB)\n", n_ranks,
+        m32.total / 1e9, m16.total / 1e9, m8.total / 1e9, m32.weights / 1e9,
+        m16.weights / 1e9, m8.weights / 1e9, m32.kv_cache / 1e9,
+        m16.kv_cache / 1e9, m8.kv_cache / 1e9, m32.camera / 1e9,
+        m32.cross_kv / 1e9,
         m32.activations / 1e9, m32.ulysses / 1e9, m32.session / 1e9);
     if (x.all_to_alls > 0)
       printf ("Ulysses exchange per rank per chunk: %" G_GUINT64_FORMAT

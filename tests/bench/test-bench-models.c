@@ -122,6 +122,14 @@ test_dit_memory (void)
   g_assert_cmpuint (2 * h.kv_cache, ==, m.kv_cache);
   g_assert_cmpuint (m.total - h.total, ==, h.weights + h.kv_cache);
   assert_gb (h.total, 72.6);
+  /* fp8 mode: one byte per weight, bf16's cache (lingbot_dit_kv_dtype()):
+   * 54.1 GB, what run.sh's gate asks of an 80 GB card for the 14B steps */
+  LingbotBenchDitMemory e;
+  lingbot_bench_dit_memory (&c, 60, 104, 512, 1, 4, 1, &e);
+  g_assert_cmpuint (2 * e.weights, ==, h.weights);
+  g_assert_cmpuint (e.kv_cache, ==, h.kv_cache);
+  g_assert_cmpuint (h.total - e.total, ==, e.weights);
+  assert_gb (e.total, 54.1);
   lingbot_dit_config_init_preset (&c, LINGBOT_DIT_PRESET_1_3B);
   lingbot_bench_dit_memory (&c, 60, 104, 512, 1, 4, 4, &m);
   assert_gb (m.total, 20.3);

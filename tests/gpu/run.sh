@@ -3,62 +3,88 @@
 # (`run` tool: `tests/gpu/run.sh`).  Without a GPU it says so and exits 77
 # before building anything.
 #
-# Steps, each under its own timeout, a failing one not stopping the later
-# ones (except a failed build):
-#   1. build (-Dcuda=enabled)
-#   2. the gpu suite: parity of every CUDA op against the CPU oracle, the
-#      DiT on CUDA ranks, NCCL collectives
-#   3. op timings at DiT-14B / VAE shapes (bench-cuda-ops), GEMM rates
-#   4. the real 14B shapes with random weights (lingbot-bench, JSON lines):
-#      a) one DiT block (14B, 1 layer) at 832x480: 6240 query tokens, a full
-#         18-frame KV window (28080 keys), 512 text tokens; fp32, bf16, bf16
-#         with the own attention kernel, with f32 GEMM inputs
-#         (block-bf16-f32in), with the own GELU after the GEMM
-#         (block-gelu-own), and fp8
-#      c) the VAE decode of one chunk at 60x104, dim 96, on device 0: fp32,
-#         bf16, and bf16 with the channels-last convs (NDHWC, their inputs
-#         written bf16 NDHWC by the norms and upsamples)
-#      b) the whole 40-layer chunk (5 passes), bf16, full window, when the
-#         device and host memory and the time left allow it
-#      e) the decode beside the generation: lingbot-bench direct, serial
-#         and --decode-overlap, on a dummy 14B cut to 8 layers
-#      g) two ranks on the one GPU through the elements (devices=0,0)
-#         against one rank, a dummy demo model at 208x128
-#      f) the product at 14B: lingbot-bench direct --engine gst (the
-#         elements) on a dummy 14B, 77 frames, then a 20 s replay, with
-#         the peak device memory
-#      h) one rank of a 4-GPU chunk (lingbot-bench dit --rank-of 4) and
-#         the 4xH100 projection from it
-#      (c, e, g and f run before b so that a slow full chunk cannot
-#      starve them)
-#      d) the kernel profile of one 14B block, bf16 and fp8 (Nsight
-#         Compute, when the machine has ncu; LINGBOT_GPU_PROFILE=0: off)
-#   5. summary.txt: build/suite status, per-op parity errors, TFLOP/s,
-#      seconds per chunk, MFU (bf16 and fp8), the kernel profiles, the
-#      VAE decode per steady chunk on both conv layouts and its share
+# Ask for the larger card.  On an H200 (141 GB, ~150 GB free) every step
+# runs as the figures are quoted: the 14B steps in bf16 (the 40-layer chunk
+# and the product need 1.25 x 72.6 + 2 = 92.8 GB).  On an 80 GB card (H100:
+# ~85 GB free) the one-GPU 14B steps run in fp8 instead (1.25 x 54.1 + 2 =
+# 69.6 GB; the bf16 chunk time is then only the 40 x bf16-block estimate),
+# rank 0 of 4 still in bf16 (61.0 GB); below 69.6 GB free they are skipped,
+# with the figures in summary.txt.
 #
-# Everything goes under $OUT (default ./gpu-results), 8 files, since the
-# device tool returns at most 8: summary.txt, build.log, gpu-suite.log,
-# gpu-testlog.json, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
-# (the lingbot-bench JSON lines of step 4, each with a "step" member),
-# bench-model.log (their text and stderr), and profile.txt (step 4d).
-# With LINGBOT_GPU_PROFILE=1 also ncu.csv, the raw reports (the carried
-# build has no gpu-testlog.json, so that still makes 8).
+# Steps, in the order of their value (headline figures first, so that a
+# slow early step cannot starve them), each under its own timeout, a
+# failing one not stopping the later ones (except a failed build):
+#   build: unpack the carried build (tests/gpu/prepare.sh), or build
+#     (-Dcuda=enabled)
+#   suite: the goldens on CUDA (test-dit-cuda, test-vae-cuda), then the op
+#     parity programs (every CUDA op against the CPU oracle, GEMMs,
+#     attention, the tensor channel, NCCL collectives)
+#   the real 14B shapes with random weights (lingbot-bench, JSON lines):
+#     block-bf16, block-fp8: one DiT block (14B, 1 layer) at 832x480: 6240
+#       query tokens, a full 18-frame KV window (28080 keys), 512 text
+#       tokens
+#     full-bf16 (full-fp8 where bf16 does not fit): the 40-layer chunk
+#     rank-of-4: what rank 0 of a 4-GPU chunk computes (lingbot-bench dit
+#       --rank-of 4) and the 4xH100 projection from it
+#     decode: the decode beside the generation on a dummy 14B cut to 8
+#       layers, serial against --decode-overlap in one lingbot-bench
+#       --compare: the figure is the period ratio, serial chunk period /
+#       overlapped chunk period
+#     vae-bf16, vae-bf16-ndhwc: the VAE decode of one chunk at 60x104,
+#       dim 96, bf16 on NCDHW and channels-last convs
+#     product-direct: the product at 14B, lingbot-bench direct --engine
+#       gst (the elements) on a dummy 14B, 77 frames, with the peak device
+#       memory
+#   then, while time is left: bench-ops (op timings at DiT-14B / VAE
+#   shapes, GEMM rates), block-fp32, block-bf16-own (the own attention
+#   kernel), block-bf16-f32in (f32 GEMM inputs), block-gelu-own (the GELU
+#   after the GEMM), vae (fp32), ranks-one-gpu (two ranks on the one GPU
+#   through the elements, devices=0,0 against 0), product-replay (a 20 s
+#   replay of the product), and the kernel profiles of one 14B block,
+#   bf16 and fp8 (Nsight Compute, when the machine has ncu;
+#   LINGBOT_GPU_PROFILE=0: off)
+#   summary.txt: every step's status and time, the gates' figures, per-op
+#     parity errors, TFLOP/s, seconds per chunk, MFU, the kernel profiles,
+#     the VAE decode per steady chunk and its share, the decode period
+#     ratio, the product's and rank-of-4's figures
+#
+# Gates: each step that runs the DiT asks lingbot-bench dit --estimate
+# (--rank-of 4 for rank-of-4) for its device bytes per rank and runs when
+# nvidia-smi shows 1.25 x that (allocator slack) + 2 GB (CUDA context,
+# workspaces) free on device 0, and the host's MemAvailable holds the f32
+# weights + 4 GB; a 14B step takes bf16 where it fits, else fp8, else it
+# is skipped ("gate STEP: ..." lines in summary.txt).  A step skipped by
+# its gate or for want of time does not fail the run.
+#
+# Exit status: 0 when every suite program passed or skipped (77) and every
+# step that ran exited 0; 1 when any suite program failed or timed out, or
+# any step failed or timed out (summary.txt's last lines name them), or
+# the build failed.
+#
+# Everything goes under $OUT (default ./gpu-results), 8 files at most,
+# since the device tool returns at most 8: summary.txt, build.log,
+# gpu-suite.log, bench-ops.jsonl (op and GEMM timings), bench-model.jsonl
+# (the lingbot-bench JSON lines of the steps, each with a "step" member),
+# bench-model.log (their text and stderr), profile.txt (the kernel
+# profiles), and with LINGBOT_GPU_PROFILE=1 ncu.csv, the raw reports.
 #
 # Needs: the NVIDIA driver, the CUDA toolkit (12 or later, nvcc on PATH or
 # in /usr/local/cuda), cuDNN 9 and NCCL 2 (headers for the build, the
-# libraries at run time), and for step 4d Nsight Compute's ncu with access
-# to the performance counters (root, or the driver option
+# libraries at run time), and for the profiles Nsight Compute's ncu with
+# access to the performance counters (root, or the driver option
 # NVreg_RestrictProfilingToAdminUsers=0); tests/gpu/prepare.sh builds on a
 # machine with the project's other dependencies and carries the build.
 #
-# Budget: 9 minutes on one H200 (16 cores; BUDGET_S, in seconds, raises it
-# where more time is available, which gives the long steps 4b, 4f and 4h
-# their full limits).  Every step's timeout is the
-# smaller of its own limit and what is left of BUDGET_S once the minimum
-# of the later steps is set aside, so the whole script ends in time even
-# when a step is slow.  Each step's limit and its time on an H200 (115 s
-# in all with a carried build): docs/performance.md "GPU procedure".
+# Budget: 9 minutes on one GPU (16 cores; BUDGET_S, in seconds, raises it
+# where more time is available).  Every step's timeout is the smaller of
+# its own limit and what is left of BUDGET_S (less 10 s for the summary);
+# a step that would get less than its minimum is skipped.  Each step's
+# limit and its time on an H200: docs/performance.md "GPU procedure".
+#
+# For tests/gpu/test-run-sh.py (the CI test, on a machine without a GPU):
+# LINGBOT_GPU_MEMINFO names the file read instead of /proc/meminfo, and
+# LINGBOT_GPU_STEP_MAX_S caps every step's timeout (after the minimum
+# check), so that a hung step times out in seconds.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -69,6 +95,7 @@ fi
 
 OUT=${OUT:-gpu-results}
 BUDGET_S=${BUDGET_S:-530}
+MEMINFO=${LINGBOT_GPU_MEMINFO:-/proc/meminfo}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 SUMMARY="$OUT/summary.txt"
@@ -78,25 +105,54 @@ MODEL_LOG="$OUT/bench-model.log"
 : >"$MODEL_JSON"
 : >"$MODEL_LOG"
 T0=$(date +%s)
+FAILED=()
 note() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
-# step_limit MAX RESERVE: MAX, or less so that RESERVE seconds stay for
-# the steps after this one
-step_limit() {
-  local l
-  l=$(($(left) - $2))
-  if [ "$l" -lt "$1" ]; then echo "$l"; else echo "$1"; fi
+gb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e9 }'; }
+
+# step_begin NAME MAX MIN: START and LIMIT (MAX, or what is left of the
+# budget less 10 s for the summary); notes the skip and returns 1 when
+# that is under MIN seconds
+step_begin() {
+  START=$(date +%s)
+  LIMIT=$(($(left) - 10))
+  [ "$LIMIT" -lt "$2" ] || LIMIT=$2
+  if [ "$LIMIT" -lt "$3" ]; then
+    note "step $1 skipped: $(left) s left (needs $3 s)"
+    return 1
+  fi
+  local cap=${LINGBOT_GPU_STEP_MAX_S:-}
+  if [ -n "$cap" ] && [ "$cap" -lt "$LIMIT" ]; then LIMIT=$cap; fi
+  return 0
+}
+# step_end NAME RC [DETAIL]: notes the step's status and time; any status
+# but 0 (124 or 137 from timeout: timed out) marks it failed
+step_end() {
+  local st="rc=$2"
+  case $2 in 124 | 137) st="timed out (rc=$2)" ;; esac
+  note "step $1 $st ($(($(date +%s) - START)) s, limit $LIMIT s)${3:+; $3}"
+  [ "$2" -eq 0 ] || FAILED+=("$1")
 }
 
 note "run.sh on $(grep -c '^GPU ' <<<"$gpus") GPU(s): $(head -1 <<<"$gpus")"
+# device 0's memory, once, before anything of ours runs on it
+mem=$(nvidia-smi --query-gpu=memory.total,memory.free \
+  --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+total_mib=$(cut -d, -f1 <<<"$mem" | tr -dc 0-9)
+free_mib=$(cut -d, -f2 <<<"$mem" | tr -dc 0-9)
+free_dev=$((${free_mib:-0} * 1048576))
+free_kib=$(awk '/^MemAvailable/ { print $2 }' "$MEMINFO" 2>/dev/null)
+free_host=$((${free_kib:-0} * 1024))
+note "device 0: $(gb $((${total_mib:-0} * 1048576))) GB, $(gb "$free_dev")" \
+  "GB free; host: $(gb "$free_host") GB available"
 
-# ---- 1. build (or unpack the build carried from tests/gpu/prepare.sh) --
+# ---- build (or unpack the build carried from tests/gpu/prepare.sh) ----
 # The CUDA libraries the module needs, wherever this machine has them: the
 # toolkit, the driver, and the pip wheels (nvidia-nccl-cu13 and others).
 cuda_lib_dirs() {
   local d
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-      /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+    /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
     [ -d "$d" ] && printf '%s:' "$d"
   done
   python3 -c 'import glob, os, nvidia
@@ -104,11 +160,11 @@ for p in nvidia.__path__:
     for d in sorted(glob.glob(os.path.join(p, "*", "lib"))):
         print(d, end=":")' 2>/dev/null
 }
-start=$(date +%s)
-limit=$(step_limit 300 195)
+START=$(date +%s)
+LIMIT=$(($(left) - 195))
+[ "$LIMIT" -lt 300 ] || LIMIT=300
 if [ -f .gpu-carry/bundle.tar.xz ]; then
   BUILD=$PWD/.gpu-stage/build-gpu
-  CARRIED=1
   STAGE_BIN=$PWD/.gpu-stage/bin
   # GStreamer from the bundle: the core plugin the benches' pipelines use
   # (fakesink, queue) and the registry outside $OUT
@@ -129,15 +185,15 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
         "$BUILD/tools/lingbot-bench" | grep 'not found'
   } >"$OUT/build.log" 2>&1
   rc=$?
-  note "carried build (tests/gpu/prepare.sh) rc=$rc ($(($(date +%s) - start)) s)"
+  note "step build rc=$rc ($(($(date +%s) - START)) s; carried," \
+    "tests/gpu/prepare.sh)"
 else
   BUILD=$PWD/build-gpu
-  CARRIED=0
   STAGE_BIN=
   {
     nvidia-smi || true
     # deps, configure and build all under the step's limit
-    timeout "$limit" bash -c '
+    timeout "$LIMIT" bash -c '
       . tools/deps.sh && lingbot_install_deps || exit 1
       if [ -d build-gpu ]; then
         meson setup --reconfigure build-gpu -Dcuda=enabled >/dev/null
@@ -146,10 +202,11 @@ else
       fi && ninja -C build-gpu'
   } >"$OUT/build.log" 2>&1
   rc=$?
-  note "build rc=$rc ($(($(date +%s) - start)) s, limit $limit s)"
+  note "step build rc=$rc ($(($(date +%s) - START)) s, limit $LIMIT s)"
 fi
 if [ $rc -ne 0 ]; then
   tail -50 "$OUT/build.log"
+  note "run.sh: failed: build"
   exit 1
 fi
 export LINGBOT_BACKEND_PATH=$BUILD/kernels/cuda
@@ -166,71 +223,52 @@ export LINGBOT_SOURCE_ROOT=$PWD OMP_WAIT_POLICY=passive
 export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr
 BENCH=$BUILD/tools/lingbot-bench
 
-# The gpu suite without meson (a carried build has no meson state): each
-# program under a timeout, with meson's line format for the summary.
+# ---- suite ------------------------------------------------------------
+# The gpu suite's programs (without meson: a carried build has no meson
+# state), the goldens first, each under a timeout, with meson's line
+# format for the summary.  Returns 1 when any failed or timed out.
 # shellcheck disable=SC2317  # called through bash -c
 run_suite_direct() {
-  local tests=(tests/gpu/test-gemm-parity tests/gpu/test-ops-parity
-    tests/gpu/test-attention-parity tests/gpu/test-nccl-collectives
-    tests/gpu/test-channel-cuda
-    tests/dit/test-dit-cuda tests/vae/test-vae-cuda)
-  local i=0 n=${#tests[@]} t s0 rc st
+  local tests=(tests/dit/test-dit-cuda tests/vae/test-vae-cuda
+    tests/gpu/test-gemm-parity tests/gpu/test-ops-parity
+    tests/gpu/test-attention-parity tests/gpu/test-channel-cuda
+    tests/gpu/test-nccl-collectives)
+  local i=0 n=${#tests[@]} t s0 rc st bad=0 lim=75
+  local cap=${LINGBOT_GPU_STEP_MAX_S:-}
+  if [ -n "$cap" ] && [ "$cap" -lt "$lim" ]; then lim=$cap; fi
   for t in "${tests[@]}"; do
     i=$((i + 1))
     s0=$(date +%s)
     echo "==== $t"
-    timeout 75 "$BUILD/$t" --verbose 2>&1
+    timeout "$lim" "$BUILD/$t" --verbose 2>&1
     rc=$?
-    case $rc in 0) st=OK ;; 77) st=SKIP ;; 124) st=TIMEOUT ;; *) st=FAIL ;; esac
+    case $rc in
+      0) st=OK ;;
+      77) st=SKIP ;;
+      124 | 137) st=TIMEOUT bad=1 ;;
+      *) st=FAIL bad=1 ;;
+    esac
     printf '%2d/%d lingbot-gst:gpu / %s %s %ss\n' "$i" "$n" \
       "$(basename "$t")" "$st" "$(($(date +%s) - s0))"
   done
+  return "$bad"
 }
-
-# ---- 2. gpu suite ----------------------------------------------------
-start=$(date +%s)
-limit=$(step_limit 240 135)
-[ "$limit" -ge 30 ] || limit=30
-if [ "$CARRIED" = 1 ]; then
+if step_begin suite 240 30; then
   export -f run_suite_direct
-  BUILD=$BUILD timeout "$limit" bash -c run_suite_direct \
+  BUILD=$BUILD timeout "$LIMIT" bash -c run_suite_direct \
     >"$OUT/gpu-suite.log" 2>&1
+  suite_rc=$?
+  # a test the timeout cut short may have left a child (and its kernels)
+  # on the GPU: nothing of the suite may run while the timings are taken
+  pkill -KILL -f "$BUILD/tests/" 2>/dev/null && sleep 2
+  step_end suite "$suite_rc"
+  grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
+  grep -hE '^# (vae|dit) ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
 else
-  timeout "$limit" meson test -C build-gpu --suite gpu --print-errorlogs -v \
-    >"$OUT/gpu-suite.log" 2>&1
-fi
-suite_rc=$?
-# a test the timeout cut short may have left a child (and its kernels) on
-# the GPU: nothing of the suite may run while the timings below are taken
-pkill -KILL -f "$BUILD/tests/" 2>/dev/null && sleep 2
-note "gpu suite rc=$suite_rc ($(($(date +%s) - start)) s, limit $limit s)"
-grep -E '^ *[0-9]+/[0-9]+ ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
-grep -hE '^# (vae|dit) ' "$OUT/gpu-suite.log" | tee -a "$SUMMARY"
-[ "$CARRIED" = 1 ] ||
-  cp build-gpu/meson-logs/testlog.json "$OUT/gpu-testlog.json" 2>/dev/null
-
-# ---- 3. op timings ---------------------------------------------------
-start=$(date +%s)
-limit=$(step_limit 120 105)
-if [ "$limit" -ge 10 ]; then
-  timeout "$limit" "$BUILD/tests/gpu/bench-cuda-ops" \
-    >"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
-  note "bench-cuda-ops rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-else
-  note "bench-cuda-ops skipped: $(left) s left"
-fi
-if [ "$(left)" -gt 130 ]; then
-  start=$(date +%s)
-  for n in 1024 4096 8192; do
-    timeout 20 "$BENCH" gemm --backend cuda --size $n --iters 20 ||
-      echo "{\"bench\": \"gemm\", \"size\": $n, \"error\": \"rc=$?\"}"
-  done >>"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
-  note "lingbot-bench gemm ($(($(date +%s) - start)) s)"
-else
-  note "lingbot-bench gemm skipped: $(left) s left"
+  : >"$OUT/gpu-suite.log"
 fi
 
-# ---- 4. the 14B shapes ----------------------------------------------
+# ---- the 14B shapes ----------------------------------------------------
 # bench STEP LIMIT ARGS...: lingbot-bench ARGS under `timeout LIMIT`, its
 # JSON lines tagged with the step into bench-model.jsonl, the rest of its
 # output into bench-model.log.  Returns the bench's exit status.
@@ -268,114 +306,68 @@ EOF
 }
 
 SHAPE=(--preset 14b --latent 60x104 --text-len 512 --window-full)
+# the 40-layer estimate for the summary's FLOP-model check
+bench estimate 10 dit "${SHAPE[@]}" --devices 0 --precision bf16 --estimate
 
-# a) one block, fp32 then bf16
-for prec in fp32 bf16; do
-  start=$(date +%s)
-  if [ $prec = fp32 ]; then reserve=75; else reserve=45; fi
-  limit=$(step_limit 60 $reserve)
-  if [ "$limit" -lt 15 ]; then
-    note "dit block $prec skipped: $(left) s left"
-    continue
+# gate STEP LAYERS RANKS PREC...: PREC (set in PREC) is the first of the
+# precisions whose device bytes per rank (lingbot-bench dit --estimate of
+# the 14B shape with LAYERS layers, --rank-of RANKS when RANKS > 1) fit:
+# 1.25 x that + 2 GB free on device 0, and the f32 weights + 4 GB of host
+# memory.  Notes the figures; returns 1 (PREC empty) when none fits.
+gate() {
+  local step=$1 layers=$2 ranks=$3 p b need line="" est host b32 b16 b8
+  local args=("${SHAPE[@]}" --layers "$layers" --devices 0 --estimate --json)
+  shift 3
+  PREC=
+  [ "$ranks" -gt 1 ] && args+=(--rank-of "$ranks")
+  est=$("$BENCH" dit "${args[@]}" 2>>"$MODEL_LOG" | python3 -c '
+import json, sys
+o = json.loads(sys.stdin.readline())
+m = o["memory_per_rank"]
+print(o["host_weight_bytes"], *(m[p + "_weights"]["total"]
+      for p in ("f32", "bf16", "fp8")))' 2>>"$MODEL_LOG")
+  if [ -z "$est" ]; then
+    note "gate $step: skipped: no memory estimate (bench-model.log)"
+    return 1
   fi
-  bench "block-$prec" "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
-    --devices 0 --precision $prec
-  note "dit block $prec rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-done
-# bf16_block_with STEP WHAT VAR=VALUE: the bf16 block again with one
-# environment setting (limit 30 s), its JSON lines under STEP
-bf16_block_with() {
-  local step=$1 what=$2 setting=$3 start limit rc
-  start=$(date +%s)
-  limit=$(step_limit 30 45)
-  if [ "$limit" -lt 10 ]; then
-    note "dit block bf16 $what skipped: $(left) s left"
+  read -r host b32 b16 b8 <<<"$est"
+  need=$((host + 4000000000))
+  if [ "$need" -gt "$free_host" ]; then
+    note "gate $step: skipped: host needs $(gb "$need") GB (f32 weights" \
+      "+ 4 GB), has $(gb "$free_host") GB available"
+    return 1
+  fi
+  for p in "$@"; do
+    case $p in fp32) b=$b32 ;; bf16) b=$b16 ;; *) b=$b8 ;; esac
+    need=$(awk -v b="$b" 'BEGIN { printf "%.0f", b * 1.25 + 2e9 }')
+    line+="${line:+; }$p needs $(gb "$need") GB (1.25 x $(gb "$b") GB + 2 GB)"
+    if [ "$need" -le "$free_dev" ]; then
+      PREC=$p
+      break
+    fi
+  done
+  if [ -n "$PREC" ]; then
+    note "gate $step: $line, device has $(gb "$free_dev") GB free: runs in $PREC"
     return 0
   fi
-  export "${setting?}"
-  bench "$step" "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
-    --devices 0 --precision bf16
-  rc=$?
-  unset "${setting%%=*}"
-  note "dit block bf16, $what rc=$rc ($(($(date +%s) - start)) s," \
-    "limit $limit s)"
+  note "gate $step: skipped: $line, device has $(gb "$free_dev") GB free"
+  return 1
 }
-# the own attention kernel instead of cuDNN's SDPA (the default), the
-# in-model comparison of the two
-bf16_block_with block-bf16-own "own attention" LINGBOT_CUDA_ATTENTION=own
-# the GEMM inputs in f32, rounded by each GEMM (LINGBOT_DIT_GEMM_INPUTS=f32:
-# the path before issue 2.5 item 1, same bits), against block-bf16 where
-# the norms and the GELU write them in bf16: the side-by-side ratio of the
-# summary
-bf16_block_with block-bf16-f32in "f32 GEMM inputs" LINGBOT_DIT_GEMM_INPUTS=f32
-# the FFN's first GEMM and its GELU as the op pair (gemm, then the GELU
-# kernel through f32) instead of cuBLASLt's GELU epilogue into bf16
-bf16_block_with block-gelu-own "GELU without the GEMM epilogue" \
-  LINGBOT_CUDA_GEMM_EPILOGUE=own
-# the same block in precision fp8 (opt-in: e4m3 GEMM weights and inputs,
-# cuBLASLt FP8 matmuls; attention as bf16): the fp8 chunk time is 40 x
-# this block's steady mean (json step block-fp8), next to block-bf16's.
-# Never run on a GPU when added: a failure (e.g. a linear whose K or N is
-# not a multiple of 16, refused by the FP8 matmul) is noted, not fatal.
-start=$(date +%s)
-limit=$(step_limit 60 45)
-if [ "$limit" -ge 15 ]; then
-  bench block-fp8 "$limit" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
-    --devices 0 --precision fp8
-  rc=$?
-  fp8_est=$(json_get block-fp8 summary 'round(o["steady"]["mean_s"] * 40, 4)')
-  note "dit block fp8 rc=$rc ($(($(date +%s) - start)) s, limit $limit s;" \
-    "40-layer chunk estimate ${fp8_est:-n/a} s)"
-else
-  note "dit block fp8 skipped: $(left) s left"
-fi
 
-# the DiT chunk time the VAE is compared with: 40 x the bf16 block (or
-# the fp32 one), replaced by the measured 40-layer chunk in the summary
-dit_est=$(json_get block-bf16 summary 'round(o["steady"]["mean_s"] * 40, 4)')
-[ -n "$dit_est" ] ||
-  dit_est=$(json_get block-fp32 summary 'round(o["steady"]["mean_s"] * 40, 4)')
-
-# c) VAE decode of one chunk (60x104 latent = 480x832, 16 frames)
-start=$(date +%s)
-limit=$(step_limit 90 5)
-vae_extra=()
-if [ "$limit" -ge 20 ]; then
-  [ -n "$dit_est" ] && vae_extra=(--dit-chunk-s "$dit_est")
-  bench vae "$limit" vae --dim 96 --latent 60x104 --chunks 2 --devices 0 \
-    "${vae_extra[@]}"
-  note "vae decode rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-else
-  note "vae decode skipped: $(left) s left"
-fi
-# the VAE on a bf16 stream (TF32/bf16 conv engines): the precision option
-start=$(date +%s)
-limit=$(step_limit 45 115)
-if [ "$limit" -ge 15 ]; then
-  bench vae-bf16 "$limit" vae --dim 96 --latent 60x104 --chunks 2 \
-    --devices 0 --precision bf16 "${vae_extra[@]}"
-  note "vae decode bf16 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-else
-  note "vae decode bf16 skipped: $(left) s left"
-fi
-# the same with the channels-last bf16 convs (LINGBOT_CUDA_CONV_LAYOUT=
-# ndhwc: NDHWC bf16 x and w into cuDNN; the convs fed by a norm or the
-# latent read bf16 NDHWC written by the norm, the others convert at the
-# op's edges; docs/design/cuda.md "Channels-last bf16" and "Channels-last
-# conv inputs"), next to the NCDHW layout above: the decode per steady
-# chunk of both (target <= 0.25 s) and how the bf16 inputs were read
-start=$(date +%s)
-limit=$(step_limit 45 100)
-if [ "$limit" -ge 15 ]; then
-  export LINGBOT_CUDA_CONV_LAYOUT=ndhwc
-  bench vae-bf16-ndhwc "$limit" vae --dim 96 --latent 60x104 --chunks 2 \
-    --devices 0 --precision bf16 "${vae_extra[@]}"
-  note "vae decode bf16 ndhwc rc=$? ($(($(date +%s) - start)) s," \
-    "limit $limit s)"
-  unset LINGBOT_CUDA_CONV_LAYOUT
-else
-  note "vae decode bf16 ndhwc skipped: $(left) s left"
-fi
+# block PREC STEP [VAR=VALUE]: one 14B block (1 layer) in PREC, 3 chunks,
+# with one environment setting when given
+block() {
+  local prec=$1 step=$2 max=60 min=15
+  if [ -n "${3:-}" ]; then max=30 min=10; fi
+  gate "$step" 1 1 "$prec" || return 0
+  step_begin "$step" $max $min || return 0
+  (
+    [ -z "${3:-}" ] || export "${3?}"
+    bench "$step" "$LIMIT" dit "${SHAPE[@]}" --layers 1 --chunks 3 \
+      --devices 0 --precision "$prec"
+  )
+  step_end "$step" $?
+}
 
 # direct_json FILE STEP: a lingbot-bench direct/replay report, one line
 # into bench-model.jsonl (summary and chunks)
@@ -387,6 +379,7 @@ try:
 except (OSError, ValueError):
     sys.exit(0)
 print(json.dumps({"step": sys.argv[2], "event": "direct",
+                  "config": rep.get("config", {}),
                   "summary": rep["summary"], "chunks": rep["chunks"]}))
 EOF2
 }
@@ -395,69 +388,198 @@ SPM=$BUILD/tests/text/test-spm.model
 # dummy models (lingbot-mkmodel --dummy: configs only, 262 KB; the
 # weights are drawn when they load, docs/design.md "Dummy models")
 MODELS=$(mktemp -d /tmp/lingbot-gpu-models.XXXXXX)
+# dummy STEP DIR ARGS...: makes the dummy model DIR once; notes why not
 dummy() {
-  local dir=$1
-  shift
-  "$MKMODEL" --dummy "$@" --tokenizer "$SPM" --out "$MODELS/$dir" --quiet \
-    >>"$MODEL_LOG" 2>&1
+  local step=$1 dir=$2
+  shift 2
+  [ -d "$MODELS/$dir" ] && return 0
+  if [ ! -x "$MKMODEL" ] || [ ! -f "$SPM" ]; then
+    note "step $step skipped: no lingbot-mkmodel or test-spm.model"
+    return 1
+  fi
+  if ! "$MKMODEL" --dummy "$@" --tokenizer "$SPM" --out "$MODELS/$dir" \
+    --quiet >>"$MODEL_LOG" 2>&1; then
+    note "step $step failed: lingbot-mkmodel --dummy $*"
+    FAILED+=("$step")
+    return 1
+  fi
 }
 
-# e) the decode beside the generation (issue 2.2): lingbot-bench direct,
-# session engine, on a dummy 14B cut to 8 layers (its chunk about as long
-# as the 96-wide VAE's decode of one chunk on an H200) at 832x480 in bf16,
-# 61 frames (4 chunks): serial, then --decode-overlap (the decoder on its
-# own worker group, fed by the tensor channel, in a second thread).  Their
-# summaries (decode_hidden_fraction, latent_host_bytes, the chunk period)
-# go into bench-model.jsonl as steps decode-serial/decode-overlap.
-start=$(date +%s)
-limit=$(step_limit 120 300)
-if [ "$limit" -lt 40 ]; then
-  note "decode beside generation skipped: $(left) s left"
-elif [ ! -x "$MKMODEL" ] || [ ! -f "$SPM" ]; then
-  note "decode beside generation skipped: no lingbot-mkmodel or test-spm.model"
-elif ! dummy d8 --preset 14b --layers 8 --vae-dim 96; then
-  note "decode beside generation skipped: lingbot-mkmodel --dummy failed"
-else
-  for mode in serial overlap; do
-    l=$(( limit - ($(date +%s) - start) ))
-    [ "$mode" = serial ] && l=$(( l / 2 ))
-    if [ "$l" -lt 20 ]; then
-      note "decode $mode skipped: $l s left of the step"
-      continue
-    fi
-    extra=()
-    [ "$mode" = overlap ] && extra=(--decode-overlap)
-    echo "== decode-$mode: lingbot-bench direct (limit $l s)" >>"$MODEL_LOG"
-    timeout "$l" "$BENCH" direct --engine session --model "$MODELS/d8" \
-      --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
-      --precision bf16 --width 832 --height 480 --frames 61 --quiet \
-      "${extra[@]}" --output "$MODELS/$mode.json" >>"$MODEL_LOG" 2>&1
-    rc_m=$?
-    direct_json "$MODELS/$mode.json" "decode-$mode"
-    note "decode $mode rc=$rc_m ($(($(date +%s) - start)) s, limit $l s)"
-  done
+# block-bf16, block-fp8: one 14B block, the figure every chunk time is
+# projected from (40 x its steady mean).  fp8 (opt-in: e4m3 GEMM weights
+# and inputs, cuBLASLt FP8 matmuls; attention as bf16) was never run on a
+# GPU when added: e.g. a linear whose K or N is not a multiple of 16 is
+# refused by the FP8 matmul.
+block bf16 block-bf16
+block fp8 block-fp8
+fp8_est=$(json_get block-fp8 summary 'round(o["steady"]["mean_s"] * 40, 4)')
+[ -z "$fp8_est" ] || note "40-layer chunk estimate from block-fp8: $fp8_est s"
+
+# full-bf16 (full-fp8 where bf16 does not fit): the whole 40-layer chunk,
+# full window, 2 chunks
+if gate full 40 1 bf16 fp8 && step_begin "full-$PREC" 240 90; then
+  bench "full-$PREC" "$LIMIT" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
+    --precision "$PREC"
+  step_end "full-$PREC" $?
 fi
 
-# g) several ranks on the one GPU through the elements (issue 2.4):
-# gst-launch-1.0 lingbotgen devices=0 and devices=0,0 (two ranks on GPU 0,
-# local collectives: device copies) on a dummy demo model at 208x128,
-# 29 frames; the RGB video compared byte by byte (summary: bytes that
-# differ and the largest difference; on CPU ranks 1 vs 2 differ by at most
-# one level in under 0.1 % of the bytes)
-start=$(date +%s)
-limit=$(step_limit 60 240)
+# rank-of-4: one rank's share of a 4-GPU chunk (issue 2.4): lingbot-bench
+# dit --rank-of 4 runs what rank 0 of 4 computes (its token band, 10 of
+# the 40 heads, its KV cache) on device 0, the exchanges as device copies
+# of the real sizes; it prints the per-rank chunk time, the exchange bytes
+# and their time at 450 GB/s (H100 NVLink 4, nominal), the exposed part
+# and the projected 4-GPU period and fps (docs/performance.md "One rank of
+# an N-GPU chunk").  Its gate: --estimate --rank-of 4 (47.2 GB in bf16).
+if gate rank-of-4 40 4 bf16 fp8 && step_begin rank-of-4 90 40; then
+  bench rank-of-4 "$LIMIT" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
+    --precision "$PREC" --rank-of 4
+  step_end rank-of-4 $? "$PREC"
+fi
+
+# decode: the decode beside the generation (issue 2.2): lingbot-bench
+# direct --compare "" decode-overlap, session engine, on a dummy 14B cut
+# to 8 layers (its chunk about as long as the 96-wide VAE's decode of one
+# chunk on an H200) at 832x480, 61 frames (4 chunks): serial, then the
+# decoder on its own worker group, fed by the tensor channel, in a second
+# thread.  The figure: the period ratio, serial chunk period / overlapped
+# (on one GPU the two share the device, so nothing within one run can
+# tell what the overlap gained); steps decode (the rounds),
+# decode-serial, decode-overlap (the two reports).
+if gate decode 8 1 bf16 fp8 && step_begin decode 120 40 &&
+  dummy decode d8 --preset 14b --layers 8 --vae-dim 96; then
+  echo "== decode: lingbot-bench direct --compare (limit $LIMIT s)" \
+    >>"$MODEL_LOG"
+  timeout "$LIMIT" "$BENCH" direct --engine session --model "$MODELS/d8" \
+    --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
+    --precision "$PREC" --width 832 --height 480 --frames 61 --quiet \
+    --rounds 1 --output "$MODELS/decode.json" --compare "" decode-overlap \
+    >>"$MODEL_LOG" 2>&1
+  rc=$?
+  python3 - "$MODELS/decode.json" >>"$MODEL_JSON" <<'EOF2'
+import json, sys
+try:
+    rep = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(0)
+for run, step in zip(rep.get("runs", []), ("decode-serial",
+                                            "decode-overlap")):
+    print(json.dumps({"step": step, "event": "direct",
+                      "config": run.get("config", {}),
+                      "summary": run["summary"], "chunks": run["chunks"]}))
+print(json.dumps({"step": "decode", "event": "compare",
+                  "rounds": rep.get("rounds", []),
+                  "median_period_ratio": rep.get("median_period_ratio")}))
+EOF2
+  ratio=$(json_get decode compare 'o["median_period_ratio"]')
+  step_end decode $rc "period ratio serial / overlapped ${ratio:-n/a}"
+fi
+
+# the DiT chunk time the VAE is compared with: 40 x the bf16 block (or
+# the fp32 one), replaced by the measured 40-layer chunk in the summary
+dit_est=$(json_get block-bf16 summary 'round(o["steady"]["mean_s"] * 40, 4)')
+vae_extra=()
+[ -z "$dit_est" ] || vae_extra=(--dit-chunk-s "$dit_est")
+# vae STEP MAX MIN [VAR=VALUE] ARGS...: the VAE decode of one chunk
+# (60x104 latent = 480x832, 16 frames), dim 96, device 0
+vae() {
+  local step=$1 max=$2 min=$3 setting=
+  shift 3
+  case ${1:-} in *=*) setting=$1 && shift ;; esac
+  step_begin "$step" "$max" "$min" || return 0
+  (
+    [ -z "$setting" ] || export "${setting?}"
+    bench "$step" "$LIMIT" vae --dim 96 --latent 60x104 --chunks 2 \
+      --devices 0 "$@" "${vae_extra[@]}"
+  )
+  step_end "$step" $?
+}
+# the VAE on a bf16 stream (TF32/bf16 conv engines), then the same with
+# the channels-last bf16 convs (LINGBOT_CUDA_CONV_LAYOUT=ndhwc: NDHWC bf16
+# x and w into cuDNN; the convs fed by a norm or the latent read bf16
+# NDHWC written by the norm, the others convert at the op's edges;
+# docs/design/cuda.md "Channels-last bf16" and "Channels-last conv
+# inputs"): the decode per steady chunk of both (target <= 0.25 s) and how
+# the bf16 inputs were read
+vae vae-bf16 45 15 --precision bf16
+vae vae-bf16-ndhwc 45 15 LINGBOT_CUDA_CONV_LAYOUT=ndhwc --precision bf16
+
+# product-direct (product-replay later): the product at 14B (issue 2.4),
+# the elements (lingbot-bench direct --engine gst: lingbotcontrolsrc !
+# lingbotgen ! lingbotvaedec ! fakesink) on a dummy 14B (40 layers, VAE
+# 96) at 832x480 on device 0, bf16 (fp8 where bf16 does not fit), 77
+# frames; the device memory in use sampled every 0.5 s (peak per run)
+# product MODE LIMIT-MAX LIMIT-MIN
+product() {
+  local mode=$1 step=product-$1 len smi peak rc
+  if [ "$mode" = direct ]; then len=(--frames 77); else len=(--duration 20); fi
+  step_begin "$step" "$2" "$3" || return 0
+  dummy "$step" d14 --preset 14b --vae-dim 96 || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 \
+    -lms 500 >"$MODELS/mem-$mode.txt" 2>/dev/null &
+  smi=$!
+  echo "== $step: lingbot-bench $mode --engine gst (limit $LIMIT s)" \
+    >>"$MODEL_LOG"
+  timeout "$LIMIT" "$BENCH" "$mode" --engine gst --model "$MODELS/d14" \
+    --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
+    --precision "$PRODUCT_PREC" --width 832 --height 480 "${len[@]}" \
+    --quiet --output "$MODELS/$step.json" >>"$MODEL_LOG" 2>&1
+  rc=$?
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  direct_json "$MODELS/$step.json" "$step"
+  peak=$(sort -n "$MODELS/mem-$mode.txt" | tail -1 | tr -dc 0-9)
+  echo "{\"step\": \"$step\", \"event\": \"device-memory\"," \
+    "\"peak_mib\": ${peak:-0}}" >>"$MODEL_JSON"
+  step_end "$step" $rc "$PRODUCT_PREC, peak device memory ${peak:-?} MiB"
+}
+PRODUCT_PREC=
+if gate product 40 1 bf16 fp8; then
+  PRODUCT_PREC=$PREC
+  product direct 110 40
+fi
+
+# ---- the rest, while time is left -------------------------------------
+# op timings at DiT-14B / VAE shapes, GEMM rates
+if step_begin bench-ops 120 10; then
+  timeout "$LIMIT" "$BUILD/tests/gpu/bench-cuda-ops" \
+    >"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
+  step_end bench-ops $?
+fi
+if step_begin bench-gemm 60 30; then
+  rc=0
+  for n in 1024 4096 8192; do
+    timeout $((LIMIT / 3)) "$BENCH" gemm --backend cuda --size $n --iters 20 ||
+      { rc=$? && echo "{\"bench\": \"gemm\", \"size\": $n, \"error\": \"rc=$rc\"}"; }
+  done >>"$OUT/bench-ops.jsonl" 2>>"$MODEL_LOG"
+  step_end bench-gemm $rc
+fi
+# the block in fp32, and bf16 variants side by side with block-bf16:
+# the own attention kernel instead of cuDNN's SDPA (the default); the GEMM
+# inputs in f32, rounded by each GEMM (LINGBOT_DIT_GEMM_INPUTS=f32: the
+# path before issue 2.5 item 1, same bits); the FFN's first GEMM and its
+# GELU as the op pair instead of cuBLASLt's GELU epilogue into bf16
+block fp32 block-fp32
+block bf16 block-bf16-own LINGBOT_CUDA_ATTENTION=own
+block bf16 block-bf16-f32in LINGBOT_DIT_GEMM_INPUTS=f32
+block bf16 block-gelu-own LINGBOT_CUDA_GEMM_EPILOGUE=own
+# the VAE in FP32 (the reference)
+vae vae 90 20
+
+# ranks-one-gpu: several ranks on the one GPU through the elements (issue
+# 2.4): gst-launch-1.0 lingbotgen devices=0 and devices=0,0 (two ranks on
+# GPU 0, local collectives: device copies) on a dummy demo model at
+# 208x128, 29 frames; the RGB video compared byte by byte (summary: bytes
+# that differ and the largest difference; on CPU ranks 1 vs 2 differ by at
+# most one level in under 0.1 % of the bytes)
 GST_LAUNCH=$(command -v gst-launch-1.0 || echo "$STAGE_BIN/gst-launch-1.0")
-if [ "$limit" -lt 20 ]; then
-  note "ranks on one GPU skipped: $(left) s left"
-elif [ ! -x "$GST_LAUNCH" ]; then
-  note "ranks on one GPU skipped: no gst-launch-1.0"
-elif ! dummy demo --preset demo; then
-  note "ranks on one GPU skipped: lingbot-mkmodel --dummy failed"
-else
+if [ ! -x "$GST_LAUNCH" ]; then
+  note "step ranks-one-gpu skipped: no gst-launch-1.0"
+elif step_begin ranks-one-gpu 60 20 &&
+  dummy ranks-one-gpu demo --preset demo; then
   rc_g=0
   for d in 0 0,0; do
     echo "== ranks: gst-launch-1.0 lingbotgen devices=$d" >>"$MODEL_LOG"
-    timeout $((limit / 2)) "$GST_LAUNCH" -q lingbotgen \
+    timeout $((LIMIT / 2)) "$GST_LAUNCH" -q lingbotgen \
       model-path="$MODELS/demo" image-location=tests/data/gpu-start.jpg \
       prompt="a street" devices=$d precision=bf16 frames=29 width=208 \
       height=128 ! lingbotvaedec ! video/x-raw,format=RGB ! \
@@ -476,142 +598,39 @@ print(json.dumps({"step": "ranks-one-gpu", "event": "compare",
                   "bytes": [len(a), len(b)], "differ": len(diff),
                   "max": max(diff, default=0)}))
 EOF2
-  note "ranks on one GPU rc=$rc_g ($(($(date +%s) - start)) s, limit" \
-    "$limit s)"
+  step_end ranks-one-gpu $rc_g
 fi
 
-# b) the whole 40-layer chunk, bf16, full window
-bench estimate 10 dit "${SHAPE[@]}" --devices 0 --precision bf16 --estimate
-need_dev=$(json_get estimate estimate \
-  'int(o["memory_per_rank"]["bf16_weights"]["total"] * 1.25 + 2e9)')
-need_host=$(json_get estimate estimate 'int(o["host_weight_bytes"] + 4e9)')
-free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits \
-  -i 0 | head -1 | tr -dc 0-9)
-free_dev=$((${free_mib:-0} * 1048576))
-free_kib=$(awk '/^MemAvailable/ { print $2 }' /proc/meminfo)
-free_host=$((${free_kib:-0} * 1024))
-note "full chunk memory: device needs ${need_dev:-?} B (the model's" \
-  "$(json_get estimate estimate \
-    'o["memory_per_rank"]["bf16_weights"]["total"]') B + 25 % allocator" \
-  "slack + 2 GB context/workspaces), $free_dev B free;" \
-  "host needs ${need_host:-?} B (f32 weights + 4 GB), $free_host B available"
-# f) the product at 14B (issue 2.4): the elements (lingbot-bench direct
-# --engine gst: lingbotcontrolsrc ! lingbotgen ! lingbotvaedec ! fakesink)
-# on a dummy 14B (40 layers, VAE 96) at 832x480 in bf16 on device 0,
-# 77 frames, then a 20 s replay (deadline misses); the device memory in
-# use sampled every 0.5 s (peak per run)
-mem_ok=""
-if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
-  mem_ok="no memory estimate"
-elif [ "$need_dev" -gt "$free_dev" ]; then
-  mem_ok="not enough device memory"
-elif [ "$need_host" -gt "$free_host" ]; then
-  mem_ok="not enough host memory"
-fi
-start=$(date +%s)
-limit=$(step_limit 200 100)
-if [ -n "$mem_ok" ]; then
-  note "product 14B skipped: $mem_ok"
-elif [ "$limit" -lt 80 ]; then
-  note "product 14B skipped: $(left) s left (needs ~80 s)"
-elif ! dummy d14 --preset 14b --vae-dim 96; then
-  note "product 14B skipped: lingbot-mkmodel --dummy failed"
-else
-  for mode in direct replay; do
-    l=$(( limit - ($(date +%s) - start) ))
-    [ "$mode" = direct ] && l=$(( l * 11 / 20 ))
-    if [ "$l" -lt 40 ]; then
-      note "product 14B $mode skipped: $l s left of the step"
-      continue
-    fi
-    if [ "$mode" = direct ]; then len=(--frames 77); else len=(--duration 20); fi
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 \
-      -lms 500 >"$MODELS/mem-$mode.txt" 2>/dev/null &
-    smi=$!
-    echo "== product-$mode: lingbot-bench $mode --engine gst (limit $l s)" \
-      >>"$MODEL_LOG"
-    timeout "$l" "$BENCH" "$mode" --engine gst --model "$MODELS/d14" \
-      --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
-      --precision bf16 --width 832 --height 480 "${len[@]}" --quiet \
-      --output "$MODELS/product-$mode.json" >>"$MODEL_LOG" 2>&1
-    rc_p=$?
-    kill "$smi" 2>/dev/null
-    wait "$smi" 2>/dev/null
-    direct_json "$MODELS/product-$mode.json" "product-$mode"
-    peak=$(sort -n "$MODELS/mem-$mode.txt" | tail -1 | tr -dc 0-9)
-    echo "{\"step\": \"product-$mode\", \"event\": \"device-memory\"," \
-      "\"peak_mib\": ${peak:-0}}" >>"$MODEL_JSON"
-    note "product 14B $mode rc=$rc_p ($(($(date +%s) - start)) s, limit" \
-      "$l s, peak device memory ${peak:-?} MiB)"
-  done
+# product-replay: a 20 s replay of the product (deadline misses), with
+# product-direct's gate
+if [ -n "$PRODUCT_PREC" ]; then
+  product replay 90 40
 fi
 
-limit=$(step_limit 240 60)
-if [ -z "$need_dev" ] || [ -z "$need_host" ]; then
-  note "dit full chunk skipped: no memory estimate"
-elif [ "$need_dev" -gt "$free_dev" ]; then
-  note "dit full chunk skipped: not enough device memory"
-elif [ "$need_host" -gt "$free_host" ]; then
-  note "dit full chunk skipped: not enough host memory"
-elif [ "$limit" -lt 90 ]; then
-  note "dit full chunk skipped: $(left) s left (needs ~90 s)"
-else
-  start=$(date +%s)
-  bench full-bf16 "$limit" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
-    --precision bf16
-  note "dit full chunk bf16 rc=$? ($(($(date +%s) - start)) s, limit" \
-    "$limit s)"
-fi
-
-# h) one rank's share of a 4-GPU chunk (issue 2.4): lingbot-bench dit
-# --rank-of 4 runs what rank 0 of 4 computes (its token band, 10 of the 40
-# heads, its KV cache) on device 0, the exchanges as device copies of the
-# real sizes; it prints the per-rank chunk time, the exchange bytes and
-# their time at 450 GB/s (H100 NVLink 4, nominal), the exposed part and
-# the projected 4-GPU period and fps (docs/performance.md "One rank of an
-# N-GPU chunk").  Host memory as 4b (the weights are drawn whole).
-start=$(date +%s)
-limit=$(step_limit 90 5)
-if [ -n "$mem_ok" ]; then
-  note "rank-of-4 skipped: $mem_ok"
-elif [ "$limit" -lt 40 ]; then
-  note "rank-of-4 skipped: $(left) s left (needs ~40 s)"
-else
-  bench rank-of-4 "$limit" dit "${SHAPE[@]}" --chunks 2 --devices 0 \
-    --precision bf16 --rank-of 4
-  note "rank-of-4 rc=$? ($(($(date +%s) - start)) s, limit $limit s)"
-fi
-
-# ---- 4d. kernel profile -------------------------------------------
+# ---- kernel profiles ---------------------------------------------------
 # Nsight Compute's duration of every kernel of one 14B block in bf16 and
 # in fp8 (two chunks each, eager: LINGBOT_DIT_GRAPHS=0, so that every
 # kernel is its own launch), summed per kernel name into profile.txt (one
 # section per precision; the head of each goes into the summary next to
-# the MFU of blocks 4a).  On when ncu is found (about 15 s per
+# the MFU of the blocks).  On when ncu is found (about 15 s per
 # precision); LINGBOT_GPU_PROFILE=0: off; =1: also the raw reports (ncu's
 # CSV on stdout, with the bench's own text lines) in ncu.csv.
 if [ "${LINGBOT_GPU_PROFILE:-auto}" != 0 ]; then
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu \
-    /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  NCU=$(command -v ncu || find /usr/local/cuda/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu -maxdepth 0 2>/dev/null | head -1)
   [ -n "$NCU" ] && : >"$OUT/profile.txt"
   for prec in bf16 fp8; do
-    start=$(date +%s)
-    if [ $prec = bf16 ]; then reserve=35; else reserve=5; fi
-    limit=$(step_limit 150 $reserve)
     if [ -z "$NCU" ]; then
-      note "kernel profile skipped: no ncu on this machine"
+      note "step profile skipped: no ncu on this machine"
       break
-    elif [ "$limit" -lt 30 ]; then
-      note "kernel profile $prec skipped: $(left) s left"
-      continue
     fi
+    step_begin "profile-$prec" 150 30 || continue
     raw="$OUT/ncu-$prec.csv.tmp"
-    LINGBOT_DIT_GRAPHS=0 timeout "$limit" "$NCU" --clock-control none \
+    LINGBOT_DIT_GRAPHS=0 timeout "$LIMIT" "$NCU" --clock-control none \
       --metrics gpu__time_duration.sum --print-units base --csv \
       "$BENCH" dit "${SHAPE[@]}" --layers 1 --chunks 2 --devices 0 \
       --precision $prec >"$raw" 2>>"$MODEL_LOG"
-    note "kernel profile $prec rc=$? ($(($(date +%s) - start)) s," \
-      "limit $limit s)"
+    step_end "profile-$prec" $?
     python3 - "$raw" $prec >"$OUT/profile-$prec.txt.tmp" <<'EOF'
 import csv, sys
 rows = []
@@ -729,9 +748,10 @@ print("\nDiT, 832x480 latent 60x104, 512 text tokens, full window:")
 print("  %-14s %6s %6s %7s %9s %9s %8s %8s %7s" % ("step", "layers",
       "keys", "chunks", "s/chunk", "TFLOP/s", "MFU", "MFU ref", "setup"))
 full_s = None
+full_prec = None
 for step in ("block-fp32", "block-bf16", "block-bf16-own",
              "block-bf16-f32in", "block-gelu-own", "block-fp8",
-             "full-bf16"):
+             "full-bf16", "full-fp8"):
     s = last(step, "summary")
     chunks = [o for o in runs.get(step, []) if o.get("event") == "chunk"]
     if s is None and not chunks:
@@ -752,8 +772,8 @@ for step in ("block-fp32", "block-bf16", "block-bf16-own",
           fmt(None if mfr is None else 100 * mfr, "%.1f %%"),
           fmt(setup["setup_s"] if setup else None, "%.0f s"),
           "" if st else "  (first chunk only)"))
-    if step == "full-bf16":
-        full_s = sec
+    if step.startswith("full-") and full_s is None:
+        full_s, full_prec = sec, step[5:]
 print("  (MFU against the bf16 dense peak, fp8 included: against the "
       "H200's fp8 peak, halve block-fp8's; kernel profiles of block-bf16 "
       "and block-fp8 above, profile.txt)")
@@ -799,7 +819,8 @@ for vstep, what in (("vae", "FP32 (the reference)"),
             % (r["first_chunk_s"], r["steady_chunk_s"], r["steady_tflops"],
                v["decode_tflop"], fmt(None if share is None else 100 * share,
                "%.1f %%"), fmt(dit_s, "%.2f"),
-               "measured" if full_s else "40 x the bf16 block"))
+               "measured, " + full_prec if full_s else
+               "40 x the bf16 block"))
       ci = r.get("conv_inputs_bf16")
       if ci and vstep == "vae-bf16-ndhwc":
           print("  bf16 channels-last conv inputs per steady chunk: %d read "
@@ -812,9 +833,9 @@ if a and b:
     print("  decode per steady chunk, bf16: NCDHW %.3f s, NDHWC %.3f s "
           "(%.2fx; target <= 0.25 s)" % (a, b, a / b))
 
-print("\nDecode beside the generation (lingbot-bench direct, 14B shape cut to "
-      "8 layers, 832x480, bf16, 4 chunks; target: <= 5 % of the decode "
-      "exposed):")
+print("\nDecode beside the generation (lingbot-bench direct --compare \"\" "
+      "decode-overlap, 14B shape cut to 8 layers, 832x480, 4 chunks; the "
+      "figure: serial chunk period / overlapped):")
 for dstep in ("decode-serial", "decode-overlap"):
   d = last(dstep, "direct")
   if d is None:
@@ -822,11 +843,16 @@ for dstep in ("decode-serial", "decode-overlap"):
       continue
   s = d["summary"]
   per = s.get("chunk_period_seconds", {}).get("mean")
-  print("  %-15s period %s s/chunk, DiT %s s, VAE %s s, decode hidden %s, "
-        "latent bytes through the host %d" % (dstep, fmt(per),
+  print("  %-15s %s, period %s s/chunk, DiT %s s, VAE %s s, latent bytes "
+        "through the host %d" % (dstep,
+        d.get("config", {}).get("precision", "?"), fmt(per),
         fmt(s.get("dit_seconds_mean")), fmt(s.get("vae_seconds_mean")),
-        fmt(100 * s["decode_hidden_fraction"], "%.1f %%"),
         s.get("latent_host_bytes", -1)))
+c = last("decode", "compare")
+if c and c.get("rounds"):
+  r = c["rounds"][0]
+  print("  period ratio serial / overlapped: %.3f (%.3f s / %.3f s)"
+        % (r["period_ratio"], r["period_a"], r["period_b"]))
 
 r = last("ranks-one-gpu", "compare")
 print("\nTwo ranks on the one GPU through the elements (devices=0,0 against "
@@ -840,7 +866,7 @@ else:
           "" if r["bytes"][0] == r["bytes"][1] else "  (LENGTHS DIFFER)"))
 
 print("\nThe product at 14B (the elements, lingbot-bench --engine gst, dummy "
-      "weights, 832x480, bf16, device 0):")
+      "weights, 832x480, device 0):")
 for pstep in ("product-direct", "product-replay"):
     d = last(pstep, "direct")
     m = last(pstep, "device-memory")
@@ -849,15 +875,16 @@ for pstep in ("product-direct", "product-replay"):
         continue
     s = d["summary"]
     cs = s.get("chunk_compute_seconds", {})
-    print("  %-15s %d frames, %d chunks; steady compute %s fps; chunk compute "
-          "p50/p90/p99/max %s/%s/%s/%s s; DiT %s s, VAE %s s; decode hidden "
-          "%s; setup %s s; first chunk %s s; delivery %s fps; peak device "
-          "memory %s MiB" % (pstep, s.get("total_frames", 0),
+    print("  %-15s %s, %d frames, %d chunks; steady compute %s fps; chunk "
+          "compute p50/p90/p99/max %s/%s/%s/%s s; DiT %s s, VAE %s s; chunk "
+          "period %s s; setup %s s; first chunk %s s; delivery %s fps; peak "
+          "device memory %s MiB" % (pstep,
+          d.get("config", {}).get("precision", "?"), s.get("total_frames", 0),
           s.get("total_chunks", 0), fmt(s.get("chunk_compute_fps_weighted"),
           "%.2f"), fmt(cs.get("p50")), fmt(cs.get("p90")), fmt(cs.get("p99")),
           fmt(cs.get("max")), fmt(s.get("dit_seconds_mean")),
           fmt(s.get("vae_seconds_mean")),
-          fmt(100 * s.get("decode_hidden_fraction", 0), "%.1f %%"),
+          fmt(s.get("chunk_period_seconds", {}).get("mean")),
           fmt(s.get("setup_seconds"), "%.1f"),
           fmt(s.get("first_chunk_latency_s"), "%.1f"),
           fmt(s.get("delivery_fps"), "%.2f"),
@@ -871,7 +898,7 @@ for pstep in ("product-direct", "product-replay"):
 
 r = last("rank-of-4", "rank_of")
 print("\nOne rank of a 4-GPU chunk (lingbot-bench dit --rank-of 4, 14B, "
-      "832x480, bf16, full window; the exchange at nominal NVLink):")
+      "832x480, full window; the exchange at nominal NVLink):")
 if r is None:
     print("  not run or failed (bench-model.log)")
 else:
@@ -891,6 +918,7 @@ EOF
 rm -rf "$MODELS" "$GST_REGISTRY_1_0"
 # GEMMs of a 14B block: FP32 (cuBLASLt, no TF32) and with bf16 weights
 # (bench-cuda-ops "gemm" lines)
+# shellcheck disable=SC2129  # one heredoc per table
 python3 - "$OUT/bench-ops.jsonl" >>"$SUMMARY" <<'EOF'
 import json, sys
 try:
@@ -1014,4 +1042,10 @@ if chunk:
           + ", ".join("%s %.1f ms" % kv for kv in chunk.items()))
 EOF
 note "total $(($(date +%s) - T0)) s"
-exit "$suite_rc"
+# the exit status: any suite program or step that failed or timed out
+if [ ${#FAILED[@]} -gt 0 ]; then
+  note "run.sh: failed: ${FAILED[*]}"
+  exit 1
+fi
+note "run.sh: every step that ran passed"
+exit 0
