@@ -27,8 +27,8 @@ read_magic (const char *path, guint8 * buf, gsize * n, GError ** error)
   FILE *f = g_fopen (path, "rb");
   if (f == NULL) {
     int e = errno;
-    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: cannot open: %s", path,
-        g_strerror (e));
+    g_set_error (error, LB_ERROR, e == ENOENT ? LB_ERROR_NOT_FOUND :
+        LB_ERROR_IO, "%s: cannot open: %s", path, g_strerror (e));
     return FALSE;
   }
   *n = fread (buf, 1, 8, f);
@@ -106,7 +106,8 @@ open_directory (LingbotCheckpoint * ckpt, const char *path, GError ** error)
  *   checkpoint or array file: no NumPy (.npy) or PyTorch zip signature,
  *   and not safetensors (the safetensors reader's message)".
  *
- * Errors: %LB_ERROR_IO when the file cannot be opened or mapped,
+ * Errors: %LB_ERROR_NOT_FOUND when the file (or a shard an index names)
+ * does not exist, %LB_ERROR_IO when it cannot be opened or mapped otherwise,
  * %LB_ERROR_FORMAT for a truncated or inconsistent file (the message names
  * the file and what is wrong), %LB_ERROR_UNSUPPORTED for valid content this
  * reader does not handle (dtype, pickle opcode, legacy torch format),

@@ -115,8 +115,11 @@ map_file (const char *file, const guint8 ** data, gsize * len, GError ** error)
   GError *err = NULL;
   GMappedFile *mf = g_mapped_file_new (file, FALSE, &err);
   if (mf == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_IO, "%s: cannot map file: %s",
-        file, err->message);
+    /* a missing file (a shard an index names) is NOT_FOUND, as a missing
+     * tensor is; anything else the file system says is IO */
+    g_set_error (error, LB_ERROR, g_error_matches (err, G_FILE_ERROR,
+            G_FILE_ERROR_NOENT) ? LB_ERROR_NOT_FOUND : LB_ERROR_IO,
+        "%s: cannot map file: %s", file, err->message);
     g_error_free (err);
     return NULL;
   }

@@ -364,7 +364,9 @@ lingbot_ckpt_load_safetensors_index (LingbotCheckpoint * ckpt,
 
   if (!json_parser_load_from_mapped_file (parser, index_file, &jerr)) {
     g_set_error (error, LB_ERROR,
-        jerr->domain == G_FILE_ERROR ? LB_ERROR_IO : LB_ERROR_FORMAT,
+        g_error_matches (jerr, G_FILE_ERROR, G_FILE_ERROR_NOENT) ?
+        LB_ERROR_NOT_FOUND : jerr->domain == G_FILE_ERROR ? LB_ERROR_IO :
+        LB_ERROR_FORMAT,
         "%s: cannot read safetensors index: %s", index_file, jerr->message);
     g_error_free (jerr);
     goto out;

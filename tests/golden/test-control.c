@@ -1548,8 +1548,8 @@ test_poses_load (void)
   expect_load_error (pnan, NULL, LB_ERROR, LB_ERROR_FORMAT, msg);
   g_free (msg);
   msg = g_strdup_printf ("%s: cannot open: No such file or directory", missing);
-  expect_load_error (missing, k4, LB_ERROR, LB_ERROR_IO, msg);
-  expect_load_error (p3, missing, LB_ERROR, LB_ERROR_IO, msg);
+  expect_load_error (missing, k4, LB_ERROR, LB_ERROR_NOT_FOUND, msg);
+  expect_load_error (p3, missing, LB_ERROR, LB_ERROR_NOT_FOUND, msg);
   g_free (msg);
   msg = NULL;
 

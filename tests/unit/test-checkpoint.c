@@ -384,7 +384,7 @@ test_safetensors_sharded (void)
   /* an index naming a missing shard */
   const char *missing = "{\"weight_map\": {\"a\": \"nope.safetensors\"}}";
   write_bytes (index, missing, strlen (missing));
-  assert_open_fails (index, LB_ERROR_IO, "nope.safetensors");
+  assert_open_fails (index, LB_ERROR_NOT_FOUND, "nope.safetensors");
 
   /* shard paths outside the index's folder are refused before any open */
   static const char *const outside[] = { "/etc/passwd", "../x.safetensors",
@@ -537,7 +537,7 @@ test_safetensors_corrupt (void)
   g_free (p);
 
   p = tmp_path ("does-not-exist.safetensors");
-  assert_open_fails (p, LB_ERROR_IO, "cannot open");
+  assert_open_fails (p, LB_ERROR_NOT_FOUND, "cannot open");
   g_free (p);
 
   /* no signature, no known name (a JPEG given as poses): what was tried */
