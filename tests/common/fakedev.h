@@ -33,6 +33,9 @@ G_BEGIN_DECLS
  * @n_conv_bf16_x: conv3d_causal calls whose x (and cache) are bf16
  *   channels-last
  * @n_norm_bf16_y: channel_rms_norm calls whose y is bf16
+ * @n_gemm_fp8: gemm_fp8 calls (f32 x, quantised by the GEMM)
+ * @n_gemm_fp8_q: gemm_fp8_q calls (x already e4m3 codes and row scales)
+ * @n_norm_fp8: norm_fp8 calls (a norm writing e4m3 codes and row scales)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -52,6 +55,7 @@ typedef struct
   int n_gemm_bf16_x;
   int n_attention_bf16_q, n_attention_bf16_out;
   int n_conv_bf16_x, n_norm_bf16_y;
+  int n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
