@@ -22,8 +22,8 @@ namespace {
  * layer_norm_kernel and norm_fp8_kernel both evaluate, so they agree to
  * the bit. */
 __device__ __forceinline__ float
-ln_value (const float *xr, int64_t j, double mean, double rstd,
-    const float *w, const float *b, const float *scr, const float *shr)
+ln_value (const float *xr, int64_t j, double mean, double rstd, const float *w,
+    const float *b, const float *scr, const float *shr)
 {
   double t = (xr[j] - mean) * rstd;
   if (w)
