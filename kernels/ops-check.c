@@ -410,6 +410,10 @@ check_gemm_op (const char *op, const LbTensor * x, const LbTensor * w,
   return TRUE;
 }
 
+static gboolean check_gemm_fp8_op (const char *op, const LbTensor * x,
+    LbDType x_dtype, const LbTensor * w, const LbTensor * sw,
+    const LbTensor * bias, const LbTensor * y, LbGemmGeom * g, GError ** error);
+
 /**
  * lb_check_gemm_fp8:
  * @x: [M, K] float32 (or contiguous [..., K], flattened)
@@ -432,14 +436,65 @@ lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
     const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error)
 {
-  const char *op = "gemm_fp8";
-  int64_t ym, yn;
-  if (!check_present (op, "x", x, "f32 [M, K] with unit column stride", error))
+  return check_gemm_fp8_op ("gemm_fp8", x, LB_DTYPE_F32, w, sw, bias, y, g,
+      error);
+}
+
+/**
+ * lb_check_gemm_fp8_q:
+ * @x: [M, K] %LB_DTYPE_F8E4M3 codes (or contiguous [..., K], flattened)
+ * @sx: [M] float32 contiguous (x's per-row scales)
+ * @w: [N, K] %LB_DTYPE_F8E4M3, contiguous
+ * @sw: [N] float32 contiguous
+ * @bias: (nullable): [N] float32 contiguous
+ * @y: [M, N] float32
+ * @g: (out): the matrix geometry (wld = K; xld in codes)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the gemm_fp8_q op (kernels/ops-list.h): lb_check_gemm_fp8()'s
+ * under the name "gemm_fp8_q" with an e4m3 x ("gemm_fp8_q: x is f32
+ * [4, 8], expected f8e4m3 [M, K] with unit column stride"), then @sx
+ * ("gemm_fp8_q: sx is f32 [3], expected f32 [4] contiguous").
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gemm_fp8_q (const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    const LbTensor * y, LbGemmGeom * g, GError ** error)
+{
+  const char *op = "gemm_fp8_q";
+  if (!check_gemm_fp8_op (op, x, LB_DTYPE_F8E4M3, w, sw, bias, y, g, error))
     return FALSE;
-  if (x->dtype != LB_DTYPE_F32 || !as_matrix (x, &g->m, &g->k, &g->xld)) {
+  g_autofree char *se = g_strdup_printf ("f32 [%" G_GINT64_FORMAT
+      "] contiguous", g->m);
+  if (!check_present (op, "sx", sx, se, error))
+    return FALSE;
+  if (sx->dtype != LB_DTYPE_F32 || sx->ndim != 1 || sx->shape[0] != g->m ||
+      !lb_tensor_is_contiguous (sx)) {
+    g_autofree char *ss = lb_tensor_shape_string (sx);
+    return lb_check_fail (error, "%s: sx is %s %s, expected %s", op,
+        lb_dtype_name (sx->dtype), ss, se);
+  }
+  return TRUE;
+}
+
+/* The checks of lb_check_gemm_fp8() under the name @op, with x of
+ * @x_dtype (f32, or e4m3 codes for gemm_fp8_q). */
+static gboolean
+check_gemm_fp8_op (const char *op, const LbTensor * x, LbDType x_dtype,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    const LbTensor * y, LbGemmGeom * g, GError ** error)
+{
+  int64_t ym, yn;
+  g_autofree char *xe = g_strdup_printf ("%s [M, K] with unit column stride",
+      lb_dtype_name (x_dtype));
+  if (!check_present (op, "x", x, xe, error))
+    return FALSE;
+  if (x->dtype != x_dtype || !as_matrix (x, &g->m, &g->k, &g->xld)) {
     g_autofree char *xs = lb_tensor_shape_string (x);
-    return lb_check_fail (error, "%s: x is %s %s, expected f32 [M, K] with "
-        "unit column stride", op, lb_dtype_name (x->dtype), xs);
+    return lb_check_fail (error, "%s: x is %s %s, expected %s", op,
+        lb_dtype_name (x->dtype), xs, xe);
   }
   g_autofree char *we = g_strdup_printf ("f8e4m3 [N, %" G_GINT64_FORMAT
       "] contiguous", g->k);
@@ -1633,6 +1688,79 @@ lb_check_residual_norm_modulate (const LbTensor * x, const LbTensor * y,
       check_scale_shift (op, scale, shift, g, error) &&
       check_out_rows (op, "out", out, x, g->m, g->d, FALSE, TRUE, &g->o_ld,
       error);
+}
+
+/**
+ * lb_check_norm_fp8:
+ * @x: f32 rows [M, D] (updated in place when @y is given)
+ * @y: (nullable): f32 rows [M, D], the residual's addend
+ * @gate: (nullable): f32 [D] or rows [M, D]; only with @y
+ * @weight: (nullable): f32 [D]
+ * @bias: (nullable): f32 [D]
+ * @scale: (nullable): f32 [D] or rows [M, D]; given with @shift
+ * @shift: (nullable): f32 [D] or rows [M, D]; given with @scale
+ * @q: %LB_DTYPE_F8E4M3 rows [M, D]: a 2-D view with unit column stride or
+ *   contiguous
+ * @sq: f32 [M] contiguous
+ * @g: (out): the rows geometry (x_ld, y_ld, g_ld for @gate, s_ld for
+ *   @scale, h_ld for @shift, o_ld for @q; 0 when broadcast or absent)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the norm_fp8 op (kernels/ops-list.h), in the order x, y,
+ * gate, weight, bias, scale, shift, q, sq, with messages such as
+ * "norm_fp8: q is f32 [4, 8], expected f8e4m3 [4, 8] with unit column
+ * stride", "norm_fp8: sq is f32 [3], expected f32 [4] contiguous",
+ * "norm_fp8: scale and shift must be given together", "norm_fp8: gate is
+ * given without y".
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_norm_fp8 (const LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    const LbTensor * scale, const LbTensor * shift, const LbTensor * q,
+    const LbTensor * sq, LbRowsGeom * g, GError ** error)
+{
+  const char *op = "norm_fp8";
+  memset (g, 0, sizeof *g);
+  if (!lb_check_rows (op, "x", x, LB_ANY, &g->m, &g->x_ld, error))
+    return FALSE;
+  g->d = x->shape[x->ndim - 1];
+  if (y && !check_out_rows (op, "y", y, x, g->m, g->d, FALSE, FALSE, &g->y_ld,
+          error))
+    return FALSE;
+  if (gate && !y)
+    return lb_check_fail (error, "%s: gate is given without y", op);
+  if (!check_gate (op, gate, g, &g->g_ld, error) ||
+      !check_norm_affine (op, weight, bias, g, error))
+    return FALSE;
+  if ((scale == NULL) != (shift == NULL))
+    return lb_check_fail (error, "%s: scale and shift must be given "
+        "together", op);
+  if (scale && !check_scale_shift (op, scale, shift, g, error))
+    return FALSE;
+  int64_t qm = 0, qd = 0;
+  g_autofree char *qe = g_strdup_printf ("f8e4m3 [%" G_GINT64_FORMAT ", %"
+      G_GINT64_FORMAT "] with unit column stride", g->m, g->d);
+  if (!check_present (op, "q", q, qe, error))
+    return FALSE;
+  if (q->dtype != LB_DTYPE_F8E4M3 || !as_matrix (q, &qm, &qd, &g->o_ld) ||
+      qm != g->m || qd != g->d) {
+    g_autofree char *qs = lb_tensor_shape_string (q);
+    return lb_check_fail (error, "%s: q is %s %s, expected %s", op,
+        lb_dtype_name (q->dtype), qs, qe);
+  }
+  g_autofree char *se = g_strdup_printf ("f32 [%" G_GINT64_FORMAT
+      "] contiguous", g->m);
+  if (!check_present (op, "sq", sq, se, error))
+    return FALSE;
+  if (sq->dtype != LB_DTYPE_F32 || sq->ndim != 1 || sq->shape[0] != g->m ||
+      !lb_tensor_is_contiguous (sq)) {
+    g_autofree char *ss = lb_tensor_shape_string (sq);
+    return lb_check_fail (error, "%s: sq is %s %s, expected %s", op,
+        lb_dtype_name (sq->dtype), ss, se);
+  }
+  return TRUE;
 }
 
 /**

@@ -68,6 +68,9 @@ gboolean lb_check_gemm_gelu_tanh (const LbTensor * x, const LbTensor * w,
 gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
     const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error);
+gboolean lb_check_gemm_fp8_q (const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    const LbTensor * y, LbGemmGeom * g, GError ** error);
 
 /**
  * LbRowsGeom:
@@ -210,6 +213,10 @@ gboolean lb_check_gated_residual_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * scale,
     const LbTensor * shift, LbRowsGeom * g, GError ** error);
 
+gboolean lb_check_norm_fp8 (const LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    const LbTensor * scale, const LbTensor * shift, const LbTensor * q,
+    const LbTensor * sq, LbRowsGeom * g, GError ** error);
 gboolean lb_check_residual_norm_modulate (const LbTensor * x,
     const LbTensor * y, const LbTensor * gate, const LbTensor * weight,
     const LbTensor * bias, const LbTensor * scale, const LbTensor * shift,

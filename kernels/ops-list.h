@@ -117,6 +117,23 @@ LB_OP (gemm_gelu_tanh)
 #define LB_OP_ARGS_gemm_fp8(A) A (IN, x) A (IN, w) A (IN, sw) A (IN, bias) \
     A (F32, alpha) A (F32, beta) A (OUT, y)
 LB_OP (gemm_fp8)
+/* @gemm_fp8_q: @gemm_fp8 with x already quantised: x %LB_DTYPE_F8E4M3
+ *   [M, K] (a 2-D view with unit column stride, or contiguous [..., K]
+ *   flattened) holding the codes and @sx f32 [M] contiguous the per-row
+ *   scales that @gemm_fp8 would compute from an f32 x (what @norm_fp8
+ *   writes: the fp8 GEMM input without a quantisation pass, docs/design/
+ *   cuda.md "Precision").  Then exactly @gemm_fp8's
+ *   `y[m, n] = ((alpha * acc) * sx[m]) * sw[n] + (beta * y[m, n] +
+ *   bias[n])` with acc the f32 sum of the code products, so gemm_fp8 (x)
+ *   and gemm_fp8_q of lb_quantize_e4m3_row() of each row of x give the
+ *   same bits on a backend.  The other operands, the geometry limits and
+ *   the errors are @gemm_fp8's under this op's name, and "gemm_fp8_q: x
+ *   is f32 [4, 8], expected f8e4m3 [M, K] with unit column stride",
+ *   "gemm_fp8_q: sx is f32 [3], expected f32 [4] contiguous".
+ */
+#define LB_OP_ARGS_gemm_fp8_q(A) A (IN, x) A (IN, sx) A (IN, w) A (IN, sw) \
+    A (IN, bias) A (F32, alpha) A (F32, beta) A (OUT, y)
+LB_OP (gemm_fp8_q)
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.  y is f32,
  *   or bf16 (the next bf16 GEMM's input, spec 1.11; it must not overlap
@@ -399,6 +416,31 @@ LB_OP (gated_residual_modulate)
     A (IN, gate) A (IN, weight) A (IN, bias) A (F32, eps) A (IN, scale) \
     A (IN, shift) A (OUT, out)
 LB_OP (residual_norm_modulate)
+/* @norm_fp8: the producer of an fp8 GEMM input (@gemm_fp8_q), one row
+ *   per pass: x f32 rows [M, D] (row-strided 2-D views accepted); when @y
+ *   is non-%NULL first in place `x += gate * y` (@gate [D], [M, D] or
+ *   %NULL for `x += y`; @gated_residual's row), then the row
+ *   `v = LN(x)` with the optional affine @weight / @bias [D] (@layer_norm's
+ *   f32 result), and when @scale and @shift are given ([D] or [M, D],
+ *   both or neither) `v = v * (1 + scale) + shift` (@modulate's), then
+ *   the row quantised as @gemm_fp8 quantises its x
+ *   (lb_quantize_e4m3_row(): `sq[m] = amax |v| / 448`, 1 for a zero row,
+ *   `q[m, k] = e4m3 (v[k] / sq[m])` nearest even, saturating) into @q
+ *   %LB_DTYPE_F8E4M3 rows [M, D] (a 2-D view with unit column stride or
+ *   contiguous; it must not overlap x) and @sq f32 [M] contiguous.  So on
+ *   a backend @norm_modulate / @layer_norm / @residual_norm_modulate into
+ *   an f32 buffer followed by @gemm_fp8, and this op followed by
+ *   @gemm_fp8_q, give the same bits; the f32 row never goes through
+ *   memory (a device computes v twice in registers: once for the amax,
+ *   once for the codes).  Errors name the op ("norm_fp8: q is f32
+ *   [4, 8], expected f8e4m3 [4, 8] with unit column stride", "norm_fp8:
+ *   sq is f32 [3], expected f32 [4] contiguous", "norm_fp8: scale and
+ *   shift must be given together").
+ */
+#define LB_OP_ARGS_norm_fp8(A) A (OUT, x) A (IN, y) A (IN, gate) \
+    A (IN, weight) A (IN, bias) A (F32, eps) A (IN, scale) A (IN, shift) \
+    A (OUT, q) A (OUT, sq)
+LB_OP (norm_fp8)
 /* @ray_map: the camera control tensor of spec 2.6-2.7, built on the
  *   stream's device from the chunk's poses: @rel_poses f32 [C, 16]
  *   contiguous (C relative camera-to-world poses, row-major 4x4, the

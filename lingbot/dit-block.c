@@ -62,6 +62,7 @@ linear_gelu (LingbotDitRank * rs, const LbTensor * x,
   return OPS->gemm_gelu_tanh (rs->s, x, l->w, TRUE, l->b, 1.0f, y, error);
 }
 
+
 /* The buffer of a GEMM input [n_local, D] (@wide false) or [n_local,
  * ffn_dim]: the rank's bf16 one where it has them (rs->a16, rs->h16), else
  * the f32 one.  The op writing it rounds to bf16 exactly as the bf16 GEMM
@@ -73,6 +74,57 @@ gemm_input (LingbotDitRank * rs, gboolean wide)
   if (wide)
     return rs->h16 ? rs->h16 : rs->h;
   return rs->a16 ? rs->a16 : rs->a;
+}
+
+/* The norm in front of the block's linear layers, into their input:
+ * `LN(x)` with the optional affine @weight / @bias, with @scale and
+ * @shift modulated, with @y after `x += y` in place (layer_norm,
+ * norm_modulate, residual_norm_modulate).  An fp8 rank with rs->a8 gets
+ * the e4m3 codes and row scales from the norm_fp8 op, which gives the
+ * codes and scales gemm_fp8 would make of the f32 output (kernels/
+ * ops-list.h), so norm_input() and linear_after_norm() give the same
+ * bits with or without rs->a8. */
+static gboolean
+norm_input (LingbotDitRank * rs, LbTensor * x, const LbTensor * y,
+    const LbTensor * weight, const LbTensor * bias, const LbTensor * scale,
+    const LbTensor * shift, GError ** error)
+{
+  const float eps = (float) rs->cfg->eps;
+  LbTensor *a = gemm_input (rs, FALSE);
+  if (rs->a8)
+    return OPS->norm_fp8 (rs->s, x, y, NULL, weight, bias, eps, scale, shift,
+        rs->a8, rs->a8s, error);
+  if (y)
+    return OPS->residual_norm_modulate (rs->s, x, y, NULL, weight, bias, eps,
+        scale, shift, a, error);
+  if (scale)
+    return OPS->norm_modulate (rs->s, x, weight, bias, eps, scale, shift, a,
+        error);
+  return OPS->layer_norm (rs->s, x, weight, bias, eps, a, error);
+}
+
+/* linear() of norm_input()'s output: gemm_fp8_q on rs->a8 (every linear
+ * of a rank with rs->a8 is e4m3), else linear() of the f32 or bf16
+ * buffer. */
+static gboolean
+linear_after_norm (LingbotDitRank * rs, const LingbotDitLinear * l,
+    float beta, LbTensor * y, GError ** error)
+{
+  if (rs->a8)
+    return OPS->gemm_fp8_q (rs->s, rs->a8, rs->a8s, l->w, l->s, l->b, 1.0f,
+        beta, y, error);
+  return linear (rs, gemm_input (rs, FALSE), l, beta, y, error);
+}
+
+/* linear_gelu() of norm_input()'s output. */
+static gboolean
+linear_gelu_after_norm (LingbotDitRank * rs, const LingbotDitLinear * l,
+    LbTensor * y, GError ** error)
+{
+  if (rs->a8)
+    return linear_after_norm (rs, l, 0.0f, rs->h, error) &&
+        OPS->gelu_tanh (rs->s, rs->h, y, error);
+  return linear_gelu (rs, gemm_input (rs, FALSE), l, y, error);
 }
 
 /* [rows, D] row r of a contiguous 2-D tensor, as a [D] view. */
@@ -374,11 +426,11 @@ trace_copy (LingbotDitRank * rs, LbTensor * dst, const LbTensor * src,
  * rounds the keys. */
 static gboolean
 value_rows (LingbotDitRank * rs, const LingbotDitBlock * b,
-    const LbTensor * a, LbTensor * vrows, GError ** error)
+    LbTensor * vrows, GError ** error)
 {
   if (vrows->dtype == LB_DTYPE_F32)
-    return linear (rs, a, &b->sa_v, 0.0f, vrows, error);
-  return linear (rs, a, &b->sa_v, 0.0f, rs->v, error) &&
+    return linear_after_norm (rs, &b->sa_v, 0.0f, vrows, error);
+  return linear_after_norm (rs, &b->sa_v, 0.0f, rs->v, error) &&
       OPS->copy (rs->s, rs->v, vrows, error);
 }
 
@@ -397,7 +449,6 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const LingbotDitBlock *b = &rs->wt.blocks[layer];
   const float eps = (float) rs->cfg->eps;
   const LingbotDitShard *sh = &rs->sh;
-  LbTensor *a = gemm_input (rs, FALSE);
   LbTensor shift, scale, q3, k3, krows, vrows;
   row_view (&shift, mod, 0);
   row_view (&scale, mod, 1);
@@ -417,31 +468,29 @@ self_attn_qkv (LingbotDitRank * rs, int layer, const LbTensor * mod,
   if (rs->overlap)
     /* k, v, q each exchanged as soon as it is ready, behind the next GEMM
      * (lingbot_dit_ulysses_send()) */
-    return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale,
-        &shift, a, error) &&
-        linear (rs, a, &b->sa_k, 0.0f, rs->k, error) &&
+    return norm_input (rs, rs->x, NULL, NULL, NULL, &scale, &shift, error) &&
+        linear_after_norm (rs, &b->sa_k, 0.0f, rs->k, error) &&
         OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
         rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
         error) &&
         lingbot_dit_ulysses_send (rs, 1, error) &&
-        value_rows (rs, b, a, &vrows, error) &&
+        value_rows (rs, b, &vrows, error) &&
         lingbot_dit_ulysses_send (rs, 2, error) &&
-        linear (rs, a, &b->sa_q, 0.0f, rs->q, error) &&
+        linear_after_norm (rs, &b->sa_q, 0.0f, rs->q, error) &&
         OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
         rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
         error) &&
         lingbot_dit_ulysses_send (rs, 0, error) &&
         lingbot_dit_ulysses_recv_wait (rs, error);
-  return OPS->norm_modulate (rs->s, rs->x, NULL, NULL, eps, &scale, &shift,
-      a, error) &&
-      linear (rs, a, &b->sa_q, 0.0f, rs->q, error) &&
+  return norm_input (rs, rs->x, NULL, NULL, NULL, &scale, &shift, error) &&
+      linear_after_norm (rs, &b->sa_q, 0.0f, rs->q, error) &&
       OPS->rms_norm_rope (rs->s, rs->q, b->sa_norm_q, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &q3,
       error) &&
-      linear (rs, a, &b->sa_k, 0.0f, rs->k, error) &&
+      linear_after_norm (rs, &b->sa_k, 0.0f, rs->k, error) &&
       OPS->rms_norm_rope (rs->s, rs->k, b->sa_norm_k, eps, rs->rope_cos_c,
       rs->rope_sin_c, sh->frames, sh->n_rows, sh->wp, 0, sh->row0, &k3,
-      error) && value_rows (rs, b, a, &vrows, error);
+      error) && value_rows (rs, b, &vrows, error);
 }
 
 static gboolean
@@ -478,7 +527,7 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const float eps = (float) rs->cfg->eps;
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
-  LbTensor *a = gemm_input (rs, FALSE), *h = gemm_input (rs, TRUE);
+  LbTensor *h = gemm_input (rs, TRUE);
   LbTensor *o = lingbot_dit_attn_out (rs);
   LbTensor gate_msa, shift_mlp, scale_mlp, gate_mlp, q3, o3, ck, cv;
   row_view (&gate_msa, mod, 2);
@@ -499,9 +548,9 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     return FALSE;
 
   /* cross-attention, ungated */
-  if (!OPS->layer_norm (rs->s, rs->x, b->norm3_w, b->norm3_b, eps, a,
+  if (!norm_input (rs, rs->x, NULL, b->norm3_w, b->norm3_b, NULL, NULL,
           error) ||
-      !linear (rs, a, &b->ca_q, 0.0f, rs->q, error) ||
+      !linear_after_norm (rs, &b->ca_q, 0.0f, rs->q, error) ||
       !OPS->rms_norm (rs->s, rs->q, b->ca_norm_q, eps, rs->q, error) ||
       !OPS->attention (rs->s, &q3, &ck, &cv, NULL, NULL, scale, &o3, error) ||
       !linear (rs, o, &b->ca_o, 0.0f, rs->t1, error) ||
@@ -510,9 +559,9 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
 
   /* the cross-attention's residual and the FFN's norm in one op, then the
    * FFN (h: the GELU's output, rs->h or rs->h16) */
-  return OPS->residual_norm_modulate (rs->s, rs->x, rs->t1, NULL, NULL, NULL,
-      eps, &scale_mlp, &shift_mlp, a, error) &&
-      linear_gelu (rs, a, &b->ffn0, h, error) &&
+  return norm_input (rs, rs->x, rs->t1, NULL, NULL, &scale_mlp, &shift_mlp,
+      error) &&
+      linear_gelu_after_norm (rs, &b->ffn0, h, error) &&
       linear (rs, h, &b->ffn2, 0.0f, rs->t1, error) &&
       trace_copy (rs, rs->trace_ffn, rs->t1, error) &&
       OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_mlp, error);
@@ -578,13 +627,12 @@ gboolean
 lingbot_dit_head_forward (LingbotDitRank * rs, const LbTensor * head_mod,
     GError ** error)
 {
-  LbTensor shift, scale, *a = gemm_input (rs, FALSE);
+  LbTensor shift, scale;
   row_view (&shift, head_mod, 0);
   row_view (&scale, head_mod, 1);
   if (rs->sh.n_local > 0 &&
-      (!OPS->norm_modulate (rs->s, rs->x, NULL, NULL, (float) rs->cfg->eps,
-              &scale, &shift, a, error) ||
-          !linear (rs, a, &rs->wt.head, 0.0f, rs->z, error)))
+      (!norm_input (rs, rs->x, NULL, NULL, NULL, &scale, &shift, error) ||
+          !linear_after_norm (rs, &rs->wt.head, 0.0f, rs->z, error)))
     return FALSE;
   if (rs->sh.n_ranks > 1)
     return lingbot_dit_ulysses_gather_z (rs, error);

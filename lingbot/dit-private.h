@@ -147,6 +147,13 @@ typedef struct
    * LINGBOT_DIT_GEMM_INPUTS=f32 (the f32 inputs rounded by the GEMM: the
    * same bits, kept to compare) */
   LbTensor *a16, *h16;
+  /* the fp8 GEMM input of the layers after a norm on a device rank in
+   * LB_MATH_FP8 (every linear w e4m3): a8 [n_local, D] e4m3 codes and
+   * a8s [n_local] f32 row scales, written by the norm_fp8 op and read by
+   * gemm_fp8_q (no f32 round trip, no quantisation pass per GEMM); NULL
+   * otherwise, and with LINGBOT_DIT_GEMM_INPUTS=f32 (the f32 norm output
+   * quantised by each gemm_fp8: the same bits, kept to compare) */
+  LbTensor *a8, *a8s;
 
   /* Ulysses scratch (n_ranks > 1) */
   LbTensor *send;               /* [n_local * D] */

@@ -397,13 +397,23 @@ lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
 }
 
 /* rs->a16 and rs->h16 (dit-private.h) where the rank's GEMM weights are
- * bf16, unless LINGBOT_DIT_GEMM_INPUTS is "f32". */
+ * bf16, rs->a8 and rs->a8s where they are e4m3, unless
+ * LINGBOT_DIT_GEMM_INPUTS is "f32". */
 static gboolean
 gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
 {
   const char *env = g_getenv ("LINGBOT_DIT_GEMM_INPUTS");
-  if (lingbot_dit_is_host (rs->s) || rs->s->math != LB_MATH_BF16 ||
-      g_strcmp0 (env, "f32") == 0)
+  if (lingbot_dit_is_host (rs->s) || g_strcmp0 (env, "f32") == 0)
+    return TRUE;
+  if (rs->s->math == LB_MATH_FP8) {
+    const int64_t q_shape[2] = { rs->sh.n_local, rs->cfg->dim };
+    const int64_t s_shape[1] = { rs->sh.n_local };
+    return (rs->a8 = lb_tensor_new_on (rs->s, LB_DTYPE_F8E4M3, 2, q_shape,
+            error)) != NULL &&
+        (rs->a8s = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 1, s_shape,
+            error)) != NULL;
+  }
+  if (rs->s->math != LB_MATH_BF16)
     return TRUE;
   const int64_t a_shape[2] = { rs->sh.n_local, rs->cfg->dim };
   const int64_t h_shape[2] = { rs->sh.n_local, rs->cfg->ffn_dim };
@@ -439,7 +449,11 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
  * without a conversion; LINGBOT_DIT_GEMM_INPUTS=f32 keeps the f32 inputs,
  * which give the same bits); it then has no f32 attention output rs->o
  * (the attention writes rs->a16) and no f32 FFN hidden rs->h
- * (gemm_gelu_tanh writes rs->h16).
+ * (gemm_gelu_tanh writes rs->h16).  A device rank in %LB_MATH_FP8 gets
+ * the e4m3 input of the layers after each norm instead (rs->a8 codes and
+ * rs->a8s row scales, written by the norm_fp8 op and read by gemm_fp8_q;
+ * LINGBOT_DIT_GEMM_INPUTS=f32 again keeps the f32 norm output, which
+ * gives the same bits).
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -541,7 +555,8 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   const int L = rs->cfg ? rs->cfg->num_layers : 0;
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
-    &rs->a16, &rs->h16, &rs->ctl, &rs->rope_cos, &rs->rope_sin, &rs->rope_cos_c,
+    &rs->a16, &rs->h16, &rs->a8, &rs->a8s, &rs->ctl, &rs->rope_cos,
+    &rs->rope_sin, &rs->rope_cos_c,
     &rs->rope_sin_c, &rs->rope_host, &rs->rope_dev, &rs->send, &rs->q_r,
     &rs->k_r, &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16,
     &rs->recv16, &rs->q16, &rs->z_rm, &rs->z_full, &rs->ones,

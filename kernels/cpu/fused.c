@@ -309,3 +309,72 @@ lb_cpu_residual_norm_modulate (LbStream * s, LbTensor * x,
   }
   return TRUE;
 }
+
+/**
+ * lb_cpu_norm_fp8:
+ * @s: a CPU stream
+ * @x: f32 rows [M, D]; updated in place (`x += gate * y`) when @y is given
+ * @y: (nullable): f32 rows [M, D]
+ * @gate: (nullable): f32 [D] or rows [M, D] (only with @y)
+ * @weight: (nullable): f32 [D], LayerNorm gain
+ * @bias: (nullable): f32 [D], LayerNorm bias
+ * @eps: added to the variance
+ * @scale: (nullable): f32 [D] or rows [M, D] (given with @shift)
+ * @shift: (nullable): f32 [D] or rows [M, D]
+ * @q: %LB_DTYPE_F8E4M3 rows [M, D], the codes
+ * @sq: f32 [M], the rows' scales
+ * @error: %LB_ERROR_SHAPE on mismatched operands (lb_check_norm_fp8())
+ *
+ * The oracle of norm_fp8 (kernels/ops-list.h): per row the row kernels of
+ * lb_cpu_residual_norm_modulate() (with @y), lb_cpu_norm_modulate() (with
+ * @scale) or lb_cpu_layer_norm() on the whole row into a row buffer, then
+ * lb_quantize_e4m3_row() of it, which is what lb_cpu_gemm_fp8() does to
+ * the f32 rows those ops write: bit for bit the pair.  The row buffers
+ * (one per thread, D floats) are allocated by the call.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_norm_fp8 (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    float eps, const LbTensor * scale, const LbTensor * shift, LbTensor * q,
+    LbTensor * sq, GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_check_devices (LB_CPU_DEVICE, "norm_fp8", error, "x", x, "y", y,
+          "gate", gate, "weight", weight, "bias", bias, "scale", scale,
+          "shift", shift, "q", q, "sq", sq, NULL) ||
+      !lb_check_norm_fp8 (x, y, gate, weight, bias, scale, shift, q, sq, &g,
+          error))
+    return FALSE;
+  const int64_t m = g.m, d = g.d;
+  (void) s;
+  if (m == 0)
+    return TRUE;
+  float *xd = x->data, *sqd = sq->data;
+  const float *yd = y ? y->data : NULL, *gd = gate ? gate->data : NULL;
+  const float *wd = weight ? weight->data : NULL;
+  const float *bd = bias ? bias->data : NULL;
+  const float *sd = scale ? scale->data : NULL;
+  const float *hd = shift ? shift->data : NULL;
+  uint8_t *qd = q->data;
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
+#pragma omp parallel if (m * d >= PAR_MIN_ELEMS)
+  {
+    g_autofree float *v = g_new (float, MAX (d, 1));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+      float *xr = xd + i * g.x_ld;
+      if (yd)
+        rk->gated_residual (xr, yd + i * g.y_ld, gd ? gd + i * g.g_ld : NULL,
+            d);
+      if (d > 0) {
+        lb_cpu_layer_norm_row (xr, wd, bd, eps, v, d);
+        if (sd)
+          rk->modulate (v, sd + i * g.s_ld, hd + i * g.h_ld, v, d);
+      }
+      lb_quantize_e4m3_row (v, d, qd + i * g.o_ld, &sqd[i]);
+    }
+  }
+  return TRUE;
+}

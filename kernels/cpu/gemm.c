@@ -266,6 +266,28 @@ dot_e4m3 (const uint8_t * a, const uint8_t * b, int64_t k, const float *lut)
       ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* The rows of the fp8 GEMM on quantised x (@xq [M, K] codes, row stride
+ * @xqld, row scales @sx): `acc` by dot_e4m3(), then
+ * `((alpha acc) sx[i]) sw[j]` plus `b * y` where @b (gemm_prologue()'s
+ * beta, the bias already in y) is not 0. */
+static void
+fp8_rows (const LbGemmGeom * g, const uint8_t * xq, int64_t xqld,
+    const float *sx, const uint8_t * wd, const float *swd, float alpha,
+    float b, float *yd)
+{
+  const int64_t m = g->m, n = g->n, k = g->k, yld = g->yld;
+  const float *lut = e4m3_table ();
+#pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
+  for (int64_t i = 0; i < m; i++) {
+    float *row = yd + i * yld;
+    for (int64_t j = 0; j < n; j++) {
+      const float acc = dot_e4m3 (xq + i * xqld, wd + j * k, k, lut);
+      const float v = ((alpha * acc) * sx[i]) * swd[j];
+      row[j] = b == 0.0f ? v : v + b * row[j];
+    }
+  }
+}
+
 /**
  * lb_cpu_gemm_fp8:
  * @s: a CPU stream
@@ -299,27 +321,58 @@ lb_cpu_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
       !lb_check_devices (LB_CPU_DEVICE, "gemm_fp8", error, "x", x, "w", w,
           "sw", sw, "bias", bias, "y", y, NULL))
     return FALSE;
-  const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld, xld = g.xld;
+  const int64_t m = g.m, k = g.k, xld = g.xld;
   float *yd = y->data;
   float b;
   (void) s;
   if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
     return TRUE;
 
-  const float *lut = e4m3_table ();
-  const float *xd = x->data, *swd = sw->data;
-  const uint8_t *wd = w->data;
+  const float *xd = x->data;
   g_autofree uint8_t *xq = g_malloc ((gsize) (m * k));
   g_autofree float *sx = g_new (float, m);
-#pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
-  for (int64_t i = 0; i < m; i++) {
+#pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
+  for (int64_t i = 0; i < m; i++)
     lb_quantize_e4m3_row (xd + i * xld, k, xq + i * k, &sx[i]);
-    float *row = yd + i * yld;
-    for (int64_t j = 0; j < n; j++) {
-      const float acc = dot_e4m3 (xq + i * k, wd + j * k, k, lut);
-      const float v = ((alpha * acc) * sx[i]) * swd[j];
-      row[j] = b == 0.0f ? v : v + b * row[j];
-    }
-  }
+  fp8_rows (&g, xq, k, sx, w->data, sw->data, alpha, b, yd);
+  return TRUE;
+}
+
+/**
+ * lb_cpu_gemm_fp8_q:
+ * @s: a CPU stream
+ * @x: [M, K] %LB_DTYPE_F8E4M3 codes (or contiguous [..., K], flattened)
+ * @sx: [M] float32: x's per-row scales
+ * @w: [N, K] %LB_DTYPE_F8E4M3 contiguous (PyTorch Linear layout)
+ * @sw: [N] float32: w's per-output-channel scales
+ * @bias: (nullable): [N] float32
+ * @alpha: scale of the product
+ * @beta: scale of the previous content of @y (0 ignores it, NaN included)
+ * @y: [M, N] float32 output
+ * @error: %LB_ERROR_SHAPE on mismatched operands (lb_check_gemm_fp8_q())
+ *
+ * lb_cpu_gemm_fp8() on an x already quantised (kernels/ops-list.h
+ * @gemm_fp8_q): the same dot products and epilogue, so it gives the bits
+ * of lb_cpu_gemm_fp8() on any f32 x whose rows lb_quantize_e4m3_row()
+ * turns into @x and @sx.  Allocates nothing.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_gemm_fp8_q (LbStream * s, const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    float alpha, float beta, LbTensor * y, GError ** error)
+{
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8_q (x, sx, w, sw, bias, y, &g, error) ||
+      !lb_check_devices (LB_CPU_DEVICE, "gemm_fp8_q", error, "x", x, "sx", sx,
+          "w", w, "sw", sw, "bias", bias, "y", y, NULL))
+    return FALSE;
+  float *yd = y->data;
+  float b;
+  (void) s;
+  if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
+    return TRUE;
+  fp8_rows (&g, x->data, g.xld, sx->data, w->data, sw->data, alpha, b, yd);
   return TRUE;
 }

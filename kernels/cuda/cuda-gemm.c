@@ -609,6 +609,46 @@ lingbot_backend_cuda_gemm_stats (guint64 * gelu_epilogue_runs,
   g_mutex_unlock (&stats_lock);
 }
 
+/* The FP8 units' limits (docs/design/cuda.md "Precision"): compute
+ * capability 8.9 or later, K and N multiples of 16; errors name @op. */
+static gboolean
+fp8_supported (LbCudaStream * cs, const char *op, int64_t k, int64_t n,
+    GError ** error)
+{
+  if (cs->cc < 89) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "%s: FP8 GEMMs need "
+        "a GPU of compute capability 8.9 or later (Ada, Hopper); device %d "
+        "is %d.%d: use precision bf16", op, cs->device, cs->cc / 10,
+        cs->cc % 10);
+    return FALSE;
+  }
+  if (k % 16 != 0 || n % 16 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "%s: K = %"
+        G_GINT64_FORMAT " and N = %" G_GINT64_FORMAT " must be multiples of "
+        "16 (cuBLASLt FP8)", op, k, n);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* One block of @nr rows of the fp8 GEMM on quantised x (@xq codes, row
+ * stride @xqld, row scales @sx): the cuBLASLt FP8 matmul into @acc (ld
+ * @ald; it may be @y itself when beta is 0), then the epilogue
+ * `y = ((alpha acc) sx) sw + (beta y + bias)` into @y (ld @yld); @what
+ * names the epilogue in a launch error. */
+static gboolean
+fp8_product (LbStream * s, const char *what, const guint8 * xq, int64_t xqld,
+    const float *sx, int64_t nr, int64_t n, int64_t k, const LbTensor * w,
+    const LbTensor * sw, const LbTensor * bias, float alpha, float beta,
+    float *acc, int64_t ald, float *y, int64_t yld, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  return gemm_rm_typed (s, FALSE, TRUE, nr, n, k, alpha, xq, CUDA_R_8F_E4M3,
+      xqld, w->data, CUDA_R_8F_E4M3, k, NULL, 0.0f, acc, ald, error) &&
+      lb_cuda_check (lb_cuda_launch_fp8_epilogue (cs->stream, acc, ald, nr, n,
+          sx, sw->data, bias ? bias->data : NULL, beta, y, yld), what, error);
+}
+
 /**
  * lb_cuda_gemm_fp8:
  *
@@ -643,18 +683,8 @@ lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
   float *yd = y->data;
   if (k == 0 || alpha == 0.0f)
     return no_product (cs, &g, bias, beta, y, "gemm_fp8 (K = 0)", error);
-  if (cs->cc < 89) {
-    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "gemm_fp8: FP8 GEMMs need "
-        "a GPU of compute capability 8.9 or later (Ada, Hopper); device %d "
-        "is %d.%d: use precision bf16", cs->device, cs->cc / 10, cs->cc % 10);
+  if (!fp8_supported (cs, "gemm_fp8", k, n, error))
     return FALSE;
-  }
-  if (k % 16 != 0 || n % 16 != 0) {
-    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "gemm_fp8: K = %"
-        G_GINT64_FORMAT " and N = %" G_GINT64_FORMAT " must be multiples of "
-        "16 (cuBLASLt FP8)", k, n);
-    return FALSE;
-  }
   const int64_t per_row = MAX (k, beta != 0.0f ? 4 * n : 0);
   const int64_t rows = CLAMP ((int64_t) LB_CUDA_SCRATCH_LIMIT / per_row, 1,
       m);
@@ -678,12 +708,69 @@ lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x, const LbTensor * w,
     ok = lb_cuda_check (lb_cuda_launch_quantize_e4m3_rows (cs->stream,
             (const float *) x->data + r0 * g.xld, g.xld, nr, k, scr, k, sx),
         "gemm_fp8 (quantisation of x)", error) &&
-        gemm_rm_typed (s, FALSE, TRUE, nr, n, k, alpha, scr, CUDA_R_8F_E4M3,
-        k, w->data, CUDA_R_8F_E4M3, k, NULL, 0.0f, ab, ald, error) &&
-        lb_cuda_check (lb_cuda_launch_fp8_epilogue (cs->stream, ab, ald, nr,
-            n, sx, sw->data, bias ? bias->data : NULL, beta, yb, yld),
-        "gemm_fp8 (epilogue)", error);
+        fp8_product (s, "gemm_fp8 (epilogue)", scr, k, sx, nr, n, k, w, sw,
+        bias, alpha, beta, ab, ald, yb, yld, error);
   }
   lb_cuda_scratch_release (s, scr);
+  return ok;
+}
+
+/**
+ * lb_cuda_gemm_fp8_q:
+ *
+ * Same contract and argument messages as lb_cpu_gemm_fp8_q()
+ * (kernels/ops-list.h @gemm_fp8_q): lb_cuda_gemm_fp8() without its
+ * quantisation pass, on codes and row scales written by the op before it
+ * (norm_fp8).  The cuBLASLt FP8 matmul reads the codes where they are, so
+ * their row stride must be a multiple of 16 too ("gemm_fp8_q: x's row
+ * stride 24 must be a multiple of 16 (cuBLASLt FP8)"); with beta 0 the
+ * matmul writes y and the epilogue rescales it in place, with beta not 0
+ * the product goes through pool scratch a block of rows at a time (at
+ * most min(M, 32 Mi / 4 N) rows).  Other errors as lb_cuda_gemm_fp8()'s
+ * under this op's name.  Asynchronous on the stream.
+ */
+gboolean
+lb_cuda_gemm_fp8_q (LbStream * s, const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    float alpha, float beta, LbTensor * y, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8_q (x, sx, w, sw, bias, y, &g, error) ||
+      !lb_cuda_check_devices (s, "gemm_fp8_q", error, "x", x, "sx", sx, "w",
+          w, "sw", sw, "bias", bias, "y", y, NULL))
+    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k, yld = g.yld;
+  if (m == 0 || n == 0)
+    return TRUE;
+  if (k == 0 || alpha == 0.0f)
+    return no_product (cs, &g, bias, beta, y, "gemm_fp8_q (K = 0)", error);
+  if (!fp8_supported (cs, "gemm_fp8_q", k, n, error))
+    return FALSE;
+  if (m > 1 && g.xld % 16 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "gemm_fp8_q: x's row "
+        "stride %" G_GINT64_FORMAT " must be a multiple of 16 (cuBLASLt FP8)",
+        g.xld);
+    return FALSE;
+  }
+  const guint8 *xq = x->data;
+  const float *sxd = sx->data;
+  float *yd = y->data;
+  if (beta == 0.0f)
+    return fp8_product (s, "gemm_fp8_q (epilogue)", xq, g.xld, sxd, m, n, k, w,
+        sw, bias, alpha, beta, yd, yld, yd, yld, error);
+  const int64_t rows = CLAMP ((int64_t) LB_CUDA_SCRATCH_LIMIT / (4 * n), 1,
+      m);
+  float *acc = lb_cuda_scratch (s, (gsize) (rows * n) * 4, error);
+  if (acc == NULL)
+    return FALSE;
+  gboolean ok = TRUE;
+  for (int64_t r0 = 0; ok && r0 < m; r0 += rows) {
+    const int64_t nr = MIN (rows, m - r0);
+    ok = fp8_product (s, "gemm_fp8_q (epilogue)", xq + r0 * g.xld, g.xld,
+        sxd + r0, nr, n, k, w, sw, bias, alpha, beta, acc, n, yd + r0 * yld,
+        yld, error);
+  }
+  lb_cuda_scratch_release (s, acc);
   return ok;
 }

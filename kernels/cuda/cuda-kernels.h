@@ -58,6 +58,17 @@ extern "C"
       int64_t gld, const float *w, const float *b, float eps,
       const float *scale, int64_t sld, const float *shift, int64_t hld,
       void *y, int y_bf16, int64_t yld, int64_t m, int64_t d);
+/* The norm_fp8 op: the row of lb_cuda_launch_residual_norm_modulate()
+ * (@ry NULL: no residual; @scale NULL: no modulation) computed twice in
+ * registers, first for its amax, then quantised to e4m3 codes q [m, d]
+ * (row stride qld) with the row scales sq [m] (amax / 448, 1 for a zero
+ * row), the formulas of lb_cuda_launch_quantize_e4m3_rows().  q must not
+ * overlap x. */
+  cudaError_t lb_cuda_launch_norm_fp8 (cudaStream_t st, float *x,
+      int64_t xld, const float *ry, int64_t ryld, const float *gate,
+      int64_t gld, const float *w, const float *b, float eps,
+      const float *scale, int64_t sld, const float *shift, int64_t hld,
+      uint8_t * q, int64_t qld, float *sq, int64_t m, int64_t d);
   cudaError_t lb_cuda_launch_rms_norm (cudaStream_t st, const float *x,
       int64_t xld, const float *w, float eps, float *y, int64_t yld, int64_t m,
       int64_t d);

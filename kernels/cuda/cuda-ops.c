@@ -731,6 +731,27 @@ cuda_residual_norm_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
       "residual_norm_modulate", error);
 }
 
+/* the fp8 GEMM input's producer (kernels-norm.cu) */
+static gboolean
+cuda_norm_fp8 (LbStream * s, LbTensor * x, const LbTensor * y,
+    const LbTensor * gate, const LbTensor * weight, const LbTensor * bias,
+    float eps, const LbTensor * scale, const LbTensor * shift, LbTensor * q,
+    LbTensor * sq, GError ** error)
+{
+  LbRowsGeom g;
+  if (!lb_cuda_check_devices (s, "norm_fp8", error, "x", x, "y", y, "gate",
+          gate, "weight", weight, "bias", bias, "scale", scale, "shift",
+          shift, "q", q, "sq", sq, NULL) ||
+      !lb_check_norm_fp8 (x, y, gate, weight, bias, scale, shift, q, sq, &g,
+          error))
+    return FALSE;
+  return launched (lb_cuda_launch_norm_fp8 (stream_of (s), x->data, g.x_ld,
+          y ? y->data : NULL, g.y_ld, gate ? gate->data : NULL, g.g_ld,
+          weight ? weight->data : NULL, bias ? bias->data : NULL, eps,
+          scale ? scale->data : NULL, g.s_ld, shift ? shift->data : NULL,
+          g.h_ld, q->data, g.o_ld, sq->data, g.m, g.d), "norm_fp8", error);
+}
+
 static gboolean
 cuda_gated_residual_modulate (LbStream * s, LbTensor * x, const LbTensor * y,
     const LbTensor * gate, const LbTensor * scale, const LbTensor * shift,
@@ -772,6 +793,7 @@ const LbOps lb_cuda_ops = {
   .gemm = lb_cuda_gemm,
   .gemm_gelu_tanh = lb_cuda_gemm_gelu_tanh,
   .gemm_fp8 = lb_cuda_gemm_fp8,
+  .gemm_fp8_q = lb_cuda_gemm_fp8_q,
   .layer_norm = cuda_layer_norm,
   .rms_norm = cuda_rms_norm,
   .modulate = cuda_modulate,
@@ -800,5 +822,6 @@ const LbOps lb_cuda_ops = {
   .rms_norm_rope = cuda_rms_norm_rope,
   .gated_residual_modulate = cuda_gated_residual_modulate,
   .residual_norm_modulate = cuda_residual_norm_modulate,
+  .norm_fp8 = cuda_norm_fp8,
   .ray_map = cuda_ray_map,
 };

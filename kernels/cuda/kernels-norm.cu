@@ -11,9 +11,30 @@
  */
 #include "kernels/cuda/kernels-common.cuh"
 
+#include <cuda_fp8.h>
+
 using namespace lbk;
 
 namespace {
+
+/* Element j of the normalised row (layer_norm's float output, then with
+ * @scr the modulation `a * (1 + scr[j]) + shr[j]`): one expression that
+ * layer_norm_kernel and norm_fp8_kernel both evaluate, so they agree to
+ * the bit. */
+__device__ __forceinline__ float
+ln_value (const float *xr, int64_t j, double mean, double rstd, const float *w,
+    const float *b, const float *scr, const float *shr)
+{
+  double t = (xr[j] - mean) * rstd;
+  if (w)
+    t *= w[j];
+  if (b)
+    t += b[j];
+  float a = (float)t; /* layer_norm's output */
+  if (scr)
+    a = a * (1.0f + scr[j]) + shr[j];
+  return a;
+}
 
 /* Rows are spread over blockIdx.x with a stride (grids up to 2^31-1).
  * With @ry first the gated residual (residual_norm_modulate), then the
@@ -43,17 +64,52 @@ layer_norm_kernel (float *x, int64_t xld, const float *ry, int64_t ryld,
     row_mean_rstd (xr, d, eps, red, &mean, &rstd);
     /* y may be x (f32): every thread has read its elements of the row
      * above, and each element is rewritten by the thread that read it. */
+    const float *scr = sc ? sc + i * sld : NULL;
+    const float *shr = sc ? sh + i * hld : NULL;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      store_from_float (yr + j, ln_value (xr, j, mean, rstd, w, b, scr, shr));
+  }
+}
+
+/* layer_norm_kernel's row (with @ry the residual first), its amax
+ * (NaN ignored) over the block, then the row again into e4m3 codes with
+ * the scale `amax / 448` (1 for a zero row): quantize_rows' formulas
+ * (kernels-fp8.cu), so the codes are those gemm_fp8 makes of the f32 row
+ * layer_norm_kernel writes. */
+__global__ void
+norm_fp8_kernel (float *x, int64_t xld, const float *ry, int64_t ryld,
+    const float *rg, int64_t rgld, const float *w, const float *b, float eps,
+    const float *sc, int64_t sld, const float *sh, int64_t hld,
+    __nv_fp8_storage_t *q, int64_t qld, float *sq, int64_t m, int64_t d)
+{
+  __shared__ double red[32];
+  __shared__ float redf[32];
+  for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+    float *xr = x + i * xld;
+    if (ry)
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        const float v = ry[i * ryld + j];
+        xr[j] += rg ? v * rg[i * rgld + j] : v;
+      }
+    double mean = 0.0, rstd = 0.0;
+    if (d > 0)
+      row_mean_rstd (xr, d, eps, red, &mean, &rstd);
+    const float *scr = sc ? sc + i * sld : NULL;
+    const float *shr = sc ? sh + i * hld : NULL;
+    float amax = 0.0f;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      double t = (xr[j] - mean) * rstd;
-      if (w)
-        t *= w[j];
-      if (b)
-        t += b[j];
-      float a = (float)t; /* layer_norm's output */
-      if (sc)
-        a = a * (1.0f + sc[i * sld + j]) + sh[i * hld + j];
-      store_from_float (yr + j, a);
+      const float a = fabsf (ln_value (xr, j, mean, rstd, w, b, scr, shr));
+      amax = a > amax ? a : amax; /* NaN ignored, as on the CPU */
     }
+    amax = block_max (amax, redf);
+    const float scale = amax == 0.0f ? 1.0f : __fdiv_rn (amax, 448.0f);
+    if (threadIdx.x == 0)
+      sq[i] = scale;
+    __nv_fp8_storage_t *qr = q + i * qld;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      qr[j] = __nv_cvt_float_to_fp8 (
+          __fdiv_rn (ln_value (xr, j, mean, rstd, w, b, scr, shr), scale),
+          __NV_SATFINITE, __NV_E4M3);
   }
 }
 
@@ -143,6 +199,21 @@ lb_cuda_launch_residual_norm_modulate (cudaStream_t st, float *x, int64_t xld,
     layer_norm_kernel<float><<<row_grid (m), kThreads, 0, st>>> (x, xld, ry,
         ryld, gate, gld, w, b, eps, scale, sld, shift, hld, (float *)y, yld, m,
         d);
+  return cudaGetLastError ();
+}
+
+extern "C" cudaError_t
+lb_cuda_launch_norm_fp8 (cudaStream_t st, float *x, int64_t xld,
+    const float *ry, int64_t ryld, const float *gate, int64_t gld,
+    const float *w, const float *b, float eps, const float *scale, int64_t sld,
+    const float *shift, int64_t hld, uint8_t *q, int64_t qld, float *sq,
+    int64_t m, int64_t d)
+{
+  if (m <= 0)
+    return cudaSuccess;
+  norm_fp8_kernel<<<row_grid (m), kThreads, 0, st>>> (x, xld, ry, ryld, gate,
+      gld, w, b, eps, scale, sld, shift, hld, (__nv_fp8_storage_t *)q, qld, sq,
+      m, d);
   return cudaGetLastError ();
 }
 

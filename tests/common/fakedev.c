@@ -35,6 +35,7 @@ typedef struct
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
+  gint n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
   gint n_conv_bf16_x, n_norm_bf16_y;
   gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
   GHashTable *host;             /* host_alloc blocks: ptr -> size */
@@ -284,7 +285,7 @@ rec_tensor (FakeCall * c, int k, const LbTensor * t)
 /* ops: check residency, then the CPU kernel on host-labelled descriptors   */
 /* ------------------------------------------------------------------------ */
 
-/* Up to 8 tensor arguments per op; an argument whose pointer equals an
+/* Up to OP_CALL_MAX_TENSORS tensor arguments per op; an argument whose pointer equals an
  * earlier one maps to the same host descriptor (in-place calls stay
  * in-place for the CPU kernel's aliasing checks). */
 typedef struct
@@ -293,8 +294,8 @@ typedef struct
   const char *op;
   gboolean ok;
   int n;
-  const LbTensor *orig[8];
-  LbTensor host[8];
+  const LbTensor *orig[OP_CALL_MAX_TENSORS];
+  LbTensor host[OP_CALL_MAX_TENSORS];
 } Args;
 
 /* The bytes a view can touch: from its lowest to its highest element,
@@ -327,7 +328,7 @@ arg (Args * a, const LbTensor * t)
   for (int i = 0; i < a->n; i++)
     if (a->orig[i] == t)
       return &a->host[i];
-  g_assert (a->n < 8);
+  g_assert (a->n < OP_CALL_MAX_TENSORS);
   const guint8 *span;
   gsize span_bytes;
   view_span (t, &span, &span_bytes);
@@ -368,7 +369,8 @@ count_conv (LbStream * s)
 }
 
 /* the bf16 operands the counters follow (FakeDevStats): gemm's x is its
- * first tensor, attention's q its first and out its last */
+ * first tensor, attention's q its first and out its last; and the fp8
+ * GEMMs and their norm_fp8 producer */
 static void
 count_bf16 (OpId op, const Args * a)
 {
@@ -380,6 +382,12 @@ count_bf16 (OpId op, const Args * a)
   if (op == OP_attention && a->n > 0 &&
       a->host[a->n - 1].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_attention_bf16_out);
+  if (op == OP_gemm_fp8)
+    g_atomic_int_inc (&fake.n_gemm_fp8);
+  if (op == OP_gemm_fp8_q)
+    g_atomic_int_inc (&fake.n_gemm_fp8_q);
+  if (op == OP_norm_fp8)
+    g_atomic_int_inc (&fake.n_norm_fp8);
   if (op == OP_conv3d_causal && a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_conv_bf16_x);
   if (op == OP_channel_rms_norm && a->n > 0 &&
@@ -741,6 +749,9 @@ fakedev_stats (void)
   st.n_gemm_bf16_x = g_atomic_int_get (&fake.n_gemm_bf16_x);
   st.n_attention_bf16_q = g_atomic_int_get (&fake.n_attention_bf16_q);
   st.n_attention_bf16_out = g_atomic_int_get (&fake.n_attention_bf16_out);
+  st.n_gemm_fp8 = g_atomic_int_get (&fake.n_gemm_fp8);
+  st.n_gemm_fp8_q = g_atomic_int_get (&fake.n_gemm_fp8_q);
+  st.n_norm_fp8 = g_atomic_int_get (&fake.n_norm_fp8);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);

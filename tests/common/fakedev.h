@@ -38,6 +38,9 @@ G_BEGIN_DECLS
  * @n_h2d_pinned: host-to-device copies whose source lies in host_alloc
  *   memory (page-locked on CUDA); the others read pageable memory
  * @n_d2h_pinned: device-to-host copies into host_alloc memory
+ * @n_gemm_fp8: gemm_fp8 calls (f32 x, quantised by the GEMM)
+ * @n_gemm_fp8_q: gemm_fp8_q calls (x already e4m3 codes and row scales)
+ * @n_norm_fp8: norm_fp8 calls (a norm writing e4m3 codes and row scales)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -59,6 +62,7 @@ typedef struct
   int n_conv_bf16_x, n_norm_bf16_y;
   int n_allocs, n_h2d_pinned, n_d2h_pinned;
   int n_capture_fails;
+  int n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

@@ -31,7 +31,7 @@ typedef enum
 } OpArgKind;
 
 #define OP_CALL_MAX_ARGS 12
-#define OP_CALL_MAX_TENSORS 8
+#define OP_CALL_MAX_TENSORS 10
 #define OP_CALL_MAX_FLOATS 4
 #define OP_CALL_MAX_INTS 8
 

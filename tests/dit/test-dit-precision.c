@@ -1019,6 +1019,55 @@ test_bf16_gemm_inputs (void)
   lingbot_dit_unref (m);
 }
 
+/* Issue 3.2 item 5: a device rank in fp8 takes the input of the linear
+ * layers after each norm (self-attention q, k, v; cross-attention q; the
+ * FFN's first layer; the head) as e4m3 codes and row scales written by
+ * the norm_fp8 op, and gemm_fp8_q reads them without a quantisation pass.
+ * That gives the bits of the f32 norm output quantised by each gemm_fp8
+ * (LINGBOT_DIT_GEMM_INPUTS=f32): on 1 and 2 ranks and with the exchanges
+ * overlapped, dit_tiny gives the same bytes both ways; every gemm_fp8_q
+ * call replaces one gemm_fp8, and only the first way makes any. */
+static void
+test_fp8_gemm_inputs (void)
+{
+  for (int run = 0; run < 3; run++) {
+    const int n_ranks = run == 0 ? 1 : 2;
+    if (run == 2) {
+      g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+      g_setenv ("LINGBOT_COMM_OUT_GROUPS", "2", TRUE);
+    }
+    const FakeDevStats st0 = fakedev_stats ();
+    g_autoptr (GByteArray) b8 = run_random (dit, n_ranks, LB_MATH_FP8);
+    const FakeDevStats st1 = fakedev_stats ();
+    g_setenv ("LINGBOT_DIT_GEMM_INPUTS", "f32", TRUE);
+    g_autoptr (GByteArray) b32 = run_random (dit, n_ranks, LB_MATH_FP8);
+    g_unsetenv ("LINGBOT_DIT_GEMM_INPUTS");
+    const FakeDevStats st2 = fakedev_stats ();
+    g_unsetenv ("LINGBOT_COMM_OVERLAP");
+    g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+    g_assert_cmpuint (b8->len, ==, b32->len);
+    g_assert_true (memcmp (b8->data, b32->data, b8->len) == 0);
+    const int q8 = st1.n_gemm_fp8_q - st0.n_gemm_fp8_q;
+    const int norms8 = st1.n_norm_fp8 - st0.n_norm_fp8;
+    const int g8 = st1.n_gemm_fp8 - st0.n_gemm_fp8;
+    const int g32 = st2.n_gemm_fp8 - st1.n_gemm_fp8;
+    g_assert_cmpint (q8, >, 0);
+    g_assert_cmpint (norms8, >, 0);
+    /* q, k, v after the first norm, q after the second, the FFN's first
+     * layer after the third, and the head's linear after its norm: more
+     * GEMMs than norms read the codes */
+    g_assert_cmpint (q8, >, norms8);
+    g_assert_cmpint (g8 + q8, ==, g32);
+    g_assert_cmpint (st2.n_gemm_fp8_q, ==, st1.n_gemm_fp8_q);
+    g_assert_cmpint (st2.n_norm_fp8, ==, st1.n_norm_fp8);
+    g_assert_cmpint (st2.bad, ==, st0.bad);
+    g_print ("# dit fp8 GEMM inputs, %d rank(s)%s: %d norm_fp8 calls fed "
+        "%d gemm_fp8_q calls (%d gemm_fp8 left, %d with f32 inputs); "
+        "bit-identical to the f32 inputs over %u bytes\n", n_ranks,
+        run == 2 ? " overlapped" : "", norms8, q8, g8, g32, b8->len);
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1039,6 +1088,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/precision/fp8-stream", test_fp8_stream);
   g_test_add_func ("/dit/precision/kv-cache", test_kv_cache);
   g_test_add_func ("/dit/precision/bf16-gemm-inputs", test_bf16_gemm_inputs);
+  g_test_add_func ("/dit/precision/fp8-gemm-inputs", test_fp8_gemm_inputs);
   g_test_add_func ("/dit/precision/bf16-exchanges-hd128",
       test_bf16_exchanges_hd128);
   int rc = g_test_run ();

@@ -5,7 +5,10 @@
  * attention hd 384).  One JSON line per case on stdout:
  *   {"op":..., "case":..., "ms":..., "gflops":..., "gbps":...}
  * (GEMMs with bf16 weights, the DiT's bf16 ranks, add "math":
- * "bf16-weights", "s" and "tflops"; attention adds "math": "fp32", "bf16"
+ * "bf16-weights", "s" and "tflops"; the fp8 GEMMs of LB_MATH_FP8 ranks,
+ * gemm_fp8 quantising an f32 x and gemm_fp8_q on the codes norm_fp8
+ * writes, and norm_fp8 against the f32 norm_modulate, add "math": "fp8"
+ * or "f32-norm_modulate"; attention adds "math": "fp32", "bf16"
  * (own tensor-core kernel) or
  * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn, the
  * default; an "error" line when cuDNN did not take the call; at Nk 28080
@@ -135,6 +138,98 @@ run_gemm_gelu (gpointer p, GError ** error)
         error) && lb_ops (gs)->gelu_tanh (gs, a->d, a->e, error);
   return lb_ops (gs)->gemm_gelu_tanh (gs, a->a, a->b, TRUE, a->c, 1.0f, a->e,
       error);
+}
+
+/* The fp8 linear layer (LB_MATH_FP8 ranks, kernels/ops-list.h): e4m3 w
+ * [N, K] and its scales sw; x f32 [M, K] quantised by gemm_fp8 (mode 0),
+ * or its codes xq and row scales sx written by norm_fp8 and read by
+ * gemm_fp8_q (mode 1); norm_fp8 itself (mode 2: the producer, with the
+ * modulation) and the norm_modulate it replaces into f32 (mode 3). */
+typedef struct
+{
+  LbTensor *x, *w, *sw, *bias, *y, *xq, *sx, *scale, *shift, *a;
+  int mode;
+} Fp8Args;
+
+static gboolean
+run_fp8 (gpointer p, GError ** error)
+{
+  Fp8Args *a = p;
+  switch (a->mode) {
+    case 0:
+      return lb_ops (gs)->gemm_fp8 (gs, a->x, a->w, a->sw, a->bias, 1.0f,
+          0.0f, a->y, error);
+    case 1:
+      return lb_ops (gs)->gemm_fp8_q (gs, a->xq, a->sx, a->w, a->sw, a->bias,
+          1.0f, 0.0f, a->y, error);
+    case 2:
+      return lb_ops (gs)->norm_fp8 (gs, a->x, NULL, NULL, NULL, NULL, 1e-6f,
+          a->scale, a->shift, a->xq, a->sx, error);
+    default:
+      return lb_ops (gs)->norm_modulate (gs, a->x, NULL, NULL, 1e-6f,
+          a->scale, a->shift, a->a, error);
+  }
+}
+
+/* A device e4m3 tensor of @shape, every code 0x38 (1.0). */
+static LbTensor *
+dev_e4m3 (int ndim, const int64_t * shape)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LbTensor) h = lb_tensor_new (LB_DTYPE_F8E4M3, ndim, shape);
+  memset (h->data, 0x38, lb_tensor_nbytes (h));
+  LbTensor *t = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, ndim, shape, &err);
+  if (t == NULL || !lb_tensor_upload (gs, t, h, &err))
+    g_error ("e4m3 upload: %s", err->message);
+  return t;
+}
+
+/* The fp8 lines of one block GEMM [n, k] x [no, k]^T (math "fp8"): the
+ * GEMM quantising its f32 x, the GEMM on norm_fp8's codes, and for K = D
+ * the producer against the f32 norm it replaces. */
+static void
+bench_fp8 (int64_t n, int64_t no, int64_t k, const char *nm)
+{
+  g_autoptr (GError) err = NULL;
+  Fp8Args f = { 0 };
+  f.x = dev (2, SHAPE (n, k));
+  f.w = dev_e4m3 (2, SHAPE (no, k));
+  f.sw = dev (1, SHAPE (no));
+  f.bias = dev (1, SHAPE (no));
+  f.y = dev (2, SHAPE (n, no));
+  f.scale = dev (1, SHAPE (k));
+  f.shift = dev (1, SHAPE (k));
+  f.xq = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2, SHAPE (n, k), &err);
+  f.sx = f.xq ? lb_tensor_new_on (gs, LB_DTYPE_F32, 1, SHAPE (n), &err) : NULL;
+  if (f.sx == NULL)
+    g_error ("alloc: %s", err->message);
+  /* the codes of x for gemm_fp8_q, by the producer */
+  f.mode = 2;
+  if (!run_fp8 (&f, &err))
+    g_error ("norm_fp8: %s", err->message);
+  const double flops = 2.0 * n * no * k;
+  f.mode = 0;
+  bench_math ("gemm_fp8", LB_MATH_FP8, "fp8", nm, flops,
+      4.0 * n * k + (double) n * k + no * k + 4.0 * n * no, 10, run_fp8, &f);
+  f.mode = 1;
+  bench_math ("gemm_fp8_q", LB_MATH_FP8, "fp8", nm, flops,
+      (double) n * k + 4.0 * n + no * k + 4.0 * n * no, 10, run_fp8, &f);
+  if (k == 5120 && no == 5120) {
+    g_autofree char *rn = g_strdup_printf ("M=%" G_GINT64_FORMAT " D=%"
+        G_GINT64_FORMAT, n, k);
+    f.mode = 2;
+    bench_math ("norm_fp8", LB_MATH_FP8, "fp8", rn, 10.0 * n * k,
+        4.0 * n * k + (double) n * k + 4.0 * n, 10, run_fp8, &f);
+    f.a = dev (2, SHAPE (n, k));
+    f.mode = 3;
+    bench_math ("norm_fp8", LB_MATH_FP8, "f32-norm_modulate", rn,
+        10.0 * n * k, 8.0 * n * k, 10, run_fp8, &f);
+  }
+  LbTensor **all[] = { &f.x, &f.w, &f.sw, &f.bias, &f.y, &f.xq, &f.sx,
+    &f.scale, &f.shift, &f.a
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (all); i++)
+    g_clear_pointer (all[i], lb_tensor_free);
 }
 
 static gboolean
@@ -554,6 +649,10 @@ main (int argc, char **argv)
     lb_tensor_free (a.b);
     a.b = wf;
     free_args (&a);
+    /* e4m3 weights (LB_MATH_FP8): the GEMM with and without its
+     * quantisation pass, and the norm that writes the codes */
+    if (filter == NULL || strstr ("gemm_fp8 norm_fp8", filter) != NULL)
+      bench_fp8 (n, no, k, nm);
   }
 
   /* self-attention over the visible KV of chunks 0 and >= 4, cross; one

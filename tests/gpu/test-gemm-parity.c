@@ -13,7 +13,10 @@
  * numbers and again differ only by f32 summation order: the tolerance is
  * GEMM_REL_TOL (1e-5 of the row's magnitude).  One code quantised
  * differently would cost ~2^-4 of one term, far above it.  Not yet run on
- * a GPU when written (the first GPU session measures it).
+ * a GPU when written (the first GPU session measures it).  Each case also
+ * runs gemm_fp8_q on the codes and scales the CPU makes of x (what
+ * norm_fp8 writes), and a K 13824 shape takes gemm_fp8's quantisation in
+ * two blocks of rows.
  *
  * Then gemm_gelu_tanh's cuBLASLt GELU epilogue (/gpu/gemm/gelu-epilogue,
  * check_gelu_case()).
@@ -395,6 +398,41 @@ check_fp8_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
       G_GINT64_FORMAT ": max rel %.3g against the CPU oracle\n", m, n, k,
       with_bias, (double) alpha, (double) beta, k + xpad, rel);
   g_assert_cmpfloat (rel, <=, GEMM_REL_TOL);
+
+  /* gemm_fp8_q on the codes and scales the CPU makes of x (norm_fp8's
+   * output): the same products as gemm_fp8, so the GPU's is within the
+   * same tolerance of the CPU's, and the CPU's gemm_fp8_q is its
+   * gemm_fp8 bit for bit.  The codes' row stride is K + 16 * (xpad > 0)
+   * (cuBLASLt FP8 takes multiples of 16). */
+  const int64_t qld = k + (xpad > 0 ? 16 : 0);
+  g_autoptr (LbTensor) qfull = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { m, qld });
+  g_autoptr (LbTensor) sx = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  for (int64_t i = 0; i < m; i++)
+    lb_quantize_e4m3_row ((const float *) xfull->data + i * (k + xpad), k,
+        (uint8_t *) qfull->data + i * qld, (float *) sx->data + i);
+  g_autoptr (LbTensor) dqfull = test_upload (gs, qfull);
+  g_autoptr (LbTensor) dsx = test_upload (gs, sx);
+  LbTensor q, dq;
+  g_assert_true (lb_tensor_view_narrow (&q, qfull, 1, 0, k));
+  g_assert_true (lb_tensor_view_narrow (&dq, dqfull, 1, 0, k));
+  g_autoptr (LbTensor) ycpu_q = lb_tensor_copy (y0);
+  g_autoptr (LbTensor) dyq = test_upload (gs, y0);
+  g_autoptr (LbTensor) yback_q = lb_tensor_copy (y0);
+  g_assert_true (lb_ops (cs)->gemm_fp8_q (cs, &q, sx, wq, sw,
+          with_bias ? b : NULL, alpha, beta, ycpu_q, &err));
+  g_assert_no_error (err);
+  g_assert_true (memcmp (ycpu_q->data, ycpu->data,
+          lb_tensor_nbytes (ycpu)) == 0);
+  g_assert_true (lb_ops (gs)->gemm_fp8_q (gs, &dq, dsx, dw, dsw,
+          with_bias ? db : NULL, alpha, beta, dyq, &err));
+  g_assert_no_error (err);
+  g_assert_true (lb_tensor_download (gs, yback_q, dyq, &err));
+  g_assert_no_error (err);
+  const double rel_q = rel_diff (ycpu->data, yback_q->data, m * n);
+  g_print ("# gemm fp8_q (pre-quantised x, row stride %" G_GINT64_FORMAT
+      "): max rel %.3g against the CPU oracle\n", qld, rel_q);
+  g_assert_cmpfloat (rel_q, <=, GEMM_REL_TOL);
   cpu->stream_free (cs);
 }
 
@@ -404,6 +442,9 @@ test_gemm_fp8_parity (void)
   static const int64_t shapes[][3] = {
     {1, 16, 16}, {7, 32, 48}, {33, 16, 64}, {257, 128, 512},
     {1024, 768, 384}, {300, 16, 1008},
+    /* the FFN's second GEMM (K = ffn_dim 13824): gemm_fp8 quantises x
+     * 32 Mi / 13824 = 2427 rows at a time, so 2500 rows take two blocks */
+    {2500, 16, 13824},
   };
   g_autoptr (GError) err = NULL;
   LbStream *gs = cuda->stream_new (cuda, 0, &err);
@@ -432,6 +473,26 @@ test_gemm_fp8_parity (void)
   g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
   g_assert_cmpstr (err->message, ==, "gemm_fp8: K = 24 and N = 40 must be "
       "multiples of 16 (cuBLASLt FP8)");
+  /* and the codes of gemm_fp8_q a row stride that is one */
+  g_clear_error (&err);
+  g_autoptr (LbTensor) dq = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 40 }, &err);
+  g_autoptr (LbTensor) dsx = lb_tensor_new_on (gs, LB_DTYPE_F32, 1,
+      (const int64_t[1]) { 4 }, &err);
+  g_autoptr (LbTensor) dw32 = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 16, 32 }, &err);
+  g_autoptr (LbTensor) dsw16 = lb_tensor_new_on (gs, LB_DTYPE_F32, 1,
+      (const int64_t[1]) { 16 }, &err);
+  g_autoptr (LbTensor) dy16 = lb_tensor_new_on (gs, LB_DTYPE_F32, 2,
+      (const int64_t[2]) { 4, 16 }, &err);
+  g_assert_no_error (err);
+  LbTensor dq32;
+  g_assert_true (lb_tensor_view_narrow (&dq32, dq, 1, 0, 32));
+  g_assert_false (lb_ops (gs)->gemm_fp8_q (gs, &dq32, dsx, dw32, dsw16, NULL,
+          1.0f, 0.0f, dy16, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (err->message, ==, "gemm_fp8_q: x's row stride 40 must be "
+      "a multiple of 16 (cuBLASLt FP8)");
   cuda->stream_free (gs);
 }
 

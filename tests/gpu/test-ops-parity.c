@@ -512,6 +512,117 @@ test_norm_modulate (void)
   norm_modulate_case (64, 1536, FALSE, TRUE, 0, TRUE);
 }
 
+/* A GPU fused op's result (downloaded) against its GPU pair's. */
+static void
+gpu_same (const char *what, const LbTensor * a, const LbTensor * b)
+{
+  g_assert_cmpuint (lb_tensor_nbytes (a), ==, lb_tensor_nbytes (b));
+  if (memcmp (a->data, b->data, lb_tensor_nbytes (a)) != 0)
+    g_error ("%s: the GPU fused op differs from its op pair on the GPU", what);
+}
+
+/* norm_fp8 (kernels/ops-list.h): on the GPU bit for bit its pair on the
+ * GPU (the f32 norm op, then each row quantised as gemm_fp8 quantises x,
+ * here lb_quantize_e4m3_row() on the downloaded row: the formulas of the
+ * device quantiser), the residual too; against the CPU oracle each code
+ * within one E4M3 step (the f32 rows may differ in the last bit) and the
+ * scales within TOL.  x [m, d]; with @residual first x += y. */
+static void
+norm_fp8_case (int64_t m, int64_t d, gboolean affine, gboolean modulate,
+    gboolean per_row, gboolean residual)
+{
+  g_autoptr (GError) err = NULL;
+  const float eps = 1e-6f;
+  g_autoptr (LbTensor) x = host_random (2, S (m, d), -3, 5);
+  g_autoptr (LbTensor) y = host_rand (2, S (m, d));
+  g_autoptr (LbTensor) w = host_random (1, S (d), 0.5, 1.5);
+  g_autoptr (LbTensor) b = host_rand (1, S (d));
+  g_autoptr (LbTensor) sc = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) sh = per_row ? host_rand (2, S (m, d)) :
+      host_rand (1, S (d));
+  g_autoptr (LbTensor) dx1 = to_dev (x);
+  g_autoptr (LbTensor) dx2 = to_dev (x);
+  g_autoptr (LbTensor) dy = to_dev (y);
+  g_autoptr (LbTensor) dw = to_dev (w);
+  g_autoptr (LbTensor) db = to_dev (b);
+  g_autoptr (LbTensor) dsc = to_dev (sc);
+  g_autoptr (LbTensor) dsh = to_dev (sh);
+  const LbTensor *gw = affine ? dw : NULL, *gb = affine ? db : NULL;
+  const LbTensor *gsc = modulate ? dsc : NULL, *gsh = modulate ? dsh : NULL;
+  const LbTensor *gy = residual ? dy : NULL;
+
+  /* the pair on the GPU */
+  g_autoptr (LbTensor) da = dev_poison (2, S (m, d));
+  if (residual)
+    g_assert_true (gpu_ops ()->residual_norm_modulate (gctx.gs, dx1, dy, NULL,
+            gw, gb, eps, dsc, dsh, da, &err));
+  else if (modulate)
+    g_assert_true (gpu_ops ()->norm_modulate (gctx.gs, dx1, gw, gb, eps, dsc,
+            dsh, da, &err));
+  else
+    g_assert_true (gpu_ops ()->layer_norm (gctx.gs, dx1, gw, gb, eps, da,
+            &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) ha = to_host (da);
+  g_autoptr (LbTensor) qref = lb_tensor_new (LB_DTYPE_F8E4M3, 2, S (m, d));
+  g_autoptr (LbTensor) sref = lb_tensor_new (LB_DTYPE_F32, 1, S (m));
+  for (int64_t i = 0; i < m; i++)
+    lb_quantize_e4m3_row ((const float *) ha->data + i * d, d,
+        (uint8_t *) qref->data + i * d, (float *) sref->data + i);
+
+  /* the fused op on the GPU */
+  g_autoptr (LbTensor) dq = lb_tensor_new_on (gctx.gs, LB_DTYPE_F8E4M3, 2,
+      S (m, d), &err);
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) dsq = dev_poison (1, S (m));
+  g_assert_true (gpu_ops ()->norm_fp8 (gctx.gs, dx2, gy, NULL, gw, gb, eps,
+          gsc, gsh, dq, dsq, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) hq = to_host (dq);
+  g_autoptr (LbTensor) hsq = to_host (dsq);
+  gpu_same ("norm_fp8 codes", hq, qref);
+  gpu_same ("norm_fp8 scales", hsq, sref);
+  g_autoptr (LbTensor) hx1 = to_host (dx1);
+  g_autoptr (LbTensor) hx2 = to_host (dx2);
+  gpu_same ("norm_fp8 residual", hx2, hx1);
+
+  /* against the CPU oracle */
+  g_autoptr (LbTensor) cq = lb_tensor_new (LB_DTYPE_F8E4M3, 2, S (m, d));
+  g_autoptr (LbTensor) csq = lb_tensor_new (LB_DTYPE_F32, 1, S (m));
+  g_assert_true (cpu_ops ()->norm_fp8 (gctx.cs, x, residual ? y : NULL, NULL,
+          affine ? w : NULL, affine ? b : NULL, eps, modulate ? sc : NULL,
+          modulate ? sh : NULL, cq, csq, &err));
+  g_assert_no_error (err);
+  int64_t differ = 0;
+  const uint8_t *gc = hq->data, *cc = cq->data;
+  for (int64_t i = 0; i < m * d; i++) {
+    if (gc[i] == cc[i])
+      continue;
+    differ++;
+    const double a = lb_e4m3_to_f32 (gc[i]), c = lb_e4m3_to_f32 (cc[i]);
+    /* one step: 2^-3 of the value, or the subnormal step 2^-9 */
+    g_assert_cmpfloat (fabs (a - c), <=, fmax (fabs (c) * 0.125, 0x1p-9));
+  }
+  compare ("norm_fp8 scales vs the CPU", csq, hsq, TOL);
+  g_print ("# norm_fp8 [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] affine=%d "
+      "modulate=%d per_row=%d residual=%d: GPU pair bit-identical; %"
+      G_GINT64_FORMAT " codes of %" G_GINT64_FORMAT " one step off the CPU\n",
+      m, d, affine, modulate, per_row, residual, differ, m * d);
+}
+
+static void
+test_norm_fp8 (void)
+{
+  norm_fp8_case (1, 16, TRUE, FALSE, FALSE, FALSE);
+  norm_fp8_case (7, 13, FALSE, TRUE, TRUE, FALSE);
+  norm_fp8_case (33, 257, TRUE, TRUE, FALSE, TRUE);
+  norm_fp8_case (300, 5120, FALSE, TRUE, FALSE, FALSE);
+  norm_fp8_case (300, 5120, TRUE, FALSE, FALSE, FALSE);
+  norm_fp8_case (257, 5120, FALSE, TRUE, FALSE, TRUE);
+  norm_fp8_case (9, 13824, FALSE, TRUE, TRUE, FALSE);
+}
+
 typedef enum
 {
   ROPE_Y_OWN,                   /* its own [N, H, hd] */
@@ -976,6 +1087,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/ops/conv-vae", test_conv_vae);
   g_test_add_func ("/gpu/ops/conv-ndhwc-weights", test_conv_ndhwc_weights);
   g_test_add_func ("/gpu/ops/norm-modulate", test_norm_modulate);
+  g_test_add_func ("/gpu/ops/norm-fp8", test_norm_fp8);
   g_test_add_func ("/gpu/ops/rms-norm-rope", test_rms_norm_rope);
   g_test_add_func ("/gpu/ops/rms-norm-rope-bf16", test_rms_norm_rope_bf16);
   g_test_add_func ("/gpu/ops/copy-bf16", test_copy_bf16);
