@@ -4,9 +4,12 @@
  * Both ops share one core: for each output frame and each block of output
  * rows, the receptive fields are unfolded (im2col) into a [K, rows*W']
  * matrix in the calling thread's scratch buffer (lb_cpu_scratch(), filled
- * by OpenMP threads), and one cblas_sgemm multiplies the weight matrix
+ * by OpenMP threads), and one lb_cpu_sgemm() multiplies the weight matrix
  * [Cout, K] (K = Cin*kt*kh*kw, the weight's own row-major layout) into
- * the output block, whose channel rows are `y_channel_stride` apart.
+ * the output block, whose channel rows are `y_channel_stride` apart: each
+ * output pixel is a column of that product, computed in an order that does
+ * not depend on the other columns, so a band of rows (a rank's) or a block
+ * of them gets the bits of the whole frame.
  * Blocks are sized so the unfolded matrix stays under a scratch limit
  * (4 Mi floats by default), so memory does not grow with the frame size.
  * 1x1 convolutions with stride 1 skip the unfold and multiply the input
@@ -21,7 +24,6 @@
  */
 #include "kernels/cpu/cpu-internal.h"
 
-#include <cblas.h>
 #include <string.h>
 
 #define DEFAULT_SCRATCH_LIMIT ((gsize) 4 << 20)
@@ -303,9 +305,8 @@ conv_core (const LbConvIn * c, const float *w, const float *bias, int64_t cout,
         bmat = col;
         ldb = ncols;
       }
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint) cout,
-          (blasint) ncols, (blasint) kdim, 1.0f, w, (blasint) kdim, bmat,
-          (blasint) ldb, 1.0f, yb, (blasint) y_cs);
+      lb_cpu_sgemm (w, kdim, bmat, FALSE, ldb, cout, ncols, kdim, 1.0f, 1.0f,
+          yb, y_cs);
     }
   }
 }

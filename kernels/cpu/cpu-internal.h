@@ -140,10 +140,16 @@ void lb_cpu_round_bf16 (const float *x, uint16_t * y, int64_t n);
 
 /* ---- scratch (cpu-util.c) ---- */
 
-#define LB_CPU_SCRATCH_SLOTS 2
+#define LB_CPU_SCRATCH_SLOTS 3
 float *lb_cpu_scratch (gsize n_floats);
 float *lb_cpu_scratch_slot (int slot, gsize n_floats);
 float *lb_cpu_scratch_try (gsize n_floats);
+
+/* ---- the f32 GEMM (gemm.c) ---- */
+
+void lb_cpu_sgemm (const float *x, int64_t xld, const float *w,
+    gboolean trans_w, int64_t wld, int64_t m, int64_t n, int64_t k,
+    float alpha, float b, float *y, int64_t yld);
 
 /* ---- attention tiling, for tests (attention.c) ---- */
 

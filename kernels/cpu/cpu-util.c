@@ -64,7 +64,9 @@ lb_cpu_scratch (gsize n_floats)
  *
  * lb_cpu_scratch() with a buffer of its own per slot, for an op that needs
  * one buffer shared by its OpenMP team (taken on the calling thread,
- * slot 1) beside every thread's own (slot 0).
+ * slot 1) beside every thread's own (slot 0); slot 2 holds the packed
+ * weight of lb_cpu_sgemm(), which an op may call while it holds the other
+ * two.
  *
  * Returns: (transfer none): at least @n_floats floats, 64-byte aligned.
  */

@@ -1,15 +1,23 @@
-/* lingbot-gst: CPU GEMM through OpenBLAS
+/* lingbot-gst: CPU GEMMs
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * f32 weights go straight to cblas_sgemm.  A bf16 weight (spec 1.11
- * storage) is the oracle of the device backends' bf16 GEMM: x is rounded
+ * f32 weights go through lb_cpu_sgemm(), this file's own register-tiled
+ * kernel (gemm-item.h, one variant per ISA): every element of the product
+ * is one dot product over K in order, a fused multiply-add per term, so a
+ * row of y does not depend on how many rows are computed with it, nor on
+ * the thread count.  cblas_sgemm does not promise that: its blocking and
+ * its micro-kernels depend on M (OpenBLAS 0.3.21's Haswell sgemm rounds
+ * the token rows 6-11 of every 12 in another order than rows 0-5, so a
+ * rank holding a band of the tokens got other bits than the whole
+ * sequence), on the threads it splits M and N among and on the core type
+ * it dispatched to (docs/design.md "Determinism").  A bf16 weight (spec
+ * 1.11 storage) is the oracle of the device
+ * backends' bf16 GEMM: x is rounded
  * to bf16 and both operands are widened (exactly) to f32 in a per-call
  * scratch, then every output element is one f32 dot product over K in a
  * fixed order (8 interleaved partial sums, combined pairwise), so the
  * result is `bf16(x) . w` accumulated in f32 (kernels/ops.h) and a row of
- * y does not depend on how many rows are computed with it: a rank holding
- * a band of the tokens gets the bits the whole-sequence product would give
- * (cblas_sgemm does not promise that; its blocking depends on M).  That
+ * y does not depend on how many rows are computed with it either.  That
  * path allocates on every call and is not tuned: CPU ranks keep f32
  * weights in production, and only tests and the emulated device backend
  * use it.
@@ -23,8 +31,121 @@
  */
 #include "kernels/cpu/cpu-internal.h"
 
-#include <cblas.h>
 #include <string.h>
+
+/* ---- the f32 GEMM (gemm-item.h) ---- */
+
+typedef struct
+{
+  int mr;                       /* rows per tile */
+  int nb;                       /* columns per packed panel */
+  void (*pack) (const float *w, gboolean trans_w, int64_t wld, int64_t n,
+      int64_t k, int64_t p, float *dst);
+  void (*block) (const float *x, int64_t xld, const float *wpack, int64_t n,
+      int64_t k, float alpha, float b, float *y, int64_t yld, int64_t r0,
+      int64_t r1, int64_t p0, int64_t p1);
+} GemmKernel;
+
+#define VW 4
+#define GEMM_MR 4
+#define GEMM_NV 2
+#define GEMM_FN(name) sgemm_baseline_##name
+#define GEMM_TARGET
+#define GEMM_TABLE sgemm_baseline
+#define VFMA(a, b, c) LB_CPU_FMA_BASELINE (VF, a, b, c)
+#include "kernels/cpu/gemm-item.h"
+
+#if LB_CPU_HAVE_X86_ISAS
+#define VW 8
+#define GEMM_MR 6
+#define GEMM_NV 2
+#define GEMM_FN(name) sgemm_avx2_##name
+#define GEMM_TARGET LB_CPU_TARGET_AVX2
+#define GEMM_TABLE sgemm_avx2
+#define VFMA(a, b, c) LB_CPU_FMA_AVX2 (VF, a, b, c)
+#include "kernels/cpu/gemm-item.h"
+
+#define VW 16
+#define GEMM_MR 12
+#define GEMM_NV 2
+#define GEMM_FN(name) sgemm_avx512_##name
+#define GEMM_TARGET LB_CPU_TARGET_AVX512
+#define GEMM_TABLE sgemm_avx512
+#define VFMA(a, b, c) LB_CPU_FMA_AVX512 (VF, a, b, c)
+#include "kernels/cpu/gemm-item.h"
+#endif
+
+static const GemmKernel *
+sgemm_for_isa (LbCpuIsa isa)
+{
+#if LB_CPU_HAVE_X86_ISAS
+  if (isa >= LB_CPU_ISA_AVX512)
+    return &sgemm_avx512;
+  if (isa >= LB_CPU_ISA_AVX2)
+    return &sgemm_avx2;
+#endif
+  (void) isa;
+  return &sgemm_baseline;
+}
+
+/* tiles of rows per block of rows a thread takes */
+#define SGEMM_BLOCK_TILES 8
+
+/**
+ * lb_cpu_sgemm:
+ * @x: [m, k] f32, row stride @xld
+ * @w: op(w) is [k, n]: w [n, k] when @trans_w, else [k, n]; row stride @wld
+ * @trans_w: whether @w is stored transposed
+ * @wld: row stride of @w, in floats
+ * @m: rows of x and y
+ * @n: columns of y
+ * @k: the inner dimension, > 0
+ * @alpha: scale of the product
+ * @b: scale of the previous y (0: y is not read, NaN overwritten)
+ * @y: [m, n] f32, row stride @yld
+ * @yld: row stride of @y
+ *
+ * `y = alpha * x . op(w) + b * y` with the f32 kernel of the current ISA
+ * (lb_cpu_isa(), gemm-item.h): every element is `alpha * acc (+ b * y)`
+ * where acc sums x[i, l] w[l, j] for l = 0 .. k - 1 in order, one fused
+ * multiply-add per term (two roundings on the baseline).  Rows and columns
+ * are independent: a band of rows (or columns) computed on its own gives
+ * the bits of the whole product, under any thread count and OpenBLAS core
+ * type.  Threads split the rows in blocks (and a short product's column
+ * panels); op(w) is packed in panels into the calling thread's third
+ * scratch slot (n k floats, rounded up to a panel).
+ */
+void
+lb_cpu_sgemm (const float *x, int64_t xld, const float *w, gboolean trans_w,
+    int64_t wld, int64_t m, int64_t n, int64_t k, float alpha, float b,
+    float *y, int64_t yld)
+{
+  if (m <= 0 || n <= 0 || k <= 0)
+    return;
+  const GemmKernel *g = sgemm_for_isa (lb_cpu_isa ());
+  const int64_t np = (n + g->nb - 1) / g->nb;
+  float *wpack = lb_cpu_scratch_slot (2, (gsize) (np * g->nb * k));
+#pragma omp parallel for schedule(static) if (n * k >= (1 << 16) && np > 1)
+  for (int64_t p = 0; p < np; p++)
+    g->pack (w, trans_w, wld, n, k, p, wpack + p * k * g->nb);
+
+  /* items: blocks of rows times groups of panels (several groups only when
+   * there are few row blocks); the split changes no element's bits */
+  const int64_t rows = (int64_t) g->mr * SGEMM_BLOCK_TILES;
+  const int64_t nrb = (m + rows - 1) / rows;
+  const int64_t npg = nrb >= 4 ? 1 : MIN (np, 8);
+  const int64_t ppg = (np + npg - 1) / npg;
+  const int64_t items = nrb * npg;
+#pragma omp parallel for schedule(static) if (items > 1 && \
+    m * n * k >= (1 << 17))
+  for (int64_t it = 0; it < items; it++) {
+    const int64_t rb = it / npg, pg = it % npg;
+    const int64_t r0 = rb * rows, p0 = pg * ppg;
+    if (p0 < np)
+      g->block (x, xld, wpack, n, k, alpha, b, y, yld, r0,
+          MIN (m, r0 + rows), p0, MIN (np, p0 + ppg));
+  }
+}
 
 /* op(w)^T of a bf16 @w as a contiguous f32 [n, k] block (K innermost),
  * widened exactly. */
@@ -137,8 +258,9 @@ gemm_prologue (const LbGemmGeom * g, const LbTensor * bias, float alpha,
  * @y: [M, N] float32 output
  * @error: %LB_ERROR_SHAPE on mismatched operands
  *
- * `y = alpha * x . op(w) + beta * y + bias` through OpenBLAS cblas_sgemm,
- * which threads internally.  With K = 0 or @alpha = 0, x and w are not read
+ * `y = alpha * x . op(w) + beta * y + bias` through lb_cpu_sgemm() (its
+ * OpenMP threads; each row of y independent of M, the thread count and the
+ * OpenBLAS core type).  With K = 0 or @alpha = 0, x and w are not read
  * (BLAS convention) and y = bias + beta * y.
  *
  * With a bf16 @w: `y = alpha * bf16(x) . op(w) + beta * y + bias`, x
@@ -173,10 +295,8 @@ lb_cpu_gemm (LbStream * s, const LbTensor * x, const LbTensor * w,
         m, n, k, alpha, b, yd, yld);
     return TRUE;
   }
-  cblas_sgemm (CblasRowMajor, CblasNoTrans,
-      trans_w ? CblasTrans : CblasNoTrans, (blasint) m, (blasint) n,
-      (blasint) k, alpha, x->data, (blasint) xld, w->data, (blasint) wld, b,
-      yd, (blasint) yld);
+  lb_cpu_sgemm (x->data, xld, w->data, trans_w, wld, m, n, k, alpha, b, yd,
+      yld);
   return TRUE;
 }
 

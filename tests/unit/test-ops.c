@@ -5,6 +5,7 @@
 #include "test-ops-common.h"
 
 #include <json-glib/json-glib.h>
+#include <omp.h>
 
 /* Tolerances (rel_to_max, see test-ops-common.h). */
 /* sgemm accumulates K float products: ~sqrt(K) * 6e-8 relative for
@@ -114,6 +115,81 @@ test_gemm (void)
         check_gemm (sz[0], sz[1], sz[2], tw, b, 1.0f, 0.0f, TRUE);
         check_gemm (sz[0], sz[1], sz[2], tw, b, 2.0f, -1.0f, TRUE);
       }
+}
+
+/* A band of rows of the product (the tokens a rank holds), or of columns
+ * (a convolution's output pixels are the columns of its GEMM), computed
+ * on its own gives the bytes of the whole product, under 1 and 2 OpenMP
+ * threads (docs/design.md "Determinism").  OpenBLAS 0.3.21's sgemm did
+ * not: under its Haswell kernels (this AMD EPYC's default) rows 6-11 of
+ * every 12 of a call round otherwise than rows 0-5, so a band starting at
+ * another row got other bits; Prescott's differed for one-row bands. */
+static void
+check_gemm_bands (int64_t m, int64_t n, int64_t k, gboolean trans_w, float beta)
+{
+  int64_t xs[2] = { m, k }, ws[2] = { trans_w ? n : k, trans_w ? k : n };
+  int64_t ys[2] = { m, n }, bs[1] = { n };
+  g_autoptr (LbTensor) x = rand_tensor (2, xs, -1, 1);
+  g_autoptr (LbTensor) w = rand_tensor (2, ws, -1, 1);
+  g_autoptr (LbTensor) y0 = rand_tensor (2, ys, -1, 1);
+  g_autoptr (LbTensor) bias = rand_tensor (1, bs, -1, 1);
+  g_autoptr (LbTensor) full = lb_tensor_new (LB_DTYPE_F32, 2, ys);
+  g_autoptr (LbTensor) part = lb_tensor_new (LB_DTYPE_F32, 2, ys);
+  const gsize nb = lb_tensor_nbytes (full);
+  const int threads = omp_get_max_threads ();
+
+  memcpy (full->data, y0->data, nb);
+  assert_op_ok (lb_cpu_gemm (test_stream (), x, w, trans_w, bias, 0.75f,
+          beta, full, error));
+  /* the same product on one thread */
+  omp_set_num_threads (1);
+  memcpy (part->data, y0->data, nb);
+  assert_op_ok (lb_cpu_gemm (test_stream (), x, w, trans_w, bias, 0.75f,
+          beta, part, error));
+  omp_set_num_threads (threads);
+  g_assert_cmpmem (part->data, nb, full->data, nb);
+
+  /* bands of rows: every start, a few lengths (1 row, short, long) */
+  const int64_t lens[] = { 1, 2, 5, 13, m / 2 + 1, m - 1 };
+  for (guint li = 0; li < G_N_ELEMENTS (lens); li++)
+    for (int64_t r0 = 0; r0 + lens[li] <= m; r0 += MAX (1, m / 23)) {
+      const int64_t nr = lens[li];
+      LbTensor xv, yv;
+      memcpy (part->data, y0->data, nb);
+      g_assert_true (lb_tensor_view_narrow (&xv, x, 0, r0, nr));
+      g_assert_true (lb_tensor_view_narrow (&yv, part, 0, r0, nr));
+      assert_op_ok (lb_cpu_gemm (test_stream (), &xv, w, trans_w, bias,
+              0.75f, beta, &yv, error));
+      g_assert_cmpmem ((float *) part->data + r0 * n, nr * n * 4,
+          (float *) full->data + r0 * n, nr * n * 4);
+    }
+  if (trans_w)
+    return;
+  /* bands of columns: w [K, N] narrowed to its columns [c0, c0 + nc) */
+  for (int64_t c0 = 0; c0 < n; c0 += MAX (1, n / 7))
+    for (int64_t nc = 1; c0 + nc <= n; nc = nc * 3 + 2) {
+      LbTensor wv, yv, bv;
+      memcpy (part->data, y0->data, nb);
+      g_assert_true (lb_tensor_view_narrow (&wv, w, 1, c0, nc));
+      g_assert_true (lb_tensor_view_narrow (&yv, part, 1, c0, nc));
+      g_assert_true (lb_tensor_view_narrow (&bv, bias, 0, c0, nc));
+      assert_op_ok (lb_cpu_gemm (test_stream (), x, &wv, FALSE, &bv, 0.75f,
+              beta, &yv, error));
+      for (int64_t i = 0; i < m; i++)
+        g_assert_cmpmem ((float *) part->data + i * n + c0, nc * 4,
+            (float *) full->data + i * n + c0, nc * 4);
+    }
+}
+
+static void
+test_gemm_bands (void)
+{
+  /* the demo DiT's qkv projection of a 30x52 latent's frame tokens, the
+   * FFN down projection, odd shapes */
+  check_gemm_bands (390, 384, 128, TRUE, 0.0f);
+  check_gemm_bands (97, 256, 256, TRUE, 0.5f);
+  check_gemm_bands (64, 130, 72, FALSE, 0.0f);
+  check_gemm_bands (29, 45, 300, FALSE, -1.0f);
 }
 
 /* ----------------------------------------------------------------- norms */
@@ -764,6 +840,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/ops/gemm", test_gemm);
+  g_test_add_func ("/ops/gemm-bands", test_gemm_bands);
   g_test_add_func ("/ops/layer-norm", test_layer_norm);
   g_test_add_func ("/ops/rms-norm", test_rms_norm);
   g_test_add_func ("/ops/modulate", test_modulate);
