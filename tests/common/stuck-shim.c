@@ -3,7 +3,7 @@
  *
  * Test-only (never installed, nothing of it in the library): the stuck
  * kernel, driver call or collective of a GPU, on the CPU backend.  It
- * interposes cblas_sgemm(); once armed, a call made on a thread named
+ * interposes lb_cpu_sgemm(); once armed, a call made on a thread named
  * LINGBOT_STUCK_THREAD (a rank thread's name, "lb-world-1" for rank 1 of a
  * world; the rank's OpenMP threads inherit it) never returns.  Every other
  * call goes to OpenBLAS unchanged.
@@ -17,21 +17,21 @@
  * lingbot_stuck_shim_arm (name or NULL), found with
  * dlsym (RTLD_DEFAULT, ...); lingbot_stuck_shim_get_n_stuck () counts the
  * threads stuck so far.  A thread that got stuck prints one line to
- * stderr ("lingbot-stuck-shim: thread NAME stuck in cblas_sgemm").
+ * stderr ("lingbot-stuck-shim: thread NAME stuck in lb_cpu_sgemm").
  */
 #define _GNU_SOURCE
-#include <cblas.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef void (*SgemmFunc) (const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
-    const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
-    const float, const float *, const blasint, const float *, const blasint,
-    const float, float *, const blasint);
+/* kernels/cpu/cpu-internal.h's lb_cpu_sgemm(), the CPU ranks' f32 GEMM
+ * (gboolean is an int) */
+typedef void (*SgemmFunc) (const float *, int64_t, const float *, int,
+    int64_t, int64_t, int64_t, int64_t, float, float, float *, int64_t);
 
 static char stuck_thread[16];   /* written before armed is set */
 static char arm_file[4096];     /* the constructor's only */
@@ -60,7 +60,7 @@ __attribute__((constructor))
 /**
  * lingbot_stuck_shim_arm:
  * @thread_name: (nullable): the name of the thread whose next
- *   cblas_sgemm() call never returns (at most 15 characters); %NULL
+ *   lb_cpu_sgemm() call never returns (at most 15 characters); %NULL
  *   disarms (threads already stuck stay stuck)
  */
 void
@@ -100,34 +100,36 @@ maybe_stick (void)
       return;
     __atomic_store_n (&armed, 1, __ATOMIC_RELEASE);
   }
-  fprintf (stderr, "lingbot-stuck-shim: thread %s stuck in cblas_sgemm\n",
+  fprintf (stderr, "lingbot-stuck-shim: thread %s stuck in lb_cpu_sgemm\n",
       name);
   __atomic_add_fetch (&n_stuck, 1, __ATOMIC_ACQ_REL);
   for (;;)
     pause ();
 }
 
+void lb_cpu_sgemm (const float *x, int64_t xld, const float *w, int trans_w,
+    int64_t wld, int64_t m, int64_t n, int64_t k, float alpha, float b,
+    float *y, int64_t yld);
+
 void
-cblas_sgemm (const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
-    const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n,
-    const blasint k, const float alpha, const float *a, const blasint lda,
-    const float *b, const blasint ldb, const float beta, float *c,
-    const blasint ldc)
+lb_cpu_sgemm (const float *x, int64_t xld, const float *w, int trans_w,
+    int64_t wld, int64_t m, int64_t n, int64_t k, float alpha, float b,
+    float *y, int64_t yld)
 {
   static SgemmFunc real;
 
   maybe_stick ();
   if (real == NULL)
-    real = (SgemmFunc) dlsym (RTLD_NEXT, "cblas_sgemm");
+    real = (SgemmFunc) dlsym (RTLD_NEXT, "lb_cpu_sgemm");
   if (real == NULL) {
-    /* OpenBLAS came with a plugin, dlopen()ed without RTLD_GLOBAL (the
+    /* liblingbot came with a plugin, dlopen()ed without RTLD_GLOBAL (the
      * GStreamer plugin in gst-launch-1.0): ask the loaded copy itself */
-    void *h = dlopen ("libopenblas.so.0", RTLD_NOLOAD | RTLD_LAZY);
-    real = h ? (SgemmFunc) dlsym (h, "cblas_sgemm") : NULL;
+    void *h = dlopen ("liblingbot.so.0", RTLD_NOLOAD | RTLD_LAZY);
+    real = h ? (SgemmFunc) dlsym (h, "lb_cpu_sgemm") : NULL;
   }
   if (real == NULL) {
-    fprintf (stderr, "lingbot-stuck-shim: no cblas_sgemm to call\n");
+    fprintf (stderr, "lingbot-stuck-shim: no lb_cpu_sgemm to call\n");
     abort ();
   }
-  real (order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  real (x, xld, w, trans_w, wld, m, n, k, alpha, b, y, yld);
 }

@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Runs under the test-only LD_PRELOAD shim tests/common/stuck-shim.c
- * (meson.build sets LD_PRELOAD): once armed, rank 1's next cblas_sgemm()
+ * (meson.build sets LD_PRELOAD): once armed, rank 1's next lb_cpu_sgemm()
  * never returns, as a stuck kernel, driver call or collective does on a
  * GPU.  The world runs on cpu:2 with LINGBOT_RANK_TIMEOUT_MS=1500 (T).
  * Rank 0 then times out waiting for rank 1 in the DiT's all-to-all (T):
@@ -380,7 +380,7 @@ GST_START_TEST (test_stuck_rank_launch_sigint)
       armed = TRUE;
     }
     if (!signalled && strstr (line, "lingbot-stuck-shim: thread lb-world-1 "
-            "stuck in cblas_sgemm")) {
+            "stuck in lb_cpu_sgemm")) {
       g_assert_cmpint (kill (pid, SIGINT), ==, 0);
       signalled = TRUE;
     }
