@@ -44,8 +44,8 @@ cpu_stream_new (LbBackend * self, int device, GError ** error)
   LbStream *s = g_new0 (LbStream, 1);
   s->backend = self;
   s->device = 0;
-  /* OpenBLAS below the CPU: say how to fix it, once (isa.c) */
-  lb_cpu_blas_check ();
+  /* no OpenBLAS advice: the ranks' GEMMs are lb_cpu_sgemm() (gemm.c,
+   * docs/design.md "Determinism"), whatever kernels OpenBLAS chose */
   return s;
 }
 

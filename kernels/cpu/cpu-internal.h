@@ -94,7 +94,6 @@ const char *lb_cpu_blas_threading (void);
 const char *lb_cpu_blas_expected (void);
 const char *lb_cpu_blas_core (LbCpuIsa * isa);
 const char *lb_cpu_blas_advice (void);
-void lb_cpu_blas_check (void);
 
 /**
  * LbCpuRowKernels:

@@ -224,25 +224,3 @@ lb_cpu_blas_advice (void)
     return NULL;
   return best >= LB_CPU_ISA_AVX512 ? "SkylakeX" : "Haswell";
 }
-
-/**
- * lb_cpu_blas_check:
- *
- * Prints lb_cpu_blas_advice() once per process (a g_message(): the
- * GEMMs are slow, nothing is wrong), from the CPU backend's first stream.
- */
-void
-lb_cpu_blas_check (void)
-{
-  static gsize done = 0;
-  if (!g_once_init_enter (&done))
-    return;
-  const char *advice = lb_cpu_blas_advice ();
-  if (advice)
-    g_message ("OpenBLAS runs its %s kernels on a CPU with %s (it does not "
-        "know this model): matrix products run several times slower; set "
-        "OPENBLAS_CORETYPE=%s in the environment (lingbot-openblas-coretype, "
-        "tools/openblas-coretype.sh in a source tree, prints it)",
-        lb_cpu_blas_core (NULL), lb_cpu_isa_name (lb_cpu_isa_best ()), advice);
-  g_once_init_leave (&done, 1);
-}
