@@ -38,6 +38,10 @@ G_BEGIN_DECLS
  * @n_h2d_pinned: host-to-device copies whose source lies in host_alloc
  *   memory (page-locked on CUDA); the others read pageable memory
  * @n_d2h_pinned: device-to-host copies into host_alloc memory
+ * @n_order_checks: accesses of device (or host_alloc) memory the
+ *   stream-ordering checker followed (0 with FAKEDEV_ORDER=off)
+ * @n_order_violations: accesses it refused (also counted in @bad): one
+ *   not ordered after a conflicting earlier access of another stream
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -59,6 +63,7 @@ typedef struct
   int n_conv_bf16_x, n_norm_bf16_y;
   int n_allocs, n_h2d_pinned, n_d2h_pinned;
   int n_capture_fails;
+  int n_order_checks, n_order_violations;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
