@@ -71,5 +71,8 @@ FakeDevStats fakedev_stats (void);
 gboolean fakedev_is_device (const void *p, gsize n);
 void fakedev_set_conv_input_bf16 (gboolean on);
 void fakedev_fail_graph_end (int n);
+void fakedev_skip_waits (int device, int n);
+char *fakedev_stream_name (LbStream * s);
+guint64 fakedev_block_serial (const void *p);
 
 G_END_DECLS
