@@ -33,6 +33,16 @@ typedef enum
  * @device_type: the devices it drives
  * @device_count: number of usable devices (the CPU backend reports 1)
  * @ops: the op table
+ * @alloc: device memory; a block freed after use on any stream of the
+ *   device may be freed at once (the allocator orders its reuse)
+ * @copy: enqueues a copy on @stream, after the stream's earlier work,
+ *   whatever its kind: the host may read a device-to-host copy's
+ *   destination, or change a host-to-device copy's source, only after
+ *   @stream_synchronize (lb_tensor_download() does it)
+ * @stream_synchronize: waits until every piece of work enqueued on the
+ *   stream so far has run; work any stream enqueues afterwards is
+ *   ordered after it.  Across streams only this, events and collectives
+ *   order work (docs/design.md "The stream model")
  *
  * @host_alloc: (nullable): page-locked host memory (cudaHostAlloc), for
  *   staging buffers that are copied to or from a device every chunk; an

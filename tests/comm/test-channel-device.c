@@ -7,8 +7,10 @@
  * records one per consumer rank, and the next acquire of the slot waits
  * for those; the channel itself never synchronises a stream, and host
  * staging is page-locked.  fakedev runs everything at once, so it checks
- * the data through every transport and counts that protocol exactly; the
- * ordering itself is checked on a GPU by tests/gpu/test-channel-cuda.c.
+ * the data through every transport and counts that protocol exactly; its
+ * stream-ordering checker proves the events order every access (and
+ * refuses the flow with a wait left out), and tests/gpu/test-channel-cuda.c
+ * runs the same flow on a GPU.
  */
 #include "channel-device-flow.h"
 #include "fakedev.h"
@@ -79,6 +81,59 @@ test_flow (gconstpointer data)
       st.n_waits - st1.n_waits, f.syncs);
   lb_channel_free (ch);
   g_assert_cmpint (fakedev_stats ().host_blocks, ==, st0.host_blocks);
+  lb_worker_group_unref (gp);
+  lb_worker_group_unref (gc);
+}
+
+/* The hand-off with the consumer's waits for the commit events left out
+ * (fakedev_skip_waits): the stream-ordering checker refuses the
+ * consumer's first read of the band the producer pushed, naming both
+ * accesses, and the flow stops with that error instead of passing as it
+ * would on a device that runs everything at once. */
+static void
+test_commit_wait_left_out (void)
+{
+  const int prod_dev[1] = { 0 }, cons_dev[1] = { 1 };
+  if (g_strcmp0 (g_getenv ("FAKEDEV_ORDER"), "off") == 0) {
+    g_test_skip ("FAKEDEV_ORDER=off");
+    return;
+  }
+  LbBackend *be = fakedev_backend ();
+  LbWorkerGroup *gp = dev_flow_group (be, 1, prod_dev, "prod");
+  LbWorkerGroup *gc = dev_flow_group (be, 1, cons_dev, "cons");
+  DevFlow f = {.n_messages = 3,.shape = {3, 2, 8, 5},.slow = 2 };
+  LbChannel *ch = dev_flow_channel (&f, gp, gc, NULL, NULL, 1, 0);
+  int n_pieces;
+  const LbChannelPiece *plan = lb_channel_get_plan (ch, &n_pieces);
+  g_assert_cmpint (n_pieces, ==, 1);
+  g_assert_cmpint (plan[0].transport, ==, LB_TRANSPORT_PEER);
+  const FakeDevStats st0 = fakedev_stats ();
+  fakedev_skip_waits (1, -1);
+  GError *ep = NULL, *ec = NULL;
+  LbWorkerJob jp = LB_WORKER_JOB_INIT, jc = LB_WORKER_JOB_INIT;
+  g_assert_true (lb_worker_group_submit (gp, &jp, -1, dev_flow_produce, &f,
+          &ep));
+  g_assert_true (lb_worker_group_submit (gc, &jc, -1, dev_flow_consume, &f,
+          &ec));
+  g_assert_false (lb_worker_group_wait (gc, &jc, &ec));
+  /* the producer stops too (the consumer's group failed), or finishes */
+  lb_channel_cancel (ch);
+  lb_worker_group_wait (gp, &jp, &ep);
+  g_clear_error (&ep);
+  fakedev_skip_waits (-1, 0);
+  /* [3, 2, 8, 5] f32: the whole band, 960 bytes, pushed by one copy */
+  g_assert_error (ec, LB_ERROR, LB_ERROR_DEVICE);
+  if (!g_regex_match_simple ("^rank 0: stream order: read after write in "
+          "allocation #[0-9]+ \\(960 bytes on fakedev:1, made by .*\\): "
+          "copy on stream #[0-9]+ \\(fakedev:1\\) reads bytes \\[0, "
+          "960\\), not ordered after D2D copy on stream #[0-9]+ "
+          "\\(fakedev:0\\), which wrote bytes \\[0, 960\\) \\(no event "
+          "wait or synchronisation between them\\)$", ec->message, 0, 0))
+    g_error ("unexpected refusal: %s", ec->message);
+  g_clear_error (&ec);
+  const FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.n_order_violations - st0.n_order_violations, ==, 1);
+  lb_channel_free (ch);
   lb_worker_group_unref (gp);
   lb_worker_group_unref (gc);
 }
@@ -159,5 +214,7 @@ main (int argc, char **argv)
   g_test_add_func ("/comm/channel-device/cpu-unchanged", test_cpu_unchanged);
   g_test_add_func ("/comm/channel-device/repeated-ordinals",
       test_repeated_ordinals);
+  g_test_add_func ("/comm/channel-device/commit-wait-left-out",
+      test_commit_wait_left_out);
   return g_test_run ();
 }

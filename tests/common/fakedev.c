@@ -19,6 +19,8 @@
  * the CPU's, must reproduce the CPU backend bit for bit.  What it cannot
  * check is the CUDA kernels themselves (suite gpu) and NCCL.
  */
+#include <execinfo.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fakedev.h"
@@ -44,6 +46,37 @@ typedef struct
   gint n_capture_fails;
 } FakeDev;
 
+
+/* ------------------------------------------------------------------------ */
+/* the stream-ordering checker (docs/design.md "The stream model")         */
+/* ------------------------------------------------------------------------ */
+
+/* fakedev runs every op and copy when it is enqueued, so on its own it
+ * cannot show a missing event wait: the bytes are always there.  The
+ * checker replays the ordering a GPU would give.  Every stream is an agent
+ * with a vector clock; each op or copy ticks its stream's own component
+ * and records, for every byte range of a device allocation (or host_alloc
+ * block) it touches, the (stream, clock) it ran at.  event_record copies
+ * the stream's clock into the event, stream_wait_event merges it into the
+ * waiting stream, stream_synchronize merges the stream into the host's
+ * clock, and every enqueue merges the host's clock into its stream (work
+ * enqueued after the host saw a stream finish runs after it).  An access
+ * is ordered after an earlier one of stream b at clock c when its clock's
+ * component b is at least c; a conflicting pair (either writes) that is
+ * not ordered is refused with both accesses named.
+ *
+ * The host is one agent for every thread: host threads are assumed to
+ * order themselves correctly (the sanitizer suite's job), so a
+ * synchronisation on one thread orders what any thread enqueues after it.
+ * A freed block's history is dropped: the CUDA pool (cuda-alloc.c) fences
+ * every stream of the device before it hands the memory out again. */
+
+typedef struct
+{
+  guint32 *c;                   /* [n], component per agent */
+  guint n;
+} Clock;
+
 /* A recorded call's op: an OpId (op-call.h), or a device copy. */
 #define FOP_RAW_COPY OP_COUNT
 
@@ -67,6 +100,9 @@ typedef struct
 {
   gboolean capturing;
   GArray *calls;                /* FakeCall, while capturing */
+  guint agent;                  /* the ordering checker's: its index */
+  Clock clock;                  /* its vector clock */
+  guint64 host_seen;            /* order.host_version merged last */
 } FakeStream;
 
 struct _LbGraph
@@ -116,6 +152,360 @@ refuse (GError ** error, const char *format, ...)
   return FALSE;
 }
 
+typedef struct
+{
+  gsize lo, hi;                 /* bytes [lo, hi) of the block */
+  guint agent;
+  guint32 clock;
+  gboolean write;
+  const char *what;             /* static: op name or copy kind */
+} Access;
+
+typedef struct
+{
+  const guint8 *start;
+  gsize size;
+  gboolean pinned;              /* host_alloc block */
+  int device;
+  guint64 serial;
+  const char *first_writer;     /* static, or NULL */
+  guint first_writer_agent;
+  gpointer frames[8];           /* backtrace of the allocation */
+  int n_frames;
+  GArray *acc;                  /* Access */
+} OrderBlock;
+
+typedef struct
+{
+  GMutex lock;
+  gboolean off;                 /* FAKEDEV_ORDER=off */
+  GTree *blocks;                /* OrderBlock * by start */
+  GPtrArray *names;             /* agent -> "stream #n (fakedev:d)" */
+  Clock host;                   /* what the host has seen complete */
+  guint64 host_version;         /* bumped when host grows */
+  guint64 serial;
+  gint n_checks, n_violations;
+  int skip_device;              /* fakedev_skip_waits() */
+  gint skip_waits;
+} Order;
+
+static Order order;
+
+static guint32
+clock_get (const Clock * k, guint agent)
+{
+  return agent < k->n ? k->c[agent] : 0;
+}
+
+static void
+clock_grow (Clock * k, guint n)
+{
+  if (n <= k->n)
+    return;
+  k->c = g_renew (guint32, k->c, n);
+  memset (k->c + k->n, 0, (n - k->n) * sizeof (guint32));
+  k->n = n;
+}
+
+/* @dst = max (@dst, @src), componentwise; whether @dst grew */
+static gboolean
+clock_merge (Clock * dst, const Clock * src)
+{
+  gboolean grew = FALSE;
+  clock_grow (dst, src->n);
+  for (guint i = 0; i < src->n; i++)
+    if (src->c[i] > dst->c[i]) {
+      dst->c[i] = src->c[i];
+      grew = TRUE;
+    }
+  return grew;
+}
+
+static void
+clock_set (Clock * dst, const Clock * src)
+{
+  clock_grow (dst, src->n);
+  memcpy (dst->c, src->c, src->n * sizeof (guint32));
+  if (dst->n > src->n)
+    memset (dst->c + src->n, 0, (dst->n - src->n) * sizeof (guint32));
+}
+
+static void
+clock_clear (Clock * k)
+{
+  g_clear_pointer (&k->c, g_free);
+  k->n = 0;
+}
+
+static gint
+block_cmp (gconstpointer a, gconstpointer b, gpointer user_data)
+{
+  (void) user_data;
+  const guint8 *x = ((const OrderBlock *) a)->start;
+  const guint8 *y = ((const OrderBlock *) b)->start;
+  return x < y ? -1 : x > y;
+}
+
+/* g_tree_search(): 0 when @addr lies in the block */
+static gint
+block_find (gconstpointer key, gconstpointer addr)
+{
+  const OrderBlock *b = key;
+  const guint8 *p = addr;
+  if (p < b->start)
+    return -1;                  /* look among smaller starts */
+  if (p >= b->start + MAX (b->size, 1))
+    return 1;
+  return 0;
+}
+
+static void
+block_free (gpointer data)
+{
+  OrderBlock *b = data;
+  g_array_free (b->acc, TRUE);
+  g_free (b);
+}
+
+static void
+order_init (void)
+{
+  g_mutex_init (&order.lock);
+  order.off = g_strcmp0 (g_getenv ("FAKEDEV_ORDER"), "off") == 0;
+  order.blocks = g_tree_new_full (block_cmp, NULL, block_free, NULL);
+  order.names = g_ptr_array_new_with_free_func (g_free);
+}
+
+/* A new allocation (device or host_alloc) starts without history. */
+static void
+order_block_add (const void *p, gsize size, gboolean pinned, int device)
+{
+  if (order.off)
+    return;
+  OrderBlock *b = g_new0 (OrderBlock, 1);
+  b->start = p;
+  b->size = size;
+  b->pinned = pinned;
+  b->device = device;
+  b->acc = g_array_new (FALSE, FALSE, sizeof (Access));
+  b->n_frames = backtrace (b->frames, G_N_ELEMENTS (b->frames));
+  g_mutex_lock (&order.lock);
+  b->serial = ++order.serial;
+  g_tree_replace (order.blocks, b, b);
+  g_mutex_unlock (&order.lock);
+}
+
+static void
+order_block_remove (const void *p)
+{
+  if (order.off)
+    return;
+  OrderBlock key = {.start = p };
+  g_mutex_lock (&order.lock);
+  g_tree_remove (order.blocks, &key);
+  g_mutex_unlock (&order.lock);
+}
+
+/* A stream's agent: its name is kept for messages after it is freed. */
+static guint
+order_agent_new (int device)
+{
+  g_mutex_lock (&order.lock);
+  guint agent = order.names->len;
+  g_ptr_array_add (order.names, g_strdup_printf ("stream #%u (fakedev:%d)",
+          agent, device));
+  g_mutex_unlock (&order.lock);
+  return agent;
+}
+
+static const char *
+agent_name (guint agent)
+{
+  return g_ptr_array_index (order.names, agent);
+}
+
+/* The frames of an allocation's backtrace outside fakedev and the tensor
+ * allocator, as "f < g < h" (callee first). */
+static char *
+block_origin (const OrderBlock * b)
+{
+  GString *s = g_string_new (NULL);
+  char **sym = backtrace_symbols ((void *const *) b->frames, b->n_frames);
+  int shown = 0;
+  for (int i = 0; sym != NULL && i < b->n_frames && shown < 3; i++) {
+    if (strstr (sym[i], "fake_") || strstr (sym[i], "order_") ||
+        strstr (sym[i], "lb_tensor_new") || strstr (sym[i], "(+0x") ||
+        strstr (sym[i], "libglib") || strstr (sym[i], "libc.so"))
+      continue;
+    const char *open = strchr (sym[i], '(');
+    const char *plus = open ? strchr (open, '+') : NULL;
+    if (open == NULL || plus == NULL || plus == open + 1)
+      continue;
+    g_string_append_printf (s, "%s%.*s", shown ? " < " : "",
+        (int) (plus - open - 1), open + 1);
+    shown++;
+  }
+  free (sym);
+  if (shown == 0)
+    g_string_append (s, "an unnamed caller");
+  return g_string_free (s, FALSE);
+}
+
+static char *
+block_name (const OrderBlock * b)
+{
+  g_autofree char *origin = block_origin (b);
+  g_autofree char *first = b->first_writer == NULL ? g_strdup ("") :
+      g_strdup_printf (", first written by %s on %s", b->first_writer,
+      agent_name (b->first_writer_agent));
+  if (b->pinned)
+    return g_strdup_printf ("host_alloc block #%" G_GUINT64_FORMAT
+        " (%" G_GSIZE_FORMAT " bytes, made by %s%s)", b->serial, b->size,
+        origin, first);
+  return g_strdup_printf ("allocation #%" G_GUINT64_FORMAT " (%"
+      G_GSIZE_FORMAT " bytes on fakedev:%d, made by %s%s)", b->serial,
+      b->size, b->device, origin, first);
+}
+
+/* One access of stream @agent (clock @now, already ticked) to [p, p + n):
+ * refused when it is not ordered after a conflicting earlier access;
+ * recorded otherwise.  Called with order.lock held.  Memory that is
+ * neither a device allocation nor a host_alloc block is not followed
+ * (pageable host memory: its reuse is the host's business). */
+static gboolean
+order_access_locked (guint agent, const Clock * now, const void *p, gsize n,
+    gboolean write, const char *what, GError ** error)
+{
+  if (n == 0)
+    return TRUE;
+  OrderBlock *b = g_tree_search (order.blocks, block_find, p);
+  if (b == NULL)
+    return TRUE;
+  order.n_checks++;
+  const gsize lo = (gsize) ((const guint8 *) p - b->start);
+  const gsize hi = MIN (lo + n, b->size);
+  GArray *acc = b->acc;
+  for (guint i = acc->len; i-- > 0;) {
+    Access *r = &g_array_index (acc, Access, i);
+    const gboolean before = clock_get (now, r->agent) >= r->clock;
+    /* ordered before everything from now on: every enqueue merges the
+     * host's clock first */
+    if (clock_get (&order.host, r->agent) >= r->clock) {
+      g_array_remove_index_fast (acc, i);
+      continue;
+    }
+    if (r->hi <= lo || r->lo >= hi || before || (!r->write && !write))
+      continue;
+    const gboolean d2h = g_str_has_prefix (what, "D2H");
+    const char *rule = r->write && write ? "write after write" :
+        r->write ? (d2h ? "download after write" : "read after write") :
+        "write after read";
+    g_autofree char *name = block_name (b);
+    order.n_violations++;
+    return refuse (error, "stream order: %s in %s: %s on %s %s bytes [%"
+        G_GSIZE_FORMAT ", %" G_GSIZE_FORMAT "), not ordered after %s on %s, "
+        "which %s bytes [%" G_GSIZE_FORMAT ", %" G_GSIZE_FORMAT ") (no event "
+        "wait or synchronisation between them)", rule, name, what,
+        agent_name (agent), write ? "writes" : "reads", lo, hi, r->what,
+        agent_name (r->agent), r->write ? "wrote" : "read", r->lo, r->hi);
+  }
+  /* what this access subsumes: ordered accesses inside its range (a later
+   * access unordered with them is unordered with this one too); a read
+   * subsumes only reads */
+  for (guint i = acc->len; i-- > 0;) {
+    Access *r = &g_array_index (acc, Access, i);
+    if (r->lo >= lo && r->hi <= hi && (write || !r->write) &&
+        clock_get (now, r->agent) >= r->clock)
+      g_array_remove_index_fast (acc, i);
+  }
+  Access a = {.lo = lo,.hi = hi,.agent = agent,.clock =
+        clock_get (now, agent),.write = write,.what = what
+  };
+  g_array_append_val (acc, a);
+  if (write && b->first_writer == NULL) {
+    b->first_writer = what;
+    b->first_writer_agent = agent;
+  }
+  return TRUE;
+}
+
+/* Before stream @fs enqueues: the host's clock merged in, its own
+ * component ticked.  With order.lock held. */
+static void
+order_enqueue_locked (FakeStream * fs)
+{
+  if (fs->host_seen != order.host_version) {
+    clock_merge (&fs->clock, &order.host);
+    fs->host_seen = order.host_version;
+  }
+  clock_grow (&fs->clock, fs->agent + 1);
+  fs->clock.c[fs->agent]++;
+}
+
+static gboolean
+order_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
+    LbCopyKind kind, GError ** error)
+{
+  static const char *const what[] = { "H2D copy", "D2H copy", "D2D copy",
+    "H2H copy"
+  };
+  FakeStream *fs = s->priv;
+  if (order.off)
+    return TRUE;
+  g_mutex_lock (&order.lock);
+  order_enqueue_locked (fs);
+  gboolean ok = order_access_locked (fs->agent, &fs->clock, src, nbytes,
+      FALSE, what[kind], error) && order_access_locked (fs->agent,
+      &fs->clock, dst, nbytes, TRUE, what[kind], error);
+  g_mutex_unlock (&order.lock);
+  return ok;
+}
+
+/* event_record: the event holds the stream's clock */
+static void
+order_record (LbStream * s, Clock * event)
+{
+  FakeStream *fs = s->priv;
+  if (order.off)
+    return;
+  g_mutex_lock (&order.lock);
+  order_enqueue_locked (fs);
+  clock_set (event, &fs->clock);
+  g_mutex_unlock (&order.lock);
+}
+
+/* stream_wait_event: the stream's later work is ordered after the
+ * event's point (an event never recorded holds an empty clock) */
+static void
+order_wait (LbStream * s, const Clock * event)
+{
+  FakeStream *fs = s->priv;
+  if (order.off)
+    return;
+  g_mutex_lock (&order.lock);
+  order_enqueue_locked (fs);
+  if (order.skip_waits != 0 && (order.skip_device < 0 ||
+          order.skip_device == s->device)) {
+    if (order.skip_waits > 0)
+      order.skip_waits--;
+  } else
+    clock_merge (&fs->clock, event);
+  g_mutex_unlock (&order.lock);
+}
+
+/* stream_synchronize: the host has seen all the stream's work */
+static void
+order_sync (LbStream * s)
+{
+  FakeStream *fs = s->priv;
+  if (order.off)
+    return;
+  g_mutex_lock (&order.lock);
+  if (clock_merge (&order.host, &fs->clock))
+    order.host_version++;
+  g_mutex_unlock (&order.lock);
+}
+
 static gpointer
 fake_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
@@ -132,6 +522,7 @@ fake_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
   g_mutex_lock (&fake.lock);
   g_hash_table_insert (fake.blocks, p, GSIZE_TO_POINTER (nbytes));
   g_mutex_unlock (&fake.lock);
+  order_block_add (p, nbytes, FALSE, device);
   return p;
 }
 
@@ -147,6 +538,8 @@ fake_free (LbBackend * self, int device, gpointer ptr)
   g_mutex_unlock (&fake.lock);
   if (!known)
     refuse (NULL, "free of %p, not a device allocation", ptr);
+  else
+    order_block_remove (ptr);
   g_free (ptr);
 }
 
@@ -208,6 +601,8 @@ fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
     g_atomic_int_inc (&fake.n_h2d_pinned);
   if (kind == LB_COPY_DEVICE_TO_HOST && is_pinned (dst, nbytes))
     g_atomic_int_inc (&fake.n_d2h_pinned);
+  if (!order_copy (s, dst, src, nbytes, kind, error))
+    return FALSE;
   memmove (dst, src, nbytes);
   return TRUE;
 }
@@ -219,7 +614,9 @@ fake_stream_new (LbBackend * self, int device, GError ** error)
   LbStream *s = g_new0 (LbStream, 1);
   s->backend = self;
   s->device = device;
-  s->priv = g_new0 (FakeStream, 1);
+  FakeStream *fs = g_new0 (FakeStream, 1);
+  s->priv = fs;
+  fs->agent = order_agent_new (device);
   return s;
 }
 
@@ -231,6 +628,7 @@ fake_stream_free (LbStream * s)
     g_atomic_int_add (&fake.n_capturing, -1);
     g_array_free (fs->calls, TRUE);
   }
+  clock_clear (&fs->clock);
   g_free (fs);
   g_free (s);
 }
@@ -242,6 +640,7 @@ fake_stream_synchronize (LbStream * s, GError ** error)
   if (fs->capturing)
     return refuse (error, "stream synchronize during a graph capture");
   g_atomic_int_inc (&fake.n_syncs);
+  order_sync (s);
   return TRUE;
 }
 
@@ -296,6 +695,7 @@ typedef struct
   int n;
   const LbTensor *orig[OP_CALL_MAX_TENSORS];
   LbTensor host[OP_CALL_MAX_TENSORS];
+  gboolean written[OP_CALL_MAX_TENSORS];        /* an OUT argument (the ordering checker) */
 } Args;
 
 /* The bytes a view can touch: from its lowest to its highest element,
@@ -353,8 +753,40 @@ arg (Args * a, const LbTensor * t)
   return h;
 }
 
+/* arg() of an OUT argument: written (an in-place op's tensor too) */
+static LbTensor *
+arg_out (Args * a, const LbTensor * t)
+{
+  LbTensor *h = arg (a, t);
+  if (h != NULL)
+    a->written[h - a->host] = TRUE;
+  return h;
+}
+
+/* The ordering checker's view of an op: one tick of its stream, each
+ * tensor argument's span read or written at it. */
+static gboolean
+order_op (const Args * a, GError ** error)
+{
+  FakeStream *fs = a->s->priv;
+  if (order.off)
+    return TRUE;
+  gboolean ok = TRUE;
+  g_mutex_lock (&order.lock);
+  order_enqueue_locked (fs);
+  for (int i = 0; i < a->n && ok; i++) {
+    const guint8 *span;
+    gsize span_bytes;
+    view_span (a->orig[i], &span, &span_bytes);
+    ok = order_access_locked (fs->agent, &fs->clock, span, span_bytes,
+        a->written[i], a->op, error);
+  }
+  g_mutex_unlock (&order.lock);
+  return ok;
+}
+
 #define CPU (lb_cpu_backend ()->ops)
-#define PRE(name) Args a_ = { s, name, TRUE, 0, { NULL }, { { 0 } } }; \
+#define PRE(name) Args a_ = { s, name, TRUE, 0, { NULL }, { { 0 } }, { 0 } }; \
   g_atomic_int_inc (&fake.n_ops)
 #define A(x) arg (&a_, (x))
 #define CHECK if (!a_.ok) return refuse (error, "%s: wrong device", a_.op)
@@ -399,7 +831,7 @@ count_bf16 (OpId op, const Args * a)
  * and relabelled as host memory (in argument order, so an in-place call
  * stays in place), then the CPU kernel. */
 #define HOST_IN(n) LbTensor *h_##n = A (n);
-#define HOST_OUT(n) LbTensor *h_##n = A (n);
+#define HOST_OUT(n) LbTensor *h_##n = arg_out (&a_, (n));
 #define HOST_F32(n)
 #define HOST_INT(n)
 #define HOST_I64(n)
@@ -422,6 +854,8 @@ f_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
     count_conv (s); \
   LB_OP_ARGS_##name (HOST) \
   CHECK; \
+  if (!order_op (&a_, error)) \
+    return FALSE; \
   count_bf16 (OP_##name, &a_); \
   return CPU->name (s LB_OP_ARGS_##name (ON_HOST), error); \
 }
@@ -560,6 +994,7 @@ fake_graph_free (LbStream * s, LbGraph * graph)
 struct _LbEvent
 {
   int device;
+  Clock clock;                  /* the ordering checker's: at record */
 };
 
 static LbEvent *
@@ -576,6 +1011,7 @@ static void
 fake_event_free (LbBackend * self, LbEvent * event)
 {
   (void) self;
+  clock_clear (&event->clock);
   g_free (event);
 }
 
@@ -586,6 +1022,7 @@ fake_event_record (LbStream * s, LbEvent * event, GError ** error)
     return refuse (error, "event of device %d recorded on fakedev:%d",
         event->device, s->device);
   g_atomic_int_inc (&fake.n_records);
+  order_record (s, &event->clock);
   return TRUE;
 }
 
@@ -594,10 +1031,9 @@ fake_event_record (LbStream * s, LbEvent * event, GError ** error)
 static gboolean
 fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
 {
-  (void) s;
-  (void) event;
   (void) error;
   g_atomic_int_inc (&fake.n_waits);
+  order_wait (s, &event->clock);
   return TRUE;
 }
 
@@ -612,6 +1048,7 @@ fake_host_alloc (LbBackend * self, gsize nbytes, GError ** error)
   g_mutex_lock (&fake.lock);
   g_hash_table_insert (fake.host, p, GSIZE_TO_POINTER (nbytes));
   g_mutex_unlock (&fake.lock);
+  order_block_add (p, nbytes, TRUE, -1);
   return p;
 }
 
@@ -625,6 +1062,7 @@ fake_host_free (LbBackend * self, gpointer ptr)
   g_mutex_lock (&fake.lock);
   g_hash_table_remove (fake.host, ptr);
   g_mutex_unlock (&fake.lock);
+  order_block_remove (ptr);
   g_free (ptr);
 }
 
@@ -677,6 +1115,61 @@ fakedev_fail_graph_end (int n)
   g_atomic_int_set (&fake.fail_graph_end, n);
 }
 
+/**
+ * fakedev_skip_waits:
+ * @device: the device whose streams' waits are dropped, or -1 for all
+ * @n: how many of their next stream_wait_event calls order nothing (-1:
+ *   all, 0: none)
+ *
+ * Fault injection for the stream-ordering checker: such a wait is counted
+ * (#FakeDevStats.n_waits) but does not order the stream, as if the caller
+ * had left it out.  Process-wide.
+ */
+void
+fakedev_skip_waits (int device, int n)
+{
+  fakedev_backend ();
+  g_mutex_lock (&order.lock);
+  order.skip_device = device;
+  order.skip_waits = n;
+  g_mutex_unlock (&order.lock);
+}
+
+/**
+ * fakedev_stream_name:
+ * @s: a fakedev stream
+ *
+ * Returns: (transfer full): how the stream-ordering checker names @s in
+ * its messages, "stream #N (fakedev:D)".
+ */
+char *
+fakedev_stream_name (LbStream * s)
+{
+  g_mutex_lock (&order.lock);
+  char *name = g_strdup (agent_name (((FakeStream *) s->priv)->agent));
+  g_mutex_unlock (&order.lock);
+  return name;
+}
+
+/**
+ * fakedev_block_serial:
+ * @p: an address in a live device allocation or host_alloc block
+ *
+ * Returns: the number the stream-ordering checker gives that block in its
+ * messages ("allocation #N", "host_alloc block #N"), or 0 when @p is in
+ * neither (or the checker is off).
+ */
+guint64
+fakedev_block_serial (const void *p)
+{
+  g_mutex_lock (&order.lock);
+  OrderBlock *b = order.blocks ? g_tree_search (order.blocks, block_find,
+      p) : NULL;
+  guint64 serial = b ? b->serial : 0;
+  g_mutex_unlock (&order.lock);
+  return serial;
+}
+
 static LbBackend fake_backend = {
   .name = "fakedev",
   .device_type = LB_DEVICE_CUDA,
@@ -717,6 +1210,7 @@ fakedev_backend (void)
     g_mutex_init (&fake.lock);
     fake.blocks = g_hash_table_new (g_direct_hash, g_direct_equal);
     fake.host = g_hash_table_new (g_direct_hash, g_direct_equal);
+    order_init ();
     g_assert (lb_ops_first_missing (&fake_ops) == NULL);
     g_once_init_leave (&once, 1);
   }
@@ -757,6 +1251,10 @@ fakedev_stats (void)
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);
   st.n_h2d_pinned = g_atomic_int_get (&fake.n_h2d_pinned);
   st.n_d2h_pinned = g_atomic_int_get (&fake.n_d2h_pinned);
+  g_mutex_lock (&order.lock);
+  st.n_order_checks = order.n_checks;
+  st.n_order_violations = order.n_violations;
+  g_mutex_unlock (&order.lock);
   g_mutex_lock (&fake.lock);
   st.live_blocks = fake.blocks ? (int) g_hash_table_size (fake.blocks) : 0;
   g_mutex_unlock (&fake.lock);

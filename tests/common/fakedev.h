@@ -41,6 +41,10 @@ G_BEGIN_DECLS
  * @n_gemm_fp8: gemm_fp8 calls (f32 x, quantised by the GEMM)
  * @n_gemm_fp8_q: gemm_fp8_q calls (x already e4m3 codes and row scales)
  * @n_norm_fp8: norm_fp8 calls (a norm writing e4m3 codes and row scales)
+ * @n_order_checks: accesses of device (or host_alloc) memory the
+ *   stream-ordering checker followed (0 with FAKEDEV_ORDER=off)
+ * @n_order_violations: accesses it refused (also counted in @bad): one
+ *   not ordered after a conflicting earlier access of another stream
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -63,6 +67,7 @@ typedef struct
   int n_allocs, n_h2d_pinned, n_d2h_pinned;
   int n_capture_fails;
   int n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
+  int n_order_checks, n_order_violations;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
@@ -70,5 +75,8 @@ FakeDevStats fakedev_stats (void);
 gboolean fakedev_is_device (const void *p, gsize n);
 void fakedev_set_conv_input_bf16 (gboolean on);
 void fakedev_fail_graph_end (int n);
+void fakedev_skip_waits (int device, int n);
+char *fakedev_stream_name (LbStream * s);
+guint64 fakedev_block_serial (const void *p);
 
 G_END_DECLS
