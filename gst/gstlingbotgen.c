@@ -78,6 +78,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_CHUNK_FRAMES 4
 #define DEFAULT_LOCAL_ATTN_SIZE 18
 #define DEFAULT_SINK_SIZE 6
+#define DEFAULT_MAX_ATTENTION_SIZE 0
 #define DEFAULT_SAMPLE_SHIFT 10.0
 #define DEFAULT_TIMESTEP_INDICES "0,250,500,750"
 #define DEFAULT_FRAMES 0
@@ -104,6 +105,7 @@ enum
   PROP_CHUNK_FRAMES,
   PROP_LOCAL_ATTN_SIZE,
   PROP_SINK_SIZE,
+  PROP_MAX_ATTENTION_SIZE,
   PROP_SAMPLE_SHIFT,
   PROP_TIMESTEP_INDICES,
   PROP_FRAMES,
@@ -173,6 +175,7 @@ struct _GstLingbotGen
   int chunk_frames;
   int local_attn_size;
   int sink_size;
+  int max_attention_size;
   double sample_shift;
   char *timestep_indices;
   guint frames;
@@ -246,6 +249,7 @@ static const GstLingbotProperty gen_properties[] = {
   FIELD (PROP_CHUNK_FRAMES, chunk_frames),
   FIELD (PROP_LOCAL_ATTN_SIZE, local_attn_size),
   FIELD (PROP_SINK_SIZE, sink_size),
+  FIELD (PROP_MAX_ATTENTION_SIZE, max_attention_size),
   FIELD (PROP_SAMPLE_SHIFT, sample_shift),
   FIELD (PROP_TIMESTEP_INDICES, timestep_indices),
   FIELD (PROP_FRAMES, frames),
@@ -823,6 +827,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   opts.chunk_frames = self->chunk_frames;
   opts.local_attn_frames = self->local_attn_size;
   opts.sink_frames = self->sink_size;
+  opts.max_attention_size = self->max_attention_size;
   opts.sample_shift = self->sample_shift;
   opts.frames = self->frames;
   opts.pixel_area = self->pixel_area;
@@ -2303,6 +2308,12 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_int ("sink-size", "Sink size",
           "Attention sink in latent frames (-1 = the model's default; 0 "
           "= no sink)", -1, 4096, DEFAULT_SINK_SIZE, ready));
+  g_object_class_install_property (klass, PROP_MAX_ATTENTION_SIZE,
+      g_param_spec_int ("max-attention-size", "Max attention size",
+          "Self-attention span in tokens: queries attend to the last N KV "
+          "cache slots (0 = the model's, whose default is the whole cache; "
+          "more than the cache = the whole cache)", 0, G_MAXINT,
+          DEFAULT_MAX_ATTENTION_SIZE, ready));
   g_object_class_install_property (klass, PROP_SAMPLE_SHIFT,
       g_param_spec_double ("sample-shift", "Sample shift",
           "Flow-matching sampler shift (0 = the default, 10)", 0.0, 1000.0,

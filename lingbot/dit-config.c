@@ -190,6 +190,12 @@ lingbot_dit_config_validate (const LingbotDitConfig * cfg, GError ** error)
         cfg->chunk_frames);
     return FALSE;
   }
+  if (cfg->max_attention_size < 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT config: max_attention_size %d is negative (tokens; 0 = the KV "
+        "cache's capacity)", cfg->max_attention_size);
+    return FALSE;
+  }
   return TRUE;
 }
 
@@ -280,6 +286,10 @@ lingbot_dit_config_to_json (const LingbotDitConfig * cfg)
   KI ("local_attn_size", cfg->local_attn_frames);
   KI ("sink_size", cfg->sink_frames);
   KI ("chunk_size", cfg->chunk_frames);
+  /* only when set: the release's config.json has no such key */
+  if (cfg->max_attention_size != 0) {
+    KI ("max_attention_size", cfg->max_attention_size);
+  }
   KS ("control_type", "cam");
   KI ("control_in_features", cfg->control_in_features);
   json_builder_set_member_name (b, "qk_norm");
@@ -336,6 +346,7 @@ static const DitJsonInt dit_json_ints[] = {
   {"local_attn_size", NULL, DIT_OFFSET (local_attn_frames)},
   {"sink_size", NULL, DIT_OFFSET (sink_frames)},
   {"chunk_size", NULL, DIT_OFFSET (chunk_frames)},
+  {"max_attention_size", NULL, DIT_OFFSET (max_attention_size)},
 };
 
 /**

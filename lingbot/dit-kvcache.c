@@ -212,6 +212,24 @@ lingbot_dit_cache_write_sharded (LingbotDitRank * rs, int layer,
 }
 
 /**
+ * lingbot_dit_cache_set_max_attention:
+ * @rs: a rank state after lingbot_dit_rank_init()
+ * @tokens: the self-attention span (spec 1.8 max_attention_size) in
+ *   tokens; 0 or anything above the capacity is the capacity (what
+ *   lingbot_dit_rank_init() sets)
+ *
+ * Sets how many cache slots up to the chunk's end the queries attend to
+ * (lingbot_dit_cache_window()).  The span is over tokens, not heads, so
+ * every rank of a Ulysses group is given the same value.
+ */
+void
+lingbot_dit_cache_set_max_attention (LingbotDitRank * rs, int64_t tokens)
+{
+  g_return_if_fail (tokens >= 0);
+  rs->max_attention = tokens == 0 || tokens > rs->cap ? rs->cap : tokens;
+}
+
+/**
  * lingbot_dit_cache_window:
  * @rs: a rank state after lingbot_dit_cache_begin()
  * @layer: block index

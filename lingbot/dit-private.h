@@ -235,6 +235,7 @@ LbDType lingbot_dit_kv_dtype (LbStream * s);
 guint64 lingbot_dit_kv_cache_bytes (const LingbotDitConfig * cfg,
     int64_t cap, int n_ranks, LbDType dtype);
 
+void lingbot_dit_cache_set_max_attention (LingbotDitRank * rs, int64_t tokens);
 void lingbot_dit_cache_begin (LingbotDitRank * rs, int64_t current_start);
 gboolean lingbot_dit_cache_evict (LingbotDitRank * rs, int layer,
     GError ** error);

@@ -65,6 +65,7 @@ struct _LingbotDitSession
 
   int64_t lat_h, lat_w, frames, hp, wp, frame_tokens, cap, sink, text_len;
   gboolean global_cache;
+  int64_t max_attention;        /* tokens, <= cap (spec 1.8) */
   LbMathMode math;              /* options->math (device backends only) */
   gboolean graphs;              /* LINGBOT_DIT_GRAPHS != "0" */
   int n_steps;
@@ -136,6 +137,7 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
   if (!lingbot_dit_rank_init (rs, s, rank, ses->dit, ses->frames, ses->hp,
           ses->wp, ses->cap, ses->sink, ses->text_len, error))
     return FALSE;
+  lingbot_dit_cache_set_max_attention (rs, ses->max_attention);
   const int64_t F = ses->frames, h = ses->lat_h, w = ses->lat_w;
   const int64_t N = rs->sh.n_tokens, n = rs->sh.n_local;
   const int64_t pf = (int64_t) cfg->in_dim * 4;
@@ -292,6 +294,18 @@ resolve_options (LingbotDitSession * ses, const LingbotDitSessionOptions * o,
     ses->cap = (int64_t) window *ses->frame_tokens;
     ses->sink = (int64_t) sink *ses->frame_tokens;
   }
+  /* the attention span in tokens: the session's, else the model's; 0 and
+   * anything past the capacity is the capacity */
+  if (o->max_attention_size < 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "DiT session: max_attention_size %d is negative (tokens; 0 = the "
+        "model's)", o->max_attention_size);
+    return FALSE;
+  }
+  ses->max_attention = o->max_attention_size > 0 ? o->max_attention_size :
+      cfg->max_attention_size;
+  if (ses->max_attention <= 0 || ses->max_attention > ses->cap)
+    ses->max_attention = ses->cap;
   if (ses->hp > LINGBOT_DIT_ROPE_MAX_POS || ses->wp > LINGBOT_DIT_ROPE_MAX_POS) {
     g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
         "DiT session: token grid wider than the RoPE table");
@@ -1296,6 +1310,20 @@ int64_t
 lingbot_dit_session_get_cache_capacity (LingbotDitSession * session)
 {
   return session->cap;
+}
+
+/**
+ * lingbot_dit_session_get_max_attention_size:
+ * @session: a session
+ *
+ * Returns: the self-attention span in tokens every rank uses (spec 1.8,
+ * #LingbotDitSessionOptions.max_attention_size resolved: at most the
+ * cache capacity).
+ */
+int64_t
+lingbot_dit_session_get_max_attention_size (LingbotDitSession * session)
+{
+  return session->max_attention;
 }
 
 /**

@@ -47,6 +47,12 @@ typedef struct _LingbotDitSession LingbotDitSession;
  *   the residual stream and every activation buffer stay f32
  *   (docs/design/cuda.md, "BF16 storage").  Ignored on the CPU backend
  *   (f32 weights borrowed from the model, f32 math).
+ * @max_attention_size: the self-attention span in tokens (spec 1.8:
+ *   queries attend to the cache slots [max(0, local_end - span),
+ *   local_end)); 0 = the model's (#LingbotDitConfig, whose 0 is the
+ *   cache's capacity); a value above the capacity is the capacity (so
+ *   %G_MAXINT forces the capacity whatever the model says); negative is
+ *   %LB_ERROR_INVALID_ARGUMENT
  *
  * Zero-initialise, then set @latent_h and @latent_w.
  */
@@ -59,10 +65,11 @@ typedef struct
   int64_t max_frames;
   const LingbotScheduler *scheduler;
   LbMathMode math;
+  int max_attention_size;
 } LingbotDitSessionOptions;
 
 #define LINGBOT_DIT_SESSION_OPTIONS_INIT { 0, 0, 0, 0, -1, 0, NULL, \
-      LB_MATH_FP32 }
+      LB_MATH_FP32, 0 }
 
 /**
  * LingbotDitStepFunc:
@@ -133,6 +140,8 @@ int lingbot_dit_session_get_n_passes (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_chunk_index (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_frame_tokens (LingbotDitSession * session);
 int64_t lingbot_dit_session_get_cache_capacity (LingbotDitSession * session);
+int64_t lingbot_dit_session_get_max_attention_size (LingbotDitSession *
+    session);
 void lingbot_dit_session_get_cursors (LingbotDitSession * session,
     int64_t * global_end, int64_t * local_end);
 gboolean lingbot_dit_session_get_kv_cache (LingbotDitSession * session,

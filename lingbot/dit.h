@@ -40,8 +40,15 @@ G_BEGIN_DECLS
  * @local_attn_frames: default KV window in latent frames (18; -1 = global)
  * @sink_frames: default attention sink in latent frames (6)
  * @chunk_frames: latent frames per chunk (4)
+ * @max_attention_size: the self-attention span in tokens (config.json
+ *   `max_attention_size`, spec 1.8): queries attend to the cache slots
+ *   [max(0, local_end - max_attention_size), local_end).  0 (the default,
+ *   and what the release's config.json implies by not having the key) is
+ *   the KV cache's capacity; a value above the capacity acts as the
+ *   capacity.  In tokens, as in the reference, so the number of frames it
+ *   spans depends on the resolution (tokens per frame).
  *
- * Spec 1.1.  The last three are runtime settings a session may override.
+ * Spec 1.1.  The last four are runtime settings a session may override.
  */
 typedef struct
 {
@@ -59,6 +66,7 @@ typedef struct
   int local_attn_frames;
   int sink_frames;
   int chunk_frames;
+  int max_attention_size;
 } LingbotDitConfig;
 
 /**

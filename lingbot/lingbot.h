@@ -162,6 +162,12 @@ typedef struct _LingbotSession LingbotSession;
  * @noise_path: (nullable): read noise from this safetensors file instead of
  *   Philox (parity tests): tensors `output.chunk{chunk}.step0.x_in` and
  *   `output.chunk{chunk}.step{step}.renoise` (the golden DiT fixture names)
+ * @max_attention_size: the self-attention span in tokens (spec 1.8:
+ *   queries attend to the last @max_attention_size KV-cache slots up to
+ *   the chunk's end); 0 = the model's (config.json `max_attention_size`,
+ *   absent = the cache's capacity); above the capacity = the capacity;
+ *   negative is %LB_ERROR_INVALID_ARGUMENT.  It wins over the model's
+ *   value.
  *
  * Without @prompt_embeds_path the world's text encoder encodes @prompt
  * (%NULL = the empty prompt); a world without one is an error.
@@ -189,11 +195,12 @@ typedef struct
   const float *intrinsics;
   int intrinsics_width, intrinsics_height;
   const char *noise_path;
+  int max_attention_size;
 } LingbotSessionOptions;
 
 #define LINGBOT_SESSION_OPTIONS_INIT { NULL, NULL, NULL, NULL, 0, 0, 0, \
     480 * 832, 0, 0, 0, 0, 0, -1, 0.0, NULL, 0, 0, 16, NULL, 0, NULL, \
-    0, 0, NULL }
+    0, 0, NULL, 0 }
 
 /**
  * LingbotChunkStats:

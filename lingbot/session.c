@@ -587,6 +587,12 @@ lingbot_session_new (LingbotWorld * world,
         "session: sample_shift %g is negative", o->sample_shift);
     goto fail;
   }
+  if (o->max_attention_size < 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "session: max_attention_size %d is negative (tokens; 0 = the "
+        "model's)", o->max_attention_size);
+    goto fail;
+  }
 
   /* image and output size */
   int image_w = 0, image_h = 0;
@@ -626,6 +632,7 @@ lingbot_session_new (LingbotWorld * world,
   dso.chunk_frames = s->chunk_frames;
   dso.local_attn_frames = o->local_attn_frames;
   dso.sink_frames = o->sink_frames;
+  dso.max_attention_size = o->max_attention_size;
   dso.max_frames = (int64_t) s->n_chunks * s->chunk_frames;
   dso.scheduler = sched;
   dso.math = world->math;       /* LingbotWorldOptions.precision */

@@ -368,9 +368,11 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
   const int64_t tf = (lh / 2) * (lw / 2);
   const int64_t window = cfg->local_attn_frames > 0 ? cfg->local_attn_frames
       : LINGBOT_DIT_DEFAULT_LOCAL_ATTN_FRAMES;
+  /* the keys attended: the window, at most the model's span */
+  const int64_t keys = cfg->max_attention_size > 0 ?
+      MIN (window * tf, cfg->max_attention_size) : window * tf;
   LingbotBenchDitFlops f;
-  lingbot_bench_dit_flops (cfg, cfg->chunk_frames * tf, text_len,
-      window * tf, 5, &f);
+  lingbot_bench_dit_flops (cfg, cfg->chunk_frames * tf, text_len, keys, 5, &f);
   LingbotBenchDitMemory m32, m16, m8;
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 4, &m32);
   lingbot_bench_dit_memory (cfg, lh, lw, text_len, n_ranks, 4, 2, &m16);
@@ -388,7 +390,7 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         "\"chunk_reference\": %.6g, \"linear_pass\": %.6g, \"self_attn_pass\""
         ": %.6g, \"cross_attn_pass\": %.6g}, ",
         lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers, lh, lw,
-        text_len, n_ranks, params, params * 4, window * tf, f.pass, f.camera,
+        text_len, n_ranks, params, params * 4, keys, f.pass, f.camera,
         f.chunk, f.chunk_reference, f.linear, f.self_attn, f.cross_attn);
     printf ("\"memory_per_rank\": {");
     print_memory_json ("f32_weights", &m32);
@@ -407,7 +409,7 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
         ", %d text tokens, window %" G_GINT64_FORMAT " keys: %.2f TFLOP per "
         "chunk (%.2f with the camera path in every pass); %.3f G parameters "
         "(%.1f GB f32 on the host)\n", lingbot_dit_config_variant (cfg),
-        cfg->num_layers, lh, lw, text_len, window * tf, f.chunk / 1e12,
+        cfg->num_layers, lh, lw, text_len, keys, f.chunk / 1e12,
         f.chunk_reference / 1e12, params / 1e9, params * 4 / 1e9);
     printf ("device memory per rank (%d rank(s)): %.1f GB with f32 weights, "
         "%.1f GB with bf16 weights, %.1f GB with fp8 weights (weights %.1f / "
@@ -875,10 +877,12 @@ lingbot_bench_dit_main (int argc, char **argv)
       lingbot_bench_comm_counts_diff (&comm_first, &comm0, &comm_first);
     }
     /* the keys every block attended over in this chunk's passes: the
-     * window after the chunk's own keys were written */
+     * window after the chunk's own keys were written, at most the
+     * session's attention span (spec 1.8 max_attention_size) */
     int64_t ge, le;
     lingbot_dit_session_get_cursors (ses, &ge, &le);
-    const int64_t keys = MIN (le, cap);
+    const int64_t keys = MIN (le,
+        lingbot_dit_session_get_max_attention_size (ses));
     LingbotBenchDitFlops f;
     lingbot_bench_dit_flops (cfg, N, text_len, keys, n_passes, &f);
     chunk_fl[c] = f.chunk;

@@ -159,6 +159,7 @@ main (int argc, char **argv)
   g_auto (LingbotToolDitShape) shape = { 0 };
   int freq_dim = 0;
   int in_dim = 0, out_dim = 0, window = 0, sink = -1, chunk = 0, shards = 0;
+  int max_attention = G_MININT; /* unset */
   gint64 seed = 42;
   gboolean quiet = FALSE, full = FALSE, dummy = FALSE;
   int vae_dim = 0, t5_layers = 0;
@@ -172,6 +173,9 @@ main (int argc, char **argv)
     {"local-attn", 0, 0, G_OPTION_ARG_INT, &window,
         "KV window in latent frames (config.json local_attn_size)", "N"},
     {"sink", 0, 0, G_OPTION_ARG_INT, &sink, "Sink in latent frames", "N"},
+    {"max-attention-size", 0, 0, G_OPTION_ARG_INT, &max_attention,
+        "Self-attention span in tokens (config.json max_attention_size; "
+          "0 = the KV cache's capacity, the default)", "N"},
     {"chunk", 0, 0, G_OPTION_ARG_INT, &chunk, "Latent frames per chunk", "N"},
     {"shards", 0, 0, G_OPTION_ARG_INT, &shards,
         "Number of safetensors shards (default 8 for 14b, else 1)", "N"},
@@ -221,6 +225,8 @@ main (int argc, char **argv)
     cfg.local_attn_frames = window;
   if (sink >= 0)
     cfg.sink_frames = sink;
+  if (max_attention != G_MININT)
+    cfg.max_attention_size = max_attention;
   if (shards <= 0)
     shards = p == LINGBOT_DIT_PRESET_14B ? 8 : 1;
 

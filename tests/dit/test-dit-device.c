@@ -215,6 +215,8 @@ test_copy_rows (void)
 /* when set, run_plain() appends the cursors (global_end, local_end) after
  * every chunk */
 static GArray *cursor_log;
+/* run_plain()'s LingbotDitSessionOptions.max_attention_size */
+static int plain_span;
 
 static GByteArray *
 run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
@@ -227,6 +229,7 @@ run_plain (LbBackend * be, int n_chunks, gboolean rope_formula,
   LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
   opt.latent_h = 6;
   opt.latent_w = 10;
+  opt.max_attention_size = plain_span;
   LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
       dit_fixture_get (fixture, "input.context"), &err);
   g_assert_no_error (err);
@@ -297,6 +300,41 @@ test_graph_replay (void)
   g_unsetenv ("LINGBOT_DIT_GRAPHS");
   g_assert_cmpint (fakedev_stats ().n_launches, ==, st1.n_launches);
   g_assert_true (memcmp (off->data, dev->data, dev->len) == 0);
+}
+
+/* A span below the capacity (75 of 150 tokens) on a device rank: the
+ * steady chunks attend over the same slots [75, 150) every time, so their
+ * passes are captured once and replayed, with the CPU's bytes; and the
+ * span changed them (the capacity run differs). */
+static void
+test_graph_replay_span (void)
+{
+  const int n_chunks = 7;
+  int steady_cpu, steady_dev;
+  g_autoptr (GByteArray) full = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady_cpu);
+  plain_span = 75;
+  g_autoptr (GByteArray) cpu = run_plain (lb_cpu_backend (), n_chunks, FALSE,
+      &steady_cpu);
+  const FakeDevStats st0 = fakedev_stats ();
+  g_autoptr (GByteArray) dev = run_plain (fakedev_backend (), n_chunks, FALSE,
+      &steady_dev);
+  const FakeDevStats st = fakedev_stats ();
+  plain_span = 0;
+  g_assert_cmpint (steady_dev, ==, steady_cpu);
+  g_assert_cmpint (steady_dev, >, 0);
+  g_assert_cmpint (st.bad, ==, 0);
+  g_assert_cmpint (st.n_captures - st0.n_captures, ==, 5);
+  g_assert_cmpint (st.n_launches - st0.n_launches, ==,
+      5 * (n_chunks - steady_dev));
+  g_assert_cmpuint (cpu->len, ==, dev->len);
+  g_assert_true (memcmp (cpu->data, dev->data, cpu->len) == 0);
+  /* chunk 0 (60 tokens cached) is the same, the later ones are not */
+  const guint chunk_bytes = cpu->len / n_chunks;
+  g_assert_true (memcmp (cpu->data, full->data, chunk_bytes) == 0);
+  for (int c = 1; c < n_chunks; c++)
+    g_assert_true (memcmp (cpu->data + c * chunk_bytes,
+            full->data + c * chunk_bytes, chunk_bytes) != 0);
 }
 
 /* A graph capture that fails (fakedev_fail_graph_end(): graph_end
@@ -913,6 +951,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/copy-rows", test_copy_rows);
   g_test_add_func ("/dit/device/weights", test_weights);
   g_test_add_func ("/dit/device/graph-replay", test_graph_replay);
+  g_test_add_func ("/dit/device/graph-replay-span", test_graph_replay_span);
   g_test_add_func ("/dit/device/graph-capture-fails", test_graph_capture_fails);
   g_test_add_func ("/dit/device/solo", test_solo);
   g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);

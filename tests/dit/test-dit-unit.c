@@ -337,6 +337,41 @@ test_config_json (void)
   g_assert_true (g_str_has_prefix (err->message, "DiT config: head dim 64"));
 }
 
+/* config.json max_attention_size: absent (the release) is 0 = the
+ * capacity and is not written for 0; a value is read and written back;
+ * a negative one fails validation with the exact message. */
+static void
+test_config_max_attention (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig a, b;
+  lingbot_dit_config_init_preset (&a, LINGBOT_DIT_PRESET_14B);
+  g_assert_cmpint (a.max_attention_size, ==, 0);
+  g_autofree char *j0 = lingbot_dit_config_to_json (&a);
+  g_assert_null (strstr (j0, "max_attention_size"));
+
+  a.max_attention_size = 14040; /* 9 frames of 1560 tokens */
+  g_autofree char *j1 = lingbot_dit_config_to_json (&a);
+  g_assert_nonnull (strstr (j1, "\"max_attention_size\" : 14040"));
+  lingbot_dit_config_init_preset (&b, LINGBOT_DIT_PRESET_14B);
+  g_assert_true (lingbot_dit_config_merge_json (&b, j1, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (b.max_attention_size, ==, 14040);
+  g_assert_true (lingbot_dit_config_validate (&b, &err));
+  g_assert_no_error (err);
+  /* a config without the key leaves the field alone */
+  g_assert_true (lingbot_dit_config_merge_json (&b, j0, &err));
+  g_assert_cmpint (b.max_attention_size, ==, 14040);
+
+  g_assert_true (lingbot_dit_config_merge_json (&b,
+          "{\"max_attention_size\": -5}", &err));
+  g_assert_cmpint (b.max_attention_size, ==, -5);
+  g_assert_false (lingbot_dit_config_validate (&b, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "DiT config: max_attention_size -5 is "
+      "negative (tokens; 0 = the KV cache's capacity)");
+}
+
 static void
 test_ranks_must_divide_heads (void)
 {
@@ -540,6 +575,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/dit/config/params", test_params);
   g_test_add_func ("/dit/config/json", test_config_json);
+  g_test_add_func ("/dit/config/max-attention", test_config_max_attention);
   g_test_add_func ("/dit/load/ok", test_load_ok);
   g_test_add_func ("/dit/load/missing", test_load_missing);
   g_test_add_func ("/dit/load/bad-shape", test_load_bad_shape);

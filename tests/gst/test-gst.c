@@ -3495,6 +3495,70 @@ GST_START_TEST (test_prompt_warnings)
 
 GST_END_TEST;
 
+/* lingbotgen max-attention-size reaches the session: the latents of a
+ * pipeline with max-attention-size=40 (chunk 0 caches 64 tokens) are the
+ * bytes of a library session with LingbotSessionOptions.max_attention_size
+ * 40 and lingbotgen's other defaults, and not those of one without it */
+GST_START_TEST (test_max_attention_size)
+{
+  g_autofree char *g = gen_desc ("lingbotgen", "cpu:1",
+      "max-attention-size=40");
+  g_autofree char *desc = g_strdup_printf ("%s ! "
+      "application/x-lingbot-latent ! appsink name=sink sync=false", g);
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  g_autoptr (LingbotWorld) world = NULL;
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+
+  pipeline_run (p, &r);
+  gst_object_unref (p);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_cmpuint (r.samples->len, ==, 2);
+
+  wo.model_path = model_dir;
+  wo.load_text_encoder = FALSE;
+  world = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  for (int span = 0; span <= 40; span += 40) {
+    LingbotSessionOptions so = LINGBOT_SESSION_OPTIONS_INIT;
+    g_autoptr (LingbotSession) ses = NULL;
+
+    so.prompt_embeds_path = embeds_path;
+    so.image_path = image_path;
+    so.width = so.height = 64;
+    so.seed = 7;
+    so.frames = N_FRAMES;
+    /* lingbotgen's defaults */
+    so.chunk_frames = 4;
+    so.local_attn_frames = 18;
+    so.sink_frames = 6;
+    so.sample_shift = 10.0;
+    so.max_attention_size = span;
+    ses = lingbot_session_new (world, &so, &err);
+    g_assert_no_error (err);
+    for (guint k = 0; k < 2; k++) {
+      GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (r.samples, k));
+      const LbTensor *lat;
+      GstMapInfo m;
+
+      g_assert_true (lingbot_session_generate (ses, 0, NULL, &err));
+      g_assert_no_error (err);
+      lat = lingbot_session_get_latents (ses);
+      gst_buffer_map (b, &m, GST_MAP_READ);
+      g_assert_cmpuint (m.size, ==, lb_tensor_nbytes (lat));
+      if (span == 40)
+        g_assert_cmpmem (m.data, m.size, lat->data, lb_tensor_nbytes (lat));
+      else
+        g_assert_true (memcmp (m.data, lat->data, m.size) != 0);
+      gst_buffer_unmap (b, &m);
+    }
+  }
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_suite (void)
 {
@@ -3538,6 +3602,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_eos_sigint);
   tcase_add_test (tc, test_eos_event);
   tcase_add_test (tc, test_caps_from_downstream);
+  tcase_add_test (tc, test_max_attention_size);
   tcase_add_test (tc, test_duration_position);
   tcase_add_test (tc, test_stop_within_pass);
   tcase_add_test (tc, test_poses_through_elements);

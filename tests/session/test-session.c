@@ -1458,6 +1458,109 @@ test_overlap_spill (void)
   decoded_clear (&other);
 }
 
+/* The latents of 2 chunks (W held) of a session on @w with
+ * LingbotSessionOptions.max_attention_size @span. */
+static GByteArray *
+span_latents (LingbotWorld * w, int span)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.max_attention_size = span;
+  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  GByteArray *lat = g_byte_array_new ();
+  for (int c = 0; c < 2; c++) {
+    g_assert_true (lingbot_session_generate (s, LINGBOT_KEY_W, NULL, &err));
+    g_assert_no_error (err);
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
+  }
+  return lat;
+}
+
+static LingbotWorld *
+span_world (const char *name, int config_span)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotDitConfig cfg;
+  tiny_config (&cfg);
+  cfg.max_attention_size = config_span;
+  g_autofree char *dir = g_build_filename (tmpdir, name, NULL);
+  write_model_with (dir, &cfg, TRUE, TRUE);
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  wo.model_path = dir;
+  LingbotWorld *w = lingbot_world_new (&wo, &err);
+  g_assert_no_error (err);
+  g_assert_cmpint (lingbot_dit_get_config (lingbot_world_get_dit
+          (w))->max_attention_size, ==, config_span);
+  return w;
+}
+
+static gboolean
+same_bytes (const GByteArray * a, const GByteArray * b)
+{
+  return a->len == b->len && memcmp (a->data, b->data, a->len) == 0;
+}
+
+/* max_attention_size (spec 1.8) of the tiny model (cache 6 frames x 16
+ * tokens = 96): the config's capacity is the default's bytes; the
+ * config's 40 changes them; the session's value wins over the config's
+ * both ways; negative values are refused, in the session options and in
+ * config.json. */
+static void
+test_max_attention (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GByteArray) def = span_latents (world1, 0);
+  g_assert_cmpuint (def->len, ==, 2 * LAT_BYTES);
+
+  g_autoptr (LingbotWorld) wcap = span_world ("span96", 96);
+  g_autoptr (GByteArray) cap = span_latents (wcap, 0);
+  g_assert_true (same_bytes (cap, def));
+
+  g_autoptr (LingbotWorld) w40 = span_world ("span40", 40);
+  g_autoptr (GByteArray) c40 = span_latents (w40, 0);
+  g_assert_false (same_bytes (c40, def));
+  /* chunk 0 already: 64 tokens cached, 40 attended */
+  g_assert_true (memcmp (c40->data, def->data, LAT_BYTES) != 0);
+  /* the session's span over the config's */
+  g_autoptr (GByteArray) o96 = span_latents (w40, 96);
+  g_assert_true (same_bytes (o96, def));
+  g_autoptr (GByteArray) omax = span_latents (w40, G_MAXINT);
+  g_assert_true (same_bytes (omax, def));
+  g_autoptr (GByteArray) o40 = span_latents (world1, 40);
+  g_assert_true (same_bytes (o40, c40));
+
+  LingbotSessionOptions o;
+  init_options (&o);
+  o.max_attention_size = -1;
+  g_assert_null (lingbot_session_new (world1, &o, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "session: max_attention_size -1 is "
+      "negative (tokens; 0 = the model's)");
+  g_clear_error (&err);
+
+  /* a config.json that says -3 */
+  g_autofree char *cj = g_build_filename (tmpdir, "span40", "transformers",
+      "config.json", NULL);
+  g_autofree char *text = NULL;
+  g_assert_true (g_file_get_contents (cj, &text, NULL, &err));
+  g_autoptr (GRegex) re = g_regex_new ("\"max_attention_size\" : 40", 0, 0,
+      NULL);
+  g_autofree char *bad = g_regex_replace_literal (re, text, -1, 0,
+      "\"max_attention_size\" : -3", 0, NULL);
+  g_assert_cmpstr (bad, !=, text);
+  g_assert_true (g_file_set_contents (cj, bad, -1, &err));
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  g_autofree char *dir = g_build_filename (tmpdir, "span40", NULL);
+  wo.model_path = dir;
+  g_assert_null (lingbot_world_new (&wo, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_INVALID_ARGUMENT);
+  g_assert_cmpstr (err->message, ==, "DiT config: max_attention_size -3 is "
+      "negative (tokens; 0 = the KV cache's capacity)");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1501,6 +1604,7 @@ main (int argc, char **argv)
   g_test_add_func ("/session/errors", test_errors);
   g_test_add_func ("/session/control-rewind", test_control_rewind);
   g_test_add_func ("/session/dit-widths", test_dit_widths);
+  g_test_add_func ("/session/max-attention", test_max_attention);
   g_test_add_func ("/session/pass-func-notify", test_pass_func_notify);
   g_test_add_func ("/session/failure-func", test_failure_func);
   g_test_add_data_func ("/session/cancel/1", GINT_TO_POINTER (1), test_cancel);
