@@ -168,6 +168,10 @@ gboolean lb_cuda_gemm_fp8_q (LbStream * s, const LbTensor * x,
     const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
     const LbTensor * bias, float alpha, float beta, LbTensor * y,
     GError ** error);
+gboolean lb_cuda_gemm_fp8_gelu_q (LbStream * s, const LbTensor * x,
+    const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
+    const LbTensor * bias, float alpha, LbTensor * y, LbTensor * sy,
+    GError ** error);
 gboolean lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
     const float *b, int64_t ldb, const float *bias, float beta, float *c,

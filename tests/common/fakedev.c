@@ -36,6 +36,7 @@ typedef struct
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
   gint n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
+  gint n_gemm_fp8_gelu_q, n_gelu_tanh;
   gint n_conv_bf16_x, n_norm_bf16_y;
   gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
   GHashTable *host;             /* host_alloc blocks: ptr -> size */
@@ -388,6 +389,10 @@ count_bf16 (OpId op, const Args * a)
     g_atomic_int_inc (&fake.n_gemm_fp8_q);
   if (op == OP_norm_fp8)
     g_atomic_int_inc (&fake.n_norm_fp8);
+  if (op == OP_gemm_fp8_gelu_q)
+    g_atomic_int_inc (&fake.n_gemm_fp8_gelu_q);
+  if (op == OP_gelu_tanh)
+    g_atomic_int_inc (&fake.n_gelu_tanh);
   if (op == OP_conv3d_causal && a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_conv_bf16_x);
   if (op == OP_channel_rms_norm && a->n > 0 &&
@@ -752,6 +757,8 @@ fakedev_stats (void)
   st.n_gemm_fp8 = g_atomic_int_get (&fake.n_gemm_fp8);
   st.n_gemm_fp8_q = g_atomic_int_get (&fake.n_gemm_fp8_q);
   st.n_norm_fp8 = g_atomic_int_get (&fake.n_norm_fp8);
+  st.n_gemm_fp8_gelu_q = g_atomic_int_get (&fake.n_gemm_fp8_gelu_q);
+  st.n_gelu_tanh = g_atomic_int_get (&fake.n_gelu_tanh);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);

@@ -41,6 +41,9 @@ G_BEGIN_DECLS
  * @n_gemm_fp8: gemm_fp8 calls (f32 x, quantised by the GEMM)
  * @n_gemm_fp8_q: gemm_fp8_q calls (x already e4m3 codes and row scales)
  * @n_norm_fp8: norm_fp8 calls (a norm writing e4m3 codes and row scales)
+ * @n_gemm_fp8_gelu_q: gemm_fp8_gelu_q calls (the FFN's first fp8 layer
+ *   writing the e4m3 codes and row scales of its GELU)
+ * @n_gelu_tanh: gelu_tanh calls
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -63,6 +66,7 @@ typedef struct
   int n_allocs, n_h2d_pinned, n_d2h_pinned;
   int n_capture_fails;
   int n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
+  int n_gemm_fp8_gelu_q, n_gelu_tanh;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);
