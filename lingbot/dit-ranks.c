@@ -462,6 +462,10 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
  * LINGBOT_DIT_GEMM_INPUTS=f32 again keeps the f32 norm output and hidden,
  * which give the same bits.
  *
+ * Last, a device stream reserves its ops' per-call scratch
+ * (lb_stream_reserve(): two LB_STREAM_SCRATCH_BLOCK and 1 MiB), so that
+ * the block's GEMMs allocate nothing between the ranks' collectives.
+ *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
 gboolean
@@ -548,7 +552,13 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
 #undef ALLOC
   if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
     return FALSE;
-  return TRUE;
+  /* the ops' per-call scratch held from now on, before the ranks' first
+   * collective (issue 3.2 item 4): the GEMM paths' blocks
+   * (LB_STREAM_SCRATCH_BLOCK); the cuDNN workspace is not known before
+   * its plans are built (0: grown by the first plan that needs it) */
+  return lingbot_dit_is_host (s) ||
+      lb_stream_reserve (s, 2 * LB_STREAM_SCRATCH_BLOCK + ((gsize) 1 << 20),
+      0, error);
 }
 
 /**
