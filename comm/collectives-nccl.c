@@ -246,10 +246,10 @@ nccl_destroy (gpointer state)
   for (int i = 0; i < st->n; i++) {
     if (st->comms[i] != NULL && !st->comm_dead[i])
       ncclCommDestroy (st->comms[i]);
-    if (st->barrier_buf[i] != NULL) {
-      cudaSetDevice (st->devs[i]);
-      cudaFree (st->barrier_buf[i]);
-    }
+    /* through the device's pool (cached, not cudaFree: a cudaFree beside
+     * another thread's graph capture would invalidate that capture) */
+    if (st->barrier_buf[i] != NULL)
+      lb_cuda_pool_free (st->devs[i], st->barrier_buf[i]);
   }
   cudaSetDevice (prev);
   g_free (st->devs);
@@ -277,8 +277,8 @@ nccl_create (LbWorkerGroup * group, GError ** error)
   for (int i = 0; i < st->n && ok; i++) {
     st->devs[i] = lb_worker_group_get_rank (group, i)->device;
     ok = lb_cuda_check (cudaSetDevice (st->devs[i]), "cuda set device", error)
-        && lb_cuda_check (cudaMalloc ((void **) &st->barrier_buf[i],
-            sizeof (float)), "cuda barrier buffer", error);
+        && (st->barrier_buf[i] = lb_cuda_pool_alloc (st->devs[i],
+            sizeof (float), error)) != NULL;
   }
   if (ok && !init_comms (st, error)) {
     for (int i = 0; i < st->n; i++)

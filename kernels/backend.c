@@ -227,6 +227,29 @@ lb_stream_can_capture (LbStream * s)
 }
 
 /**
+ * lb_stream_reserve:
+ * @s: a stream
+ * @scratch_bytes: bytes of op scratch to hold for @s's ops (0: none)
+ * @workspace_bytes: bytes of library workspace (0: none)
+ * @error: %LB_ERROR_DEVICE when the memory cannot be had
+ *
+ * LbBackend.stream_reserve where the backend has it (a no-op where not,
+ * the CPU): the stream's per-call scratch and workspace allocated now, so
+ * that its ops do not allocate later (between collectives).  Not while
+ * the stream is being captured.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_stream_reserve (LbStream * s, gsize scratch_bytes, gsize workspace_bytes,
+    GError ** error)
+{
+  if (s->backend->stream_reserve == NULL)
+    return TRUE;
+  return s->backend->stream_reserve (s, scratch_bytes, workspace_bytes, error);
+}
+
+/**
  * lb_backend_get_proc:
  * @backend: (nullable): a backend
  * @name: the name of one of the backend's extras (the list is at

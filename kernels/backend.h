@@ -69,6 +69,17 @@ typedef enum
  *   capture: the waiting stream joins the capture).  The event may belong
  *   to another device (a peer rank's stream; cudaStreamWaitEvent allows
  *   it); waiting for an event never recorded does not wait.
+ * @stream_reserve: (nullable): sizes a stream's per-call resources ahead
+ *   of its work (called by lb_stream_reserve()): @scratch_bytes of op
+ *   scratch the stream's ops then take without allocating (requests that
+ *   fit, outside graph captures; larger ones still go to the allocator)
+ *   and @workspace_bytes of library workspace (CUDA: the cuDNN plans'
+ *   shared workspace, grown now with a stream synchronisation instead of
+ *   when a plan first needs it).  Never shrinks either.  A multi-rank
+ *   caller reserves at start-up, before the ranks' first collective, so
+ *   that no allocation or synchronisation lands between collectives
+ *   (issue 3.2 item 4).  The backends without per-call device scratch
+ *   (the CPU) leave it %NULL.
  * @get_proc_address: (nullable): the backend's extras, found by name
  *   (ggml's ggml_backend_reg_get_proc_address()): a function of the
  *   backend's module, or %NULL when it has none of that name; call it
@@ -136,6 +147,10 @@ struct _LbBackend
 
   /* optional: the backend's extras by name */
     gpointer (*get_proc_address) (LbBackend * self, const char *name);
+
+  /* optional (NULL on the CPU): per-stream resources sized up front */
+    gboolean (*stream_reserve) (LbStream * stream, gsize scratch_bytes,
+      gsize workspace_bytes, GError ** error);
 
   gpointer priv;
 };
@@ -207,6 +222,23 @@ LbTensor *lb_tensor_new_host (LbStream * s, LbDType dtype, int ndim,
 
 /* Graph capture of a stream's work (CUDA Graphs); see LbBackend. */
 gboolean lb_stream_can_capture (LbStream * s);
+gboolean lb_stream_reserve (LbStream * s, gsize scratch_bytes,
+    gsize workspace_bytes, GError ** error);
+
+/**
+ * LB_STREAM_SCRATCH_BLOCK:
+ *
+ * The bound of a device backend's per-call scratch buffers for its
+ * row-blocked fp8 and f32 GEMM paths (gemm_fp8's codes and its f32
+ * accumulator, gemm_fp8_q / gemm_fp8_gelu_q's accumulator, the f32 GELU
+ * pair's block): each is at most this, so a stream reserving two blocks
+ * and 1 MiB (lb_stream_reserve(); gemm_fp8's row scales, alignment) runs
+ * any one of them without allocating.  (CUDA's conversion of an f32 x
+ * for a bf16 GEMM takes up to four blocks, and the attention's operand
+ * conversions depend on the sequence: those still allocate on first use
+ * when larger than the reserve.)
+ */
+#define LB_STREAM_SCRATCH_BLOCK ((gsize) 32 << 20)
 
 /* The CPU backend: always present, the oracle for every other backend. */
 LbBackend *lb_cpu_backend (void);

@@ -412,7 +412,10 @@ check_gemm_op (const char *op, const LbTensor * x, const LbTensor * w,
 
 static gboolean check_gemm_fp8_op (const char *op, const LbTensor * x,
     LbDType x_dtype, const LbTensor * w, const LbTensor * sw,
-    const LbTensor * bias, const LbTensor * y, LbGemmGeom * g, GError ** error);
+    const LbTensor * bias, const LbTensor * y, LbDType y_dtype,
+    LbGemmGeom * g, GError ** error);
+static gboolean check_row_scales (const char *op, const char *arg,
+    const LbTensor * t, int64_t m, GError ** error);
 
 /**
  * lb_check_gemm_fp8:
@@ -436,8 +439,8 @@ lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
     const LbTensor * sw, const LbTensor * bias, const LbTensor * y,
     LbGemmGeom * g, GError ** error)
 {
-  return check_gemm_fp8_op ("gemm_fp8", x, LB_DTYPE_F32, w, sw, bias, y, g,
-      error);
+  return check_gemm_fp8_op ("gemm_fp8", x, LB_DTYPE_F32, w, sw, bias, y,
+      LB_DTYPE_F32, g, error);
 }
 
 /**
@@ -464,27 +467,68 @@ lb_check_gemm_fp8_q (const LbTensor * x, const LbTensor * sx,
     const LbTensor * y, LbGemmGeom * g, GError ** error)
 {
   const char *op = "gemm_fp8_q";
-  if (!check_gemm_fp8_op (op, x, LB_DTYPE_F8E4M3, w, sw, bias, y, g, error))
-    return FALSE;
+  return check_gemm_fp8_op (op, x, LB_DTYPE_F8E4M3, w, sw, bias, y,
+      LB_DTYPE_F32, g, error) && check_row_scales (op, "sx", sx, g->m, error);
+}
+
+/**
+ * lb_check_gemm_fp8_gelu_q:
+ * @x: [M, K] %LB_DTYPE_F8E4M3 codes (or contiguous [..., K], flattened)
+ * @sx: [M] float32 contiguous (x's per-row scales)
+ * @w: [N, K] %LB_DTYPE_F8E4M3, contiguous
+ * @sw: [N] float32 contiguous
+ * @bias: (nullable): [N] float32 contiguous
+ * @y: [M, N] %LB_DTYPE_F8E4M3 (the codes written; unit column stride)
+ * @sy: [M] float32 contiguous (y's row scales, written)
+ * @g: (out): the matrix geometry (wld = K; xld and yld in codes)
+ * @error: (out) (optional): %LB_ERROR_SHAPE
+ *
+ * The checks of the gemm_fp8_gelu_q op (kernels/ops-list.h):
+ * lb_check_gemm_fp8_q()'s under the name "gemm_fp8_gelu_q" with an e4m3
+ * y ("gemm_fp8_gelu_q: y is f32 [4, 3], expected f8e4m3 [4, 3] with unit
+ * column stride"), then @sx and @sy ("gemm_fp8_gelu_q: sy is f32 [3],
+ * expected f32 [4] contiguous").
+ *
+ * Returns: %TRUE when the operands fit.
+ */
+gboolean
+lb_check_gemm_fp8_gelu_q (const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    const LbTensor * y, const LbTensor * sy, LbGemmGeom * g, GError ** error)
+{
+  const char *op = "gemm_fp8_gelu_q";
+  return check_gemm_fp8_op (op, x, LB_DTYPE_F8E4M3, w, sw, bias, y,
+      LB_DTYPE_F8E4M3, g, error) &&
+      check_row_scales (op, "sx", sx, g->m, error) &&
+      check_row_scales (op, "sy", sy, g->m, error);
+}
+
+/* @t (named @arg) must be the f32 [@m] contiguous row scales of an fp8
+ * operand. */
+static gboolean
+check_row_scales (const char *op, const char *arg, const LbTensor * t,
+    int64_t m, GError ** error)
+{
   g_autofree char *se = g_strdup_printf ("f32 [%" G_GINT64_FORMAT
-      "] contiguous", g->m);
-  if (!check_present (op, "sx", sx, se, error))
+      "] contiguous", m);
+  if (!check_present (op, arg, t, se, error))
     return FALSE;
-  if (sx->dtype != LB_DTYPE_F32 || sx->ndim != 1 || sx->shape[0] != g->m ||
-      !lb_tensor_is_contiguous (sx)) {
-    g_autofree char *ss = lb_tensor_shape_string (sx);
-    return lb_check_fail (error, "%s: sx is %s %s, expected %s", op,
-        lb_dtype_name (sx->dtype), ss, se);
+  if (t->dtype != LB_DTYPE_F32 || t->ndim != 1 || t->shape[0] != m ||
+      !lb_tensor_is_contiguous (t)) {
+    g_autofree char *ss = lb_tensor_shape_string (t);
+    return lb_check_fail (error, "%s: %s is %s %s, expected %s", op, arg,
+        lb_dtype_name (t->dtype), ss, se);
   }
   return TRUE;
 }
 
 /* The checks of lb_check_gemm_fp8() under the name @op, with x of
- * @x_dtype (f32, or e4m3 codes for gemm_fp8_q). */
+ * @x_dtype (f32, or e4m3 codes for gemm_fp8_q) and y of @y_dtype (f32, or
+ * e4m3 codes for gemm_fp8_gelu_q). */
 static gboolean
 check_gemm_fp8_op (const char *op, const LbTensor * x, LbDType x_dtype,
     const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
-    const LbTensor * y, LbGemmGeom * g, GError ** error)
+    const LbTensor * y, LbDType y_dtype, LbGemmGeom * g, GError ** error)
 {
   int64_t ym, yn;
   g_autofree char *xe = g_strdup_printf ("%s [M, K] with unit column stride",
@@ -530,11 +574,12 @@ check_gemm_fp8_op (const char *op, const LbTensor * x, LbDType x_dtype,
     return lb_check_fail (error, "%s: bias is %s %s, expected %s", op,
         lb_dtype_name (bias->dtype), bs, ve);
   }
-  g_autofree char *ye = g_strdup_printf ("f32 [%" G_GINT64_FORMAT ", %"
-      G_GINT64_FORMAT "] with unit column stride", g->m, g->n);
+  g_autofree char *ye = g_strdup_printf ("%s [%" G_GINT64_FORMAT ", %"
+      G_GINT64_FORMAT "] with unit column stride", lb_dtype_name (y_dtype),
+      g->m, g->n);
   if (!check_present (op, "y", y, ye, error))
     return FALSE;
-  if (y->dtype != LB_DTYPE_F32 || !as_matrix (y, &ym, &yn, &g->yld) ||
+  if (y->dtype != y_dtype || !as_matrix (y, &ym, &yn, &g->yld) ||
       ym != g->m || yn != g->n) {
     g_autofree char *ys = lb_tensor_shape_string (y);
     return lb_check_fail (error, "%s: y is %s %s, expected %s", op,

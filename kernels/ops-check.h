@@ -71,6 +71,9 @@ gboolean lb_check_gemm_fp8 (const LbTensor * x, const LbTensor * w,
 gboolean lb_check_gemm_fp8_q (const LbTensor * x, const LbTensor * sx,
     const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
     const LbTensor * y, LbGemmGeom * g, GError ** error);
+gboolean lb_check_gemm_fp8_gelu_q (const LbTensor * x, const LbTensor * sx,
+    const LbTensor * w, const LbTensor * sw, const LbTensor * bias,
+    const LbTensor * y, const LbTensor * sy, LbGemmGeom * g, GError ** error);
 
 /**
  * LbRowsGeom:

@@ -134,6 +134,28 @@ LB_OP (gemm_fp8)
 #define LB_OP_ARGS_gemm_fp8_q(A) A (IN, x) A (IN, sx) A (IN, w) A (IN, sw) \
     A (IN, bias) A (F32, alpha) A (F32, beta) A (OUT, y)
 LB_OP (gemm_fp8_q)
+/* @gemm_fp8_gelu_q: the FFN's first fp8 layer writing the fp8 input of
+ *   the second (the producer of @gemm_fp8_q's x, as @norm_fp8 is for the
+ *   layers after a norm): per row of the product, @gemm_fp8_q's f32
+ *   value with beta 0, `v[m, n] = ((alpha * acc) * sx[m]) * sw[n] +
+ *   bias[n]`, then @gelu_tanh's formula on v, then the row quantised as
+ *   @gemm_fp8 quantises its x (lb_quantize_e4m3_row(): `sy[m] = amax
+ *   |h| / 448`, 1 for a zero row, `y[m, n] = e4m3 (h[n] / sy[m])`
+ *   nearest even, saturating) into @y %LB_DTYPE_F8E4M3 [M, N] (a 2-D
+ *   view with unit column stride or contiguous) and @sy f32 [M]
+ *   contiguous.  So on a backend @gemm_fp8_q (beta 0) into an f32 h,
+ *   @gelu_tanh on h, then @gemm_fp8 reading h, and this op followed by
+ *   @gemm_fp8_q, give the same bits.  The row scale needs the whole row
+ *   of h: a device evaluates it from the GEMM's f32 accumulator one row
+ *   per block (twice: the amax, then the codes), so h is never stored.
+ *   x, @sx, w, @sw, bias, alpha and the geometry limits as @gemm_fp8_q's;
+ *   errors name the op ("gemm_fp8_gelu_q: y is f32 [4, 3], expected
+ *   f8e4m3 [4, 3] with unit column stride", "gemm_fp8_gelu_q: sy is f32
+ *   [3], expected f32 [4] contiguous").
+ */
+#define LB_OP_ARGS_gemm_fp8_gelu_q(A) A (IN, x) A (IN, sx) A (IN, w) \
+    A (IN, sw) A (IN, bias) A (F32, alpha) A (OUT, y) A (OUT, sy)
+LB_OP (gemm_fp8_gelu_q)
 /* @layer_norm: per row of x[M,D]: `(x - mean) / sqrt(var + eps)` (biased
  *   variance), then `* weight + bias` when they are non-%NULL.  y is f32,
  *   or bf16 (the next bf16 GEMM's input, spec 1.11; it must not overlap

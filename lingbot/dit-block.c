@@ -116,15 +116,23 @@ linear_after_norm (LingbotDitRank * rs, const LingbotDitLinear * l,
   return linear (rs, gemm_input (rs, FALSE), l, beta, y, error);
 }
 
-/* linear_gelu() of norm_input()'s output. */
+/* The FFN after norm_input(), its output [n_local, D] into rs->t1:
+ * linear_gelu() (h: the GELU's output, rs->h or rs->h16) then the second
+ * linear.  A rank with rs->h8 runs gemm_fp8_gelu_q, which writes the e4m3
+ * codes and row scales gemm_fp8 would make of the f32 GELU output
+ * (kernels/ops-list.h), then gemm_fp8_q on them: the same bits, without
+ * the f32 hidden, the GELU pass and the second GEMM's quantisation. */
 static gboolean
-linear_gelu_after_norm (LingbotDitRank * rs, const LingbotDitLinear * l,
-    LbTensor * y, GError ** error)
+ffn_after_norm (LingbotDitRank * rs, const LingbotDitBlock * b, GError ** error)
 {
-  if (rs->a8)
-    return linear_after_norm (rs, l, 0.0f, rs->h, error) &&
-        OPS->gelu_tanh (rs->s, rs->h, y, error);
-  return linear_gelu (rs, gemm_input (rs, FALSE), l, y, error);
+  if (rs->h8)
+    return OPS->gemm_fp8_gelu_q (rs->s, rs->a8, rs->a8s, b->ffn0.w,
+        b->ffn0.s, b->ffn0.b, 1.0f, rs->h8, rs->h8s, error) &&
+        OPS->gemm_fp8_q (rs->s, rs->h8, rs->h8s, b->ffn2.w, b->ffn2.s,
+        b->ffn2.b, 1.0f, 0.0f, rs->t1, error);
+  LbTensor *h = gemm_input (rs, TRUE);
+  return linear_gelu (rs, gemm_input (rs, FALSE), &b->ffn0, h, error) &&
+      linear (rs, h, &b->ffn2, 0.0f, rs->t1, error);
 }
 
 /* [rows, D] row r of a contiguous 2-D tensor, as a [D] view. */
@@ -527,7 +535,6 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
   const float eps = (float) rs->cfg->eps;
   const float scale = 1.0f / sqrtf ((float) rs->head_dim);
   const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
-  LbTensor *h = gemm_input (rs, TRUE);
   LbTensor *o = lingbot_dit_attn_out (rs);
   LbTensor gate_msa, shift_mlp, scale_mlp, gate_mlp, q3, o3, ck, cv;
   row_view (&gate_msa, mod, 2);
@@ -558,11 +565,9 @@ block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     return FALSE;
 
   /* the cross-attention's residual and the FFN's norm in one op, then the
-   * FFN (h: the GELU's output, rs->h or rs->h16) */
+   * FFN */
   return norm_input (rs, rs->x, rs->t1, NULL, NULL, &scale_mlp, &shift_mlp,
-      error) &&
-      linear_gelu_after_norm (rs, &b->ffn0, h, error) &&
-      linear (rs, h, &b->ffn2, 0.0f, rs->t1, error) &&
+      error) && ffn_after_norm (rs, b, error) &&
       trace_copy (rs, rs->trace_ffn, rs->t1, error) &&
       OPS->gated_residual (rs->s, rs->x, rs->t1, &gate_mlp, error);
 }

@@ -154,6 +154,11 @@ typedef struct
    * otherwise, and with LINGBOT_DIT_GEMM_INPUTS=f32 (the f32 norm output
    * quantised by each gemm_fp8: the same bits, kept to compare) */
   LbTensor *a8, *a8s;
+  /* with a8, the fp8 input of the FFN's second layer: h8 [n_local,
+   * ffn_dim] e4m3 codes and h8s [n_local] row scales, written by
+   * gemm_fp8_gelu_q (the first layer, its GELU and the quantisation in
+   * one op) and read by gemm_fp8_q; such a rank has no f32 hidden rs->h */
+  LbTensor *h8, *h8s;
 
   /* Ulysses scratch (n_ranks > 1) */
   LbTensor *send;               /* [n_local * D] */

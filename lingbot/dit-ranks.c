@@ -397,7 +397,7 @@ lingbot_dit_weights_clear (LingbotDitWeights * wt, gboolean owned,
 }
 
 /* rs->a16 and rs->h16 (dit-private.h) where the rank's GEMM weights are
- * bf16, rs->a8 and rs->a8s where they are e4m3, unless
+ * bf16, rs->a8, rs->a8s, rs->h8 and rs->h8s where they are e4m3, unless
  * LINGBOT_DIT_GEMM_INPUTS is "f32". */
 static gboolean
 gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
@@ -407,10 +407,15 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
     return TRUE;
   if (rs->s->math == LB_MATH_FP8) {
     const int64_t q_shape[2] = { rs->sh.n_local, rs->cfg->dim };
+    const int64_t h_shape[2] = { rs->sh.n_local, rs->cfg->ffn_dim };
     const int64_t s_shape[1] = { rs->sh.n_local };
     return (rs->a8 = lb_tensor_new_on (rs->s, LB_DTYPE_F8E4M3, 2, q_shape,
             error)) != NULL &&
         (rs->a8s = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 1, s_shape,
+            error)) != NULL &&
+        (rs->h8 = lb_tensor_new_on (rs->s, LB_DTYPE_F8E4M3, 2, h_shape,
+            error)) != NULL &&
+        (rs->h8s = lb_tensor_new_on (rs->s, LB_DTYPE_F32, 1, s_shape,
             error)) != NULL;
   }
   if (rs->s->math != LB_MATH_BF16)
@@ -451,9 +456,15 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
  * (the attention writes rs->a16) and no f32 FFN hidden rs->h
  * (gemm_gelu_tanh writes rs->h16).  A device rank in %LB_MATH_FP8 gets
  * the e4m3 input of the layers after each norm instead (rs->a8 codes and
- * rs->a8s row scales, written by the norm_fp8 op and read by gemm_fp8_q;
- * LINGBOT_DIT_GEMM_INPUTS=f32 again keeps the f32 norm output, which
- * gives the same bits).
+ * rs->a8s row scales, written by the norm_fp8 op and read by gemm_fp8_q)
+ * and of the FFN's second layer (rs->h8, rs->h8s, written by
+ * gemm_fp8_gelu_q: it has no f32 FFN hidden rs->h);
+ * LINGBOT_DIT_GEMM_INPUTS=f32 again keeps the f32 norm output and hidden,
+ * which give the same bits.
+ *
+ * Last, a device stream reserves its ops' per-call scratch
+ * (lb_stream_reserve(): two LB_STREAM_SCRATCH_BLOCK and 1 MiB), so that
+ * the block's GEMMs allocate nothing between the ranks' collectives.
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -531,16 +542,23 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   if (!lingbot_dit_weights_init (&rs->wt, &rs->wt_owned, &rs->wt_bytes, s,
           dit, error) || !gemm_inputs_alloc (rs, error))
     return FALSE;
-  /* the f32 attention output and FFN hidden, where no bf16 buffer takes
-   * them (lingbot_dit_attn_out(); gemm_gelu_tanh writes h16) */
+  /* the f32 attention output and FFN hidden, where no bf16 or fp8 buffer
+   * takes them (lingbot_dit_attn_out(); gemm_gelu_tanh writes h16,
+   * gemm_fp8_gelu_q h8) */
   if (rs->a16 == NULL)
     ALLOC (o, n, d);
-  if (rs->h16 == NULL)
+  if (rs->h16 == NULL && rs->h8 == NULL)
     ALLOC (h, n, cfg->ffn_dim);
 #undef ALLOC
   if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
     return FALSE;
-  return TRUE;
+  /* the ops' per-call scratch held from now on, before the ranks' first
+   * collective (issue 3.2 item 4): the GEMM paths' blocks
+   * (LB_STREAM_SCRATCH_BLOCK); the cuDNN workspace is not known before
+   * its plans are built (0: grown by the first plan that needs it) */
+  return lingbot_dit_is_host (s) ||
+      lb_stream_reserve (s, 2 * LB_STREAM_SCRATCH_BLOCK + ((gsize) 1 << 20),
+      0, error);
 }
 
 /**
@@ -555,7 +573,8 @@ lingbot_dit_rank_clear (LingbotDitRank * rs)
   const int L = rs->cfg ? rs->cfg->num_layers : 0;
   LbTensor **one[] = {
     &rs->x, &rs->a, &rs->q, &rs->k, &rs->v, &rs->o, &rs->t1, &rs->h, &rs->z,
-    &rs->a16, &rs->h16, &rs->a8, &rs->a8s, &rs->ctl, &rs->rope_cos,
+    &rs->a16, &rs->h16, &rs->a8, &rs->a8s, &rs->h8, &rs->h8s, &rs->ctl,
+    &rs->rope_cos,
     &rs->rope_sin, &rs->rope_cos_c,
     &rs->rope_sin_c, &rs->rope_host, &rs->rope_dev, &rs->send, &rs->q_r,
     &rs->k_r, &rs->v_r, &rs->o_r, &rs->recv, &rs->send_kv, &rs->o16,

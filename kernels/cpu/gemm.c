@@ -386,10 +386,25 @@ dot_e4m3 (const uint8_t * a, const uint8_t * b, int64_t k, const float *lut)
       ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* Row @i of the fp8 GEMM on quantised x (@xr its [K] codes, @sxi its
+ * scale) into @row [N]: `acc` by dot_e4m3(), then
+ * `((alpha acc) sxi) sw[j]` plus `b * row[j]` where @b (gemm_prologue()'s
+ * beta, the bias already in the row) is not 0. */
+static inline void
+fp8_row (const LbGemmGeom * g, const uint8_t * xr, float sxi,
+    const uint8_t * wd, const float *swd, float alpha, float b, float *row,
+    const float *lut)
+{
+  const int64_t n = g->n, k = g->k;
+  for (int64_t j = 0; j < n; j++) {
+    const float acc = dot_e4m3 (xr, wd + j * k, k, lut);
+    const float v = ((alpha * acc) * sxi) * swd[j];
+    row[j] = b == 0.0f ? v : v + b * row[j];
+  }
+}
+
 /* The rows of the fp8 GEMM on quantised x (@xq [M, K] codes, row stride
- * @xqld, row scales @sx): `acc` by dot_e4m3(), then
- * `((alpha acc) sx[i]) sw[j]` plus `b * y` where @b (gemm_prologue()'s
- * beta, the bias already in y) is not 0. */
+ * @xqld, row scales @sx): fp8_row() into y. */
 static void
 fp8_rows (const LbGemmGeom * g, const uint8_t * xq, int64_t xqld,
     const float *sx, const uint8_t * wd, const float *swd, float alpha,
@@ -398,14 +413,8 @@ fp8_rows (const LbGemmGeom * g, const uint8_t * xq, int64_t xqld,
   const int64_t m = g->m, n = g->n, k = g->k, yld = g->yld;
   const float *lut = e4m3_table ();
 #pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
-  for (int64_t i = 0; i < m; i++) {
-    float *row = yd + i * yld;
-    for (int64_t j = 0; j < n; j++) {
-      const float acc = dot_e4m3 (xq + i * xqld, wd + j * k, k, lut);
-      const float v = ((alpha * acc) * sx[i]) * swd[j];
-      row[j] = b == 0.0f ? v : v + b * row[j];
-    }
-  }
+  for (int64_t i = 0; i < m; i++)
+    fp8_row (g, xq + i * xqld, sx[i], wd, swd, alpha, b, yd + i * yld, lut);
 }
 
 /**
@@ -494,5 +503,70 @@ lb_cpu_gemm_fp8_q (LbStream * s, const LbTensor * x, const LbTensor * sx,
   if (!gemm_prologue (&g, bias, alpha, beta, yd, &b))
     return TRUE;
   fp8_rows (&g, x->data, g.xld, sx->data, w->data, sw->data, alpha, b, yd);
+  return TRUE;
+}
+
+/**
+ * lb_cpu_gemm_fp8_gelu_q:
+ * @s: a CPU stream
+ * @x: [M, K] %LB_DTYPE_F8E4M3 codes (or contiguous [..., K], flattened)
+ * @sx: [M] float32: x's per-row scales
+ * @w: [N, K] %LB_DTYPE_F8E4M3 contiguous (PyTorch Linear layout)
+ * @sw: [N] float32: w's per-output-channel scales
+ * @bias: (nullable): [N] float32
+ * @alpha: scale of the product
+ * @y: [M, N] %LB_DTYPE_F8E4M3: the codes of the GELU's rows
+ * @sy: [M] float32: their row scales
+ * @error: %LB_ERROR_SHAPE on mismatched operands
+ *   (lb_check_gemm_fp8_gelu_q())
+ *
+ * The oracle of gemm_fp8_gelu_q (kernels/ops-list.h): per row, the row
+ * lb_cpu_gemm_fp8_q() writes with beta 0 (the bias first, as
+ * gemm_prologue() puts it in y, then fp8_row()) into a row buffer, the
+ * row kernel of lb_cpu_gelu_tanh() on it, then lb_quantize_e4m3_row(),
+ * what lb_cpu_gemm_fp8() does to its x: bit for bit that op chain.  The
+ * row buffers (one per thread, N floats) are allocated by the call.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_cpu_gemm_fp8_gelu_q (LbStream * s, const LbTensor * x,
+    const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
+    const LbTensor * bias, float alpha, LbTensor * y, LbTensor * sy,
+    GError ** error)
+{
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8_gelu_q (x, sx, w, sw, bias, y, sy, &g, error) ||
+      !lb_check_devices (LB_CPU_DEVICE, "gemm_fp8_gelu_q", error, "x", x,
+          "sx", sx, "w", w, "sw", sw, "bias", bias, "y", y, "sy", sy, NULL))
+    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k;
+  (void) s;
+  if (m == 0)
+    return TRUE;
+  const uint8_t *xd = x->data, *wd = w->data;
+  const float *sxd = sx->data, *swd = sw->data;
+  const float *bd = bias ? bias->data : NULL;
+  float *syd = sy->data;
+  uint8_t *yd = y->data;
+  const gboolean product = k != 0 && alpha != 0.0f;
+  const float *lut = e4m3_table ();
+  const LbCpuRowKernels *rk = lb_cpu_row_kernels ();
+#pragma omp parallel if (m * n * MAX (k, 1) >= (1 << 18))
+  {
+    g_autofree float *h = g_new (float, MAX (n, 1));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; i++) {
+      if (bd)
+        memcpy (h, bd, n * sizeof (float));
+      else
+        memset (h, 0, n * sizeof (float));
+      if (product)
+        fp8_row (&g, xd + i * g.xld, sxd[i], wd, swd, alpha,
+            bd ? 1.0f : 0.0f, h, lut);
+      rk->gelu_tanh (h, h, n);
+      lb_quantize_e4m3_row (h, n, yd + i * g.yld, &syd[i]);
+    }
+  }
   return TRUE;
 }

@@ -716,8 +716,17 @@ void *
 lb_cuda_scratch (LbStream * s, gsize nbytes, GError ** error)
 {
   LbCudaStream *cs = s->priv;
-  if (!cs->capturing)
+  if (!cs->capturing) {
+    /* from the reserved arena when it fits (256-byte aligned pieces) */
+    const gsize piece = (nbytes + 255) & ~(gsize) 255;
+    if (cs->arena && piece <= cs->arena_size - cs->arena_top) {
+      void *p = cs->arena + cs->arena_top;
+      cs->arena_top += piece;
+      cs->arena_live++;
+      return p;
+    }
     return pool_alloc (s->device, nbytes, cs->stream, error);
+  }
   for (guint i = 0; i < cs->capture_free->len; i++) {
     LbCudaScratchBlock *b = g_ptr_array_index (cs->capture_free, i);
     if (b->size >= nbytes) {
@@ -749,6 +758,14 @@ lb_cuda_scratch_release (LbStream * s, void *ptr)
   LbCudaStream *cs = s->priv;
   if (ptr == NULL)
     return;
+  if (cs->arena && (guint8 *) ptr >= cs->arena &&
+      (guint8 *) ptr < cs->arena + cs->arena_size) {
+    /* the arena is reused from its start once nothing taken is held:
+     * later work on the stream is ordered after the work that used it */
+    if (--cs->arena_live == 0)
+      cs->arena_top = 0;
+    return;
+  }
   if (cs->capturing) {
     for (guint i = 0; i < cs->capture_blocks->len; i++) {
       LbCudaScratchBlock *b = g_ptr_array_index (cs->capture_blocks, i);
@@ -759,4 +776,63 @@ lb_cuda_scratch_release (LbStream * s, void *ptr)
     }
   }
   pool_free (s->device, ptr, cs->stream);
+}
+
+/**
+ * lb_cuda_scratch_reserve:
+ * @s: a CUDA stream, not being captured
+ * @nbytes: bytes of scratch to hold for @s's ops
+ * @error: %LB_ERROR_DEVICE
+ *
+ * The scratch side of LbBackend.stream_reserve: a pool block of @nbytes
+ * kept by the stream (its arena) from which lb_cuda_scratch() serves,
+ * outside captures, the requests that fit into what the op call has not
+ * taken yet (an op holding several pieces at once takes them one after
+ * another; the arena is reused from its start when every piece has been
+ * released).  Requests that do not fit, and those of a capture (kept by
+ * the graph), go to the pool as before.  Growing replaces the arena with
+ * a larger one once no piece is held (the old block goes back to the
+ * pool, reused after the work enqueued on @s); a smaller @nbytes keeps
+ * the arena.  Freed with the stream (lb_cuda_scratch_arena_free()).
+ *
+ * Returns: %TRUE on success (the arena is unchanged on failure).
+ */
+gboolean
+lb_cuda_scratch_reserve (LbStream * s, gsize nbytes, GError ** error)
+{
+  LbCudaStream *cs = s->priv;
+  if (nbytes <= cs->arena_size)
+    return TRUE;
+  if (cs->capturing || cs->arena_live > 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "stream_reserve: the "
+        "scratch of device %d's stream is in use (%s)", s->device,
+        cs->capturing ? "a graph capture" : "an op call");
+    return FALSE;
+  }
+  guint8 *a = pool_alloc (s->device, nbytes, cs->stream, error);
+  if (a == NULL)
+    return FALSE;
+  lb_cuda_scratch_arena_free (s);
+  cs->arena = a;
+  cs->arena_size = nbytes;
+  cs->arena_top = 0;
+  return TRUE;
+}
+
+/**
+ * lb_cuda_scratch_arena_free:
+ * @s: a CUDA stream
+ *
+ * Gives @s's reserved scratch (lb_cuda_scratch_reserve()) back to the
+ * pool, after the work enqueued on @s.
+ */
+void
+lb_cuda_scratch_arena_free (LbStream * s)
+{
+  LbCudaStream *cs = s->priv;
+  if (cs->arena)
+    pool_free (s->device, cs->arena, cs->stream);
+  cs->arena = NULL;
+  cs->arena_size = cs->arena_top = 0;
+  cs->arena_live = 0;
 }

@@ -151,6 +151,7 @@ cuda_stream_free (LbStream * s)
     g_ptr_array_free (cs->capture_free, TRUE);
     capture_blocks_release (s->device, cs->capture_blocks);
   }
+  lb_cuda_scratch_arena_free (s);
   if (cs->stream) {
     cudaStreamSynchronize (cs->stream);
     lb_cuda_pool_unregister_stream (s->device, cs->stream);
@@ -164,6 +165,17 @@ cuda_stream_free (LbStream * s)
     cudaStreamDestroy (cs->stream);
   g_free (cs);
   g_free (s);
+}
+
+/* LbBackend.stream_reserve: the scratch arena (cuda-alloc.c) and the
+ * cuDNN workspace (cuda-cudnn.c), allocated now. */
+static gboolean
+cuda_stream_reserve (LbStream * s, gsize scratch_bytes, gsize workspace_bytes,
+    GError ** error)
+{
+  cudaSetDevice (s->device);
+  return lb_cuda_scratch_reserve (s, scratch_bytes, error) &&
+      lb_cudnn_reserve_bytes (s, workspace_bytes, error);
 }
 
 static gboolean
@@ -386,6 +398,7 @@ static LbBackend cuda_backend = {
   .copy = cuda_copy,
   .stream_new = cuda_stream_new,
   .stream_free = cuda_stream_free,
+  .stream_reserve = cuda_stream_reserve,
   .stream_synchronize = cuda_stream_synchronize,
   .host_alloc = cuda_host_alloc,
   .host_free = cuda_host_free,

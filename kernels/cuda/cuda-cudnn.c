@@ -530,9 +530,15 @@ pack_free (gpointer p)
 gboolean
 lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan, GError ** error)
 {
+  return plan->workspace <= 0 ||
+      lb_cudnn_reserve_bytes (s, (gsize) plan->workspace, error);
+}
+
+gboolean
+lb_cudnn_reserve_bytes (LbStream * s, gsize bytes, GError ** error)
+{
   LbCudaStream *cs = s->priv;
-  const int64_t bytes = plan->workspace;
-  if (bytes <= 0 || (gsize) bytes <= cs->dnn_ws_size)
+  if (bytes == 0 || bytes <= cs->dnn_ws_size)
     return TRUE;
   if (cs->capturing || !s->backend->stream_synchronize (s, error))
     return FALSE;

@@ -774,3 +774,76 @@ lb_cuda_gemm_fp8_q (LbStream * s, const LbTensor * x, const LbTensor * sx,
   lb_cuda_scratch_release (s, acc);
   return ok;
 }
+
+/**
+ * lb_cuda_gemm_fp8_gelu_q:
+ *
+ * Same contract and argument messages as lb_cpu_gemm_fp8_gelu_q()
+ * (kernels/ops-list.h @gemm_fp8_gelu_q): the FFN's first fp8 layer
+ * writing the e4m3 codes and row scales of its GELU for the second.  A
+ * block of rows at a time (at most min(M, 32 Mi / 4 N) rows: 606 at N =
+ * 13824) the cuBLASLt FP8 matmul writes its f32 accumulator into pool
+ * scratch, then one kernel with one block per row
+ * (lb_cuda_launch_fp8_gelu_quantize()) applies the scales and the bias,
+ * the GELU (the elementwise op's gelu_tanh_rn()) and quantises the row,
+ * evaluating it twice from the accumulator (amax, then codes): the row
+ * scale needs the whole row, which no cuBLASLt epilogue gives.  So the
+ * f32 accumulator is still written once, but the op pair's separate
+ * epilogue, GELU and quantisation passes over an f32 [M, N] hidden (and
+ * the hidden itself) are gone.  x's row stride must be a multiple of 16
+ * for the matmul ("gemm_fp8_gelu_q: x's row stride 24 must be a multiple
+ * of 16 (cuBLASLt FP8)"); the other limits and errors
+ * are lb_cuda_gemm_fp8_q()'s under this op's name.  Asynchronous on the
+ * stream.
+ */
+gboolean
+lb_cuda_gemm_fp8_gelu_q (LbStream * s, const LbTensor * x,
+    const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
+    const LbTensor * bias, float alpha, LbTensor * y, LbTensor * sy,
+    GError ** error)
+{
+  const char *op = "gemm_fp8_gelu_q";
+  LbCudaStream *cs = s->priv;
+  LbGemmGeom g;
+  if (!lb_check_gemm_fp8_gelu_q (x, sx, w, sw, bias, y, sy, &g, error) ||
+      !lb_cuda_check_devices (s, op, error, "x", x, "sx", sx, "w", w, "sw",
+          sw, "bias", bias, "y", y, "sy", sy, NULL))
+    return FALSE;
+  const int64_t m = g.m, n = g.n, k = g.k;
+  if (m == 0)
+    return TRUE;
+  const float *swd = sw->data, *bd = bias ? bias->data : NULL;
+  guint8 *yq = y->data;
+  float *syd = sy->data;
+  if (n == 0 || k == 0 || alpha == 0.0f)
+    /* no product: the GELU of the bias (or of 0), quantised */
+    return lb_cuda_check (lb_cuda_launch_fp8_gelu_quantize (cs->stream, NULL,
+            0, m, n, NULL, swd, bd, yq, g.yld, syd),
+        "gemm_fp8_gelu_q (K = 0)", error);
+  if (!fp8_supported (cs, op, k, n, error))
+    return FALSE;
+  if (m > 1 && g.xld % 16 != 0) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE, "%s: x's row stride %"
+        G_GINT64_FORMAT " must be a multiple of 16 (cuBLASLt FP8)", op, g.xld);
+    return FALSE;
+  }
+  const guint8 *xq = x->data;
+  const float *sxd = sx->data;
+  const int64_t rows = CLAMP ((int64_t) LB_CUDA_SCRATCH_LIMIT / (4 * n), 1,
+      m);
+  float *acc = lb_cuda_scratch (s, (gsize) (rows * n) * 4, error);
+  if (acc == NULL)
+    return FALSE;
+  gboolean ok = TRUE;
+  for (int64_t r0 = 0; ok && r0 < m; r0 += rows) {
+    const int64_t nr = MIN (rows, m - r0);
+    ok = gemm_rm_typed (s, FALSE, TRUE, nr, n, k, alpha, xq + r0 * g.xld,
+        CUDA_R_8F_E4M3, g.xld, w->data, CUDA_R_8F_E4M3, k, NULL, 0.0f, acc, n,
+        error) &&
+        lb_cuda_check (lb_cuda_launch_fp8_gelu_quantize (cs->stream, acc, n,
+            nr, n, sxd + r0, swd, bd, yq + r0 * g.yld, g.yld, syd + r0),
+        "gemm_fp8_gelu_q (epilogue)", error);
+  }
+  lb_cuda_scratch_release (s, acc);
+  return ok;
+}

@@ -58,7 +58,7 @@ G_BEGIN_DECLS
 /* Floats of per-call scratch the conv (im2col) and the large-head-dim
  * attention path take at most per block (128 MiB); both split their work so
  * that it fits. */
-#define LB_CUDA_SCRATCH_LIMIT ((gsize) 32 << 20)
+#define LB_CUDA_SCRATCH_LIMIT LB_STREAM_SCRATCH_BLOCK
 
 /* Per-stream state: the CUDA stream, a cuBLASLt handle and its workspace,
  * the cache of GEMM plans (descriptors + chosen algorithm per shape). */
@@ -93,6 +93,14 @@ typedef struct
   gboolean capturing;
   GPtrArray *capture_blocks;    /* LbCudaScratchBlock *, all taken */
   GPtrArray *capture_free;      /* LbCudaScratchBlock *, released */
+  /* the scratch reserved by stream_reserve (cuda-alloc.c
+   * lb_cuda_scratch_reserve()): outside captures lb_cuda_scratch() takes
+   * fitting requests from it, one after another; it is reused from its
+   * start once every piece taken has been released (the stream orders
+   * the work that used them) */
+  guint8 *arena;
+  gsize arena_size, arena_top;
+  int arena_live;
 } LbCudaStream;
 
 typedef struct
@@ -149,6 +157,8 @@ gboolean lb_cuda_pool_same (int device, void *base, guint64 serial);
  * a later op on the same stream is stream-ordered). */
 void *lb_cuda_scratch (LbStream * s, gsize nbytes, GError ** error);
 void lb_cuda_scratch_release (LbStream * s, void *ptr);
+gboolean lb_cuda_scratch_reserve (LbStream * s, gsize nbytes, GError ** error);
+void lb_cuda_scratch_arena_free (LbStream * s);
 
 /* ---- GEMM (cuda-gemm.c) ---- */
 
@@ -167,6 +177,10 @@ gboolean lb_cuda_gemm_fp8 (LbStream * s, const LbTensor * x,
 gboolean lb_cuda_gemm_fp8_q (LbStream * s, const LbTensor * x,
     const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
     const LbTensor * bias, float alpha, float beta, LbTensor * y,
+    GError ** error);
+gboolean lb_cuda_gemm_fp8_gelu_q (LbStream * s, const LbTensor * x,
+    const LbTensor * sx, const LbTensor * w, const LbTensor * sw,
+    const LbTensor * bias, float alpha, LbTensor * y, LbTensor * sy,
     GError ** error);
 gboolean lb_cuda_gemm_rm (LbStream * s, gboolean ta, gboolean tb, int64_t m,
     int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
@@ -282,6 +296,8 @@ void lb_cudnn_plan_clear (LbCudnnPlan * plan);
  * transient (the plan is fine, the memory was not there). */
 gboolean lb_cudnn_reserve (LbStream * s, const LbCudnnPlan * plan,
     GError ** error);
+/* lb_cudnn_reserve() for @bytes (stream_reserve's workspace). */
+gboolean lb_cudnn_reserve_bytes (LbStream * s, gsize bytes, GError ** error);
 /* Enqueues one execution of @plan on @s: a variant pack of the @n (at
  * most LB_CUDNN_MAX_TENSORS) tensor @uids and device (or, for by-value
  * tensors, host) @ptrs, with the stream's cuDNN workspace (sized when the

@@ -233,6 +233,15 @@ extern "C"
   cudaError_t lb_cuda_launch_fp8_epilogue (cudaStream_t st, const float *acc,
       int64_t ald, int64_t m, int64_t n, const float *sx, const float *sw,
       const float *bias, float beta, float *y, int64_t yld);
+/* gemm_fp8_gelu_q's epilogue, one block per row: per row i < m the
+ * values h[j] = gelu_tanh ((acc[i, j] sx[i]) sw[j] + bias[j]) (j < n;
+ * @acc NULL: h[j] = gelu_tanh (bias[j] or 0), the K = 0 product; bias
+ * nullable), evaluated twice in registers (amax, then codes), quantised as
+ * lb_cuda_launch_quantize_e4m3_rows() quantises: q [m, n] (row stride
+ * qld) and sq [m]. */
+  cudaError_t lb_cuda_launch_fp8_gelu_quantize (cudaStream_t st,
+      const float *acc, int64_t ald, int64_t m, int64_t n, const float *sx,
+      const float *sw, const float *bias, uint8_t * q, int64_t qld, float *sq);
 
 /* ---- attention operands for cuDNN SDPA (kernels-convert.cu) ---- */
 

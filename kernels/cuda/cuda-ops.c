@@ -794,6 +794,7 @@ const LbOps lb_cuda_ops = {
   .gemm_gelu_tanh = lb_cuda_gemm_gelu_tanh,
   .gemm_fp8 = lb_cuda_gemm_fp8,
   .gemm_fp8_q = lb_cuda_gemm_fp8_q,
+  .gemm_fp8_gelu_q = lb_cuda_gemm_fp8_gelu_q,
   .layer_norm = cuda_layer_norm,
   .rms_norm = cuda_rms_norm,
   .modulate = cuda_modulate,

@@ -125,6 +125,20 @@ row_rms_inv (const float *xr, int64_t d, float eps, double *red)
   return 1.0 / sqrt (block_sum (s, red) / (double)d + (double)eps);
 }
 
+/* The tanh GELU as `x * sigmoid(2u)` = `x / (1 + e^-2u)`, u = sqrt(2/pi)
+ * (x + 0.044715 x^3), in the CPU row kernel's order (kernels/cpu/
+ * rows-item.h: one fused multiply-add for x + 0.044715 x^3), every other
+ * step one f32 rounding (no contraction left to the compiler): the
+ * elementwise gelu_tanh and the fp8 GELU epilogue (kernels-fp8.cu) give
+ * the same bits for the same input.  Only expf differs from the CPU. */
+__device__ __forceinline__ float
+gelu_tanh_rn (float a)
+{
+  const float k2 = 2.0f * 0.7978845608028654f;
+  const float t = __fmaf_rn (__fmul_rn (__fmul_rn (0.044715f, a), a), a, a);
+  return __fdiv_rn (a, __fadd_rn (1.0f, expf (__fmul_rn (-k2, t))));
+}
+
 __device__ __forceinline__ float
 block_max (float v, float *shared /* [32] */)
 {

@@ -2,8 +2,10 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  * Same float32 formulas as kernels/cpu/elementwise.c (GELU as
- * x * sigmoid(2u), accurate expf; nvcc may contract a*b+c into an FMA, a
- * difference of at most an ulp or so).  Dense operands aligned to 16
+ * x * sigmoid(2u), accurate expf, in the CPU's order with explicit
+ * roundings: gelu_tanh_rn(), shared with the fp8 GELU epilogue; elsewhere
+ * nvcc may contract a*b+c into an FMA, a difference of at most an ulp or
+ * so).  Dense operands aligned to 16
  * bytes with a multiple of 4 elements go 16 bytes a load and a store
  * (float4); the unary ops may write bfloat16 (the next bf16 GEMM's input),
  * each value rounded by bf16_round().
@@ -24,10 +26,8 @@ __device__ __forceinline__ float
 apply (const Params &p, float a, float b)
 {
   switch (p.op) {
-    case LB_CUDA_EW_GELU_TANH: {
-      const float k2 = 2.0f * 0.7978845608028654f;
-      return a / (1.0f + expf (-k2 * (a + 0.044715f * a * a * a)));
-    }
+    case LB_CUDA_EW_GELU_TANH:
+      return gelu_tanh_rn (a);
     case LB_CUDA_EW_SILU:
       return a / (1.0f + expf (-a));
     case LB_CUDA_EW_SCALE:

@@ -38,6 +38,9 @@ typedef struct
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
   gint n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
+  gint n_gemm_fp8_gelu_q, n_gelu_tanh;
+  gint n_reserves;
+  gsize reserve_scratch, reserve_workspace;     /* the largest asked */
   gint n_conv_bf16_x, n_norm_bf16_y;
   gint conv_input_bf16;         /* fakedev_set_conv_input_bf16() */
   GHashTable *host;             /* host_alloc blocks: ptr -> size */
@@ -644,6 +647,24 @@ fake_stream_synchronize (LbStream * s, GError ** error)
   return TRUE;
 }
 
+/* LbBackend.stream_reserve: fakedev's ops take no device scratch, so it
+ * only counts the calls and keeps the largest sizes asked
+ * (FakeDevStats.n_reserves); refused during a capture. */
+static gboolean
+fake_stream_reserve (LbStream * s, gsize scratch_bytes, gsize workspace_bytes,
+    GError ** error)
+{
+  FakeStream *fs = s->priv;
+  if (fs->capturing)
+    return refuse (error, "stream reserve during a graph capture");
+  g_mutex_lock (&fake.lock);
+  fake.n_reserves++;
+  fake.reserve_scratch = MAX (fake.reserve_scratch, scratch_bytes);
+  fake.reserve_workspace = MAX (fake.reserve_workspace, workspace_bytes);
+  g_mutex_unlock (&fake.lock);
+  return TRUE;
+}
+
 static gboolean
 stream_capturing (LbStream * s)
 {
@@ -820,6 +841,10 @@ count_bf16 (OpId op, const Args * a)
     g_atomic_int_inc (&fake.n_gemm_fp8_q);
   if (op == OP_norm_fp8)
     g_atomic_int_inc (&fake.n_norm_fp8);
+  if (op == OP_gemm_fp8_gelu_q)
+    g_atomic_int_inc (&fake.n_gemm_fp8_gelu_q);
+  if (op == OP_gelu_tanh)
+    g_atomic_int_inc (&fake.n_gelu_tanh);
   if (op == OP_conv3d_causal && a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_conv_bf16_x);
   if (op == OP_channel_rms_norm && a->n > 0 &&
@@ -1192,6 +1217,7 @@ static LbBackend fake_backend = {
   .event_record = fake_event_record,
   .stream_wait_event = fake_stream_wait_event,
   .get_proc_address = fake_get_proc_address,
+  .stream_reserve = fake_stream_reserve,
 };
 
 /**
@@ -1246,6 +1272,13 @@ fakedev_stats (void)
   st.n_gemm_fp8 = g_atomic_int_get (&fake.n_gemm_fp8);
   st.n_gemm_fp8_q = g_atomic_int_get (&fake.n_gemm_fp8_q);
   st.n_norm_fp8 = g_atomic_int_get (&fake.n_norm_fp8);
+  st.n_gemm_fp8_gelu_q = g_atomic_int_get (&fake.n_gemm_fp8_gelu_q);
+  st.n_gelu_tanh = g_atomic_int_get (&fake.n_gelu_tanh);
+  g_mutex_lock (&fake.lock);
+  st.n_reserves = fake.n_reserves;
+  st.reserve_scratch = fake.reserve_scratch;
+  st.reserve_workspace = fake.reserve_workspace;
+  g_mutex_unlock (&fake.lock);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);

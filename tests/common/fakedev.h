@@ -45,6 +45,12 @@ G_BEGIN_DECLS
  *   stream-ordering checker followed (0 with FAKEDEV_ORDER=off)
  * @n_order_violations: accesses it refused (also counted in @bad): one
  *   not ordered after a conflicting earlier access of another stream
+ * @n_gemm_fp8_gelu_q: gemm_fp8_gelu_q calls (the FFN's first fp8 layer
+ *   writing the e4m3 codes and row scales of its GELU)
+ * @n_gelu_tanh: gelu_tanh calls
+ * @n_reserves: stream_reserve calls (lb_stream_reserve())
+ * @reserve_scratch: the largest scratch_bytes they asked for
+ * @reserve_workspace: the largest workspace_bytes they asked for
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -68,6 +74,9 @@ typedef struct
   int n_capture_fails;
   int n_gemm_fp8, n_gemm_fp8_q, n_norm_fp8;
   int n_order_checks, n_order_violations;
+  int n_gemm_fp8_gelu_q, n_gelu_tanh;
+  int n_reserves;
+  gsize reserve_scratch, reserve_workspace;
 } FakeDevStats;
 
 LbBackend *fakedev_backend (void);

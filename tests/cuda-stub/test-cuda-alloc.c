@@ -324,6 +324,72 @@ test_reuse_and_trim (void)
   g_assert_false (cuda_stub_pending (a));       /* the trim waited */
 }
 
+/* The scratch a stream reserves (LbBackend.stream_reserve, issue 3.2
+ * item 4): one cudaMalloc at the reserve, then the op calls' scratch
+ * (several pieces held at once, reused once all are released) without
+ * any; a request beyond the arena goes to the pool; a smaller reserve
+ * keeps it, a reserve while a piece is held is refused; the arena goes
+ * back to the pool's cache, not to cudaFree. */
+static void
+test_scratch_reserve (void)
+{
+  const int dev = 7;
+  cudaStream_t a;
+  cuda_stub_reset ();
+  cuda_stub_set_auto_complete (TRUE);
+  streams_new (dev, &a, NULL);
+  LbCudaStream cs = {.stream = a,.device = dev };
+  LbStream s = {.device = dev,.priv = &cs };
+  g_autoptr (GError) err = NULL;
+  const CudaStubStats st0 = cuda_stub_stats ();
+  g_assert_true (lb_cuda_scratch_reserve (&s, MiB, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (cuda_stub_stats ().n_malloc, ==, st0.n_malloc + 1);
+  for (int call = 0; call < 3; call++) {
+    /* one op call holding three pieces, 256-byte aligned, disjoint */
+    guint8 *p1 = lb_cuda_scratch (&s, 100 * 1000, &err);
+    guint8 *p2 = lb_cuda_scratch (&s, 300 * 1000, &err);
+    guint8 *p3 = lb_cuda_scratch (&s, 1, &err);
+    g_assert_no_error (err);
+    g_assert_true (p1 == cs.arena);
+    g_assert_true (p2 == p1 + 391 * 256);       /* 100000 rounded up */
+    g_assert_true (p3 == p2 + 1172 * 256);      /* 300000 rounded up */
+    lb_cuda_scratch_release (&s, p2);
+    lb_cuda_scratch_release (&s, p1);
+    lb_cuda_scratch_release (&s, p3);
+  }
+  /* the whole arena, after the release */
+  void *whole = lb_cuda_scratch (&s, MiB, &err);
+  g_assert_true (whole == cs.arena);
+  g_assert_cmpint (cuda_stub_stats ().n_malloc, ==, st0.n_malloc + 1);
+  /* no room left: the pool */
+  void *more = lb_cuda_scratch (&s, 1024, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (more);
+  g_assert_cmpint (cuda_stub_stats ().n_malloc, ==, st0.n_malloc + 2);
+  g_assert_false (lb_cuda_scratch_reserve (&s, 2 * MiB, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_assert_cmpstr (err->message, ==, "stream_reserve: the scratch of device "
+      "7's stream is in use (an op call)");
+  g_clear_error (&err);
+  lb_cuda_scratch_release (&s, more);
+  lb_cuda_scratch_release (&s, whole);
+  /* smaller: kept; larger: replaced (the old block cached) */
+  g_assert_true (lb_cuda_scratch_reserve (&s, 4096, &err));
+  g_assert_cmpuint (cs.arena_size, ==, MiB);
+  g_assert_true (lb_cuda_scratch_reserve (&s, 2 * MiB, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (cs.arena_size, ==, 2 * MiB);
+  g_assert_cmpint (cuda_stub_stats ().n_malloc, ==, st0.n_malloc + 3);
+  lb_cuda_scratch_arena_free (&s);
+  g_assert_null (cs.arena);
+  gsize in_use = 0, cached = 0;
+  lb_cuda_pool_stats (dev, &in_use, &cached);
+  g_assert_cmpuint (in_use, ==, 0);
+  g_assert_cmpuint (cached, ==, 3 * MiB + 1024);
+  g_assert_cmpint (cuda_stub_stats ().n_free, ==, st0.n_free);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -337,5 +403,6 @@ main (int argc, char **argv)
       test_other_thread_waits);
   g_test_add_func ("/cuda-alloc/capture/oom-no-trim", test_capture_oom_no_trim);
   g_test_add_func ("/cuda-alloc/reuse-and-trim", test_reuse_and_trim);
+  g_test_add_func ("/cuda-alloc/scratch-reserve", test_scratch_reserve);
   return g_test_run ();
 }

@@ -936,6 +936,54 @@ test_startup_staging (void)
   lb_worker_group_unref (group);
 }
 
+/* Issue 3.2 item 4: each device rank reserves its ops' per-call scratch
+ * in lingbot_dit_rank_init() (lb_stream_reserve(), the first thing a
+ * session rank does, so before the ranks' first collective): once per
+ * rank at session creation, with the GEMM paths' two blocks and 1 MiB,
+ * no workspace (the cuDNN plans are not built yet); none again during
+ * the chunks, which allocate nothing. */
+static void
+test_stream_reserve (void)
+{
+  g_autoptr (GError) err = NULL;
+  LbWorkerGroupOptions go = { 0, NULL, "dit-reserve-test" };
+  LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), 2, NULL, &go,
+      &err);
+  g_assert_no_error (err);
+  LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+  opt.latent_h = 6;
+  opt.latent_w = 10;
+  const FakeDevStats a = fakedev_stats ();
+  LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+      dit_fixture_get (fixture, "input.context"), &err);
+  g_assert_no_error (err);
+  const FakeDevStats b = fakedev_stats ();
+  g_assert_cmpint (b.n_reserves - a.n_reserves, ==, 2);
+  g_assert_cmpuint (b.reserve_scratch, ==,
+      2 * LB_STREAM_SCRATCH_BLOCK + ((gsize) 1 << 20));
+  g_assert_cmpuint (b.reserve_workspace, ==, a.reserve_workspace);
+  g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1, (int64_t) 16,
+      (int64_t) 4, (int64_t) 6, (int64_t) 10);
+  g_autoptr (LbTensor) poses = lb_tensor_new_f32 (2, (int64_t) 4, (int64_t) 16);
+  const float k0[4] = { 502.1f, 498.7f, 416.3f, 239.9f };
+  float k[4];
+  lingbot_control_intrinsics_transform (k0, 832, 480, 80, 48, k);
+  for (int c = 0; c < 2; c++) {
+    const LbTensor *noise[4], *y;
+    dit_fixture_chunk (fixture, c, noise, &y, NULL);
+    chunk_poses (c, poses->data);
+    g_assert_true (lingbot_dit_session_run_chunk_poses (ses, y, poses, k, 80,
+            48, noise, out, &err));
+    g_assert_no_error (err);
+  }
+  const FakeDevStats c = fakedev_stats ();
+  g_assert_cmpint (c.n_reserves, ==, b.n_reserves);
+  g_assert_cmpint (c.n_allocs, ==, b.n_allocs);
+  g_assert_cmpint (c.bad, ==, a.bad);
+  lingbot_dit_session_free (ses);
+  lb_worker_group_unref (group);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -957,6 +1005,7 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/rope-formula", test_rope_formula_device);
   g_test_add_func ("/dit/device/cancel", test_cancel_device);
   g_test_add_func ("/dit/device/startup-staging", test_startup_staging);
+  g_test_add_func ("/dit/device/stream-reserve", test_stream_reserve);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),

@@ -1026,7 +1026,10 @@ test_bf16_gemm_inputs (void)
  * That gives the bits of the f32 norm output quantised by each gemm_fp8
  * (LINGBOT_DIT_GEMM_INPUTS=f32): on 1 and 2 ranks and with the exchanges
  * overlapped, dit_tiny gives the same bytes both ways; every gemm_fp8_q
- * call replaces one gemm_fp8, and only the first way makes any. */
+ * call replaces one gemm_fp8, and only the first way makes any.  The
+ * FFN's first layer is gemm_fp8_gelu_q (bias, GELU and the quantisation
+ * of the hidden in its epilogue, codes for the second layer's
+ * gemm_fp8_q): the FFNs make no gelu_tanh call. */
 static void
 test_fp8_gemm_inputs (void)
 {
@@ -1051,20 +1054,33 @@ test_fp8_gemm_inputs (void)
     const int norms8 = st1.n_norm_fp8 - st0.n_norm_fp8;
     const int g8 = st1.n_gemm_fp8 - st0.n_gemm_fp8;
     const int g32 = st2.n_gemm_fp8 - st1.n_gemm_fp8;
+    const int gq8 = st1.n_gemm_fp8_gelu_q - st0.n_gemm_fp8_gelu_q;
+    const int gelu8 = st1.n_gelu_tanh - st0.n_gelu_tanh;
+    const int gelu32 = st2.n_gelu_tanh - st1.n_gelu_tanh;
     g_assert_cmpint (q8, >, 0);
     g_assert_cmpint (norms8, >, 0);
     /* q, k, v after the first norm, q after the second, the FFN's first
      * layer after the third, and the head's linear after its norm: more
      * GEMMs than norms read the codes */
     g_assert_cmpint (q8, >, norms8);
-    g_assert_cmpint (g8 + q8, ==, g32);
+    /* the FFN's first layer is gemm_fp8_gelu_q (one per block run) and
+     * the second reads its codes (gemm_fp8_q): the f32 path's gelu_tanh
+     * per FFN is gone (what is left, in both runs, is the text
+     * embedding's, once per context), and every gemm_fp8_q or
+     * gemm_fp8_gelu_q call replaces one gemm_fp8 */
+    g_assert_cmpint (gq8, >, 0);
+    g_assert_cmpint (gelu32 - gelu8, ==, gq8);
+    g_assert_cmpint (gelu8, <, gq8);
+    g_assert_cmpint (g8 + q8 + gq8, ==, g32);
     g_assert_cmpint (st2.n_gemm_fp8_q, ==, st1.n_gemm_fp8_q);
     g_assert_cmpint (st2.n_norm_fp8, ==, st1.n_norm_fp8);
+    g_assert_cmpint (st2.n_gemm_fp8_gelu_q, ==, st1.n_gemm_fp8_gelu_q);
     g_assert_cmpint (st2.bad, ==, st0.bad);
-    g_print ("# dit fp8 GEMM inputs, %d rank(s)%s: %d norm_fp8 calls fed "
-        "%d gemm_fp8_q calls (%d gemm_fp8 left, %d with f32 inputs); "
-        "bit-identical to the f32 inputs over %u bytes\n", n_ranks,
-        run == 2 ? " overlapped" : "", norms8, q8, g8, g32, b8->len);
+    g_print ("# dit fp8 GEMM inputs, %d rank(s)%s: %d norm_fp8 and %d "
+        "gemm_fp8_gelu_q calls fed %d gemm_fp8_q calls (%d gemm_fp8 and %d "
+        "gelu_tanh left; %d and %d with f32 inputs); bit-identical to the "
+        "f32 inputs over %u bytes\n", n_ranks, run == 2 ? " overlapped" : "",
+        norms8, gq8, q8, g8, gelu8, g32, gelu32, b8->len);
   }
 }
 

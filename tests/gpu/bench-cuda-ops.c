@@ -7,8 +7,9 @@
  * (GEMMs with bf16 weights, the DiT's bf16 ranks, add "math":
  * "bf16-weights", "s" and "tflops"; the fp8 GEMMs of LB_MATH_FP8 ranks,
  * gemm_fp8 quantising an f32 x and gemm_fp8_q on the codes norm_fp8
- * writes, and norm_fp8 against the f32 norm_modulate, add "math": "fp8"
- * or "f32-norm_modulate"; attention adds "math": "fp32", "bf16"
+ * writes, norm_fp8 against the f32 norm_modulate, gemm_fp8_gelu_q against
+ * gemm_fp8_q + gelu_tanh, add "math": "fp8", "f32-norm_modulate" or
+ * "fp8-pair"; attention adds "math": "fp32", "bf16"
  * (own tensor-core kernel) or
  * "bf16-cudnn" (cuDNN's fused SDPA, LINGBOT_CUDA_ATTENTION=cudnn, the
  * default; an "error" line when cuDNN did not take the call; at Nk 28080
@@ -144,10 +145,15 @@ run_gemm_gelu (gpointer p, GError ** error)
  * [N, K] and its scales sw; x f32 [M, K] quantised by gemm_fp8 (mode 0),
  * or its codes xq and row scales sx written by norm_fp8 and read by
  * gemm_fp8_q (mode 1); norm_fp8 itself (mode 2: the producer, with the
- * modulation) and the norm_modulate it replaces into f32 (mode 3). */
+ * modulation) and the norm_modulate it replaces into f32 (mode 3); the
+ * FFN's first layer writing the codes of its GELU, gemm_fp8_gelu_q (mode
+ * 4), and the pair it replaces, gemm_fp8_q into f32 then gelu_tanh (mode
+ * 5; the pair's third pass, the quantisation of the f32 hidden, is the
+ * difference of the gemm_fp8 and gemm_fp8_q lines at K 13824). */
 typedef struct
 {
   LbTensor *x, *w, *sw, *bias, *y, *xq, *sx, *scale, *shift, *a;
+  LbTensor *yq, *sy;            /* gemm_fp8_gelu_q's codes and scales */
   int mode;
 } Fp8Args;
 
@@ -165,6 +171,13 @@ run_fp8 (gpointer p, GError ** error)
     case 2:
       return lb_ops (gs)->norm_fp8 (gs, a->x, NULL, NULL, NULL, NULL, 1e-6f,
           a->scale, a->shift, a->xq, a->sx, error);
+    case 4:
+      return lb_ops (gs)->gemm_fp8_gelu_q (gs, a->xq, a->sx, a->w, a->sw,
+          a->bias, 1.0f, a->yq, a->sy, error);
+    case 5:
+      return lb_ops (gs)->gemm_fp8_q (gs, a->xq, a->sx, a->w, a->sw, a->bias,
+          1.0f, 0.0f, a->y, error) &&
+          lb_ops (gs)->gelu_tanh (gs, a->y, a->y, error);
     default:
       return lb_ops (gs)->norm_modulate (gs, a->x, NULL, NULL, 1e-6f,
           a->scale, a->shift, a->a, error);
@@ -225,8 +238,27 @@ bench_fp8 (int64_t n, int64_t no, int64_t k, const char *nm)
     bench_math ("norm_fp8", LB_MATH_FP8, "f32-norm_modulate", rn,
         10.0 * n * k, 8.0 * n * k, 10, run_fp8, &f);
   }
+  if (no == 13824 && k == 5120) {
+    /* the FFN's first layer: the fused epilogue against the pair */
+    f.yq = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2, SHAPE (n, no), &err);
+    f.sy = f.yq ? lb_tensor_new_on (gs, LB_DTYPE_F32, 1, SHAPE (n), &err) :
+        NULL;
+    if (f.sy == NULL)
+      g_error ("alloc: %s", err->message);
+    f.mode = 4;
+    /* bytes: the f32 accumulator written once and read twice, the codes
+     * written */
+    bench_math ("gemm_fp8_gelu_q", LB_MATH_FP8, "fp8", nm, flops,
+        (double) n * k + 4.0 * n + no * k + 4.0 * n * no * 3 +
+        (double) n * no, 10, run_fp8, &f);
+    f.mode = 5;
+    /* bytes: the f32 product written, then read and written by the
+     * scale epilogue and by the GELU */
+    bench_math ("gemm_fp8_gelu_q", LB_MATH_FP8, "fp8-pair", nm, flops,
+        (double) n * k + 4.0 * n + no * k + 4.0 * n * no * 5, 10, run_fp8, &f);
+  }
   LbTensor **all[] = { &f.x, &f.w, &f.sw, &f.bias, &f.y, &f.xq, &f.sx,
-    &f.scale, &f.shift, &f.a
+    &f.scale, &f.shift, &f.a, &f.yq, &f.sy
   };
   for (guint i = 0; i < G_N_ELEMENTS (all); i++)
     g_clear_pointer (all[i], lb_tensor_free);
@@ -651,7 +683,8 @@ main (int argc, char **argv)
     free_args (&a);
     /* e4m3 weights (LB_MATH_FP8): the GEMM with and without its
      * quantisation pass, and the norm that writes the codes */
-    if (filter == NULL || strstr ("gemm_fp8 norm_fp8", filter) != NULL)
+    if (filter == NULL ||
+        strstr ("gemm_fp8 norm_fp8 gemm_fp8_gelu_q", filter) != NULL)
       bench_fp8 (n, no, k, nm);
   }
 

@@ -16,7 +16,8 @@
  * a GPU when written (the first GPU session measures it).  Each case also
  * runs gemm_fp8_q on the codes and scales the CPU makes of x (what
  * norm_fp8 writes), and a K 13824 shape takes gemm_fp8's quantisation in
- * two blocks of rows.
+ * two blocks of rows.  /gpu/gemm/fp8/gelu-q: gemm_fp8_gelu_q against its
+ * pair on the GPU and the CPU oracle (check_fp8_gelu_case()).
  *
  * Then gemm_gelu_tanh's cuBLASLt GELU epilogue (/gpu/gemm/gelu-epilogue,
  * check_gelu_case()).
@@ -496,6 +497,168 @@ test_gemm_fp8_parity (void)
   cuda->stream_free (gs);
 }
 
+/* e4m3 codes @a and @b within one step: equal, or of one sign with
+ * magnitudes one code apart, or both within one code of zero. */
+static gboolean
+e4m3_close (uint8_t a, uint8_t b)
+{
+  const int ma = a & 0x7f, mb = b & 0x7f;
+  if (a == b || (ma <= 1 && mb <= 1))
+    return TRUE;
+  return (a & 0x80) == (b & 0x80) && ABS (ma - mb) <= 1;
+}
+
+/* gemm_fp8_gelu_q (kernels/ops-list.h) on codes and row scales the CPU
+ * makes of a random x: on the GPU, against its pair on the GPU
+ * (gemm_fp8_q with beta 0, gelu_tanh, then each downloaded row quantised
+ * by lb_quantize_e4m3_row(), the device quantiser's formulas) bit for bit
+ * when the op's matmul takes all rows in one block (the pair's matmul is
+ * then the same call), else each code within one e4m3 step; against the
+ * CPU oracle each code within one step and the scales within
+ * GEMM_REL_TOL (the accumulators differ by summation order, expf by an
+ * ulp). */
+static void
+check_fp8_gelu_case (LbStream * gs, int64_t m, int64_t n, int64_t k,
+    gboolean with_bias)
+{
+  g_autoptr (GRand) r = g_rand_new_with_seed ((guint32) (m * 613 + n * 17 +
+          k + with_bias));
+  g_autoptr (GError) err = NULL;
+  LbBackend *cpu = lb_cpu_backend ();
+  LbStream *cs = cpu->stream_new (cpu, 0, NULL);
+  const int64_t xs[2] = { m, k }, ys[2] = { m, n };
+  g_autoptr (LbTensor) x = lb_tensor_new (LB_DTYPE_F32, 2, xs);
+  fill_random (x, r);
+  memset (x->data, 0, (gsize) k * sizeof (float));      /* a zero row */
+  g_autoptr (LbTensor) xq = lb_tensor_new (LB_DTYPE_F8E4M3, 2, xs);
+  g_autoptr (LbTensor) sx = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  for (int64_t i = 0; i < m; i++)
+    lb_quantize_e4m3_row ((const float *) x->data + i * k, k,
+        (uint8_t *) xq->data + i * k, (float *) sx->data + i);
+  LbTensor *wq_, *sw_;
+  rand_fp8 (n, k, r, &wq_, &sw_);
+  g_autoptr (LbTensor) wq = wq_;
+  g_autoptr (LbTensor) sw = sw_;
+  g_autoptr (LbTensor) b = lb_tensor_new (LB_DTYPE_F32, 1, &n);
+  fill_random (b, r);
+  const LbTensor *cb = with_bias ? b : NULL;
+
+  /* the CPU oracle */
+  g_autoptr (LbTensor) yc = lb_tensor_new (LB_DTYPE_F8E4M3, 2, ys);
+  g_autoptr (LbTensor) syc = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  g_assert_true (lb_ops (cs)->gemm_fp8_gelu_q (cs, xq, sx, wq, sw, cb, 1.0f,
+          yc, syc, &err));
+  g_assert_no_error (err);
+
+  /* the GPU op and the GPU pair */
+  g_autoptr (LbTensor) dxq = test_upload (gs, xq);
+  g_autoptr (LbTensor) dsx = test_upload (gs, sx);
+  g_autoptr (LbTensor) dw = test_upload (gs, wq);
+  g_autoptr (LbTensor) dsw = test_upload (gs, sw);
+  g_autoptr (LbTensor) db = test_upload (gs, b);
+  const LbTensor *gb = with_bias ? db : NULL;
+  g_autoptr (LbTensor) dyq = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2, ys,
+      &err);
+  g_autoptr (LbTensor) dsy = lb_tensor_new_on (gs, LB_DTYPE_F32, 1, &m, &err);
+  g_autoptr (LbTensor) dh = lb_tensor_new_on (gs, LB_DTYPE_F32, 2, ys, &err);
+  g_assert_no_error (err);
+  g_assert_true (lb_ops (gs)->gemm_fp8_gelu_q (gs, dxq, dsx, dw, dsw, gb,
+          1.0f, dyq, dsy, &err) &&
+      lb_ops (gs)->gemm_fp8_q (gs, dxq, dsx, dw, dsw, gb, 1.0f, 0.0f, dh,
+          &err) && lb_ops (gs)->gelu_tanh (gs, dh, dh, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) yg = lb_tensor_new (LB_DTYPE_F8E4M3, 2, ys);
+  g_autoptr (LbTensor) syg = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  g_autoptr (LbTensor) h = lb_tensor_new (LB_DTYPE_F32, 2, ys);
+  g_assert_true (lb_tensor_download (gs, yg, dyq, &err) &&
+      lb_tensor_download (gs, syg, dsy, &err) &&
+      lb_tensor_download (gs, h, dh, &err));
+  g_assert_no_error (err);
+  g_autoptr (LbTensor) yp = lb_tensor_new (LB_DTYPE_F8E4M3, 2, ys);
+  g_autoptr (LbTensor) syp = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  for (int64_t i = 0; i < m; i++)
+    lb_quantize_e4m3_row ((const float *) h->data + i * n, n,
+        (uint8_t *) yp->data + i * n, (float *) syp->data + i);
+
+  const gboolean one_block = m * n * 4 <= (int64_t) (32 << 20);
+  const uint8_t *cg = yg->data, *cp = yp->data, *cc = yc->data;
+  int64_t diff_pair = 0, diff_cpu = 0;
+  for (int64_t i = 0; i < m * n; i++) {
+    if (cg[i] != cp[i]) {
+      diff_pair++;
+      if (!e4m3_close (cg[i], cp[i]))
+        g_error ("gemm_fp8_gelu_q: code %" G_GINT64_FORMAT " is 0x%02x, the "
+            "GPU pair's 0x%02x", i, cg[i], cp[i]);
+    }
+    if (cg[i] != cc[i]) {
+      diff_cpu++;
+      if (!e4m3_close (cg[i], cc[i]))
+        g_error ("gemm_fp8_gelu_q: code %" G_GINT64_FORMAT " is 0x%02x, the "
+            "CPU's 0x%02x", i, cg[i], cc[i]);
+    }
+  }
+  double srel = 0.0;
+  for (int64_t i = 0; i < m; i++) {
+    const float a = ((float *) syg->data)[i], c = ((float *) syc->data)[i];
+    srel = MAX (srel, fabs ((double) a - c) / MAX (fabs ((double) c), 1e-30));
+  }
+  g_print ("# gemm fp8_gelu_q M=%" G_GINT64_FORMAT " N=%" G_GINT64_FORMAT
+      " K=%" G_GINT64_FORMAT " bias=%d: %" G_GINT64_FORMAT " codes differ "
+      "from the GPU pair (%s), %" G_GINT64_FORMAT " of %" G_GINT64_FORMAT
+      " from the CPU oracle (one step at most), scales max rel %.3g\n", m,
+      n, k, with_bias, diff_pair, one_block ? "one row block" : "row blocks",
+      diff_cpu, m * n, srel);
+  g_assert_cmpfloat (srel, <=, GEMM_REL_TOL);
+  if (one_block) {
+    g_assert_cmpint (diff_pair, ==, 0);
+    g_assert_true (memcmp (syg->data, syp->data, m * sizeof (float)) == 0);
+  }
+  /* the zero row without a bias: GELU (0) = 0, scale 1 */
+  if (!with_bias)
+    g_assert_cmpfloat (((float *) syg->data)[0], ==, 1.0f);
+  cpu->stream_free (cs);
+}
+
+static void
+test_gemm_fp8_gelu_q (void)
+{
+  static const int64_t shapes[][3] = {
+    {1, 16, 16}, {7, 32, 48}, {257, 128, 512}, {33, 1008, 64},
+    /* the FFN's first GEMM at 14B (N = ffn_dim 13824, K = D 5120), a few
+     * rows; then 700 rows, which the op's matmul takes in two blocks
+     * (32 Mi / (4 * 13824) = 606 rows) */
+    {8, 13824, 5120}, {700, 13824, 64},
+  };
+  g_autoptr (GError) err = NULL;
+  LbStream *gs = cuda->stream_new (cuda, 0, &err);
+  g_assert_no_error (err);
+  for (guint i = 0; i < G_N_ELEMENTS (shapes); i++) {
+    const int64_t *sz = shapes[i];
+    check_fp8_gelu_case (gs, sz[0], sz[1], sz[2], TRUE);
+    check_fp8_gelu_case (gs, sz[0], sz[1], sz[2], FALSE);
+  }
+  /* x's row stride must suit cuBLASLt FP8 */
+  g_autoptr (LbTensor) dq = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 40 }, &err);
+  g_autoptr (LbTensor) dsx = lb_tensor_new_on (gs, LB_DTYPE_F32, 1,
+      (const int64_t[1]) { 4 }, &err);
+  g_autoptr (LbTensor) dw = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 16, 32 }, &err);
+  g_autoptr (LbTensor) dsw = lb_tensor_new_on (gs, LB_DTYPE_F32, 1,
+      (const int64_t[1]) { 16 }, &err);
+  g_autoptr (LbTensor) dy = lb_tensor_new_on (gs, LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 16 }, &err);
+  g_assert_no_error (err);
+  LbTensor dq32;
+  g_assert_true (lb_tensor_view_narrow (&dq32, dq, 1, 0, 32));
+  g_assert_false (lb_ops (gs)->gemm_fp8_gelu_q (gs, &dq32, dsx, dw, dsw, NULL,
+          1.0f, dy, dsx, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_SHAPE);
+  g_assert_cmpstr (err->message, ==, "gemm_fp8_gelu_q: x's row stride 40 "
+      "must be a multiple of 16 (cuBLASLt FP8)");
+  cuda->stream_free (gs);
+}
+
 /* ------------------------------------------------------- GELU epilogue */
 
 typedef void (*GemmStatsFunc) (guint64 * runs, guint64 * declined,
@@ -672,6 +835,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu/gemm/bf16/rounding", test_gemm_bf16_rounding);
   g_test_add_func ("/gpu/gemm/bf16/errors", test_gemm_bf16_errors);
   g_test_add_func ("/gpu/gemm/fp8/parity", test_gemm_fp8_parity);
+  g_test_add_func ("/gpu/gemm/fp8/gelu-q", test_gemm_fp8_gelu_q);
   g_test_add_func ("/gpu/gemm/gelu-epilogue", test_gemm_gelu_epilogue);
   return g_test_run ();
 }

@@ -15,8 +15,12 @@
  *   with bias, alpha and beta, a row-strided x, K = 0;
  * - the DiT's chain norm_fp8 -> gemm_fp8_q against norm_modulate ->
  *   gemm_fp8;
+ * - gemm_fp8_gelu_q against gemm_fp8_q -> gelu_tanh -> the rows quantised
+ *   (codes and scales), and the FFN's second layer on its codes
+ *   (gemm_fp8_q) against gemm_fp8 on the f32 hidden, with and without
+ *   bias, K = 0, alpha = 0, row-strided x and y, N = 13824;
  * - the argument errors, exact messages;
- * - both ops on fakedev, directly and through a captured graph replayed
+ * - the three ops on fakedev, directly and through a captured graph replayed
  *   on new inputs, bit-identical to the CPU.
  */
 #include "test-ops-common.h"
@@ -444,6 +448,226 @@ test_fakedev (void)
   be->stream_free (ds);
 }
 
+/* The FFN's first fp8 layer: the op pair (gemm_fp8_q with beta 0 into an
+ * f32 hidden, gelu_tanh in place, then each row quantised as gemm_fp8
+ * quantises its x) against gemm_fp8_gelu_q, codes and row scales byte for
+ * byte (@xpad, @ypad: row-strided code views); then the second layer both
+ * ways (gemm_fp8 on the f32 hidden, gemm_fp8_q on the codes). */
+static void
+gelu_case (LbStream * s, int64_t m, int64_t n, int64_t k, gboolean with_bias,
+    float alpha, int64_t xpad, int64_t ypad)
+{
+  const int64_t mn[2] = { m, n }, n2 = 24;
+  g_autoptr (LbTensor) x = rand_tensor (2, (const int64_t[2]) { m, k }, -3, 3);
+  g_autoptr (LbTensor) w = rand_tensor (2, (const int64_t[2]) { n, k },
+      -0.3, 0.3);
+  g_autoptr (LbTensor) w2 = rand_tensor (2, (const int64_t[2]) { n2, n },
+      -0.3, 0.3);
+  g_autoptr (LbTensor) bias = rand_tensor (1, &n, -1, 1);
+  g_autoptr (LbTensor) bias2 = rand_tensor (1, &n2, -1, 1);
+  LbTensor *wq_, *sw_, *w2q_, *sw2_;
+  quantize_weight (w, &wq_, &sw_);
+  quantize_weight (w2, &w2q_, &sw2_);
+  g_autoptr (LbTensor) wq = wq_;
+  g_autoptr (LbTensor) sw = sw_;
+  g_autoptr (LbTensor) w2q = w2q_;
+  g_autoptr (LbTensor) sw2 = sw2_;
+  if (m > 1)
+    memset ((float *) x->data + k, 0, k * sizeof (float));      /* a zero row */
+  g_autoptr (LbTensor) xbuf = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { m, k + xpad });
+  g_autoptr (LbTensor) sx = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+  quantize_rows (x, xbuf->data, k + xpad, sx->data);
+  LbTensor xq;
+  lb_tensor_view_narrow (&xq, xbuf, 1, 0, k);
+  const LbTensor *b = with_bias ? bias : NULL;
+
+  /* the pair */
+  g_autoptr (LbTensor) h = poisoned (2, mn);
+  assert_op_ok (lb_ops (s)->gemm_fp8_q (s, &xq, sx, wq, sw, b, alpha, 0.0f, h,
+          error));
+  assert_op_ok (lb_ops (s)->gelu_tanh (s, h, h, error));
+  g_autofree uint8_t *qref = g_malloc (MAX (m * n, 1));
+  g_autofree float *sref = g_new (float, MAX (m, 1));
+  quantize_rows (h, qref, n, sref);
+
+  /* the fused op */
+  g_autoptr (LbTensor) ybuf = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { m, n + ypad });
+  memset (ybuf->data, 0x7f, lb_tensor_nbytes (ybuf));   /* NaN codes */
+  LbTensor yq;
+  lb_tensor_view_narrow (&yq, ybuf, 1, 0, n);
+  g_autoptr (LbTensor) sy = poisoned (1, &m);
+  assert_op_ok (lb_ops (s)->gemm_fp8_gelu_q (s, &xq, sx, wq, sw, b, alpha,
+          &yq, sy, error));
+  for (int64_t i = 0; i < m; i++) {
+    const uint8_t *yr = (const uint8_t *) ybuf->data + i * (n + ypad);
+    g_assert_true (same (yr, qref + i * n, n));
+    for (int64_t j = n; j < n + ypad; j++)
+      g_assert_cmpuint (yr[j], ==, 0x7f);
+  }
+  g_assert_true (same (sy->data, sref, m * sizeof (float)));
+  if (m > 0 && k > 0 && alpha != 0.0f)
+    /* a real product went through (row 0 is random) */
+    g_assert_cmpfloat (((float *) sy->data)[0], !=, 1.0f);
+  if (m > 1 && !with_bias)
+    /* the zero row: GELU (0) = 0, scale 1, codes 0 */
+    g_assert_cmpfloat (((float *) sy->data)[1], ==, 1.0f);
+
+  /* the second layer: gemm_fp8 quantising the f32 hidden, gemm_fp8_q
+   * reading the codes */
+  g_autoptr (LbTensor) y1 = poisoned (2, (const int64_t[2]) { m, n2 });
+  g_autoptr (LbTensor) y2 = poisoned (2, (const int64_t[2]) { m, n2 });
+  assert_op_ok (lb_ops (s)->gemm_fp8 (s, h, w2q, sw2, bias2, 1.0f, 0.0f, y1,
+          error));
+  assert_op_ok (lb_ops (s)->gemm_fp8_q (s, &yq, sy, w2q, sw2, bias2, 1.0f,
+          0.0f, y2, error));
+  g_assert_true (same (y1->data, y2->data, lb_tensor_nbytes (y1)));
+  g_test_message ("gemm_fp8_gelu_q [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+      "] K %" G_GINT64_FORMAT ": codes, scales and the next layer "
+      "bit-identical to the pair", m, n, k);
+}
+
+static void
+test_gelu_pair (void)
+{
+  LbStream *s = test_stream ();
+  gelu_case (s, 1, 16, 16, TRUE, 1.0f, 0, 0);
+  gelu_case (s, 7, 48, 40, TRUE, 1.0f, 0, 0);
+  gelu_case (s, 9, 33, 64, FALSE, 0.5f, 16, 5);
+  gelu_case (s, 33, 96, 300, TRUE, 0.75f, 4, 3);
+  /* no product: the GELU of the bias, of zeros */
+  gelu_case (s, 5, 24, 0, TRUE, 1.0f, 0, 0);
+  gelu_case (s, 4, 16, 32, FALSE, 0.0f, 0, 0);
+  gelu_case (s, 0, 16, 16, TRUE, 1.0f, 0, 0);
+  /* the 14B model's hidden width (ffn_dim 13824) */
+  gelu_case (s, 3, 13824, 64, TRUE, 1.0f, 0, 0);
+}
+
+static void
+test_gelu_errors (void)
+{
+  LbStream *s = test_stream ();
+  g_autoptr (LbTensor) x = rand_tensor (2, (const int64_t[2]) { 4, 8 }, -1, 1);
+  g_autoptr (LbTensor) q = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 8 });
+  g_autoptr (LbTensor) sq = poisoned (1, (const int64_t[1]) { 4 });
+  g_autoptr (LbTensor) sq3 = poisoned (1, (const int64_t[1]) { 3 });
+  g_autoptr (LbTensor) w = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 3, 8 });
+  g_autoptr (LbTensor) sw = rand_tensor (1, (const int64_t[1]) { 3 }, 1, 2);
+  g_autoptr (LbTensor) y = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 3 });
+  g_autoptr (LbTensor) y32 = poisoned (2, (const int64_t[2]) { 4, 3 });
+  g_autoptr (LbTensor) y5 = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2,
+      (const int64_t[2]) { 4, 5 });
+
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, x, sq, w, sw, NULL, 1, y,
+          sq, error),
+      "gemm_fp8_gelu_q: x is f32 [4, 8], expected f8e4m3 [M, K] with unit "
+      "column stride");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, sq, w, sw, NULL, 1, y32,
+          sq, error),
+      "gemm_fp8_gelu_q: y is f32 [4, 3], expected f8e4m3 [4, 3] with unit "
+      "column stride");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, sq, w, sw, NULL, 1, y5,
+          sq, error),
+      "gemm_fp8_gelu_q: y is f8e4m3 [4, 5], expected f8e4m3 [4, 3] with "
+      "unit column stride");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, NULL, w, sw, NULL, 1, y,
+          sq, error),
+      "gemm_fp8_gelu_q: sx is NULL, expected f32 [4] contiguous");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, sq, w, sw, NULL, 1, y,
+          sq3, error),
+      "gemm_fp8_gelu_q: sy is f32 [3], expected f32 [4] contiguous");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, sq, w, sw, NULL, 1, y,
+          NULL, error),
+      "gemm_fp8_gelu_q: sy is NULL, expected f32 [4] contiguous");
+  assert_op_error (lb_ops (s)->gemm_fp8_gelu_q (s, q, sq, w, sq, NULL, 1, y,
+          sq, error),
+      "gemm_fp8_gelu_q: sw is f32 [4], expected f32 [3] contiguous");
+}
+
+/* gemm_fp8_gelu_q on fakedev: directly (round 0), captured (round 1) and
+ * replayed on new inputs (rounds 1-3), bit-identical to the CPU. */
+static void
+test_gelu_fakedev (void)
+{
+  g_autoptr (GError) err = NULL;
+  const FakeDevStats st0 = fakedev_stats ();
+  LbBackend *be = fakedev_backend ();
+  LbStream *ds = be->stream_new (be, 0, &err);
+  g_assert_no_error (err);
+  LbStream *cs = test_stream ();
+  const int64_t m = 11, k = 48, n = 64;
+  const int64_t mk[2] = { m, k }, mn[2] = { m, n };
+  g_autoptr (LbTensor) w = rand_tensor (2, (const int64_t[2]) { n, k }, -1, 1);
+  g_autoptr (LbTensor) bias = rand_tensor (1, &n, -1, 1);
+  LbTensor *wq_, *sw_;
+  quantize_weight (w, &wq_, &sw_);
+  g_autoptr (LbTensor) wq = wq_;
+  g_autoptr (LbTensor) sw = sw_;
+  g_autoptr (LbTensor) dwq = test_upload (ds, wq);
+  g_autoptr (LbTensor) dsw = test_upload (ds, sw);
+  g_autoptr (LbTensor) db = test_upload (ds, bias);
+  g_autoptr (LbTensor) xq = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2, mk);
+  g_autoptr (LbTensor) sx = poisoned (1, &m);
+  g_autoptr (LbTensor) yq = lb_tensor_new_zeros (LB_DTYPE_F8E4M3, 2, mn);
+  g_autoptr (LbTensor) sy = poisoned (1, &m);
+  g_autoptr (LbTensor) dxq = test_upload (ds, xq);
+  g_autoptr (LbTensor) dsx = test_upload (ds, sx);
+  g_autoptr (LbTensor) dyq = test_upload (ds, yq);
+  g_autoptr (LbTensor) dsy = test_upload (ds, sy);
+  LbGraph *graph = NULL;
+  for (int round = 0; round < 4; round++) {
+    g_autoptr (LbTensor) x = rand_tensor (2, mk, -4, 4);
+    quantize_rows (x, xq->data, k, sx->data);
+    g_assert_true (lb_tensor_upload (ds, dxq, xq, &err) &&
+        lb_tensor_upload (ds, dsx, sx, &err));
+    g_assert_no_error (err);
+    assert_op_ok (lb_ops (cs)->gemm_fp8_gelu_q (cs, xq, sx, wq, sw, bias,
+            0.75f, yq, sy, error));
+    if (round == 1)
+      g_assert_true (be->graph_begin (ds, &err));
+    if (round <= 1)
+      g_assert_true (lb_ops (ds)->gemm_fp8_gelu_q (ds, dxq, dsx, dwq, dsw, db,
+              0.75f, dyq, dsy, &err));
+    if (round == 1) {
+      graph = be->graph_end (ds, &err);
+      g_assert_nonnull (graph);
+    }
+    if (round >= 1)
+      g_assert_true (be->graph_launch (ds, graph, &err));
+    g_assert_no_error (err);
+    g_autoptr (LbTensor) hq = lb_tensor_new (LB_DTYPE_F8E4M3, 2, mn);
+    g_autoptr (LbTensor) hsy = lb_tensor_new (LB_DTYPE_F32, 1, &m);
+    g_assert_true (lb_tensor_download (ds, hq, dyq, &err) &&
+        lb_tensor_download (ds, hsy, dsy, &err));
+    g_assert_no_error (err);
+    g_assert_true (same (hq->data, yq->data, lb_tensor_nbytes (yq)));
+    g_assert_true (same (hsy->data, sy->data, lb_tensor_nbytes (sy)));
+  }
+  be->graph_free (ds, graph);
+  /* host codes are refused (wrong device) */
+  g_assert_false (lb_ops (ds)->gemm_fp8_gelu_q (ds, dxq, dsx, dwq, dsw, db,
+          1.0f, yq, dsy, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_assert_cmpstr (err->message, ==, "gemm_fp8_gelu_q: wrong device");
+  g_clear_error (&err);
+  FakeDevStats st = fakedev_stats ();
+  g_assert_cmpint (st.bad, ==, st0.bad + 2);
+  /* round 0 direct, round 1 recorded, three replays: 4 runs */
+  g_assert_cmpint (st.n_gemm_fp8_gelu_q, ==, st0.n_gemm_fp8_gelu_q + 4);
+  g_clear_pointer (&dxq, lb_tensor_free);
+  g_clear_pointer (&dsx, lb_tensor_free);
+  g_clear_pointer (&dyq, lb_tensor_free);
+  g_clear_pointer (&dsy, lb_tensor_free);
+  g_clear_pointer (&dwq, lb_tensor_free);
+  g_clear_pointer (&dsw, lb_tensor_free);
+  g_clear_pointer (&db, lb_tensor_free);
+  be->stream_free (ds);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -453,5 +677,8 @@ main (int argc, char **argv)
   g_test_add_func ("/ops/fp8-inputs/chain", test_chain);
   g_test_add_func ("/ops/fp8-inputs/errors", test_errors);
   g_test_add_func ("/ops/fp8-inputs/fakedev", test_fakedev);
+  g_test_add_func ("/ops/fp8-inputs/gelu-pair", test_gelu_pair);
+  g_test_add_func ("/ops/fp8-inputs/gelu-errors", test_gelu_errors);
+  g_test_add_func ("/ops/fp8-inputs/gelu-fakedev", test_gelu_fakedev);
   return g_test_run ();
 }
