@@ -11,6 +11,7 @@
 #include "kernels/error.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <glib/gstdio.h>
 
@@ -173,6 +174,42 @@ test_bf16_weights (void)
   g_assert_no_error (err);
   g_assert_cmpfloat (max_rel (c, a), ==, 0.0);
   g_unlink (p);
+}
+
+/* The encoder's output does not depend on the OpenMP thread count
+ * (docs/design.md "Determinism"): a prompt of 512 tokens (the served
+ * length, so the GEMMs and attention split into several bands) encoded
+ * with 1, 2 and 3 threads gives the same bytes. */
+static void
+test_threads (void)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotTextEncoder) e = lingbot_text_encoder_load (t5_path,
+      stream, &err);
+  g_assert_no_error (err);
+  enum
+  { N = 512 };
+  int32_t ids[N];
+  uint8_t mask[N];
+  for (int i = 0; i < N; i++) {
+    ids[i] = (int32_t) ((i * 7919 + 13) % 1000);
+    mask[i] = i < 300;          /* padding after 300 tokens, as served */
+  }
+  const int saved = omp_get_max_threads ();
+  LbTensor *out[3] = { NULL };
+  for (int t = 1; t <= 3; t++) {
+    omp_set_num_threads (t);
+    out[t - 1] = lingbot_text_encoder_encode_ids (e, ids, mask, N, &err);
+    g_assert_no_error (err);
+  }
+  omp_set_num_threads (saved);
+  for (int t = 1; t < 3; t++) {
+    g_assert_cmpint (lb_tensor_nbytes (out[t]), ==, lb_tensor_nbytes (out[0]));
+    g_assert_cmpmem (out[t]->data, lb_tensor_nbytes (out[t]), out[0]->data,
+        lb_tensor_nbytes (out[0]));
+  }
+  for (int t = 0; t < 3; t++)
+    lb_tensor_free (out[t]);
 }
 
 static LbTensor *
@@ -358,6 +395,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/text/encoder/load-errors", test_load_errors);
   g_test_add_func ("/text/encoder/bf16-weights", test_bf16_weights);
+  g_test_add_func ("/text/encoder/threads", test_threads);
   g_test_add_func ("/text/prompt-embeds/roundtrip",
       test_prompt_embeds_roundtrip);
   g_test_add_func ("/text/prompt-embeds/errors", test_prompt_embeds_errors);
