@@ -95,6 +95,9 @@ struct _GstLingbotVaeDec
   /* decode task: the frame meta of the chunk being pushed */
   guint64 frame_chunk;
   guint frame_keys;
+  /* object lock: the preview still until the first chunk's frames come
+   * (repeat_preview()) */
+  GstBuffer *preview_frame;
   LingbotVaeDecoder *decoder;   /* plain-bytes path */
   LbTensor *frames;
 
@@ -204,6 +207,7 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   self->decode_estimate = GST_CLOCK_TIME_NONE;
   self->position = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
+  gst_clear_buffer (&self->preview_frame);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -1017,7 +1021,55 @@ push_preview (GstLingbotVaeDec * self, GstEvent * event)
   GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
   gst_buffer_add_lingbot_frame_meta (out, 0, 0, TRUE);
   GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
+  GST_OBJECT_LOCK (self);
+  gst_buffer_replace (&self->preview_frame, out);
+  GST_OBJECT_UNLOCK (self);
   return out_push (self, GST_MINI_OBJECT_CAST (out));
+}
+
+/* An upstream force-key-unit (a viewer that joined, e.g. a WebRTC peer
+ * whose transport came up after the preview went by) while a live stream
+ * still shows its preview: the preview again, stamped with the running
+ * time now, so that the viewer has a picture before the first key.
+ * Returns whether it was queued. */
+static gboolean
+repeat_preview (GstLingbotVaeDec * self)
+{
+  GstBuffer *again = NULL;
+  GstClock *clock;
+
+  GST_OBJECT_LOCK (self);
+  if (self->preview_frame && self->live)
+    again = gst_buffer_copy (self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
+  if (again == NULL)
+    return FALSE;
+  clock = gst_element_get_clock (GST_ELEMENT (self));
+  if (clock) {
+    GstClockTime now = gst_clock_get_time (clock);
+    GstClockTime base = gst_element_get_base_time (GST_ELEMENT (self));
+
+    if (now > base && now - base > GST_BUFFER_PTS (again))
+      GST_BUFFER_PTS (again) = now - base;
+    gst_object_unref (clock);
+  }
+  GST_BUFFER_FLAG_UNSET (again, GST_BUFFER_FLAG_DISCONT);
+  GST_DEBUG_OBJECT (self, "preview again at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (GST_BUFFER_PTS (again)));
+  return out_push (self, GST_MINI_OBJECT_CAST (again)) == GST_FLOW_OK;
+}
+
+static gboolean
+gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  /* handled when the preview went again (upstream has no key units) */
+  if (gst_video_event_is_force_key_unit (event)
+      && repeat_preview (GST_LINGBOT_VAE_DEC (parent))) {
+    gst_pad_event_default (pad, parent, event);
+    return TRUE;
+  }
+  return gst_pad_event_default (pad, parent, event);
 }
 
 /* A live stream's latency covers the decode too (the frames of a chunk
@@ -1082,6 +1134,9 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   }
   self->frame_chunk = meta ? meta->chunk : self->chunk;
   self->frame_keys = meta ? meta->stats.keys : 0;
+  GST_OBJECT_LOCK (self);
+  gst_clear_buffer (&self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
   /* the generate interval (decode-hidden-fraction), before the buffer and
    * its meta go */
   if (meta && meta->generate_end_us > 0) {
@@ -1492,6 +1547,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_event_function (self->srcpad, gst_lingbot_vae_dec_src_event);
   gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
   gst_pad_use_fixed_caps (self->srcpad);
   gst_pad_set_activatemode_function (self->srcpad,
