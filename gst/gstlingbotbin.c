@@ -7,6 +7,8 @@
  *
  * Convenience bin: `lingbotgen ! lingbotvaedec` with a ghost `control` sink
  * pad and a ghost video `src` pad; every lingbotgen property is proxied.
+ * With `overlay`, a lingbotoverlay (named `overlay`) follows the decoder:
+ * the controls overlay on every frame.
  *
  * ## Example launch line
  * |[
@@ -31,7 +33,11 @@ struct _GstLingbotBin
 
   GstElement *gen;
   GstElement *dec;
+  GstElement *overlay;          /* NULL unless the overlay property is set */
 };
+
+/* beyond lingbotgen's property ids, which the bin shares */
+#define PROP_OVERLAY 1000
 
 #define gst_lingbot_bin_parent_class parent_class
 G_DEFINE_TYPE (GstLingbotBin, gst_lingbot_bin, GST_TYPE_BIN);
@@ -48,13 +54,59 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE ("src",
     ("video/x-raw, format = (string) { I420, NV12, RGBA, RGB }"));
 
 /* properties are lingbotgen's, forwarded by name */
+/* the ghost src pad's target: the overlay's src when there is one, else
+ * the decoder's */
+static void
+retarget_src (GstLingbotBin * self)
+{
+  GstPad *ghost = gst_element_get_static_pad (GST_ELEMENT (self), "src");
+  GstPad *target = gst_element_get_static_pad (self->overlay ?
+      self->overlay : self->dec, "src");
+
+  if (!gst_ghost_pad_set_target (GST_GHOST_PAD (ghost), target))
+    g_warn_if_reached ();
+  gst_object_unref (target);
+  gst_object_unref (ghost);
+}
+
+/* inserts or removes lingbotoverlay after the decoder (NULL or READY) */
+static void
+set_overlay (GstLingbotBin * self, gboolean on)
+{
+  if (on == (self->overlay != NULL))
+    return;
+  if (GST_STATE (self) > GST_STATE_READY) {
+    GST_WARNING_OBJECT (self, "overlay can only change in NULL or READY");
+    return;
+  }
+  if (on) {
+    self->overlay = gst_element_factory_make ("lingbotoverlay", "overlay");
+    g_assert (self->overlay != NULL);
+    gst_bin_add (GST_BIN (self), self->overlay);
+    retarget_src (self);
+    if (!gst_element_link_pads (self->dec, "src", self->overlay, "sink"))
+      g_warn_if_reached ();
+  } else {
+    GstElement *overlay = self->overlay;
+
+    self->overlay = NULL;
+    gst_element_unlink (self->dec, overlay);
+    retarget_src (self);
+    gst_element_set_state (overlay, GST_STATE_NULL);
+    gst_bin_remove (GST_BIN (self), overlay);
+  }
+}
+
 static void
 gst_lingbot_bin_set_property (GObject * object, guint prop_id,
     const GValue * value, GParamSpec * pspec)
 {
   GstLingbotBin *self = GST_LINGBOT_BIN (object);
 
-  g_object_set_property (G_OBJECT (self->gen), pspec->name, value);
+  if (prop_id == PROP_OVERLAY)
+    set_overlay (self, g_value_get_boolean (value));
+  else
+    g_object_set_property (G_OBJECT (self->gen), pspec->name, value);
 }
 
 static void
@@ -63,7 +115,10 @@ gst_lingbot_bin_get_property (GObject * object, guint prop_id,
 {
   GstLingbotBin *self = GST_LINGBOT_BIN (object);
 
-  g_object_get_property (G_OBJECT (self->gen), pspec->name, value);
+  if (prop_id == PROP_OVERLAY)
+    g_value_set_boolean (value, self->overlay != NULL);
+  else
+    g_object_get_property (G_OBJECT (self->gen), pspec->name, value);
 }
 
 static void
@@ -78,6 +133,12 @@ gst_lingbot_bin_class_init (GstLingbotBinClass * klass)
   gobject_class->set_property = gst_lingbot_bin_set_property;
   gobject_class->get_property = gst_lingbot_bin_get_property;
   gst_lingbot_gen_install_properties (gobject_class);
+  g_object_class_install_property (gobject_class, PROP_OVERLAY,
+      g_param_spec_boolean ("overlay", "Overlay",
+          "Draw the controls overlay (lingbotoverlay, the child named "
+          "overlay, after the decoder)", FALSE,
+          G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+          GST_PARAM_MUTABLE_READY));
 
   gst_element_class_add_static_pad_template (element_class, &control_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);

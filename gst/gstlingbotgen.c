@@ -92,6 +92,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_IS_LIVE FALSE
 #define DEFAULT_LATENCY GST_CLOCK_TIME_NONE
 #define DEFAULT_SIGNAL_PASSES FALSE
+#define DEFAULT_PREVIEW FALSE
 
 enum
 {
@@ -120,6 +121,7 @@ enum
   PROP_PRECISION,
   PROP_SIGNAL_PASSES,
   PROP_STATS,
+  PROP_PREVIEW,
 };
 
 /**
@@ -187,6 +189,7 @@ struct _GstLingbotGen
   gboolean live;
   GstClockTime latency;         /* NONE: estimated */
   gboolean signal_passes;
+  gboolean preview;
 
   /* object lock: the figures of the chunks generated since READY->PAUSED
    * (the stats property), kept after the stream stops */
@@ -261,6 +264,7 @@ static const GstLingbotProperty gen_properties[] = {
   FIELD (PROP_LIVE, live),
   FIELD (PROP_LATENCY, latency),
   FIELD (PROP_SIGNAL_PASSES, signal_passes),
+  FIELD (PROP_PREVIEW, preview),
 };
 
 #undef FIELD
@@ -1308,6 +1312,29 @@ running_time_now (GstLingbotGen * self)
   return now > base ? now - base : 0;
 }
 
+/* The preview (GstLingbotGen:preview): a serialized custom downstream
+ * event (GST_LINGBOT_PREVIEW_EVENT) with the session and the running time
+ * of the session's start: 0 before PLAYING (a live session is made in
+ * PAUSED), the running time now when PLAYING; 0 offline. */
+static void
+push_preview (GstLingbotGen * self, gboolean live)
+{
+  GstClockTime pts = 0;
+  GstStructure *s;
+
+  if (live && GST_STATE (self) == GST_STATE_PLAYING) {
+    pts = running_time_now (self);
+    if (!GST_CLOCK_TIME_IS_VALID (pts))
+      pts = 0;
+  }
+  s = gst_structure_new (GST_LINGBOT_PREVIEW_EVENT,
+      "handle", GST_TYPE_LINGBOT_SESSION_HANDLE, self->handle,
+      "pts", G_TYPE_UINT64, (guint64) pts, NULL);
+  GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
+  gst_pad_push_event (self->srcpad,
+      gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM, s));
+}
+
 typedef enum
 {
   WAIT_OK,
@@ -1419,7 +1446,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstBuffer *buf;
   GstFlowReturn ret;
   gint attempt;
-  gboolean has_control, live, ok;
+  gboolean has_control, live, preview, ok;
   GstClockTime start = GST_CLOCK_TIME_NONE, pts;
   guint64 spills;
   gint64 end_us;
@@ -1431,6 +1458,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   has_control = pad_has_upstream (self->control_pad);
   GST_OBJECT_LOCK (self);
   live = self->live;
+  preview = self->preview;
   GST_OBJECT_UNLOCK (self);
 
   if (self->handle == NULL) {
@@ -1485,6 +1513,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     }
     push_stream_start (self);
     attach_decoder (self);
+    if (preview)
+      push_preview (self, live);
   }
   h = self->handle;
 
@@ -2370,6 +2400,12 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_boolean ("signal-passes", "Signal passes",
           "Emit the pass signal after every DiT pass", DEFAULT_SIGNAL_PASSES,
           rw | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (klass, PROP_PREVIEW,
+      g_param_spec_boolean ("preview", "Preview",
+          "At session start, before the first chunk, send the start image "
+          "(as the conditioning resizes it) downstream as a still frame: a "
+          "serialized lingbot-preview event that lingbotvaedec turns into "
+          "a frame flagged as the preview", DEFAULT_PREVIEW, ready));
   /**
    * GstLingbotGen:stats:
    *

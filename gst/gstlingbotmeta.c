@@ -179,7 +179,7 @@ gst_buffer_add_lingbot_chunk_meta (GstBuffer * buffer,
  * @buffer: a buffer
  *
  * The chunk meta lingbotgen attached to a latent buffer (the decoded video
- * frames of lingbotvaedec carry none).  Bindings read it with this and the
+ * frames of lingbotvaedec carry a #GstLingbotFrameMeta instead).  Bindings read it with this and the
  * gst_lingbot_chunk_meta_get_*() accessors.
  *
  * Returns: (transfer none) (nullable): the meta of @buffer, %NULL when it
@@ -273,4 +273,107 @@ gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta)
 {
   g_return_val_if_fail (meta != NULL && meta->handle != NULL, NULL);
   return meta->handle->world;
+}
+
+/**
+ * gst_lingbot_frame_meta_api_get_type:
+ *
+ * Returns: the meta API type "GstLingbotFrameMetaAPI" (no tags: video
+ *   filters keep it)
+ */
+GType
+gst_lingbot_frame_meta_api_get_type (void)
+{
+  static GType type = 0;
+  static const gchar *tags[] = { NULL };
+
+  if (g_once_init_enter (&type)) {
+    GType t = gst_meta_api_type_register ("GstLingbotFrameMetaAPI", tags);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}
+
+static gboolean
+frame_meta_init (GstMeta * meta, gpointer params, GstBuffer * buffer)
+{
+  GstLingbotFrameMeta *m = (GstLingbotFrameMeta *) meta;
+
+  m->chunk = 0;
+  m->keys = 0;
+  m->preview = FALSE;
+  return TRUE;
+}
+
+static gboolean
+frame_meta_transform (GstBuffer * dest, GstMeta * meta, GstBuffer * buffer,
+    GQuark type, gpointer data)
+{
+  GstLingbotFrameMeta *m = (GstLingbotFrameMeta *) meta;
+
+  /* plain values: every copy, and a converted or scaled frame, keeps it */
+  return gst_buffer_add_lingbot_frame_meta (dest, m->chunk, m->keys,
+      m->preview) != NULL;
+}
+
+/**
+ * gst_lingbot_frame_meta_get_info:
+ *
+ * Returns: (transfer none): the registered "GstLingbotFrameMeta"
+ */
+const GstMetaInfo *
+gst_lingbot_frame_meta_get_info (void)
+{
+  static const GstMetaInfo *info = NULL;
+
+  if (g_once_init_enter ((GstMetaInfo **) & info)) {
+    const GstMetaInfo *mi = gst_meta_register (GST_LINGBOT_FRAME_META_API_TYPE,
+        "GstLingbotFrameMeta", sizeof (GstLingbotFrameMeta),
+        frame_meta_init, NULL, frame_meta_transform);
+    g_once_init_leave ((GstMetaInfo **) & info, (GstMetaInfo *) mi);
+  }
+  return info;
+}
+
+/**
+ * gst_buffer_add_lingbot_frame_meta:
+ * @buffer: a video frame
+ * @chunk: the chunk it was decoded from
+ * @keys: the chunk's key snapshot (LINGBOT_KEY_* bits)
+ * @preview: whether @buffer is the preview still
+ *
+ * Attaches the frame meta (lingbotvaedec does, to each frame).
+ *
+ * Returns: (transfer none) (nullable): the meta
+ */
+GstLingbotFrameMeta *
+gst_buffer_add_lingbot_frame_meta (GstBuffer * buffer, guint64 chunk,
+    guint keys, gboolean preview)
+{
+  GstLingbotFrameMeta *m;
+
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  m = (GstLingbotFrameMeta *) gst_buffer_add_meta (buffer,
+      GST_LINGBOT_FRAME_META_INFO, NULL);
+  if (m == NULL)
+    return NULL;
+  m->chunk = chunk;
+  m->keys = keys;
+  m->preview = preview;
+  return m;
+}
+
+/**
+ * gst_buffer_get_lingbot_frame_meta:
+ * @buffer: a buffer
+ *
+ * Returns: (transfer none) (nullable): the frame meta of @buffer, %NULL
+ *   when it has none
+ */
+GstLingbotFrameMeta *
+gst_buffer_get_lingbot_frame_meta (GstBuffer * buffer)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  return (GstLingbotFrameMeta *) gst_buffer_get_meta (buffer,
+      GST_LINGBOT_FRAME_META_API_TYPE);
 }

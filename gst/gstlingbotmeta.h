@@ -95,4 +95,49 @@ gdouble gst_lingbot_chunk_meta_get_dit_seconds (GstLingbotChunkMeta * meta);
 gdouble gst_lingbot_chunk_meta_get_compute_seconds (GstLingbotChunkMeta * meta);
 LingbotWorld *gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta);
 
+/**
+ * GST_LINGBOT_PREVIEW_EVENT:
+ *
+ * The name of the serialized custom downstream event lingbotgen sends at
+ * session start, before the first chunk, when its `preview` property is
+ * set: fields `handle` (#GST_TYPE_LINGBOT_SESSION_HANDLE) and `pts`
+ * (guint64, the running time the session starts at; 0 offline).
+ * lingbotvaedec turns it into one still frame, the session's start image
+ * (lingbot_session_get_start_frames()), carrying a #GstLingbotFrameMeta
+ * with `preview` set.
+ */
+#define GST_LINGBOT_PREVIEW_EVENT "lingbot-preview"
+
+/**
+ * GstLingbotFrameMeta:
+ * @meta: parent
+ * @chunk: the index of the chunk the frame was decoded from (0 for the
+ *   preview)
+ * @keys: the key snapshot that steered that chunk (LINGBOT_KEY_* bits; 0
+ *   offline and for the preview)
+ * @preview: %TRUE on the preview still (GST_LINGBOT_PREVIEW_EVENT), which
+ *   is no chunk's frame: chunk and frame counters skip it
+ *
+ * Attached by lingbotvaedec to every video frame it pushes: the part of
+ * the chunk meta a frame needs downstream (lingbotoverlay draws @keys),
+ * without the session handle, so that frames kept downstream never keep
+ * a session alive.
+ */
+typedef struct
+{
+  GstMeta meta;
+  guint64 chunk;
+  guint keys;
+  gboolean preview;
+} GstLingbotFrameMeta;
+
+GType gst_lingbot_frame_meta_api_get_type (void);
+#define GST_LINGBOT_FRAME_META_API_TYPE (gst_lingbot_frame_meta_api_get_type ())
+const GstMetaInfo *gst_lingbot_frame_meta_get_info (void);
+#define GST_LINGBOT_FRAME_META_INFO (gst_lingbot_frame_meta_get_info ())
+
+GstLingbotFrameMeta *gst_buffer_get_lingbot_frame_meta (GstBuffer * buffer);
+GstLingbotFrameMeta *gst_buffer_add_lingbot_frame_meta (GstBuffer * buffer,
+    guint64 chunk, guint keys, gboolean preview);
+
 G_END_DECLS

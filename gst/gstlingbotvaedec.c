@@ -92,6 +92,12 @@ struct _GstLingbotVaeDec
   GstBufferPool *pool;          /* output frames */
   guint64 frame_index;
   guint64 chunk;
+  /* decode task: the frame meta of the chunk being pushed */
+  guint64 frame_chunk;
+  guint frame_keys;
+  /* object lock: the preview still until the first chunk's frames come
+   * (repeat_preview()) */
+  GstBuffer *preview_frame;
   LingbotVaeDecoder *decoder;   /* plain-bytes path */
   LbTensor *frames;
 
@@ -201,6 +207,7 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   self->decode_estimate = GST_CLOCK_TIME_NONE;
   self->position = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
+  gst_clear_buffer (&self->preview_frame);
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -443,6 +450,8 @@ translate_caps (GstLingbotVaeDec * self, GstCaps * filter)
 static void gst_lingbot_vae_dec_push_loop (GstLingbotVaeDec * self);
 static GstFlowReturn out_push (GstLingbotVaeDec * self, GstMiniObject * item);
 
+static GstFlowReturn push_preview (GstLingbotVaeDec * self, GstEvent * event);
+
 /* A serialized event, in order with the chunks (the decode task).  CAPS
  * is negotiated here once the frames before it are out (the push task is
  * idle then); the rest follows the frames through the output queue. */
@@ -472,6 +481,15 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
     case GST_EVENT_STREAM_START:
       /* a new session: its first chunk decodes to 13 frames again */
       new_stream (self);
+      break;
+    case GST_EVENT_CUSTOM_DOWNSTREAM:
+      if (gst_event_has_name (event, GST_LINGBOT_PREVIEW_EVENT)) {
+        /* consumed: it becomes a frame */
+        GstFlowReturn ret = push_preview (self, event);
+
+        gst_event_unref (event);
+        return ret != GST_FLOW_FLUSHING;
+      }
       break;
     case GST_EVENT_EOS:
       /* lingbot-summary before EOS goes on, so that it precedes the
@@ -840,6 +858,26 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
   return ret;
 }
 
+/* Frame @i of @frames (f32 [3, T, H, W]) into the planes of an output
+ * frame, in the negotiated format. */
+static gboolean
+convert_frame (GstLingbotVaeDec * self, const LbTensor * frames, int i,
+    guint8 ** plane, const gsize * stride, GError ** error)
+{
+  switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
+    case GST_VIDEO_FORMAT_I420:
+      return lingbot_vae_frames_to_i420 (frames, i, plane[0], stride[0],
+          plane[1], stride[1], plane[2], stride[2], error);
+    case GST_VIDEO_FORMAT_NV12:
+      return lingbot_vae_frames_to_nv12 (frames, i, plane[0], stride[0],
+          plane[1], stride[1], error);
+    case GST_VIDEO_FORMAT_RGBA:
+      return lingbot_vae_frames_to_rgba (frames, i, plane[0], stride[0], error);
+    default:
+      return lingbot_vae_frames_to_rgb8 (frames, i, plane[0], stride[0], error);
+  }
+}
+
 /* Queues the @n frames of a chunk whose latent buffer was stamped @pts:
  * frame i at @pts + i / fps (the generator's timestamps, live or not); a
  * chunk without a timestamp continues the element's own frame count. */
@@ -887,22 +925,7 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
       plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
       stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
     }
-    switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
-      case GST_VIDEO_FORMAT_I420:
-        ok = lingbot_vae_frames_to_i420 (frames, i, plane[0], stride[0],
-            plane[1], stride[1], plane[2], stride[2], error);
-        break;
-      case GST_VIDEO_FORMAT_NV12:
-        ok = lingbot_vae_frames_to_nv12 (frames, i, plane[0], stride[0],
-            plane[1], stride[1], error);
-        break;
-      case GST_VIDEO_FORMAT_RGBA:
-        ok = lingbot_vae_frames_to_rgba (frames, i, plane[0], stride[0], error);
-        break;
-      default:
-        ok = lingbot_vae_frames_to_rgb8 (frames, i, plane[0], stride[0], error);
-        break;
-    }
+    ok = convert_frame (self, frames, i, plane, stride, error);
     gst_video_frame_unmap (&vf);
     if (!ok) {
       gst_buffer_unref (out);
@@ -919,6 +942,8 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
           + 1, den, self->fps_n) - GST_BUFFER_PTS (out);
     }
     GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
+    gst_buffer_add_lingbot_frame_meta (out, self->frame_chunk,
+        self->frame_keys, FALSE);
     GST_BUFFER_OFFSET (out) = self->frame_index;
     GST_BUFFER_OFFSET_END (out) = self->frame_index + 1;
     if (i == 0 && self->frame_index == 0)
@@ -929,6 +954,122 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
       return ret;
   }
   return GST_FLOW_OK;
+}
+
+/* GST_LINGBOT_PREVIEW_EVENT (the decode task): the session's start image
+ * as one frame, converted like a decoded one, stamped with the event's pts
+ * and one frame's duration, with a GstLingbotFrameMeta that says preview;
+ * not counted (OFFSET and OFFSET_END 0, the frame and chunk counts do not
+ * move), so the chunks' frames keep their offsets and timestamps. */
+static GstFlowReturn
+push_preview (GstLingbotVaeDec * self, GstEvent * event)
+{
+  const GstStructure *st = gst_event_get_structure (event);
+  GstLingbotSessionHandle *h = NULL;
+  g_autoptr (GError) error = NULL;
+  const LbTensor *still;
+  guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
+  gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
+  guint64 pts = 0;
+  GstVideoFrame vf;
+  GstBuffer *out;
+  gboolean ok;
+
+  if (!self->negotiated || !gst_structure_get (st, "handle",
+          GST_TYPE_LINGBOT_SESSION_HANDLE, &h, "pts", G_TYPE_UINT64, &pts,
+          NULL)) {
+    GST_WARNING_OBJECT (self, "ignoring a preview event %s",
+        self->negotiated ? "without handle and pts" : "before caps");
+    return GST_FLOW_OK;
+  }
+  still = lingbot_session_get_start_frames (h->session);
+  if (still->shape[2] != GST_VIDEO_INFO_HEIGHT (&self->out_info)
+      || still->shape[3] != GST_VIDEO_INFO_WIDTH (&self->out_info)) {
+    GST_WARNING_OBJECT (self, "ignoring a %" G_GINT64_FORMAT "x%"
+        G_GINT64_FORMAT " preview for %dx%d frames", still->shape[3],
+        still->shape[2], GST_VIDEO_INFO_WIDTH (&self->out_info),
+        GST_VIDEO_INFO_HEIGHT (&self->out_info));
+    gst_lingbot_session_handle_unref (h);
+    return GST_FLOW_OK;
+  }
+  out = gst_lingbot_buffer_try_new (self->out_info.size);
+  if (out == NULL || !gst_video_frame_map (&vf, &self->out_info, out,
+          GST_MAP_WRITE)) {
+    GST_WARNING_OBJECT (self, "no memory for the preview frame");
+    gst_clear_buffer (&out);
+    gst_lingbot_session_handle_unref (h);
+    return GST_FLOW_OK;
+  }
+  for (guint p = 0; p < GST_VIDEO_FRAME_N_PLANES (&vf); p++) {
+    plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
+    stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+  }
+  ok = convert_frame (self, still, 0, plane, stride, &error);
+  gst_video_frame_unmap (&vf);
+  gst_lingbot_session_handle_unref (h);
+  if (!ok) {
+    GST_WARNING_OBJECT (self, "preview: %s", error->message);
+    gst_buffer_unref (out);
+    return GST_FLOW_OK;
+  }
+  GST_BUFFER_PTS (out) = pts;
+  GST_BUFFER_DURATION (out) = gst_util_uint64_scale (1,
+      (guint64) self->fps_d * GST_SECOND, self->fps_n);
+  GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
+  GST_BUFFER_OFFSET (out) = 0;
+  GST_BUFFER_OFFSET_END (out) = 0;
+  GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
+  gst_buffer_add_lingbot_frame_meta (out, 0, 0, TRUE);
+  GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
+  GST_OBJECT_LOCK (self);
+  gst_buffer_replace (&self->preview_frame, out);
+  GST_OBJECT_UNLOCK (self);
+  return out_push (self, GST_MINI_OBJECT_CAST (out));
+}
+
+/* An upstream force-key-unit (a viewer that joined, e.g. a WebRTC peer
+ * whose transport came up after the preview went by) while a live stream
+ * still shows its preview: the preview again, stamped with the running
+ * time now, so that the viewer has a picture before the first key.
+ * Returns whether it was queued. */
+static gboolean
+repeat_preview (GstLingbotVaeDec * self)
+{
+  GstBuffer *again = NULL;
+  GstClock *clock;
+
+  GST_OBJECT_LOCK (self);
+  if (self->preview_frame && self->live)
+    again = gst_buffer_copy (self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
+  if (again == NULL)
+    return FALSE;
+  clock = gst_element_get_clock (GST_ELEMENT (self));
+  if (clock) {
+    GstClockTime now = gst_clock_get_time (clock);
+    GstClockTime base = gst_element_get_base_time (GST_ELEMENT (self));
+
+    if (now > base && now - base > GST_BUFFER_PTS (again))
+      GST_BUFFER_PTS (again) = now - base;
+    gst_object_unref (clock);
+  }
+  GST_BUFFER_FLAG_UNSET (again, GST_BUFFER_FLAG_DISCONT);
+  GST_DEBUG_OBJECT (self, "preview again at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (GST_BUFFER_PTS (again)));
+  return out_push (self, GST_MINI_OBJECT_CAST (again)) == GST_FLOW_OK;
+}
+
+static gboolean
+gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  /* handled when the preview went again (upstream has no key units) */
+  if (gst_video_event_is_force_key_unit (event)
+      && repeat_preview (GST_LINGBOT_VAE_DEC (parent))) {
+    gst_pad_event_default (pad, parent, event);
+    return TRUE;
+  }
+  return gst_pad_event_default (pad, parent, event);
 }
 
 /* A live stream's latency covers the decode too (the frames of a chunk
@@ -991,6 +1132,11 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     gst_buffer_unref (buf);
     return GST_FLOW_NOT_NEGOTIATED;
   }
+  self->frame_chunk = meta ? meta->chunk : self->chunk;
+  self->frame_keys = meta ? meta->stats.keys : 0;
+  GST_OBJECT_LOCK (self);
+  gst_clear_buffer (&self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
   /* the generate interval (decode-hidden-fraction), before the buffer and
    * its meta go */
   if (meta && meta->generate_end_us > 0) {
@@ -1401,6 +1547,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_event_function (self->srcpad, gst_lingbot_vae_dec_src_event);
   gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
   gst_pad_use_fixed_caps (self->srcpad);
   gst_pad_set_activatemode_function (self->srcpad,

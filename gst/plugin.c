@@ -1,8 +1,8 @@
 /* lingbot-gst: the GStreamer plugin "lingbot"
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * Registers lingbotcontrolsrc, lingbotgen, lingbotvaedec and lingbotbin,
- * and the "LingbotDevice" allocator (gst_allocator_find()).
+ * Registers lingbotcontrolsrc, lingbotgen, lingbotvaedec, lingbotoverlay
+ * and lingbotbin, and the "LingbotDevice" allocator (gst_allocator_find()).
  * Nothing here touches a device: the elements find or create their world
  * (devices + model) when they start, so the plugin loads on any machine.
  */
@@ -16,6 +16,7 @@
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotgen.h"
 #include "gst/gstlingbotmemory.h"
+#include "gst/gstlingbotoverlay.h"
 #include "gst/gstlingbotvaedec.h"
 #include "lingbot-config.h"
 
@@ -27,6 +28,7 @@ plugin_init (GstPlugin * plugin)
   ret |= GST_ELEMENT_REGISTER (lingbotcontrolsrc, plugin);
   ret |= GST_ELEMENT_REGISTER (lingbotgen, plugin);
   ret |= GST_ELEMENT_REGISTER (lingbotvaedec, plugin);
+  ret |= GST_ELEMENT_REGISTER (lingbotoverlay, plugin);
   ret |= GST_ELEMENT_REGISTER (lingbotbin, plugin);
   gst_object_unref (gst_lingbot_device_allocator_get ());
   return ret;

@@ -305,6 +305,7 @@ gboolean lingbot_session_decode (LingbotSession * session,
     const LbTensor * latents, int *n_frames, LingbotChunkStats * stats,
     GError ** error);
 const LbTensor *lingbot_session_get_frames (LingbotSession * session);
+const LbTensor *lingbot_session_get_start_frames (LingbotSession * session);
 
 /* the decode beside generation (session-handoff.c) */
 gboolean lingbot_session_attach_decoder (LingbotSession * session,

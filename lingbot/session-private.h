@@ -54,6 +54,7 @@ struct _LingbotSession
   guint n_chunks;               /* 0 = unbounded */
 
   LbTensor *image;              /* f32 [3, H, W] */
+  LbTensor start_frames;        /* view of image as f32 [3, 1, H, W] */
   LingbotVaeEncoder *enc;
   LingbotVaeDecoder *dec;
   gboolean dec_sharded;

@@ -511,6 +511,19 @@ alloc_chunk_buffers (LingbotSession * s, const LingbotDitConfig * cfg,
 /* public                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* session->start_frames: session->image seen as one frame, [3, 1, H, W] */
+static void
+init_start_frames (LingbotSession * s)
+{
+  int64_t shape[4] = { 3, 1, s->height, s->width };
+  int64_t stride[4] = { s->image->stride[0], 0, s->image->stride[1],
+    s->image->stride[2]
+  };
+
+  lb_tensor_view_init (&s->start_frames, LB_DTYPE_F32, s->image->data,
+      LB_DEVICE_HOST, 4, shape, stride);
+}
+
 /**
  * lingbot_session_new:
  * @world: the world (a reference is taken)
@@ -609,6 +622,7 @@ lingbot_session_new (LingbotWorld * world,
   }
   if (!(s->image = lingbot_image_preprocess (rgb, s->width, s->height, error)))
     goto fail;
+  init_start_frames (s);
 
   /* control first: it resolves the offline frame count */
   if (!setup_control (s, o, image_w, image_h, error))
@@ -1352,6 +1366,27 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
   lingbot_session_release_chunk (s, chunk);
   lingbot_session_report_decode (chunk, n, t0, t1, n_frames, stats);
   return TRUE;
+}
+
+/**
+ * lingbot_session_get_start_frames:
+ * @session: a session
+ *
+ * The session's start image exactly as its conditioning sees it (spec
+ * 6.2: normalised to [-1, 1], bicubic-resized to the output size), shaped
+ * like decoded frames: lingbot_vae_frames_to_rgb8() (frame 0) gives the
+ * still a preview shows, floor((x + 1) * 127.5) clipped to [0, 255] as for
+ * a decoded frame (the bicubic overshoot beyond [-1, 1] is clipped there,
+ * not before).  Valid, and constant, for the session's lifetime; read-only.
+ *
+ * Returns: (transfer none): f32 [3, 1, H, W] host tensor, H x W the
+ *   session's output size (lingbot_session_get_height(),
+ *   lingbot_session_get_width()).
+ */
+const LbTensor *
+lingbot_session_get_start_frames (LingbotSession * session)
+{
+  return &session->start_frames;
 }
 
 /**

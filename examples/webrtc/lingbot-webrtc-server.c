@@ -53,6 +53,7 @@ main (int argc, char **argv)
   char *prompt = NULL, *prompt_embeds = NULL, *devices = NULL;
   char *encoder = NULL, *source = NULL;
   char **props = NULL;
+  gboolean overlay = FALSE;
   int port = LINGBOT_WEBRTC_DEFAULT_PORT;
   int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
   int max_message = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
@@ -80,6 +81,9 @@ main (int argc, char **argv)
     {"set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &props,
         "Another lingbotbin property (width=, height=, seed=, frames=, ...); "
           "repeatable", "NAME=VALUE"},
+    {"overlay", 0, 0, G_OPTION_ARG_NONE, &overlay,
+          "Draw the controls overlay on the video (lingbotbin overlay=true)",
+        NULL},
     {"max-sessions", 0, 0, G_OPTION_ARG_INT, &max_sessions,
         "Concurrent sessions; the next browser is refused (default 1)", "N"},
     {"encoder", 'e', 0, G_OPTION_ARG_STRING, &encoder,
@@ -165,6 +169,15 @@ main (int argc, char **argv)
   } else {
     g_message ("descriptor limit (RLIMIT_NOFILE): %" G_GUINT64_FORMAT,
         fd_limit);
+  }
+
+  if (overlay) {
+    /* one more lingbotbin property, after those of --set */
+    guint n = props ? g_strv_length (props) : 0;
+
+    props = g_renew (char *, props, n + 2);
+    props[n] = g_strdup ("overlay=true");
+    props[n + 1] = NULL;
   }
 
   lingbot_webrtc_config_init (&cfg);

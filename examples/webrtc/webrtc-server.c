@@ -922,6 +922,24 @@ peer_probe_rx (Peer * p)
   gst_iterator_free (it);
 }
 
+/* Before the first key the picture is lingbotvaedec's preview still,
+ * which went by before this peer's transport was up: a force-key-unit
+ * sent upstream from the world's src pad has lingbotvaedec push it again
+ * (nothing when the first chunk's frames came already, or with --source). */
+static void
+session_repeat_preview (Session * s)
+{
+  GstElement *world = s->pipeline ?
+      gst_bin_get_by_name (GST_BIN (s->pipeline), "world") : NULL;
+  GstPad *src = world ? gst_element_get_static_pad (world, "src") : NULL;
+
+  if (src)
+    gst_pad_send_event (src, gst_video_event_new_upstream_force_key_unit
+        (GST_CLOCK_TIME_NONE, TRUE, 0));
+  gst_clear_object (&src);
+  gst_clear_object (&world);
+}
+
 static void
 peer_connected (Peer * p)
 {
@@ -937,6 +955,7 @@ peer_connected (Peer * p)
   /* the key frame sent when the branch was linked may have gone out
    * before DTLS was up */
   peer_force_key_unit (p, "connected");
+  session_repeat_preview (s);
   if (s->active != p) {
     Peer *old = s->active;
 
@@ -1837,6 +1856,8 @@ set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
     {"prompt", server->prompt}, {"prompt-embeds", server->prompt_embeds},
     {"devices", server->devices}, {"is-live", "true"},
     {"signal-passes", "true"},
+    /* the start image at once, before the first key (lingbotgen preview) */
+    {"preview", "true"},
   };
 
   for (guint i = 0; i < G_N_ELEMENTS (props); i++)

@@ -13,7 +13,7 @@
 #
 # or  meson devenv -C BUILD python3 tests/gst/check-inspect.py --update \
 #         --docs docs/elements lingbot lingbotcontrolsrc lingbotgen \
-#         lingbotvaedec lingbotbin
+#         lingbotvaedec lingbotoverlay lingbotbin
 #
 # With --reference docs/elements.md it also checks the property tables
 # there, the one hand-written property reference, against the same
@@ -23,9 +23,10 @@
 # mutability the table gives, and every property gst-inspect lists must be
 # in the table, except GstObject's `name` and `parent` and those a line
 # `Inherited from CLASS: \`a\`, \`b\`` of the section names.  A section
-# without a table that says "every NAME property" takes NAME's table (and
-# its own "Inherited from" line).  A read-only property (flags: readable)
-# is mutable "read-only"; a boxed one has its type's name as type
+# that says "every NAME property" takes NAME's table, plus the rows of its
+# own table if it has one (and its own "Inherited from" line).  A
+# read-only property (flags: readable) is mutable "read-only"; a boxed
+# one has its type's name as type
 # ("GstStructure") and "—" as default (gst-inspect-1.0 prints a readable
 # boxed property's current value, a structure's fields, not a default).
 import argparse
@@ -232,15 +233,17 @@ def check_reference(path, got, names):
             errors.append('%s: no "## %s" section' % (path, name))
             continue
         table, inherited = sec['table'], set(sec['inherited'])
-        if table is None:
-            m = re.search(r'every (\w+) property', sec['text'])
-            if m and m.group(1) in sections and \
-                    sections[m.group(1)]['table'] is not None:
-                table = sections[m.group(1)]['table']
-            else:
-                errors.append('%s: section %s has no property table' %
-                              (path, name))
-                continue
+        m = re.search(r'every (\w+) property', sec['text'])
+        if m and m.group(1) != name and m.group(1) in sections and \
+                sections[m.group(1)]['table'] is not None:
+            # NAME's table, plus the section's own rows (if any)
+            merged = dict(sections[m.group(1)]['table'])
+            merged.update(table or {})
+            table = merged
+        elif table is None:
+            errors.append('%s: section %s has no property table' %
+                          (path, name))
+            continue
         props = inspect_properties(got[name])
         for prop, row in table.items():
             where = '%s: %s property %s' % (path, name, prop)

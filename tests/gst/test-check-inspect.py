@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 NAMES = ['lingbot', 'lingbotcontrolsrc', 'lingbotgen', 'lingbotvaedec',
-         'lingbotbin']
+         'lingbotoverlay', 'lingbotbin']
 
 # (what to replace in docs/elements.md, with what, the errors expected;
 # REF stands for the drifted copy's path)
@@ -74,6 +74,23 @@ CASES = [
         'REF: lingbotbin property stats: type structure, gst-inspect-1.0 says '
         'GstStructure',
         'REF: lingbotbin property stats: default NULL, gst-inspect-1.0 says —',
+    ]),
+    # lingbotbin's own row beside the proxied lingbotgen table
+    ('| overlay | boolean | false | | READY |',
+     '| overlay | boolean | true | | READY |', [
+        'REF: lingbotbin property overlay: default true, gst-inspect-1.0 '
+        'says false',
+    ]),
+    ('| overlay | boolean | false | | READY | a lingbotoverlay',
+     '| overlays | boolean | false | | READY | a lingbotoverlay', [
+        'REF: lingbotbin property overlays: not in gst-inspect-1.0 lingbotbin',
+        'REF: lingbotbin property overlay (gst-inspect-1.0) is not in its '
+        'table',
+    ]),
+    ('| show-stats | boolean | false | PLAYING |',
+     '| show-stats | boolean | false | READY |', [
+        'REF: lingbotoverlay property show-stats: mutable READY, '
+        'gst-inspect-1.0 says PLAYING',
     ]),
     ('Inherited from GstBin: `async-handling`, `message-forward`.',
      'Inherited from GstBin: `async-handling`.', [

@@ -38,11 +38,12 @@ CASES = [
         'ZH:@meson test -C build --suite unit@: command line not in EN: '
         'meson test -C build --suite unit',
     ]),
-    (ZH_README, 'lingbotgen is-live=true model-path=demo-out/demo-model',
-     'lingbotgen is-live=true model-pth=demo-out/demo-model', [
+    (ZH_README, 'lingbotgen is-live=true preview=true '
+     'model-path=demo-out/demo-model',
+     'lingbotgen is-live=true preview=true model-pth=demo-out/demo-model', [
         'ZH:@model-pth=@: command line not in EN: gst-launch-1.0 -e '
         'lingbotcontrolsrc is-live=true ! lingbotgen is-live=true '
-        'model-pth=demo-out/demo-model \\',
+        'preview=true model-pth=demo-out/demo-model \\',
         'ZH:@model-pth=@: lingbotgen has no property model-pth '
         '(gst-inspect-1.0)',
     ]),

@@ -1244,6 +1244,9 @@ test_session (void)
 
   WAIT_UNTIL (is_viewer_ready (&a), "ICE + data channels");
   WAIT_UNTIL (a.n_status > 0, "a status message");
+  /* the preview (lingbotgen preview=true): the start image reaches the
+   * browser before any key is held */
+  WAIT_UNTIL (g_atomic_int_get (&a.n_frames) >= 1, "the preview frame");
   send_garbage (&a);
 
   /* a key press with an id: echoed with the chunk that used it; the chunk
