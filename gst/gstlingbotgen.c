@@ -216,7 +216,8 @@ struct _GstLingbotGen
   GstLingbotLatencyEstimate compute_latency;    /* live: a chunk's compute */
   guint64 frames_done;          /* frames pushed (POSITION) */
   GstClockTime qos_from;        /* live: QoS of frames stamped before
-                                 * this (under a higher latency) ignored */
+                                 * this (under another latency) ignored */
+  GstClockTime stamped_end;     /* live: the end of the chunks stamped */
   int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
   guint n_frames;               /* the session's video frames, 0 unbounded */
 
@@ -237,7 +238,6 @@ struct _GstLingbotGen
   guint64 chunk;
   guint64 frames_out;
   guint64 frames_skipped;       /* live: the frames behind real time */
-  GstClockTime stamp_latency;   /* live: the latency of the last stamp */
   GstClockTime next_pts;        /* live: the end of the previous chunk */
   gboolean caps_sent;
   gboolean device_memory;       /* memory:LingbotDevice negotiated */
@@ -1394,7 +1394,7 @@ pace_live (GstLingbotGen * self)
  * a slow one); GST_MESSAGE_LATENCY is posted when it moves (the pipeline
  * then re-distributes it).  @measured: a chunk's compute time; with
  * @late > 0, a sink's QoS lateness instead: the newest chunk took the
- * announced figure plus @late. */
+ * time the announced figure stands for (less its eighth) plus @late. */
 static void
 note_compute_time (GstLingbotGen * self, GstClockTime measured,
     GstClockTimeDiff late)
@@ -1409,13 +1409,22 @@ note_compute_time (GstLingbotGen * self, GstClockTime measured,
   g_mutex_lock (&self->lock);
   old = self->compute_latency.announced;
   if (late > 0 && GST_CLOCK_TIME_IS_VALID (old))
+    /* the time the figure stands for (without its eighth) plus the
+     * lateness: the figure grows by the lateness and its eighth, not by
+     * another eighth of itself */
     moved = gst_lingbot_latency_estimate_raise (&self->compute_latency,
-        old + (GstClockTime) late);
+        old - old / 9 + (GstClockTime) late);
   else if (late > 0)
     moved = FALSE;
   else
     moved = gst_lingbot_latency_estimate_add (&self->compute_latency, measured);
   now = self->compute_latency.announced;
+  /* the frames stamped so far count on the old figure: a sink that has
+   * the new one may find them late (after a move down), and their QoS
+   * says nothing new (after a move up: each late frame of a chunk would
+   * raise the figure again) */
+  if (moved)
+    self->qos_from = self->stamped_end;
   g_mutex_unlock (&self->lock);
   if (moved && live && automatic) {
     GST_INFO_OBJECT (self, "compute latency %" GST_TIME_FORMAT " -> %"
@@ -1651,15 +1660,10 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     latency = live_latency (self, (GstClockTime) (stats.compute_seconds *
             GST_SECOND));
     pts = live_pts (self, ready, latency, stats.frames);
-    if (GST_CLOCK_TIME_IS_VALID (self->stamp_latency)
-        && latency < self->stamp_latency) {
-      /* the frames stamped before count on the higher latency: a sink
-       * that has the new one already finds them late, as expected */
-      g_mutex_lock (&self->lock);
-      self->qos_from = pts;
-      g_mutex_unlock (&self->lock);
-    }
-    self->stamp_latency = latency;
+    g_mutex_lock (&self->lock);
+    self->stamped_end = pts + gst_util_uint64_scale (stats.frames,
+        (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
+    g_mutex_unlock (&self->lock);
   } else {
     pts = gst_util_uint64_scale (self->frames_out,
         (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
@@ -1729,6 +1733,7 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->frames_done = 0;
   self->qos_from = 0;
+  self->stamped_end = 0;
   self->session_fps_n = 0;
   self->session_fps_d = 1;
   self->n_frames = 0;
@@ -1737,7 +1742,6 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   self->chunk = 0;
   self->frames_out = 0;
   self->frames_skipped = 0;
-  self->stamp_latency = GST_CLOCK_TIME_NONE;
   self->next_pts = GST_CLOCK_TIME_NONE;
   self->caps_sent = FALSE;
   self->device_memory = FALSE;
@@ -1913,7 +1917,7 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
 
 /* Upstream events on the src pad: QoS lateness raises a live session's
  * compute latency (the newest chunk's sample, note_compute_time()), except
- * for frames stamped before the latency last went down; a seek is refused (a world is
+ * for frames stamped before the latency last moved; a seek is refused (a world is
  * generated forward only); navigation goes on to the control pad's
  * source, the rest default. */
 static gboolean

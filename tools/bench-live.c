@@ -330,7 +330,7 @@ run (const LiveConfig * c)
         done = TRUE;
         break;
       case GST_MESSAGE_LATENCY:{
-        double t = running_time (p) / 1e9, v = 0;
+        double t = running_time (p) / 1e9, v;
         GstQuery *q = gst_query_new_latency ();
         GstClockTime min = 0;
 
@@ -339,10 +339,10 @@ run (const LiveConfig * c)
         if (gst_element_query (p, q)) {
           gst_query_parse_latency (q, NULL, &min, NULL);
           v = min / 1e9;
+          g_array_append_val (lat_t, t);
+          g_array_append_val (lat_v, v);
         }
         gst_query_unref (q);
-        g_array_append_val (lat_t, t);
-        g_array_append_val (lat_v, v);
         break;
       }
       case GST_MESSAGE_ELEMENT:{
@@ -507,7 +507,7 @@ run (const LiveConfig * c)
       for (guint k = (guint) s + 1; k < chunks->len; k++) {
         double v = g_array_index (chunks, LiveChunk, k).latency / 1e9;
 
-        if (v <= steady * 1.1 && v >= steady * 0.9) {
+        if (v <= steady * 1.1) {
           back = (gint) (k - (guint) s);
           break;
         }
