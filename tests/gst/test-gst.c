@@ -1157,7 +1157,7 @@ GST_START_TEST (test_latency)
   g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
       "fps=8 is-live=true");
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
-      "%s ! lingbotvaedec name=dec ! fakesink", trace_path, g1);
+      "%s ! lingbotvaedec name=dec ! fakesink sync=true", trace_path, g1);
   g_autoptr (GError) err = NULL;
   GstElement *p = gst_parse_launch (desc, &err), *gen;
   gboolean live = FALSE;
@@ -2322,7 +2322,7 @@ GST_START_TEST (test_live_waits_for_keys)
   g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1",
       "is-live=true frames=13");
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
-      "is-live=true ! %s ! lingbotvaedec ! appsink name=sink sync=false", g1);
+      "is-live=true ! %s ! lingbotvaedec ! appsink name=sink sync=true", g1);
   Run r;
   GstElement *p = pipeline_new (desc, &r);
   GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
@@ -2490,7 +2490,7 @@ GST_START_TEST (test_latency_live)
   g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
       "is-live=true fps=64");
   g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec name=dec ! "
-      "fakesink name=sink", g1);
+      "fakesink name=sink sync=true", g1);
   gboolean live = FALSE;
   GstClockTime min = 0, max = 0, chunk = GST_SECOND / 4;
   GstElement *p, *gen;
