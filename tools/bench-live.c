@@ -497,13 +497,14 @@ run (const LiveConfig * c)
     json_builder_begin_object (b);
     set_double (b, "seconds", c->stall);
     set_int (b, "chunk", s);
+    if (s >= 0 && (guint) s < chunks->len)
+      set_double (b, "latency-at-stall",
+          g_array_index (chunks, LiveChunk, s).latency / 1e9);
     if (s > 0 && (guint) s < chunks->len) {
       double steady = g_array_index (chunks, LiveChunk, s - 1).latency / 1e9;
       gint back = -1;
 
       set_double (b, "latency-before", steady);
-      set_double (b, "latency-at-stall",
-          g_array_index (chunks, LiveChunk, s).latency / 1e9);
       for (guint k = (guint) s + 1; k < chunks->len; k++) {
         double v = g_array_index (chunks, LiveChunk, k).latency / 1e9;
 
