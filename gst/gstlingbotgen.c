@@ -40,8 +40,10 @@
  * (mapping it downloads them); otherwise the latent bytes in system
  * memory.  Either way a #GstLingbotChunkMeta names session and chunk.
  *
- * LATENCY queries on the src pad are answered with one chunk's duration
- * (4 C frames at `fps`) as the minimum, no maximum, live = `live`.
+ * LATENCY queries on the src pad are answered, live, with the compute
+ * latency (a bounded statistic of the last chunks' compute times,
+ * re-announced with GST_MESSAGE_LATENCY when it moves), offline with one
+ * chunk's duration (4 C frames at `fps`) as the minimum; no maximum.
  *
  * ## Example launch line
  * |[
@@ -214,8 +216,11 @@ struct _GstLingbotGen
   gboolean playing;             /* PLAYING: live chunks wait for it */
   gboolean eos_pending;         /* send_event (EOS): after this chunk */
   gboolean said_control_wait;   /* offline: the stalled-control INFO went */
-  GstClockTime compute_estimate;        /* live: a chunk's compute time */
+  GstLingbotLatencyEstimate compute_latency;    /* live: a chunk's compute */
   guint64 frames_done;          /* frames pushed (POSITION) */
+  GstClockTime qos_from;        /* live: QoS of frames stamped before
+                                 * this (under another latency) ignored */
+  GstClockTime stamped_end;     /* live: the end of the chunks stamped */
   int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
   guint n_frames;               /* the session's video frames, 0 unbounded */
 
@@ -235,6 +240,7 @@ struct _GstLingbotGen
   GstLingbotSessionHandle *handle;
   guint64 chunk;
   guint64 frames_out;
+  guint64 frames_skipped;       /* live: the frames behind real time */
   GstClockTime next_pts;        /* live: the end of the previous chunk */
   gboolean caps_sent;
   gboolean device_memory;       /* memory:LingbotDevice negotiated */
@@ -1187,7 +1193,8 @@ take_keys_unlocked (GstLingbotGen * self, gboolean live, gboolean has_control,
 
 static void
 post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
-    const ChunkKeys * ck, GstClockTime pts, GstClockTime start)
+    const ChunkKeys * ck, GstClockTime pts, GstClockTime start,
+    GstClockTime ready, GstClockTime latency)
 {
   static const char *const kinds[] = { "none", "tap", "held" };
   g_autofree char *keys = lingbot_keys_to_string (st->keys);
@@ -1203,7 +1210,9 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
       "vae-seconds", G_TYPE_DOUBLE, st->vae_seconds,
       "compute-seconds", G_TYPE_DOUBLE, st->compute_seconds,
       "pts", G_TYPE_UINT64, pts,
-      "running-time", G_TYPE_UINT64, start, NULL);
+      "running-time", G_TYPE_UINT64, start,
+      "ready-time", G_TYPE_UINT64, ready,
+      "latency", G_TYPE_UINT64, latency, NULL);
 
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self), s));
@@ -1358,6 +1367,15 @@ wait_playing (GstLingbotGen * self)
   return r;
 }
 
+/* (lock) A live session's announced compute latency (ns); @chunk, one
+ * chunk's duration (real time), before a chunk was measured */
+static GstClockTime
+compute_latency_unlocked (GstLingbotGen * self, GstClockTime chunk)
+{
+  return GST_CLOCK_TIME_IS_VALID (self->compute_latency.announced) ?
+      self->compute_latency.announced : chunk;
+}
+
 /* A live source does not run ahead of the clock: the next chunk starts no
  * earlier than the running time its first frame is due (next_pts) less
  * the compute estimate, so it is ready when due and its keys are taken as
@@ -1375,8 +1393,7 @@ pace_live (GstLingbotGen * self)
     return WAIT_OK;
   g_mutex_lock (&self->lock);
   while (GST_CLOCK_TIME_IS_VALID (self->next_pts)) {
-    GstClockTime est = GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
-        self->compute_estimate : chunk;
+    GstClockTime est = compute_latency_unlocked (self, chunk);
     GstClockTime due = gst_element_get_base_time (GST_ELEMENT (self)) +
         (self->next_pts > est ? self->next_pts - est : 0);
     GstClockTime now;
@@ -1397,44 +1414,108 @@ pace_live (GstLingbotGen * self)
   return r;
 }
 
-/* The latency estimate of a live session (docs/elements.md "Latency"): a
- * chunk's compute time, grown with headroom whenever a chunk takes longer
- * or QoS reports lateness, never shrunk; GST_MESSAGE_LATENCY is posted when
- * the answer to a LATENCY query grows (the pipeline then re-distributes
- * it).  @late: how much later than the estimate a frame came, 0 for a
- * measured chunk of @seconds. */
+/* A live session's latency share (docs/elements.md "Latency"): a chunk's
+ * compute from the last chunks' measured times (#GstLingbotLatencyEstimate:
+ * the largest of the last 4 plus an eighth, re-announced when a chunk is
+ * above it or it falls by more than a tenth, so it recovers 4 chunks after
+ * a slow one); GST_MESSAGE_LATENCY is posted when it moves (the pipeline
+ * then re-distributes it).  @measured: a chunk's compute time; with
+ * @late > 0, a sink's QoS lateness instead: the newest chunk took the
+ * time the announced figure stands for (less its eighth) plus @late. */
 static void
-grow_compute_estimate (GstLingbotGen * self, GstClockTime measured,
+note_compute_time (GstLingbotGen * self, GstClockTime measured,
     GstClockTimeDiff late)
 {
-  GstClockTime chunk = gst_lingbot_gen_chunk_duration (self);
-  GstClockTime old, want;
-  gboolean live, automatic, post = FALSE;
+  GstClockTime old, now;
+  gboolean live, automatic, moved;
 
   GST_OBJECT_LOCK (self);
   live = self->live;
   automatic = !GST_CLOCK_TIME_IS_VALID (self->latency);
   GST_OBJECT_UNLOCK (self);
   g_mutex_lock (&self->lock);
-  old = GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
-      self->compute_estimate : chunk;
-  want = late > 0 ? old + (GstClockTime) late : measured;
-  if (want > old) {
-    /* a quarter of headroom, so that a slowly growing figure does not
-     * re-distribute the latency at every chunk */
-    self->compute_estimate = want + want / 4;
-    post = TRUE;
-  } else if (!GST_CLOCK_TIME_IS_VALID (self->compute_estimate)) {
-    self->compute_estimate = old;
-  }
+  old = self->compute_latency.announced;
+  if (late > 0 && GST_CLOCK_TIME_IS_VALID (old))
+    /* the time the figure stands for (without its eighth) plus the
+     * lateness: the figure grows by the lateness and its eighth, not by
+     * another eighth of itself */
+    moved = gst_lingbot_latency_estimate_raise (&self->compute_latency,
+        old - old / 9 + (GstClockTime) late);
+  else if (late > 0)
+    moved = FALSE;
+  else
+    moved = gst_lingbot_latency_estimate_add (&self->compute_latency, measured);
+  now = self->compute_latency.announced;
+  /* the frames stamped so far count on the old figure: a sink that has
+   * the new one may find them late (after a move down), and their QoS
+   * says nothing new (after a move up: each late frame of a chunk would
+   * raise the figure again) */
+  if (moved)
+    self->qos_from = self->stamped_end;
   g_mutex_unlock (&self->lock);
-  if (post && live && automatic) {
-    GST_INFO_OBJECT (self, "compute estimate %" GST_TIME_FORMAT " -> %"
+  if (moved && live && automatic) {
+    GST_INFO_OBJECT (self, "compute latency %" GST_TIME_FORMAT " -> %"
         GST_TIME_FORMAT ": posting a latency message", GST_TIME_ARGS (old),
-        GST_TIME_ARGS (self->compute_estimate));
+        GST_TIME_ARGS (now));
     gst_element_post_message (GST_ELEMENT (self),
         gst_message_new_latency (GST_OBJECT (self)));
   }
+}
+
+/* Live: notes a chunk's @compute time and returns the latency its frames
+ * are stamped against: the `latency` property when set, else the
+ * announced compute latency. */
+static GstClockTime
+live_latency (GstLingbotGen * self, GstClockTime compute)
+{
+  GstClockTime fixed, lat, chunk = gst_lingbot_gen_chunk_duration (self);
+
+  note_compute_time (self, compute, 0);
+  GST_OBJECT_LOCK (self);
+  fixed = self->latency;
+  GST_OBJECT_UNLOCK (self);
+  if (GST_CLOCK_TIME_IS_VALID (fixed))
+    return fixed;
+  g_mutex_lock (&self->lock);
+  lat = compute_latency_unlocked (self, chunk);
+  g_mutex_unlock (&self->lock);
+  return lat;
+}
+
+/* Live (docs/elements.md "Timestamps"): a chunk ready at running time
+ * @ready is stamped no earlier than it can be shown, @ready less the
+ * @latency it is reported with, and never before the end of the previous
+ * chunk (timestamps increase).  A session slower than real time so leaves
+ * a gap before the chunk (fewer frames, not older ones); a QoS message
+ * says so: jitter = the gap (ns), stats in frames (DEFAULT): the frames
+ * delivered and those the gaps left out so far. */
+static GstClockTime
+live_pts (GstLingbotGen * self, GstClockTime ready, GstClockTime latency,
+    int frames)
+{
+  GstClockTime earliest = ready > latency ? ready - latency : 0, gap;
+  GstMessage *msg;
+  guint64 skipped;
+
+  if (!GST_CLOCK_TIME_IS_VALID (self->next_pts))
+    return earliest;
+  if (earliest <= self->next_pts)
+    return self->next_pts;
+  gap = earliest - self->next_pts;
+  skipped = gst_util_uint64_scale (gap, self->session_fps_n,
+      (guint64) self->session_fps_d * GST_SECOND);
+  self->frames_skipped += skipped;
+  GST_INFO_OBJECT (self, "chunk %" G_GUINT64_FORMAT " is %" GST_TIME_FORMAT
+      " behind real time: stamped after a gap of %" G_GUINT64_FORMAT
+      " frames", self->chunk, GST_TIME_ARGS (gap), skipped);
+  msg = gst_message_new_qos (GST_OBJECT (self), TRUE, earliest, earliest,
+      earliest, gst_util_uint64_scale (frames,
+          (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n));
+  gst_message_set_qos_values (msg, (gint64) gap, 1.0, 1000000);
+  gst_message_set_qos_stats (msg, GST_FORMAT_DEFAULT, self->frames_out +
+      (guint64) frames, self->frames_skipped);
+  gst_element_post_message (GST_ELEMENT (self), msg);
+  return earliest;
 }
 
 static void
@@ -1448,6 +1529,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   gint attempt;
   gboolean has_control, live, preview, ok;
   GstClockTime start = GST_CLOCK_TIME_NONE, pts;
+  GstClockTime ready = GST_CLOCK_TIME_NONE, latency = GST_CLOCK_TIME_NONE;
   guint64 spills;
   gint64 end_us;
   GstLingbotChunkMeta *meta;
@@ -1604,9 +1686,14 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     stats.frames = lingbot_chunk_video_frames (self->chunk,
         lingbot_session_get_chunk_frames (h->session));
   if (live && GST_CLOCK_TIME_IS_VALID (start)) {
-    /* never before the end of the previous chunk: timestamps increase */
-    pts = GST_CLOCK_TIME_IS_VALID (self->next_pts) ?
-        MAX (start, self->next_pts) : start;
+    ready = running_time_now (self);
+    latency = live_latency (self, (GstClockTime) (stats.compute_seconds *
+            GST_SECOND));
+    pts = live_pts (self, ready, latency, stats.frames);
+    g_mutex_lock (&self->lock);
+    self->stamped_end = pts + gst_util_uint64_scale (stats.frames,
+        (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
+    g_mutex_unlock (&self->lock);
   } else {
     pts = gst_util_uint64_scale (self->frames_out,
         (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
@@ -1634,10 +1721,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GST_OBJECT_LOCK (self);
   gst_lingbot_chunk_log_add (self->chunk_times, &times);
   GST_OBJECT_UNLOCK (self);
-  post_chunk_message (self, &stats, &ck, pts, start);
-  if (live)
-    grow_compute_estimate (self, (GstClockTime) (stats.compute_seconds *
-            GST_SECOND), 0);
+  post_chunk_message (self, &stats, &ck, pts, start, ready, latency);
   self->chunk++;
   self->frames_out += stats.frames;
   g_mutex_lock (&self->lock);
@@ -1676,8 +1760,10 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   self->control_caps = FALSE;
   self->eos_pending = FALSE;
   self->said_control_wait = FALSE;
-  self->compute_estimate = GST_CLOCK_TIME_NONE;
+  gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->frames_done = 0;
+  self->qos_from = 0;
+  self->stamped_end = 0;
   self->session_fps_n = 0;
   self->session_fps_d = 1;
   self->n_frames = 0;
@@ -1685,6 +1771,7 @@ gst_lingbot_gen_reset_stream (GstLingbotGen * self)
   g_atomic_int_set (&self->passes, 0);
   self->chunk = 0;
   self->frames_out = 0;
+  self->frames_skipped = 0;
   self->next_pts = GST_CLOCK_TIME_NONE;
   self->caps_sent = FALSE;
   self->device_memory = FALSE;
@@ -1763,15 +1850,14 @@ gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
       (guint64) fps_d * GST_SECOND, (guint64) fps_n);
 }
 
-/* LATENCY (docs/elements.md "Latency"): live = `is-live`; min = one
- * steady chunk's duration (a chunk's frames all exist only once the whole
- * chunk is computed) plus, live, the compute estimate (the chunk's frames
- * are stamped with the running time at which it started: they come that
- * much after their timestamps; before a chunk was measured, one chunk's
- * duration, real time) or the `latency` property instead of the sum when
- * set; plus a live control source's latency; max = unbounded (the
- * generator computes on demand and drops nothing while downstream
- * blocks). */
+/* LATENCY (docs/elements.md "Latency"): live = `is-live`; min offline =
+ * one steady chunk's duration; live = the announced compute latency
+ * (note_compute_time(); before a chunk was measured, one chunk's duration,
+ * real time): a live chunk is stamped no earlier than its ready time less
+ * that figure (live_pts()), so none comes later than it after its
+ * timestamp; or the `latency` property when set; plus a live control
+ * source's latency; max = unbounded (the generator computes on demand and
+ * drops nothing while downstream blocks). */
 static gboolean
 gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
 {
@@ -1788,8 +1874,7 @@ gst_lingbot_gen_latency_query (GstLingbotGen * self, GstQuery * query)
     min = fixed;
   } else if (live) {
     g_mutex_lock (&self->lock);
-    min += GST_CLOCK_TIME_IS_VALID (self->compute_estimate) ?
-        self->compute_estimate : chunk;
+    min = compute_latency_unlocked (self, chunk);
     g_mutex_unlock (&self->lock);
   }
 
@@ -1860,8 +1945,9 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
   return TRUE;
 }
 
-/* Upstream events on the src pad: QoS lateness grows a live session's
- * compute estimate (and so its latency); a seek is refused (a world is
+/* Upstream events on the src pad: QoS lateness raises a live session's
+ * compute latency (the newest chunk's sample, note_compute_time()), except
+ * for frames stamped before the latency last moved; a seek is refused (a world is
  * generated forward only); navigation goes on to the control pad's
  * source, the rest default. */
 static gboolean
@@ -1884,8 +1970,12 @@ gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent, GstEvent * event)
       GST_LOG_OBJECT (self, "QoS: proportion %.3f, diff %" G_GINT64_FORMAT
           " ns at %" GST_TIME_FORMAT, proportion, diff,
           GST_TIME_ARGS (timestamp));
+      g_mutex_lock (&self->lock);
+      if (timestamp < self->qos_from)
+        diff = 0;
+      g_mutex_unlock (&self->lock);
       if (live && diff > 0)
-        grow_compute_estimate (self, 0, diff);
+        note_compute_time (self, 0, diff);
       gst_event_unref (event);
       return TRUE;
     }
@@ -2383,7 +2473,7 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
   g_object_class_install_property (klass, PROP_IS_LIVE,
       g_param_spec_boolean ("is-live", "Is live",
           "Live: a live source (no preroll, chunks stamped with the running "
-          "time at which they start) taking the keys held when a chunk "
+          "time at which they are ready less the latency) taking the keys held when a chunk "
           "starts and waiting while none is held; offline: timestamps n/fps "
           "from 0 and control times mapped onto the chunk timeline "
           "deterministically", DEFAULT_IS_LIVE, ready));
@@ -2393,9 +2483,8 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
   g_object_class_install_property (klass, PROP_LATENCY,
       g_param_spec_uint64 ("latency", "Latency",
           "Live: the minimum latency to report, in nanoseconds, instead of "
-          "one chunk's duration plus the measured compute time "
-          "(18446744073709551615 = measured)", 0, G_MAXUINT64,
-          DEFAULT_LATENCY, rw | GST_PARAM_MUTABLE_PLAYING));
+          "the measured compute latency (18446744073709551615 = measured)", 0,
+          G_MAXUINT64, DEFAULT_LATENCY, rw | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (klass, PROP_SIGNAL_PASSES,
       g_param_spec_boolean ("signal-passes", "Signal passes",
           "Emit the pass signal after every DiT pass", DEFAULT_SIGNAL_PASSES,
@@ -2497,7 +2586,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
       G_N_ELEMENTS (gen_properties));
   self->framerate_n = 0;
   self->framerate_d = 1;
-  self->compute_estimate = GST_CLOCK_TIME_NONE;
+  gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->next_pts = GST_CLOCK_TIME_NONE;
   self->session_fps_d = 1;
   self->cancellable = g_cancellable_new ();

@@ -687,3 +687,79 @@ gst_lingbot_properties_clear (gpointer instance,
 {
   properties_reset (instance, props, n_props, FALSE);
 }
+
+/**
+ * gst_lingbot_latency_estimate_reset:
+ * @e: an estimate
+ *
+ * Forgets every sample (a new stream): nothing announced.
+ */
+void
+gst_lingbot_latency_estimate_reset (GstLingbotLatencyEstimate * e)
+{
+  memset (e, 0, sizeof (*e));
+  e->announced = GST_CLOCK_TIME_NONE;
+}
+
+/* the announced figure after the samples changed (TRUE if it moved) */
+static gboolean
+latency_estimate_update (GstLingbotLatencyEstimate * e)
+{
+  guint n = MIN (e->n, GST_LINGBOT_LATENCY_WINDOW);
+  GstClockTime worst = 0, target;
+
+  for (guint i = 0; i < n; i++)
+    worst = MAX (worst, e->samples[i]);
+  target = worst + worst / 8;
+  if (GST_CLOCK_TIME_IS_VALID (e->announced) && worst <= e->announced
+      && target >= e->announced - e->announced / 10)
+    return FALSE;
+  if (e->announced == target)
+    return FALSE;
+  e->announced = target;
+  return TRUE;
+}
+
+/**
+ * gst_lingbot_latency_estimate_add:
+ * @e: an estimate
+ * @sample: one chunk's time (ns)
+ *
+ * Records the time of a new chunk (the oldest of a full window leaves)
+ * and moves the announced figure by the rule of #GstLingbotLatencyEstimate.
+ *
+ * Returns: whether @e->announced changed (post GST_MESSAGE_LATENCY then)
+ */
+gboolean
+gst_lingbot_latency_estimate_add (GstLingbotLatencyEstimate * e,
+    GstClockTime sample)
+{
+  e->samples[e->n % GST_LINGBOT_LATENCY_WINDOW] = sample;
+  e->n++;
+  return latency_estimate_update (e);
+}
+
+/**
+ * gst_lingbot_latency_estimate_raise:
+ * @e: an estimate
+ * @sample: a time (ns) the newest chunk is now known to have taken, e.g.
+ *   the announced figure plus a sink's QoS lateness
+ *
+ * Raises the newest sample to @sample (a new one when there is none), so
+ * that the raise leaves the window with that chunk, and moves the
+ * announced figure by the rule.
+ *
+ * Returns: whether @e->announced changed
+ */
+gboolean
+gst_lingbot_latency_estimate_raise (GstLingbotLatencyEstimate * e,
+    GstClockTime sample)
+{
+  GstClockTime *newest;
+
+  if (e->n == 0)
+    return gst_lingbot_latency_estimate_add (e, sample);
+  newest = &e->samples[(e->n - 1) % GST_LINGBOT_LATENCY_WINDOW];
+  *newest = MAX (*newest, sample);
+  return latency_estimate_update (e);
+}

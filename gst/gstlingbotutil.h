@@ -92,6 +92,44 @@ GstStructure *gst_lingbot_chunk_stats_new (const char *name,
     const GstLingbotChunkLog * log, gboolean decoder);
 
 /**
+ * GST_LINGBOT_LATENCY_WINDOW:
+ *
+ * The chunks a #GstLingbotLatencyEstimate looks back on: 4, so that one
+ * slow chunk stops counting 4 chunks later.
+ */
+#define GST_LINGBOT_LATENCY_WINDOW 4
+
+/**
+ * GstLingbotLatencyEstimate:
+ * @samples: the last %GST_LINGBOT_LATENCY_WINDOW per-chunk times (ns),
+ *   oldest first once full
+ * @n: how many samples were added since the last reset
+ * @announced: the figure reported (ns), %GST_CLOCK_TIME_NONE before the
+ *   first sample
+ *
+ * A live element's share of the latency (lingbotgen: a chunk's compute;
+ * lingbotvaedec: its decode), from a bounded statistic of the last chunks
+ * (docs/elements.md "Latency"): the target is the largest of the last
+ * %GST_LINGBOT_LATENCY_WINDOW samples plus an eighth; the announced figure
+ * moves to the target when a sample is above it (up) or when the target is
+ * more than a tenth below it (down), and stays otherwise, so that jitter
+ * does not re-announce the latency at every chunk.  Plain data: the caller
+ * locks.
+ */
+typedef struct
+{
+  GstClockTime samples[GST_LINGBOT_LATENCY_WINDOW];
+  guint n;
+  GstClockTime announced;
+} GstLingbotLatencyEstimate;
+
+void gst_lingbot_latency_estimate_reset (GstLingbotLatencyEstimate * e);
+gboolean gst_lingbot_latency_estimate_add (GstLingbotLatencyEstimate * e,
+    GstClockTime sample);
+gboolean gst_lingbot_latency_estimate_raise (GstLingbotLatencyEstimate * e,
+    GstClockTime sample);
+
+/**
  * GstLingbotProperty:
  * @prop_id: the property's id
  * @offset: where its field lies in the instance (G_STRUCT_OFFSET())

@@ -108,7 +108,7 @@ struct _GstLingbotVaeDec
   gboolean dit_unknown;         /* a chunk came without the generator meta */
 
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
-  GstClockTime decode_estimate; /* object lock: a chunk's decode time */
+  GstLingbotLatencyEstimate decode_latency;     /* object lock: decode */
   GstClockTime position;        /* object lock: end of the last frame */
 
   /* Two tasks (qlock): the decode task takes latent chunks (and the
@@ -204,7 +204,7 @@ gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
   self->chunk = 0;
   GST_OBJECT_LOCK (self);
   self->chunk_duration = GST_CLOCK_TIME_NONE;
-  self->decode_estimate = GST_CLOCK_TIME_NONE;
+  gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
   gst_clear_buffer (&self->preview_frame);
@@ -1073,25 +1073,25 @@ gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
 }
 
 /* A live stream's latency covers the decode too (the frames of a chunk
- * leave only after it): the decode estimate grows, with a quarter of
- * headroom, when a chunk takes longer, and GST_MESSAGE_LATENCY is posted
- * then (live streams only: the last LATENCY answer said live). */
+ * leave only after it): the decode latency is a bounded statistic of the
+ * last chunks' decode times (#GstLingbotLatencyEstimate: the largest of
+ * the last 4 plus an eighth, moved when a decode is above it or it falls
+ * by more than a tenth), and GST_MESSAGE_LATENCY is posted when it moves
+ * (live streams only: the last LATENCY answer said live). */
 static void
 note_decode_time (GstLingbotVaeDec * self, double seconds)
 {
-  GstClockTime t = (GstClockTime) (seconds * GST_SECOND);
-  gboolean post = FALSE;
+  GstClockTime t = (GstClockTime) (seconds * GST_SECOND), now;
+  gboolean post;
 
   GST_OBJECT_LOCK (self);
-  if (!GST_CLOCK_TIME_IS_VALID (self->decode_estimate)
-      || t > self->decode_estimate) {
-    self->decode_estimate = t + t / 4;
-    post = self->live;
-  }
+  post = gst_lingbot_latency_estimate_add (&self->decode_latency, t)
+      && self->live;
+  now = self->decode_latency.announced;
   GST_OBJECT_UNLOCK (self);
   if (post) {
-    GST_INFO_OBJECT (self, "decode estimate %" GST_TIME_FORMAT ": posting "
-        "a latency message", GST_TIME_ARGS (t + t / 4));
+    GST_INFO_OBJECT (self, "decode latency %" GST_TIME_FORMAT ": posting "
+        "a latency message", GST_TIME_ARGS (now));
     gst_element_post_message (GST_ELEMENT (self),
         gst_message_new_latency (GST_OBJECT (self)));
   }
@@ -1269,8 +1269,8 @@ decoded:
  * raised to one chunk's duration (4 C frames at the stream's rate) when
  * upstream reports less: the frames of a chunk exist only once the whole
  * chunk arrived (not added on top, since lingbotgen already counts that
- * chunk); live, plus the decode estimate (the frames leave only after the
- * decode). */
+ * chunk); live, plus the decode latency (note_decode_time(): the frames
+ * leave only after the decode). */
 static gboolean
 gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
 {
@@ -1282,7 +1282,7 @@ gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
   gst_query_parse_latency (query, &live, &min, &max);
   GST_OBJECT_LOCK (self);
   chunk = self->chunk_duration;
-  decode = self->decode_estimate;
+  decode = self->decode_latency.announced;
   self->live = live;
   GST_OBJECT_UNLOCK (self);
   if (GST_CLOCK_TIME_IS_VALID (chunk) && (!GST_CLOCK_TIME_IS_VALID (min)
@@ -1568,6 +1568,6 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   self->flushing = TRUE;
 
   self->chunk_duration = GST_CLOCK_TIME_NONE;
-  self->decode_estimate = GST_CLOCK_TIME_NONE;
+  gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
 }

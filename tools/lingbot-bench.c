@@ -17,6 +17,9 @@
 #include "tools/bench-dit.h"
 #include "tools/bench-vae.h"
 #include "tools/bench-direct.h"
+#ifdef LINGBOT_BENCH_HAVE_GST
+#include "tools/bench-live.h"
+#endif
 #include "tools/bench-ops.h"
 #include "tools/tool-common.h"
 
@@ -108,6 +111,10 @@ static const struct
       "the whole pipeline (elements or session): per-chunk JSON, steady FPS"},
   {"replay", lingbot_bench_replay_main,
       "real-time replay of a control trace: deadline misses and lateness"},
+#ifdef LINGBOT_BENCH_HAVE_GST
+  {"live", lingbot_bench_live_main,
+      "a live session into a synchronised sink: key to screen, latency"},
+#endif
 };
 
 static void

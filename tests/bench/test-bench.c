@@ -894,11 +894,78 @@ test_dit_rank_of (void)
 
 /* each command's --help names the command in its usage line; direct and
  * replay say how they differ and what a --compare CONFIG is */
+/* lingbot-bench live on the tiny model (64 fps, 3 s, a key change every
+ * second, a 0.5 s stall after 0.5 s): the report's structure and internal
+ * consistency, no timing: every frame generated reaches the synchronised
+ * sink (rendered or dropped), no more than were due, the key presses
+ * found in the chunks' revisions, the stall in its chunk's compute and
+ * latency */
+static void
+test_live (void)
+{
+  g_autofree char *out = g_build_filename (tmpdir, "live.json", NULL);
+  const char *args[] = { "live", "--model", model_dir, "--image", image_path,
+    "--prompt-embeds", embeds_path, "--width", "64", "--height", "64",
+    "--devices", "cpu:1", "--fps", "64", "--duration", "3", "--key-interval",
+    "1", "--stall", "0.5", "--stall-at", "0.5", "--output", out, NULL
+  };
+  g_autofree char *sout = NULL, *serr = NULL;
+  g_autoptr (JsonParser) parser = NULL;
+  JsonObject *rep, *k2s, *stall;
+  JsonArray *chunks, *lat;
+  gint64 frames = 0, stalled;
+  guint n;
+  guint64 rev = 0;
+
+  if (spawn_bench (args, &sout, &serr) != 0)
+    g_error ("lingbot-bench live failed:\n%s", serr);
+  rep = load_report (out, &parser);
+  g_assert_cmpstr (json_object_get_string_member (rep, "command"), ==, "live");
+  chunks = json_object_get_array_member (rep, "per-chunk");
+  n = json_array_get_length (chunks);
+  g_assert_cmpuint (n, >=, 2);
+  g_assert_cmpint (json_object_get_int_member (rep, "chunks"), ==, n);
+  for (guint i = 0; i < n; i++) {
+    JsonObject *c = json_array_get_object_element (chunks, i);
+    guint64 r = (guint64) json_object_get_int_member (c, "revision");
+
+    g_assert_cmpint (json_object_get_int_member (c, "index"), ==, i);
+    g_assert_cmpuint (r, >=, MAX (rev, 1));
+    rev = r;
+    frames += json_object_get_int_member (c, "frames");
+    g_assert_cmpfloat (json_object_get_double_member (c, "latency"), >, 0);
+  }
+  g_assert_cmpint (json_object_get_int_member (rep, "frames-rendered") +
+      json_object_get_int_member (rep, "frames-dropped"), ==, frames);
+  g_assert_cmpint (json_object_get_int_member (rep, "frames-due"), >=, frames);
+  k2s = json_object_get_object_member (rep, "key-to-screen-seconds");
+  g_assert_cmpint (json_object_get_int_member (k2s, "n"), >=, 1);
+  g_assert_cmpint (json_object_get_int_member (k2s, "n"), <=, 4);
+  g_assert_cmpfloat (json_object_get_double_member (k2s, "p50"), >, 0);
+  g_assert_cmpfloat (json_object_get_double_member (k2s, "p50"), <=,
+      json_object_get_double_member (k2s, "p90"));
+  g_assert_cmpfloat (json_object_get_double_member (k2s, "p90"), <=,
+      json_object_get_double_member (k2s, "max"));
+  g_assert_cmpfloat (json_object_get_double_member (rep, "eos-wait-seconds"),
+      >=, 0);
+  lat = json_object_get_array_member (rep, "pipeline-latency");
+  g_assert_cmpuint (json_array_get_length (lat), >=, 1);
+  stall = json_object_get_object_member (rep, "stall");
+  stalled = json_object_get_int_member (stall, "chunk");
+  g_assert_cmpint (stalled, >=, 0);
+  g_assert_cmpint (stalled, <, n);
+  g_assert_cmpfloat (json_object_get_double_member
+      (json_array_get_object_element (chunks, (guint) stalled),
+          "compute-seconds"), >=, 0.5);
+  g_assert_cmpfloat (json_object_get_double_member (stall,
+          "latency-at-stall"), >=, 0.5);
+}
+
 static void
 test_help (void)
 {
   const char *commands[] = { "gemm", "ops", "comm", "dit", "vae", "direct",
-    "replay"
+    "replay", "live"
   };
   g_autofree char *direct = NULL, *replay = NULL;
   for (guint i = 0; i < G_N_ELEMENTS (commands); i++) {
@@ -1007,6 +1074,7 @@ main (int argc, char **argv)
   g_test_add_data_func ("/bench/direct/session", "session", test_direct);
   g_test_add_func ("/bench/direct/overlap", test_direct_overlap);
   g_test_add_func ("/bench/replay", test_replay);
+  g_test_add_func ("/bench/live", test_live);
   g_test_add_func ("/bench/compare", test_compare);
   g_test_add_func ("/bench/dit/precision", test_dit_precision);
   g_test_add_func ("/bench/dit/window-full", test_dit_window_full);

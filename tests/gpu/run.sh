@@ -39,7 +39,9 @@
 #   shapes, GEMM rates), block-fp32, block-bf16-own (the own attention
 #   kernel), block-bf16-f32in (f32 GEMM inputs), block-gelu-own (the GELU
 #   after the GEMM), vae (fp32), ranks-one-gpu (two ranks on the one GPU
-#   through the elements, devices=0,0 against 0), product-replay (a 20 s
+#   through the elements, devices=0,0 against 0), live-demo (key to screen
+#   of a 30 s live session on the demo model, a 3 s stall injected:
+#   lingbot-bench live), product-replay (a 20 s
 #   replay of the product), and the kernel profiles of one 14B block,
 #   bf16 and fp8 (Nsight Compute, when the machine has ncu;
 #   LINGBOT_GPU_PROFILE=0: off)
@@ -599,6 +601,33 @@ print(json.dumps({"step": "ranks-one-gpu", "event": "compare",
                   "max": max(diff, default=0)}))
 EOF2
   step_end ranks-one-gpu $rc_g
+fi
+
+# live-demo: lingbot-bench live (issue 3.4) on the demo model on GPU 0,
+# the README's live line into a synchronised sink: 30 s, a key change
+# every 5 s, a 3 s stall after 10 s; key to screen (p50/p90/max) against
+# a chunk's compute + decode, and the chunks the latency took to come
+# back within 10 % after the stall (one line of bench-model.jsonl)
+if step_begin live-demo 60 45 && dummy live-demo demo --preset demo; then
+  timeout "$LIMIT" "$BENCH" live --model "$MODELS/demo" \
+    --image tests/data/gpu-start.jpg --prompt "a street" --devices 0 \
+    --duration 30 --stall 3 --stall-at 10 --output "$MODELS/live-demo.json" \
+    >>"$MODEL_LOG" 2>&1
+  rc_l=$?
+  step_end live-demo $rc_l "$(python3 - "$MODELS/live-demo.json" \
+    "$MODEL_JSON" <<'EOF3' 2>/dev/null
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["step"] = "live-demo"
+with open(sys.argv[2], "a") as f:
+    f.write(json.dumps(d) + "\n")
+k = d["key-to-screen-seconds"]
+print("key to screen p50 %.2f p90 %.2f max %.2f s, p90 / (compute + decode)"
+      " %.2f, latency back in %s chunks" % (k["p50"], k["p90"], k["max"],
+      d["key-to-screen-p90-over-compute-decode"],
+      d.get("stall", {}).get("chunks-until-within-10-percent")))
+EOF3
+)"
 fi
 
 # product-replay: a 20 s replay of the product (deadline misses), with

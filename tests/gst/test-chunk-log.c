@@ -211,6 +211,65 @@ test_window_default (void)
   gst_lingbot_chunk_log_free (log);
 }
 
+/* ---- the live latency estimate (issue 3.4) ---- */
+
+/* The reported latency came from 1.25 x the worst chunk of the stream
+ * and never came down: one slow chunk (a warm-up, a 3 s stall) delayed
+ * the rest of the session by it.  GstLingbotLatencyEstimate: the largest
+ * of the last 4 chunks plus an eighth, announced when a chunk is above it
+ * or when it falls by more than a tenth.  A steady 0.5 s chunk, a 3.5 s
+ * one (a 3 s stall), then steady again: the announced figure is 0.5625 s,
+ * 3.9375 s from the stall on (one move up), and 0.5625 s again 4 chunks
+ * after it (one move down), within 10 % of the steady figure in <= 5
+ * chunks; jitter of +-5 % moves nothing. */
+static void
+test_latency_recovers (void)
+{
+  GstLingbotLatencyEstimate e;
+  const GstClockTime ms = GST_MSECOND;
+  guint moves = 0, back = 0;
+
+  gst_lingbot_latency_estimate_reset (&e);
+  g_assert_cmpuint (e.announced, ==, GST_CLOCK_TIME_NONE);
+  g_assert_true (gst_lingbot_latency_estimate_add (&e, 500 * ms));
+  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+  for (int i = 0; i < 8; i++)
+    g_assert_false (gst_lingbot_latency_estimate_add (&e,
+            (i % 2 ? 525 : 475) * ms));
+  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+
+  /* the stall */
+  g_assert_true (gst_lingbot_latency_estimate_add (&e, 3500 * ms));
+  g_assert_cmpuint (e.announced, ==, 3937500 * GST_USECOND);
+  for (guint k = 1; k <= 5; k++) {
+    moves += gst_lingbot_latency_estimate_add (&e, 500 * ms);
+    if (back == 0 && e.announced <= 562500 * GST_USECOND * 11 / 10)
+      back = k;
+  }
+  g_assert_cmpuint (moves, ==, 1);
+  g_assert_cmpuint (back, ==, 4);
+  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+
+  /* slowly slower: moves up as soon as a chunk is above the figure */
+  g_assert_false (gst_lingbot_latency_estimate_add (&e, 560 * ms));
+  g_assert_true (gst_lingbot_latency_estimate_add (&e, 570 * ms));
+  g_assert_cmpuint (e.announced, ==, 641250 * GST_USECOND);
+
+  /* a sink's lateness raises the newest chunk, and leaves with it */
+  g_assert_true (gst_lingbot_latency_estimate_raise (&e, 1000 * ms));
+  g_assert_cmpuint (e.announced, ==, 1125 * ms);
+  g_assert_false (gst_lingbot_latency_estimate_raise (&e, 900 * ms));
+  for (int i = 0; i < 3; i++)
+    g_assert_false (gst_lingbot_latency_estimate_add (&e, 500 * ms));
+  g_assert_true (gst_lingbot_latency_estimate_add (&e, 500 * ms));
+  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+
+  /* a new stream forgets it all; a raise with no chunk is a chunk */
+  gst_lingbot_latency_estimate_reset (&e);
+  g_assert_true (gst_lingbot_latency_estimate_raise (&e, 800 * ms));
+  g_assert_cmpuint (e.announced, ==, 900 * ms);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -218,5 +277,6 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/chunk-log/bounded", test_bounded);
   g_test_add_func ("/chunk-log/window-default", test_window_default);
+  g_test_add_func ("/latency/recovers", test_latency_recovers);
   return g_test_run ();
 }
