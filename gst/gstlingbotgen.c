@@ -1340,6 +1340,14 @@ push_preview (GstLingbotGen * self, gboolean live)
       "handle", GST_TYPE_LINGBOT_SESSION_HANDLE, self->handle,
       "pts", G_TYPE_UINT64, (guint64) pts, NULL);
   GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
+  /* live: the preview is a frame like the others, so the first chunk is
+   * stamped after its one frame (live_pts(): timestamps increase) */
+  if (live && self->session_fps_n > 0) {
+    GstClockTime end = pts + gst_util_uint64_scale (GST_SECOND,
+        (guint64) self->session_fps_d, (guint64) self->session_fps_n);
+    if (!GST_CLOCK_TIME_IS_VALID (self->next_pts) || self->next_pts < end)
+      self->next_pts = end;
+  }
   gst_pad_push_event (self->srcpad,
       gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM, s));
 }
