@@ -781,8 +781,8 @@ async_stream_start (LbStream * s)
   g_mutex_unlock (&async.lock);
 }
 
-/* Blocks until the stream's queue has drained; its sticky error, if any,
- * is moved to @error. */
+/* Blocks until the stream's queue has drained (a held stream is let go);
+ * its sticky error, if any, is moved to @error. */
 static gboolean
 async_drain (LbStream * s, GError ** error)
 {
@@ -790,6 +790,8 @@ async_drain (LbStream * s, GError ** error)
   if (fs->q == NULL)
     return TRUE;
   g_mutex_lock (&async.lock);
+  fs->held = FALSE;
+  g_cond_broadcast (&async.cond);
   while (fs->done < fs->queued)
     g_cond_wait (&async.cond, &async.lock);
   GError *sticky = g_steal_pointer (&fs->sticky);
@@ -824,6 +826,24 @@ async_stream_stop (LbStream * s)
   g_async_queue_unref (fs->q);
   g_rand_free (fs->rand);
   fs->q = NULL;
+}
+
+/**
+ * fakedev_stream_queued:
+ * @s: a fakedev stream
+ *
+ * Returns: how many jobs enqueued on @s its worker has not finished (0
+ * for a stream that runs its work at once): after a function returns, a
+ * copy still queued reads its host source later.
+ */
+guint
+fakedev_stream_queued (LbStream * s)
+{
+  FakeStream *fs = s->priv;
+  g_mutex_lock (&async.lock);
+  guint n = (guint) (fs->queued - fs->done);
+  g_mutex_unlock (&async.lock);
+  return n;
 }
 
 /**
@@ -872,9 +892,9 @@ fakedev_async (void)
  * @hold: %TRUE: its worker runs nothing more until called with %FALSE
  *
  * A test hook that makes an ordering deterministic: work queued on @s
- * stays queued (a stream waiting for one of its events, or a host
- * synchronising it, blocks) until the host releases it.  No effect on a
- * stream that runs its work at once.
+ * stays queued (a stream waiting for one of its events blocks) until the
+ * host releases it or synchronises @s.  No effect on a stream that runs
+ * its work at once.
  */
 void
 fakedev_hold_stream (LbStream * s, gboolean hold)

@@ -119,5 +119,6 @@ void fakedev_set_capture_mode (FakeDevCaptureMode mode);
 void fakedev_set_async (gboolean on, guint32 seed, guint max_delay_us);
 gboolean fakedev_async (void);
 void fakedev_hold_stream (LbStream * s, gboolean hold);
+guint fakedev_stream_queued (LbStream * s);
 
 G_END_DECLS

@@ -13,8 +13,10 @@
  */
 #include "fakedev.h"
 #include "kernels/error.h"
+#include "lingbot/text-encoder.h"
 
 #include <string.h>
+#include <glib/gstdio.h>
 
 #define N 1024
 #define NB ((gsize) N * sizeof (float))
@@ -249,6 +251,45 @@ test_replay (void)
   fx_clear (&fx);
 }
 
+/* lingbot_prompt_context_new() uploads a prompt-embeds file from a host
+ * tensor it frees before returning: LbBackend.copy lets the host free a
+ * host-to-device copy's source only after a synchronisation, so nothing
+ * may still be queued when it returns (the stream held: the copy cannot
+ * run unless the function synchronises), and the context holds the
+ * file's values. */
+static void
+test_prompt_context_upload (void)
+{
+  Fx fx;
+  GError *err = NULL;
+  fx_init (&fx, 21);
+  g_autofree char *dir = g_dir_make_tmp ("fakedev-async-XXXXXX", &err);
+  g_assert_no_error (err);
+  g_autofree char *path = g_build_filename (dir, "embeds.safetensors",
+      NULL);
+  const int64_t shape[2] = { 512, 8 };
+  g_autoptr (LbTensor) want = lb_tensor_new (LB_DTYPE_F32, 2, shape);
+  for (int i = 0; i < 512 * 8; i++)
+    ((float *) want->data)[i] = (float) (i % 977) * 0.25f - 7.0f;
+  g_assert_true (lingbot_prompt_embeds_save (path, want, "p", 3, &err));
+  g_assert_no_error (err);
+  fakedev_hold_stream (fx.a, TRUE);
+  g_autoptr (LbTensor) ctx = lingbot_prompt_context_new (fx.a, path, NULL,
+      NULL, NULL, 8, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (ctx);
+  g_assert_cmpuint (fakedev_stream_queued (fx.a), ==, 0);
+  fakedev_hold_stream (fx.a, FALSE);
+  g_autoptr (LbTensor) got = lb_tensor_new (LB_DTYPE_F32, 2, shape);
+  g_assert_true (lb_tensor_download (fx.a, got, ctx, &err));
+  g_assert_no_error (err);
+  g_assert_cmpmem (got->data, 512 * 8 * 4, want->data, 512 * 8 * 4);
+  lb_tensor_free (g_steal_pointer (&ctx));
+  fx_clear (&fx);
+  g_unlink (path);
+  g_rmdir (dir);
+}
+
 /* ---- capture modes ---- */
 
 typedef enum
@@ -417,6 +458,8 @@ main (int argc, char **argv)
       test_descriptor_by_value);
   g_test_add_func ("/fakedev/async/download-and-free", test_download_and_free);
   g_test_add_func ("/fakedev/async/replay", test_replay);
+  g_test_add_func ("/fakedev/async/prompt-context-upload",
+      test_prompt_context_upload);
   g_test_add_data_func ("/fakedev/capture/global-at-once",
       GUINT_TO_POINTER (0), test_capture_global);
   g_test_add_data_func ("/fakedev/capture/global-async",
