@@ -33,7 +33,7 @@ typedef struct
   GHashTable *blocks;           /* ptr -> size */
   gint bad;
   gint n_h2d, n_d2h, n_d2d, n_ops;
-  gint n_captures, n_launches, n_capturing, n_waits;
+  gint n_captures, n_launches, n_waits;
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
@@ -1097,7 +1097,6 @@ fake_stream_free (LbStream * s)
   FakeStream *fs = s->priv;
   async_stream_stop (s);
   if (fs->capturing) {
-    g_atomic_int_add (&fake.n_capturing, -1);
     g_mutex_lock (&fake.lock);
     g_ptr_array_remove (fake.captures, fs);
     g_mutex_unlock (&fake.lock);
@@ -1448,7 +1447,6 @@ fake_graph_begin (LbStream * s, GError ** error)
   fs->capture_mode = fake.capture_mode;
   g_ptr_array_add (fake.captures, fs);
   g_mutex_unlock (&fake.lock);
-  g_atomic_int_inc (&fake.n_capturing);
   return TRUE;
 }
 
@@ -1473,7 +1471,6 @@ fake_graph_end (LbStream * s, GError ** error)
     g_array_free (fs->calls, TRUE);
     fs->calls = NULL;
     fs->capturing = FALSE;
-    g_atomic_int_add (&fake.n_capturing, -1);
     if (!invalidated)
       g_atomic_int_inc (&fake.n_capture_fails);
     g_set_error_literal (error, LB_ERROR, LB_ERROR_DEVICE, "graph capture: "
@@ -1488,7 +1485,6 @@ fake_graph_end (LbStream * s, GError ** error)
         sizeof (((FakeCall *) NULL)->orig));
   fs->calls = NULL;
   fs->capturing = FALSE;
-  g_atomic_int_add (&fake.n_capturing, -1);
   g_atomic_int_inc (&fake.n_captures);
   return g;
 }

@@ -58,7 +58,9 @@ G_BEGIN_DECLS
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
- * allocations, frees and synchronisation while recording, and
+ * the stream's synchronisation, and allocations and frees by the
+ * capturing thread while recording (by any thread in global mode,
+ * #FakeDevCaptureMode), and
  * graph_launch replays the record in order: code that is not replay-safe
  * (a host value or pointer that changes between launches) gives results
  * that differ from the CPU's.
