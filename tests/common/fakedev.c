@@ -116,6 +116,7 @@ typedef struct
   GAsyncQueue *q;               /* Job *, NULL when the stream runs at once */
   GThread *worker;
   GRand *rand;                  /* the worker's delays */
+  guint max_delay_us;
   guint64 queued, done;         /* jobs pushed, jobs finished */
   gboolean held;                /* fakedev_hold_stream() */
   GError *sticky;               /* the first queued call that failed */
@@ -553,7 +554,10 @@ order_sync (LbStream * s)
  * (later enqueues refuse it) but its memory is released only when every
  * stream of the process has run the work queued before the free.  A
  * queued call that fails is printed, counted in @bad and returned by the
- * stream's next synchronisation. */
+ * stream's next synchronisation: so an op's argument errors (ops-check.h),
+ * which CUDA returns from the call, come back only from the next
+ * synchronisation here, and a suite that asserts a refused op call
+ * (ops-parity's refused cases) does not run in this mode. */
 
 typedef enum
 {
@@ -751,8 +755,8 @@ worker_main (gpointer data)
     while (fs->held && !stop)
       g_cond_wait (&async.cond, &async.lock);
     g_mutex_unlock (&async.lock);
-    if (!stop && async.max_delay_us > 0)
-      g_usleep (g_rand_int_range (fs->rand, 0, async.max_delay_us + 1));
+    if (!stop && fs->max_delay_us > 0)
+      g_usleep (g_rand_int_range (fs->rand, 0, fs->max_delay_us + 1));
     job_run (s, j);
     g_free (j);
     g_atomic_int_inc (&async.n_jobs);
@@ -774,6 +778,7 @@ async_stream_start (LbStream * s)
   if (async.on) {
     fs->q = g_async_queue_new ();
     fs->rand = g_rand_new_with_seed (async.seed ^ (fs->agent * 2654435761u));
+    fs->max_delay_us = async.max_delay_us;
     g_ptr_array_add (async.streams, s);
     g_autofree char *name = g_strdup_printf ("fakedev-s%u", fs->agent);
     fs->worker = g_thread_new (name, worker_main, s);
