@@ -818,7 +818,10 @@ lingbot_prompt_context_new (LbStream * stream,
       return g_steal_pointer (&host);
     LbTensor *dev = lb_tensor_new_on (stream, LB_DTYPE_F32, 2, host->shape,
         error);
-    if (dev && !lb_tensor_upload (stream, dev, host, error)) {
+    /* synchronised before host is freed (LbBackend.copy: a source may
+     * change only after the stream synchronises) */
+    if (dev && !(lb_tensor_upload (stream, dev, host, error) &&
+            stream->backend->stream_synchronize (stream, error))) {
       lb_tensor_free (dev);
       return NULL;
     }

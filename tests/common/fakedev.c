@@ -33,7 +33,7 @@ typedef struct
   GHashTable *blocks;           /* ptr -> size */
   gint bad;
   gint n_h2d, n_d2h, n_d2d, n_ops;
-  gint n_captures, n_launches, n_capturing, n_waits;
+  gint n_captures, n_launches, n_waits;
   gint n_records, n_syncs, n_host_blocks;
   gint n_convs_fp32, n_convs_bf16;
   gint n_gemm_bf16_x, n_attention_bf16_q, n_attention_bf16_out;
@@ -47,6 +47,9 @@ typedef struct
   gint n_allocs, n_h2d_pinned, n_d2h_pinned;
   gint fail_graph_end;          /* fakedev_fail_graph_end() */
   gint n_capture_fails;
+  GPtrArray *captures;          /* FakeStream *, capturing */
+  FakeDevCaptureMode capture_mode;      /* fakedev_set_capture_mode() */
+  gint n_capture_unsupported;
 } FakeDev;
 
 
@@ -103,9 +106,20 @@ typedef struct
 {
   gboolean capturing;
   GArray *calls;                /* FakeCall, while capturing */
+  FakeDevCaptureMode capture_mode;      /* while capturing */
+  GThread *capture_thread;      /* the thread that began the capture */
+  gboolean invalidated;         /* a call the capture mode forbids was made */
   guint agent;                  /* the ordering checker's: its index */
   Clock clock;                  /* its vector clock */
   guint64 host_seen;            /* order.host_version merged last */
+  /* asynchronous execution (FAKEDEV_ASYNC=1): the rest under async.lock */
+  GAsyncQueue *q;               /* Job *, NULL when the stream runs at once */
+  GThread *worker;
+  GRand *rand;                  /* the worker's delays */
+  guint max_delay_us;
+  guint64 queued, done;         /* jobs pushed, jobs finished */
+  gboolean held;                /* fakedev_hold_stream() */
+  GError *sticky;               /* the first queued call that failed */
 } FakeStream;
 
 struct _LbGraph
@@ -480,20 +494,32 @@ order_record (LbStream * s, Clock * event)
 /* stream_wait_event: the stream's later work is ordered after the
  * event's point (an event never recorded holds an empty clock) */
 static void
-order_wait (LbStream * s, const Clock * event)
+order_wait (LbStream * s, const Clock * event, gboolean skip)
 {
   FakeStream *fs = s->priv;
   if (order.off)
     return;
   g_mutex_lock (&order.lock);
   order_enqueue_locked (fs);
-  if (order.skip_waits != 0 && (order.skip_device < 0 ||
-          order.skip_device == s->device)) {
-    if (order.skip_waits > 0)
-      order.skip_waits--;
-  } else
+  if (!skip)
     clock_merge (&fs->clock, event);
   g_mutex_unlock (&order.lock);
+}
+
+/* whether this wait of @s is one fakedev_skip_waits() drops (counted) */
+static gboolean
+wait_skipped (LbStream * s)
+{
+  gboolean skip = FALSE;
+  g_mutex_lock (&order.lock);
+  if (order.skip_waits != 0 && (order.skip_device < 0 ||
+          order.skip_device == s->device)) {
+    skip = TRUE;
+    if (order.skip_waits > 0)
+      order.skip_waits--;
+  }
+  g_mutex_unlock (&order.lock);
+  return skip;
 }
 
 /* stream_synchronize: the host has seen all the stream's work */
@@ -509,12 +535,446 @@ order_sync (LbStream * s)
   g_mutex_unlock (&order.lock);
 }
 
+/* ------------------------------------------------------------------------ */
+/* asynchronous execution (FAKEDEV_ASYNC=1, fakedev_set_async())          */
+/* ------------------------------------------------------------------------ */
+
+/* The checker above judges the order in which work is enqueued; this
+ * mode makes the bytes show it too.  Each stream created while it is on
+ * gets a worker thread and a queue: an op or copy is checked (residency,
+ * the ordering checker) on the caller's thread when enqueued, its host
+ * descriptors copied by value into a job, and run later by the worker,
+ * in the stream's order, after a seeded random delay.  event_record
+ * enqueues a mark that completes the event when the worker reaches it,
+ * stream_wait_event makes the worker block until then, and
+ * stream_synchronize blocks the host until the queue has drained.  Every
+ * copy is asynchronous (LbBackend.copy: the host may read a download's
+ * destination only after stream_synchronize).  A free is stream-ordered
+ * as the CUDA pool's fences make it: the block leaves the device at once
+ * (later enqueues refuse it) but its memory is released only when every
+ * stream of the process has run the work queued before the free.  A
+ * queued call that fails is printed, counted in @bad and returned by the
+ * stream's next synchronisation: so an op's argument errors (ops-check.h),
+ * which CUDA returns from the call, come back only from the next
+ * synchronisation here, and a suite that asserts a refused op call
+ * (ops-parity's refused cases) does not run in this mode. */
+
+typedef enum
+{
+  JOB_CALL,                     /* an op: call.op, host descriptors in call.t */
+  JOB_COPY,                     /* call.dst, call.src, call.nbytes */
+  JOB_RECORD,                   /* event reached at gen */
+  JOB_WAIT,                     /* block until event reached gen */
+  JOB_RELEASE,                  /* one stream's share of a deferred free */
+  JOB_STOP,
+} JobKind;
+
+typedef struct
+{
+  gint refs;                    /* streams yet to reach it, + the freer */
+  gpointer ptr;
+} Release;
+
+typedef struct
+{
+  JobKind kind;
+  FakeCall call;
+  LbEvent *event;               /* a reference */
+  guint64 gen;
+  Release *release;
+} Job;
+
+/* Events: an event only has to exist when fakedev runs everything at
+ * once (and is counted: a stream wait is where a real device would order
+ * two streams); asynchronous streams complete it when they reach it. */
+struct _LbEvent
+{
+  int device;
+  Clock clock;                  /* the ordering checker's: at record */
+  gint refs;                    /* the owner and queued jobs */
+  guint64 recorded, reached;    /* async.lock: records enqueued, run */
+};
+
+typedef struct
+{
+  GMutex lock;
+  GCond cond;                   /* a job finished, a stream released */
+  gboolean on;
+  guint32 seed;
+  guint max_delay_us;
+  GPtrArray *streams;           /* LbStream * with a worker */
+  gint n_jobs;
+} Async;
+
+static Async async;
+
+static void
+async_init (void)
+{
+  g_mutex_init (&async.lock);
+  g_cond_init (&async.cond);
+  async.streams = g_ptr_array_new ();
+  async.on = g_strcmp0 (g_getenv ("FAKEDEV_ASYNC"), "1") == 0;
+  const char *seed = g_getenv ("FAKEDEV_ASYNC_SEED");
+  async.seed = seed ? (guint32) g_ascii_strtoull (seed, NULL, 10) : 1;
+  const char *delay = g_getenv ("FAKEDEV_ASYNC_DELAY_US");
+  async.max_delay_us = delay ? (guint) g_ascii_strtoull (delay, NULL, 10) : 200;
+}
+
+static void
+event_unref (LbEvent * e)
+{
+  if (!g_atomic_int_dec_and_test (&e->refs))
+    return;
+  clock_clear (&e->clock);
+  g_free (e);
+}
+
+static void
+release_unref (Release * r)
+{
+  if (!g_atomic_int_dec_and_test (&r->refs))
+    return;
+  g_free (r->ptr);
+  g_free (r);
+}
+
+static gboolean
+stream_async (LbStream * s)
+{
+  return ((FakeStream *) s->priv)->q != NULL;
+}
+
+static Job *
+job_new (JobKind kind)
+{
+  Job *j = g_new0 (Job, 1);
+  j->kind = kind;
+  for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
+    j->call.idx[k] = -1;
+  return j;
+}
+
+/* With async.lock held. */
+static void
+job_push_locked (LbStream * s, Job * j)
+{
+  FakeStream *fs = s->priv;
+  fs->queued++;
+  g_async_queue_push (fs->q, j);
+}
+
+static gboolean
+job_push (LbStream * s, Job * j)
+{
+  g_mutex_lock (&async.lock);
+  job_push_locked (s, j);
+  g_mutex_unlock (&async.lock);
+  return TRUE;
+}
+
+/* Frees @ptr once every asynchronous stream has run what was queued on it
+ * before now (at once when there is none). */
+static void
+release_deferred (gpointer ptr)
+{
+  Release *r = g_new0 (Release, 1);
+  r->ptr = ptr;
+  r->refs = 1;
+  g_mutex_lock (&async.lock);
+  for (guint i = 0; i < async.streams->len; i++) {
+    Job *j = job_new (JOB_RELEASE);
+    j->release = r;
+    g_atomic_int_inc (&r->refs);
+    job_push_locked (g_ptr_array_index (async.streams, i), j);
+  }
+  g_mutex_unlock (&async.lock);
+  release_unref (r);
+}
+
+#define CPU (lb_cpu_backend ()->ops)
+
+static void
+job_run (LbStream * s, Job * j)
+{
+  FakeStream *fs = s->priv;
+  GError *err = NULL;
+  switch (j->kind) {
+    case JOB_CALL:{
+      OpCall call = {.op = j->call.op };
+      for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
+        call.t[k] = j->call.idx[k] < 0 ? NULL : &j->call.t[j->call.idx[k]];
+      memcpy (call.f, j->call.f, sizeof (call.f));
+      memcpy (call.i, j->call.i, sizeof (call.i));
+      if (!op_call_run (CPU, s, &call, &err)) {
+        g_atomic_int_inc (&fake.bad);
+        g_printerr ("fakedev: queued %s failed: %s\n",
+            op_info (j->call.op)->name, err->message);
+        g_mutex_lock (&async.lock);
+        if (fs->sticky == NULL)
+          fs->sticky = g_steal_pointer (&err);
+        g_mutex_unlock (&async.lock);
+        g_clear_error (&err);
+      }
+      break;
+    }
+    case JOB_COPY:
+      memmove (j->call.dst, j->call.src, j->call.nbytes);
+      break;
+    case JOB_RECORD:
+      g_mutex_lock (&async.lock);
+      j->event->reached = MAX (j->event->reached, j->gen);
+      g_cond_broadcast (&async.cond);
+      g_mutex_unlock (&async.lock);
+      break;
+    case JOB_WAIT:
+      g_mutex_lock (&async.lock);
+      while (j->event->reached < j->gen)
+        g_cond_wait (&async.cond, &async.lock);
+      g_mutex_unlock (&async.lock);
+      break;
+    case JOB_RELEASE:
+      release_unref (j->release);
+      break;
+    case JOB_STOP:
+      break;
+  }
+  if (j->event != NULL)
+    event_unref (j->event);
+}
+
+static gpointer
+worker_main (gpointer data)
+{
+  LbStream *s = data;
+  FakeStream *fs = s->priv;
+  for (;;) {
+    Job *j = g_async_queue_pop (fs->q);
+    const gboolean stop = j->kind == JOB_STOP;
+    g_mutex_lock (&async.lock);
+    while (fs->held && !stop)
+      g_cond_wait (&async.cond, &async.lock);
+    g_mutex_unlock (&async.lock);
+    if (!stop && fs->max_delay_us > 0)
+      g_usleep (g_rand_int_range (fs->rand, 0, fs->max_delay_us + 1));
+    job_run (s, j);
+    g_free (j);
+    g_atomic_int_inc (&async.n_jobs);
+    g_mutex_lock (&async.lock);
+    fs->done++;
+    g_cond_broadcast (&async.cond);
+    g_mutex_unlock (&async.lock);
+    if (stop)
+      return NULL;
+  }
+}
+
+/* A new stream gets its worker when the mode is on. */
+static void
+async_stream_start (LbStream * s)
+{
+  FakeStream *fs = s->priv;
+  g_mutex_lock (&async.lock);
+  if (async.on) {
+    fs->q = g_async_queue_new ();
+    fs->rand = g_rand_new_with_seed (async.seed ^ (fs->agent * 2654435761u));
+    fs->max_delay_us = async.max_delay_us;
+    g_ptr_array_add (async.streams, s);
+    g_autofree char *name = g_strdup_printf ("fakedev-s%u", fs->agent);
+    fs->worker = g_thread_new (name, worker_main, s);
+  }
+  g_mutex_unlock (&async.lock);
+}
+
+/* Blocks until the stream's queue has drained (a held stream is let go);
+ * its sticky error, if any, is moved to @error. */
+static gboolean
+async_drain (LbStream * s, GError ** error)
+{
+  FakeStream *fs = s->priv;
+  if (fs->q == NULL)
+    return TRUE;
+  g_mutex_lock (&async.lock);
+  fs->held = FALSE;
+  g_cond_broadcast (&async.cond);
+  while (fs->done < fs->queued)
+    g_cond_wait (&async.cond, &async.lock);
+  GError *sticky = g_steal_pointer (&fs->sticky);
+  g_mutex_unlock (&async.lock);
+  if (sticky != NULL) {
+    g_propagate_prefixed_error (error, sticky, "fakedev: a queued call "
+        "failed: ");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Drains and stops the worker (no deferred free is queued on it after). */
+static void
+async_stream_stop (LbStream * s)
+{
+  FakeStream *fs = s->priv;
+  if (fs->q == NULL)
+    return;
+  g_mutex_lock (&async.lock);
+  g_ptr_array_remove (async.streams, s);
+  fs->held = FALSE;
+  g_cond_broadcast (&async.cond);
+  job_push_locked (s, job_new (JOB_STOP));
+  g_mutex_unlock (&async.lock);
+  g_thread_join (fs->worker);
+  if (fs->sticky != NULL) {
+    g_printerr ("fakedev: stream freed with a failed queued call: %s\n",
+        fs->sticky->message);
+    g_clear_error (&fs->sticky);
+  }
+  g_async_queue_unref (fs->q);
+  g_rand_free (fs->rand);
+  fs->q = NULL;
+}
+
+/**
+ * fakedev_stream_queued:
+ * @s: a fakedev stream
+ *
+ * Returns: how many jobs enqueued on @s its worker has not finished (0
+ * for a stream that runs its work at once): after a function returns, a
+ * copy still queued reads its host source later.
+ */
+guint
+fakedev_stream_queued (LbStream * s)
+{
+  FakeStream *fs = s->priv;
+  g_mutex_lock (&async.lock);
+  guint n = (guint) (fs->queued - fs->done);
+  g_mutex_unlock (&async.lock);
+  return n;
+}
+
+/**
+ * fakedev_set_async:
+ * @on: whether streams created from now on run their work on a worker
+ *   thread each (see the file's "asynchronous execution" section)
+ * @seed: the seed of the workers' random delays (each stream's generator
+ *   is seeded from it and the stream's number)
+ * @max_delay_us: each queued call waits 0 to @max_delay_us microseconds,
+ *   drawn from its stream's generator, before it runs
+ *
+ * What FAKEDEV_ASYNC=1 (with FAKEDEV_ASYNC_SEED, default 1, and
+ * FAKEDEV_ASYNC_DELAY_US, default 200) sets at start.  Streams already
+ * made keep their mode.  Process-wide.
+ */
+void
+fakedev_set_async (gboolean on, guint32 seed, guint max_delay_us)
+{
+  fakedev_backend ();
+  g_mutex_lock (&async.lock);
+  async.on = on;
+  async.seed = seed;
+  async.max_delay_us = max_delay_us;
+  g_mutex_unlock (&async.lock);
+}
+
+/**
+ * fakedev_async:
+ *
+ * Returns: whether streams created now get a worker (fakedev_set_async(),
+ * FAKEDEV_ASYNC=1).
+ */
+gboolean
+fakedev_async (void)
+{
+  fakedev_backend ();
+  g_mutex_lock (&async.lock);
+  gboolean on = async.on;
+  g_mutex_unlock (&async.lock);
+  return on;
+}
+
+/**
+ * fakedev_hold_stream:
+ * @s: an asynchronous fakedev stream
+ * @hold: %TRUE: its worker runs nothing more until called with %FALSE
+ *
+ * A test hook that makes an ordering deterministic: work queued on @s
+ * stays queued (a stream waiting for one of its events blocks) until the
+ * host releases it or synchronises @s.  No effect on a stream that runs
+ * its work at once.
+ */
+void
+fakedev_hold_stream (LbStream * s, gboolean hold)
+{
+  FakeStream *fs = s->priv;
+  g_mutex_lock (&async.lock);
+  fs->held = hold;
+  g_cond_broadcast (&async.cond);
+  g_mutex_unlock (&async.lock);
+}
+
+/* ---- the graph capture modes (FakeDevCaptureMode) ---- */
+
+/* A call that CUDA forbids while a capture in global mode is under way
+ * (@what: the CUDA call it stands for): refused with CUDA's error, and
+ * every such capture invalidated, as CUDA does. */
+static gboolean
+capture_allows (const char *what, GError ** error)
+{
+  gboolean forbidden = FALSE;
+  g_mutex_lock (&fake.lock);
+  for (guint i = 0; i < fake.captures->len; i++) {
+    FakeStream *c = g_ptr_array_index (fake.captures, i);
+    if (c->capture_mode == FAKEDEV_CAPTURE_GLOBAL) {
+      c->invalidated = TRUE;
+      forbidden = TRUE;
+    }
+  }
+  g_mutex_unlock (&fake.lock);
+  if (!forbidden)
+    return TRUE;
+  g_atomic_int_inc (&fake.n_capture_unsupported);
+  return refuse (error, "%s: operation not permitted when stream is "
+      "capturing (cudaErrorStreamCaptureUnsupported)", what);
+}
+
+/* whether the calling thread began a capture still under way (the
+ * backend's rule: it allocates and frees nothing meanwhile) */
+static gboolean
+thread_capturing (void)
+{
+  gboolean found = FALSE;
+  GThread *self = g_thread_self ();
+  g_mutex_lock (&fake.lock);
+  for (guint i = 0; i < fake.captures->len && !found; i++)
+    found = ((FakeStream *) g_ptr_array_index (fake.captures,
+            i))->capture_thread == self;
+  g_mutex_unlock (&fake.lock);
+  return found;
+}
+
+/**
+ * fakedev_set_capture_mode:
+ * @mode: the mode of the captures graph_begin starts from now on
+ *
+ * %FAKEDEV_CAPTURE_RELAXED at start (the CUDA backend's mode).
+ * Process-wide.
+ */
+void
+fakedev_set_capture_mode (FakeDevCaptureMode mode)
+{
+  fakedev_backend ();
+  g_mutex_lock (&fake.lock);
+  fake.capture_mode = mode;
+  g_mutex_unlock (&fake.lock);
+}
+
 static gpointer
 fake_alloc (LbBackend * self, int device, gsize nbytes, GError ** error)
 {
   (void) self;
   (void) device;
-  if (g_atomic_int_get (&fake.n_capturing) > 0) {
+  if (!capture_allows ("cudaMalloc", error))
+    return NULL;
+  if (thread_capturing ()) {
     refuse (error, "alloc of %" G_GSIZE_FORMAT " bytes during a graph "
         "capture", nbytes);
     return NULL;
@@ -534,7 +994,9 @@ fake_free (LbBackend * self, int device, gpointer ptr)
 {
   (void) self;
   (void) device;
-  if (g_atomic_int_get (&fake.n_capturing) > 0)
+  /* LbBackend.free cannot fail: the refusal is counted and printed, the
+   * block freed all the same */
+  if (capture_allows ("cudaFree", NULL) && thread_capturing ())
     refuse (NULL, "free of %p during a graph capture", ptr);
   g_mutex_lock (&fake.lock);
   gboolean known = g_hash_table_remove (fake.blocks, ptr);
@@ -543,7 +1005,10 @@ fake_free (LbBackend * self, int device, gpointer ptr)
     refuse (NULL, "free of %p, not a device allocation", ptr);
   else
     order_block_remove (ptr);
-  g_free (ptr);
+  if (known)
+    release_deferred (ptr);
+  else
+    g_free (ptr);
 }
 
 /* [p, p + n) lies inside one live host_alloc block */
@@ -606,6 +1071,13 @@ fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
     g_atomic_int_inc (&fake.n_d2h_pinned);
   if (!order_copy (s, dst, src, nbytes, kind, error))
     return FALSE;
+  if (stream_async (s)) {
+    Job *j = job_new (JOB_COPY);
+    j->call.dst = dst;
+    j->call.src = src;
+    j->call.nbytes = nbytes;
+    return job_push (s, j);
+  }
   memmove (dst, src, nbytes);
   return TRUE;
 }
@@ -620,6 +1092,7 @@ fake_stream_new (LbBackend * self, int device, GError ** error)
   FakeStream *fs = g_new0 (FakeStream, 1);
   s->priv = fs;
   fs->agent = order_agent_new (device);
+  async_stream_start (s);
   return s;
 }
 
@@ -627,8 +1100,11 @@ static void
 fake_stream_free (LbStream * s)
 {
   FakeStream *fs = s->priv;
+  async_stream_stop (s);
   if (fs->capturing) {
-    g_atomic_int_add (&fake.n_capturing, -1);
+    g_mutex_lock (&fake.lock);
+    g_ptr_array_remove (fake.captures, fs);
+    g_mutex_unlock (&fake.lock);
     g_array_free (fs->calls, TRUE);
   }
   clock_clear (&fs->clock);
@@ -642,9 +1118,11 @@ fake_stream_synchronize (LbStream * s, GError ** error)
   FakeStream *fs = s->priv;
   if (fs->capturing)
     return refuse (error, "stream synchronize during a graph capture");
+  if (!capture_allows ("cudaStreamSynchronize", error))
+    return FALSE;
   g_atomic_int_inc (&fake.n_syncs);
   order_sync (s);
-  return TRUE;
+  return async_drain (s, error);
 }
 
 /* LbBackend.stream_reserve: fakedev's ops take no device scratch, so it
@@ -806,7 +1284,6 @@ order_op (const Args * a, GError ** error)
   return ok;
 }
 
-#define CPU (lb_cpu_backend ()->ops)
 #define PRE(name) Args a_ = { s, name, TRUE, 0, { NULL }, { { 0 } }, { 0 } }; \
   g_atomic_int_inc (&fake.n_ops)
 #define A(x) arg (&a_, (x))
@@ -869,6 +1346,14 @@ count_bf16 (OpId op, const Args * a)
 #define ON_HOST_I64(n) , n
 #define ON_HOST_BOOL(n) , n
 #define ON_HOST(kind, n) ON_HOST_##kind (n)
+/* a queued call: tensor argument k -> its host descriptor's index */
+#define JOB_IN(n) c->idx[kt++] = h_##n == NULL ? -1 : (int) (h_##n - a_.host);
+#define JOB_OUT(n) JOB_IN (n)
+#define JOB_F32(n) c->f[kf++] = n;
+#define JOB_INT(n) c->i[ki++] = n;
+#define JOB_I64(n) c->i[ki++] = n;
+#define JOB_BOOL(n) c->i[ki++] = n;
+#define JOB(kind, n) JOB_##kind (n)
 
 #define LB_OP(name) \
 static gboolean \
@@ -882,6 +1367,19 @@ f_##name (LbStream * s LB_OP_ARGS_##name (LB_OP_PARAM), GError ** error) \
   if (!order_op (&a_, error)) \
     return FALSE; \
   count_bf16 (OP_##name, &a_); \
+  if (stream_async (s)) { \
+    Job *j = job_new (JOB_CALL); \
+    FakeCall *c = &j->call; \
+    c->op = OP_##name; \
+    c->n = a_.n; \
+    memcpy (c->t, a_.host, sizeof (a_.host)); \
+    int kt = 0, kf = 0, ki = 0; \
+    LB_OP_ARGS_##name (JOB) \
+    (void) kt; \
+    (void) kf; \
+    (void) ki; \
+    return job_push (s, j); \
+  } \
   return CPU->name (s LB_OP_ARGS_##name (ON_HOST), error); \
 }
 #include "kernels/ops-list.h"
@@ -948,7 +1446,12 @@ fake_graph_begin (LbStream * s, GError ** error)
     return refuse (error, "graph capture: already capturing");
   fs->capturing = TRUE;
   fs->calls = g_array_new (FALSE, FALSE, sizeof (FakeCall));
-  g_atomic_int_inc (&fake.n_capturing);
+  fs->capture_thread = g_thread_self ();
+  fs->invalidated = FALSE;
+  g_mutex_lock (&fake.lock);
+  fs->capture_mode = fake.capture_mode;
+  g_ptr_array_add (fake.captures, fs);
+  g_mutex_unlock (&fake.lock);
   return TRUE;
 }
 
@@ -960,17 +1463,21 @@ fake_graph_end (LbStream * s, GError ** error)
     refuse (error, "graph capture: not capturing");
     return NULL;
   }
+  g_mutex_lock (&fake.lock);
+  g_ptr_array_remove (fake.captures, fs);
+  const gboolean invalidated = fs->invalidated;
+  g_mutex_unlock (&fake.lock);
   /* an injected failure: the capture was invalidated, nothing of it ran */
   gint left = g_atomic_int_get (&fake.fail_graph_end);
   while (left != 0 && !g_atomic_int_compare_and_exchange (&fake.fail_graph_end,
           left, left > 0 ? left - 1 : left))
     left = g_atomic_int_get (&fake.fail_graph_end);
-  if (left != 0) {
+  if (left != 0 || invalidated) {
     g_array_free (fs->calls, TRUE);
     fs->calls = NULL;
     fs->capturing = FALSE;
-    g_atomic_int_add (&fake.n_capturing, -1);
-    g_atomic_int_inc (&fake.n_capture_fails);
+    if (!invalidated)
+      g_atomic_int_inc (&fake.n_capture_fails);
     g_set_error_literal (error, LB_ERROR, LB_ERROR_DEVICE, "graph capture: "
         "operation failed due to a previous error during capture "
         "(cudaErrorStreamCaptureInvalidated)");
@@ -983,7 +1490,6 @@ fake_graph_end (LbStream * s, GError ** error)
         sizeof (((FakeCall *) NULL)->orig));
   fs->calls = NULL;
   fs->capturing = FALSE;
-  g_atomic_int_add (&fake.n_capturing, -1);
   g_atomic_int_inc (&fake.n_captures);
   return g;
 }
@@ -1013,15 +1519,6 @@ fake_graph_free (LbStream * s, LbGraph * graph)
 }
 
 
-/* Events: fakedev runs everything at once, so an event only has to exist
- * (and is counted: a stream wait is where a real device would order two
- * streams). */
-struct _LbEvent
-{
-  int device;
-  Clock clock;                  /* the ordering checker's: at record */
-};
-
 static LbEvent *
 fake_event_new (LbBackend * self, int device, GError ** error)
 {
@@ -1029,15 +1526,16 @@ fake_event_new (LbBackend * self, int device, GError ** error)
   (void) error;
   LbEvent *e = g_new0 (LbEvent, 1);
   e->device = device;
+  e->refs = 1;
   return e;
 }
 
+/* (a mark or wait still queued keeps the event alive) */
 static void
 fake_event_free (LbBackend * self, LbEvent * event)
 {
   (void) self;
-  clock_clear (&event->clock);
-  g_free (event);
+  event_unref (event);
 }
 
 static gboolean
@@ -1048,6 +1546,17 @@ fake_event_record (LbStream * s, LbEvent * event, GError ** error)
         event->device, s->device);
   g_atomic_int_inc (&fake.n_records);
   order_record (s, &event->clock);
+  g_mutex_lock (&async.lock);
+  const guint64 gen = ++event->recorded;
+  if (stream_async (s)) {
+    Job *j = job_new (JOB_RECORD);
+    g_atomic_int_inc (&event->refs);
+    j->event = event;
+    j->gen = gen;
+    job_push_locked (s, j);
+  } else
+    event->reached = gen;
+  g_mutex_unlock (&async.lock);
   return TRUE;
 }
 
@@ -1058,7 +1567,17 @@ fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
 {
   (void) error;
   g_atomic_int_inc (&fake.n_waits);
-  order_wait (s, &event->clock);
+  const gboolean skip = wait_skipped (s);
+  order_wait (s, &event->clock, skip);
+  g_mutex_lock (&async.lock);
+  if (stream_async (s) && !skip && event->reached < event->recorded) {
+    Job *j = job_new (JOB_WAIT);
+    g_atomic_int_inc (&event->refs);
+    j->event = event;
+    j->gen = event->recorded;
+    job_push_locked (s, j);
+  }
+  g_mutex_unlock (&async.lock);
   return TRUE;
 }
 
@@ -1088,7 +1607,7 @@ fake_host_free (LbBackend * self, gpointer ptr)
   g_hash_table_remove (fake.host, ptr);
   g_mutex_unlock (&fake.lock);
   order_block_remove (ptr);
-  g_free (ptr);
+  release_deferred (ptr);
 }
 
 /* The CUDA extra "lingbot_backend_conv_input_bf16", as the CUDA module
@@ -1148,7 +1667,8 @@ fakedev_fail_graph_end (int n)
  *
  * Fault injection for the stream-ordering checker: such a wait is counted
  * (#FakeDevStats.n_waits) but does not order the stream, as if the caller
- * had left it out.  Process-wide.
+ * had left it out (an asynchronous stream's worker does not wait either,
+ * FAKEDEV_ORDER=off or not).  Process-wide.
  */
 void
 fakedev_skip_waits (int device, int n)
@@ -1236,7 +1756,9 @@ fakedev_backend (void)
     g_mutex_init (&fake.lock);
     fake.blocks = g_hash_table_new (g_direct_hash, g_direct_equal);
     fake.host = g_hash_table_new (g_direct_hash, g_direct_equal);
+    fake.captures = g_ptr_array_new ();
     order_init ();
+    async_init ();
     g_assert (lb_ops_first_missing (&fake_ops) == NULL);
     g_once_init_leave (&once, 1);
   }
@@ -1279,6 +1801,8 @@ fakedev_stats (void)
   st.reserve_scratch = fake.reserve_scratch;
   st.reserve_workspace = fake.reserve_workspace;
   g_mutex_unlock (&fake.lock);
+  st.n_async_jobs = g_atomic_int_get (&async.n_jobs);
+  st.n_capture_unsupported = g_atomic_int_get (&fake.n_capture_unsupported);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);

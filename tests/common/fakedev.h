@@ -51,10 +51,16 @@ G_BEGIN_DECLS
  * @n_reserves: stream_reserve calls (lb_stream_reserve())
  * @reserve_scratch: the largest scratch_bytes they asked for
  * @reserve_workspace: the largest workspace_bytes they asked for
+ * @n_async_jobs: queued ops, copies, event marks and deferred frees the
+ *   streams' workers ran (0 unless asynchronous, fakedev_set_async())
+ * @n_capture_unsupported: calls refused with
+ *   cudaErrorStreamCaptureUnsupported (#FakeDevCaptureMode; also in @bad)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
- * allocations, frees and synchronisation while recording, and
+ * the stream's synchronisation, and allocations and frees by the
+ * capturing thread while recording (by any thread in global mode,
+ * #FakeDevCaptureMode), and
  * graph_launch replays the record in order: code that is not replay-safe
  * (a host value or pointer that changes between launches) gives results
  * that differ from the CPU's.
@@ -77,7 +83,31 @@ typedef struct
   int n_gemm_fp8_gelu_q, n_gelu_tanh;
   int n_reserves;
   gsize reserve_scratch, reserve_workspace;
+  int n_async_jobs, n_capture_unsupported;
 } FakeDevStats;
+
+/**
+ * FakeDevCaptureMode:
+ * @FAKEDEV_CAPTURE_RELAXED: cudaStreamCaptureModeRelaxed, what the CUDA
+ *   backend begins its captures with: other threads may allocate, free
+ *   and synchronise (the CUDA pool holds back what they free)
+ * @FAKEDEV_CAPTURE_GLOBAL: cudaStreamCaptureModeGlobal: while the capture
+ *   lasts, an allocation, a free or a stream synchronisation from any
+ *   thread is refused with "operation not permitted when stream is
+ *   capturing (cudaErrorStreamCaptureUnsupported)" and invalidates the
+ *   capture (its graph_end fails with cudaErrorStreamCaptureInvalidated)
+ *
+ * The mode fakedev's graph_begin starts a capture in
+ * (fakedev_set_capture_mode()).  In either mode the capturing thread
+ * itself may not allocate or free (the backend's rule for graph_begin),
+ * nor synchronise the capturing stream, and work any thread enqueues on
+ * the capturing stream is recorded into its graph, as CUDA records it.
+ */
+typedef enum
+{
+  FAKEDEV_CAPTURE_RELAXED,
+  FAKEDEV_CAPTURE_GLOBAL,
+} FakeDevCaptureMode;
 
 LbBackend *fakedev_backend (void);
 FakeDevStats fakedev_stats (void);
@@ -87,5 +117,10 @@ void fakedev_fail_graph_end (int n);
 void fakedev_skip_waits (int device, int n);
 char *fakedev_stream_name (LbStream * s);
 guint64 fakedev_block_serial (const void *p);
+void fakedev_set_capture_mode (FakeDevCaptureMode mode);
+void fakedev_set_async (gboolean on, guint32 seed, guint max_delay_us);
+gboolean fakedev_async (void);
+void fakedev_hold_stream (LbStream * s, gboolean hold);
+guint fakedev_stream_queued (LbStream * s);
 
 G_END_DECLS

@@ -387,6 +387,9 @@ test_fakedev (void)
           lb_tensor_upload (ds, dy, y, &err));
       g_assert_no_error (err);
     }
+    /* the CPU reference below writes x and y in place: the uploads must
+     * have read them (LbBackend.copy) */
+    g_assert_true (be->stream_synchronize (ds, &err));
     assert_op_ok (lb_ops (cs)->norm_fp8 (cs, x, r, NULL, NULL, NULL, EPS, sc,
             sh, q, sq, error));
     assert_op_ok (lb_ops (cs)->gemm_fp8_q (cs, q, sq, wq, sw, bias, 0.75f,

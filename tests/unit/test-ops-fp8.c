@@ -287,6 +287,9 @@ test_fakedev (void)
           lb_tensor_upload (ds, dy, y, &err));
       g_assert_no_error (err);
     }
+    /* the CPU reference below writes y in place: the uploads must have
+     * read it (LbBackend.copy) */
+    g_assert_true (be->stream_synchronize (ds, &err));
     assert_op_ok (lb_cpu_gemm_fp8 (cs, x, wq, sw, bias, 0.75f, 0.5f, y, error));
     if (round == 0) {
       g_assert_true (lb_ops (ds)->gemm_fp8 (ds, dx, dwq, dsw, db, 0.75f,
