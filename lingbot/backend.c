@@ -101,12 +101,12 @@ lingbot_backend_cuda (GError ** error)
       g_module_close (mod);
     } else {
       cuda_backend = init (&cuda_error);
-      if (cuda_backend) {
-        g_module_make_resident (mod);
+      /* kept loaded even without a device: the probe has run the CUDA
+       * libraries' constructors (and their exit handlers), so unloading
+       * them again is not safe; the failure is cached anyway */
+      g_module_make_resident (mod);
+      if (cuda_backend)
         register_collectives (cuda_backend);
-      } else {
-        g_module_close (mod);
-      }
     }
   }
   LbBackend *be = cuda_backend;
