@@ -250,6 +250,44 @@ lb_stream_reserve (LbStream * s, gsize scratch_bytes, gsize workspace_bytes,
 }
 
 /**
+ * lb_attention_prepare:
+ * @s: a stream, not being captured
+ * @q: [Nq, H, hd] queries as the attention call will pass them (f32 or
+ *   bf16; only the shape, dtype, strides and address are looked at)
+ * @k: [Nk, H, hd] keys (f32 or bf16), likewise
+ * @v: [Nk, H, hd] values, k's dtype, likewise
+ * @out: [Nq, H, hd] output (f32 or bf16), likewise
+ * @scratch_bytes: (out): op scratch one such call takes (0: none)
+ * @workspace_bytes: (out): library workspace it needs (0: none)
+ * @error: %LB_ERROR_SHAPE for operands the op would refuse,
+ *   %LB_ERROR_DEVICE when the backend cannot ready the shape
+ *
+ * Readies the attention op (kernels/ops.h @attention, no bias, no key
+ * mask) for a call with these operands before it is made: the backend
+ * builds now what the first such call would build (CUDA: the cuDNN SDPA
+ * plan of the shape, and with it the plan's runtime-compiled kernels) and
+ * says the per-call scratch and workspace, so that the caller reserves
+ * them (lb_stream_reserve()) before a multi-rank loop starts: nothing is
+ * then built, allocated or synchronised between the ranks' collectives
+ * (issue 3.2 item 4).  Enqueues no work.  A backend without
+ * LbBackend.attention_prepare (the CPU) says 0 and 0.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lb_attention_prepare (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * out, gsize * scratch_bytes,
+    gsize * workspace_bytes, GError ** error)
+{
+  *scratch_bytes = 0;
+  *workspace_bytes = 0;
+  if (s->backend->attention_prepare == NULL)
+    return TRUE;
+  return s->backend->attention_prepare (s, q, k, v, out, scratch_bytes,
+      workspace_bytes, error);
+}
+
+/**
  * lb_backend_get_proc:
  * @backend: (nullable): a backend
  * @name: the name of one of the backend's extras (the list is at

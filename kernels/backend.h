@@ -80,6 +80,14 @@ typedef enum
  *   that no allocation or synchronisation lands between collectives
  *   (issue 3.2 item 4).  The backends without per-call device scratch
  *   (the CPU) leave it %NULL.
+ * @attention_prepare: (nullable): readies the attention op (kernels/ops.h
+ *   @attention, no bias or key mask) for the operands' shapes, dtypes and
+ *   strides (called by lb_attention_prepare()): builds what a first call
+ *   would build (CUDA: the cuDNN SDPA plan of the shape) and says the op
+ *   scratch and library workspace one such call takes, in bytes.  The
+ *   operands are described, not read: no work is enqueued.  Not while
+ *   the stream is being captured.  %NULL where an attention call takes
+ *   no per-call resources (the CPU).
  * @get_proc_address: (nullable): the backend's extras, found by name
  *   (ggml's ggml_backend_reg_get_proc_address()): a function of the
  *   backend's module, or %NULL when it has none of that name; call it
@@ -151,6 +159,11 @@ struct _LbBackend
   /* optional (NULL on the CPU): per-stream resources sized up front */
     gboolean (*stream_reserve) (LbStream * stream, gsize scratch_bytes,
       gsize workspace_bytes, GError ** error);
+
+  /* optional (NULL on the CPU): the attention op readied for a shape */
+    gboolean (*attention_prepare) (LbStream * stream, const LbTensor * q,
+      const LbTensor * k, const LbTensor * v, const LbTensor * out,
+      gsize * scratch_bytes, gsize * workspace_bytes, GError ** error);
 
   gpointer priv;
 };
@@ -224,6 +237,9 @@ LbTensor *lb_tensor_new_host (LbStream * s, LbDType dtype, int ndim,
 gboolean lb_stream_can_capture (LbStream * s);
 gboolean lb_stream_reserve (LbStream * s, gsize scratch_bytes,
     gsize workspace_bytes, GError ** error);
+gboolean lb_attention_prepare (LbStream * s, const LbTensor * q,
+    const LbTensor * k, const LbTensor * v, const LbTensor * out,
+    gsize * scratch_bytes, gsize * workspace_bytes, GError ** error);
 
 /**
  * LB_STREAM_SCRATCH_BLOCK:
@@ -234,9 +250,9 @@ gboolean lb_stream_reserve (LbStream * s, gsize scratch_bytes,
  * pair's block): each is at most this, so a stream reserving two blocks
  * and 1 MiB (lb_stream_reserve(); gemm_fp8's row scales, alignment) runs
  * any one of them without allocating.  (CUDA's conversion of an f32 x
- * for a bf16 GEMM takes up to four blocks, and the attention's operand
- * conversions depend on the sequence: those still allocate on first use
- * when larger than the reserve.)
+ * for a bf16 GEMM takes up to four blocks and still allocates on first
+ * use when larger than the reserve; the attention's operand conversions
+ * depend on the sequence: a caller sizes them with lb_attention_prepare().)
  */
 #define LB_STREAM_SCRATCH_BLOCK ((gsize) 32 << 20)
 

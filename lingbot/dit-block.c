@@ -527,6 +527,83 @@ self_attention (LingbotDitRank * rs, int layer, GError ** error)
   return lingbot_dit_ulysses_out (rs, error);
 }
 
+/* One attention call readied (lb_attention_prepare()), its scratch and
+ * workspace folded into the largest seen. */
+static gboolean
+prepare_one (LingbotDitRank * rs, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * out, gsize * scratch,
+    gsize * workspace, GError ** error)
+{
+  gsize sc = 0, ws = 0;
+  if (!lb_attention_prepare (rs->s, q, k, v, out, &sc, &ws, error))
+    return FALSE;
+  *scratch = MAX (*scratch, sc);
+  *workspace = MAX (*workspace, ws);
+  return TRUE;
+}
+
+/**
+ * lingbot_dit_attention_prepare:
+ * @rs: a rank state after lingbot_dit_rank_init() and
+ *   lingbot_dit_cache_set_max_attention()
+ * @scratch: (out): the largest op scratch one of its attention calls takes
+ * @workspace: (out): the largest library workspace one needs
+ * @error: lb_attention_prepare() errors
+ *
+ * Readies every attention call the rank's chunks will make, with the very
+ * operands self_attention() and block_rest() pass: the self-attention for
+ * each window length the chunks reach (lingbot_dit_cache_window_ends(): one
+ * per chunk until the cache is full; with Ulysses the exchanged q and
+ * output, per head group with the output overlap) and the
+ * cross-attention over the text tokens.  On CUDA this builds every cuDNN
+ * SDPA plan now (issue 3.2 item 4: no plan build, kernel load or
+ * workspace growth between the ranks' collectives).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_attention_prepare (LingbotDitRank * rs, gsize * scratch,
+    gsize * workspace, GError ** error)
+{
+  *scratch = 0;
+  *workspace = 0;
+  const int64_t H = rs->cfg->num_heads, hd = rs->head_dim;
+  LbTensor q3, o3, kw, vw;
+  if (rs->sh.n_local > 0) {
+    /* the cross-attention: the rank's own tokens, every head */
+    LbTensor ck, cv;
+    heads_view (&q3, rs->q, H, hd);
+    heads_view (&o3, lingbot_dit_attn_out (rs), H, hd);
+    heads_view (&ck, rs->cross_k[0], H, hd);
+    heads_view (&cv, rs->cross_v[0], H, hd);
+    if (!prepare_one (rs, &q3, &ck, &cv, &o3, scratch, workspace, error))
+      return FALSE;
+  }
+  int64_t ends[64];
+  const int n_ends = lingbot_dit_cache_window_ends (rs, ends, G_N_ELEMENTS
+      (ends));
+  for (int i = 0; i < n_ends; i++) {
+    lingbot_dit_cache_window_at (rs, 0, ends[i], &kw, &vw);
+    if (rs->sh.n_ranks == 1) {
+      heads_view (&q3, rs->q, H, hd);
+      heads_view (&o3, lingbot_dit_attn_out (rs), H, hd);
+      if (!prepare_one (rs, &q3, &kw, &vw, &o3, scratch, workspace, error))
+        return FALSE;
+    } else if (rs->overlap && rs->out_groups > 1) {
+      for (int g = 0; g < rs->out_groups; g++) {
+        LbTensor qg, kg, vg, og;
+        if (!lingbot_dit_ulysses_group_views (rs, &kw, &vw, g, &qg, &kg, &vg,
+                &og, error) ||
+            !prepare_one (rs, &qg, &kg, &vg, &og, scratch, workspace, error))
+          return FALSE;
+      }
+    } else if (!prepare_one (rs, rs->q16 ? rs->q16 : rs->q_r, &kw, &vw,
+            rs->o16 ? rs->o16 : rs->o_r, scratch, workspace, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 block_rest (LingbotDitRank * rs, int layer, const LbTensor * mod,
     GError ** error)

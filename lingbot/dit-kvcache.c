@@ -230,6 +230,31 @@ lingbot_dit_cache_set_max_attention (LingbotDitRank * rs, int64_t tokens)
 }
 
 /**
+ * lingbot_dit_cache_window_at:
+ * @rs: a rank state
+ * @layer: block index
+ * @end: the slot after the chunk's last (pend_local_end during a chunk)
+ * @k: (out): [window, heads_local, hd] view of the keys attention reads
+ * @v: (out): the same of the values
+ *
+ * The last max_attention slots up to @end (spec 3.3): what
+ * lingbot_dit_cache_window() gives during a chunk ending at @end, and
+ * what lingbot_dit_rank_reserve() readies the attention for.
+ */
+void
+lingbot_dit_cache_window_at (LingbotDitRank * rs, int layer, int64_t end,
+    LbTensor * k, LbTensor * v)
+{
+  const int64_t start = MAX (0, end - rs->max_attention);
+  int64_t shape[3] = { rs->cap, rs->sh.heads_local, rs->head_dim };
+  LbTensor full;
+  lb_tensor_view_reshape (&full, rs->cache_k[layer], 3, shape);
+  lb_tensor_view_narrow (k, &full, 0, start, end - start);
+  lb_tensor_view_reshape (&full, rs->cache_v[layer], 3, shape);
+  lb_tensor_view_narrow (v, &full, 0, start, end - start);
+}
+
+/**
  * lingbot_dit_cache_window:
  * @rs: a rank state after lingbot_dit_cache_begin()
  * @layer: block index
@@ -242,12 +267,34 @@ void
 lingbot_dit_cache_window (LingbotDitRank * rs, int layer, LbTensor * k,
     LbTensor * v)
 {
-  const int64_t end = rs->pend_local_end;
-  const int64_t start = MAX (0, end - rs->max_attention);
-  int64_t shape[3] = { rs->cap, rs->sh.heads_local, rs->head_dim };
-  LbTensor full;
-  lb_tensor_view_reshape (&full, rs->cache_k[layer], 3, shape);
-  lb_tensor_view_narrow (k, &full, 0, start, end - start);
-  lb_tensor_view_reshape (&full, rs->cache_v[layer], 3, shape);
-  lb_tensor_view_narrow (v, &full, 0, start, end - start);
+  lingbot_dit_cache_window_at (rs, layer, rs->pend_local_end, k, v);
+}
+
+/**
+ * lingbot_dit_cache_window_ends:
+ * @rs: a rank state after lingbot_dit_rank_init()
+ * @ends: (out caller-allocates): room for @max values
+ * @max: the room
+ *
+ * The distinct chunk ends (pend_local_end) a session's chunks reach under
+ * the cursor rule of lingbot_dit_cache_begin(): N, 2N, ... while the chunks
+ * fit, then the capacity (eviction keeps the end there), N the chunk's
+ * tokens.  Chunks that restart at an earlier start reach no other end.
+ *
+ * Returns: how many were written (at most @max; the capacity is always
+ *   the last).
+ */
+int
+lingbot_dit_cache_window_ends (LingbotDitRank * rs, int64_t * ends, int max)
+{
+  const int64_t n = rs->sh.n_tokens;
+  int count = 0;
+  for (int64_t e = n; count < max; e += n) {
+    ends[count++] = MIN (e, rs->cap);
+    if (e >= rs->cap)
+      break;
+  }
+  if (count == max)
+    ends[max - 1] = rs->cap;
+  return count;
 }

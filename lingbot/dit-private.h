@@ -215,6 +215,9 @@ gboolean lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s,
     LbRank * rank, const LingbotDit * dit, int64_t frames, int64_t hp,
     int64_t wp, int64_t cap, int64_t sink, int64_t text_len, GError ** error);
 void lingbot_dit_rank_clear (LingbotDitRank * rs);
+gboolean lingbot_dit_rank_reserve (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_attention_prepare (LingbotDitRank * rs, gsize * scratch,
+    gsize * workspace, GError ** error);
 
 /* The attention output [n_local, D] that feeds the output projections: the
  * bf16 GEMM input rs->a16 where the rank has it (the attention op rounds
@@ -250,6 +253,10 @@ gboolean lingbot_dit_cache_write_sharded (LingbotDitRank * rs, int layer,
     GError ** error);
 void lingbot_dit_cache_window (LingbotDitRank * rs, int layer, LbTensor * k,
     LbTensor * v);
+void lingbot_dit_cache_window_at (LingbotDitRank * rs, int layer,
+    int64_t end, LbTensor * k, LbTensor * v);
+int lingbot_dit_cache_window_ends (LingbotDitRank * rs, int64_t * ends,
+    int max);
 void lingbot_dit_cache_end (LingbotDitRank * rs, int64_t current_start);
 
 /* dit-block.c */
@@ -280,6 +287,9 @@ gboolean lingbot_dit_ulysses_send (LingbotDitRank * rs, int which,
 gboolean lingbot_dit_ulysses_recv_wait (LingbotDitRank * rs, GError ** error);
 void lingbot_dit_ulysses_free (LingbotDitRank * rs);
 gboolean lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error);
+gboolean lingbot_dit_ulysses_group_views (LingbotDitRank * rs,
+    const LbTensor * kw, const LbTensor * vw, int g, LbTensor * qg,
+    LbTensor * kg, LbTensor * vg, LbTensor * og, GError ** error);
 gboolean lingbot_dit_ulysses_attention_out (LingbotDitRank * rs,
     const LbTensor * kw, const LbTensor * vw, float scale, GError ** error);
 gboolean lingbot_dit_ulysses_gather_z (LingbotDitRank * rs, GError ** error);

@@ -462,9 +462,8 @@ gemm_inputs_alloc (LingbotDitRank * rs, GError ** error)
  * LINGBOT_DIT_GEMM_INPUTS=f32 again keeps the f32 norm output and hidden,
  * which give the same bits.
  *
- * Last, a device stream reserves its ops' per-call scratch
- * (lb_stream_reserve(): two LB_STREAM_SCRATCH_BLOCK and 1 MiB), so that
- * the block's GEMMs allocate nothing between the ranks' collectives.
+ * A device rank then reserves its ops' per-call scratch with
+ * lingbot_dit_rank_reserve(), once its attention span is set.
  *
  * Returns: %TRUE on success; on failure call lingbot_dit_rank_clear().
  */
@@ -550,15 +549,37 @@ lingbot_dit_rank_init (LingbotDitRank * rs, LbStream * s, LbRank * rank,
   if (rs->h16 == NULL && rs->h8 == NULL)
     ALLOC (h, n, cfg->ffn_dim);
 #undef ALLOC
-  if (rs->sh.n_ranks > 1 && !lingbot_dit_ulysses_alloc (rs, error))
+  return rs->sh.n_ranks == 1 || lingbot_dit_ulysses_alloc (rs, error);
+}
+
+/**
+ * lingbot_dit_rank_reserve:
+ * @rs: a device rank state after lingbot_dit_rank_init() and
+ *   lingbot_dit_cache_set_max_attention()
+ * @error: lb_attention_prepare() or lb_stream_reserve() errors
+ *
+ * Holds the ops' per-call scratch and workspace of the rank's stream from
+ * now on, before the ranks' first collective (issue 3.2 item 4): every
+ * attention call of the chunks readied (lingbot_dit_attention_prepare():
+ * on CUDA the cuDNN SDPA plans built and their workspace grown), then one
+ * lb_stream_reserve() of the larger of the GEMM paths' two
+ * LB_STREAM_SCRATCH_BLOCK and 1 MiB and the largest attention scratch (an
+ * op call takes its pieces one after another and the arena is reused
+ * from its start, so the largest call bounds it), and the largest
+ * workspace.  A host rank has nothing to hold.
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_rank_reserve (LingbotDitRank * rs, GError ** error)
+{
+  if (lingbot_dit_is_host (rs->s))
+    return TRUE;
+  gsize attn_scratch = 0, workspace = 0;
+  if (!lingbot_dit_attention_prepare (rs, &attn_scratch, &workspace, error))
     return FALSE;
-  /* the ops' per-call scratch held from now on, before the ranks' first
-   * collective (issue 3.2 item 4): the GEMM paths' blocks
-   * (LB_STREAM_SCRATCH_BLOCK); the cuDNN workspace is not known before
-   * its plans are built (0: grown by the first plan that needs it) */
-  return lingbot_dit_is_host (s) ||
-      lb_stream_reserve (s, 2 * LB_STREAM_SCRATCH_BLOCK + ((gsize) 1 << 20),
-      0, error);
+  const gsize gemm = 2 * LB_STREAM_SCRATCH_BLOCK + ((gsize) 1 << 20);
+  return lb_stream_reserve (rs->s, MAX (gemm, attn_scratch), workspace, error);
 }
 
 /**

@@ -138,6 +138,8 @@ rank_init (LbRank * rank, gpointer data, GError ** error)
           ses->wp, ses->cap, ses->sink, ses->text_len, error))
     return FALSE;
   lingbot_dit_cache_set_max_attention (rs, ses->max_attention);
+  if (!lingbot_dit_rank_reserve (rs, error))
+    return FALSE;
   const int64_t F = ses->frames, h = ses->lat_h, w = ses->lat_w;
   const int64_t N = rs->sh.n_tokens, n = rs->sh.n_local;
   const int64_t pf = (int64_t) cfg->in_dim * 4;

@@ -412,6 +412,49 @@ lingbot_dit_ulysses_out (LingbotDitRank * rs, GError ** error)
 }
 
 /**
+ * lingbot_dit_ulysses_group_views:
+ * @rs: a rank state with rs->out_groups = G > 1
+ * @kw: [Nk, hl, hd] the layer's key window
+ * @vw: [Nk, hl, hd] its value window
+ * @g: the head group, 0 <= @g < G
+ * @qg: (out): [N, hg, hd] the group's queries (rs->q16 or rs->q_r)
+ * @kg: (out): [Nk, hg, hd] its keys
+ * @vg: (out): [Nk, hg, hd] its values
+ * @og: (out): [N, hg, hd] its slab of rs->o16 or rs->o_r
+ * @error: %LB_ERROR_SHAPE when a view cannot be made
+ *
+ * The operands of head group @g's attention call in
+ * lingbot_dit_ulysses_attention_out() (and of what
+ * lingbot_dit_attention_prepare() readies).
+ *
+ * Returns: %TRUE on success.
+ */
+gboolean
+lingbot_dit_ulysses_group_views (LingbotDitRank * rs, const LbTensor * kw,
+    const LbTensor * vw, int g, LbTensor * qg, LbTensor * kg, LbTensor * vg,
+    LbTensor * og, GError ** error)
+{
+  const int G = rs->out_groups;
+  const int64_t N = rs->sh.n_tokens, hd = rs->head_dim;
+  const int64_t hg = rs->sh.heads_local / G, slab = N * hg * hd;
+  /* bf16 exchange: each group attends into its slab of rs->o16, received
+   * into rs->recv16 (ulysses_out()) */
+  const LbTensor *q = rs->q16 ? rs->q16 : rs->q_r;
+  const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
+  int64_t oshape[3] = { N, hg, hd };
+  if (!lb_tensor_view_narrow (qg, q, 1, g * hg, hg) ||
+      !lb_tensor_view_narrow (kg, kw, 1, g * hg, hg) ||
+      !lb_tensor_view_narrow (vg, vw, 1, g * hg, hg) ||
+      !lingbot_dit_flat_view (og, out, g * slab, slab) ||
+      !lb_tensor_view_reshape (og, og, 3, oshape)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "DiT Ulysses: cannot view head group %d of %d", g, G);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
  * lingbot_dit_ulysses_attention_out:
  * @rs: a rank state with rs->overlap and rs->out_groups = G > 1; q [N,
  *   hl, hd] (rank-major tokens) in rs->q16 or rs->q_r, and the cache
@@ -449,25 +492,15 @@ lingbot_dit_ulysses_attention_out (LingbotDitRank * rs, const LbTensor * kw,
   const int64_t N = sh->n_tokens, n = sh->n_local, hd = rs->head_dim;
   const int64_t hl = sh->heads_local, hg = hl / G;
   const int64_t slab = N * hg * hd, rslab = (int64_t) R * n * hg * hd;
-  /* bf16 exchange: each group attends into its slab of rs->o16, received
-   * into rs->recv16 (ulysses_out()) */
-  const LbTensor *q = rs->q16 ? rs->q16 : rs->q_r;
   const LbTensor *out = rs->o16 ? rs->o16 : rs->o_r;
   const LbTensor *in = rs->recv16 ? rs->recv16 : rs->recv;
   const gsize esz = lb_dtype_size (out->dtype);
-  int64_t oshape[3] = { N, hg, hd };
 
   for (int g = 0; g < G; g++) {
     LbTensor qg, kg, vg, og;
-    if (!lb_tensor_view_narrow (&qg, q, 1, g * hg, hg) ||
-        !lb_tensor_view_narrow (&kg, kw, 1, g * hg, hg) ||
-        !lb_tensor_view_narrow (&vg, vw, 1, g * hg, hg) ||
-        !lingbot_dit_flat_view (&og, out, g * slab, slab) ||
-        !lb_tensor_view_reshape (&og, &og, 3, oshape)) {
-      g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
-          "DiT Ulysses: cannot view head group %d of %d", g, G);
+    if (!lingbot_dit_ulysses_group_views (rs, kw, vw, g, &qg, &kg, &vg, &og,
+            error))
       return FALSE;
-    }
     if (!lb_ops (rs->s)->attention (rs->s, &qg, &kg, &vg, NULL, NULL, scale,
             &og, error) ||
         !be->event_record (rs->s, rs->ev_out[g], error) ||

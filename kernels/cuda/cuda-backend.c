@@ -399,6 +399,7 @@ static LbBackend cuda_backend = {
   .stream_new = cuda_stream_new,
   .stream_free = cuda_stream_free,
   .stream_reserve = cuda_stream_reserve,
+  .attention_prepare = lb_cuda_attention_prepare,
   .stream_synchronize = cuda_stream_synchronize,
   .host_alloc = cuda_host_alloc,
   .host_free = cuda_host_free,

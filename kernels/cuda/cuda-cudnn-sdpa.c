@@ -425,6 +425,84 @@ bf16_direct (const void *p, int64_t s0, int64_t s1)
   return ((guintptr) p & 15u) == 0 && s0 % 8 == 0 && s1 % 8 == 0;
 }
 
+/* The cuDNN entry for a call (its plan built on first sight, outside
+ * captures) and the call's conversion scratch in bytes, or %NULL when
+ * cuDNN declines it (counted as declined when @count_declined). */
+static SdpaEntry *
+sdpa_entry (LbStream * s, const LbCudaAttnArgs * a, gboolean kv_bf16,
+    gboolean count_declined, SdpaKey * key, gsize * nscr)
+{
+  if (s->math == LB_MATH_FP32 || (a->hd != 64 && a->hd != 128) ||
+      a->bias != NULL || a->mask != NULL || a->nq <= 0 || a->nk <= 0 ||
+      a->nh <= 0 || !cudnn_selected ())
+    return NULL;
+
+  const int64_t nq = a->nq, nk = a->nk, nh = a->nh, hd = a->hd;
+  /* bf16 operands are read (k, v, q) or written (out) in place: their
+   * strides must suit cuDNN, else the own kernel takes the call */
+  if ((kv_bf16 && (!bf16_direct (a->k, a->ks0, a->ks1) ||
+              !bf16_direct (a->v, a->vs0, a->vs1))) ||
+      (a->q16 && !bf16_direct (a->q16, a->qs0, a->qs1)) ||
+      (a->out16 && !bf16_direct (a->out16, a->os0, a->os1))) {
+    if (count_declined)
+      count (&stats_declined);
+    return NULL;
+  }
+  /* contiguous [N, H, hd] scratch operands, or the bf16 ones in place */
+  key_init (key, nq, nk, nh, hd);
+  if (kv_bf16) {
+    key->ks0 = a->ks0;
+    key->ks1 = a->ks1;
+    key->vs0 = a->vs0;
+    key->vs1 = a->vs1;
+  }
+  if (a->q16) {
+    key->qs0 = a->qs0;
+    key->qs1 = a->qs1;
+  }
+  if (a->out16) {
+    key->os0 = a->os0;
+    key->os1 = a->os1;
+  }
+  SdpaEntry *e = entry_get (s, key);
+  if (e == NULL || e->plan.plan == NULL || e->broken) {
+    if (count_declined)
+      count (&stats_declined);
+    return NULL;
+  }
+  const gsize bq = a->q16 ? 0 : bf16_block (nq * nh * hd);
+  const gsize bo = a->out16 ? 0 : bf16_block (nq * nh * hd);
+  const gsize bk = kv_bf16 ? 0 : bf16_block (nk * nh * hd);
+  *nscr = bq + bo + 2 * bk;
+  return e;
+}
+
+/**
+ * lb_cuda_cudnn_attention_prepare:
+ * @s: the stream, not being captured
+ * @a: the call's operands (their addresses, strides and shape; not read)
+ * @kv_bf16: k and v are bf16 (read in place)
+ * @scratch: (out): the conversion scratch such a call takes, in bytes
+ * @workspace: (out): its plan's cuDNN workspace, in bytes (already held
+ *   by the stream: entry_get() reserves it with the plan)
+ *
+ * LbBackend.attention_prepare's cuDNN side: builds the plan of the shape
+ * now (lb_cuda_cudnn_attention() would on its first call), so that no
+ * plan is built, no kernel compiled or loaded and no workspace grown
+ * during a multi-rank chunk.  A call cuDNN would decline says 0 and 0
+ * (the own kernel takes no scratch).
+ */
+void
+lb_cuda_cudnn_attention_prepare (LbStream * s, const LbCudaAttnArgs * a,
+    gboolean kv_bf16, gsize * scratch, gsize * workspace)
+{
+  SdpaKey key;
+  gsize nscr = 0;
+  SdpaEntry *e = sdpa_entry (s, a, kv_bf16, FALSE, &key, &nscr);
+  *scratch = e ? nscr : 0;
+  *workspace = e ? (gsize) MAX (e->plan.workspace, 0) : 0;
+}
+
 /**
  * lb_cuda_cudnn_attention:
  * @s: a CUDA stream
@@ -461,49 +539,16 @@ lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     gboolean kv_bf16, gboolean * ran, GError ** error)
 {
   *ran = FALSE;
-  if (s->math == LB_MATH_FP32 || (a->hd != 64 && a->hd != 128) ||
-      a->bias != NULL || a->mask != NULL || a->nq <= 0 || a->nk <= 0 ||
-      a->nh <= 0 || !cudnn_selected ())
-    return TRUE;
-
   LbCudaStream *cs = s->priv;
   const int64_t nq = a->nq, nk = a->nk, nh = a->nh, hd = a->hd;
-  /* bf16 operands are read (k, v, q) or written (out) in place: their
-   * strides must suit cuDNN, else the own kernel takes the call */
-  if ((kv_bf16 && (!bf16_direct (a->k, a->ks0, a->ks1) ||
-              !bf16_direct (a->v, a->vs0, a->vs1))) ||
-      (a->q16 && !bf16_direct (a->q16, a->qs0, a->qs1)) ||
-      (a->out16 && !bf16_direct (a->out16, a->os0, a->os1))) {
-    count (&stats_declined);
-    return TRUE;
-  }
   SdpaKey key;
-  /* contiguous [N, H, hd] scratch operands, or the bf16 ones in place */
-  key_init (&key, nq, nk, nh, hd);
-  if (kv_bf16) {
-    key.ks0 = a->ks0;
-    key.ks1 = a->ks1;
-    key.vs0 = a->vs0;
-    key.vs1 = a->vs1;
-  }
-  if (a->q16) {
-    key.qs0 = a->qs0;
-    key.qs1 = a->qs1;
-  }
-  if (a->out16) {
-    key.os0 = a->os0;
-    key.os1 = a->os1;
-  }
-  SdpaEntry *e = entry_get (s, &key);
-  if (e == NULL || e->plan.plan == NULL || e->broken) {
-    count (&stats_declined);
+  gsize nscr = 0;
+  SdpaEntry *e = sdpa_entry (s, a, kv_bf16, TRUE, &key, &nscr);
+  if (e == NULL)
     return TRUE;
-  }
-
   const gsize bq = a->q16 ? 0 : bf16_block (nq * nh * hd);
   const gsize bo = a->out16 ? 0 : bf16_block (nq * nh * hd);
   const gsize bk = kv_bf16 ? 0 : bf16_block (nk * nh * hd);
-  const gsize nscr = bq + bo + 2 * bk;
   guchar *scr = nscr > 0 ? lb_cuda_scratch (s, nscr, error) : NULL;
   if (nscr > 0 && scr == NULL)
     return FALSE;

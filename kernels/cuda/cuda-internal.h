@@ -318,6 +318,14 @@ gboolean lb_cudnn_execute (LbStream * s, const LbCudnnPlan * plan, int n,
  * FALSE: a launch or cuDNN error. */
 gboolean lb_cuda_cudnn_attention (LbStream * s, const LbCudaAttnArgs * a,
     gboolean kv_bf16, gboolean * ran, GError ** error);
+/* The plan of such a call built now, and the call's conversion scratch
+ * and plan workspace in bytes (0, 0 for a call cuDNN declines). */
+void lb_cuda_cudnn_attention_prepare (LbStream * s, const LbCudaAttnArgs * a,
+    gboolean kv_bf16, gsize * scratch, gsize * workspace);
+/* LbBackend.attention_prepare (cuda-ops.c). */
+gboolean lb_cuda_attention_prepare (LbStream * s, const LbTensor * q,
+    const LbTensor * k, const LbTensor * v, const LbTensor * out,
+    gsize * scratch, gsize * workspace, GError ** error);
 /* (cuda-cudnn-sdpa.c also exports lingbot_backend_cuda_attention_stats()
  * for tests and benchmarks.) */
 

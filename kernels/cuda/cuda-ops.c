@@ -222,6 +222,15 @@ attention_gemm_path_bf16_io (LbStream * s, const LbCudaAttnArgs * a,
   return ok;
 }
 
+/* The kernels' view of an attention call's operands. */
+static void
+attention_args (LbCudaAttnArgs * a, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
+    float scale, const LbTensor * out)
+{
+  *a = (LbCudaAttnArgs) { .q = q->data,.k = k->data,.v = v->data,.out = out->data, .qs0 = q->stride[0],.qs1 = q->stride[1], .ks0 = k->stride[0],.ks1 = k->stride[1], .vs0 = v->stride[0],.vs1 = v->stride[1], .os0 = out->stride[0],.os1 = out->stride[1], .bias = bias ? bias->data : NULL, .mask = key_mask ? key_mask->data : NULL, .nq = q->shape[0],.nk = k->shape[0],.nh = q->shape[1],.hd = q->shape[2], .scale = scale, /* a bf16 KV cache: the kernels read k16/v16 (k/v carry the same * addresses for cuda-cudnn-sdpa.c, which takes the dtype as a flag) */ .k16 = k->dtype == LB_DTYPE_BF16 ? k->data : NULL, .v16 = k->dtype == LB_DTYPE_BF16 ? v->data : NULL, /* a bf16 q or output: the same convention */ .q16 = q->dtype == LB_DTYPE_BF16 ? q->data : NULL, .out16 = out->dtype == LB_DTYPE_BF16 ? out->data : NULL, };
+}
+
 static gboolean
 cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
     const LbTensor * v, const LbTensor * bias, const LbTensor * key_mask,
@@ -232,28 +241,11 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
       !lb_check_attention (q, k, v, bias, key_mask, out, error))
     return FALSE;
   int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
-  int64_t nk = k->shape[0];
   if (nq == 0 || nh == 0 || hd == 0)
     return TRUE;
 
-  LbCudaAttnArgs a = {
-    .q = q->data,.k = k->data,.v = v->data,.out = out->data,
-    .qs0 = q->stride[0],.qs1 = q->stride[1],
-    .ks0 = k->stride[0],.ks1 = k->stride[1],
-    .vs0 = v->stride[0],.vs1 = v->stride[1],
-    .os0 = out->stride[0],.os1 = out->stride[1],
-    .bias = bias ? bias->data : NULL,
-    .mask = key_mask ? key_mask->data : NULL,
-    .nq = nq,.nk = nk,.nh = nh,.hd = hd,
-    .scale = scale,
-    /* a bf16 KV cache: the kernels read k16/v16 (k/v carry the same
-     * addresses for cuda-cudnn-sdpa.c, which takes the dtype as a flag) */
-    .k16 = k->dtype == LB_DTYPE_BF16 ? k->data : NULL,
-    .v16 = k->dtype == LB_DTYPE_BF16 ? v->data : NULL,
-    /* a bf16 q or output: the same convention */
-    .q16 = q->dtype == LB_DTYPE_BF16 ? q->data : NULL,
-    .out16 = out->dtype == LB_DTYPE_BF16 ? out->data : NULL,
-  };
+  LbCudaAttnArgs a;
+  attention_args (&a, q, k, v, bias, key_mask, scale, out);
   /* LB_MATH_BF16: tensor cores for the DiT's (128) and umT5's (64) head
    * dims, through cuDNN's fused SDPA (unless LINGBOT_CUDA_ATTENTION=own)
    * takes the call (no bias or mask, a plan for the shape), else the own
@@ -274,6 +266,53 @@ cuda_attention (LbStream * s, const LbTensor * q, const LbTensor * k,
   if (a.q16 || a.out16)
     return attention_gemm_path_bf16_io (s, &a, error);
   return attention_gemm_path (s, &a, error);
+}
+
+/* LbBackend.attention_prepare: the path cuda_attention() would take for
+ * these operands, its cuDNN plan built now (cuda-cudnn-sdpa.c), and the
+ * scratch it takes: cuDNN's conversions, none for the flash kernels, the
+ * GEMM path's score block and widened heads (and its f32 q and output
+ * with bf16 ones) above the flash kernel's head dims. */
+gboolean
+lb_cuda_attention_prepare (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * out, gsize * scratch,
+    gsize * workspace, GError ** error)
+{
+  *scratch = 0;
+  *workspace = 0;
+  if (((LbCudaStream *) s->priv)->capturing) {
+    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "attention_prepare: "
+        "device %d's stream is being captured", s->device);
+    return FALSE;
+  }
+  if (!lb_cuda_check_devices (s, "attention", error, "q", q, "k", k, "v", v,
+          "out", out, NULL) ||
+      !lb_check_attention (q, k, v, NULL, NULL, out, error))
+    return FALSE;
+  const int64_t nq = q->shape[0], nh = q->shape[1], hd = q->shape[2];
+  const int64_t nk = k->shape[0];
+  if (nq == 0 || nh == 0 || hd == 0)
+    return TRUE;
+  LbCudaAttnArgs a;
+  attention_args (&a, q, k, v, NULL, NULL, 1.0f, out);
+  if (s->math != LB_MATH_FP32 && (hd == 64 || hd == 128)) {
+    lb_cuda_cudnn_attention_prepare (s, &a, k->dtype == LB_DTYPE_BF16,
+        scratch, workspace);
+    return TRUE;
+  }
+  if (hd <= LB_CUDA_FLASH_MAX_HD || nk == 0)
+    return TRUE;
+  const gsize kvw = a.k16 ? (gsize) (2 * nk * hd) : 0;
+  const gsize room = LB_CUDA_SCRATCH_LIMIT > kvw ?
+      LB_CUDA_SCRATCH_LIMIT - kvw : 0;
+  const int64_t qc = CLAMP ((int64_t) (room / (gsize) nk), 1, nq);
+  *scratch = ((gsize) qc * nk + kvw) * sizeof (float);
+  const gsize io = (gsize) (nq * nh * hd) * sizeof (float);
+  if (a.q16)
+    *scratch += (io + 255) & ~(gsize) 255;
+  if (a.out16)
+    *scratch += (io + 255) & ~(gsize) 255;
+  return TRUE;
 }
 
 /* ---- elementwise (kernels/cpu/elementwise.c) ---- */

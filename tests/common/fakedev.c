@@ -26,6 +26,7 @@
 #include "fakedev.h"
 #include "op-call.h"
 #include "kernels/error.h"
+#include "kernels/ops-check.h"
 
 typedef struct
 {
@@ -50,6 +51,8 @@ typedef struct
   GPtrArray *captures;          /* FakeStream *, capturing */
   FakeDevCaptureMode capture_mode;      /* fakedev_set_capture_mode() */
   gint n_capture_unsupported;
+  GHashTable *attn_prepared;    /* attention_prepare keys (strings) */
+  gint n_attn_prepares, n_attn_unprepared;
 } FakeDev;
 
 
@@ -1125,6 +1128,73 @@ fake_stream_synchronize (LbStream * s, GError ** error)
   return async_drain (s, error);
 }
 
+/* What an attention call's plan depends on (CUDA: the cuDNN SDPA plan
+ * key): its device, shape, the operands' dtypes and strides. */
+static char *
+attn_key (int device, const LbTensor * q, const LbTensor * k,
+    const LbTensor * out)
+{
+  return g_strdup_printf ("%d:%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%"
+      G_GINT64_FORMAT ",%" G_GINT64_FORMAT ":%d%d%d:%" G_GINT64_FORMAT ",%"
+      G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%"
+      G_GINT64_FORMAT ",%" G_GINT64_FORMAT, device, q->shape[0], k->shape[0],
+      q->shape[1], q->shape[2], q->dtype, k->dtype, out->dtype, q->stride[0],
+      q->stride[1], k->stride[0], k->stride[1], out->stride[0], out->stride[1]);
+}
+
+/* An attention call (no bias, no mask) whose key no attention_prepare saw
+ * is counted (FakeDevStats.n_attention_unprepared). */
+static void
+count_attention_prepared (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * out)
+{
+  g_autofree char *key = attn_key (s->device, q, k, out);
+  g_mutex_lock (&fake.lock);
+  if (fake.attn_prepared == NULL ||
+      !g_hash_table_contains (fake.attn_prepared, key))
+    fake.n_attn_unprepared++;
+  g_mutex_unlock (&fake.lock);
+}
+
+/* LbBackend.attention_prepare: remembers the call's key and answers as a
+ * CUDA rank in LB_MATH_BF16 or FP8 would with cuDNN (head dims 64 and
+ * 128): bf16 conversion scratch for the f32 operands (q and out [Nq, H,
+ * hd], k and v [Nk, H, hd], each 256-byte aligned), and, as a stand-in for
+ * the plan's workspace, 4 bytes per query row and head; 0 and 0 in
+ * LB_MATH_FP32 (the own kernel).  Refused during a capture. */
+static gboolean
+fake_attention_prepare (LbStream * s, const LbTensor * q, const LbTensor * k,
+    const LbTensor * v, const LbTensor * out, gsize * scratch,
+    gsize * workspace, GError ** error)
+{
+  FakeStream *fs = s->priv;
+  *scratch = 0;
+  *workspace = 0;
+  if (fs->capturing)
+    return refuse (error, "attention prepare during a graph capture");
+  if (!lb_check_attention (q, k, v, NULL, NULL, out, error))
+    return FALSE;
+  g_autofree char *key = attn_key (s->device, q, k, out);
+  g_mutex_lock (&fake.lock);
+  if (fake.attn_prepared == NULL)
+    fake.attn_prepared = g_hash_table_new_full (g_str_hash, g_str_equal,
+        g_free, NULL);
+  g_hash_table_add (fake.attn_prepared, g_steal_pointer (&key));
+  fake.n_attn_prepares++;
+  g_mutex_unlock (&fake.lock);
+  const int64_t nq = q->shape[0], nk = k->shape[0], nh = q->shape[1],
+      hd = q->shape[2];
+  if (s->math == LB_MATH_FP32 || (hd != 64 && hd != 128) || nq == 0 || nk == 0)
+    return TRUE;
+#define BF16_BLOCK(n) ((((gsize) (n) * 2) + 255) & ~(gsize) 255)
+  *scratch = (q->dtype == LB_DTYPE_BF16 ? 0 : BF16_BLOCK (nq * nh * hd)) +
+      (out->dtype == LB_DTYPE_BF16 ? 0 : BF16_BLOCK (nq * nh * hd)) +
+      (k->dtype == LB_DTYPE_BF16 ? 0 : 2 * BF16_BLOCK (nk * nh * hd));
+#undef BF16_BLOCK
+  *workspace = (gsize) (nq * nh) * 4;
+  return TRUE;
+}
+
 /* LbBackend.stream_reserve: fakedev's ops take no device scratch, so it
  * only counts the calls and keeps the largest sizes asked
  * (FakeDevStats.n_reserves); refused during a capture. */
@@ -1309,6 +1379,8 @@ count_bf16 (OpId op, const Args * a)
     g_atomic_int_inc (&fake.n_gemm_bf16_x);
   if (op == OP_attention && a->host[0].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_attention_bf16_q);
+  if (op == OP_attention && a->n == 4)  /* q, k, v, out */
+    count_attention_prepared (a->s, a->orig[0], a->orig[1], a->orig[3]);
   if (op == OP_attention && a->n > 0 &&
       a->host[a->n - 1].dtype == LB_DTYPE_BF16)
     g_atomic_int_inc (&fake.n_attention_bf16_out);
@@ -1738,6 +1810,7 @@ static LbBackend fake_backend = {
   .stream_wait_event = fake_stream_wait_event,
   .get_proc_address = fake_get_proc_address,
   .stream_reserve = fake_stream_reserve,
+  .attention_prepare = fake_attention_prepare,
 };
 
 /**
@@ -1800,6 +1873,8 @@ fakedev_stats (void)
   st.n_reserves = fake.n_reserves;
   st.reserve_scratch = fake.reserve_scratch;
   st.reserve_workspace = fake.reserve_workspace;
+  st.n_attention_prepares = fake.n_attn_prepares;
+  st.n_attention_unprepared = fake.n_attn_unprepared;
   g_mutex_unlock (&fake.lock);
   st.n_async_jobs = g_atomic_int_get (&async.n_jobs);
   st.n_capture_unsupported = g_atomic_int_get (&fake.n_capture_unsupported);

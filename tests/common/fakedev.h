@@ -55,6 +55,11 @@ G_BEGIN_DECLS
  *   streams' workers ran (0 unless asynchronous, fakedev_set_async())
  * @n_capture_unsupported: calls refused with
  *   cudaErrorStreamCaptureUnsupported (#FakeDevCaptureMode; also in @bad)
+ * @n_attention_prepares: attention_prepare calls (lb_attention_prepare())
+ * @n_attention_unprepared: attention calls without bias or mask whose
+ *   device, shape, dtypes and strides no attention_prepare call gave
+ *   before (on CUDA: a cuDNN plan built, and its scratch and workspace
+ *   first allocated, in the middle of the work)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
  * descriptors by value) instead of running it, refuses host transfers,
@@ -84,6 +89,7 @@ typedef struct
   int n_reserves;
   gsize reserve_scratch, reserve_workspace;
   int n_async_jobs, n_capture_unsupported;
+  int n_attention_prepares, n_attention_unprepared;
 } FakeDevStats;
 
 /**

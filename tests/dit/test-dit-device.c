@@ -937,11 +937,12 @@ test_startup_staging (void)
 }
 
 /* Issue 3.2 item 4: each device rank reserves its ops' per-call scratch
- * in lingbot_dit_rank_init() (lb_stream_reserve(), the first thing a
- * session rank does, so before the ranks' first collective): once per
- * rank at session creation, with the GEMM paths' two blocks and 1 MiB,
- * no workspace (the cuDNN plans are not built yet); none again during
- * the chunks, which allocate nothing. */
+ * right after lingbot_dit_rank_init() (lingbot_dit_rank_reserve():
+ * lb_stream_reserve(), before the ranks' first collective): once per rank
+ * at session creation, with the GEMM paths' two blocks and 1 MiB (the
+ * fixture's head dim takes no cuDNN attention, so no attention scratch
+ * and no workspace); none again during the chunks, which allocate
+ * nothing. */
 static void
 test_stream_reserve (void)
 {
@@ -984,6 +985,80 @@ test_stream_reserve (void)
   lb_worker_group_unref (group);
 }
 
+/* Issue 3.2 item 4: every attention call of a session's chunks is readied
+ * (lb_attention_prepare(); on CUDA the cuDNN SDPA plan built and its
+ * workspace grown) when the session starts, before the ranks' first
+ * collective: fakedev counts the calls whose device, shape, dtypes and
+ * strides no prepare saw.  The windows grow 60, 120, 150 tokens (4
+ * frames of 15 tokens a chunk, a 150-slot cache) and stay at 150 with
+ * eviction; with a 90-token span they are 60 and 90.  Data:
+ * "ranks:groups:math" (groups > 1: overlap with output head groups; math
+ * b = LB_MATH_BF16: a bf16 KV cache, read by the attention in place).
+ * Each rank prepares its cross-attention and, per window end, its
+ * self-attention call (one per head group). */
+static void
+test_attention_prepared (gconstpointer data)
+{
+  const char *spec = data;
+  const int n_ranks = spec[0] - '0', groups = spec[2] - '0';
+  const gboolean bf16 = spec[4] == 'b';
+  g_autoptr (GError) err = NULL;
+  if (groups > 1) {
+    g_setenv ("LINGBOT_COMM_OVERLAP", "1", TRUE);
+    g_autofree char *gs = g_strdup_printf ("%d", groups);
+    g_setenv ("LINGBOT_COMM_OUT_GROUPS", gs, TRUE);
+  }
+  for (int span = 0; span < 2; span++) {
+    LbWorkerGroupOptions go = { 0, NULL, "dit-prepare-test" };
+    LbWorkerGroup *group = lb_worker_group_new (fakedev_backend (), n_ranks,
+        NULL, &go, &err);
+    g_assert_no_error (err);
+    LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
+    opt.latent_h = 6;
+    opt.latent_w = 10;
+    opt.math = bf16 ? LB_MATH_BF16 : LB_MATH_FP32;
+    opt.max_attention_size = span ? 90 : 0;
+    const FakeDevStats a = fakedev_stats ();
+    LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &opt,
+        dit_fixture_get (fixture, "input.context"), &err);
+    g_assert_no_error (err);
+    const FakeDevStats b = fakedev_stats ();
+    g_autoptr (LbTensor) out = lb_tensor_new_f32 (5, (int64_t) 1,
+        (int64_t) 16, (int64_t) 4, (int64_t) 6, (int64_t) 10);
+    for (int c = 0; c < 4; c++) {
+      const LbTensor *noise[4], *y, *ctl;
+      dit_fixture_chunk (fixture, c, noise, &y, &ctl);
+      g_assert_true (lingbot_dit_session_run_chunk (ses, y, ctl, noise, out,
+              &err));
+      g_assert_no_error (err);
+    }
+    const FakeDevStats c = fakedev_stats ();
+    /* three window ends (60, 120, 150), self-attention calls per end: one,
+     * or one per head group with the output overlap */
+    const int heads_local = lingbot_dit_get_config (dit)->num_heads / n_ranks;
+    int g_eff = groups;
+    while (g_eff > 1 && heads_local % g_eff != 0)
+      g_eff--;
+    /* the cross-attention on each rank with tokens: 3 patch rows, one
+     * band of rows per rank, so a fourth rank has none */
+    g_assert_cmpint (b.n_attention_prepares - a.n_attention_prepares, ==,
+        MIN (n_ranks, 3) + n_ranks * 3 * g_eff);
+    g_assert_cmpint (c.n_attention_prepares, ==, b.n_attention_prepares);
+    g_assert_cmpint (c.n_attention_unprepared - b.n_attention_unprepared, ==,
+        0);
+    g_assert_cmpint (c.n_allocs, ==, b.n_allocs);
+    g_assert_cmpint (c.bad, ==, a.bad);
+    g_print ("# %d rank(s), %d head group(s), %s, span %s: %d attention "
+        "calls readied at session start, 0 made unreadied\n", n_ranks, g_eff,
+        bf16 ? "bf16" : "fp32", span ? "90" : "the cache",
+        b.n_attention_prepares - a.n_attention_prepares);
+    lingbot_dit_session_free (ses);
+    lb_worker_group_unref (group);
+  }
+  g_unsetenv ("LINGBOT_COMM_OVERLAP");
+  g_unsetenv ("LINGBOT_COMM_OUT_GROUPS");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1006,6 +1081,16 @@ main (int argc, char **argv)
   g_test_add_func ("/dit/device/cancel", test_cancel_device);
   g_test_add_func ("/dit/device/startup-staging", test_startup_staging);
   g_test_add_func ("/dit/device/stream-reserve", test_stream_reserve);
+  g_test_add_data_func ("/dit/device/attention-prepared/1", "1:1:f",
+      test_attention_prepared);
+  g_test_add_data_func ("/dit/device/attention-prepared/1-bf16", "1:1:b",
+      test_attention_prepared);
+  g_test_add_data_func ("/dit/device/attention-prepared/2-bf16", "2:1:b",
+      test_attention_prepared);
+  g_test_add_data_func ("/dit/device/attention-prepared/2-groups", "2:2:b",
+      test_attention_prepared);
+  g_test_add_data_func ("/dit/device/attention-prepared/4", "4:1:f",
+      test_attention_prepared);
   g_test_add_data_func ("/dit/device/stream/1", GINT_TO_POINTER (1),
       test_stream_bit_identical);
   g_test_add_data_func ("/dit/device/stream/2", GINT_TO_POINTER (2),
