@@ -21,7 +21,7 @@ LINGBOT_DEPS=(
   # suite fuzz: gcc's AddressSanitizer and UndefinedBehaviorSanitizer
   # runtimes (the sanitized corpus replay of tests/fuzz)
   libasan8 libubsan1
-  # tools/plot-bench (the chunk timeline PNG of a lingbot-bench report) and
+  # tools/lingbot-plot-bench (the chunk timeline PNG of a lingbot-bench report) and
   # its test in suite bench; it runs on Debian's /usr/bin/python3
   python3-matplotlib
   # GStreamer plugin (gst/): headers + gst-check, gst-launch/inspect, the
