@@ -269,8 +269,9 @@ check "no build-tree or source-tree path installed" "" \
 # the installed tools run from the DESTDIR, GST_PLUGIN_PATH unset and the
 # system's plugin folders replaced by one holding coreelements alone:
 # lingbot-mkmodel writes a whole tiny model (with LINGBOT_SPM, the build's
-# test tokenizer, so that a prompt encodes), and lingbot-bench finds the
-# elements in the installed plugin folder, relative to itself (bindir/../libdir/gstreamer-1.0, which
+# test tokenizer, so that a prompt encodes), lingbot-inspect --check finds
+# it complete, and lingbot-bench finds the elements in the installed plugin
+# folder, relative to itself (bindir/../libdir/gstreamer-1.0, which
 # GStreamer does not search for a /usr/local prefix), loads the DESTDIR's
 # plugin and delivers every frame
 mkdir "$tmp/plugins"
@@ -285,6 +286,8 @@ GST_REGISTRY_1_0=$tmp/system-registry.bin gst-launch-1.0 -q videotestsrc \
   export GST_REGISTRY_1_0=$tmp/installed-registry.bin
   "$root/bin/lingbot-mkmodel" --full --preset tiny --chunk 4 --seed 7 \
     --tokenizer "$LINGBOT_SPM" --out "$tmp/model" --quiet
+  check "installed lingbot-inspect --check" "$tmp/model: OK" \
+    "$("$root/bin/lingbot-inspect" --check "$tmp/model" 2>&1 | tail -n 1)"
   GST_DEBUG=GST_PLUGIN_LOADING:4 GST_DEBUG_NO_COLOR=1 \
     "$root/bin/lingbot-bench" direct --engine gst --model "$tmp/model" \
       --image "$tmp/start.jpg" --prompt "a castle" --frames 5 \
