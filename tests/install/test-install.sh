@@ -273,7 +273,8 @@ check "no build-tree or source-tree path installed" "" \
 # it complete, and lingbot-bench finds the elements in the installed plugin
 # folder, relative to itself (bindir/../libdir/gstreamer-1.0, which
 # GStreamer does not search for a /usr/local prefix), loads the DESTDIR's
-# plugin and delivers every frame
+# plugin and delivers every frame; the installed library opens the
+# installed CUDA module
 mkdir "$tmp/plugins"
 sys_plugins=$(pkg-config --variable=pluginsdir gstreamer-1.0)
 ln -s "$sys_plugins/libgstcoreelements.so" "$tmp/plugins/"
@@ -299,6 +300,18 @@ GST_REGISTRY_1_0=$tmp/system-registry.bin gst-launch-1.0 -q videotestsrc \
        sort -u)"
   check "installed lingbot-bench frames at the sink" '"frames_at_sink" : 5' \
     "$(grep -o '"frames_at_sink" : [0-9]*' "$tmp/bench.json" 2>&1)"
+  # the installed liblingbot opens the installed CUDA module (beside
+  # itself, libdir/lingbot), whether or not a GPU then answers
+  if [ "${LINGBOT_CUDA:-0}" = 1 ]; then
+    LD_DEBUG=files "$root/bin/lingbot-generate" --model "$tmp/model" \
+      --image "$tmp/start.jpg" --prompt "a castle" --devices 0 --frames 1 \
+      --width 64 --height 64 -o "$tmp/gpu.y4m" > /dev/null 2> "$tmp/gpu.err" ||
+      true
+    check "installed liblingbot opens the installed CUDA module" \
+      "file=$lib/lingbot/lingbot-backend-cuda.so" \
+      "$(grep -o 'file=[^ ]*lingbot-backend-cuda\.so' "$tmp/gpu.err" |
+         sort -u)"
+  fi
   exit $fail
 ) || fail=1
 
