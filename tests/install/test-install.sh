@@ -102,10 +102,10 @@ check "nothing installed outside the prefix" "${prefix#/}" \
      cut -d/ -f1-$(($(tr -cd / <<< "$prefix" | wc -c))) | sort -u)"
 check "headers under gst/lingbot/ and lingbot/ only" "" \
   "$(cd "$root" && find include -type f |
-     grep -v -E '^include/lingbot-1\.0/(gst/lingbot|lingbot)/' || true)"
+     { grep -v -E '^include/lingbot-1\.0/(gst/lingbot|lingbot)/' || true; })"
 check "programs named lingbot-*" "" \
   "$(cd "$root/bin" && find . -mindepth 1 | sed 's|^\./||' |
-     grep -v '^lingbot-' || true)"
+     { grep -v '^lingbot-' || true; })"
 
 mkdir "$tmp/pc"
 for pc in lingbot-1.0 gstlingbot-1.0; do
@@ -314,6 +314,19 @@ GST_REGISTRY_1_0=$tmp/system-registry.bin gst-launch-1.0 -q videotestsrc \
   fi
   exit $fail
 ) || fail=1
+
+# the installed WebRTC server serves the installed page (found relative to
+# itself, bindir/../share/lingbot-gst/webrtc); stopped by SIGINT after its
+# start
+if [ "${LINGBOT_WEBRTC:-0}" = 1 ]; then
+  GST_PLUGIN_PATH=$lib/gstreamer-1.0 GST_REGISTRY_1_0=$tmp/webrtc-registry.bin \
+    timeout -s INT 8 "$root/bin/lingbot-webrtc-server" --model "$tmp/model" \
+      --image "$tmp/start.jpg" --prompt "a castle" --port 0 \
+      > "$tmp/webrtc.out" 2>&1 || true
+  check "installed lingbot-webrtc-server page" \
+    "(page $root/share/lingbot-gst/webrtc," \
+    "$(grep -o '(page [^ ]*' "$tmp/webrtc.out" || cat "$tmp/webrtc.out")"
+fi
 
 # the build tree: the plugin folder (GST_PLUGIN_PATH of the tests and
 # `meson devenv`) holds the plugin alone, so GStreamer blacklists nothing
