@@ -34,8 +34,8 @@ LINGBOT_DEPS=(
   # (libnice plugin), the signalling/page server (libsoup 3)
   libgstreamer-plugins-bad1.0-dev gstreamer1.0-plugins-bad gstreamer1.0-nice
   libsoup-3.0-dev
-  # GObject introspection of libgstlingbot-1.0 (gst/meson.build, option
-  # introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
+  # GObject introspection of libgstlingbot-1.0 (gst-libs/gst/lingbot,
+  # option introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
   # (libgstreamer1.0-dev) and its typelib; the Python test (tests/gst
   # test-gi.py) with PyGObject and the -base typelibs (GstApp: appsink)
   gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0
