@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <gst/gst.h>
 
-#include "gst/gstlingbotcontext.h"
-#include "lingbot/lingbot.h"
+#include <gst/lingbot/lingbot.h>
 
 #define FRAMES 29
 

@@ -63,7 +63,7 @@
 
 #include "gst/gstlingbotgen.h"
 #include "gst/gstlingbotcontrolsrc.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
 #include "gst/gstlingbotworldholder.h"
 

@@ -5,7 +5,7 @@
 
 #include <gst/gst.h>
 #include "lingbot/lingbot.h"
-#include "gst/gstlingbotmemory.h"
+#include "gst/lingbot/gstlingbotmemory.h"
 
 G_BEGIN_DECLS
 

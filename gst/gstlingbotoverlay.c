@@ -32,7 +32,7 @@
 #include <gst/video/video-overlay-composition.h>
 
 #include "gst/gstlingbotoverlay.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_overlay_debug);
 #define GST_CAT_DEFAULT gst_lingbot_overlay_debug

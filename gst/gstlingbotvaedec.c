@@ -49,7 +49,7 @@
 
 #include "gst/gstlingbotvaedec.h"
 #include "gst/gstlingbotgen.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 #include "gst/gstlingbotutil.h"
 #include "gst/gstlingbotworldholder.h"
 

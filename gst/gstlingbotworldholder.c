@@ -13,7 +13,7 @@
 #endif
 
 #include "gst/gstlingbotworldholder.h"
-#include "gst/gstlingbotcontext.h"
+#include "gst/lingbot/gstlingbotcontext.h"
 
 /**
  * gst_lingbot_world_holder_init:

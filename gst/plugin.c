@@ -15,7 +15,7 @@
 #include "gst/gstlingbotbin.h"
 #include "gst/gstlingbotcontrolsrc.h"
 #include "gst/gstlingbotgen.h"
-#include "gst/gstlingbotmemory.h"
+#include "gst/lingbot/gstlingbotmemory.h"
 #include "gst/gstlingbotoverlay.h"
 #include "gst/gstlingbotvaedec.h"
 #include "lingbot-config.h"

@@ -8,11 +8,13 @@
  * nothing above kernels/: once it is up, the registry takes the NCCL
  * collectives it carries by name and registers them with comm/.
  */
+#define _GNU_SOURCE             /* dladdr() */
 #include "lingbot/backend.h"
 #include "comm/collectives.h"
 #include "kernels/error.h"
 #include "lingbot-config.h"
 
+#include <dlfcn.h>
 #include <gmodule.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,18 +26,46 @@ static gboolean cuda_probed;
 static LbBackend *cuda_backend;
 static GError *cuda_error;
 
+/* The folder of liblingbot.so itself (dladdr() on one of its functions),
+ * so that the module is found beside the library wherever it was
+ * installed or moved to; NULL when that cannot be told. */
+static char *
+library_dir (void)
+{
+  Dl_info info;
+  if (dladdr ((void *) lingbot_backend_cuda, &info) == 0 || !info.dli_fname
+      || !g_path_is_absolute (info.dli_fname))
+    return NULL;
+  return g_path_get_dirname (info.dli_fname);
+}
+
 static GModule *
 open_module (GString * tried)
 {
   const char *env = g_getenv ("LINGBOT_BACKEND_PATH");
   g_auto (GStrv) env_dirs = env ? g_strsplit (env, G_SEARCHPATH_SEPARATOR_S,
       -1) : NULL;
+  g_autofree char *lib = library_dir ();
+  g_autofree char *lib_dir = NULL, *build_info = NULL, *build_dir = NULL;
   GPtrArray *dirs = g_ptr_array_new ();
   for (int i = 0; env_dirs && env_dirs[i]; i++)
     if (*env_dirs[i])
       g_ptr_array_add (dirs, env_dirs[i]);
-  g_ptr_array_add (dirs, (gpointer) LINGBOT_BACKEND_DIR);
-  g_ptr_array_add (dirs, (gpointer) LINGBOT_BUILD_BACKEND_DIR);
+  if (lib) {
+    /* installed: libdir/lingbot beside the library (LINGBOT_BACKEND_DIR
+     * unless the tree was moved); uninstalled, the library sits at the top
+     * of a meson build folder (meson-info/) and the module in its
+     * kernels/cuda: no build-tree path is compiled in */
+    lib_dir = g_build_filename (lib, "lingbot", NULL);
+    g_ptr_array_add (dirs, lib_dir);
+    build_info = g_build_filename (lib, "meson-info", NULL);
+    if (g_file_test (build_info, G_FILE_TEST_IS_DIR)) {
+      build_dir = g_build_filename (lib, "kernels", "cuda", NULL);
+      g_ptr_array_add (dirs, build_dir);
+    }
+  } else {
+    g_ptr_array_add (dirs, (gpointer) LINGBOT_BACKEND_DIR);
+  }
 
   GModule *mod = NULL;
   for (guint i = 0; i < dirs->len && mod == NULL; i++) {
@@ -75,7 +105,8 @@ register_collectives (LbBackend * be)
  *   %LB_ERROR_DEVICE when it loads but finds no device
  *
  * Loads lingbot-backend-cuda.so once per process (searching
- * $LINGBOT_BACKEND_PATH, the install directory, then the build tree) and
+ * $LINGBOT_BACKEND_PATH, then lingbot/ beside liblingbot.so, or, when
+ * liblingbot.so is that of a build tree, its kernels/cuda) and
  * probes devices; with a device, registers the module's NCCL collectives
  * for CUDA worker groups.  The result, success or failure, is cached.
  *

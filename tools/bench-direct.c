@@ -49,7 +49,7 @@
 
 #ifdef LINGBOT_BENCH_HAVE_GST
 #include <gst/gst.h>
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 #endif
 
 #include "comm/collectives.h"
@@ -706,20 +706,47 @@ gst_elements_registered (void)
   return TRUE;
 }
 
-/* The elements, from GST_PLUGIN_PATH / the system, else (an uninstalled
- * run outside `meson devenv`) from the build tree's gst/ folder. */
+/**
+ * lingbot_bench_scan_plugin_dir:
+ *
+ * Registers the lingbot plugin of this lingbot-bench's own tree, for when
+ * GStreamer's search (GST_PLUGIN_PATH, the system plugin folders) did not
+ * find the elements.  The folder is relative to the executable, never a
+ * path fixed at build time: installed, LINGBOT_BENCH_PLUGIN_DIR from bindir
+ * (the prefix's libdir/gstreamer-1.0, which GStreamer does not search by
+ * itself under /usr/local); uninstalled (the executable's parent folder is
+ * a meson build folder, one with meson-info/), that build folder's gst/.
+ * Does nothing when the folder does not exist.
+ */
+void
+lingbot_bench_scan_plugin_dir (void)
+{
+  g_autofree char *exe = g_file_read_link ("/proc/self/exe", NULL);
+  g_autofree char *dir = NULL, *info = NULL, *plugins = NULL;
+
+  if (exe == NULL)
+    return;
+  dir = g_path_get_dirname (exe);
+  info = g_build_filename (dir, "..", "meson-info", NULL);
+  if (g_file_test (info, G_FILE_TEST_IS_DIR))
+    plugins = g_canonicalize_filename ("../gst", dir);
+  else if (g_path_is_absolute (LINGBOT_BENCH_PLUGIN_DIR))
+    plugins = g_strdup (LINGBOT_BENCH_PLUGIN_DIR);
+  else
+    plugins = g_canonicalize_filename (LINGBOT_BENCH_PLUGIN_DIR, dir);
+  if (g_file_test (plugins, G_FILE_TEST_IS_DIR))
+    gst_registry_scan_path (gst_registry_get (), plugins);
+}
+
+/* The elements, from GST_PLUGIN_PATH / the system, else from the plugin
+ * folder of this executable's tree. */
 static gboolean
 gst_elements_available (void)
 {
   if (gst_elements_registered ())
     return TRUE;
-#ifdef LINGBOT_BENCH_GST_BUILD_DIR
-  if (g_file_test (LINGBOT_BENCH_GST_BUILD_DIR, G_FILE_TEST_IS_DIR)) {
-    gst_registry_scan_path (gst_registry_get (), LINGBOT_BENCH_GST_BUILD_DIR);
-    return gst_elements_registered ();
-  }
-#endif
-  return FALSE;
+  lingbot_bench_scan_plugin_dir ();
+  return gst_elements_registered ();
 }
 
 static gboolean

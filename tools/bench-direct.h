@@ -6,3 +6,6 @@
 
 int lingbot_bench_direct_main (int argc, char **argv);
 int lingbot_bench_replay_main (int argc, char **argv);
+#ifdef LINGBOT_BENCH_HAVE_GST
+void lingbot_bench_scan_plugin_dir (void);
+#endif

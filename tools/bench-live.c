@@ -31,6 +31,7 @@
  * within 10 % of its figure before the stall.
  */
 #include "tools/bench-live.h"
+#include "tools/bench-direct.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -577,16 +578,14 @@ lingbot_bench_live_main (int argc, char **argv)
     return 2;
   }
   {
-    /* the elements, from GST_PLUGIN_PATH / the system, else (uninstalled)
-     * from the build tree */
+    /* the elements, from GST_PLUGIN_PATH / the system, else from the
+     * plugin folder of this executable's tree */
     GstElementFactory *f = gst_element_factory_find ("lingbotgen");
 
     if (f)
       gst_object_unref (f);
-#ifdef LINGBOT_BENCH_GST_BUILD_DIR
     else
-      gst_registry_scan_path (gst_registry_get (), LINGBOT_BENCH_GST_BUILD_DIR);
-#endif
+      lingbot_bench_scan_plugin_dir ();
   }
   rc = run (&c);
   config_clear (&c);

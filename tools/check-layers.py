@@ -2,15 +2,17 @@
 # lingbot-gst: check that the layers only call down (docs/design.md)
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
-# Reads the sources of gst/, lingbot/, comm/ and kernels/ and builds a
+# Reads the sources of gst/, gst-libs/, lingbot/, comm/ and kernels/ and
+# builds a
 # graph of files: an edge for every `#include "dir/file.h"` and one from a
 # source file to the source file that defines a (non-static) function it
 # names.  It prints
 #
 #   - arrows back up: an edge from a lower layer to a higher one
-#     (kernels < comm < lingbot < gst), and any include in gst/ of a
-#     library header other than lingbot/lingbot.h (the elements see the
-#     application API only);
+#     (kernels < comm < lingbot < gst-libs < gst), and any include in gst/
+#     or gst-libs/ (the GStreamer helper library, included as
+#     "gst/lingbot/...") of a library header other than lingbot/lingbot.h
+#     (the elements see the application API only);
 #   - circles: groups of source files that reach each other (strongly
 #     connected components of the graph, two files or more).
 #
@@ -28,7 +30,7 @@ import os
 import re
 import sys
 
-LAYERS = {"kernels": 0, "comm": 1, "lingbot": 2, "gst": 3}
+LAYERS = {"kernels": 0, "comm": 1, "lingbot": 2, "gst-libs": 3, "gst": 4}
 SOURCE_EXT = (".c", ".cc", ".cu")
 HEADER_EXT = (".h", ".cuh")
 GST_ALLOWED = {"lingbot/lingbot.h"}
@@ -67,6 +69,9 @@ def scan(root):
 def resolve(files, path, inc):
     if inc in files:
         return inc
+    # "gst/lingbot/x.h" is gst-libs/gst/lingbot/x.h (its include folder)
+    if "gst-libs/" + inc in files:
+        return "gst-libs/" + inc
     local = os.path.normpath(os.path.join(os.path.dirname(path), inc))
     return local if local in files else None
 
@@ -122,8 +127,8 @@ def arrows_up(edges):
             lt = layer_of(t)
             if lt > lp:
                 out.append((p, line, kind, what, t))
-            elif lp == LAYERS["gst"] and lt < lp and kind == "include" and \
-                    t not in GST_ALLOWED:
+            elif lp >= LAYERS["gst-libs"] and lt < LAYERS["gst-libs"] and \
+                    kind == "include" and t not in GST_ALLOWED:
                 out.append((p, line, kind, what, t))
     return out
 

@@ -21,7 +21,7 @@ LINGBOT_DEPS=(
   # suite fuzz: gcc's AddressSanitizer and UndefinedBehaviorSanitizer
   # runtimes (the sanitized corpus replay of tests/fuzz)
   libasan8 libubsan1
-  # tools/plot-bench (the chunk timeline PNG of a lingbot-bench report) and
+  # tools/lingbot-plot-bench (the chunk timeline PNG of a lingbot-bench report) and
   # its test in suite bench; it runs on Debian's /usr/bin/python3
   python3-matplotlib
   # GStreamer plugin (gst/): headers + gst-check, gst-launch/inspect, the
@@ -34,8 +34,8 @@ LINGBOT_DEPS=(
   # (libnice plugin), the signalling/page server (libsoup 3)
   libgstreamer-plugins-bad1.0-dev gstreamer1.0-plugins-bad gstreamer1.0-nice
   libsoup-3.0-dev
-  # GObject introspection of libgstlingbot-1.0 (gst/meson.build, option
-  # introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
+  # GObject introspection of libgstlingbot-1.0 (gst-libs/gst/lingbot,
+  # option introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
   # (libgstreamer1.0-dev) and its typelib; the Python test (tests/gst
   # test-gi.py) with PyGObject and the -base typelibs (GstApp: appsink)
   gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0

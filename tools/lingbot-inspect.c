@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
  *   lingbot-inspect [--metadata] FILE...
+ *   lingbot-inspect --check DIR
  *
  * FILE is a .safetensors file, a sharded set (its index JSON or directory),
  * a torch.save .pth or a .npy.  Prints one line per tensor:
@@ -15,11 +16,15 @@
  * (lingbot-mkmodel --dummy) stores no tensors: it is reported as
  * "PATH: dummy (lingbot-mkmodel --dummy): no tensors stored, the weights
  * are drawn when it loads (seed S, DTYPE)".
+ *
+ * --check DIR says whether a downloaded model directory is complete
+ * (lingbot-inspect-check.c): one line per problem, exit 1 on any.
  */
 #include "lingbot/checkpoint.h"
 #include "lingbot/dummy.h"
 #include "lingbot/lingbot-private.h"
 #include "tools/tool-common.h"
+#include "tools/lingbot-inspect-check.h"
 
 #include <locale.h>
 #include <stdio.h>
@@ -158,11 +163,15 @@ expand_model_dirs (int argc, char **argv)
 int
 main (int argc, char **argv)
 {
-  gboolean metadata = FALSE;
+  gboolean metadata = FALSE, check = FALSE;
   GError *error = NULL;
   GOptionEntry entries[] = {
     {"metadata", 'm', 0, G_OPTION_ARG_NONE, &metadata,
         "Also print the metadata keys and values", NULL},
+    {"check", 'c', 0, G_OPTION_ARG_NONE, &check,
+          "Say whether the model directory DIR is complete (files, sizes, "
+          "shards, dtypes, shapes) without loading it; exit 1 if not",
+        NULL},
     {NULL}
   };
 
@@ -172,6 +181,12 @@ main (int argc, char **argv)
           "A model directory (transformers/, Wan2.1_VAE, the umT5) is "
           "listed part by part.", entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
+  if (check) {
+    if (argc != 2 || metadata)
+      return lingbot_tool_usage_error ("lingbot-inspect", "--check takes "
+          "one model directory (and no --metadata)");
+    return lingbot_inspect_check (argv[1]);
+  }
   if (argc < 2) {
     fprintf (stderr, "usage: lingbot-inspect [--metadata] FILE...\n");
     return 2;

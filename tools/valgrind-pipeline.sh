@@ -41,14 +41,12 @@ tmp=$(mktemp -d)
 "$build/tools/lingbot-mkmodel" --dummy --preset tiny --chunk 4 --seed 7 \
   --tokenizer "$build/tests/text/test-spm.model" --out "$tmp/model" --quiet
 
-# only the plugin on the plugin path: $build/gst also holds
-# libgstlingbot-1.0.so (the elements' public library, not a plugin), which
-# GStreamer would dlopen and dlclose again at every registry check; under
-# valgrind that unmapping hides the statics of the library the plugin then
-# loads, and their singletons read as definite leaks
-mkdir "$tmp/plugins"
-ln -s "$build/gst/libgstlingbot.so" "$tmp/plugins/"
-export GST_PLUGIN_PATH=$tmp/plugins
+# $build/gst holds the plugin alone (libgstlingbot-1.0.so, the elements'
+# public library, is built in gst-libs/gst/lingbot: were it on the plugin
+# path, GStreamer would dlopen and dlclose it at every registry check, and
+# under valgrind that unmapping hides the statics of the library the plugin
+# then loads, so that their singletons read as definite leaks)
+export GST_PLUGIN_PATH=$build/gst
 export GST_REGISTRY_1_0=$tmp/registry.bin GST_REGISTRY_FORK=no
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=passive
 : "${OPENBLAS_CORETYPE:=$("$root/tools/openblas-coretype.sh")}"

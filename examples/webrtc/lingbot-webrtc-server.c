@@ -12,25 +12,43 @@
 #include <stdlib.h>
 #include <glib-unix.h>
 #include <gst/gst.h>
+#include <json-glib/json-glib.h>
 
 #include "webrtc-server.h"
 
 #ifndef LINGBOT_WEBRTC_WWW_DIR
 #define LINGBOT_WEBRTC_WWW_DIR "www"
 #endif
-#ifndef LINGBOT_WEBRTC_SOURCE_WWW_DIR
-#define LINGBOT_WEBRTC_SOURCE_WWW_DIR LINGBOT_WEBRTC_WWW_DIR
-#endif
 
-/* the source tree's page when it is there (a build-tree run), else the
- * installed one */
-static const char *
+/* The page, found relative to the executable (no build-tree or source-tree
+ * path is compiled in).  Uninstalled, the executable is in examples/webrtc/
+ * of a meson build folder and the page is the source tree's
+ * examples/webrtc/www, the source folder that the build folder's
+ * meson-info/meson-info.json names; installed, LINGBOT_WEBRTC_WWW_DIR from
+ * bindir (the prefix's share/lingbot-gst/webrtc).  Newly allocated. */
+static char *
 default_www (void)
 {
-  if (g_file_test (LINGBOT_WEBRTC_SOURCE_WWW_DIR "/index.html",
-          G_FILE_TEST_IS_REGULAR))
-    return LINGBOT_WEBRTC_SOURCE_WWW_DIR;
-  return LINGBOT_WEBRTC_WWW_DIR;
+  g_autofree char *exe = g_file_read_link ("/proc/self/exe", NULL);
+  g_autofree char *dir = exe ? g_path_get_dirname (exe) : g_strdup (".");
+  g_autofree char *info = g_build_filename (dir, "..", "..", "meson-info",
+      "meson-info.json", NULL);
+  g_autoptr (JsonParser) parser = json_parser_new ();
+
+  if (g_file_test (info, G_FILE_TEST_IS_REGULAR)
+      && json_parser_load_from_file (parser, info, NULL)) {
+    JsonNode *root = json_parser_get_root (parser);
+    JsonObject *dirs = JSON_NODE_HOLDS_OBJECT (root) ?
+        json_object_get_object_member (json_node_get_object (root),
+        "directories") : NULL;
+    const char *source = dirs ? json_object_get_string_member_with_default
+        (dirs, "source", NULL) : NULL;
+    if (source)
+      return g_build_filename (source, "examples", "webrtc", "www", NULL);
+  }
+  if (g_path_is_absolute (LINGBOT_WEBRTC_WWW_DIR))
+    return g_strdup (LINGBOT_WEBRTC_WWW_DIR);
+  return g_build_filename (dir, LINGBOT_WEBRTC_WWW_DIR, NULL);
 }
 
 static gboolean
@@ -184,7 +202,9 @@ main (int argc, char **argv)
   if (address)
     cfg.address = address;
   cfg.port = (guint) port;
-  cfg.www_dir = www ? www : default_www ();
+  if (www == NULL)
+    www = default_www ();
+  cfg.www_dir = www;
   cfg.model = model;
   cfg.image = image;
   cfg.prompt = prompt;

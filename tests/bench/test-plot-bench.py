@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# lingbot-gst: tools/plot-bench on checked-in lingbot-bench reports (suite
+# lingbot-gst: tools/lingbot-plot-bench on checked-in lingbot-bench reports (suite
 # bench)
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
@@ -20,7 +20,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get('LINGBOT_SOURCE_ROOT', os.path.join(HERE, '..', '..'))
 PLOT = os.environ.get('LINGBOT_PLOT_BENCH',
-                      os.path.join(ROOT, 'tools', 'plot-bench'))
+                      os.path.join(ROOT, 'tools', 'lingbot-plot-bench'))
 DATA = os.path.join(ROOT, 'tests', 'bench', 'data')
 REPLAY = os.path.join(DATA, 'replay-demo-128x64.json')
 DIRECT = os.path.join(DATA, 'direct-demo-128x64.json')
@@ -57,7 +57,7 @@ def expect_error(tmp, name, text, args, message):
         f.write(text)
     out = os.path.join(tmp, name + '.png')
     r = run(path, '-o', out, *args)
-    want = 'plot-bench: ' + message.replace('PATH', path) + '\n'
+    want = 'lingbot-plot-bench: ' + message.replace('PATH', path) + '\n'
     check(r.returncode == 1 and r.stderr == want and
           not os.path.exists(out),
           '%s: exit 1, no PNG, stderr %r (got %d, %r)' %

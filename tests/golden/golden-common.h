@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lingbot-config.h"
+#include "lingbot-test-config.h"
 #include "lingbot/checkpoint.h"
 
 static inline char *

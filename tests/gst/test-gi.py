@@ -5,8 +5,8 @@
 #
 #   test-gi.py MKMODEL SPM_MODEL IMAGE
 #
-# GI_TYPELIB_PATH names the build's gst/ (the typelib), LD_LIBRARY_PATH the
-# library, GST_PLUGIN_PATH the plugin.  On a dummy tiny model (lingbot-
+# GI_TYPELIB_PATH names the build's gst-libs/gst/lingbot/ (the typelib),
+# LD_LIBRARY_PATH the library, GST_PLUGIN_PATH the plugin (build/gst).  On a dummy tiny model (lingbot-
 # mkmodel --dummy, chunk 4, 64x64, 13 frames = chunk 0 alone):
 #
 # - the snippet of gst/README.md "From Python" (checked to be the same

@@ -10,7 +10,7 @@
 #include <gst/video/video.h>
 
 #include "test-fixture.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 #include "lingbot/image.h"
 #include "lingbot/lingbot.h"
 

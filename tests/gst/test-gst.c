@@ -22,9 +22,9 @@
 #include <gst/video/navigation.h>
 #include <gst/video/video.h>
 
-#include "gst/gstlingbotcontext.h"
+#include "gst/lingbot/gstlingbotcontext.h"
 #include "gst/gstlingbotcontrolsrc.h"
-#include "gst/gstlingbotmemory.h"
+#include "gst/lingbot/gstlingbotmemory.h"
 #include "kernels/error.h"
 #include "lingbot/backend.h"
 #include "lingbot/checkpoint.h"

@@ -2,12 +2,12 @@
  * `pkg-config --cflags --libs gstlingbot-1.0` (tests/install/test-install.sh)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * Includes every installed GStreamer helper header and prints the names
+ * Includes the GStreamer helper library's header, <gst/lingbot/lingbot.h>
+ * (which includes the others), as GStreamer's own libraries are included
+ * (<gst/video/video.h>), and prints the names
  * they register; the script compares the output with the expected lines.
  */
-#include <gst/gstlingbotcontext.h>
-#include <gst/gstlingbotmemory.h>
-#include <gst/gstlingbotmeta.h>
+#include <gst/lingbot/lingbot.h>
 
 #include <stdio.h>
 

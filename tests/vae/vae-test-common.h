@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "lingbot-config.h"
+#include "lingbot-test-config.h"
 #include "kernels/backend.h"
 #include "lingbot/checkpoint.h"
 #include "lingbot/vae.h"

@@ -3,7 +3,7 @@
  */
 #include <string.h>
 
-#include "gst/gstlingbotmemory.h"
+#include "gst/lingbot/gstlingbotmemory.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_memory_debug);
 #define GST_CAT_DEFAULT gst_lingbot_memory_debug

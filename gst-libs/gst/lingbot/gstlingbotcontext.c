@@ -8,7 +8,7 @@
  * world itself and hand it over with gst_lingbot_context_new() (from a bus
  * sync handler answering need-context, or gst_element_set_context()).
  */
-#include "gst/gstlingbotcontext.h"
+#include "gst/lingbot/gstlingbotcontext.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_context_debug);
 #define GST_CAT_DEFAULT gst_lingbot_context_debug

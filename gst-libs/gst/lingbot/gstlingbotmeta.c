@@ -1,7 +1,7 @@
 /* lingbot-gst: the latent-chunk meta (a session handle + chunk index)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 
 /**
  * gst_lingbot_session_handle_new: (skip)

@@ -5,7 +5,7 @@
 
 #include <gst/gst.h>
 #include "lingbot/lingbot.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 
 G_BEGIN_DECLS
 
