@@ -10,7 +10,7 @@
 # the programs such a machine has: those of the packages Debian 12 always
 # has (Essential: yes or Priority: required, as in the debian:12 image),
 # of LINGBOT_DEPS and LINGBOT_DEMO_DEPS, and of everything they depend on,
-# as dpkg lists them here.  A program of any other package (bc, which
+# as dpkg lists them here (exit 77, skipped, without dpkg).  A program of any other package (bc, which
 # demo.sh once used, or gst-discoverer-1.0 of gstreamer1.0-plugins-base-
 # apps) is not found, and demo.sh fails.  A program demo.sh or its helpers
 # name by an absolute path (/usr/bin/python3) must belong to one of those
@@ -24,6 +24,7 @@
 # duration, size and rate, and no number with more than 3 decimals.
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,9 @@ def owner(path):
 
 def main():
     root, build = (os.path.abspath(a) for a in sys.argv[1:3])
+    if shutil.which('dpkg-query') is None:
+        print('SKIP: no dpkg (the check is for Debian 12)')
+        return 77
     pkgs = installed()
     base = [p for p, (ess, prio, _) in pkgs.items()
             if ess or prio == 'required']
