@@ -3,24 +3,27 @@
 #
 #   examples/launch-mp4.sh MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]
 #
-# OUT.mp4 defaults to demo-out/lingbot.mp4 under the repository root
-# (demo-out/ is gitignored); the script prints where it wrote the file.
+# TRACE.json defaults to the project's keyboard trace,
+# examples/data/demo-trace.json.  OUT.mp4 defaults to demo-out/lingbot.mp4
+# under the repository root (demo-out/ is gitignored); the script prints
+# where it wrote the file.
 #
 # Environment: PROMPT (text prompt, needs the model's umT5) or PROMPT_EMBEDS
 # (a lingbot-encode-prompt file), DEVICES (cpu:1; "0,1,2,3" for four GPUs),
 # FRAMES (77), WIDTH/HEIGHT (0 = 480p pixel area), SEED (42), BUILD (the
 # meson build directory whose gst/ holds libgstlingbot.so, default build).
 #
-# A tiny random model for a try on the CPU:
-#   build/tools/lingbot-mkmodel --full --tokenizer=SPM.model -o /tmp/tiny
-#   WIDTH=64 HEIGHT=64 PROMPT_EMBEDS=... examples/launch-mp4.sh /tmp/tiny start.jpg
+# On the small model of README.md ("The small model"), from the source root:
+#   ./tools/demo.sh --model-only
+#   WIDTH=64 HEIGHT=64 FRAMES=29 examples/launch-mp4.sh demo-out/demo-model \
+#     tests/data/gpu-start.jpg
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 model="${1:?usage: $0 MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]}"
 image="${2:?usage: $0 MODEL_DIR IMAGE.jpg [TRACE.json] [OUT.mp4]}"
-trace="${3:-$root/tests/data/gst/trace.json}"
+trace="${3:-$root/examples/data/demo-trace.json}"
 out="${4:-$root/demo-out/lingbot.mp4}"
 build="${BUILD:-$root/build}"
 

@@ -12,6 +12,7 @@
 #include "lingbot/dummy.h"
 #include "kernels/error.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 
 /**
@@ -165,12 +166,25 @@ lingbot_text_encoder_write_random (const char *path,
     return FALSE;
   Writer w = writer_new (cfg, dtype, seed);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
-  g_autofree char *config = g_strdup_printf ("{\"vocab\": %" G_GINT64_FORMAT
-      ", \"dim\": %" G_GINT64_FORMAT ", \"dim_attn\": %" G_GINT64_FORMAT
-      ", \"dim_ffn\": %" G_GINT64_FORMAT ", \"num_heads\": %d, "
-      "\"num_layers\": %d, \"num_buckets\": %d, \"seed\": %" G_GUINT64_FORMAT
-      "}", cfg->vocab, cfg->dim, cfg->dim_attn, cfg->dim_ffn, cfg->num_heads,
-      cfg->num_layers, cfg->num_buckets, seed);
+  const struct
+  {
+    const char *name;
+    gint64 value;
+  } members[] = {
+    {"vocab", cfg->vocab}, {"dim", cfg->dim}, {"dim_attn", cfg->dim_attn},
+    {"dim_ffn", cfg->dim_ffn}, {"num_heads", cfg->num_heads},
+    {"num_layers", cfg->num_layers}, {"num_buckets", cfg->num_buckets},
+    {"seed", (gint64) seed},
+  };
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  for (guint i = 0; i < G_N_ELEMENTS (members); i++) {
+    json_builder_set_member_name (b, members[i].name);
+    json_builder_add_int_value (b, members[i].value);
+  }
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autofree char *config = json_to_string (root, FALSE);
   g_hash_table_insert (meta, (gpointer) "config", config);
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official umT5-xxl encoder checkpoint names "

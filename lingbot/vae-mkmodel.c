@@ -8,6 +8,7 @@
 #include "lingbot/checkpoint-private.h"
 #include "lingbot/dummy.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
 
@@ -194,12 +195,33 @@ lingbot_vae_write_random (const char *path, int dim, guint64 seed,
   Writer w = writer_new (dim, seed);
   g_assert (w.names->len == 194);
   g_autoptr (GHashTable) meta = g_hash_table_new (g_str_hash, g_str_equal);
-  g_autofree char *cfg
-      = g_strdup_printf ("{\"dim\": %d, \"z_dim\": 16, "
-      "\"dim_mult\": [1, 2, 4, 4], \"num_res_blocks\": 2, "
-      "\"temperal_downsample\": [false, true, true], "
-      "\"seed\": %" G_GUINT64_FORMAT "}",
-      dim, seed);
+  /* the config as the published checkpoint's (Wan's names), written by
+   * json-glib */
+  static const int mult[] = { 1, 2, 4, 4 };
+  static const gboolean down[] = { FALSE, TRUE, TRUE };
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "dim");
+  json_builder_add_int_value (b, dim);
+  json_builder_set_member_name (b, "z_dim");
+  json_builder_add_int_value (b, 16);
+  json_builder_set_member_name (b, "dim_mult");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < G_N_ELEMENTS (mult); i++)
+    json_builder_add_int_value (b, mult[i]);
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "num_res_blocks");
+  json_builder_add_int_value (b, 2);
+  json_builder_set_member_name (b, "temperal_downsample");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < G_N_ELEMENTS (down); i++)
+    json_builder_add_boolean_value (b, down[i]);
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "seed");
+  json_builder_add_int_value (b, (gint64) seed);
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autofree char *cfg = json_to_string (root, FALSE);
   g_hash_table_insert (meta, (gpointer) "config", cfg);
   g_hash_table_insert (meta, (gpointer) "weight_naming",
       (gpointer) "official Wan2.1_VAE.pth names");

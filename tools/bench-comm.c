@@ -14,6 +14,7 @@
 #include "tools/bench-comm.h"
 #include "tools/bench-common.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 #include "comm/comm.h"
 
 #include <stdio.h>
@@ -269,21 +270,40 @@ auto_iters (gsize S)
   return (int) MAX (3, MIN (50, (gsize) 128 * 1024 * 1024 / S));
 }
 
+/* one row: a JSON line or a table row; @copies_per_msg and @wait_ms_per_msg
+ * (a channel's) are left out when negative */
 static void
 print_row (gboolean json, int n, int mib, const char *what, int iters,
-    double secs_per_iter, double bytes, double mc, const char *extra)
+    double secs_per_iter, double bytes, double mc, double copies_per_msg,
+    double wait_ms_per_msg)
 {
   double gbps = bytes / secs_per_iter / 1e9;
-  if (json)
-    printf ("{\"bench\": \"comm\", \"ranks\": %d, \"size_mib\": %d, "
-        "\"op\": \"%s\", \"iters\": %d, \"seconds_per_iter\": %.6f, "
-        "\"gbps\": %.3f, \"memcpy_gbps\": %.3f, \"ratio\": %.3f%s%s}\n",
-        n, mib, what, iters, secs_per_iter, gbps, mc, gbps / mc,
-        extra ? ", " : "", extra ? extra : "");
-  else
-    printf ("%5d %8d  %-22s %6d %11.3f %9.2f %9.2f %7.2f  %s\n", n, mib,
-        what, iters, secs_per_iter * 1e3, gbps, mc, gbps / mc,
-        extra ? extra : "");
+  if (json) {
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "comm");
+    lingbot_json_int (b, "ranks", n);
+    lingbot_json_int (b, "size_mib", mib);
+    lingbot_json_string (b, "op", what);
+    lingbot_json_int (b, "iters", iters);
+    lingbot_json_double (b, "seconds_per_iter", secs_per_iter);
+    lingbot_json_double (b, "gbps", gbps);
+    lingbot_json_double (b, "memcpy_gbps", mc);
+    lingbot_json_double (b, "ratio", gbps / mc);
+    if (copies_per_msg >= 0) {
+      lingbot_json_double (b, "copies_per_msg", copies_per_msg);
+      lingbot_json_double (b, "wait_ms_per_msg", wait_ms_per_msg);
+    }
+    json_builder_end_object (b);
+    lingbot_json_print (b);
+  } else if (copies_per_msg >= 0) {
+    printf ("%5d %8d  %-22s %6d %11.3f %9.2f %9.2f %7.2f  copies/msg %.1f, "
+        "wait %.2f ms/msg\n", n, mib, what, iters, secs_per_iter * 1e3, gbps,
+        mc, gbps / mc, copies_per_msg, wait_ms_per_msg);
+  } else {
+    printf ("%5d %8d  %-22s %6d %11.3f %9.2f %9.2f %7.2f  \n", n, mib,
+        what, iters, secs_per_iter * 1e3, gbps, mc, gbps / mc);
+  }
 }
 
 /**
@@ -357,7 +377,7 @@ lingbot_bench_comm_main (int argc, char **argv)
         return 1;
       }
       print_row (json, n, sizes[si], "memcpy (1 thread)", iters,
-          (double) S / mc / 1e9, (double) S, mc, NULL);
+          (double) S / mc / 1e9, (double) S, mc, -1, -1);
       for (int op = 0; op < OP_COUNT; op++) {
         if (op == OP_SEND_RECV && n < 2)
           continue;
@@ -375,7 +395,7 @@ lingbot_bench_comm_main (int argc, char **argv)
           return 1;
         }
         print_row (json, n, sizes[si], op_names[op], iters, secs,
-            received_bytes (op, n, S), mc, NULL);
+            received_bytes (op, n, S), mc, -1, -1);
       }
       lb_worker_group_run (g, rank_free, &b, NULL);
       lb_worker_group_unref (g);
@@ -390,18 +410,14 @@ lingbot_bench_comm_main (int argc, char **argv)
           fprintf (stderr, "lingbot-bench comm: %s\n", err->message);
           return 1;
         }
-        char what[64], extra[96];
+        char what[64];
         g_snprintf (what, sizeof what, "channel %s",
             lb_transport_kind_name (kinds[k]));
         guint64 copies = 0;
         for (int t = 0; t < LB_TRANSPORT_COUNT; t++)
           copies += st.copies[t];
-        g_snprintf (extra, sizeof extra, json ?
-            "\"copies_per_msg\": %.1f, \"wait_ms_per_msg\": %.3f" :
-            "copies/msg %.1f, wait %.2f ms/msg", (double) copies / iters,
-            st.wait_us / 1e3 / iters);
         print_row (json, n, sizes[si], what, iters, secs, (double) n * S,
-            mc, extra);
+            mc, (double) copies / iters, st.wait_us / 1e3 / iters);
       }
     }
   }

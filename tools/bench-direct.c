@@ -1357,6 +1357,16 @@ write_json (JsonBuilder * b, const char *path, GError ** error)
 
 /* ---- compare ---- */
 
+/* One JSON value on one line of stdout (the --compare progress lines),
+ * written by json-glib: strings escaped, numbers as JSON has them. */
+static void
+print_json_line (JsonNode * node)
+{
+  g_autofree char *s = json_to_string (node, FALSE);
+  printf ("%s\n", s);
+  fflush (stdout);
+}
+
 static char **
 arm_argv (char **argv, const char *config)
 {
@@ -1427,19 +1437,19 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
     double pratio = per[1] > 0 ? per[0] / per[1] : 0.0;
     g_array_append_val (ratios, ratio);
     g_array_append_val (pratios, pratio);
-    printf ("{\"round\": %d, \"a\": %.4f, \"b\": %.4f, \"ratio\": %.4f, "
-        "\"period_a\": %.6f, \"period_b\": %.6f, \"period_ratio\": %.4f}\n",
-        round, fps[0], fps[1], ratio, per[0], per[1], pratio);
-    fflush (stdout);
-    json_builder_begin_object (rounds);
-    set_int (rounds, "round", round);
-    set_double (rounds, "a", fps[0]);
-    set_double (rounds, "b", fps[1]);
-    set_double (rounds, "ratio", ratio);
-    set_double (rounds, "period_a", per[0]);
-    set_double (rounds, "period_b", per[1]);
-    set_double (rounds, "period_ratio", pratio);
-    json_builder_end_object (rounds);
+    g_autoptr (JsonBuilder) line = json_builder_new ();
+    json_builder_begin_object (line);
+    set_int (line, "round", round);
+    set_double (line, "a", fps[0]);
+    set_double (line, "b", fps[1]);
+    set_double (line, "ratio", ratio);
+    set_double (line, "period_a", per[0]);
+    set_double (line, "period_b", per[1]);
+    set_double (line, "period_ratio", pratio);
+    json_builder_end_object (line);
+    JsonNode *node = json_builder_get_root (line);
+    print_json_line (node);
+    json_builder_add_value (rounds, node);
   }
   json_builder_end_array (b);
   json_builder_end_array (rounds);
@@ -1457,9 +1467,16 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
   set_double (b, "median_ratio", median);
   set_double (b, "median_period_ratio", pmedian);
   json_builder_end_object (b);
-  printf ("{\"a\": \"%s\", \"b\": \"%s\", \"rounds\": %u, "
-      "\"median_ratio\": %.4f, \"median_period_ratio\": %.4f}\n", cfg[0],
-      cfg[1], ratios->len, median, pmedian);
+  g_autoptr (JsonBuilder) last = json_builder_new ();
+  json_builder_begin_object (last);
+  set_string (last, "a", cfg[0]);
+  set_string (last, "b", cfg[1]);
+  set_int (last, "rounds", ratios->len);
+  set_double (last, "median_ratio", median);
+  set_double (last, "median_period_ratio", pmedian);
+  json_builder_end_object (last);
+  g_autoptr (JsonNode) last_node = json_builder_get_root (last);
+  print_json_line (last_node);
   g_autoptr (GError) err = NULL;
   if (base->output && !write_json (b, base->output, &err)) {
     fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);

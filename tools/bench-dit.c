@@ -37,6 +37,7 @@
 #include "tools/bench-common.h"
 #include "tools/bench-counters.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 #include "tools/tool-dit-shape.h"
 
 /* Dense peaks per device, TFLOP/s, used for MFU when --peak-tflops is not
@@ -195,15 +196,31 @@ spec_check (double *ours, double *ours_ref)
   *ours_ref = f.chunk_reference;
 }
 
+/* the member @name of @b's object: the array [@a, @b2] */
 static void
-print_spec_check_json (void)
+add_int_pair (JsonBuilder * b, const char *name, gint64 a, gint64 b2)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_begin_array (b);
+  json_builder_add_int_value (b, a);
+  json_builder_add_int_value (b, b2);
+  json_builder_end_array (b);
+}
+
+/* the member "spec_14b_480p" of @b's object */
+static void
+add_spec_check_json (JsonBuilder * b)
 {
   double ours, ours_ref;
   spec_check (&ours, &ours_ref);
-  printf ("\"spec_14b_480p\": {\"tflop\": %.2f, \"spec_tflop\": %.1f, "
-      "\"reference_tflop\": %.2f, \"spec_reference_tflop\": %.1f}",
-      ours / 1e12, LINGBOT_BENCH_SPEC_14B_480P_TFLOP, ours_ref / 1e12,
+  json_builder_set_member_name (b, "spec_14b_480p");
+  json_builder_begin_object (b);
+  lingbot_json_double (b, "tflop", ours / 1e12);
+  lingbot_json_double (b, "spec_tflop", LINGBOT_BENCH_SPEC_14B_480P_TFLOP);
+  lingbot_json_double (b, "reference_tflop", ours_ref / 1e12);
+  lingbot_json_double (b, "spec_reference_tflop",
       LINGBOT_BENCH_SPEC_14B_480P_REFERENCE_TFLOP);
+  json_builder_end_object (b);
 }
 
 static void
@@ -350,15 +367,22 @@ lingbot_bench_dit_rank_exchange (const LingbotDitConfig * cfg,
       (guint64) out->out_groups + out->link[4] : out->link_total;
 }
 
+/* the member @name of @b's object: the memory terms of @m */
 static void
-print_memory_json (const char *name, const LingbotBenchDitMemory * m)
+add_memory_json (JsonBuilder * b, const char *name,
+    const LingbotBenchDitMemory * m)
 {
-  printf ("\"%s\": {\"weights\": %" G_GUINT64_FORMAT ", \"kv_cache\": %"
-      G_GUINT64_FORMAT ", \"camera\": %" G_GUINT64_FORMAT ", \"cross_kv\": %"
-      G_GUINT64_FORMAT ", \"activations\": %" G_GUINT64_FORMAT
-      ", \"ulysses\": %" G_GUINT64_FORMAT ", \"session\": %" G_GUINT64_FORMAT
-      ", \"total\": %" G_GUINT64_FORMAT "}", name, m->weights, m->kv_cache,
-      m->camera, m->cross_kv, m->activations, m->ulysses, m->session, m->total);
+  json_builder_set_member_name (b, name);
+  json_builder_begin_object (b);
+  lingbot_json_int (b, "weights", (gint64) m->weights);
+  lingbot_json_int (b, "kv_cache", (gint64) m->kv_cache);
+  lingbot_json_int (b, "camera", (gint64) m->camera);
+  lingbot_json_int (b, "cross_kv", (gint64) m->cross_kv);
+  lingbot_json_int (b, "activations", (gint64) m->activations);
+  lingbot_json_int (b, "ulysses", (gint64) m->ulysses);
+  lingbot_json_int (b, "session", (gint64) m->session);
+  lingbot_json_int (b, "total", (gint64) m->total);
+  json_builder_end_object (b);
 }
 
 static int
@@ -381,29 +405,45 @@ run_estimate (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
   lingbot_bench_dit_exchange (cfg, lh, lw, n_ranks, 5, &x);
   const guint64 params = lingbot_dit_config_n_params (cfg);
   if (json) {
-    printf ("{\"bench\": \"dit\", \"event\": \"estimate\", \"variant\": "
-        "\"%s\", \"dim\": %d, \"layers\": %d, \"latent\": [%"
-        G_GINT64_FORMAT ", %" G_GINT64_FORMAT "], \"text_len\": %d, "
-        "\"ranks\": %d, \"params\": %" G_GUINT64_FORMAT ", \"host_weight_"
-        "bytes\": %" G_GUINT64_FORMAT ", \"window_keys\": %" G_GINT64_FORMAT
-        ", \"flops\": {\"pass\": %.6g, \"camera\": %.6g, \"chunk\": %.6g, "
-        "\"chunk_reference\": %.6g, \"linear_pass\": %.6g, \"self_attn_pass\""
-        ": %.6g, \"cross_attn_pass\": %.6g}, ",
-        lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers, lh, lw,
-        text_len, n_ranks, params, params * 4, keys, f.pass, f.camera,
-        f.chunk, f.chunk_reference, f.linear, f.self_attn, f.cross_attn);
-    printf ("\"memory_per_rank\": {");
-    print_memory_json ("f32_weights", &m32);
-    printf (", ");
-    print_memory_json ("bf16_weights", &m16);
-    printf (", ");
-    print_memory_json ("fp8_weights", &m8);
-    printf ("}, \"exchange_per_rank\": {\"all_to_alls\": %" G_GUINT64_FORMAT
-        ", \"bytes_f32\": %" G_GUINT64_FORMAT ", \"bytes_bf16\": %"
-        G_GUINT64_FORMAT ", \"exposed_bf16\": %" G_GUINT64_FORMAT "}, ",
-        x.all_to_alls, x.bytes_f32, x.bytes_bf16, x.exposed_bf16);
-    print_spec_check_json ();
-    printf ("}\n");
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "dit");
+    lingbot_json_string (b, "event", "estimate");
+    lingbot_json_string (b, "variant", lingbot_dit_config_variant (cfg));
+    lingbot_json_int (b, "dim", cfg->dim);
+    lingbot_json_int (b, "layers", cfg->num_layers);
+    add_int_pair (b, "latent", lh, lw);
+    lingbot_json_int (b, "text_len", text_len);
+    lingbot_json_int (b, "ranks", n_ranks);
+    lingbot_json_int (b, "params", (gint64) params);
+    lingbot_json_int (b, "host_weight_bytes", (gint64) params * 4);
+    lingbot_json_int (b, "window_keys", keys);
+    json_builder_set_member_name (b, "flops");
+    json_builder_begin_object (b);
+    lingbot_json_double (b, "pass", f.pass);
+    lingbot_json_double (b, "camera", f.camera);
+    lingbot_json_double (b, "chunk", f.chunk);
+    lingbot_json_double (b, "chunk_reference", f.chunk_reference);
+    lingbot_json_double (b, "linear_pass", f.linear);
+    lingbot_json_double (b, "self_attn_pass", f.self_attn);
+    lingbot_json_double (b, "cross_attn_pass", f.cross_attn);
+    json_builder_end_object (b);
+    json_builder_set_member_name (b, "memory_per_rank");
+    json_builder_begin_object (b);
+    add_memory_json (b, "f32_weights", &m32);
+    add_memory_json (b, "bf16_weights", &m16);
+    add_memory_json (b, "fp8_weights", &m8);
+    json_builder_end_object (b);
+    json_builder_set_member_name (b, "exchange_per_rank");
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "all_to_alls", (gint64) x.all_to_alls);
+    lingbot_json_int (b, "bytes_f32", (gint64) x.bytes_f32);
+    lingbot_json_int (b, "bytes_bf16", (gint64) x.bytes_bf16);
+    lingbot_json_int (b, "exposed_bf16", (gint64) x.exposed_bf16);
+    json_builder_end_object (b);
+    add_spec_check_json (b);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   } else {
     printf ("%s, %d layers, latent %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
         ", %d text tokens, window %" G_GINT64_FORMAT " keys: %.2f TFLOP per "
@@ -440,14 +480,16 @@ mfu (double flops, double secs, double peak, int n_devices)
   return flops / secs / (peak * 1e12 * n_devices);
 }
 
+/* the member @name of @b's object: @v, or null when it is negative (not
+ * known) */
 static void
-print_num_or_null (const char *name, double v, const char *fmt)
+add_num_or_null (JsonBuilder * b, const char *name, double v)
 {
-  printf (", \"%s\": ", name);
+  json_builder_set_member_name (b, name);
   if (v < 0)
-    printf ("null");
+    json_builder_add_null_value (b);
   else
-    printf (fmt, v);
+    json_builder_add_double_value (b, v);
 }
 
 /* --rank-of N needs a rank count Ulysses can split the heads over. */
@@ -463,19 +505,26 @@ rank_of_check (const LingbotDitConfig * cfg, int n)
   return TRUE;
 }
 
+/* the member @name of @b's object: per collective its calls and bytes in
+ * @c; returns the bytes received in all */
 static guint64
-print_ops_json (const char *name, const LingbotBenchCommCounts * c)
+add_ops_json (JsonBuilder * b, const char *name,
+    const LingbotBenchCommCounts * c)
 {
   guint64 total = 0;
-  printf ("\"%s\": {", name);
+  json_builder_set_member_name (b, name);
+  json_builder_begin_object (b);
   for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
-    printf ("%s\"%s\": {\"calls\": %" G_GUINT64_FORMAT ", \"bytes\": %"
-        G_GUINT64_FORMAT ", \"sent\": %" G_GUINT64_FORMAT ", \"link\": %"
-        G_GUINT64_FORMAT "}", i ? ", " : "", lingbot_bench_op_names[i],
-        c->calls[i], c->bytes[i], c->sent[i], c->link[i]);
+    json_builder_set_member_name (b, lingbot_bench_op_names[i]);
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "calls", (gint64) c->calls[i]);
+    lingbot_json_int (b, "bytes", (gint64) c->bytes[i]);
+    lingbot_json_int (b, "sent", (gint64) c->sent[i]);
+    lingbot_json_int (b, "link", (gint64) c->link[i]);
+    json_builder_end_object (b);
     total += c->bytes[i];
   }
-  printf ("}");
+  json_builder_end_object (b);
   return total;
 }
 
@@ -483,15 +532,18 @@ print_ops_json (const char *name, const LingbotBenchCommCounts * c)
  * the same exchanges) and over the run as called from the host
  * ("ops_run": graph replays are not calls) */
 static void
-print_comm_json (const LingbotBenchCommCounts * first,
+add_comm_json (JsonBuilder * b, const LingbotBenchCommCounts * first,
     const LingbotBenchCommCounts * run, const char *collectives)
 {
-  printf ("\"comm\": {\"collectives\": \"%s\", \"rank\": 0, ", collectives);
-  guint64 per_chunk = print_ops_json ("ops", first);
-  printf (", ");
-  guint64 total = print_ops_json ("ops_run", run);
-  printf (", \"bytes_per_chunk\": %" G_GUINT64_FORMAT ", \"bytes_run\": %"
-      G_GUINT64_FORMAT "}, ", per_chunk, total);
+  json_builder_set_member_name (b, "comm");
+  json_builder_begin_object (b);
+  lingbot_json_string (b, "collectives", collectives);
+  lingbot_json_int (b, "rank", 0);
+  guint64 per_chunk = add_ops_json (b, "ops", first);
+  guint64 total = add_ops_json (b, "ops_run", run);
+  lingbot_json_int (b, "bytes_per_chunk", (gint64) per_chunk);
+  lingbot_json_int (b, "bytes_run", (gint64) total);
+  json_builder_end_object (b);
 }
 
 /* What --rank-of measured and the N-GPU projection, each term.  @chunk_s:
@@ -545,32 +597,61 @@ report_rank_of (const LingbotDitConfig * cfg, int64_t lh, int64_t lw,
   const guint64 calls_a2a = c->calls[LINGBOT_BENCH_OP_ALL_TO_ALL] / done;
   const guint64 calls_ag = c->calls[LINGBOT_BENCH_OP_ALL_GATHER] / done;
   if (json) {
-    printf ("{\"bench\": \"dit\", \"event\": \"rank_of\", \"ranks\": %d, "
-        "\"rank\": 0, \"band_rows\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
-        "], \"token_rows\": %" G_GINT64_FORMAT ", \"tokens\": %"
-        G_GINT64_FORMAT ", \"heads\": %d, \"heads_total\": %d, "
-        "\"kv_cache_bytes\": %" G_GUINT64_FORMAT ", \"chunk_s\": %.6g, "
-        "\"chunk_s_from\": \"%s\", \"all_to_all\": {\"calls_per_chunk\": %"
-        G_GUINT64_FORMAT ", \"bytes_per_chunk\": %" G_GUINT64_FORMAT
-        ", \"sent_per_chunk\": %" G_GUINT64_FORMAT ", \"q\": %"
-        G_GUINT64_FORMAT ", \"k\": %" G_GUINT64_FORMAT ", \"v\": %"
-        G_GUINT64_FORMAT ", \"out\": %" G_GUINT64_FORMAT "}, "
-        "\"all_gather\": {\"calls_per_chunk\": %" G_GUINT64_FORMAT
-        ", \"bytes_per_chunk\": %" G_GUINT64_FORMAT ", \"sent_per_chunk\": %"
-        G_GUINT64_FORMAT "}, \"link_bytes_per_chunk\": %" G_GUINT64_FORMAT
-        ", \"moved_bytes\": %" G_GUINT64_FORMAT ", \"link_gbps\": %.6g, "
-        "\"exchange_s\": %.6g, \"exchange_terms_s\": {\"q\": %.6g, \"k\": "
-        "%.6g, \"v\": %.6g, \"out\": %.6g, \"all_gather\": %.6g}, "
-        "\"overlap\": %s, \"out_groups\": %d, \"exposed_bytes_per_chunk\": %"
-        G_GUINT64_FORMAT ", \"exposed_s\": %.6g, \"period_s\": %.6g, "
-        "\"frames\": %d, \"fps\": %.6g}\n", sh->world_ranks, sh->band_row0,
-        sh->band_rows, lh / 2, sh->tokens, sh->heads, cfg->num_heads,
-        sh->kv_cache_bytes, chunk_s, steady ? "steady_mean" : "first_chunk",
-        calls_a2a, a2a, c->sent[LINGBOT_BENCH_OP_ALL_TO_ALL] / done,
-        x.recv[0], x.recv[1], x.recv[2], x.recv[3], calls_ag, ag,
-        c->sent[LINGBOT_BENCH_OP_ALL_GATHER] / done, link, moved, link_gbps,
-        exchange_s, q_s, k_s, v_s, out_s, ag_s, overlap ? "true" : "false",
-        x.out_groups, x.exposed_link, exposed_s, period, frames, fps);
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "dit");
+    lingbot_json_string (b, "event", "rank_of");
+    lingbot_json_int (b, "ranks", sh->world_ranks);
+    lingbot_json_int (b, "rank", 0);
+    add_int_pair (b, "band_rows", sh->band_row0, sh->band_rows);
+    lingbot_json_int (b, "token_rows", lh / 2);
+    lingbot_json_int (b, "tokens", sh->tokens);
+    lingbot_json_int (b, "heads", sh->heads);
+    lingbot_json_int (b, "heads_total", cfg->num_heads);
+    lingbot_json_int (b, "kv_cache_bytes", (gint64) sh->kv_cache_bytes);
+    lingbot_json_double (b, "chunk_s", chunk_s);
+    lingbot_json_string (b, "chunk_s_from",
+        steady ? "steady_mean" : "first_chunk");
+    json_builder_set_member_name (b, "all_to_all");
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "calls_per_chunk", (gint64) calls_a2a);
+    lingbot_json_int (b, "bytes_per_chunk", (gint64) a2a);
+    lingbot_json_int (b, "sent_per_chunk",
+        (gint64) (c->sent[LINGBOT_BENCH_OP_ALL_TO_ALL] / done));
+    lingbot_json_int (b, "q", (gint64) x.recv[0]);
+    lingbot_json_int (b, "k", (gint64) x.recv[1]);
+    lingbot_json_int (b, "v", (gint64) x.recv[2]);
+    lingbot_json_int (b, "out", (gint64) x.recv[3]);
+    json_builder_end_object (b);
+    json_builder_set_member_name (b, "all_gather");
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "calls_per_chunk", (gint64) calls_ag);
+    lingbot_json_int (b, "bytes_per_chunk", (gint64) ag);
+    lingbot_json_int (b, "sent_per_chunk",
+        (gint64) (c->sent[LINGBOT_BENCH_OP_ALL_GATHER] / done));
+    json_builder_end_object (b);
+    lingbot_json_int (b, "link_bytes_per_chunk", (gint64) link);
+    lingbot_json_int (b, "moved_bytes", (gint64) moved);
+    lingbot_json_double (b, "link_gbps", link_gbps);
+    lingbot_json_double (b, "exchange_s", exchange_s);
+    json_builder_set_member_name (b, "exchange_terms_s");
+    json_builder_begin_object (b);
+    lingbot_json_double (b, "q", q_s);
+    lingbot_json_double (b, "k", k_s);
+    lingbot_json_double (b, "v", v_s);
+    lingbot_json_double (b, "out", out_s);
+    lingbot_json_double (b, "all_gather", ag_s);
+    json_builder_end_object (b);
+    json_builder_set_member_name (b, "overlap");
+    json_builder_add_boolean_value (b, overlap);
+    lingbot_json_int (b, "out_groups", x.out_groups);
+    lingbot_json_int (b, "exposed_bytes_per_chunk", (gint64) x.exposed_link);
+    lingbot_json_double (b, "exposed_s", exposed_s);
+    lingbot_json_double (b, "period_s", period);
+    lingbot_json_int (b, "frames", frames);
+    lingbot_json_double (b, "fps", fps);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   } else {
     printf ("rank 0 of %d (one rank standing in): token rows %"
         G_GINT64_FORMAT "..%" G_GINT64_FORMAT " of %" G_GINT64_FORMAT
@@ -795,24 +876,39 @@ lingbot_bench_dit_main (int argc, char **argv)
   LingbotDitRankShare share;
   lingbot_dit_session_bench_get_share (ses, 0, &share);
   if (json) {
-    printf ("{\"bench\": \"dit\", \"event\": \"setup\", \"backend\": \"%s\", "
-        "\"ranks\": %d, \"devices\": %d, \"variant\": \"%s\", \"layers\": %d, "
-        "\"params\": %" G_GUINT64_FORMAT ", \"precision\": \"%s\", "
-        "\"precision_applied\": %s, \"weights_s\": %.3f, \"setup_s\": %.3f, "
-        "\"window_full\": %s, \"window_keys\": %" G_GINT64_FORMAT
-        ", \"cursors\": [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "], "
-        "\"next_chunk\": %" G_GINT64_FORMAT ", \"collectives\": \"%s\", "
-        "\"world_ranks\": %d, \"rank0\": {\"band_rows\": [%" G_GINT64_FORMAT
-        ", %" G_GINT64_FORMAT "], \"tokens\": %" G_GINT64_FORMAT ", \"heads\": "
-        "%d, \"kv_cache_bytes\": %" G_GUINT64_FORMAT "}}\n", be->name, n_ranks,
-        n_devices, lingbot_dit_config_variant (cfg), cfg->num_layers, params,
-        math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
-        math == LB_MATH_BF16 && on_cpu ? "false" : "true", weights_s, setup_s,
-        window_full ? "true" : "false", cap, ge0, le0,
-        lingbot_dit_session_get_chunk_index (ses), go.collectives->name,
-        share.world_ranks, share.band_row0, share.band_rows, share.tokens,
-        share.heads, share.kv_cache_bytes);
-    fflush (stdout);
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "dit");
+    lingbot_json_string (b, "event", "setup");
+    lingbot_json_string (b, "backend", be->name);
+    lingbot_json_int (b, "ranks", n_ranks);
+    lingbot_json_int (b, "devices", n_devices);
+    lingbot_json_string (b, "variant", lingbot_dit_config_variant (cfg));
+    lingbot_json_int (b, "layers", cfg->num_layers);
+    lingbot_json_int (b, "params", (gint64) params);
+    lingbot_json_string (b, "precision", math == LB_MATH_FP8 ? "fp8" :
+        math == LB_MATH_BF16 ? "bf16" : "fp32");
+    json_builder_set_member_name (b, "precision_applied");
+    json_builder_add_boolean_value (b, !(math == LB_MATH_BF16 && on_cpu));
+    lingbot_json_double (b, "weights_s", weights_s);
+    lingbot_json_double (b, "setup_s", setup_s);
+    json_builder_set_member_name (b, "window_full");
+    json_builder_add_boolean_value (b, window_full);
+    lingbot_json_int (b, "window_keys", cap);
+    add_int_pair (b, "cursors", ge0, le0);
+    lingbot_json_int (b, "next_chunk",
+        lingbot_dit_session_get_chunk_index (ses));
+    lingbot_json_string (b, "collectives", go.collectives->name);
+    lingbot_json_int (b, "world_ranks", share.world_ranks);
+    json_builder_set_member_name (b, "rank0");
+    json_builder_begin_object (b);
+    add_int_pair (b, "band_rows", share.band_row0, share.band_rows);
+    lingbot_json_int (b, "tokens", share.tokens);
+    lingbot_json_int (b, "heads", share.heads);
+    lingbot_json_int (b, "kv_cache_bytes", (gint64) share.kv_cache_bytes);
+    json_builder_end_object (b);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   } else {
     printf ("%s, %d layers, %.3f G parameters (%s %.1f s); session on %d "
         "%s rank(s) in %.1f s; precision %s%s\n",
@@ -889,14 +985,22 @@ lingbot_bench_dit_main (int argc, char **argv)
     chunk_ref[c] = f.chunk_reference;
     const int frames = index == 0 ? 1 + 4 * (C - 1) : 4 * C;
     const double m = mfu (f.chunk, secs[c], peak, n_devices);
+    g_autoptr (JsonBuilder) cb = json ? json_builder_new () : NULL;
     if (json) {
-      printf ("{\"bench\": \"dit\", \"event\": \"chunk\", \"chunk\": %d, "
-          "\"index\": %" G_GINT64_FORMAT ", \"frames\": %d, \"keys\": %"
-          G_GINT64_FORMAT ", \"compute_s\": %.7g, \"dit_s\": %.7g, "
-          "\"tflop\": %.6g, \"tflops\": %.6g", c, index, frames, keys,
-          secs[c], secs[c], f.chunk / 1e12, f.chunk / secs[c] / 1e12);
-      print_num_or_null ("mfu", m, "%.6g");
-      printf (", \"passes\": [");
+      json_builder_begin_object (cb);
+      lingbot_json_string (cb, "bench", "dit");
+      lingbot_json_string (cb, "event", "chunk");
+      lingbot_json_int (cb, "chunk", c);
+      lingbot_json_int (cb, "index", index);
+      lingbot_json_int (cb, "frames", frames);
+      lingbot_json_int (cb, "keys", keys);
+      lingbot_json_double (cb, "compute_s", secs[c]);
+      lingbot_json_double (cb, "dit_s", secs[c]);
+      lingbot_json_double (cb, "tflop", f.chunk / 1e12);
+      lingbot_json_double (cb, "tflops", f.chunk / secs[c] / 1e12);
+      add_num_or_null (cb, "mfu", m);
+      json_builder_set_member_name (cb, "passes");
+      json_builder_begin_array (cb);
     } else {
       printf ("chunk %d (index %" G_GINT64_FORMAT "): %d frames, %"
           G_GINT64_FORMAT " keys per layer, %.3f s DiT, %.4g TFLOP/s", c,
@@ -914,19 +1018,26 @@ lingbot_bench_dit_main (int argc, char **argv)
         pass_mfu_sum[i] += pm;
       }
       if (json) {
-        printf ("%s{\"s\": %.5f, \"tflops\": %.6g", i ? ", " : "",
-            passes.secs[i], passes.secs[i] > 0 ? pf / passes.secs[i] / 1e12 :
-            0.0);
-        print_num_or_null ("mfu", pm, "%.6g");
-        printf ("}");
+        json_builder_begin_object (cb);
+        lingbot_json_double (cb, "s", passes.secs[i]);
+        lingbot_json_double (cb, "tflops", passes.secs[i] > 0 ?
+            pf / passes.secs[i] / 1e12 : 0.0);
+        add_num_or_null (cb, "mfu", pm);
+        json_builder_end_object (cb);
       } else {
         printf (" %.3f", passes.secs[i]);
         if (pm >= 0)
           printf (" (%.1f %%)", 100 * pm);
       }
     }
-    printf (json ? "]}\n" : " s\n");
-    fflush (stdout);
+    if (json) {
+      json_builder_end_array (cb);
+      json_builder_end_object (cb);
+      lingbot_json_print (cb);
+    } else {
+      printf (" s\n");
+      fflush (stdout);
+    }
   }
 
   lingbot_bench_comm_counts_rank (0, &comm);
@@ -949,55 +1060,81 @@ lingbot_bench_dit_main (int argc, char **argv)
     const double m = ns ? mfu (fl, sum, peak, n_devices) : -1;
     const double m_ref = ns ? mfu (flr, sum, peak, n_devices) : -1;
     if (json) {
-      printf ("{\"bench\": \"dit\", \"event\": \"summary\", \"backend\": "
-          "\"%s\", \"ranks\": %d, \"devices\": %d, \"variant\": \"%s\", "
-          "\"dim\": %d, \"layers\": %d, \"heads\": %d, \"ffn\": %d, "
-          "\"params\": %" G_GUINT64_FORMAT ", \"latent\": [%" G_GINT64_FORMAT
-          ", %" G_GINT64_FORMAT "], \"chunk_frames\": %d, "
-          "\"tokens_per_chunk\": %" G_GINT64_FORMAT ", \"text_len\": %d, "
-          "\"precision\": \"%s\", \"precision_applied\": %s, "
-          "\"window_full\": %s, \"window_keys\": %" G_GINT64_FORMAT ", "
-          "\"weights_s\": %.3f, \"setup_s\": %.4f, \"first_chunk_s\": %.5f, "
-          "\"chunks\": [", be->name, n_ranks, n_devices,
-          lingbot_dit_config_variant (cfg), cfg->dim, cfg->num_layers,
-          cfg->num_heads, cfg->ffn_dim, params, lh, lw, C, N, text_len,
-          math == LB_MATH_FP8 ? "fp8" : math == LB_MATH_BF16 ? "bf16" : "fp32",
-          math == LB_MATH_BF16 && on_cpu ? "false" : "true",
-          window_full ? "true" : "false", cap, weights_s, setup_s, secs[0]);
-      for (int i = 0; i < done; i++)
-        printf ("%s{\"chunk\": %d, \"compute_s\": %.5f, \"dit_s\": %.5f}",
-            i ? ", " : "", i, secs[i], secs[i]);
-      printf ("], \"steady\": {\"chunks\": %d, \"fps\": %.3f, \"mean_s\": "
-          "%.5f, \"p50_s\": %.5f, \"p90_s\": %.5f, \"p99_s\": %.5f, "
-          "\"max_s\": %.5f, \"gflops\": %.2f, \"tflops\": %.6g, "
-          "\"tflops_reference\": %.6g", ns, fps, mean,
-          lingbot_bench_percentile (st, ns, 0.5), lingbot_bench_percentile (st,
-              ns, 0.9), lingbot_bench_percentile (st, ns, 0.99),
-          ns ? st[ns - 1] : 0.0, tfl * 1e3, tfl, tfl_ref);
-      print_num_or_null ("mfu", m, "%.6g");
-      print_num_or_null ("mfu_reference", m_ref, "%.6g");
-      printf (", \"pass_s\": [");
+      g_autoptr (JsonBuilder) b = json_builder_new ();
+      json_builder_begin_object (b);
+      lingbot_json_string (b, "bench", "dit");
+      lingbot_json_string (b, "event", "summary");
+      lingbot_json_string (b, "backend", be->name);
+      lingbot_json_int (b, "ranks", n_ranks);
+      lingbot_json_int (b, "devices", n_devices);
+      lingbot_json_string (b, "variant", lingbot_dit_config_variant (cfg));
+      lingbot_json_int (b, "dim", cfg->dim);
+      lingbot_json_int (b, "layers", cfg->num_layers);
+      lingbot_json_int (b, "heads", cfg->num_heads);
+      lingbot_json_int (b, "ffn", cfg->ffn_dim);
+      lingbot_json_int (b, "params", (gint64) params);
+      add_int_pair (b, "latent", lh, lw);
+      lingbot_json_int (b, "chunk_frames", C);
+      lingbot_json_int (b, "tokens_per_chunk", N);
+      lingbot_json_int (b, "text_len", text_len);
+      lingbot_json_string (b, "precision", math == LB_MATH_FP8 ? "fp8" :
+          math == LB_MATH_BF16 ? "bf16" : "fp32");
+      json_builder_set_member_name (b, "precision_applied");
+      json_builder_add_boolean_value (b, !(math == LB_MATH_BF16 && on_cpu));
+      json_builder_set_member_name (b, "window_full");
+      json_builder_add_boolean_value (b, window_full);
+      lingbot_json_int (b, "window_keys", cap);
+      lingbot_json_double (b, "weights_s", weights_s);
+      lingbot_json_double (b, "setup_s", setup_s);
+      lingbot_json_double (b, "first_chunk_s", secs[0]);
+      json_builder_set_member_name (b, "chunks");
+      json_builder_begin_array (b);
+      for (int i = 0; i < done; i++) {
+        json_builder_begin_object (b);
+        lingbot_json_int (b, "chunk", i);
+        lingbot_json_double (b, "compute_s", secs[i]);
+        lingbot_json_double (b, "dit_s", secs[i]);
+        json_builder_end_object (b);
+      }
+      json_builder_end_array (b);
+      json_builder_set_member_name (b, "steady");
+      json_builder_begin_object (b);
+      lingbot_json_int (b, "chunks", ns);
+      lingbot_json_double (b, "fps", fps);
+      lingbot_json_double (b, "mean_s", mean);
+      lingbot_json_double (b, "p50_s", lingbot_bench_percentile (st, ns, 0.5));
+      lingbot_json_double (b, "p90_s", lingbot_bench_percentile (st, ns, 0.9));
+      lingbot_json_double (b, "p99_s", lingbot_bench_percentile (st, ns, 0.99));
+      lingbot_json_double (b, "max_s", ns ? st[ns - 1] : 0.0);
+      lingbot_json_double (b, "gflops", tfl * 1e3);
+      lingbot_json_double (b, "tflops", tfl);
+      lingbot_json_double (b, "tflops_reference", tfl_ref);
+      add_num_or_null (b, "mfu", m);
+      add_num_or_null (b, "mfu_reference", m_ref);
+      json_builder_set_member_name (b, "pass_s");
+      json_builder_begin_array (b);
       for (int i = 0; i < n_passes; i++)
-        printf ("%s%.5f", i ? ", " : "", ns ? pass_s_sum[i] / ns : 0.0);
-      printf ("], \"pass_mfu\": [");
+        json_builder_add_double_value (b, ns ? pass_s_sum[i] / ns : 0.0);
+      json_builder_end_array (b);
+      json_builder_set_member_name (b, "pass_mfu");
+      json_builder_begin_array (b);
       for (int i = 0; i < n_passes; i++) {
         if (ns && peak > 0)
-          printf ("%s%.6g", i ? ", " : "", pass_mfu_sum[i] / ns);
+          json_builder_add_double_value (b, pass_mfu_sum[i] / ns);
         else
-          printf ("%snull", i ? ", " : "");
+          json_builder_add_null_value (b);
       }
-      printf ("]}, \"peak_tflops_per_device\": ");
-      if (peak > 0)
-        printf ("%.6g", peak);
-      else
-        printf ("null");
+      json_builder_end_array (b);
+      json_builder_end_object (b);
+      add_num_or_null (b, "peak_tflops_per_device", peak > 0 ? peak : -1);
       double total = 0.0;
       for (int i = 0; i < done; i++)
         total += chunk_fl[i];
-      printf (", \"total_gflop\": %.3f, ", total / 1e9);
-      print_comm_json (&comm_first, &comm, go.collectives->name);
-      print_spec_check_json ();
-      printf ("}\n");
+      lingbot_json_double (b, "total_gflop", total / 1e9);
+      add_comm_json (b, &comm_first, &comm, go.collectives->name);
+      add_spec_check_json (b);
+      json_builder_end_object (b);
+      lingbot_json_print (b);
     } else {
       printf ("steady (%d chunks): %.2f fps, mean %.3f s, p50 %.3f, p90 %.3f,"
           " p99 %.3f, max %.3f; %.4g TFLOP/s as executed, %.4g TFLOP/s at "

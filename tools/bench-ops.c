@@ -23,6 +23,7 @@
 #include "tools/bench-ops.h"
 #include "tools/bench-common.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 #include "kernels/cpu/cpu-internal.h"
 
 #include <cblas.h>
@@ -214,20 +215,25 @@ static void
 print_line (const char *op, LbCpuIsa isa, int threads, const char *shape,
     double secs, double flops, double ref_secs, double bytes)
 {
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  lingbot_json_string (b, "bench", "ops");
+  lingbot_json_string (b, "op", op);
+  lingbot_json_string (b, "isa", lb_cpu_isa_name (isa));
+  lingbot_json_int (b, "threads", threads);
+  lingbot_json_string (b, "shape", shape);
+  lingbot_json_double (b, "seconds", secs);
   if (flops > 0) {
     const double g = flops / secs / 1e9, g2 = flops / ref_secs / 1e9;
-    printf ("{\"bench\": \"ops\", \"op\": \"%s\", \"isa\": \"%s\", "
-        "\"threads\": %d, \"shape\": \"%s\", \"seconds\": %.6g, \"gflops\": "
-        "%.4g, \"sgemm_seconds\": %.6g, \"sgemm_gflops\": %.4g, \"ratio\": "
-        "%.4g}\n", op, lb_cpu_isa_name (isa), threads, shape, secs, g,
-        ref_secs, g2, g / g2);
+    lingbot_json_double (b, "gflops", g);
+    lingbot_json_double (b, "sgemm_seconds", ref_secs);
+    lingbot_json_double (b, "sgemm_gflops", g2);
+    lingbot_json_double (b, "ratio", g / g2);
   } else {
-    printf ("{\"bench\": \"ops\", \"op\": \"%s\", \"isa\": \"%s\", "
-        "\"threads\": %d, \"shape\": \"%s\", \"seconds\": %.6g, "
-        "\"gbytes_per_s\": %.4g}\n", op, lb_cpu_isa_name (isa), threads,
-        shape, secs, bytes / secs / 1e9);
+    lingbot_json_double (b, "gbytes_per_s", bytes / secs / 1e9);
   }
-  fflush (stdout);
+  json_builder_end_object (b);
+  lingbot_json_print (b);
 }
 
 /* --conv: the decoder's stride-1 3x3x3 convolutions, cin = cout = C over
@@ -260,14 +266,22 @@ conv_study (LbStream * s, LbCpuIsa isa, int threads, int iters)
       g_clear_error (&err);
       return 1;
     }
-    printf ("{\"bench\": \"ops\", \"op\": \"conv3d_causal\", \"isa\": "
-        "\"%s\", \"threads\": %d, \"shape\": \"%d->%d ch, 3x3x3, 4 frames "
-        "%dx%d, cache 2\", \"im2col_seconds\": %.6g, \"direct_seconds\": "
-        "%.6g, \"im2col_gflops\": %.4g, \"direct_gflops\": %.4g, "
-        "\"direct_speedup\": %.3g}\n", lb_cpu_isa_name (isa), threads, ch, ch,
-        hh, ww, secs[0], secs[1], flops / secs[0] / 1e9,
-        flops / secs[1] / 1e9, secs[0] / secs[1]);
-    fflush (stdout);
+    g_autofree char *shape = g_strdup_printf ("%d->%d ch, 3x3x3, 4 frames "
+        "%dx%d, cache 2", ch, ch, hh, ww);
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "ops");
+    lingbot_json_string (b, "op", "conv3d_causal");
+    lingbot_json_string (b, "isa", lb_cpu_isa_name (isa));
+    lingbot_json_int (b, "threads", threads);
+    lingbot_json_string (b, "shape", shape);
+    lingbot_json_double (b, "im2col_seconds", secs[0]);
+    lingbot_json_double (b, "direct_seconds", secs[1]);
+    lingbot_json_double (b, "im2col_gflops", flops / secs[0] / 1e9);
+    lingbot_json_double (b, "direct_gflops", flops / secs[1] / 1e9);
+    lingbot_json_double (b, "direct_speedup", secs[0] / secs[1]);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   }
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "tools/bench-vae.h"
 #include "tools/bench-common.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,40 +335,59 @@ lingbot_bench_vae_main (int argc, char **argv)
     }
   }
   if (json) {
-    printf ("{\"bench\": \"vae\", \"backend\": \"%s\", \"devices\": %s%s%s, "
-        "\"dim\": %d, \"latent\": [%d, %d], \"chunk_latents\": %d, "
-        "\"chunks\": %d, \"precision\": \"%s\", \"decode_tflop\": %.4f, "
-        "\"dit_chunk_s\": ",
-        be->name, devices ? "\"" : "", devices ? devices : "null",
-        devices ? "\"" : "", vdim, h, w, L, chunks,
-        math == LB_MATH_BF16 ? "bf16" : "fp32", flops / 1e12);
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_string (b, "bench", "vae");
+    lingbot_json_string (b, "backend", be->name);
+    lingbot_json_string (b, "devices", devices);
+    lingbot_json_int (b, "dim", vdim);
+    json_builder_set_member_name (b, "latent");
+    json_builder_begin_array (b);
+    json_builder_add_int_value (b, h);
+    json_builder_add_int_value (b, w);
+    json_builder_end_array (b);
+    lingbot_json_int (b, "chunk_latents", L);
+    lingbot_json_int (b, "chunks", chunks);
+    lingbot_json_string (b, "precision",
+        math == LB_MATH_BF16 ? "bf16" : "fp32");
+    lingbot_json_double (b, "decode_tflop", flops / 1e12);
+    json_builder_set_member_name (b, "dit_chunk_s");
     if (dit_chunk_s > 0)
-      printf ("%.5f", dit_chunk_s);
+      json_builder_add_double_value (b, dit_chunk_s);
     else
-      printf ("null");
-    printf (", \"runs\": [");
+      json_builder_add_null_value (b);
+    json_builder_set_member_name (b, "runs");
+    json_builder_begin_array (b);
     for (int i = 0; i < n_runs; i++) {
       const double st = res[i].steady_s;
-      printf ("%s{\"ranks\": %d, \"first_chunk_s\": %.5f, "
-          "\"steady_chunk_s\": %.5f, \"steady_fps\": %.3f, "
-          "\"steady_tflops\": %.4f, "
-          "\"halo_bytes_per_chunk\": %" G_GUINT64_FORMAT
-          ", \"halo_s_per_chunk\": %.5f, \"cache_bytes\": %" G_GSIZE_FORMAT,
-          i ? ", " : "", res[i].ranks, res[i].first_s, st,
-          st > 0 ? 4 * L / st : 0.0, st > 0 ? flops / st / 1e12 : 0.0,
-          res[i].halo_bytes, res[i].halo_s, res[i].cache_bytes);
-      if (res[i].have_in16)
-        printf (", \"conv_inputs_bf16\": {\"in_place\": %" G_GUINT64_FORMAT
-            ", \"concatenated\": %" G_GUINT64_FORMAT ", \"widened\": %"
-            G_GUINT64_FORMAT "}", res[i].in16[0], res[i].in16[1],
-            res[i].in16[2]);
-      printf (", \"decode_share\": ");
+      json_builder_begin_object (b);
+      lingbot_json_int (b, "ranks", res[i].ranks);
+      lingbot_json_double (b, "first_chunk_s", res[i].first_s);
+      lingbot_json_double (b, "steady_chunk_s", st);
+      lingbot_json_double (b, "steady_fps", st > 0 ? 4 * L / st : 0.0);
+      lingbot_json_double (b, "steady_tflops",
+          st > 0 ? flops / st / 1e12 : 0.0);
+      lingbot_json_int (b, "halo_bytes_per_chunk", (gint64) res[i].halo_bytes);
+      lingbot_json_double (b, "halo_s_per_chunk", res[i].halo_s);
+      lingbot_json_int (b, "cache_bytes", (gint64) res[i].cache_bytes);
+      if (res[i].have_in16) {
+        json_builder_set_member_name (b, "conv_inputs_bf16");
+        json_builder_begin_object (b);
+        lingbot_json_int (b, "in_place", (gint64) res[i].in16[0]);
+        lingbot_json_int (b, "concatenated", (gint64) res[i].in16[1]);
+        lingbot_json_int (b, "widened", (gint64) res[i].in16[2]);
+        json_builder_end_object (b);
+      }
+      json_builder_set_member_name (b, "decode_share");
       if (dit_chunk_s > 0 && st > 0)
-        printf ("%.5f}", st / (st + dit_chunk_s));
+        json_builder_add_double_value (b, st / (st + dit_chunk_s));
       else
-        printf ("null}");
+        json_builder_add_null_value (b);
+      json_builder_end_object (b);
     }
-    printf ("]}\n");
+    json_builder_end_array (b);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   }
   g_free (res);
   lingbot_vae_unref (vae);

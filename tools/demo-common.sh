@@ -7,17 +7,23 @@
 # the start image unless --image names one (mate-backgrounds, GPL-2+)
 LINGBOT_DEMO_IMAGE=/usr/share/backgrounds/mate/nature/GreenMeadow.jpg
 
-# lingbot_demo_build: install what is missing (the demo's packages too) and
-# build quietly; sets BUILD (LINGBOT_BUILD_DIR, default build).
+# Debian's python3, the one python3-gi is for (another python3 first on the
+# PATH, e.g. pyenv's, has no gi module)
+LINGBOT_PYTHON=/usr/bin/python3
+
+# lingbot_demo_build [EXTRA_PACKAGE...]: install what is missing (and the
+# extra packages) and build quietly; sets BUILD (LINGBOT_BUILD_DIR, default
+# build).
 lingbot_demo_build () {
-  lingbot_install_deps "${LINGBOT_DEMO_DEPS[@]}"
+  lingbot_install_deps "$@"
   BUILD=${LINGBOT_BUILD_DIR:-build}
   [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
   ninja -C "$BUILD" >/dev/null
 }
 
 # lingbot_demo_model DIR: sets model to DIR/demo-model, the small
-# random-weight model in the published layout, written there once.
+# random-weight model in the published layout, written there once (the one
+# small-model recipe: ./tools/demo.sh --model-only writes demo-out/demo-model).
 lingbot_demo_model () {
   model="$1/demo-model"
   if [ ! -f "$model/google/umt5-xxl/spiece.model" ]; then

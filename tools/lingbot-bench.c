@@ -22,6 +22,7 @@
 #endif
 #include "tools/bench-ops.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,9 +86,18 @@ bench_gemm (int argc, char **argv)
   be->stream_synchronize (s, NULL);
   double secs = lingbot_bench_seconds_since (t0);
   double flop = 2.0 * size * (double) size * size * iters;
-  printf ("{\"bench\": \"gemm\", \"backend\": \"%s\", \"m\": %d, \"n\": %d, "
-      "\"k\": %d, \"iters\": %d, \"seconds\": %.6f, \"gflops\": %.2f}\n",
-      be->name, size, size, size, iters, secs, flop / secs / 1e9);
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  lingbot_json_string (b, "bench", "gemm");
+  lingbot_json_string (b, "backend", be->name);
+  lingbot_json_int (b, "m", size);
+  lingbot_json_int (b, "n", size);
+  lingbot_json_int (b, "k", size);
+  lingbot_json_int (b, "iters", iters);
+  lingbot_json_double (b, "seconds", secs);
+  lingbot_json_double (b, "gflops", flop / secs / 1e9);
+  json_builder_end_object (b);
+  lingbot_json_print (b);
   be->stream_free (s);
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "lingbot/lingbot.h"
 #include "tools/tool-common.h"
+#include "tools/tool-json.h"
 
 typedef struct
 {
@@ -183,11 +184,17 @@ main (int argc, char **argv)
   if (sink.y4m)
     fprintf (sink.y4m, "YUV4MPEG2 W%d H%d F%d:1 Ip A1:1 C420jpeg "
         "XCOLORRANGE=LIMITED\n", sink.w, sink.h, fps);
-  if (!quiet)
-    printf ("{\"width\": %d, \"height\": %d, \"chunks\": %u, \"frames\": %u, "
-        "\"ranks\": %d}\n", sink.w, sink.h, n_chunks,
-        lingbot_session_get_n_frames (session),
-        lingbot_world_get_n_ranks (world));
+  if (!quiet) {
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "width", sink.w);
+    lingbot_json_int (b, "height", sink.h);
+    lingbot_json_int (b, "chunks", n_chunks);
+    lingbot_json_int (b, "frames", lingbot_session_get_n_frames (session));
+    lingbot_json_int (b, "ranks", lingbot_world_get_n_ranks (world));
+    json_builder_end_object (b);
+    lingbot_json_print (b);
+  }
 
   guint total = 0;
   double steady = 0.0;
@@ -212,17 +219,28 @@ main (int argc, char **argv)
       steady += st.compute_seconds;
     if (!quiet) {
       g_autofree char *ks = lingbot_keys_to_string (keys);
-      printf ("{\"chunk\": %" G_GUINT64_FORMAT ", \"frames\": %d, "
-          "\"keys\": \"%s\", \"dit_s\": %.4f, \"vae_s\": %.4f, "
-          "\"compute_s\": %.4f}\n", st.index, n, ks, st.dit_seconds,
-          st.vae_seconds, st.compute_seconds);
+      g_autoptr (JsonBuilder) b = json_builder_new ();
+      json_builder_begin_object (b);
+      lingbot_json_int (b, "chunk", (gint64) st.index);
+      lingbot_json_int (b, "frames", n);
+      lingbot_json_string (b, "keys", ks);
+      lingbot_json_double (b, "dit_s", st.dit_seconds);
+      lingbot_json_double (b, "vae_s", st.vae_seconds);
+      lingbot_json_double (b, "compute_s", st.compute_seconds);
+      json_builder_end_object (b);
+      lingbot_json_print (b);
     }
   }
   if (!quiet) {
     guint first = (guint) lingbot_session_get_frame_count (session, 0);
     guint steady_frames = total > first ? total - first : 0;
-    printf ("{\"total_frames\": %u, \"steady_compute_fps\": %.3f}\n", total,
+    g_autoptr (JsonBuilder) b = json_builder_new ();
+    json_builder_begin_object (b);
+    lingbot_json_int (b, "total_frames", total);
+    lingbot_json_double (b, "steady_compute_fps",
         steady > 0.0 ? steady_frames / steady : 0.0);
+    json_builder_end_object (b);
+    lingbot_json_print (b);
   }
 done:
   if (sink.y4m && fclose (sink.y4m) != 0)

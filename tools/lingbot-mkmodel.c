@@ -52,6 +52,7 @@
 #include "lingbot/tokenizer.h"
 #include "tools/tool-common.h"
 #include "tools/tool-dit-shape.h"
+#include "tools/tool-json.h"
 
 static gboolean
 write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
@@ -86,8 +87,13 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
   g_autofree char *vae_name = g_strconcat ("Wan2.1_VAE", ext, NULL);
   g_autofree char *vae = g_build_filename (out, vae_name, NULL);
   if (dummy) {
-    g_autofree char *vae_cfg = g_strdup_printf ("{\"dim\": %d, \"z_dim\": "
-        "16}", vae_dim);
+    g_autoptr (JsonBuilder) vb = json_builder_new ();
+    json_builder_begin_object (vb);
+    lingbot_json_int (vb, "dim", vae_dim);
+    lingbot_json_int (vb, "z_dim", 16);
+    json_builder_end_object (vb);
+    g_autoptr (JsonNode) vroot = json_builder_get_root (vb);
+    g_autofree char *vae_cfg = json_to_string (vroot, FALSE);
     if (vae_dim < 2 || vae_dim % 2 || vae_dim > LINGBOT_VAE_MAX_RANDOM_DIM) {
       g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
           "VAE width %d: must be even and in [2, %d]", vae_dim,
@@ -134,11 +140,18 @@ write_full (const LingbotDitConfig * cfg, const char *out, guint shards,
       ext, NULL);
   g_autofree char *t5 = g_build_filename (out, t5_name, NULL);
   if (dummy) {
-    g_autofree char *t5_cfg = g_strdup_printf ("{\"vocab\": %" G_GINT64_FORMAT
-        ", \"dim\": %" G_GINT64_FORMAT ", \"dim_attn\": %" G_GINT64_FORMAT
-        ", \"dim_ffn\": %" G_GINT64_FORMAT ", \"num_heads\": %d, "
-        "\"num_layers\": %d, \"num_buckets\": %d}", tc.vocab, tc.dim,
-        tc.dim_attn, tc.dim_ffn, tc.num_heads, tc.num_layers, tc.num_buckets);
+    g_autoptr (JsonBuilder) tb = json_builder_new ();
+    json_builder_begin_object (tb);
+    lingbot_json_int (tb, "vocab", tc.vocab);
+    lingbot_json_int (tb, "dim", tc.dim);
+    lingbot_json_int (tb, "dim_attn", tc.dim_attn);
+    lingbot_json_int (tb, "dim_ffn", tc.dim_ffn);
+    lingbot_json_int (tb, "num_heads", tc.num_heads);
+    lingbot_json_int (tb, "num_layers", tc.num_layers);
+    lingbot_json_int (tb, "num_buckets", tc.num_buckets);
+    json_builder_end_object (tb);
+    g_autoptr (JsonNode) troot = json_builder_get_root (tb);
+    g_autofree char *t5_cfg = json_to_string (troot, FALSE);
     if (!lingbot_dummy_write (t5, t5_cfg, seed + 2, LB_DTYPE_BF16, error))
       return FALSE;
   } else if (!lingbot_text_encoder_write_random (t5, &tc, LB_DTYPE_BF16,

@@ -23,7 +23,9 @@ while [ $# -gt 0 ]; do
 done
 
 . tools/demo-common.sh
-lingbot_demo_build
+extra=()
+[ -n "$image" ] || extra=("${LINGBOT_DEMO_DEPS[@]}")
+lingbot_demo_build ${extra[@]+"${extra[@]}"}
 [ -n "$model" ] || lingbot_demo_model demo-out
 image=${image:-$LINGBOT_DEMO_IMAGE}
 lingbot_demo_env

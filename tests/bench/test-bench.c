@@ -387,6 +387,10 @@ test_replay (void)
       json_object_get_double_member (last, "request_s") - 0.05);
 }
 
+/* the second arm of test_compare: a quote and a backslash, which the
+ * JSON lines escape (the prompt is unused: the runs take prompt-embeds) */
+#define COMPARE_B "devices=cpu:2 prompt=a\"quoted\\prompt"
+
 /* --compare: per pair the steady compute FPS ratio b / a and the chunk
  * period ratio period_a / period_b (run.sh's decode figure, serial over
  * overlapped), each period the mean chunk period of that run's report in
@@ -397,7 +401,7 @@ test_compare (void)
   g_autofree char *path = g_build_filename (tmpdir, "compare.json", NULL);
   const char *extra[] = { "--frames", "29", "--engine", "session",
     "--rounds", "2", "--output", path, "--compare", "devices=cpu:1",
-    "devices=cpu:2", NULL
+    COMPARE_B, NULL
   };
   g_autofree char *out = run_bench ("direct", extra);
   g_autoptr (JsonParser) rp = NULL;
@@ -448,6 +452,7 @@ test_compare (void)
     } else {
       g_assert_cmpstr (json_object_get_string_member (o, "a"), ==,
           "devices=cpu:1");
+      g_assert_cmpstr (json_object_get_string_member (o, "b"), ==, COMPARE_B);
       g_assert_cmpint (json_object_get_int_member (o, "rounds"), ==, 2);
       g_assert_cmpfloat (json_object_get_double_member (o, "median_ratio"),
           >, 0);

@@ -1314,6 +1314,69 @@ expect_failure_full (const char *desc, const char *needle, GQuark domain,
   run_clear (&r);
 }
 
+/* image-location's cap is a pixel count, LINGBOT_IMAGE_MAX_PIXELS = 8192 *
+ * 8192, not a side (docs/elements.md, image-location): a 9000x16 JPEG runs;
+ * a header declaring 8193x8192 fails NULL->READY, LIBRARY/SETTINGS (an
+ * LB_ERROR_INVALID_ARGUMENT, as an out-of-range size), with this message */
+GST_START_TEST (test_image_pixel_cap)
+{
+  g_autoptr (GError) err = NULL;
+  g_autofree char *wide = g_build_filename (tmpdir, "wide-9000x16.jpg", NULL);
+  g_autofree char *big = g_build_filename (tmpdir, "big-8193x8192.jpg", NULL);
+  g_autofree char *enc = g_strdup_printf ("videotestsrc num-buffers=1 ! "
+      "video/x-raw,width=9000,height=16 ! jpegenc ! filesink location=%s",
+      wide);
+  g_autofree char *jpeg = NULL;
+  gsize len = 0, sof = 0;
+  Run r;
+  GstElement *p = pipeline_new (enc, &r);
+
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  gst_object_unref (p);
+  run_clear (&r);
+
+  g_autofree char *g1 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=64 height=64 frames=13 "
+      "devices=cpu:1 ! fakesink", model_dir, embeds_path, wide);
+  p = pipeline_new (g1, &r);
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+  gst_object_unref (p);
+  run_clear (&r);
+
+  /* the start image with its SOF0 size patched to 8193 x 8192 */
+  g_assert_true (g_file_get_contents (image_path, &jpeg, &len, &err));
+  g_assert_no_error (err);
+  for (gsize i = 0; i + 9 < len; i++)
+    if ((guint8) jpeg[i] == 0xff && (guint8) jpeg[i + 1] == 0xc0) {
+      sof = i;
+      break;
+    }
+  g_assert_cmpuint (sof, >, 0);
+  jpeg[sof + 5] = 8192 >> 8;
+  jpeg[sof + 6] = 8192 & 0xff;
+  jpeg[sof + 7] = 8193 >> 8;
+  jpeg[sof + 8] = 8193 & 0xff;
+  g_assert_true (g_file_set_contents (big, jpeg, len, &err));
+  g_assert_no_error (err);
+  g_autofree char *g2 = g_strdup_printf ("lingbotgen model-path=%s "
+      "prompt-embeds=%s image-location=%s width=64 height=64 frames=13 "
+      "devices=cpu:1 ! fakesink", model_dir, embeds_path, big);
+  g_autofree char *msg = g_strdup_printf ("image-location: '%s' is not a "
+      "usable JPEG: %s: JPEG: 8193x8192 pixels is more than an image may "
+      "have (67108864 pixels, LINGBOT_IMAGE_MAX_PIXELS)", big, big);
+  run_failing (g2, &r);
+  g_assert_cmpstr (r.error, ==, msg);
+  g_assert_true (r.error_domain == GST_LIBRARY_ERROR);
+  g_assert_cmpint (r.error_code, ==, GST_LIBRARY_ERROR_SETTINGS);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
 GST_START_TEST (test_missing_model)
 {
   g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
@@ -3594,6 +3657,7 @@ lingbot_gst_suite (void)
   tcase_add_test (tc, test_embed_example);
   tcase_add_test (tc, test_bin_unlinked_control);
   tcase_add_test (tc, test_startup_errors);
+  tcase_add_test (tc, test_image_pixel_cap);
   tcase_add_test (tc, test_error_wording);
   tcase_add_test (tc, test_precision);
   tcase_add_test (tc, test_unknown_keys);

@@ -26,7 +26,7 @@ for d in 1 2; do
     --devices cpu:$d --frames 29 --width 64 --height 64 $targs \
     --y4m "$tmp/o$d.y4m" --out "$tmp/o$d.rgb" > "$tmp/log$d"
   cat "$tmp/log$d"
-  grep -q '"total_frames": 29' "$tmp/log$d"
+  grep -q '^{"total_frames":29,' "$tmp/log$d"
 done
 head -c 9 "$tmp/o1.y4m" | grep -q YUV4MPEG2
 hdr=$(head -n 1 "$tmp/o1.y4m" | wc -c)
