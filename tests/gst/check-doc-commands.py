@@ -10,8 +10,8 @@
 # the source root (a symlink per top-level entry, `build` the build tree; a
 # fresh one per doc, so demo-out/ is the doc's own), and must exit 0.  A
 # ```python block runs with Debian's /usr/bin/python3 and the environment
-# gst/README.md names (GI_TYPELIB_PATH, LD_LIBRARY_PATH, GST_PLUGIN_PATH =
-# build/gst).  A comment on the line before a block's fence changes that:
+# gst/README.md names (GI_TYPELIB_PATH, LD_LIBRARY_PATH =
+# build/gst-libs/gst/lingbot, GST_PLUGIN_PATH = build/gst).  A comment on the line before a block's fence changes that:
 #
 #   <!-- doc-commands: skip: REASON -->   not run (a window, a browser, a
 #                                          GPU, the test suite itself)
@@ -197,13 +197,15 @@ def run_doc(root, build, doc, blocks):
                 argv = ['bash', '-euo', 'pipefail', '-c', text]
                 benv = env
             else:
-                typelib = os.path.join(build, 'gst', 'GstLingbot-1.0.typelib')
+                typelib = os.path.join(build, 'gst-libs', 'gst', 'lingbot',
+                                       'GstLingbot-1.0.typelib')
                 if not os.path.exists(typelib):
                     print(f'skip {b.where()}: built without introspection')
                     continue
                 argv = ['/usr/bin/python3', '-c', text]
-                benv = dict(env, GI_TYPELIB_PATH='build/gst',
-                            LD_LIBRARY_PATH='build/gst',
+                benv = dict(env,
+                            GI_TYPELIB_PATH='build/gst-libs/gst/lingbot',
+                            LD_LIBRARY_PATH='build/gst-libs/gst/lingbot',
                             GST_PLUGIN_PATH='build/gst')
             print(f'run {b.where()}:\n' + ''.join(
                 f'  | {ln}\n' for ln in text.rstrip('\n').split('\n')),
