@@ -4,8 +4,9 @@
  * What the server does with a message from a browser, on the signalling
  * WebSocket or on a data channel, is decided here from the message's bytes
  * and the state of the peer that sent it, without the peer: every check,
- * in the order the server makes them, ends in a verdict.  webrtc-server.c
- * acts on the verdict (an error reply, the answer to webrtcbin, a key
+ * in the order the server makes them, ends in a verdict.  The server's
+ * signalling and peer rooms (webrtc-signalling.c, webrtc-peer.c) act on
+ * the verdict (an error reply, the answer to webrtcbin, a key
  * upstream, ...); the fuzz harnesses (tests/fuzz/fuzz-webrtc.c) and the
  * tests drive the same functions with no webrtcbin behind them.  The
  * schema and the limits are in docs/webrtc.md.

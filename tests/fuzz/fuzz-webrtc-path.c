@@ -1,10 +1,11 @@
 /* lingbot-gst: fuzz harness of the WebRTC example's static-file resolver
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * lingbot_webrtc_resolve_path() (examples/webrtc/webrtc-server.c, compiled
- * in instrumented) on the input as a request path, still percent-encoded
- * (a NUL-terminated copy: a raw NUL ends it, as it ends libsoup's path),
- * against a page folder made once in the scratch directory:
+ * lingbot_webrtc_resolve_path() (examples/webrtc/webrtc-http.c, the
+ * server's HTTP room, compiled in instrumented) on the input as a request
+ * path, still percent-encoded (a NUL-terminated copy: a raw NUL ends it, as
+ * it ends libsoup's path), against a page folder made once in the scratch
+ * directory:
  *
  *   www/index.html  www/app.js  www/sub/page.html  www/.hidden
  *   www/inside -> index.html    (a link within the folder)
