@@ -142,6 +142,20 @@ typedef struct
   double secs[LINGBOT_DIT_MAX_STEPS + 1];
 } PassTimes;
 
+/* lingbot_backend_cuda_attention_stats() of the CUDA module (runs,
+ * declined, plans built, last error) */
+typedef void (*AttnStatsFunc) (guint64 * runs, guint64 * declined,
+    guint64 * plans, char **last_error);
+
+static guint64
+attn_plans (AttnStatsFunc f)
+{
+  guint64 plans = 0;
+  if (f != NULL)
+    f (NULL, NULL, &plans, NULL);
+  return plans;
+}
+
 static void
 on_pass (LingbotDitSession * session, int64_t chunk, int step,
     const LbTensor * x_in, const LbTensor * pred, const LbTensor * x0,
@@ -848,6 +862,12 @@ lingbot_bench_dit_main (int argc, char **argv)
   so.latent_h = lh;
   so.latent_w = lw;
   so.math = math;
+  /* cuDNN SDPA plans built by the session's start (every attention call
+   * readied, lingbot_dit_rank_reserve()) and, which should stay 0, by its
+   * chunks: the CUDA module's lingbot_backend_cuda_attention_stats() */
+  AttnStatsFunc attn_stats = (AttnStatsFunc) lb_backend_get_proc (be,
+      "lingbot_backend_cuda_attention_stats");
+  guint64 plans0 = attn_plans (attn_stats);
   t0 = g_get_monotonic_time ();
   LingbotDitSession *ses = lingbot_dit_session_new (dit, group, &so, text,
       &err);
@@ -863,6 +883,7 @@ lingbot_bench_dit_main (int argc, char **argv)
     return 1;
   }
   const double setup_s = lingbot_bench_seconds_since (t0);
+  const guint64 plans1 = attn_plans (attn_stats);
 
   const int C = cfg->chunk_frames;
   const int64_t tf = lingbot_dit_session_get_frame_tokens (ses);
@@ -1087,6 +1108,11 @@ lingbot_bench_dit_main (int argc, char **argv)
       lingbot_json_double (b, "weights_s", weights_s);
       lingbot_json_double (b, "setup_s", setup_s);
       lingbot_json_double (b, "first_chunk_s", secs[0]);
+      if (attn_stats != NULL) {
+        lingbot_json_int (b, "sdpa_plans_at_start", (gint64) (plans1 - plans0));
+        lingbot_json_int (b, "sdpa_plans_in_chunks",
+            (gint64) (attn_plans (attn_stats) - plans1));
+      }
       json_builder_set_member_name (b, "chunks");
       json_builder_begin_array (b);
       for (int i = 0; i < done; i++) {

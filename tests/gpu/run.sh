@@ -806,6 +806,16 @@ for step in ("block-fp32", "block-bf16", "block-bf16-own",
 print("  (MFU against the bf16 dense peak, fp8 included: against the "
       "H200's fp8 peak, halve block-fp8's; kernel profiles of block-bf16 "
       "and block-fp8 above, profile.txt)")
+# cuDNN SDPA plans: all built at session start (lingbot_dit_rank_reserve),
+# none in the chunks (issue 3.2 item 4)
+for step in ("block-bf16", "block-fp8", "full-bf16", "full-fp8"):
+    s = last(step, "summary")
+    if s and "sdpa_plans_in_chunks" in s:
+        print("  %s: cuDNN SDPA plans built at session start %d, in the "
+              "chunks %d%s" % (step, s["sdpa_plans_at_start"],
+              s["sdpa_plans_in_chunks"],
+              "" if s["sdpa_plans_in_chunks"] == 0 else
+              "  (NOT 0: a plan built between collectives)"))
 blk = last("block-bf16", "summary")
 f32in = last("block-bf16-f32in", "summary")
 if blk and f32in and blk["steady"]["chunks"] and f32in["steady"]["chunks"]:

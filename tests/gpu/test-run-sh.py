@@ -17,7 +17,8 @@
 #    the H200, in fp8 on the H100 (rank 0 of 4 in bf16), skipped on 40 GB
 #    (rank 0 of 4 in fp8), the figures from the real lingbot-bench
 #    --estimate (the stub hands --estimate to it);
-#  - summary.txt's lines: gates, steps, the decode period ratio;
+#  - summary.txt's lines: gates, steps, the decode period ratio, the
+#    cuDNN SDPA plans built at session start and in the chunks;
 #  - the exit status: 0 when all passes, 1 when a suite program fails,
 #    when a step fails, when a step times out (LINGBOT_GPU_STEP_MAX_S=2
 #    against a stub that sleeps).
@@ -155,6 +156,8 @@ def stub(name, argv):
         print(json.dumps({"bench": "dit", "event": "chunk", "keys": 28080,
                           "compute_s": 0.2, "tflops": 200.0, "mfu": 0.2}))
         print(json.dumps({"bench": "dit", "event": "summary",
+                          "sdpa_plans_at_start": 5,
+                          "sdpa_plans_in_chunks": 0,
                           "steady": {"chunks": 2, "mean_s": 0.1,
                                      "tflops": 390.0, "mfu": 0.39,
                                      "mfu_reference": 0.45}}))
@@ -319,6 +322,8 @@ def test_cards():
                 % (GATE_BF16, free), "h200: the product gated in bf16")
     expect_line(summary, "  period ratio serial / overlapped: 1.250 "
                 "(2.000 s / 1.600 s)", "h200: the decode's period ratio")
+    expect_line(summary, "  block-bf16: cuDNN SDPA plans built at session "
+                "start 5, in the chunks 0", "h200: the SDPA plans by phase")
     check(re.search(r"^step decode rc=0 \(\d+ s, limit 120 s\); period ratio "
                     r"serial / overlapped 1\.25$", summary, re.M),
           "h200: the decode step's line", summary)
