@@ -98,6 +98,7 @@ static GPrivate last_error;
 static GPtrArray *launch_log;   /* char *: work run on streams, in order */
 static GHashTable *live_graphs, *live_execs;
 static cudaError_t instantiate_error, device_count_error;
+static int fail_captures;
 static int device_count = STUB_DEVICES;
 static gboolean peer_enabled[STUB_DEVICES][STUB_DEVICES];
 
@@ -227,6 +228,7 @@ cuda_stub_reset (void)
   memory_total = (gsize) 1 << 40;
   query_error = cudaSuccess;
   instantiate_error = cudaSuccess;
+  fail_captures = 0;
   device_count_error = cudaSuccess;
   device_count = STUB_DEVICES;
   g_mutex_unlock (&lock);
@@ -370,6 +372,20 @@ cuda_stub_set_instantiate_error (cudaError_t err)
 {
   g_mutex_lock (&lock);
   instantiate_error = err;
+  g_mutex_unlock (&lock);
+}
+
+/**
+ * cuda_stub_fail_captures:
+ * @n: how many of the next captures fail (-1: all): each is invalidated
+ *   as it begins, as when another thread's call invalidates it, so its
+ *   cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated
+ */
+void
+cuda_stub_fail_captures (int n)
+{
+  g_mutex_lock (&lock);
+  fail_captures = n;
   g_mutex_unlock (&lock);
 }
 
@@ -699,7 +715,10 @@ cudaStreamBeginCapture (cudaStream_t stream, enum cudaStreamCaptureMode mode)
     return fail (cudaErrorIllegalState);
   }
   stream->capturing = TRUE;
-  stream->invalidated = FALSE;
+  stream->invalidated = fail_captures != 0;
+  if (fail_captures > 0)
+    fail_captures--;
+  stats.n_captures++;
   stream->mode = mode;
   stream->thread = g_thread_self ();
   stream->captured_work = 0;

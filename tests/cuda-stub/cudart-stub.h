@@ -20,6 +20,7 @@ G_BEGIN_DECLS
  * @n_launches: work run on a stream (launches, copies, memsets; each
  *   node of a replayed graph again)
  * @n_captured_launches: work recorded into a capture instead
+ * @n_captures: cudaStreamBeginCapture calls that began a capture
  * @n_instantiated: cudaGraphInstantiate calls that made an executable graph
  * @n_graph_launches: cudaGraphLaunch calls that replayed one
  * @live: allocations not yet freed
@@ -31,7 +32,8 @@ G_BEGIN_DECLS
 typedef struct
 {
   int n_malloc, n_free, n_device_syncs, n_refused, n_captured_records;
-  int n_launches, n_captured_launches, n_instantiated, n_graph_launches;
+  int n_launches, n_captured_launches, n_captures, n_instantiated;
+  int n_graph_launches;
   int live;
   gsize live_bytes;
   int streams_live, graphs_live, execs_live;
@@ -48,6 +50,7 @@ gboolean cuda_stub_pending (cudaStream_t stream);
 cudaError_t cuda_stub_launch (const char *name, cudaStream_t stream);
 char **cuda_stub_take_log (void);
 void cuda_stub_set_instantiate_error (cudaError_t err);
+void cuda_stub_fail_captures (int n);
 void cuda_stub_set_devices (int count, cudaError_t err);
 
 /**
