@@ -33,10 +33,14 @@
  * cuda_stub_set_instantiate_error() set) and cudaGraphLaunch enqueues it
  * again, in order.  Graphs and executable graphs are tracked: destroying
  * or launching one that is not live answers cudaErrorInvalidValue.  Not
- * modelled: the order between streams (events and waits order nothing
- * here; tests/common/fakedev.c's checker proves that), multi-stream
- * captures (a stream waiting on a captured event answers
- * cudaErrorNotSupported), kernel arguments and results.
+ * A capture spans streams as in CUDA: a stream that waits on an event
+ * recorded in it joins it, its work going into the same graph (in call
+ * order: the replay runs every node on the launching stream), and must be
+ * joined back (the beginning stream waits on an event recorded after its
+ * last work) before cudaStreamEndCapture, which only the beginning stream
+ * may call.  Not modelled: the order between streams (events and waits
+ * order nothing here; tests/common/fakedev.c's checker proves that), a
+ * join back through another joined stream, kernel arguments and results.
  * Like cudart, a failed call also sets the thread's last error.
  */
 #include "cudart-stub.h"
@@ -54,6 +58,10 @@ struct CUstream_st
   GThread *thread;
   guint64 captured_work;
   GPtrArray *nodes;             /* StubNode *, the capture's work */
+  guint64 capture_id;           /* the capture this stream began */
+  GPtrArray *joined;            /* cudaStream_t that joined that capture */
+  cudaStream_t origin;          /* joined: the stream that began it */
+  guint64 join_pos;             /* joined: captured_work when joined back */
 };
 
 struct CUevent_st
@@ -61,6 +69,7 @@ struct CUevent_st
   cudaStream_t stream;          /* NULL: never recorded */
   guint64 pos;
   gboolean captured;
+  guint64 capture_id, cap_pos;  /* captured: the capture, stream's work */
 };
 
 /* One work item of a graph: a kernel launch (by name) or a copy / memset
@@ -99,6 +108,7 @@ static GPtrArray *launch_log;   /* char *: work run on streams, in order */
 static GHashTable *live_graphs, *live_execs;
 static cudaError_t instantiate_error, device_count_error;
 static int fail_captures;
+static guint64 n_capture_ids;
 static int device_count = STUB_DEVICES;
 static gboolean peer_enabled[STUB_DEVICES][STUB_DEVICES];
 
@@ -166,6 +176,14 @@ node_run_locked (cudaStream_t stream, const StubNode * node)
     memset (node->dst, node->value, node->n);
 }
 
+/* The stream whose capture @s takes part in (itself, or the one it
+ * joined). */
+static cudaStream_t
+cap_of (cudaStream_t s)
+{
+  return s->origin ? s->origin : s;
+}
+
 /* Lock held.  @node (owned) on @stream: into its capture, or run now. */
 static void
 work_locked (cudaStream_t stream, StubNode * node)
@@ -173,7 +191,7 @@ work_locked (cudaStream_t stream, StubNode * node)
   if (stream->capturing) {
     stream->captured_work++;
     stats.n_captured_launches++;
-    g_ptr_array_add (stream->nodes, node);
+    g_ptr_array_add (cap_of (stream)->nodes, node);
   } else {
     node_run_locked (stream, node);
     node_free (node);
@@ -200,7 +218,7 @@ refused_locked (int device, gboolean malloc_only)
       continue;
     if (!malloc_only || s->mode == cudaStreamCaptureModeGlobal ||
         (s->mode == cudaStreamCaptureModeThreadLocal && s->thread == self)) {
-      s->invalidated = TRUE;
+      cap_of (s)->invalidated = TRUE;
       refused = TRUE;
     }
   }
@@ -546,6 +564,12 @@ cudaGetErrorName (cudaError_t e)
       return "cudaErrorPeerAccessAlreadyEnabled";
     case cudaErrorNotSupported:
       return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
     default:
       return "cudaErrorUnknown";
   }
@@ -576,6 +600,12 @@ cudaGetErrorString (cudaError_t e)
       return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotSupported:
       return "operation not supported";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capture has a fork that was not joined to the origin stream";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not begun on this stream";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency would cross the capture's boundary";
     default:
       return cudaGetErrorName (e);
   }
@@ -677,6 +707,8 @@ cudaStreamCreate (cudaStream_t * stream)
   return cudaStreamCreateWithFlags (stream, cudaStreamDefault);
 }
 
+static gboolean capture_release_locked (cudaStream_t origin);
+
 /* The stream's record stays (in the list, as destroyed): events recorded
  * on it may still be queried. */
 cudaError_t
@@ -684,6 +716,14 @@ cudaStreamDestroy (cudaStream_t stream)
 {
   g_mutex_lock (&lock);
   stream->destroyed = TRUE;
+  if (stream->capturing && stream->origin) {
+    /* a joined stream destroyed: its capture cannot be joined back */
+    stream->origin->invalidated = TRUE;
+    g_ptr_array_remove (stream->origin->joined, stream);
+    stream->origin = NULL;
+  } else if (stream->capturing) {
+    capture_release_locked (stream);
+  }
   stream->capturing = FALSE;
   g_clear_pointer (&stream->nodes, g_ptr_array_unref);
   stream->done = stream->enqueued;
@@ -696,7 +736,7 @@ cudaStreamSynchronize (cudaStream_t stream)
 {
   g_mutex_lock (&lock);
   if (stream->capturing) {
-    stream->invalidated = TRUE;
+    cap_of (stream)->invalidated = TRUE;
     stats.n_refused++;
     g_mutex_unlock (&lock);
     return fail (cudaErrorStreamCaptureUnsupported);
@@ -723,25 +763,54 @@ cudaStreamBeginCapture (cudaStream_t stream, enum cudaStreamCaptureMode mode)
   stream->thread = g_thread_self ();
   stream->captured_work = 0;
   stream->nodes = g_ptr_array_new_with_free_func (node_free);
+  stream->capture_id = ++n_capture_ids;
+  stream->joined = g_ptr_array_new ();
   g_mutex_unlock (&lock);
   return cudaSuccess;
 }
 
+/* Lock held.  The streams that joined @origin's capture leave it;
+ * whether each had been joined back (its last captured work before an
+ * event @origin waited for). */
+static gboolean
+capture_release_locked (cudaStream_t origin)
+{
+  gboolean joined = TRUE;
+  for (guint i = 0; origin->joined && i < origin->joined->len; i++) {
+    cudaStream_t j = g_ptr_array_index (origin->joined, i);
+    joined = joined && j->join_pos == j->captured_work;
+    j->capturing = FALSE;
+    j->origin = NULL;
+  }
+  g_clear_pointer (&origin->joined, g_ptr_array_unref);
+  return joined;
+}
+
+/* Only on the stream that began the capture
+ * (cudaErrorStreamCaptureUnmatched otherwise), which ends it for the
+ * streams that joined it too; they must have been joined back
+ * (cudaErrorStreamCaptureUnjoined). */
 cudaError_t
 cudaStreamEndCapture (cudaStream_t stream, cudaGraph_t * graph)
 {
   g_mutex_lock (&lock);
+  *graph = NULL;
   if (!stream->capturing) {
     g_mutex_unlock (&lock);
     return fail (cudaErrorIllegalState);
   }
+  if (stream->origin) {
+    g_mutex_unlock (&lock);
+    return fail (cudaErrorStreamCaptureUnmatched);
+  }
+  const gboolean joined = capture_release_locked (stream);
   stream->capturing = FALSE;
-  *graph = NULL;
   GPtrArray *nodes = g_steal_pointer (&stream->nodes);
-  if (stream->invalidated) {
+  if (stream->invalidated || !joined) {
     g_ptr_array_unref (nodes);
     g_mutex_unlock (&lock);
-    return fail (cudaErrorStreamCaptureInvalidated);
+    return fail (stream->invalidated ? cudaErrorStreamCaptureInvalidated :
+        cudaErrorStreamCaptureUnjoined);
   }
   *graph = g_new0 (struct CUgraph_st, 1);
   (*graph)->work = stream->captured_work;
@@ -757,7 +826,7 @@ cudaStreamIsCapturing (cudaStream_t stream,
 {
   g_mutex_lock (&lock);
   *status = !stream->capturing ? cudaStreamCaptureStatusNone :
-      stream->invalidated ? cudaStreamCaptureStatusInvalidated :
+      cap_of (stream)->invalidated ? cudaStreamCaptureStatusInvalidated :
       cudaStreamCaptureStatusActive;
   g_mutex_unlock (&lock);
   return cudaSuccess;
@@ -865,18 +934,41 @@ cudaMemsetAsync (void *ptr, int value, size_t count, cudaStream_t stream)
 }
 
 /* Cross-stream order is not modelled (each stream completes on its own;
- * the fakedev checker is what proves the waits): the wait is accepted,
- * except on an event recorded into a capture from a stream outside it,
- * which in CUDA joins that stream to the capture; the stub answers
- * cudaErrorNotSupported there instead of pretending. */
+ * the fakedev checker is what proves the waits).  A wait on an event
+ * recorded in a capture under way: a stream outside any capture joins it
+ * (CUDA's fork: its work goes into that graph until the capture ends),
+ * the stream that began it joins back the stream that recorded the event
+ * (when that was its last work), a stream of another capture is refused
+ * (cudaErrorStreamCaptureIsolation).  An event last recorded in a capture
+ * that has ended orders nothing. */
 cudaError_t
 cudaStreamWaitEvent (cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
   (void) flags;
+  cudaError_t e = cudaSuccess;
   g_mutex_lock (&lock);
-  gboolean join = event->captured && !stream->capturing;
+  cudaStream_t origin = event->captured && event->stream->capturing ?
+      cap_of (event->stream) : NULL;
+  if (origin != NULL && origin->capture_id != event->capture_id)
+    origin = NULL;
+  if (origin == NULL) {
+    /* nothing to capture */
+  } else if (!stream->capturing) {
+    stream->capturing = TRUE;
+    stream->origin = origin;
+    stream->mode = origin->mode;
+    stream->thread = origin->thread;
+    stream->captured_work = 0;
+    stream->join_pos = G_MAXUINT64;
+    g_ptr_array_add (origin->joined, stream);
+    stats.n_capture_joins++;
+  } else if (cap_of (stream) != origin) {
+    e = cudaErrorStreamCaptureIsolation;
+  } else if (stream == origin && event->stream != origin) {
+    event->stream->join_pos = event->cap_pos;
+  }
   g_mutex_unlock (&lock);
-  return join ? fail (cudaErrorNotSupported) : cudaSuccess;
+  return e == cudaSuccess ? e : fail (e);
 }
 
 cudaError_t
@@ -907,6 +999,8 @@ cudaEventRecord (cudaEvent_t event, cudaStream_t stream)
   event->stream = stream;
   event->captured = stream->capturing;
   event->pos = stream->enqueued;
+  event->capture_id = stream->capturing ? cap_of (stream)->capture_id : 0;
+  event->cap_pos = stream->captured_work;
   if (stream->capturing)
     stats.n_captured_records++;
   g_mutex_unlock (&lock);

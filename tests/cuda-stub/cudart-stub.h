@@ -21,6 +21,8 @@ G_BEGIN_DECLS
  *   node of a replayed graph again)
  * @n_captured_launches: work recorded into a capture instead
  * @n_captures: cudaStreamBeginCapture calls that began a capture
+ * @n_capture_joins: streams that joined another stream's capture (a wait
+ *   on an event recorded in it)
  * @n_instantiated: cudaGraphInstantiate calls that made an executable graph
  * @n_graph_launches: cudaGraphLaunch calls that replayed one
  * @live: allocations not yet freed
@@ -33,7 +35,7 @@ typedef struct
 {
   int n_malloc, n_free, n_device_syncs, n_refused, n_captured_records;
   int n_launches, n_captured_launches, n_captures, n_instantiated;
-  int n_graph_launches;
+  int n_graph_launches, n_capture_joins;
   int live;
   gsize live_bytes;
   int streams_live, graphs_live, execs_live;

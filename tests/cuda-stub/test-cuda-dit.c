@@ -67,8 +67,19 @@ run_clear (Run * r)
  * with graphs or without (the backend's graph_begin hidden, as a backend
  * that cannot capture), @fail captures failing
  * (cuda_stub_fail_captures()). */
+static Run run_group (int n_chunks, gboolean graphs, int fail, gboolean solo);
+
 static Run
 run (int n_chunks, gboolean graphs, int fail)
+{
+  return run_group (n_chunks, graphs, fail, FALSE);
+}
+
+/* run() on one rank, or with @solo on a solo rank standing in for rank 0
+ * of 2 (stream-ordered collectives: the Ulysses exchange overlaps the
+ * compute on a communication stream joined by events). */
+static Run
+run_group (int n_chunks, gboolean graphs, int fail, gboolean solo)
 {
   g_autoptr (GError) err = NULL;
   Run r = { NULL, g_array_new (FALSE, FALSE, sizeof (int64_t)), -1, {0}
@@ -86,7 +97,8 @@ run (int n_chunks, gboolean graphs, int fail)
   g_mutex_unlock (&messages_lock);
 
   LbWorkerGroupOptions go = { 0, NULL, "cuda-dit-stub" };
-  LbWorkerGroup *group = lb_worker_group_new (be, 1, NULL, &go, &err);
+  LbWorkerGroup *group = solo ? lb_worker_group_new_solo (be, 0, 2, &go,
+      &err) : lb_worker_group_new (be, 1, NULL, &go, &err);
   g_assert_no_error (err);
   LingbotDitSessionOptions opt = LINGBOT_DIT_SESSION_OPTIONS_INIT;
   opt.latent_h = 6;
@@ -202,6 +214,26 @@ test_capture_fails_always (void)
   run_clear (&always);
 }
 
+/* The Ulysses overlap (a solo rank 0 of 2): the communication stream
+ * joins each pass's capture through the compute stream's event and is
+ * joined back by its own, as CUDA captures two streams; the session's
+ * work is the same with graphs as without. */
+static void
+test_solo_overlap (void)
+{
+  Run eager = run_group (N_CHUNKS, FALSE, 0, TRUE);
+  Run graphs = run_group (N_CHUNKS, TRUE, 0, TRUE);
+  g_assert_cmpint (graphs.stats.n_captures, ==, N_PASSES);
+  g_assert_cmpint (graphs.stats.n_instantiated, ==, N_PASSES);
+  g_assert_cmpint (graphs.stats.n_capture_joins, ==, N_PASSES);
+  g_assert_cmpint (graphs.stats.n_graph_launches, ==,
+      N_PASSES * (N_CHUNKS - graphs.first_steady));
+  assert_same_work (&eager, &graphs);
+  g_assert_cmpstr (messages->str, ==, "");
+  run_clear (&eager);
+  run_clear (&graphs);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -227,6 +259,7 @@ main (int argc, char **argv)
   g_test_add_func ("/cuda-dit/graph-replay", test_graph_replay);
   g_test_add_func ("/cuda-dit/capture-fails-once", test_capture_fails_once);
   g_test_add_func ("/cuda-dit/capture-fails-always", test_capture_fails_always);
+  g_test_add_func ("/cuda-dit/solo-overlap", test_solo_overlap);
   int rc = g_test_run ();
   lingbot_dit_unref (dit);
   lingbot_checkpoint_unref (fixture);
