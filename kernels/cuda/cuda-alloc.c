@@ -42,6 +42,12 @@
  * would have to wait for its own capture gets an error instead, which
  * fails that capture cleanly (the caller then runs the work eagerly).
  * A fence whose query answers anything but cudaSuccess is not ready.
+ * Another registered stream can be capturing without the pool having
+ * begun it: one that joined a capture by waiting on an event recorded in
+ * it (the DiT's communication stream under the Ulysses overlap).  Such a
+ * stream (cudaStreamIsCapturing) gets no fence either: the block is held
+ * back until a capture ends and the stream has left its capture, then
+ * fenced on it.
  */
 #include "kernels/cuda/cuda-internal.h"
 
@@ -59,6 +65,14 @@ typedef struct
   guint64 serial;               /* which hand-out of the block (while live) */
   int held;                     /* captures it waits for (freed during them) */
 } Block;
+
+/* A fence owed to a stream that was capturing without the pool knowing
+ * (it joined a capture), recorded once it has left it. */
+typedef struct
+{
+  Block *block;
+  cudaStream_t stream;
+} Deferred;
 
 /* A capture in progress on one stream of the pool's device. */
 typedef struct
@@ -80,6 +94,7 @@ typedef struct
   gsize in_use, cached;
   guint64 serial;               /* hand-outs so far */
   GPtrArray *captures;          /* Capture *, in progress */
+  GArray *deferred;             /* Deferred */
   GCond capture_done;           /* signalled when a capture ends */
   guint waiting;                /* threads waiting for a capture to end */
 } Pool;
@@ -102,6 +117,7 @@ pool_get (int device)
     p->streams = g_ptr_array_new ();
     p->event_pool = g_ptr_array_new ();
     p->captures = g_ptr_array_new ();
+    p->deferred = g_array_new (FALSE, FALSE, sizeof (Deferred));
     g_cond_init (&p->capture_done);
     p->init = TRUE;
   }
@@ -178,6 +194,39 @@ capture_of (Pool * p, cudaStream_t stream)
       return c;
   }
   return NULL;
+}
+
+/* Whether @stream is being captured (begun there, or joined). */
+static gboolean
+stream_capturing (cudaStream_t stream)
+{
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing (stream, &st) != cudaSuccess) {
+    cudaGetLastError ();
+    return FALSE;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+/* Lock held.  The fences owed to streams that have left their capture
+ * (or the pool) now: recorded, and their blocks released when nothing
+ * else holds them. */
+static void block_fence (Pool * p, Block * b, cudaStream_t si);
+
+static void
+deferred_settle (Pool * p)
+{
+  for (guint i = p->deferred->len; i-- > 0;) {
+    Deferred d = g_array_index (p->deferred, Deferred, i);
+    const gboolean registered = g_ptr_array_find (p->streams, d.stream, NULL);
+    if (registered && stream_capturing (d.stream))
+      continue;
+    g_array_remove_index_fast (p->deferred, i);
+    if (registered)
+      block_fence (p, d.block, d.stream);
+    if (--d.block->held == 0)
+      g_queue_push_head (&p->free_lists[d.block->cls], d.block);
+  }
 }
 
 /* Lock held.  Waits until no capture on the device forbids what the caller
@@ -421,7 +470,12 @@ pool_free (int device, void *ptr, cudaStream_t stream)
     for (guint i = 0; i < p->streams->len; i++) {
       cudaStream_t si = g_ptr_array_index (p->streams, i);
       Capture *c = capture_of (p, si);
-      if (c == NULL) {
+      if (c == NULL && stream_capturing (si)) {
+        /* joined to a capture: fenced when it has left it */
+        Deferred d = { b, si };
+        g_array_append_val (p->deferred, d);
+        b->held++;
+      } else if (c == NULL) {
         block_fence (p, b, si);
       } else {
         /* fenced on si when the capture ends (file comment) */
@@ -540,6 +594,7 @@ lb_cuda_pool_unregister_stream (int device, cudaStream_t stream)
     return;
   g_mutex_lock (&p->lock);
   g_ptr_array_remove (p->streams, stream);
+  deferred_settle (p);          /* a stream leaving owes no fence */
   g_mutex_unlock (&p->lock);
 }
 
@@ -628,6 +683,7 @@ lb_cuda_pool_capture_end (int device, cudaStream_t stream, cudaGraph_t * graph)
     g_free (c);
     g_cond_broadcast (&p->capture_done);
   }
+  deferred_settle (p);
   g_mutex_unlock (&p->lock);
   return e;
 }

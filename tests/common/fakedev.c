@@ -53,6 +53,8 @@ typedef struct
   gint n_capture_unsupported;
   GHashTable *attn_prepared;    /* attention_prepare keys (strings) */
   gint n_attn_prepares, n_attn_unprepared;
+  guint64 n_capture_ids;        /* captures begun (their numbers) */
+  gint n_capture_joins;
 } FakeDev;
 
 
@@ -86,8 +88,11 @@ typedef struct
   guint n;
 } Clock;
 
-/* A recorded call's op: an OpId (op-call.h), or a device copy. */
+/* A recorded call's op: an OpId (op-call.h), a device copy, or an event
+ * record or wait between the streams of a capture (FakeCall.ev). */
 #define FOP_RAW_COPY OP_COUNT
+#define FOP_RECORD (OP_COUNT + 1)
+#define FOP_WAIT (OP_COUNT + 2)
 
 /* A recorded call (graph capture): tensor descriptors by value, with
  * arguments that were the same pointer mapped to the same copy. */
@@ -103,12 +108,26 @@ typedef struct
   void *dst;                    /* FOP_RAW_COPY */
   const void *src;
   gsize nbytes;
+  int branch;                   /* 0: the capturing stream, k: its k-th joined */
+  int ev;                       /* FOP_RECORD / FOP_WAIT: the capture's event */
 } FakeCall;
 
-typedef struct
+typedef struct _FakeStream FakeStream;
+
+struct _FakeStream
 {
-  gboolean capturing;
-  GArray *calls;                /* FakeCall, while capturing */
+  gboolean capturing;           /* began a capture, or joined one */
+  GArray *calls;                /* FakeCall, while capturing (the origin's) */
+  /* a capture across streams, as CUDA makes one: a stream that waits on an
+   * event recorded in a capture joins it (its calls go to the origin's
+   * list, tagged with its branch) until the capture ends; the threads
+   * enqueueing on the streams of one capture must not do so at the same
+   * time (the DiT's rank thread enqueues on both) */
+  FakeStream *join;             /* joined: the stream that began it */
+  int branch;                   /* joined: its branch number (1, 2, ...) */
+  GPtrArray *branches;          /* origin: FakeStream *, branch k at k - 1 */
+  guint64 capture_id;           /* origin: this capture's number */
+  int n_events;                 /* origin: event records captured so far */
   FakeDevCaptureMode capture_mode;      /* while capturing */
   GThread *capture_thread;      /* the thread that began the capture */
   gboolean invalidated;         /* a call the capture mode forbids was made */
@@ -123,11 +142,19 @@ typedef struct
   guint64 queued, done;         /* jobs pushed, jobs finished */
   gboolean held;                /* fakedev_hold_stream() */
   GError *sticky;               /* the first queued call that failed */
-} FakeStream;
+};
 
+/* A graph captured across @n_branches + 1 streams replays each joined
+ * stream's calls on a stream of its own (@bs, made on first launch), its
+ * events (@ev) recorded and waited for between them as captured: so the
+ * checker and the asynchronous workers see the graph's branches as CUDA
+ * runs them, concurrent but for the captured waits. */
 struct _LbGraph
 {
   GArray *calls;
+  int n_branches, n_events;
+  LbStream **bs;
+  LbEvent **ev;
 };
 
 static FakeDev fake;
@@ -596,6 +623,8 @@ struct _LbEvent
   Clock clock;                  /* the ordering checker's: at record */
   gint refs;                    /* the owner and queued jobs */
   guint64 recorded, reached;    /* async.lock: records enqueued, run */
+  guint64 capture_id;           /* last recorded in that capture (0: not) */
+  int capture_ev;               /* as that capture's event number */
 };
 
 typedef struct
@@ -772,13 +801,14 @@ worker_main (gpointer data)
   }
 }
 
-/* A new stream gets its worker when the mode is on. */
+/* A new stream gets its worker when the mode is on (@like %NULL), or
+ * when stream @like has one. */
 static void
-async_stream_start (LbStream * s)
+async_stream_start (LbStream * s, LbStream * like)
 {
   FakeStream *fs = s->priv;
   g_mutex_lock (&async.lock);
-  if (async.on) {
+  if (like ? ((FakeStream *) like->priv)->q != NULL : async.on) {
     fs->q = g_async_queue_new ();
     fs->rand = g_rand_new_with_seed (async.seed ^ (fs->agent * 2654435761u));
     fs->max_delay_us = async.max_delay_us;
@@ -1032,6 +1062,8 @@ is_pinned (const void *p, gsize n)
   return found;
 }
 
+static FakeCall *rec_call (LbStream * s, int op);
+
 static gboolean
 fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
     LbCopyKind kind, GError ** error)
@@ -1042,12 +1074,10 @@ fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
       return refuse (error, "%s copy during a graph capture (only device "
           "copies can be captured)", kind == LB_COPY_HOST_TO_DEVICE ? "H2D" :
           kind == LB_COPY_DEVICE_TO_HOST ? "D2H" : "H2H");
-    FakeCall c = { 0 };
-    c.op = FOP_RAW_COPY;
-    c.dst = dst;
-    c.src = src;
-    c.nbytes = nbytes;
-    g_array_append_val (fs->calls, c);
+    FakeCall *c = rec_call (s, FOP_RAW_COPY);
+    c->dst = dst;
+    c->src = src;
+    c->nbytes = nbytes;
     return TRUE;
   }
   const gboolean dd = fakedev_is_device (dst, nbytes);
@@ -1085,18 +1115,43 @@ fake_copy (LbStream * s, void *dst, const void *src, gsize nbytes,
   return TRUE;
 }
 
-static LbStream *
-fake_stream_new (LbBackend * self, int device, GError ** error)
+/* Every stream that joined @origin's capture leaves it.  With fake.lock
+ * held. */
+static void
+capture_release_branches (FakeStream * origin)
 {
-  (void) error;
+  for (guint i = 0; origin->branches && i < origin->branches->len; i++) {
+    FakeStream *b = g_ptr_array_index (origin->branches, i);
+    if (b == NULL)
+      continue;
+    b->capturing = FALSE;
+    b->join = NULL;
+    b->branch = 0;
+    b->calls = NULL;
+  }
+  g_clear_pointer (&origin->branches, g_ptr_array_unref);
+}
+
+/* A stream of @device, asynchronous when @like is (any stream: the mode
+ * now). */
+static LbStream *
+stream_new_like (LbBackend * self, int device, LbStream * like)
+{
   LbStream *s = g_new0 (LbStream, 1);
   s->backend = self;
   s->device = device;
   FakeStream *fs = g_new0 (FakeStream, 1);
   s->priv = fs;
   fs->agent = order_agent_new (device);
-  async_stream_start (s);
+  async_stream_start (s, like);
   return s;
+}
+
+static LbStream *
+fake_stream_new (LbBackend * self, int device, GError ** error)
+{
+  (void) error;
+  return stream_new_like (self, device, NULL);
 }
 
 static void
@@ -1106,9 +1161,17 @@ fake_stream_free (LbStream * s)
   async_stream_stop (s);
   if (fs->capturing) {
     g_mutex_lock (&fake.lock);
-    g_ptr_array_remove (fake.captures, fs);
+    if (fs->join != NULL) {
+      /* a joined stream freed: the capture cannot be joined back */
+      fs->join->invalidated = TRUE;
+      g_ptr_array_index (fs->join->branches, fs->branch - 1) = NULL;
+    } else {
+      g_ptr_array_remove (fake.captures, fs);
+      capture_release_branches (fs);
+    }
     g_mutex_unlock (&fake.lock);
-    g_array_free (fs->calls, TRUE);
+    if (fs->join == NULL)
+      g_array_free (fs->calls, TRUE);
   }
   clock_clear (&fs->clock);
   g_free (fs);
@@ -1219,16 +1282,28 @@ stream_capturing (LbStream * s)
   return ((FakeStream *) s->priv)->capturing;
 }
 
+/* The stream whose capture @fs takes part in (itself, or the one it
+ * joined). */
+static FakeStream *
+capture_origin (FakeStream * fs)
+{
+  return fs->join ? fs->join : fs;
+}
+
+/* A call of capturing stream @s appended to its capture's list, tagged
+ * with its branch. */
 static FakeCall *
 rec_call (LbStream * s, int op)
 {
   FakeStream *fs = s->priv;
+  GArray *calls = capture_origin (fs)->calls;
   FakeCall c = { 0 };
   c.op = op;
+  c.branch = fs->branch;
   for (int k = 0; k < OP_CALL_MAX_TENSORS; k++)
     c.idx[k] = -1;
-  g_array_append_val (fs->calls, c);
-  return &g_array_index (fs->calls, FakeCall, fs->calls->len - 1);
+  g_array_append_val (calls, c);
+  return &g_array_index (calls, FakeCall, calls->len - 1);
 }
 
 static void
@@ -1510,6 +1585,38 @@ static const LbOps fake_ops = {
 };
 
 
+static gboolean event_record_now (LbStream * s, LbEvent * event,
+    gboolean count, GError ** error);
+static void event_wait_now (LbStream * s, LbEvent * event, gboolean skip);
+static LbEvent *fake_event_new (LbBackend * self, int device, GError ** error);
+
+/* Whether every stream that joined @origin's capture was joined back, as
+ * CUDA requires at cudaStreamEndCapture: its last captured call records
+ * an event that @origin's stream waits for afterwards.  (CUDA also
+ * accepts a join through another joined stream; no caller does that, so
+ * it is refused here.) */
+static gboolean
+capture_joined (FakeStream * origin)
+{
+  GArray *calls = origin->calls;
+  for (guint k = 1; k <= origin->branches->len; k++) {
+    int last = -1;
+    gboolean joined = FALSE;
+    for (guint n = 0; n < calls->len; n++)
+      if (g_array_index (calls, FakeCall, n).branch == (int) k)
+        last = (int) n;
+    const FakeCall *r = &g_array_index (calls, FakeCall, last);
+    for (guint n = (guint) last + 1; r->op == FOP_RECORD && n < calls->len; n++) {
+      const FakeCall *w = &g_array_index (calls, FakeCall, n);
+      joined = joined || (w->branch == 0 && w->op == FOP_WAIT &&
+          w->ev == r->ev);
+    }
+    if (!joined)
+      return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 fake_graph_begin (LbStream * s, GError ** error)
 {
@@ -1520,8 +1627,11 @@ fake_graph_begin (LbStream * s, GError ** error)
   fs->calls = g_array_new (FALSE, FALSE, sizeof (FakeCall));
   fs->capture_thread = g_thread_self ();
   fs->invalidated = FALSE;
+  fs->n_events = 0;
   g_mutex_lock (&fake.lock);
   fs->capture_mode = fake.capture_mode;
+  fs->capture_id = ++fake.n_capture_ids;
+  fs->branches = g_ptr_array_new ();
   g_ptr_array_add (fake.captures, fs);
   g_mutex_unlock (&fake.lock);
   return TRUE;
@@ -1535,10 +1645,26 @@ fake_graph_end (LbStream * s, GError ** error)
     refuse (error, "graph capture: not capturing");
     return NULL;
   }
+  if (fs->join != NULL) {
+    refuse (error, "graph capture: ended on a stream that joined it, not "
+        "the one that began it (cudaErrorStreamCaptureUnmatched)");
+    return NULL;
+  }
   g_mutex_lock (&fake.lock);
   g_ptr_array_remove (fake.captures, fs);
-  const gboolean invalidated = fs->invalidated;
+  const gboolean unjoined = !fs->invalidated && !capture_joined (fs);
+  const gboolean invalidated = fs->invalidated || unjoined;
+  const int n_branches = (int) fs->branches->len;
+  capture_release_branches (fs);
   g_mutex_unlock (&fake.lock);
+  if (unjoined) {
+    g_array_free (fs->calls, TRUE);
+    fs->calls = NULL;
+    fs->capturing = FALSE;
+    refuse (error, "graph capture: capturing stream has unjoined work "
+        "(cudaErrorStreamCaptureUnjoined)");
+    return NULL;
+  }
   /* an injected failure: the capture was invalidated, nothing of it ran */
   gint left = g_atomic_int_get (&fake.fail_graph_end);
   while (left != 0 && !g_atomic_int_compare_and_exchange (&fake.fail_graph_end,
@@ -1557,6 +1683,8 @@ fake_graph_end (LbStream * s, GError ** error)
   }
   LbGraph *g = g_new0 (LbGraph, 1);
   g->calls = fs->calls;
+  g->n_branches = n_branches;
+  g->n_events = fs->n_events;
   for (guint n = 0; n < g->calls->len; n++)
     memset (g_array_index (g->calls, FakeCall, n).orig, 0,
         sizeof (((FakeCall *) NULL)->orig));
@@ -1574,9 +1702,44 @@ fake_graph_launch (LbStream * s, LbGraph * graph, GError ** error)
   if (stream_capturing (s))
     return refuse (error, "graph launch during a capture");
   g_atomic_int_inc (&fake.n_launches);
-  for (guint n = 0; n < graph->calls->len; n++)
-    if (!replay_call (s, &g_array_index (graph->calls, FakeCall, n), error))
+  if (graph->n_branches == 0) {
+    for (guint n = 0; n < graph->calls->len; n++)
+      if (!replay_call (s, &g_array_index (graph->calls, FakeCall, n), error))
+        return FALSE;
+    return TRUE;
+  }
+  /* the branches' streams and the captured events, made once per graph */
+  if (graph->bs == NULL) {
+    graph->bs = g_new0 (LbStream *, graph->n_branches);
+    graph->ev = g_new0 (LbEvent *, graph->n_events + 1);
+    for (int k = 0; k < graph->n_branches; k++)
+      graph->bs[k] = stream_new_like (s->backend, s->device, s);
+    for (int e = 0; e <= graph->n_events; e++)
+      graph->ev[e] = fake_event_new (s->backend, s->device, NULL);
+  }
+  /* the launch: every branch starts after what @s enqueued before it
+   * (event 0), and @s goes on after every branch (CUDA's graph launch is
+   * one unit of the stream's work) */
+  if (!event_record_now (s, graph->ev[0], FALSE, error))
+    return FALSE;
+  for (int k = 0; k < graph->n_branches; k++)
+    event_wait_now (graph->bs[k], graph->ev[0], FALSE);
+  for (guint n = 0; n < graph->calls->len; n++) {
+    FakeCall *c = &g_array_index (graph->calls, FakeCall, n);
+    LbStream *on = c->branch == 0 ? s : graph->bs[c->branch - 1];
+    if (c->op == FOP_RECORD) {
+      if (!event_record_now (on, graph->ev[c->ev], FALSE, error))
+        return FALSE;
+    } else if (c->op == FOP_WAIT) {
+      event_wait_now (on, graph->ev[c->ev], FALSE);
+    } else if (!replay_call (on, c, error))
       return FALSE;
+  }
+  for (int k = 0; k < graph->n_branches; k++) {
+    if (!event_record_now (graph->bs[k], graph->ev[0], FALSE, error))
+      return FALSE;
+    event_wait_now (s, graph->ev[0], FALSE);
+  }
   return TRUE;
 }
 
@@ -1586,6 +1749,12 @@ fake_graph_free (LbStream * s, LbGraph * graph)
   (void) s;
   if (graph == NULL)
     return;
+  for (int k = 0; graph->bs && k < graph->n_branches; k++)
+    fake_stream_free (graph->bs[k]);
+  for (int e = 0; graph->ev && e <= graph->n_events; e++)
+    event_unref (graph->ev[e]);
+  g_free (graph->bs);
+  g_free (graph->ev);
   g_array_free (graph->calls, TRUE);
   g_free (graph);
 }
@@ -1610,13 +1779,18 @@ fake_event_free (LbBackend * self, LbEvent * event)
   event_unref (event);
 }
 
+/* Records @event on @s now (the checker's clock, an asynchronous stream's
+ * mark); @count: in FakeDevStats.n_records (not a graph's own). */
 static gboolean
-fake_event_record (LbStream * s, LbEvent * event, GError ** error)
+event_record_now (LbStream * s, LbEvent * event, gboolean count,
+    GError ** error)
 {
   if (event->device != s->device)
     return refuse (error, "event of device %d recorded on fakedev:%d",
         event->device, s->device);
-  g_atomic_int_inc (&fake.n_records);
+  if (count)
+    g_atomic_int_inc (&fake.n_records);
+  event->capture_id = 0;
   order_record (s, &event->clock);
   g_mutex_lock (&async.lock);
   const guint64 gen = ++event->recorded;
@@ -1632,14 +1806,31 @@ fake_event_record (LbStream * s, LbEvent * event, GError ** error)
   return TRUE;
 }
 
-/* Any device's event may be waited for (cudaStreamWaitEvent allows an
- * event of another device: a peer rank's stream). */
+/* Into a capture: a record on a capturing stream is a node of the graph,
+ * the event's point inside it (numbered from 1). */
 static gboolean
-fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
+fake_event_record (LbStream * s, LbEvent * event, GError ** error)
 {
-  (void) error;
-  g_atomic_int_inc (&fake.n_waits);
-  const gboolean skip = wait_skipped (s);
+  FakeStream *fs = s->priv;
+  if (!fs->capturing)
+    return event_record_now (s, event, TRUE, error);
+  if (event->device != s->device)
+    return refuse (error, "event of device %d recorded on fakedev:%d",
+        event->device, s->device);
+  g_atomic_int_inc (&fake.n_records);
+  FakeStream *origin = capture_origin (fs);
+  FakeCall *c = rec_call (s, FOP_RECORD);
+  c->ev = ++origin->n_events;
+  event->capture_id = origin->capture_id;
+  event->capture_ev = c->ev;
+  return TRUE;
+}
+
+/* Makes @s wait for @event now (the checker, an asynchronous stream's
+ * worker); @skip: fakedev_skip_waits() dropped it. */
+static void
+event_wait_now (LbStream * s, LbEvent * event, gboolean skip)
+{
   order_wait (s, &event->clock, skip);
   g_mutex_lock (&async.lock);
   if (stream_async (s) && !skip && event->reached < event->recorded) {
@@ -1650,6 +1841,44 @@ fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
     job_push_locked (s, j);
   }
   g_mutex_unlock (&async.lock);
+}
+
+/* Any device's event may be waited for (cudaStreamWaitEvent allows an
+ * event of another device: a peer rank's stream).  A wait on an event
+ * recorded in a capture under way is a node of that graph: a stream not
+ * capturing joins the capture (CUDA's fork), one capturing in another
+ * capture is refused.  An event last recorded in a capture that has
+ * ended orders nothing (it holds no point of the stream's work). */
+static gboolean
+fake_stream_wait_event (LbStream * s, LbEvent * event, GError ** error)
+{
+  FakeStream *fs = s->priv;
+  g_atomic_int_inc (&fake.n_waits);
+  if (event->capture_id != 0) {
+    g_mutex_lock (&fake.lock);
+    FakeStream *origin = NULL;
+    for (guint i = 0; i < fake.captures->len && origin == NULL; i++) {
+      FakeStream *c = g_ptr_array_index (fake.captures, i);
+      if (c->capture_id == event->capture_id)
+        origin = c;
+    }
+    if (origin != NULL && !fs->capturing) {
+      fs->capturing = TRUE;
+      fs->join = origin;
+      g_ptr_array_add (origin->branches, fs);
+      fs->branch = (int) origin->branches->len;
+      fake.n_capture_joins++;
+    }
+    g_mutex_unlock (&fake.lock);
+    if (origin == NULL)
+      return TRUE;
+    if (capture_origin (fs) != origin)
+      return refuse (error, "stream wait on an event of another stream's "
+          "capture (cudaErrorStreamCaptureIsolation)");
+    rec_call (s, FOP_WAIT)->ev = event->capture_ev;
+    return TRUE;
+  }
+  event_wait_now (s, event, wait_skipped (s));
   return TRUE;
 }
 
@@ -1878,6 +2107,9 @@ fakedev_stats (void)
   g_mutex_unlock (&fake.lock);
   st.n_async_jobs = g_atomic_int_get (&async.n_jobs);
   st.n_capture_unsupported = g_atomic_int_get (&fake.n_capture_unsupported);
+  g_mutex_lock (&fake.lock);
+  st.n_capture_joins = fake.n_capture_joins;
+  g_mutex_unlock (&fake.lock);
   st.n_conv_bf16_x = g_atomic_int_get (&fake.n_conv_bf16_x);
   st.n_norm_bf16_y = g_atomic_int_get (&fake.n_norm_bf16_y);
   st.n_allocs = g_atomic_int_get (&fake.n_allocs);

@@ -60,9 +60,15 @@ G_BEGIN_DECLS
  *   device, shape, dtypes and strides no attention_prepare call gave
  *   before (on CUDA: a cuDNN plan built, and its scratch and workspace
  *   first allocated, in the middle of the work)
+ * @n_capture_joins: streams that joined another stream's capture (a wait
+ *   on an event recorded in it, CUDA's fork)
  *
  * Graph capture on fakedev records every op call and device copy (tensor
- * descriptors by value) instead of running it, refuses host transfers,
+ * descriptors by value) instead of running it, as CUDA does across
+ * streams: a stream that waits on an event recorded in the capture joins
+ * it until it ends (it must be joined back, by the capturing stream's wait
+ * on an event recorded on it after its last call), and its calls replay on
+ * a stream of the graph's own, ordered by the captured waits.  It refuses host transfers,
  * the stream's synchronisation, and allocations and frees by the
  * capturing thread while recording (by any thread in global mode,
  * #FakeDevCaptureMode), and
@@ -90,6 +96,7 @@ typedef struct
   gsize reserve_scratch, reserve_workspace;
   int n_async_jobs, n_capture_unsupported;
   int n_attention_prepares, n_attention_unprepared;
+  int n_capture_joins;
 } FakeDevStats;
 
 /**

@@ -1,13 +1,17 @@
 /* lingbot-gst: a host stub of the CUDA runtime
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The cudart entry points the CUDA module's host code calls (its caching
- * allocator, kernels/cuda/cuda-alloc.c, and cuda-check.c), implemented on
- * the host so that code runs in CPU tests, linked in place of libcudart.
- * Memory is host memory.  A stream is a queue of work items: the test
- * enqueues one for each kernel it pretends to launch
- * (cuda_stub_enqueue()), and the work is done when the test says so
- * (cuda_stub_complete()) or at once (cuda_stub_set_auto_complete()).  An
+ * The cudart entry points the CUDA module's host code calls (every C file
+ * of kernels/cuda: the caching allocator, the backend's streams, events
+ * and graphs, the GEMM and cuDNN paths), implemented on the host so that
+ * code runs in CPU tests, linked in place of libcudart.  Memory is host
+ * memory.  A stream is a queue of work items: the kernel launchers'
+ * recording stubs (gen-launch-stubs.py) and those of cuBLASLt and cuDNN
+ * enqueue one per launch (cuda_stub_launch(), named, listed by
+ * cuda_stub_take_log()); copies and memsets are done when enqueued; a test
+ * enqueues anonymous work with cuda_stub_enqueue().  Work is done when the
+ * test says so (cuda_stub_complete()) or at once
+ * (cuda_stub_set_auto_complete()).  An
  * event recorded on a stream is complete once the work enqueued before it
  * is; cudaStreamSynchronize, cudaEventSynchronize and cudaDeviceSynchronize
  * complete the work they wait for.
@@ -24,6 +28,19 @@
  * capturing stream.  A refused call answers
  * cudaErrorStreamCaptureUnsupported and invalidates the capture, whose
  * cudaStreamEndCapture then answers cudaErrorStreamCaptureInvalidated.
+ * A graph keeps the captured work (named launches, copies, memsets);
+ * cudaGraphInstantiate copies it (or answers the error
+ * cuda_stub_set_instantiate_error() set) and cudaGraphLaunch enqueues it
+ * again, in order.  Graphs and executable graphs are tracked: destroying
+ * or launching one that is not live answers cudaErrorInvalidValue.  Not
+ * A capture spans streams as in CUDA: a stream that waits on an event
+ * recorded in it joins it, its work going into the same graph (in call
+ * order: the replay runs every node on the launching stream), and must be
+ * joined back (the beginning stream waits on an event recorded after its
+ * last work) before cudaStreamEndCapture, which only the beginning stream
+ * may call.  Not modelled: the order between streams (events and waits
+ * order nothing here; tests/common/fakedev.c's checker proves that), a
+ * join back through another joined stream, kernel arguments and results.
  * Like cudart, a failed call also sets the thread's last error.
  */
 #include "cudart-stub.h"
@@ -40,6 +57,11 @@ struct CUstream_st
   enum cudaStreamCaptureMode mode;
   GThread *thread;
   guint64 captured_work;
+  GPtrArray *nodes;             /* StubNode *, the capture's work */
+  guint64 capture_id;           /* the capture this stream began */
+  GPtrArray *joined;            /* cudaStream_t that joined that capture */
+  cudaStream_t origin;          /* joined: the stream that began it */
+  guint64 join_pos;             /* joined: captured_work when joined back */
 };
 
 struct CUevent_st
@@ -47,11 +69,30 @@ struct CUevent_st
   cudaStream_t stream;          /* NULL: never recorded */
   guint64 pos;
   gboolean captured;
+  guint64 capture_id, cap_pos;  /* captured: the capture, stream's work */
 };
+
+/* One work item of a graph: a kernel launch (by name) or a copy / memset
+ * (done again at each replay). */
+typedef struct
+{
+  char *name;
+  void *dst;
+  const void *src;              /* NULL: a memset of @value (or a kernel) */
+  gsize n;
+  int value;
+  gboolean is_copy;
+} StubNode;
 
 struct CUgraph_st
 {
   guint64 work;
+  GPtrArray *nodes;             /* StubNode * */
+};
+
+struct CUgraphExec_st
+{
+  GPtrArray *nodes;             /* StubNode *, the graph's, copied */
 };
 
 static GMutex lock;
@@ -63,6 +104,13 @@ static gsize memory_total = (gsize) 1 << 40;
 static cudaError_t query_error;
 static GPrivate current_device;
 static GPrivate last_error;
+static GPtrArray *launch_log;   /* char *: work run on streams, in order */
+static GHashTable *live_graphs, *live_execs;
+static cudaError_t instantiate_error, device_count_error;
+static int fail_captures;
+static guint64 n_capture_ids;
+static int device_count = STUB_DEVICES;
+static gboolean peer_enabled[STUB_DEVICES][STUB_DEVICES];
 
 static cudaError_t
 fail (cudaError_t e)
@@ -77,6 +125,76 @@ init_locked (void)
   if (allocs == NULL) {
     allocs = g_hash_table_new (g_direct_hash, g_direct_equal);
     streams = g_ptr_array_new ();
+    launch_log = g_ptr_array_new_with_free_func (g_free);
+    live_graphs = g_hash_table_new (g_direct_hash, g_direct_equal);
+    live_execs = g_hash_table_new (g_direct_hash, g_direct_equal);
+  }
+}
+
+static StubNode *
+node_new (const char *name, void *dst, const void *src, gsize n, int value,
+    gboolean is_copy)
+{
+  StubNode *node = g_new0 (StubNode, 1);
+  node->name = g_strdup (name);
+  node->dst = dst;
+  node->src = src;
+  node->n = n;
+  node->value = value;
+  node->is_copy = is_copy;
+  return node;
+}
+
+static StubNode *
+node_dup (const StubNode * node)
+{
+  return node_new (node->name, node->dst, node->src, node->n, node->value,
+      node->is_copy);
+}
+
+static void
+node_free (gpointer p)
+{
+  StubNode *node = p;
+  g_free (node->name);
+  g_free (node);
+}
+
+/* Lock held.  Runs @node on @stream now: one work item enqueued, its name
+ * logged, a copy or memset done (host memory, in call order). */
+static void
+node_run_locked (cudaStream_t stream, const StubNode * node)
+{
+  stream->enqueued++;
+  if (auto_complete)
+    stream->done = stream->enqueued;
+  g_ptr_array_add (launch_log, g_strdup (node->name));
+  stats.n_launches++;
+  if (node->is_copy && node->src)
+    memmove (node->dst, node->src, node->n);
+  else if (node->is_copy)
+    memset (node->dst, node->value, node->n);
+}
+
+/* The stream whose capture @s takes part in (itself, or the one it
+ * joined). */
+static cudaStream_t
+cap_of (cudaStream_t s)
+{
+  return s->origin ? s->origin : s;
+}
+
+/* Lock held.  @node (owned) on @stream: into its capture, or run now. */
+static void
+work_locked (cudaStream_t stream, StubNode * node)
+{
+  if (stream->capturing) {
+    stream->captured_work++;
+    stats.n_captured_launches++;
+    g_ptr_array_add (cap_of (stream)->nodes, node);
+  } else {
+    node_run_locked (stream, node);
+    node_free (node);
   }
 }
 
@@ -100,7 +218,7 @@ refused_locked (int device, gboolean malloc_only)
       continue;
     if (!malloc_only || s->mode == cudaStreamCaptureModeGlobal ||
         (s->mode == cudaStreamCaptureModeThreadLocal && s->thread == self)) {
-      s->invalidated = TRUE;
+      cap_of (s)->invalidated = TRUE;
       refused = TRUE;
     }
   }
@@ -122,10 +240,15 @@ cuda_stub_reset (void)
   g_mutex_lock (&lock);
   init_locked ();
   g_hash_table_remove_all (allocs);
+  g_ptr_array_set_size (launch_log, 0);
   memset (&stats, 0, sizeof stats);
   auto_complete = FALSE;
   memory_total = (gsize) 1 << 40;
   query_error = cudaSuccess;
+  instantiate_error = cudaSuccess;
+  fail_captures = 0;
+  device_count_error = cudaSuccess;
+  device_count = STUB_DEVICES;
   g_mutex_unlock (&lock);
 }
 
@@ -141,6 +264,11 @@ cuda_stub_stats (void)
   init_locked ();
   CudaStubStats st = stats;
   st.live = (int) g_hash_table_size (allocs);
+  for (guint i = 0; i < streams->len; i++)
+    st.streams_live += !((cudaStream_t) g_ptr_array_index (streams,
+            i))->destroyed;
+  st.graphs_live = (int) g_hash_table_size (live_graphs);
+  st.execs_live = (int) g_hash_table_size (live_execs);
   g_mutex_unlock (&lock);
   return st;
 }
@@ -196,13 +324,100 @@ void
 cuda_stub_enqueue (cudaStream_t stream)
 {
   g_mutex_lock (&lock);
-  if (stream->capturing) {
-    stream->captured_work++;
-  } else {
-    stream->enqueued++;
-    if (auto_complete)
-      stream->done = stream->enqueued;
+  init_locked ();
+  work_locked (stream, node_new ("work", NULL, NULL, 0, 0, FALSE));
+  g_mutex_unlock (&lock);
+}
+
+/**
+ * cuda_stub_launch:
+ * @name: the kernel (the launcher's name)
+ * @stream: the stream it is launched on
+ *
+ * What the recording stubs of the kernel launchers (generated from
+ * kernels/cuda/cuda-kernels.h) and of cuBLASLt / cuDNN executions call:
+ * cuda_stub_enqueue() with a name, which cuda_stub_take_log() lists once
+ * the launch runs (now, or at each replay of a graph it was captured
+ * into).
+ *
+ * Returns: cudaSuccess; cudaErrorInvalidResourceHandle for a %NULL or
+ *   destroyed stream (the module never launches on the legacy stream).
+ */
+cudaError_t
+cuda_stub_launch (const char *name, cudaStream_t stream)
+{
+  g_mutex_lock (&lock);
+  init_locked ();
+  if (stream == NULL || stream->destroyed) {
+    g_mutex_unlock (&lock);
+    return fail (cudaErrorInvalidResourceHandle);
   }
+  work_locked (stream, node_new (name, NULL, NULL, 0, 0, FALSE));
+  g_mutex_unlock (&lock);
+  return cudaSuccess;
+}
+
+/**
+ * cuda_stub_take_log:
+ *
+ * Returns: (transfer full): the names of the work run on streams since
+ *   the last call (or cuda_stub_reset()), in order: launches, copies
+ *   ("cudaMemcpyAsync"), memsets ("cudaMemsetAsync"), each replayed graph
+ *   node again; g_strfreev() it.
+ */
+char **
+cuda_stub_take_log (void)
+{
+  g_mutex_lock (&lock);
+  init_locked ();
+  GStrvBuilder *b = g_strv_builder_new ();
+  for (guint i = 0; i < launch_log->len; i++)
+    g_strv_builder_add (b, g_ptr_array_index (launch_log, i));
+  g_ptr_array_set_size (launch_log, 0);
+  g_mutex_unlock (&lock);
+  char **log = g_strv_builder_end (b);
+  g_strv_builder_unref (b);
+  return log;
+}
+
+/**
+ * cuda_stub_set_instantiate_error:
+ * @err: what cudaGraphInstantiate answers from now on (cudaSuccess: it
+ *   instantiates)
+ */
+void
+cuda_stub_set_instantiate_error (cudaError_t err)
+{
+  g_mutex_lock (&lock);
+  instantiate_error = err;
+  g_mutex_unlock (&lock);
+}
+
+/**
+ * cuda_stub_fail_captures:
+ * @n: how many of the next captures fail (-1: all): each is invalidated
+ *   as it begins, as when another thread's call invalidates it, so its
+ *   cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated
+ */
+void
+cuda_stub_fail_captures (int n)
+{
+  g_mutex_lock (&lock);
+  fail_captures = n;
+  g_mutex_unlock (&lock);
+}
+
+/**
+ * cuda_stub_set_devices:
+ * @count: devices cudaGetDeviceCount reports
+ * @err: what it answers (cudaSuccess: @count), e.g. cudaErrorNoDevice
+ */
+void
+cuda_stub_set_devices (int count, cudaError_t err)
+{
+  g_mutex_lock (&lock);
+  device_count = count;
+  device_count_error = err;
   g_mutex_unlock (&lock);
 }
 
@@ -256,7 +471,58 @@ cudaSetDevice (int device)
 cudaError_t
 cudaGetDeviceCount (int *count)
 {
-  *count = STUB_DEVICES;
+  g_mutex_lock (&lock);
+  cudaError_t e = device_count_error;
+  *count = e == cudaSuccess ? device_count : 0;
+  g_mutex_unlock (&lock);
+  return e == cudaSuccess ? e : fail (e);
+}
+
+/* A device of compute capability 9.0 (an H100 / H200). */
+cudaError_t
+cudaDeviceGetAttribute (int *value, enum cudaDeviceAttr attr, int device)
+{
+  if (device < 0 || device >= STUB_DEVICES)
+    return fail (cudaErrorInvalidDevice);
+  *value = attr == cudaDevAttrComputeCapabilityMajor ? 9 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t
+cudaDeviceCanAccessPeer (int *can, int device, int peer)
+{
+  *can = device != peer;
+  return cudaSuccess;
+}
+
+/* From the current device to @peer; a second time answers
+ * cudaErrorPeerAccessAlreadyEnabled, as CUDA does. */
+cudaError_t
+cudaDeviceEnablePeerAccess (int peer, unsigned int flags)
+{
+  (void) flags;
+  const int device = device_now ();
+  if (peer < 0 || peer >= STUB_DEVICES || peer == device)
+    return fail (cudaErrorInvalidDevice);
+  g_mutex_lock (&lock);
+  gboolean again = peer_enabled[device][peer];
+  peer_enabled[device][peer] = TRUE;
+  g_mutex_unlock (&lock);
+  return again ? fail (cudaErrorPeerAccessAlreadyEnabled) : cudaSuccess;
+}
+
+cudaError_t
+cudaHostAlloc (void **ptr, size_t size, unsigned int flags)
+{
+  (void) flags;
+  *ptr = g_malloc (MAX (size, 1));
+  return cudaSuccess;
+}
+
+cudaError_t
+cudaFreeHost (void *ptr)
+{
+  g_free (ptr);
   return cudaSuccess;
 }
 
@@ -286,6 +552,24 @@ cudaGetErrorName (cudaError_t e)
       return "cudaErrorCapturedEvent";
     case cudaErrorIllegalState:
       return "cudaErrorIllegalState";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
+    case cudaErrorPeerAccessAlreadyEnabled:
+      return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
     default:
       return "cudaErrorUnknown";
   }
@@ -306,6 +590,22 @@ cudaGetErrorString (cudaError_t e)
     case cudaErrorCapturedEvent:
       return "operation not permitted on an event last recorded in a "
           "capturing stream";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capture has a fork that was not joined to the origin stream";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not begun on this stream";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency would cross the capture's boundary";
     default:
       return cudaGetErrorName (e);
   }
@@ -407,6 +707,8 @@ cudaStreamCreate (cudaStream_t * stream)
   return cudaStreamCreateWithFlags (stream, cudaStreamDefault);
 }
 
+static gboolean capture_release_locked (cudaStream_t origin);
+
 /* The stream's record stays (in the list, as destroyed): events recorded
  * on it may still be queried. */
 cudaError_t
@@ -414,7 +716,16 @@ cudaStreamDestroy (cudaStream_t stream)
 {
   g_mutex_lock (&lock);
   stream->destroyed = TRUE;
+  if (stream->capturing && stream->origin) {
+    /* a joined stream destroyed: its capture cannot be joined back */
+    stream->origin->invalidated = TRUE;
+    g_ptr_array_remove (stream->origin->joined, stream);
+    stream->origin = NULL;
+  } else if (stream->capturing) {
+    capture_release_locked (stream);
+  }
   stream->capturing = FALSE;
+  g_clear_pointer (&stream->nodes, g_ptr_array_unref);
   stream->done = stream->enqueued;
   g_mutex_unlock (&lock);
   return cudaSuccess;
@@ -425,7 +736,7 @@ cudaStreamSynchronize (cudaStream_t stream)
 {
   g_mutex_lock (&lock);
   if (stream->capturing) {
-    stream->invalidated = TRUE;
+    cap_of (stream)->invalidated = TRUE;
     stats.n_refused++;
     g_mutex_unlock (&lock);
     return fail (cudaErrorStreamCaptureUnsupported);
@@ -444,30 +755,67 @@ cudaStreamBeginCapture (cudaStream_t stream, enum cudaStreamCaptureMode mode)
     return fail (cudaErrorIllegalState);
   }
   stream->capturing = TRUE;
-  stream->invalidated = FALSE;
+  stream->invalidated = fail_captures != 0;
+  if (fail_captures > 0)
+    fail_captures--;
+  stats.n_captures++;
   stream->mode = mode;
   stream->thread = g_thread_self ();
   stream->captured_work = 0;
+  stream->nodes = g_ptr_array_new_with_free_func (node_free);
+  stream->capture_id = ++n_capture_ids;
+  stream->joined = g_ptr_array_new ();
   g_mutex_unlock (&lock);
   return cudaSuccess;
 }
 
+/* Lock held.  The streams that joined @origin's capture leave it;
+ * whether each had been joined back (its last captured work before an
+ * event @origin waited for). */
+static gboolean
+capture_release_locked (cudaStream_t origin)
+{
+  gboolean joined = TRUE;
+  for (guint i = 0; origin->joined && i < origin->joined->len; i++) {
+    cudaStream_t j = g_ptr_array_index (origin->joined, i);
+    joined = joined && j->join_pos == j->captured_work;
+    j->capturing = FALSE;
+    j->origin = NULL;
+  }
+  g_clear_pointer (&origin->joined, g_ptr_array_unref);
+  return joined;
+}
+
+/* Only on the stream that began the capture
+ * (cudaErrorStreamCaptureUnmatched otherwise), which ends it for the
+ * streams that joined it too; they must have been joined back
+ * (cudaErrorStreamCaptureUnjoined). */
 cudaError_t
 cudaStreamEndCapture (cudaStream_t stream, cudaGraph_t * graph)
 {
   g_mutex_lock (&lock);
+  *graph = NULL;
   if (!stream->capturing) {
     g_mutex_unlock (&lock);
     return fail (cudaErrorIllegalState);
   }
-  stream->capturing = FALSE;
-  *graph = NULL;
-  if (stream->invalidated) {
+  if (stream->origin) {
     g_mutex_unlock (&lock);
-    return fail (cudaErrorStreamCaptureInvalidated);
+    return fail (cudaErrorStreamCaptureUnmatched);
+  }
+  const gboolean joined = capture_release_locked (stream);
+  stream->capturing = FALSE;
+  GPtrArray *nodes = g_steal_pointer (&stream->nodes);
+  if (stream->invalidated || !joined) {
+    g_ptr_array_unref (nodes);
+    g_mutex_unlock (&lock);
+    return fail (stream->invalidated ? cudaErrorStreamCaptureInvalidated :
+        cudaErrorStreamCaptureUnjoined);
   }
   *graph = g_new0 (struct CUgraph_st, 1);
   (*graph)->work = stream->captured_work;
+  (*graph)->nodes = nodes;
+  g_hash_table_add (live_graphs, *graph);
   g_mutex_unlock (&lock);
   return cudaSuccess;
 }
@@ -478,17 +826,149 @@ cudaStreamIsCapturing (cudaStream_t stream,
 {
   g_mutex_lock (&lock);
   *status = !stream->capturing ? cudaStreamCaptureStatusNone :
-      stream->invalidated ? cudaStreamCaptureStatusInvalidated :
+      cap_of (stream)->invalidated ? cudaStreamCaptureStatusInvalidated :
       cudaStreamCaptureStatusActive;
   g_mutex_unlock (&lock);
   return cudaSuccess;
 }
 
+/* A graph or executable graph not live (never made, or destroyed)
+ * answers cudaErrorInvalidValue: a double destroy or a use after destroy
+ * shows as an error instead of a crash. */
 cudaError_t
 cudaGraphDestroy (cudaGraph_t graph)
 {
+  g_mutex_lock (&lock);
+  init_locked ();
+  if (!g_hash_table_remove (live_graphs, graph)) {
+    g_mutex_unlock (&lock);
+    return fail (cudaErrorInvalidValue);
+  }
+  g_mutex_unlock (&lock);
+  g_ptr_array_unref (graph->nodes);
   g_free (graph);
   return cudaSuccess;
+}
+
+cudaError_t
+cudaGraphInstantiate (cudaGraphExec_t * exec, cudaGraph_t graph,
+    unsigned long long flags)
+{
+  (void) flags;
+  g_mutex_lock (&lock);
+  init_locked ();
+  cudaError_t e = !g_hash_table_contains (live_graphs, graph) ?
+      cudaErrorInvalidValue : instantiate_error;
+  if (e != cudaSuccess) {
+    g_mutex_unlock (&lock);
+    return fail (e);
+  }
+  cudaGraphExec_t x = g_new0 (struct CUgraphExec_st, 1);
+  x->nodes = g_ptr_array_new_with_free_func (node_free);
+  for (guint i = 0; i < graph->nodes->len; i++)
+    g_ptr_array_add (x->nodes, node_dup (g_ptr_array_index (graph->nodes, i)));
+  g_hash_table_add (live_execs, x);
+  stats.n_instantiated++;
+  g_mutex_unlock (&lock);
+  *exec = x;
+  return cudaSuccess;
+}
+
+/* Each node of @exec once on @stream, in capture order (into @stream's
+ * capture when it is capturing). */
+cudaError_t
+cudaGraphLaunch (cudaGraphExec_t exec, cudaStream_t stream)
+{
+  g_mutex_lock (&lock);
+  init_locked ();
+  if (!g_hash_table_contains (live_execs, exec) || stream == NULL ||
+      stream->destroyed) {
+    g_mutex_unlock (&lock);
+    return fail (cudaErrorInvalidValue);
+  }
+  for (guint i = 0; i < exec->nodes->len; i++)
+    work_locked (stream, node_dup (g_ptr_array_index (exec->nodes, i)));
+  stats.n_graph_launches++;
+  g_mutex_unlock (&lock);
+  return cudaSuccess;
+}
+
+cudaError_t
+cudaGraphExecDestroy (cudaGraphExec_t exec)
+{
+  g_mutex_lock (&lock);
+  init_locked ();
+  if (!g_hash_table_remove (live_execs, exec)) {
+    g_mutex_unlock (&lock);
+    return fail (cudaErrorInvalidValue);
+  }
+  g_mutex_unlock (&lock);
+  g_ptr_array_unref (exec->nodes);
+  g_free (exec);
+  return cudaSuccess;
+}
+
+/* The copy is done when it is enqueued (host memory, in call order) or, in
+ * a capture, at each replay. */
+cudaError_t
+cudaMemcpyAsync (void *dst, const void *src, size_t count,
+    enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+  (void) kind;
+  g_mutex_lock (&lock);
+  init_locked ();
+  work_locked (stream, node_new ("cudaMemcpyAsync", dst, src, count, 0, TRUE));
+  g_mutex_unlock (&lock);
+  return cudaSuccess;
+}
+
+cudaError_t
+cudaMemsetAsync (void *ptr, int value, size_t count, cudaStream_t stream)
+{
+  g_mutex_lock (&lock);
+  init_locked ();
+  work_locked (stream, node_new ("cudaMemsetAsync", ptr, NULL, count, value,
+          TRUE));
+  g_mutex_unlock (&lock);
+  return cudaSuccess;
+}
+
+/* Cross-stream order is not modelled (each stream completes on its own;
+ * the fakedev checker is what proves the waits).  A wait on an event
+ * recorded in a capture under way: a stream outside any capture joins it
+ * (CUDA's fork: its work goes into that graph until the capture ends),
+ * the stream that began it joins back the stream that recorded the event
+ * (when that was its last work), a stream of another capture is refused
+ * (cudaErrorStreamCaptureIsolation).  An event last recorded in a capture
+ * that has ended orders nothing. */
+cudaError_t
+cudaStreamWaitEvent (cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+  (void) flags;
+  cudaError_t e = cudaSuccess;
+  g_mutex_lock (&lock);
+  cudaStream_t origin = event->captured && event->stream->capturing ?
+      cap_of (event->stream) : NULL;
+  if (origin != NULL && origin->capture_id != event->capture_id)
+    origin = NULL;
+  if (origin == NULL) {
+    /* nothing to capture */
+  } else if (!stream->capturing) {
+    stream->capturing = TRUE;
+    stream->origin = origin;
+    stream->mode = origin->mode;
+    stream->thread = origin->thread;
+    stream->captured_work = 0;
+    stream->join_pos = G_MAXUINT64;
+    g_ptr_array_add (origin->joined, stream);
+    stats.n_capture_joins++;
+  } else if (cap_of (stream) != origin) {
+    e = cudaErrorStreamCaptureIsolation;
+  } else if (stream == origin && event->stream != origin) {
+    event->stream->join_pos = event->cap_pos;
+  }
+  g_mutex_unlock (&lock);
+  return e == cudaSuccess ? e : fail (e);
 }
 
 cudaError_t
@@ -519,6 +999,8 @@ cudaEventRecord (cudaEvent_t event, cudaStream_t stream)
   event->stream = stream;
   event->captured = stream->capturing;
   event->pos = stream->enqueued;
+  event->capture_id = stream->capturing ? cap_of (stream)->capture_id : 0;
+  event->cap_pos = stream->captured_work;
   if (stream->capturing)
     stats.n_captured_records++;
   g_mutex_unlock (&lock);

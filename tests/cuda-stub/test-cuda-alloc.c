@@ -79,6 +79,50 @@ test_free_during_capture (void)
   lb_cuda_pool_free (dev, w);
 }
 
+/* A stream that joined stream A's capture (the Ulysses communication
+ * stream B waits on an event recorded in the DiT's capture) is capturing
+ * too: a block freed meanwhile records no fence into it (it would be a
+ * node of the graph), is not handed out again while B's earlier work may
+ * still use it, and gets its fence on B once B has left the capture. */
+static void
+test_free_during_joined_capture (void)
+{
+  const int dev = 20;
+  cudaStream_t a, b;
+  cudaEvent_t fork, join;
+  cuda_stub_reset ();
+  streams_new (dev, &a, &b);
+  g_assert_cmpint (cudaEventCreate (&fork), ==, cudaSuccess);
+  g_assert_cmpint (cudaEventCreate (&join), ==, cudaSuccess);
+  void *x = alloc_ok (dev, MiB);
+  cuda_stub_enqueue (b);        /* a kernel on B that uses x */
+  g_assert_true (lb_cuda_pool_capture_begin (dev, a,
+          cudaStreamCaptureModeRelaxed, NULL));
+  g_assert_cmpint (cudaEventRecord (fork, a), ==, cudaSuccess);
+  g_assert_cmpint (cudaStreamWaitEvent (b, fork, 0), ==, cudaSuccess);
+  g_assert_cmpint (cuda_stub_stats ().n_capture_joins, ==, 1);
+  lb_cuda_pool_free (dev, x);
+  g_assert_cmpint (cuda_stub_stats ().n_captured_records, ==, 1);
+  void *y = alloc_ok (dev, MiB);
+  g_assert_true (y != x);
+  g_assert_cmpint (cudaEventRecord (join, b), ==, cudaSuccess);
+  g_assert_cmpint (cudaStreamWaitEvent (a, join, 0), ==, cudaSuccess);
+  end_ok (dev, a);
+  g_assert_cmpint (cuda_stub_stats ().n_captured_records, ==, 2);
+  void *z = alloc_ok (dev, MiB);
+  g_assert_true (z != x);       /* B's kernel still runs */
+  cuda_stub_complete (b);
+  cuda_stub_complete (a);
+  void *w = alloc_ok (dev, MiB);
+  g_assert_true (w == x);
+  g_assert_cmpint (cuda_stub_stats ().n_refused, ==, 0);
+  lb_cuda_pool_free (dev, y);
+  lb_cuda_pool_free (dev, z);
+  lb_cuda_pool_free (dev, w);
+  cudaEventDestroy (fork);
+  cudaEventDestroy (join);
+}
+
 /* A fence whose query answers cudaErrorCapturedEvent (an event that was
  * recorded into a capture) is not ready. */
 static void
@@ -402,6 +446,8 @@ main (int argc, char **argv)
   g_test_add_func ("/cuda-alloc/capture/other-thread-waits",
       test_other_thread_waits);
   g_test_add_func ("/cuda-alloc/capture/oom-no-trim", test_capture_oom_no_trim);
+  g_test_add_func ("/cuda-alloc/capture/free-during-joined",
+      test_free_during_joined_capture);
   g_test_add_func ("/cuda-alloc/reuse-and-trim", test_reuse_and_trim);
   g_test_add_func ("/cuda-alloc/scratch-reserve", test_scratch_reserve);
   return g_test_run ();

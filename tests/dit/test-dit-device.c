@@ -444,6 +444,9 @@ test_solo (void)
   g_assert_cmpint (steady, >, 0);
   g_assert_cmpint (st.n_captures - st1.n_captures, ==, 5);
   g_assert_cmpint (st.n_launches - st1.n_launches, ==, 5 * (n_chunks - steady));
+  /* the communication stream joined each pass's capture: the exchanges
+   * are part of the graphs, as on CUDA */
+  g_assert_cmpint (st.n_capture_joins - st1.n_capture_joins, ==, 5);
   /* the overlap's event waits (4 per layer and pass with one out group) */
   g_assert_cmpint (st.n_waits - st1.n_waits, >=,
       4 * cfg->num_layers * 5 * steady);

@@ -251,6 +251,90 @@ test_replay (void)
   fx_clear (&fx);
 }
 
+/* The fork/join of the Ulysses overlap: a scales x, records; b waits,
+ * y = 2x, records; a waits and x += y.  From x = y = i: x = 9i + 3,
+ * y = 6i + 2. */
+static void
+fork_join (Fx * fx, LbEvent * e1, LbEvent * e2)
+{
+  GError *err = NULL;
+  g_assert_true (lb_ops (fx->a)->scale (fx->a, fx->x, 3.0f, 1.0f, fx->x, &err));
+  g_assert_true (fx->be->event_record (fx->a, e1, &err));
+  g_assert_true (fx->be->stream_wait_event (fx->b, e1, &err));
+  g_assert_true (lb_ops (fx->b)->scale (fx->b, fx->x, 2.0f, 0.0f, fx->y, &err));
+  g_assert_true (fx->be->event_record (fx->b, e2, &err));
+  g_assert_true (fx->be->stream_wait_event (fx->a, e2, &err));
+  g_assert_true (lb_ops (fx->a)->add (fx->a, fx->x, fx->y, fx->x, &err));
+  g_assert_no_error (err);
+}
+
+/* x = y = i again, complete */
+static void
+fx_reset (Fx * fx)
+{
+  GError *err = NULL;
+  g_assert_true (lb_tensor_upload (fx->a, fx->x, fx->host, &err));
+  g_assert_true (lb_tensor_upload (fx->a, fx->y, fx->host, &err));
+  g_assert_true (fx->be->stream_synchronize (fx->a, &err));
+  g_assert_no_error (err);
+}
+
+/* A graph captured across two streams (b joins a's capture by waiting on
+ * an event a recorded in it, and is joined back by a's wait on b's
+ * event), as CUDA captures the Ulysses communication stream: the capture
+ * runs nothing, b's work is part of the graph, and each replay on a gives
+ * the eager program's bytes, at once and under random delays, twice in a
+ * row (the second from the first's results). */
+static void
+test_capture_two_streams (void)
+{
+  const guint32 seeds[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 };
+  const FakeDevStats st0 = fakedev_stats ();
+  for (guint k = 0; k < G_N_ELEMENTS (seeds); k++) {
+    Fx fx;
+    GError *err = NULL;
+    fx_init (&fx, seeds[k]);
+    LbEvent *e1 = fx.be->event_new (fx.be, 0, &err);
+    LbEvent *e2 = fx.be->event_new (fx.be, 0, &err);
+    fork_join (&fx, e1, e2);    /* eager */
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.x, &err));
+    assert_out (&fx, 9.0f, 3.0f, seeds[k]);
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.y, &err));
+    assert_out (&fx, 6.0f, 2.0f, seeds[k]);
+
+    fx_reset (&fx);
+    g_assert_true (fx.be->graph_begin (fx.a, &err));
+    fork_join (&fx, e1, e2);
+    LbGraph *g = fx.be->graph_end (fx.a, &err);
+    g_assert_no_error (err);
+    g_assert_nonnull (g);
+    /* b left the capture with it: it synchronises again */
+    g_assert_true (fx.be->stream_synchronize (fx.b, &err));
+    g_assert_no_error (err);
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.x, &err));
+    assert_out (&fx, 1.0f, 0.0f, seeds[k]);     /* nothing ran */
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.y, &err));
+    assert_out (&fx, 1.0f, 0.0f, seeds[k]);
+
+    g_assert_true (fx.be->graph_launch (fx.a, g, &err));
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.x, &err));
+    assert_out (&fx, 9.0f, 3.0f, seeds[k]);
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.y, &err));
+    assert_out (&fx, 6.0f, 2.0f, seeds[k]);
+    g_assert_true (fx.be->graph_launch (fx.a, g, &err));
+    g_assert_true (fx.be->graph_launch (fx.a, g, &err));
+    g_assert_true (lb_tensor_download (fx.a, fx.out, fx.x, &err));
+    /* x -> 9x + 3 twice more: 81 (9i + 3) + 30 */
+    assert_out (&fx, 729.0f, 273.0f, seeds[k]);
+    g_assert_no_error (err);
+    fx.be->graph_free (fx.a, g);
+    fx.be->event_free (fx.be, e1);
+    fx.be->event_free (fx.be, e2);
+    fx_clear (&fx);
+  }
+  g_assert_cmpint (fakedev_stats ().bad, ==, st0.bad);
+}
+
 /* lingbot_prompt_context_new() uploads a prompt-embeds file from a host
  * tensor it frees before returning: LbBackend.copy lets the host free a
  * host-to-device copy's source only after a synchronisation, so nothing
@@ -460,6 +544,7 @@ main (int argc, char **argv)
   g_test_add_func ("/fakedev/async/replay", test_replay);
   g_test_add_func ("/fakedev/async/prompt-context-upload",
       test_prompt_context_upload);
+  g_test_add_func ("/fakedev/capture/two-streams", test_capture_two_streams);
   g_test_add_data_func ("/fakedev/capture/global-at-once",
       GUINT_TO_POINTER (0), test_capture_global);
   g_test_add_data_func ("/fakedev/capture/global-async",

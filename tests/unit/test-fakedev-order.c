@@ -286,6 +286,96 @@ test_free_drops (Fx * fx, gconstpointer data)
   assert_violations (fx, 0);
 }
 
+/* A graph captured across two streams (b joins a's capture through
+ * event e1, a joins b back through e2) replays b's part on a stream of its
+ * own, ordered inside the graph only by the captured waits: here a writes
+ * x after e1 while b reads it, a race inside the graph that the checker
+ * refuses at the replay as it would eagerly; with a's write after e2 the
+ * replay is clean. */
+static void
+capture_fork_join (Fx * fx, gboolean race, LbGraph ** graph)
+{
+  GError *err = NULL;
+  LbEvent *e1 = fx->be->event_new (fx->be, 0, &err);
+  LbEvent *e2 = fx->be->event_new (fx->be, 0, &err);
+  const LbOps *oa = lb_ops (fx->a), *ob = lb_ops (fx->b);
+  g_assert_true (fx->be->graph_begin (fx->a, &err));
+  g_assert_true (oa->scale (fx->a, fx->x, 2.0f, 0.0f, fx->x, &err));
+  g_assert_true (fx->be->event_record (fx->a, e1, &err));
+  g_assert_true (fx->be->stream_wait_event (fx->b, e1, &err));
+  g_assert_true (ob->copy (fx->b, fx->x, fx->y, &err));
+  if (race)
+    g_assert_true (oa->scale (fx->a, fx->x, 2.0f, 0.0f, fx->x, &err));
+  g_assert_true (fx->be->event_record (fx->b, e2, &err));
+  g_assert_true (fx->be->stream_wait_event (fx->a, e2, &err));
+  if (!race)
+    g_assert_true (oa->scale (fx->a, fx->x, 2.0f, 0.0f, fx->x, &err));
+  *graph = fx->be->graph_end (fx->a, &err);
+  g_assert_no_error (err);
+  g_assert_nonnull (*graph);
+  fx->be->event_free (fx->be, e1);
+  fx->be->event_free (fx->be, e2);
+}
+
+static void
+test_capture_branch_race (Fx * fx, gconstpointer data)
+{
+  (void) data;
+  GError *err = NULL;
+  LbGraph *g;
+  capture_fork_join (fx, FALSE, &g);
+  g_assert_true (fx->be->graph_launch (fx->a, g, &err));
+  g_assert_true (fx->be->graph_launch (fx->a, g, &err));
+  g_assert_no_error (err);
+  assert_violations (fx, 0);
+  fx->be->graph_free (fx->a, g);
+
+  capture_fork_join (fx, TRUE, &g);
+  assert_violations (fx, 0);    /* captured: nothing ran */
+  g_assert_false (fx->be->graph_launch (fx->a, g, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_autofree char *what = g_strdup_printf ("): scale on %s writes bytes "
+      "[0, %" G_GSIZE_FORMAT "), not ordered after copy on stream #", fx->na,
+      NB);
+  if (!g_str_has_prefix (err->message, "stream order: write after read in "
+          "allocation #") || strstr (err->message, what) == NULL)
+    g_error ("message\n  %s\nexpected ...%s...", err->message, what);
+  g_clear_error (&err);
+  assert_violations (fx, 1);
+  g_assert_true (fx->be->stream_synchronize (fx->a, &err));
+  fx->be->graph_free (fx->a, g);
+}
+
+/* CUDA's rules for a capture across streams: it ends on the stream that
+ * began it, and only once every stream that joined it was joined back;
+ * either way the joined stream is out of the capture afterwards. */
+static void
+test_capture_unjoined (Fx * fx, gconstpointer data)
+{
+  (void) data;
+  GError *err = NULL;
+  LbEvent *e1 = fx->be->event_new (fx->be, 0, &err);
+  g_assert_true (fx->be->graph_begin (fx->a, &err));
+  g_assert_true (fx->be->event_record (fx->a, e1, &err));
+  g_assert_true (fx->be->stream_wait_event (fx->b, e1, &err));
+  g_assert_true (lb_ops (fx->b)->copy (fx->b, fx->x, fx->y, &err));
+  g_assert_null (fx->be->graph_end (fx->b, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_assert_cmpstr (err->message, ==, "graph capture: ended on a stream that "
+      "joined it, not the one that began it "
+      "(cudaErrorStreamCaptureUnmatched)");
+  g_clear_error (&err);
+  g_assert_null (fx->be->graph_end (fx->a, &err));
+  g_assert_error (err, LB_ERROR, LB_ERROR_DEVICE);
+  g_assert_cmpstr (err->message, ==, "graph capture: capturing stream has "
+      "unjoined work (cudaErrorStreamCaptureUnjoined)");
+  g_clear_error (&err);
+  g_assert_cmpint (fakedev_stats ().bad - fx->st0.bad, ==, 2);
+  g_assert_true (fx->be->stream_synchronize (fx->b, &err));
+  g_assert_no_error (err);
+  fx->be->event_free (fx->be, e1);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -306,5 +396,7 @@ main (int argc, char **argv)
   T ("download", test_download);
   T ("staging", test_staging);
   T ("free-drops", test_free_drops);
+  T ("capture-branch-race", test_capture_branch_race);
+  T ("capture-unjoined", test_capture_unjoined);
   return g_test_run ();
 }
