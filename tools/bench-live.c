@@ -56,7 +56,7 @@ typedef struct
 
 typedef struct
 {
-  guint64 index, pts, latency;
+  guint64 index, pts, latency, start, ready;
   guint revision;
   guint restarts, restart_passes;
   int frames;
@@ -269,6 +269,11 @@ run (const LiveConfig * c)
   g_autoptr (GArray) lat_v = g_array_new (FALSE, FALSE, sizeof (double));
   g_autoptr (GArray) k2s = g_array_new (FALSE, FALSE, sizeof (double));
   g_autoptr (GArray) cd = g_array_new (FALSE, FALSE, sizeof (double));
+  /* per key change: press to its chunk's ready time, ready to screen */
+  g_autoptr (GArray) p2r = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autoptr (GArray) r2s = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autoptr (GArray) press_chunk = g_array_new (FALSE, FALSE, sizeof (gint));
+  g_autoptr (GArray) own = g_array_new (FALSE, FALSE, sizeof (double));
   g_autoptr (GArray) cd1 = g_array_new (FALSE, FALSE, sizeof (double));
   guint64 n_restarts = 0, n_restart_passes = 0;
   g_autoptr (JsonBuilder) b = json_builder_new ();
@@ -381,6 +386,8 @@ run (const LiveConfig * c)
 
           gst_structure_get_uint64 (s, "pts", &ch->pts);
           gst_structure_get_uint64 (s, "latency", &ch->latency);
+          gst_structure_get_uint64 (s, "running-time", &ch->start);
+          gst_structure_get_uint64 (s, "ready-time", &ch->ready);
           gst_structure_get_uint (s, "revision", &ch->revision);
           gst_structure_get_uint (s, "restarts", &ch->restarts);
           gst_structure_get_uint (s, "restart-passes", &ch->restart_passes);
@@ -438,8 +445,23 @@ run (const LiveConfig * c)
       }
       if (GST_CLOCK_TIME_IS_VALID (first) && first > t) {
         double s = (first - t) / 1e9;
+        double a = ch->ready > t ? (ch->ready - t) / 1e9 : 0;
+        double z = first > ch->ready ? (first - ch->ready) / 1e9 : 0;
+        gint idx = (gint) k;
 
         g_array_append_val (k2s, s);
+        g_array_append_val (p2r, a);
+        g_array_append_val (r2s, z);
+        g_array_append_val (press_chunk, idx);
+        /* against the compute + decode of the chunk that showed it: on a
+         * machine whose load changes within a run, the unit of the time
+         * the key waited (a restarted chunk's compute includes the passes
+         * it threw away) */
+        if (ch->compute + ch->decode > 0) {
+          double o = s / (ch->compute + ch->decode);
+
+          g_array_append_val (own, o);
+        }
       }
       break;
     }
@@ -481,6 +503,17 @@ run (const LiveConfig * c)
     set_double (b, "key-to-screen-p90-over-compute-decode",
         p50 > 0 ? p90 / p50 : 0);
   }
+  /* where key to screen goes: up to the chunk's ready time (compute,
+   * what restarts shorten) and from there to the screen (decode and the
+   * decoder's latency headroom) */
+  add_percentiles (b, "press-to-ready-seconds", p2r);
+  add_percentiles (b, "ready-to-screen-seconds", r2s);
+  add_percentiles (b, "key-to-screen-over-own-compute-decode", own);
+  json_builder_set_member_name (b, "press-chunks");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < press_chunk->len; i++)
+    json_builder_add_int_value (b, g_array_index (press_chunk, gint, i));
+  json_builder_end_array (b);
   set_int (b, "key-restart", c->key_restart);
   set_int (b, "key-restart-max", c->key_restart_max);
   set_int (b, "restarts", (gint64) n_restarts);
@@ -530,6 +563,8 @@ run (const LiveConfig * c)
     json_builder_begin_object (b);
     set_int (b, "index", (gint64) ch->index);
     set_double (b, "pts", ch->pts / 1e9);
+    set_double (b, "start", ch->start / 1e9);
+    set_double (b, "ready", ch->ready / 1e9);
     set_int (b, "frames", ch->frames);
     set_int (b, "revision", ch->revision);
     set_int (b, "restarts", ch->restarts);

@@ -959,6 +959,8 @@ test_live (void)
         passes);
     g_assert_true (json_object_has_member (rep,
             "key-to-screen-p90-over-unrestarted-compute-decode"));
+    g_assert_true (json_object_has_member (rep,
+            "key-to-screen-over-own-compute-decode"));
   }
   g_assert_cmpint (json_object_get_int_member (rep, "frames-due"), >=, frames);
   k2s = json_object_get_object_member (rep, "key-to-screen-seconds");
