@@ -95,7 +95,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_LATENCY GST_CLOCK_TIME_NONE
 #define DEFAULT_SIGNAL_PASSES FALSE
 #define DEFAULT_PREVIEW FALSE
-/* key-restart: -1 = live: after any denoising pass, offline: never */
+/* key-restart: -1 = live: after any DiT pass, offline: never */
 #define DEFAULT_KEY_RESTART (-1)
 #define MAX_KEY_RESTART 64
 #define DEFAULT_KEY_RESTART_MAX 1
@@ -757,7 +757,7 @@ on_pass (LingbotSession * session, guint64 chunk, int pass, int n_passes,
 
 /* The session's restart function (lingbot_session_set_restart_func(),
  * live only): while a live chunk is made (after its condition encode, on
- * the streaming thread, and after each denoising pass, on rank 0's
+ * the streaming thread, and after each DiT pass, on rank 0's
  * thread) the key state is looked at again; when it would give the chunk
  * other keys (a newer tap, or a changed held set; not a pending reset,
  * nor a release of every key) the chunk takes that snapshot and restarts
@@ -2587,8 +2587,11 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
    * its first DiT pass with the new keys while fewer than this many DiT
    * passes of it ran (lingbot_session_set_restart_func()): 0 never; 1
    * only before the first pass (after the condition encode: nothing is
-   * thrown away); 5 (the denoising steps + 1) or more after any denoising
-   * pass; -1 (the default) live the latter, offline never.  The restarted
+   * thrown away); 5 (the denoising steps + 1) after any denoising pass,
+   * 6 or more after the clean pass too; -1 (the default) live after any
+   * pass, offline never (a key costs at most one DiT, while waiting for
+   * the next chunk costs the rest of this one and all of the next).  The
+   * restarted
    * chunk is byte for byte the chunk made with those keys in the first
    * place.  Offline nothing restarts whatever the value.
    */
@@ -2596,9 +2599,10 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
       g_param_spec_int ("key-restart", "Key restart",
           "Live: restart the chunk in flight from its first DiT pass with "
           "a new key state while fewer than this many DiT passes of it ran "
-          "(0 never, 1 only before the first pass, 5 or more after any "
-          "denoising pass; -1 = live: after any denoising pass, offline: "
-          "never)", -1, MAX_KEY_RESTART, DEFAULT_KEY_RESTART, ready));
+          "(0 never, 1 only before the first pass, 5 after any denoising "
+          "pass, 6 or more after the clean pass too; -1 = live: after any "
+          "pass, offline: never)", -1, MAX_KEY_RESTART, DEFAULT_KEY_RESTART,
+          ready));
   g_object_class_install_property (klass, PROP_KEY_RESTART_MAX,
       g_param_spec_uint ("key-restart-max", "Key restart max",
           "Live: restarts per chunk that throw DiT passes away, at most "

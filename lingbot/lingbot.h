@@ -216,7 +216,7 @@ typedef struct
  * @decode_end_us: and when it ended
  * @restarts: how often the chunk's keys were replaced while it was made
  *   (lingbot_session_set_restart_func()): before its first DiT pass (free)
- *   or after a denoising pass (a restart from pass 0, the passes done
+ *   or after a DiT pass (a restart from pass 0, the passes done
  *   discarded); 0 without a restart function
  * @restart_passes: the DiT passes discarded by those restarts (their time
  *   is in @dit_seconds and @compute_seconds)
@@ -304,7 +304,8 @@ typedef void (*LingbotFailureFunc) (LingbotSession * session, guint64 chunk,
  * @session: the session
  * @chunk: the chunk being generated (lingbot_session_get_chunk_index())
  * @passes: DiT passes of the chunk done so far: 0 before the first (its
- *   condition encode done), else after a denoising pass
+ *   condition encode done), else after a pass (n_steps + 1 after the
+ *   clean pass)
  * @keys: (inout): the #LingbotKey set the chunk runs with; set it to the
  *   keys to restart with
  * @user_data: what was given to lingbot_session_set_restart_func()

@@ -919,10 +919,10 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
   (void) dit;
   if (s->pass_func)
     s->pass_func (s, (guint64) chunk, pass, n_passes, s->pass_data);
-  /* a key change after a denoising pass (not after the clean pass, which
-   * ends the chunk): stop at the next boundary, the generate restarts */
-  if (!s->restart_armed || pass + 1 >= s->restart_passes ||
-      pass >= n_passes - 1)
+  /* a key change after a pass (the clean pass too: the chunk is not
+   * handed on before the boundary that follows it): stop at the next
+   * boundary, the generate restarts */
+  if (!s->restart_armed || pass + 1 >= s->restart_passes)
     return;
   keys = s->restart_keys;
   if (s->restart_func (s, (guint64) chunk, pass + 1, &keys, s->restart_data)
@@ -1059,9 +1059,10 @@ lingbot_session_set_pass_func (LingbotSession * session,
  *   with other keys (#LingbotRestartFunc); %NULL unsets
  * @max_passes: ask only while fewer than this many DiT passes of the
  *   chunk ran: 0 never, 1 only before the first pass (after the condition
- *   encode: nothing is discarded), n_steps + 1 (5 by default) or more
- *   after every denoising pass too (never after the clean pass, which
- *   ends the chunk)
+ *   encode: nothing is discarded), n_steps + 1 (5 by default) after
+ *   every denoising pass too, n_steps + 2 or more after the clean pass
+ *   too (the chunk's last pass; it is handed on only after that
+ *   boundary)
  * @max_restarts: restarts per chunk that discard DiT passes (0 to 64);
  *   once reached the chunk is not asked again, so that a key change per
  *   pass cannot starve the output.  The free one before the first pass
@@ -1074,7 +1075,7 @@ lingbot_session_set_pass_func (LingbotSession * session,
  * screen within about one chunk's compute and decode instead of waiting
  * for the chunk in flight to end.  lingbot_session_generate() takes the
  * keys it is given; after the chunk's condition encode (when @max_passes
- * > 0) and after each denoising pass p with p + 1 < @max_passes it asks
+ * > 0) and after each DiT pass p with p + 1 < @max_passes it asks
  * @func, and when @func returns %TRUE with another key set, the chunk is
  * made with those keys: before the first pass by moving the camera again
  * (lingbot_control_rewind(), lingbot_control_advance()); after a pass by

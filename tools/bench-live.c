@@ -27,7 +27,7 @@
  *
  * --key-restart N and --key-restart-max M set lingbotgen's key-restart and
  * key-restart-max (a key change restarts the chunk in flight; default -1
- * and 1, the element's: live, after any denoising pass, once per chunk):
+ * and 1, the element's: live, after any DiT pass, once per chunk):
  * the report counts the restarts and the DiT passes they threw away, per
  * chunk and in all, and gives compute + decode also over the chunks that
  * did not restart (one chunk's work, the target's unit).
@@ -198,7 +198,7 @@ parse (LiveConfig * c, int argc, char **argv, GError ** error)
     {"key-restart", 0, 0, G_OPTION_ARG_INT, &c->key_restart,
         "lingbotgen key-restart: restart the chunk in flight on a key "
           "change while fewer than N DiT passes ran (0 never; default -1, "
-          "the element's: after any denoising pass)", "N"},
+          "the element's: after any DiT pass)", "N"},
     {"key-restart-max", 0, 0, G_OPTION_ARG_INT, &c->key_restart_max,
         "lingbotgen key-restart-max (default 1)", "M"},
     {"output", 'o', 0, G_OPTION_ARG_FILENAME, &c->output,

@@ -1585,19 +1585,21 @@ typedef struct
 #define KA LINGBOT_KEY_A
 #define KD LINGBOT_KEY_D
 static const RestartScript restart_script[] = {
-  /* swapped before the first pass: free, then asked after the 4
-   * denoising passes */
-  {KW, 0, KD, FALSE, KD, 1, 0, 5},
+  /* swapped before the first pass: free, then asked after each of the 5
+   * passes */
+  {KW, 0, KD, FALSE, KD, 1, 0, 1 + 5},
   /* after the 2nd pass: 2 passes discarded; the rerun is asked after each
-   * denoising pass again (4 more, not before its first) */
-  {KW | LINGBOT_KEY_J, 2, KA, FALSE, KA, 1, 2, 3 + 4},
+   * pass again (not before its first) */
+  {KW | LINGBOT_KEY_J, 2, KA, FALSE, KA, 1, 2, 3 + 5},
   /* after the last denoising pass, in the first chunk that evicts */
-  {KD, 4, KA | LINGBOT_KEY_L, FALSE, KA | LINGBOT_KEY_L, 1, 4, 5 + 4},
+  {KD, 4, KA | LINGBOT_KEY_L, FALSE, KA | LINGBOT_KEY_L, 1, 4, 5 + 5},
   /* a key storm, max_restarts 2: swapped before pass 0, restarted after
-   * pass 1 of the first and of the second run, the third runs out */
+   * the first pass of the first and of the second run, the third runs out */
   {KS, -1, KW, TRUE, KW, 3, 2, 1 + 1 + 1 + 0},
+  /* after the clean pass (its K/V committed): the whole DiT again */
+  {KS, 5, KW, FALSE, KW, 1, 5, 6 + 5},
   /* nothing changes */
-  {KS, -1, KS, FALSE, KS, 0, 0, 5},
+  {KA, -1, KA, FALSE, KA, 0, 0, 6},
 };
 
 #define N_RESTART_CHUNKS G_N_ELEMENTS (restart_script)
@@ -1633,7 +1635,7 @@ on_restart (LingbotSession * s, guint64 chunk, int passes, guint * keys,
   (void) s;
   /* before the first pass on the calling thread, else on rank 0 */
   if (chunk != log->chunk || g_thread_self () != (passes == 0 ?
-          log->caller : log->rank0) || passes < 0 || passes > 4)
+          log->caller : log->rank0) || passes < 0 || passes > 5)
     log->bad++;
   log->asks++;
   log->last_passes = passes;
@@ -1653,7 +1655,7 @@ on_restart (LingbotSession * s, guint64 chunk, int passes, guint * keys,
   return FALSE;
 }
 
-/* Chunks 0-4 of cancel_session() on @n ranks with the restart script, and
+/* Chunks 0-5 of cancel_session() on @n ranks with the restart script, and
  * a session given the final keys up front: latents and decoded frames
  * byte-identical, the stats count the restarts and discarded passes, and
  * the keys matter (the start keys' chunk 1 differs). */
@@ -1689,10 +1691,10 @@ test_key_restart (gconstpointer data)
   }
   lingbot_session_free (s);
 
-  /* the restarted session: max_passes 5 (every denoising pass), 2
-   * restarts per chunk */
+  /* the restarted session: max_passes 6 (after every pass, the clean
+   * pass included), 2 restarts per chunk */
   s = cancel_session (ref.world);
-  lingbot_session_set_restart_func (s, on_restart, 5, 2, &log, NULL);
+  lingbot_session_set_restart_func (s, on_restart, 6, 2, &log, NULL);
   for (guint c = 0; c < N_RESTART_CHUNKS; c++) {
     const RestartScript *r = &restart_script[c];
     LingbotChunkStats st = { 0 };
