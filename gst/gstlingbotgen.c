@@ -2591,9 +2591,8 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
    * 6 or more after the clean pass too; -1 (the default) live after any
    * pass, offline never (a key costs at most one DiT, while waiting for
    * the next chunk costs the rest of this one and all of the next).  The
-   * restarted
-   * chunk is byte for byte the chunk made with those keys in the first
-   * place.  Offline nothing restarts whatever the value.
+   * restarted chunk is byte for byte the chunk made with those keys in
+   * the first place.  Offline nothing restarts whatever the value.
    */
   g_object_class_install_property (klass, PROP_KEY_RESTART,
       g_param_spec_int ("key-restart", "Key restart",
@@ -2617,7 +2616,8 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
    * compute-seconds-total and compute-seconds-mean / -p50 / -p90 / -p99 /
    * -max (control + condition + DiT per chunk), period-seconds-mean /
    * -p50 / -p90 / -p99 / -max (between the ends of two consecutive
-   * generates), as gst_lingbot_chunk_stats_new() builds them.
+   * generates), as gst_lingbot_chunk_stats_new() builds them, and
+   * restarts (uint64: the chunks' key restarts, see key-restart).
    */
   g_object_class_install_property (klass, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics",
