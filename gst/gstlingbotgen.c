@@ -95,6 +95,11 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_gen_debug);
 #define DEFAULT_LATENCY GST_CLOCK_TIME_NONE
 #define DEFAULT_SIGNAL_PASSES FALSE
 #define DEFAULT_PREVIEW FALSE
+/* key-restart: -1 = live: after any DiT pass, offline: never */
+#define DEFAULT_KEY_RESTART (-1)
+#define MAX_KEY_RESTART 64
+#define DEFAULT_KEY_RESTART_MAX 1
+#define MAX_KEY_RESTART_MAX 8
 
 enum
 {
@@ -124,6 +129,8 @@ enum
   PROP_SIGNAL_PASSES,
   PROP_STATS,
   PROP_PREVIEW,
+  PROP_KEY_RESTART,
+  PROP_KEY_RESTART_MAX,
 };
 
 /**
@@ -192,6 +199,9 @@ struct _GstLingbotGen
   GstClockTime latency;         /* NONE: estimated */
   gboolean signal_passes;
   gboolean preview;
+  int key_restart;              /* -1 auto, 0 never, N: fewer passes ran */
+  guint key_restart_max;
+  guint64 restarts;             /* object lock: chunks' restarts, stats */
 
   /* object lock: the figures of the chunks generated since READY->PAUSED
    * (the stats property), kept after the stream stops */
@@ -223,6 +233,12 @@ struct _GstLingbotGen
   GstClockTime stamped_end;     /* live: the end of the chunks stamped */
   int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
   guint n_frames;               /* the session's video frames, 0 unbounded */
+  /* live key restarts (on_restart(), rank 0 or the streaming thread):
+   * whether the chunk in flight may take newer keys, and the snapshot it
+   * took when it did */
+  gboolean restart_ok;
+  gboolean restarted;
+  LingbotScheduleChunk restart_chunk;
 
   /* cancels the chunk in flight at its next DiT pass when the src pad
    * deactivates (PLAYING -> NULL); reset when it activates */
@@ -271,6 +287,8 @@ static const GstLingbotProperty gen_properties[] = {
   FIELD (PROP_LATENCY, latency),
   FIELD (PROP_SIGNAL_PASSES, signal_passes),
   FIELD (PROP_PREVIEW, preview),
+  FIELD (PROP_KEY_RESTART, key_restart),
+  FIELD (PROP_KEY_RESTART_MAX, key_restart_max),
 };
 
 #undef FIELD
@@ -737,6 +755,38 @@ on_pass (LingbotSession * session, guint64 chunk, int pass, int n_passes,
     g_signal_emit (self, signals[SIGNAL_PASS], 0, chunk, pass, n_passes);
 }
 
+/* The session's restart function (lingbot_session_set_restart_func(),
+ * live only): while a live chunk is made (after its condition encode, on
+ * the streaming thread, and after each DiT pass, on rank 0's
+ * thread) the key state is looked at again; when it would give the chunk
+ * other keys (a newer tap, or a changed held set; not a pending reset,
+ * nor a release of every key) the chunk takes that snapshot and restarts
+ * with it, so a key change is on screen a chunk earlier. */
+static gboolean
+on_restart (LingbotSession * session, guint64 chunk, int passes, guint * keys,
+    gpointer user_data)
+{
+  GstLingbotGen *self = user_data;
+  LingbotScheduleChunk c;
+  gboolean restart = FALSE;
+
+  g_mutex_lock (&self->lock);
+  if (self->restart_ok && !self->flushing && !self->eos_pending &&
+      lingbot_control_schedule_peek_live (self->schedule, &c) &&
+      !c.reset_before && c.keys != *keys &&
+      lingbot_control_schedule_retake_live (self->schedule, &c)) {
+    self->restart_chunk = c;
+    self->restarted = TRUE;
+    *keys = c.keys;
+    restart = TRUE;
+  }
+  g_mutex_unlock (&self->lock);
+  if (restart)
+    GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " restarts after %d "
+        "DiT passes with keys 0x%x", chunk, passes, *keys);
+  return restart;
+}
+
 /* Whether the ERROR of generate @attempt is still to be posted; if so,
  * the caller posts it (exactly one ERROR per failed chunk). */
 static gboolean
@@ -826,6 +876,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   GstBuffer *image = NULL, *poses = NULL;
   GstMapInfo imap = GST_MAP_INFO_INIT, pmap = GST_MAP_INFO_INIT;
   LingbotSession *session;
+  int restart_passes, restart_max;
 
   world = gst_lingbot_world_holder_dup_world (&self->holder);
   GST_OBJECT_LOCK (self);
@@ -925,6 +976,16 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   lingbot_session_set_cancellable (session, self->cancellable);
   lingbot_session_set_pass_func (session, on_pass, self, NULL);
   lingbot_session_set_failure_func (session, on_failure, self, NULL);
+  GST_OBJECT_LOCK (self);
+  restart_passes = !self->live ? 0 : self->key_restart < 0 ? G_MAXINT :
+      self->key_restart;
+  restart_max = (int) self->key_restart_max;
+  GST_OBJECT_UNLOCK (self);
+  /* live: a key change restarts the chunk in flight (offline the keys
+   * follow the control stream's times, so nothing restarts) */
+  if (restart_passes > 0)
+    lingbot_session_set_restart_func (session, on_restart, restart_passes,
+        restart_max, self, NULL);
   self->handle = gst_lingbot_session_handle_new (world, session);
   g_mutex_lock (&self->lock);
   self->session_chunk_frames = lingbot_session_get_chunk_frames (session);
@@ -1212,7 +1273,9 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
       "pts", G_TYPE_UINT64, pts,
       "running-time", G_TYPE_UINT64, start,
       "ready-time", G_TYPE_UINT64, ready,
-      "latency", G_TYPE_UINT64, latency, NULL);
+      "latency", G_TYPE_UINT64, latency,
+      "restarts", G_TYPE_UINT, st->restarts,
+      "restart-passes", G_TYPE_UINT, st->restart_passes, NULL);
 
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self), s));
@@ -1655,9 +1718,18 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   attempt = g_atomic_int_add (&self->attempt, 1) + 1;
   g_mutex_lock (&self->lock);
   self->error_attempt = attempt;
+  /* live keys from the control stream may be taken again while the chunk
+   * is made (on_restart()) */
+  self->restart_ok = live && ck.kind != SNAPSHOT_NONE;
+  self->restarted = FALSE;
   g_mutex_unlock (&self->lock);
   ok = lingbot_session_generate (h->session, ck.keys, &stats, &error);
   end_us = g_get_monotonic_time ();
+  g_mutex_lock (&self->lock);
+  self->restart_ok = FALSE;
+  if (self->restarted)
+    chunk_keys_from (&ck, &self->restart_chunk);
+  g_mutex_unlock (&self->lock);
   gst_lingbot_device_memory_add_preserved ((guint)
       (lingbot_session_get_n_spills (h->session) - spills));
   if (!ok)
@@ -1728,6 +1800,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
       * G_USEC_PER_SEC);
   GST_OBJECT_LOCK (self);
   gst_lingbot_chunk_log_add (self->chunk_times, &times);
+  self->restarts += stats.restarts;
   GST_OBJECT_UNLOCK (self);
   post_chunk_message (self, &stats, &ck, pts, start, ready, latency);
   self->chunk++;
@@ -2274,6 +2347,7 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       /* the stats of the previous run were kept until now */
       GST_OBJECT_LOCK (self);
       gst_lingbot_chunk_log_clear (self->chunk_times);
+      self->restarts = 0;
       GST_OBJECT_UNLOCK (self);
       break;
     }
@@ -2351,10 +2425,13 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
   GST_OBJECT_LOCK (self);
   if (prop_id == PROP_FRAMERATE)
     gst_value_set_fraction (value, self->framerate_n, self->framerate_d);
-  else if (prop_id == PROP_STATS)
-    g_value_take_boxed (value, gst_lingbot_chunk_stats_new ("lingbot-stats",
-            self->chunk_times, FALSE));
-  else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
+  else if (prop_id == PROP_STATS) {
+    GstStructure *st = gst_lingbot_chunk_stats_new ("lingbot-stats",
+        self->chunk_times, FALSE);
+
+    gst_structure_set (st, "restarts", G_TYPE_UINT64, self->restarts, NULL);
+    g_value_take_boxed (value, st);
+  } else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
           value) && !gst_lingbot_property_get (self, gen_properties,
           G_N_ELEMENTS (gen_properties), pspec, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -2504,6 +2581,33 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           "serialized lingbot-preview event that lingbotvaedec turns into "
           "a frame flagged as the preview", DEFAULT_PREVIEW, ready));
   /**
+   * GstLingbotGen:key-restart:
+   *
+   * Live (`is-live`): a key change while a chunk is made restarts it from
+   * its first DiT pass with the new keys while fewer than this many DiT
+   * passes of it ran (lingbot_session_set_restart_func()): 0 never; 1
+   * only before the first pass (after the condition encode: nothing is
+   * thrown away); 5 (the denoising steps + 1) after any denoising pass,
+   * 6 or more after the clean pass too; -1 (the default) live after any
+   * pass, offline never (a key costs at most one DiT, while waiting for
+   * the next chunk costs the rest of this one and all of the next).  The
+   * restarted chunk is byte for byte the chunk made with those keys in
+   * the first place.  Offline nothing restarts whatever the value.
+   */
+  g_object_class_install_property (klass, PROP_KEY_RESTART,
+      g_param_spec_int ("key-restart", "Key restart",
+          "Live: restart the chunk in flight from its first DiT pass with "
+          "a new key state while fewer than this many DiT passes of it ran "
+          "(0 never, 1 only before the first pass, 5 after any denoising "
+          "pass, 6 or more after the clean pass too; -1 = live: after any "
+          "pass, offline: never)", -1, MAX_KEY_RESTART, DEFAULT_KEY_RESTART,
+          ready));
+  g_object_class_install_property (klass, PROP_KEY_RESTART_MAX,
+      g_param_spec_uint ("key-restart-max", "Key restart max",
+          "Live: restarts per chunk that throw DiT passes away, at most "
+          "(so that a key storm cannot starve the output)", 0,
+          MAX_KEY_RESTART_MAX, DEFAULT_KEY_RESTART_MAX, ready));
+  /**
    * GstLingbotGen:stats:
    *
    * The figures of the chunks generated since the element last went
@@ -2512,7 +2616,8 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
    * compute-seconds-total and compute-seconds-mean / -p50 / -p90 / -p99 /
    * -max (control + condition + DiT per chunk), period-seconds-mean /
    * -p50 / -p90 / -p99 / -max (between the ends of two consecutive
-   * generates), as gst_lingbot_chunk_stats_new() builds them.
+   * generates), as gst_lingbot_chunk_stats_new() builds them, and
+   * restarts (uint64: the chunks' key restarts, see key-restart).
    */
   g_object_class_install_property (klass, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics",

@@ -489,3 +489,72 @@ lingbot_control_schedule_take_live (LingbotControlSchedule * sched,
   }
   return TRUE;
 }
+
+/**
+ * lingbot_control_schedule_peek_live:
+ * @sched: a schedule
+ * @out: (out caller-allocates): the chunk lingbot_control_schedule_take_live()
+ *   would take now
+ *
+ * What lingbot_control_schedule_take_live() would take now, without taking
+ * it (no tap consumed, no chunk counted, the pending reset kept): for a
+ * chunk in flight that may restart with a newer key state
+ * (lingbot_control_schedule_retake_live()).  @out->index is the chunk
+ * take_live would count.
+ *
+ * Returns: %TRUE with *@out when take_live would take a chunk; %FALSE
+ *   when nothing is held and no tap is pending.
+ */
+gboolean
+lingbot_control_schedule_peek_live (const LingbotControlSchedule * sched,
+    LingbotScheduleChunk * out)
+{
+  const LingbotKeyState *lk = &sched->lk;
+
+  if (!lk->has_tap && !lk->held)
+    return FALSE;
+  out->index = sched->n_chunks;
+  out->keys = lk->has_tap ? lk->tap : lk->held;
+  out->is_tap = lk->has_tap;
+  out->reset_before = sched->l_reset;
+  out->revision = sched->l_base + (lk->has_tap ? lk->tap_revision :
+      lk->revision);
+  out->request_time_s = out->start_time_s = out->end_time_s = NAN;
+  return TRUE;
+}
+
+/**
+ * lingbot_control_schedule_retake_live:
+ * @sched: a schedule that took a chunk live
+ * @out: (out caller-allocates): the chunk, when one is taken
+ *
+ * Takes the key state again for the chunk lingbot_control_schedule_take_live()
+ * took last (a restart of that chunk with newer keys): as take_live (a
+ * pending tap consumed, else the held set), but the chunk is not counted
+ * again (@out->index is the last one's) and a pending reset is left for
+ * the next chunk (@out->reset_before is %FALSE: the chunk in flight has
+ * moved its camera already).
+ *
+ * Returns: %TRUE with *@out when there is a key state to take; %FALSE
+ *   (nothing changed) when nothing is held and no tap is pending, or no
+ *   chunk was taken yet.
+ */
+gboolean
+lingbot_control_schedule_retake_live (LingbotControlSchedule * sched,
+    LingbotScheduleChunk * out)
+{
+  guint keys = 0;
+  gboolean is_tap = FALSE;
+
+  if (sched->n_chunks == 0 ||
+      !lingbot_key_state_take (&sched->lk, TRUE, &keys, &is_tap))
+    return FALSE;
+  out->index = sched->n_chunks - 1;
+  out->keys = keys;
+  out->is_tap = is_tap;
+  out->reset_before = FALSE;
+  out->revision = sched->l_base + (is_tap ? sched->lk.tap_revision :
+      sched->lk.revision);
+  out->request_time_s = out->start_time_s = out->end_time_s = NAN;
+  return TRUE;
+}

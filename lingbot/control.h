@@ -390,6 +390,10 @@ LingbotScheduleStatus lingbot_control_schedule_next (LingbotControlSchedule
     * sched, LingbotScheduleChunk * out);
 gboolean lingbot_control_schedule_take_live (LingbotControlSchedule *
     sched, LingbotScheduleChunk * out);
+gboolean lingbot_control_schedule_peek_live (const LingbotControlSchedule *
+    sched, LingbotScheduleChunk * out);
+gboolean lingbot_control_schedule_retake_live (LingbotControlSchedule *
+    sched, LingbotScheduleChunk * out);
 
 guint lingbot_control_trace_schedule (const LingbotControlTrace * trace,
     guint n_chunks, guint chunk_size, guint fps, LingbotTraceChunk * out);

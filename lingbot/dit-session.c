@@ -92,6 +92,7 @@ struct _LingbotDitSession
   int decided;                  /* last boundary rank 0 decided, -1 */
   int stop_at;                  /* boundary the chunk stopped at, -1 */
   gboolean rank0_failed;        /* rank 0 left the chunk with an error */
+  gint stop_request;            /* atomic: lingbot_dit_session_request_stop() */
 
   /* lingbot_dit_session_set_output_channel(): each rank sends its row band
    * of every chunk's x0 there (set between chunks) */
@@ -719,7 +720,8 @@ pass_boundary (LingbotDitSession * ses, LbRank * rank, int b,
     gboolean * stop, GError ** error)
 {
   if (rank->rank == 0) {
-    *stop = lingbot_dit_session_is_cancelled (ses);
+    *stop = lingbot_dit_session_is_cancelled (ses) ||
+        g_atomic_int_get (&ses->stop_request);
     g_mutex_lock (&ses->stop_lock);
     ses->decided = b;
     if (*stop)
@@ -924,6 +926,7 @@ run_chunk_args (LingbotDitSession * session, ChunkArgs * a, GError ** error)
   }
   session->decided = session->stop_at = -1;
   session->rank0_failed = FALSE;
+  g_atomic_int_set (&session->stop_request, 0);
   if (!lb_worker_group_run (session->group, rank_chunk, a, error))
     return FALSE;
   if (session->stop_at >= 0) {
@@ -1226,6 +1229,26 @@ lingbot_dit_session_is_cancelled (LingbotDitSession * session)
       g_cancellable_is_cancelled (session->cancellable);
   g_mutex_unlock (&session->cancel_lock);
   return c;
+}
+
+/**
+ * lingbot_dit_session_request_stop:
+ * @session: a session with a chunk running
+ *
+ * Stops the chunk in flight at its next pass boundary as a cancel does
+ * (lingbot_dit_session_set_cancellable(): the run_chunk call fails with
+ * %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" and
+ * leaves the session as a repeat of the chunk expects it), for this chunk
+ * only: the request is forgotten when the next run_chunk call starts.
+ * For a caller that restarts the chunk with other inputs (a key change,
+ * lingbot_session_set_restart_func()); meant for the pass callback on
+ * rank 0 (after pass p the chunk then stops after p + 1 passes, exactly).
+ * Any thread.
+ */
+void
+lingbot_dit_session_request_stop (LingbotDitSession * session)
+{
+  g_atomic_int_set (&session->stop_request, 1);
 }
 
 /**

@@ -134,6 +134,7 @@ void lingbot_dit_session_set_pass_callback (LingbotDitSession * session,
 void lingbot_dit_session_set_cancellable (LingbotDitSession * session,
     GCancellable * cancellable);
 gboolean lingbot_dit_session_is_cancelled (LingbotDitSession * session);
+void lingbot_dit_session_request_stop (LingbotDitSession * session);
 gboolean lingbot_dit_session_check_cancelled (LingbotDitSession * session,
     GError ** error);
 int lingbot_dit_session_get_n_passes (LingbotDitSession * session);

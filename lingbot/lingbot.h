@@ -214,6 +214,12 @@ typedef struct
  * @decode_start_us: g_get_monotonic_time() when the decode started (set by
  *   the decode calls)
  * @decode_end_us: and when it ended
+ * @restarts: how often the chunk's keys were replaced while it was made
+ *   (lingbot_session_set_restart_func()): before its first DiT pass (free)
+ *   or after a DiT pass (a restart from pass 0, the passes done
+ *   discarded); 0 without a restart function
+ * @restart_passes: the DiT passes discarded by those restarts (their time
+ *   is in @dit_seconds and @compute_seconds)
  *
  * Per-chunk figures (DESIGN.md 6), measured with g_get_monotonic_time().
  */
@@ -227,6 +233,8 @@ typedef struct
   guint keys;
   gint64 decode_start_us;
   gint64 decode_end_us;
+  guint restarts;
+  guint restart_passes;
 } LingbotChunkStats;
 
 LingbotSession *lingbot_session_new (LingbotWorld * world,
@@ -291,6 +299,31 @@ typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
 typedef void (*LingbotFailureFunc) (LingbotSession * session, guint64 chunk,
     const GError * error, gpointer user_data);
 
+/**
+ * LingbotRestartFunc:
+ * @session: the session
+ * @chunk: the chunk being generated (lingbot_session_get_chunk_index())
+ * @passes: DiT passes of the chunk done so far: 0 before the first (its
+ *   condition encode done), else after a pass (n_steps + 1 after the
+ *   clean pass)
+ * @keys: (inout): the #LingbotKey set the chunk runs with; set it to the
+ *   keys to restart with
+ * @user_data: what was given to lingbot_session_set_restart_func()
+ *
+ * Asked whether the chunk in flight should be made with other keys (a
+ * live key change): return %TRUE with the new set in *@keys to restart
+ * the chunk with it, %FALSE (or the same set) to go on.  Called from the
+ * thread calling lingbot_session_generate() for @passes 0, from rank 0's
+ * worker thread after a pass; it must not call back into the session.
+ *
+ * Returns: whether to restart with *@keys.
+ */
+typedef gboolean (*LingbotRestartFunc) (LingbotSession * session,
+    guint64 chunk, int passes, guint * keys, gpointer user_data);
+
+void lingbot_session_set_restart_func (LingbotSession * session,
+    LingbotRestartFunc func, int max_passes, int max_restarts,
+    gpointer user_data, GDestroyNotify notify);
 void lingbot_session_set_cancellable (LingbotSession * session,
     GCancellable * cancellable);
 void lingbot_session_set_pass_func (LingbotSession * session,

@@ -108,6 +108,19 @@ struct _LingbotSession
   gpointer pass_data;
   GDestroyNotify pass_notify;
 
+  /* lingbot_session_set_restart_func(): asked by the generate thread
+   * before the first DiT pass and by rank 0 after each denoising pass
+   * (dit_pass()); restart_keys / restart_at / restart_armed belong to the
+   * chunk in flight (written by rank 0 within the DiT call only) */
+  LingbotRestartFunc restart_func;
+  gpointer restart_data;
+  GDestroyNotify restart_notify;
+  int restart_passes;           /* asked while fewer passes ran */
+  int restart_max;              /* restarts per chunk that discard passes */
+  guint restart_keys;           /* the keys of the DiT run in flight */
+  int restart_at;               /* passes done when it asked for one, 0 */
+  gboolean restart_armed;       /* this DiT run may still restart */
+
   /* lingbot_session_set_failure_func(): while set, an abort notify of
    * the world's group (the fields change only while it is not
    * registered); armed (atomic) while a generate runs, disarmed by the

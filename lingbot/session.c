@@ -728,6 +728,8 @@ lingbot_session_free (LingbotSession * session)
   lb_tensor_free (session->frames_buf);
   if (session->pass_notify)
     session->pass_notify (session->pass_data);
+  if (session->restart_notify)
+    session->restart_notify (session->restart_data);
   g_clear_error (&session->cond_cancelled);
   g_mutex_clear (&session->cancel_lock);
   lingbot_world_unref (session->world);
@@ -913,8 +915,23 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
     gpointer user_data)
 {
   LingbotSession *s = user_data;
+  guint keys;
   (void) dit;
-  s->pass_func (s, (guint64) chunk, pass, n_passes, s->pass_data);
+  if (s->pass_func)
+    s->pass_func (s, (guint64) chunk, pass, n_passes, s->pass_data);
+  /* a key change after a pass (the clean pass too: the chunk is not
+   * handed on before the boundary that follows it): stop at the next
+   * boundary, the generate restarts */
+  if (!s->restart_armed || pass + 1 >= s->restart_passes)
+    return;
+  keys = s->restart_keys;
+  if (s->restart_func (s, (guint64) chunk, pass + 1, &keys, s->restart_data)
+      && keys != s->restart_keys) {
+    s->restart_keys = keys;
+    s->restart_at = pass + 1;
+    s->restart_armed = FALSE;
+    lingbot_dit_session_request_stop (s->dit);
+  }
 }
 
 /**
@@ -1028,10 +1045,155 @@ lingbot_session_set_pass_func (LingbotSession * session,
   session->pass_func = func;
   session->pass_data = user_data;
   session->pass_notify = notify;
-  lingbot_dit_session_set_pass_callback (session->dit, func ? dit_pass : NULL,
-      session);
+  lingbot_dit_session_set_pass_callback (session->dit, func ||
+      session->restart_func ? dit_pass : NULL, session);
   if (old_notify)
     old_notify (old_data);
+}
+
+/**
+ * lingbot_session_set_restart_func:
+ * @session: a session, not generating (call it before or between
+ *   generates)
+ * @func: (nullable): asked whether the chunk in flight should restart
+ *   with other keys (#LingbotRestartFunc); %NULL unsets
+ * @max_passes: ask only while fewer than this many DiT passes of the
+ *   chunk ran: 0 never, 1 only before the first pass (after the condition
+ *   encode: nothing is discarded), n_steps + 1 (5 by default) after
+ *   every denoising pass too, n_steps + 2 or more after the clean pass
+ *   too (the chunk's last pass; it is handed on only after that
+ *   boundary)
+ * @max_restarts: restarts per chunk that discard DiT passes (0 to 64);
+ *   once reached the chunk is not asked again, so that a key change per
+ *   pass cannot starve the output.  The free one before the first pass
+ *   is not counted
+ * @user_data: passed to @func
+ * @notify: (nullable): frees @user_data when the function is replaced or
+ *   the session freed
+ *
+ * Live key changes while a chunk is being made, so that a key reaches the
+ * screen within about one chunk's compute and decode instead of waiting
+ * for the chunk in flight to end.  lingbot_session_generate() takes the
+ * keys it is given; after the chunk's condition encode (when @max_passes
+ * > 0) and after each DiT pass p with p + 1 < @max_passes it asks
+ * @func, and when @func returns %TRUE with another key set, the chunk is
+ * made with those keys: before the first pass by moving the camera again
+ * (lingbot_control_rewind(), lingbot_control_advance()); after a pass by
+ * stopping the DiT at the next boundary
+ * (lingbot_dit_session_request_stop(), left as a cancel leaves it: the
+ * KV-cache cursors of spec 3.3's repeat call, the noise keyed by the
+ * chunk index, the condition y kept), moving the camera again and running
+ * the DiT from pass 0.  The chunk is then byte for byte the chunk
+ * lingbot_session_generate() makes when given the new keys in the first
+ * place (test `/session/key-restart`).  #LingbotChunkStats counts the
+ * restarts and the passes discarded; their time is in the chunk's
+ * dit_seconds and compute_seconds.  Sessions with offline poses ignore
+ * keys and never ask.  On device ranks @func runs when the host has
+ * enqueued a pass (with graph replay all of a chunk's passes are enqueued
+ * within microseconds), so a restart there catches only changes made
+ * before that.
+ */
+void
+lingbot_session_set_restart_func (LingbotSession * session,
+    LingbotRestartFunc func, int max_passes, int max_restarts,
+    gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (session != NULL);
+  g_return_if_fail (max_passes >= 0);
+  g_return_if_fail (max_restarts >= 0 && max_restarts <= 64);
+  GDestroyNotify old_notify = session->restart_notify;
+  gpointer old_data = session->restart_data;
+  session->restart_func = func;
+  session->restart_data = user_data;
+  session->restart_notify = notify;
+  session->restart_passes = func ? max_passes : 0;
+  session->restart_max = max_restarts;
+  lingbot_dit_session_set_pass_callback (session->dit, func ||
+      session->pass_func ? dit_pass : NULL, session);
+  if (old_notify)
+    old_notify (old_data);
+}
+
+/* (generate, world lock) the camera of the chunk moved again with @keys:
+ * rewound, advanced, and the control tensor filled on the CPU */
+static gboolean
+readvance_control (LingbotSession * s, guint keys, GError ** error)
+{
+  lingbot_control_rewind (s->control);
+  if (!lingbot_control_advance (s->control, keys, error))
+    return FALSE;
+  return s->ctl_on_device || lingbot_control_fill (s->control, s->ctl->data,
+      (gsize) lb_tensor_numel (s->ctl), 0, s->lat_h, error);
+}
+
+/* (generate, world lock) the chunk's DiT passes with the keys the camera
+ * was advanced with (@keys), restarted from pass 0 with new keys as the
+ * restart function asks (lingbot_session_set_restart_func()).  *@keys,
+ * *@restarts and *@discarded are updated; *@advanced is cleared when a
+ * camera move failed (nothing to rewind then). */
+static gboolean
+run_dit_restartable (LingbotSession * s, LbTensor * out, guint * keys,
+    guint * restarts, guint * discarded, gboolean * advanced, GError ** error)
+{
+  const gboolean can_restart = s->restart_func != NULL &&
+      s->restart_passes > 0 && !lingbot_control_is_offline (s->control);
+  int dit_restarts = 0;
+
+  /* before the first pass: free */
+  if (can_restart) {
+    guint k = *keys;
+    if (s->restart_func (s, s->chunk, 0, &k, s->restart_data) && k != *keys) {
+      *keys = k;
+      (*restarts)++;
+      if (!readvance_control (s, k, error)) {
+        *advanced = FALSE;
+        return FALSE;
+      }
+    }
+  }
+  while (TRUE) {
+    GError *local = NULL;
+    gboolean ok;
+
+    s->restart_keys = *keys;
+    s->restart_at = 0;
+    s->restart_armed = can_restart && dit_restarts < s->restart_max;
+    if (s->ctl_on_device) {
+      /* the poses (C x 16 floats) go to the ranks, which build the ray
+       * map */
+      LbTensor poses;
+      float k[4];
+      const int64_t pshape[2] = { s->chunk_frames, 16 };
+      lingbot_control_get_intrinsics (s->control, k);
+      lb_tensor_view_init (&poses, LB_DTYPE_F32,
+          (void *) lingbot_control_get_chunk_rel_poses (s->control),
+          LB_DEVICE_HOST, 2, pshape, NULL);
+      ok = lingbot_dit_session_run_chunk_noise_poses (s->dit, s->y, &poses,
+          k, s->width, s->height, s->noise, out, &local);
+    } else {
+      ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl,
+          s->noise, out, &local);
+    }
+    s->restart_armed = FALSE;
+    if (ok)
+      return TRUE;
+    /* a restart, not a cancel: the same chunk with the new keys */
+    if (s->restart_at > 0 && g_error_matches (local, LB_ERROR,
+            LB_ERROR_CANCELLED) && !lingbot_dit_session_is_cancelled (s->dit)) {
+      g_clear_error (&local);
+      dit_restarts++;
+      (*restarts)++;
+      *discarded += (guint) s->restart_at;
+      *keys = s->restart_keys;
+      if (!readvance_control (s, *keys, error)) {
+        *advanced = FALSE;
+        return FALSE;
+      }
+      continue;
+    }
+    g_propagate_error (error, local);
+    return FALSE;
+  }
 }
 
 /* An abort notify of the world's group (its lock held, on the thread
@@ -1101,8 +1263,8 @@ lingbot_session_set_failure_func (LingbotSession * session,
  *   poses); 0 keeps the camera still
  * @stats: (out caller-allocates) (optional): receives index, frames (what
  *   the chunk yields once decoded), keys, dit_seconds and compute_seconds
- *   (control + condition + DiT); vae_seconds is set to 0; untouched on
- *   failure
+ *   (control + condition + DiT), restarts and restart_passes; vae_seconds
+ *   is set to 0; untouched on failure
  * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
  *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (", in
  *   its condition encode: ..." when it stopped there) when the session's
@@ -1121,7 +1283,9 @@ lingbot_session_set_failure_func (LingbotSession * session,
  * passes over the worker group with the session's noise, calling the
  * pass function (lingbot_session_set_pass_func()) after each pass and
  * stopping at the next pass boundary when the session's cancellable is
- * cancelled.  The result is lingbot_session_get_latents(), valid until the
+ * cancelled, and restarting with other keys when the restart function
+ * asks (lingbot_session_set_restart_func(); the stats then carry the
+ * final keys).  The result is lingbot_session_get_latents(), valid until the
  * next successful call.  On any failure the camera is rewound
  * (lingbot_control_rewind()) and the chunk index stays.  Allocates
  * nothing.
@@ -1175,23 +1339,13 @@ lingbot_session_generate (LingbotSession * session, guint keys,
       s->y_chunk = s->chunk;
   }
   gint64 t1 = g_get_monotonic_time ();
-  if (ok && s->ctl_on_device) {
-    /* the poses (C x 16 floats) go to the ranks, which build the ray map */
-    LbTensor poses;
-    float k[4];
-    const int64_t pshape[2] = { s->chunk_frames, 16 };
-    lingbot_control_get_intrinsics (s->control, k);
-    lb_tensor_view_init (&poses, LB_DTYPE_F32,
-        (void *) lingbot_control_get_chunk_rel_poses (s->control),
-        LB_DEVICE_HOST, 2, pshape, NULL);
-    ok = lingbot_dit_session_run_chunk_noise_poses (s->dit, s->y, &poses, k,
-        s->width, s->height, s->noise, out, error);
-  } else if (ok) {
-    ok = lingbot_dit_session_run_chunk_noise (s->dit, s->y, s->ctl, s->noise,
-        out, error);
-  }
+  guint restarts = 0, discarded = 0;
+  gboolean moved = advanced;
+  if (ok)
+    ok = run_dit_restartable (s, out, &keys, &restarts, &discarded, &moved,
+        error);
   /* a chunk that was not made does not move the camera */
-  if (!ok && advanced)
+  if (!ok && moved)
     lingbot_control_rewind (s->control);
   gint64 t2 = g_get_monotonic_time ();
   g_atomic_int_set (&s->failure_armed, 0);
@@ -1205,6 +1359,8 @@ lingbot_session_generate (LingbotSession * session, guint keys,
     stats->dit_seconds = (double) (t2 - t1) / G_USEC_PER_SEC;
     stats->vae_seconds = 0.0;
     stats->compute_seconds = (double) (t2 - t0) / G_USEC_PER_SEC;
+    stats->restarts = restarts;
+    stats->restart_passes = discarded;
   }
   lingbot_session_handoff_generated (s, s->chunk);
   g_mutex_lock (&s->dlock);

@@ -942,6 +942,31 @@ test_live (void)
   }
   g_assert_cmpint (json_object_get_int_member (rep, "frames-rendered") +
       json_object_get_int_member (rep, "frames-dropped"), ==, frames);
+  /* key restarts: the element's default policy, counted per chunk */
+  g_assert_cmpint (json_object_get_int_member (rep, "key-restart"), ==, -1);
+  g_assert_cmpint (json_object_get_int_member (rep, "key-restart-max"), ==, 1);
+  {
+    gint64 restarts = 0, passes = 0;
+
+    for (guint i = 0; i < n; i++) {
+      JsonObject *c = json_array_get_object_element (chunks, i);
+      gint64 r = json_object_get_int_member (c, "restarts");
+
+      g_assert_cmpint (r, >=, 0);
+      /* at most one that throws passes away, one free before pass 0 */
+      g_assert_cmpint (r, <=, 2);
+      restarts += r;
+      passes += json_object_get_int_member (c, "restart-passes");
+    }
+    g_assert_cmpint (json_object_get_int_member (rep, "restarts"), ==,
+        restarts);
+    g_assert_cmpint (json_object_get_int_member (rep, "restart-passes"), ==,
+        passes);
+    g_assert_true (json_object_has_member (rep,
+            "key-to-screen-p90-over-unrestarted-compute-decode"));
+    g_assert_true (json_object_has_member (rep,
+            "key-to-screen-over-own-compute-decode"));
+  }
   g_assert_cmpint (json_object_get_int_member (rep, "frames-due"), >=, frames);
   k2s = json_object_get_object_member (rep, "key-to-screen-seconds");
   g_assert_cmpint (json_object_get_int_member (k2s, "n"), >=, 1);

@@ -774,6 +774,82 @@ test_schedule_bounded_state (void)
   g_assert_cmpuint (max_live, <=, 4);
 }
 
+/* a chunk in flight looking again (key restarts): peek_live says what
+ * take_live would take without taking it; retake_live takes it for the
+ * chunk taken last (the tap consumed, the chunk not counted again, a
+ * pending reset left for the next chunk) */
+static void
+test_schedule_retake (void)
+{
+  g_autoptr (LingbotControlSchedule) s =
+      lingbot_control_schedule_new (4, 16, 1, NULL);
+  LingbotControlEvent e = { 0 };
+  LingbotScheduleChunk c, p;
+
+  g_assert_false (lingbot_control_schedule_peek_live (s, &p));
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_W;
+  lingbot_control_schedule_push (s, &e);
+  /* nothing taken yet: nothing to retake, the tap stays */
+  g_assert_false (lingbot_control_schedule_retake_live (s, &c));
+  g_assert_true (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_cmphex (p.keys, ==, LINGBOT_KEY_W);
+  g_assert_true (p.is_tap);
+  g_assert_cmpuint (p.revision, ==, 1);
+  g_assert_cmpuint (p.index, ==, 0);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_W);
+  g_assert_true (c.is_tap);
+  /* held W, no tap: peek sees the held set, twice the same */
+  g_assert_true (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_false (p.is_tap);
+  g_assert_cmpuint (p.index, ==, 1);
+  g_assert_true (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_false (p.is_tap);
+
+  /* D pressed while chunk 0 runs: peek, then retake for chunk 0 */
+  e.key = LINGBOT_KEY_D;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_true (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_cmphex (p.keys, ==, LINGBOT_KEY_W | LINGBOT_KEY_D);
+  g_assert_true (p.is_tap);
+  g_assert_cmpuint (p.revision, ==, 2);
+  g_assert_true (lingbot_control_schedule_retake_live (s, &c));
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_W | LINGBOT_KEY_D);
+  g_assert_true (c.is_tap);
+  g_assert_cmpuint (c.revision, ==, 2);
+  g_assert_cmpuint (c.index, ==, 0);
+  g_assert_true (isnan (c.request_time_s));
+  /* the tap was consumed: the next chunk is 1 and takes the held set */
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_false (c.is_tap);
+  g_assert_cmphex (c.keys, ==, LINGBOT_KEY_W | LINGBOT_KEY_D);
+  g_assert_cmpuint (c.index, ==, 1);
+
+  /* a reset: peek reports it, retake leaves it for the next chunk */
+  e.type = LINGBOT_CONTROL_EVENT_RESET;
+  e.key = 0;
+  lingbot_control_schedule_push (s, &e);
+  e.type = LINGBOT_CONTROL_EVENT_PRESS;
+  e.key = LINGBOT_KEY_S;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_true (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_true (p.reset_before);
+  g_assert_true (lingbot_control_schedule_retake_live (s, &c));
+  g_assert_false (c.reset_before);
+  g_assert_cmpuint (c.index, ==, 1);
+  g_assert_true (lingbot_control_schedule_take_live (s, &c));
+  g_assert_true (c.reset_before);
+  g_assert_cmpuint (c.index, ==, 2);
+
+  /* every key released and no tap: nothing to peek or retake */
+  e.type = LINGBOT_CONTROL_EVENT_RELEASE;
+  e.key = LINGBOT_KEYS_ALL;
+  lingbot_control_schedule_push (s, &e);
+  g_assert_false (lingbot_control_schedule_peek_live (s, &p));
+  g_assert_false (lingbot_control_schedule_retake_live (s, &c));
+}
+
 /* the live path: a tap, else (idle) the held set, of every event pushed */
 static void
 test_schedule_live (void)
@@ -1712,6 +1788,7 @@ main (int argc, char **argv)
   g_test_add_func ("/golden/control/offline-480p", test_offline_480p);
   g_test_add_func ("/golden/control/offline-files", test_offline_files);
   g_test_add_func ("/golden/control/reset-pose", test_reset_pose);
+  g_test_add_func ("/golden/control/schedule-retake", test_schedule_retake);
   g_test_add_func ("/golden/control/poses-load", test_poses_load);
   g_test_add_func ("/golden/control/offline-files-vector-intrinsics",
       test_offline_files_vector_intrinsics);

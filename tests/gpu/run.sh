@@ -623,8 +623,9 @@ with open(sys.argv[2], "a") as f:
     f.write(json.dumps(d) + "\n")
 k = d["key-to-screen-seconds"]
 print("key to screen p50 %.2f p90 %.2f max %.2f s, p90 / (compute + decode)"
-      " %.2f, latency back in %s chunks" % (k["p50"], k["p90"], k["max"],
-      d["key-to-screen-p90-over-compute-decode"],
+      " %.2f, %s key restarts, latency back in %s chunks" % (k["p50"],
+      k["p90"], k["max"], d["key-to-screen-p90-over-compute-decode"],
+      d.get("restarts"),
       d.get("stall", {}).get("chunks-until-within-10-percent")))
 EOF3
 )"

@@ -224,6 +224,109 @@ test_nccl_order (void)
   g_array_unref (overlap.frames);
 }
 
+/* Key restarts on the emulated device (ray map built on the ranks from the
+ * chunk's poses, the chunk handed to an attached decoder through the
+ * channel only once it is made): chunk 1 restarts after its 2nd pass and
+ * chunk 2 after its clean pass, each with a new key set; the decoded
+ * frames are byte-identical to a session given those keys up front, and
+ * a stopped chunk never reaches the decoder. */
+typedef struct
+{
+  int at[N_CHUNKS];             /* restart when asked at this many passes */
+  guint to[N_CHUNKS];
+  int restarts;
+} RestartPlan;
+
+static gboolean
+restart_plan (LingbotSession * s, guint64 chunk, int passes, guint * keys,
+    gpointer data)
+{
+  RestartPlan *p = data;
+  (void) s;
+  if (passes != p->at[chunk] || *keys == p->to[chunk])
+    return FALSE;
+  *keys = p->to[chunk];
+  p->restarts++;
+  return TRUE;
+}
+
+static void
+restart_run (LingbotWorld * w, RestartPlan * plan, const guint * keys,
+    GArray * frames)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotSessionOptions o = LINGBOT_SESSION_OPTIONS_INIT;
+
+  o.prompt_embeds_path = embeds;
+  o.image_rgb = image;
+  o.image_width = IMG_W;
+  o.image_height = IMG_H;
+  o.width = o.height = 64;
+  o.seed = 11;
+  o.frames = 13 + 16 * (N_CHUNKS - 1);
+  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  g_assert_no_error (err);
+  g_assert_true (lingbot_session_attach_decoder (s, NULL, 2, &err));
+  g_assert_no_error (err);
+  if (plan)
+    lingbot_session_set_restart_func (s, restart_plan, 6, 1, plan, NULL);
+  for (int c = 0; c < N_CHUNKS; c++) {
+    LingbotChunkStats st = { 0 };
+    int n = 0;
+    g_assert_true (lingbot_session_generate (s, keys[c], &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (st.restarts, ==, plan && plan->at[c] > 0 ? 1 : 0);
+    g_assert_cmpuint (st.restart_passes, ==, plan ? MAX (plan->at[c], 0) : 0);
+    g_assert_cmpuint (st.keys, ==, plan && plan->at[c] > 0 ? plan->to[c] :
+        keys[c]);
+    lingbot_session_claim_chunk (s, (guint64) c);
+    g_assert_true (lingbot_session_decode_chunk (s, (guint64) c, &n, NULL,
+            &err));
+    g_assert_no_error (err);
+    const LbTensor *f = lingbot_session_get_frames (s);
+    for (int ch = 0; ch < 3; ch++)
+      g_array_append_vals (frames, (const float *) f->data +
+          (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);
+  }
+}
+
+static void
+test_key_restart (void)
+{
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  const guint start[N_CHUNKS] = { LINGBOT_KEY_W, LINGBOT_KEY_W,
+    LINGBOT_KEY_W
+  };
+  const guint final[N_CHUNKS] = { LINGBOT_KEY_W, LINGBOT_KEY_D,
+    LINGBOT_KEY_A | LINGBOT_KEY_J
+  };
+  RestartPlan plan = { {-1, 2, 5}, {0, LINGBOT_KEY_D,
+      LINGBOT_KEY_A | LINGBOT_KEY_J}, 0
+  };
+  g_autoptr (GArray) want = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) got = g_array_new (FALSE, FALSE, sizeof (float));
+  g_autoptr (GArray) plain = g_array_new (FALSE, FALSE, sizeof (float));
+
+  wo.model_path = model_dir;
+  wo.devices = "fakedev";
+  wo.load_text_encoder = FALSE;
+  g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
+      fakedev_backend (), 2, &err);
+  g_assert_no_error (err);
+  restart_run (w, NULL, final, want);
+  restart_run (w, &plan, start, got);
+  restart_run (w, NULL, start, plain);
+  g_assert_cmpint (plan.restarts, ==, 2);
+  g_assert_cmpuint (got->len, ==, want->len);
+  g_assert_cmpmem (got->data, got->len * sizeof (float), want->data,
+      want->len * sizeof (float));
+  /* the keys matter */
+  g_assert_false (memcmp (plain->data, want->data, want->len *
+          sizeof (float)) == 0);
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -244,6 +347,7 @@ main (int argc, char **argv)
       GINT_TO_POINTER (12), test_device);
   g_test_add_func ("/session/decode-device/dummy", test_dummy);
   g_test_add_func ("/session/decode-device/nccl-order", test_nccl_order);
+  g_test_add_func ("/session/decode-device/key-restart", test_key_restart);
   int rc = g_test_run ();
   lingbot_test_rm_rf (tmpdir);
   g_free (tmpdir);

@@ -1561,6 +1561,223 @@ test_max_attention (void)
       "negative (tokens; 0 = the KV cache's capacity)");
 }
 
+/* ------------------------------------------------------------------------ */
+/* key restarts (lingbot_session_set_restart_func())                        */
+/* ------------------------------------------------------------------------ */
+
+/* One chunk's script: generated with @start; the restart function answers
+ * @to when asked at @at passes (-1: never), or, with @storm, a set other
+ * than the current one at every ask (toggling @start / @to). */
+typedef struct
+{
+  guint start;
+  int at;
+  guint to;
+  gboolean storm;
+  guint want_keys;              /* the keys the chunk ends with */
+  guint want_restarts;
+  guint want_discarded;
+  int want_asks;                /* calls of the restart function */
+} RestartScript;
+
+#define KW LINGBOT_KEY_W
+#define KS LINGBOT_KEY_S
+#define KA LINGBOT_KEY_A
+#define KD LINGBOT_KEY_D
+static const RestartScript restart_script[] = {
+  /* swapped before the first pass: free, then asked after each of the 5
+   * passes */
+  {KW, 0, KD, FALSE, KD, 1, 0, 1 + 5},
+  /* after the 2nd pass: 2 passes discarded; the rerun is asked after each
+   * pass again (not before its first) */
+  {KW | LINGBOT_KEY_J, 2, KA, FALSE, KA, 1, 2, 3 + 5},
+  /* after the last denoising pass, in the first chunk that evicts */
+  {KD, 4, KA | LINGBOT_KEY_L, FALSE, KA | LINGBOT_KEY_L, 1, 4, 5 + 5},
+  /* a key storm, max_restarts 2: swapped before pass 0, restarted after
+   * the first pass of the first and of the second run, the third runs out */
+  {KS, -1, KW, TRUE, KW, 3, 2, 1 + 1 + 1 + 0},
+  /* after the clean pass (its K/V committed): the whole DiT again */
+  {KS, 5, KW, FALSE, KW, 1, 5, 6 + 5},
+  /* nothing changes */
+  {KA, -1, KA, FALSE, KA, 0, 0, 6},
+};
+
+#define N_RESTART_CHUNKS G_N_ELEMENTS (restart_script)
+
+typedef struct
+{
+  GThread *rank0;
+  GThread *caller;
+  guint64 chunk;
+  int asks;
+  int bad;                      /* wrong chunk, thread or keys */
+  int last_passes;
+  guint cur;                    /* the keys the chunk runs with */
+  gboolean fired;               /* the scripted change was made */
+} RestartLog;
+
+/* before each generate */
+static void
+restart_log_start (RestartLog * log, guint64 chunk, guint keys)
+{
+  log->chunk = chunk;
+  log->asks = 0;
+  log->cur = keys;
+  log->fired = FALSE;
+}
+
+static gboolean
+on_restart (LingbotSession * s, guint64 chunk, int passes, guint * keys,
+    gpointer user_data)
+{
+  RestartLog *log = user_data;
+  const RestartScript *r = &restart_script[chunk];
+  (void) s;
+  /* before the first pass on the calling thread, else on rank 0 */
+  if (chunk != log->chunk || g_thread_self () != (passes == 0 ?
+          log->caller : log->rank0) || passes < 0 || passes > 5)
+    log->bad++;
+  log->asks++;
+  log->last_passes = passes;
+  /* the keys the chunk runs with so far */
+  if (*keys != log->cur)
+    log->bad++;
+  if (r->storm) {
+    *keys = *keys == r->start ? r->to : r->start;
+    log->cur = *keys;
+    return TRUE;
+  }
+  if (passes == r->at && !log->fired) {
+    log->fired = TRUE;
+    *keys = log->cur = r->to;
+    return TRUE;
+  }
+  return FALSE;
+}
+
+/* Chunks 0-5 of cancel_session() on @n ranks with the restart script, and
+ * a session given the final keys up front: latents and decoded frames
+ * byte-identical, the stats count the restarts and discarded passes, and
+ * the keys matter (the start keys' chunk 1 differs). */
+static void
+test_key_restart (gconstpointer data)
+{
+  CancelRef ref;
+  RestartLog log = { 0 };
+  g_autoptr (GByteArray) lat = g_byte_array_new ();
+  g_autoptr (GByteArray) frames = g_byte_array_new ();
+  g_autoptr (GError) err = NULL;
+
+  cancel_ref_init (&ref, GPOINTER_TO_INT (data));
+  log.rank0 = ref.rank0;
+  log.caller = g_thread_self ();
+
+  /* the session given each chunk's final keys */
+  LingbotSession *s = cancel_session (ref.world);
+  for (guint c = 0; c < N_RESTART_CHUNKS; c++) {
+    LingbotChunkStats st = { 0 };
+    int nf = -1;
+    g_assert_true (lingbot_session_generate (s, restart_script[c].want_keys,
+            &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (st.restarts, ==, 0);
+    g_assert_cmpuint (st.restart_passes, ==, 0);
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_byte_array_append (ref.lat, l->data, (guint) lb_tensor_nbytes (l));
+    g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
+    g_assert_no_error (err);
+    const LbTensor *f = lingbot_session_get_frames (s);
+    g_byte_array_append (ref.frames, f->data, (guint) lb_tensor_nbytes (f));
+  }
+  lingbot_session_free (s);
+
+  /* the restarted session: max_passes 6 (after every pass, the clean
+   * pass included), 2 restarts per chunk */
+  s = cancel_session (ref.world);
+  lingbot_session_set_restart_func (s, on_restart, 6, 2, &log, NULL);
+  for (guint c = 0; c < N_RESTART_CHUNKS; c++) {
+    const RestartScript *r = &restart_script[c];
+    LingbotChunkStats st = { 0 };
+    int nf = -1;
+    restart_log_start (&log, c, r->start);
+    g_assert_true (lingbot_session_generate (s, r->start, &st, &err));
+    g_assert_no_error (err);
+    g_assert_cmpuint (st.index, ==, c);
+    g_assert_cmpuint (st.keys, ==, r->want_keys);
+    g_assert_cmpuint (st.restarts, ==, r->want_restarts);
+    g_assert_cmpuint (st.restart_passes, ==, r->want_discarded);
+    g_assert_cmpint (log.asks, ==, r->want_asks);
+    const LbTensor *l = lingbot_session_get_latents (s);
+    g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
+    g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
+    g_assert_no_error (err);
+    const LbTensor *f = lingbot_session_get_frames (s);
+    g_byte_array_append (frames, f->data, (guint) lb_tensor_nbytes (f));
+    g_assert_cmpuint (lat->len, ==, (guint) ((c + 1) * LAT_BYTES));
+    g_assert_true (memcmp (lat->data + c * LAT_BYTES, ref.lat->data +
+            c * LAT_BYTES, LAT_BYTES) == 0);
+  }
+  g_assert_cmpint (log.bad, ==, 0);
+  g_assert_cmpuint (frames->len, ==, ref.frames->len);
+  g_assert_true (memcmp (frames->data, ref.frames->data, frames->len) == 0);
+  lingbot_session_free (s);
+
+  /* the keys matter: chunk 1 made with its start keys differs */
+  s = cancel_session (ref.world);
+  for (guint c = 0; c < 2; c++) {
+    g_assert_true (lingbot_session_generate (s, c == 0 ? KD :
+            restart_script[1].start, NULL, &err));
+    g_assert_no_error (err);
+  }
+  g_assert_false (memcmp (lingbot_session_get_latents (s)->data,
+          ref.lat->data + LAT_BYTES, LAT_BYTES) == 0);
+  lingbot_session_free (s);
+  cancel_ref_clear (&ref);
+}
+
+/* The policy's bounds: max_passes 1 asks once per chunk, before the
+ * first pass; 0 never. */
+static void
+test_key_restart_bounds (void)
+{
+  g_autoptr (GError) err = NULL;
+  RestartLog log = { 0 };
+  CancelRef ref;
+  cancel_ref_init (&ref, 1);
+  log.rank0 = ref.rank0;
+  log.caller = g_thread_self ();
+
+  LingbotSession *s = cancel_session (ref.world);
+  lingbot_session_set_restart_func (s, on_restart, 1, 2, &log, NULL);
+  /* chunk 0's script: asked at 0 and swapped there */
+  LingbotChunkStats st = { 0 };
+  restart_log_start (&log, 0, KW);
+  g_assert_true (lingbot_session_generate (s, KW, &st, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (log.asks, ==, 1);
+  g_assert_cmpint (log.last_passes, ==, 0);
+  g_assert_cmpuint (st.keys, ==, KD);
+  g_assert_cmpuint (st.restarts, ==, 1);
+  /* chunk 1's script asks for a restart at 2 passes: never asked there */
+  restart_log_start (&log, 1, restart_script[1].start);
+  g_assert_true (lingbot_session_generate (s, restart_script[1].start, &st,
+          &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (log.asks, ==, 1);
+  g_assert_cmpuint (st.keys, ==, restart_script[1].start);
+  g_assert_cmpuint (st.restarts, ==, 0);
+  /* 0: never asked */
+  lingbot_session_set_restart_func (s, on_restart, 0, 2, &log, NULL);
+  restart_log_start (&log, 2, KD);
+  g_assert_true (lingbot_session_generate (s, KD, &st, &err));
+  g_assert_no_error (err);
+  g_assert_cmpint (log.asks, ==, 0);
+  g_assert_cmpuint (st.restarts, ==, 0);
+  g_assert_cmpint (log.bad, ==, 0);
+  lingbot_session_free (s);
+  cancel_ref_clear (&ref);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1618,6 +1835,11 @@ main (int argc, char **argv)
     g_test_add_data_func (path, GINT_TO_POINTER (n), test_overlap);
   }
   g_test_add_func ("/session/overlap/spill", test_overlap_spill);
+  g_test_add_data_func ("/session/key-restart/1", GINT_TO_POINTER (1),
+      test_key_restart);
+  g_test_add_data_func ("/session/key-restart/2", GINT_TO_POINTER (2),
+      test_key_restart);
+  g_test_add_func ("/session/key-restart/bounds", test_key_restart_bounds);
   int rc = g_test_run ();
 
   lingbot_world_unref (world1);
