@@ -14,7 +14,7 @@
 #include <string.h>
 #include <gst/check/gstcheck.h>
 #include "gst/gstlingbotcontrolsrc.h"
-#include "gst/gstlingbotmeta.h"
+#include "gst/lingbot/gstlingbotmeta.h"
 #include "lingbot/lingbot.h"
 
 static char *tmpdir;
