@@ -156,7 +156,28 @@ gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
 
 /* ---- frames and latents ---- */
 
+/**
+ * LingbotFrames:
+ *
+ * Decoded video frames, owned by what hands them out (a session:
+ * lingbot_session_get_frames(), lingbot_session_get_start_frames(); a
+ * decoder: lingbot_decoder_get_frames()) and overwritten by its next
+ * decode.  lingbot_frames_get_count() frames of lingbot_frames_get_width()
+ * x lingbot_frames_get_height() pixels; the pixels leave as bytes through
+ * lingbot_frames_to_rgb(), _to_rgba(), _to_i420() and _to_nv12(), into the
+ * caller's planes with the caller's strides.
+ */
 typedef struct _LingbotFrames LingbotFrames;
+
+/**
+ * LingbotLatents:
+ *
+ * One chunk's latents: float32 [16, frames, height, width] in host memory
+ * (%LINGBOT_LATENT_CHANNELS channels; height and width are the frame's
+ * divided by %LINGBOT_LATENT_STRIDE).  A session's own
+ * (lingbot_session_get_latents(), not to be freed) or the caller's bytes
+ * (lingbot_latents_new_wrapped(), freed with lingbot_latents_free()).
+ */
 typedef struct _LingbotLatents LingbotLatents;
 
 int lingbot_frames_get_count (const LingbotFrames * frames);
@@ -244,6 +265,13 @@ void lingbot_world_unlock (LingbotWorld * world);
 
 /* ---- the world's standalone decoder ---- */
 
+/**
+ * LingbotDecoder:
+ *
+ * A VAE decoder of its own on a world's ranks (lingbot_world_new_decoder()),
+ * for latents that come without their session: chunks decoded in stream
+ * order, its frames in lingbot_decoder_get_frames().
+ */
 typedef struct _LingbotDecoder LingbotDecoder;
 
 LingbotDecoder *lingbot_world_new_decoder (LingbotWorld * world,
