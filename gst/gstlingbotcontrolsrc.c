@@ -303,7 +303,7 @@ load_inputs (GstLingbotControlSrc * self)
     trace = lingbot_control_trace_new_from_file (self->location, &error);
     if (trace == NULL) {
       GST_OBJECT_UNLOCK (self);
-      if (g_error_matches (error, LB_ERROR, LB_ERROR_IO))
+      if (g_error_matches (error, LINGBOT_ERROR, LINGBOT_ERROR_IO))
         GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", error->message),
             (NULL));
       else

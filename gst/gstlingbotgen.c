@@ -611,7 +611,7 @@ reference_image_size (GstLingbotGen * self, int *width, int *height,
     g_mutex_unlock (&self->lock);
     if (*width > 0 && *height > 0)
       return TRUE;
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT,
         "no reference image: set image-location, or send a frame on the "
         "image pad (it ended without one)");
     return FALSE;
@@ -647,7 +647,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
 
   if (peer != NULL && gst_caps_is_empty (peer)) {
     gst_caps_unref (peer);
-    g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED,
         "downstream accepts no latent caps (link lingbotvaedec after "
         "lingbotgen)");
     return FALSE;
@@ -690,7 +690,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
     width = vw > 0 ? vw : dw;
     height = vh > 0 ? vh : dh;
     if (width % 16 || height % 16 || width > MAX_SIZE || height > MAX_SIZE) {
-      g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED,
           "downstream asks for %dx%d video: the size must be multiples of "
           "16 and at most %dx%d", width, height, MAX_SIZE, MAX_SIZE);
       ok = FALSE;
@@ -705,7 +705,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
           FALLBACK_FPS, 1);
       if (gst_structure_get_fraction (st, "framerate", &fr_n, &fr_d)
           && (fr_n <= 0 || fr_d <= 0)) {
-        g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+        g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED,
             "downstream asks for %d/%d fps: the frame rate must be "
             "positive", fr_n, fr_d);
         ok = FALSE;
@@ -724,7 +724,7 @@ choose_output_format (GstLingbotGen * self, OutputFormat * out, GError ** error)
     for (guint i = 0; i < gst_caps_get_size (any); i++)
       gst_caps_set_features (any, i, NULL);
     if (!gst_caps_can_intersect (want, any)) {
-      g_set_error (error, LB_ERROR, LB_ERROR_UNSUPPORTED,
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED,
           "downstream does not take %dx%d video at %d/%d fps (lingbotgen's "
           "width, height, framerate or fps property)", width, height, fr_n,
           fr_d);
@@ -899,7 +899,8 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
   opts.fps = MAX (1, (format->fps_n + format->fps_d / 2) / format->fps_d);
 
   if (world == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT, "no world");
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT,
+        "no world");
     return FALSE;
   }
   if (!parse_timesteps (timesteps, ts, error))
@@ -921,7 +922,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
 
   if (image_location == NULL && image == NULL) {
     /* the library would name its own fields (image_path, image_rgb) */
-    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT,
         "no reference image: set image-location, or send a frame on the "
         "image pad (it ended without one)");
     if (poses)
@@ -947,7 +948,7 @@ gst_lingbot_gen_create_session (GstLingbotGen * self,
         || ph->n_intrinsics > (pmap.size - sizeof (GstLingbotControlRecord)
             - sizeof (*ph) - 16 * sizeof (float) * ph->n_poses) /
         (4 * sizeof (float))) {
-      g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_FORMAT,
           "control: a POSES record of %" G_GSIZE_FORMAT " bytes is too "
           "short for its pose and intrinsics counts", pmap.size);
       gst_buffer_unmap (poses, &pmap);
@@ -1014,7 +1015,7 @@ session_caps (GstLingbotGen * self)
   g_mutex_unlock (&self->lock);
   return gst_caps_new_simple (GST_LINGBOT_LATENT_MEDIA_TYPE,
       "dtype", G_TYPE_STRING, "f32",
-      "channels", G_TYPE_INT, LINGBOT_VAE_Z_DIM,
+      "channels", G_TYPE_INT, LINGBOT_LATENT_CHANNELS,
       "frames", G_TYPE_INT, lingbot_session_get_chunk_frames (s),
       "height", G_TYPE_INT, lingbot_session_get_latent_height (s),
       "width", G_TYPE_INT, lingbot_session_get_latent_width (s),
@@ -1287,31 +1288,19 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
 static GstBuffer *
 latents_to_buffer (LingbotSession * s, guint64 chunk, GError ** error)
 {
-  const int64_t shape[5] = { 1, LINGBOT_VAE_Z_DIM,
-    lingbot_session_get_chunk_frames (s),
-    lingbot_session_get_latent_height (s),
-    lingbot_session_get_latent_width (s)
-  };
-  gsize nbytes = sizeof (float);
+  const gsize nbytes = lingbot_session_get_chunk_bytes (s);
   GstBuffer *buf;
   GstMapInfo map;
-  LbTensor dst;
-  int64_t stride[5];
   gboolean ok;
 
-  for (int i = 0; i < 5; i++)
-    nbytes *= (gsize) shape[i];
   buf = gst_lingbot_buffer_try_new (nbytes);
   if (buf == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cannot allocate %"
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_DEVICE, "cannot allocate %"
         G_GSIZE_FORMAT " bytes of system memory for the latents", nbytes);
     return NULL;
   }
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
-  lb_contiguous_strides (5, shape, stride);
-  lb_tensor_view_init (&dst, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 5,
-      shape, stride);
-  ok = lingbot_session_read_chunk (s, chunk, &dst, error);
+  ok = lingbot_session_read_chunk (s, chunk, map.data, map.size, error);
   gst_buffer_unmap (buf, &map);
   lingbot_session_release_chunk (s, chunk);
   if (!ok)
@@ -1653,14 +1642,15 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
        * being started) */
       gst_lingbot_wait_state_change_done (GST_ELEMENT (self), &self->lock,
           &self->cond, &self->flushing);
-      if (g_error_matches (error, LB_ERROR, LB_ERROR_UNSUPPORTED))
+      if (g_error_matches (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED))
         GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", error->message),
             (NULL));
       else
         gst_lingbot_post_error (GST_ELEMENT (self), error,
-            g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT) ?
-            GST_LINGBOT_ERROR_CONTEXT_OPEN : GST_LINGBOT_ERROR_CONTEXT_STREAM,
-            error->message, "creating the session");
+            g_error_matches (error, LINGBOT_ERROR,
+                LINGBOT_ERROR_INVALID_ARGUMENT) ? GST_LINGBOT_ERROR_CONTEXT_OPEN
+            : GST_LINGBOT_ERROR_CONTEXT_STREAM, error->message,
+            "creating the session");
       gst_lingbot_gen_pause (self, GST_FLOW_ERROR, TRUE);
       return;
     }
@@ -1741,7 +1731,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   } else {
     buf = latents_to_buffer (h->session, self->chunk, &error);
   }
-  if (buf == NULL && g_error_matches (error, LB_ERROR, LB_ERROR_CANCELLED)) {
+  if (buf == NULL
+      && g_error_matches (error, LINGBOT_ERROR, LINGBOT_ERROR_CANCELLED)) {
     /* PLAYING -> NULL: the chunk is dropped, the session stays valid */
     GST_INFO_OBJECT (self, "%s", error->message);
     gst_lingbot_gen_pause (self, GST_FLOW_FLUSHING, TRUE);
@@ -1922,8 +1913,8 @@ gst_lingbot_gen_chunk_duration (GstLingbotGen * self)
   if (self->session_chunk_frames > 0)
     c = self->session_chunk_frames;
   g_mutex_unlock (&self->lock);
-  if (c <= 0 && world && lingbot_world_get_dit (world))
-    c = lingbot_dit_get_config (lingbot_world_get_dit (world))->chunk_frames;
+  if (c <= 0 && world)
+    c = lingbot_world_get_chunk_frames (world);
   g_clear_pointer (&world, lingbot_world_unref);
   if (c <= 0)
     c = DEFAULT_CHUNK_FRAMES;
@@ -2153,7 +2144,7 @@ gst_lingbot_gen_check_prompt (GstLingbotGen * self, const char *prompt,
 
   if (world == NULL)
     return TRUE;
-  text_dim = lingbot_dit_get_config (lingbot_world_get_dit (world))->text_dim;
+  text_dim = lingbot_world_get_text_dim (world);
   if (embeds != NULL && embeds_width != text_dim) {
     GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
         ("prompt-embeds: '%s' holds embeddings %d wide, the model '%s' "
@@ -2201,7 +2192,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
   g_autoptr (GError) error = NULL;
   g_autoptr (GArray) ts = g_array_new (FALSE, FALSE, sizeof (int));
   int width, height, embeds_width = 0;
-  LbMathMode math;
+  LingbotPrecision math;
   const char *files[2][2];
   GQuark domain;
   gint code;
@@ -2237,7 +2228,7 @@ gst_lingbot_gen_open (GstLingbotGen * self)
     return FALSE;
   }
   if (!lingbot_world_check_devices (devices, NULL, &error)) {
-    if (g_error_matches (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT))
+    if (g_error_matches (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT))
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
           ("Invalid devices '%s': %s", devices, error->message), (NULL));
     else

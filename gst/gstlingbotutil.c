@@ -22,11 +22,11 @@
  * @code: (out): its code
  *
  * The error domains and codes of the plugin (docs/elements.md):
- * %LB_ERROR_NOT_FOUND -> RESOURCE/NOT_FOUND; %LB_ERROR_IO and
- * %LB_ERROR_FORMAT (a file that cannot be read as what it should be) ->
- * RESOURCE/OPEN_READ; %LB_ERROR_DEVICE, %LB_ERROR_UNSUPPORTED,
- * %LB_ERROR_RANK_FAILED, %LB_ERROR_TIMEOUT while starting -> LIBRARY/INIT;
- * %LB_ERROR_INVALID_ARGUMENT while starting -> LIBRARY/SETTINGS; anything
+ * %LINGBOT_ERROR_NOT_FOUND -> RESOURCE/NOT_FOUND; %LINGBOT_ERROR_IO and
+ * %LINGBOT_ERROR_FORMAT (a file that cannot be read as what it should be) ->
+ * RESOURCE/OPEN_READ; %LINGBOT_ERROR_DEVICE, %LINGBOT_ERROR_UNSUPPORTED,
+ * %LINGBOT_ERROR_RANK_FAILED, %LINGBOT_ERROR_TIMEOUT while starting -> LIBRARY/INIT;
+ * %LINGBOT_ERROR_INVALID_ARGUMENT while starting -> LIBRARY/SETTINGS; anything
  * else -> LIBRARY/INIT when starting, STREAM/FAILED while streaming.
  */
 void
@@ -37,28 +37,28 @@ gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
 
   *domain = open ? GST_LIBRARY_ERROR : GST_STREAM_ERROR;
   *code = open ? GST_LIBRARY_ERROR_INIT : GST_STREAM_ERROR_FAILED;
-  if (error == NULL || error->domain != LB_ERROR)
+  if (error == NULL || error->domain != LINGBOT_ERROR)
     return;
   switch (error->code) {
-    case LB_ERROR_NOT_FOUND:
+    case LINGBOT_ERROR_NOT_FOUND:
       *domain = GST_RESOURCE_ERROR;
       *code = GST_RESOURCE_ERROR_NOT_FOUND;
       break;
-    case LB_ERROR_IO:
-    case LB_ERROR_FORMAT:
+    case LINGBOT_ERROR_IO:
+    case LINGBOT_ERROR_FORMAT:
       *domain = GST_RESOURCE_ERROR;
       *code = GST_RESOURCE_ERROR_OPEN_READ;
       break;
-    case LB_ERROR_DEVICE:
-    case LB_ERROR_UNSUPPORTED:
-    case LB_ERROR_RANK_FAILED:
-    case LB_ERROR_TIMEOUT:
+    case LINGBOT_ERROR_DEVICE:
+    case LINGBOT_ERROR_UNSUPPORTED:
+    case LINGBOT_ERROR_RANK_FAILED:
+    case LINGBOT_ERROR_TIMEOUT:
       if (open) {
         *domain = GST_LIBRARY_ERROR;
         *code = GST_LIBRARY_ERROR_INIT;
       }
       break;
-    case LB_ERROR_INVALID_ARGUMENT:
+    case LINGBOT_ERROR_INVALID_ARGUMENT:
       if (open) {
         *domain = GST_LIBRARY_ERROR;
         *code = GST_LIBRARY_ERROR_SETTINGS;
@@ -87,7 +87,7 @@ gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
  * @error: (nullable): a library error
  *
  * What to append to an ERROR's debug text for @error: for a rank timeout
- * (%LB_ERROR_TIMEOUT), where that timeout is set, since no property sets
+ * (%LINGBOT_ERROR_TIMEOUT), where that timeout is set, since no property sets
  * it; "" otherwise.
  *
  * Returns: (transfer none): a static string, "" or starting with "; ".
@@ -95,7 +95,7 @@ gst_lingbot_error_map (const GError * error, GstLingbotErrorContext ctx,
 const char *
 gst_lingbot_error_hint (const GError * error)
 {
-  if (g_error_matches (error, LB_ERROR, LB_ERROR_TIMEOUT))
+  if (g_error_matches (error, LINGBOT_ERROR, LINGBOT_ERROR_TIMEOUT))
     return "; the rank timeout is the environment variable "
         "LINGBOT_RANK_TIMEOUT_MS (milliseconds, default 60000)";
   return "";
@@ -207,28 +207,28 @@ gst_lingbot_check_readable (const char *path, GQuark * domain, gint * code,
   *domain = GST_RESOURCE_ERROR;
   if (!g_file_test (path, G_FILE_TEST_EXISTS)) {
     *code = GST_RESOURCE_ERROR_NOT_FOUND;
-    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND, "'%s' does not exist",
-        path);
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_NOT_FOUND,
+        "'%s' does not exist", path);
     return FALSE;
   }
   *code = GST_RESOURCE_ERROR_OPEN_READ;
   if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
-    g_set_error (error, LB_ERROR, LB_ERROR_IO, "'%s' is not a regular file",
-        path);
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_IO,
+        "'%s' is not a regular file", path);
     return FALSE;
   }
   f = g_fopen (path, "rb");
   if (f == NULL) {
     saved = errno;
-    g_set_error (error, LB_ERROR, LB_ERROR_IO, "cannot open '%s': %s", path,
-        g_strerror (saved));
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_IO, "cannot open '%s': %s",
+        path, g_strerror (saved));
     return FALSE;
   }
   if (fgetc (f) == EOF && ferror (f)) {
     saved = errno;
     fclose (f);
-    g_set_error (error, LB_ERROR, LB_ERROR_IO, "cannot read '%s': %s", path,
-        g_strerror (saved));
+    g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_IO, "cannot read '%s': %s",
+        path, g_strerror (saved));
     return FALSE;
   }
   fclose (f);

@@ -61,7 +61,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_vae_dec_debug);
 #define DEFAULT_SUMMARY_INTERVAL 0
 /* the largest latents accepted from caps: lingbotgen's limits (video at
  * most 4096 x 4096, at most 64 latent frames per chunk) */
-#define MAX_LATENT_SIZE (4096 / LINGBOT_VAE_SPATIAL_STRIDE)
+#define MAX_LATENT_SIZE (4096 / LINGBOT_LATENT_STRIDE)
 #define MAX_LATENT_FRAMES 64
 
 enum
@@ -98,8 +98,7 @@ struct _GstLingbotVaeDec
   /* object lock: the preview still until the first chunk's frames come
    * (repeat_preview()) */
   GstBuffer *preview_frame;
-  LingbotVaeDecoder *decoder;   /* plain-bytes path */
-  LbTensor *frames;
+  LingbotDecoder *decoder;      /* plain-bytes path */
 
   /* the stats property and lingbot-summary (object lock): the chunks
    * decoded in this stream, appended by the decode thread, reset at
@@ -184,7 +183,7 @@ summary_reset (GstLingbotVaeDec * self)
 static void
 new_stream (GstLingbotVaeDec * self)
 {
-  g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
+  g_clear_pointer (&self->decoder, lingbot_decoder_free);
   self->frame_index = 0;
   self->chunk = 0;
   summary_reset (self);
@@ -193,8 +192,7 @@ new_stream (GstLingbotVaeDec * self)
 static void
 gst_lingbot_vae_dec_reset (GstLingbotVaeDec * self)
 {
-  g_clear_pointer (&self->decoder, lingbot_vae_decoder_free);
-  g_clear_pointer (&self->frames, lb_tensor_free);
+  g_clear_pointer (&self->decoder, lingbot_decoder_free);
   if (self->pool) {
     gst_buffer_pool_set_active (self->pool, FALSE);
     gst_clear_object (&self->pool);
@@ -317,17 +315,16 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
     return FALSE;
   }
   if (!gst_structure_get_int (s, "video-width", &vw))
-    vw = self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
+    vw = self->lat_w * LINGBOT_LATENT_STRIDE;
   if (!gst_structure_get_int (s, "video-height", &vh))
-    vh = self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
-  if (vw != self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE
-      || vh != self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE) {
+    vh = self->lat_h * LINGBOT_LATENT_STRIDE;
+  if (vw != self->lat_w * LINGBOT_LATENT_STRIDE
+      || vh != self->lat_h * LINGBOT_LATENT_STRIDE) {
     DEC_ERROR (self, CORE, NEGOTIATION,
         ("Latent caps say %dx%d video from %dx%d latents (the VAE makes "
             "%dx%d)", vw, vh, self->lat_w, self->lat_h,
-            self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE,
-            self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE),
-        ("%" GST_PTR_FORMAT, caps));
+            self->lat_w * LINGBOT_LATENT_STRIDE,
+            self->lat_h * LINGBOT_LATENT_STRIDE), ("%" GST_PTR_FORMAT, caps));
     return FALSE;
   }
   if (!gst_structure_get_fraction (s, "framerate", &self->fps_n,
@@ -420,9 +417,9 @@ translate_caps (GstLingbotVaeDec * self, GstCaps * filter)
         /* a size the VAE cannot make leaves the grid open: lingbotgen
          * then names the size in its error */
         if (gst_structure_get_int (vs, dim, &x)
-            && x % LINGBOT_VAE_SPATIAL_STRIDE == 0)
+            && x % LINGBOT_LATENT_STRIDE == 0)
           gst_structure_set (ls, dim, G_TYPE_INT,
-              x / LINGBOT_VAE_SPATIAL_STRIDE, NULL);
+              x / LINGBOT_LATENT_STRIDE, NULL);
       }
       if ((v = gst_structure_get_value (vs, "framerate")) != NULL)
         gst_structure_set_value (ls, "framerate", v);
@@ -790,45 +787,22 @@ gst_lingbot_vae_dec_src_activate_mode (GstPad * pad, GstObject * parent,
 static gboolean
 ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
 {
-  LingbotWorld *world;
-  LingbotVae *vae;
-  int max_frames;
-  int64_t shape[4];
+  g_autoptr (LingbotWorld) world = NULL;
 
   if (self->decoder)
     return TRUE;
   if (!gst_lingbot_world_holder_ensure (&self->holder, NULL, FALSE, error)) {
     if (error && *error == NULL)
-      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_NOT_FOUND,
           "latents without a session and no lingbot.world context or "
           "model-path to decode them with");
     return FALSE;
   }
   world = gst_lingbot_world_holder_dup_world (&self->holder);
-  vae = lingbot_world_get_vae (world);
-  if (vae == NULL) {
-    lingbot_world_unref (world);
-    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND, "the world has no VAE");
-    return FALSE;
-  }
-  self->decoder = lingbot_vae_decoder_new_sharded (vae,
-      lingbot_world_get_group (world), self->lat_h, self->lat_w,
+  /* sized by the caps */
+  self->decoder = lingbot_world_new_decoder (world, self->lat_h, self->lat_w,
       self->lat_frames, error);
-  lingbot_world_unref (world);
-  if (self->decoder == NULL)
-    return FALSE;
-  if (self->frames == NULL) {
-    max_frames = lingbot_vae_frames_for_latents (self->lat_frames, FALSE);
-    shape[0] = 3;
-    shape[1] = max_frames;
-    shape[2] = (int64_t) self->lat_h * LINGBOT_VAE_SPATIAL_STRIDE;
-    shape[3] = (int64_t) self->lat_w * LINGBOT_VAE_SPATIAL_STRIDE;
-    /* sized by the caps */
-    self->frames = lb_tensor_try_new (LB_DTYPE_F32, 4, shape, error);
-    if (self->frames == NULL)
-      return FALSE;
-  }
-  return TRUE;
+  return self->decoder != NULL;
 }
 
 /* Queues @item (a frame, or a serialized event: not counted) for the push
@@ -861,20 +835,20 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
 /* Frame @i of @frames (f32 [3, T, H, W]) into the planes of an output
  * frame, in the negotiated format. */
 static gboolean
-convert_frame (GstLingbotVaeDec * self, const LbTensor * frames, int i,
+convert_frame (GstLingbotVaeDec * self, const LingbotFrames * frames, int i,
     guint8 ** plane, const gsize * stride, GError ** error)
 {
   switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
     case GST_VIDEO_FORMAT_I420:
-      return lingbot_vae_frames_to_i420 (frames, i, plane[0], stride[0],
+      return lingbot_frames_to_i420 (frames, i, plane[0], stride[0],
           plane[1], stride[1], plane[2], stride[2], error);
     case GST_VIDEO_FORMAT_NV12:
-      return lingbot_vae_frames_to_nv12 (frames, i, plane[0], stride[0],
+      return lingbot_frames_to_nv12 (frames, i, plane[0], stride[0],
           plane[1], stride[1], error);
     case GST_VIDEO_FORMAT_RGBA:
-      return lingbot_vae_frames_to_rgba (frames, i, plane[0], stride[0], error);
+      return lingbot_frames_to_rgba (frames, i, plane[0], stride[0], error);
     default:
-      return lingbot_vae_frames_to_rgb8 (frames, i, plane[0], stride[0], error);
+      return lingbot_frames_to_rgb (frames, i, plane[0], stride[0], error);
   }
 }
 
@@ -882,7 +856,7 @@ convert_frame (GstLingbotVaeDec * self, const LbTensor * frames, int i,
  * frame i at @pts + i / fps (the generator's timestamps, live or not); a
  * chunk without a timestamp continues the element's own frame count. */
 static GstFlowReturn
-push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
+push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames, int n,
     GstClockTime pts, GError ** error)
 {
   const guint64 den = (guint64) self->fps_d * GST_SECOND;
@@ -911,13 +885,14 @@ push_frames (GstLingbotVaeDec * self, const LbTensor * frames, int n,
     if (out == NULL)
       out = gst_lingbot_buffer_try_new (self->out_info.size);
     if (out == NULL) {
-      g_set_error (error, LB_ERROR, LB_ERROR_DEVICE, "cannot allocate a %"
-          G_GSIZE_FORMAT "-byte video frame", self->out_info.size);
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_DEVICE,
+          "cannot allocate a %" G_GSIZE_FORMAT "-byte video frame",
+          self->out_info.size);
       return GST_FLOW_ERROR;
     }
     if (!gst_video_frame_map (&vf, &self->out_info, out, GST_MAP_WRITE)) {
       gst_buffer_unref (out);
-      g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT,
           "cannot map an output frame");
       return GST_FLOW_ERROR;
     }
@@ -967,7 +942,7 @@ push_preview (GstLingbotVaeDec * self, GstEvent * event)
   const GstStructure *st = gst_event_get_structure (event);
   GstLingbotSessionHandle *h = NULL;
   g_autoptr (GError) error = NULL;
-  const LbTensor *still;
+  const LingbotFrames *still;
   guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
   gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
   guint64 pts = 0;
@@ -983,11 +958,12 @@ push_preview (GstLingbotVaeDec * self, GstEvent * event)
     return GST_FLOW_OK;
   }
   still = lingbot_session_get_start_frames (h->session);
-  if (still->shape[2] != GST_VIDEO_INFO_HEIGHT (&self->out_info)
-      || still->shape[3] != GST_VIDEO_INFO_WIDTH (&self->out_info)) {
-    GST_WARNING_OBJECT (self, "ignoring a %" G_GINT64_FORMAT "x%"
-        G_GINT64_FORMAT " preview for %dx%d frames", still->shape[3],
-        still->shape[2], GST_VIDEO_INFO_WIDTH (&self->out_info),
+  if (lingbot_frames_get_height (still) != GST_VIDEO_INFO_HEIGHT
+      (&self->out_info) || lingbot_frames_get_width (still) !=
+      GST_VIDEO_INFO_WIDTH (&self->out_info)) {
+    GST_WARNING_OBJECT (self, "ignoring a %dx%d preview for %dx%d frames",
+        lingbot_frames_get_width (still), lingbot_frames_get_height (still),
+        GST_VIDEO_INFO_WIDTH (&self->out_info),
         GST_VIDEO_INFO_HEIGHT (&self->out_info));
     gst_lingbot_session_handle_unref (h);
     return GST_FLOW_OK;
@@ -1118,8 +1094,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   LingbotChunkStats stats = { 0 };
   GstFlowReturn ret = GST_FLOW_OK;
   GstMapInfo map;
-  LbTensor latents;
-  int64_t shape[4], stride[4];
+  g_autoptr (LingbotLatents) latents = NULL;
   gsize expected;
   int n = 0;
   gint64 t0;
@@ -1144,12 +1119,8 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     times.generate_start_us = meta->generate_end_us - (gint64)
         llround (meta->stats.compute_seconds * G_USEC_PER_SEC);
   }
-  shape[0] = LINGBOT_VAE_Z_DIM;
-  shape[1] = self->lat_frames;
-  shape[2] = self->lat_h;
-  shape[3] = self->lat_w;
-  expected = (gsize) (shape[0] * shape[1] * shape[2] * shape[3]) *
-      sizeof (float);
+  expected = (gsize) LINGBOT_LATENT_CHANNELS *self->lat_frames *
+      self->lat_h * self->lat_w * sizeof (float);
   if (gst_buffer_get_size (buf) != expected) {
     DEC_ERROR (self, STREAM, FORMAT,
         ("Latent buffer of %" G_GSIZE_FORMAT " bytes, expected %"
@@ -1182,9 +1153,9 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   }
 
   gst_buffer_map (buf, &map, GST_MAP_READ);
-  lb_contiguous_strides (4, shape, stride);
-  lb_tensor_view_init (&latents, LB_DTYPE_F32, map.data, LB_DEVICE_HOST, 4,
-      shape, stride);
+  /* the size was checked above: this cannot fail */
+  latents = lingbot_latents_new_wrapped (map.data, map.size, self->lat_frames,
+      self->lat_h, self->lat_w, NULL);
 
   if (meta) {
     GstLingbotSessionHandle *h = meta->handle;
@@ -1192,7 +1163,7 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     stats = meta->stats;
     /* sets stats.vae_seconds: the decode alone, not the wait for a
      * generate that holds the world */
-    ok = lingbot_session_decode (h->session, &latents, &n, &stats, &error);
+    ok = lingbot_session_decode (h->session, latents, &n, &stats, &error);
     if (ok)
       ret = push_decoded (self, h, &stats, n, pts, &error);
   } else {
@@ -1209,14 +1180,14 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
       return GST_FLOW_ERROR;
     }
     t0 = g_get_monotonic_time ();
-    ok = lingbot_vae_decoder_decode (self->decoder, &latents, self->frames,
-        &n, &error);
+    ok = lingbot_decoder_decode (self->decoder, latents, &n, &error);
     if (ok) {
       stats.decode_start_us = t0;
       stats.decode_end_us = g_get_monotonic_time ();
       stats.vae_seconds = (stats.decode_end_us - t0) / 1e6;
       note_decode_time (self, stats.vae_seconds);
-      ret = push_frames (self, self->frames, n, pts, &error);
+      ret = push_frames (self, lingbot_decoder_get_frames (self->decoder), n,
+          pts, &error);
     }
   }
   gst_buffer_unmap (buf, &map);

@@ -41,27 +41,165 @@
  * inside lingbot_session_new(), run once on rank 0 and freed: the 11 GB
  * umT5-XXL is needed for one forward per session.
  *
- * Errors are GErrors of the %LB_ERROR domain (kernels/error.h).  The
+ * Errors are GErrors of the %LINGBOT_ERROR domain (#LingbotError).  The
  * settings a world or a session would refuse can be checked before
  * anything is loaded: lingbot_world_parse_precision(),
  * lingbot_world_check_devices(), lingbot_session_check_image(),
- * lingbot_session_output_size().  This header is all the GStreamer
- * elements (gst/) see of the library.
+ * lingbot_session_output_size().
+ *
+ * This header and lingbot/control.h (which it includes) are the whole
+ * public API, installed as <lingbot/lingbot.h>, and all the GStreamer
+ * elements (gst/) see of the library: every type is opaque or a plain
+ * struct of C scalars, data goes in and out as plain bytes (latents as
+ * host float32, frames converted into caller-owned RGB / RGBA / I420 /
+ * NV12 planes), and nothing of the engine (worker groups, tensors, the
+ * DiT and VAE objects) is reachable from here.  The in-tree tools and
+ * tests reach those through lingbot/lingbot-private.h (not installed).
  */
 #pragma once
 
 #include <glib.h>
 #include <gio/gio.h>
 
-#include "kernels/error.h"
-#include "kernels/tensor.h"
-#include "comm/worker-group.h"
 #include "lingbot/control.h"
-#include "lingbot/dit.h"
-#include "lingbot/scheduler.h"
-#include "lingbot/vae.h"
 
 G_BEGIN_DECLS
+
+/* ---- errors ---- */
+
+/**
+ * LINGBOT_ERROR:
+ *
+ * The error domain of every GError the library sets.  It is the library's
+ * one error quark ("lingbot-error-quark"): the engine's internal LB_ERROR is the same
+ * quark, and #LingbotError's codes are its codes, value for value, so an
+ * application tests g_error_matches (error, LINGBOT_ERROR,
+ * LINGBOT_ERROR_IO) whatever layer set the error.
+ */
+#define LINGBOT_ERROR (lingbot_error_quark ())
+GQuark lingbot_error_quark (void);
+
+/**
+ * LingbotError:
+ * @LINGBOT_ERROR_INVALID_ARGUMENT: a caller passed something that cannot
+ *   work (a setting out of range, a malformed string)
+ * @LINGBOT_ERROR_SHAPE: sizes or shapes do not match what the model or the
+ *   session expects; the message names both
+ * @LINGBOT_ERROR_IO: a file could not be opened, mapped or read
+ * @LINGBOT_ERROR_FORMAT: a file is truncated, corrupt or not of the
+ *   expected format
+ * @LINGBOT_ERROR_NOT_FOUND: a file, a model part or a named tensor is
+ *   missing
+ * @LINGBOT_ERROR_UNSUPPORTED: valid input that this build cannot handle
+ * @LINGBOT_ERROR_DEVICE: a device or backend call failed, or memory sized
+ *   by the input could not be allocated
+ * @LINGBOT_ERROR_CANCELLED: the operation was cancelled
+ *   (lingbot_session_set_cancellable())
+ * @LINGBOT_ERROR_TIMEOUT: a rank did not answer within the deadline
+ *   (LingbotWorldOptions.timeout_ms)
+ * @LINGBOT_ERROR_RANK_FAILED: another rank of the world failed
+ *
+ * The codes of %LINGBOT_ERROR.
+ */
+typedef enum
+{
+  LINGBOT_ERROR_INVALID_ARGUMENT,
+  LINGBOT_ERROR_SHAPE,
+  LINGBOT_ERROR_IO,
+  LINGBOT_ERROR_FORMAT,
+  LINGBOT_ERROR_NOT_FOUND,
+  LINGBOT_ERROR_UNSUPPORTED,
+  LINGBOT_ERROR_DEVICE,
+  LINGBOT_ERROR_CANCELLED,
+  LINGBOT_ERROR_TIMEOUT,
+  LINGBOT_ERROR_RANK_FAILED,
+} LingbotError;
+
+/* ---- sizes ---- */
+
+/**
+ * LINGBOT_LATENT_CHANNELS:
+ *
+ * Channels of a latent frame (the VAE's z_dim): latents are float32
+ * [16, frames, height / 8, width / 8].
+ */
+#define LINGBOT_LATENT_CHANNELS 16
+
+/**
+ * LINGBOT_LATENT_STRIDE:
+ *
+ * Pixel rows (and columns) per latent row (column).
+ */
+#define LINGBOT_LATENT_STRIDE 8
+
+/**
+ * LingbotPrecision:
+ * @LINGBOT_PRECISION_FP32: f32 weights and f32 math (the parity mode; the
+ *   default)
+ * @LINGBOT_PRECISION_BF16: bf16 GEMM weights and inputs, f32 accumulation
+ *   (the served precision)
+ * @LINGBOT_PRECISION_FP8: E4M3 GEMM weights, opt-in, compute capability
+ *   8.9 and later
+ *
+ * The DiT's precision (LingbotWorldOptions.precision names it as a
+ * string: "fp32", "bf16", "fp8").
+ */
+typedef enum
+{
+  LINGBOT_PRECISION_FP32 = 0,
+  LINGBOT_PRECISION_BF16 = 1,
+  LINGBOT_PRECISION_FP8 = 2,
+} LingbotPrecision;
+
+gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
+    GError ** error);
+
+/* ---- frames and latents ---- */
+
+/**
+ * LingbotFrames:
+ *
+ * Decoded video frames, owned by what hands them out (a session:
+ * lingbot_session_get_frames(), lingbot_session_get_start_frames(); a
+ * decoder: lingbot_decoder_get_frames()) and overwritten by its next
+ * decode.  lingbot_frames_get_count() frames of lingbot_frames_get_width()
+ * x lingbot_frames_get_height() pixels; the pixels leave as bytes through
+ * lingbot_frames_to_rgb(), _to_rgba(), _to_i420() and _to_nv12(), into the
+ * caller's planes with the caller's strides.
+ */
+typedef struct _LingbotFrames LingbotFrames;
+
+/**
+ * LingbotLatents:
+ *
+ * One chunk's latents: float32 [16, frames, height, width] in host memory
+ * (%LINGBOT_LATENT_CHANNELS channels; height and width are the frame's
+ * divided by %LINGBOT_LATENT_STRIDE).  A session's own
+ * (lingbot_session_get_latents(), not to be freed) or the caller's bytes
+ * (lingbot_latents_new_wrapped(), freed with lingbot_latents_free()).
+ */
+typedef struct _LingbotLatents LingbotLatents;
+
+int lingbot_frames_get_count (const LingbotFrames * frames);
+int lingbot_frames_get_width (const LingbotFrames * frames);
+int lingbot_frames_get_height (const LingbotFrames * frames);
+gboolean lingbot_frames_to_rgb (const LingbotFrames * frames, int frame,
+    guint8 * dst, gsize dst_stride, GError ** error);
+gboolean lingbot_frames_to_rgba (const LingbotFrames * frames, int frame,
+    guint8 * dst, gsize dst_stride, GError ** error);
+gboolean lingbot_frames_to_i420 (const LingbotFrames * frames, int frame,
+    guint8 * y, gsize y_stride, guint8 * u, gsize u_stride, guint8 * v,
+    gsize v_stride, GError ** error);
+gboolean lingbot_frames_to_nv12 (const LingbotFrames * frames, int frame,
+    guint8 * y, gsize y_stride, guint8 * uv, gsize uv_stride, GError ** error);
+
+LingbotLatents *lingbot_latents_new_wrapped (gconstpointer data, gsize size,
+    int n_frames, int height, int width, GError ** error);
+void lingbot_latents_free (LingbotLatents * latents);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotLatents, lingbot_latents_free)
+int lingbot_latents_get_n_frames (const LingbotLatents * latents);
+int lingbot_latents_get_height (const LingbotLatents * latents);
+int lingbot_latents_get_width (const LingbotLatents * latents);
 
 /* ---- world ---- */
 
@@ -104,7 +242,7 @@ LingbotWorld *lingbot_world_new (const LingbotWorldOptions * options,
 gboolean lingbot_world_find_text_encoder (const char *model, char **t5_path,
     char **tokenizer_path, GError ** error);
 gboolean lingbot_world_parse_precision (const char *precision,
-    LbMathMode * math, GError ** error);
+    LingbotPrecision * math, GError ** error);
 gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,
     GError ** error);
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
@@ -115,14 +253,35 @@ const char *lingbot_world_get_devices (LingbotWorld * world);
 const char *lingbot_world_get_model_path (LingbotWorld * world);
 const char *lingbot_world_get_precision (LingbotWorld * world);
 int lingbot_world_get_n_ranks (LingbotWorld * world);
-LbWorkerGroup *lingbot_world_get_group (LingbotWorld * world);
-LingbotDit *lingbot_world_get_dit (LingbotWorld * world);
-LingbotVae *lingbot_world_get_vae (LingbotWorld * world);
+gboolean lingbot_world_has_dit (LingbotWorld * world);
+gboolean lingbot_world_has_vae (LingbotWorld * world);
+int lingbot_world_get_chunk_frames (LingbotWorld * world);
+int lingbot_world_get_text_dim (LingbotWorld * world);
 gboolean lingbot_world_has_text_encoder (LingbotWorld * world);
 gboolean lingbot_world_count_prompt_tokens (LingbotWorld * world,
     const char *prompt, int *n_tokens, int *max_tokens, GError ** error);
 void lingbot_world_lock (LingbotWorld * world);
 void lingbot_world_unlock (LingbotWorld * world);
+
+/* ---- the world's standalone decoder ---- */
+
+/**
+ * LingbotDecoder:
+ *
+ * A VAE decoder of its own on a world's ranks (lingbot_world_new_decoder()),
+ * for latents that come without their session: chunks decoded in stream
+ * order, its frames in lingbot_decoder_get_frames().
+ */
+typedef struct _LingbotDecoder LingbotDecoder;
+
+LingbotDecoder *lingbot_world_new_decoder (LingbotWorld * world,
+    int latent_height, int latent_width, int max_latent_frames,
+    GError ** error);
+void lingbot_decoder_free (LingbotDecoder * decoder);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDecoder, lingbot_decoder_free)
+gboolean lingbot_decoder_decode (LingbotDecoder * decoder,
+    const LingbotLatents * latents, int *n_frames, GError ** error);
+const LingbotFrames *lingbot_decoder_get_frames (LingbotDecoder * decoder);
 
 /* ---- session ---- */
 
@@ -166,7 +325,7 @@ typedef struct _LingbotSession LingbotSession;
  *   queries attend to the last @max_attention_size KV-cache slots up to
  *   the chunk's end); 0 = the model's (config.json `max_attention_size`,
  *   absent = the cache's capacity); above the capacity = the capacity;
- *   negative is %LB_ERROR_INVALID_ARGUMENT.  It wins over the model's
+ *   negative is %LINGBOT_ERROR_INVALID_ARGUMENT.  It wins over the model's
  *   value.
  *
  * Without @prompt_embeds_path the world's text encoder encodes @prompt
@@ -285,7 +444,7 @@ typedef void (*LingbotPassFunc) (LingbotSession * session, guint64 chunk,
  * LingbotFailureFunc:
  * @session: the session
  * @chunk: the chunk being generated (lingbot_session_get_chunk_index())
- * @error: the failure, %LB_ERROR_TIMEOUT, prefixed with the rank that
+ * @error: the failure, %LINGBOT_ERROR_TIMEOUT, prefixed with the rank that
  *   timed out, naming the operation and the rank it waited for (e.g.
  *   "rank 0: all_to_all_v (publish): no progress within 60000 ms (worker
  *   group world), waiting for rank 1"); valid during the call only
@@ -333,12 +492,13 @@ void lingbot_session_set_failure_func (LingbotSession * session,
 
 gboolean lingbot_session_generate (LingbotSession * session, guint keys,
     LingbotChunkStats * stats, GError ** error);
-const LbTensor *lingbot_session_get_latents (LingbotSession * session);
+const LingbotLatents *lingbot_session_get_latents (LingbotSession * session);
 gboolean lingbot_session_decode (LingbotSession * session,
-    const LbTensor * latents, int *n_frames, LingbotChunkStats * stats,
+    const LingbotLatents * latents, int *n_frames, LingbotChunkStats * stats,
     GError ** error);
-const LbTensor *lingbot_session_get_frames (LingbotSession * session);
-const LbTensor *lingbot_session_get_start_frames (LingbotSession * session);
+const LingbotFrames *lingbot_session_get_frames (LingbotSession * session);
+const LingbotFrames *lingbot_session_get_start_frames (LingbotSession *
+    session);
 
 /* the decode beside generation (session-handoff.c) */
 gboolean lingbot_session_attach_decoder (LingbotSession * session,
@@ -347,8 +507,9 @@ gboolean lingbot_session_has_decoder (LingbotSession * session);
 int lingbot_session_get_n_slots (LingbotSession * session);
 void lingbot_session_claim_chunk (LingbotSession * session, guint64 chunk);
 void lingbot_session_release_chunk (LingbotSession * session, guint64 chunk);
+gsize lingbot_session_get_chunk_bytes (LingbotSession * session);
 gboolean lingbot_session_read_chunk (LingbotSession * session,
-    guint64 chunk, LbTensor * dst, GError ** error);
+    guint64 chunk, gpointer dst, gsize size, GError ** error);
 gboolean lingbot_session_decode_chunk (LingbotSession * session,
     guint64 chunk, int *n_frames, LingbotChunkStats * stats, GError ** error);
 guint64 lingbot_session_get_latent_host_bytes (LingbotSession * session);

@@ -11,6 +11,7 @@
 #include <glib.h>
 #include <stdint.h>
 #include "kernels/tensor.h"
+#include "lingbot/lingbot.h"
 
 G_BEGIN_DECLS
 
@@ -61,8 +62,7 @@ void lingbot_scheduler_renoise (float sigma, const float *x0,
 
 gboolean lingbot_check_timestep_indices (const int *idx, int n,
     GError ** error);
-gboolean lingbot_parse_timestep_indices (const char *s, GArray * out,
-    GError ** error);
+/* lingbot_parse_timestep_indices() is public: lingbot/lingbot.h */
 
 gboolean lingbot_scheduler_x0_tensor (const LingbotScheduler * sched,
     guint step, const LbTensor * x, const LbTensor * v, LbTensor * x0,

@@ -551,7 +551,7 @@ consume_before_unlocked (LingbotSession * s, guint64 chunk, GError ** error)
 }
 
 /**
- * lingbot_session_read_chunk:
+ * lingbot_session_read_chunk_tensor:
  * @session: a session
  * @chunk: a generated chunk, not decoded yet (nor released)
  * @dst: contiguous host f32 [1, 16, C, h, w] (or [16, C, h, w])
@@ -566,7 +566,7 @@ consume_before_unlocked (LingbotSession * s, guint64 chunk, GError ** error)
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_session_read_chunk (LingbotSession * session, guint64 chunk,
+lingbot_session_read_chunk_tensor (LingbotSession * session, guint64 chunk,
     LbTensor * dst, GError ** error)
 {
   LingbotSession *s = session;

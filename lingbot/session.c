@@ -1373,14 +1373,14 @@ lingbot_session_generate (LingbotSession * session, guint keys,
  * lingbot_session_get_latents:
  * @session: a session
  *
- * Returns: (transfer none): f32 [1, 16, C, h, w] host tensor: the denoised
- * latents of the last successful lingbot_session_generate(), overwritten
- * by the next (a cancelled one leaves them).
+ * Returns: (transfer none): the denoised latents (f32 [1, 16, C, h, w])
+ * of the last successful lingbot_session_generate(), overwritten by the
+ * next (a cancelled one leaves them); for lingbot_session_decode().
  */
-const LbTensor *
+const LingbotLatents *
 lingbot_session_get_latents (LingbotSession * session)
 {
-  return session->latents;
+  return lingbot_latents_from_tensor (session->latents);
 }
 
 static gboolean
@@ -1502,9 +1502,11 @@ lingbot_session_report_decode (guint64 chunk, int n, gint64 t0, gint64 t1,
  * Returns: %TRUE on success.
  */
 gboolean
-lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
-    int *n_frames, LingbotChunkStats * stats, GError ** error)
+lingbot_session_decode (LingbotSession * session,
+    const LingbotLatents * lat, int *n_frames, LingbotChunkStats * stats,
+    GError ** error)
 {
+  const LbTensor *latents = lingbot_latents_tensor (lat);
   LingbotSession *s = session;
   g_return_val_if_fail (s != NULL, FALSE);
   if (latents == NULL)
@@ -1530,33 +1532,33 @@ lingbot_session_decode (LingbotSession * session, const LbTensor * latents,
  *
  * The session's start image exactly as its conditioning sees it (spec
  * 6.2: normalised to [-1, 1], bicubic-resized to the output size), shaped
- * like decoded frames: lingbot_vae_frames_to_rgb8() (frame 0) gives the
+ * like decoded frames: lingbot_frames_to_rgb() (frame 0) gives the
  * still a preview shows, floor((x + 1) * 127.5) clipped to [0, 255] as for
  * a decoded frame (the bicubic overshoot beyond [-1, 1] is clipped there,
  * not before).  Valid, and constant, for the session's lifetime; read-only.
  *
- * Returns: (transfer none): f32 [3, 1, H, W] host tensor, H x W the
+ * Returns: (transfer none): one frame (f32 [3, 1, H, W]), H x W the
  *   session's output size (lingbot_session_get_height(),
  *   lingbot_session_get_width()).
  */
-const LbTensor *
+const LingbotFrames *
 lingbot_session_get_start_frames (LingbotSession * session)
 {
-  return &session->start_frames;
+  return lingbot_frames_from_tensor (&session->start_frames);
 }
 
 /**
  * lingbot_session_get_frames:
  * @session: a session
  *
- * Returns: (transfer none): f32 [3, 4C, H, W] host tensor in [-1, 1] whose
- * first n frames (lingbot_session_decode()) are the last decoded chunk;
- * overwritten by the next decode.  lingbot_vae_frames_to_rgb8(),
- * lingbot_vae_frames_to_rgba(), lingbot_vae_frames_to_i420() and
- * lingbot_vae_frames_to_nv12() convert a frame.
+ * Returns: (transfer none): frames (f32 [3, 4C, H, W] in [-1, 1]) whose
+ * first n (lingbot_session_decode()) are the last decoded chunk;
+ * overwritten by the next decode.  lingbot_frames_to_rgb(),
+ * lingbot_frames_to_rgba(), lingbot_frames_to_i420() and
+ * lingbot_frames_to_nv12() convert a frame.
  */
-const LbTensor *
+const LingbotFrames *
 lingbot_session_get_frames (LingbotSession * session)
 {
-  return session->frames_buf;
+  return lingbot_frames_from_tensor (session->frames_buf);
 }

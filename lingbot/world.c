@@ -95,11 +95,11 @@ lingbot_world_find_text_encoder (const char *model, char **t5_path,
 /**
  * lingbot_world_parse_precision:
  * @precision: (nullable): "fp32", "bf16", "fp8" or %NULL (= "fp32")
- * @math: (out): the matching #LbMathMode
- * @error: %LB_ERROR_INVALID_ARGUMENT for anything else, with the message
- *   "world: unknown precision 'VALUE' (choose fp32, bf16 or fp8)"
+ * @math: (out): the matching #LingbotPrecision
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT for anything else, with the
+ *   message "world: unknown precision 'VALUE' (choose fp32, bf16 or fp8)"
  *
- * "fp8" (%LB_MATH_FP8, opt-in, Hopper and later) stores the DiT's GEMM
+ * "fp8" (%LINGBOT_PRECISION_FP8, opt-in, Hopper and later) stores the DiT's GEMM
  * weights as E4M3 with per-output-channel scales made at load and runs
  * its linear layers through the gemm_fp8 op (per-token activation scales,
  * f32 accumulation); attention, norms and the KV cache as in "bf16".  CPU
@@ -111,19 +111,19 @@ lingbot_world_find_text_encoder (const char *model, char **t5_path,
  * Returns: %TRUE when @precision is one of them.
  */
 gboolean
-lingbot_world_parse_precision (const char *precision, LbMathMode * math,
-    GError ** error)
+lingbot_world_parse_precision (const char *precision,
+    LingbotPrecision * math, GError ** error)
 {
   if (precision == NULL || strcmp (precision, "fp32") == 0) {
-    *math = LB_MATH_FP32;
+    *math = LINGBOT_PRECISION_FP32;
     return TRUE;
   }
   if (strcmp (precision, "bf16") == 0) {
-    *math = LB_MATH_BF16;
+    *math = LINGBOT_PRECISION_BF16;
     return TRUE;
   }
   if (strcmp (precision, "fp8") == 0) {
-    *math = LB_MATH_FP8;
+    *math = LINGBOT_PRECISION_FP8;
     return TRUE;
   }
   g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
@@ -294,7 +294,7 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
     int n_ranks, GError ** error)
 {
   g_return_val_if_fail (options != NULL, NULL);
-  LbMathMode math;
+  LingbotPrecision math;
   if (!lingbot_world_parse_precision (options->precision, &math, error))
     return NULL;
   const char *model = options->model_path;
@@ -316,7 +316,7 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
   g_rec_mutex_init (&w->lock);
   w->devices = g_strdup (options->devices ? options->devices : "cpu:1");
   w->model_path = g_strdup (model);
-  w->math = math;
+  w->math = (LbMathMode) math;  /* the same values (api.c) */
 
   /* locate every part before the slow loads, so a missing file is
    * reported at once */

@@ -14,10 +14,17 @@
 #     "gst/lingbot/...") of a library header other than lingbot/lingbot.h
 #     (the elements see the application API only);
 #   - circles: groups of source files that reach each other (strongly
-#     connected components of the graph, two files or more).
+#     connected components of the graph, two files or more);
+#   - breaches of the public API (docs/design.md "The public API"): a
+#     public header (lingbot/lingbot.h and the lingbot/ headers it may
+#     include, PUBLIC_HEADERS) that includes anything but GLib, GIO, a
+#     standard C header (lingbot.h itself: GLib and GIO alone) or another
+#     public header; an engine identifier (Lb*, lb_*, LB_*) in the code of
+#     gst/ or gst-libs/; a call from gst/ or gst-libs/ to a liblingbot
+#     function that no public header declares.
 #
-# It exits 1 on an arrow back up out of kernels/ or comm/, and on more
-# circles than --max-circles.  gst/'s arrows are reported but only fail
+# It exits 1 on an arrow back up out of kernels/ or comm/, on a breach of
+# the public API, and on more circles than --max-circles.  gst/'s arrows are reported but only fail
 # with --strict-gst (they were allowed while the elements still included
 # kernels/error.h, lingbot/backend.h and lingbot/image.h; the meson test
 # passes --strict-gst since they include lingbot/lingbot.h alone).
@@ -34,6 +41,13 @@ LAYERS = {"kernels": 0, "comm": 1, "lingbot": 2, "gst-libs": 3, "gst": 4}
 SOURCE_EXT = (".c", ".cc", ".cu")
 HEADER_EXT = (".h", ".cuh")
 GST_ALLOWED = {"lingbot/lingbot.h"}
+# liblingbot's public (installed) headers; lingbot/lingbot.h includes only
+# GLib, GIO and these
+PUBLIC_HEADERS = {"lingbot/lingbot.h", "lingbot/control.h"}
+PUBLIC_SYSTEM = {"glib.h", "gio/gio.h"}
+STD_C = {"stdint.h", "stddef.h", "stdbool.h"}
+ANGLE_RE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
+ENGINE_RE = re.compile(r"\b(?:Lb[A-Z]\w*|lb_\w+|LB_\w+)")
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # GNU style: the name of a defined function starts its line, the return
@@ -179,6 +193,52 @@ def circles(edges):
     return sorted(comps)
 
 
+def public_breaches(files):
+    """(file, line, what) for every breach of the public API."""
+    out = []
+    for h in sorted(PUBLIC_HEADERS):
+        text = files.get(h, "")
+        allowed = PUBLIC_SYSTEM if h == "lingbot/lingbot.h" else \
+            PUBLIC_SYSTEM | STD_C
+        for m in ANGLE_RE.finditer(text):
+            if m.group(1) not in allowed:
+                out.append((h, text.count("\n", 0, m.start()) + 1,
+                            "includes <%s>" % m.group(1)))
+        for m in INCLUDE_RE.finditer(text):
+            if m.group(1) not in PUBLIC_HEADERS:
+                out.append((h, text.count("\n", 0, m.start()) + 1,
+                            'includes "%s" (not a public header)' %
+                            m.group(1)))
+    # functions liblingbot defines (kernels/, comm/, lingbot/)
+    engine_defs = {}
+    for p, text in files.items():
+        if layer_of(p) < LAYERS["gst-libs"] and p.endswith(SOURCE_EXT):
+            for name in definitions(p, strip(text)):
+                engine_defs.setdefault(name, p)
+    public_names = set()
+    for h in PUBLIC_HEADERS:
+        public_names |= set(IDENT_RE.findall(strip(files.get(h, ""))))
+    for p, text in sorted(files.items()):
+        if layer_of(p) < LAYERS["gst-libs"]:
+            continue
+        code = strip(text)
+        for m in ENGINE_RE.finditer(code):
+            out.append((p, code.count("\n", 0, m.start()) + 1,
+                        "engine identifier %s" % m.group(0)))
+        if not p.endswith(SOURCE_EXT):
+            continue
+        seen = set()
+        for m in IDENT_RE.finditer(code):
+            name = m.group(0)
+            t = engine_defs.get(name)
+            if t and name not in public_names and name not in seen:
+                seen.add(name)
+                out.append((p, code.count("\n", 0, m.start()) + 1,
+                            "calls %s (%s), not in a public header" %
+                            (name, t)))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", default=os.path.join(
@@ -200,6 +260,12 @@ def main():
         fail |= strict
         print("  %s:%d: %s %s -> %s%s" % (p, line, kind, what, t,
               "" if strict else " (gst/, not yet enforced)"))
+
+    breaches = public_breaches(files)
+    print("public API breaches: %d" % len(breaches))
+    for p, line, what in breaches:
+        print("  %s:%d: %s" % (p, line, what))
+    fail |= bool(breaches)
 
     comps = circles(edges)
     print("circles: %d" % len(comps))

@@ -28,15 +28,14 @@ typedef struct
 } Sink;
 
 static gboolean
-write_frames (Sink * sink, const LbTensor * frames, int n, GError ** error)
+write_frames (Sink * sink, const LingbotFrames * frames, int n, GError ** error)
 {
   const int w = sink->w, h = sink->h;
   for (int f = 0; f < n; f++) {
     if (sink->y4m) {
       guint8 *y = sink->buf, *u = y + (gsize) w * h;
       guint8 *v = u + (gsize) (w / 2) * (h / 2);
-      if (!lingbot_vae_frames_to_i420 (frames, f, y, w, u, w / 2, v, w / 2,
-              error))
+      if (!lingbot_frames_to_i420 (frames, f, y, w, u, w / 2, v, w / 2, error))
         return FALSE;
       gsize sz = (gsize) w * h + 2 * (gsize) (w / 2) * (h / 2);
       if (fputs ("FRAME\n", sink->y4m) < 0 ||
@@ -44,8 +43,7 @@ write_frames (Sink * sink, const LbTensor * frames, int n, GError ** error)
         goto io;
     }
     if (sink->rgb) {
-      if (!lingbot_vae_frames_to_rgb8 (frames, f, sink->buf, 3 * (gsize) w,
-              error))
+      if (!lingbot_frames_to_rgb (frames, f, sink->buf, 3 * (gsize) w, error))
         return FALSE;
       gsize sz = 3 * (gsize) w * h;
       if (fwrite (sink->buf, 1, sz, sink->rgb) != sz)

@@ -15,7 +15,7 @@
 #include <gst/gst.h>
 #include <json-glib/json-glib.h>
 
-#include "lingbot/lingbot.h"
+#include "lingbot/lingbot-private.h"
 #include "lingbot/text-encoder.h"
 
 static char *tmpdir;

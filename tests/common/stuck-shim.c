@@ -124,7 +124,7 @@ lb_cpu_sgemm (const float *x, int64_t xld, const float *w, int trans_w,
   if (real == NULL) {
     /* liblingbot came with a plugin, dlopen()ed without RTLD_GLOBAL (the
      * GStreamer plugin in gst-launch-1.0): ask the loaded copy itself */
-    void *h = dlopen ("liblingbot.so.0", RTLD_NOLOAD | RTLD_LAZY);
+    void *h = dlopen ("liblingbot.so.1", RTLD_NOLOAD | RTLD_LAZY);
     real = h ? (SgemmFunc) dlsym (h, "lb_cpu_sgemm") : NULL;
   }
   if (real == NULL) {

@@ -920,7 +920,7 @@ test_world_precision (void)
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     g_autoptr (GError) err = NULL;
-    LbMathMode math = (LbMathMode) 99;
+    LingbotPrecision math = (LingbotPrecision) 99;
     gboolean ok = lingbot_world_parse_precision (cases[i].value, &math, &err);
     g_assert_cmpint (ok, ==, cases[i].ok);
     if (ok) {

@@ -28,7 +28,7 @@
 #include "kernels/error.h"
 #include "lingbot/backend.h"
 #include "lingbot/checkpoint.h"
-#include "lingbot/lingbot.h"
+#include "lingbot/lingbot-private.h"
 #include "lingbot/text-encoder.h"
 #include "lingbot/text-encoder-random.h"
 #include "lingbot/tokenizer.h"
@@ -3077,7 +3077,7 @@ GST_START_TEST (test_poses_through_elements)
 
       g_assert_true (lingbot_session_generate (ses, 0, NULL, &err));
       g_assert_no_error (err);
-      lat = lingbot_session_get_latents (ses);
+      lat = lingbot_session_get_latents_tensor (ses);
       gst_buffer_map (b, &m, GST_MAP_READ);
       g_assert_cmpuint (m.size, ==, lb_tensor_nbytes (lat));
       g_assert_cmpmem (m.data, m.size, lat->data, lb_tensor_nbytes (lat));
@@ -3610,7 +3610,7 @@ GST_START_TEST (test_max_attention_size)
 
       g_assert_true (lingbot_session_generate (ses, 0, NULL, &err));
       g_assert_no_error (err);
-      lat = lingbot_session_get_latents (ses);
+      lat = lingbot_session_get_latents_tensor (ses);
       gst_buffer_map (b, &m, GST_MAP_READ);
       g_assert_cmpuint (m.size, ==, lb_tensor_nbytes (lat));
       if (span == 40)

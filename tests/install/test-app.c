@@ -15,7 +15,7 @@ main (void)
   LingbotWorldOptions opts = LINGBOT_WORLD_OPTIONS_INIT;
   g_autoptr (GError) error = NULL;
   g_autofree char *keys = NULL;
-  LbMathMode math = LB_MATH_FP32;
+  LingbotPrecision math = LINGBOT_PRECISION_FP32;
   LingbotWorld *world;
 
   keys = lingbot_keys_to_string (lingbot_key_from_name ("ArrowUp") |
@@ -23,8 +23,8 @@ main (void)
   printf ("keys %s\n", keys);
 
   if (lingbot_world_parse_precision ("bf16", &math, NULL))
-    printf ("precision bf16 %s\n", math == LB_MATH_BF16 ? "LB_MATH_BF16" :
-        "other");
+    printf ("precision bf16 %s\n", math == LINGBOT_PRECISION_BF16 ?
+        "LINGBOT_PRECISION_BF16" : "other");
   if (!lingbot_world_parse_precision ("fp8x", &math, &error))
     printf ("%s\n", error->message);
   g_clear_error (&error);

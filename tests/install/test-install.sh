@@ -49,7 +49,7 @@ check() {  # check WHAT WANT HAVE
 root=$dest$prefix
 lib=$root/$libdir
 inc=$root/include/lingbot-1.0
-check "liblingbot soname" "liblingbot.so.0" \
+check "liblingbot soname" "liblingbot.so.1" \
   "$(objdump -p "$lib/liblingbot.so" | awk '/SONAME/ { print $2 }')"
 # the installed OpenBLAS advice (kernels/cpu/isa.c names it) runs and
 # prints what the source tree's script prints
@@ -57,9 +57,8 @@ check "lingbot-openblas-coretype" "$("$src/../../tools/openblas-coretype.sh")" \
   "$("$root/bin/lingbot-openblas-coretype")"
 # everything installed, and nothing else: the headers only under
 # include/lingbot-1.0/gst/lingbot (the GStreamer helper library,
-# <gst/lingbot/...>) and include/lingbot-1.0/lingbot (liblingbot,
-# <lingbot/...>; lingbot/private/ holds the kernels/ and comm/ headers
-# lingbot.h still includes until issue 3.7 narrows it), every program
+# <gst/lingbot/...>) and include/lingbot-1.0/lingbot (liblingbot's public
+# API alone: lingbot.h and the control.h it includes), every program
 # named lingbot-*; the CUDA module, the WebRTC server and page and the
 # GIR only where the build made them (LINGBOT_CUDA, LINGBOT_WEBRTC,
 # LINGBOT_GIR)
@@ -71,19 +70,11 @@ want_files=(
   include/lingbot-1.0/gst/lingbot/gstlingbotmemory.h
   include/lingbot-1.0/gst/lingbot/gstlingbotmeta.h
   include/lingbot-1.0/gst/lingbot/lingbot.h
-  include/lingbot-1.0/lingbot/checkpoint.h include/lingbot-1.0/lingbot/control.h
-  include/lingbot-1.0/lingbot/dit.h include/lingbot-1.0/lingbot/lingbot.h
-  include/lingbot-1.0/lingbot/scheduler.h include/lingbot-1.0/lingbot/vae.h
-  include/lingbot-1.0/lingbot/private/comm/worker-group.h
-  include/lingbot-1.0/lingbot/private/kernels/backend.h
-  include/lingbot-1.0/lingbot/private/kernels/error.h
-  include/lingbot-1.0/lingbot/private/kernels/ops-list.h
-  include/lingbot-1.0/lingbot/private/kernels/ops.h
-  include/lingbot-1.0/lingbot/private/kernels/tensor.h
+  include/lingbot-1.0/lingbot/control.h include/lingbot-1.0/lingbot/lingbot.h
   "$libdir/gstreamer-1.0/libgstlingbot.so"
-  "$libdir/libgstlingbot-1.0.so" "$libdir/libgstlingbot-1.0.so.0"
+  "$libdir/libgstlingbot-1.0.so" "$libdir/libgstlingbot-1.0.so.1"
   "$libdir/libgstlingbot-1.0.so.$version"
-  "$libdir/liblingbot.so" "$libdir/liblingbot.so.0"
+  "$libdir/liblingbot.so" "$libdir/liblingbot.so.1"
   "$libdir/liblingbot.so.$version"
   "$libdir/pkgconfig/gstlingbot-1.0.pc" "$libdir/pkgconfig/lingbot-1.0.pc"
 )
@@ -119,7 +110,7 @@ export PKG_CONFIG_PATH=$tmp/pc
 unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR || true
 check "pkg-config --modversion" "$version $version" \
   "$(pkg-config --modversion lingbot-1.0) $(pkg-config --modversion gstlingbot-1.0)"
-check "lingbot-1.0 paths" "-I$inc -I$inc/lingbot/private -L$lib -llingbot" \
+check "lingbot-1.0 paths" "-I$inc -L$lib -llingbot" \
   "$(pkg-config --cflags-only-I --libs-only-L --libs-only-l lingbot-1.0 |
      tr ' ' '\n' | grep -E "^-[IL]$root|^-llingbot" | tr '\n' ' ' | sed 's/ $//')"
 
@@ -132,9 +123,7 @@ esac
 
 # every header on its own (lingbot-1.0's with lingbot-1.0's flags alone)
 bad=0
-# (lingbot.h's private kernels/ and comm/ headers are not for applications)
-for h in $(cd "$inc" && find . -name '*.h' ! -path './lingbot/private/*' |
-    sed 's|^\./||' | sort); do
+for h in $(cd "$inc" && find . -name '*.h' | sed 's|^\./||' | sort); do
   case $h in gst/*) flags=$gst_flags ;; *) flags=$app_flags ;; esac
   printf '#include <%s>\n' "$h" > "$tmp/one.c"
   # shellcheck disable=SC2086
@@ -155,7 +144,7 @@ export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 "${cc[@]}" -Wall -Werror -o "$tmp/app" "$src/test-app.c" $app_flags
 check "test-app output" \
   "keys d,j,w
-precision bf16 LB_MATH_BF16
+precision bf16 LINGBOT_PRECISION_BF16
 world: unknown precision 'fp8x' (choose fp32, bf16 or fp8)
 world: model directory /nonexistent/lingbot-model does not exist" \
   "$("$tmp/app")"
@@ -187,7 +176,7 @@ if [ "${LINGBOT_GIR:-0}" = 1 ]; then
         share/gir-1.0/GstLingbot-1.0.gir)" \
     "$(cd "$root" && find . -name 'GstLingbot-1.0.*' | sed 's|^\./||' | sort)"
   check "GIR library and package" \
-    'shared-library="libgstlingbot-1.0.so.0" <package name="gstlingbot-1.0"/>' \
+    'shared-library="libgstlingbot-1.0.so.1" <package name="gstlingbot-1.0"/>' \
     "$(grep -o -e 'shared-library="[^"]*"' -e '<package name="[^"]*"/>' \
         "$root/share/gir-1.0/GstLingbot-1.0.gir" | sort -r | tr '\n' ' ' |
         sed 's/ $//')"
@@ -212,7 +201,7 @@ try:
     GstLingbot.World.new("/nonexistent/lingbot-model", None, None, False)
 except GLib.Error as e:
     print(e.message)
-# loaded by the calls above (the typelib names libgstlingbot-1.0.so.0)
+# loaded by the calls above (the typelib names libgstlingbot-1.0.so.1)
 with open("/proc/self/maps") as f:
     libs = {os.path.realpath(line.split()[-1]) for line in f
             if "libgstlingbot-1.0" in line}

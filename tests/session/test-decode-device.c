@@ -17,7 +17,6 @@
 #include "nccl-model.h"
 #include "test-fixture.h"
 #include "kernels/error.h"
-#include "lingbot/lingbot.h"
 #include "lingbot/lingbot-private.h"
 #include "lingbot/dummy.h"
 
@@ -67,7 +66,7 @@ run_session (LingbotWorld * w, gboolean attach, Run * run)
     g_assert_no_error (err);
     g_assert_true (ok);
     run->after[c] = fakedev_stats ();
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     for (int ch = 0; ch < 3; ch++)
       g_array_append_vals (run->frames, (const float *) f->data +
           (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);

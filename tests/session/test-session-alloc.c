@@ -22,7 +22,7 @@
 #include "kernels/error.h"
 #include "lingbot/dit-session.h"
 #include "lingbot/image.h"
-#include "lingbot/lingbot.h"
+#include "lingbot/lingbot-private.h"
 #include "lingbot/text-encoder.h"
 #include "test-fixture.h"
 #include "test-jpeg.h"
@@ -72,7 +72,7 @@ small_session (GByteArray * out)
     g_assert_true (lingbot_session_decode (s, NULL, &n, NULL, &err));
     g_assert_no_error (err);
     g_assert_cmpint (n, ==, c ? 16 : 13);
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     g_byte_array_append (out, f->data, (guint) lb_tensor_nbytes (f));
   }
 }
@@ -185,7 +185,7 @@ first_chunk (LingbotSessionOptions * o, GByteArray * out)
   g_assert_true (lingbot_session_decode (s, NULL, &n, NULL, &err));
   g_assert_no_error (err);
   g_assert_cmpint (n, ==, 13);
-  const LbTensor *f = lingbot_session_get_frames (s);
+  const LbTensor *f = lingbot_session_get_frames_tensor (s);
   g_byte_array_append (out, f->data, (guint) lb_tensor_nbytes (f));
 }
 

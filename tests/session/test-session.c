@@ -11,7 +11,7 @@
 #include <glib/gstdio.h>
 
 #include "kernels/error.h"
-#include "lingbot/lingbot.h"
+#include "lingbot/lingbot-private.h"
 #include "lingbot/noise.h"
 #include "lingbot/session-private.h"    /* the condition encoder's hook */
 #include "lingbot/text-encoder-random.h"
@@ -128,7 +128,7 @@ run_chunks (LingbotSession * s, int n, guint keys, GArray * out, GArray * lat)
     g_assert_no_error (err);
     g_assert_cmpuint (st.index, ==, (guint64) c);
     g_assert_cmpfloat (st.dit_seconds, >, 0.0);
-    const LbTensor *l = lingbot_session_get_latents (s);
+    const LbTensor *l = lingbot_session_get_latents_tensor (s);
     if (lat)
       g_array_append_vals (lat, l->data, (guint) lb_tensor_numel (l));
     g_assert_true (lingbot_session_decode (s, NULL, &nf, &st, &err));
@@ -136,7 +136,7 @@ run_chunks (LingbotSession * s, int n, guint keys, GArray * out, GArray * lat)
     g_assert_cmpint (nf, ==, st.frames);
     g_assert_cmpfloat (st.vae_seconds, >, 0.0);
     g_assert_cmpfloat (st.compute_seconds, >=, st.dit_seconds + st.vae_seconds);
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     check_frames (f, nf);
     if (out) {
       /* [3, T, H, W]: append frames 0..nf-1 of every channel */
@@ -166,7 +166,7 @@ test_chunks (void)
   g_assert_cmpint (lingbot_session_get_frame_count (s, 1), ==, 16);
   g_assert_cmpint (lingbot_session_get_frame_count (s, 2), ==, 0);
   g_assert_nonnull (lingbot_session_get_control (s));
-  const LbTensor *l = lingbot_session_get_latents (s);
+  const LbTensor *l = lingbot_session_get_latents_tensor (s);
   g_assert_true (lb_tensor_has_shape (l, 5, 1, 16, 4, 8, 8));
 
   g_assert_false (lingbot_session_is_done (s));
@@ -179,7 +179,7 @@ test_chunks (void)
     g_assert_cmpuint (st.keys, ==, LINGBOT_KEY_W);
     g_assert_true (lingbot_session_decode (s, NULL, &counts[c], &st, &err));
     g_assert_no_error (err);
-    check_frames (lingbot_session_get_frames (s), counts[c]);
+    check_frames (lingbot_session_get_frames_tensor (s), counts[c]);
   }
   g_assert_cmpint (counts[0], ==, 13);
   g_assert_cmpint (counts[1], ==, 16);
@@ -391,7 +391,7 @@ test_pixel_area_and_embeds (void)
   g_assert_true (lingbot_session_decode (s, NULL, &n, NULL, &err));
   g_assert_no_error (err);
   g_assert_cmpint (n, ==, 13);
-  const LbTensor *f = lingbot_session_get_frames (s);
+  const LbTensor *f = lingbot_session_get_frames_tensor (s);
   g_assert_cmpint (f->shape[2], ==, 48);
   g_assert_cmpint (f->shape[3], ==, 80);
 
@@ -536,12 +536,12 @@ make_chunk (LingbotSession * s, PassLog * log, GByteArray * lat,
   g_assert_cmpuint (st.index, ==, c);
   if (log)
     g_assert_cmpint (log->calls, ==, N_PASSES);
-  const LbTensor *l = lingbot_session_get_latents (s);
+  const LbTensor *l = lingbot_session_get_latents_tensor (s);
   g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
   g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
   g_assert_no_error (err);
   g_assert_cmpint (nf, ==, c == 0 ? 13 : 16);
-  const LbTensor *f = lingbot_session_get_frames (s);
+  const LbTensor *f = lingbot_session_get_frames_tensor (s);
   g_byte_array_append (frames, f->data, (guint) lb_tensor_nbytes (f));
 }
 
@@ -624,7 +624,7 @@ check_cancel_kept (CancelRef * ref, LingbotSession * s, int c)
 {
   g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, (guint64) c);
   if (c > 0) {
-    const LbTensor *l = lingbot_session_get_latents (s);
+    const LbTensor *l = lingbot_session_get_latents_tensor (s);
     g_assert_true (memcmp (l->data, ref->lat->data + (c - 1) * LAT_BYTES,
             LAT_BYTES) == 0);
   }
@@ -1190,7 +1190,7 @@ decoded_clear (Decoded * d)
 static void
 keep_frames (LingbotSession * s, Decoded * d, int c, int n)
 {
-  const LbTensor *f = lingbot_session_get_frames (s);
+  const LbTensor *f = lingbot_session_get_frames_tensor (s);
   d->frames[c] = g_array_new (FALSE, FALSE, sizeof (float));
   d->n[c] = n;
   check_frames (f, n);
@@ -1380,13 +1380,13 @@ test_overlap_spill (void)
         chunk_bytes);
     ov_decode (s, 0, &d);
     /* reading chunk 1 spills it: its bytes are the serial session's */
-    g_assert_true (lingbot_session_read_chunk (s, 1, lat, &err));
+    g_assert_true (lingbot_session_read_chunk_tensor (s, 1, lat, &err));
     g_assert_no_error (err);
     g_assert_cmpuint (lingbot_session_get_n_spills (s), ==, 2);
     ov_generate (serial, 0);
     ov_generate (serial, 1);
     g_assert_cmpmem (lat->data, chunk_bytes,
-        lingbot_session_get_latents (serial)->data, chunk_bytes);
+        lingbot_session_get_latents_tensor (serial)->data, chunk_bytes);
     ov_decode (s, 1, &d);
     ov_decode (s, 2, &d);
     ov_generate (s, 3);
@@ -1473,7 +1473,7 @@ span_latents (LingbotWorld * w, int span)
   for (int c = 0; c < 2; c++) {
     g_assert_true (lingbot_session_generate (s, LINGBOT_KEY_W, NULL, &err));
     g_assert_no_error (err);
-    const LbTensor *l = lingbot_session_get_latents (s);
+    const LbTensor *l = lingbot_session_get_latents_tensor (s);
     g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
   }
   return lat;

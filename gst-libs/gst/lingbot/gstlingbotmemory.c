@@ -30,8 +30,6 @@ static guint8 *
 materialise_unlocked (GstLingbotDeviceMemory * m)
 {
   g_autoptr (GError) error = NULL;
-  LbTensor dst;
-  int64_t stride[LB_MAX_DIMS];
   guint8 *host;
 
   if (m->host)
@@ -42,10 +40,8 @@ materialise_unlocked (GstLingbotDeviceMemory * m)
         G_GSIZE_FORMAT " bytes", m->chunk, m->mem.maxsize);
     return NULL;
   }
-  lb_contiguous_strides (m->ndim, m->shape, stride);
-  lb_tensor_view_init (&dst, m->dtype, host, LB_DEVICE_HOST, m->ndim,
-      m->shape, stride);
-  if (!lingbot_session_read_chunk (m->handle->session, m->chunk, &dst, &error)) {
+  if (!lingbot_session_read_chunk (m->handle->session, m->chunk, host,
+          m->mem.maxsize, &error)) {
     GST_ERROR ("chunk %" G_GUINT64_FORMAT ": %s", m->chunk, error->message);
     g_free (host);
     return NULL;
@@ -208,7 +204,7 @@ gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle, guint64 chunk)
   LingbotSession *s = handle->session;
   GstAllocator *alloc = gst_lingbot_device_allocator_get ();
   GstLingbotDeviceMemory *m = g_new0 (GstLingbotDeviceMemory, 1);
-  const int64_t shape[5] = { 1, LINGBOT_VAE_Z_DIM,
+  const gint64 shape[5] = { 1, LINGBOT_LATENT_CHANNELS,
     lingbot_session_get_chunk_frames (s),
     lingbot_session_get_latent_height (s),
     lingbot_session_get_latent_width (s)
@@ -222,7 +218,6 @@ gst_lingbot_device_memory_new (GstLingbotSessionHandle * handle, guint64 chunk)
   gst_object_unref (alloc);
   m->handle = gst_lingbot_session_handle_ref (handle);
   m->chunk = chunk;
-  m->dtype = LB_DTYPE_F32;
   m->ndim = 5;
   memcpy (m->shape, shape, sizeof (shape));
   g_mutex_init (&m->lock);

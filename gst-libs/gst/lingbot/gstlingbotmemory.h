@@ -29,9 +29,8 @@ G_BEGIN_DECLS
  * @mem: parent
  * @handle: the session that holds the chunk
  * @chunk: the chunk index
- * @dtype: the latents' dtype (f32)
- * @ndim: their rank
- * @shape: their shape ([1, 16, C, h, w])
+ * @ndim: the latents' rank (5)
+ * @shape: their shape ([1, 16, C, h, w]; float32, contiguous)
  *
  * A handle to one chunk's latents where the session keeps them: with a
  * decoder attached (lingbotvaedec, lingbot_session_attach_decoder()) a slot
@@ -57,9 +56,8 @@ typedef struct
   GstMemory mem;
   GstLingbotSessionHandle *handle;
   guint64 chunk;
-  LbDType dtype;
   int ndim;
-  int64_t shape[LB_MAX_DIMS];
+  gint64 shape[5];
   /*< private > */
   GMutex lock;
   guint8 *host;                 /* lock: the map(READ) copy */
