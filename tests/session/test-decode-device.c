@@ -282,7 +282,7 @@ restart_run (LingbotWorld * w, RestartPlan * plan, const guint * keys,
     g_assert_true (lingbot_session_decode_chunk (s, (guint64) c, &n, NULL,
             &err));
     g_assert_no_error (err);
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     for (int ch = 0; ch < 3; ch++)
       g_array_append_vals (frames, (const float *) f->data +
           (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);

@@ -1682,11 +1682,11 @@ test_key_restart (gconstpointer data)
     g_assert_no_error (err);
     g_assert_cmpuint (st.restarts, ==, 0);
     g_assert_cmpuint (st.restart_passes, ==, 0);
-    const LbTensor *l = lingbot_session_get_latents (s);
+    const LbTensor *l = lingbot_session_get_latents_tensor (s);
     g_byte_array_append (ref.lat, l->data, (guint) lb_tensor_nbytes (l));
     g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
     g_assert_no_error (err);
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     g_byte_array_append (ref.frames, f->data, (guint) lb_tensor_nbytes (f));
   }
   lingbot_session_free (s);
@@ -1707,11 +1707,11 @@ test_key_restart (gconstpointer data)
     g_assert_cmpuint (st.restarts, ==, r->want_restarts);
     g_assert_cmpuint (st.restart_passes, ==, r->want_discarded);
     g_assert_cmpint (log.asks, ==, r->want_asks);
-    const LbTensor *l = lingbot_session_get_latents (s);
+    const LbTensor *l = lingbot_session_get_latents_tensor (s);
     g_byte_array_append (lat, l->data, (guint) lb_tensor_nbytes (l));
     g_assert_true (lingbot_session_decode (s, NULL, &nf, NULL, &err));
     g_assert_no_error (err);
-    const LbTensor *f = lingbot_session_get_frames (s);
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
     g_byte_array_append (frames, f->data, (guint) lb_tensor_nbytes (f));
     g_assert_cmpuint (lat->len, ==, (guint) ((c + 1) * LAT_BYTES));
     g_assert_true (memcmp (lat->data + c * LAT_BYTES, ref.lat->data +
@@ -1729,7 +1729,7 @@ test_key_restart (gconstpointer data)
             restart_script[1].start, NULL, &err));
     g_assert_no_error (err);
   }
-  g_assert_false (memcmp (lingbot_session_get_latents (s)->data,
+  g_assert_false (memcmp (lingbot_session_get_latents_tensor (s)->data,
           ref.lat->data + LAT_BYTES, LAT_BYTES) == 0);
   lingbot_session_free (s);
   cancel_ref_clear (&ref);
