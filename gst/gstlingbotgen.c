@@ -2375,12 +2375,10 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
     case GST_STATE_CHANGE_PAUSED_TO_READY:
       gst_lingbot_gen_reset_stream (self);
       break;
-    case GST_STATE_CHANGE_READY_TO_NULL:
-      gst_lingbot_world_holder_release (&self->holder);
-      break;
     default:
       break;
   }
+  gst_lingbot_world_holder_change_state (&self->holder, transition);
   return ret;
 }
 
@@ -2396,9 +2394,8 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
   if (prop_id == PROP_FRAMERATE) {
     self->framerate_n = gst_value_get_fraction_numerator (value);
     self->framerate_d = gst_value_get_fraction_denominator (value);
-  } else if (!gst_lingbot_world_holder_set_property (&self->holder, pspec,
-          value) && !gst_lingbot_property_set (self, gen_properties,
-          G_N_ELEMENTS (gen_properties), pspec, value)) {
+  } else if (!gst_lingbot_world_holder_set_property (&self->holder,
+          gen_properties, G_N_ELEMENTS (gen_properties), pspec, value)) {
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   }
   /* a new image-location: its size is read again at NULL->READY */
@@ -2422,9 +2419,8 @@ gst_lingbot_gen_get_property (GObject * object, guint prop_id,
 
     gst_structure_set (st, "restarts", G_TYPE_UINT64, self->restarts, NULL);
     g_value_take_boxed (value, st);
-  } else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
-          value) && !gst_lingbot_property_get (self, gen_properties,
-          G_N_ELEMENTS (gen_properties), pspec, value))
+  } else if (!gst_lingbot_world_holder_get_property (&self->holder,
+          gen_properties, G_N_ELEMENTS (gen_properties), pspec, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }

@@ -1380,16 +1380,9 @@ gst_lingbot_vae_dec_change_state (GstElement * element,
   if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
     set_flushing (self, TRUE);
   ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
-  switch (transition) {
-    case GST_STATE_CHANGE_PAUSED_TO_READY:
-      gst_lingbot_vae_dec_reset (self);
-      break;
-    case GST_STATE_CHANGE_READY_TO_NULL:
-      gst_lingbot_world_holder_release (&self->holder);
-      break;
-    default:
-      break;
-  }
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
+    gst_lingbot_vae_dec_reset (self);
+  gst_lingbot_world_holder_change_state (&self->holder, transition);
   return ret;
 }
 
@@ -1402,8 +1395,7 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   GST_OBJECT_LOCK (self);
-  if (!gst_lingbot_world_holder_set_property (&self->holder, pspec, value)
-      && !gst_lingbot_property_set (self, dec_properties,
+  if (!gst_lingbot_world_holder_set_property (&self->holder, dec_properties,
           G_N_ELEMENTS (dec_properties), pspec, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
@@ -1419,9 +1411,8 @@ gst_lingbot_vae_dec_get_property (GObject * object, guint prop_id,
   if (prop_id == PROP_STATS)
     g_value_take_boxed (value, summary_structure_unlocked (self,
             "lingbot-stats"));
-  else if (!gst_lingbot_world_holder_get_property (&self->holder, pspec,
-          value) && !gst_lingbot_property_get (self, dec_properties,
-          G_N_ELEMENTS (dec_properties), pspec, value))
+  else if (!gst_lingbot_world_holder_get_property (&self->holder,
+          dec_properties, G_N_ELEMENTS (dec_properties), pspec, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);
 }

@@ -13,6 +13,7 @@
 #endif
 
 #include "gst/gstlingbotworldholder.h"
+#include "gst/gstlingbotutil.h"
 #include "gst/lingbot/gstlingbotcontext.h"
 
 /**
@@ -55,15 +56,20 @@ gst_lingbot_world_holder_clear (GstLingbotWorldHolder * holder)
 /**
  * gst_lingbot_world_holder_set_property:
  * @holder: the holder
+ * @props: the element's other properties kept in plain fields
+ * @n_props: how many
  * @pspec: the property being set
  * @value: its value
  *
- * Stores `model-path` and `devices`; call with the object lock held.
+ * Stores `model-path` and `devices` in @holder, else a property of @props
+ * in its field of the element (gst_lingbot_property_set()); call with the
+ * object lock held.
  *
  * Returns: %TRUE when @pspec was one of them
  */
 gboolean
 gst_lingbot_world_holder_set_property (GstLingbotWorldHolder * holder,
+    const GstLingbotProperty * props, guint n_props,
     const GParamSpec * pspec, const GValue * value)
 {
   char **field;
@@ -73,7 +79,8 @@ gst_lingbot_world_holder_set_property (GstLingbotWorldHolder * holder,
   else if (g_str_equal (pspec->name, "devices"))
     field = &holder->devices;
   else
-    return FALSE;
+    return gst_lingbot_property_set (holder->element, props, n_props, pspec,
+        value);
   g_free (*field);
   *field = g_value_dup_string (value);
   return TRUE;
@@ -82,15 +89,20 @@ gst_lingbot_world_holder_set_property (GstLingbotWorldHolder * holder,
 /**
  * gst_lingbot_world_holder_get_property:
  * @holder: the holder
+ * @props: the element's other properties kept in plain fields
+ * @n_props: how many
  * @pspec: the property being read
  * @value: (out caller-allocates): its value
  *
- * Reads `model-path` and `devices`; call with the object lock held.
+ * Reads `model-path` and `devices` from @holder, else a property of @props
+ * from its field of the element (gst_lingbot_property_get()); call with
+ * the object lock held.
  *
  * Returns: %TRUE when @pspec was one of them
  */
 gboolean
 gst_lingbot_world_holder_get_property (GstLingbotWorldHolder * holder,
+    const GstLingbotProperty * props, guint n_props,
     const GParamSpec * pspec, GValue * value)
 {
   if (g_str_equal (pspec->name, "model-path"))
@@ -98,7 +110,8 @@ gst_lingbot_world_holder_get_property (GstLingbotWorldHolder * holder,
   else if (g_str_equal (pspec->name, "devices"))
     g_value_set_string (value, holder->devices);
   else
-    return FALSE;
+    return gst_lingbot_property_get (holder->element, props, n_props, pspec,
+        value);
   return TRUE;
 }
 
@@ -228,4 +241,21 @@ gst_lingbot_world_holder_release (GstLingbotWorldHolder * holder)
   world = g_steal_pointer (&holder->world);
   GST_OBJECT_UNLOCK (holder->element);
   g_clear_pointer (&world, lingbot_world_unref);
+}
+
+/**
+ * gst_lingbot_world_holder_change_state:
+ * @holder: the holder
+ * @transition: the transition the element's parent class has just made
+ *
+ * The holder's part of a state change, after the parent's: READY->NULL
+ * drops the world (gst_lingbot_world_holder_release()); the other
+ * transitions leave it.
+ */
+void
+gst_lingbot_world_holder_change_state (GstLingbotWorldHolder * holder,
+    GstStateChange transition)
+{
+  if (transition == GST_STATE_CHANGE_READY_TO_NULL)
+    gst_lingbot_world_holder_release (holder);
 }

@@ -5,6 +5,7 @@
 
 #include <gst/gst.h>
 #include "lingbot/lingbot.h"
+#include "gst/gstlingbotutil.h"
 
 G_BEGIN_DECLS
 
@@ -23,9 +24,11 @@ G_BEGIN_DECLS
  * What an element that holds a #LingbotWorld shares with the others: its
  * `model-path` and `devices` properties, the world, and the
  * "lingbot.world" context plumbing around them (set_context, the CONTEXT
- * query, the search of gst_lingbot_ensure_world()).  The element keeps
- * its own GParamSpecs (their texts differ) and hands the two properties
- * to gst_lingbot_world_holder_set_property() and _get_property().
+ * query, the search of gst_lingbot_ensure_world(), the world dropped at
+ * READY->NULL).  The element keeps its own GParamSpecs (their texts
+ * differ) and hands its properties, with the table of those it keeps in
+ * plain fields, to gst_lingbot_world_holder_set_property() and
+ * _get_property().
  */
 typedef struct
 {
@@ -42,9 +45,11 @@ void gst_lingbot_world_holder_init (GstLingbotWorldHolder * holder,
 void gst_lingbot_world_holder_clear (GstLingbotWorldHolder * holder);
 
 gboolean gst_lingbot_world_holder_set_property (GstLingbotWorldHolder *
-    holder, const GParamSpec * pspec, const GValue * value);
+    holder, const GstLingbotProperty * props, guint n_props,
+    const GParamSpec * pspec, const GValue * value);
 gboolean gst_lingbot_world_holder_get_property (GstLingbotWorldHolder *
-    holder, const GParamSpec * pspec, GValue * value);
+    holder, const GstLingbotProperty * props, guint n_props,
+    const GParamSpec * pspec, GValue * value);
 void gst_lingbot_world_holder_dup_config (GstLingbotWorldHolder * holder,
     char **model_path, char **devices);
 
@@ -57,5 +62,7 @@ gboolean gst_lingbot_world_holder_query (GstLingbotWorldHolder * holder,
 gboolean gst_lingbot_world_holder_ensure (GstLingbotWorldHolder * holder,
     const char *precision, gboolean text_encoder, GError ** error);
 void gst_lingbot_world_holder_release (GstLingbotWorldHolder * holder);
+void gst_lingbot_world_holder_change_state (GstLingbotWorldHolder * holder,
+    GstStateChange transition);
 
 G_END_DECLS
