@@ -20,7 +20,7 @@
  * Each test bounds its waits itself (a hang fails it with a message, not
  * by the meson timeout).
  *
- * A separate program from test-gst.c: its worlds are leaked on purpose and
+ * A separate program from test-gst-*.c: its worlds are leaked on purpose and
  * its stuck threads never end, which the leak gate (suite leaks) would
  * flag, and the shim must be preloaded.
  */
@@ -358,7 +358,7 @@ GST_START_TEST (test_stuck_rank_launch_sigint)
   }
   arm = g_build_filename (tmpdir, "arm-stuck", NULL);
   g = gen_desc ();
-  /* --foreground: one Ctrl-C (see test-gst.c test_eos_sigint); the 60 s
+  /* --foreground: one Ctrl-C (see test-gst-stop.c test_eos_sigint); the 60 s
    * are the hang guard (exit status 124) */
   cmd = g_strdup_printf ("sh -c 'exec \"$@\" 2>&1' sh timeout --foreground "
       "60 gst-launch-1.0 -e -m %s ! lingbotvaedec ! fakesink", g);

@@ -4,8 +4,8 @@
  *
  * lingbotcontrolsrc (../shared/data/stream_lingbot_controls.json) !
  * lingbotgen (image-location ../shared/data/image.jpg, a tiny random model
- * written at start-up as in test-gst.c: DiT tiny preset with chunk 4, VAE
- * width 8, a prompt-embeds file) ! lingbotvaedec ! I420 ! appsink.
+ * written at start-up as in test-gst-common.c: DiT tiny preset with chunk
+ * 4, VAE width 8, a prompt-embeds file) ! lingbotvaedec ! I420 ! appsink.
  * 77 frames at 64x64 = 5 chunks (13 + 16 + 16 + 16 + 16), PTS i/16 s;
  * two cpu:1 runs are byte-identical, and so is a cpu:2 run (height-sharded
  * DiT and VAE: docs/design.md "Determinism").

@@ -1,0 +1,395 @@
+/* lingbot-gst: lingbotgen live (issue 2.1): QoS into synchronised sinks,
+ * waiting for keys or for the control stream, pacing, the live latency
+ * (test `gst-gen-live`, suites gst, elements, pipeline)
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The fixture and the pipeline runner: test-gst-common.c.
+ */
+#include "test-gst-common.h"
+
+typedef struct
+{
+  GMutex lock;
+  GArray *pts;                  /* GstClockTime of each rendered frame */
+  GArray *offset;               /* GstClockTimeDiff: render - (pts + latency) */
+  GArray *latency;              /* GstClockTime: the sink's at the render */
+} Renders;
+
+/* fakesink's handoff comes after its clock wait: the running time now,
+ * against the frame's PTS plus the latency the sink was configured with */
+static void
+on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
+{
+  Renders *r = data;
+  GstClock *clock = gst_element_get_clock (sink);
+  GstClockTime pts = GST_BUFFER_PTS (buf), now, latency;
+  GstClockTimeDiff off;
+
+  g_assert_nonnull (clock);
+  now = gst_clock_get_time (clock) - gst_element_get_base_time (sink);
+  gst_object_unref (clock);
+  latency = gst_base_sink_get_latency (GST_BASE_SINK (sink));
+  off = GST_CLOCK_DIFF (pts + latency, now);
+  g_mutex_lock (&r->lock);
+  g_array_append_val (r->pts, pts);
+  g_array_append_val (r->offset, off);
+  g_array_append_val (r->latency, latency);
+  g_mutex_unlock (&r->lock);
+}
+
+static guint64
+stats_uint64 (const GstStructure * s, const char *field)
+{
+  guint64 v = G_MAXUINT64;
+
+  g_assert_nonnull (s);
+  if (!gst_structure_get_uint64 (s, field, &v))
+    g_error ("sink stats without %s: %" GST_PTR_FORMAT, field, s);
+  return v;
+}
+
+/* A live session steered by the action signals into a clock-synchronised
+ * sink with QoS and 20 ms max lateness (autovideosink's settings): every
+ * frame is rendered, none dropped, the PTS increase, each chunk starts at
+ * the running time its generation started (or where the previous chunk
+ * ends) and every frame is rendered within a frame of its PTS plus the
+ * latency the pipeline configured from the elements' answers. */
+GST_START_TEST (test_live_qos)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=8");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! lingbotvaedec ! fakesink name=sink sync=true "
+      "qos=true max-lateness=20000000 signal-handoffs=true", g1);
+  const GstClockTime frame = GST_SECOND / 8;
+  Renders rd = { 0 };
+  GstElement *p, *ctl, *sink;
+  gboolean known = FALSE;
+  guint produced = 0;
+  Run r;
+
+  g_mutex_init (&rd.lock);
+  rd.pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  rd.offset = g_array_new (FALSE, FALSE, sizeof (GstClockTimeDiff));
+  rd.latency = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  p = pipeline_new (desc, &r);
+  sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &rd);
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  /* live: nothing is generated until a key is held */
+  g_signal_emit_by_name (ctl, "press-key", "w", &known);
+  g_assert_true (known);
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_true (r.eos);
+
+  for (guint i = 0; i < r.decode_frames->len; i++)
+    produced += g_array_index (r.decode_frames, int, i);
+  g_assert_cmpuint (produced, ==, N_FRAMES);
+  g_assert_cmpuint (rd.pts->len, ==, produced);
+  g_assert_cmpuint (stats_uint64 (r.sink_stats, "rendered"), ==, produced);
+  g_assert_cmpuint (stats_uint64 (r.sink_stats, "dropped"), ==, 0);
+  g_assert_cmphex (g_array_index (r.chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+
+  /* chunk timestamps: never before the end of the previous one (the
+   * rule, ready time less latency, is test-gst-live's); frames 1/8 s
+   * apart */
+  {
+    GstClockTime end = 0, expect;
+    guint f = 0;
+
+    for (guint k = 0; k < r.chunk_pts->len; k++) {
+      GstClockTime pts = g_array_index (r.chunk_pts, GstClockTime, k);
+      GstClockTime start = g_array_index (r.chunk_start, GstClockTime, k);
+      int n = g_array_index (r.decode_frames, int, k);
+
+      g_assert_true (GST_CLOCK_TIME_IS_VALID (start));
+      g_assert_cmpuint (pts, >=, end);
+      for (int i = 0; i < n; i++, f++) {
+        expect = pts + gst_util_uint64_scale (i, GST_SECOND, 8);
+        g_assert_cmpuint (g_array_index (rd.pts, GstClockTime, f), ==, expect);
+      }
+      end = pts + gst_util_uint64_scale (n, GST_SECOND, 8);
+    }
+  }
+  /* a frame waited for with the latency before a re-distribution shows
+   * the new one at its render: compare the frames whose latency is the
+   * same as the frame's before */
+  {
+    guint checked = 0;
+
+    for (guint i = 1; i < rd.offset->len; i++) {
+      GstClockTimeDiff off = g_array_index (rd.offset, GstClockTimeDiff, i);
+
+      if (g_array_index (rd.latency, GstClockTime, i) !=
+          g_array_index (rd.latency, GstClockTime, i - 1))
+        continue;
+      checked++;
+      if (off < -(GstClockTimeDiff) frame || off > (GstClockTimeDiff) frame)
+        g_error ("frame %u rendered %" G_GINT64_FORMAT " ns from its PTS + "
+            "latency", i, off);
+    }
+    g_assert_cmpuint (checked, >=, produced / 2);
+  }
+
+  gst_object_unref (ctl);
+  gst_object_unref (sink);
+  gst_object_unref (p);
+  g_array_unref (rd.pts);
+  g_array_unref (rd.offset);
+  g_array_unref (rd.latency);
+  g_mutex_clear (&rd.lock);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+/* runs @p (made by pipeline_new() with @r) to EOS: one chunk of 13
+ * frames, steered by W; frees both */
+static void
+run_one_w_chunk (GstElement * p, Run * r)
+{
+  pipeline_run (p, r);
+  g_assert_cmpstr (r->error, ==, NULL);
+  g_assert_true (r->eos);
+  g_assert_cmpuint (r->samples->len, ==, 13);
+  g_assert_cmpuint (r->chunk_keys->len, ==, 1);
+  g_assert_cmphex (g_array_index (r->chunk_keys, guint, 0), ==, LINGBOT_KEY_W);
+  gst_object_unref (p);
+  run_clear (r);
+}
+
+/* a live session with nothing held says it waits (lingbot-waiting), and
+ * the key pressed then (an X keysym, as a video window sends it) steers
+ * the first chunk */
+GST_START_TEST (test_live_waits_for_keys)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1",
+      "is-live=true frames=13");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! lingbotvaedec ! appsink name=sink sync=true", g1);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  GstBus *bus = gst_element_get_bus (p);
+  GstMessage *msg;
+  gboolean known = FALSE, waited = FALSE;
+  guint64 index = 99;
+
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!waited) {
+    msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_ERROR);
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), ==, GST_MESSAGE_ELEMENT);
+    g_assert_false (gst_structure_has_name (gst_message_get_structure (msg),
+            "lingbot-chunk"));
+    if (gst_structure_has_name (gst_message_get_structure (msg),
+            "lingbot-waiting")) {
+      g_assert_true (gst_structure_get_uint64 (gst_message_get_structure
+              (msg), "index", &index));
+      g_assert_cmpstr (gst_structure_get_string (gst_message_get_structure
+              (msg), "for"), ==, "keys");
+      waited = TRUE;
+    }
+    gst_message_unref (msg);
+  }
+  g_assert_cmpuint (index, ==, 0);
+  g_signal_emit_by_name (ctl, "press-key", "Up", &known);
+  g_assert_true (known);
+  gst_object_unref (bus);
+  gst_object_unref (ctl);
+  run_one_w_chunk (p, &r);
+}
+
+GST_END_TEST;
+
+/* a live generator faster than real time does not run ahead of the
+ * clock, even behind an unbounded queue: each chunk starts no earlier
+ * than its first frame is due less the compute latency, so a chunk's
+ * PTS is never more than the latency announced after the previous chunk
+ * after the running time at which it was started (unpaced, the lead grew
+ * by about a chunk each chunk: 4 s by the fifth one at 16/1) */
+GST_START_TEST (test_live_paced)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true frames=77");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec ! queue "
+      "max-size-buffers=0 max-size-time=0 max-size-bytes=0 ! fakesink "
+      "sync=true", g1);
+  GstElement *p = gst_parse_launch (desc, NULL);
+  GstBus *bus = gst_element_get_bus (p);
+  GstClockTimeDiff lead[8];
+  GstClockTime lat[8];
+  gboolean eos = FALSE;
+  guint n = 0;
+
+  g_assert_nonnull (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!eos) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+        GST_MESSAGE_ERROR);
+    const GstStructure *st;
+    guint64 pts, rt, l;
+
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), !=, GST_MESSAGE_ERROR);
+    st = gst_message_get_structure (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS)
+      eos = TRUE;
+    else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY)
+      gst_bin_recalculate_latency (GST_BIN (p));
+    else if (gst_structure_has_name (st, "lingbot-chunk")) {
+      g_assert_true (gst_structure_get_uint64 (st, "pts", &pts));
+      g_assert_true (gst_structure_get_uint64 (st, "running-time", &rt));
+      g_assert_true (gst_structure_get_uint64 (st, "latency", &l));
+      g_assert_cmpuint (n, <, G_N_ELEMENTS (lead));
+      lat[n] = l;
+      lead[n++] = GST_CLOCK_DIFF (rt, pts);
+    }
+    gst_message_unref (msg);
+  }
+  g_assert_cmpuint (n, ==, 5);
+  g_assert_cmpint (lead[0], <=, 0);
+  for (guint i = 1; i < n; i++)
+    g_assert_cmpint (lead[i], <=, (GstClockTimeDiff) lat[i - 1]);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
+/* offline, a control stream that does not move on (key presses on a
+ * lingbotcontrolsrc without location, all at its last time) is said on
+ * the bus once it has stood still for a second: an INFO that names the
+ * way out and a lingbot-waiting for "control"; ending the control stream
+ * then makes the chunk with the key held */
+GST_START_TEST (test_offline_waits_for_control)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", "frames=13");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=true", g1);
+  Run r;
+  GstElement *p = pipeline_new (desc, &r);
+  GstElement *ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  GstBus *bus = gst_element_get_bus (p);
+  GstMessage *msg;
+  gboolean known = FALSE, waited = FALSE;
+  guint n_info = 0;
+  guint64 index = 99;
+
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!waited) {
+    const GstStructure *st;
+
+    msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_INFO | GST_MESSAGE_ERROR);
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), !=, GST_MESSAGE_ERROR);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_INFO) {
+      g_autoptr (GError) info = NULL;
+      g_autofree char *debug = NULL;
+
+      gst_message_parse_info (msg, &info, &debug);
+      g_assert_true (g_error_matches (info, GST_LIBRARY_ERROR,
+              GST_LIBRARY_ERROR_SETTINGS));
+      g_assert_cmpstr (info->message, ==, "Chunk 0 waits for the control "
+          "stream");
+      g_assert_true (g_str_has_suffix (debug, ":\nis-live=false: chunk 0 "
+              "waits for the control stream to pass its start or to end; key "
+              "presses on a lingbotcontrolsrc without location do not move "
+              "its time: set is-live=true on lingbotgen (or lingbotbin) to "
+              "steer as keys come, or end the control stream (EOS)"));
+      n_info++;
+    } else {
+      st = gst_message_get_structure (msg);
+      g_assert_false (gst_structure_has_name (st, "lingbot-chunk"));
+      if (gst_structure_has_name (st, "lingbot-waiting")) {
+        g_assert_true (gst_structure_get_uint64 (st, "index", &index));
+        g_assert_cmpstr (gst_structure_get_string (st, "for"), ==, "control");
+        waited = TRUE;
+      }
+    }
+    gst_message_unref (msg);
+  }
+  g_assert_cmpuint (n_info, ==, 1);
+  g_assert_cmpuint (index, ==, 0);
+  g_signal_emit_by_name (ctl, "press-key", "KeyW", &known);
+  g_assert_true (known);
+  g_assert_true (gst_element_send_event (ctl, gst_event_new_eos ()));
+  gst_object_unref (bus);
+  gst_object_unref (ctl);
+  run_one_w_chunk (p, &r);
+}
+
+GST_END_TEST;
+
+/* The latency a live session reports: the compute latency, which before a
+ * chunk is measured is one chunk's duration (16 frames); moved (with a
+ * latency message) after a chunk that took longer; the latency property
+ * replaces it */
+GST_START_TEST (test_latency_live)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=64");
+  g_autofree char *desc = g_strdup_printf ("%s ! lingbotvaedec name=dec ! "
+      "fakesink name=sink sync=true", g1);
+  gboolean live = FALSE;
+  GstClockTime min = 0, max = 0, chunk = GST_SECOND / 4;
+  GstElement *p, *gen;
+  Run r;
+
+  p = pipeline_new (desc, &r);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  query_latency (p, "gen", &live, &min, &max);
+  g_assert_true (live);
+  g_assert_cmpuint (min, ==, chunk);
+  g_assert_cmpuint (max, ==, GST_CLOCK_TIME_NONE);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  g_object_set (gen, "latency", (guint64) 3 * GST_SECOND, NULL);
+  query_latency (p, "dec", &live, &min, &max);
+  g_assert_cmpuint (min, ==, 3 * GST_SECOND);
+  g_object_set (gen, "latency", GST_CLOCK_TIME_NONE, NULL);
+
+  /* at 64 fps a chunk lasts 0.25 s, less than the tiny model takes on a
+   * CPU (the decode alone is longer): both elements grow their figure */
+  pipeline_run (p, &r);
+  g_assert_cmpstr (r.error, ==, NULL);
+  g_assert_cmpuint (r.latency_messages, >=, 1);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  query_latency (p, "gen", &live, &min, &max);
+  /* the estimates are kept only while the stream runs: READY again */
+  g_assert_cmpuint (min, ==, chunk);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_object_unref (gen);
+  gst_object_unref (p);
+  run_clear (&r);
+}
+
+GST_END_TEST;
+
+static Suite *
+lingbot_gst_gen_live_suite (void)
+{
+  Suite *s = suite_create ("lingbot-gst");
+  TCase *tc = tcase_create ("general");
+
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+  tcase_add_test (tc, test_live_qos);
+  tcase_add_test (tc, test_latency_live);
+  tcase_add_test (tc, test_live_waits_for_keys);
+  tcase_add_test (tc, test_offline_waits_for_control);
+  tcase_add_test (tc, test_live_paced);
+  return s;
+}
+
+int
+main (int argc, char **argv)
+{
+  return test_gst_main (&argc, &argv, lingbot_gst_gen_live_suite, __FILE__);
+}
