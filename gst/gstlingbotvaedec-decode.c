@@ -1,0 +1,946 @@
+/* lingbot-gst: lingbotvaedec, the decode
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ *
+ * The decode thread and the push task: caps and the buffer pool, the
+ * statistics and lingbot-summary, the queues, the decode of each chunk
+ * (the session's own decoder, else this element's), the frames out, the
+ * preview.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+
+#include "gst/gstlingbotvaedec-private.h"
+
+#define GST_CAT_DEFAULT gst_lingbot_vae_dec_debug
+
+/* Every error of this element is found in its decode thread or its push
+ * task, possibly at once (bad caps): it is posted once the state change
+ * that started them has returned, else gst-launch-1.0 can miss it and
+ * never exit (gst_lingbot_wait_state_change_done()). */
+static void
+wait_started (GstLingbotVaeDec * self)
+{
+  gst_lingbot_wait_state_change_done (GST_ELEMENT (self), &self->qlock,
+      &self->qcond, &self->flushing);
+}
+
+#define DEC_ERROR(self, domain, code, text, debug) G_STMT_START {     \
+    wait_started (self);                                              \
+    GST_ELEMENT_ERROR (self, domain, code, text, debug);              \
+  } G_STMT_END
+
+void
+gst_lingbot_vae_dec_decode_summary_reset (GstLingbotVaeDec * self)
+{
+  GST_OBJECT_LOCK (self);
+  gst_lingbot_chunk_log_clear (self->chunk_times);
+  self->dit_unknown = FALSE;
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* a new session (STREAM_START) or a flush: its first chunk decodes to 13
+ * frames again, the stats start over */
+void
+gst_lingbot_vae_dec_decode_new_stream (GstLingbotVaeDec * self)
+{
+  g_clear_pointer (&self->decoder, lingbot_decoder_free);
+  self->frame_index = 0;
+  self->chunk = 0;
+  gst_lingbot_vae_dec_decode_summary_reset (self);
+}
+
+void
+gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
+{
+  g_clear_pointer (&self->decoder, lingbot_decoder_free);
+  if (self->pool) {
+    gst_buffer_pool_set_active (self->pool, FALSE);
+    gst_clear_object (&self->pool);
+  }
+  self->negotiated = FALSE;
+  self->frame_index = 0;
+  self->chunk = 0;
+  GST_OBJECT_LOCK (self);
+  self->chunk_duration = GST_CLOCK_TIME_NONE;
+  gst_lingbot_latency_estimate_reset (&self->decode_latency);
+  self->position = GST_CLOCK_TIME_NONE;
+  self->frames_pushed = 0;
+  gst_clear_buffer (&self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
+}
+
+/* The figures of the stats property and of lingbot-summary, one
+ * function for both: this element sees both halves of every chunk's
+ * compute time (the generator's DiT seconds in the chunk meta, its own
+ * decode seconds) and the generate intervals (decode-hidden-fraction).
+ * Object lock held. */
+GstStructure *
+gst_lingbot_vae_dec_decode_summary_unlocked (GstLingbotVaeDec * self,
+    const char *name)
+{
+  GstStructure *s = gst_lingbot_chunk_stats_new (name, self->chunk_times,
+      TRUE);
+
+  gst_structure_set (s, "dit-seconds-known", G_TYPE_BOOLEAN,
+      !self->dit_unknown, NULL);
+  return s;
+}
+
+/* lingbot-summary, as an element message for the push task to post once
+ * the frames queued before it are out (decode thread): every
+ * summary-interval chunks, and when EOS arrives (@eos). */
+static GstMiniObject *
+summary_message (GstLingbotVaeDec * self, gboolean eos)
+{
+  GstStructure *s;
+
+  GST_OBJECT_LOCK (self);
+  s = gst_lingbot_vae_dec_decode_summary_unlocked (self, "lingbot-summary");
+  GST_OBJECT_UNLOCK (self);
+  gst_structure_set (s, "eos", G_TYPE_BOOLEAN, eos, NULL);
+  GST_INFO_OBJECT (self, "summary %" GST_PTR_FORMAT, s);
+  return GST_MINI_OBJECT_CAST (gst_message_new_element (GST_OBJECT (self), s));
+}
+
+/* The output frames' buffer pool: downstream's from the ALLOCATION query
+ * when it offers a video pool, else our own GstVideoBufferPool, so that a
+ * steady stream allocates nothing per frame. */
+static gboolean
+setup_pool (GstLingbotVaeDec * self, GstCaps * out)
+{
+  GstQuery *q = gst_query_new_allocation (out, TRUE);
+  GstBufferPool *pool = NULL;
+  GstStructure *config;
+  guint size = self->out_info.size, min = 0, max = 0;
+
+  if (gst_pad_peer_query (self->srcpad, q)
+      && gst_query_get_n_allocation_pools (q) > 0) {
+    gst_query_parse_nth_allocation_pool (q, 0, &pool, &size, &min, &max);
+    if (pool && !GST_IS_VIDEO_BUFFER_POOL (pool))
+      gst_clear_object (&pool);
+    size = MAX (size, (guint) self->out_info.size);
+  }
+  gst_query_unref (q);
+  if (pool == NULL)
+    pool = gst_video_buffer_pool_new ();
+  config = gst_buffer_pool_get_config (pool);
+  /* a chunk's frames in flight at most (16 for C = 4), then reuse */
+  gst_buffer_pool_config_set_params (config, out, size, min, max);
+  gst_buffer_pool_config_add_option (config, GST_BUFFER_POOL_OPTION_VIDEO_META);
+  if (!gst_buffer_pool_set_config (pool, config)) {
+    config = gst_buffer_pool_get_config (pool);
+    if (!gst_buffer_pool_config_validate_params (config, out, size, min, max)
+        || !gst_buffer_pool_set_config (pool, config)) {
+      GST_WARNING_OBJECT (self, "no usable buffer pool: allocating frames");
+      gst_object_unref (pool);
+      return TRUE;
+    }
+  }
+  if (!gst_buffer_pool_set_active (pool, TRUE)) {
+    GST_WARNING_OBJECT (self, "cannot activate the buffer pool: allocating "
+        "frames");
+    gst_object_unref (pool);
+    return TRUE;
+  }
+  if (self->pool) {
+    gst_buffer_pool_set_active (self->pool, FALSE);
+    gst_object_unref (self->pool);
+  }
+  self->pool = pool;
+  return TRUE;
+}
+
+static gboolean
+gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
+{
+  GstStructure *s = gst_caps_get_structure (caps, 0);
+  int vw = 0, vh = 0;
+  GstCaps *peer, *ours, *out;
+  GstVideoFormat format;
+
+  if (!gst_structure_get_int (s, "frames", &self->lat_frames)
+      || !gst_structure_get_int (s, "height", &self->lat_h)
+      || !gst_structure_get_int (s, "width", &self->lat_w)) {
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("latent caps without frames/height/width: %" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  if (self->lat_frames < 1
+      || self->lat_frames > GST_LINGBOT_VAE_DEC_MAX_LATENT_FRAMES
+      || self->lat_h < 1 || self->lat_h > GST_LINGBOT_VAE_DEC_MAX_LATENT_SIZE
+      || self->lat_w < 1 || self->lat_w > GST_LINGBOT_VAE_DEC_MAX_LATENT_SIZE) {
+    DEC_ERROR (self, CORE, NEGOTIATION,
+        ("Latent chunks of %d frames of %dx%d are out of range (at most %d "
+            "frames of %dx%d)", self->lat_frames, self->lat_w, self->lat_h,
+            GST_LINGBOT_VAE_DEC_MAX_LATENT_FRAMES,
+            GST_LINGBOT_VAE_DEC_MAX_LATENT_SIZE,
+            GST_LINGBOT_VAE_DEC_MAX_LATENT_SIZE), ("%" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  if (!gst_structure_get_int (s, "video-width", &vw))
+    vw = self->lat_w * LINGBOT_LATENT_STRIDE;
+  if (!gst_structure_get_int (s, "video-height", &vh))
+    vh = self->lat_h * LINGBOT_LATENT_STRIDE;
+  if (vw != self->lat_w * LINGBOT_LATENT_STRIDE
+      || vh != self->lat_h * LINGBOT_LATENT_STRIDE) {
+    DEC_ERROR (self, CORE, NEGOTIATION,
+        ("Latent caps say %dx%d video from %dx%d latents (the VAE makes "
+            "%dx%d)", vw, vh, self->lat_w, self->lat_h,
+            self->lat_w * LINGBOT_LATENT_STRIDE,
+            self->lat_h * LINGBOT_LATENT_STRIDE), ("%" GST_PTR_FORMAT, caps));
+    return FALSE;
+  }
+  if (!gst_structure_get_fraction (s, "framerate", &self->fps_n,
+          &self->fps_d) || self->fps_n <= 0 || self->fps_d <= 0) {
+    self->fps_n = 16;
+    self->fps_d = 1;
+  }
+
+  /* the first of I420, NV12, RGBA, RGB that downstream takes */
+  ours = gst_pad_get_pad_template_caps (self->srcpad);
+  ours = gst_caps_make_writable (ours);
+  gst_caps_set_simple (ours, "width", G_TYPE_INT, vw, "height", G_TYPE_INT,
+      vh, "framerate", GST_TYPE_FRACTION, self->fps_n, self->fps_d, NULL);
+  peer = gst_pad_peer_query_caps (self->srcpad, ours);
+  if (peer) {
+    GstCaps *both = gst_caps_intersect_full (ours, peer,
+        GST_CAPS_INTERSECT_FIRST);
+    gst_caps_unref (peer);
+    gst_caps_unref (ours);
+    ours = both;
+  }
+  if (gst_caps_is_empty (ours)) {
+    gst_caps_unref (ours);
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("downstream takes none of I420, NV12, RGBA, RGB at %dx%d", vw, vh));
+    return FALSE;
+  }
+  ours = gst_caps_fixate (ours);
+  format = gst_video_format_from_string (gst_structure_get_string
+      (gst_caps_get_structure (ours, 0), "format"));
+  gst_caps_unref (ours);
+  gst_video_info_set_format (&self->out_info, format, vw, vh);
+  self->out_info.fps_n = self->fps_n;
+  self->out_info.fps_d = self->fps_d;
+  out = gst_video_info_to_caps (&self->out_info);
+  GST_DEBUG_OBJECT (self, "output caps %" GST_PTR_FORMAT, out);
+  self->negotiated = gst_pad_push_event (self->srcpad,
+      gst_event_new_caps (out));
+  if (self->negotiated)
+    setup_pool (self, out);
+  gst_caps_unref (out);
+  if (!self->negotiated)
+    DEC_ERROR (self, CORE, NEGOTIATION, (NULL),
+        ("downstream refused %dx%d video", vw, vh));
+  g_mutex_lock (&self->qlock);
+  self->max_out = 2 * (guint) lingbot_chunk_video_frames (1,
+      (guint) self->lat_frames);
+  g_mutex_unlock (&self->qlock);
+  GST_OBJECT_LOCK (self);
+  self->chunk_duration = gst_util_uint64_scale (lingbot_chunk_video_frames (1,
+          (guint) self->lat_frames), (guint64) self->fps_d * GST_SECOND,
+      self->fps_n);
+  GST_OBJECT_UNLOCK (self);
+  return self->negotiated;
+}
+
+static GstFlowReturn out_push (GstLingbotVaeDec * self, GstMiniObject * item);
+
+static GstFlowReturn push_preview (GstLingbotVaeDec * self, GstEvent * event);
+
+/* A serialized event, in order with the chunks (the decode task).  CAPS
+ * is negotiated here once the frames before it are out (the push task is
+ * idle then); the rest follows the frames through the output queue. */
+static gboolean
+handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
+{
+  switch (GST_EVENT_TYPE (event)) {
+    case GST_EVENT_CAPS:{
+      GstCaps *caps;
+      gboolean ret, flushing;
+
+      g_mutex_lock (&self->qlock);
+      while (!self->flushing && (!g_queue_is_empty (&self->out)
+              || self->push_busy))
+        g_cond_wait (&self->qcond, &self->qlock);
+      flushing = self->flushing;
+      g_mutex_unlock (&self->qlock);
+      if (flushing) {
+        gst_event_unref (event);
+        return FALSE;
+      }
+      gst_event_parse_caps (event, &caps);
+      ret = gst_lingbot_vae_dec_set_caps (self, caps);
+      gst_event_unref (event);
+      return ret;
+    }
+    case GST_EVENT_STREAM_START:
+      /* a new session: its first chunk decodes to 13 frames again */
+      gst_lingbot_vae_dec_decode_new_stream (self);
+      break;
+    case GST_EVENT_CUSTOM_DOWNSTREAM:
+      if (gst_event_has_name (event, GST_LINGBOT_PREVIEW_EVENT)) {
+        /* consumed: it becomes a frame */
+        GstFlowReturn ret = push_preview (self, event);
+
+        gst_event_unref (event);
+        return ret != GST_FLOW_FLUSHING;
+      }
+      break;
+    case GST_EVENT_EOS:
+      /* lingbot-summary before EOS goes on, so that it precedes the
+       * pipeline's EOS message */
+      out_push (self, summary_message (self, TRUE));
+      break;
+    default:
+      break;
+  }
+  return out_push (self, GST_MINI_OBJECT_CAST (event)) != GST_FLOW_FLUSHING;
+}
+
+/* Drops what is queued (the chunks' memories release their slots).
+ * qlock held. */
+void
+gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self)
+{
+  g_queue_clear_full (&self->queue, (GDestroyNotify) gst_mini_object_unref);
+  self->queued_buffers = 0;
+  g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
+  self->out_buffers = 0;
+  g_cond_broadcast (&self->qcond);
+}
+
+void
+gst_lingbot_vae_dec_decode_set_flushing (GstLingbotVaeDec * self,
+    gboolean flushing)
+{
+  g_mutex_lock (&self->qlock);
+  self->flushing = flushing;
+  if (flushing)
+    gst_lingbot_vae_dec_decode_clear_unlocked (self);
+  else
+    self->last_ret = GST_FLOW_OK;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+}
+
+static GstFlowReturn decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf);
+
+/* One item of the input queue (the decode thread). */
+static void
+decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
+{
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  if (GST_IS_BUFFER (item)) {
+    GstFlowReturn last;
+
+    /* after a failure (its chunk posted the one error) the chunks queued
+     * behind it are dropped, not decoded: each would fail, and post, again */
+    g_mutex_lock (&self->qlock);
+    last = self->last_ret;
+    g_mutex_unlock (&self->qlock);
+    if (last != GST_FLOW_OK) {
+      GST_DEBUG_OBJECT (self, "dropping a chunk after %s",
+          gst_flow_get_name (last));
+      gst_mini_object_unref (item);
+      return;
+    }
+    ret = decode_buffer (self, GST_BUFFER_CAST (item));
+  } else {
+    GstEvent *event = GST_EVENT_CAST (item);
+    gboolean caps = GST_EVENT_TYPE (event) == GST_EVENT_CAPS;
+
+    if (!handle_serialized_event (self, event) && caps)
+      ret = GST_FLOW_NOT_NEGOTIATED;
+  }
+  if (ret == GST_FLOW_OK || ret == GST_FLOW_FLUSHING)
+    return;
+  /* the chain returns it upstream from now on */
+  g_mutex_lock (&self->qlock);
+  if (self->last_ret == GST_FLOW_OK)
+    self->last_ret = ret;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  GST_DEBUG_OBJECT (self, "decode: %s", gst_flow_get_name (ret));
+}
+
+/* A task takes the head of @queue (qlock held, the queue not empty): a
+ * buffer counts off @buffers, @busy stays set until item_done(); returns
+ * with qlock released. */
+static GstMiniObject *
+item_take_unlock (GstLingbotVaeDec * self, GQueue * queue, guint * buffers,
+    gboolean * busy)
+{
+  GstMiniObject *item = g_queue_pop_head (queue);
+
+  if (GST_IS_BUFFER (item))
+    (*buffers)--;
+  *busy = TRUE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  return item;
+}
+
+/* The task is done with its item: returns with qlock held. */
+static void
+item_done_lock (GstLingbotVaeDec * self, gboolean * busy)
+{
+  g_mutex_lock (&self->qlock);
+  *busy = FALSE;
+  g_cond_broadcast (&self->qcond);
+}
+
+/* The decode thread: chunks and serialized events in order, into the
+ * output queue; idle while flushing, until stopped. */
+static gpointer
+decode_thread_func (gpointer data)
+{
+  GstLingbotVaeDec *self = data;
+
+  g_mutex_lock (&self->qlock);
+  while (self->decode_run) {
+    GstMiniObject *item;
+
+    if (self->flushing || g_queue_is_empty (&self->queue)) {
+      g_cond_wait (&self->qcond, &self->qlock);
+      continue;
+    }
+    item = item_take_unlock (self, &self->queue, &self->queued_buffers,
+        &self->decode_busy);
+    decode_item (self, item);
+    item_done_lock (self, &self->decode_busy);
+  }
+  g_mutex_unlock (&self->qlock);
+  return NULL;
+}
+
+static void
+decode_thread_start (GstLingbotVaeDec * self)
+{
+  if (self->decode_thread)
+    return;
+  self->decode_run = TRUE;
+  self->decode_thread = g_thread_new ("lingbotvaedec", decode_thread_func,
+      self);
+}
+
+static void
+decode_thread_stop (GstLingbotVaeDec * self)
+{
+  if (self->decode_thread == NULL)
+    return;
+  g_mutex_lock (&self->qlock);
+  self->decode_run = FALSE;
+  g_cond_broadcast (&self->qcond);
+  g_mutex_unlock (&self->qlock);
+  g_thread_join (self->decode_thread);
+  self->decode_thread = NULL;
+}
+
+/* The src pad's task: frames and events out of the output queue. */
+void
+gst_lingbot_vae_dec_decode_push_loop (GstLingbotVaeDec * self)
+{
+  GstMiniObject *item;
+  GstFlowReturn ret = GST_FLOW_OK;
+
+  g_mutex_lock (&self->qlock);
+  while (!self->flushing && g_queue_is_empty (&self->out))
+    g_cond_wait (&self->qcond, &self->qlock);
+  if (self->flushing) {
+    g_mutex_unlock (&self->qlock);
+    gst_pad_pause_task (self->srcpad);
+    return;
+  }
+  item = item_take_unlock (self, &self->out, &self->out_buffers,
+      &self->push_busy);
+
+  if (GST_IS_BUFFER (item)) {
+    GstBuffer *buf = GST_BUFFER_CAST (item);
+
+    GST_OBJECT_LOCK (self);
+    self->position = GST_BUFFER_PTS (buf) + GST_BUFFER_DURATION (buf);
+    self->frames_pushed = GST_BUFFER_OFFSET_END (buf);
+    GST_OBJECT_UNLOCK (self);
+    ret = gst_pad_push (self->srcpad, buf);
+  } else if (GST_IS_MESSAGE (item)) {
+    /* lingbot-summary, after the frames of the chunks it counts */
+    gst_element_post_message (GST_ELEMENT (self), GST_MESSAGE_CAST (item));
+  } else {
+    gst_pad_push_event (self->srcpad, GST_EVENT_CAST (item));
+  }
+  item_done_lock (self, &self->push_busy);
+  if (ret == GST_FLOW_OK) {
+    g_mutex_unlock (&self->qlock);
+    return;
+  }
+  if (self->last_ret == GST_FLOW_OK || self->last_ret == GST_FLOW_FLUSHING)
+    self->last_ret = ret;
+  g_mutex_unlock (&self->qlock);
+  GST_DEBUG_OBJECT (self, "pausing the push task: %s", gst_flow_get_name (ret));
+  if (ret == GST_FLOW_NOT_LINKED || ret < GST_FLOW_EOS) {
+    wait_started (self);
+    GST_ELEMENT_FLOW_ERROR (self, ret);
+  }
+  gst_pad_pause_task (self->srcpad);
+}
+
+gboolean
+gst_lingbot_vae_dec_decode_src_activate_mode (GstPad * pad, GstObject * parent,
+    GstPadMode mode, gboolean active)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  if (mode != GST_PAD_MODE_PUSH)
+    return FALSE;
+  if (active) {
+    gst_lingbot_vae_dec_decode_set_flushing (self, FALSE);
+    decode_thread_start (self);
+    return gst_pad_start_task (pad, (GstTaskFunction)
+        gst_lingbot_vae_dec_decode_push_loop, self, NULL);
+  }
+  gst_lingbot_vae_dec_decode_set_flushing (self, TRUE);
+  decode_thread_stop (self);
+  return gst_pad_stop_task (pad);
+}
+
+static gboolean
+ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
+{
+  g_autoptr (LingbotWorld) world = NULL;
+
+  if (self->decoder)
+    return TRUE;
+  if (!gst_lingbot_world_holder_ensure (&self->holder, NULL, FALSE, error)) {
+    if (error && *error == NULL)
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_NOT_FOUND,
+          "latents without a session and no lingbot.world context or "
+          "model-path to decode them with");
+    return FALSE;
+  }
+  world = gst_lingbot_world_holder_dup_world (&self->holder);
+  /* sized by the caps */
+  self->decoder = lingbot_world_new_decoder (world, self->lat_h, self->lat_w,
+      self->lat_frames, error);
+  return self->decoder != NULL;
+}
+
+/* Queues @item (a frame, or a serialized event: not counted) for the push
+ * task; waits while two chunks of frames are queued.  Returns the push
+ * task's flow (FLUSHING when flushing). */
+static GstFlowReturn
+out_push (GstLingbotVaeDec * self, GstMiniObject * item)
+{
+  const gboolean frame = GST_IS_BUFFER (item);
+  GstFlowReturn ret;
+
+  g_mutex_lock (&self->qlock);
+  while (frame && !self->flushing && self->last_ret == GST_FLOW_OK
+      && self->out_buffers >= self->max_out)
+    g_cond_wait (&self->qcond, &self->qlock);
+  ret = self->flushing ? GST_FLOW_FLUSHING : self->last_ret;
+  if (ret == GST_FLOW_OK || !frame) {
+    g_queue_push_tail (&self->out, item);
+    if (frame)
+      self->out_buffers++;
+    g_cond_broadcast (&self->qcond);
+    item = NULL;
+  }
+  g_mutex_unlock (&self->qlock);
+  if (item)
+    gst_mini_object_unref (item);
+  return ret;
+}
+
+/* Frame @i of @frames (f32 [3, T, H, W]) into the planes of an output
+ * frame, in the negotiated format. */
+static gboolean
+convert_frame (GstLingbotVaeDec * self, const LingbotFrames * frames, int i,
+    guint8 ** plane, const gsize * stride, GError ** error)
+{
+  switch (GST_VIDEO_INFO_FORMAT (&self->out_info)) {
+    case GST_VIDEO_FORMAT_I420:
+      return lingbot_frames_to_i420 (frames, i, plane[0], stride[0],
+          plane[1], stride[1], plane[2], stride[2], error);
+    case GST_VIDEO_FORMAT_NV12:
+      return lingbot_frames_to_nv12 (frames, i, plane[0], stride[0],
+          plane[1], stride[1], error);
+    case GST_VIDEO_FORMAT_RGBA:
+      return lingbot_frames_to_rgba (frames, i, plane[0], stride[0], error);
+    default:
+      return lingbot_frames_to_rgb (frames, i, plane[0], stride[0], error);
+  }
+}
+
+/* Queues the @n frames of a chunk whose latent buffer was stamped @pts:
+ * frame i at @pts + i / fps (the generator's timestamps, live or not); a
+ * chunk without a timestamp continues the element's own frame count. */
+static GstFlowReturn
+push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames, int n,
+    GstClockTime pts, GError ** error)
+{
+  const guint64 den = (guint64) self->fps_d * GST_SECOND;
+
+  for (int i = 0; i < n; i++) {
+    GstBuffer *out = NULL;
+    GstVideoFrame vf;
+    guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
+    gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
+    gboolean ok;
+    GstFlowReturn ret;
+
+    if (self->pool) {
+      /* never waits: a pool whose buffers all sit downstream (an appsink
+       * keeping its samples) must not stop the decode, a new buffer is
+       * allocated instead */
+      GstBufferPoolAcquireParams params = { 0 };
+
+      params.flags = GST_BUFFER_POOL_ACQUIRE_FLAG_DONTWAIT;
+      ret = gst_buffer_pool_acquire_buffer (self->pool, &out, &params);
+      if (ret == GST_FLOW_EOS)
+        out = NULL;
+      else if (ret != GST_FLOW_OK)
+        return ret;
+    }
+    if (out == NULL)
+      out = gst_lingbot_buffer_try_new (self->out_info.size);
+    if (out == NULL) {
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_DEVICE,
+          "cannot allocate a %" G_GSIZE_FORMAT "-byte video frame",
+          self->out_info.size);
+      return GST_FLOW_ERROR;
+    }
+    if (!gst_video_frame_map (&vf, &self->out_info, out, GST_MAP_WRITE)) {
+      gst_buffer_unref (out);
+      g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_INVALID_ARGUMENT,
+          "cannot map an output frame");
+      return GST_FLOW_ERROR;
+    }
+    for (guint p = 0; p < GST_VIDEO_FRAME_N_PLANES (&vf); p++) {
+      plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
+      stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+    }
+    ok = convert_frame (self, frames, i, plane, stride, error);
+    gst_video_frame_unmap (&vf);
+    if (!ok) {
+      gst_buffer_unref (out);
+      return GST_FLOW_ERROR;
+    }
+    if (GST_CLOCK_TIME_IS_VALID (pts)) {
+      GST_BUFFER_PTS (out) = pts + gst_util_uint64_scale (i, den, self->fps_n);
+      GST_BUFFER_DURATION (out) = pts + gst_util_uint64_scale (i + 1, den,
+          self->fps_n) - GST_BUFFER_PTS (out);
+    } else {
+      GST_BUFFER_PTS (out) = gst_util_uint64_scale (self->frame_index, den,
+          self->fps_n);
+      GST_BUFFER_DURATION (out) = gst_util_uint64_scale (self->frame_index
+          + 1, den, self->fps_n) - GST_BUFFER_PTS (out);
+    }
+    GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
+    gst_buffer_add_lingbot_frame_meta (out, self->frame_chunk,
+        self->frame_keys, FALSE);
+    GST_BUFFER_OFFSET (out) = self->frame_index;
+    GST_BUFFER_OFFSET_END (out) = self->frame_index + 1;
+    if (i == 0 && self->frame_index == 0)
+      GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
+    self->frame_index++;
+    ret = out_push (self, GST_MINI_OBJECT_CAST (out));
+    if (ret != GST_FLOW_OK)
+      return ret;
+  }
+  return GST_FLOW_OK;
+}
+
+/* GST_LINGBOT_PREVIEW_EVENT (the decode task): the session's start image
+ * as one frame, converted like a decoded one, stamped with the event's pts
+ * and one frame's duration, with a GstLingbotFrameMeta that says preview;
+ * not counted (OFFSET and OFFSET_END 0, the frame and chunk counts do not
+ * move), so the chunks' frames keep their offsets and timestamps. */
+static GstFlowReturn
+push_preview (GstLingbotVaeDec * self, GstEvent * event)
+{
+  const GstStructure *st = gst_event_get_structure (event);
+  GstLingbotSessionHandle *h = NULL;
+  g_autoptr (GError) error = NULL;
+  const LingbotFrames *still;
+  guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
+  gsize stride[GST_VIDEO_MAX_PLANES] = { 0 };
+  guint64 pts = 0;
+  GstVideoFrame vf;
+  GstBuffer *out;
+  gboolean ok;
+
+  if (!self->negotiated || !gst_structure_get (st, "handle",
+          GST_TYPE_LINGBOT_SESSION_HANDLE, &h, "pts", G_TYPE_UINT64, &pts,
+          NULL)) {
+    GST_WARNING_OBJECT (self, "ignoring a preview event %s",
+        self->negotiated ? "without handle and pts" : "before caps");
+    return GST_FLOW_OK;
+  }
+  still = lingbot_session_get_start_frames (h->session);
+  if (lingbot_frames_get_height (still) != GST_VIDEO_INFO_HEIGHT
+      (&self->out_info) || lingbot_frames_get_width (still) !=
+      GST_VIDEO_INFO_WIDTH (&self->out_info)) {
+    GST_WARNING_OBJECT (self, "ignoring a %dx%d preview for %dx%d frames",
+        lingbot_frames_get_width (still), lingbot_frames_get_height (still),
+        GST_VIDEO_INFO_WIDTH (&self->out_info),
+        GST_VIDEO_INFO_HEIGHT (&self->out_info));
+    gst_lingbot_session_handle_unref (h);
+    return GST_FLOW_OK;
+  }
+  out = gst_lingbot_buffer_try_new (self->out_info.size);
+  if (out == NULL || !gst_video_frame_map (&vf, &self->out_info, out,
+          GST_MAP_WRITE)) {
+    GST_WARNING_OBJECT (self, "no memory for the preview frame");
+    gst_clear_buffer (&out);
+    gst_lingbot_session_handle_unref (h);
+    return GST_FLOW_OK;
+  }
+  for (guint p = 0; p < GST_VIDEO_FRAME_N_PLANES (&vf); p++) {
+    plane[p] = GST_VIDEO_FRAME_PLANE_DATA (&vf, p);
+    stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+  }
+  ok = convert_frame (self, still, 0, plane, stride, &error);
+  gst_video_frame_unmap (&vf);
+  gst_lingbot_session_handle_unref (h);
+  if (!ok) {
+    GST_WARNING_OBJECT (self, "preview: %s", error->message);
+    gst_buffer_unref (out);
+    return GST_FLOW_OK;
+  }
+  GST_BUFFER_PTS (out) = pts;
+  GST_BUFFER_DURATION (out) = gst_util_uint64_scale (1,
+      (guint64) self->fps_d * GST_SECOND, self->fps_n);
+  GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
+  GST_BUFFER_OFFSET (out) = 0;
+  GST_BUFFER_OFFSET_END (out) = 0;
+  GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
+  gst_buffer_add_lingbot_frame_meta (out, 0, 0, TRUE);
+  GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
+  GST_OBJECT_LOCK (self);
+  gst_buffer_replace (&self->preview_frame, out);
+  GST_OBJECT_UNLOCK (self);
+  return out_push (self, GST_MINI_OBJECT_CAST (out));
+}
+
+/* An upstream force-key-unit (a viewer that joined, e.g. a WebRTC peer
+ * whose transport came up after the preview went by) while a live stream
+ * still shows its preview: the preview again, stamped with the running
+ * time now, so that the viewer has a picture before the first key.
+ * Returns whether it was queued. */
+gboolean
+gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self)
+{
+  GstBuffer *again = NULL;
+  GstClock *clock;
+
+  GST_OBJECT_LOCK (self);
+  if (self->preview_frame && self->live)
+    again = gst_buffer_copy (self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
+  if (again == NULL)
+    return FALSE;
+  clock = gst_element_get_clock (GST_ELEMENT (self));
+  if (clock) {
+    GstClockTime now = gst_clock_get_time (clock);
+    GstClockTime base = gst_element_get_base_time (GST_ELEMENT (self));
+
+    if (now > base && now - base > GST_BUFFER_PTS (again))
+      GST_BUFFER_PTS (again) = now - base;
+    gst_object_unref (clock);
+  }
+  GST_BUFFER_FLAG_UNSET (again, GST_BUFFER_FLAG_DISCONT);
+  GST_DEBUG_OBJECT (self, "preview again at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (GST_BUFFER_PTS (again)));
+  return out_push (self, GST_MINI_OBJECT_CAST (again)) == GST_FLOW_OK;
+}
+
+/* A live stream's latency covers the decode too (the frames of a chunk
+ * leave only after it): the decode latency is a bounded statistic of the
+ * last chunks' decode times (#GstLingbotLatencyEstimate: the largest of
+ * the last 4 plus an eighth, moved when a decode is above it or it falls
+ * by more than a tenth), and GST_MESSAGE_LATENCY is posted when it moves
+ * (live streams only: the last LATENCY answer said live). */
+static void
+note_decode_time (GstLingbotVaeDec * self, double seconds)
+{
+  GstClockTime t = (GstClockTime) (seconds * GST_SECOND), now;
+  gboolean post;
+
+  GST_OBJECT_LOCK (self);
+  post = gst_lingbot_latency_estimate_add (&self->decode_latency, t)
+      && self->live;
+  now = self->decode_latency.announced;
+  GST_OBJECT_UNLOCK (self);
+  if (post) {
+    GST_INFO_OBJECT (self, "decode latency %" GST_TIME_FORMAT ": posting "
+        "a latency message", GST_TIME_ARGS (now));
+    gst_element_post_message (GST_ELEMENT (self),
+        gst_message_new_latency (GST_OBJECT (self)));
+  }
+}
+
+/* after a session decode of @n frames: its time noted, its frames pushed */
+static GstFlowReturn
+push_decoded (GstLingbotVaeDec * self, GstLingbotSessionHandle * h,
+    const LingbotChunkStats * stats, int n, GstClockTime pts, GError ** error)
+{
+  note_decode_time (self, stats->vae_seconds);
+  return push_frames (self, lingbot_session_get_frames (h->session), n, pts,
+      error);
+}
+
+/* Decodes one latent buffer and pushes its frames (the decode task). */
+static GstFlowReturn
+decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
+{
+  g_autoptr (GError) error = NULL;
+  GstLingbotChunkMeta *meta = gst_buffer_get_lingbot_chunk_meta (buf);
+  GstMemory *mem = gst_buffer_n_memory (buf) == 1 ?
+      gst_buffer_peek_memory (buf, 0) : NULL;
+  LingbotChunkStats stats = { 0 };
+  GstFlowReturn ret = GST_FLOW_OK;
+  GstMapInfo map;
+  g_autoptr (LingbotLatents) latents = NULL;
+  gsize expected;
+  int n = 0;
+  gint64 t0;
+  gboolean ok;
+  GstClockTime pts = GST_BUFFER_PTS (buf);
+  GstLingbotChunkTimes times = { 0 };
+  guint interval, n_chunks;
+
+  if (!self->negotiated) {
+    gst_buffer_unref (buf);
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+  self->frame_chunk = meta ? meta->chunk : self->chunk;
+  self->frame_keys = meta ? meta->stats.keys : 0;
+  GST_OBJECT_LOCK (self);
+  gst_clear_buffer (&self->preview_frame);
+  GST_OBJECT_UNLOCK (self);
+  /* the generate interval (decode-hidden-fraction), before the buffer and
+   * its meta go */
+  if (meta && meta->generate_end_us > 0) {
+    times.generate_end_us = meta->generate_end_us;
+    times.generate_start_us = meta->generate_end_us - (gint64)
+        llround (meta->stats.compute_seconds * G_USEC_PER_SEC);
+  }
+  expected = (gsize) LINGBOT_LATENT_CHANNELS *self->lat_frames *
+      self->lat_h * self->lat_w * sizeof (float);
+  if (gst_buffer_get_size (buf) != expected) {
+    DEC_ERROR (self, STREAM, FORMAT,
+        ("Latent buffer of %" G_GSIZE_FORMAT " bytes, expected %"
+            G_GSIZE_FORMAT " (the caps say f32 [16, %d, %d, %d])",
+            gst_buffer_get_size (buf), expected, self->lat_frames,
+            self->lat_h, self->lat_w), ("chunk %" G_GUINT64_FORMAT,
+            self->chunk));
+    gst_buffer_unref (buf);
+    return GST_FLOW_ERROR;
+  }
+
+  if (mem && gst_is_lingbot_device_memory (mem)) {
+    /* memory:LingbotDevice: decode the session's latents where they are,
+     * never mapping the buffer */
+    GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
+    GstLingbotSessionHandle *h = dm->handle;
+
+    if (meta)
+      stats = meta->stats;
+    else
+      stats.index = dm->chunk;
+    /* where its latents are (a channel slot on the decode ranks, a spill,
+     * or the serial latent tensor); beside the generator's next chunk */
+    ok = lingbot_session_decode_chunk (h->session, dm->chunk, &n, &stats,
+        &error);
+    if (ok)
+      ret = push_decoded (self, h, &stats, n, pts, &error);
+    gst_buffer_unref (buf);
+    goto decoded;
+  }
+
+  gst_buffer_map (buf, &map, GST_MAP_READ);
+  /* the size was checked above: this cannot fail */
+  latents = lingbot_latents_new_wrapped (map.data, map.size, self->lat_frames,
+      self->lat_h, self->lat_w, NULL);
+
+  if (meta) {
+    GstLingbotSessionHandle *h = meta->handle;
+
+    stats = meta->stats;
+    /* sets stats.vae_seconds: the decode alone, not the wait for a
+     * generate that holds the world */
+    ok = lingbot_session_decode (h->session, latents, &n, &stats, &error);
+    if (ok)
+      ret = push_decoded (self, h, &stats, n, pts, &error);
+  } else {
+    stats.index = self->chunk;
+    if (!ensure_own_decoder (self, &error)) {
+      g_autofree char *text = g_strdup_printf ("No VAE decoder for plain "
+          "latents: %s", error ? error->message : "no world");
+
+      gst_buffer_unmap (buf, &map);
+      gst_buffer_unref (buf);
+      wait_started (self);
+      gst_lingbot_post_error (GST_ELEMENT (self), error,
+          GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
+      return GST_FLOW_ERROR;
+    }
+    t0 = g_get_monotonic_time ();
+    ok = lingbot_decoder_decode (self->decoder, latents, &n, &error);
+    if (ok) {
+      stats.decode_start_us = t0;
+      stats.decode_end_us = g_get_monotonic_time ();
+      stats.vae_seconds = (stats.decode_end_us - t0) / 1e6;
+      note_decode_time (self, stats.vae_seconds);
+      ret = push_frames (self, lingbot_decoder_get_frames (self->decoder), n,
+          pts, &error);
+    }
+  }
+  gst_buffer_unmap (buf, &map);
+  gst_buffer_unref (buf);
+
+decoded:
+  if (!ok || ret == GST_FLOW_ERROR) {
+    DEC_ERROR (self, STREAM, DECODE, ("%s",
+            error ? error->message : "decode failed"),
+        ("chunk %" G_GUINT64_FORMAT "%s", self->chunk,
+            gst_lingbot_error_hint (error)));
+    return GST_FLOW_ERROR;
+  }
+  stats.frames = n;
+  times.frames = n;
+  times.compute_seconds = stats.dit_seconds + stats.vae_seconds;
+  times.end_us = stats.decode_end_us;
+  times.decode_seconds = stats.vae_seconds;
+  times.decode_start_us = stats.decode_start_us;
+  GST_OBJECT_LOCK (self);
+  gst_lingbot_chunk_log_add (self->chunk_times, &times);
+  if (meta == NULL)
+    self->dit_unknown = TRUE;
+  n_chunks = (guint) gst_lingbot_chunk_log_get_n_chunks (self->chunk_times);
+  interval = self->summary_interval;
+  GST_OBJECT_UNLOCK (self);
+  gst_element_post_message (GST_ELEMENT (self),
+      gst_message_new_element (GST_OBJECT (self),
+          gst_structure_new ("lingbot-decode",
+              "index", G_TYPE_UINT64, stats.index,
+              "frames", G_TYPE_INT, n,
+              "vae-seconds", G_TYPE_DOUBLE, stats.vae_seconds,
+              "compute-seconds", G_TYPE_DOUBLE,
+              stats.dit_seconds + stats.vae_seconds,
+              "decode-start", G_TYPE_INT64, stats.decode_start_us,
+              "decode-end", G_TYPE_INT64, stats.decode_end_us, NULL)));
+  GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT ": %d frames, VAE "
+      "%.3f s", stats.index, n, stats.vae_seconds);
+  self->chunk++;
+  /* live sessions may never see EOS: a summary every summary-interval
+   * chunks, behind the chunk's frames */
+  if (ret == GST_FLOW_OK && interval > 0 && n_chunks % interval == 0)
+    out_push (self, summary_message (self, FALSE));
+  return ret;
+}
