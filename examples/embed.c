@@ -7,10 +7,12 @@
  * session with lingbotcontrolsrc's action signals (the same path a
  * keyboard or a WebRTC data channel would take) and counts the frames.
  *
- *   lingbot-embed MODEL_DIR IMAGE.jpg [PROMPT_EMBEDS.safetensors [W H
+ *   lingbot-embed MODEL_DIR IMAGE.jpg [PROMPT_EMBEDS.safetensors|- [W H
  *       [DEVICES]]]
  *
- * Without PROMPT_EMBEDS the model's umT5 encodes a built-in prompt.
+ * Without PROMPT_EMBEDS, or with `-` in its place (to give W H without
+ * one), the model's umT5 encodes a built-in prompt.  W H (multiples of 16)
+ * default to the model's pixel area (832x480: minutes on a CPU).
  */
 #include <stdlib.h>
 #include <gst/gst.h>
@@ -104,7 +106,8 @@ main (int argc, char **argv)
   g_autoptr (GError) err = NULL;
   g_autoptr (LingbotWorld) world = NULL;
   g_autofree char *desc = NULL;
-  const char *embeds = argc > 3 ? argv[3] : NULL;
+  const char *embeds = argc > 3 && g_strcmp0 (argv[3], "-") != 0 ?
+      argv[3] : NULL;
   int width = argc > 5 ? atoi (argv[4]) : 0;
   int height = argc > 5 ? atoi (argv[5]) : 0;
   App app = { 0 };
@@ -115,7 +118,7 @@ main (int argc, char **argv)
 
   gst_init (&argc, &argv);
   if (argc < 3) {
-    g_printerr ("usage: %s MODEL_DIR IMAGE.jpg [PROMPT_EMBEDS [W H "
+    g_printerr ("usage: %s MODEL_DIR IMAGE.jpg [PROMPT_EMBEDS|- [W H "
         "[DEVICES]]]\n", argv[0]);
     return 2;
   }
@@ -137,7 +140,10 @@ main (int argc, char **argv)
       "devices=%s image-location=\"%s\" width=%d height=%d ! "
       "lingbotvaedec ! fakesink name=sink signal-handoffs=true sync=false",
       FRAMES, argv[1], opts.devices, argv[2], width, height);
-  pipeline = gst_parse_launch (desc, &err);
+  /* a missing element (no plugin on GST_PLUGIN_PATH) fails here rather
+   * than leaving a partial pipeline */
+  pipeline = gst_parse_launch_full (desc, NULL, GST_PARSE_FLAG_FATAL_ERRORS,
+      &err);
   if (pipeline == NULL) {
     g_printerr ("%s\n", err->message);
     return 1;

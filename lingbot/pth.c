@@ -1117,6 +1117,23 @@ read_entry (Vm * vm, zip_int64_t index, gsize * len, GError ** error)
   return buf;
 }
 
+/* Whether @data (@len bytes), which libzip found no archive in, starts as
+ * a zip archive (a local file header) but has no end of central directory
+ * record (signature PK\5\6, 22 bytes and a comment of at most 65535) where
+ * one must be: a file cut short, such as an interrupted download. */
+static gboolean
+zip_cut_short (const guint8 * data, gsize len)
+{
+  gsize from = len > 22 + 65535 ? len - 22 - 65535 : 0;
+
+  if (len < 4 || memcmp (data, "PK\3\4", 4) != 0)
+    return FALSE;
+  for (gsize i = from; i + 22 <= len; i++)
+    if (memcmp (data + i, "PK\5\6", 4) == 0)
+      return FALSE;
+  return TRUE;
+}
+
 static gboolean
 parse_pth (LingbotCheckpoint * ckpt, const char *file, LbStorage * storage,
     const guint8 * data, gsize len, GError ** error)
@@ -1151,6 +1168,14 @@ parse_pth (LingbotCheckpoint * ckpt, const char *file, LbStorage * storage,
     vm.za = zip_open_from_source (src, ZIP_RDONLY, &zerr);
     if (vm.za == NULL)
       zip_source_free (src);
+  }
+  if (vm.za == NULL && zip_error_code_zip (&zerr) == ZIP_ER_NOZIP
+      && zip_cut_short (data, len)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,
+        "%s: truncated: %" G_GSIZE_FORMAT " bytes, not a complete .pth (zip) "
+        "file: it has no end of central directory record", file, len);
+    zip_error_fini (&zerr);
+    goto out;
   }
   if (vm.za == NULL) {
     g_set_error (error, LB_ERROR, LB_ERROR_FORMAT,

@@ -12,13 +12,27 @@ LINGBOT_DEMO_IMAGE=/usr/share/backgrounds/mate/nature/GreenMeadow.jpg
 LINGBOT_PYTHON=/usr/bin/python3
 
 # lingbot_demo_build [EXTRA_PACKAGE...]: install what is missing (and the
-# extra packages) and build quietly; sets BUILD (LINGBOT_BUILD_DIR, default
-# build).
+# extra packages) and build; sets BUILD (LINGBOT_BUILD_DIR, default build).
+# When there is something to build it says so (the first build takes about
+# 2 minutes on 2 cores) and writes meson's and ninja's output to
+# $BUILD/demo-build.log, whose end it shows if the build fails.
 lingbot_demo_build () {
   lingbot_install_deps "$@"
   BUILD=${LINGBOT_BUILD_DIR:-build}
-  [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
-  ninja -C "$BUILD" >/dev/null
+  local log="$BUILD/demo-build.log"
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    echo "== building in $BUILD (the first time about 2 minutes on 2 cores; log: $log)"
+    mkdir -p "$BUILD"
+    meson setup "$BUILD" > "$log.setup" 2>&1 || {
+      tail -n 20 "$log.setup" >&2; return 1; }
+    mv "$log.setup" "$log"
+  elif ! ninja -C "$BUILD" -n 2>/dev/null | grep -q '^ninja: no work to do'; then
+    echo "== building in $BUILD (log: $log)"
+    : > "$log"
+  fi
+  ninja -C "$BUILD" >> "${log}" 2>&1 || {
+    echo "demo: the build failed; the end of $log:" >&2
+    tail -n 20 "$log" >&2; return 1; }
 }
 
 # lingbot_demo_model DIR: sets model to DIR/demo-model, the small

@@ -12,8 +12,10 @@
 #
 # It reads the bus itself (no text scraped from gst-launch-1.0 -m): one
 # progress line per lingbotvaedec `lingbot-decode` message (frames so far,
-# seconds, rate, ETA), then one line per lingbotgen `lingbot-chunk` message
-# (index, frames, keys, dit/vae/compute seconds to the millisecond), the
+# seconds, rate, ETA), then a legend and one line per chunk: lingbotgen's
+# `lingbot-chunk` (index, frames, keys, dit and compute seconds to the
+# millisecond) with the vae-seconds of lingbotvaedec's `lingbot-decode` of
+# the same chunk index (lingbot-chunk's own vae-seconds is always 0), the
 # steady fps of lingbotvaedec's `lingbot-summary`, and what the written file
 # holds (GstPbutils' discoverer: duration, size, rate).  Ctrl-C sends EOS
 # (as gst-launch-1.0 -e): the chunk in flight is finished and written.
@@ -93,7 +95,8 @@ def main():
     if pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE:
         # the element posted why on the bus
         pass
-    done, chunks, steady, rc = 0, [], None, 0
+    # chunk index -> lingbot-chunk line, and -> lingbot-decode vae-seconds
+    done, chunks, vae, steady, rc = 0, {}, {}, None, 0
     while True:
         msg = bus.timed_pop_filtered(
             Gst.SECOND // 10, Gst.MessageType.ELEMENT | Gst.MessageType.EOS |
@@ -118,6 +121,7 @@ def main():
         s = msg.get_structure()
         name = s.get_name()
         if name == "lingbot-decode":
+            vae[s.get_value("index")] = s.get_value("vae-seconds")
             done += s.get_value("frames")
             el = time.monotonic() - t0
             line = (f"   chunk {s.get_value('index')}: {done}/{a.frames} "
@@ -126,12 +130,11 @@ def main():
                 line += f", ETA {el * (a.frames - done) / done:.0f} s"
             print(line, flush=True)
         elif name == "lingbot-chunk":
-            chunks.append(
+            chunks[s.get_value('index')] = (
                 f"   lingbot-chunk {s.get_value('index')}: "
                 f"{s.get_value('frames')} frames, keys "
                 f"{s.get_value('keys-string') or '-'}, dit "
-                f"{s.get_value('dit-seconds'):.3f} s, vae "
-                f"{s.get_value('vae-seconds'):.3f} s, compute "
+                f"{s.get_value('dit-seconds'):.3f} s, compute "
                 f"{s.get_value('compute-seconds'):.3f} s")
         elif name == "lingbot-summary":
             ok, v = s.get_double("steady-fps")
@@ -141,8 +144,14 @@ def main():
     if rc:
         return rc
     el = time.monotonic() - t0
-    for c in chunks:
-        print(c)
+    if chunks:
+        print("== per chunk: dit = the DiT's 4 + 1 passes; compute = all of "
+              "lingbotgen's time for it\n   (camera poses from the keys + "
+              "condition encode + DiT); vae = lingbotvaedec's decode,\n"
+              "   which runs beside the next chunk's generation")
+    for i, c in sorted(chunks.items()):
+        v = f"{vae[i]:.3f} s" if i in vae else "-"
+        print(f"{c}, vae {v}")
     if steady is not None:
         print(f"== steady {steady:.2f} fps (chunks after the first, compute)")
     size = os.stat(a.out).st_size

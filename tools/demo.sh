@@ -9,7 +9,7 @@
 # (under the source root, gitignored; written once, kept after): a
 # random-weight model in the published LingBot-World v2 layout (DiT shards +
 # index, Wan2.1_VAE.pth, umT5 .pth, SentencePiece tokenizer; lingbot-mkmodel
-# --preset demo --full, dim 64, 4.6 MB).
+# --preset demo --full: DiT dim 128, text dim 64, 3 layers; 6.7 MB).
 #
 # The main job on a machine without a GPU: that model, a photograph from a
 # Debian package (mate-backgrounds: nature/GreenMeadow.jpg, GPL-2+) as the

@@ -52,9 +52,11 @@ LINGBOT_FUZZ_DEPS=(
 # (/usr/share/backgrounds/mate/nature/GreenMeadow.jpg), unless --image
 # names another.  Everything else the demo runs is in the list above
 # (tools/demo-run.py: python3-gi, gir1.2-gst-plugins-base-1.0; the test
-# demo-deps checks this).
+# demo-deps checks this).  gstreamer1.0-x (ximagesink, xvimagesink) is for
+# the README's window line: with no X or GL video sink, autovideosink falls
+# back to dfbvideosink, which crashes without a display.
 LINGBOT_DEMO_DEPS=(
-  mate-backgrounds
+  mate-backgrounds gstreamer1.0-x
 )
 
 # lingbot_install_deps [EXTRA_PACKAGE...]: install what is missing of the

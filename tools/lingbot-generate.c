@@ -9,8 +9,9 @@
  *       --keys w --out frames.rgb
  *
  * --y4m writes YUV4MPEG2 (I420, BT.601 limited range, the session fps);
- * --out writes raw packed RGB8 frames back to back.  Per-chunk figures go
- * to stdout, one JSON object per line.
+ * --out writes raw packed RGB8 frames back to back; with neither the run
+ * writes no video (a timing run: the frames are still made and decoded).
+ * Per-chunk figures go to stdout, one JSON object per line.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,13 +106,14 @@ main (int argc, char **argv)
     {NULL}
   };
   const char *prog = "lingbot-generate";
-  if (!lingbot_tool_parse (prog, "- generate a LingBot-World video", NULL,
-          entries, &argc, &argv))
+  if (!lingbot_tool_parse (prog, "- generate a LingBot-World video",
+          "Without --out or --y4m nothing is written: a timing run (the "
+          "frames are still made\nand decoded; the per-chunk figures go to "
+          "stdout, one JSON object per line).", entries, &argc, &argv))
     return LINGBOT_TOOL_USAGE;
-  if (model == NULL || image == NULL || (out == NULL && y4m == NULL) ||
-      frames <= 0 || fps <= 0)
-    return lingbot_tool_usage_error (prog, "--model, --image, --frames > 0 "
-        "and --out or --y4m are required");
+  if (model == NULL || image == NULL || frames <= 0 || fps <= 0)
+    return lingbot_tool_usage_error (prog, "--model, --image and --frames > 0 "
+        "are required");
   g_autoptr (GError) err = NULL;
   guint fixed_keys = 0;
   if (keys_str) {

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     --model) model="$2"; shift 2 ;;
     --image) image="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "webrtc-demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -364,12 +364,20 @@ GST_START_TEST (test_precision)
     GstBus *bus = gst_element_get_bus (p);
     GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_INFO);
     g_autoptr (GError) info = NULL;
+    g_autofree char *debug = NULL;
+    const char *text;
     g_assert_nonnull (m);
-    gst_message_parse_info (m, &info, NULL);
+    gst_message_parse_info (m, &info, &debug);
     g_assert_error (info, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_SETTINGS);
     g_assert_cmpstr (info->message, ==, "precision=bf16 has no effect on "
         "CPU ranks (devices=cpu:1): they compute in f32; on GPU ranks it "
         "selects bf16 GEMMs");
+    /* gst-launch-1.0 prints only the debug string: "FILE(LINE): FUNC ():
+     * OBJECT-PATH:\n" and the same text */
+    g_assert_nonnull (debug);
+    text = strstr (debug, ":\n");
+    g_assert_nonnull (text);
+    g_assert_cmpstr (text + 2, ==, info->message);
     gst_message_unref (m);
     gst_object_unref (bus);
   }

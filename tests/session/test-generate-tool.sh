@@ -2,7 +2,8 @@
 # lingbot-mkmodel --full + lingbot-generate end to end: writes a tiny model
 # directory in the release layout, generates 29 frames on 1 and 2 CPU ranks
 # from the shared reference image and the control trace, checks the Y4M
-# (header, 29 frames of 64x64 I420) and that both runs agree.
+# (header, 29 frames of 64x64 I420) and that both runs agree; a run with
+# neither --out nor --y4m (timing only) prints its figures and exits 0.
 # usage: test-generate-tool.sh LINGBOT-MKMODEL LINGBOT-GENERATE SPM-MODEL
 set -eu
 mkmodel=$1
@@ -47,6 +48,10 @@ print(f"1 vs 2 ranks: {len(diff)} of {len(a)} bytes differ, "
       f"max {max(diff, default=0)}")
 assert max(diff, default=0) <= 1 and len(diff) <= len(a) // 1000, diff[:10]
 PY
+# neither --out nor --y4m: a timing run, the per-chunk figures only
+"$generate" --model "$tmp/m" --image "$img" --prompt "a quiet harbour" \
+  --frames 13 --width 64 --height 64 > "$tmp/log0"
+grep -q '^{"total_frames":13,' "$tmp/log0"
 # errors name what is wrong
 if "$generate" --model "$tmp/nope" --image "$img" --prompt x \
     --y4m "$tmp/x.y4m" 2> "$tmp/err"; then exit 1; fi

@@ -1,6 +1,6 @@
 /* Unit tests: `lingbot-inspect --check DIR` on models written here: a
- * complete one (OK, exit 0), and copies with one shard truncated, one
- * missing, one tensor's dtype changed, a config.json that contradicts the
+ * complete one (OK, exit 0), and copies with one shard truncated, the
+ * VAE truncated, one shard missing, one tensor's dtype changed, a config.json that contradicts the
  * shapes, the umT5 missing, a dummy model (each: the exact lines, exit 1
  * or 0).
  * Usage: test-inspect-check PATH-TO-lingbot-inspect PATH-TO-lingbot-mkmodel
@@ -88,6 +88,26 @@ test_truncated (void)
       "header describes %" G_GINT64_FORMAT "\n%s%s: 1 problem, not "
       "complete\n", shard, (gint64) st.st_size / 2, (gint64) st.st_size,
       parts, dir);
+  g_assert_cmpstr (out, ==, want);
+}
+
+/* the VAE cut short, as an interrupted download leaves it: "truncated",
+ * not libzip's "Not a zip archive" */
+static void
+test_truncated_vae (void)
+{
+  g_autofree char *dir = copy_model ("truncated-vae");
+  g_autofree char *vae = g_build_filename (dir, "Wan2.1_VAE.pth", NULL);
+  g_autofree char *out = NULL, *want = NULL;
+
+  g_assert_cmpint (truncate (vae, 100000), ==, 0);
+  g_assert_cmpint (check (dir, &out), ==, 1);
+  want = g_strdup_printf ("%s/transformers: 3 shards, 91 tensors (BF16), "
+      "613248 bytes, dim 64, 2 layers: complete\n"
+      "%s: truncated: 100000 bytes, not a complete .pth (zip) file: it has "
+      "no end of central directory record\n"
+      "%s/models_t5_umt5-xxl-enc-bf16.safetensors: 2 tensors, 96 bytes: "
+      "complete\n%s: 1 problem, not complete\n", dir, vae, dir, dir);
   g_assert_cmpstr (out, ==, want);
 }
 
@@ -287,6 +307,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/inspect/check/complete", test_complete);
   g_test_add_func ("/inspect/check/truncated-shard", test_truncated);
+  g_test_add_func ("/inspect/check/truncated-vae", test_truncated_vae);
   g_test_add_func ("/inspect/check/missing-shard", test_missing_shard);
   g_test_add_func ("/inspect/check/wrong-dtype", test_wrong_dtype);
   g_test_add_func ("/inspect/check/wrong-shape", test_wrong_shape);

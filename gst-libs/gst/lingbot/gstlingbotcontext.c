@@ -509,13 +509,18 @@ gst_lingbot_ensure_world (GstElement * element, const char *model_path,
   if (w == NULL)
     return FALSE;
   /* CPU ranks compute a bf16 request in f32 (LingbotWorldOptions): say
-   * so, as the world and its context still carry "bf16" */
+   * so, as the world and its context still carry "bf16".  The text goes
+   * in the debug argument too: gst-launch-1.0 prints only an INFO
+   * message's debug string (an empty "INFO:" with the source line
+   * otherwise). */
   if (g_strcmp0 (precision, "bf16") == 0 && (devices == NULL
-          || g_str_has_prefix (devices, "cpu")))
-    GST_ELEMENT_INFO (element, RESOURCE, SETTINGS, ("precision=bf16 has no "
-            "effect on CPU ranks (devices=%s): they compute in f32; on GPU "
-            "ranks it selects bf16 GEMMs", devices ? devices : "cpu:1"),
-        (NULL));
+          || g_str_has_prefix (devices, "cpu"))) {
+    g_autofree char *text = g_strdup_printf ("precision=bf16 has no "
+        "effect on CPU ranks (devices=%s): they compute in f32; on GPU "
+        "ranks it selects bf16 GEMMs", devices ? devices : "cpu:1");
+
+    GST_ELEMENT_INFO (element, RESOURCE, SETTINGS, ("%s", text), ("%s", text));
+  }
 
   context = gst_lingbot_context_new (w);
   GST_OBJECT_LOCK (element);
