@@ -35,6 +35,7 @@
  * "devices=cpu:2" or "engine=session frames=45".
  */
 #include "tools/bench-direct.h"
+#include "tools/bench-direct-private.h"
 #include "tools/bench-common.h"
 #include "tools/bench-counters.h"
 
@@ -58,36 +59,11 @@
 
 /* ---- configuration ---- */
 
-typedef struct
-{
-  gboolean replay;
-  char *engine;
-  char *model;
-  char *image;
-  char *trace;
-  char *prompt;
-  char *prompt_embeds;
-  char *devices;
-  char *precision;
-  gboolean decode_overlap;
-  int frames;
-  int fps;
-  int chunk_frames;
-  int width, height, pixel_area;
-  gint64 seed;
-  char *output;
-  double duration;
-  double playout_delay;
-  double rss_interval;
-  gboolean compare;
-  int rounds;
-  double timeout;
-  gboolean quiet;
-  char **rest;
-} BenchConfig;
+/* LingbotBenchConfig, and a run's LingbotBenchRunResult:
+ * tools/bench-direct-private.h; its JSON report: tools/bench-direct-report.c */
 
 static void
-config_clear (BenchConfig * c)
+config_clear (LingbotBenchConfig * c)
 {
   g_free (c->engine);
   g_free (c->model);
@@ -104,7 +80,8 @@ config_clear (BenchConfig * c)
 
 /* Parses a copy of @argv into @c (defaults first). */
 static gboolean
-config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
+config_parse (LingbotBenchConfig * c, gboolean replay, char **argv,
+    GError ** error)
 {
   memset (c, 0, sizeof (*c));
   c->replay = replay;
@@ -252,8 +229,6 @@ config_parse (BenchConfig * c, gboolean replay, char **argv, GError ** error)
  * collectives class (tools/bench-counters.c, registered before any worker
  * group exists) ---- */
 
-typedef LingbotBenchCommCounts CommCounters;
-
 /* Installs the counting wrapper for the device type of @devices (after
  * loading its backend, whose init may register its own class). */
 static const char *
@@ -274,45 +249,12 @@ comm_counters_install (const char *devices, GError ** error)
 }
 
 static void
-comm_counters_snapshot (CommCounters * out)
+comm_counters_snapshot (LingbotBenchCommCounts * out)
 {
   lingbot_bench_comm_counts_total (out);
 }
 
-/* ---- one run ---- */
-
-typedef struct
-{
-  guint64 index;
-  int frames;
-  guint keys;
-  double dit_seconds, vae_seconds, compute_seconds, wall_seconds;
-  double start_s, end_s, first_frame_s;
-  double decode_start_s, decode_end_s;
-  double request_s, due_s, late_s;
-} ChunkRecord;
-
-typedef struct
-{
-  const char *engine;
-  const char *collectives;
-  int n_ranks;
-  GArray *chunks;               /* ChunkRecord */
-  GArray *arrivals;             /* double: each frame at the sink */
-  double setup_s;
-  CommCounters comm;
-  guint64 latent_host_bytes;    /* latents that crossed host memory */
-  gboolean decoder_attached;    /* the decode on its own worker group */
-  GArray *rss;                  /* RssSample, every --rss-interval */
-} RunResult;
-
 /* ---- resident memory, sampled beside the run (soak tests) ---- */
-
-typedef struct
-{
-  double t_s;
-  gint64 bytes;
-} RssSample;
 
 typedef struct
 {
@@ -340,7 +282,8 @@ rss_now (void)
 static void
 rss_take (RssSampler * rs)
 {
-  RssSample x = { lingbot_bench_seconds_since (rs->t0), rss_now () };
+  LingbotBenchRssSample x =
+      { lingbot_bench_seconds_since (rs->t0), rss_now () };
   g_array_append_val (rs->samples, x);
 }
 
@@ -361,7 +304,7 @@ rss_thread (gpointer data)
 }
 
 static void
-run_result_clear (RunResult * r)
+run_result_clear (LingbotBenchRunResult * r)
 {
   g_clear_pointer (&r->chunks, g_array_unref);
   g_clear_pointer (&r->arrivals, g_array_unref);
@@ -370,7 +313,7 @@ run_result_clear (RunResult * r)
 }
 
 static void
-print_chunk (const BenchConfig * c, const ChunkRecord * k)
+print_chunk (const LingbotBenchConfig * c, const LingbotBenchChunkRecord * k)
 {
   if (c->quiet)
     return;
@@ -385,12 +328,13 @@ print_chunk (const BenchConfig * c, const ChunkRecord * k)
 
 /* the replay deadline of each chunk, from chunk 0's start */
 static void
-set_deadlines (const BenchConfig * c, RunResult * r)
+set_deadlines (const LingbotBenchConfig * c, LingbotBenchRunResult * r)
 {
   guint frames_before = 0;
   double origin = r->setup_s;
   for (guint i = 0; i < r->chunks->len; i++) {
-    ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
+    LingbotBenchChunkRecord *k =
+        &g_array_index (r->chunks, LingbotBenchChunkRecord, i);
     k->request_s = origin + (double) frames_before / c->fps;
     k->due_s = k->request_s + c->playout_delay;
     k->late_s = k->first_frame_s - k->due_s;
@@ -432,7 +376,7 @@ decode_thread (gpointer data)
  * second thread; chunk i + 1 generates while chunk i decodes.  A chunk's
  * frames are ready (end_s) when its decode ends. */
 static gboolean
-run_session_overlapped (const BenchConfig * c, RunResult * r,
+run_session_overlapped (const LingbotBenchConfig * c, LingbotBenchRunResult * r,
     LingbotSession * session, const LingbotTraceChunk * plan,
     guint n_planned, gint64 t0, GError ** error)
 {
@@ -474,7 +418,7 @@ run_session_overlapped (const BenchConfig * c, RunResult * r,
     const LingbotChunkStats *st =
         &g_array_index (t.decoded, LingbotChunkStats, i);
     int n = g_array_index (t.n_frames, int, i);
-    ChunkRecord k = { 0 };
+    LingbotBenchChunkRecord k = { 0 };
     k.index = st->index;
     k.frames = n;
     k.keys = st->keys;
@@ -503,7 +447,8 @@ run_session_overlapped (const BenchConfig * c, RunResult * r,
 }
 
 static gboolean
-run_session (const BenchConfig * c, RunResult * r, GError ** error)
+run_session (const LingbotBenchConfig * c, LingbotBenchRunResult * r,
+    GError ** error)
 {
   gint64 t0 = g_get_monotonic_time ();
   g_autoptr (LingbotControlTrace) trace = NULL;
@@ -560,7 +505,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
     }
     LingbotChunkStats st = { 0 };
     int n = 0;
-    ChunkRecord k = { 0 };
+    LingbotBenchChunkRecord k = { 0 };
     k.start_s = lingbot_bench_seconds_since (t0);
     if (!lingbot_session_generate (session, keys, &st, error) ||
         !lingbot_session_decode (session, NULL, &n, &st, error)) {
@@ -583,7 +528,7 @@ run_session (const BenchConfig * c, RunResult * r, GError ** error)
     frames_before += (guint) n;
     if (c->replay)
       set_deadlines (c, r);
-    print_chunk (c, &g_array_index (r->chunks, ChunkRecord,
+    print_chunk (c, &g_array_index (r->chunks, LingbotBenchChunkRecord,
             r->chunks->len - 1));
   }
   r->latent_host_bytes = lingbot_session_get_latent_host_bytes (session);
@@ -750,7 +695,8 @@ gst_elements_available (void)
 }
 
 static gboolean
-run_gst (const BenchConfig * c, RunResult * r, GError ** error)
+run_gst (const LingbotBenchConfig * c, LingbotBenchRunResult * r,
+    GError ** error)
 {
   GstRun g = { 0 };
   gboolean ok = FALSE;
@@ -847,7 +793,7 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
     guint frames_before = 0;
     for (guint i = 0; i < g.gen->len; i++) {
       ChunkMsg *m = &g_array_index (g.gen, ChunkMsg, i);
-      ChunkRecord k = { 0 };
+      LingbotBenchChunkRecord k = { 0 };
       k.index = m->index;
       k.frames = m->frames;
       k.keys = m->keys;
@@ -877,11 +823,12 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
       g_array_append_val (r->chunks, k);
     }
     if (ok && r->chunks->len > 0)
-      r->setup_s = g_array_index (r->chunks, ChunkRecord, 0).start_s;
+      r->setup_s =
+          g_array_index (r->chunks, LingbotBenchChunkRecord, 0).start_s;
     if (ok && c->replay)
       set_deadlines (c, r);
     for (guint i = 0; ok && i < r->chunks->len; i++)
-      print_chunk (c, &g_array_index (r->chunks, ChunkRecord, i));
+      print_chunk (c, &g_array_index (r->chunks, LingbotBenchChunkRecord, i));
   }
 
   if (g.handle) {
@@ -903,10 +850,11 @@ run_gst (const BenchConfig * c, RunResult * r, GError ** error)
 #endif
 
 static gboolean
-run_once (const BenchConfig * c, RunResult * r, GError ** error)
+run_once (const LingbotBenchConfig * c, LingbotBenchRunResult * r,
+    GError ** error)
 {
   memset (r, 0, sizeof (*r));
-  r->chunks = g_array_new (FALSE, TRUE, sizeof (ChunkRecord));
+  r->chunks = g_array_new (FALSE, TRUE, sizeof (LingbotBenchChunkRecord));
   r->arrivals = g_array_new (FALSE, TRUE, sizeof (double));
   r->collectives = comm_counters_install (c->devices, error);
   if (r->collectives == NULL)
@@ -933,7 +881,7 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
     return FALSE;
   }
 #endif
-  CommCounters before, after;
+  LingbotBenchCommCounts before, after;
   comm_counters_snapshot (&before);
   gboolean ok;
   /* resident memory at the start and every --rss-interval seconds */
@@ -941,7 +889,7 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
       c->replay ? 60.0 : 0.0;
   RssSampler rs = { 0 };
   GThread *sampler = NULL;
-  r->rss = g_array_new (FALSE, FALSE, sizeof (RssSample));
+  r->rss = g_array_new (FALSE, FALSE, sizeof (LingbotBenchRssSample));
   if (interval > 0) {
     g_mutex_init (&rs.lock);
     g_cond_init (&rs.cond);
@@ -980,381 +928,6 @@ run_once (const BenchConfig * c, RunResult * r, GError ** error)
   return ok;
 }
 
-/* ---- summary ---- */
-
-static void
-add_stats (JsonBuilder * b, const char *name, GArray * values)
-{
-  static const struct
-  {
-    const char *name;
-    double p;
-  } quantiles[] =
-      { {"p50", 0.50}, {"p90", 0.90}, {"p95", 0.95}, {"p99", 0.99} };
-  guint n = values->len;
-  double *v = (double *) (void *) values->data;
-  double sum = 0.0;
-  lingbot_bench_sort (v, n);
-  for (guint i = 0; i < n; i++)
-    sum += v[i];
-  json_builder_set_member_name (b, name);
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "count");
-  json_builder_add_int_value (b, n);
-  json_builder_set_member_name (b, "mean");
-  json_builder_add_double_value (b, n ? sum / n : 0.0);
-  json_builder_set_member_name (b, "min");
-  json_builder_add_double_value (b, n ? v[0] : 0.0);
-  for (guint i = 0; i < G_N_ELEMENTS (quantiles); i++) {
-    json_builder_set_member_name (b, quantiles[i].name);
-    json_builder_add_double_value (b, lingbot_bench_percentile (v, n,
-            quantiles[i].p));
-  }
-  json_builder_set_member_name (b, "max");
-  json_builder_add_double_value (b, n ? v[n - 1] : 0.0);
-  json_builder_end_object (b);
-}
-
-static void
-set_double (JsonBuilder * b, const char *name, double v)
-{
-  json_builder_set_member_name (b, name);
-  json_builder_add_double_value (b, isfinite (v) ? v : 0.0);
-}
-
-static void
-set_int (JsonBuilder * b, const char *name, gint64 v)
-{
-  json_builder_set_member_name (b, name);
-  json_builder_add_int_value (b, v);
-}
-
-static void
-set_string (JsonBuilder * b, const char *name, const char *v)
-{
-  json_builder_set_member_name (b, name);
-  if (v)
-    json_builder_add_string_value (b, v);
-  else
-    json_builder_add_null_value (b);
-}
-
-static double
-steady_fps (const RunResult * r)
-{
-  double frames = 0, secs = 0;
-  for (guint i = 1; i < r->chunks->len; i++) {
-    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
-    frames += k->frames;
-    secs += k->compute_seconds;
-  }
-  return secs > 0 ? frames / secs : 0.0;
-}
-
-/* The mean steady chunk period, end_s(k) - end_s(k-1) over k >= 1 (the
- * summary's chunk_period_seconds.mean); 0 with fewer than 2 chunks. */
-static double
-mean_period (const RunResult * r)
-{
-  const guint n = r->chunks->len;
-  if (n < 2)
-    return 0.0;
-  double sum = 0;
-  for (guint i = 1; i < n; i++)
-    sum += g_array_index (r->chunks, ChunkRecord, i).end_s -
-        g_array_index (r->chunks, ChunkRecord, i - 1).end_s;
-  return sum / (n - 1);
-}
-
-static char *
-cpu_model (void)
-{
-  g_autofree char *info = NULL;
-  if (g_file_get_contents ("/proc/cpuinfo", &info, NULL, NULL)) {
-    g_auto (GStrv) lines = g_strsplit (info, "\n", -1);
-    for (int i = 0; lines[i]; i++)
-      if (g_str_has_prefix (lines[i], "model name")) {
-        const char *colon = strchr (lines[i], ':');
-        if (colon)
-          return g_strstrip (g_strdup (colon + 1));
-      }
-  }
-  return g_strdup ("unknown");
-}
-
-static void
-add_machine (JsonBuilder * b)
-{
-  struct utsname u;
-  g_autofree char *cpu = cpu_model ();
-  g_autoptr (GDateTime) now = g_date_time_new_now_utc ();
-  g_autofree char *date = g_date_time_format_iso8601 (now);
-  json_builder_set_member_name (b, "machine");
-  json_builder_begin_object (b);
-  set_string (b, "cpu", cpu);
-  set_int (b, "cpus", g_get_num_processors ());
-  if (uname (&u) == 0) {
-    g_autofree char *k = g_strdup_printf ("%s %s %s", u.sysname, u.release,
-        u.machine);
-    set_string (b, "kernel", k);
-  }
-#ifdef LINGBOT_BENCH_HAVE_GST
-  g_autofree char *gv = gst_version_string ();
-  set_string (b, "gstreamer", gv);
-#else
-  set_string (b, "gstreamer", NULL);
-#endif
-  set_string (b, "date", date);
-  json_builder_end_object (b);
-}
-
-static void
-add_config (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
-{
-  json_builder_set_member_name (b, "config");
-  json_builder_begin_object (b);
-  set_string (b, "engine", r->engine);
-  set_string (b, "model", c->model);
-  set_string (b, "image", c->image);
-  set_string (b, "control_trace", c->trace);
-  set_string (b, "prompt", c->prompt_embeds ? NULL : c->prompt);
-  set_string (b, "prompt_embeds", c->prompt_embeds);
-  set_string (b, "devices", c->devices);
-  set_string (b, "precision", c->precision ? c->precision : "fp32");
-  json_builder_set_member_name (b, "decode_overlap");
-  json_builder_add_boolean_value (b, r->decoder_attached);
-  set_int (b, "ranks", r->n_ranks);
-  set_int (b, "frames", c->frames);
-  set_int (b, "fps", c->fps);
-  set_int (b, "chunk_frames", c->chunk_frames);
-  set_int (b, "width", c->width);
-  set_int (b, "height", c->height);
-  set_int (b, "pixel_area", c->pixel_area);
-  set_int (b, "seed", c->seed);
-  set_int (b, "warmup_chunks", 1);
-  if (c->replay) {
-    set_double (b, "duration_s", c->duration);
-    set_double (b, "playout_delay_s", c->playout_delay);
-  }
-  json_builder_end_object (b);
-}
-
-/* the seconds of a chunk in the report, in its order (name = field) */
-#define CHUNK_TIME(field) { #field, G_STRUCT_OFFSET (ChunkRecord, field) }
-static const struct
-{
-  const char *name;
-  glong offset;
-} chunk_times[] = {
-  CHUNK_TIME (dit_seconds), CHUNK_TIME (vae_seconds),
-  CHUNK_TIME (compute_seconds), CHUNK_TIME (wall_seconds),
-  CHUNK_TIME (start_s), CHUNK_TIME (first_frame_s), CHUNK_TIME (end_s),
-  CHUNK_TIME (decode_start_s), CHUNK_TIME (decode_end_s),
-};
-
-/* One run's report (an object). */
-static void
-add_report (JsonBuilder * b, const BenchConfig * c, const RunResult * r)
-{
-  json_builder_begin_object (b);
-  set_string (b, "bench", c->replay ? "replay" : "direct");
-  add_config (b, c, r);
-  add_machine (b);
-
-  json_builder_set_member_name (b, "chunks");
-  json_builder_begin_array (b);
-  for (guint i = 0; i < r->chunks->len; i++) {
-    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
-    g_autofree char *ks = lingbot_keys_to_string (k->keys);
-    json_builder_begin_object (b);
-    set_int (b, "index", (gint64) k->index);
-    set_int (b, "frames", k->frames);
-    set_string (b, "keys", ks);
-    for (guint j = 0; j < G_N_ELEMENTS (chunk_times); j++)
-      set_double (b, chunk_times[j].name, G_STRUCT_MEMBER (double, k,
-              chunk_times[j].offset));
-    set_double (b, "chunk_compute_fps", k->compute_seconds > 0 ?
-        k->frames / k->compute_seconds : 0.0);
-    if (c->replay) {
-      set_double (b, "request_s", k->request_s);
-      set_double (b, "due_s", k->due_s);
-      set_double (b, "late_s", k->late_s);
-      json_builder_set_member_name (b, "missed");
-      json_builder_add_boolean_value (b, k->late_s > 0);
-    }
-    json_builder_end_object (b);
-  }
-  json_builder_end_array (b);
-
-  /* summary: steady = chunks after the first (warmup_chunks 1) */
-  guint total_frames = 0, steady_frames = 0;
-  double steady_compute = 0, dit = 0, vae = 0;
-  g_autoptr (GArray) comp = g_array_new (FALSE, FALSE, sizeof (double));
-  g_autoptr (GArray) wall = g_array_new (FALSE, FALSE, sizeof (double));
-  g_autoptr (GArray) period = g_array_new (FALSE, FALSE, sizeof (double));
-  g_autoptr (GArray) cfps = g_array_new (FALSE, FALSE, sizeof (double));
-  for (guint i = 0; i < r->chunks->len; i++) {
-    const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
-    total_frames += (guint) k->frames;
-    if (i == 0 && r->chunks->len > 1)
-      continue;
-    if (i > 0) {
-      steady_frames += (guint) k->frames;
-      steady_compute += k->compute_seconds;
-      double p = k->end_s - g_array_index (r->chunks, ChunkRecord,
-          i - 1).end_s;
-      g_array_append_val (period, p);
-    }
-    g_array_append_val (comp, k->compute_seconds);
-    g_array_append_val (wall, k->wall_seconds);
-    double f = k->compute_seconds > 0 ? k->frames / k->compute_seconds : 0;
-    g_array_append_val (cfps, f);
-    dit += k->dit_seconds;
-    vae += k->vae_seconds;
-  }
-  const ChunkRecord *first = &g_array_index (r->chunks, ChunkRecord, 0);
-  const ChunkRecord *last = &g_array_index (r->chunks, ChunkRecord,
-      r->chunks->len - 1);
-  guint n_stats = comp->len;
-
-  json_builder_set_member_name (b, "summary");
-  json_builder_begin_object (b);
-  set_int (b, "total_frames", total_frames);
-  set_int (b, "total_chunks", r->chunks->len);
-  set_int (b, "frames_at_sink", r->arrivals->len);
-  set_int (b, "steady_chunks", r->chunks->len > 0 ? r->chunks->len - 1 : 0);
-  set_int (b, "steady_frames", steady_frames);
-  set_double (b, "steady_compute_seconds", steady_compute);
-  set_double (b, "chunk_compute_fps_weighted", steady_compute > 0 ?
-      steady_frames / steady_compute : 0.0);
-  add_stats (b, "chunk_compute_fps", cfps);
-  add_stats (b, "chunk_compute_seconds", comp);
-  add_stats (b, "chunk_wall_seconds", wall);
-  add_stats (b, "chunk_period_seconds", period);
-  set_double (b, "dit_seconds_mean", n_stats ? dit / n_stats : 0.0);
-  set_double (b, "vae_seconds_mean", n_stats ? vae / n_stats : 0.0);
-  /* what the decode beside the generation gains is the chunk period
-   * against a serial run's (--compare's period_ratio): within one run, a
-   * decode that shares the DiT's device stretches the generate time as
-   * much as it hides, so no figure of the run alone can tell */
-  set_int (b, "latent_host_bytes", (gint64) r->latent_host_bytes);
-  json_builder_set_member_name (b, "decode_overlapped");
-  json_builder_add_boolean_value (b, r->decoder_attached);
-  {
-    /* p95 chunk period over the media duration of a steady chunk */
-    g_autoptr (GArray) ps = g_array_copy (period);
-    double *v = (double *) (void *) ps->data;
-    lingbot_bench_sort (v, ps->len);
-    set_double (b, "real_time_factor", ps->len ?
-        lingbot_bench_percentile (v, ps->len,
-            0.95) / (4.0 * c->chunk_frames / c->fps) : 0.0);
-  }
-  set_double (b, "setup_seconds", r->setup_s);
-  set_double (b, "first_chunk_latency_s", first->first_frame_s);
-  set_double (b, "first_chunk_compute_seconds", first->compute_seconds);
-  set_double (b, "run_seconds", last->end_s);
-  {
-    double a0 = r->arrivals->len ? g_array_index (r->arrivals, double, 0) : 0;
-    double a1 = r->arrivals->len ? g_array_index (r->arrivals, double,
-        r->arrivals->len - 1) : 0;
-    set_double (b, "delivery_fps", r->arrivals->len > 1 && a1 > a0 ?
-        (r->arrivals->len - 1) / (a1 - a0) : 0.0);
-  }
-  {
-    struct rusage ru;
-    getrusage (RUSAGE_SELF, &ru);
-    set_int (b, "peak_rss_bytes", (gint64) ru.ru_maxrss * 1024);
-  }
-  if (r->rss && r->rss->len > 0) {
-    /* [seconds, bytes] pairs, and the growth from the first sample at or
-     * after one minute to the last (a soak's figure: flat is the goal) */
-    json_builder_set_member_name (b, "rss_samples");
-    json_builder_begin_array (b);
-    const RssSample *ref = NULL;
-    for (guint i = 0; i < r->rss->len; i++) {
-      const RssSample *x = &g_array_index (r->rss, RssSample, i);
-      json_builder_begin_array (b);
-      json_builder_add_double_value (b, x->t_s);
-      json_builder_add_int_value (b, x->bytes);
-      json_builder_end_array (b);
-      if (ref == NULL && x->t_s >= 60.0 - 1e-6)
-        ref = x;
-    }
-    json_builder_end_array (b);
-    const RssSample *end = &g_array_index (r->rss, RssSample,
-        r->rss->len - 1);
-    if (ref && end != ref && ref->bytes > 0)
-      set_double (b, "rss_growth_after_first_minute",
-          (double) (end->bytes - ref->bytes) / (double) ref->bytes);
-  }
-  json_builder_set_member_name (b, "comm");
-  json_builder_begin_object (b);
-  set_string (b, "collectives", r->collectives);
-  guint64 total = 0;
-  json_builder_set_member_name (b, "ops");
-  json_builder_begin_object (b);
-  for (int i = 0; i < LINGBOT_BENCH_N_OPS; i++) {
-    json_builder_set_member_name (b, lingbot_bench_op_names[i]);
-    json_builder_begin_object (b);
-    set_int (b, "calls", (gint64) r->comm.calls[i]);
-    set_int (b, "bytes", (gint64) r->comm.bytes[i]);
-    json_builder_end_object (b);
-    total += r->comm.bytes[i];
-  }
-  json_builder_end_object (b);
-  set_int (b, "bytes_total", (gint64) total);
-  set_double (b, "bytes_per_chunk", r->chunks->len ?
-      (double) total / r->chunks->len : 0.0);
-  json_builder_end_object (b);
-
-  if (c->replay) {
-    guint missed = 0, worst = 0;
-    double late_max = -G_MAXDOUBLE, late_sum = 0, lag = 0;
-    for (guint i = 0; i < r->chunks->len; i++) {
-      const ChunkRecord *k = &g_array_index (r->chunks, ChunkRecord, i);
-      if (k->late_s > late_max) {
-        late_max = k->late_s;
-        worst = i;
-      }
-      if (k->late_s > 0) {
-        missed++;
-        late_sum += k->late_s;
-      }
-      /* how far behind its request time a chunk started */
-      lag = MAX (lag, k->start_s - k->request_s);
-    }
-    json_builder_set_member_name (b, "deadlines");
-    json_builder_begin_object (b);
-    set_double (b, "playout_delay_s", c->playout_delay);
-    set_int (b, "chunks", r->chunks->len);
-    set_int (b, "missed_chunks", missed);
-    set_double (b, "late_seconds_max", MAX (late_max, 0.0));
-    set_double (b, "late_seconds_sum", late_sum);
-    set_double (b, "late_seconds_mean_missed", missed ? late_sum / missed :
-        0.0);
-    set_double (b, "slack_seconds_min", late_max < 0 ? -late_max : 0.0);
-    set_int (b, "worst_chunk", worst);
-    set_double (b, "start_lag_seconds_max", lag);
-    json_builder_end_object (b);
-  }
-  json_builder_end_object (b);
-  json_builder_end_object (b);
-}
-
-static gboolean
-write_json (JsonBuilder * b, const char *path, GError ** error)
-{
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
-  g_autoptr (JsonGenerator) gen = json_generator_new ();
-  json_generator_set_pretty (gen, TRUE);
-  json_generator_set_root (gen, root);
-  if (path)
-    return json_generator_to_file (gen, path, error);
-  g_autofree char *s = json_generator_to_data (gen, NULL);
-  printf ("%s\n", s);
-  return TRUE;
-}
-
 /* ---- compare ---- */
 
 /* One JSON value on one line of stdout (the --compare progress lines),
@@ -1382,7 +955,7 @@ arm_argv (char **argv, const char *config)
 }
 
 static int
-run_compare (gboolean replay, const BenchConfig * base, char **argv)
+run_compare (gboolean replay, const LingbotBenchConfig * base, char **argv)
 {
   const char *name = replay ? "replay" : "direct";
   if (base->rest == NULL || g_strv_length (base->rest) != 2) {
@@ -1395,11 +968,11 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
   g_autoptr (GArray) ratios = g_array_new (FALSE, FALSE, sizeof (double));
   g_autoptr (GArray) pratios = g_array_new (FALSE, FALSE, sizeof (double));
   json_builder_begin_object (b);
-  set_string (b, "bench", "compare");
-  set_string (b, "mode", name);
-  set_string (b, "a", cfg[0]);
-  set_string (b, "b", cfg[1]);
-  set_string (b, "metric", "chunk_compute_fps_weighted");
+  lingbot_bench_json_set_string (b, "bench", "compare");
+  lingbot_bench_json_set_string (b, "mode", name);
+  lingbot_bench_json_set_string (b, "a", cfg[0]);
+  lingbot_bench_json_set_string (b, "b", cfg[1]);
+  lingbot_bench_json_set_string (b, "metric", "chunk_compute_fps_weighted");
   json_builder_set_member_name (b, "runs");
   json_builder_begin_array (b);
   JsonBuilder *rounds = json_builder_new ();
@@ -1408,8 +981,8 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
     double fps[2] = { 0, 0 }, per[2] = { 0, 0 };
     for (int arm = 0; arm < 2; arm++) {
       g_auto (GStrv) av = arm_argv (argv, cfg[arm]);
-      BenchConfig c;
-      RunResult r;
+      LingbotBenchConfig c;
+      LingbotBenchRunResult r;
       g_autoptr (GError) err = NULL;
       if (!config_parse (&c, replay, av, &err)) {
         fprintf (stderr, "lingbot-bench %s: config \"%s\": %s\n", name,
@@ -1427,9 +1000,9 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
         g_object_unref (rounds);
         return 1;
       }
-      fps[arm] = steady_fps (&r);
-      per[arm] = mean_period (&r);
-      add_report (b, &c, &r);
+      fps[arm] = lingbot_bench_steady_fps (&r);
+      per[arm] = lingbot_bench_mean_period (&r);
+      lingbot_bench_add_report (b, &c, &r);
       run_result_clear (&r);
       config_clear (&c);
     }
@@ -1439,13 +1012,13 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
     g_array_append_val (pratios, pratio);
     g_autoptr (JsonBuilder) line = json_builder_new ();
     json_builder_begin_object (line);
-    set_int (line, "round", round);
-    set_double (line, "a", fps[0]);
-    set_double (line, "b", fps[1]);
-    set_double (line, "ratio", ratio);
-    set_double (line, "period_a", per[0]);
-    set_double (line, "period_b", per[1]);
-    set_double (line, "period_ratio", pratio);
+    lingbot_bench_json_set_int (line, "round", round);
+    lingbot_bench_json_set_double (line, "a", fps[0]);
+    lingbot_bench_json_set_double (line, "b", fps[1]);
+    lingbot_bench_json_set_double (line, "ratio", ratio);
+    lingbot_bench_json_set_double (line, "period_a", per[0]);
+    lingbot_bench_json_set_double (line, "period_b", per[1]);
+    lingbot_bench_json_set_double (line, "period_ratio", pratio);
     json_builder_end_object (line);
     JsonNode *node = json_builder_get_root (line);
     print_json_line (node);
@@ -1464,21 +1037,21 @@ run_compare (gboolean replay, const BenchConfig * base, char **argv)
   double *pv = (double *) (void *) psorted->data;
   lingbot_bench_sort (pv, psorted->len);
   double pmedian = lingbot_bench_percentile (pv, psorted->len, 0.5);
-  set_double (b, "median_ratio", median);
-  set_double (b, "median_period_ratio", pmedian);
+  lingbot_bench_json_set_double (b, "median_ratio", median);
+  lingbot_bench_json_set_double (b, "median_period_ratio", pmedian);
   json_builder_end_object (b);
   g_autoptr (JsonBuilder) last = json_builder_new ();
   json_builder_begin_object (last);
-  set_string (last, "a", cfg[0]);
-  set_string (last, "b", cfg[1]);
-  set_int (last, "rounds", ratios->len);
-  set_double (last, "median_ratio", median);
-  set_double (last, "median_period_ratio", pmedian);
+  lingbot_bench_json_set_string (last, "a", cfg[0]);
+  lingbot_bench_json_set_string (last, "b", cfg[1]);
+  lingbot_bench_json_set_int (last, "rounds", ratios->len);
+  lingbot_bench_json_set_double (last, "median_ratio", median);
+  lingbot_bench_json_set_double (last, "median_period_ratio", pmedian);
   json_builder_end_object (last);
   g_autoptr (JsonNode) last_node = json_builder_get_root (last);
   print_json_line (last_node);
   g_autoptr (GError) err = NULL;
-  if (base->output && !write_json (b, base->output, &err)) {
+  if (base->output && !lingbot_bench_write_json (b, base->output, &err)) {
     fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
     return 1;
   }
@@ -1491,7 +1064,7 @@ static int
 bench_main (gboolean replay, int argc, char **argv)
 {
   const char *name = replay ? "replay" : "direct";
-  BenchConfig c;
+  LingbotBenchConfig c;
   g_autoptr (GError) err = NULL;
   (void) argc;
 #ifdef LINGBOT_BENCH_HAVE_GST
@@ -1513,20 +1086,20 @@ bench_main (gboolean replay, int argc, char **argv)
     config_clear (&c);
     return 2;
   }
-  RunResult r;
+  LingbotBenchRunResult r;
   int rc = 0;
   if (!run_once (&c, &r, &err)) {
     fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
     rc = 1;
   } else {
     g_autoptr (JsonBuilder) b = json_builder_new ();
-    add_report (b, &c, &r);
-    if (!write_json (b, c.output, &err)) {
+    lingbot_bench_add_report (b, &c, &r);
+    if (!lingbot_bench_write_json (b, c.output, &err)) {
       fprintf (stderr, "lingbot-bench %s: %s\n", name, err->message);
       rc = 1;
     } else if (!c.quiet && c.output) {
       fprintf (stderr, "%s: %u chunks, %.2f steady compute fps -> %s\n",
-          name, r.chunks->len, steady_fps (&r), c.output);
+          name, r.chunks->len, lingbot_bench_steady_fps (&r), c.output);
     }
   }
   run_result_clear (&r);
