@@ -10,6 +10,7 @@
  * See docs/webrtc.md.
  */
 #include <stdlib.h>
+#include <string.h>
 #include <glib-unix.h>
 #include <gst/gst.h>
 #include <json-glib/json-glib.h>
@@ -70,7 +71,9 @@ main (int argc, char **argv)
   char *address = NULL, *www = NULL, *model = NULL, *image = NULL;
   char *prompt = NULL, *prompt_embeds = NULL, *devices = NULL;
   char *encoder = NULL, *source = NULL;
-  char **props = NULL;
+  char *stun = NULL, *turn_credentials = NULL, *ice_policy = NULL;
+  char *turn_user = NULL, *turn_password = NULL;
+  char **props = NULL, **turn = NULL;
   gboolean overlay = FALSE;
   int port = LINGBOT_WEBRTC_DEFAULT_PORT;
   int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
@@ -130,6 +133,20 @@ main (int argc, char **argv)
     {"idle-timeout", 0, 0, G_OPTION_ARG_INT, &idle_timeout,
         "Seconds a connection may take to send its HTTP request, and then "
           "to take the response, before it is closed (default 10)", "S"},
+    {"stun", 0, 0, G_OPTION_ARG_STRING, &stun,
+          "STUN server for ICE, given to webrtcbin and the page",
+        "stun:HOST[:PORT]"},
+    {"turn", 0, 0, G_OPTION_ARG_STRING_ARRAY, &turn,
+          "TURN relay for ICE (coturn), given to webrtcbin and the page; "
+          "repeatable; credentials from --turn-credentials or the environment",
+        "turn:HOST[:PORT][?transport=udp|tcp]"},
+    {"turn-credentials", 0, 0, G_OPTION_ARG_FILENAME, &turn_credentials,
+        "File whose first line is the TURN user:password (default: "
+          "LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD; never on the command "
+          "line)", "FILE"},
+    {"ice-transport-policy", 0, 0, G_OPTION_ARG_STRING, &ice_policy,
+        "all (default) or relay: only relayed candidates, on both ends "
+          "(needs --turn)", "POLICY"},
     {NULL}
   };
   int ret = EXIT_SUCCESS;
@@ -171,6 +188,50 @@ main (int argc, char **argv)
       ret = 2;
       goto out;
     }
+  }
+  if (ice_policy && strcmp (ice_policy, "all") != 0
+      && strcmp (ice_policy, "relay") != 0) {
+    g_printerr ("invalid --ice-transport-policy '%s': all or relay\n",
+        ice_policy);
+    ret = 2;
+    goto out;
+  }
+  {
+    /* each ICE URL now, with the option's exit status */
+    g_autofree char *url = stun ?
+        lingbot_webrtc_ice_url_check ("--stun", stun, &err) : NULL;
+
+    for (guint i = 0; err == NULL && turn && turn[i]; i++) {
+      g_free (url);
+      url = lingbot_webrtc_ice_url_check ("--turn", turn[i], &err);
+    }
+    if (err) {
+      g_printerr ("%s\n", err->message);
+      ret = 2;
+      goto out;
+    }
+  }
+  if (turn && !lingbot_webrtc_turn_credentials (turn_credentials, &turn_user,
+          &turn_password, &err)) {
+    g_printerr ("%s\n", err->message);
+    ret = 2;
+    goto out;
+  }
+  if (turn && turn_user == NULL) {
+    g_printerr ("--turn needs credentials: --turn-credentials FILE "
+        "(user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD\n");
+    ret = 2;
+    goto out;
+  }
+  if (turn == NULL && turn_credentials) {
+    g_printerr ("--turn-credentials without --turn\n");
+    ret = 2;
+    goto out;
+  }
+  if (g_strcmp0 (ice_policy, "relay") == 0 && turn == NULL) {
+    g_printerr ("--ice-transport-policy relay needs --turn\n");
+    ret = 2;
+    goto out;
   }
   if (source == NULL && (model == NULL || image == NULL)) {
     g_printerr ("--model and --image are needed (or --source)\n");
@@ -222,6 +283,11 @@ main (int argc, char **argv)
   cfg.resume_timeout = (guint) resume_timeout;
   cfg.max_connections = (guint) max_connections;
   cfg.idle_timeout = (guint) idle_timeout;
+  cfg.stun_server = stun;
+  cfg.turn_servers = (const char *const *) turn;
+  cfg.turn_user = turn_user;
+  cfg.turn_password = turn_password;
+  cfg.ice_relay_only = g_strcmp0 (ice_policy, "relay") == 0;
 
   server = lingbot_webrtc_server_new (&cfg, &err);
   if (server == NULL) {
@@ -246,5 +312,13 @@ out:
   g_free (encoder);
   g_free (source);
   g_strfreev (props);
+  g_free (stun);
+  g_strfreev (turn);
+  g_free (turn_credentials);
+  g_free (ice_policy);
+  g_free (turn_user);
+  if (turn_password)
+    memset (turn_password, 0, strlen (turn_password));
+  g_free (turn_password);
   return ret;
 }

@@ -13,6 +13,7 @@
  *   webrtc-peer.c        peers: sending, key frames, release, webrtcbin
  *                        signalling, input from the browser, the branch
  *   webrtc-session.c     sessions: their pipeline, bus and key echo
+ *   webrtc-ice.c         the ICE servers: STUN, TURN, the transport policy
  *
  * This header holds the types more than one room uses and the functions
  * one room calls in another, each prefixed with its room (server_,
@@ -71,6 +72,11 @@ struct _LingbotWebrtcServer
   gsize max_message_size;
   gboolean ice_loopback;
   guint peer_timeout, resume_timeout;
+  /* ICE servers (webrtc-ice.c): the page's form and webrtcbin's */
+  char *stun_url, *stun_gst;
+  char **turn_urls, **turn_gst;
+  char *turn_user, *turn_password;
+  gboolean ice_relay_only;
 };
 
 typedef struct
@@ -291,6 +297,20 @@ void peer_release (Peer * p, const char *reason, gushort close_code,
 gboolean peer_build (Peer * p, GError ** error);
 /* a new peer of @s for the WebSocket @c, in the session's list */
 Peer *peer_new (Session * s, Conn * c);
+
+/* webrtc-ice.c */
+/* checks and copies the ICE servers of @cfg */
+gboolean ice_setup (LingbotWebrtcServer * server,
+    const LingbotWebrtcConfig * cfg, GError ** error);
+/* frees what ice_setup() copied */
+void ice_clear (LingbotWebrtcServer * server);
+/* gives the ICE servers and the policy to a peer's webrtcbin */
+gboolean ice_configure (LingbotWebrtcServer * server, GstElement * webrtc,
+    GError ** error);
+/* "ice-servers" and "ice-transport-policy" of `welcome` */
+void ice_put_welcome (LingbotWebrtcServer * server, JsonBuilder * b);
+/* what to add to an ICE failure: the relay to check, or "" without one */
+char *ice_failure_hint (LingbotWebrtcServer * server);
 
 /* webrtc-session.c */
 /* drops a reference of a session */

@@ -352,7 +352,8 @@ address_is_loopback (const char *address)
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
  *   an unknown encoder, a missing element, no page folder, not an IP
- *   address, RLIMIT_NOFILE too low for the cap
+ *   address, an ICE server URL or TURN configuration that
+ *   lingbot_webrtc_ice_url_check() refuses, RLIMIT_NOFILE too low for the cap
  *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
  */
 LingbotWebrtcServer *
@@ -396,6 +397,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
   if (cfg->image)
     server->image_real = realpath (cfg->image, NULL);
+  if (!ice_setup (server, cfg, error))
+    return NULL;
 
   if (server_find_encoder (server->encoder) == NULL) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
@@ -456,6 +459,15 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",
       server->peer_timeout, server->resume_timeout, server->max_connections,
       server->idle_timeout);
+  if (server->stun_url || server->turn_urls[0]) {
+    g_autofree char *turn = g_strjoinv (", ", server->turn_urls);
+
+    g_message ("ICE: STUN %s, TURN %s%s%s%s, transport policy %s",
+        server->stun_url ? server->stun_url : "none", *turn ? turn : "none",
+        server->turn_user ? " (user " : "",
+        server->turn_user ? server->turn_user : "",
+        server->turn_user ? ")" : "", server->ice_relay_only ? "relay" : "all");
+  }
   return g_steal_pointer (&server);
 }
 
@@ -679,6 +691,7 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
   g_free (server->encoder);
   g_free (server->source);
   g_strfreev (server->gen_props);
+  ice_clear (server);
   if (server->context)
     g_main_context_unref (server->context);
   g_free (server);

@@ -92,6 +92,21 @@ G_BEGIN_DECLS
  *   request, and then to take its response, before it is closed (a
  *   WebSocket is exempt once upgraded); 0 =
  *   %LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT
+ * @stun_server: a STUN server for ICE, "stun:HOST[:PORT]" (or %NULL); see
+ *   lingbot_webrtc_ice_url_check()
+ * @turn_servers: TURN relays, "turn:HOST[:PORT][?transport=udp|tcp]" or
+ *   "turns:..." (%NULL-terminated, or %NULL), all with @turn_user and
+ *   @turn_password
+ * @turn_user: the TURN user name (needed with @turn_servers)
+ * @turn_password: the TURN password (needed with @turn_servers)
+ * @ice_relay_only: only relayed candidates, on both ends (webrtcbin's
+ *   ice-transport-policy and the page's iceTransportPolicy "relay"); needs
+ *   @turn_servers
+ *
+ * The ICE servers are given to every peer's webrtcbin (stun-server,
+ * add-turn-server) and to the page in `welcome` ("ice-servers", in the
+ * form of RTCPeerConnection's iceServers, credentials included: the page
+ * needs them to allocate a relay).
  *
  * Set with lingbot_webrtc_config_init() first.
  */
@@ -115,11 +130,20 @@ typedef struct
   guint resume_timeout;
   guint max_connections;
   guint idle_timeout;
+  const char *stun_server;
+  const char *const *turn_servers;
+  const char *turn_user;
+  const char *turn_password;
+  gboolean ice_relay_only;
 } LingbotWebrtcConfig;
 
 typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
 
 void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
+char *lingbot_webrtc_ice_url_check (const char *option, const char *url,
+    GError ** error);
+gboolean lingbot_webrtc_turn_credentials (const char *file, char **user,
+    char **password, GError ** error);
 gboolean lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error);
 
 LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,

@@ -253,6 +253,7 @@ send_welcome (Peer * p, gboolean resumed)
     json_builder_add_null_value (b);
   server_put_int (b, "peer-timeout", server->peer_timeout);
   server_put_int (b, "resume-timeout", server->resume_timeout);
+  ice_put_welcome (server, b);
   signalling_conn_send_message (p->conn, b);
 }
 

@@ -332,8 +332,11 @@ function codecError(codec) {
   send({ type: "bye" });
 }
 
-function newPeer() {
-  pc = new RTCPeerConnection({ iceServers: [] });
+// The server's STUN/TURN servers and policy (its --stun, --turn and
+// --ice-transport-policy), as the welcome message gives them.
+function newPeer(iceServers, iceTransportPolicy) {
+  pc = new RTCPeerConnection({ iceServers: iceServers || [],
+    iceTransportPolicy: iceTransportPolicy === "relay" ? "relay" : "all" });
   pc.ontrack = (e) => {
     video.srcObject = e.streams[0] || new MediaStream([e.track]);
     video.focus();
@@ -357,9 +360,15 @@ function newPeer() {
       ch.onmessage = (m) => onControl(m.data);
     }
   };
+  const turn = (iceServers || []).filter((x) =>
+    [].concat(x.urls).some((u) => /^turns?:/.test(u)));
   pc.onconnectionstatechange = () => {
     if (pc && pc.connectionState === "failed")
-      setStatus("WebRTC connection failed", true);
+      setStatus("WebRTC connection failed" + (turn.length ?
+        (iceTransportPolicy === "relay" ? " (only" : " (no direct path and " +
+          "none") + " through the TURN relay " +
+        turn.map((x) => [].concat(x.urls).join(", ")).join(", ") +
+        ": is it running and reachable?)" : ""), true);
   };
 }
 
@@ -396,7 +405,7 @@ async function onSignal(text) {
     endButton.disabled = false;
     setStatus("session " + m.session + (m.resumed ? " resumed at chunk " +
       m["next-chunk"] : "") + " (" + m.codec + "): negotiating…");
-    newPeer();
+    newPeer(m["ice-servers"], m["ice-transport-policy"]);
   } else if (!pc) {
     return;                     // closed meanwhile
   } else if (m.type === "offer") {
