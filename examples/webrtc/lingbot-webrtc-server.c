@@ -73,10 +73,11 @@ main (int argc, char **argv)
   char *encoder = NULL, *source = NULL;
   char *stun = NULL, *turn_credentials = NULL, *ice_policy = NULL;
   char *turn_user = NULL, *turn_password = NULL;
+  char *device_groups = NULL, *server_id = NULL;
   char **props = NULL, **turn = NULL;
   gboolean overlay = FALSE;
   int port = LINGBOT_WEBRTC_DEFAULT_PORT;
-  int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
+  int max_sessions = G_MININT;  /* not given: 1, or one per group */
   int max_message = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   int ice_loopback = -1;
   int peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
@@ -106,7 +107,15 @@ main (int argc, char **argv)
           "Draw the controls overlay on the video (lingbotbin overlay=true)",
         NULL},
     {"max-sessions", 0, 0, G_OPTION_ARG_INT, &max_sessions,
-        "Concurrent sessions; the next browser is refused (default 1)", "N"},
+        "Concurrent sessions; the next browser is refused (default 1, or "
+          "one per device group)", "N"},
+    {"device-groups", 0, 0, G_OPTION_ARG_STRING, &device_groups,
+          "One session per group of devices, each with its own world, e.g. "
+          "\"0,1,2,3;4,5,6,7\" or \"cpu:1;cpu:1\" (instead of --devices)",
+        "GROUPS"},
+    {"server-id", 0, 0, G_OPTION_ARG_STRING, &server_id,
+        "This process's name in a fleet, told in welcome and /status "
+          "(default: none)", "NAME"},
     {"encoder", 'e', 0, G_OPTION_ARG_STRING, &encoder,
         "vp8 (default), x264 or openh264", "NAME"},
     {"max-message-size", 0, 0, G_OPTION_ARG_INT, &max_message,
@@ -169,7 +178,8 @@ main (int argc, char **argv)
       const char *note;
     } ranges[] = {
       {"port", port, 0, 65535, ""},
-      {"max-sessions", max_sessions, 1, G_MAXINT, ""},
+      {"max-sessions", max_sessions == G_MININT ? 1 : max_sessions, 1,
+          G_MAXINT, ""},
       {"max-message-size", max_message, 64, LINGBOT_WEBRTC_WS_HARD_LIMIT, ""},
       {"peer-timeout", peer_timeout, 1, 3600, " seconds"},
       {"resume-timeout", resume_timeout, 1, 86400, " seconds"},
@@ -185,6 +195,29 @@ main (int argc, char **argv)
       else
         g_printerr ("invalid --%s %d: %d..%d%s\n", ranges[i].name,
             ranges[i].value, ranges[i].min, ranges[i].max, ranges[i].note);
+      ret = 2;
+      goto out;
+    }
+  }
+  if (devices && device_groups) {
+    g_printerr ("--devices and --device-groups exclude each other (a group "
+        "is a devices value)\n");
+    ret = 2;
+    goto out;
+  }
+  if (device_groups) {
+    guint n = 0;
+    g_auto (GStrv) groups = lingbot_webrtc_device_groups_check (device_groups,
+        &n, &err);
+
+    if (groups == NULL) {
+      g_printerr ("%s\n", err->message);
+      ret = 2;
+      goto out;
+    }
+    if (max_sessions != G_MININT && (guint) max_sessions > n) {
+      g_printerr ("--max-sessions %d is more than the %u device groups (one "
+          "session per group)\n", max_sessions, n);
       ret = 2;
       goto out;
     }
@@ -275,7 +308,9 @@ main (int argc, char **argv)
   cfg.gen_props = (const char *const *) props;
   if (encoder)
     cfg.encoder = encoder;
-  cfg.max_sessions = (guint) max_sessions;
+  cfg.max_sessions = max_sessions == G_MININT ? 0 : (guint) max_sessions;
+  cfg.device_groups = device_groups;
+  cfg.server_id = server_id;
   cfg.max_message_size = (gsize) max_message;
   cfg.source = source;
   cfg.ice_loopback = ice_loopback;
@@ -312,6 +347,8 @@ out:
   g_free (encoder);
   g_free (source);
   g_strfreev (props);
+  g_free (device_groups);
+  g_free (server_id);
   g_free (stun);
   g_strfreev (turn);
   g_free (turn_credentials);

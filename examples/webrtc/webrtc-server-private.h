@@ -14,6 +14,7 @@
  *                        signalling, input from the browser, the branch
  *   webrtc-session.c     sessions: their pipeline, bus and key echo
  *   webrtc-ice.c         the ICE servers: STUN, TURN, the transport policy
+ *   webrtc-groups.c      device groups, one session each; /status
  *
  * This header holds the types more than one room uses and the functions
  * one room calls in another, each prefixed with its room (server_,
@@ -33,12 +34,20 @@ G_BEGIN_DECLS
 
 #define WS_PATH "/ws"
 #define START_IMAGE_PATH "/start-image"
+#define STATUS_PATH "/status"
 #define CHUNK_RING 8
 
 typedef struct _Session Session;
 typedef struct _Peer Peer;
 typedef struct _Conn Conn;
 typedef struct _Client Client;
+
+/* a device group (webrtc-groups.c) */
+typedef struct
+{
+  char *devices;                /* lingbotbin devices */
+  Session *session;             /* the session on it, or NULL */
+} Group;
 
 struct _LingbotWebrtcServer
 {
@@ -77,6 +86,10 @@ struct _LingbotWebrtcServer
   char **turn_urls, **turn_gst;
   char *turn_user, *turn_password;
   gboolean ice_relay_only;
+  /* device groups (webrtc-groups.c); none: n_groups 0 */
+  Group *groups;
+  guint n_groups;
+  char *server_id;
 };
 
 typedef struct
@@ -139,6 +152,7 @@ struct _Session
   LingbotWebrtcServer *server;  /* valid while !closed */
   GMainContext *context;
   guint id;
+  gint group;                   /* its device group, or -1 */
   char token[33];
   gboolean closed;
   const Encoder *enc;
@@ -235,6 +249,8 @@ const Encoder *server_find_encoder (const char *name);
 /* one member of the object a builder is in: name and value */
 void server_put_string (JsonBuilder * b, const char *name, const char *value);
 void server_put_int (JsonBuilder * b, const char *name, gint64 value);
+void server_put_string_or_null (JsonBuilder * b, const char *name,
+    const char *value);
 void server_put_boolean (JsonBuilder * b, const char *name, gboolean value);
 void server_put_double (JsonBuilder * b, const char *name, double value);
 /* a builder inside a JSON object whose "type" member is @type */
@@ -311,6 +327,27 @@ gboolean ice_configure (LingbotWebrtcServer * server, GstElement * webrtc,
 void ice_put_welcome (LingbotWebrtcServer * server, JsonBuilder * b);
 /* what to add to an ICE failure: the relay to check, or "" without one */
 char *ice_failure_hint (LingbotWebrtcServer * server);
+
+/* webrtc-groups.c */
+/* checks and copies the device groups of @cfg; sets max_sessions */
+gboolean groups_setup (LingbotWebrtcServer * server,
+    const LingbotWebrtcConfig * cfg, GError ** error);
+/* frees what groups_setup() copied */
+void groups_clear (LingbotWebrtcServer * server);
+/* gives @s a free group (TRUE without groups); FALSE when none is free */
+gboolean groups_take (LingbotWebrtcServer * server, Session * s);
+/* frees the group of @s */
+void groups_release (LingbotWebrtcServer * server, Session * s);
+/* the lingbotbin devices of @s: its group's, else the server's */
+const char *groups_devices (LingbotWebrtcServer * server, Session * s);
+/* seconds until a session kept for a reload expires (the soonest), or -1
+ * when none is waiting for its reload */
+gint64 groups_retry_after (LingbotWebrtcServer * server);
+/* the JSON of /status */
+char *groups_status_json (LingbotWebrtcServer * server);
+/* soup's handler of /status */
+void groups_on_status (SoupServer * soup, SoupServerMessage * msg,
+    const char *path, GHashTable * query, gpointer user_data);
 
 /* webrtc-session.c */
 /* drops a reference of a session */

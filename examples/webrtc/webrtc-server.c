@@ -91,6 +91,16 @@ server_put_string (JsonBuilder * b, const char *name, const char *value)
 }
 
 void
+server_put_string_or_null (JsonBuilder * b, const char *name, const char *value)
+{
+  json_builder_set_member_name (b, name);
+  if (value)
+    json_builder_add_string_value (b, value);
+  else
+    json_builder_add_null_value (b);
+}
+
+void
 server_put_int (JsonBuilder * b, const char *name, gint64 value)
 {
   json_builder_set_member_name (b, name);
@@ -229,7 +239,7 @@ lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
   cfg->port = LINGBOT_WEBRTC_DEFAULT_PORT;
   cfg->devices = LINGBOT_WEBRTC_DEFAULT_DEVICES;
   cfg->encoder = LINGBOT_WEBRTC_DEFAULT_ENCODER;
-  cfg->max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
+  cfg->max_sessions = 0;        /* automatic: 1, or one per device group */
   cfg->max_message_size = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   cfg->ice_loopback = -1;
   cfg->peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
@@ -384,7 +394,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_ENCODER);
   server->source = g_strdup (cfg->source);
   server->gen_props = g_strdupv ((char **) cfg->gen_props);
-  server->max_sessions = MAX (cfg->max_sessions, 1);
+  server->server_id = g_strdup (cfg->server_id);
   server->max_message_size = cfg->max_message_size ? cfg->max_message_size :
       LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   server->ice_loopback = cfg->ice_loopback < 0 ?
@@ -398,6 +408,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   if (cfg->image)
     server->image_real = realpath (cfg->image, NULL);
   if (!ice_setup (server, cfg, error))
+    return NULL;
+  if (!groups_setup (server, cfg, error))
     return NULL;
 
   if (server_find_encoder (server->encoder) == NULL) {
@@ -436,6 +448,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   server->soup = soup_server_new ("server-header", "lingbot-webrtc ", NULL);
   soup_server_add_handler (server->soup, NULL, http_on_http, server, NULL);
   soup_server_add_handler (server->soup, WS_PATH, signalling_on_ws_http, server,
+      NULL);
+  soup_server_add_handler (server->soup, STATUS_PATH, groups_on_status, server,
       NULL);
   g_signal_connect (server->soup, "request-read",
       G_CALLBACK (http_on_request_read), server);
@@ -692,6 +706,8 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
   g_free (server->source);
   g_strfreev (server->gen_props);
   ice_clear (server);
+  groups_clear (server);
+  g_free (server->server_id);
   if (server->context)
     g_main_context_unref (server->context);
   g_free (server);

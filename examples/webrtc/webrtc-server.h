@@ -72,7 +72,9 @@ G_BEGIN_DECLS
  * @gen_props: extra lingbotbin properties "name=value" (%NULL-terminated),
  *   set with gst_util_set_object_arg(): width, height, frames, seed, ...
  * @encoder: "vp8", "x264" or "openh264"
- * @max_sessions: concurrent sessions; the next one is refused
+ * @max_sessions: concurrent sessions; the next one is refused.  0 =
+ *   automatic: 1, or one per device group with @device_groups (more than
+ *   the groups is an error: a group holds one session)
  * @max_message_size: bigger messages are dropped with a log line
  * @source: a launch-line fragment that replaces
  *   `lingbotcontrolsrc ! lingbotbin` (a stand-in such as
@@ -102,6 +104,13 @@ G_BEGIN_DECLS
  * @ice_relay_only: only relayed candidates, on both ends (webrtcbin's
  *   ice-transport-policy and the page's iceTransportPolicy "relay"); needs
  *   @turn_servers
+ *
+ * @device_groups: device groups "0,1,2,3;4,5,6,7" (or "cpu:1;cpu:1"), see
+ *   lingbot_webrtc_device_groups_check(): each session runs on a free
+ *   group of its own (lingbotbin devices), instead of @devices shared by
+ *   all; %NULL = no groups
+ * @server_id: this process's name in a fleet (`welcome`'s and /status's
+ *   "server"), or %NULL
  *
  * The ICE servers are given to every peer's webrtcbin (stun-server,
  * add-turn-server) and to the page in `welcome` ("ice-servers", in the
@@ -135,6 +144,8 @@ typedef struct
   const char *turn_user;
   const char *turn_password;
   gboolean ice_relay_only;
+  const char *device_groups;
+  const char *server_id;
 } LingbotWebrtcConfig;
 
 typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
@@ -142,6 +153,8 @@ typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
 void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
 char *lingbot_webrtc_ice_url_check (const char *option, const char *url,
     GError ** error);
+char **lingbot_webrtc_device_groups_check (const char *groups,
+    guint * n_groups, GError ** error);
 gboolean lingbot_webrtc_turn_credentials (const char *file, char **user,
     char **password, GError ** error);
 gboolean lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error);

@@ -254,6 +254,12 @@ send_welcome (Peer * p, gboolean resumed)
   server_put_int (b, "peer-timeout", server->peer_timeout);
   server_put_int (b, "resume-timeout", server->resume_timeout);
   ice_put_welcome (server, b);
+  json_builder_set_member_name (b, "group");
+  if (s->group >= 0)
+    json_builder_add_int_value (b, s->group);
+  else
+    json_builder_add_null_value (b);
+  server_put_string_or_null (b, "server", server->server_id);
   signalling_conn_send_message (p->conn, b);
 }
 
@@ -268,11 +274,28 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
   Peer *p;
 
   if (s == NULL && g_hash_table_size (server->sessions) >= server->max_sessions) {
+    /* the expected wait: known when a session waits for its reload (it
+     * ends at its resume timeout unless the reload comes); a session with
+     * a browser has no end the server knows of */
+    gint64 retry = groups_retry_after (server);
+    g_autofree char *wait = retry >= 0 ? g_strdup_printf ("one may be free "
+        "in %" G_GINT64_FORMAT " s (a session kept for a reload)", retry) :
+        g_strdup ("try again later");
     g_autofree char *text = g_strdup_printf ("the server is busy: %u of %u "
-        "sessions in use, try again later",
-        g_hash_table_size (server->sessions), server->max_sessions);
-    g_autofree char *json =
-        server_error_json ("busy", text, TRUE, NULL, FALSE, 0);
+        "sessions in use, %s", g_hash_table_size (server->sessions),
+        server->max_sessions, wait);
+    g_autoptr (JsonBuilder) b = server_message_new ("error");
+    g_autofree char *json = NULL;
+
+    server_put_string (b, "code", "busy");
+    server_put_string (b, "message", text);
+    server_put_boolean (b, "fatal", TRUE);
+    json_builder_set_member_name (b, "retry-after");
+    if (retry >= 0)
+      json_builder_add_int_value (b, retry);
+    else
+      json_builder_add_null_value (b);
+    json = server_message_finish (b);
 
     g_message ("connection %u: refused a session: %s%s", c->id, text,
         token ? " (unknown or expired resume token)" : "");

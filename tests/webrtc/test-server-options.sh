@@ -35,6 +35,16 @@ check 2 "invalid --max-sessions 0: at least 1" $m --max-sessions 0
 # shellcheck disable=SC2086
 check 2 "invalid --max-message-size 10: 64..1048576" $m --max-message-size 10
 check 2 "--model and --image are needed (or --source)" --port 0
+# device groups: disjoint, one session each
+# shellcheck disable=SC2086
+check 2 "--devices and --device-groups exclude each other (a group is a devices value)" \
+  $m --devices cpu:1 --device-groups "cpu:1;cpu:1"
+# shellcheck disable=SC2086
+check 2 "invalid --device-groups '0,1;1,2': GPU 1 is in group 1 and group 2 (groups must not share a device)" \
+  $m --device-groups "0,1;1,2"
+# shellcheck disable=SC2086
+check 2 "--max-sessions 3 is more than the 2 device groups (one session per group)" \
+  $m --device-groups "cpu:1;cpu:1" --max-sessions 3
 # the ICE options (docs/webrtc.md "Deploying"): credentials never on the
 # command line, a relay policy only with a relay
 unset LINGBOT_TURN_USER LINGBOT_TURN_PASSWORD

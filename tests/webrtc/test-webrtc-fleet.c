@@ -15,6 +15,16 @@
  *   /webrtc-fleet/ice-welcome      `welcome` carries "ice-servers" in the
  *     page's form and "ice-transport-policy"; none without configuration
  *
+ *   /webrtc-fleet/device-groups-check  lingbot_webrtc_device_groups_check()
+ *     and --max-sessions against the groups: each refusal's message
+ *   /webrtc-fleet/groups           two cpu:1 groups, a tiny random model,
+ *     three clients: the first two get groups 0 and 1 (each session's
+ *     lingbotbin has its group's devices), the third is refused busy
+ *     (4409, retry-after null); once a browser leaves without bye its
+ *     session waits for a reload and a refusal says when it may be free
+ *     (retry-after); after that the freed group 0 takes the next browser.
+ *     /status, exact, at each step.
+ *
  * Exit 77 when the elements of the stand-in session are not installed.
  */
 #define GST_USE_UNSTABLE_API 1
@@ -27,6 +37,7 @@
 #include <libsoup/soup.h>
 
 #include "webrtc-server-private.h"
+#include "test-fixture.h"
 
 #define HANG_GUARD_S 20
 #define STAND_IN "videotestsrc is-live=true pattern=black ! " \
@@ -99,10 +110,23 @@ server_start (TestServer * ts)
     g_error ("server: %s", ts->error);
 }
 
+static gboolean
+quit_loop (gpointer loop)
+{
+  g_main_loop_quit (loop);
+  return G_SOURCE_REMOVE;
+}
+
 static void
 server_stop (TestServer * ts)
 {
-  g_main_loop_quit (ts->loop);
+  /* from inside the loop: a quit before g_main_loop_run() started would
+   * be lost */
+  GSource *quit = g_idle_source_new ();
+
+  g_source_set_callback (quit, quit_loop, ts->loop, NULL);
+  g_source_attach (quit, ts->context);
+  g_source_unref (quit);
   g_thread_join (ts->thread);
   g_main_loop_unref (ts->loop);
   g_main_context_unref (ts->context);
@@ -460,6 +484,265 @@ test_ice_welcome (void)
   server_stop (&ts);
 }
 
+static void
+test_device_groups_check (void)
+{
+  const struct
+  {
+    const char *groups;
+    guint n;
+    const char *error;
+  } cases[] = {
+    {"0,1,2,3;4,5,6,7", 2, NULL},
+    {"cpu:1;cpu:1", 2, NULL},
+    {" 0 ; 1 ", 2, NULL},
+    {"cpu:2", 1, NULL},
+    {"", 0, "invalid --device-groups '': no group"},
+    {"0;;1", 0, "invalid --device-groups '0;;1': group 2 is empty"},
+    {"0,1;1,2", 0, "invalid --device-groups '0,1;1,2': GPU 1 is in group 1 "
+          "and group 2 (groups must not share a device)"},
+    {"0,x", 0, "invalid --device-groups '0,x': group 1 '0,x' is not cpu:N or "
+          "GPU ordinals (0,1,2,3)"},
+    {"cpu:0;cpu:1", 0, "invalid --device-groups 'cpu:0;cpu:1': group 1 "
+          "'cpu:0' is not cpu:N (1..64 ranks)"},
+  };
+  TestServer ts;
+  g_autoptr (GError) err = NULL;
+  LingbotWebrtcServer *server;
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    guint n = 0;
+    g_auto (GStrv) groups = lingbot_webrtc_device_groups_check
+        (cases[i].groups, &n, &err);
+
+    if (cases[i].error == NULL) {
+      g_assert_no_error (err);
+      g_assert_nonnull (groups);
+      g_assert_cmpuint (n, ==, cases[i].n);
+    } else {
+      g_assert_null (groups);
+      g_assert_error (err, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT);
+      g_assert_cmpstr (err->message, ==, cases[i].error);
+      g_clear_error (&err);
+    }
+  }
+
+  /* one session per group: more is refused, fewer caps, 0 = the groups */
+  server_config (&ts);
+  ts.cfg.device_groups = "cpu:1;cpu:1";
+  ts.cfg.max_sessions = 3;
+  server = lingbot_webrtc_server_new (&ts.cfg, &err);
+  g_assert_null (server);
+  g_assert_cmpstr (err->message, ==, "--max-sessions 3 is more than the 2 "
+      "device groups (one session per group)");
+  g_clear_error (&err);
+  for (guint max = 0; max <= 2; max++) {
+    ts.cfg.max_sessions = max;
+    server = lingbot_webrtc_server_new (&ts.cfg, &err);
+    g_assert_no_error (err);
+    g_assert_cmpuint (server->max_sessions, ==, max ? max : 2);
+    g_assert_cmpuint (server->n_groups, ==, 2);
+    lingbot_webrtc_server_free (server);
+  }
+  ts.cfg.device_groups = NULL;
+  ts.cfg.max_sessions = 0;
+  server = lingbot_webrtc_server_new (&ts.cfg, &err);
+  g_assert_cmpuint (server->max_sessions, ==, 1);
+  g_assert_cmpuint (server->n_groups, ==, 0);
+  lingbot_webrtc_server_free (server);
+}
+
+static char *
+http_get (guint port, const char *path)
+{
+  g_autoptr (SoupSession) http = soup_session_new ();
+  g_autofree char *url = g_strdup_printf ("http://127.0.0.1:%u%s", port, path);
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+  g_autoptr (GError) err = NULL;
+  g_autoptr (GBytes) body = soup_session_send_and_read (http, msg, NULL, &err);
+
+  g_assert_no_error (err);
+  g_assert_cmpuint (soup_message_get_status (msg), ==, 200);
+  g_assert_cmpstr (soup_message_headers_get_content_type
+      (soup_message_get_response_headers (msg), NULL), ==, "application/json");
+  return g_strndup (g_bytes_get_data (body, NULL), g_bytes_get_size (body));
+}
+
+/* /status until it is @want (the sessions' states move on their own), then
+ * asserted */
+static void
+assert_status (guint port, const char *want)
+{
+  g_autofree char *got = http_get (port, "/status");
+
+  deadline = g_get_monotonic_time () + HANG_GUARD_S * G_USEC_PER_SEC;
+  while (strcmp (got, want) != 0 && g_get_monotonic_time () < deadline) {
+    g_usleep (20000);
+    g_free (got);
+    got = http_get (port, "/status");
+  }
+  g_assert_cmpstr (got, ==, want);
+}
+
+typedef struct
+{
+  TestServer *ts;
+  GPtrArray *seen;              /* "session N group G devices D" */
+  gboolean done;
+} WorldCheck;
+
+static gint
+cmp_strings (gconstpointer a, gconstpointer b)
+{
+  return g_strcmp0 (*(char *const *) a, *(char *const *) b);
+}
+
+/* on the server's context: each session's group and its world's devices */
+static gboolean
+check_worlds (gpointer data)
+{
+  WorldCheck *w = data;
+  GHashTableIter it;
+  gpointer value;
+
+  g_hash_table_iter_init (&it, w->ts->server->sessions);
+  while (g_hash_table_iter_next (&it, NULL, &value)) {
+    Session *s = value;
+    GstElement *world = gst_bin_get_by_name (GST_BIN (s->pipeline), "world");
+    g_autofree char *devices = NULL;
+
+    g_object_get (world, "devices", &devices, NULL);
+    gst_object_unref (world);
+    g_ptr_array_add (w->seen, g_strdup_printf ("session %u group %d devices "
+            "%s", s->id, s->group, devices));
+  }
+  g_ptr_array_sort (w->seen, cmp_strings);
+  g_atomic_int_set (&w->done, TRUE);
+  return G_SOURCE_REMOVE;
+}
+
+static char *
+worlds (TestServer * ts)
+{
+  WorldCheck w = { ts, g_ptr_array_new_with_free_func (g_free), FALSE };
+  char *joined;
+
+  g_main_context_invoke (ts->context, check_worlds, &w);
+  PUMP_UNTIL (g_atomic_int_get (&w.done), "the worlds");
+  g_ptr_array_add (w.seen, NULL);
+  joined = g_strjoinv ("; ", (char **) w.seen->pdata);
+  g_ptr_array_unref (w.seen);
+  return joined;
+}
+
+static void
+test_groups (void)
+{
+  static const char *props[] = { "width=64", "height=64", "seed=7", NULL };
+  g_autofree char *model_dir = NULL;
+  g_autofree char *embeds = NULL;
+  g_autofree char *image = NULL;
+  g_autofree char *tmp = lingbot_test_write_fixture ("lingbot-fleet-XXXXXX",
+      &model_dir, &embeds, &image);
+  TestServer ts;
+  WsClient *a, *b, *c, *d, *e;
+  g_autofree char *world_list = NULL;
+  g_autofree char *want = NULL;
+  g_autofree char *retry = NULL;
+  const char *busy;
+
+  server_config (&ts);
+  ts.cfg.source = NULL;
+  ts.cfg.model = model_dir;
+  ts.cfg.image = image;
+  ts.cfg.prompt_embeds = embeds;
+  ts.cfg.gen_props = props;
+  ts.cfg.device_groups = "cpu:1;cpu:1";
+  ts.cfg.max_sessions = 0;
+  ts.cfg.server_id = "fleet-a";
+  ts.cfg.peer_timeout = 60;     /* these clients never connect media */
+  ts.cfg.resume_timeout = 2;
+  server_start (&ts);
+
+  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+      "\"free\":2,\"retry-after\":null,\"peers\":0,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":null}],"
+      "\"sessions\":[]}");
+
+  /* two browsers, one group each */
+  a = client_open (ts.port, NULL);
+  PUMP_UNTIL (client_find (a, "welcome") || a->failed, "welcome a");
+  b = client_open (ts.port, NULL);
+  PUMP_UNTIL (client_find (b, "welcome") || b->failed, "welcome b");
+  g_assert_cmpstr (member_json (client_find (a, "welcome"), "group"), ==, "0");
+  g_assert_cmpstr (member_json (client_find (b, "welcome"), "group"), ==, "1");
+  g_assert_cmpstr (member_json (client_find (a, "welcome"), "server"), ==,
+      "\"fleet-a\"");
+  world_list = worlds (&ts);
+  g_assert_cmpstr (world_list, ==, "session 1 group 0 devices cpu:1; "
+      "session 2 group 1 devices cpu:1");
+
+  /* the third: busy, no wait known (both sessions have a browser) */
+  c = client_open (ts.port, NULL);
+  PUMP_UNTIL (c->closed || c->failed, "busy c");
+  busy = client_find (c, "error");
+  g_assert_cmpstr (busy, ==, "{\"type\":\"error\",\"code\":\"busy\","
+      "\"message\":\"the server is busy: 2 of 2 sessions in use, try again "
+      "later\",\"fatal\":true,\"retry-after\":null}");
+  g_assert_cmpuint (c->close_code, ==, LINGBOT_WEBRTC_CLOSE_BUSY);
+  g_assert_false (client_find (c, "welcome") != NULL);
+  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+      "\"free\":0,\"retry-after\":null,\"peers\":2,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"sessions\":[{\"id\":1,\"group\":0,\"state\":\"waiting\","
+      "\"peers\":1,\"waiting-reload\":false},{\"id\":2,\"group\":1,"
+      "\"state\":\"waiting\",\"peers\":1,\"waiting-reload\":false}]}");
+
+  /* a leaves without bye: its session waits 2 s for a reload, and the
+   * next refusal says when it may be free */
+  client_free (a);
+  PUMP_UNTIL (g_atomic_int_get (&ts.server->n_peers) == 1, "a released");
+  d = client_open (ts.port, NULL);
+  PUMP_UNTIL (d->closed || d->failed, "busy d");
+  busy = client_find (d, "error");
+  g_assert_nonnull (busy);
+  retry = member_json (busy, "retry-after");
+  /* the resume timeout (2 s) is a seconds timer: it may fire up to 1 s
+   * late, and some of it has passed */
+  g_assert_true (strcmp (retry, "1") == 0 || strcmp (retry, "2") == 0
+      || strcmp (retry, "3") == 0);
+  want = g_strdup_printf ("{\"type\":\"error\",\"code\":\"busy\","
+      "\"message\":\"the server is busy: 2 of 2 sessions in use, one may be "
+      "free in %s s (a session kept for a reload)\",\"fatal\":true,"
+      "\"retry-after\":%s}", retry, retry);
+  g_assert_cmpstr (busy, ==, want);
+
+  /* its resume timeout frees group 0, which the next browser gets */
+  PUMP_UNTIL (g_atomic_int_get (&ts.server->n_sessions) == 1, "a expired");
+  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+      "\"free\":1,\"retry-after\":null,\"peers\":1,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"sessions\":[{\"id\":2,\"group\":1,\"state\":\"waiting\","
+      "\"peers\":1,\"waiting-reload\":false}]}");
+  e = client_open (ts.port, NULL);
+  PUMP_UNTIL (client_find (e, "welcome") || e->failed, "welcome e");
+  g_assert_cmpstr (member_json (client_find (e, "welcome"), "group"), ==, "0");
+  g_clear_pointer (&world_list, g_free);
+  world_list = worlds (&ts);
+  g_assert_cmpstr (world_list, ==, "session 2 group 1 devices cpu:1; "
+      "session 3 group 0 devices cpu:1");
+
+  client_free (b);
+  client_free (c);
+  client_free (d);
+  client_free (e);
+  server_stop (&ts);
+  lingbot_test_rm_rf (tmp);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -487,5 +770,8 @@ main (int argc, char **argv)
   g_test_add_func ("/webrtc-fleet/turn-credentials", test_turn_credentials);
   g_test_add_func ("/webrtc-fleet/ice-webrtcbin", test_ice_webrtcbin);
   g_test_add_func ("/webrtc-fleet/ice-welcome", test_ice_welcome);
+  g_test_add_func ("/webrtc-fleet/device-groups-check",
+      test_device_groups_check);
+  g_test_add_func ("/webrtc-fleet/groups", test_groups);
   return g_test_run ();
 }

@@ -383,6 +383,7 @@ async function onSignal(text) {
     if (m.code === "busy") {
       state.busy++;
       state.busyMessage = m.message;
+      state.busyRetryAfter = m["retry-after"];
     } else if (m.code !== "timeout" && m.code !== "ice") {
       state.fatal = m.code;
       setStatus("server: " + m.message, true);
@@ -439,8 +440,11 @@ function closePeer() {
   metrics.decodedAt = 0;
 }
 
-function retry(why) {
-  const delay = BACKOFF_S[Math.min(state.attempts, BACKOFF_S.length - 1)];
+// atLeast: the server's "retry-after" of a busy answer (seconds until a
+// session kept for a reload may free its slot), or null
+function retry(why, atLeast) {
+  const delay = Math.max(BACKOFF_S[Math.min(state.attempts,
+    BACKOFF_S.length - 1)], atLeast || 0);
   state.attempts++;
   state.retries++;
   setStatus(why + ": retrying in " + delay + " s (attempt " +
@@ -467,7 +471,7 @@ function connect() {
     closePeer();
     endButton.disabled = true;
     if (e.code === CLOSE_BUSY) {
-      retry(state.busyMessage || "the server is busy");
+      retry(state.busyMessage || "the server is busy", state.busyRetryAfter);
     } else if (e.code === CLOSE_REPLACED) {
       state.fatal = "replaced";
       setStatus("another tab or a reload took this session over", true);
