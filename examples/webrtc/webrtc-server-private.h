@@ -153,7 +153,9 @@ struct _Session
   GMainContext *context;
   guint id;
   gint group;                   /* its device group, or -1 */
-  char token[33];
+  /* the resume token: 32 hex digits, after "SERVER-ID-" with a server id
+   * (a front door routes a reload to this process by it) */
+  char token[LINGBOT_WEBRTC_SERVER_ID_MAX + 1 + 32 + 1];
   gboolean closed;
   const Encoder *enc;
   gsize max_message;            /* the server's, for streaming threads */

@@ -395,6 +395,20 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   server->source = g_strdup (cfg->source);
   server->gen_props = g_strdupv ((char **) cfg->gen_props);
   server->server_id = g_strdup (cfg->server_id);
+  if (server->server_id) {
+    gsize n = strlen (server->server_id);
+    gboolean ok = n >= 1 && n <= LINGBOT_WEBRTC_SERVER_ID_MAX;
+
+    for (gsize i = 0; ok && i < n; i++)
+      ok = g_ascii_isalnum (server->server_id[i])
+          || server->server_id[i] == '_';
+    if (!ok) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --server-id '%s': 1 to %u letters, digits or _",
+          server->server_id, LINGBOT_WEBRTC_SERVER_ID_MAX);
+      return NULL;
+    }
+  }
   server->max_message_size = cfg->max_message_size ? cfg->max_message_size :
       LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   server->ice_loopback = cfg->ice_loopback < 0 ?

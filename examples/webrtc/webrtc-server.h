@@ -49,6 +49,8 @@ G_BEGIN_DECLS
 /* a connection that has not sent a complete HTTP request within this long,
  * or not taken its response within as long again, is closed (seconds) */
 #define LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT 10
+/* a server id (--server-id) is at most this long: letters, digits, '_' */
+#define LINGBOT_WEBRTC_SERVER_ID_MAX 31
 /* WebSocket close codes (application range 4000-4999, as HTTP statuses):
  * a refused session (libsoup refuses 1013, "try again later"; 409 as the
  * reference's HTTP refusal), a silent peer, a peer replaced by a newer
@@ -110,7 +112,9 @@ G_BEGIN_DECLS
  *   group of its own (lingbotbin devices), instead of @devices shared by
  *   all; %NULL = no groups
  * @server_id: this process's name in a fleet (`welcome`'s and /status's
- *   "server"), or %NULL
+ *   "server", and the start of its resume tokens, "ID-" and 32 hex
+ *   digits, by which a front door routes a reload to this process): 1 to
+ *   %LINGBOT_WEBRTC_SERVER_ID_MAX letters, digits or '_'; or %NULL
  *
  * The ICE servers are given to every peer's webrtcbin (stun-server,
  * add-turn-server) and to the page in `welcome` ("ice-servers", in the

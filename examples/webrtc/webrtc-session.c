@@ -59,9 +59,14 @@ session_unref (Session * s)
 }
 
 static void
-make_token (char out[33])
+make_token (LingbotWebrtcServer * server, char *out, gsize size)
 {
   guint8 raw[16];
+  gsize at = 0;
+
+  if (server->server_id)
+    at = g_snprintf (out, size, "%s-", server->server_id);
+  out += at;
 
   if (getrandom (raw, sizeof raw, 0) != (ssize_t) sizeof raw)
     for (guint i = 0; i < sizeof raw; i++)
@@ -736,7 +741,7 @@ session_new (LingbotWebrtcServer * server)
   s->state_chunk = 0;
   for (guint i = 0; i < CHUNK_RING; i++)
     s->ring[i].index = -1;
-  make_token (s->token);
+  make_token (server, s->token, sizeof s->token);
   g_mutex_init (&s->lock);
   g_queue_init (&s->pending_keys);
   g_queue_init (&s->pending_echo);
@@ -751,7 +756,7 @@ session_by_token (LingbotWebrtcServer * server, const char *token)
   GHashTableIter it;
   gpointer value;
 
-  if (token == NULL || strlen (token) != 32)
+  if (token == NULL || strlen (token) < 32)
     return NULL;
   g_hash_table_iter_init (&it, server->sessions);
   while (g_hash_table_iter_next (&it, NULL, &value)) {

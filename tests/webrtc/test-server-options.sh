@@ -45,6 +45,10 @@ check 2 "invalid --device-groups '0,1;1,2': GPU 1 is in group 1 and group 2 (gro
 # shellcheck disable=SC2086
 check 2 "--max-sessions 3 is more than the 2 device groups (one session per group)" \
   $m --device-groups "cpu:1;cpu:1" --max-sessions 3
+# a server id starts the resume tokens a front door routes by
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: invalid --server-id 'a-b': 1 to 31 letters, digits or _" \
+  $m --server-id a-b --port 0
 # the ICE options (docs/webrtc.md "Deploying"): credentials never on the
 # command line, a relay policy only with a relay
 unset LINGBOT_TURN_USER LINGBOT_TURN_PASSWORD

@@ -383,15 +383,17 @@ test_turn_credentials (void)
   g_rmdir (dir);
 }
 
+/* addresses, not names: a session's webrtcbin would resolve a name, and
+ * libnice warns (fatal in a test) when it cannot */
 static const char *const test_turns[] = {
-  "turn:10.0.3.2:3478?transport=udp", "turns:relay.example", NULL
+  "turn:192.0.2.1:3478?transport=udp", "turns:192.0.2.2", NULL
 };
 
 static void
 ice_config (TestServer * ts)
 {
   server_config (ts);
-  ts->cfg.stun_server = "stun://stun.example:19302";
+  ts->cfg.stun_server = "stun://192.0.2.3:19302";
   ts->cfg.turn_servers = test_turns;
   ts->cfg.turn_user = "alice";
   ts->cfg.turn_password = "s3cr:et@/";
@@ -415,13 +417,13 @@ test_ice_webrtcbin (void)
   g_assert_no_error (err);
   g_object_get (webrtc, "stun-server", &stun, "ice-transport-policy",
       &policy, "ice-agent", &ice, NULL);
-  g_assert_cmpstr (stun, ==, "stun://stun.example:19302");
+  g_assert_cmpstr (stun, ==, "stun://192.0.2.3:19302");
   g_assert_cmpint (policy, ==, GST_WEBRTC_ICE_TRANSPORT_POLICY_RELAY);
   /* what the agent holds: webrtcbin's form, credentials percent-encoded */
   g_assert_cmpstr (ts.server->turn_gst[0], ==,
-      "turn://alice:s3cr%3Aet%40%2F@10.0.3.2:3478?transport=udp");
+      "turn://alice:s3cr%3Aet%40%2F@192.0.2.1:3478?transport=udp");
   g_assert_cmpstr (ts.server->turn_gst[1], ==,
-      "turns://alice:s3cr%3Aet%40%2F@relay.example:5349");
+      "turns://alice:s3cr%3Aet%40%2F@192.0.2.2:5349");
   g_assert_null (ts.server->turn_gst[2]);
   g_assert_nonnull (ice);
   g_free (stun);
@@ -460,9 +462,9 @@ test_ice_welcome (void)
   g_assert_nonnull (welcome);
   servers = member_json (welcome, "ice-servers");
   policy = member_json (welcome, "ice-transport-policy");
-  g_assert_cmpstr (servers, ==, "[{\"urls\":\"stun:stun.example:19302\"},"
-      "{\"urls\":[\"turn:10.0.3.2:3478?transport=udp\","
-      "\"turns:relay.example:5349\"],\"username\":\"alice\","
+  g_assert_cmpstr (servers, ==, "[{\"urls\":\"stun:192.0.2.3:19302\"},"
+      "{\"urls\":[\"turn:192.0.2.1:3478?transport=udp\","
+      "\"turns:192.0.2.2:5349\"],\"username\":\"alice\","
       "\"credential\":\"s3cr:et@/\"}]");
   g_assert_cmpstr (policy, ==, "\"relay\"");
   client_free (c);
@@ -544,8 +546,16 @@ test_device_groups_check (void)
     g_assert_cmpuint (server->n_groups, ==, 2);
     lingbot_webrtc_server_free (server);
   }
+  /* a server id goes into tokens and nginx maps: a plain name */
   ts.cfg.device_groups = NULL;
   ts.cfg.max_sessions = 0;
+  ts.cfg.server_id = "a-b";
+  server = lingbot_webrtc_server_new (&ts.cfg, &err);
+  g_assert_null (server);
+  g_assert_cmpstr (err->message, ==, "invalid --server-id 'a-b': 1 to 31 "
+      "letters, digits or _");
+  g_clear_error (&err);
+  ts.cfg.server_id = NULL;
   server = lingbot_webrtc_server_new (&ts.cfg, &err);
   g_assert_cmpuint (server->max_sessions, ==, 1);
   g_assert_cmpuint (server->n_groups, ==, 0);
@@ -659,12 +669,12 @@ test_groups (void)
   ts.cfg.gen_props = props;
   ts.cfg.device_groups = "cpu:1;cpu:1";
   ts.cfg.max_sessions = 0;
-  ts.cfg.server_id = "fleet-a";
+  ts.cfg.server_id = "fleet_a";
   ts.cfg.peer_timeout = 60;     /* these clients never connect media */
   ts.cfg.resume_timeout = 2;
   server_start (&ts);
 
-  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+  assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
       "\"free\":2,\"retry-after\":null,\"peers\":0,\"groups\":["
       "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
       "{\"group\":1,\"devices\":\"cpu:1\",\"session\":null}],"
@@ -678,7 +688,15 @@ test_groups (void)
   g_assert_cmpstr (member_json (client_find (a, "welcome"), "group"), ==, "0");
   g_assert_cmpstr (member_json (client_find (b, "welcome"), "group"), ==, "1");
   g_assert_cmpstr (member_json (client_find (a, "welcome"), "server"), ==,
-      "\"fleet-a\"");
+      "\"fleet_a\"");
+  {
+    /* the resume token starts with the server id, for a front door */
+    g_autofree char *token = member_json (client_find (a, "welcome"),
+        "resume");
+
+    g_assert_true (g_regex_match_simple ("^\"fleet_a-[0-9a-f]{32}\"$", token,
+            0, 0));
+  }
   world_list = worlds (&ts);
   g_assert_cmpstr (world_list, ==, "session 1 group 0 devices cpu:1; "
       "session 2 group 1 devices cpu:1");
@@ -692,7 +710,7 @@ test_groups (void)
       "later\",\"fatal\":true,\"retry-after\":null}");
   g_assert_cmpuint (c->close_code, ==, LINGBOT_WEBRTC_CLOSE_BUSY);
   g_assert_false (client_find (c, "welcome") != NULL);
-  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+  assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
       "\"free\":0,\"retry-after\":null,\"peers\":2,\"groups\":["
       "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
       "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
@@ -721,7 +739,7 @@ test_groups (void)
 
   /* its resume timeout frees group 0, which the next browser gets */
   PUMP_UNTIL (g_atomic_int_get (&ts.server->n_sessions) == 1, "a expired");
-  assert_status (ts.port, "{\"server\":\"fleet-a\",\"max-sessions\":2,"
+  assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
       "\"free\":1,\"retry-after\":null,\"peers\":1,\"groups\":["
       "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
       "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
