@@ -126,6 +126,10 @@ groups_setup (LingbotWebrtcServer * server, const LingbotWebrtcConfig * cfg,
 void
 groups_clear (LingbotWebrtcServer * server)
 {
+  if (server->refill) {
+    g_source_destroy (server->refill);
+    g_clear_pointer (&server->refill, g_source_unref);
+  }
   for (guint i = 0; i < server->n_groups; i++)
     g_free (server->groups[i].devices);
   g_clear_pointer (&server->groups, g_free);
@@ -161,6 +165,91 @@ groups_devices (LingbotWebrtcServer * server, Session * s)
   if (s->group >= 0 && (guint) s->group < server->n_groups)
     return server->groups[s->group].devices;
   return server->devices;
+}
+
+/* With groups, every group holds a world before any browser comes: the
+ * model loads (seconds on a CPU, about 15 s for the 14B model on a GPU)
+ * while nobody waits, and a new browser joins a world that is ready.
+ * A world that fails before a browser joined it is not made again (a
+ * wrong model would fail forever): its group then makes one when a browser
+ * comes, and that browser is told the error. */
+void
+groups_make_worlds (LingbotWebrtcServer * server)
+{
+  for (guint i = 0; i < server->n_groups && !server->stopping; i++) {
+    g_autoptr (GError) err = NULL;
+    Session *s;
+
+    if (server->groups[i].session)
+      continue;
+    s = session_new (server);
+    s->spare = TRUE;
+    g_message ("session %u: a world made for group %u (%s) before any "
+        "browser", s->id, s->group, server->groups[s->group].devices);
+    if (!session_build (s, &err)) {
+      g_message ("session %u: group %u: the world cannot be made: %s", s->id,
+          i, err->message);
+      session_close (s, "pipeline");
+    }
+  }
+}
+
+static gboolean
+refill_run (gpointer data)
+{
+  LingbotWebrtcServer *server = data;
+
+  g_clear_pointer (&server->refill, g_source_unref);
+  groups_make_worlds (server);
+  return G_SOURCE_REMOVE;
+}
+
+void
+groups_session_ended (LingbotWebrtcServer * server, Session * s)
+{
+  if (server->n_groups == 0 || server->stopping || s->spare || server->refill)
+    return;
+  server->refill = g_idle_source_new ();
+  g_source_set_callback (server->refill, refill_run, server, NULL);
+  g_source_attach (server->refill, server->context);
+}
+
+Session *
+groups_spare (LingbotWebrtcServer * server)
+{
+  for (guint i = 0; i < server->n_groups; i++) {
+    Session *s = server->groups[i].session;
+
+    if (s && s->spare && !s->closed)
+      return s;
+  }
+  return NULL;
+}
+
+guint
+groups_n_active (LingbotWebrtcServer * server)
+{
+  GHashTableIter it;
+  gpointer value;
+  guint n = 0;
+
+  g_hash_table_iter_init (&it, server->sessions);
+  while (g_hash_table_iter_next (&it, NULL, &value))
+    n += !((Session *) value)->spare && !((Session *) value)->closed;
+  return n;
+}
+
+gboolean
+groups_slot_free (LingbotWebrtcServer * server)
+{
+  if (groups_n_active (server) >= server->max_sessions)
+    return FALSE;
+  if (server->n_groups == 0)
+    return TRUE;
+  for (guint i = 0; i < server->n_groups; i++)
+    if (server->groups[i].session == NULL || server->groups[i].session->spare)
+      return TRUE;
+  return FALSE;
 }
 
 gint64
@@ -202,6 +291,8 @@ put_session (JsonBuilder * b, Session * s)
   server_put_int (b, "peers", g_list_length (s->peers));
   /* no browser: kept for a reload to resume it */
   server_put_boolean (b, "waiting-reload", s->resume != NULL);
+  /* a world made for its group, no browser yet */
+  server_put_boolean (b, "spare", s->spare);
   json_builder_end_object (b);
 }
 
@@ -219,18 +310,28 @@ groups_status_json (LingbotWebrtcServer * server)
   g_autoptr (JsonBuilder) b = json_builder_new ();
   g_autoptr (JsonNode) root = NULL;
   GList *all = g_list_sort (g_hash_table_get_values (server->sessions), by_id);
-  guint open = 0;
+  guint active = groups_n_active (server), free = 0;
   gint64 retry = groups_retry_after (server);
 
-  for (GList * l = all; l; l = l->next)
-    open += !((Session *) l->data)->closed;
+  /* the slots a new browser can have: below max-sessions, and with groups
+   * a group with a spare world or none (one is made on demand) */
+  if (active < server->max_sessions) {
+    free = server->max_sessions - active;
+    if (server->n_groups) {
+      guint groups_free = 0;
+
+      for (guint i = 0; i < server->n_groups; i++)
+        groups_free += server->groups[i].session == NULL
+            || server->groups[i].session->spare;
+      free = MIN (free, groups_free);
+    }
+  }
   json_builder_begin_object (b);
   server_put_string_or_null (b, "server", server->server_id);
   server_put_int (b, "max-sessions", server->max_sessions);
-  server_put_int (b, "free", open < server->max_sessions ?
-      server->max_sessions - open : 0);
+  server_put_int (b, "free", free);
   json_builder_set_member_name (b, "retry-after");
-  if (open >= server->max_sessions && retry >= 0)
+  if (free == 0 && retry >= 0)
     json_builder_add_int_value (b, retry);
   else
     json_builder_add_null_value (b);

@@ -89,6 +89,8 @@ struct _LingbotWebrtcServer
   /* device groups (webrtc-groups.c); none: n_groups 0 */
   Group *groups;
   guint n_groups;
+  GSource *refill;              /* the next groups_make_worlds() */
+  gboolean stopping;            /* being freed: no world is made */
   char *server_id;
 };
 
@@ -153,6 +155,9 @@ struct _Session
   GMainContext *context;
   guint id;
   gint group;                   /* its device group, or -1 */
+  /* made for its group before any browser (at start, or after the group's
+   * previous session ended); FALSE once a browser joined */
+  gboolean spare;
   /* the resume token: 32 hex digits, after "SERVER-ID-" with a server id
    * (a front door routes a reload to this process by it) */
   char token[LINGBOT_WEBRTC_SERVER_ID_MAX + 1 + 32 + 1];
@@ -345,6 +350,16 @@ const char *groups_devices (LingbotWebrtcServer * server, Session * s);
 /* seconds until a session kept for a reload expires (the soonest), or -1
  * when none is waiting for its reload */
 gint64 groups_retry_after (LingbotWebrtcServer * server);
+/* makes a world (a spare session) on every group without one */
+void groups_make_worlds (LingbotWebrtcServer * server);
+/* a session of a group ended: a new world for it, soon */
+void groups_session_ended (LingbotWebrtcServer * server, Session * s);
+/* a spare world for a new browser, or NULL */
+Session *groups_spare (LingbotWebrtcServer * server);
+/* sessions with a browser (or kept for its reload): not the spares */
+guint groups_n_active (LingbotWebrtcServer * server);
+/* whether a new browser can have a session now */
+gboolean groups_slot_free (LingbotWebrtcServer * server);
 /* the JSON of /status */
 char *groups_status_json (LingbotWebrtcServer * server);
 /* soup's handler of /status */

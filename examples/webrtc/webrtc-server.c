@@ -357,8 +357,9 @@ address_is_loopback (const char *address)
  * Checks the encoder and the GStreamer elements, sizes the connection cap
  * (@cfg's max_connections, or automatic from RLIMIT_NOFILE), binds the
  * HTTP server on the calling thread's default main context (everything of
- * the server runs there) and returns.  Sessions are made when browsers
- * connect.
+ * the server runs there) and returns.  Without device groups sessions are
+ * made when browsers connect; with them a world is made on every group
+ * now, and again on a group whose session ended, before any browser.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
  *   an unknown encoder, a missing element, no page folder, not an IP
@@ -479,6 +480,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   server->port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
   server->accept_cancel = g_cancellable_new ();
   http_accept_next (server);
+  /* with device groups: a world on each, before any browser */
+  groups_make_worlds (server);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
       "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
       "idle timeout %u s)", server->address,
@@ -652,6 +655,7 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
 {
   if (server == NULL)
     return;
+  server->stopping = TRUE;      /* no new worlds for the groups */
   if (server->sessions) {
     GList *all = g_hash_table_get_values (server->sessions);
 

@@ -547,8 +547,10 @@ session_end (Session * s, const char *reason, gushort close_code,
   g_clear_object (&s->tee);
   g_clear_object (&s->pipeline);
   g_atomic_int_add (&server->n_sessions, -1);
-  /* the pipeline is stopped: its devices are free for the next session */
+  /* the pipeline is stopped: its devices are free for the next session,
+   * and the group gets a new world */
   groups_release (server, s);
+  groups_session_ended (server, s);
   /* drops the table's reference */
   g_hash_table_remove (server->sessions, GUINT_TO_POINTER (s->id));
 }

@@ -270,10 +270,13 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
 {
   g_autoptr (GError) err = NULL;
   Session *s = session_by_token (server, token);
-  gboolean resumed = s != NULL;
+  gboolean resumed = s != NULL && !s->spare;
+  gboolean spare = FALSE;
   Peer *p;
 
-  if (s == NULL && g_hash_table_size (server->sessions) >= server->max_sessions) {
+  if (s && s->spare)
+    s = NULL;                   /* a spare's token is no one's yet */
+  if (s == NULL && !groups_slot_free (server)) {
     /* the expected wait: known when a session waits for its reload (it
      * ends at its resume timeout unless the reload comes); a session with
      * a browser has no end the server knows of */
@@ -282,7 +285,7 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
         "in %" G_GINT64_FORMAT " s (a session kept for a reload)", retry) :
         g_strdup ("try again later");
     g_autofree char *text = g_strdup_printf ("the server is busy: %u of %u "
-        "sessions in use, %s", g_hash_table_size (server->sessions),
+        "sessions in use, %s", groups_n_active (server),
         server->max_sessions, wait);
     g_autoptr (JsonBuilder) b = server_message_new ("error");
     g_autofree char *json = NULL;
@@ -303,7 +306,13 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
     signalling_conn_close (c, LINGBOT_WEBRTC_CLOSE_BUSY, "busy");
     return;
   }
-  if (s == NULL) {
+  if (s == NULL && (s = groups_spare (server)) != NULL) {
+    /* the world made for its group: it is this browser's now */
+    s->spare = FALSE;
+    spare = TRUE;
+    g_message ("session %u: the world of group %d taken (%u of %u)", s->id,
+        s->group, groups_n_active (server), server->max_sessions);
+  } else if (s == NULL) {
     s = session_new (server);
     g_message ("session %u: opened (%u of %u)", s->id,
         g_hash_table_size (server->sessions), server->max_sessions);
@@ -333,7 +342,8 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
   p = peer_new (s, c);
   g_message ("session %u: peer %u %s (connection %u)", s->id, p->id,
       resumed ? (s->active == p ? "resumes it" : "takes it over, the viewer "
-          "keeps streaming until it is connected") : "joins", c->id);
+          "keeps streaming until it is connected") : spare ? "joins the world "
+      "made for its group" : "joins", c->id);
   send_welcome (p, resumed);
   if (!peer_build (p, &err))
     peer_release (p, err->message, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR,

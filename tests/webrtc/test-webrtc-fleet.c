@@ -17,13 +17,15 @@
  *
  *   /webrtc-fleet/device-groups-check  lingbot_webrtc_device_groups_check()
  *     and --max-sessions against the groups: each refusal's message
- *   /webrtc-fleet/groups           two cpu:1 groups, a tiny random model,
- *     three clients: the first two get groups 0 and 1 (each session's
- *     lingbotbin has its group's devices), the third is refused busy
+ *   /webrtc-fleet/groups           two cpu:1 groups, a tiny random model:
+ *     a world on each at start (spare sessions 1 and 2); of three
+ *     clients the first two join them (groups 0 and 1, each world's
+ *     lingbotbin with its group's devices), the third is refused busy
  *     (4409, retry-after null); once a browser leaves without bye its
  *     session waits for a reload and a refusal says when it may be free
- *     (retry-after); after that the freed group 0 takes the next browser.
- *     /status, exact, at each step.
+ *     (retry-after); when it expires group 0 gets a new world (session 3)
+ *     before any browser, which the next browser joins.  /status, exact,
+ *     at each step.
  *
  * Exit 77 when the elements of the stand-in session are not installed.
  */
@@ -249,6 +251,16 @@ member_json (const char *text, const char *name)
   m = json_object_get_member (o, name);
   g_assert_nonnull (m);
   return json_to_string (m, FALSE);
+}
+
+static void
+assert_member (const char *text, const char *name, const char *want)
+{
+  g_autofree char *got = NULL;
+
+  g_assert_nonnull (text);
+  got = member_json (text, name);
+  g_assert_cmpstr (got, ==, want);
 }
 
 /* ---- tests ---- */
@@ -674,21 +686,27 @@ test_groups (void)
   ts.cfg.resume_timeout = 2;
   server_start (&ts);
 
+  /* a world on each group before any browser */
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
       "\"free\":2,\"retry-after\":null,\"peers\":0,\"groups\":["
-      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
-      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":null}],"
-      "\"sessions\":[]}");
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"sessions\":[{\"id\":1,\"group\":0,\"state\":\"waiting\","
+      "\"peers\":0,\"waiting-reload\":false,\"spare\":true},{\"id\":2,"
+      "\"group\":1,\"state\":\"waiting\",\"peers\":0,"
+      "\"waiting-reload\":false,\"spare\":true}]}");
 
   /* two browsers, one group each */
   a = client_open (ts.port, NULL);
   PUMP_UNTIL (client_find (a, "welcome") || a->failed, "welcome a");
   b = client_open (ts.port, NULL);
   PUMP_UNTIL (client_find (b, "welcome") || b->failed, "welcome b");
-  g_assert_cmpstr (member_json (client_find (a, "welcome"), "group"), ==, "0");
-  g_assert_cmpstr (member_json (client_find (b, "welcome"), "group"), ==, "1");
-  g_assert_cmpstr (member_json (client_find (a, "welcome"), "server"), ==,
-      "\"fleet_a\"");
+  assert_member (client_find (a, "welcome"), "group", "0");
+  assert_member (client_find (b, "welcome"), "group", "1");
+  assert_member (client_find (a, "welcome"), "session", "1");
+  assert_member (client_find (b, "welcome"), "session", "2");
+  assert_member (client_find (a, "welcome"), "resumed", "false");
+  assert_member (client_find (a, "welcome"), "server", "\"fleet_a\"");
   {
     /* the resume token starts with the server id, for a front door */
     g_autofree char *token = member_json (client_find (a, "welcome"),
@@ -715,8 +733,9 @@ test_groups (void)
       "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
       "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
       "\"sessions\":[{\"id\":1,\"group\":0,\"state\":\"waiting\","
-      "\"peers\":1,\"waiting-reload\":false},{\"id\":2,\"group\":1,"
-      "\"state\":\"waiting\",\"peers\":1,\"waiting-reload\":false}]}");
+      "\"peers\":1,\"waiting-reload\":false,\"spare\":false},{\"id\":2,"
+      "\"group\":1,\"state\":\"waiting\",\"peers\":1,"
+      "\"waiting-reload\":false,\"spare\":false}]}");
 
   /* a leaves without bye: its session waits 2 s for a reload, and the
    * next refusal says when it may be free */
@@ -737,17 +756,20 @@ test_groups (void)
       "\"retry-after\":%s}", retry, retry);
   g_assert_cmpstr (busy, ==, want);
 
-  /* its resume timeout frees group 0, which the next browser gets */
-  PUMP_UNTIL (g_atomic_int_get (&ts.server->n_sessions) == 1, "a expired");
+  /* its resume timeout frees group 0, which gets a new world (session 3)
+   * before any browser; the next browser joins it */
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
       "\"free\":1,\"retry-after\":null,\"peers\":1,\"groups\":["
-      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null},"
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":3},"
       "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
       "\"sessions\":[{\"id\":2,\"group\":1,\"state\":\"waiting\","
-      "\"peers\":1,\"waiting-reload\":false}]}");
+      "\"peers\":1,\"waiting-reload\":false,\"spare\":false},{\"id\":3,"
+      "\"group\":0,\"state\":\"waiting\",\"peers\":0,"
+      "\"waiting-reload\":false,\"spare\":true}]}");
   e = client_open (ts.port, NULL);
   PUMP_UNTIL (client_find (e, "welcome") || e->failed, "welcome e");
-  g_assert_cmpstr (member_json (client_find (e, "welcome"), "group"), ==, "0");
+  assert_member (client_find (e, "welcome"), "group", "0");
+  assert_member (client_find (e, "welcome"), "session", "3");
   g_clear_pointer (&world_list, g_free);
   world_list = worlds (&ts);
   g_assert_cmpstr (world_list, ==, "session 2 group 1 devices cpu:1; "
