@@ -54,6 +54,7 @@ let codec = "VP8";
 let scenario = "basic";
 let timeoutMs = 60000;
 let loopbackFlag = true;
+let stun = null;   // the server's --stun: the page's RTCPeerConnection has it
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--chromium") exe = args[++i];
@@ -62,6 +63,7 @@ for (let i = 0; i < args.length; i++) {
   else if (a === "--scenario") scenario = args[++i];
   else if (a === "--timeout-ms") timeoutMs = Number(args[++i]);
   else if (a === "--no-loopback-flag") loopbackFlag = false;
+  else if (a === "--stun") stun = args[++i];
   else if (a.startsWith("http")) url = a;
   else {
     console.error("unknown argument " + a);
@@ -139,7 +141,14 @@ async function snap(page) {
       } catch (e) { /* closed meanwhile */ }
     }
     const img = document.getElementById("start");
+    let ice = null;
+    if (p) {
+      const c = p.getConfiguration();
+      ice = { servers: JSON.parse(JSON.stringify(c.iceServers || [])),
+        policy: c.iceTransportPolicy };
+    }
     return {
+      ice,
       // eslint-disable-next-line no-undef
       st: JSON.parse(JSON.stringify(state)), offer: lastOffer, rtp,
       status: get("status"),
@@ -271,6 +280,14 @@ async function firstSession(page) {
   await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
   let s = await waitFor(page, "session connected", connected);
   note("connected: " + brief(s));
+  // the ICE servers of welcome (the server's --stun) in the page's
+  // RTCPeerConnection, the policy "all" without --ice-transport-policy
+  const urls = s.ice ? s.ice.servers.flatMap((x) => [].concat(x.urls)) : [];
+  check(s.ice && s.ice.policy === "all", "iceTransportPolicy all: " +
+    JSON.stringify(s.ice));
+  check(stun ? urls.length === 1 && urls[0] === stun : urls.length === 0,
+    "the page's iceServers are the server's (" + (stun || "none") + "): " +
+    JSON.stringify(urls));
   // the offer came before any key: its codec and fmtp
   if (codec === "H264") {
     check(/a=rtpmap:102 H264\/90000/.test(s.offer), "offer has H264/90000");
