@@ -11,17 +11,26 @@
 # candidate pair can work, only a relayed one.  The client is the project's
 # webrtcbin client (webrtc-test-client), which takes the ICE servers from
 # `welcome` as the page does.
-#   1. coturn running: frames arrive and the selected candidate pair's
-#      local candidate is a relay;
+#   1. coturn running: frames arrive and the selected candidate pair has a
+#      relay candidate (the client's, or the server's reached from the
+#      client's server-reflexive address);
 #   2. coturn stopped: the server releases the peer with its clear message
 #      (the TURN relay to check), which the client prints.
+# The page itself, in headless Chromium in the client's namespace
+# (tests/webrtc/browser-check.mjs, scenarios relay and relay-absent), does
+# both as well: frames through the relay (a relay candidate in the
+# selected pair), and without it the server's message on the page.
+# That part needs node, /usr/bin/chromium and playwright-core in
+# PLAYWRIGHT-DIR (suite browser installs it there); without them it is
+# left out with a note.
 # Exits 77 (with the reason) when namespaces cannot be made here (not
 # root, a kernel or sandbox that forbids them) or turnserver, ip or
 # iptables is missing.
-#   test-webrtc-nat.sh LINGBOT-WEBRTC-SERVER WEBRTC-TEST-CLIENT
+#   test-webrtc-nat.sh LINGBOT-WEBRTC-SERVER WEBRTC-TEST-CLIENT [PLAYWRIGHT-DIR]
 set -uo pipefail
-server=$1 client=$2
+server=$1 client=$2 pw=${3:-}
 www=${LINGBOT_WEBRTC_WWW:?}
+src=${LINGBOT_SOURCE_ROOT:?}
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
@@ -112,6 +121,20 @@ grep -q "listening on" "$tmp/server.log" ||
 grep -qF "ICE: STUN none, TURN turn:10.77.3.2:3478?transport=udp (user alice), transport policy all" \
   "$tmp/server.log" || { cat "$tmp/server.log"; fail "no ICE line"; }
 
+page=1
+if [ -z "$pw" ] || [ ! -d "$pw/node_modules/playwright-core" ] ||
+  ! command -v node >/dev/null || [ ! -x /usr/bin/chromium ]; then
+  echo "note: the page's part is left out (needs node, /usr/bin/chromium and playwright-core in '$pw': suite browser installs it)"
+  page=0
+fi
+page_check() {   # SCENARIO [BROWSER-CHECK OPTION...]
+  [ $page = 1 ] || return 0
+  ip netns exec "$ns_c" env NODE_PATH="$pw/node_modules" HOME="$tmp" \
+    timeout 120 node "$src/tests/webrtc/browser-check.mjs" \
+    "http://10.77.2.2:$port/" --chromium /usr/bin/chromium --out "$tmp/page" \
+    --no-loopback-flag --timeout-ms 40000 --scenario "$@"
+}
+
 # no UDP between client and server: what a host candidate would need
 if ip netns exec "$ns_c" timeout 2 bash -c \
   'echo x >/dev/udp/10.77.2.2/9; exec 3<>/dev/tcp/10.77.2.2/9' 2>/dev/null; then
@@ -125,9 +148,12 @@ ip netns exec "$ns_c" "$client" --frames 10 --timeout 30 --expect-relay \
 rc=$?
 cat "$tmp/client1.log"
 [ $rc -eq 0 ] || { cat "$tmp/server.log"; fail "no session through the relay (exit $rc)"; }
-grep -q '^pair local=relay ' "$tmp/client1.log" || fail "the pair is not relayed"
+grep -qE '^pair (local=relay |.* remote=relay$)' "$tmp/client1.log" ||
+  fail "the pair is not relayed"
 grep -q '^frames ' "$tmp/client1.log" || fail "no frames"
 echo "ok: frames through the TURN relay: $(grep '^pair' "$tmp/client1.log")"
+sleep 1.5   # the session's resume timeout: the slot free again
+page_check relay || { cat "$tmp/server.log"; fail "the page did not play through the relay"; }
 
 # 2. the relay gone: a clear message
 kill "$turn_pid"
@@ -142,3 +168,7 @@ want="error timeout: the browser did not connect within 5 s (no direct path and 
 grep -qxF "$want" "$tmp/client2.log" ||
   { cat "$tmp/server.log"; fail "no line '$want'"; }
 echo "ok: without the relay: $want"
+sleep 1.5
+# the page: the server's reason, as its status line shows it on the retry
+page_check relay-absent --expect-status "${want#error timeout: }" ||
+  { cat "$tmp/server.log"; fail "the page did not say why"; }

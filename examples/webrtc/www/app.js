@@ -384,7 +384,11 @@ async function onSignal(text) {
       state.busy++;
       state.busyMessage = m.message;
       state.busyRetryAfter = m["retry-after"];
-    } else if (m.code !== "timeout" && m.code !== "ice") {
+    } else if (m.code === "timeout" || m.code === "ice") {
+      // retried (resumed) when the socket closes, with the server's reason:
+      // it names the TURN relay to check when one is configured
+      state.lostMessage = m.message;
+    } else {
       state.fatal = m.code;
       setStatus("server: " + m.message, true);
       if (m.code === "eos" || m.code === "pipeline")
@@ -478,8 +482,10 @@ function connect() {
     } else if (state.fatal || e.code === CLOSE_CODEC) {
       // said already (error message, codec, end of the video, bye)
     } else {
-      retry("connection lost (" + e.code + (e.reason ? " " + e.reason : "") +
-        ")");
+      // the server's reason in full (the close frame's is cut to 123 bytes)
+      retry("connection lost (" + e.code + (state.lostMessage ? "): " +
+        state.lostMessage : (e.reason ? " " + e.reason : "") + ")"));
+      state.lostMessage = null;
     }
   };
 }
