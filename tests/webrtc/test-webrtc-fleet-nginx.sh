@@ -55,7 +55,7 @@ pa=$(server_port a) && pb=$(server_port b) || fail "the servers did not start"
 
 mkdir -p "$tmp/nginx/logs"
 # the front door's port: a free one now (tried again if taken meanwhile)
-for attempt in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
 front=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$pa/g" \
   -e "s/127\.0\.0\.1:8082/127.0.0.1:$pb/g" \
