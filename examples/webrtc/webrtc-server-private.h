@@ -1,8 +1,8 @@
 /* lingbot-gst: the WebRTC sender's rooms, what they share (private)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The server of webrtc-server.h is one object in five files, one room
- * each, along the sections it had when it was one file:
+ * The server of webrtc-server.h is one object in seven files, one room
+ * each (the first five along the sections it had when it was one file):
  *
  *   webrtc-server.c      encoders, JSON helpers, the hop to the server's
  *                        context, the server object and its public API
@@ -18,8 +18,8 @@
  *
  * This header holds the types more than one room uses and the functions
  * one room calls in another, each prefixed with its room (server_,
- * signalling_, http_, peer_, session_); everything else stays static in
- * its room.  Include it after defining GST_USE_UNSTABLE_API.
+ * signalling_, http_, peer_, session_, ice_, groups_); everything else
+ * stays static in its room.  Include it after defining GST_USE_UNSTABLE_API.
  */
 #pragma once
 
