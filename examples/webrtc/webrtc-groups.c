@@ -176,12 +176,19 @@ groups_devices (LingbotWebrtcServer * server, Session * s)
 void
 groups_make_worlds (LingbotWebrtcServer * server)
 {
-  for (guint i = 0; i < server->n_groups && !server->stopping; i++) {
+  /* at most --max-sessions worlds in all: a lower cap leaves groups idle */
+  guint held = 0;
+
+  for (guint i = 0; i < server->n_groups; i++)
+    held += server->groups[i].session != NULL;
+  for (guint i = 0; i < server->n_groups && !server->stopping
+      && held < server->max_sessions; i++) {
     g_autoptr (GError) err = NULL;
     Session *s;
 
     if (server->groups[i].session)
       continue;
+    held++;
     s = session_new (server);
     s->spare = TRUE;
     g_message ("session %u: a world made for group %u (%s) before any "

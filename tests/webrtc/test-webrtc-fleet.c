@@ -556,6 +556,10 @@ test_device_groups_check (void)
     g_assert_no_error (err);
     g_assert_cmpuint (server->max_sessions, ==, max ? max : 2);
     g_assert_cmpuint (server->n_groups, ==, 2);
+    /* a world per group at start, but no more than may be used */
+    g_assert_cmpuint (g_hash_table_size (server->sessions), ==, max ? max : 2);
+    g_assert_cmpuint (lingbot_webrtc_server_get_n_sessions (server), ==,
+        max ? max : 2);
     lingbot_webrtc_server_free (server);
   }
   /* a server id goes into tokens and nginx maps: a plain name */
