@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# suite webrtc-nat: a session that plays only through a TURN relay.
+# suite webrtc (test webrtc-nat): a session that plays only through a TURN relay.
 #
 # Four network namespaces joined by a router namespace:
 #   client  10.77.1.2  behind a NAT: the router masquerades what it sends
