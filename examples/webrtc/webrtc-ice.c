@@ -249,6 +249,23 @@ gboolean
 ice_configure (LingbotWebrtcServer * server, GstElement * webrtc,
     GError ** error)
 {
+  GstWebRTCICE *ice = NULL;
+
+  /* no UPnP port mappings: a server is reached through its address, STUN
+   * or a relay; libnice's UPnP discovery (gupnp-igd) only adds SSDP
+   * traffic, and a warning when its port is taken */
+  g_object_get (webrtc, "ice-agent", &ice, NULL);
+  if (ice) {
+    GObject *agent = NULL;
+
+    if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
+      g_object_get (ice, "agent", &agent, NULL);
+    if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent),
+            "upnp"))
+      g_object_set (agent, "upnp", FALSE, NULL);
+    g_clear_object (&agent);
+    gst_object_unref (ice);
+  }
   if (server->stun_gst)
     g_object_set (webrtc, "stun-server", server->stun_gst, NULL);
   for (guint i = 0; server->turn_gst && server->turn_gst[i]; i++) {

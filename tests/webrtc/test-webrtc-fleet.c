@@ -11,7 +11,7 @@
  *     environment, and each refusal with its exact message
  *   /webrtc-fleet/ice-webrtcbin    a peer's webrtcbin gets stun-server,
  *     the TURN relays (with the credentials, percent-encoded) and
- *     ice-transport-policy relay
+ *     ice-transport-policy relay; its libnice agent no UPnP
  *   /webrtc-fleet/ice-welcome      `welcome` carries "ice-servers" in the
  *     page's form and "ice-transport-policy"; none without configuration
  *
@@ -438,6 +438,17 @@ test_ice_webrtcbin (void)
       "turns://alice:s3cr%3Aet%40%2F@192.0.2.2:5349");
   g_assert_null (ts.server->turn_gst[2]);
   g_assert_nonnull (ice);
+  {
+    /* no UPnP port mapping from the server */
+    GObject *agent = NULL;
+    gboolean upnp = TRUE;
+
+    g_object_get (ice, "agent", &agent, NULL);
+    g_assert_nonnull (agent);
+    g_object_get (agent, "upnp", &upnp, NULL);
+    g_assert_false (upnp);
+    g_object_unref (agent);
+  }
   g_free (stun);
   g_object_unref (ice);
   gst_object_unref (webrtc);
