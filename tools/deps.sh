@@ -34,6 +34,12 @@ LINGBOT_DEPS=(
   # (libnice plugin), the signalling/page server (libsoup 3)
   libgstreamer-plugins-bad1.0-dev gstreamer1.0-plugins-bad gstreamer1.0-nice
   libsoup-3.0-dev
+  # suite webrtc (webrtc-nat): a session through a TURN relay, the client
+  # behind a NAT, in network namespaces (ip netns, veth, MASQUERADE)
+  coturn iproute2 iptables
+  # suite webrtc (webrtc-fleet-nginx): the documented nginx front door
+  # (examples/webrtc/nginx) before two server processes
+  nginx
   # GObject introspection of libgstlingbot-1.0 (gst-libs/gst/lingbot,
   # option introspection): g-ir-scanner and -compiler, GLib's GIRs, Gst-1.0's
   # (libgstreamer1.0-dev) and its typelib; the Python test (tests/gst

@@ -10,6 +10,7 @@
  * See docs/webrtc.md.
  */
 #include <stdlib.h>
+#include <string.h>
 #include <glib-unix.h>
 #include <gst/gst.h>
 #include <json-glib/json-glib.h>
@@ -70,10 +71,13 @@ main (int argc, char **argv)
   char *address = NULL, *www = NULL, *model = NULL, *image = NULL;
   char *prompt = NULL, *prompt_embeds = NULL, *devices = NULL;
   char *encoder = NULL, *source = NULL;
-  char **props = NULL;
+  char *stun = NULL, *turn_credentials = NULL, *ice_policy = NULL;
+  char *turn_user = NULL, *turn_password = NULL;
+  char *device_groups = NULL, *server_id = NULL;
+  char **props = NULL, **turn = NULL;
   gboolean overlay = FALSE;
   int port = LINGBOT_WEBRTC_DEFAULT_PORT;
-  int max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
+  int max_sessions = G_MININT;  /* not given: 1, or one per group */
   int max_message = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   int ice_loopback = -1;
   int peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
@@ -103,7 +107,15 @@ main (int argc, char **argv)
           "Draw the controls overlay on the video (lingbotbin overlay=true)",
         NULL},
     {"max-sessions", 0, 0, G_OPTION_ARG_INT, &max_sessions,
-        "Concurrent sessions; the next browser is refused (default 1)", "N"},
+        "Concurrent sessions; the next browser is refused (default 1, or "
+          "one per device group)", "N"},
+    {"device-groups", 0, 0, G_OPTION_ARG_STRING, &device_groups,
+          "One session per group of devices, each with its own world, e.g. "
+          "\"0,1,2,3;4,5,6,7\" or \"cpu:1;cpu:1\" (instead of --devices)",
+        "GROUPS"},
+    {"server-id", 0, 0, G_OPTION_ARG_STRING, &server_id,
+        "This process's name in a fleet, told in welcome and /status "
+          "(default: none)", "NAME"},
     {"encoder", 'e', 0, G_OPTION_ARG_STRING, &encoder,
         "vp8 (default), x264 or openh264", "NAME"},
     {"max-message-size", 0, 0, G_OPTION_ARG_INT, &max_message,
@@ -130,6 +142,20 @@ main (int argc, char **argv)
     {"idle-timeout", 0, 0, G_OPTION_ARG_INT, &idle_timeout,
         "Seconds a connection may take to send its HTTP request, and then "
           "to take the response, before it is closed (default 10)", "S"},
+    {"stun", 0, 0, G_OPTION_ARG_STRING, &stun,
+          "STUN server for ICE, given to webrtcbin and the page",
+        "stun:HOST[:PORT]"},
+    {"turn", 0, 0, G_OPTION_ARG_STRING_ARRAY, &turn,
+          "TURN relay for ICE (coturn), given to webrtcbin and the page; "
+          "repeatable; credentials from --turn-credentials or the environment",
+        "turn:HOST[:PORT][?transport=udp|tcp]"},
+    {"turn-credentials", 0, 0, G_OPTION_ARG_FILENAME, &turn_credentials,
+        "File whose first line is the TURN user:password (default: "
+          "LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD; never on the command "
+          "line)", "FILE"},
+    {"ice-transport-policy", 0, 0, G_OPTION_ARG_STRING, &ice_policy,
+        "all (default) or relay: only relayed candidates, on both ends "
+          "(needs --turn)", "POLICY"},
     {NULL}
   };
   int ret = EXIT_SUCCESS;
@@ -152,7 +178,8 @@ main (int argc, char **argv)
       const char *note;
     } ranges[] = {
       {"port", port, 0, 65535, ""},
-      {"max-sessions", max_sessions, 1, G_MAXINT, ""},
+      {"max-sessions", max_sessions == G_MININT ? 1 : max_sessions, 1,
+          G_MAXINT, ""},
       {"max-message-size", max_message, 64, LINGBOT_WEBRTC_WS_HARD_LIMIT, ""},
       {"peer-timeout", peer_timeout, 1, 3600, " seconds"},
       {"resume-timeout", resume_timeout, 1, 86400, " seconds"},
@@ -171,6 +198,73 @@ main (int argc, char **argv)
       ret = 2;
       goto out;
     }
+  }
+  if (devices && device_groups) {
+    g_printerr ("--devices and --device-groups exclude each other (a group "
+        "is a devices value)\n");
+    ret = 2;
+    goto out;
+  }
+  if (device_groups) {
+    guint n = 0;
+    g_auto (GStrv) groups = lingbot_webrtc_device_groups_check (device_groups,
+        &n, &err);
+
+    if (groups == NULL) {
+      g_printerr ("%s\n", err->message);
+      ret = 2;
+      goto out;
+    }
+    if (max_sessions != G_MININT && (guint) max_sessions > n) {
+      g_printerr ("--max-sessions %d is more than the %u device groups (one "
+          "session per group)\n", max_sessions, n);
+      ret = 2;
+      goto out;
+    }
+  }
+  if (ice_policy && strcmp (ice_policy, "all") != 0
+      && strcmp (ice_policy, "relay") != 0) {
+    g_printerr ("invalid --ice-transport-policy '%s': all or relay\n",
+        ice_policy);
+    ret = 2;
+    goto out;
+  }
+  {
+    /* each ICE URL now, with the option's exit status */
+    g_autofree char *url = stun ?
+        lingbot_webrtc_ice_url_check ("--stun", stun, &err) : NULL;
+
+    for (guint i = 0; err == NULL && turn && turn[i]; i++) {
+      g_free (url);
+      url = lingbot_webrtc_ice_url_check ("--turn", turn[i], &err);
+    }
+    if (err) {
+      g_printerr ("%s\n", err->message);
+      ret = 2;
+      goto out;
+    }
+  }
+  if (turn && !lingbot_webrtc_turn_credentials (turn_credentials, &turn_user,
+          &turn_password, &err)) {
+    g_printerr ("%s\n", err->message);
+    ret = 2;
+    goto out;
+  }
+  if (turn && turn_user == NULL) {
+    g_printerr ("--turn needs credentials: --turn-credentials FILE "
+        "(user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD\n");
+    ret = 2;
+    goto out;
+  }
+  if (turn == NULL && turn_credentials) {
+    g_printerr ("--turn-credentials without --turn\n");
+    ret = 2;
+    goto out;
+  }
+  if (g_strcmp0 (ice_policy, "relay") == 0 && turn == NULL) {
+    g_printerr ("--ice-transport-policy relay needs --turn\n");
+    ret = 2;
+    goto out;
   }
   if (source == NULL && (model == NULL || image == NULL)) {
     g_printerr ("--model and --image are needed (or --source)\n");
@@ -214,7 +308,9 @@ main (int argc, char **argv)
   cfg.gen_props = (const char *const *) props;
   if (encoder)
     cfg.encoder = encoder;
-  cfg.max_sessions = (guint) max_sessions;
+  cfg.max_sessions = max_sessions == G_MININT ? 0 : (guint) max_sessions;
+  cfg.device_groups = device_groups;
+  cfg.server_id = server_id;
   cfg.max_message_size = (gsize) max_message;
   cfg.source = source;
   cfg.ice_loopback = ice_loopback;
@@ -222,6 +318,11 @@ main (int argc, char **argv)
   cfg.resume_timeout = (guint) resume_timeout;
   cfg.max_connections = (guint) max_connections;
   cfg.idle_timeout = (guint) idle_timeout;
+  cfg.stun_server = stun;
+  cfg.turn_servers = (const char *const *) turn;
+  cfg.turn_user = turn_user;
+  cfg.turn_password = turn_password;
+  cfg.ice_relay_only = g_strcmp0 (ice_policy, "relay") == 0;
 
   server = lingbot_webrtc_server_new (&cfg, &err);
   if (server == NULL) {
@@ -246,5 +347,15 @@ out:
   g_free (encoder);
   g_free (source);
   g_strfreev (props);
+  g_free (device_groups);
+  g_free (server_id);
+  g_free (stun);
+  g_strfreev (turn);
+  g_free (turn_credentials);
+  g_free (ice_policy);
+  g_free (turn_user);
+  if (turn_password)
+    memset (turn_password, 0, strlen (turn_password));
+  g_free (turn_password);
   return ret;
 }

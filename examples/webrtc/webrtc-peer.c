@@ -435,10 +435,15 @@ connection_state_changed (Peer * p, gpointer data)
     case GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTED:
       peer_connected (p);
       break;
-    case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED:
+    case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED:{
+      g_autofree char *hint = ice_failure_hint (p->session->server);
+      g_autofree char *why = g_strconcat ("the WebRTC connection failed",
+          hint, NULL);
+
       peer_release (p, "ICE/DTLS connection failed",
-          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice", "the WebRTC connection failed");
+          LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice", why);
       break;
+    }
     case GST_WEBRTC_PEER_CONNECTION_STATE_CLOSED:
       peer_release (p, "WebRTC connection closed",
           LINGBOT_WEBRTC_CLOSE_TIMEOUT, "ice", "the WebRTC connection closed");
@@ -492,9 +497,12 @@ peer_tick (gpointer user_data)
     p->rx_seen = rx;
     p->last_rx_us = now;
   }
-  if (!p->connected && now - p->created_us > timeout * G_USEC_PER_SEC)
-    why = g_strdup_printf ("the browser did not connect within %u s", timeout);
-  else if (p->connected && now - p->last_rx_us > timeout * G_USEC_PER_SEC)
+  if (!p->connected && now - p->created_us > timeout * G_USEC_PER_SEC) {
+    g_autofree char *hint = ice_failure_hint (server);
+
+    why = g_strdup_printf ("the browser did not connect within %u s%s",
+        timeout, hint);
+  } else if (p->connected && now - p->last_rx_us > timeout * G_USEC_PER_SEC)
     why = g_strdup_printf ("nothing arrived from the browser for %u s",
         timeout);
   if (why) {
@@ -725,6 +733,8 @@ peer_build (Peer * p, GError ** error)
   gst_object_unref (qsrc);
   gst_object_unref (q);
 
+  if (!ice_configure (server, p->webrtc, error))
+    return FALSE;
   g_object_get (p->webrtc, "ice-agent", &ice, NULL);
   if (ice) {
     GObject *agent = NULL;

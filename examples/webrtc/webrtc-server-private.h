@@ -1,8 +1,8 @@
 /* lingbot-gst: the WebRTC sender's rooms, what they share (private)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
- * The server of webrtc-server.h is one object in five files, one room
- * each, along the sections it had when it was one file:
+ * The server of webrtc-server.h is one object in seven files, one room
+ * each (the first five along the sections it had when it was one file):
  *
  *   webrtc-server.c      encoders, JSON helpers, the hop to the server's
  *                        context, the server object and its public API
@@ -13,11 +13,13 @@
  *   webrtc-peer.c        peers: sending, key frames, release, webrtcbin
  *                        signalling, input from the browser, the branch
  *   webrtc-session.c     sessions: their pipeline, bus and key echo
+ *   webrtc-ice.c         the ICE servers: STUN, TURN, the transport policy
+ *   webrtc-groups.c      device groups, one session each; /status
  *
  * This header holds the types more than one room uses and the functions
  * one room calls in another, each prefixed with its room (server_,
- * signalling_, http_, peer_, session_); everything else stays static in
- * its room.  Include it after defining GST_USE_UNSTABLE_API.
+ * signalling_, http_, peer_, session_, ice_, groups_); everything else
+ * stays static in its room.  Include it after defining GST_USE_UNSTABLE_API.
  */
 #pragma once
 
@@ -32,12 +34,20 @@ G_BEGIN_DECLS
 
 #define WS_PATH "/ws"
 #define START_IMAGE_PATH "/start-image"
+#define STATUS_PATH "/status"
 #define CHUNK_RING 8
 
 typedef struct _Session Session;
 typedef struct _Peer Peer;
 typedef struct _Conn Conn;
 typedef struct _Client Client;
+
+/* a device group (webrtc-groups.c) */
+typedef struct
+{
+  char *devices;                /* lingbotbin devices */
+  Session *session;             /* the session on it, or NULL */
+} Group;
 
 struct _LingbotWebrtcServer
 {
@@ -71,6 +81,17 @@ struct _LingbotWebrtcServer
   gsize max_message_size;
   gboolean ice_loopback;
   guint peer_timeout, resume_timeout;
+  /* ICE servers (webrtc-ice.c): the page's form and webrtcbin's */
+  char *stun_url, *stun_gst;
+  char **turn_urls, **turn_gst;
+  char *turn_user, *turn_password;
+  gboolean ice_relay_only;
+  /* device groups (webrtc-groups.c); none: n_groups 0 */
+  Group *groups;
+  guint n_groups;
+  GSource *refill;              /* the next groups_make_worlds() */
+  gboolean stopping;            /* being freed: no world is made */
+  char *server_id;
 };
 
 typedef struct
@@ -133,7 +154,13 @@ struct _Session
   LingbotWebrtcServer *server;  /* valid while !closed */
   GMainContext *context;
   guint id;
-  char token[33];
+  gint group;                   /* its device group, or -1 */
+  /* made for its group before any browser (at start, or after the group's
+   * previous session ended); FALSE once a browser joined */
+  gboolean spare;
+  /* the resume token: 32 hex digits, after "SERVER-ID-" with a server id
+   * (a front door routes a reload to this process by it) */
+  char token[LINGBOT_WEBRTC_SERVER_ID_MAX + 1 + 32 + 1];
   gboolean closed;
   const Encoder *enc;
   gsize max_message;            /* the server's, for streaming threads */
@@ -229,6 +256,8 @@ const Encoder *server_find_encoder (const char *name);
 /* one member of the object a builder is in: name and value */
 void server_put_string (JsonBuilder * b, const char *name, const char *value);
 void server_put_int (JsonBuilder * b, const char *name, gint64 value);
+void server_put_string_or_null (JsonBuilder * b, const char *name,
+    const char *value);
 void server_put_boolean (JsonBuilder * b, const char *name, gboolean value);
 void server_put_double (JsonBuilder * b, const char *name, double value);
 /* a builder inside a JSON object whose "type" member is @type */
@@ -291,6 +320,51 @@ void peer_release (Peer * p, const char *reason, gushort close_code,
 gboolean peer_build (Peer * p, GError ** error);
 /* a new peer of @s for the WebSocket @c, in the session's list */
 Peer *peer_new (Session * s, Conn * c);
+
+/* webrtc-ice.c */
+/* checks and copies the ICE servers of @cfg */
+gboolean ice_setup (LingbotWebrtcServer * server,
+    const LingbotWebrtcConfig * cfg, GError ** error);
+/* frees what ice_setup() copied */
+void ice_clear (LingbotWebrtcServer * server);
+/* gives the ICE servers and the policy to a peer's webrtcbin */
+gboolean ice_configure (LingbotWebrtcServer * server, GstElement * webrtc,
+    GError ** error);
+/* "ice-servers" and "ice-transport-policy" of `welcome` */
+void ice_put_welcome (LingbotWebrtcServer * server, JsonBuilder * b);
+/* what to add to an ICE failure: the relay to check, or "" without one */
+char *ice_failure_hint (LingbotWebrtcServer * server);
+
+/* webrtc-groups.c */
+/* checks and copies the device groups of @cfg; sets max_sessions */
+gboolean groups_setup (LingbotWebrtcServer * server,
+    const LingbotWebrtcConfig * cfg, GError ** error);
+/* frees what groups_setup() copied */
+void groups_clear (LingbotWebrtcServer * server);
+/* gives @s a free group (TRUE without groups); FALSE when none is free */
+gboolean groups_take (LingbotWebrtcServer * server, Session * s);
+/* frees the group of @s */
+void groups_release (LingbotWebrtcServer * server, Session * s);
+/* the lingbotbin devices of @s: its group's, else the server's */
+const char *groups_devices (LingbotWebrtcServer * server, Session * s);
+/* seconds until a session kept for a reload expires (the soonest), or -1
+ * when none is waiting for its reload */
+gint64 groups_retry_after (LingbotWebrtcServer * server);
+/* makes a world (a spare session) on every group without one */
+void groups_make_worlds (LingbotWebrtcServer * server);
+/* a session of a group ended: a new world for it, soon */
+void groups_session_ended (LingbotWebrtcServer * server, Session * s);
+/* a spare world for a new browser, or NULL */
+Session *groups_spare (LingbotWebrtcServer * server);
+/* sessions with a browser (or kept for its reload): not the spares */
+guint groups_n_active (LingbotWebrtcServer * server);
+/* whether a new browser can have a session now */
+gboolean groups_slot_free (LingbotWebrtcServer * server);
+/* the JSON of /status */
+char *groups_status_json (LingbotWebrtcServer * server);
+/* soup's handler of /status */
+void groups_on_status (SoupServer * soup, SoupServerMessage * msg,
+    const char *path, GHashTable * query, gpointer user_data);
 
 /* webrtc-session.c */
 /* drops a reference of a session */

@@ -91,6 +91,16 @@ server_put_string (JsonBuilder * b, const char *name, const char *value)
 }
 
 void
+server_put_string_or_null (JsonBuilder * b, const char *name, const char *value)
+{
+  json_builder_set_member_name (b, name);
+  if (value)
+    json_builder_add_string_value (b, value);
+  else
+    json_builder_add_null_value (b);
+}
+
+void
 server_put_int (JsonBuilder * b, const char *name, gint64 value)
 {
   json_builder_set_member_name (b, name);
@@ -229,7 +239,7 @@ lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg)
   cfg->port = LINGBOT_WEBRTC_DEFAULT_PORT;
   cfg->devices = LINGBOT_WEBRTC_DEFAULT_DEVICES;
   cfg->encoder = LINGBOT_WEBRTC_DEFAULT_ENCODER;
-  cfg->max_sessions = LINGBOT_WEBRTC_DEFAULT_MAX_SESSIONS;
+  cfg->max_sessions = 0;        /* automatic: 1, or one per device group */
   cfg->max_message_size = LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   cfg->ice_loopback = -1;
   cfg->peer_timeout = LINGBOT_WEBRTC_DEFAULT_PEER_TIMEOUT;
@@ -347,12 +357,14 @@ address_is_loopback (const char *address)
  * Checks the encoder and the GStreamer elements, sizes the connection cap
  * (@cfg's max_connections, or automatic from RLIMIT_NOFILE), binds the
  * HTTP server on the calling thread's default main context (everything of
- * the server runs there) and returns.  Sessions are made when browsers
- * connect.
+ * the server runs there) and returns.  Without device groups sessions are
+ * made when browsers connect; with them a world is made on every group
+ * now, and again on a group whose session ended, before any browser.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
  *   an unknown encoder, a missing element, no page folder, not an IP
- *   address, RLIMIT_NOFILE too low for the cap
+ *   address, an ICE server URL or TURN configuration that
+ *   lingbot_webrtc_ice_url_check() refuses, RLIMIT_NOFILE too low for the cap
  *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
  */
 LingbotWebrtcServer *
@@ -383,7 +395,21 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_ENCODER);
   server->source = g_strdup (cfg->source);
   server->gen_props = g_strdupv ((char **) cfg->gen_props);
-  server->max_sessions = MAX (cfg->max_sessions, 1);
+  server->server_id = g_strdup (cfg->server_id);
+  if (server->server_id) {
+    gsize n = strlen (server->server_id);
+    gboolean ok = n >= 1 && n <= LINGBOT_WEBRTC_SERVER_ID_MAX;
+
+    for (gsize i = 0; ok && i < n; i++)
+      ok = g_ascii_isalnum (server->server_id[i])
+          || server->server_id[i] == '_';
+    if (!ok) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --server-id '%s': 1 to %u letters, digits or _",
+          server->server_id, LINGBOT_WEBRTC_SERVER_ID_MAX);
+      return NULL;
+    }
+  }
   server->max_message_size = cfg->max_message_size ? cfg->max_message_size :
       LINGBOT_WEBRTC_DEFAULT_MAX_MESSAGE_SIZE;
   server->ice_loopback = cfg->ice_loopback < 0 ?
@@ -396,6 +422,10 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT;
   if (cfg->image)
     server->image_real = realpath (cfg->image, NULL);
+  if (!ice_setup (server, cfg, error))
+    return NULL;
+  if (!groups_setup (server, cfg, error))
+    return NULL;
 
   if (server_find_encoder (server->encoder) == NULL) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
@@ -434,6 +464,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   soup_server_add_handler (server->soup, NULL, http_on_http, server, NULL);
   soup_server_add_handler (server->soup, WS_PATH, signalling_on_ws_http, server,
       NULL);
+  soup_server_add_handler (server->soup, STATUS_PATH, groups_on_status, server,
+      NULL);
   g_signal_connect (server->soup, "request-read",
       G_CALLBACK (http_on_request_read), server);
   g_signal_connect (server->soup, "request-finished",
@@ -448,6 +480,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   server->port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
   server->accept_cancel = g_cancellable_new ();
   http_accept_next (server);
+  /* with device groups: a world on each, before any browser */
+  groups_make_worlds (server);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
       "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
       "idle timeout %u s)", server->address,
@@ -456,6 +490,15 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",
       server->peer_timeout, server->resume_timeout, server->max_connections,
       server->idle_timeout);
+  if (server->stun_url || server->turn_urls[0]) {
+    g_autofree char *turn = g_strjoinv (", ", server->turn_urls);
+
+    g_message ("ICE: STUN %s, TURN %s%s%s%s, transport policy %s",
+        server->stun_url ? server->stun_url : "none", *turn ? turn : "none",
+        server->turn_user ? " (user " : "",
+        server->turn_user ? server->turn_user : "",
+        server->turn_user ? ")" : "", server->ice_relay_only ? "relay" : "all");
+  }
   return g_steal_pointer (&server);
 }
 
@@ -612,6 +655,7 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
 {
   if (server == NULL)
     return;
+  server->stopping = TRUE;      /* no new worlds for the groups */
   if (server->sessions) {
     GList *all = g_hash_table_get_values (server->sessions);
 
@@ -679,6 +723,9 @@ lingbot_webrtc_server_free (LingbotWebrtcServer * server)
   g_free (server->encoder);
   g_free (server->source);
   g_strfreev (server->gen_props);
+  ice_clear (server);
+  groups_clear (server);
+  g_free (server->server_id);
   if (server->context)
     g_main_context_unref (server->context);
   g_free (server);

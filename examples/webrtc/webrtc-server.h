@@ -49,6 +49,8 @@ G_BEGIN_DECLS
 /* a connection that has not sent a complete HTTP request within this long,
  * or not taken its response within as long again, is closed (seconds) */
 #define LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT 10
+/* a server id (--server-id) is at most this long: letters, digits, '_' */
+#define LINGBOT_WEBRTC_SERVER_ID_MAX 31
 /* WebSocket close codes (application range 4000-4999, as HTTP statuses):
  * a refused session (libsoup refuses 1013, "try again later"; 409 as the
  * reference's HTTP refusal), a silent peer, a peer replaced by a newer
@@ -72,7 +74,9 @@ G_BEGIN_DECLS
  * @gen_props: extra lingbotbin properties "name=value" (%NULL-terminated),
  *   set with gst_util_set_object_arg(): width, height, frames, seed, ...
  * @encoder: "vp8", "x264" or "openh264"
- * @max_sessions: concurrent sessions; the next one is refused
+ * @max_sessions: concurrent sessions; the next one is refused.  0 =
+ *   automatic: 1, or one per device group with @device_groups (more than
+ *   the groups is an error: a group holds one session)
  * @max_message_size: bigger messages are dropped with a log line
  * @source: a launch-line fragment that replaces
  *   `lingbotcontrolsrc ! lingbotbin` (a stand-in such as
@@ -92,6 +96,30 @@ G_BEGIN_DECLS
  *   request, and then to take its response, before it is closed (a
  *   WebSocket is exempt once upgraded); 0 =
  *   %LINGBOT_WEBRTC_DEFAULT_IDLE_TIMEOUT
+ * @stun_server: a STUN server for ICE, "stun:HOST[:PORT]" (or %NULL); see
+ *   lingbot_webrtc_ice_url_check()
+ * @turn_servers: TURN relays, "turn:HOST[:PORT][?transport=udp|tcp]" or
+ *   "turns:..." (%NULL-terminated, or %NULL), all with @turn_user and
+ *   @turn_password
+ * @turn_user: the TURN user name (needed with @turn_servers)
+ * @turn_password: the TURN password (needed with @turn_servers)
+ * @ice_relay_only: only relayed candidates, on both ends (webrtcbin's
+ *   ice-transport-policy and the page's iceTransportPolicy "relay"); needs
+ *   @turn_servers
+ *
+ * @device_groups: device groups "0,1,2,3;4,5,6,7" (or "cpu:1;cpu:1"), see
+ *   lingbot_webrtc_device_groups_check(): each session runs on a free
+ *   group of its own (lingbotbin devices), instead of @devices shared by
+ *   all; %NULL = no groups
+ * @server_id: this process's name in a fleet (`welcome`'s and /status's
+ *   "server", and the start of its resume tokens, "ID-" and 32 hex
+ *   digits, by which a front door routes a reload to this process): 1 to
+ *   %LINGBOT_WEBRTC_SERVER_ID_MAX letters, digits or '_'; or %NULL
+ *
+ * The ICE servers are given to every peer's webrtcbin (stun-server,
+ * add-turn-server) and to the page in `welcome` ("ice-servers", in the
+ * form of RTCPeerConnection's iceServers, credentials included: the page
+ * needs them to allocate a relay).
  *
  * Set with lingbot_webrtc_config_init() first.
  */
@@ -115,11 +143,24 @@ typedef struct
   guint resume_timeout;
   guint max_connections;
   guint idle_timeout;
+  const char *stun_server;
+  const char *const *turn_servers;
+  const char *turn_user;
+  const char *turn_password;
+  gboolean ice_relay_only;
+  const char *device_groups;
+  const char *server_id;
 } LingbotWebrtcConfig;
 
 typedef struct _LingbotWebrtcServer LingbotWebrtcServer;
 
 void lingbot_webrtc_config_init (LingbotWebrtcConfig * cfg);
+char *lingbot_webrtc_ice_url_check (const char *option, const char *url,
+    GError ** error);
+char **lingbot_webrtc_device_groups_check (const char *groups,
+    guint * n_groups, GError ** error);
+gboolean lingbot_webrtc_turn_credentials (const char *file, char **user,
+    char **password, GError ** error);
 gboolean lingbot_webrtc_raise_fd_limit (guint64 * soft, GError ** error);
 
 LingbotWebrtcServer *lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg,

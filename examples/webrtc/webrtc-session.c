@@ -59,9 +59,14 @@ session_unref (Session * s)
 }
 
 static void
-make_token (char out[33])
+make_token (LingbotWebrtcServer * server, char *out, gsize size)
 {
   guint8 raw[16];
+  gsize at = 0;
+
+  if (server->server_id)
+    at = g_snprintf (out, size, "%s-", server->server_id);
+  out += at;
 
   if (getrandom (raw, sizeof raw, 0) != (ssize_t) sizeof raw)
     for (guint i = 0; i < sizeof raw; i++)
@@ -542,6 +547,10 @@ session_end (Session * s, const char *reason, gushort close_code,
   g_clear_object (&s->tee);
   g_clear_object (&s->pipeline);
   g_atomic_int_add (&server->n_sessions, -1);
+  /* the pipeline is stopped: its devices are free for the next session,
+   * and the group gets a new world */
+  groups_release (server, s);
+  groups_session_ended (server, s);
   /* drops the table's reference */
   g_hash_table_remove (server->sessions, GUINT_TO_POINTER (s->id));
 }
@@ -591,8 +600,8 @@ session_detached (Session * s)
 }
 
 static gboolean
-set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
-    GError ** error)
+set_gen_properties (LingbotWebrtcServer * server, Session * s,
+    GstElement * gen, GError ** error)
 {
   GObjectClass *klass = G_OBJECT_GET_CLASS (gen);
   const struct
@@ -602,7 +611,7 @@ set_gen_properties (LingbotWebrtcServer * server, GstElement * gen,
   } props[] = {
     {"model-path", server->model}, {"image-location", server->image},
     {"prompt", server->prompt}, {"prompt-embeds", server->prompt_embeds},
-    {"devices", server->devices}, {"is-live", "true"},
+    {"devices", groups_devices (server, s)}, {"is-live", "true"},
     {"signal-passes", "true"},
     /* the start image at once, before the first key (lingbotgen preview) */
     {"preview", "true"},
@@ -684,7 +693,7 @@ session_build (Session * s, GError ** error)
 
   world = gst_bin_get_by_name (GST_BIN (s->pipeline), "world");
   if (world) {
-    gboolean ok = set_gen_properties (server, world, error);
+    gboolean ok = set_gen_properties (server, s, world, error);
 
     if (ok && GST_IS_BIN (world))
       s->gen = gst_bin_get_by_name (GST_BIN (world), "gen");
@@ -723,6 +732,8 @@ session_new (LingbotWebrtcServer * server)
   s->context = g_main_context_ref (server->context);
   s->leaving = g_ptr_array_new_with_free_func (gst_object_unref);
   s->id = ++server->next_session;
+  /* the caller checked that a slot is free: with groups, one of them */
+  groups_take (server, s);
   s->enc = server_find_encoder (server->encoder);
   s->max_message = server->max_message_size;
   s->last_chunk = -1;
@@ -732,7 +743,7 @@ session_new (LingbotWebrtcServer * server)
   s->state_chunk = 0;
   for (guint i = 0; i < CHUNK_RING; i++)
     s->ring[i].index = -1;
-  make_token (s->token);
+  make_token (server, s->token, sizeof s->token);
   g_mutex_init (&s->lock);
   g_queue_init (&s->pending_keys);
   g_queue_init (&s->pending_echo);
@@ -747,7 +758,7 @@ session_by_token (LingbotWebrtcServer * server, const char *token)
   GHashTableIter it;
   gpointer value;
 
-  if (token == NULL || strlen (token) != 32)
+  if (token == NULL || strlen (token) < 32)
     return NULL;
   g_hash_table_iter_init (&it, server->sessions);
   while (g_hash_table_iter_next (&it, NULL, &value)) {

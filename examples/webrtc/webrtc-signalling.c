@@ -253,6 +253,13 @@ send_welcome (Peer * p, gboolean resumed)
     json_builder_add_null_value (b);
   server_put_int (b, "peer-timeout", server->peer_timeout);
   server_put_int (b, "resume-timeout", server->resume_timeout);
+  ice_put_welcome (server, b);
+  json_builder_set_member_name (b, "group");
+  if (s->group >= 0)
+    json_builder_add_int_value (b, s->group);
+  else
+    json_builder_add_null_value (b);
+  server_put_string_or_null (b, "server", server->server_id);
   signalling_conn_send_message (p->conn, b);
 }
 
@@ -263,15 +270,35 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
 {
   g_autoptr (GError) err = NULL;
   Session *s = session_by_token (server, token);
-  gboolean resumed = s != NULL;
+  gboolean resumed = s != NULL && !s->spare;
+  gboolean spare = FALSE;
   Peer *p;
 
-  if (s == NULL && g_hash_table_size (server->sessions) >= server->max_sessions) {
+  if (s && s->spare)
+    s = NULL;                   /* a spare's token is no one's yet */
+  if (s == NULL && !groups_slot_free (server)) {
+    /* the expected wait: known when a session waits for its reload (it
+     * ends at its resume timeout unless the reload comes); a session with
+     * a browser has no end the server knows of */
+    gint64 retry = groups_retry_after (server);
+    g_autofree char *wait = retry >= 0 ? g_strdup_printf ("one may be free "
+        "in %" G_GINT64_FORMAT " s (a session kept for a reload)", retry) :
+        g_strdup ("try again later");
     g_autofree char *text = g_strdup_printf ("the server is busy: %u of %u "
-        "sessions in use, try again later",
-        g_hash_table_size (server->sessions), server->max_sessions);
-    g_autofree char *json =
-        server_error_json ("busy", text, TRUE, NULL, FALSE, 0);
+        "sessions in use, %s", groups_n_active (server),
+        server->max_sessions, wait);
+    g_autoptr (JsonBuilder) b = server_message_new ("error");
+    g_autofree char *json = NULL;
+
+    server_put_string (b, "code", "busy");
+    server_put_string (b, "message", text);
+    server_put_boolean (b, "fatal", TRUE);
+    json_builder_set_member_name (b, "retry-after");
+    if (retry >= 0)
+      json_builder_add_int_value (b, retry);
+    else
+      json_builder_add_null_value (b);
+    json = server_message_finish (b);
 
     g_message ("connection %u: refused a session: %s%s", c->id, text,
         token ? " (unknown or expired resume token)" : "");
@@ -279,7 +306,13 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
     signalling_conn_close (c, LINGBOT_WEBRTC_CLOSE_BUSY, "busy");
     return;
   }
-  if (s == NULL) {
+  if (s == NULL && (s = groups_spare (server)) != NULL) {
+    /* the world made for its group: it is this browser's now */
+    s->spare = FALSE;
+    spare = TRUE;
+    g_message ("session %u: the world of group %d taken (%u of %u)", s->id,
+        s->group, groups_n_active (server), server->max_sessions);
+  } else if (s == NULL) {
     s = session_new (server);
     g_message ("session %u: opened (%u of %u)", s->id,
         g_hash_table_size (server->sessions), server->max_sessions);
@@ -309,7 +342,8 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
   p = peer_new (s, c);
   g_message ("session %u: peer %u %s (connection %u)", s->id, p->id,
       resumed ? (s->active == p ? "resumes it" : "takes it over, the viewer "
-          "keeps streaming until it is connected") : "joins", c->id);
+          "keeps streaming until it is connected") : spare ? "joins the world "
+      "made for its group" : "joins", c->id);
   send_welcome (p, resumed);
   if (!peer_build (p, &err))
     peer_release (p, err->message, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR,

@@ -7,7 +7,7 @@
 //   NODE_PATH=/tmp/pw/node_modules node tests/webrtc/browser-check.mjs \
 //       http://127.0.0.1:8080/ [--chromium /usr/bin/chromium] [--out /tmp/webrtc]
 //       [--codec VP8|H264] [--scenario basic|full] [--timeout-ms 60000]
-//       [--no-loopback-flag]
+//       [--no-loopback-flag] [--stun URL] [--expect-status TEXT]
 //
 // --no-loopback-flag leaves out --allow-loopback-in-peer-connection (an
 // ordinary browser: no 127.0.0.1 candidates of its own).
@@ -26,6 +26,11 @@
 // browser refused with 4409 that retries with backoff and says why, and
 // gets in when the first ends its session; that browser vanishing
 // (SIGSTOP) and its slot free again within 35 s.
+//
+// relay (tests/webrtc/test-webrtc-nat.sh, a stand-in source): frames
+// decoded, and a relay candidate in the selected candidate pair.
+// relay-absent (the same without the relay): the page shows a status line
+// that contains --expect-status (the server's reason, naming the relay).
 //
 // Screenshots OUT-waiting.png, OUT-held.png, OUT-resumed.png.  Exit 0 =
 // everything seen, 1 = a check failed (listed on stderr), 2 = usage.
@@ -54,6 +59,8 @@ let codec = "VP8";
 let scenario = "basic";
 let timeoutMs = 60000;
 let loopbackFlag = true;
+let stun = null;
+let expectStatus = null;   // the server's --stun: the page's RTCPeerConnection has it
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--chromium") exe = args[++i];
@@ -62,14 +69,17 @@ for (let i = 0; i < args.length; i++) {
   else if (a === "--scenario") scenario = args[++i];
   else if (a === "--timeout-ms") timeoutMs = Number(args[++i]);
   else if (a === "--no-loopback-flag") loopbackFlag = false;
+  else if (a === "--stun") stun = args[++i];
+  else if (a === "--expect-status") expectStatus = args[++i];
   else if (a.startsWith("http")) url = a;
   else {
     console.error("unknown argument " + a);
     process.exit(2);
   }
 }
-if (!["VP8", "H264"].includes(codec) || !["basic", "full"].includes(scenario)) {
-  console.error("--codec VP8|H264, --scenario basic|full");
+if (!["VP8", "H264"].includes(codec) ||
+  !["basic", "full", "relay", "relay-absent"].includes(scenario)) {
+  console.error("--codec VP8|H264, --scenario basic|full|relay|relay-absent");
   process.exit(2);
 }
 
@@ -139,7 +149,14 @@ async function snap(page) {
       } catch (e) { /* closed meanwhile */ }
     }
     const img = document.getElementById("start");
+    let ice = null;
+    if (p) {
+      const c = p.getConfiguration();
+      ice = { servers: JSON.parse(JSON.stringify(c.iceServers || [])),
+        policy: c.iceTransportPolicy };
+    }
     return {
+      ice,
       // eslint-disable-next-line no-undef
       st: JSON.parse(JSON.stringify(state)), offer: lastOffer, rtp,
       status: get("status"),
@@ -271,6 +288,14 @@ async function firstSession(page) {
   await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
   let s = await waitFor(page, "session connected", connected);
   note("connected: " + brief(s));
+  // the ICE servers of welcome (the server's --stun) in the page's
+  // RTCPeerConnection, the policy "all" without --ice-transport-policy
+  const urls = s.ice ? s.ice.servers.flatMap((x) => [].concat(x.urls)) : [];
+  check(s.ice && s.ice.policy === "all", "iceTransportPolicy all: " +
+    JSON.stringify(s.ice));
+  check(stun ? urls.length === 1 && urls[0] === stun : urls.length === 0,
+    "the page's iceServers are the server's (" + (stun || "none") + "): " +
+    JSON.stringify(urls));
   // the offer came before any key: its codec and fmtp
   if (codec === "H264") {
     check(/a=rtpmap:102 H264\/90000/.test(s.offer), "offer has H264/90000");
@@ -509,12 +534,56 @@ async function noCodec(ctx) {
   await page.close();
 }
 
+// frames through the TURN relay of welcome's iceServers
+async function relaySession(page) {
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  const s = await waitFor(page, "frames decoded", (x) => decoded(x) > 0);
+  note("frames: " + brief(s));
+  const pair = await page.evaluate(async () => {
+    const byId = {};
+    let transport = null;
+    // eslint-disable-next-line no-undef
+    (await pc.getStats()).forEach((r) => {
+      byId[r.id] = r;
+      if (r.type === "transport")
+        transport = r;
+    });
+    const p = transport && byId[transport.selectedCandidatePairId];
+    return p ? { local: byId[p.localCandidateId].candidateType,
+      remote: byId[p.remoteCandidateId].candidateType } : null;
+  });
+  note("selected pair: " + JSON.stringify(pair));
+  // the browser's own relay, or the server's (reached from the browser's
+  // server-reflexive address): either way through the relay
+  check(pair && (pair.local === "relay" || pair.remote === "relay"),
+    "the selected pair goes through the relay: " + JSON.stringify(pair));
+}
+
+// no relay: the page says why, in the server's words
+async function relayAbsent(page) {
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  const s = await waitFor(page, "a status with '" + expectStatus + "'",
+    (x) => x.statuses.some((t) => t.includes(expectStatus)));
+  note("status: " + s.statuses.find((t) => t.includes(expectStatus)));
+}
+
 const browser = await chromium.launch({ executablePath: exe, headless: true,
   args: chromiumArgs });
 try {
   const ctx = await browser.newContext({ viewport: { width: 960,
     height: 900 } });
   const page = await newPage(ctx, "first");
+  if (scenario === "relay" || scenario === "relay-absent") {
+    await (scenario === "relay" ? relaySession(page) : relayAbsent(page));
+    await page.close();
+    await browser.close();
+    if (consoleErrors.length)
+      fail(consoleErrors.length + " console error(s)");
+    if (failures.length)
+      process.exit(1);
+    note("OK (" + scenario + ")");
+    process.exit(0);
+  }
   await firstSession(page);
   if (scenario === "full") {
     await malformed(page);

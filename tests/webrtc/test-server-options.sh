@@ -35,6 +35,50 @@ check 2 "invalid --max-sessions 0: at least 1" $m --max-sessions 0
 # shellcheck disable=SC2086
 check 2 "invalid --max-message-size 10: 64..1048576" $m --max-message-size 10
 check 2 "--model and --image are needed (or --source)" --port 0
+# device groups: disjoint, one session each
+# shellcheck disable=SC2086
+check 2 "--devices and --device-groups exclude each other (a group is a devices value)" \
+  $m --devices cpu:1 --device-groups "cpu:1;cpu:1"
+# shellcheck disable=SC2086
+check 2 "invalid --device-groups '0,1;1,2': GPU 1 is in group 1 and group 2 (groups must not share a device)" \
+  $m --device-groups "0,1;1,2"
+# shellcheck disable=SC2086
+check 2 "--max-sessions 3 is more than the 2 device groups (one session per group)" \
+  $m --device-groups "cpu:1;cpu:1" --max-sessions 3
+# a server id starts the resume tokens a front door routes by
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: invalid --server-id 'a-b': 1 to 31 letters, digits or _" \
+  $m --server-id a-b --port 0
+# the ICE options (docs/webrtc.md "Deploying"): credentials never on the
+# command line, a relay policy only with a relay
+unset LINGBOT_TURN_USER LINGBOT_TURN_PASSWORD
+printf 'alice\n' >"$tmp/bad-credentials"
+# shellcheck disable=SC2086
+check 2 "invalid --stun 'stun.example': not stun:HOST[:PORT]" $m \
+  --stun stun.example
+# shellcheck disable=SC2086
+check 2 "invalid --turn 'turn:alice:secret@relay.example': credentials do not belong in the URL (it shows in ps): use --turn-credentials FILE (user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD" \
+  $m --turn turn:alice:secret@relay.example
+# shellcheck disable=SC2086
+check 2 "--turn needs credentials: --turn-credentials FILE (user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD" \
+  $m --turn turn:relay.example
+# shellcheck disable=SC2086
+check 2 "--turn-credentials $tmp/bad-credentials: the first line is not user:password" \
+  $m --turn turn:relay.example --turn-credentials "$tmp/bad-credentials"
+# shellcheck disable=SC2086
+export LINGBOT_TURN_USER=alice
+check 2 "LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD are needed together" \
+  $m --turn turn:relay.example
+unset LINGBOT_TURN_USER
+# shellcheck disable=SC2086
+check 2 "--turn-credentials without --turn" $m \
+  --turn-credentials "$tmp/bad-credentials"
+# shellcheck disable=SC2086
+check 2 "--ice-transport-policy relay needs --turn" $m \
+  --ice-transport-policy relay
+# shellcheck disable=SC2086
+check 2 "invalid --ice-transport-policy 'none': all or relay" $m \
+  --ice-transport-policy none
 # 100 descriptors leave none for a connection beside one session's 64 + 128
 ulimit -n 100 || { echo "cannot lower RLIMIT_NOFILE: skipped"; exit 77; }
 # shellcheck disable=SC2086

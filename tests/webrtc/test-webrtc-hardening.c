@@ -134,10 +134,23 @@ server_start (TestServer * ts)
     g_error ("server: %s", ts->error);
 }
 
+static gboolean
+quit_loop (gpointer loop)
+{
+  g_main_loop_quit (loop);
+  return G_SOURCE_REMOVE;
+}
+
 static void
 server_stop (TestServer * ts)
 {
-  g_main_loop_quit (ts->loop);
+  /* from inside the loop: a quit before g_main_loop_run() started would
+   * be lost, and the join would wait for ever */
+  GSource *quit = g_idle_source_new ();
+
+  g_source_set_callback (quit, quit_loop, ts->loop, NULL);
+  g_source_attach (quit, ts->context);
+  g_source_unref (quit);
   g_thread_join (ts->thread);
   g_main_loop_unref (ts->loop);
   g_main_context_unref (ts->context);

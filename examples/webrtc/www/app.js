@@ -332,8 +332,11 @@ function codecError(codec) {
   send({ type: "bye" });
 }
 
-function newPeer() {
-  pc = new RTCPeerConnection({ iceServers: [] });
+// The server's STUN/TURN servers and policy (its --stun, --turn and
+// --ice-transport-policy), as the welcome message gives them.
+function newPeer(iceServers, iceTransportPolicy) {
+  pc = new RTCPeerConnection({ iceServers: iceServers || [],
+    iceTransportPolicy: iceTransportPolicy === "relay" ? "relay" : "all" });
   pc.ontrack = (e) => {
     video.srcObject = e.streams[0] || new MediaStream([e.track]);
     video.focus();
@@ -357,9 +360,15 @@ function newPeer() {
       ch.onmessage = (m) => onControl(m.data);
     }
   };
+  const turn = (iceServers || []).filter((x) =>
+    [].concat(x.urls).some((u) => /^turns?:/.test(u)));
   pc.onconnectionstatechange = () => {
     if (pc && pc.connectionState === "failed")
-      setStatus("WebRTC connection failed", true);
+      setStatus("WebRTC connection failed" + (turn.length ?
+        (iceTransportPolicy === "relay" ? " (only" : " (no direct path and " +
+          "none") + " through the TURN relay " +
+        turn.map((x) => [].concat(x.urls).join(", ")).join(", ") +
+        ": is it running and reachable?)" : ""), true);
   };
 }
 
@@ -374,7 +383,12 @@ async function onSignal(text) {
     if (m.code === "busy") {
       state.busy++;
       state.busyMessage = m.message;
-    } else if (m.code !== "timeout" && m.code !== "ice") {
+      state.busyRetryAfter = m["retry-after"];
+    } else if (m.code === "timeout" || m.code === "ice") {
+      // retried (resumed) when the socket closes, with the server's reason:
+      // it names the TURN relay to check when one is configured
+      state.lostMessage = m.message;
+    } else {
       state.fatal = m.code;
       setStatus("server: " + m.message, true);
       if (m.code === "eos" || m.code === "pipeline")
@@ -396,7 +410,7 @@ async function onSignal(text) {
     endButton.disabled = false;
     setStatus("session " + m.session + (m.resumed ? " resumed at chunk " +
       m["next-chunk"] : "") + " (" + m.codec + "): negotiating…");
-    newPeer();
+    newPeer(m["ice-servers"], m["ice-transport-policy"]);
   } else if (!pc) {
     return;                     // closed meanwhile
   } else if (m.type === "offer") {
@@ -430,8 +444,11 @@ function closePeer() {
   metrics.decodedAt = 0;
 }
 
-function retry(why) {
-  const delay = BACKOFF_S[Math.min(state.attempts, BACKOFF_S.length - 1)];
+// atLeast: the server's "retry-after" of a busy answer (seconds until a
+// session kept for a reload may free its slot), or null
+function retry(why, atLeast) {
+  const delay = Math.max(BACKOFF_S[Math.min(state.attempts,
+    BACKOFF_S.length - 1)], atLeast || 0);
   state.attempts++;
   state.retries++;
   setStatus(why + ": retrying in " + delay + " s (attempt " +
@@ -458,15 +475,17 @@ function connect() {
     closePeer();
     endButton.disabled = true;
     if (e.code === CLOSE_BUSY) {
-      retry(state.busyMessage || "the server is busy");
+      retry(state.busyMessage || "the server is busy", state.busyRetryAfter);
     } else if (e.code === CLOSE_REPLACED) {
       state.fatal = "replaced";
       setStatus("another tab or a reload took this session over", true);
     } else if (state.fatal || e.code === CLOSE_CODEC) {
       // said already (error message, codec, end of the video, bye)
     } else {
-      retry("connection lost (" + e.code + (e.reason ? " " + e.reason : "") +
-        ")");
+      // the server's reason in full (the close frame's is cut to 123 bytes)
+      retry("connection lost (" + e.code + (state.lostMessage ? "): " +
+        state.lostMessage : (e.reason ? " " + e.reason : "") + ")"));
+      state.lostMessage = null;
     }
   };
 }
