@@ -52,6 +52,37 @@ default_www (void)
   return g_build_filename (dir, LINGBOT_WEBRTC_WWW_DIR, NULL);
 }
 
+/* Registers this tree's lingbot plugin when GStreamer's own search
+ * (GST_PLUGIN_PATH, the system folders) did not find it: the folder is
+ * relative to the executable, never fixed at build time.  Installed,
+ * LINGBOT_WEBRTC_PLUGIN_DIR from bindir (the prefix's libdir/gstreamer-1.0,
+ * which GStreamer does not search under /usr/local); uninstalled (two
+ * folders up is a meson build folder), that build folder's gst/. */
+static void
+scan_plugin_dir (void)
+{
+  GstElementFactory *f = gst_element_factory_find ("lingbotbin");
+  g_autofree char *exe = NULL, *dir = NULL, *info = NULL, *plugins = NULL;
+
+  if (f != NULL) {
+    gst_object_unref (f);
+    return;
+  }
+  exe = g_file_read_link ("/proc/self/exe", NULL);
+  if (exe == NULL)
+    return;
+  dir = g_path_get_dirname (exe);
+  info = g_build_filename (dir, "..", "..", "meson-info", NULL);
+  if (g_file_test (info, G_FILE_TEST_IS_DIR))
+    plugins = g_canonicalize_filename ("../../gst", dir);
+  else if (g_path_is_absolute (LINGBOT_WEBRTC_PLUGIN_DIR))
+    plugins = g_strdup (LINGBOT_WEBRTC_PLUGIN_DIR);
+  else
+    plugins = g_canonicalize_filename (LINGBOT_WEBRTC_PLUGIN_DIR, dir);
+  if (g_file_test (plugins, G_FILE_TEST_IS_DIR))
+    gst_registry_scan_path (gst_registry_get (), plugins);
+}
+
 static gboolean
 on_signal (gpointer user_data)
 {
@@ -292,6 +323,7 @@ main (int argc, char **argv)
     props[n + 1] = NULL;
   }
 
+  scan_plugin_dir ();
   lingbot_webrtc_config_init (&cfg);
   if (address)
     cfg.address = address;

@@ -349,6 +349,63 @@ address_is_loopback (const char *address)
   return a != NULL && g_inet_address_get_is_loopback (a);
 }
 
+/* What every session's pipeline will need, checked once at start so that
+ * a mistake is said when the server starts, not when a browser connects:
+ * the lingbot elements, the model folder, the start image, and each
+ * --set NAME=VALUE naming a lingbotbin property with a value of its
+ * type (values the element refuses only when it starts, such as a size
+ * it cannot make, are said to the browser and the log then). */
+static gboolean
+check_session_config (LingbotWebrtcServer * server, GError ** error)
+{
+  const char *lingbot[] = { "lingbotcontrolsrc", "lingbotbin", NULL };
+  g_autoptr (GstElement) bin = NULL;
+
+  for (guint i = 0; lingbot[i]; i++) {
+    GstElementFactory *f = gst_element_factory_find (lingbot[i]);
+
+    if (f == NULL) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+          "GStreamer element '%s' is not installed (the lingbot plugin: "
+          "set GST_PLUGIN_PATH to the folder of libgstlingbot.so)", lingbot[i]);
+      return FALSE;
+    }
+    gst_object_unref (f);
+  }
+  if (server->model && !g_file_test (server->model, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+        "--model %s: no such folder", server->model);
+    return FALSE;
+  }
+  if (server->image && !g_file_test (server->image, G_FILE_TEST_IS_REGULAR)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+        "--image %s: no such file", server->image);
+    return FALSE;
+  }
+  bin = gst_object_ref_sink (gst_element_factory_make ("lingbotbin", NULL));
+  for (guint i = 0; bin && server->gen_props && server->gen_props[i]; i++) {
+    g_auto (GStrv) kv = g_strsplit (server->gen_props[i], "=", 2);
+    GParamSpec *ps = kv[0] ? g_object_class_find_property
+        (G_OBJECT_GET_CLASS (bin), kv[0]) : NULL;
+    g_auto (GValue) v = G_VALUE_INIT;
+
+    if (ps == NULL || kv[1] == NULL) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "not a lingbotbin property: %s", server->gen_props[i]);
+      return FALSE;
+    }
+    g_value_init (&v, ps->value_type);
+    if (!gst_value_deserialize_with_pspec (&v, kv[1], ps) ||
+        g_param_value_validate (ps, &v)) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "--set %s: not a value of lingbotbin's %s (%s)",
+          server->gen_props[i], kv[0], g_type_name (ps->value_type));
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 /**
  * lingbot_webrtc_server_new:
  * @cfg: the configuration (copied)
@@ -362,7 +419,8 @@ address_is_loopback (const char *address)
  * now, and again on a group whose session ended, before any browser.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
- *   an unknown encoder, a missing element, no page folder, not an IP
+ *   an unknown encoder, a missing element, no model folder or start image,
+ *   a --set that is not a lingbotbin property or value, no page folder, not an IP
  *   address, an ICE server URL or TURN configuration that
  *   lingbot_webrtc_ice_url_check() refuses, RLIMIT_NOFILE too low for the cap
  *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
@@ -442,6 +500,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
     }
     gst_object_unref (f);
   }
+  if (server->source == NULL && !check_session_config (server, error))
+    return NULL;
   if (cfg->www_dir == NULL
       || (server->www_dir = realpath (cfg->www_dir, NULL)) == NULL) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,

@@ -716,8 +716,16 @@ session_build (Session * s, GError ** error)
    * and waits for a key; peers come and go while it runs */
   if (gst_element_set_state (s->pipeline, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE) {
+    /* the element that refused posted why (a model that does not load, a
+     * size lingbotgen refuses, devices it cannot open): say that */
+    g_autoptr (GstMessage) m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+    g_autoptr (GError) why = NULL;
+
+    if (m)
+      gst_message_parse_error (m, &why, NULL);
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED,
-        "the session pipeline cannot start (model, image or devices?)");
+        "the session pipeline cannot start: %s", why ? why->message :
+        "no element said why (model, image or devices?)");
     return FALSE;
   }
   return TRUE;

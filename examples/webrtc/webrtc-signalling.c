@@ -320,6 +320,8 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
       g_autofree char *json = server_error_json ("pipeline", err->message, TRUE,
           NULL, FALSE, 0);
 
+      g_message ("session %u: %s", s->id, err->message);
+
       signalling_conn_send (c, json);
       signalling_conn_close (c, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "pipeline");
       session_close (s, "pipeline");

@@ -305,10 +305,11 @@ GST_REGISTRY_1_0=$tmp/system-registry.bin gst-launch-1.0 -q videotestsrc \
 ) || fail=1
 
 # the installed WebRTC server serves the installed page (found relative to
-# itself, bindir/../share/lingbot-gst/webrtc); stopped by SIGINT after its
-# start
+# itself, bindir/../share/lingbot-gst/webrtc) and finds the installed
+# plugin likewise (no GST_PLUGIN_PATH: it checks for lingbotbin before it
+# listens); stopped by SIGINT after its start
 if [ "${LINGBOT_WEBRTC:-0}" = 1 ]; then
-  GST_PLUGIN_PATH=$lib/gstreamer-1.0 GST_REGISTRY_1_0=$tmp/webrtc-registry.bin \
+  env -u GST_PLUGIN_PATH GST_REGISTRY_1_0=$tmp/webrtc-registry.bin \
     timeout -s INT 8 "$root/bin/lingbot-webrtc-server" --model "$tmp/model" \
       --image "$tmp/start.jpg" --prompt "a castle" --port 0 \
       > "$tmp/webrtc.out" 2>&1 || true

@@ -79,7 +79,24 @@ check 2 "--ice-transport-policy relay needs --turn" $m \
 # shellcheck disable=SC2086
 check 2 "invalid --ice-transport-policy 'none': all or relay" $m \
   --ice-transport-policy none
+# what every session will need, said at start, not when a browser comes
+# (the plugin found beside the executable, no GST_PLUGIN_PATH needed)
+unset GST_PLUGIN_PATH
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: --model /nonexistent: no such folder" $m \
+  --port 0
+mkdir "$tmp/model"
+: >"$tmp/start.jpg"
+check 1 "lingbot-webrtc-server: --image /nonexistent.jpg: no such file" \
+  --model "$tmp/model" --image /nonexistent.jpg --port 0
+ok="--model $tmp/model --image $tmp/start.jpg"
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: not a lingbotbin property: bogus=1" $ok \
+  --set bogus=1 --port 0
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: --set width=wide: not a value of lingbotbin's width (gint)" \
+  $ok --set width=wide --port 0
 # 100 descriptors leave none for a connection beside one session's 64 + 128
 ulimit -n 100 || { echo "cannot lower RLIMIT_NOFILE: skipped"; exit 77; }
 # shellcheck disable=SC2086
-check 1 "lingbot-webrtc-server: RLIMIT_NOFILE is 100: too few descriptors for any connection with 1 session (64 + 128 per session are kept for the pipelines); lower --max-sessions, or raise the limit (ulimit -n)" $m --port 0
+check 1 "lingbot-webrtc-server: RLIMIT_NOFILE is 100: too few descriptors for any connection with 1 session (64 + 128 per session are kept for the pipelines); lower --max-sessions, or raise the limit (ulimit -n)" $ok --port 0

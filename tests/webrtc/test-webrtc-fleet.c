@@ -798,6 +798,42 @@ test_groups (void)
   lingbot_test_rm_rf (tmp);
 }
 
+/* A session whose pipeline an element refuses to start (here lingbotgen:
+ * a width that is not a multiple of 16) tells the browser what the
+ * element said, not a guess, and closes with 1011. */
+static void
+test_session_start_error (void)
+{
+  static const char *props[] = { "width=63", "height=64", NULL };
+  g_autofree char *model_dir = NULL;
+  g_autofree char *embeds = NULL;
+  g_autofree char *image = NULL;
+  g_autofree char *tmp = lingbot_test_write_fixture ("lingbot-fleet-XXXXXX",
+      &model_dir, &embeds, &image);
+  TestServer ts;
+  WsClient *c;
+
+  server_config (&ts);
+  ts.cfg.source = NULL;
+  ts.cfg.model = model_dir;
+  ts.cfg.image = image;
+  ts.cfg.prompt_embeds = embeds;
+  ts.cfg.gen_props = props;
+  ts.cfg.devices = "cpu:1";
+  server_start (&ts);
+  c = client_open (ts.port, NULL);
+  PUMP_UNTIL (c->closed || c->failed, "the session's refusal");
+  g_assert_false (c->failed);
+  assert_member (client_find (c, "error"), "message", "\"the session "
+      "pipeline cannot start: Invalid output size 63x64: set width and "
+      "height both to multiples of 16 (at most 4096), or both to 0 (size "
+      "from pixel-area)\"");
+  g_assert_cmpuint (c->close_code, ==, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR);
+  client_free (c);
+  server_stop (&ts);
+  lingbot_test_rm_rf (tmp);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -828,5 +864,7 @@ main (int argc, char **argv)
   g_test_add_func ("/webrtc-fleet/device-groups-check",
       test_device_groups_check);
   g_test_add_func ("/webrtc-fleet/groups", test_groups);
+  g_test_add_func ("/webrtc-fleet/session-start-error",
+      test_session_start_error);
   return g_test_run ();
 }
