@@ -35,6 +35,8 @@ peer_clear (Peer * p)
 {
   g_debug ("peer %u: freed", p->id);
   g_ptr_array_unref (p->held);
+  g_ptr_array_unref (p->promises);
+  g_mutex_clear (&p->promise_lock);
   session_unref (p->session);
   g_main_context_unref (p->context);
 }
@@ -59,6 +61,40 @@ peer_connect (gpointer instance, const char *signal, GCallback callback,
 {
   g_signal_connect_data (instance, signal, callback,
       g_atomic_rc_box_acquire (p), peer_unref_closure, 0);
+}
+
+/* Hands @promise to webrtcbin's next call: the peer keeps a reference
+ * until its branch is stopped.  webrtcbin (1.22) frees the operations still
+ * queued on its thread when it stops, with their promises unanswered; one
+ * freed pending is a GStreamer warning (fatal in the tests) and a change
+ * function never called (the peer reference it holds leaks).  Returns
+ * @promise. */
+GstPromise *
+peer_track_promise (Peer * p, GstPromise * promise)
+{
+  g_mutex_lock (&p->promise_lock);
+  g_ptr_array_add (p->promises, gst_promise_ref (promise));
+  g_mutex_unlock (&p->promise_lock);
+  return promise;
+}
+
+/* the branch is stopped (webrtcbin's thread joined): a promise it never
+ * answered is interrupted (its change function runs, here, and sees
+ * GST_PROMISE_RESULT_INTERRUPTED) */
+static void
+peer_interrupt_promises (Peer * p)
+{
+  GPtrArray *promises;
+
+  g_mutex_lock (&p->promise_lock);
+  promises = p->promises;
+  p->promises = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_promise_unref);
+  g_mutex_unlock (&p->promise_lock);
+  /* a no-op on a replied promise */
+  for (guint i = 0; i < promises->len; i++)
+    gst_promise_interrupt (g_ptr_array_index (promises, i));
+  g_ptr_array_unref (promises);
 }
 
 /* ------------------------------------------------------------------ */
@@ -170,6 +206,7 @@ peer_cleanup (Peer * p)
   g_clear_object (&p->bin_sink);
   g_clear_object (&p->webrtc);
   g_clear_object (&p->bin);
+  peer_interrupt_promises (p);
 }
 
 /* after the tee pad went idle and was unlinked: drop the branch */
@@ -291,7 +328,8 @@ on_offer_created (GstPromise * promise, gpointer user_data)
     /* a promise of our own: webrtcbin (1.22) replies with an error when it
      * is already closed (a peer gone while the offer was made), and that
      * reply leaks without a promise to hold it */
-    GstPromise *set = gst_promise_new ();
+    GstPromise *set = peer_track_promise (p, gst_promise_new ());
+
     g_signal_emit_by_name (p->webrtc, "set-local-description", offer, set);
     gst_promise_unref (set);
     peer_invoke (p, send_offer, gst_sdp_message_as_text (offer->sdp), g_free);
@@ -310,8 +348,9 @@ create_offer (Peer * p, gpointer data)
   if (p->offered)
     return;                     /* no renegotiation */
   p->offered = TRUE;
-  promise = gst_promise_new_with_change_func (on_offer_created,
-      g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref);
+  promise = peer_track_promise (p,
+      gst_promise_new_with_change_func (on_offer_created,
+          g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref));
   g_signal_emit_by_name (p->webrtc, "create-offer", NULL, promise);
 }
 
@@ -812,6 +851,9 @@ peer_new (Session * s, Conn * c)
   p->context = g_main_context_ref (s->context);
   p->id = ++server->next_peer;
   p->held = g_ptr_array_new_with_free_func (g_free);
+  g_mutex_init (&p->promise_lock);
+  p->promises = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_promise_unref);
   p->created_us = g_get_monotonic_time ();
   p->conn = c;
   c->peer = p;

@@ -212,6 +212,10 @@ struct _Peer
   gboolean offered, answered, connected;
   guint mdns_ignored;
   GPtrArray *held;              /* key names pressed and not released */
+  /* every promise handed to webrtcbin (a reference each, under
+   * promise_lock): interrupted when the branch stops (peer_cleanup()) */
+  GMutex promise_lock;
+  GPtrArray *promises;
   gint64 created_us, last_rx_us;
   gint rx_packets;              /* atomic: packets from the browser */
   gint rx_seen;
@@ -313,6 +317,7 @@ void peer_reject (Peer * p, const char *where, const char *why, gsize size,
     gboolean has_id, gint64 id);
 /* after its branch is stopped: drops the peer's signal handlers and branch */
 void peer_cleanup (Peer * p);
+GstPromise *peer_track_promise (Peer * p, GstPromise * promise);
 /* releases a peer: told (@error_code), WebSocket closed, branch dropped */
 void peer_release (Peer * p, const char *reason, gushort close_code,
     const char *error_code, const char *message);

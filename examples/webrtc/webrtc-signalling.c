@@ -141,8 +141,8 @@ peer_answer (Peer * p, GstSDPMessage * sdp)
   p->answered = TRUE;
   answer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_ANSWER, sdp);
   g_signal_emit_by_name (p->webrtc, "set-remote-description", answer,
-      gst_promise_new_with_change_func (on_answer_set,
-          g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref));
+      peer_track_promise (p, gst_promise_new_with_change_func (on_answer_set,
+              g_atomic_rc_box_acquire (p), (GDestroyNotify) peer_unref)));
   gst_webrtc_session_description_free (answer);
 }
 

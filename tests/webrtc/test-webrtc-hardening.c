@@ -21,6 +21,13 @@
  *   /webrtc-hardening/emfile       with RLIMIT_NOFILE lowered in this
  *     process, connections are opened until accept() fails with EMFILE;
  *     once they close, a new client is served again
+ *   /webrtc-hardening/leave-during-offer  16 peers of one session leave
+ *     (the socket closed; the last one says bye) right after their welcome
+ *     or their offer; for the first 3, webrtcbin's thread is held
+ *     (gst_sdp_message_as_text() is wrapped) with set-local-description
+ *     queued until the branch is being stopped: no promise is freed
+ *     unanswered (a GStreamer warning, fatal here) and no peer leaks
+ *     (LeakSanitizer in the sanitizer suite)
  *   /webrtc-hardening/parse-no-gerror  json-glib failing without a GError
  *     (simulated here: json_parser_load_from_data() is wrapped) gives
  *     "not JSON (the JSON parser gave no reason)", not a crash
@@ -32,10 +39,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <gio/gio.h>
 #include <gst/gst.h>
+#include <gst/sdp/sdp.h>
 #include <json-glib/json-glib.h>
 #include <libsoup/soup.h>
 
@@ -65,6 +74,37 @@ json_parser_load_from_data (JsonParser * parser, const gchar * data,
     real = dlsym (RTLD_NEXT, "json_parser_load_from_data");
   g_assert_nonnull (real);
   return real (parser, data, length, error);
+}
+
+/* ---- a window in webrtcbin's operation thread, on demand ---- */
+
+static gint offer_window;       /* atomic: 1 armed, 2 open, 3 closing */
+
+/* Armed, the first call on a webrtcbin operation thread ("webrtc:pc"):
+ * the server's on_offer_created(), right after it queued
+ * set-local-description (webrtcbin's own call comes when that runs).  It
+ * holds the thread until the test has closed the client's socket and the
+ * peer is released, then 300 ms more: the server stops the branch meanwhile
+ * (its state change waits for this thread), and the queued call is dropped
+ * unanswered. */
+gchar *
+gst_sdp_message_as_text (const GstSDPMessage * msg)
+{
+  static gchar *(*real) (const GstSDPMessage *);
+  char name[17] = "";
+
+  if (real == NULL)
+    real = dlsym (RTLD_NEXT, "gst_sdp_message_as_text");
+  g_assert_nonnull (real);
+  prctl (PR_GET_NAME, name, 0, 0, 0);
+  if (g_str_has_prefix (name, "webrtc:pc")
+      && g_atomic_int_compare_and_exchange (&offer_window, 1, 2)) {
+    while (g_atomic_int_get (&offer_window) != 3)
+      g_usleep (1000);
+    g_usleep (300 * 1000);
+    g_atomic_int_set (&offer_window, 0);
+  }
+  return real (msg);
 }
 
 /* ---- a server in a thread of its own ---- */
@@ -267,14 +307,14 @@ status_of (const char *answer)
 /* a WebSocket on /ws: the socket after the 101, the bytes after it in
  * @acc */
 static GSocket *
-ws_open (guint port, GString * acc, int within_s)
+ws_open_path (guint port, const char *path, GString * acc, int within_s)
 {
   g_autoptr (GError) err = NULL;
   GSocket *s = tcp_connect (port, &err);
-  g_autofree char *req = g_strdup_printf ("GET /ws HTTP/1.1\r\n"
+  g_autofree char *req = g_strdup_printf ("GET %s HTTP/1.1\r\n"
       "Host: 127.0.0.1:%u\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-      "Sec-WebSocket-Version: 13\r\n\r\n", port);
+      "Sec-WebSocket-Version: 13\r\n\r\n", path, port);
   char *end;
 
   g_assert_no_error (err);
@@ -287,6 +327,12 @@ ws_open (guint port, GString * acc, int within_s)
   end = strstr (acc->str, "\r\n\r\n");
   g_string_erase (acc, 0, end + 4 - acc->str);
   return s;
+}
+
+static GSocket *
+ws_open (guint port, GString * acc, int within_s)
+{
+  return ws_open_path (port, "/ws", acc, within_s);
 }
 
 /* the server's frames in @acc (unmasked): the close code of a close frame
@@ -617,6 +663,74 @@ test_emfile (void)
   server_stop (&ts);
 }
 
+/* the resume token of the welcome in @acc */
+static char *
+welcome_token (GString * acc)
+{
+  const char *at = strstr (acc->str, "\"resume\":\"");
+  const char *end;
+
+  g_assert_nonnull (at);
+  at += strlen ("\"resume\":\"");
+  end = strchr (at, '"');
+  g_assert_nonnull (end);
+  return g_strndup (at, end - at);
+}
+
+static void
+test_leave_during_offer (void)
+{
+  TestServer ts;
+  g_autofree char *token = NULL;
+  const guint rounds = 16, held = 3;
+
+  server_config (&ts);
+  ts.cfg.resume_timeout = 5;
+  server_start (&ts);
+  deadline = g_get_monotonic_time () + 120 * G_USEC_PER_SEC;
+
+  for (guint i = 0; i < rounds; i++) {
+    g_autoptr (GString) in = g_string_new (NULL);
+    g_autofree char *path = token ? g_strdup_printf ("/ws?resume=%s",
+        token) : g_strdup ("/ws");
+    g_autoptr (GSocket) c = NULL;
+
+    if (i < held)
+      g_atomic_int_set (&offer_window, 1);
+    c = ws_open_path (ts.port, path, in, HANG_GUARD_S);
+    g_assert_true (ws_wait_text (c, in, "\"type\":\"welcome\"", HANG_GUARD_S));
+    if (token == NULL)
+      token = welcome_token (in);
+    if (i < held) {
+      /* the offer made, its setting queued, the thread held */
+      WAIT_UNTIL (g_atomic_int_get (&offer_window) == 2, "the offer");
+    } else if (i % 2) {
+      /* gone right after the offer (webrtcbin sets it) */
+      g_assert_true (ws_wait_text (c, in, "\"type\":\"offer\"", HANG_GUARD_S));
+    }
+    /* else gone right after the welcome (webrtcbin makes the offer) */
+    if (i + 1 == rounds) {
+      ws_send_text (c, "{\"type\":\"bye\"}");
+      g_assert_cmpuint (ws_wait_close (c, in, HANG_GUARD_S), ==,
+          SOUP_WEBSOCKET_CLOSE_NORMAL);
+    } else {
+      g_socket_close (c, NULL);
+      /* the next one resumes the session after this peer is released
+       * (else it would take the session over: another path) */
+      WAIT_UNTIL (lingbot_webrtc_server_get_n_peers (ts.server) == 0,
+          "the peer released");
+    }
+    if (i < held) {
+      g_atomic_int_set (&offer_window, 3);
+      WAIT_UNTIL (g_atomic_int_get (&offer_window) == 0, "the window");
+    }
+  }
+  WAIT_UNTIL (lingbot_webrtc_server_get_n_sessions (ts.server) == 0,
+      "the session closed by the bye");
+  g_assert_cmpint (lingbot_webrtc_server_get_n_replaced (ts.server), ==, 0);
+  server_stop (&ts);
+}
+
 static void
 test_parse_no_gerror (void)
 {
@@ -687,5 +801,7 @@ main (int argc, char **argv)
   g_test_add_func ("/webrtc-hardening/cap", test_cap);
   g_test_add_func ("/webrtc-hardening/emfile", test_emfile);
   g_test_add_func ("/webrtc-hardening/linger", test_linger);
+  g_test_add_func ("/webrtc-hardening/leave-during-offer",
+      test_leave_during_offer);
   return g_test_run ();
 }
