@@ -349,6 +349,11 @@ typedef struct
   GstElement *webrtc;
   GstPad *video_src;            /* webrtcbin's video pad */
   GstWebRTCDataChannel *input, *control;
+  /* the promises handed to webrtcbin: interrupted once it is stopped (it
+   * frees the calls still queued unanswered, see peer_track_promise() in
+   * webrtc-peer.c) */
+  GMutex promise_lock;
+  GPtrArray *promises;
 
   /* signalling */
   gboolean welcome, resumed;
@@ -499,6 +504,18 @@ on_ice_candidate (GstElement * webrtc, guint mline, const char *candidate,
   post (p, ice_json (mline, candidate), FALSE);
 }
 
+static GstPromise *
+track_promise (Peer * p, GstPromise * promise)
+{
+  g_mutex_lock (&p->promise_lock);
+  if (p->promises == NULL)
+    p->promises = g_ptr_array_new_with_free_func ((GDestroyNotify)
+        gst_promise_unref);
+  g_ptr_array_add (p->promises, gst_promise_ref (promise));
+  g_mutex_unlock (&p->promise_lock);
+  return promise;
+}
+
 static void
 on_answer_created (GstPromise * promise, gpointer data)
 {
@@ -508,6 +525,10 @@ on_answer_created (GstPromise * promise, gpointer data)
   g_autoptr (JsonNode) root = NULL;
   g_autofree char *sdp = NULL;
 
+  if (gst_promise_wait (promise) == GST_PROMISE_RESULT_INTERRUPTED) {
+    gst_promise_unref (promise);        /* stopped (peer_stop()) */
+    return;
+  }
   g_assert_cmpint (gst_promise_wait (promise), ==, GST_PROMISE_RESULT_REPLIED);
   gst_structure_get (gst_promise_get_reply (promise), "answer",
       GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &answer, NULL);
@@ -515,7 +536,7 @@ on_answer_created (GstPromise * promise, gpointer data)
   g_assert_nonnull (answer);
   /* with a promise: without one, the reply webrtcbin makes when it is
    * closed leaks */
-  GstPromise *set = gst_promise_new ();
+  GstPromise *set = track_promise (p, gst_promise_new ());
   g_signal_emit_by_name (p->webrtc, "set-local-description", answer, set);
   gst_promise_unref (set);
   sdp = gst_sdp_message_as_text (answer->sdp);
@@ -542,10 +563,14 @@ static void
 on_offer_set (GstPromise * promise, gpointer data)
 {
   Peer *p = data;
+  GstPromiseResult result = gst_promise_wait (promise);
 
   gst_promise_unref (promise);
+  if (result == GST_PROMISE_RESULT_INTERRUPTED)
+    return;                     /* stopped (peer_stop()) */
   g_signal_emit_by_name (p->webrtc, "create-answer", NULL,
-      gst_promise_new_with_change_func (on_answer_created, p, NULL));
+      track_promise (p, gst_promise_new_with_change_func (on_answer_created,
+              p, NULL)));
 }
 
 static void
@@ -672,7 +697,8 @@ on_ws_message (SoupWebsocketConnection * ws, gint type, GBytes * message,
         GST_SDP_OK);
     offer = gst_webrtc_session_description_new (GST_WEBRTC_SDP_TYPE_OFFER, sdp);
     g_signal_emit_by_name (p->webrtc, "set-remote-description", offer,
-        gst_promise_new_with_change_func (on_offer_set, p, NULL));
+        track_promise (p, gst_promise_new_with_change_func (on_offer_set, p,
+                NULL)));
     gst_webrtc_session_description_free (offer);
   } else if (strcmp (kind, "ice") == 0 && p->webrtc) {
     g_signal_emit_by_name (p->webrtc, "add-ice-candidate",
@@ -702,6 +728,23 @@ on_ws_connected (GObject * session, GAsyncResult * res, gpointer data)
   g_signal_connect (p->ws, "closed", G_CALLBACK (on_ws_closed), p);
 }
 
+/* as the server does (ice_configure()): libnice's UPnP discovery
+ * (gupnp-igd, on its own thread) is off; a loopback peer has no use for it,
+ * and gupnp's SSDP clients race on a hash table (a GLib critical, fatal
+ * here) */
+static void
+no_upnp (GstWebRTCICE * ice)
+{
+  GObject *agent = NULL;
+
+  if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
+    g_object_get (ice, "agent", &agent, NULL);
+  if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent),
+          "upnp"))
+    g_object_set (agent, "upnp", FALSE, NULL);
+  g_clear_object (&agent);
+}
+
 static void
 peer_start (Peer * p, guint port, const char *codec, gboolean media)
 {
@@ -729,6 +772,7 @@ peer_start (Peer * p, guint port, const char *codec, gboolean media)
     g_object_get (p->webrtc, "ice-agent", &ice, NULL);
     g_signal_emit_by_name (ice, "add-local-ip-address", "127.0.0.1", &ok);
     g_assert_true (ok);
+    no_upnp (ice);
     gst_object_unref (ice);
     g_signal_connect (p->webrtc, "on-ice-candidate",
         G_CALLBACK (on_ice_candidate), p);
@@ -758,6 +802,12 @@ peer_stop (Peer * p)
   if (p->pipe) {
     gst_element_set_state (p->pipe, GST_STATE_NULL);
     g_clear_object (&p->pipe);
+  }
+  /* webrtcbin's thread is joined: what it never answered is interrupted */
+  if (p->promises) {
+    for (guint i = 0; i < p->promises->len; i++)
+      gst_promise_interrupt (g_ptr_array_index (p->promises, i));
+    g_clear_pointer (&p->promises, g_ptr_array_unref);
   }
   g_clear_object (&p->video_src);
   g_clear_object (&p->input);

@@ -264,6 +264,26 @@ take_ice_servers (JsonObject * welcome)
         GST_WEBRTC_ICE_TRANSPORT_POLICY_RELAY, NULL);
 }
 
+/* as the server does (ice_configure()): libnice's UPnP discovery
+ * (gupnp-igd) off; its SSDP clients race on a hash table (a GLib
+ * critical) and a test's peers need no port mapping */
+static void
+no_upnp (void)
+{
+  GstWebRTCICE *ice = NULL;
+  GObject *agent = NULL;
+
+  g_object_get (cl.webrtc, "ice-agent", &ice, NULL);
+  if (ice && g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
+    g_object_get (ice, "agent", &agent, NULL);
+  if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent),
+          "upnp"))
+    g_object_set (agent, "upnp", FALSE, NULL);
+  g_clear_object (&agent);
+  if (ice)
+    gst_object_unref (ice);
+}
+
 static void
 start_pipeline (void)
 {
@@ -272,6 +292,7 @@ start_pipeline (void)
   g_object_set (cl.webrtc, "bundle-policy",
       GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE, NULL);
   gst_bin_add (GST_BIN (cl.pipe), cl.webrtc);
+  no_upnp ();
   g_signal_connect (cl.webrtc, "on-ice-candidate",
       G_CALLBACK (on_ice_candidate), NULL);
   g_signal_connect (cl.webrtc, "pad-added", G_CALLBACK (on_pad_added), NULL);
