@@ -39,103 +39,10 @@
 #include <libsoup/soup.h>
 
 #include "webrtc-server-private.h"
+#include "test-server-thread.h"
 #include "test-fixture.h"
 
 #define HANG_GUARD_S 20
-#define STAND_IN "videotestsrc is-live=true pattern=black ! " \
-  "video/x-raw,width=64,height=64,framerate=10/1"
-
-/* ---- a server in a thread of its own ---- */
-
-typedef struct
-{
-  LingbotWebrtcConfig cfg;
-  GThread *thread;
-  GMainContext *context;
-  GMainLoop *loop;
-  LingbotWebrtcServer *server;
-  guint port;
-  GMutex lock;
-  GCond cond;
-  gboolean ready;
-  char *error;
-} TestServer;
-
-static gpointer
-server_thread (gpointer data)
-{
-  TestServer *ts = data;
-  g_autoptr (GError) err = NULL;
-  LingbotWebrtcServer *server;
-
-  g_main_context_push_thread_default (ts->context);
-  server = lingbot_webrtc_server_new (&ts->cfg, &err);
-  g_mutex_lock (&ts->lock);
-  ts->server = server;
-  ts->port = server ? lingbot_webrtc_server_get_port (server) : 0;
-  ts->error = err ? g_strdup (err->message) : NULL;
-  ts->ready = TRUE;
-  g_cond_signal (&ts->cond);
-  g_mutex_unlock (&ts->lock);
-  if (server)
-    g_main_loop_run (ts->loop);
-  lingbot_webrtc_server_free (server);
-  g_main_context_pop_thread_default (ts->context);
-  return NULL;
-}
-
-static void
-server_config (TestServer * ts)
-{
-  memset (ts, 0, sizeof *ts);
-  lingbot_webrtc_config_init (&ts->cfg);
-  ts->cfg.port = 0;
-  ts->cfg.www_dir = g_getenv ("LINGBOT_WEBRTC_WWW");
-  ts->cfg.source = STAND_IN;
-  ts->cfg.max_sessions = 4;
-  ts->cfg.resume_timeout = 1;
-}
-
-static void
-server_start (TestServer * ts)
-{
-  g_mutex_init (&ts->lock);
-  g_cond_init (&ts->cond);
-  ts->context = g_main_context_new ();
-  ts->loop = g_main_loop_new (ts->context, FALSE);
-  ts->thread = g_thread_new ("server", server_thread, ts);
-  g_mutex_lock (&ts->lock);
-  while (!ts->ready)
-    g_cond_wait (&ts->cond, &ts->lock);
-  g_mutex_unlock (&ts->lock);
-  if (ts->server == NULL)
-    g_error ("server: %s", ts->error);
-}
-
-static gboolean
-quit_loop (gpointer loop)
-{
-  g_main_loop_quit (loop);
-  return G_SOURCE_REMOVE;
-}
-
-static void
-server_stop (TestServer * ts)
-{
-  /* from inside the loop: a quit before g_main_loop_run() started would
-   * be lost */
-  GSource *quit = g_idle_source_new ();
-
-  g_source_set_callback (quit, quit_loop, ts->loop, NULL);
-  g_source_attach (quit, ts->context);
-  g_source_unref (quit);
-  g_thread_join (ts->thread);
-  g_main_loop_unref (ts->loop);
-  g_main_context_unref (ts->context);
-  g_mutex_clear (&ts->lock);
-  g_cond_clear (&ts->cond);
-  g_free (ts->error);
-}
 
 /* ---- a WebSocket client on this thread's default context ---- */
 
@@ -404,7 +311,7 @@ static const char *const test_turns[] = {
 static void
 ice_config (TestServer * ts)
 {
-  server_config (ts);
+  test_server_config (ts);
   ts->cfg.stun_server = "stun://192.0.2.3:19302";
   ts->cfg.turn_servers = test_turns;
   ts->cfg.turn_user = "alice";
@@ -423,7 +330,7 @@ test_ice_webrtcbin (void)
   char *stun = NULL;
 
   ice_config (&ts);
-  server_start (&ts);
+  test_server_start (&ts);
   gst_object_ref_sink (webrtc);
   g_assert_true (ice_configure (ts.server, webrtc, &err));
   g_assert_no_error (err);
@@ -454,9 +361,9 @@ test_ice_webrtcbin (void)
   gst_object_unref (webrtc);
 
   /* without configuration: nothing set, the policy "all" */
-  server_stop (&ts);
-  server_config (&ts);
-  server_start (&ts);
+  test_server_stop (&ts);
+  test_server_config (&ts);
+  test_server_start (&ts);
   webrtc = gst_element_factory_make ("webrtcbin", NULL);
   gst_object_ref_sink (webrtc);
   g_assert_true (ice_configure (ts.server, webrtc, &err));
@@ -465,7 +372,7 @@ test_ice_webrtcbin (void)
   g_assert_null (stun);
   g_assert_cmpint (policy, ==, GST_WEBRTC_ICE_TRANSPORT_POLICY_ALL);
   gst_object_unref (webrtc);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static void
@@ -478,7 +385,7 @@ test_ice_welcome (void)
   g_autofree char *policy = NULL;
 
   ice_config (&ts);
-  server_start (&ts);
+  test_server_start (&ts);
   c = client_open (ts.port, NULL);
   PUMP_UNTIL (client_find (c, "welcome") || c->failed, "welcome");
   welcome = client_find (c, "welcome");
@@ -491,12 +398,12 @@ test_ice_welcome (void)
       "\"credential\":\"s3cr:et@/\"}]");
   g_assert_cmpstr (policy, ==, "\"relay\"");
   client_free (c);
-  server_stop (&ts);
+  test_server_stop (&ts);
   g_clear_pointer (&servers, g_free);
   g_clear_pointer (&policy, g_free);
 
-  server_config (&ts);
-  server_start (&ts);
+  test_server_config (&ts);
+  test_server_start (&ts);
   c = client_open (ts.port, NULL);
   PUMP_UNTIL (client_find (c, "welcome") || c->failed, "welcome");
   welcome = client_find (c, "welcome");
@@ -506,7 +413,7 @@ test_ice_welcome (void)
   g_assert_cmpstr (servers, ==, "[]");
   g_assert_cmpstr (policy, ==, "\"all\"");
   client_free (c);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static void
@@ -553,7 +460,7 @@ test_device_groups_check (void)
   }
 
   /* one session per group: more is refused, fewer caps, 0 = the groups */
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.device_groups = "cpu:1;cpu:1";
   ts.cfg.max_sessions = 3;
   server = lingbot_webrtc_server_new (&ts.cfg, &err);
@@ -688,7 +595,7 @@ test_groups (void)
   g_autofree char *retry = NULL;
   const char *busy;
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.source = NULL;
   ts.cfg.model = model_dir;
   ts.cfg.image = image;
@@ -699,7 +606,7 @@ test_groups (void)
   ts.cfg.server_id = "fleet_a";
   ts.cfg.peer_timeout = 60;     /* these clients never connect media */
   ts.cfg.resume_timeout = 2;
-  server_start (&ts);
+  test_server_start (&ts);
 
   /* a world on each group before any browser */
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
@@ -794,7 +701,7 @@ test_groups (void)
   client_free (c);
   client_free (d);
   client_free (e);
-  server_stop (&ts);
+  test_server_stop (&ts);
   lingbot_test_rm_rf (tmp);
 }
 
@@ -813,14 +720,14 @@ test_session_start_error (void)
   TestServer ts;
   WsClient *c;
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.source = NULL;
   ts.cfg.model = model_dir;
   ts.cfg.image = image;
   ts.cfg.prompt_embeds = embeds;
   ts.cfg.gen_props = props;
   ts.cfg.devices = "cpu:1";
-  server_start (&ts);
+  test_server_start (&ts);
   c = client_open (ts.port, NULL);
   PUMP_UNTIL (c->closed || c->failed, "the session's refusal");
   g_assert_false (c->failed);
@@ -830,7 +737,7 @@ test_session_start_error (void)
       "from pixel-area)\"");
   g_assert_cmpuint (c->close_code, ==, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR);
   client_free (c);
-  server_stop (&ts);
+  test_server_stop (&ts);
   lingbot_test_rm_rf (tmp);
 }
 

@@ -50,11 +50,10 @@
 
 #include "webrtc-messages.h"
 #include "webrtc-server.h"
+#include "test-server-thread.h"
 #include "test-ws-frame.h"
 
 #define HANG_GUARD_S 15
-#define STAND_IN "videotestsrc is-live=true pattern=black ! " \
-  "video/x-raw,width=64,height=64,framerate=10/1"
 
 /* ---- json-glib failing without a GError, on demand ---- */
 
@@ -105,98 +104,6 @@ gst_sdp_message_as_text (const GstSDPMessage * msg)
     g_atomic_int_set (&offer_window, 0);
   }
   return real (msg);
-}
-
-/* ---- a server in a thread of its own ---- */
-
-typedef struct
-{
-  LingbotWebrtcConfig cfg;
-  GThread *thread;
-  GMainContext *context;
-  GMainLoop *loop;
-  LingbotWebrtcServer *server;
-  guint port;
-  GMutex lock;
-  GCond cond;
-  gboolean ready;
-  char *error;
-} TestServer;
-
-static gpointer
-server_thread (gpointer data)
-{
-  TestServer *ts = data;
-  g_autoptr (GError) err = NULL;
-  LingbotWebrtcServer *server;
-
-  g_main_context_push_thread_default (ts->context);
-  server = lingbot_webrtc_server_new (&ts->cfg, &err);
-  g_mutex_lock (&ts->lock);
-  ts->server = server;
-  ts->port = server ? lingbot_webrtc_server_get_port (server) : 0;
-  ts->error = err ? g_strdup (err->message) : NULL;
-  ts->ready = TRUE;
-  g_cond_signal (&ts->cond);
-  g_mutex_unlock (&ts->lock);
-  if (server)
-    g_main_loop_run (ts->loop);
-  lingbot_webrtc_server_free (server);
-  g_main_context_pop_thread_default (ts->context);
-  return NULL;
-}
-
-static void
-server_config (TestServer * ts)
-{
-  memset (ts, 0, sizeof *ts);
-  lingbot_webrtc_config_init (&ts->cfg);
-  ts->cfg.port = 0;
-  ts->cfg.www_dir = g_getenv ("LINGBOT_WEBRTC_WWW");
-  ts->cfg.source = STAND_IN;
-  ts->cfg.max_sessions = 4;
-  ts->cfg.resume_timeout = 1;
-}
-
-static void
-server_start (TestServer * ts)
-{
-  g_mutex_init (&ts->lock);
-  g_cond_init (&ts->cond);
-  ts->context = g_main_context_new ();
-  ts->loop = g_main_loop_new (ts->context, FALSE);
-  ts->thread = g_thread_new ("server", server_thread, ts);
-  g_mutex_lock (&ts->lock);
-  while (!ts->ready)
-    g_cond_wait (&ts->cond, &ts->lock);
-  g_mutex_unlock (&ts->lock);
-  if (ts->server == NULL)
-    g_error ("server: %s", ts->error);
-}
-
-static gboolean
-quit_loop (gpointer loop)
-{
-  g_main_loop_quit (loop);
-  return G_SOURCE_REMOVE;
-}
-
-static void
-server_stop (TestServer * ts)
-{
-  /* from inside the loop: a quit before g_main_loop_run() started would
-   * be lost, and the join would wait for ever */
-  GSource *quit = g_idle_source_new ();
-
-  g_source_set_callback (quit, quit_loop, ts->loop, NULL);
-  g_source_attach (quit, ts->context);
-  g_source_unref (quit);
-  g_thread_join (ts->thread);
-  g_main_loop_unref (ts->loop);
-  g_main_context_unref (ts->context);
-  g_mutex_clear (&ts->lock);
-  g_cond_clear (&ts->cond);
-  g_free (ts->error);
 }
 
 static gint64 deadline;
@@ -448,9 +355,9 @@ test_linger (void)
   guint8 hdr[14];
   gsize h;
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.idle_timeout = 1;
-  server_start (&ts);
+  test_server_start (&ts);
   deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
 
   /* A: a session, then one text message of 2 MiB: its header and 64 KiB,
@@ -491,7 +398,7 @@ test_linger (void)
   ws_send_text (c, "{\"type\":\"bye\"}");
   g_assert_cmpuint (ws_wait_close (c, c_in, HANG_GUARD_S), ==,
       SOUP_WEBSOCKET_CLOSE_NORMAL);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static void
@@ -505,9 +412,9 @@ test_idle_timeout (void)
   g_autofree char *answer = NULL;
   const char partial[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n";
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.idle_timeout = 1;
-  server_start (&ts);
+  test_server_start (&ts);
   deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
 
   silent = tcp_connect (ts.port, &err);
@@ -534,7 +441,7 @@ test_idle_timeout (void)
   g_assert_nonnull (strstr (answer, "\r\nConnection: close\r\n"));
   g_assert_cmpuint (lingbot_webrtc_server_get_n_idle_timeouts (ts.server), ==,
       2);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static void
@@ -547,10 +454,10 @@ test_cap (void)
   g_autofree char *answer = NULL;
   GSocket *idle[4];
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.max_connections = 4;
   ts.cfg.idle_timeout = 60;
-  server_start (&ts);
+  test_server_start (&ts);
   g_assert_cmpuint (lingbot_webrtc_server_get_max_connections (ts.server), ==,
       4);
   deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
@@ -579,7 +486,7 @@ test_cap (void)
   answer = http_get (ts.port, "/", 5);
   g_assert_cmpuint (status_of (answer), ==, 200);
   g_assert_cmpuint (lingbot_webrtc_server_get_n_refused (ts.server), ==, 1);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static guint
@@ -605,9 +512,9 @@ test_emfile (void)
   guint errors;
   int spare;
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.idle_timeout = 60;
-  server_start (&ts);
+  test_server_start (&ts);
   deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
   errors = lingbot_webrtc_server_get_n_accept_errors (ts.server);
 
@@ -660,7 +567,7 @@ test_emfile (void)
   WAIT_UNTIL (lingbot_webrtc_server_get_n_connections (ts.server) == 0,
       "every connection released");
   g_assert_cmpint (setrlimit (RLIMIT_NOFILE, &old), ==, 0);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 /* the resume token of the welcome in @acc */
@@ -684,9 +591,9 @@ test_leave_during_offer (void)
   g_autofree char *token = NULL;
   const guint rounds = 16, held = 3;
 
-  server_config (&ts);
+  test_server_config (&ts);
   ts.cfg.resume_timeout = 5;
-  server_start (&ts);
+  test_server_start (&ts);
   deadline = g_get_monotonic_time () + 120 * G_USEC_PER_SEC;
 
   for (guint i = 0; i < rounds; i++) {
@@ -728,7 +635,7 @@ test_leave_during_offer (void)
   WAIT_UNTIL (lingbot_webrtc_server_get_n_sessions (ts.server) == 0,
       "the session closed by the bye");
   g_assert_cmpint (lingbot_webrtc_server_get_n_replaced (ts.server), ==, 0);
-  server_stop (&ts);
+  test_server_stop (&ts);
 }
 
 static void
