@@ -202,27 +202,27 @@ gst_lingbot_gen_task_compute_latency_unlocked (GstLingbotGen * self,
 }
 
 /* A live source does not run ahead of the clock: the next chunk starts no
- * earlier than the running time its first frame is due (next_pts) less
- * the compute estimate, so it is ready when due and its keys are taken as
- * late as the latency allows.  Without this, a generator faster than real
+ * earlier than the running time its first frame is due (next_pts).  The
+ * latency the element reports (the compute latency) is what lets it be
+ * made after that: a chunk started at its due time is ready within the
+ * latency, so it keeps its PTS and reaches the sink in time, and its keys
+ * are taken as late as possible.  (Starting it the compute estimate before
+ * its due time, as before, spent that latency twice: a key waited one more
+ * latency for the screen.)  Without pacing, a generator faster than real
  * time behind an unbounded queue made minutes of video before a key showed.
  * Waits on cond (flushing, EOS and PAUSED wake it). */
 static WaitResult
 pace_live (GstLingbotGen * self)
 {
   GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
-  GstClockTime chunk = gst_lingbot_gen_task_chunk_duration (self);
   WaitResult r = WAIT_OK;
 
   if (clock == NULL)
     return WAIT_OK;
   g_mutex_lock (&self->lock);
   while (GST_CLOCK_TIME_IS_VALID (self->next_pts)) {
-    GstClockTime est =
-        gst_lingbot_gen_task_compute_latency_unlocked (self, chunk);
     GstClockTime due =
-        gst_element_get_base_time (GST_ELEMENT (self)) + (self->next_pts >
-        est ? self->next_pts - est : 0);
+        gst_element_get_base_time (GST_ELEMENT (self)) + self->next_pts;
     GstClockTime now;
 
     if (self->flushing || self->eos_pending || !self->playing) {

@@ -239,12 +239,17 @@ gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
 
 /* ---- context ---- */
 
-/* LATENCY (docs/elements.md "Latency"): upstream's answer, with min
- * raised to one chunk's duration (4 C frames at the stream's rate) when
- * upstream reports less: the frames of a chunk exist only once the whole
- * chunk arrived (not added on top, since lingbotgen already counts that
- * chunk); live, plus the decode latency (note_decode_time(): the frames
- * leave only after the decode). */
+/* LATENCY (docs/elements.md "Latency"): upstream's answer.  Not live,
+ * min is raised to one chunk's duration (4 C frames at the stream's rate)
+ * when upstream reports less: the frames of a chunk exist only once the
+ * whole chunk arrived (not added on top, since lingbotgen already counts
+ * that chunk).  Live, upstream's min already holds the chunk: lingbotgen
+ * pushes a chunk stamped P by P + its compute latency, all of its frames
+ * with it, so the first frame is the latest and nothing is raised (raising
+ * it to the chunk, as until December 2026, held every frame of a session
+ * faster than real time one chunk less the compute latency longer at the
+ * sink: 0.8 s at 208x128 on 2 cores); the decode latency is added
+ * (note_decode_time(): the frames leave only after the decode). */
 static gboolean
 gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
 {
@@ -259,8 +264,8 @@ gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
   decode = self->decode_latency.announced;
   self->live = live;
   GST_OBJECT_UNLOCK (self);
-  if (GST_CLOCK_TIME_IS_VALID (chunk) && (!GST_CLOCK_TIME_IS_VALID (min)
-          || min < chunk))
+  if (!live && GST_CLOCK_TIME_IS_VALID (chunk)
+      && (!GST_CLOCK_TIME_IS_VALID (min) || min < chunk))
     min = chunk;
   if (live && GST_CLOCK_TIME_IS_VALID (decode) && GST_CLOCK_TIME_IS_VALID (min))
     min += decode;
