@@ -73,6 +73,7 @@ struct _GstLingbotGen
   gboolean preview;
   int key_restart;              /* -1 auto, 0 never, N: fewer passes ran */
   guint key_restart_max;
+  gboolean key_cut;
   guint64 restarts;             /* object lock: chunks' restarts, stats */
 
   /* object lock: the figures of the chunks generated since READY->PAUSED
@@ -130,6 +131,11 @@ struct _GstLingbotGen
   guint64 frames_out;
   guint64 frames_skipped;       /* live: the frames behind real time */
   GstClockTime next_pts;        /* live: the end of the previous chunk */
+  GstClockTime last_pts;        /* live: the previous chunk's PTS */
+  guint last_keys;              /* the previous chunk's keys */
+  gboolean have_last_keys;
+  gboolean cut_next;            /* live: pace_live() stopped early on a key
+                                 * change (key-cut) */
   gboolean caps_sent;
   gboolean device_memory;       /* memory:LingbotDevice negotiated */
 };

@@ -20,7 +20,7 @@
 static void
 post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
     const GstLingbotGenKeys * ck, GstClockTime pts, GstClockTime start,
-    GstClockTime ready, GstClockTime latency)
+    GstClockTime ready, GstClockTime latency, gboolean cut)
 {
   static const char *const kinds[] = { "none", "tap", "held" };
   g_autofree char *keys = lingbot_keys_to_string (st->keys);
@@ -40,7 +40,8 @@ post_chunk_message (GstLingbotGen * self, const LingbotChunkStats * st,
       "ready-time", G_TYPE_UINT64, ready,
       "latency", G_TYPE_UINT64, latency,
       "restarts", G_TYPE_UINT, st->restarts,
-      "restart-passes", G_TYPE_UINT, st->restart_passes, NULL);
+      "restart-passes", G_TYPE_UINT, st->restart_passes,
+      "cut", G_TYPE_BOOLEAN, cut, NULL);
 
   gst_element_post_message (GST_ELEMENT (self),
       gst_message_new_element (GST_OBJECT (self), s));
@@ -211,12 +212,30 @@ gst_lingbot_gen_task_compute_latency_unlocked (GstLingbotGen * self,
  * latency for the screen.)  Without pacing, a generator faster than real
  * time behind an unbounded queue made minutes of video before a key showed.
  * Waits on cond (flushing, EOS and PAUSED wake it). */
+/* (lock) whether the live key state would give the next chunk other keys
+ * than the previous one (a newer tap or a changed held set; not a pending
+ * reset, nor a release of every key): what on_restart() asks of a chunk
+ * in flight */
+static gboolean
+key_change_unlocked (GstLingbotGen * self)
+{
+  LingbotScheduleChunk c;
+
+  return self->have_last_keys
+      && lingbot_control_schedule_peek_live (self->schedule, &c)
+      && !c.reset_before && c.keys != 0 && c.keys != self->last_keys;
+}
+
 static WaitResult
 pace_live (GstLingbotGen * self)
 {
   GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
   WaitResult r = WAIT_OK;
+  gboolean cut;
 
+  GST_OBJECT_LOCK (self);
+  cut = self->key_cut;
+  GST_OBJECT_UNLOCK (self);
   if (clock == NULL)
     return WAIT_OK;
   g_mutex_lock (&self->lock);
@@ -233,6 +252,13 @@ pace_live (GstLingbotGen * self)
     now = gst_clock_get_time (clock);
     if (now >= due)
       break;
+    if (cut && key_change_unlocked (self)) {
+      GST_DEBUG_OBJECT (self, "a key change %" GST_TIME_FORMAT " before "
+          "chunk %" G_GUINT64_FORMAT " is due: it starts now (key-cut)",
+          GST_TIME_ARGS (due - now), self->chunk);
+      self->cut_next = TRUE;
+      break;
+    }
     g_cond_wait_until (&self->cond, &self->lock, g_get_monotonic_time () +
         (gint64) ((due - now) / GST_USECOND) + 1);
   }
@@ -312,20 +338,38 @@ live_latency (GstLingbotGen * self, GstClockTime compute)
 /* Live (docs/elements.md "Timestamps"): a chunk ready at running time
  * @ready is stamped no earlier than it can be shown, @ready less the
  * @latency it is reported with, and never before the end of the previous
- * chunk (timestamps increase).  A session slower than real time so leaves
+ * chunk (timestamps increase), except a chunk started early on a key
+ * change (key-cut, *@cut set): then as early as it can be shown, one frame
+ * after the previous chunk's PTS at the earliest.  A session slower than real time so leaves
  * a gap before the chunk (fewer frames, not older ones); a QoS message
  * says so: jitter = the gap (ns), stats in frames (DEFAULT): the frames
  * delivered and those the gaps left out so far. */
 static GstClockTime
 live_pts (GstLingbotGen * self, GstClockTime ready, GstClockTime latency,
-    int frames)
+    int frames, gboolean * cut)
 {
   GstClockTime earliest = ready > latency ? ready - latency : 0, gap;
   GstMessage *msg;
   guint64 skipped;
 
+  *cut = FALSE;
   if (!GST_CLOCK_TIME_IS_VALID (self->next_pts))
     return earliest;
+  if (earliest < self->next_pts && self->cut_next
+      && GST_CLOCK_TIME_IS_VALID (self->last_pts)) {
+    /* key-cut: as early as it can be shown, after at least one frame of
+     * the previous chunk (timestamps go back to there) */
+    GstClockTime floor = self->last_pts + gst_util_uint64_scale (GST_SECOND,
+        (guint64) self->session_fps_d, self->session_fps_n);
+
+    if (floor < self->next_pts) {
+      *cut = TRUE;
+      GST_INFO_OBJECT (self, "chunk %" G_GUINT64_FORMAT " (a key change) "
+          "stamped %" GST_TIME_FORMAT " before the end of the previous one",
+          self->chunk, GST_TIME_ARGS (self->next_pts - MAX (earliest, floor)));
+      return MAX (earliest, floor);
+    }
+  }
   if (earliest <= self->next_pts)
     return self->next_pts;
   gap = earliest - self->next_pts;
@@ -363,6 +407,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GstLingbotChunkTimes times = { 0 };
   GstLingbotGenKeys ck;
   GstLingbotGenKeysResult kr;
+  gboolean cut = FALSE;
 
   has_control = gst_lingbot_gen_control_has_upstream (self->control_pad);
   GST_OBJECT_LOCK (self);
@@ -528,7 +573,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     ready = running_time_now (self);
     latency = live_latency (self, (GstClockTime) (stats.compute_seconds *
             GST_SECOND));
-    pts = live_pts (self, ready, latency, stats.frames);
+    pts = live_pts (self, ready, latency, stats.frames, &cut);
     g_mutex_lock (&self->lock);
     self->stamped_end = pts + gst_util_uint64_scale (stats.frames,
         (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
@@ -541,6 +586,12 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   GST_BUFFER_DURATION (buf) = gst_util_uint64_scale (stats.frames,
       (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
   self->next_pts = pts + GST_BUFFER_DURATION (buf);
+  self->last_pts = pts;
+  self->cut_next = FALSE;
+  g_mutex_lock (&self->lock);
+  self->last_keys = ck.keys;
+  self->have_last_keys = live;
+  g_mutex_unlock (&self->lock);
   GST_BUFFER_OFFSET (buf) = self->chunk;
   GST_BUFFER_OFFSET_END (buf) = self->chunk + 1;
   if (self->chunk == 0)
@@ -561,7 +612,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   gst_lingbot_chunk_log_add (self->chunk_times, &times);
   self->restarts += stats.restarts;
   GST_OBJECT_UNLOCK (self);
-  post_chunk_message (self, &stats, &ck, pts, start, ready, latency);
+  post_chunk_message (self, &stats, &ck, pts, start, ready, latency, cut);
   self->chunk++;
   self->frames_out += stats.frames;
   g_mutex_lock (&self->lock);
@@ -613,6 +664,9 @@ gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
   self->frames_out = 0;
   self->frames_skipped = 0;
   self->next_pts = GST_CLOCK_TIME_NONE;
+  self->last_pts = GST_CLOCK_TIME_NONE;
+  self->have_last_keys = FALSE;
+  self->cut_next = FALSE;
   self->caps_sent = FALSE;
   self->device_memory = FALSE;
 }

@@ -88,6 +88,7 @@ GST_DEBUG_CATEGORY (gst_lingbot_gen_debug);
 #define DEFAULT_KEY_RESTART (-1)
 #define MAX_KEY_RESTART 64
 #define DEFAULT_KEY_RESTART_MAX 1
+#define DEFAULT_KEY_CUT TRUE
 #define MAX_KEY_RESTART_MAX 8
 
 enum
@@ -120,6 +121,7 @@ enum
   PROP_PREVIEW,
   PROP_KEY_RESTART,
   PROP_KEY_RESTART_MAX,
+  PROP_KEY_CUT,
 };
 
 /**
@@ -178,6 +180,7 @@ static const GstLingbotProperty gen_properties[] = {
   FIELD (PROP_PREVIEW, preview),
   FIELD (PROP_KEY_RESTART, key_restart),
   FIELD (PROP_KEY_RESTART_MAX, key_restart_max),
+  FIELD (PROP_KEY_CUT, key_cut),
 };
 
 #undef FIELD
@@ -682,6 +685,25 @@ gst_lingbot_gen_install_properties (GObjectClass * klass)
           "(so that a key storm cannot starve the output)", 0,
           MAX_KEY_RESTART_MAX, DEFAULT_KEY_RESTART_MAX, ready));
   /**
+   * GstLingbotGen:key-cut:
+   *
+   * Live (`is-live`): a key change while the generator waits for the next
+   * chunk's due time (faster than real time) starts that chunk at once and
+   * stamps it as early as it can be shown, its ready time less the
+   * latency, instead of after the chunk on screen: its timestamps go back
+   * to there.  lingbotvaedec then drops the frames of the earlier chunks
+   * it still holds from that time on (its `hold`), so the key shows about
+   * one chunk's compute and decode after it is pressed rather than after
+   * the chunk on screen ends.  The chunk's lingbot-chunk message says
+   * `cut` = TRUE.  Offline nothing is cut whatever the value.
+   */
+  g_object_class_install_property (klass, PROP_KEY_CUT,
+      g_param_spec_boolean ("key-cut", "Key cut",
+          "Live: on a key change while waiting for the next chunk's due "
+          "time, make it at once and stamp it as early as it can be shown "
+          "(the frames of the chunk on screen still in lingbotvaedec from "
+          "then on are dropped)", DEFAULT_KEY_CUT, ready));
+  /**
    * GstLingbotGen:stats:
    *
    * The figures of the chunks generated since the element last went
@@ -775,6 +797,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   self->framerate_d = 1;
   gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->next_pts = GST_CLOCK_TIME_NONE;
+  self->last_pts = GST_CLOCK_TIME_NONE;
   self->session_fps_d = 1;
   self->cancellable = g_cancellable_new ();
   /* its sink pads are optional inputs: a bin sends it EOS (Ctrl-C with

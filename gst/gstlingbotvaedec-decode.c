@@ -38,6 +38,7 @@ gst_lingbot_vae_dec_decode_summary_reset (GstLingbotVaeDec * self)
   GST_OBJECT_LOCK (self);
   gst_lingbot_chunk_log_clear (self->chunk_times);
   self->dit_unknown = FALSE;
+  self->frames_cut = 0;
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -68,8 +69,10 @@ gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
+  self->hold_latency = GST_CLOCK_TIME_NONE;
   gst_clear_buffer (&self->preview_frame);
   GST_OBJECT_UNLOCK (self);
+  self->drop_before = GST_CLOCK_TIME_NONE;
 }
 
 /* The figures of the stats property and of lingbot-summary, one
@@ -85,7 +88,7 @@ gst_lingbot_vae_dec_decode_summary_unlocked (GstLingbotVaeDec * self,
       TRUE);
 
   gst_structure_set (s, "dit-seconds-known", G_TYPE_BOOLEAN,
-      !self->dit_unknown, NULL);
+      !self->dit_unknown, "frames-cut", G_TYPE_UINT64, self->frames_cut, NULL);
   return s;
 }
 
@@ -310,6 +313,7 @@ gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self)
   self->queued_buffers = 0;
   g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
   self->out_buffers = 0;
+  self->queued_end = GST_CLOCK_TIME_NONE;
   g_cond_broadcast (&self->qcond);
 }
 
@@ -328,6 +332,60 @@ gst_lingbot_vae_dec_decode_set_flushing (GstLingbotVaeDec * self,
 }
 
 static GstFlowReturn decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf);
+
+/* A latent chunk stamped @pts, before the end of the frames queued (the
+ * generator's key-cut, live): the frames from @pts on that are still in
+ * the output queue are dropped (the new chunk's take their place); those
+ * of the new chunk before the end of what was already pushed will be
+ * dropped in turn (timestamps increase on the src pad).  The decode
+ * thread, before the chunk's decode. */
+static void
+cut_before (GstLingbotVaeDec * self, GstClockTime pts)
+{
+  GstClockTime pushed;
+  gboolean live;
+  guint n = 0;
+
+  self->drop_before = GST_CLOCK_TIME_NONE;
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  GST_OBJECT_UNLOCK (self);
+  /* offline the timestamps only increase (a preview still and the first
+   * chunk share PTS 0) */
+  if (!live || !GST_CLOCK_TIME_IS_VALID (pts))
+    return;
+  g_mutex_lock (&self->qlock);
+  if (GST_CLOCK_TIME_IS_VALID (self->queued_end) && pts < self->queued_end) {
+    GList *l = self->out.head;
+
+    while (l) {
+      GList *next = l->next;
+      GstMiniObject *item = l->data;
+
+      if (GST_IS_BUFFER (item) && GST_BUFFER_PTS (item) >= pts) {
+        g_queue_delete_link (&self->out, l);
+        gst_mini_object_unref (item);
+        self->out_buffers--;
+        n++;
+      }
+      l = next;
+    }
+    self->queued_end = pts;
+    g_cond_broadcast (&self->qcond);
+  }
+  g_mutex_unlock (&self->qlock);
+  GST_OBJECT_LOCK (self);
+  pushed = self->position;
+  self->frames_cut += n;
+  GST_OBJECT_UNLOCK (self);
+  if (GST_CLOCK_TIME_IS_VALID (pushed) && pts < pushed)
+    self->drop_before = pushed;
+  if (n > 0 || GST_CLOCK_TIME_IS_VALID (self->drop_before))
+    GST_INFO_OBJECT (self, "a chunk stamped %" GST_TIME_FORMAT " (a key "
+        "cut): %u queued frames from there dropped%s", GST_TIME_ARGS (pts),
+        n, GST_CLOCK_TIME_IS_VALID (self->drop_before) ? ", and its frames "
+        "before the end of those already pushed" : "");
+}
 
 /* One item of the input queue (the decode thread). */
 static void
@@ -349,6 +407,7 @@ decode_item (GstLingbotVaeDec * self, GstMiniObject * item)
       gst_mini_object_unref (item);
       return;
     }
+    cut_before (self, GST_BUFFER_PTS (item));
     ret = decode_buffer (self, GST_BUFFER_CAST (item));
   } else {
     GstEvent *event = GST_EVENT_CAST (item);
@@ -442,15 +501,62 @@ decode_thread_stop (GstLingbotVaeDec * self)
 }
 
 /* The src pad's task: frames and events out of the output queue. */
+/* Live with `hold`: the monotonic time (us) until which the frame @head
+ * waits, or 0 when it is due: its PTS plus upstream's latency less one
+ * frame, in running time.  The frame less keeps a frame's time of margin
+ * downstream on top of the decode latency (a busy machine wakes this
+ * thread late), and costs a key cut at most that frame.  @clock: the
+ * element's, or NULL (no wait). */
+static gint64
+hold_until (GstClock * clock, GstClockTime base, GstClockTime latency,
+    GstMiniObject * head)
+{
+  GstClockTime due, now, frame;
+
+  if (clock == NULL || !GST_CLOCK_TIME_IS_VALID (latency) || head == NULL
+      || !GST_IS_BUFFER (head) || !GST_BUFFER_PTS_IS_VALID (head))
+    return 0;
+  frame = GST_BUFFER_DURATION_IS_VALID (head) ? GST_BUFFER_DURATION (head) : 0;
+  due = base + GST_BUFFER_PTS (head) + (latency > frame ? latency - frame : 0);
+  now = gst_clock_get_time (clock);
+  if (now >= due)
+    return 0;
+  return g_get_monotonic_time () + (gint64) ((due - now) / GST_USECOND) + 1;
+}
+
 void
 gst_lingbot_vae_dec_decode_push_loop (GstLingbotVaeDec * self)
 {
   GstMiniObject *item;
   GstFlowReturn ret = GST_FLOW_OK;
+  GstClock *clock = NULL;
+  GstClockTime base = 0, latency = GST_CLOCK_TIME_NONE;
+  gint64 until;
+
+  /* live, held: frames leave at their PTS plus upstream's latency (the
+   * latest upstream would have delivered them), so that a key-cut chunk
+   * finds the frames it replaces still here (cut_before()) */
+  GST_OBJECT_LOCK (self);
+  if (self->hold && self->live)
+    latency = self->hold_latency;
+  GST_OBJECT_UNLOCK (self);
+  if (GST_CLOCK_TIME_IS_VALID (latency)
+      && (clock = gst_element_get_clock (GST_ELEMENT (self))) != NULL)
+    base = gst_element_get_base_time (GST_ELEMENT (self));
 
   g_mutex_lock (&self->qlock);
   while (!self->flushing && g_queue_is_empty (&self->out))
     g_cond_wait (&self->qcond, &self->qlock);
+  if (!self->flushing && GST_STATE (self) == GST_STATE_PLAYING
+      && (until = hold_until (clock, base, latency,
+              g_queue_peek_head (&self->out))) > 0) {
+    /* woken early by a cut, a flush or new frames: looked at again */
+    g_cond_wait_until (&self->qcond, &self->qlock, until);
+    g_mutex_unlock (&self->qlock);
+    gst_clear_object (&clock);
+    return;
+  }
+  gst_clear_object (&clock);
   if (self->flushing) {
     g_mutex_unlock (&self->qlock);
     gst_pad_pause_task (self->srcpad);
@@ -545,8 +651,13 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
   ret = self->flushing ? GST_FLOW_FLUSHING : self->last_ret;
   if (ret == GST_FLOW_OK || !frame) {
     g_queue_push_tail (&self->out, item);
-    if (frame)
+    if (frame) {
+      GstBuffer *b = GST_BUFFER_CAST (item);
+
       self->out_buffers++;
+      if (GST_BUFFER_PTS_IS_VALID (b) && GST_BUFFER_DURATION_IS_VALID (b))
+        self->queued_end = GST_BUFFER_PTS (b) + GST_BUFFER_DURATION (b);
+    }
     g_cond_broadcast (&self->qcond);
     item = NULL;
   }
@@ -641,6 +752,15 @@ push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames, int n,
           + 1, den, self->fps_n) - GST_BUFFER_PTS (out);
     }
     GST_BUFFER_DTS (out) = GST_CLOCK_TIME_NONE;
+    if (GST_CLOCK_TIME_IS_VALID (self->drop_before)
+        && GST_BUFFER_PTS (out) < self->drop_before) {
+      /* a key cut: a frame of this chunk at a time already pushed */
+      gst_buffer_unref (out);
+      GST_OBJECT_LOCK (self);
+      self->frames_cut++;
+      GST_OBJECT_UNLOCK (self);
+      continue;
+    }
     gst_buffer_add_lingbot_frame_meta (out, self->frame_chunk,
         self->frame_keys, FALSE);
     GST_BUFFER_OFFSET (out) = self->frame_index;

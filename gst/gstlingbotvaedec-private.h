@@ -87,6 +87,19 @@ struct _GstLingbotVaeDec
   gboolean push_busy;           /* the push task pushes an item now */
   gboolean live;                /* object lock: the last LATENCY answer */
   guint64 frames_pushed;        /* object lock */
+
+  /* live hold and key cuts (docs/elements.md lingbotvaedec "Hold"):
+   * frames wait in the output queue until their PTS plus upstream's
+   * latency; a chunk stamped before the end of the frames queued (the
+   * generator's key-cut) replaces the frames it overlaps that are still
+   * here */
+  gboolean hold;                /* object lock: the property */
+  GstClockTime hold_latency;    /* object lock: upstream's live min, or
+                                 * NONE (not live, not known) */
+  GstClockTime queued_end;      /* qlock: end of the last frame queued */
+  GstClockTime drop_before;     /* decode task: this chunk's frames before
+                                 * it are dropped (already pushed past) */
+  guint64 frames_cut;           /* object lock: frames dropped by cuts */
 };
 
 /* the statistics of the previous run dropped (READY->PAUSED) */

@@ -51,6 +51,7 @@ GST_DEBUG_CATEGORY (gst_lingbot_vae_dec_debug);
 #define DEFAULT_MODEL_PATH NULL
 #define DEFAULT_DEVICES NULL
 #define DEFAULT_SUMMARY_INTERVAL 0
+#define DEFAULT_HOLD TRUE
 
 enum
 {
@@ -58,6 +59,7 @@ enum
   PROP_MODEL_PATH,
   PROP_DEVICES,
   PROP_SUMMARY_INTERVAL,
+  PROP_HOLD,
   PROP_STATS,
 };
 
@@ -65,6 +67,7 @@ enum
  * model-path and devices are the holder's */
 static const GstLingbotProperty dec_properties[] = {
   {PROP_SUMMARY_INTERVAL, G_STRUCT_OFFSET (GstLingbotVaeDec, summary_interval)},
+  {PROP_HOLD, G_STRUCT_OFFSET (GstLingbotVaeDec, hold)},
 };
 
 #define gst_lingbot_vae_dec_parent_class parent_class
@@ -263,6 +266,7 @@ gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
   chunk = self->chunk_duration;
   decode = self->decode_latency.announced;
   self->live = live;
+  self->hold_latency = live ? min : GST_CLOCK_TIME_NONE;
   GST_OBJECT_UNLOCK (self);
   if (!live && GST_CLOCK_TIME_IS_VALID (chunk)
       && (!GST_CLOCK_TIME_IS_VALID (min) || min < chunk))
@@ -478,6 +482,23 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
           G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
           GST_PARAM_MUTABLE_PLAYING));
   /**
+   * GstLingbotVaeDec:hold:
+   *
+   * Live: keep each decoded frame until the running time of its PTS plus
+   * the latency upstream reports (lingbotgen's compute latency), the
+   * latest it would have left without this element, instead of pushing it
+   * when decoded; a clock-synchronised sink waits for it anyway, and the
+   * frames still here are those a chunk stamped earlier (lingbotgen
+   * `key-cut`, on a key change) replaces.  Downstream keeps the decode
+   * latency as its margin.  Not live: no effect.
+   */
+  g_object_class_install_property (gobject_class, PROP_HOLD,
+      g_param_spec_boolean ("hold", "Hold",
+          "Live: keep each frame until its PTS plus upstream's latency "
+          "(so that a key-cut chunk can replace the frames still here)",
+          DEFAULT_HOLD, G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+          GST_PARAM_MUTABLE_READY));
+  /**
    * GstLingbotVaeDec:stats:
    *
    * The figures of the chunks decoded in the current stream (kept after
@@ -528,6 +549,9 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
       DEFAULT_MODEL_PATH, DEFAULT_DEVICES, TRUE);
   gst_lingbot_properties_init (self, dec_properties,
       G_N_ELEMENTS (dec_properties));
+  self->hold_latency = GST_CLOCK_TIME_NONE;
+  self->queued_end = GST_CLOCK_TIME_NONE;
+  self->drop_before = GST_CLOCK_TIME_NONE;
   self->chunk_times = gst_lingbot_chunk_log_new (GST_LINGBOT_CHUNK_LOG_WINDOW);
   g_mutex_init (&self->qlock);
   g_cond_init (&self->qcond);

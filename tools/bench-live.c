@@ -32,6 +32,11 @@
  * chunk and in all, and gives compute + decode also over the chunks that
  * did not restart (one chunk's work, the target's unit).
  *
+ * --key-cut 0|1 sets lingbotgen's key-cut (default 1, the element's: a
+ * key change while the generator waits ends the chunk on screen early);
+ * the report counts the cut chunks (key-cuts) and the frames lingbotvaedec
+ * dropped for them (frames-cut).
+ *
  * --stall S injects a stall of S seconds into one chunk (a `pass` handler
  * sleeps on the streaming thread) once --stall-at seconds have passed:
  * the report then says how many chunks the latency took to come back
@@ -51,7 +56,7 @@ typedef struct
 {
   char *model, *image, *prompt, *prompt_embeds, *devices, *output;
   int width, height, fps;
-  int key_restart, key_restart_max;
+  int key_restart, key_restart_max, key_cut;
   double duration, key_interval, stall, stall_at;
 } LiveConfig;
 
@@ -60,6 +65,7 @@ typedef struct
   guint64 index, pts, latency, start, ready;
   guint revision;
   guint restarts, restart_passes;
+  gboolean cut;
   int frames;
   double compute, decode;
 } LiveChunk;
@@ -140,6 +146,13 @@ set_double (JsonBuilder * b, const char *name, double v)
 }
 
 static void
+set_boolean (JsonBuilder * b, const char *name, gboolean v)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_add_boolean_value (b, v);
+}
+
+static void
 set_int (JsonBuilder * b, const char *name, gint64 v)
 {
   json_builder_set_member_name (b, name);
@@ -202,6 +215,10 @@ parse (LiveConfig * c, int argc, char **argv, GError ** error)
           "the element's: after any DiT pass)", "N"},
     {"key-restart-max", 0, 0, G_OPTION_ARG_INT, &c->key_restart_max,
         "lingbotgen key-restart-max (default 1)", "M"},
+    {"key-cut", 0, 0, G_OPTION_ARG_INT, &c->key_cut,
+        "lingbotgen key-cut: 1 (the default) starts a chunk at once on a key "
+          "change while the generator waits and ends the chunk on screen "
+          "early, 0 waits", "0|1"},
     {"output", 'o', 0, G_OPTION_ARG_FILENAME, &c->output,
         "Write the JSON report here (default: stdout)", "OUT.json"},
     {NULL}
@@ -217,6 +234,7 @@ parse (LiveConfig * c, int argc, char **argv, GError ** error)
   c->stall_at = 20;
   c->key_restart = -1;
   c->key_restart_max = 1;
+  c->key_cut = 1;
   g_option_context_add_main_entries (ctx, entries, NULL);
   if (!g_option_context_parse (ctx, &argc, &argv, error))
     return FALSE;
@@ -231,9 +249,10 @@ parse (LiveConfig * c, int argc, char **argv, GError ** error)
     return FALSE;
   }
   if (c->key_restart < -1 || c->key_restart > 64 || c->key_restart_max < 0
-      || c->key_restart_max > 8) {
+      || c->key_restart_max > 8 || (c->key_cut != 0 && c->key_cut != 1)) {
     g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-        "--key-restart must be -1..64, --key-restart-max 0..8");
+        "--key-restart must be -1..64, --key-restart-max 0..8, --key-cut 0 "
+        "or 1");
     return FALSE;
   }
   if (c->devices == NULL)
@@ -263,7 +282,7 @@ run (const LiveConfig * c)
       "! fakesink name=sink sync=true qos=true max-lateness=20000000 "
       "signal-handoffs=true");
   g_autoptr (GError) err = NULL;
-  GstElement *p = gst_parse_launch (desc, &err), *gen, *ctl, *sink;
+  GstElement *p = gst_parse_launch (desc, &err), *gen, *ctl, *sink, *dec;
   g_autoptr (GArray) chunks = g_array_new (FALSE, TRUE, sizeof (LiveChunk));
   g_autoptr (GArray) press_at = g_array_new (FALSE, FALSE, sizeof (guint64));
   g_autoptr (GArray) lat_t = g_array_new (FALSE, FALSE, sizeof (double));
@@ -281,7 +300,7 @@ run (const LiveConfig * c)
   LiveState st = { 0 };
   GstBus *bus;
   GstClockTime eos_sent = GST_CLOCK_TIME_NONE, eos_at = GST_CLOCK_TIME_NONE;
-  guint64 rendered = 0, dropped = 0;
+  guint64 rendered = 0, dropped = 0, frames_cut = 0, n_cuts = 0;
   gboolean done = FALSE, known;
   char *error = NULL;
   guint next_key = 0;
@@ -298,10 +317,12 @@ run (const LiveConfig * c)
   gen = gst_bin_get_by_name (GST_BIN (p), "gen");
   ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
   sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
   g_object_set (gen, "model-path", c->model, "image-location", c->image,
       "devices", c->devices, "width", c->width, "height", c->height, "fps",
       c->fps, "signal-passes", c->stall > 0, "key-restart", c->key_restart,
-      "key-restart-max", (guint) c->key_restart_max, NULL);
+      "key-restart-max", (guint) c->key_restart_max, "key-cut",
+      c->key_cut == 1, NULL);
   if (c->prompt_embeds)
     g_object_set (gen, "prompt-embeds", c->prompt_embeds, NULL);
   else if (c->prompt)
@@ -392,6 +413,7 @@ run (const LiveConfig * c)
           gst_structure_get_uint (s, "revision", &ch->revision);
           gst_structure_get_uint (s, "restarts", &ch->restarts);
           gst_structure_get_uint (s, "restart-passes", &ch->restart_passes);
+          gst_structure_get_boolean (s, "cut", &ch->cut);
           gst_structure_get_int (s, "frames", &ch->frames);
           gst_structure_get_double (s, "compute-seconds", &ch->compute);
         } else if (gst_structure_has_name (s, "lingbot-decode")
@@ -413,6 +435,12 @@ run (const LiveConfig * c)
     if (ss) {
       gst_structure_get_uint64 (ss, "rendered", &rendered);
       gst_structure_get_uint64 (ss, "dropped", &dropped);
+      gst_structure_free (ss);
+    }
+    /* the frames lingbotvaedec dropped for key cuts */
+    g_object_get (dec, "stats", &ss, NULL);
+    if (ss) {
+      gst_structure_get_uint64 (ss, "frames-cut", &frames_cut);
       gst_structure_free (ss);
     }
   }
@@ -517,6 +545,7 @@ run (const LiveConfig * c)
   json_builder_end_array (b);
   set_int (b, "key-restart", c->key_restart);
   set_int (b, "key-restart-max", c->key_restart_max);
+  set_int (b, "key-cut", c->key_cut);
   set_int (b, "restarts", (gint64) n_restarts);
   set_int (b, "restart-passes", (gint64) n_restart_passes);
   /* one chunk's work: the chunks that did not restart */
@@ -545,6 +574,10 @@ run (const LiveConfig * c)
     set_int (b, "frames-due", (gint64) due);
     set_int (b, "frames-rendered", (gint64) rendered);
     set_int (b, "frames-dropped", (gint64) dropped);
+    set_int (b, "frames-cut", (gint64) frames_cut);
+    for (guint k = 0; k < chunks->len; k++)
+      n_cuts += g_array_index (chunks, LiveChunk, k).cut;
+    set_int (b, "key-cuts", (gint64) n_cuts);
   }
   set_double (b, "eos-wait-seconds", (eos_at - eos_sent) / 1e9);
   json_builder_set_member_name (b, "pipeline-latency");
@@ -570,6 +603,7 @@ run (const LiveConfig * c)
     set_int (b, "revision", ch->revision);
     set_int (b, "restarts", ch->restarts);
     set_int (b, "restart-passes", ch->restart_passes);
+    set_boolean (b, "cut", ch->cut);
     set_double (b, "compute-seconds", ch->compute);
     set_double (b, "decode-seconds", ch->decode);
     set_double (b, "latency", ch->latency / 1e9);
@@ -629,6 +663,7 @@ out:
   gst_object_unref (gen);
   gst_object_unref (ctl);
   gst_object_unref (sink);
+  gst_object_unref (dec);
   gst_object_unref (p);
   g_array_unref (st.renders);
   g_mutex_clear (&st.lock);

@@ -940,8 +940,23 @@ test_live (void)
     frames += json_object_get_int_member (c, "frames");
     g_assert_cmpfloat (json_object_get_double_member (c, "latency"), >, 0);
   }
+  /* every frame made is rendered, dropped by the sink, or dropped by
+   * lingbotvaedec for a key cut (the chunk on screen ended early) */
   g_assert_cmpint (json_object_get_int_member (rep, "frames-rendered") +
-      json_object_get_int_member (rep, "frames-dropped"), ==, frames);
+      json_object_get_int_member (rep, "frames-dropped") +
+      json_object_get_int_member (rep, "frames-cut"), ==, frames);
+  g_assert_cmpint (json_object_get_int_member (rep, "key-cut"), ==, 1);
+  {
+    gint64 cuts = 0;
+
+    for (guint i = 0; i < n; i++)
+      cuts += json_object_get_boolean_member (json_array_get_object_element
+          (chunks, i), "cut");
+    g_assert_cmpint (json_object_get_int_member (rep, "key-cuts"), ==, cuts);
+    /* frames are cut only where a chunk was */
+    if (cuts == 0)
+      g_assert_cmpint (json_object_get_int_member (rep, "frames-cut"), ==, 0);
+  }
   /* key restarts: the element's default policy, counted per chunk */
   g_assert_cmpint (json_object_get_int_member (rep, "key-restart"), ==, -1);
   g_assert_cmpint (json_object_get_int_member (rep, "key-restart-max"), ==, 1);

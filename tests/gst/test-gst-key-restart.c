@@ -226,12 +226,15 @@ GST_START_TEST (test_key_restart_live)
   on.live = off.live = early.live = TRUE;
   on.press_chunk = off.press_chunk = 2;
   on.press_pass = off.press_pass = 1;
-  run_session (&on, "");
-  run_session (&off, "key-restart=0");
+  /* key-cut off: a session faster than real time would otherwise cut
+   * chunk 1 short where the key comes between chunks (test_key_cut_live),
+   * and the frames shown would depend on the timing */
+  run_session (&on, "key-cut=false");
+  run_session (&off, "key-restart=0 key-cut=false");
   /* pressed after chunk 1's clean pass (the last pass callback) */
   early.press_chunk = 1;
   early.press_pass = 4;
-  run_session (&early, "key-restart=0");
+  run_session (&early, "key-restart=0 key-cut=false");
 
   g_assert_cmpuint (on.n_msgs, ==, N_CHUNKS);
   g_assert_cmpuint (off.n_msgs, ==, N_CHUNKS);
@@ -305,6 +308,208 @@ GST_START_TEST (test_key_restart_offline)
 
 GST_END_TEST;
 
+/* ---- key-cut: a key change while the generator waits ---- */
+
+#define CUT_FPS 8
+#define CUT_FRAMES 45           /* 13 + 2 x 16: three chunks */
+#define CUT_CHUNKS 3
+
+typedef struct
+{
+  guint64 chunk;
+  guint keys;
+  GstClockTime pts;
+} Shown;
+
+typedef struct
+{
+  GstPad *ctl;
+  GArray *shown;                /* Shown, in render order */
+  GstClockTime pts[CUT_CHUNKS];
+  guint keys[CUT_CHUNKS];
+  gboolean cut[CUT_CHUNKS];
+  guint n_msgs;
+  guint64 frames_cut;           /* lingbotvaedec's stats */
+} CutRun;
+
+static void
+on_cut_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
+{
+  CutRun *r = data;
+  GstLingbotFrameMeta *m = gst_buffer_get_lingbot_frame_meta (buf);
+  Shown f;
+
+  g_assert_nonnull (m);
+  f.chunk = m->chunk;
+  f.keys = m->keys;
+  f.pts = GST_BUFFER_PTS (buf);
+  g_array_append_val (r->shown, f);
+}
+
+/* A live session of CUT_CHUNKS chunks of 2 s (16 frames at 8 fps; the
+ * tiny model makes one far faster), W held from the start; D pressed by
+ * this thread as soon as chunk 1's lingbot-chunk message comes, while the
+ * generator waits for chunk 2's due time. */
+static void
+run_cut (CutRun * r, const char *gen_extra, const char *dec_extra)
+{
+  g_autofree char *desc = g_strdup_printf ("lingbotgen name=gen "
+      "model-path=%s prompt-embeds=%s image-location=%s width=64 height=64 "
+      "devices=cpu:1 seed=7 fps=%d frames=%d is-live=true %s ! "
+      "lingbotvaedec name=dec %s ! queue max-size-buffers=0 "
+      "max-size-time=0 max-size-bytes=0 ! fakesink name=sink sync=true "
+      "qos=true max-lateness=-1 signal-handoffs=true", model_dir,
+      embeds_path, image_path, CUT_FPS, CUT_FRAMES, gen_extra, dec_extra);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (desc, &err);
+  GstElement *gen, *sink, *dec;
+  GstStructure *st = NULL;
+  GstPad *control;
+  GstSegment seg;
+  GstBus *bus;
+  gboolean eos = FALSE;
+
+  g_assert_no_error (err);
+  r->shown = g_array_new (FALSE, FALSE, sizeof (Shown));
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  g_signal_connect (sink, "handoff", G_CALLBACK (on_cut_handoff), r);
+  r->ctl = gst_pad_new ("ctl", GST_PAD_SRC);
+  control = gst_element_get_static_pad (gen, "control");
+  g_assert_cmpint (gst_pad_link (r->ctl, control), ==, GST_PAD_LINK_OK);
+  gst_object_unref (control);
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_PAUSED), !=,
+      GST_STATE_CHANGE_FAILURE);
+  g_assert_true (gst_pad_set_active (r->ctl, TRUE));
+  g_assert_true (gst_pad_push_event (r->ctl,
+          gst_event_new_stream_start ("ctl")));
+  g_assert_true (gst_pad_push_event (r->ctl,
+          gst_event_new_caps (gst_caps_from_string
+              (GST_LINGBOT_CONTROL_CAPS))));
+  gst_segment_init (&seg, GST_FORMAT_TIME);
+  g_assert_true (gst_pad_push_event (r->ctl, gst_event_new_segment (&seg)));
+  g_assert_cmpint (gst_pad_push (r->ctl, record (GST_LINGBOT_CONTROL_PRESS,
+              LINGBOT_KEY_W, LINGBOT_KEY_W, 0)), ==, GST_FLOW_OK);
+
+  bus = gst_element_get_bus (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!eos) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+        GST_MESSAGE_ERROR);
+    const GstStructure *s;
+
+    g_assert_nonnull (msg);
+    g_assert_cmpint (GST_MESSAGE_TYPE (msg), !=, GST_MESSAGE_ERROR);
+    s = gst_message_get_structure (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
+      eos = TRUE;
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
+      gst_bin_recalculate_latency (GST_BIN (p));
+    } else if (s && gst_structure_has_name (s, "lingbot-chunk")) {
+      guint64 index = 0, pts = 0;
+      guint i = r->n_msgs++;
+
+      g_assert_true (gst_structure_get_uint64 (s, "index", &index));
+      g_assert_cmpuint (index, ==, i);
+      g_assert_cmpuint (index, <, CUT_CHUNKS);
+      g_assert_true (gst_structure_get_uint64 (s, "pts", &pts));
+      r->pts[i] = pts;
+      g_assert_true (gst_structure_get_uint (s, "keys", &r->keys[i]));
+      g_assert_true (gst_structure_get_boolean (s, "cut", &r->cut[i]));
+      if (index == 1)
+        g_assert_cmpint (gst_pad_push (r->ctl,
+                record (GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_D,
+                    LINGBOT_KEY_W | LINGBOT_KEY_D, GST_CLOCK_TIME_NONE)), ==,
+            GST_FLOW_OK);
+    }
+    gst_message_unref (msg);
+  }
+  g_object_get (dec, "stats", &st, NULL);
+  g_assert_true (gst_structure_get_uint64 (st, "frames-cut", &r->frames_cut));
+  gst_structure_free (st);
+  gst_element_set_state (p, GST_STATE_NULL);
+  gst_pad_set_active (r->ctl, FALSE);
+  gst_object_unref (r->ctl);
+  gst_object_unref (dec);
+  gst_object_unref (sink);
+  gst_object_unref (gen);
+  gst_object_unref (bus);
+  gst_object_unref (p);
+}
+
+/* the frames shown of @chunk, and the PTS of the first */
+static guint
+shown_of (const CutRun * r, guint64 chunk, GstClockTime * first)
+{
+  guint n = 0;
+
+  for (guint i = 0; i < r->shown->len; i++) {
+    const Shown *f = &g_array_index (r->shown, Shown, i);
+
+    if (f->chunk == chunk && n++ == 0 && first)
+      *first = f->pts;
+  }
+  return n;
+}
+
+/* Live, D pressed while the generator waits for chunk 2's due time: with
+ * the default key-cut chunk 2 starts at once, W+D, stamped before the end
+ * of chunk 1 (after at least one of its frames); lingbotvaedec (hold, the
+ * default) drops chunk 1's frames from there on, which it still holds, so
+ * the synchronised sink shows chunk 1's head, then chunk 2 from its
+ * first frame (at most two of its frames dropped: chunk 1's frames leave
+ * the decoder one frame before they are due, and one may be on its way),
+ * timestamps increasing throughout; every frame
+ * not shown is counted in frames-cut.  key-cut=false: chunk 2 follows
+ * chunk 1's 16 frames, every frame is shown and nothing is cut. */
+GST_START_TEST (test_key_cut_live)
+{
+  CutRun on = { 0 }, off = { 0 };
+  const GstClockTime frame = GST_SECOND / CUT_FPS;
+  GstClockTime first2 = GST_CLOCK_TIME_NONE;
+  guint shown1;
+
+  run_cut (&on, "", "");
+  run_cut (&off, "key-cut=false", "");
+
+  g_assert_cmpuint (on.n_msgs, ==, CUT_CHUNKS);
+  g_assert_cmpuint (off.n_msgs, ==, CUT_CHUNKS);
+  for (guint k = 0; k < CUT_CHUNKS; k++) {
+    g_assert_cmpuint (on.keys[k], ==, k < 2 ? LINGBOT_KEY_W : WD);
+    g_assert_cmpuint (off.keys[k], ==, k < 2 ? LINGBOT_KEY_W : WD);
+    g_assert_cmpint (on.cut[k], ==, k == 2);
+    g_assert_false (off.cut[k]);
+  }
+  /* on: chunk 2 before the end of chunk 1 (16 frames), after its first */
+  g_assert_cmpuint (on.pts[2], <, on.pts[1] + 16 * frame);
+  g_assert_cmpuint (on.pts[2], >=, on.pts[1] + frame);
+  for (guint i = 1; i < on.shown->len; i++)
+    g_assert_cmpuint (g_array_index (on.shown, Shown, i).pts, >,
+        g_array_index (on.shown, Shown, i - 1).pts);
+  shown1 = shown_of (&on, 1, NULL);
+  g_assert_cmpuint (shown1, >=, 1);
+  g_assert_cmpuint (shown1, <, 16);
+  g_assert_cmpuint (shown_of (&on, 2, &first2), >=, 15);
+  /* the decoder lets a frame go one frame before it is due: at most the
+   * frames of that time and the one being pushed are gone */
+  g_assert_cmpuint (first2, >=, on.pts[2]);
+  g_assert_cmpuint (first2, <=, on.pts[2] + 2 * frame);
+  g_assert_cmpuint (g_array_index (on.shown, Shown,
+          on.shown->len - 1).keys, ==, WD);
+  g_assert_cmpuint (on.shown->len + on.frames_cut, ==, CUT_FRAMES);
+  g_assert_cmpuint (on.frames_cut, >=, 16 - shown1);
+  /* off: on the schedule, all shown */
+  g_assert_cmpuint (off.pts[2], ==, off.pts[1] + 16 * frame);
+  g_assert_cmpuint (off.shown->len, ==, CUT_FRAMES);
+  g_assert_cmpuint (off.frames_cut, ==, 0);
+  g_array_unref (on.shown);
+  g_array_unref (off.shown);
+}
+
+GST_END_TEST;
+
 static Suite *
 key_restart_suite (void)
 {
@@ -315,6 +520,7 @@ key_restart_suite (void)
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_key_restart_live);
   tcase_add_test (tc, test_key_restart_offline);
+  tcase_add_test (tc, test_key_cut_live);
   return s;
 }
 
