@@ -352,7 +352,40 @@ struct _LingbotDecoder
   LingbotVaeDecoder *dec;
   int latent_height, latent_width;
   LbTensor *frames;             /* f32 [3, 4 C, 8 h, 8 w] host */
+  LingbotFramesFunc frames_func;        /* lingbot_decoder_set_frames_func() */
+  gpointer frames_data;
 };
+
+static void
+decoder_frames (int first, int n, gpointer data)
+{
+  LingbotDecoder *d = data;
+
+  d->frames_func (lingbot_frames_from_tensor (d->frames), first, n,
+      d->frames_data);
+}
+
+/**
+ * lingbot_decoder_set_frames_func:
+ * @decoder: a decoder, not decoding
+ * @func: (nullable): called as the frames of a decode become final
+ *   (#LingbotFramesFunc), %NULL (the default) unsets
+ * @user_data: passed to @func; the caller keeps it alive while set
+ *
+ * As lingbot_session_set_frames_func(), for lingbot_decoder_decode():
+ * @func gets lingbot_decoder_get_frames() and the frames of each latent
+ * frame as soon as they are final.
+ */
+void
+lingbot_decoder_set_frames_func (LingbotDecoder * decoder,
+    LingbotFramesFunc func, gpointer user_data)
+{
+  g_return_if_fail (decoder != NULL);
+  decoder->frames_func = func;
+  decoder->frames_data = user_data;
+  lingbot_vae_decoder_set_frames_func (decoder->dec,
+      func ? decoder_frames : NULL, decoder);
+}
 
 /**
  * lingbot_world_new_decoder:

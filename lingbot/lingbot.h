@@ -279,8 +279,27 @@ LingbotDecoder *lingbot_world_new_decoder (LingbotWorld * world,
     GError ** error);
 void lingbot_decoder_free (LingbotDecoder * decoder);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LingbotDecoder, lingbot_decoder_free)
+
+/**
+ * LingbotFramesFunc:
+ * @frames: the frames being decoded into (lingbot_session_get_frames() or
+ *   lingbot_decoder_get_frames())
+ * @first: the first frame now final, counting from the chunk's frame 0
+ * @n: how many, from @first on
+ * @user_data: what was given with the function
+ *
+ * Frames of a decode in flight that are final (the decode goes latent
+ * frame by latent frame, spec A.5): called on the decoding thread (rank
+ * 0's), in order, once per latent frame; the next latent frame waits for
+ * it.  It must not call into the session or decoder.
+ */
+typedef void (*LingbotFramesFunc) (const LingbotFrames * frames, int first,
+    int n, gpointer user_data);
+
 gboolean lingbot_decoder_decode (LingbotDecoder * decoder,
     const LingbotLatents * latents, int *n_frames, GError ** error);
+void lingbot_decoder_set_frames_func (LingbotDecoder * decoder,
+    LingbotFramesFunc func, gpointer user_data);
 const LingbotFrames *lingbot_decoder_get_frames (LingbotDecoder * decoder);
 
 /* ---- session ---- */
@@ -496,6 +515,8 @@ const LingbotLatents *lingbot_session_get_latents (LingbotSession * session);
 gboolean lingbot_session_decode (LingbotSession * session,
     const LingbotLatents * latents, int *n_frames, LingbotChunkStats * stats,
     GError ** error);
+void lingbot_session_set_frames_func (LingbotSession * session,
+    LingbotFramesFunc func, gpointer user_data);
 const LingbotFrames *lingbot_session_get_frames (LingbotSession * session);
 const LingbotFrames *lingbot_session_get_start_frames (LingbotSession *
     session);

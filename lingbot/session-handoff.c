@@ -689,6 +689,7 @@ lingbot_session_decode_chunk (LingbotSession * session, guint64 chunk,
       HandoffJob job = { s, JOB_DECODE, NULL };
       LbWorkerJob wj = LB_WORKER_JOB_INIT;
 
+      lingbot_session_arm_frames (s);
       /* the job takes the message out of the channel (and acks its slot,
        * which the next chunk's send may be waiting for): it leaves the
        * slot now, in submission order, before the lock is dropped */

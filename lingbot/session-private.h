@@ -103,6 +103,11 @@ struct _LingbotSession
   gulong cancel_handler;
   GError *cond_cancelled;       /* the encoder's cancel, from cond_job */
 
+  /* lingbot_session_set_frames_func() (armed on the decoder per decode,
+   * lingbot_session_arm_frames()) */
+  LingbotFramesFunc frames_func;
+  gpointer frames_data;
+
   /* lingbot_session_set_pass_func() */
   LingbotPassFunc pass_func;
   gpointer pass_data;
@@ -141,6 +146,7 @@ void lingbot_session_free_decoder (LingbotSession * s);
 gboolean lingbot_session_decode_latents (LingbotSession * s,
     const LbTensor * latents, int *n, GError ** error);
 gboolean lingbot_session_count_frames (LingbotSession * s, int *n);
+void lingbot_session_arm_frames (LingbotSession * s);
 void lingbot_session_report_decode (guint64 chunk, int n, gint64 t0,
     gint64 t1, int *n_frames, LingbotChunkStats * stats);
 

@@ -928,6 +928,7 @@ lingbot_session_decode_latents (LingbotSession * s, const LbTensor * latents,
 {
   gboolean ok;
 
+  lingbot_session_arm_frames (s);
   if (s->dec_group) {
     ok = lingbot_vae_decoder_decode (s->dec, latents, s->frames_buf, n, error);
   } else {
@@ -943,6 +944,69 @@ lingbot_session_decode_latents (LingbotSession * s, const LbTensor * latents,
     g_rec_mutex_unlock (&s->world->lock);
   }
   return ok && lingbot_session_count_frames (s, n);
+}
+
+/* the decoder's frames function: the session's, cut to what a bounded
+ * session still delivers (the last chunk's, lingbot_session_count_frames()) */
+static void
+session_frames (int first, int n, gpointer data)
+{
+  LingbotSession *s = data;
+
+  if (s->frames > 0) {
+    guint64 left = s->frames - MIN (s->frames, s->frames_out);
+
+    if ((guint64) first >= left)
+      return;
+    n = (int) MIN ((guint64) n, left - (guint64) first);
+  }
+  s->frames_func (lingbot_frames_from_tensor (s->frames_buf), first, n,
+      s->frames_data);
+}
+
+/**
+ * lingbot_session_arm_frames:
+ * @s: a session
+ *
+ * Hands the session's frames function (or none) to its decoder: called
+ * before each decode, on the thread that starts it.
+ */
+void
+lingbot_session_arm_frames (LingbotSession * s)
+{
+  if (s->dec != NULL)
+    lingbot_vae_decoder_set_frames_func (s->dec,
+        s->frames_func ? session_frames : NULL, s);
+}
+
+/**
+ * lingbot_session_set_frames_func:
+ * @session: a session, not decoding (call it before or between decodes,
+ *   from the thread that decodes)
+ * @func: (nullable): called as the frames of a decode become final
+ *   (#LingbotFramesFunc); %NULL (the default) unsets
+ * @user_data: passed to @func; the caller keeps it alive while set
+ *
+ * Frames of lingbot_session_decode() and lingbot_session_decode_chunk()
+ * handed on as they are made: frame 0 of a chunk is final after about a
+ * quarter of its decode (the first of its 4 latent frames), so a live
+ * player can show it then instead of after the whole chunk.  @func gets
+ * lingbot_session_get_frames() and the range [first, first + n) now final:
+ * (0, 1), (1, 4), (5, 4), (9, 4) for the first chunk, (0, 4), (4, 4),
+ * (8, 4), (12, 4) after; a bounded session's last chunk only up to the
+ * frames it delivers.  The frames are the same bytes as without it.  On
+ * device ranks each latent frame's rows are downloaded and the rank's
+ * stream synchronised before @func runs (4 host waits per chunk instead
+ * of 1); sharded, every rank waits for the others once per latent frame.
+ * A decode that fails has handed on only frames that were final.
+ */
+void
+lingbot_session_set_frames_func (LingbotSession * session,
+    LingbotFramesFunc func, gpointer user_data)
+{
+  g_return_if_fail (session != NULL);
+  session->frames_func = func;
+  session->frames_data = user_data;
 }
 
 /**

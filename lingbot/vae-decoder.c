@@ -58,6 +58,11 @@ struct _LingbotVaeDecoder
   /* arguments of the call in flight (lingbot_vae_decoder_decode()) */
   const LbTensor *in;
   LbTensor *out;
+
+  /* lingbot_vae_decoder_set_frames_func(): frames handed on per latent
+   * frame (rank 0 calls it) */
+  LingbotVaeFramesFunc frames_func;
+  gpointer frames_data;
 };
 
 static gboolean
@@ -138,6 +143,37 @@ rank_reset_func (LbRank * rank, gpointer user_data, GError ** error)
   return rank_reset (&dec->ranks[rank->rank], error);
 }
 
+/* With a frames function: frames [@f0, @f0 + @n) of this rank's band are
+ * made ready in the caller's host frames (a device rank downloads them and
+ * synchronises its stream), every rank waits for the others (a barrier,
+ * when sharded), then rank 0 hands them on.  A failure of a peer releases
+ * the barrier with an error. */
+static gboolean
+hand_on_frames (DecRank * dr, LingbotVaeDecoder * dec, LbTensor * out,
+    int64_t f0, int64_t n, GError ** error)
+{
+  VaeCtx *ctx = &dr->ctx;
+  LbStream *st = ctx->stream;
+  const int64_t S = LINGBOT_VAE_SPATIAL_STRIDE;
+
+  if (!vae_stream_is_host (st)) {
+    LbTensor src, dst;
+    lb_tensor_view_narrow (&src, dr->frames_dev, 1, f0, n);
+    lb_tensor_view_narrow (&dst, out, 1, f0, n);
+    lb_tensor_view_narrow (&dst, &dst, 2, dr->row0 * S, dr->rows * S);
+    if (!vae_copy_runs (st, &dst, &src, LB_COPY_DEVICE_TO_HOST,
+            "VAE decode: frames", error)
+        || (ctx->rank != NULL && !lb_comm_synchronize (ctx->rank, error))
+        || !st->backend->stream_synchronize (st, error))
+      return FALSE;
+  }
+  if (dec->n_ranks > 1 && !lb_comm_barrier (ctx->rank, error))
+    return FALSE;
+  if (ctx->rank == NULL || ctx->rank->rank == 0)
+    dec->frames_func ((int) f0, (int) n, dec->frames_data);
+  return TRUE;
+}
+
 /* Decodes the chunk's frames of this rank's band; on a device the latents
  * are uploaded first and the frames left in dr->frames_dev (@f_out frames
  * in all). */
@@ -194,6 +230,9 @@ rank_decode_band (DecRank * dr, LingbotVaeDecoder * dec, const LbTensor * in,
     }
     if (!ops->clamp (st, &x, -1.f, 1.f, &dst, error))
       return FALSE;
+    if (dec->frames_func != NULL
+        && !hand_on_frames (dr, dec, out, f0, s.t, error))
+      return FALSE;
     f0 += s.t;
   }
   *f_out = f0;
@@ -214,7 +253,8 @@ rank_decode (DecRank * dr, LingbotVaeDecoder * dec, const LbTensor * in,
   int64_t n = 0;
   gboolean ok = rank_decode_band (dr, dec, in, in_is_band, out, &n, error);
   if (!vae_stream_is_host (st)) {
-    if (ok) {
+    /* (with a frames function every frame is on the host already) */
+    if (ok && dec->frames_func == NULL) {
       LbTensor src, dst;
       lb_tensor_view_narrow (&src, dr->frames_dev, 1, 0, n);
       lb_tensor_view_narrow (&dst, out, 1, 0, n);
@@ -537,6 +577,36 @@ lingbot_vae_decoder_decode (LingbotVaeDecoder * dec, const LbTensor * latents,
   if (n_frames)
     *n_frames = n;
   return TRUE;
+}
+
+/**
+ * lingbot_vae_decoder_set_frames_func:
+ * @dec: a session
+ * @func: (nullable): called as the frames of a decode become final, or
+ *   %NULL (the default) for frames only on return
+ * @user_data: for @func
+ *
+ * Frames handed on as they are made (spec A.5: the decoder runs latent
+ * frame by latent frame, so frame 0 of a chunk is final after a quarter of
+ * its decode).  During every decode after this call @func is called once
+ * per latent frame, in order, with the frames [first, first + n) of the
+ * caller's frames tensor that are now final on the host: (0, 1), (1, 4),
+ * (5, 4), (9, 4) for a session's first chunk of 4 latent frames, (0, 4)
+ * ... (12, 4) after.  It runs on rank 0's thread (the caller's when not
+ * sharded) after every rank has written its rows (a barrier per latent
+ * frame when sharded) and before the next latent frame starts, so a slow
+ * @func delays the decode; it must not call into @dec.  On a device each
+ * rank downloads and synchronises once per latent frame instead of once
+ * per chunk.  The frames are the same bytes either way.  Set it between
+ * decodes, not during one.
+ */
+void
+lingbot_vae_decoder_set_frames_func (LingbotVaeDecoder * dec,
+    LingbotVaeFramesFunc func, gpointer user_data)
+{
+  g_return_if_fail (dec != NULL);
+  dec->frames_func = func;
+  dec->frames_data = user_data;
 }
 
 /* @rank's part of @dec, %NULL when it is not a rank of the session's

@@ -93,6 +93,10 @@ void lingbot_vae_decoder_reset (LingbotVaeDecoder * dec);
 gboolean lingbot_vae_decoder_decode (LingbotVaeDecoder * dec,
     const LbTensor * latents, LbTensor * frames, int *n_frames,
     GError ** error);
+/* frames [first, first + n) of the decode in flight are final */
+typedef void (*LingbotVaeFramesFunc) (int first, int n, gpointer user_data);
+void lingbot_vae_decoder_set_frames_func (LingbotVaeDecoder * dec,
+    LingbotVaeFramesFunc func, gpointer user_data);
 gboolean lingbot_vae_decoder_decode_on_rank (LingbotVaeDecoder * dec,
     LbRank * rank, const LbTensor * latents, LbTensor * frames, int *n_frames,
     GError ** error);

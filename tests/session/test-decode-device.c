@@ -33,8 +33,10 @@ typedef struct
   FakeDevStats before[N_CHUNKS], mid[N_CHUNKS], after[N_CHUNKS];
 } Run;
 
-static void
-run_session (LingbotWorld * w, gboolean attach, Run * run)
+/* the fixture's session of N_CHUNKS chunks, with a decoder of its own
+ * beside generation when @attach */
+static LingbotSession *
+new_session (LingbotWorld * w, gboolean attach)
 {
   g_autoptr (GError) err = NULL;
   LingbotSessionOptions o = LINGBOT_SESSION_OPTIONS_INIT;
@@ -46,12 +48,21 @@ run_session (LingbotWorld * w, gboolean attach, Run * run)
   o.width = o.height = 64;
   o.seed = 11;
   o.frames = 13 + 16 * (N_CHUNKS - 1);
-  g_autoptr (LingbotSession) s = lingbot_session_new (w, &o, &err);
+  LingbotSession *s = lingbot_session_new (w, &o, &err);
   g_assert_no_error (err);
   if (attach) {
     g_assert_true (lingbot_session_attach_decoder (s, NULL, 2, &err));
     g_assert_no_error (err);
   }
+  return s;
+}
+
+static void
+run_session (LingbotWorld * w, gboolean attach, Run * run)
+{
+  g_autoptr (GError) err = NULL;
+  g_autoptr (LingbotSession) s = new_session (w, attach);
+
   run->frames = g_array_new (FALSE, FALSE, sizeof (float));
   for (int c = 0; c < N_CHUNKS; c++) {
     int n = 0;
@@ -124,6 +135,88 @@ test_device (gconstpointer data)
   g_assert_cmpint (fakedev_stats ().bad, ==, 0);
   g_array_unref (serial.frames);
   g_array_unref (overlap.frames);
+}
+
+/* lingbot_session_set_frames_func() on device ranks: each latent frame's
+ * rows are downloaded and the streams synchronised before they are handed
+ * on, every band first (2 ranks): with every copy and op run late by the
+ * streams' workers (fakedev asynchronous mode), the bytes handed on are
+ * the final ones and the frames those of a decode without it */
+typedef struct
+{
+  float *snap;                  /* [3, T, 64, 64] as handed on */
+  int64_t t_max;
+  int calls, frames;
+} Streamed;
+
+static void
+streamed_frames (const LingbotFrames * frames, int first, int n, gpointer data)
+{
+  Streamed *st = data;
+  const LbTensor *f = lingbot_frames_tensor (frames);
+
+  g_assert_cmpint (first, ==, st->frames);
+  for (int ch = 0; ch < 3; ch++)
+    memcpy (st->snap + ((gsize) ch * st->t_max + first) * 64 * 64,
+        (const float *) f->data + ((gsize) ch * f->shape[1] + first) * 64 * 64,
+        (gsize) n * 64 * 64 * sizeof (float));
+  st->calls++;
+  st->frames += n;
+}
+
+static void
+test_frames_func (gconstpointer data)
+{
+  const gboolean attach = GPOINTER_TO_INT (data);
+  g_autoptr (GError) err = NULL;
+  LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
+  Run ref = { 0 };
+
+  wo.model_path = model_dir;
+  wo.devices = "fakedev";
+  wo.load_text_encoder = FALSE;
+  fakedev_set_async (TRUE, 5, 200);
+  g_autoptr (LingbotWorld) w = lingbot_world_new_on_backend (&wo,
+      fakedev_backend (), 2, &err);
+  g_assert_no_error (err);
+  run_session (w, attach, &ref);
+
+  g_autoptr (LingbotSession) s = new_session (w, attach);
+  g_autoptr (GArray) got = g_array_new (FALSE, FALSE, sizeof (float));
+  for (int c = 0; c < N_CHUNKS; c++) {
+    const LbTensor *f = lingbot_session_get_frames_tensor (s);
+    Streamed st = { 0 };
+    int n = 0;
+
+    st.t_max = f->shape[1];
+    st.snap = g_new0 (float, (gsize) 3 * st.t_max * 64 * 64);
+    g_assert_true (lingbot_session_generate (s, c ? LINGBOT_KEY_W : 0, NULL,
+            &err));
+    g_assert_no_error (err);
+    lingbot_session_claim_chunk (s, (guint64) c);
+    lingbot_session_set_frames_func (s, streamed_frames, &st);
+    g_assert_true (lingbot_session_decode_chunk (s, (guint64) c, &n, NULL,
+            &err));
+    lingbot_session_set_frames_func (s, NULL, NULL);
+    g_assert_no_error (err);
+    g_assert_cmpint (st.calls, ==, 4);
+    g_assert_cmpint (st.frames, ==, n);
+    for (int ch = 0; ch < 3; ch++) {
+      g_assert_cmpmem (st.snap + (gsize) ch * st.t_max * 64 * 64,
+          (gsize) n * 64 * 64 * sizeof (float),
+          (const float *) f->data + (gsize) ch * st.t_max * 64 * 64,
+          (gsize) n * 64 * 64 * sizeof (float));
+      g_array_append_vals (got, (const float *) f->data +
+          (gsize) ch * f->shape[1] * 64 * 64, (guint) n * 64 * 64);
+    }
+    g_free (st.snap);
+  }
+  fakedev_set_async (FALSE, 0, 0);
+  g_assert_cmpuint (got->len, ==, ref.frames->len);
+  g_assert_cmpmem (got->data, got->len * sizeof (float), ref.frames->data,
+      ref.frames->len * sizeof (float));
+  g_assert_cmpint (fakedev_stats ().bad, ==, 0);
+  g_array_unref (ref.frames);
 }
 
 /* A dummy model (lingbot/dummy.c) of the fixture's seeds draws the
@@ -344,6 +437,10 @@ main (int argc, char **argv)
       test_device);
   g_test_add_data_func ("/session/decode-device/bf16/2",
       GINT_TO_POINTER (12), test_device);
+  g_test_add_data_func ("/session/decode-device/frames-func/serial",
+      GINT_TO_POINTER (FALSE), test_frames_func);
+  g_test_add_data_func ("/session/decode-device/frames-func/attached",
+      GINT_TO_POINTER (TRUE), test_frames_func);
   g_test_add_func ("/session/decode-device/dummy", test_dummy);
   g_test_add_func ("/session/decode-device/nccl-order", test_nccl_order);
   g_test_add_func ("/session/decode-device/key-restart", test_key_restart);

@@ -1354,6 +1354,128 @@ test_overlap (gconstpointer data)
   decoded_clear (&ref);
 }
 
+/* What a frames function saw during one decode: the ranges in call order
+ * and, for each, the frames' bytes at that moment (laid out as the
+ * session's frames tensor, [3, T, 64, 64]) */
+typedef struct
+{
+  GArray *ranges;               /* int pairs (first, n) */
+  float *snap;                  /* 3 x T x 64 x 64 */
+  int64_t t_max;
+  gboolean in_decode;           /* set around the decode call */
+} Streamed;
+
+static void
+streamed_frames (const LingbotFrames * frames, int first, int n, gpointer data)
+{
+  Streamed *st = data;
+  const LbTensor *f = lingbot_frames_tensor (frames);
+  int pair[2] = { first, n };
+
+  g_assert_true (st->in_decode);
+  g_assert_cmpint (f->shape[1], ==, st->t_max);
+  g_array_append_vals (st->ranges, pair, 2);
+  for (int ch = 0; ch < 3; ch++)
+    memcpy (st->snap + ((gsize) ch * st->t_max + first) * 64 * 64,
+        (const float *) f->data + ((gsize) ch * f->shape[1] + first) * 64 * 64,
+        (gsize) n * 64 * 64 * sizeof (float));
+}
+
+/* Decodes chunk @c of @s with a frames function: the ranges it was given
+ * are exactly @want (pairs, @n_want of them), each range's bytes when it
+ * was handed on are its final bytes; the frames are kept in @d. */
+static void
+streamed_decode (LingbotSession * s, int c, gboolean by_chunk,
+    const int *want, int n_want, Decoded * d)
+{
+  g_autoptr (GError) err = NULL;
+  Streamed st = { 0 };
+  const LbTensor *f = lingbot_session_get_frames_tensor (s);
+  int n = -1;
+
+  st.ranges = g_array_new (FALSE, FALSE, sizeof (int));
+  st.t_max = f->shape[1];
+  st.snap = g_new0 (float, (gsize) 3 * st.t_max * 64 * 64);
+  lingbot_session_set_frames_func (s, streamed_frames, &st);
+  st.in_decode = TRUE;
+  gboolean ok = by_chunk ?
+      lingbot_session_decode_chunk (s, (guint64) c, &n, NULL, &err) :
+      lingbot_session_decode (s, NULL, &n, NULL, &err);
+  st.in_decode = FALSE;
+  lingbot_session_set_frames_func (s, NULL, NULL);
+  g_assert_no_error (err);
+  g_assert_true (ok);
+  g_assert_cmpuint (st.ranges->len, ==, (guint) n_want * 2);
+  g_assert_cmpmem (st.ranges->data, st.ranges->len * sizeof (int), want,
+      (gsize) n_want * 2 * sizeof (int));
+  for (int ch = 0; ch < 3; ch++)
+    g_assert_cmpmem (st.snap + (gsize) ch * st.t_max * 64 * 64,
+        (gsize) n * 64 * 64 * sizeof (float),
+        (const float *) f->data + (gsize) ch * st.t_max * 64 * 64,
+        (gsize) n * 64 * 64 * sizeof (float));
+  keep_frames (s, d, c, n);
+  g_array_unref (st.ranges);
+  g_free (st.snap);
+}
+
+/* lingbot_session_set_frames_func(): each latent frame's frames handed on
+ * as they are made, final bytes, in order; the same frames as without it,
+ * serial on 1 and 2 ranks (the height-sharded decode waits for every band)
+ * and on a decoder attached beside generation; a bounded session's last
+ * chunk handed on only up to its count */
+static void
+test_frames_func (void)
+{
+  static const int first[] = { 0, 1, 1, 4, 5, 4, 9, 4 };
+  static const int later[] = { 0, 4, 4, 4, 8, 4, 12, 4 };
+  LingbotWorld *worlds[2] = { world1, world2 };
+
+  for (int wi = 0; wi < 2; wi++) {
+    Decoded ref = { 0 }, serial = { 0 }, attached = { 0 };
+
+    ov_serial (worlds[wi], &ref);
+    {
+      g_autoptr (LingbotSession) s = ov_session (worlds[wi], NULL, FALSE);
+      for (int c = 0; c < OV_CHUNKS; c++) {
+        ov_generate (s, c);
+        streamed_decode (s, c, FALSE, c ? later : first, 4, &serial);
+      }
+    }
+    ov_assert_equal (&ref, &serial, 0.0);
+    if (wi == 1) {
+      g_autoptr (LingbotSession) s = ov_session (worlds[wi], NULL, TRUE);
+      for (int c = 0; c < OV_CHUNKS; c++) {
+        ov_generate (s, c);
+        lingbot_session_claim_chunk (s, (guint64) c);
+        streamed_decode (s, c, TRUE, c ? later : first, 4, &attached);
+      }
+      ov_assert_equal (&ref, &attached, 0.0);
+    }
+    decoded_clear (&attached);
+    decoded_clear (&serial);
+    decoded_clear (&ref);
+  }
+
+  /* 20 frames: 13, then 7 of the second chunk's 16 */
+  {
+    g_autoptr (GError) err = NULL;
+    static const int cut[] = { 0, 4, 4, 3 };
+    LingbotSessionOptions o;
+    Decoded d = { 0 };
+
+    init_options (&o);
+    o.frames = 20;
+    g_autoptr (LingbotSession) s = lingbot_session_new (world2, &o, &err);
+    g_assert_no_error (err);
+    ov_generate (s, 0);
+    streamed_decode (s, 0, FALSE, first, 4, &d);
+    ov_generate (s, 1);
+    streamed_decode (s, 1, FALSE, cut, 2, &d);
+    g_assert_cmpint (d.n[1], ==, 7);
+    decoded_clear (&d);
+  }
+}
+
 /* Chunks nobody claimed are spilled to host memory when their slot is
  * needed (and a read spills too), released ones drained; the decode from
  * a spill is the same; a decoder on other ranks than the DiT's */
@@ -1835,6 +1957,7 @@ main (int argc, char **argv)
     g_test_add_data_func (path, GINT_TO_POINTER (n), test_overlap);
   }
   g_test_add_func ("/session/overlap/spill", test_overlap_spill);
+  g_test_add_func ("/session/frames-func", test_frames_func);
   g_test_add_data_func ("/session/key-restart/1", GINT_TO_POINTER (1),
       test_key_restart);
   g_test_add_data_func ("/session/key-restart/2", GINT_TO_POINTER (2),
