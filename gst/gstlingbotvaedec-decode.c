@@ -73,6 +73,7 @@ gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
   gst_clear_buffer (&self->preview_frame);
   GST_OBJECT_UNLOCK (self);
   self->drop_before = GST_CLOCK_TIME_NONE;
+  g_clear_error (&self->stream_error);
 }
 
 /* The figures of the stats property and of lingbot-summary, one
@@ -304,31 +305,102 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
   return out_push (self, GST_MINI_OBJECT_CAST (event)) != GST_FLOW_FLUSHING;
 }
 
-/* Drops what is queued (the chunks' memories release their slots).
- * qlock held. */
+/* Takes what is queued into @dropped, which the caller frees once qlock
+ * is released: a chunk's memory releases its slot there, which waits for
+ * the decode ranks, and a decode in progress takes qlock to queue its
+ * frames (on_frames()).  qlock held. */
 void
-gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self)
+gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self,
+    GQueue * dropped)
 {
-  g_queue_clear_full (&self->queue, (GDestroyNotify) gst_mini_object_unref);
+  GstMiniObject *item;
+
+  while ((item = g_queue_pop_head (&self->queue)) != NULL)
+    g_queue_push_tail (dropped, item);
   self->queued_buffers = 0;
-  g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
+  while ((item = g_queue_pop_head (&self->out)) != NULL)
+    g_queue_push_tail (dropped, item);
   self->out_buffers = 0;
   self->queued_end = GST_CLOCK_TIME_NONE;
+  self->in_end = GST_CLOCK_TIME_NONE;
+  self->cut_pts = GST_CLOCK_TIME_NONE;
   g_cond_broadcast (&self->qcond);
+}
+
+/* (qlock) drops the queued frames from @pts on; returns how many */
+static guint
+drop_queued_from (GstLingbotVaeDec * self, GstClockTime pts)
+{
+  GList *l = self->out.head;
+  guint n = 0;
+
+  while (l) {
+    GList *next = l->next;
+    GstMiniObject *item = l->data;
+
+    if (GST_IS_BUFFER (item) && GST_BUFFER_PTS (item) >= pts) {
+      g_queue_delete_link (&self->out, l);
+      gst_mini_object_unref (item);
+      self->out_buffers--;
+      n++;
+    }
+    l = next;
+  }
+  if (GST_CLOCK_TIME_IS_VALID (self->queued_end) && pts < self->queued_end)
+    self->queued_end = pts;
+  g_cond_broadcast (&self->qcond);
+  return n;
+}
+
+/* Live key cuts at once (docs/elements.md lingbotvaedec "Hold"): a chunk
+ * chained with a PTS before the end of the chunks chained before it drops
+ * their queued frames from that PTS on, and those the decode of an
+ * earlier chunk still queues (out_push()), until its own decode starts
+ * (cut_before()); without this a decode in progress would let the frames
+ * it replaces go out while it waits. */
+void
+gst_lingbot_vae_dec_decode_cut_early (GstLingbotVaeDec * self, GstBuffer * buf)
+{
+  const GstClockTime pts = GST_BUFFER_PTS (buf);
+  gboolean live;
+  guint n = 0;
+
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->qlock);
+  if (live && GST_CLOCK_TIME_IS_VALID (pts)
+      && GST_CLOCK_TIME_IS_VALID (self->in_end) && pts < self->in_end) {
+    self->cut_pts = GST_CLOCK_TIME_IS_VALID (self->cut_pts) ?
+        MIN (self->cut_pts, pts) : pts;
+    n = drop_queued_from (self, pts);
+  }
+  self->in_end = GST_CLOCK_TIME_IS_VALID (pts)
+      && GST_BUFFER_DURATION_IS_VALID (buf) ?
+      pts + GST_BUFFER_DURATION (buf) : GST_CLOCK_TIME_NONE;
+  g_mutex_unlock (&self->qlock);
+  if (n > 0) {
+    GST_OBJECT_LOCK (self);
+    self->frames_cut += n;
+    GST_OBJECT_UNLOCK (self);
+  }
 }
 
 void
 gst_lingbot_vae_dec_decode_set_flushing (GstLingbotVaeDec * self,
     gboolean flushing)
 {
+  GQueue dropped = G_QUEUE_INIT;
+
   g_mutex_lock (&self->qlock);
   self->flushing = flushing;
   if (flushing)
-    gst_lingbot_vae_dec_decode_clear_unlocked (self);
+    gst_lingbot_vae_dec_decode_clear_unlocked (self, &dropped);
   else
     self->last_ret = GST_FLOW_OK;
   g_cond_broadcast (&self->qcond);
   g_mutex_unlock (&self->qlock);
+  g_queue_clear_full (&dropped, (GDestroyNotify) gst_mini_object_unref);
 }
 
 static GstFlowReturn decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf);
@@ -355,24 +427,11 @@ cut_before (GstLingbotVaeDec * self, GstClockTime pts)
   if (!live || !GST_CLOCK_TIME_IS_VALID (pts))
     return;
   g_mutex_lock (&self->qlock);
-  if (GST_CLOCK_TIME_IS_VALID (self->queued_end) && pts < self->queued_end) {
-    GList *l = self->out.head;
-
-    while (l) {
-      GList *next = l->next;
-      GstMiniObject *item = l->data;
-
-      if (GST_IS_BUFFER (item) && GST_BUFFER_PTS (item) >= pts) {
-        g_queue_delete_link (&self->out, l);
-        gst_mini_object_unref (item);
-        self->out_buffers--;
-        n++;
-      }
-      l = next;
-    }
-    self->queued_end = pts;
-    g_cond_broadcast (&self->qcond);
-  }
+  /* this chunk's own cut, if the chain made it early, ends here */
+  if (GST_CLOCK_TIME_IS_VALID (self->cut_pts) && pts >= self->cut_pts)
+    self->cut_pts = GST_CLOCK_TIME_NONE;
+  if (GST_CLOCK_TIME_IS_VALID (self->queued_end) && pts < self->queued_end)
+    n = drop_queued_from (self, pts);
   g_mutex_unlock (&self->qlock);
   GST_OBJECT_LOCK (self);
   pushed = self->position;
@@ -614,6 +673,9 @@ gst_lingbot_vae_dec_decode_src_activate_mode (GstPad * pad, GstObject * parent,
   return gst_pad_stop_task (pad);
 }
 
+static void on_frames (const LingbotFrames * frames, int first, int n,
+    gpointer data);
+
 static gboolean
 ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
 {
@@ -632,7 +694,11 @@ ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
   /* sized by the caps */
   self->decoder = lingbot_world_new_decoder (world, self->lat_h, self->lat_w,
       self->lat_frames, error);
-  return self->decoder != NULL;
+  if (self->decoder == NULL)
+    return FALSE;
+  /* frames queued as each latent frame's are final (on_frames()) */
+  lingbot_decoder_set_frames_func (self->decoder, on_frames, self);
+  return TRUE;
 }
 
 /* Queues @item (a frame, or a serialized event: not counted) for the push
@@ -645,8 +711,20 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
   GstFlowReturn ret;
 
   g_mutex_lock (&self->qlock);
-  while (frame && !self->flushing && self->last_ret == GST_FLOW_OK
-      && self->out_buffers >= self->max_out)
+  if (frame && GST_CLOCK_TIME_IS_VALID (self->cut_pts)
+      && GST_BUFFER_PTS (item) >= self->cut_pts) {
+    /* a frame a key-cut chunk chained since replaces */
+    g_mutex_unlock (&self->qlock);
+    gst_mini_object_unref (item);
+    GST_OBJECT_LOCK (self);
+    self->frames_cut++;
+    GST_OBJECT_UNLOCK (self);
+    return GST_FLOW_OK;
+  }
+  /* (not during a decode: a decode rank queues its frames, on_frames(),
+   * and must not wait for downstream; the decode task waits after it) */
+  while (frame && !self->stream_nowait && !self->flushing
+      && self->last_ret == GST_FLOW_OK && self->out_buffers >= self->max_out)
     g_cond_wait (&self->qcond, &self->qlock);
   ret = self->flushing ? GST_FLOW_FLUSHING : self->last_ret;
   if (ret == GST_FLOW_OK || !frame) {
@@ -687,16 +765,17 @@ convert_frame (GstLingbotVaeDec * self, const LingbotFrames * frames, int i,
   }
 }
 
-/* Queues the @n frames of a chunk whose latent buffer was stamped @pts:
- * frame i at @pts + i / fps (the generator's timestamps, live or not); a
- * chunk without a timestamp continues the element's own frame count. */
+/* Queues frames [@first, @first + @n) of a chunk whose latent buffer was
+ * stamped @pts: frame i at @pts + i / fps (the generator's timestamps,
+ * live or not); a chunk without a timestamp continues the element's own
+ * frame count. */
 static GstFlowReturn
-push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames, int n,
-    GstClockTime pts, GError ** error)
+push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames,
+    int first, int n, GstClockTime pts, GError ** error)
 {
   const guint64 den = (guint64) self->fps_d * GST_SECOND;
 
-  for (int i = 0; i < n; i++) {
+  for (int i = first; i < first + n; i++) {
     GstBuffer *out = NULL;
     GstVideoFrame vf;
     guint8 *plane[GST_VIDEO_MAX_PLANES] = { NULL };
@@ -879,20 +958,24 @@ gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self)
   return out_push (self, GST_MINI_OBJECT_CAST (again)) == GST_FLOW_OK;
 }
 
-/* A live stream's latency covers the decode too (the frames of a chunk
- * leave only after it): the decode latency is a bounded statistic of the
- * last chunks' decode times (#GstLingbotLatencyEstimate: the largest of
- * the last 4 plus an eighth, moved when a decode is above it or it falls
- * by more than a tenth), and GST_MESSAGE_LATENCY is posted when it moves
- * (live streams only: the last LATENCY answer said live). */
+/* A live stream's latency covers the decode too: the decode latency is a
+ * bounded statistic of what the last chunks' frames needed
+ * (#GstLingbotLatencyEstimate: the largest of the last 4 plus an eighth,
+ * moved when a chunk needs more or it falls by more than a tenth), and
+ * GST_MESSAGE_LATENCY is posted when it moves (live streams only: the last
+ * LATENCY answer said live).  @newest: @seconds is a new chunk's (a new sample), else what the
+ * chunk in decode is now known to need (its sample raised), so a chunk
+ * that needs more raises the latency before its later frames go. */
 static void
-note_decode_time (GstLingbotVaeDec * self, double seconds)
+note_decode_time (GstLingbotVaeDec * self, double seconds, gboolean newest)
 {
-  GstClockTime t = (GstClockTime) (seconds * GST_SECOND), now;
+  GstClockTime t = (GstClockTime) (MAX (0, seconds) * GST_SECOND), now;
   gboolean post;
 
   GST_OBJECT_LOCK (self);
-  post = gst_lingbot_latency_estimate_add (&self->decode_latency, t)
+  post = (newest ?
+      gst_lingbot_latency_estimate_add (&self->decode_latency, t) :
+      gst_lingbot_latency_estimate_raise (&self->decode_latency, t))
       && self->live;
   now = self->decode_latency.announced;
   GST_OBJECT_UNLOCK (self);
@@ -904,14 +987,101 @@ note_decode_time (GstLingbotVaeDec * self, double seconds)
   }
 }
 
+/* LingbotFramesFunc (rank 0's thread, the decode task waiting in the
+ * decode call): frames [@first, @first + @n) of the chunk in decode are
+ * final.  What the decode latency must cover is what the frames need: the
+ * latest of their final times less their offsets in the chunk (frame 4k
+ * is due 4k frames after frame 0), from the time the generator had the
+ * chunk ready (its PTS plus upstream's latency is no earlier), so a decode
+ * that waited for the one before it counts the wait.  It is noted before
+ * the frames are queued: a chunk that needs more raises the latency before
+ * its frames reach the sink. */
+static void
+on_frames (const LingbotFrames * frames, int first, int n, gpointer data)
+{
+  GstLingbotVaeDec *self = data;
+  gint64 now = g_get_monotonic_time ();
+  gint64 offset_us = (gint64) gst_util_uint64_scale (first,
+      (guint64) self->fps_d * G_USEC_PER_SEC, self->fps_n);
+
+  self->stream_due_us = MAX (self->stream_due_us, now - offset_us);
+  note_decode_time (self, (self->stream_due_us - self->stream_from_us) / 1e6,
+      self->stream_first_us == 0);
+  if (self->stream_first_us == 0)
+    self->stream_first_us = now;
+  if (self->stream_ret != GST_FLOW_OK || n <= 0)
+    return;
+  self->stream_ret = push_frames (self, frames, first, n, self->stream_pts,
+      &self->stream_error);
+  self->stream_pushed = first + n;
+}
+
+/* after a decode: out_push() waits for room again */
+static void
+stream_wait_again (GstLingbotVaeDec * self)
+{
+  g_mutex_lock (&self->qlock);
+  self->stream_nowait = FALSE;
+  g_mutex_unlock (&self->qlock);
+}
+
+/* before a decode: the frames func armed for the chunk stamped @pts that
+ * the generator had ready at @ready_us (monotonic; 0: not known, the
+ * decode's start counts instead) */
+static void
+stream_begin (GstLingbotVaeDec * self, GstClockTime pts, gint64 ready_us)
+{
+  g_mutex_lock (&self->qlock);
+  self->stream_nowait = TRUE;
+  g_mutex_unlock (&self->qlock);
+  self->stream_pts = pts;
+  self->stream_from_us = ready_us > 0 ? ready_us : g_get_monotonic_time ();
+  self->stream_pushed = 0;
+  self->stream_due_us = G_MININT64;
+  self->stream_first_us = 0;
+  self->stream_ret = GST_FLOW_OK;
+  g_clear_error (&self->stream_error);
+}
+
+/* After a decode of @n frames that started at @start_us and took
+ * @seconds: the frames not queued yet queued (none, unless no frames
+ * function ran: then the whole decode is the chunk's need). */
+static GstFlowReturn
+stream_end (GstLingbotVaeDec * self, const LingbotFrames * frames, int n,
+    gint64 start_us, double seconds, GError ** error)
+{
+  stream_wait_again (self);
+  self->stream_first_seconds = seconds;
+  if (self->stream_first_us != 0 && start_us > 0)
+    self->stream_first_seconds = MAX (0, self->stream_first_us - start_us)
+        / 1e6;
+  if (self->stream_first_us == 0)
+    note_decode_time (self, seconds, TRUE);
+  if (self->stream_ret != GST_FLOW_OK) {
+    if (self->stream_error != NULL)
+      g_propagate_error (error, g_steal_pointer (&self->stream_error));
+    return self->stream_ret;
+  }
+  if (n > self->stream_pushed)
+    return push_frames (self, frames, self->stream_pushed,
+        n - self->stream_pushed, self->stream_pts, error);
+  /* the frames queued during the decode may have passed the bound: the
+   * next chunk waits until there is room again */
+  g_mutex_lock (&self->qlock);
+  while (!self->flushing && self->last_ret == GST_FLOW_OK
+      && self->out_buffers >= self->max_out)
+    g_cond_wait (&self->qcond, &self->qlock);
+  g_mutex_unlock (&self->qlock);
+  return GST_FLOW_OK;
+}
+
 /* after a session decode of @n frames: its time noted, its frames pushed */
 static GstFlowReturn
 push_decoded (GstLingbotVaeDec * self, GstLingbotSessionHandle * h,
-    const LingbotChunkStats * stats, int n, GstClockTime pts, GError ** error)
+    const LingbotChunkStats * stats, int n, GError ** error)
 {
-  note_decode_time (self, stats->vae_seconds);
-  return push_frames (self, lingbot_session_get_frames (h->session), n, pts,
-      error);
+  return stream_end (self, lingbot_session_get_frames (h->session), n,
+      stats->decode_start_us, stats->vae_seconds, error);
 }
 
 /* Decodes one latent buffer and pushes its frames (the decode task). */
@@ -975,10 +1145,13 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
       stats.index = dm->chunk;
     /* where its latents are (a channel slot on the decode ranks, a spill,
      * or the serial latent tensor); beside the generator's next chunk */
+    stream_begin (self, pts, times.generate_end_us);
+    lingbot_session_set_frames_func (h->session, on_frames, self);
     ok = lingbot_session_decode_chunk (h->session, dm->chunk, &n, &stats,
         &error);
+    lingbot_session_set_frames_func (h->session, NULL, NULL);
     if (ok)
-      ret = push_decoded (self, h, &stats, n, pts, &error);
+      ret = push_decoded (self, h, &stats, n, &error);
     gst_buffer_unref (buf);
     goto decoded;
   }
@@ -994,9 +1167,12 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     stats = meta->stats;
     /* sets stats.vae_seconds: the decode alone, not the wait for a
      * generate that holds the world */
+    stream_begin (self, pts, times.generate_end_us);
+    lingbot_session_set_frames_func (h->session, on_frames, self);
     ok = lingbot_session_decode (h->session, latents, &n, &stats, &error);
+    lingbot_session_set_frames_func (h->session, NULL, NULL);
     if (ok)
-      ret = push_decoded (self, h, &stats, n, pts, &error);
+      ret = push_decoded (self, h, &stats, n, &error);
   } else {
     stats.index = self->chunk;
     if (!ensure_own_decoder (self, &error)) {
@@ -1010,21 +1186,22 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
           GST_LINGBOT_ERROR_CONTEXT_OPEN, text, NULL);
       return GST_FLOW_ERROR;
     }
+    stream_begin (self, pts, 0);
     t0 = g_get_monotonic_time ();
     ok = lingbot_decoder_decode (self->decoder, latents, &n, &error);
     if (ok) {
       stats.decode_start_us = t0;
       stats.decode_end_us = g_get_monotonic_time ();
       stats.vae_seconds = (stats.decode_end_us - t0) / 1e6;
-      note_decode_time (self, stats.vae_seconds);
-      ret = push_frames (self, lingbot_decoder_get_frames (self->decoder), n,
-          pts, &error);
+      ret = stream_end (self, lingbot_decoder_get_frames (self->decoder), n,
+          t0, stats.vae_seconds, &error);
     }
   }
   gst_buffer_unmap (buf, &map);
   gst_buffer_unref (buf);
 
 decoded:
+  stream_wait_again (self);
   if (!ok || ret == GST_FLOW_ERROR) {
     DEC_ERROR (self, STREAM, DECODE, ("%s",
             error ? error->message : "decode failed"),
@@ -1051,6 +1228,7 @@ decoded:
               "index", G_TYPE_UINT64, stats.index,
               "frames", G_TYPE_INT, n,
               "vae-seconds", G_TYPE_DOUBLE, stats.vae_seconds,
+              "first-frame-seconds", G_TYPE_DOUBLE, self->stream_first_seconds,
               "compute-seconds", G_TYPE_DOUBLE,
               stats.dit_seconds + stats.vae_seconds,
               "decode-start", G_TYPE_INT64, stats.decode_start_us,

@@ -100,6 +100,26 @@ struct _GstLingbotVaeDec
   GstClockTime drop_before;     /* decode task: this chunk's frames before
                                  * it are dropped (already pushed past) */
   guint64 frames_cut;           /* object lock: frames dropped by cuts */
+  GstClockTime in_end;          /* qlock: end of the last chunk chained */
+  GstClockTime cut_pts;         /* qlock: a key-cut chunk chained, not yet
+                                 * decoding: frames of the chunks before it
+                                 * from here on are dropped */
+
+  /* the chunk in decode, its frames pushed as each latent frame's are
+   * final (on_frames(), rank 0's thread, while the decode task waits in
+   * the decode call) */
+  gboolean stream_nowait;       /* a decode is in flight: out_push() does
+                                 * not wait for room (qlock to read) */
+  GstClockTime stream_pts;
+  int stream_pushed;            /* frames of the chunk queued so far */
+  gint64 stream_due_us;         /* the latest (final time - offset of the
+                                 * frames in the chunk), monotonic us */
+  gint64 stream_from_us;        /* when the generator had it ready (the
+                                 * chunk meta), else the decode's start */
+  gint64 stream_first_us;       /* when its first frames were final */
+  double stream_first_seconds;  /* and that from the decode's start */
+  GstFlowReturn stream_ret;
+  GError *stream_error;
 };
 
 /* the statistics of the previous run dropped (READY->PAUSED) */
@@ -111,8 +131,14 @@ void gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self);
 /* (object lock) the stats property's structure, named @name */
 GstStructure *gst_lingbot_vae_dec_decode_summary_unlocked (GstLingbotVaeDec *
     self, const char *name);
-/* (qlock) drops what is queued */
-void gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self);
+/* the chain: a live chunk stamped before the end of those chained before
+ * it (lingbotgen's key-cut) ends them at its PTS now */
+void gst_lingbot_vae_dec_decode_cut_early (GstLingbotVaeDec * self,
+    GstBuffer * buf);
+/* (qlock) takes what is queued into @dropped, freed by the caller after
+ * qlock is released */
+void gst_lingbot_vae_dec_decode_clear_unlocked (GstLingbotVaeDec * self,
+    GQueue * dropped);
 /* sets or clears flushing, dropping the queues when set */
 void gst_lingbot_vae_dec_decode_set_flushing (GstLingbotVaeDec * self,
     gboolean flushing);

@@ -155,6 +155,7 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
   switch (GST_EVENT_TYPE (event)) {
     case GST_EVENT_FLUSH_START:{
       gboolean ret = gst_pad_push_event (self->srcpad, event);
+      GQueue dropped = G_QUEUE_INIT;
 
       gst_lingbot_vae_dec_decode_set_flushing (self, TRUE);
       gst_pad_pause_task (self->srcpad);
@@ -162,8 +163,9 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
       g_mutex_lock (&self->qlock);
       while (self->decode_busy)
         g_cond_wait (&self->qcond, &self->qlock);
-      gst_lingbot_vae_dec_decode_clear_unlocked (self);
+      gst_lingbot_vae_dec_decode_clear_unlocked (self, &dropped);
       g_mutex_unlock (&self->qlock);
+      g_queue_clear_full (&dropped, (GDestroyNotify) gst_mini_object_unref);
       return ret;
     }
     case GST_EVENT_FLUSH_STOP:{
@@ -187,6 +189,10 @@ gst_lingbot_vae_dec_sink_event (GstPad * pad, GstObject * parent,
     gst_event_unref (event);
     return FALSE;
   }
+  /* a new stream or segment: its first chunk cuts nothing */
+  if (GST_EVENT_TYPE (event) == GST_EVENT_STREAM_START
+      || GST_EVENT_TYPE (event) == GST_EVENT_SEGMENT)
+    self->in_end = GST_CLOCK_TIME_NONE;
   g_queue_push_tail (&self->queue, event);
   g_cond_broadcast (&self->qcond);
   g_mutex_unlock (&self->qlock);
@@ -209,6 +215,8 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
 
     lingbot_session_claim_chunk (dm->handle->session, dm->chunk);
   }
+  /* a key cut takes effect now, not when this chunk's decode starts */
+  gst_lingbot_vae_dec_decode_cut_early (self, buf);
   g_mutex_lock (&self->qlock);
   while (!self->flushing && self->last_ret == GST_FLOW_OK
       && self->queued_buffers >= self->max_buffers)
@@ -252,7 +260,8 @@ gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
  * it to the chunk, as until December 2026, held every frame of a session
  * faster than real time one chunk less the compute latency longer at the
  * sink: 0.8 s at 208x128 on 2 cores); the decode latency is added
- * (note_decode_time(): the frames leave only after the decode). */
+ * (note_decode_time(): what the frames of a chunk need, each latent
+ * frame's leaving as soon as it is decoded). */
 static gboolean
 gst_lingbot_vae_dec_latency_query (GstLingbotVaeDec * self, GstQuery * query)
 {
@@ -551,6 +560,8 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
       G_N_ELEMENTS (dec_properties));
   self->hold_latency = GST_CLOCK_TIME_NONE;
   self->queued_end = GST_CLOCK_TIME_NONE;
+  self->in_end = GST_CLOCK_TIME_NONE;
+  self->cut_pts = GST_CLOCK_TIME_NONE;
   self->drop_before = GST_CLOCK_TIME_NONE;
   self->chunk_times = gst_lingbot_chunk_log_new (GST_LINGBOT_CHUNK_LOG_WINDOW);
   g_mutex_init (&self->qlock);

@@ -208,6 +208,20 @@ pipeline_run (GstElement * p, Run * r)
         g_array_append_val (r->decode_seconds, sec);
         g_assert_true (gst_structure_get_int (s, "frames", &frames));
         g_array_append_val (r->decode_frames, frames);
+        {
+          /* frames handed on per latent frame: with two or more latent
+           * frames in the chunk (5 frames or more), the first are out
+           * before the decode ends */
+          double vae = -1, first = -1;
+          g_assert_true (gst_structure_get_double (s, "vae-seconds", &vae));
+          g_assert_true (gst_structure_get_double (s, "first-frame-seconds",
+                  &first));
+          g_assert_cmpfloat (first, >=, 0);
+          if (frames >= 5)
+            g_assert_cmpfloat (first, <, vae);
+          else
+            g_assert_cmpfloat (first, <=, vae);
+        }
       } else if (gst_structure_has_name (s, "lingbot-summary")) {
         gboolean eos = FALSE;
         g_assert_true (gst_structure_get_boolean (s, "eos", &eos));

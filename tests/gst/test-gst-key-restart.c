@@ -491,7 +491,11 @@ GST_START_TEST (test_key_cut_live)
   shown1 = shown_of (&on, 1, NULL);
   g_assert_cmpuint (shown1, >=, 1);
   g_assert_cmpuint (shown1, <, 16);
-  g_assert_cmpuint (shown_of (&on, 2, &first2), >=, 15);
+  /* at most two of chunk 2's frames gone: chunk 1's frame at chunk 2's
+   * PTS + 1 frame is due to leave the decoder (one frame before its due
+   * time) at the very moment chunk 2 is ready (stamped its ready time less
+   * the latency), so whether it went first is a race */
+  g_assert_cmpuint (shown_of (&on, 2, &first2), >=, 14);
   /* the decoder lets a frame go one frame before it is due: at most the
    * frames of that time and the one being pushed are gone */
   g_assert_cmpuint (first2, >=, on.pts[2]);
