@@ -963,9 +963,10 @@ gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self)
  * (#GstLingbotLatencyEstimate: the largest of the last 4 plus an eighth,
  * moved when a chunk needs more or it falls by more than a tenth), and
  * GST_MESSAGE_LATENCY is posted when it moves (live streams only: the last
- * LATENCY answer said live).  @newest: @seconds is a new chunk's (a new sample), else what the
- * chunk in decode is now known to need (its sample raised), so a chunk
- * that needs more raises the latency before its later frames go. */
+ * LATENCY answer said live).  @newest: @seconds is a new chunk's (a new
+ * sample), else what the chunk in decode is now known to need (its sample
+ * raised), so a chunk that needs more raises the latency before its later
+ * frames go. */
 static void
 note_decode_time (GstLingbotVaeDec * self, double seconds, gboolean newest)
 {
