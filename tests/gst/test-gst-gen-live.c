@@ -13,16 +13,23 @@ typedef struct
   GArray *pts;                  /* GstClockTime of each rendered frame */
   GArray *offset;               /* GstClockTimeDiff: render - (pts + latency) */
   GArray *latency;              /* GstClockTime: the sink's at the render */
+  GArray *pending;              /* gboolean: a raise not distributed yet */
 } Renders;
 
 /* fakesink's handoff comes after its clock wait: the running time now,
- * against the frame's PTS plus the latency the sink was configured with */
+ * against the frame's PTS plus the latency the sink was configured with,
+ * and whether the elements answer more than that now (a raise posted with
+ * a LATENCY message that the application has not distributed yet: the
+ * elements note a raise before the frames that need it leave, so a frame
+ * rendered with a configured latency that is still the elements' answer
+ * had the latency it needed) */
 static void
 on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
 {
   Renders *r = data;
   GstClock *clock = gst_element_get_clock (sink);
-  GstClockTime pts = GST_BUFFER_PTS (buf), now, latency;
+  GstClockTime pts = GST_BUFFER_PTS (buf), now, latency, min = 0, max = 0;
+  gboolean live = FALSE, upstream_live = FALSE, pending;
   GstClockTimeDiff off;
 
   g_assert_nonnull (clock);
@@ -30,10 +37,15 @@ on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
   gst_object_unref (clock);
   latency = gst_base_sink_get_latency (GST_BASE_SINK (sink));
   off = GST_CLOCK_DIFF (pts + latency, now);
+  g_assert_true (gst_base_sink_query_latency (GST_BASE_SINK (sink), &live,
+          &upstream_live, &min, &max));
+  g_assert_true (upstream_live);
+  pending = min > latency;
   g_mutex_lock (&r->lock);
   g_array_append_val (r->pts, pts);
   g_array_append_val (r->offset, off);
   g_array_append_val (r->latency, latency);
+  g_array_append_val (r->pending, pending);
   g_mutex_unlock (&r->lock);
 }
 
@@ -72,6 +84,7 @@ GST_START_TEST (test_live_qos)
   rd.pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
   rd.offset = g_array_new (FALSE, FALSE, sizeof (GstClockTimeDiff));
   rd.latency = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  rd.pending = g_array_new (FALSE, FALSE, sizeof (gboolean));
   p = pipeline_new (desc, &r);
   sink = gst_bin_get_by_name (GST_BIN (p), "sink");
   g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &rd);
@@ -114,7 +127,16 @@ GST_START_TEST (test_live_qos)
   }
   /* a frame waited for with the latency before a re-distribution shows
    * the new one at its render: compare the frames whose latency is the
-   * same as the frame's before */
+   * same as the frame's before; and a frame that needed a raise the
+   * application had not distributed yet when it was rendered (the
+   * decoder's raise for a latent frame that needs more is posted before
+   * its frames leave; the bus to gst_bin_recalculate_latency() is
+   * asynchronous: seen 24 ms late, up to the raise) could not be on
+   * time: compare those rendered with the elements' answer in force.
+   * Frames leave the decoder within what they need plus an eighth, so
+   * the program runs alone (meson.build): beside two other sanitizer
+   * programs on 2 cores, single frames were 71-162 ms late with no raise
+   * pending (the frames before and after them on time) */
   {
     guint checked = 0;
 
@@ -122,7 +144,8 @@ GST_START_TEST (test_live_qos)
       GstClockTimeDiff off = g_array_index (rd.offset, GstClockTimeDiff, i);
 
       if (g_array_index (rd.latency, GstClockTime, i) !=
-          g_array_index (rd.latency, GstClockTime, i - 1))
+          g_array_index (rd.latency, GstClockTime, i - 1)
+          || g_array_index (rd.pending, gboolean, i))
         continue;
       checked++;
       if (off < -(GstClockTimeDiff) frame || off > (GstClockTimeDiff) frame)
@@ -138,6 +161,7 @@ GST_START_TEST (test_live_qos)
   g_array_unref (rd.pts);
   g_array_unref (rd.offset);
   g_array_unref (rd.latency);
+  g_array_unref (rd.pending);
   g_mutex_clear (&rd.lock);
   run_clear (&r);
 }
