@@ -101,6 +101,7 @@ struct _GstLingbotGen
   gboolean said_control_wait;   /* offline: the stalled-control INFO went */
   GstLingbotLatencyEstimate compute_latency;    /* live: a chunk's compute */
   guint64 frames_done;          /* frames pushed (POSITION) */
+  guint64 chunks_done;          /* chunks counted out, as frames_done */
   GstClockTime qos_from;        /* live: QoS of frames stamped before
                                  * this (under another latency) ignored */
   GstClockTime stamped_end;     /* live: the end of the chunks stamped */

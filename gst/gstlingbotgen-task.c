@@ -617,6 +617,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   self->frames_out += stats.frames;
   g_mutex_lock (&self->lock);
   self->frames_done = self->frames_out;
+  self->chunks_done = self->chunk;
   g_mutex_unlock (&self->lock);
 
   ret = gst_pad_push (self->srcpad, buf);
@@ -653,6 +654,7 @@ gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
   self->said_control_wait = FALSE;
   gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->frames_done = 0;
+  self->chunks_done = 0;
   self->qos_from = 0;
   self->stamped_end = 0;
   self->session_fps_n = 0;

@@ -353,8 +353,15 @@ gst_lingbot_gen_send_event (GstElement * element, GstEvent * event)
   GstLingbotGen *self = GST_LINGBOT_GEN (element);
 
   if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
-    GST_INFO_OBJECT (self, "EOS sent: the stream ends after the chunk in "
-        "flight, if one is");
+    guint64 chunks;
+
+    g_mutex_lock (&self->lock);
+    chunks = self->chunks_done;
+    g_mutex_unlock (&self->lock);
+    /* (the count lets a test tell the chunk in flight from one started
+     * after: tests/gst/test-gst-stop.c) */
+    GST_INFO_OBJECT (self, "EOS sent after %" G_GUINT64_FORMAT " chunks: "
+        "the stream ends after the chunk in flight, if one is", chunks);
     gst_lingbot_gen_control_raise (self, &self->eos_pending);
     gst_event_unref (event);
     return TRUE;
