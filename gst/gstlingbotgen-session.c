@@ -87,8 +87,9 @@ gst_lingbot_gen_session_choose_format (GstLingbotGen * self,
   if (peer != NULL && gst_caps_is_empty (peer)) {
     gst_caps_unref (peer);
     g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_UNSUPPORTED,
-        "downstream accepts no latent caps (link lingbotvaedec after "
-        "lingbotgen)");
+        "downstream accepts no latent caps: lingbotgen's src pad links to "
+        "lingbotvaedec, and what follows lingbotvaedec must accept raw "
+        "video (behind a tee, every branch the same format)");
     return FALSE;
   }
   if (peer != NULL && !gst_caps_is_any (peer))

@@ -362,6 +362,45 @@ expect_error_exact (const char *desc, const char *message, GQuark domain,
   run_clear (&r);
 }
 
+/* caps nobody after lingbotvaedec takes, found when the stream starts (the
+ * templates link): a tee whose branches want two formats, right after
+ * lingbotvaedec or after a videoconvert (a fresh-user trial met the latter
+ * and was told to link lingbotvaedec after lingbotgen, which it had):
+ * CORE/NEGOTIATION, with a message that names both places to look */
+GST_START_TEST (test_no_latent_caps)
+{
+  const char *const tails[] = {
+    "lingbotvaedec ! tee name=t ! queue ! video/x-raw,format=I420 ! fakesink "
+        "t. ! queue ! video/x-raw,format=RGB ! fakesink",
+    "lingbotvaedec ! videoconvert ! tee name=t ! queue ! "
+        "video/x-raw,format=I420 ! fakesink t. ! queue ! "
+        "video/x-raw,format=RGB ! fakesink"
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (tails); i++) {
+    g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", NULL);
+    g_autofree char *desc = g_strdup_printf ("%s ! %s", g1, tails[i]);
+    GstElement *p;
+    Run r;
+
+    p = pipeline_new (desc, &r);
+    pipeline_run (p, &r);
+    g_assert_cmpstr (r.error, ==, "downstream accepts no latent caps: "
+        "lingbotgen's src pad links to lingbotvaedec, and what follows "
+        "lingbotvaedec must accept raw video (behind a tee, every branch "
+        "the same format)");
+    g_assert_cmpstr (g_quark_to_string (r.error_domain), ==,
+        g_quark_to_string (GST_CORE_ERROR));
+    g_assert_cmpint (r.error_code, ==, GST_CORE_ERROR_NEGOTIATION);
+    g_assert_cmpuint (r.samples->len, ==, 0);
+    gst_element_set_state (p, GST_STATE_NULL);
+    gst_object_unref (p);
+    run_clear (&r);
+  }
+}
+
+GST_END_TEST;
+
 /* width/height out of range: the state change fails naming the allowed
  * sizes (GObject used to refuse the value with a g_warning and the session
  * ran at the default size), also when set in READY */
@@ -566,6 +605,7 @@ lingbot_gst_errors_suite (void)
   tcase_add_test (tc, test_image_pixel_cap);
   tcase_add_test (tc, test_error_wording);
   tcase_add_test (tc, test_size_out_of_range);
+  tcase_add_test (tc, test_no_latent_caps);
   tcase_add_test (tc, test_bad_prompt_embeds);
   tcase_add_test (tc, test_prompt_warnings);
   return s;
