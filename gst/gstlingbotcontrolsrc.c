@@ -22,6 +22,17 @@
  * With a trace the stream ends after its last event; without one it runs
  * until the pipeline stops.  Unknown keys are ignored with a warning.
  *
+ * X video sinks (ximagesink, xvimagesink, glimagesink on X11) turn a held
+ * key into a key-release and key-press pair per auto-repeat (about 25 a
+ * second): taken as they come, every pair would be a new tap, so a key
+ * let go would still steer the next chunk (the tap of its last repeat).  A
+ * navigation key-release is therefore held back for `key-repeat-window`: a
+ * press of the same key within it cancels both (the key stays held, no
+ * record), anything else sends the release first, with its own time.  A
+ * navigation press of a key already held (browsers' and Wayland's
+ * auto-repeat) sends nothing either.  The action signals and traces are
+ * taken as they are.
+ *
  * ## Example launch line
  * |[
  * gst-launch-1.0 lingbotcontrolsrc location=controls.json ! lingbotgen \
@@ -48,6 +59,8 @@ GST_DEBUG_CATEGORY_STATIC (gst_lingbot_control_src_debug);
 #define DEFAULT_INTRINSICS_LOCATION NULL
 #define DEFAULT_INTRINSICS_WIDTH 832
 #define DEFAULT_INTRINSICS_HEIGHT 480
+#define DEFAULT_KEY_REPEAT_WINDOW (30 * GST_MSECOND)
+#define MAX_KEY_REPEAT_WINDOW GST_SECOND
 
 enum
 {
@@ -58,6 +71,7 @@ enum
   PROP_INTRINSICS_LOCATION,
   PROP_INTRINSICS_WIDTH,
   PROP_INTRINSICS_HEIGHT,
+  PROP_KEY_REPEAT_WINDOW,
 };
 
 enum
@@ -81,6 +95,7 @@ struct _GstLingbotControlSrc
   char *intrinsics_location;
   int intrinsics_width;
   int intrinsics_height;
+  guint64 key_repeat_window;
 
   /* streaming state (lock) */
   GMutex lock;
@@ -93,6 +108,11 @@ struct _GstLingbotControlSrc
   GstClockTime last_time;       /* PTS of the last record pushed */
   GstBuffer *poses;             /* the POSES record still to send */
   gboolean eos_queued;          /* send_event (EOS): after the records */
+  /* a navigation key-release held back for key-repeat-window (an X
+   * auto-repeat pair's release, if the press follows) */
+  guint deferred_keys;          /* 0: none */
+  GstClockTime deferred_time;   /* its session time */
+  gint64 deferred_deadline;     /* monotonic time it is sent at */
 };
 
 #define FIELD(id, member) { id, G_STRUCT_OFFSET (GstLingbotControlSrc, member) }
@@ -104,6 +124,7 @@ static const GstLingbotProperty src_properties[] = {
   FIELD (PROP_INTRINSICS_LOCATION, intrinsics_location),
   FIELD (PROP_INTRINSICS_WIDTH, intrinsics_width),
   FIELD (PROP_INTRINSICS_HEIGHT, intrinsics_height),
+  FIELD (PROP_KEY_REPEAT_WINDOW, key_repeat_window),
 };
 
 #undef FIELD
@@ -159,11 +180,11 @@ event_time_unlocked (GstLingbotControlSrc * self)
   return now > base ? MAX (now - base, t) : t;
 }
 
+/* (lock) queues the record of an event at session time @t */
 static void
-queue_event (GstLingbotControlSrc * self, GstLingbotControlRecordType type,
-    guint keys)
+queue_record_unlocked (GstLingbotControlSrc * self,
+    GstLingbotControlRecordType type, guint keys, GstClockTime t)
 {
-  g_mutex_lock (&self->lock);
   switch (type) {
     case GST_LINGBOT_CONTROL_PRESS:
       self->held |= keys;
@@ -175,14 +196,76 @@ queue_event (GstLingbotControlSrc * self, GstLingbotControlRecordType type,
       self->held = 0;
       break;
   }
-  g_queue_push_tail (&self->pending, record_new (type, keys, self->held,
-          event_time_unlocked (self), 0));
+  g_queue_push_tail (&self->pending, record_new (type, keys, self->held, t, 0));
   g_cond_broadcast (&self->cond);
+}
+
+/* (lock) queues the release held back, if any, with the time it came at:
+ * before anything that came after it */
+static void
+flush_deferred_unlocked (GstLingbotControlSrc * self)
+{
+  guint keys = self->deferred_keys;
+
+  if (keys == 0)
+    return;
+  self->deferred_keys = 0;
+  queue_record_unlocked (self, GST_LINGBOT_CONTROL_RELEASE, keys,
+      self->deferred_time);
+}
+
+static void
+queue_event (GstLingbotControlSrc * self, GstLingbotControlRecordType type,
+    guint keys)
+{
+  g_mutex_lock (&self->lock);
+  flush_deferred_unlocked (self);
+  queue_record_unlocked (self, type, keys, event_time_unlocked (self));
   g_mutex_unlock (&self->lock);
 }
 
+/* A navigation key event: auto-repeat folded (the section comment).
+ * Returns whether it was queued or held back (FALSE: folded away). */
 static gboolean
-key_event (GstLingbotControlSrc * self, const char *name, gboolean pressed)
+navigation_key (GstLingbotControlSrc * self, guint key, gboolean pressed)
+{
+  guint64 window;
+  gboolean queued = TRUE;
+
+  GST_OBJECT_LOCK (self);
+  window = self->key_repeat_window;
+  GST_OBJECT_UNLOCK (self);
+
+  g_mutex_lock (&self->lock);
+  if (pressed && (self->deferred_keys & key)) {
+    /* the press of an auto-repeat pair: the key stays held */
+    self->deferred_keys &= ~key;
+    queued = FALSE;
+  } else if (pressed && (self->held & key) && window > 0) {
+    /* a repeat without a release: nothing changes */
+    queued = FALSE;
+  } else {
+    flush_deferred_unlocked (self);
+    if (pressed || window == 0) {
+      queue_record_unlocked (self, pressed ? GST_LINGBOT_CONTROL_PRESS :
+          GST_LINGBOT_CONTROL_RELEASE, key, event_time_unlocked (self));
+    } else {
+      self->deferred_keys = key;
+      self->deferred_time = event_time_unlocked (self);
+      self->deferred_deadline = g_get_monotonic_time () +
+          (gint64) (window / GST_USECOND);
+      g_cond_broadcast (&self->cond);
+    }
+  }
+  g_mutex_unlock (&self->lock);
+  return queued;
+}
+
+/* @navigation: from an upstream GstNavigation event (auto-repeat folded),
+ * else from an action signal */
+static gboolean
+key_event (GstLingbotControlSrc * self, const char *name, gboolean pressed,
+    gboolean navigation)
 {
   guint key = name ? lingbot_key_from_name (name) : 0;
 
@@ -190,23 +273,30 @@ key_event (GstLingbotControlSrc * self, const char *name, gboolean pressed)
     GST_WARNING_OBJECT (self, "unknown key '%s' ignored", GST_STR_NULL (name));
     return FALSE;
   }
-  GST_DEBUG_OBJECT (self, "key %s %s", name, pressed ? "press" : "release");
-  queue_event (self, pressed ? GST_LINGBOT_CONTROL_PRESS :
-      GST_LINGBOT_CONTROL_RELEASE, key);
+  if (!navigation) {
+    GST_DEBUG_OBJECT (self, "key %s %s", name, pressed ? "press" : "release");
+    queue_event (self, pressed ? GST_LINGBOT_CONTROL_PRESS :
+        GST_LINGBOT_CONTROL_RELEASE, key);
+  } else if (navigation_key (self, key, pressed)) {
+    GST_DEBUG_OBJECT (self, "key %s %s%s", name, pressed ? "press" : "release",
+        pressed ? "" : " (held back for key-repeat-window)");
+  } else {
+    GST_LOG_OBJECT (self, "key %s press: auto-repeat of a held key", name);
+  }
   return TRUE;
 }
 
 static gboolean
 gst_lingbot_control_src_press_key (GstLingbotControlSrc * self, const char *key)
 {
-  return key_event (self, key, TRUE);
+  return key_event (self, key, TRUE, FALSE);
 }
 
 static gboolean
 gst_lingbot_control_src_release_key (GstLingbotControlSrc * self,
     const char *key)
 {
-  return key_event (self, key, FALSE);
+  return key_event (self, key, FALSE, FALSE);
 }
 
 static void
@@ -228,7 +318,7 @@ gst_lingbot_control_src_event (GstBaseSrc * src, GstEvent * event)
     if (type == GST_NAVIGATION_EVENT_KEY_PRESS
         || type == GST_NAVIGATION_EVENT_KEY_RELEASE) {
       if (gst_navigation_event_parse_key_event (event, &key))
-        key_event (self, key, type == GST_NAVIGATION_EVENT_KEY_PRESS);
+        key_event (self, key, type == GST_NAVIGATION_EVENT_KEY_PRESS, TRUE);
       return TRUE;
     }
     /* mouse and touch events carry no control */
@@ -357,6 +447,7 @@ load_inputs (GstLingbotControlSrc * self)
   self->trace = trace;
   self->next_event = 0;
   self->held = 0;
+  self->deferred_keys = 0;
   self->last_time = GST_CLOCK_TIME_NONE;
   self->poses = poses;
   self->flushing = FALSE;
@@ -404,6 +495,7 @@ gst_lingbot_control_src_stop (GstBaseSrc * src)
   g_clear_pointer (&self->trace, lingbot_control_trace_free);
   gst_clear_buffer (&self->poses);
   g_queue_clear_full (&self->pending, (GDestroyNotify) gst_buffer_unref);
+  self->deferred_keys = 0;
   g_mutex_unlock (&self->lock);
   return TRUE;
 }
@@ -522,6 +614,12 @@ gst_lingbot_control_src_create (GstPushSrc * src, GstBuffer ** out)
       self->poses = NULL;
       break;
     }
+    /* a release held back goes once its window has passed, or before an
+     * EOS or the next trace event */
+    if (self->deferred_keys
+        && (self->eos_queued || g_get_monotonic_time () >=
+            self->deferred_deadline))
+      flush_deferred_unlocked (self);
     if (!g_queue_is_empty (&self->pending)) {
       buf = g_queue_pop_head (&self->pending);
       break;
@@ -538,15 +636,26 @@ gst_lingbot_control_src_create (GstPushSrc * src, GstBuffer ** out)
     if (self->next_event < n_events) {
       const LingbotControlEvent *e = &events[self->next_event];
       GstClockTime t = (GstClockTime) (e->time_s * GST_SECOND + 0.5);
+      gint64 deadline = self->is_live ? clock_deadline (self, t) : 0;
 
       /* live: wait for the event's running time, waking for app events */
-      if (self->is_live && g_get_monotonic_time () < clock_deadline (self, t)) {
-        g_cond_wait_until (&self->cond, &self->lock, clock_deadline (self, t));
+      if (self->is_live && g_get_monotonic_time () < deadline) {
+        if (self->deferred_keys)
+          deadline = MIN (deadline, self->deferred_deadline);
+        g_cond_wait_until (&self->cond, &self->lock, deadline);
+        continue;
+      }
+      if (self->deferred_keys) {
+        flush_deferred_unlocked (self);
         continue;
       }
       buf = trace_record_unlocked (self, e);
       self->next_event++;
       break;
+    }
+    if (self->deferred_keys) {
+      g_cond_wait_until (&self->cond, &self->lock, self->deferred_deadline);
+      continue;
     }
     if (self->trace) {
       g_mutex_unlock (&self->lock);
@@ -651,6 +760,13 @@ gst_lingbot_control_src_class_init (GstLingbotControlSrcClass * klass)
       g_param_spec_int ("intrinsics-height", "Intrinsics height",
           "Image height the intrinsics are calibrated at", 1, 65536,
           DEFAULT_INTRINSICS_HEIGHT, rw | GST_PARAM_MUTABLE_READY));
+  g_object_class_install_property (gobject_class, PROP_KEY_REPEAT_WINDOW,
+      g_param_spec_uint64 ("key-repeat-window", "Key repeat window",
+          "How long a navigation key-release is held back (ns): a press of "
+          "the same key within it is an auto-repeat (X sinks send a "
+          "release and a press per repeat) and both are dropped; 0 takes "
+          "every event as it comes", 0, MAX_KEY_REPEAT_WINDOW,
+          DEFAULT_KEY_REPEAT_WINDOW, rw | GST_PARAM_MUTABLE_PLAYING));
 
   /**
    * GstLingbotControlSrc::press-key:

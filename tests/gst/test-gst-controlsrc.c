@@ -1,5 +1,5 @@
-/* lingbot-gst: lingbotcontrolsrc in a pipeline: navigation events, trace
- * records, unknown keys
+/* lingbot-gst: lingbotcontrolsrc in a pipeline: navigation events (X
+ * auto-repeat folded), trace records, unknown keys
  * (test `gst-controlsrc`, suites gst, elements, pipeline)
  * SPDX-License-Identifier: LGPL-2.1-or-later
  *
@@ -64,6 +64,98 @@ GST_START_TEST (test_navigation)
   rec = pull_record (h, NULL);
   g_assert_cmpint (rec.type, ==, GST_LINGBOT_CONTROL_RESET);
   g_assert_cmphex (rec.held, ==, 0);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
+/* X video sinks send a held key's auto-repeat as key-release + key-press
+ * pairs: within key-repeat-window they are folded away (the key stays
+ * held, no tap), and so is a repeat press without a release; a release
+ * not followed by its press goes, in order, with its own time */
+static void
+push_key (GstHarness * h, const char *name, gboolean press)
+{
+  g_assert_true (gst_harness_push_upstream_event (h, press ?
+          gst_navigation_event_new_key_press (name, 0) :
+          gst_navigation_event_new_key_release (name, 0)));
+}
+
+static void
+expect_record (GstHarness * h, int type, guint keys, guint held)
+{
+  GstLingbotControlRecord rec = pull_record (h, NULL);
+
+  g_assert_cmpint (rec.type, ==, type);
+  g_assert_cmphex (rec.keys, ==, keys);
+  g_assert_cmphex (rec.held, ==, held);
+}
+
+GST_START_TEST (test_key_repeat)
+{
+  GstHarness *h = gst_harness_new ("lingbotcontrolsrc");
+  guint64 window = 0;
+  GstEvent *ev;
+
+  g_object_get (h->element, "key-repeat-window", &window, NULL);
+  g_assert_cmpuint (window, ==, 30 * GST_MSECOND);
+  /* a window no scheduler stall outlasts: what follows the pairs decides */
+  g_object_set (h->element, "key-repeat-window", GST_SECOND, NULL);
+  gst_harness_play (h);
+
+  push_key (h, "w", TRUE);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_W, LINGBOT_KEY_W);
+  for (guint i = 0; i < 5; i++) {
+    push_key (h, "w", FALSE);
+    push_key (h, "w", TRUE);
+  }
+  push_key (h, "ArrowUp", TRUE);        /* a repeat without a release */
+  /* the next record is D's: nothing of W's repeats came before it */
+  push_key (h, "d", TRUE);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_D,
+      LINGBOT_KEY_W | LINGBOT_KEY_D);
+
+  /* a release followed by another key: the release goes first */
+  push_key (h, "w", FALSE);
+  push_key (h, "a", TRUE);
+  expect_record (h, GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_W, LINGBOT_KEY_D);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_A,
+      LINGBOT_KEY_A | LINGBOT_KEY_D);
+  /* ... and before an action signal's record */
+  push_key (h, "a", FALSE);
+  g_signal_emit_by_name (h->element, "reset-pose");
+  expect_record (h, GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_A, LINGBOT_KEY_D);
+  expect_record (h, GST_LINGBOT_CONTROL_RESET, 0, 0);
+
+  /* a release alone goes once the window has passed */
+  g_object_set (h->element, "key-repeat-window", 20 * GST_MSECOND, NULL);
+  push_key (h, "j", TRUE);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_J, LINGBOT_KEY_J);
+  push_key (h, "j", FALSE);
+  expect_record (h, GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_J, 0);
+
+  /* 0: every event as it comes (a pair is a release and a new press) */
+  g_object_set (h->element, "key-repeat-window", (guint64) 0, NULL);
+  push_key (h, "k", TRUE);
+  push_key (h, "k", FALSE);
+  push_key (h, "k", TRUE);
+  push_key (h, "k", TRUE);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_K, LINGBOT_KEY_K);
+  expect_record (h, GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_K, 0);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_K, LINGBOT_KEY_K);
+  expect_record (h, GST_LINGBOT_CONTROL_PRESS, LINGBOT_KEY_K, LINGBOT_KEY_K);
+
+  /* an EOS sent while a release is held back ends the stream after it */
+  g_object_set (h->element, "key-repeat-window", GST_SECOND, NULL);
+  push_key (h, "k", FALSE);
+  g_assert_true (gst_element_send_event (h->element, gst_event_new_eos ()));
+  expect_record (h, GST_LINGBOT_CONTROL_RELEASE, LINGBOT_KEY_K, 0);
+  while ((ev = gst_harness_pull_event (h)) != NULL
+      && GST_EVENT_TYPE (ev) != GST_EVENT_EOS)
+    gst_event_unref (ev);
+  g_assert_nonnull (ev);
+  gst_event_unref (ev);
+  g_assert_cmpuint (gst_harness_buffers_in_queue (h), ==, 0);
   gst_harness_teardown (h);
 }
 
@@ -172,6 +264,7 @@ lingbot_gst_controlsrc_suite (void)
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_navigation);
+  tcase_add_test (tc, test_key_repeat);
   tcase_add_test (tc, test_trace_records);
   tcase_add_test (tc, test_unknown_keys);
   return s;
