@@ -46,6 +46,9 @@ LINGBOT_DEPS=(
   # test-gi.py) with PyGObject and the -base typelibs (GstApp: appsink)
   gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0
   python3-gi gir1.2-gst-plugins-base-1.0
+  # test x-keys (suite elements): a key held in a real X video sink's
+  # window, auto-repeated by the X server (Xvfb, xdotool, ximagesink)
+  xvfb xdotool gstreamer1.0-x
 )
 
 # Only tools/fuzz.sh needs these: clang and its libFuzzer runtime (the
