@@ -23,6 +23,7 @@
 
 #include "gst/gstlingbotbin.h"
 #include "gst/gstlingbotgen.h"
+#include "gst/gstlingbotutil.h"
 
 GST_DEBUG_CATEGORY_STATIC (gst_lingbot_bin_debug);
 #define GST_CAT_DEFAULT gst_lingbot_bin_debug
@@ -103,6 +104,8 @@ gst_lingbot_bin_set_property (GObject * object, guint prop_id,
 {
   GstLingbotBin *self = GST_LINGBOT_BIN (object);
 
+  if (!gst_lingbot_property_can_set (GST_ELEMENT (self), pspec))
+    return;
   if (prop_id == PROP_OVERLAY)
     set_overlay (self, g_value_get_boolean (value));
   else

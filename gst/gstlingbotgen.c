@@ -487,6 +487,8 @@ gst_lingbot_gen_set_property (GObject * object, guint prop_id,
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (object);
 
+  if (!gst_lingbot_property_can_set (GST_ELEMENT (self), pspec))
+    return;
   GST_OBJECT_LOCK (self);
   if (prop_id == PROP_FRAMERATE) {
     self->framerate_n = gst_value_get_fraction_numerator (value);

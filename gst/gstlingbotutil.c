@@ -566,6 +566,53 @@ property_field (gpointer instance, const GstLingbotProperty * props,
 }
 
 /**
+ * gst_lingbot_property_can_set:
+ * @element: the element whose property is being set
+ * @pspec: the property
+ *
+ * Whether @pspec may be set in @element's current state: a property
+ * flagged %GST_PARAM_MUTABLE_READY only in NULL or READY, one flagged
+ * %GST_PARAM_MUTABLE_PAUSED not in PLAYING (what gst-inspect-1.0 prints as
+ * "changeable only in ...").  Otherwise it says so with a GLib warning
+ * (domain "lingbot") naming the element, the property and the state, as
+ * filesrc does for a
+ * `location` set while a file is open, and the caller keeps the value it
+ * has: a session already made would not use the new one, and reading the
+ * property back must not report a value that is not in effect.  Takes the
+ * object lock: call before the set_property vfunc takes it.
+ *
+ * Returns: %TRUE when the new value may be stored
+ */
+gboolean
+gst_lingbot_property_can_set (GstElement * element, const GParamSpec * pspec)
+{
+  GstState state, limit;
+
+  if (pspec->flags & GST_PARAM_MUTABLE_PLAYING)
+    return TRUE;
+  if (pspec->flags & GST_PARAM_MUTABLE_PAUSED)
+    limit = GST_STATE_PAUSED;
+  else if (pspec->flags & GST_PARAM_MUTABLE_READY)
+    limit = GST_STATE_READY;
+  else
+    return TRUE;
+  GST_OBJECT_LOCK (element);
+  state = GST_STATE (element);
+  GST_OBJECT_UNLOCK (element);
+  if (state <= limit)
+    return TRUE;
+  /* g_log(), not g_warning(): a handler of the domain "lingbot" sees it
+   * (g_warning() goes to the structured writer) */
+  g_log ("lingbot", G_LOG_LEVEL_WARNING, "%s: property '%s' can only be "
+      "changed in the NULL%s state, "
+      "not in %s: the new value is ignored (set it before the pipeline "
+      "starts, or set the element to READY first)", GST_ELEMENT_NAME (element),
+      pspec->name, limit == GST_STATE_READY ? " or READY" :
+      ", READY or PAUSED", gst_element_state_get_name (state));
+  return FALSE;
+}
+
+/**
  * gst_lingbot_property_set:
  * @instance: the element
  * @props: (array length=n_props): its table

@@ -148,6 +148,8 @@ typedef struct
   gsize offset;
 } GstLingbotProperty;
 
+gboolean gst_lingbot_property_can_set (GstElement * element,
+    const GParamSpec * pspec);
 gboolean gst_lingbot_property_set (gpointer instance,
     const GstLingbotProperty * props, guint n_props, const GParamSpec * pspec,
     const GValue * value);

@@ -415,6 +415,8 @@ gst_lingbot_vae_dec_set_property (GObject * object, guint prop_id,
 {
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
+  if (!gst_lingbot_property_can_set (GST_ELEMENT (self), pspec))
+    return;
   GST_OBJECT_LOCK (self);
   if (!gst_lingbot_world_holder_set_property (&self->holder, dec_properties,
           G_N_ELEMENTS (dec_properties), pspec, value))

@@ -362,6 +362,107 @@ expect_error_exact (const char *desc, const char *message, GQuark domain,
   run_clear (&r);
 }
 
+/* A property settable only in NULL or READY (gst-inspect-1.0: "changeable
+ * only in NULL or READY state"), set once the element is PAUSED: a GLib
+ * warning naming the element, the property and the state, and the value
+ * kept (a fresh-user trial set width, seed, prompt, model-path, is-live and
+ * hold in PLAYING: nothing said so, and the getters reported values the
+ * session did not use, and the next start would have); a property mutable
+ * in PLAYING is still taken. */
+static GPtrArray *refusals;
+
+/* the elements' warnings (log domain "lingbot") */
+static void
+note_refusal (const gchar * domain, GLogLevelFlags level,
+    const gchar * message, gpointer user_data)
+{
+  g_ptr_array_add (refusals, g_strdup (message));
+}
+
+GST_START_TEST (test_ready_only_property)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1", NULL);
+  g_autofree char *b1 = gen_desc ("lingbotbin name=bin", "cpu:1", NULL);
+  g_autofree char *d1 = g_strdup_printf ("lingbotcontrolsrc name=ctl ! %s ! "
+      "lingbotvaedec name=dec ! fakesink %s ! fakesink", g1, b1);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (d1, &err);
+  GstElement *gen, *dec, *ctl, *bin;
+  guint handler;
+  int width = 0;
+  guint64 window = 0;
+  gboolean live = TRUE, overlay = TRUE;
+  g_autofree char *model = NULL;
+  const char *const want[] = {
+    "gen: property 'width' can only be changed in the NULL or READY state, "
+        "not in PAUSED: the new value is ignored (set it before the pipeline "
+        "starts, or set the element to READY first)",
+    "gen: property 'model-path' can only be changed in the NULL or READY "
+        "state, not in PAUSED: the new value is ignored (set it before the "
+        "pipeline starts, or set the element to READY first)",
+    "dec: property 'model-path' can only be changed in the NULL or READY "
+        "state, not in PAUSED: the new value is ignored (set it before the "
+        "pipeline starts, or set the element to READY first)",
+    "ctl: property 'is-live' can only be changed in the NULL or READY "
+        "state, not in PAUSED: the new value is ignored (set it before the "
+        "pipeline starts, or set the element to READY first)",
+    "bin: property 'overlay' can only be changed in the NULL or READY "
+        "state, not in PAUSED: the new value is ignored (set it before the "
+        "pipeline starts, or set the element to READY first)",
+  };
+
+  g_assert_no_error (err);
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  bin = gst_bin_get_by_name (GST_BIN (p), "bin");
+  /* in READY all of them are taken */
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_READY), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  g_object_set (ctl, "is-live", FALSE, NULL);
+  g_object_set (bin, "overlay", FALSE, NULL);
+  /* the elements are PAUSED once the call returns (the sinks preroll) */
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_PAUSED), !=,
+      GST_STATE_CHANGE_FAILURE);
+  g_assert_cmpint (GST_STATE (gen), ==, GST_STATE_PAUSED);
+
+  refusals = g_ptr_array_new_with_free_func (g_free);
+  handler = g_log_set_handler ("lingbot", G_LOG_LEVEL_WARNING, note_refusal,
+      NULL);
+  g_object_set (gen, "width", 128, NULL);
+  g_object_set (gen, "model-path", "/nonexistent", NULL);
+  g_object_set (dec, "model-path", "/nonexistent", NULL);
+  g_object_set (ctl, "is-live", TRUE, NULL);
+  g_object_set (bin, "overlay", TRUE, NULL);
+  /* mutable in PLAYING: taken without a word */
+  g_object_set (ctl, "key-repeat-window", (guint64) 5 * GST_MSECOND, NULL);
+  g_log_remove_handler ("lingbot", handler);
+
+  g_assert_cmpuint (refusals->len, ==, G_N_ELEMENTS (want));
+  for (guint i = 0; i < G_N_ELEMENTS (want); i++)
+    g_assert_cmpstr (g_ptr_array_index (refusals, i), ==, want[i]);
+  g_object_get (gen, "width", &width, "model-path", &model, NULL);
+  g_assert_cmpint (width, ==, 64);
+  g_assert_cmpstr (model, ==, model_dir);
+  g_object_get (ctl, "is-live", &live, "key-repeat-window", &window, NULL);
+  g_assert_false (live);
+  g_assert_cmpuint (window, ==, 5 * GST_MSECOND);
+  g_object_get (bin, "overlay", &overlay, NULL);
+  g_assert_false (overlay);
+
+  g_assert_cmpint (gst_element_set_state (p, GST_STATE_NULL), ==,
+      GST_STATE_CHANGE_SUCCESS);
+  g_ptr_array_unref (refusals);
+  refusals = NULL;
+  gst_object_unref (gen);
+  gst_object_unref (dec);
+  gst_object_unref (ctl);
+  gst_object_unref (bin);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
 /* caps nobody after lingbotvaedec takes, found when the stream starts (the
  * templates link): a tee whose branches want two formats, right after
  * lingbotvaedec or after a videoconvert (a fresh-user trial met the latter
@@ -606,6 +707,7 @@ lingbot_gst_errors_suite (void)
   tcase_add_test (tc, test_error_wording);
   tcase_add_test (tc, test_size_out_of_range);
   tcase_add_test (tc, test_no_latent_caps);
+  tcase_add_test (tc, test_ready_only_property);
   tcase_add_test (tc, test_bad_prompt_embeds);
   tcase_add_test (tc, test_prompt_warnings);
   return s;
