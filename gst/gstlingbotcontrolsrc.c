@@ -495,6 +495,9 @@ gst_lingbot_control_src_stop (GstBaseSrc * src)
   g_clear_pointer (&self->trace, lingbot_control_trace_free);
   gst_clear_buffer (&self->poses);
   g_queue_clear_full (&self->pending, (GDestroyNotify) gst_buffer_unref);
+  /* a restart begins with no key held (presses made while stopped are
+   * queued again, their records' held set from none) */
+  self->held = 0;
   self->deferred_keys = 0;
   g_mutex_unlock (&self->lock);
   return TRUE;
@@ -680,6 +683,8 @@ gst_lingbot_control_src_set_property (GObject * object, guint prop_id,
   GstLingbotControlSrc *self = GST_LINGBOT_CONTROL_SRC (object);
   gboolean live;
 
+  if (!gst_lingbot_property_can_set (GST_ELEMENT (self), pspec))
+    return;
   GST_OBJECT_LOCK (self);
   if (!gst_lingbot_property_set (self, src_properties,
           G_N_ELEMENTS (src_properties), pspec, value))
