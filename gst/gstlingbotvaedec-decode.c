@@ -677,20 +677,26 @@ static void on_frames (const LingbotFrames * frames, int first, int n,
     gpointer data);
 
 static gboolean
-ensure_own_decoder (GstLingbotVaeDec * self, GError ** error)
+ensure_own_decoder (GstLingbotVaeDec * self, LingbotWorld * session_world,
+    GError ** error)
 {
   g_autoptr (LingbotWorld) world = NULL;
 
   if (self->decoder)
     return TRUE;
-  if (!gst_lingbot_world_holder_ensure (&self->holder, NULL, FALSE, error)) {
+  if (session_world != NULL) {
+    /* latents of a session another element decodes: on its world */
+    world = lingbot_world_ref (session_world);
+  } else if (!gst_lingbot_world_holder_ensure (&self->holder, NULL, FALSE,
+          error)) {
     if (error && *error == NULL)
       g_set_error (error, LINGBOT_ERROR, LINGBOT_ERROR_NOT_FOUND,
           "latents without a session and no lingbot.world context or "
           "model-path to decode them with");
     return FALSE;
+  } else {
+    world = gst_lingbot_world_holder_dup_world (&self->holder);
   }
-  world = gst_lingbot_world_holder_dup_world (&self->holder);
   /* sized by the caps */
   self->decoder = lingbot_world_new_decoder (world, self->lat_h, self->lat_w,
       self->lat_frames, error);
@@ -1104,6 +1110,8 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   GstClockTime pts = GST_BUFFER_PTS (buf);
   GstLingbotChunkTimes times = { 0 };
   guint interval, n_chunks;
+  GstLingbotSessionHandle *session;
+  gboolean mine;
 
   if (!self->negotiated) {
     gst_buffer_unref (buf);
@@ -1134,12 +1142,34 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     return GST_FLOW_ERROR;
   }
 
-  if (mem && gst_is_lingbot_device_memory (mem)) {
+  /* a session's chunks are decoded in it by one element; a second one
+   * (behind a tee) decodes the buffers' bytes with a decoder of its own */
+  session = mem && gst_is_lingbot_device_memory (mem) ?
+      ((GstLingbotDeviceMemory *) mem)->handle : meta ? meta->handle : NULL;
+  mine = session != NULL && gst_lingbot_session_handle_claim_decoder (session,
+      self->decoder_id);
+  if (session != NULL && !mine && !self->said_not_mine) {
+    self->said_not_mine = TRUE;
+    GST_INFO_OBJECT (self, "another element decodes this session's chunks: "
+        "decoding the latent bytes with a decoder of its own");
+  }
+
+  if (mem && gst_is_lingbot_device_memory (mem) && mine) {
     /* memory:LingbotDevice: decode the session's latents where they are,
-     * never mapping the buffer */
+     * never mapping the buffer.  The decode consumes the chunk: while
+     * another holder (a tee's other branch) may still map the buffer, its
+     * system copy is made first */
     GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
     GstLingbotSessionHandle *h = dm->handle;
 
+    if (GST_MINI_OBJECT_REFCOUNT_VALUE (buf) > 1
+        || GST_MINI_OBJECT_REFCOUNT_VALUE (mem) > 1) {
+      if (gst_buffer_map (buf, &map, GST_MAP_READ))
+        gst_buffer_unmap (buf, &map);
+      else
+        GST_WARNING_OBJECT (self, "chunk %" G_GUINT64_FORMAT ": no system "
+            "copy for the buffer's other holders", dm->chunk);
+    }
     if (meta)
       stats = meta->stats;
     else
@@ -1157,12 +1187,19 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     goto decoded;
   }
 
-  gst_buffer_map (buf, &map, GST_MAP_READ);
-  /* the size was checked above: this cannot fail */
+  if (!gst_buffer_map (buf, &map, GST_MAP_READ)) {
+    /* memory:LingbotDevice whose chunk the session's decoder consumed
+     * before its system copy was made */
+    DEC_ERROR (self, STREAM, DECODE, ("Cannot read the latents of chunk %"
+            G_GUINT64_FORMAT, self->frame_chunk), ("the buffer's memory "
+            "could not be mapped"));
+    gst_buffer_unref (buf);
+    return GST_FLOW_ERROR;
+  }
   latents = lingbot_latents_new_wrapped (map.data, map.size, self->lat_frames,
       self->lat_h, self->lat_w, NULL);
 
-  if (meta) {
+  if (meta && mine) {
     GstLingbotSessionHandle *h = meta->handle;
 
     stats = meta->stats;
@@ -1175,8 +1212,11 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
     if (ok)
       ret = push_decoded (self, h, &stats, n, &error);
   } else {
-    stats.index = self->chunk;
-    if (!ensure_own_decoder (self, &error)) {
+    if (meta)
+      stats = meta->stats;
+    stats.index = meta ? meta->chunk : self->chunk;
+    stats.vae_seconds = 0;
+    if (!ensure_own_decoder (self, session ? session->world : NULL, &error)) {
       g_autofree char *text = g_strdup_printf ("No VAE decoder for plain "
           "latents: %s", error ? error->message : "no world");
 

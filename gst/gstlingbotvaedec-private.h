@@ -47,6 +47,10 @@ struct _GstLingbotVaeDec
   GstBufferPool *pool;          /* output frames */
   guint64 frame_index;
   guint64 chunk;
+  /* this element as a session's decoder
+   * (gst_lingbot_session_handle_claim_decoder()) */
+  gint decoder_id;
+  gboolean said_not_mine;       /* (decode thread) */
   /* decode task: the frame meta of the chunk being pushed */
   guint64 frame_chunk;
   guint frame_keys;

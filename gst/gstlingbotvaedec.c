@@ -213,7 +213,10 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   if (mem && gst_is_lingbot_device_memory (mem)) {
     GstLingbotDeviceMemory *dm = (GstLingbotDeviceMemory *) mem;
 
-    lingbot_session_claim_chunk (dm->handle->session, dm->chunk);
+    /* (another lingbotvaedec behind a tee may be the session's decoder:
+     * then this one maps the buffer) */
+    if (gst_lingbot_session_handle_claim_decoder (dm->handle, self->decoder_id))
+      lingbot_session_claim_chunk (dm->handle->session, dm->chunk);
   }
   /* a key cut takes effect now, not when this chunk's decode starts */
   gst_lingbot_vae_dec_decode_cut_early (self, buf);
@@ -542,6 +545,9 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
 static void
 gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 {
+  static gint next_decoder_id;
+
+  self->decoder_id = g_atomic_int_add (&next_decoder_id, 1) + 1;
   self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
   gst_pad_set_chain_function (self->sinkpad, gst_lingbot_vae_dec_chain);
   gst_pad_set_event_function (self->sinkpad, gst_lingbot_vae_dec_sink_event);

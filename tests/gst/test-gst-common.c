@@ -226,9 +226,12 @@ pipeline_run (GstElement * p, Run * r)
         gboolean eos = FALSE;
         g_assert_true (gst_structure_get_boolean (s, "eos", &eos));
         g_ptr_array_add (r->summaries, gst_structure_copy (s));
-        if (eos) {
-          g_assert_null (r->summary);
+        if (eos && r->summary == NULL) {
           r->summary = gst_structure_copy (s);
+          r->summary_src = GST_MESSAGE_SRC (msg);
+        } else if (eos) {
+          /* one EOS summary per element */
+          g_assert_true (GST_MESSAGE_SRC (msg) != r->summary_src);
         }
       }
       gst_message_unref (msg);

@@ -64,6 +64,8 @@ typedef struct
   GArray *chunk_compute;        /* double, lingbot-chunk compute-seconds */
   guint latency_messages;
   GstStructure *summary;        /* lingbot-summary at EOS (eos TRUE) */
+  GstObject *summary_src;       /* its element (compared, not held): a second
+                                 * decoder behind a tee posts its own */
   GPtrArray *summaries;         /* GstStructure: every lingbot-summary */
   GPtrArray *warnings;          /* char *, warning messages */
   char *error;                  /* first error message */

@@ -279,6 +279,125 @@ GST_START_TEST (test_device_memory_map)
 
 GST_END_TEST;
 
+/* appsink "new-sample" (emit-signals=true): the samples, in a GPtrArray */
+static GstFlowReturn
+keep_sample (GstAppSink * sink, gpointer user_data)
+{
+  g_ptr_array_add (user_data, gst_app_sink_pull_sample (sink));
+  return GST_FLOW_OK;
+}
+
+/* runs @desc collecting also the samples of the appsink named @extra */
+static GPtrArray *
+run_with_extra_sink (const char *desc, const char *extra, Run * r,
+    LatentWatch * w)
+{
+  GPtrArray *samples = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_sample_unref);
+  GstElement *p = pipeline_new (desc, r);
+  GstElement *gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (p), extra);
+  GstPad *pad = gst_element_get_static_pad (gen, "src");
+
+  memset (w, 0, sizeof (*w));
+  gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER |
+      GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, watch_latents, w, NULL);
+  g_signal_connect (sink, "new-sample", G_CALLBACK (keep_sample), samples);
+  fail_unless (pipeline_run (p, r) != GST_STATE_CHANGE_FAILURE);
+  gst_object_unref (pad);
+  gst_object_unref (sink);
+  gst_object_unref (gen);
+  gst_object_unref (p);
+  return samples;
+}
+
+/* whether the buffers of @samples equal those of @r's samples, byte for
+ * byte */
+static gboolean
+samples_equal (GPtrArray * samples, Run * r)
+{
+  if (samples->len != r->samples->len)
+    return FALSE;
+  for (guint i = 0; i < samples->len; i++) {
+    GstBuffer *a = gst_sample_get_buffer (g_ptr_array_index (samples, i));
+    GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (r->samples, i));
+    GstMapInfo ma, mb;
+    gboolean same;
+
+    if (!gst_buffer_map (a, &ma, GST_MAP_READ))
+      return FALSE;
+    g_assert_true (gst_buffer_map (b, &mb, GST_MAP_READ));
+    same = ma.size == mb.size && memcmp (ma.data, mb.data, ma.size) == 0;
+    gst_buffer_unmap (a, &ma);
+    gst_buffer_unmap (b, &mb);
+    if (!same)
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* A tee of lingbotgen's latents (a fresh-user trial): the session's chunks
+ * are decoded in it by one lingbotvaedec (they are consumed there), so
+ * - two lingbotvaedec, one per branch: the second decodes the buffers'
+ *   bytes with a decoder of its own; both give the video of a plain
+ *   lingbotgen ! lingbotvaedec, byte for byte (it crashed: the second
+ *   decoded in the session too and cleared the first one's frames
+ *   function, "chunk 0 is not held any more", SIGSEGV);
+ * - a decoder on one branch, the latents kept on the other (device
+ *   memory): the decoder makes the system copy before it consumes a chunk
+ *   another holder may map, so the kept buffers still map, to the bytes
+ *   of a plain run (it wrote a truncated file: the map failed). */
+GST_START_TEST (test_tee_latents)
+{
+  g_autofree char *g2 = gen_desc ("lingbotgen name=gen", "cpu:2", NULL);
+  g_autofree char *dd = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! lingbotvaedec ! appsink name=sink sync=false", trace_path, g2);
+  g_autofree char *dl = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! appsink name=sink sync=false caps=application/x-lingbot-latent",
+      trace_path, g2);
+  g_autofree char *d2 = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! tee name=t t. ! queue ! lingbotvaedec ! appsink name=sink "
+      "sync=false t. ! queue ! lingbotvaedec ! appsink name=sink2 "
+      "sync=false emit-signals=true", trace_path, g2);
+  g_autofree char *dk = g_strdup_printf ("lingbotcontrolsrc location=%s ! "
+      "%s ! tee name=t t. ! queue ! lingbotvaedec ! appsink name=sink "
+      "sync=false t. ! queue ! appsink name=lat sync=false emit-signals=true",
+      trace_path, g2);
+  g_autoptr (GPtrArray) video2 = NULL;
+  g_autoptr (GPtrArray) kept = NULL;
+  LatentWatch wd, wl, w2, wk;
+  Run rd, rl, r2, rk;
+
+  run_watched (dd, &rd, &wd);
+  check_run (&rd);
+  run_watched (dl, &rl, &wl);
+  g_assert_cmpstr (rl.error, ==, NULL);
+  g_assert_cmpuint (rl.samples->len, ==, 2);
+
+  video2 = run_with_extra_sink (d2, "sink2", &r2, &w2);
+  check_run (&r2);
+  g_assert_cmpuint (w2.device_buffers, ==, 2);
+  g_assert_cmpint (max_diff (&rd, &r2), ==, 0);
+  g_assert_true (samples_equal (video2, &rd));
+
+  kept = run_with_extra_sink (dk, "lat", &rk, &wk);
+  check_run (&rk);
+  g_assert_cmpuint (wk.device_buffers, ==, 2);
+  g_assert_cmpint (max_diff (&rd, &rk), ==, 0);
+  g_assert_true (samples_equal (kept, &rl));
+
+  watch_clear (&wd);
+  watch_clear (&wl);
+  watch_clear (&w2);
+  watch_clear (&wk);
+  run_clear (&rd);
+  run_clear (&rl);
+  run_clear (&r2);
+  run_clear (&rk);
+}
+
+GST_END_TEST;
+
 GST_START_TEST (test_mp4)
 {
   GstElementFactory *f = gst_element_factory_find ("x264enc");
@@ -601,6 +720,7 @@ lingbot_gst_vaedec_suite (void)
   tcase_add_test (tc, test_formats);
   tcase_add_test (tc, test_device_memory);
   tcase_add_test (tc, test_device_memory_map);
+  tcase_add_test (tc, test_tee_latents);
   tcase_add_test (tc, test_mp4);
   tcase_add_test (tc, test_decode_overlap);
   tcase_add_test (tc, test_vaedec_caps_error_after_set_state);

@@ -60,6 +60,28 @@ gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle)
         (GDestroyNotify) session_handle_clear);
 }
 
+/**
+ * gst_lingbot_session_handle_claim_decoder:
+ * @handle: a handle
+ * @decoder_id: a decoder's id, > 0, unique in the process
+ *
+ * A session's chunks are decoded in order by one decoder, which keeps the
+ * VAE's causal state from chunk to chunk and consumes each chunk (its
+ * slot is freed): only one element may decode them in the session.  The
+ * first caller becomes that decoder; any other (a second lingbotvaedec
+ * behind a tee) must decode the bytes of the buffers itself.
+ *
+ * Returns: %TRUE when @decoder_id is (now) the session's decoder
+ */
+gboolean
+gst_lingbot_session_handle_claim_decoder (GstLingbotSessionHandle * handle,
+    gint decoder_id)
+{
+  g_return_val_if_fail (handle != NULL && decoder_id > 0, FALSE);
+  return g_atomic_int_compare_and_exchange (&handle->decoder_id, 0,
+      decoder_id) || g_atomic_int_get (&handle->decoder_id) == decoder_id;
+}
+
 G_DEFINE_BOXED_TYPE (GstLingbotSessionHandle, gst_lingbot_session_handle,
     gst_lingbot_session_handle_ref, gst_lingbot_session_handle_unref);
 

@@ -30,6 +30,8 @@ typedef struct
   LingbotWorld *world;
   LingbotSession *session;
   GMutex lock;
+  /*< private > */
+  gint decoder_id;              /* gst_lingbot_session_handle_claim_decoder() */
 } GstLingbotSessionHandle;
 
 #define GST_TYPE_LINGBOT_SESSION_HANDLE \
@@ -53,6 +55,8 @@ GstLingbotSessionHandle *gst_lingbot_session_handle_new (LingbotWorld *
 GstLingbotSessionHandle *gst_lingbot_session_handle_ref
     (GstLingbotSessionHandle * handle);
 void gst_lingbot_session_handle_unref (GstLingbotSessionHandle * handle);
+gboolean gst_lingbot_session_handle_claim_decoder (GstLingbotSessionHandle *
+    handle, gint decoder_id);
 
 /**
  * GstLingbotChunkMeta:
