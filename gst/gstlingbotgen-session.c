@@ -416,6 +416,22 @@ gst_lingbot_gen_session_create (GstLingbotGen * self,
   }
   if (session == NULL)
     return FALSE;
+  if (opts.n_poses > 0) {
+    /* explicit poses make whole chunks (spec 3.1 truncates the count):
+     * say so when that is fewer frames than asked for or posed */
+    guint asked = opts.frames > 0 ? opts.frames : opts.n_poses;
+    guint made = lingbot_session_get_n_frames (session);
+    int c = lingbot_session_get_chunk_frames (session);
+
+    if (made < asked)
+      GST_ELEMENT_WARNING (self, STREAM, FORMAT, ("Explicit poses: %u "
+              "video frames are generated, not %u", made, asked),
+          ("a session with explicit poses makes whole chunks: %d, %d, %d, "
+              "... frames (4 x %d x k - 3); %s %u (set frames to one of "
+              "those counts, with at least as many poses)", 4 * c - 3,
+              8 * c - 3, 12 * c - 3, c, opts.frames > 0 ? "frames is" :
+              "the poses file has", asked));
+  }
   /* PLAYING -> NULL cancels the chunk in flight at its next DiT pass */
   lingbot_session_set_cancellable (session, self->cancellable);
   lingbot_session_set_pass_func (session, on_pass, self, NULL);

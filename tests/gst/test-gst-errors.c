@@ -7,6 +7,7 @@
  * The fixture and the pipeline runner: test-gst-common.c.
  */
 #include "test-gst-common.h"
+#include "test-npy.h"
 
 /* runs the pipeline @desc into @r: its state change must fail, with an
  * ERROR on the bus */
@@ -463,6 +464,65 @@ GST_START_TEST (test_ready_only_property)
 
 GST_END_TEST;
 
+/* Explicit poses make whole chunks (13, 29, 45, ... frames; spec 3.1
+ * truncates the count): a fresh-user trial got 13 frames from 17 or 20
+ * poses, and from frames=17 or 21 with 29 poses, without a word.  Now a
+ * warning says how many are made and why; counts that are whole chunks
+ * say nothing. */
+GST_START_TEST (test_poses_whole_chunks)
+{
+  static const struct
+  {
+    guint n_poses;
+    const char *frames;
+    guint made;
+    const char *warning;
+  } cases[] = {
+    {17, "frames=0", 13,
+        "Explicit poses: 13 video frames are generated, not 17"},
+    {29, "frames=21", 13,
+        "Explicit poses: 13 video frames are generated, not 21"},
+    {17, "frames=13", 13, NULL},
+    {29, "frames=0", 29, NULL},
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autofree char *poses = g_strdup_printf ("%s/poses-%u.npy", tmpdir,
+        cases[i].n_poses);
+    g_autofree float *m = g_new0 (float, 16 * cases[i].n_poses);
+    int64_t shape[3] = { cases[i].n_poses, 4, 4 };
+    g_autofree char *g1 = gen_desc ("lingbotgen", "cpu:1", cases[i].frames);
+    g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc "
+        "poses-location=%s ! %s ! lingbotvaedec ! appsink name=sink "
+        "sync=false", poses, g1);
+    guint said = 0;
+    Run r;
+
+    for (guint k = 0; k < cases[i].n_poses; k++) {
+      float *p = m + 16 * k;
+      p[0] = p[5] = p[10] = p[15] = 1.0f;
+      p[11] = 0.05f * (float) k;        /* forward along z */
+    }
+    lingbot_test_write_npy (poses, "<f4", 3, shape, m,
+        16 * sizeof (float) * cases[i].n_poses);
+    run_to_eos (pipeline_new (desc, &r), &r);
+    g_assert_cmpstr (r.error, ==, NULL);
+    g_assert_cmpuint (r.samples->len, ==, cases[i].made);
+    for (guint w = 0; w < r.warnings->len; w++) {
+      const char *text = g_ptr_array_index (r.warnings, w);
+
+      if (g_str_has_prefix (text, "Explicit poses")) {
+        g_assert_cmpstr (text, ==, cases[i].warning);
+        said++;
+      }
+    }
+    g_assert_cmpuint (said, ==, cases[i].warning ? 1 : 0);
+    run_clear (&r);
+  }
+}
+
+GST_END_TEST;
+
 /* caps nobody after lingbotvaedec takes, found when the stream starts (the
  * templates link): a tee whose branches want two formats, right after
  * lingbotvaedec or after a videoconvert (a fresh-user trial met the latter
@@ -708,6 +768,7 @@ lingbot_gst_errors_suite (void)
   tcase_add_test (tc, test_size_out_of_range);
   tcase_add_test (tc, test_no_latent_caps);
   tcase_add_test (tc, test_ready_only_property);
+  tcase_add_test (tc, test_poses_whole_chunks);
   tcase_add_test (tc, test_bad_prompt_embeds);
   tcase_add_test (tc, test_prompt_warnings);
   return s;
