@@ -426,9 +426,17 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
       if (!gst_lingbot_gen_session_check_size (self, width, height))
         return GST_STATE_CHANGE_FAILURE;
       if (!have_image) {
+        /* inside lingbotbin there is no image pad to link */
+        GstObject *parent = gst_object_get_parent (GST_OBJECT (self));
+        GstElementFactory *f = GST_IS_ELEMENT (parent) ?
+            gst_element_get_factory (GST_ELEMENT (parent)) : NULL;
+        gboolean in_bin = f != NULL && g_str_equal (GST_OBJECT_NAME (f),
+            "lingbotbin");
+
+        gst_clear_object (&parent);
         GST_ELEMENT_ERROR (self, LIBRARY, SETTINGS,
-            ("No reference image: set image-location (or link the image "
-                "pad)"), (NULL));
+            ("No reference image: set image-location%s", in_bin ? "" :
+                " (or link the image pad)"), (NULL));
         return GST_STATE_CHANGE_FAILURE;
       }
       gst_lingbot_gen_task_reset_stream (self);

@@ -132,6 +132,27 @@ GST_START_TEST (test_missing_image)
   expect_failure (d1, "/nonexistent/start.jpg", RESOURCE, NOT_FOUND);
   /* there but not readable as a file */
   expect_failure (d2, tmpdir, RESOURCE, OPEN_READ);
+  /* none: lingbotgen has an image pad to link, lingbotbin has not (a
+   * fresh-user trial was sent to a pad lingbotbin lacks) */
+  {
+    const char *const elements[] = { "lingbotgen", "lingbotbin" };
+    const char *const want[] = {
+      "No reference image: set image-location (or link the image pad)",
+      "No reference image: set image-location",
+    };
+
+    for (guint i = 0; i < G_N_ELEMENTS (elements); i++) {
+      g_autofree char *d = g_strdup_printf ("%s model-path=%s "
+          "prompt-embeds=%s ! fakesink", elements[i], model_dir, embeds_path);
+      Run r;
+
+      run_failing (d, &r);
+      g_assert_cmpstr (r.error, ==, want[i]);
+      g_assert_true (r.error_domain == GST_LIBRARY_ERROR);
+      g_assert_cmpint (r.error_code, ==, GST_LIBRARY_ERROR_SETTINGS);
+      run_clear (&r);
+    }
+  }
 }
 
 GST_END_TEST;
