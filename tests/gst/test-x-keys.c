@@ -15,6 +15,8 @@
  *   repeats.
  * Without Xvfb, xdotool or ximagesink the program skips (77).
  */
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <glib-unix.h>
 #include <gio/gio.h>
@@ -26,6 +28,14 @@
 #include "lingbot/control.h"
 
 static GSubprocess *xvfb;
+
+/* in Xvfb's child before exec: it dies with this program, also when an
+ * assertion aborts it before the SIGTERM at the end */
+static void
+die_with_parent (gpointer user_data)
+{
+  prctl (PR_SET_PDEATHSIG, SIGTERM);
+}
 
 /* Starts Xvfb on the display it finds free and points DISPLAY at it */
 static gboolean
@@ -42,6 +52,7 @@ start_xvfb (void)
   l = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_SILENCE |
       G_SUBPROCESS_FLAGS_STDERR_SILENCE);
   g_subprocess_launcher_take_fd (l, fds[1], 3);
+  g_subprocess_launcher_set_child_setup (l, die_with_parent, NULL, NULL);
   xvfb = g_subprocess_launcher_spawn (l, &err, "Xvfb", "-displayfd", "3",
       "-screen", "0", "320x240x24", "-nolisten", "tcp", NULL);
   g_clear_object (&l);          /* closes our copy of the write end */
