@@ -100,6 +100,7 @@ struct _GstLingbotGen
   gboolean eos_pending;         /* send_event (EOS): after this chunk */
   gboolean said_control_wait;   /* offline: the stalled-control INFO went */
   GstLingbotLatencyEstimate compute_latency;    /* live: a chunk's compute */
+  GstLingbotLatencyStepper *latency_stepper;    /* its falls */
   guint64 frames_done;          /* frames pushed (POSITION) */
   guint64 chunks_done;          /* chunks counted out, as frames_done */
   GstClockTime qos_from;        /* live: QoS of frames stamped before

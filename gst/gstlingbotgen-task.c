@@ -272,15 +272,17 @@ pace_live (GstLingbotGen * self)
  * the largest of the last 4 plus an eighth, re-announced when a chunk is
  * above it or it falls by more than a tenth, so it recovers 4 chunks after
  * a slow one); GST_MESSAGE_LATENCY is posted when it moves (the pipeline
- * then re-distributes it).  @measured: a chunk's compute time; with
+ * then re-distributes it): up at once, down a quarter of a frame at a
+ * time, a frame apart (#GstLingbotLatencyStepper), so that the frames
+ * already at a sink stay on time.  @measured: a chunk's compute time; with
  * @late > 0, a sink's QoS lateness instead: the newest chunk took the
  * time the announced figure stands for (less its eighth) plus @late. */
 void
 gst_lingbot_gen_task_note_compute_time (GstLingbotGen * self,
     GstClockTime measured, GstClockTimeDiff late)
 {
-  GstClockTime old, now;
-  gboolean live, automatic, moved;
+  GstClockTime old, now, frame = GST_CLOCK_TIME_NONE;
+  gboolean live, automatic, moved, falling;
 
   GST_OBJECT_LOCK (self);
   live = self->live;
@@ -298,14 +300,25 @@ gst_lingbot_gen_task_note_compute_time (GstLingbotGen * self,
     moved = FALSE;
   else
     moved = gst_lingbot_latency_estimate_add (&self->compute_latency, measured);
+  /* a fall is taken in steps while the figure is distributed, at once
+   * otherwise */
+  falling = gst_lingbot_latency_estimate_falling (&self->compute_latency);
+  if (falling && !(live && automatic))
+    gst_lingbot_latency_estimate_step (&self->compute_latency,
+        GST_CLOCK_TIME_NONE);
+  if (self->session_fps_n > 0)
+    frame = gst_util_uint64_scale (GST_SECOND, (guint64) self->session_fps_d,
+        (guint64) self->session_fps_n);
   now = self->compute_latency.announced;
-  /* the frames stamped so far count on the old figure: a sink that has
-   * the new one may find them late (after a move down), and their QoS
-   * says nothing new (after a move up: each late frame of a chunk would
-   * raise the figure again) */
+  /* the frames stamped so far count on the old figure: their QoS says
+   * nothing new after a move up (each late frame of a chunk would raise
+   * the figure again) */
   if (moved)
     self->qos_from = self->stamped_end;
   g_mutex_unlock (&self->lock);
+  if (falling && live && automatic)
+    gst_lingbot_latency_stepper_start (self->latency_stepper, frame,
+        gst_lingbot_gen_task_chunk_duration (self));
   if (moved && live && automatic) {
     GST_INFO_OBJECT (self, "compute latency %" GST_TIME_FORMAT " -> %"
         GST_TIME_FORMAT ": posting a latency message", GST_TIME_ARGS (old),
@@ -640,6 +653,7 @@ void
 gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
 {
   g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
+  gst_lingbot_latency_stepper_set_playing (self->latency_stepper, FALSE);
   g_mutex_lock (&self->lock);
   self->control_eos = FALSE;
   self->poses_expected = FALSE;

@@ -449,8 +449,10 @@ gst_lingbot_gen_change_state (GstElement * element, GstStateChange transition)
     }
     case GST_STATE_CHANGE_PAUSED_TO_PLAYING:
       gst_lingbot_gen_control_raise (self, &self->playing);
+      gst_lingbot_latency_stepper_set_playing (self->latency_stepper, TRUE);
       break;
     case GST_STATE_CHANGE_PLAYING_TO_PAUSED:
+      gst_lingbot_latency_stepper_set_playing (self->latency_stepper, FALSE);
       g_mutex_lock (&self->lock);
       self->playing = FALSE;
       g_cond_broadcast (&self->cond);
@@ -537,6 +539,7 @@ gst_lingbot_gen_finalize (GObject * object)
 {
   GstLingbotGen *self = GST_LINGBOT_GEN (object);
 
+  g_clear_pointer (&self->latency_stepper, gst_lingbot_latency_stepper_free);
   g_clear_pointer (&self->handle, gst_lingbot_session_handle_unref);
   gst_lingbot_world_holder_clear (&self->holder);
   gst_lingbot_properties_clear (self, gen_properties,
@@ -822,6 +825,8 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   GST_OBJECT_FLAG_SET (self, GST_ELEMENT_FLAG_SOURCE);
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
+  self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
+      &self->lock, &self->compute_latency);
   /* chunk size and rate are the session's, set before the first chunk */
   self->schedule =
       lingbot_control_schedule_new (4, GST_LINGBOT_GEN_FALLBACK_FPS, 1, NULL);

@@ -746,9 +746,11 @@ gst_lingbot_latency_estimate_reset (GstLingbotLatencyEstimate * e)
 {
   memset (e, 0, sizeof (*e));
   e->announced = GST_CLOCK_TIME_NONE;
+  e->goal = GST_CLOCK_TIME_NONE;
 }
 
-/* the announced figure after the samples changed (TRUE if it moved) */
+/* the goal after the samples changed; the announced figure follows it up
+ * (TRUE if that moved) */
 static gboolean
 latency_estimate_update (GstLingbotLatencyEstimate * e)
 {
@@ -758,10 +760,11 @@ latency_estimate_update (GstLingbotLatencyEstimate * e)
   for (guint i = 0; i < n; i++)
     worst = MAX (worst, e->samples[i]);
   target = worst + worst / 8;
-  if (GST_CLOCK_TIME_IS_VALID (e->announced) && worst <= e->announced
-      && target >= e->announced - e->announced / 10)
+  if (GST_CLOCK_TIME_IS_VALID (e->goal) && worst <= e->goal
+      && target >= e->goal - e->goal / 10)
     return FALSE;
-  if (e->announced == target)
+  e->goal = target;
+  if (GST_CLOCK_TIME_IS_VALID (e->announced) && target <= e->announced)
     return FALSE;
   e->announced = target;
   return TRUE;
@@ -773,9 +776,12 @@ latency_estimate_update (GstLingbotLatencyEstimate * e)
  * @sample: one chunk's time (ns)
  *
  * Records the time of a new chunk (the oldest of a full window leaves)
- * and moves the announced figure by the rule of #GstLingbotLatencyEstimate.
+ * and moves the goal by the rule of #GstLingbotLatencyEstimate; the
+ * announced figure follows a goal above it.
  *
- * Returns: whether @e->announced changed (post GST_MESSAGE_LATENCY then)
+ * Returns: whether @e->announced changed (post GST_MESSAGE_LATENCY then);
+ *   a goal below it leaves it, gst_lingbot_latency_estimate_falling() says
+ *   so
  */
 gboolean
 gst_lingbot_latency_estimate_add (GstLingbotLatencyEstimate * e,
@@ -793,8 +799,8 @@ gst_lingbot_latency_estimate_add (GstLingbotLatencyEstimate * e,
  *   the announced figure plus a sink's QoS lateness
  *
  * Raises the newest sample to @sample (a new one when there is none), so
- * that the raise leaves the window with that chunk, and moves the
- * announced figure by the rule.
+ * that the raise leaves the window with that chunk, and moves the goal by
+ * the rule.
  *
  * Returns: whether @e->announced changed
  */
@@ -809,4 +815,282 @@ gst_lingbot_latency_estimate_raise (GstLingbotLatencyEstimate * e,
   newest = &e->samples[(e->n - 1) % GST_LINGBOT_LATENCY_WINDOW];
   *newest = MAX (*newest, sample);
   return latency_estimate_update (e);
+}
+
+/**
+ * gst_lingbot_latency_estimate_falling:
+ * @e: an estimate
+ *
+ * Returns: whether the announced figure is above the goal (steps to take)
+ */
+gboolean
+gst_lingbot_latency_estimate_falling (const GstLingbotLatencyEstimate * e)
+{
+  return GST_CLOCK_TIME_IS_VALID (e->announced)
+      && GST_CLOCK_TIME_IS_VALID (e->goal) && e->announced > e->goal;
+}
+
+/**
+ * gst_lingbot_latency_estimate_step:
+ * @e: an estimate
+ * @step: the most the announced figure may fall (ns),
+ *   %GST_CLOCK_TIME_NONE for all the way to the goal
+ *
+ * Lowers the announced figure towards the goal by @step at most.
+ *
+ * Returns: whether @e->announced changed (post GST_MESSAGE_LATENCY then)
+ */
+gboolean
+gst_lingbot_latency_estimate_step (GstLingbotLatencyEstimate * e,
+    GstClockTime step)
+{
+  if (!gst_lingbot_latency_estimate_falling (e) || step == 0)
+    return FALSE;
+  if (!GST_CLOCK_TIME_IS_VALID (step) || e->announced - e->goal <= step)
+    e->announced = e->goal;
+  else
+    e->announced -= step;
+  return TRUE;
+}
+
+struct _GstLingbotLatencyStepper
+{
+  GMutex lock;
+  GstElement *element;          /* not held; NULL once freed */
+  GMutex *estimate_lock;        /* NULL: the element's object lock */
+  GstLingbotLatencyEstimate *estimate;
+  GstClockID id;                /* the next step, NULL when none */
+  GstClockTime frame, most;     /* the last start's */
+  gboolean playing;
+};
+
+static void
+stepper_lock_estimate (GstLingbotLatencyStepper * s)
+{
+  if (s->estimate_lock)
+    g_mutex_lock (s->estimate_lock);
+  else
+    GST_OBJECT_LOCK (s->element);
+}
+
+static void
+stepper_unlock_estimate (GstLingbotLatencyStepper * s)
+{
+  if (s->estimate_lock)
+    g_mutex_unlock (s->estimate_lock);
+  else
+    GST_OBJECT_UNLOCK (s->element);
+}
+
+static void
+stepper_clear (gpointer data)
+{
+  GstLingbotLatencyStepper *s = data;
+
+  g_mutex_clear (&s->lock);
+}
+
+static void
+stepper_release (gpointer data)
+{
+  g_atomic_rc_box_release_full (data, stepper_clear);
+}
+
+static gboolean stepper_fire (GstClock * clock, GstClockTime time,
+    GstClockID id, gpointer data);
+
+/* (s->lock) the next step at @time on @clock */
+static void
+stepper_arm (GstLingbotLatencyStepper * s, GstClock * clock, GstClockTime time)
+{
+  s->id = gst_clock_new_single_shot_id (clock, time);
+  if (gst_clock_id_wait_async (s->id, stepper_fire,
+          g_atomic_rc_box_acquire (s), stepper_release) != GST_CLOCK_OK) {
+    /* (a new entry with a valid time on a clock that has async waits
+     * fails only in the clock's own wait_async, after the entry took the
+     * data: it is released with the entry) */
+    gst_clock_id_unref (s->id);
+    s->id = NULL;
+  }
+}
+
+static void
+stepper_post (GstElement * element, GstClockTime announced)
+{
+  GST_INFO_OBJECT (element, "latency share falls to %" GST_TIME_FORMAT
+      ": posting a latency message", GST_TIME_ARGS (announced));
+  gst_element_post_message (element,
+      gst_message_new_latency (GST_OBJECT (element)));
+  gst_object_unref (element);
+}
+
+/* (s->lock, element set, PLAYING) @step off the announced figure (after
+ * what lies above s->most with @cap), the next step armed a frame from
+ * now while it is above its goal; the element to post with (a ref) when
+ * it moved */
+static GstElement *
+stepper_take (GstLingbotLatencyStepper * s, GstClock * clock,
+    GstClockTime step, gboolean cap, GstClockTime * announced)
+{
+  GstLingbotLatencyEstimate *e = s->estimate;
+  gboolean moved = FALSE, falling;
+
+  stepper_lock_estimate (s);
+  if (clock == NULL)
+    step = GST_CLOCK_TIME_NONE;
+  else if (cap && gst_lingbot_latency_estimate_falling (e)
+      && GST_CLOCK_TIME_IS_VALID (s->most) && e->announced - e->goal > s->most)
+    step = e->announced - e->goal - s->most;
+  moved = gst_lingbot_latency_estimate_step (e, step);
+  falling = gst_lingbot_latency_estimate_falling (e);
+  *announced = e->announced;
+  stepper_unlock_estimate (s);
+  if (falling && clock != NULL && s->id == NULL)
+    stepper_arm (s, clock, gst_clock_get_time (clock) + s->frame);
+  return moved ? gst_object_ref (s->element) : NULL;
+}
+
+/* the clock's thread: one step */
+static gboolean
+stepper_fire (GstClock * clock, GstClockTime time, GstClockID id, gpointer data)
+{
+  GstLingbotLatencyStepper *s = data;
+  GstElement *element = NULL;
+  GstClockTime announced = GST_CLOCK_TIME_NONE;
+
+  g_mutex_lock (&s->lock);
+  if (s->element != NULL && s->playing && s->id == id) {
+    gst_clock_id_unref (s->id);
+    s->id = NULL;
+    element = stepper_take (s, clock, s->frame / 4, FALSE, &announced);
+  }
+  g_mutex_unlock (&s->lock);
+  if (element != NULL)
+    stepper_post (element, announced);
+  return TRUE;
+}
+
+/* (s->lock) what a start or the return to PLAYING does */
+static GstElement *
+stepper_resume (GstLingbotLatencyStepper * s, GstClockTime * announced)
+{
+  GstElement *element;
+  GstClock *clock;
+
+  if (s->element == NULL || !s->playing)
+    return NULL;
+  clock = gst_element_get_clock (s->element);
+  element = stepper_take (s, clock, 0, TRUE, announced);
+  gst_clear_object (&clock);
+  return element;
+}
+
+/**
+ * gst_lingbot_latency_stepper_new:
+ * @element: the live element whose share @estimate is
+ * @lock: (nullable): the lock that guards @estimate, %NULL for @element's
+ *   object lock
+ * @estimate: the estimate to lower (lives as long as @element)
+ *
+ * Returns: (transfer full): a stepper, idle until
+ *   gst_lingbot_latency_stepper_set_playing(); free it with
+ *   gst_lingbot_latency_stepper_free() before @element is finalized
+ */
+GstLingbotLatencyStepper *
+gst_lingbot_latency_stepper_new (GstElement * element, GMutex * lock,
+    GstLingbotLatencyEstimate * estimate)
+{
+  GstLingbotLatencyStepper *s = g_atomic_rc_box_new0 (GstLingbotLatencyStepper);
+
+  g_mutex_init (&s->lock);
+  s->element = element;
+  s->estimate_lock = lock;
+  s->estimate = estimate;
+  s->frame = GST_SECOND / 16;
+  s->most = GST_CLOCK_TIME_NONE;
+  return s;
+}
+
+/**
+ * gst_lingbot_latency_stepper_start:
+ * @s: a stepper
+ * @frame: a frame's duration (ns); %GST_CLOCK_TIME_NONE or 0: 1/16 s
+ * @most: the most that is taken in steps (ns, e.g. a chunk's duration),
+ *   %GST_CLOCK_TIME_NONE for no bound
+ *
+ * Called when the estimate's goal may have fallen below its announced
+ * figure (with neither its lock nor @s's held; nothing happens when it
+ * did not).  While the element is PLAYING (else from the return to it):
+ * what lies more than @most above the goal goes at once (a stall's fall:
+ * the frames queued with it are dropped rather than shown 4/3 as fast for
+ * three times as long), the rest in steps of a quarter of @frame, the
+ * first a frame from now and each next a frame later, a
+ * %GST_MESSAGE_LATENCY with each (the first, for a fall beyond @most, in
+ * the caller's thread).  Steps under way go on.  Without a clock (no frame
+ * waits at a synchronised sink) the figure goes to its goal at once.
+ */
+void
+gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
+    GstClockTime frame, GstClockTime most)
+{
+  GstElement *element;
+  GstClockTime announced = GST_CLOCK_TIME_NONE;
+
+  g_mutex_lock (&s->lock);
+  s->frame = GST_CLOCK_TIME_IS_VALID (frame) && frame > 0 ? frame :
+      GST_SECOND / 16;
+  s->most = most;
+  element = stepper_resume (s, &announced);
+  g_mutex_unlock (&s->lock);
+  if (element != NULL)
+    stepper_post (element, announced);
+}
+
+/**
+ * gst_lingbot_latency_stepper_set_playing:
+ * @s: a stepper
+ * @playing: whether the element is PLAYING (from its change_state)
+ *
+ * Leaving PLAYING cancels the next step (the frames queued at a sink wait
+ * with the running time); the return to it takes the steps up again, as
+ * the last gst_lingbot_latency_stepper_start() said.
+ */
+void
+gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
+    gboolean playing)
+{
+  GstElement *element = NULL;
+  GstClockTime announced = GST_CLOCK_TIME_NONE;
+
+  g_mutex_lock (&s->lock);
+  s->playing = playing;
+  if (!playing && s->id != NULL) {
+    gst_clock_id_unschedule (s->id);
+    gst_clock_id_unref (s->id);
+    s->id = NULL;
+  }
+  if (playing)
+    element = stepper_resume (s, &announced);
+  g_mutex_unlock (&s->lock);
+  if (element != NULL)
+    stepper_post (element, announced);
+}
+
+/**
+ * gst_lingbot_latency_stepper_free:
+ * @s: (transfer full) (nullable): a stepper
+ *
+ * Cancels the next step and detaches @s from its element: a step the
+ * clock's thread is about to take does nothing.
+ */
+void
+gst_lingbot_latency_stepper_free (GstLingbotLatencyStepper * s)
+{
+  if (s == NULL)
+    return;
+  gst_lingbot_latency_stepper_set_playing (s, FALSE);
+  g_mutex_lock (&s->lock);
+  s->element = NULL;
+  g_mutex_unlock (&s->lock);
+  stepper_release (s);
 }

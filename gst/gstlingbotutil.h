@@ -111,16 +111,27 @@ GstStructure *gst_lingbot_chunk_stats_new (const char *name,
  * lingbotvaedec: its decode), from a bounded statistic of the last chunks
  * (docs/elements.md "Latency"): the target is the largest of the last
  * %GST_LINGBOT_LATENCY_WINDOW samples plus an eighth; the announced figure
- * moves to the target when a sample is above it (up) or when the target is
- * more than a tenth below it (down), and stays otherwise, so that jitter
- * does not re-announce the latency at every chunk.  Plain data: the caller
- * locks.
+ * @goal: where the rule puts the figure (ns): @announced is @goal, except
+ *   while @announced falls to it step by step
+ *
+ * A live element's share of the latency (lingbotgen: a chunk's compute;
+ * lingbotvaedec: its decode), from a bounded statistic of the last chunks
+ * (docs/elements.md "Latency"): the target is the largest of the last
+ * %GST_LINGBOT_LATENCY_WINDOW samples plus an eighth; the goal moves to
+ * the target when a sample is above it (up) or when the target is more
+ * than a tenth below it (down), and stays otherwise, so that jitter does
+ * not re-announce the latency at every chunk.  The announced figure
+ * follows the goal at once up, and down only by
+ * gst_lingbot_latency_estimate_step() (a #GstLingbotLatencyStepper takes
+ * the steps), so that a fall does not make the frames already waiting at
+ * a sink late.  Plain data: the caller locks.
  */
 typedef struct
 {
   GstClockTime samples[GST_LINGBOT_LATENCY_WINDOW];
   guint n;
   GstClockTime announced;
+  GstClockTime goal;
 } GstLingbotLatencyEstimate;
 
 void gst_lingbot_latency_estimate_reset (GstLingbotLatencyEstimate * e);
@@ -128,6 +139,34 @@ gboolean gst_lingbot_latency_estimate_add (GstLingbotLatencyEstimate * e,
     GstClockTime sample);
 gboolean gst_lingbot_latency_estimate_raise (GstLingbotLatencyEstimate * e,
     GstClockTime sample);
+gboolean gst_lingbot_latency_estimate_step (GstLingbotLatencyEstimate * e,
+    GstClockTime step);
+gboolean gst_lingbot_latency_estimate_falling (const GstLingbotLatencyEstimate
+    * e);
+
+/**
+ * GstLingbotLatencyStepper:
+ *
+ * Lowers a live element's #GstLingbotLatencyEstimate to its goal a quarter
+ * of a frame at a time, a frame apart on the element's clock, and posts
+ * %GST_MESSAGE_LATENCY at each step (the clock's thread).  Each
+ * re-distribution then makes the frames already waiting at a sink due at
+ * most a quarter of a frame sooner: the frame in the sink's clock wait
+ * keeps its time, the next one is shown a quarter of a frame early, and
+ * none is late; the video plays 4/3 as fast until the figure is down
+ * (all at once, the frames due within the fall less a frame and the
+ * sink's max-lateness were dropped).  Stopped while the element is not
+ * PLAYING.  Opaque; the element frees it.
+ */
+typedef struct _GstLingbotLatencyStepper GstLingbotLatencyStepper;
+
+GstLingbotLatencyStepper *gst_lingbot_latency_stepper_new (GstElement *
+    element, GMutex * lock, GstLingbotLatencyEstimate * estimate);
+void gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
+    GstClockTime frame, GstClockTime most);
+void gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
+    gboolean playing);
+void gst_lingbot_latency_stepper_free (GstLingbotLatencyStepper * s);
 
 /**
  * GstLingbotProperty:

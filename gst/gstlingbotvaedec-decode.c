@@ -64,6 +64,8 @@ gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
   self->negotiated = FALSE;
   self->frame_index = 0;
   self->chunk = 0;
+  if (self->latency_stepper != NULL)
+    gst_lingbot_latency_stepper_set_playing (self->latency_stepper, FALSE);
   GST_OBJECT_LOCK (self);
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
@@ -969,7 +971,9 @@ gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self)
  * (#GstLingbotLatencyEstimate: the largest of the last 4 plus an eighth,
  * moved when a chunk needs more or it falls by more than a tenth), and
  * GST_MESSAGE_LATENCY is posted when it moves (live streams only: the last
- * LATENCY answer said live).  @newest: @seconds is a new chunk's (a new
+ * LATENCY answer said live): up at once, down a quarter of a frame at a
+ * time, a frame apart (#GstLingbotLatencyStepper), so that the frames
+ * already at a sink stay on time.  @newest: @seconds is a new chunk's (a new
  * sample), else what the chunk in decode is now known to need (its sample
  * raised), so a chunk that needs more raises the latency before its later
  * frames go. */
@@ -977,15 +981,27 @@ static void
 note_decode_time (GstLingbotVaeDec * self, double seconds, gboolean newest)
 {
   GstClockTime t = (GstClockTime) (MAX (0, seconds) * GST_SECOND), now;
-  gboolean post;
+  GstClockTime chunk;
+  gboolean post, falling, live;
 
   GST_OBJECT_LOCK (self);
+  live = self->live;
   post = (newest ?
       gst_lingbot_latency_estimate_add (&self->decode_latency, t) :
-      gst_lingbot_latency_estimate_raise (&self->decode_latency, t))
-      && self->live;
+      gst_lingbot_latency_estimate_raise (&self->decode_latency, t)) && live;
+  /* a fall is taken in steps while the figure is distributed */
+  falling = gst_lingbot_latency_estimate_falling (&self->decode_latency);
+  if (falling && !live)
+    gst_lingbot_latency_estimate_step (&self->decode_latency,
+        GST_CLOCK_TIME_NONE);
   now = self->decode_latency.announced;
+  chunk = self->chunk_duration;
   GST_OBJECT_UNLOCK (self);
+  if (falling && live)
+    gst_lingbot_latency_stepper_start (self->latency_stepper,
+        self->fps_n > 0 ? gst_util_uint64_scale (GST_SECOND,
+            (guint64) self->fps_d, (guint64) self->fps_n) :
+        GST_CLOCK_TIME_NONE, chunk);
   if (post) {
     GST_INFO_OBJECT (self, "decode latency %" GST_TIME_FORMAT ": posting "
         "a latency message", GST_TIME_ARGS (now));

@@ -67,6 +67,7 @@ struct _GstLingbotVaeDec
 
   GstClockTime chunk_duration;  /* object lock; NONE before caps */
   GstLingbotLatencyEstimate decode_latency;     /* object lock: decode */
+  GstLingbotLatencyStepper *latency_stepper;    /* its falls */
   GstClockTime position;        /* object lock: end of the last frame */
 
   /* Two tasks (qlock): the decode task takes latent chunks (and the

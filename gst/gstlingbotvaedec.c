@@ -400,12 +400,17 @@ gst_lingbot_vae_dec_change_state (GstElement * element,
     /* the stats of the previous run were kept until now */
     gst_lingbot_vae_dec_decode_summary_reset (self);
   }
+  if (transition == GST_STATE_CHANGE_PLAYING_TO_PAUSED)
+    gst_lingbot_latency_stepper_set_playing (self->latency_stepper, FALSE);
   /* a chain waiting for queue space must return before the pads go */
   if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
     gst_lingbot_vae_dec_decode_set_flushing (self, TRUE);
   ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
   if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
     gst_lingbot_vae_dec_decode_reset (self);
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_PLAYING
+      && ret != GST_STATE_CHANGE_FAILURE)
+    gst_lingbot_latency_stepper_set_playing (self->latency_stepper, TRUE);
   gst_lingbot_world_holder_change_state (&self->holder, transition);
   return ret;
 }
@@ -449,6 +454,7 @@ gst_lingbot_vae_dec_finalize (GObject * object)
   GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (object);
 
   gst_lingbot_vae_dec_decode_reset (self);
+  g_clear_pointer (&self->latency_stepper, gst_lingbot_latency_stepper_free);
   g_queue_clear_full (&self->queue, (GDestroyNotify) gst_mini_object_unref);
   g_queue_clear_full (&self->out, (GDestroyNotify) gst_mini_object_unref);
   g_mutex_clear (&self->qlock);
@@ -582,5 +588,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
+  self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
+      NULL, &self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
 }

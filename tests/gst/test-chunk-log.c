@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <gst/check/gsttestclock.h>
+
 #include "gst/gstlingbotutil.h"
 
 /* ---- the reference: every record in a list ---- */
@@ -216,12 +218,12 @@ test_window_default (void)
 /* The reported latency came from 1.25 x the worst chunk of the stream
  * and never came down: one slow chunk (a warm-up, a 3 s stall) delayed
  * the rest of the session by it.  GstLingbotLatencyEstimate: the largest
- * of the last 4 chunks plus an eighth, announced when a chunk is above it
- * or when it falls by more than a tenth.  A steady 0.5 s chunk, a 3.5 s
- * one (a 3 s stall), then steady again: the announced figure is 0.5625 s,
+ * of the last 4 chunks plus an eighth is the goal when a chunk is above
+ * it or when it falls by more than a tenth.  A steady 0.5 s chunk, a
+ * 3.5 s one (a 3 s stall), then steady again: the goal is 0.5625 s,
  * 3.9375 s from the stall on (one move up), and 0.5625 s again 4 chunks
- * after it (one move down), within 10 % of the steady figure in <= 5
- * chunks; jitter of +-5 % moves nothing. */
+ * after it (one move down); jitter of +-5 % moves nothing.  The announced
+ * figure follows the goal up at once and down only by steps. */
 static void
 test_latency_recovers (void)
 {
@@ -231,24 +233,41 @@ test_latency_recovers (void)
 
   gst_lingbot_latency_estimate_reset (&e);
   g_assert_cmpuint (e.announced, ==, GST_CLOCK_TIME_NONE);
+  g_assert_false (gst_lingbot_latency_estimate_falling (&e));
+  g_assert_false (gst_lingbot_latency_estimate_step (&e, GST_CLOCK_TIME_NONE));
   g_assert_true (gst_lingbot_latency_estimate_add (&e, 500 * ms));
   g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+  g_assert_cmpuint (e.goal, ==, 562500 * GST_USECOND);
   for (int i = 0; i < 8; i++)
     g_assert_false (gst_lingbot_latency_estimate_add (&e,
             (i % 2 ? 525 : 475) * ms));
-  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+  g_assert_cmpuint (e.goal, ==, 562500 * GST_USECOND);
 
   /* the stall */
   g_assert_true (gst_lingbot_latency_estimate_add (&e, 3500 * ms));
   g_assert_cmpuint (e.announced, ==, 3937500 * GST_USECOND);
   for (guint k = 1; k <= 5; k++) {
-    moves += gst_lingbot_latency_estimate_add (&e, 500 * ms);
-    if (back == 0 && e.announced <= 562500 * GST_USECOND * 11 / 10)
+    GstClockTime goal = e.goal;
+
+    /* a fall is not announced by the samples */
+    g_assert_false (gst_lingbot_latency_estimate_add (&e, 500 * ms));
+    moves += e.goal != goal;
+    if (back == 0 && e.goal <= 562500 * GST_USECOND * 11 / 10)
       back = k;
   }
   g_assert_cmpuint (moves, ==, 1);
   g_assert_cmpuint (back, ==, 4);
+  g_assert_cmpuint (e.goal, ==, 562500 * GST_USECOND);
+  g_assert_cmpuint (e.announced, ==, 3937500 * GST_USECOND);
+  /* the steps take it down, never below the goal */
+  g_assert_true (gst_lingbot_latency_estimate_falling (&e));
+  g_assert_false (gst_lingbot_latency_estimate_step (&e, 0));
+  g_assert_true (gst_lingbot_latency_estimate_step (&e, 1000 * ms));
+  g_assert_cmpuint (e.announced, ==, 2937500 * GST_USECOND);
+  g_assert_true (gst_lingbot_latency_estimate_step (&e, 3000 * ms));
   g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+  g_assert_false (gst_lingbot_latency_estimate_falling (&e));
+  g_assert_false (gst_lingbot_latency_estimate_step (&e, 1000 * ms));
 
   /* slowly slower: moves up as soon as a chunk is above the figure */
   g_assert_false (gst_lingbot_latency_estimate_add (&e, 560 * ms));
@@ -259,15 +278,162 @@ test_latency_recovers (void)
   g_assert_true (gst_lingbot_latency_estimate_raise (&e, 1000 * ms));
   g_assert_cmpuint (e.announced, ==, 1125 * ms);
   g_assert_false (gst_lingbot_latency_estimate_raise (&e, 900 * ms));
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     g_assert_false (gst_lingbot_latency_estimate_add (&e, 500 * ms));
-  g_assert_true (gst_lingbot_latency_estimate_add (&e, 500 * ms));
-  g_assert_cmpuint (e.announced, ==, 562500 * GST_USECOND);
+  g_assert_cmpuint (e.goal, ==, 562500 * GST_USECOND);
+  g_assert_cmpuint (e.announced, ==, 1125 * ms);
+  /* falling, a chunk above the goal moves the goal (still below: the
+   * steps go on to it), one above the announced figure moves both */
+  g_assert_false (gst_lingbot_latency_estimate_add (&e, 700 * ms));
+  g_assert_cmpuint (e.goal, ==, 787500 * GST_USECOND);
+  g_assert_true (gst_lingbot_latency_estimate_falling (&e));
+  g_assert_true (gst_lingbot_latency_estimate_add (&e, 1200 * ms));
+  g_assert_cmpuint (e.announced, ==, 1350 * ms);
+  g_assert_false (gst_lingbot_latency_estimate_falling (&e));
 
   /* a new stream forgets it all; a raise with no chunk is a chunk */
   gst_lingbot_latency_estimate_reset (&e);
   g_assert_true (gst_lingbot_latency_estimate_raise (&e, 800 * ms));
   g_assert_cmpuint (e.announced, ==, 900 * ms);
+}
+
+/* the LATENCY messages on @bus */
+static guint
+pop_latency_messages (GstBus * bus)
+{
+  GstMessage *m;
+  guint n = 0;
+
+  while ((m = gst_bus_pop (bus)) != NULL) {
+    n += GST_MESSAGE_TYPE (m) == GST_MESSAGE_LATENCY;
+    gst_message_unref (m);
+  }
+  return n;
+}
+
+/* @e's goal 0.45 s, its announced figure 0.9 s */
+static void
+make_fall (GstLingbotLatencyEstimate * e, GMutex * lock)
+{
+  g_mutex_lock (lock);
+  gst_lingbot_latency_estimate_reset (e);
+  g_assert_true (gst_lingbot_latency_estimate_add (e, 800 * GST_MSECOND));
+  for (int i = 0; i < 4; i++)
+    g_assert_false (gst_lingbot_latency_estimate_add (e, 400 * GST_MSECOND));
+  g_assert_cmpuint (e->announced, ==, 900 * GST_MSECOND);
+  g_assert_cmpuint (e->goal, ==, 450 * GST_MSECOND);
+  g_mutex_unlock (lock);
+}
+
+static GstClockTime
+announced_now (GstLingbotLatencyEstimate * e, GMutex * lock)
+{
+  GstClockTime a;
+
+  g_mutex_lock (lock);
+  a = e->announced;
+  g_mutex_unlock (lock);
+  return a;
+}
+
+/* the next pending step is at @t */
+static void
+assert_pending_at (GstTestClock * tc, GstClockTime t)
+{
+  GstClockID id;
+
+  gst_test_clock_wait_for_next_pending_id (tc, &id);
+  g_assert_cmpuint (gst_clock_id_get_time (id), ==, t);
+  gst_clock_id_unref (id);
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 1);
+}
+
+/* A fall of the live latency distributed at once made the frames queued
+ * at a sink with the higher figure late by up to the fall: those beyond a
+ * frame plus max-lateness were dropped (bursts after each fall).
+ * GstLingbotLatencyStepper takes it in steps of a quarter of a frame, a
+ * frame apart on the element's clock, a LATENCY message with each: on a
+ * test clock, 0.45 s at 100 ms frames is 18 steps of 25 ms, the first
+ * 100 ms after the start, then nothing is scheduled.  Not PLAYING it
+ * waits; without a clock the figure goes at once; what lies beyond `most`
+ * goes at once too; leaving PLAYING cancels the next step and the return
+ * takes them up again; a start while steps are under way adds none. */
+static void
+test_latency_steps (void)
+{
+  GstLingbotLatencyEstimate e;
+  GstLingbotLatencyStepper *s;
+  GstElement *el = gst_element_factory_make ("identity", NULL);
+  GstClock *clock = gst_test_clock_new_with_start_time (10 * GST_SECOND);
+  GstTestClock *tc = GST_TEST_CLOCK (clock);
+  GstBus *bus = gst_bus_new ();
+  const GstClockTime ms = GST_MSECOND;
+  GMutex lock;
+
+  g_assert_nonnull (el);
+  g_mutex_init (&lock);
+  gst_element_set_bus (el, bus);
+  make_fall (&e, &lock);
+  s = gst_lingbot_latency_stepper_new (el, &lock, &e);
+
+  /* not PLAYING: nothing yet; PLAYING with no clock: at once */
+  gst_lingbot_latency_stepper_start (s, 100 * ms, GST_CLOCK_TIME_NONE);
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 900 * ms);
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 0);
+  gst_lingbot_latency_stepper_set_playing (s, TRUE);
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 450 * ms);
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 1);
+
+  /* on a clock: a step each crank, 25 ms each, a frame apart */
+  make_fall (&e, &lock);
+  gst_element_set_clock (el, clock);
+  gst_lingbot_latency_stepper_start (s, 100 * ms, GST_CLOCK_TIME_NONE);
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 0);
+  for (guint k = 1; k <= 18; k++) {
+    assert_pending_at (tc, 10 * GST_SECOND + k * 100 * ms);
+    gst_lingbot_latency_stepper_start (s, 100 * ms, GST_CLOCK_TIME_NONE);
+    g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 1);
+    g_assert_true (gst_test_clock_crank (tc));
+    g_assert_cmpuint (announced_now (&e, &lock), ==, 900 * ms - k * 25 * ms);
+    g_assert_cmpuint (pop_latency_messages (bus), ==, 1);
+  }
+  g_assert_false (gst_lingbot_latency_estimate_falling (&e));
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+
+  /* at most 0.2 s in steps: 0.25 s at once (a message), then 8 steps */
+  make_fall (&e, &lock);
+  gst_lingbot_latency_stepper_start (s, 100 * ms, 200 * ms);
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 650 * ms);
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 1);
+  for (guint k = 1; k <= 8; k++)
+    g_assert_true (gst_test_clock_crank (tc));
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 450 * ms);
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 8);
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+
+  /* leaving PLAYING cancels the next step, the return takes them up */
+  make_fall (&e, &lock);
+  gst_lingbot_latency_stepper_start (s, 100 * ms, GST_CLOCK_TIME_NONE);
+  g_assert_true (gst_test_clock_crank (tc));
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 1);
+  gst_lingbot_latency_stepper_set_playing (s, FALSE);
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 875 * ms);
+  gst_lingbot_latency_stepper_set_playing (s, TRUE);
+  assert_pending_at (tc, gst_clock_get_time (clock) + 100 * ms);
+  g_assert_true (gst_test_clock_crank (tc));
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 850 * ms);
+  /* freed with a step pending */
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 1);
+  gst_lingbot_latency_stepper_free (s);
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+  g_assert_cmpuint (announced_now (&e, &lock), ==, 850 * ms);
+
+  gst_element_set_bus (el, NULL);
+  gst_object_unref (bus);
+  gst_object_unref (el);
+  gst_object_unref (clock);
+  g_mutex_clear (&lock);
 }
 
 int
@@ -278,5 +444,6 @@ main (int argc, char **argv)
   g_test_add_func ("/chunk-log/bounded", test_bounded);
   g_test_add_func ("/chunk-log/window-default", test_window_default);
   g_test_add_func ("/latency/recovers", test_latency_recovers);
+  g_test_add_func ("/latency/steps", test_latency_steps);
   return g_test_run ();
 }

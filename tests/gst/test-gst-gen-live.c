@@ -403,6 +403,141 @@ GST_START_TEST (test_latency_live)
 
 GST_END_TEST;
 
+/* the latency each element answered and what the sink was given, after
+ * each re-distribution */
+typedef struct
+{
+  GstClockTime gen, dec, sink;
+} LatencyAt;
+
+/* A live latency that falls does not make the frames waiting at the sink
+ * late: the decode latency raised by a slow path to the decoder (an
+ * identity sleeping 0.4 s a chunk, then not at all) and the compute
+ * latency raised by a sink's QoS lateness (0.5 s) both fall once those
+ * chunks leave their estimates' windows (4 chunks), and each falls a
+ * quarter of a frame at a time, a frame apart, so the frames queued with
+ * the higher figure are shown a little sooner, not dropped (dropping all
+ * at once, the frames due within the fall less a frame plus max-lateness
+ * were dropped: 5-7 of 173 here).  16/1: a frame 62.5 ms, a chunk 1 s. */
+GST_START_TEST (test_live_latency_falls)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=16 frames=173");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! identity name=slow sleep-time=400000 ! "
+      "lingbotvaedec name=dec ! fakesink name=sink sync=true qos=true "
+      "max-lateness=20000000", g1);
+  const GstClockTime frame = GST_SECOND / 16;
+  GstElement *p = gst_parse_launch (desc, NULL), *ctl, *slow, *gen, *sink;
+  GstBus *bus = gst_element_get_bus (p);
+  GArray *at = g_array_new (FALSE, FALSE, sizeof (LatencyAt));
+  GstClockTime gen_peak = 0, dec_peak = 0;
+  GstStructure *stats = NULL;
+  gboolean eos = FALSE, known = FALSE;
+  guint64 rendered = 0, dropped = 99;
+  guint chunks = 0, frames = 0;
+
+  g_assert_nonnull (p);
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  slow = gst_bin_get_by_name (GST_BIN (p), "slow");
+  gen = gst_bin_get_by_name (GST_BIN (p), "gen");
+  sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  g_signal_emit_by_name (ctl, "press-key", "w", &known);
+  g_assert_true (known);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!eos) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+        GST_MESSAGE_ERROR);
+    const GstStructure *st;
+
+    g_assert_nonnull (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+      g_autoptr (GError) err = NULL;
+
+      gst_message_parse_error (msg, &err, NULL);
+      g_error ("error: %s", err->message);
+    }
+    st = gst_message_get_structure (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
+      eos = TRUE;
+      g_object_get (sink, "stats", &stats, NULL);
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
+      LatencyAt l;
+      gboolean live;
+      GstClockTime max;
+
+      g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
+      query_latency (p, "gen", &live, &l.gen, &max);
+      query_latency (p, "dec", &live, &l.dec, &max);
+      l.dec -= l.gen;
+      l.sink = gst_base_sink_get_latency (GST_BASE_SINK (sink));
+      g_array_append_val (at, l);
+      gen_peak = MAX (gen_peak, l.gen);
+      dec_peak = MAX (dec_peak, l.dec);
+    } else if (gst_structure_has_name (st, "lingbot-decode")) {
+      int n = 0;
+
+      g_assert_true (gst_structure_get_int (st, "frames", &n));
+      frames += (guint) n;
+    } else if (gst_structure_has_name (st, "lingbot-chunk")) {
+      guint64 pts;
+
+      g_assert_true (gst_structure_get_uint64 (st, "pts", &pts));
+      if (chunks == 1)
+        g_object_set (slow, "sleep-time", 0, NULL);
+      if (chunks == 5) {
+        /* as a sink 0.5 s late with a frame of this chunk would */
+        GstPad *src = gst_element_get_static_pad (gen, "src");
+
+        g_assert_true (gst_pad_send_event (src,
+                gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
+                    GST_SECOND / 2, pts)));
+        gst_object_unref (src);
+      }
+      chunks++;
+    }
+    gst_message_unref (msg);
+  }
+  gst_element_set_state (p, GST_STATE_NULL);
+
+  g_assert_cmpuint (chunks, ==, 11);
+  g_assert_cmpuint (frames, ==, 173);
+  g_assert_true (gst_structure_get_uint64 (stats, "rendered", &rendered));
+  g_assert_true (gst_structure_get_uint64 (stats, "dropped", &dropped));
+  /* the falls happened, each larger than a frame plus max-lateness */
+  g_assert_cmpuint (at->len, >=, 2);
+  {
+    const LatencyAt *last = &g_array_index (at, LatencyAt, at->len - 1);
+
+    g_assert_cmpuint (dec_peak, >=, last->dec + 3 * frame);
+    g_assert_cmpuint (gen_peak, >=, last->gen + 3 * frame);
+  }
+  /* a quarter of a frame per element at a time: what one re-distribution
+   * takes off what the sink has is under half a frame */
+  for (guint i = 1; i < at->len; i++) {
+    GstClockTime a = g_array_index (at, LatencyAt, i - 1).sink;
+    GstClockTime b = g_array_index (at, LatencyAt, i).sink;
+
+    if (b < a && a - b > frame / 2)
+      g_error ("re-distribution %u took %" GST_TIME_FORMAT " off the sink's "
+          "latency at once", i, GST_TIME_ARGS (a - b));
+  }
+  g_assert_cmpuint (dropped, ==, 0);
+  g_assert_cmpuint (rendered, ==, 173);
+
+  gst_structure_free (stats);
+  g_array_unref (at);
+  gst_object_unref (bus);
+  gst_object_unref (ctl);
+  gst_object_unref (slow);
+  gst_object_unref (gen);
+  gst_object_unref (sink);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_gen_live_suite (void)
 {
@@ -415,6 +550,7 @@ lingbot_gst_gen_live_suite (void)
   tcase_add_test (tc, test_live_waits_for_keys);
   tcase_add_test (tc, test_offline_waits_for_control);
   tcase_add_test (tc, test_live_paced);
+  tcase_add_test (tc, test_live_latency_falls);
   /* last, in a process whose thread pools and plugin state the pipelines
    * above made (CK_FORK=no), as in the one program it came from: its
    * frame-accurate render check is about the steady schedule */
