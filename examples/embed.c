@@ -24,6 +24,7 @@
 typedef struct
 {
   GMainLoop *loop;
+  GstElement *pipeline;
   GstElement *controls;
   guint frames;
   guint chunks;
@@ -83,6 +84,12 @@ on_message (GstBus * bus, GstMessage * msg, gpointer user_data)
     }
     case GST_MESSAGE_EOS:
       g_main_loop_quit (app->loop);
+      break;
+    case GST_MESSAGE_LATENCY:
+      /* a live session's latency moves (up at once, down in steps): the
+       * application re-distributes it, as gst-launch-1.0 does, so that a
+       * sink with sync=true shows each frame at its time */
+      gst_bin_recalculate_latency (GST_BIN (app->pipeline));
       break;
     default:
       break;
@@ -157,6 +164,7 @@ main (int argc, char **argv)
       g_object_set (gen, "prompt", "a medieval town square at noon", NULL);
     gst_object_unref (gen);
   }
+  app.pipeline = pipeline;
   app.controls = gst_bin_get_by_name (GST_BIN (pipeline), "controls");
   sink = gst_bin_get_by_name (GST_BIN (pipeline), "sink");
   g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &app);
