@@ -860,9 +860,15 @@ struct _GstLingbotLatencyStepper
   GMutex *estimate_lock;        /* NULL: the element's object lock */
   GstLingbotLatencyEstimate *estimate;
   GstClockID id;                /* the next step, NULL when none */
-  GstClockTime frame, most;     /* the last start's */
+  GstClockTime interval, step;  /* from the last start's frame */
+  GstClockTime most;            /* the last start's */
   gboolean playing;
 };
+
+/* Steps are a frame apart, and 1/30 s at the least, so that a high rate
+ * does not post a message a frame; each a quarter of that, a frame at the
+ * most: a step of up to a frame makes no queued frame late. */
+#define STEP_MIN_INTERVAL (GST_SECOND / 30)
 
 static void
 stepper_lock_estimate (GstLingbotLatencyStepper * s)
@@ -946,7 +952,7 @@ stepper_take (GstLingbotLatencyStepper * s, GstClock * clock,
   *announced = e->announced;
   stepper_unlock_estimate (s);
   if (falling && clock != NULL && s->id == NULL)
-    stepper_arm (s, clock, gst_clock_get_time (clock) + s->frame);
+    stepper_arm (s, clock, gst_clock_get_time (clock) + s->interval);
   return moved ? gst_object_ref (s->element) : NULL;
 }
 
@@ -962,7 +968,7 @@ stepper_fire (GstClock * clock, GstClockTime time, GstClockID id, gpointer data)
   if (s->element != NULL && s->playing && s->id == id) {
     gst_clock_id_unref (s->id);
     s->id = NULL;
-    element = stepper_take (s, clock, s->frame / 4, FALSE, &announced);
+    element = stepper_take (s, clock, s->step, FALSE, &announced);
   }
   g_mutex_unlock (&s->lock);
   if (element != NULL)
@@ -1006,7 +1012,8 @@ gst_lingbot_latency_stepper_new (GstElement * element, GMutex * lock,
   s->element = element;
   s->estimate_lock = lock;
   s->estimate = estimate;
-  s->frame = GST_SECOND / 16;
+  s->interval = GST_SECOND / 16;
+  s->step = s->interval / 4;
   s->most = GST_CLOCK_TIME_NONE;
   return s;
 }
@@ -1026,7 +1033,9 @@ gst_lingbot_latency_stepper_new (GstElement * element, GMutex * lock,
  * three times as long), the rest in steps of a quarter of @frame, the
  * first a frame from now and each next a frame later, a
  * %GST_MESSAGE_LATENCY with each (the first, for a fall beyond @most, in
- * the caller's thread).  Steps under way go on.  Without a clock (no frame
+ * the caller's thread).  Above 30 fps the steps are 1/30 s apart, a
+ * quarter of that each (a frame at the most).  Steps under way go on.
+ * Without a clock (no frame
  * waits at a synchronised sink) the figure goes to its goal at once.
  */
 void
@@ -1036,9 +1045,11 @@ gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
   GstElement *element;
   GstClockTime announced = GST_CLOCK_TIME_NONE;
 
+  if (!GST_CLOCK_TIME_IS_VALID (frame) || frame == 0)
+    frame = GST_SECOND / 16;
   g_mutex_lock (&s->lock);
-  s->frame = GST_CLOCK_TIME_IS_VALID (frame) && frame > 0 ? frame :
-      GST_SECOND / 16;
+  s->interval = MAX (frame, STEP_MIN_INTERVAL);
+  s->step = MIN (s->interval / 4, frame);
   s->most = most;
   element = stepper_resume (s, &announced);
   g_mutex_unlock (&s->lock);

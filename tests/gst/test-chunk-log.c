@@ -357,7 +357,8 @@ assert_pending_at (GstTestClock * tc, GstClockTime t)
  * 100 ms after the start, then nothing is scheduled.  Not PLAYING it
  * waits; without a clock the figure goes at once; what lies beyond `most`
  * goes at once too; leaving PLAYING cancels the next step and the return
- * takes them up again; a start while steps are under way adds none. */
+ * takes them up again; a start while steps are under way adds none;
+ * above 30 fps the steps are 1/30 s apart, a frame each. */
 static void
 test_latency_steps (void)
 {
@@ -409,6 +410,18 @@ test_latency_steps (void)
     g_assert_true (gst_test_clock_crank (tc));
   g_assert_cmpuint (announced_now (&e, &lock), ==, 450 * ms);
   g_assert_cmpuint (pop_latency_messages (bus), ==, 8);
+  g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+
+  /* 200 fps: steps 1/30 s apart, 5 ms (a frame) each, not a message
+   * every 5 ms */
+  make_fall (&e, &lock);
+  gst_lingbot_latency_stepper_start (s, 5 * ms, GST_CLOCK_TIME_NONE);
+  for (guint k = 1; k <= 90; k++) {
+    assert_pending_at (tc, gst_clock_get_time (clock) + GST_SECOND / 30);
+    g_assert_true (gst_test_clock_crank (tc));
+    g_assert_cmpuint (announced_now (&e, &lock), ==, 900 * ms - k * 5 * ms);
+  }
+  g_assert_cmpuint (pop_latency_messages (bus), ==, 90);
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
 
   /* leaving PLAYING cancels the next step, the return takes them up */
