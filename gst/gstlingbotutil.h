@@ -148,7 +148,8 @@ gboolean gst_lingbot_latency_estimate_falling (const GstLingbotLatencyEstimate
  * GstLingbotLatencyStepper:
  *
  * Lowers a live element's #GstLingbotLatencyEstimate to its goal a quarter
- * of a frame at a time, a frame apart on the element's clock, and posts
+ * of a frame at a time, a frame apart on the element's clock (above
+ * 30 fps: 1/30 s apart, a frame each), and posts
  * %GST_MESSAGE_LATENCY at each step (the clock's thread).  Each
  * re-distribution then makes the frames already waiting at a sink due at
  * most a quarter of a frame sooner: the frame in the sink's clock wait
