@@ -386,6 +386,8 @@ void session_close (Session * s, const char *reason);
 void session_fail (Session * s, const char *code, const char *message);
 /* the last peer is gone: keep the world for a reload to resume it */
 void session_detached (Session * s);
+/* the launch line of a session's pipeline with @enc (newly allocated) */
+char *session_description (LingbotWebrtcServer * server, const Encoder * enc);
 /* makes the pipeline of @s and starts it */
 gboolean session_build (Session * s, GError ** error);
 /* a new session in the server's table */

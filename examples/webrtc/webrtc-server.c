@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <gst/gst.h>
+#include <lingbot/lingbot.h>
 
 #include "webrtc-server-private.h"
 
@@ -349,9 +350,24 @@ address_is_loopback (const char *address)
   return a != NULL && g_inet_address_get_is_loopback (a);
 }
 
+/* @message without the "PATH: " the library starts it with (the option's
+ * line names the file already) */
+static const char *
+after_path (const char *message, const char *path)
+{
+  gsize n = strlen (path);
+
+  if (strncmp (message, path, n) == 0 && strncmp (message + n, ": ", 2) == 0)
+    return message + n + 2;
+  return message;
+}
+
 /* What every session's pipeline will need, checked once at start so that
  * a mistake is said when the server starts, not when a browser connects:
- * the lingbot elements, the model folder, the start image, and each
+ * the lingbot elements, the model folder and its parts (located, not
+ * loaded: lingbot_world_check_model()), the start image (decoded as the
+ * session will), the prompt embeddings (read), the devices of every
+ * session (lingbot_world_check_devices(): no ranks made), and each
  * --set NAME=VALUE naming a lingbotbin property with a value of its
  * type (values the element refuses only when it starts, such as a size
  * it cannot make, are said to the browser and the log then). */
@@ -360,6 +376,7 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
 {
   const char *lingbot[] = { "lingbotcontrolsrc", "lingbotbin", NULL };
   g_autoptr (GstElement) bin = NULL;
+  g_autoptr (GError) why = NULL;
 
   for (guint i = 0; lingbot[i]; i++) {
     GstElementFactory *f = gst_element_factory_find (lingbot[i]);
@@ -374,12 +391,59 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
   }
   if (server->model && !g_file_test (server->model, G_FILE_TEST_IS_DIR)) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+        g_file_test (server->model, G_FILE_TEST_EXISTS) ?
+        "--model %s: not a folder (give the model folder)" :
         "--model %s: no such folder", server->model);
+    return FALSE;
+  }
+  /* the model's parts located as the world will load them (no weight is
+   * read); the text encoder only when no prompt embeddings are given */
+  if (server->model && !lingbot_world_check_model (server->model,
+          server->prompt_embeds == NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND, "--model %s: %s",
+        server->model, why->message);
+    return FALSE;
+  }
+  if (server->image && g_file_test (server->image, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--image %s: a folder, not a JPEG file", server->image);
     return FALSE;
   }
   if (server->image && !g_file_test (server->image, G_FILE_TEST_IS_REGULAR)) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
         "--image %s: no such file", server->image);
+    return FALSE;
+  }
+  /* decoded as the session will (at a 64th of the pixels) */
+  if (server->image && !lingbot_session_check_image (server->image, NULL,
+          NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--image %s: not a usable JPEG: %s", server->image,
+        after_path (why->message, server->image));
+    return FALSE;
+  }
+  if (server->prompt_embeds && !lingbot_session_check_prompt_embeds
+      (server->prompt_embeds, NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--prompt-embeds %s: not a usable prompt-embeds file: %s",
+        server->prompt_embeds, after_path (why->message,
+            server->prompt_embeds));
+    return FALSE;
+  }
+  /* the devices of every session (each group's, else --devices) */
+  for (guint i = 0; i < MAX (server->n_groups, 1); i++) {
+    const char *devices = server->n_groups ? server->groups[i].devices :
+        server->devices;
+
+    if (lingbot_world_check_devices (devices, NULL, &why))
+      continue;
+    if (server->n_groups)
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --device-groups: group %u '%s': %s", i + 1, devices,
+          why->message);
+    else
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --devices '%s': %s", devices, why->message);
     return FALSE;
   }
   bin = gst_object_ref_sink (gst_element_factory_make ("lingbotbin", NULL));
@@ -406,6 +470,31 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
   return TRUE;
 }
 
+/* The session pipeline's launch line parses (a --source fragment
+ * included) and every element in it exists: made once, in NULL (no model
+ * is loaded), and dropped. */
+static gboolean
+check_pipeline (LingbotWebrtcServer * server, GError ** error)
+{
+  g_autofree char *desc = session_description (server,
+      server_find_encoder (server->encoder));
+  g_autoptr (GError) why = NULL;
+  GstElement *pipeline = gst_parse_launch_full (desc, NULL,
+      GST_PARSE_FLAG_FATAL_ERRORS, &why);
+
+  if (pipeline == NULL) {
+    if (server->source)
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --source '%s': %s", server->source, why->message);
+    else
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+          "the session pipeline cannot be made: %s", why->message);
+    return FALSE;
+  }
+  gst_object_unref (gst_object_ref_sink (pipeline));
+  return TRUE;
+}
+
 /**
  * lingbot_webrtc_server_new:
  * @cfg: the configuration (copied)
@@ -419,8 +508,12 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
  * now, and again on a group whose session ended, before any browser.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
- *   an unknown encoder, a missing element, no model folder or start image,
- *   a --set that is not a lingbotbin property or value, no page folder, not an IP
+ *   an unknown encoder, a missing element, no model folder or a model
+ *   part missing, a start image that is not a usable JPEG, prompt
+ *   embeddings that cannot be read, devices (or a device group) that
+ *   lingbot_world_check_devices() refuses, a --source that does not
+ *   parse, a --set that is not a lingbotbin property or value, no page
+ *   folder, not an IP
  *   address, an ICE server URL or TURN configuration that
  *   lingbot_webrtc_ice_url_check() refuses, RLIMIT_NOFILE too low for the cap
  *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
@@ -501,6 +594,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
     gst_object_unref (f);
   }
   if (server->source == NULL && !check_session_config (server, error))
+    return NULL;
+  if (!check_pipeline (server, error))
     return NULL;
   if (cfg->www_dir == NULL
       || (server->www_dir = realpath (cfg->www_dir, NULL)) == NULL) {

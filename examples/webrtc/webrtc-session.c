@@ -650,25 +650,31 @@ on_encoder_caps (GObject * pad, GParamSpec * pspec, gpointer user_data)
   }
 }
 
-gboolean
-session_build (Session * s, GError ** error)
+char *
+session_description (LingbotWebrtcServer * server, const Encoder * enc)
 {
-  LingbotWebrtcServer *server = s->server;
-  g_autofree char *chain = g_strdup_printf (s->enc->chain, KEY_INTERVAL);
-  g_autofree char *desc = NULL;
-  g_autoptr (GstBus) bus = NULL;
-  GstElement *world, *pay, *enc;
+  g_autofree char *chain = g_strdup_printf (enc->chain, KEY_INTERVAL);
 
   /* paced here, before the tee: webrtcbin (1.22) syncs each branch to the
    * clock, and a branch linked later must not find the stream ahead of it
    * (a generator faster than real time would otherwise run ahead, and a
    * reloaded page would wait for its first frame as long) */
-  desc = g_strdup_printf ("%s ! videoconvert ! video/x-raw,format=I420 "
+  return g_strdup_printf ("%s ! videoconvert ! video/x-raw,format=I420 "
       "! queue max-size-buffers=64 max-size-bytes=0 max-size-time=0 "
       "! clocksync name=pace ! %s ! %s ! tee name=out allow-not-linked=true",
       server->source ? server->source :
       "lingbotcontrolsrc name=control is-live=true ! lingbotbin name=world",
-      chain, s->enc->rtp_caps);
+      chain, enc->rtp_caps);
+}
+
+gboolean
+session_build (Session * s, GError ** error)
+{
+  LingbotWebrtcServer *server = s->server;
+  g_autofree char *desc = session_description (server, s->enc);
+  g_autoptr (GstBus) bus = NULL;
+  GstElement *world, *pay, *enc;
+
   g_debug ("session %u: %s", s->id, desc);
   s->pipeline = gst_parse_launch_full (desc, NULL, GST_PARSE_FLAG_FATAL_ERRORS,
       error);

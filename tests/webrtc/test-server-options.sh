@@ -90,10 +90,36 @@ export GST_REGISTRY_FORK=no GST_REGISTRY_1_0="$tmp/registry.bin"
 check 1 "lingbot-webrtc-server: --model /nonexistent: no such folder" $m \
   --port 0
 mkdir "$tmp/model"
-: >"$tmp/start.jpg"
+# a model folder without its parts: refused at start, not per browser
+check 1 "lingbot-webrtc-server: --model $tmp/model: world: DiT weights not found: $tmp/model/transformers does not exist" \
+  --model "$tmp/model" --image /nonexistent.jpg --port 0
+# the parts are only located at start (none is read): empty files do
+mkdir -p "$tmp/model/transformers" "$tmp/model/google/umt5-xxl"
+: >"$tmp/model/Wan2.1_VAE.pth"
+check 1 "lingbot-webrtc-server: --model $tmp/model: world: text encoder not found: $tmp/model/models_t5_umt5-xxl-enc-bf16.pth does not exist, nor .safetensors or .dummy.json (without one, give prompt embeddings: lingbotgen's prompt-embeds, lingbot-generate --prompt-embeds, or load_text_encoder FALSE in LingbotWorldOptions)" \
+  --model "$tmp/model" --image /nonexistent.jpg --port 0
+: >"$tmp/model/models_t5_umt5-xxl-enc-bf16.pth"
+: >"$tmp/model/google/umt5-xxl/spiece.model"
 check 1 "lingbot-webrtc-server: --image /nonexistent.jpg: no such file" \
   --model "$tmp/model" --image /nonexistent.jpg --port 0
+: >"$tmp/start.jpg"
+check 1 "lingbot-webrtc-server: --image $tmp/start.jpg: not a usable JPEG: JPEG: Empty input file" \
+  --model "$tmp/model" --image "$tmp/start.jpg" --port 0
+cp "$(dirname "$0")/../data/gpu-start.jpg" "$tmp/start.jpg"
 ok="--model $tmp/model --image $tmp/start.jpg"
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: --prompt-embeds /nonexistent.emb: not a usable prompt-embeds file: cannot open: No such file or directory" \
+  $ok --prompt-embeds /nonexistent.emb --port 0
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: invalid --devices 'gpu': devices \"gpu\": \"gpu\" is not a GPU ordinal" \
+  $ok --devices gpu --port 0
+# shellcheck disable=SC2086
+check 1 "lingbot-webrtc-server: invalid --devices 'cpu:0': devices \"cpu:0\": at least one rank is needed" \
+  $ok --devices cpu:0 --port 0
+check 1 "lingbot-webrtc-server: invalid --source 'videotestsrc ! ! bogus': syntax error" \
+  --source "videotestsrc ! ! bogus" --port 0
+check 1 "lingbot-webrtc-server: invalid --source 'videotestsrc ! nosuchelement': no element \"nosuchelement\"" \
+  --source "videotestsrc ! nosuchelement" --port 0
 # shellcheck disable=SC2086
 check 1 "lingbot-webrtc-server: not a lingbotbin property: bogus=1" $ok \
   --set bogus=1 --port 0
