@@ -738,7 +738,7 @@ session_build (Session * s, GError ** error)
 }
 
 Session *
-session_new (LingbotWebrtcServer * server)
+session_new (LingbotWebrtcServer * server, gint group)
 {
   Session *s = g_atomic_rc_box_new0 (Session);  /* the table's */
 
@@ -747,7 +747,7 @@ session_new (LingbotWebrtcServer * server)
   s->leaving = g_ptr_array_new_with_free_func (gst_object_unref);
   s->id = ++server->next_session;
   /* the caller checked that a slot is free: with groups, one of them */
-  groups_take (server, s);
+  groups_take (server, s, group);
   s->enc = server_find_encoder (server->encoder);
   s->max_message = server->max_message_size;
   s->last_chunk = -1;
