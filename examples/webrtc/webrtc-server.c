@@ -453,7 +453,13 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
         (G_OBJECT_GET_CLASS (bin), kv[0]) : NULL;
     g_auto (GValue) v = G_VALUE_INIT;
 
-    if (ps == NULL || kv[1] == NULL) {
+    if (kv[0] == NULL || kv[1] == NULL || *kv[0] == '\0') {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --set '%s': not NAME=VALUE (a lingbotbin property and "
+          "its value, e.g. width=256)", server->gen_props[i]);
+      return FALSE;
+    }
+    if (ps == NULL) {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
           "not a lingbotbin property: %s", server->gen_props[i]);
       return FALSE;
@@ -525,6 +531,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   g_autoptr (GInetAddress) inet = NULL;
   g_autoptr (GSocketAddress) addr = NULL;
   g_autoptr (GSocketAddress) bound = NULL;
+  g_autofree char *host = NULL;
   const char *needed[] = { "webrtcbin", "videoconvert", "queue", "tee",
     "clocksync", NULL
   };
@@ -637,9 +644,12 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   http_accept_next (server);
   /* with device groups: a world on each, before any browser */
   groups_make_worlds (server);
+  /* an IPv6 address in a URL is in brackets (RFC 3986) */
+  host = g_inet_address_get_family (inet) == G_SOCKET_FAMILY_IPV6 ?
+      g_strdup_printf ("[%s]", server->address) : g_strdup (server->address);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
       "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
-      "idle timeout %u s)", server->address,
+      "idle timeout %u s)", host,
       server->port, server->www_dir, server->encoder, server->max_sessions,
       server->max_sessions == 1 ? "" : "s",
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",
