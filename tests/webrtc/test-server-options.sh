@@ -143,6 +143,25 @@ check 1 "lingbot-webrtc-server: not a lingbotbin property: bogus=1" $ok \
 # shellcheck disable=SC2086
 check 1 "lingbot-webrtc-server: --set width=wide: not a value of lingbotbin's width (gint)" \
   $ok --set width=wide --port 0
+# tools/webrtc-demo.sh refuses its own wrong arguments before it builds
+demo="$(dirname "$0")/../../tools/webrtc-demo.sh"
+check_demo() {   # EXPECTED-LINE ARGS...
+  want=$1
+  shift
+  rc=0
+  bash "$demo" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [ "$rc" -eq 2 ] || fail "webrtc-demo.sh: exit $rc (not 2) for $*"
+  [ "$(cat "$tmp/err")" = "$want" ] ||
+    { cat "$tmp/err"; fail "webrtc-demo.sh: not '$want' for $*"; }
+  echo "ok: webrtc-demo.sh $* -> $want"
+}
+check_demo "webrtc-demo.sh: --port needs a value (see --help)" --port
+check_demo "webrtc-demo.sh: invalid --port '0': 1..65535 (see --help)" \
+  --port 0
+check_demo "webrtc-demo.sh: invalid --port '8o80': 1..65535 (see --help)" \
+  --port 8o80
+check_demo "webrtc-demo.sh: --model needs a value (see --help)" --model
+check_demo "webrtc-demo.sh: unknown argument --bogus (see --help)" --bogus
 # an IPv6 address is in brackets in the URL the server prints (where this
 # machine has IPv6 loopback); a stand-in source, stopped once it listens
 "$server" --source "videotestsrc is-live=true" --address ::1 --port 0 \
