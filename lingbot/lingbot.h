@@ -245,6 +245,8 @@ gboolean lingbot_world_parse_precision (const char *precision,
     LingbotPrecision * math, GError ** error);
 gboolean lingbot_world_check_devices (const char *devices, int *n_ranks,
     GError ** error);
+gboolean lingbot_world_check_model (const char *model, gboolean text_encoder,
+    GError ** error);
 LingbotWorld *lingbot_world_ref (LingbotWorld * world);
 void lingbot_world_unref (LingbotWorld * world);
 gboolean lingbot_world_is_broken (LingbotWorld * world);

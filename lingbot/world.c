@@ -131,6 +131,95 @@ lingbot_world_parse_precision (const char *precision,
   return FALSE;
 }
 
+/* The parts of the model directory @model that lingbot_world_new() loads,
+ * located (nothing is read): the DiT folder, the VAE file and, with
+ * @text_encoder, the umT5 encoder and tokenizer (else those stay %NULL).
+ * The error names the first part missing. */
+static gboolean
+world_find_parts (const char *model, gboolean text_encoder, char **dit,
+    char **vae, char **t5, char **tokenizer, GError ** error)
+{
+  const char *vae_names[] = { LINGBOT_WORLD_VAE_PTH,
+    LINGBOT_WORLD_VAE_SAFETENSORS, LINGBOT_WORLD_VAE_DUMMY, NULL
+  };
+
+  *dit = *vae = *t5 = *tokenizer = NULL;
+  if (model == NULL || *model == '\0') {
+    g_set_error (error, LB_ERROR, LB_ERROR_INVALID_ARGUMENT,
+        "world: no model path (set model_path to the model directory)");
+    return FALSE;
+  }
+  if (!g_file_test (model, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        g_file_test (model, G_FILE_TEST_EXISTS) ?
+        "world: model path %s is not a directory (give the model directory)"
+        : "world: model directory %s does not exist", model);
+    return FALSE;
+  }
+  *dit = g_build_filename (model, LINGBOT_WORLD_DIT_DIR, NULL);
+  if (!g_file_test (*dit, G_FILE_TEST_IS_DIR)) {
+    g_autofree char *idx = g_build_filename (model, "model.safetensors."
+        "index.json", NULL);
+    g_autofree char *cfg = g_build_filename (model, "config.json", NULL);
+    if (!g_file_test (idx, G_FILE_TEST_EXISTS) &&
+        !g_file_test (cfg, G_FILE_TEST_EXISTS)) {
+      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+          "world: DiT weights not found: %s does not exist", *dit);
+      g_clear_pointer (dit, g_free);
+      return FALSE;
+    }
+    g_free (*dit);
+    *dit = g_strdup (model);
+  }
+  *vae = find_part (model, vae_names);
+  if (*vae == NULL) {
+    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
+        "world: VAE not found: none of %s/%s, %s or %s exists", model,
+        LINGBOT_WORLD_VAE_PTH, LINGBOT_WORLD_VAE_SAFETENSORS,
+        LINGBOT_WORLD_VAE_DUMMY);
+    g_clear_pointer (dit, g_free);
+    return FALSE;
+  }
+  if (text_encoder && !lingbot_world_find_text_encoder (model, t5, tokenizer,
+          error)) {
+    g_clear_pointer (dit, g_free);
+    g_clear_pointer (vae, g_free);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/**
+ * lingbot_world_check_model:
+ * @model: (nullable): a model directory (the release layout of lingbot.h)
+ * @text_encoder: whether the umT5 encoder and its tokenizer are needed
+ *   (LingbotWorldOptions.load_text_encoder)
+ * @error: the errors lingbot_world_new() gives before it loads anything:
+ *   %LB_ERROR_INVALID_ARGUMENT for no path, %LB_ERROR_NOT_FOUND naming the
+ *   missing directory or part ("world: model directory MODEL does not
+ *   exist", "world: model path MODEL is not a directory (give the model
+ *   directory)", "world: DiT weights not found: MODEL/transformers does
+ *   not exist", "world: VAE not found: ...", the text encoder's of
+ *   lingbot_world_find_text_encoder())
+ *
+ * Locates the parts of @model the way lingbot_world_new() does, without
+ * reading a weight: for a caller that refuses a model folder that cannot
+ * load before any world is made (lingbot-webrtc-server at start).  A part
+ * that exists but does not load (a corrupt or wrongly shaped checkpoint)
+ * is found only by lingbot_world_new().
+ *
+ * Returns: %TRUE when every part exists.
+ */
+gboolean
+lingbot_world_check_model (const char *model, gboolean text_encoder,
+    GError ** error)
+{
+  g_autofree char *dit = NULL, *vae = NULL, *t5 = NULL, *tokenizer = NULL;
+
+  return world_find_parts (model, text_encoder, &dit, &vae, &t5, &tokenizer,
+      error);
+}
+
 /**
  * lingbot_world_check_devices:
  * @devices: a devices string (LingbotWorldOptions.devices: "cpu:N" or GPU
@@ -303,52 +392,23 @@ world_new (const LingbotWorldOptions * options, LbBackend * backend,
         "world: no model path (set model_path to the model directory)");
     return NULL;
   }
-  if (!g_file_test (model, G_FILE_TEST_IS_DIR)) {
-    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-        g_file_test (model, G_FILE_TEST_EXISTS) ?
-        "world: model path %s is not a directory (give the model directory)"
-        : "world: model directory %s does not exist", model);
-    return NULL;
-  }
-
+  g_autofree char *dit_path = NULL;
   g_autofree char *vae_path = NULL;
+  g_autofree char *t5_path = NULL;
+  g_autofree char *tokenizer_path = NULL;
+  /* locate every part before the slow loads, so a missing file is
+   * reported at once */
+  if (!world_find_parts (model, options->load_text_encoder, &dit_path,
+          &vae_path, &t5_path, &tokenizer_path, error))
+    return NULL;
+
   LingbotWorld *w = g_atomic_rc_box_new0 (LingbotWorld);
   g_rec_mutex_init (&w->lock);
   w->devices = g_strdup (options->devices ? options->devices : "cpu:1");
   w->model_path = g_strdup (model);
   w->math = (LbMathMode) math;  /* the same values (api.c) */
-
-  /* locate every part before the slow loads, so a missing file is
-   * reported at once */
-  g_autofree char *dit_path = g_build_filename (model,
-      LINGBOT_WORLD_DIT_DIR, NULL);
-  if (!g_file_test (dit_path, G_FILE_TEST_IS_DIR)) {
-    g_autofree char *idx = g_build_filename (model, "model.safetensors."
-        "index.json", NULL);
-    g_autofree char *cfg = g_build_filename (model, "config.json", NULL);
-    if (!g_file_test (idx, G_FILE_TEST_EXISTS) &&
-        !g_file_test (cfg, G_FILE_TEST_EXISTS)) {
-      g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-          "world: DiT weights not found: %s does not exist", dit_path);
-      goto fail;
-    }
-    g_free (dit_path);
-    dit_path = g_strdup (model);
-  }
-  const char *vae_names[] = { LINGBOT_WORLD_VAE_PTH,
-    LINGBOT_WORLD_VAE_SAFETENSORS, LINGBOT_WORLD_VAE_DUMMY, NULL
-  };
-  vae_path = find_part (model, vae_names);
-  if (vae_path == NULL) {
-    g_set_error (error, LB_ERROR, LB_ERROR_NOT_FOUND,
-        "world: VAE not found: none of %s/%s, %s or %s exists", model,
-        LINGBOT_WORLD_VAE_PTH, LINGBOT_WORLD_VAE_SAFETENSORS,
-        LINGBOT_WORLD_VAE_DUMMY);
-    goto fail;
-  }
-  if (options->load_text_encoder && !lingbot_world_find_text_encoder (model,
-          &w->t5_path, &w->tokenizer_path, error))
-    goto fail;
+  w->t5_path = g_steal_pointer (&t5_path);
+  w->tokenizer_path = g_steal_pointer (&tokenizer_path);
 
   if (backend != NULL) {
     w->backend = backend;

@@ -6,19 +6,30 @@
 #
 #   ./tools/webrtc-demo.sh [--model DIR] [--image START.jpg] [--port N]
 #
+# --port is 1..65535 (default 8080): the URL printed is the one to open.
+#
 # Environment: DEVICES (cpu:2), WIDTH/HEIGHT (256x144: a live session on
 # two CPU cores), PROMPT, ENCODER (vp8; x264 for H.264).  See docs/webrtc.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model="" image="" port=8080
+usage() { echo "webrtc-demo.sh: $* (see --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --model|--image|--port) [ $# -ge 2 ] || usage "$1 needs a value" ;;
+  esac
   case "$1" in
     --model) model="$2"; shift 2 ;;
     --image) image="$2"; shift 2 ;;
-    --port) port="$2"; shift 2 ;;
+    --port) port="$2"; shift 2
+      # the URL printed is the one to open: a fixed port, not 0 (any)
+      if ! [[ "$port" =~ ^[0-9]{1,5}$ ]] || [ "$port" -lt 1 ] ||
+        [ "$port" -gt 65535 ]; then
+        usage "invalid --port '$port': 1..65535"
+      fi ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
-    *) echo "webrtc-demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    *) usage "unknown argument $1" ;;
   esac
 done
 

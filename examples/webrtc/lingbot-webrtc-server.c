@@ -9,6 +9,7 @@
  * then open http://127.0.0.1:8080/ and hold the arrow keys (or WASD, IJKL).
  * See docs/webrtc.md.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <glib-unix.h>
@@ -81,6 +82,25 @@ scan_plugin_dir (void)
     plugins = g_canonicalize_filename (LINGBOT_WEBRTC_PLUGIN_DIR, dir);
   if (g_file_test (plugins, G_FILE_TEST_IS_DIR))
     gst_registry_scan_path (gst_registry_get (), plugins);
+}
+
+/* A refusal at start: one line, "lingbot-webrtc-server: " and @fmt, on
+ * stderr; returns @status (2: the command line is wrong, 1: a setting
+ * the server checked cannot be used; docs/webrtc.md) */
+static int refuse (int status, const char *fmt, ...)
+    G_GNUC_PRINTF (2, 3);
+
+static int
+refuse (int status, const char *fmt, ...)
+{
+  va_list ap;
+  g_autofree char *text = NULL;
+
+  va_start (ap, fmt);
+  text = g_strdup_vprintf (fmt, ap);
+  va_end (ap);
+  g_printerr ("lingbot-webrtc-server: %s\n", text);
+  return status;
 }
 
 static gboolean
@@ -195,8 +215,12 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (opts, entries, NULL);
   g_option_context_add_group (opts, gst_init_get_option_group ());
   if (!g_option_context_parse (opts, &argc, &argv, &err)) {
-    g_printerr ("%s\n", err->message);
-    ret = 2;
+    ret = refuse (2, "%s", err->message);
+    goto out;
+  }
+  if (argc > 1) {
+    ret = refuse (2, "unexpected argument '%s' (the server takes options "
+        "only: see --help)", argv[1]);
     goto out;
   }
   {
@@ -216,24 +240,31 @@ main (int argc, char **argv)
       {"resume-timeout", resume_timeout, 1, 86400, " seconds"},
       {"max-connections", max_connections, 0, G_MAXINT, " (0 = automatic)"},
       {"idle-timeout", idle_timeout, 1, 3600, " seconds"},
+      {"ice-loopback", ice_loopback, -1, 1,
+          " (1 = 127.0.0.1 only, 0 = all interfaces, -1 = from --address)"},
     };
     for (guint i = 0; i < G_N_ELEMENTS (ranges); i++) {
       if (ranges[i].value >= ranges[i].min && ranges[i].value <= ranges[i].max)
         continue;
       if (ranges[i].max == G_MAXINT)
-        g_printerr ("invalid --%s %d: at least %d%s\n", ranges[i].name,
+        ret = refuse (2, "invalid --%s %d: at least %d%s", ranges[i].name,
             ranges[i].value, ranges[i].min, ranges[i].note);
       else
-        g_printerr ("invalid --%s %d: %d..%d%s\n", ranges[i].name,
+        ret = refuse (2, "invalid --%s %d: %d..%d%s", ranges[i].name,
             ranges[i].value, ranges[i].min, ranges[i].max, ranges[i].note);
-      ret = 2;
+      goto out;
+    }
+  }
+  for (guint i = 0; props && props[i]; i++) {
+    if (strchr (props[i], '=') == NULL || props[i][0] == '=') {
+      ret = refuse (2, "invalid --set '%s': not NAME=VALUE (a lingbotbin "
+          "property and its value, e.g. width=256)", props[i]);
       goto out;
     }
   }
   if (devices && device_groups) {
-    g_printerr ("--devices and --device-groups exclude each other (a group "
-        "is a devices value)\n");
-    ret = 2;
+    ret = refuse (2, "--devices and --device-groups exclude each other (a "
+        "group is a devices value)");
     goto out;
   }
   if (device_groups) {
@@ -242,22 +273,19 @@ main (int argc, char **argv)
         &n, &err);
 
     if (groups == NULL) {
-      g_printerr ("%s\n", err->message);
-      ret = 2;
+      ret = refuse (2, "%s", err->message);
       goto out;
     }
     if (max_sessions != G_MININT && (guint) max_sessions > n) {
-      g_printerr ("--max-sessions %d is more than the %u device groups (one "
-          "session per group)\n", max_sessions, n);
-      ret = 2;
+      ret = refuse (2, "--max-sessions %d is more than the %u device groups "
+          "(one session per group)", max_sessions, n);
       goto out;
     }
   }
   if (ice_policy && strcmp (ice_policy, "all") != 0
       && strcmp (ice_policy, "relay") != 0) {
-    g_printerr ("invalid --ice-transport-policy '%s': all or relay\n",
+    ret = refuse (2, "invalid --ice-transport-policy '%s': all or relay",
         ice_policy);
-    ret = 2;
     goto out;
   }
   {
@@ -270,48 +298,39 @@ main (int argc, char **argv)
       url = lingbot_webrtc_ice_url_check ("--turn", turn[i], &err);
     }
     if (err) {
-      g_printerr ("%s\n", err->message);
-      ret = 2;
+      ret = refuse (2, "%s", err->message);
       goto out;
     }
   }
   if (turn && !lingbot_webrtc_turn_credentials (turn_credentials, &turn_user,
           &turn_password, &err)) {
-    g_printerr ("%s\n", err->message);
-    ret = 2;
+    ret = refuse (2, "%s", err->message);
     goto out;
   }
   if (turn && turn_user == NULL) {
-    g_printerr ("--turn needs credentials: --turn-credentials FILE "
-        "(user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD\n");
-    ret = 2;
+    ret = refuse (2, "--turn needs credentials: --turn-credentials FILE "
+        "(user:password) or LINGBOT_TURN_USER and LINGBOT_TURN_PASSWORD");
     goto out;
   }
   if (turn == NULL && turn_credentials) {
-    g_printerr ("--turn-credentials without --turn\n");
-    ret = 2;
+    ret = refuse (2, "--turn-credentials without --turn");
     goto out;
   }
   if (g_strcmp0 (ice_policy, "relay") == 0 && turn == NULL) {
-    g_printerr ("--ice-transport-policy relay needs --turn\n");
-    ret = 2;
+    ret = refuse (2, "--ice-transport-policy relay needs --turn");
     goto out;
   }
   if (source == NULL && (model == NULL || image == NULL)) {
-    g_printerr ("--model and --image are needed (or --source)\n");
-    ret = 2;
+    ret = refuse (2, "--model and --image are needed (or --source)");
     goto out;
   }
 
   /* every connection and every session's ICE sockets take descriptors:
    * as many as the hard limit allows; the cap is sized from it */
   if (!lingbot_webrtc_raise_fd_limit (&fd_limit, &err)) {
-    g_printerr ("lingbot-webrtc-server: %s (going on with the current "
-        "limit)\n", err->message);
+    g_warning ("%s (going on with the current limit)", err->message);
     g_clear_error (&err);
-  } else {
-    g_message ("descriptor limit (RLIMIT_NOFILE): %" G_GUINT64_FORMAT,
-        fd_limit);
+    fd_limit = 0;
   }
 
   if (overlay) {
@@ -358,10 +377,13 @@ main (int argc, char **argv)
 
   server = lingbot_webrtc_server_new (&cfg, &err);
   if (server == NULL) {
-    g_printerr ("lingbot-webrtc-server: %s\n", err->message);
-    ret = EXIT_FAILURE;
+    ret = refuse (EXIT_FAILURE, "%s", err->message);
     goto out;
   }
+  /* said once the server runs: a refusal above is its only line */
+  if (fd_limit)
+    g_message ("descriptor limit (RLIMIT_NOFILE): %" G_GUINT64_FORMAT,
+        fd_limit);
   loop = g_main_loop_new (NULL, FALSE);
   g_unix_signal_add (SIGINT, on_signal, loop);
   g_unix_signal_add (SIGTERM, on_signal, loop);

@@ -130,24 +130,58 @@ groups_clear (LingbotWebrtcServer * server)
     g_source_destroy (server->refill);
     g_clear_pointer (&server->refill, g_source_unref);
   }
-  for (guint i = 0; i < server->n_groups; i++)
+  for (guint i = 0; i < server->n_groups; i++) {
     g_free (server->groups[i].devices);
+    g_free (server->groups[i].error);
+  }
   g_clear_pointer (&server->groups, g_free);
   server->n_groups = 0;
 }
 
 gboolean
-groups_take (LingbotWebrtcServer * server, Session * s)
+groups_take (LingbotWebrtcServer * server, Session * s, gint group)
 {
+  gint pick = -1;
+
   s->group = -1;
-  for (guint i = 0; i < server->n_groups; i++) {
-    if (server->groups[i].session == NULL) {
-      server->groups[i].session = s;
-      s->group = (gint) i;
-      return TRUE;
+  if (group >= 0) {
+    if ((guint) group < server->n_groups
+        && server->groups[group].session == NULL)
+      pick = group;
+  } else {
+    /* a group whose world was made (or never tried) first: one that
+     * failed is tried again only when no other is free */
+    for (guint i = 0; i < server->n_groups; i++) {
+      if (server->groups[i].session != NULL)
+        continue;
+      if (server->groups[i].error == NULL) {
+        pick = (gint) i;
+        break;
+      }
+      if (pick < 0)
+        pick = (gint) i;
     }
   }
-  return server->n_groups == 0;
+  if (pick < 0)
+    return server->n_groups == 0;
+  server->groups[pick].session = s;
+  s->group = pick;
+  return TRUE;
+}
+
+gboolean
+groups_build_world (LingbotWebrtcServer * server, Session * s, GError ** error)
+{
+  gboolean ok = session_build (s, error);
+
+  if (s->group >= 0 && (guint) s->group < server->n_groups) {
+    Group *g = &server->groups[s->group];
+
+    g_clear_pointer (&g->error, g_free);
+    if (!ok)
+      g->error = g_strdup ((*error)->message);
+  }
+  return ok;
 }
 
 void
@@ -170,9 +204,10 @@ groups_devices (LingbotWebrtcServer * server, Session * s)
 /* With groups, every group holds a world before any browser comes: the
  * model loads (seconds on a CPU, about 15 s for the 14B model on a GPU)
  * while nobody waits, and a new browser joins a world that is ready.
- * A world that fails before a browser joined it is not made again (a
- * wrong model would fail forever): its group then makes one when a browser
- * comes, and that browser is told the error. */
+ * A group whose last world could not be made (at start, or for a browser)
+ * is not given one again here (a wrong model would fail forever, and
+ * every session's end would retry it): its group makes one when a browser
+ * comes and no other group is free, and that browser is told the error. */
 void
 groups_make_worlds (LingbotWebrtcServer * server)
 {
@@ -186,16 +221,16 @@ groups_make_worlds (LingbotWebrtcServer * server)
     g_autoptr (GError) err = NULL;
     Session *s;
 
-    if (server->groups[i].session)
+    if (server->groups[i].session || server->groups[i].error)
       continue;
     held++;
-    s = session_new (server);
+    s = session_new (server, (gint) i);
     s->spare = TRUE;
     g_message ("session %u: a world made for group %u (%s) before any "
-        "browser", s->id, s->group, server->groups[s->group].devices);
-    if (!session_build (s, &err)) {
-      g_message ("session %u: group %u: the world cannot be made: %s", s->id,
-          i, err->message);
+        "browser", s->id, i, server->groups[i].devices);
+    if (!groups_build_world (server, s, &err)) {
+      g_message ("session %u: group %u: the world cannot be made (not made "
+          "again until a browser comes): %s", s->id, i, err->message);
       session_close (s, "pipeline");
     }
   }
@@ -317,7 +352,7 @@ groups_status_json (LingbotWebrtcServer * server)
   g_autoptr (JsonBuilder) b = json_builder_new ();
   g_autoptr (JsonNode) root = NULL;
   GList *all = g_list_sort (g_hash_table_get_values (server->sessions), by_id);
-  guint active = groups_n_active (server), free = 0;
+  guint active = groups_n_active (server), free = 0, failing = 0;
   gint64 retry = groups_retry_after (server);
 
   /* the slots a new browser can have: below max-sessions, and with groups
@@ -333,6 +368,11 @@ groups_status_json (LingbotWebrtcServer * server)
       free = MIN (free, groups_free);
     }
   }
+  /* free groups whose last world could not be made: a browser sent here
+   * makes it again, and likely gets the error */
+  for (guint i = 0; i < server->n_groups; i++)
+    failing += server->groups[i].session == NULL
+        && server->groups[i].error != NULL;
   json_builder_begin_object (b);
   server_put_string_or_null (b, "server", server->server_id);
   server_put_int (b, "max-sessions", server->max_sessions);
@@ -342,6 +382,7 @@ groups_status_json (LingbotWebrtcServer * server)
     json_builder_add_int_value (b, retry);
   else
     json_builder_add_null_value (b);
+  server_put_int (b, "failing", failing);
   server_put_int (b, "peers", g_atomic_int_get (&server->n_peers));
   json_builder_set_member_name (b, "groups");
   json_builder_begin_array (b);
@@ -356,6 +397,7 @@ groups_status_json (LingbotWebrtcServer * server)
       json_builder_add_int_value (b, s->id);
     else
       json_builder_add_null_value (b);
+    server_put_string_or_null (b, "error", server->groups[i].error);
     json_builder_end_object (b);
   }
   json_builder_end_array (b);

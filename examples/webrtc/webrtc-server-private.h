@@ -47,6 +47,8 @@ typedef struct
 {
   char *devices;                /* lingbotbin devices */
   Session *session;             /* the session on it, or NULL */
+  char *error;                  /* why its last world could not be made,
+                                 * or NULL (made, or never tried) */
 } Group;
 
 struct _LingbotWebrtcServer
@@ -346,8 +348,14 @@ gboolean groups_setup (LingbotWebrtcServer * server,
     const LingbotWebrtcConfig * cfg, GError ** error);
 /* frees what groups_setup() copied */
 void groups_clear (LingbotWebrtcServer * server);
-/* gives @s a free group (TRUE without groups); FALSE when none is free */
-gboolean groups_take (LingbotWebrtcServer * server, Session * s);
+/* gives @s group @group when it is free, or with @group -1 a free group,
+ * one whose last world was made before one that failed (TRUE without
+ * groups); FALSE when none is free */
+gboolean groups_take (LingbotWebrtcServer * server, Session * s, gint group);
+/* session_build() of @s, its result recorded on its group: a failure is
+ * the group's error (/status) until a world is made on it again */
+gboolean groups_build_world (LingbotWebrtcServer * server, Session * s,
+    GError ** error);
 /* frees the group of @s */
 void groups_release (LingbotWebrtcServer * server, Session * s);
 /* the lingbotbin devices of @s: its group's, else the server's */
@@ -386,10 +394,13 @@ void session_close (Session * s, const char *reason);
 void session_fail (Session * s, const char *code, const char *message);
 /* the last peer is gone: keep the world for a reload to resume it */
 void session_detached (Session * s);
+/* the launch line of a session's pipeline with @enc (newly allocated) */
+char *session_description (LingbotWebrtcServer * server, const Encoder * enc);
 /* makes the pipeline of @s and starts it */
 gboolean session_build (Session * s, GError ** error);
-/* a new session in the server's table */
-Session *session_new (LingbotWebrtcServer * server);
+/* a new session in the server's table, on device group @group (-1: a
+ * free one, see groups_take()) */
+Session *session_new (LingbotWebrtcServer * server, gint group);
 /* the open session of a resume token, or NULL */
 Session *session_by_token (LingbotWebrtcServer * server, const char *token);
 

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <gst/gst.h>
+#include <lingbot/lingbot.h>
 
 #include "webrtc-server-private.h"
 
@@ -349,9 +350,24 @@ address_is_loopback (const char *address)
   return a != NULL && g_inet_address_get_is_loopback (a);
 }
 
+/* @message without the "PATH: " the library starts it with (the option's
+ * line names the file already) */
+static const char *
+after_path (const char *message, const char *path)
+{
+  gsize n = strlen (path);
+
+  if (strncmp (message, path, n) == 0 && strncmp (message + n, ": ", 2) == 0)
+    return message + n + 2;
+  return message;
+}
+
 /* What every session's pipeline will need, checked once at start so that
  * a mistake is said when the server starts, not when a browser connects:
- * the lingbot elements, the model folder, the start image, and each
+ * the lingbot elements, the model folder and its parts (located, not
+ * loaded: lingbot_world_check_model()), the start image (decoded as the
+ * session will), the prompt embeddings (read), the devices of every
+ * session (lingbot_world_check_devices(): no ranks made), and each
  * --set NAME=VALUE naming a lingbotbin property with a value of its
  * type (values the element refuses only when it starts, such as a size
  * it cannot make, are said to the browser and the log then). */
@@ -360,6 +376,7 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
 {
   const char *lingbot[] = { "lingbotcontrolsrc", "lingbotbin", NULL };
   g_autoptr (GstElement) bin = NULL;
+  g_autoptr (GError) why = NULL;
 
   for (guint i = 0; lingbot[i]; i++) {
     GstElementFactory *f = gst_element_factory_find (lingbot[i]);
@@ -374,12 +391,59 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
   }
   if (server->model && !g_file_test (server->model, G_FILE_TEST_IS_DIR)) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+        g_file_test (server->model, G_FILE_TEST_EXISTS) ?
+        "--model %s: not a folder (give the model folder)" :
         "--model %s: no such folder", server->model);
+    return FALSE;
+  }
+  /* the model's parts located as the world will load them (no weight is
+   * read); the text encoder only when no prompt embeddings are given */
+  if (server->model && !lingbot_world_check_model (server->model,
+          server->prompt_embeds == NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND, "--model %s: %s",
+        server->model, why->message);
+    return FALSE;
+  }
+  if (server->image && g_file_test (server->image, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--image %s: a folder, not a JPEG file", server->image);
     return FALSE;
   }
   if (server->image && !g_file_test (server->image, G_FILE_TEST_IS_REGULAR)) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
         "--image %s: no such file", server->image);
+    return FALSE;
+  }
+  /* decoded as the session will (at a 64th of the pixels) */
+  if (server->image && !lingbot_session_check_image (server->image, NULL,
+          NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--image %s: not a usable JPEG: %s", server->image,
+        after_path (why->message, server->image));
+    return FALSE;
+  }
+  if (server->prompt_embeds && !lingbot_session_check_prompt_embeds
+      (server->prompt_embeds, NULL, &why)) {
+    g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+        "--prompt-embeds %s: not a usable prompt-embeds file: %s",
+        server->prompt_embeds, after_path (why->message,
+            server->prompt_embeds));
+    return FALSE;
+  }
+  /* the devices of every session (each group's, else --devices) */
+  for (guint i = 0; i < MAX (server->n_groups, 1); i++) {
+    const char *devices = server->n_groups ? server->groups[i].devices :
+        server->devices;
+
+    if (lingbot_world_check_devices (devices, NULL, &why))
+      continue;
+    if (server->n_groups)
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --device-groups: group %u '%s': %s", i + 1, devices,
+          why->message);
+    else
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --devices '%s': %s", devices, why->message);
     return FALSE;
   }
   bin = gst_object_ref_sink (gst_element_factory_make ("lingbotbin", NULL));
@@ -389,7 +453,13 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
         (G_OBJECT_GET_CLASS (bin), kv[0]) : NULL;
     g_auto (GValue) v = G_VALUE_INIT;
 
-    if (ps == NULL || kv[1] == NULL) {
+    if (kv[0] == NULL || kv[1] == NULL || *kv[0] == '\0') {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --set '%s': not NAME=VALUE (a lingbotbin property and "
+          "its value, e.g. width=256)", server->gen_props[i]);
+      return FALSE;
+    }
+    if (ps == NULL) {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
           "not a lingbotbin property: %s", server->gen_props[i]);
       return FALSE;
@@ -406,6 +476,31 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
   return TRUE;
 }
 
+/* The session pipeline's launch line parses (a --source fragment
+ * included) and every element in it exists: made once, in NULL (no model
+ * is loaded), and dropped. */
+static gboolean
+check_pipeline (LingbotWebrtcServer * server, GError ** error)
+{
+  g_autofree char *desc = session_description (server,
+      server_find_encoder (server->encoder));
+  g_autoptr (GError) why = NULL;
+  GstElement *pipeline = gst_parse_launch_full (desc, NULL,
+      GST_PARSE_FLAG_FATAL_ERRORS, &why);
+
+  if (pipeline == NULL) {
+    if (server->source)
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+          "invalid --source '%s': %s", server->source, why->message);
+    else
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+          "the session pipeline cannot be made: %s", why->message);
+    return FALSE;
+  }
+  gst_object_unref (gst_object_ref_sink (pipeline));
+  return TRUE;
+}
+
 /**
  * lingbot_webrtc_server_new:
  * @cfg: the configuration (copied)
@@ -419,8 +514,12 @@ check_session_config (LingbotWebrtcServer * server, GError ** error)
  * now, and again on a group whose session ended, before any browser.
  *
  * Returns: (transfer full): the server, or %NULL with @error set (G_IO_ERROR:
- *   an unknown encoder, a missing element, no model folder or start image,
- *   a --set that is not a lingbotbin property or value, no page folder, not an IP
+ *   an unknown encoder, a missing element, no model folder or a model
+ *   part missing, a start image that is not a usable JPEG, prompt
+ *   embeddings that cannot be read, devices (or a device group) that
+ *   lingbot_world_check_devices() refuses, a --source that does not
+ *   parse, a --set that is not a lingbotbin property or value, no page
+ *   folder, not an IP
  *   address, an ICE server URL or TURN configuration that
  *   lingbot_webrtc_ice_url_check() refuses, RLIMIT_NOFILE too low for the cap
  *   (G_IO_ERROR_TOO_MANY_OPEN_FILES), or the bind failed)
@@ -432,6 +531,7 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   g_autoptr (GInetAddress) inet = NULL;
   g_autoptr (GSocketAddress) addr = NULL;
   g_autoptr (GSocketAddress) bound = NULL;
+  g_autofree char *host = NULL;
   const char *needed[] = { "webrtcbin", "videoconvert", "queue", "tee",
     "clocksync", NULL
   };
@@ -502,6 +602,8 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   }
   if (server->source == NULL && !check_session_config (server, error))
     return NULL;
+  if (!check_pipeline (server, error))
+    return NULL;
   if (cfg->www_dir == NULL
       || (server->www_dir = realpath (cfg->www_dir, NULL)) == NULL) {
     g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
@@ -542,9 +644,12 @@ lingbot_webrtc_server_new (const LingbotWebrtcConfig * cfg, GError ** error)
   http_accept_next (server);
   /* with device groups: a world on each, before any browser */
   groups_make_worlds (server);
+  /* an IPv6 address in a URL is in brackets (RFC 3986) */
+  host = g_inet_address_get_family (inet) == G_SOCKET_FAMILY_IPV6 ?
+      g_strdup_printf ("[%s]", server->address) : g_strdup (server->address);
   g_message ("listening on http://%s:%u/ (page %s, encoder %s, at most %u "
       "session%s%s, peer timeout %u s, resume %u s, at most %u connections, "
-      "idle timeout %u s)", server->address,
+      "idle timeout %u s)", host,
       server->port, server->www_dir, server->encoder, server->max_sessions,
       server->max_sessions == 1 ? "" : "s",
       server->ice_loopback ? ", ICE on 127.0.0.1" : "",

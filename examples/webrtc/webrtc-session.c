@@ -650,25 +650,31 @@ on_encoder_caps (GObject * pad, GParamSpec * pspec, gpointer user_data)
   }
 }
 
-gboolean
-session_build (Session * s, GError ** error)
+char *
+session_description (LingbotWebrtcServer * server, const Encoder * enc)
 {
-  LingbotWebrtcServer *server = s->server;
-  g_autofree char *chain = g_strdup_printf (s->enc->chain, KEY_INTERVAL);
-  g_autofree char *desc = NULL;
-  g_autoptr (GstBus) bus = NULL;
-  GstElement *world, *pay, *enc;
+  g_autofree char *chain = g_strdup_printf (enc->chain, KEY_INTERVAL);
 
   /* paced here, before the tee: webrtcbin (1.22) syncs each branch to the
    * clock, and a branch linked later must not find the stream ahead of it
    * (a generator faster than real time would otherwise run ahead, and a
    * reloaded page would wait for its first frame as long) */
-  desc = g_strdup_printf ("%s ! videoconvert ! video/x-raw,format=I420 "
+  return g_strdup_printf ("%s ! videoconvert ! video/x-raw,format=I420 "
       "! queue max-size-buffers=64 max-size-bytes=0 max-size-time=0 "
       "! clocksync name=pace ! %s ! %s ! tee name=out allow-not-linked=true",
       server->source ? server->source :
       "lingbotcontrolsrc name=control is-live=true ! lingbotbin name=world",
-      chain, s->enc->rtp_caps);
+      chain, enc->rtp_caps);
+}
+
+gboolean
+session_build (Session * s, GError ** error)
+{
+  LingbotWebrtcServer *server = s->server;
+  g_autofree char *desc = session_description (server, s->enc);
+  g_autoptr (GstBus) bus = NULL;
+  GstElement *world, *pay, *enc;
+
   g_debug ("session %u: %s", s->id, desc);
   s->pipeline = gst_parse_launch_full (desc, NULL, GST_PARSE_FLAG_FATAL_ERRORS,
       error);
@@ -732,7 +738,7 @@ session_build (Session * s, GError ** error)
 }
 
 Session *
-session_new (LingbotWebrtcServer * server)
+session_new (LingbotWebrtcServer * server, gint group)
 {
   Session *s = g_atomic_rc_box_new0 (Session);  /* the table's */
 
@@ -741,7 +747,7 @@ session_new (LingbotWebrtcServer * server)
   s->leaving = g_ptr_array_new_with_free_func (gst_object_unref);
   s->id = ++server->next_session;
   /* the caller checked that a slot is free: with groups, one of them */
-  groups_take (server, s);
+  groups_take (server, s, group);
   s->enc = server_find_encoder (server->encoder);
   s->max_message = server->max_message_size;
   s->last_chunk = -1;

@@ -313,10 +313,15 @@ on_websocket_open (LingbotWebrtcServer * server, Conn * c, const char *token)
     g_message ("session %u: the world of group %d taken (%u of %u)", s->id,
         s->group, groups_n_active (server), server->max_sessions);
   } else if (s == NULL) {
-    s = session_new (server);
-    g_message ("session %u: opened (%u of %u)", s->id,
-        g_hash_table_size (server->sessions), server->max_sessions);
-    if (!session_build (s, &err)) {
+    s = session_new (server, -1);
+    if (s->group >= 0)
+      g_message ("session %u: opened on group %d (%s) (%u of %u)", s->id,
+          s->group, groups_devices (server, s),
+          g_hash_table_size (server->sessions), server->max_sessions);
+    else
+      g_message ("session %u: opened (%u of %u)", s->id,
+          g_hash_table_size (server->sessions), server->max_sessions);
+    if (!groups_build_world (server, s, &err)) {
       g_autofree char *json = server_error_json ("pipeline", err->message, TRUE,
           NULL, FALSE, 0);
 

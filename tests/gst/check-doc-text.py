@@ -42,6 +42,13 @@ RETIRED = [
     ('4.6 MB', 'the demo model is 6.7 MB, DiT dim 128, text dim 64, '
      '3 layers (lingbot-inspect, du -b: 6745583 bytes)'),
     ('--full, dim 64', 'the demo model: dim 128, text dim 64, 3 layers'),
+    ('rtpvp8pay ! webrtcbin` per browser session',
+     'one pipeline per session ending in a tee, and a `queue ! webrtcbin` '
+     'branch per browser (docs/webrtc.md)'),
+    ('--devices cpu:2\n# then open',
+     'the by-hand lingbot-webrtc-server command sets a small size '
+     '(--set width=64 --set height=64): 832x464 takes ~30 s a chunk on '
+     'two cores'),
 ]
 
 

@@ -26,6 +26,10 @@
  *     (retry-after); when it expires group 0 gets a new world (session 3)
  *     before any browser, which the next browser joins.  /status, exact,
  *     at each step.
+ *   /webrtc-fleet/groups-failing   two cpu:1 groups whose worlds fail
+ *     (width 63): each group tried once at start, /status "failing":2
+ *     with each group's error; each of three browsers makes one world
+ *     and is told the error, the groups are not retried behind it
  *
  * Exit 77 when the elements of the stand-in session are not installed.
  */
@@ -610,9 +614,10 @@ test_groups (void)
 
   /* a world on each group before any browser */
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
-      "\"free\":2,\"retry-after\":null,\"peers\":0,\"groups\":["
-      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
-      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"free\":2,"
+      "\"retry-after\":null,\"failing\":0,\"peers\":0,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1,\"error\":null},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2,\"error\":null}],"
       "\"sessions\":[{\"id\":1,\"group\":0,\"state\":\"waiting\","
       "\"peers\":0,\"waiting-reload\":false,\"spare\":true},{\"id\":2,"
       "\"group\":1,\"state\":\"waiting\",\"peers\":0,"
@@ -651,9 +656,10 @@ test_groups (void)
   g_assert_cmpuint (c->close_code, ==, LINGBOT_WEBRTC_CLOSE_BUSY);
   g_assert_false (client_find (c, "welcome") != NULL);
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
-      "\"free\":0,\"retry-after\":null,\"peers\":2,\"groups\":["
-      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1},"
-      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"free\":0,"
+      "\"retry-after\":null,\"failing\":0,\"peers\":2,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":1,\"error\":null},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2,\"error\":null}],"
       "\"sessions\":[{\"id\":1,\"group\":0,\"state\":\"waiting\","
       "\"peers\":1,\"waiting-reload\":false,\"spare\":false},{\"id\":2,"
       "\"group\":1,\"state\":\"waiting\",\"peers\":1,"
@@ -683,9 +689,10 @@ test_groups (void)
   /* its resume timeout frees group 0, which gets a new world (session 3)
    * before any browser; the next browser joins it */
   assert_status (ts.port, "{\"server\":\"fleet_a\",\"max-sessions\":2,"
-      "\"free\":1,\"retry-after\":null,\"peers\":1,\"groups\":["
-      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":3},"
-      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2}],"
+      "\"free\":1,"
+      "\"retry-after\":null,\"failing\":0,\"peers\":1,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":3,\"error\":null},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":2,\"error\":null}],"
       "\"sessions\":[{\"id\":2,\"group\":1,\"state\":\"waiting\","
       "\"peers\":1,\"waiting-reload\":false,\"spare\":false},{\"id\":3,"
       "\"group\":0,\"state\":\"waiting\",\"peers\":0,"
@@ -703,6 +710,90 @@ test_groups (void)
   client_free (c);
   client_free (d);
   client_free (e);
+  test_server_stop (&ts);
+  lingbot_test_rm_rf (tmp);
+}
+
+typedef struct
+{
+  LingbotWebrtcServer *server;
+  guint sessions_made;
+  gboolean done;
+} Made;
+
+/* on the server's context, after its idle sources (a refill of the
+ * groups runs at idle priority): the sessions made so far */
+static gboolean
+count_made (gpointer data)
+{
+  Made *m = data;
+
+  m->sessions_made = m->server->next_session;
+  g_atomic_int_set (&m->done, TRUE);
+  return G_SOURCE_REMOVE;
+}
+
+static guint
+sessions_made (TestServer * ts)
+{
+  Made m = { ts->server, 0, FALSE };
+
+  g_main_context_invoke_full (ts->context, G_PRIORITY_LOW, count_made, &m,
+      NULL);
+  PUMP_UNTIL (g_atomic_int_get (&m.done), "the session count");
+  return m.sessions_made;
+}
+
+#define SIZE_ERROR "the session pipeline cannot start: Invalid output " \
+  "size 63x64: set width and height both to multiples of 16 (at most " \
+  "4096), or both to 0 (size from pixel-area)"
+
+/* Two cpu:1 groups whose worlds cannot be made (a width lingbotgen
+ * refuses when it starts): each group is tried once at start (sessions 1
+ * and 2, group 1's world on group 1), /status says both fail and why;
+ * then each browser makes one world, on a failing group, and is told the
+ * error; no spare world is made again when its session ends. */
+static void
+test_groups_failing (void)
+{
+  static const char *props[] = { "width=63", "height=64", NULL };
+  g_autofree char *model_dir = NULL;
+  g_autofree char *embeds = NULL;
+  g_autofree char *image = NULL;
+  g_autofree char *tmp = lingbot_test_write_fixture ("lingbot-fleet-XXXXXX",
+      &model_dir, &embeds, &image);
+  const char *failing = "{\"server\":null,\"max-sessions\":2,\"free\":2,"
+      "\"retry-after\":null,\"failing\":2,\"peers\":0,\"groups\":["
+      "{\"group\":0,\"devices\":\"cpu:1\",\"session\":null,"
+      "\"error\":\"" SIZE_ERROR "\"},"
+      "{\"group\":1,\"devices\":\"cpu:1\",\"session\":null,"
+      "\"error\":\"" SIZE_ERROR "\"}],\"sessions\":[]}";
+  TestServer ts;
+
+  test_server_config (&ts);
+  ts.cfg.source = NULL;
+  ts.cfg.model = model_dir;
+  ts.cfg.image = image;
+  ts.cfg.prompt_embeds = embeds;
+  ts.cfg.gen_props = props;
+  ts.cfg.device_groups = "cpu:1;cpu:1";
+  ts.cfg.max_sessions = 0;
+  test_server_start (&ts);
+  g_assert_cmpuint (sessions_made (&ts), ==, 2);
+  assert_status (ts.port, failing);
+
+  for (guint i = 1; i <= 3; i++) {
+    WsClient *c = client_open (ts.port, NULL);
+
+    PUMP_UNTIL (c->closed || c->failed, "the session's refusal");
+    g_assert_false (c->failed);
+    assert_member (client_find (c, "error"), "message", "\"" SIZE_ERROR "\"");
+    g_assert_cmpuint (c->close_code, ==, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR);
+    client_free (c);
+    /* one world per browser: its own, none for the groups again */
+    g_assert_cmpuint (sessions_made (&ts), ==, 2 + i);
+    assert_status (ts.port, failing);
+  }
   test_server_stop (&ts);
   lingbot_test_rm_rf (tmp);
 }
@@ -773,6 +864,7 @@ main (int argc, char **argv)
   g_test_add_func ("/webrtc-fleet/device-groups-check",
       test_device_groups_check);
   g_test_add_func ("/webrtc-fleet/groups", test_groups);
+  g_test_add_func ("/webrtc-fleet/groups-failing", test_groups_failing);
   g_test_add_func ("/webrtc-fleet/session-start-error",
       test_session_start_error);
   return g_test_run ();
