@@ -8,6 +8,7 @@
 //       http://127.0.0.1:8080/ [--chromium /usr/bin/chromium] [--out /tmp/webrtc]
 //       [--codec VP8|H264] [--scenario basic|full] [--timeout-ms 60000]
 //       [--no-loopback-flag] [--stun URL] [--expect-status TEXT]
+//       [--restart COMMAND]
 //
 // --no-loopback-flag leaves out --allow-loopback-in-peer-connection (an
 // ordinary browser: no 127.0.0.1 candidates of its own).
@@ -26,6 +27,12 @@
 // browser refused with 4409 that retries with backoff and says why, and
 // gets in when the first ends its session; that browser vanishing
 // (SIGSTOP) and its slot free again within 35 s.
+//
+// lifecycle (a server with --restart, a shell command that stops it with
+// SIGTERM and starts it again on the same port): a chunk, then the
+// restart: the page says the server is shutting down and retries in 1 s
+// (attempt 1), as after a crash, gets a new session, and shows neither
+// the old chunk list nor its compute fps.
 //
 // relay (tests/webrtc/test-webrtc-nat.sh, a stand-in source): frames
 // decoded, and a relay candidate in the selected candidate pair.
@@ -61,6 +68,7 @@ let timeoutMs = 60000;
 let loopbackFlag = true;
 let stun = null;
 let expectStatus = null;   // the server's --stun: the page's RTCPeerConnection has it
+let restartCmd = null;
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--chromium") exe = args[++i];
@@ -71,6 +79,7 @@ for (let i = 0; i < args.length; i++) {
   else if (a === "--no-loopback-flag") loopbackFlag = false;
   else if (a === "--stun") stun = args[++i];
   else if (a === "--expect-status") expectStatus = args[++i];
+  else if (a === "--restart") restartCmd = args[++i];
   else if (a.startsWith("http")) url = a;
   else {
     console.error("unknown argument " + a);
@@ -78,13 +87,18 @@ for (let i = 0; i < args.length; i++) {
   }
 }
 if (!["VP8", "H264"].includes(codec) ||
-  !["basic", "full", "relay", "relay-absent"].includes(scenario)) {
-  console.error("--codec VP8|H264, --scenario basic|full|relay|relay-absent");
+  !["basic", "full", "relay", "relay-absent", "lifecycle"]
+    .includes(scenario)) {
+  console.error("--codec VP8|H264, --scenario " +
+    "basic|full|relay|relay-absent|lifecycle");
   process.exit(2);
 }
 
 const failures = [];
 const consoleErrors = [];
+// while the server restarts, a retry may find its port closed: Chromium
+// logs that refused WebSocket as a console error of its own
+let restarting = false;
 const fail = (what) => {
   failures.push(what);
   console.error("FAIL: " + what);
@@ -120,7 +134,9 @@ async function newPage(ctx, name) {
   const page = await ctx.newPage();
   await page.addInitScript(recordStatuses);
   page.on("console", (m) => {
-    if (m.type() === "error") {
+    if (m.type() === "error" && !(restarting &&
+      /WebSocket connection to .* failed: .*ERR_CONNECTION_REFUSED/
+        .test(m.text()))) {
       consoleErrors.push(name + ": " + m.text());
       console.error(name + " console error: " + m.text());
     }
@@ -534,6 +550,42 @@ async function noCodec(ctx) {
   await page.close();
 }
 
+// a restart of the server (SIGTERM: error "shutdown", close 1001): the
+// page retries with the backoff of a lost connection and starts anew
+async function restart(page) {
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  let s = await waitFor(page, "session connected", connected);
+  s = await waitFor(page, "the preview decoded while waiting for a key",
+    (x) => decoded(x) > 0 && /waiting for a key/.test(x.status));
+  await page.click("#video");
+  await page.keyboard.down("ArrowUp");
+  s = await waitFor(page, "chunk 0 with its compute fps",
+    (x) => /^\d/.test(x.compute) && /\b0: w\b/.test(x.chunks));
+  await page.keyboard.up("ArrowUp");
+  s = await waitFor(page, "the generator waiting again",
+    (x) => /waiting for a key/.test(x.status));
+  note("before the restart: " + brief(s));
+  if (!check(restartCmd, "--restart is needed"))
+    return;
+  restarting = true;
+  execFileSync("sh", ["-c", restartCmd], { stdio: "inherit",
+    timeout: 30000 });
+  const said = "the server is shutting down (1001, a restart?): retrying " +
+    "in 1 s (attempt 1)";
+  s = await waitFor(page, "'" + said + "'",
+    (x) => x.statuses.includes(said));
+  s = await waitFor(page, "a new session after the restart",
+    (x) => connected(x) && x.st.retries >= 1);
+  restarting = false;
+  note("after the restart: " + brief(s));
+  check(!s.st.resumed && s.st.nextChunk === 0 && !s.st.fatal,
+    "a new session, not resumed (" + brief(s) + ")");
+  check(s.chunks === "–" && s.compute === "– / –" &&
+    s.st.chunks.length === 0 && s.st.lastChunk === -1,
+    "the old session's chunks and compute fps cleared: chunks '" +
+    s.chunks + "', compute '" + s.compute + "'");
+}
+
 // frames through the TURN relay of welcome's iceServers
 async function relaySession(page) {
   await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
@@ -575,6 +627,17 @@ try {
   const page = await newPage(ctx, "first");
   if (scenario === "relay" || scenario === "relay-absent") {
     await (scenario === "relay" ? relaySession(page) : relayAbsent(page));
+    await page.close();
+    await browser.close();
+    if (consoleErrors.length)
+      fail(consoleErrors.length + " console error(s)");
+    if (failures.length)
+      process.exit(1);
+    note("OK (" + scenario + ")");
+    process.exit(0);
+  }
+  if (scenario === "lifecycle") {
+    await restart(page);
     await page.close();
     await browser.close();
     if (consoleErrors.length)

@@ -11,7 +11,9 @@
 // sessionStorage (per tab, it survives a reload), and every connection
 // asks for /ws?resume=TOKEN, so a reload takes the running session over
 // and continues at its current chunk.  A busy server (close 4409) is
-// retried with backoff; a lost connection (4408, 1006, ...) is resumed.
+// retried with backoff; a lost connection (4408, 1006, ...) is resumed; a
+// server that stops (1001: a restart) is retried with the same backoff,
+// and gets a new session from the restarted one.
 "use strict";
 
 const KEYS = new Set(["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight",
@@ -20,6 +22,7 @@ const TOKEN_KEY = "lingbot-resume";
 const BACKOFF_S = [1, 2, 4, 8, 15];
 // close codes (docs/webrtc.md): no retry after these
 const CLOSE_REPLACED = 4410, CLOSE_CODEC = 4415, CLOSE_BUSY = 4409;
+const CLOSE_GOING_AWAY = 1001;
 
 const video = document.getElementById("video");
 const startImage = document.getElementById("start");
@@ -384,6 +387,11 @@ async function onSignal(text) {
       state.busy++;
       state.busyMessage = m.message;
       state.busyRetryAfter = m["retry-after"];
+    } else if (m.code === "shutdown") {
+      // a restart: retried when the socket closes (1001); the session
+      // ended with the old process, the next one starts a new one
+      state.shutdownMessage = m.message;
+      sessionStorage.removeItem(TOKEN_KEY);
     } else if (m.code === "timeout" || m.code === "ice") {
       // retried (resumed) when the socket closes, with the server's reason:
       // it names the TURN relay to check when one is configured
@@ -396,6 +404,8 @@ async function onSignal(text) {
     }
   } else if (m.type === "welcome") {
     state.attempts = 0;
+    if (!m.resumed && state.session)
+      newSession();
     state.session = m.session;
     state.peer = m.peer;
     state.resumed = m.resumed;
@@ -432,6 +442,20 @@ async function onSignal(text) {
     await pc.addIceCandidate({ candidate: m.candidate,
       sdpMLineIndex: m.sdpMLineIndex });
   }
+}
+
+// a new session after an automatic reconnect (a restarted server, an
+// expired session): the old session's chunks and figures go
+function newSession() {
+  state.chunks = [];
+  state.firstChunk = state.lastChunk = -1;
+  metrics.steadyFrames = metrics.steadySeconds = 0;
+  metrics.lastComputeFps = NaN;
+  latencies.length = 0;
+  echoes.length = 0;
+  stamps.clear();
+  $("m-server").textContent = "–";
+  showMetrics();
 }
 
 function closePeer() {
@@ -476,6 +500,10 @@ function connect() {
     endButton.disabled = true;
     if (e.code === CLOSE_BUSY) {
       retry(state.busyMessage || "the server is busy", state.busyRetryAfter);
+    } else if (e.code === CLOSE_GOING_AWAY) {
+      retry((state.shutdownMessage || "the server went away") +
+        " (1001, a restart?)");
+      state.shutdownMessage = null;
     } else if (e.code === CLOSE_REPLACED) {
       state.fatal = "replaced";
       setStatus("another tab or a reload took this session over", true);
