@@ -28,11 +28,13 @@
 // gets in when the first ends its session; that browser vanishing
 // (SIGSTOP) and its slot free again within 35 s.
 //
-// lifecycle (a server with --restart, a shell command that stops it with
-// SIGTERM and starts it again on the same port): a chunk, then the
-// restart: the page says the server is shutting down and retries in 1 s
-// (attempt 1), as after a crash, gets a new session, and shows neither
-// the old chunk list nor its compute fps.
+// lifecycle (a server with --set frames=61 and --restart, a shell command
+// that stops it with SIGTERM and starts it again on the same port): a
+// chunk, then the restart: the page says the server is shutting down and
+// retries in 1 s (attempt 1), as after a crash, gets a new session, and
+// shows neither the old chunk list nor its compute fps; then W held until
+// the video ends: the page keeps its peer connection until the last of the
+// 61 frames arrived (framesReceived at close = the previews + 61).
 //
 // relay (tests/webrtc/test-webrtc-nat.sh, a stand-in source): frames
 // decoded, and a relay candidate in the selected candidate pair.
@@ -179,6 +181,7 @@ async function snap(page) {
       statusError: document.getElementById("status").classList
         .contains("error"),
       statuses: window.__statuses.slice(),
+      atClose: window.__framesAtClose,
       startHidden: img.hidden, startLoaded: img.complete &&
         img.naturalWidth > 0,
       compute: get("m-compute"), chunks: get("m-chunks"),
@@ -586,6 +589,60 @@ async function restart(page) {
     s.chunks + "', compute '" + s.compute + "'");
 }
 
+// frames received when the page closes its RTCPeerConnection: polled
+// every 50 ms while it is open (window.__framesAtClose, -1 until then)
+function watchClose() {
+  window.__framesAtClose = -1;
+  const Orig = window.RTCPeerConnection;
+  window.RTCPeerConnection = class extends Orig {
+    constructor(...args) {
+      super(...args);
+      this.frames = 0;
+      const timer = setInterval(async () => {
+        if (this.connectionState === "closed")
+          return clearInterval(timer);
+        try {
+          (await this.getStats()).forEach((r) => {
+            if (r.type === "inbound-rtp" && r.kind === "video")
+              this.frames = r.framesReceived || 0;
+          });
+        } catch (e) { /* closed meanwhile */ }
+      }, 50);
+    }
+
+    close() {
+      window.__framesAtClose = this.frames;
+      super.close();
+    }
+  };
+}
+
+// the end of the video (--set frames=61): every frame received before
+// the page closes its peer connection
+async function lastFrame(page) {
+  let s = await waitFor(page, "the preview decoded while waiting for a key",
+    (x) => decoded(x) > 0 && /waiting for a key/.test(x.status));
+  await sleep(1500);            // the previews all in
+  s = await snap(page);
+  const previews = s.rtp ? s.rtp.received : 0;
+  // (the peer connection the restart closed counted already)
+  await page.evaluate(() => { window.__framesAtClose = -1; });
+  await page.click("#video");
+  await page.keyboard.down("KeyW");
+  s = await waitFor(page, "the end of the video",
+    (x) => x.st.fatal === "eos");
+  s = await waitFor(page, "the peer connection closed after the video",
+    (x) => x.atClose >= 0, 15000);
+  await page.keyboard.up("KeyW");
+  note("end of the video: " + brief(s) + ", " + previews +
+    " preview frame(s), " + s.atClose + " frames at close");
+  check(s.atClose === previews + 61, "all 61 frames of the video " +
+    "received before the page closed its peer connection: " + s.atClose +
+    " = " + previews + " previews + " + (s.atClose - previews));
+  check(/the session's video ended/.test(s.status) && s.statusError,
+    "the page says the video ended: " + s.status);
+}
+
 // frames through the TURN relay of welcome's iceServers
 async function relaySession(page) {
   await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
@@ -637,7 +694,9 @@ try {
     process.exit(0);
   }
   if (scenario === "lifecycle") {
+    await page.addInitScript(watchClose);
     await restart(page);
+    await lastFrame(page);
     await page.close();
     await browser.close();
     if (consoleErrors.length)

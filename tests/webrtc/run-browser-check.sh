@@ -6,9 +6,9 @@
 # (malformed messages, a bad replacement, reload, busy + backoff, a
 # vanished browser; short --peer-timeout/--resume-timeout so that the slot
 # is free in seconds, the defaults give 30 s), then x264 with the basic one
-# (H.264 fmtp, frames, reload), then VP8 with the lifecycle scenario (the
-# server restarted with SIGTERM on its port: the page retries and starts
-# anew).  Each
+# (H.264 fmtp, frames, reload), then VP8 with --set frames=61 and the
+# lifecycle scenario (the server restarted with SIGTERM on its port: the
+# page retries and starts anew; the video's last frame received).  Each
 # server log must show the first peer released.
 # Exits 77 only when chromium (or node/npm) is not installed.
 #   run-browser-check.sh SERVER MKMODEL SPM_MODEL WORKDIR
@@ -116,5 +116,6 @@ if gst-inspect-1.0 x264enc >/dev/null 2>&1; then
 else
   echo "x264enc not installed: H.264 not checked"
 fi
-run_one vp8 VP8 lifecycle || rc=1
+# 61 frames: 13 + 3 x 16, four chunks of the tiny model
+run_one vp8 VP8 lifecycle --set frames=61 || rc=1
 exit $rc

@@ -468,6 +468,39 @@ function closePeer() {
   metrics.decodedAt = 0;
 }
 
+// frames received on @p's video so far
+async function framesReceived(p) {
+  let n = 0;
+  try {
+    (await p.getStats()).forEach((r) => {
+      if (r.type === "inbound-rtp" && r.kind === "video")
+        n = r.framesReceived || 0;
+    });
+  } catch (e) { /* closed meanwhile */ }
+  return n;
+}
+
+// The end of the video: the server sees its end at the payloader and
+// closes the socket, while its last frames may still be on their way.
+// The peer stays until no frame came for 1 s (at most 5 s), then closes.
+async function drainPeer() {
+  const p = pc;
+  let last = -1, since = performance.now();
+  const start = since;
+  while (p && p === pc && performance.now() - start < 5000) {
+    const n = await framesReceived(p);
+    if (n !== last) {
+      last = n;
+      since = performance.now();
+    } else if (performance.now() - since >= 1000) {
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (p && p === pc)
+    closePeer();
+}
+
 // atLeast: the server's "retry-after" of a busy answer (seconds until a
 // session kept for a reload may free its slot), or null
 function retry(why, atLeast) {
@@ -496,7 +529,10 @@ function connect() {
   ws.onclose = (e) => {
     if (socket !== ws)
       return;
-    closePeer();
+    if (state.fatal === "eos")
+      drainPeer();
+    else
+      closePeer();
     endButton.disabled = true;
     if (e.code === CLOSE_BUSY) {
       retry(state.busyMessage || "the server is busy", state.busyRetryAfter);
