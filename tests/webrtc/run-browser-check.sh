@@ -11,9 +11,12 @@
 # page retries and starts anew; the video's last frame received).  Each
 # server log must show the first peer released.
 # Exits 77 only when chromium (or node/npm) is not installed.
-#   run-browser-check.sh SERVER MKMODEL SPM_MODEL WORKDIR
+# After the lifecycle run, webrtc-test-client (the page's part as a
+# webrtcbin program) on an idle session that no key moved, reloaded:
+# a frame each time (the picture sent again once its channel is open).
+#   run-browser-check.sh SERVER MKMODEL SPM_MODEL WORKDIR TEST_CLIENT
 set -uo pipefail
-server=$1 mkmodel=$2 spm=$3 work=$4
+server=$1 mkmodel=$2 spm=$3 work=$4 client=$5
 src=${LINGBOT_SOURCE_ROOT:?}
 
 [ -x /usr/bin/chromium ] || { echo "SKIP: /usr/bin/chromium is not installed"; exit 77; }
@@ -95,6 +98,11 @@ run_one () {
     --scenario "$scenario" --timeout-ms 60000 "${stun[@]}" \
     --restart "bash $tmp/restart.sh"
   rc=$?
+  if [ "$scenario" = lifecycle ]; then
+    # the video ended: a new session, idle, then a reload resuming it
+    "$client" -n 1 -t 15 --reload "ws://127.0.0.1:$port/ws" ||
+      { echo "FAIL: webrtc-test-client --reload on an idle session"; rc=1; }
+  fi
   kill -0 "$(cat "$tmp/pid" 2>/dev/null || echo "$pid")" 2>/dev/null ||
     { echo "FAIL: the $encoder server died"; rc=1; }
   # the peer that the reload replaced was released (the first peer of
