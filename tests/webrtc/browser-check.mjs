@@ -182,6 +182,7 @@ async function snap(page) {
         .contains("error"),
       statuses: window.__statuses.slice(),
       atClose: window.__framesAtClose,
+      startSrc: img.getAttribute("src") || "",
       startHidden: img.hidden, startLoaded: img.complete &&
         img.naturalWidth > 0,
       compute: get("m-compute"), chunks: get("m-chunks"),
@@ -367,6 +368,13 @@ async function reload(page) {
     (last + 1) + ", not 0 (next-chunk " + s.st.nextChunk + ")");
   check(/resumed at chunk/.test(s.statuses.join(" | ")),
     "the page said it resumed");
+  // the world is idle (no key since chunk last): no frame comes until a
+  // key moves it, so the picture the page had when it left stands in,
+  // not the start image
+  check(/^data:image\/jpeg;base64,/.test(s.startSrc) && (!s.startHidden ||
+    decoded(s) > 0), "the reloaded page shows the picture it left, not " +
+    "the start image (" + s.startSrc.slice(0, 40) + ", hidden " +
+    s.startHidden + ")");
   await page.click("#video");
   await page.keyboard.down("ArrowUp");
   s = await waitFor(page, "the first chunk after the reload",

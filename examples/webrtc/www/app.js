@@ -19,6 +19,7 @@
 const KEYS = new Set(["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight",
   "KeyW", "KeyA", "KeyS", "KeyD", "KeyI", "KeyJ", "KeyK", "KeyL"]);
 const TOKEN_KEY = "lingbot-resume";
+const PICTURE_KEY = "lingbot-picture";   // the last picture, for a reload
 const BACKOFF_S = [1, 2, 4, 8, 15];
 // close codes (docs/webrtc.md): no retry after these
 const CLOSE_REPLACED = 4410, CLOSE_CODEC = 4415, CLOSE_BUSY = 4409;
@@ -403,6 +404,12 @@ async function onSignal(text) {
         sessionStorage.removeItem(TOKEN_KEY);
     }
   } else if (m.type === "welcome") {
+    const asked = sessionStorage.getItem(TOKEN_KEY);
+    let picture = null;
+    try {
+      picture = JSON.parse(sessionStorage.getItem(PICTURE_KEY));
+    } catch (e) { /* none */ }
+    sessionStorage.removeItem(PICTURE_KEY);
     state.attempts = 0;
     if (!m.resumed && state.session)
       newSession();
@@ -413,8 +420,13 @@ async function onSignal(text) {
     state.encoder = m.encoder;
     state.nextChunk = m["next-chunk"];
     sessionStorage.setItem(TOKEN_KEY, m.resume);
-    if (m["start-image"] && !state.firstFrame) {
-      startImage.src = m["start-image"];
+    // a resumed session shows where its world is now: the picture this
+    // tab had on screen when it left (an idle world sends no frame until
+    // a key moves it), else the start image
+    const still = m.resumed && picture && picture.token === asked ?
+      picture.url : m["start-image"];
+    if (still && !state.firstFrame) {
+      startImage.src = still;
       startImage.hidden = false;
     }
     endButton.disabled = false;
@@ -564,8 +576,25 @@ endButton.addEventListener("click", () => {
 // no "bye" on pagehide: a reload resumes the session with its token; a
 // closed tab's session ends after the server's resume timeout
 window.addEventListener("pagehide", () => {
+  savePicture();
   if (ws)
     ws.close();
 });
+
+// the picture on screen, kept (per tab) with the session's token for the
+// reload that resumes it
+function savePicture() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token || !state.firstFrame || !video.videoWidth)
+    return;
+  try {
+    const c = document.createElement("canvas");
+    c.width = video.videoWidth;
+    c.height = video.videoHeight;
+    c.getContext("2d").drawImage(video, 0, 0);
+    sessionStorage.setItem(PICTURE_KEY, JSON.stringify({ token,
+      url: c.toDataURL("image/jpeg", 0.85) }));
+  } catch (e) { /* no picture: the start image then */ }
+}
 
 connect();
