@@ -352,12 +352,17 @@ check_navigation (LingbotWebrtcInput * in, JsonObject * o)
     in->why = g_strdup ("no valid \"key\" string");
     return FALSE;
   }
+  key = normalize_key (key);
+  /* nothing upstream would act on it: say so rather than drop it silently */
+  if (lingbot_key_from_name (key) == 0) {
+    in->why = g_strdup ("unknown \"key\" (not one of the world's keys)");
+    return FALSE;
+  }
   if (!in->viewer) {
     in->why = g_strdup ("keys from a connection that is not the session's "
         "viewer");
     return FALSE;
   }
-  key = normalize_key (key);
   in->verdict = LINGBOT_WEBRTC_INPUT_KEY;
   in->event = g_strdup (event);
   in->press = press;
@@ -381,8 +386,10 @@ check_navigation (LingbotWebrtcInput * in, JsonObject * o)
  * channel) or, on "input" only, a bare navigation event.  A navigation
  * event is a string "event": Mouse* and Touch* are ignored, KeyPress and
  * KeyRelease need a valid UTF-8 string "key" of 1 to
- * %LINGBOT_WEBRTC_MAX_KEY_NAME bytes and a peer that is the viewer.  An
- * integer "id" of the message is reported whatever the verdict.
+ * %LINGBOT_WEBRTC_MAX_KEY_NAME bytes that names one of the world's keys
+ * (lingbot_key_from_name(), after the X keysym arrows are mapped) and a
+ * peer that is the viewer.  An "id" member must be an integer; it is
+ * reported whatever the verdict.
  */
 void
 lingbot_webrtc_check_input (LingbotWebrtcInput * in, gboolean binary,
@@ -408,6 +415,10 @@ lingbot_webrtc_check_input (LingbotWebrtcInput * in, gboolean binary,
     return;
   }
   in->has_id = member_int (o, "id", &in->id);
+  if (!in->has_id && json_object_has_member (o, "id")) {
+    in->why = g_strdup ("\"id\" is not an integer");
+    return;
+  }
 
   /* gstwebrtc-api's control request */
   if (json_object_has_member (o, "request")) {

@@ -115,8 +115,8 @@ typedef enum
  *   for IGNORE and KEY
  * @press: (out) for KEY: a press (else a release)
  * @key: (out) for KEY: the key name, X keysym arrows mapped to DOM codes
- * @key_bit: (out) for KEY: lingbot_key_from_name() of @key (0: not a key
- *   of the world; it still goes upstream)
+ * @key_bit: (out) for KEY: lingbot_key_from_name() of @key (never 0: a
+ *   name that is not a key of the world is a DROP)
  *
  * A data-channel message and its verdict: fill in the peer's state, call
  * lingbot_webrtc_check_input(), act, then lingbot_webrtc_input_clear().

@@ -681,6 +681,11 @@ control_opened (Peer * p, gpointer data)
   g_autofree char *text = status_json (p->session, p);
 
   peer_control_send (p, text);
+  /* the picture once more, now that the browser's end is surely up: the
+   * one sent when our transport came up alone did not reach a webrtcbin
+   * receiver's decoder after a reload (webrtc-test-client: 0 frames) */
+  peer_force_key_unit (p, "channel open");
+  session_repeat_preview (p->session);
 }
 
 static void

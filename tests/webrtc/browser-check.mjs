@@ -8,6 +8,7 @@
 //       http://127.0.0.1:8080/ [--chromium /usr/bin/chromium] [--out /tmp/webrtc]
 //       [--codec VP8|H264] [--scenario basic|full] [--timeout-ms 60000]
 //       [--no-loopback-flag] [--stun URL] [--expect-status TEXT]
+//       [--restart COMMAND]
 //
 // --no-loopback-flag leaves out --allow-loopback-in-peer-connection (an
 // ordinary browser: no 127.0.0.1 candidates of its own).
@@ -26,6 +27,14 @@
 // browser refused with 4409 that retries with backoff and says why, and
 // gets in when the first ends its session; that browser vanishing
 // (SIGSTOP) and its slot free again within 35 s.
+//
+// lifecycle (a server with --set frames=61 and --restart, a shell command
+// that stops it with SIGTERM and starts it again on the same port): a
+// chunk, then the restart: the page says the server is shutting down and
+// retries in 1 s (attempt 1), as after a crash, gets a new session, and
+// shows neither the old chunk list nor its compute fps; then W held until
+// the video ends: the page keeps its peer connection until the last of the
+// 61 frames arrived (framesReceived at close = the previews + 61).
 //
 // relay (tests/webrtc/test-webrtc-nat.sh, a stand-in source): frames
 // decoded, and a relay candidate in the selected candidate pair.
@@ -61,6 +70,7 @@ let timeoutMs = 60000;
 let loopbackFlag = true;
 let stun = null;
 let expectStatus = null;   // the server's --stun: the page's RTCPeerConnection has it
+let restartCmd = null;
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--chromium") exe = args[++i];
@@ -71,6 +81,7 @@ for (let i = 0; i < args.length; i++) {
   else if (a === "--no-loopback-flag") loopbackFlag = false;
   else if (a === "--stun") stun = args[++i];
   else if (a === "--expect-status") expectStatus = args[++i];
+  else if (a === "--restart") restartCmd = args[++i];
   else if (a.startsWith("http")) url = a;
   else {
     console.error("unknown argument " + a);
@@ -78,13 +89,18 @@ for (let i = 0; i < args.length; i++) {
   }
 }
 if (!["VP8", "H264"].includes(codec) ||
-  !["basic", "full", "relay", "relay-absent"].includes(scenario)) {
-  console.error("--codec VP8|H264, --scenario basic|full|relay|relay-absent");
+  !["basic", "full", "relay", "relay-absent", "lifecycle"]
+    .includes(scenario)) {
+  console.error("--codec VP8|H264, --scenario " +
+    "basic|full|relay|relay-absent|lifecycle");
   process.exit(2);
 }
 
 const failures = [];
 const consoleErrors = [];
+// while the server restarts, a retry may find its port closed: Chromium
+// logs that refused WebSocket as a console error of its own
+let restarting = false;
 const fail = (what) => {
   failures.push(what);
   console.error("FAIL: " + what);
@@ -120,7 +136,9 @@ async function newPage(ctx, name) {
   const page = await ctx.newPage();
   await page.addInitScript(recordStatuses);
   page.on("console", (m) => {
-    if (m.type() === "error") {
+    if (m.type() === "error" && !(restarting &&
+      /WebSocket connection to .* failed: .*ERR_CONNECTION_REFUSED/
+        .test(m.text()))) {
       consoleErrors.push(name + ": " + m.text());
       console.error(name + " console error: " + m.text());
     }
@@ -163,6 +181,8 @@ async function snap(page) {
       statusError: document.getElementById("status").classList
         .contains("error"),
       statuses: window.__statuses.slice(),
+      atClose: window.__framesAtClose,
+      startSrc: img.getAttribute("src") || "",
       startHidden: img.hidden, startLoaded: img.complete &&
         img.naturalWidth > 0,
       compute: get("m-compute"), chunks: get("m-chunks"),
@@ -348,6 +368,13 @@ async function reload(page) {
     (last + 1) + ", not 0 (next-chunk " + s.st.nextChunk + ")");
   check(/resumed at chunk/.test(s.statuses.join(" | ")),
     "the page said it resumed");
+  // the world is idle (no key since chunk last): no frame comes until a
+  // key moves it, so the picture the page had when it left stands in,
+  // not the start image
+  check(/^data:image\/jpeg;base64,/.test(s.startSrc) && (!s.startHidden ||
+    decoded(s) > 0), "the reloaded page shows the picture it left, not " +
+    "the start image (" + s.startSrc.slice(0, 40) + ", hidden " +
+    s.startHidden + ")");
   await page.click("#video");
   await page.keyboard.down("ArrowUp");
   s = await waitFor(page, "the first chunk after the reload",
@@ -534,6 +561,96 @@ async function noCodec(ctx) {
   await page.close();
 }
 
+// a restart of the server (SIGTERM: error "shutdown", close 1001): the
+// page retries with the backoff of a lost connection and starts anew
+async function restart(page) {
+  await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
+  let s = await waitFor(page, "session connected", connected);
+  s = await waitFor(page, "the preview decoded while waiting for a key",
+    (x) => decoded(x) > 0 && /waiting for a key/.test(x.status));
+  await page.click("#video");
+  await page.keyboard.down("ArrowUp");
+  s = await waitFor(page, "chunk 0 with its compute fps",
+    (x) => /^\d/.test(x.compute) && /\b0: w\b/.test(x.chunks));
+  await page.keyboard.up("ArrowUp");
+  s = await waitFor(page, "the generator waiting again",
+    (x) => /waiting for a key/.test(x.status));
+  note("before the restart: " + brief(s));
+  if (!check(restartCmd, "--restart is needed"))
+    return;
+  restarting = true;
+  execFileSync("sh", ["-c", restartCmd], { stdio: "inherit",
+    timeout: 30000 });
+  const said = "the server is shutting down (1001, a restart?): retrying " +
+    "in 1 s (attempt 1)";
+  s = await waitFor(page, "'" + said + "'",
+    (x) => x.statuses.includes(said));
+  s = await waitFor(page, "a new session after the restart",
+    (x) => connected(x) && x.st.retries >= 1);
+  restarting = false;
+  note("after the restart: " + brief(s));
+  check(!s.st.resumed && s.st.nextChunk === 0 && !s.st.fatal,
+    "a new session, not resumed (" + brief(s) + ")");
+  check(s.chunks === "–" && s.compute === "– / –" &&
+    s.st.chunks.length === 0 && s.st.lastChunk === -1,
+    "the old session's chunks and compute fps cleared: chunks '" +
+    s.chunks + "', compute '" + s.compute + "'");
+}
+
+// frames received when the page closes its RTCPeerConnection: polled
+// every 50 ms while it is open (window.__framesAtClose, -1 until then)
+function watchClose() {
+  window.__framesAtClose = -1;
+  const Orig = window.RTCPeerConnection;
+  window.RTCPeerConnection = class extends Orig {
+    constructor(...args) {
+      super(...args);
+      this.frames = 0;
+      const timer = setInterval(async () => {
+        if (this.connectionState === "closed")
+          return clearInterval(timer);
+        try {
+          (await this.getStats()).forEach((r) => {
+            if (r.type === "inbound-rtp" && r.kind === "video")
+              this.frames = r.framesReceived || 0;
+          });
+        } catch (e) { /* closed meanwhile */ }
+      }, 50);
+    }
+
+    close() {
+      window.__framesAtClose = this.frames;
+      super.close();
+    }
+  };
+}
+
+// the end of the video (--set frames=61): every frame received before
+// the page closes its peer connection
+async function lastFrame(page) {
+  let s = await waitFor(page, "the preview decoded while waiting for a key",
+    (x) => decoded(x) > 0 && /waiting for a key/.test(x.status));
+  await sleep(1500);            // the previews all in
+  s = await snap(page);
+  const previews = s.rtp ? s.rtp.received : 0;
+  // (the peer connection the restart closed counted already)
+  await page.evaluate(() => { window.__framesAtClose = -1; });
+  await page.click("#video");
+  await page.keyboard.down("KeyW");
+  s = await waitFor(page, "the end of the video",
+    (x) => x.st.fatal === "eos");
+  s = await waitFor(page, "the peer connection closed after the video",
+    (x) => x.atClose >= 0, 15000);
+  await page.keyboard.up("KeyW");
+  note("end of the video: " + brief(s) + ", " + previews +
+    " preview frame(s), " + s.atClose + " frames at close");
+  check(s.atClose === previews + 61, "all 61 frames of the video " +
+    "received before the page closed its peer connection: " + s.atClose +
+    " = " + previews + " previews + " + (s.atClose - previews));
+  check(/the session's video ended/.test(s.status) && s.statusError,
+    "the page says the video ended: " + s.status);
+}
+
 // frames through the TURN relay of welcome's iceServers
 async function relaySession(page) {
   await page.goto(url, { waitUntil: "load", timeout: timeoutMs });
@@ -575,6 +692,19 @@ try {
   const page = await newPage(ctx, "first");
   if (scenario === "relay" || scenario === "relay-absent") {
     await (scenario === "relay" ? relaySession(page) : relayAbsent(page));
+    await page.close();
+    await browser.close();
+    if (consoleErrors.length)
+      fail(consoleErrors.length + " console error(s)");
+    if (failures.length)
+      process.exit(1);
+    note("OK (" + scenario + ")");
+    process.exit(0);
+  }
+  if (scenario === "lifecycle") {
+    await page.addInitScript(watchClose);
+    await restart(page);
+    await lastFrame(page);
     await page.close();
     await browser.close();
     if (consoleErrors.length)

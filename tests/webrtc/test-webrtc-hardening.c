@@ -48,6 +48,7 @@
 #include <json-glib/json-glib.h>
 #include <libsoup/soup.h>
 
+#include "lingbot/control.h"
 #include "webrtc-messages.h"
 #include "webrtc-server.h"
 #include "test-server-thread.h"
@@ -680,6 +681,64 @@ test_parse_no_gerror (void)
   lingbot_webrtc_signal_clear (&sig);
 }
 
+/* one input message: the verdict and the reason (NULL: not a DROP) */
+static void
+assert_input (const char *text, LingbotWebrtcInputVerdict verdict,
+    const char *why)
+{
+  LingbotWebrtcInput in = { 0 };
+
+  in.viewer = TRUE;
+  lingbot_webrtc_check_input (&in, FALSE, text, strlen (text));
+  g_assert_cmpint (in.verdict, ==, verdict);
+  g_assert_cmpstr (in.why, ==, why);
+  lingbot_webrtc_input_clear (&in);
+}
+
+/* mistyped "id" members and key names that are no key of the world are
+ * refused with a reason, not pressed (earlier versions sent both
+ * upstream without a word: no error, no echo) */
+static void
+test_input_members (void)
+{
+  LingbotWebrtcInput in = { 0 };
+
+  assert_input ("{\"event\":\"KeyPress\",\"key\":\"ArrowUp\",\"id\":\"str\"}",
+      LINGBOT_WEBRTC_INPUT_DROP, "\"id\" is not an integer");
+  assert_input ("{\"event\":\"KeyPress\",\"key\":\"ArrowUp\",\"id\":1.5}",
+      LINGBOT_WEBRTC_INPUT_DROP, "\"id\" is not an integer");
+  assert_input ("{\"event\":\"KeyRelease\",\"key\":\"KeyW\",\"id\":null}",
+      LINGBOT_WEBRTC_INPUT_DROP, "\"id\" is not an integer");
+  assert_input ("{\"id\":\"7\",\"request\":{\"type\":\"navigationEvent\","
+      "\"event\":{\"event\":\"KeyPress\",\"key\":\"Up\"}}}",
+      LINGBOT_WEBRTC_INPUT_DROP, "\"id\" is not an integer");
+  assert_input ("{\"event\":\"KeyPress\",\"key\":\"NoSuchKey\"}",
+      LINGBOT_WEBRTC_INPUT_DROP,
+      "unknown \"key\" (not one of the world's keys)");
+  assert_input ("{\"event\":\"KeyRelease\",\"key\":\"Shift_L\",\"id\":3}",
+      LINGBOT_WEBRTC_INPUT_DROP,
+      "unknown \"key\" (not one of the world's keys)");
+  /* the valid forms still pass: DOM codes, X keysyms, aliases, any case */
+  assert_input ("{\"event\":\"KeyPress\",\"key\":\"ArrowUp\",\"id\":17}",
+      LINGBOT_WEBRTC_INPUT_KEY, NULL);
+  assert_input ("{\"event\":\"KeyRelease\",\"key\":\"w\"}",
+      LINGBOT_WEBRTC_INPUT_KEY, NULL);
+  assert_input ("{\"event\":\"MouseMove\",\"x\":1.0,\"y\":2.0}",
+      LINGBOT_WEBRTC_INPUT_IGNORE, NULL);
+
+  /* the id of an accepted press is reported for the echo, the key's bit
+   * set, the X keysym mapped */
+  in.viewer = TRUE;
+  lingbot_webrtc_check_input (&in, FALSE, "{\"event\":\"KeyPress\","
+      "\"key\":\"Left\",\"id\":9}", 40);
+  g_assert_cmpint (in.verdict, ==, LINGBOT_WEBRTC_INPUT_KEY);
+  g_assert_true (in.has_id);
+  g_assert_cmpint (in.id, ==, 9);
+  g_assert_cmpstr (in.key, ==, "ArrowLeft");
+  g_assert_cmpuint (in.key_bit, ==, LINGBOT_KEY_A);
+  lingbot_webrtc_input_clear (&in);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -704,6 +763,7 @@ main (int argc, char **argv)
     return 77;
   }
   g_test_add_func ("/webrtc-hardening/parse-no-gerror", test_parse_no_gerror);
+  g_test_add_func ("/webrtc-hardening/input-members", test_input_members);
   g_test_add_func ("/webrtc-hardening/idle-timeout", test_idle_timeout);
   g_test_add_func ("/webrtc-hardening/cap", test_cap);
   g_test_add_func ("/webrtc-hardening/emfile", test_emfile);

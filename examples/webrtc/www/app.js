@@ -11,15 +11,19 @@
 // sessionStorage (per tab, it survives a reload), and every connection
 // asks for /ws?resume=TOKEN, so a reload takes the running session over
 // and continues at its current chunk.  A busy server (close 4409) is
-// retried with backoff; a lost connection (4408, 1006, ...) is resumed.
+// retried with backoff; a lost connection (4408, 1006, ...) is resumed; a
+// server that stops (1001: a restart) is retried with the same backoff,
+// and gets a new session from the restarted one.
 "use strict";
 
 const KEYS = new Set(["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight",
   "KeyW", "KeyA", "KeyS", "KeyD", "KeyI", "KeyJ", "KeyK", "KeyL"]);
 const TOKEN_KEY = "lingbot-resume";
+const PICTURE_KEY = "lingbot-picture";   // the last picture, for a reload
 const BACKOFF_S = [1, 2, 4, 8, 15];
 // close codes (docs/webrtc.md): no retry after these
 const CLOSE_REPLACED = 4410, CLOSE_CODEC = 4415, CLOSE_BUSY = 4409;
+const CLOSE_GOING_AWAY = 1001;
 
 const video = document.getElementById("video");
 const startImage = document.getElementById("start");
@@ -384,6 +388,11 @@ async function onSignal(text) {
       state.busy++;
       state.busyMessage = m.message;
       state.busyRetryAfter = m["retry-after"];
+    } else if (m.code === "shutdown") {
+      // a restart: retried when the socket closes (1001); the session
+      // ended with the old process, the next one starts a new one
+      state.shutdownMessage = m.message;
+      sessionStorage.removeItem(TOKEN_KEY);
     } else if (m.code === "timeout" || m.code === "ice") {
       // retried (resumed) when the socket closes, with the server's reason:
       // it names the TURN relay to check when one is configured
@@ -395,7 +404,15 @@ async function onSignal(text) {
         sessionStorage.removeItem(TOKEN_KEY);
     }
   } else if (m.type === "welcome") {
+    const asked = sessionStorage.getItem(TOKEN_KEY);
+    let picture = null;
+    try {
+      picture = JSON.parse(sessionStorage.getItem(PICTURE_KEY));
+    } catch (e) { /* none */ }
+    sessionStorage.removeItem(PICTURE_KEY);
     state.attempts = 0;
+    if (!m.resumed && state.session)
+      newSession();
     state.session = m.session;
     state.peer = m.peer;
     state.resumed = m.resumed;
@@ -403,8 +420,13 @@ async function onSignal(text) {
     state.encoder = m.encoder;
     state.nextChunk = m["next-chunk"];
     sessionStorage.setItem(TOKEN_KEY, m.resume);
-    if (m["start-image"] && !state.firstFrame) {
-      startImage.src = m["start-image"];
+    // a resumed session shows where its world is now: the picture this
+    // tab had on screen when it left (an idle world sends no frame until
+    // a key moves it), else the start image
+    const still = m.resumed && picture && picture.token === asked ?
+      picture.url : m["start-image"];
+    if (still && !state.firstFrame) {
+      startImage.src = still;
       startImage.hidden = false;
     }
     endButton.disabled = false;
@@ -434,6 +456,20 @@ async function onSignal(text) {
   }
 }
 
+// a new session after an automatic reconnect (a restarted server, an
+// expired session): the old session's chunks and figures go
+function newSession() {
+  state.chunks = [];
+  state.firstChunk = state.lastChunk = -1;
+  metrics.steadyFrames = metrics.steadySeconds = 0;
+  metrics.lastComputeFps = NaN;
+  latencies.length = 0;
+  echoes.length = 0;
+  stamps.clear();
+  $("m-server").textContent = "–";
+  showMetrics();
+}
+
 function closePeer() {
   if (pc)
     pc.close();
@@ -442,6 +478,39 @@ function closePeer() {
   control = null;
   state.informed = false;
   metrics.decodedAt = 0;
+}
+
+// frames received on @p's video so far
+async function framesReceived(p) {
+  let n = 0;
+  try {
+    (await p.getStats()).forEach((r) => {
+      if (r.type === "inbound-rtp" && r.kind === "video")
+        n = r.framesReceived || 0;
+    });
+  } catch (e) { /* closed meanwhile */ }
+  return n;
+}
+
+// The end of the video: the server sees its end at the payloader and
+// closes the socket, while its last frames may still be on their way.
+// The peer stays until no frame came for 1 s (at most 5 s), then closes.
+async function drainPeer() {
+  const p = pc;
+  let last = -1, since = performance.now();
+  const start = since;
+  while (p && p === pc && performance.now() - start < 5000) {
+    const n = await framesReceived(p);
+    if (n !== last) {
+      last = n;
+      since = performance.now();
+    } else if (performance.now() - since >= 1000) {
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (p && p === pc)
+    closePeer();
 }
 
 // atLeast: the server's "retry-after" of a busy answer (seconds until a
@@ -472,10 +541,17 @@ function connect() {
   ws.onclose = (e) => {
     if (socket !== ws)
       return;
-    closePeer();
+    if (state.fatal === "eos")
+      drainPeer();
+    else
+      closePeer();
     endButton.disabled = true;
     if (e.code === CLOSE_BUSY) {
       retry(state.busyMessage || "the server is busy", state.busyRetryAfter);
+    } else if (e.code === CLOSE_GOING_AWAY) {
+      retry((state.shutdownMessage || "the server went away") +
+        " (1001, a restart?)");
+      state.shutdownMessage = null;
     } else if (e.code === CLOSE_REPLACED) {
       state.fatal = "replaced";
       setStatus("another tab or a reload took this session over", true);
@@ -500,8 +576,25 @@ endButton.addEventListener("click", () => {
 // no "bye" on pagehide: a reload resumes the session with its token; a
 // closed tab's session ends after the server's resume timeout
 window.addEventListener("pagehide", () => {
+  savePicture();
   if (ws)
     ws.close();
 });
+
+// the picture on screen, kept (per tab) with the session's token for the
+// reload that resumes it
+function savePicture() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token || !state.firstFrame || !video.videoWidth)
+    return;
+  try {
+    const c = document.createElement("canvas");
+    c.width = video.videoWidth;
+    c.height = video.videoHeight;
+    c.getContext("2d").drawImage(video, 0, 0);
+    sessionStorage.setItem(PICTURE_KEY, JSON.stringify({ token,
+      url: c.toDataURL("image/jpeg", 0.85) }));
+  } catch (e) { /* no picture: the start image then */ }
+}
 
 connect();
