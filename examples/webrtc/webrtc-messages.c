@@ -353,15 +353,18 @@ check_navigation (LingbotWebrtcInput * in, JsonObject * o)
     return FALSE;
   }
   key = normalize_key (key);
-  /* nothing upstream would act on it: say so rather than drop it silently */
-  if (lingbot_key_from_name (key) == 0) {
-    in->why = g_strdup ("unknown \"key\" (not one of the world's keys)");
-    return FALSE;
-  }
   if (!in->viewer) {
     in->why = g_strdup ("keys from a connection that is not the session's "
         "viewer");
     return FALSE;
+  }
+  /* a key the world has no use for (Shift, Tab, ...: gstwebrtc-api sends
+   * every key the user presses) is ignored as a mouse event is: nothing
+   * upstream, no error reply for a legitimate press */
+  if (lingbot_key_from_name (key) == 0) {
+    in->verdict = LINGBOT_WEBRTC_INPUT_IGNORE;
+    in->event = g_strdup (event);
+    return TRUE;
   }
   in->verdict = LINGBOT_WEBRTC_INPUT_KEY;
   in->event = g_strdup (event);
@@ -386,10 +389,10 @@ check_navigation (LingbotWebrtcInput * in, JsonObject * o)
  * channel) or, on "input" only, a bare navigation event.  A navigation
  * event is a string "event": Mouse* and Touch* are ignored, KeyPress and
  * KeyRelease need a valid UTF-8 string "key" of 1 to
- * %LINGBOT_WEBRTC_MAX_KEY_NAME bytes that names one of the world's keys
- * (lingbot_key_from_name(), after the X keysym arrows are mapped) and a
- * peer that is the viewer.  An "id" member must be an integer; it is
- * reported whatever the verdict.
+ * %LINGBOT_WEBRTC_MAX_KEY_NAME bytes and a peer that is the viewer; a key
+ * that is none of the world's keys (lingbot_key_from_name(), after the X
+ * keysym arrows are mapped) is ignored as Mouse* are.  An "id" member must
+ * be an integer; it is reported whatever the verdict.
  */
 void
 lingbot_webrtc_check_input (LingbotWebrtcInput * in, gboolean binary,

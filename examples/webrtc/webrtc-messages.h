@@ -92,8 +92,9 @@ void lingbot_webrtc_signal_clear (LingbotWebrtcSignal * sig);
 /**
  * LingbotWebrtcInputVerdict:
  * @LINGBOT_WEBRTC_INPUT_DROP: refused: drop it with an error reply (@why)
- * @LINGBOT_WEBRTC_INPUT_IGNORE: a mouse or touch event: accepted, no
- *   effect
+ * @LINGBOT_WEBRTC_INPUT_IGNORE: a mouse or touch event, or a key that is
+ *   none of the world's keys (Shift, Tab: gstwebrtc-api sends every key
+ *   the user presses): accepted, no effect
  * @LINGBOT_WEBRTC_INPUT_KEY: a key press or release (@press, @key)
  */
 typedef enum
@@ -116,7 +117,7 @@ typedef enum
  * @press: (out) for KEY: a press (else a release)
  * @key: (out) for KEY: the key name, X keysym arrows mapped to DOM codes
  * @key_bit: (out) for KEY: lingbot_key_from_name() of @key (never 0: a
- *   name that is not a key of the world is a DROP)
+ *   name that is not a key of the world is IGNORE)
  *
  * A data-channel message and its verdict: fill in the peer's state, call
  * lingbot_webrtc_check_input(), act, then lingbot_webrtc_input_clear().

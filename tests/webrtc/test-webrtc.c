@@ -1080,7 +1080,6 @@ send_garbage (Peer * p)
     "{\"id\":5,\"request\":{\"type\":\"navigationEvent\",\"event\":5}}",
     "{\"id\":\"x\",\"request\":{\"type\":null,\"event\":{}}}",
     "{\"event\":\"KeyPress\",\"key\":\"ArrowUp\",\"id\":\"str\"}",
-    "{\"event\":\"KeyPress\",\"key\":\"NoSuchKey\"}",
   };
   /* on "control" */
   const char *bad_control[] = {
