@@ -106,6 +106,8 @@ main (int argc, char **argv)
   char *poses = g_build_filename (shared_dir, "data", "poses.npy", NULL);
   if (!g_file_test (poses, G_FILE_TEST_EXISTS)) {
     g_printerr ("%s not found: skipping\n", poses);
+    g_free (poses);
+    g_free (shared_dir);
     return 77;
   }
   g_free (poses);
