@@ -339,6 +339,9 @@ gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
     if (live) {
       if (lingbot_control_schedule_take_live (self->schedule, &c)) {
         gst_lingbot_gen_control_keys_from (ck, &c);
+        /* this chunk's frames are the picture a viewer that joined
+         * asked for */
+        self->repeat_pending = FALSE;
         return GST_LINGBOT_GEN_KEYS_OK;
       }
     } else {
@@ -414,6 +417,15 @@ gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
                 "lingbotgen (or lingbotbin) to steer as keys come, or end the "
                 "control stream (EOS)", index));
       post_waiting (self, index, "control");
+      g_mutex_lock (&self->lock);
+      continue;
+    }
+    if (live && self->repeat_pending && self->playing) {
+      /* a viewer joined while nothing is generated: the last frame again
+       * (GST_LINGBOT_REPEAT_EVENT) */
+      self->repeat_pending = FALSE;
+      g_mutex_unlock (&self->lock);
+      gst_lingbot_gen_task_push_repeat (self);
       g_mutex_lock (&self->lock);
       continue;
     }

@@ -98,6 +98,9 @@ struct _GstLingbotGen
   gboolean control_caps;        /* CAPS arrived on the control pad */
   gboolean playing;             /* PLAYING: live chunks wait for it */
   gboolean eos_pending;         /* send_event (EOS): after this chunk */
+  gboolean repeat_pending;      /* live: a force-key-unit came; the frame
+                                 * again if it waits for a key
+                                 * (GST_LINGBOT_REPEAT_EVENT) */
   gboolean said_control_wait;   /* offline: the stalled-control INFO went */
   GstLingbotLatencyEstimate compute_latency;    /* live: a chunk's compute */
   GstLingbotLatencyStepper *latency_stepper;    /* its falls */
@@ -233,6 +236,7 @@ void gst_lingbot_gen_task_note_compute_time (GstLingbotGen * self,
     GstClockTime measured, GstClockTimeDiff late);
 /* gstlingbotgen-task.c: drops the session and the stream's state */
 void gst_lingbot_gen_task_reset_stream (GstLingbotGen * self);
+void gst_lingbot_gen_task_push_repeat (GstLingbotGen * self);
 /* gstlingbotgen-task.c: the session's rate, else the properties' */
 void gst_lingbot_gen_task_rate (GstLingbotGen * self, int *fps_n, int *fps_d);
 /* gstlingbotgen-task.c: one steady chunk's duration at that rate (ns) */

@@ -169,6 +169,35 @@ push_preview (GstLingbotGen * self, gboolean live)
       gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM, s));
 }
 
+/* GST_LINGBOT_REPEAT_EVENT (the streaming thread, without the lock,
+ * while a live session waits for a key): the last frame again at the
+ * running time now, or at the end of the frames stamped when that is
+ * later; the next chunk is stamped after its one frame, as after the
+ * preview, and never before it (no key-cut back over it). */
+void
+gst_lingbot_gen_task_push_repeat (GstLingbotGen * self)
+{
+  GstClockTime pts = running_time_now (self), frame;
+
+  if (self->session_fps_n <= 0)
+    return;
+  if (!GST_CLOCK_TIME_IS_VALID (pts))
+    pts = 0;
+  if (GST_CLOCK_TIME_IS_VALID (self->next_pts) && pts < self->next_pts)
+    pts = self->next_pts;
+  frame = gst_util_uint64_scale (GST_SECOND, (guint64) self->session_fps_d,
+      (guint64) self->session_fps_n);
+  self->next_pts = pts + frame;
+  self->last_pts = pts;
+  self->cut_next = FALSE;
+  GST_DEBUG_OBJECT (self, "the last frame again at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (pts));
+  gst_pad_push_event (self->srcpad,
+      gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM,
+          gst_structure_new (GST_LINGBOT_REPEAT_EVENT, "pts", G_TYPE_UINT64,
+              (guint64) pts, NULL)));
+}
+
 typedef enum
 {
   WAIT_OK,
@@ -665,6 +694,7 @@ gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
   self->session_chunk_frames = 0;
   self->control_caps = FALSE;
   self->eos_pending = FALSE;
+  self->repeat_pending = FALSE;
   self->said_control_wait = FALSE;
   gst_lingbot_latency_estimate_reset (&self->compute_latency);
   self->frames_done = 0;

@@ -304,8 +304,10 @@ gst_lingbot_gen_time_query (GstLingbotGen * self, GstQuery * query)
  * compute latency (the newest chunk's sample,
  * gst_lingbot_gen_task_note_compute_time()), except for frames stamped
  * before the latency last moved; a seek is refused (a world is
- * generated forward only); navigation goes on to the control pad's
- * source, the rest default. */
+ * generated forward only); a force-key-unit (a viewer that joined) has a
+ * live session that waits for a key send GST_LINGBOT_REPEAT_EVENT, so the
+ * last frame goes again; navigation goes on to the control pad's source,
+ * the rest default. */
 static gboolean
 gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
@@ -335,13 +337,32 @@ gst_lingbot_gen_src_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gst_event_unref (event);
       return TRUE;
     }
+    case GST_EVENT_CUSTOM_UPSTREAM:{
+      gboolean live;
+
+      if (!gst_video_event_is_force_key_unit (event))
+        break;
+      GST_OBJECT_LOCK (self);
+      live = self->live;
+      GST_OBJECT_UNLOCK (self);
+      if (!live)
+        break;
+      /* taken by the streaming thread where it waits for a key; a chunk
+       * in flight is the picture instead (it clears the request) */
+      GST_DEBUG_OBJECT (self, "force-key-unit: the last frame again if no "
+          "chunk comes");
+      gst_lingbot_gen_control_raise (self, &self->repeat_pending);
+      gst_event_unref (event);
+      return TRUE;
+    }
     case GST_EVENT_SEEK:
       GST_DEBUG_OBJECT (self, "seeking is not supported");
       gst_event_unref (event);
       return FALSE;
     default:
-      return gst_pad_event_default (pad, parent, event);
+      break;
   }
+  return gst_pad_event_default (pad, parent, event);
 }
 
 /* send_event (EOS), what gst-launch-1.0 -e does on Ctrl-C: the chunk in

@@ -50,6 +50,9 @@ gst_lingbot_vae_dec_decode_new_stream (GstLingbotVaeDec * self)
   g_clear_pointer (&self->decoder, lingbot_decoder_free);
   self->frame_index = 0;
   self->chunk = 0;
+  g_mutex_lock (&self->qlock);
+  gst_clear_buffer (&self->last_frame);
+  g_mutex_unlock (&self->qlock);
   gst_lingbot_vae_dec_decode_summary_reset (self);
 }
 
@@ -72,8 +75,10 @@ gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
   self->position = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
   self->hold_latency = GST_CLOCK_TIME_NONE;
-  gst_clear_buffer (&self->preview_frame);
   GST_OBJECT_UNLOCK (self);
+  g_mutex_lock (&self->qlock);
+  gst_clear_buffer (&self->last_frame);
+  g_mutex_unlock (&self->qlock);
   self->drop_before = GST_CLOCK_TIME_NONE;
   g_clear_error (&self->stream_error);
 }
@@ -256,6 +261,7 @@ gst_lingbot_vae_dec_set_caps (GstLingbotVaeDec * self, GstCaps * caps)
 static GstFlowReturn out_push (GstLingbotVaeDec * self, GstMiniObject * item);
 
 static GstFlowReturn push_preview (GstLingbotVaeDec * self, GstEvent * event);
+static GstFlowReturn push_repeat (GstLingbotVaeDec * self, GstEvent * event);
 
 /* A serialized event, in order with the chunks (the decode task).  CAPS
  * is negotiated here once the frames before it are out (the push task is
@@ -288,9 +294,12 @@ handle_serialized_event (GstLingbotVaeDec * self, GstEvent * event)
       gst_lingbot_vae_dec_decode_new_stream (self);
       break;
     case GST_EVENT_CUSTOM_DOWNSTREAM:
-      if (gst_event_has_name (event, GST_LINGBOT_PREVIEW_EVENT)) {
+      if (gst_event_has_name (event, GST_LINGBOT_PREVIEW_EVENT)
+          || gst_event_has_name (event, GST_LINGBOT_REPEAT_EVENT)) {
         /* consumed: it becomes a frame */
-        GstFlowReturn ret = push_preview (self, event);
+        GstFlowReturn ret = gst_event_has_name (event,
+            GST_LINGBOT_PREVIEW_EVENT) ? push_preview (self, event) :
+            push_repeat (self, event);
 
         gst_event_unref (event);
         return ret != GST_FLOW_FLUSHING;
@@ -712,6 +721,26 @@ ensure_own_decoder (GstLingbotVaeDec * self, LingbotWorld * session_world,
 /* Queues @item (a frame, or a serialized event: not counted) for the push
  * task; waits while two chunks of frames are queued.  Returns the push
  * task's flow (FLUSHING when flushing). */
+/* @frame (about to be queued) is the one GST_LINGBOT_REPEAT_EVENT pushes
+ * again until a newer one is kept: the preview always (the LATENCY query
+ * that says live may come after it), a chunk's frame when the stream is
+ * live (one reference: a filter that draws in place copies this one frame
+ * while it is held, so not offline, where no repeat comes) */
+static void
+keep_last_frame (GstLingbotVaeDec * self, GstBuffer * frame, gboolean preview)
+{
+  gboolean live;
+
+  GST_OBJECT_LOCK (self);
+  live = self->live;
+  GST_OBJECT_UNLOCK (self);
+  if (!live && !preview)
+    return;
+  g_mutex_lock (&self->qlock);
+  gst_buffer_replace (&self->last_frame, frame);
+  g_mutex_unlock (&self->qlock);
+}
+
 static GstFlowReturn
 out_push (GstLingbotVaeDec * self, GstMiniObject * item)
 {
@@ -855,6 +884,8 @@ push_frames (GstLingbotVaeDec * self, const LingbotFrames * frames,
     if (i == 0 && self->frame_index == 0)
       GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
     self->frame_index++;
+    if (i == first + n - 1)
+      keep_last_frame (self, out, FALSE);
     ret = out_push (self, GST_MINI_OBJECT_CAST (out));
     if (ret != GST_FLOW_OK)
       return ret;
@@ -928,42 +959,50 @@ push_preview (GstLingbotVaeDec * self, GstEvent * event)
   GST_BUFFER_FLAG_SET (out, GST_BUFFER_FLAG_DISCONT);
   gst_buffer_add_lingbot_frame_meta (out, 0, 0, TRUE);
   GST_DEBUG_OBJECT (self, "preview at %" GST_TIME_FORMAT, GST_TIME_ARGS (pts));
-  GST_OBJECT_LOCK (self);
-  gst_buffer_replace (&self->preview_frame, out);
-  GST_OBJECT_UNLOCK (self);
+  keep_last_frame (self, out, TRUE);
   return out_push (self, GST_MINI_OBJECT_CAST (out));
 }
 
-/* An upstream force-key-unit (a viewer that joined, e.g. a WebRTC peer
- * whose transport came up after the preview went by) while a live stream
- * still shows its preview: the preview again, stamped with the running
- * time now, so that the viewer has a picture before the first key.
- * Returns whether it was queued. */
-gboolean
-gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self)
+/* GST_LINGBOT_REPEAT_EVENT (the decode task): the newest frame queued
+ * again, stamped with the event's pts for one frame, the same memory, no
+ * keys lit; not counted (OFFSET and OFFSET_END the frames so far).  The
+ * generator sends it only where it waits for a key, so no chunk's frames
+ * are in decode, and it stamped its next chunk after this frame.  Nothing
+ * when no frame went yet (a session without preview before a key). */
+static GstFlowReturn
+push_repeat (GstLingbotVaeDec * self, GstEvent * event)
 {
+  const GstStructure *st = gst_event_get_structure (event);
+  GstLingbotFrameMeta *meta;
+  guint64 pts;
   GstBuffer *again = NULL;
-  GstClock *clock;
 
-  GST_OBJECT_LOCK (self);
-  if (self->preview_frame && self->live)
-    again = gst_buffer_copy (self->preview_frame);
-  GST_OBJECT_UNLOCK (self);
-  if (again == NULL)
-    return FALSE;
-  clock = gst_element_get_clock (GST_ELEMENT (self));
-  if (clock) {
-    GstClockTime now = gst_clock_get_time (clock);
-    GstClockTime base = gst_element_get_base_time (GST_ELEMENT (self));
-
-    if (now > base && now - base > GST_BUFFER_PTS (again))
-      GST_BUFFER_PTS (again) = now - base;
-    gst_object_unref (clock);
+  if (!self->negotiated || !gst_structure_get_uint64 (st, "pts", &pts)) {
+    GST_WARNING_OBJECT (self, "ignoring a repeat event %s",
+        self->negotiated ? "without pts" : "before caps");
+    return GST_FLOW_OK;
   }
+  g_mutex_lock (&self->qlock);
+  if (self->last_frame != NULL)
+    again = gst_buffer_copy (self->last_frame);
+  g_mutex_unlock (&self->qlock);
+  if (again == NULL) {
+    GST_DEBUG_OBJECT (self, "no frame to repeat yet");
+    return GST_FLOW_OK;
+  }
+  GST_BUFFER_PTS (again) = pts;
+  GST_BUFFER_DURATION (again) = gst_util_uint64_scale (1,
+      (guint64) self->fps_d * GST_SECOND, self->fps_n);
+  GST_BUFFER_DTS (again) = GST_CLOCK_TIME_NONE;
+  GST_BUFFER_OFFSET (again) = self->frame_index;
+  GST_BUFFER_OFFSET_END (again) = self->frame_index;
   GST_BUFFER_FLAG_UNSET (again, GST_BUFFER_FLAG_DISCONT);
-  GST_DEBUG_OBJECT (self, "preview again at %" GST_TIME_FORMAT,
-      GST_TIME_ARGS (GST_BUFFER_PTS (again)));
-  return out_push (self, GST_MINI_OBJECT_CAST (again)) == GST_FLOW_OK;
+  meta = gst_buffer_get_lingbot_frame_meta (again);
+  if (meta != NULL)
+    meta->keys = 0;
+  GST_DEBUG_OBJECT (self, "frame again at %" GST_TIME_FORMAT,
+      GST_TIME_ARGS (pts));
+  return out_push (self, GST_MINI_OBJECT_CAST (again));
 }
 
 /* A live stream's latency covers the decode too: the decode latency is a
@@ -1135,9 +1174,6 @@ decode_buffer (GstLingbotVaeDec * self, GstBuffer * buf)
   }
   self->frame_chunk = meta ? meta->chunk : self->chunk;
   self->frame_keys = meta ? meta->stats.keys : 0;
-  GST_OBJECT_LOCK (self);
-  gst_clear_buffer (&self->preview_frame);
-  GST_OBJECT_UNLOCK (self);
   /* the generate interval (decode-hidden-fraction), before the buffer and
    * its meta go */
   if (meta && meta->generate_end_us > 0) {

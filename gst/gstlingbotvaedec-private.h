@@ -54,9 +54,9 @@ struct _GstLingbotVaeDec
   /* decode task: the frame meta of the chunk being pushed */
   guint64 frame_chunk;
   guint frame_keys;
-  /* object lock: the preview still until the first chunk's frames come
-   * (gst_lingbot_vae_dec_decode_repeat_preview()) */
-  GstBuffer *preview_frame;
+  /* qlock, live: the newest frame queued (the preview, then each frame
+   * group's last), pushed again on GST_LINGBOT_REPEAT_EVENT */
+  GstBuffer *last_frame;
   LingbotDecoder *decoder;      /* plain-bytes path */
 
   /* the stats property and lingbot-summary (object lock): the chunks
@@ -152,7 +152,5 @@ void gst_lingbot_vae_dec_decode_push_loop (GstLingbotVaeDec * self);
 /* the src pad's activate-mode: the decode thread and the push task */
 gboolean gst_lingbot_vae_dec_decode_src_activate_mode (GstPad * pad,
     GstObject * parent, GstPadMode mode, gboolean active);
-/* a force-key-unit: the preview again, if it is still the picture */
-gboolean gst_lingbot_vae_dec_decode_repeat_preview (GstLingbotVaeDec * self);
 
 G_END_DECLS

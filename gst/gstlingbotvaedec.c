@@ -236,21 +236,6 @@ gst_lingbot_vae_dec_chain (GstPad * pad, GstObject * parent, GstBuffer * buf)
   return ret;
 }
 
-static gboolean
-gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
-    GstEvent * event)
-{
-  /* handled when the preview went again (upstream has no key units) */
-  if (gst_video_event_is_force_key_unit (event)
-      &&
-      gst_lingbot_vae_dec_decode_repeat_preview (GST_LINGBOT_VAE_DEC (parent)))
-  {
-    gst_pad_event_default (pad, parent, event);
-    return TRUE;
-  }
-  return gst_pad_event_default (pad, parent, event);
-}
-
 /* ---- context ---- */
 
 /* LATENCY (docs/elements.md "Latency"): upstream's answer.  Not live,
@@ -561,7 +546,6 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
-  gst_pad_set_event_function (self->srcpad, gst_lingbot_vae_dec_src_event);
   gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
   gst_pad_use_fixed_caps (self->srcpad);
   gst_pad_set_activatemode_function (self->srcpad,

@@ -98,10 +98,11 @@ session_send_navigation (Session * s, GstEvent * event)
     gst_event_unref (event);
 }
 
-/* Before the first key the picture is lingbotvaedec's preview still,
- * which went by before this peer's transport was up: a force-key-unit
- * sent upstream from the world's src pad has lingbotvaedec push it again
- * (nothing when the first chunk's frames came already, or with --source). */
+/* While the world waits for a key, its last frame (the preview still
+ * before the first chunk) went by before this peer's transport was up: a
+ * force-key-unit sent upstream from the world's src pad has lingbotgen
+ * send it again (lingbot-repeat; nothing while a chunk is made, whose
+ * frames come anyway, or with --source). */
 void
 session_repeat_preview (Session * s)
 {

@@ -286,6 +286,154 @@ GST_START_TEST (test_preview_repeat)
 
 GST_END_TEST;
 
+/* the same bytes in samples @i and @j of @s */
+static void
+assert_same_frame (Samples * s, guint i, guint j)
+{
+  GstBuffer *a = gst_sample_get_buffer (g_ptr_array_index (s->samples, i));
+  GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (s->samples, j));
+  GstMapInfo ma;
+
+  g_assert_true (gst_buffer_map (a, &ma, GST_MAP_READ));
+  g_assert_cmpuint (gst_buffer_get_size (b), ==, ma.size);
+  g_assert_cmpint (gst_buffer_memcmp (b, 0, ma.data, ma.size), ==, 0);
+  gst_buffer_unmap (a, &ma);
+}
+
+/* waits (60 s at most) for lingbotgen's lingbot-waiting of chunk @index */
+static void
+wait_for_key_wait (GstBus * bus, guint64 index)
+{
+  gint64 until = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+
+  while (g_get_monotonic_time () < until) {
+    GstMessage *m = gst_bus_timed_pop_filtered (bus, 100 * GST_MSECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_ERROR);
+    const GstStructure *st = m ? gst_message_get_structure (m) : NULL;
+    guint64 i = G_MAXUINT64;
+    gboolean found;
+
+    if (m == NULL)
+      continue;
+    g_assert_cmpint (GST_MESSAGE_TYPE (m), !=, GST_MESSAGE_ERROR);
+    found = gst_structure_has_name (st, "lingbot-waiting")
+        && gst_structure_get_uint64 (st, "index", &i) && i == index;
+    gst_message_unref (m);
+    if (found)
+      return;
+  }
+  g_assert_not_reached ();
+}
+
+/* Live: a force-key-unit (a viewer that joined, e.g. a WebRTC peer that
+ * reconnected) while lingbotgen waits for a key has the last frame pushed
+ * again, stamped by the generator with the running time then: before the
+ * first chunk the preview, after a chunk that chunk's last frame (no keys
+ * lit, not counted).  The chunks after a repeat are stamped after it.
+ * Until December 2026 lingbotvaedec stamped the repeat itself, which the
+ * generator did not know of (a chunk made faster than its latency right
+ * after a repeat could be stamped before it), and after a chunk nothing
+ * came (the force-key-unit was refused: this test failed there). */
+GST_START_TEST (test_frame_repeat)
+{
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! lingbotgen model-path=%s prompt-embeds=%s "
+      "image-location=%s width=64 height=64 devices=cpu:1 seed=7 "
+      "is-live=true preview=true ! lingbotvaedec name=dec ! "
+      "video/x-raw,format=RGB ! appsink name=sink sync=true", model_dir,
+      embeds_path, image_path);
+  g_autoptr (GError) err = NULL;
+  GstElement *p = gst_parse_launch (desc, &err);
+  GstAppSinkCallbacks cb = { 0 };
+  Samples s = { 0 };
+  GstElement *sink, *dec, *ctl;
+  GstBus *bus;
+  GstPad *src;
+  gboolean known;
+  const GstClockTime frame = GST_SECOND / 16;
+
+  g_assert_no_error (err);
+  g_mutex_init (&s.lock);
+  s.samples = g_ptr_array_new_with_free_func ((GDestroyNotify)
+      gst_sample_unref);
+  sink = gst_bin_get_by_name (GST_BIN (p), "sink");
+  cb.new_sample = on_sample;
+  gst_app_sink_set_callbacks (GST_APP_SINK (sink), &cb, &s, NULL);
+  gst_object_unref (sink);
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  src = gst_element_get_static_pad (dec, "src");
+  bus = gst_element_get_bus (p);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  wait_for_key_wait (bus, 0);
+  wait_samples (&s, 1);
+
+  /* the preview again, a second later */
+  g_usleep (G_USEC_PER_SEC);
+  g_assert_true (gst_pad_send_event (src,
+          gst_video_event_new_upstream_force_key_unit (GST_CLOCK_TIME_NONE,
+              TRUE, 1)));
+  wait_samples (&s, 2);
+  g_assert_true (sample_meta (s.samples, 1)->preview);
+  assert_same_frame (&s, 0, 1);
+
+  /* a tap: chunk 0, then the generator waits for chunk 1's key */
+  g_signal_emit_by_name (ctl, "press-key", "w", &known);
+  g_assert_true (known);
+  g_signal_emit_by_name (ctl, "release-key", "w", &known);
+  wait_for_key_wait (bus, 1);
+  wait_samples (&s, 2 + 13);
+
+  /* chunk 0's last frame again */
+  g_assert_true (gst_pad_send_event (src,
+          gst_video_event_new_upstream_force_key_unit (GST_CLOCK_TIME_NONE,
+              TRUE, 2)));
+  wait_samples (&s, 2 + 13 + 1);
+  assert_same_frame (&s, 14, 15);
+  g_assert_false (sample_meta (s.samples, 15)->preview);
+  g_assert_cmpuint (sample_meta (s.samples, 15)->chunk, ==, 0);
+  g_assert_cmpuint (sample_meta (s.samples, 14)->keys, ==, LINGBOT_KEY_W);
+  g_assert_cmpuint (sample_meta (s.samples, 15)->keys, ==, 0);
+  {
+    GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (s.samples, 15));
+
+    g_assert_cmpuint (GST_BUFFER_OFFSET (b), ==, 13);
+    g_assert_cmpuint (GST_BUFFER_OFFSET_END (b), ==, 13);
+    g_assert_cmpuint (GST_BUFFER_DURATION (b), ==, frame);
+  }
+
+  /* chunk 1 after it */
+  g_signal_emit_by_name (ctl, "press-key", "d", &known);
+  g_signal_emit_by_name (ctl, "release-key", "d", &known);
+  wait_samples (&s, 2 + 13 + 1 + 16);
+  gst_element_set_state (p, GST_STATE_NULL);
+  g_assert_cmpuint (s.samples->len, ==, 32);
+  g_assert_cmpuint (sample_meta (s.samples, 16)->chunk, ==, 1);
+  /* every frame, repeats included, after the one before it */
+  for (guint i = 1; i < s.samples->len; i++) {
+    GstBuffer *a = gst_sample_get_buffer (g_ptr_array_index (s.samples,
+            i - 1));
+    GstBuffer *b = gst_sample_get_buffer (g_ptr_array_index (s.samples, i));
+
+    g_assert_cmpuint (GST_BUFFER_PTS (b), >=, GST_BUFFER_PTS (a) +
+        GST_BUFFER_DURATION (a));
+  }
+  /* the preview's repeat a second after it */
+  g_assert_cmpuint (GST_BUFFER_PTS (gst_sample_get_buffer
+          (g_ptr_array_index (s.samples, 1))), >=,
+      GST_BUFFER_PTS (gst_sample_get_buffer (g_ptr_array_index (s.samples,
+                  0))) + GST_SECOND);
+  gst_object_unref (bus);
+  gst_object_unref (src);
+  gst_object_unref (ctl);
+  gst_object_unref (dec);
+  gst_object_unref (p);
+  g_ptr_array_unref (s.samples);
+  g_mutex_clear (&s.lock);
+}
+
+GST_END_TEST;
+
 /* ---- lingbotoverlay on synthetic frames ---- */
 
 #define OW 320
@@ -532,6 +680,7 @@ overlay_suite (void)
   tcase_add_test (tc, test_preview_default_off);
   tcase_add_test (tc, test_preview_live);
   tcase_add_test (tc, test_preview_repeat);
+  tcase_add_test (tc, test_frame_repeat);
   tcase_add_test (tc, test_overlay_lower_half);
   tcase_add_test (tc, test_overlay_lit_keys);
   tcase_add_test (tc, test_overlay_preview_and_stats);

@@ -1374,6 +1374,12 @@ test_session (void)
       key_units + 1);
   WAIT_UNTIL (is_viewer_ready (&b), "the new peer's channels");
   peer_stop (&a);
+  /* a picture before any key: the generator waits for one, and the
+   * replacement's force-key-unit has the last frame of chunk last_a sent
+   * again (lingbotgen's lingbot-repeat) */
+  WAIT_UNTIL (g_atomic_int_get (&b.n_frames) >= 1, "the last frame again at "
+      "the new peer");
+  g_assert_cmpint (b.n_chunks, ==, 0);
 
   /* its video continues from the current chunk, not from 0 */
   press (&b, "KeyD", 3);

@@ -113,6 +113,23 @@ LingbotWorld *gst_lingbot_chunk_meta_get_world (GstLingbotChunkMeta * meta);
 #define GST_LINGBOT_PREVIEW_EVENT "lingbot-preview"
 
 /**
+ * GST_LINGBOT_REPEAT_EVENT:
+ *
+ * The name of the serialized custom downstream event a live lingbotgen
+ * sends when an upstream force-key-unit event (a viewer that joined: a
+ * WebRTC peer, an encoder asked for a key frame) reaches it while it
+ * waits for a key with nothing to generate: field `pts` (guint64), the
+ * running time now, at or after the end of every frame it stamped, and
+ * the generator's next chunk is stamped after that one frame (timestamps
+ * increase).  lingbotvaedec pushes the last frame it pushed (the preview
+ * before the first chunk) again at `pts` for one frame's duration, the
+ * same bytes, with a #GstLingbotFrameMeta of the same chunk and no keys;
+ * so a viewer that joined an idle session has a picture before the next
+ * key.  Not counted (OFFSET and OFFSET_END both the frames so far).
+ */
+#define GST_LINGBOT_REPEAT_EVENT "lingbot-repeat"
+
+/**
  * GstLingbotFrameMeta:
  * @meta: parent
  * @chunk: the index of the chunk the frame was decoded from (0 for the
