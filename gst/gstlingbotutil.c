@@ -863,6 +863,8 @@ struct _GstLingbotLatencyStepper
   GstClockTime interval, step;  /* from the last start's frame */
   GstClockTime most;            /* the last start's */
   gboolean playing;
+  GstLingbotLatencyJumpFunc jump_func;  /* NULL: none */
+  gpointer jump_data;
 };
 
 /* Steps are a frame apart, and 1/30 s at the least, so that a high rate
@@ -948,6 +950,10 @@ stepper_take (GstLingbotLatencyStepper * s, GstClock * clock,
       && GST_CLOCK_TIME_IS_VALID (s->most) && e->announced - e->goal > s->most)
     step = e->announced - e->goal - s->most;
   moved = gst_lingbot_latency_estimate_step (e, step);
+  /* a fall beyond a quarter-frame step went at once: the frames queued
+   * for the old figure are late by design */
+  if (moved && step > s->step && s->jump_func != NULL)
+    s->jump_func (s->jump_data);
   falling = gst_lingbot_latency_estimate_falling (e);
   *announced = e->announced;
   stepper_unlock_estimate (s);
@@ -1085,6 +1091,29 @@ gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
   g_mutex_unlock (&s->lock);
   if (element != NULL)
     stepper_post (element, announced);
+}
+
+/**
+ * gst_lingbot_latency_stepper_set_jump_func:
+ * @s: a stepper
+ * @func: (nullable): called with the estimate's lock held when a fall is
+ *   taken at once (what lies beyond the last start's @most, or the whole
+ *   fall without a clock), before the message is posted
+ * @data: its argument
+ *
+ * The frames already stamped for the old figure are late at a sink by
+ * design after such a fall: an element that raises its figure from a
+ * sink's QoS lateness notes here that their QoS says nothing new.  Set
+ * before the element leaves READY.
+ */
+void
+gst_lingbot_latency_stepper_set_jump_func (GstLingbotLatencyStepper * s,
+    GstLingbotLatencyJumpFunc func, gpointer data)
+{
+  g_mutex_lock (&s->lock);
+  s->jump_func = func;
+  s->jump_data = data;
+  g_mutex_unlock (&s->lock);
 }
 
 /**

@@ -170,6 +170,17 @@ void gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
 void gst_lingbot_latency_stepper_free (GstLingbotLatencyStepper * s);
 
 /**
+ * GstLingbotLatencyJumpFunc:
+ * @data: the data given with it
+ *
+ * See gst_lingbot_latency_stepper_set_jump_func().
+ */
+typedef void (*GstLingbotLatencyJumpFunc) (gpointer data);
+
+void gst_lingbot_latency_stepper_set_jump_func (GstLingbotLatencyStepper * s,
+    GstLingbotLatencyJumpFunc func, gpointer data);
+
+/**
  * GstLingbotProperty:
  * @prop_id: the property's id
  * @offset: where its field lies in the instance (G_STRUCT_OFFSET())
