@@ -339,6 +339,7 @@ gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
     if (live) {
       if (lingbot_control_schedule_take_live (self->schedule, &c)) {
         gst_lingbot_gen_control_keys_from (ck, &c);
+        self->waited_for_keys = waiting;
         return GST_LINGBOT_GEN_KEYS_OK;
       }
     } else {
