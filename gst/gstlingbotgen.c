@@ -839,7 +839,7 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
   self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
-      &self->lock, &self->compute_latency);
+      gst_lingbot_gen_debug, &self->lock, &self->compute_latency);
   gst_lingbot_latency_stepper_set_jump_func (self->latency_stepper,
       latency_jumped, self);
   /* chunk size and rate are the session's, set before the first chunk */

@@ -857,6 +857,7 @@ struct _GstLingbotLatencyStepper
 {
   GMutex lock;
   GstElement *element;          /* not held; NULL once freed */
+  GstDebugCategory *cat;        /* the element's, for its log lines */
   GMutex *estimate_lock;        /* NULL: the element's object lock */
   GstLingbotLatencyEstimate *estimate;
   GstClockID id;                /* the next step, NULL when none */
@@ -923,10 +924,11 @@ stepper_arm (GstLingbotLatencyStepper * s, GstClock * clock, GstClockTime time)
 }
 
 static void
-stepper_post (GstElement * element, GstClockTime announced)
+stepper_post (GstDebugCategory * cat, GstElement * element,
+    GstClockTime announced)
 {
-  GST_INFO_OBJECT (element, "latency share falls to %" GST_TIME_FORMAT
-      ": posting a latency message", GST_TIME_ARGS (announced));
+  GST_CAT_INFO_OBJECT (cat, element, "latency share falls to %"
+      GST_TIME_FORMAT ": posting a latency message", GST_TIME_ARGS (announced));
   gst_element_post_message (element,
       gst_message_new_latency (GST_OBJECT (element)));
   gst_object_unref (element);
@@ -978,7 +980,7 @@ stepper_fire (GstClock * clock, GstClockTime time, GstClockID id, gpointer data)
   }
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
   return TRUE;
 }
 
@@ -1000,6 +1002,8 @@ stepper_resume (GstLingbotLatencyStepper * s, GstClockTime * announced)
 /**
  * gst_lingbot_latency_stepper_new:
  * @element: the live element whose share @estimate is
+ * @cat: (nullable): @element's debug category, for the steps' log lines
+ *   (%NULL: GStreamer's default category)
  * @lock: (nullable): the lock that guards @estimate, %NULL for @element's
  *   object lock
  * @estimate: the estimate to lower (lives as long as @element)
@@ -1009,13 +1013,14 @@ stepper_resume (GstLingbotLatencyStepper * s, GstClockTime * announced)
  *   gst_lingbot_latency_stepper_free() before @element is finalized
  */
 GstLingbotLatencyStepper *
-gst_lingbot_latency_stepper_new (GstElement * element, GMutex * lock,
-    GstLingbotLatencyEstimate * estimate)
+gst_lingbot_latency_stepper_new (GstElement * element,
+    GstDebugCategory * cat, GMutex * lock, GstLingbotLatencyEstimate * estimate)
 {
   GstLingbotLatencyStepper *s = g_atomic_rc_box_new0 (GstLingbotLatencyStepper);
 
   g_mutex_init (&s->lock);
   s->element = element;
+  s->cat = cat != NULL ? cat : GST_CAT_DEFAULT;
   s->estimate_lock = lock;
   s->estimate = estimate;
   s->interval = GST_SECOND / 16;
@@ -1060,7 +1065,7 @@ gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
   element = stepper_resume (s, &announced);
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
 }
 
 /**
@@ -1090,7 +1095,7 @@ gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
     element = stepper_resume (s, &announced);
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
 }
 
 /**

@@ -162,7 +162,8 @@ gboolean gst_lingbot_latency_estimate_falling (const GstLingbotLatencyEstimate
 typedef struct _GstLingbotLatencyStepper GstLingbotLatencyStepper;
 
 GstLingbotLatencyStepper *gst_lingbot_latency_stepper_new (GstElement *
-    element, GMutex * lock, GstLingbotLatencyEstimate * estimate);
+    element, GstDebugCategory * cat, GMutex * lock,
+    GstLingbotLatencyEstimate * estimate);
 void gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
     GstClockTime frame, GstClockTime most);
 void gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
