@@ -387,12 +387,13 @@ live_latency (GstLingbotGen * self, GstClockTime compute)
  * says so: jitter = the gap (ns), stats in frames (DEFAULT): the frames
  * delivered and those the gaps left out so far. */
 static GstClockTime
-live_pts (GstLingbotGen * self, GstClockTime ready, GstClockTime latency,
-    int frames, gboolean * cut)
+live_pts (GstLingbotGen * self, GstClockTime start, GstClockTime ready,
+    GstClockTime latency, int frames, gboolean * cut)
 {
-  GstClockTime earliest = ready > latency ? ready - latency : 0, gap;
+  GstClockTime earliest = ready > latency ? ready - latency : 0, gap, from;
   GstMessage *msg;
   guint64 skipped;
+  gboolean waited;
 
   *cut = FALSE;
   if (!GST_CLOCK_TIME_IS_VALID (self->next_pts))
@@ -414,7 +415,22 @@ live_pts (GstLingbotGen * self, GstClockTime ready, GstClockTime latency,
   }
   if (earliest <= self->next_pts)
     return self->next_pts;
-  gap = earliest - self->next_pts;
+  /* a chunk that waited for a key started when one came: the time before
+   * that was idle, not behind real time (no frame left out), so the gap
+   * counts from its start */
+  g_mutex_lock (&self->lock);
+  waited = self->waited_for_keys;
+  g_mutex_unlock (&self->lock);
+  from = self->next_pts;
+  if (waited && GST_CLOCK_TIME_IS_VALID (start) && start > from)
+    from = start;
+  if (earliest <= from) {
+    GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " stamped %"
+        GST_TIME_FORMAT " after the end of the previous one: it waited for "
+        "a key", self->chunk, GST_TIME_ARGS (earliest - self->next_pts));
+    return earliest;
+  }
+  gap = earliest - from;
   skipped = gst_util_uint64_scale (gap, self->session_fps_n,
       (guint64) self->session_fps_d * GST_SECOND);
   self->frames_skipped += skipped;
@@ -615,7 +631,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     ready = running_time_now (self);
     latency = live_latency (self, (GstClockTime) (stats.compute_seconds *
             GST_SECOND));
-    pts = live_pts (self, ready, latency, stats.frames, &cut);
+    pts = live_pts (self, start, ready, latency, stats.frames, &cut);
     g_mutex_lock (&self->lock);
     self->stamped_end = pts + gst_util_uint64_scale (stats.frames,
         (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
@@ -710,6 +726,7 @@ gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
   self->frames_out = 0;
   self->frames_skipped = 0;
   self->next_pts = GST_CLOCK_TIME_NONE;
+  self->waited_for_keys = FALSE;
   self->last_pts = GST_CLOCK_TIME_NONE;
   self->have_last_keys = FALSE;
   self->cut_next = FALSE;

@@ -811,6 +811,19 @@ gst_lingbot_gen_class_init (GstLingbotGenClass * klass)
   element_class->send_event = gst_lingbot_gen_send_event;
 }
 
+/* (self->lock: the stepper's estimate lock) the compute latency fell at
+ * once (beyond a chunk's duration above its goal): the frames stamped so
+ * far were stamped for the old figure and are late by design, so their
+ * QoS must not raise it again (each fall would otherwise be undone by the
+ * frames it drops, and come back 4 chunks later) */
+static void
+latency_jumped (gpointer data)
+{
+  GstLingbotGen *self = data;
+
+  self->qos_from = self->stamped_end;
+}
+
 static void
 gst_lingbot_gen_init (GstLingbotGen * self)
 {
@@ -847,7 +860,9 @@ gst_lingbot_gen_init (GstLingbotGen * self)
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
   self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
-      &self->lock, &self->compute_latency);
+      gst_lingbot_gen_debug, &self->lock, &self->compute_latency);
+  gst_lingbot_latency_stepper_set_jump_func (self->latency_stepper,
+      latency_jumped, self);
   /* chunk size and rate are the session's, set before the first chunk */
   self->schedule =
       lingbot_control_schedule_new (4, GST_LINGBOT_GEN_FALLBACK_FPS, 1, NULL);

@@ -857,12 +857,15 @@ struct _GstLingbotLatencyStepper
 {
   GMutex lock;
   GstElement *element;          /* not held; NULL once freed */
+  GstDebugCategory *cat;        /* the element's, for its log lines */
   GMutex *estimate_lock;        /* NULL: the element's object lock */
   GstLingbotLatencyEstimate *estimate;
   GstClockID id;                /* the next step, NULL when none */
   GstClockTime interval, step;  /* from the last start's frame */
   GstClockTime most;            /* the last start's */
   gboolean playing;
+  GstLingbotLatencyJumpFunc jump_func;  /* NULL: none */
+  gpointer jump_data;
 };
 
 /* Steps are a frame apart, and 1/30 s at the least, so that a high rate
@@ -921,10 +924,11 @@ stepper_arm (GstLingbotLatencyStepper * s, GstClock * clock, GstClockTime time)
 }
 
 static void
-stepper_post (GstElement * element, GstClockTime announced)
+stepper_post (GstDebugCategory * cat, GstElement * element,
+    GstClockTime announced)
 {
-  GST_INFO_OBJECT (element, "latency share falls to %" GST_TIME_FORMAT
-      ": posting a latency message", GST_TIME_ARGS (announced));
+  GST_CAT_INFO_OBJECT (cat, element, "latency share falls to %"
+      GST_TIME_FORMAT ": posting a latency message", GST_TIME_ARGS (announced));
   gst_element_post_message (element,
       gst_message_new_latency (GST_OBJECT (element)));
   gst_object_unref (element);
@@ -948,6 +952,10 @@ stepper_take (GstLingbotLatencyStepper * s, GstClock * clock,
       && GST_CLOCK_TIME_IS_VALID (s->most) && e->announced - e->goal > s->most)
     step = e->announced - e->goal - s->most;
   moved = gst_lingbot_latency_estimate_step (e, step);
+  /* a fall beyond a quarter-frame step went at once: the frames queued
+   * for the old figure are late by design */
+  if (moved && step > s->step && s->jump_func != NULL)
+    s->jump_func (s->jump_data);
   falling = gst_lingbot_latency_estimate_falling (e);
   *announced = e->announced;
   stepper_unlock_estimate (s);
@@ -972,7 +980,7 @@ stepper_fire (GstClock * clock, GstClockTime time, GstClockID id, gpointer data)
   }
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
   return TRUE;
 }
 
@@ -994,6 +1002,8 @@ stepper_resume (GstLingbotLatencyStepper * s, GstClockTime * announced)
 /**
  * gst_lingbot_latency_stepper_new:
  * @element: the live element whose share @estimate is
+ * @cat: (nullable): @element's debug category, for the steps' log lines
+ *   (%NULL: GStreamer's default category)
  * @lock: (nullable): the lock that guards @estimate, %NULL for @element's
  *   object lock
  * @estimate: the estimate to lower (lives as long as @element)
@@ -1003,13 +1013,14 @@ stepper_resume (GstLingbotLatencyStepper * s, GstClockTime * announced)
  *   gst_lingbot_latency_stepper_free() before @element is finalized
  */
 GstLingbotLatencyStepper *
-gst_lingbot_latency_stepper_new (GstElement * element, GMutex * lock,
-    GstLingbotLatencyEstimate * estimate)
+gst_lingbot_latency_stepper_new (GstElement * element,
+    GstDebugCategory * cat, GMutex * lock, GstLingbotLatencyEstimate * estimate)
 {
   GstLingbotLatencyStepper *s = g_atomic_rc_box_new0 (GstLingbotLatencyStepper);
 
   g_mutex_init (&s->lock);
   s->element = element;
+  s->cat = cat != NULL ? cat : GST_CAT_DEFAULT;
   s->estimate_lock = lock;
   s->estimate = estimate;
   s->interval = GST_SECOND / 16;
@@ -1054,7 +1065,7 @@ gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
   element = stepper_resume (s, &announced);
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
 }
 
 /**
@@ -1084,7 +1095,30 @@ gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
     element = stepper_resume (s, &announced);
   g_mutex_unlock (&s->lock);
   if (element != NULL)
-    stepper_post (element, announced);
+    stepper_post (s->cat, element, announced);
+}
+
+/**
+ * gst_lingbot_latency_stepper_set_jump_func:
+ * @s: a stepper
+ * @func: (nullable): called with the estimate's lock held when a fall is
+ *   taken at once (what lies beyond the last start's @most, or the whole
+ *   fall without a clock), before the message is posted
+ * @data: its argument
+ *
+ * The frames already stamped for the old figure are late at a sink by
+ * design after such a fall: an element that raises its figure from a
+ * sink's QoS lateness notes here that their QoS says nothing new.  Set
+ * before the element leaves READY.
+ */
+void
+gst_lingbot_latency_stepper_set_jump_func (GstLingbotLatencyStepper * s,
+    GstLingbotLatencyJumpFunc func, gpointer data)
+{
+  g_mutex_lock (&s->lock);
+  s->jump_func = func;
+  s->jump_data = data;
+  g_mutex_unlock (&s->lock);
 }
 
 /**

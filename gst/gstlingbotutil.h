@@ -162,12 +162,24 @@ gboolean gst_lingbot_latency_estimate_falling (const GstLingbotLatencyEstimate
 typedef struct _GstLingbotLatencyStepper GstLingbotLatencyStepper;
 
 GstLingbotLatencyStepper *gst_lingbot_latency_stepper_new (GstElement *
-    element, GMutex * lock, GstLingbotLatencyEstimate * estimate);
+    element, GstDebugCategory * cat, GMutex * lock,
+    GstLingbotLatencyEstimate * estimate);
 void gst_lingbot_latency_stepper_start (GstLingbotLatencyStepper * s,
     GstClockTime frame, GstClockTime most);
 void gst_lingbot_latency_stepper_set_playing (GstLingbotLatencyStepper * s,
     gboolean playing);
 void gst_lingbot_latency_stepper_free (GstLingbotLatencyStepper * s);
+
+/**
+ * GstLingbotLatencyJumpFunc:
+ * @data: the data given with it
+ *
+ * See gst_lingbot_latency_stepper_set_jump_func().
+ */
+typedef void (*GstLingbotLatencyJumpFunc) (gpointer data);
+
+void gst_lingbot_latency_stepper_set_jump_func (GstLingbotLatencyStepper * s,
+    GstLingbotLatencyJumpFunc func, gpointer data);
 
 /**
  * GstLingbotProperty:

@@ -573,6 +573,6 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
-      NULL, &self->decode_latency);
+      gst_lingbot_vae_dec_debug, NULL, &self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
 }

@@ -348,6 +348,33 @@ assert_pending_at (GstTestClock * tc, GstClockTime t)
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 1);
 }
 
+GST_DEBUG_CATEGORY_STATIC (test_stepper_debug);
+
+/* a log function: counts the stepper's lines in test_stepper_debug (the
+ * element's category; they went to GStreamer's default one, so that
+ * GST_DEBUG=lingbotgen:4 showed the latency's rises but not its falls) */
+static void
+count_step_lines (GstDebugCategory * category, GstDebugLevel level,
+    const gchar * file, const gchar * function, gint line, GObject * object,
+    GstDebugMessage * message, gpointer data)
+{
+  guint *n = data;
+
+  if (category == test_stepper_debug
+      && g_str_has_prefix (gst_debug_message_get (message),
+          "latency share falls to"))
+    g_atomic_int_inc (n);
+}
+
+/* the stepper's jump function: counts the falls taken at once */
+static void
+count_jump (gpointer data)
+{
+  guint *n = data;
+
+  (*n)++;
+}
+
 /* A fall of the live latency distributed at once made the frames queued
  * at a sink with the higher figure late by up to the fall: those beyond a
  * frame plus max-lateness were dropped (bursts after each fall).
@@ -358,7 +385,10 @@ assert_pending_at (GstTestClock * tc, GstClockTime t)
  * waits; without a clock the figure goes at once; what lies beyond `most`
  * goes at once too; leaving PLAYING cancels the next step and the return
  * takes them up again; a start while steps are under way adds none;
- * above 30 fps the steps are 1/30 s apart, a frame each. */
+ * above 30 fps the steps are 1/30 s apart, a frame each.  The jump
+ * function is called for each fall taken at once (without a clock, and
+ * beyond `most`), never for a quarter-frame step.  Each message is logged
+ * (INFO) in the element's debug category. */
 static void
 test_latency_steps (void)
 {
@@ -370,12 +400,18 @@ test_latency_steps (void)
   GstBus *bus = gst_bus_new ();
   const GstClockTime ms = GST_MSECOND;
   GMutex lock;
+  guint jumps = 0, lines = 0;
 
   g_assert_nonnull (el);
   g_mutex_init (&lock);
   gst_element_set_bus (el, bus);
   make_fall (&e, &lock);
-  s = gst_lingbot_latency_stepper_new (el, &lock, &e);
+  GST_DEBUG_CATEGORY_INIT (test_stepper_debug, "test-stepper", 0,
+      "the stepper's log lines");
+  gst_debug_set_threshold_for_name ("test-stepper", GST_LEVEL_INFO);
+  gst_debug_add_log_function (count_step_lines, &lines, NULL);
+  s = gst_lingbot_latency_stepper_new (el, test_stepper_debug, &lock, &e);
+  gst_lingbot_latency_stepper_set_jump_func (s, count_jump, &jumps);
 
   /* not PLAYING: nothing yet; PLAYING with no clock: at once */
   gst_lingbot_latency_stepper_start (s, 100 * ms, GST_CLOCK_TIME_NONE);
@@ -384,6 +420,8 @@ test_latency_steps (void)
   gst_lingbot_latency_stepper_set_playing (s, TRUE);
   g_assert_cmpuint (announced_now (&e, &lock), ==, 450 * ms);
   g_assert_cmpuint (pop_latency_messages (bus), ==, 1);
+  g_assert_cmpuint (jumps, ==, 1);
+  g_assert_cmpuint (g_atomic_int_get (&lines), ==, 1);
 
   /* on a clock: a step each crank, 25 ms each, a frame apart */
   make_fall (&e, &lock);
@@ -400,16 +438,22 @@ test_latency_steps (void)
   }
   g_assert_false (gst_lingbot_latency_estimate_falling (&e));
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+  g_assert_cmpuint (jumps, ==, 1);
+  /* (the steps' lines: the clock's thread, done before the crank
+   * returns its entry) */
+  g_assert_cmpuint (g_atomic_int_get (&lines), ==, 19);
 
   /* at most 0.2 s in steps: 0.25 s at once (a message), then 8 steps */
   make_fall (&e, &lock);
   gst_lingbot_latency_stepper_start (s, 100 * ms, 200 * ms);
   g_assert_cmpuint (announced_now (&e, &lock), ==, 650 * ms);
   g_assert_cmpuint (pop_latency_messages (bus), ==, 1);
+  g_assert_cmpuint (jumps, ==, 2);
   for (guint k = 1; k <= 8; k++)
     g_assert_true (gst_test_clock_crank (tc));
   g_assert_cmpuint (announced_now (&e, &lock), ==, 450 * ms);
   g_assert_cmpuint (pop_latency_messages (bus), ==, 8);
+  g_assert_cmpuint (jumps, ==, 2);
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
 
   /* 200 fps: steps 1/30 s apart, 5 ms (a frame) each, not a message
@@ -423,6 +467,7 @@ test_latency_steps (void)
   }
   g_assert_cmpuint (pop_latency_messages (bus), ==, 90);
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
+  g_assert_cmpuint (jumps, ==, 2);
 
   /* leaving PLAYING cancels the next step, the return takes them up */
   make_fall (&e, &lock);
@@ -442,6 +487,7 @@ test_latency_steps (void)
   g_assert_cmpuint (gst_test_clock_peek_id_count (tc), ==, 0);
   g_assert_cmpuint (announced_now (&e, &lock), ==, 850 * ms);
 
+  gst_debug_remove_log_function (count_step_lines);
   gst_element_set_bus (el, NULL);
   gst_object_unref (bus);
   gst_object_unref (el);
