@@ -342,7 +342,7 @@ gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
         /* this chunk's frames are the picture a viewer that joined
          * asked for */
         self->repeat_pending = FALSE;
-        self->waited_for_keys = waiting;
+        ck->waited = waiting;
         return GST_LINGBOT_GEN_KEYS_OK;
       }
     } else {

@@ -109,8 +109,6 @@ struct _GstLingbotGen
   GstClockTime qos_from;        /* live: QoS of frames stamped before
                                  * this (under another latency) ignored */
   GstClockTime stamped_end;     /* live: the end of the chunks stamped */
-  gboolean waited_for_keys;     /* live: the chunk being made waited for a
-                                 * key (idle, not behind: no QoS gap) */
   int session_fps_n, session_fps_d;     /* the negotiated rate, 0/1 before */
   guint n_frames;               /* the session's video frames, 0 unbounded */
   /* live key restarts (on_restart(), rank 0 or the streaming thread):
@@ -188,6 +186,8 @@ typedef struct
   gboolean reset;
   GstLingbotGenSnapshot kind;
   guint revision;               /* presses applied so far (monotonic) */
+  gboolean waited;              /* live: nothing was held, it waited for a
+                                 * key (idle, not behind: no QoS gap) */
 } GstLingbotGenKeys;
 
 /* gstlingbotgen-control.c: whether @pad has a real peer upstream */

@@ -382,18 +382,19 @@ live_latency (GstLingbotGen * self, GstClockTime compute)
  * @latency it is reported with, and never before the end of the previous
  * chunk (timestamps increase), except a chunk started early on a key
  * change (key-cut, *@cut set): then as early as it can be shown, one frame
- * after the previous chunk's PTS at the earliest.  A session slower than real time so leaves
- * a gap before the chunk (fewer frames, not older ones); a QoS message
- * says so: jitter = the gap (ns), stats in frames (DEFAULT): the frames
- * delivered and those the gaps left out so far. */
+ * after the previous chunk's PTS at the earliest.  A session slower than
+ * real time so leaves a gap before the chunk (fewer frames, not older
+ * ones); a QoS message says so: jitter = the gap (ns), stats in frames
+ * (DEFAULT): the frames delivered and those the gaps left out so far.  A
+ * chunk that waited for a key until @idle_until (else NONE) counts the gap
+ * from there: no frame was due while nothing was held. */
 static GstClockTime
-live_pts (GstLingbotGen * self, GstClockTime start, GstClockTime ready,
+live_pts (GstLingbotGen * self, GstClockTime idle_until, GstClockTime ready,
     GstClockTime latency, int frames, gboolean * cut)
 {
   GstClockTime earliest = ready > latency ? ready - latency : 0, gap, from;
   GstMessage *msg;
   guint64 skipped;
-  gboolean waited;
 
   *cut = FALSE;
   if (!GST_CLOCK_TIME_IS_VALID (self->next_pts))
@@ -415,15 +416,9 @@ live_pts (GstLingbotGen * self, GstClockTime start, GstClockTime ready,
   }
   if (earliest <= self->next_pts)
     return self->next_pts;
-  /* a chunk that waited for a key started when one came: the time before
-   * that was idle, not behind real time (no frame left out), so the gap
-   * counts from its start */
-  g_mutex_lock (&self->lock);
-  waited = self->waited_for_keys;
-  g_mutex_unlock (&self->lock);
   from = self->next_pts;
-  if (waited && GST_CLOCK_TIME_IS_VALID (start) && start > from)
-    from = start;
+  if (GST_CLOCK_TIME_IS_VALID (idle_until) && idle_until > from)
+    from = idle_until;
   if (earliest <= from) {
     GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " stamped %"
         GST_TIME_FORMAT " after the end of the previous one: it waited for "
@@ -631,7 +626,8 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
     ready = running_time_now (self);
     latency = live_latency (self, (GstClockTime) (stats.compute_seconds *
             GST_SECOND));
-    pts = live_pts (self, start, ready, latency, stats.frames, &cut);
+    pts = live_pts (self, ck.waited ? start : GST_CLOCK_TIME_NONE, ready,
+        latency, stats.frames, &cut);
     g_mutex_lock (&self->lock);
     self->stamped_end = pts + gst_util_uint64_scale (stats.frames,
         (guint64) self->session_fps_d * GST_SECOND, self->session_fps_n);
@@ -726,7 +722,6 @@ gst_lingbot_gen_task_reset_stream (GstLingbotGen * self)
   self->frames_out = 0;
   self->frames_skipped = 0;
   self->next_pts = GST_CLOCK_TIME_NONE;
-  self->waited_for_keys = FALSE;
   self->last_pts = GST_CLOCK_TIME_NONE;
   self->have_last_keys = FALSE;
   self->cut_next = FALSE;
