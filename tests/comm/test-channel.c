@@ -3,6 +3,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "comm-test-util.h"
+#include <sys/syscall.h>
 
 /* The value of element (c, t, h, w) of message m: exact in f32. */
 static float
@@ -141,6 +142,72 @@ consume_one (LbRank * rank, gpointer data, GError ** error)
   return lb_channel_ack (f->ch, rank, error);
 }
 
+/* Linux: the state of this process's thread named @comm ('R', 'S', ...),
+ * its voluntary context switches so far and the system call it is in (-1:
+ * none); FALSE when there is no such thread. */
+static gboolean
+thread_state (const char *comm, char *state, guint64 * switches,
+    gint64 * syscall_nr)
+{
+  g_autoptr (GDir) dir = g_dir_open ("/proc/self/task", 0, NULL);
+  const char *tid;
+
+  g_assert_nonnull (dir);
+  while ((tid = g_dir_read_name (dir)) != NULL) {
+    g_autofree char *path = g_strdup_printf ("/proc/self/task/%s/status",
+        tid);
+    g_autofree char *text = NULL;
+    g_auto (GStrv) lines = NULL;
+    gboolean mine = FALSE;
+
+    if (!g_file_get_contents (path, &text, NULL, NULL))
+      continue;
+    lines = g_strsplit (text, "\n", -1);
+    for (guint i = 0; lines[i] != NULL; i++) {
+      if (g_str_has_prefix (lines[i], "Name:\t"))
+        mine = strcmp (lines[i] + strlen ("Name:\t"), comm) == 0;
+      else if (mine && g_str_has_prefix (lines[i], "State:\t"))
+        *state = lines[i][strlen ("State:\t")];
+      else if (mine && g_str_has_prefix (lines[i], "voluntary_ctxt_switches:"))
+        *switches = g_ascii_strtoull (lines[i] +
+            strlen ("voluntary_ctxt_switches:"), NULL, 10);
+    }
+    if (mine) {
+      g_autofree char *sc_path =
+          g_strdup_printf ("/proc/self/task/%s/syscall", tid);
+      g_autofree char *sc = NULL;
+
+      *syscall_nr = g_file_get_contents (sc_path, &sc, NULL, NULL)
+          && g_ascii_isdigit (sc[0]) ? g_ascii_strtoll (sc, NULL, 10) : -1;
+      return TRUE;
+    }
+  }
+  return FALSE;
+}
+
+/* Waits (60 s at most) until the thread named @comm has slept in a futex
+ * (a GCond's wait) for 20 ms without waking: blocked on a condition, not
+ * off the CPU for a moment nor in another sleep. */
+static void
+wait_thread_blocked (const char *comm)
+{
+  const gint64 until = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  char s0 = 0, s1 = 0;
+  guint64 n0 = 0, n1 = 0;
+  gint64 c0 = -1, c1 = -1;
+
+  for (;;) {
+    g_assert_true (thread_state (comm, &s0, &n0, &c0));
+    g_usleep (20 * 1000);
+    g_assert_true (thread_state (comm, &s1, &n1, &c1));
+    if (s0 == 'S' && s1 == 'S' && n0 == n1 && c0 == SYS_futex
+        && c1 == SYS_futex)
+      return;
+    if (g_get_monotonic_time () > until)
+      g_error ("thread %s not blocked within 60 s", comm);
+  }
+}
+
 static void
 test_slot_exhaustion (void)
 {
@@ -153,8 +220,13 @@ test_slot_exhaustion (void)
   g_assert_true (lb_worker_group_submit (gp, &job, -1, produce, &f, &err));
   while (g_atomic_int_get (&f.progress) < 2)
     g_usleep (1000);
-  /* Both slots are full: the third acquire must block. */
-  g_usleep (200 * 1000);
+  /* Both slots are full: the third acquire must block.  The producer
+   * rank's thread is seen asleep first (after progress 2 its only wait
+   * is that acquire): a sleep of 200 ms stood for that, and a producer
+   * held off the CPUs for 100 ms after message 1 waited less than the
+   * 100 ms asserted below, or not at all */
+  wait_thread_blocked ("lb-prod-0");
+  g_usleep (100 * 1000);
   g_assert_cmpint (g_atomic_int_get (&f.progress), ==, 2);
   g_assert_cmpint (g_atomic_int_get (&f.returned), ==, 0);
   /* One ack frees a slot and releases the producer. */

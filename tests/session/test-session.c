@@ -831,13 +831,21 @@ test_pass_func_notify (void)
 
 #define SLOW_T_MS 1000
 
-/* rank 0 slower than the rank timeout once, after pass 0 of chunk 1 */
+/* rank 0 slower than the rank timeout once, after pass 0 of chunk 1:
+ * it stays in the pass callback until the failure callback has been
+ * called (rank 1's timeout), then comes back at once, inside the grace.
+ * A sleep of 1.5 T stood for that: it held only while rank 1 reached
+ * the boundary within 0.5 T of rank 0 and rank 0 ran again within 0.5 T
+ * of its sleep's end (a process held off the CPUs across both deadlines
+ * woke both at once, and the call could find rank 0 back). */
 typedef struct
 {
-  gint slow;                    /* atomic: rank 0 sleeps after pass 0 */
-  gint back;                    /* atomic: rank 0 returned from its sleep */
-  gint calls;                   /* atomic: failure callback calls */
-  gint back_at_call;            /* rank 0 was back at the call */
+  GMutex lock;
+  GCond cond;
+  gboolean slow;                /* rank 0 stays away after pass 0 */
+  gboolean back;                /* rank 0 returned from the pass callback */
+  gint calls;                   /* failure callback calls */
+  gboolean back_at_call;        /* rank 0 was back at the call */
   GThread *thread;              /* the call's thread */
   guint64 chunk;
   GError *error;                /* a copy of the call's */
@@ -849,13 +857,21 @@ slow_pass (LingbotSession * s, guint64 chunk, int pass, int n_passes,
     gpointer user_data)
 {
   SlowLog *log = user_data;
+  /* bounded: without the call, rank 0 is abandoned at 2 T and the
+   * generate returns while it still waits (log.back unset: the test
+   * fails); the wait ends after 60 s all the same */
+  gint64 until = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
   (void) s;
   (void) chunk;
   (void) n_passes;
-  if (pass == 0 && g_atomic_int_compare_and_exchange (&log->slow, 1, 0)) {
-    g_usleep (SLOW_T_MS * 3 / 2 * 1000);
-    g_atomic_int_set (&log->back, 1);
+  g_mutex_lock (&log->lock);
+  if (pass == 0 && log->slow) {
+    log->slow = FALSE;
+    while (log->calls == 0
+        && g_cond_wait_until (&log->cond, &log->lock, until));
+    log->back = TRUE;
   }
+  g_mutex_unlock (&log->lock);
 }
 
 static void
@@ -864,12 +880,15 @@ on_failure (LingbotSession * s, guint64 chunk, const GError * error,
 {
   SlowLog *log = user_data;
   (void) s;
-  log->back_at_call = g_atomic_int_get (&log->back);
+  g_mutex_lock (&log->lock);
+  log->back_at_call = log->back;
   log->thread = g_thread_self ();
   log->chunk = chunk;
   g_clear_error (&log->error);
   log->error = g_error_copy (error);
-  g_atomic_int_inc (&log->calls);
+  log->calls++;
+  g_cond_broadcast (&log->cond);
+  g_mutex_unlock (&log->lock);
 }
 
 static void
@@ -878,12 +897,15 @@ slow_log_freed (gpointer data)
   ((SlowLog *) data)->freed++;
 }
 
-/* Rank 0 is slower than the rank timeout T once (1.5 T in the pass
- * callback of chunk 1's first pass): rank 1 times out waiting for it, and
- * the failure callback gets that timeout at once, on rank 1's thread,
- * while rank 0 is still away; the generate returns when rank 0 is back
- * (within the grace T: not abandoned), with the same error.  The world is
- * not broken: the chunk is made on the next try, with no further call. */
+/* Rank 0 is slower than the rank timeout T once (in the pass callback
+ * of chunk 1's first pass until the failure callback is called): rank 1
+ * times out waiting for it, and the failure callback gets that timeout at
+ * once, on rank 1's thread, while rank 0 is still away (were the call
+ * made only with the generate's return, rank 0 would come back only after
+ * its abandonment, 2 T, and the world would be broken); the generate
+ * returns when rank 0 is back (within the grace T: not abandoned), with
+ * the same error.  The world is not broken: the chunk is made on the next
+ * try, with no further call. */
 static void
 test_failure_func (void)
 {
@@ -891,6 +913,9 @@ test_failure_func (void)
   LingbotWorldOptions wo = LINGBOT_WORLD_OPTIONS_INIT;
   SlowLog log = { 0 };
   GThread *caller = g_thread_self ();
+
+  g_mutex_init (&log.lock);
+  g_cond_init (&log.cond);
 
   wo.model_path = model_dir;
   wo.devices = "cpu:2";
@@ -903,12 +928,14 @@ test_failure_func (void)
 
   g_assert_true (lingbot_session_generate (s, chunk_keys[0], NULL, &err));
   g_assert_no_error (err);
-  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 0);
+  g_assert_cmpint (log.calls, ==, 0);
 
-  g_atomic_int_set (&log.slow, 1);
+  g_mutex_lock (&log.lock);
+  log.slow = TRUE;
+  g_mutex_unlock (&log.lock);
   g_assert_false (lingbot_session_generate (s, chunk_keys[1], NULL, &err));
-  g_assert_cmpint (g_atomic_int_get (&log.back), ==, 1);
-  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 1);
+  g_assert_true (log.back);
+  g_assert_cmpint (log.calls, ==, 1);
   g_assert_false (log.back_at_call);
   g_assert_true (log.thread != caller);
   g_assert_cmpuint (log.chunk, ==, 1);
@@ -927,12 +954,14 @@ test_failure_func (void)
   g_assert_true (lingbot_session_generate (s, chunk_keys[1], NULL, &err));
   g_assert_no_error (err);
   g_assert_cmpuint (lingbot_session_get_chunk_index (s), ==, 2);
-  g_assert_cmpint (g_atomic_int_get (&log.calls), ==, 1);
+  g_assert_cmpint (log.calls, ==, 1);
 
   g_assert_cmpint (log.freed, ==, 0);
   lingbot_session_free (s);
   g_assert_cmpint (log.freed, ==, 1);
   g_clear_error (&log.error);
+  g_mutex_clear (&log.lock);
+  g_cond_clear (&log.cond);
   lingbot_world_unref (w);
 }
 
