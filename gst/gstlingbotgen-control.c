@@ -297,13 +297,14 @@ post_waiting (GstLingbotGen * self, guint64 index, const char *what)
  * one schedule: live=false its virtual clock (a chunk decided once the
  * control stream has passed its request time, or ended), live=true the key
  * state as it is now (a tap, else the held set; wait while nothing is
- * held). */
+ * held).  @ck zeroed by the caller, kept as it is for the call after a
+ * GST_LINGBOT_GEN_KEYS_REPEAT (which carries the wait's state on). */
 GstLingbotGenKeysResult
 gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
     gboolean has_control, GstLingbotGenKeys * ck)
 {
   guint chunk_size = 4, fps_n = GST_LINGBOT_GEN_FALLBACK_FPS, fps_d = 1;
-  gboolean waiting = FALSE;
+  gboolean waiting = ck->waited;
   g_autoptr (GError) error = NULL;
 
   memset (ck, 0, sizeof (*ck));
@@ -422,13 +423,12 @@ gst_lingbot_gen_control_take_keys_unlocked (GstLingbotGen * self, gboolean live,
       continue;
     }
     if (live && self->repeat_pending && self->playing) {
-      /* a viewer joined while nothing is generated: the last frame again
-       * (GST_LINGBOT_REPEAT_EVENT) */
+      /* a viewer joined while nothing is generated: the caller sends the
+       * last frame again (GST_LINGBOT_REPEAT_EVENT); the wait goes on
+       * (already said) when it asks again */
       self->repeat_pending = FALSE;
-      g_mutex_unlock (&self->lock);
-      gst_lingbot_gen_task_push_repeat (self);
-      g_mutex_lock (&self->lock);
-      continue;
+      ck->waited = waiting;
+      return GST_LINGBOT_GEN_KEYS_REPEAT;
     }
     g_cond_wait (&self->cond, &self->lock);
   }

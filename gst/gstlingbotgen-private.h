@@ -166,6 +166,9 @@ typedef enum
   GST_LINGBOT_GEN_KEYS_OK,
   GST_LINGBOT_GEN_KEYS_DONE,
   GST_LINGBOT_GEN_KEYS_FLUSHING,
+  /* live: it waits for a key and a force-key-unit came: the caller sends
+   * GST_LINGBOT_REPEAT_EVENT and asks again with the same @ck */
+  GST_LINGBOT_GEN_KEYS_REPEAT,
 } GstLingbotGenKeysResult;
 
 /* What a chunk's keys were taken from (the lingbot-chunk message's
@@ -238,7 +241,6 @@ void gst_lingbot_gen_task_note_compute_time (GstLingbotGen * self,
     GstClockTime measured, GstClockTimeDiff late);
 /* gstlingbotgen-task.c: drops the session and the stream's state */
 void gst_lingbot_gen_task_reset_stream (GstLingbotGen * self);
-void gst_lingbot_gen_task_push_repeat (GstLingbotGen * self);
 /* gstlingbotgen-task.c: the session's rate, else the properties' */
 void gst_lingbot_gen_task_rate (GstLingbotGen * self, int *fps_n, int *fps_d);
 /* gstlingbotgen-task.c: one steady chunk's duration at that rate (ns) */

@@ -174,8 +174,8 @@ push_preview (GstLingbotGen * self, gboolean live)
  * running time now, or at the end of the frames stamped when that is
  * later; the next chunk is stamped after its one frame, as after the
  * preview, and never before it (no key-cut back over it). */
-void
-gst_lingbot_gen_task_push_repeat (GstLingbotGen * self)
+static void
+push_repeat (GstLingbotGen * self)
 {
   GstClockTime pts = running_time_now (self), frame;
 
@@ -458,7 +458,7 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   gint64 end_us;
   GstLingbotChunkMeta *meta;
   GstLingbotChunkTimes times = { 0 };
-  GstLingbotGenKeys ck;
+  GstLingbotGenKeys ck = { 0 };
   GstLingbotGenKeysResult kr;
   gboolean cut = FALSE;
 
@@ -545,8 +545,12 @@ gst_lingbot_gen_loop (GstLingbotGen * self)
   }
 
   g_mutex_lock (&self->lock);
-  kr = gst_lingbot_gen_control_take_keys_unlocked (self, live, has_control,
-      &ck);
+  while ((kr = gst_lingbot_gen_control_take_keys_unlocked (self, live,
+              has_control, &ck)) == GST_LINGBOT_GEN_KEYS_REPEAT) {
+    g_mutex_unlock (&self->lock);
+    push_repeat (self);
+    g_mutex_lock (&self->lock);
+  }
   if (kr == GST_LINGBOT_GEN_KEYS_OK && self->eos_pending)
     kr = GST_LINGBOT_GEN_KEYS_DONE;
   g_mutex_unlock (&self->lock);
