@@ -88,7 +88,7 @@ check_timing (guint chunk_size, guint fps_n, guint fps_d, GError ** error)
  * Not thread-safe: the caller locks.
  *
  * Returns: (transfer full): the schedule, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT for a zero chunk size or frame rate.
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT for a zero chunk size or frame rate.
  */
 LingbotControlSchedule *
 lingbot_control_schedule_new (guint chunk_size, guint fps_n, guint fps_d,
@@ -158,7 +158,7 @@ lingbot_control_schedule_free (LingbotControlSchedule * sched)
  * first chunk is taken.  Setting the values it already has is always
  * allowed.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT for a zero value
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT for a zero value
  *   or a change after the first chunk.
  */
 gboolean

@@ -44,7 +44,7 @@
  * %LINGBOT_FRAME_POLICY_STRICT); effective = 4*(latent-1) + 1.
  * 77 -> 20 latent frames -> 77; 81 -> 21 -> 20 -> 77.
  *
- * Returns: %TRUE on success; %LB_ERROR_INVALID_ARGUMENT otherwise.
+ * Returns: %TRUE on success; %LINGBOT_ERROR_INVALID_ARGUMENT otherwise.
  */
 gboolean
 lingbot_frame_count_resolve (guint frame_num, guint chunk_size,
@@ -258,7 +258,7 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
  * (lingbot_control_fill()).  Spec 2.1-2.8.
  *
  * Returns: (transfer full): the session, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT for a bad config.
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT for a bad config.
  */
 LingbotControl *
 lingbot_control_new (const LingbotControlConfig * cfg, GError ** error)
@@ -282,7 +282,7 @@ lingbot_control_new (const LingbotControlConfig * cfg, GError ** error)
  * order with lingbot_control_advance() (keys ignored).
  *
  * Returns: (transfer full): the session, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT (bad frame count, too few poses, no
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT (bad frame count, too few poses, no
  *   intrinsics).
  */
 LingbotControl *
@@ -499,7 +499,7 @@ save_undo (LingbotControl * c)
  * the translation scale (spec 2.4).  Offline: selects the next 4 latent
  * frames of the precomputed sequence.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT when an offline
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT when an offline
  *   sequence has no chunk left.
  */
 gboolean
@@ -683,7 +683,7 @@ lingbot_control_get_offline_rel_poses (const LingbotControl * ctl,
  * Writes the current chunk's control tensor (or its row band) into the
  * caller's buffer; nothing is allocated per chunk.  Spec 2.6-2.7.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT before the first
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT before the first
  *   chunk, for a bad band or a short buffer.
  */
 gboolean

@@ -6,8 +6,9 @@
 # checks that check-layers.py passes it, then adds one breach at a time and
 # checks that it fails naming it: lingbot.h including an engine header or
 # a system header other than GLib/GIO, a public header including a private
-# one, an engine identifier in gst/ or gst-libs/, a call from gst/ to a
-# liblingbot function no public header declares.
+# one, an engine identifier in the gtk-doc of a public function, one in
+# gst/ or gst-libs/, a call from gst/ to a liblingbot function no public
+# header declares.
 #
 #   tests/test-check-layers.py TOOLS/check-layers.py
 
@@ -41,6 +42,10 @@ BREACHES = [
      'lingbot/control.h:4: includes "lingbot/vae.h" (not a public header)'),
     ("gst/gstx.c", "static LbTensor *t;\n",
      "gst/gstx.c:8: engine identifier LbTensor"),
+    ("lingbot/world.c", "\n/**\n * lingbot_world_unref:\n * @error: "
+     "%LB_ERROR_IO\n */\n",
+     "lingbot/world.c:16: the documentation of lingbot_world_unref names "
+     "engine identifier LB_ERROR_IO"),
     ("gst/gstx.c", "static void\ng (void)\n{\n  lingbot_vae_secret ();\n}\n",
      "gst/gstx.c:11: calls lingbot_vae_secret (lingbot/world.c), not in a "
      "public header"),
