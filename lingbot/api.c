@@ -98,9 +98,10 @@ lingbot_frames_get_height (const LingbotFrames * frames)
  * @error: %LINGBOT_ERROR_SHAPE for a frame out of range or a stride too
  *   small
  *
- * Converts one frame to 8-bit RGB: each value v in [-1, 1] becomes
- * round((v + 1) * 127.5) clamped to [0, 255], byte-exact with the
- * reference's uint8 frames.
+ * Converts one frame to 8-bit RGB: each value v (nominally in [-1, 1])
+ * becomes (v + 1) * 127.5 in float32, clamped to [0, 255] and truncated
+ * (floor, not rounded; NaN gives 0), byte-exact with the reference's
+ * uint8 frames.
  *
  * Returns: %TRUE on success.
  */
