@@ -443,7 +443,12 @@ lingbot_poses_load (const char *poses_path, const char *intrinsics_path,
   return out;
 }
 
-/** lingbot_poses_free: @poses: (nullable): poses from lingbot_poses_load() */
+/**
+ * lingbot_poses_free:
+ * @poses: (transfer full) (nullable): poses from lingbot_poses_load()
+ *
+ * Frees @poses and its arrays.
+ */
 void
 lingbot_poses_free (LingbotPoses * poses)
 {

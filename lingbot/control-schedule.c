@@ -135,7 +135,12 @@ lingbot_control_schedule_reset (LingbotControlSchedule * sched)
   sched->n_chunks = 0;
 }
 
-/** lingbot_control_schedule_free: @sched: (nullable): a schedule */
+/**
+ * lingbot_control_schedule_free:
+ * @sched: (transfer full) (nullable): a schedule
+ *
+ * Frees @sched.
+ */
 void
 lingbot_control_schedule_free (LingbotControlSchedule * sched)
 {

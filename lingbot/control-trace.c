@@ -285,7 +285,12 @@ lingbot_control_trace_new_from_file (const char *path, GError ** error)
   return t;
 }
 
-/** lingbot_control_trace_free: @trace: (nullable): a trace */
+/**
+ * lingbot_control_trace_free:
+ * @trace: (transfer full) (nullable): a trace
+ *
+ * Frees @trace, its events and warnings.
+ */
 void
 lingbot_control_trace_free (LingbotControlTrace * trace)
 {

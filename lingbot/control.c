@@ -353,7 +353,12 @@ lingbot_control_new_offline_from_files (const LingbotControlConfig * cfg,
       error);
 }
 
-/** lingbot_control_free: @ctl: (nullable): a control session */
+/**
+ * lingbot_control_free:
+ * @ctl: (transfer full) (nullable): a control session
+ *
+ * Frees @ctl and its buffers.
+ */
 void
 lingbot_control_free (LingbotControl * ctl)
 {
@@ -372,28 +377,49 @@ lingbot_control_free (LingbotControl * ctl)
   g_free (ctl);
 }
 
-/** lingbot_control_is_offline: Returns: %TRUE for a poses.npy session. */
+/**
+ * lingbot_control_is_offline:
+ * @ctl: a control session
+ *
+ * Returns: %TRUE for explicit poses (lingbot_control_new_offline(), a
+ *   poses.npy session), %FALSE for keys.
+ */
 gboolean
 lingbot_control_is_offline (const LingbotControl * ctl)
 {
   return ctl->offline;
 }
 
-/** lingbot_control_get_chunk_size: Returns: latent frames per chunk. */
+/**
+ * lingbot_control_get_chunk_size:
+ * @ctl: a control session
+ *
+ * Returns: latent frames per chunk (LingbotControlConfig.chunk_size).
+ */
 guint
 lingbot_control_get_chunk_size (const LingbotControl * ctl)
 {
   return ctl->cfg.chunk_size;
 }
 
-/** lingbot_control_get_latent_height: Returns: h_lat = H/8. */
+/**
+ * lingbot_control_get_latent_height:
+ * @ctl: a control session
+ *
+ * Returns: latent rows, the output height / 8.
+ */
 int
 lingbot_control_get_latent_height (const LingbotControl * ctl)
 {
   return ctl->cfg.height / CONTROL_FOLD;
 }
 
-/** lingbot_control_get_latent_width: Returns: w_lat = W/8. */
+/**
+ * lingbot_control_get_latent_width:
+ * @ctl: a control session
+ *
+ * Returns: latent columns, the output width / 8.
+ */
 int
 lingbot_control_get_latent_width (const LingbotControl * ctl)
 {

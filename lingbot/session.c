@@ -736,14 +736,26 @@ lingbot_session_free (LingbotSession * session)
   g_free (session);
 }
 
-/** lingbot_session_get_width: @session: a session. Returns: output width. */
+/**
+ * lingbot_session_get_width:
+ * @session: a session
+ *
+ * Returns: the output width W in pixels (a multiple of 16): the frames'
+ * width, 8 x lingbot_session_get_latent_width().
+ */
 int
 lingbot_session_get_width (LingbotSession * session)
 {
   return session->width;
 }
 
-/** lingbot_session_get_height: @session: a session. Returns: output height. */
+/**
+ * lingbot_session_get_height:
+ * @session: a session
+ *
+ * Returns: the output height H in pixels (a multiple of 16): the frames'
+ * height, 8 x lingbot_session_get_latent_height().
+ */
 int
 lingbot_session_get_height (LingbotSession * session)
 {
