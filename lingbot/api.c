@@ -98,9 +98,10 @@ lingbot_frames_get_height (const LingbotFrames * frames)
  * @error: %LINGBOT_ERROR_SHAPE for a frame out of range or a stride too
  *   small
  *
- * Converts one frame to 8-bit RGB: each value v in [-1, 1] becomes
- * round((v + 1) * 127.5) clamped to [0, 255], byte-exact with the
- * reference's uint8 frames.
+ * Converts one frame to 8-bit RGB: each value v (nominally in [-1, 1])
+ * becomes (v + 1) * 127.5 in float32, clamped to [0, 255] and truncated
+ * (floor, not rounded; NaN gives 0), byte-exact with the reference's
+ * uint8 frames.
  *
  * Returns: %TRUE on success.
  */
@@ -138,13 +139,13 @@ lingbot_frames_to_rgba (const LingbotFrames * frames, int frame, guint8 * dst,
  * @frames: decoded frames, width and height even
  * @frame: which frame, 0 <= @frame < lingbot_frames_get_count()
  * @y: height rows of width luma bytes
- * @y_stride: bytes between the rows of @y
+ * @y_stride: bytes between the rows of @y (>= width)
  * @u: height / 2 rows of width / 2 Cb bytes
- * @u_stride: bytes between the rows of @u
+ * @u_stride: bytes between the rows of @u (>= width / 2)
  * @v: height / 2 rows of width / 2 Cr bytes
- * @v_stride: bytes between the rows of @v
- * @error: %LINGBOT_ERROR_SHAPE as lingbot_frames_to_rgb(), also for an odd
- *   width or height
+ * @v_stride: bytes between the rows of @v (>= width / 2)
+ * @error: %LINGBOT_ERROR_SHAPE as lingbot_frames_to_rgb() (a frame out of
+ *   range, a stride too small), also for an odd width or height
  *
  * Converts one frame to planar I420: the RGB bytes of
  * lingbot_frames_to_rgb() through BT.601 limited-range integer
@@ -167,9 +168,9 @@ lingbot_frames_to_i420 (const LingbotFrames * frames, int frame, guint8 * y,
  * @frames: decoded frames, width and height even
  * @frame: which frame, 0 <= @frame < lingbot_frames_get_count()
  * @y: height rows of width luma bytes
- * @y_stride: bytes between the rows of @y
+ * @y_stride: bytes between the rows of @y (>= width)
  * @uv: height / 2 rows of width / 2 interleaved Cb, Cr pairs
- * @uv_stride: bytes between the rows of @uv
+ * @uv_stride: bytes between the rows of @uv (>= width)
  * @error: %LINGBOT_ERROR_SHAPE as lingbot_frames_to_i420()
  *
  * The bytes of lingbot_frames_to_i420() with the chroma planes

@@ -106,7 +106,12 @@ lingbot_keys_to_string (guint keys)
   return g_string_free (s, FALSE);
 }
 
-/** lingbot_key_state_init: @ks: a key state; clears it. */
+/**
+ * lingbot_key_state_init:
+ * @ks: (out caller-allocates): a key state
+ *
+ * Clears @ks: nothing held, no tap pending, revisions 0.
+ */
 void
 lingbot_key_state_init (LingbotKeyState * ks)
 {
@@ -202,7 +207,12 @@ lingbot_camera_params_init (LingbotCameraParams * params)
   params->translation_scale = 3.0;
 }
 
-/** lingbot_camera_reset: @cam: a camera; sets c2w = I and pitch = 0. */
+/**
+ * lingbot_camera_reset:
+ * @cam: (out caller-allocates): a camera
+ *
+ * Puts @cam at the origin: c2w the 4x4 identity (row-major), pitch 0.
+ */
 void
 lingbot_camera_reset (LingbotCamera * cam)
 {

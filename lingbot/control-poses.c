@@ -382,11 +382,11 @@ load_array (const char *path, const char *what, GError ** error)
  * first intrinsics row is used by the session (spec 2.9 step 6).
  *
  * Returns: (transfer full): the poses, free with lingbot_poses_free(); or
- *   %NULL with @error naming the file: the reader's %LB_ERROR_IO /
- *   %LB_ERROR_NOT_FOUND / %LB_ERROR_FORMAT for a missing or malformed file,
- *   %LB_ERROR_FORMAT for a file holding several arrays, an integer dtype
- *   ("...: poses must be floating point (f32, f64 or f16), got i64 [2, 4,
- *   4]") or a NaN or infinity, %LB_ERROR_SHAPE for a wrong or empty shape
+ *   %NULL with @error naming the file: the reader's %LINGBOT_ERROR_IO /
+ *   %LINGBOT_ERROR_NOT_FOUND / %LINGBOT_ERROR_FORMAT for a missing or malformed
+ *   file, %LINGBOT_ERROR_FORMAT for a file holding several arrays, an integer
+ *   dtype ("...: poses must be floating point (f32, f64 or f16), got i64 [2, 4,
+ *   4]") or a NaN or infinity, %LINGBOT_ERROR_SHAPE for a wrong or empty shape
  *   ("...: intrinsics must have shape [4] or [N, 4] with N >= 1 (the first
  *   row is used unless N is the number of poses), got [0, 4]").
  */
@@ -443,7 +443,12 @@ lingbot_poses_load (const char *poses_path, const char *intrinsics_path,
   return out;
 }
 
-/** lingbot_poses_free: @poses: (nullable): poses from lingbot_poses_load() */
+/**
+ * lingbot_poses_free:
+ * @poses: (transfer full) (nullable): poses from lingbot_poses_load()
+ *
+ * Frees @poses and its arrays.
+ */
 void
 lingbot_poses_free (LingbotPoses * poses)
 {

@@ -100,7 +100,7 @@ lingbot_control_pack_scratch (const float *rel_poses, guint n_frames,
  * channel c of pixel (8y + r, 8x + s).  Rows outside the band are not
  * computed, so a rank builds only its own band.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT for a size that
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT for a size that
  *   is not a multiple of 8 or a bad band.
  */
 gboolean

@@ -88,7 +88,7 @@ check_timing (guint chunk_size, guint fps_n, guint fps_d, GError ** error)
  * Not thread-safe: the caller locks.
  *
  * Returns: (transfer full): the schedule, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT for a zero chunk size or frame rate.
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT for a zero chunk size or frame rate.
  */
 LingbotControlSchedule *
 lingbot_control_schedule_new (guint chunk_size, guint fps_n, guint fps_d,
@@ -135,7 +135,12 @@ lingbot_control_schedule_reset (LingbotControlSchedule * sched)
   sched->n_chunks = 0;
 }
 
-/** lingbot_control_schedule_free: @sched: (nullable): a schedule */
+/**
+ * lingbot_control_schedule_free:
+ * @sched: (transfer full) (nullable): a schedule
+ *
+ * Frees @sched.
+ */
 void
 lingbot_control_schedule_free (LingbotControlSchedule * sched)
 {
@@ -158,7 +163,7 @@ lingbot_control_schedule_free (LingbotControlSchedule * sched)
  * first chunk is taken.  Setting the values it already has is always
  * allowed.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT for a zero value
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT for a zero value
  *   or a change after the first chunk.
  */
 gboolean

@@ -192,7 +192,7 @@ parse_event (LingbotControlTrace * t, JsonNode * node, guint index,
  * lingbot_control_trace_get_warnings().  Events are ordered by time
  * (stable for equal times).
  *
- * Returns: (transfer full): the trace, or %NULL with %LB_ERROR_FORMAT
+ * Returns: (transfer full): the trace, or %NULL with %LINGBOT_ERROR_FORMAT
  *   naming the event index and the field at fault (invalid JSON, a missing
  *   or negative delay_s, a message that is not an object, a non-string
  *   type/action/key, a press or release without a key).
@@ -264,7 +264,7 @@ lingbot_control_trace_new_from_data (const char *data, gssize length,
  * @path: a JSON trace file
  * @error: return location for a #GError
  *
- * Returns: (transfer full): the trace, or %NULL (%LB_ERROR_IO when the
+ * Returns: (transfer full): the trace, or %NULL (%LINGBOT_ERROR_IO when the
  *   file cannot be read, else as lingbot_control_trace_new_from_data()).
  */
 LingbotControlTrace *
@@ -285,7 +285,12 @@ lingbot_control_trace_new_from_file (const char *path, GError ** error)
   return t;
 }
 
-/** lingbot_control_trace_free: @trace: (nullable): a trace */
+/**
+ * lingbot_control_trace_free:
+ * @trace: (transfer full) (nullable): a trace
+ *
+ * Frees @trace, its events and warnings.
+ */
 void
 lingbot_control_trace_free (LingbotControlTrace * trace)
 {

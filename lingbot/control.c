@@ -44,7 +44,7 @@
  * %LINGBOT_FRAME_POLICY_STRICT); effective = 4*(latent-1) + 1.
  * 77 -> 20 latent frames -> 77; 81 -> 21 -> 20 -> 77.
  *
- * Returns: %TRUE on success; %LB_ERROR_INVALID_ARGUMENT otherwise.
+ * Returns: %TRUE on success; %LINGBOT_ERROR_INVALID_ARGUMENT otherwise.
  */
 gboolean
 lingbot_frame_count_resolve (guint frame_num, guint chunk_size,
@@ -258,7 +258,7 @@ control_alloc (const LingbotControlConfig * cfg, GError ** error)
  * (lingbot_control_fill()).  Spec 2.1-2.8.
  *
  * Returns: (transfer full): the session, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT for a bad config.
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT for a bad config.
  */
 LingbotControl *
 lingbot_control_new (const LingbotControlConfig * cfg, GError ** error)
@@ -282,7 +282,7 @@ lingbot_control_new (const LingbotControlConfig * cfg, GError ** error)
  * order with lingbot_control_advance() (keys ignored).
  *
  * Returns: (transfer full): the session, or %NULL with
- *   %LB_ERROR_INVALID_ARGUMENT (bad frame count, too few poses, no
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT (bad frame count, too few poses, no
  *   intrinsics).
  */
 LingbotControl *
@@ -353,7 +353,12 @@ lingbot_control_new_offline_from_files (const LingbotControlConfig * cfg,
       error);
 }
 
-/** lingbot_control_free: @ctl: (nullable): a control session */
+/**
+ * lingbot_control_free:
+ * @ctl: (transfer full) (nullable): a control session
+ *
+ * Frees @ctl and its buffers.
+ */
 void
 lingbot_control_free (LingbotControl * ctl)
 {
@@ -372,28 +377,49 @@ lingbot_control_free (LingbotControl * ctl)
   g_free (ctl);
 }
 
-/** lingbot_control_is_offline: Returns: %TRUE for a poses.npy session. */
+/**
+ * lingbot_control_is_offline:
+ * @ctl: a control session
+ *
+ * Returns: %TRUE for explicit poses (lingbot_control_new_offline(), a
+ *   poses.npy session), %FALSE for keys.
+ */
 gboolean
 lingbot_control_is_offline (const LingbotControl * ctl)
 {
   return ctl->offline;
 }
 
-/** lingbot_control_get_chunk_size: Returns: latent frames per chunk. */
+/**
+ * lingbot_control_get_chunk_size:
+ * @ctl: a control session
+ *
+ * Returns: latent frames per chunk (LingbotControlConfig.chunk_size).
+ */
 guint
 lingbot_control_get_chunk_size (const LingbotControl * ctl)
 {
   return ctl->cfg.chunk_size;
 }
 
-/** lingbot_control_get_latent_height: Returns: h_lat = H/8. */
+/**
+ * lingbot_control_get_latent_height:
+ * @ctl: a control session
+ *
+ * Returns: latent rows, the output height / 8.
+ */
 int
 lingbot_control_get_latent_height (const LingbotControl * ctl)
 {
   return ctl->cfg.height / CONTROL_FOLD;
 }
 
-/** lingbot_control_get_latent_width: Returns: w_lat = W/8. */
+/**
+ * lingbot_control_get_latent_width:
+ * @ctl: a control session
+ *
+ * Returns: latent columns, the output width / 8.
+ */
 int
 lingbot_control_get_latent_width (const LingbotControl * ctl)
 {
@@ -499,7 +525,7 @@ save_undo (LingbotControl * c)
  * the translation scale (spec 2.4).  Offline: selects the next 4 latent
  * frames of the precomputed sequence.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT when an offline
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT when an offline
  *   sequence has no chunk left.
  */
 gboolean
@@ -683,7 +709,7 @@ lingbot_control_get_offline_rel_poses (const LingbotControl * ctl,
  * Writes the current chunk's control tensor (or its row band) into the
  * caller's buffer; nothing is allocated per chunk.  Spec 2.6-2.7.
  *
- * Returns: %TRUE; %FALSE with %LB_ERROR_INVALID_ARGUMENT before the first
+ * Returns: %TRUE; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT before the first
  *   chunk, for a bad band or a short buffer.
  */
 gboolean

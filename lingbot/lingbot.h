@@ -207,7 +207,8 @@ typedef struct _LingbotWorld LingbotWorld;
 
 /**
  * LingbotWorldOptions:
- * @devices: "cpu:N" or GPU ordinals "0,1,2,3" (lingbot_backend_parse_devices())
+ * @devices: (nullable): "cpu:N" or GPU ordinals "0,1,2,3"
+ *   (lingbot_world_check_devices() checks one); %NULL for "cpu:1"
  * @model_path: the model directory (layout above)
  * @load_text_encoder: load the umT5 encoder and tokenizer (not needed when
  *   every session passes prompt embeddings)
@@ -224,7 +225,10 @@ typedef struct _LingbotWorld LingbotWorld;
  *   and run the fp8 path's oracle for "fp8".  Any other value fails
  *   lingbot_world_new()
  *
- * Zero-initialise (%LINGBOT_WORLD_OPTIONS_INIT), then set the fields.
+ * Initialise with %LINGBOT_WORLD_OPTIONS_INIT (not all zero: @devices
+ * "cpu:1" and @load_text_encoder %TRUE, the rest 0 / %NULL), then set the
+ * fields.  (A zeroed struct also works, @devices %NULL meaning "cpu:1",
+ * but loads no text encoder.)
  */
 typedef struct
 {
@@ -351,6 +355,10 @@ typedef struct _LingbotSession LingbotSession;
  *
  * Without @prompt_embeds_path the world's text encoder encodes @prompt
  * (%NULL = the empty prompt); a world without one is an error.
+ *
+ * Initialise with %LINGBOT_SESSION_OPTIONS_INIT (not all zero:
+ * @pixel_area 480 * 832, @sink_frames -1, @fps 16, the rest 0 / %NULL),
+ * then set the fields.
  */
 typedef struct
 {

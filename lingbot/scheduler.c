@@ -554,7 +554,7 @@ lingbot_check_timestep_indices (const int *idx, int n, GError ** error)
  * Parses the `timestep-indices` setting and checks it with
  * lingbot_check_timestep_indices().
  *
- * Returns: %TRUE on success; %FALSE with %LB_ERROR_INVALID_ARGUMENT for an
+ * Returns: %TRUE on success; %FALSE with %LINGBOT_ERROR_INVALID_ARGUMENT for an
  *   empty list (%NULL, "" or only blanks), an item that is not a decimal
  *   integer in [0, 999] ("timestep-indices: 'x' is not an index in [0,
  *   999]", also for an empty item as in "0,,250"), more than

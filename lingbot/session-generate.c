@@ -67,7 +67,7 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  * next DiT pass boundary (before the first pass or after any pass, the
  * clean pass included; all ranks stop at the same boundary: rank 0 reads
  * the cancellable and the other ranks follow its decision) and fails with
- * %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes".  The
+ * %LINGBOT_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes".  The
  * chunk is dropped and the session is as before that call: after
  * g_cancellable_reset() the next generate makes the same chunk index
  * again, bit-identical to a session that was never cancelled (given the
@@ -87,7 +87,7 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  *
  * The chunk's condition encode (the VAE encoder on rank 0, most of a
  * chunk's time at small sizes) stops at its next layer: the generate fails
- * with %LB_ERROR_CANCELLED "chunk K cancelled after 0 of N DiT passes, in
+ * with %LINGBOT_ERROR_CANCELLED "chunk K cancelled after 0 of N DiT passes, in
  * its condition encode: VAE condition encode cancelled before layer L of
  * M of latent frame F of C"; the retry replays the encoder's causal caches
  * from the image (lingbot_vae_encoder_set_cancellable(): the chunks before
@@ -103,7 +103,7 @@ dit_pass (LingbotDitSession * dit, int64_t chunk, int pass, int n_passes,
  * chunk anyway: a rank-side timeout after the cancel the world's group is
  * cancelled, and ranks still busy a timeout later are abandoned (the
  * world is broken, lingbot_world_is_broken(); the generate fails with
- * %LB_ERROR_TIMEOUT naming them), so a stop returns within about twice
+ * %LINGBOT_ERROR_TIMEOUT naming them), so a stop returns within about twice
  * the rank-side timeout whatever the ranks do.  The session takes a
  * reference on @cancellable.  This and g_cancellable_cancel() may be
  * called from any thread, also while a generate runs.
@@ -345,7 +345,7 @@ session_group_aborted (gpointer data, const GError * why)
  *
  * Reports a rank that does not answer as early as the library knows it.
  * When a rank of the session's world times out in a wait for a peer (a
- * collective, a channel; %LB_ERROR_TIMEOUT: the peer did not answer within
+ * collective, a channel; %LINGBOT_ERROR_TIMEOUT: the peer did not answer within
  * the rank timeout, #LingbotWorldOptions.timeout_ms or
  * `LINGBOT_RANK_TIMEOUT_MS`), the chunk fails; lingbot_session_generate()
  * returns once every rank is back, and gives a rank that is still busy
@@ -389,12 +389,12 @@ lingbot_session_set_failure_func (LingbotSession * session,
  *   the chunk yields once decoded), keys, dit_seconds and compute_seconds
  *   (control + condition + DiT), restarts and restart_passes; vae_seconds
  *   is set to 0; untouched on failure
- * @error: %LB_ERROR_INVALID_ARGUMENT past the session's last chunk;
- *   %LB_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (", in
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT past the session's last chunk;
+ *   %LINGBOT_ERROR_CANCELLED "chunk K cancelled after P of N DiT passes" (", in
  *   its condition encode: ..." when it stopped there) when the session's
  *   cancellable is cancelled (lingbot_session_set_cancellable(): the
  *   chunk is dropped, the session is as before the call); the errors of
- *   the control, the VAE encoder and the DiT; %LB_ERROR_TIMEOUT "worker
+ *   the control, the VAE encoder and the DiT; %LINGBOT_ERROR_TIMEOUT "worker
  *   group world: rank N stopped answering (...): ..." when a rank never
  *   came back (the world is broken: lingbot_world_is_broken())
  *

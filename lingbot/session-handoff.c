@@ -347,7 +347,7 @@ set_rank_math (LbRank * rank, gpointer data, GError ** error)
  *   own threads and streams)
  * @n_slots: chunks in flight between the DiT and the decode, >= 2 (2 lets
  *   chunk k + 1 be written while chunk k is decoded); 0 for 2
- * @error: %LB_ERROR_INVALID_ARGUMENT after the first chunk, for another
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT after the first chunk, for another
  *   backend, or for more ranks than latent rows; the errors of the worker
  *   group, decoder and channel
  *
@@ -630,7 +630,7 @@ decode_host (LingbotSession * s, const LbTensor * latents, int *n,
  *   every chunk in between was released (the decoder skips them)
  * @n_frames: (out) (optional): as for lingbot_session_decode()
  * @stats: (inout) (optional): as for lingbot_session_decode()
- * @error: %LB_ERROR_INVALID_ARGUMENT for a chunk out of order or not held;
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT for a chunk out of order or not held;
  *   decoder errors
  *
  * Decodes @chunk from where its latents are: its channel slot (every

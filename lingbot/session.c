@@ -43,10 +43,10 @@
  * @path: a reference image file (LingbotSessionOptions.image_path)
  * @width: (out) (optional): its width in pixels
  * @height: (out) (optional): its height in pixels
- * @error: the errors of lingbot_image_load_jpeg(): %LB_ERROR_IO for a file
- *   that cannot be read, %LB_ERROR_FORMAT for one that is not a decodable
- *   JPEG, %LB_ERROR_UNSUPPORTED (CMYK), %LB_ERROR_INVALID_ARGUMENT for more
- *   than %LINGBOT_IMAGE_MAX_PIXELS
+ * @error: the errors of lingbot_image_load_jpeg(): %LINGBOT_ERROR_IO for a file
+ *   that cannot be read, %LINGBOT_ERROR_FORMAT for one that is not a decodable
+ *   JPEG, %LINGBOT_ERROR_UNSUPPORTED (CMYK), %LINGBOT_ERROR_INVALID_ARGUMENT
+ *   for more than %LINGBOT_IMAGE_MAX_PIXELS
  *
  * Checks @path as lingbot_session_new() will read it and gives its size
  * (from the header): the header checks, then a decode at the DCT scale
@@ -93,11 +93,11 @@ lingbot_session_check_image (const char *path, int *width, int *height,
  * @width: (out) (optional): its width, the text width of the DiT it was
  *   made for (4096 for the real model; compare lingbot_dit_get_config()'s
  *   text_dim)
- * @error: the errors of lingbot_prompt_embeds_load(): %LB_ERROR_IO for a
- *   file that cannot be read, %LB_ERROR_FORMAT for one that is not a
+ * @error: the errors of lingbot_prompt_embeds_load(): %LINGBOT_ERROR_IO for a
+ *   file that cannot be read, %LINGBOT_ERROR_FORMAT for one that is not a
  *   safetensors file ("PATH: not a checkpoint or array file: ..."),
- *   %LB_ERROR_NOT_FOUND for one without a "prompt_embeds" tensor,
- *   %LB_ERROR_SHAPE for one whose tensor is not float [n, dim] (or
+ *   %LINGBOT_ERROR_NOT_FOUND for one without a "prompt_embeds" tensor,
+ *   %LINGBOT_ERROR_SHAPE for one whose tensor is not float [n, dim] (or
  *   [1, n, dim]); each message names @path
  *
  * Reads @path as lingbot_session_new() will (lingbot_prompt_embeds_load()):
@@ -128,7 +128,7 @@ lingbot_session_check_prompt_embeds (const char *path, int *width,
  * @pixel_area: the pixel budget (LingbotSessionOptions.pixel_area)
  * @width: (out): the output width, a multiple of 16
  * @height: (out): the output height, a multiple of 16
- * @error: %LB_ERROR_INVALID_ARGUMENT when a size or the budget is not
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT when a size or the budget is not
  *   positive, or the budget gives an empty size
  *
  * The video size of a session whose LingbotSessionOptions.width and height
@@ -528,12 +528,12 @@ init_start_frames (LingbotSession * s)
  * lingbot_session_new:
  * @world: the world (a reference is taken)
  * @options: the session's inputs and settings (#LingbotSessionOptions)
- * @error: %LB_ERROR_INVALID_ARGUMENT (no image, a size that is not a
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT (no image, a size that is not a
  *   multiple of 16, a prompt without a text encoder or embeddings, bad
- *   frame counts or schedule), %LB_ERROR_FORMAT (image not decodable),
- *   %LB_ERROR_IO / %LB_ERROR_NOT_FOUND (files), %LB_ERROR_DEVICE when a
- *   buffer sized by the image or the output size cannot be allocated (the
- *   message names the buffer and its bytes: "session: decoded frames f32
+ *   frame counts or schedule), %LINGBOT_ERROR_FORMAT (image not decodable),
+ *   %LINGBOT_ERROR_IO / %LINGBOT_ERROR_NOT_FOUND (files), %LINGBOT_ERROR_DEVICE
+ *   when a buffer sized by the image or the output size cannot be allocated
+ *   (the message names the buffer and its bytes: "session: decoded frames f32
  *   [3, 16, 2048, 2048]: cannot allocate 805306368 bytes of host memory";
  *   nothing aborts, the process and its other sessions go on), and the
  *   errors of the parts (text encoder, VAE, DiT session, control, noise)
@@ -736,14 +736,26 @@ lingbot_session_free (LingbotSession * session)
   g_free (session);
 }
 
-/** lingbot_session_get_width: @session: a session. Returns: output width. */
+/**
+ * lingbot_session_get_width:
+ * @session: a session
+ *
+ * Returns: the output width W in pixels (a multiple of 16): the frames'
+ * width, 8 x lingbot_session_get_latent_width().
+ */
 int
 lingbot_session_get_width (LingbotSession * session)
 {
   return session->width;
 }
 
-/** lingbot_session_get_height: @session: a session. Returns: output height. */
+/**
+ * lingbot_session_get_height:
+ * @session: a session
+ *
+ * Returns: the output height H in pixels (a multiple of 16): the frames'
+ * height, 8 x lingbot_session_get_latent_height().
+ */
 int
 lingbot_session_get_height (LingbotSession * session)
 {
@@ -1070,7 +1082,7 @@ lingbot_session_report_decode (guint64 chunk, int n, gint64 t0, gint64 t1,
  * @stats: (inout) (optional): vae_seconds is set and added to
  *   compute_seconds (pass the struct lingbot_session_generate() filled to
  *   get the chunk's total); index and frames are set to the decoded chunk
- * @error: %LB_ERROR_SHAPE for latents of the wrong shape, decoder errors
+ * @error: %LINGBOT_ERROR_SHAPE for latents of the wrong shape, decoder errors
  *
  * Decodes one chunk with the session's streaming VAE decoder (its causal
  * caches continue from the previous chunk).  Not cancellable: the

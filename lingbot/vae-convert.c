@@ -45,6 +45,23 @@ check_frames (const LbTensor * frames, int frame, int64_t * H, int64_t * W,
   return TRUE;
 }
 
+/* A plane's rows must not overlap: @stride at least the @row_bytes of one
+ * row, or the conversion would write rows over each other and past a
+ * buffer of @stride x rows bytes. */
+static gboolean
+check_stride (const char *format, const char *plane, gsize stride,
+    int64_t row_bytes, GError ** error)
+{
+  if (stride < (guint64) row_bytes) {
+    g_set_error (error, LB_ERROR, LB_ERROR_SHAPE,
+        "VAE frames: %s%s%s row stride %" G_GSIZE_FORMAT " is less than a "
+        "row, %" G_GINT64_FORMAT " bytes", format, plane[0] ? " " : "", plane,
+        stride, row_bytes);
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static inline const float *
 plane_row (const LbTensor * f, int c, int frame, int64_t row)
 {
@@ -60,6 +77,8 @@ frames_to_packed (const LbTensor * frames, int frame, guint8 * dst,
 {
   int64_t H, W;
   if (!check_frames (frames, frame, &H, &W, error))
+    return FALSE;
+  if (!check_stride (bpp == 4 ? "RGBA" : "RGB", "", dst_stride, bpp * W, error))
     return FALSE;
   const int64_t sw = frames->stride[3];
 #pragma omp parallel for schedule(static) if (H * W >= 65536)
@@ -85,7 +104,7 @@ frames_to_packed (const LbTensor * frames, int frame, guint8 * dst,
  * @frame: which frame, 0 <= frame < T
  * @dst: H rows of W packed R, G, B bytes (GStreamer RGB)
  * @dst_stride: bytes between rows of @dst (>= 3 W)
- * @error: %LB_ERROR_SHAPE
+ * @error: %LB_ERROR_SHAPE (a frame out of range, a stride too small)
  *
  * Converts one frame with lingbot_vae_value_to_u8(), byte-exact with the
  * reference (golden `output.frames_u8_chunk*`).
@@ -156,6 +175,13 @@ frames_to_yuv420 (const LbTensor * frames, int frame, guint8 * y,
         "x%" G_GINT64_FORMAT, format, W, H);
     return FALSE;
   }
+  /* NV12's Cb and Cr share one plane of W bytes a row */
+  if (!check_stride (format, "Y", y_stride, W, error)
+      || !check_stride (format, chroma_step == 2 ? "UV" : "U", u_stride,
+          chroma_step * (W / 2), error)
+      || (chroma_step == 1 && !check_stride (format, "V", v_stride, W / 2,
+              error)))
+    return FALSE;
   const int64_t sw = frames->stride[3];
 #pragma omp parallel for schedule(static) if (H * W >= 65536)
   for (int64_t yy = 0; yy < H / 2; yy++) {
@@ -193,12 +219,13 @@ frames_to_yuv420 (const LbTensor * frames, int frame, guint8 * y,
  * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
  * @frame: which frame
  * @y: H rows of W luma bytes, rows @y_stride apart
- * @y_stride: bytes between rows of @y
+ * @y_stride: bytes between rows of @y (>= W)
  * @u: H/2 rows of W/2 Cb bytes
- * @u_stride: bytes between rows of @u
+ * @u_stride: bytes between rows of @u (>= W/2)
  * @v: H/2 rows of W/2 Cr bytes
- * @v_stride: bytes between rows of @v
- * @error: %LB_ERROR_SHAPE (also for odd sizes)
+ * @v_stride: bytes between rows of @v (>= W/2)
+ * @error: %LB_ERROR_SHAPE (a frame out of range, a stride too small, odd
+ *   sizes)
  *
  * Fast path to I420 without an RGB frame in between: each value is first
  * quantised exactly as lingbot_vae_frames_to_rgb8() does, then converted
@@ -221,10 +248,11 @@ lingbot_vae_frames_to_i420 (const LbTensor * frames, int frame, guint8 * y,
  * @frames: f32 [3, T, H, W] decoded frames (CPU, any strides), H and W even
  * @frame: which frame
  * @y: H rows of W luma bytes, rows @y_stride apart
- * @y_stride: bytes between rows of @y
+ * @y_stride: bytes between rows of @y (>= W)
  * @uv: H/2 rows of W/2 interleaved Cb, Cr pairs
- * @uv_stride: bytes between rows of @uv
- * @error: %LB_ERROR_SHAPE (also for odd sizes)
+ * @uv_stride: bytes between rows of @uv (>= W)
+ * @error: %LB_ERROR_SHAPE (a frame out of range, a stride too small, odd
+ *   sizes)
  *
  * The bytes of lingbot_vae_frames_to_i420() with the chroma planes
  * interleaved (NV12): the same Y, and each Cb followed by its Cr.

@@ -50,7 +50,7 @@ find_tokenizer (const char *model)
  * @tokenizer_path: (out) (transfer full): the SentencePiece model:
  *   `MODEL/google/umt5-xxl/spiece.model` or `tokenizer.model`, else the
  *   same names in MODEL
- * @error: %LB_ERROR_NOT_FOUND "world: text encoder not found: MODEL/
+ * @error: %LINGBOT_ERROR_NOT_FOUND "world: text encoder not found: MODEL/
  *   models_t5_umt5-xxl-enc-bf16.pth does not exist, nor .safetensors or
  *   .dummy.json (without one, give prompt embeddings: ...)" or
  *   "world: tokenizer not found: MODEL/google/umt5-xxl/spiece.model does
@@ -99,8 +99,8 @@ lingbot_world_find_text_encoder (const char *model, char **t5_path,
  * @error: %LINGBOT_ERROR_INVALID_ARGUMENT for anything else, with the
  *   message "world: unknown precision 'VALUE' (choose fp32, bf16 or fp8)"
  *
- * "fp8" (%LINGBOT_PRECISION_FP8, opt-in, Hopper and later) stores the DiT's GEMM
- * weights as E4M3 with per-output-channel scales made at load and runs
+ * "fp8" (%LINGBOT_PRECISION_FP8, opt-in, Hopper and later) stores the DiT's
+ * GEMM weights as E4M3 with per-output-channel scales made at load and runs
  * its linear layers through the gemm_fp8 op (per-token activation scales,
  * f32 accumulation); attention, norms and the KV cache as in "bf16".  CPU
  * ranks run the same path's oracle (kernels/cpu/gemm.c).
@@ -195,9 +195,9 @@ world_find_parts (const char *model, gboolean text_encoder, char **dit,
  * @text_encoder: whether the umT5 encoder and its tokenizer are needed
  *   (LingbotWorldOptions.load_text_encoder)
  * @error: the errors lingbot_world_new() gives before it loads anything:
- *   %LB_ERROR_INVALID_ARGUMENT for no path, %LB_ERROR_NOT_FOUND naming the
- *   missing directory or part ("world: model directory MODEL does not
- *   exist", "world: model path MODEL is not a directory (give the model
+ *   %LINGBOT_ERROR_INVALID_ARGUMENT for no path, %LINGBOT_ERROR_NOT_FOUND
+ *   naming the missing directory or part ("world: model directory MODEL does
+ *   not exist", "world: model path MODEL is not a directory (give the model
  *   directory)", "world: DiT weights not found: MODEL/transformers does
  *   not exist", "world: VAE not found: ...", the text encoder's of
  *   lingbot_world_find_text_encoder())
@@ -225,11 +225,11 @@ lingbot_world_check_model (const char *model, gboolean text_encoder,
  * @devices: a devices string (LingbotWorldOptions.devices: "cpu:N" or GPU
  *   ordinals "0,1,2,3")
  * @n_ranks: (out) (optional): the number of ranks it names
- * @error: %LB_ERROR_INVALID_ARGUMENT for a malformed string (%NULL or
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT for a malformed string (%NULL or
  *   empty included); when it is well formed but its backend cannot run
  *   it, the backend's error: the CUDA module's probe when GPUs are asked
- *   for and absent, %LB_ERROR_UNSUPPORTED for a CUDA backend with gaps in
- *   its op table, %LB_ERROR_DEVICE for an ordinal beyond the device count
+ *   for and absent, %LINGBOT_ERROR_UNSUPPORTED for a CUDA backend with gaps in
+ *   its op table, %LINGBOT_ERROR_DEVICE for an ordinal beyond the device count
  *
  * Checks @devices as lingbot_world_new() will parse it
  * (lingbot_backend_parse_devices()), without creating ranks or loading
@@ -257,11 +257,11 @@ lingbot_world_check_devices (const char *devices, int *n_ranks, GError ** error)
  * lingbot_world_new:
  * @options: devices, model directory, whether the text encoder is wanted,
  *   rank-side timeout, DiT precision
- * @error: %LB_ERROR_INVALID_ARGUMENT (bad devices string, no model path,
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT (bad devices string, no model path,
  *   a precision other than "fp32", "bf16" or "fp8": "world: unknown
- *   precision 'VALUE' (choose fp32, bf16 or fp8)"), %LB_ERROR_NOT_FOUND naming the
- *   missing file or directory of a model part, and the loaders' errors
- *   (format, shape, device)
+ *   precision 'VALUE' (choose fp32, bf16 or fp8)"), %LINGBOT_ERROR_NOT_FOUND
+ *   naming the missing file or directory of a model part, and the loaders'
+ *   errors (format, shape, device)
  *
  * Creates the worker group over the devices and loads the model of the
  * release directory described in lingbot.h:
@@ -284,8 +284,8 @@ lingbot_world_check_devices (const char *devices, int *n_ranks, GError ** error)
  *
  * The DiT and VAE weights are shared by every session of the world.
  * @options->precision is checked first and given to every DiT session of
- * the world (LingbotDitSessionOptions.math: "bf16" is %LB_MATH_BF16, which
- * a GPU rank applies and a CPU rank ignores).
+ * the world (LingbotDitSessionOptions.math: "bf16" is %LINGBOT_PRECISION_BF16,
+ * which a GPU rank applies and a CPU rank ignores).
  *
  * Returns: (transfer full) (nullable): the world.
  */
@@ -500,7 +500,7 @@ lingbot_world_unref (LingbotWorld * world)
  * `LINGBOT_RANK_TIMEOUT_MS`) for it in a collective, or a stop bounded the
  * chunk it ran, and it was still busy one timeout later (a kernel, driver
  * call or collective that never returns).  Its thread is abandoned: the
- * world runs nothing again (every call fails with %LB_ERROR_RANK_FAILED),
+ * world runs nothing again (every call fails with %LINGBOT_ERROR_RANK_FAILED),
  * and the world and its sessions are leaked rather than freed under that
  * thread.  Create a new world (a process restart frees what the stuck
  * device still holds).
@@ -624,7 +624,7 @@ lingbot_world_has_text_encoder (LingbotWorld * world)
  * @max_tokens: (out) (optional): the most the text encoder takes,
  *   %LINGBOT_TEXT_LEN (512): a session cuts a longer prompt to its first
  *   @max_tokens - 1 tokens and </s> (spec 5.3)
- * @error: %LB_ERROR_INVALID_ARGUMENT for a world without a text encoder;
+ * @error: %LINGBOT_ERROR_INVALID_ARGUMENT for a world without a text encoder;
  *   the tokenizer's errors (lingbot_tokenizer_new())
  *
  * Tokenizes @prompt the way lingbot_session_new() will, to tell a prompt

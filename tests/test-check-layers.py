@@ -6,8 +6,10 @@
 # checks that check-layers.py passes it, then adds one breach at a time and
 # checks that it fails naming it: lingbot.h including an engine header or
 # a system header other than GLib/GIO, a public header including a private
-# one, an engine identifier in gst/ or gst-libs/, a call from gst/ to a
-# liblingbot function no public header declares.
+# one, a public function without a gtk-doc block (or with a one-line
+# one), an engine identifier in the gtk-doc of a public function, one in
+# gst/ or gst-libs/, a call from gst/ to a liblingbot function no public
+# header declares.
 #
 #   tests/test-check-layers.py TOOLS/check-layers.py
 
@@ -26,7 +28,8 @@ CLEAN = {
                          "void lingbot_world_unref (void *w);\n",
     "lingbot/vae.h": '#pragma once\n#include "kernels/tensor.h"\n',
     "lingbot/world.c": '#include "lingbot/lingbot.h"\n#include "lingbot/vae.h"\n'
-                       "\nvoid\nlingbot_world_unref (void *w)\n{\n}\n\n"
+                       "\n/**\n * lingbot_world_unref:\n * @w: a world\n */\n"
+                       "void\nlingbot_world_unref (void *w)\n{\n}\n\n"
                        "void\nlingbot_vae_secret (void)\n{\n}\n",
     "gst/gstx.c": '#include "lingbot/lingbot.h"\n\nstatic void\n'
                   "f (void *w)\n{\n  lingbot_world_unref (w);\n}\n",
@@ -41,6 +44,15 @@ BREACHES = [
      'lingbot/control.h:4: includes "lingbot/vae.h" (not a public header)'),
     ("gst/gstx.c", "static LbTensor *t;\n",
      "gst/gstx.c:8: engine identifier LbTensor"),
+    ("lingbot/world.c", "\n/**\n * lingbot_world_unref:\n * @error: "
+     "%LB_ERROR_IO\n */\n",
+     "lingbot/world.c:20: the documentation of lingbot_world_unref names "
+     "engine identifier LB_ERROR_IO"),
+    ("lingbot/lingbot.h", "void lingbot_world_ref (void *w);\n",
+     "lingbot/lingbot.h:6: lingbot_world_ref has no gtk-doc block"),
+    ("lingbot/lingbot.h", "/** lingbot_world_ref: @w: a world */\n"
+     "void lingbot_world_ref (void *w);\n",
+     "lingbot/lingbot.h:7: lingbot_world_ref has no gtk-doc block"),
     ("gst/gstx.c", "static void\ng (void)\n{\n  lingbot_vae_secret ();\n}\n",
      "gst/gstx.c:11: calls lingbot_vae_secret (lingbot/world.c), not in a "
      "public header"),

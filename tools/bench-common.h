@@ -9,7 +9,9 @@
 #pragma once
 
 #include <glib.h>
+#include <glib/gstdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 G_BEGIN_DECLS
 
@@ -73,6 +75,39 @@ lingbot_bench_percentile (const double *sorted, gsize n, double p)
   gsize i = (gsize) pos;
   double f = pos - i;
   return i + 1 < n ? sorted[i] * (1 - f) + sorted[i + 1] * f : sorted[i];
+}
+
+/**
+ * lingbot_bench_check_output:
+ * @path: (nullable): the --output file, %NULL for stdout
+ * @error: %G_OPTION_ERROR_BAD_VALUE naming @path and what is wrong
+ *
+ * Refuses an --output the report could not be written to (its directory
+ * missing or not writable, or @path a directory) before the run, not
+ * after it: a run can take minutes (a 60 s replay, a 14B chunk on GPUs)
+ * and its figures would be lost.
+ *
+ * Returns: %TRUE when @path is %NULL or its directory takes a new file.
+ */
+static inline gboolean
+lingbot_bench_check_output (const char *path, GError ** error)
+{
+  if (path == NULL)
+    return TRUE;
+  g_autofree char *dir = g_path_get_dirname (path);
+  const char *what = NULL;
+  if (g_file_test (path, G_FILE_TEST_IS_DIR))
+    what = "is a directory";
+  else if (!g_file_test (dir, G_FILE_TEST_IS_DIR))
+    what = "its directory does not exist";
+  else if (g_access (dir, W_OK) != 0)
+    what = "its directory is not writable";
+  if (what) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+        "--output %s: %s", path, what);
+    return FALSE;
+  }
+  return TRUE;
 }
 
 G_END_DECLS

@@ -222,7 +222,7 @@ config_parse (LingbotBenchConfig * c, gboolean replay, char **argv,
         "--engine must be auto, gst or session");
     return FALSE;
   }
-  return TRUE;
+  return lingbot_bench_check_output (c->output, error);
 }
 
 /* ---- collective byte counters: a counting wrapper around the group's

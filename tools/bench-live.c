@@ -257,7 +257,7 @@ parse (LiveConfig * c, int argc, char **argv, GError ** error)
   }
   if (c->devices == NULL)
     c->devices = g_strdup ("cpu:2");
-  return TRUE;
+  return lingbot_bench_check_output (c->output, error);
 }
 
 static void

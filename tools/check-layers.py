@@ -19,7 +19,10 @@
 #     public header (lingbot/lingbot.h and the lingbot/ headers it may
 #     include, PUBLIC_HEADERS) that includes anything but GLib, GIO, a
 #     standard C header (lingbot.h itself: GLib and GIO alone) or another
-#     public header; an engine identifier (Lb*, lb_*, LB_*) in the code of
+#     public header; a function a public header declares without a
+#     gtk-doc block; an engine identifier (Lb*, lb_*, LB_*) in the gtk-doc
+#     of a function a public header declares (its errors are
+#     LINGBOT_ERROR_*, the LB_ERROR_* codes' public names); one in the code of
 #     gst/ or gst-libs/; a call from gst/ or gst-libs/ to a liblingbot
 #     function that no public header declares.
 #
@@ -48,6 +51,10 @@ PUBLIC_SYSTEM = {"glib.h", "gio/gio.h"}
 STD_C = {"stdint.h", "stddef.h", "stdbool.h"}
 ANGLE_RE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 ENGINE_RE = re.compile(r"\b(?:Lb[A-Z]\w*|lb_\w+|LB_\w+)")
+# a function a public header declares ("name (" outside comments)
+DECL_RE = re.compile(r"\b(lingbot_\w+) \(")
+# a gtk-doc comment and the symbol it documents ("/**\n * name:")
+DOC_RE = re.compile(r"^/\*\*\n \* ([A-Za-z_]\w*):.*?\*/", re.M | re.S)
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # GNU style: the name of a defined function starts its line, the return
@@ -218,6 +225,36 @@ def public_breaches(files):
     public_names = set()
     for h in PUBLIC_HEADERS:
         public_names |= set(IDENT_RE.findall(strip(files.get(h, ""))))
+    # every function a public header declares has a gtk-doc block
+    # ("/**\n * name:" on lines of their own, what gtk-doc and gi-docgen
+    # read; not a one-line "/** name: ... */"), in the header or a source
+    documented = set()
+    for p, text in files.items():
+        if layer_of(p) < LAYERS["gst-libs"]:
+            documented |= set(m.group(1) for m in DOC_RE.finditer(text))
+    for h in sorted(PUBLIC_HEADERS):
+        code = strip(files.get(h, ""))
+        seen = set()
+        for m in DECL_RE.finditer(code):
+            name = m.group(1)
+            if name in documented or name in seen:
+                continue
+            seen.add(name)
+            out.append((h, code.count("\n", 0, m.start()) + 1,
+                        "%s has no gtk-doc block" % name))
+    # the gtk-doc of a public function speaks the public API: its error
+    # codes are LINGBOT_ERROR_*, not the engine's LB_ERROR_* of the same
+    # values, which an application has no header for
+    for p, text in sorted(files.items()):
+        if layer_of(p) >= LAYERS["gst-libs"] or not p.endswith(SOURCE_EXT):
+            continue
+        for m in DOC_RE.finditer(text):
+            if m.group(1) not in public_names:
+                continue
+            for e in ENGINE_RE.finditer(m.group(0)):
+                out.append((p, text.count("\n", 0, m.start() + e.start()) + 1,
+                            "the documentation of %s names engine "
+                            "identifier %s" % (m.group(1), e.group(0))))
     for p, text in sorted(files.items()):
         if layer_of(p) < LAYERS["gst-libs"]:
             continue

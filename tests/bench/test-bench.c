@@ -1109,6 +1109,41 @@ test_vae_devices (void)
       "counts) or --devices (one set of ranks), not both\n");
 }
 
+/* an --output the report cannot be written to is refused while the
+ * options are read (exit 2), not after a run whose figures it then loses
+ * (it was: exit 1 "Failed to create file" once every chunk had run) */
+static void
+test_output_unwritable (void)
+{
+  const char *commands[] = { "direct", "replay", "live" };
+  g_autofree char *missing = g_build_filename (tmpdir, "no-such-dir",
+      "report.json", NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++) {
+    const char *const targets[] = { missing, tmpdir };
+    const char *const reasons[] = { "its directory does not exist",
+      "is a directory"
+    };
+    for (guint j = 0; j < G_N_ELEMENTS (targets); j++) {
+      const char *args[] = { commands[i], "--model", model_dir, "--image",
+        image_path, "--prompt-embeds", embeds_path, "--control-trace",
+        trace_path, "--width", "64", "--height", "64", "--output",
+        targets[j], NULL
+      };
+      /* live has no --control-trace: it steers by itself */
+      if (g_str_equal (commands[i], "live")) {
+        args[7] = "--duration";
+        args[8] = "2";
+      }
+      g_autofree char *out = NULL, *err_out = NULL;
+      g_autofree char *want = g_strdup_printf ("lingbot-bench %s: --output "
+          "%s: %s\n", commands[i], targets[j], reasons[j]);
+      g_assert_cmpint (spawn_bench (args, &out, &err_out), ==, 2);
+      g_assert_cmpstr (err_out, ==, want);
+      g_assert_cmpstr (out, ==, "");
+    }
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1133,6 +1168,7 @@ main (int argc, char **argv)
   g_test_add_func ("/bench/dit/rank-of", test_dit_rank_of);
   g_test_add_func ("/bench/dit/rank-of/invalid", test_dit_rank_of_invalid);
   g_test_add_func ("/bench/help", test_help);
+  g_test_add_func ("/bench/output-unwritable", test_output_unwritable);
   g_test_add_func ("/bench/vae/devices", test_vae_devices);
   int rc = g_test_run ();
   rm_rf (tmpdir);

@@ -127,6 +127,58 @@ check_frame (const LingbotFrames * frames, int i)
   g_assert_cmpmem (au, uv_n, bu, uv_n);
 }
 
+/* a plane stride one byte short of a row: the documented
+ * LINGBOT_ERROR_SHAPE, and not a byte written (the rows would overlap, and
+ * a buffer of stride x height bytes would be overrun) */
+static void
+expect_short_stride (gboolean ok, GError ** err, const char *what,
+    const guint8 * buf, gsize n)
+{
+  g_assert_false (ok);
+  g_assert_error (*err, LINGBOT_ERROR, LINGBOT_ERROR_SHAPE);
+  g_assert_nonnull (strstr ((*err)->message, what));
+  g_clear_error (err);
+  for (gsize k = 0; k < n; k++)
+    g_assert_cmpint (buf[k], ==, 0xee);
+}
+
+static void
+check_short_strides (const LingbotFrames * f)
+{
+  g_autoptr (GError) err = NULL;
+  const gsize w = OUT_W, h = OUT_H;
+  const gsize n = 4 * w * h;
+  g_autofree guint8 *a = g_malloc (n), *b = g_malloc (n), *c = g_malloc (n);
+
+  memset (a, 0xee, n);
+  memset (b, 0xee, n);
+  memset (c, 0xee, n);
+  expect_short_stride (lingbot_frames_to_rgb (f, 0, a, 3 * w - 1, &err),
+      &err, "RGB row stride", a, n);
+  expect_short_stride (lingbot_frames_to_rgba (f, 0, a, 4 * w - 1, &err),
+      &err, "RGBA row stride", a, n);
+  expect_short_stride (lingbot_frames_to_i420 (f, 0, a, w - 1, b, w / 2, c,
+          w / 2, &err), &err, "I420 Y row stride", a, n);
+  expect_short_stride (lingbot_frames_to_i420 (f, 0, a, w, b, w / 2 - 1, c,
+          w / 2, &err), &err, "I420 U row stride", b, n);
+  expect_short_stride (lingbot_frames_to_i420 (f, 0, a, w, b, w / 2, c,
+          w / 2 - 1, &err), &err, "I420 V row stride", c, n);
+  expect_short_stride (lingbot_frames_to_nv12 (f, 0, a, w - 1, b, w, &err),
+      &err, "NV12 Y row stride", a, n);
+  expect_short_stride (lingbot_frames_to_nv12 (f, 0, a, w, b, w - 1, &err),
+      &err, "NV12 UV row stride", b, n);
+  /* the engine's functions behind them refuse the same */
+  expect_short_stride (lingbot_vae_frames_to_rgb8 (lingbot_frames_tensor (f),
+          0, a, 3 * w - 1, &err), &err, "RGB row stride", a, n);
+  /* exactly a row is enough */
+  g_assert_true (lingbot_frames_to_rgb (f, 0, a, 3 * w, &err));
+  g_assert_no_error (err);
+  g_assert_true (lingbot_frames_to_nv12 (f, 0, a, w, b, w, &err));
+  g_assert_no_error (err);
+  g_assert_true (lingbot_frames_to_i420 (f, 0, a, w, b, w / 2, c, w / 2, &err));
+  g_assert_no_error (err);
+}
+
 static void
 test_frames (void)
 {
@@ -165,6 +217,9 @@ test_frames (void)
   g_assert_false (lingbot_vae_frames_to_rgb8 (lingbot_frames_tensor (f), 16,
           px, 0, &err2));
   g_assert_cmpstr (err->message, ==, err2->message);
+  g_clear_error (&err);
+
+  check_short_strides (f);
 }
 
 /* the frames of the engine's sharded decoder on the world's group, as

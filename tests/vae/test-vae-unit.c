@@ -225,14 +225,14 @@ test_rgb_i420 (void)
   g_assert_cmpint (rgb[2], ==, 0);
   g_assert_cmpint (rgb[6], ==, 127);
   guint8 yp[8], up[2], vp[2];
-  g_assert_true (lingbot_vae_frames_to_i420 (f, 0, yp, 4, up, 1, vp, 1, &err));
+  g_assert_true (lingbot_vae_frames_to_i420 (f, 0, yp, 4, up, 2, vp, 2, &err));
   g_assert_cmpint (yp[0], ==, 235);
   g_assert_cmpint (yp[3], ==, 16);
   g_assert_cmpint (yp[4], ==, 235);
   g_assert_cmpint (up[0], ==, 128);
   g_assert_cmpint (vp[0], ==, 128);
   g_assert_cmpint (up[1], ==, 128);
-  g_assert_true (lingbot_vae_frames_to_i420 (f, 1, yp, 4, up, 1, vp, 1, &err));
+  g_assert_true (lingbot_vae_frames_to_i420 (f, 1, yp, 4, up, 2, vp, 2, &err));
   /* BT.601 red: 82, 90, 240 */
   g_assert_cmpint (yp[0], ==, 82);
   g_assert_cmpint (up[0], ==, 90);
@@ -249,9 +249,9 @@ test_rgb_i420 (void)
   /* NV12: the I420 bytes, Cb and Cr interleaved */
   for (int t = 0; t < 2; t++) {
     guint8 ny[8], nuv[4];
-    g_assert_true (lingbot_vae_frames_to_i420 (f, t, yp, 4, up, 1, vp, 1,
+    g_assert_true (lingbot_vae_frames_to_i420 (f, t, yp, 4, up, 2, vp, 2,
             &err));
-    g_assert_true (lingbot_vae_frames_to_nv12 (f, t, ny, 4, nuv, 2, &err));
+    g_assert_true (lingbot_vae_frames_to_nv12 (f, t, ny, 4, nuv, 4, &err));
     g_assert_cmpmem (ny, sizeof ny, yp, sizeof yp);
     for (int x = 0; x < 2; x++) {
       g_assert_cmpint (nuv[2 * x], ==, up[x]);
