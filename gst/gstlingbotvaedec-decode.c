@@ -73,6 +73,8 @@ gst_lingbot_vae_dec_decode_reset (GstLingbotVaeDec * self)
   self->chunk_duration = GST_CLOCK_TIME_NONE;
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->position = GST_CLOCK_TIME_NONE;
+  self->made_end = GST_CLOCK_TIME_NONE;
+  self->qos_from = GST_CLOCK_TIME_NONE;
   self->frames_pushed = 0;
   self->hold_latency = GST_CLOCK_TIME_NONE;
   GST_OBJECT_UNLOCK (self);
@@ -745,6 +747,7 @@ static GstFlowReturn
 out_push (GstLingbotVaeDec * self, GstMiniObject * item)
 {
   const gboolean frame = GST_IS_BUFFER (item);
+  GstClockTime end = GST_CLOCK_TIME_NONE;
   GstFlowReturn ret;
 
   g_mutex_lock (&self->qlock);
@@ -771,7 +774,7 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
 
       self->out_buffers++;
       if (GST_BUFFER_PTS_IS_VALID (b) && GST_BUFFER_DURATION_IS_VALID (b))
-        self->queued_end = GST_BUFFER_PTS (b) + GST_BUFFER_DURATION (b);
+        self->queued_end = end = GST_BUFFER_PTS (b) + GST_BUFFER_DURATION (b);
     }
     g_cond_broadcast (&self->qcond);
     item = NULL;
@@ -779,6 +782,14 @@ out_push (GstLingbotVaeDec * self, GstMiniObject * item)
   g_mutex_unlock (&self->qlock);
   if (item)
     gst_mini_object_unref (item);
+  /* (the jump func reads it under the object lock alone: it is called
+   * with that held, and qlock is never taken inside it) */
+  if (GST_CLOCK_TIME_IS_VALID (end)) {
+    GST_OBJECT_LOCK (self);
+    if (!GST_CLOCK_TIME_IS_VALID (self->made_end) || end > self->made_end)
+      self->made_end = end;
+    GST_OBJECT_UNLOCK (self);
+  }
   return ret;
 }
 

@@ -69,6 +69,11 @@ struct _GstLingbotVaeDec
   GstLingbotLatencyEstimate decode_latency;     /* object lock: decode */
   GstLingbotLatencyStepper *latency_stepper;    /* its falls */
   GstClockTime position;        /* object lock: end of the last frame */
+  GstClockTime made_end;        /* object lock: the latest end of a frame
+                                 * queued for the push task */
+  GstClockTime qos_from;        /* object lock: QoS of frames before it is
+                                 * not passed upstream (queued before the
+                                 * decode latency last fell at once) */
 
   /* Two tasks (qlock): the decode task takes latent chunks (and the
    * serialized events between them) from the input queue, which the chain

@@ -533,6 +533,49 @@ gst_lingbot_vae_dec_class_init (GstLingbotVaeDecClass * klass)
   element_class->set_context = gst_lingbot_vae_dec_set_context;
 }
 
+/* (object lock: the stepper's estimate lock) the decode latency fell at
+ * once (beyond a chunk's duration above its goal, after a slow chunk):
+ * the frames queued so far were timed for the old figure and are late at
+ * a sink by design; their QoS is not passed upstream, where lingbotgen
+ * would raise its compute latency by their lateness (docs/elements.md
+ * lingbotvaedec "Latency") */
+static void
+decode_latency_jumped (gpointer data)
+{
+  GstLingbotVaeDec *self = data;
+
+  self->qos_from = self->made_end;
+}
+
+/* QoS about a frame queued before the decode latency last fell at once
+ * goes no further (decode_latency_jumped()); everything else as the
+ * default does */
+static gboolean
+gst_lingbot_vae_dec_src_event (GstPad * pad, GstObject * parent,
+    GstEvent * event)
+{
+  GstLingbotVaeDec *self = GST_LINGBOT_VAE_DEC (parent);
+
+  if (GST_EVENT_TYPE (event) == GST_EVENT_QOS) {
+    GstClockTime timestamp, from;
+
+    gst_event_parse_qos (event, NULL, NULL, NULL, &timestamp);
+    GST_OBJECT_LOCK (self);
+    from = self->qos_from;
+    GST_OBJECT_UNLOCK (self);
+    if (GST_CLOCK_TIME_IS_VALID (from) && GST_CLOCK_TIME_IS_VALID (timestamp)
+        && timestamp < from) {
+      GST_DEBUG_OBJECT (self, "QoS of a frame at %" GST_TIME_FORMAT
+          ", queued before the decode latency fell at once (frames before %"
+          GST_TIME_FORMAT "): not passed upstream", GST_TIME_ARGS (timestamp),
+          GST_TIME_ARGS (from));
+      gst_event_unref (event);
+      return TRUE;
+    }
+  }
+  return gst_pad_event_default (pad, parent, event);
+}
+
 static void
 gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 {
@@ -547,6 +590,7 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
   gst_pad_set_query_function (self->srcpad, gst_lingbot_vae_dec_pad_query);
+  gst_pad_set_event_function (self->srcpad, gst_lingbot_vae_dec_src_event);
   gst_pad_use_fixed_caps (self->srcpad);
   gst_pad_set_activatemode_function (self->srcpad,
       gst_lingbot_vae_dec_decode_src_activate_mode);
@@ -574,5 +618,9 @@ gst_lingbot_vae_dec_init (GstLingbotVaeDec * self)
   gst_lingbot_latency_estimate_reset (&self->decode_latency);
   self->latency_stepper = gst_lingbot_latency_stepper_new (GST_ELEMENT (self),
       gst_lingbot_vae_dec_debug, NULL, &self->decode_latency);
+  gst_lingbot_latency_stepper_set_jump_func (self->latency_stepper,
+      decode_latency_jumped, self);
   self->position = GST_CLOCK_TIME_NONE;
+  self->made_end = GST_CLOCK_TIME_NONE;
+  self->qos_from = GST_CLOCK_TIME_NONE;
 }

@@ -846,6 +846,180 @@ GST_START_TEST (test_live_key_wait_is_no_drop)
 
 GST_END_TEST;
 
+/* the latent chunks into the decoder: each one's PTS and end, and the
+ * sleep an identity before it makes for one of them */
+typedef struct
+{
+  GMutex lock;
+  GArray *pts, *end;            /* GstClockTime, by chunk */
+  guint slow_chunk;
+  GstClockTime slow_sleep;
+} ChunksIn;
+
+static GstPadProbeReturn
+on_chunk_in (GstPad * pad, GstPadProbeInfo * info, gpointer data)
+{
+  ChunksIn *c = data;
+  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+  GstElement *identity = GST_ELEMENT (gst_pad_get_parent (pad));
+  GstClockTime pts = GST_BUFFER_PTS (buf), end;
+  guint k;
+
+  g_assert_true (GST_BUFFER_PTS_IS_VALID (buf));
+  g_assert_true (GST_BUFFER_DURATION_IS_VALID (buf));
+  end = pts + GST_BUFFER_DURATION (buf);
+  g_mutex_lock (&c->lock);
+  k = c->pts->len;
+  g_array_append_val (c->pts, pts);
+  g_array_append_val (c->end, end);
+  g_mutex_unlock (&c->lock);
+  /* identity reads sleep-time in its chain, after this probe */
+  g_object_set (identity, "sleep-time", (guint) (k == c->slow_chunk ?
+          c->slow_sleep / GST_USECOND : 0), NULL);
+  gst_object_unref (identity);
+  return GST_PAD_PROBE_OK;
+}
+
+/* The decoder's latency falls at once too (beyond a chunk's duration
+ * above its goal, after a slow chunk), and the frames it had queued are
+ * late at a sink by design: their QoS must not reach lingbotgen, which
+ * would raise its compute latency by their lateness (a fresh-user trial
+ * held the pipeline latency about 1 s too high for 4 chunks after such a
+ * fall).  An identity before lingbotvaedec sleeps 3 s for chunk 1 (the
+ * decode latency counts from when the generator had the chunk ready); 4
+ * chunks later that sample leaves the window and the decoder's share of
+ * the LATENCY answer falls at once (seen between two of its LATENCY
+ * messages); then a frame of the chunk decoded before the fall reported
+ * 0.3 s late at lingbotvaedec's src pad leaves lingbotgen's figure, and
+ * the first frame of the chunk after it still raises it.  16/1: a chunk
+ * 1 s; no sink QoS (sync=false). */
+GST_START_TEST (test_live_qos_after_decode_fall)
+{
+  g_autofree char *g1 = gen_desc ("lingbotgen name=gen", "cpu:1",
+      "is-live=true fps=16 frames=141");
+  g_autofree char *desc = g_strdup_printf ("lingbotcontrolsrc name=ctl "
+      "is-live=true ! %s ! identity name=slow ! lingbotvaedec name=dec ! "
+      "fakesink name=sink sync=false", g1);
+  const GstClockTime frame = GST_SECOND / 16, chunk = GST_SECOND;
+  GstElement *p = gst_parse_launch (desc, NULL), *ctl, *slow, *dec;
+  GstBus *bus = gst_element_get_bus (p);
+  GstPad *slow_sink, *dec_src;
+  ChunksIn in = { 0 };
+  GstClockTime share = 0, peak = 0, fallen = 0;
+  GstClockTime before = 0, after_old = 0, after_new = 0;
+  gboolean eos = FALSE, known = FALSE, live = FALSE, seen = FALSE;
+  guint chunks = 0, decoded = 0, fall_at = 0;
+
+  g_assert_nonnull (p);
+  g_mutex_init (&in.lock);
+  in.pts = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  in.end = g_array_new (FALSE, FALSE, sizeof (GstClockTime));
+  in.slow_chunk = 1;
+  in.slow_sleep = 3 * GST_SECOND;
+  ctl = gst_bin_get_by_name (GST_BIN (p), "ctl");
+  slow = gst_bin_get_by_name (GST_BIN (p), "slow");
+  dec = gst_bin_get_by_name (GST_BIN (p), "dec");
+  slow_sink = gst_element_get_static_pad (slow, "sink");
+  dec_src = gst_element_get_static_pad (dec, "src");
+  gst_pad_add_probe (slow_sink, GST_PAD_PROBE_TYPE_BUFFER, on_chunk_in, &in,
+      NULL);
+  g_signal_emit_by_name (ctl, "press-key", "w", &known);
+  g_assert_true (known);
+  gst_element_set_state (p, GST_STATE_PLAYING);
+  while (!eos) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+        GST_MESSAGE_ERROR);
+    const GstStructure *st;
+
+    g_assert_nonnull (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+      g_autoptr (GError) err = NULL;
+
+      gst_message_parse_error (msg, &err, NULL);
+      g_error ("error: %s", err->message);
+    }
+    st = gst_message_get_structure (msg);
+    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
+      eos = TRUE;
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
+      GstClockTime gen_min, dec_min, max, now;
+
+      g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
+      /* the decoder's share: the generator's first, so that a raise of
+       * its own in between makes the share look larger, never smaller */
+      query_latency (p, "gen", &live, &gen_min, &max);
+      query_latency (p, "dec", &live, &dec_min, &max);
+      now = dec_min - gen_min;
+      if (GST_MESSAGE_SRC (msg) == GST_OBJECT (dec)) {
+        if (fall_at == 0 && seen && now + chunk / 2 < share) {
+          /* fallen at once while chunk `decoded` decodes: a sink reports
+           * the last frame of the chunk before it, queued before the
+           * fall, 0.3 s late, and then the first frame of that chunk */
+          GstClockTime old_frame, new_frame;
+
+          fall_at = decoded;
+          fallen = share - now;
+          g_mutex_lock (&in.lock);
+          g_assert_cmpuint (in.pts->len, >, decoded);
+          old_frame = g_array_index (in.end, GstClockTime, decoded - 1) - frame;
+          new_frame = g_array_index (in.pts, GstClockTime, decoded);
+          g_mutex_unlock (&in.lock);
+          query_latency (p, "gen", &live, &before, &max);
+          g_assert_true (gst_pad_send_event (dec_src,
+                  gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
+                      3 * GST_SECOND / 10, old_frame)));
+          query_latency (p, "gen", &live, &after_old, &max);
+          g_assert_true (gst_pad_send_event (dec_src,
+                  gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
+                      3 * GST_SECOND / 10, new_frame)));
+          query_latency (p, "gen", &live, &after_new, &max);
+        }
+        share = now;
+        seen = TRUE;
+        peak = MAX (peak, share);
+      }
+    } else if (gst_structure_has_name (st, "lingbot-decode")) {
+      guint64 index = G_MAXUINT64;
+
+      g_assert_true (gst_structure_get_uint64 (st, "index", &index));
+      g_assert_cmpuint (index, ==, decoded);
+      decoded++;
+    } else if (gst_structure_has_name (st, "lingbot-chunk")) {
+      chunks++;
+    }
+    gst_message_unref (msg);
+  }
+  gst_element_set_state (p, GST_STATE_NULL);
+
+  g_assert_cmpuint (chunks, ==, 9);
+  g_assert_cmpuint (decoded, ==, 9);
+  g_assert_true (live);
+  /* the slow chunk raised the share by its sleep (and an eighth) */
+  g_assert_cmpuint (peak, >=, in.slow_sleep);
+  /* its sample left the window 4 chunks later, beyond a chunk at once */
+  g_assert_cmpuint (fall_at, ==, in.slow_chunk + 4);
+  g_assert_cmpuint (fallen, >, chunk / 2);
+  /* the late frame queued before the fall: no raise (the figure may have
+   * taken a quarter-frame step meanwhile) */
+  g_assert_cmpuint (after_old, <=, before);
+  /* one after it: the lateness and its eighth */
+  g_assert_cmpuint (after_new, >=, after_old + 3 * GST_SECOND / 10);
+
+  g_array_unref (in.pts);
+  g_array_unref (in.end);
+  g_mutex_clear (&in.lock);
+  gst_object_unref (slow_sink);
+  gst_object_unref (dec_src);
+  gst_object_unref (bus);
+  gst_object_unref (ctl);
+  gst_object_unref (slow);
+  gst_object_unref (dec);
+  gst_object_unref (p);
+}
+
+GST_END_TEST;
+
 static Suite *
 lingbot_gst_gen_live_suite (void)
 {
@@ -860,6 +1034,7 @@ lingbot_gst_gen_live_suite (void)
   tcase_add_test (tc, test_live_paced);
   tcase_add_test (tc, test_live_latency_falls);
   tcase_add_test (tc, test_live_qos_after_fall);
+  tcase_add_test (tc, test_live_qos_after_decode_fall);
   tcase_add_test (tc, test_live_key_wait_is_no_drop);
   /* last, in a process whose thread pools and plugin state the pipelines
    * above made (CK_FORK=no), as in the one program it came from: its
