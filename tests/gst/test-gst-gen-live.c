@@ -640,6 +640,63 @@ GST_START_TEST (test_live_latency_falls)
 
 GST_END_TEST;
 
+/* The next message of a live test's bus (60 s at most): ELEMENT, EOS,
+ * LATENCY and @extra; an ERROR fails the test; LATENCY is re-distributed
+ * first, what gst-launch-1.0 does, and then returned. */
+static GstMessage *
+next_message (GstBus * bus, GstElement * p, GstMessageType extra)
+{
+  GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+      GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
+      GST_MESSAGE_ERROR | extra);
+
+  g_assert_nonnull (msg);
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    g_autoptr (GError) err = NULL;
+
+    gst_message_parse_error (msg, &err, NULL);
+    g_error ("error: %s", err->message);
+  }
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY)
+    g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
+  return msg;
+}
+
+/* After a fall at once: lingbotgen's compute latency (its answer) before
+ * and after a sink's QoS sent into @pad, 0.3 s late, for @old_frame
+ * (stamped before the fall), then for @new_frame (after it) */
+typedef struct
+{
+  GstClockTime before, after_old, after_new;
+} QosPair;
+
+static void
+send_qos_pair (GstElement * p, GstPad * pad, GstClockTime old_frame,
+    GstClockTime new_frame, QosPair * q)
+{
+  GstClockTime max;
+  gboolean live;
+
+  query_latency (p, "gen", &live, &q->before, &max);
+  g_assert_true (live);
+  g_assert_true (gst_pad_send_event (pad, gst_event_new_qos
+          (GST_QOS_TYPE_UNDERFLOW, 1.0, 3 * GST_SECOND / 10, old_frame)));
+  query_latency (p, "gen", &live, &q->after_old, &max);
+  g_assert_true (gst_pad_send_event (pad, gst_event_new_qos
+          (GST_QOS_TYPE_UNDERFLOW, 1.0, 3 * GST_SECOND / 10, new_frame)));
+  query_latency (p, "gen", &live, &q->after_new, &max);
+}
+
+/* the late frame stamped before the fall: no raise (the figure may have
+ * taken a quarter-frame step meanwhile); one stamped after it: the
+ * lateness and its eighth */
+static void
+assert_qos_pair (const QosPair * q)
+{
+  g_assert_cmpuint (q->after_old, <=, q->before);
+  g_assert_cmpuint (q->after_new, >=, q->after_old + 3 * GST_SECOND / 10);
+}
+
 /* A fall beyond a chunk's duration (a stall's) goes at once and the frames
  * queued for it are late at a sink by design: their QoS must not raise the
  * figure again (docs/elements.md "Latency": frames stamped before the
@@ -664,8 +721,9 @@ GST_START_TEST (test_live_qos_after_fall)
   GstBus *bus = gst_element_get_bus (p);
   GstPad *src;
   GstClockTime prev_pts = GST_CLOCK_TIME_NONE, prev_latency = 0;
-  GstClockTime before = 0, after_old = 0, after_new = 0, fallen = 0;
-  gboolean eos = FALSE, known = FALSE, live = FALSE;
+  GstClockTime fallen = 0;
+  QosPair q = { 0 };
+  gboolean eos = FALSE, known = FALSE;
   guint chunks = 0, fall_at = 0;
 
   g_assert_nonnull (p);
@@ -676,25 +734,14 @@ GST_START_TEST (test_live_qos_after_fall)
   g_assert_true (known);
   gst_element_set_state (p, GST_STATE_PLAYING);
   while (!eos) {
-    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
-        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
-        GST_MESSAGE_ERROR);
-    const GstStructure *st;
+    GstMessage *msg = next_message (bus, p, 0);
+    const GstStructure *st = gst_message_get_structure (msg);
 
-    g_assert_nonnull (msg);
-    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
-      g_autoptr (GError) err = NULL;
-
-      gst_message_parse_error (msg, &err, NULL);
-      g_error ("error: %s", err->message);
-    }
-    st = gst_message_get_structure (msg);
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
       eos = TRUE;
-    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
-      g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
-    } else if (gst_structure_has_name (st, "lingbot-chunk")) {
-      GstClockTime pts, latency, max;
+    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT
+        && gst_structure_has_name (st, "lingbot-chunk")) {
+      GstClockTime pts, latency;
 
       g_assert_true (gst_structure_get_uint64 (st, "pts", &pts));
       g_assert_true (gst_structure_get_uint64 (st, "latency", &latency));
@@ -705,19 +752,11 @@ GST_START_TEST (test_live_qos_after_fall)
                     2 * GST_SECOND, pts)));
       if (fall_at == 0 && chunks > 1 && latency + chunk / 2 < prev_latency) {
         /* chunk k was stamped after a fall at once: a sink reports the
-         * last frame of chunk k - 1, stamped before it, 0.3 s late */
+         * last frame of chunk k - 1, stamped before it, 0.3 s late, and
+         * the first frame of chunk k */
         fall_at = chunks;
         fallen = latency;
-        query_latency (p, "gen", &live, &before, &max);
-        g_assert_true (gst_pad_send_event (src,
-                gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
-                    3 * GST_SECOND / 10, prev_pts + 15 * frame)));
-        query_latency (p, "gen", &live, &after_old, &max);
-        /* and the first frame of chunk k, stamped after it */
-        g_assert_true (gst_pad_send_event (src,
-                gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
-                    3 * GST_SECOND / 10, pts)));
-        query_latency (p, "gen", &live, &after_new, &max);
+        send_qos_pair (p, src, prev_pts + 15 * frame, pts, &q);
       }
       prev_pts = pts;
       prev_latency = latency;
@@ -731,12 +770,7 @@ GST_START_TEST (test_live_qos_after_fall)
   /* the raise left the window 4 chunks after chunk 1 and fell at once */
   g_assert_cmpuint (fall_at, ==, 5);
   g_assert_cmpuint (fallen, >, chunk);
-  g_assert_true (live);
-  /* the late frame stamped before the fall: no raise (the figure may
-   * have taken a quarter-frame step meanwhile) */
-  g_assert_cmpuint (after_old, <=, before);
-  /* one stamped after it: the lateness and its eighth */
-  g_assert_cmpuint (after_new, >=, after_old + 3 * GST_SECOND / 10);
+  assert_qos_pair (&q);
 
   gst_object_unref (src);
   gst_object_unref (bus);
@@ -776,23 +810,11 @@ GST_START_TEST (test_live_key_wait_is_no_drop)
   g_assert_true (known);
   gst_element_set_state (p, GST_STATE_PLAYING);
   while (!eos) {
-    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
-        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
-        GST_MESSAGE_ERROR | GST_MESSAGE_QOS);
-    const GstStructure *st;
+    GstMessage *msg = next_message (bus, p, GST_MESSAGE_QOS);
+    const GstStructure *st = gst_message_get_structure (msg);
 
-    g_assert_nonnull (msg);
-    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
-      g_autoptr (GError) err = NULL;
-
-      gst_message_parse_error (msg, &err, NULL);
-      g_error ("error: %s", err->message);
-    }
-    st = gst_message_get_structure (msg);
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
       eos = TRUE;
-    } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
-      g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
     } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_QOS) {
       GstFormat format;
       guint64 processed;
@@ -801,6 +823,8 @@ GST_START_TEST (test_live_key_wait_is_no_drop)
         gst_message_parse_qos_stats (msg, &format, &processed, &dropped);
         qos++;
       }
+    } else if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ELEMENT) {
+      /* LATENCY: re-distributed */
     } else if (gst_structure_has_name (st, "lingbot-waiting")) {
       waits++;
       if (waits == 1) {
@@ -906,7 +930,7 @@ GST_START_TEST (test_live_qos_after_decode_fall)
   GstPad *slow_sink, *dec_src;
   ChunksIn in = { 0 };
   GstClockTime share = 0, peak = 0, fallen = 0;
-  GstClockTime before = 0, after_old = 0, after_new = 0;
+  QosPair q = { 0 };
   gboolean eos = FALSE, known = FALSE, live = FALSE, seen = FALSE;
   guint chunks = 0, decoded = 0, fall_at = 0;
 
@@ -927,25 +951,14 @@ GST_START_TEST (test_live_qos_after_decode_fall)
   g_assert_true (known);
   gst_element_set_state (p, GST_STATE_PLAYING);
   while (!eos) {
-    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
-        GST_MESSAGE_ELEMENT | GST_MESSAGE_LATENCY | GST_MESSAGE_EOS |
-        GST_MESSAGE_ERROR);
-    const GstStructure *st;
+    GstMessage *msg = next_message (bus, p, 0);
+    const GstStructure *st = gst_message_get_structure (msg);
 
-    g_assert_nonnull (msg);
-    if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
-      g_autoptr (GError) err = NULL;
-
-      gst_message_parse_error (msg, &err, NULL);
-      g_error ("error: %s", err->message);
-    }
-    st = gst_message_get_structure (msg);
     if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_EOS) {
       eos = TRUE;
     } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_LATENCY) {
       GstClockTime gen_min, dec_min, max, now;
 
-      g_assert_true (gst_bin_recalculate_latency (GST_BIN (p)));
       /* the decoder's share: the generator's first, so that a raise of
        * its own in between makes the share look larger, never smaller */
       query_latency (p, "gen", &live, &gen_min, &max);
@@ -965,15 +978,7 @@ GST_START_TEST (test_live_qos_after_decode_fall)
           old_frame = g_array_index (in.end, GstClockTime, decoded - 1) - frame;
           new_frame = g_array_index (in.pts, GstClockTime, decoded);
           g_mutex_unlock (&in.lock);
-          query_latency (p, "gen", &live, &before, &max);
-          g_assert_true (gst_pad_send_event (dec_src,
-                  gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
-                      3 * GST_SECOND / 10, old_frame)));
-          query_latency (p, "gen", &live, &after_old, &max);
-          g_assert_true (gst_pad_send_event (dec_src,
-                  gst_event_new_qos (GST_QOS_TYPE_UNDERFLOW, 1.0,
-                      3 * GST_SECOND / 10, new_frame)));
-          query_latency (p, "gen", &live, &after_new, &max);
+          send_qos_pair (p, dec_src, old_frame, new_frame, &q);
         }
         share = now;
         seen = TRUE;
@@ -1000,11 +1005,7 @@ GST_START_TEST (test_live_qos_after_decode_fall)
   /* its sample left the window 4 chunks later, beyond a chunk at once */
   g_assert_cmpuint (fall_at, ==, in.slow_chunk + 4);
   g_assert_cmpuint (fallen, >, chunk / 2);
-  /* the late frame queued before the fall: no raise (the figure may have
-   * taken a quarter-frame step meanwhile) */
-  g_assert_cmpuint (after_old, <=, before);
-  /* one after it: the lateness and its eighth */
-  g_assert_cmpuint (after_new, >=, after_old + 3 * GST_SECOND / 10);
+  assert_qos_pair (&q);
 
   g_array_unref (in.pts);
   g_array_unref (in.end);
