@@ -54,8 +54,8 @@ struct _GstLingbotVaeDec
   /* decode task: the frame meta of the chunk being pushed */
   guint64 frame_chunk;
   guint frame_keys;
-  /* qlock, live: the newest frame queued (the preview, then each frame
-   * group's last), pushed again on GST_LINGBOT_REPEAT_EVENT */
+  /* qlock: the newest frame queued (the preview always, each frame
+   * group's last when live), pushed again on GST_LINGBOT_REPEAT_EVENT */
   GstBuffer *last_frame;
   LingbotDecoder *decoder;      /* plain-bytes path */
 
